@@ -1,0 +1,80 @@
+// fulcrum export RUN --format chrome|csv [-o FILE]
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/export/chrome_trace.h"
+#include "core/export/csv.h"
+#include "core/store/trace_reader.h"
+
+namespace fulcrum::cli {
+namespace {
+
+struct ExportArgs {
+    std::string run;
+    std::string format = "chrome";
+    std::string output;
+    bool force = false;
+};
+
+std::string default_output(const std::string& run, const std::string& format) {
+    std::string base = run;
+    if (const auto dot = base.find_last_of('.');
+        dot != std::string::npos && base.find('/', dot) == std::string::npos) {
+        base.resize(dot);
+    }
+    return base + (format == "csv" ? ".csv" : ".json");
+}
+
+int run_export(const ExportArgs& args) {
+    auto trace = store::TraceReader::open(args.run);
+    if (!trace) {
+        return report_error(trace.error());
+    }
+    const std::string output = args.output.empty() ? default_output(args.run, args.format)
+                                                   : args.output;
+    ExportOptions options;
+    options.overwrite = args.force;
+    options.progress = progress_line("exporting");
+    auto report = args.format == "csv" ? export_csv(*trace, output, options)
+                                       : export_chrome_trace(*trace, output, options);
+    finish_progress_line();
+    if (!report) {
+        return report_error(report.error());
+    }
+    std::printf("wrote %lld events to %s", static_cast<long long>(report->events),
+                output.c_str());
+    if (report->async_events > 0) {
+        std::printf(" (%lld overlapping ranges as async events)",
+                    static_cast<long long>(report->async_events));
+    }
+    std::printf("\n");
+    if (args.format == "chrome") {
+        std::printf("open it at https://ui.perfetto.dev or chrome://tracing\n");
+    }
+    if (trace->incomplete()) {
+        warn("'" + args.run + "' is incomplete: a rank's recording stopped early");
+        return kExitIncomplete;
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+    auto* sub = app.add_subcommand(
+        "export", "Export a run as Chrome trace JSON (Perfetto, chrome://tracing) or CSV");
+    auto args = std::make_shared<ExportArgs>();
+    sub->add_option("run", args->run, "A run database or per-rank file")->required();
+    sub->add_option("--format", args->format, "chrome or csv")
+        ->check(CLI::IsMember({"chrome", "csv"}))
+        ->capture_default_str();
+    sub->add_option("-o,--output", args->output,
+                    "Where to write (default: the run's name with .json or .csv)");
+    sub->add_flag("--force", args->force, "Replace the output if it exists");
+    return [args] { return run_export(*args); };
+}
+
+}  // namespace fulcrum::cli

@@ -1,0 +1,284 @@
+#include "core/store/merge.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <system_error>
+
+#include "core/store/schema.h"
+#include "core/store/trace_reader.h"
+
+namespace fulcrum::store {
+namespace {
+
+struct Source {
+    std::string path;
+    std::vector<RankInfo> ranks;
+    std::int64_t utc_offset_ns = 0;
+    std::vector<std::int64_t> sync_marks;  // in UTC: local time + utc_offset_ns
+    std::int64_t first_start_ns = 0;       // local clock
+    bool has_events = false;
+    std::int64_t shift_ns = 0;             // local -> reference UTC clock
+    ClockAlignment alignment = ClockAlignment::utc_offset;
+};
+
+std::int64_t median(std::vector<std::int64_t> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+Result<Source> inspect(const std::string& path) {
+    auto reader = TraceReader::open(path);
+    if (!reader) {
+        return reader.error();
+    }
+    Source source;
+    source.path = path;
+    source.ranks = reader->ranks();
+    if (!source.ranks.empty()) {
+        source.utc_offset_ns = source.ranks.front().utc_offset_ns;
+    }
+    auto db = Database::open(path, Database::Mode::read_only);
+    if (!db) {
+        return db.error();
+    }
+    auto marks = db->prepare(
+        "SELECT e.start_ns FROM event e JOIN string s ON s.id = e.name "
+        "WHERE e.kind = ?1 AND s.value = ?2 ORDER BY e.start_ns");
+    if (!marks) {
+        return marks.error();
+    }
+    marks->bind(1, static_cast<std::int64_t>(EventKind::mark));
+    marks->bind(2, kClockSyncMark);
+    while (marks->step()) {
+        source.sync_marks.push_back(marks->column_int64(0) + source.utc_offset_ns);
+    }
+    auto first = db->query_int("SELECT MIN(start_ns) FROM event", std::numeric_limits<std::int64_t>::min());
+    if (!first) {
+        return first.error();
+    }
+    source.has_events = *first != std::numeric_limits<std::int64_t>::min();
+    source.first_start_ns = source.has_events ? *first : 0;
+    return source;
+}
+
+void choose_shifts(std::vector<Source>& sources, std::vector<std::string>& warnings) {
+    const Source& reference = sources.front();
+    for (auto& source : sources) {
+        source.shift_ns = source.utc_offset_ns;
+        source.alignment = ClockAlignment::utc_offset;
+        const std::size_t common = std::min(source.sync_marks.size(), reference.sync_marks.size());
+        if (common == 0) {
+            continue;
+        }
+        std::vector<std::int64_t> differences;
+        for (std::size_t k = 0; k < common; ++k) {
+            differences.push_back(reference.sync_marks[k] - source.sync_marks[k]);
+        }
+        source.shift_ns += median(differences);
+        source.alignment = ClockAlignment::barrier_marks;
+    }
+    const bool any_barrier = std::any_of(sources.begin(), sources.end(), [](const Source& s) {
+        return s.alignment == ClockAlignment::barrier_marks;
+    });
+    if (any_barrier) {
+        for (const auto& source : sources) {
+            if (source.alignment != ClockAlignment::barrier_marks) {
+                warnings.push_back("'" + source.path +
+                                   "' has no clock-sync marks in common with the first file; "
+                                   "aligned by its UTC offset only");
+            }
+        }
+    }
+}
+
+}  // namespace
+
+Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
+                                     const std::string& output, const MergeOptions& options) {
+    if (inputs.empty()) {
+        return Error{ErrorCode::invalid_input, "nothing to merge: give at least one rank file"};
+    }
+    MergeReport report;
+    std::vector<Source> sources;
+    std::map<std::int32_t, std::string> rank_owner;
+    for (const auto& path : inputs) {
+        auto source = inspect(path);
+        if (!source) {
+            return source.error();
+        }
+        for (const auto& rank : source->ranks) {
+            auto [it, inserted] = rank_owner.emplace(rank.rank, path);
+            if (!inserted) {
+                return Error{ErrorCode::invalid_input,
+                             "rank " + std::to_string(rank.rank) + " is in both '" + it->second +
+                                 "' and '" + path + "'; merge the files of one run only"};
+            }
+        }
+        sources.push_back(std::move(*source));
+    }
+    // The lowest rank is the reference clock.
+    std::stable_sort(sources.begin(), sources.end(), [](const Source& a, const Source& b) {
+        const auto first_rank = [](const Source& s) {
+            return s.ranks.empty() ? std::numeric_limits<std::int32_t>::max() : s.ranks.front().rank;
+        };
+        return first_rank(a) < first_rank(b);
+    });
+    choose_shifts(sources, report.warnings);
+
+    std::int64_t origin = std::numeric_limits<std::int64_t>::max();
+    for (const auto& source : sources) {
+        if (source.has_events) {
+            origin = std::min(origin, source.first_start_ns + source.shift_ns);
+        }
+    }
+    if (origin == std::numeric_limits<std::int64_t>::max()) {
+        origin = sources.front().utc_offset_ns;
+    }
+
+    std::error_code ec;
+    if (std::filesystem::exists(output, ec) && !options.overwrite) {
+        return Error{ErrorCode::io, "'" + output +
+                                        "' already exists; remove it, choose another path, or "
+                                        "pass --force"};
+    }
+    // Build next to the target and rename at the end: a failed or cancelled merge never
+    // leaves a half-written run where a good one was expected.
+    const std::string partial = output + ".partial";
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+        std::filesystem::remove(partial + suffix, ec);
+    }
+    auto cleanup = [&] {
+        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+            std::filesystem::remove(partial + suffix, ec);
+        }
+    };
+    auto db_result = Database::open(partial, Database::Mode::create);
+    if (!db_result) {
+        return Error{ErrorCode::io, "cannot write the merged run: " + db_result.error().message};
+    }
+    Database db = std::move(*db_result);
+    auto fail = [&](const Error& error) -> Result<MergeReport> {
+        db = Database();
+        cleanup();
+        return error;
+    };
+    if (auto status = db.exec("PRAGMA synchronous = OFF; PRAGMA journal_mode = MEMORY;"); !status) {
+        return fail(status.error());
+    }
+    if (auto status = create_schema(db); !status) {
+        return fail(status.error());
+    }
+    if (auto status = db.exec("CREATE INDEX string_by_value ON string (value)"); !status) {
+        return fail(status.error());
+    }
+
+    std::int64_t lane_offset = 0;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        const Source& source = sources[i];
+        if (options.progress && !options.progress(static_cast<double>(i) / sources.size())) {
+            return fail(Error{ErrorCode::cancelled, "merge cancelled"});
+        }
+        auto attach = db.prepare("ATTACH DATABASE ?1 AS src");
+        if (!attach) {
+            return fail(attach.error());
+        }
+        attach->bind(1, source.path);
+        if (!attach->run()) {
+            return fail(db.error_for("cannot read"));
+        }
+        const std::int64_t shift = source.shift_ns - origin;
+        const std::string shift_sql = std::to_string(shift);
+        const std::string lane_sql = std::to_string(lane_offset);
+        const std::string sql =
+            "BEGIN;"
+            "INSERT INTO string (value) SELECT DISTINCT value FROM src.string s "
+            "  WHERE NOT EXISTS (SELECT 1 FROM main.string m WHERE m.value = s.value);"
+            "CREATE TEMP TABLE string_map (old INTEGER PRIMARY KEY, new INTEGER NOT NULL);"
+            "INSERT INTO string_map SELECT s.id, m.id FROM src.string s "
+            "  JOIN main.string m ON m.value = s.value;"
+            "INSERT INTO lane (id, rank, kind, name, native_id) "
+            "  SELECT id + " + lane_sql + ", rank, kind, name, native_id FROM src.lane;"
+            "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
+            "  stage, phase, bytes, copy_kind, correlation, args) "
+            "  SELECT e.lane + " + lane_sql + ", e.start_ns + " + shift_sql + ", e.end_ns + " +
+            shift_sql + ", e.kind, n.new, e.category, e.step, e.microbatch, e.stage, e.phase, "
+            "  e.bytes, e.copy_kind, e.correlation, a.new FROM src.event e "
+            "  LEFT JOIN string_map n ON n.old = e.name LEFT JOIN string_map a ON a.old = e.args "
+            "  ORDER BY e.rowid;"
+            "INSERT INTO rank (rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
+            "  dropped_records, clock_alignment, clock_shift_ns) "
+            "  SELECT rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
+            "  dropped_records, '" + std::string(to_string(source.alignment)) + "', " + shift_sql +
+            "  FROM src.rank;"
+            "INSERT INTO workload SELECT * FROM src.workload;"
+            "INSERT INTO counter (rank, name, time_ns, value) "
+            "  SELECT rank, name, time_ns + " + shift_sql + ", value FROM src.counter;"
+            "INSERT INTO import_log (source, record_index, reason, record) "
+            "  SELECT source, record_index, reason, record FROM src.import_log ORDER BY id;"
+            "DROP TABLE temp.string_map;"
+            "COMMIT;";
+        if (auto status = db.exec(sql); !status) {
+            (void)db.exec("ROLLBACK");
+            return fail(Error{status.error().code, "cannot merge '" + source.path +
+                                                       "': " + status.error().message});
+        }
+        if (i == 0) {
+            auto run = db.prepare(
+                "INSERT INTO run (id, name, command, start_utc_ns, config, origin, producer) "
+                "SELECT 1, CASE WHEN ?1 = '' THEN name ELSE ?1 END, command, ?2, config, origin, "
+                "producer FROM src.run");
+            if (!run) {
+                return fail(run.error());
+            }
+            run->bind(1, options.run_name);
+            run->bind(2, origin);
+            if (!run->run()) {
+                return fail(db.error_for("cannot write"));
+            }
+        }
+        if (auto status = db.exec("DETACH DATABASE src"); !status) {
+            return fail(status.error());
+        }
+        auto max_lane = db.query_int("SELECT MAX(id) FROM lane", lane_offset);
+        if (!max_lane) {
+            return fail(max_lane.error());
+        }
+        lane_offset = *max_lane;
+    }
+    if (auto status = create_indexes(db); !status) {
+        return fail(status.error());
+    }
+    auto events = db.query_int("SELECT COUNT(*) FROM event");
+    if (!events) {
+        return fail(events.error());
+    }
+    report.events = *events;
+    db = Database();
+    std::filesystem::rename(partial, output, ec);
+    if (ec) {
+        cleanup();
+        return Error{ErrorCode::io, "cannot move the merged run to '" + output + "': " +
+                                        ec.message()};
+    }
+
+    auto merged = TraceReader::open(output);
+    if (!merged) {
+        return merged.error();
+    }
+    report.ranks = merged->ranks();
+    for (const auto& rank : report.ranks) {
+        if (!rank.complete) {
+            report.warnings.push_back("rank " + std::to_string(rank.rank) +
+                                      " is incomplete: its recording stopped early (killed?); "
+                                      "everything up to its last commit is included");
+        }
+    }
+    if (options.progress) {
+        options.progress(1.0);
+    }
+    return report;
+}
+
+}  // namespace fulcrum::store

@@ -1,0 +1,37 @@
+// Merge: per-rank trace files -> one run database on one clock.
+//
+// Clocks: every rank file records in its own clock and says how far that clock is from UTC
+// (rank.utc_offset_ns). When every file holds the engine's clock-sync marks (emitted right
+// after each start-up barrier, so all ranks leave it within a barrier's latency), rank r is
+// aligned to the reference rank by the median over k of (t_ref,k - t_r,k); otherwise by its
+// UTC offset alone, which is only as good as the hosts' NTP. The merged file's zero is its
+// earliest event; run.start_utc_ns says when that was.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/trace/model.h"
+#include "core/util/result.h"
+
+namespace fulcrum::store {
+
+struct MergeOptions {
+    bool overwrite = false;
+    std::string run_name;  // empty: the first file's run name
+    // Called with the fraction done, 0..1; return false to cancel.
+    std::function<bool(double)> progress;
+};
+
+struct MergeReport {
+    std::vector<RankInfo> ranks;  // with the alignment merge chose and the shift it applied
+    std::int64_t events = 0;
+    std::vector<std::string> warnings;  // incomplete ranks, fallbacks to UTC offsets
+};
+
+Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
+                                     const std::string& output, const MergeOptions& options = {});
+
+}  // namespace fulcrum::store

@@ -1,0 +1,34 @@
+// The trace store's schema (docs/schema.md describes it column by column). Only core/store
+// knows these tables; everything else goes through TraceWriter and TraceReader.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/store/sqlite_handle.h"
+#include "core/util/result.h"
+
+namespace fulcrum::store {
+
+// Bump on any change a reader of the previous version could misread, and teach the reader
+// to upgrade or refuse older files.
+inline constexpr std::int64_t kSchemaVersion = 1;
+// PRAGMA application_id: "FULC". Tells a Fulcrum trace from any other SQLite file.
+inline constexpr std::int64_t kApplicationId = 0x46554C43;
+
+// Creates every table in an empty database and stamps application_id and user_version.
+Status create_schema(Database& db);
+
+// Secondary indexes and per-lane statistics. The writer builds them at close, not while
+// recording, because each index roughly halves insert throughput; a file whose writer was
+// killed has none and is read without them.
+Status create_indexes(Database& db);
+
+// Checks that `path` is a Fulcrum trace this build can read before SQLite touches it, so
+// that a foreign, truncated or newer file gets one message naming the file and the problem.
+Status check_trace_file(const std::string& path);
+
+// check_trace_file + open + schema checks.
+Result<Database> open_trace(const std::string& path, Database::Mode mode);
+
+}  // namespace fulcrum::store

@@ -1,0 +1,74 @@
+// TraceReader: read access to a run database or a per-rank file, with the indexed queries
+// the views and analyses need. Opening checks the file first (not SQLite, another program's
+// database, a newer schema, truncated) and says which of those it is.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/store/sqlite_handle.h"
+#include "core/trace/model.h"
+#include "core/util/result.h"
+
+namespace fulcrum::store {
+
+struct TraceSummary {
+    std::int64_t event_count = 0;
+    std::int64_t events_by_kind[kEventKindCount] = {};
+    std::int64_t start_ns = 0;  // earliest start, latest end; both 0 when there are no events
+    std::int64_t end_ns = 0;
+    std::vector<std::int32_t> steps;  // distinct steps, ascending
+    std::vector<std::pair<LaneId, std::int64_t>> events_per_lane;
+};
+
+class TraceReader {
+public:
+    static Result<TraceReader> open(const std::string& path);
+
+    const std::string& path() const { return db_.path(); }
+    const RunInfo& run() const { return run_; }
+    std::int64_t schema_version() const { return schema_version_; }
+    const std::vector<RankInfo>& ranks() const { return ranks_; }
+    const std::vector<LaneInfo>& lanes() const { return lanes_; }
+    std::vector<LaneInfo> lanes_of_rank(std::int32_t rank) const;
+    const LaneInfo* lane(LaneId id) const;
+    // False when the writer was killed before building its indexes: queries still work,
+    // with full scans.
+    bool has_indexes() const { return has_indexes_; }
+    // True when any rank's writer did not close cleanly.
+    bool incomplete() const;
+
+    // Interned names; an unknown or zero id reads as "".
+    std::string_view string(StringId id) const;
+
+    // Events of one lane that overlap [t0, t1) (marks: that lie in it), by start time.
+    Result<std::vector<Event>> events_in_window(LaneId lane, std::int64_t t0,
+                                                std::int64_t t1) const;
+    Result<std::vector<Event>> events_of_kind_for_step(EventKind kind, std::int32_t step) const;
+    // Streams every event of a lane by start time (end time descending on ties, so a parent
+    // comes before the children that start with it). Return false to stop early.
+    Status for_each_event(LaneId lane, const std::function<bool(const Event&)>& visit) const;
+
+    Result<TraceSummary> summary() const;
+    Result<std::vector<WorkloadEntry>> workload() const;
+    Result<std::vector<CounterSample>> counters() const;
+    Result<std::vector<ImportLogEntry>> import_log() const;
+
+private:
+    TraceReader() = default;
+    Status load_metadata();
+    Result<std::vector<Event>> collect(Statement& stmt) const;
+
+    mutable Database db_;
+    std::int64_t schema_version_ = 0;
+    RunInfo run_;
+    std::vector<RankInfo> ranks_;
+    std::vector<LaneInfo> lanes_;
+    std::vector<std::string> strings_;  // index = StringId value
+    bool has_indexes_ = false;
+};
+
+}  // namespace fulcrum::store

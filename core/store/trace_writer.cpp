@@ -1,0 +1,429 @@
+#include "core/store/trace_writer.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "core/store/schema.h"
+
+namespace fulcrum::store {
+
+struct TraceWriter::Statements {
+    Statement event, string, lane, rank, workload, counter, import_log;
+};
+
+bool TraceWriter::Batch::empty() const {
+    return events.empty() && strings.empty() && lanes.empty() && ranks.empty() &&
+           workload.empty() && counters.empty() && import_log.empty();
+}
+
+Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path,
+                                                         const RunInfo& run,
+                                                         WriterOptions options) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {
+        if (!options.overwrite) {
+            return Error{ErrorCode::io, "'" + path +
+                                            "' already exists; remove it or choose another "
+                                            "path (nothing was overwritten)."};
+        }
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+            std::filesystem::remove(path + suffix, ec);
+        }
+    }
+    auto db = Database::open(path, Database::Mode::create);
+    if (!db) {
+        return db.error();
+    }
+    // WAL + NORMAL: a commit survives the process being killed; only power loss can take
+    // the last transactions, which a profiler can afford.
+    if (auto status = db->exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;");
+        !status) {
+        return Error{ErrorCode::io, "cannot write '" + path + "': " + status.error().message};
+    }
+    if (auto status = create_schema(*db); !status) {
+        return Error{ErrorCode::io, "cannot write '" + path + "': " + status.error().message};
+    }
+    auto insert_run = db->prepare(
+        "INSERT INTO run (id, name, command, start_utc_ns, config, origin, producer) "
+        "VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)");
+    if (!insert_run) {
+        return insert_run.error();
+    }
+    insert_run->bind(1, run.name);
+    insert_run->bind(2, run.command);
+    insert_run->bind(3, run.start_utc_ns);
+    insert_run->bind(4, run.config_json);
+    insert_run->bind(5, to_string(run.origin));
+    insert_run->bind(6, run.producer);
+    if (!insert_run->run()) {
+        return db->error_for("cannot write");
+    }
+    insert_run = Statement();
+    return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(*db), path, options));
+}
+
+TraceWriter::TraceWriter(Database db, std::string path, WriterOptions options)
+    : db_(std::move(db)), path_(std::move(path)), options_(options) {
+    current_.events.reserve(options_.batch_events);
+    thread_ = std::thread([this] { run_writer_thread(); });
+}
+
+TraceWriter::~TraceWriter() {
+    if (!closed_) {
+        (void)close();
+    }
+}
+
+void TraceWriter::add_rank(const RankInfo& rank) {
+    std::lock_guard lock(mutex_);
+    auto& stored = ranks_[rank.rank];
+    const std::int64_t dropped = stored.dropped_records;
+    stored = rank;
+    stored.dropped_records += dropped;
+    current_.ranks.push_back(stored);
+}
+
+void TraceWriter::add_dropped_records(std::int32_t rank, std::int64_t count) {
+    std::lock_guard lock(mutex_);
+    auto found = ranks_.find(rank);
+    if (found == ranks_.end()) {
+        ranks_[rank].dropped_records = count;  // written with the rank when it is added
+        ranks_[rank].rank = rank;
+        return;
+    }
+    found->second.dropped_records += count;
+    current_.ranks.push_back(found->second);
+}
+
+LaneId TraceWriter::add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
+                             std::int64_t native_id) {
+    std::lock_guard lock(mutex_);
+    LaneInfo lane;
+    lane.id = LaneId{next_lane_id_++};
+    lane.rank = rank;
+    lane.kind = kind;
+    lane.name = std::string(name);
+    lane.native_id = native_id;
+    current_.lanes.push_back(lane);
+    return lane.id;
+}
+
+StringId TraceWriter::intern(std::string_view text) {
+    std::lock_guard lock(mutex_);
+    if (auto found = string_ids_.find(text); found != string_ids_.end()) {
+        return found->second;
+    }
+    const StringId id{next_string_id_++};
+    string_ids_.emplace(std::string(text), id);
+    current_.strings.emplace_back(id, std::string(text));
+    return id;
+}
+
+void TraceWriter::add_event(const Event& event) {
+    std::unique_lock lock(mutex_);
+    if (failure_) {
+        ++stats_.events_dropped;
+        return;
+    }
+    current_.events.push_back(event);
+    if (current_.events.size() >= options_.batch_events) {
+        hand_over_current_batch(lock);
+    }
+}
+
+void TraceWriter::add_workload(const WorkloadEntry& entry) {
+    std::lock_guard lock(mutex_);
+    current_.workload.push_back(entry);
+}
+
+void TraceWriter::add_counter(const CounterSample& sample) {
+    std::lock_guard lock(mutex_);
+    current_.counters.push_back(sample);
+}
+
+void TraceWriter::add_import_log(const ImportLogEntry& entry) {
+    std::lock_guard lock(mutex_);
+    current_.import_log.push_back(entry);
+}
+
+// Called with the lock held and a full batch of events.
+void TraceWriter::hand_over_current_batch(std::unique_lock<std::mutex>& lock) {
+    if (queue_.size() >= options_.max_queued_batches) {
+        if (options_.overflow == WriterOptions::Overflow::drop) {
+            // Keep strings, lanes and the rest: later events refer to them.
+            stats_.events_dropped += static_cast<std::int64_t>(current_.events.size());
+            current_.events.clear();
+            return;
+        }
+        space_free_.wait(lock, [&] {
+            return queue_.size() < options_.max_queued_batches || failure_.has_value();
+        });
+        if (failure_) {
+            stats_.events_dropped += static_cast<std::int64_t>(current_.events.size());
+            current_.events.clear();
+            return;
+        }
+    }
+    queue_.push_back(std::move(current_));
+    current_ = Batch{};
+    current_.events.reserve(options_.batch_events);
+    work_ready_.notify_one();
+}
+
+void TraceWriter::run_writer_thread() {
+    Statements statements;
+    auto prepare = [&](Statement& target, std::string_view sql) {
+        if (auto stmt = db_.prepare(sql)) {
+            target = std::move(*stmt);
+        } else if (!failure_) {
+            failure_ = stmt.error();
+        }
+    };
+    {
+        std::lock_guard lock(mutex_);
+        prepare(statements.event,
+                "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, "
+                "microbatch, stage, phase, bytes, copy_kind, correlation, args) VALUES "
+                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+        prepare(statements.string, "INSERT INTO string (id, value) VALUES (?1, ?2)");
+        prepare(statements.lane,
+                "INSERT INTO lane (id, rank, kind, name, native_id) VALUES (?1, ?2, ?3, ?4, ?5)");
+        prepare(statements.rank,
+                "INSERT OR REPLACE INTO rank (rank, host, pid, device, dp, pp, cp, tp, "
+                "utc_offset_ns, complete, dropped_records) VALUES "
+                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10)");
+        prepare(statements.workload,
+                "INSERT INTO workload (rank, step, microbatch, doc_id, doc_length, token_begin, "
+                "token_end, balancer) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+        prepare(statements.counter,
+                "INSERT INTO counter (rank, name, time_ns, value) VALUES (?1, ?2, ?3, ?4)");
+        prepare(statements.import_log,
+                "INSERT INTO import_log (source, record_index, reason, record) VALUES "
+                "(?1, ?2, ?3, ?4)");
+    }
+
+    std::unique_lock lock(mutex_);
+    while (true) {
+        work_ready_.wait_for(lock, options_.commit_interval,
+                             [&] { return stopping_ || !queue_.empty(); });
+        // Whatever arrived since the last commit goes out now, full batch or not: this is
+        // what bounds the loss of a killed process to one commit interval.
+        if (!current_.empty()) {
+            queue_.push_back(std::move(current_));
+            current_ = Batch{};
+            current_.events.reserve(options_.batch_events);
+        }
+        if (queue_.empty()) {
+            if (stopping_) {
+                break;
+            }
+            continue;
+        }
+        std::deque<Batch> batches;
+        batches.swap(queue_);
+        writing_ = true;
+        space_free_.notify_all();
+        lock.unlock();
+
+        Status status;
+        std::int64_t event_count = 0;
+        for (const auto& batch : batches) {
+            event_count += static_cast<std::int64_t>(batch.events.size());
+        }
+        const bool already_failed = [&] {
+            std::lock_guard guard(mutex_);
+            return failure_.has_value();
+        }();
+        if (!already_failed) {
+            status = write_batches(batches, statements);
+        }
+
+        lock.lock();
+        writing_ = false;
+        if (already_failed || !status) {
+            if (!failure_) {
+                failure_ = status.error();
+            }
+            stats_.events_dropped += event_count;
+            space_free_.notify_all();
+        } else {
+            stats_.events_written += event_count;
+            ++stats_.commits;
+        }
+        batches_written_.notify_all();
+    }
+    batches_written_.notify_all();
+}
+
+Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
+    if (auto status = db_.exec("BEGIN"); !status) {
+        return status;
+    }
+    bool ok = true;
+    for (const auto& batch : batches) {
+        for (const auto& [id, text] : batch.strings) {
+            st.string.bind(1, std::int64_t{id.value});
+            st.string.bind(2, text);
+            ok = ok && st.string.run();
+        }
+        for (const auto& lane : batch.lanes) {
+            st.lane.bind(1, std::int64_t{lane.id.value});
+            st.lane.bind(2, std::int64_t{lane.rank});
+            st.lane.bind(3, static_cast<std::int64_t>(lane.kind));
+            st.lane.bind(4, lane.name);
+            st.lane.bind_optional(5, lane.native_id);
+            ok = ok && st.lane.run();
+        }
+        for (const auto& rank : batch.ranks) {
+            st.rank.bind(1, std::int64_t{rank.rank});
+            st.rank.bind(2, rank.host);
+            st.rank.bind(3, rank.pid);
+            st.rank.bind_optional(4, rank.device);
+            st.rank.bind_optional(5, rank.dp);
+            st.rank.bind_optional(6, rank.pp);
+            st.rank.bind_optional(7, rank.cp);
+            st.rank.bind_optional(8, rank.tp);
+            st.rank.bind(9, rank.utc_offset_ns);
+            st.rank.bind(10, rank.dropped_records);
+            ok = ok && st.rank.run();
+        }
+        for (const auto& e : batch.events) {
+            st.event.bind(1, std::int64_t{e.lane.value});
+            st.event.bind(2, e.start_ns);
+            st.event.bind(3, e.end_ns);
+            st.event.bind(4, static_cast<std::int64_t>(e.kind));
+            st.event.bind_optional(5, e.name.valid() ? std::int64_t{e.name.value} : -1);
+            st.event.bind(6, static_cast<std::int64_t>(e.category));
+            st.event.bind_optional(7, e.step);
+            st.event.bind_optional(8, e.microbatch);
+            st.event.bind_optional(9, e.stage);
+            st.event.bind_optional(10, static_cast<std::int64_t>(e.phase));
+            st.event.bind_optional(11, e.bytes);
+            st.event.bind_optional(12, static_cast<std::int64_t>(e.copy_kind));
+            st.event.bind_optional(13, e.correlation);
+            st.event.bind_optional(14, e.args.valid() ? std::int64_t{e.args.value} : -1);
+            if (!st.event.run()) {
+                ok = false;
+                break;
+            }
+        }
+        for (const auto& w : batch.workload) {
+            st.workload.bind(1, std::int64_t{w.rank});
+            st.workload.bind(2, std::int64_t{w.step});
+            st.workload.bind(3, std::int64_t{w.microbatch});
+            st.workload.bind(4, w.doc_id);
+            st.workload.bind(5, std::int64_t{w.doc_length});
+            st.workload.bind(6, std::int64_t{w.token_begin});
+            st.workload.bind(7, std::int64_t{w.token_end});
+            st.workload.bind(8, w.balancer);
+            ok = ok && st.workload.run();
+        }
+        for (const auto& c : batch.counters) {
+            st.counter.bind(1, std::int64_t{c.rank});
+            st.counter.bind(2, c.name);
+            st.counter.bind(3, c.time_ns);
+            st.counter.bind(4, c.value);
+            ok = ok && st.counter.run();
+        }
+        for (const auto& entry : batch.import_log) {
+            st.import_log.bind(1, entry.source);
+            st.import_log.bind_optional(2, entry.record_index);
+            st.import_log.bind(3, entry.reason);
+            st.import_log.bind(4, entry.record);
+            ok = ok && st.import_log.run();
+        }
+        if (!ok) {
+            break;
+        }
+    }
+    if (!ok) {
+        Error error = db_.error_for("recording stopped: cannot write");
+        if ((sqlite3_errcode(db_.handle()) & 0xff) == SQLITE_FULL) {
+            error.message = "recording stopped: the disk holding '" + path_ +
+                            "' is full. What was committed before is kept.";
+        }
+        (void)db_.exec("ROLLBACK");
+        return error;
+    }
+    if (auto status = db_.exec("COMMIT"); !status) {
+        (void)db_.exec("ROLLBACK");
+        return Error{ErrorCode::io, "recording stopped: " + status.error().message};
+    }
+    return {};
+}
+
+void TraceWriter::flush() {
+    std::unique_lock lock(mutex_);
+    if (closed_ || !thread_.joinable()) {
+        return;
+    }
+    if (!current_.empty()) {
+        queue_.push_back(std::move(current_));
+        current_ = Batch{};
+        current_.events.reserve(options_.batch_events);
+    }
+    work_ready_.notify_one();
+    batches_written_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+Status TraceWriter::close() {
+    {
+        std::lock_guard lock(mutex_);
+        if (closed_) {
+            return failure_ ? Status(*failure_) : Status();
+        }
+        closed_ = true;
+        stopping_ = true;
+    }
+    work_ready_.notify_one();
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+    if (failure_) {
+        return *failure_;
+    }
+    // Ranks told only of dropped records, never added, still get their row.
+    if (auto status = db_.exec("BEGIN"); !status) {
+        return status;
+    }
+    for (const auto& [id, rank] : ranks_) {
+        auto stmt = db_.prepare(
+            "INSERT INTO rank (rank, host, pid, dropped_records) VALUES (?1, '', 0, ?2) "
+            "ON CONFLICT (rank) DO UPDATE SET dropped_records = excluded.dropped_records");
+        if (!stmt) {
+            return stmt.error();
+        }
+        stmt->bind(1, std::int64_t{id});
+        stmt->bind(2, rank.dropped_records);
+        if (!stmt->run()) {
+            return db_.error_for("cannot finish");
+        }
+    }
+    if (auto status = db_.exec("COMMIT"); !status) {
+        return status;
+    }
+    if (auto status = create_indexes(db_); !status) {
+        return status;
+    }
+    // A single self-contained file: people copy traces off cluster nodes one file at a time.
+    if (auto status = db_.exec("UPDATE rank SET complete = 1; PRAGMA wal_checkpoint(TRUNCATE); "
+                               "PRAGMA journal_mode = DELETE;");
+        !status) {
+        return status;
+    }
+    return {};
+}
+
+std::optional<Error> TraceWriter::failure() const {
+    std::lock_guard lock(mutex_);
+    return failure_;
+}
+
+WriterStats TraceWriter::stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+}
+
+}  // namespace fulcrum::store

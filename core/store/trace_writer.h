@@ -1,0 +1,127 @@
+// TraceWriter: records a trace into one SQLite file from any number of threads.
+//
+// Producers append to an in-memory batch under a short lock; a background thread writes
+// batches in transactions. Memory is bounded (`max_queued_batches`): when the disk cannot keep
+// up the producer either waits (`Overflow::block`, for importers and the simulator) or the
+// batch's events are counted as dropped (`Overflow::drop`, for collectors inside a traced
+// program, which must never wait on disk). The writer commits at least every
+// `commit_interval`, so a killed process loses at most that much; WAL mode with
+// synchronous=NORMAL keeps committed data across a process kill.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/store/sqlite_handle.h"
+#include "core/trace/model.h"
+#include "core/util/result.h"
+
+namespace fulcrum::store {
+
+struct WriterOptions {
+    enum class Overflow { block, drop };
+    std::size_t batch_events = 16384;
+    // 32 batches of 16384 64-byte events: at most 32 MiB queued.
+    std::size_t max_queued_batches = 32;
+    Overflow overflow = Overflow::block;
+    std::chrono::milliseconds commit_interval{250};
+    // Replace an existing file instead of refusing to touch it.
+    bool overwrite = false;
+};
+
+struct WriterStats {
+    std::int64_t events_written = 0;
+    std::int64_t events_dropped = 0;  // by Overflow::drop, or after a write failure
+    std::int64_t commits = 0;
+};
+
+class TraceWriter {
+public:
+    static Result<std::unique_ptr<TraceWriter>> create(const std::string& path, const RunInfo& run,
+                                                       WriterOptions options = {});
+    ~TraceWriter();  // closes, if close() was not called
+    TraceWriter(const TraceWriter&) = delete;
+    TraceWriter& operator=(const TraceWriter&) = delete;
+
+    // Every call below is thread-safe and never touches the disk itself.
+    void add_rank(const RankInfo& rank);
+    LaneId add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
+                    std::int64_t native_id = -1);
+    StringId intern(std::string_view text);
+    void add_event(const Event& event);
+    void add_workload(const WorkloadEntry& entry);
+    void add_counter(const CounterSample& sample);
+    void add_import_log(const ImportLogEntry& entry);
+    // Records lost before they reached the writer (e.g. CUPTI's dropped-record count).
+    void add_dropped_records(std::int32_t rank, std::int64_t count);
+
+    // Blocks until everything added so far is committed (or the writer has failed).
+    void flush();
+    // Flushes, builds indexes, marks the file's ranks complete and leaves a single
+    // self-contained file (no -wal beside it). Returns the first write failure, if any.
+    Status close();
+
+    // The first write failure (a full disk, say): recording stopped, the program goes on.
+    std::optional<Error> failure() const;
+    WriterStats stats() const;
+    const std::string& path() const { return path_; }
+
+private:
+    struct Batch {
+        std::vector<Event> events;
+        std::vector<std::pair<StringId, std::string>> strings;
+        std::vector<LaneInfo> lanes;
+        std::vector<RankInfo> ranks;
+        std::vector<WorkloadEntry> workload;
+        std::vector<CounterSample> counters;
+        std::vector<ImportLogEntry> import_log;
+        bool empty() const;
+    };
+    struct Statements;
+
+    TraceWriter(Database db, std::string path, WriterOptions options);
+    void run_writer_thread();
+    void hand_over_current_batch(std::unique_lock<std::mutex>& lock);
+    Status write_batches(std::deque<Batch>& batches, Statements& statements);
+
+    Database db_;
+    std::string path_;
+    WriterOptions options_;
+
+    mutable std::mutex mutex_;
+    std::condition_variable work_ready_;
+    std::condition_variable space_free_;
+    std::condition_variable batches_written_;
+    Batch current_;
+    std::deque<Batch> queue_;
+    bool writing_ = false;
+    bool stopping_ = false;
+    bool closed_ = false;
+    std::optional<Error> failure_;
+    WriterStats stats_;
+
+    struct StringHash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view text) const {
+            return std::hash<std::string_view>{}(text);
+        }
+    };
+    std::unordered_map<std::string, StringId, StringHash, std::equal_to<>> string_ids_;
+    std::uint32_t next_string_id_ = 1;
+    std::uint32_t next_lane_id_ = 1;
+    std::unordered_map<std::int32_t, RankInfo> ranks_;
+
+    std::thread thread_;
+};
+
+}  // namespace fulcrum::store

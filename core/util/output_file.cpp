@@ -1,0 +1,77 @@
+#include "core/util/output_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+namespace fulcrum {
+
+Result<OutputFile> OutputFile::create(const std::string& path, bool overwrite) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && !overwrite) {
+        return Error{ErrorCode::io, "'" + path +
+                                        "' already exists; remove it, choose another path, or "
+                                        "pass --force"};
+    }
+    const std::string partial = path + ".partial";
+    std::FILE* file = std::fopen(partial.c_str(), "wb");
+    if (file == nullptr) {
+        return Error{ErrorCode::io, "cannot write '" + path + "': " + std::strerror(errno) +
+                                        " (check that the folder exists and is writable)"};
+    }
+    static constexpr std::size_t kBufferBytes = 1 << 20;
+    std::setvbuf(file, nullptr, _IOFBF, kBufferBytes);
+    return OutputFile(file, path);
+}
+
+OutputFile::OutputFile(OutputFile&& other) noexcept
+    : file_(std::exchange(other.file_, nullptr)), path_(std::move(other.path_)),
+      write_errno_(other.write_errno_), committed_(other.committed_) {}
+
+OutputFile::~OutputFile() {
+    if (file_ != nullptr) {
+        std::fclose(file_);
+    }
+    if (!committed_ && !path_.empty()) {
+        std::error_code ec;
+        std::filesystem::remove(path_ + ".partial", ec);
+    }
+}
+
+bool OutputFile::write(std::string_view text) {
+    if (write_errno_ != 0) {
+        return false;
+    }
+    if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
+        write_errno_ = errno != 0 ? errno : EIO;
+        return false;
+    }
+    return true;
+}
+
+Status OutputFile::commit() {
+    if (write_errno_ == 0 && std::fflush(file_) != 0) {
+        write_errno_ = errno != 0 ? errno : EIO;
+    }
+    const int close_result = std::fclose(file_);
+    file_ = nullptr;
+    if (write_errno_ == 0 && close_result != 0) {
+        write_errno_ = errno != 0 ? errno : EIO;
+    }
+    if (write_errno_ != 0) {
+        return Error{ErrorCode::io,
+                     "cannot write '" + path_ + "': " + std::strerror(write_errno_) +
+                         (write_errno_ == ENOSPC ? " (free some space and run it again)" : "")};
+    }
+    std::error_code ec;
+    std::filesystem::rename(path_ + ".partial", path_, ec);
+    if (ec) {
+        return Error{ErrorCode::io, "cannot move the output to '" + path_ + "': " + ec.message()};
+    }
+    committed_ = true;
+    return {};
+}
+
+}  // namespace fulcrum

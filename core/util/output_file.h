@@ -1,0 +1,35 @@
+// OutputFile: a file that appears under its name only when complete. Writes go to
+// NAME.partial, which commit() renames; a failed or abandoned export leaves no half file
+// where a good one was expected, and never clobbers an existing one unless asked to.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "core/util/result.h"
+
+namespace fulcrum {
+
+class OutputFile {
+public:
+    static Result<OutputFile> create(const std::string& path, bool overwrite);
+    OutputFile(OutputFile&& other) noexcept;
+    OutputFile& operator=(OutputFile&&) = delete;
+    OutputFile(const OutputFile&) = delete;
+    ~OutputFile();  // removes the partial file unless committed
+
+    // Returns false once any write failed (a full disk); the error is kept for commit().
+    bool write(std::string_view text);
+    Status commit();
+    const std::string& path() const { return path_; }
+
+private:
+    OutputFile(std::FILE* file, std::string path) : file_(file), path_(std::move(path)) {}
+    std::FILE* file_ = nullptr;
+    std::string path_;
+    int write_errno_ = 0;
+    bool committed_ = false;
+};
+
+}  // namespace fulcrum

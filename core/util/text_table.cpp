@@ -1,0 +1,79 @@
+#include "core/util/text_table.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+
+namespace fulcrum {
+
+TextTable::TextTable(std::vector<std::string> headers, std::vector<Align> aligns)
+    : headers_(std::move(headers)), aligns_(std::move(aligns)) {
+    aligns_.resize(headers_.size(), Align::left);
+}
+
+void TextTable::add_row(std::vector<std::string> cells) {
+    cells.resize(headers_.size());
+    rows_.push_back(std::move(cells));
+}
+
+std::string TextTable::render(const std::string& indent) const {
+    std::vector<std::size_t> widths(headers_.size());
+    for (std::size_t c = 0; c < headers_.size(); ++c) {
+        widths[c] = headers_[c].size();
+        for (const auto& row : rows_) {
+            widths[c] = std::max(widths[c], row[c].size());
+        }
+    }
+    std::string out;
+    auto render_row = [&](const std::vector<std::string>& cells) {
+        std::string line = indent;
+        for (std::size_t c = 0; c < cells.size(); ++c) {
+            const std::string padding(widths[c] - cells[c].size(), ' ');
+            if (c > 0) {
+                line += "  ";
+            }
+            line += aligns_[c] == Align::right ? padding + cells[c] : cells[c] + padding;
+        }
+        while (!line.empty() && line.back() == ' ') {
+            line.pop_back();
+        }
+        out += line + "\n";
+    };
+    render_row(headers_);
+    for (const auto& row : rows_) {
+        render_row(row);
+    }
+    return out;
+}
+
+std::string format_duration(std::int64_t ns) {
+    char buffer[64];
+    const double value = static_cast<double>(ns);
+    const double magnitude = value < 0 ? -value : value;
+    if (magnitude < 1e3) {
+        std::snprintf(buffer, sizeof buffer, "%lld ns", static_cast<long long>(ns));
+    } else if (magnitude < 1e6) {
+        std::snprintf(buffer, sizeof buffer, "%.3f us", value / 1e3);
+    } else if (magnitude < 1e9) {
+        std::snprintf(buffer, sizeof buffer, "%.3f ms", value / 1e6);
+    } else {
+        std::snprintf(buffer, sizeof buffer, "%.3f s", value / 1e9);
+    }
+    return buffer;
+}
+
+std::string format_utc(std::int64_t utc_ns) {
+    const std::int64_t seconds = utc_ns >= 0 ? utc_ns / 1000000000 : (utc_ns - 999999999) / 1000000000;
+    const std::int64_t fraction = utc_ns - seconds * 1000000000;
+    const std::time_t t = static_cast<std::time_t>(seconds);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%s.%09lldZ", date, static_cast<long long>(fraction));
+    return buffer;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,201 @@
+// Merge: rank files on skewed clocks become one run on one clock.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/store/merge.h"
+#include "core/store/trace_reader.h"
+#include "core/store/trace_writer.h"
+#include "tests/support/synthetic_run.h"
+
+using namespace fulcrum;
+using namespace fulcrum::store;
+using fulcrum::testing::SyntheticRunOptions;
+using fulcrum::testing::write_synthetic_rank_files;
+
+namespace {
+
+// Merged start time of every event named `name` on each rank, in order.
+std::map<std::int32_t, std::vector<std::int64_t>> starts_of(const TraceReader& trace,
+                                                            std::string_view name) {
+    std::map<std::int32_t, std::vector<std::int64_t>> starts;
+    for (const auto& lane : trace.lanes()) {
+        (void)trace.for_each_event(lane.id, [&](const Event& e) {
+            if (trace.string(e.name) == name) {
+                starts[lane.rank].push_back(e.start_ns);
+            }
+            return true;
+        });
+    }
+    return starts;
+}
+
+std::vector<std::string> synthetic(const QTemporaryDir& dir, SyntheticRunOptions options) {
+    auto paths = write_synthetic_rank_files(dir.filePath("ranks").toStdString(), options);
+    if (!paths) {
+        qFatal("%s", paths.error().message.c_str());
+    }
+    return *paths;
+}
+
+}  // namespace
+
+class MergeTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    // The synthetic ranks leave their barrier at the same true instant on clocks skewed by
+    // up to 3 ms: aligned on the marks, they coincide exactly.
+    void barrierMarksAlignSkewedClocks() {
+        QTemporaryDir dir;
+        SyntheticRunOptions options;
+        options.dp = 2;
+        options.pp = 2;
+        const auto inputs = synthetic(dir, options);
+        QCOMPARE(inputs.size(), 4u);
+        std::int64_t input_events = 0, input_workload = 0;
+        for (const auto& input : inputs) {
+            auto trace = TraceReader::open(input);
+            input_events += trace->summary()->event_count;
+            input_workload += static_cast<std::int64_t>(trace->workload()->size());
+        }
+
+        const std::string output = dir.filePath("run.fulcrum").toStdString();
+        auto report = merge_rank_files(inputs, output);
+        QVERIFY2(report.ok(), report.ok() ? "" : report.error().message.c_str());
+        QVERIFY(report->warnings.empty());
+        QCOMPARE(report->events, input_events);
+
+        auto merged = TraceReader::open(output);
+        QVERIFY(merged.ok());
+        QVERIFY(merged->has_indexes());
+        QCOMPARE(merged->ranks().size(), 4u);
+        for (const auto& rank : merged->ranks()) {
+            QCOMPARE(rank.alignment, ClockAlignment::barrier_marks);
+            QVERIFY(rank.complete);
+            // picotron's grid order: rank = (dp * pp + pp_i) * cp ... with cp = tp = 1
+            QCOMPARE(rank.dp, rank.rank / 2);
+            QCOMPARE(rank.pp, rank.rank % 2);
+        }
+        const auto marks = starts_of(*merged, kClockSyncMark);
+        QCOMPARE(marks.size(), 4u);
+        for (const auto& [rank, times] : marks) {
+            QCOMPARE(times, marks.at(0));
+        }
+        // Step ranges start together on every rank once aligned.
+        const auto steps = starts_of(*merged, "step");
+        for (const auto& [rank, times] : steps) {
+            QCOMPARE(times, steps.at(0));
+        }
+        // The run's zero is its first event.
+        QCOMPARE(merged->summary()->start_ns, 0);
+        QCOMPARE(static_cast<std::int64_t>(merged->workload()->size()), input_workload);
+        // Names still resolve after the string tables were merged.
+        QVERIFY(merged->summary()->events_by_kind[int(EventKind::collective)] > 0);
+        auto collectives = merged->events_of_kind_for_step(EventKind::collective, 1);
+        QVERIFY(!collectives->empty());
+        for (const auto& e : *collectives) {
+            QVERIFY(merged->string(e.name) == "allreduce gradients" ||
+                    merged->string(e.name).starts_with("send "));
+        }
+    }
+
+    // Without marks merge falls back to each file's UTC offset, which is only as good as
+    // the hosts' NTP: ranks agree to within the offsets' error (200 us here), not exactly.
+    void utcOffsetsWhenThereAreNoMarks() {
+        QTemporaryDir dir;
+        SyntheticRunOptions options;
+        options.pp = 4;
+        options.clock_sync_marks = false;
+        const auto inputs = synthetic(dir, options);
+        const std::string output = dir.filePath("run.fulcrum").toStdString();
+        auto report = merge_rank_files(inputs, output);
+        QVERIFY(report.ok());
+        auto merged = TraceReader::open(output);
+        for (const auto& rank : merged->ranks()) {
+            QCOMPARE(rank.alignment, ClockAlignment::utc_offset);
+        }
+        const auto steps = starts_of(*merged, "step");
+        bool any_difference = false;
+        for (const auto& [rank, times] : steps) {
+            for (std::size_t i = 0; i < times.size(); ++i) {
+                const std::int64_t error = times[i] - steps.at(0)[i];
+                QVERIFY(std::llabs(error) <= 2 * options.utc_offset_error_ns);
+                any_difference |= error != 0;
+            }
+        }
+        QVERIFY(any_difference);
+    }
+
+    void incompleteRankIsKeptAndReported() {
+        QTemporaryDir dir;
+        const auto inputs = synthetic(dir, SyntheticRunOptions{});
+        // Make rank 1 look like its writer was killed before closing.
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(inputs[1].c_str(), &db), SQLITE_OK);
+        QCOMPARE(sqlite3_exec(db, "UPDATE rank SET complete = 0", nullptr, nullptr, nullptr),
+                 SQLITE_OK);
+        sqlite3_close(db);
+        const std::string output = dir.filePath("run.fulcrum").toStdString();
+        auto report = merge_rank_files(inputs, output);
+        QVERIFY(report.ok());
+        QCOMPARE(report->warnings.size(), 1u);
+        QVERIFY(report->warnings[0].find("rank 1 is incomplete") != std::string::npos);
+        auto merged = TraceReader::open(output);
+        QVERIFY(merged->incomplete());
+        QVERIFY(!merged->ranks()[1].complete);
+    }
+
+    void refusesWhatItCannotMerge() {
+        QTemporaryDir dir;
+        const auto inputs = synthetic(dir, SyntheticRunOptions{});
+        const std::string output = dir.filePath("run.fulcrum").toStdString();
+
+        auto duplicate = merge_rank_files({inputs[0], inputs[0]}, output);
+        QVERIFY(!duplicate.ok());
+        QVERIFY(duplicate.error().message.find("rank 0 is in both") != std::string::npos);
+
+        const std::string junk = dir.filePath("junk.sqlite").toStdString();
+        std::ofstream(junk) << "not a trace";
+        auto bad = merge_rank_files({inputs[0], junk}, output);
+        QVERIFY(!bad.ok());
+        QVERIFY(bad.error().message.find(junk) != std::string::npos);
+        QVERIFY(!std::filesystem::exists(output));
+
+        auto nowhere = merge_rank_files(inputs, "/nonexistent-dir/run.fulcrum");
+        QVERIFY(!nowhere.ok());
+        QVERIFY(nowhere.error().message.find("/nonexistent-dir/run.fulcrum") != std::string::npos);
+
+        QVERIFY(merge_rank_files(inputs, output).ok());
+        const auto size = std::filesystem::file_size(output);
+        auto again = merge_rank_files(inputs, output);
+        QVERIFY(!again.ok());
+        QVERIFY(again.error().message.find("already exists") != std::string::npos);
+        QCOMPARE(std::filesystem::file_size(output), size);
+        MergeOptions force;
+        force.overwrite = true;
+        QVERIFY(merge_rank_files(inputs, output, force).ok());
+        QVERIFY(!std::filesystem::exists(output + ".partial"));
+    }
+
+    void cancelLeavesNothingBehind() {
+        QTemporaryDir dir;
+        const auto inputs = synthetic(dir, SyntheticRunOptions{});
+        const std::string output = dir.filePath("run.fulcrum").toStdString();
+        MergeOptions options;
+        options.progress = [](double fraction) { return fraction < 0.4; };
+        auto report = merge_rank_files(inputs, output, options);
+        QVERIFY(!report.ok());
+        QCOMPARE(report.error().code, ErrorCode::cancelled);
+        QVERIFY(!std::filesystem::exists(output));
+        QVERIFY(!std::filesystem::exists(output + ".partial"));
+    }
+};
+
+QTEST_GUILESS_MAIN(MergeTest)
+#include "test_merge.moc"

@@ -60,10 +60,15 @@ int run_merge(const MergeArgs& args) {
         return report_error(report.error());
     }
     using Align = TextTable::Align;
-    TextTable table({"rank", "clock", "shift"}, {Align::right, Align::left, Align::right});
+    // The correction is what the barrier marks changed against the rank's own UTC offset:
+    // how far off that host's clock sync was.
+    TextTable table({"rank", "host", "clock aligned by", "correction"},
+                    {Align::right, Align::left, Align::left, Align::right});
     for (const auto& rank : report->ranks) {
-        table.add_row({std::to_string(rank.rank), std::string(to_string(rank.alignment)),
-                       format_duration(rank.clock_shift_ns)});
+        const std::int64_t correction =
+            rank.clock_shift_ns + report->start_utc_ns - rank.utc_offset_ns;
+        table.add_row({std::to_string(rank.rank), rank.host,
+                       std::string(to_string(rank.alignment)), format_duration(correction)});
     }
     std::printf("merged %zu files (%zu ranks, %lld events) into %s\n", inputs->size(),
                 report->ranks.size(), static_cast<long long>(report->events),

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "app/cli/cli_common.h"
@@ -30,6 +31,21 @@ int main(int argc, char** argv) {
     add(add_merge_command);
     add(add_export_command);
 
+    // CLI11 would only say "a subcommand is required" for a misspelt one.
+    if (argc > 1 && argv[1][0] != '-') {
+        const std::string name = argv[1];
+        bool known = false;
+        std::string names;
+        for (const auto& command : commands) {
+            known |= command.sub->get_name() == name;
+            names += (names.empty() ? "" : ", ") + command.sub->get_name();
+        }
+        if (!known) {
+            std::fprintf(stderr, "fulcrum: error: unknown command '%s' (commands: %s; see "
+                                 "fulcrum --help)\n", name.c_str(), names.c_str());
+            return kExitError;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

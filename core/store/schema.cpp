@@ -153,6 +153,15 @@ std::string what_to_do_with(const unsigned char* head, std::size_t size) {
 
 }  // namespace
 
+Status configure_for_recording(Database& db) {
+    // 16 KiB pages: fewer B-tree splits per event than the default 4 KiB, measured ~10% faster
+    // inserts (bench_store). WAL + synchronous=NORMAL: a commit survives the process being
+    // killed; only power loss can take the last transactions, which a profiler can afford.
+    return db.exec(
+        "PRAGMA page_size = 16384; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; "
+        "PRAGMA cache_size = -65536;");
+}
+
 Status create_schema(Database& db) {
     if (auto status = db.exec("BEGIN"); !status) {
         return status;

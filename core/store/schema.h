@@ -16,6 +16,10 @@ inline constexpr std::int64_t kSchemaVersion = 1;
 // PRAGMA application_id: "FULC". Tells a Fulcrum trace from any other SQLite file.
 inline constexpr std::int64_t kApplicationId = 0x46554C43;
 
+// Page size, journal and sync settings for a file about to be recorded into. Call on a new,
+// empty database before create_schema (the page size is fixed by the first table).
+Status configure_for_recording(Database& db);
+
 // Creates every table in an empty database and stamps application_id and user_version.
 Status create_schema(Database& db);
 

@@ -36,10 +36,7 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path
     if (!db) {
         return db.error();
     }
-    // WAL + NORMAL: a commit survives the process being killed; only power loss can take
-    // the last transactions, which a profiler can afford.
-    if (auto status = db->exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;");
-        !status) {
+    if (auto status = configure_for_recording(*db); !status) {
         return Error{ErrorCode::io, "cannot write '" + path + "': " + status.error().message};
     }
     if (auto status = create_schema(*db); !status) {

@@ -15,6 +15,11 @@ Result<OutputFile> OutputFile::create(const std::string& path, bool overwrite) {
                                         "' already exists; remove it, choose another path, or "
                                         "pass --force"};
     }
+    const auto folder = std::filesystem::path(path).parent_path();
+    if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
+        return Error{ErrorCode::io, "cannot write '" + path + "': the folder '" +
+                                        folder.string() + "' does not exist"};
+    }
     const std::string partial = path + ".partial";
     std::FILE* file = std::fopen(partial.c_str(), "wb");
     if (file == nullptr) {

@@ -309,7 +309,7 @@ private slots:
         QTemporaryDir dir;
         const std::string mount_point = dir.filePath("small").toStdString();
         std::filesystem::create_directory(mount_point);
-        if (mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=256k") != 0) {
+        if (mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=1m") != 0) {
             QSKIP("needs root to mount a small tmpfs");
         }
         struct Unmount {
@@ -329,7 +329,7 @@ private slots:
         }
         (*writer)->flush();
         QVERIFY(!(*writer)->failure().has_value());
-        for (int i = 0; i < 200000; ++i) {
+        for (int i = 0; i < 400000; ++i) {
             (*writer)->add_event(make_event(lane, name, i, i + 1));
         }
         (*writer)->flush();

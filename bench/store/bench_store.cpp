@@ -1,0 +1,247 @@
+// bench_store: the trace store's figures (issue 2), each against a baseline measured in the
+// same run, because these machines are shared and noisy.
+//
+//  writer  events/s of TraceWriter (producer thread -> background writer, committed) against
+//          a plain prepared-statement insert loop in one transaction into the same schema.
+//  reader  a lane/time-window query returning ~10K events from a 10M-event file, against
+//          the same query without the max-duration bound (an index range scan to the window's
+//          end instead of just the window).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "core/store/merge.h"
+#include "core/store/schema.h"
+#include "core/store/trace_reader.h"
+#include "core/store/trace_writer.h"
+#include "core/util/text_table.h"
+
+using namespace fulcrum;
+using namespace fulcrum::store;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Events shaped like a real host+stream trace: per lane, back-to-back ranges of 2-40 us,
+// every 16th a long parent range, with step / micro-batch set.
+std::vector<Event> make_events(std::size_t count, int lanes, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<Event> events(count);
+    std::vector<std::int64_t> clock(lanes, 0);
+    for (std::size_t i = 0; i < count; ++i) {
+        Event& e = events[i];
+        const int lane = static_cast<int>(i % lanes);
+        const std::int64_t length = 2'000 + static_cast<std::int64_t>(rng() % 38'000);
+        e.lane = LaneId{static_cast<std::uint32_t>(lane + 1)};
+        e.name = StringId{static_cast<std::uint32_t>(1 + rng() % 64)};
+        e.kind = i % 5 == 0 ? EventKind::kernel : EventKind::range;
+        e.category = static_cast<Category>(rng() % kCategoryCount);
+        e.start_ns = clock[lane];
+        e.end_ns = e.start_ns + (i % 16 == 0 ? 16 * length : length);
+        clock[lane] += length + 500;
+        e.step = static_cast<std::int32_t>(e.start_ns / 100'000'000);
+        e.microbatch = static_cast<std::int32_t>(e.start_ns / 10'000'000 % 10);
+        e.stage = static_cast<std::int16_t>(lane % 4);
+    }
+    return events;
+}
+
+void remove_db(const std::string& path) {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+        std::filesystem::remove(path + suffix);
+    }
+}
+
+double baseline_insert_loop(const std::string& path, const std::vector<Event>& events) {
+    remove_db(path);
+    auto db = Database::open(path, Database::Mode::create);
+    (void)configure_for_recording(*db);
+    (void)create_schema(*db);
+    const auto start = Clock::now();
+    (void)db->exec("BEGIN");
+    auto stmt = db->prepare(
+        "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
+        "stage, phase, bytes, copy_kind, correlation, args) VALUES "
+        "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+    for (const auto& e : events) {
+        stmt->bind(1, std::int64_t{e.lane.value});
+        stmt->bind(2, e.start_ns);
+        stmt->bind(3, e.end_ns);
+        stmt->bind(4, static_cast<std::int64_t>(e.kind));
+        stmt->bind(5, std::int64_t{e.name.value});
+        stmt->bind(6, static_cast<std::int64_t>(e.category));
+        stmt->bind_optional(7, e.step);
+        stmt->bind_optional(8, e.microbatch);
+        stmt->bind_optional(9, e.stage);
+        stmt->bind_optional(10, static_cast<std::int64_t>(e.phase));
+        stmt->bind_optional(11, e.bytes);
+        stmt->bind_optional(12, static_cast<std::int64_t>(e.copy_kind));
+        stmt->bind_optional(13, e.correlation);
+        stmt->bind_null(14);
+        stmt->run();
+    }
+    (void)db->exec("COMMIT");
+    return seconds_since(start);
+}
+
+struct WriterTiming {
+    double ingest_seconds;  // add_event of every event until all are committed
+    double close_seconds;   // index build and checkpoint
+};
+
+WriterTiming trace_writer(const std::string& path, const std::vector<Event>& events, int lanes) {
+    remove_db(path);
+    RunInfo run;
+    run.name = "bench";
+    auto writer = TraceWriter::create(path, run);
+    if (!writer) {
+        std::fprintf(stderr, "%s\n", writer.error().message.c_str());
+        std::exit(2);
+    }
+    (*writer)->add_rank(RankInfo{});
+    for (int lane = 0; lane < lanes; ++lane) {
+        (*writer)->add_lane(0, LaneKind::host_thread, "lane " + std::to_string(lane));
+    }
+    for (int i = 0; i < 64; ++i) {
+        (*writer)->intern("name " + std::to_string(i));
+    }
+    const auto start = Clock::now();
+    for (const auto& e : events) {
+        (*writer)->add_event(e);
+    }
+    (*writer)->flush();
+    const double ingest = seconds_since(start);
+    const auto close_start = Clock::now();
+    (void)(*writer)->close();
+    return {ingest, seconds_since(close_start)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::size_t writer_events = 4'000'000;
+    std::size_t reader_events = 10'000'000;
+    std::string directory = std::filesystem::temp_directory_path().string();
+    int repeats = 3;
+    CLI::App app{"Trace store benchmarks (issue 2): writer throughput, window query latency"};
+    app.add_option("--writer-events", writer_events)->capture_default_str();
+    app.add_option("--reader-events", reader_events)->capture_default_str();
+    app.add_option("--repeats", repeats, "Writer runs; the best of each is reported")
+        ->capture_default_str();
+    app.add_option("--dir", directory, "Where the benchmark files go")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+    const std::string path = directory + "/fulcrum-bench-store.sqlite";
+
+    constexpr int kLanes = 16;
+    std::printf("generating %zu events...\n", writer_events);
+    const auto events = make_events(writer_events, kLanes, 1);
+    double best_baseline = 1e9, best_ingest = 1e9, close_seconds = 0;
+    for (int r = 0; r < repeats; ++r) {
+        best_baseline = std::min(best_baseline, baseline_insert_loop(path, events));
+        const WriterTiming timing = trace_writer(path, events, kLanes);
+        if (timing.ingest_seconds < best_ingest) {
+            best_ingest = timing.ingest_seconds;
+            close_seconds = timing.close_seconds;
+        }
+    }
+    const double n = static_cast<double>(writer_events);
+    using Align = TextTable::Align;
+    TextTable writer_table({"writer", "events", "seconds", "events/s", "vs baseline", "target"},
+                           {Align::left, Align::right, Align::right, Align::right, Align::right,
+                            Align::left});
+    char buffer[6][32];
+    std::snprintf(buffer[0], 32, "%.3f", best_baseline);
+    std::snprintf(buffer[1], 32, "%.2f M", n / best_baseline / 1e6);
+    std::snprintf(buffer[2], 32, "%.3f", best_ingest);
+    std::snprintf(buffer[3], 32, "%.2f M", n / best_ingest / 1e6);
+    std::snprintf(buffer[4], 32, "%.2fx", best_baseline / best_ingest);
+    std::snprintf(buffer[5], 32, "%.3f", close_seconds);
+    writer_table.add_row({"baseline: prepared insert loop, 1 txn", std::to_string(writer_events),
+                          buffer[0], buffer[1], "1.00x", ""});
+    writer_table.add_row({"TraceWriter (background thread, committed)",
+                          std::to_string(writer_events), buffer[2], buffer[3], buffer[4],
+                          ">= 1 M/s and >= 0.70x"});
+    writer_table.add_row({"TraceWriter close (indexes, checkpoint)", "", buffer[5], "", "", ""});
+    std::printf("\n%s\n", writer_table.render().c_str());
+
+    // The GUI reads merged runs: record a rank file, then merge it as a capture would.
+    std::printf("writing and merging a %zu-event run for the reader...\n", reader_events);
+    const std::string run_path = directory + "/fulcrum-bench-store.fulcrum";
+    {
+        const auto big = make_events(reader_events, kLanes, 2);
+        (void)trace_writer(path, big, kLanes);
+    }
+    remove_db(run_path);
+    const auto merge_start = Clock::now();
+    if (auto merged = merge_rank_files({path}, run_path); !merged) {
+        std::fprintf(stderr, "%s\n", merged.error().message.c_str());
+        return 2;
+    }
+    std::printf("merge: %.1f s\n", seconds_since(merge_start));
+    auto trace = TraceReader::open(run_path);
+    if (!trace) {
+        std::fprintf(stderr, "%s\n", trace.error().message.c_str());
+        return 2;
+    }
+    const LaneInfo lane = trace->lanes()[3];
+    auto summary = trace->summary();
+    const double per_lane = static_cast<double>(reader_events) / kLanes;
+    const std::int64_t span = summary->end_ns - summary->start_ns;
+    const auto window = static_cast<std::int64_t>(static_cast<double>(span) * 10'000 / per_lane);
+    std::mt19937_64 rng(3);
+    std::vector<double> bounded_ms, naive_ms;
+    std::size_t returned = 0;
+    auto naive = Database::open(run_path, Database::Mode::read_only);
+    auto naive_stmt = naive->prepare(
+        "SELECT lane, start_ns, end_ns, kind, name, category, step, microbatch, stage, phase, "
+        "bytes, copy_kind, correlation, args FROM event WHERE lane = ?1 AND start_ns < ?2 AND "
+        "end_ns > ?3 ORDER BY start_ns");
+    for (int q = 0; q < 30; ++q) {
+        const std::int64_t t0 = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(span - window));
+        auto start = Clock::now();
+        auto got = trace->events_in_window(lane.id, t0, t0 + window);
+        bounded_ms.push_back(seconds_since(start) * 1e3);
+        returned += got->size();
+        start = Clock::now();
+        naive_stmt->reset();
+        naive_stmt->bind(1, std::int64_t{lane.id.value});
+        naive_stmt->bind(2, t0 + window);
+        naive_stmt->bind(3, t0);
+        std::size_t rows = 0;
+        while (naive_stmt->step()) {
+            ++rows;
+        }
+        naive_ms.push_back(seconds_since(start) * 1e3);
+    }
+    std::sort(bounded_ms.begin(), bounded_ms.end());
+    std::sort(naive_ms.begin(), naive_ms.end());
+    const double bounded = bounded_ms[bounded_ms.size() / 2];
+    const double plain = naive_ms[naive_ms.size() / 2];
+    TextTable reader_table({"reader (10M events, 30 windows)", "events/window", "median ms",
+                            "p90 ms", "vs baseline", "target"},
+                           {Align::left, Align::right, Align::right, Align::right, Align::right,
+                            Align::left});
+    char r[5][32];
+    std::snprintf(r[0], 32, "%.2f", plain);
+    std::snprintf(r[1], 32, "%.2f", naive_ms[naive_ms.size() * 9 / 10]);
+    std::snprintf(r[2], 32, "%.2f", bounded);
+    std::snprintf(r[3], 32, "%.2f", bounded_ms[bounded_ms.size() * 9 / 10]);
+    std::snprintf(r[4], 32, "%.1fx faster", plain / bounded);
+    const std::string per_window = std::to_string(returned / bounded_ms.size());
+    reader_table.add_row({"baseline: start < t1 AND end > t0", per_window, r[0], r[1], "1.0x", ""});
+    reader_table.add_row({"events_in_window (max-duration bound)", per_window, r[2], r[3], r[4],
+                          "< 10 ms"});
+    std::printf("\n%s", reader_table.render().c_str());
+    remove_db(path);
+    remove_db(run_path);
+    return 0;
+}

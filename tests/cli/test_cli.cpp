@@ -1,0 +1,140 @@
+// The `fulcrum` command line, end to end: real processes, real files, output compared with
+// golden files by `diff -u`. Set FULCRUM_UPDATE_GOLDEN=1 to rewrite the golden files after a
+// deliberate change, and review the diff before committing it.
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <sqlite3.h>
+
+namespace {
+
+const QString kBinaryDir = QStringLiteral(FULCRUM_BINARY_DIR);
+const QString kGoldenDir = QStringLiteral(FULCRUM_SOURCE_DIR "/tests/golden/cli");
+
+struct Outcome {
+    int exit_code = -1;
+    QString output;  // stdout then stderr
+};
+
+Outcome run(const QString& program, const QStringList& args, const QString& directory) {
+    QProcess process;
+    process.setWorkingDirectory(directory);
+    process.start(program, args);
+    if (!process.waitForFinished(120'000)) {
+        return {-1, "did not finish: " + process.errorString()};
+    }
+    return {process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1,
+            QString::fromUtf8(process.readAllStandardOutput()) +
+                QString::fromUtf8(process.readAllStandardError())};
+}
+
+QString fulcrum() { return kBinaryDir + "/app/fulcrum"; }
+
+}  // namespace
+
+class CliTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir work_;
+
+    // Compares `actual` with the golden file; on a difference, fails with diff's output.
+    void expect_golden(const QString& golden_name, const QString& actual) {
+        const QString golden = kGoldenDir + "/" + golden_name;
+        const QString actual_path = work_.filePath(golden_name + ".actual");
+        QFile file(actual_path);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write(actual.toUtf8());
+        file.close();
+        if (qEnvironmentVariableIsSet("FULCRUM_UPDATE_GOLDEN")) {
+            QFile::remove(golden);
+            QVERIFY(QFile::copy(actual_path, golden));
+            return;
+        }
+        const Outcome diff = run("diff", {"-u", golden, actual_path}, work_.path());
+        QVERIFY2(diff.exit_code == 0, qPrintable("output differs from " + golden + ":\n" +
+                                                 diff.output));
+    }
+
+    QString transcript(const QStringList& args) {
+        const Outcome outcome = run(fulcrum(), args, work_.path());
+        return "$ fulcrum " + args.join(' ') + "\n" + outcome.output + "[exit " +
+               QString::number(outcome.exit_code) + "]\n";
+    }
+
+private slots:
+    void initTestCase() {
+        QVERIFY(work_.isValid());
+        const Outcome synth = run(kBinaryDir + "/tests/support/fulcrum-synth",
+                                  {"ranks", "--dp", "2", "--pp", "2", "--steps", "2",
+                                   "--microbatches", "4"},
+                                  work_.path());
+        QVERIFY2(synth.exit_code == 0, qPrintable(synth.output));
+    }
+
+    void mergeInfoAndExport() {
+        QString text = transcript({"merge", "-o", "run.fulcrum", "ranks"});
+        text += transcript({"info", "run.fulcrum"});
+        text += transcript({"info", "ranks/rank-3.sqlite"});
+        text += transcript({"export", "run.fulcrum", "--format", "csv", "-o", "events.csv"});
+        text += transcript({"export", "run.fulcrum", "--format", "chrome"});
+        expect_golden("merge-info-export.txt", text);
+
+        QFile csv(work_.filePath("events.csv"));
+        QVERIFY(csv.open(QIODevice::ReadOnly));
+        expect_golden("events.csv", QString::fromUtf8(csv.readAll()));
+        QFile json(work_.filePath("run.json"));
+        QVERIFY(json.open(QIODevice::ReadOnly));
+        expect_golden("run.json", QString::fromUtf8(json.readAll()));
+    }
+
+    void badInputAndOptions() {
+        QFile text_file(work_.filePath("notes.txt"));
+        QVERIFY(text_file.open(QIODevice::WriteOnly));
+        text_file.write("these are notes, not a trace\n");
+        text_file.close();
+        QVERIFY(QFile::copy(work_.filePath("ranks/rank-1.sqlite"), work_.filePath("killed.sqlite")));
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(qPrintable(work_.filePath("killed.sqlite")), &db), SQLITE_OK);
+        QCOMPARE(sqlite3_exec(db, "UPDATE rank SET complete = 0", nullptr, nullptr, nullptr),
+                 SQLITE_OK);
+        sqlite3_close(db);
+
+        QString text = transcript({"info", "missing.fulcrum"});
+        text += transcript({"info", "notes.txt"});
+        text += transcript({"info", "killed.sqlite"});
+        text += transcript({"merge", "-o", "run2.fulcrum", "ranks/rank-0.sqlite", "notes.txt"});
+        text += transcript({"merge", "-o", "run2.fulcrum", "ranks/rank-0.sqlite",
+                            "ranks/rank-0.sqlite"});
+        text += transcript({"merge", "-o", "no-such-dir/run.fulcrum", "ranks"});
+        text += transcript({"export", "ranks/rank-0.sqlite", "--format", "svg"});
+        text += transcript({"export", "ranks/rank-0.sqlite", "-o", "notes.txt"});
+        text += transcript({"frobnicate"});
+        expect_golden("errors.txt", text);
+        QVERIFY(!QFile::exists(work_.filePath("run2.fulcrum")));
+        QVERIFY(!QFile::exists(work_.filePath("no-such-dir")));
+    }
+
+    void helpOnEverySubcommand_data() {
+        QTest::addColumn<QString>("subcommand");
+        QTest::newRow("top") << "";
+        QTest::newRow("info") << "info";
+        QTest::newRow("merge") << "merge";
+        QTest::newRow("export") << "export";
+    }
+    void helpOnEverySubcommand() {
+        QFETCH(QString, subcommand);
+        QStringList args;
+        if (!subcommand.isEmpty()) {
+            args << subcommand;
+        }
+        args << "--help";
+        const Outcome outcome = run(fulcrum(), args, work_.path());
+        QCOMPARE(outcome.exit_code, 0);
+        QVERIFY(outcome.output.contains("Usage:"));
+        QVERIFY(outcome.output.contains(subcommand.isEmpty() ? "Subcommands:" : "Options:"));
+    }
+};
+
+QTEST_GUILESS_MAIN(CliTest)
+#include "test_cli.moc"

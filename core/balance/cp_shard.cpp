@@ -1,0 +1,162 @@
+#include "core/balance/cp_shard.h"
+
+#include <algorithm>
+#include <string>
+
+namespace fulcrum::balance {
+namespace {
+
+Error invalid(std::string message) {
+    return Error{ErrorCode::invalid_input, std::move(message)};
+}
+
+void append(CpShard& shard, std::uint64_t document_id, std::int64_t begin, std::int64_t end) {
+    if (begin >= end) {
+        return;
+    }
+    shard.ranges.push_back(TokenRange{document_id, begin, end});
+    shard.tokens += end - begin;
+    shard.attention_work += causal_pair_work(begin, end - begin);
+}
+
+// Assigns [from, to) of the packed sequence to `shard`, split at document boundaries.
+// `starts[i]` is where document i begins in the packed sequence.
+void append_packed(std::span<const Document> documents, std::span<const std::int64_t> starts,
+                   std::int64_t from, std::int64_t to, CpShard& shard) {
+    auto i = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), from) -
+                                      starts.begin() - 1);
+    for (; i < documents.size() && starts[i] < to; ++i) {
+        const std::int64_t begin = std::max(from, starts[i]) - starts[i];
+        const std::int64_t end = std::min(to, starts[i] + documents[i].length) - starts[i];
+        append(shard, documents[i].id, begin, end);
+    }
+}
+
+// Cuts the packed sequence into `pieces` at ⌊k·T/pieces⌋ and hands piece k to owner(k).
+CpPlan shard_packed(std::span<const Document> documents, int cp_size, CpSharding sharding,
+                    int pieces, auto owner) {
+    std::vector<std::int64_t> starts(documents.size());
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < documents.size(); ++i) {
+        starts[i] = total;
+        total += documents[i].length;
+    }
+    CpPlan plan;
+    plan.sharding = sharding;
+    plan.ranks.resize(cp_size);
+    for (int k = 0; k < pieces; ++k) {
+        append_packed(documents, starts, total * k / pieces, total * (k + 1) / pieces,
+                      plan.ranks[owner(k)]);
+    }
+    return plan;
+}
+
+CpPlan shard_per_document(std::span<const Document> documents, int cp_size,
+                          CpShardingState& state) {
+    const int slots = 2 * cp_size;
+    CpPlan plan;
+    plan.sharding = CpSharding::per_document;
+    plan.ranks.resize(cp_size);
+    std::vector<std::int64_t> chunk(slots);
+    for (const auto& document : documents) {
+        const std::int64_t base = document.length / slots;
+        const int leftover = static_cast<int>(document.length % slots);
+        std::fill(chunk.begin(), chunk.end(), base);
+        for (int t = 0; t < leftover; ++t) {
+            ++chunk[(state.next_leftover_slot + t) % slots];
+        }
+        state.next_leftover_slot = (state.next_leftover_slot + leftover) % slots;
+        // Chunk c covers [offset(c), offset(c+1)); rank r gets c = r and c = 2·CP−1−r, so each
+        // rank holds one early and one late slice of every document.
+        std::int64_t offset = 0;
+        std::vector<std::int64_t> begins(slots + 1);
+        for (int c = 0; c < slots; ++c) {
+            begins[c] = offset;
+            offset += chunk[c];
+        }
+        begins[slots] = offset;
+        for (int r = 0; r < cp_size; ++r) {
+            const int mirror = slots - 1 - r;
+            append(plan.ranks[r], document.id, begins[r], begins[r + 1]);
+            append(plan.ranks[r], document.id, begins[mirror], begins[mirror + 1]);
+        }
+    }
+    return plan;
+}
+
+}  // namespace
+
+Result<CpSharding> parse_cp_sharding(std::string_view name) {
+    for (const auto sharding : {CpSharding::contiguous, CpSharding::zigzag,
+                                CpSharding::per_document, CpSharding::adaptive}) {
+        if (name == cp_sharding_name(sharding)) {
+            return sharding;
+        }
+    }
+    return invalid("unknown CP sharding '" + std::string(name) +
+                   "'; expected contiguous, zigzag, per-doc or adaptive");
+}
+
+const char* cp_sharding_name(CpSharding sharding) {
+    switch (sharding) {
+        case CpSharding::contiguous:
+            return "contiguous";
+        case CpSharding::zigzag:
+            return "zigzag";
+        case CpSharding::per_document:
+            return "per-doc";
+        case CpSharding::adaptive:
+            return "adaptive";
+    }
+    return "unknown";
+}
+
+std::int64_t CpPlan::max_attention_work() const {
+    std::int64_t largest = 0;
+    for (const auto& rank : ranks) {
+        largest = std::max(largest, rank.attention_work);
+    }
+    return largest;
+}
+
+Result<CpPlan> shard_microbatch(std::span<const Document> documents, int cp_size,
+                                CpSharding sharding, CpShardingState& state) {
+    if (cp_size < 1) {
+        return invalid("CP size must be at least 1, got " + std::to_string(cp_size));
+    }
+    for (const auto& document : documents) {
+        if (document.length < 1) {
+            return invalid("document " + std::to_string(document.id) + " has length " +
+                           std::to_string(document.length) + "; every document needs ≥ 1 token");
+        }
+    }
+    const int chunks = 2 * cp_size;
+    switch (sharding) {
+        case CpSharding::contiguous:
+            return shard_packed(documents, cp_size, sharding, cp_size, [](int k) { return k; });
+        case CpSharding::zigzag:
+            return shard_packed(documents, cp_size, sharding, chunks,
+                                [chunks](int k) { return std::min(k, chunks - 1 - k); });
+        case CpSharding::per_document:
+            return shard_per_document(documents, cp_size, state);
+        case CpSharding::adaptive: {
+            auto zigzag = shard_packed(documents, cp_size, CpSharding::zigzag, chunks,
+                                       [chunks](int k) { return std::min(k, chunks - 1 - k); });
+            CpShardingState tried = state;
+            auto per_document = shard_per_document(documents, cp_size, tried);
+            if (per_document.max_attention_work() < zigzag.max_attention_work()) {
+                state = tried;
+                return per_document;
+            }
+            return zigzag;
+        }
+    }
+    return invalid("unknown CP sharding");
+}
+
+Result<CpPlan> shard_microbatch(const MicroBatch& microbatch, int cp_size, CpSharding sharding) {
+    CpShardingState state;
+    return shard_microbatch(microbatch.documents, cp_size, sharding, state);
+}
+
+}  // namespace fulcrum::balance

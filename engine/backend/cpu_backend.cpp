@@ -1,0 +1,311 @@
+#include "engine/backend/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/model/attention.h"
+#include "engine/model/embedding.h"
+#include "engine/model/layernorm.h"
+#include "engine/model/lm_head.h"
+#include "engine/model/matmul.h"
+#include "engine/model/mlp.h"
+#include "engine/train/adamw.h"
+
+namespace fulcrum::engine {
+
+namespace {
+
+constexpr std::size_t kAlignment = 64;  // a cache line, and an AVX-512 register
+
+void require_cpu(const Tensor& t) {
+    FULCRUM_CHECK(t.empty() || t.device() == Device::cpu, "tensor is not on the CPU");
+}
+
+void require_2d(const Tensor& t, std::int64_t rows, std::int64_t cols, const char* what) {
+    require_cpu(t);
+    FULCRUM_CHECK(t.rank() == 2 && t.rows() == rows && t.cols() == cols, what);
+}
+
+void require_contiguous_2d(const Tensor& t, std::int64_t rows, std::int64_t cols,
+                           const char* what) {
+    require_2d(t, rows, cols, what);
+    FULCRUM_CHECK(t.contiguous(), what);
+}
+
+void require_1d(const Tensor& t, std::int64_t n, const char* what) {
+    require_cpu(t);
+    FULCRUM_CHECK(t.rank() == 1 && t.numel() == n, what);
+}
+
+kernels::Rows<float> rows_of(const Tensor& t) {
+    return {t.f32(), t.row_stride()};
+}
+kernels::Rows<const float> const_rows_of(const Tensor& t) {
+    return {t.f32(), t.row_stride()};
+}
+
+void check_spans(std::span<const AttentionSpan> spans, std::int64_t q_rows, std::int64_t kv_rows) {
+    for (const AttentionSpan& s : spans) {
+        FULCRUM_CHECK(s.q_begin >= 0 && s.kv_begin >= 0 && s.prefix >= 0 && s.length >= 0,
+                      "negative attention span field");
+        FULCRUM_CHECK(std::int64_t(s.q_begin) + s.length <= q_rows,
+                      "attention span past the last query row");
+        FULCRUM_CHECK(std::int64_t(s.kv_begin) + s.prefix + s.length <= kv_rows,
+                      "attention span past the last key/value row");
+    }
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int blas_threads) : stream_names_{"compute"} {
+    if (blas_threads > 0)
+        openblas_set_num_threads(blas_threads);
+}
+
+std::string CpuBackend::blas_description() {
+    const int threads = openblas_get_num_threads();
+    return std::string(openblas_get_config()) + ", core " + openblas_get_corename() + ", " +
+           std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+}
+
+void* CpuBackend::allocate_raw(std::size_t bytes) {
+    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* data = std::aligned_alloc(kAlignment, rounded);
+    FULCRUM_CHECK(data != nullptr, "out of host memory");
+    std::memset(data, 0, rounded);
+    return data;
+}
+
+void CpuBackend::release_raw(void* data) {
+    std::free(data);
+}
+
+void CpuBackend::upload(Tensor dst, const void* host, StreamId) {
+    require_cpu(dst);
+    FULCRUM_CHECK(dst.contiguous(), "upload into a strided view");
+    std::memcpy(dst.raw(), host, std::size_t(dst.numel()) * dtype_size(dst.dtype()));
+}
+
+void CpuBackend::download(void* host, Tensor src, StreamId) {
+    require_cpu(src);
+    FULCRUM_CHECK(src.contiguous(), "download from a strided view");
+    std::memcpy(host, src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
+}
+
+void CpuBackend::copy(Tensor dst, Tensor src) {
+    require_cpu(dst);
+    require_cpu(src);
+    FULCRUM_CHECK(dst.same_shape(src) && dst.dtype() == src.dtype(), "copy between shapes");
+    FULCRUM_CHECK(dst.contiguous() && src.contiguous(), "copy of a strided view");
+    std::memmove(dst.raw(), src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
+}
+
+void CpuBackend::fill_zero(Tensor t) {
+    require_cpu(t);
+    if (t.contiguous()) {
+        std::memset(t.raw(), 0, std::size_t(t.numel()) * dtype_size(t.dtype()));
+        return;
+    }
+    const std::size_t row_bytes = std::size_t(t.cols()) * dtype_size(t.dtype());
+    for (std::int64_t r = 0; r < t.rows(); ++r)
+        std::memset(t.slice(r, 1).raw(), 0, row_bytes);
+}
+
+StreamId CpuBackend::create_stream(std::string_view name) {
+    stream_names_.emplace_back(name);
+    return StreamId{std::uint32_t(stream_names_.size() - 1)};
+}
+
+std::string_view CpuBackend::stream_name(StreamId stream) const {
+    FULCRUM_CHECK(stream.index < stream_names_.size(), "no such stream");
+    return stream_names_[stream.index];
+}
+
+EventId CpuBackend::create_event() {
+    return EventId{event_count_++};
+}
+
+// Work is complete when it returns, so an event is complete when recorded.
+void CpuBackend::record_event(EventId, StreamId) {}
+void CpuBackend::wait_event(StreamId, EventId) {}
+void CpuBackend::synchronize(StreamId) {}
+
+void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor positions, Tensor wte,
+                                   Tensor wpe) {
+    const std::int64_t n = tokens.numel();
+    const std::int64_t c = wte.cols();
+    require_1d(tokens, n, "embedding: tokens");
+    require_1d(positions, n, "embedding: positions");
+    require_contiguous_2d(out, n, c, "embedding: out [T, C]");
+    require_contiguous_2d(wpe, wpe.rows(), c, "embedding: wpe [S, C]");
+    require_contiguous_2d(wte, wte.rows(), c, "embedding: wte [V, C]");
+    kernels::embedding_forward(out.f32(), tokens.i32(), positions.i32(), wte.f32(), wpe.f32(), n,
+                               int(c));
+}
+
+void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                    Tensor positions) {
+    const std::int64_t n = tokens.numel();
+    const std::int64_t c = dwte.cols();
+    require_1d(tokens, n, "embedding: tokens");
+    require_1d(positions, n, "embedding: positions");
+    require_contiguous_2d(dout, n, c, "embedding: dout [T, C]");
+    require_contiguous_2d(dwte, dwte.rows(), c, "embedding: dwte [V, C]");
+    require_contiguous_2d(dwpe, dwpe.rows(), c, "embedding: dwpe [S, C]");
+    kernels::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), positions.i32(),
+                                n, int(c));
+}
+
+void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                                   Tensor bias) {
+    const std::int64_t n = inp.rows(), c = inp.cols();
+    require_contiguous_2d(inp, n, c, "layernorm: inp [N, C]");
+    require_contiguous_2d(out, n, c, "layernorm: out [N, C]");
+    require_1d(mean, n, "layernorm: mean [N]");
+    require_1d(rstd, n, "layernorm: rstd [N]");
+    require_1d(weight, c, "layernorm: weight [C]");
+    require_1d(bias, c, "layernorm: bias [C]");
+    kernels::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(),
+                               bias.f32(), n, int(c));
+}
+
+void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
+                                    Tensor inp, Tensor weight, Tensor mean, Tensor rstd) {
+    const std::int64_t n = inp.rows(), c = inp.cols();
+    require_contiguous_2d(inp, n, c, "layernorm: inp [N, C]");
+    require_contiguous_2d(dinp, n, c, "layernorm: dinp [N, C]");
+    require_contiguous_2d(dout, n, c, "layernorm: dout [N, C]");
+    require_1d(mean, n, "layernorm: mean [N]");
+    require_1d(rstd, n, "layernorm: rstd [N]");
+    require_1d(weight, c, "layernorm: weight [C]");
+    require_1d(dweight, c, "layernorm: dweight [C]");
+    require_1d(dbias, c, "layernorm: dbias [C]");
+    kernels::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
+                                weight.f32(), mean.f32(), rstd.f32(), n, int(c));
+}
+
+void CpuBackend::residual_forward(Tensor out, Tensor a, Tensor b) {
+    require_cpu(out);
+    FULCRUM_CHECK(out.same_shape(a) && out.same_shape(b), "residual: shapes differ");
+    FULCRUM_CHECK(out.contiguous() && a.contiguous() && b.contiguous(), "residual: strided");
+    kernels::residual_forward(out.f32(), a.f32(), b.f32(), out.numel());
+}
+
+void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+    const std::int64_t n = inp.rows(), c = inp.cols(), oc = weight.rows();
+    require_2d(inp, n, c, "matmul: inp [N, C]");
+    require_contiguous_2d(weight, oc, c, "matmul: weight [OC, C]");
+    require_contiguous_2d(out, n, oc, "matmul: out [N, OC]");
+    if (!bias.empty())
+        require_1d(bias, oc, "matmul: bias [OC]");
+    kernels::matmul_forward(out.f32(), inp.f32(), inp.row_stride(), weight.f32(),
+                            bias.empty() ? nullptr : bias.f32(), n, int(c), int(oc));
+}
+
+void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                 Tensor weight) {
+    const std::int64_t n = inp.rows(), c = inp.cols(), oc = weight.rows();
+    require_2d(inp, n, c, "matmul: inp [N, C]");
+    require_2d(dout, n, oc, "matmul: dout [N, OC]");
+    require_contiguous_2d(weight, oc, c, "matmul: weight [OC, C]");
+    require_contiguous_2d(dweight, oc, c, "matmul: dweight [OC, C]");
+    if (!dinp.empty())
+        require_contiguous_2d(dinp, n, c, "matmul: dinp [N, C]");
+    if (!dbias.empty())
+        require_1d(dbias, oc, "matmul: dbias [OC]");
+    kernels::matmul_backward(dinp.empty() ? nullptr : dinp.f32(), dweight.f32(),
+                             dbias.empty() ? nullptr : dbias.f32(), dout.f32(), dout.row_stride(),
+                             inp.f32(), inp.row_stride(), weight.f32(), n, int(c), int(oc));
+}
+
+void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                                   std::span<const AttentionSpan> spans, int n_head) {
+    const std::int64_t tq = q.rows(), tkv = k.rows(), c = q.cols();
+    FULCRUM_CHECK(n_head > 0 && c % n_head == 0, "attention: C not divisible by n_head");
+    require_2d(q, tq, c, "attention: q [Tq, C]");
+    require_2d(k, tkv, c, "attention: k [Tkv, C]");
+    require_2d(v, tkv, c, "attention: v [Tkv, C]");
+    require_2d(out, tq, c, "attention: out [Tq, C]");
+    require_contiguous_2d(lse, tq, n_head, "attention: lse [Tq, n_head]");
+    check_spans(spans, tq, tkv);
+    kernels::attention_forward(rows_of(out), lse.f32(), const_rows_of(q), const_rows_of(k),
+                               const_rows_of(v), spans, n_head, int(c / n_head));
+}
+
+void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
+                                    Tensor k, Tensor v, Tensor out, Tensor lse,
+                                    std::span<const AttentionSpan> spans, int n_head) {
+    const std::int64_t tq = q.rows(), tkv = k.rows(), c = q.cols();
+    FULCRUM_CHECK(n_head > 0 && c % n_head == 0, "attention: C not divisible by n_head");
+    require_2d(q, tq, c, "attention: q [Tq, C]");
+    require_2d(dq, tq, c, "attention: dq [Tq, C]");
+    require_2d(k, tkv, c, "attention: k [Tkv, C]");
+    require_2d(dk, tkv, c, "attention: dk [Tkv, C]");
+    require_2d(v, tkv, c, "attention: v [Tkv, C]");
+    require_2d(dv, tkv, c, "attention: dv [Tkv, C]");
+    require_2d(out, tq, c, "attention: out [Tq, C]");
+    require_2d(dout, tq, c, "attention: dout [Tq, C]");
+    require_contiguous_2d(lse, tq, n_head, "attention: lse [Tq, n_head]");
+    check_spans(spans, tq, tkv);
+    kernels::attention_backward(rows_of(dq), rows_of(dk), rows_of(dv), const_rows_of(dout),
+                                const_rows_of(q), const_rows_of(k), const_rows_of(v),
+                                const_rows_of(out), lse.f32(), spans, n_head, int(c / n_head));
+}
+
+void CpuBackend::gelu_forward(Tensor out, Tensor inp) {
+    require_cpu(out);
+    FULCRUM_CHECK(out.same_shape(inp) && out.contiguous() && inp.contiguous(), "gelu: shapes");
+    kernels::gelu_forward(out.f32(), inp.f32(), out.numel());
+}
+
+void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+    require_cpu(dinp);
+    FULCRUM_CHECK(dinp.same_shape(inp) && dout.same_shape(inp), "gelu: shapes");
+    FULCRUM_CHECK(dinp.contiguous() && dout.contiguous() && inp.contiguous(), "gelu: strided");
+    kernels::gelu_backward(dinp.f32(), dout.f32(), inp.f32(), inp.numel());
+}
+
+void CpuBackend::crossentropy_forward(Tensor losses, Tensor probs, Tensor logits, Tensor targets) {
+    const std::int64_t n = logits.rows(), vocab = logits.cols();
+    require_contiguous_2d(logits, n, vocab, "crossentropy: logits [N, V]");
+    require_contiguous_2d(probs, n, vocab, "crossentropy: probs [N, V]");
+    require_1d(losses, n, "crossentropy: losses [N]");
+    require_1d(targets, n, "crossentropy: targets [N]");
+    kernels::crossentropy_forward(losses.f32(), probs.f32(), logits.f32(), targets.i32(), n,
+                                  int(vocab));
+}
+
+void CpuBackend::crossentropy_backward(Tensor dlogits, Tensor probs, Tensor targets,
+                                       float loss_scale) {
+    const std::int64_t n = probs.rows(), vocab = probs.cols();
+    require_contiguous_2d(probs, n, vocab, "crossentropy: probs [N, V]");
+    require_contiguous_2d(dlogits, n, vocab, "crossentropy: dlogits [N, V]");
+    require_1d(targets, n, "crossentropy: targets [N]");
+    kernels::crossentropy_backward(dlogits.f32(), probs.f32(), targets.i32(), loss_scale, n,
+                                   int(vocab));
+}
+
+double CpuBackend::sum_of_squares(Tensor x) {
+    require_cpu(x);
+    FULCRUM_CHECK(x.contiguous(), "sum_of_squares of a strided view");
+    const float* data = x.f32();
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+        sum += double(data[i]) * data[i];
+    return sum;
+}
+
+void CpuBackend::adamw_update(Tensor param, Tensor grad, Tensor m, Tensor v,
+                              const AdamWStep& step) {
+    require_cpu(param);
+    FULCRUM_CHECK(param.same_shape(grad) && param.same_shape(m) && param.same_shape(v),
+                  "adamw: shapes differ");
+    FULCRUM_CHECK(param.contiguous() && grad.contiguous() && m.contiguous() && v.contiguous(),
+                  "adamw: strided");
+    FULCRUM_CHECK(step.step >= 1, "adamw: steps count from 1");
+    kernels::adamw_update(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), step);
+}
+
+}  // namespace fulcrum::engine

@@ -1,0 +1,98 @@
+#include "engine/model/micro_batch.h"
+
+#include <numeric>
+#include <string>
+
+#include "engine/model/lm_head.h"
+
+namespace fulcrum::engine {
+
+std::int64_t MicroBatch::target_count() const {
+    std::int64_t n = 0;
+    for (std::int32_t y : targets)
+        n += y != kernels::kNoTarget;
+    return n;
+}
+
+void MicroBatch::append_document(std::string_view bytes) {
+    if (bytes.empty())
+        return;
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+        tokens.push_back(static_cast<unsigned char>(bytes[i]));
+        targets.push_back(i + 1 < bytes.size() ? static_cast<unsigned char>(bytes[i + 1])
+                                               : kernels::kNoTarget);
+    }
+    doc_lengths.push_back(std::int32_t(bytes.size()));
+}
+
+std::vector<std::int32_t> MicroBatch::positions() const {
+    std::vector<std::int32_t> out;
+    out.reserve(tokens.size());
+    for (std::int32_t length : doc_lengths) {
+        for (std::int32_t p = 0; p < length; ++p)
+            out.push_back(p);
+    }
+    return out;
+}
+
+std::vector<AttentionSpan> MicroBatch::attention_spans() const {
+    std::vector<AttentionSpan> spans;
+    spans.reserve(doc_lengths.size());
+    std::int32_t start = 0;
+    for (std::int32_t length : doc_lengths) {
+        spans.push_back({start, start, 0, length});
+        start += length;
+    }
+    return spans;
+}
+
+MicroBatch micro_batch_of(std::span<const std::string_view> documents) {
+    MicroBatch batch;
+    for (std::string_view doc : documents)
+        batch.append_document(doc);
+    return batch;
+}
+
+MicroBatch concatenate(std::span<const MicroBatch> parts) {
+    MicroBatch out;
+    for (const MicroBatch& part : parts) {
+        out.tokens.insert(out.tokens.end(), part.tokens.begin(), part.tokens.end());
+        out.targets.insert(out.targets.end(), part.targets.begin(), part.targets.end());
+        out.doc_lengths.insert(out.doc_lengths.end(), part.doc_lengths.begin(),
+                               part.doc_lengths.end());
+    }
+    return out;
+}
+
+Status validate(const MicroBatch& batch, const GptConfig& config) {
+    auto invalid = [](std::string message) {
+        return Status(Error{ErrorCode::invalid_input, "micro-batch: " + std::move(message)});
+    };
+    if (batch.targets.size() != batch.tokens.size()) {
+        return invalid("targets and tokens differ in length");
+    }
+    std::int64_t total = 0;
+    for (std::int32_t length : batch.doc_lengths) {
+        if (length < 1)
+            return invalid("empty document");
+        if (length > config.max_context) {
+            return invalid("a document of " + std::to_string(length) +
+                           " tokens is longer than max_context " +
+                           std::to_string(config.max_context) + "; pack with a smaller context");
+        }
+        total += length;
+    }
+    if (total != batch.size())
+        return invalid("document lengths do not add up to the tokens");
+    for (std::size_t i = 0; i < batch.tokens.size(); ++i) {
+        if (batch.tokens[i] < 0 || batch.tokens[i] >= config.vocab_size) {
+            return invalid("token " + std::to_string(i) + " outside the vocabulary");
+        }
+        if (batch.targets[i] < kernels::kNoTarget || batch.targets[i] >= config.vocab_size) {
+            return invalid("target " + std::to_string(i) + " outside the vocabulary");
+        }
+    }
+    return {};
+}
+
+}  // namespace fulcrum::engine

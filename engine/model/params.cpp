@@ -1,0 +1,147 @@
+#include "engine/model/params.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/util/random.h"
+
+namespace fulcrum::engine {
+
+std::int64_t GptConfig::parameter_count() const {
+    const std::int64_t c = channels;
+    return std::int64_t(vocab_size) * c + std::int64_t(max_context) * c +
+           std::int64_t(n_layer) * (12 * c * c + 13 * c) + 2 * c;
+}
+
+std::string GptConfig::describe() const {
+    std::ostringstream out;
+    out << "L" << n_layer << " C" << channels << " H" << n_head << " ctx" << max_context << " V"
+        << vocab_size << " (" << parameter_count() << " params)";
+    return out.str();
+}
+
+Status validate(const GptConfig& config) {
+    auto invalid = [](std::string message) {
+        return Status(Error{ErrorCode::invalid_input, std::move(message)});
+    };
+    if (config.vocab_size != 256) {
+        return invalid("vocab_size must be 256: the engine trains on raw bytes");
+    }
+    if (config.n_layer < 1)
+        return invalid("n_layer must be at least 1");
+    if (config.max_context < 2)
+        return invalid("max_context must be at least 2 tokens");
+    if (config.channels < 1 || config.n_head < 1) {
+        return invalid("channels and n_head must be positive");
+    }
+    if (config.channels % config.n_head != 0) {
+        return invalid("channels (" + std::to_string(config.channels) +
+                       ") must be a multiple of n_head (" + std::to_string(config.n_head) + ")");
+    }
+    return {};
+}
+
+ParameterLayout::ParameterLayout(const GptConfig& config) : config_(config) {
+    const std::int64_t c = config.channels;
+    auto add = [&](ParameterKind kind, int layer, std::string name, std::int64_t rows,
+                   std::int64_t cols, InitKind init) {
+        const bool decay = cols != 0;
+        tensors_.push_back({kind, layer, std::move(name), total_, rows, cols, decay, init});
+        total_ += cols == 0 ? rows : rows * cols;
+    };
+    using K = ParameterKind;
+    using I = InitKind;
+    add(K::token_embedding, -1, "wte", config.vocab_size, c, I::normal);
+    add(K::position_embedding, -1, "wpe", config.max_context, c, I::normal);
+    for (int l = 0; l < config.n_layer; ++l) {
+        const std::string p = "h." + std::to_string(l) + ".";
+        add(K::ln1_weight, l, p + "ln1.weight", c, 0, I::ones);
+        add(K::ln1_bias, l, p + "ln1.bias", c, 0, I::zeros);
+        add(K::qkv_weight, l, p + "attn.qkv.weight", 3 * c, c, I::normal);
+        add(K::qkv_bias, l, p + "attn.qkv.bias", 3 * c, 0, I::zeros);
+        add(K::attn_proj_weight, l, p + "attn.proj.weight", c, c, I::residual_normal);
+        add(K::attn_proj_bias, l, p + "attn.proj.bias", c, 0, I::zeros);
+        add(K::ln2_weight, l, p + "ln2.weight", c, 0, I::ones);
+        add(K::ln2_bias, l, p + "ln2.bias", c, 0, I::zeros);
+        add(K::fc_weight, l, p + "mlp.fc.weight", 4 * c, c, I::normal);
+        add(K::fc_bias, l, p + "mlp.fc.bias", 4 * c, 0, I::zeros);
+        add(K::fc_proj_weight, l, p + "mlp.proj.weight", c, 4 * c, I::residual_normal);
+        add(K::fc_proj_bias, l, p + "mlp.proj.bias", c, 0, I::zeros);
+    }
+    add(K::lnf_weight, -1, "lnf.weight", c, 0, I::ones);
+    add(K::lnf_bias, -1, "lnf.bias", c, 0, I::zeros);
+    FULCRUM_CHECK(total_ == config.parameter_count(), "layout disagrees with parameter_count");
+}
+
+const ParameterTensor& ParameterLayout::find(ParameterKind kind, int layer) const {
+    for (const ParameterTensor& t : tensors_) {
+        if (t.kind == kind && t.layer == layer)
+            return t;
+    }
+    FULCRUM_CHECK(false, "no such parameter tensor");
+    return tensors_.front();
+}
+
+ElementRange ParameterLayout::block_range(int first, int last) const {
+    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
+    if (first == last)
+        return {find(ParameterKind::lnf_weight).offset, 0};
+    const std::int64_t begin = find(ParameterKind::ln1_weight, first).offset;
+    const ParameterTensor& end = find(ParameterKind::fc_proj_bias, last - 1);
+    return {begin, end.offset + end.numel() - begin};
+}
+
+Tensor view_of(const ParameterTensor& tensor, Tensor flat) {
+    Tensor slice = flat.slice(tensor.offset, tensor.numel());
+    return tensor.cols == 0 ? slice : slice.reshaped({tensor.rows, tensor.cols});
+}
+
+GptWeights map_weights(const ParameterLayout& layout, Tensor flat) {
+    FULCRUM_CHECK(flat.rank() == 1 && flat.numel() == layout.total(),
+                  "flat buffer does not match the layout");
+    using K = ParameterKind;
+    auto get = [&](K kind, int layer = -1) { return view_of(layout.find(kind, layer), flat); };
+    GptWeights w;
+    w.wte = get(K::token_embedding);
+    w.wpe = get(K::position_embedding);
+    for (int l = 0; l < layout.config().n_layer; ++l) {
+        w.blocks.push_back({get(K::ln1_weight, l), get(K::ln1_bias, l), get(K::qkv_weight, l),
+                            get(K::qkv_bias, l), get(K::attn_proj_weight, l),
+                            get(K::attn_proj_bias, l), get(K::ln2_weight, l), get(K::ln2_bias, l),
+                            get(K::fc_weight, l), get(K::fc_bias, l), get(K::fc_proj_weight, l),
+                            get(K::fc_proj_bias, l)});
+    }
+    w.lnf_weight = get(K::lnf_weight);
+    w.lnf_bias = get(K::lnf_bias);
+    return w;
+}
+
+void initialize_parameters(const ParameterLayout& layout, std::uint64_t seed,
+                           std::span<float> host_params) {
+    FULCRUM_CHECK(std::int64_t(host_params.size()) == layout.total(), "wrong host buffer size");
+    constexpr double kStd = 0.02;
+    const double residual_std = kStd / std::sqrt(2.0 * layout.config().n_layer);
+    const auto tensors = layout.tensors();
+    for (std::size_t index = 0; index < tensors.size(); ++index) {
+        const ParameterTensor& t = tensors[index];
+        std::span<float> values = host_params.subspan(t.offset, t.numel());
+        switch (t.init) {
+            case InitKind::zeros:
+                std::fill(values.begin(), values.end(), 0.0f);
+                break;
+            case InitKind::ones:
+                std::fill(values.begin(), values.end(), 1.0f);
+                break;
+            case InitKind::normal:
+            case InitKind::residual_normal: {
+                const double stddev = t.init == InitKind::normal ? kStd : residual_std;
+                Random random(derive_seed(seed, index));
+                for (float& v : values)
+                    v = float(stddev * random.normal());
+                break;
+            }
+        }
+    }
+}
+
+}  // namespace fulcrum::engine

@@ -1,0 +1,57 @@
+// Communicator: the collectives and point-to-point transfers the 4D engine needs, behind one
+// interface with one file per backend (MPI here; NCCL with the CUDA backend). Buffers are
+// fp32 spans; on a device backend they are device pointers.
+//
+// Every call is blocking from the caller's point of view and must be made by every member of
+// the group in the same order, as in MPI.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace fulcrum::engine {
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    // "world", "tp", "cp", ... for messages and trace names.
+    virtual const std::string& name() const = 0;
+
+    virtual void all_reduce_sum(std::span<float> values) = 0;
+    virtual void all_reduce_sum(std::span<double> values) = 0;
+    // out = concat over members of their `local`; counts[i] = member i's length.
+    virtual void all_gather(std::span<const float> local, std::span<float> out,
+                            const std::vector<int>& counts) = 0;
+    // out = this member's slice (counts[rank()] long) of the element-wise sum of every
+    // member's `in`.
+    virtual void reduce_scatter_sum(std::span<const float> in, std::span<float> out,
+                                    const std::vector<int>& counts) = 0;
+    virtual void send(std::span<const float> values, int peer) = 0;
+    // A send that returns at once: `values` is copied, and the transfer completes while the
+    // caller goes on; wait_sends() waits for every posted send. Pipeline stages post their
+    // sends so that two neighbours sending to each other never both block (1F1B's steady
+    // state does exactly that).
+    virtual void post_send(std::span<const float> values, int peer) = 0;
+    virtual void wait_sends() = 0;
+    virtual void recv(std::span<float> values, int peer) = 0;
+    // Sends to one peer while receiving from another, without the deadlock two blocking
+    // sends can cause (1F1B's steady state does exactly that between neighbours).
+    virtual void send_recv(std::span<const float> send_values, int send_peer,
+                           std::span<float> recv_values, int recv_peer) = 0;
+    virtual void broadcast(std::span<float> values, int root) = 0;
+    // Bytes from `root` to everyone; every member passes a buffer of the same size.
+    virtual void broadcast_bytes(std::span<std::byte> bytes, int root) = 0;
+    virtual void barrier() = 0;
+
+    // A sub-communicator of the members that pass the same `color`, ordered by `key`. Every
+    // member must call it.
+    virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
+};
+
+}  // namespace fulcrum::engine

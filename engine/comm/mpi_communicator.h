@@ -1,0 +1,63 @@
+// The Open MPI backend of Communicator (the CPU engine's only one; NCCL comes with CUDA).
+#pragma once
+
+#include <mpi.h>
+
+#include <deque>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+
+namespace fulcrum::engine {
+
+class MpiCommunicator final : public Communicator {
+public:
+    // Wraps MPI_COMM_WORLD; MPI must be initialised (see MpiSession).
+    static std::unique_ptr<MpiCommunicator> world();
+    ~MpiCommunicator() override;
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    const std::string& name() const override { return name_; }
+
+    void all_reduce_sum(std::span<float> values) override;
+    void all_reduce_sum(std::span<double> values) override;
+    void all_gather(std::span<const float> local, std::span<float> out,
+                    const std::vector<int>& counts) override;
+    void reduce_scatter_sum(std::span<const float> in, std::span<float> out,
+                            const std::vector<int>& counts) override;
+    void send(std::span<const float> values, int peer) override;
+    void post_send(std::span<const float> values, int peer) override;
+    void wait_sends() override;
+    void recv(std::span<float> values, int peer) override;
+    void send_recv(std::span<const float> send_values, int send_peer,
+                   std::span<float> recv_values, int recv_peer) override;
+    void broadcast(std::span<float> values, int root) override;
+    void broadcast_bytes(std::span<std::byte> bytes, int root) override;
+    void barrier() override;
+    std::unique_ptr<Communicator> split(int color, int key, std::string name) override;
+
+private:
+    MpiCommunicator(MPI_Comm comm, std::string name, bool owned);
+    MPI_Comm comm_;
+    std::string name_;
+    bool owned_;
+    int rank_ = 0;
+    int size_ = 1;
+    struct PostedSend {
+        std::vector<float> data;
+        MPI_Request request;
+    };
+    std::deque<PostedSend> posted_;  // a deque: elements never move while MPI reads them
+};
+
+// MPI_Init_thread / MPI_Finalize for the lifetime of main().
+class MpiSession {
+public:
+    MpiSession(int* argc, char*** argv);
+    ~MpiSession();
+    MpiSession(const MpiSession&) = delete;
+    MpiSession& operator=(const MpiSession&) = delete;
+};
+
+}  // namespace fulcrum::engine

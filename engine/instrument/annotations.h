@@ -1,0 +1,66 @@
+// The engine's NVTX annotations in the `fulcrum` domain (docs/annotations.md), which the
+// collector turns into steps, micro-batches, stages, phases, collectives with bytes, the
+// rank's 4D coordinates and the workload table.
+//
+// When no NVTX tool is attached (NVTX_INJECTION64_PATH unset) every call returns at once,
+// without formatting its message; NVTX itself would ignore the calls, but the strings would
+// still be built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/trace/model.h"
+
+namespace fulcrum::engine::instrument {
+
+struct Keys {
+    int step = -1;
+    int microbatch = -1;
+    int stage = -1;
+    Phase phase = Phase::none;
+    std::int64_t bytes = -1;
+};
+
+// True when an NVTX tool is attached to this process.
+bool active();
+
+// Keys that ranges opened on this thread inherit: the model's layer ranges know nothing of
+// steps and micro-batches, the schedule that calls them does.
+class KeyScope {
+public:
+    explicit KeyScope(const Keys& keys);
+    ~KeyScope();
+    KeyScope(const KeyScope&) = delete;
+    KeyScope& operator=(const KeyScope&) = delete;
+
+private:
+    Keys saved_;
+};
+const Keys& current_keys();
+// The current keys with `bytes` set, for a collective inside the current scope.
+Keys with_bytes(std::int64_t bytes);
+
+// A push/pop range for the lifetime of the object, on the calling thread.
+class Range {
+public:
+    Range(std::string_view name, Category category, const Keys& keys);
+    // With the keys of the enclosing KeyScope.
+    Range(std::string_view name, Category category) : Range(name, category, current_keys()) {}
+    ~Range();
+    Range(const Range&) = delete;
+    Range& operator=(const Range&) = delete;
+
+private:
+    bool pushed_ = false;
+};
+
+// A mark `NAME JSON` (JSON may be empty).
+void mark(std::string_view name, std::string_view json = {});
+void name_this_thread(std::string_view name);
+
+// `NAME key=value...` as docs/annotations.md spells it.
+std::string format_message(std::string_view name, const Keys& keys);
+
+}  // namespace fulcrum::engine::instrument

@@ -1,0 +1,80 @@
+// One training step on one rank of the 4D grid.
+//
+//   data:  the step's plan (engine/data/step_plan.h) gives this DP replica its micro-batches
+//          and this CP rank its token ranges of each.
+//   PP:    the stage runs its layers over the micro-batches in the schedule's order
+//          (schedule.h); activations go forward and gradients backward by point-to-point
+//          transfers with the neighbouring stages.
+//   TP/CP: inside the model (engine/model, engine/parallel/{tensor,context}_parallel).
+//   after: the tied embedding's gradient is summed between the first and last stage, every
+//          gradient over the DP×CP group (same parameters, different tokens), the global
+//          gradient norm is formed counting every parameter once, then AdamW.
+//
+// The step's loss is the mean over all its target tokens, so every backward pass scales by
+// 1/N_step with N_step counted over the whole step (all replicas and CP ranks); the summed
+// gradients are then exactly those of the serial model on the same data.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/util/result.h"
+#include "engine/comm/communicator.h"
+#include "engine/data/step_plan.h"
+#include "engine/model/gpt.h"
+#include "engine/parallel/schedule.h"
+#include "engine/parallel/topology.h"
+#include "engine/train/adamw.h"
+#include "engine/train/trainer.h"
+
+namespace fulcrum::engine {
+
+// The communicators of this rank's groups, split once from the world.
+struct ParallelGroups {
+    Communicator* world = nullptr;
+    std::unique_ptr<Communicator> tp, cp, pp, dp_cp;
+    // The first and last stage of one pipeline, which both hold the tied embedding.
+    std::unique_ptr<Communicator> embedding;
+
+    static ParallelGroups create(Communicator& world, const Topology& topology);
+};
+
+struct ParallelTrainConfig {
+    TrainConfig train;
+    PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+    balance::Balancer balancer = balance::Balancer::fixed;  // named in the workload manifest
+};
+
+class ParallelTrainer {
+public:
+    ParallelTrainer(GptModel& model, const Topology& topology, ParallelGroups& groups,
+                    const TrainingDocuments& documents, ParallelTrainConfig config);
+
+    Result<StepReport> step(const StepPlan& plan);
+
+    const LayerRange& layers() const { return layers_; }
+    // The whole model in the serial layout, assembled on world rank 0 from the ranks that
+    // own each part (empty on other ranks). Every rank must call it.
+    std::vector<float> gather_parameters();
+
+private:
+    MicroBatch local_micro_batch(const PlannedMicroBatch& planned) const;
+    void emit_workload(const StepPlan& plan) const;
+    void run_forward(int step, int microbatch, const MicroBatch& batch, Activations& acts,
+                     double& loss_sum);
+    void run_backward(int step, int microbatch, Activations& acts, float loss_scale);
+    void reduce_gradients(int step);
+    double gradient_norm();
+
+    GptModel& model_;
+    const Topology& topology_;
+    ParallelGroups& groups_;
+    const TrainingDocuments& documents_;
+    ParallelTrainConfig config_;
+    AdamW optimizer_;
+    LayerRange layers_;
+    std::vector<std::unique_ptr<Activations>> activations_;  // one per micro-batch in flight
+    std::int64_t steps_taken_ = 0;
+};
+
+}  // namespace fulcrum::engine

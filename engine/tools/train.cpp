@@ -1,0 +1,300 @@
+// fulcrum-train: the bundled GPT trainer, one process per rank under mpirun.
+//
+//   mpirun -np 8 fulcrum-train --dp 2 --pp 2 --cp 2 --balancer wlb --lengths long-tail:context=1024
+//
+// Every option is checked before any work, identically on every rank; rank 0 says what is
+// wrong and every rank exits with status 2.
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "core/balance/cp_shard.h"
+#include "core/balance/packing.h"
+#include "engine/backend/cpu_backend.h"
+#include "engine/comm/mpi_communicator.h"
+#include "engine/data/step_plan.h"
+#include "engine/instrument/annotations.h"
+#include "engine/model/gpt.h"
+#include "engine/parallel/parallel_trainer.h"
+#include "engine/parallel/schedule.h"
+#include "engine/parallel/topology.h"
+
+using namespace fulcrum;
+using namespace fulcrum::engine;
+
+namespace {
+
+struct Options {
+    GridShape grid;
+    std::string schedule = "1f1b";
+    std::string balancer = "fixed";
+    std::string cp_shard = "per-doc";
+    std::string data_dir;
+    std::string split = "blank-line";
+    std::string lengths;
+    std::int64_t documents = 4096;
+    int steps = 10;
+    std::uint64_t seed = 1;
+    int microbatches = 4;
+    int layers = 2;
+    int hidden = 64;
+    int heads = 4;
+    int context = 256;
+    float learning_rate = 1e-3f;
+    int warmup = 0;
+    double ilp_time_limit = 1.0;
+    std::string backend = "auto";
+    std::string dump_parameters;
+    std::string losses_file;
+};
+
+int fail(int rank, const std::string& message) {
+    if (rank == 0) {
+        std::fprintf(stderr, "fulcrum-train: error: %s\n", message.c_str());
+    }
+    return 2;
+}
+
+std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data) {
+    return "{\"model\":{\"layers\":" + std::to_string(model.n_layer) + ",\"hidden\":" +
+           std::to_string(model.channels) + ",\"heads\":" + std::to_string(model.n_head) +
+           ",\"context\":" + std::to_string(o.context) + ",\"vocab\":256},\"dp\":" +
+           std::to_string(o.grid.dp) + ",\"tp\":" + std::to_string(o.grid.tp) + ",\"pp\":" +
+           std::to_string(o.grid.pp) + ",\"cp\":" + std::to_string(o.grid.cp) +
+           ",\"schedule\":\"" + o.schedule + "\",\"balancer\":\"" + o.balancer +
+           "\",\"cp_shard\":\"" + o.cp_shard + "\",\"microbatches\":" +
+           std::to_string(o.microbatches) + ",\"steps\":" + std::to_string(o.steps) +
+           ",\"seed\":" + std::to_string(o.seed) + ",\"backend\":\"cpu\",\"data\":\"" + data +
+           "\"}";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    MpiSession mpi(&argc, &argv);
+    auto world = MpiCommunicator::world();
+    const int rank = world->rank();
+
+    Options o;
+    CLI::App app{"fulcrum-train: a GPT trained with DP × TP × PP × CP on documents packed by a "
+                 "balancer. Run one process per rank under mpirun.",
+                 "fulcrum-train"};
+    app.add_option("--dp", o.grid.dp, "Data-parallel degree")->capture_default_str();
+    app.add_option("--tp", o.grid.tp, "Tensor-parallel degree")->capture_default_str();
+    app.add_option("--pp", o.grid.pp, "Pipeline-parallel degree (stages)")->capture_default_str();
+    app.add_option("--cp", o.grid.cp, "Context-parallel degree")->capture_default_str();
+    app.add_option("--schedule", o.schedule, "Pipeline schedule: gpipe or 1f1b")
+        ->capture_default_str();
+    app.add_option("--balancer", o.balancer, "Packing: fixed, ilp or wlb")->capture_default_str();
+    app.add_option("--cp-shard", o.cp_shard, "CP sharding: contiguous, zigzag, per-doc, adaptive")
+        ->capture_default_str();
+    auto* data = app.add_option("--data", o.data_dir,
+                                "Directory of text files (default: /usr/share/common-licenses)");
+    app.add_option("--split", o.split, "Documents per file or per blank-line block: file, blank-line")
+        ->capture_default_str();
+    app.add_option("--lengths", o.lengths,
+                   "Synthetic documents with lengths from a distribution, e.g. "
+                   "lognormal:median=200,sigma=0.9, long-tail:context=1024, file:PATH; bytes "
+                   "from the text");
+    app.add_option("--documents", o.documents, "How many synthetic documents")->capture_default_str();
+    app.add_option("--steps", o.steps)->capture_default_str();
+    app.add_option("--seed", o.seed)->capture_default_str();
+    app.add_option("--micro-batches", o.microbatches, "Micro-batches per DP replica and step")
+        ->capture_default_str();
+    app.add_option("--layers", o.layers)->capture_default_str();
+    app.add_option("--hidden", o.hidden)->capture_default_str();
+    app.add_option("--heads", o.heads)->capture_default_str();
+    app.add_option("--context", o.context, "Tokens of one fixed-length micro-batch; no document is longer")
+        ->capture_default_str();
+    app.add_option("--lr", o.learning_rate)->capture_default_str();
+    app.add_option("--warmup", o.warmup, "Linear learning-rate warm-up steps")->capture_default_str();
+    app.add_option("--ilp-time-limit", o.ilp_time_limit, "Seconds the ILP balancer may take per step")
+        ->capture_default_str();
+    app.add_option("--backend", o.backend, "cpu, cuda or auto")->capture_default_str();
+    app.add_option("--dump-parameters", o.dump_parameters,
+                   "After training, write the whole model's parameters (float32, serial layout)");
+    app.add_option("--losses", o.losses_file, "Write each step's loss, one per line (%.9g)");
+    (void)data;
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        if (rank == 0) {
+            app.exit(e);
+        }
+        return e.get_exit_code() == 0 ? 0 : 2;
+    }
+
+    // Everything is checked before any work, the same way on every rank.
+    auto topology = Topology::create(o.grid, world->size(), rank);
+    if (!topology) {
+        return fail(rank, topology.error().message);
+    }
+    auto schedule = parse_schedule(o.schedule);
+    if (!schedule) {
+        return fail(rank, schedule.error().message);
+    }
+    auto balancer = balance::parse_balancer(o.balancer);
+    if (!balancer) {
+        return fail(rank, balancer.error().message);
+    }
+    auto sharding = balance::parse_cp_sharding(o.cp_shard);
+    if (!sharding) {
+        return fail(rank, sharding.error().message);
+    }
+    if (o.split != "file" && o.split != "blank-line") {
+        return fail(rank, "--split must be file or blank-line, not '" + o.split + "'");
+    }
+    if (o.backend == "cuda") {
+        return fail(rank, "this build has no CUDA backend yet; use --backend cpu");
+    }
+    if (o.backend != "cpu" && o.backend != "auto") {
+        return fail(rank, "--backend must be cpu, cuda or auto, not '" + o.backend + "'");
+    }
+    if (o.steps < 1 || o.microbatches < 1 || o.context < 2) {
+        return fail(rank, "--steps and --micro-batches must be at least 1, --context at least 2");
+    }
+    if (o.grid.pp > o.layers) {
+        return fail(rank, "--pp " + std::to_string(o.grid.pp) + " is more pipeline stages than "
+                              "--layers " + std::to_string(o.layers) + "; every stage needs a layer");
+    }
+    if (o.heads < 1 || o.hidden % o.heads != 0) {
+        return fail(rank, "--heads " + std::to_string(o.heads) + " must divide --hidden " +
+                              std::to_string(o.hidden));
+    }
+    if (o.heads % o.grid.tp != 0) {
+        return fail(rank, "--tp " + std::to_string(o.grid.tp) + " must divide --heads " +
+                              std::to_string(o.heads) + " (each TP rank holds whole heads)");
+    }
+    GptConfig model_config;
+    model_config.n_layer = o.layers;
+    model_config.n_head = o.heads;
+    model_config.channels = o.hidden;
+    model_config.max_context = o.context;
+    if (auto status = validate(model_config); !status) {
+        return fail(rank, status.error().message);
+    }
+    DataOptions data_options;
+    data_options.data_dir = o.data_dir;
+    data_options.split = o.split == "file" ? DocumentSplit::file : DocumentSplit::blank_line;
+    data_options.lengths_spec = o.lengths;
+    data_options.synthetic_documents = o.documents;
+    data_options.max_length = o.context;
+    data_options.seed = o.seed;
+    auto documents = load_training_documents(data_options);
+    if (!documents) {
+        return fail(rank, documents.error().message);
+    }
+    PlannerOptions planner_options;
+    planner_options.packing.balancer = *balancer;
+    planner_options.packing.microbatches = o.microbatches;
+    planner_options.packing.capacity = o.context;
+    planner_options.packing.ilp_time_limit_s = o.ilp_time_limit;
+    planner_options.dp = o.grid.dp;
+    planner_options.cp = o.grid.cp;
+    planner_options.sharding = *sharding;
+    planner_options.seed = o.seed;
+    auto planner = StepPlanner::create(*documents, planner_options);
+    if (!planner) {
+        return fail(rank, planner.error().message);
+    }
+
+    if (rank == 0) {
+        if (o.backend == "auto") {
+            std::printf("backend: cpu (this build has no CUDA backend)\n");
+        }
+        std::printf("grid %s on %d ranks\n%s", topology->describe().c_str(), world->size(),
+                    topology->describe_ranks().c_str());
+        std::printf("model %s\ndata %s\nbalancer %s, cp sharding %s, schedule %s, %d micro-batches "
+                    "per replica\n",
+                    model_config.describe().c_str(), documents->description.c_str(),
+                    o.balancer.c_str(), o.cp_shard.c_str(), o.schedule.c_str(), o.microbatches);
+        std::fflush(stdout);
+    }
+
+    // Who this rank is, for the collector; then the clock-sync marks merge aligns on.
+    const GridCoordinates me = topology->coordinates();
+    instrument::name_this_thread("main");
+    instrument::mark("fulcrum.rank",
+                     "{\"rank\":" + std::to_string(rank) + ",\"world\":" +
+                         std::to_string(world->size()) + ",\"dp\":" + std::to_string(me.dp) +
+                         ",\"pp\":" + std::to_string(me.pp) + ",\"cp\":" + std::to_string(me.cp) +
+                         ",\"tp\":" + std::to_string(me.tp) + ",\"device\":-1}");
+    instrument::mark("fulcrum.run", run_config_json(o, model_config, documents->description));
+    for (int i = 0; i < 2; ++i) {
+        world->barrier();
+        instrument::mark("fulcrum.clock_sync");
+    }
+
+    CpuBackend backend(1);
+    GptModel model(backend, model_config);
+    model.initialize(o.seed);
+    ParallelGroups groups = ParallelGroups::create(*world, *topology);
+    ParallelTrainConfig train_config;
+    train_config.train.adamw.learning_rate = o.learning_rate;
+    train_config.train.warmup_steps = o.warmup;
+    train_config.schedule = *schedule;
+    train_config.balancer = *balancer;
+    ParallelTrainer trainer(model, *topology, groups, *documents, train_config);
+
+    std::vector<double> losses;
+    double total_seconds = 0;
+    std::int64_t total_tokens = 0;
+    using Clock = std::chrono::steady_clock;
+    for (int s = 0; s < o.steps; ++s) {
+        const auto start = Clock::now();
+        auto plan = plan_step(*planner, *world);
+        if (!plan) {
+            return fail(rank, plan.error().message);
+        }
+        auto report = trainer.step(*plan);
+        if (!report) {
+            return fail(rank, report.error().message);
+        }
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        total_seconds += seconds;
+        std::int64_t step_tokens = 0;
+        for (const auto& replica : plan->replicas) {
+            for (const auto& mb : replica) {
+                step_tokens += mb.packed.tokens;
+            }
+        }
+        total_tokens += step_tokens;
+        losses.push_back(report->loss);
+        if (rank == 0) {
+            std::printf("step %4d | epoch %d | loss %.4f | grad norm %.3f | imbalance %.2f | "
+                        "%lld tokens | %.1f ms | %.0f tokens/s\n",
+                        plan->step, plan->epoch, report->loss, report->grad_norm, plan->imbalance,
+                        static_cast<long long>(step_tokens), seconds * 1e3, step_tokens / seconds);
+            std::fflush(stdout);
+        }
+    }
+    std::vector<float> parameters = trainer.gather_parameters();
+    if (rank == 0) {
+        std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", o.steps,
+                    total_seconds, total_tokens / total_seconds, losses.back());
+        if (!o.dump_parameters.empty()) {
+            std::ofstream out(o.dump_parameters, std::ios::binary);
+            out.write(reinterpret_cast<const char*>(parameters.data()),
+                      static_cast<std::streamsize>(parameters.size() * sizeof(float)));
+            if (!out) {
+                return fail(rank, "cannot write '" + o.dump_parameters + "'");
+            }
+        }
+        if (!o.losses_file.empty()) {
+            std::FILE* file = std::fopen(o.losses_file.c_str(), "w");
+            if (file == nullptr) {
+                return fail(rank, "cannot write '" + o.losses_file + "'");
+            }
+            for (double loss : losses) {
+                std::fprintf(file, "%.9g\n", loss);
+            }
+            std::fclose(file);
+        }
+    }
+    return 0;
+}

@@ -159,7 +159,24 @@ Status StepPlanner::start_epoch() {
     return {};
 }
 
+// A global batch whose documents the balancer all delayed (wlb can, with few short
+// documents) makes no step: the next batch is packed in its place.
 Result<std::vector<std::vector<balance::MicroBatch>>> StepPlanner::pack_next() {
+    for (std::size_t attempt = 0; attempt <= batches_.size() + 2; ++attempt) {
+        auto replicas = pack_one();
+        if (!replicas) {
+            return replicas;
+        }
+        for (const auto& replica : *replicas) {
+            if (!replica.empty()) {
+                return replicas;
+            }
+        }
+    }
+    return Error{ErrorCode::invalid_input, "the balancer delayed every document of the epoch"};
+}
+
+Result<std::vector<std::vector<balance::MicroBatch>>> StepPlanner::pack_one() {
     if (epoch_ < 0) {
         if (auto status = start_epoch(); !status) {
             return status.error();

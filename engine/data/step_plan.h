@@ -88,6 +88,7 @@ public:
 private:
     StepPlanner(const TrainingDocuments& documents, PlannerOptions options);
     Status start_epoch();
+    Result<std::vector<std::vector<balance::MicroBatch>>> pack_one();
     std::vector<std::vector<balance::MicroBatch>> deal_to_replicas(
         std::vector<balance::MicroBatch> microbatches) const;
 

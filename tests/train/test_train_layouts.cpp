@@ -1,0 +1,176 @@
+// Every parallel layout of fulcrum-train against the 1-rank run on the same data: the same
+// loss at every step and the same weights after 3 steps, within 1e-5 relative.
+//
+// Tolerance: the layouts sum the same fp32 terms in another order (all-reduce over DP/CP,
+// partial attention and GEMM sums over TP/CP), which moves each sum by a few ulps (~1e-7
+// relative); three AdamW steps amplify that little because updates are normalised by √v.
+// Weights are compared norm-wise (‖w − w₁‖ / ‖w₁‖): element-wise, a weight whose gradient
+// is a near-cancelling sum can flip the sign of its first Adam update, a difference of 2·lr
+// that says nothing about the layout being right.
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+namespace {
+
+const QString kTrain = QStringLiteral(FULCRUM_BINARY_DIR "/engine/fulcrum-train");
+
+struct Run {
+    int exit_code = -1;
+    QString output;
+    std::vector<double> losses;
+    std::vector<float> parameters;
+};
+
+QProcessEnvironment mpi_environment() {
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    // More ranks than cores: waiting ranks must yield or busy polling starves the others.
+    env.insert("OMPI_MCA_mpi_yield_when_idle", "1");
+    return env;
+}
+
+Run train(int ranks, QStringList args, const QString& directory, const QString& tag) {
+    const QString losses = directory + "/" + tag + ".losses";
+    const QString parameters = directory + "/" + tag + ".params";
+    args << "--losses" << losses << "--dump-parameters" << parameters;
+    QProcess process;
+    process.setProcessEnvironment(mpi_environment());
+    process.setProcessChannelMode(QProcess::MergedChannels);
+    if (ranks == 1) {
+        process.start(kTrain, args);
+    } else {
+        process.start(FULCRUM_MPIRUN, QStringList{"-np", QString::number(ranks), kTrain} + args);
+    }
+    Run run;
+    if (!process.waitForFinished(300'000)) {
+        run.output = "timed out";
+        return run;
+    }
+    run.exit_code = process.exitCode();
+    run.output = QString::fromUtf8(process.readAll());
+    std::ifstream loss_file(losses.toStdString());
+    for (double loss; loss_file >> loss;) {
+        run.losses.push_back(loss);
+    }
+    std::ifstream parameter_file(parameters.toStdString(), std::ios::binary | std::ios::ate);
+    if (parameter_file) {
+        run.parameters.resize(static_cast<std::size_t>(parameter_file.tellg()) / sizeof(float));
+        parameter_file.seekg(0);
+        parameter_file.read(reinterpret_cast<char*>(run.parameters.data()),
+                            static_cast<std::streamsize>(run.parameters.size() * sizeof(float)));
+    }
+    return run;
+}
+
+const QStringList kModel = {"--steps", "3", "--layers", "4", "--hidden", "32", "--heads", "4",
+                            "--context", "128", "--lengths", "lognormal:median=40,sigma=0.9",
+                            "--documents", "400", "--seed", "3"};
+
+}  // namespace
+
+class TrainLayoutsTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir work_;
+
+private slots:
+    void layoutMatchesOneRank_data() {
+        QTest::addColumn<int>("ranks");
+        QTest::addColumn<QStringList>("layout");
+        QTest::addColumn<QStringList>("common");
+        const QStringList fixed = {"--balancer", "fixed", "--micro-batches", "4"};
+        const QStringList wlb = {"--balancer", "wlb", "--micro-batches", "4"};
+        QTest::newRow("dp2") << 2 << QStringList{"--dp", "2"} << fixed;
+        QTest::newRow("pp2 1f1b") << 2 << QStringList{"--pp", "2", "--schedule", "1f1b"} << fixed;
+        QTest::newRow("pp2 gpipe") << 2 << QStringList{"--pp", "2", "--schedule", "gpipe"} << fixed;
+        QTest::newRow("pp4 1f1b wlb") << 4 << QStringList{"--pp", "4"} << wlb;
+        QTest::newRow("dp2 pp2 wlb") << 4 << QStringList{"--dp", "2", "--pp", "2"} << wlb;
+    }
+    void layoutMatchesOneRank() {
+        QFETCH(int, ranks);
+        QFETCH(QStringList, layout);
+        QFETCH(QStringList, common);
+        // The 1-rank reference trains the same global batches: dp replicas × micro-batches.
+        int dp = 1;
+        if (const auto at = layout.indexOf("--dp"); at >= 0) {
+            dp = layout[at + 1].toInt();
+        }
+        QStringList serial_args = kModel + common;
+        serial_args[serial_args.indexOf("--micro-batches") + 1] =
+            QString::number(4 * dp);
+        const QString tag = QString(QTest::currentDataTag()).replace(' ', '-');
+        const Run serial = train(1, serial_args, work_.path(), tag + "-serial");
+        QVERIFY2(serial.exit_code == 0, qPrintable(serial.output));
+        const Run parallel = train(ranks, kModel + common + layout, work_.path(), tag);
+        QVERIFY2(parallel.exit_code == 0, qPrintable(parallel.output));
+
+        QCOMPARE(parallel.losses.size(), 3u);
+        QCOMPARE(serial.losses.size(), 3u);
+        for (std::size_t s = 0; s < 3; ++s) {
+            const double relative = std::abs(parallel.losses[s] - serial.losses[s]) /
+                                    std::abs(serial.losses[s]);
+            QVERIFY2(relative <= 1e-5, qPrintable(QString("step %1: loss %2 vs %3")
+                                                      .arg(s)
+                                                      .arg(parallel.losses[s], 0, 'g', 9)
+                                                      .arg(serial.losses[s], 0, 'g', 9)));
+        }
+        QCOMPARE(parallel.parameters.size(), serial.parameters.size());
+        QVERIFY(!serial.parameters.empty());
+        double difference = 0, norm = 0;
+        for (std::size_t i = 0; i < serial.parameters.size(); ++i) {
+            const double d = double(parallel.parameters[i]) - double(serial.parameters[i]);
+            difference += d * d;
+            norm += double(serial.parameters[i]) * serial.parameters[i];
+        }
+        const double relative = std::sqrt(difference / norm);
+        QVERIFY2(relative <= 1e-5, qPrintable(QString("weights differ by %1").arg(relative)));
+        // And training did move them: the check is not comparing two initialisations.
+        QVERIFY(parallel.losses[2] < parallel.losses[0]);
+    }
+
+    void badOptionsFailBeforeAnyWork_data() {
+        QTest::addColumn<int>("ranks");
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("product is not the world") << 2 << QStringList{"--dp", "2", "--pp", "2"}
+                                                  << "but 2 processes were started";
+        QTest::newRow("more stages than layers") << 4 << QStringList{"--pp", "4", "--layers", "2"}
+                                                 << "every stage needs a layer";
+        QTest::newRow("tp does not divide heads") << 3 << QStringList{"--tp", "3", "--heads", "4"}
+                                                  << "must divide --heads";
+        QTest::newRow("empty data") << 1 << QStringList{"--data", "EMPTY"} << "no text";
+        QTest::newRow("document longer than context")
+            << 1 << QStringList{"--lengths", "file:LONG", "--context", "64"}
+            << "longer than any micro-batch can hold";
+        QTest::newRow("unknown balancer") << 1 << QStringList{"--balancer", "magic"} << "magic";
+        QTest::newRow("unknown schedule") << 1 << QStringList{"--schedule", "zb"} << "gpipe or 1f1b";
+    }
+    void badOptionsFailBeforeAnyWork() {
+        QFETCH(int, ranks);
+        QFETCH(QStringList, args);
+        QFETCH(QString, message);
+        QDir(work_.path()).mkpath("empty");
+        QFile lengths(work_.filePath("long.txt"));
+        QVERIFY(lengths.open(QIODevice::WriteOnly));
+        lengths.write("10\n100\n");
+        lengths.close();
+        args.replaceInStrings("EMPTY", work_.filePath("empty"));
+        args.replaceInStrings("file:LONG", "file:" + work_.filePath("long.txt"));
+        const Run run = train(ranks, args, work_.path(), "bad");
+        QVERIFY2(run.exit_code == 2, qPrintable(run.output));
+        QVERIFY2(run.output.contains(message), qPrintable(run.output));
+        // One message, from rank 0, not one per rank; and no step ran.
+        QCOMPARE(run.output.count("fulcrum-train: error:"), 1);
+        QVERIFY(!run.output.contains("step "));
+    }
+};
+
+QTEST_GUILESS_MAIN(TrainLayoutsTest)
+#include "test_train_layouts.moc"

@@ -261,6 +261,27 @@ Result<StepPlan> StepPlanner::complete(std::vector<std::vector<balance::MicroBat
             if (!cp) {
                 return cp.error();
             }
+            // A micro-batch of a few tiny documents can leave a CP rank nothing under per-doc
+            // sharding; every rank must hold a token, so such a one is split contiguously.
+            const auto holds_nothing = [](const balance::CpPlan& plan) {
+                for (const auto& shard : plan.ranks) {
+                    if (shard.tokens == 0) {
+                        return true;
+                    }
+                }
+                return false;
+            };
+            if (holds_nothing(*cp)) {
+                balance::CpShardingState unused;
+                cp = balance::shard_microbatch(microbatch.documents, options_.cp,
+                                               balance::CpSharding::contiguous, unused);
+                if (!cp || holds_nothing(*cp)) {
+                    return Error{ErrorCode::invalid_input,
+                                 "a micro-batch of " + std::to_string(microbatch.tokens) +
+                                     " tokens cannot give each of " + std::to_string(options_.cp) +
+                                     " CP ranks a token; use longer documents or a lower --cp"};
+                }
+            }
             for (const auto& document : microbatch.documents) {
                 plan.target_tokens += std::max<std::int64_t>(document.length - 1, 0);
             }

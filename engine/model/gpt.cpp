@@ -2,6 +2,9 @@
 
 #include <numeric>
 
+#include "engine/parallel/context_parallel.h"
+#include "engine/parallel/tensor_parallel.h"
+
 namespace fulcrum::engine {
 
 namespace {
@@ -22,9 +25,36 @@ private:
     std::int64_t offset_ = 0;
 };
 
-std::int64_t floats_per_token(const GptConfig& c) {
-    const std::int64_t per_block = 16 * std::int64_t(c.channels) + c.n_head + 4;
+// Per block: ln1, residual2, ln2, residual3 [C]; qkv [3C_l], atty [C_l], fch, fch_gelu [4C_l];
+// lse [n_head/tp]; two means and rstds. C_l = C/tp (C serially: 16C + n_head + 4).
+std::int64_t floats_per_token(const GptConfig& c, int tp_size) {
+    const std::int64_t cl = c.channels / tp_size;
+    const std::int64_t per_block = 4 * std::int64_t(c.channels) + 12 * cl + c.n_head / tp_size + 4;
     return c.channels + c.n_layer * per_block + c.channels + 2 + c.vocab_size + 1;
+}
+
+// CP layout of a [T, 3C_l] qkv (or dqkv) buffer: Q [T, C_l], then this rank's K|V [T, 2C_l].
+Tensor cp_queries(const Tensor& qkv) {
+    const std::int64_t t = qkv.rows(), cl = qkv.cols() / 3;
+    return qkv.reshaped({t * 3 * cl}).slice(0, t * cl).reshaped({t, cl});
+}
+Tensor cp_local_kv(const Tensor& qkv) {
+    const std::int64_t t = qkv.rows(), cl = qkv.cols() / 3;
+    return qkv.reshaped({t * 3 * cl}).slice(t * cl, 2 * t * cl).reshaped({t, 2 * cl});
+}
+
+// The layout is built in the constructor's initialiser list: the config is checked first.
+const GptConfig& validated(const GptConfig& config) {
+    const Status valid = validate(config);
+    FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
+    return config;
+}
+
+void reserve(Backend& backend, DeviceBuffer& storage, std::int64_t& capacity, std::int64_t floats) {
+    if (floats > capacity) {
+        storage = backend.allocate(std::size_t(floats) * sizeof(float));
+        capacity = floats;
+    }
 }
 
 constexpr std::int64_t kIntsPerToken = 3;  // tokens, targets, positions
@@ -33,23 +63,37 @@ constexpr std::int64_t kIntsPerToken = 3;  // tokens, targets, positions
 
 // ---- Activations --------------------------------------------------------------------------
 
-Activations::Activations(Backend& backend, const GptConfig& config)
-    : backend_(backend), config_(config) {}
+Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
+    : backend_(backend), config_(config), tp_size_(tp_size) {
+    const Status valid = validate_tensor_parallel(config, tp_size);
+    FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
+}
+
+Activations::Activations(const GptModel& model)
+    : Activations(model.backend(), model.config(), model.parallel().tp_size()) {}
 
 Tensor Activations::block_input(int layer) const {
     FULCRUM_CHECK(layer >= 0 && layer <= config_.n_layer, "no such block");
     return layer == 0 ? encoded : blocks[layer - 1].residual3;
 }
 
-void Activations::resize(std::int64_t n) {
+void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
     FULCRUM_CHECK(n >= 1, "a micro-batch needs at least one token");
+    FULCRUM_CHECK(gathered_rows >= 0, "negative gathered rows");
     if (n > capacity_) {
-        floats_ = backend_.allocate(std::size_t(n * floats_per_token(config_)) * sizeof(float));
+        floats_ =
+            backend_.allocate(std::size_t(n * floats_per_token(config_, tp_size_)) * sizeof(float));
         ints_ = backend_.allocate(std::size_t(n * kIntsPerToken) * sizeof(std::int32_t));
         capacity_ = n;
     }
-    n_tokens_ = n;
     const std::int64_t c = config_.channels;
+    const std::int64_t cl = c / tp_size_;
+    if (gathered_rows > gathered_capacity_) {
+        gathered_ = backend_.allocate(std::size_t(config_.n_layer * gathered_rows * 2 * cl) *
+                                      sizeof(float));
+        gathered_capacity_ = gathered_rows;
+    }
+    n_tokens_ = n;
     Carver ints(ints_, DType::i32);
     tokens = ints.take({n});
     targets = ints.take({n});
@@ -57,19 +101,21 @@ void Activations::resize(std::int64_t n) {
     Carver f(floats_, DType::f32);
     encoded = f.take({n, c});
     blocks.resize(std::size_t(config_.n_layer));
+    Carver gathered(gathered_, DType::f32);
     for (BlockActivations& b : blocks) {
         b.ln1 = f.take({n, c});
         b.ln1_mean = f.take({n});
         b.ln1_rstd = f.take({n});
-        b.qkv = f.take({n, 3 * c});
-        b.atty = f.take({n, c});
-        b.att_lse = f.take({n, config_.n_head});
+        b.qkv = f.take({n, 3 * cl});
+        b.kv = gathered_rows > 0 ? gathered.take({gathered_rows, 2 * cl}) : Tensor{};
+        b.atty = f.take({n, cl});
+        b.att_lse = f.take({n, config_.n_head / tp_size_});
         b.residual2 = f.take({n, c});
         b.ln2 = f.take({n, c});
         b.ln2_mean = f.take({n});
         b.ln2_rstd = f.take({n});
-        b.fch = f.take({n, 4 * c});
-        b.fch_gelu = f.take({n, 4 * c});
+        b.fch = f.take({n, 4 * cl});
+        b.fch_gelu = f.take({n, 4 * cl});
         b.residual3 = f.take({n, c});
     }
     lnf = f.take({n, c});
@@ -81,10 +127,11 @@ void Activations::resize(std::int64_t n) {
 
 // ---- GptModel -----------------------------------------------------------------------------
 
-GptModel::GptModel(Backend& backend, const GptConfig& config)
-    : backend_(backend), config_(config), layout_(config) {
-    const Status valid = validate(config);
-    FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
+GptModel::GptModel(Backend& backend, const GptConfig& config, ModelParallel parallel)
+    : backend_(backend),
+      config_(config),
+      parallel_(parallel),
+      layout_(validated(config), parallel.tp_size()) {
     const std::int64_t n = layout_.total();
     param_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
     grad_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
@@ -95,9 +142,14 @@ GptModel::GptModel(Backend& backend, const GptConfig& config)
 }
 
 void GptModel::initialize(std::uint64_t seed) {
-    std::vector<float> host(std::size_t(layout_.total()));
-    initialize_parameters(layout_, seed, host);
-    set_parameters(host);
+    const ParameterLayout serial(config_);
+    std::vector<float> host(std::size_t(serial.total()));
+    initialize_parameters(serial, seed, host);
+    if (parallel_.tp_size() == 1) {
+        set_parameters(host);
+    } else {
+        set_parameters(shard_parameters(host, config_, parallel_.tp_size(), parallel_.tp_rank()));
+    }
 }
 
 void GptModel::set_parameters(std::span<const float> host) {
@@ -121,29 +173,52 @@ void GptModel::zero_gradients() {
     backend_.fill_zero(grads_);
 }
 
+void GptModel::check_activations(const Activations& acts) const {
+    FULCRUM_CHECK(acts.tp_size() == parallel_.tp_size(),
+                  "Activations made for another TP degree than the model's");
+}
+
+Tensor GptModel::exchange_staging(std::int64_t rows) {
+    const std::int64_t width = 2 * (config_.channels / parallel_.tp_size());
+    reserve(backend_, staging_storage_, staging_capacity_, rows * width);
+    return staging_storage_.f32(0, {rows, width});
+}
+
 void GptModel::begin_backward(const Activations& acts) {
+    check_activations(acts);
     const std::int64_t n = acts.n_tokens();
+    const std::int64_t c = config_.channels;
+    const std::int64_t cl = c / parallel_.tp_size();
+    const std::int64_t per_token = c + c + cl + 3 * cl + 4 * cl + 4 * cl + config_.vocab_size;
     if (n > scratch_capacity_) {
-        const std::int64_t c = config_.channels;
-        const std::int64_t per_token = c + c + c + 3 * c + 4 * c + 4 * c + config_.vocab_size;
         scratch_storage_ = backend_.allocate(std::size_t(n * per_token) * sizeof(float));
         scratch_capacity_ = n;
     }
-    const std::int64_t c = config_.channels;
     Carver f(scratch_storage_, DType::f32);
     scratch_.dresidual = f.take({n, c});
     scratch_.dln = f.take({n, c});
-    scratch_.datty = f.take({n, c});
-    scratch_.dqkv = f.take({n, 3 * c});
-    scratch_.dfch = f.take({n, 4 * c});
-    scratch_.dfch_gelu = f.take({n, 4 * c});
+    scratch_.datty = f.take({n, cl});
+    scratch_.dqkv = f.take({n, 3 * cl});
+    scratch_.dfch = f.take({n, 4 * cl});
+    scratch_.dfch_gelu = f.take({n, 4 * cl});
     scratch_.dlogits = f.take({n, config_.vocab_size});
+    scratch_.dkv = Tensor{};
+    if (acts.context_parallel()) {
+        const std::int64_t rows = acts.exchange.total_rows();
+        reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * 2 * cl);
+        scratch_.dkv = gathered_scratch_storage_.f32(0, {rows, 2 * cl});
+    }
     backend_.fill_zero(scratch_.dresidual);
 }
 
 void GptModel::load_micro_batch(const MicroBatch& batch, Activations& acts) {
     const Status valid = validate(batch, config_);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
+    FULCRUM_CHECK(parallel_.cp_size() == 1,
+                  "under CP every rank loads its ContextShard (make_context_shard), not the "
+                  "whole micro-batch");
+    check_activations(acts);
+    acts.exchange = {};
     acts.resize(batch.size());
     backend_.upload(acts.tokens, batch.tokens.data(), kComputeStream);
     backend_.upload(acts.targets, batch.targets.data(), kComputeStream);
@@ -153,8 +228,32 @@ void GptModel::load_micro_batch(const MicroBatch& batch, Activations& acts) {
     acts.set_target_count(batch.target_count());
 }
 
+void GptModel::load_micro_batch(const ContextShard& shard, Activations& acts) {
+    const Status valid = validate(shard, config_);
+    FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
+    FULCRUM_CHECK(int(shard.exchange.rows_per_rank.size()) == parallel_.cp_size(),
+                  "the context shard was made for another CP degree");
+    FULCRUM_CHECK(shard.exchange.rows_per_rank[std::size_t(parallel_.cp_rank())] == shard.size(),
+                  "the context shard was made for another CP rank");
+    check_activations(acts);
+    acts.exchange = shard.exchange;
+    acts.resize(shard.size(), shard.exchange.total_rows());
+    backend_.upload(acts.tokens, shard.tokens.data(), kComputeStream);
+    backend_.upload(acts.targets, shard.targets.data(), kComputeStream);
+    backend_.upload(acts.positions, shard.positions.data(), kComputeStream);
+    acts.spans = shard.spans;
+    acts.set_target_count(shard.target_count());
+}
+
 double GptModel::forward(const MicroBatch& batch, Activations& acts) {
     load_micro_batch(batch, acts);
+    forward_embedding(acts);
+    forward_blocks(0, config_.n_layer, acts);
+    return forward_head(acts);
+}
+
+double GptModel::forward(const ContextShard& shard, Activations& acts) {
+    load_micro_batch(shard, acts);
     forward_embedding(acts);
     forward_blocks(0, config_.n_layer, acts);
     return forward_head(acts);
@@ -173,23 +272,46 @@ void GptModel::forward_embedding(Activations& acts) {
 
 void GptModel::forward_blocks(int first, int last, Activations& acts) {
     FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
-    const std::int64_t c = config_.channels;
+    check_activations(acts);
+    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    const int local_heads = config_.n_head / parallel_.tp_size();
+    // Row-parallel biases are added once, by TP rank 0, before the all-reduce (tensor_parallel.h).
+    const bool adds_row_parallel_bias = parallel_.tp_rank() == 0;
+    Communicator* tp = parallel_.tp;
     Backend& be = backend_;
     for (int l = first; l < last; ++l) {
         const BlockWeights& w = weights_.blocks[l];
         BlockActivations& a = acts.blocks[l];
         const Tensor x = acts.block_input(l);
         be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias);
-        be.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias);
-        be.attention_forward(a.atty, a.att_lse, a.qkv.columns(0, c), a.qkv.columns(c, c),
-                             a.qkv.columns(2 * c, c), acts.spans, config_.n_head);
-        // residual2 first holds the projection, then x + projection (in place).
-        be.matmul_forward(a.residual2, a.atty, w.attn_proj_weight, w.attn_proj_bias);
+        // Column-parallel QKV (Megatron's f: identity forward).
+        if (acts.context_parallel()) {
+            // Q and this rank's K|V as two GEMMs into contiguous blocks, K|V gathered over CP.
+            const Tensor q = cp_queries(a.qkv), kv_local = cp_local_kv(a.qkv);
+            be.matmul_forward(q, a.ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl));
+            be.matmul_forward(kv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl),
+                              w.qkv_bias.slice(cl, 2 * cl));
+            gather_context_rows(be, parallel_.cp, acts.exchange, kv_local,
+                                exchange_staging(a.kv.rows()), a.kv);
+            be.attention_forward(a.atty, a.att_lse, q, a.kv.columns(0, cl), a.kv.columns(cl, cl),
+                                 acts.spans, local_heads);
+        } else {
+            be.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias);
+            be.attention_forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                                 a.qkv.columns(2 * cl, cl), acts.spans, local_heads);
+        }
+        // Row-parallel projection, then g: all-reduce forward. residual2 first holds the
+        // projection, then x + projection (in place).
+        be.matmul_forward(a.residual2, a.atty, w.attn_proj_weight,
+                          adds_row_parallel_bias ? w.attn_proj_bias : Tensor{});
+        all_reduce_sum(tp, a.residual2);
         be.residual_forward(a.residual2, x, a.residual2);
         be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_weight, w.ln2_bias);
-        be.matmul_forward(a.fch, a.ln2, w.fc_weight, w.fc_bias);
+        be.matmul_forward(a.fch, a.ln2, w.fc_weight, w.fc_bias);  // column-parallel (f)
         be.gelu_forward(a.fch_gelu, a.fch);
-        be.matmul_forward(a.residual3, a.fch_gelu, w.fc_proj_weight, w.fc_proj_bias);
+        be.matmul_forward(a.residual3, a.fch_gelu, w.fc_proj_weight,
+                          adds_row_parallel_bias ? w.fc_proj_bias : Tensor{});
+        all_reduce_sum(tp, a.residual3);  // g
         be.residual_forward(a.residual3, a.residual2, a.residual3);
     }
 }
@@ -221,17 +343,24 @@ void GptModel::backward_head(Activations& acts, float loss_scale) {
 
 void GptModel::backward_blocks(int first, int last, Activations& acts) {
     FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
-    const std::int64_t c = config_.channels;
+    check_activations(acts);
+    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    const int local_heads = config_.n_head / parallel_.tp_size();
+    Communicator* tp = parallel_.tp;
     Backend& be = backend_;
     BackwardScratch& s = scratch_;
     FULCRUM_CHECK(s.dresidual.rows() == acts.n_tokens(), "begin_backward() not called");
+    FULCRUM_CHECK(!acts.context_parallel() || s.dkv.rows() == acts.exchange.total_rows(),
+                  "begin_backward() not called for this micro-batch");
     for (int l = last - 1; l >= first; --l) {
         const BlockWeights& w = weights_.blocks[l];
         const BlockWeights& g = weight_grads_.blocks[l];
         const BlockActivations& a = acts.blocks[l];
         const Tensor x = acts.block_input(l);
         // dresidual holds ∂L/∂residual3. MLP branch; its LayerNorm adds into dresidual,
-        // which then holds ∂L/∂residual2 (identity path + branch).
+        // which then holds ∂L/∂residual2 (identity path + branch). Under TP the row-parallel
+        // projection needs no exchange (g: identity backward) and the column-parallel fc
+        // leaves a partial ∂L/∂ln2 that is summed over TP (f: all-reduce backward).
         be.fill_zero(s.dfch_gelu);
         be.matmul_backward(s.dfch_gelu, g.fc_proj_weight, g.fc_proj_bias, s.dresidual, a.fch_gelu,
                            w.fc_proj_weight);
@@ -239,6 +368,7 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
         be.gelu_backward(s.dfch, s.dfch_gelu, a.fch);
         be.fill_zero(s.dln);
         be.matmul_backward(s.dln, g.fc_weight, g.fc_bias, s.dfch, a.ln2, w.fc_weight);
+        all_reduce_sum(tp, s.dln);
         be.layernorm_backward(s.dresidual, g.ln2_weight, g.ln2_bias, s.dln, a.residual2,
                               w.ln2_weight, a.ln2_mean, a.ln2_rstd);
         // Attention branch; afterwards dresidual holds ∂L/∂x.
@@ -246,12 +376,30 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
         be.matmul_backward(s.datty, g.attn_proj_weight, g.attn_proj_bias, s.dresidual, a.atty,
                            w.attn_proj_weight);
         be.fill_zero(s.dqkv);
-        be.attention_backward(s.dqkv.columns(0, c), s.dqkv.columns(c, c), s.dqkv.columns(2 * c, c),
-                              s.datty, a.qkv.columns(0, c), a.qkv.columns(c, c),
-                              a.qkv.columns(2 * c, c), a.atty, a.att_lse, acts.spans,
-                              config_.n_head);
         be.fill_zero(s.dln);
-        be.matmul_backward(s.dln, g.qkv_weight, g.qkv_bias, s.dqkv, a.ln1, w.qkv_weight);
+        if (acts.context_parallel()) {
+            // dK|dV of the gathered rows from this rank's queries, summed over CP onto the
+            // ranks that own the rows: the one cross-rank sum of CP (context_parallel.h).
+            const Tensor q = cp_queries(a.qkv), dq = cp_queries(s.dqkv);
+            const Tensor dkv_local = cp_local_kv(s.dqkv);
+            be.fill_zero(s.dkv);
+            be.attention_backward(dq, s.dkv.columns(0, cl), s.dkv.columns(cl, cl), s.datty, q,
+                                  a.kv.columns(0, cl), a.kv.columns(cl, cl), a.atty, a.att_lse,
+                                  acts.spans, local_heads);
+            reduce_scatter_context_rows(be, parallel_.cp, acts.exchange, s.dkv,
+                                        exchange_staging(s.dkv.rows()), dkv_local);
+            be.matmul_backward(s.dln, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl), dq, a.ln1,
+                               w.qkv_weight.slice(0, cl));
+            be.matmul_backward(s.dln, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
+                               dkv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl));
+        } else {
+            be.attention_backward(s.dqkv.columns(0, cl), s.dqkv.columns(cl, cl),
+                                  s.dqkv.columns(2 * cl, cl), s.datty, a.qkv.columns(0, cl),
+                                  a.qkv.columns(cl, cl), a.qkv.columns(2 * cl, cl), a.atty,
+                                  a.att_lse, acts.spans, local_heads);
+            be.matmul_backward(s.dln, g.qkv_weight, g.qkv_bias, s.dqkv, a.ln1, w.qkv_weight);
+        }
+        all_reduce_sum(tp, s.dln);  // f
         be.layernorm_backward(s.dresidual, g.ln1_weight, g.ln1_bias, s.dln, x, w.ln1_weight,
                               a.ln1_mean, a.ln1_rstd);
     }

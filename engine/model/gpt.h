@@ -14,6 +14,16 @@
 // a range of blocks, and the head (last stage). Between stages travel the residual stream
 // `block_input(l)` forward and `residual_gradient()` backward. forward()/backward() run all
 // pieces in order, which is the serial model.
+//
+// Tensor and context parallelism (parallel_context.h) live inside the same pieces. With a TP
+// communicator the parameters are the rank's local layout (params.h) and each block all-
+// reduces over TP after its two row-parallel GEMMs and, backward, the input gradients of its
+// two column-parallel ones (tensor_parallel.h); the residual stream and so block_input() and
+// residual_gradient() stay [T, C] and identical on every TP rank. With a CP communicator a
+// rank loads a ContextShard (its tokens only: block_input() is [T_local, C]) and each block
+// exchanges K/V over CP (context_parallel.h). The head and forward() then give the sum of ℓ
+// over the LOCAL target tokens, and gradients are this rank's share: the trainer adds losses
+// over CP (not over TP: every TP rank reports the same sum) and all-reduces gradients over CP.
 #pragma once
 
 #include <cstdint>
@@ -23,16 +33,23 @@
 #include "engine/backend/backend.h"
 #include "engine/model/config.h"
 #include "engine/model/micro_batch.h"
+#include "engine/model/parallel_context.h"
 #include "engine/model/params.h"
 
 namespace fulcrum::engine {
 
 // Saved by the forward pass of one block, all with n_tokens rows. Layout (per row): ln1,
 // atty, residual2, ln2, residual3 [T, C]; qkv [T, 3C] (Q | K | V); fch, fch_gelu [T, 4C];
-// att_lse [T, n_head]; ln*_mean, ln*_rstd [T].
+// att_lse [T, n_head]; ln*_mean, ln*_rstd [T]. Under TP, qkv, atty, fch, fch_gelu and att_lse
+// are the rank's share: C_l = C/tp columns (its n_head/tp heads) instead of C.
+// Under CP (a ContextShard loaded) the memory of qkv holds Q [T, C_l] and then this rank's
+// K|V [T, 2C_l], each contiguous (the K|V block is what the all-gather sends), and kv holds
+// every CP rank's K|V rows in document order [T_total, 2C_l] (saved for the backward pass,
+// which needs the gathered keys again; re-gathering would trade that memory for traffic).
 struct BlockActivations {
     Tensor ln1, ln1_mean, ln1_rstd;
     Tensor qkv;
+    Tensor kv;  // CP only
     Tensor atty, att_lse;
     Tensor residual2;  // x after the attention branch
     Tensor ln2, ln2_mean, ln2_rstd;
@@ -40,10 +57,16 @@ struct BlockActivations {
     Tensor residual3;  // x after the MLP branch: the block's output
 };
 
+class GptModel;
+
 class Activations {
 public:
-    Activations(Backend& backend, const GptConfig& config);
+    // tp_size: the TP degree of the model that will use it (GptModel checks).
+    Activations(Backend& backend, const GptConfig& config, int tp_size = 1);
+    // For `model`: its backend, config and TP degree.
+    explicit Activations(const GptModel& model);
 
+    int tp_size() const { return tp_size_; }
     std::int64_t n_tokens() const { return n_tokens_; }
     std::int64_t capacity() const { return capacity_; }
     std::int64_t target_count() const { return target_count_; }
@@ -51,6 +74,9 @@ public:
     // Inputs of the micro-batch (device), and its attention spans (host).
     Tensor tokens, targets, positions;
     std::vector<AttentionSpan> spans;
+    // Set when a ContextShard was loaded (empty rows_per_rank: a whole micro-batch).
+    ContextExchange exchange;
+    bool context_parallel() const { return !exchange.rows_per_rank.empty(); }
 
     Tensor encoded;  // x⁰ [T, C]
     std::vector<BlockActivations> blocks;
@@ -61,27 +87,34 @@ public:
     // The residual stream entering block l (l == n_layer: entering the head).
     Tensor block_input(int layer) const;
 
-    // Sizes the views for `n_tokens` rows, growing the storage when needed.
-    void resize(std::int64_t n_tokens);
+    // Sizes the views for `n_tokens` rows, growing the storage when needed; gathered_rows > 0
+    // also sizes every block's kv for that many CP-gathered rows.
+    void resize(std::int64_t n_tokens, std::int64_t gathered_rows = 0);
     void set_target_count(std::int64_t n) { target_count_ = n; }
 
 private:
     Backend& backend_;
     GptConfig config_;
+    int tp_size_ = 1;
     std::int64_t n_tokens_ = 0;
     std::int64_t capacity_ = 0;
+    std::int64_t gathered_capacity_ = 0;
     std::int64_t target_count_ = 0;
     DeviceBuffer floats_;
     DeviceBuffer ints_;
+    DeviceBuffer gathered_;
 };
 
 class GptModel {
 public:
-    GptModel(Backend& backend, const GptConfig& config);
+    // `config` describes the whole model; with parallel.tp the parameters are that TP rank's
+    // local layout (params.h). Aborts when TP does not divide the heads.
+    GptModel(Backend& backend, const GptConfig& config, ModelParallel parallel = {});
 
     Backend& backend() const { return backend_; }
     const GptConfig& config() const { return config_; }
-    const ParameterLayout& layout() const { return layout_; }
+    const ModelParallel& parallel() const { return parallel_; }
+    const ParameterLayout& layout() const { return layout_; }  // the local layout
 
     // Flat 1-D buffers in the layout order, and structured views of them.
     Tensor parameters() const { return params_; }
@@ -89,8 +122,9 @@ public:
     const GptWeights& weights() const { return weights_; }
     const GptWeights& weight_gradients() const { return weight_grads_; }
 
+    // The serial initial values for `seed`; under TP this rank's part of them.
     void initialize(std::uint64_t seed);
-    void set_parameters(std::span<const float> host);
+    void set_parameters(std::span<const float> host);  // local layout
     std::vector<float> parameters_to_host() const;
     std::vector<float> gradients_to_host() const;
     void zero_gradients();
@@ -100,12 +134,16 @@ public:
     // loss_scale = 1/N_step over all micro-batches of a step, the gradients end up as those
     // of the step's mean loss (lm_head.h).
     double forward(const MicroBatch& batch, Activations& acts);
+    double forward(const ContextShard& shard, Activations& acts);  // Σ ℓ over local targets
     void backward(Activations& acts, float loss_scale);
 
     // Pieces, for pipeline stages. Blocks run over [first, last). load_micro_batch() aborts
     // on a batch that fails validate(batch, config): data from outside the engine's own
     // packer should be validated (and the error reported) before it gets here.
+    // A whole micro-batch; only without CP (or CP of one rank).
     void load_micro_batch(const MicroBatch& batch, Activations& acts);
+    // This CP rank's share (make_context_shard): its exchange must be for this CP group.
+    void load_micro_batch(const ContextShard& shard, Activations& acts);
     void forward_embedding(Activations& acts);
     void forward_blocks(int first, int last, Activations& acts);
     double forward_head(Activations& acts);
@@ -123,12 +161,20 @@ public:
 private:
     // Gradients of activations, reused by every block (gradient kernels accumulate, so
     // each is zeroed before use). Sized for the largest micro-batch seen.
+    // Under CP, dqkv's memory holds dQ [T, C_l] and this rank's dK|dV [T, 2C_l] (as qkv in
+    // BlockActivations), and dkv is ∂L/∂(gathered K|V) [T_total, 2C_l] in document order.
     struct BackwardScratch {
         Tensor dresidual, dln, datty, dqkv, dfch, dfch_gelu, dlogits;
+        Tensor dkv;
     };
+
+    void check_activations(const Activations& acts) const;
+    // Rank-major K|V rows of every CP rank [T_total, 2C_l], for the collectives.
+    Tensor exchange_staging(std::int64_t rows);
 
     Backend& backend_;
     GptConfig config_;
+    ModelParallel parallel_;
     ParameterLayout layout_;
     DeviceBuffer param_storage_;
     DeviceBuffer grad_storage_;
@@ -136,6 +182,10 @@ private:
     GptWeights weights_, weight_grads_;
     DeviceBuffer scratch_storage_;
     std::int64_t scratch_capacity_ = 0;
+    DeviceBuffer gathered_scratch_storage_;  // dkv
+    std::int64_t gathered_scratch_capacity_ = 0;
+    DeviceBuffer staging_storage_;
+    std::int64_t staging_capacity_ = 0;
     BackwardScratch scratch_;
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/model/lm_head.h"
+#include "engine/model/parallel_context.h"
 
 namespace fulcrum::engine {
 
@@ -91,6 +92,47 @@ Status validate(const MicroBatch& batch, const GptConfig& config) {
         if (batch.targets[i] < kernels::kNoTarget || batch.targets[i] >= config.vocab_size) {
             return invalid("target " + std::to_string(i) + " outside the vocabulary");
         }
+    }
+    return {};
+}
+
+Status validate(const ContextShard& shard, const GptConfig& config) {
+    auto invalid = [](std::string message) {
+        return Status(Error{ErrorCode::invalid_input, "CP shard: " + std::move(message)});
+    };
+    const std::size_t n = shard.tokens.size();
+    if (n == 0)
+        return invalid("no token");
+    if (shard.targets.size() != n || shard.positions.size() != n) {
+        return invalid("tokens, targets and positions differ in length");
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        if (shard.tokens[i] < 0 || shard.tokens[i] >= config.vocab_size) {
+            return invalid("token " + std::to_string(i) + " outside the vocabulary");
+        }
+        if (shard.targets[i] < kernels::kNoTarget || shard.targets[i] >= config.vocab_size) {
+            return invalid("target " + std::to_string(i) + " outside the vocabulary");
+        }
+        if (shard.positions[i] < 0 || shard.positions[i] >= config.max_context) {
+            return invalid("position " + std::to_string(shard.positions[i]) +
+                           " is past max_context " + std::to_string(config.max_context) +
+                           "; pack with a smaller context");
+        }
+    }
+    std::int64_t span_rows = 0;
+    for (const AttentionSpan& span : shard.spans) {
+        if (span.q_begin != span_rows || span.length < 1 || span.prefix < 0 || span.kv_begin < 0) {
+            return invalid("attention spans must tile the local rows in order");
+        }
+        span_rows += span.length;
+    }
+    if (span_rows != std::int64_t(n))
+        return invalid("attention spans do not cover the local rows");
+    std::int64_t run_rows = 0;
+    for (const RowRun& run : shard.exchange.runs)
+        run_rows += run.count;
+    if (shard.exchange.rows_per_rank.empty() || run_rows != shard.exchange.total_rows()) {
+        return invalid("the K/V exchange does not add up");
     }
     return {};
 }

@@ -41,14 +41,32 @@ Status validate(const GptConfig& config) {
     return {};
 }
 
-ParameterLayout::ParameterLayout(const GptConfig& config) : config_(config) {
+Status validate_tensor_parallel(const GptConfig& config, int tp_size) {
+    if (tp_size < 1) {
+        return Error{ErrorCode::invalid_input, "the TP degree must be at least 1"};
+    }
+    if (config.n_head % tp_size != 0) {
+        return Error{ErrorCode::invalid_input,
+                     "TP " + std::to_string(tp_size) + " does not divide the " +
+                         std::to_string(config.n_head) +
+                         " attention heads; tensor parallelism splits whole heads"};
+    }
+    return {};
+}
+
+ParameterLayout::ParameterLayout(const GptConfig& config, int tp_size)
+    : config_(config), tp_size_(tp_size) {
+    const Status valid = validate_tensor_parallel(config, tp_size);
+    FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
     const std::int64_t c = config.channels;
+    const std::int64_t cl = c / tp_size;  // this rank's share of C (whole heads) and of 4C
     auto add = [&](ParameterKind kind, int layer, std::string name, std::int64_t rows,
-                   std::int64_t cols, InitKind init) {
+                   std::int64_t cols, InitKind init, TpSplit split = TpSplit::replicated) {
         const bool decay = cols != 0;
-        tensors_.push_back({kind, layer, std::move(name), total_, rows, cols, decay, init});
+        tensors_.push_back({kind, layer, std::move(name), total_, rows, cols, decay, init, split});
         total_ += cols == 0 ? rows : rows * cols;
     };
+    using S = TpSplit;
     using K = ParameterKind;
     using I = InitKind;
     add(K::token_embedding, -1, "wte", config.vocab_size, c, I::normal);
@@ -57,20 +75,26 @@ ParameterLayout::ParameterLayout(const GptConfig& config) : config_(config) {
         const std::string p = "h." + std::to_string(l) + ".";
         add(K::ln1_weight, l, p + "ln1.weight", c, 0, I::ones);
         add(K::ln1_bias, l, p + "ln1.bias", c, 0, I::zeros);
-        add(K::qkv_weight, l, p + "attn.qkv.weight", 3 * c, c, I::normal);
-        add(K::qkv_bias, l, p + "attn.qkv.bias", 3 * c, 0, I::zeros);
-        add(K::attn_proj_weight, l, p + "attn.proj.weight", c, c, I::residual_normal);
+        add(K::qkv_weight, l, p + "attn.qkv.weight", 3 * cl, c, I::normal, S::head_rows);
+        add(K::qkv_bias, l, p + "attn.qkv.bias", 3 * cl, 0, I::zeros, S::head_rows);
+        add(K::attn_proj_weight, l, p + "attn.proj.weight", c, cl, I::residual_normal,
+            S::input_columns);
         add(K::attn_proj_bias, l, p + "attn.proj.bias", c, 0, I::zeros);
         add(K::ln2_weight, l, p + "ln2.weight", c, 0, I::ones);
         add(K::ln2_bias, l, p + "ln2.bias", c, 0, I::zeros);
-        add(K::fc_weight, l, p + "mlp.fc.weight", 4 * c, c, I::normal);
-        add(K::fc_bias, l, p + "mlp.fc.bias", 4 * c, 0, I::zeros);
-        add(K::fc_proj_weight, l, p + "mlp.proj.weight", c, 4 * c, I::residual_normal);
+        add(K::fc_weight, l, p + "mlp.fc.weight", 4 * cl, c, I::normal, S::output_rows);
+        add(K::fc_bias, l, p + "mlp.fc.bias", 4 * cl, 0, I::zeros, S::output_rows);
+        add(K::fc_proj_weight, l, p + "mlp.proj.weight", c, 4 * cl, I::residual_normal,
+            S::input_columns);
         add(K::fc_proj_bias, l, p + "mlp.proj.bias", c, 0, I::zeros);
     }
     add(K::lnf_weight, -1, "lnf.weight", c, 0, I::ones);
     add(K::lnf_bias, -1, "lnf.bias", c, 0, I::zeros);
-    FULCRUM_CHECK(total_ == config.parameter_count(), "layout disagrees with parameter_count");
+    // The split tensors hold 12C² + 7C per block in the serial layout; a TP rank has 1/tp.
+    const std::int64_t split_per_block = 12 * c * c + 7 * c;
+    FULCRUM_CHECK(total_ == config.parameter_count() -
+                                config.n_layer * (split_per_block - split_per_block / tp_size),
+                  "layout disagrees with parameter_count");
 }
 
 const ParameterTensor& ParameterLayout::find(ParameterKind kind, int layer) const {
@@ -119,6 +143,8 @@ GptWeights map_weights(const ParameterLayout& layout, Tensor flat) {
 void initialize_parameters(const ParameterLayout& layout, std::uint64_t seed,
                            std::span<float> host_params) {
     FULCRUM_CHECK(std::int64_t(host_params.size()) == layout.total(), "wrong host buffer size");
+    FULCRUM_CHECK(layout.tp_size() == 1,
+                  "initialise the serial layout, then shard it (tensor_parallel.h)");
     constexpr double kStd = 0.02;
     const double residual_std = kStd / std::sqrt(2.0 * layout.config().n_layer);
     const auto tensors = layout.tensors();

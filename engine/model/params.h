@@ -24,6 +24,18 @@
 // the projections by input columns), so a TP shard is a per-tensor row or column block of
 // this layout, not a contiguous range.
 //
+// Tensor-parallel (local) layout. ParameterLayout(config, tp_size) is ONE TP rank's layout:
+// the same tensors in the same order, with the split ones shrunk (Megatron-LM, Shoeybi et al.
+// 2019 §3; C_l = C/tp, the rank's n_head/tp heads):
+//     attn.qkv.weight [3C_l, C]  attn.qkv.bias [3C_l]   rows: its heads' Q, then K, then V
+//     attn.proj.weight[C, C_l]                          its input columns
+//     mlp.fc.weight   [4C_l, C]  mlp.fc.bias   [4C_l]   its output rows
+//     mlp.proj.weight [C, 4C_l]                         its input columns
+// Everything else — wte, wpe, the LayerNorms, lnf, and the biases of the two row-parallel
+// projections — is replicated on every TP rank (`TpSplit::replicated`): its gradient comes
+// out identical on all of them, so a global gradient norm must count it once.
+// engine/parallel/tensor_parallel.h maps between the full and the local layouts.
+//
 // Gradients and the AdamW moments use the same layout, so one offset names a parameter in all
 // four buffers.
 #pragma once
@@ -62,6 +74,14 @@ enum class ParameterKind : std::uint8_t {
 // that write into the residual stream, zeros for biases, ones for LayerNorm gains.
 enum class InitKind : std::uint8_t { normal, residual_normal, zeros, ones };
 
+// How tensor parallelism splits a tensor across the TP ranks (rank r of tp):
+enum class TpSplit : std::uint8_t {
+    replicated,     // whole on every rank
+    output_rows,    // column-parallel linear: rows [r·R/tp, (r+1)·R/tp)       (mlp.fc)
+    head_rows,      // fused QKV: those rows of each of the Q, K and V blocks  (attn.qkv)
+    input_columns,  // row-parallel linear: columns [r·K/tp, (r+1)·K/tp)       (the projections)
+};
+
 struct ParameterTensor {
     ParameterKind kind;
     int layer;         // block index, −1 for wte, wpe, lnf
@@ -71,8 +91,10 @@ struct ParameterTensor {
     std::int64_t cols;
     bool weight_decay;  // AdamW decays matrices only
     InitKind init;
+    TpSplit tp_split;  // rows/cols above are this TP rank's (local) sizes
 
     std::int64_t numel() const { return cols == 0 ? rows : rows * cols; }
+    bool tp_replicated() const { return tp_split == TpSplit::replicated; }
 };
 
 struct ElementRange {
@@ -82,9 +104,12 @@ struct ElementRange {
 
 class ParameterLayout {
 public:
-    explicit ParameterLayout(const GptConfig& config);
+    // The layout of one TP rank out of tp_size (1: the serial layout); aborts when
+    // validate_tensor_parallel(config, tp_size) fails.
+    explicit ParameterLayout(const GptConfig& config, int tp_size = 1);
 
-    const GptConfig& config() const { return config_; }
+    const GptConfig& config() const { return config_; }  // the whole model's sizes
+    int tp_size() const { return tp_size_; }
     std::span<const ParameterTensor> tensors() const { return tensors_; }
     std::int64_t total() const { return total_; }
     const ParameterTensor& find(ParameterKind kind, int layer = -1) const;
@@ -93,6 +118,7 @@ public:
 
 private:
     GptConfig config_;
+    int tp_size_ = 1;
     std::vector<ParameterTensor> tensors_;
     std::int64_t total_ = 0;
 };
@@ -117,10 +143,15 @@ struct GptWeights {
 GptWeights map_weights(const ParameterLayout& layout, Tensor flat);
 Tensor view_of(const ParameterTensor& tensor, Tensor flat);
 
+// invalid_input unless heads (and so the QKV, MLP and projection splits) divide evenly over
+// tp_size ranks.
+Status validate_tensor_parallel(const GptConfig& config, int tp_size);
+
 // Deterministic initial values for `seed`, written to host memory (layout.total() floats).
 // Every tensor draws from its own generator, seeded by derive_seed(seed, tensor index), so a
 // rank that owns only some tensors (pipeline) or rows of them (tensor parallel) can produce
-// exactly the serial values for its part.
+// exactly the serial values for its part. `layout` must be the serial one (tp_size 1): a TP
+// rank initialises the full buffer and takes its part with shard_parameters.
 void initialize_parameters(const ParameterLayout& layout, std::uint64_t seed,
                            std::span<float> host_params);
 

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "engine/instrument/annotations.h"
+#include "engine/parallel/context_parallel.h"
+#include "engine/parallel/tensor_parallel.h"
 
 namespace fulcrum::engine {
 namespace {
@@ -49,9 +51,18 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology,
       layers_(stage_layers(topology.coordinates().pp, topology.shape().pp,
                            model.config().n_layer)) {}
 
-MicroBatch ParallelTrainer::local_micro_batch(const PlannedMicroBatch& planned) const {
+Result<ParallelTrainer::LocalBatch> ParallelTrainer::local_micro_batch(
+    const PlannedMicroBatch& planned) const {
     const auto bytes = document_bytes(documents_, planned.packed);
-    return micro_batch_of(bytes);
+    if (topology_.shape().cp == 1) {
+        return LocalBatch(micro_batch_of(bytes));
+    }
+    auto shard = make_context_shard(bytes, planned.packed.documents, planned.cp,
+                                    topology_.coordinates().cp);
+    if (!shard) {
+        return shard.error();
+    }
+    return LocalBatch(std::move(*shard));
 }
 
 void ParallelTrainer::emit_workload(const StepPlan& plan) const {
@@ -84,12 +95,12 @@ void ParallelTrainer::emit_workload(const StepPlan& plan) const {
     instrument::mark("fulcrum.workload", json);
 }
 
-void ParallelTrainer::run_forward(int step, int microbatch, const MicroBatch& batch,
+void ParallelTrainer::run_forward(int step, int microbatch, const LocalBatch& batch,
                                   Activations& acts, double& loss_sum) {
     const int stage = topology_.coordinates().pp;
     instrument::KeyScope keys({step, microbatch, stage, Phase::forward});
     instrument::Range range("forward", Category::compute);
-    model_.load_micro_batch(batch, acts);
+    std::visit([&](const auto& local) { model_.load_micro_batch(local, acts); }, batch);
     if (topology_.first_stage()) {
         model_.forward_embedding(acts);
     } else {
@@ -159,8 +170,9 @@ void ParallelTrainer::reduce_gradients(int step) {
 }
 
 // ‖g‖ over the model, every parameter once: a stage counts the tensors it owns (wte on the
-// first stage only, though the last holds a copy), and DP/CP replicas hold the same summed
-// gradients, so only dp = cp = 0 contributes.
+// first stage only, though the last holds a copy); DP/CP replicas hold the same summed
+// gradients, so only dp = cp = 0 contributes; a TP-split tensor's parts are summed over the
+// TP ranks, a TP-replicated one counted on TP rank 0 only.
 double ParallelTrainer::gradient_norm() {
     const GridCoordinates me = topology_.coordinates();
     double sum = 0;
@@ -172,7 +184,7 @@ double ParallelTrainer::gradient_norm() {
                     ? tensor.layer >= layers_.first && tensor.layer < layers_.last
                     : (tensor.name.starts_with("lnf") ? topology_.last_stage()
                                                       : topology_.first_stage());
-            if (!owned) {
+            if (!owned || (tensor.tp_replicated() && me.tp != 0)) {
                 continue;
             }
             const float* g = grads.f32() + tensor.offset;
@@ -200,18 +212,22 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     instrument::KeyScope keys({plan.step, -1, me.pp, Phase::none});
     instrument::Range step_range("step", Category::schedule);
 
-    std::vector<MicroBatch> batches;
+    std::vector<LocalBatch> batches;
     batches.reserve(replica.size());
     StepReport report;
     report.step = ++steps_taken_;
     report.target_tokens = plan.target_tokens;
     for (const auto& planned : replica) {
-        batches.push_back(local_micro_batch(planned));
-        report.tokens += batches.back().size();
+        auto local = local_micro_batch(planned);
+        if (!local) {
+            return local.error();
+        }
+        batches.push_back(std::move(*local));
+        report.tokens += std::visit([](const auto& b) { return b.size(); }, batches.back());
     }
     report.micro_batches = microbatches;
     while (activations_.size() < batches.size()) {
-        activations_.push_back(std::make_unique<Activations>(model_.backend(), model_.config()));
+        activations_.push_back(std::make_unique<Activations>(model_));
     }
 
     model_.zero_gradients();
@@ -246,10 +262,14 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {
-    std::vector<float> full = model_.parameters_to_host();
+    const std::vector<float> local = model_.parameters_to_host();
+    // First the TP shards of this stage into the serial layout (every TP rank gets it)...
+    std::vector<float> full = topology_.shape().tp > 1
+                                  ? engine::gather_parameters(local, model_.config(), *groups_.tp)
+                                  : local;
     const GridCoordinates me = topology_.coordinates();
-    // Stage s's blocks come from its (dp 0, cp 0, tp 0) rank; lnf from the last stage.
-    const auto& layout = model_.layout();
+    // ...then stage s's blocks from its (dp 0, cp 0, tp 0) rank, lnf from the last stage.
+    const ParameterLayout layout(model_.config());
     for (int stage = 1; stage < topology_.shape().pp; ++stage) {
         const LayerRange layers = stage_layers(stage, topology_.shape().pp, model_.config().n_layer);
         ElementRange range = layout.block_range(layers.first, layers.last);

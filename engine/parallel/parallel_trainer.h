@@ -16,12 +16,14 @@
 #pragma once
 
 #include <memory>
+#include <variant>
 #include <vector>
 
 #include "core/util/result.h"
 #include "engine/comm/communicator.h"
 #include "engine/data/step_plan.h"
 #include "engine/model/gpt.h"
+#include "engine/model/parallel_context.h"
 #include "engine/parallel/schedule.h"
 #include "engine/parallel/topology.h"
 #include "engine/train/adamw.h"
@@ -58,9 +60,11 @@ public:
     std::vector<float> gather_parameters();
 
 private:
-    MicroBatch local_micro_batch(const PlannedMicroBatch& planned) const;
+    // The whole micro-batch, or this CP rank's shard of it.
+    using LocalBatch = std::variant<MicroBatch, ContextShard>;
+    Result<LocalBatch> local_micro_batch(const PlannedMicroBatch& planned) const;
     void emit_workload(const StepPlan& plan) const;
-    void run_forward(int step, int microbatch, const MicroBatch& batch, Activations& acts,
+    void run_forward(int step, int microbatch, const LocalBatch& batch, Activations& acts,
                      double& loss_sum);
     void run_backward(int step, int microbatch, Activations& acts, float loss_scale);
     void reduce_gradients(int step);

@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
         return fail(rank, "--heads " + std::to_string(o.heads) + " must divide --hidden " +
                               std::to_string(o.hidden));
     }
-    if (o.heads % o.grid.tp != 0) {
+    if (o.hidden % o.grid.tp != 0 || o.heads % o.grid.tp != 0) {
         return fail(rank, "--tp " + std::to_string(o.grid.tp) + " must divide --heads " +
                               std::to_string(o.heads) + " (each TP rank holds whole heads)");
     }
@@ -230,10 +230,10 @@ int main(int argc, char** argv) {
         instrument::mark("fulcrum.clock_sync");
     }
 
-    CpuBackend backend(1);
-    GptModel model(backend, model_config);
-    model.initialize(o.seed);
     ParallelGroups groups = ParallelGroups::create(*world, *topology);
+    CpuBackend backend(1);
+    GptModel model(backend, model_config, ModelParallel{groups.tp.get(), groups.cp.get()});
+    model.initialize(o.seed);
     ParallelTrainConfig train_config;
     train_config.train.adamw.learning_rate = o.learning_rate;
     train_config.train.warmup_steps = o.warmup;

@@ -92,6 +92,15 @@ private slots:
         QTest::newRow("pp2 gpipe") << 2 << QStringList{"--pp", "2", "--schedule", "gpipe"} << fixed;
         QTest::newRow("pp4 1f1b wlb") << 4 << QStringList{"--pp", "4"} << wlb;
         QTest::newRow("dp2 pp2 wlb") << 4 << QStringList{"--dp", "2", "--pp", "2"} << wlb;
+        QTest::newRow("tp2") << 2 << QStringList{"--tp", "2"} << fixed;
+        for (const char* sharding : {"contiguous", "zigzag", "per-doc", "adaptive"}) {
+            QTest::newRow(qPrintable(QString("cp2 ") + sharding))
+                << 2 << QStringList{"--cp", "2", "--cp-shard", sharding} << fixed;
+        }
+        QTest::newRow("tp2 pp2 ilp") << 4 << QStringList{"--tp", "2", "--pp", "2"}
+                                     << QStringList{"--balancer", "ilp", "--micro-batches", "4", "--ilp-time-limit", "30"};
+        QTest::newRow("dp2 pp2 cp2 wlb")
+            << 8 << QStringList{"--dp", "2", "--pp", "2", "--cp", "2"} << wlb;
     }
     void layoutMatchesOneRank() {
         QFETCH(int, ranks);

@@ -1,0 +1,175 @@
+#include "engine/parallel/context_parallel.h"
+
+#include <unordered_map>
+
+#include "engine/model/lm_head.h"
+
+namespace fulcrum::engine {
+
+namespace {
+
+Error invalid(std::string message) {
+    return Error{ErrorCode::invalid_input, "CP shard: " + std::move(message)};
+}
+
+std::span<float> floats_of(const Tensor& t) {
+    FULCRUM_CHECK(t.dtype() == DType::f32 && t.contiguous(), "exchange of a strided tensor");
+    return {static_cast<float*>(t.raw()), std::size_t(t.numel())};
+}
+
+// Checks the shapes of an exchange: `local` is this rank's rows, the others all rows.
+void check_exchange(Communicator* cp, const ContextExchange& exchange, const Tensor& local,
+                    const Tensor& staging, const Tensor& gathered) {
+    const int size = cp == nullptr ? 1 : cp->size();
+    const int rank = cp == nullptr ? 0 : cp->rank();
+    FULCRUM_CHECK(int(exchange.rows_per_rank.size()) == size,
+                  "the context shard was made for another CP degree");
+    const std::int64_t total = exchange.total_rows();
+    const std::int64_t width = local.cols();
+    FULCRUM_CHECK(local.rows() == exchange.rows_per_rank[std::size_t(rank)],
+                  "local rows differ from the exchange's count for this rank");
+    FULCRUM_CHECK(staging.rows() == total && staging.cols() == width, "staging [total, W]");
+    FULCRUM_CHECK(gathered.rows() == total && gathered.cols() == width, "gathered [total, W]");
+}
+
+std::vector<int> element_counts(const ContextExchange& exchange, std::int64_t width) {
+    std::vector<int> counts;
+    for (int rows : exchange.rows_per_rank)
+        counts.push_back(int(rows * width));
+    return counts;
+}
+
+}  // namespace
+
+Result<ContextShard> make_context_shard(std::span<const std::string_view> document_bytes,
+                                        std::span<const balance::Document> documents,
+                                        const balance::CpPlan& plan, int cp_rank) {
+    if (document_bytes.size() != documents.size()) {
+        return invalid(std::to_string(document_bytes.size()) + " document texts for " +
+                       std::to_string(documents.size()) + " documents");
+    }
+    const int cp_size = int(plan.ranks.size());
+    if (cp_rank < 0 || cp_rank >= cp_size) {
+        return invalid("CP rank " + std::to_string(cp_rank) + " outside a plan for " +
+                       std::to_string(cp_size) + " ranks");
+    }
+    // Where each document starts in document order, and which index an id names.
+    std::unordered_map<std::uint64_t, std::size_t> index_of;
+    std::vector<std::int64_t> start(documents.size());
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < documents.size(); ++i) {
+        if (documents[i].length != std::int64_t(document_bytes[i].size())) {
+            return invalid("document " + std::to_string(documents[i].id) + " has length " +
+                           std::to_string(documents[i].length) + " but " +
+                           std::to_string(document_bytes[i].size()) + " bytes of text");
+        }
+        if (!index_of.emplace(documents[i].id, i).second) {
+            return invalid("document id " + std::to_string(documents[i].id) + " appears twice");
+        }
+        start[i] = total;
+        total += documents[i].length;
+    }
+
+    ContextShard shard;
+    ContextExchange& exchange = shard.exchange;
+    std::vector<std::uint8_t> covered(std::size_t(total), 0);
+    std::int64_t gathered_row = 0;
+    for (int rank = 0; rank < cp_size; ++rank) {
+        std::int64_t rows = 0;
+        for (const balance::TokenRange& range : plan.ranks[std::size_t(rank)].ranges) {
+            const auto found = index_of.find(range.document_id);
+            if (found == index_of.end()) {
+                return invalid("the plan names document " + std::to_string(range.document_id) +
+                               ", which is not in the micro-batch");
+            }
+            const std::size_t doc = found->second;
+            if (range.begin < 0 || range.begin >= range.end || range.end > documents[doc].length) {
+                return invalid("range [" + std::to_string(range.begin) + ", " +
+                               std::to_string(range.end) + ") of document " +
+                               std::to_string(range.document_id) + " (length " +
+                               std::to_string(documents[doc].length) + ")");
+            }
+            const std::int64_t count = range.end - range.begin;
+            const std::int64_t document_row = start[doc] + range.begin;
+            for (std::int64_t t = document_row; t < document_row + count; ++t) {
+                if (covered[std::size_t(t)]++ != 0) {
+                    return invalid("token " + std::to_string(t - start[doc]) + " of document " +
+                                   std::to_string(range.document_id) +
+                                   " is in two ranges of the plan");
+                }
+            }
+            // Ranges that continue each other in both orders (a contiguous or zigzag piece
+            // spanning a document boundary) make one run: fewer, longer copies.
+            RowRun* last = exchange.runs.empty() ? nullptr : &exchange.runs.back();
+            if (last != nullptr && last->gathered_row + last->count == gathered_row &&
+                last->document_row + last->count == document_row) {
+                last->count += count;
+            } else {
+                exchange.runs.push_back({gathered_row, document_row, count});
+            }
+
+            if (rank == cp_rank) {
+                const std::string_view text = document_bytes[doc];
+                const std::int64_t length = documents[doc].length;
+                shard.spans.push_back({std::int32_t(shard.tokens.size()), std::int32_t(start[doc]),
+                                       std::int32_t(range.begin), std::int32_t(count)});
+                for (std::int64_t p = range.begin; p < range.end; ++p) {
+                    shard.tokens.push_back(static_cast<unsigned char>(text[std::size_t(p)]));
+                    shard.targets.push_back(
+                        p + 1 < length ? static_cast<unsigned char>(text[std::size_t(p + 1)])
+                                       : kernels::kNoTarget);
+                    shard.positions.push_back(std::int32_t(p));
+                }
+            }
+            rows += count;
+            gathered_row += count;
+        }
+        exchange.rows_per_rank.push_back(int(rows));
+    }
+    for (std::size_t i = 0; i < documents.size(); ++i) {
+        for (std::int64_t p = 0; p < documents[i].length; ++p) {
+            if (covered[std::size_t(start[i] + p)] == 0) {
+                return invalid("token " + std::to_string(p) + " of document " +
+                               std::to_string(documents[i].id) + " is in no range of the plan");
+            }
+        }
+    }
+    if (shard.tokens.empty()) {
+        return invalid("CP rank " + std::to_string(cp_rank) + " gets no token of this " +
+                       std::to_string(total) + "-token micro-batch; every rank needs at least one");
+    }
+    return shard;
+}
+
+void gather_context_rows(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                         Tensor local, Tensor staging, Tensor gathered) {
+    check_exchange(cp, exchange, local, staging, gathered);
+    if (cp == nullptr || cp->size() == 1) {
+        backend.copy(staging, local);
+    } else {
+        cp->all_gather(floats_of(local), floats_of(staging),
+                       element_counts(exchange, local.cols()));
+    }
+    for (const RowRun& run : exchange.runs) {
+        backend.copy(gathered.slice(run.document_row, run.count),
+                     staging.slice(run.gathered_row, run.count));
+    }
+}
+
+void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
+                                 const ContextExchange& exchange, Tensor gathered_grad,
+                                 Tensor staging, Tensor local) {
+    check_exchange(cp, exchange, local, staging, gathered_grad);
+    for (const RowRun& run : exchange.runs) {
+        backend.copy(staging.slice(run.gathered_row, run.count),
+                     gathered_grad.slice(run.document_row, run.count));
+    }
+    if (cp == nullptr || cp->size() == 1) {
+        backend.copy(local, staging);
+    } else {
+        cp->reduce_scatter_sum(floats_of(staging), floats_of(local),
+                               element_counts(exchange, local.cols()));
+    }
+}
+
+}  // namespace fulcrum::engine

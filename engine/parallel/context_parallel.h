@@ -1,0 +1,55 @@
+// Context parallelism: one CP rank's share of a micro-batch, and the K/V exchange of
+// attention (WLB-LLM §4 / REFERENCE §1: all-gather K/V forward, reduce-scatter dK/dV backward).
+//
+// Math. A CP rank owns the query rows of its TokenRanges (balance/cp_shard.h). For a query at
+// position p of document D, causal attention needs k_j, v_j for j = 0 … p of D, which other
+// ranks own. So in each block, after the local QKV projection:
+//     forward   KV = AllGather_cp(kv_local)        every rank's rows, then reordered so that
+//                                                  each document is contiguous (document order)
+//               y  = Attention(q_local, KV)        spans: local query rows, prefix = position
+//     backward  dKV = ∂L/∂KV from the LOCAL queries only   (attention_backward, document order)
+//               dkv_local = ReduceScatter_cp(dKV)  Σ over ranks of what their queries put on
+//                                                  this rank's K/V rows
+// The reduce-scatter is the only sum across CP ranks inside the model. Everything else a rank
+// computes — loss, parameter gradients — is its part of a sum over the micro-batch's tokens:
+// the trainer all-reduces the parameter gradients over CP (with DP) and adds the losses.
+//
+// Memory convention: kv_local [T_local, W] and the document-ordered KV [T_total, W] are
+// contiguous row-major (W = 2·C/tp: the K columns, then the V columns). The exchange goes
+// through a staging buffer [T_total, W] in rank-major order — what the collectives read and
+// write — and is reordered with one row-block copy per RowRun.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "core/balance/cp_shard.h"
+#include "core/balance/packing.h"
+#include "core/util/result.h"
+#include "engine/backend/backend.h"
+#include "engine/comm/communicator.h"
+#include "engine/model/parallel_context.h"
+
+namespace fulcrum::engine {
+
+// CP rank cp_rank's share of one micro-batch. document_bytes[i] is the text of documents[i]
+// (the micro-batch's documents in packed order; lengths must agree); `plan` says which token
+// ranges each CP rank holds, naming documents by id (balance::shard_microbatch). The plan
+// must cover every token of every document exactly once. invalid_input otherwise, and when
+// cp_rank gets no token at all (a micro-batch shorter than the CP degree).
+Result<ContextShard> make_context_shard(std::span<const std::string_view> document_bytes,
+                                        std::span<const balance::Document> documents,
+                                        const balance::CpPlan& plan, int cp_rank);
+
+// Forward exchange: `local` [rows_per_rank[me], W] → `gathered` [total, W] in document order
+// (every rank's rows). `staging` [total, W] is scratch. cp null means a group of one.
+void gather_context_rows(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                         Tensor local, Tensor staging, Tensor gathered);
+
+// Backward exchange: `gathered_grad` [total, W] in document order → `local` [rows, W] (over-
+// written) = the sum over CP ranks of their gathered_grad rows that this rank owns.
+void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
+                                 const ContextExchange& exchange, Tensor gathered_grad,
+                                 Tensor staging, Tensor local);
+
+}  // namespace fulcrum::engine

@@ -1,0 +1,236 @@
+// Context parallelism against the serial model, on 2 ranks (mpirun -np 2): the local
+// micro-batch a CP rank builds from a balance::CpPlan, and one forward and backward pass under
+// each sharding — the summed loss, the summed gradients, and every local row of the residual
+// stream against the serial row of the same token.
+#include <QtTest>
+
+#include <set>
+
+#include "parallel_test_support.h"
+
+Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
+
+using namespace fulcrum::engine;
+using namespace fulcrum::engine::test;
+namespace balance = fulcrum::balance;
+using fulcrum::Result;
+
+namespace {
+
+balance::CpPlan plan_for(balance::CpSharding sharding, int cp_size) {
+    const std::vector<balance::Document> docs = document_list();
+    balance::CpShardingState state;
+    Result<balance::CpPlan> plan = balance::shard_microbatch(docs, cp_size, sharding, state);
+    QTEST_ASSERT(plan.ok());
+    return std::move(plan).value();
+}
+
+ContextShard shard_for(const balance::CpPlan& plan, int cp_rank) {
+    const std::vector<std::string_view> texts = document_views();
+    const std::vector<balance::Document> docs = document_list();
+    Result<ContextShard> shard = make_context_shard(texts, docs, plan, cp_rank);
+    QTEST_ASSERT(shard.ok());
+    return std::move(shard).value();
+}
+
+// Where each document starts in the packed (serial) micro-batch.
+std::vector<std::int64_t> document_starts() {
+    std::vector<std::int64_t> starts;
+    std::int64_t at = 0;
+    for (const std::string& text : document_texts()) {
+        starts.push_back(at);
+        at += std::int64_t(text.size());
+    }
+    return starts;
+}
+
+}  // namespace
+
+class ParallelCpTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    void contextShardRows_data();
+    void contextShardRows();
+    void contextShardRejectsBadPlans();
+    void contextPathOnOneRankEqualsSerial();
+    void matchesSerial_data();
+    void matchesSerial();
+
+private:
+    CpuBackend backend_{1};
+};
+
+void ParallelCpTest::contextShardRows_data() {
+    QTest::addColumn<balance::CpSharding>("sharding");
+    QTest::newRow("contiguous") << balance::CpSharding::contiguous;
+    QTest::newRow("zigzag") << balance::CpSharding::zigzag;
+    QTest::newRow("per-doc") << balance::CpSharding::per_document;
+}
+
+// Host-only: every rank builds both ranks' shards and checks them against the serial batch.
+void ParallelCpTest::contextShardRows() {
+    QFETCH(balance::CpSharding, sharding);
+    constexpr int kCp = 2;
+    const balance::CpPlan plan = plan_for(sharding, kCp);
+    const MicroBatch serial = full_micro_batch();
+    const std::vector<std::int32_t> serial_positions = serial.positions();
+    const std::vector<std::int64_t> starts = document_starts();
+
+    std::vector<int> owner(std::size_t(serial.size()), -1);
+    std::int64_t targets = 0;
+    ContextExchange first_exchange;
+    bool crosses_ranks = false;
+    for (int rank = 0; rank < kCp; ++rank) {
+        const ContextShard shard = shard_for(plan, rank);
+        if (rank == 0)
+            first_exchange = shard.exchange;
+        // The exchange is the same on every rank.
+        QVERIFY(shard.exchange.rows_per_rank == first_exchange.rows_per_rank);
+        QVERIFY(shard.exchange.runs == first_exchange.runs);
+        QCOMPARE(std::int64_t(shard.exchange.rows_per_rank[std::size_t(rank)]), shard.size());
+        QVERIFY(validate(shard, tiny_config()).ok());
+        targets += shard.target_count();
+        // Every local row is the serial row kv_begin + prefix + i: same token, target and
+        // position, even when the target token is another rank's.
+        std::int64_t row = 0;
+        for (const AttentionSpan& span : shard.spans) {
+            QCOMPARE(std::int64_t(span.q_begin), row);
+            QVERIFY(std::find(starts.begin(), starts.end(), span.kv_begin) != starts.end());
+            for (std::int32_t i = 0; i < span.length; ++i, ++row) {
+                const std::size_t s = std::size_t(span.kv_begin + span.prefix + i);
+                QCOMPARE(shard.tokens[std::size_t(row)], serial.tokens[s]);
+                QCOMPARE(shard.targets[std::size_t(row)], serial.targets[s]);
+                QCOMPARE(shard.positions[std::size_t(row)], serial_positions[s]);
+                QCOMPARE(owner[s], -1);
+                owner[s] = rank;
+            }
+        }
+        QCOMPARE(row, shard.size());
+    }
+    QVERIFY(std::find(owner.begin(), owner.end(), -1) == owner.end());
+    QCOMPARE(targets, serial.target_count());
+    for (std::size_t s = 0; s + 1 < owner.size(); ++s) {
+        if (serial.targets[s] != -1 && owner[s] != owner[s + 1])
+            crosses_ranks = true;
+    }
+    QVERIFY2(crosses_ranks, "no target lies on another rank: the test data is too easy");
+    // The runs map rank-major gathered rows one-to-one onto document rows.
+    std::set<std::int64_t> gathered, document;
+    for (const RowRun& run : first_exchange.runs) {
+        for (std::int64_t i = 0; i < run.count; ++i) {
+            QVERIFY(gathered.insert(run.gathered_row + i).second);
+            QVERIFY(document.insert(run.document_row + i).second);
+            QCOMPARE(owner[std::size_t(run.document_row + i)],
+                     run.gathered_row + i < first_exchange.rows_per_rank[0] ? 0 : 1);
+        }
+    }
+    QCOMPARE(std::int64_t(gathered.size()), serial.size());
+    QCOMPARE(*document.rbegin(), serial.size() - 1);
+}
+
+void ParallelCpTest::contextShardRejectsBadPlans() {
+    const std::vector<std::string_view> texts = document_views();
+    const std::vector<balance::Document> docs = document_list();
+    const balance::CpPlan good = plan_for(balance::CpSharding::per_document, 2);
+    auto fails = [&](const balance::CpPlan& plan, std::span<const balance::Document> documents) {
+        const Result<ContextShard> shard = make_context_shard(texts, documents, plan, 0);
+        return !shard.ok() && shard.error().code == fulcrum::ErrorCode::invalid_input;
+    };
+    QVERIFY(!fails(good, docs));
+
+    balance::CpPlan missing = good;  // a token in no range
+    missing.ranks[1].ranges.back().end -= 1;
+    QVERIFY(fails(missing, docs));
+    balance::CpPlan twice = good;  // a token in two ranges
+    twice.ranks[0].ranges.push_back(good.ranks[1].ranges.front());
+    QVERIFY(fails(twice, docs));
+    balance::CpPlan unknown = good;
+    unknown.ranks[0].ranges.front().document_id = 3;
+    QVERIFY(fails(unknown, docs));
+    std::vector<balance::Document> wrong_length = docs;
+    wrong_length[2].length += 1;
+    QVERIFY(fails(good, wrong_length));
+    QVERIFY(!make_context_shard(texts, docs, good, 2).ok());  // no such rank
+
+    // One token over two ranks: one of them would have nothing to compute.
+    const std::vector<std::string_view> one_text = {"x"};
+    const std::vector<balance::Document> one_doc = {{1, 1}};
+    balance::CpShardingState state;
+    const Result<balance::CpPlan> tiny =
+        balance::shard_microbatch(one_doc, 2, balance::CpSharding::contiguous, state);
+    QVERIFY(tiny.ok());
+    QCOMPARE(int(make_context_shard(one_text, one_doc, *tiny, 0).ok()) +
+                 int(make_context_shard(one_text, one_doc, *tiny, 1).ok()),
+             1);
+}
+
+// The CP code path (split Q and K|V GEMMs, exchange, document-ordered K/V) without any
+// communication: a plan of one rank on a model without a CP communicator.
+void ParallelCpTest::contextPathOnOneRankEqualsSerial() {
+    const GptConfig config = tiny_config();
+    const std::vector<float> params = lively_parameters(config, 5);
+    const SerialRun serial = run_serial(backend_, config, params, full_micro_batch());
+    const ContextShard shard = shard_for(plan_for(balance::CpSharding::contiguous, 1), 0);
+    GptModel model(backend_, config);
+    model.set_parameters(params);
+    Activations acts(backend_, config);
+    model.zero_gradients();
+    const double loss = model.forward(shard, acts);
+    QVERIFY(acts.context_parallel());
+    model.backward(acts, float(1.0 / double(serial.targets)));
+    QVERIFY(std::abs(loss - serial.loss) <= kRelativeTolerance * serial.loss);
+    FULCRUM_VERIFY_COMPARISON(
+        compare_parameters(config, model.gradients_to_host(), serial.gradients), "CP=1");
+}
+
+void ParallelCpTest::matchesSerial_data() {
+    contextShardRows_data();
+}
+
+// One forward and backward pass with CP = 2. As the trainer will, the test adds the local
+// losses and all-reduces the gradients over CP; the loss scale is 1/N of the whole
+// micro-batch's targets. Communication first, checks after.
+void ParallelCpTest::matchesSerial() {
+    QFETCH(balance::CpSharding, sharding);
+    if (world().size() != 2)
+        QSKIP("needs mpirun -np 2");
+    Communicator& cp = world();
+    const GptConfig config = tiny_config();
+    const std::vector<float> params = lively_parameters(config, 5);
+    const SerialRun serial = run_serial(backend_, config, params, full_micro_batch());
+    const ContextShard shard = shard_for(plan_for(sharding, cp.size()), cp.rank());
+
+    GptModel model(backend_, config, ModelParallel{nullptr, &cp});
+    model.set_parameters(params);
+    Activations acts(backend_, config);
+    model.zero_gradients();
+    const double local_loss = model.forward(shard, acts);
+    model.backward(acts, float(1.0 / double(serial.targets)));
+    const double loss = sum_over(&cp, local_loss);
+    const double targets = sum_over(&cp, double(shard.target_count()));
+    std::vector<float> grads = model.gradients_to_host();
+    cp.all_reduce_sum(std::span<float>(grads));
+    std::vector<float> output(std::size_t(acts.block_input(config.n_layer).numel()));
+    backend_.download(output.data(), acts.block_input(config.n_layer), kComputeStream);
+
+    QCOMPARE(targets, double(serial.targets));
+    QVERIFY2(std::abs(loss - serial.loss) <= kRelativeTolerance * serial.loss,
+             qPrintable(QStringLiteral("loss %1 vs serial %2").arg(loss).arg(serial.loss)));
+    const Comparison gradients = compare_parameters(config, grads, serial.gradients);
+    report(QStringLiteral("CP=2 %1 gradients").arg(QTest::currentDataTag()), gradients);
+    FULCRUM_VERIFY_COMPARISON(gradients, "CP=2 gradients");
+    // Local row i of span s is serial row kv_begin + prefix + i.
+    std::vector<float> expected;
+    const std::int64_t c = config.channels;
+    for (const AttentionSpan& span : shard.spans) {
+        const auto begin = serial.output.begin() + (span.kv_begin + span.prefix) * c;
+        expected.insert(expected.end(), begin, begin + span.length * c);
+    }
+    Comparison rows;
+    compare_range(rows, "head input", output.data(), expected.data(), std::int64_t(output.size()));
+    FULCRUM_VERIFY_COMPARISON(rows, "CP=2 residual stream rows");
+}
+
+FULCRUM_MPI_TEST_MAIN(ParallelCpTest)
+#include "test_parallel_cp.moc"

@@ -1,0 +1,181 @@
+// Tensor parallelism against the serial model, on 2 ranks (mpirun -np 2): the parameter
+// mapping between the serial and the local layouts, the initial weights, and one forward and
+// backward pass — loss, every gathered gradient, and the replication of everything that TP
+// does not split.
+#include <QtTest>
+
+#include "parallel_test_support.h"
+
+using namespace fulcrum::engine;
+using namespace fulcrum::engine::test;
+
+namespace {
+
+// Every member's `values`, concatenated (all of equal length).
+std::vector<float> all_gathered(Communicator& comm, const std::vector<float>& values) {
+    std::vector<float> out(values.size() * std::size_t(comm.size()));
+    comm.all_gather(values, out, std::vector<int>(std::size_t(comm.size()), int(values.size())));
+    return out;
+}
+
+// A double's bytes as two floats, so that an all-gather (which copies, never adds) can show
+// whether the members hold bit-identical values.
+std::vector<float> bytes_of(double value) {
+    std::vector<float> out(2);
+    std::memcpy(out.data(), &value, sizeof(double));
+    return out;
+}
+
+bool all_members_equal(const std::vector<float>& gathered, std::size_t member_size,
+                       std::span<const ElementRange> ranges) {
+    const std::size_t members = gathered.size() / member_size;
+    for (std::size_t m = 1; m < members; ++m) {
+        for (const ElementRange& r : ranges) {
+            if (std::memcmp(gathered.data() + r.offset,
+                            gathered.data() + m * member_size + r.offset,
+                            std::size_t(r.count) * sizeof(float)) != 0) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+class ParallelTpTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    void shardGatherRoundTrip_data();
+    void shardGatherRoundTrip();
+    void initializeGivesTheSerialWeights();
+    void matchesSerial();
+
+private:
+    CpuBackend backend_{1};
+};
+
+void ParallelTpTest::shardGatherRoundTrip_data() {
+    QTest::addColumn<int>("tp");
+    QTest::newRow("TP 1") << 1;
+    QTest::newRow("TP 2") << 2;
+    QTest::newRow("TP 4") << 4;
+}
+
+// Pure host functions; every rank checks the same thing.
+void ParallelTpTest::shardGatherRoundTrip() {
+    QFETCH(int, tp);
+    const GptConfig config = tiny_config();
+    const ParameterLayout serial(config), local(config, tp);
+    const std::vector<float> full = lively_parameters(config, 11);
+    std::vector<std::vector<float>> locals;
+    for (int r = 0; r < tp; ++r) {
+        locals.push_back(shard_parameters(full, config, tp, r));
+        QCOMPARE(std::int64_t(locals.back().size()), local.total());
+    }
+    QVERIFY(gather_parameters(locals, config) == full);
+
+    // Split tensors add up to the serial ones; replicated ones are whole and equal.
+    std::int64_t split = 0, replicated = 0;
+    for (const ParameterTensor& t : local.tensors())
+        (t.tp_replicated() ? replicated : split) += t.numel();
+    QCOMPARE(replicated + tp * split, serial.total());
+    std::int64_t listed = 0;
+    for (const ElementRange& r : tp_replicated_ranges(local)) {
+        listed += r.count;
+        for (int rank = 0; rank < tp; ++rank) {
+            QVERIFY(std::equal(locals[std::size_t(rank)].begin() + r.offset,
+                               locals[std::size_t(rank)].begin() + r.offset + r.count,
+                               locals[0].begin() + r.offset));
+        }
+    }
+    QCOMPARE(listed, replicated);
+
+    // Where the pieces come from, for the last rank: its heads' rows of Q, K and V, its rows
+    // of fc, and its input columns of both projections.
+    const int r = tp - 1;
+    const std::vector<float>& mine = locals.back();
+    const std::int64_t c = config.channels, cl = c / tp;
+    const int l = 1;
+    auto at = [](const std::vector<float>& v, const ParameterTensor& t, std::int64_t row,
+                 std::int64_t col) { return v[std::size_t(t.offset + row * t.cols + col)]; };
+    using K = ParameterKind;
+    const ParameterTensor &fq = serial.find(K::qkv_weight, l), &lq = local.find(K::qkv_weight, l);
+    for (int block = 0; block < 3; ++block) {
+        QCOMPARE(at(mine, lq, block * cl, 5), at(full, fq, block * c + r * cl, 5));
+        QCOMPARE(at(mine, lq, block * cl + cl - 1, 0),
+                 at(full, fq, block * c + r * cl + cl - 1, 0));
+    }
+    const ParameterTensor &fqb = serial.find(K::qkv_bias, l), &lqb = local.find(K::qkv_bias, l);
+    QCOMPARE(mine[std::size_t(lqb.offset + 2 * cl)],
+             full[std::size_t(fqb.offset + 2 * c + r * cl)]);
+    const ParameterTensor &ff = serial.find(K::fc_weight, l), &lf = local.find(K::fc_weight, l);
+    QCOMPARE(at(mine, lf, 0, 3), at(full, ff, r * 4 * cl, 3));
+    const ParameterTensor &fp = serial.find(K::attn_proj_weight, l),
+                          &lp = local.find(K::attn_proj_weight, l);
+    QCOMPARE(at(mine, lp, 7, 1), at(full, fp, 7, r * cl + 1));
+    const ParameterTensor &fm = serial.find(K::fc_proj_weight, l),
+                          &lm = local.find(K::fc_proj_weight, l);
+    QCOMPARE(at(mine, lm, c - 1, 4 * cl - 1), at(full, fm, c - 1, r * 4 * cl + 4 * cl - 1));
+}
+
+void ParallelTpTest::initializeGivesTheSerialWeights() {
+    const GptConfig config = tiny_config();
+    GptModel serial(backend_, config);
+    serial.initialize(2024);
+    GptModel sharded(backend_, config, ModelParallel{&world(), nullptr});
+    sharded.initialize(2024);
+    QVERIFY(sharded.parameters_to_host() ==
+            shard_parameters(serial.parameters_to_host(), config, world().size(), world().rank()));
+}
+
+// One forward and backward pass with TP = 2 against the serial model on the same weights and
+// the same micro-batch. Communication first, checks after (parallel_test_support.h).
+void ParallelTpTest::matchesSerial() {
+    if (world().size() != 2)
+        QSKIP("needs mpirun -np 2");
+    const GptConfig config = tiny_config();
+    const std::vector<float> params = lively_parameters(config, 5);
+    const MicroBatch batch = full_micro_batch();
+    const SerialRun serial = run_serial(backend_, config, params, batch);
+
+    Communicator& tp = world();
+    GptModel model(backend_, config, ModelParallel{&tp, nullptr});
+    model.set_parameters(shard_parameters(params, config, tp.size(), tp.rank()));
+    Activations acts(backend_, config, tp.size());
+    model.zero_gradients();
+    const double loss = model.forward(batch, acts);
+    model.backward(acts, float(1.0 / double(serial.targets)));
+    const std::vector<float> local_grads = model.gradients_to_host();
+    const std::vector<float> grads = gather_parameters(local_grads, config, tp);
+    std::vector<float> output(std::size_t(acts.block_input(config.n_layer).numel()));
+    backend_.download(output.data(), acts.block_input(config.n_layer), kComputeStream);
+    // What every TP rank must hold bit for bit: the loss, the residual stream, and the
+    // gradients of the replicated parameters.
+    const std::vector<float> losses = all_gathered(tp, bytes_of(loss));
+    const std::vector<float> outputs = all_gathered(tp, output);
+    const std::vector<float> all_local_grads = all_gathered(tp, local_grads);
+
+    QVERIFY2(std::abs(loss - serial.loss) <= kRelativeTolerance * serial.loss,
+             qPrintable(QStringLiteral("loss %1 vs serial %2").arg(loss).arg(serial.loss)));
+    const Comparison gradients = compare_parameters(config, grads, serial.gradients);
+    report("TP=2 gradients", gradients);
+    FULCRUM_VERIFY_COMPARISON(gradients, "TP=2 gradients");
+    Comparison residual;
+    compare_range(residual, "head input", output.data(), serial.output.data(),
+                  std::int64_t(output.size()));
+    FULCRUM_VERIFY_COMPARISON(residual, "TP=2 residual stream");
+
+    const ElementRange whole{0, 2};
+    QVERIFY2(all_members_equal(losses, 2, std::span(&whole, 1)), "TP ranks report other losses");
+    const ElementRange stream{0, std::int64_t(output.size())};
+    QVERIFY2(all_members_equal(outputs, output.size(), std::span(&stream, 1)),
+             "TP ranks hold different residual streams");
+    QVERIFY2(all_members_equal(all_local_grads, local_grads.size(),
+                               tp_replicated_ranges(model.layout())),
+             "a replicated parameter's gradient differs between TP ranks");
+}
+
+FULCRUM_MPI_TEST_MAIN(ParallelTpTest)
+#include "test_parallel_tp.moc"

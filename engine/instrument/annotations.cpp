@@ -95,10 +95,11 @@ Range::Range(std::string_view name, Category category, const Keys& keys) {
 #endif
 }
 
-Range::~Range() {
+void Range::end() {
 #if FULCRUM_HAVE_NVTX
     if (pushed_) {
         nvtxDomainRangePop(domain());
+        pushed_ = false;
     }
 #endif
 }

@@ -48,7 +48,9 @@ public:
     Range(std::string_view name, Category category, const Keys& keys);
     // With the keys of the enclosing KeyScope.
     Range(std::string_view name, Category category) : Range(name, category, current_keys()) {}
-    ~Range();
+    ~Range() { end(); }
+    // Closes the range before the object's scope does (ranges must nest on a thread).
+    void end();
     Range(const Range&) = delete;
     Range& operator=(const Range&) = delete;
 

@@ -1,5 +1,7 @@
 #include "engine/model/gpt.h"
 
+#include "engine/instrument/annotations.h"
+
 #include <numeric>
 
 #include "engine/parallel/context_parallel.h"
@@ -283,6 +285,7 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
         const BlockWeights& w = weights_.blocks[l];
         BlockActivations& a = acts.blocks[l];
         const Tensor x = acts.block_input(l);
+        instrument::Range attention_range("attention", Category::attention);
         be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias);
         // Column-parallel QKV (Megatron's f: identity forward).
         if (acts.context_parallel()) {
@@ -306,6 +309,8 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
                           adds_row_parallel_bias ? w.attn_proj_bias : Tensor{});
         all_reduce_sum(tp, a.residual2);
         be.residual_forward(a.residual2, x, a.residual2);
+        attention_range.end();
+        instrument::Range mlp_range("mlp", Category::compute);
         be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_weight, w.ln2_bias);
         be.matmul_forward(a.fch, a.ln2, w.fc_weight, w.fc_bias);  // column-parallel (f)
         be.gelu_forward(a.fch_gelu, a.fch);
@@ -361,6 +366,7 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
         // which then holds ∂L/∂residual2 (identity path + branch). Under TP the row-parallel
         // projection needs no exchange (g: identity backward) and the column-parallel fc
         // leaves a partial ∂L/∂ln2 that is summed over TP (f: all-reduce backward).
+        instrument::Range mlp_range("mlp", Category::compute);
         be.fill_zero(s.dfch_gelu);
         be.matmul_backward(s.dfch_gelu, g.fc_proj_weight, g.fc_proj_bias, s.dresidual, a.fch_gelu,
                            w.fc_proj_weight);
@@ -371,7 +377,9 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
         all_reduce_sum(tp, s.dln);
         be.layernorm_backward(s.dresidual, g.ln2_weight, g.ln2_bias, s.dln, a.residual2,
                               w.ln2_weight, a.ln2_mean, a.ln2_rstd);
+        mlp_range.end();
         // Attention branch; afterwards dresidual holds ∂L/∂x.
+        instrument::Range attention_range("attention", Category::attention);
         be.fill_zero(s.datty);
         be.matmul_backward(s.datty, g.attn_proj_weight, g.attn_proj_bias, s.dresidual, a.atty,
                            w.attn_proj_weight);

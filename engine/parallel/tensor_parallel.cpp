@@ -1,5 +1,7 @@
 #include "engine/parallel/tensor_parallel.h"
 
+#include "engine/instrument/annotations.h"
+
 #include <algorithm>
 
 namespace fulcrum::engine {
@@ -117,6 +119,8 @@ void all_reduce_sum(Communicator* comm, Tensor t) {
     if (comm == nullptr || comm->size() == 1)
         return;
     FULCRUM_CHECK(t.dtype() == DType::f32 && t.contiguous(), "all-reduce of a strided tensor");
+    instrument::Range range("tp all-reduce", Category::communication,
+                            instrument::with_bytes(t.numel() * std::int64_t(sizeof(float))));
     comm->all_reduce_sum(std::span<float>(static_cast<float*>(t.raw()), std::size_t(t.numel())));
 }
 

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <vector>
 
+#include "tests/train/mpi_environment.h"
+
 namespace {
 
 const QString kTrain = QStringLiteral(FULCRUM_BINARY_DIR "/engine/fulcrum-train");
@@ -25,16 +27,6 @@ struct Run {
     std::vector<double> losses;
     std::vector<float> parameters;
 };
-
-QProcessEnvironment mpi_environment() {
-    auto env = QProcessEnvironment::systemEnvironment();
-    env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
-    env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
-    // More ranks than cores: waiting ranks must yield or busy polling starves the others.
-    env.insert("OMPI_MCA_mpi_yield_when_idle", "1");
-    return env;
-}
 
 Run train(int ranks, QStringList args, const QString& directory, const QString& tag) {
     const QString losses = directory + "/" + tag + ".losses";

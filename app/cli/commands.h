@@ -13,5 +13,6 @@ using Command = std::function<int()>;
 Command add_info_command(CLI::App& app);
 Command add_merge_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
+Command add_capture_command(CLI::App& app);
 
 }  // namespace fulcrum::cli

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     add(add_info_command);
     add(add_merge_command);
     add(add_export_command);
+    add(add_capture_command);
 
     // CLI11 would only say "a subcommand is required" for a misspelt one.
     if (argc > 1 && argv[1][0] != '-') {

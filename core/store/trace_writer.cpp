@@ -10,12 +10,13 @@
 namespace fulcrum::store {
 
 struct TraceWriter::Statements {
-    Statement event, string, lane, rank, workload, counter, import_log;
+    Statement event, string, lane, rank, workload, counter, import_log, lane_name, run_config;
 };
 
 bool TraceWriter::Batch::empty() const {
     return events.empty() && strings.empty() && lanes.empty() && ranks.empty() &&
-           workload.empty() && counters.empty() && import_log.empty();
+           workload.empty() && counters.empty() && import_log.empty() && lane_names.empty() &&
+           !run_config.has_value();
 }
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path,
@@ -107,6 +108,16 @@ LaneId TraceWriter::add_lane(std::int32_t rank, LaneKind kind, std::string_view 
     return lane.id;
 }
 
+void TraceWriter::rename_lane(LaneId lane, std::string_view name) {
+    std::lock_guard lock(mutex_);
+    current_.lane_names.emplace_back(lane, std::string(name));
+}
+
+void TraceWriter::set_run_config(std::string config_json) {
+    std::lock_guard lock(mutex_);
+    current_.run_config = std::move(config_json);
+}
+
 StringId TraceWriter::intern(std::string_view text) {
     std::lock_guard lock(mutex_);
     if (auto found = string_ids_.find(text); found != string_ids_.end()) {
@@ -125,6 +136,18 @@ void TraceWriter::add_event(const Event& event) {
         return;
     }
     current_.events.push_back(event);
+    if (current_.events.size() >= options_.batch_events) {
+        hand_over_current_batch(lock);
+    }
+}
+
+void TraceWriter::add_events(const Event* events, std::size_t count) {
+    std::unique_lock lock(mutex_);
+    if (failure_) {
+        stats_.events_dropped += static_cast<std::int64_t>(count);
+        return;
+    }
+    current_.events.insert(current_.events.end(), events, events + count);
     if (current_.events.size() >= options_.batch_events) {
         hand_over_current_batch(lock);
     }
@@ -199,6 +222,8 @@ void TraceWriter::run_writer_thread() {
         prepare(statements.import_log,
                 "INSERT INTO import_log (source, record_index, reason, record) VALUES "
                 "(?1, ?2, ?3, ?4)");
+        prepare(statements.lane_name, "UPDATE lane SET name = ?2 WHERE id = ?1");
+        prepare(statements.run_config, "UPDATE run SET config = ?1 WHERE id = 1");
     }
 
     std::unique_lock lock(mutex_);
@@ -272,6 +297,15 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
             st.lane.bind(4, lane.name);
             st.lane.bind_optional(5, lane.native_id);
             ok = ok && st.lane.run();
+        }
+        for (const auto& [lane, name] : batch.lane_names) {
+            st.lane_name.bind(1, std::int64_t{lane.value});
+            st.lane_name.bind(2, name);
+            ok = ok && st.lane_name.run();
+        }
+        if (batch.run_config) {
+            st.run_config.bind(1, *batch.run_config);
+            ok = ok && st.run_config.run();
         }
         for (const auto& rank : batch.ranks) {
             st.rank.bind(1, std::int64_t{rank.rank});

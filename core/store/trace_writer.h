@@ -57,8 +57,17 @@ public:
     void add_rank(const RankInfo& rank);
     LaneId add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
                     std::int64_t native_id = -1);
+    // A collector learns a thread's or stream's name (nvtxNameOsThread) after its lane
+    // already holds events.
+    void rename_lane(LaneId lane, std::string_view name);
+    // The run's configuration arrives from inside the traced program (the `fulcrum.run`
+    // mark), after create() wrote the run row.
+    void set_run_config(std::string config_json);
     StringId intern(std::string_view text);
     void add_event(const Event& event);
+    // Many at once under one lock: collectors buffer events per thread and hand them over
+    // in blocks, so that threads do not meet on the writer's lock at every event.
+    void add_events(const Event* events, std::size_t count);
     void add_workload(const WorkloadEntry& entry);
     void add_counter(const CounterSample& sample);
     void add_import_log(const ImportLogEntry& entry);
@@ -85,6 +94,8 @@ private:
         std::vector<WorkloadEntry> workload;
         std::vector<CounterSample> counters;
         std::vector<ImportLogEntry> import_log;
+        std::vector<std::pair<LaneId, std::string>> lane_names;
+        std::optional<std::string> run_config;
         bool empty() const;
     };
     struct Statements;

@@ -1,0 +1,80 @@
+// The `fulcrum` NVTX annotation scheme (docs/annotations.md), parsed into the store's terms.
+// Pure functions with no NVTX and no writer, so the scheme is tested on plain strings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/trace/model.h"
+#include "core/util/result.h"
+
+namespace fulcrum::collect {
+
+// A range or mark message "NAME[ key=value]...": NAME is free text without '=', what the
+// timeline shows; recognised keys fill the semantic columns, any other key goes to args.
+struct RangeAnnotation {
+    std::string name;
+    std::int32_t step = -1;
+    std::int32_t microbatch = -1;
+    std::int16_t stage = -1;
+    Phase phase = Phase::none;
+    std::int64_t bytes = -1;
+    std::string args_json;  // a JSON object of the other keys; empty when there are none
+};
+
+RangeAnnotation parse_range_message(std::string_view message);
+
+// The store's category for an NVTX category number of the `fulcrum` domain; numbers the
+// scheme does not define are "other".
+Category category_from_nvtx(std::uint32_t nvtx_category);
+
+// Marks carry "NAME JSON": the name up to the first space, the JSON after it.
+struct MarkMessage {
+    std::string_view name;
+    std::string_view json;
+};
+MarkMessage split_mark_message(std::string_view message);
+
+// Names of the metadata marks (docs/annotations.md, "Marks"); fulcrum.clock_sync is
+// kClockSyncMark in core/trace/model.h.
+inline constexpr std::string_view kRankMark = "fulcrum.rank";
+inline constexpr std::string_view kRunMark = "fulcrum.run";
+inline constexpr std::string_view kWorkloadMark = "fulcrum.workload";
+
+// `fulcrum.rank`: {"rank":5,"world":8,"dp":1,"pp":0,"cp":1,"tp":0,"device":-1}. Fills the
+// rank number, coordinates and device of `rank`; other fields are left as they are.
+struct RankMark {
+    std::int32_t rank = -1;
+    std::int32_t world = -1;
+    std::int32_t dp = -1, pp = -1, cp = -1, tp = -1;
+    std::int32_t device = -1;
+};
+Result<RankMark> parse_rank_mark(std::string_view json);
+
+// `fulcrum.run`: any JSON object; returned in compact form for run.config.
+Result<std::string> parse_run_mark(std::string_view json);
+
+// `fulcrum.workload`: {"step":3,"balancer":"wlb","microbatches":[[[doc_id,doc_length,
+// token_begin,token_end],...],...]}, one row per document per micro-batch.
+Result<std::vector<WorkloadEntry>> parse_workload_mark(std::string_view json, std::int32_t rank);
+
+// step, micro-batch, stage and phase of a range in one 64-bit CUPTI external correlation id,
+// so that the kernels and copies it launches carry them too. Each is stored + 1 (0 is
+// "unknown"): step 32 bits, micro-batch 16, stage 12, phase 4; a value too large for its
+// field is stored as unknown.
+std::uint64_t pack_semantic_keys(std::int32_t step, std::int32_t microbatch, std::int16_t stage,
+                                 Phase phase);
+struct SemanticKeys {
+    std::int32_t step = -1;
+    std::int32_t microbatch = -1;
+    std::int16_t stage = -1;
+    Phase phase = Phase::none;
+};
+SemanticKeys unpack_semantic_keys(std::uint64_t id);
+
+// NVTX's wide-character messages (UTF-32 on Linux) as UTF-8.
+std::string utf8_from_wide(const wchar_t* text);
+
+}  // namespace fulcrum::collect

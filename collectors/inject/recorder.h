@@ -1,0 +1,176 @@
+// The recorder: one per traced process. It owns the rank's TraceWriter and the facts every
+// event needs (rank, lanes of threads and streams), and it decides when recording starts,
+// stops and finishes.
+//
+// Lifecycle. The writer is opened lazily, at the process's first event (or at cuInit for a
+// CUDA program), so that a process which loads NVTX but never uses it leaves no file, and so
+// that a `fulcrum.rank` mark emitted first can name the file when no launcher gave a rank.
+// At exit an atexit handler flushes CUPTI, closes the writer (indexes, rank.complete = 1)
+// and leaves a single file. A killed process keeps what the writer committed (at most
+// 350 ms are lost: a thread's buffer, then a commit). A full disk stops recording with one warning line; the program runs on.
+//
+// Fork. A child forked without exec does not record: the writer's and the housekeeper's
+// threads do not exist in it, and the writer's lock may have been held by another thread
+// at the fork. Its NVTX calls return at once. A child that execs starts afresh, like any
+// other process.
+//
+// Files in FULCRUM_CAPTURE_DIR: rank-N.sqlite, and rank-N.status, a one-line status that
+// `fulcrum capture` reads for its progress line and summary:
+//   pid=123 rank=3 state=recording events=4567 dropped=0 gpu=none
+// Creating the status file with O_EXCL is how a process claims rank N, so two processes
+// never write one file.
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "collectors/inject/annotation.h"
+#include "core/store/trace_writer.h"
+
+namespace fulcrum::collect {
+
+// One clock for host ranges and GPU records: CLOCK_REALTIME, CUPTI's default on Linux, also
+// registered as CUPTI's timestamp callback. Its offset to UTC is therefore 0.
+inline std::int64_t host_clock_ns() {
+    timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+// One line on stderr, "fulcrum: ..." (with the rank when known), written in one write(2)
+// so that ranks' lines do not interleave and the program's stdio buffers are not touched.
+void say(std::string_view line);
+
+enum class GpuMode { off, automatic, on };
+
+// Events of one thread on their way to the writer. Handing them over in blocks keeps the
+// threads of a traced program from meeting on the writer's lock at every event; the
+// housekeeper drains every buffer every 100 ms, so an idle thread's events still reach the
+// disk within about one commit interval. The lock is the owner thread's alone except when
+// the housekeeper drains, so it is almost always free and costs one atomic exchange.
+class EventBuffer {
+public:
+    static constexpr std::size_t kCapacity = 512;
+
+    EventBuffer() { events_.reserve(kCapacity); }
+    void add(const Event& event, store::TraceWriter& writer) {
+        lock();
+        events_.push_back(event);
+        if (events_.size() >= kCapacity) {
+            writer.add_events(events_.data(), events_.size());
+            events_.clear();
+        }
+        unlock();
+    }
+    void drain(store::TraceWriter& writer) {
+        lock();
+        if (!events_.empty()) {
+            writer.add_events(events_.data(), events_.size());
+            events_.clear();
+        }
+        unlock();
+    }
+    // Set by the owner thread as it exits; the housekeeper then drains and frees it.
+    std::atomic<bool> orphaned{false};
+
+private:
+    void lock() {
+        while (busy_.test_and_set(std::memory_order_acquire)) {
+            std::this_thread::yield();
+        }
+    }
+    void unlock() { busy_.clear(std::memory_order_release); }
+
+    std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+    std::vector<Event> events_;
+};
+
+class Recorder {
+public:
+    enum class State : int {
+        idle,       // nothing recorded yet; the writer opens at the first event
+        recording,
+        stopped,    // the writer failed (full disk) or the process is exiting
+        disabled,   // not recording: no capture directory, rank taken, forked child
+    };
+
+    static Recorder& instance() { return *instance_; }
+
+    // The check at the top of every hook: one atomic load when recording.
+    bool recording() {
+        const State state = state_.load(std::memory_order_acquire);
+        return state == State::recording || (state == State::idle && start(-1));
+    }
+    // Opens the writer. `rank_hint`: the rank of a `fulcrum.rank` mark when it is the first
+    // event, used only when no launcher variable gives one.
+    bool start(std::int32_t rank_hint);
+    State state() const { return state_.load(std::memory_order_acquire); }
+    bool declined() const;  // true when FULCRUM_CAPTURE_DIR is not set
+
+    store::TraceWriter& writer() { return *writer_; }
+    std::int32_t rank() const { return rank_.rank; }
+    GpuMode gpu_mode() const { return gpu_mode_; }
+
+    // Host lanes by OS thread id, created at a thread's first event.
+    LaneId thread_lane(std::int64_t tid);
+    void name_thread(std::int64_t tid, std::string name);
+
+    // From the `fulcrum.rank` mark.
+    void set_coordinates(const RankMark& mark);
+    void log_problem(std::string reason, std::string record);
+    void add_dropped(std::int64_t count);
+    // A buffer for the calling thread's events, drained by the housekeeper and at exit.
+    EventBuffer* new_event_buffer();
+
+    // Runs at exit in the process that opened the writer; idempotent.
+    void finish();
+    void after_fork_in_child();
+    void lock_for_fork();
+    void unlock_after_fork();
+
+private:
+    static Recorder* const instance_;  // made as the library loads; never destroyed
+    Recorder();
+    bool open_writer(std::int32_t rank_hint);
+    bool claim_rank(const std::string& directory, std::int32_t rank, bool fallback);
+    void run_housekeeper();
+    void write_status(std::string_view state);
+    std::string lane_name_for(std::int64_t tid);
+    void drain_event_buffers();
+
+    std::atomic<State> state_{State::idle};
+    std::mutex start_mutex_;
+    std::unique_ptr<store::TraceWriter> writer_;  // leaked at exit: other threads may still call it
+    RankInfo rank_;
+    GpuMode gpu_mode_ = GpuMode::automatic;
+    std::string directory_;
+    int status_fd_ = -1;
+    int owner_pid_ = 0;
+
+    std::mutex lanes_mutex_;
+    std::unordered_map<std::int64_t, LaneId> thread_lanes_;
+    std::unordered_map<std::int64_t, std::string> thread_names_;
+
+    std::mutex buffers_mutex_;
+    std::vector<EventBuffer*> buffers_;
+
+    std::mutex housekeeper_mutex_;
+    std::condition_variable housekeeper_wake_;
+    bool housekeeper_stop_ = false;
+    std::thread housekeeper_;
+    std::int64_t writer_drops_reported_ = 0;
+    bool failure_reported_ = false;
+    std::once_flag finish_once_;
+};
+
+}  // namespace fulcrum::collect

@@ -229,6 +229,40 @@ Result<PackedBatch> pack_global_batch(std::span<const Document> documents,
     return invalid("unknown balancer");
 }
 
+Result<std::vector<PackedBatch>> pack_ilp_window(std::span<const std::vector<Document>> batches,
+                                                 const PackingOptions& options) {
+    if (options.balancer != Balancer::ilp) {
+        return invalid("a packing window is for the ilp balancer");
+    }
+    if (auto valid = validate(options); !valid) {
+        return valid.error();
+    }
+    std::vector<Document> documents;
+    for (const auto& batch : batches) {
+        documents.insert(documents.end(), batch.begin(), batch.end());
+    }
+    if (auto fits = check_lengths(documents, options.capacity, "capacity S", options.balancer);
+        !fits) {
+        return fits.error();
+    }
+    const int window = static_cast<int>(batches.size());
+    PackingOptions joint = options;
+    joint.microbatches = options.microbatches * std::max(window, 1);
+    PackedBatch packed = detail::pack_ilp(documents, joint);
+    auto& microbatches = packed.microbatches;
+    std::stable_sort(microbatches.begin(), microbatches.end(),
+                     [](const MicroBatch& a, const MicroBatch& b) {
+                         return a.attention_work > b.attention_work;
+                     });
+    std::vector<PackedBatch> result(static_cast<std::size_t>(window));
+    const std::size_t per_batch = (microbatches.size() + window - 1) / std::max(window, 1);
+    for (std::size_t i = 0; i < microbatches.size(); ++i) {
+        result[i / per_batch].microbatches.push_back(std::move(microbatches[i]));
+    }
+    result.front().ilp = packed.ilp;
+    return result;
+}
+
 Result<std::vector<PackedBatch>> drain(const PackingOptions& options, PackingState& state) {
     if (auto valid = validate(options); !valid) {
         return valid.error();

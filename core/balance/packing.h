@@ -120,6 +120,15 @@ struct PackedBatch {
 Result<PackedBatch> pack_global_batch(std::span<const Document> documents,
                                       const PackingOptions& options, PackingState& state);
 
+// ilp over a window of W global batches (WLB-LLM §3.3 "ILP over 2/4 batches"): the documents
+// of W consecutive batches are packed together into W·N micro-batches, then dealt back as W
+// batches of N in order of Σd², heaviest first, so that each batch holds micro-batches of
+// similar attention work. One outlier document no longer sets its own batch's maximum
+// against N−1 light micro-batches, which bounds what any single-batch packer can reach.
+// Documents wait at most W−1 iterations. W = batches.size(); the balancer must be ilp.
+Result<std::vector<PackedBatch>> pack_ilp_window(std::span<const std::vector<Document>> batches,
+                                                 const PackingOptions& options);
+
 // End of epoch: packs everything still delayed into as many further global batches as it
 // takes (each of N micro-batches), so no document is ever dropped.
 Result<std::vector<PackedBatch>> drain(const PackingOptions& options, PackingState& state);

@@ -154,6 +154,8 @@ Status StepPlanner::start_epoch() {
     }
     batches_ = std::move(*batches);
     next_batch_ = 0;
+    window_.clear();
+    next_window_ = 0;
     drained_.clear();
     next_drained_ = 0;
     return {};
@@ -182,7 +184,25 @@ Result<std::vector<std::vector<balance::MicroBatch>>> StepPlanner::pack_one() {
             return status.error();
         }
     }
-    for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+        if (next_window_ < window_.size()) {
+            return deal_to_replicas(std::move(window_[next_window_++].microbatches));
+        }
+        if (next_batch_ < batches_.size() && options_.packing.balancer == balance::Balancer::ilp &&
+            options_.ilp_window > 1) {
+            const std::size_t count = std::min<std::size_t>(
+                static_cast<std::size_t>(options_.ilp_window), batches_.size() - next_batch_);
+            auto packed = balance::pack_ilp_window(
+                std::span<const std::vector<balance::Document>>(batches_.data() + next_batch_, count),
+                global_);
+            if (!packed) {
+                return packed.error();
+            }
+            next_batch_ += count;
+            window_ = std::move(*packed);
+            next_window_ = 0;
+            continue;
+        }
         if (next_batch_ < batches_.size()) {
             auto packed = balance::pack_global_batch(batches_[next_batch_++], global_, state_);
             if (!packed) {

@@ -55,6 +55,8 @@ struct PlannerOptions {
     int cp = 1;
     balance::CpSharding sharding = balance::CpSharding::per_document;
     std::uint64_t seed = 1;
+    // ilp packs this many global batches jointly (balance::pack_ilp_window); 1: one at a time.
+    int ilp_window = 4;
 };
 
 struct PlannedMicroBatch {
@@ -99,6 +101,8 @@ private:
     balance::CpShardingState cp_state_;
     std::vector<std::vector<balance::Document>> batches_;  // this epoch's global batches
     std::size_t next_batch_ = 0;
+    std::vector<balance::PackedBatch> window_;  // ilp: packed batches not yet trained
+    std::size_t next_window_ = 0;
     std::vector<balance::PackedBatch> drained_;
     std::size_t next_drained_ = 0;
     int epoch_ = -1;

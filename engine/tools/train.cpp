@@ -48,6 +48,7 @@ struct Options {
     float learning_rate = 1e-3f;
     int warmup = 0;
     double ilp_time_limit = 1.0;
+    int ilp_window = 4;
     std::string backend = "auto";
     std::string dump_parameters;
     std::string losses_file;
@@ -115,6 +116,10 @@ int main(int argc, char** argv) {
     app.add_option("--warmup", o.warmup, "Linear learning-rate warm-up steps")->capture_default_str();
     app.add_option("--ilp-time-limit", o.ilp_time_limit, "Seconds the ILP balancer may take per step")
         ->capture_default_str();
+    app.add_option("--ilp-window", o.ilp_window,
+                   "Global batches the ILP balancer packs jointly (documents wait up to W-1 steps)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
     app.add_option("--backend", o.backend, "cpu, cuda or auto")->capture_default_str();
     app.add_option("--dump-parameters", o.dump_parameters,
                    "After training, write the whole model's parameters (float32, serial layout)");
@@ -198,6 +203,7 @@ int main(int argc, char** argv) {
     planner_options.cp = o.grid.cp;
     planner_options.sharding = *sharding;
     planner_options.seed = o.seed;
+    planner_options.ilp_window = o.ilp_window;
     auto planner = StepPlanner::create(*documents, planner_options);
     if (!planner) {
         return fail(rank, planner.error().message);

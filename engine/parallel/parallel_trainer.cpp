@@ -267,7 +267,6 @@ std::vector<float> ParallelTrainer::gather_parameters() {
     std::vector<float> full = topology_.shape().tp > 1
                                   ? engine::gather_parameters(local, model_.config(), *groups_.tp)
                                   : local;
-    const GridCoordinates me = topology_.coordinates();
     // ...then stage s's blocks from its (dp 0, cp 0, tp 0) rank, lnf from the last stage.
     const ParameterLayout layout(model_.config());
     for (int stage = 1; stage < topology_.shape().pp; ++stage) {
@@ -285,7 +284,6 @@ std::vector<float> ParallelTrainer::gather_parameters() {
             groups_.world->recv(part, owner);
         }
     }
-    (void)me;
     if (topology_.rank() != 0) {
         full.clear();
     }

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     app.add_option("--balancer", o.balancer, "Packing: fixed, ilp or wlb")->capture_default_str();
     app.add_option("--cp-shard", o.cp_shard, "CP sharding: contiguous, zigzag, per-doc, adaptive")
         ->capture_default_str();
-    auto* data = app.add_option("--data", o.data_dir,
+    app.add_option("--data", o.data_dir,
                                 "Directory of text files (default: /usr/share/common-licenses)");
     app.add_option("--split", o.split, "Documents per file or per blank-line block: file, blank-line")
         ->capture_default_str();
@@ -124,7 +124,6 @@ int main(int argc, char** argv) {
     app.add_option("--dump-parameters", o.dump_parameters,
                    "After training, write the whole model's parameters (float32, serial layout)");
     app.add_option("--losses", o.losses_file, "Write each step's loss, one per line (%.9g)");
-    (void)data;
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

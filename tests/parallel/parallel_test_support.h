@@ -40,6 +40,8 @@
 #include "engine/parallel/topology.h"
 #include "engine/util/random.h"
 
+Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
+
 namespace fulcrum::engine::test {
 
 inline Communicator*& world_slot() {
@@ -54,6 +56,15 @@ inline bool is_root() {
 }
 
 // L2 C32 H4: small enough for 4 ranks on 2 cores, with 8-wide heads so TP=2 splits 2+2.
+// The CP shardings every CP suite runs, as data rows of a column "sharding" (adaptive picks
+// one of these per micro-batch, so it adds no code path here).
+inline void add_sharding_rows() {
+    QTest::addColumn<balance::CpSharding>("sharding");
+    QTest::newRow("contiguous") << balance::CpSharding::contiguous;
+    QTest::newRow("zigzag") << balance::CpSharding::zigzag;
+    QTest::newRow("per-doc") << balance::CpSharding::per_document;
+}
+
 inline GptConfig tiny_config() {
     GptConfig c;
     c.n_layer = 2;

@@ -8,7 +8,6 @@
 
 #include "parallel_test_support.h"
 
-Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
 
 using namespace fulcrum::engine;
 using namespace fulcrum::engine::test;
@@ -62,10 +61,7 @@ private:
 };
 
 void ParallelCpTest::contextShardRows_data() {
-    QTest::addColumn<balance::CpSharding>("sharding");
-    QTest::newRow("contiguous") << balance::CpSharding::contiguous;
-    QTest::newRow("zigzag") << balance::CpSharding::zigzag;
-    QTest::newRow("per-doc") << balance::CpSharding::per_document;
+    add_sharding_rows();
 }
 
 // Host-only: every rank builds both ranks' shards and checks them against the serial batch.

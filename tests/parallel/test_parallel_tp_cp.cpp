@@ -5,7 +5,6 @@
 
 #include "parallel_test_support.h"
 
-Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
 
 using namespace fulcrum::engine;
 using namespace fulcrum::engine::test;
@@ -92,10 +91,7 @@ private:
 };
 
 void ParallelTpCpTest::matchesSerial_data() {
-    QTest::addColumn<balance::CpSharding>("sharding");
-    QTest::newRow("contiguous") << balance::CpSharding::contiguous;
-    QTest::newRow("zigzag") << balance::CpSharding::zigzag;
-    QTest::newRow("per-doc") << balance::CpSharding::per_document;
+    add_sharding_rows();
 }
 
 // Gradients: gathered over TP (gather_parameters), summed over CP (the trainer's all-reduce).

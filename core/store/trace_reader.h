@@ -43,6 +43,8 @@ public:
 
     // Interned names; an unknown or zero id reads as "".
     std::string_view string(StringId id) const;
+    // Ids run from 1 to string_count() − 1.
+    std::size_t string_count() const { return strings_.size(); }
 
     // Events of one lane that overlap [t0, t1) (marks: that lie in it), by start time.
     Result<std::vector<Event>> events_in_window(LaneId lane, std::int64_t t0,

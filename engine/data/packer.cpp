@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "engine/backend/backend.h"
-#include "engine/util/random.h"
+#include "core/util/random.h"
 
 namespace fulcrum::engine {
 

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "engine/comm/communicator.h"
-#include "engine/util/random.h"
+#include "core/util/random.h"
 
 namespace fulcrum::engine {
 
@@ -15,6 +15,15 @@ std::int64_t TrainingDocuments::total_tokens() const {
         total += static_cast<std::int64_t>(text.size());
     }
     return total;
+}
+
+std::vector<std::int64_t> document_lengths(const TrainingDocuments& documents) {
+    std::vector<std::int64_t> lengths;
+    lengths.reserve(documents.texts.size());
+    for (const auto& text : documents.texts) {
+        lengths.push_back(static_cast<std::int64_t>(text.size()));
+    }
+    return lengths;
 }
 
 Result<TrainingDocuments> load_training_documents(const DataOptions& options) {
@@ -95,223 +104,6 @@ Result<TrainingDocuments> load_training_documents(const DataOptions& options) {
     result.description = std::to_string(result.texts.size()) + " synthetic documents, lengths " +
                          balance::length_spec(*distribution) + ", bytes from " + directory;
     return result;
-}
-
-StepPlanner::StepPlanner(const TrainingDocuments& documents, PlannerOptions options)
-    : documents_(&documents), options_(options) {
-    global_ = options_.packing;
-    global_.microbatches = options_.packing.microbatches * options_.dp;
-}
-
-Result<StepPlanner> StepPlanner::create(const TrainingDocuments& documents,
-                                        PlannerOptions options) {
-    if (auto status = balance::validate(options.packing); !status) {
-        return status.error();
-    }
-    if (options.dp < 1 || options.cp < 1) {
-        return Error{ErrorCode::invalid_input, "dp and cp must be at least 1"};
-    }
-    if (documents.texts.empty()) {
-        return Error{ErrorCode::invalid_input, "there are no documents to train on"};
-    }
-    const std::int64_t capacity = options.packing.balancer == balance::Balancer::wlb &&
-                                          options.packing.wlb_max_tokens > 0
-                                      ? options.packing.wlb_max_tokens
-                                      : options.packing.capacity;
-    for (std::size_t id = 0; id < documents.texts.size(); ++id) {
-        if (static_cast<std::int64_t>(documents.texts[id].size()) > capacity) {
-            return Error{ErrorCode::invalid_input,
-                         "document " + std::to_string(id) + " has " +
-                             std::to_string(documents.texts[id].size()) +
-                             " tokens, more than any micro-batch can hold (" +
-                             std::to_string(capacity) + "); raise --context"};
-        }
-    }
-    StepPlanner planner(documents, options);
-    return planner;
-}
-
-Status StepPlanner::start_epoch() {
-    ++epoch_;
-    std::vector<std::uint32_t> order(documents_->texts.size());
-    std::iota(order.begin(), order.end(), 0u);
-    Random random(derive_seed(options_.seed, 2'000'000 + static_cast<std::uint64_t>(epoch_)));
-    for (std::size_t i = order.size(); i > 1; --i) {  // Fisher–Yates
-        std::swap(order[i - 1], order[random.below(i)]);
-    }
-    std::vector<balance::Document> stream;
-    stream.reserve(order.size());
-    for (auto id : order) {
-        const auto length = static_cast<std::int64_t>(documents_->texts[id].size());
-        if (length > 0) {
-            stream.push_back({id, length});
-        }
-    }
-    auto batches = balance::split_into_global_batches(stream, global_.microbatches,
-                                                      global_.capacity);
-    if (!batches) {
-        return batches.error();
-    }
-    batches_ = std::move(*batches);
-    next_batch_ = 0;
-    window_.clear();
-    next_window_ = 0;
-    drained_.clear();
-    next_drained_ = 0;
-    return {};
-}
-
-// A global batch whose documents the balancer all delayed (wlb can, with few short
-// documents) makes no step: the next batch is packed in its place.
-Result<std::vector<std::vector<balance::MicroBatch>>> StepPlanner::pack_next() {
-    for (std::size_t attempt = 0; attempt <= batches_.size() + 2; ++attempt) {
-        auto replicas = pack_one();
-        if (!replicas) {
-            return replicas;
-        }
-        for (const auto& replica : *replicas) {
-            if (!replica.empty()) {
-                return replicas;
-            }
-        }
-    }
-    return Error{ErrorCode::invalid_input, "the balancer delayed every document of the epoch"};
-}
-
-Result<std::vector<std::vector<balance::MicroBatch>>> StepPlanner::pack_one() {
-    if (epoch_ < 0) {
-        if (auto status = start_epoch(); !status) {
-            return status.error();
-        }
-    }
-    for (int attempt = 0; attempt < 4; ++attempt) {
-        if (next_window_ < window_.size()) {
-            return deal_to_replicas(std::move(window_[next_window_++].microbatches));
-        }
-        if (next_batch_ < batches_.size() && options_.packing.balancer == balance::Balancer::ilp &&
-            options_.ilp_window > 1) {
-            const std::size_t count = std::min<std::size_t>(
-                static_cast<std::size_t>(options_.ilp_window), batches_.size() - next_batch_);
-            auto packed = balance::pack_ilp_window(
-                std::span<const std::vector<balance::Document>>(batches_.data() + next_batch_, count),
-                global_);
-            if (!packed) {
-                return packed.error();
-            }
-            next_batch_ += count;
-            window_ = std::move(*packed);
-            next_window_ = 0;
-            continue;
-        }
-        if (next_batch_ < batches_.size()) {
-            auto packed = balance::pack_global_batch(batches_[next_batch_++], global_, state_);
-            if (!packed) {
-                return packed.error();
-            }
-            return deal_to_replicas(std::move(packed->microbatches));
-        }
-        // End of the epoch: what the balancer delayed is trained now, before the next
-        // epoch starts, so each epoch trains every document exactly once.
-        if (next_batch_ == batches_.size() && drained_.empty() && state_.pending_documents() > 0) {
-            auto drained = balance::drain(global_, state_);
-            if (!drained) {
-                return drained.error();
-            }
-            drained_ = std::move(*drained);
-            next_drained_ = 0;
-            ++next_batch_;  // past the end: the epoch's drain is done
-        }
-        if (next_drained_ < drained_.size()) {
-            return deal_to_replicas(std::move(drained_[next_drained_++].microbatches));
-        }
-        if (auto status = start_epoch(); !status) {
-            return status.error();
-        }
-    }
-    return Error{ErrorCode::invalid_input, "the data yields no global batch"};
-}
-
-// fixed deals micro-batches to replicas in order (replica r gets the r-th run of N), as a
-// plain data loader does; the balancers deal longest-predicted-first to the replica with the
-// least predicted work, so that DP replicas also finish together.
-std::vector<std::vector<balance::MicroBatch>> StepPlanner::deal_to_replicas(
-    std::vector<balance::MicroBatch> microbatches) const {
-    std::erase_if(microbatches, [](const balance::MicroBatch& mb) { return mb.documents.empty(); });
-    const int dp = options_.dp;
-    std::vector<std::vector<balance::MicroBatch>> replicas(static_cast<std::size_t>(dp));
-    if (options_.packing.balancer == balance::Balancer::fixed) {
-        const std::size_t per_replica = (microbatches.size() + dp - 1) / dp;
-        for (std::size_t i = 0; i < microbatches.size(); ++i) {
-            replicas[i / std::max<std::size_t>(per_replica, 1)].push_back(std::move(microbatches[i]));
-        }
-        return replicas;
-    }
-    std::vector<std::size_t> order(microbatches.size());
-    std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return microbatches[a].predicted_cost > microbatches[b].predicted_cost;
-    });
-    const std::size_t cap = (microbatches.size() + dp - 1) / dp;
-    std::vector<double> load(static_cast<std::size_t>(dp), 0.0);
-    for (std::size_t index : order) {
-        std::size_t best = 0;
-        bool found = false;
-        for (std::size_t r = 0; r < load.size(); ++r) {
-            if (replicas[r].size() < cap && (!found || load[r] < load[best])) {
-                best = r;
-                found = true;
-            }
-        }
-        load[best] += microbatches[index].predicted_cost;
-        replicas[best].push_back(std::move(microbatches[index]));
-    }
-    return replicas;
-}
-
-Result<StepPlan> StepPlanner::complete(std::vector<std::vector<balance::MicroBatch>> replicas) {
-    StepPlan plan;
-    plan.step = step_++;
-    plan.epoch = std::max(epoch_, 0);
-    std::vector<balance::MicroBatch> all;
-    for (auto& replica : replicas) {
-        std::vector<PlannedMicroBatch> planned;
-        for (auto& microbatch : replica) {
-            auto cp = balance::shard_microbatch(microbatch.documents, options_.cp,
-                                                options_.sharding, cp_state_);
-            if (!cp) {
-                return cp.error();
-            }
-            // A micro-batch of a few tiny documents can leave a CP rank nothing under per-doc
-            // sharding; every rank must hold a token, so such a one is split contiguously.
-            const auto holds_nothing = [](const balance::CpPlan& plan) {
-                for (const auto& shard : plan.ranks) {
-                    if (shard.tokens == 0) {
-                        return true;
-                    }
-                }
-                return false;
-            };
-            if (holds_nothing(*cp)) {
-                balance::CpShardingState unused;
-                cp = balance::shard_microbatch(microbatch.documents, options_.cp,
-                                               balance::CpSharding::contiguous, unused);
-                if (!cp || holds_nothing(*cp)) {
-                    return Error{ErrorCode::invalid_input,
-                                 "a micro-batch of " + std::to_string(microbatch.tokens) +
-                                     " tokens cannot give each of " + std::to_string(options_.cp) +
-                                     " CP ranks a token; use longer documents or a lower --cp"};
-                }
-            }
-            for (const auto& document : microbatch.documents) {
-                plan.target_tokens += std::max<std::int64_t>(document.length - 1, 0);
-            }
-            all.push_back(microbatch);
-            planned.push_back({std::move(microbatch), std::move(*cp)});
-        }
-        plan.replicas.push_back(std::move(planned));
-    }
-    plan.imbalance = balance::imbalance_degree(all);
-    return plan;
 }
 
 namespace {

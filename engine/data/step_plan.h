@@ -15,6 +15,7 @@
 #include "core/balance/cp_shard.h"
 #include "core/balance/lengths.h"
 #include "core/balance/packing.h"
+#include "core/balance/step_planner.h"
 #include "core/util/result.h"
 #include "engine/data/corpus.h"
 
@@ -49,65 +50,13 @@ inline constexpr const char* kBuiltinCorpus = "/usr/share/common-licenses";
 // since it stands for real data that would not fit.
 Result<TrainingDocuments> load_training_documents(const DataOptions& options);
 
-struct PlannerOptions {
-    balance::PackingOptions packing;  // microbatches = N per DP replica, capacity = context
-    int dp = 1;
-    int cp = 1;
-    balance::CpSharding sharding = balance::CpSharding::per_document;
-    std::uint64_t seed = 1;
-    // ilp packs this many global batches jointly (balance::pack_ilp_window); 1: one at a time.
-    int ilp_window = 4;
-};
+using balance::PlannedMicroBatch;
+using balance::PlannerOptions;
+using balance::StepPlan;
+using balance::StepPlanner;
 
-struct PlannedMicroBatch {
-    balance::MicroBatch packed;  // documents, Σd, Σd², predicted cost
-    balance::CpPlan cp;          // which token ranges each CP rank holds
-};
-
-struct StepPlan {
-    int step = 0;
-    int epoch = 0;
-    // [dp replica][micro-batch]; every replica has the same number of micro-batches.
-    std::vector<std::vector<PlannedMicroBatch>> replicas;
-    std::int64_t target_tokens = 0;  // Σ (d − 1) over every document of the step
-    double imbalance = 1.0;          // max / mean Σd² over all the step's micro-batches
-};
-
-// Deterministic for its seed. Each epoch visits the documents in a new shuffled order; at
-// its end the balancer's delayed documents are drained into extra steps, so every document
-// is trained exactly once per epoch.
-class StepPlanner {
-public:
-    static Result<StepPlanner> create(const TrainingDocuments& documents, PlannerOptions options);
-
-    // The next step's packing (replicas, without CP plans), on the planning rank.
-    Result<std::vector<std::vector<balance::MicroBatch>>> pack_next();
-    // Adds CP plans and totals to a packing; every rank runs this identically.
-    Result<StepPlan> complete(std::vector<std::vector<balance::MicroBatch>> replicas);
-
-    int epoch() const { return epoch_; }
-
-private:
-    StepPlanner(const TrainingDocuments& documents, PlannerOptions options);
-    Status start_epoch();
-    Result<std::vector<std::vector<balance::MicroBatch>>> pack_one();
-    std::vector<std::vector<balance::MicroBatch>> deal_to_replicas(
-        std::vector<balance::MicroBatch> microbatches) const;
-
-    const TrainingDocuments* documents_;
-    PlannerOptions options_;
-    balance::PackingOptions global_;  // N·dp micro-batches per global batch
-    balance::PackingState state_;
-    balance::CpShardingState cp_state_;
-    std::vector<std::vector<balance::Document>> batches_;  // this epoch's global batches
-    std::size_t next_batch_ = 0;
-    std::vector<balance::PackedBatch> window_;  // ilp: packed batches not yet trained
-    std::size_t next_window_ = 0;
-    std::vector<balance::PackedBatch> drained_;
-    std::size_t next_drained_ = 0;
-    int epoch_ = -1;
-    int step_ = 0;
-};
+// Bytes are tokens: the planner sees each document's text length.
+std::vector<std::int64_t> document_lengths(const TrainingDocuments& documents);
 
 // Plans a step on rank 0 of `world` and broadcasts it; every rank returns the same plan.
 Result<StepPlan> plan_step(StepPlanner& planner, Communicator& world);

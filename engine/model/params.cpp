@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "engine/util/random.h"
+#include "core/util/random.h"
 
 namespace fulcrum::engine {
 

@@ -24,12 +24,19 @@
 #include "engine/data/step_plan.h"
 #include "engine/model/gpt.h"
 #include "engine/model/parallel_context.h"
-#include "engine/parallel/schedule.h"
+#include "core/parallel/schedule.h"
 #include "engine/parallel/topology.h"
 #include "engine/train/adamw.h"
 #include "engine/train/trainer.h"
 
 namespace fulcrum::engine {
+
+using parallel::LayerRange;
+using parallel::parse_schedule;
+using parallel::PipelineOp;
+using parallel::PipelineSchedule;
+using parallel::stage_layers;
+using parallel::stage_ops;
 
 // The communicators of this rank's groups, split once from the world.
 struct ParallelGroups {

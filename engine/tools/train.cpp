@@ -5,6 +5,7 @@
 // Every option is checked before any work, identically on every rank; rank 0 says what is
 // wrong and every rank exits with status 2.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -21,7 +22,7 @@
 #include "engine/instrument/annotations.h"
 #include "engine/model/gpt.h"
 #include "engine/parallel/parallel_trainer.h"
-#include "engine/parallel/schedule.h"
+#include "core/parallel/schedule.h"
 #include "engine/parallel/topology.h"
 
 using namespace fulcrum;
@@ -62,16 +63,30 @@ int fail(int rank, const std::string& message) {
 }
 
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data) {
-    return "{\"model\":{\"layers\":" + std::to_string(model.n_layer) + ",\"hidden\":" +
-           std::to_string(model.channels) + ",\"heads\":" + std::to_string(model.n_head) +
-           ",\"context\":" + std::to_string(o.context) + ",\"vocab\":256},\"dp\":" +
-           std::to_string(o.grid.dp) + ",\"tp\":" + std::to_string(o.grid.tp) + ",\"pp\":" +
-           std::to_string(o.grid.pp) + ",\"cp\":" + std::to_string(o.grid.cp) +
-           ",\"schedule\":\"" + o.schedule + "\",\"balancer\":\"" + o.balancer +
-           "\",\"cp_shard\":\"" + o.cp_shard + "\",\"microbatches\":" +
-           std::to_string(o.microbatches) + ",\"steps\":" + std::to_string(o.steps) +
-           ",\"seed\":" + std::to_string(o.seed) + ",\"backend\":\"cpu\",\"data\":\"" + data +
-           "\"}";
+    const nlohmann::json config = {
+        {"model",
+         {{"layers", model.n_layer},
+          {"hidden", model.channels},
+          {"heads", model.n_head},
+          {"context", o.context},
+          {"vocab", 256}}},
+        {"dp", o.grid.dp},
+        {"tp", o.grid.tp},
+        {"pp", o.grid.pp},
+        {"cp", o.grid.cp},
+        {"schedule", o.schedule},
+        {"balancer", o.balancer},
+        {"cp_shard", o.cp_shard},
+        {"microbatches", o.microbatches},
+        {"steps", o.steps},
+        {"seed", o.seed},
+        {"ilp_window", o.ilp_window},
+        {"lengths", o.lengths},
+        {"documents", o.documents},
+        {"backend", "cpu"},
+        {"data", data},
+    };
+    return config.dump();
 }
 
 }  // namespace
@@ -203,7 +218,7 @@ int main(int argc, char** argv) {
     planner_options.sharding = *sharding;
     planner_options.seed = o.seed;
     planner_options.ilp_window = o.ilp_window;
-    auto planner = StepPlanner::create(*documents, planner_options);
+    auto planner = StepPlanner::create(document_lengths(*documents), planner_options);
     if (!planner) {
         return fail(rank, planner.error().message);
     }

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/util/random.h"
+#include "core/util/random.h"
 
 namespace fulcrum::engine::test {
 

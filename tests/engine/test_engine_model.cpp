@@ -161,7 +161,7 @@ public:
 // above rounding (at 0.02 attention is nearly uniform and its gradient nearly zero).
 std::vector<double> lively_parameters(const ParameterLayout& layout, std::uint64_t seed) {
     std::vector<double> params(std::size_t(layout.total()));
-    Random random(seed);
+    fulcrum::Random random(seed);
     for (const ParameterTensor& t : layout.tensors()) {
         const bool gain = t.init == InitKind::ones;
         for (std::int64_t i = 0; i < t.numel(); ++i) {

@@ -38,7 +38,7 @@
 #include "engine/parallel/context_parallel.h"
 #include "engine/parallel/tensor_parallel.h"
 #include "engine/parallel/topology.h"
-#include "engine/util/random.h"
+#include "core/util/random.h"
 
 Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
 

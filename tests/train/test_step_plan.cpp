@@ -61,7 +61,7 @@ private slots:
         QFETCH(int, cp);
         const TrainingDocuments documents = long_tail_documents(600);
         auto planner = StepPlanner::create(
-            documents, planner_options(static_cast<balance::Balancer>(balancer), dp, cp));
+            document_lengths(documents), planner_options(static_cast<balance::Balancer>(balancer), dp, cp));
         QVERIFY(planner.ok());
         // tokens[document] = how often each of its tokens was held by some CP rank.
         std::map<std::uint64_t, std::vector<int>> held;
@@ -104,8 +104,8 @@ private slots:
 
     void samePlanForTheSameSeed() {
         const TrainingDocuments documents = long_tail_documents(300);
-        auto a = StepPlanner::create(documents, planner_options(balance::Balancer::wlb, 2, 2));
-        auto b = StepPlanner::create(documents, planner_options(balance::Balancer::wlb, 2, 2));
+        auto a = StepPlanner::create(document_lengths(documents), planner_options(balance::Balancer::wlb, 2, 2));
+        auto b = StepPlanner::create(document_lengths(documents), planner_options(balance::Balancer::wlb, 2, 2));
         for (int step = 0; step < 5; ++step) {
             auto plan_a = a->complete(std::move(*a->pack_next()));
             auto plan_b = b->complete(std::move(*b->pack_next()));
@@ -123,7 +123,7 @@ private slots:
     void balancersBeatFixedOnImbalance() {
         const TrainingDocuments documents = long_tail_documents(2000);
         auto mean_imbalance = [&](balance::Balancer balancer) {
-            auto planner = StepPlanner::create(documents, planner_options(balancer, 1, 1));
+            auto planner = StepPlanner::create(document_lengths(documents), planner_options(balancer, 1, 1));
             double sum = 0;
             for (int step = 0; step < 20; ++step) {
                 sum += planner->complete(std::move(*planner->pack_next()))->imbalance;

@@ -12,7 +12,7 @@
 #include <numbers>
 #include <random>
 
-namespace fulcrum::engine {
+namespace fulcrum {
 
 // SplitMix64 (Steele, Lea & Flood 2014): turns (seed, stream index) into independent seeds.
 constexpr std::uint64_t splitmix64(std::uint64_t x) {
@@ -64,4 +64,4 @@ private:
     double spare_ = 0.0;
 };
 
-}  // namespace fulcrum::engine
+}  // namespace fulcrum

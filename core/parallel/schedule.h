@@ -15,7 +15,7 @@
 
 #include "core/util/result.h"
 
-namespace fulcrum::engine {
+namespace fulcrum::parallel {
 
 enum class PipelineSchedule { gpipe, one_f_one_b };
 
@@ -38,4 +38,4 @@ struct LayerRange {
 };
 LayerRange stage_layers(int stage, int stages, int layers);
 
-}  // namespace fulcrum::engine
+}  // namespace fulcrum::parallel

@@ -1,8 +1,8 @@
-#include "engine/parallel/schedule.h"
+#include "core/parallel/schedule.h"
 
 #include <algorithm>
 
-namespace fulcrum::engine {
+namespace fulcrum::parallel {
 
 Result<PipelineSchedule> parse_schedule(std::string_view name) {
     if (name == "gpipe") {
@@ -52,4 +52,4 @@ LayerRange stage_layers(int stage, int stages, int layers) {
     return {first, first + base + (stage < extra ? 1 : 0)};
 }
 
-}  // namespace fulcrum::engine
+}  // namespace fulcrum::parallel

@@ -1,0 +1,79 @@
+// What every rank trains at every step: the documents of a run, cut into global batches,
+// packed into micro-batches by a balancer, dealt to the DP replicas and sharded across the CP
+// group. Only document lengths matter here, so the training engine (which places data with
+// it) and the simulator (which predicts with it) make the same plans from the same lengths
+// and seed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/balance/cp_shard.h"
+#include "core/balance/packing.h"
+#include "core/util/result.h"
+
+namespace fulcrum::balance {
+
+struct PlannerOptions {
+    PackingOptions packing;  // microbatches = N per DP replica, capacity = context
+    int dp = 1;
+    int cp = 1;
+    CpSharding sharding = CpSharding::per_document;
+    std::uint64_t seed = 1;
+    // ilp packs this many global batches jointly (pack_ilp_window); 1: one at a time.
+    int ilp_window = 4;
+};
+
+struct PlannedMicroBatch {
+    MicroBatch packed;  // documents, Σd, Σd², predicted cost
+    CpPlan cp;          // which token ranges each CP rank holds
+};
+
+struct StepPlan {
+    int step = 0;
+    int epoch = 0;
+    // [dp replica][micro-batch]; every replica has the same number of micro-batches.
+    std::vector<std::vector<PlannedMicroBatch>> replicas;
+    std::int64_t target_tokens = 0;  // Σ (d − 1) over every document of the step
+    double imbalance = 1.0;          // max / mean Σd² over all the step's micro-batches
+};
+
+// Deterministic for its seed. Each epoch visits the documents in a new shuffled order; at
+// its end the balancer's delayed documents are drained into extra steps, so every document
+// is trained exactly once per epoch.
+class StepPlanner {
+public:
+    // lengths[id] is document id's length in tokens; an empty document is skipped.
+    static Result<StepPlanner> create(std::vector<std::int64_t> lengths, PlannerOptions options);
+
+    // The next step's packing (replicas, without CP plans), on the planning rank.
+    Result<std::vector<std::vector<MicroBatch>>> pack_next();
+    // Adds CP plans and totals to a packing; every rank runs this identically.
+    Result<StepPlan> complete(std::vector<std::vector<MicroBatch>> replicas);
+
+    int epoch() const { return epoch_; }
+
+private:
+    StepPlanner(std::vector<std::int64_t> lengths, PlannerOptions options);
+    Status start_epoch();
+    Result<std::vector<std::vector<MicroBatch>>> pack_one();
+    std::vector<std::vector<MicroBatch>> deal_to_replicas(
+        std::vector<MicroBatch> microbatches) const;
+
+    std::vector<std::int64_t> lengths_;
+    PlannerOptions options_;
+    PackingOptions global_;  // N·dp micro-batches per global batch
+    PackingState state_;
+    CpShardingState cp_state_;
+    std::vector<std::vector<Document>> batches_;  // this epoch's global batches
+    std::size_t next_batch_ = 0;
+    std::vector<PackedBatch> window_;  // ilp: packed batches not yet trained
+    std::size_t next_window_ = 0;
+    std::vector<PackedBatch> drained_;
+    std::size_t next_drained_ = 0;
+    int epoch_ = -1;
+    int step_ = 0;
+};
+
+}  // namespace fulcrum::balance

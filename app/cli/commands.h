@@ -14,5 +14,7 @@ Command add_info_command(CLI::App& app);
 Command add_merge_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 Command add_capture_command(CLI::App& app);
+Command add_analyze_command(CLI::App& app);
+Command add_simulate_command(CLI::App& app);
 
 }  // namespace fulcrum::cli

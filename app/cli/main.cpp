@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
     add(add_merge_command);
     add(add_export_command);
     add(add_capture_command);
+    add(add_analyze_command);
+    add(add_simulate_command);
 
     // CLI11 would only say "a subcommand is required" for a misspelt one.
     if (argc > 1 && argv[1][0] != '-') {

@@ -88,6 +88,19 @@ private slots:
         expect_golden("run.json", QString::fromUtf8(json.readAll()));
     }
 
+    // The analyses on the deterministic synthetic run: tables, and errors a user can act on.
+    void analyzeTables() {
+        QString text = transcript({"analyze", "run.fulcrum"});
+        text += transcript({"analyze", "run.fulcrum", "--json", "-o", "analysis.json"});
+        text += transcript({"analyze", "run.fulcrum", "--json", "-o", "analysis.json"});
+        text += transcript({"analyze", "run.fulcrum", "--top", "0"});
+        text += transcript({"analyze", "missing.fulcrum"});
+        expect_golden("analyze.txt", text);
+        QFile json(work_.filePath("analysis.json"));
+        QVERIFY(json.open(QIODevice::ReadOnly));
+        QVERIFY(json.readAll().startsWith("{\n  \"version\": 1,"));
+    }
+
     void badInputAndOptions() {
         QFile text_file(work_.filePath("notes.txt"));
         QVERIFY(text_file.open(QIODevice::WriteOnly));
@@ -121,6 +134,9 @@ private slots:
         QTest::newRow("info") << "info";
         QTest::newRow("merge") << "merge";
         QTest::newRow("export") << "export";
+        QTest::newRow("capture") << "capture";
+        QTest::newRow("analyze") << "analyze";
+        QTest::newRow("simulate") << "simulate";
     }
     void helpOnEverySubcommand() {
         QFETCH(QString, subcommand);

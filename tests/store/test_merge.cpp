@@ -100,7 +100,7 @@ private slots:
         auto collectives = merged->events_of_kind_for_step(EventKind::collective, 1);
         QVERIFY(!collectives->empty());
         for (const auto& e : *collectives) {
-            QVERIFY(merged->string(e.name) == "allreduce gradients" ||
+            QVERIFY(merged->string(e.name) == "dp all-reduce gradients" ||
                     merged->string(e.name).starts_with("send "));
         }
     }

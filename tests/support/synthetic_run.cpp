@@ -49,7 +49,7 @@ std::vector<std::int32_t> document_lengths(std::mt19937_64& rng, int tokens) {
         const double u1 = std::max(uniform(rng), 1e-12), u2 = uniform(rng);
         const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
         int length = static_cast<int>(std::exp(7.55 + 0.9 * normal));
-        length = std::clamp(length, 16, tokens - used);
+        length = std::clamp(length, std::min(16, tokens - used), tokens - used);
         lengths.push_back(length);
         used += length;
     }
@@ -211,7 +211,7 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
                        n_bwd = w.intern("backward"), n_attn = w.intern("attention"),
                        n_mlp = w.intern("mlp"), n_send = w.intern("send activations"),
                        n_send_grad = w.intern("send gradients"),
-                       n_allreduce = w.intern("allreduce gradients"),
+                       n_allreduce = w.intern("dp all-reduce gradients"),
                        n_opt = w.intern("optimizer"), n_sync = w.intern(kClockSyncMark),
                        n_kernel = w.intern("sm90_xmma_gemm_bf16"),
                        n_attn_kernel = w.intern("flash_attention_varlen");
@@ -263,7 +263,7 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
                 const bool sends = t.op.forward ? pp_i + 1 < o.pp : pp_i > 0;
                 if (sends) {
                     add(host, t.op.forward ? n_send : n_send_grad, EventKind::collective,
-                        Category::communication, t.end, t.end + kP2pLatencyNs / 2, step,
+                        Category::communication, t.end - kP2pLatencyNs / 2, t.end, step,
                         t.op.microbatch, phase, 8192LL * 1024 * 4 / o.tp);
                 }
             }

@@ -1,0 +1,370 @@
+// fulcrum analyze RUN: the analyses of docs/analyses.md as tables, or as JSON.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/analysis/run_analysis.h"
+#include "core/store/trace_reader.h"
+#include "core/util/output_file.h"
+#include "core/util/text_table.h"
+
+namespace fulcrum::cli {
+namespace {
+
+using analysis::RunAnalysis;
+using Align = TextTable::Align;
+
+struct AnalyzeArgs {
+    std::string run;
+    bool json = false;
+    std::string output;
+    bool force = false;
+    int top = 16;
+};
+
+std::string percent(std::int64_t part, std::int64_t whole) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f%%", whole > 0 ? 100.0 * double(part) / double(whole) : 0.0);
+    return text;
+}
+
+std::string fixed(double value, int decimals = 2) {
+    if (!std::isfinite(value)) {
+        return "-";
+    }
+    char text[48];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return text;
+}
+
+std::string scientific(double value) {
+    char text[48];
+    std::snprintf(text, sizeof text, "%.4g", value);
+    return text;
+}
+
+std::string mean_duration(std::int64_t total, std::int64_t count) {
+    return format_duration(count > 0 ? total / count : 0);
+}
+
+void render_summary(const RunAnalysis& a, std::string& out) {
+    const auto& c = a.config;
+    out += "run      " + a.run.name + " (" + std::string(to_string(a.run.origin)) + ")\n";
+    out += "grid     dp " + std::to_string(c.dp) + " × tp " + std::to_string(c.tp) + " × pp " +
+           std::to_string(c.pp) + " × cp " + std::to_string(c.cp) + "\n";
+    out += "setup    schedule " + (c.schedule.empty() ? "?" : c.schedule) + ", balancer " +
+           (c.balancer.empty() ? "?" : c.balancer) + ", cp sharding " +
+           (c.cp_shard.empty() ? "?" : c.cp_shard) + ", " +
+           (c.microbatches > 0 ? std::to_string(c.microbatches) : "?") + " micro-batches\n";
+    out += "events   " + std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)\n";
+}
+
+void render_breakdown(const RunAnalysis& a, std::string& out) {
+    if (a.breakdown.empty()) {
+        return;
+    }
+    struct Sum {
+        std::int64_t ranks = 0, wall = 0, max_wall = 0, compute = 0, overlapped = 0, exposed = 0,
+                     other = 0, idle = 0;
+        void add(const analysis::StepBreakdown& row) {
+            ++ranks;
+            wall += row.wall_ns();
+            max_wall = std::max(max_wall, row.wall_ns());
+            compute += row.compute_ns;
+            overlapped += row.overlapped_communication_ns;
+            exposed += row.exposed_communication_ns;
+            other += row.other_ns;
+            idle += row.idle_ns;
+        }
+    };
+    std::map<std::int32_t, Sum> by_step;
+    for (const auto& row : a.breakdown) {
+        by_step[row.step].add(row);
+    }
+    out += "\nstep breakdown (mean over ranks; shares of the step's wall time)\n";
+    TextTable table({"step", "ranks", "wall", "slowest", "compute", "comm overlapped",
+                     "comm exposed", "other", "idle"},
+                    std::vector<Align>(9, Align::right));
+    for (const auto& [step, s] : by_step) {
+        table.add_row({std::to_string(step), std::to_string(s.ranks), mean_duration(s.wall, s.ranks),
+                       format_duration(s.max_wall), percent(s.compute, s.wall),
+                       percent(s.overlapped, s.wall), percent(s.exposed, s.wall),
+                       percent(s.other, s.wall), percent(s.idle, s.wall)});
+    }
+    out += table.render("  ");
+}
+
+void render_bubbles(const RunAnalysis& a, std::string& out) {
+    const auto& b = a.bubbles;
+    if (b.stages.empty() || a.config.pp <= 1) {
+        return;
+    }
+    out += "\npipeline bubbles (" + b.schedule + ", theory (p−1)/m = " + fixed(b.theory_fraction, 3) +
+           ", measured " + fixed(b.mean_measured_fraction, 3) + " of busy time)\n";
+    struct Sum {
+        std::int64_t n = 0, busy = 0, bubble = 0, warmup = 0, unequal = 0, other = 0, previous = 0,
+                     next = 0;
+    };
+    std::map<int, Sum> by_stage;
+    for (const auto& row : b.stages) {
+        Sum& s = by_stage[row.stage];
+        ++s.n;
+        s.busy += row.busy_ns;
+        s.bubble += row.bubble_ns;
+        s.warmup += row.warmup_cooldown_ns;
+        s.unequal += row.unequal_microbatch_ns;
+        s.other += row.other_ns;
+        s.previous += row.wait_on_previous_ns;
+        s.next += row.wait_on_next_ns;
+    }
+    TextTable table({"stage", "busy", "bubble", "fraction", "warm-up/cool-down", "unequal mbs",
+                     "other", "wait prev", "wait next"},
+                    std::vector<Align>(9, Align::right));
+    for (const auto& [stage, s] : by_stage) {
+        table.add_row({std::to_string(stage), mean_duration(s.busy, s.n),
+                       mean_duration(s.bubble, s.n),
+                       fixed(s.busy > 0 ? double(s.bubble) / double(s.busy) : 0.0, 3),
+                       percent(s.warmup, s.bubble), percent(s.unequal, s.bubble),
+                       percent(s.other, s.bubble), mean_duration(s.previous, s.n),
+                       mean_duration(s.next, s.n)});
+    }
+    out += "  per stage, mean over steps and pipelines; the parts are shares of the bubble\n";
+    out += table.render("  ");
+}
+
+void render_cp_load(const RunAnalysis& a, std::string& out) {
+    const auto& cp = a.cp_load;
+    if (cp.groups.empty()) {
+        return;
+    }
+    out += "\nCP attention load (" + std::to_string(cp.groups.size()) + " groups, sharding " +
+           (cp.sharding.empty() ? "?" : cp.sharding) + ")\n";
+    out += "  imbalance max/mean: measured " + fixed(cp.mean_measured_imbalance, 3) +
+           ", predicted " + fixed(cp.mean_predicted_imbalance, 3) + "\n";
+    if (!cp.mean_predicted_by_sharding.empty()) {
+        TextTable table({"sharding", "predicted imbalance"}, {Align::left, Align::right});
+        for (const auto& [name, value] : cp.mean_predicted_by_sharding) {
+            table.add_row({name + (name == cp.sharding ? " (used)" : ""), fixed(value, 3)});
+        }
+        out += table.render("  ");
+    }
+    std::map<int, std::pair<std::int64_t, std::int64_t>> by_cp_rank;  // attention, pairs
+    std::map<int, std::int64_t> counts;
+    for (const auto& group : cp.groups) {
+        for (const auto& rank : group.ranks) {
+            by_cp_rank[rank.cp_rank].first += rank.attention_ns;
+            by_cp_rank[rank.cp_rank].second += rank.pairs;
+            ++counts[rank.cp_rank];
+        }
+    }
+    TextTable ranks({"cp rank", "attention (mean)", "pairs (mean)"}, std::vector<Align>(3, Align::right));
+    for (const auto& [cp_rank, sums] : by_cp_rank) {
+        ranks.add_row({std::to_string(cp_rank), mean_duration(sums.first, counts[cp_rank]),
+                       std::to_string(sums.second / std::max<std::int64_t>(counts[cp_rank], 1))});
+    }
+    out += ranks.render("  ");
+}
+
+void render_offload(const RunAnalysis& a, std::string& out) {
+    const auto& o = a.offload;
+    if (o.ranks.empty()) {
+        return;
+    }
+    out += "\noffload copies: " + format_duration(o.copy_ns) + ", " + percent(o.overlapped_ns, o.copy_ns) +
+           " hidden behind compute, " + format_duration(o.exposed_ns) + " exposed, " +
+           fixed(o.bandwidth_gb_s, 2) + " GB/s\n";
+    out += "  smallest chunk that hides its copy: " +
+           (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
+                                      : std::string("unknown")) +
+           " (" + o.chunk_note + ")\n";
+}
+
+void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string& out) {
+    const auto& im = a.imbalance;
+    const auto& matrix = im.compute_by_step;
+    if (matrix.rows.empty()) {
+        return;
+    }
+    out += "\ncompute imbalance across ranks (max/mean per step, mean over steps): measured " +
+           fixed(im.compute_imbalance, 3) + ", predicted " + fixed(im.predicted_imbalance, 3) +
+           " (" + (im.predicted_is_time ? "cost model" : "causal pairs") + ")\n";
+    // The ranks with the most compute, so a 4096-rank run still prints a readable table.
+    std::vector<std::size_t> order(matrix.rows.size());
+    std::vector<double> totals(matrix.rows.size(), 0.0);
+    for (std::size_t r = 0; r < matrix.rows.size(); ++r) {
+        order[r] = r;
+        for (std::size_t c = 0; c < matrix.columns.size(); ++c) {
+            if (std::isfinite(matrix.at(r, c))) {
+                totals[r] += matrix.at(r, c);
+            }
+        }
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return totals[x] > totals[y]; });
+    const std::size_t shown = std::min<std::size_t>(order.size(), static_cast<std::size_t>(std::max(args.top, 1)));
+    std::vector<std::string> headers = {"rank"};
+    const std::size_t columns = std::min<std::size_t>(matrix.columns.size(), 12);
+    for (std::size_t c = 0; c < columns; ++c) {
+        headers.push_back("step " + std::to_string(matrix.columns[c]));
+    }
+    TextTable table(headers, std::vector<Align>(headers.size(), Align::right));
+    for (std::size_t i = 0; i < shown; ++i) {
+        const std::size_t r = order[i];
+        std::vector<std::string> cells = {std::to_string(matrix.rows[r])};
+        for (std::size_t c = 0; c < columns; ++c) {
+            const double value = matrix.at(r, c);
+            cells.push_back(std::isfinite(value) ? format_duration(std::int64_t(value)) : "-");
+        }
+        table.add_row(std::move(cells));
+    }
+    std::vector<std::string> degree = {"max/mean"};
+    const auto column_imbalance = matrix.column_imbalance();
+    for (std::size_t c = 0; c < columns; ++c) {
+        degree.push_back(fixed(column_imbalance[c], 3));
+    }
+    table.add_row(std::move(degree));
+    out += "  compute per rank and step" +
+           std::string(shown < order.size() ? " (the " + std::to_string(shown) + " busiest of " +
+                                                  std::to_string(order.size()) + " ranks)"
+                                            : "") +
+           "\n";
+    out += table.render("  ");
+    if (!im.stragglers.empty()) {
+        out += "  stragglers (last to arrive at collectives)\n";
+        TextTable stragglers({"rank", "last arrivals", "of", "others waited"}, std::vector<Align>(4, Align::right));
+        for (std::size_t i = 0; i < std::min<std::size_t>(im.stragglers.size(), 8); ++i) {
+            const auto& s = im.stragglers[i];
+            stragglers.add_row({std::to_string(s.rank), std::to_string(s.last_arrivals),
+                                std::to_string(s.instances), format_duration(s.caused_wait_ns)});
+        }
+        out += stragglers.render("  ");
+    }
+}
+
+void render_cost_model(const RunAnalysis& a, std::string& out) {
+    if (!a.cost_model) {
+        return;
+    }
+    const auto& model = *a.cost_model;
+    out += "\ncost model (t = fixed + per_token·tokens + per_pair·pairs)\n";
+    TextTable passes({"stage", "phase", "fixed", "ns/token", "ns/pair", "samples", "r²", "mean |err|"},
+                     {Align::right, Align::left, Align::right, Align::right, Align::right,
+                      Align::right, Align::right, Align::right});
+    for (const auto& pass : model.passes) {
+        passes.add_row({std::to_string(pass.stage), std::string(to_string(pass.phase)),
+                        format_duration(std::int64_t(pass.fixed_ns)), scientific(pass.per_token_ns),
+                        scientific(pass.per_pair_ns), std::to_string(pass.fit.samples),
+                        fixed(pass.fit.r_squared, 3), percent(std::int64_t(pass.fit.mean_abs_rel_error * 1e6), 1000000)});
+    }
+    out += passes.render("  ");
+    if (!model.collectives.empty()) {
+        TextTable collectives({"collective", "latency", "ns/byte", "samples", "mean |err|"},
+                              {Align::left, Align::right, Align::right, Align::right, Align::right});
+        for (const auto& c : model.collectives) {
+            collectives.add_row({c.name, format_duration(std::int64_t(c.latency_ns)), scientific(c.per_byte_ns),
+                                 std::to_string(c.fit.samples),
+                                 percent(std::int64_t(c.fit.mean_abs_rel_error * 1e6), 1000000)});
+        }
+        out += collectives.render("  ");
+    }
+}
+
+int run_analyze(const AnalyzeArgs& args) {
+    auto reader = store::TraceReader::open(args.run);
+    if (!reader) {
+        return report_error(reader.error());
+    }
+    install_interrupt_handler();
+    std::atomic<bool> cancel{false};
+    auto line = progress_line("loading");
+    analysis::LoadProgress load;
+    load.progress = [&](double fraction) {
+        if (!line(fraction)) {
+            cancel.store(true);
+        }
+    };
+    load.cancel = &cancel;
+    auto trace = analysis::load_run_trace(*reader, load);
+    finish_progress_line();
+    if (!trace) {
+        return report_error(trace.error());
+    }
+    auto analyzing = progress_line("analysing");
+    analysis::AnalyzeOptions options;
+    options.progress = [&](std::string_view, double fraction) {
+        if (!analyzing(fraction)) {
+            cancel.store(true);
+        }
+    };
+    options.cancel = &cancel;
+    auto result = analysis::analyze_run(*trace, options);
+    finish_progress_line();
+    if (!result) {
+        return report_error(result.error());
+    }
+
+    std::string out;
+    if (args.json) {
+        out = analysis::analysis_json(*result);
+    } else {
+        render_summary(*result, out);
+        render_breakdown(*result, out);
+        render_bubbles(*result, out);
+        render_cp_load(*result, out);
+        render_offload(*result, out);
+        render_imbalance(*result, args, out);
+        render_cost_model(*result, out);
+        if (!result->notes.empty()) {
+            out += "\nnot analysed\n";
+            for (const auto& note : result->notes) {
+                out += "  - " + note + "\n";
+            }
+        }
+    }
+    if (args.output.empty()) {
+        std::fputs(out.c_str(), stdout);
+    } else {
+        auto file = OutputFile::create(args.output, args.force);
+        if (!file) {
+            return report_error(file.error());
+        }
+        file->write(out);
+        if (auto status = file->commit(); !status) {
+            return report_error(status.error());
+        }
+    }
+    if (reader->incomplete()) {
+        warn("'" + args.run +
+             "' is incomplete: a rank's recording stopped early; the analyses cover what was "
+             "committed");
+        return kExitIncomplete;
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+Command add_analyze_command(CLI::App& app) {
+    auto args = std::make_shared<AnalyzeArgs>();
+    auto* sub = app.add_subcommand(
+        "analyze",
+        "Analyse a run: step breakdown, pipeline bubbles and their causes, CP attention load, "
+        "offload overlap, imbalance and stragglers, and a fitted cost model "
+        "(definitions: docs/analyses.md)");
+    sub->add_option("run", args->run, "A run database (.fulcrum) or a per-rank file (.sqlite)")
+        ->required();
+    sub->add_flag("--json", args->json,
+                  "Write the analyses as JSON (format version 1, documented in docs/analyses.md)");
+    sub->add_option("-o,--output", args->output, "Write to this file instead of standard output");
+    sub->add_flag("--force", args->force, "Replace the output file if it exists");
+    sub->add_option("--top", args->top, "Ranks shown in per-rank tables (the busiest)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
+    return [args] { return run_analyze(*args); };
+}
+
+}  // namespace fulcrum::cli

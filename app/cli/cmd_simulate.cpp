@@ -1,0 +1,534 @@
+// fulcrum simulate: predicts step time, imbalance and bubble of a 4D grid from a cost model
+// (fitted on a captured run, given as JSON, or analytic), and writes the simulated run as a
+// run database that every view and analysis opens. docs/simulate.md.
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/analysis/cost_model.h"
+#include "core/analysis/run_trace.h"
+#include "core/sim/simulator.h"
+#include "core/store/trace_reader.h"
+#include "core/util/text_table.h"
+
+namespace fulcrum::cli {
+namespace {
+
+struct SimulateArgs {
+    CLI::App* command = nullptr;
+    std::string output;
+    bool force = false;
+    sim::SimulationConfig defaults;  // fulcrum-train's defaults, overwritten by options
+    std::string schedule = "1f1b";
+    std::string balancer = "fixed";
+    std::string cp_shard = "per-doc";
+    std::string calibrate;
+    std::string cost_model;
+    std::string compare;
+    bool json = false;
+    bool progress = false;
+};
+
+bool given(const SimulateArgs& args, const std::string& option) {
+    const CLI::Option* found = args.command->get_option_no_throw(option);
+    return found != nullptr && found->count() > 0;
+}
+
+// RUN.fulcrum → RUN-wlb.fulcrum: one database per balancer of a comparison.
+std::string output_for(const std::string& output, const std::string& balancer) {
+    const std::filesystem::path path(output);
+    std::filesystem::path named = path.parent_path() / (path.stem().string() + "-" + balancer);
+    return named.string() + path.extension().string();
+}
+
+std::string command_line(const SimulateArgs& args) {
+    std::string line = "fulcrum simulate";
+    for (const CLI::Option* option : args.command->get_options()) {
+        if (option->count() == 0 || option->get_lnames().empty() ||
+            option->get_lnames().front() == "help") {
+            continue;
+        }
+        line += " --" + option->get_lnames().front();
+        for (const std::string& value : option->results()) {
+            if (option->get_expected_min() > 0) {
+                line += " " + value;
+            }
+        }
+    }
+    return line;
+}
+
+std::string fixed(double value, int decimals) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+    return buffer;
+}
+
+std::string grid_text(const sim::Grid& grid) {
+    return "TP(" + std::to_string(grid.tp) + ")-CP(" + std::to_string(grid.cp) + ")-PP(" +
+           std::to_string(grid.pp) + ")-DP(" + std::to_string(grid.dp) + ")";
+}
+
+// A progress callback for the simulator: the shared progress line (which also turns Ctrl-C
+// into a cancel), and with --progress when stderr is not a terminal, a line per 10%.
+std::function<void(double)> progress_for(const std::string& label, bool forced,
+                                         std::atomic<bool>& cancel) {
+    auto line = progress_line(label);
+    const bool terminal = isatty(STDERR_FILENO) != 0;
+    return [line, label, forced, terminal, &cancel, last = -1](double fraction) mutable {
+        if (!line(fraction)) {
+            cancel.store(true);
+        }
+        const int tenth = static_cast<int>(fraction * 10);
+        if (forced && !terminal && tenth != last) {
+            std::fprintf(stderr, "%s %d%%\n", label.c_str(), tenth * 10);
+            last = tenth;
+        }
+    };
+}
+
+Result<analysis::CostModel> read_cost_model(const std::string& path) {
+    std::ifstream file(path);
+    if (!file) {
+        return Error{ErrorCode::io,
+                     "cannot read the cost model '" + path + "': no such file or not readable"};
+    }
+    std::stringstream text;
+    text << file.rdbuf();
+    auto model = analysis::parse_cost_model_json(text.str());
+    if (!model) {
+        return Error{model.error().code, "'" + path + "': " + model.error().message};
+    }
+    if (model->source.empty() || model->source == "given") {
+        model->source = "given: " + path;
+    }
+    return model;
+}
+
+// The settings: the calibration run's where it says them, the command line's where given,
+// fulcrum-train's defaults otherwise.
+Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
+                                           const analysis::RunTrace* trace) {
+    sim::SimulationConfig config = args.defaults;
+    if (trace != nullptr) {
+        auto settings = sim::config_from_run(*trace);
+        if (!settings) {
+            return settings.error();
+        }
+        const sim::SimulationConfig& run = settings->config;
+        const auto keep = [&](const char* option, auto& field, const auto& value) {
+            if (!given(args, option)) {
+                field = value;
+            }
+        };
+        keep("--layers", config.model.layers, run.model.layers);
+        keep("--hidden", config.model.hidden, run.model.hidden);
+        keep("--heads", config.model.heads, run.model.heads);
+        keep("--context", config.model.context, run.model.context);
+        keep("--vocab", config.model.vocab, run.model.vocab);
+        keep("--dp", config.grid.dp, run.grid.dp);
+        keep("--tp", config.grid.tp, run.grid.tp);
+        keep("--pp", config.grid.pp, run.grid.pp);
+        keep("--cp", config.grid.cp, run.grid.cp);
+        keep("--micro-batches", config.microbatches, run.microbatches);
+        keep("--steps", config.steps, run.steps);
+        keep("--lengths", config.lengths, run.lengths);
+        keep("--documents", config.documents, run.documents);
+        keep("--seed", config.seed, run.seed);
+        keep("--ilp-window", config.ilp_window, run.ilp_window);
+        config.schedule = run.schedule;
+        config.balancer = run.balancer;
+        config.sharding = run.sharding;
+        // Required settings it lacks are validate()'s to name; the rest fall back, and say so.
+        std::string defaulted;
+        for (const std::string& option : settings->unknown) {
+            const bool required = option == "--layers" || option == "--hidden" ||
+                                  option == "--context" || option == "--micro-batches" ||
+                                  option == "--lengths";
+            if (!required && !given(args, option)) {
+                defaulted += (defaulted.empty() ? "" : ", ") + option;
+            }
+        }
+        if (!defaulted.empty()) {
+            warn("'" + args.calibrate + "' does not say its " + defaulted +
+                 "; using the defaults (see --help)");
+        }
+    } else if (!given(args, "--lengths")) {
+        // REFERENCE §5's ProLong-like median of 1,900 tokens, or context/8 where that would
+        // leave hardly a document shorter than the context (fulcrum-train's demo mix).
+        const int median = std::max(1, std::min(1900, config.model.context / 8));
+        config.lengths = "long-tail:context=" + std::to_string(config.model.context) +
+                         ",median=" + std::to_string(median);
+    }
+    if (trace == nullptr || given(args, "--schedule")) {
+        auto schedule = parallel::parse_schedule(args.schedule);
+        if (!schedule) {
+            return schedule.error();
+        }
+        config.schedule = *schedule;
+    }
+    if (trace == nullptr || given(args, "--balancer")) {
+        auto balancer = balance::parse_balancer(args.balancer);
+        if (!balancer) {
+            return balancer.error();
+        }
+        config.balancer = *balancer;
+    }
+    if (trace == nullptr || given(args, "--cp-shard")) {
+        auto sharding = balance::parse_cp_sharding(args.cp_shard);
+        if (!sharding) {
+            return sharding.error();
+        }
+        config.sharding = *sharding;
+    }
+    return config;
+}
+
+Result<std::vector<balance::Balancer>> balancers_to_play(const SimulateArgs& args,
+                                                         balance::Balancer configured) {
+    if (args.compare.empty()) {
+        return std::vector<balance::Balancer>{configured};
+    }
+    std::vector<balance::Balancer> balancers;
+    std::stringstream list(args.compare);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+        auto balancer = balance::parse_balancer(name);
+        if (!balancer) {
+            return Error{ErrorCode::invalid_input, "--compare: " + balancer.error().message};
+        }
+        if (std::find(balancers.begin(), balancers.end(), *balancer) == balancers.end()) {
+            balancers.push_back(*balancer);
+        }
+    }
+    if (balancers.empty()) {
+        return Error{ErrorCode::invalid_input,
+                     "--compare needs a list of balancers, e.g. --compare fixed,ilp,wlb"};
+    }
+    return balancers;
+}
+
+struct Played {
+    balance::Balancer balancer;
+    sim::SimulationResult result;
+    std::string output;
+};
+
+nlohmann::json steps_json(const sim::SimulationResult& result) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const sim::SimulatedStep& step : result.steps) {
+        steps.push_back({{"step", step.step},
+                         {"epoch", step.epoch},
+                         {"start_ns", step.start_ns},
+                         {"duration_ns", step.duration_ns},
+                         {"imbalance", step.imbalance},
+                         {"bubble_fraction", step.bubble_fraction},
+                         {"tokens", step.tokens},
+                         {"microbatches", step.microbatches}});
+    }
+    return steps;
+}
+
+void print_json(const sim::SimulationConfig& config, const std::vector<Played>& played) {
+    nlohmann::json out;
+    out["format"] = "fulcrum simulate";
+    out["version"] = 1;
+    out["config"] =
+        nlohmann::json::parse(sim::run_config_json(config, played.front().result.cost_source));
+    out["config"].erase("balancer");
+    const analysis::CostModel model =
+        config.cost_model ? *config.cost_model
+                          : sim::analytic_cost_model(config.model, config.grid, config.hardware);
+    out["cost_model"] = nlohmann::json::parse(analysis::cost_model_json(model));
+    out["notes"] = played.front().result.notes;
+    nlohmann::json results = nlohmann::json::array();
+    const double first = played.front().result.mean_step_ns;
+    for (const Played& run : played) {
+        const sim::SimulationResult& r = run.result;
+        results.push_back(
+            {{"balancer", balance::balancer_name(run.balancer)},
+             {"mean_step_ns", r.mean_step_ns},
+             {"vs_first", first > 0 ? r.mean_step_ns / first : 1.0},
+             {"mean_imbalance", r.mean_imbalance},
+             {"mean_bubble_fraction", r.mean_bubble_fraction},
+             {"tokens_per_second", r.tokens_per_second},
+             {"ranks", r.ranks},
+             {"output", run.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.output)},
+             {"events", r.events},
+             {"workload_rows", r.workload_rows},
+             {"steps", steps_json(r)}});
+    }
+    out["results"] = results;
+    std::printf("%s\n", out.dump(2).c_str());
+}
+
+void print_table(const sim::SimulationConfig& config, const std::vector<Played>& played) {
+    const sim::SimulationResult& head = played.front().result;
+    std::printf("simulated %s = %d ranks, %s, %d micro-batches per replica, %d steps\n",
+                grid_text(config.grid).c_str(), config.grid.world(),
+                parallel::schedule_name(config.schedule), config.microbatches, config.steps);
+    std::printf("model: %d layers, hidden %d, %d heads, context %d, vocab %d\n",
+                config.model.layers, config.model.hidden, config.model.heads, config.model.context,
+                config.model.vocab);
+    std::printf("documents: %s, %lld documents, seed %llu; CP sharding %s\n",
+                config.lengths.c_str(), static_cast<long long>(config.documents),
+                static_cast<unsigned long long>(config.seed),
+                balance::cp_sharding_name(config.sharding));
+    std::printf("cost model: %s\n", head.cost_source.c_str());
+    for (const std::string& note : head.notes) {
+        std::printf("  derived: %s\n", note.c_str());
+    }
+    std::printf("\n");
+    using Align = TextTable::Align;
+    const std::string first_name = balance::balancer_name(played.front().balancer);
+    TextTable table(
+        {"balancer", "step time", "vs " + first_name, "imbalance", "bubble", "tokens/s"},
+        {Align::left, Align::right, Align::right, Align::right, Align::right, Align::right});
+    const double first = head.mean_step_ns;
+    for (const Played& run : played) {
+        const sim::SimulationResult& r = run.result;
+        table.add_row(
+            {balance::balancer_name(run.balancer), format_duration(std::llround(r.mean_step_ns)),
+             fixed(first > 0 ? r.mean_step_ns / first : 1.0, 2) + "x", fixed(r.mean_imbalance, 2),
+             fixed(100 * r.mean_bubble_fraction, 1) + "%", fixed(r.tokens_per_second, 0)});
+    }
+    std::fputs(table.render().c_str(), stdout);
+    for (const Played& run : played) {
+        if (!run.output.empty()) {
+            std::printf("wrote %s (%d ranks, %lld events, %lld workload rows)\n",
+                        run.output.c_str(), run.result.ranks,
+                        static_cast<long long>(run.result.events),
+                        static_cast<long long>(run.result.workload_rows));
+        }
+    }
+}
+
+int run_simulate(const SimulateArgs& args) {
+    std::atomic<bool> cancel{false};
+    std::optional<analysis::RunTrace> trace;
+    if (!args.calibrate.empty()) {
+        auto reader = store::TraceReader::open(args.calibrate);
+        if (!reader) {
+            return report_error(reader.error());
+        }
+        analysis::LoadProgress load;
+        load.progress = progress_for("loading", args.progress, cancel);
+        load.cancel = &cancel;
+        auto loaded = analysis::load_run_trace(*reader, load);
+        finish_progress_line();
+        if (!loaded) {
+            return report_error(loaded.error());
+        }
+        trace = std::move(*loaded);
+    }
+    auto config = build_config(args, trace ? &*trace : nullptr);
+    if (!config) {
+        return report_error(config.error());
+    }
+    // The settings first: a run that cannot be simulated need not be fitted.
+    if (auto status = sim::validate(*config); !status) {
+        return report_error(status.error());
+    }
+    if (!args.cost_model.empty()) {
+        auto model = read_cost_model(args.cost_model);
+        if (!model) {
+            return report_error(model.error());
+        }
+        config->cost_model = std::move(*model);
+    } else if (trace) {
+        auto calibration = sim::calibrate(*trace);
+        if (!calibration) {
+            return report_error(calibration.error());
+        }
+        config->cost_model = std::move(calibration->model);
+        config->cost_origin = calibration->origin;
+    }
+    if (auto status = sim::validate(*config); !status) {
+        return report_error(status.error());
+    }
+    auto balancers = balancers_to_play(args, config->balancer);
+    if (!balancers) {
+        return report_error(balancers.error());
+    }
+    // Every output is checked before anything is simulated, so a comparison does not stop
+    // half-way on the third file.
+    std::vector<std::string> outputs;
+    for (balance::Balancer balancer : *balancers) {
+        std::string path;
+        if (!args.output.empty()) {
+            path = args.compare.empty() ? args.output
+                                        : output_for(args.output, balance::balancer_name(balancer));
+            std::error_code ec;
+            if (!args.force && std::filesystem::exists(path, ec)) {
+                return report_error({ErrorCode::io, "'" + path +
+                                                        "' already exists; remove it, choose "
+                                                        "another path, or pass --force"});
+            }
+        }
+        outputs.push_back(path);
+    }
+
+    std::vector<Played> played;
+    const std::string command = command_line(args);
+    for (std::size_t i = 0; i < balancers->size(); ++i) {
+        sim::SimulationConfig run = *config;
+        run.balancer = (*balancers)[i];
+        sim::SimulationProgress progress;
+        progress.progress =
+            progress_for(std::string("simulating ") + balance::balancer_name(run.balancer),
+                         args.progress, cancel);
+        progress.cancel = &cancel;
+        Result<sim::SimulationResult> result =
+            outputs[i].empty() ? sim::simulate(run, nullptr, progress) : [&] {
+                sim::SimulationOutput output;
+                output.path = outputs[i];
+                output.overwrite = args.force;
+                output.command = command;
+                output.producer = "fulcrum " FULCRUM_VERSION;
+                return sim::simulate_to_file(run, output, progress);
+            }();
+        finish_progress_line();
+        if (!result) {
+            return report_error(result.error());
+        }
+        played.push_back({run.balancer, std::move(*result), outputs[i]});
+    }
+    if (args.json) {
+        print_json(*config, played);
+    } else {
+        print_table(*config, played);
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+Command add_simulate_command(CLI::App& app) {
+    auto args = std::make_shared<SimulateArgs>();
+    auto* sub = app.add_subcommand(
+        "simulate",
+        "Predict step time, imbalance and pipeline bubble of a DP x TP x PP x CP grid from a "
+        "cost model, playing the engine's packing, pipeline schedule and collectives; "
+        "optionally write the simulated run as a run database (docs/simulate.md).\n\n"
+        "  fulcrum simulate --calibrate run.fulcrum --pp 4 --compare fixed,ilp,wlb\n"
+        "  fulcrum simulate --layers 32 --hidden 4096 --heads 32 --context 32768 --dp 32 "
+        "--pp 8 --cp 4 --tp 4 --micro-batches 64 --steps 2 -o big.fulcrum");
+    args->command = sub;
+    sim::SimulationConfig& d = args->defaults;
+
+    sub->add_option("-o,--output", args->output,
+                    "Write the simulated run here (with --compare: RUN-<balancer>.fulcrum per "
+                    "balancer); without it, only the table is printed")
+        ->group("Output");
+    sub->add_flag("--force", args->force, "Replace existing output files")->group("Output");
+    sub->add_flag("--json", args->json,
+                  "Print the results as JSON (config, cost model, per-step figures)")
+        ->group("Output");
+    sub->add_flag("--progress", args->progress,
+                  "Report progress on stderr even when it is not a terminal")
+        ->group("Output");
+
+    sub->add_option("--calibrate", args->calibrate,
+                    "Fit the cost model on this captured run, and take every setting not given "
+                    "here from its configuration")
+        ->group("Cost model");
+    sub->add_option("--cost-model", args->cost_model,
+                    "A cost model as JSON (the cost_model member of fulcrum analyze --json; "
+                    "docs/analyses.md); overrides the fit of --calibrate")
+        ->group("Cost model");
+    sub->add_option("--tflops", d.hardware.tflops,
+                    "Analytic model: sustained TFLOP/s per GPU (used when no cost model is "
+                    "given, and for what a given one lacks)")
+        ->capture_default_str()
+        ->group("Cost model");
+    sub->add_option("--nvlink-gbs", d.hardware.nvlink_gbs,
+                    "Analytic model: GB/s of collectives within a node")
+        ->capture_default_str()
+        ->group("Cost model");
+    sub->add_option("--network-gbs", d.hardware.network_gbs,
+                    "Analytic model: GB/s per GPU between nodes")
+        ->capture_default_str()
+        ->group("Cost model");
+    sub->add_option("--latency-us", d.hardware.collective_latency_us,
+                    "Analytic model: latency of one collective call, in microseconds")
+        ->capture_default_str()
+        ->group("Cost model");
+    sub->add_option("--gpus-per-node", d.hardware.gpus_per_node,
+                    "Analytic model: GPUs per node (groups within one use NVLink)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->group("Cost model");
+
+    sub->add_option("--layers", d.model.layers)->capture_default_str()->group("Model");
+    sub->add_option("--hidden", d.model.hidden)->capture_default_str()->group("Model");
+    sub->add_option("--heads", d.model.heads)->capture_default_str()->group("Model");
+    sub->add_option("--context", d.model.context,
+                    "Tokens of one fixed-length micro-batch; no document is longer")
+        ->capture_default_str()
+        ->group("Model");
+    sub->add_option("--vocab", d.model.vocab)->capture_default_str()->group("Model");
+
+    sub->add_option("--dp", d.grid.dp, "Data-parallel degree")
+        ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--tp", d.grid.tp, "Tensor-parallel degree")
+        ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--pp", d.grid.pp, "Pipeline-parallel degree (stages)")
+        ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--cp", d.grid.cp, "Context-parallel degree")
+        ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--schedule", args->schedule, "Pipeline schedule: gpipe or 1f1b")
+        ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--micro-batches", d.microbatches, "Micro-batches per DP replica and step")
+        ->capture_default_str()
+        ->group("Grid");
+
+    sub->add_option("--balancer", args->balancer, "Packing: fixed, ilp or wlb")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--compare", args->compare,
+                    "Simulate each of these balancers with otherwise identical settings, e.g. "
+                    "fixed,ilp,wlb; the first is the baseline of the 'vs' column")
+        ->group("Data");
+    sub->add_option("--cp-shard", args->cp_shard,
+                    "CP sharding: contiguous, zigzag, per-doc, adaptive")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--lengths", d.lengths,
+                    "Document lengths: lognormal:median=M,sigma=S, long-tail:context=N, "
+                    "file:PATH (default long-tail:context=C,median=min(1900, C/8), C = --context)")
+        ->group("Data");
+    sub->add_option("--documents", d.documents, "How many documents to sample")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--seed", d.seed, "Sampling and shuffling seed (the engine's)")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--steps", d.steps)->capture_default_str()->group("Data");
+    sub->add_option("--ilp-window", d.ilp_window, "Global batches the ILP balancer packs jointly")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64))
+        ->group("Data");
+    sub->add_option("--ilp-time-limit", d.ilp_time_limit_s,
+                    "Seconds the ILP balancer may take per step")
+        ->capture_default_str()
+        ->group("Data");
+    return [args] { return run_simulate(*args); };
+}
+
+}  // namespace fulcrum::cli

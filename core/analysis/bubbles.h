@@ -1,0 +1,65 @@
+// Pipeline bubbles: how much of each step a stage sat idle waiting for its neighbours, against
+// what the schedule costs in theory, and why.
+//
+// For one step of one pipeline (the ranks that share dp, cp and tp, one per stage):
+//   window       = [first pass start, last pass end] over all its stages
+//   busy(s)      = Σ over stage s's passes of (wall − pipeline receive time)
+//   bubble(s)    = |window| − busy(s)
+//   fraction(s)  = bubble(s) / busy(s)     the convention of the theory's (p−1)/m (REFERENCE §2)
+// The bubble is split by replaying the schedule (core/parallel/replay.h) without any
+// communication cost:
+//   warm-up/cool-down = bubble of a replay where every micro-batch of a stage takes that
+//                       stage's mean: what the schedule costs with equal micro-batches
+//   unequal micro-batches = makespan(replay of the measured busy times) − makespan(that)
+//                       : a stage waiting on a neighbour that is slower on some micro-batch
+//   other             = the rest: transfer time, launch gaps, noise.
+// When the parts exceed the measured bubble (noise), they are scaled down to fit it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/analysis/passes.h"
+#include "core/analysis/run_trace.h"
+
+namespace fulcrum::analysis {
+
+struct StageBubble {
+    std::int32_t rank = 0;
+    std::int32_t step = 0;
+    int stage = 0;
+    int dp = 0, cp = 0, tp = 0;
+    std::int64_t window_ns = 0;
+    std::int64_t busy_ns = 0;
+    std::int64_t bubble_ns = 0;
+    double bubble_fraction = 0;
+    std::int64_t warmup_cooldown_ns = 0;
+    std::int64_t unequal_microbatch_ns = 0;
+    std::int64_t other_ns = 0;
+    std::int64_t wait_on_previous_ns = 0;  // receiving activations from stage − 1
+    std::int64_t wait_on_next_ns = 0;      // receiving gradients from stage + 1
+};
+
+struct PipelineBubble {
+    std::int32_t step = 0;
+    int dp = 0, cp = 0, tp = 0;
+    int stages = 0;
+    int microbatches = 0;
+    std::int64_t window_ns = 0;
+    double theory_fraction = 0;    // (p−1)/m
+    double measured_fraction = 0;  // Σ bubble / Σ busy over the stages
+    double replay_fraction = 0;    // the same, in the replay of the measured busy times
+};
+
+struct BubbleAnalysis {
+    std::string schedule;  // the schedule replayed ("1f1b" when the run does not say)
+    std::vector<StageBubble> stages;        // by (step, dp, cp, tp, stage)
+    std::vector<PipelineBubble> pipelines;  // by (step, dp, cp, tp)
+    double theory_fraction = 0;          // (p−1)/m of the run
+    double mean_measured_fraction = 0;   // mean over pipelines and steps
+};
+
+BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes);
+
+}  // namespace fulcrum::analysis

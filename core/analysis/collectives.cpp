@@ -1,0 +1,224 @@
+#include "core/analysis/collectives.h"
+
+#include <algorithm>
+#include <tuple>
+#include <unordered_map>
+
+namespace fulcrum::analysis {
+
+namespace {
+
+// What identifies a collective on each of its ranks, except the occurrence k.
+struct CallKey {
+    std::uint64_t communicator = 0;
+    StringId name;
+    std::int32_t step = -1;
+    std::int32_t microbatch = -1;
+    Phase phase = Phase::none;
+
+    friend bool operator==(const CallKey&, const CallKey&) = default;
+};
+
+struct CallKeyHash {
+    std::size_t operator()(const CallKey& key) const {
+        std::uint64_t h = key.communicator * 0x9e3779b97f4a7c15ULL;
+        h ^= (static_cast<std::uint64_t>(key.name.value) << 32 |
+              static_cast<std::uint32_t>(key.step)) +
+             0xbf58476d1ce4e5b9ULL + (h << 6) + (h >> 2);
+        h ^= (static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.microbatch)) << 8 |
+              static_cast<std::uint8_t>(key.phase)) +
+             0x94d049bb133111ebULL + (h << 6) + (h >> 2);
+        h ^= h >> 31;
+        return static_cast<std::size_t>(h);
+    }
+};
+
+// Coordinates are -1 when unknown; +1 keeps them non-negative, 16 bits each is a 65535-wide
+// grid dimension.
+std::uint64_t pack(Role role, std::int32_t a, std::int32_t b, std::int32_t c) {
+    const auto field = [](std::int32_t x) { return static_cast<std::uint64_t>(x + 1) & 0xffff; };
+    return (static_cast<std::uint64_t>(role) << 48) | (field(a) << 32) | (field(b) << 16) |
+           field(c);
+}
+
+// Which communicator of its dimension a rank's collective runs on: ranks that agree on every
+// coordinate but the ones the collective spans. An unknown coordinate (-1 on every rank of an
+// imported trace) puts everyone in one group, which is the right fallback.
+std::uint64_t communicator_of(Role role, const RankInfo& r) {
+    switch (role) {
+        case Role::dp_collective:  // the engine's DP all-reduce runs over DP × CP
+            return pack(role, r.pp, r.tp, -1);
+        case Role::cp_collective:
+            return pack(role, r.dp, r.pp, r.tp);
+        case Role::tp_collective:
+            return pack(role, r.dp, r.pp, r.cp);
+        case Role::embedding_collective:  // first and last stage; only they emit it
+            return pack(role, r.dp, r.cp, r.tp);
+        default:
+            return pack(role, -1, -1, -1);
+    }
+}
+
+bool is_matched_collective(Role role) {
+    switch (role) {
+        case Role::cp_collective:
+        case Role::tp_collective:
+        case Role::dp_collective:
+        case Role::embedding_collective:
+        case Role::collective:
+            return true;
+        default:  // pipeline send/receive are point-to-point, matched by the bubble analysis
+            return false;
+    }
+}
+
+}  // namespace
+
+const CollectiveParticipant& CollectiveInstance::last_arrival() const {
+    // Ties go to the first such participant (lowest rank), so the answer is deterministic.
+    auto last = participants.begin();
+    for (auto it = participants.begin(); it != participants.end(); ++it) {
+        if (it->start_ns > last->start_ns) {
+            last = it;
+        }
+    }
+    return *last;
+}
+
+std::int64_t CollectiveInstance::total_wait_ns() const {
+    if (participants.empty()) {
+        return 0;
+    }
+    const std::int64_t last_start = last_arrival().start_ns;
+    std::int64_t wait = 0;
+    for (const CollectiveParticipant& p : participants) {
+        wait += last_start - p.start_ns;
+    }
+    return wait;
+}
+
+std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
+    // Two passes over the events, hashing instead of sorting them (a 10M-event run has
+    // millions of collective calls). The first gives every call its instance: each (communicator,
+    // name, step, micro-batch, phase) gets a dense id, each id a list of instances indexed by k,
+    // and a rank's k-th call of an id joins instance [id][k]. The second copies the calls into
+    // their instances, allocated once at their final size and place. Ranks are visited in
+    // ascending order, so participants come out sorted by rank.
+    struct Call {
+        const Event* event;
+        Role role;
+    };
+    std::vector<Call> calls;
+    // A rank's matched collectives in start order (k counts in start order over its lanes).
+    const auto calls_of = [&](const RankTrace& rank) {
+        calls.clear();
+        int lanes_with_calls = 0;
+        for (const LaneTrace& lane : rank.lanes) {
+            const std::size_t before = calls.size();
+            for (const Event& event : lane.events) {
+                if (event.kind == EventKind::mark) {
+                    continue;
+                }
+                const Role role = trace.role(event);
+                if (is_matched_collective(role)) {
+                    calls.push_back({&event, role});
+                }
+            }
+            lanes_with_calls += calls.size() > before ? 1 : 0;
+        }
+        if (lanes_with_calls > 1) {  // each lane is in start order already
+            std::stable_sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) {
+                return a.event->start_ns < b.event->start_ns;
+            });
+        }
+    };
+
+    struct Instance {
+        const Event* first;  // name, step, micro-batch, phase
+        Role role;
+        std::int32_t occurrence;
+        std::uint32_t participants = 0;
+        std::int64_t first_start;
+    };
+    std::vector<Instance> found;
+    std::vector<std::uint32_t> instance_of_call;
+    std::unordered_map<CallKey, std::uint32_t, CallKeyHash> call_ids;
+    std::vector<std::vector<std::uint32_t>> instances_of_id;  // [id][k] → instance
+    std::vector<std::int32_t> next_k;                         // this rank's, by id
+    for (const RankTrace& rank : trace.ranks) {
+        calls_of(rank);
+        std::fill(next_k.begin(), next_k.end(), 0);
+        for (const Call& call : calls) {
+            const Event& event = *call.event;
+            const CallKey key{communicator_of(call.role, rank.info), event.name, event.step,
+                              event.microbatch, event.phase};
+            const auto [it, added] =
+                call_ids.try_emplace(key, static_cast<std::uint32_t>(instances_of_id.size()));
+            if (added) {
+                instances_of_id.emplace_back();
+                next_k.push_back(0);
+            }
+            const std::int32_t k = next_k[it->second]++;
+            std::vector<std::uint32_t>& by_k = instances_of_id[it->second];
+            if (static_cast<std::size_t>(k) == by_k.size()) {
+                by_k.push_back(static_cast<std::uint32_t>(found.size()));
+                found.push_back({&event, call.role, k, 0, event.start_ns});
+            }
+            const std::uint32_t index = by_k[static_cast<std::size_t>(k)];
+            Instance& instance = found[index];
+            ++instance.participants;
+            instance.first_start = std::min(instance.first_start, event.start_ns);
+            instance_of_call.push_back(index);
+        }
+    }
+
+    // Instances with at least two participants, in order of (step, first start). The sort
+    // carries what the output needs, so that it is then read in order.
+    struct Order {
+        std::int32_t step;
+        std::int64_t first_start;
+        std::uint32_t index;
+        const Instance* instance;
+    };
+    std::vector<Order> order;
+    for (std::size_t i = 0; i < found.size(); ++i) {
+        if (found[i].participants >= 2) {
+            order.push_back({found[i].first->step, found[i].first_start,
+                             static_cast<std::uint32_t>(i), &found[i]});
+        }
+    }
+    std::sort(order.begin(), order.end(), [](const Order& a, const Order& b) {
+        return std::tie(a.step, a.first_start, a.index) < std::tie(b.step, b.first_start, b.index);
+    });
+    constexpr std::uint32_t kDropped = ~std::uint32_t{0};
+    std::vector<std::uint32_t> position(found.size(), kDropped);
+    std::vector<CollectiveInstance> instances(order.size());
+    for (std::size_t p = 0; p < order.size(); ++p) {
+        const Instance& from = *order[p].instance;
+        CollectiveInstance& to = instances[p];
+        to.name = from.first->name;
+        to.role = from.role;
+        to.step = from.first->step;
+        to.microbatch = from.first->microbatch;
+        to.phase = from.first->phase;
+        to.occurrence = from.occurrence;
+        to.participants.reserve(from.participants);
+        position[order[p].index] = static_cast<std::uint32_t>(p);
+    }
+
+    std::size_t next_call = 0;
+    for (const RankTrace& rank : trace.ranks) {
+        calls_of(rank);
+        for (const Call& call : calls) {
+            const std::uint32_t p = position[instance_of_call[next_call++]];
+            if (p != kDropped) {
+                const Event& event = *call.event;
+                instances[p].participants.push_back(
+                    {rank.info.rank, event.start_ns, event.end_ns, event.bytes, event.args});
+            }
+        }
+    }
+    return instances;
+}
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,783 @@
+#include "core/analysis/cost_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <span>
+#include <tuple>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+namespace fulcrum::analysis {
+
+namespace {
+
+// ---- Non-negative least squares over at most three columns ----------------------------------
+//
+// A time cannot have a negative component, so the fit is non-negative least squares: minimise
+// Σ (y − Xβ)² subject to β ≥ 0. Its optimum is the unconstrained least-squares fit on its own
+// support (the columns with β > 0), so with three columns it is found exactly by fitting every
+// one of the seven supports, dropping those whose design is rank-deficient or whose fit has a
+// negative coefficient, and keeping the smallest residual. The intercept-only support is
+// always feasible for non-negative times, so a fit always exists and is never NaN.
+//
+// Rank deficiency is what makes a column unidentifiable: all micro-batches of equal length make
+// the token column a multiple of the intercept, one document per micro-batch of equal length
+// makes all three proportional. Ties (equal residuals, up to rounding) go to the earlier support
+// in the caller's list, which prefers work terms over the fixed term: with the token count the
+// same in every sample, "every token costs t/T" predicts a run of other lengths better than
+// "every pass costs t".
+
+constexpr int kMaxColumns = 3;
+using Row = std::array<double, kMaxColumns>;
+using Support = std::array<bool, kMaxColumns>;
+
+struct LinearFit {
+    Row coefficients = {0, 0, 0};
+    double ss_res = 0;
+};
+
+// Least squares on `support`; false when its design is rank-deficient. The columns are scaled
+// to unit root-mean-square so that one pivot threshold serves tokens (~10⁴) and pairs (~10⁹).
+bool solve_support(const std::vector<Row>& x, const std::vector<double>& y, const Support& support,
+                   LinearFit& fit) {
+    std::array<int, kMaxColumns> columns{};
+    int k = 0;
+    for (int c = 0; c < kMaxColumns; ++c) {
+        if (support[c]) {
+            columns[k++] = c;
+        }
+    }
+    const double n = static_cast<double>(x.size());
+    std::array<long double, kMaxColumns> scale{};
+    for (int a = 0; a < k; ++a) {
+        long double sum = 0;
+        for (const Row& row : x) {
+            sum += static_cast<long double>(row[columns[a]]) * row[columns[a]];
+        }
+        scale[a] = std::sqrt(sum / n);
+        if (!(scale[a] > 0)) {
+            return false;  // an all-zero column
+        }
+    }
+    // Normal equations (XᵀX/n) β' = Xᵀy/n in the scaled columns, solved by Gaussian elimination
+    // with partial pivoting.
+    long double m[kMaxColumns][kMaxColumns + 1] = {};
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        for (int a = 0; a < k; ++a) {
+            const long double xa = x[i][columns[a]] / scale[a];
+            for (int b = 0; b < k; ++b) {
+                m[a][b] += xa * (x[i][columns[b]] / scale[b]);
+            }
+            m[a][k] += xa * y[i];
+        }
+    }
+    for (int a = 0; a < k; ++a) {
+        for (int b = 0; b <= k; ++b) {
+            m[a][b] /= n;
+        }
+    }
+    constexpr long double kSingular = 1e-10L;  // relative to the unit diagonal
+    for (int p = 0; p < k; ++p) {
+        int best = p;
+        for (int r = p + 1; r < k; ++r) {
+            if (std::fabs(m[r][p]) > std::fabs(m[best][p])) {
+                best = r;
+            }
+        }
+        if (std::fabs(m[best][p]) < kSingular) {
+            return false;
+        }
+        for (int c = 0; c <= k; ++c) {
+            std::swap(m[p][c], m[best][c]);
+        }
+        for (int r = p + 1; r < k; ++r) {
+            const long double factor = m[r][p] / m[p][p];
+            for (int c = p; c <= k; ++c) {
+                m[r][c] -= factor * m[p][c];
+            }
+        }
+    }
+    std::array<long double, kMaxColumns> beta{};
+    for (int p = k - 1; p >= 0; --p) {
+        long double value = m[p][k];
+        for (int c = p + 1; c < k; ++c) {
+            value -= m[p][c] * beta[c];
+        }
+        beta[p] = value / m[p][p];
+    }
+    fit = LinearFit{};
+    for (int a = 0; a < k; ++a) {
+        fit.coefficients[columns[a]] = static_cast<double>(beta[a] / scale[a]);
+    }
+    long double ss = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        long double predicted = 0;
+        for (int c = 0; c < kMaxColumns; ++c) {
+            predicted += static_cast<long double>(fit.coefficients[c]) * x[i][c];
+        }
+        ss += (y[i] - predicted) * (y[i] - predicted);
+    }
+    fit.ss_res = static_cast<double>(ss);
+    return std::isfinite(fit.ss_res);
+}
+
+LinearFit non_negative_fit(const std::vector<Row>& x, const std::vector<double>& y,
+                           std::span<const Support> supports) {
+    long double sum_y2 = 0;
+    for (double v : y) {
+        sum_y2 += static_cast<long double>(v) * v;
+    }
+    // Residuals closer than this are equal: the later support must beat the earlier by more
+    // than rounding.
+    const double tie = 1e-12 * static_cast<double>(sum_y2);
+    LinearFit best;
+    bool found = false;
+    for (const Support& support : supports) {
+        LinearFit fit;
+        if (!solve_support(x, y, support, fit)) {
+            continue;
+        }
+        if (std::any_of(fit.coefficients.begin(), fit.coefficients.end(),
+                        [](double c) { return c < 0 || !std::isfinite(c); })) {
+            continue;
+        }
+        if (!found || fit.ss_res < best.ss_res - tie) {
+            best = fit;
+            found = true;
+        }
+    }
+    return best;  // all zero when nothing was feasible (only for negative times)
+}
+
+FitQuality quality(const std::vector<double>& measured, const std::vector<double>& predicted) {
+    FitQuality q;
+    q.samples = static_cast<int>(measured.size());
+    if (measured.empty()) {
+        return q;
+    }
+    long double mean = 0;
+    for (double v : measured) {
+        mean += v;
+    }
+    mean /= static_cast<long double>(measured.size());
+    long double ss_tot = 0, ss_res = 0, rel = 0;
+    int rel_samples = 0;
+    for (std::size_t i = 0; i < measured.size(); ++i) {
+        ss_tot += (measured[i] - mean) * (measured[i] - mean);
+        ss_res += (measured[i] - predicted[i]) * (measured[i] - predicted[i]);
+        if (measured[i] > 0) {
+            rel += std::fabs(predicted[i] - measured[i]) / measured[i];
+            ++rel_samples;
+        }
+    }
+    q.r_squared = ss_tot > 0 ? static_cast<double>(1 - ss_res / ss_tot) : 0.0;
+    q.mean_abs_rel_error = rel_samples > 0 ? static_cast<double>(rel / rel_samples) : 0.0;
+    return q;
+}
+
+// Columns: 1, tokens, pairs. Preference on ties: work terms before the fixed term.
+constexpr std::array<Support, 7> kPassSupports = {{
+    {true, true, true},
+    {false, true, true},
+    {true, true, false},
+    {true, false, true},
+    {false, true, false},
+    {false, false, true},
+    {true, false, false},
+}};
+
+// Columns: calls (1 for a captured range), bytes (the third unused).
+constexpr std::array<Support, 3> kCollectiveSupports = {{
+    {true, true, false},
+    {false, true, false},
+    {true, false, false},
+}};
+
+PassCost fit_pass(std::int16_t stage, Phase phase, const std::vector<Row>& x,
+                  const std::vector<double>& y) {
+    const LinearFit fit = non_negative_fit(x, y, kPassSupports);
+    PassCost cost;
+    cost.stage = stage;
+    cost.phase = phase;
+    cost.fixed_ns = fit.coefficients[0];
+    cost.per_token_ns = fit.coefficients[1];
+    cost.per_pair_ns = fit.coefficients[2];
+    std::vector<double> predicted(y.size());
+    for (std::size_t i = 0; i < y.size(); ++i) {
+        predicted[i] =
+            cost.predict(static_cast<std::int64_t>(x[i][1]), static_cast<std::int64_t>(x[i][2]));
+    }
+    cost.fit = quality(y, predicted);
+    return cost;
+}
+
+double median(std::vector<double> values) {
+    if (values.empty()) {
+        return 0;
+    }
+    const std::size_t mid = values.size() / 2;
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid),
+                     values.end());
+    const double upper = values[mid];
+    if (values.size() % 2 == 1) {
+        return upper;
+    }
+    const double lower =
+        *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid));
+    return (lower + upper) / 2;
+}
+
+struct TransferSample {
+    std::int64_t bytes = -1;
+    std::int64_t transfer_ns = 0;
+    // Calls the range stands for: the simulator writes one range per stage for all of a
+    // pass's per-layer calls, with args {"calls":"N"}; a captured range is one call.
+    std::int64_t calls = 1;
+};
+
+// The "calls" member of an event's args, 1 when absent; cached per interned args text.
+std::int64_t calls_of(const RunTrace& trace, StringId args,
+                      std::unordered_map<std::uint32_t, std::int64_t>& cache) {
+    if (!args.valid()) {
+        return 1;
+    }
+    const auto [it, inserted] = cache.try_emplace(args.value, 1);
+    if (inserted) {
+        const auto json = nlohmann::json::parse(trace.name(args), nullptr, false);
+        if (json.is_object() && json.contains("calls")) {
+            const auto& calls = json["calls"];
+            std::int64_t value = 1;
+            if (calls.is_number_integer()) {
+                value = calls.get<std::int64_t>();
+            } else if (calls.is_string()) {
+                value = std::atoll(calls.get<std::string>().c_str());
+            }
+            it->second = std::max<std::int64_t>(value, 1);
+        }
+    }
+    return it->second;
+}
+
+// latency + per_byte·B. When every sample moved the same bytes the two cannot be told apart;
+// the median is then the latency, robust to the odd slow transfer.
+CollectiveCost fit_collective(std::string name, Role role,
+                              const std::vector<TransferSample>& samples) {
+    CollectiveCost cost;
+    cost.name = std::move(name);
+    cost.role = role;
+    // Samples without a byte count join only when none has one (a latency-only fit).
+    const bool any_bytes = std::any_of(samples.begin(), samples.end(),
+                                       [](const TransferSample& s) { return s.bytes >= 0; });
+    std::vector<Row> x;
+    std::vector<double> y;
+    for (const TransferSample& s : samples) {
+        if (any_bytes && s.bytes < 0) {
+            continue;
+        }
+        x.push_back({static_cast<double>(s.calls),
+                     static_cast<double>(std::max<std::int64_t>(s.bytes, 0)), 0.0});
+        y.push_back(static_cast<double>(s.transfer_ns));
+    }
+    if (y.empty()) {
+        return cost;
+    }
+    const bool same_bytes =
+        std::all_of(x.begin(), x.end(), [&](const Row& row) { return row[1] == x.front()[1]; });
+    const bool single_calls =
+        std::all_of(x.begin(), x.end(), [&](const Row& row) { return row[0] == 1.0; });
+    if (same_bytes && single_calls) {
+        cost.latency_ns = std::max(0.0, median(y));
+    } else {
+        const LinearFit fit = non_negative_fit(x, y, kCollectiveSupports);
+        cost.latency_ns = fit.coefficients[0];
+        cost.per_byte_ns = fit.coefficients[1];
+    }
+    std::vector<double> predicted(y.size());
+    for (std::size_t i = 0; i < y.size(); ++i) {
+        predicted[i] = x[i][0] * cost.latency_ns + cost.per_byte_ns * x[i][1];
+    }
+    cost.fit = quality(y, predicted);
+    return cost;
+}
+
+// A pipeline receive waits for its sender; only the time after the matching send began is the
+// transfer. "recv X" on stage s is matched with "send X" on the neighbour that sends it (s − 1
+// for activations, s + 1 for gradients), on the rank with the same dp, cp and tp, by (step,
+// micro-batch, k).
+void pipeline_samples(const RunTrace& trace,
+                      std::map<std::string, std::vector<TransferSample>>& by_name) {
+    struct Key {
+        std::int32_t dp, cp, tp, stage, step, microbatch, occurrence;
+        std::string_view what;  // "activations", "gradients"
+        auto tied() const {
+            return std::tie(dp, cp, tp, stage, step, microbatch, occurrence, what);
+        }
+        bool operator<(const Key& other) const { return tied() < other.tied(); }
+    };
+    struct Recv {
+        Key sender;
+        std::string_view name;
+        std::int64_t start_ns, end_ns, bytes;
+    };
+    std::map<Key, std::pair<std::int64_t, std::int64_t>> sends;  // → start, bytes
+    std::vector<Recv> recvs;
+    for (const RankTrace& rank : trace.ranks) {
+        const RankInfo& r = rank.info;
+        std::map<std::tuple<StringId, std::int32_t, std::int32_t>, std::int32_t> seen;
+        for (const LaneTrace& lane : rank.lanes) {
+            for (const Event& event : lane.events) {
+                const Role role = trace.role(event);
+                if (role != Role::pipeline_send && role != Role::pipeline_recv) {
+                    continue;
+                }
+                const std::string_view name = trace.name(event.name);
+                const std::size_t space = name.find(' ');
+                if (space == std::string_view::npos) {
+                    continue;
+                }
+                const std::string_view what = name.substr(space + 1);
+                const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
+                const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
+                if (role == Role::pipeline_send) {
+                    sends[{r.dp, r.cp, r.tp, stage, event.step, event.microbatch, k, what}] = {
+                        event.start_ns, event.bytes};
+                } else {
+                    const bool backward = what.find("gradient") != std::string_view::npos;
+                    const std::int32_t from = backward ? stage + 1 : stage - 1;
+                    const Key sender{r.dp, r.cp, r.tp, from, event.step, event.microbatch, k, what};
+                    recvs.push_back({sender, name, event.start_ns, event.end_ns, event.bytes});
+                }
+            }
+        }
+    }
+    for (const Recv& recv : recvs) {
+        const auto send = sends.find(recv.sender);
+        if (send == sends.end()) {
+            continue;
+        }
+        // Only a receive that was waiting when the send began saw the whole transfer; one
+        // that started later found part or all of it done (posted sends are buffered).
+        const std::int64_t began = send->second.first;
+        if (recv.start_ns > began || began > recv.end_ns) {
+            continue;
+        }
+        by_name[std::string(recv.name)].push_back(
+            {recv.bytes >= 0 ? recv.bytes : send->second.second, recv.end_ns - began});
+    }
+}
+
+// Stable names of roles in the JSON format.
+constexpr std::array<std::pair<Role, std::string_view>, 13> kRoleNames = {{
+    {Role::other, "other"},
+    {Role::step, "step"},
+    {Role::forward, "forward"},
+    {Role::backward, "backward"},
+    {Role::attention, "attention"},
+    {Role::pipeline_recv, "pipeline_recv"},
+    {Role::pipeline_send, "pipeline_send"},
+    {Role::cp_collective, "cp_collective"},
+    {Role::tp_collective, "tp_collective"},
+    {Role::dp_collective, "dp_collective"},
+    {Role::embedding_collective, "embedding_collective"},
+    {Role::optimizer, "optimizer"},
+    {Role::collective, "collective"},
+}};
+
+std::string_view role_name(Role role) {
+    for (const auto& [r, name] : kRoleNames) {
+        if (r == role) {
+            return name;
+        }
+    }
+    return "other";
+}
+
+}  // namespace
+
+double PassCost::predict(std::int64_t tokens, std::int64_t pairs) const {
+    return fixed_ns + per_token_ns * static_cast<double>(tokens) +
+           per_pair_ns * static_cast<double>(pairs);
+}
+
+double CollectiveCost::predict(std::int64_t bytes) const {
+    return latency_ns + per_byte_ns * static_cast<double>(std::max<std::int64_t>(bytes, 0));
+}
+
+const PassCost* CostModel::pass(std::int16_t stage, Phase phase) const {
+    for (const PassCost& cost : passes) {
+        if (cost.stage == stage && cost.phase == phase) {
+            return &cost;
+        }
+    }
+    return nullptr;
+}
+
+const CollectiveCost* CostModel::collective(std::string_view name) const {
+    for (const CollectiveCost& cost : collectives) {
+        if (cost.name == name) {
+            return &cost;
+        }
+    }
+    return nullptr;
+}
+
+Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
+                                 const std::vector<CollectiveInstance>* collectives) {
+    const std::string run = "run '" + trace.run.name + "'";
+    if (passes.empty()) {
+        return Error{ErrorCode::invalid_input,
+                     "cannot fit a cost model: " + run +
+                         " has no forward or backward ranges (docs/annotations.md)"};
+    }
+    if (trace.workload.empty()) {
+        return Error{ErrorCode::invalid_input,
+                     "cannot fit a cost model: " + run +
+                         " has no workload table (the fulcrum.workload marks), so the tokens "
+                         "and pairs of its passes are unknown"};
+    }
+
+    CostModel model;
+    model.source = trace.run.name;
+
+    const std::vector<HeldWork> held = held_work(trace);
+    const auto held_of = [&](const Pass& pass) -> const HeldWork* {
+        const auto it = std::lower_bound(held.begin(), held.end(),
+                                         std::tie(pass.rank, pass.step, pass.microbatch),
+                                         [](const HeldWork& w, const auto& key) {
+                                             return std::tie(w.rank, w.step, w.microbatch) < key;
+                                         });
+        return it != held.end() && it->rank == pass.rank && it->step == pass.step &&
+                       it->microbatch == pass.microbatch
+                   ? &*it
+                   : nullptr;
+    };
+    std::map<std::pair<std::int16_t, Phase>, std::pair<std::vector<Row>, std::vector<double>>>
+        samples;
+    for (const Pass& pass : passes) {
+        const HeldWork* work = held_of(pass);
+        if (work == nullptr) {
+            continue;
+        }
+        // A pass without a stage (a foreign trace) is fitted under its rank's pipeline
+        // coordinate, or stage 0: the JSON format and the simulator know stages ≥ 0 only.
+        std::int16_t stage = pass.stage;
+        if (stage < 0) {
+            const RankTrace* rank = trace.find_rank(pass.rank);
+            stage = static_cast<std::int16_t>(rank != nullptr ? std::max(rank->info.pp, 0) : 0);
+        }
+        auto& [x, y] = samples[{stage, pass.phase}];
+        x.push_back({1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
+        y.push_back(static_cast<double>(pass.compute_ns));
+    }
+    for (const auto& [key, xy] : samples) {
+        if (xy.second.size() >= 3) {
+            model.passes.push_back(fit_pass(key.first, key.second, xy.first, xy.second));
+        }
+    }
+    if (model.passes.empty()) {
+        return Error{ErrorCode::invalid_input,
+                     "cannot fit a cost model: no pipeline stage and phase of " + run +
+                         " has 3 passes with a workload row (rank, step, micro-batch)"};
+    }
+
+    std::vector<CollectiveInstance> matched;
+    if (collectives == nullptr) {
+        matched = match_collectives(trace);
+        collectives = &matched;
+    }
+    std::unordered_map<std::uint32_t, std::vector<TransferSample>> by_name_id;
+    std::unordered_map<std::uint32_t, std::int64_t> calls_cache;
+    std::map<std::string, std::vector<TransferSample>> transfers;
+    std::map<std::string, Role> roles;
+    for (const CollectiveInstance& instance : *collectives) {
+        const CollectiveParticipant& last = instance.last_arrival();
+        auto& samples = by_name_id[instance.name.value];
+        if (samples.empty()) {
+            roles[std::string(trace.name(instance.name))] = instance.role;
+        }
+        samples.push_back({last.bytes, last.end_ns - last.start_ns,
+                           calls_of(trace, last.args, calls_cache)});
+    }
+    for (auto& [id, samples] : by_name_id) {
+        transfers[std::string(trace.name(StringId{id}))] = std::move(samples);
+    }
+    std::map<std::string, std::vector<TransferSample>> receives;
+    pipeline_samples(trace, receives);
+    for (auto& [name, list] : receives) {
+        roles[name] = Role::pipeline_recv;
+        transfers[name] = std::move(list);
+    }
+    for (const auto& [name, list] : transfers) {
+        model.collectives.push_back(fit_collective(name, roles[name], list));
+    }
+
+    long double optimizer_total = 0;
+    std::int64_t optimizer_count = 0;
+    for (const RankTrace& rank : trace.ranks) {
+        for (const LaneTrace& lane : rank.lanes) {
+            for (const Event& event : lane.events) {
+                if (event.kind != EventKind::mark && trace.role(event) == Role::optimizer) {
+                    optimizer_total += event.duration_ns();
+                    ++optimizer_count;
+                }
+            }
+        }
+    }
+    model.optimizer_ns =
+        optimizer_count > 0 ? static_cast<double>(optimizer_total / optimizer_count) : 0.0;
+    return model;
+}
+
+// ---- JSON ------------------------------------------------------------------------------------
+
+std::string cost_model_json(const CostModel& model) {
+    using Json = nlohmann::ordered_json;
+    const auto fit_fields = [](Json& object, const FitQuality& fit) {
+        object["samples"] = fit.samples;
+        object["r_squared"] = fit.r_squared;
+        object["mean_abs_rel_error"] = fit.mean_abs_rel_error;
+    };
+    Json json;
+    json["version"] = 1;
+    json["source"] = model.source;
+    json["passes"] = Json::array();
+    for (const PassCost& pass : model.passes) {
+        Json row;
+        row["stage"] = pass.stage;
+        row["phase"] = std::string(to_string(pass.phase));
+        row["fixed_ns"] = pass.fixed_ns;
+        row["per_token_ns"] = pass.per_token_ns;
+        row["per_pair_ns"] = pass.per_pair_ns;
+        fit_fields(row, pass.fit);
+        json["passes"].push_back(std::move(row));
+    }
+    json["collectives"] = Json::array();
+    for (const CollectiveCost& collective : model.collectives) {
+        Json row;
+        row["name"] = collective.name;
+        row["role"] = std::string(role_name(collective.role));
+        row["latency_ns"] = collective.latency_ns;
+        row["per_byte_ns"] = collective.per_byte_ns;
+        fit_fields(row, collective.fit);
+        json["collectives"].push_back(std::move(row));
+    }
+    json["optimizer_ns"] = model.optimizer_ns;
+    return json.dump(2) + "\n";
+}
+
+namespace {
+
+// `where` is a path into the document, "passes[2].per_token_ns"; "" for the top level.
+Error bad(const std::string& where, const std::string& problem) {
+    return Error{ErrorCode::invalid_input,
+                 "cost model JSON: " + (where.empty() ? "" : where + ": ") + problem};
+}
+
+std::string member(const std::string& where, const char* key) {
+    return where.empty() ? std::string(key) : where + "." + key;
+}
+
+std::string shown(const nlohmann::json& value) {
+    std::string text = value.dump();
+    if (text.size() > 40) {
+        text = text.substr(0, 37) + "...";
+    }
+    return text;
+}
+
+// A member that must be a finite number ≥ 0; `required` or it defaults to 0.
+Result<double> read_time(const nlohmann::json& object, const std::string& where, const char* key,
+                         bool required) {
+    const auto it = object.find(key);
+    if (it == object.end()) {
+        if (required) {
+            return bad(where, "missing \"" + std::string(key) + "\"");
+        }
+        return 0.0;
+    }
+    if (!it->is_number()) {
+        return bad(member(where, key), "expected a number, got " + shown(*it));
+    }
+    const double value = it->get<double>();
+    if (!(value >= 0) || !std::isfinite(value)) {
+        return bad(member(where, key), "must be ≥ 0, got " + shown(*it));
+    }
+    return value;
+}
+
+Result<FitQuality> read_fit(const nlohmann::json& object, const std::string& where) {
+    FitQuality fit;
+    if (const auto it = object.find("samples"); it != object.end()) {
+        if (!it->is_number_integer() || it->get<std::int64_t>() < 0) {
+            return bad(where + ".samples", "expected an integer ≥ 0, got " + shown(*it));
+        }
+        fit.samples = static_cast<int>(it->get<std::int64_t>());
+    }
+    for (const auto& [key, field] : {std::pair{"r_squared", &fit.r_squared},
+                                     std::pair{"mean_abs_rel_error", &fit.mean_abs_rel_error}}) {
+        if (const auto it = object.find(key); it != object.end()) {
+            if (!it->is_number()) {
+                return bad(member(where, key), "expected a number, got " + shown(*it));
+            }
+            *field = it->get<double>();
+        }
+    }
+    return fit;
+}
+
+}  // namespace
+
+Result<CostModel> parse_cost_model_json(std::string_view text) {
+    nlohmann::json json;
+    try {
+        json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& error) {
+        return Error{ErrorCode::invalid_input,
+                     std::string("cost model JSON is not valid JSON: ") + error.what()};
+    }
+    if (!json.is_object()) {
+        return bad("", "expected an object, got " + shown(json));
+    }
+    const auto version = json.find("version");
+    if (version == json.end()) {
+        return bad("", "missing \"version\" (this Fulcrum reads version 1)");
+    }
+    if (!version->is_number_integer() || version->get<std::int64_t>() != 1) {
+        return bad("version",
+                   "unsupported version " + shown(*version) + "; this Fulcrum reads version 1");
+    }
+    CostModel model;
+    model.source = "given";
+    if (const auto it = json.find("source"); it != json.end()) {
+        if (!it->is_string()) {
+            return bad("source", "expected a string, got " + shown(*it));
+        }
+        model.source = it->get<std::string>();
+    }
+
+    const auto passes = json.find("passes");
+    if (passes == json.end()) {
+        return bad("", "missing \"passes\"");
+    }
+    if (!passes->is_array()) {
+        return bad("passes", "expected an array, got " + shown(*passes));
+    }
+    for (std::size_t i = 0; i < passes->size(); ++i) {
+        const nlohmann::json& row = (*passes)[i];
+        const std::string where = "passes[" + std::to_string(i) + "]";
+        if (!row.is_object()) {
+            return bad(where, "expected an object, got " + shown(row));
+        }
+        PassCost cost;
+        const auto stage = row.find("stage");
+        if (stage == row.end()) {
+            return bad(where, "missing \"stage\"");
+        }
+        if (!stage->is_number_integer() || stage->get<std::int64_t>() < 0 ||
+            stage->get<std::int64_t>() > 32767) {
+            return bad(where + ".stage", "expected an integer ≥ 0, got " + shown(*stage));
+        }
+        cost.stage = static_cast<std::int16_t>(stage->get<std::int64_t>());
+        const auto phase = row.find("phase");
+        if (phase == row.end()) {
+            return bad(where, "missing \"phase\"");
+        }
+        bool known_phase = false;
+        for (const Phase p : {Phase::forward, Phase::backward, Phase::weight_grad}) {
+            if (phase->is_string() && phase->get<std::string>() == to_string(p)) {
+                cost.phase = p;
+                known_phase = true;
+            }
+        }
+        if (!known_phase) {
+            return bad(
+                where + ".phase",
+                "expected \"forward\", \"backward\" or \"weight-grad\", got " + shown(*phase));
+        }
+        for (const auto& [key, field] :
+             {std::pair{"fixed_ns", &cost.fixed_ns}, std::pair{"per_token_ns", &cost.per_token_ns},
+              std::pair{"per_pair_ns", &cost.per_pair_ns}}) {
+            auto value = read_time(row, where, key, true);
+            if (!value) {
+                return value.error();
+            }
+            *field = *value;
+        }
+        auto fit = read_fit(row, where);
+        if (!fit) {
+            return fit.error();
+        }
+        cost.fit = *fit;
+        if (model.pass(cost.stage, cost.phase) != nullptr) {
+            return bad(where, "a second entry for stage " + std::to_string(cost.stage) + " " +
+                                  std::string(to_string(cost.phase)));
+        }
+        model.passes.push_back(cost);
+    }
+
+    if (const auto collectives = json.find("collectives"); collectives != json.end()) {
+        if (!collectives->is_array()) {
+            return bad("collectives", "expected an array, got " + shown(*collectives));
+        }
+        for (std::size_t i = 0; i < collectives->size(); ++i) {
+            const nlohmann::json& row = (*collectives)[i];
+            const std::string where = "collectives[" + std::to_string(i) + "]";
+            if (!row.is_object()) {
+                return bad(where, "expected an object, got " + shown(row));
+            }
+            CollectiveCost cost;
+            const auto name = row.find("name");
+            if (name == row.end()) {
+                return bad(where, "missing \"name\"");
+            }
+            if (!name->is_string() || name->get<std::string>().empty()) {
+                return bad(where + ".name", "expected a non-empty string, got " + shown(*name));
+            }
+            cost.name = name->get<std::string>();
+            if (const auto role = row.find("role"); role != row.end()) {
+                bool known_role = false;
+                for (const auto& [r, role_text] : kRoleNames) {
+                    if (role->is_string() && role->get<std::string>() == role_text) {
+                        cost.role = r;
+                        known_role = true;
+                    }
+                }
+                if (!known_role) {
+                    return bad(where + ".role",
+                               "unknown role " + shown(*role) +
+                                   " (e.g. \"cp_collective\", \"pipeline_recv\", \"collective\")");
+                }
+            }
+            for (const auto& [key, field] : {std::pair{"latency_ns", &cost.latency_ns},
+                                             std::pair{"per_byte_ns", &cost.per_byte_ns}}) {
+                auto value = read_time(row, where, key, true);
+                if (!value) {
+                    return value.error();
+                }
+                *field = *value;
+            }
+            auto fit = read_fit(row, where);
+            if (!fit) {
+                return fit.error();
+            }
+            cost.fit = *fit;
+            if (model.collective(cost.name) != nullptr) {
+                return bad(where, "a second entry for \"" + cost.name + "\"");
+            }
+            model.collectives.push_back(std::move(cost));
+        }
+    }
+
+    auto optimizer = read_time(json, "", "optimizer_ns", false);
+    if (!optimizer) {
+        return optimizer.error();
+    }
+    model.optimizer_ns = *optimizer;
+    return model;
+}
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,77 @@
+// The cost model: how long a pass and a collective take, fitted from a captured run
+// (ARCHITECTURE "Cost model and simulator"), and what the simulator plays with.
+//
+// A pass of stage s and phase φ on a rank that holds T tokens and P causal pairs:
+//     t = fixed + per_token·T + per_pair·P          (least squares over the run's passes)
+// Linear work (GEMMs, elementwise) grows with T, causal attention with P (REFERENCE §1).
+// A collective moving B bytes:
+//     t = latency + per_byte·B
+// fitted on transfer times only: in a matched collective the last rank to arrive waits for
+// nobody, so its duration is the transfer; for a pipeline receive, the time after the
+// matching send began. Waiting is what the analyses measure, so it must not enter the model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/analysis/collectives.h"
+#include "core/analysis/passes.h"
+#include "core/analysis/run_trace.h"
+#include "core/util/result.h"
+
+namespace fulcrum::analysis {
+
+struct FitQuality {
+    int samples = 0;
+    double r_squared = 0;           // 1 − SS_res/SS_tot; 0 when every sample is equal
+    double mean_abs_rel_error = 0;  // mean |predicted − measured| / measured
+};
+
+struct PassCost {
+    std::int16_t stage = 0;
+    Phase phase = Phase::forward;
+    double fixed_ns = 0;
+    double per_token_ns = 0;
+    double per_pair_ns = 0;
+    FitQuality fit;
+
+    double predict(std::int64_t tokens, std::int64_t pairs) const;
+};
+
+struct CollectiveCost {
+    Role role = Role::collective;  // cp_collective, tp_collective, dp_collective, pipeline_recv…
+    std::string name;              // the event name it was fitted on, e.g. "cp all-gather kv"
+    double latency_ns = 0;
+    double per_byte_ns = 0;
+    FitQuality fit;
+
+    double predict(std::int64_t bytes) const;
+};
+
+struct CostModel {
+    std::vector<PassCost> passes;  // one per (stage, phase) seen
+    std::vector<CollectiveCost> collectives;
+    double optimizer_ns = 0;  // mean optimizer range per rank and step
+    std::string source;       // the run it was fitted on, or "given"
+
+    // The fit of (stage, phase); nullptr when the run had none.
+    const PassCost* pass(std::int16_t stage, Phase phase) const;
+    const CollectiveCost* collective(std::string_view name) const;
+};
+
+// Fits every (stage, phase) with at least 3 passes. Pairs and tokens come from the workload
+// table (held_work); passes without a workload row are skipped. Errors when nothing could be
+// fitted (no passes, or no workload table), saying which. `collectives` is
+// match_collectives(trace) when the caller has it already (matching is the costly part);
+// null: matched here.
+Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
+                                 const std::vector<CollectiveInstance>* collectives = nullptr);
+
+// The model as JSON, the format of `fulcrum simulate --cost-model FILE` and of the
+// "cost_model" member of `fulcrum analyze --json` (docs/analyses.md).
+std::string cost_model_json(const CostModel& model);
+Result<CostModel> parse_cost_model_json(std::string_view json);
+
+}  // namespace fulcrum::analysis

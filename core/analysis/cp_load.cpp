@@ -1,0 +1,353 @@
+#include "core/analysis/cp_load.h"
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <map>
+#include <optional>
+#include <queue>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/balance/cp_shard.h"
+
+namespace fulcrum::analysis {
+
+namespace {
+
+// max/mean, the imbalance degree (WLB-LLM §3.3); 1 when there is nothing to compare.
+template <typename T>
+double imbalance_of(const std::vector<T>& values) {
+    if (values.empty()) {
+        return 1.0;
+    }
+    double sum = 0, largest = 0;
+    for (const T& v : values) {
+        sum += static_cast<double>(v);
+        largest = std::max(largest, static_cast<double>(v));
+    }
+    const double mean = sum / static_cast<double>(values.size());
+    return mean > 0 ? largest / mean : 1.0;
+}
+
+using Rows = std::vector<const WorkloadEntry*>;  // one CP rank's rows, in table order
+
+bool same_ranges(const balance::CpShard& shard, const Rows& rows) {
+    std::size_t i = 0;
+    for (const WorkloadEntry* row : rows) {
+        if (row->token_end <= row->token_begin) {
+            continue;  // an empty row holds nothing and shard_microbatch writes none
+        }
+        if (i >= shard.ranges.size() ||
+            shard.ranges[i] != balance::TokenRange{static_cast<std::uint64_t>(row->doc_id),
+                                                   row->token_begin, row->token_end}) {
+            return false;
+        }
+        ++i;
+    }
+    return i == shard.ranges.size();
+}
+
+// The packed order under zigzag sharding, when the rows are exactly what zigzag makes of it.
+// Rank r holds chunk r then chunk 2·CP−1−r of the packed sequence (cut at ⌊k·T/2CP⌋), so its
+// rows split at chunk r's length; reading the chunks 0 … 2CP−1 gives the packed order back.
+std::optional<std::vector<balance::Document>> zigzag_order(
+    const std::vector<Rows>& ranks, const std::vector<balance::Document>& documents,
+    std::int64_t total) {
+    const int cp = static_cast<int>(ranks.size());
+    const int chunks = 2 * cp;
+    std::vector<Rows> chunk_rows(static_cast<std::size_t>(chunks));
+    for (int r = 0; r < cp; ++r) {
+        const std::int64_t first = total * (r + 1) / chunks - total * r / chunks;
+        std::int64_t held = 0;
+        for (const WorkloadEntry* row : ranks[static_cast<std::size_t>(r)]) {
+            const int chunk = held < first ? r : chunks - 1 - r;
+            held += std::max(0, row->token_end - row->token_begin);
+            if (chunk == r && held > first) {
+                return std::nullopt;  // a row straddles the chunk boundary: not zigzag
+            }
+            chunk_rows[static_cast<std::size_t>(chunk)].push_back(row);
+        }
+    }
+    std::unordered_map<std::int64_t, std::size_t> index;
+    for (std::size_t i = 0; i < documents.size(); ++i) {
+        index.emplace(static_cast<std::int64_t>(documents[i].id), i);
+    }
+    std::vector<balance::Document> order;
+    std::vector<bool> placed(documents.size(), false);
+    for (const Rows& rows : chunk_rows) {
+        for (const WorkloadEntry* row : rows) {
+            const std::size_t i = index.at(row->doc_id);
+            if (!placed[i]) {
+                placed[i] = true;
+                order.push_back(documents[i]);
+            }
+        }
+    }
+    balance::CpShardingState unused;
+    auto plan = balance::shard_microbatch(order, cp, balance::CpSharding::zigzag, unused);
+    if (!plan) {
+        return std::nullopt;
+    }
+    for (int r = 0; r < cp; ++r) {
+        if (!same_ranges(plan->ranks[static_cast<std::size_t>(r)],
+                         ranks[static_cast<std::size_t>(r)])) {
+            return std::nullopt;
+        }
+    }
+    return order;
+}
+
+// A micro-batch's documents in packed order, rebuilt from what its CP ranks hold.
+//
+// Contiguous and per-doc sharding keep every rank's rows in packed order, so each rank's list
+// of documents is a chain of "comes before" constraints; their union, read in topological order
+// (ties by first appearance scanning CP ranks 0 … CP−1, each rank's rows in table order) is the
+// packed order — for contiguous the ranks' pieces end to end, for per-doc the order every rank
+// shares, with the short documents that skipped rank 0 put where the other ranks place them.
+// Zigzag breaks the chain property (rank 0 holds the first and the last chunk), so it is
+// recognised first, by re-sharding the candidate order and comparing.
+std::vector<balance::Document> packed_documents(const std::vector<Rows>& ranks) {
+    std::vector<balance::Document> documents;  // by first appearance
+    std::unordered_map<std::int64_t, std::size_t> index;
+    std::int64_t total = 0;
+    for (const Rows& rows : ranks) {
+        for (const WorkloadEntry* row : rows) {
+            if (index.emplace(row->doc_id, documents.size()).second) {
+                documents.push_back({static_cast<std::uint64_t>(row->doc_id), row->doc_length});
+                total += row->doc_length;
+            }
+        }
+    }
+    if (ranks.size() > 1) {
+        if (auto order = zigzag_order(ranks, documents, total)) {
+            return std::move(*order);
+        }
+    }
+
+    const std::size_t n = documents.size();
+    std::vector<std::vector<std::size_t>> successors(n);
+    std::vector<int> predecessors(n, 0);
+    for (const Rows& rows : ranks) {
+        std::vector<bool> seen(n, false);
+        std::size_t previous = n;
+        for (const WorkloadEntry* row : rows) {
+            const std::size_t i = index.at(row->doc_id);
+            if (seen[i]) {
+                continue;  // a second range of the same document (per-doc's mirror chunk)
+            }
+            seen[i] = true;
+            if (previous != n) {
+                successors[previous].push_back(i);
+                ++predecessors[i];
+            }
+            previous = i;
+        }
+    }
+    std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (predecessors[i] == 0) {
+            ready.push(i);
+        }
+    }
+    std::vector<balance::Document> order;
+    order.reserve(n);
+    std::vector<bool> placed(n, false);
+    std::size_t next_unplaced = 0;
+    while (order.size() < n) {
+        if (ready.empty()) {
+            // Ranks disagree on the order (a cycle): take the earliest document left.
+            while (placed[next_unplaced]) {
+                ++next_unplaced;
+            }
+            ready.push(next_unplaced);
+            predecessors[next_unplaced] = 0;
+        }
+        const std::size_t i = ready.top();
+        ready.pop();
+        if (placed[i]) {
+            continue;
+        }
+        placed[i] = true;
+        order.push_back(documents[i]);
+        for (std::size_t j : successors[i]) {
+            if (--predecessors[j] == 0 && !placed[j]) {
+                ready.push(j);
+            }
+        }
+    }
+    return order;
+}
+
+struct GroupKey {
+    std::int32_t step, microbatch, dp, pp, tp;
+    auto tied() const { return std::tie(step, microbatch, dp, pp, tp); }
+    bool operator<(const GroupKey& other) const { return tied() < other.tied(); }
+};
+
+constexpr std::array kAlternatives = {balance::CpSharding::contiguous, balance::CpSharding::zigzag,
+                                      balance::CpSharding::per_document};
+
+}  // namespace
+
+CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes) {
+    CpLoadAnalysis result;
+    result.sharding = trace.config.cp_shard;
+    result.cp = trace.config.cp;
+    const int cp = result.cp;
+    if (cp <= 1) {
+        return result;
+    }
+
+    // The CP groups: ranks that share dp, pp and tp, by their cp coordinate.
+    std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
+    std::unordered_map<std::int32_t, const RankInfo*> info_of;
+    for (const RankTrace& rank : trace.ranks) {
+        const RankInfo& r = rank.info;
+        if (r.cp < 0 || r.cp >= cp) {
+            continue;  // coordinates unknown, or outside the configured grid
+        }
+        auto& group = members[{r.dp, r.pp, r.tp}];
+        group.resize(static_cast<std::size_t>(cp), nullptr);
+        group[static_cast<std::size_t>(r.cp)] = &r;
+        info_of[r.rank] = &r;
+    }
+
+    using RankMb = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, mb
+    std::map<GroupKey, bool> keys;
+    std::map<RankMb, std::int64_t> attention;
+    for (const Pass& pass : passes) {
+        const auto it = info_of.find(pass.rank);
+        if (it == info_of.end()) {
+            continue;
+        }
+        attention[{pass.rank, pass.step, pass.microbatch}] += pass.attention_ns;
+        keys[{pass.step, pass.microbatch, it->second->dp, it->second->pp, it->second->tp}];
+    }
+    std::map<RankMb, HeldWork> held;
+    for (const HeldWork& work : held_work(trace)) {
+        const auto it = info_of.find(work.rank);
+        if (it == info_of.end()) {
+            continue;
+        }
+        held[{work.rank, work.step, work.microbatch}] = work;
+        keys[{work.step, work.microbatch, it->second->dp, it->second->pp, it->second->tp}];
+    }
+    std::map<RankMb, Rows> rows;
+    for (const WorkloadEntry& entry : trace.workload) {
+        rows[{entry.rank, entry.step, entry.microbatch}].push_back(&entry);
+    }
+
+    for (const auto& [key, unused] : keys) {
+        CpGroupLoad group;
+        group.step = key.step;
+        group.microbatch = key.microbatch;
+        group.dp = key.dp;
+        group.pp = key.pp;
+        group.tp = key.tp;
+        std::vector<std::int64_t> times, pairs;
+        for (const RankInfo* member : members.at({key.dp, key.pp, key.tp})) {
+            if (member == nullptr) {
+                continue;  // a CP rank missing from the run
+            }
+            CpRankLoad load;
+            load.rank = member->rank;
+            load.cp_rank = member->cp;
+            const RankMb at{member->rank, key.step, key.microbatch};
+            if (const auto it = attention.find(at); it != attention.end()) {
+                load.attention_ns = it->second;
+            }
+            if (const auto it = held.find(at); it != held.end()) {
+                load.tokens = it->second.tokens;
+                load.pairs = it->second.pairs;
+            }
+            times.push_back(load.attention_ns);
+            pairs.push_back(load.pairs);
+            group.ranks.push_back(load);
+        }
+        group.measured_imbalance = imbalance_of(times);
+        group.predicted_imbalance = imbalance_of(pairs);
+        result.groups.push_back(std::move(group));
+    }
+
+    // The alternatives, in the engine's order — step, DP replica, micro-batch — so per-doc's
+    // leftover rotation (CpShardingState) advances as it did in the run; every (pp, tp) sees
+    // the same micro-batches and keeps its own copy of the rotation.
+    std::vector<std::size_t> order(result.groups.size());
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        order[i] = i;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        const CpGroupLoad& x = result.groups[a];
+        const CpGroupLoad& y = result.groups[b];
+        return std::tie(x.pp, x.tp, x.step, x.dp, x.microbatch) <
+               std::tie(y.pp, y.tp, y.step, y.dp, y.microbatch);
+    });
+    std::map<std::pair<int, int>, balance::CpShardingState> rotation;
+    for (std::size_t index : order) {
+        CpGroupLoad& group = result.groups[index];
+        std::vector<Rows> by_cp_rank(static_cast<std::size_t>(cp));
+        bool any = false;
+        for (const RankInfo* member : members.at({group.dp, group.pp, group.tp})) {
+            if (member == nullptr) {
+                continue;
+            }
+            if (const auto it = rows.find({member->rank, group.step, group.microbatch});
+                it != rows.end()) {
+                by_cp_rank[static_cast<std::size_t>(member->cp)] = it->second;
+                any = true;
+            }
+        }
+        if (!any) {
+            continue;
+        }
+        const std::vector<balance::Document> documents = packed_documents(by_cp_rank);
+        std::vector<std::pair<std::string, double>> predicted;
+        for (const balance::CpSharding sharding : kAlternatives) {
+            balance::CpShardingState scratch;
+            balance::CpShardingState& state = sharding == balance::CpSharding::per_document
+                                                  ? rotation[{group.pp, group.tp}]
+                                                  : scratch;
+            auto plan = balance::shard_microbatch(documents, cp, sharding, state);
+            if (!plan) {
+                predicted.clear();  // a document without tokens: the rows are not usable
+                break;
+            }
+            std::vector<std::int64_t> work;
+            for (const balance::CpShard& shard : plan->ranks) {
+                work.push_back(shard.attention_work);
+            }
+            predicted.emplace_back(balance::cp_sharding_name(sharding), imbalance_of(work));
+        }
+        group.predicted_by_sharding = std::move(predicted);
+    }
+
+    if (!result.groups.empty()) {
+        double measured = 0, predicted = 0;
+        std::vector<double> by_sharding(kAlternatives.size(), 0.0);
+        int with_alternatives = 0;
+        for (const CpGroupLoad& group : result.groups) {
+            measured += group.measured_imbalance;
+            predicted += group.predicted_imbalance;
+            if (group.predicted_by_sharding.size() == kAlternatives.size()) {
+                for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
+                    by_sharding[i] += group.predicted_by_sharding[i].second;
+                }
+                ++with_alternatives;
+            }
+        }
+        const double n = static_cast<double>(result.groups.size());
+        result.mean_measured_imbalance = measured / n;
+        result.mean_predicted_imbalance = predicted / n;
+        if (with_alternatives > 0) {
+            for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
+                result.mean_predicted_by_sharding.emplace_back(
+                    balance::cp_sharding_name(kAlternatives[i]),
+                    by_sharding[i] / with_alternatives);
+            }
+        }
+    }
+    return result;
+}
+
+}  // namespace fulcrum::analysis

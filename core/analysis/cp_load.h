@@ -1,0 +1,55 @@
+// CP attention load: within one context-parallel group, how unequal the ranks' attention is,
+// measured and predicted.
+//
+// Per (step, micro-batch, CP group): each CP rank's measured attention time (Pass::
+// attention_ns of its forward plus backward) and predicted causal pairs (held_work), and the
+// imbalance max/mean of each across the group. The sharding the run used comes from its
+// config; the prediction for the other shardings (contiguous, zigzag, per-doc) re-shards the
+// micro-batch's documents with core/balance/cp_shard, so a user sees what switching would do.
+// The documents and their packed order are rebuilt from the CP ranks' workload rows (every
+// sharding keeps a rank's rows in packed order; zigzag's two chunks per rank are recognised),
+// and per-doc's leftover rotation is carried over the run's micro-batches as the engine does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/analysis/passes.h"
+#include "core/analysis/run_trace.h"
+
+namespace fulcrum::analysis {
+
+struct CpRankLoad {
+    std::int32_t rank = 0;
+    int cp_rank = 0;
+    std::int64_t attention_ns = 0;  // forward + backward
+    std::int64_t tokens = 0;
+    std::int64_t pairs = 0;
+};
+
+struct CpGroupLoad {
+    std::int32_t step = 0;
+    std::int32_t microbatch = 0;
+    int dp = 0, pp = 0, tp = 0;       // which CP group
+    std::vector<CpRankLoad> ranks;    // by cp_rank
+    double measured_imbalance = 1.0;  // max/mean attention_ns; 1 when all are 0
+    double predicted_imbalance = 1.0; // max/mean pairs
+    // Predicted max/mean pairs had the micro-batch been sharded each way, by name
+    // ("contiguous", "zigzag", "per-doc"); empty when the documents are not known.
+    std::vector<std::pair<std::string, double>> predicted_by_sharding;
+};
+
+struct CpLoadAnalysis {
+    std::string sharding;  // what the run used (config), "" when unknown
+    int cp = 1;
+    std::vector<CpGroupLoad> groups;  // by (step, micro-batch, dp, pp, tp)
+    double mean_measured_imbalance = 1.0;
+    double mean_predicted_imbalance = 1.0;
+    std::vector<std::pair<std::string, double>> mean_predicted_by_sharding;
+};
+
+// Empty groups when cp = 1.
+CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes);
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,60 @@
+// Imbalance matrices and stragglers: which ranks carry more work than others, per micro-batch
+// and per step, measured and predicted, and who arrives last at collectives.
+//
+// Imbalance degree of a set of values is max/mean (WLB-LLM §3.3), 1 for perfect balance.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/analysis/collectives.h"
+#include "core/analysis/cost_model.h"
+#include "core/analysis/passes.h"
+#include "core/analysis/run_trace.h"
+
+namespace fulcrum::analysis {
+
+// A dense rank × column matrix; NaN where a rank has no value (e.g. no such micro-batch).
+struct Matrix {
+    std::vector<std::int32_t> rows;     // rank numbers
+    std::vector<std::int32_t> columns;  // micro-batch or step numbers
+    std::vector<double> values;         // row-major
+    double at(std::size_t row, std::size_t column) const {
+        return values[row * columns.size() + column];
+    }
+    // max/mean over the rows of each column (NaNs skipped), one per column: NaN for a column
+    // without any value, 1 when its mean is 0.
+    std::vector<double> column_imbalance() const;
+};
+
+struct StepMatrices {
+    std::int32_t step = 0;
+    Matrix compute_ns;  // rank × micro-batch: Pass::compute_ns, forward + backward
+    Matrix predicted;   // rank × micro-batch: cost model of held work (ns), or pairs without one
+};
+
+struct Straggler {
+    std::int32_t rank = 0;
+    int last_arrivals = 0;  // instances where this rank started last and someone waited
+    int instances = 0;      // instances it took part in
+    std::int64_t caused_wait_ns = 0;  // Σ over those instances of the others' wait
+};
+
+struct ImbalanceAnalysis {
+    std::vector<StepMatrices> by_microbatch;  // one per step
+    Matrix compute_by_step;    // rank × step: Σ compute_ns of the rank's passes
+    Matrix predicted_by_step;  // rank × step: Σ predicted
+    bool predicted_is_time = false;  // true: ns from the cost model; false: causal pairs
+    double compute_imbalance = 1.0;    // mean over steps of max/mean over ranks (by step);
+                                       // 1 when there are no steps
+    double predicted_imbalance = 1.0;
+    std::vector<Straggler> stragglers;  // most last arrivals first; ranks never last omitted
+};
+
+// `cost` may be null: the predicted matrices are then causal pairs.
+ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
+                                    const std::vector<CollectiveInstance>& collectives,
+                                    const CostModel* cost);
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,91 @@
+#include "core/analysis/offload.h"
+
+#include <cmath>
+
+#include "core/analysis/activity.h"
+#include "core/parallel/schedule.h"
+
+namespace fulcrum::analysis {
+
+namespace {
+
+bool is_copy(const RunTrace& trace, const Event& event) {
+    return event.kind == EventKind::memcpy ||
+           (event.kind == EventKind::range && event.category == Category::offload) ||
+           (activity_of(trace, event) == Activity::copy);
+}
+
+}  // namespace
+
+OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes) {
+    OffloadAnalysis result;
+    std::int64_t bytes_total = 0, timed_total = 0;
+    for (const RankTrace& rank : trace.ranks) {
+        RankOffload row;
+        row.rank = rank.info.rank;
+        std::int64_t timed_ns = 0;
+        IntervalSet copies;
+        for (const LaneTrace& lane : rank.lanes) {
+            for (const Event& event : lane.events) {
+                if (!is_copy(trace, event)) {
+                    continue;
+                }
+                copies.add(event.start_ns, event.end_ns);
+                ++row.copies;
+                if (event.copy_kind == CopyKind::host_to_device) {
+                    row.host_to_device_ns += event.duration_ns();
+                } else if (event.copy_kind == CopyKind::device_to_host) {
+                    row.device_to_host_ns += event.duration_ns();
+                }
+                if (event.bytes > 0 && event.duration_ns() > 0) {
+                    row.bytes += event.bytes;
+                    timed_ns += event.duration_ns();
+                }
+            }
+        }
+        if (row.copies == 0) {
+            continue;
+        }
+        const RankActivity activity = rank_activity(trace, rank);
+        row.copy_ns = copies.total();
+        row.overlapped_ns = copies.overlap(activity.compute);
+        row.exposed_ns = row.copy_ns - row.overlapped_ns;
+        row.bandwidth_gb_s = timed_ns > 0 ? double(row.bytes) / double(timed_ns) : 0.0;  // B/ns = GB/s
+        result.copy_ns += row.copy_ns;
+        result.overlapped_ns += row.overlapped_ns;
+        result.exposed_ns += row.exposed_ns;
+        bytes_total += row.bytes;
+        timed_total += timed_ns;
+        result.ranks.push_back(row);
+    }
+    result.bandwidth_gb_s = timed_total > 0 ? double(bytes_total) / double(timed_total) : 0.0;
+
+    if (result.ranks.empty()) {
+        result.chunk_note = "the run has no host/device copies";
+        return result;
+    }
+    if (result.bandwidth_gb_s <= 0) {
+        result.chunk_note = "no copy gave its bytes, so the bandwidth is unknown";
+        return result;
+    }
+    const PassCost* forward = cost != nullptr ? cost->pass(0, Phase::forward) : nullptr;
+    const int p = std::max(trace.config.pp, 1);
+    const int layers = trace.config.layers > 0
+                           ? parallel::stage_layers(0, p, trace.config.layers).last
+                           : 0;
+    if (forward == nullptr || forward->per_pair_ns <= 0 || layers <= 0 || trace.config.hidden <= 0) {
+        result.chunk_note =
+            "no attention cost per pair (needs a cost model with a per-pair term, and the "
+            "model's layers and hidden size in the run's config)";
+        return result;
+    }
+    const double per_pair_per_layer = forward->per_pair_ns / double(layers);
+    const double bytes_per_token = 2.0 * trace.config.hidden * element_bytes;
+    result.min_hidden_chunk_tokens = static_cast<std::int64_t>(
+        std::ceil(bytes_per_token / (result.bandwidth_gb_s * per_pair_per_layer)));
+    result.chunk_note = "from " + std::to_string(result.bandwidth_gb_s) + " GB/s and " +
+                        std::to_string(per_pair_per_layer) + " ns per pair and layer";
+    return result;
+}
+
+}  // namespace fulcrum::analysis

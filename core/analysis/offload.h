@@ -1,0 +1,55 @@
+// Offload overlap: how much host↔device copying (FPDT-style K/V and activation offload,
+// REFERENCE §3) hides behind compute, per rank.
+//
+//   copy       = |K|          K: the union of copy intervals (memcpy events, offload ranges)
+//   overlapped = |K ∩ C|      C: the rank's compute (activity.h)
+//   exposed    = |K − C|
+//   bandwidth  = Σ bytes / Σ copy durations  (host↔device copies that give their bytes)
+//
+// The chunk size at which copying hides behind compute: moving one chunk of c tokens' K and
+// V (bytes_per_token·c) takes bytes_per_token·c / bandwidth, while attending one chunk of
+// queries to one chunk of keys takes per_pair·c²; copy time stays below compute time when
+//   c ≥ bytes_per_token / (bandwidth · per_pair)
+// with per_pair the cost model's attention time per causal pair and layer, and
+// bytes_per_token = 2 (K and V) · hidden · element size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/analysis/cost_model.h"
+#include "core/analysis/run_trace.h"
+
+namespace fulcrum::analysis {
+
+struct RankOffload {
+    std::int32_t rank = 0;
+    std::int64_t copy_ns = 0;
+    std::int64_t overlapped_ns = 0;
+    std::int64_t exposed_ns = 0;
+    std::int64_t host_to_device_ns = 0;  // Σ durations by direction
+    std::int64_t device_to_host_ns = 0;
+    std::int64_t bytes = 0;
+    double bandwidth_gb_s = 0;  // 0 when no copy gave its bytes
+    std::int64_t copies = 0;
+};
+
+struct OffloadAnalysis {
+    std::vector<RankOffload> ranks;  // ranks with at least one copy
+    std::int64_t copy_ns = 0;        // totals over ranks
+    std::int64_t overlapped_ns = 0;
+    std::int64_t exposed_ns = 0;
+    double bandwidth_gb_s = 0;
+    // Smallest chunk (tokens) whose copy hides behind its compute; absent when the run has
+    // no copies with bytes, or no attention cost per pair, and `chunk_note` says which.
+    std::optional<std::int64_t> min_hidden_chunk_tokens;
+    std::string chunk_note;
+};
+
+// `cost` may be null (no chunk size then). `element_bytes` is the size of one K/V element
+// (4 for the CPU backend's fp32, 2 for bf16).
+OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes);
+
+}  // namespace fulcrum::analysis

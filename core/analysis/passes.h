@@ -1,0 +1,54 @@
+// Passes: one forward or backward pass of one micro-batch on one rank, with its time split
+// into what it computed and what it waited for. Most analyses start from this table.
+//
+// A pass is a `forward` or `backward` range (docs/annotations.md) on a host lane. Inside it,
+// time in communication ranges is not compute: pipeline receives are waits for the neighbour
+// stage (the bubble), CP/TP collectives are the group's exchange (and the wait for its slowest
+// member). Attention is the `attention` ranges less the communication nested in them.
+// Nested communication is counted once (an outer communication range hides inner ones).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/analysis/run_trace.h"
+
+namespace fulcrum::analysis {
+
+struct Pass {
+    std::int32_t rank = 0;
+    std::int32_t step = -1;
+    std::int32_t microbatch = -1;
+    std::int16_t stage = -1;
+    Phase phase = Phase::forward;  // forward or backward
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+    std::int64_t compute_ns = 0;        // wall time less every communication inside
+    std::int64_t attention_ns = 0;      // attention less the communication inside it
+    std::int64_t pipeline_wait_ns = 0;  // in pipeline receives
+    std::int64_t collective_ns = 0;     // in CP/TP (and other) collectives inside the pass
+
+    std::int64_t wall_ns() const { return end_ns - start_ns; }
+};
+
+// Every pass of the run, ordered by (rank, step, start).
+std::vector<Pass> find_passes(const RunTrace& trace);
+
+// What a rank held in one micro-batch of one step, from the workload table: tokens and the
+// causal q·k pairs its attention computes (REFERENCE §1: a shard of length ℓ at prefix p of
+// its document attends to p + 1 … p + ℓ keys, (2p + 1 + ℓ)·ℓ / 2 pairs).
+struct HeldWork {
+    std::int32_t rank = 0;
+    std::int32_t step = 0;
+    std::int32_t microbatch = 0;
+    std::int64_t tokens = 0;
+    std::int64_t pairs = 0;
+    std::int64_t documents = 0;
+};
+
+// One row per (rank, step, micro-batch) that the workload table names, ordered that way.
+std::vector<HeldWork> held_work(const RunTrace& trace);
+
+std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length);
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,267 @@
+#include "core/analysis/run_analysis.h"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+namespace fulcrum::analysis {
+
+namespace {
+
+// Members keep the order they are written in, as docs/analyses.md lists them.
+using json = nlohmann::ordered_json;
+
+Status check_cancel(const AnalyzeOptions& options) {
+    if (options.cancel != nullptr && options.cancel->load()) {
+        return Error{ErrorCode::cancelled, "the analysis was cancelled"};
+    }
+    return {};
+}
+
+// NaN (a missing matrix cell) has no JSON spelling: null.
+json number_or_null(double value) {
+    return std::isfinite(value) ? json(value) : json(nullptr);
+}
+
+json matrix_json(const Matrix& matrix) {
+    json values = json::array();
+    for (std::size_t r = 0; r < matrix.rows.size(); ++r) {
+        json row = json::array();
+        for (std::size_t c = 0; c < matrix.columns.size(); ++c) {
+            row.push_back(number_or_null(matrix.at(r, c)));
+        }
+        values.push_back(std::move(row));
+    }
+    json imbalance = json::array();
+    for (double value : matrix.column_imbalance()) {
+        imbalance.push_back(number_or_null(value));
+    }
+    return {{"rows", matrix.rows},
+            {"columns", matrix.columns},
+            {"values", std::move(values)},
+            {"column_imbalance", std::move(imbalance)}};
+}
+
+json sharding_json(const std::vector<std::pair<std::string, double>>& by_sharding) {
+    json object = json::object();
+    for (const auto& [name, value] : by_sharding) {
+        object[name] = number_or_null(value);
+    }
+    return object;
+}
+
+}  // namespace
+
+Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
+    auto report = [&](std::string_view stage, double fraction) {
+        if (options.progress) {
+            options.progress(stage, fraction);
+        }
+    };
+    RunAnalysis analysis;
+    analysis.run = trace.run;
+    analysis.config = trace.config;
+    analysis.events = trace.event_count();
+
+    report("passes", 0.0);
+    const std::vector<Pass> passes = find_passes(trace);
+    analysis.passes = static_cast<std::int64_t>(passes.size());
+    if (passes.empty()) {
+        analysis.notes.push_back(
+            "no forward/backward ranges: pipeline bubbles, CP load, imbalance and the cost "
+            "model need the fulcrum annotations (docs/annotations.md)");
+    }
+    if (trace.workload.empty()) {
+        analysis.notes.push_back(
+            "no workload table: no predicted work (tokens, causal pairs) and no cost model; "
+            "the program must emit fulcrum.workload marks");
+    }
+    if (auto status = check_cancel(options); !status) {
+        return status.error();
+    }
+    report("step breakdown", 0.15);
+    analysis.breakdown = step_breakdown(trace);
+    if (analysis.breakdown.empty()) {
+        analysis.notes.push_back("no step ranges: no step breakdown");
+    }
+    if (auto status = check_cancel(options); !status) {
+        return status.error();
+    }
+    report("bubbles", 0.35);
+    analysis.bubbles = analyze_bubbles(trace, passes);
+    report("collectives", 0.45);
+    const std::vector<CollectiveInstance> collectives = match_collectives(trace);
+    if (auto status = check_cancel(options); !status) {
+        return status.error();
+    }
+    report("cost model", 0.6);
+    if (!passes.empty() && !trace.workload.empty()) {
+        auto fitted = fit_cost_model(trace, passes, &collectives);
+        if (fitted) {
+            analysis.cost_model = std::move(*fitted);
+        } else {
+            analysis.notes.push_back("no cost model: " + fitted.error().message);
+        }
+    }
+    report("CP load", 0.7);
+    analysis.cp_load = analyze_cp_load(trace, passes);
+    report("imbalance", 0.8);
+    analysis.imbalance = analyze_imbalance(trace, passes, collectives,
+                                           analysis.cost_model ? &*analysis.cost_model : nullptr);
+    report("offload", 0.9);
+    const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
+    analysis.offload = analyze_offload(trace, analysis.cost_model ? &*analysis.cost_model : nullptr,
+                                       element_bytes);
+    report("done", 1.0);
+    return analysis;
+}
+
+std::string analysis_json(const RunAnalysis& analysis) {
+    json root;
+    root["version"] = kAnalysisJsonVersion;
+    const RunConfig& config = analysis.config;
+    root["run"] = {{"name", analysis.run.name},
+                   {"origin", std::string(to_string(analysis.run.origin))},
+                   {"events", analysis.events},
+                   {"passes", analysis.passes},
+                   {"dp", config.dp},
+                   {"tp", config.tp},
+                   {"pp", config.pp},
+                   {"cp", config.cp},
+                   {"schedule", config.schedule},
+                   {"balancer", config.balancer},
+                   {"cp_shard", config.cp_shard},
+                   {"microbatches", config.microbatches}};
+
+    json breakdown = json::array();
+    for (const StepBreakdown& row : analysis.breakdown) {
+        breakdown.push_back({{"rank", row.rank},
+                             {"step", row.step},
+                             {"wall_ns", row.wall_ns()},
+                             {"compute_ns", row.compute_ns},
+                             {"overlapped_communication_ns", row.overlapped_communication_ns},
+                             {"exposed_communication_ns", row.exposed_communication_ns},
+                             {"other_ns", row.other_ns},
+                             {"idle_ns", row.idle_ns}});
+    }
+    root["step_breakdown"] = std::move(breakdown);
+
+    const BubbleAnalysis& bubbles = analysis.bubbles;
+    json stages = json::array();
+    for (const StageBubble& row : bubbles.stages) {
+        stages.push_back({{"step", row.step},
+                          {"dp", row.dp},
+                          {"cp", row.cp},
+                          {"tp", row.tp},
+                          {"stage", row.stage},
+                          {"rank", row.rank},
+                          {"window_ns", row.window_ns},
+                          {"busy_ns", row.busy_ns},
+                          {"bubble_ns", row.bubble_ns},
+                          {"bubble_fraction", row.bubble_fraction},
+                          {"warmup_cooldown_ns", row.warmup_cooldown_ns},
+                          {"unequal_microbatch_ns", row.unequal_microbatch_ns},
+                          {"other_ns", row.other_ns},
+                          {"wait_on_previous_ns", row.wait_on_previous_ns},
+                          {"wait_on_next_ns", row.wait_on_next_ns}});
+    }
+    json pipelines = json::array();
+    for (const PipelineBubble& row : bubbles.pipelines) {
+        pipelines.push_back({{"step", row.step},
+                             {"dp", row.dp},
+                             {"cp", row.cp},
+                             {"tp", row.tp},
+                             {"stages", row.stages},
+                             {"microbatches", row.microbatches},
+                             {"window_ns", row.window_ns},
+                             {"theory_fraction", row.theory_fraction},
+                             {"measured_fraction", row.measured_fraction},
+                             {"replay_fraction", row.replay_fraction}});
+    }
+    root["bubbles"] = {{"schedule", bubbles.schedule},
+                       {"theory_fraction", bubbles.theory_fraction},
+                       {"mean_measured_fraction", bubbles.mean_measured_fraction},
+                       {"pipelines", std::move(pipelines)},
+                       {"stages", std::move(stages)}};
+
+    const CpLoadAnalysis& cp = analysis.cp_load;
+    json groups = json::array();
+    for (const CpGroupLoad& group : cp.groups) {
+        json ranks = json::array();
+        for (const CpRankLoad& rank : group.ranks) {
+            ranks.push_back({{"rank", rank.rank},
+                             {"cp_rank", rank.cp_rank},
+                             {"attention_ns", rank.attention_ns},
+                             {"tokens", rank.tokens},
+                             {"pairs", rank.pairs}});
+        }
+        groups.push_back({{"step", group.step},
+                          {"microbatch", group.microbatch},
+                          {"dp", group.dp},
+                          {"pp", group.pp},
+                          {"tp", group.tp},
+                          {"measured_imbalance", group.measured_imbalance},
+                          {"predicted_imbalance", group.predicted_imbalance},
+                          {"predicted_by_sharding", sharding_json(group.predicted_by_sharding)},
+                          {"ranks", std::move(ranks)}});
+    }
+    root["cp_load"] = {{"sharding", cp.sharding},
+                       {"cp", cp.cp},
+                       {"mean_measured_imbalance", cp.mean_measured_imbalance},
+                       {"mean_predicted_imbalance", cp.mean_predicted_imbalance},
+                       {"mean_predicted_by_sharding", sharding_json(cp.mean_predicted_by_sharding)},
+                       {"groups", std::move(groups)}};
+
+    const OffloadAnalysis& offload = analysis.offload;
+    json offload_ranks = json::array();
+    for (const RankOffload& row : offload.ranks) {
+        offload_ranks.push_back({{"rank", row.rank},
+                                 {"copy_ns", row.copy_ns},
+                                 {"overlapped_ns", row.overlapped_ns},
+                                 {"exposed_ns", row.exposed_ns},
+                                 {"host_to_device_ns", row.host_to_device_ns},
+                                 {"device_to_host_ns", row.device_to_host_ns},
+                                 {"bytes", row.bytes},
+                                 {"bandwidth_gb_s", row.bandwidth_gb_s},
+                                 {"copies", row.copies}});
+    }
+    root["offload"] = {{"copy_ns", offload.copy_ns},
+                       {"overlapped_ns", offload.overlapped_ns},
+                       {"exposed_ns", offload.exposed_ns},
+                       {"bandwidth_gb_s", offload.bandwidth_gb_s},
+                       {"min_hidden_chunk_tokens", offload.min_hidden_chunk_tokens
+                                                       ? json(*offload.min_hidden_chunk_tokens)
+                                                       : json(nullptr)},
+                       {"chunk_note", offload.chunk_note},
+                       {"ranks", std::move(offload_ranks)}};
+
+    const ImbalanceAnalysis& imbalance = analysis.imbalance;
+    json by_microbatch = json::array();
+    for (const StepMatrices& step : imbalance.by_microbatch) {
+        by_microbatch.push_back({{"step", step.step},
+                                 {"compute_ns", matrix_json(step.compute_ns)},
+                                 {"predicted", matrix_json(step.predicted)}});
+    }
+    json stragglers = json::array();
+    for (const Straggler& row : imbalance.stragglers) {
+        stragglers.push_back({{"rank", row.rank},
+                              {"last_arrivals", row.last_arrivals},
+                              {"instances", row.instances},
+                              {"caused_wait_ns", row.caused_wait_ns}});
+    }
+    root["imbalance"] = {{"predicted_unit", imbalance.predicted_is_time ? "ns" : "pairs"},
+                         {"compute_imbalance", imbalance.compute_imbalance},
+                         {"predicted_imbalance", imbalance.predicted_imbalance},
+                         {"compute_by_step", matrix_json(imbalance.compute_by_step)},
+                         {"predicted_by_step", matrix_json(imbalance.predicted_by_step)},
+                         {"by_microbatch", std::move(by_microbatch)},
+                         {"stragglers", std::move(stragglers)}};
+
+    root["cost_model"] = analysis.cost_model
+                             ? json::parse(cost_model_json(*analysis.cost_model))
+                             : json(nullptr);
+    root["notes"] = analysis.notes;
+    return root.dump(2) + "\n";
+}
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,289 @@
+#include "core/analysis/run_trace.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/store/trace_reader.h"
+
+namespace fulcrum::analysis {
+
+namespace {
+
+struct NamedRole {
+    std::string_view name;
+    Role role;
+};
+
+// docs/annotations.md, "Ranges the engine emits".
+constexpr std::array kEngineNames = {
+    NamedRole{"step", Role::step},
+    NamedRole{"forward", Role::forward},
+    NamedRole{"backward", Role::backward},
+    NamedRole{"attention", Role::attention},
+    NamedRole{"recv activations", Role::pipeline_recv},
+    NamedRole{"recv gradients", Role::pipeline_recv},
+    NamedRole{"send activations", Role::pipeline_send},
+    NamedRole{"send gradients", Role::pipeline_send},
+    NamedRole{"cp all-gather kv", Role::cp_collective},
+    NamedRole{"cp reduce-scatter dkv", Role::cp_collective},
+    NamedRole{"tp all-reduce", Role::tp_collective},
+    NamedRole{"dp all-reduce gradients", Role::dp_collective},
+    NamedRole{"pp all-reduce embedding", Role::embedding_collective},
+    NamedRole{"optimizer", Role::optimizer},
+};
+
+Role role_of_name_only(std::string_view name) {
+    for (const NamedRole& entry : kEngineNames) {
+        if (entry.name == name) {
+            return entry.role;
+        }
+    }
+    return Role::other;
+}
+
+template <typename T>
+void read_field(const nlohmann::json& object, const char* key, T& value) {
+    const auto it = object.find(key);
+    if (it == object.end()) {
+        return;
+    }
+    if constexpr (std::is_same_v<T, std::string>) {
+        if (it->is_string()) {
+            value = it->template get<std::string>();
+        }
+    } else if (it->is_number()) {
+        value = it->template get<T>();
+    }
+}
+
+}  // namespace
+
+Role role_of_name(std::string_view name, Category category, EventKind kind) {
+    const Role role = role_of_name_only(name);
+    if (role == Role::other && (category == Category::communication || kind == EventKind::collective)) {
+        return Role::collective;
+    }
+    return role;
+}
+
+bool RankTrace::has_device_lanes() const {
+    return std::any_of(lanes.begin(), lanes.end(), [](const LaneTrace& lane) {
+        return lane.info.kind == LaneKind::gpu_stream && !lane.events.empty();
+    });
+}
+
+RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks) {
+    RunConfig config;
+    const auto json = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object()) {
+        read_field(json, "dp", config.dp);
+        read_field(json, "tp", config.tp);
+        read_field(json, "pp", config.pp);
+        read_field(json, "cp", config.cp);
+        read_field(json, "schedule", config.schedule);
+        read_field(json, "balancer", config.balancer);
+        read_field(json, "cp_shard", config.cp_shard);
+        read_field(json, "microbatches", config.microbatches);
+        read_field(json, "lengths", config.lengths);
+        read_field(json, "documents", config.documents);
+        read_field(json, "seed", config.seed);
+        read_field(json, "ilp_window", config.ilp_window);
+        read_field(json, "steps", config.steps);
+        read_field(json, "backend", config.backend);
+        if (const auto model = json.find("model"); model != json.end() && model->is_object()) {
+            read_field(*model, "layers", config.layers);
+            read_field(*model, "hidden", config.hidden);
+            read_field(*model, "heads", config.heads);
+            read_field(*model, "context", config.context);
+            read_field(*model, "vocab", config.vocab);
+        }
+    }
+    // A foreign or hand-built run: the grid is what the ranks' coordinates span.
+    if (!json.is_object() || !json.contains("pp")) {
+        int dp = 0, tp = 0, pp = 0, cp = 0;
+        for (const RankInfo& rank : ranks) {
+            dp = std::max(dp, rank.dp + 1);
+            tp = std::max(tp, rank.tp + 1);
+            pp = std::max(pp, rank.pp + 1);
+            cp = std::max(cp, rank.cp + 1);
+        }
+        config.dp = std::max(dp, 1);
+        config.tp = std::max(tp, 1);
+        config.pp = std::max(pp, 1);
+        config.cp = std::max(cp, 1);
+    }
+    return config;
+}
+
+void RunTrace::set_string(StringId id, std::string text) {
+    if (id.value >= strings_.size()) {
+        strings_.resize(id.value + 1);
+        roles_.resize(id.value + 1, Role::other);
+    }
+    roles_[id.value] = role_of_name_only(text);
+    ids_.emplace(text, id);
+    strings_[id.value] = std::move(text);
+}
+
+StringId RunTrace::intern(std::string_view text) {
+    if (const auto it = ids_.find(std::string(text)); it != ids_.end()) {
+        return it->second;
+    }
+    const StringId id{static_cast<std::uint32_t>(strings_.size())};
+    set_string(id, std::string(text));
+    return id;
+}
+
+std::string_view RunTrace::name(StringId id) const {
+    return id.value < strings_.size() ? std::string_view(strings_[id.value]) : std::string_view();
+}
+
+Role RunTrace::role(const Event& event) const {
+    const Role role = event.name.value < roles_.size() ? roles_[event.name.value] : Role::other;
+    if (role == Role::other &&
+        (event.category == Category::communication || event.kind == EventKind::collective)) {
+        return Role::collective;
+    }
+    return role;
+}
+
+const RankTrace* RunTrace::find_rank(std::int32_t rank) const {
+    const auto it = std::lower_bound(ranks.begin(), ranks.end(), rank,
+                                     [](const RankTrace& r, std::int32_t n) { return r.info.rank < n; });
+    return it != ranks.end() && it->info.rank == rank ? &*it : nullptr;
+}
+
+RankTrace* RunTrace::find_rank(std::int32_t rank) {
+    return const_cast<RankTrace*>(std::as_const(*this).find_rank(rank));
+}
+
+RankTrace& RunTrace::add_rank(const RankInfo& info) {
+    auto it = std::lower_bound(ranks.begin(), ranks.end(), info.rank,
+                               [](const RankTrace& r, std::int32_t n) { return r.info.rank < n; });
+    if (it != ranks.end() && it->info.rank == info.rank) {
+        it->info = info;
+        return *it;
+    }
+    RankTrace rank;
+    rank.info = info;
+    return *ranks.insert(it, std::move(rank));
+}
+
+LaneTrace& RunTrace::add_lane(std::int32_t rank, LaneKind kind, std::string_view name) {
+    RankTrace* owner = find_rank(rank);
+    if (owner == nullptr) {
+        RankInfo info;
+        info.rank = rank;
+        owner = &add_rank(info);
+    }
+    std::uint32_t next_id = 1;
+    for (const RankTrace& r : ranks) {
+        for (const LaneTrace& lane : r.lanes) {
+            next_id = std::max(next_id, lane.info.id.value + 1);
+        }
+    }
+    LaneTrace lane;
+    lane.info.id = LaneId{next_id};
+    lane.info.rank = rank;
+    lane.info.kind = kind;
+    lane.info.name = std::string(name);
+    owner->lanes.push_back(std::move(lane));
+    return owner->lanes.back();
+}
+
+Event& RunTrace::add_range(LaneTrace& lane, std::string_view name, Category category,
+                           std::int64_t start_ns, std::int64_t end_ns, std::int32_t step,
+                           std::int32_t microbatch, std::int16_t stage, Phase phase) {
+    Event event;
+    event.start_ns = start_ns;
+    event.end_ns = end_ns;
+    event.lane = lane.info.id;
+    event.name = intern(name);
+    event.step = step;
+    event.microbatch = microbatch;
+    event.stage = stage;
+    event.phase = phase;
+    event.category = category;
+    event.kind = category == Category::communication ? EventKind::collective : EventKind::range;
+    lane.events.push_back(event);
+    return lane.events.back();
+}
+
+void RunTrace::finish() {
+    for (RankTrace& rank : ranks) {
+        for (LaneTrace& lane : rank.lanes) {
+            std::stable_sort(lane.events.begin(), lane.events.end(), [](const Event& a, const Event& b) {
+                return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+            });
+            lane.info.max_duration_ns = 0;
+            for (const Event& event : lane.events) {
+                lane.info.max_duration_ns = std::max(lane.info.max_duration_ns, event.duration_ns());
+            }
+        }
+    }
+    std::vector<RankInfo> infos;
+    for (const RankTrace& rank : ranks) {
+        infos.push_back(rank.info);
+    }
+    config = parse_run_config(run.config_json, infos);
+}
+
+std::int64_t RunTrace::event_count() const {
+    std::int64_t count = 0;
+    for (const RankTrace& rank : ranks) {
+        for (const LaneTrace& lane : rank.lanes) {
+            count += static_cast<std::int64_t>(lane.events.size());
+        }
+    }
+    return count;
+}
+
+Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProgress& options) {
+    RunTrace trace;
+    trace.run = reader.run();
+    for (std::size_t id = 1; id < reader.string_count(); ++id) {
+        trace.set_string(StringId{static_cast<std::uint32_t>(id)},
+                         std::string(reader.string(StringId{static_cast<std::uint32_t>(id)})));
+    }
+    for (const RankInfo& info : reader.ranks()) {
+        trace.add_rank(info);
+    }
+    const auto& lanes = reader.lanes();
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        if (options.cancel != nullptr && options.cancel->load()) {
+            return Error{ErrorCode::cancelled, "loading '" + reader.path() + "' was cancelled"};
+        }
+        const LaneInfo& info = lanes[i];
+        if (trace.find_rank(info.rank) == nullptr) {
+            RankInfo rank;
+            rank.rank = info.rank;
+            trace.add_rank(rank);
+        }
+        RankTrace& rank = *trace.find_rank(info.rank);
+        LaneTrace lane;
+        lane.info = info;
+        auto status = reader.for_each_event(info.id, [&](const Event& event) {
+            lane.events.push_back(event);
+            return true;
+        });
+        if (!status) {
+            return status.error();
+        }
+        rank.lanes.push_back(std::move(lane));
+        if (options.progress) {
+            options.progress(double(i + 1) / double(lanes.size()));
+        }
+    }
+    auto workload = reader.workload();
+    if (!workload) {
+        return workload.error();
+    }
+    trace.workload = std::move(*workload);
+    trace.config = parse_run_config(trace.run.config_json, reader.ranks());
+    return trace;
+}
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,126 @@
+// RunTrace: a whole run in memory, the input of every analysis.
+//
+// Analyses are pure functions of a RunTrace (STYLE §5), so the CLI, the GUI and the HTML
+// report compute the same numbers, and tests build small traces by hand without a database.
+// load_run_trace reads a run database once; events stay 64-byte records grouped by lane, in
+// start order with a parent before the children that start with it (the store's order).
+//
+// Names are resolved once into Roles: the engine's annotation names (docs/annotations.md)
+// tell a forward pass from a pipeline receive, so analyses compare small enums, not strings.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/trace/model.h"
+#include "core/util/result.h"
+
+namespace fulcrum::store {
+class TraceReader;
+}
+
+namespace fulcrum::analysis {
+
+// What an event is to the analyses, from its name (and, for unknown names, its category).
+enum class Role : std::uint8_t {
+    other = 0,
+    step,             // "step": one optimizer step on one rank
+    forward,          // "forward": one micro-batch's forward pass through this rank's stage
+    backward,         // "backward"
+    attention,        // "attention" (may hold CP communication inside)
+    pipeline_recv,    // "recv activations", "recv gradients": waiting for a neighbour stage
+    pipeline_send,    // "send activations", "send gradients"
+    cp_collective,    // "cp all-gather kv", "cp reduce-scatter dkv"
+    tp_collective,    // "tp all-reduce"
+    dp_collective,    // "dp all-reduce gradients"
+    embedding_collective,  // "pp all-reduce embedding": first and last stage
+    optimizer,        // "optimizer"
+    collective,       // any other communication (NCCL kernels, foreign ranges)
+};
+
+Role role_of_name(std::string_view name, Category category, EventKind kind);
+
+struct LaneTrace {
+    LaneInfo info;
+    std::vector<Event> events;  // by start; on equal starts the longer (the parent) first
+};
+
+struct RankTrace {
+    RankInfo info;
+    // A deque, so a LaneTrace& from add_lane stays valid while more lanes are added.
+    std::deque<LaneTrace> lanes;
+    bool has_device_lanes() const;  // any gpu_stream lane holding events
+};
+
+// The run's configuration as written by fulcrum-train (run.config); fields a foreign run
+// does not give stay at their defaults, and the grid falls back to the ranks' coordinates.
+struct RunConfig {
+    int dp = 1, tp = 1, pp = 1, cp = 1;
+    std::string schedule;  // "gpipe", "1f1b", or "" when unknown
+    std::string balancer;  // "fixed", "ilp", "wlb", or ""
+    std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive", or ""
+    int microbatches = 0;  // per DP replica and step; 0 when unknown
+    int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
+    std::string lengths;           // the length spec of synthetic documents, "" for text
+    std::int64_t documents = 0;    // how many synthetic documents
+    std::uint64_t seed = 1;
+    int ilp_window = 1;
+    int steps = 0;
+    std::string backend;
+};
+RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks);
+
+class RunTrace {
+public:
+    RunInfo run;
+    RunConfig config;
+    std::vector<RankTrace> ranks;  // by rank number
+    std::vector<WorkloadEntry> workload;
+
+    // Interned names; the same ids as the store's when loaded from a file.
+    StringId intern(std::string_view text);
+    std::string_view name(StringId id) const;
+    Role role(const Event& event) const;
+
+    const RankTrace* find_rank(std::int32_t rank) const;
+    RankTrace* find_rank(std::int32_t rank);
+
+    // Building by hand (tests, importers, the simulator's previews). add_rank keeps ranks
+    // sorted; add_range interns the name and fills the semantic columns. The Event& it
+    // returns is valid until the next event is added to that lane.
+    RankTrace& add_rank(const RankInfo& info);
+    LaneTrace& add_lane(std::int32_t rank, LaneKind kind, std::string_view name);
+    Event& add_range(LaneTrace& lane, std::string_view name, Category category,
+                     std::int64_t start_ns, std::int64_t end_ns, std::int32_t step = -1,
+                     std::int32_t microbatch = -1, std::int16_t stage = -1,
+                     Phase phase = Phase::none);
+    // Sorts every lane into the store's order and refreshes the config's grid from the
+    // ranks; call after building by hand.
+    void finish();
+
+    std::int64_t event_count() const;
+
+private:
+    friend Result<RunTrace> load_run_trace(const store::TraceReader&, const struct LoadProgress&);
+    std::vector<std::string> strings_ = {""};  // index = StringId value
+    std::vector<Role> roles_ = {Role::other};  // by StringId, for names of category other
+    std::unordered_map<std::string, StringId> ids_;
+    void set_string(StringId id, std::string text);
+};
+
+struct LoadProgress {
+    // Called now and then with the fraction done; may be empty.
+    std::function<void(double)> progress;
+    // Checked between lanes; loading returns ErrorCode::cancelled when it turns true.
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProgress& options = {});
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,157 @@
+// The simulator: plays whole training steps of a DP × TP × PP × CP grid from a cost model and
+// writes them as a run database in the store's schema, marked simulated, so every view,
+// analysis and report works on a prediction as on a capture (ARCHITECTURE, "Cost model and
+// simulator"). docs/simulate.md describes what is played, with the formulas.
+//
+// One step, in short:
+//   1. plan it with the engine's StepPlanner (same document lengths, options and seed: the
+//      same packing, dealing to DP replicas and CP sharding as fulcrum-train would make);
+//   2. for every replica, stage, micro-batch and phase, each CP rank's own compute is the
+//      cost model's pass time for the tokens and causal pairs it holds; the CP group runs
+//      every layer in lockstep (one K/V exchange per layer), so the group's pass takes its
+//      slowest member's compute plus the exchange, plus the send to the next stage;
+//   3. replay the pipeline schedule per replica with those durations (replay_pipeline);
+//   4. every stage all-reduces its gradients over its DP × CP group once the slowest replica
+//      is done, then runs the optimizer; the step ends when the last stage does, and the
+//      next starts there (fulcrum-train synchronises all ranks between steps).
+// TP ranks of a group do the same work at the same time: computed once, their events are
+// copies on each rank's lane.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/analysis/cost_model.h"
+#include "core/balance/cp_shard.h"
+#include "core/balance/packing.h"
+#include "core/parallel/schedule.h"
+#include "core/sim/stage_costs.h"
+#include "core/util/result.h"
+
+namespace fulcrum::store {
+class TraceWriter;
+}
+
+namespace fulcrum::analysis {
+class RunTrace;
+}
+
+namespace fulcrum::sim {
+
+// Everything a simulation depends on. The defaults are fulcrum-train's, so a setting left
+// alone means what it means to the engine.
+struct SimulationConfig {
+    ModelShape model;
+    Grid grid;
+    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
+    balance::Balancer balancer = balance::Balancer::fixed;
+    balance::CpSharding sharding = balance::CpSharding::per_document;
+    int microbatches = 4;  // per DP replica and step
+    int steps = 10;
+
+    // Documents: a length spec (core/balance/lengths.h) sampled as fulcrum-train samples it
+    // (`documents` of them, or every line of a file: spec, clamped to the context), or, when
+    // `document_lengths` is not empty, exactly those lengths (document id = index).
+    std::string lengths;
+    std::int64_t documents = 4096;
+    std::vector<std::int64_t> document_lengths;
+    std::uint64_t seed = 1;
+
+    int ilp_window = 4;
+    double ilp_time_limit_s = 1.0;  // fulcrum-train's --ilp-time-limit default
+
+    // nullopt: the analytic model of `hardware`. Otherwise a fitted or given model, shaped
+    // like `cost_origin`; what it lacks is derived (stage_costs.h).
+    std::optional<analysis::CostModel> cost_model;
+    CostOrigin cost_origin;
+    HardwareAssumptions hardware;
+};
+
+// Says what is wrong with the options that name it (--pp, --lengths, ...), as fulcrum-train
+// would refuse them, plus what only the simulator needs.
+Status validate(const SimulationConfig& config);
+
+// run.config of a simulated run: fulcrum-train's keys (model, dp, tp, pp, cp, schedule,
+// balancer, cp_shard, microbatches, steps, seed, ilp_window, lengths, documents, backend,
+// data) plus "simulated": true and "cost_model": where the costs came from.
+std::string run_config_json(const SimulationConfig& config, const std::string& cost_source);
+
+struct SimulatedStep {
+    int step = 0;
+    int epoch = 0;
+    std::int64_t start_ns = 0;
+    std::int64_t duration_ns = 0;  // latest rank's end − the step's start
+    // max / mean Σd² over the step's micro-batches (WLB-LLM §3.3), as the planner computes it.
+    double imbalance = 1.0;
+    // Pipeline idle time inside each replica's pipeline span, over all its stages:
+    // Σ (span − busy) / Σ span. (p−1)/(m+p−1) for m equal micro-batches.
+    double bubble_fraction = 0;
+    std::int64_t tokens = 0;  // Σd over every micro-batch of every replica
+    int microbatches = 0;     // over every replica
+};
+
+struct SimulationResult {
+    std::vector<SimulatedStep> steps;
+    double mean_step_ns = 0;
+    double mean_imbalance = 1.0;
+    double mean_bubble_fraction = 0;
+    double tokens_per_second = 0;
+    int ranks = 0;
+    std::int64_t events = 0;         // events handed to the writer (0 without one)
+    std::int64_t workload_rows = 0;  // workload rows handed to the writer
+    std::string cost_source;
+    std::vector<std::string> notes;  // costs that were derived rather than taken as given
+};
+
+struct SimulationProgress {
+    // Called now and then with the fraction done; may be empty.
+    std::function<void(double)> progress;
+    // Checked between replicas; the simulation returns ErrorCode::cancelled when it is true.
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+// Plays config.steps steps. With a writer, writes every rank (coordinates, one "main" lane),
+// its events and its workload rows into it; the caller creates the writer (with
+// RunOrigin::simulated) and closes it.
+Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
+                                  const SimulationProgress& progress = {});
+
+struct SimulationOutput {
+    std::string path;
+    bool overwrite = false;
+    std::string run_name;  // empty: the file's name without its extension
+    std::string command;   // the command line, for run.command
+    std::string producer = "fulcrum";
+    std::optional<std::int64_t> start_utc_ns;  // nullopt: now
+};
+
+// simulate() into a new run database. The file is written as PATH.partial and renamed when
+// complete, so a failed or cancelled simulation leaves nothing under PATH; an existing PATH
+// is refused unless output.overwrite.
+Result<SimulationResult> simulate_to_file(const SimulationConfig& config,
+                                          const SimulationOutput& output,
+                                          const SimulationProgress& progress = {});
+
+// Settings taken from a captured run's configuration (run.config, analysis::RunConfig).
+struct RunSettings {
+    SimulationConfig config;
+    // Settings the run does not say, by the simulate option that gives them ("--schedule");
+    // they keep SimulationConfig's defaults, except the model shape, micro-batches and
+    // lengths, which are left 0 / empty so validate() asks for them.
+    std::vector<std::string> unknown;
+};
+Result<RunSettings> config_from_run(const analysis::RunTrace& trace);
+
+// The cost model fitted on a captured run, with the shape it was fitted on.
+struct Calibration {
+    analysis::CostModel model;
+    CostOrigin origin;
+};
+// Errors say what the run lacks (passes, the workload table) and what to do instead.
+Result<Calibration> calibrate(const analysis::RunTrace& trace);
+
+}  // namespace fulcrum::sim

@@ -1,0 +1,122 @@
+// What every pass and collective costs in the grid being simulated.
+//
+// A cost model (core/analysis/cost_model.h) is fitted on one run: its passes are per
+// (stage, phase) of that run's pipeline, with that run's layers per stage, hidden size and TP
+// degree. The simulator plays other grids and shapes too, so each simulated (stage, phase)
+// takes its cost from the fitted pass of the same role (docs/simulate.md, "Costs"):
+//
+//   source stage   same index when the pipeline depth is unchanged; otherwise first ↔ first,
+//                  last ↔ last, a middle stage ↔ the middle stage at the same relative depth
+//                  (or the first stage when the fitted run had no middle stage, since the
+//                  embedding costs little and the LM head a lot); a stage the fit lacks is
+//                  replaced by the nearest fitted one.
+//   scaling        per-token and per-pair terms × (layers here / layers there) × (tp there /
+//                  tp here); per-token also × (h here / h there)², per-pair × (h here / h there),
+//                  following the FLOPs of REFERENCE §4 (24·T·h² + 4h·pairs per layer).
+//                  The fixed term is per-pass overhead and is kept as fitted.
+//
+// Anything the model does not give (no cost model at all, a collective the fitted run never
+// ran, such as CP exchanges when it had cp = 1) comes from analytic_cost_model, and a note
+// says so.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/analysis/cost_model.h"
+
+namespace fulcrum::sim {
+
+// The model's shape, with fulcrum-train's defaults.
+struct ModelShape {
+    int layers = 2;
+    int hidden = 64;
+    int heads = 4;
+    int context = 256;  // tokens of one fixed-length micro-batch; no document is longer
+    int vocab = 256;    // fulcrum-train models bytes
+};
+
+struct Grid {
+    int dp = 1, tp = 1, pp = 1, cp = 1;
+    int world() const { return dp * tp * pp * cp; }
+};
+
+// What the analytic cost model assumes about the hardware. The defaults stand for H100 SXM
+// nodes of 8 GPUs: 400 TFLOP/s sustained is ~40% of the 989 TFLOP/s dense bf16 peak
+// (REFERENCE §4: well-tuned large runs reach 40–55% MFU); NVLink 4 moves ~450 GB/s per
+// direction, of which collectives reach ~300; a 400 Gb/s InfiniBand NIC per GPU is 50 GB/s,
+// ~40 achieved; HBM3 3.35 TB/s, ~3 achieved. GB/s is bytes per ns.
+struct HardwareAssumptions {
+    double tflops = 400;
+    double nvlink_gbs = 300;
+    double network_gbs = 40;
+    double hbm_gbs = 3000;
+    double collective_latency_us = 10;  // per collective call
+    double p2p_latency_us = 5;          // pipeline send → receive
+    double layer_overhead_us = 10;      // launches and syncs per layer and forward; 2× backward
+    int gpus_per_node = 8;
+};
+
+// The shape of the run a cost model was fitted on. 0: the same as the simulated one (a
+// model given as a file, whose origin is not recorded).
+struct CostOrigin {
+    int layers = 0, pp = 0, hidden = 0, tp = 0;
+};
+
+// Names of the collectives the simulator plays; the same as the engine's ranges
+// (docs/annotations.md), so a model fitted on a captured run is looked up by them.
+inline constexpr std::string_view kCpAllGather = "cp all-gather kv";
+inline constexpr std::string_view kCpReduceScatter = "cp reduce-scatter dkv";
+inline constexpr std::string_view kTpAllReduce = "tp all-reduce";
+inline constexpr std::string_view kRecvActivations = "recv activations";
+inline constexpr std::string_view kRecvGradients = "recv gradients";
+inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
+
+// Parameters one rank of `stage` holds (so the bytes / 4 its DP all-reduce moves): per layer
+// 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);
+// the first stage adds the token and position embeddings V·h + context·h, the last the final
+// LayerNorm, 2h.
+std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int stage);
+
+// Costs from FLOPs and bandwidths (docs/simulate.md, "The analytic model"): per layer and
+// forward 24·T·h²/tp + 4h·pairs/tp FLOPs, the last stage adds the LM head 2·T·h·V, backward
+// twice the forward; ring collectives move 2(n−1)/n (all-reduce) or (n−1)/n (all-gather,
+// reduce-scatter) of their bytes over NVLink when the group fits in one node, else over the
+// network; the optimizer streams 28 bytes of state per parameter through HBM.
+analysis::CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
+                                        const HardwareAssumptions& hardware);
+
+// A short description of the analytic model's assumptions, for notes and run.config.
+std::string describe(const HardwareAssumptions& hardware);
+
+enum class PassPhase : int { forward = 0, backward = 1 };
+
+// Every cost the simulation of one grid needs, resolved once.
+struct StageCosts {
+    std::vector<std::array<analysis::PassCost, 2>> passes;  // [stage][PassPhase]
+    analysis::CollectiveCost cp_all_gather;
+    analysis::CollectiveCost cp_reduce_scatter;
+    analysis::CollectiveCost tp_all_reduce;
+    analysis::CollectiveCost recv_activations;
+    analysis::CollectiveCost recv_gradients;
+    analysis::CollectiveCost dp_all_reduce;
+    double optimizer_ns = 0;
+    std::string source;              // "fitted on RUN", "given", "analytic (...)"
+    std::vector<std::string> notes;  // every cost that was derived rather than taken as is
+};
+
+// `model` null: everything analytic.
+StageCosts resolve_costs(const analysis::CostModel* model, const CostOrigin& origin,
+                         const ModelShape& shape, const Grid& grid,
+                         const HardwareAssumptions& hardware);
+
+// t = fixed + per_token·T + per_pair·P, never negative, in whole ns.
+std::int64_t predict_pass_ns(const analysis::PassCost& cost, std::int64_t tokens,
+                             std::int64_t pairs);
+// t = latency + per_byte·B, never negative, in whole ns.
+std::int64_t predict_collective_ns(const analysis::CollectiveCost& cost, std::int64_t bytes);
+
+}  // namespace fulcrum::sim

@@ -1,0 +1,259 @@
+// Matching collectives across ranks on hand-built traces: which ranks form a communicator for
+// each dimension, the k-th occurrence, who arrived last and how long the others waited. Every
+// expected value is worked out in the comment above its test.
+#include <QtTest>
+
+#include <algorithm>
+
+#include "core/analysis/collectives.h"
+
+using namespace fulcrum;
+using namespace fulcrum::analysis;
+
+namespace {
+
+// A rank of the grid, with one host lane.
+void add_rank(RunTrace& trace, int rank, int dp, int pp, int cp, int tp) {
+    RankInfo info;
+    info.rank = rank;
+    info.dp = dp;
+    info.pp = pp;
+    info.cp = cp;
+    info.tp = tp;
+    trace.add_rank(info);
+}
+
+LaneTrace& host(RunTrace& trace, int rank) {
+    RankTrace& r = *trace.find_rank(rank);
+    if (r.lanes.empty()) {
+        return trace.add_lane(rank, LaneKind::host_thread, "main");
+    }
+    return r.lanes.front();
+}
+
+void collective(RunTrace& trace, int rank, std::string_view name, std::int64_t start,
+                std::int64_t end, int step, int microbatch, Phase phase, std::int64_t bytes = -1) {
+    Event& e = trace.add_range(host(trace, rank), name, Category::communication, start, end, step,
+                               microbatch, -1, phase);
+    e.bytes = bytes;
+}
+
+std::vector<std::int32_t> ranks_of(const CollectiveInstance& instance) {
+    std::vector<std::int32_t> ranks;
+    for (const auto& p : instance.participants) {
+        ranks.push_back(p.rank);
+    }
+    return ranks;
+}
+
+const CollectiveInstance* find(const RunTrace& trace,
+                               const std::vector<CollectiveInstance>& instances,
+                               std::string_view name, int occurrence, std::int32_t some_rank) {
+    for (const auto& instance : instances) {
+        const auto ranks = ranks_of(instance);
+        if (trace.name(instance.name) == name && instance.occurrence == occurrence &&
+            std::find(ranks.begin(), ranks.end(), some_rank) != ranks.end()) {
+            return &instance;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+class CollectivesTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    // cp = 2, tp = 2 (dp = pp = 1); rank = 2·cp + tp. TP groups {0,1} {2,3}; CP groups {0,2}
+    // {1,3}. Two tp all-reduces per rank in forward (step 0, mb 0):
+    //   {0,1} k0: starts 100, 120 → last rank 1, wait 20     k1: 300, 290 → last rank 0, wait 10
+    //   {2,3} k0: starts 100, 150 → last rank 3, wait 50     k1: 300, 300 → tie, rank 2, wait 0
+    // One cp all-gather per rank: {0,2} starts 50, 60 → last 2, wait 10; {1,3} 55, 55 → wait 0.
+    void tpAndCpGroupsFromCoordinates() {
+        RunTrace trace;
+        for (int r = 0; r < 4; ++r) {
+            add_rank(trace, r, 0, 0, r / 2, r % 2);
+        }
+        const std::int64_t tp_starts[4][2] = {{100, 300}, {120, 290}, {100, 300}, {150, 300}};
+        const std::int64_t cp_starts[4] = {50, 55, 60, 55};
+        for (int r = 0; r < 4; ++r) {
+            collective(trace, r, "cp all-gather kv", cp_starts[r], 80, 0, 0, Phase::forward, 4096);
+            for (int k = 0; k < 2; ++k) {
+                collective(trace, r, "tp all-reduce", tp_starts[r][k], tp_starts[r][k] + 40, 0, 0,
+                           Phase::forward, 1024);
+            }
+        }
+        trace.finish();
+        const auto instances = match_collectives(trace);
+        QCOMPARE(instances.size(), 6u);
+
+        const auto* tp01_k0 = find(trace, instances, "tp all-reduce", 0, 0);
+        QVERIFY(tp01_k0 != nullptr);
+        QCOMPARE(ranks_of(*tp01_k0), (std::vector<std::int32_t>{0, 1}));
+        QCOMPARE(tp01_k0->role, Role::tp_collective);
+        QCOMPARE(tp01_k0->phase, Phase::forward);
+        QCOMPARE(tp01_k0->last_arrival().rank, 1);
+        QCOMPARE(tp01_k0->total_wait_ns(), 20);
+        const auto* tp01_k1 = find(trace, instances, "tp all-reduce", 1, 0);
+        QCOMPARE(tp01_k1->last_arrival().rank, 0);
+        QCOMPARE(tp01_k1->total_wait_ns(), 10);
+        const auto* tp23_k0 = find(trace, instances, "tp all-reduce", 0, 2);
+        QCOMPARE(ranks_of(*tp23_k0), (std::vector<std::int32_t>{2, 3}));
+        QCOMPARE(tp23_k0->last_arrival().rank, 3);
+        QCOMPARE(tp23_k0->last_arrival().bytes, 1024);
+        QCOMPARE(tp23_k0->total_wait_ns(), 50);
+        const auto* tp23_k1 = find(trace, instances, "tp all-reduce", 1, 2);
+        QCOMPARE(tp23_k1->last_arrival().rank, 2);
+        QCOMPARE(tp23_k1->total_wait_ns(), 0);
+
+        const auto* cp02 = find(trace, instances, "cp all-gather kv", 0, 0);
+        QCOMPARE(ranks_of(*cp02), (std::vector<std::int32_t>{0, 2}));
+        QCOMPARE(cp02->role, Role::cp_collective);
+        QCOMPARE(cp02->last_arrival().rank, 2);
+        QCOMPARE(cp02->total_wait_ns(), 10);
+        const auto* cp13 = find(trace, instances, "cp all-gather kv", 0, 1);
+        QCOMPARE(ranks_of(*cp13), (std::vector<std::int32_t>{1, 3}));
+        QCOMPARE(cp13->total_wait_ns(), 0);
+
+        // Ordered by (step, first start): the cp all-gathers (50, 55) come before the
+        // all-reduces (100, 100, 290, 300).
+        QCOMPARE(trace.name(instances[0].name), std::string_view("cp all-gather kv"));
+        QCOMPARE(trace.name(instances[1].name), std::string_view("cp all-gather kv"));
+        std::int64_t previous = 0;
+        for (const auto& instance : instances) {
+            std::int64_t first = instance.participants[0].start_ns;
+            for (const auto& p : instance.participants) {
+                first = std::min(first, p.start_ns);
+            }
+            QVERIFY(first >= previous);
+            previous = first;
+        }
+    }
+
+    // dp = 2, pp = 2, cp = 2 (tp = 1): rank = ((dp·2 + pp)·2 + cp). The engine's DP all-reduce
+    // runs over DP × CP, so its groups are the ranks of one stage: pp 0 = {0,1,4,5}, pp 1 =
+    // {2,3,6,7}. The embedding all-reduce runs on the first and last stage of one (dp, cp):
+    // {0,2} {1,3} {4,6} {5,7}. Step 1, no micro-batch, no phase.
+    void dpAndEmbeddingGroups() {
+        RunTrace trace;
+        for (int r = 0; r < 8; ++r) {
+            add_rank(trace, r, r / 4, (r / 2) % 2, r % 2, 0);
+        }
+        for (int r = 0; r < 8; ++r) {
+            collective(trace, r, "pp all-reduce embedding", 1000 + r, 1100, 1, -1, Phase::none);
+            collective(trace, r, "dp all-reduce gradients", 2000 + 10 * r, 2500, 1, -1, Phase::none,
+                       1 << 20);
+        }
+        trace.finish();
+        const auto instances = match_collectives(trace);
+        QCOMPARE(instances.size(), 6u);
+        const auto* dp_stage0 = find(trace, instances, "dp all-reduce gradients", 0, 0);
+        QCOMPARE(ranks_of(*dp_stage0), (std::vector<std::int32_t>{0, 1, 4, 5}));
+        QCOMPARE(dp_stage0->role, Role::dp_collective);
+        QCOMPARE(dp_stage0->step, 1);
+        QCOMPARE(dp_stage0->microbatch, -1);
+        // last = rank 5 at 2050; waits 50 + 40 + 10 + 0
+        QCOMPARE(dp_stage0->last_arrival().rank, 5);
+        QCOMPARE(dp_stage0->total_wait_ns(), 100);
+        const auto* dp_stage1 = find(trace, instances, "dp all-reduce gradients", 0, 2);
+        QCOMPARE(ranks_of(*dp_stage1), (std::vector<std::int32_t>{2, 3, 6, 7}));
+        for (const int r : {0, 1, 4, 5}) {
+            const auto* embedding = find(trace, instances, "pp all-reduce embedding", 0, r);
+            QVERIFY(embedding != nullptr);
+            QCOMPARE(embedding->role, Role::embedding_collective);
+            QCOMPARE(ranks_of(*embedding), (std::vector<std::int32_t>{r, r + 2}));
+            QCOMPARE(embedding->last_arrival().rank, r + 2);
+            QCOMPARE(embedding->total_wait_ns(), 2);
+        }
+    }
+
+    // Pipeline send/recv are point-to-point, not collectives; an event on one rank only has
+    // nobody to match; a collective of unknown name spans all ranks; occurrences are counted
+    // per key, so a second micro-batch or phase starts again at k = 0.
+    void whatIsNotMatchedAndUnknownNames() {
+        RunTrace trace;
+        for (int r = 0; r < 3; ++r) {
+            add_rank(trace, r, 0, r, 0, 0);  // pp = 3
+        }
+        for (int r = 0; r < 3; ++r) {
+            collective(trace, r, "send activations", 10, 20, 0, 0, Phase::forward, 64);
+            collective(trace, r, "recv activations", 10, 20, 0, 0, Phase::forward, 64);
+            collective(trace, r, "ncclDevKernel_AllReduce_Sum_f32", 100 + r, 200, 0, -1,
+                       Phase::none);
+            collective(trace, r, "tp all-reduce", 300, 310, 0, 0, Phase::forward);
+            collective(trace, r, "tp all-reduce", 320, 330, 0, 0, Phase::backward);
+            collective(trace, r, "tp all-reduce", 340, 350, 0, 1, Phase::forward);
+        }
+        collective(trace, 1, "cp all-gather kv", 400, 410, 0, 0, Phase::forward);
+        trace.finish();
+        const auto instances = match_collectives(trace);
+        // 1 NCCL kernel instance over all 3 ranks; tp groups are single ranks (pp differs)
+        QCOMPARE(instances.size(), 1u);
+        QCOMPARE(trace.name(instances[0].name),
+                 std::string_view("ncclDevKernel_AllReduce_Sum_f32"));
+        QCOMPARE(instances[0].role, Role::collective);
+        QCOMPARE(ranks_of(instances[0]), (std::vector<std::int32_t>{0, 1, 2}));
+        QCOMPARE(instances[0].last_arrival().rank, 2);
+        QCOMPARE(instances[0].total_wait_ns(), 3);  // 2 + 1 + 0
+
+        // Same tp group now (pp = 0 for all): forward mb 0, backward mb 0 and forward mb 1
+        // are three keys, each k = 0, each with 3 participants.
+        RunTrace flat;
+        for (int r = 0; r < 3; ++r) {
+            add_rank(flat, r, 0, 0, 0, r);
+        }
+        for (int r = 0; r < 3; ++r) {
+            collective(flat, r, "tp all-reduce", 300, 310, 0, 0, Phase::forward);
+            collective(flat, r, "tp all-reduce", 320, 330, 0, 0, Phase::backward);
+            collective(flat, r, "tp all-reduce", 340, 350, 0, 1, Phase::forward);
+        }
+        flat.finish();
+        const auto tp = match_collectives(flat);
+        QCOMPARE(tp.size(), 3u);
+        for (const auto& instance : tp) {
+            QCOMPARE(instance.occurrence, 0);
+            QCOMPARE(instance.participants.size(), 3u);
+        }
+        QCOMPARE(tp[0].phase, Phase::forward);
+        QCOMPARE(tp[1].phase, Phase::backward);
+        QCOMPARE(tp[2].microbatch, 1);
+    }
+
+    // Occurrences are numbered in start order across a rank's lanes, and an imported trace
+    // without coordinates (all −1) puts every rank in one group. Rank 0 emits its two
+    // all-reduces on two lanes, the later one on the first lane.
+    //   k0: rank 0 at 100 (lane b), rank 1 at 130 → last 1, wait 30
+    //   k1: rank 0 at 500 (lane a), rank 1 at 480 → last 0, wait 20
+    void occurrencesAcrossLanesWithoutCoordinates() {
+        RunTrace trace;
+        for (int r = 0; r < 2; ++r) {
+            RankInfo info;
+            info.rank = r;
+            trace.add_rank(info);
+        }
+        trace.add_lane(0, LaneKind::host_thread, "a");
+        trace.add_lane(0, LaneKind::host_thread, "b");
+        trace.add_lane(1, LaneKind::host_thread, "main");
+        RankTrace& rank0 = *trace.find_rank(0);
+        trace.add_range(rank0.lanes[0], "tp all-reduce", Category::communication, 500, 600, 2, 0,
+                        -1, Phase::forward);
+        trace.add_range(rank0.lanes[1], "tp all-reduce", Category::communication, 100, 200, 2, 0,
+                        -1, Phase::forward);
+        collective(trace, 1, "tp all-reduce", 130, 200, 2, 0, Phase::forward);
+        collective(trace, 1, "tp all-reduce", 480, 600, 2, 0, Phase::forward);
+        trace.finish();
+        const auto instances = match_collectives(trace);
+        QCOMPARE(instances.size(), 2u);
+        QCOMPARE(instances[0].occurrence, 0);
+        QCOMPARE(instances[0].participants[0].start_ns, 100);
+        QCOMPARE(instances[0].last_arrival().rank, 1);
+        QCOMPARE(instances[0].total_wait_ns(), 30);
+        QCOMPARE(instances[1].occurrence, 1);
+        QCOMPARE(instances[1].last_arrival().rank, 0);
+        QCOMPARE(instances[1].total_wait_ns(), 20);
+    }
+};
+
+QTEST_GUILESS_MAIN(CollectivesTest)
+#include "test_analysis_collectives.moc"

@@ -1,0 +1,266 @@
+// CP attention load on hand-built CP groups: measured attention and predicted pairs per CP rank,
+// their imbalance, and what the other shardings would have predicted. Work in comments is
+// causal pairs doubled, (2p + 1 + ℓ)·ℓ, as core/balance/cp_shard.h counts it; max/mean is the
+// same either way.
+#include <QtTest>
+
+#include "core/analysis/cp_load.h"
+#include "core/balance/cp_shard.h"
+
+using namespace fulcrum;
+using namespace fulcrum::analysis;
+
+Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
+
+namespace {
+
+void add_rank(RunTrace& trace, int rank, int dp, int pp, int cp, int tp) {
+    RankInfo info;
+    info.rank = rank;
+    info.dp = dp;
+    info.pp = pp;
+    info.cp = cp;
+    info.tp = tp;
+    trace.add_rank(info);
+    trace.add_lane(rank, LaneKind::host_thread, "main");
+}
+
+LaneTrace& host(RunTrace& trace, int rank) {
+    return trace.find_rank(rank)->lanes.front();
+}
+
+// A pass of `rank` whose attention lasts `attention_ns`.
+void pass_with_attention(RunTrace& trace, int rank, std::int64_t start, int step, int mb,
+                         Phase phase, std::int64_t attention_ns) {
+    const char* name = phase == Phase::forward ? "forward" : "backward";
+    trace.add_range(host(trace, rank), name, Category::compute, start, start + attention_ns + 1000,
+                    step, mb, 0, phase);
+    trace.add_range(host(trace, rank), "attention", Category::attention, start,
+                    start + attention_ns, step, mb, 0, phase);
+}
+
+void row(RunTrace& trace, int rank, int step, int mb, std::int64_t doc, int length, int begin,
+         int end, const std::string& balancer = "fixed") {
+    trace.workload.push_back({rank, step, mb, doc, length, begin, end, balancer});
+}
+
+double predicted_for(const CpGroupLoad& group, const std::string& sharding) {
+    for (const auto& [name, value] : group.predicted_by_sharding) {
+        if (name == sharding) {
+            return value;
+        }
+    }
+    return -1;
+}
+
+}  // namespace
+
+class CpLoadTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    // cp = 2, contiguous. Documents A (id 7, 6 tokens) and B (id 9, 2 tokens) packed as A B,
+    // T = 8: rank 0 holds A[0,4), rank 1 A[4,6) and B[0,2).
+    //   measured: rank 0 forward attention 20 ms with a 5 ms cp all-gather inside (15 ms) and
+    //   backward 15 ms → 30 ms; rank 1 5 + 5 = 10 ms → max/mean = 30/20 = 1.5
+    //   pairs (held_work, not doubled): rank 0 (1+4)·4/2 = 10; rank 1 (8+1+2)·2/2 + 3 = 14
+    //   → 14/12
+    // Alternatives (doubled work):
+    //   contiguous: 20 vs 22 + 6 = 28 → 28/24
+    //   zigzag, chunks of 2: A[0,2) A[2,4) A[4,6) B[0,2); rank 0 chunks 0, 3: 6 + 6 = 12,
+    //     rank 1 chunks 1, 2: 14 + 22 = 36 → 36/24 = 1.5
+    //   per-doc, 4 slots: A (6 = 4·1 + 2 leftover on slots 0, 1) → [0,2) [2,4) [4,5) [5,6);
+    //     rank 0 slots 0, 3: 6 + 12 = 18; rank 1 slots 1, 2: 14 + 10 = 24; B (2 leftover on
+    //     slots 2, 3) → slot 2 [0,1) to rank 1: 2, slot 3 [1,2) to rank 0: 4
+    //     → 22 vs 26 → 26/24
+    void measuredAndPredictedByHand() {
+        RunTrace trace;
+        trace.run.config_json = R"({"cp_shard":"contiguous"})";
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 0, 0, 1, 0);
+        trace.add_range(host(trace, 0), "forward", Category::compute, 0, 40'000'000, 0, 0, 0,
+                        Phase::forward);
+        trace.add_range(host(trace, 0), "attention", Category::attention, 0, 20'000'000, 0, 0, 0,
+                        Phase::forward);
+        trace.add_range(host(trace, 0), "cp all-gather kv", Category::communication, 0, 5'000'000,
+                        0, 0, 0, Phase::forward);
+        trace.add_range(host(trace, 0), "backward", Category::compute, 50'000'000, 70'000'000, 0, 0,
+                        0, Phase::backward);
+        trace.add_range(host(trace, 0), "attention", Category::attention, 50'000'000, 65'000'000, 0,
+                        0, 0, Phase::backward);
+        pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 5'000'000);
+        pass_with_attention(trace, 1, 50'000'000, 0, 0, Phase::backward, 5'000'000);
+        row(trace, 0, 0, 0, 7, 6, 0, 4);
+        row(trace, 1, 0, 0, 7, 6, 4, 6);
+        row(trace, 1, 0, 0, 9, 2, 0, 2);
+        trace.finish();
+
+        const auto analysis = analyze_cp_load(trace, find_passes(trace));
+        QCOMPARE(analysis.cp, 2);
+        QCOMPARE(analysis.sharding, std::string("contiguous"));
+        QCOMPARE(analysis.groups.size(), 1u);
+        const CpGroupLoad& group = analysis.groups[0];
+        QCOMPARE(group.step, 0);
+        QCOMPARE(group.microbatch, 0);
+        QCOMPARE(group.ranks.size(), 2u);
+        QCOMPARE(group.ranks[0].rank, 0);
+        QCOMPARE(group.ranks[0].cp_rank, 0);
+        QCOMPARE(group.ranks[0].attention_ns, 30'000'000);
+        QCOMPARE(group.ranks[1].attention_ns, 10'000'000);
+        QCOMPARE(group.ranks[0].tokens, 4);
+        QCOMPARE(group.ranks[1].tokens, 4);
+        QCOMPARE(group.ranks[0].pairs, 10);
+        QCOMPARE(group.ranks[1].pairs, 14);
+        QCOMPARE(group.measured_imbalance, 1.5);
+        QCOMPARE(group.predicted_imbalance, 14.0 / 12);
+        QCOMPARE(group.predicted_by_sharding.size(), 3u);
+        QCOMPARE(predicted_for(group, "contiguous"), 28.0 / 24);
+        QCOMPARE(predicted_for(group, "zigzag"), 1.5);
+        QCOMPARE(predicted_for(group, "per-doc"), 26.0 / 24);
+        QCOMPARE(analysis.mean_measured_imbalance, 1.5);
+        QCOMPARE(analysis.mean_predicted_imbalance, 14.0 / 12);
+        QCOMPARE(analysis.mean_predicted_by_sharding.size(), 3u);
+        QCOMPARE(analysis.mean_predicted_by_sharding[1].first, std::string("zigzag"));
+        QCOMPARE(analysis.mean_predicted_by_sharding[1].second, 1.5);
+    }
+
+    // A zigzag run whose chunk boundaries fall between documents, so nothing links rank 0's
+    // two chunks to rank 1's: reading the ranks in order (A F G H I B C D E) gets the packed
+    // order wrong. Packed A B C D E F G H I, lengths 4 | 1 3 | 2 2 | 1 1 1 1, T = 16, chunks of
+    // 4; zigzag gives rank 0 chunks 0 and 3 (A F G H I), rank 1 chunks 1 and 2 (B C D E).
+    // Whole documents cost d(d+1): A 20, B 2, C 12, D 6, E 6, F…I 2 each.
+    //   pairs held (halved): rank 0 10 + 4 = 14, rank 1 1 + 6 + 3 + 3 = 13 → 14/13.5
+    //   contiguous, true order: rank 0 A B C = 34, rank 1 D…I = 20 → 34/27
+    //     (in the wrong order: A F G H I = 28 vs 26 → 28/27)
+    //   zigzag: 28 vs 26 → 28/27
+    //   per-doc, 4 slots, rotation from 0: A 1 token a slot → 10 each; B slot 0 → r0 2;
+    //   C slots 1 2 3 → r1 2 + 4, r0 6; D slots 0 1 → r0 2, r1 4; E slots 2 3 → r1 2, r0 4;
+    //   F G H I slots 0 1 2 3 → r0 2 + 2, r1 2 + 2. r0 = 28, r1 = 26 → 28/27
+    void zigzagRunIsReadInPackedOrder() {
+        RunTrace trace;
+        trace.run.config_json = R"({"cp_shard":"zigzag"})";
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 0, 0, 1, 0);
+        const int lengths[] = {4, 1, 3, 2, 2, 1, 1, 1, 1};  // ids 0 … 8 = A … I
+        for (const int id : {0, 5, 6, 7, 8}) {
+            row(trace, 0, 0, 0, id, lengths[id], 0, lengths[id]);
+        }
+        for (const int id : {1, 2, 3, 4}) {
+            row(trace, 1, 0, 0, id, lengths[id], 0, lengths[id]);
+        }
+        pass_with_attention(trace, 0, 0, 0, 0, Phase::forward, 8'000);
+        pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 10'000);
+        trace.finish();
+        const auto analysis = analyze_cp_load(trace, find_passes(trace));
+        QCOMPARE(analysis.groups.size(), 1u);
+        const CpGroupLoad& group = analysis.groups[0];
+        QCOMPARE(group.measured_imbalance, 10.0 / 9);
+        QCOMPARE(group.predicted_imbalance, 14.0 / 13.5);
+        QCOMPARE(predicted_for(group, "contiguous"), 34.0 / 27);
+        QCOMPARE(predicted_for(group, "zigzag"), 28.0 / 27);
+        QCOMPARE(predicted_for(group, "per-doc"), 28.0 / 27);
+    }
+
+    // Rows made by core/balance/cp_shard itself for a run of many micro-batches: the
+    // alternative equal to the sharding the run used must predict exactly the run's own
+    // imbalance of held pairs — which holds only if the packed order (and, for per-doc, the
+    // leftover rotation carried across micro-batches in step, replica, micro-batch order) is
+    // rebuilt right. Lengths mix long documents with isolated short ones (< 2·CP tokens, which
+    // per-doc gives to only some ranks).
+    void runShardingIsReproduced_data() {
+        QTest::addColumn<balance::CpSharding>("sharding");
+        QTest::addColumn<int>("cp");
+        for (const int cp : {2, 4}) {
+            for (const auto sharding :
+                 {balance::CpSharding::contiguous, balance::CpSharding::zigzag,
+                  balance::CpSharding::per_document}) {
+                const std::string tag =
+                    std::string(balance::cp_sharding_name(sharding)) + " cp" + std::to_string(cp);
+                QTest::newRow(tag.c_str()) << sharding << cp;
+            }
+        }
+    }
+
+    void runShardingIsReproduced() {
+        QFETCH(balance::CpSharding, sharding);
+        QFETCH(int, cp);
+        RunTrace trace;
+        trace.run.config_json =
+            std::string(R"({"cp_shard":")") + balance::cp_sharding_name(sharding) + "\"}";
+        constexpr int kReplicas = 2, kSteps = 2, kMicrobatches = 3;
+        for (int dp = 0; dp < kReplicas; ++dp) {
+            for (int c = 0; c < cp; ++c) {
+                add_rank(trace, dp * cp + c, dp, 0, c, 0);
+            }
+        }
+        std::uint64_t seed = 12345, next_id = 0;
+        auto next = [&seed](int range) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            return static_cast<int>((seed >> 33) % static_cast<std::uint64_t>(range));
+        };
+        balance::CpShardingState state;  // the engine's: one rotation over the whole run
+        for (int step = 0; step < kSteps; ++step) {
+            for (int dp = 0; dp < kReplicas; ++dp) {
+                for (int mb = 0; mb < kMicrobatches; ++mb) {
+                    std::vector<balance::Document> documents;
+                    const int count = 3 + next(6);
+                    for (int i = 0; i < count; ++i) {
+                        const bool tiny = i % 2 == 1 && next(3) == 0;
+                        const int length = tiny ? 1 + next(2 * cp - 1) : 2 * cp + next(300);
+                        documents.push_back({next_id++, length});
+                    }
+                    auto plan = balance::shard_microbatch(documents, cp, sharding, state);
+                    QVERIFY(plan.ok());
+                    for (int c = 0; c < cp; ++c) {
+                        for (const auto& range : plan->ranks[static_cast<std::size_t>(c)].ranges) {
+                            std::int32_t length = 0;
+                            for (const auto& d : documents) {
+                                if (d.id == range.document_id) {
+                                    length = static_cast<std::int32_t>(d.length);
+                                }
+                            }
+                            row(trace, dp * cp + c, step, mb,
+                                static_cast<std::int64_t>(range.document_id), length,
+                                static_cast<int>(range.begin), static_cast<int>(range.end));
+                        }
+                    }
+                }
+            }
+        }
+        trace.finish();
+        const auto analysis = analyze_cp_load(trace, find_passes(trace));
+        QCOMPARE(analysis.cp, cp);
+        QCOMPARE(int(analysis.groups.size()), kSteps * kReplicas * kMicrobatches);
+        const std::string name = balance::cp_sharding_name(sharding);
+        for (const CpGroupLoad& group : analysis.groups) {
+            QCOMPARE(int(group.ranks.size()), cp);
+            QCOMPARE(group.measured_imbalance, 1.0);  // no passes: all zero
+            QVERIFY2(qFuzzyCompare(predicted_for(group, name), group.predicted_imbalance),
+                     qPrintable(QString("step %1 dp %2 mb %3: %4 predicted %5, run %6")
+                                    .arg(group.step)
+                                    .arg(group.dp)
+                                    .arg(group.microbatch)
+                                    .arg(name.c_str())
+                                    .arg(predicted_for(group, name))
+                                    .arg(group.predicted_imbalance)));
+        }
+    }
+
+    // cp = 1: no CP groups at all.
+    void noGroupsWithoutContextParallelism() {
+        RunTrace trace;
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 1, 0, 0, 0);
+        pass_with_attention(trace, 0, 0, 0, 0, Phase::forward, 100);
+        pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 300);
+        row(trace, 0, 0, 0, 1, 10, 0, 10);
+        trace.finish();
+        const auto analysis = analyze_cp_load(trace, find_passes(trace));
+        QCOMPARE(analysis.cp, 1);
+        QVERIFY(analysis.groups.empty());
+        QCOMPARE(analysis.mean_measured_imbalance, 1.0);
+    }
+};
+
+QTEST_GUILESS_MAIN(CpLoadTest)
+#include "test_analysis_cp_load.moc"

@@ -1,0 +1,80 @@
+// Offload overlap on a hand-built GPU rank.
+#include <QtTest>
+
+#include "core/analysis/offload.h"
+
+using namespace fulcrum;
+using namespace fulcrum::analysis;
+
+namespace {
+
+// Compute stream: kernel [0,100); copy stream: host→device [50,150) of 1000 bytes and
+// device→host [160,170) of 100 bytes.
+//   copy 110; overlapped 50 ([50,100)); exposed 60
+//   bandwidth (1000 + 100) B / 110 ns = 10 GB/s
+RunTrace offloading_rank() {
+    RunTrace trace;
+    trace.run.config_json = R"({"pp":1,"dp":1,"tp":1,"cp":1,"model":{"layers":2,"hidden":64}})";
+    auto& compute = trace.add_lane(0, LaneKind::gpu_stream, "compute");
+    auto& copies = trace.add_lane(0, LaneKind::gpu_stream, "prefetch");
+    trace.add_range(compute, "attention kernel", Category::attention, 0, 100).kind = EventKind::kernel;
+    Event& in = trace.add_range(copies, "kv prefetch", Category::offload, 50, 150);
+    in.kind = EventKind::memcpy;
+    in.copy_kind = CopyKind::host_to_device;
+    in.bytes = 1000;
+    Event& out = trace.add_range(copies, "kv offload", Category::offload, 160, 170);
+    out.kind = EventKind::memcpy;
+    out.copy_kind = CopyKind::device_to_host;
+    out.bytes = 100;
+    trace.finish();
+    return trace;
+}
+
+}  // namespace
+
+class OffloadTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    void copiesSplitIntoHiddenAndExposed() {
+        const RunTrace trace = offloading_rank();
+        const auto result = analyze_offload(trace, nullptr, 4);
+        QCOMPARE(result.ranks.size(), 1u);
+        const auto& rank = result.ranks[0];
+        QCOMPARE(rank.copy_ns, 110);
+        QCOMPARE(rank.overlapped_ns, 50);
+        QCOMPARE(rank.exposed_ns, 60);
+        QCOMPARE(rank.host_to_device_ns, 100);
+        QCOMPARE(rank.device_to_host_ns, 10);
+        QCOMPARE(rank.bandwidth_gb_s, 10.0);
+        QVERIFY(!result.min_hidden_chunk_tokens);  // no cost model
+    }
+
+    // bytes per token = 2 (K, V) · 64 · 4 = 512; per pair and layer = 0.02 / 2 layers = 0.01
+    // ns; chunk ≥ 512 / (10 GB/s · 0.01 ns) = 5120 tokens.
+    void chunkSizeWhereCopiesHide() {
+        const RunTrace trace = offloading_rank();
+        CostModel cost;
+        PassCost forward;
+        forward.stage = 0;
+        forward.phase = Phase::forward;
+        forward.per_pair_ns = 0.02;
+        cost.passes.push_back(forward);
+        const auto result = analyze_offload(trace, &cost, 4);
+        QVERIFY(result.min_hidden_chunk_tokens.has_value());
+        QCOMPARE(*result.min_hidden_chunk_tokens, 5120);
+    }
+
+    void aRunWithoutCopiesSaysSo() {
+        RunTrace trace;
+        auto& lane = trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.add_range(lane, "forward", Category::compute, 0, 10, 0, 0, 0, Phase::forward);
+        trace.finish();
+        const auto result = analyze_offload(trace, nullptr, 4);
+        QVERIFY(result.ranks.empty());
+        QCOMPARE(result.chunk_note, std::string("the run has no host/device copies"));
+    }
+};
+
+QTEST_GUILESS_MAIN(OffloadTest)
+#include "test_analysis_offload.moc"

@@ -1,0 +1,139 @@
+// Passes and the step breakdown on hand-built traces; every expected value is worked out
+// in the comment above its test.
+#include <QtTest>
+
+#include "core/analysis/passes.h"
+#include "core/analysis/step_breakdown.h"
+
+using namespace fulcrum;
+using namespace fulcrum::analysis;
+
+class PassesTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    // forward [0,12): recv activations [0,2), attention [2,7) holding cp all-gather [3,4),
+    // mlp [7,12) with a tp all-reduce [10,11).
+    //   pipeline wait 2; collectives 1 + 1 = 2; compute 12 − 2 − 2 = 8; attention 5 − 1 = 4.
+    void passSplitsComputeFromWaits() {
+        RunTrace trace;
+        auto& lane = trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.add_range(lane, "forward", Category::compute, 0, 12, 3, 1, 1, Phase::forward);
+        trace.add_range(lane, "recv activations", Category::communication, 0, 2, 3, 1, 1);
+        trace.add_range(lane, "attention", Category::attention, 2, 7, 3, 1, 1);
+        trace.add_range(lane, "cp all-gather kv", Category::communication, 3, 4, 3, 1, 1);
+        trace.add_range(lane, "mlp", Category::compute, 7, 12, 3, 1, 1);
+        trace.add_range(lane, "tp all-reduce", Category::communication, 10, 11, 3, 1, 1);
+        trace.finish();
+        const auto passes = find_passes(trace);
+        QCOMPARE(passes.size(), 1u);
+        const Pass& pass = passes[0];
+        QCOMPARE(pass.step, 3);
+        QCOMPARE(pass.microbatch, 1);
+        QCOMPARE(pass.stage, std::int16_t{1});
+        QCOMPARE(pass.phase, Phase::forward);
+        QCOMPARE(pass.wall_ns(), 12);
+        QCOMPARE(pass.pipeline_wait_ns, 2);
+        QCOMPARE(pass.collective_ns, 2);
+        QCOMPARE(pass.compute_ns, 8);
+        QCOMPARE(pass.attention_ns, 4);
+    }
+
+    // A rank's document ranges [0,100) and [100,150) of a 150-token document, and a whole
+    // 10-token document: pairs = Σ (2p + 1 + ℓ)ℓ/2 = 5050 + (201+50)·50/2 + 55 = 11380.
+    void heldWorkCountsCausalPairs() {
+        RunTrace trace;
+        trace.workload.push_back({0, 1, 0, 7, 150, 0, 100, "fixed"});
+        trace.workload.push_back({0, 1, 0, 7, 150, 100, 150, "fixed"});
+        trace.workload.push_back({0, 1, 0, 8, 10, 0, 10, "fixed"});
+        trace.workload.push_back({0, 1, 1, 9, 4, 0, 4, "fixed"});
+        const auto held = held_work(trace);
+        QCOMPARE(held.size(), 2u);
+        QCOMPARE(held[0].tokens, 160);
+        QCOMPARE(held[0].pairs, 5050 + 6275 + 55);
+        QCOMPARE(held[0].documents, 3);
+        QCOMPARE(held[1].pairs, 10);  // 4·5/2
+    }
+
+    // CPU rank, one thread: step [0,100) ⊃ forward [10,50) ⊃ recv [10,20);
+    // backward [50,90) ⊃ cp reduce-scatter [60,70); optimizer [90,95).
+    //   compute  = (50−20) + (90−50−10) + 5 = 65
+    //   exposed  = 10 + 10 = 20, overlapped 0
+    //   idle     = 100 − 85 = 15  ([0,10) and [95,100))
+    void breakdownOfACpuRank() {
+        RunTrace trace;
+        auto& lane = trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.add_range(lane, "step", Category::schedule, 0, 100, 0);
+        trace.add_range(lane, "forward", Category::compute, 10, 50, 0, 0, 0, Phase::forward);
+        trace.add_range(lane, "recv activations", Category::communication, 10, 20, 0, 0, 0);
+        trace.add_range(lane, "backward", Category::compute, 50, 90, 0, 0, 0, Phase::backward);
+        trace.add_range(lane, "cp reduce-scatter dkv", Category::communication, 60, 70, 0, 0, 0);
+        trace.add_range(lane, "optimizer", Category::optimizer, 90, 95, 0);
+        trace.finish();
+        const auto rows = step_breakdown(trace);
+        QCOMPARE(rows.size(), 1u);
+        const auto& row = rows[0];
+        QCOMPARE(row.wall_ns(), 100);
+        QCOMPARE(row.compute_ns, 65);
+        QCOMPARE(row.overlapped_communication_ns, 0);
+        QCOMPARE(row.exposed_communication_ns, 20);
+        QCOMPARE(row.other_ns, 0);
+        QCOMPARE(row.idle_ns, 15);
+    }
+
+    // GPU rank: host step [0,100); compute stream kernels [0,40) and [70,80);
+    // NCCL stream collective kernel [30,60); copy stream memcpy [85,95).
+    //   compute 50; communication [30,60): 10 under compute, 20 exposed;
+    //   other (the copy) 10; idle = 100 − 50 − 20 − 10 = 20.
+    // Host ranges do not count on a rank with streams.
+    void breakdownOfAGpuRankUsesStreams() {
+        RunTrace trace;
+        auto& host = trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.add_range(host, "step", Category::schedule, 0, 100, 0);
+        trace.add_range(host, "forward", Category::compute, 0, 100, 0, 0, 0, Phase::forward);
+        auto& compute = trace.add_lane(0, LaneKind::gpu_stream, "stream 7");
+        auto& nccl = trace.add_lane(0, LaneKind::gpu_stream, "stream 13");
+        auto& copies = trace.add_lane(0, LaneKind::gpu_stream, "stream 14");
+        trace.add_range(compute, "gemm", Category::compute, 0, 40).kind = EventKind::kernel;
+        trace.add_range(compute, "flash_attn", Category::attention, 70, 80).kind = EventKind::kernel;
+        trace.add_range(nccl, "ncclDevKernel_AllReduce", Category::communication, 30, 60);
+        Event& copy = trace.add_range(copies, "memcpy HtoD", Category::offload, 85, 95);
+        copy.kind = EventKind::memcpy;
+        trace.finish();
+        const auto rows = step_breakdown(trace);
+        QCOMPARE(rows.size(), 1u);
+        QCOMPARE(rows[0].compute_ns, 50);
+        QCOMPARE(rows[0].overlapped_communication_ns, 10);
+        QCOMPARE(rows[0].exposed_communication_ns, 20);
+        QCOMPARE(rows[0].other_ns, 10);
+        QCOMPARE(rows[0].idle_ns, 20);
+    }
+
+    // Each rank's step is its own window; parts always add up to the wall time.
+    void partsAddUpOnEveryRank() {
+        RunTrace trace;
+        for (int rank = 0; rank < 3; ++rank) {
+            auto& lane = trace.add_lane(rank, LaneKind::host_thread, "main");
+            for (int step = 0; step < 2; ++step) {
+                const std::int64_t t = step * 1000 + rank * 7;
+                trace.add_range(lane, "step", Category::schedule, t, t + 900, step);
+                trace.add_range(lane, "forward", Category::compute, t + 10, t + 400, step, 0, 0,
+                                Phase::forward);
+                trace.add_range(lane, "dp all-reduce gradients", Category::communication,
+                                t + 500 + rank * 50, t + 850, step);
+            }
+        }
+        trace.finish();
+        const auto rows = step_breakdown(trace);
+        QCOMPARE(rows.size(), 6u);
+        for (const auto& row : rows) {
+            QCOMPARE(row.compute_ns + row.exposed_communication_ns + row.other_ns + row.idle_ns,
+                     row.wall_ns());
+            QCOMPARE(row.compute_ns, 390);
+            QCOMPARE(row.exposed_communication_ns, 350 - row.rank * 50);
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(PassesTest)
+#include "test_analysis_passes.moc"

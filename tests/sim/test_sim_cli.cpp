@@ -1,0 +1,280 @@
+// `fulcrum simulate` end to end: real processes, real files. Errors exit 2 and say what to
+// do; --compare prints one row per balancer and writes one run per balancer; existing
+// outputs are refused; --json is machine-readable; --calibrate takes a run's settings and
+// costs, and says what a run lacks.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "core/store/trace_reader.h"
+#include "core/store/trace_writer.h"
+
+using namespace fulcrum;
+
+namespace {
+
+const QString kBinaryDir = QStringLiteral(FULCRUM_BINARY_DIR);
+
+struct Outcome {
+    int exit_code = -1;
+    QString out;
+    QString err;
+};
+
+// A small grid that still exercises every part: pp, cp, dp and tp.
+const QStringList kSmall = {
+    "--layers",        "4", "--dp", "2", "--pp", "2", "--cp", "2", "--tp", "2", "--steps", "2",
+    "--micro-batches", "4"};
+
+}  // namespace
+
+class SimulateCliTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir work_;
+
+    Outcome simulate(const QStringList& args) {
+        QProcess process;
+        process.setWorkingDirectory(work_.path());
+        process.start(kBinaryDir + "/app/fulcrum", QStringList{"simulate"} + args);
+        if (!process.waitForFinished(120'000)) {
+            return {-1, {}, "did not finish: " + process.errorString()};
+        }
+        return {process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1,
+                QString::fromUtf8(process.readAllStandardOutput()),
+                QString::fromUtf8(process.readAllStandardError())};
+    }
+
+    QString path(const QString& name) const { return work_.filePath(name); }
+
+private slots:
+    void initTestCase() { QVERIFY(work_.isValid()); }
+
+    void badOptions_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("more stages than layers")
+            << QStringList{"--pp", "4", "--layers", "2"}
+            << "--pp 4 is more pipeline stages than --layers 2";
+        QTest::newRow("unknown balancer") << QStringList{"--balancer", "greedy"} << "unknown";
+        QTest::newRow("unknown balancer in --compare")
+            << QStringList{"--compare", "fixed,best"} << "--compare:";
+        QTest::newRow("unknown schedule") << QStringList{"--schedule", "zb"} << "gpipe or 1f1b";
+        QTest::newRow("bad length spec") << QStringList{"--lengths", "uniform:max=9"} << "uniform";
+        QTest::newRow("tp must divide heads")
+            << QStringList{"--tp", "3"} << "--tp 3 must divide --heads 4";
+        QTest::newRow("unknown option") << QStringList{"--bogus"} << "--bogus";
+        QTest::newRow("missing calibration run")
+            << QStringList{"--calibrate", "nowhere.fulcrum"} << "nowhere.fulcrum";
+        QTest::newRow("missing cost model")
+            << QStringList{"--cost-model", "nowhere.json"} << "nowhere.json";
+        QTest::newRow("no such folder")
+            << QStringList{"-o", "missing/dir/run.fulcrum"} << "does not exist";
+    }
+    void badOptions() {
+        QFETCH(QStringList, args);
+        QFETCH(QString, message);
+        const Outcome outcome = simulate(args);
+        QCOMPARE(outcome.exit_code, 2);
+        QVERIFY2(outcome.err.contains(message), qPrintable(outcome.err));
+        QVERIFY(outcome.out.isEmpty());
+    }
+
+    void compareTable() {
+        const Outcome outcome =
+            simulate(kSmall + QStringList{"--compare", "fixed,ilp,wlb", "--ilp-time-limit", "0.2"});
+        QVERIFY2(outcome.exit_code == 0, qPrintable(outcome.err));
+        const QStringList lines = outcome.out.split('\n');
+        int header = -1;
+        for (int i = 0; i < lines.size(); ++i) {
+            if (lines[i].startsWith("balancer")) {
+                header = i;
+            }
+        }
+        QVERIFY2(header >= 0, qPrintable(outcome.out));
+        const QStringList columns =
+            lines[header].split(QRegularExpression("\\s{2,}"), Qt::SkipEmptyParts);
+        QCOMPARE(columns, (QStringList{"balancer", "step time", "vs fixed", "imbalance", "bubble",
+                                       "tokens/s"}));
+        QVERIFY(lines[header + 1].startsWith("fixed "));
+        QVERIFY(lines[header + 1].contains("1.00x"));
+        QVERIFY(lines[header + 2].startsWith("ilp "));
+        QVERIFY(lines[header + 3].startsWith("wlb "));
+        QVERIFY(outcome.out.contains("TP(2)-CP(2)-PP(2)-DP(2) = 16 ranks"));
+        QVERIFY(outcome.out.contains("cost model: analytic"));
+    }
+
+    void compareWritesOneRunPerBalancer() {
+        const Outcome outcome =
+            simulate(kSmall + QStringList{"--compare", "fixed,wlb", "-o", "cmp.fulcrum"});
+        QVERIFY2(outcome.exit_code == 0, qPrintable(outcome.err));
+        for (const QString balancer : {"fixed", "wlb"}) {
+            const QString file = path("cmp-" + balancer + ".fulcrum");
+            QVERIFY2(outcome.out.contains("wrote " + QString("cmp-") + balancer + ".fulcrum"),
+                     qPrintable(outcome.out));
+            auto reader = store::TraceReader::open(file.toStdString());
+            QVERIFY(reader.ok());
+            QCOMPARE(reader->run().origin, RunOrigin::simulated);
+            QCOMPARE(reader->ranks().size(), std::size_t(16));
+            const auto config =
+                QJsonDocument::fromJson(QByteArray::fromStdString(reader->run().config_json))
+                    .object();
+            QCOMPARE(config["balancer"].toString(), balancer);
+            QVERIFY(config["simulated"].toBool());
+            QVERIFY(QString::fromStdString(reader->run().command).contains("--compare"));
+        }
+        QVERIFY(!QFile::exists(path("cmp.fulcrum")));
+    }
+
+    void existingOutputRefused() {
+        const QStringList args = kSmall + QStringList{"-o", "once.fulcrum"};
+        QCOMPARE(simulate(args).exit_code, 0);
+        const Outcome again = simulate(args);
+        QCOMPARE(again.exit_code, 2);
+        QVERIFY2(again.err.contains("already exists") && again.err.contains("--force"),
+                 qPrintable(again.err));
+        // A comparison checks every output before simulating anything.
+        QVERIFY(QFile::copy(path("once.fulcrum"), path("both-wlb.fulcrum")));
+        const Outcome compared =
+            simulate(kSmall + QStringList{"--compare", "fixed,wlb", "-o", "both.fulcrum"});
+        QCOMPARE(compared.exit_code, 2);
+        QVERIFY(!QFile::exists(path("both-fixed.fulcrum")));
+        QCOMPARE(simulate(args + QStringList{"--force"}).exit_code, 0);
+        QVERIFY(store::TraceReader::open(path("once.fulcrum").toStdString()).ok());
+        QVERIFY(!QFile::exists(path("once.fulcrum.partial")));
+    }
+
+    void json() {
+        const Outcome outcome = simulate(kSmall + QStringList{"--compare", "fixed,wlb", "--json"});
+        QVERIFY2(outcome.exit_code == 0, qPrintable(outcome.err));
+        QJsonParseError error;
+        const QJsonDocument document = QJsonDocument::fromJson(outcome.out.toUtf8(), &error);
+        QVERIFY2(error.error == QJsonParseError::NoError, qPrintable(error.errorString()));
+        const QJsonObject root = document.object();
+        QCOMPARE(root["format"].toString(), QString("fulcrum simulate"));
+        QCOMPARE(root["config"].toObject()["pp"].toInt(), 2);
+        QVERIFY(root["cost_model"].toObject().contains("passes"));
+        const QJsonArray results = root["results"].toArray();
+        QCOMPARE(results.size(), 2);
+        QCOMPARE(results[0].toObject()["balancer"].toString(), QString("fixed"));
+        QCOMPARE(results[1].toObject()["balancer"].toString(), QString("wlb"));
+        QCOMPARE(results[0].toObject()["vs_first"].toDouble(), 1.0);
+        QCOMPARE(results[1].toObject()["steps"].toArray().size(), 2);
+        QVERIFY(results[1].toObject()["mean_step_ns"].toDouble() > 0);
+    }
+
+    // --calibrate on a simulated run: its settings unless overridden, its fitted costs.
+    void calibrateOnARun() {
+        QCOMPARE(
+            simulate(kSmall + QStringList{"--balancer", "wlb", "-o", "calib.fulcrum"}).exit_code,
+            0);
+        const Outcome same = simulate({"--calibrate", "calib.fulcrum"});
+        QVERIFY2(same.exit_code == 0, qPrintable(same.err));
+        QVERIFY2(same.out.contains("TP(2)-CP(2)-PP(2)-DP(2)"), qPrintable(same.out));
+        QVERIFY(same.out.contains("cost model: fitted on 'calib'"));
+        QVERIFY(same.out.contains("\nwlb "));
+        const Outcome deeper =
+            simulate({"--calibrate", "calib.fulcrum", "--pp", "4", "--compare", "fixed,wlb"});
+        QVERIFY2(deeper.exit_code == 0, qPrintable(deeper.err));
+        QVERIFY(deeper.out.contains("TP(2)-CP(2)-PP(4)-DP(2)"));
+        QVERIFY2(deeper.out.contains("derived: stage 1 forward: from the fit of stage 0 (2 -> 1 "
+                                     "layers)"),
+                 qPrintable(deeper.out));
+    }
+
+    // A run without the engine's configuration or workload cannot calibrate; the message
+    // says what is missing and what to give instead.
+    void calibrateNeedsWhatTheRunLacks() {
+        const std::string bare = path("bare.fulcrum").toStdString();
+        {
+            RunInfo run;
+            run.name = "bare";
+            run.config_json = R"({"dp":1,"tp":1,"pp":1,"cp":1})";
+            auto writer = store::TraceWriter::create(bare, run);
+            QVERIFY(writer.ok());
+            RankInfo rank;
+            rank.dp = rank.pp = rank.cp = rank.tp = 0;
+            (*writer)->add_rank(rank);
+            const LaneId lane = (*writer)->add_lane(0, LaneKind::host_thread, "main");
+            for (int j = 0; j < 4; ++j) {
+                Event event;
+                event.lane = lane;
+                event.name = (*writer)->intern("forward");
+                event.start_ns = j * 100;
+                event.end_ns = j * 100 + 50;
+                event.step = 0;
+                event.microbatch = j;
+                event.stage = 0;
+                event.phase = Phase::forward;
+                event.category = Category::compute;
+                (*writer)->add_event(event);
+            }
+            QVERIFY((*writer)->close().ok());
+        }
+        const Outcome unshaped = simulate({"--calibrate", "bare.fulcrum"});
+        QCOMPARE(unshaped.exit_code, 2);
+        QVERIFY2(unshaped.err.contains("--layers") && unshaped.err.contains("--lengths"),
+                 qPrintable(unshaped.err));
+        const Outcome no_workload =
+            simulate({"--calibrate", "bare.fulcrum", "--layers", "2", "--hidden", "64", "--context",
+                      "256", "--micro-batches", "4", "--lengths", "lognormal:median=100"});
+        QCOMPARE(no_workload.exit_code, 2);
+        QVERIFY2(no_workload.err.contains("no workload table") &&
+                     no_workload.err.contains("--cost-model"),
+                 qPrintable(no_workload.err));
+    }
+
+    void costModelFile() {
+        const Outcome analytic = simulate(kSmall + QStringList{"--json"});
+        QCOMPARE(analytic.exit_code, 0);
+        const QJsonObject model =
+            QJsonDocument::fromJson(analytic.out.toUtf8()).object()["cost_model"].toObject();
+        QFile file(path("model.json"));
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write(QJsonDocument(model).toJson());
+        file.close();
+        const Outcome given =
+            simulate(kSmall + QStringList{"--cost-model", "model.json", "--json"});
+        QVERIFY2(given.exit_code == 0, qPrintable(given.err));
+        const auto step = [](const Outcome& outcome) {
+            return QJsonDocument::fromJson(outcome.out.toUtf8())
+                .object()["results"]
+                .toArray()[0]
+                .toObject()["mean_step_ns"]
+                .toDouble();
+        };
+        // The analytic model written out and read back plays the same steps.
+        QCOMPARE(step(given), step(analytic));
+
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write("{\"passes\": 3}");
+        file.close();
+        const Outcome broken = simulate({"--cost-model", "model.json"});
+        QCOMPARE(broken.exit_code, 2);
+        QVERIFY2(broken.err.contains("model.json"), qPrintable(broken.err));
+    }
+
+    void help() {
+        const Outcome outcome = simulate({"--help"});
+        QCOMPARE(outcome.exit_code, 0);
+        for (const QString option : {"--calibrate", "--cost-model", "--compare", "--output",
+                                     "--force", "--json", "--progress", "--lengths", "--tflops",
+                                     "--micro-batches", "--cp-shard", "--ilp-window"}) {
+            QVERIFY2(outcome.out.contains(option), qPrintable(option));
+        }
+    }
+
+    void progressWhenAsked() {
+        const Outcome outcome = simulate(kSmall + QStringList{"--progress", "-o", "p.fulcrum"});
+        QCOMPARE(outcome.exit_code, 0);
+        QVERIFY2(outcome.err.contains("simulating fixed 100%"), qPrintable(outcome.err));
+        const Outcome quiet = simulate(kSmall);
+        QVERIFY(quiet.err.isEmpty());
+    }
+};
+
+QTEST_GUILESS_MAIN(SimulateCliTest)
+#include "test_sim_cli.moc"

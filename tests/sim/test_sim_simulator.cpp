@@ -1,0 +1,557 @@
+// The simulator: a two-stage pipeline worked out by hand to the nanosecond, the textbook
+// bubble for equal micro-batches, the cost derivation rules, determinism, the balancers'
+// ordering on a long-tailed mix, and the run database it writes (ranks, lanes, nesting,
+// workload) read back through the store.
+#include "core/sim/simulator.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "core/balance/cp_shard.h"
+#include "core/store/trace_reader.h"
+
+using namespace fulcrum;
+using namespace fulcrum::sim;
+
+namespace {
+
+analysis::PassCost pass_cost(int stage, Phase phase, double fixed, double per_token,
+                             double per_pair) {
+    analysis::PassCost cost;
+    cost.stage = static_cast<std::int16_t>(stage);
+    cost.phase = phase;
+    cost.fixed_ns = fixed;
+    cost.per_token_ns = per_token;
+    cost.per_pair_ns = per_pair;
+    return cost;
+}
+
+analysis::CollectiveCost collective_cost(std::string_view name, double latency, double per_byte) {
+    analysis::CollectiveCost cost;
+    cost.name = std::string(name);
+    cost.latency_ns = latency;
+    cost.per_byte_ns = per_byte;
+    return cost;
+}
+
+// Round numbers for hand arithmetic: forward 1000 + 10·T + 1·P ns, backward twice that;
+// a pipeline hand-over 50 ns of latency and 0.5 ns per byte; optimizer 500 ns.
+analysis::CostModel round_cost_model(int stages, double p2p_latency = 50, double per_byte = 0.5) {
+    analysis::CostModel model;
+    model.source = "given";
+    for (int s = 0; s < stages; ++s) {
+        model.passes.push_back(pass_cost(s, Phase::forward, 1000, 10, 1));
+        model.passes.push_back(pass_cost(s, Phase::backward, 2000, 20, 2));
+    }
+    model.collectives.push_back(collective_cost(kRecvActivations, p2p_latency, per_byte));
+    model.collectives.push_back(collective_cost(kRecvGradients, p2p_latency, per_byte));
+    model.optimizer_ns = 500;
+    return model;
+}
+
+// pp2, two micro-batches per step, every micro-batch one document of 8 tokens.
+SimulationConfig hand_config(parallel::PipelineSchedule schedule) {
+    SimulationConfig config;
+    config.model = {.layers = 2, .hidden = 4, .heads = 1, .context = 8, .vocab = 16};
+    config.grid = {.dp = 1, .tp = 1, .pp = 2, .cp = 1};
+    config.schedule = schedule;
+    config.microbatches = 2;
+    config.steps = 2;
+    config.document_lengths = {8, 8, 8, 8, 8, 8, 8, 8};
+    config.cost_model = round_cost_model(2);
+    return config;
+}
+
+SimulationResult must(Result<SimulationResult> result) {
+    if (!result) {
+        qFatal("%s", result.error().message.c_str());
+    }
+    return std::move(result).value();
+}
+
+// A long-tailed mix where attention dominates the long documents (h = 64: a document's
+// attention equals its linear work at d ≈ 12h = 768 tokens, REFERENCE §4).
+SimulationConfig skewed_config(balance::Balancer balancer) {
+    SimulationConfig config;
+    config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 4096, .vocab = 256};
+    config.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 2};
+    config.balancer = balancer;
+    config.microbatches = 8;
+    config.steps = 8;
+    config.lengths = "long-tail:context=4096";
+    config.documents = 4096;
+    config.ilp_time_limit_s = 0.2;
+    return config;
+}
+
+struct Found {
+    std::vector<Event> events;
+    const store::TraceReader* reader = nullptr;
+    std::string name(const Event& event) const { return std::string(reader->string(event.name)); }
+};
+
+Found events_of_rank(const store::TraceReader& reader, int rank) {
+    Found found;
+    found.reader = &reader;
+    for (const LaneInfo& lane : reader.lanes_of_rank(rank)) {
+        auto status = reader.for_each_event(lane.id, [&](const Event& event) {
+            found.events.push_back(event);
+            return true;
+        });
+        if (!status) {
+            qFatal("%s", status.error().message.c_str());
+        }
+    }
+    return found;
+}
+
+const Event* find_event(const Found& found, std::string_view name, int step, int microbatch,
+                        Phase phase) {
+    for (const Event& event : found.events) {
+        if (found.name(event) == name && event.step == step && event.microbatch == microbatch &&
+            event.phase == phase) {
+            return &event;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+Q_DECLARE_METATYPE(fulcrum::parallel::PipelineSchedule)
+
+class SimulatorTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir work_;
+
+private slots:
+    void initTestCase() { QVERIFY(work_.isValid()); }
+
+    // Durations per pass (T = 8 tokens, P = 8·9/2 = 36 causal pairs):
+    //   forward  1000 + 80 + 36 = 1116, plus the send on stage 0: 0.5 ns × 8·4·4 bytes = 64
+    //   backward 2000 + 160 + 72 = 2232, plus the send on stage 1: 64
+    // 1F1B (stage 0: F0 F1 B0 B1; stage 1: F0 B0 F1 B1), latency 50:
+    //   s0 F0 [0,1180] F1 [1180,2360]
+    //   s1 F0 [1230,2346] B0 [2346,4642] F1 [4642,5758] B1 [5758,8054]
+    //   s0 B0 [4692,6924] B1 [8104,10336]
+    //   then the optimizer, 500: the step is 10836; each stage is busy 6824 of 10336.
+    // GPipe (every F, then every B):
+    //   s1 F0 [1230,2346] F1 [2410,3526] B0 [3526,5822] B1 [5822,8118]
+    //   s0 B0 [5872,8104] B1 [8168,10400]: the step is 10900, busy 6824 of 10400.
+    void handWorkedStep_data() {
+        QTest::addColumn<parallel::PipelineSchedule>("schedule");
+        QTest::addColumn<qint64>("step_ns");
+        QTest::addColumn<double>("bubble");
+        QTest::newRow("1f1b") << parallel::PipelineSchedule::one_f_one_b << qint64(10836)
+                              << (10336.0 - 6824.0) / 10336.0;
+        QTest::newRow("gpipe") << parallel::PipelineSchedule::gpipe << qint64(10900)
+                               << (10400.0 - 6824.0) / 10400.0;
+    }
+    void handWorkedStep() {
+        QFETCH(parallel::PipelineSchedule, schedule);
+        QFETCH(qint64, step_ns);
+        QFETCH(double, bubble);
+        const SimulationResult result = must(simulate(hand_config(schedule), nullptr));
+        QCOMPARE(result.steps.size(), std::size_t(2));
+        for (const SimulatedStep& step : result.steps) {
+            QCOMPARE(step.duration_ns, step_ns);
+            QCOMPARE(step.bubble_fraction, bubble);
+            QCOMPARE(step.imbalance, 1.0);
+            QCOMPARE(step.tokens, std::int64_t(16));
+            QCOMPARE(step.microbatches, 2);
+        }
+        QCOMPARE(result.steps[1].start_ns, step_ns);
+        QCOMPARE(result.mean_step_ns, double(step_ns));
+        QVERIFY(result.notes.empty());
+    }
+
+    // The same 1F1B step as events: where each range lies and what it holds.
+    void handWorkedEvents() {
+        const std::string path = work_.filePath("hand.fulcrum").toStdString();
+        SimulationOutput output;
+        output.path = path;
+        output.start_utc_ns = 0;
+        must(simulate_to_file(hand_config(parallel::PipelineSchedule::one_f_one_b), output));
+        auto reader = store::TraceReader::open(path);
+        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
+
+        const Found first = events_of_rank(*reader, 0);
+        const auto check = [](const Event* event, std::int64_t start, std::int64_t end) {
+            QVERIFY(event != nullptr);
+            QCOMPARE(event->start_ns, start);
+            QCOMPARE(event->end_ns, end);
+        };
+        check(find_event(first, "step", 0, -1, Phase::none), 0, 10836);
+        check(find_event(first, "forward", 0, 0, Phase::forward), 0, 1180);
+        check(find_event(first, "attention", 0, 0, Phase::forward), 0, 36);
+        check(find_event(first, "mlp", 0, 0, Phase::forward), 36, 1116);
+        const Event* send = find_event(first, "send activations", 0, 0, Phase::forward);
+        check(send, 1116, 1180);
+        QCOMPARE(send->bytes, std::int64_t(8 * 4 * 4));
+        QCOMPARE(send->kind, EventKind::collective);
+        QCOMPARE(send->category, Category::communication);
+        // Stage 0 waits for stage 1's gradients from the moment F1 is done.
+        check(find_event(first, "backward", 0, 0, Phase::backward), 2360, 6924);
+        check(find_event(first, "recv gradients", 0, 0, Phase::backward), 2360, 4692);
+        check(find_event(first, "mlp", 0, 0, Phase::backward), 4692, 6852);
+        check(find_event(first, "attention", 0, 0, Phase::backward), 6852, 6924);
+        check(find_event(first, "optimizer", 0, -1, Phase::none), 10336, 10836);
+        QVERIFY(find_event(first, "dp all-reduce gradients", 0, -1, Phase::none) == nullptr);
+        check(find_event(first, "step", 1, -1, Phase::none), 10836, 2 * 10836);
+
+        const Found second = events_of_rank(*reader, 1);
+        // Stage 1 blocks in its receive from the start of the step.
+        check(find_event(second, "forward", 0, 0, Phase::forward), 0, 2346);
+        check(find_event(second, "recv activations", 0, 0, Phase::forward), 0, 1230);
+        check(find_event(second, "attention", 0, 0, Phase::forward), 1230, 1266);
+        check(find_event(second, "mlp", 0, 0, Phase::forward), 1266, 2346);
+        check(find_event(second, "backward", 0, 1, Phase::backward), 5758, 8054);
+        check(find_event(second, "send gradients", 0, 1, Phase::backward), 7990, 8054);
+        check(find_event(second, "optimizer", 0, -1, Phase::none), 8054, 8554);
+        const Event* forward = find_event(second, "forward", 0, 0, Phase::forward);
+        QCOMPARE(forward->stage, std::int16_t(1));
+        QCOMPARE(forward->category, Category::compute);
+        QCOMPARE(forward->kind, EventKind::range);
+        QCOMPARE(find_event(second, "attention", 0, 0, Phase::forward)->category,
+                 Category::attention);
+    }
+
+    // m equal micro-batches and free hand-overs: the bubble is (p−1)/(m+p−1) of the pipeline
+    // (REFERENCE §2; (p−1)/m of its ideal time), whichever the schedule.
+    void textbookBubble_data() {
+        QTest::addColumn<parallel::PipelineSchedule>("schedule");
+        QTest::addColumn<int>("stages");
+        QTest::addColumn<int>("microbatches");
+        for (auto schedule :
+             {parallel::PipelineSchedule::one_f_one_b, parallel::PipelineSchedule::gpipe}) {
+            for (auto [p, m] :
+                 {std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 3}, std::pair{8, 16}}) {
+                QTest::addRow("%s p%d m%d", parallel::schedule_name(schedule), p, m)
+                    << schedule << p << m;
+            }
+        }
+    }
+    void textbookBubble() {
+        QFETCH(parallel::PipelineSchedule, schedule);
+        QFETCH(int, stages);
+        QFETCH(int, microbatches);
+        SimulationConfig config;
+        config.model = {.layers = stages, .hidden = 4, .heads = 1, .context = 8, .vocab = 16};
+        config.grid.pp = stages;
+        config.schedule = schedule;
+        config.microbatches = microbatches;
+        config.steps = 1;
+        config.document_lengths.assign(static_cast<std::size_t>(microbatches) * 2, 8);
+        config.cost_model = round_cost_model(stages, 0, 0);
+        const SimulationResult result = must(simulate(config, nullptr));
+        const double p = stages;
+        const double m = microbatches;
+        QCOMPARE(result.steps[0].bubble_fraction, (p - 1) / (m + p - 1));
+        // Makespan (m + p − 1)(t_F + t_B), plus the optimizer.
+        QCOMPARE(result.steps[0].duration_ns,
+                 static_cast<std::int64_t>((m + p - 1) * (1116 + 2232) + 500));
+    }
+
+    // A model fitted on pp2 with 4 layers, played on pp4: first and last stages come from the
+    // fitted first and last, the middle ones from the first, each scaled 2 → 1 layers.
+    void derivedStageCosts() {
+        analysis::CostModel model;
+        model.source = "fitted on run";
+        model.passes.push_back(pass_cost(0, Phase::forward, 100, 8, 2));
+        model.passes.push_back(pass_cost(0, Phase::backward, 200, 16, 4));
+        model.passes.push_back(pass_cost(1, Phase::forward, 300, 12, 2));
+        model.passes.push_back(pass_cost(1, Phase::backward, 600, 24, 4));
+        model.optimizer_ns = 1000;
+        const CostOrigin origin{.layers = 4, .pp = 2, .hidden = 64, .tp = 1};
+        const ModelShape shape{.layers = 4, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
+        const Grid grid{.dp = 1, .tp = 1, .pp = 4, .cp = 1};
+        const StageCosts costs = resolve_costs(&model, origin, shape, grid, {});
+        QCOMPARE(costs.passes.size(), std::size_t(4));
+        const auto& forward = [&](int s) { return costs.passes[std::size_t(s)][0]; };
+        QCOMPARE(forward(0).per_token_ns, 4.0);
+        QCOMPARE(forward(0).per_pair_ns, 1.0);
+        QCOMPARE(forward(0).fixed_ns, 100.0);
+        QCOMPARE(forward(1).per_token_ns, 4.0);  // a middle stage: from the first
+        QCOMPARE(forward(2).per_token_ns, 4.0);
+        QCOMPARE(forward(3).per_token_ns, 6.0);  // the last: from the last
+        QCOMPARE(forward(3).fixed_ns, 300.0);
+        QCOMPARE(costs.passes[3][1].per_token_ns, 12.0);
+        QCOMPARE(costs.optimizer_ns, 1000.0);
+        int derived = 0;
+        for (const auto& note : costs.notes) {
+            derived += note.starts_with("stage ");
+        }
+        QCOMPARE(derived, 8);  // every pass was derived
+
+        // Twice the hidden size and TP 2: per token × 4 / 2, per pair × 2 / 2.
+        const ModelShape wider{
+            .layers = 4, .hidden = 128, .heads = 4, .context = 256, .vocab = 256};
+        const StageCosts scaled =
+            resolve_costs(&model, origin, wider, {.dp = 1, .tp = 2, .pp = 2, .cp = 2}, {});
+        QCOMPARE(scaled.passes[0][0].per_token_ns, 16.0);
+        QCOMPARE(scaled.passes[0][0].per_pair_ns, 2.0);
+        // The fitted run had no CP: its exchanges are analytic, and said to be.
+        bool noted = false;
+        for (const auto& note : scaled.notes) {
+            noted |= note.starts_with(std::string(kCpAllGather));
+        }
+        QVERIFY(noted);
+        QCOMPARE(scaled.cp_all_gather.name, std::string(kCpAllGather));
+        QVERIFY(scaled.cp_all_gather.per_byte_ns > 0);
+    }
+
+    // REFERENCE §4 at the default assumptions: 24·h² FLOPs per token and layer at 400 TFLOP/s.
+    void analyticModel() {
+        const ModelShape shape{
+            .layers = 2, .hidden = 4096, .heads = 32, .context = 8192, .vocab = 32000};
+        const HardwareAssumptions hardware;
+        const analysis::CostModel model =
+            analytic_cost_model(shape, {.dp = 2, .tp = 2, .pp = 2, .cp = 2}, hardware);
+        QCOMPARE(model.passes.size(), std::size_t(4));
+        const analysis::PassCost& first = model.passes[0];
+        QCOMPARE(first.phase, Phase::forward);
+        QCOMPARE(first.per_token_ns, 24.0 * 4096 * 4096 / 2 / 4e5);
+        QCOMPARE(first.per_pair_ns, 4.0 * 4096 / 2 / 4e5);
+        const analysis::PassCost& last_backward = model.passes[3];
+        QCOMPARE(last_backward.phase, Phase::backward);
+        QCOMPARE(last_backward.per_token_ns,
+                 2 * (24.0 * 4096 * 4096 / 2 + 2.0 * 4096 * 32000) / 4e5);
+        // TP 2 within a node: a ring all-reduce moves 2(n−1)/n of the bytes over NVLink.
+        for (const auto& collective : model.collectives) {
+            if (collective.name == kTpAllReduce) {
+                QCOMPARE(collective.per_byte_ns, 1.0 / hardware.nvlink_gbs);
+            }
+            if (collective.name == kDpAllReduce) {  // dp·cp = 4 ranks, 16 ranks apart
+                QCOMPARE(collective.per_byte_ns, 1.5 / hardware.network_gbs);
+            }
+        }
+        QCOMPARE(
+            stage_parameters(shape, {.dp = 1, .tp = 2, .pp = 2, .cp = 1}, 0),
+            std::int64_t((12LL * 4096 * 4096 + 13 * 4096) / 2 + 32000LL * 4096 + 8192LL * 4096));
+    }
+
+    void deterministic() {
+        SimulationConfig config = skewed_config(balance::Balancer::wlb);
+        config.grid.tp = 2;
+        config.steps = 3;
+        const SimulationResult a = must(simulate(config, nullptr));
+        const SimulationResult b = must(simulate(config, nullptr));
+        QCOMPARE(a.steps.size(), b.steps.size());
+        for (std::size_t i = 0; i < a.steps.size(); ++i) {
+            QCOMPARE(a.steps[i].duration_ns, b.steps[i].duration_ns);
+            QCOMPARE(a.steps[i].imbalance, b.steps[i].imbalance);
+            QCOMPARE(a.steps[i].bubble_fraction, b.steps[i].bubble_fraction);
+            QCOMPARE(a.steps[i].tokens, b.steps[i].tokens);
+        }
+        config.seed = 2;
+        const SimulationResult other = must(simulate(config, nullptr));
+        QVERIFY(other.steps[0].duration_ns != a.steps[0].duration_ns);
+    }
+
+    // On a long-tailed mix, ilp (over a window of batches) and wlb pack micro-batches of more
+    // equal attention work than arrival order does, and the steps get shorter for it.
+    void balancersOnSkewedMix() {
+        const SimulationResult fixed =
+            must(simulate(skewed_config(balance::Balancer::fixed), nullptr));
+        const SimulationResult ilp = must(simulate(skewed_config(balance::Balancer::ilp), nullptr));
+        const SimulationResult wlb = must(simulate(skewed_config(balance::Balancer::wlb), nullptr));
+        QVERIFY2(
+            wlb.mean_imbalance < fixed.mean_imbalance,
+            qPrintable(
+                QString("wlb %1, fixed %2").arg(wlb.mean_imbalance).arg(fixed.mean_imbalance)));
+        QVERIFY2(
+            ilp.mean_imbalance < fixed.mean_imbalance,
+            qPrintable(
+                QString("ilp %1, fixed %2").arg(ilp.mean_imbalance).arg(fixed.mean_imbalance)));
+        QVERIFY(wlb.mean_step_ns < fixed.mean_step_ns);
+        QVERIFY(ilp.mean_step_ns < fixed.mean_step_ns);
+    }
+
+    // Every setting of the run ends up in its database: ranks with their coordinates, one
+    // lane each, properly nested ranges inside each step, the CP shards in the workload table.
+    void writtenRun() {
+        SimulationConfig config = skewed_config(balance::Balancer::wlb);
+        config.grid = {.dp = 2, .tp = 2, .pp = 2, .cp = 2};
+        config.steps = 2;
+        const std::string path = work_.filePath("written.fulcrum").toStdString();
+        SimulationOutput output;
+        output.path = path;
+        output.command = "fulcrum simulate (test)";
+        const SimulationResult result = must(simulate_to_file(config, output));
+        QVERIFY(!std::filesystem::exists(path + ".partial"));
+        auto reader = store::TraceReader::open(path);
+        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
+        QCOMPARE(reader->run().origin, RunOrigin::simulated);
+        QCOMPARE(reader->run().name, std::string("written"));
+        QCOMPARE(reader->run().command, output.command);
+        const auto run_config = nlohmann::json::parse(reader->run().config_json);
+        QCOMPARE(run_config["simulated"].get<bool>(), true);
+        QCOMPARE(run_config["balancer"].get<std::string>(), std::string("wlb"));
+        QCOMPARE(run_config["model"]["layers"].get<int>(), 4);
+        QCOMPARE(run_config["cp"].get<int>(), 2);
+        QVERIFY(!reader->incomplete());
+
+        QCOMPARE(reader->ranks().size(), std::size_t(16));
+        for (const RankInfo& rank : reader->ranks()) {
+            QCOMPARE(rank.rank, ((rank.dp * 2 + rank.pp) * 2 + rank.cp) * 2 + rank.tp);
+            QVERIFY(rank.complete);
+            QCOMPARE(reader->lanes_of_rank(rank.rank).size(), std::size_t(1));
+        }
+        auto summary = reader->summary();
+        QVERIFY(summary.ok());
+        QCOMPARE(summary->event_count, result.events);
+
+        std::map<int, std::vector<std::tuple<std::int64_t, std::int64_t, std::string>>> shapes;
+        for (const RankInfo& rank : reader->ranks()) {
+            const Found found = events_of_rank(*reader, rank.rank);
+            // A stack of open ranges: each event lies inside the innermost one still open, or
+            // starts after it ends; only steps are outermost.
+            std::vector<const Event*> open;
+            int passes = 0;
+            for (const Event& event : found.events) {
+                while (!open.empty() && !(open.back()->start_ns <= event.start_ns &&
+                                          event.end_ns <= open.back()->end_ns)) {
+                    QVERIFY2(event.start_ns >= open.back()->end_ns,
+                             qPrintable(QString::fromStdString(found.name(event)) + " overlaps " +
+                                        QString::fromStdString(found.name(*open.back()))));
+                    open.pop_back();
+                }
+                const std::string name = found.name(event);
+                if (open.empty()) {
+                    QCOMPARE(name, std::string("step"));
+                } else if (name == "attention" || name == "mlp" || name.starts_with("recv") ||
+                           name.starts_with("send")) {
+                    const std::string parent = found.name(*open.back());
+                    QVERIFY2(parent == "forward" || parent == "backward", parent.c_str());
+                    QCOMPARE(open.back()->microbatch, event.microbatch);
+                } else if (name.starts_with("cp ")) {
+                    QCOMPARE(found.name(*open.back()), std::string("attention"));
+                    QVERIFY(event.bytes > 0);
+                }
+                QCOMPARE(event.stage, std::int16_t(rank.pp));
+                passes += name == "forward" || name == "backward";
+                open.push_back(&event);
+            }
+            QVERIFY(passes > 0);
+            // TP peers are copies of each other.
+            auto& shape = shapes[rank.rank / 2];
+            std::vector<std::tuple<std::int64_t, std::int64_t, std::string>> mine;
+            for (const Event& event : found.events) {
+                mine.emplace_back(event.start_ns, event.end_ns, found.name(event));
+            }
+            if (rank.tp == 0) {
+                shape = mine;
+            } else {
+                QVERIFY(shape == mine);
+            }
+        }
+
+        // Every document of every micro-batch is held exactly once across the CP group.
+        auto workload = reader->workload();
+        QVERIFY(workload.ok());
+        QCOMPARE(static_cast<std::int64_t>(workload->size()), result.workload_rows);
+        std::map<std::tuple<int, int, int, std::int64_t>, std::int64_t> held;  // dp,step,mb,doc
+        std::map<std::tuple<int, int, int, std::int64_t>, std::int64_t> length;
+        std::set<int> ranks_with_rows;
+        for (const WorkloadEntry& entry : *workload) {
+            const RankInfo& rank = reader->ranks()[static_cast<std::size_t>(entry.rank)];
+            ranks_with_rows.insert(entry.rank);
+            QCOMPARE(entry.balancer, std::string("wlb"));
+            if (rank.pp == 0 && rank.tp == 0) {
+                const auto key =
+                    std::make_tuple(rank.dp, entry.step, entry.microbatch, entry.doc_id);
+                held[key] += entry.token_end - entry.token_begin;
+                length[key] = entry.doc_length;
+            }
+        }
+        QCOMPARE(ranks_with_rows.size(), std::size_t(16));
+        QVERIFY(!held.empty());
+        for (const auto& [key, tokens] : held) {
+            QCOMPARE(tokens, length[key]);
+        }
+    }
+
+    void existingOutputRefused() {
+        const std::string path = work_.filePath("twice.fulcrum").toStdString();
+        SimulationOutput output;
+        output.path = path;
+        const SimulationConfig config = hand_config(parallel::PipelineSchedule::one_f_one_b);
+        must(simulate_to_file(config, output));
+        const auto refused = simulate_to_file(config, output);
+        QVERIFY(!refused.ok());
+        QCOMPARE(refused.error().code, ErrorCode::io);
+        QVERIFY(refused.error().message.find("--force") != std::string::npos);
+        output.overwrite = true;
+        must(simulate_to_file(config, output));
+        QVERIFY(store::TraceReader::open(path).ok());
+    }
+
+    // Cancelled half-way: an error, and neither the run nor its partial file is left.
+    void cancelLeavesNoFile() {
+        const std::string path = work_.filePath("cancelled.fulcrum").toStdString();
+        std::atomic<bool> cancel{false};
+        SimulationProgress progress;
+        progress.cancel = &cancel;
+        progress.progress = [&](double fraction) {
+            if (fraction >= 0.5) {
+                cancel = true;
+            }
+        };
+        SimulationOutput output;
+        output.path = path;
+        SimulationConfig config = skewed_config(balance::Balancer::fixed);
+        config.steps = 4;
+        const auto result = simulate_to_file(config, output, progress);
+        QVERIFY(!result.ok());
+        QCOMPARE(result.error().code, ErrorCode::cancelled);
+        QVERIFY(!std::filesystem::exists(path));
+        QVERIFY(!std::filesystem::exists(path + ".partial"));
+    }
+
+    void invalidConfigs_data() {
+        QTest::addColumn<QString>("change");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("pp > layers") << "pp"
+                                     << "--pp 8 is more pipeline stages than --layers 4";
+        QTest::newRow("tp vs heads") << "tp"
+                                     << "--tp 3 must divide --heads 4";
+        QTest::newRow("no lengths") << "lengths"
+                                    << "--lengths";
+        QTest::newRow("bad spec") << "spec"
+                                  << "";
+        QTest::newRow("too long a document") << "long"
+                                             << "more than any micro-batch can hold";
+    }
+    void invalidConfigs() {
+        QFETCH(QString, change);
+        QFETCH(QString, message);
+        SimulationConfig config = skewed_config(balance::Balancer::fixed);
+        if (change == "pp") {
+            config.grid.pp = 8;
+        } else if (change == "tp") {
+            config.grid.tp = 3;
+        } else if (change == "lengths") {
+            config.lengths.clear();
+        } else if (change == "spec") {
+            config.lengths = "gaussian:mean=3";
+        } else if (change == "long") {
+            config.document_lengths = {100, 5000};
+        }
+        const auto result = simulate(config, nullptr);
+        QVERIFY(!result.ok());
+        QCOMPARE(result.error().code, ErrorCode::invalid_input);
+        QVERIFY2(result.error().message.find(message.toStdString()) != std::string::npos,
+                 result.error().message.c_str());
+    }
+};
+
+QTEST_GUILESS_MAIN(SimulatorTest)
+#include "test_sim_simulator.moc"

@@ -1,6 +1,7 @@
 #include "core/analysis/run_analysis.h"
 
 #include <cmath>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
@@ -79,39 +80,51 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     if (auto status = check_cancel(options); !status) {
         return status.error();
     }
+    // Two independent chains, one on another thread: collectives → cost model → imbalance
+    // and offload there; breakdown, bubbles and CP load here. Each reads the trace only.
+    struct ModelChain {
+        std::optional<CostModel> cost_model;
+        std::string cost_model_error;
+        ImbalanceAnalysis imbalance;
+        OffloadAnalysis offload;
+    };
+    auto chain = std::async(std::launch::async, [&trace, &passes]() {
+        ModelChain out;
+        const std::vector<CollectiveInstance> collectives = match_collectives(trace);
+        if (!passes.empty() && !trace.workload.empty()) {
+            auto fitted = fit_cost_model(trace, passes, &collectives);
+            if (fitted) {
+                out.cost_model = std::move(*fitted);
+            } else {
+                out.cost_model_error = fitted.error().message;
+            }
+        }
+        const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
+        out.imbalance = analyze_imbalance(trace, passes, collectives, model);
+        const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
+        out.offload = analyze_offload(trace, model, element_bytes);
+        return out;
+    });
     report("step breakdown", 0.15);
     analysis.breakdown = step_breakdown(trace);
     if (analysis.breakdown.empty()) {
         analysis.notes.push_back("no step ranges: no step breakdown");
     }
-    if (auto status = check_cancel(options); !status) {
-        return status.error();
-    }
     report("bubbles", 0.35);
     analysis.bubbles = analyze_bubbles(trace, passes);
-    report("collectives", 0.45);
-    const std::vector<CollectiveInstance> collectives = match_collectives(trace);
+    report("CP load", 0.5);
+    analysis.cp_load = analyze_cp_load(trace, passes);
+    report("cost model and imbalance", 0.8);
+    ModelChain models = chain.get();
+    analysis.cost_model = std::move(models.cost_model);
+    if (!models.cost_model_error.empty()) {
+        analysis.notes.push_back("no cost model: " + models.cost_model_error);
+    }
+    analysis.imbalance = std::move(models.imbalance);
+    analysis.offload = std::move(models.offload);
     if (auto status = check_cancel(options); !status) {
         return status.error();
     }
-    report("cost model", 0.6);
-    if (!passes.empty() && !trace.workload.empty()) {
-        auto fitted = fit_cost_model(trace, passes, &collectives);
-        if (fitted) {
-            analysis.cost_model = std::move(*fitted);
-        } else {
-            analysis.notes.push_back("no cost model: " + fitted.error().message);
-        }
-    }
-    report("CP load", 0.7);
-    analysis.cp_load = analyze_cp_load(trace, passes);
-    report("imbalance", 0.8);
-    analysis.imbalance = analyze_imbalance(trace, passes, collectives,
-                                           analysis.cost_model ? &*analysis.cost_model : nullptr);
-    report("offload", 0.9);
-    const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
-    analysis.offload = analyze_offload(trace, analysis.cost_model ? &*analysis.cost_model : nullptr,
-                                       element_bytes);
     report("done", 1.0);
     return analysis;
 }
@@ -261,7 +274,9 @@ std::string analysis_json(const RunAnalysis& analysis) {
                              ? json::parse(cost_model_json(*analysis.cost_model))
                              : json(nullptr);
     root["notes"] = analysis.notes;
-    return root.dump(2) + "\n";
+    // One line: a 10M-event run's matrices make tens of MB, which indentation would double;
+    // `jq .` pretty-prints it.
+    return root.dump() + "\n";
 }
 
 }  // namespace fulcrum::analysis

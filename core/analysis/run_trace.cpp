@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -241,6 +243,21 @@ std::int64_t RunTrace::event_count() const {
     return count;
 }
 
+namespace {
+
+bool in_store_order(const Event& a, const Event& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+}
+
+// Events of each lane id, read from one slice of the event table.
+using LaneBuckets = std::vector<std::vector<Event>>;
+
+}  // namespace
+
+// The event table is read sequentially in rowid slices, one per thread, each on its own
+// connection (merge writes events clustered by lane and time, so the slices' pieces of a lane
+// concatenate in order); reading through the (lane, start) index instead, lane by lane, was
+// 2.2× slower than a plain scan on a 10M-event run.
 Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProgress& options) {
     RunTrace trace;
     trace.run = reader.run();
@@ -251,31 +268,104 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProg
     for (const RankInfo& info : reader.ranks()) {
         trace.add_rank(info);
     }
-    const auto& lanes = reader.lanes();
-    for (std::size_t i = 0; i < lanes.size(); ++i) {
-        if (options.cancel != nullptr && options.cancel->load()) {
-            return Error{ErrorCode::cancelled, "loading '" + reader.path() + "' was cancelled"};
+    std::uint32_t max_lane = 0;
+    for (const LaneInfo& info : reader.lanes()) {
+        max_lane = std::max(max_lane, info.id.value);
+    }
+    auto rowids = reader.event_rowids();
+    if (!rowids) {
+        return rowids.error();
+    }
+    const auto [first, last] = *rowids;
+    constexpr std::int64_t kRowsPerThreadAtLeast = 500'000;
+    const std::int64_t rows = last - first;
+    const int threads = static_cast<int>(std::clamp<std::int64_t>(
+        rows / kRowsPerThreadAtLeast, 1, std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4)));
+
+    std::vector<LaneBuckets> buckets(static_cast<std::size_t>(threads),
+                                     LaneBuckets(static_cast<std::size_t>(max_lane) + 1));
+    std::vector<Status> statuses(static_cast<std::size_t>(threads));
+    std::atomic<std::int64_t> done{0};
+    std::atomic<bool> stop{false};
+    auto read_slice = [&](int t) {
+        const std::int64_t begin = first + rows * t / threads;
+        const std::int64_t end = first + rows * (t + 1) / threads;
+        std::optional<store::TraceReader> own;
+        const store::TraceReader* source = &reader;
+        if (t > 0) {  // SQLite connections are not shared between threads
+            auto opened = store::TraceReader::open(reader.path());
+            if (!opened) {
+                statuses[t] = opened.error();
+                stop.store(true);
+                return;
+            }
+            own.emplace(std::move(*opened));
+            source = &*own;
         }
-        const LaneInfo& info = lanes[i];
+        LaneBuckets& lanes = buckets[static_cast<std::size_t>(t)];
+        std::int64_t since_check = 0;
+        statuses[t] = source->scan_events(begin, end, [&](const Event& event) {
+            if (event.lane.value <= max_lane) {
+                lanes[event.lane.value].push_back(event);
+            }
+            if (++since_check == 65536) {
+                done.fetch_add(since_check);
+                since_check = 0;
+                if (stop.load() || (options.cancel != nullptr && options.cancel->load())) {
+                    stop.store(true);
+                    return false;
+                }
+                if (t == 0 && options.progress) {
+                    options.progress(0.9 * double(done.load()) / double(std::max<std::int64_t>(rows, 1)));
+                }
+            }
+            return true;
+        });
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) {
+        pool.emplace_back(read_slice, t);
+    }
+    read_slice(0);
+    for (auto& thread : pool) {
+        thread.join();
+    }
+    for (const Status& status : statuses) {
+        if (!status) {
+            return status.error();
+        }
+    }
+    if (stop.load() || (options.cancel != nullptr && options.cancel->load())) {
+        return Error{ErrorCode::cancelled, "loading '" + reader.path() + "' was cancelled"};
+    }
+
+    for (const LaneInfo& info : reader.lanes()) {
         if (trace.find_rank(info.rank) == nullptr) {
             RankInfo rank;
             rank.rank = info.rank;
             trace.add_rank(rank);
         }
-        RankTrace& rank = *trace.find_rank(info.rank);
         LaneTrace lane;
         lane.info = info;
-        auto status = reader.for_each_event(info.id, [&](const Event& event) {
-            lane.events.push_back(event);
-            return true;
-        });
-        if (!status) {
-            return status.error();
+        std::size_t total = 0;
+        for (const LaneBuckets& slice : buckets) {
+            total += slice[info.id.value].size();
         }
-        rank.lanes.push_back(std::move(lane));
-        if (options.progress) {
-            options.progress(double(i + 1) / double(lanes.size()));
+        lane.events = std::move(buckets[0][info.id.value]);
+        lane.events.reserve(total);
+        for (int t = 1; t < threads; ++t) {
+            auto& piece = buckets[static_cast<std::size_t>(t)][info.id.value];
+            lane.events.insert(lane.events.end(), piece.begin(), piece.end());
+            std::vector<Event>().swap(piece);
         }
+        // Files written by a killed writer, or by an importer, need not be clustered.
+        if (!std::is_sorted(lane.events.begin(), lane.events.end(), in_store_order)) {
+            std::stable_sort(lane.events.begin(), lane.events.end(), in_store_order);
+        }
+        trace.find_rank(info.rank)->lanes.push_back(std::move(lane));
+    }
+    if (options.progress) {
+        options.progress(0.95);
     }
     auto workload = reader.workload();
     if (!workload) {
@@ -283,6 +373,9 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProg
     }
     trace.workload = std::move(*workload);
     trace.config = parse_run_config(trace.run.config_json, reader.ranks());
+    if (options.progress) {
+        options.progress(1.0);
+    }
     return trace;
 }
 

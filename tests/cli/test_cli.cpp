@@ -98,7 +98,7 @@ private slots:
         expect_golden("analyze.txt", text);
         QFile json(work_.filePath("analysis.json"));
         QVERIFY(json.open(QIODevice::ReadOnly));
-        QVERIFY(json.readAll().startsWith("{\n  \"version\": 1,"));
+        QVERIFY(json.readAll().startsWith("{\"version\":1,\"run\":{"));
     }
 
     void badInputAndOptions() {

@@ -59,17 +59,9 @@ std::uint64_t communicator_of(Role role, const RankInfo& r) {
     }
 }
 
+// Pipeline send/receive are point-to-point, matched by the cost model's receive rule.
 bool is_matched_collective(Role role) {
-    switch (role) {
-        case Role::cp_collective:
-        case Role::tp_collective:
-        case Role::dp_collective:
-        case Role::embedding_collective:
-        case Role::collective:
-            return true;
-        default:  // pipeline send/receive are point-to-point, matched by the bubble analysis
-            return false;
-    }
+    return is_communication(role) && role != Role::pipeline_send && role != Role::pipeline_recv;
 }
 
 }  // namespace

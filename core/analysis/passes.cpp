@@ -8,21 +8,6 @@ namespace fulcrum::analysis {
 
 namespace {
 
-bool is_communication(Role role) {
-    switch (role) {
-        case Role::pipeline_recv:
-        case Role::pipeline_send:
-        case Role::cp_collective:
-        case Role::tp_collective:
-        case Role::dp_collective:
-        case Role::embedding_collective:
-        case Role::collective:
-            return true;
-        default:
-            return false;
-    }
-}
-
 // An open range on the walk down one lane.
 struct Open {
     std::int64_t end_ns;

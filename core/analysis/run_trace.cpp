@@ -71,6 +71,21 @@ Role role_of_name(std::string_view name, Category category, EventKind kind) {
     return role;
 }
 
+bool is_communication(Role role) {
+    switch (role) {
+        case Role::pipeline_recv:
+        case Role::pipeline_send:
+        case Role::cp_collective:
+        case Role::tp_collective:
+        case Role::dp_collective:
+        case Role::embedding_collective:
+        case Role::collective:
+            return true;
+        default:
+            return false;
+    }
+}
+
 bool RankTrace::has_device_lanes() const {
     return std::any_of(lanes.begin(), lanes.end(), [](const LaneTrace& lane) {
         return lane.info.kind == LaneKind::gpu_stream && !lane.events.empty();

@@ -46,6 +46,9 @@ enum class Role : std::uint8_t {
 
 Role role_of_name(std::string_view name, Category category, EventKind kind);
 
+// Any communication: pipeline send/receive and every collective.
+bool is_communication(Role role);
+
 struct LaneTrace {
     LaneInfo info;
     std::vector<Event> events;  // by start; on equal starts the longer (the parent) first

@@ -6,30 +6,13 @@
 #include <algorithm>
 
 #include "core/analysis/collectives.h"
+#include "tests/analysis/trace_builders.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;
+using namespace fulcrum::analysis::builders;
 
 namespace {
-
-// A rank of the grid, with one host lane.
-void add_rank(RunTrace& trace, int rank, int dp, int pp, int cp, int tp) {
-    RankInfo info;
-    info.rank = rank;
-    info.dp = dp;
-    info.pp = pp;
-    info.cp = cp;
-    info.tp = tp;
-    trace.add_rank(info);
-}
-
-LaneTrace& host(RunTrace& trace, int rank) {
-    RankTrace& r = *trace.find_rank(rank);
-    if (r.lanes.empty()) {
-        return trace.add_lane(rank, LaneKind::host_thread, "main");
-    }
-    return r.lanes.front();
-}
 
 void collective(RunTrace& trace, int rank, std::string_view name, std::int64_t start,
                 std::int64_t end, int step, int microbatch, Phase phase, std::int64_t bytes = -1) {

@@ -10,26 +10,13 @@
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "tests/support/synthetic_run.h"
+#include "tests/analysis/trace_builders.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;
+using namespace fulcrum::analysis::builders;
 
 namespace {
-
-void add_rank(RunTrace& trace, int rank, int dp, int pp, int cp, int tp) {
-    RankInfo info;
-    info.rank = rank;
-    info.dp = dp;
-    info.pp = pp;
-    info.cp = cp;
-    info.tp = tp;
-    trace.add_rank(info);
-    trace.add_lane(rank, LaneKind::host_thread, "main");
-}
-
-LaneTrace& host(RunTrace& trace, int rank) {
-    return trace.find_rank(rank)->lanes.front();
-}
 
 // Whole documents of the given lengths as one micro-batch held by `rank`.
 void hold(RunTrace& trace, int rank, int step, int microbatch, std::vector<int> lengths) {

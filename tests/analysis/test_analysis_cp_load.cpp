@@ -6,28 +6,15 @@
 
 #include "core/analysis/cp_load.h"
 #include "core/balance/cp_shard.h"
+#include "tests/analysis/trace_builders.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;
+using namespace fulcrum::analysis::builders;
 
 Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
 
 namespace {
-
-void add_rank(RunTrace& trace, int rank, int dp, int pp, int cp, int tp) {
-    RankInfo info;
-    info.rank = rank;
-    info.dp = dp;
-    info.pp = pp;
-    info.cp = cp;
-    info.tp = tp;
-    trace.add_rank(info);
-    trace.add_lane(rank, LaneKind::host_thread, "main");
-}
-
-LaneTrace& host(RunTrace& trace, int rank) {
-    return trace.find_rank(rank)->lanes.front();
-}
 
 // A pass of `rank` whose attention lasts `attention_ns`.
 void pass_with_attention(RunTrace& trace, int rank, std::int64_t start, int step, int mb,

@@ -1,0 +1,28 @@
+// Small helpers for hand-built RunTraces in the analysis diff tests.
+#pragma once
+
+#include "core/analysis/run_trace.h"
+
+namespace fulcrum::analysis::builders {
+
+// A rank of the 4D grid at (dp, pp, cp, tp).
+inline void add_rank(RunTrace& trace, int rank, int dp, int pp, int cp, int tp) {
+    RankInfo info;
+    info.rank = rank;
+    info.dp = dp;
+    info.pp = pp;
+    info.cp = cp;
+    info.tp = tp;
+    trace.add_rank(info);
+}
+
+// The rank's host lane "main", made on first use.
+inline LaneTrace& host(RunTrace& trace, int rank) {
+    RankTrace& r = *trace.find_rank(rank);
+    if (r.lanes.empty()) {
+        return trace.add_lane(rank, LaneKind::host_thread, "main");
+    }
+    return r.lanes.front();
+}
+
+}  // namespace fulcrum::analysis::builders

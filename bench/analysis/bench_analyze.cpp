@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    double best_scan = 1e30, best_load = 1e30, best_analyze = 1e30, best_total = 1e30;
+    double best_scan = 1e30, best_load = 1e30, best_analyze = 1e30, best_json = 1e30,
+           best_tables = 1e30, best_total = 1e30;
     std::int64_t rows = 0, events = 0, passes = 0;
     for (int i = 0; i < repeats; ++i) {
         best_scan = std::min(best_scan, plain_scan_seconds(run_path, rows));
@@ -144,8 +145,12 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "bench_analyze: %s\n", result.error().message.c_str());
             return 2;
         }
+        const double analyzed = seconds_since(analyze_start);
+        best_analyze = std::min(best_analyze, analyzed);
+        best_tables = std::min(best_tables, load + analyzed);
+        const auto json_start = Clock::now();
         const std::string json = analysis::analysis_json(*result);
-        best_analyze = std::min(best_analyze, seconds_since(analyze_start));
+        best_json = std::min(best_json, seconds_since(json_start));
         best_load = std::min(best_load, load);
         best_total = std::min(best_total, seconds_since(start));
         events = result->events;
@@ -162,9 +167,13 @@ int main(int argc, char** argv) {
     table.add_row({"baseline: one SQL scan of every event row", cell(best_scan, "%.2f"), "1.00x", ""});
     table.add_row({"load into memory (load_run_trace)", cell(best_load, "%.2f"),
                    cell(best_load / best_scan, "%.2fx"), ""});
-    table.add_row({"all analyses + JSON (analyze_run)", cell(best_analyze, "%.2f"),
+    table.add_row({"all analyses (analyze_run)", cell(best_analyze, "%.2f"),
                    cell(best_analyze / best_scan, "%.2fx"), ""});
-    table.add_row({"total: open, load, analyse", cell(best_total, "%.2f"),
+    table.add_row({"JSON of the results (analysis_json)", cell(best_json, "%.2f"),
+                   cell(best_json / best_scan, "%.2fx"), ""});
+    table.add_row({"open, load, analyse (what the tables need)", cell(best_tables, "%.2f"),
+                   cell(best_tables / best_scan, "%.2fx"), "< 5 s"});
+    table.add_row({"open, load, analyse, JSON", cell(best_total, "%.2f"),
                    cell(best_total / best_scan, "%.2fx"), "< 5 s"});
     std::printf("\n%lld events (%lld rows scanned), %lld passes\n%s", static_cast<long long>(events),
                 static_cast<long long>(rows), static_cast<long long>(passes), table.render().c_str());

@@ -362,16 +362,16 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProg
         }
         LaneTrace lane;
         lane.info = info;
-        std::size_t total = 0;
-        for (const LaneBuckets& slice : buckets) {
-            total += slice[info.id.value].size();
-        }
-        lane.events = std::move(buckets[0][info.id.value]);
-        lane.events.reserve(total);
-        for (int t = 1; t < threads; ++t) {
-            auto& piece = buckets[static_cast<std::size_t>(t)][info.id.value];
-            lane.events.insert(lane.events.end(), piece.begin(), piece.end());
-            std::vector<Event>().swap(piece);
+        // Slices are contiguous rowid ranges of a lane-clustered table, so most lanes lie in
+        // one slice and are moved, not copied; only a lane cut by a slice boundary is joined.
+        for (LaneBuckets& slice : buckets) {
+            auto& piece = slice[info.id.value];
+            if (lane.events.empty()) {
+                lane.events = std::move(piece);
+            } else if (!piece.empty()) {
+                lane.events.insert(lane.events.end(), piece.begin(), piece.end());
+                std::vector<Event>().swap(piece);
+            }
         }
         // Files written by a killed writer, or by an importer, need not be clustered.
         if (!std::is_sorted(lane.events.begin(), lane.events.end(), in_store_order)) {

@@ -4,7 +4,7 @@
 
 namespace fulcrum::analysis {
 
-Activity activity_of(const RunTrace& trace, const Event& event) {
+Activity activity_of(const Event& event) {
     switch (event.kind) {
         case EventKind::mark:
             return Activity::none;
@@ -37,9 +37,6 @@ Activity activity_of(const RunTrace& trace, const Event& event) {
         case Category::other:
             break;
     }
-    if (trace.role(event) == Role::collective) {
-        return Activity::communication;
-    }
     // A kernel of no known category is still the device working.
     return event.kind == EventKind::kernel ? Activity::compute : Activity::other;
 }
@@ -60,7 +57,7 @@ IntervalSet& set_of(RankActivity& activity, Activity kind) {
 }
 
 // Sweeps one lane, giving each stretch of time to the innermost non-transparent event.
-void classify_lane(const RunTrace& trace, const LaneTrace& lane, RankActivity& activity) {
+void classify_lane(const LaneTrace& lane, RankActivity& activity) {
     struct Open {
         std::int64_t end_ns;
         Activity effective;  // its own class, or its parent's when it is transparent
@@ -82,7 +79,7 @@ void classify_lane(const RunTrace& trace, const LaneTrace& lane, RankActivity& a
             stack.pop_back();
         }
         emit_until(event.start_ns);
-        Activity kind = activity_of(trace, event);
+        Activity kind = activity_of(event);
         if (kind == Activity::none && !stack.empty()) {
             kind = stack.back().effective;
         }
@@ -98,12 +95,12 @@ void classify_lane(const RunTrace& trace, const LaneTrace& lane, RankActivity& a
 
 }  // namespace
 
-RankActivity rank_activity(const RunTrace& trace, const RankTrace& rank) {
+RankActivity rank_activity(const RankTrace& rank) {
     RankActivity activity;
     const bool device = rank.has_device_lanes();
     for (const LaneTrace& lane : rank.lanes) {
         if ((lane.info.kind == LaneKind::gpu_stream) == device) {
-            classify_lane(trace, lane, activity);
+            classify_lane(lane, activity);
         }
     }
     return activity;

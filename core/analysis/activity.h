@@ -17,8 +17,8 @@ namespace fulcrum::analysis {
 
 enum class Activity : std::uint8_t { none, compute, communication, copy, other };
 
-// The class of one event by itself (before nesting is considered).
-Activity activity_of(const RunTrace& trace, const Event& event);
+// The class of one event by itself (before nesting is considered), from its kind and category.
+Activity activity_of(const Event& event);
 
 struct RankActivity {
     IntervalSet compute;
@@ -27,6 +27,6 @@ struct RankActivity {
     IntervalSet other;
 };
 
-RankActivity rank_activity(const RunTrace& trace, const RankTrace& rank);
+RankActivity rank_activity(const RankTrace& rank);
 
 }  // namespace fulcrum::analysis

@@ -32,7 +32,6 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
 
     // Passes of each pipeline and step, by stage.
     std::map<PipelineKey, std::vector<std::vector<const Pass*>>> pipelines;
-    std::map<std::int32_t, std::int32_t> stage_rank;  // rank → its stage (from coordinates)
     for (const Pass& pass : passes) {
         const RankTrace* rank = trace.find_rank(pass.rank);
         if (rank == nullptr || pass.step < 0) {

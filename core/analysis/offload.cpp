@@ -7,16 +7,6 @@
 
 namespace fulcrum::analysis {
 
-namespace {
-
-bool is_copy(const RunTrace& trace, const Event& event) {
-    return event.kind == EventKind::memcpy ||
-           (event.kind == EventKind::range && event.category == Category::offload) ||
-           (activity_of(trace, event) == Activity::copy);
-}
-
-}  // namespace
-
 OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes) {
     OffloadAnalysis result;
     std::int64_t bytes_total = 0, timed_total = 0;
@@ -27,7 +17,7 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         IntervalSet copies;
         for (const LaneTrace& lane : rank.lanes) {
             for (const Event& event : lane.events) {
-                if (!is_copy(trace, event)) {
+                if (activity_of(event) != Activity::copy) {  // memcpy, offload ranges
                     continue;
                 }
                 copies.add(event.start_ns, event.end_ns);
@@ -46,7 +36,7 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         if (row.copies == 0) {
             continue;
         }
-        const RankActivity activity = rank_activity(trace, rank);
+        const RankActivity activity = rank_activity(rank);
         row.copy_ns = copies.total();
         row.overlapped_ns = copies.overlap(activity.compute);
         row.exposed_ns = row.copy_ns - row.overlapped_ns;

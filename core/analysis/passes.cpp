@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "core/balance/cp_shard.h"
+
 namespace fulcrum::analysis {
 
 namespace {
@@ -90,7 +92,7 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane, std::vector<Pass>& 
 }  // namespace
 
 std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length) {
-    return (2 * prefix + 1 + length) * length / 2;
+    return balance::causal_pair_work(prefix, length) / 2;  // always even: (2p + 1 + ℓ)·ℓ
 }
 
 std::vector<Pass> find_passes(const RunTrace& trace) {

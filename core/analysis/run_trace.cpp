@@ -61,14 +61,18 @@ void read_field(const nlohmann::json& object, const char* key, T& value) {
     }
 }
 
+// A name the engine does not use is still communication when its category or kind says so.
+Role with_category(Role named, Category category, EventKind kind) {
+    if (named == Role::other && (category == Category::communication || kind == EventKind::collective)) {
+        return Role::collective;
+    }
+    return named;
+}
+
 }  // namespace
 
 Role role_of_name(std::string_view name, Category category, EventKind kind) {
-    const Role role = role_of_name_only(name);
-    if (role == Role::other && (category == Category::communication || kind == EventKind::collective)) {
-        return Role::collective;
-    }
-    return role;
+    return with_category(role_of_name_only(name), category, kind);
 }
 
 bool is_communication(Role role) {
@@ -159,12 +163,8 @@ std::string_view RunTrace::name(StringId id) const {
 }
 
 Role RunTrace::role(const Event& event) const {
-    const Role role = event.name.value < roles_.size() ? roles_[event.name.value] : Role::other;
-    if (role == Role::other &&
-        (event.category == Category::communication || event.kind == EventKind::collective)) {
-        return Role::collective;
-    }
-    return role;
+    const Role named = event.name.value < roles_.size() ? roles_[event.name.value] : Role::other;
+    return with_category(named, event.category, event.kind);
 }
 
 const RankTrace* RunTrace::find_rank(std::int32_t rank) const {

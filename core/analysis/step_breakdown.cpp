@@ -29,7 +29,7 @@ std::vector<StepBreakdown> step_breakdown(const RunTrace& trace) {
         if (steps.empty()) {
             continue;
         }
-        const RankActivity activity = rank_activity(trace, rank);
+        const RankActivity activity = rank_activity(rank);
         for (StepBreakdown& row : steps) {
             const IntervalSet compute = activity.compute.clipped(row.start_ns, row.end_ns);
             const IntervalSet communication =

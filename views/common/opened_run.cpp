@@ -1,0 +1,81 @@
+#include "views/common/opened_run.h"
+
+#include <QDir>
+#include <QFileInfo>
+
+#include "core/store/trace_reader.h"
+
+namespace fulcrum::views {
+
+bool OpenedRun::rerunnable_here() const {
+    return trace != nullptr && trace->run.origin == RunOrigin::captured &&
+           trace->run.command.find("fulcrum-train") != std::string::npos;
+}
+
+Result<QString> resolve_run_path(const QString& path) {
+    const QFileInfo info(path);
+    if (!info.exists()) {
+        return Error{ErrorCode::io, "'" + path.toStdString() + "' does not exist"};
+    }
+    if (!info.isDir()) {
+        return info.absoluteFilePath();
+    }
+    const QString merged = QDir(info.absoluteFilePath()).filePath("run.fulcrum");
+    if (QFileInfo::exists(merged)) {
+        return merged;
+    }
+    return Error{ErrorCode::io,
+                 "'" + path.toStdString() +
+                     "' is a folder without a run.fulcrum; if it holds rank-N.sqlite files, "
+                     "merge them first: fulcrum merge -o run.fulcrum '" + path.toStdString() + "'"};
+}
+
+Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
+    auto resolved = resolve_run_path(path);
+    if (!resolved) {
+        return resolved.error();
+    }
+    auto report = [&](const QString& stage, double fraction) {
+        if (options.progress) {
+            options.progress(stage, fraction);
+        }
+    };
+    report(QStringLiteral("opening"), 0.0);
+    auto reader = store::TraceReader::open(resolved->toStdString());
+    if (!reader) {
+        return reader.error();
+    }
+    analysis::LoadProgress load_progress;
+    load_progress.cancel = options.cancel;
+    load_progress.progress = [&](double fraction) { report(QStringLiteral("reading events"), fraction); };
+    auto trace = analysis::load_run_trace(*reader, load_progress);
+    if (!trace) {
+        return trace.error();
+    }
+
+    auto run = std::make_shared<OpenedRun>();
+    run->path = *resolved;
+    const QFileInfo file(*resolved);
+    run->title = file.fileName() == QLatin1String("run.fulcrum") ? file.dir().dirName()
+                                                                 : file.completeBaseName();
+    run->trace = std::make_shared<const analysis::RunTrace>(std::move(*trace));
+
+    analysis::AnalyzeOptions analyze_options;
+    analyze_options.cancel = options.cancel;
+    analyze_options.progress = [&](std::string_view stage, double fraction) {
+        report(QStringLiteral("analysing: %1").arg(QString::fromUtf8(stage.data(), qsizetype(stage.size()))),
+               fraction);
+    };
+    auto analysed = analysis::analyze_run(*run->trace, analyze_options);
+    if (analysed) {
+        run->analysis = std::make_shared<const analysis::RunAnalysis>(std::move(*analysed));
+    } else if (analysed.error().code == ErrorCode::cancelled) {
+        return analysed.error();
+    } else {
+        run->analysis_error = QString::fromStdString(analysed.error().message);
+    }
+    report(QStringLiteral("done"), 1.0);
+    return RunPtr(std::move(run));
+}
+
+}  // namespace fulcrum::views

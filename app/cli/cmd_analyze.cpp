@@ -281,7 +281,7 @@ int run_analyze(const AnalyzeArgs& args) {
     install_interrupt_handler();
     std::atomic<bool> cancel{false};
     auto line = progress_line("loading");
-    analysis::LoadProgress load;
+    analysis::LoadOptions load;
     load.progress = [&](double fraction) {
         if (!line(fraction)) {
             cancel.store(true);

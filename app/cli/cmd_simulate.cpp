@@ -322,7 +322,7 @@ int run_simulate(const SimulateArgs& args) {
         if (!reader) {
             return report_error(reader.error());
         }
-        analysis::LoadProgress load;
+        analysis::LoadOptions load;
         load.progress = progress_for("loading", args.progress, cancel);
         load.cancel = &cancel;
         auto loaded = analysis::load_run_trace(*reader, load);

@@ -273,7 +273,7 @@ using LaneBuckets = std::vector<std::vector<Event>>;
 // connection (merge writes events clustered by lane and time, so the slices' pieces of a lane
 // concatenate in order); reading through the (lane, start) index instead, lane by lane, was
 // 2.2× slower than a plain scan on a 10M-event run.
-Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProgress& options) {
+Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options) {
     RunTrace trace;
     trace.run = reader.run();
     for (std::size_t id = 1; id < reader.string_count(); ++id) {
@@ -287,21 +287,44 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProg
     for (const LaneInfo& info : reader.lanes()) {
         max_lane = std::max(max_lane, info.id.value);
     }
-    auto rowids = reader.event_rowids();
+    // The event pack decodes ~10x faster than the rows; both are read in rowid slices, one
+    // SQLite connection per thread, and a slice's pieces of a lane are joined in slice order.
+    auto pack = options.read_event_pack ? reader.event_pack()
+                                        : Result<std::optional<store::TraceReader::EventPack>>(std::nullopt);
+    if (!pack) {
+        return pack.error();
+    }
+    const bool packed = pack->has_value();
+    auto rowids = packed ? Result<std::pair<std::int64_t, std::int64_t>>(
+                               std::pair{(*pack)->first_block, (*pack)->end_block})
+                         : reader.event_rowids();
     if (!rowids) {
         return rowids.error();
     }
     const auto [first, last] = *rowids;
-    constexpr std::int64_t kRowsPerThreadAtLeast = 500'000;
+    // Rows are cheap to split finely; pack blocks hold up to 64K events each.
+    const std::int64_t kSliceAtLeast = packed ? 8 : 500'000;
     const std::int64_t rows = last - first;
     const int threads = static_cast<int>(std::clamp<std::int64_t>(
-        rows / kRowsPerThreadAtLeast, 1, std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4)));
+        rows / kSliceAtLeast, 1, std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4)));
+    const std::int64_t total_events = packed ? (*pack)->events : rows;
 
     std::vector<LaneBuckets> buckets(static_cast<std::size_t>(threads),
                                      LaneBuckets(static_cast<std::size_t>(max_lane) + 1));
     std::vector<Status> statuses(static_cast<std::size_t>(threads));
     std::atomic<std::int64_t> done{0};
     std::atomic<bool> stop{false};
+    auto keep_going = [&](int t, std::int64_t events_since) {
+        done.fetch_add(events_since);
+        if (stop.load() || (options.cancel != nullptr && options.cancel->load())) {
+            stop.store(true);
+            return false;
+        }
+        if (t == 0 && options.progress) {
+            options.progress(0.9 * double(done.load()) / double(std::max<std::int64_t>(total_events, 1)));
+        }
+        return true;
+    };
     auto read_slice = [&](int t) {
         const std::int64_t begin = first + rows * t / threads;
         const std::int64_t end = first + rows * (t + 1) / threads;
@@ -318,21 +341,33 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProg
             source = &*own;
         }
         LaneBuckets& lanes = buckets[static_cast<std::size_t>(t)];
+        if (packed) {
+            std::vector<Event>* last_block = nullptr;
+            std::size_t last_size = 0;
+            statuses[t] = source->scan_event_pack(
+                begin, end,
+                [&](LaneId lane) {
+                    last_block = lane.value <= max_lane ? &lanes[lane.value] : nullptr;
+                    last_size = last_block != nullptr ? last_block->size() : 0;
+                    return last_block;
+                },
+                [&] {
+                    const std::int64_t decoded =
+                        last_block != nullptr ? std::int64_t(last_block->size() - last_size) : 0;
+                    last_block = nullptr;
+                    return keep_going(t, decoded);
+                });
+            return;
+        }
         std::int64_t since_check = 0;
         statuses[t] = source->scan_events(begin, end, [&](const Event& event) {
             if (event.lane.value <= max_lane) {
                 lanes[event.lane.value].push_back(event);
             }
             if (++since_check == 65536) {
-                done.fetch_add(since_check);
+                const bool go_on = keep_going(t, since_check);
                 since_check = 0;
-                if (stop.load() || (options.cancel != nullptr && options.cancel->load())) {
-                    stop.store(true);
-                    return false;
-                }
-                if (t == 0 && options.progress) {
-                    options.progress(0.9 * double(done.load()) / double(std::max<std::int64_t>(rows, 1)));
-                }
+                return go_on;
             }
             return true;
         });

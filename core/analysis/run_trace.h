@@ -110,20 +110,23 @@ public:
     std::int64_t event_count() const;
 
 private:
-    friend Result<RunTrace> load_run_trace(const store::TraceReader&, const struct LoadProgress&);
+    friend Result<RunTrace> load_run_trace(const store::TraceReader&, const struct LoadOptions&);
     std::vector<std::string> strings_ = {""};  // index = StringId value
     std::vector<Role> roles_ = {Role::other};  // by StringId, for names of category other
     std::unordered_map<std::string, StringId> ids_;
     void set_string(StringId id, std::string text);
 };
 
-struct LoadProgress {
+struct LoadOptions {
     // Called now and then with the fraction done; may be empty.
     std::function<void(double)> progress;
     // Checked between lanes; loading returns ErrorCode::cancelled when it turns true.
     const std::atomic<bool>* cancel = nullptr;
+    // Read the file's event pack when it has a valid one (store/event_pack.h); false reads
+    // the rows, for benchmarks and the tests that compare the two.
+    bool read_event_pack = true;
 };
 
-Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadProgress& options = {});
+Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options = {});
 
 }  // namespace fulcrum::analysis

@@ -6,6 +6,7 @@
 #include <map>
 #include <system_error>
 
+#include "core/store/event_pack.h"
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
 
@@ -257,6 +258,11 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         lane_offset = *max_lane;
     }
     if (auto status = create_indexes(db); !status) {
+        return fail(status.error());
+    }
+    // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
+    // loads about ten times faster.
+    if (auto status = write_event_pack(db); !status) {
         return fail(status.error());
     }
     auto events = db.query_int("SELECT COUNT(*) FROM event");

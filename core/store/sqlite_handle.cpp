@@ -40,6 +40,10 @@ void Statement::bind(int index, std::string_view text) {
 
 void Statement::bind_null(int index) { sqlite3_bind_null(stmt_, index); }
 
+void Statement::bind_blob(int index, std::string_view bytes) {
+    sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT);
+}
+
 bool Statement::step() {
     last_rc_ = sqlite3_step(stmt_);
     return last_rc_ == SQLITE_ROW;
@@ -75,6 +79,15 @@ std::string Statement::column_text(int index) const {
     }
     return std::string(reinterpret_cast<const char*>(text),
                        static_cast<std::size_t>(sqlite3_column_bytes(stmt_, index)));
+}
+
+std::string_view Statement::column_blob(int index) const {
+    const void* bytes = sqlite3_column_blob(stmt_, index);
+    if (bytes == nullptr) {
+        return {};
+    }
+    return std::string_view(static_cast<const char*>(bytes),
+                            static_cast<std::size_t>(sqlite3_column_bytes(stmt_, index)));
 }
 
 bool Statement::column_is_null(int index) const {

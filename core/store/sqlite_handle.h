@@ -29,6 +29,7 @@ public:
     void bind(int index, double value);
     void bind(int index, std::string_view text);
     void bind_null(int index);
+    void bind_blob(int index, std::string_view bytes);
 
     // True while a row is available; false when done. Errors land in `error()`.
     bool step();
@@ -41,6 +42,8 @@ public:
     std::int64_t column_optional(int index) const;
     double column_double(int index) const;
     std::string column_text(int index) const;
+    // Valid until the next step() or reset().
+    std::string_view column_blob(int index) const;
     bool column_is_null(int index) const;
 
     int last_result() const { return last_rc_; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/store/event_pack.h"
 #include "core/store/schema.h"
 
 namespace fulcrum::store {
@@ -294,6 +295,65 @@ Status TraceReader::scan_events(std::int64_t begin, std::int64_t end,
     while (stmt->step()) {
         if (!visit(read_event(*stmt))) {
             return {};
+        }
+    }
+    if (stmt->last_result() != SQLITE_DONE) {
+        return query_failed(db_, *stmt);
+    }
+    return {};
+}
+
+Result<std::optional<TraceReader::EventPack>> TraceReader::event_pack() const {
+    using Range = std::optional<EventPack>;
+    if (!db_.has_table("event_pack")) {
+        return Range{};
+    }
+    auto stmt = db_.prepare(
+        "SELECT MIN(rowid), MAX(rowid), SUM(events), SUM(format != " +
+        std::to_string(kEventPackFormat) + "), (SELECT COUNT(*) FROM event) FROM event_pack");
+    if (!stmt) {
+        return stmt.error();
+    }
+    if (!stmt->step()) {
+        return query_failed(db_, *stmt);
+    }
+    const std::int64_t packed = stmt->column_optional(2);
+    const std::int64_t foreign_blocks = stmt->column_optional(3);
+    const std::int64_t rows = stmt->column_int64(4);
+    // A pack that disagrees with the table (rows added or removed by hand, a newer format) is
+    // ignored: the rows are the truth.
+    if (packed != rows || foreign_blocks != 0 || rows == 0) {
+        return Range{};
+    }
+    return Range{EventPack{stmt->column_int64(0), stmt->column_int64(1) + 1, rows}};
+}
+
+Status TraceReader::scan_event_pack(std::int64_t begin, std::int64_t end,
+                                    const std::function<std::vector<Event>*(LaneId)>& destination,
+                                    const std::function<bool()>& keep_going) const {
+    auto stmt = db_.prepare(
+        "SELECT lane, events, data FROM event_pack WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid");
+    if (!stmt) {
+        return stmt.error();
+    }
+    stmt->bind(1, begin);
+    stmt->bind(2, end);
+    while (stmt->step()) {
+        if (keep_going && !keep_going()) {
+            return {};
+        }
+        const LaneId lane{static_cast<std::uint32_t>(stmt->column_int64(0))};
+        std::vector<Event>* out = destination(lane);
+        if (out == nullptr) {
+            continue;
+        }
+        const auto count = static_cast<std::size_t>(stmt->column_int64(1));
+        if (!decode_event_block(stmt->column_blob(2), count, lane, *out)) {
+            return Error{ErrorCode::corrupt,
+                         "cannot read '" + path() + "': a block of lane " +
+                             std::to_string(lane.value) +
+                             " in its event pack is damaged (copy the file again from where it "
+                             "was recorded, or run `fulcrum merge` again)"};
         }
     }
     if (stmt->last_result() != SQLITE_DONE) {

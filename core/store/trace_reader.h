@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +60,20 @@ public:
     Result<std::pair<std::int64_t, std::int64_t>> event_rowids() const;  // [min, max + 1)
     Status scan_events(std::int64_t begin, std::int64_t end,
                        const std::function<bool(const Event&)>& visit) const;
+
+    // The event pack (core/store/event_pack.h), when the file has one that holds exactly the
+    // event table's rows; nullopt when rows must be read.
+    struct EventPack {
+        std::int64_t first_block = 0, end_block = 0;  // block rowids [min, max + 1)
+        std::int64_t events = 0;
+    };
+    Result<std::optional<EventPack>> event_pack() const;
+    // Decodes the pack's blocks [begin, end) in rowid order, appending each block to the
+    // vector `destination(lane)` returns (nullptr skips the block). `keep_going` is asked
+    // between blocks; false stops early without an error.
+    Status scan_event_pack(std::int64_t begin, std::int64_t end,
+                           const std::function<std::vector<Event>*(LaneId)>& destination,
+                           const std::function<bool()>& keep_going) const;
 
     Result<TraceSummary> summary() const;
     Result<std::vector<WorkloadEntry>> workload() const;

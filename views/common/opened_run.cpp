@@ -45,7 +45,7 @@ Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
     if (!reader) {
         return reader.error();
     }
-    analysis::LoadProgress load_progress;
+    analysis::LoadOptions load_progress;
     load_progress.cancel = options.cancel;
     load_progress.progress = [&](double fraction) { report(QStringLiteral("reading events"), fraction); };
     auto trace = analysis::load_run_trace(*reader, load_progress);

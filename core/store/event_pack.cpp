@@ -1,0 +1,254 @@
+#include "core/store/event_pack.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+
+#include "core/store/sqlite_handle.h"
+
+namespace fulcrum::store {
+
+namespace {
+
+// Zig-zag maps small negative and positive numbers to small unsigned ones (-1 → 1, 1 → 2),
+// so -1 ("unknown") and small deltas take one byte.
+std::uint64_t zigzag(std::int64_t value) {
+    return (static_cast<std::uint64_t>(value) << 1) ^ static_cast<std::uint64_t>(value >> 63);
+}
+
+std::int64_t unzigzag(std::uint64_t value) {
+    return static_cast<std::int64_t>(value >> 1) ^ -static_cast<std::int64_t>(value & 1);
+}
+
+void put_varint(std::string& out, std::uint64_t value) {
+    while (value >= 0x80) {
+        out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+        value >>= 7;
+    }
+    out.push_back(static_cast<char>(value));
+}
+
+void put_signed(std::string& out, std::int64_t value) { put_varint(out, zigzag(value)); }
+
+// Wrapping subtraction: deltas of arbitrary int64 values round-trip without overflow.
+std::int64_t wrapping_difference(std::int64_t a, std::int64_t b) {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) - static_cast<std::uint64_t>(b));
+}
+
+std::int64_t wrapping_sum(std::int64_t a, std::int64_t b) {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+}
+
+class BlockDecoder {
+public:
+    explicit BlockDecoder(std::string_view bytes)
+        : at_(reinterpret_cast<const std::uint8_t*>(bytes.data())), end_(at_ + bytes.size()) {}
+
+    bool failed() const { return failed_; }
+    bool finished() const { return at_ == end_; }
+
+    std::uint64_t varint() {
+        std::uint64_t value = 0;
+        for (int shift = 0; shift < 64; shift += 7) {
+            if (at_ == end_) {
+                failed_ = true;
+                return 0;
+            }
+            const std::uint8_t byte = *at_++;
+            value |= std::uint64_t{byte & 0x7fu} << shift;
+            if ((byte & 0x80) == 0) {
+                return value;
+            }
+        }
+        failed_ = true;  // more than 10 bytes: not a varint this encoder wrote
+        return 0;
+    }
+    std::int64_t signed_varint() { return unzigzag(varint()); }
+    std::uint8_t byte() {
+        if (at_ == end_) {
+            failed_ = true;
+            return 0;
+        }
+        return *at_++;
+    }
+
+private:
+    const std::uint8_t* at_;
+    const std::uint8_t* end_;
+    bool failed_ = false;
+};
+
+}  // namespace
+
+// Per event: Δstart, duration, name, args, kind, category, phase, copy kind, step,
+// micro-batch, stage, bytes, then the correlation: 0 for none (-1), 2 + the zig-zagged delta
+// from the lane's previous correlation (kernels' ids rise by small steps), or 1 and the
+// value itself for ids that fit neither.
+std::string encode_event_block(const Event* events, std::size_t count) {
+    std::string out;
+    out.reserve(count * 16);
+    std::int64_t previous_start = 0;
+    std::int64_t previous_correlation = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        const Event& event = events[i];
+        put_signed(out, wrapping_difference(event.start_ns, previous_start));
+        put_signed(out, wrapping_difference(event.end_ns, event.start_ns));
+        previous_start = event.start_ns;
+        put_varint(out, event.name.value);
+        put_varint(out, event.args.value);
+        out.push_back(static_cast<char>(event.kind));
+        out.push_back(static_cast<char>(event.category));
+        out.push_back(static_cast<char>(event.phase));
+        out.push_back(static_cast<char>(event.copy_kind));
+        put_signed(out, event.step);
+        put_signed(out, event.microbatch);
+        put_signed(out, event.stage);
+        put_signed(out, event.bytes);
+        const std::uint64_t delta = zigzag(wrapping_difference(event.correlation, previous_correlation));
+        if (event.correlation == -1) {
+            put_varint(out, 0);
+        } else if (event.correlation < 0 || delta > UINT64_MAX - 2) {  // foreign ids: verbatim
+            put_varint(out, 1);
+            put_signed(out, event.correlation);
+        } else {
+            put_varint(out, 2 + delta);
+        }
+        if (event.correlation >= 0) {
+            previous_correlation = event.correlation;
+        }
+    }
+    return out;
+}
+
+bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane,
+                        std::vector<Event>& out) {
+    BlockDecoder in(bytes);
+    const std::size_t first = out.size();
+    out.resize(first + count);
+    Event* event = out.data() + first;
+    std::int64_t start = 0;
+    std::int64_t previous_correlation = 0;
+    for (std::size_t i = 0; i < count; ++i, ++event) {
+        start = wrapping_sum(start, in.signed_varint());
+        event->start_ns = start;
+        event->end_ns = wrapping_sum(start, in.signed_varint());
+        event->lane = lane;
+        event->name = StringId{static_cast<std::uint32_t>(in.varint())};
+        event->args = StringId{static_cast<std::uint32_t>(in.varint())};
+        event->kind = static_cast<EventKind>(in.byte());
+        event->category = static_cast<Category>(in.byte());
+        event->phase = static_cast<Phase>(static_cast<std::int8_t>(in.byte()));
+        event->copy_kind = static_cast<CopyKind>(static_cast<std::int8_t>(in.byte()));
+        event->step = static_cast<std::int32_t>(in.signed_varint());
+        event->microbatch = static_cast<std::int32_t>(in.signed_varint());
+        event->stage = static_cast<std::int16_t>(in.signed_varint());
+        event->bytes = in.signed_varint();
+        const std::uint64_t correlation = in.varint();
+        if (correlation == 0) {
+            event->correlation = -1;
+        } else {
+            event->correlation = correlation == 1
+                                     ? in.signed_varint()
+                                     : wrapping_sum(previous_correlation, unzigzag(correlation - 2));
+            if (event->correlation >= 0) {
+                previous_correlation = event->correlation;
+            }
+        }
+        if (in.failed()) {
+            out.resize(first);
+            return false;
+        }
+    }
+    if (!in.finished()) {
+        out.resize(first);
+        return false;
+    }
+    return true;
+}
+
+Status write_event_pack(Database& db, const std::function<void(double)>& progress) {
+    if (auto status = db.exec(
+            "DROP TABLE IF EXISTS event_pack;"
+            "CREATE TABLE event_pack (lane INTEGER NOT NULL, format INTEGER NOT NULL, "
+            "  events INTEGER NOT NULL, data BLOB NOT NULL);");
+        !status) {
+        return status;
+    }
+    auto total = db.query_int("SELECT COUNT(*) FROM event");
+    if (!total) {
+        return total.error();
+    }
+    auto rows = db.prepare(
+        "SELECT lane, start_ns, end_ns, kind, ifnull(name, 0), category, ifnull(step, -1), "
+        "ifnull(microbatch, -1), ifnull(stage, -1), ifnull(phase, -1), ifnull(bytes, -1), "
+        "ifnull(copy_kind, -1), ifnull(correlation, -1), ifnull(args, 0) FROM event ORDER BY rowid");
+    auto insert = db.prepare("INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
+    if (!rows) {
+        return rows.error();
+    }
+    if (!insert) {
+        return insert.error();
+    }
+    // A block is written when full or when the table moves on to another lane. A lane whose
+    // rows are not contiguous (a file not written by merge) still packs correctly, in more
+    // blocks: blocks keep rowid order and readers concatenate a lane's blocks in that order.
+    std::vector<Event> block;
+    block.reserve(kEventsPerPackBlock);
+    auto flush = [&]() -> bool {
+        if (block.empty()) {
+            return true;
+        }
+        const std::string data = encode_event_block(block.data(), block.size());
+        insert->bind(1, std::int64_t{block.front().lane.value});
+        insert->bind(2, std::int64_t{kEventPackFormat});
+        insert->bind(3, static_cast<std::int64_t>(block.size()));
+        insert->bind_blob(4, data);
+        block.clear();
+        return insert->run();
+    };
+    if (auto status = db.exec("BEGIN"); !status) {
+        return status;
+    }
+    auto fail = [&](const char* what) -> Status {
+        Error error = db.error_for(what);
+        (void)db.exec("ROLLBACK");
+        return error;
+    };
+    std::int64_t done = 0;
+    while (rows->step()) {
+        Event event;
+        event.lane = LaneId{static_cast<std::uint32_t>(rows->column_int64(0))};
+        event.start_ns = rows->column_int64(1);
+        event.end_ns = rows->column_int64(2);
+        event.kind = static_cast<EventKind>(rows->column_int64(3));
+        event.name = StringId{static_cast<std::uint32_t>(rows->column_int64(4))};
+        event.category = static_cast<Category>(rows->column_int64(5));
+        event.step = static_cast<std::int32_t>(rows->column_int64(6));
+        event.microbatch = static_cast<std::int32_t>(rows->column_int64(7));
+        event.stage = static_cast<std::int16_t>(rows->column_int64(8));
+        event.phase = static_cast<Phase>(rows->column_int64(9));
+        event.bytes = rows->column_int64(10);
+        event.copy_kind = static_cast<CopyKind>(rows->column_int64(11));
+        event.correlation = rows->column_int64(12);
+        event.args = StringId{static_cast<std::uint32_t>(rows->column_int64(13))};
+        if ((!block.empty() && block.front().lane != event.lane) && !flush()) {
+            return fail("cannot write the event pack of");
+        }
+        block.push_back(event);
+        if (block.size() == kEventsPerPackBlock && !flush()) {
+            return fail("cannot write the event pack of");
+        }
+        if (++done % 262144 == 0 && progress) {
+            progress(double(done) / double(std::max<std::int64_t>(*total, 1)));
+        }
+    }
+    if (rows->last_result() != SQLITE_DONE) {
+        return fail("cannot read the events of");
+    }
+    if (!flush()) {
+        return fail("cannot write the event pack of");
+    }
+    return db.exec("COMMIT");
+}
+
+}  // namespace fulcrum::store

@@ -512,12 +512,13 @@ private slots:
         }
         Outcome outcome = capture({"-o", "gpu-auto", "--gpu", "auto", "--", nvtx_threads()});
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
-        QCOMPARE(count_lines_containing(outcome.err,
-                                        "no GPU found; GPU tracing off, NVTX capture on"),
-                 1);
+        // Said once for all ranks: "no GPU found; ..." where CUPTI is built in, "libcupti was
+        // not found; ..." in a build without the CUDA toolkit.
+        QCOMPARE(count_lines_containing(outcome.err, "GPU tracing off, NVTX capture on"), 1);
         const auto statuses = collect::read_rank_statuses(path("gpu-auto").toStdString());
         QCOMPARE(statuses.size(), std::size_t(1));
-        QCOMPARE(statuses[0].gpu, std::string("none"));
+        QVERIFY2(statuses[0].gpu == "none" || statuses[0].gpu == "unavailable",
+                 statuses[0].gpu.c_str());
         QCOMPARE(statuses[0].state, std::string("closed"));
 
         outcome = capture({"-o", "gpu-off", "--gpu", "off", "--", nvtx_threads()});

@@ -1,6 +1,6 @@
-// Compare: two or more runs side by side — step-time distributions, bubble, imbalance,
-// heatmap differences, predicted against measured.
-// (Stub until the charts land; the public interface is fixed.)
+// Compare: two or more runs side by side — step-time distributions, bubble fraction and
+// imbalance, the rank × step compute difference against the reference run, and predicted
+// against measured compute (from each run's RunAnalysis).
 #pragma once
 
 #include <QVector>
@@ -8,7 +8,16 @@
 
 #include "views/common/opened_run.h"
 
+class QComboBox;
+class QCustomPlot;
+class QLabel;
+class QTableWidget;
+
 namespace fulcrum::views {
+
+namespace charts {
+class MessageStack;
+}
 
 class CompareView : public QWidget {
     Q_OBJECT
@@ -18,6 +27,38 @@ public:
 
     // The first run is the reference that differences are taken against.
     void set_runs(const QVector<RunPtr>& runs);
+
+    // For tests and the main window.
+    QString message() const;             // why nothing is drawn; empty when charts are shown
+    QString difference_message() const;  // why there is no difference map; empty when drawn
+    QString predicted_message() const;   // why there is no predicted-vs-measured chart
+    QCustomPlot* step_time_plot() const { return step_times_; }  // one box per run, legend
+    QCustomPlot* figures_plot() const { return figures_; }
+    QCustomPlot* difference_plot() const { return difference_; }
+    QCustomPlot* predicted_plot() const { return predicted_; }
+    QTableWidget* table() const { return table_; }
+    void set_difference_run(int index);  // which run (index into the runs) is compared
+
+private:
+    void draw_step_times();
+    void draw_figures();
+    void draw_difference();
+    void draw_predicted();
+    void fill_table();
+
+    QVector<RunPtr> runs_;  // those with an analysis
+    QStringList skipped_;   // runs without one, and why
+
+    charts::MessageStack* stack_;
+    QLabel* notes_;
+    QCustomPlot* step_times_;
+    QCustomPlot* figures_;
+    QComboBox* difference_box_;
+    charts::MessageStack* difference_stack_;
+    QCustomPlot* difference_;
+    charts::MessageStack* predicted_stack_;
+    QCustomPlot* predicted_;
+    QTableWidget* table_;
 };
 
 }  // namespace fulcrum::views

@@ -1,9 +1,187 @@
 #include "views/charts/cp_load_view.h"
 
+#include <qcustomplot.h>
+
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QVBoxLayout>
+
+#include "views/charts/chart_common.h"
+#include "views/common/palette.h"
+
 namespace fulcrum::views {
 
-CpLoadView::CpLoadView(QWidget* parent) : QWidget(parent) {}
+namespace {
+
+QString shardings_text(const std::vector<std::pair<std::string, double>>& by_sharding) {
+    QStringList parts;
+    for (const auto& [name, imbalance] : by_sharding) {
+        parts << QStringLiteral("%1 %2").arg(QString::fromStdString(name)).arg(imbalance, 0, 'f', 3);
+    }
+    return parts.isEmpty() ? QObject::tr("not known (no documents)") : parts.join(QStringLiteral(", "));
+}
+
+}  // namespace
+
+CpLoadView::CpLoadView(QWidget* parent)
+    : QWidget(parent), group_box_(new QComboBox), summary_(new QLabel), plot_(new QCustomPlot) {
+    auto* content = new QWidget;
+    auto* controls = new QHBoxLayout;
+    controls->addWidget(new QLabel(tr("Micro-batch")));
+    controls->addWidget(group_box_, 1);
+    summary_->setWordWrap(true);
+    summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+    plot_->xAxis->setLabel(tr("CP rank"));
+    plot_->yAxis->setLabel(tr("share of the group"));
+    plot_->legend->setVisible(true);
+    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+
+    auto* layout = new QVBoxLayout(content);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addLayout(controls);
+    layout->addWidget(summary_);
+    layout->addWidget(plot_, 1);
+    stack_ = new charts::MessageStack(content, this);
+    auto* outer = new QVBoxLayout(this);
+    outer->setContentsMargins(0, 0, 0, 0);
+    outer->addWidget(stack_);
+
+    connect(group_box_, &QComboBox::currentIndexChanged, this, [this] { draw(); });
+    set_run(nullptr);
+}
+
 CpLoadView::~CpLoadView() = default;
-void CpLoadView::set_run(RunPtr) {}
+
+QString CpLoadView::message() const { return stack_->message(); }
+QString CpLoadView::summary() const { return summary_->text(); }
+
+int CpLoadView::cp_ranks() const { return measured_ ? measured_->data()->size() : 0; }
+
+void CpLoadView::set_run(RunPtr run) {
+    run_ = std::move(run);
+    const QSignalBlocker block(group_box_);
+    group_box_->clear();
+    const QString missing = charts::missing_analysis(run_);
+    if (!missing.isEmpty()) {
+        stack_->show_message(missing);
+        draw();
+        return;
+    }
+    const auto& cp_load = run_->analysis->cp_load;
+    if (cp_load.cp <= 1 || cp_load.groups.empty()) {
+        stack_->show_message(cp_load.cp <= 1
+                                 ? tr("This run has no context parallelism (cp = 1): there is "
+                                      "no attention load to compare across CP ranks.")
+                                 : tr("This run has no CP groups with passes to compare."));
+        draw();
+        return;
+    }
+    group_box_->addItem(tr("all steps and micro-batches"), -1);
+    for (std::size_t i = 0; i < cp_load.groups.size(); ++i) {
+        const auto& g = cp_load.groups[i];
+        group_box_->addItem(tr("step %1 · micro-batch %2 · pp %3 (dp %4, tp %5)")
+                                .arg(g.step)
+                                .arg(g.microbatch)
+                                .arg(g.pp)
+                                .arg(g.dp)
+                                .arg(g.tp),
+                            static_cast<int>(i));
+    }
+    stack_->show_content();
+    draw();
+}
+
+void CpLoadView::select_group(int group) {
+    const int index = group_box_->findData(group);
+    if (index >= 0) group_box_->setCurrentIndex(index);
+}
+
+void CpLoadView::draw() {
+    plot_->clearPlottables();
+    plot_->clearItems();
+    measured_ = nullptr;
+    predicted_ = nullptr;
+    summary_->clear();
+    if (!run_ || !run_->analysis || group_box_->currentIndex() < 0) {
+        plot_->replot();
+        return;
+    }
+    const auto& cp_load = run_->analysis->cp_load;
+    const int group = group_box_->currentData().toInt();
+
+    // Σ over the chosen groups of each CP rank's attention time and causal pairs; each drawn as
+    // its share of the total, so time and pairs share one axis (equal shares = balanced).
+    QVector<double> attention(cp_load.cp, 0.0), pairs(cp_load.cp, 0.0);
+    for (std::size_t i = 0; i < cp_load.groups.size(); ++i) {
+        if (group >= 0 && static_cast<int>(i) != group) continue;
+        for (const auto& r : cp_load.groups[i].ranks) {
+            if (r.cp_rank < 0 || r.cp_rank >= cp_load.cp) continue;
+            attention[r.cp_rank] += static_cast<double>(r.attention_ns);
+            pairs[r.cp_rank] += static_cast<double>(r.pairs);
+        }
+    }
+    double attention_total = 0, pairs_total = 0;
+    for (int i = 0; i < cp_load.cp; ++i) {
+        attention_total += attention[i];
+        pairs_total += pairs[i];
+    }
+    QVector<double> keys, measured_share, predicted_share;
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    for (int i = 0; i < cp_load.cp; ++i) {
+        keys << i;
+        measured_share << (attention_total > 0 ? attention[i] / attention_total : 0.0);
+        predicted_share << (pairs_total > 0 ? pairs[i] / pairs_total : 0.0);
+        ticker->addTick(i, tr("CP rank %1").arg(i));
+    }
+
+    auto* bars_group = new QCPBarsGroup(plot_);
+    auto make_bars = [&](const QString& name, const QVector<double>& values, const QColor& colour) {
+        auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
+        bars->setName(name);
+        bars->setData(keys, values, true);
+        bars->setBrush(colour);
+        bars->setPen(QPen(colour.darker(130)));
+        bars->setWidth(0.35);
+        bars->setBarsGroup(bars_group);
+        return bars;
+    };
+    measured_ = make_bars(tr("measured attention time"), measured_share, palette::measured());
+    predicted_ = make_bars(tr("predicted work (causal pairs)"), predicted_share,
+                           palette::predicted());
+    auto* even = new QCPItemStraightLine(plot_);
+    even->point1->setCoords(0, 1.0 / cp_load.cp);
+    even->point2->setCoords(1, 1.0 / cp_load.cp);
+    even->setPen(QPen(palette::theory(), 1, Qt::DashLine));
+
+    plot_->xAxis->setTicker(ticker);
+    plot_->xAxis->setRange(-0.6, cp_load.cp - 0.4);
+    double top = 1.0 / cp_load.cp;
+    for (int i = 0; i < cp_load.cp; ++i) {
+        top = std::max({top, measured_share[i], predicted_share[i]});
+    }
+    plot_->yAxis->setRange(0, top * 1.3);
+    plot_->replot();
+
+    const QString sharding = cp_load.sharding.empty()
+                                 ? tr("unknown")
+                                 : QString::fromStdString(cp_load.sharding);
+    QString text = tr("Imbalance (max/mean over the CP group, mean over micro-batches): "
+                      "measured %1, predicted %2 with the run's sharding (%3). Predicted "
+                      "under each sharding: %4.")
+                       .arg(cp_load.mean_measured_imbalance, 0, 'f', 3)
+                       .arg(cp_load.mean_predicted_imbalance, 0, 'f', 3)
+                       .arg(sharding)
+                       .arg(shardings_text(cp_load.mean_predicted_by_sharding));
+    if (group >= 0) {
+        const auto& g = cp_load.groups[static_cast<std::size_t>(group)];
+        text += tr("\nThis micro-batch: measured %1, predicted %2; under each sharding: %3.")
+                    .arg(g.measured_imbalance, 0, 'f', 3)
+                    .arg(g.predicted_imbalance, 0, 'f', 3)
+                    .arg(shardings_text(g.predicted_by_sharding));
+    }
+    summary_->setText(text);
+}
 
 }  // namespace fulcrum::views

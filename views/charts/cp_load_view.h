@@ -1,13 +1,24 @@
-// CP load: per CP rank, measured attention time against predicted work per micro-batch.
-// (Stub until the charts land; the public interface is fixed.)
+// CP load: per CP rank, measured attention time against predicted work (causal pairs), each as
+// its share of the group so the two are comparable, with the imbalance (max/mean) measured,
+// predicted, and predicted under the other shardings (core/analysis/cp_load.h).
 #pragma once
 
+#include <QVector>
 #include <QWidget>
 
 #include "views/common/opened_run.h"
 #include "views/common/place.h"
 
+class QComboBox;
+class QCPBars;
+class QCustomPlot;
+class QLabel;
+
 namespace fulcrum::views {
+
+namespace charts {
+class MessageStack;
+}
 
 class CpLoadView : public QWidget {
     Q_OBJECT
@@ -16,6 +27,28 @@ public:
     ~CpLoadView() override;
 
     void set_run(RunPtr run);
+
+    // -1: every group of the run summed; otherwise an index into cp_load.groups.
+    void select_group(int group);
+
+    // For tests and the main window.
+    QString message() const;  // why nothing is drawn; empty when the chart is shown
+    QString summary() const;  // the imbalance figures shown above the chart
+    QCustomPlot* plot() const { return plot_; }
+    QCPBars* measured_bars() const { return measured_; }
+    QCPBars* predicted_bars() const { return predicted_; }
+    int cp_ranks() const;  // bars per series: the CP ranks drawn
+
+private:
+    void draw();
+
+    RunPtr run_;
+    charts::MessageStack* stack_;
+    QComboBox* group_box_;
+    QLabel* summary_;
+    QCustomPlot* plot_;
+    QCPBars* measured_ = nullptr;
+    QCPBars* predicted_ = nullptr;
 };
 
 }  // namespace fulcrum::views

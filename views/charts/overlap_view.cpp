@@ -1,9 +1,118 @@
 #include "views/charts/overlap_view.h"
 
+#include <qcustomplot.h>
+
+#include <QLabel>
+#include <QVBoxLayout>
+
+#include "views/charts/chart_common.h"
+#include "views/common/palette.h"
+
 namespace fulcrum::views {
 
-OverlapView::OverlapView(QWidget* parent) : QWidget(parent) {}
+OverlapView::OverlapView(QWidget* parent)
+    : QWidget(parent), summary_(new QLabel), plot_(new QCustomPlot) {
+    auto* content = new QWidget;
+    summary_->setWordWrap(true);
+    summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    plot_->yAxis->setLabel(tr("copy time (ms)"));
+    plot_->legend->setVisible(true);
+    auto* layout = new QVBoxLayout(content);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(summary_);
+    layout->addWidget(plot_, 1);
+    stack_ = new charts::MessageStack(content, this);
+    auto* outer = new QVBoxLayout(this);
+    outer->setContentsMargins(0, 0, 0, 0);
+    outer->addWidget(stack_);
+    set_run(nullptr);
+}
+
 OverlapView::~OverlapView() = default;
-void OverlapView::set_run(RunPtr) {}
+
+QString OverlapView::message() const { return stack_->message(); }
+QString OverlapView::summary() const { return summary_->text(); }
+
+void OverlapView::set_run(RunPtr run) {
+    run_ = std::move(run);
+    plot_->clearPlottables();
+    plot_->clearItems();
+    overlapped_ = nullptr;
+    exposed_ = nullptr;
+    summary_->clear();
+    const QString missing = charts::missing_analysis(run_);
+    if (!missing.isEmpty()) {
+        stack_->show_message(missing);
+        return;
+    }
+    const auto& offload = run_->analysis->offload;
+    if (offload.ranks.empty()) {
+        stack_->show_message(tr("No host↔device copies in this run: there is no offload "
+                                "overlap to show."));
+        return;
+    }
+
+    QVector<double> keys, overlapped, exposed;
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    double top = 0;
+    for (std::size_t i = 0; i < offload.ranks.size(); ++i) {
+        const auto& r = offload.ranks[i];
+        keys << static_cast<double>(i);
+        overlapped << static_cast<double>(r.overlapped_ns) / 1e6;
+        exposed << static_cast<double>(r.exposed_ns) / 1e6;
+        ticker->addTick(static_cast<double>(i), tr("rank %1").arg(r.rank));
+        top = std::max(top, static_cast<double>(r.copy_ns) / 1e6);
+    }
+    auto make_bars = [&](const QString& name, const QVector<double>& values, const QColor& colour) {
+        auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
+        bars->setName(name);
+        bars->setData(keys, values, true);
+        bars->setBrush(colour);
+        bars->setPen(QPen(colour.darker(130)));
+        bars->setWidth(0.6);
+        return bars;
+    };
+    overlapped_ = make_bars(tr("overlapped with compute"), overlapped,
+                            palette::category(Category::offload));
+    exposed_ = make_bars(tr("exposed (not hidden by compute)"), exposed, palette::bubble());
+    exposed_->moveAbove(overlapped_);
+    // The overlap percentage above each rank's bar.
+    for (std::size_t i = 0; i < offload.ranks.size(); ++i) {
+        const auto& r = offload.ranks[i];
+        auto* label = new QCPItemText(plot_);
+        label->position->setCoords(static_cast<double>(i), static_cast<double>(r.copy_ns) / 1e6);
+        label->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
+        const double fraction = r.copy_ns > 0 ? static_cast<double>(r.overlapped_ns) /
+                                                    static_cast<double>(r.copy_ns)
+                                              : 0.0;
+        label->setText(tr("%1 overlapped\n%2 copies, %3 GB/s")
+                           .arg(charts::format_percent(fraction))
+                           .arg(r.copies)
+                           .arg(r.bandwidth_gb_s, 0, 'f', 2));
+    }
+    plot_->xAxis->setTicker(ticker);
+    plot_->xAxis->setRange(-0.6, static_cast<double>(offload.ranks.size()) - 0.4);
+    plot_->yAxis->setRange(0, top * 1.35 + 1e-9);
+    plot_->replot();
+
+    const double total_fraction = offload.copy_ns > 0 ? static_cast<double>(offload.overlapped_ns) /
+                                                            static_cast<double>(offload.copy_ns)
+                                                      : 0.0;
+    QString text = tr("Copies %1 in all: %2 overlapped with compute (%3), %4 exposed; bandwidth "
+                      "%5 GB/s.")
+                       .arg(charts::format_ms(static_cast<double>(offload.copy_ns)))
+                       .arg(charts::format_ms(static_cast<double>(offload.overlapped_ns)))
+                       .arg(charts::format_percent(total_fraction))
+                       .arg(charts::format_ms(static_cast<double>(offload.exposed_ns)))
+                       .arg(offload.bandwidth_gb_s, 0, 'f', 2);
+    if (offload.min_hidden_chunk_tokens) {
+        text += tr(" Copies hide behind attention from chunks of %1 tokens.")
+                    .arg(*offload.min_hidden_chunk_tokens);
+    } else if (!offload.chunk_note.empty()) {
+        text += tr(" Chunk size: %1.").arg(QString::fromStdString(offload.chunk_note));
+    }
+    summary_->setText(text);
+    stack_->show_content();
+}
 
 }  // namespace fulcrum::views

@@ -1,0 +1,400 @@
+#include "app/ui/main_window.h"
+
+#include <QAction>
+#include <QComboBox>
+#include <QDir>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QKeySequence>
+#include <QLabel>
+#include <QLayout>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QToolBar>
+
+#include "app/ui/rerun_dialog.h"
+#include "views/charts/bubble_view.h"
+#include "views/charts/compare_view.h"
+#include "views/charts/cp_load_view.h"
+#include "views/charts/heatmap_view.h"
+#include "views/charts/overlap_view.h"
+#include "views/timeline/timeline_view.h"
+
+namespace fulcrum::ui {
+namespace {
+
+constexpr int kRecentRuns = 10;
+const char* const kRecentKey = "recent_runs";
+
+QStringList existing(const QStringList& paths) {
+    QStringList kept;
+    for (const QString& path : paths) {
+        if (QFileInfo::exists(path) && !kept.contains(path)) {
+            kept << path;
+        }
+    }
+    return kept;
+}
+
+}  // namespace
+
+QStringList view_keys() { return {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare"}; }
+
+std::optional<View> view_from_key(const QString& key) {
+    const qsizetype at = view_keys().indexOf(key);
+    if (at < 0) {
+        return std::nullopt;
+    }
+    return View(at);
+}
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+    setWindowTitle(tr("Fulcrum"));
+    setAcceptDrops(true);
+
+    tabs_ = new QTabWidget(this);
+    timeline_ = new views::TimelineView(tabs_);
+    bubbles_ = new views::BubbleView(tabs_);
+    cp_load_ = new views::CpLoadView(tabs_);
+    overlap_ = new views::OverlapView(tabs_);
+    heatmaps_ = new views::HeatmapView(tabs_);
+    compare_ = new views::CompareView(tabs_);
+    // The order is View's.
+    tabs_->addTab(timeline_, tr("Timeline"));
+    tabs_->addTab(bubbles_, tr("Bubbles"));
+    tabs_->addTab(cp_load_, tr("CP load"));
+    tabs_->addTab(overlap_, tr("Overlap"));
+    tabs_->addTab(heatmaps_, tr("Heatmaps"));
+    tabs_->addTab(compare_, tr("Compare"));
+    setCentralWidget(tabs_);
+
+    run_selector_ = new QComboBox(this);
+    run_selector_->setMinimumContentsLength(24);
+    run_selector_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    run_selector_->setToolTip(tr("The run the Timeline, Bubbles, CP load, Overlap and Heatmaps "
+                                 "tabs show"));
+    auto* toolbar = addToolBar(tr("Run"));
+    toolbar->setObjectName("run_toolbar");
+    toolbar->setMovable(false);
+    toolbar->addWidget(new QLabel(tr(" Run: "), toolbar));
+    toolbar->addWidget(run_selector_);
+    connect(run_selector_, &QComboBox::currentIndexChanged, this, [this] { refresh_views(); });
+
+    connect(heatmaps_, &views::HeatmapView::place_activated, this, &MainWindow::show_place);
+    connect(timeline_, &views::TimelineView::status_message, this,
+            [this](const QString& text) { statusBar()->showMessage(text); });
+
+    connect(&loader_, &RunLoader::opened, this, &MainWindow::add_run);
+    connect(&loader_, &RunLoader::failed, this, [this](const QString& path, const QString& message) {
+        // Messages from core usually name the file already; the path leads either way.
+        report_error(tr("Could not open '%1': %2").arg(path, message));
+    });
+    connect(&loader_, &RunLoader::cancelled, this, [this](const QString& path) {
+        statusBar()->showMessage(tr("Cancelled opening %1").arg(path), 5000);
+        emit load_cancelled(path);
+    });
+    connect(&loader_, &RunLoader::progress, this,
+            [this](const QString& path, const QString& stage, double fraction) {
+                if (!loader_.busy()) {
+                    return;
+                }
+                load_label_->setText(tr("%1: %2").arg(QFileInfo(path).fileName(), stage));
+                load_bar_->setValue(int(fraction * 100));
+                load_label_->show();
+                load_bar_->show();
+                load_cancel_->show();
+            });
+    connect(&loader_, &RunLoader::idle, this, [this] {
+        load_label_->hide();
+        load_bar_->hide();
+        load_cancel_->hide();
+        emit loading_idle();
+    });
+
+    build_menus();
+    build_status_bar();
+    refresh_views();
+    resize(1400, 900);
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::build_menus() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    QAction* open = file->addAction(tr("&Open…"), this, &MainWindow::show_open_dialog);
+    open->setShortcut(QKeySequence::Open);
+    recent_menu_ = file->addMenu(tr("Open &Recent"));
+    connect(recent_menu_, &QMenu::aboutToShow, this, &MainWindow::rebuild_recent_menu);
+    rebuild_recent_menu();
+    file->addSeparator();
+    QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quit->setShortcut(QKeySequence::Quit);
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    rerun_action_ = run->addAction(tr("&Re-run with Another Balancer…"), this,
+                                   &MainWindow::show_rerun_dialog);
+    rerun_action_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+    QAction* next = run->addAction(tr("&Next Run"), this, [this] {
+        if (run_selector_->count() > 0) {
+            set_current_run((run_selector_->currentIndex() + 1) % run_selector_->count());
+        }
+    });
+    next->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_BracketRight));
+    QAction* previous = run->addAction(tr("&Previous Run"), this, [this] {
+        if (const int n = run_selector_->count(); n > 0) {
+            set_current_run((run_selector_->currentIndex() + n - 1) % n);
+        }
+    });
+    previous->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_BracketLeft));
+    QAction* cancel = run->addAction(tr("&Cancel Loading"), this, &MainWindow::cancel_loading);
+    cancel->setShortcut(QKeySequence(Qt::Key_Escape));
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    for (int i = 0; i < tabs_->count(); ++i) {
+        QAction* action = view->addAction(tabs_->tabText(i), this,
+                                          [this, i] { tabs_->setCurrentIndex(i); });
+        action->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
+    }
+}
+
+void MainWindow::build_status_bar() {
+    load_label_ = new QLabel(this);
+    load_bar_ = new QProgressBar(this);
+    load_bar_->setRange(0, 100);
+    load_bar_->setMaximumWidth(200);
+    load_cancel_ = new QPushButton(tr("Cancel"), this);
+    load_cancel_->setToolTip(tr("Stop loading (Esc)"));
+    connect(load_cancel_, &QPushButton::clicked, this, &MainWindow::cancel_loading);
+    statusBar()->addPermanentWidget(load_label_);
+    statusBar()->addPermanentWidget(load_bar_);
+    statusBar()->addPermanentWidget(load_cancel_);
+    load_label_->hide();
+    load_bar_->hide();
+    load_cancel_->hide();
+    statusBar()->showMessage(tr("Open a run: File ▸ Open, or drop a run file or capture folder here"));
+}
+
+void MainWindow::open_path(const QString& path) { open(OpenRequest{path, nullptr, false}); }
+
+void MainWindow::open(const OpenRequest& request) {
+    // Importers of other formats plug in here, chosen by sniffing the file's first bytes;
+    // today every path is a Fulcrum run or a capture folder.
+    load_bar_->setValue(0);
+    loader_.open(request);
+}
+
+void MainWindow::cancel_loading() { loader_.cancel(); }
+
+bool MainWindow::loading() const { return loader_.busy(); }
+
+views::RunPtr MainWindow::current_run() const {
+    const int at = run_selector_->currentIndex();
+    return at >= 0 && at < runs_.size() ? runs_[at] : nullptr;
+}
+
+void MainWindow::set_current_run(int index) { run_selector_->setCurrentIndex(index); }
+
+void MainWindow::show_view(View view) { tabs_->setCurrentIndex(int(view)); }
+
+View MainWindow::current_view() const { return View(tabs_->currentIndex()); }
+
+void MainWindow::add_run(const views::RunPtr& run, const OpenRequest& request) {
+    runs_.push_back(run);
+    if (!reference_ || request.reference) {
+        reference_ = request.reference ? request.reference : run;
+    }
+    remember_recent(run->path);
+    QString label = run->title;
+    if (run->trace) {
+        const auto& config = run->trace->config;
+        const QString balancer = QString::fromStdString(config.balancer);
+        if (!balancer.isEmpty() && !label.contains(balancer)) {
+            label += QString(" (%1)").arg(balancer);
+        }
+    }
+    run_selector_->addItem(label, run->path);
+    run_selector_->setItemData(run_selector_->count() - 1, run->path, Qt::ToolTipRole);
+    // A new run shows in the single-run views; a re-run is read against its original in Compare.
+    set_current_run(run_selector_->count() - 1);
+    refresh_compare();
+    if (request.show_compare) {
+        show_view(View::compare);
+    }
+    if (!run->analysis_error.isEmpty()) {
+        statusBar()->showMessage(tr("%1: analyses unavailable: %2").arg(run->title, run->analysis_error));
+    } else {
+        statusBar()->showMessage(tr("Opened %1").arg(run->path), 5000);
+    }
+    emit run_opened(run);
+}
+
+void MainWindow::refresh_views() {
+    const views::RunPtr run = current_run();
+    timeline_->set_run(run);
+    bubbles_->set_run(run);
+    cp_load_->set_run(run);
+    overlap_->set_run(run);
+    heatmaps_->set_run(run);
+    rerun_action_->setEnabled(run != nullptr);
+    setWindowTitle(run ? tr("%1 — Fulcrum").arg(run->title) : tr("Fulcrum"));
+}
+
+void MainWindow::refresh_compare() {
+    QVector<views::RunPtr> ordered;
+    if (reference_) {
+        ordered.push_back(reference_);
+    }
+    for (const auto& run : runs_) {
+        if (run != reference_) {
+            ordered.push_back(run);
+        }
+    }
+    compare_runs_ = ordered;
+    compare_->set_runs(ordered);
+}
+
+void MainWindow::report_error(const QString& message) {
+    statusBar()->showMessage(message, 10000);
+    emit error_reported(message);
+    if (modal_dialogs_) {
+        // open(), not exec(): the window keeps painting and loading behind the box.
+        auto* box = new QMessageBox(QMessageBox::Warning, tr("Fulcrum"), message, QMessageBox::Ok, this);
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->open();
+    }
+}
+
+QStringList MainWindow::recent_runs() const {
+    return existing(QSettings().value(kRecentKey).toStringList());
+}
+
+void MainWindow::remember_recent(const QString& path) {
+    QStringList recent = recent_runs();
+    const QString absolute = QFileInfo(path).absoluteFilePath();
+    recent.removeAll(absolute);
+    recent.prepend(absolute);
+    while (recent.size() > kRecentRuns) {
+        recent.removeLast();
+    }
+    QSettings().setValue(kRecentKey, recent);
+    rebuild_recent_menu();
+}
+
+void MainWindow::rebuild_recent_menu() {
+    // Runs deleted since they were opened drop out of the list here.
+    const QStringList recent = recent_runs();
+    QSettings().setValue(kRecentKey, recent);
+    recent_menu_->clear();
+    for (int i = 0; i < recent.size(); ++i) {
+        const QString& path = recent[i];
+        const QFileInfo info(path);
+        const QString name = info.fileName() == QLatin1String("run.fulcrum")
+                                 ? info.dir().dirName() + "/" + info.fileName()
+                                 : info.fileName();
+        QAction* action = recent_menu_->addAction(QString("&%1 %2").arg((i + 1) % 10).arg(name),
+                                                  this, [this, path] { open_path(path); });
+        action->setToolTip(path);
+        action->setStatusTip(path);
+    }
+    if (recent.isEmpty()) {
+        recent_menu_->addAction(tr("(none)"))->setEnabled(false);
+    } else {
+        recent_menu_->addSeparator();
+        recent_menu_->addAction(tr("Clear List"), this, [this] {
+            QSettings().remove(kRecentKey);
+            rebuild_recent_menu();
+        });
+    }
+}
+
+void MainWindow::show_open_dialog() {
+    // A non-native dialog lists folders and files together, so a capture folder can be
+    // chosen as it is.
+    auto* dialog = new QFileDialog(this, tr("Open Run"), QString(),
+                                   tr("Fulcrum runs (*.fulcrum);;All files (*)"));
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setFileMode(QFileDialog::ExistingFiles);
+    dialog->setOption(QFileDialog::DontUseNativeDialog);
+    connect(dialog, &QFileDialog::filesSelected, this, [this](const QStringList& files) {
+        for (const QString& file : files) {
+            open_path(file);
+        }
+    });
+    // Choosing a folder and pressing Open would enter it; "Open folder" opens its run.
+    auto* open_folder = new QPushButton(tr("Open Capture &Folder"), dialog);
+    connect(open_folder, &QPushButton::clicked, dialog, [this, dialog] {
+        open_path(dialog->directory().absolutePath());
+        dialog->close();
+    });
+    if (auto* layout = dialog->layout()) {
+        layout->addWidget(open_folder);
+    }
+    dialog->open();
+}
+
+RerunDialog* MainWindow::rerun_dialog() {
+    const views::RunPtr run = current_run();
+    if (!run) {
+        return nullptr;
+    }
+    if (rerun_dialog_ && rerun_dialog_->run() == run) {
+        return rerun_dialog_;
+    }
+    if (rerun_dialog_ && rerun_dialog_->state() == RerunDialog::State::running) {
+        return rerun_dialog_;  // one re-run at a time; it keeps its own run
+    }
+    delete rerun_dialog_;
+    rerun_dialog_ = new RerunDialog(run, this, tools_dir_);
+    connect(rerun_dialog_, &RerunDialog::run_ready, this,
+            [this](const QString& path, const views::RunPtr& original) {
+                open(OpenRequest{path, original, true});
+            });
+    return rerun_dialog_;
+}
+
+void MainWindow::show_rerun_dialog() {
+    if (RerunDialog* dialog = rerun_dialog()) {
+        dialog->show();
+        dialog->raise();
+        dialog->activateWindow();
+    }
+}
+
+void MainWindow::show_place(const views::Place& place) {
+    show_view(View::timeline);
+    timeline_->show_place(place);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+    if (event->mimeData()->hasUrls()) {
+        for (const QUrl& url : event->mimeData()->urls()) {
+            if (url.isLocalFile()) {
+                event->acceptProposedAction();
+                return;
+            }
+        }
+    }
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+    bool any = false;
+    for (const QUrl& url : event->mimeData()->urls()) {
+        if (url.isLocalFile()) {
+            open_path(url.toLocalFile());
+            any = true;
+        }
+    }
+    if (any) {
+        event->acceptProposedAction();
+    }
+}
+
+}  // namespace fulcrum::ui

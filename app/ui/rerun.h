@@ -1,0 +1,76 @@
+// Re-running a run with another balancer: the pure part. Rebuilding the engine's command
+// line from the one `fulcrum capture` recorded, finding the tools, choosing where the new
+// run goes. No widgets, no processes, so it is tested table by table.
+#pragma once
+
+#include <QString>
+#include <QStringList>
+
+#include "views/common/opened_run.h"
+
+namespace fulcrum::ui {
+
+// What the user picks; an empty field keeps the run's own setting.
+struct RerunChoice {
+    QString balancer;  // fixed, ilp, wlb
+    QString cp_shard;  // contiguous, zigzag, per-doc, adaptive (only meaningful when cp > 1)
+    QString schedule;  // gpipe, 1f1b (only meaningful when pp > 1)
+};
+
+QStringList balancer_names();
+QStringList cp_shard_names();
+QStringList schedule_names();
+
+// Splits a command line that `fulcrum capture` recorded with POSIX shell quoting
+// (collect::shell_quote: plain words bare, others in single quotes with '\'' for a quote).
+QStringList split_shell_words(const QString& command);
+
+// Sets `--option value`: replaces the value of every `--option value` / `--option=value`
+// already there, or appends the pair when the option is missing.
+QStringList with_option(QStringList argv, const QString& option, const QString& value);
+
+// Index of the fulcrum-train word in a recorded command (after mpirun/srun and their
+// options), or -1.
+int engine_word(const QStringList& argv);
+
+// The engine for a recorded path: the recorded one when it exists (relative paths against
+// the current directory, since capture does not record its working directory), else the one
+// of this build next to the GUI (`app_dir`/../../engine), else PATH. Empty when none.
+QString locate_engine(const QString& recorded, const QString& app_dir);
+// `fulcrum` of this build (`app_dir`/..), else PATH. Empty when none.
+QString locate_fulcrum(const QString& app_dir);
+
+// The engine command for `choice`: the recorded words with --balancer replaced, --cp-shard
+// only when cp > 1 and --schedule only when pp > 1, and the engine word replaced by `engine`
+// when it is not empty.
+QStringList rerun_argv(const QStringList& recorded, const RerunChoice& choice, int pp, int cp,
+                       const QString& engine = {});
+
+// Whether `run` can be captured again on this machine, and if not, why (shown in the
+// dialog next to "Simulate instead").
+struct RerunPlan {
+    bool capture_here = false;
+    QString why_not;      // empty when capture_here
+    QString engine;       // the located fulcrum-train
+    QStringList argv;     // the recorded command, split
+};
+RerunPlan plan_rerun(const views::OpenedRun& run, const QString& app_dir,
+                     const QString& local_host);
+
+// A path that does not exist yet, next to the run's folder:
+// `<run folder>/../<stem><suffix>`, then `<stem><suffix>-2`... (the suffix may carry an
+// extension: "-sim-wlb.fulcrum"). Falls back to the temp folder when that is not writable.
+QString unique_output_path(const QString& run_path, const QString& stem, const QString& suffix);
+
+// `fulcrum capture -o OUT -- ENGINE ARGV...`
+QStringList capture_arguments(const QString& out_dir, const QStringList& engine_argv);
+// `fulcrum simulate --calibrate RUN --balancer B [--cp-shard S] [--schedule X] --progress -o OUT`
+QStringList simulate_arguments(const QString& run_path, const RerunChoice& choice, int pp, int cp,
+                               const QString& out_file);
+
+// Progress of a re-run, from one line of the tool's output: the engine's "step N | ..." lines
+// (0-based steps out of `steps`) or simulate --progress's "label NN%". -1 when the line says
+// nothing about progress.
+double progress_from_line(const QString& line, int steps);
+
+}  // namespace fulcrum::ui

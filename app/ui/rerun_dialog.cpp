@@ -1,0 +1,383 @@
+#include "app/ui/rerun_dialog.h"
+
+#include <QCoreApplication>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDir>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRadioButton>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <csignal>
+#include <sys/types.h>
+#include <unistd.h>
+
+namespace fulcrum::ui {
+namespace {
+
+QString or_unknown(const std::string& text) {
+    return text.empty() ? QStringLiteral("unknown") : QString::fromStdString(text);
+}
+
+// Open MPI refuses to start as root unless told; the fixture script and a root container
+// need the same switches. Set only when missing, and only for root.
+QProcessEnvironment rerun_environment() {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    if (geteuid() == 0) {
+        const std::pair<const char*, const char*> root_mpi[] = {
+            {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+            {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"},
+            {"OMPI_MCA_rmaps_base_oversubscribe", "1"},
+            {"OMPI_MCA_mpi_yield_when_idle", "1"},
+        };
+        for (const auto& [name, value] : root_mpi) {
+            if (!env.contains(name)) {
+                env.insert(name, value);
+            }
+        }
+    }
+    return env;
+}
+
+QString local_host_name() {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    return QString::fromLocal8Bit(name);
+}
+
+}  // namespace
+
+RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
+    : QDialog(parent), run_(std::move(run)),
+      app_dir_(app_dir.isEmpty() ? QCoreApplication::applicationDirPath() : std::move(app_dir)) {
+    setWindowTitle(tr("Re-run %1").arg(run_->title));
+    plan_ = plan_rerun(*run_, app_dir_, local_host_name());
+    fulcrum_ = locate_fulcrum(app_dir_);
+    const analysis::RunConfig& config = run_->trace->config;
+
+    auto* layout = new QVBoxLayout(this);
+    auto* summary = new QLabel(
+        tr("<b>%1</b>: DP %2 × TP %3 × PP %4 × CP %5; balancer %6, CP sharding %7, schedule %8")
+            .arg(run_->title.toHtmlEscaped())
+            .arg(config.dp).arg(config.tp).arg(config.pp).arg(config.cp)
+            .arg(or_unknown(config.balancer), or_unknown(config.cp_shard),
+                 or_unknown(config.schedule)),
+        this);
+    summary->setWordWrap(true);
+    layout->addWidget(summary);
+
+    auto* form = new QFormLayout;
+    balancer_ = new QComboBox(this);
+    balancer_->addItems(balancer_names());
+    // The balancer to compare against is, by default, one the run did not use.
+    for (const QString& name : balancer_names()) {
+        if (name != QString::fromStdString(config.balancer)) {
+            balancer_->setCurrentText(name);
+            break;
+        }
+    }
+    cp_shard_ = new QComboBox(this);
+    cp_shard_->addItems(cp_shard_names());
+    cp_shard_->setCurrentText(QString::fromStdString(config.cp_shard));
+    cp_shard_->setEnabled(config.cp > 1);
+    cp_shard_->setToolTip(config.cp > 1 ? QString() : tr("The run has no context parallelism"));
+    schedule_ = new QComboBox(this);
+    schedule_->addItems(schedule_names());
+    schedule_->setCurrentText(QString::fromStdString(config.schedule));
+    schedule_->setEnabled(config.pp > 1);
+    schedule_->setToolTip(config.pp > 1 ? QString() : tr("The run has no pipeline stages"));
+    form->addRow(tr("&Balancer:"), balancer_);
+    form->addRow(tr("CP &sharding:"), cp_shard_);
+    form->addRow(tr("&Schedule:"), schedule_);
+    layout->addLayout(form);
+
+    capture_button_ = new QRadioButton(tr("Re-run here with fulcrum capture"), this);
+    simulate_button_ =
+        new QRadioButton(tr("Simulate instead (cost model fitted on this run)"), this);
+    layout->addWidget(capture_button_);
+    if (!plan_.capture_here) {
+        auto* why = new QLabel(tr("Cannot re-run here: %1.").arg(plan_.why_not), this);
+        why->setWordWrap(true);
+        layout->addWidget(why);
+    }
+    layout->addWidget(simulate_button_);
+    capture_button_->setEnabled(plan_.capture_here);
+    (plan_.capture_here ? capture_button_ : simulate_button_)->setChecked(true);
+
+    command_ = new QLineEdit(this);
+    command_->setReadOnly(true);
+    layout->addWidget(command_);
+    bar_ = new QProgressBar(this);
+    bar_->setRange(0, 1000);
+    bar_->setValue(0);
+    layout->addWidget(bar_);
+    status_ = new QLabel(tr("Ready"), this);
+    status_->setWordWrap(true);
+    status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(status_);
+    last_line_ = new QLabel(this);
+    last_line_->setTextFormat(Qt::PlainText);
+    layout->addWidget(last_line_);
+    log_ = new QPlainTextEdit(this);
+    log_->setReadOnly(true);
+    log_->setMaximumBlockCount(2000);
+    log_->setFont(QFont(QStringLiteral("monospace")));
+    layout->addWidget(log_, 1);
+
+    auto* buttons = new QDialogButtonBox(this);
+    start_button_ = buttons->addButton(tr("&Start"), QDialogButtonBox::AcceptRole);
+    cancel_button_ = buttons->addButton(tr("Cancel run"), QDialogButtonBox::ActionRole);
+    cancel_button_->setEnabled(false);
+    auto* close = buttons->addButton(QDialogButtonBox::Close);
+    layout->addWidget(buttons);
+    connect(start_button_, &QPushButton::clicked, this, &RerunDialog::start);
+    connect(cancel_button_, &QPushButton::clicked, this, [this] { cancel(); });
+    connect(close, &QPushButton::clicked, this, &QDialog::reject);
+
+    for (QComboBox* box : {balancer_, cp_shard_, schedule_}) {
+        connect(box, &QComboBox::currentTextChanged, this, &RerunDialog::update_command);
+    }
+    connect(simulate_button_, &QRadioButton::toggled, this, &RerunDialog::update_command);
+
+    tick_ = new QTimer(this);
+    tick_->setInterval(250);
+    connect(tick_, &QTimer::timeout, this, [this] {
+        if (state_ == State::running) {
+            const qint64 s = elapsed_.elapsed() / 1000;
+            status_->setText(tr("%1 — %2:%3 elapsed")
+                                 .arg(cancel_requested_ ? tr("Cancelling") : tr("Running"))
+                                 .arg(s / 60)
+                                 .arg(s % 60, 2, 10, QChar('0')));
+        }
+    });
+    update_command();
+    resize(640, 480);
+}
+
+RerunDialog::~RerunDialog() {
+    if (process_ && process_->state() != QProcess::NotRunning) {
+        process_->disconnect(this);
+        process_->terminate();
+        if (!process_->waitForFinished(2000)) {
+            kill_tree();
+            process_->waitForFinished(2000);
+        }
+    }
+}
+
+void RerunDialog::set_choice(const RerunChoice& choice) {
+    if (!choice.balancer.isEmpty()) {
+        balancer_->setCurrentText(choice.balancer);
+    }
+    if (!choice.cp_shard.isEmpty()) {
+        cp_shard_->setCurrentText(choice.cp_shard);
+    }
+    if (!choice.schedule.isEmpty()) {
+        schedule_->setCurrentText(choice.schedule);
+    }
+}
+
+RerunChoice RerunDialog::choice() const {
+    return {balancer_->currentText(), cp_shard_->currentText(), schedule_->currentText()};
+}
+
+void RerunDialog::set_simulate(bool on) {
+    (on || !plan_.capture_here ? simulate_button_ : capture_button_)->setChecked(true);
+}
+
+bool RerunDialog::simulate() const { return simulate_button_->isChecked(); }
+
+QString RerunDialog::program() const { return fulcrum_; }
+
+QStringList RerunDialog::arguments() const {
+    const analysis::RunConfig& config = run_->trace->config;
+    const QString stem = run_->title;
+    if (simulate()) {
+        const QString out = output_.isEmpty()
+                                ? unique_output_path(run_->path, stem,
+                                                     "-sim-" + choice().balancer + ".fulcrum")
+                                : output_;
+        return simulate_arguments(run_->path, choice(), config.pp, config.cp, out);
+    }
+    const QString dir = output_dir_.isEmpty()
+                            ? unique_output_path(run_->path, stem, "-rerun-" + choice().balancer)
+                            : output_dir_;
+    return capture_arguments(dir, rerun_argv(plan_.argv, choice(), config.pp, config.cp,
+                                             plan_.engine));
+}
+
+void RerunDialog::update_command() {
+    if (state_ == State::running) {
+        return;
+    }
+    QStringList words{fulcrum_.isEmpty() ? QStringLiteral("fulcrum") : fulcrum_};
+    words += arguments();
+    command_->setText(words.join(' '));
+}
+
+void RerunDialog::start() {
+    if (state_ == State::running) {
+        return;
+    }
+    if (fulcrum_.isEmpty()) {
+        set_state(State::failed, tr("The fulcrum command line tool was found neither next to "
+                                    "fulcrum-ui nor on PATH."));
+        return;
+    }
+    const QString stem = run_->title;
+    if (simulate()) {
+        output_dir_.clear();
+        output_ = unique_output_path(run_->path, stem, "-sim-" + choice().balancer + ".fulcrum");
+    } else {
+        output_dir_ = unique_output_path(run_->path, stem, "-rerun-" + choice().balancer);
+        output_ = QDir(output_dir_).filePath("run.fulcrum");
+    }
+    const QStringList args = arguments();
+    command_->setText(QStringList(QStringList{fulcrum_} + args).join(' '));
+
+    lines_.clear();
+    partial_line_.clear();
+    log_->clear();
+    last_line_->clear();
+    cancel_requested_ = false;
+    delete process_;
+    process_ = new QProcess(this);
+    process_->setProcessChannelMode(QProcess::MergedChannels);
+    process_->setProcessEnvironment(rerun_environment());
+    // Its own process group, so a kill reaches mpirun's ranks too, whatever they ignore.
+    process_->setChildProcessModifier([] { ::setpgid(0, 0); });
+    connect(process_, &QProcess::readyRead, this, &RerunDialog::read_output);
+    connect(process_, &QProcess::finished, this, &RerunDialog::process_finished);
+    connect(process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError error) {
+        if (error == QProcess::FailedToStart) {
+            set_state(State::failed,
+                      tr("Could not start %1: %2").arg(fulcrum_, process_->errorString()));
+        }
+    });
+    bar_->setRange(0, 0);  // busy until the tool says how far it is
+    elapsed_.start();
+    set_state(State::running, tr("Running"));
+    log_->appendPlainText("$ " + command_->text());
+    process_->start(fulcrum_, args);
+}
+
+void RerunDialog::cancel(int grace_ms) {
+    if (state_ != State::running || !process_) {
+        return;
+    }
+    cancel_requested_ = true;
+    status_->setText(tr("Cancelling"));
+    process_->terminate();
+    QPointer<QProcess> process(process_);
+    QTimer::singleShot(grace_ms, this, [this, process] {
+        if (process && process == process_ && process->state() != QProcess::NotRunning) {
+            kill_tree();
+        }
+    });
+}
+
+void RerunDialog::kill_tree() {
+    if (process_ && process_->processId() > 0) {
+        ::kill(-pid_t(process_->processId()), SIGKILL);
+    }
+}
+
+void RerunDialog::read_output() {
+    const QString text = partial_line_ + QString::fromLocal8Bit(process_->readAll());
+    // Progress lines end in '\r' on a terminal; treat it as a line end too.
+    QStringList parts = text.split(QRegularExpression("[\r\n]"));
+    partial_line_ = parts.takeLast();
+    const int steps = run_->trace->config.steps;
+    for (QString& line : parts) {
+        line = line.trimmed();
+        if (line.isEmpty()) {
+            continue;
+        }
+        lines_ << line;
+        log_->appendPlainText(line);
+        last_line_->setText(line.left(200));
+        const double fraction = progress_from_line(line, steps);
+        if (fraction >= 0) {
+            bar_->setRange(0, 1000);
+            bar_->setValue(int(fraction * 1000));
+        }
+    }
+    if (lines_.size() > 2000) {
+        lines_ = lines_.mid(lines_.size() - 1000);
+    }
+}
+
+QString RerunDialog::last_lines(int count) const {
+    return lines_.mid(std::max<qsizetype>(0, lines_.size() - count)).join('\n');
+}
+
+void RerunDialog::process_finished(int exit_code, QProcess::ExitStatus status) {
+    if (state_ != State::running) {
+        return;
+    }
+    read_output();
+    if (!partial_line_.trimmed().isEmpty()) {
+        lines_ << partial_line_.trimmed();
+        log_->appendPlainText(partial_line_.trimmed());
+        partial_line_.clear();
+    }
+    const QString seconds = QString::number(elapsed_.elapsed() / 1000.0, 'f', 1);
+    if (cancel_requested_) {
+        // A cancelled capture leaves rank files and no merged run: nothing worth keeping.
+        if (!output_dir_.isEmpty()) {
+            QDir(output_dir_).removeRecursively();
+        } else if (!output_.isEmpty()) {
+            QFile::remove(output_);
+        }
+        set_state(State::cancelled, tr("Cancelled after %1 s.").arg(seconds));
+        return;
+    }
+    if (status != QProcess::NormalExit || exit_code != 0 || !QFileInfo::exists(output_)) {
+        const QString how = status != QProcess::NormalExit
+                                ? tr("crashed")
+                                : tr("exited with status %1").arg(exit_code);
+        set_state(State::failed, tr("%1 %2 after %3 s:\n%4")
+                                     .arg(simulate() ? "fulcrum simulate" : "fulcrum capture",
+                                          how, seconds, last_lines(8)));
+        return;
+    }
+    bar_->setRange(0, 1000);
+    bar_->setValue(1000);
+    set_state(State::succeeded, tr("Done in %1 s: %2").arg(seconds, output_));
+    emit run_ready(output_, run_);
+}
+
+void RerunDialog::set_state(State state, const QString& text) {
+    state_ = state;
+    status_->setText(text);
+    const bool running = state == State::running;
+    start_button_->setEnabled(!running);
+    cancel_button_->setEnabled(running);
+    for (QWidget* w : {static_cast<QWidget*>(balancer_), static_cast<QWidget*>(simulate_button_)}) {
+        w->setEnabled(!running);
+    }
+    capture_button_->setEnabled(!running && plan_.capture_here);
+    cp_shard_->setEnabled(!running && run_->trace->config.cp > 1);
+    schedule_->setEnabled(!running && run_->trace->config.pp > 1);
+    if (running) {
+        tick_->start();
+    } else {
+        tick_->stop();
+        if (state != State::succeeded) {
+            bar_->setRange(0, 1000);
+            bar_->setValue(0);
+        }
+    }
+    emit state_changed(state);
+}
+
+QString RerunDialog::status_text() const { return status_->text(); }
+
+}  // namespace fulcrum::ui

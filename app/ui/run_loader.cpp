@@ -1,0 +1,85 @@
+#include "app/ui/run_loader.h"
+
+#include <QPointer>
+#include <QtConcurrent/QtConcurrentRun>
+
+namespace fulcrum::ui {
+
+RunLoader::RunLoader(QObject* parent) : QObject(parent) {
+    connect(&watcher_, &QFutureWatcherBase::finished, this, &RunLoader::finish);
+}
+
+RunLoader::~RunLoader() {
+    queue_.clear();
+    if (cancel_) {
+        cancel_->store(true);
+    }
+    watcher_.waitForFinished();
+}
+
+void RunLoader::open(const OpenRequest& request) {
+    queue_.enqueue(request);
+    if (!busy()) {
+        start_next();
+    }
+}
+
+void RunLoader::cancel() {
+    queue_.clear();
+    if (cancel_) {
+        cancel_->store(true);
+    }
+}
+
+void RunLoader::start_next() {
+    if (queue_.isEmpty()) {
+        emit idle();
+        return;
+    }
+    current_ = queue_.dequeue();
+    cancel_ = std::make_shared<std::atomic<bool>>(false);
+    const QString path = current_->path;
+    emit progress(path, tr("opening"), 0.0);
+
+    // The thread reports through queued calls on `self`: once the loader is gone they are
+    // dropped, and the destructor waits for the thread anyway.
+    QPointer<RunLoader> self(this);
+    auto cancel = cancel_;
+    auto work = [self, cancel, path]() -> Result<views::RunPtr> {
+        if (cancel->load()) {
+            return Error{ErrorCode::cancelled, "cancelled"};
+        }
+        views::OpenOptions options;
+        options.cancel = cancel.get();
+        options.progress = [self, path](const QString& stage, double fraction) {
+            QMetaObject::invokeMethod(
+                self.data(),
+                [self, path, stage, fraction] {
+                    if (self) {
+                        emit self->progress(path, stage, fraction);
+                    }
+                },
+                Qt::QueuedConnection);
+        };
+        return views::open_run(path, options);
+    };
+    watcher_.setFuture(QtConcurrent::run(work));
+}
+
+void RunLoader::finish() {
+    const OpenRequest request = *current_;
+    const bool was_cancelled = cancel_->load();
+    Result<views::RunPtr> result = watcher_.future().result();
+    current_.reset();
+    cancel_.reset();
+    if (was_cancelled || (!result && result.error().code == ErrorCode::cancelled)) {
+        emit cancelled(request.path);
+    } else if (!result) {
+        emit failed(request.path, QString::fromStdString(result.error().message));
+    } else {
+        emit opened(*result, request);
+    }
+    start_next();
+}
+
+}  // namespace fulcrum::ui

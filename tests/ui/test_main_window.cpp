@@ -1,0 +1,200 @@
+// The main window on the two real captures: opening from every entry point, errors that leave
+// the window usable, the recent list, drag and drop, cancel, and the heatmap → timeline link.
+#include <QComboBox>
+#include <QMimeData>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "app/ui/main_window.h"
+#include "views/charts/heatmap_view.h"
+
+using namespace fulcrum;
+using namespace fulcrum::ui;
+
+namespace {
+
+const QString kRuns = QStringLiteral(FULCRUM_GUI_RUNS_DIR);
+QString fixed_run() { return kRuns + "/fixed/run.fulcrum"; }
+QString wlb_run() { return kRuns + "/wlb/run.fulcrum"; }
+constexpr int kLoadMs = 60000;
+
+}  // namespace
+
+class MainWindowTest : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase() {
+        QVERIFY2(QFileInfo::exists(fixed_run()), "run the gui_capture_runs fixture first");
+        // The recent list goes to a settings file of this test, not the user's.
+        QSettings::setDefaultFormat(QSettings::IniFormat);
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings_dir_.path());
+        QCoreApplication::setOrganizationName("fulcrum-tests");
+        QCoreApplication::setApplicationName("test_ui_main_window");
+    }
+    void init() { QSettings().clear(); }
+
+    void opens_both_runs() {
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QSignalSpy opened(&window, &MainWindow::run_opened);
+        QSignalSpy errors(&window, &MainWindow::error_reported);
+        window.open_path(fixed_run());
+        window.open_path(wlb_run());
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 2, kLoadMs);
+        QCOMPARE(opened.size(), 2);
+        QCOMPARE(errors.size(), 0);
+
+        QStringList tabs;
+        for (int i = 0; i < window.tabs()->count(); ++i) {
+            tabs << window.tabs()->tabText(i);
+        }
+        QCOMPARE(tabs, (QStringList{"Timeline", "Bubbles", "CP load", "Overlap", "Heatmaps", "Compare"}));
+        QCOMPARE(window.run_selector()->count(), 2);
+        // Opened in order; the first is Compare's reference, the newest is shown.
+        QCOMPARE(window.runs()[0]->path, QFileInfo(fixed_run()).absoluteFilePath());
+        QCOMPARE(window.runs()[1]->path, QFileInfo(wlb_run()).absoluteFilePath());
+        QVERIFY(window.runs()[0]->analysis);
+        QCOMPARE(window.compare_runs(), window.runs());
+        QCOMPARE(window.reference_run(), window.runs()[0]);
+        QCOMPARE(window.current_run(), window.runs()[1]);
+        window.set_current_run(0);
+        QCOMPARE(window.current_run(), window.runs()[0]);
+        QVERIFY(window.windowTitle().contains("fixed"));
+        QVERIFY(!window.loading());
+    }
+
+    void opens_a_capture_folder() {
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        window.open_path(kRuns + "/wlb");
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 1, kLoadMs);
+        QCOMPARE(window.runs()[0]->path, QFileInfo(wlb_run()).absoluteFilePath());
+        QCOMPARE(window.runs()[0]->title, QString("wlb"));
+    }
+
+    void errors_name_the_file_and_leave_the_window_usable_data() {
+        QTest::addColumn<QByteArray>("content");  // empty name: the path does not exist
+        QTest::addColumn<bool>("create");
+        QTest::newRow("missing") << QByteArray() << false;
+        QTest::newRow("not SQLite") << QByteArray("this is not a database\n").repeated(200) << true;
+        QTest::newRow("empty") << QByteArray() << true;
+        QTest::newRow("folder without a run") << QByteArray() << false;
+    }
+    void errors_name_the_file_and_leave_the_window_usable() {
+        QFETCH(QByteArray, content);
+        QFETCH(bool, create);
+        QTemporaryDir dir;
+        QString path = dir.filePath("bad run.fulcrum");
+        if (create) {
+            QFile file(path);
+            QVERIFY(file.open(QIODevice::WriteOnly));
+            file.write(content);
+        } else if (QString(QTest::currentDataTag()).startsWith("folder")) {
+            path = dir.path();
+        }
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QSignalSpy errors(&window, &MainWindow::error_reported);
+        QSignalSpy idle(&window, &MainWindow::loading_idle);
+        window.open_path(path);
+        QTRY_COMPARE_WITH_TIMEOUT(errors.size(), 1, kLoadMs);
+        const QString message = errors[0][0].toString();
+        QVERIFY2(message.contains(path), qPrintable(message));
+        QVERIFY(window.runs().isEmpty());
+        QTRY_VERIFY(idle.size() >= 1);
+        // Still usable: a good run opens after the bad one.
+        window.open_path(fixed_run());
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 1, kLoadMs);
+        QCOMPARE(errors.size(), 1);
+    }
+
+    void recent_runs_are_remembered_and_pruned() {
+        QTemporaryDir dir;
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        // Twelve copies: the list keeps the ten newest, most recent first.
+        QStringList copies;
+        for (int i = 0; i < 12; ++i) {
+            const QString copy = dir.filePath(QString("copy%1.fulcrum").arg(i));
+            QVERIFY(QFile::copy(fixed_run(), copy));
+            copies << copy;
+            window.open_path(copy);
+        }
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 12, kLoadMs);
+        QStringList recent = window.recent_runs();
+        QCOMPARE(recent.size(), 10);
+        QCOMPARE(recent.first(), copies[11]);
+        QCOMPARE(recent.last(), copies[2]);
+        // Deleted runs drop out, and the stored list follows.
+        QVERIFY(QFile::remove(copies[11]));
+        recent = window.recent_runs();
+        QCOMPARE(recent.size(), 9);
+        QVERIFY(!recent.contains(copies[11]));
+        // A new window reads the same list.
+        MainWindow other;
+        QCOMPARE(other.recent_runs(), recent);
+    }
+
+    void drop_opens_runs() {
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(fixed_run()), QUrl::fromLocalFile(kRuns + "/wlb")});
+        QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QCoreApplication::sendEvent(&window, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QCoreApplication::sendEvent(&window, &drop);
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 2, kLoadMs);
+        QCOMPARE(window.runs()[1]->title, QString("wlb"));
+    }
+
+    void cancel_adds_no_run() {
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QSignalSpy cancelled(&window, &MainWindow::load_cancelled);
+        QSignalSpy opened(&window, &MainWindow::run_opened);
+        QSignalSpy idle(&window, &MainWindow::loading_idle);
+        window.open_path(fixed_run());
+        window.open_path(wlb_run());  // queued: dropped by the cancel
+        QVERIFY(window.loading());
+        window.cancel_loading();
+        QTRY_COMPARE_WITH_TIMEOUT(idle.size(), 1, kLoadMs);
+        QCOMPARE(cancelled.size(), 1);
+        QCOMPARE(cancelled[0][0].toString(), fixed_run());
+        QCOMPARE(opened.size(), 0);
+        QVERIFY(window.runs().isEmpty());
+        QCOMPARE(window.run_selector()->count(), 0);
+        // Cancelling while idle does nothing; loading afterwards works.
+        window.cancel_loading();
+        window.open_path(wlb_run());
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 1, kLoadMs);
+        QCOMPARE(cancelled.size(), 1);
+    }
+
+    void heatmap_click_shows_the_place_in_the_timeline() {
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        window.open_path(fixed_run());
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 1, kLoadMs);
+        window.show_view(View::heatmap);
+        QCOMPARE(window.current_view(), View::heatmap);
+        emit window.heatmaps()->place_activated(views::Place{1, 0, -1});
+        QCOMPARE(window.current_view(), View::timeline);
+    }
+
+    void view_keys_match_tabs() {
+        QCOMPARE(view_keys().size(), 6);
+        QCOMPARE(view_from_key("cp-load"), std::optional<View>(View::cp_load));
+        QVERIFY(!view_from_key("flamegraph"));
+    }
+
+private:
+    QTemporaryDir settings_dir_;
+};
+
+QTEST_MAIN(MainWindowTest)
+#include "test_main_window.moc"

@@ -1,0 +1,339 @@
+// The timeline view on the real captured runs (tests/views/capture_runs.sh): the lane model
+// under every grouping, screenshots checked for content at the view's own coordinates,
+// highlight, selection and its details, wheel zoom, search, show_place; flows on a hand-built
+// run with a GPU stream (the captures are CPU-only).
+#include <QAbstractItemModelTester>
+#include <QApplication>
+#include <QImage>
+#include <QTextBrowser>
+#include <QWheelEvent>
+#include <QtTest>
+
+#include "views/common/palette.h"
+#include "views/timeline/timeline_view.h"
+
+using namespace fulcrum;
+using namespace fulcrum::views;
+using namespace fulcrum::views::timeline;
+
+namespace {
+
+RunPtr open_fixture(const char* name) {
+    const QString path = QStringLiteral(FULCRUM_GUI_RUNS_DIR "/%1/run.fulcrum").arg(name);
+    auto run = open_run(path);
+    if (!run) {
+        qFatal("cannot open %s: %s", qPrintable(path), run.error().message.c_str());
+    }
+    return *run;
+}
+
+// Pixels of `box` (clipped to the image) whose colour is exactly `colour`.
+int count_colour(const QImage& image, const QRect& box, const QColor& colour) {
+    int n = 0;
+    const QRect clipped = box.intersected(image.rect());
+    for (int y = clipped.top(); y <= clipped.bottom(); ++y) {
+        for (int x = clipped.left(); x <= clipped.right(); ++x) {
+            n += image.pixelColor(x, y).rgb() == colour.rgb();
+        }
+    }
+    return n;
+}
+
+}  // namespace
+
+class TestTimelineView : public QObject {
+    Q_OBJECT
+private:
+    RunPtr fixed_;
+    std::unique_ptr<TimelineView> view_;
+
+    std::optional<EventRef> first_named(std::int32_t rank, std::string_view name) const {
+        const Layout& layout = *view_->layout();
+        for (std::uint32_t r = 0; r < layout.rows.size(); ++r) {
+            if (layout.rows[r].rank != rank) {
+                continue;
+            }
+            const auto& events = layout.rows[r].lane->events;
+            for (std::uint32_t i = 0; i < events.size(); ++i) {
+                if (fixed_->trace->name(events[i].name) == name) {
+                    return EventRef{r, i};
+                }
+            }
+        }
+        return std::nullopt;
+    }
+    const Event& event_of(EventRef ref) const {
+        return view_->layout()->rows[ref.row].lane->events[ref.event];
+    }
+    QImage grab_canvas() const {
+        return view_->canvas()->grab().toImage().convertToFormat(QImage::Format_RGB32);
+    }
+    // FULCRUM_SAVE_SCREENSHOTS=DIR keeps the whole view's picture for a person to look at.
+    void save_view(const char* name) const {
+        const QString dir = qEnvironmentVariable("FULCRUM_SAVE_SCREENSHOTS");
+        if (!dir.isEmpty()) {
+            view_->grab().save(dir + "/" + name + ".png");
+        }
+    }
+
+private slots:
+    void initTestCase() {
+        fixed_ = open_fixture("fixed");
+        QVERIFY(fixed_->trace->ranks.size() == 4);
+    }
+
+    void init() {
+        view_ = std::make_unique<TimelineView>();
+        view_->resize(1400, 800);
+        view_->set_run(fixed_);
+        view_->show();
+        QVERIFY(QTest::qWaitForWindowExposed(view_.get()));
+    }
+
+    void cleanup() { view_.reset(); }
+
+    void model_under_every_grouping() {
+        for (const char* name : {"fixed", "wlb"}) {
+            const RunPtr run = open_fixture(name);
+            const Layout layout = build_layout(*run->trace);
+            LaneTreeModel model;
+            QAbstractItemModelTester tester(&model,
+                                            QAbstractItemModelTester::FailureReportingMode::QtTest);
+            model.set_run(run->trace.get(), &layout);
+            for (Grouping g :
+                 {Grouping::dp, Grouping::cp, Grouping::tp, Grouping::none, Grouping::pp}) {
+                model.set_grouping(g);
+                int lanes = 0;
+                for (int top = 0; top < model.rowCount(); ++top) {
+                    const QModelIndex node = model.index(top, 0);
+                    const bool grouped = g != Grouping::none;
+                    for (int c = 0; c < (grouped ? model.rowCount(node) : 1); ++c) {
+                        const QModelIndex rank = grouped ? model.index(c, 0, node) : node;
+                        lanes += model.rowCount(rank);
+                    }
+                }
+                QCOMPARE(lanes, static_cast<int>(layout.rows.size()));
+            }
+            // pp2 × cp2: two stages of two ranks each, and two CP groups.
+            model.set_grouping(Grouping::pp);
+            QCOMPARE(model.rowCount(), 2);
+            QCOMPARE(model.rowCount(model.index(0, 0)), 2);
+            QCOMPARE(model.rowCount(model.index(1, 0)), 2);
+            model.set_grouping(Grouping::cp);
+            QCOMPARE(model.rowCount(), 2);
+            model.set_grouping(Grouping::dp);
+            QCOMPARE(model.rowCount(), 1);
+        }
+    }
+
+    void screenshot_shows_events_where_the_mapping_says() {
+        const auto forward = first_named(0, "forward");
+        QVERIFY(forward);
+        TimelineCanvas* canvas = view_->canvas();
+        const QRect box = canvas->event_rect(*forward).toAlignedRect().adjusted(1, 1, -2, -1);
+        QVERIFY2(box.width() > 10, "the first forward pass is wide enough to see at full zoom-out");
+        QVERIFY(canvas->rect().contains(box));
+        const QImage image = grab_canvas();
+        const QColor colour = palette::category(event_of(*forward).category);
+        // Most of the box has its category's colour (the label takes the rest).
+        QVERIFY2(count_colour(image, box, colour) > box.width() * box.height() / 2,
+                 qPrintable(QStringLiteral("%1 of %2")
+                                .arg(count_colour(image, box, colour))
+                                .arg(box.width() * box.height())));
+        // After the run's last event (the window keeps a 1% margin) there is only background.
+        const int x_after = static_cast<int>(canvas->x_of(view_->layout()->end_ns)) + 4;
+        QVERIFY(x_after < canvas->width() - 2);
+        const QRect empty(x_after, box.top(), canvas->width() - x_after - 2, box.height());
+        QCOMPARE(count_colour(image, empty, canvas->background()), empty.width() * empty.height());
+        QCOMPARE(count_colour(image, canvas->rect(), palette::highlight()), 0);
+        save_view("timeline-whole-run");
+    }
+
+    void highlight_step_draws_the_highlight_colour() {
+        view_->highlight_step(0);
+        const QImage image = grab_canvas();
+        QVERIFY(count_colour(image, view_->canvas()->rect(), palette::highlight()) > 200);
+        view_->highlight_step(-1);
+        view_->highlight_microbatch(1);
+        const QImage microbatch = grab_canvas();
+        QVERIFY(count_colour(microbatch, view_->canvas()->rect(), palette::highlight()) > 50);
+        view_->highlight_microbatch(-1);
+        QCOMPARE(count_colour(grab_canvas(), view_->canvas()->rect(), palette::highlight()), 0);
+    }
+
+    void click_selects_and_shows_details() {
+        const auto forward = first_named(0, "forward");
+        QVERIFY(forward);
+        TimelineCanvas* canvas = view_->canvas();
+        const QPoint centre = canvas->event_rect(*forward).center().toPoint();
+        QTest::mouseClick(canvas, Qt::LeftButton, {}, centre);
+        QVERIFY(canvas->selected());
+        QCOMPARE(*canvas->selected(), *forward);
+        const QString text = view_->details()->toPlainText();
+        QVERIFY2(text.contains("forward"), qPrintable(text));
+        QVERIFY2(text.contains(format_duration(event_of(*forward).duration_ns())),
+                 qPrintable(text));
+        QVERIFY(text.contains("Micro-batch"));
+        // The selection is outlined in the highlight colour.
+        QVERIFY(count_colour(grab_canvas(), canvas->rect(), palette::highlight()) > 20);
+        // A click on empty space clears it.
+        const int x_after = static_cast<int>(canvas->x_of(view_->layout()->end_ns)) + 6;
+        QTest::mouseClick(canvas, Qt::LeftButton, {}, QPoint(x_after, centre.y()));
+        QVERIFY(!canvas->selected());
+        QVERIFY(view_->details()->toPlainText().isEmpty());
+    }
+
+    void wheel_zooms_about_the_cursor() {
+        TimelineCanvas* canvas = view_->canvas();
+        const std::int64_t before = canvas->window_end() - canvas->window_start();
+        const QPointF cursor(canvas->kGutterWidth + 300, 100);
+        const std::int64_t anchor = canvas->time_at(cursor.x());
+        QWheelEvent wheel(cursor, canvas->mapToGlobal(cursor), QPoint(), QPoint(0, 240),
+                          Qt::NoButton, Qt::NoModifier, Qt::NoScrollPhase, false);
+        QApplication::sendEvent(canvas, &wheel);
+        const std::int64_t after = canvas->window_end() - canvas->window_start();
+        QVERIFY(after < before * 0.8);
+        const double ns_per_px = static_cast<double>(after) / canvas->time_area_width();
+        QVERIFY(std::abs(canvas->time_at(cursor.x()) - anchor) <= ns_per_px * 1.5);
+        QVERIFY(canvas->window_start() < anchor && anchor < canvas->window_end());
+
+        view_->zoom_to(1'000'000, 2'000'000);
+        QCOMPARE(canvas->window_start(), std::int64_t(1'000'000));
+        QCOMPARE(canvas->window_end(), std::int64_t(2'000'000));
+        QTest::keyClick(canvas, Qt::Key_Home);
+        QVERIFY(canvas->window_start() <= view_->layout()->start_ns);
+        QVERIFY(canvas->window_end() >= view_->layout()->end_ns);
+    }
+
+    void drag_with_shift_zooms_to_the_range_and_ctrl_measures() {
+        TimelineCanvas* canvas = view_->canvas();
+        const int y = 100;
+        const QPoint a(canvas->kGutterWidth + 200, y), b(canvas->kGutterWidth + 400, y);
+        const std::int64_t ta = canvas->time_at(a.x()), tb = canvas->time_at(b.x());
+        QSignalSpy status(view_.get(), &TimelineView::status_message);
+        QTest::mousePress(canvas, Qt::LeftButton, Qt::ControlModifier, a);
+        QTest::mouseMove(canvas, b);
+        QTest::mouseRelease(canvas, Qt::LeftButton, Qt::ControlModifier, b);
+        QVERIFY(!status.isEmpty());
+        QVERIFY2(status.last().at(0).toString().contains(format_duration(tb - ta)),
+                 qPrintable(status.last().at(0).toString()));
+
+        QTest::mousePress(canvas, Qt::LeftButton, Qt::ShiftModifier, a);
+        QTest::mouseMove(canvas, b);
+        QTest::mouseRelease(canvas, Qt::LeftButton, Qt::ShiftModifier, b);
+        QVERIFY(std::abs(canvas->window_start() - ta) < (tb - ta) / 100);
+        QVERIFY(std::abs(canvas->window_end() - tb) < (tb - ta) / 100);
+    }
+
+    void search_finds_every_forward_pass() {
+        std::int64_t expected = 0;
+        for (const auto& rank : fixed_->trace->ranks) {
+            for (const auto& lane : rank.lanes) {
+                for (const Event& event : lane.events) {
+                    expected += fixed_->trace->name(event.name) == "forward";
+                }
+            }
+        }
+        QVERIFY(expected >= 4);
+        QCOMPARE(view_->search("forward"), static_cast<int>(expected));
+        QCOMPARE(view_->search("FORWARD"), static_cast<int>(expected));
+        // The first hit is selected and in view.
+        const auto selected = view_->canvas()->selected();
+        QVERIFY(selected);
+        QCOMPARE(*selected, view_->hits().front());
+        const Event& hit = event_of(*selected);
+        QVERIFY(view_->canvas()->window_start() <= hit.start_ns &&
+                hit.end_ns <= view_->canvas()->window_end());
+        view_->next_hit();
+        QCOMPARE(*view_->canvas()->selected(), view_->hits()[1]);
+        QCOMPARE(view_->search("no event has this name"), 0);
+    }
+
+    void show_place_zooms_to_a_microbatch() {
+        view_->show_place(Place{1, 0, 2});
+        const TimelineCanvas* canvas = view_->canvas();
+        const Layout& layout = *view_->layout();
+        const std::int64_t whole = layout.end_ns - layout.start_ns;
+        QVERIFY(canvas->window_end() - canvas->window_start() < whole / 2);
+        // Every event of rank 1's step 0, micro-batch 2 is inside the window.
+        int inside = 0;
+        for (const LaneRow& row : layout.rows) {
+            if (row.rank != 1) {
+                continue;
+            }
+            for (const Event& event : row.lane->events) {
+                if (event.step == 0 && event.microbatch == 2) {
+                    QVERIFY(canvas->window_start() <= event.start_ns &&
+                            event.end_ns <= canvas->window_end());
+                    ++inside;
+                }
+            }
+        }
+        QVERIFY(inside > 0);
+        QVERIFY(count_colour(grab_canvas(), canvas->rect(), palette::highlight()) > 50);
+        view_->select_event(first_named(1, "attention"));
+        save_view("timeline-place");
+    }
+
+    void collapse_hides_rows() {
+        TimelineCanvas* canvas = view_->canvas();
+        const auto forward = first_named(0, "forward");
+        const int height = canvas->content_height();
+        LaneTreeModel* model = view_->lane_model();
+        QVERIFY(model->setData(model->rank_index(0), false, LaneTreeModel::ExpandedRole));
+        QVERIFY(canvas->event_rect(*forward).isNull());
+        QVERIFY(canvas->content_height() < height);
+        // A click on the rank's header expands it again.
+        const auto rank1 = first_named(1, "forward");
+        QVERIFY(model->setData(model->rank_index(0), true, LaneTreeModel::ExpandedRole));
+        QCOMPARE(canvas->content_height(), height);
+        QVERIFY(!canvas->event_rect(*rank1).isNull());
+        // Collapse a whole PP stage through its header in the gutter (the first band).
+        QTest::mouseClick(canvas, Qt::LeftButton, {},
+                          QPoint(20, canvas->kAxisHeight + canvas->kHeaderHeight / 2));
+        QVERIFY(canvas->event_rect(*forward).isNull());
+        QVERIFY(!model->index(0, 0).data(LaneTreeModel::ExpandedRole).toBool());
+    }
+
+    void flows_are_drawn_from_launch_to_kernel() {
+        auto trace = std::make_shared<analysis::RunTrace>();
+        auto& host = trace->add_lane(0, LaneKind::host_thread, "main");
+        auto& stream = trace->add_lane(0, LaneKind::gpu_stream, "stream 7");
+        for (int i = 0; i < 4; ++i) {
+            Event& launch = trace->add_range(host, "cudaLaunchKernel", Category::runtime, 1000 * i,
+                                             1000 * i + 100);
+            launch.kind = EventKind::api;
+            launch.correlation = i;
+            Event& kernel =
+                trace->add_range(stream, "gemm", Category::compute, 1000 * i + 500, 1000 * i + 900);
+            kernel.kind = EventKind::kernel;
+            kernel.correlation = i;
+        }
+        trace->finish();
+        auto run = std::make_shared<OpenedRun>();
+        run->title = "flows";
+        run->trace = trace;
+        view_->set_run(run);
+        QCOMPARE(view_->layout()->flows.size(), std::size_t(4));
+        const TimelineCanvas* canvas = view_->canvas();
+        const Flow& flow = view_->layout()->flows[1];
+        const QRectF launch = canvas->event_rect({flow.host_row, flow.host_event});
+        const QRectF kernel = canvas->event_rect({flow.device_row, flow.device_event});
+        QVERIFY(kernel.top() > launch.bottom());
+        // The middle of the arrow's line, between the two lanes, is dark.
+        const QPointF middle =
+            (QPointF(launch.left(), launch.bottom()) + QPointF(kernel.left(), kernel.top())) / 2;
+        const QImage image = grab_canvas();
+        int dark = 0;
+        for (int dx = -1; dx <= 1; ++dx) {
+            for (int dy = -1; dy <= 1; ++dy) {
+                dark += image.pixelColor(middle.toPoint() + QPoint(dx, dy)).lightness() < 180;
+            }
+        }
+        QVERIFY2(dark > 0, "an arrow crosses from the launch to its kernel");
+        save_view("timeline-flows");
+    }
+};
+
+QTEST_MAIN(TestTimelineView)
+#include "test_timeline_view.moc"

@@ -1,0 +1,49 @@
+// The bubble of each stage of one pipeline in one step, as a table: measured fraction against
+// theory, and the split into warm-up/cool-down, unequal micro-batches and other
+// (core/analysis/bubbles.h).
+#pragma once
+
+#include <QAbstractTableModel>
+#include <vector>
+
+#include "core/analysis/bubbles.h"
+
+namespace fulcrum::views {
+
+class BubbleStageModel : public QAbstractTableModel {
+    Q_OBJECT
+public:
+    enum Column {
+        stage,
+        rank,
+        measured_fraction,
+        theory_fraction,
+        bubble,
+        warmup_cooldown,
+        unequal_microbatches,
+        other,
+        wait_on_previous,
+        wait_on_next,
+        column_count
+    };
+    // Qt::DisplayRole is the formatted figure; ValueRole the number (fractions as fractions,
+    // times in ns), for sorting and tests.
+    enum Role { ValueRole = Qt::UserRole + 1 };
+
+    explicit BubbleStageModel(QObject* parent = nullptr);
+
+    // `stages` of one pipeline and step, by stage; `theory` is the pipeline's (p−1)/m.
+    void set_stages(std::vector<analysis::StageBubble> stages, double theory);
+
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation,
+                        int role = Qt::DisplayRole) const override;
+
+private:
+    std::vector<analysis::StageBubble> stages_;
+    double theory_ = 0;
+};
+
+}  // namespace fulcrum::views

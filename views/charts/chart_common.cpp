@@ -1,0 +1,48 @@
+#include "views/charts/chart_common.h"
+
+namespace fulcrum::views::charts {
+
+QString missing_analysis(const RunPtr& run) {
+    if (!run) return QStringLiteral("No run is open.");
+    if (!run->analysis) {
+        return run->analysis_error.isEmpty()
+                   ? QStringLiteral("The run could not be analysed.")
+                   : QStringLiteral("The run could not be analysed: %1").arg(run->analysis_error);
+    }
+    return {};
+}
+
+MessageStack::MessageStack(QWidget* content, QWidget* parent)
+    : QStackedWidget(parent), content_(content), label_(new QLabel(this)) {
+    label_->setAlignment(Qt::AlignCenter);
+    label_->setWordWrap(true);
+    label_->setObjectName(QStringLiteral("chart_message"));
+    QFont font = label_->font();
+    font.setPointSizeF(font.pointSizeF() * 1.2);
+    label_->setFont(font);
+    addWidget(content_);
+    addWidget(label_);
+    setCurrentWidget(label_);
+}
+
+void MessageStack::show_message(const QString& text) {
+    label_->setText(text);
+    setCurrentWidget(label_);
+}
+
+void MessageStack::show_content() {
+    label_->clear();
+    setCurrentWidget(content_);
+}
+
+QString MessageStack::message() const {
+    return currentWidget() == label_ ? label_->text() : QString();
+}
+
+QString format_ms(double ns) { return QStringLiteral("%1 ms").arg(ns / 1e6, 0, 'f', 3); }
+
+QString format_percent(double fraction) {
+    return QStringLiteral("%1 %").arg(fraction * 100.0, 0, 'f', 1);
+}
+
+}  // namespace fulcrum::views::charts

@@ -1,0 +1,33 @@
+// What every chart shares: a message in place of an empty plot, and how figures are written.
+#pragma once
+
+#include <QLabel>
+#include <QStackedWidget>
+#include <QString>
+#include <cstdint>
+
+#include "views/common/opened_run.h"
+
+namespace fulcrum::views::charts {
+
+// Why a run cannot be charted: no run, or its analyses failed (with their error). Empty when
+// the run has an analysis.
+QString missing_analysis(const RunPtr& run);
+
+// Shows either the chart or a centred, readable message saying why there is none.
+class MessageStack : public QStackedWidget {
+public:
+    MessageStack(QWidget* content, QWidget* parent);
+    void show_message(const QString& text);
+    void show_content();
+    QString message() const;  // empty while the content is shown
+
+private:
+    QWidget* content_;
+    QLabel* label_;
+};
+
+QString format_ms(double ns);       // "12.345 ms"
+QString format_percent(double fraction);  // "12.3 %"
+
+}  // namespace fulcrum::views::charts

@@ -137,6 +137,7 @@ private slots:
         QTest::newRow("capture") << "capture";
         QTest::newRow("analyze") << "analyze";
         QTest::newRow("simulate") << "simulate";
+        QTest::newRow("report") << "report";
     }
     void helpOnEverySubcommand() {
         QFETCH(QString, subcommand);

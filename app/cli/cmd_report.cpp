@@ -1,0 +1,110 @@
+// fulcrum report RUN [RUN...] -o report.html: one self-contained HTML file of every analysis
+// of the runs, and a comparison of them (docs/report.md).
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/report/html_report.h"
+#include "core/util/output_file.h"
+
+namespace fulcrum::cli {
+namespace {
+
+struct ReportArgs {
+    std::vector<std::string> runs;
+    std::string output;
+    bool force = false;
+    std::string title;
+};
+
+// One run: its name with .html beside it (runs/wlb/run.fulcrum → runs/wlb/run.html); several
+// runs: report.html in the working directory.
+std::string default_output(const std::vector<std::string>& runs) {
+    if (runs.size() != 1) {
+        return "report.html";
+    }
+    return std::filesystem::path(runs.front()).replace_extension(".html").string();
+}
+
+int run_report(const ReportArgs& args) {
+    install_interrupt_handler();
+    std::atomic<bool> cancel{false};
+    std::vector<report::ReportRun> runs;
+    bool incomplete = false;
+    for (std::size_t i = 0; i < args.runs.size(); ++i) {
+        const std::string& path = args.runs[i];
+        const std::string which = args.runs.size() > 1 ? " " + std::to_string(i + 1) + "/" +
+                                                             std::to_string(args.runs.size())
+                                                       : "";
+        std::string stage_shown;
+        std::function<bool(double)> line;
+        report::LoadReportOptions options;
+        options.cancel = &cancel;
+        options.progress = [&](std::string_view stage, double fraction) {
+            if (stage != stage_shown) {
+                if (!stage_shown.empty()) {
+                    finish_progress_line();
+                }
+                stage_shown = std::string(stage);
+                line = progress_line(stage_shown + which);
+            }
+            if (!line(fraction)) {
+                cancel.store(true);
+            }
+        };
+        auto run = report::load_report_run(path, options);
+        finish_progress_line();
+        if (!run) {
+            return report_error(run.error());
+        }
+        bool run_incomplete = false;
+        for (const auto& rank : run->ranks) {
+            run_incomplete = run_incomplete || !rank.complete;
+        }
+        if (run_incomplete) {
+            incomplete = true;
+            warn("'" + path +
+                 "' is incomplete: a rank's recording stopped early; the report covers what was "
+                 "committed");
+        }
+        runs.push_back(std::move(*run));
+    }
+    report::ReportOptions options;
+    options.title = args.title;
+    const std::string html = report::html_report(runs, options);
+    const std::string output = args.output.empty() ? default_output(args.runs) : args.output;
+    auto file = OutputFile::create(output, args.force);
+    if (!file) {
+        return report_error(file.error());
+    }
+    file->write(html);
+    if (auto status = file->commit(); !status) {
+        return report_error(status.error());
+    }
+    std::printf("wrote %s (%zu KB)\n", output.c_str(), (html.size() + 1023) / 1024);
+    return incomplete ? kExitIncomplete : kExitOk;
+}
+
+}  // namespace
+
+Command add_report_command(CLI::App& app) {
+    auto args = std::make_shared<ReportArgs>();
+    auto* sub = app.add_subcommand(
+        "report",
+        "Write one self-contained HTML report of runs: configuration and grid, step breakdown, "
+        "bubbles, CP load, offload, imbalance heatmaps, stragglers, predicted against measured "
+        "(docs/report.md)");
+    sub->add_option("runs", args->runs, "Run databases (.fulcrum); several are compared")
+        ->required();
+    sub->add_option(
+        "-o,--output", args->output,
+        "The HTML file (default: RUN.html beside a single run, report.html for several)");
+    sub->add_flag("--force", args->force, "Replace the output file if it exists");
+    sub->add_option("--title", args->title, "The report's title (default: the run names)");
+    return [args] { return run_report(*args); };
+}
+
+}  // namespace fulcrum::cli

@@ -1,0 +1,1158 @@
+#include "core/report/html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/report/report_assets.h"
+#include "core/store/trace_reader.h"
+#include "core/util/text_table.h"
+
+namespace fulcrum::report {
+
+using analysis::Matrix;
+using analysis::RunAnalysis;
+
+std::string html_escape(std::string_view text) {
+    std::string out;
+    out.reserve(text.size() + text.size() / 8);
+    for (const char c : text) {
+        switch (c) {
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            case '\'':
+                out += "&#39;";
+                break;
+            default:
+                out += c;
+        }
+    }
+    return out;
+}
+
+ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
+                          analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log) {
+    ReportRun run;
+    run.path = std::move(path);
+    run.analysis = std::move(analysis);
+    for (const auto& rank : trace.ranks) {
+        run.ranks.push_back(rank.info);
+    }
+    run.import_log = std::move(import_log);
+    return run;
+}
+
+Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptions& options) {
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        return reader.error();
+    }
+    analysis::LoadOptions load;
+    if (options.progress) {
+        load.progress = [&](double fraction) { options.progress("loading", fraction); };
+    }
+    load.cancel = options.cancel;
+    auto trace = analysis::load_run_trace(*reader, load);
+    if (!trace) {
+        return trace.error();
+    }
+    auto log = reader->import_log();
+    if (!log) {
+        return log.error();
+    }
+    analysis::AnalyzeOptions analyze;
+    if (options.progress) {
+        analyze.progress = [&](std::string_view, double fraction) {
+            options.progress("analysing", fraction);
+        };
+    }
+    analyze.cancel = options.cancel;
+    auto result = analysis::analyze_run(*trace, analyze);
+    if (!result) {
+        return result.error();
+    }
+    ReportRun run = make_report_run(path, *trace, std::move(*result), std::move(*log));
+    // The reader's rank table is the recording's own account (complete, dropped records).
+    run.ranks = reader->ranks();
+    return run;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Formatting
+
+std::string fixed(double value, int decimals = 2) {
+    if (!std::isfinite(value)) {
+        return "-";
+    }
+    char text[48];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return text;
+}
+
+std::string percent(double part, double whole) {
+    return whole > 0 ? fixed(100.0 * part / whole, 1) + "%" : "-";
+}
+
+std::string duration(double ns) {
+    return std::isfinite(ns) ? format_duration(static_cast<std::int64_t>(std::llround(ns))) : "-";
+}
+
+std::string number(std::int64_t value) {
+    return std::to_string(value);
+}
+
+// A coordinate in an SVG: one decimal is finer than a pixel.
+std::string px(double value) {
+    return fixed(value, 1);
+}
+
+// Truncates to at most `limit` bytes without cutting a UTF-8 sequence.
+std::string_view clip(std::string_view text, std::size_t limit) {
+    if (text.size() <= limit) {
+        return text;
+    }
+    std::size_t end = limit;
+    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+        --end;
+    }
+    return text.substr(0, end);
+}
+
+const char* const kSeriesColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                                     "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
+
+// Sequential blue scale for heatmaps, t in [0, 1].
+std::string heat_color(double t) {
+    t = std::clamp(t, 0.0, 1.0);
+    const int r = static_cast<int>(std::lround(239 - t * (239 - 8)));
+    const int g = static_cast<int>(std::lround(243 - t * (243 - 48)));
+    const int b = static_cast<int>(std::lround(255 - t * (255 - 107)));
+    char text[16];
+    std::snprintf(text, sizeof text, "#%02x%02x%02x", r, g, b);
+    return text;
+}
+
+// ---------------------------------------------------------------------------------------
+// Tables: sortable by clicking a header (the inline script); data-v holds the number sorted on.
+
+struct Cell {
+    std::string html;  // already escaped
+    std::string sort;  // a number, or "" to sort on the text
+};
+
+Cell text_cell(std::string_view text) {
+    return {html_escape(text), ""};
+}
+Cell int_cell(std::int64_t value) {
+    return {number(value), number(value)};
+}
+Cell duration_cell(double ns) {
+    return {duration(ns), std::isfinite(ns) ? fixed(ns, 0) : ""};
+}
+Cell fixed_cell(double value, int decimals) {
+    return {fixed(value, decimals), std::isfinite(value) ? fixed(value, 6) : ""};
+}
+Cell percent_cell(double part, double whole) {
+    return {percent(part, whole), whole > 0 ? fixed(part / whole, 6) : ""};
+}
+
+class Table {
+public:
+    Table(std::string name, std::vector<std::string> headers)
+        : name_(std::move(name)), headers_(std::move(headers)) {}
+    void add(std::vector<Cell> row) { rows_.push_back(std::move(row)); }
+    bool empty() const { return rows_.empty(); }
+    void render(std::string& out) const {
+        out += "<table class=\"sortable\" data-table=\"" + name_ + "\"><thead><tr>";
+        for (const auto& header : headers_) {
+            out += "<th>" + html_escape(header) + "</th>";
+        }
+        out += "</tr></thead><tbody>\n";
+        for (const auto& row : rows_) {
+            out += "<tr>";
+            for (const auto& cell : row) {
+                if (cell.sort.empty()) {
+                    out += "<td>" + cell.html + "</td>";
+                } else {
+                    out += "<td data-v=\"" + cell.sort + "\">" + cell.html + "</td>";
+                }
+            }
+            out += "</tr>\n";
+        }
+        out += "</tbody></table>\n";
+    }
+
+private:
+    std::string name_;
+    std::vector<std::string> headers_;
+    std::vector<std::vector<Cell>> rows_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Charts: inline SVG. Every chart root is <svg class="chart" data-chart=NAME data-run=I>,
+// every data mark has class "mark" and its tooltip in data-tip (escaped; the script shows it
+// with textContent, never as HTML).
+
+constexpr double kMarginLeft = 72, kMarginRight = 16, kMarginTop = 12, kMarginBottom = 40;
+
+void open_chart(std::string& out, std::string_view name, int run, double width, double height,
+                std::string_view label) {
+    out += "<div class=\"chartbox\"><button class=\"reset\" type=\"button\">reset zoom</button>";
+    out += "<svg class=\"chart\" data-chart=\"" + std::string(name) + "\" data-run=\"" +
+           std::to_string(run) + "\" viewBox=\"0 0 " + px(width) + " " + px(height) +
+           "\" width=\"" + px(width) + "\" height=\"" + px(height) +
+           "\" role=\"img\" aria-label=\"" + html_escape(label) + "\">\n";
+}
+
+void close_chart(std::string& out) {
+    out += "</svg></div>\n";
+}
+
+void text(std::string& out, double x, double y, std::string_view content,
+          std::string_view anchor = "middle", std::string_view extra = "") {
+    out += "<text x=\"" + px(x) + "\" y=\"" + px(y) + "\" text-anchor=\"" + std::string(anchor) +
+           "\"" + std::string(extra) + ">" + html_escape(content) + "</text>";
+}
+
+void rect_mark(std::string& out, double x, double y, double w, double h, std::string_view fill,
+               std::string_view tip, std::string_view cls = "mark") {
+    out += "<rect class=\"" + std::string(cls) + "\" x=\"" + px(x) + "\" y=\"" + px(y) +
+           "\" width=\"" + px(std::max(w, 0.0)) + "\" height=\"" + px(std::max(h, 0.0)) +
+           "\" fill=\"" + std::string(fill) + "\" data-tip=\"" + html_escape(tip) + "\"/>";
+}
+
+void legend(std::string& out, double x, double y, const std::vector<std::string>& series) {
+    for (std::size_t s = 0; s < series.size(); ++s) {
+        out += "<rect x=\"" + px(x) + "\" y=\"" + px(y - 9) +
+               "\" width=\"10\" height=\"10\" fill=\"" + kSeriesColors[s % 8] + "\"/>";
+        text(out, x + 14, y, series[s], "start");
+        x += 24 + 7.0 * static_cast<double>(series[s].size());
+    }
+}
+
+// The smallest 1, 2, 2.5 or 5 × 10^k at or above `value`, so gridlines fall on round numbers.
+double nice_ceiling(double value) {
+    if (!(value > 0)) {
+        return 1;
+    }
+    const double power = std::pow(10.0, std::floor(std::log10(value)));
+    for (const double step : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+        if (step * power >= value * (1 - 1e-12)) {
+            return step * power;
+        }
+    }
+    return 10 * power;
+}
+
+double legend_width(const std::vector<std::string>& series) {
+    double width = 0;
+    for (const auto& name : series) {
+        width += 24 + 7.0 * static_cast<double>(name.size());
+    }
+    return width;
+}
+
+// A y axis from 0 to `top` with four gridlines, labelled by `format`.
+template <typename Format>
+void y_axis(std::string& out, double width, double plot_height, double top, Format format) {
+    for (int i = 0; i <= 4; ++i) {
+        const double value = top * i / 4.0;
+        const double y = kMarginTop + plot_height - plot_height * i / 4.0;
+        out += "<line class=\"grid\" x1=\"" + px(kMarginLeft) + "\" x2=\"" +
+               px(width - kMarginRight) + "\" y1=\"" + px(y) + "\" y2=\"" + px(y) + "\"/>";
+        text(out, kMarginLeft - 4, y + 4, format(value), "end");
+    }
+}
+
+struct BarSeries {
+    std::vector<std::string> categories;      // x labels
+    std::vector<std::string> series;          // legend
+    std::vector<std::vector<double>> values;  // [category][series]; NaN: no bar
+    bool stacked = true;
+};
+
+// Stacked or grouped bars; one mark per finite value.
+template <typename Format>
+void bar_chart(std::string& out, std::string_view name, int run, std::string_view label,
+               const BarSeries& bars, Format format) {
+    const std::size_t n = bars.categories.size();
+    const double slot = std::clamp(640.0 / std::max<std::size_t>(n, 1), 6.0, 120.0);
+    const double width = kMarginLeft + kMarginRight + slot * static_cast<double>(n);
+    const double plot_height = 220;
+    const double height = kMarginTop + plot_height + kMarginBottom + 18;
+    double top = 0;
+    for (const auto& row : bars.values) {
+        double sum = 0;
+        for (const double v : row) {
+            if (std::isfinite(v)) {
+                sum = bars.stacked ? sum + std::max(v, 0.0) : std::max(sum, v);
+            }
+        }
+        top = std::max(top, sum);
+    }
+    top = nice_ceiling(top);
+    const double chart_width =
+        std::max({width, 360.0, kMarginLeft + legend_width(bars.series) + kMarginRight});
+    open_chart(out, name, run, chart_width, height, label);
+    y_axis(out, chart_width, plot_height, top, format);
+    const double base = kMarginTop + plot_height;
+    const std::size_t label_every =
+        std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(40.0 / slot)));
+    for (std::size_t c = 0; c < n; ++c) {
+        const double x0 = kMarginLeft + slot * static_cast<double>(c);
+        const auto& row = bars.values[c];
+        double stack = 0;
+        const double group_width =
+            (slot * 0.8) / static_cast<double>(std::max<std::size_t>(row.size(), 1));
+        for (std::size_t s = 0; s < row.size(); ++s) {
+            const double v = row[s];
+            if (!std::isfinite(v)) {
+                continue;
+            }
+            const double h = plot_height * std::max(v, 0.0) / top;
+            const std::string tip = bars.categories[c] + " · " + bars.series[s] + ": " + format(v);
+            if (bars.stacked) {
+                rect_mark(out, x0 + slot * 0.1, base - stack - h, slot * 0.8, h,
+                          kSeriesColors[s % 8], tip);
+                stack += h;
+            } else {
+                rect_mark(out, x0 + slot * 0.1 + group_width * static_cast<double>(s), base - h,
+                          group_width, h, kSeriesColors[s % 8], tip);
+            }
+        }
+        if (c % label_every == 0) {
+            text(out, x0 + slot / 2, base + 14, bars.categories[c]);
+        }
+    }
+    legend(out, kMarginLeft, height - 8, bars.series);
+    close_chart(out);
+}
+
+// Groups `n` items into at most `cap` buckets of consecutive items: the bucket of item i.
+struct Buckets {
+    std::size_t size = 1;  // items per bucket
+    std::size_t count = 0;
+    Buckets(std::size_t n, std::size_t cap) {
+        size = n > cap ? (n + cap - 1) / cap : 1;
+        count = (n + size - 1) / size;
+    }
+};
+
+std::string span_label(std::string_view what, std::int32_t first, std::int32_t last) {
+    return first == last
+               ? std::string(what) + " " + std::to_string(first)
+               : std::string(what) + "s " + std::to_string(first) + "–" + std::to_string(last);
+}
+
+// A rank × column heatmap, one mark per cell (NaN cells grey); averaged into buckets when
+// larger than the options allow.
+template <typename Format>
+void heatmap(std::string& out, std::string_view name, int run, std::string_view label,
+             const Matrix& matrix, std::string_view column_name, const ReportOptions& options,
+             Format format) {
+    const Buckets rows(matrix.rows.size(),
+                       static_cast<std::size_t>(std::max(options.max_heatmap_rows, 1)));
+    const Buckets cols(matrix.columns.size(),
+                       static_cast<std::size_t>(std::max(options.max_heatmap_columns, 1)));
+    std::vector<double> cells(rows.count * cols.count, std::nan(""));
+    double lo = INFINITY, hi = -INFINITY;
+    for (std::size_t br = 0; br < rows.count; ++br) {
+        for (std::size_t bc = 0; bc < cols.count; ++bc) {
+            double sum = 0;
+            int n = 0;
+            for (std::size_t r = br * rows.size;
+                 r < std::min((br + 1) * rows.size, matrix.rows.size()); ++r) {
+                for (std::size_t c = bc * cols.size;
+                     c < std::min((bc + 1) * cols.size, matrix.columns.size()); ++c) {
+                    const double v = matrix.at(r, c);
+                    if (std::isfinite(v)) {
+                        sum += v;
+                        ++n;
+                    }
+                }
+            }
+            if (n > 0) {
+                const double mean = sum / n;
+                cells[br * cols.count + bc] = mean;
+                lo = std::min(lo, mean);
+                hi = std::max(hi, mean);
+            }
+        }
+    }
+    const double cell_w = std::clamp(720.0 / std::max<std::size_t>(cols.count, 1), 4.0, 96.0);
+    const double cell_h = std::clamp(400.0 / std::max<std::size_t>(rows.count, 1), 4.0, 26.0);
+    const double width = kMarginLeft + kMarginRight + cell_w * static_cast<double>(cols.count);
+    const double height = kMarginTop + cell_h * static_cast<double>(rows.count) + kMarginBottom;
+    const std::string scale = std::string(column_name) + " →   scale " +
+                              (std::isfinite(lo) ? format(lo) : "-") + " (light) … " +
+                              (std::isfinite(hi) ? format(hi) : "-") + " (dark)";
+    open_chart(out, name, run,
+               std::max({width, 360.0, kMarginLeft + 6.5 * double(scale.size()) + kMarginRight}),
+               height, label);
+    const std::size_t row_label_every =
+        std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(12.0 / cell_h)));
+    const std::size_t col_label_every =
+        std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(36.0 / cell_w)));
+    for (std::size_t br = 0; br < rows.count; ++br) {
+        const std::size_t r0 = br * rows.size;
+        const std::size_t r1 = std::min((br + 1) * rows.size, matrix.rows.size()) - 1;
+        const std::string row_label = span_label("rank", matrix.rows[r0], matrix.rows[r1]);
+        const double y = kMarginTop + cell_h * static_cast<double>(br);
+        if (br % row_label_every == 0) {
+            text(out, kMarginLeft - 4, y + cell_h / 2 + 4, row_label, "end");
+        }
+        for (std::size_t bc = 0; bc < cols.count; ++bc) {
+            const std::size_t c0 = bc * cols.size;
+            const std::size_t c1 = std::min((bc + 1) * cols.size, matrix.columns.size()) - 1;
+            const double v = cells[br * cols.count + bc];
+            const std::string tip =
+                row_label + ", " + span_label(column_name, matrix.columns[c0], matrix.columns[c1]) +
+                ": " + (std::isfinite(v) ? format(v) : std::string("no value")) +
+                (rows.size > 1 || cols.size > 1 ? " (mean)" : "");
+            const double t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
+            rect_mark(out, kMarginLeft + cell_w * static_cast<double>(bc), y, cell_w, cell_h,
+                      std::isfinite(v) ? heat_color(t) : std::string("#dddddd"), tip,
+                      std::isfinite(v) ? "mark" : "mark nan");
+        }
+    }
+    const double base = kMarginTop + cell_h * static_cast<double>(rows.count);
+    for (std::size_t bc = 0; bc < cols.count; bc += col_label_every) {
+        text(out, kMarginLeft + cell_w * (static_cast<double>(bc) + 0.5), base + 14,
+             std::to_string(matrix.columns[bc * cols.size]));
+    }
+    text(out, kMarginLeft, base + 32, scale, "start");
+    close_chart(out);
+}
+
+// ---------------------------------------------------------------------------------------
+// Aggregates of the analyses, the same as `fulcrum analyze` prints.
+
+struct BreakdownSum {
+    std::int64_t ranks = 0, wall = 0, max_wall = 0, compute = 0, overlapped = 0, exposed = 0,
+                 other = 0, idle = 0;
+    void add(const analysis::StepBreakdown& row) {
+        ++ranks;
+        wall += row.wall_ns();
+        max_wall = std::max(max_wall, row.wall_ns());
+        compute += row.compute_ns;
+        overlapped += row.overlapped_communication_ns;
+        exposed += row.exposed_communication_ns;
+        other += row.other_ns;
+        idle += row.idle_ns;
+    }
+    void add(const BreakdownSum& s) {
+        ranks += s.ranks;
+        wall += s.wall;
+        max_wall = std::max(max_wall, s.max_wall);
+        compute += s.compute;
+        overlapped += s.overlapped;
+        exposed += s.exposed;
+        other += s.other;
+        idle += s.idle;
+    }
+    double mean(std::int64_t total) const {
+        return ranks > 0 ? double(total) / double(ranks) : 0.0;
+    }
+};
+
+std::map<std::int32_t, BreakdownSum> breakdown_by_step(const RunAnalysis& a) {
+    std::map<std::int32_t, BreakdownSum> by_step;
+    for (const auto& row : a.breakdown) {
+        by_step[row.step].add(row);
+    }
+    return by_step;
+}
+
+// Mean over the matrix's columns of the largest finite value of each column: the busiest
+// rank's compute per step, the step's compute critical path.
+double mean_column_max(const Matrix& m) {
+    double sum = 0;
+    int n = 0;
+    for (std::size_t c = 0; c < m.columns.size(); ++c) {
+        double best = -INFINITY;
+        for (std::size_t r = 0; r < m.rows.size(); ++r) {
+            if (std::isfinite(m.at(r, c))) {
+                best = std::max(best, m.at(r, c));
+            }
+        }
+        if (std::isfinite(best)) {
+            sum += best;
+            ++n;
+        }
+    }
+    return n > 0 ? sum / n : std::nan("");
+}
+
+// Mean |predicted − measured| / measured over the cells both matrices have.
+double mean_relative_error(const Matrix& measured, const Matrix& predicted) {
+    if (measured.rows != predicted.rows || measured.columns != predicted.columns) {
+        return std::nan("");
+    }
+    double sum = 0;
+    int n = 0;
+    for (std::size_t i = 0; i < measured.values.size(); ++i) {
+        const double m = measured.values[i], p = predicted.values[i];
+        if (std::isfinite(m) && std::isfinite(p) && m > 0) {
+            sum += std::abs(p - m) / m;
+            ++n;
+        }
+    }
+    return n > 0 ? sum / n : std::nan("");
+}
+
+std::string or_unknown(const std::string& text) {
+    return text.empty() ? "?" : text;
+}
+
+std::string run_label(const ReportRun& run, std::size_t index) {
+    const std::string& name = run.analysis.run.name;
+    return name.empty() ? "run " + std::to_string(index + 1) : name;
+}
+
+std::string grid_text(const analysis::RunConfig& c) {
+    return "dp " + std::to_string(c.dp) + " × tp " + std::to_string(c.tp) + " × pp " +
+           std::to_string(c.pp) + " × cp " + std::to_string(c.cp);
+}
+
+// ---------------------------------------------------------------------------------------
+// Sections
+
+// A section heading with an id to link to: run-INDEX-SLUG.
+std::string heading(int index, std::string_view slug, std::string_view title) {
+    return "<h3 id=\"run-" + std::to_string(index) + "-" + std::string(slug) + "\">" +
+           std::string(title) + "</h3>";
+}
+
+void section_config(const ReportRun& run, int index, std::string& out) {
+    const RunAnalysis& a = run.analysis;
+    const auto& c = a.config;
+    out += heading(index, "config", "Configuration and 4D grid") + "<table class=\"kv\">";
+    auto row = [&](std::string_view key, const std::string& value) {
+        out += "<tr><th>" + std::string(key) + "</th><td>" + html_escape(value) + "</td></tr>";
+    };
+    if (!run.path.empty()) {
+        row("file", run.path);
+    }
+    row("run", a.run.name + " (" + std::string(to_string(a.run.origin)) + ")");
+    row("command", a.run.command.empty() ? "?" : a.run.command);
+    row("producer", or_unknown(a.run.producer));
+    if (a.run.start_utc_ns != 0) {
+        row("started (UTC)", format_utc(a.run.start_utc_ns));
+    }
+    row("grid", grid_text(c) + " = " + std::to_string(run.ranks.size()) + " ranks");
+    row("schedule", or_unknown(c.schedule));
+    row("balancer",
+        or_unknown(c.balancer) +
+            (c.balancer == "ilp" ? " (window " + std::to_string(c.ilp_window) + ")" : ""));
+    row("CP sharding", or_unknown(c.cp_shard));
+    row("micro-batches",
+        c.microbatches > 0 ? std::to_string(c.microbatches) + " per replica and step" : "?");
+    row("model", "layers " + std::to_string(c.layers) + ", hidden " + std::to_string(c.hidden) +
+                     ", heads " + std::to_string(c.heads) + ", context " +
+                     std::to_string(c.context) + ", vocab " + std::to_string(c.vocab));
+    row("data", c.lengths.empty() ? "text"
+                                  : c.lengths + ", " + std::to_string(c.documents) +
+                                        " documents, seed " + std::to_string(c.seed));
+    row("steps", std::to_string(c.steps));
+    row("backend", or_unknown(c.backend));
+    row("events", std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)");
+    out += "</table>\n<details><summary>run.config as recorded</summary><pre>" +
+           html_escape(a.run.config_json) + "</pre></details>\n";
+
+    // The grid: one cell per rank, pipeline stage across, the (dp, cp, tp) groups down.
+    std::set<std::tuple<int, int, int>> groups;
+    int stages = 1;
+    for (const auto& r : run.ranks) {
+        groups.insert({r.dp, r.cp, r.tp});
+        stages = std::max(stages, r.pp + 1);
+    }
+    std::vector<std::tuple<int, int, int>> group_list(groups.begin(), groups.end());
+    const bool laid_out = group_list.size() * static_cast<std::size_t>(stages) >= run.ranks.size();
+    const std::size_t columns =
+        laid_out ? static_cast<std::size_t>(stages)
+                 : std::max<std::size_t>(
+                       1, static_cast<std::size_t>(std::ceil(std::sqrt(double(run.ranks.size())))));
+    const std::size_t rows =
+        laid_out ? group_list.size() : (run.ranks.size() + columns - 1) / columns;
+    const double cell_w = std::clamp(640.0 / double(std::max<std::size_t>(columns, 1)), 8.0, 96.0);
+    const double cell_h = std::clamp(480.0 / double(std::max<std::size_t>(rows, 1)), 4.0, 24.0);
+    const double width = kMarginLeft + kMarginRight + cell_w * double(columns);
+    const double height = kMarginTop + cell_h * double(rows) + kMarginBottom;
+    out +=
+        "<p class=\"caption\">Ranks by pipeline stage (across) and (dp, cp, tp) group (down); "
+        "green: recorded completely, orange: records dropped, red: recording stopped early.</p>";
+    open_chart(out, "grid", index, std::max(width, 360.0), height, "4D grid");
+    for (std::size_t i = 0; i < run.ranks.size(); ++i) {
+        const RankInfo& r = run.ranks[i];
+        std::size_t col = i % columns, row_index = i / columns;
+        if (laid_out) {
+            col = static_cast<std::size_t>(std::max(r.pp, 0));
+            row_index =
+                static_cast<std::size_t>(std::lower_bound(group_list.begin(), group_list.end(),
+                                                          std::tuple{r.dp, r.cp, r.tp}) -
+                                         group_list.begin());
+        }
+        const std::string fill = !r.complete             ? "#e15759"
+                                 : r.dropped_records > 0 ? "#f28e2b"
+                                                         : "#59a14f";
+        const std::string tip =
+            "rank " + std::to_string(r.rank) + " · dp " + std::to_string(r.dp) + " pp " +
+            std::to_string(r.pp) + " cp " + std::to_string(r.cp) + " tp " + std::to_string(r.tp) +
+            " · host " + r.host + " pid " + std::to_string(r.pid) +
+            (r.device >= 0 ? " · device " + std::to_string(r.device) : " · CPU") +
+            (r.complete ? "" : " · incomplete") +
+            (r.dropped_records > 0 ? " · " + std::to_string(r.dropped_records) + " dropped" : "");
+        const double x = kMarginLeft + cell_w * double(col),
+                     y = kMarginTop + cell_h * double(row_index);
+        rect_mark(out, x + 1, y + 1, cell_w - 2, cell_h - 2, fill, tip);
+        if (cell_h >= 14 && cell_w >= 24) {
+            text(out, x + cell_w / 2, y + cell_h / 2 + 4, std::to_string(r.rank), "middle",
+                 " class=\"onmark\"");
+        }
+    }
+    if (laid_out) {
+        for (std::size_t g = 0; g < group_list.size() && cell_h >= 10; ++g) {
+            const auto& [dp, cp, tp] = group_list[g];
+            text(
+                out, kMarginLeft - 4, kMarginTop + cell_h * (double(g) + 0.5) + 4,
+                "dp" + std::to_string(dp) + " cp" + std::to_string(cp) + " tp" + std::to_string(tp),
+                "end");
+        }
+        for (int s = 0; s < stages && cell_w >= 24; ++s) {
+            text(out, kMarginLeft + cell_w * (s + 0.5), kMarginTop + cell_h * double(rows) + 14,
+                 "stage " + std::to_string(s));
+        }
+    }
+    close_chart(out);
+    Table ranks("ranks", {"rank", "host", "pid", "device", "dp", "pp", "cp", "tp", "complete",
+                          "dropped records", "clock alignment", "clock shift"});
+    for (const auto& r : run.ranks) {
+        ranks.add({int_cell(r.rank), text_cell(r.host), int_cell(r.pid),
+                   r.device >= 0 ? int_cell(r.device) : Cell{"CPU", "-1"}, int_cell(r.dp),
+                   int_cell(r.pp), int_cell(r.cp), int_cell(r.tp),
+                   text_cell(r.complete ? "yes" : "no"), int_cell(r.dropped_records),
+                   text_cell(to_string(r.alignment)), duration_cell(double(r.clock_shift_ns))});
+    }
+    out += "<details><summary>ranks (" + std::to_string(run.ranks.size()) + ")</summary>";
+    ranks.render(out);
+    out += "</details>\n";
+}
+
+void section_breakdown(const ReportRun& run, int index, std::string& out) {
+    const RunAnalysis& a = run.analysis;
+    out += heading(index, "breakdown", "Step breakdown") + "\n";
+    if (a.breakdown.empty()) {
+        out += "<p class=\"empty\">No step ranges in this run.</p>\n";
+        return;
+    }
+    const auto by_step = breakdown_by_step(a);
+    out +=
+        "<p class=\"caption\">Mean over ranks of each step's wall time: compute + exposed "
+        "communication + other + idle = wall (overlapped communication is hidden inside "
+        "compute).</p>";
+    const Buckets buckets(by_step.size(), 256);
+    BarSeries bars;
+    bars.series = {"compute", "exposed communication", "other", "idle"};
+    std::vector<std::pair<std::int32_t, BreakdownSum>> steps(by_step.begin(), by_step.end());
+    for (std::size_t b = 0; b < buckets.count; ++b) {
+        BreakdownSum sum;
+        const std::size_t first = b * buckets.size,
+                          last = std::min(first + buckets.size, steps.size()) - 1;
+        for (std::size_t i = first; i <= last; ++i) {
+            sum.add(steps[i].second);
+        }
+        bars.categories.push_back(span_label("step", steps[first].first, steps[last].first));
+        bars.values.push_back({sum.mean(sum.compute), sum.mean(sum.exposed), sum.mean(sum.other),
+                               sum.mean(sum.idle)});
+    }
+    bar_chart(out, "breakdown", index, "step breakdown", bars,
+              [](double v) { return duration(v); });
+    Table table("breakdown", {"step", "ranks", "wall (mean)", "slowest rank", "compute",
+                              "comm overlapped", "comm exposed", "other", "idle"});
+    for (const auto& [step, s] : steps) {
+        table.add({int_cell(step), int_cell(s.ranks), duration_cell(s.mean(s.wall)),
+                   duration_cell(double(s.max_wall)),
+                   percent_cell(double(s.compute), double(s.wall)),
+                   percent_cell(double(s.overlapped), double(s.wall)),
+                   percent_cell(double(s.exposed), double(s.wall)),
+                   percent_cell(double(s.other), double(s.wall)),
+                   percent_cell(double(s.idle), double(s.wall))});
+    }
+    table.render(out);
+    // Per rank, mean over steps: where a slow rank stands out.
+    std::map<std::int32_t, BreakdownSum> by_rank;
+    for (const auto& row : a.breakdown) {
+        by_rank[row.rank].add(row);
+    }
+    Table ranks("breakdown_ranks", {"rank", "steps", "wall (mean)", "compute", "comm overlapped",
+                                    "comm exposed", "other", "idle"});
+    std::size_t shown = 0;
+    for (const auto& [rank, s] : by_rank) {
+        if (++shown > 1024) {
+            break;
+        }
+        ranks.add({int_cell(rank), int_cell(s.ranks), duration_cell(s.mean(s.wall)),
+                   duration_cell(s.mean(s.compute)), duration_cell(s.mean(s.overlapped)),
+                   duration_cell(s.mean(s.exposed)), duration_cell(s.mean(s.other)),
+                   duration_cell(s.mean(s.idle))});
+    }
+    out += "<details><summary>per rank, mean over steps" +
+           std::string(by_rank.size() > 1024
+                           ? " (the first 1024 of " + std::to_string(by_rank.size()) + " ranks)"
+                           : "") +
+           "</summary>";
+    ranks.render(out);
+    out += "</details>\n";
+}
+
+void section_bubbles(const ReportRun& run, int index, std::string& out) {
+    const RunAnalysis& a = run.analysis;
+    const auto& b = a.bubbles;
+    out += heading(index, "bubbles", "Pipeline bubbles") + "\n";
+    if (b.stages.empty() || a.config.pp <= 1) {
+        out += "<p class=\"empty\">No pipeline (pp = " + std::to_string(a.config.pp) +
+               ") or no passes.</p>\n";
+        return;
+    }
+    out += "<p>Schedule " + html_escape(b.schedule) +
+           "; bubble as a fraction of busy time: theory (p−1)/m = " + fixed(b.theory_fraction, 3) +
+           ", measured " + fixed(b.mean_measured_fraction, 3) +
+           " (mean over pipelines and steps).</p>\n";
+    struct Sum {
+        std::int64_t n = 0, busy = 0, bubble = 0, warmup = 0, unequal = 0, other = 0, previous = 0,
+                     next = 0;
+    };
+    std::map<int, Sum> by_stage;
+    for (const auto& row : b.stages) {
+        Sum& s = by_stage[row.stage];
+        ++s.n;
+        s.busy += row.busy_ns;
+        s.bubble += row.bubble_ns;
+        s.warmup += row.warmup_cooldown_ns;
+        s.unequal += row.unequal_microbatch_ns;
+        s.other += row.other_ns;
+        s.previous += row.wait_on_previous_ns;
+        s.next += row.wait_on_next_ns;
+    }
+    BarSeries bars;
+    bars.series = {"warm-up/cool-down", "unequal micro-batches", "other"};
+    for (const auto& [stage, s] : by_stage) {
+        const double n = double(std::max<std::int64_t>(s.n, 1));
+        bars.categories.push_back("stage " + std::to_string(stage));
+        bars.values.push_back({double(s.warmup) / n, double(s.unequal) / n, double(s.other) / n});
+    }
+    out +=
+        "<p class=\"caption\">Each stage's bubble per step (mean over steps and pipelines), by "
+        "cause.</p>";
+    bar_chart(out, "bubbles", index, "pipeline bubbles by stage and cause", bars,
+              [](double v) { return duration(v); });
+    Table table("bubbles", {"stage", "busy", "bubble", "fraction", "warm-up/cool-down",
+                            "unequal mbs", "other", "wait prev", "wait next"});
+    for (const auto& [stage, s] : by_stage) {
+        const double n = double(std::max<std::int64_t>(s.n, 1));
+        table.add({int_cell(stage), duration_cell(s.busy / n), duration_cell(s.bubble / n),
+                   fixed_cell(s.busy > 0 ? double(s.bubble) / double(s.busy) : 0.0, 3),
+                   percent_cell(double(s.warmup), double(s.bubble)),
+                   percent_cell(double(s.unequal), double(s.bubble)),
+                   percent_cell(double(s.other), double(s.bubble)), duration_cell(s.previous / n),
+                   duration_cell(s.next / n)});
+    }
+    table.render(out);
+    // Per step: measured against replayed and theory, mean over the step's pipelines.
+    std::map<std::int32_t, std::tuple<double, double, int>> by_step;
+    for (const auto& p : b.pipelines) {
+        auto& [measured, replay, n] = by_step[p.step];
+        measured += p.measured_fraction;
+        replay += p.replay_fraction;
+        ++n;
+    }
+    Table steps("bubble_steps",
+                {"step", "pipelines", "measured fraction", "replay fraction", "theory (p−1)/m"});
+    for (const auto& [step, v] : by_step) {
+        const auto& [measured, replay, n] = v;
+        steps.add({int_cell(step), int_cell(n), fixed_cell(measured / n, 3),
+                   fixed_cell(replay / n, 3), fixed_cell(b.theory_fraction, 3)});
+    }
+    out += "<details><summary>per step</summary>";
+    steps.render(out);
+    out += "</details>\n";
+}
+
+void section_cp_load(const ReportRun& run, int index, std::string& out) {
+    const auto& cp = run.analysis.cp_load;
+    out += heading(index, "cp-load", "CP attention load") + "\n";
+    if (cp.groups.empty()) {
+        out +=
+            "<p class=\"empty\">No context parallelism (cp = " + std::to_string(cp.cp) + ").</p>\n";
+        return;
+    }
+    out += "<p>" + std::to_string(cp.groups.size()) +
+           " CP groups (step × micro-batch × group), sharding " +
+           html_escape(or_unknown(cp.sharding)) + "; imbalance max/mean: measured " +
+           fixed(cp.mean_measured_imbalance, 3) + ", predicted " +
+           fixed(cp.mean_predicted_imbalance, 3) + ".</p>\n";
+    std::map<int, std::tuple<double, double, int>> by_cp_rank;  // attention, pairs, count
+    double total_attention = 0, total_pairs = 0;
+    for (const auto& group : cp.groups) {
+        for (const auto& r : group.ranks) {
+            auto& [attention, pairs, n] = by_cp_rank[r.cp_rank];
+            attention += double(r.attention_ns);
+            pairs += double(r.pairs);
+            ++n;
+            total_attention += double(r.attention_ns);
+            total_pairs += double(r.pairs);
+        }
+    }
+    // Shares, so measured time and predicted pairs sit on one axis: 1/cp each when balanced.
+    BarSeries bars;
+    bars.stacked = false;
+    bars.series = {"measured attention share", "predicted pairs share"};
+    for (const auto& [cp_rank, v] : by_cp_rank) {
+        const auto& [attention, pairs, n] = v;
+        bars.categories.push_back("cp rank " + std::to_string(cp_rank));
+        bars.values.push_back({total_attention > 0 ? attention / total_attention : 0.0,
+                               total_pairs > 0 ? pairs / total_pairs : 0.0});
+    }
+    out +=
+        "<p class=\"caption\">Each CP rank's share of the attention time (measured) and of the "
+        "causal pairs (predicted), over all groups; 1/cp each when balanced.</p>";
+    bar_chart(out, "cp_load", index, "CP attention load", bars,
+              [](double v) { return fixed(v * 100, 1) + "%"; });
+    Table ranks("cp_ranks", {"cp rank", "attention (mean)", "pairs (mean)"});
+    for (const auto& [cp_rank, v] : by_cp_rank) {
+        const auto& [attention, pairs, n] = v;
+        ranks.add({int_cell(cp_rank), duration_cell(attention / n), fixed_cell(pairs / n, 0)});
+    }
+    ranks.render(out);
+    if (!cp.mean_predicted_by_sharding.empty()) {
+        Table shardings("cp_shardings", {"sharding", "predicted imbalance (max/mean pairs)"});
+        for (const auto& [name, value] : cp.mean_predicted_by_sharding) {
+            shardings.add(
+                {text_cell(name + (name == cp.sharding ? " (used)" : "")), fixed_cell(value, 3)});
+        }
+        shardings.render(out);
+    }
+}
+
+void section_offload(const ReportRun& run, int index, std::string& out) {
+    const auto& o = run.analysis.offload;
+    out += heading(index, "offload", "Offload overlap") + "\n";
+    if (o.ranks.empty()) {
+        out += "<p class=\"empty\">No host↔device copies recorded.</p>\n";
+        return;
+    }
+    out += "<p>Copies " + html_escape(duration(double(o.copy_ns))) + ", " +
+           percent(double(o.overlapped_ns), double(o.copy_ns)) + " hidden behind compute, " +
+           html_escape(duration(double(o.exposed_ns))) + " exposed, " + fixed(o.bandwidth_gb_s, 2) +
+           " GB/s. Smallest chunk that hides its copy: " +
+           (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
+                                      : std::string("unknown")) +
+           (o.chunk_note.empty() ? "" : " (" + html_escape(o.chunk_note) + ")") + ".</p>\n";
+    BarSeries bars;
+    bars.series = {"overlapped with compute", "exposed"};
+    for (const auto& r : o.ranks) {
+        bars.categories.push_back("rank " + std::to_string(r.rank));
+        bars.values.push_back({double(r.overlapped_ns), double(r.exposed_ns)});
+    }
+    bar_chart(out, "offload", index, "offload overlap by rank", bars,
+              [](double v) { return duration(v); });
+    Table table("offload", {"rank", "copies", "copy time", "overlapped", "exposed", "host→device",
+                            "device→host", "bytes", "GB/s"});
+    for (const auto& r : o.ranks) {
+        table.add({int_cell(r.rank), int_cell(r.copies), duration_cell(double(r.copy_ns)),
+                   duration_cell(double(r.overlapped_ns)), duration_cell(double(r.exposed_ns)),
+                   duration_cell(double(r.host_to_device_ns)),
+                   duration_cell(double(r.device_to_host_ns)), int_cell(r.bytes),
+                   fixed_cell(r.bandwidth_gb_s, 2)});
+    }
+    table.render(out);
+}
+
+void section_imbalance(const ReportRun& run, int index, const ReportOptions& options,
+                       std::string& out) {
+    const auto& im = run.analysis.imbalance;
+    out += heading(index, "imbalance", "Imbalance") + "\n";
+    if (im.compute_by_step.rows.empty()) {
+        out += "<p class=\"empty\">No passes: nothing to compare across ranks.</p>\n";
+    } else {
+        out += "<p>Compute imbalance across ranks (max/mean per step, mean over steps): measured " +
+               fixed(im.compute_imbalance, 3) + ", predicted " + fixed(im.predicted_imbalance, 3) +
+               " (" + (im.predicted_is_time ? "cost model" : "causal pairs") + ").</p>\n";
+        const auto time = [](double v) { return duration(v); };
+        const auto pairs = [](double v) { return fixed(v, 0) + " pairs"; };
+        out += "<p class=\"caption\">Measured compute per rank and step.</p>";
+        heatmap(out, "heatmap_compute", index, "measured compute per rank and step",
+                im.compute_by_step, "step", options, time);
+        if (!im.predicted_by_step.rows.empty()) {
+            out += std::string("<p class=\"caption\">Predicted work per rank and step (") +
+                   (im.predicted_is_time ? "cost model, time" : "causal pairs") + ").</p>";
+            if (im.predicted_is_time) {
+                heatmap(out, "heatmap_predicted", index, "predicted work per rank and step",
+                        im.predicted_by_step, "step", options, time);
+            } else {
+                heatmap(out, "heatmap_predicted", index, "predicted work per rank and step",
+                        im.predicted_by_step, "step", options, pairs);
+            }
+        }
+        // The step whose ranks differ most, by micro-batch.
+        const auto degree = im.compute_by_step.column_imbalance();
+        std::size_t worst = 0;
+        for (std::size_t c = 1; c < degree.size(); ++c) {
+            if (std::isfinite(degree[c]) &&
+                (!std::isfinite(degree[worst]) || degree[c] > degree[worst])) {
+                worst = c;
+            }
+        }
+        const std::int32_t worst_step =
+            im.compute_by_step.columns.empty() ? -1 : im.compute_by_step.columns[worst];
+        for (const auto& step : im.by_microbatch) {
+            if (step.step == worst_step && !step.compute_ns.rows.empty()) {
+                out += "<p class=\"caption\">Measured compute per rank and micro-batch in step " +
+                       std::to_string(step.step) + ", the least balanced (max/mean " +
+                       fixed(degree[worst], 3) + ").</p>";
+                heatmap(out, "heatmap_microbatch", index, "compute per rank and micro-batch",
+                        step.compute_ns, "micro-batch", options, time);
+            }
+        }
+        Table steps("imbalance_steps", {"step", "measured max/mean", "predicted max/mean"});
+        const auto predicted_degree = im.predicted_by_step.column_imbalance();
+        for (std::size_t c = 0; c < degree.size(); ++c) {
+            steps.add(
+                {int_cell(im.compute_by_step.columns[c]), fixed_cell(degree[c], 3),
+                 fixed_cell(c < predicted_degree.size() ? predicted_degree[c] : std::nan(""), 3)});
+        }
+        out += "<details><summary>imbalance degree per step</summary>";
+        steps.render(out);
+        out += "</details>\n";
+    }
+    out += heading(index, "stragglers", "Stragglers") + "\n";
+    if (im.stragglers.empty()) {
+        out += "<p class=\"empty\">No rank arrived last at a collective while others waited.</p>\n";
+        return;
+    }
+    BarSeries bars;
+    bars.series = {"others' wait caused"};
+    for (std::size_t i = 0; i < std::min<std::size_t>(im.stragglers.size(), 32); ++i) {
+        bars.categories.push_back("rank " + std::to_string(im.stragglers[i].rank));
+        bars.values.push_back({double(im.stragglers[i].caused_wait_ns)});
+    }
+    out += "<p class=\"caption\">Ranks that arrived last at collectives (the " +
+           std::to_string(bars.categories.size()) +
+           " with the most last arrivals) and how long the others waited for them.</p>";
+    bar_chart(out, "stragglers", index, "stragglers", bars, [](double v) { return duration(v); });
+    Table table("stragglers", {"rank", "last arrivals", "instances", "others waited"});
+    for (const auto& s : im.stragglers) {
+        table.add({int_cell(s.rank), int_cell(s.last_arrivals), int_cell(s.instances),
+                   duration_cell(double(s.caused_wait_ns))});
+    }
+    table.render(out);
+}
+
+void section_cost_model(const ReportRun& run, int index, std::string& out) {
+    const auto& a = run.analysis;
+    out += heading(index, "cost-model", "Cost model") + "\n";
+    if (!a.cost_model) {
+        out += "<p class=\"empty\">No cost model could be fitted (see the notes below).</p>\n";
+        return;
+    }
+    out +=
+        "<p>t = fixed + per_token·tokens + per_pair·pairs, fitted on this run's passes; "
+        "collectives t = latency + per_byte·bytes (docs/analyses.md).</p>\n";
+    Table passes("cost_passes",
+                 {"stage", "phase", "fixed", "ns/token", "ns/pair", "samples", "r²", "mean |err|"});
+    for (const auto& p : a.cost_model->passes) {
+        passes.add({int_cell(p.stage), text_cell(to_string(p.phase)), duration_cell(p.fixed_ns),
+                    fixed_cell(p.per_token_ns, 4), fixed_cell(p.per_pair_ns, 6),
+                    int_cell(p.fit.samples), fixed_cell(p.fit.r_squared, 3),
+                    percent_cell(p.fit.mean_abs_rel_error, 1)});
+    }
+    passes.render(out);
+    if (!a.cost_model->collectives.empty()) {
+        Table collectives("cost_collectives",
+                          {"collective", "latency", "ns/byte", "samples", "mean |err|"});
+        for (const auto& c : a.cost_model->collectives) {
+            collectives.add({text_cell(c.name), duration_cell(c.latency_ns),
+                             fixed_cell(c.per_byte_ns, 6), int_cell(c.fit.samples),
+                             percent_cell(c.fit.mean_abs_rel_error, 1)});
+        }
+        collectives.render(out);
+    }
+}
+
+void section_gaps(const ReportRun& run, int index, const ReportOptions& options, std::string& out) {
+    out += heading(index, "gaps", "What was not recorded or analysed") + "\n";
+    std::int64_t dropped = 0;
+    std::vector<const RankInfo*> affected;
+    for (const auto& r : run.ranks) {
+        dropped += r.dropped_records;
+        if (!r.complete || r.dropped_records > 0) {
+            affected.push_back(&r);
+        }
+    }
+    out += "<p data-gaps=\"1\">" + std::to_string(affected.size()) + " of " +
+           std::to_string(run.ranks.size()) + " ranks incomplete or with dropped records; " +
+           std::to_string(dropped) + " records dropped in all; " +
+           std::to_string(run.import_log.size()) + " import log entries.</p>\n";
+    if (!affected.empty()) {
+        Table table("dropped", {"rank", "host", "complete", "dropped records"});
+        for (const RankInfo* r : affected) {
+            table.add({int_cell(r->rank), text_cell(r->host),
+                       text_cell(r->complete ? "yes" : "no (stopped early)"),
+                       int_cell(r->dropped_records)});
+        }
+        table.render(out);
+    }
+    if (!run.import_log.empty()) {
+        Table table("import_log", {"source", "record", "reason", "content"});
+        for (std::size_t i = 0; i < std::min(run.import_log.size(), options.max_import_log_rows);
+             ++i) {
+            const auto& e = run.import_log[i];
+            std::string content(clip(e.record, 300));
+            if (content.size() < e.record.size()) {
+                content += "…";
+            }
+            table.add({text_cell(e.source), int_cell(e.record_index), text_cell(e.reason),
+                       text_cell(content)});
+        }
+        out += "<p>Import log" +
+               std::string(run.import_log.size() > options.max_import_log_rows
+                               ? " (the first " + std::to_string(options.max_import_log_rows) +
+                                     " of " + std::to_string(run.import_log.size()) + ")"
+                               : "") +
+               ":</p>";
+        table.render(out);
+    }
+    if (!run.analysis.notes.empty()) {
+        out += "<p>Not analysed:</p><ul class=\"notes\">";
+        for (const auto& note : run.analysis.notes) {
+            out += "<li>" + html_escape(note) + "</li>";
+        }
+        out += "</ul>\n";
+    }
+}
+
+// Predicted against measured, one row per run: with runs that differ in their balancer, how
+// each balancer did and how well the cost model saw it coming.
+void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
+    out += "<section id=\"comparison\"><h2>" +
+           std::string(runs.size() > 1 ? "Balancer comparison" : "Predicted against measured") +
+           "</h2>\n";
+    out +=
+        "<p class=\"caption\">Step: mean over steps of the slowest rank's step wall time. "
+        "Compute critical path: mean over steps of the busiest rank's compute (imbalance "
+        "matrix), measured and as the run's own cost model predicts it from the work each "
+        "rank held. Error: mean |predicted − measured| / measured over ranks and steps.</p>";
+    BarSeries bars;
+    bars.stacked = false;
+    bars.series = {"measured step", "measured compute critical path",
+                   "predicted compute critical path"};
+    Table table("comparison",
+                {"run", "balancer", "CP sharding", "schedule", "grid", "step (slowest rank)",
+                 "compute critical path", "predicted", "prediction error", "compute imbalance",
+                 "predicted imbalance", "bubble fraction", "CP imbalance"});
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        const RunAnalysis& a = runs[i].analysis;
+        double step_sum = 0;
+        int steps = 0;
+        for (const auto& [step, s] : breakdown_by_step(a)) {
+            step_sum += double(s.max_wall);
+            ++steps;
+        }
+        const double step_ns = steps > 0 ? step_sum / steps : std::nan("");
+        const double measured = mean_column_max(a.imbalance.compute_by_step);
+        const double predicted = a.imbalance.predicted_is_time
+                                     ? mean_column_max(a.imbalance.predicted_by_step)
+                                     : std::nan("");
+        const double error =
+            a.imbalance.predicted_is_time
+                ? mean_relative_error(a.imbalance.compute_by_step, a.imbalance.predicted_by_step)
+                : std::nan("");
+        const std::string label = run_label(runs[i], i);
+        bars.categories.push_back(label + " (" + or_unknown(a.config.balancer) + ")");
+        bars.values.push_back({step_ns, measured, predicted});
+        table.add({text_cell(label), text_cell(or_unknown(a.config.balancer)),
+                   text_cell(or_unknown(a.config.cp_shard)),
+                   text_cell(or_unknown(a.config.schedule)), text_cell(grid_text(a.config)),
+                   duration_cell(step_ns), duration_cell(measured), duration_cell(predicted),
+                   percent_cell(error, 1), fixed_cell(a.imbalance.compute_imbalance, 3),
+                   fixed_cell(a.imbalance.predicted_imbalance, 3),
+                   fixed_cell(a.bubbles.mean_measured_fraction, 3),
+                   fixed_cell(a.cp_load.mean_measured_imbalance, 3)});
+    }
+    bar_chart(out, "comparison", -1, "predicted against measured", bars,
+              [](double v) { return duration(v); });
+    table.render(out);
+    out += "</section>\n";
+}
+
+}  // namespace
+
+std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions& options) {
+    std::string title = options.title;
+    if (title.empty()) {
+        title = "Fulcrum report: ";
+        for (std::size_t i = 0; i < runs.size(); ++i) {
+            title += (i > 0 ? ", " : "") + run_label(runs[i], i);
+        }
+    }
+    std::string out;
+    out.reserve(1 << 20);
+    out +=
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
+        html_escape(title) + "</title>\n<style>";
+    out += kReportCss;
+    out += "</style>\n<script>";
+    out += kReportErrorScript;
+    out += "</script>\n</head><body>\n<pre id=\"report-errors\" hidden></pre>\n<header><h1>" +
+           html_escape(title) +
+           "</h1><p class=\"caption\">Made by fulcrum report. Hover a mark for its value; wheel "
+           "to zoom, drag to pan, double-click or \"reset zoom\" to reset; click a table header to "
+           "sort. Definitions: docs/analyses.md.</p>\n<nav><ul>";
+    out += "<li><a href=\"#comparison\">" +
+           std::string(runs.size() > 1 ? "Balancer comparison" : "Predicted against measured") +
+           "</a></li>";
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        out += "<li><a href=\"#run-" + std::to_string(i) + "\">" +
+               html_escape(run_label(runs[i], i)) + "</a></li>";
+    }
+    out += "</ul></nav></header>\n";
+    section_comparison(runs, out);
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        const int index = static_cast<int>(i);
+        out += "<section class=\"run\" id=\"run-" + std::to_string(i) + "\"><h2>" +
+               html_escape(run_label(runs[i], i)) + "</h2>\n";
+        section_config(runs[i], index, out);
+        section_breakdown(runs[i], index, out);
+        section_bubbles(runs[i], index, out);
+        section_cp_load(runs[i], index, out);
+        section_offload(runs[i], index, out);
+        section_imbalance(runs[i], index, options, out);
+        section_cost_model(runs[i], index, out);
+        section_gaps(runs[i], index, options, out);
+        out += "</section>\n";
+    }
+    out += "<div id=\"tip\" hidden></div>\n<script>";
+    out += kReportScript;
+    out += "</script>\n</body></html>\n";
+    return out;
+}
+
+}  // namespace fulcrum::report

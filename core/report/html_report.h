@@ -1,0 +1,63 @@
+// HTML reports: one self-contained file, for one run or a comparison of runs, that a user can
+// mail or attach to a ticket (docs/report.md).
+//
+// The report draws the RunAnalysis structs (STYLE §5): every number is a field of the
+// analyses, or a sum, mean or maximum of such fields over ranks, steps or stages, the same
+// aggregation `fulcrum analyze` prints. Charts are inline SVG with a few KB of inline
+// script for tooltips, zoom and sortable tables; a Content-Security-Policy forbids every
+// network request. Every string that comes from a trace (run, host, command, config, import
+// log, event names) is escaped by html_escape.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/analysis/run_analysis.h"
+#include "core/trace/model.h"
+#include "core/util/result.h"
+
+namespace fulcrum::report {
+
+// One run as the report shows it: its analyses and what the recording could not keep.
+struct ReportRun {
+    std::string path;  // the file it was read from, as the user named it; "" when built in memory
+    analysis::RunAnalysis analysis;
+    std::vector<RankInfo> ranks;             // with complete and dropped_records
+    std::vector<ImportLogEntry> import_log;  // what an importer skipped, and why
+};
+
+struct ReportOptions {
+    std::string title;  // empty: "Fulcrum report: " and the run names
+    // Rows of the import log shown per run; the rest are counted.
+    std::size_t max_import_log_rows = 500;
+    // Heatmap cells are at most this many columns and rows; beyond, neighbours are averaged
+    // into one cell (and the tooltip says which ranks or steps it covers).
+    int max_heatmap_columns = 128;
+    int max_heatmap_rows = 64;
+};
+
+// Text and attribute contexts alike: & < > " ' become entities, so a name from a trace can
+// never open a tag, close an attribute or start a script.
+std::string html_escape(std::string_view text);
+
+// A ReportRun from a trace already loaded and analysed (the GUI has both).
+ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
+                          analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log);
+
+struct LoadReportOptions {
+    // Called with a stage ("loading", "analysing") and the fraction done; may be empty.
+    std::function<void(std::string_view stage, double fraction)> progress;
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+// Opens, loads and analyses a run database; errors name the file.
+Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptions& options = {});
+
+// The whole report; `runs` must not be empty. Deterministic: the same runs give the same bytes.
+std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions& options = {});
+
+}  // namespace fulcrum::report

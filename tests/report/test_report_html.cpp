@@ -1,0 +1,205 @@
+// The HTML report on a hand-built run whose every name is an injection attempt: the escaping
+// in the bytes, then the page in headless Chromium (nothing injected runs, the page's own
+// scripts do, every chart has its marks), and the caps that keep a large run's report small.
+#include <QtTest>
+
+#include "core/report/html_report.h"
+#include "tests/report/chromium.h"
+
+using namespace fulcrum;
+using namespace fulcrum::analysis;
+
+namespace {
+
+// If any of these ran, it would mark the page; the test looks for that mark.
+const std::string kScriptName = "<script>alert(1)</script>";
+const std::string kPwnScript =
+    "<script>document.documentElement.setAttribute('data-pwned','1')</script>";
+const std::string kImgHost =
+    "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','2')\">";
+const std::string kAttributeBreak =
+    "\"onmouseover=\"document.documentElement.setAttribute('data-pwned','3')\" x='";
+
+constexpr int kStages = 2;
+constexpr int kSteps = 3;
+constexpr int kMicrobatches = 2;
+
+// pp 2, GPipe, 2 micro-batches, 3 steps; every name a trace can carry is hostile.
+RunTrace hostile_run() {
+    RunTrace trace;
+    trace.run.name = kScriptName;
+    trace.run.command = "fulcrum-train " + kAttributeBreak;
+    trace.run.producer = kPwnScript;
+    trace.run.config_json =
+        R"({"dp":1,"tp":1,"pp":2,"cp":1,"schedule":"gpipe","microbatches":2,)"
+        R"("balancer":"<script>alert(1)</script>","backend":"\"onmouseover=x"})";
+    for (int stage = 0; stage < kStages; ++stage) {
+        RankInfo info;
+        info.rank = stage;
+        info.dp = info.cp = info.tp = 0;
+        info.pp = stage;
+        info.host = stage == 0 ? kImgHost : kScriptName;
+        info.complete = stage == 0;
+        info.dropped_records = stage == 0 ? 0 : 17;
+        trace.add_rank(info);
+        trace.add_lane(stage, LaneKind::host_thread, kPwnScript);
+    }
+    for (int step = 0; step < kSteps; ++step) {
+        const std::int64_t t0 = step * 1'000'000;
+        for (int stage = 0; stage < kStages; ++stage) {
+            auto& lane = trace.ranks[static_cast<std::size_t>(stage)].lanes[0];
+            trace.add_range(lane, "step", Category::schedule, t0, t0 + 900'000, step);
+            trace.add_range(lane, kScriptName, Category::other, t0 + 850'000, t0 + 860'000, step);
+            for (int mb = 0; mb < kMicrobatches; ++mb) {
+                const std::int64_t f = t0 + (stage + mb) * 100'000;
+                trace.add_range(lane, "forward", Category::compute, f, f + 90'000 + stage * 5'000,
+                                step, mb, static_cast<std::int16_t>(stage), Phase::forward);
+                const std::int64_t b = t0 + 400'000 + (kStages - 1 - stage + mb) * 150'000;
+                trace.add_range(lane, "backward", Category::compute, b, b + 140'000, step, mb,
+                                static_cast<std::int16_t>(stage), Phase::backward);
+            }
+        }
+    }
+    trace.finish();
+    return trace;
+}
+
+report::ReportRun hostile_report_run() {
+    RunTrace trace = hostile_run();
+    auto analysis = analyze_run(trace);
+    if (!analysis) {
+        qFatal("analyze_run: %s", analysis.error().message.c_str());
+    }
+    std::vector<ImportLogEntry> log;
+    log.push_back(
+        {kPwnScript, 3, "unknown phase " + kAttributeBreak, "{\"name\":\"" + kScriptName + "\"}"});
+    log.push_back({"trace.json", 4, "bad record", std::string(2000, 'x') + "é"});
+    return report::make_report_run("/tmp/<b>bold</b>.fulcrum", trace, std::move(*analysis),
+                                   std::move(log));
+}
+
+QString write_file(const QString& path, const std::string& content) {
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly)) {
+        return {};
+    }
+    file.write(content.data(), static_cast<qint64>(content.size()));
+    return path;
+}
+
+}  // namespace
+
+class ReportHtmlTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    void escapeCoversTextAndAttributes() {
+        QCOMPARE(report::html_escape("a<b>&\"c'"), std::string("a&lt;b&gt;&amp;&quot;c&#39;"));
+        QCOMPARE(report::html_escape("名前 — ok"), std::string("名前 — ok"));
+    }
+
+    // The bytes: every hostile string appears escaped, never raw; the only scripts are ours.
+    void hostileNamesAreEscaped() {
+        const std::string html = report::html_report({hostile_report_run()});
+        for (const std::string& raw : {kScriptName, kPwnScript, kImgHost,
+                                       std::string("\"onmouseover="), std::string("<b>bold</b>")}) {
+            QVERIFY2(html.find(raw) == std::string::npos, raw.c_str());
+        }
+        QVERIFY(html.find(report::html_escape(kScriptName)) != std::string::npos);
+        QVERIFY(html.find(report::html_escape(kImgHost)) != std::string::npos);
+        QVERIFY(html.find("&quot;onmouseover=") != std::string::npos);
+        QVERIFY(html.find("&lt;b&gt;bold&lt;/b&gt;") != std::string::npos);
+        // Our two scripts and nothing else: <head>'s error recorder and <body>'s last one.
+        std::size_t scripts = 0;
+        for (std::size_t at = html.find("<script"); at != std::string::npos;
+             at = html.find("<script", at + 1)) {
+            ++scripts;
+        }
+        QCOMPARE(scripts, std::size_t{2});
+        QVERIFY(html.find("Content-Security-Policy") != std::string::npos);
+        // No URL the browser could fetch.
+        QVERIFY(html.find("http://") == std::string::npos);
+        QVERIFY(html.find("https://") == std::string::npos);
+        // The clipped import-log record keeps valid UTF-8 and says it was clipped.
+        QVERIFY(html.find(std::string(300, 'x') + "…") != std::string::npos);
+    }
+
+    void deterministic() {
+        const auto run = hostile_report_run();
+        QCOMPARE(report::html_report({run}), report::html_report({run}));
+    }
+
+    // The page: our scripts ran to the end, nothing injected ran, the hostile names show as
+    // text, and each chart holds one mark per value of the analysis.
+    void hostileReportInChromium() {
+        FULCRUM_REQUIRE_CHROMIUM();
+        const auto run = hostile_report_run();
+        const QString file = write_file(FULCRUM_BINARY_DIR "/tests/report/hostile-report.html",
+                                        report::html_report({run}));
+        QVERIFY(!file.isEmpty());
+        QString log;
+        const QString dom =
+            QString::fromUtf8(fulcrum::testing::run_chromium(file, {"--dump-dom"}, &log));
+        QVERIFY2(dom.contains("data-ready=\"1\""),
+                 qPrintable("the report's script did not finish\n" + log));
+        QVERIFY2(!dom.contains("data-errors=\""),
+                 qPrintable(dom.section("id=\"report-errors\"", 1, 1).left(2000)));
+        QVERIFY2(!dom.contains(" data-pwned=\""), "an injected script ran");
+        QVERIFY(dom.contains("data-pwned"));  // as text, escaped
+        // The detector works: the same page with the hostile strings left raw is marked.
+        std::string raw = report::html_report({run});
+        raw.insert(raw.rfind("</body>"), kPwnScript + kImgHost);
+        const QString control =
+            write_file(FULCRUM_BINARY_DIR "/tests/report/hostile-control.html", raw);
+        const QString control_dom =
+            QString::fromUtf8(fulcrum::testing::run_chromium(control, {"--dump-dom"}));
+        QVERIFY2(control_dom.contains(" data-pwned=\""), "the injection detector does not detect");
+        // Chromium serialises text with < as &lt;: the name is text, not an element.
+        QVERIFY(dom.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        QVERIFY(!dom.contains("<script>alert(1)"));
+        QVERIFY(!dom.contains("<img src=\"x\""));
+
+        const RunAnalysis& a = run.analysis;
+        using fulcrum::testing::chart_marks;
+        QCOMPARE(chart_marks(dom, "grid", 0), kStages);
+        QCOMPARE(chart_marks(dom, "breakdown", 0), kSteps * 4);
+        QCOMPARE(chart_marks(dom, "bubbles", 0), kStages * 3);
+        QCOMPARE(chart_marks(dom, "cp_load", 0), -1);  // cp = 1
+        QCOMPARE(chart_marks(dom, "offload", 0), -1);  // no copies
+        QCOMPARE(chart_marks(dom, "heatmap_compute", 0),
+                 int(a.imbalance.compute_by_step.rows.size() *
+                     a.imbalance.compute_by_step.columns.size()));
+        QCOMPARE(chart_marks(dom, "heatmap_compute", 0), kStages * kSteps);
+        QCOMPARE(chart_marks(dom, "heatmap_microbatch", 0), kStages * kMicrobatches);
+        // No workload table: no cost model, so only the two measured bars.
+        QVERIFY(!a.cost_model);
+        QCOMPARE(chart_marks(dom, "comparison", -1), 2);
+        // The ranks that dropped records or stopped early are listed.
+        QVERIFY(
+            dom.contains("1 of 2 ranks incomplete or with dropped records; 17 records dropped"));
+    }
+
+    // A run far larger than a screen: heatmaps average neighbours into at most the cap.
+    void heatmapsAreCapped() {
+        report::ReportRun run;
+        auto& matrix = run.analysis.imbalance.compute_by_step;
+        for (int r = 0; r < 1000; ++r) {
+            matrix.rows.push_back(r);
+        }
+        for (int c = 0; c < 500; ++c) {
+            matrix.columns.push_back(c);
+        }
+        matrix.values.assign(matrix.rows.size() * matrix.columns.size(), 1e6);
+        report::ReportOptions options;
+        const std::string html = report::html_report({run}, options);
+        const QString text = QString::fromStdString(html);
+        const int cells = fulcrum::testing::chart_marks(text, "heatmap_compute", 0);
+        // 1000 rows in buckets of 16 → 63; 500 columns in buckets of 4 → 125.
+        QCOMPARE(cells, 63 * 125);
+        QVERIFY(cells <= options.max_heatmap_rows * options.max_heatmap_columns);
+        QVERIFY(html.size() < 2'000'000);
+    }
+};
+
+QTEST_GUILESS_MAIN(ReportHtmlTest)
+#include "test_report_html.moc"

@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
         "screenshot", "Render a view of the window to FILE (PNG) and exit; needs no display.",
         "FILE");
     const QCommandLineOption view_option(
-        "view", "The view for --screenshot: " + fulcrum::ui::view_keys().join(", ") + ".",
+        "view", "The view to show first, or to render with --screenshot: " +
+                    fulcrum::ui::view_keys().join(", ") + ".",
         "VIEW", "timeline");
     const QCommandLineOption size_option("size", "Window size for --screenshot.", "WxH",
                                          "1600x1000");
@@ -136,8 +137,8 @@ int main(int argc, char** argv) {
         if (!has_display()) {
             qputenv("QT_QPA_PLATFORM", "offscreen");
         }
-    } else if (parser.isSet(view_option) || parser.isSet(size_option)) {
-        return fail("--view and --size go with --screenshot");
+    } else if (parser.isSet(size_option)) {
+        return fail("--size goes with --screenshot");
     } else if (!has_display()) {
         return fail("no display (neither DISPLAY nor WAYLAND_DISPLAY is set). Run it in a desktop "
                     "session or with `ssh -X`, use xvfb-run, or render a view without a display: "
@@ -149,8 +150,14 @@ int main(int argc, char** argv) {
     if (screenshot) {
         return take_screenshot(request, runs);
     }
+    const auto start_view = fulcrum::ui::view_from_key(parser.value(view_option));
+    if (!start_view) {
+        return fail(QString("unknown view '%1'; choose one of %2")
+                        .arg(parser.value(view_option), fulcrum::ui::view_keys().join(", ")));
+    }
     fulcrum::ui::MainWindow window;
     window.show();
+    window.show_view(*start_view);
     for (const QString& run : runs) {
         window.open_path(run);
     }

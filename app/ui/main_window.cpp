@@ -21,6 +21,9 @@
 #include <QToolBar>
 
 #include "app/ui/rerun_dialog.h"
+#include "core/report/html_report.h"
+#include "core/store/trace_reader.h"
+#include "core/util/output_file.h"
 #include "views/charts/bubble_view.h"
 #include "views/charts/compare_view.h"
 #include "views/charts/cp_load_view.h"
@@ -134,6 +137,10 @@ void MainWindow::build_menus() {
     recent_menu_ = file->addMenu(tr("Open &Recent"));
     connect(recent_menu_, &QMenu::aboutToShow, this, &MainWindow::rebuild_recent_menu);
     rebuild_recent_menu();
+    file->addSeparator();
+    QAction* export_action =
+        file->addAction(tr("&Export Report…"), this, &MainWindow::show_export_dialog);
+    export_action->setShortcut(tr("Ctrl+E"));
     file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
@@ -358,6 +365,63 @@ RerunDialog* MainWindow::rerun_dialog() {
                 open(OpenRequest{path, original, true});
             });
     return rerun_dialog_;
+}
+
+void MainWindow::show_export_dialog() {
+    const QVector<views::RunPtr> runs = compare_runs_.size() > 1 ? compare_runs_
+                                        : current_run() ? QVector<views::RunPtr>{current_run()}
+                                                        : QVector<views::RunPtr>{};
+    if (runs.isEmpty()) {
+        report_error(tr("Open a run first: there is nothing to report."));
+        return;
+    }
+    const QFileInfo first(runs.front()->path);
+    const QString suggested = runs.size() > 1 ? first.dir().filePath("report.html")
+                                              : first.dir().filePath(runs.front()->title + ".html");
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export Report"), suggested,
+                                                      tr("HTML report (*.html)"));
+    if (!path.isEmpty() && export_report(path)) {
+        statusBar()->showMessage(tr("Wrote the report %1").arg(path), 10000);
+    }
+}
+
+bool MainWindow::export_report(const QString& path) {
+    const QVector<views::RunPtr> runs = compare_runs_.size() > 1 ? compare_runs_
+                                        : current_run() ? QVector<views::RunPtr>{current_run()}
+                                                        : QVector<views::RunPtr>{};
+    std::vector<report::ReportRun> inputs;
+    for (const views::RunPtr& run : runs) {
+        if (!run->analysis) {
+            report_error(tr("Cannot report %1: its analysis failed (%2)")
+                             .arg(run->path, run->analysis_error));
+            return false;
+        }
+        // The import log is not kept in memory; it is small, so read it again.
+        std::vector<ImportLogEntry> import_log;
+        if (auto reader = store::TraceReader::open(run->path.toStdString())) {
+            if (auto log = reader->import_log()) {
+                import_log = std::move(*log);
+            }
+        }
+        inputs.push_back(report::make_report_run(run->path.toStdString(), *run->trace,
+                                                 *run->analysis, std::move(import_log)));
+    }
+    if (inputs.empty()) {
+        report_error(tr("Open a run first: there is nothing to report."));
+        return false;
+    }
+    const std::string html = report::html_report(inputs);
+    auto file = OutputFile::create(path.toStdString(), /*overwrite=*/true);
+    if (!file) {
+        report_error(QString::fromStdString(file.error().message));
+        return false;
+    }
+    file->write(html);
+    if (auto status = file->commit(); !status) {
+        report_error(QString::fromStdString(status.error().message));
+        return false;
+    }
+    return true;
 }
 
 void MainWindow::show_rerun_dialog() {

@@ -50,6 +50,9 @@ public:
 
     const QVector<views::RunPtr>& runs() const { return runs_; }
     views::RunPtr current_run() const;
+    // Writes the HTML report (core/report, as `fulcrum report`) of the runs in Compare when
+    // there are several, else of the selected run. False, with the error reported, on failure.
+    bool export_report(const QString& path);
     void set_current_run(int index);
     // Compare's reference: the first opened run until a re-run names its original.
     views::RunPtr reference_run() const { return reference_; }
@@ -95,6 +98,7 @@ private:
     void rebuild_recent_menu();
     void show_open_dialog();
     void show_rerun_dialog();
+    void show_export_dialog();
     void show_place(const views::Place& place);
 
     QVector<views::RunPtr> runs_;

@@ -66,6 +66,29 @@ private slots:
         QVERIFY(!window.loading());
     }
 
+    // File > Export Report writes what `fulcrum report` writes: one file, both runs compared.
+    void exports_the_comparison_as_a_report() {
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QSignalSpy errors(&window, &MainWindow::error_reported);
+        QTemporaryDir dir;
+        QVERIFY(!window.export_report(dir.filePath("none.html")));  // nothing open yet
+        QCOMPARE(errors.size(), 1);
+        window.open_path(fixed_run());
+        window.open_path(wlb_run());
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 2, kLoadMs);
+        const QString path = dir.filePath("both.html");
+        QVERIFY(window.export_report(path));
+        QFile file(path);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QString html = QString::fromUtf8(file.readAll());
+        QVERIFY(html.contains("data-chart=\"comparison\""));
+        // One grid chart per run.
+        QCOMPARE(html.count("data-chart=\"grid\""), 2);
+        QVERIFY(html.contains("fixed") && html.contains("wlb"));
+        QCOMPARE(errors.size(), 1);
+    }
+
     void opens_a_capture_folder() {
         MainWindow window;
         window.set_modal_dialogs(false);

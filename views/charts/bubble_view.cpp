@@ -67,7 +67,11 @@ BubbleView::BubbleView(QWidget* parent)
     QFont legend_font = fractions_->legend->font();
     legend_font.setPointSizeF(legend_font.pointSizeF() * 0.85);
     fractions_->legend->setFont(legend_font);
-    fractions_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    // The side chart is narrow: its legend goes in a row of its own under the axes, where it
+    // cannot cover the bars.
+    fractions_->plotLayout()->addElement(1, 0, fractions_->legend);
+    fractions_->plotLayout()->setRowStretchFactor(1, 0.001);
+    fractions_->legend->setBorderPen(Qt::NoPen);
 
     table_->setModel(model_);
     table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);

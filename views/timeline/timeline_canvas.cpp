@@ -52,6 +52,13 @@ TimelineCanvas::TimelineCanvas(QWidget* parent) : QWidget(parent) {
     setMinimumSize(kGutterWidth + 100, kAxisHeight + 60);
 }
 
+QColor TimelineCanvas::fold_colour(const Event& first) {
+    const QColor colour = palette::category(first.category);
+    const QColor grey(0x8a, 0x8f, 0x99);
+    return QColor((colour.red() * 3 + grey.red() * 2) / 5, (colour.green() * 3 + grey.green() * 2) / 5,
+                  (colour.blue() * 3 + grey.blue() * 2) / 5);
+}
+
 void TimelineCanvas::set_data(const analysis::RunTrace* trace, const Layout* layout,
                               LaneTreeModel* model) {
     if (model_ != nullptr) {
@@ -459,7 +466,7 @@ void TimelineCanvas::paint_lane(QPainter& painter, const Band& band, const QRect
             const int w = std::max(1, static_cast<int>(std::floor(fx1)) - x0);
             if (item.count > 1) {
                 ++painted_folds_;
-                painter.fillRect(QRect(x0, y, w, h), fold_colour());
+                painter.fillRect(QRect(x0, y, w, h), fold_colour(events[item.first]));
                 if (w >= 40) {
                     painter.setPen(Qt::white);
                     painter.drawText(QRect(x0 + 2, y, w - 4, h), Qt::AlignCenter,
@@ -507,7 +514,7 @@ void TimelineCanvas::paint_summary(QPainter& painter, const Band& band) {
             const double x0 = std::max<double>(kGutterWidth - 1, x_of(item.start_ns));
             const double x1 = std::min<double>(width() + 1, x_of(item.end_ns));
             const QColor fill = item.count > 1
-                                    ? fold_colour()
+                                    ? fold_colour(row.lane->events[item.first])
                                     : palette::category(row.lane->events[item.first].category);
             painter.fillRect(QRectF(x0, y, std::max(1.0, x1 - x0), kHeaderHeight - 8), fill);
         }

@@ -67,7 +67,9 @@ public:
     void set_search_hit(std::optional<EventRef> ref);
 
     QColor background() const { return QColor(Qt::white); }
-    QColor fold_colour() const { return QColor(0x8a, 0x8f, 0x99); }
+    // A folded block takes its first event's category colour, washed towards grey: the
+    // reader still sees "mostly attention here" zoomed out, and that it is a block, not a box.
+    static QColor fold_colour(const Event& first);
     // What the last paint drew: boxes (single events) and folded blocks.
     std::int64_t painted_boxes() const { return painted_boxes_; }
     std::int64_t painted_folds() const { return painted_folds_; }

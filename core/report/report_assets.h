@@ -109,6 +109,42 @@ each(document.querySelectorAll('table.sortable'),function(table){
     });
   });
 });
+// Opened as report.html#selftest (the browser tests do), the page drives its own controls
+// once and writes what happened into data-selftest on <body>: sorting, a tooltip, a wheel
+// zoom and its reset, each "ok" or what went wrong.
+function selftest(){
+  var results=[];
+  var table=null,column=-1;
+  each(document.querySelectorAll('table.sortable'),function(t){
+    if(table||t.tBodies[0].rows.length<2)return;
+    each(t.tBodies[0].rows[0].cells,function(cell,c){if(column<0&&!isNaN(key(cell))){column=c;}});
+    if(column>=0)table=t;else column=-1;
+  });
+  if(table){
+    table.tHead.rows[0].cells[column].click();
+    var keys=Array.prototype.map.call(table.tBodies[0].rows,function(r){return key(r.cells[column]);});
+    var sorted=keys.every(function(k,i){return i===0||isNaN(k)||isNaN(keys[i-1])||keys[i-1]<=k;});
+    results.push('sort='+(sorted?'ok':'unsorted'));
+  }else{results.push('sort=no-table');}
+  var mark=document.querySelector('svg.chart [data-tip]');
+  if(mark){
+    mark.dispatchEvent(new MouseEvent('mousemove',{bubbles:true,clientX:5,clientY:5}));
+    results.push('tip='+(!tip.hidden&&tip.textContent===mark.getAttribute('data-tip')?'ok':'missing'));
+  }else{results.push('tip=no-mark');}
+  var svg=document.querySelector('svg.chart');
+  if(svg){
+    var before=svg.getAttribute('viewBox'),r=svg.getBoundingClientRect();
+    svg.dispatchEvent(new WheelEvent('wheel',{bubbles:true,cancelable:true,deltaY:-100,
+      clientX:r.left+r.width/2,clientY:r.top+r.height/2}));
+    var zoomed=svg.getAttribute('viewBox');
+    results.push('zoom='+(zoomed!==before&&Number(zoomed.split(' ')[2])<Number(before.split(' ')[2])?'ok':'unchanged'));
+    svg.dispatchEvent(new MouseEvent('dblclick',{bubbles:true}));
+    var numbers=function(box){return box.split(' ').map(Number).join(' ');};
+    results.push('reset='+(numbers(svg.getAttribute('viewBox'))===numbers(before)?'ok':'kept-zoom'));
+  }else{results.push('zoom=no-chart');}
+  document.body.setAttribute('data-selftest',results.join(' '));
+}
+if(location.hash==='#selftest'){selftest();}
 document.body.setAttribute('data-ready','1');
 })();
 )js";

@@ -26,7 +26,7 @@ inline QString chromium_path() {
 // Runs Chromium headless on `html_file` with `mode` ("--dump-dom" or "--screenshot=PNG");
 // returns its standard output (the DOM after the scripts ran, for --dump-dom).
 inline QByteArray run_chromium(const QString& html_file, const QStringList& mode,
-                               QString* log = nullptr) {
+                               QString* log = nullptr, const QString& fragment = {}) {
     QTemporaryDir profile;
     QProcess process;
     // No sandbox: the tests run as root in containers, where Chromium's sandbox cannot start.
@@ -38,7 +38,11 @@ inline QByteArray run_chromium(const QString& html_file, const QStringList& mode
                              "--user-data-dir=" + profile.path(),
                              "--virtual-time-budget=3000"};
     arguments += mode;
-    arguments << QUrl::fromLocalFile(QFileInfo(html_file).absoluteFilePath()).toString();
+    QUrl url = QUrl::fromLocalFile(QFileInfo(html_file).absoluteFilePath());
+    if (!fragment.isEmpty()) {
+        url.setFragment(fragment);
+    }
+    arguments << url.toString();
     process.start(chromium_path(), arguments);
     if (!process.waitForFinished(180'000)) {
         process.kill();

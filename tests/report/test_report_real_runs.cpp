@@ -181,6 +181,13 @@ private slots:
         QVERIFY(dom.contains(">fixed<"));
         QVERIFY(dom.contains(">wlb<"));
 
+        // The page drives its own controls (report.html#selftest): a table sorts on a header
+        // click, a mark's tooltip shows its text, the wheel zooms a chart, a double click resets.
+        const QString driven = QString::fromUtf8(
+            fulcrum::testing::run_chromium(html, {"--dump-dom"}, &log, QStringLiteral("selftest")));
+        QVERIFY2(driven.contains("data-selftest=\"sort=ok tip=ok zoom=ok reset=ok\""),
+                 qPrintable(driven.section("data-selftest=", 1, 1).left(200) + "\n" + log));
+
         const QString png = FULCRUM_BINARY_DIR "/tests/report/real-runs-report.png";
         QFile::remove(png);
         fulcrum::testing::run_chromium(

@@ -17,5 +17,6 @@ Command add_capture_command(CLI::App& app);
 Command add_analyze_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
+Command add_import_command(CLI::App& app);
 
 }  // namespace fulcrum::cli

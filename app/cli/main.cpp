@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     add(add_analyze_command);
     add(add_simulate_command);
     add(add_report_command);
+    add(add_import_command);
 
     // CLI11 would only say "a subcommand is required" for a misspelt one.
     if (argc > 1 && argv[1][0] != '-') {

@@ -138,6 +138,7 @@ private slots:
         QTest::newRow("analyze") << "analyze";
         QTest::newRow("simulate") << "simulate";
         QTest::newRow("report") << "report";
+        QTest::newRow("import") << "import";
     }
     void helpOnEverySubcommand() {
         QFETCH(QString, subcommand);

@@ -1,0 +1,69 @@
+// fulcrum import FILE... -o RUN: Nsight Systems SQLite exports or PyTorch/Kineto traces (one
+// file per rank, plain or .gz) into one Fulcrum run (docs/import.md).
+#include <atomic>
+#include <cstdio>
+#include <memory>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/import/importer.h"
+
+namespace fulcrum::cli {
+namespace {
+
+struct ImportArgs {
+    std::vector<std::string> inputs;
+    std::string output;
+    std::string name;
+    bool force = false;
+};
+
+int run_import(const ImportArgs& args) {
+    install_interrupt_handler();
+    std::atomic<bool> cancel{false};
+    auto line = progress_line("importing");
+    importer::ImportOptions options;
+    options.overwrite = args.force;
+    options.run_name = args.name;
+    options.cancel = &cancel;
+    options.progress = [&](std::string_view, double fraction) {
+        if (!line(fraction)) {
+            cancel.store(true);
+        }
+    };
+    auto report = importer::import_files(args.inputs, args.output, options);
+    finish_progress_line();
+    if (!report) {
+        return report_error(report.error());
+    }
+    std::printf("imported %zu %s files (%d ranks, %lld events) into %s\n", args.inputs.size(),
+                report->format.c_str(), report->ranks, static_cast<long long>(report->events),
+                args.output.c_str());
+    if (report->skipped > 0) {
+        std::printf("%lld records could not be mapped and were skipped; see them with: "
+                    "sqlite3 '%s' 'SELECT * FROM import_log'\n",
+                    static_cast<long long>(report->skipped), args.output.c_str());
+    }
+    for (const auto& warning : report->warnings) {
+        warn(warning);
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+Command add_import_command(CLI::App& app) {
+    auto* sub = app.add_subcommand(
+        "import", "Import Nsight Systems SQLite exports (nsys export --type sqlite) or PyTorch "
+                  "profiler (Kineto) traces, plain or .gz, one file per rank, into one run");
+    auto args = std::make_shared<ImportArgs>();
+    sub->add_option("files", args->inputs, "Trace files, one per rank (or one nsys report)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    sub->add_option("-o,--output", args->output, "The run database to write")->required();
+    sub->add_option("--name", args->name, "Name of the run (default: the first file's name)");
+    sub->add_flag("--force", args->force, "Replace the output if it exists");
+    return [args] { return run_import(*args); };
+}
+
+}  // namespace fulcrum::cli

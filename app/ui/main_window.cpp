@@ -326,7 +326,9 @@ void MainWindow::show_open_dialog() {
     // A non-native dialog lists folders and files together, so a capture folder can be
     // chosen as it is.
     auto* dialog = new QFileDialog(this, tr("Open Run"), QString(),
-                                   tr("Fulcrum runs (*.fulcrum);;All files (*)"));
+                                   tr("Runs and traces (*.fulcrum *.sqlite *.json *.json.gz);;Fulcrum runs (*.fulcrum);;"
+                                      "Nsight Systems exports (*.sqlite);;"
+                                      "PyTorch profiler traces (*.json *.json.gz);;All files (*)"));
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     dialog->setFileMode(QFileDialog::ExistingFiles);
     dialog->setOption(QFileDialog::DontUseNativeDialog);

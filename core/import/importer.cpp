@@ -135,6 +135,7 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
         std::filesystem::create_directories(file_options.scratch_dir, ec);
         file_options.input_index = static_cast<int>(i);
         file_options.cancel = options.cancel;
+        file_options.warnings = &result.warnings;
         file_options.progress = [&](double fraction) {
             report(stage, 0.9 * (double(i) + fraction) / double(inputs.size()));
         };
@@ -179,7 +180,7 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
     }
     result.events = merged->events;
     result.ranks = static_cast<int>(merged->ranks.size());
-    result.warnings = merged->warnings;
+    result.warnings.insert(result.warnings.end(), merged->warnings.begin(), merged->warnings.end());
     auto reader = store::TraceReader::open(output);
     if (!reader) {
         return reader.error();

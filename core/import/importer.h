@@ -30,6 +30,9 @@ struct ImportFileOptions {
     std::function<void(double)> progress;
     // Checked now and then; the importer returns ErrorCode::cancelled once it is true.
     const std::atomic<bool>* cancel = nullptr;
+    // Things the user should know that are not skipped records (several processes became
+    // several ranks, say); they end up in ImportReport::warnings. May be null.
+    std::vector<std::string>* warnings = nullptr;
 };
 
 class Importer {

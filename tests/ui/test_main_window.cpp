@@ -89,6 +89,25 @@ private slots:
         QCOMPARE(errors.size(), 1);
     }
 
+    // A PyTorch profiler trace opens through its importer, into a run beside it.
+    void opens_a_kineto_trace_through_its_importer() {
+        QTemporaryDir dir;
+        const QString trace = dir.filePath("rank0.json");
+        QVERIFY(QFile::copy(FULCRUM_SOURCE_DIR "/tests/import/kineto/data/rank0.json", trace));
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QSignalSpy errors(&window, &MainWindow::error_reported);
+        window.open_path(trace);
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 1, kLoadMs);
+        QCOMPARE(errors.size(), 0);
+        const auto run = window.runs().front();
+        QCOMPARE(run->trace->run.origin, RunOrigin::imported);
+        QCOMPARE(run->path, trace + ".fulcrum");
+        QVERIFY(QFileInfo::exists(trace + ".fulcrum"));
+        QVERIFY(run->trace->event_count() > 0);
+        QVERIFY(run->analysis);
+    }
+
     void opens_a_capture_folder() {
         MainWindow window;
         window.set_modal_dialogs(false);

@@ -3,6 +3,7 @@
 #include <QDir>
 #include <QFileInfo>
 
+#include "core/import/importer.h"
 #include "core/store/trace_reader.h"
 
 namespace fulcrum::views {
@@ -30,8 +31,53 @@ Result<QString> resolve_run_path(const QString& path) {
                      "merge them first: fulcrum merge -o run.fulcrum '" + path.toStdString() + "'"};
 }
 
+namespace {
+
+Result<QString> import_if_foreign(const QString& path, const OpenOptions& options) {
+    auto importer = importer::find_importer(path.toStdString());
+    if (!importer) {
+        return importer.error();
+    }
+    if (*importer == nullptr) {
+        return path;  // a Fulcrum run, or something load_run_trace will name the problem of
+    }
+    // The imported run goes beside the trace (reused while newer than it), else to the temp
+    // folder when that folder is read-only.
+    const QFileInfo source(path);
+    QString target = path + ".fulcrum";
+    const QFileInfo existing(target);
+    if (existing.exists() && existing.lastModified() >= source.lastModified()) {
+        return target;
+    }
+    if (!QFileInfo(source.absolutePath()).isWritable()) {
+        target = QDir(QDir::tempPath()).filePath(source.fileName() + ".fulcrum");
+    }
+    importer::ImportOptions import;
+    import.overwrite = true;
+    import.cancel = options.cancel;
+    import.progress = [&](std::string_view stage, double fraction) {
+        if (options.progress) {
+            options.progress(QStringLiteral("importing: %1")
+                                 .arg(QString::fromUtf8(stage.data(), qsizetype(stage.size()))),
+                             fraction);
+        }
+    };
+    auto imported = importer::import_files({path.toStdString()}, target.toStdString(), import);
+    if (!imported) {
+        return imported.error();
+    }
+    return target;
+}
+
+}  // namespace
+
 Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
-    auto resolved = resolve_run_path(path);
+    auto given = resolve_run_path(path);
+    if (!given) {
+        return given.error();
+    }
+    // Nsight Systems exports and PyTorch traces open through their importer (docs/import.md).
+    auto resolved = import_if_foreign(*given, options);
     if (!resolved) {
         return resolved.error();
     }

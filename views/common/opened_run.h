@@ -35,8 +35,10 @@ struct OpenOptions {
 // Errors name the path and say what to do (a folder without a run, a missing file).
 Result<QString> resolve_run_path(const QString& path);
 
-// Loads and analyses a run; blocking, so call it off the GUI thread. Returns
-// ErrorCode::cancelled when `cancel` turns true.
+// Loads and analyses a run; blocking, so call it off the GUI thread. A trace in a format an
+// importer reads (Nsight Systems SQLite, PyTorch/Kineto JSON) is imported first, into
+// `PATH.fulcrum` beside it (reused while newer than the trace). Returns ErrorCode::cancelled
+// when `cancel` turns true.
 Result<RunPtr> open_run(const QString& path, const OpenOptions& options = {});
 
 }  // namespace fulcrum::views

@@ -1,21 +1,881 @@
-// (Stub until the Nsight importer lands.)
+// Nsight Systems SQLite exports (`nsys export --type sqlite`) into Fulcrum rank files
+// (docs/import.md, "Nsight Systems"; REFERENCE §7).
+//
+// The export's tables exist only when they have rows and their columns change between
+// versions, so every table and column is probed before it is read: a missing table is
+// skipped, a missing optional column reads as "unknown". One profiled process is one rank;
+// kernels, copies and memsets go on one lane per (device, stream), runtime API calls and NVTX
+// events on one lane per thread. NVTX in the `fulcrum` domain (a fulcrum-train run profiled by
+// nsys) is read with the collector's own parser (docs/annotations.md).
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "collectors/inject/annotation.h"
 #include "core/import/importer.h"
+#include "core/store/trace_writer.h"
 
 namespace fulcrum::importer {
 
 namespace {
-class Stub final : public Importer {
+
+constexpr std::uint32_t kFulcrumApplicationId = 0x46554C43;  // "FULC"
+constexpr std::int64_t kPidShift = 0x1000000;
+
+// NVTX_EVENTS.eventType values (ENUM_NSYS_EVENT_TYPE).
+constexpr std::int64_t kNvtxMark = 34;
+constexpr std::int64_t kNvtxPushPop = 59;
+constexpr std::int64_t kNvtxStartEnd = 60;
+constexpr std::int64_t kNvtxDomainCreate = 75;
+
+// A process's key: globalTid / 2^24 (the PID with the hardware and VM ids above it), so two
+// hosts' processes with one PID stay apart.
+std::int64_t process_key(std::int64_t global_id) { return global_id / kPidShift; }
+std::int64_t tid_of(std::int64_t global_tid) { return global_tid % kPidShift; }
+
+// Thin read-only access to the export; no Fulcrum schema here.
+class Source {
 public:
-    std::string_view name() const override { return "nsys"; }
-    std::string_view description() const override { return "nsys (not yet)"; }
-    bool sniff(std::string_view) const override { return false; }
+    explicit Source(std::string path) : path_(std::move(path)) {}
+    ~Source() {
+        if (db_ != nullptr) {
+            sqlite3_close_v2(db_);
+        }
+    }
+    Source(const Source&) = delete;
+    Source& operator=(const Source&) = delete;
+
+    Status open() {
+        const int rc = sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+                                       nullptr);
+        if (rc != SQLITE_OK) {
+            return damaged("cannot open it");
+        }
+        // A hostile file must not make SQLite allocate without bound.
+        sqlite3_limit(db_, SQLITE_LIMIT_LENGTH, 64 << 20);
+        sqlite3_exec(db_, "PRAGMA cell_size_check = ON", nullptr, nullptr, nullptr);
+        sqlite3_stmt* stmt = nullptr;
+        if (sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type = 'table'", -1, &stmt,
+                               nullptr) != SQLITE_OK) {
+            return damaged("cannot read its schema");
+        }
+        int step = SQLITE_ROW;
+        while ((step = sqlite3_step(stmt)) == SQLITE_ROW) {
+            const auto* text = sqlite3_column_text(stmt, 0);
+            if (text != nullptr) {
+                tables_.insert(reinterpret_cast<const char*>(text));
+            }
+        }
+        sqlite3_finalize(stmt);
+        if (step != SQLITE_DONE) {
+            return damaged("cannot read its schema");
+        }
+        return {};
+    }
+
+    bool has_table(const std::string& table) const { return tables_.count(table) != 0; }
+
+    // The table's columns (empty when the table is missing or unreadable).
+    const std::set<std::string>& columns(const std::string& table) {
+        auto [at, added] = columns_.try_emplace(table);
+        if (added && has_table(table)) {
+            sqlite3_stmt* stmt = nullptr;
+            const std::string sql = "PRAGMA table_info(\"" + table + "\")";
+            if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK) {
+                while (sqlite3_step(stmt) == SQLITE_ROW) {
+                    const auto* text = sqlite3_column_text(stmt, 1);
+                    if (text != nullptr) {
+                        at->second.insert(reinterpret_cast<const char*>(text));
+                    }
+                }
+            }
+            sqlite3_finalize(stmt);
+        }
+        return at->second;
+    }
+    bool has_column(const std::string& table, const std::string& column) {
+        return columns(table).count(column) != 0;
+    }
+
+    // Runs `sql`, calling `row` for each row; stops when `row` returns false. An SQLite
+    // failure here means a damaged file (tables and columns were probed first).
+    template <typename Row>
+    Status query(const std::string& sql, Row&& row) {
+        sqlite3_stmt* stmt = nullptr;
+        if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+            sqlite3_finalize(stmt);
+            return damaged("cannot read it");
+        }
+        int step = SQLITE_ROW;
+        bool go_on = true;
+        while (go_on && (step = sqlite3_step(stmt)) == SQLITE_ROW) {
+            go_on = row(stmt);
+        }
+        sqlite3_finalize(stmt);
+        if (go_on && step != SQLITE_DONE) {
+            return damaged("cannot read it");
+        }
+        return {};
+    }
+
+    Error damaged(std::string_view what) const {
+        const std::string reason = db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory";
+        return Error{ErrorCode::invalid_input,
+                     "'" + path_ + "': " + std::string(what) + " (" + reason +
+                         "); is it a complete Nsight Systems SQLite export?"};
+    }
+
+private:
+    std::string path_;
+    sqlite3* db_ = nullptr;
+    std::set<std::string> tables_;
+    std::map<std::string, std::set<std::string>> columns_;
+};
+
+std::int64_t int_or(sqlite3_stmt* stmt, int column, std::int64_t fallback) {
+    return sqlite3_column_type(stmt, column) == SQLITE_NULL ? fallback
+                                                            : sqlite3_column_int64(stmt, column);
+}
+
+std::string text_of(sqlite3_stmt* stmt, int column) {
+    const auto* text = sqlite3_column_text(stmt, column);
+    return text != nullptr ? std::string(reinterpret_cast<const char*>(text),
+                                         static_cast<std::size_t>(sqlite3_column_bytes(stmt, column)))
+                           : std::string();
+}
+
+bool contains_nocase(std::string_view text, std::string_view part) {
+    return std::search(text.begin(), text.end(), part.begin(), part.end(), [](char a, char b) {
+               return std::tolower(static_cast<unsigned char>(a)) ==
+                      std::tolower(static_cast<unsigned char>(b));
+           }) != text.end();
+}
+
+// "cudaLaunchKernel_v7000" -> "cudaLaunchKernel": nsys keeps CUPTI's versioned names.
+std::string api_name(std::string name) {
+    const auto at = name.rfind("_v");
+    if (at != std::string::npos && at + 2 < name.size() &&
+        std::all_of(name.begin() + static_cast<std::ptrdiff_t>(at) + 2, name.end(),
+                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
+        name.resize(at);
+    }
+    return name;
+}
+
+std::string_view copy_label(std::int64_t kind) {
+    switch (kind) {
+    case 1: return "Memcpy HtoD";
+    case 2: return "Memcpy DtoH";
+    case 3: return "Memcpy HtoA";
+    case 4: return "Memcpy AtoH";
+    case 5: return "Memcpy AtoA";
+    case 6: return "Memcpy AtoD";
+    case 7: return "Memcpy DtoA";
+    case 8: return "Memcpy DtoD";
+    case 9: return "Memcpy HtoH";
+    case 10: return "Memcpy PtoP";
+    default: return "Memcpy";
+    }
+}
+
+std::string json_escape(std::string_view text) {
+    std::string out;
+    for (char c : text) {
+        switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\t': out += "\\t"; break;
+        default:
+            if (static_cast<unsigned char>(c) < 0x20) {
+                char buffer[8];
+                std::snprintf(buffer, sizeof buffer, "\\u%04x", static_cast<unsigned>(c));
+                out += buffer;
+            } else {
+                out += c;
+            }
+        }
+    }
+    return out;
+}
+
+struct Process {
+    std::int64_t key = 0;
+    std::int32_t rank = 0;
+    RankInfo info;
+    std::set<std::int64_t> devices;
+};
+
+class Import {
+public:
+    Import(Source& source, store::TraceWriter& writer, const ImportFileOptions& options)
+        : source_(source), writer_(writer), options_(options) {}
+
+    Status run(const std::string& input) {
+        if (auto status = read_strings(); !status) return status;
+        if (auto status = read_domains(); !status) return status;
+        if (auto status = find_processes(); !status) return status;
+        if (processes_.empty()) {
+            // Nothing to attribute: still one (empty) rank, so the run opens.
+            Process process;
+            process.rank = options_.input_index;
+            process.info.rank = process.rank;
+            processes_.emplace(-1, process);
+        }
+        if (auto status = assign_ranks(input); !status) return status;
+        const struct {
+            Status (Import::*read)();
+            double weight;
+        } tables[] = {{&Import::read_kernels, 0.35}, {&Import::read_memcpy, 0.1},
+                      {&Import::read_memset, 0.05}, {&Import::read_runtime, 0.3},
+                      {&Import::read_nvtx, 0.2}};
+        double done = 0.1;
+        for (const auto& table : tables) {
+            if (auto status = (this->*table.read)(); !status) return status;
+            done += table.weight * 0.9;
+            if (options_.progress) {
+                options_.progress(std::min(done, 1.0));
+            }
+        }
+        return {};
+    }
+
+private:
+    bool cancelled() const { return options_.cancel != nullptr && options_.cancel->load(); }
+
+    std::string string(std::int64_t id) const {
+        auto at = strings_.find(id);
+        return at != strings_.end() ? at->second : std::string();
+    }
+    // A name column holds a StringIds id (current exports) or the text itself (old ones).
+    std::string name_at(sqlite3_stmt* stmt, int column) const {
+        switch (sqlite3_column_type(stmt, column)) {
+        case SQLITE_INTEGER: return string(sqlite3_column_int64(stmt, column));
+        case SQLITE_TEXT: return text_of(stmt, column);
+        default: return {};
+        }
+    }
+
+    void skip(const std::string& table, std::int64_t row, std::string reason, std::string record) {
+        writer_.add_import_log(ImportLogEntry{table, row, std::move(reason), std::move(record)});
+    }
+
+    Status read_strings() {
+        if (!source_.has_column("StringIds", "id") || !source_.has_column("StringIds", "value")) {
+            return {};
+        }
+        return source_.query("SELECT id, value FROM StringIds", [&](sqlite3_stmt* stmt) {
+            strings_.emplace(sqlite3_column_int64(stmt, 0), text_of(stmt, 1));
+            return !cancelled();
+        });
+    }
+
+    // NVTX domains: eventType 75 rows name a domainId.
+    Status read_domains() {
+        const std::string table = "NVTX_EVENTS";
+        if (!source_.has_column(table, "eventType") || !source_.has_column(table, "domainId")) {
+            return {};
+        }
+        const bool text = source_.has_column(table, "text");
+        const bool text_id = source_.has_column(table, "textId");
+        const std::string sql = "SELECT domainId, " + std::string(text ? "text" : "NULL") + ", " +
+                                (text_id ? "textId" : "NULL") + " FROM NVTX_EVENTS WHERE eventType = " +
+                                std::to_string(kNvtxDomainCreate);
+        return source_.query(sql, [&](sqlite3_stmt* stmt) {
+            std::string name = text_of(stmt, 1);
+            if (name.empty() && sqlite3_column_type(stmt, 2) != SQLITE_NULL) {
+                name = string(sqlite3_column_int64(stmt, 2));
+            }
+            domains_[int_or(stmt, 0, 0)] = name;
+            return true;
+        });
+    }
+
+    // Every process with at least one event becomes a rank, in globalPid order.
+    Status find_processes() {
+        auto add = [&](std::int64_t key, std::int64_t device) {
+            auto& process = processes_[key];
+            process.key = key;
+            if (device >= 0) {
+                process.devices.insert(device);
+            }
+        };
+        for (const char* table : {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                  "CUPTI_ACTIVITY_KIND_MEMSET"}) {
+            if (!source_.has_column(table, "globalPid")) {
+                continue;
+            }
+            const bool device = source_.has_column(table, "deviceId");
+            const std::string sql = "SELECT DISTINCT globalPid / " + std::to_string(kPidShift) + ", " +
+                                    (device ? "deviceId" : "-1") + " FROM " + table;
+            auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
+                add(sqlite3_column_int64(stmt, 0), int_or(stmt, 1, -1));
+                return true;
+            });
+            if (!status) return status;
+        }
+        for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"}) {
+            if (!source_.has_column(table, "globalTid")) {
+                continue;
+            }
+            std::string sql = "SELECT DISTINCT globalTid / " + std::to_string(kPidShift) + " FROM " +
+                              table;
+            if (std::string_view(table) == "NVTX_EVENTS" && source_.has_column(table, "eventType")) {
+                sql += " WHERE eventType IN (34, 59, 60)";
+            }
+            auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
+                add(int_or(stmt, 0, 0), -1);
+                return true;
+            });
+            if (!status) return status;
+        }
+        return {};
+    }
+
+    // The fulcrum domain's `fulcrum.rank` mark of each process, if it has one.
+    Status read_rank_marks() {
+        std::set<std::int64_t> fulcrum_domains;
+        for (const auto& [id, name] : domains_) {
+            if (name == "fulcrum") fulcrum_domains.insert(id);
+        }
+        const std::string table = "NVTX_EVENTS";
+        if (fulcrum_domains.empty() || !source_.has_column(table, "globalTid") ||
+            !source_.has_column(table, "eventType")) {
+            return {};
+        }
+        std::string domain_list;
+        for (auto id : fulcrum_domains) {
+            domain_list += (domain_list.empty() ? "" : ", ") + std::to_string(id);
+        }
+        const bool text = source_.has_column(table, "text");
+        const bool text_id = source_.has_column(table, "textId");
+        const std::string sql = "SELECT globalTid, " + std::string(text ? "text" : "NULL") + ", " +
+                                (text_id ? "textId" : "NULL") +
+                                " FROM NVTX_EVENTS WHERE eventType = 34 AND domainId IN (" +
+                                domain_list + ")";
+        return source_.query(sql, [&](sqlite3_stmt* stmt) {
+            std::string message = text_of(stmt, 1);
+            if (message.empty() && sqlite3_column_type(stmt, 2) != SQLITE_NULL) {
+                message = string(sqlite3_column_int64(stmt, 2));
+            }
+            const auto mark = collect::split_mark_message(message);
+            if (mark.name != collect::kRankMark) {
+                return true;
+            }
+            auto parsed = collect::parse_rank_mark(mark.json);
+            auto at = processes_.find(process_key(int_or(stmt, 0, 0)));
+            if (parsed && parsed->rank >= 0 && at != processes_.end()) {
+                rank_marks_[at->first] = *parsed;
+            }
+            return true;
+        });
+    }
+
+    Status assign_ranks(const std::string& input) {
+        if (auto status = read_rank_marks(); !status) return status;
+        std::int64_t utc_start = 0;
+        if (source_.has_column("TARGET_INFO_SESSION_START_TIME", "utcEpochNs")) {
+            auto status = source_.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME",
+                                        [&](sqlite3_stmt* stmt) {
+                                            utc_start = int_or(stmt, 0, 0);
+                                            return false;
+                                        });
+            if (!status) return status;
+        }
+        std::string host;
+        if (source_.has_column("TARGET_INFO_SYSTEM_ENV", "name") &&
+            source_.has_column("TARGET_INFO_SYSTEM_ENV", "value")) {
+            auto status = source_.query(
+                "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'",
+                [&](sqlite3_stmt* stmt) {
+                    host = text_of(stmt, 0);
+                    return false;
+                });
+            if (!status) return status;
+        }
+        std::map<std::int64_t, std::string> process_names;
+        if (source_.has_column("PROCESSES", "globalPid") && source_.has_column("PROCESSES", "name")) {
+            auto status = source_.query("SELECT globalPid, name FROM PROCESSES", [&](sqlite3_stmt* stmt) {
+                process_names[process_key(int_or(stmt, 0, 0))] = text_of(stmt, 1);
+                return true;
+            });
+            if (!status) return status;
+        }
+
+        const bool several = processes_.size() > 1;
+        std::int32_t index = 0;
+        std::set<std::int32_t> used;
+        std::string listing;
+        for (auto& [key, process] : processes_) {
+            RankInfo& info = process.info;
+            info.rank = several ? options_.input_index * 64 + index : options_.input_index;
+            info.pid = key >= 0 ? key % kPidShift : 0;
+            info.host = host;
+            info.device = process.devices.empty() ? -1 : static_cast<std::int32_t>(*process.devices.begin());
+            info.utc_offset_ns = utc_start;
+            if (auto mark = rank_marks_.find(key); mark != rank_marks_.end() &&
+                                                   used.count(mark->second.rank) == 0) {
+                info.rank = mark->second.rank;
+                info.dp = mark->second.dp;
+                info.pp = mark->second.pp;
+                info.cp = mark->second.cp;
+                info.tp = mark->second.tp;
+                if (mark->second.device >= 0) info.device = mark->second.device;
+            }
+            used.insert(info.rank);
+            process.rank = info.rank;
+            writer_.add_rank(info);
+            listing += (listing.empty() ? "" : ", ") + std::string("pid ") + std::to_string(info.pid) +
+                       (process_names.count(key) ? " (" + process_names[key] + ")" : "") +
+                       " -> rank " + std::to_string(info.rank);
+            ++index;
+        }
+        if (several && options_.warnings != nullptr) {
+            options_.warnings->push_back("'" + input + "' holds " +
+                                         std::to_string(processes_.size()) +
+                                         " processes; each became a rank (" + listing + ")");
+        }
+        return {};
+    }
+
+    const Process* process_for(std::int64_t key) const {
+        auto at = processes_.find(key);
+        return at != processes_.end() ? &at->second : nullptr;
+    }
+
+    LaneId stream_lane(const Process& process, std::int64_t device, std::int64_t stream) {
+        auto [at, added] = stream_lanes_.try_emplace({process.key, device, stream});
+        if (added) {
+            at->second = writer_.add_lane(process.rank, LaneKind::gpu_stream,
+                                          "stream " + std::to_string(stream) + " (device " +
+                                              std::to_string(device) + ")",
+                                          stream);
+        }
+        return at->second;
+    }
+
+    LaneId thread_lane(const Process& process, std::int64_t global_tid) {
+        auto [at, added] = thread_lanes_.try_emplace(global_tid);
+        if (added) {
+            if (!thread_names_loaded_) {
+                load_thread_names();
+            }
+            const std::int64_t tid = tid_of(global_tid);
+            auto name = thread_names_.find(global_tid);
+            at->second = writer_.add_lane(process.rank, LaneKind::host_thread,
+                                          name != thread_names_.end() && !name->second.empty()
+                                              ? name->second
+                                              : "thread " + std::to_string(tid),
+                                          tid);
+        }
+        return at->second;
+    }
+
+    void load_thread_names() {
+        thread_names_loaded_ = true;
+        if (!source_.has_column("ThreadNames", "globalTid") ||
+            !source_.has_column("ThreadNames", "nameId")) {
+            return;
+        }
+        // A failure here only loses names.
+        (void)source_.query("SELECT globalTid, nameId FROM ThreadNames", [&](sqlite3_stmt* stmt) {
+            thread_names_[int_or(stmt, 0, 0)] = name_at(stmt, 1);
+            return true;
+        });
+    }
+
+    // Reads one GPU activity table; `make` fills the event's kind, name, category and bytes.
+    template <typename Make>
+    Status read_gpu_table(const std::string& table, const std::vector<std::string>& extra,
+                          Make&& make) {
+        if (!source_.has_table(table)) {
+            return {};
+        }
+        for (const char* needed : {"start", "end", "globalPid"}) {
+            if (!source_.has_column(table, needed)) {
+                skip(table, -1, "table skipped: it has no '" + std::string(needed) + "' column", "");
+                return {};
+            }
+        }
+        auto column = [&](const std::string& name) {
+            return source_.has_column(table, name) ? "\"" + name + "\"" : std::string("NULL");
+        };
+        std::string sql = "SELECT rowid, start, \"end\", globalPid, " + column("deviceId") + ", " +
+                          column("streamId") + ", " + column("correlationId");
+        for (const auto& name : extra) {
+            sql += ", " + column(name);
+        }
+        sql += " FROM " + table;
+        std::int64_t rows = 0;
+        auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
+            if ((++rows & 4095) == 0 && cancelled()) return false;
+            const std::int64_t row = sqlite3_column_int64(stmt, 0);
+            Event event;
+            event.start_ns = int_or(stmt, 1, -1);
+            event.end_ns = int_or(stmt, 2, -1);
+            const std::int64_t device = int_or(stmt, 4, 0), stream = int_or(stmt, 5, 0);
+            event.correlation = int_or(stmt, 6, -1);
+            make(stmt, 7, event);
+            const Process* process = process_for(process_key(int_or(stmt, 3, 0)));
+            const std::string record = "start=" + std::to_string(event.start_ns) +
+                                       " end=" + std::to_string(event.end_ns) +
+                                       " device=" + std::to_string(device) +
+                                       " stream=" + std::to_string(stream) + " name=" +
+                                       std::string(last_name_);
+            if (sqlite3_column_type(stmt, 1) == SQLITE_NULL || sqlite3_column_type(stmt, 2) == SQLITE_NULL) {
+                skip(table, row, "no start or end time", record);
+            } else if (event.end_ns < event.start_ns) {
+                skip(table, row, "negative duration: end before start", record);
+            } else if (process == nullptr) {
+                skip(table, row, "no process", record);
+            } else {
+                event.lane = stream_lane(*process, device, stream);
+                writer_.add_event(event);
+            }
+            return true;
+        });
+        if (!status) return status;
+        if (cancelled()) return Error{ErrorCode::cancelled, "import cancelled"};
+        return {};
+    }
+
+    StringId intern(std::string name) {
+        last_name_ = std::move(name);
+        return writer_.intern(last_name_);
+    }
+
+    Status read_kernels() {
+        const std::string table = "CUPTI_ACTIVITY_KIND_KERNEL";
+        return read_gpu_table(table, {"shortName", "demangledName", "mangledName"},
+                              [&](sqlite3_stmt* stmt, int first, Event& event) {
+                                  std::string name;
+                                  for (int i = 0; i < 3 && name.empty(); ++i) {
+                                      name = name_at(stmt, first + i);
+                                  }
+                                  const std::string full = name_at(stmt, first + 1);
+                                  if (name.empty()) name = "kernel";
+                                  const std::string_view probe = full.empty() ? name : full;
+                                  if (contains_nocase(probe, "nccl")) {
+                                      event.kind = EventKind::collective;
+                                      event.category = Category::communication;
+                                  } else {
+                                      event.kind = EventKind::kernel;
+                                      event.category =
+                                          contains_nocase(probe, "flash") || contains_nocase(probe, "fmha") ||
+                                                  contains_nocase(probe, "attention")
+                                              ? Category::attention
+                                              : Category::compute;
+                                  }
+                                  event.name = intern(name);
+                              });
+    }
+
+    Status read_memcpy() {
+        return read_gpu_table("CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind"},
+                              [&](sqlite3_stmt* stmt, int first, Event& event) {
+                                  event.kind = EventKind::memcpy;
+                                  event.bytes = int_or(stmt, first, -1);
+                                  const std::int64_t kind = int_or(stmt, first + 1, -1);
+                                  event.copy_kind = kind >= 1 && kind <= 10 ? static_cast<CopyKind>(kind)
+                                                                            : CopyKind::none;
+                                  // Host<->device (and host<->array) copies are offload.
+                                  event.category = kind >= 1 && kind <= 4 ? Category::offload
+                                                                          : Category::memory;
+                                  event.name = intern(std::string(copy_label(kind)));
+                              });
+    }
+
+    Status read_memset() {
+        return read_gpu_table("CUPTI_ACTIVITY_KIND_MEMSET", {"bytes"},
+                              [&](sqlite3_stmt* stmt, int first, Event& event) {
+                                  event.kind = EventKind::memset;
+                                  event.category = Category::memory;
+                                  event.bytes = int_or(stmt, first, -1);
+                                  event.name = intern("Memset");
+                              });
+    }
+
+    Status read_runtime() {
+        const std::string table = "CUPTI_ACTIVITY_KIND_RUNTIME";
+        if (!source_.has_table(table)) {
+            return {};
+        }
+        for (const char* needed : {"start", "end", "globalTid"}) {
+            if (!source_.has_column(table, needed)) {
+                skip(table, -1, "table skipped: it has no '" + std::string(needed) + "' column", "");
+                return {};
+            }
+        }
+        const std::string sql =
+            "SELECT rowid, start, \"end\", globalTid, " +
+            std::string(source_.has_column(table, "correlationId") ? "correlationId" : "NULL") + ", " +
+            (source_.has_column(table, "nameId") ? "nameId" : "NULL") + " FROM " + table;
+        std::int64_t rows = 0;
+        auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
+            if ((++rows & 4095) == 0 && cancelled()) return false;
+            const std::int64_t row = sqlite3_column_int64(stmt, 0);
+            const std::int64_t global_tid = int_or(stmt, 3, 0);
+            Event event;
+            event.start_ns = int_or(stmt, 1, -1);
+            event.end_ns = int_or(stmt, 2, -1);
+            event.correlation = int_or(stmt, 4, -1);
+            std::string name = api_name(name_at(stmt, 5));
+            if (name.empty()) name = "CUDA runtime call";
+            event.kind = name.find("Synchronize") != std::string::npos ? EventKind::sync : EventKind::api;
+            event.category = Category::runtime;
+            const std::string record = "start=" + std::to_string(event.start_ns) +
+                                       " end=" + std::to_string(event.end_ns) +
+                                       " globalTid=" + std::to_string(global_tid) + " name=" + name;
+            const Process* process = process_for(process_key(global_tid));
+            if (sqlite3_column_type(stmt, 1) == SQLITE_NULL || sqlite3_column_type(stmt, 2) == SQLITE_NULL) {
+                skip(table, row, "no start or end time", record);
+            } else if (event.end_ns < event.start_ns) {
+                skip(table, row, "negative duration: end before start", record);
+            } else if (process == nullptr) {
+                skip(table, row, "no process", record);
+            } else {
+                event.name = writer_.intern(name);
+                event.lane = thread_lane(*process, global_tid);
+                writer_.add_event(event);
+            }
+            return true;
+        });
+        if (!status) return status;
+        if (cancelled()) return Error{ErrorCode::cancelled, "import cancelled"};
+        return {};
+    }
+
+    Status read_nvtx() {
+        const std::string table = "NVTX_EVENTS";
+        if (!source_.has_table(table)) {
+            return {};
+        }
+        for (const char* needed : {"start", "eventType", "globalTid"}) {
+            if (!source_.has_column(table, needed)) {
+                skip(table, -1, "table skipped: it has no '" + std::string(needed) + "' column", "");
+                return {};
+            }
+        }
+        auto column = [&](const char* name) {
+            return source_.has_column(table, name) ? "\"" + std::string(name) + "\"" : std::string("NULL");
+        };
+        const std::string sql = "SELECT rowid, start, " + column("end") + ", eventType, globalTid, " +
+                                column("text") + ", " + column("textId") + ", " + column("domainId") +
+                                ", " + column("category") + ", " + column("int64Value") + ", " +
+                                column("uint64Value") +
+                                " FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)";
+        std::int64_t rows = 0;
+        auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
+            if ((++rows & 4095) == 0 && cancelled()) return false;
+            const std::int64_t row = sqlite3_column_int64(stmt, 0);
+            const std::int64_t type = sqlite3_column_int64(stmt, 3);
+            const std::int64_t global_tid = int_or(stmt, 4, 0);
+            std::string message = text_of(stmt, 5);
+            if (message.empty() && sqlite3_column_type(stmt, 6) != SQLITE_NULL) {
+                message = string(sqlite3_column_int64(stmt, 6));
+            }
+            const std::int64_t domain_id = int_or(stmt, 7, 0);
+            auto domain = domains_.find(domain_id);
+            const std::string domain_name = domain != domains_.end() ? domain->second : std::string();
+            Event event;
+            event.start_ns = int_or(stmt, 1, -1);
+            event.end_ns = type == kNvtxMark ? event.start_ns : int_or(stmt, 2, -1);
+            event.kind = type == kNvtxMark ? EventKind::mark : EventKind::range;
+            const std::string record = "start=" + std::to_string(event.start_ns) +
+                                       " end=" + std::to_string(event.end_ns) +
+                                       " eventType=" + std::to_string(type) +
+                                       " domain=" + domain_name + " text=" + message;
+            const Process* process = process_for(process_key(global_tid));
+            if (sqlite3_column_type(stmt, 1) == SQLITE_NULL ||
+                (type != kNvtxMark && sqlite3_column_type(stmt, 2) == SQLITE_NULL)) {
+                skip(table, row, "range without an end (still open when the capture stopped?)", record);
+                return true;
+            }
+            if (event.end_ns < event.start_ns) {
+                skip(table, row, "negative duration: end before start", record);
+                return true;
+            }
+            if (process == nullptr) {
+                skip(table, row, "no process", record);
+                return true;
+            }
+            std::string args;
+            if (domain_name == "fulcrum") {
+                if (!fulcrum_event(stmt, *process, message, event, row, record)) {
+                    return true;  // a metadata mark, consumed
+                }
+            } else {
+                event.name = writer_.intern(message.empty() ? std::string("(unnamed)") : message);
+                if (!domain_name.empty()) {
+                    event.args = writer_.intern("{\"domain\":\"" + json_escape(domain_name) + "\"}");
+                }
+            }
+            event.lane = thread_lane(*process, global_tid);
+            writer_.add_event(event);
+            return true;
+        });
+        if (!status) return status;
+        if (cancelled()) return Error{ErrorCode::cancelled, "import cancelled"};
+        return {};
+    }
+
+    // An event of the `fulcrum` domain, as the collector maps it (docs/annotations.md).
+    // Returns false for a metadata mark that becomes no event.
+    bool fulcrum_event(sqlite3_stmt* stmt, const Process& process, const std::string& message,
+                       Event& event, std::int64_t row, const std::string& record) {
+        if (event.kind == EventKind::mark) {
+            const auto mark = collect::split_mark_message(message);
+            if (mark.name == collect::kRankMark) {
+                return false;
+            }
+            if (mark.name == collect::kRunMark) {
+                if (auto config = collect::parse_run_mark(mark.json)) {
+                    writer_.set_run_config(*config);
+                } else {
+                    skip("NVTX_EVENTS", row, "fulcrum.run mark: " + config.error().message, record);
+                }
+                return false;
+            }
+            if (mark.name == collect::kWorkloadMark) {
+                if (auto entries = collect::parse_workload_mark(mark.json, process.rank)) {
+                    for (const auto& entry : *entries) {
+                        writer_.add_workload(entry);
+                    }
+                } else {
+                    skip("NVTX_EVENTS", row, "fulcrum.workload mark: " + entries.error().message, record);
+                }
+                return false;
+            }
+            event.name = writer_.intern(mark.name);
+            return true;
+        }
+        const auto annotation = collect::parse_range_message(message);
+        event.name = writer_.intern(annotation.name);
+        event.step = annotation.step;
+        event.microbatch = annotation.microbatch;
+        event.stage = annotation.stage;
+        event.phase = annotation.phase;
+        event.bytes = annotation.bytes;
+        if (event.bytes < 0) {
+            event.bytes = int_or(stmt, 9, int_or(stmt, 10, -1));
+        }
+        if (!annotation.args_json.empty()) {
+            event.args = writer_.intern(annotation.args_json);
+        }
+        const std::int64_t category = int_or(stmt, 8, 0);
+        event.category = category > 0 && category < 256
+                             ? collect::category_from_nvtx(static_cast<std::uint32_t>(category))
+                             : Category::other;
+        if (event.category == Category::communication) {
+            event.kind = EventKind::collective;
+        }
+        return true;
+    }
+
+    Source& source_;
+    store::TraceWriter& writer_;
+    const ImportFileOptions& options_;
+    std::unordered_map<std::int64_t, std::string> strings_;
+    std::map<std::int64_t, std::string> domains_;
+    std::map<std::int64_t, Process> processes_;
+    std::map<std::int64_t, collect::RankMark> rank_marks_;
+    std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, LaneId> stream_lanes_;
+    std::unordered_map<std::int64_t, LaneId> thread_lanes_;
+    std::unordered_map<std::int64_t, std::string> thread_names_;
+    bool thread_names_loaded_ = false;
+    std::string last_name_;
+};
+
+class NsysImporter final : public Importer {
+public:
+    std::string_view name() const override { return "nsys-sqlite"; }
+    std::string_view description() const override {
+        return "Nsight Systems SQLite export (nsys export --type sqlite)";
+    }
+
+    // The head cannot show tables: any SQLite file that is not a Fulcrum run is a candidate;
+    // import_file then checks for the export's tables.
+    bool sniff(std::string_view head) const override {
+        static constexpr std::string_view kMagic{"SQLite format 3\0", 16};
+        if (head.substr(0, kMagic.size()) != kMagic) {
+            return false;
+        }
+        if (head.size() >= 72) {
+            const auto* bytes = reinterpret_cast<const unsigned char*>(head.data()) + 68;
+            const std::uint32_t id = (std::uint32_t(bytes[0]) << 24) | (std::uint32_t(bytes[1]) << 16) |
+                                     (std::uint32_t(bytes[2]) << 8) | std::uint32_t(bytes[3]);
+            if (id == kFulcrumApplicationId) {
+                return false;
+            }
+        }
+        return true;
+    }
+
     Result<std::vector<std::string>> import_file(const std::string& input,
-                                                 const ImportFileOptions&) const override {
-        return Error{ErrorCode::invalid_input, "cannot import '" + input + "' yet"};
+                                                 const ImportFileOptions& options) const override {
+        Source source(input);
+        if (auto status = source.open(); !status) {
+            return status.error();
+        }
+        bool activity = source.has_table("NVTX_EVENTS");
+        for (const char* table : {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                  "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME"}) {
+            activity = activity || source.has_table(table);
+        }
+        if (!source.has_table("StringIds") || !activity) {
+            return Error{ErrorCode::invalid_input,
+                         "'" + input +
+                             "' is an SQLite database but not an Nsight Systems export (it has no "
+                             "StringIds table with CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS tables)"};
+        }
+
+        const std::string stem = std::filesystem::path(input).stem().string();
+        const std::string output = (std::filesystem::path(options.scratch_dir) /
+                                    ("nsys-" + std::to_string(options.input_index) + ".fulcrum"))
+                                       .string();
+        RunInfo run;
+        run.origin = RunOrigin::imported;
+        run.name = stem;
+        run.command = "nsys export " + std::filesystem::path(input).filename().string();
+        run.producer = "fulcrum import (nsys-sqlite)";
+        store::WriterOptions writer_options;
+        writer_options.overflow = store::WriterOptions::Overflow::block;
+        writer_options.overwrite = true;
+        auto writer = store::TraceWriter::create(output, run, writer_options);
+        if (!writer) {
+            return writer.error();
+        }
+        auto remove_output = [&] {
+            (void)(*writer)->close();
+            std::error_code ec;
+            for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+                std::filesystem::remove(output + suffix, ec);
+            }
+        };
+        Import import(source, **writer, options);
+        if (auto status = import.run(input); !status) {
+            remove_output();
+            return status.error();
+        }
+        if (auto status = (*writer)->close(); !status) {
+            remove_output();
+            return status.error();
+        }
+        if (options.progress) {
+            options.progress(1.0);
+        }
+        return std::vector<std::string>{output};
     }
 };
+
 }  // namespace
 
-std::unique_ptr<Importer> make_nsys_importer() { return std::make_unique<Stub>(); }
+std::unique_ptr<Importer> make_nsys_importer() { return std::make_unique<NsysImporter>(); }
 
 }  // namespace fulcrum::importer

@@ -1,0 +1,80 @@
+// Streaming JSON for the Kineto importer: no DOM. JsonStream reads a (possibly gzipped) file
+// through zlib in bounded chunks and hands out one top-level member or one array element at a
+// time as a view of its raw text; JsonCursor parses such a small view (one trace event) in
+// place. Memory is the chunk buffer plus the largest single element.
+#pragma once
+
+#include <zlib.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fulcrum::importer::kineto {
+
+class JsonStream {
+public:
+    JsonStream() = default;
+    ~JsonStream();
+    JsonStream(const JsonStream&) = delete;
+    JsonStream& operator=(const JsonStream&) = delete;
+
+    bool open(const std::string& path);
+    // Skips whitespace; the next byte, or -1 at the end of the input (or on an error).
+    int peek();
+    void advance() { ++pos_; }
+    // The raw text of the next JSON value (after whitespace), valid until the next call.
+    // False at the end of the input or when the value is malformed/truncated.
+    bool next_value(std::string_view& raw);
+    // Bytes of uncompressed input before the next unread byte.
+    std::uint64_t offset() const { return base_ + pos_; }
+    // Bytes of the file (compressed, for gzip) read so far.
+    std::int64_t file_offset() const;
+    // Why the stream stopped early: "" when it did not.
+    const std::string& problem() const { return problem_; }
+    bool at_eof() const { return eof_ && pos_ >= end_; }
+
+private:
+    bool fill();  // reads more, keeping [pos_, end_); false when nothing more came
+
+    gzFile file_ = nullptr;
+    std::vector<char> buf_;
+    std::size_t pos_ = 0, end_ = 0;
+    std::uint64_t base_ = 0;
+    bool eof_ = false;
+    std::string problem_;
+};
+
+// A parser over the text of one small value.
+class JsonCursor {
+public:
+    explicit JsonCursor(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+    void skip_ws();
+    bool eat(char c);  // after whitespace
+    char peek() { skip_ws(); return p_ < end_ ? *p_ : '\0'; }
+    bool string(std::string& out);   // decodes escapes
+    bool value(std::string_view& raw);  // any value, raw
+    bool done() { skip_ws(); return p_ >= end_; }
+
+    // Iterates an object's members: call begin_object once, then next_member until false.
+    bool begin_object() { return eat('{'); }
+    // key is decoded when it has escapes (into scratch), raw otherwise.
+    bool next_member(std::string_view& key, std::string_view& raw, bool& ok);
+
+private:
+    const char* p_;
+    const char* end_;
+    bool first_ = true;
+    std::string key_scratch_;
+};
+
+// Helpers on raw values.
+bool json_int(std::string_view raw, std::int64_t& out);
+bool json_double(std::string_view raw, double& out);
+// Microseconds (a JSON number, possibly with a fraction) to integer nanoseconds, exactly.
+bool json_us_to_ns(std::string_view raw, std::int64_t& out);
+// A string value decoded, or false when raw is not a string.
+bool json_string(std::string_view raw, std::string& out);
+
+}  // namespace fulcrum::importer::kineto

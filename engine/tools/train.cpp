@@ -12,11 +12,15 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
 #include "engine/backend/cpu_backend.h"
+#if FULCRUM_HAVE_CUDA_BACKEND
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
 #include "engine/comm/mpi_communicator.h"
 #include "engine/data/step_plan.h"
 #include "engine/instrument/annotations.h"
@@ -24,6 +28,7 @@
 #include "engine/parallel/parallel_trainer.h"
 #include "core/parallel/schedule.h"
 #include "engine/parallel/topology.h"
+#include "engine/train/trainer.h"
 
 using namespace fulcrum;
 using namespace fulcrum::engine;
@@ -51,6 +56,7 @@ struct Options {
     double ilp_time_limit = 1.0;
     int ilp_window = 4;
     std::string backend = "auto";
+    std::string precision;  // empty: bf16 on CUDA
     std::string dump_parameters;
     std::string losses_file;
 };
@@ -62,7 +68,8 @@ int fail(int rank, const std::string& message) {
     return 2;
 }
 
-std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data) {
+std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
+                            const std::string& backend) {
     const nlohmann::json config = {
         {"model",
          {{"layers", model.n_layer},
@@ -83,7 +90,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
         {"ilp_window", o.ilp_window},
         {"lengths", o.lengths},
         {"documents", o.documents},
-        {"backend", "cpu"},
+        {"backend", backend},
         {"data", data},
     };
     return config.dump();
@@ -135,7 +142,12 @@ int main(int argc, char** argv) {
                    "Global batches the ILP balancer packs jointly (documents wait up to W-1 steps)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
-    app.add_option("--backend", o.backend, "cpu, cuda or auto")->capture_default_str();
+    app.add_option("--backend", o.backend,
+                   "cpu, cuda or auto (CUDA when a GPU is usable, else the CPU)")
+        ->capture_default_str();
+    app.add_option("--precision", o.precision,
+                   "CUDA GEMM precision: bf16 (default; fp32 master weights) or fp32 (for "
+                   "checks); the CPU computes in fp32");
     app.add_option("--dump-parameters", o.dump_parameters,
                    "After training, write the whole model's parameters (float32, serial layout)");
     app.add_option("--losses", o.losses_file, "Write each step's loss, one per line (%.9g)");
@@ -168,11 +180,36 @@ int main(int argc, char** argv) {
     if (o.split != "file" && o.split != "blank-line") {
         return fail(rank, "--split must be file or blank-line, not '" + o.split + "'");
     }
-    if (o.backend == "cuda") {
-        return fail(rank, "this build has no CUDA backend yet; use --backend cpu");
-    }
-    if (o.backend != "cpu" && o.backend != "auto") {
+    if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "auto") {
         return fail(rank, "--backend must be cpu, cuda or auto, not '" + o.backend + "'");
+    }
+    if (!o.precision.empty() && o.precision != "bf16" && o.precision != "fp32") {
+        return fail(rank, "--precision must be bf16 or fp32, not '" + o.precision + "'");
+    }
+    // Which backend: the same answer on every rank, since every rank asks the same question
+    // of its own node (a mixed cluster would have to say --backend explicitly).
+    bool use_cuda = false;
+    std::string no_gpu_reason = "this build has no CUDA backend (no CUDA toolkit at build time)";
+#if FULCRUM_HAVE_CUDA_BACKEND
+    const bool gpu = cuda_device_available(&no_gpu_reason);
+    // auto: several ranks stay on the CPU until the communicators can take device memory.
+    use_cuda = o.backend == "cuda" || (o.backend == "auto" && gpu && world->size() == 1);
+    const bool multi_rank_fallback = o.backend == "auto" && gpu && !use_cuda;
+    if (o.backend == "cuda" && !gpu) {
+        return fail(rank, "--backend cuda: no usable GPU (" + no_gpu_reason +
+                              "); use --backend cpu or auto");
+    }
+#else
+    if (o.backend == "cuda") {
+        return fail(rank, "--backend cuda: " + no_gpu_reason + "; use --backend cpu or auto");
+    }
+#endif
+    // Several ranks on CUDA need the communicators to stage device buffers through the host
+    // (or NCCL); until then the CUDA backend trains one rank.
+    if (use_cuda && world->size() > 1) {
+        return fail(rank, "the CUDA backend trains a single rank so far (" +
+                              std::to_string(world->size()) +
+                              " ranks given); use --backend cpu for several ranks");
     }
     if (o.steps < 1 || o.microbatches < 1 || o.context < 2) {
         return fail(rank, "--steps and --micro-batches must be at least 1, --context at least 2");
@@ -224,8 +261,21 @@ int main(int argc, char** argv) {
     }
 
     if (rank == 0) {
-        if (o.backend == "auto") {
-            std::printf("backend: cpu (this build has no CUDA backend)\n");
+        if (o.backend == "auto" && !use_cuda) {
+#if FULCRUM_HAVE_CUDA_BACKEND
+            if (multi_rank_fallback) {
+                std::printf("the CUDA backend trains one rank so far; using the CPU backend for "
+                            "%d ranks\n",
+                            world->size());
+            } else
+#endif
+            {
+                std::printf("no GPU found; using the CPU backend\n");
+            }
+        }
+        if (!use_cuda && !o.precision.empty()) {
+            std::printf("note: --precision %s is ignored by the CPU backend (fp32)\n",
+                        o.precision.c_str());
         }
         std::printf("grid %s on %d ranks\n%s", topology->describe().c_str(), world->size(),
                     topology->describe_ranks().c_str());
@@ -243,23 +293,47 @@ int main(int argc, char** argv) {
                      "{\"rank\":" + std::to_string(rank) + ",\"world\":" +
                          std::to_string(world->size()) + ",\"dp\":" + std::to_string(me.dp) +
                          ",\"pp\":" + std::to_string(me.pp) + ",\"cp\":" + std::to_string(me.cp) +
-                         ",\"tp\":" + std::to_string(me.tp) + ",\"device\":-1}");
-    instrument::mark("fulcrum.run", run_config_json(o, model_config, documents->description));
+                         ",\"tp\":" + std::to_string(me.tp) + ",\"device\":" +
+                         (use_cuda ? "0" : "-1") + "}");
+    instrument::mark("fulcrum.run", run_config_json(o, model_config, documents->description,
+                                                    use_cuda ? "cuda" : "cpu"));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");
     }
 
     ParallelGroups groups = ParallelGroups::create(*world, *topology);
-    CpuBackend backend(1);
-    GptModel model(backend, model_config, ModelParallel{groups.tp.get(), groups.cp.get()});
+    std::unique_ptr<Backend> backend;
+#if FULCRUM_HAVE_CUDA_BACKEND
+    if (use_cuda) {
+        auto cuda = std::make_unique<CudaBackend>(o.precision == "fp32" ? Precision::fp32
+                                                                        : Precision::bf16);
+        if (rank == 0) {
+            std::printf("backend: cuda, %s\n", cuda->description().c_str());
+        }
+        backend = std::move(cuda);
+    }
+#endif
+    if (!backend) {
+        backend = std::make_unique<CpuBackend>(1);
+    }
+    GptModel model(*backend, model_config, ModelParallel{groups.tp.get(), groups.cp.get()});
     model.initialize(o.seed);
     ParallelTrainConfig train_config;
     train_config.train.adamw.learning_rate = o.learning_rate;
     train_config.train.warmup_steps = o.warmup;
     train_config.schedule = *schedule;
     train_config.balancer = *balancer;
-    ParallelTrainer trainer(model, *topology, groups, *documents, train_config);
+    // On CUDA (one rank) the step runs through SerialTrainer, whose gradient norm goes through
+    // the backend: ParallelTrainer::gradient_norm still reads gradients as host memory.
+    std::unique_ptr<ParallelTrainer> trainer;
+    std::unique_ptr<SerialTrainer> serial;
+    if (use_cuda) {
+        serial = std::make_unique<SerialTrainer>(model, train_config.train);
+    } else {
+        trainer = std::make_unique<ParallelTrainer>(model, *topology, groups, *documents,
+                                                    train_config);
+    }
 
     std::vector<double> losses;
     double total_seconds = 0;
@@ -271,7 +345,17 @@ int main(int argc, char** argv) {
         if (!plan) {
             return fail(rank, plan.error().message);
         }
-        auto report = trainer.step(*plan);
+        Result<StepReport> report = Error{ErrorCode::invalid_input, "no step"};
+        if (serial) {
+            std::vector<MicroBatch> batches;
+            for (const auto& planned : plan->replicas.front()) {
+                batches.push_back(micro_batch_of(document_bytes(*documents, planned.packed)));
+            }
+            instrument::Range range("step", Category::schedule);
+            report = serial->step(batches);
+        } else {
+            report = trainer->step(*plan);
+        }
         if (!report) {
             return fail(rank, report.error().message);
         }
@@ -293,7 +377,8 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
         }
     }
-    std::vector<float> parameters = trainer.gather_parameters();
+    std::vector<float> parameters =
+        trainer ? trainer->gather_parameters() : model.parameters_to_host();
     if (rank == 0) {
         std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", o.steps,
                     total_seconds, total_tokens / total_seconds, losses.back());

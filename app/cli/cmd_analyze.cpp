@@ -55,8 +55,7 @@ std::string mean_duration(std::int64_t total, std::int64_t count) {
 void render_summary(const RunAnalysis& a, std::string& out) {
     const auto& c = a.config;
     out += "run      " + a.run.name + " (" + std::string(to_string(a.run.origin)) + ")\n";
-    out += "grid     dp " + std::to_string(c.dp) + " × tp " + std::to_string(c.tp) + " × pp " +
-           std::to_string(c.pp) + " × cp " + std::to_string(c.cp) + "\n";
+    out += "grid     " + analysis::describe_grid(c) + "\n";
     out += "setup    schedule " + (c.schedule.empty() ? "?" : c.schedule) + ", balancer " +
            (c.balancer.empty() ? "?" : c.balancer) + ", cp sharding " +
            (c.cp_shard.empty() ? "?" : c.cp_shard) + ", " +

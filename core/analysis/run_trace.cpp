@@ -131,12 +131,21 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
             pp = std::max(pp, rank.pp + 1);
             cp = std::max(cp, rank.cp + 1);
         }
+        config.grid_known = dp + tp + pp + cp > 0;
         config.dp = std::max(dp, 1);
         config.tp = std::max(tp, 1);
         config.pp = std::max(pp, 1);
         config.cp = std::max(cp, 1);
     }
     return config;
+}
+
+std::string describe_grid(const RunConfig& config) {
+    if (!config.grid_known) {
+        return "unknown (the trace gives no DP/TP/PP/CP coordinates)";
+    }
+    return "dp " + std::to_string(config.dp) + " × tp " + std::to_string(config.tp) + " × pp " +
+           std::to_string(config.pp) + " × cp " + std::to_string(config.cp);
 }
 
 void RunTrace::set_string(StringId id, std::string text) {

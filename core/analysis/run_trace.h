@@ -65,6 +65,9 @@ struct RankTrace {
 // does not give stay at their defaults, and the grid falls back to the ranks' coordinates.
 struct RunConfig {
     int dp = 1, tp = 1, pp = 1, cp = 1;
+    // False for a foreign run that says neither its degrees nor its ranks' coordinates (an
+    // imported trace): the degrees above are then placeholders, not a 1×1×1×1 grid.
+    bool grid_known = true;
     std::string schedule;  // "gpipe", "1f1b", or "" when unknown
     std::string balancer;  // "fixed", "ilp", "wlb", or ""
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive", or ""
@@ -78,6 +81,8 @@ struct RunConfig {
     std::string backend;
 };
 RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks);
+// "dp 2 × tp 1 × pp 2 × cp 2", or what is known when the grid is not.
+std::string describe_grid(const RunConfig& config);
 
 class RunTrace {
 public:

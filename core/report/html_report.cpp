@@ -524,10 +524,6 @@ std::string run_label(const ReportRun& run, std::size_t index) {
     return name.empty() ? "run " + std::to_string(index + 1) : name;
 }
 
-std::string grid_text(const analysis::RunConfig& c) {
-    return "dp " + std::to_string(c.dp) + " × tp " + std::to_string(c.tp) + " × pp " +
-           std::to_string(c.pp) + " × cp " + std::to_string(c.cp);
-}
 
 // ---------------------------------------------------------------------------------------
 // Sections
@@ -554,7 +550,7 @@ void section_config(const ReportRun& run, int index, std::string& out) {
     if (a.run.start_utc_ns != 0) {
         row("started (UTC)", format_utc(a.run.start_utc_ns));
     }
-    row("grid", grid_text(c) + " = " + std::to_string(run.ranks.size()) + " ranks");
+    row("grid", analysis::describe_grid(c) + " = " + std::to_string(run.ranks.size()) + " ranks");
     row("schedule", or_unknown(c.schedule));
     row("balancer",
         or_unknown(c.balancer) +
@@ -1087,7 +1083,7 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
         bars.values.push_back({step_ns, measured, predicted});
         table.add({text_cell(label), text_cell(or_unknown(a.config.balancer)),
                    text_cell(or_unknown(a.config.cp_shard)),
-                   text_cell(or_unknown(a.config.schedule)), text_cell(grid_text(a.config)),
+                   text_cell(or_unknown(a.config.schedule)), text_cell(analysis::describe_grid(a.config)),
                    duration_cell(step_ns), duration_cell(measured), duration_cell(predicted),
                    percent_cell(error, 1), fixed_cell(a.imbalance.compute_imbalance, 3),
                    fixed_cell(a.imbalance.predicted_imbalance, 3),

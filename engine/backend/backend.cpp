@@ -119,7 +119,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept {
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
         if (data_ != nullptr)
-            backend_->release_raw(data_);
+            backend_->release(data_);
         backend_ = std::exchange(other.backend_, nullptr);
         data_ = std::exchange(other.data_, nullptr);
         bytes_ = std::exchange(other.bytes_, 0);
@@ -130,7 +130,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 DeviceBuffer::~DeviceBuffer() {
     if (data_ != nullptr)
-        backend_->release_raw(data_);
+        backend_->release(data_);
 }
 
 Tensor DeviceBuffer::view(DType dtype, std::int64_t offset,
@@ -148,7 +148,30 @@ DeviceBuffer Backend::allocate(std::size_t bytes) {
     buffer.bytes_ = bytes;
     buffer.device_ = device();
     buffer.data_ = bytes == 0 ? nullptr : allocate_raw(bytes);
+    if (buffer.data_ != nullptr) {
+        const std::lock_guard lock(allocations_mutex_);
+        allocations_.emplace(static_cast<const std::byte*>(buffer.data_), bytes);
+    }
     return buffer;
+}
+
+void Backend::release(void* data) {
+    {
+        const std::lock_guard lock(allocations_mutex_);
+        allocations_.erase(static_cast<const std::byte*>(data));
+    }
+    release_raw(data);
+}
+
+bool Backend::holds(const void* data, std::size_t bytes) const {
+    const auto* begin = static_cast<const std::byte*>(data);
+    const std::lock_guard lock(allocations_mutex_);
+    auto after = allocations_.upper_bound(begin);
+    if (after == allocations_.begin()) {
+        return false;
+    }
+    const auto& [base, size] = *std::prev(after);
+    return begin + bytes <= base + size;
 }
 
 }  // namespace fulcrum::engine

@@ -24,7 +24,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string_view>
 
@@ -161,6 +163,10 @@ public:
     // ---- memory -------------------------------------------------------------------------
     // Zero-initialised, aligned for vector loads.
     DeviceBuffer allocate(std::size_t bytes);
+    // Whether [data, data + bytes) lies inside one live allocation of this backend: how a
+    // communicator that moves data through the host (comm/staged_communicator.h) tells the
+    // engine's device buffers from the host vectors it is also handed.
+    bool holds(const void* data, std::size_t bytes) const;
     // host -> device and device -> host; both tensors contiguous. `download` returns once
     // `host` holds the data.
     virtual void upload(Tensor dst, const void* host, StreamId stream) = 0;
@@ -225,6 +231,13 @@ protected:
 
 private:
     friend class DeviceBuffer;
+    void release(void* data);
+
+    // Live allocations, base -> bytes. Buffers are few and long-lived (parameters, gradients,
+    // one set of activations per micro-batch in flight), so a map lookup per staged transfer
+    // is noise next to the copy.
+    mutable std::mutex allocations_mutex_;
+    std::map<const std::byte*, std::size_t> allocations_;
 };
 
 }  // namespace fulcrum::engine

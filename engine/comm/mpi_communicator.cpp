@@ -119,6 +119,16 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::st
     return std::unique_ptr<Communicator>(new MpiCommunicator(sub, std::move(name), true));
 }
 
+NodeRanks node_ranks() {
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    NodeRanks ranks;
+    MPI_Comm_rank(node, &ranks.local_rank);
+    MPI_Comm_size(node, &ranks.local_size);
+    MPI_Comm_free(&node);
+    return ranks;
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);

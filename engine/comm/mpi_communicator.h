@@ -51,6 +51,14 @@ private:
     std::deque<PostedSend> posted_;  // a deque: elements never move while MPI reads them
 };
 
+// This process's place among the ranks on its own node (MPI_COMM_TYPE_SHARED): which GPU it
+// takes, and whether the node's ranks outnumber its GPUs.
+struct NodeRanks {
+    int local_rank = 0;
+    int local_size = 1;
+};
+NodeRanks node_ranks();
+
 // MPI_Init_thread / MPI_Finalize for the lifetime of main().
 class MpiSession {
 public:

@@ -172,7 +172,8 @@ void ParallelTrainer::reduce_gradients(int step) {
 // ‖g‖ over the model, every parameter once: a stage counts the tensors it owns (wte on the
 // first stage only, though the last holds a copy); DP/CP replicas hold the same summed
 // gradients, so only dp = cp = 0 contributes; a TP-split tensor's parts are summed over the
-// TP ranks, a TP-replicated one counted on TP rank 0 only.
+// TP ranks, a TP-replicated one counted on TP rank 0 only. Σg² runs on the backend, so the
+// gradients never leave the device.
 double ParallelTrainer::gradient_norm() {
     const GridCoordinates me = topology_.coordinates();
     double sum = 0;
@@ -187,12 +188,7 @@ double ParallelTrainer::gradient_norm() {
             if (!owned || (tensor.tp_replicated() && me.tp != 0)) {
                 continue;
             }
-            const float* g = grads.f32() + tensor.offset;
-            double tensor_sum = 0;
-            for (std::int64_t i = 0; i < tensor.numel(); ++i) {
-                tensor_sum += double(g[i]) * double(g[i]);
-            }
-            sum += tensor_sum;
+            sum += model_.backend().sum_of_squares(grads.slice(tensor.offset, tensor.numel()));
         }
     }
     double total[1] = {sum};

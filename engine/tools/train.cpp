@@ -22,6 +22,10 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
 #include "engine/comm/mpi_communicator.h"
+#include "engine/comm/staged_communicator.h"
+#if FULCRUM_HAVE_NCCL
+#include "engine/comm/nccl_communicator.h"
+#endif
 #include "engine/data/step_plan.h"
 #include "engine/instrument/annotations.h"
 #include "engine/model/gpt.h"
@@ -57,6 +61,7 @@ struct Options {
     int ilp_window = 4;
     std::string backend = "auto";
     std::string precision;  // empty: bf16 on CUDA
+    std::string comm = "auto";
     std::string dump_parameters;
     std::string losses_file;
 };
@@ -69,7 +74,7 @@ int fail(int rank, const std::string& message) {
 }
 
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
-                            const std::string& backend) {
+                            const std::string& backend, const std::string& comm) {
     const nlohmann::json config = {
         {"model",
          {{"layers", model.n_layer},
@@ -91,6 +96,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
         {"lengths", o.lengths},
         {"documents", o.documents},
         {"backend", backend},
+        {"comm", comm},
         {"data", data},
     };
     return config.dump();
@@ -148,6 +154,11 @@ int main(int argc, char** argv) {
     app.add_option("--precision", o.precision,
                    "CUDA GEMM precision: bf16 (default; fp32 master weights) or fp32 (for "
                    "checks); the CPU computes in fp32");
+    app.add_option("--comm", o.comm,
+                   "How ranks exchange device buffers: auto (NCCL when every rank has its own "
+                   "GPU, else staged; MPI on the CPU), mpi, staged (through host memory over "
+                   "MPI: several ranks on one GPU) or nccl")
+        ->capture_default_str();
     app.add_option("--dump-parameters", o.dump_parameters,
                    "After training, write the whole model's parameters (float32, serial layout)");
     app.add_option("--losses", o.losses_file, "Write each step's loss, one per line (%.9g)");
@@ -186,15 +197,19 @@ int main(int argc, char** argv) {
     if (!o.precision.empty() && o.precision != "bf16" && o.precision != "fp32") {
         return fail(rank, "--precision must be bf16 or fp32, not '" + o.precision + "'");
     }
+    if (o.comm != "auto" && o.comm != "mpi" && o.comm != "staged" && o.comm != "nccl") {
+        return fail(rank, "--comm must be auto, mpi, staged or nccl, not '" + o.comm + "'");
+    }
     // Which backend: the same answer on every rank, since every rank asks the same question
     // of its own node (a mixed cluster would have to say --backend explicitly).
     bool use_cuda = false;
     std::string no_gpu_reason = "this build has no CUDA backend (no CUDA toolkit at build time)";
+    const NodeRanks node = node_ranks();
+    int devices = 0;
 #if FULCRUM_HAVE_CUDA_BACKEND
     const bool gpu = cuda_device_available(&no_gpu_reason);
-    // auto: several ranks stay on the CPU until the communicators can take device memory.
-    use_cuda = o.backend == "cuda" || (o.backend == "auto" && gpu && world->size() == 1);
-    const bool multi_rank_fallback = o.backend == "auto" && gpu && !use_cuda;
+    devices = gpu ? cuda_device_count() : 0;
+    use_cuda = o.backend == "cuda" || (o.backend == "auto" && gpu);
     if (o.backend == "cuda" && !gpu) {
         return fail(rank, "--backend cuda: no usable GPU (" + no_gpu_reason +
                               "); use --backend cpu or auto");
@@ -204,12 +219,32 @@ int main(int argc, char** argv) {
         return fail(rank, "--backend cuda: " + no_gpu_reason + "; use --backend cpu or auto");
     }
 #endif
-    // Several ranks on CUDA need the communicators to stage device buffers through the host
-    // (or NCCL); until then the CUDA backend trains one rank.
-    if (use_cuda && world->size() > 1) {
-        return fail(rank, "the CUDA backend trains a single rank so far (" +
-                              std::to_string(world->size()) +
-                              " ranks given); use --backend cpu for several ranks");
+    // How device buffers travel between ranks (comm/staged_communicator.h says why there are
+    // two ways on a GPU).
+#if FULCRUM_HAVE_NCCL
+    constexpr bool have_nccl = true;
+#else
+    constexpr bool have_nccl = false;
+#endif
+    const bool shared_gpu = node.local_size > devices;
+    std::string comm = o.comm;
+    if (comm == "auto") {
+        comm = !use_cuda ? "mpi" : have_nccl && world->size() > 1 && !shared_gpu ? "nccl" : "staged";
+    }
+    if (comm == "mpi" && use_cuda) {
+        return fail(rank, "--comm mpi cannot carry the CUDA backend's device buffers; use "
+                          "--comm staged (through host memory) or nccl");
+    }
+    if (comm == "nccl" && !use_cuda) {
+        return fail(rank, "--comm nccl needs the CUDA backend (--backend cuda)");
+    }
+    if (comm == "nccl" && !have_nccl) {
+        return fail(rank, "--comm nccl: this build has no NCCL; use --comm staged");
+    }
+    if (comm == "nccl" && shared_gpu) {
+        return fail(rank, std::to_string(node.local_size) + " ranks on this node share " +
+                              std::to_string(devices) + " GPU(s), and NCCL refuses two ranks of "
+                              "one communicator on one GPU; use --comm staged");
     }
     if (o.steps < 1 || o.microbatches < 1 || o.context < 2) {
         return fail(rank, "--steps and --micro-batches must be at least 1, --context at least 2");
@@ -262,16 +297,7 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
         if (o.backend == "auto" && !use_cuda) {
-#if FULCRUM_HAVE_CUDA_BACKEND
-            if (multi_rank_fallback) {
-                std::printf("the CUDA backend trains one rank so far; using the CPU backend for "
-                            "%d ranks\n",
-                            world->size());
-            } else
-#endif
-            {
-                std::printf("no GPU found; using the CPU backend\n");
-            }
+            std::printf("no GPU found; using the CPU backend\n");
         }
         if (!use_cuda && !o.precision.empty()) {
             std::printf("note: --precision %s is ignored by the CPU backend (fp32)\n",
@@ -286,6 +312,9 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
     }
 
+    // Ranks of a node take its GPUs in turn; with more ranks than GPUs, several share one.
+    const int device = devices > 0 ? node.local_rank % devices : 0;
+
     // Who this rank is, for the collector; then the clock-sync marks merge aligns on.
     const GridCoordinates me = topology->coordinates();
     instrument::name_this_thread("main");
@@ -294,29 +323,60 @@ int main(int argc, char** argv) {
                          std::to_string(world->size()) + ",\"dp\":" + std::to_string(me.dp) +
                          ",\"pp\":" + std::to_string(me.pp) + ",\"cp\":" + std::to_string(me.cp) +
                          ",\"tp\":" + std::to_string(me.tp) + ",\"device\":" +
-                         (use_cuda ? "0" : "-1") + "}");
+                         (use_cuda ? std::to_string(device) : "-1") + "}");
     instrument::mark("fulcrum.run", run_config_json(o, model_config, documents->description,
-                                                    use_cuda ? "cuda" : "cpu"));
+                                                    use_cuda ? "cuda" : "cpu", comm));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");
     }
 
-    ParallelGroups groups = ParallelGroups::create(*world, *topology);
     std::unique_ptr<Backend> backend;
 #if FULCRUM_HAVE_CUDA_BACKEND
+    [[maybe_unused]] CudaBackend* cuda_backend = nullptr;
     if (use_cuda) {
-        auto cuda = std::make_unique<CudaBackend>(o.precision == "fp32" ? Precision::fp32
-                                                                        : Precision::bf16);
+        auto cuda = std::make_unique<CudaBackend>(
+            o.precision == "fp32" ? Precision::fp32 : Precision::bf16, device);
         if (rank == 0) {
             std::printf("backend: cuda, %s\n", cuda->description().c_str());
         }
+        cuda_backend = cuda.get();
         backend = std::move(cuda);
     }
 #endif
     if (!backend) {
         backend = std::make_unique<CpuBackend>(1);
     }
+    // The groups' communicators carry device buffers; `world` stays MPI for the host-side
+    // agreement (plans, barriers) that needs no device.
+    std::unique_ptr<Communicator> device_world;
+    StagedCommunicator* staged = nullptr;
+    if (comm == "staged") {
+        auto wrapped = std::make_unique<StagedCommunicator>(world->split(0, rank, "world"), *backend);
+        staged = wrapped.get();
+        device_world = std::move(wrapped);
+    }
+#if FULCRUM_HAVE_NCCL
+    if (comm == "nccl") {
+        auto nccl = NcclCommunicator::bootstrap_over(*world, cuda_backend->device_index(),
+                                                     cuda_backend->native_stream(kComputeStream));
+        if (!nccl) {
+            return fail(rank, nccl.error().message);
+        }
+        device_world = std::move(*nccl);
+    }
+#endif
+    if (rank == 0 && world->size() > 1) {
+        std::printf("communication: %s\n",
+                    comm == "nccl"     ? "NCCL"
+                    : comm == "staged" ? (shared_gpu && use_cuda
+                                              ? "staged through host memory over MPI (ranks share a GPU)"
+                                              : "staged through host memory over MPI")
+                                       : "MPI");
+        std::fflush(stdout);
+    }
+    ParallelGroups groups =
+        ParallelGroups::create(device_world ? *device_world : *world, *topology);
     GptModel model(*backend, model_config, ModelParallel{groups.tp.get(), groups.cp.get()});
     model.initialize(o.seed);
     ParallelTrainConfig train_config;
@@ -324,16 +384,8 @@ int main(int argc, char** argv) {
     train_config.train.warmup_steps = o.warmup;
     train_config.schedule = *schedule;
     train_config.balancer = *balancer;
-    // On CUDA (one rank) the step runs through SerialTrainer, whose gradient norm goes through
-    // the backend: ParallelTrainer::gradient_norm still reads gradients as host memory.
-    std::unique_ptr<ParallelTrainer> trainer;
-    std::unique_ptr<SerialTrainer> serial;
-    if (use_cuda) {
-        serial = std::make_unique<SerialTrainer>(model, train_config.train);
-    } else {
-        trainer = std::make_unique<ParallelTrainer>(model, *topology, groups, *documents,
-                                                    train_config);
-    }
+    auto trainer = std::make_unique<ParallelTrainer>(model, *topology, groups, *documents,
+                                                     train_config);
 
     std::vector<double> losses;
     double total_seconds = 0;
@@ -345,17 +397,7 @@ int main(int argc, char** argv) {
         if (!plan) {
             return fail(rank, plan.error().message);
         }
-        Result<StepReport> report = Error{ErrorCode::invalid_input, "no step"};
-        if (serial) {
-            std::vector<MicroBatch> batches;
-            for (const auto& planned : plan->replicas.front()) {
-                batches.push_back(micro_batch_of(document_bytes(*documents, planned.packed)));
-            }
-            instrument::Range range("step", Category::schedule);
-            report = serial->step(batches);
-        } else {
-            report = trainer->step(*plan);
-        }
+        Result<StepReport> report = trainer->step(*plan);
         if (!report) {
             return fail(rank, report.error().message);
         }
@@ -377,11 +419,14 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
         }
     }
-    std::vector<float> parameters =
-        trainer ? trainer->gather_parameters() : model.parameters_to_host();
+    std::vector<float> parameters = trainer->gather_parameters();
     if (rank == 0) {
         std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", o.steps,
                     total_seconds, total_tokens / total_seconds, losses.back());
+        if (staged != nullptr) {
+            std::printf("staged %.2f MiB between device and host memory on rank 0\n",
+                        double(staged->bytes_staged()) / (1 << 20));
+        }
         if (!o.dump_parameters.empty()) {
             std::ofstream out(o.dump_parameters, std::ios::binary);
             out.write(reinterpret_cast<const char*>(parameters.data()),

@@ -77,6 +77,7 @@ private slots:
     void attentionShardsMatchWholeDocument();
     void mlp();
     void lmHeadCrossEntropy();
+    void backendKnowsItsAllocations();
 
 private:
     CpuBackend backend_{1};
@@ -410,4 +411,27 @@ void EngineLayersTest::lmHeadCrossEntropy() {
 }
 
 QTEST_GUILESS_MAIN(EngineLayersTest)
+// The staged communicator moves a span through host memory only when the backend holds it
+// (Backend::holds): inside one live allocation, whole.
+void EngineLayersTest::backendKnowsItsAllocations() {
+    std::vector<float> host(64);
+    QVERIFY(!backend_.holds(host.data(), 4));
+    const float* first = nullptr;
+    {
+        DeviceBuffer a = backend_.allocate(256 * sizeof(float));
+        DeviceBuffer b = backend_.allocate(16 * sizeof(float));
+        const float* pa = a.f32(0, {256}).f32();
+        const float* pb = b.f32(0, {16}).f32();
+        first = pa;
+        QVERIFY(backend_.holds(pa, 256 * sizeof(float)));
+        QVERIFY(backend_.holds(pa + 100, 156 * sizeof(float)));
+        QVERIFY(!backend_.holds(pa + 100, 157 * sizeof(float)));  // runs past the end
+        QVERIFY(backend_.holds(pb + 15, sizeof(float)));
+        QVERIFY(!backend_.holds(pb + 16, sizeof(float)) || pb + 16 == pa);
+        DeviceBuffer moved = std::move(a);  // ownership moves, the allocation stays
+        QVERIFY(backend_.holds(pa, sizeof(float)));
+    }
+    QVERIFY(!backend_.holds(first, sizeof(float)));  // released
+}
+
 #include "test_engine_layers.moc"

@@ -8,6 +8,7 @@
 // is a near-cancelling sum can flip the sign of its first Adam update, a difference of 2·lr
 // that says nothing about the layout being right.
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -93,6 +94,14 @@ private slots:
                                      << QStringList{"--balancer", "ilp", "--micro-batches", "4", "--ilp-time-limit", "30"};
         QTest::newRow("dp2 pp2 cp2 wlb")
             << 8 << QStringList{"--dp", "2", "--pp", "2", "--cp", "2"} << wlb;
+        // Device buffers staged through host memory (comm/staged_communicator.h), the path of
+        // several ranks on one GPU; on the CPU backend each stage is a memcpy each way. Between
+        // them the two rows use every call: p2p and posted sends, the embedding and DP
+        // all-reduces, TP all-reduces, the CP all-gather and reduce-scatter.
+        QTest::newRow("dp2 pp2 staged")
+            << 4 << QStringList{"--dp", "2", "--pp", "2", "--comm", "staged"} << wlb;
+        QTest::newRow("tp2 cp2 staged")
+            << 4 << QStringList{"--tp", "2", "--cp", "2", "--comm", "staged"} << fixed;
     }
     void layoutMatchesOneRank() {
         QFETCH(int, ranks);
@@ -134,6 +143,13 @@ private slots:
         QVERIFY2(relative <= 1e-5, qPrintable(QString("weights differ by %1").arg(relative)));
         // And training did move them: the check is not comparing two initialisations.
         QVERIFY(parallel.losses[2] < parallel.losses[0]);
+        // A staged run did stage: the numbers above came through host copies, not around them.
+        if (layout.contains("staged")) {
+            static const QRegularExpression staged("staged ([0-9.]+) MiB between device and host");
+            const auto match = staged.match(parallel.output);
+            QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
+            QVERIFY2(match.captured(1).toDouble() > 0.01, qPrintable(match.captured(0)));
+        }
     }
 
     void badOptionsFailBeforeAnyWork_data() {
@@ -152,6 +168,11 @@ private slots:
             << "longer than any micro-batch can hold";
         QTest::newRow("unknown balancer") << 1 << QStringList{"--balancer", "magic"} << "magic";
         QTest::newRow("unknown schedule") << 1 << QStringList{"--schedule", "zb"} << "gpipe or 1f1b";
+        QTest::newRow("unknown comm") << 2 << QStringList{"--dp", "2", "--comm", "gloo"}
+                                      << "--comm must be auto, mpi, staged or nccl";
+        QTest::newRow("nccl on the cpu") << 2 << QStringList{"--dp", "2", "--backend", "cpu",
+                                                             "--comm", "nccl"}
+                                         << "--comm nccl needs the CUDA backend";
     }
     void badOptionsFailBeforeAnyWork() {
         QFETCH(int, ranks);

@@ -123,6 +123,15 @@ bool cuda_device_available(std::string* reason) {
     return true;
 }
 
+int cuda_device_count() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
 struct CudaBackend::State {
     int device = 0;
     cudaDeviceProp properties{};
@@ -175,6 +184,10 @@ std::string CudaBackend::description() const {
                   precision_name(precision_));
     return text;
 }
+
+int CudaBackend::device_index() const { return state_->device; }
+
+void* CudaBackend::native_stream(StreamId stream) const { return state_->stream(stream); }
 
 // ---- memory -------------------------------------------------------------------------------
 

@@ -35,6 +35,8 @@ const char* precision_name(Precision precision);
 // Whether a CUDA device can be used: cudaGetDeviceCount succeeds and finds one. Without a GPU
 // (only the driver stub, as on CI) it returns false and `reason` says what CUDA answered.
 bool cuda_device_available(std::string* reason = nullptr);
+// How many CUDA devices this process sees (0 without a GPU).
+int cuda_device_count();
 
 class CudaBackend final : public Backend {
 public:
@@ -46,6 +48,9 @@ public:
     CudaBackend& operator=(const CudaBackend&) = delete;
 
     Precision precision() const { return precision_; }
+    int device_index() const;
+    // The cudaStream_t behind `stream`, for libraries that enqueue on it (NCCL).
+    void* native_stream(StreamId stream) const;
     // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB), bf16 GEMMs"
     std::string description() const;
 

@@ -1,6 +1,7 @@
 #include "engine/backend/backend.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -154,6 +155,40 @@ DeviceBuffer Backend::allocate(std::size_t bytes) {
     }
     return buffer;
 }
+
+void check_attention_spans(std::span<const AttentionSpan> spans, std::int64_t q_rows,
+                           std::int64_t kv_rows) {
+    for (const AttentionSpan& s : spans) {
+        FULCRUM_CHECK(s.q_begin >= 0 && s.kv_begin >= 0 && s.prefix >= 0 && s.length >= 0 &&
+                          s.key_begin >= 0 && s.key_end > s.key_begin,
+                      "negative attention span field or empty key window");
+        FULCRUM_CHECK(std::int64_t(s.q_begin) + s.length <= q_rows,
+                      "attention span past the last query row");
+        const std::int64_t keys = s.length == 0 ? 0 : s.visible_end(s.length - 1) - s.key_begin;
+        FULCRUM_CHECK(std::int64_t(s.kv_begin) + std::max<std::int64_t>(keys, 0) <= kv_rows,
+                      "attention span past the last key/value row");
+    }
+}
+
+PinnedBuffer Backend::allocate_pinned(std::size_t floats) {
+    void* data = floats == 0 ? nullptr : allocate_pinned_raw(floats * sizeof(float));
+    return PinnedBuffer(static_cast<float*>(data), PinnedDeleter{this});
+}
+
+void PinnedDeleter::operator()(float* data) const {
+    if (data != nullptr) {
+        backend->release_pinned_raw(data);
+    }
+}
+
+void* Backend::allocate_pinned_raw(std::size_t bytes) {
+    constexpr std::size_t kAlignment = 64;
+    void* data = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    FULCRUM_CHECK(data != nullptr, "out of host memory");
+    return data;
+}
+
+void Backend::release_pinned_raw(void* data) { std::free(data); }
 
 void Backend::release(void* data) {
     {

@@ -46,6 +46,11 @@ namespace fulcrum::engine {
         }                                                                             \
     } while (false)
 
+// Every span inside q_rows query rows and kv_rows key/value rows, with a non-empty key window
+// (attention.h); a backend checks this before it launches attention.
+void check_attention_spans(std::span<const AttentionSpan> spans, std::int64_t q_rows,
+                           std::int64_t kv_rows);
+
 enum class Device : std::uint8_t { cpu, cuda };
 const char* device_name(Device device);
 
@@ -97,6 +102,14 @@ private:
 };
 
 class Backend;
+
+// Page-locked host memory, the target of offloads (cudaMallocHost on CUDA, aligned host memory
+// on the CPU): copies between it and the device can run on a copy stream while kernels run.
+struct PinnedDeleter {
+    Backend* backend = nullptr;
+    void operator()(float* data) const;
+};
+using PinnedBuffer = std::unique_ptr<float[], PinnedDeleter>;
 
 // Owning device allocation, released through the backend that made it. Move-only. Views into
 // it are handed out as Tensors; they must not outlive it.
@@ -167,8 +180,12 @@ public:
     // communicator that moves data through the host (comm/staged_communicator.h) tells the
     // engine's device buffers from the host vectors it is also handed.
     bool holds(const void* data, std::size_t bytes) const;
-    // host -> device and device -> host; both tensors contiguous. `download` returns once
-    // `host` holds the data.
+    // `floats` page-locked host floats (for offloads), released through this backend.
+    PinnedBuffer allocate_pinned(std::size_t floats);
+    // host -> device and device -> host. The device tensor may be a row-strided 2-D view (a
+    // column block of the fused QKV, say); host memory is always dense. `download` returns
+    // once `host` holds the data unless `host` is pinned memory and `stream` is not the
+    // compute stream: then it is asynchronous like `upload`, ordered by events.
     virtual void upload(Tensor dst, const void* host, StreamId stream) = 0;
     virtual void download(void* host, Tensor src, StreamId stream) = 0;
     virtual void copy(Tensor dst, Tensor src) = 0;  // same shape, both contiguous
@@ -208,6 +225,10 @@ public:
     virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                                     Tensor k, Tensor v, Tensor out, Tensor lse,
                                     std::span<const AttentionSpan> spans, int n_head) = 0;
+    // Folds a key window's partial (part_out, part_lse) into the running (out, lse), row by
+    // row (attention.h, "Key windows"). Same rows in all four; out/part_out may be strided.
+    virtual void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse,
+                                 int n_head) = 0;
 
     // mlp.h
     virtual void gelu_forward(Tensor out, Tensor inp) = 0;
@@ -228,9 +249,12 @@ public:
 protected:
     virtual void* allocate_raw(std::size_t bytes) = 0;
     virtual void release_raw(void* data) = 0;
+    virtual void* allocate_pinned_raw(std::size_t bytes);  // default: aligned host memory
+    virtual void release_pinned_raw(void* data);
 
 private:
     friend class DeviceBuffer;
+    friend struct PinnedDeleter;
     void release(void* data);
 
     // Live allocations, base -> bytes. Buffers are few and long-lived (parameters, gradients,

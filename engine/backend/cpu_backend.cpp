@@ -46,17 +46,6 @@ kernels::Rows<const float> const_rows_of(const Tensor& t) {
     return {t.f32(), t.row_stride()};
 }
 
-void check_spans(std::span<const AttentionSpan> spans, std::int64_t q_rows, std::int64_t kv_rows) {
-    for (const AttentionSpan& s : spans) {
-        FULCRUM_CHECK(s.q_begin >= 0 && s.kv_begin >= 0 && s.prefix >= 0 && s.length >= 0,
-                      "negative attention span field");
-        FULCRUM_CHECK(std::int64_t(s.q_begin) + s.length <= q_rows,
-                      "attention span past the last query row");
-        FULCRUM_CHECK(std::int64_t(s.kv_begin) + s.prefix + s.length <= kv_rows,
-                      "attention span past the last key/value row");
-    }
-}
-
 }  // namespace
 
 CpuBackend::CpuBackend(int blas_threads) : stream_names_{"compute"} {
@@ -84,14 +73,28 @@ void CpuBackend::release_raw(void* data) {
 
 void CpuBackend::upload(Tensor dst, const void* host, StreamId) {
     require_cpu(dst);
-    FULCRUM_CHECK(dst.contiguous(), "upload into a strided view");
-    std::memcpy(dst.raw(), host, std::size_t(dst.numel()) * dtype_size(dst.dtype()));
+    if (dst.contiguous()) {
+        std::memcpy(dst.raw(), host, std::size_t(dst.numel()) * dtype_size(dst.dtype()));
+        return;
+    }
+    const std::size_t row_bytes = std::size_t(dst.cols()) * dtype_size(dst.dtype());
+    for (std::int64_t r = 0; r < dst.rows(); ++r) {
+        std::memcpy(static_cast<char*>(dst.slice(r, 1).raw()),
+                    static_cast<const char*>(host) + std::size_t(r) * row_bytes, row_bytes);
+    }
 }
 
 void CpuBackend::download(void* host, Tensor src, StreamId) {
     require_cpu(src);
-    FULCRUM_CHECK(src.contiguous(), "download from a strided view");
-    std::memcpy(host, src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
+    if (src.contiguous()) {
+        std::memcpy(host, src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
+        return;
+    }
+    const std::size_t row_bytes = std::size_t(src.cols()) * dtype_size(src.dtype());
+    for (std::int64_t r = 0; r < src.rows(); ++r) {
+        std::memcpy(static_cast<char*>(host) + std::size_t(r) * row_bytes,
+                    src.slice(r, 1).raw(), row_bytes);
+    }
 }
 
 void CpuBackend::copy(Tensor dst, Tensor src) {
@@ -229,7 +232,7 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, T
     require_2d(v, tkv, c, "attention: v [Tkv, C]");
     require_2d(out, tq, c, "attention: out [Tq, C]");
     require_contiguous_2d(lse, tq, n_head, "attention: lse [Tq, n_head]");
-    check_spans(spans, tq, tkv);
+    check_attention_spans(spans, tq, tkv);
     kernels::attention_forward(rows_of(out), lse.f32(), const_rows_of(q), const_rows_of(k),
                                const_rows_of(v), spans, n_head, int(c / n_head));
 }
@@ -248,10 +251,21 @@ void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout
     require_2d(out, tq, c, "attention: out [Tq, C]");
     require_2d(dout, tq, c, "attention: dout [Tq, C]");
     require_contiguous_2d(lse, tq, n_head, "attention: lse [Tq, n_head]");
-    check_spans(spans, tq, tkv);
+    check_attention_spans(spans, tq, tkv);
     kernels::attention_backward(rows_of(dq), rows_of(dk), rows_of(dv), const_rows_of(dout),
                                 const_rows_of(q), const_rows_of(k), const_rows_of(v),
                                 const_rows_of(out), lse.f32(), spans, n_head, int(c / n_head));
+}
+
+void CpuBackend::attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse,
+                                 int n_head) {
+    const std::int64_t rows = out.rows(), c = out.cols();
+    FULCRUM_CHECK(n_head > 0 && c % n_head == 0, "attention merge: C not divisible by n_head");
+    require_2d(part_out, rows, c, "attention merge: part_out [T, C]");
+    require_contiguous_2d(lse, rows, n_head, "attention merge: lse [T, n_head]");
+    require_contiguous_2d(part_lse, rows, n_head, "attention merge: part_lse [T, n_head]");
+    kernels::attention_merge(rows_of(out), lse.f32(), const_rows_of(part_out), part_lse.f32(),
+                             rows, n_head, int(c / n_head));
 }
 
 void CpuBackend::gelu_forward(Tensor out, Tensor inp) {

@@ -54,6 +54,8 @@ public:
     void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
                             Tensor v, Tensor out, Tensor lse, std::span<const AttentionSpan> spans,
                             int n_head) override;
+    void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse,
+                         int n_head) override;
     void gelu_forward(Tensor out, Tensor inp) override;
     void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
     void crossentropy_forward(Tensor losses, Tensor probs, Tensor logits, Tensor targets) override;

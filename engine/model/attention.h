@@ -37,6 +37,16 @@
 // own chunks of each document (prefix = where the chunk starts, REFERENCE §1 per-document
 // sharding) and K/V gathered for the whole document prefix; dk/dv then hold gradients for
 // the gathered rows, to be reduce-scattered back. The kernels below need no change for that.
+//
+// Key windows (FPDT-style chunked attention, chunked_attention.h). A span may see only the
+// document positions [key_begin, key_end) of its causal prefix; the K/V row of position m is
+// then kv_begin + (m − key_begin), so a chunk of K/V staged alone in a buffer is passed with
+// kv_begin = its first row. The defaults (0, unbounded) are the whole prefix. A query row that
+// sees no key of its window gets out = 0 and lse = −∞, which attention_merge treats as "no
+// contribution". The partial results of the windows of a prefix combine exactly:
+//     lse = log Σ_w exp(lse_w),   o = Σ_w exp(lse_w − lse) · o_w
+// and the backward of each window, given the FINAL o and lse (so D_i and P_ij are the whole
+// prefix's), adds exactly that window's terms to dq, dk and dv.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +63,11 @@ struct AttentionSpan {
     std::int32_t kv_begin = 0;  // K/V row of position 0 of this span's document
     std::int32_t prefix = 0;    // position inside the document of the first query row
     std::int32_t length = 0;    // number of query rows
+    std::int32_t key_begin = 0;  // first visible document position (the key window)
+    std::int32_t key_end = std::numeric_limits<std::int32_t>::max();  // one past the last
+
+    // Keys seen by query row i: positions key_begin … visible_end(i) − 1.
+    std::int32_t visible_end(std::int32_t i) const { return std::min(prefix + i + 1, key_end); }
 };
 
 namespace kernels {
@@ -72,12 +87,19 @@ void attention_forward(Rows<T> out, T* lse, Rows<const T> q, Rows<const T> k, Ro
     const T scale = T(1) / std::sqrt(T(head_size));
     std::vector<T> scores;
     for (const AttentionSpan& span : spans) {
-        scores.resize(static_cast<std::size_t>(span.prefix + span.length));
+        scores.resize(static_cast<std::size_t>(
+            std::max(0, span.visible_end(span.length - 1) - span.key_begin)));
         for (std::int32_t i = 0; i < span.length; ++i) {
             const std::int64_t qrow = span.q_begin + i;
-            const std::int32_t n_keys = span.prefix + i + 1;
+            const std::int32_t n_keys = span.visible_end(i) - span.key_begin;
             for (int h = 0; h < n_head; ++h) {
                 const std::int64_t off = std::int64_t(h) * head_size;
+                if (n_keys <= 0) {  // nothing of this window is visible yet
+                    T* oi = out.row(qrow) + off;
+                    std::fill(oi, oi + head_size, T(0));
+                    lse[qrow * n_head + h] = -std::numeric_limits<T>::infinity();
+                    continue;
+                }
                 const T* qi = q.row(qrow) + off;
                 T max_score = -std::numeric_limits<T>::infinity();
                 for (std::int32_t j = 0; j < n_keys; ++j) {
@@ -119,7 +141,10 @@ void attention_backward(Rows<T> dq, Rows<T> dk, Rows<T> dv, Rows<const T> dout, 
     for (const AttentionSpan& span : spans) {
         for (std::int32_t i = 0; i < span.length; ++i) {
             const std::int64_t qrow = span.q_begin + i;
-            const std::int32_t n_keys = span.prefix + i + 1;
+            const std::int32_t n_keys = span.visible_end(i) - span.key_begin;
+            if (n_keys <= 0) {
+                continue;
+            }
             for (int h = 0; h < n_head; ++h) {
                 const std::int64_t off = std::int64_t(h) * head_size;
                 const T* qi = q.row(qrow) + off;
@@ -153,6 +178,38 @@ void attention_backward(Rows<T> dq, Rows<T> dk, Rows<T> dv, Rows<const T> dout, 
                     }
                 }
             }
+        }
+    }
+}
+
+// Folds one window's partial result (part_out, part_lse) into the running (out, lse), per row
+// and head: lse' = log(e^lse + e^part_lse), out' = e^(lse − lse')·out + e^(part_lse − lse')·part.
+// A −∞ on either side (no key seen yet) takes the other side as it is, so a running result
+// starts from lse = −∞ and any `out`.
+template <typename T>
+void attention_merge(Rows<T> out, T* lse, Rows<const T> part_out, const T* part_lse,
+                     std::int64_t rows, int n_head, int head_size) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        for (int h = 0; h < n_head; ++h) {
+            const T a = lse[r * n_head + h];
+            const T b = part_lse[r * n_head + h];
+            if (b == -std::numeric_limits<T>::infinity()) {
+                continue;
+            }
+            T* o = out.row(r) + std::int64_t(h) * head_size;
+            const T* p = part_out.row(r) + std::int64_t(h) * head_size;
+            if (a == -std::numeric_limits<T>::infinity()) {  // the first window: whatever `out` held
+                std::copy(p, p + head_size, o);
+                lse[r * n_head + h] = b;
+                continue;
+            }
+            const T m = std::max(a, b);
+            const T merged = m + std::log(std::exp(a - m) + std::exp(b - m));
+            const T ca = std::exp(a - merged), cb = std::exp(b - merged);
+            for (int d = 0; d < head_size; ++d) {
+                o[d] = ca * o[d] + cb * p[d];
+            }
+            lse[r * n_head + h] = merged;
         }
     }
 }

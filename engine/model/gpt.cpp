@@ -141,6 +141,13 @@ GptModel::GptModel(Backend& backend, const GptConfig& config, ModelParallel para
     grads_ = grad_storage_.f32(0, {n});
     weights_ = map_weights(layout_, params_);
     weight_grads_ = map_weights(layout_, grads_);
+    set_attention_chunking({});
+}
+
+void GptModel::set_attention_chunking(ChunkedAttentionOptions options) {
+    const int tp = parallel_.tp_size();
+    attention_ = std::make_unique<ChunkedAttention>(backend_, int(config_.channels / tp),
+                                                    config_.n_head / tp, options);
 }
 
 void GptModel::initialize(std::uint64_t seed) {
@@ -276,7 +283,6 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
     FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
     check_activations(acts);
     const std::int64_t cl = config_.channels / parallel_.tp_size();
-    const int local_heads = config_.n_head / parallel_.tp_size();
     // Row-parallel biases are added once, by TP rank 0, before the all-reduce (tensor_parallel.h).
     const bool adds_row_parallel_bias = parallel_.tp_rank() == 0;
     Communicator* tp = parallel_.tp;
@@ -296,12 +302,12 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
                               w.qkv_bias.slice(cl, 2 * cl));
             gather_context_rows(be, parallel_.cp, acts.exchange, kv_local,
                                 exchange_staging(a.kv.rows()), a.kv);
-            be.attention_forward(a.atty, a.att_lse, q, a.kv.columns(0, cl), a.kv.columns(cl, cl),
-                                 acts.spans, local_heads);
+            attention_->forward(a.atty, a.att_lse, q, a.kv.columns(0, cl), a.kv.columns(cl, cl),
+                                acts.spans);
         } else {
             be.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias);
-            be.attention_forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
-                                 a.qkv.columns(2 * cl, cl), acts.spans, local_heads);
+            attention_->forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                                a.qkv.columns(2 * cl, cl), acts.spans);
         }
         // Row-parallel projection, then g: all-reduce forward. residual2 first holds the
         // projection, then x + projection (in place).
@@ -350,7 +356,6 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
     FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
     check_activations(acts);
     const std::int64_t cl = config_.channels / parallel_.tp_size();
-    const int local_heads = config_.n_head / parallel_.tp_size();
     Communicator* tp = parallel_.tp;
     Backend& be = backend_;
     BackwardScratch& s = scratch_;
@@ -391,9 +396,9 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
             const Tensor q = cp_queries(a.qkv), dq = cp_queries(s.dqkv);
             const Tensor dkv_local = cp_local_kv(s.dqkv);
             be.fill_zero(s.dkv);
-            be.attention_backward(dq, s.dkv.columns(0, cl), s.dkv.columns(cl, cl), s.datty, q,
-                                  a.kv.columns(0, cl), a.kv.columns(cl, cl), a.atty, a.att_lse,
-                                  acts.spans, local_heads);
+            attention_->backward(dq, s.dkv.columns(0, cl), s.dkv.columns(cl, cl), s.datty, q,
+                                 a.kv.columns(0, cl), a.kv.columns(cl, cl), a.atty, a.att_lse,
+                                 acts.spans);
             reduce_scatter_context_rows(be, parallel_.cp, acts.exchange, s.dkv,
                                         exchange_staging(s.dkv.rows()), dkv_local);
             be.matmul_backward(s.dln, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl), dq, a.ln1,
@@ -401,10 +406,10 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
             be.matmul_backward(s.dln, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
                                dkv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl));
         } else {
-            be.attention_backward(s.dqkv.columns(0, cl), s.dqkv.columns(cl, cl),
-                                  s.dqkv.columns(2 * cl, cl), s.datty, a.qkv.columns(0, cl),
-                                  a.qkv.columns(cl, cl), a.qkv.columns(2 * cl, cl), a.atty,
-                                  a.att_lse, acts.spans, local_heads);
+            attention_->backward(s.dqkv.columns(0, cl), s.dqkv.columns(cl, cl),
+                                 s.dqkv.columns(2 * cl, cl), s.datty, a.qkv.columns(0, cl),
+                                 a.qkv.columns(cl, cl), a.qkv.columns(2 * cl, cl), a.atty,
+                                 a.att_lse, acts.spans);
             be.matmul_backward(s.dln, g.qkv_weight, g.qkv_bias, s.dqkv, a.ln1, w.qkv_weight);
         }
         all_reduce_sum(tp, s.dln);  // f

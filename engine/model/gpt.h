@@ -33,6 +33,7 @@
 #include "engine/backend/backend.h"
 #include "engine/model/config.h"
 #include "engine/model/micro_batch.h"
+#include "engine/model/chunked_attention.h"
 #include "engine/model/parallel_context.h"
 #include "engine/model/params.h"
 
@@ -116,6 +117,12 @@ public:
     const ModelParallel& parallel() const { return parallel_; }
     const ParameterLayout& layout() const { return layout_; }  // the local layout
 
+    // FPDT-style chunked attention for documents longer than options.chunk tokens, with their
+    // K/V offloaded to pinned host memory (chunked_attention.h); chunk 0 (the default) is
+    // whole-document attention.
+    void set_attention_chunking(ChunkedAttentionOptions options);
+    const AttentionMemory& attention_memory() const { return attention_->memory(); }
+
     // Flat 1-D buffers in the layout order, and structured views of them.
     Tensor parameters() const { return params_; }
     Tensor gradients() const { return grads_; }
@@ -187,6 +194,7 @@ private:
     DeviceBuffer staging_storage_;
     std::int64_t staging_capacity_ = 0;
     BackwardScratch scratch_;
+    std::unique_ptr<ChunkedAttention> attention_;
 };
 
 }  // namespace fulcrum::engine

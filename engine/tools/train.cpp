@@ -62,6 +62,8 @@ struct Options {
     std::string backend = "auto";
     std::string precision;  // empty: bf16 on CUDA
     std::string comm = "auto";
+    int attention_chunk = 0;
+    std::string offload = "on";
     std::string dump_parameters;
     std::string losses_file;
 };
@@ -97,6 +99,8 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
         {"documents", o.documents},
         {"backend", backend},
         {"comm", comm},
+        {"attention_chunk", o.attention_chunk},
+        {"offload", o.attention_chunk > 0 && o.offload == "on"},
         {"data", data},
     };
     return config.dump();
@@ -159,6 +163,16 @@ int main(int argc, char** argv) {
                    "GPU, else staged; MPI on the CPU), mpi, staged (through host memory over "
                    "MPI: several ranks on one GPU) or nccl")
         ->capture_default_str();
+    app.add_option("--attention-chunk", o.attention_chunk,
+                   "FPDT-style chunked attention: documents longer than this many tokens run "
+                   "in chunks of it (0: whole documents)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--offload", o.offload,
+                   "With --attention-chunk: keep K/V chunks in pinned host memory and prefetch "
+                   "them double-buffered (on) or read them in place (off)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
     app.add_option("--dump-parameters", o.dump_parameters,
                    "After training, write the whole model's parameters (float32, serial layout)");
     app.add_option("--losses", o.losses_file, "Write each step's loss, one per line (%.9g)");
@@ -379,6 +393,7 @@ int main(int argc, char** argv) {
         ParallelGroups::create(device_world ? *device_world : *world, *topology);
     GptModel model(*backend, model_config, ModelParallel{groups.tp.get(), groups.cp.get()});
     model.initialize(o.seed);
+    model.set_attention_chunking({o.attention_chunk, o.offload == "on"});
     ParallelTrainConfig train_config;
     train_config.train.adamw.learning_rate = o.learning_rate;
     train_config.train.warmup_steps = o.warmup;
@@ -423,6 +438,17 @@ int main(int argc, char** argv) {
     if (rank == 0) {
         std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", o.steps,
                     total_seconds, total_tokens / total_seconds, losses.back());
+        if (o.attention_chunk > 0) {
+            const AttentionMemory& memory = model.attention_memory();
+            const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };
+            std::printf("attention in chunks of %d tokens, K/V offload %s: device working set "
+                        "%.2f MiB against %.2f MiB of K/V for the longest document unchunked; "
+                        "%.2f MiB offloaded, %.2f MiB prefetched, %.2f MiB pinned host memory "
+                        "(rank 0)\n",
+                        o.attention_chunk, o.offload.c_str(), mib(memory.device_bytes),
+                        mib(memory.resident_kv_bytes), mib(memory.offloaded_bytes),
+                        mib(memory.prefetched_bytes), mib(memory.host_bytes));
+        }
         if (staged != nullptr) {
             std::printf("staged %.2f MiB between device and host memory on rank 0\n",
                         double(staged->bytes_staged()) / (1 << 20));

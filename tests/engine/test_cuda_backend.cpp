@@ -3,6 +3,7 @@
 // hold values; then the whole model trained for a few steps on both. fp32 mode throughout
 // except one bf16 GEMM check. Without a GPU (CI) these tests skip with the reason CUDA gave;
 // only the fulcrum-train backend-selection tests run everywhere.
+#include <QRegularExpression>
 #include <QtTest>
 
 #include <QProcess>
@@ -17,6 +18,7 @@
 #include "engine/data/packer.h"
 #include "engine/model/gpt.h"
 #include "engine/train/trainer.h"
+#include "engine/model/chunked_attention.h"
 #include "gradient_check.h"
 #include "../train/mpi_environment.h"
 
@@ -47,6 +49,7 @@ private slots:
     void matmulBf16();
     void attention_data();
     void attention();
+    void chunkedAttentionWithOffload();
     void gelu();
     void crossentropy();
     void sumOfSquares();
@@ -55,6 +58,7 @@ private slots:
     void modelTrainsLikeCpu();
     void autoFallsBackToCpu();
     void cudaWithoutGpuFails();
+    void ranksSharingTheGpuTrainLikeCpu();
 
 private:
     bool gpu_ = false;
@@ -314,6 +318,43 @@ void CudaBackendTest::attention() {
     VERIFY_ERROR(error(dkv), 1e-5, "attention dk/dv (gathered)");
 }
 
+// FPDT-style chunks on the GPU (key windows, merge, pinned offload on the "offload" stream,
+// double-buffered prefetch on "prefetch", event ordering) against one whole attention call on
+// the CPU; the same comparison the CPU-only test makes (test_engine_layers), now with real
+// asynchronous copies: a missing event would let a chunk compute on a half-copied slot.
+void CudaBackendTest::chunkedAttentionWithOffload() {
+    REQUIRE_GPU();
+    const int n_head = 2, head_size = 32, c = n_head * head_size;
+    // A 700-token document (11 chunks of 64) and a 40-token one.
+    const std::vector<AttentionSpan> spans = {{0, 0, 0, 700}, {700, 700, 0, 40}};
+    const int rows = 740;
+    Both qkv = both(random_values(rows * 3 * c, 60, 0.8), {rows, 3 * c});
+    Both out = both(std::vector<double>(rows * c, 0.0), {rows, c});
+    Both lse = both(std::vector<double>(rows * n_head, 0.0), {rows, n_head});
+    Both dout = both(random_values(rows * c, 61), {rows, c});
+    Both dqkv = both(std::vector<double>(rows * 3 * c, 0.0), {rows, 3 * c});
+    auto columns = [&](const Tensor& t, int block) { return t.columns(block * c, c); };
+    cpu_.attention_forward(out.cpu.tensor, lse.cpu.tensor, columns(qkv.cpu.tensor, 0),
+                           columns(qkv.cpu.tensor, 1), columns(qkv.cpu.tensor, 2), spans, n_head);
+    cpu_.attention_backward(columns(dqkv.cpu.tensor, 0), columns(dqkv.cpu.tensor, 1),
+                            columns(dqkv.cpu.tensor, 2), dout.cpu.tensor,
+                            columns(qkv.cpu.tensor, 0), columns(qkv.cpu.tensor, 1),
+                            columns(qkv.cpu.tensor, 2), out.cpu.tensor, lse.cpu.tensor, spans,
+                            n_head);
+    ChunkedAttention chunked(*cuda_, c, n_head, {64, true});
+    chunked.forward(out.gpu.tensor, lse.gpu.tensor, columns(qkv.gpu.tensor, 0),
+                    columns(qkv.gpu.tensor, 1), columns(qkv.gpu.tensor, 2), spans);
+    chunked.backward(columns(dqkv.gpu.tensor, 0), columns(dqkv.gpu.tensor, 1),
+                     columns(dqkv.gpu.tensor, 2), dout.gpu.tensor, columns(qkv.gpu.tensor, 0),
+                     columns(qkv.gpu.tensor, 1), columns(qkv.gpu.tensor, 2), out.gpu.tensor,
+                     lse.gpu.tensor, spans);
+    VERIFY_ERROR(error(out), 1e-5, "chunked attention out");
+    VERIFY_ERROR(error(lse), 1e-5, "chunked attention lse");
+    VERIFY_ERROR(error(dqkv), 1e-5, "chunked attention dq/dk/dv");
+    QVERIFY(chunked.memory().prefetched_bytes > 0);
+    QVERIFY(chunked.memory().device_bytes < chunked.memory().resident_kv_bytes);
+}
+
 // tanhf against glibc's tanh: ≤ 2 ulp apart.
 void CudaBackendTest::gelu() {
     REQUIRE_GPU();
@@ -488,6 +529,38 @@ void CudaBackendTest::cudaWithoutGpuFails() {
     const Run run = run_train({"--backend", "cuda"});
     QCOMPARE(run.exit_code, 2);
     QCOMPARE(run.output.count("fulcrum-train: error: --backend cuda: no usable GPU"), 1);
+}
+
+// Two pipeline stages on one GPU, device buffers staged through host memory over MPI (NCCL
+// refuses two ranks on one GPU), in fp32 against the same layout on the CPU: the same losses.
+void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu() {
+    REQUIRE_GPU();
+    auto losses = [](const QStringList& args) {
+        QProcess process;
+        process.setProcessEnvironment(mpi_environment());
+        process.setProcessChannelMode(QProcess::MergedChannels);
+        process.start(FULCRUM_MPIRUN,
+                      QStringList{"-np", "2", kTrain, "--pp", "2", "--steps", "3", "--layers",
+                                  "2", "--hidden", "64", "--heads", "2", "--context", "128",
+                                  "--documents", "256"} +
+                          args);
+        process.waitForFinished(300000);
+        const QString output = QString::fromUtf8(process.readAll());
+        std::vector<double> values;
+        static const QRegularExpression loss("\\| loss ([0-9.]+)");
+        for (auto it = loss.globalMatch(output); it.hasNext();)
+            values.push_back(it.next().captured(1).toDouble());
+        return std::pair{values, output};
+    };
+    const auto [gpu, gpu_output] =
+        losses({"--backend", "cuda", "--precision", "fp32", "--comm", "staged"});
+    const auto [cpu, cpu_output] = losses({"--backend", "cpu"});
+    QVERIFY2(gpu_output.contains("staged through host memory"), qPrintable(gpu_output));
+    QCOMPARE(gpu.size(), std::size_t(3));
+    QCOMPARE(cpu.size(), std::size_t(3));
+    for (std::size_t s = 0; s < 3; ++s)
+        QVERIFY2(std::abs(gpu[s] - cpu[s]) <= 1e-3 * std::abs(cpu[s]),
+                 qPrintable(gpu_output + cpu_output));
 }
 
 QTEST_GUILESS_MAIN(CudaBackendTest)

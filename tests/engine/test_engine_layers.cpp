@@ -5,6 +5,7 @@
 
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/attention.h"
+#include "engine/model/chunked_attention.h"
 #include "engine/model/embedding.h"
 #include "engine/model/layernorm.h"
 #include "engine/model/lm_head.h"
@@ -78,6 +79,8 @@ private slots:
     void mlp();
     void lmHeadCrossEntropy();
     void backendKnowsItsAllocations();
+    void chunkedAttentionMatchesWhole_data();
+    void chunkedAttentionMatchesWhole();
 
 private:
     CpuBackend backend_{1};
@@ -432,6 +435,113 @@ void EngineLayersTest::backendKnowsItsAllocations() {
         QVERIFY(backend_.holds(pa, sizeof(float)));
     }
     QVERIFY(!backend_.holds(first, sizeof(float)));  // released
+}
+
+// FPDT-style chunked attention (chunked_attention.h) against one whole attention call on the
+// same backend, forward and backward, with and without the K/V offload: the key windows and
+// their merge are exact up to float rounding. Q/K/V are column blocks of one fused [T, 3C]
+// buffer (row stride 3C), as the model passes them, so the strided copies are exercised too.
+void EngineLayersTest::chunkedAttentionMatchesWhole_data() {
+    QTest::addColumn<int>("chunk");
+    QTest::addColumn<bool>("offload");
+    QTest::addColumn<bool>("sharded");
+    for (int chunk : {4, 7, 16}) {
+        for (bool offload : {false, true}) {
+            for (bool sharded : {false, true}) {
+                QTest::addRow("chunk %d%s%s", chunk, offload ? " offload" : "",
+                              sharded ? " cp shard" : "")
+                    << chunk << offload << sharded;
+            }
+        }
+    }
+}
+
+void EngineLayersTest::chunkedAttentionMatchesWhole() {
+    QFETCH(int, chunk);
+    QFETCH(bool, offload);
+    QFETCH(bool, sharded);
+    const int n_head = 2, c = 8, rows = 43;
+    // Serial: a 37-token document (long) and a 6-token one (short). CP shard: this rank's query
+    // rows are positions 0-8 and 28-36 of the 37-token document (per-document sharding) plus
+    // the whole short one, against K/V of every position.
+    std::vector<AttentionSpan> spans = {{0, 0, 0, 37}, {37, 37, 0, 6}};
+    if (sharded) {
+        spans = {{0, 0, 0, 9}, {9, 0, 28, 9}, {18, 37, 0, 6}};
+    }
+    const std::vector<double> values = random_values(std::size_t(rows) * 3 * c, 90);
+    const std::vector<double> upstream = random_values(std::size_t(rows) * c, 91);
+    auto upload = [&](DeviceBuffer& buffer, const std::vector<double>& from) {
+        std::vector<float> f(from.begin(), from.end());
+        backend_.upload(buffer.f32(0, {std::int64_t(f.size())}), f.data(), kComputeStream);
+    };
+    DeviceBuffer qkv = backend_.allocate(values.size() * sizeof(float));
+    DeviceBuffer dout = backend_.allocate(upstream.size() * sizeof(float));
+    upload(qkv, values);
+    upload(dout, upstream);
+    const Tensor fused = qkv.f32(0, {rows, 3 * c});
+    const Tensor q = fused.columns(0, c), k = fused.columns(c, c), v = fused.columns(2 * c, c);
+    const Tensor dout_t = dout.f32(0, {rows, c});
+
+    struct Result {
+        std::vector<float> out, lse, dqkv;
+    };
+    auto run = [&](ChunkedAttention& attention) {
+        DeviceBuffer out = backend_.allocate(std::size_t(rows) * c * sizeof(float));
+        DeviceBuffer lse = backend_.allocate(std::size_t(rows) * n_head * sizeof(float));
+        DeviceBuffer dqkv = backend_.allocate(std::size_t(rows) * 3 * c * sizeof(float));
+        const Tensor out_t = out.f32(0, {rows, c}), lse_t = lse.f32(0, {rows, n_head});
+        const Tensor grads = dqkv.f32(0, {rows, 3 * c});
+        attention.forward(out_t, lse_t, q, k, v, spans);
+        attention.backward(grads.columns(0, c), grads.columns(c, c), grads.columns(2 * c, c),
+                           dout_t, q, k, v, out_t, lse_t, spans);
+        Result result{std::vector<float>(std::size_t(rows) * c),
+                      std::vector<float>(std::size_t(rows) * n_head),
+                      std::vector<float>(std::size_t(rows) * 3 * c)};
+        backend_.download(result.out.data(), out_t, kComputeStream);
+        backend_.download(result.lse.data(), lse_t, kComputeStream);
+        backend_.download(result.dqkv.data(), grads, kComputeStream);
+        return result;
+    };
+    ChunkedAttention whole(backend_, c, n_head, {});
+    ChunkedAttention chunked(backend_, c, n_head, {chunk, offload});
+    QVERIFY(!whole.enabled() && chunked.enabled());
+    const Result expected = run(whole);
+    const Result got = run(chunked);
+    auto max_difference = [](const std::vector<float>& a, const std::vector<float>& b) {
+        double worst = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+        }
+        return worst;
+    };
+    // Unused rows of a shard's Q (rows 24-42 hold no span) stay zero in both.
+    QVERIFY2(max_difference(got.out, expected.out) < 1e-5, "out");
+    QVERIFY2(max_difference(got.lse, expected.lse) < 1e-5, "lse");
+    QVERIFY2(max_difference(got.dqkv, expected.dqkv) < 1e-5, "dq, dk, dv");
+    // The gradients are not trivially zero.
+    QVERIFY(max_difference(got.dqkv, std::vector<float>(got.dqkv.size())) > 1e-3);
+
+    const AttentionMemory& memory = chunked.memory();
+    QCOMPARE(memory.resident_kv_bytes, std::int64_t(2 * 37 * c * sizeof(float)));
+    if (offload) {
+        // Forward and backward each offload the K/V prefix of every span longer than a chunk
+        // (a shard's two spans of one document each offload their own prefix).
+        std::int64_t offloaded = 0;
+        for (const AttentionSpan& span : spans) {
+            if (span.prefix + span.length > chunk) {
+                offloaded += 2 * 2 * std::int64_t(span.prefix + span.length) * c * sizeof(float);
+            }
+        }
+        QCOMPARE(memory.offloaded_bytes, offloaded);
+        QVERIFY(memory.prefetched_bytes >= offloaded);
+        QCOMPARE(memory.host_bytes, memory.resident_kv_bytes);
+        if (chunk == 4) {
+            QVERIFY(memory.device_bytes < memory.resident_kv_bytes);
+        }
+    } else {
+        QCOMPARE(memory.offloaded_bytes, 0);
+        QCOMPARE(memory.host_bytes, 0);
+    }
 }
 
 #include "test_engine_layers.moc"

@@ -102,6 +102,14 @@ private slots:
             << 4 << QStringList{"--dp", "2", "--pp", "2", "--comm", "staged"} << wlb;
         QTest::newRow("tp2 cp2 staged")
             << 4 << QStringList{"--tp", "2", "--cp", "2", "--comm", "staged"} << fixed;
+        // FPDT-style chunked attention (chunked_attention.h): documents over 16 tokens run in
+        // 16-token key windows with K/V through host memory; whole documents and CP shards.
+        QTest::newRow("fpdt chunk 16") << 1 << QStringList{"--attention-chunk", "16"} << fixed;
+        QTest::newRow("cp2 fpdt chunk 16 no offload")
+            << 2 << QStringList{"--cp", "2", "--attention-chunk", "16", "--offload", "off"} << fixed;
+        QTest::newRow("cp2 zigzag fpdt chunk 16")
+            << 2 << QStringList{"--cp", "2", "--cp-shard", "zigzag", "--attention-chunk", "16"}
+            << fixed;
     }
     void layoutMatchesOneRank() {
         QFETCH(int, ranks);
@@ -149,6 +157,14 @@ private slots:
             const auto match = staged.match(parallel.output);
             QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
             QVERIFY2(match.captured(1).toDouble() > 0.01, qPrintable(match.captured(0)));
+        }
+        // A chunked run did chunk, and with offload on its K/V went through the host.
+        if (layout.contains("--attention-chunk")) {
+            static const QRegularExpression chunked(
+                "attention in chunks of 16 tokens, K/V offload (on|off).* ([0-9.]+) MiB offloaded");
+            const auto match = chunked.match(parallel.output);
+            QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
+            QCOMPARE(match.captured(2).toDouble() > 0, match.captured(1) == "on");
         }
     }
 

@@ -37,11 +37,14 @@ constexpr int kQueryStep = 32;  // query rows per shared-memory tile (dk/dv)
 constexpr int kMaxHeadSize = 128;
 
 // A block's share of one span: query rows [q_begin, q_begin + length) at document positions
-// prefix…, keys of the document from K/V row kv_begin; for dk/dv, key positions
-// [key_begin, key_begin + key_count) of that document.
+// prefix…; the span's key window is positions [window_begin, window_end), and the K/V row of
+// position m is kv_base + m (kv_base = the span's kv_begin − window_begin, which may be
+// negative: only rows of the window are ever read). For dk/dv, key positions
+// [key_begin, key_begin + key_count) of the window.
 struct AttentionTile {
-    int q_begin, kv_begin, prefix, length;
+    int q_begin, kv_base, prefix, length;
     int key_begin, key_count;
+    int window_begin, window_end;
 };
 
 // Row-strided views of Q, K, V, out, dout and the gradients (attention.h: the Q/K/V blocks of
@@ -92,18 +95,20 @@ __global__ void __launch_bounds__(kQueryTile)
         o[d] = 0.0f;
     }
     float running_max = -INFINITY, running_sum = 0.0f;
-    const int n_keys = tile.prefix + tile.length;  // keys the last row of the tile sees
-    for (int j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+    // Keys the last row of the tile sees, and this row's own end (positions, exclusive).
+    const int n_keys = min(tile.prefix + tile.length, tile.window_end);
+    const int row_end = min(position + 1, tile.window_end);
+    for (int j0 = tile.window_begin; j0 < n_keys; j0 += kKeyTile) {
         const int count = min(kKeyTile, n_keys - j0);
         __syncthreads();
-        load_rows<HS, kKeyTile>(k_tile, views.k, views.k_stride, tile.kv_begin + j0, count,
+        load_rows<HS, kKeyTile>(k_tile, views.k, views.k_stride, tile.kv_base + j0, count,
                                 head_offset, hs);
-        load_rows<HS, kKeyTile>(v_tile, views.v, views.v_stride, tile.kv_begin + j0, count,
+        load_rows<HS, kKeyTile>(v_tile, views.v, views.v_stride, tile.kv_base + j0, count,
                                 head_offset, hs);
         __syncthreads();
-        if (!active || j0 > position)
+        if (!active || j0 >= row_end)
             continue;
-        const int visible = min(count, position - j0 + 1);
+        const int visible = min(count, row_end - j0);
         float scores[kKeyTile];
         float tile_max = running_max;
 #pragma unroll
@@ -132,6 +137,12 @@ __global__ void __launch_bounds__(kQueryTile)
     }
     if (!active)
         return;
+    if (running_sum == 0.0f) {  // no key of the window is visible to this row (attention.h)
+        for (int d = 0; d < hs; ++d)
+            views.o[qrow * views.o_stride + head_offset + d] = 0.0f;
+        lse[qrow * n_head + h] = -INFINITY;
+        return;
+    }
     const float inv_sum = 1.0f / running_sum;
     for (int d = 0; d < hs; ++d)
         views.o[qrow * views.o_stride + head_offset + d] = o[d] * inv_sum;
@@ -179,18 +190,19 @@ __global__ void __launch_bounds__(kQueryTile)
     }
     const float lse_i = active ? lse[qrow * n_head + h] : 0.0f;
     const float d_i = active ? delta[qrow * n_head + h] : 0.0f;
-    const int n_keys = tile.prefix + tile.length;
-    for (int j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+    const int n_keys = min(tile.prefix + tile.length, tile.window_end);
+    const int row_end = min(position + 1, tile.window_end);
+    for (int j0 = tile.window_begin; j0 < n_keys; j0 += kKeyTile) {
         const int count = min(kKeyTile, n_keys - j0);
         __syncthreads();
-        load_rows<HS, kKeyTile>(k_tile, views.k, views.k_stride, tile.kv_begin + j0, count,
+        load_rows<HS, kKeyTile>(k_tile, views.k, views.k_stride, tile.kv_base + j0, count,
                                 head_offset, hs);
-        load_rows<HS, kKeyTile>(v_tile, views.v, views.v_stride, tile.kv_begin + j0, count,
+        load_rows<HS, kKeyTile>(v_tile, views.v, views.v_stride, tile.kv_base + j0, count,
                                 head_offset, hs);
         __syncthreads();
-        if (!active || j0 > position)
+        if (!active || j0 >= row_end)
             continue;
-        const int visible = min(count, position - j0 + 1);
+        const int visible = min(count, row_end - j0);
         for (int j = 0; j < visible; ++j) {
             float dot = 0.0f, dp = 0.0f;
 #pragma unroll
@@ -224,7 +236,7 @@ __global__ void __launch_bounds__(kKeyRows)
     const int head_offset = h * hs;
     const int key = tile.key_begin + int(threadIdx.x);  // position in the document
     const bool active = int(threadIdx.x) < tile.key_count;
-    const long long kvrow = tile.kv_begin + key;
+    const long long kvrow = tile.kv_base + key;
     float k[HS], v[HS], dk[HS], dv[HS];
 #pragma unroll
     for (int d = 0; d < HS; ++d) {
@@ -285,24 +297,64 @@ inline std::vector<AttentionTile> query_tiles(std::span<const AttentionSpan> spa
     std::vector<AttentionTile> tiles;
     for (const AttentionSpan& s : spans) {
         for (int i0 = 0; i0 < s.length; i0 += kQueryTile)
-            tiles.push_back({s.q_begin + i0, s.kv_begin, s.prefix + i0,
-                             std::min(kQueryTile, s.length - i0), 0, 0});
+            tiles.push_back({s.q_begin + i0, s.kv_begin - s.key_begin, s.prefix + i0,
+                             std::min(kQueryTile, s.length - i0), 0, 0, s.key_begin, s.key_end});
     }
     return tiles;
 }
 
-// Key tiles of every span's visible document prefix (dk/dv).
+// Key tiles of every span's visible keys (dk/dv): its window, up to what its last row sees.
 inline std::vector<AttentionTile> key_tiles(std::span<const AttentionSpan> spans) {
     std::vector<AttentionTile> tiles;
     for (const AttentionSpan& s : spans) {
-        const int n_keys = s.prefix + s.length;
         if (s.length == 0)
             continue;
-        for (int j0 = 0; j0 < n_keys; j0 += kKeyRows)
-            tiles.push_back({s.q_begin, s.kv_begin, s.prefix, s.length, j0,
-                             std::min(kKeyRows, n_keys - j0)});
+        const int n_keys = s.visible_end(s.length - 1);
+        for (int j0 = s.key_begin; j0 < n_keys; j0 += kKeyRows)
+            tiles.push_back({s.q_begin, s.kv_begin - s.key_begin, s.prefix, s.length, j0,
+                             std::min(kKeyRows, n_keys - j0), s.key_begin, s.key_end});
     }
     return tiles;
+}
+
+// One window's partial result folded into the running one (attention.h, attention_merge): one
+// thread per (row, head).
+__global__ void attention_merge_kernel(float* out, long long out_stride, float* lse,
+                                       const float* part, long long part_stride,
+                                       const float* part_lse, long long rows, int n_head, int hs) {
+    const long long index = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (index >= rows * n_head)
+        return;
+    const long long row = index / n_head;
+    const int head_offset = int(index % n_head) * hs;
+    const float a = lse[index], b = part_lse[index];
+    if (b == -INFINITY)
+        return;
+    float* o = out + row * out_stride + head_offset;
+    const float* p = part + row * part_stride + head_offset;
+    if (a == -INFINITY) {
+        for (int d = 0; d < hs; ++d)
+            o[d] = p[d];
+        lse[index] = b;
+        return;
+    }
+    const float m = fmaxf(a, b);
+    const float merged = m + logf(expf(a - m) + expf(b - m));
+    const float ca = expf(a - merged), cb = expf(b - merged);
+    for (int d = 0; d < hs; ++d)
+        o[d] = ca * o[d] + cb * p[d];
+    lse[index] = merged;
+}
+
+inline void attention_merge(float* out, long long out_stride, float* lse, const float* part,
+                            long long part_stride, const float* part_lse, long long rows,
+                            int n_head, int hs, cudaStream_t stream) {
+    NvtxRange range("attention_merge");
+    if (rows == 0)
+        return;
+    attention_merge_kernel<<<ceil_div(rows * n_head, 256), 256, 0, stream>>>(
+        out, out_stride, lse, part, part_stride, part_lse, rows, n_head, hs);
+    FULCRUM_CUDA_CHECK_LAUNCH();
 }
 
 inline int padded_head_size(int hs) {

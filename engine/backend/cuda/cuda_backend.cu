@@ -39,17 +39,6 @@ void require_1d(const Tensor& t, std::int64_t n, const char* what) {
     FULCRUM_CHECK(t.rank() == 1 && t.numel() == n, what);
 }
 
-void check_spans(std::span<const AttentionSpan> spans, std::int64_t q_rows, std::int64_t kv_rows) {
-    for (const AttentionSpan& s : spans) {
-        FULCRUM_CHECK(s.q_begin >= 0 && s.kv_begin >= 0 && s.prefix >= 0 && s.length >= 0,
-                      "negative attention span field");
-        FULCRUM_CHECK(std::int64_t(s.q_begin) + s.length <= q_rows,
-                      "attention span past the last query row");
-        FULCRUM_CHECK(std::int64_t(s.kv_begin) + s.prefix + s.length <= kv_rows,
-                      "attention span past the last key/value row");
-    }
-}
-
 const float* cf(const Tensor& t) { return static_cast<const float*>(t.raw()); }
 float* mf(const Tensor& t) { return static_cast<float*>(t.raw()); }
 const int* ci(const Tensor& t) { return static_cast<const int*>(t.raw()); }
@@ -204,24 +193,60 @@ void CudaBackend::release_raw(void* data) {
     FULCRUM_CUDA_CHECK(cudaFree(data));
 }
 
+void* CudaBackend::allocate_pinned_raw(std::size_t bytes) {
+    void* data = nullptr;
+    FULCRUM_CUDA_CHECK(cudaMallocHost(&data, bytes));
+    return data;
+}
+
+void CudaBackend::release_pinned_raw(void* data) {
+    FULCRUM_CUDA_CHECK(cudaFreeHost(data));
+}
+
+// A host <-> device copy of a tensor that may be a row-strided 2-D view: one cudaMemcpy2DAsync
+// (width = a row's bytes, the device pitch = its row stride, dense on the host side).
+static void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               const Tensor& t, cudaMemcpyKind kind, cudaStream_t stream) {
+    const std::size_t element = dtype_size(t.dtype());
+    if (t.contiguous()) {
+        FULCRUM_CUDA_CHECK(
+            cudaMemcpyAsync(dst, src, std::size_t(t.numel()) * element, kind, stream));
+        return;
+    }
+    FULCRUM_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch,
+                                         std::size_t(t.cols()) * element, std::size_t(t.rows()),
+                                         kind, stream));
+}
+
+static bool is_pinned(const void* host) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return attributes.type == cudaMemoryTypeHost;
+}
+
 void CudaBackend::upload(Tensor dst, const void* host, StreamId stream) {
     require_cuda(dst);
-    FULCRUM_CHECK(dst.contiguous(), "upload into a strided view");
     cuda::NvtxRange range("upload");
-    FULCRUM_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), host,
-                                       std::size_t(dst.numel()) * dtype_size(dst.dtype()),
-                                       cudaMemcpyHostToDevice, state_->stream(stream)));
+    const std::size_t element = dtype_size(dst.dtype());
+    copy_rows(dst.raw(), std::size_t(dst.row_stride()) * element, host,
+              std::size_t(dst.rank() == 2 ? dst.cols() : 0) * element, dst,
+              cudaMemcpyHostToDevice, state_->stream(stream));
 }
 
 void CudaBackend::download(void* host, Tensor src, StreamId stream) {
     require_cuda(src);
-    FULCRUM_CHECK(src.contiguous(), "download from a strided view");
     cuda::NvtxRange range("download");
     const cudaStream_t s = state_->stream(stream);
-    FULCRUM_CUDA_CHECK(cudaMemcpyAsync(host, src.raw(),
-                                       std::size_t(src.numel()) * dtype_size(src.dtype()),
-                                       cudaMemcpyDeviceToHost, s));
-    FULCRUM_CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::size_t element = dtype_size(src.dtype());
+    copy_rows(host, std::size_t(src.rank() == 2 ? src.cols() : 0) * element, src.raw(),
+              std::size_t(src.row_stride()) * element, src, cudaMemcpyDeviceToHost, s);
+    // An offload into pinned memory on a copy stream stays asynchronous (backend.h); every
+    // other download returns with the data on the host.
+    if (stream == kComputeStream || !is_pinned(host))
+        FULCRUM_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void CudaBackend::copy(Tensor dst, Tensor src) {
@@ -396,7 +421,7 @@ void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, 
     require_2d(v, tkv, c, "attention: v [Tkv, C]");
     require_2d(out, tq, c, "attention: out [Tq, C]");
     require_contiguous_2d(lse, tq, n_head, "attention: lse [Tq, n_head]");
-    check_spans(spans, tq, tkv);
+    check_attention_spans(spans, tq, tkv);
     State& s = *state_;
     cuda::AttentionViews views{};
     views.q = cf(q);
@@ -409,6 +434,17 @@ void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, 
     views.o_stride = out.row_stride();
     const cuda::AttentionTile* tiles = s.query_tiles.upload(cuda::query_tiles(spans), s.compute());
     cuda::attention_forward(views, mf(lse), tiles, s.query_tiles.count, n_head, hs, s.compute());
+}
+
+void CudaBackend::attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse,
+                                  int n_head) {
+    const std::int64_t rows = out.rows(), c = out.cols();
+    FULCRUM_CHECK(n_head > 0 && c % n_head == 0, "attention merge: C not divisible by n_head");
+    require_2d(part_out, rows, c, "attention merge: part_out [T, C]");
+    require_contiguous_2d(lse, rows, n_head, "attention merge: lse [T, n_head]");
+    require_contiguous_2d(part_lse, rows, n_head, "attention merge: part_lse [T, n_head]");
+    cuda::attention_merge(mf(out), out.row_stride(), mf(lse), cf(part_out), part_out.row_stride(),
+                          cf(part_lse), rows, n_head, int(c / n_head), state_->compute());
 }
 
 void CudaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
@@ -427,7 +463,7 @@ void CudaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dou
     require_2d(out, tq, c, "attention: out [Tq, C]");
     require_2d(dout, tq, c, "attention: dout [Tq, C]");
     require_contiguous_2d(lse, tq, n_head, "attention: lse [Tq, n_head]");
-    check_spans(spans, tq, tkv);
+    check_attention_spans(spans, tq, tkv);
     State& s = *state_;
     cuda::AttentionViews views{};
     views.q = cf(q);

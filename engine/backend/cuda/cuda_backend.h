@@ -86,6 +86,8 @@ public:
     void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
                             Tensor v, Tensor out, Tensor lse, std::span<const AttentionSpan> spans,
                             int n_head) override;
+    void attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse,
+                         int n_head) override;
     void gelu_forward(Tensor out, Tensor inp) override;
     void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
     void crossentropy_forward(Tensor losses, Tensor probs, Tensor logits, Tensor targets) override;
@@ -98,6 +100,8 @@ public:
 protected:
     void* allocate_raw(std::size_t bytes) override;
     void release_raw(void* data) override;
+    void* allocate_pinned_raw(std::size_t bytes) override;  // cudaMallocHost
+    void release_pinned_raw(void* data) override;
 
 private:
     struct State;

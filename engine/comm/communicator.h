@@ -25,6 +25,13 @@ public:
 
     virtual void all_reduce_sum(std::span<float> values) = 0;
     virtual void all_reduce_sum(std::span<double> values) = 0;
+    // An all-reduce the caller does not wait for, so that it overlaps what comes next (the
+    // trainer reduces each layer's gradients while the backward pass goes on to the layers
+    // below). `values` must be left alone until wait_all_reduces(), which returns when every
+    // started one holds its sums. Members start them in the same order, as for blocking calls.
+    // The default is the blocking call, with nothing left to wait for.
+    virtual void start_all_reduce_sum(std::span<float> values) { all_reduce_sum(values); }
+    virtual void wait_all_reduces() {}
     // out = concat over members of their `local`; counts[i] = member i's length.
     virtual void all_gather(std::span<const float> local, std::span<float> out,
                             const std::vector<int>& counts) = 0;

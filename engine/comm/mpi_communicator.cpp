@@ -52,6 +52,20 @@ void MpiCommunicator::all_reduce_sum(std::span<double> values) {
     }
 }
 
+void MpiCommunicator::start_all_reduce_sum(std::span<float> values) {
+    if (size_ > 1) {
+        MPI_Request request = MPI_REQUEST_NULL;
+        MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_FLOAT,
+                       MPI_SUM, comm_, &request);
+        reductions_.push_back(request);
+    }
+}
+
+void MpiCommunicator::wait_all_reduces() {
+    MPI_Waitall(static_cast<int>(reductions_.size()), reductions_.data(), MPI_STATUSES_IGNORE);
+    reductions_.clear();
+}
+
 void MpiCommunicator::all_gather(std::span<const float> local, std::span<float> out,
                                  const std::vector<int>& counts) {
     // A wrong count makes MPI read or write past a buffer: check it in every build.

@@ -22,6 +22,8 @@ public:
 
     void all_reduce_sum(std::span<float> values) override;
     void all_reduce_sum(std::span<double> values) override;
+    void start_all_reduce_sum(std::span<float> values) override;  // MPI_Iallreduce
+    void wait_all_reduces() override;
     void all_gather(std::span<const float> local, std::span<float> out,
                     const std::vector<int>& counts) override;
     void reduce_scatter_sum(std::span<const float> in, std::span<float> out,
@@ -49,6 +51,7 @@ private:
         MPI_Request request;
     };
     std::deque<PostedSend> posted_;  // a deque: elements never move while MPI reads them
+    std::vector<MPI_Request> reductions_;
 };
 
 // This process's place among the ranks on its own node (MPI_COMM_TYPE_SHARED): which GPU it

@@ -54,6 +54,24 @@ void StagedCommunicator::all_reduce_sum(std::span<double> values) {
     host_->all_reduce_sum(values);
 }
 
+void StagedCommunicator::start_all_reduce_sum(std::span<float> values) {
+    if (!on_device(values)) {
+        host_->start_all_reduce_sum(values);
+        return;
+    }
+    Started& started = started_.emplace_back(Started{values, {}});
+    to_host(values, started.host, true);
+    host_->start_all_reduce_sum(started.host);
+}
+
+void StagedCommunicator::wait_all_reduces() {
+    host_->wait_all_reduces();
+    for (const Started& started : started_) {
+        to_device(started.device, started.host);
+    }
+    started_.clear();
+}
+
 void StagedCommunicator::all_gather(std::span<const float> local, std::span<float> out,
                                     const std::vector<int>& counts) {
     const std::span<float> host_local = to_host(local, staging_in_, true);

@@ -21,6 +21,7 @@
 // trace shows as it is.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,10 @@ public:
 
     void all_reduce_sum(std::span<float> values) override;
     void all_reduce_sum(std::span<double> values) override;  // host values: passed through
+    // A device span is copied to its own host buffer, reduced there by the host communicator
+    // in the background, and copied back by wait_all_reduces().
+    void start_all_reduce_sum(std::span<float> values) override;
+    void wait_all_reduces() override;
     void all_gather(std::span<const float> local, std::span<float> out,
                     const std::vector<int>& counts) override;
     void reduce_scatter_sum(std::span<const float> in, std::span<float> out,
@@ -75,6 +80,11 @@ private:
     std::unique_ptr<Communicator> host_;
     Backend& backend_;
     std::vector<float> staging_in_, staging_out_;
+    struct Started {
+        std::span<float> device;
+        std::vector<float> host;
+    };
+    std::deque<Started> started_;  // a deque: host buffers never move while MPI works on them
     std::shared_ptr<std::int64_t> bytes_staged_;  // shared with the splits
 };
 

@@ -120,8 +120,12 @@ void ParallelTrainer::run_forward(int step, int microbatch, const LocalBatch& ba
     }
 }
 
-void ParallelTrainer::run_backward(int step, int microbatch, Activations& acts,
-                                   float loss_scale) {
+bool ParallelTrainer::overlaps_reduction() const {
+    return config_.overlap_reduction && groups_.dp_cp->size() > 1;
+}
+
+void ParallelTrainer::run_backward(int step, int microbatch, Activations& acts, float loss_scale,
+                                   bool last_of_step) {
     const int stage = topology_.coordinates().pp;
     instrument::KeyScope keys({step, microbatch, stage, Phase::backward});
     instrument::Range range("backward", Category::compute);
@@ -134,7 +138,19 @@ void ParallelTrainer::run_backward(int step, int microbatch, Activations& acts,
                                instrument::with_bytes(bytes_of(gradient)));
         groups_.pp->recv(span_of(gradient), stage + 1);
     }
-    model_.backward_blocks(layers_.first, layers_.last, acts);
+    if (last_of_step && overlaps_reduction()) {
+        const Tensor grads = model_.gradients();
+        for (int layer = layers_.last - 1; layer >= layers_.first; --layer) {
+            model_.backward_blocks(layer, layer + 1, acts);
+            // This layer's gradients are final: reduce them while the layers below compute.
+            const ElementRange range = model_.layout().block_range(layer, layer + 1);
+            instrument::Range start("dp all-reduce start", Category::communication,
+                                    instrument::with_bytes(range.count * std::int64_t(sizeof(float))));
+            groups_.dp_cp->start_all_reduce_sum(span_of(grads.slice(range.offset, range.count)));
+        }
+    } else {
+        model_.backward_blocks(layers_.first, layers_.last, acts);
+    }
     if (topology_.first_stage()) {
         model_.backward_embedding(acts);
     } else {
@@ -162,11 +178,27 @@ void ParallelTrainer::reduce_gradients(int step) {
             }
         }
     }
-    if (groups_.dp_cp->size() > 1) {
-        instrument::Range range("dp all-reduce gradients", Category::communication,
-                                instrument::with_bytes(bytes_of(grads)));
-        groups_.dp_cp->all_reduce_sum(span_of(grads));
+    if (groups_.dp_cp->size() <= 1) {
+        return;
     }
+    instrument::Range range("dp all-reduce gradients", Category::communication,
+                            instrument::with_bytes(bytes_of(grads)));
+    if (!overlaps_reduction()) {
+        groups_.dp_cp->all_reduce_sum(span_of(grads));
+        return;
+    }
+    // The stage's layers were started during the last backward pass; the rest (embedding,
+    // lnf, and the other stages' all-zero blocks, kept so both modes sum the same buffer)
+    // now, then the wait: this range is the reduction time the overlap did not hide.
+    const ElementRange blocks = model_.layout().block_range(layers_.first, layers_.last);
+    const std::int64_t after = blocks.offset + blocks.count;
+    if (blocks.offset > 0) {
+        groups_.dp_cp->all_reduce_sum(span_of(grads.slice(0, blocks.offset)));
+    }
+    if (after < grads.numel()) {
+        groups_.dp_cp->all_reduce_sum(span_of(grads.slice(after, grads.numel() - after)));
+    }
+    groups_.dp_cp->wait_all_reduces();
 }
 
 // ‖g‖ over the model, every parameter once: a stage counts the tensors it owns (wte on the
@@ -229,14 +261,22 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     model_.zero_gradients();
     const float loss_scale = float(1.0 / double(plan.target_tokens));
     double loss_sum = 0;
-    for (const PipelineOp& op :
-         stage_ops(config_.schedule, me.pp, topology_.shape().pp, microbatches)) {
+    const std::vector<PipelineOp> ops =
+        stage_ops(config_.schedule, me.pp, topology_.shape().pp, microbatches);
+    std::size_t last_backward = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        if (!ops[i].forward) {
+            last_backward = i;
+        }
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        const PipelineOp& op = ops[i];
         auto& acts = *activations_[static_cast<std::size_t>(op.microbatch)];
         if (op.forward) {
             run_forward(plan.step, op.microbatch, batches[static_cast<std::size_t>(op.microbatch)],
                         acts, loss_sum);
         } else {
-            run_backward(plan.step, op.microbatch, acts, loss_scale);
+            run_backward(plan.step, op.microbatch, acts, loss_scale, i == last_backward);
         }
     }
     groups_.pp->wait_sends();

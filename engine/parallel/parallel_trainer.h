@@ -52,6 +52,10 @@ struct ParallelTrainConfig {
     TrainConfig train;
     PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
     balance::Balancer balancer = balance::Balancer::fixed;  // named in the workload manifest
+    // Reduce each layer's gradients over DP × CP as soon as the step's last backward pass is
+    // done with the layer (Communicator::start_all_reduce_sum), overlapping the layers below;
+    // the rest of the model and the wait follow the pipeline. Off: one all-reduce after it.
+    bool overlap_reduction = false;
 };
 
 class ParallelTrainer {
@@ -73,7 +77,11 @@ private:
     void emit_workload(const StepPlan& plan) const;
     void run_forward(int step, int microbatch, const LocalBatch& batch, Activations& acts,
                      double& loss_sum);
-    void run_backward(int step, int microbatch, Activations& acts, float loss_scale);
+    // `last_of_step`: this stage's final backward pass of the step, after which each layer's
+    // gradients are final.
+    void run_backward(int step, int microbatch, Activations& acts, float loss_scale,
+                      bool last_of_step);
+    bool overlaps_reduction() const;
     void reduce_gradients(int step);
     double gradient_norm();
 

@@ -63,6 +63,7 @@ struct Options {
     std::string precision;  // empty: bf16 on CUDA
     std::string comm = "auto";
     int attention_chunk = 0;
+    std::string overlap_reduce = "auto";
     std::string offload = "on";
     std::string dump_parameters;
     std::string losses_file;
@@ -99,6 +100,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
         {"documents", o.documents},
         {"backend", backend},
         {"comm", comm},
+        {"overlap_grad_reduce", o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl")},
         {"attention_chunk", o.attention_chunk},
         {"offload", o.attention_chunk > 0 && o.offload == "on"},
         {"data", data},
@@ -163,6 +165,11 @@ int main(int argc, char** argv) {
                    "GPU, else staged; MPI on the CPU), mpi, staged (through host memory over "
                    "MPI: several ranks on one GPU) or nccl")
         ->capture_default_str();
+    app.add_option("--overlap-grad-reduce", o.overlap_reduce,
+                   "Reduce each layer's gradients over DP x CP during the last backward pass "
+                   "(on), or all at once after it (off); auto: on with NCCL")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "on", "off"}));
     app.add_option("--attention-chunk", o.attention_chunk,
                    "FPDT-style chunked attention: documents longer than this many tokens run "
                    "in chunks of it (0: whole documents)")
@@ -399,6 +406,12 @@ int main(int argc, char** argv) {
     train_config.train.warmup_steps = o.warmup;
     train_config.schedule = *schedule;
     train_config.balancer = *balancer;
+    train_config.overlap_reduction =
+        o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
+    if (rank == 0 && train_config.overlap_reduction && o.grid.dp * o.grid.cp > 1) {
+        std::printf("gradient reduction: layer by layer during the last backward pass\n");
+        std::fflush(stdout);
+    }
     auto trainer = std::make_unique<ParallelTrainer>(model, *topology, groups, *documents,
                                                      train_config);
 

@@ -102,6 +102,15 @@ private slots:
             << 4 << QStringList{"--dp", "2", "--pp", "2", "--comm", "staged"} << wlb;
         QTest::newRow("tp2 cp2 staged")
             << 4 << QStringList{"--tp", "2", "--cp", "2", "--comm", "staged"} << fixed;
+        // Each layer's gradients reduced during the last backward pass (MPI_Iallreduce), plain
+        // and staged through host memory.
+        QTest::newRow("dp2 pp2 overlapped reduction")
+            << 4 << QStringList{"--dp", "2", "--pp", "2", "--overlap-grad-reduce", "on"} << wlb;
+        QTest::newRow("dp2 cp2 staged overlapped reduction")
+            << 4
+            << QStringList{"--dp", "2", "--cp", "2", "--comm", "staged", "--overlap-grad-reduce",
+                           "on"}
+            << fixed;
         // FPDT-style chunked attention (chunked_attention.h): documents over 16 tokens run in
         // 16-token key windows with K/V through host memory; whole documents and CP shards.
         QTest::newRow("fpdt chunk 16") << 1 << QStringList{"--attention-chunk", "16"} << fixed;
@@ -157,6 +166,10 @@ private slots:
             const auto match = staged.match(parallel.output);
             QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
             QVERIFY2(match.captured(1).toDouble() > 0.01, qPrintable(match.captured(0)));
+        }
+        if (layout.contains("--overlap-grad-reduce")) {
+            QVERIFY2(parallel.output.contains("gradient reduction: layer by layer"),
+                     qPrintable(parallel.output));
         }
         // A chunked run did chunk, and with offload on its K/V went through the host.
         if (layout.contains("--attention-chunk")) {

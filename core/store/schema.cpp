@@ -3,6 +3,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/trace/model.h"
@@ -241,7 +242,35 @@ Status check_trace_file(const std::string& path) {
     return {};
 }
 
-Result<Database> open_trace(const std::string& path, Database::Mode mode) {
+Result<std::string> resolve_trace_path(const std::string& path) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(path, error)) {
+        return path;
+    }
+    const std::filesystem::path merged = std::filesystem::path(path) / "run.fulcrum";
+    if (std::filesystem::exists(merged, error)) {
+        return merged.string();
+    }
+    bool has_ranks = false;
+    for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
+        const std::string name = entry.path().filename().string();
+        has_ranks = has_ranks || (name.starts_with("rank-") && name.ends_with(".sqlite"));
+    }
+    if (has_ranks) {
+        return Error{ErrorCode::invalid_input,
+                     "'" + path + "' is a capture folder whose rank files were never merged; "
+                     "merge them first: fulcrum merge -o '" + merged.string() + "' '" + path + "'"};
+    }
+    return Error{ErrorCode::invalid_input, "'" + path + "' is a folder without a run.fulcrum or "
+                                           "rank files: give a run file or a capture folder"};
+}
+
+Result<Database> open_trace(const std::string& requested, Database::Mode mode) {
+    auto resolved = resolve_trace_path(requested);
+    if (!resolved) {
+        return resolved.error();
+    }
+    const std::string& path = *resolved;
     if (auto status = check_trace_file(path); !status) {
         return status.error();
     }

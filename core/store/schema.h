@@ -32,7 +32,11 @@ Status create_indexes(Database& db);
 // that a foreign, truncated or newer file gets one message naming the file and the problem.
 Status check_trace_file(const std::string& path);
 
-// check_trace_file + open + schema checks.
+// The trace file a path names: the path itself, or for a capture folder (`fulcrum capture -o
+// DIR`) its merged DIR/run.fulcrum. A folder without one is an error that says what to do.
+Result<std::string> resolve_trace_path(const std::string& path);
+
+// resolve_trace_path + check_trace_file + open + schema checks.
 Result<Database> open_trace(const std::string& path, Database::Mode mode);
 
 }  // namespace fulcrum::store

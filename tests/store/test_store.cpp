@@ -358,6 +358,10 @@ private slots:
         QTest::newRow("truncated") << "truncated" << int(ErrorCode::corrupt) << "truncated";
         QTest::newRow("short header") << "short" << int(ErrorCode::corrupt) << "truncated";
         QTest::newRow("missing table") << "no-table" << int(ErrorCode::corrupt) << "'event' is missing";
+        QTest::newRow("unmerged capture folder")
+            << "rank-folder" << int(ErrorCode::invalid_input) << "fulcrum merge -o";
+        QTest::newRow("empty folder") << "folder" << int(ErrorCode::invalid_input)
+                                      << "a folder without a run.fulcrum";
     }
     void badFilesGetTheirOwnMessage() {
         QFETCH(QString, damage);
@@ -389,6 +393,12 @@ private slots:
         } else if (damage == "no-table") {
             path = small_trace(dir, "no-table.sqlite");
             exec_sql(path, "DROP TABLE event");
+        } else if (damage == "rank-folder" || damage == "folder") {
+            path = dir.filePath("capture").toStdString();
+            std::filesystem::create_directory(path);
+            if (damage == "rank-folder") {
+                small_trace(dir, "capture/rank-0.sqlite");
+            }
         }
         auto trace = TraceReader::open(path);
         QVERIFY(!trace.ok());
@@ -397,6 +407,17 @@ private slots:
         QVERIFY2(text.find(message.toStdString()) != std::string::npos, text.c_str());
         // Every message names the file it is about.
         QVERIFY2(text.find(path) != std::string::npos, text.c_str());
+    }
+
+    // `fulcrum capture -o DIR` leaves DIR/run.fulcrum: every reader takes DIR for it.
+    void captureFolderOpensItsMergedRun() {
+        QTemporaryDir dir;
+        QVERIFY(QDir(dir.path()).mkdir("capture"));
+        const std::string run = small_trace(dir, "capture/run.fulcrum", 10);
+        small_trace(dir, "capture/rank-0.sqlite", 3);
+        auto trace = TraceReader::open(dir.filePath("capture").toStdString());
+        QVERIFY2(trace.ok(), trace.ok() ? "" : trace.error().message.c_str());
+        QCOMPARE(trace->path(), run);
     }
 
     void writerRefusesToClobberOrWriteNowhere() {

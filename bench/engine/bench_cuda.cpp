@@ -10,6 +10,11 @@
 //      2·h·Σd², causal) against the cuBLAS rate of the QKV-projection-shaped GEMM
 //      [16384, 768]·[2304, 768]ᵀ on the same device: the ratio says how far the simple fp32
 //      tiled kernel is from the GEMMs that FlashAttention-class kernels roughly match.
+//   3. FPDT-style chunked attention (chunked_attention.h) on one 32 K-token document in 4 K
+//      chunks, forward + backward, with the K/V offload (pinned host memory, double-buffered
+//      prefetch) and without it, against whole-document attention in the same run: the time
+//      ratio says how much of the copy traffic the prefetch hides; the device working set of
+//      attention K/V is printed beside the unchunked one.
 //
 // Without a GPU it says so and exits 0, so CI can run it.
 #include <chrono>
@@ -17,7 +22,10 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/chunked_attention.h"
 #include "engine/model/gpt.h"
 #include "engine/model/micro_batch.h"
 #include "engine/train/trainer.h"
@@ -115,6 +123,48 @@ void bench_attention() {
     std::printf("attention / GEMM rate: %.3f\n", attention_rate / gemm_rate);
 }
 
+void bench_chunked_attention() {
+    CudaBackend backend(Precision::bf16);
+    const int tokens = 32768, c = 768, n_head = 12, chunk = 4096;
+    DeviceBuffer qkv = backend.allocate(std::size_t(tokens) * 3 * c * sizeof(float));
+    DeviceBuffer grads = backend.allocate(std::size_t(tokens) * 3 * c * sizeof(float));
+    DeviceBuffer out = backend.allocate(std::size_t(tokens) * c * sizeof(float));
+    DeviceBuffer dout = backend.allocate(std::size_t(tokens) * c * sizeof(float));
+    DeviceBuffer lse = backend.allocate(std::size_t(tokens) * n_head * sizeof(float));
+    const Tensor q = qkv.f32(0, {tokens, 3 * c}).columns(0, c);
+    const Tensor k = qkv.f32(0, {tokens, 3 * c}).columns(c, c);
+    const Tensor v = qkv.f32(0, {tokens, 3 * c}).columns(2 * c, c);
+    const Tensor g = grads.f32(0, {tokens, 3 * c});
+    const std::vector<AttentionSpan> spans = {{0, 0, 0, tokens}};
+    std::printf("\nattention fwd+bwd, one %d-token document | ms | vs whole | device K/V MiB\n",
+                tokens);
+    double whole_s = 0;
+    for (const auto& [label, options] :
+         {std::pair{"whole document", ChunkedAttentionOptions{}},
+          std::pair{"chunks of 4096, offload on", ChunkedAttentionOptions{chunk, true}},
+          std::pair{"chunks of 4096, offload off", ChunkedAttentionOptions{chunk, false}}}) {
+        ChunkedAttention attention(backend, c, n_head, options);
+        auto pass = [&] {
+            attention.forward(out.f32(0, {tokens, c}), lse.f32(0, {tokens, n_head}), q, k, v, spans);
+            attention.backward(g.columns(0, c), g.columns(c, c), g.columns(2 * c, c),
+                               dout.f32(0, {tokens, c}), q, k, v, out.f32(0, {tokens, c}),
+                               lse.f32(0, {tokens, n_head}), spans);
+        };
+        pass();
+        cudaDeviceSynchronize();
+        const auto start = Clock::now();
+        pass();
+        cudaDeviceSynchronize();
+        const double s = seconds_since(start);
+        if (!attention.enabled())
+            whole_s = s;
+        const double kv_mib = attention.enabled()
+                                  ? double(attention.memory().device_bytes) / (1 << 20)
+                                  : 2.0 * tokens * c * sizeof(float) / (1 << 20);
+        std::printf("%-30s | %8.1f | %5.2fx | %8.1f\n", label, s * 1e3, s / whole_s, kv_mib);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -131,5 +181,6 @@ int main() {
     bench_training(Precision::bf16);
     bench_training(Precision::fp32);
     bench_attention();
+    bench_chunked_attention();
     return 0;
 }

@@ -22,6 +22,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
 #include "engine/comm/mpi_communicator.h"
+#include "engine/comm/rendezvous.h"
 #include "engine/comm/staged_communicator.h"
 #if FULCRUM_HAVE_NCCL
 #include "engine/comm/nccl_communicator.h"
@@ -62,6 +63,7 @@ struct Options {
     std::string backend = "auto";
     std::string precision;  // empty: bf16 on CUDA
     std::string comm = "auto";
+    std::string rendezvous;
     int attention_chunk = 0;
     std::string overlap_reduce = "auto";
     std::string offload = "on";
@@ -165,6 +167,9 @@ int main(int argc, char** argv) {
                    "GPU, else staged; MPI on the CPU), mpi, staged (through host memory over "
                    "MPI: several ranks on one GPU) or nccl")
         ->capture_default_str();
+    app.add_option("--rendezvous", o.rendezvous,
+                   "With NCCL: hand its unique id over file:PATH or tcp:HOST:PORT instead of MPI "
+                   "(ranks from the launcher's variables: Open MPI, torchrun or SLURM)");
     app.add_option("--overlap-grad-reduce", o.overlap_reduce,
                    "Reduce each layer's gradients over DP x CP during the last backward pass "
                    "(on), or all at once after it (off); auto: on with NCCL")
@@ -261,6 +266,9 @@ int main(int argc, char** argv) {
     }
     if (comm == "nccl" && !have_nccl) {
         return fail(rank, "--comm nccl: this build has no NCCL; use --comm staged");
+    }
+    if (!o.rendezvous.empty() && comm != "nccl") {
+        return fail(rank, "--rendezvous is for NCCL's bootstrap; this run communicates by " + comm);
     }
     if (comm == "nccl" && shared_gpu) {
         return fail(rank, std::to_string(node.local_size) + " ranks on this node share " +
@@ -379,8 +387,18 @@ int main(int argc, char** argv) {
     }
 #if FULCRUM_HAVE_NCCL
     if (comm == "nccl") {
-        auto nccl = NcclCommunicator::bootstrap_over(*world, cuda_backend->device_index(),
-                                                     cuda_backend->native_stream(kComputeStream));
+        void* stream = cuda_backend->native_stream(kComputeStream);
+        Result<std::unique_ptr<NcclCommunicator>> nccl =
+            Error{ErrorCode::invalid_input, "no NCCL bootstrap"};
+        if (o.rendezvous.empty()) {
+            nccl = NcclCommunicator::bootstrap_over(*world, cuda_backend->device_index(), stream);
+        } else if (auto launch = launch_rank_from_environment(); !launch) {
+            nccl = launch.error();
+        } else {
+            nccl = NcclCommunicator::bootstrap_with_rendezvous(
+                o.rendezvous, *launch, cuda_backend->device_index(), stream,
+                std::chrono::seconds(120));
+        }
         if (!nccl) {
             return fail(rank, nccl.error().message);
         }

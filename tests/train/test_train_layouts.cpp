@@ -202,6 +202,9 @@ private slots:
         QTest::newRow("nccl on the cpu") << 2 << QStringList{"--dp", "2", "--backend", "cpu",
                                                              "--comm", "nccl"}
                                          << "--comm nccl needs the CUDA backend";
+        QTest::newRow("rendezvous without nccl")
+            << 2 << QStringList{"--dp", "2", "--rendezvous", "file:/tmp/never"}
+            << "--rendezvous is for NCCL's bootstrap";
     }
     void badOptionsFailBeforeAnyWork() {
         QFETCH(int, ranks);

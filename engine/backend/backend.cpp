@@ -152,6 +152,8 @@ DeviceBuffer Backend::allocate(std::size_t bytes) {
     if (buffer.data_ != nullptr) {
         const std::lock_guard lock(allocations_mutex_);
         allocations_.emplace(static_cast<const std::byte*>(buffer.data_), bytes);
+        memory_.device_bytes += std::int64_t(bytes);
+        memory_.peak_device_bytes = std::max(memory_.peak_device_bytes, memory_.device_bytes);
     }
     return buffer;
 }
@@ -172,13 +174,30 @@ void check_attention_spans(std::span<const AttentionSpan> spans, std::int64_t q_
 
 PinnedBuffer Backend::allocate_pinned(std::size_t floats) {
     void* data = floats == 0 ? nullptr : allocate_pinned_raw(floats * sizeof(float));
+    if (data != nullptr) {
+        const std::lock_guard lock(allocations_mutex_);
+        pinned_.emplace(data, floats * sizeof(float));
+        memory_.pinned_bytes += std::int64_t(floats * sizeof(float));
+        memory_.peak_pinned_bytes = std::max(memory_.peak_pinned_bytes, memory_.pinned_bytes);
+    }
     return PinnedBuffer(static_cast<float*>(data), PinnedDeleter{this});
 }
 
 void PinnedDeleter::operator()(float* data) const {
     if (data != nullptr) {
+        {
+            const std::lock_guard lock(backend->allocations_mutex_);
+            const auto found = backend->pinned_.find(data);
+            backend->memory_.pinned_bytes -= std::int64_t(found->second);
+            backend->pinned_.erase(found);
+        }
         backend->release_pinned_raw(data);
     }
+}
+
+MemoryUse Backend::memory_use() const {
+    const std::lock_guard lock(allocations_mutex_);
+    return memory_;
 }
 
 void* Backend::allocate_pinned_raw(std::size_t bytes) {
@@ -193,7 +212,9 @@ void Backend::release_pinned_raw(void* data) { std::free(data); }
 void Backend::release(void* data) {
     {
         const std::lock_guard lock(allocations_mutex_);
-        allocations_.erase(static_cast<const std::byte*>(data));
+        const auto found = allocations_.find(static_cast<const std::byte*>(data));
+        memory_.device_bytes -= std::int64_t(found->second);
+        allocations_.erase(found);
     }
     release_raw(data);
 }

@@ -103,6 +103,16 @@ private:
 
 class Backend;
 
+// What a backend holds now and held at most: its device allocations (DeviceBuffer) and the
+// pinned host memory of offloads (PinnedBuffer). Counted by the backend itself, the same way
+// on the CPU (where "device" memory is host memory) as on a GPU.
+struct MemoryUse {
+    std::int64_t device_bytes = 0;
+    std::int64_t peak_device_bytes = 0;
+    std::int64_t pinned_bytes = 0;
+    std::int64_t peak_pinned_bytes = 0;
+};
+
 // Page-locked host memory, the target of offloads (cudaMallocHost on CUDA, aligned host memory
 // on the CPU): copies between it and the device can run on a copy stream while kernels run.
 struct PinnedDeleter {
@@ -180,6 +190,7 @@ public:
     // communicator that moves data through the host (comm/staged_communicator.h) tells the
     // engine's device buffers from the host vectors it is also handed.
     bool holds(const void* data, std::size_t bytes) const;
+    MemoryUse memory_use() const;
     // `floats` page-locked host floats (for offloads), released through this backend.
     PinnedBuffer allocate_pinned(std::size_t floats);
     // host -> device and device -> host. The device tensor may be a row-strided 2-D view (a
@@ -262,6 +273,8 @@ private:
     // is noise next to the copy.
     mutable std::mutex allocations_mutex_;
     std::map<const std::byte*, std::size_t> allocations_;
+    std::map<const void*, std::size_t> pinned_;
+    MemoryUse memory_;
 };
 
 }  // namespace fulcrum::engine

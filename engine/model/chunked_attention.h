@@ -23,10 +23,10 @@
 //
 // Memory. Without offload the whole document's K/V must be resident for attention; with it,
 // two chunk slots (2 · 2 · c · C floats) plus one chunk of partial output. `memory()` reports
-// both for the longest document seen. The engine's activations still hold each layer's fused
-// QKV for the backward pass, so the device peak of a whole step drops only by the attention
-// working set; offloading the QKV activation itself between forward and backward is the next
-// step (docs/engine.md).
+// both for the longest document seen. Between a block's forward and backward pass its fused
+// QKV (and CP's gathered K/V) waits in pinned host memory too: the model's activation offload
+// (GptModel, Activations::offloads_qkv) keeps two device slots instead of one per layer, and
+// uses this class's copy streams.
 //
 // Spans shorter than a chunk (most documents of a packed micro-batch) go through one ordinary
 // attention call, as without chunking.
@@ -70,6 +70,9 @@ public:
                   Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
 
     const AttentionMemory& memory() const { return memory_; }
+    // The copy streams (offload on): the model's activation offload uses them too.
+    StreamId offload_stream() const { return offload_stream_; }
+    StreamId prefetch_stream() const { return prefetch_stream_; }
 
 private:
     // One (query chunk, key chunk) pair of a long span, in rows of the caller's tensors.

@@ -28,10 +28,12 @@ private:
 };
 
 // Per block: ln1, residual2, ln2, residual3 [C]; qkv [3C_l], atty [C_l], fch, fch_gelu [4C_l];
-// lse [n_head/tp]; two means and rstds. C_l = C/tp (C serially: 16C + n_head + 4).
-std::int64_t floats_per_token(const GptConfig& c, int tp_size) {
+// lse [n_head/tp]; two means and rstds. C_l = C/tp (C serially: 16C + n_head + 4). Without qkv
+// when it is offloaded (it lives in two slots then).
+std::int64_t floats_per_token(const GptConfig& c, int tp_size, bool offload_qkv) {
     const std::int64_t cl = c.channels / tp_size;
-    const std::int64_t per_block = 4 * std::int64_t(c.channels) + 12 * cl + c.n_head / tp_size + 4;
+    const std::int64_t per_block = 4 * std::int64_t(c.channels) + (offload_qkv ? 9 : 12) * cl +
+                                   c.n_head / tp_size + 4;
     return c.channels + c.n_layer * per_block + c.channels + 2 + c.vocab_size + 1;
 }
 
@@ -72,7 +74,24 @@ Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
 }
 
 Activations::Activations(const GptModel& model)
-    : Activations(model.backend(), model.config(), model.parallel().tp_size()) {}
+    : Activations(model.backend(), model.config(), model.parallel().tp_size()) {
+    offload_qkv_ = model.offloads_qkv();
+    if (offload_qkv_) {
+        for (QkvSlot& slot : slots_) {
+            slot.offloaded = backend_.create_event();
+            slot.ready = backend_.create_event();
+            slot.free = backend_.create_event();
+        }
+    }
+}
+
+float* Activations::host_qkv(int layer) const {
+    return host_qkv_.get() + std::int64_t(layer) * capacity_ * 3 * (config_.channels / tp_size_);
+}
+
+float* Activations::host_kv(int layer) const {
+    return host_kv_.get() + std::int64_t(layer) * gathered_capacity_ * 2 * (config_.channels / tp_size_);
+}
 
 Tensor Activations::block_input(int layer) const {
     FULCRUM_CHECK(layer >= 0 && layer <= config_.n_layer, "no such block");
@@ -82,18 +101,42 @@ Tensor Activations::block_input(int layer) const {
 void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
     FULCRUM_CHECK(n >= 1, "a micro-batch needs at least one token");
     FULCRUM_CHECK(gathered_rows >= 0, "negative gathered rows");
-    if (n > capacity_) {
-        floats_ =
-            backend_.allocate(std::size_t(n * floats_per_token(config_, tp_size_)) * sizeof(float));
-        ints_ = backend_.allocate(std::size_t(n * kIntsPerToken) * sizeof(std::int32_t));
-        capacity_ = n;
-    }
     const std::int64_t c = config_.channels;
     const std::int64_t cl = c / tp_size_;
+    const std::int64_t layers = config_.n_layer;
+    const bool grows = n > capacity_ || gathered_rows > gathered_capacity_;
+    if (grows && offload_qkv_) {
+        // Copies to and from the old slots and host buffers may still be in flight: the
+        // compute stream waits for them, the host for the compute stream.
+        for (QkvSlot& slot : slots_) {
+            if (slot.offloading) {
+                backend_.wait_event(kComputeStream, slot.offloaded);
+            }
+            if (slot.prefetching) {
+                backend_.wait_event(kComputeStream, slot.ready);
+            }
+            slot.layer = -1;
+            slot.offloading = slot.prefetching = false;
+        }
+        backend_.synchronize(kComputeStream);
+    }
+    if (n > capacity_) {
+        floats_ = backend_.allocate(
+            std::size_t(n * floats_per_token(config_, tp_size_, offload_qkv_)) * sizeof(float));
+        ints_ = backend_.allocate(std::size_t(n * kIntsPerToken) * sizeof(std::int32_t));
+        capacity_ = n;
+        if (offload_qkv_) {
+            qkv_slots_ = backend_.allocate(std::size_t(2 * n * 3 * cl) * sizeof(float));
+            host_qkv_ = backend_.allocate_pinned(std::size_t(layers * n * 3 * cl));
+        }
+    }
     if (gathered_rows > gathered_capacity_) {
-        gathered_ = backend_.allocate(std::size_t(config_.n_layer * gathered_rows * 2 * cl) *
-                                      sizeof(float));
+        const std::int64_t copies = offload_qkv_ ? 2 : layers;
+        gathered_ = backend_.allocate(std::size_t(copies * gathered_rows * 2 * cl) * sizeof(float));
         gathered_capacity_ = gathered_rows;
+        if (offload_qkv_) {
+            host_kv_ = backend_.allocate_pinned(std::size_t(layers * gathered_rows * 2 * cl));
+        }
     }
     n_tokens_ = n;
     Carver ints(ints_, DType::i32);
@@ -104,12 +147,21 @@ void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
     encoded = f.take({n, c});
     blocks.resize(std::size_t(config_.n_layer));
     Carver gathered(gathered_, DType::f32);
-    for (BlockActivations& b : blocks) {
+    for (std::size_t l = 0; l < blocks.size(); ++l) {
+        BlockActivations& b = blocks[l];
         b.ln1 = f.take({n, c});
         b.ln1_mean = f.take({n});
         b.ln1_rstd = f.take({n});
-        b.qkv = f.take({n, 3 * cl});
-        b.kv = gathered_rows > 0 ? gathered.take({gathered_rows, 2 * cl}) : Tensor{};
+        if (offload_qkv_) {
+            b.qkv = qkv_slots_.f32(std::int64_t(l % 2) * capacity_ * 3 * cl, {n, 3 * cl});
+            b.kv = gathered_rows > 0
+                       ? gathered_.f32(std::int64_t(l % 2) * gathered_capacity_ * 2 * cl,
+                                       {gathered_rows, 2 * cl})
+                       : Tensor{};
+        } else {
+            b.qkv = f.take({n, 3 * cl});
+            b.kv = gathered_rows > 0 ? gathered.take({gathered_rows, 2 * cl}) : Tensor{};
+        }
         b.atty = f.take({n, cl});
         b.att_lse = f.take({n, config_.n_head / tp_size_});
         b.residual2 = f.take({n, c});
@@ -292,6 +344,9 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
         BlockActivations& a = acts.blocks[l];
         const Tensor x = acts.block_input(l);
         instrument::Range attention_range("attention", Category::attention);
+        if (acts.offloads_qkv()) {
+            prepare_qkv_slot(acts, l);
+        }
         be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias);
         // Column-parallel QKV (Megatron's f: identity forward).
         if (acts.context_parallel()) {
@@ -308,6 +363,9 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
             be.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias);
             attention_->forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
                                 a.qkv.columns(2 * cl, cl), acts.spans);
+        }
+        if (acts.offloads_qkv()) {
+            offload_qkv(acts, l);
         }
         // Row-parallel projection, then g: all-reduce forward. residual2 first holds the
         // projection, then x + projection (in place).
@@ -367,6 +425,14 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
         const BlockWeights& g = weight_grads_.blocks[l];
         const BlockActivations& a = acts.blocks[l];
         const Tensor x = acts.block_input(l);
+        if (acts.offloads_qkv()) {
+            // This block's qkv back from the host (unless still in its slot), and the next
+            // block's on the other slot while this one computes.
+            restore_qkv(acts, l);
+            if (l - 1 >= first) {
+                restore_qkv(acts, l - 1);
+            }
+        }
         // dresidual holds ∂L/∂residual3. MLP branch; its LayerNorm adds into dresidual,
         // which then holds ∂L/∂residual2 (identity path + branch). Under TP the row-parallel
         // projection needs no exchange (g: identity backward) and the column-parallel fc
@@ -390,6 +456,9 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
                            w.attn_proj_weight);
         be.fill_zero(s.dqkv);
         be.fill_zero(s.dln);
+        if (acts.offloads_qkv()) {
+            await_qkv(acts, l);
+        }
         if (acts.context_parallel()) {
             // dK|dV of the gathered rows from this rank's queries, summed over CP onto the
             // ranks that own the rows: the one cross-rank sum of CP (context_parallel.h).
@@ -412,9 +481,81 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
                                  a.att_lse, acts.spans);
             be.matmul_backward(s.dln, g.qkv_weight, g.qkv_bias, s.dqkv, a.ln1, w.qkv_weight);
         }
+        if (acts.offloads_qkv()) {
+            be.record_event(acts.slots_[l % 2].free, kComputeStream);  // done with the slot
+        }
         all_reduce_sum(tp, s.dln);  // f
         be.layernorm_backward(s.dresidual, g.ln1_weight, g.ln1_bias, s.dln, x, w.ln1_weight,
                               a.ln1_mean, a.ln1_rstd);
+    }
+}
+
+// ---- activation offload (Activations::offloads_qkv) ------------------------------------
+
+void GptModel::prepare_qkv_slot(Activations& acts, int layer) {
+    Activations::QkvSlot& slot = acts.slots_[layer % 2];
+    // The slot's last content must have left for the host (or arrived from it) before the
+    // QKV projection overwrites it.
+    if (slot.offloading) {
+        backend_.wait_event(kComputeStream, slot.offloaded);
+        slot.offloading = false;
+    }
+    if (slot.prefetching) {
+        backend_.wait_event(kComputeStream, slot.ready);
+        slot.prefetching = false;
+    }
+    slot.layer = -1;
+}
+
+void GptModel::offload_qkv(Activations& acts, int layer) {
+    Activations::QkvSlot& slot = acts.slots_[layer % 2];
+    const BlockActivations& a = acts.blocks[std::size_t(layer)];
+    const StreamId stream = attention_->offload_stream();
+    const std::int64_t bytes = (a.qkv.numel() + (a.kv.empty() ? 0 : a.kv.numel())) *
+                               std::int64_t(sizeof(float));
+    instrument::Range range("offload qkv", Category::offload, instrument::with_bytes(bytes));
+    backend_.record_event(slot.free, kComputeStream);
+    backend_.wait_event(stream, slot.free);
+    backend_.download(acts.host_qkv(layer), a.qkv, stream);
+    if (!a.kv.empty()) {
+        backend_.download(acts.host_kv(layer), a.kv, stream);
+    }
+    backend_.record_event(slot.offloaded, stream);
+    slot.offloading = true;
+    slot.layer = layer;  // and still on the device until the slot is reused
+}
+
+void GptModel::restore_qkv(Activations& acts, int layer) {
+    Activations::QkvSlot& slot = acts.slots_[layer % 2];
+    if (slot.layer == layer) {
+        return;
+    }
+    const BlockActivations& a = acts.blocks[std::size_t(layer)];
+    const StreamId stream = attention_->prefetch_stream();
+    const std::int64_t bytes = (a.qkv.numel() + (a.kv.empty() ? 0 : a.kv.numel())) *
+                               std::int64_t(sizeof(float));
+    instrument::Range range("prefetch qkv", Category::offload, instrument::with_bytes(bytes));
+    // After the compute that last read the slot and the offload that last copied it out.
+    backend_.wait_event(stream, slot.free);
+    if (slot.offloading) {
+        backend_.wait_event(stream, slot.offloaded);
+        slot.offloading = false;
+    }
+    backend_.upload(a.qkv, acts.host_qkv(layer), stream);
+    if (!a.kv.empty()) {
+        backend_.upload(a.kv, acts.host_kv(layer), stream);
+    }
+    backend_.record_event(slot.ready, stream);
+    slot.prefetching = true;
+    slot.layer = layer;
+}
+
+void GptModel::await_qkv(Activations& acts, int layer) {
+    Activations::QkvSlot& slot = acts.slots_[layer % 2];
+    FULCRUM_CHECK(slot.layer == layer, "qkv of this block is not in its slot");
+    if (slot.prefetching) {
+        backend_.wait_event(kComputeStream, slot.ready);
+        slot.prefetching = false;
     }
 }
 

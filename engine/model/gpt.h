@@ -93,7 +93,24 @@ public:
     void resize(std::int64_t n_tokens, std::int64_t gathered_rows = 0);
     void set_target_count(std::int64_t n) { target_count_ = n; }
 
+    // FPDT's activation offload (on for a model with chunked attention and offload): every
+    // block's qkv (and CP kv) is a view of one of two device slots, block l's being slot l mod
+    // 2, and waits in pinned host memory between the block's forward and backward pass.
+    // GptModel moves it (offload_qkv / restore_qkv).
+    bool offloads_qkv() const { return offload_qkv_; }
+
 private:
+    friend class GptModel;
+    struct QkvSlot {
+        int layer = -1;               // whose qkv the slot holds now
+        bool offloading = false;      // a copy to the host reads it (offloaded pending)
+        bool prefetching = false;     // a copy from the host writes it (ready pending)
+        EventId offloaded, ready, free;
+    };
+    // Host copies of block l's qkv and kv, and their sizes in floats.
+    float* host_qkv(int layer) const;
+    float* host_kv(int layer) const;
+
     Backend& backend_;
     GptConfig config_;
     int tp_size_ = 1;
@@ -104,6 +121,10 @@ private:
     DeviceBuffer floats_;
     DeviceBuffer ints_;
     DeviceBuffer gathered_;
+    bool offload_qkv_ = false;
+    DeviceBuffer qkv_slots_, kv_slots_;  // 2 × [capacity, 3C_l], 2 × [gathered, 2C_l]
+    PinnedBuffer host_qkv_, host_kv_;    // n_layer × the same
+    QkvSlot slots_[2];
 };
 
 class GptModel {
@@ -122,6 +143,8 @@ public:
     // whole-document attention.
     void set_attention_chunking(ChunkedAttentionOptions options);
     const AttentionMemory& attention_memory() const { return attention_->memory(); }
+    // Whether Activations made for this model offload their qkv (Activations::offloads_qkv).
+    bool offloads_qkv() const { return attention_->enabled() && attention_->options().offload; }
 
     // Flat 1-D buffers in the layout order, and structured views of them.
     Tensor parameters() const { return params_; }
@@ -176,6 +199,12 @@ private:
     };
 
     void check_activations(const Activations& acts) const;
+    // Activation offload (Activations::offloads_qkv): before block l's forward overwrites its
+    // slot, after its attention forward, and around its backward.
+    void prepare_qkv_slot(Activations& acts, int layer);
+    void offload_qkv(Activations& acts, int layer);
+    void restore_qkv(Activations& acts, int layer);  // issues the copy back if needed
+    void await_qkv(Activations& acts, int layer);    // the compute stream waits for it
     // Rank-major K|V rows of every CP rank [T_total, 2C_l], for the collectives.
     Tensor exchange_staging(std::int64_t rows);
 

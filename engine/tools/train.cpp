@@ -469,6 +469,10 @@ int main(int argc, char** argv) {
     if (rank == 0) {
         std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", o.steps,
                     total_seconds, total_tokens / total_seconds, losses.back());
+        const MemoryUse use = backend->memory_use();
+        std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
+                    double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",
+                    double(use.peak_pinned_bytes) / (1 << 20));
         if (o.attention_chunk > 0) {
             const AttentionMemory& memory = model.attention_memory();
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };

@@ -195,6 +195,7 @@ private slots:
     void documentsDoNotSeeEachOther_data();
     void documentsDoNotSeeEachOther();
     void accumulationEqualsOneBatch();
+    void offloadedQkvGivesTheSameGradients();
 
 private:
     CpuBackend backend_{1};
@@ -455,6 +456,56 @@ void EngineModelTest::accumulationEqualsOneBatch() {
     const double mean_first = model.forward(first, acts) / double(first.target_count());
     const double mean_second = model.forward(second, acts) / double(second.target_count());
     QVERIFY(std::abs(0.5 * (mean_first + mean_second) - loss_joined) > 1e-6);
+}
+
+// FPDT's activation offload: with chunked attention and offload, every block's qkv waits in
+// pinned host memory between forward and backward and only two device slots hold it. The
+// loss and gradients are bit for bit those of the same chunked model without offload (the
+// same kernels on the same numbers; only where qkv waits changes), over two micro-batches in
+// flight at once (the 1F1B case: both forwards, then both backwards, on one set of slots
+// each), and the device holds (n_layer − 2) fewer qkv blocks per micro-batch in flight.
+void EngineModelTest::offloadedQkvGivesTheSameGradients() {
+    GptConfig config;
+    config.n_layer = 5;
+    config.channels = 32;
+    config.n_head = 4;
+    config.max_context = 64;
+    const MicroBatch first = documents({{0, 40}, {40, 24}});
+    const MicroBatch second = documents({{10, 50}, {60, 9}});
+    struct Result {
+        double loss = 0;
+        std::vector<float> gradients;
+        std::int64_t activation_bytes = 0, pinned_bytes = 0;
+    };
+    auto run = [&](bool offload) {
+        CpuBackend backend(1);
+        GptModel model(backend, config);
+        model.initialize(11);
+        model.set_attention_chunking({16, offload});
+        model.zero_gradients();
+        const MemoryUse before = backend.memory_use();
+        Activations a(model), b(model);
+        Result result;
+        const float scale = 1.0f / float(first.target_count() + second.target_count());
+        result.loss = model.forward(first, a) + model.forward(second, b);
+        result.activation_bytes = backend.memory_use().device_bytes - before.device_bytes;
+        model.backward(b, scale);
+        model.backward(a, scale);
+        // Pinned memory beside the chunked attention's own K/V copies.
+        result.pinned_bytes = backend.memory_use().pinned_bytes - model.attention_memory().host_bytes;
+        result.gradients = model.gradients_to_host();
+        return result;
+    };
+    const Result resident = run(false);
+    const Result offloaded = run(true);
+    QCOMPARE(offloaded.loss, resident.loss);
+    QVERIFY(offloaded.gradients == resident.gradients);
+    // One block's qkv [T, 3C] for each micro-batch's T (64 and 59 tokens).
+    const std::int64_t qkv_blocks =
+        std::int64_t(first.size() + second.size()) * 3 * 32 * std::int64_t(sizeof(float));
+    QCOMPARE(resident.activation_bytes - offloaded.activation_bytes,
+             (config.n_layer - 2) * qkv_blocks);
+    QCOMPARE(offloaded.pinned_bytes - resident.pinned_bytes, config.n_layer * qkv_blocks);
 }
 
 QTEST_GUILESS_MAIN(EngineModelTest)

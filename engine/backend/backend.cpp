@@ -195,6 +195,16 @@ void PinnedDeleter::operator()(float* data) const {
     }
 }
 
+bool Backend::is_pinned(const void* data) const {
+    const std::lock_guard lock(allocations_mutex_);
+    auto after = pinned_.upper_bound(data);
+    if (after == pinned_.begin()) {
+        return false;
+    }
+    const auto& [base, size] = *std::prev(after);
+    return static_cast<const std::byte*>(data) < static_cast<const std::byte*>(base) + size;
+}
+
 MemoryUse Backend::memory_use() const {
     const std::lock_guard lock(allocations_mutex_);
     return memory_;

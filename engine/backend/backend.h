@@ -191,6 +191,8 @@ public:
     // engine's device buffers from the host vectors it is also handed.
     bool holds(const void* data, std::size_t bytes) const;
     MemoryUse memory_use() const;
+    // Whether `data` is inside pinned memory from allocate_pinned.
+    bool is_pinned(const void* data) const;
     // `floats` page-locked host floats (for offloads), released through this backend.
     PinnedBuffer allocate_pinned(std::size_t floats);
     // host -> device and device -> host. The device tensor may be a row-strided 2-D view (a

@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+
+#include "engine/instrument/annotations.h"
 
 #include "engine/model/attention.h"
 #include "engine/model/embedding.h"
@@ -48,9 +51,116 @@ kernels::Rows<const float> const_rows_of(const Tensor& t) {
 
 }  // namespace
 
+// A point of some stream: `recorded` counts record_event calls, `reached` how far the stream
+// has got (each record's number is reached when the stream gets past it).
+struct CpuBackend::Event {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::uint64_t recorded = 0;
+    std::uint64_t reached = 0;
+
+    void reach(std::uint64_t point) {
+        {
+            const std::lock_guard lock(mutex);
+            reached = std::max(reached, point);
+        }
+        changed.notify_all();
+    }
+    void wait_for(std::uint64_t point) {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return reached >= point; });
+    }
+};
+
+// One stream other than compute: a thread that runs its queue in order.
+class CpuBackend::CopyStream {
+public:
+    explicit CopyStream(std::string name)
+        : thread_([this, name = std::move(name)] { run(name); }) {}
+    ~CopyStream() {
+        {
+            const std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        changed_.notify_all();
+        thread_.join();
+    }
+
+    void push(std::function<void()> work) {
+        {
+            const std::lock_guard lock(mutex_);
+            queue_.push_back(std::move(work));
+            ++issued_;
+        }
+        changed_.notify_all();
+    }
+    // Returns when everything pushed so far has run.
+    void drain() {
+        std::unique_lock lock(mutex_);
+        const std::uint64_t target = issued_;
+        changed_.wait(lock, [&] { return done_ >= target; });
+    }
+
+private:
+    void run(const std::string& name) {
+        instrument::name_this_thread("stream " + name);
+        std::unique_lock lock(mutex_);
+        for (;;) {
+            changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+            if (queue_.empty()) {
+                return;  // stopping, and everything issued has run
+            }
+            std::function<void()> work = std::move(queue_.front());
+            queue_.pop_front();
+            lock.unlock();
+            work();
+            lock.lock();
+            ++done_;
+            changed_.notify_all();
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::deque<std::function<void()>> queue_;
+    std::uint64_t issued_ = 0, done_ = 0;
+    bool stopping_ = false;
+    std::thread thread_;  // last: starts once the members above exist
+};
+
 CpuBackend::CpuBackend(int blas_threads) : stream_names_{"compute"} {
+    copy_streams_.emplace_back();  // compute: the calling thread
     if (blas_threads > 0)
         openblas_set_num_threads(blas_threads);
+}
+
+CpuBackend::~CpuBackend() {
+    copy_streams_.clear();  // each thread finishes its queue first
+}
+
+void CpuBackend::issue(StreamId stream, const void* host, std::function<void()> copy) {
+    FULCRUM_CHECK(stream.index < copy_streams_.size(), "no such stream");
+    CopyStream* thread = copy_streams_[stream.index].get();
+    if (thread == nullptr) {
+        copy();
+        return;
+    }
+    if (copy_delay_.count() > 0) {
+        copy = [delay = copy_delay_, copy = std::move(copy)] {
+            std::this_thread::sleep_for(delay);
+            copy();
+        };
+    }
+    thread->push(std::move(copy));
+    if (!is_pinned(host)) {
+        thread->drain();
+    }
+}
+
+CpuBackend::Event& CpuBackend::event(EventId id) {
+    const std::lock_guard lock(events_mutex_);
+    FULCRUM_CHECK(id.index < events_.size(), "no such event");
+    return events_[id.index];
 }
 
 std::string CpuBackend::blas_description() {
@@ -67,34 +177,64 @@ void* CpuBackend::allocate_raw(std::size_t bytes) {
     return data;
 }
 
+// Like cudaFree and cudaFreeHost, freeing waits for the copies in flight: one may still read
+// or write the memory.
+void CpuBackend::drain_copies() {
+    for (const auto& stream : copy_streams_) {
+        if (stream != nullptr) {
+            stream->drain();
+        }
+    }
+}
+
 void CpuBackend::release_raw(void* data) {
+    drain_copies();
     std::free(data);
 }
 
-void CpuBackend::upload(Tensor dst, const void* host, StreamId) {
-    require_cpu(dst);
-    if (dst.contiguous()) {
-        std::memcpy(dst.raw(), host, std::size_t(dst.numel()) * dtype_size(dst.dtype()));
-        return;
-    }
-    const std::size_t row_bytes = std::size_t(dst.cols()) * dtype_size(dst.dtype());
-    for (std::int64_t r = 0; r < dst.rows(); ++r) {
-        std::memcpy(static_cast<char*>(dst.slice(r, 1).raw()),
-                    static_cast<const char*>(host) + std::size_t(r) * row_bytes, row_bytes);
-    }
+void CpuBackend::release_pinned_raw(void* data) {
+    drain_copies();
+    std::free(data);
 }
 
-void CpuBackend::download(void* host, Tensor src, StreamId) {
+void CpuBackend::upload(Tensor dst, const void* host, StreamId stream) {
+    require_cpu(dst);
+    issue(stream, host, [dst, host, stream] {
+        std::optional<instrument::Range> range;
+        if (stream != kComputeStream) {
+            range.emplace("memcpy HtoD", Category::offload,
+                          instrument::with_bytes(dst.numel() * std::int64_t(dtype_size(dst.dtype()))));
+        }
+        if (dst.contiguous()) {
+            std::memcpy(dst.raw(), host, std::size_t(dst.numel()) * dtype_size(dst.dtype()));
+            return;
+        }
+        const std::size_t row_bytes = std::size_t(dst.cols()) * dtype_size(dst.dtype());
+        for (std::int64_t r = 0; r < dst.rows(); ++r) {
+            std::memcpy(static_cast<char*>(dst.slice(r, 1).raw()),
+                        static_cast<const char*>(host) + std::size_t(r) * row_bytes, row_bytes);
+        }
+    });
+}
+
+void CpuBackend::download(void* host, Tensor src, StreamId stream) {
     require_cpu(src);
-    if (src.contiguous()) {
-        std::memcpy(host, src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
-        return;
-    }
-    const std::size_t row_bytes = std::size_t(src.cols()) * dtype_size(src.dtype());
-    for (std::int64_t r = 0; r < src.rows(); ++r) {
-        std::memcpy(static_cast<char*>(host) + std::size_t(r) * row_bytes,
-                    src.slice(r, 1).raw(), row_bytes);
-    }
+    issue(stream, host, [host, src, stream] {
+        std::optional<instrument::Range> range;
+        if (stream != kComputeStream) {
+            range.emplace("memcpy DtoH", Category::offload,
+                          instrument::with_bytes(src.numel() * std::int64_t(dtype_size(src.dtype()))));
+        }
+        if (src.contiguous()) {
+            std::memcpy(host, src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
+            return;
+        }
+        const std::size_t row_bytes = std::size_t(src.cols()) * dtype_size(src.dtype());
+        for (std::int64_t r = 0; r < src.rows(); ++r) {
+            std::memcpy(static_cast<char*>(host) + std::size_t(r) * row_bytes,
+                        src.slice(r, 1).raw(), row_bytes);
+        }
+    });
 }
 
 void CpuBackend::copy(Tensor dst, Tensor src) {
@@ -118,6 +258,7 @@ void CpuBackend::fill_zero(Tensor t) {
 
 StreamId CpuBackend::create_stream(std::string_view name) {
     stream_names_.emplace_back(name);
+    copy_streams_.push_back(std::make_unique<CopyStream>(std::string(name)));
     return StreamId{std::uint32_t(stream_names_.size() - 1)};
 }
 
@@ -127,13 +268,47 @@ std::string_view CpuBackend::stream_name(StreamId stream) const {
 }
 
 EventId CpuBackend::create_event() {
-    return EventId{event_count_++};
+    const std::lock_guard lock(events_mutex_);
+    events_.emplace_back();
+    return EventId{std::uint32_t(events_.size() - 1)};
 }
 
-// Work is complete when it returns, so an event is complete when recorded.
-void CpuBackend::record_event(EventId, StreamId) {}
-void CpuBackend::wait_event(StreamId, EventId) {}
-void CpuBackend::synchronize(StreamId) {}
+void CpuBackend::record_event(EventId id, StreamId stream) {
+    Event& e = event(id);
+    std::uint64_t point = 0;
+    {
+        const std::lock_guard lock(e.mutex);
+        point = ++e.recorded;
+    }
+    FULCRUM_CHECK(stream.index < copy_streams_.size(), "no such stream");
+    if (CopyStream* thread = copy_streams_[stream.index].get()) {
+        thread->push([&e, point] { e.reach(point); });
+    } else {
+        e.reach(point);  // the compute stream's work so far is done
+    }
+}
+
+void CpuBackend::wait_event(StreamId stream, EventId id) {
+    Event& e = event(id);
+    std::uint64_t point = 0;
+    {
+        const std::lock_guard lock(e.mutex);
+        point = e.recorded;  // the latest record, as cudaStreamWaitEvent
+    }
+    FULCRUM_CHECK(stream.index < copy_streams_.size(), "no such stream");
+    if (CopyStream* thread = copy_streams_[stream.index].get()) {
+        thread->push([&e, point] { e.wait_for(point); });
+    } else {
+        e.wait_for(point);
+    }
+}
+
+void CpuBackend::synchronize(StreamId stream) {
+    FULCRUM_CHECK(stream.index < copy_streams_.size(), "no such stream");
+    if (CopyStream* thread = copy_streams_[stream.index].get()) {
+        thread->drain();
+    }
+}
 
 void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor positions, Tensor wte,
                                    Tensor wpe) {

@@ -1,12 +1,33 @@
 // The CPU backend: host memory, OpenBLAS GEMMs, and the host kernels of engine/model/.
 //
-// Everything runs synchronously on the calling thread, in issue order, so streams and events
-// are bookkeeping only (names are kept for the trace). OpenBLAS may use its own threads inside
-// a GEMM; `blas_threads` caps them (0 keeps the library's default, which is one per core —
-// ranks sharing a node under MPI should pass 1).
+// Streams. The compute stream is the calling thread: kernels, copy and fill_zero run when
+// called. Every other stream (create_stream) is a thread of its own that runs the uploads and
+// downloads issued to it in order, asynchronously, as a GPU's copy engines do: the offloads of
+// chunked attention and of the activations really overlap compute here, and their ordering
+// is enforced by events exactly as on CUDA — a missing event is a data race on the CPU too,
+// which the engine's tests then see as wrong numbers. An event records a point of its stream;
+// wait_event on the compute stream blocks the caller until that point is reached, on another
+// stream it holds that stream's later copies back. Each copy thread names itself after its
+// stream and opens an NVTX range per copy (category offload, with its bytes), so a capture of
+// a CPU run shows copy lanes beside compute as a GPU run does.
+//
+// Host memory of a copy on another stream must be left alone until an event says the copy is
+// done, when it is pinned memory (allocate_pinned); a copy from or to other host memory waits
+// for itself before returning, as CUDA's do for pageable memory.
+//
+// OpenBLAS may use its own threads inside a GEMM; `blas_threads` caps them (0 keeps the
+// library's default, which is one per core — ranks sharing a node under MPI should pass 1).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -16,11 +37,19 @@ namespace fulcrum::engine {
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(int blas_threads = 0);
+    ~CpuBackend() override;
+    CpuBackend(const CpuBackend&) = delete;
+    CpuBackend& operator=(const CpuBackend&) = delete;
 
     // "OpenBLAS 0.3.21 ... core SkylakeX, 1 thread": OpenBLAS picks its kernels by CPU model
     // at load time and falls back to generic ones (Prescott) on CPUs it does not know;
     // OPENBLAS_CORETYPE overrides the choice.
     static std::string blas_description();
+
+    // Tests: every copy on a stream other than compute first sleeps this long, so that a read
+    // of its destination without waiting for its event meets stale data (a race that fast
+    // memcpys would otherwise win every time).
+    void set_copy_delay(std::chrono::microseconds delay) { copy_delay_ = delay; }
 
     Device device() const override { return Device::cpu; }
     std::string_view name() const override { return "cpu (OpenBLAS)"; }
@@ -68,10 +97,22 @@ public:
 protected:
     void* allocate_raw(std::size_t bytes) override;
     void release_raw(void* data) override;
+    void release_pinned_raw(void* data) override;
 
 private:
+    class CopyStream;
+    struct Event;
+    // Runs `copy` on `stream`: now on the compute stream, else queued on its thread (and
+    // waited for unless `host` is pinned).
+    void issue(StreamId stream, const void* host, std::function<void()> copy);
+    Event& event(EventId id);
+    void drain_copies();
+
     std::vector<std::string> stream_names_;
-    std::uint32_t event_count_ = 0;
+    std::vector<std::unique_ptr<CopyStream>> copy_streams_;  // [i]: stream i (0, compute: null)
+    std::mutex events_mutex_;
+    std::deque<Event> events_;  // a deque: events never move while threads wait on them
+    std::chrono::microseconds copy_delay_{0};
 };
 
 }  // namespace fulcrum::engine

@@ -73,7 +73,7 @@ void ChunkedAttention::offload(Tensor k, Tensor v, const AttentionSpan& span) {
     const std::int64_t keys = span.prefix + span.length;
     reserve(keys);
     const std::int64_t bytes = 2 * keys * channels_ * kFloat;
-    instrument::Range range("offload kv", Category::offload, instrument::with_bytes(bytes));
+    instrument::Range range("offload kv", Category::runtime, instrument::with_bytes(bytes));
     backend_.record_event(produced_, kComputeStream);
     backend_.wait_event(offload_stream_, produced_);
     for (std::int64_t first = 0; first < keys; first += options_.chunk) {
@@ -90,7 +90,7 @@ void ChunkedAttention::offload(Tensor k, Tensor v, const AttentionSpan& span) {
 void ChunkedAttention::prefetch(const Pair& pair, int slot) {
     const std::int64_t c = options_.chunk;
     const std::int64_t bytes = 2 * std::int64_t(pair.key_count) * channels_ * kFloat;
-    instrument::Range range("prefetch kv", Category::offload, instrument::with_bytes(bytes));
+    instrument::Range range("prefetch kv", Category::runtime, instrument::with_bytes(bytes));
     backend_.wait_event(prefetch_stream_, offloaded_);
     backend_.wait_event(prefetch_stream_, slot_free_[slot]);
     const std::int64_t host_offset = std::int64_t(pair.chunk_index) * c * channels_;

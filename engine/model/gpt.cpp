@@ -513,7 +513,7 @@ void GptModel::offload_qkv(Activations& acts, int layer) {
     const StreamId stream = attention_->offload_stream();
     const std::int64_t bytes = (a.qkv.numel() + (a.kv.empty() ? 0 : a.kv.numel())) *
                                std::int64_t(sizeof(float));
-    instrument::Range range("offload qkv", Category::offload, instrument::with_bytes(bytes));
+    instrument::Range range("offload qkv", Category::runtime, instrument::with_bytes(bytes));
     backend_.record_event(slot.free, kComputeStream);
     backend_.wait_event(stream, slot.free);
     backend_.download(acts.host_qkv(layer), a.qkv, stream);
@@ -534,7 +534,7 @@ void GptModel::restore_qkv(Activations& acts, int layer) {
     const StreamId stream = attention_->prefetch_stream();
     const std::int64_t bytes = (a.qkv.numel() + (a.kv.empty() ? 0 : a.kv.numel())) *
                                std::int64_t(sizeof(float));
-    instrument::Range range("prefetch qkv", Category::offload, instrument::with_bytes(bytes));
+    instrument::Range range("prefetch qkv", Category::runtime, instrument::with_bytes(bytes));
     // After the compute that last read the slot and the offload that last copied it out.
     backend_.wait_event(stream, slot.free);
     if (slot.offloading) {

@@ -218,15 +218,6 @@ static void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::si
                                          kind, stream));
 }
 
-static bool is_pinned(const void* host) {
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return attributes.type == cudaMemoryTypeHost;
-}
-
 void CudaBackend::upload(Tensor dst, const void* host, StreamId stream) {
     require_cuda(dst);
     cuda::NvtxRange range("upload");

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,5 +61,15 @@ public:
     // member must call it.
     virtual std::unique_ptr<Communicator> split(int color, int key, std::string name) = 0;
 };
+
+// Whether `counts` (one length per member of a group of `size`) gives member `rank` its `own`
+// elements and adds up to `total`: the shape all_gather and reduce_scatter_sum need. A wrong
+// count makes MPI or NCCL read or write past a buffer, so communicators check it in every build.
+inline bool counts_match(const std::vector<int>& counts, int rank, int size, std::size_t own,
+                         std::size_t total) {
+    return static_cast<int>(counts.size()) == size &&
+           counts[static_cast<std::size_t>(rank)] == static_cast<int>(own) &&
+           std::accumulate(counts.begin(), counts.end(), std::size_t{0}) == total;
+}
 
 }  // namespace fulcrum::engine

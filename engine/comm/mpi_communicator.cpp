@@ -1,7 +1,5 @@
 #include "engine/comm/mpi_communicator.h"
 
-#include <numeric>
-
 #include "engine/backend/backend.h"
 
 namespace fulcrum::engine {
@@ -68,10 +66,7 @@ void MpiCommunicator::wait_all_reduces() {
 
 void MpiCommunicator::all_gather(std::span<const float> local, std::span<float> out,
                                  const std::vector<int>& counts) {
-    // A wrong count makes MPI read or write past a buffer: check it in every build.
-    FULCRUM_CHECK(static_cast<int>(counts.size()) == size_ &&
-                      counts[static_cast<std::size_t>(rank_)] == static_cast<int>(local.size()) &&
-                      std::accumulate(counts.begin(), counts.end(), std::size_t{0}) == out.size(),
+    FULCRUM_CHECK(counts_match(counts, rank_, size_, local.size(), out.size()),
                   "all_gather: counts do not match the buffers");
     const auto offsets = displacements(counts);
     MPI_Allgatherv(local.data(), static_cast<int>(local.size()), MPI_FLOAT, out.data(),
@@ -80,9 +75,7 @@ void MpiCommunicator::all_gather(std::span<const float> local, std::span<float> 
 
 void MpiCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<float> out,
                                          const std::vector<int>& counts) {
-    FULCRUM_CHECK(static_cast<int>(counts.size()) == size_ &&
-                      counts[static_cast<std::size_t>(rank_)] == static_cast<int>(out.size()) &&
-                      std::accumulate(counts.begin(), counts.end(), std::size_t{0}) == in.size(),
+    FULCRUM_CHECK(counts_match(counts, rank_, size_, out.size(), in.size()),
                   "reduce_scatter_sum: counts do not match the buffers");
     MPI_Reduce_scatter(in.data(), out.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_);
 }

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -429,10 +428,7 @@ void NcclCommunicator::all_reduce_sum(std::span<double> values) {
 
 void NcclCommunicator::all_gather(std::span<const float> local, std::span<float> out,
                                   const std::vector<int>& counts) {
-    // A wrong count makes NCCL read or write past a buffer: check it in every build.
-    FULCRUM_CHECK(static_cast<int>(counts.size()) == size_ &&
-                      counts[static_cast<std::size_t>(rank_)] == static_cast<int>(local.size()) &&
-                      std::accumulate(counts.begin(), counts.end(), std::size_t{0}) == out.size(),
+    FULCRUM_CHECK(counts_match(counts, rank_, size_, local.size(), out.size()),
                   "all_gather: counts do not match the buffers");
     if (out.empty()) {
         return;
@@ -464,9 +460,7 @@ void NcclCommunicator::all_gather(std::span<const float> local, std::span<float>
 
 void NcclCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<float> out,
                                           const std::vector<int>& counts) {
-    FULCRUM_CHECK(static_cast<int>(counts.size()) == size_ &&
-                      counts[static_cast<std::size_t>(rank_)] == static_cast<int>(out.size()) &&
-                      std::accumulate(counts.begin(), counts.end(), std::size_t{0}) == in.size(),
+    FULCRUM_CHECK(counts_match(counts, rank_, size_, out.size(), in.size()),
                   "reduce_scatter_sum: counts do not match the buffers");
     if (in.empty()) {
         return;

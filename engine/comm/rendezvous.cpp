@@ -396,28 +396,32 @@ struct IoResult {
     int error = 0;          // errno, for Io::failed
 };
 
-// Reads exactly out.size() bytes from a non-blocking socket, or says why not.
-IoResult read_exact(int fd, std::span<std::byte> out, Clock::time_point deadline) {
+// Moves exactly `size` bytes over a non-blocking socket, or says why not. `transfer(done)` is
+// one recv or send of what is left after `done` bytes (what it moved, or -1 with errno); between
+// partial transfers it waits for `ready_for` (POLLIN or POLLOUT) until the deadline.
+template <typename Transfer>
+IoResult transfer_exact(int fd, std::size_t size, short ready_for, Clock::time_point deadline,
+                        Transfer transfer) {
     IoResult result;
-    while (result.bytes < out.size()) {
-        const ssize_t n = ::recv(fd, out.data() + result.bytes, out.size() - result.bytes, 0);
+    while (result.bytes < size) {
+        const ssize_t n = transfer(result.bytes);
         if (n > 0) {
             result.bytes += std::size_t(n);
             continue;
         }
-        if (n == 0) {
+        if (n == 0 && ready_for == POLLIN) {
             result.outcome = Io::closed;
             return result;
         }
-        if (errno == EINTR) {
+        if (n < 0 && errno == EINTR) {
             continue;
         }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
             result.outcome = Io::failed;
             result.error = errno;
             return result;
         }
-        pollfd wait{fd, POLLIN, 0};
+        pollfd wait{fd, ready_for, 0};
         const int ready = ::poll(&wait, 1, poll_timeout(deadline));
         if (ready == 0) {
             result.outcome = Io::timed_out;
@@ -432,37 +436,18 @@ IoResult read_exact(int fd, std::span<std::byte> out, Clock::time_point deadline
     return result;
 }
 
+// A peer that closes before out.size() bytes is Io::closed.
+IoResult read_exact(int fd, std::span<std::byte> out, Clock::time_point deadline) {
+    return transfer_exact(fd, out.size(), POLLIN, deadline, [&](std::size_t done) {
+        return ::recv(fd, out.data() + done, out.size() - done, 0);
+    });
+}
+
 IoResult write_exact(int fd, std::span<const std::byte> bytes, Clock::time_point deadline) {
-    IoResult result;
-    while (result.bytes < bytes.size()) {
-        // MSG_NOSIGNAL: a peer that went away is an error to report, not a SIGPIPE.
-        const ssize_t n =
-            ::send(fd, bytes.data() + result.bytes, bytes.size() - result.bytes, MSG_NOSIGNAL);
-        if (n >= 0) {
-            result.bytes += std::size_t(n);
-            continue;
-        }
-        if (errno == EINTR) {
-            continue;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            result.outcome = Io::failed;
-            result.error = errno;
-            return result;
-        }
-        pollfd wait{fd, POLLOUT, 0};
-        const int ready = ::poll(&wait, 1, poll_timeout(deadline));
-        if (ready == 0) {
-            result.outcome = Io::timed_out;
-            return result;
-        }
-        if (ready < 0 && errno != EINTR) {
-            result.outcome = Io::failed;
-            result.error = errno;
-            return result;
-        }
-    }
-    return result;
+    // MSG_NOSIGNAL: a peer that went away is an error to report, not a SIGPIPE.
+    return transfer_exact(fd, bytes.size(), POLLOUT, deadline, [&](std::size_t done) {
+        return ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    });
 }
 
 std::string describe_ranks(const std::set<int>& ranks) {

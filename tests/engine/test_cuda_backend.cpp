@@ -49,6 +49,7 @@ private slots:
     void matmulBf16();
     void attention_data();
     void attention();
+    void attentionWithNoVisibleKey();
     void chunkedAttentionWithOffload();
     void gelu();
     void crossentropy();
@@ -317,6 +318,40 @@ void CudaBackendTest::attention() {
                               out.gpu.tensor, lse.gpu.tensor, spans, n_head);
     VERIFY_ERROR(error(dqkv), 1e-5, "attention dq/dk/dv");
     VERIFY_ERROR(error(dkv), 1e-5, "attention dk/dv (gathered)");
+}
+
+// A key window that starts after the span's last query (check_attention_spans allows it): no
+// query sees a key, so out = 0, lse = −inf, and the backward adds nothing to the gradients. On
+// the GPU the backward then has no key tiles, and an empty dk/dv grid fails to launch: the
+// launcher must skip it. Both backends from the same values; the gradients, which hold values
+// already, must come back bit for bit.
+void CudaBackendTest::attentionWithNoVisibleKey() {
+    REQUIRE_GPU();
+    const int n_head = 2, head_size = 16, c = n_head * head_size, tq = 20, tkv = 60;
+    AttentionSpan span{0, 0, 0, tq};
+    span.key_begin = 30;
+    span.key_end = 60;
+    const std::vector<AttentionSpan> spans = {span};
+    Both q = both(random_values(tq * c, 70), {tq, c});
+    Both kv = both(random_values(tkv * 2 * c, 71), {tkv, 2 * c});
+    Both out = both(random_values(tq * c, 72), {tq, c});
+    Both lse = both(std::vector<double>(tq * n_head, 0.0), {tq, n_head});
+    const Tensor k_gpu = kv.gpu.tensor.columns(0, c), v_gpu = kv.gpu.tensor.columns(c, c);
+    cuda_->attention_forward(out.gpu.tensor, lse.gpu.tensor, q.gpu.tensor, k_gpu, v_gpu, spans,
+                             n_head);
+    for (double value : download_f64(*cuda_, out.gpu.tensor))
+        QCOMPARE(value, 0.0);
+    for (double value : download_f64(*cuda_, lse.gpu.tensor))
+        QVERIFY(std::isinf(value) && value < 0);
+
+    Both dout = both(random_values(tq * c, 73), {tq, c});
+    Both dq = both(random_values(tq * c, 74), {tq, c});
+    Both dkv = both(random_values(tkv * 2 * c, 75), {tkv, 2 * c});
+    cuda_->attention_backward(dq.gpu.tensor, dkv.gpu.tensor.columns(0, c),
+                              dkv.gpu.tensor.columns(c, c), dout.gpu.tensor, q.gpu.tensor, k_gpu,
+                              v_gpu, out.gpu.tensor, lse.gpu.tensor, spans, n_head);
+    QCOMPARE(error(dq), 0.0);   // the CPU copies were never touched: the values uploaded
+    QCOMPARE(error(dkv), 0.0);
 }
 
 // FPDT-style chunks on the GPU (key windows, merge, pinned offload on the "offload" stream,

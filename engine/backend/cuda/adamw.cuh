@@ -3,8 +3,9 @@
 //     g ← c·g,  m ← β₁m + (1 − β₁)g,  v ← β₂v + (1 − β₂)g²
 //     p ← p − lr·( (m/(1 − β₁ᵗ)) / (√(v/(1 − β₂ᵗ)) + ε) + λ·p )
 // The bias corrections are computed on the host in double and rounded to float, exactly as
-// the CPU kernel does, so both backends apply the same update to the same bits up to sqrt and
-// division, which are correctly rounded on both (no --use_fast_math).
+// the CPU kernel does; sqrt and division are correctly rounded on both (no --use_fast_math).
+// The results may still differ by an ulp: nvcc contracts a·b + c into one fused multiply-add
+// by default, and the CPU build (no -mfma) does not.
 // Σ x² accumulates in double (backend.h): per thread, then per block, then one double
 // atomicAdd per block into a device scalar that the host downloads.
 #pragma once

@@ -137,16 +137,16 @@ __global__ void __launch_bounds__(kQueryTile)
     }
     if (!active)
         return;
-    if (running_sum == 0.0f) {  // no key of the window is visible to this row (attention.h)
-        for (int d = 0; d < hs; ++d)
-            views.o[qrow * views.o_stride + head_offset + d] = 0.0f;
-        lse[qrow * n_head + h] = -INFINITY;
-        return;
-    }
-    const float inv_sum = 1.0f / running_sum;
-    for (int d = 0; d < hs; ++d)
-        views.o[qrow * views.o_stride + head_offset + d] = o[d] * inv_sum;
-    lse[qrow * n_head + h] = running_max + logf(running_sum);
+    // A row that sees no key of the window gets o = 0 and lse = −inf (attention.h).
+    const bool seen = running_sum != 0.0f;
+    const float inv_sum = seen ? 1.0f / running_sum : 0.0f;
+    // Loops over the register arrays run to the compile-time HS, so that they stay in
+    // registers (a runtime bound would index them and put them in local memory).
+#pragma unroll
+    for (int d = 0; d < HS; ++d)
+        if (d < hs)
+            views.o[qrow * views.o_stride + head_offset + d] = o[d] * inv_sum;
+    lse[qrow * n_head + h] = seen ? running_max + logf(running_sum) : -INFINITY;
 }
 
 // D[row, h] = do_row · o_row over head h: one warp per (row, head).
@@ -219,8 +219,10 @@ __global__ void __launch_bounds__(kQueryTile)
     }
     if (!active)
         return;
-    for (int d = 0; d < hs; ++d)
-        views.dq[qrow * views.dq_stride + head_offset + d] += dq[d];
+#pragma unroll
+    for (int d = 0; d < HS; ++d)
+        if (d < hs)
+            views.dq[qrow * views.dq_stride + head_offset + d] += dq[d];
 }
 
 template <int HS>
@@ -284,9 +286,12 @@ __global__ void __launch_bounds__(kKeyRows)
     }
     if (!active)
         return;
-    for (int d = 0; d < hs; ++d) {
-        atomicAdd(&views.dk[kvrow * views.dk_stride + head_offset + d], dk[d]);
-        atomicAdd(&views.dv[kvrow * views.dv_stride + head_offset + d], dv[d]);
+#pragma unroll
+    for (int d = 0; d < HS; ++d) {
+        if (d < hs) {
+            atomicAdd(&views.dk[kvrow * views.dk_stride + head_offset + d], dk[d]);
+            atomicAdd(&views.dv[kvrow * views.dv_stride + head_offset + d], dv[d]);
+        }
     }
 }
 
@@ -406,9 +411,12 @@ inline void attention_backward(const AttentionViews& views, const float* lse, fl
         attention_backward_dq_kernel<HS>                                                      \
             <<<q_grid, kQueryTile, 0, stream>>>(views, lse, delta, q_tiles, n_head, hs, scale); \
         FULCRUM_CUDA_CHECK_LAUNCH();                                                          \
-        attention_backward_dkdv_kernel<HS>                                                    \
-            <<<k_grid, kKeyRows, 0, stream>>>(views, lse, delta, k_tiles, n_head, hs, scale); \
-        FULCRUM_CUDA_CHECK_LAUNCH();                                                          \
+        if (n_k_tiles > 0) { /* no key tiles: every window starts after its queries */     \
+            attention_backward_dkdv_kernel<HS>                                                \
+                <<<k_grid, kKeyRows, 0, stream>>>(views, lse, delta, k_tiles, n_head, hs,     \
+                                                  scale);                                     \
+            FULCRUM_CUDA_CHECK_LAUNCH();                                                      \
+        }                                                                                     \
         break;
         FULCRUM_ATTENTION_BACKWARD(16)
         FULCRUM_ATTENTION_BACKWARD(32)

@@ -39,9 +39,10 @@ void require_1d(const Tensor& t, std::int64_t n, const char* what) {
     FULCRUM_CHECK(t.rank() == 1 && t.numel() == n, what);
 }
 
-const float* cf(const Tensor& t) { return static_cast<const float*>(t.raw()); }
-float* mf(const Tensor& t) { return static_cast<float*>(t.raw()); }
-const int* ci(const Tensor& t) { return static_cast<const int*>(t.raw()); }
+// Through Tensor::f32() / i32(), which check the element type as the CPU backend does.
+const float* cf(const Tensor& t) { return t.f32(); }
+float* mf(const Tensor& t) { return t.f32(); }
+const int* ci(const Tensor& t) { return t.i32(); }
 
 // A device array that only grows; reused by every call of one kind.
 struct Scratch {

@@ -33,6 +33,11 @@ constexpr std::int64_t kNvtxMark = 34;
 constexpr std::int64_t kNvtxPushPop = 59;
 constexpr std::int64_t kNvtxStartEnd = 60;
 constexpr std::int64_t kNvtxDomainCreate = 75;
+// The rows that become events: marks, push/pop and start/end ranges, as an SQL list.
+std::string nvtx_event_types() {
+    return std::to_string(kNvtxMark) + ", " + std::to_string(kNvtxPushPop) + ", " +
+           std::to_string(kNvtxStartEnd);
+}
 
 // A process's key: globalTid / 2^24 (the PID with the hardware and VM ids above it), so two
 // hosts' processes with one PID stay apart.
@@ -327,7 +332,7 @@ private:
             std::string sql = "SELECT DISTINCT globalTid / " + std::to_string(kPidShift) + " FROM " +
                               table;
             if (std::string_view(table) == "NVTX_EVENTS" && source_.has_column(table, "eventType")) {
-                sql += " WHERE eventType IN (34, 59, 60)";
+                sql += " WHERE eventType IN (" + nvtx_event_types() + ")";
             }
             auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
                 add(int_or(stmt, 0, 0), -1);
@@ -357,7 +362,8 @@ private:
         const bool text_id = source_.has_column(table, "textId");
         const std::string sql = "SELECT globalTid, " + std::string(text ? "text" : "NULL") + ", " +
                                 (text_id ? "textId" : "NULL") +
-                                " FROM NVTX_EVENTS WHERE eventType = 34 AND domainId IN (" +
+                                " FROM NVTX_EVENTS WHERE eventType = " + std::to_string(kNvtxMark) +
+                                " AND domainId IN (" +
                                 domain_list + ")";
         return source_.query(sql, [&](sqlite3_stmt* stmt) {
             std::string message = text_of(stmt, 1);
@@ -669,7 +675,7 @@ private:
                                 column("text") + ", " + column("textId") + ", " + column("domainId") +
                                 ", " + column("category") + ", " + column("int64Value") + ", " +
                                 column("uint64Value") +
-                                " FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)";
+                                " FROM NVTX_EVENTS WHERE eventType IN (" + nvtx_event_types() + ")";
         std::int64_t rows = 0;
         auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
             if ((++rows & 4095) == 0 && cancelled()) return false;

@@ -28,22 +28,14 @@ fulcrum_install_packages() {
     fi
 }
 
-# Optimised with line tables only (-g1): backtraces, perf and sanitizer reports keep their
-# file:line, and the build takes about a quarter less time than with a full -g
-# (docs/decisions.md). A cmake option given to fulcrum_build overrides these.
-FULCRUM_RELEASE_FLAGS=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
-                       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
-
-# fulcrum_flags LEVEL: the same flags at another optimisation level (-O0, -O1), for builds
-# that only run test suites under a sanitizer or fuzzer. Sets FULCRUM_FLAGS.
-fulcrum_flags() {
-    FULCRUM_FLAGS=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="$1 -g1 -DNDEBUG"
-                   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$1 -g1 -DNDEBUG")
-}
-
 # fulcrum_build BUILD_DIR [cmake options...] [-- targets...]
+# Optimised at $FULCRUM_OPT (default -O2; the sanitizer and fuzz builds of scripts/test pass
+# -O0 or -O1) with line tables only (-g1): backtraces, perf and sanitizer reports keep their
+# file:line, and the build takes about a quarter less time than with a full -g
+# (docs/decisions.md).
 fulcrum_build() {
     local dir="$1"
+    local flags="${FULCRUM_OPT:--O2} -g1 -DNDEBUG"
     shift
     local options=()
     while (($# > 0)) && [[ "$1" != "--" ]]; do
@@ -52,7 +44,8 @@ fulcrum_build() {
     done
     [[ "${1:-}" == "--" ]] && shift
     cmake -S "$FULCRUM_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        "${FULCRUM_RELEASE_FLAGS[@]}" "${options[@]}" > "$dir.configure.log" 2>&1 || {
+        -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
+        "${options[@]}" > "$dir.configure.log" 2>&1 || {
         cat "$dir.configure.log" >&2
         return 1
     }

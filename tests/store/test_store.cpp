@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <vector>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
@@ -286,20 +286,20 @@ private slots:
     // exactly once — none lost at a hand-over, none written twice.
     void smallBatchesKeepEveryEventOnce() {
         QTemporaryDir dir;
-        const std::string path = dir.filePath("reuse.sqlite").toStdString();
+        const std::string path = dir.filePath("batches.sqlite").toStdString();
         WriterOptions options;
         options.batch_events = 64;
         options.max_queued_batches = 2;  // the producer waits: nothing is dropped
         auto writer = TraceWriter::create(path, test_run(), options);
         (*writer)->add_rank(RankInfo{});
         const LaneId lane = (*writer)->add_lane(0, LaneKind::host_thread, "main");
-        const StringId name = (*writer)->intern("reuse");
+        const StringId name = (*writer)->intern("batch");
         constexpr int kEvents = 50000;
-        std::vector<Event> block;
         for (int i = 0; i < kEvents / 2; ++i) {
             (*writer)->add_event(make_event(lane, name, i, i + 1));
         }
         (*writer)->flush();
+        std::vector<Event> block;
         for (int i = kEvents / 2; i < kEvents; ++i) {
             block.push_back(make_event(lane, name, i, i + 1));
             if (block.size() == 100 || i == kEvents - 1) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/store/event_rows.h"
+#include "core/store/schema.h"
 #include "core/store/sqlite_handle.h"
 
 namespace fulcrum::store {
@@ -100,6 +102,8 @@ std::string encode_event_block(const Event* events, std::size_t count) {
         out.push_back(static_cast<char>(event.category));
         out.push_back(static_cast<char>(event.phase));
         out.push_back(static_cast<char>(event.copy_kind));
+        out.push_back(static_cast<char>(event.src_memory));
+        out.push_back(static_cast<char>(event.dst_memory));
         put_signed(out, event.step);
         put_signed(out, event.microbatch);
         put_signed(out, event.stage);
@@ -120,7 +124,7 @@ std::string encode_event_block(const Event* events, std::size_t count) {
     return out;
 }
 
-bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane,
+bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, int format,
                         std::vector<Event>& out) {
     BlockDecoder in(bytes);
     const std::size_t first = out.size();
@@ -139,6 +143,10 @@ bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane,
         event->category = static_cast<Category>(in.byte());
         event->phase = static_cast<Phase>(static_cast<std::int8_t>(in.byte()));
         event->copy_kind = static_cast<CopyKind>(static_cast<std::int8_t>(in.byte()));
+        if (format >= 2) {
+            event->src_memory = static_cast<MemoryKind>(static_cast<std::int8_t>(in.byte()));
+            event->dst_memory = static_cast<MemoryKind>(static_cast<std::int8_t>(in.byte()));
+        }
         event->step = static_cast<std::int32_t>(in.signed_varint());
         event->microbatch = static_cast<std::int32_t>(in.signed_varint());
         event->stage = static_cast<std::int16_t>(in.signed_varint());
@@ -178,10 +186,7 @@ Status write_event_pack(Database& db, const std::function<void(double)>& progres
     if (!total) {
         return total.error();
     }
-    auto rows = db.prepare(
-        "SELECT lane, start_ns, end_ns, kind, ifnull(name, 0), category, ifnull(step, -1), "
-        "ifnull(microbatch, -1), ifnull(stage, -1), ifnull(phase, -1), ifnull(bytes, -1), "
-        "ifnull(copy_kind, -1), ifnull(correlation, -1), ifnull(args, 0) FROM event ORDER BY rowid");
+    auto rows = db.prepare("SELECT " + event_columns(kSchemaVersion) + " FROM event ORDER BY rowid");
     auto insert = db.prepare("INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
     if (!rows) {
         return rows.error();
@@ -216,21 +221,7 @@ Status write_event_pack(Database& db, const std::function<void(double)>& progres
     };
     std::int64_t done = 0;
     while (rows->step()) {
-        Event event;
-        event.lane = LaneId{static_cast<std::uint32_t>(rows->column_int64(0))};
-        event.start_ns = rows->column_int64(1);
-        event.end_ns = rows->column_int64(2);
-        event.kind = static_cast<EventKind>(rows->column_int64(3));
-        event.name = StringId{static_cast<std::uint32_t>(rows->column_int64(4))};
-        event.category = static_cast<Category>(rows->column_int64(5));
-        event.step = static_cast<std::int32_t>(rows->column_int64(6));
-        event.microbatch = static_cast<std::int32_t>(rows->column_int64(7));
-        event.stage = static_cast<std::int16_t>(rows->column_int64(8));
-        event.phase = static_cast<Phase>(rows->column_int64(9));
-        event.bytes = rows->column_int64(10);
-        event.copy_kind = static_cast<CopyKind>(rows->column_int64(11));
-        event.correlation = rows->column_int64(12);
-        event.args = StringId{static_cast<std::uint32_t>(rows->column_int64(13))};
+        const Event event = read_event_row(*rows);
         if ((!block.empty() && block.front().lane != event.lane) && !flush()) {
             return fail("cannot write the event pack of");
         }

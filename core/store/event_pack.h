@@ -21,7 +21,8 @@ namespace fulcrum::store {
 
 class Database;
 
-inline constexpr int kEventPackFormat = 1;
+// Format 2 added the copies' memory kinds; format 1 blocks still decode (memory unknown).
+inline constexpr int kEventPackFormat = 2;
 inline constexpr std::size_t kEventsPerPackBlock = 65536;
 
 // One block: events of one lane, in the order given. Every field round-trips exactly,
@@ -29,7 +30,7 @@ inline constexpr std::size_t kEventsPerPackBlock = 65536;
 std::string encode_event_block(const Event* events, std::size_t count);
 // Appends `count` events of `lane` to `out`; false when the bytes are damaged (short,
 // overlong varints, or bytes left over).
-bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane,
+bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, int format,
                         std::vector<Event>& out);
 
 // (Re)writes the pack of an open, writable run database from its event table (rowid order,

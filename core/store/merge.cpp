@@ -16,6 +16,7 @@ namespace {
 struct Source {
     std::string path;
     std::vector<RankInfo> ranks;
+    std::int64_t schema_version = 0;
     std::int64_t utc_offset_ns = 0;
     std::vector<std::int64_t> sync_marks;  // in UTC: local time + utc_offset_ns
     std::int64_t first_start_ns = 0;       // local clock
@@ -37,6 +38,7 @@ Result<Source> inspect(const std::string& path) {
     Source source;
     source.path = path;
     source.ranks = reader->ranks();
+    source.schema_version = reader->schema_version();
     if (!source.ranks.empty()) {
         source.utc_offset_ns = source.ranks.front().utc_offset_ns;
     }
@@ -201,6 +203,8 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         const std::int64_t shift = source.shift_ns - origin;
         const std::string shift_sql = std::to_string(shift);
         const std::string lane_sql = std::to_string(lane_offset);
+        const std::string memory_sql =
+            source.schema_version >= 2 ? "e.src_memory, e.dst_memory" : "NULL, NULL";
         const std::string sql =
             "BEGIN;"
             "INSERT INTO string (value) SELECT DISTINCT value FROM src.string s "
@@ -211,10 +215,10 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
             "INSERT INTO lane (id, rank, kind, name, native_id) "
             "  SELECT id + " + lane_sql + ", rank, kind, name, native_id FROM src.lane;"
             "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
-            "  stage, phase, bytes, copy_kind, correlation, args) "
+            "  stage, phase, bytes, copy_kind, correlation, args, src_memory, dst_memory) "
             "  SELECT e.lane + " + lane_sql + ", e.start_ns + " + shift_sql + ", e.end_ns + " +
             shift_sql + ", e.kind, n.new, e.category, e.step, e.microbatch, e.stage, e.phase, "
-            "  e.bytes, e.copy_kind, e.correlation, a.new FROM src.event e "
+            "  e.bytes, e.copy_kind, e.correlation, a.new, " + memory_sql + " FROM src.event e "
             "  LEFT JOIN string_map n ON n.old = e.name LEFT JOIN string_map a ON a.old = e.args "
             "  ORDER BY e.lane, e.start_ns, e.end_ns DESC;"
             "INSERT INTO rank (rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "

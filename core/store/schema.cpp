@@ -62,7 +62,9 @@ CREATE TABLE event (
     bytes       INTEGER,
     copy_kind   INTEGER,
     correlation INTEGER,
-    args        INTEGER
+    args        INTEGER,
+    src_memory  INTEGER,
+    dst_memory  INTEGER
 );
 CREATE TABLE workload (
     rank        INTEGER NOT NULL,
@@ -120,8 +122,11 @@ Status insert_enum_labels(Database& db) {
     for (int i = 0; i <= 2; ++i) {
         ok &= add("event.phase", i, to_string(static_cast<Phase>(i)));
     }
-    for (int value : {1, 2, 8, 10}) {
+    for (int value = 1; value <= 10; ++value) {
         ok &= add("event.copy_kind", value, to_string(static_cast<CopyKind>(value)));
+    }
+    for (int value = 0; value <= 7; ++value) {
+        ok &= add("event.memory", value, to_string(static_cast<MemoryKind>(value)));
     }
     for (int i = 0; i <= 1; ++i) {
         ok &= add("lane.kind", i, to_string(static_cast<LaneKind>(i)));

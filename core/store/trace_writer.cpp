@@ -205,8 +205,9 @@ void TraceWriter::run_writer_thread() {
         std::lock_guard lock(mutex_);
         prepare(statements.event,
                 "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, "
-                "microbatch, stage, phase, bytes, copy_kind, correlation, args) VALUES "
-                "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+                "microbatch, stage, phase, bytes, copy_kind, correlation, args, src_memory, "
+                "dst_memory) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+                "?15, ?16)");
         prepare(statements.string, "INSERT INTO string (id, value) VALUES (?1, ?2)");
         prepare(statements.lane,
                 "INSERT INTO lane (id, rank, kind, name, native_id) VALUES (?1, ?2, ?3, ?4, ?5)");
@@ -335,6 +336,8 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
             st.event.bind_optional(12, static_cast<std::int64_t>(e.copy_kind));
             st.event.bind_optional(13, e.correlation);
             st.event.bind_optional(14, e.args.valid() ? std::int64_t{e.args.value} : -1);
+            st.event.bind_optional(15, static_cast<std::int64_t>(e.src_memory));
+            st.event.bind_optional(16, static_cast<std::int64_t>(e.dst_memory));
             if (!st.event.run()) {
                 ok = false;
                 break;

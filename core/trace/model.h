@@ -59,13 +59,41 @@ enum class Phase : std::int8_t {
     weight_grad = 2,  // the W half of a split backward (Zero Bubble)
 };
 
-// CUPTI's CUpti_ActivityMemcpyKind values, stored as they come.
+// CUPTI's CUpti_ActivityMemcpyKind values, stored as they come ("A" is a CUDA array).
 enum class CopyKind : std::int8_t {
     none = -1,
     host_to_device = 1,
     device_to_host = 2,
+    host_to_array = 3,
+    array_to_host = 4,
+    array_to_array = 5,
+    array_to_device = 6,
+    device_to_array = 7,
     device_to_device = 8,
+    host_to_host = 9,
     peer_to_peer = 10,
+};
+
+// Whether a copy crosses between host memory and a device: the only copies that are
+// offload (FPDT's chunks, activation offload). Device-to-device and peer copies stay on the
+// devices (docs/analyses.md, "Offload overlap").
+constexpr bool crosses_host_and_device(CopyKind kind) {
+    return kind == CopyKind::host_to_device || kind == CopyKind::device_to_host ||
+           kind == CopyKind::host_to_array || kind == CopyKind::array_to_host;
+}
+
+// CUPTI's CUpti_ActivityMemoryKind values: the memory a copy reads or writes. Pageable host
+// memory makes a copy synchronous and slower than pinned memory.
+enum class MemoryKind : std::int8_t {
+    none = -1,  // not recorded
+    unknown = 0,
+    pageable = 1,
+    pinned = 2,
+    device = 3,
+    array = 4,
+    managed = 5,
+    device_static = 6,
+    managed_static = 7,
 };
 
 // One event, fixed size (Tracy's zone events are the model): the writer's queue and the
@@ -86,8 +114,11 @@ struct Event {
     Category category = Category::other;
     Phase phase = Phase::none;
     CopyKind copy_kind = CopyKind::none;
+    MemoryKind src_memory = MemoryKind::none;  // copies: the memory read and written
+    MemoryKind dst_memory = MemoryKind::none;
 
     std::int64_t duration_ns() const { return end_ns - start_ns; }
+    friend bool operator==(const Event&, const Event&) = default;
 };
 static_assert(sizeof(Event) == 64, "Event is a fixed 64-byte record; keep it that way");
 
@@ -161,6 +192,11 @@ std::string_view to_string(EventKind kind);
 std::string_view to_string(Category category);
 std::string_view to_string(Phase phase);
 std::string_view to_string(CopyKind kind);
+std::string_view to_string(MemoryKind kind);
+// The copy kind and memory kinds that Kineto and Nsight Systems name in a copy's name:
+// "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)", "Memcpy PtoP".
+// Fields the name does not give are left as they are.
+void copy_kinds_from_name(std::string_view name, CopyKind& kind, MemoryKind& src, MemoryKind& dst);
 std::string_view to_string(RunOrigin origin);
 std::string_view to_string(ClockAlignment alignment);
 

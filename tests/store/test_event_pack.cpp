@@ -18,11 +18,7 @@ using namespace fulcrum::store;
 namespace {
 
 bool same_event(const Event& a, const Event& b) {
-    return a.start_ns == b.start_ns && a.end_ns == b.end_ns && a.bytes == b.bytes &&
-           a.correlation == b.correlation && a.lane == b.lane && a.name == b.name &&
-           a.args == b.args && a.step == b.step && a.microbatch == b.microbatch &&
-           a.stage == b.stage && a.kind == b.kind && a.category == b.category &&
-           a.phase == b.phase && a.copy_kind == b.copy_kind;
+    return a == b;
 }
 
 analysis::RunTrace load(const std::string& path, bool read_pack) {
@@ -102,6 +98,8 @@ private slots:
         extreme.category = Category::attention;
         extreme.phase = Phase::weight_grad;
         extreme.copy_kind = CopyKind::peer_to_peer;
+        extreme.src_memory = MemoryKind::device;
+        extreme.dst_memory = MemoryKind::managed_static;
         events[2].start_ns = kMax;
         events[2].end_ns = kMin;
         events[2].bytes = kMin;
@@ -117,16 +115,41 @@ private slots:
         events[5].correlation = 1;
         events[5].phase = Phase::backward;
         events[5].copy_kind = CopyKind::device_to_host;
+        events[5].src_memory = MemoryKind::device;
+        events[5].dst_memory = MemoryKind::pinned;
         for (auto& event : events) {
             event.lane = LaneId{3};
         }
         const std::string bytes = encode_event_block(events.data(), events.size());
         std::vector<Event> decoded;
-        QVERIFY(decode_event_block(bytes, events.size(), LaneId{3}, decoded));
+        QVERIFY(decode_event_block(bytes, events.size(), LaneId{3}, kEventPackFormat, decoded));
         QCOMPARE(decoded.size(), events.size());
         for (std::size_t i = 0; i < events.size(); ++i) {
             QVERIFY2(same_event(events[i], decoded[i]), qPrintable(QString::number(i)));
         }
+    }
+
+    // A format-1 block (before memory kinds) still decodes, with the memory kinds unknown.
+    void formatOneBlocksStillDecode() {
+        Event event;
+        event.start_ns = 100;
+        event.end_ns = 250;
+        event.kind = EventKind::memcpy;
+        event.copy_kind = CopyKind::host_to_device;
+        event.bytes = 4096;
+        event.lane = LaneId{1};
+        std::string bytes = encode_event_block(&event, 1);
+        // Format 1 is format 2 without the two memory-kind bytes after the copy kind:
+        // Δstart, duration, name, args (one byte each here), kind, category, phase, copy kind.
+        const std::size_t memory_at = 2 + 2 + 1 + 1 + 4;  // 100 and 150 take two varint bytes
+        bytes.erase(memory_at, 2);
+        std::vector<Event> decoded;
+        QVERIFY(decode_event_block(bytes, 1, LaneId{1}, 1, decoded));
+        QCOMPARE(decoded.size(), 1u);
+        QCOMPARE(decoded[0].copy_kind, CopyKind::host_to_device);
+        QCOMPARE(decoded[0].bytes, std::int64_t{4096});
+        QCOMPARE(decoded[0].src_memory, MemoryKind::none);
+        QCOMPARE(decoded[0].dst_memory, MemoryKind::none);
     }
 
     // Short, overlong or trailing bytes are refused, and nothing is appended.
@@ -139,9 +162,9 @@ private slots:
         }
         const std::string bytes = encode_event_block(events.data(), events.size());
         std::vector<Event> out(2);
-        QVERIFY(!decode_event_block(bytes.substr(0, bytes.size() - 1), 100, LaneId{1}, out));
-        QVERIFY(!decode_event_block(bytes + '\0', 100, LaneId{1}, out));
-        QVERIFY(!decode_event_block(std::string(12, '\xff'), 1, LaneId{1}, out));
+        QVERIFY(!decode_event_block(bytes.substr(0, bytes.size() - 1), 100, LaneId{1}, kEventPackFormat, out));
+        QVERIFY(!decode_event_block(bytes + '\0', 100, LaneId{1}, kEventPackFormat, out));
+        QVERIFY(!decode_event_block(std::string(12, '\xff'), 1, LaneId{1}, kEventPackFormat, out));
         QCOMPARE(out.size(), 2u);
     }
 

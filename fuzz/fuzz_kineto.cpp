@@ -1,30 +1,26 @@
-// libFuzzer target for the Kineto / Chrome JSON importer: arbitrary bytes as a trace file.
-// Bad input must be an Error or import_log rows, never a crash, hang or leak.
-#include <unistd.h>
-
+// libFuzzer target for the Kineto / Chrome JSON importer at the parser: arbitrary bytes, read
+// from memory (plain or gzip) into a checking MemorySink, no file and no SQLite per input.
+// Bad input must be an Error or import_log rows, never a crash, hang or leak, and whatever the
+// importer hands the sink must be a well-formed trace (core/trace/memory_sink.h).
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "core/import/importer.h"
+#include "core/trace/memory_sink.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    namespace fs = std::filesystem;
-    static const fs::path dir = fs::temp_directory_path() / ("fuzz-kineto-" + std::to_string(::getpid()));
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    fs::create_directories(dir / "scratch", ec);
-    const std::string input = (dir / "input.json").string();
-    if (FILE* f = std::fopen(input.c_str(), "wb")) {
-        std::fwrite(data, 1, size, f);
-        std::fclose(f);
+    static const std::unique_ptr<fulcrum::importer::Importer> importer =
+        fulcrum::importer::make_kineto_importer();
+    const std::string bytes(reinterpret_cast<const char*>(data), size);
+    if (!importer->sniff(std::string_view(bytes).substr(0, 4096))) {
+        return 0;
     }
-    auto importer = fulcrum::importer::make_kineto_importer();
-    (void)importer->sniff(std::string_view(reinterpret_cast<const char*>(data), size < 4096 ? size : 4096));
-    fulcrum::importer::ImportFileOptions options;
-    options.scratch_dir = (dir / "scratch").string();
-    (void)importer->import_file(input, options);
-    fs::remove_all(dir, ec);
+    fulcrum::MemorySink sink(1 << 16);
+    (void)importer->read(fulcrum::importer::ImportInput{"input.json", &bytes}, sink, {});
+    if (!sink.problems().empty()) {
+        std::fprintf(stderr, "malformed trace from the importer: %s\n", sink.problems().front().c_str());
+        __builtin_trap();
+    }
     return 0;
 }

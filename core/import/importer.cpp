@@ -8,6 +8,7 @@
 
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
+#include "core/store/trace_writer.h"
 
 namespace fulcrum::importer {
 
@@ -59,6 +60,64 @@ Result<const Importer*> find_importer(const std::string& path) {
         }
     }
     return static_cast<const Importer*>(nullptr);
+}
+
+void ImportLog::skip(const std::string& reason, std::int64_t index, std::string_view record,
+                     std::int64_t count) {
+    Tally& tally = tallies_[reason];
+    tally.total += count;
+    if (tally.rows < kLogPerReason) {
+        sink_.add_import_log({source_, index, reason, std::string(record.substr(0, kRecordBytes)), count});
+        ++tally.rows;
+        tally.logged += count;
+    }
+}
+
+void ImportLog::note(const std::string& text) { sink_.add_import_log({source_, -1, "note: " + text, "", 0}); }
+
+void ImportLog::finish() {
+    for (const auto& [reason, tally] : tallies_) {
+        if (tally.total > tally.logged) {
+            const std::int64_t rest = tally.total - tally.logged;
+            sink_.add_import_log({source_, -1,
+                                  reason + ": " + std::to_string(rest) + " more records like this (" +
+                                      std::to_string(tally.total) + " in all)",
+                                  "", rest});
+        }
+    }
+    tallies_.clear();
+}
+
+Status import_file(const Importer& format, const std::string& input, const std::string& rank_file,
+                   const ImportFileOptions& options) {
+    RunInfo run;
+    run.name = std::filesystem::path(input).filename().string();
+    run.command = "fulcrum import " + input;
+    run.origin = RunOrigin::imported;
+    run.producer = "fulcrum import (" + std::string(format.name()) + ")";
+    store::WriterOptions writer_options;
+    writer_options.overflow = store::WriterOptions::Overflow::block;  // an import never drops
+    writer_options.overwrite = true;
+    auto writer = store::TraceWriter::create(rank_file, run, writer_options);
+    if (!writer) {
+        return writer.error();
+    }
+    auto remove = [&] {
+        std::error_code ec;
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+            std::filesystem::remove(rank_file + suffix, ec);
+        }
+    };
+    Status status = format.read(ImportInput{input}, **writer, options);
+    Status closed = (*writer)->close();
+    if (!status || !closed) {
+        remove();
+        return !status ? status : closed;
+    }
+    if (options.progress) {
+        options.progress(1.0);
+    }
+    return {};
 }
 
 namespace {
@@ -131,8 +190,6 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const std::string stage = "reading " + std::filesystem::path(inputs[i]).filename().string();
         ImportFileOptions file_options;
-        file_options.scratch_dir = (scratch / std::to_string(i)).string();
-        std::filesystem::create_directories(file_options.scratch_dir, ec);
         file_options.input_index = static_cast<int>(i);
         file_options.cancel = options.cancel;
         file_options.warnings = &result.warnings;
@@ -140,26 +197,25 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
             report(stage, 0.9 * (double(i) + fraction) / double(inputs.size()));
         };
         report(stage, 0.9 * double(i) / double(inputs.size()));
-        auto files = format->import_file(inputs[i], file_options);
-        if (!files) {
-            return files.error();
+        const std::string file = (scratch / ("input-" + std::to_string(i) + ".sqlite")).string();
+        if (auto status = import_file(*format, inputs[i], file, file_options); !status) {
+            return status.error();
         }
-        for (const std::string& file : *files) {
-            auto reader = store::TraceReader::open(file);
-            if (!reader) {
-                return reader.error();
-            }
-            for (const RankInfo& rank : reader->ranks()) {
-                auto [at, added] = rank_owner.emplace(rank.rank, inputs[i]);
-                if (!added) {
-                    return Error{ErrorCode::invalid_input,
-                                 "'" + inputs[i] + "' and '" + at->second + "' both hold rank " +
-                                     std::to_string(rank.rank) +
-                                     "; give each rank's file once (they may come from two runs)"};
-                }
-            }
-            rank_files.push_back(file);
+        auto reader = store::TraceReader::open(file);
+        if (!reader) {
+            return reader.error();
         }
+        for (const RankInfo& rank : reader->ranks()) {
+            auto [at, added] = rank_owner.emplace(rank.rank, inputs[i]);
+            if (!added) {
+                return Error{ErrorCode::invalid_input,
+                             "'" + at->second + "' and '" + inputs[i] + "' both hold rank " +
+                                 std::to_string(rank.rank) +
+                                 " (their distributedInfo or rank marks say so); give each "
+                                 "rank's file once: they may come from two runs"};
+            }
+        }
+        rank_files.push_back(file);
     }
     if (options.cancel != nullptr && options.cancel->load()) {
         return Error{ErrorCode::cancelled, "import cancelled"};
@@ -170,6 +226,10 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
     merge.run_name = options.run_name.empty()
                          ? std::filesystem::path(inputs.front()).filename().string()
                          : options.run_name;
+    merge.command = "fulcrum import";
+    for (const std::string& input : inputs) {
+        merge.command += " " + input;
+    }
     merge.progress = [&](double fraction) {
         report("merging", 0.9 + 0.1 * fraction);
         return options.cancel == nullptr || !options.cancel->load();
@@ -189,7 +249,10 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
     if (!log) {
         return log.error();
     }
-    result.skipped = static_cast<std::int64_t>(log->size());
+    for (const ImportLogEntry& entry : *log) {
+        result.skipped += entry.skipped;
+        result.notes += entry.skipped == 0 ? 1 : 0;
+    }
     return result;
 }
 

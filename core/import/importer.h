@@ -2,28 +2,35 @@
 // Chrome JSON) become Fulcrum runs, so every analysis, view and report works on them.
 //
 // One interface, one file (or folder) per format, chosen by sniffing the first bytes
-// (Perfetto's trace_processor is the model). An importer never writes SQL: it turns each input
-// file into one or more rank files through store::TraceWriter (which interns strings and owns
-// the schema), and import_files merges them into one run, marked `imported`, on one clock
-// (docs/import.md). What an importer cannot map goes to the import_log table with the
+// (Perfetto's trace_processor is the model). An importer never writes SQL: it reads each input
+// into a TraceSink (the store's TraceWriter for a rank file, a MemorySink for tests and fuzz
+// targets), and import_files merges the rank files into one run, marked `imported`, on one
+// clock (docs/import.md). What an importer cannot map goes to the import_log with the
 // offending record; only a file it cannot read at all is an error.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/trace/trace_sink.h"
 #include "core/util/result.h"
 
 namespace fulcrum::importer {
 
+// One input: a file, or bytes in memory standing for it (fuzz targets and tests read without
+// touching the disk). `path` names the input in messages and the run either way.
+struct ImportInput {
+    std::string path;
+    const std::string* bytes = nullptr;  // when set, the content; nothing is read from disk
+};
+
 struct ImportFileOptions {
-    // Where to write this input's rank files (a scratch folder the caller removes).
-    std::string scratch_dir;
     // The input's position among the files given: the rank to use when the file says none.
     int input_index = 0;
     // Called with the fraction of this file done; may be empty.
@@ -43,10 +50,43 @@ public:
     // Whether a file starting with `head` (its first bytes, up to 4096; already gunzipped for
     // a .gz file) is in this format.
     virtual bool sniff(std::string_view head) const = 0;
-    // Reads one input file and writes it as rank files (store::TraceWriter, origin
-    // `imported`, Overflow::block) into options.scratch_dir; returns their paths.
-    virtual Result<std::vector<std::string>> import_file(const std::string& input,
-                                                         const ImportFileOptions& options) const = 0;
+    // Reads one input into `sink`: its ranks, lanes, events, counters and import_log rows.
+    // Writes no file. An error means the input could not be read at all (or the import was
+    // cancelled); what was put into the sink before it is to be thrown away.
+    virtual Status read(const ImportInput& input, TraceSink& sink,
+                        const ImportFileOptions& options) const = 0;
+};
+
+// Reads one input file with `format` into the rank file `rank_file` (store::TraceWriter,
+// origin `imported`); a failed read leaves no file.
+Status import_file(const Importer& format, const std::string& input, const std::string& rank_file,
+                   const ImportFileOptions& options = {});
+
+// The import_log of one input, bounded: the first kLogPerReason records of each reason are
+// logged one per row with the record itself; the rest of each reason become one row that
+// counts them. Notes (the input says something, nothing was dropped) are rows that skip 0.
+class ImportLog {
+public:
+    static constexpr int kLogPerReason = 20;
+    static constexpr std::size_t kRecordBytes = 512;
+
+    ImportLog(TraceSink& sink, std::string source) : sink_(sink), source_(std::move(source)) {}
+    // `count` records were not imported, for `reason`; `record` shows the (first) one.
+    void skip(const std::string& reason, std::int64_t index, std::string_view record,
+              std::int64_t count = 1);
+    void note(const std::string& text);  // logged as "note: TEXT", skipping nothing
+    // Writes the count rows; call once at the end.
+    void finish();
+
+private:
+    TraceSink& sink_;
+    std::string source_;
+    struct Tally {
+        int rows = 0;              // rows logged for the reason
+        std::int64_t logged = 0;   // records those rows stand for
+        std::int64_t total = 0;    // records skipped for the reason
+    };
+    std::map<std::string, Tally> tallies_;
 };
 
 // Every importer, in sniffing order.
@@ -70,7 +110,8 @@ struct ImportOptions {
 struct ImportReport {
     std::string format;          // the importer's name
     std::int64_t events = 0;     // in the run written
-    std::int64_t skipped = 0;    // records logged to import_log
+    std::int64_t skipped = 0;    // records not imported (Σ import_log.skipped)
+    std::int64_t notes = 0;      // import_log rows that skipped nothing
     int ranks = 0;
     std::vector<std::string> warnings;
 };

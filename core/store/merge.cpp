@@ -229,8 +229,10 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
             "INSERT INTO workload SELECT * FROM src.workload;"
             "INSERT INTO counter (rank, name, time_ns, value) "
             "  SELECT rank, name, time_ns + " + shift_sql + ", value FROM src.counter;"
-            "INSERT INTO import_log (source, record_index, reason, record) "
-            "  SELECT source, record_index, reason, record FROM src.import_log ORDER BY id;"
+            "INSERT INTO import_log (source, record_index, reason, record, skipped) "
+            "  SELECT source, record_index, reason, record, " +
+            std::string(source.schema_version >= 2 ? "skipped" : "1") +
+            " FROM src.import_log ORDER BY id;"
             "DROP TABLE temp.string_map;"
             "COMMIT;";
         if (auto status = db.exec(sql); !status) {
@@ -241,13 +243,15 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         if (i == 0) {
             auto run = db.prepare(
                 "INSERT INTO run (id, name, command, start_utc_ns, config, origin, producer) "
-                "SELECT 1, CASE WHEN ?1 = '' THEN name ELSE ?1 END, command, ?2, config, origin, "
-                "producer FROM src.run");
+                "SELECT 1, CASE WHEN ?1 = '' THEN name ELSE ?1 END, "
+                "CASE WHEN ?3 = '' THEN command ELSE ?3 END, ?2, config, origin, producer "
+                "FROM src.run");
             if (!run) {
                 return fail(run.error());
             }
             run->bind(1, options.run_name);
             run->bind(2, origin);
+            run->bind(3, options.command);
             if (!run->run()) {
                 return fail(db.error_for("cannot write"));
             }

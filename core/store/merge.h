@@ -21,6 +21,7 @@ namespace fulcrum::store {
 struct MergeOptions {
     bool overwrite = false;
     std::string run_name;  // empty: the first file's run name
+    std::string command;   // empty: the first file's command
     // Called with the fraction done, 0..1; return false to cancel.
     std::function<bool(double)> progress;
 };

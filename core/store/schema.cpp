@@ -87,7 +87,8 @@ CREATE TABLE import_log (
     source       TEXT NOT NULL,
     record_index INTEGER,
     reason       TEXT NOT NULL,
-    record       TEXT NOT NULL
+    record       TEXT NOT NULL,
+    skipped      INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE enum_label (
     type  TEXT NOT NULL,

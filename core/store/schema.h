@@ -12,8 +12,8 @@ namespace fulcrum::store {
 
 // Bump on any change a reader of the previous version could misread, and teach the reader
 // to upgrade or refuse older files.
-// Version 2 added event.src_memory and event.dst_memory; version 1 files read with both
-// unknown.
+// Version 2 added event.src_memory, event.dst_memory and import_log.skipped; version 1 files
+// read with the memory kinds unknown and every import_log row one skipped record.
 inline constexpr std::int64_t kSchemaVersion = 2;
 // PRAGMA application_id: "FULC". Tells a Fulcrum trace from any other SQLite file.
 inline constexpr std::int64_t kApplicationId = 0x46554C43;

@@ -437,15 +437,15 @@ Result<std::vector<CounterSample>> TraceReader::counters() const {
 }
 
 Result<std::vector<ImportLogEntry>> TraceReader::import_log() const {
-    auto stmt =
-        db_.prepare("SELECT source, record_index, reason, record FROM import_log ORDER BY id");
+    auto stmt = db_.prepare(std::string("SELECT source, record_index, reason, record, ") +
+                            (schema_version_ >= 2 ? "skipped" : "1") + " FROM import_log ORDER BY id");
     if (!stmt) {
         return stmt.error();
     }
     std::vector<ImportLogEntry> entries;
     while (stmt->step()) {
         entries.push_back({stmt->column_text(0), stmt->column_optional(1), stmt->column_text(2),
-                           stmt->column_text(3)});
+                           stmt->column_text(3), stmt->column_int64(4)});
     }
     if (stmt->last_result() != SQLITE_DONE) {
         return query_failed(db_, *stmt);

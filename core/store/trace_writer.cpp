@@ -221,8 +221,8 @@ void TraceWriter::run_writer_thread() {
         prepare(statements.counter,
                 "INSERT INTO counter (rank, name, time_ns, value) VALUES (?1, ?2, ?3, ?4)");
         prepare(statements.import_log,
-                "INSERT INTO import_log (source, record_index, reason, record) VALUES "
-                "(?1, ?2, ?3, ?4)");
+                "INSERT INTO import_log (source, record_index, reason, record, skipped) VALUES "
+                "(?1, ?2, ?3, ?4, ?5)");
         prepare(statements.lane_name, "UPDATE lane SET name = ?2 WHERE id = ?1");
         prepare(statements.run_config, "UPDATE run SET config = ?1 WHERE id = 1");
     }
@@ -366,6 +366,7 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
             st.import_log.bind_optional(2, entry.record_index);
             st.import_log.bind(3, entry.reason);
             st.import_log.bind(4, entry.record);
+            st.import_log.bind(5, entry.skipped);
             ok = ok && st.import_log.run();
         }
         if (!ok) {

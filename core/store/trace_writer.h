@@ -24,6 +24,7 @@
 
 #include "core/store/sqlite_handle.h"
 #include "core/trace/model.h"
+#include "core/trace/trace_sink.h"
 #include "core/util/result.h"
 
 namespace fulcrum::store {
@@ -45,7 +46,7 @@ struct WriterStats {
     std::int64_t commits = 0;
 };
 
-class TraceWriter {
+class TraceWriter final : public TraceSink {
 public:
     static Result<std::unique_ptr<TraceWriter>> create(const std::string& path, const RunInfo& run,
                                                        WriterOptions options = {});
@@ -54,23 +55,23 @@ public:
     TraceWriter& operator=(const TraceWriter&) = delete;
 
     // Every call below is thread-safe and never touches the disk itself.
-    void add_rank(const RankInfo& rank);
+    void add_rank(const RankInfo& rank) override;
     LaneId add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
-                    std::int64_t native_id = -1);
+                    std::int64_t native_id = -1) override;
     // A collector learns a thread's or stream's name (nvtxNameOsThread) after its lane
     // already holds events.
-    void rename_lane(LaneId lane, std::string_view name);
+    void rename_lane(LaneId lane, std::string_view name) override;
     // The run's configuration arrives from inside the traced program (the `fulcrum.run`
     // mark), after create() wrote the run row.
-    void set_run_config(std::string config_json);
-    StringId intern(std::string_view text);
+    void set_run_config(std::string config_json) override;
+    StringId intern(std::string_view text) override;
     void add_event(const Event& event);
     // Many at once under one lock: collectors buffer events per thread and hand them over
     // in blocks, so that threads do not meet on the writer's lock at every event.
-    void add_events(const Event* events, std::size_t count);
-    void add_workload(const WorkloadEntry& entry);
-    void add_counter(const CounterSample& sample);
-    void add_import_log(const ImportLogEntry& entry);
+    void add_events(const Event* events, std::size_t count) override;
+    void add_workload(const WorkloadEntry& entry) override;
+    void add_counter(const CounterSample& sample) override;
+    void add_import_log(const ImportLogEntry& entry) override;
     // Records lost before they reached the writer (e.g. CUPTI's dropped-record count).
     void add_dropped_records(std::int32_t rank, std::int64_t count);
 

@@ -178,12 +178,17 @@ struct CounterSample {
     double value = 0.0;
 };
 
-// A record an importer or collector could not map, kept with the offending record.
+// What an importer or collector could not map, kept with the offending record; or a note
+// about the input that skipped nothing (`skipped` = 0: "no baseTimeNanoseconds", "two
+// processes became two ranks").
 struct ImportLogEntry {
     std::string source;
     std::int64_t record_index = -1;
     std::string reason;
     std::string record;
+    // Records this row stands for as skipped: 1 for one record, N for a row that counts N
+    // more records like the ones before it, 0 for a note.
+    std::int64_t skipped = 1;
 };
 
 // Names used in files, CSV and the CLI; stable, so scripts can rely on them.

@@ -1,5 +1,6 @@
 #include "core/import/kineto/json_stream.h"
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -141,6 +142,7 @@ bool skip_value(const char*& p, const char* end) {
 
 JsonStream::~JsonStream() {
     if (file_ != nullptr) gzclose(file_);
+    if (inflating_) inflateEnd(&inflate_);
 }
 
 bool JsonStream::open(const std::string& path) {
@@ -151,12 +153,64 @@ bool JsonStream::open(const std::string& path) {
     return true;
 }
 
+bool JsonStream::open_memory(std::string_view bytes) {
+    memory_ = bytes;
+    memory_open_ = true;
+    if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+        static_cast<unsigned char>(bytes[1]) == 0x8b) {
+        inflate_ = z_stream{};
+        // 15 + 16: a gzip wrapper, as gzread reads it.
+        if (inflateInit2(&inflate_, 15 + 16) != Z_OK) return false;
+        inflating_ = true;
+        inflate_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+        inflate_.avail_in = static_cast<uInt>(std::min<std::size_t>(bytes.size(), UINT_MAX));
+    }
+    buf_.resize(std::min(kInitialBuffer, std::max<std::size_t>(bytes.size() * 4, 4096)));
+    return true;
+}
+
 std::int64_t JsonStream::file_offset() const {
-    return file_ != nullptr ? static_cast<std::int64_t>(gzoffset(file_)) : 0;
+    if (file_ != nullptr) return static_cast<std::int64_t>(gzoffset(file_));
+    return static_cast<std::int64_t>(inflating_ ? memory_.size() - inflate_.avail_in : memory_used_);
+}
+
+int JsonStream::read_more(char* into, std::size_t room) {
+    if (file_ != nullptr) {
+        const int got = gzread(file_, into, static_cast<unsigned>(std::min<std::size_t>(room, INT_MAX)));
+        if (got <= 0) {
+            int errnum = Z_OK;
+            const char* message = gzerror(file_, &errnum);
+            if (errnum != Z_OK && errnum != Z_STREAM_END) {
+                problem_ = std::string("gzip stream damaged or cut short (") +
+                           (message != nullptr ? message : "unknown") + ")";
+            }
+        }
+        return got;
+    }
+    if (!memory_open_) return -1;
+    if (!inflating_) {
+        const std::size_t n = std::min({room, memory_.size() - memory_used_, std::size_t{INT_MAX}});
+        std::memcpy(into, memory_.data() + memory_used_, n);
+        memory_used_ += n;
+        return static_cast<int>(n);
+    }
+    if (inflate_done_) return 0;
+    inflate_.next_out = reinterpret_cast<Bytef*>(into);
+    inflate_.avail_out = static_cast<uInt>(std::min<std::size_t>(room, INT_MAX));
+    const int rc = inflate(&inflate_, Z_NO_FLUSH);
+    const int got = static_cast<int>(std::min<std::size_t>(room, INT_MAX) - inflate_.avail_out);
+    if (rc == Z_STREAM_END) {
+        inflate_done_ = true;
+    } else if (rc != Z_OK || (got == 0 && inflate_.avail_in == 0)) {
+        inflate_done_ = true;
+        problem_ = std::string("gzip stream damaged or cut short (") +
+                   (inflate_.msg != nullptr ? inflate_.msg : "unexpected end of stream") + ")";
+    }
+    return got;
 }
 
 bool JsonStream::fill() {
-    if (eof_ || file_ == nullptr) return false;
+    if (eof_) return false;
     if (pos_ > 0) {
         std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
         base_ += pos_;
@@ -172,16 +226,11 @@ bool JsonStream::fill() {
         }
         buf_.resize(buf_.size() * 2);
     }
-    const std::size_t room = std::min<std::size_t>(buf_.size() - end_, INT_MAX);
-    const int got = gzread(file_, buf_.data() + end_, static_cast<unsigned>(room));
+    const int got = read_more(buf_.data() + end_, buf_.size() - end_);
     if (got <= 0) {
         eof_ = true;
-        int errnum = Z_OK;
-        const char* message = gzerror(file_, &errnum);
-        if (errnum != Z_OK && errnum != Z_STREAM_END) {
-            problem_ = std::string("gzip stream damaged or cut short (") +
-                       (message != nullptr ? message : "unknown") + ") after byte " +
-                       std::to_string(base_ + end_) + " of the uncompressed JSON";
+        if (!problem_.empty() && problem_.find(" after byte ") == std::string::npos) {
+            problem_ += " after byte " + std::to_string(base_ + end_) + " of the uncompressed JSON";
         }
         return false;
     }
@@ -350,43 +399,67 @@ bool json_int(std::string_view raw, std::int64_t& out) {
 }
 
 bool json_us_to_ns(std::string_view raw, std::int64_t& out) {
+    // A JSON number is -?int(.frac)?([eE][+-]?exp)?. Its value in ns is the digit string
+    // D = int·frac times 10^(exp + 3 − |frac|): keep the digits before that decimal point,
+    // round half away from zero on the first one after it. Integers only, so Kineto's
+    // 16-digit epoch microseconds with 3 decimals come out exact; a double holds ~15.9 digits
+    // and was off by up to 256 ns.
     const char* p = raw.data();
     const char* end = p + raw.size();
-    bool negative = false;
-    if (p < end && *p == '-') {
-        negative = true;
+    const bool negative = p < end && *p == '-';
+    if (negative) ++p;
+    auto digits = [&](std::string_view& into) {
+        const char* first = p;
+        while (p < end && *p >= '0' && *p <= '9') ++p;
+        into = std::string_view(first, static_cast<std::size_t>(p - first));
+        return !into.empty();
+    };
+    std::string_view whole, fraction;
+    if (!digits(whole)) return false;
+    if (p < end && *p == '.') {
         ++p;
+        if (!digits(fraction)) return false;
     }
-    std::int64_t whole = 0;
-    int digits = 0;
-    while (p < end && *p >= '0' && *p <= '9') {
-        if (++digits > 15) break;
-        whole = whole * 10 + (*p++ - '0');
-    }
-    bool simple = digits > 0 && digits <= 15;
-    std::int64_t frac = 0;
-    if (simple && p < end && *p == '.') {
+    std::int64_t exponent = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
         ++p;
-        int fd = 0;
-        bool round_up = false;
-        if (p >= end || *p < '0' || *p > '9') simple = false;
-        while (simple && p < end && *p >= '0' && *p <= '9') {
-            if (fd < 3) frac = frac * 10 + (*p - '0');
-            else if (fd == 3) round_up = *p >= '5';
-            ++fd;
-            ++p;
+        const bool exponent_negative = p < end && *p == '-';
+        if (p < end && (*p == '+' || *p == '-')) ++p;
+        std::string_view exponent_digits;
+        if (!digits(exponent_digits)) return false;
+        for (char c : exponent_digits) {
+            exponent = std::min<std::int64_t>(exponent * 10 + (c - '0'), 1'000'000);
         }
-        for (; fd < 3; ++fd) frac *= 10;
-        if (round_up) ++frac;
+        if (exponent_negative) exponent = -exponent;
     }
-    if (simple && p == end) {
-        const std::int64_t ns = whole * 1000 + frac;
-        out = negative ? -ns : ns;
+    if (p != end) return false;
+    const std::int64_t count = static_cast<std::int64_t>(whole.size() + fraction.size());
+    auto digit = [&](std::int64_t i) -> int {
+        if (i < 0 || i >= count) return 0;
+        const auto at = static_cast<std::size_t>(i);
+        return (at < whole.size() ? whole[at] : fraction[at - whole.size()]) - '0';
+    };
+    // Digits kept: those left of the point after shifting by exp + 3 − |frac|.
+    const std::int64_t kept = count + exponent + 3 - static_cast<std::int64_t>(fraction.size());
+    if (kept > count + 19) {  // ×10^20 or more: only zero stays in range
+        for (std::int64_t i = 0; i < count; ++i) {
+            if (digit(i) != 0) return false;
+        }
+        out = 0;
         return true;
     }
-    double value = 0;
-    if (!json_double(raw, value) || std::fabs(value) > 9.0e15) return false;
-    out = std::llround(value * 1000.0);
+    constexpr std::uint64_t kLimit = static_cast<std::uint64_t>(INT64_MAX);
+    std::uint64_t value = 0;
+    for (std::int64_t i = 0; i < kept; ++i) {
+        const int d = digit(i);
+        if (value > (kLimit - static_cast<std::uint64_t>(d)) / 10) return false;  // out of int64 range
+        value = value * 10 + static_cast<std::uint64_t>(d);
+    }
+    if (kept >= 0 && digit(kept) >= 5) {
+        if (value == kLimit) return false;
+        ++value;
+    }
+    out = negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value);
     return true;
 }
 

@@ -21,6 +21,8 @@ public:
     JsonStream& operator=(const JsonStream&) = delete;
 
     bool open(const std::string& path);
+    // Reads `bytes` (plain or gzip) instead of a file; they must outlive the stream.
+    bool open_memory(std::string_view bytes);
     // Skips whitespace; the next byte, or -1 at the end of the input (or on an error).
     int peek();
     void advance() { ++pos_; }
@@ -29,7 +31,7 @@ public:
     bool next_value(std::string_view& raw);
     // Bytes of uncompressed input before the next unread byte.
     std::uint64_t offset() const { return base_ + pos_; }
-    // Bytes of the file (compressed, for gzip) read so far.
+    // Bytes of the input (compressed, for gzip) read so far.
     std::int64_t file_offset() const;
     // Why the stream stopped early: "" when it did not.
     const std::string& problem() const { return problem_; }
@@ -37,8 +39,15 @@ public:
 
 private:
     bool fill();  // reads more, keeping [pos_, end_); false when nothing more came
+    int read_more(char* into, std::size_t room);  // bytes read; <= 0 at the end or on an error
 
     gzFile file_ = nullptr;
+    std::string_view memory_;
+    bool memory_open_ = false;
+    std::size_t memory_used_ = 0;
+    z_stream inflate_{};
+    bool inflating_ = false;
+    bool inflate_done_ = false;
     std::vector<char> buf_;
     std::size_t pos_ = 0, end_ = 0;
     std::uint64_t base_ = 0;

@@ -1,20 +1,23 @@
 // PyTorch profiler (Kineto) / Chrome trace JSON importer (docs/import.md, "PyTorch profiler
-// (Kineto)"). Two streaming passes over the file, never a DOM:
+// (Kineto)"). Two streaming passes over the input, never a DOM:
 //   1. a quick pass that parses only the top-level members (distributedInfo,
-//      baseTimeNanoseconds, which Kineto writes after traceEvents) and the host
-//      "ProfilerStep#N" ranges: the rank, the clock offset and the step windows;
-//   2. the import: every trace event becomes one Event written through store::TraceWriter.
+//      baseTimeNanoseconds, deviceProperties, which Kineto may write before or after
+//      traceEvents, and the `fulcrum` member of Fulcrum's own export) and the host
+//      "ProfilerStep#N" ranges: the ranks, the clock offset, the devices and the step windows;
+//   2. the import: every trace event becomes one Event in the sink.
 // Memory: the stream's buffer, per-lane state, the step windows and a correlation -> step map
-// of the launches (bounded by the output), plus the writer's own queue.
+// of the launches (bounded by the output), plus the sink's own queue.
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "core/import/importer.h"
 #include "core/import/kineto/json_stream.h"
-#include "core/store/trace_writer.h"
 
 namespace fulcrum::importer {
 
@@ -23,16 +26,11 @@ namespace {
 using kineto::JsonCursor;
 using kineto::JsonStream;
 
-constexpr int kLogPerReason = 20;        // import_log rows per reason; the rest are counted
-constexpr std::size_t kLogRecordBytes = 512;
-
 bool contains_ci(std::string_view text, std::string_view needle) {
-    if (needle.size() > text.size()) return false;
+    if (needle.empty() || needle.size() > text.size()) return needle.empty();
     auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
-    const char first = needle[0];
     for (std::size_t i = 0; i + needle.size() <= text.size(); ++i) {
-        if (lower(text[i]) != first) continue;
-        std::size_t j = 1;
+        std::size_t j = 0;
         while (j < needle.size() && lower(text[i + j]) == needle[j]) ++j;
         if (j == needle.size()) return true;
     }
@@ -55,43 +53,26 @@ struct IdMap {
 
 // The fields of one trace event that the importer uses; views into the stream's buffer.
 struct RawEvent {
-    std::string_view ph, cat, ts, dur, pid, tid, args, s;
+    std::string_view ph, cat, ts, dur, pid, tid, args, id;
     std::string name;
-    bool has_name = false;
 };
 
-bool parse_event(std::string_view raw, RawEvent& e, std::string& scratch) {
+bool parse_event(std::string_view raw, RawEvent& e) {
     JsonCursor cursor(raw);
     if (!cursor.begin_object()) return false;
     std::string_view key, value;
     bool ok = false;
     while (cursor.next_member(key, value, ok)) {
-        if (key.empty()) continue;
-        switch (key[0]) {
-            case 'p':
-                if (key == "ph") e.ph = value;
-                else if (key == "pid") e.pid = value;
-                break;
-            case 'c':
-                if (key == "cat") e.cat = value;
-                break;
-            case 'n':
-                if (key == "name") e.has_name = kineto::json_string(value, e.name);
-                break;
-            case 't':
-                if (key == "ts") e.ts = value;
-                else if (key == "tid") e.tid = value;
-                break;
-            case 'd':
-                if (key == "dur") e.dur = value;
-                break;
-            case 'a':
-                if (key == "args") e.args = value;
-                break;
-            default: break;
-        }
+        if (key == "ph") e.ph = value;
+        else if (key == "pid") e.pid = value;
+        else if (key == "cat") e.cat = value;
+        else if (key == "name") kineto::json_string(value, e.name);
+        else if (key == "ts") e.ts = value;
+        else if (key == "tid") e.tid = value;
+        else if (key == "dur") e.dur = value;
+        else if (key == "args") e.args = value;
+        else if (key == "id") e.id = value;
     }
-    (void)scratch;
     if (!ok || !cursor.done()) return false;
     // ph and cat are short strings without escapes: strip the quotes.
     auto unquote = [](std::string_view& v) {
@@ -100,6 +81,17 @@ bool parse_event(std::string_view raw, RawEvent& e, std::string& scratch) {
     unquote(e.ph);
     unquote(e.cat);
     return true;
+}
+
+// Calls member(key, raw) for each member of the object `raw`; false when it is not one.
+template <typename Member>
+bool for_each_member(std::string_view raw, Member&& member) {
+    JsonCursor cursor(raw);
+    if (!cursor.begin_object()) return false;
+    std::string_view key, value;
+    bool ok = false;
+    while (cursor.next_member(key, value, ok)) member(key, value);
+    return ok;
 }
 
 // "ProfilerStep#12" -> 12.
@@ -112,18 +104,32 @@ bool profiler_step(std::string_view name, std::int32_t& step) {
     return true;
 }
 
-bool is_gpu_cat(std::string_view cat) {
-    return cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" ||
-           cat == "gpu_user_annotation" || cat == "Kernel" || cat == "Memcpy" || cat == "Memset";
+// Where an event category runs. Kineto puts device work on pid = device, tid = stream.
+enum class Where { host, device };
+
+// Categories Kineto writes for device work: CUDA and ROCm ("kernel", "gpu_*", "cuda_sync",
+// "cuda_profiler_range"), older Chrome exports ("Kernel", "Memcpy", "Memset") and MTIA's
+// command processor ("mtia_ccp_events").
+bool is_device_cat(std::string_view cat) {
+    static constexpr std::string_view device[] = {
+        "kernel",     "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync",
+        "cuda_profiler_range", "Kernel", "Memcpy", "Memset", "mtia_ccp_events"};
+    return std::find(std::begin(device), std::end(device), cat) != std::end(device);
 }
 
 bool is_known_host_cat(std::string_view cat) {
     static constexpr std::string_view known[] = {
         "cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function",
         "cpu_instant_event", "Trace", "fwdbwd", "ac2g", "overhead", "Runtime", "Operator",
-        "cuda_profiler_range", "privateuse1_runtime", "privateuse1_driver", "mtia_runtime",
-        "xpu_runtime", "xpu_driver", ""};
+        "privateuse1_runtime", "privateuse1_driver", "mtia_runtime", "xpu_runtime",
+        "xpu_driver", "gpu_mem_alloc", ""};
     return std::find(std::begin(known), std::end(known), cat) != std::end(known);
+}
+
+bool is_runtime_cat(std::string_view cat) {
+    return cat == "cuda_runtime" || cat == "cuda_driver" || cat == "Runtime" ||
+           cat == "privateuse1_runtime" || cat == "privateuse1_driver" || cat == "mtia_runtime" ||
+           cat == "xpu_runtime" || cat == "xpu_driver";
 }
 
 struct StepWindow {
@@ -131,6 +137,88 @@ struct StepWindow {
     std::int32_t step;
 };
 
+// A lane of Fulcrum's own export (the `fulcrum` member): its (pid, tid) in the file and what
+// it was in the run.
+struct ExportedLane {
+    std::int32_t rank = 0;
+    LaneKind kind = LaneKind::host_thread;
+    std::string name;
+    std::int64_t native_id = -1;
+};
+
+// What Fulcrum's Chrome export (core/export/chrome_trace.h) adds so that a re-import gives
+// back the same run: the ranks with their coordinates, every lane, the run's configuration
+// and its workload.
+struct FulcrumExport {
+    bool present = false;
+    std::string config_json;
+    std::vector<RankInfo> ranks;
+    std::map<std::pair<std::int64_t, std::int64_t>, ExportedLane> lanes;  // by (pid, tid)
+    std::vector<WorkloadEntry> workload;
+};
+
+std::int64_t int_member(const nlohmann::json& object, const char* key, std::int64_t fallback) {
+    auto at = object.find(key);
+    return at != object.end() && at->is_number_integer() ? at->get<std::int64_t>() : fallback;
+}
+
+std::string string_member(const nlohmann::json& object, const char* key) {
+    auto at = object.find(key);
+    return at != object.end() && at->is_string() ? at->get<std::string>() : std::string();
+}
+
+// Reads the `fulcrum` member; false when it is there but not what the exporter writes.
+bool read_fulcrum_export(std::string_view raw, FulcrumExport& out) {
+    const nlohmann::json root = nlohmann::json::parse(raw, nullptr, false);
+    if (!root.is_object() || int_member(root, "format", 0) != 1) return false;
+    out.present = true;
+    if (auto config = root.find("config"); config != root.end() && config->is_object()) {
+        out.config_json = config->dump();
+    }
+    if (auto ranks = root.find("ranks"); ranks != root.end() && ranks->is_array()) {
+        for (const auto& r : *ranks) {
+            if (!r.is_object()) continue;
+            RankInfo rank;
+            rank.rank = static_cast<std::int32_t>(int_member(r, "rank", 0));
+            rank.host = string_member(r, "host");
+            rank.pid = int_member(r, "pid", 0);
+            rank.device = static_cast<std::int32_t>(int_member(r, "device", -1));
+            rank.dp = static_cast<std::int32_t>(int_member(r, "dp", -1));
+            rank.pp = static_cast<std::int32_t>(int_member(r, "pp", -1));
+            rank.cp = static_cast<std::int32_t>(int_member(r, "cp", -1));
+            rank.tp = static_cast<std::int32_t>(int_member(r, "tp", -1));
+            rank.dropped_records = int_member(r, "dropped_records", 0);
+            out.ranks.push_back(rank);
+        }
+    }
+    if (auto lanes = root.find("lanes"); lanes != root.end() && lanes->is_array()) {
+        for (const auto& l : *lanes) {
+            if (!l.is_object()) continue;
+            ExportedLane lane;
+            lane.rank = static_cast<std::int32_t>(int_member(l, "rank", 0));
+            lane.kind = string_member(l, "kind") == to_string(LaneKind::gpu_stream) ? LaneKind::gpu_stream
+                                                                                    : LaneKind::host_thread;
+            lane.name = string_member(l, "name");
+            lane.native_id = int_member(l, "native_id", -1);
+            out.lanes[{int_member(l, "pid", 0), int_member(l, "tid", 0)}] = std::move(lane);
+        }
+    }
+    if (auto workload = root.find("workload"); workload != root.end() && workload->is_array()) {
+        for (const auto& w : *workload) {
+            if (!w.is_array() || w.size() != 8 || !w[7].is_string()) continue;
+            bool numbers = true;
+            for (std::size_t i = 0; i < 7; ++i) numbers = numbers && w[i].is_number_integer();
+            if (!numbers) continue;
+            out.workload.push_back({w[0].get<std::int32_t>(), w[1].get<std::int32_t>(),
+                                    w[2].get<std::int32_t>(), w[3].get<std::int64_t>(),
+                                    w[4].get<std::int32_t>(), w[5].get<std::int32_t>(),
+                                    w[6].get<std::int32_t>(), w[7].get<std::string>()});
+        }
+    }
+    return true;
+}
+
+// The top-level members and the step windows (pass 1).
 struct TopLevel {
     bool has_rank = false;
     std::int32_t rank = 0;
@@ -138,29 +226,25 @@ struct TopLevel {
     std::string backend;
     bool has_base = false;
     std::int64_t base_ns = 0;
-    std::int32_t device = -1;
-    bool distributed_after_events = false;
+    std::set<std::int64_t> devices;  // ids listed in deviceProperties
     std::vector<StepWindow> steps;
+    FulcrumExport fulcrum;
+    bool fulcrum_damaged = false;
 };
 
-void read_top_member(std::string_view key, std::string_view value, TopLevel& top, bool events_seen) {
+void read_top_member(std::string_view key, std::string_view value, TopLevel& top) {
     if (key == "distributedInfo") {
-        JsonCursor cursor(value);
-        if (!cursor.begin_object()) return;
-        std::string_view k, v;
-        bool ok = false;
-        while (cursor.next_member(k, v, ok)) {
+        for_each_member(value, [&](std::string_view k, std::string_view v) {
             std::int64_t n = 0;
             if (k == "rank" && kineto::json_int(v, n) && n >= 0 && n < INT32_MAX) {
                 top.has_rank = true;
                 top.rank = static_cast<std::int32_t>(n);
-                top.distributed_after_events = events_seen;
             } else if (k == "world_size" && kineto::json_int(v, n) && n > 0 && n < INT32_MAX) {
                 top.world_size = static_cast<std::int32_t>(n);
             } else if (k == "backend") {
                 kineto::json_string(v, top.backend);
             }
-        }
+        });
     } else if (key == "baseTimeNanoseconds") {
         std::int64_t n = 0;
         if (kineto::json_int(value, n)) {
@@ -168,26 +252,18 @@ void read_top_member(std::string_view key, std::string_view value, TopLevel& top
             top.base_ns = n;
         }
     } else if (key == "deviceProperties") {
-        // One device listed: that is the rank's device.
         JsonCursor cursor(value);
         if (!cursor.eat('[')) return;
-        int count = 0;
-        std::int32_t id = -1;
         std::string_view element;
         while (cursor.value(element)) {
-            ++count;
-            JsonCursor device(element);
-            std::string_view k, v;
-            bool ok = false;
-            if (device.begin_object()) {
-                while (device.next_member(k, v, ok)) {
-                    std::int64_t n = 0;
-                    if (k == "id" && kineto::json_int(v, n) && n >= 0 && n < 1 << 20) id = static_cast<std::int32_t>(n);
-                }
-            }
+            for_each_member(element, [&](std::string_view k, std::string_view v) {
+                std::int64_t n = 0;
+                if (k == "id" && kineto::json_int(v, n) && n >= 0 && n < (1 << 20)) top.devices.insert(n);
+            });
             if (!cursor.eat(',')) break;
         }
-        if (count == 1) top.device = id;
+    } else if (key == "fulcrum") {
+        top.fulcrum_damaged = !read_fulcrum_export(value, top.fulcrum);
     }
 }
 
@@ -264,6 +340,557 @@ bool walk(JsonStream& stream, Member&& member, EventFn&& event, bool& truncated,
     }
 }
 
+bool open_stream(JsonStream& stream, const ImportInput& input) {
+    return input.bytes != nullptr ? stream.open_memory(*input.bytes) : stream.open(input.path);
+}
+
+// One import (both passes) of one input into one sink.
+class KinetoImport {
+public:
+    KinetoImport(const ImportInput& input, TraceSink& sink, const ImportFileOptions& options)
+        : input_(input),
+          sink_(sink),
+          options_(options),
+          log_(sink, std::filesystem::path(input.path).filename().string()) {}
+
+    Status run() {
+        std::error_code ec;
+        input_size_ = input_.bytes != nullptr ? static_cast<double>(input_.bytes->size())
+                                              : static_cast<double>(std::filesystem::file_size(input_.path, ec));
+        if (ec) return Error{ErrorCode::io, "cannot read '" + input_.path + "': " + ec.message()};
+        input_size_ = std::max(input_size_, 1.0);
+        if (auto status = scan(); !status) return status;
+        add_ranks();
+        if (auto status = import_events(); !status) return status;
+        finish();
+        return {};
+    }
+
+private:
+    void progress(double fraction) {
+        if (options_.progress) options_.progress(std::clamp(fraction, 0.0, 1.0));
+    }
+
+    Status not_json(const JsonStream& stream) const {
+        return Error{ErrorCode::invalid_input,
+                     "'" + input_.path + "' is not Chrome trace JSON (it should start with {\"traceEvents\": [ or [{)" +
+                         (stream.problem().empty() ? "" : ": " + stream.problem())};
+    }
+
+    // Pass 1: the top-level members, wherever they stand, and the host ProfilerStep windows.
+    Status scan() {
+        JsonStream stream;
+        if (!open_stream(stream, input_)) return Error{ErrorCode::io, "cannot open '" + input_.path + "'"};
+        bool truncated = false, cancelled = false;
+        std::int64_t last_report = 0, seen = 0;
+        RawEvent e;
+        const bool readable = walk(
+            stream, [&](std::string_view key, std::string_view raw) { read_top_member(key, raw, top_); },
+            [&](std::string_view raw, std::int64_t) {
+                if ((++seen & 1023) == 0 && stream.file_offset() - last_report > (8 << 20)) {
+                    last_report = stream.file_offset();
+                    progress(0.25 * double(last_report) / input_size_);
+                }
+                if (raw.find("ProfilerStep#") == std::string_view::npos) return;
+                e = RawEvent{};
+                if (!parse_event(raw, e) || e.ph != "X" || is_device_cat(e.cat)) return;
+                std::int32_t step = 0;
+                std::int64_t ts = 0, dur = 0;
+                if (profiler_step(e.name, step) && kineto::json_us_to_ns(e.ts, ts) &&
+                    kineto::json_us_to_ns(e.dur, dur) && dur >= 0) {
+                    top_.steps.push_back({ts, ts + dur, step});
+                }
+            },
+            truncated, options_.cancel, cancelled);
+        if (cancelled) return Error{ErrorCode::cancelled, "import cancelled"};
+        if (!readable) return not_json(stream);
+        std::sort(top_.steps.begin(), top_.steps.end(),
+                  [](const StepWindow& a, const StepWindow& b) { return a.start < b.start; });
+        return {};
+    }
+
+    // The rank rows: the export's own, else the one rank of distributedInfo (else the
+    // input's position among the files).
+    void add_ranks() {
+        const std::int64_t utc_offset = top_.has_base ? top_.base_ns : 0;
+        if (top_.fulcrum.present && !top_.fulcrum.ranks.empty()) {
+            for (RankInfo rank : top_.fulcrum.ranks) {
+                rank.utc_offset_ns = utc_offset;
+                rank.alignment = ClockAlignment::utc_offset;
+                ranks_.push_back(rank);
+            }
+        } else {
+            RankInfo rank;
+            rank.rank = top_.has_rank ? top_.rank : options_.input_index;
+            rank.utc_offset_ns = utc_offset;
+            rank.alignment = ClockAlignment::utc_offset;
+            ranks_.push_back(rank);
+        }
+        for (const RankInfo& rank : ranks_) sink_.add_rank(rank);
+
+        std::string config = "{\"source\":\"kineto\"";
+        if (!top_.backend.empty()) {
+            std::string safe;
+            for (char c : top_.backend) {
+                if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') safe += c;
+            }
+            config += ",\"backend\":\"" + safe + "\"";
+        }
+        if (top_.world_size > 0) config += ",\"world_size\":" + std::to_string(top_.world_size);
+        config += "}";
+        sink_.set_run_config(top_.fulcrum.present && !top_.fulcrum.config_json.empty() ? top_.fulcrum.config_json
+                                                                                       : config);
+        for (const WorkloadEntry& entry : top_.fulcrum.workload) sink_.add_workload(entry);
+
+        if (!top_.has_base) {
+            log_.note("no baseTimeNanoseconds: this rank's timestamps are taken as they are "
+                      "(offset 0), so its alignment with other ranks is unknown");
+        }
+        if (!top_.has_rank && !top_.fulcrum.present) {
+            log_.note("no distributedInfo.rank: rank " + std::to_string(ranks_.front().rank) +
+                      " from the input's position among the files");
+        }
+        if (top_.fulcrum_damaged) {
+            log_.note("the `fulcrum` member is not one this version wrote; read as a plain "
+                      "Kineto trace");
+        }
+    }
+
+    std::int32_t step_at(std::int64_t t) const {
+        auto it = std::upper_bound(top_.steps.begin(), top_.steps.end(), t,
+                                   [](std::int64_t v, const StepWindow& w) { return v < w.start; });
+        if (it == top_.steps.begin()) return -1;
+        --it;
+        return t < it->end ? it->step : -1;
+    }
+
+    // Where an event runs: its category says so, or (for a category Kineto does not
+    // document) a pid that deviceProperties lists and no host category uses.
+    Where where_of(std::string_view cat, std::int64_t pid) {
+        if (is_device_cat(cat)) return Where::device;
+        if (is_known_host_cat(cat)) {
+            host_pids_.insert(pid);
+            return Where::host;
+        }
+        if (top_.devices.count(pid) != 0 && host_pids_.count(pid) == 0) {
+            ++unknown_device_cats_[std::string(cat.substr(0, 64))];
+            return Where::device;
+        }
+        ++unknown_host_cats_[std::string(cat.substr(0, 64))];
+        return Where::host;
+    }
+
+    LaneId lane_of(Where where, std::int64_t pid, std::int64_t tid, std::string_view cat) {
+        if (auto exported = top_.fulcrum.lanes.find({pid, tid}); exported != top_.fulcrum.lanes.end()) {
+            // Fulcrum's export: the lane is the one (pid, tid) stood for, whatever the category.
+            auto [it, added] = exported_lanes_.try_emplace({pid, tid}, LaneId{});
+            if (added) {
+                const ExportedLane& lane = exported->second;
+                it->second = sink_.add_lane(lane.rank, lane.kind, lane.name, lane.native_id);
+            }
+            return it->second;
+        }
+        const bool device = where == Where::device;
+        // The CUPTI range profiler's replayed kernels get a lane of their own per device.
+        const bool profiler = cat == "cuda_profiler_range";
+        auto [it, added] = lanes_.try_emplace(LaneKey{device, profiler, pid, tid}, LaneId{});
+        if (!added) return it->second;
+        std::string name;
+        std::int64_t native = tid;
+        if (profiler) {
+            name = "profiler ranges (device " + std::to_string(pid) + ")";
+            native = -1;
+        } else if (device) {
+            name = "stream " + std::to_string(tid) + " (device " + std::to_string(pid) + ")";
+            if (first_device_ < 0 && pid >= 0 && pid < (1 << 20)) first_device_ = static_cast<std::int32_t>(pid);
+        } else {
+            auto named = thread_names_.find({pid, tid});
+            name = named != thread_names_.end() ? named->second : "thread " + std::to_string(tid);
+            if (first_host_pid_ == 0) first_host_pid_ = pid;
+        }
+        it->second = sink_.add_lane(ranks_.front().rank, device ? LaneKind::gpu_stream : LaneKind::host_thread,
+                                    name, native);
+        return it->second;
+    }
+
+    // Pass 2.
+    Status import_events() {
+        JsonStream stream;
+        if (!open_stream(stream, input_)) return Error{ErrorCode::io, "cannot open '" + input_.path + "'"};
+        bool truncated = false, cancelled = false;
+        std::int64_t last_report = 0;
+        walk(
+            stream, [](std::string_view, std::string_view) {},
+            [&](std::string_view raw, std::int64_t index) {
+                if ((index & 1023) == 0 && stream.file_offset() - last_report > (4 << 20)) {
+                    last_report = stream.file_offset();
+                    progress(0.25 + 0.75 * double(last_report) / input_size_);
+                }
+                on_event(raw, index);
+            },
+            truncated, options_.cancel, cancelled);
+        flush();
+        if (cancelled) return Error{ErrorCode::cancelled, "import cancelled"};
+        if (truncated) {
+            std::string reason = "truncated at byte " + std::to_string(stream.offset()) +
+                                 " of the JSON: the events before it were imported, the rest of "
+                                 "the file could not be read";
+            if (!stream.problem().empty()) reason += " (" + stream.problem() + ")";
+            log_.note(reason);
+        } else if (!stream.problem().empty()) {
+            log_.note(stream.problem());
+        }
+        return {};
+    }
+
+    void on_event(std::string_view raw, std::int64_t index) {
+        RawEvent e;
+        if (!parse_event(raw, e)) {
+            log_.skip("not a JSON object", index, raw);
+            return;
+        }
+        const std::string_view ph = e.ph;
+        if (ph == "M") {
+            on_metadata(e);
+            return;
+        }
+        if (ph == "s" || ph == "f" || ph == "t") return;  // flows: the correlation args link launches
+        const bool complete = ph == "X", begin = ph == "B", end = ph == "E";
+        const bool async_begin = ph == "b", async_end = ph == "e";
+        const bool instant = ph == "i" || ph == "I" || ph == "R";
+        const bool counter = ph == "C";
+        if (!complete && !begin && !end && !async_begin && !async_end && !instant && !counter) {
+            log_.skip("unknown event type \"ph\": \"" + std::string(ph.substr(0, 16)) + "\"", index, raw);
+            return;
+        }
+        std::int64_t ts = 0;
+        if (e.ts.empty()) {
+            log_.skip("no \"ts\"", index, raw);
+            return;
+        }
+        if (!kineto::json_us_to_ns(e.ts, ts)) {
+            log_.skip("\"ts\" is not a number in the int64 nanosecond range", index, raw);
+            return;
+        }
+        if (counter) {
+            on_counter(e, ts);
+            return;
+        }
+        if (e.pid.empty() && e.tid.empty()) {
+            log_.skip("no \"pid\" or \"tid\"", index, raw);
+            return;
+        }
+        std::int64_t dur = 0;
+        if (complete) {
+            if (e.dur.empty()) {
+                log_.skip("complete event without \"dur\"", index, raw);
+                return;
+            }
+            if (!kineto::json_us_to_ns(e.dur, dur)) {
+                log_.skip("\"dur\" is not a number in the int64 nanosecond range", index, raw);
+                return;
+            }
+            if (dur < 0) {
+                log_.skip("negative \"dur\"", index, raw);
+                return;
+            }
+        }
+        const std::int64_t pid = ids_.of(e.pid.empty() ? std::string_view("0") : e.pid);
+        const std::int64_t tid = ids_.of(e.tid.empty() ? std::string_view("0") : e.tid);
+        const Where where = where_of(e.cat, pid);
+        const LaneId lane = lane_of(where, pid, tid, e.cat);
+        if (end || async_end) {
+            close_range(e, lane, ts, async_end, index, raw);
+            return;
+        }
+        Event event;
+        event.lane = lane;
+        event.start_ns = ts;
+        event.end_ns = instant ? ts : ts + dur;
+        map_event(e, where, instant, event);
+        if (begin || async_begin) {
+            open_ranges_[OpenKey{lane, async_begin ? std::string(e.id) + "\n" + e.name : std::string()}].push_back(event);
+            return;
+        }
+        add(event);
+    }
+
+    void on_metadata(const RawEvent& e) {
+        if (e.name != "thread_name" || e.pid.empty() || e.tid.empty()) return;  // the rest is not needed
+        for_each_member(e.args, [&](std::string_view k, std::string_view v) {
+            std::string text;
+            if (k != "name" || !kineto::json_string(v, text)) return;
+            const std::int64_t pid = ids_.of(e.pid), tid = ids_.of(e.tid);
+            thread_names_[{pid, tid}] = text;
+            if (auto it = lanes_.find(LaneKey{false, false, pid, tid});
+                it != lanes_.end() && top_.fulcrum.lanes.count({pid, tid}) == 0) {
+                sink_.rename_lane(it->second, text);
+            }
+        });
+    }
+
+    // A counter's rank: the exported rank whose process it is, else the file's rank.
+    void on_counter(const RawEvent& e, std::int64_t ts) {
+        std::int32_t rank = ranks_.front().rank;
+        if (top_.fulcrum.present) {
+            const std::int64_t pid = ids_.of(e.pid.empty() ? std::string_view("0") : e.pid);
+            for (const auto& [key, lane] : top_.fulcrum.lanes) {
+                if (key.first == pid) {
+                    rank = lane.rank;
+                    break;
+                }
+            }
+        }
+        for_each_member(e.args, [&](std::string_view k, std::string_view v) {
+            double value = 0;
+            if (!kineto::json_double(v, value)) return;
+            // Fulcrum's export writes a counter as {"value": v} under its own name.
+            const bool own = top_.fulcrum.present && k == "value";
+            sink_.add_counter({rank, own ? e.name : e.name + "." + std::string(k), ts, value});
+        });
+    }
+
+    void close_range(const RawEvent& e, LaneId lane, std::int64_t ts, bool async, std::int64_t index,
+                     std::string_view raw) {
+        auto open = open_ranges_.find(OpenKey{lane, async ? std::string(e.id) + "\n" + e.name : std::string()});
+        if (open == open_ranges_.end() || open->second.empty()) {
+            log_.skip(async ? "\"e\" without a matching \"b\"" : "\"E\" without a matching \"B\"", index, raw);
+            return;
+        }
+        Event event = open->second.back();
+        open->second.pop_back();
+        if (ts < event.start_ns) {
+            log_.skip(async ? "\"e\" before its \"b\"" : "\"E\" before its \"B\"", index, raw);
+            return;
+        }
+        event.end_ns = ts;
+        add(event);
+    }
+
+    // Kind, category, step and the columns the args give.
+    void map_event(const RawEvent& e, Where where, bool instant, Event& event) {
+        const std::string_view cat = e.cat;
+        std::string_view collective_name;
+        std::int64_t mtia_bytes = -1;
+        std::string direction;
+        for_each_member(e.args, [&](std::string_view k, std::string_view v) {
+            std::int64_t n = 0;
+            if (k == "correlation" && kineto::json_int(v, n)) event.correlation = n;
+            else if (k == "bytes" && kineto::json_int(v, n) && n >= 0) event.bytes = n;
+            else if (k == "Collective name") collective_name = v;
+            else if (k == "size" && kineto::json_int(v, n) && n >= 0) mtia_bytes = n;
+            else if (k == "direction") kineto::json_string(v, direction);
+        });
+        std::int32_t step = -1;
+        if (instant) {
+            event.kind = EventKind::mark;
+        } else if (cat == "kernel" || cat == "Kernel") {
+            if (!collective_name.empty() || contains_ci(e.name, "nccl")) {
+                event.kind = EventKind::collective;
+                event.category = Category::communication;
+                if (!collective_name.empty()) event.args = sink_.intern(e.args);
+            } else {
+                event.kind = EventKind::kernel;
+                event.category = contains_ci(e.name, "flash") || contains_ci(e.name, "attn") ||
+                                         contains_ci(e.name, "sdpa") || contains_ci(e.name, "fmha")
+                                     ? Category::attention
+                                     : Category::compute;
+            }
+        } else if (cat == "gpu_memcpy" || cat == "Memcpy") {
+            event.kind = EventKind::memcpy;
+            copy_kinds_from_name(e.name, event.copy_kind, event.src_memory, event.dst_memory);
+            event.category = crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
+        } else if (cat == "gpu_memset" || cat == "Memset") {
+            event.kind = EventKind::memset;
+            event.category = Category::memory;
+        } else if (cat == "cuda_sync") {
+            // The host waited on this stream (or event, or context): not device work.
+            event.kind = EventKind::sync;
+            event.category = Category::runtime;
+        } else if (cat == "cuda_profiler_range" || cat == "gpu_user_annotation") {
+            // Containers, transparent to the analyses: a user annotation on the stream, or a
+            // kernel replayed by CUPTI's range profiler (its duration is the profiler's).
+            event.kind = EventKind::range;
+            event.category = Category::schedule;
+            profiler_step(e.name, step);
+        } else if (cat == "mtia_ccp_events") {
+            map_mtia_event(e.name, direction, mtia_bytes, event);
+        } else if (is_runtime_cat(cat)) {
+            event.kind = EventKind::api;
+            event.category = Category::runtime;
+        } else if (where == Where::device) {
+            event.kind = EventKind::kernel;  // an accelerator's work of a category Kineto does not document
+            event.category = Category::compute;
+        } else {
+            event.kind = EventKind::range;
+            event.category = Category::other;
+        }
+        std::int32_t host_step = -1;
+        if (where == Where::host && !top_.fulcrum.present && profiler_step(e.name, host_step) &&
+            event.kind == EventKind::range) {
+            event.name = step_name();
+            event.category = Category::schedule;
+            event.args = sink_.intern("{\"kineto_name\":\"ProfilerStep#" + std::to_string(host_step) + "\"}");
+            step = host_step;
+        } else {
+            event.name = sink_.intern(e.name);
+        }
+        if (top_.fulcrum.present) {
+            map_fulcrum_args(e.args, event);
+            return;
+        }
+        event.step = step >= 0 ? step : step_of(where, event);
+    }
+
+    // MTIA's command processor: DMA requests are copies (direction and size in the args),
+    // waits are synchronisation, everything else is the device executing.
+    static void map_mtia_event(std::string_view name, const std::string& direction, std::int64_t bytes,
+                               Event& event) {
+        if (contains_ci(name, "dma")) {
+            event.kind = EventKind::memcpy;
+            event.bytes = bytes;
+            event.copy_kind = direction == "DEVICE_TO_HOST"   ? CopyKind::device_to_host
+                              : direction == "HOST_TO_DEVICE" ? CopyKind::host_to_device
+                              : direction == "DEVICE_TO_DEVICE" ? CopyKind::device_to_device
+                                                                : CopyKind::none;
+            event.category = crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
+        } else if (contains_ci(name, "wait")) {
+            event.kind = EventKind::sync;
+            event.category = Category::runtime;
+        } else {
+            event.kind = EventKind::kernel;
+            event.category = Category::compute;
+        }
+    }
+
+    // A foreign event's step: a device event's launch's step (same correlation, when the
+    // launch came earlier in the file), else the step window its start falls in.
+    std::int32_t step_of(Where where, const Event& event) {
+        std::int32_t step = -1;
+        if (where == Where::device && event.correlation >= 0) {
+            if (auto it = launch_step_.find(event.correlation); it != launch_step_.end()) step = it->second;
+        }
+        if (step < 0) step = step_at(event.start_ns);
+        if (where == Where::host && step >= 0 && event.kind == EventKind::api && event.correlation >= 0) {
+            launch_step_.emplace(event.correlation, step);
+        }
+        return step;
+    }
+
+    // Fulcrum's export writes the event's own columns into its args (core/export/chrome_trace.h).
+    void map_fulcrum_args(std::string_view args, Event& event) {
+        for_each_member(args, [&](std::string_view k, std::string_view v) {
+            std::int64_t n = 0;
+            std::string text;
+            if (k == "kind" && kineto::json_string(v, text)) {
+                for (int i = 0; i < kEventKindCount; ++i) {
+                    if (to_string(static_cast<EventKind>(i)) == text) event.kind = static_cast<EventKind>(i);
+                }
+            } else if (k == "category" && kineto::json_string(v, text)) {
+                for (int i = 0; i < kCategoryCount; ++i) {
+                    if (to_string(static_cast<Category>(i)) == text) event.category = static_cast<Category>(i);
+                }
+            } else if (k == "phase" && kineto::json_string(v, text)) {
+                for (int i = 0; i <= 2; ++i) {
+                    if (to_string(static_cast<Phase>(i)) == text) event.phase = static_cast<Phase>(i);
+                }
+            } else if (k == "copy" && kineto::json_string(v, text)) {
+                for (int i = 1; i <= 10; ++i) {
+                    if (to_string(static_cast<CopyKind>(i)) == text) event.copy_kind = static_cast<CopyKind>(i);
+                }
+            } else if ((k == "src memory" || k == "dst memory") && kineto::json_string(v, text)) {
+                for (int i = 0; i <= 7; ++i) {
+                    if (to_string(static_cast<MemoryKind>(i)) == text) {
+                        (k == "src memory" ? event.src_memory : event.dst_memory) = static_cast<MemoryKind>(i);
+                    }
+                }
+            } else if (k == "step" && kineto::json_int(v, n) && n >= 0 && n <= INT32_MAX) {
+                event.step = static_cast<std::int32_t>(n);
+            } else if (k == "microbatch" && kineto::json_int(v, n) && n >= 0 && n <= INT32_MAX) {
+                event.microbatch = static_cast<std::int32_t>(n);
+            } else if (k == "stage" && kineto::json_int(v, n) && n >= 0 && n <= INT16_MAX) {
+                event.stage = static_cast<std::int16_t>(n);
+            } else if (k == "args") {
+                event.args = sink_.intern(v);
+            }
+        });
+        if (event.kind == EventKind::mark) event.end_ns = event.start_ns;
+    }
+
+    StringId step_name() {
+        if (!step_name_.valid()) step_name_ = sink_.intern("step");
+        return step_name_;
+    }
+
+    void add(const Event& event) {
+        batch_.push_back(event);
+        if (batch_.size() >= 4096) flush();
+    }
+    void flush() {
+        sink_.add_events(batch_.data(), batch_.size());
+        batch_.clear();
+    }
+
+    void finish() {
+        for (auto& [key, stack] : open_ranges_) {
+            if (!stack.empty()) {
+                log_.skip(key.async_id.empty() ? "\"B\" without a matching \"E\"" : "\"b\" without a matching \"e\"", -1,
+                          "", static_cast<std::int64_t>(stack.size()));
+            }
+        }
+        for (const auto& [cat, n] : unknown_host_cats_) {
+            log_.note("unknown category \"" + cat + "\": " + std::to_string(n) +
+                      " events imported as host ranges (category other)");
+        }
+        for (const auto& [cat, n] : unknown_device_cats_) {
+            log_.note("unknown category \"" + cat + "\" on a device's pid: " + std::to_string(n) +
+                      " events imported as device work (kernels)");
+        }
+        log_.finish();
+        for (RankInfo& rank : ranks_) {
+            if (top_.fulcrum.present) continue;  // the export's rows are whole
+            rank.pid = first_host_pid_;
+            if (top_.devices.size() == 1) rank.device = static_cast<std::int32_t>(*top_.devices.begin());
+            else rank.device = first_device_;
+            sink_.add_rank(rank);
+        }
+        progress(1.0);
+    }
+
+    struct LaneKey {
+        bool device, profiler;
+        std::int64_t pid, tid;
+        bool operator<(const LaneKey& o) const {
+            return std::tie(device, profiler, pid, tid) < std::tie(o.device, o.profiler, o.pid, o.tid);
+        }
+    };
+    struct OpenKey {
+        LaneId lane;
+        std::string async_id;  // "" for B/E; "id\nname" for b/e
+        bool operator<(const OpenKey& o) const { return std::tie(lane, async_id) < std::tie(o.lane, o.async_id); }
+    };
+
+    const ImportInput& input_;
+    TraceSink& sink_;
+    const ImportFileOptions& options_;
+    ImportLog log_;
+    double input_size_ = 1;
+    TopLevel top_;
+    std::vector<RankInfo> ranks_;
+    IdMap ids_;
+    std::map<LaneKey, LaneId> lanes_;
+    std::map<std::pair<std::int64_t, std::int64_t>, LaneId> exported_lanes_;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names_;
+    std::set<std::int64_t> host_pids_;
+    std::int64_t first_host_pid_ = 0;
+    std::int32_t first_device_ = -1;
+    std::map<OpenKey, std::vector<Event>> open_ranges_;  // "B" waiting for "E", "b" for "e"
+    std::unordered_map<std::int64_t, std::int32_t> launch_step_;  // correlation -> step
+    std::map<std::string, std::int64_t> unknown_host_cats_, unknown_device_cats_;
+    StringId step_name_;
+    std::vector<Event> batch_;
+};
+
 class KinetoImporter final : public Importer {
 public:
     std::string_view name() const override { return "kineto-json"; }
@@ -289,417 +916,10 @@ public:
         }
         return false;
     }
-    Result<std::vector<std::string>> import_file(const std::string& input,
-                                                 const ImportFileOptions& options) const override;
-};
-
-struct LogSink {
-    store::TraceWriter* writer = nullptr;
-    std::string source;
-    std::map<std::string, std::int64_t> counts;
-    void add(const std::string& reason, std::int64_t index, std::string_view record) {
-        const std::int64_t n = ++counts[reason];
-        if (n <= kLogPerReason) {
-            writer->add_import_log({source, index, reason,
-                                    std::string(record.substr(0, kLogRecordBytes))});
-        }
-    }
-    void finish() {
-        for (const auto& [reason, n] : counts) {
-            if (n > kLogPerReason) {
-                writer->add_import_log({source, -1,
-                                        reason + ": " + std::to_string(n - kLogPerReason) +
-                                            " more records like this (" + std::to_string(n) +
-                                            " in all)",
-                                        ""});
-            }
-        }
+    Status read(const ImportInput& input, TraceSink& sink, const ImportFileOptions& options) const override {
+        return KinetoImport(input, sink, options).run();
     }
 };
-
-Result<std::vector<std::string>> KinetoImporter::import_file(const std::string& input,
-                                                             const ImportFileOptions& options) const {
-    std::error_code ec;
-    const auto file_size = static_cast<double>(std::max<std::uintmax_t>(1, std::filesystem::file_size(input, ec)));
-    if (ec) return Error{ErrorCode::io, "cannot read '" + input + "': " + ec.message()};
-    auto progress = [&](double fraction) {
-        if (options.progress) options.progress(std::clamp(fraction, 0.0, 1.0));
-    };
-    const auto* cancel = options.cancel;
-
-    // Pass 1: top-level members and the host ProfilerStep windows.
-    TopLevel top;
-    {
-        JsonStream stream;
-        if (!stream.open(input)) return Error{ErrorCode::io, "cannot open '" + input + "'"};
-        bool events_seen = false, truncated = false, cancelled = false;
-        std::string scratch;
-        std::int64_t last_report = 0, seen = 0;
-        const bool readable = walk(
-            stream, [&](std::string_view key, std::string_view raw) { read_top_member(key, raw, top, events_seen); },
-            [&](std::string_view raw, std::int64_t) {
-                events_seen = true;
-                if ((++seen & 1023) == 0 && stream.file_offset() - last_report > (8 << 20)) {
-                    last_report = stream.file_offset();
-                    progress(0.25 * double(last_report) / file_size);
-                }
-                if (raw.find("ProfilerStep#") == std::string_view::npos) return;
-                RawEvent e;
-                if (!parse_event(raw, e, scratch) || e.ph != "X" || is_gpu_cat(e.cat)) return;
-                std::int32_t step = 0;
-                std::int64_t ts = 0, dur = 0;
-                if (profiler_step(e.name, step) && kineto::json_us_to_ns(e.ts, ts) &&
-                    kineto::json_us_to_ns(e.dur, dur) && dur >= 0) {
-                    top.steps.push_back({ts, ts + dur, step});
-                }
-            },
-            truncated, cancel, cancelled);
-        if (cancelled) return Error{ErrorCode::cancelled, "import cancelled"};
-        if (!readable) {
-            return Error{ErrorCode::invalid_input,
-                         "'" + input + "' is not Chrome trace JSON (it should start with {\"traceEvents\": [ or [{)" +
-                             (stream.problem().empty() ? "" : ": " + stream.problem())};
-        }
-        std::sort(top.steps.begin(), top.steps.end(),
-                  [](const StepWindow& a, const StepWindow& b) { return a.start < b.start; });
-    }
-
-    // Pass 2: the import.
-    const std::int32_t rank = top.has_rank && !top.distributed_after_events ? top.rank : options.input_index;
-    const std::string path = (std::filesystem::path(options.scratch_dir) /
-                              ("rank-" + std::to_string(rank) + ".sqlite")).string();
-    RunInfo run;
-    run.name = std::filesystem::path(input).filename().string();
-    run.command = "fulcrum import " + input;
-    run.start_utc_ns = top.has_base ? top.base_ns : 0;
-    run.origin = RunOrigin::imported;
-    run.producer = "fulcrum kineto-json importer";
-    run.config_json = "{\"source\":\"kineto\"";
-    if (!top.backend.empty()) {
-        std::string safe;
-        for (char c : top.backend) if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') safe += c;
-        run.config_json += ",\"backend\":\"" + safe + "\"";
-    }
-    if (top.world_size > 0) run.config_json += ",\"world_size\":" + std::to_string(top.world_size);
-    run.config_json += "}";
-    store::WriterOptions writer_options;
-    writer_options.overflow = store::WriterOptions::Overflow::block;
-    writer_options.overwrite = true;
-    auto created = store::TraceWriter::create(path, run, writer_options);
-    if (!created) return created.error();
-    store::TraceWriter& writer = **created;
-
-    RankInfo rank_info;
-    rank_info.rank = rank;
-    rank_info.device = top.device;
-    rank_info.utc_offset_ns = top.has_base ? top.base_ns : 0;
-    rank_info.alignment = ClockAlignment::utc_offset;
-    writer.add_rank(rank_info);
-
-    LogSink log{&writer, std::filesystem::path(input).filename().string(), {}};
-    if (!top.has_base) {
-        log.add("no baseTimeNanoseconds: this rank's timestamps are taken as they are (offset 0), "
-                "so its alignment with other ranks is unknown", -1, "");
-    }
-    if (top.distributed_after_events) {
-        log.add("distributedInfo comes after traceEvents: rank " + std::to_string(top.rank) +
-                " ignored, the input's position (" + std::to_string(options.input_index) + ") used", -1, "");
-    }
-    if (!top.has_rank) {
-        log.add("no distributedInfo.rank: rank " + std::to_string(rank) + " from the input's position", -1, "");
-    }
-
-    auto step_at = [&](std::int64_t t) -> std::int32_t {
-        auto it = std::upper_bound(top.steps.begin(), top.steps.end(), t,
-                                   [](std::int64_t v, const StepWindow& w) { return v < w.start; });
-        if (it == top.steps.begin()) return -1;
-        --it;
-        return t < it->end ? it->step : -1;
-    };
-
-    IdMap ids;
-    struct LaneKey {
-        bool gpu;
-        std::int64_t pid, tid;
-        bool operator<(const LaneKey& o) const { return std::tie(gpu, pid, tid) < std::tie(o.gpu, o.pid, o.tid); }
-    };
-    std::map<LaneKey, LaneId> lanes;
-    std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names;
-    std::int64_t first_host_pid = 0;
-    std::int32_t first_device = -1;
-    auto lane_of = [&](bool gpu, std::int64_t pid, std::int64_t tid) {
-        auto [it, added] = lanes.emplace(LaneKey{gpu, pid, tid}, LaneId{});
-        if (added) {
-            std::string name;
-            if (gpu) {
-                name = "stream " + std::to_string(tid) + " (device " + std::to_string(pid) + ")";
-                if (first_device < 0 && pid >= 0 && pid < (1 << 20)) first_device = static_cast<std::int32_t>(pid);
-            } else {
-                auto named = thread_names.find({pid, tid});
-                name = named != thread_names.end() ? named->second : "thread " + std::to_string(tid);
-                if (first_host_pid == 0) first_host_pid = pid;
-            }
-            it->second = writer.add_lane(rank, gpu ? LaneKind::gpu_stream : LaneKind::host_thread, name, tid);
-        }
-        return it->second;
-    };
-    struct Open {
-        Event event;
-    };
-    std::map<LaneId, std::vector<Event>> open_ranges;  // "B" waiting for "E"
-    std::unordered_map<std::int64_t, std::int32_t> launch_step;  // correlation -> step
-    std::map<std::string, std::int64_t> unknown_cats;
-    const StringId step_name = writer.intern("step");
-
-    std::vector<Event> batch;
-    batch.reserve(4096);
-    auto flush = [&]() {
-        writer.add_events(batch.data(), batch.size());
-        batch.clear();
-    };
-
-    JsonStream stream;
-    if (!stream.open(input)) return Error{ErrorCode::io, "cannot open '" + input + "'"};
-    bool truncated = false, cancelled = false;
-    std::int64_t last_report = 0, events = 0;
-    std::string scratch, text;
-    RawEvent e;
-    walk(
-        stream, [](std::string_view, std::string_view) {},
-        [&](std::string_view raw, std::int64_t index) {
-            if ((index & 1023) == 0 && stream.file_offset() - last_report > (4 << 20)) {
-                last_report = stream.file_offset();
-                progress(0.25 + 0.75 * double(last_report) / file_size);
-            }
-            e = RawEvent{};
-            if (!parse_event(raw, e, scratch)) {
-                log.add("not a JSON object", index, raw);
-                return;
-            }
-            const std::string_view ph = e.ph;
-            if (ph == "M") {
-                if (e.name == "thread_name" && !e.pid.empty() && !e.tid.empty()) {
-                    JsonCursor args(e.args);
-                    std::string_view k, v;
-                    bool ok = false;
-                    if (args.begin_object()) {
-                        while (args.next_member(k, v, ok)) {
-                            if (k == "name" && kineto::json_string(v, text)) {
-                                const std::int64_t pid = ids.of(e.pid), tid = ids.of(e.tid);
-                                thread_names[{pid, tid}] = text;
-                                if (auto it = lanes.find(LaneKey{false, pid, tid}); it != lanes.end()) {
-                                    writer.rename_lane(it->second, text);
-                                }
-                            }
-                        }
-                    }
-                }
-                return;  // other metadata (process names, sort indexes, labels) is not needed
-            }
-            if (ph == "s" || ph == "f" || ph == "t") return;  // flows: correlation args link launches
-            const bool complete = ph == "X", begin = ph == "B", end_ph = ph == "E";
-            const bool instant = ph == "i" || ph == "I" || ph == "R";
-            const bool counter = ph == "C";
-            if (!complete && !begin && !end_ph && !instant && !counter) {
-                log.add("unknown event type \"ph\": \"" + std::string(ph.substr(0, 16)) + "\"", index, raw);
-                return;
-            }
-            std::int64_t ts = 0;
-            if (e.ts.empty()) {
-                log.add("no \"ts\"", index, raw);
-                return;
-            }
-            if (!kineto::json_us_to_ns(e.ts, ts)) {
-                log.add("\"ts\" is not a number", index, raw);
-                return;
-            }
-            if (e.pid.empty() && e.tid.empty() && !counter) {
-                log.add("no \"pid\" or \"tid\"", index, raw);
-                return;
-            }
-            if (counter) {
-                JsonCursor args(e.args);
-                std::string_view k, v;
-                bool ok = false;
-                double value = 0;
-                if (args.begin_object()) {
-                    while (args.next_member(k, v, ok)) {
-                        if (kineto::json_double(v, value)) {
-                            writer.add_counter({rank, e.name + "." + std::string(k), ts, value});
-                        }
-                    }
-                }
-                return;
-            }
-            std::int64_t dur = 0;
-            if (complete) {
-                if (e.dur.empty()) {
-                    log.add("complete event without \"dur\"", index, raw);
-                    return;
-                }
-                if (!kineto::json_us_to_ns(e.dur, dur)) {
-                    log.add("\"dur\" is not a number", index, raw);
-                    return;
-                }
-                if (dur < 0) {
-                    log.add("negative \"dur\"", index, raw);
-                    return;
-                }
-            }
-            const std::string_view cat = e.cat;
-            const bool gpu = is_gpu_cat(cat);
-            if (!gpu && !is_known_host_cat(cat)) ++unknown_cats[std::string(cat.substr(0, 64))];
-            const std::int64_t pid = ids.of(e.pid.empty() ? std::string_view("0") : e.pid);
-            const std::int64_t tid = ids.of(e.tid.empty() ? std::string_view("0") : e.tid);
-            const LaneId lane = lane_of(gpu, pid, tid);
-
-            if (end_ph) {
-                auto& stack = open_ranges[lane];
-                if (stack.empty()) {
-                    log.add("\"E\" without a matching \"B\"", index, raw);
-                    return;
-                }
-                Event event = stack.back();
-                stack.pop_back();
-                if (ts < event.start_ns) {
-                    log.add("\"E\" before its \"B\"", index, raw);
-                    return;
-                }
-                event.end_ns = ts;
-                batch.push_back(event);
-                ++events;
-                if (batch.size() >= 4096) flush();
-                return;
-            }
-
-            Event event;
-            event.lane = lane;
-            event.start_ns = ts;
-            event.end_ns = ts + dur;
-            // args: correlation, bytes, "Collective name".
-            bool collective_args = false;
-            if (!e.args.empty()) {
-                JsonCursor args(e.args);
-                std::string_view k, v;
-                bool ok = false;
-                if (args.begin_object()) {
-                    while (args.next_member(k, v, ok)) {
-                        std::int64_t n = 0;
-                        if (k == "correlation" && kineto::json_int(v, n)) event.correlation = n;
-                        else if (k == "bytes" && kineto::json_int(v, n) && n >= 0) event.bytes = n;
-                        else if (k == "Collective name") collective_args = true;
-                    }
-                }
-            }
-            std::int32_t step = -1;
-            if (instant) {
-                event.kind = EventKind::mark;
-                event.end_ns = event.start_ns;
-            } else if (cat == "kernel" || cat == "Kernel") {
-                if (collective_args || contains_ci(e.name, "nccl")) {
-                    event.kind = EventKind::collective;
-                    event.category = Category::communication;
-                    event.args = writer.intern(e.args);
-                } else {
-                    event.kind = EventKind::kernel;
-                    event.category = contains_ci(e.name, "flash") || contains_ci(e.name, "attn") ||
-                                             contains_ci(e.name, "sdpa") || contains_ci(e.name, "fmha")
-                                         ? Category::attention
-                                         : Category::compute;
-                }
-            } else if (cat == "gpu_memcpy" || cat == "Memcpy") {
-                event.kind = EventKind::memcpy;
-                if (e.name.find("HtoD") != std::string::npos) event.copy_kind = CopyKind::host_to_device;
-                else if (e.name.find("DtoH") != std::string::npos) event.copy_kind = CopyKind::device_to_host;
-                else if (e.name.find("DtoD") != std::string::npos) event.copy_kind = CopyKind::device_to_device;
-                else if (e.name.find("PtoP") != std::string::npos) event.copy_kind = CopyKind::peer_to_peer;
-                event.category = event.copy_kind == CopyKind::host_to_device ||
-                                         event.copy_kind == CopyKind::device_to_host
-                                     ? Category::offload
-                                     : Category::memory;
-                event.args = writer.intern(e.args);
-            } else if (cat == "gpu_memset" || cat == "Memset") {
-                event.kind = EventKind::memset;
-                event.category = Category::memory;
-            } else if (cat == "gpu_user_annotation") {
-                event.kind = EventKind::range;
-                event.category = Category::schedule;  // transparent around the kernels it covers
-                profiler_step(e.name, step);
-            } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "Runtime" ||
-                       cat == "privateuse1_runtime" || cat == "privateuse1_driver") {
-                event.kind = EventKind::api;
-                event.category = Category::runtime;
-            } else {
-                event.kind = EventKind::range;
-                event.category = Category::other;
-            }
-            std::int32_t host_step = -1;
-            if (!gpu && profiler_step(e.name, host_step) && event.kind == EventKind::range) {
-                event.name = step_name;
-                event.category = Category::schedule;
-                event.args = writer.intern("{\"kineto_name\":\"ProfilerStep#" + std::to_string(host_step) + "\"}");
-                step = host_step;
-            } else {
-                event.name = writer.intern(e.name);
-            }
-            if (step < 0) {
-                if (gpu) {
-                    if (event.correlation >= 0) {
-                        if (auto it = launch_step.find(event.correlation); it != launch_step.end()) step = it->second;
-                    }
-                    if (step < 0) step = step_at(event.start_ns);
-                } else {
-                    step = step_at(event.start_ns);
-                    if (step >= 0 && event.kind == EventKind::api && event.correlation >= 0) {
-                        launch_step.emplace(event.correlation, step);
-                    }
-                }
-            }
-            event.step = step;
-            if (begin) {
-                open_ranges[lane].push_back(event);
-                return;
-            }
-            batch.push_back(event);
-            ++events;
-            if (batch.size() >= 4096) flush();
-        },
-        truncated, cancel, cancelled);
-    flush();
-    if (cancelled) {
-        (void)writer.close();  // the file is removed anyway
-        std::filesystem::remove(path, ec);
-        return Error{ErrorCode::cancelled, "import cancelled"};
-    }
-    for (auto& [lane, stack] : open_ranges) {
-        for (const Event& open : stack) {
-            (void)open;
-            log.add("\"B\" without a matching \"E\"", -1, "");
-        }
-    }
-    for (const auto& [cat, n] : unknown_cats) {
-        writer.add_import_log({log.source, -1,
-                               "unknown category \"" + cat + "\": " + std::to_string(n) +
-                                   " events imported as host ranges (category other)",
-                               ""});
-    }
-    if (truncated) {
-        std::string reason = "truncated at byte " + std::to_string(stream.offset()) +
-                             " of the JSON: the events before it were imported";
-        if (!stream.problem().empty()) reason += " (" + stream.problem() + ")";
-        log.add(reason, -1, "");
-    } else if (!stream.problem().empty()) {
-        log.add(stream.problem(), -1, "");
-    }
-    log.finish();
-    rank_info.pid = first_host_pid;
-    if (rank_info.device < 0) rank_info.device = first_device;
-    writer.add_rank(rank_info);
-    if (auto closed = writer.close(); !closed) return closed.error();
-    progress(1.0);
-    (void)events;
-    return std::vector<std::string>{path};
-}
 
 }  // namespace
 

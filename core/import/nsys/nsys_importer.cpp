@@ -19,7 +19,6 @@
 
 #include "collectors/inject/annotation.h"
 #include "core/import/importer.h"
-#include "core/store/trace_writer.h"
 
 namespace fulcrum::importer {
 
@@ -47,7 +46,7 @@ std::int64_t tid_of(std::int64_t global_tid) { return global_tid % kPidShift; }
 // Thin read-only access to the export; no Fulcrum schema here.
 class Source {
 public:
-    explicit Source(std::string path) : path_(std::move(path)) {}
+    explicit Source(const ImportInput& input) : path_(input.path), bytes_(input.bytes) {}
     ~Source() {
         if (db_ != nullptr) {
             sqlite3_close_v2(db_);
@@ -57,9 +56,19 @@ public:
     Source& operator=(const Source&) = delete;
 
     Status open() {
-        const int rc = sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
-                                       nullptr);
-        if (rc != SQLITE_OK) {
+        if (bytes_ != nullptr) {
+            // Bytes in memory: an in-memory database over them, read-only, nothing on disk.
+            if (sqlite3_open_v2(":memory:", &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                                nullptr) != SQLITE_OK ||
+                sqlite3_deserialize(db_, "main",
+                                    reinterpret_cast<unsigned char*>(const_cast<char*>(bytes_->data())),
+                                    static_cast<sqlite3_int64>(bytes_->size()),
+                                    static_cast<sqlite3_int64>(bytes_->size()),
+                                    SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
+                return damaged("cannot open it");
+            }
+        } else if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
+                                   nullptr) != SQLITE_OK) {
             return damaged("cannot open it");
         }
         // A hostile file must not make SQLite allocate without bound.
@@ -138,6 +147,7 @@ public:
 
 private:
     std::string path_;
+    const std::string* bytes_ = nullptr;
     sqlite3* db_ = nullptr;
     std::set<std::string> tables_;
     std::map<std::string, std::set<std::string>> columns_;
@@ -219,8 +229,8 @@ struct Process {
 
 class Import {
 public:
-    Import(Source& source, store::TraceWriter& writer, const ImportFileOptions& options)
-        : source_(source), writer_(writer), options_(options) {}
+    Import(Source& source, TraceSink& writer, const ImportFileOptions& options, std::string name)
+        : source_(source), writer_(writer), options_(options), log_(writer, std::move(name)) {}
 
     Status run(const std::string& input) {
         if (auto status = read_strings(); !status) return status;
@@ -248,6 +258,7 @@ public:
                 options_.progress(std::min(done, 1.0));
             }
         }
+        log_.finish();
         return {};
     }
 
@@ -267,8 +278,19 @@ private:
         }
     }
 
-    void skip(const std::string& table, std::int64_t row, std::string reason, std::string record) {
-        writer_.add_import_log(ImportLogEntry{table, row, std::move(reason), std::move(record)});
+    void skip(const std::string& table, std::int64_t row, const std::string& reason,
+              const std::string& record, std::int64_t count = 1) {
+        log_.skip(table + ": " + reason, row, record, count);
+    }
+
+    // A table that lacks a column it cannot do without: every row of it is skipped.
+    void skip_table(const std::string& table, const char* column) {
+        std::int64_t rows = 0;
+        (void)source_.query("SELECT COUNT(*) FROM \"" + table + "\"", [&](sqlite3_stmt* stmt) {
+            rows = sqlite3_column_int64(stmt, 0);
+            return false;
+        });
+        skip(table, -1, "table skipped: it has no '" + std::string(column) + "' column", "", rows);
     }
 
     Status read_strings() {
@@ -442,10 +464,13 @@ private:
                        " -> rank " + std::to_string(info.rank);
             ++index;
         }
-        if (several && options_.warnings != nullptr) {
-            options_.warnings->push_back("'" + input + "' holds " +
-                                         std::to_string(processes_.size()) +
-                                         " processes; each became a rank (" + listing + ")");
+        if (several) {
+            const std::string text = "'" + input + "' holds " + std::to_string(processes_.size()) +
+                                     " processes; each became a rank (" + listing + ")";
+            log_.note(text);
+            if (options_.warnings != nullptr) {
+                options_.warnings->push_back(text);
+            }
         }
         return {};
     }
@@ -505,7 +530,7 @@ private:
         }
         for (const char* needed : {"start", "end", "globalPid"}) {
             if (!source_.has_column(table, needed)) {
-                skip(table, -1, "table skipped: it has no '" + std::string(needed) + "' column", "");
+                skip_table(table, needed);
                 return {};
             }
         }
@@ -583,16 +608,22 @@ private:
     }
 
     Status read_memcpy() {
-        return read_gpu_table("CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind"},
+        return read_gpu_table("CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind", "srcKind", "dstKind"},
                               [&](sqlite3_stmt* stmt, int first, Event& event) {
                                   event.kind = EventKind::memcpy;
                                   event.bytes = int_or(stmt, first, -1);
                                   const std::int64_t kind = int_or(stmt, first + 1, -1);
                                   event.copy_kind = kind >= 1 && kind <= 10 ? static_cast<CopyKind>(kind)
                                                                             : CopyKind::none;
-                                  // Host<->device (and host<->array) copies are offload.
-                                  event.category = kind >= 1 && kind <= 4 ? Category::offload
-                                                                          : Category::memory;
+                                  auto memory = [&](int column) {
+                                      const std::int64_t value = int_or(stmt, column, -1);
+                                      return value >= 0 && value <= 7 ? static_cast<MemoryKind>(value)
+                                                                      : MemoryKind::none;
+                                  };
+                                  event.src_memory = memory(first + 2);
+                                  event.dst_memory = memory(first + 3);
+                                  event.category = crosses_host_and_device(event.copy_kind) ? Category::offload
+                                                                                           : Category::memory;
                                   event.name = intern(std::string(copy_label(kind)));
                               });
     }
@@ -614,7 +645,7 @@ private:
         }
         for (const char* needed : {"start", "end", "globalTid"}) {
             if (!source_.has_column(table, needed)) {
-                skip(table, -1, "table skipped: it has no '" + std::string(needed) + "' column", "");
+                skip_table(table, needed);
                 return {};
             }
         }
@@ -664,7 +695,7 @@ private:
         }
         for (const char* needed : {"start", "eventType", "globalTid"}) {
             if (!source_.has_column(table, needed)) {
-                skip(table, -1, "table skipped: it has no '" + std::string(needed) + "' column", "");
+                skip_table(table, needed);
                 return {};
             }
         }
@@ -785,8 +816,9 @@ private:
     }
 
     Source& source_;
-    store::TraceWriter& writer_;
+    TraceSink& writer_;
     const ImportFileOptions& options_;
+    ImportLog log_;
     std::unordered_map<std::int64_t, std::string> strings_;
     std::map<std::int64_t, std::string> domains_;
     std::map<std::int64_t, Process> processes_;
@@ -823,8 +855,8 @@ public:
         return true;
     }
 
-    Result<std::vector<std::string>> import_file(const std::string& input,
-                                                 const ImportFileOptions& options) const override {
+    Status read(const ImportInput& input, TraceSink& sink,
+                const ImportFileOptions& options) const override {
         Source source(input);
         if (auto status = source.open(); !status) {
             return status.error();
@@ -836,47 +868,12 @@ public:
         }
         if (!source.has_table("StringIds") || !activity) {
             return Error{ErrorCode::invalid_input,
-                         "'" + input +
+                         "'" + input.path +
                              "' is an SQLite database but not an Nsight Systems export (it has no "
                              "StringIds table with CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS tables)"};
         }
-
-        const std::string stem = std::filesystem::path(input).stem().string();
-        const std::string output = (std::filesystem::path(options.scratch_dir) /
-                                    ("nsys-" + std::to_string(options.input_index) + ".fulcrum"))
-                                       .string();
-        RunInfo run;
-        run.origin = RunOrigin::imported;
-        run.name = stem;
-        run.command = "nsys export " + std::filesystem::path(input).filename().string();
-        run.producer = "fulcrum import (nsys-sqlite)";
-        store::WriterOptions writer_options;
-        writer_options.overflow = store::WriterOptions::Overflow::block;
-        writer_options.overwrite = true;
-        auto writer = store::TraceWriter::create(output, run, writer_options);
-        if (!writer) {
-            return writer.error();
-        }
-        auto remove_output = [&] {
-            (void)(*writer)->close();
-            std::error_code ec;
-            for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-                std::filesystem::remove(output + suffix, ec);
-            }
-        };
-        Import import(source, **writer, options);
-        if (auto status = import.run(input); !status) {
-            remove_output();
-            return status.error();
-        }
-        if (auto status = (*writer)->close(); !status) {
-            remove_output();
-            return status.error();
-        }
-        if (options.progress) {
-            options.progress(1.0);
-        }
-        return std::vector<std::string>{output};
+        Import import(source, sink, options, std::filesystem::path(input.path).filename().string());
+        return import.run(input.path);
     }
 };
 

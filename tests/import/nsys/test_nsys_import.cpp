@@ -379,11 +379,14 @@ private slots:
         QCOMPARE(reader->ranks()[0].pid, std::int64_t(100));
         QCOMPARE(reader->ranks()[1].pid, std::int64_t(200));
         QCOMPARE(reader->ranks()[1].rank, 1);
-        // Said as a warning, not logged as a skipped record: nothing was dropped.
+        // Said as a warning and logged as a note, not as a skipped record: nothing was dropped.
         auto log = reader->import_log();
         QVERIFY(log);
-        QCOMPARE(log->size(), std::size_t(0));
+        QCOMPARE(log->size(), std::size_t(1));
+        QCOMPARE(log->front().skipped, std::int64_t(0));
+        QVERIFY(log->front().reason.rfind("note: ", 0) == 0);
         QCOMPARE(report->skipped, std::int64_t(0));
+        QCOMPARE(report->notes, std::int64_t(1));
         QCOMPARE(report->warnings.size(), std::size_t(1));
         QVERIFY(report->warnings.front().find("holds 2 processes") != std::string::npos);
         QVERIFY(report->warnings.front().find("pid 200 (train.py) -> rank 1") != std::string::npos);
@@ -450,9 +453,10 @@ private slots:
         auto log = reader->import_log();
         QVERIFY(log);
         QCOMPARE(log->size(), std::size_t(1));
-        QCOMPARE(log->front().source, std::string("CUPTI_ACTIVITY_KIND_KERNEL"));
+        QCOMPARE(log->front().source, std::string("neg.sqlite"));
         QCOMPARE(log->front().record_index, std::int64_t(3));
-        QVERIFY(log->front().reason.find("negative duration") != std::string::npos);
+        QCOMPARE(log->front().skipped, std::int64_t(1));
+        QVERIFY(log->front().reason.rfind("CUPTI_ACTIVITY_KIND_KERNEL: negative duration", 0) == 0);
         QVERIFY(log->front().record.find("start=5000 end=4000") != std::string::npos);
     }
 

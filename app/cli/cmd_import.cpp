@@ -41,8 +41,12 @@ int run_import(const ImportArgs& args) {
                 args.output.c_str());
     if (report->skipped > 0) {
         std::printf("%lld records could not be mapped and were skipped; see them with: "
-                    "sqlite3 '%s' 'SELECT * FROM import_log'\n",
+                    "sqlite3 '%s' 'SELECT * FROM import_log WHERE skipped > 0'\n",
                     static_cast<long long>(report->skipped), args.output.c_str());
+    }
+    if (report->notes > 0) {
+        std::printf("%lld notes on the input (nothing skipped): fulcrum info '%s' lists them\n",
+                    static_cast<long long>(report->notes), args.output.c_str());
     }
     for (const auto& warning : report->warnings) {
         warn(warning);

@@ -93,8 +93,23 @@ int run_info(const std::string& path) {
 
     auto log = trace->import_log();
     if (log && !log->empty()) {
-        out += "\nnot recorded: " + std::to_string(log->size()) +
-               " records could not be mapped (see the import_log table)\n";
+        std::int64_t skipped = 0, notes = 0;
+        for (const ImportLogEntry& entry : *log) {
+            skipped += entry.skipped;
+            notes += entry.skipped == 0 ? 1 : 0;
+        }
+        if (skipped > 0) {
+            out += "\nnot recorded: " + std::to_string(skipped) +
+                   " records could not be mapped (see the import_log table)\n";
+        }
+        if (notes > 0) {
+            out += "\nimport notes (nothing skipped):\n";
+            for (const ImportLogEntry& entry : *log) {
+                if (entry.skipped == 0) {
+                    out += "  " + entry.source + ": " + entry.reason + "\n";
+                }
+            }
+        }
     }
     std::fputs(out.c_str(), stdout);
 

@@ -56,8 +56,28 @@ IntervalSet& set_of(RankActivity& activity, Activity kind) {
     }
 }
 
-// Sweeps one lane, giving each stretch of time to the innermost non-transparent event.
-void classify_lane(const LaneTrace& lane, RankActivity& activity) {
+// A device stream: every kernel, copy and collective is the device working for all of its
+// duration. Work on one stream does not nest, but traces show it overlapping (Kineto rounds to
+// the microsecond; graph replays), so each event adds its whole interval to its class and the
+// sets are unions (HTA's definitions). Synchronisation records only say the host waited, and
+// stream annotations are containers: neither is work.
+void classify_device_lane(const LaneTrace& lane, RankActivity& activity) {
+    for (const Event& event : lane.events) {
+        if (event.kind == EventKind::sync) {
+            continue;
+        }
+        const Activity kind = activity_of(event);
+        if (kind != Activity::none) {
+            set_of(activity, kind).add(event.start_ns, event.end_ns);
+        }
+    }
+}
+
+// Sweeps one host lane, giving each stretch of time to the innermost non-transparent event:
+// the latest-started one still open. A range that outlives the one it started in (ranges of
+// different code paths, overlapping without nesting) keeps its whole duration: it stays on
+// the stack, and an enclosing range that ended under it is dropped when it surfaces.
+void classify_host_lane(const LaneTrace& lane, RankActivity& activity) {
     struct Open {
         std::int64_t end_ns;
         Activity effective;  // its own class, or its parent's when it is transparent
@@ -83,9 +103,7 @@ void classify_lane(const LaneTrace& lane, RankActivity& activity) {
         if (kind == Activity::none && !stack.empty()) {
             kind = stack.back().effective;
         }
-        // A child that outlives its parent (clock damage) ends with it.
-        const std::int64_t end = stack.empty() ? event.end_ns : std::min(event.end_ns, stack.back().end_ns);
-        stack.push_back({end, kind});
+        stack.push_back({event.end_ns, kind});
     }
     while (!stack.empty()) {
         emit_until(stack.back().end_ns);
@@ -99,8 +117,13 @@ RankActivity rank_activity(const RankTrace& rank) {
     RankActivity activity;
     const bool device = rank.has_device_lanes();
     for (const LaneTrace& lane : rank.lanes) {
-        if ((lane.info.kind == LaneKind::gpu_stream) == device) {
-            classify_lane(lane, activity);
+        if ((lane.info.kind == LaneKind::gpu_stream) != device) {
+            continue;
+        }
+        if (device) {
+            classify_device_lane(lane, activity);
+        } else {
+            classify_host_lane(lane, activity);
         }
     }
     return activity;

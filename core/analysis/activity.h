@@ -4,10 +4,13 @@
 // Ranges nest on a host lane (step ⊃ forward ⊃ attention ⊃ cp all-gather), so the class of
 // an instant is the class of the innermost event covering it: inside a forward pass but in
 // its pipeline receive, the rank is communicating, not computing. Schedule containers
-// (`step`, micro-batch ranges) are transparent: an instant covered only by them is idle.
+// (`step`, micro-batch ranges) are transparent: an instant covered only by them is idle. A
+// range that overlaps another without nesting keeps its whole duration.
 // A rank with GPU streams is judged by its streams alone (kernels are the work; host ranges
-// only launch it); a CPU rank by its host threads. Overlap between lanes (a copy stream
-// beside the compute stream) is what the sets' intersections measure.
+// only launch it); a CPU rank by its host threads. On a stream every kernel, copy and
+// collective counts whole, even where two overlap (the sets are unions, as HTA defines them);
+// synchronisation records are not work. Overlap between lanes (a copy stream beside the
+// compute stream) is what the sets' intersections measure.
 #pragma once
 
 #include "core/analysis/intervals.h"

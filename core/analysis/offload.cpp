@@ -7,6 +7,16 @@
 
 namespace fulcrum::analysis {
 
+bool is_offload_copy(const Event& event) {
+    if (event.kind == EventKind::memcpy && event.copy_kind != CopyKind::none) {
+        return crosses_host_and_device(event.copy_kind);
+    }
+    // A copy of no known direction, or a range around one (the CPU backend's copy threads),
+    // is offload when whoever recorded it said so.
+    return (event.kind == EventKind::memcpy || event.kind == EventKind::range) &&
+           event.category == Category::offload;
+}
+
 OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes) {
     OffloadAnalysis result;
     std::int64_t bytes_total = 0, timed_total = 0;
@@ -17,7 +27,7 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         IntervalSet copies;
         for (const LaneTrace& lane : rank.lanes) {
             for (const Event& event : lane.events) {
-                if (activity_of(event) != Activity::copy) {  // memcpy, offload ranges
+                if (!is_offload_copy(event)) {
                     continue;
                 }
                 copies.add(event.start_ns, event.end_ns);

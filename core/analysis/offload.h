@@ -1,5 +1,6 @@
 // Offload overlap: how much host↔device copying (FPDT-style K/V and activation offload,
-// REFERENCE §3) hides behind compute, per rank.
+// FPDT §3) hides behind compute, per rank. Only copies between host memory and a device are
+// offload: device-to-device and peer copies stay on the devices and are not counted.
 //
 //   copy       = |K|          K: the union of copy intervals (memcpy events, offload ranges)
 //   overlapped = |K ∩ C|      C: the rank's compute (activity.h)
@@ -47,6 +48,10 @@ struct OffloadAnalysis {
     std::optional<std::int64_t> min_hidden_chunk_tokens;
     std::string chunk_note;
 };
+
+// A host↔device copy: a memcpy of kind HtoD, DtoH, HtoA or AtoH, or (when the kind is not
+// recorded) a copy or range of category offload.
+bool is_offload_copy(const Event& event);
 
 // `cost` may be null (no chunk size then). `element_bytes` is the size of one K/V element
 // (4 for the CPU backend's fp32, 2 for bf16).

@@ -227,6 +227,9 @@ struct TopLevel {
     bool has_base = false;
     std::int64_t base_ns = 0;
     std::set<std::int64_t> devices;  // ids listed in deviceProperties
+    // Processes by Kineto's `process_labels` metadata: "CPU" for the host, "GPU 0", "MTIA 17"
+    // and the like for devices.
+    std::set<std::int64_t> labelled_host, labelled_device;
     std::vector<StepWindow> steps;
     FulcrumExport fulcrum;
     bool fulcrum_damaged = false;
@@ -391,9 +394,15 @@ private:
                     last_report = stream.file_offset();
                     progress(0.25 * double(last_report) / input_size_);
                 }
-                if (raw.find("ProfilerStep#") == std::string_view::npos) return;
+                const bool labels = raw.find("process_labels") != std::string_view::npos;
+                if (!labels && raw.find("ProfilerStep#") == std::string_view::npos) return;
                 e = RawEvent{};
-                if (!parse_event(raw, e) || e.ph != "X" || is_device_cat(e.cat)) return;
+                if (!parse_event(raw, e)) return;
+                if (labels && e.ph == "M" && e.name == "process_labels") {
+                    read_process_label(e);
+                    return;
+                }
+                if (e.ph != "X" || is_device_cat(e.cat)) return;
                 std::int32_t step = 0;
                 std::int64_t ts = 0, dur = 0;
                 if (profiler_step(e.name, step) && kineto::json_us_to_ns(e.ts, ts) &&
@@ -464,15 +473,30 @@ private:
         return t < it->end ? it->step : -1;
     }
 
-    // Where an event runs: its category says so, or (for a category Kineto does not
-    // document) a pid that deviceProperties lists and no host category uses.
+    void read_process_label(const RawEvent& e) {
+        const std::int64_t pid = ids_.of(e.pid.empty() ? std::string_view("0") : e.pid);
+        for_each_member(e.args, [&](std::string_view k, std::string_view v) {
+            std::string label;
+            if (k != "labels" || !kineto::json_string(v, label)) return;
+            (label == "CPU" ? top_.labelled_host : top_.labelled_device).insert(pid);
+        });
+    }
+
+    // A process that is a device: labelled as one, or listed in deviceProperties and not
+    // labelled as the host.
+    bool device_process(std::int64_t pid) const {
+        return top_.labelled_device.count(pid) != 0 ||
+               (top_.devices.count(pid) != 0 && top_.labelled_host.count(pid) == 0);
+    }
+
+    // Where an event runs: its category says so for device work; a runtime call recorded on
+    // a device's process (MTIA's `synchronize` per stream) runs there too; a category Kineto
+    // does not document runs where its process is.
     Where where_of(std::string_view cat, std::int64_t pid) {
         if (is_device_cat(cat)) return Where::device;
-        if (is_known_host_cat(cat)) {
-            host_pids_.insert(pid);
-            return Where::host;
-        }
-        if (top_.devices.count(pid) != 0 && host_pids_.count(pid) == 0) {
+        if (is_runtime_cat(cat)) return device_process(pid) ? Where::device : Where::host;
+        if (is_known_host_cat(cat)) return Where::host;
+        if (device_process(pid)) {
             ++unknown_device_cats_[std::string(cat.substr(0, 64))];
             return Where::device;
         }
@@ -480,7 +504,27 @@ private:
         return Where::host;
     }
 
-    LaneId lane_of(Where where, std::int64_t pid, std::int64_t tid, std::string_view cat) {
+    // The profiler's own records: its "Trace" span ("PyTorch Profiler (0)") is the capture
+    // window, and its global instants ("Iteration Start", "Record Window End") sit on
+    // processes named by text ("Spans", "Traces", ""). They go on one lane, not on a
+    // phantom thread each.
+    static bool is_capture_window(const RawEvent& e) {
+        if (e.cat == "Trace") return true;
+        std::int64_t number = 0;
+        std::string text;
+        return (e.ph == "i" || e.ph == "I") && !kineto::json_int(e.pid, number) &&
+               (!kineto::json_string(e.pid, text) || !kineto::json_int(text, number));
+    }
+
+    LaneId profiler_lane() {
+        if (!profiler_lane_.valid()) {
+            profiler_lane_ = sink_.add_lane(ranks_.front().rank, LaneKind::host_thread, "profiler", -1);
+        }
+        return profiler_lane_;
+    }
+
+    LaneId lane_of(Where where, std::int64_t pid, std::int64_t tid, const RawEvent& e) {
+        const std::string_view cat = e.cat;
         if (auto exported = top_.fulcrum.lanes.find({pid, tid}); exported != top_.fulcrum.lanes.end()) {
             // Fulcrum's export: the lane is the one (pid, tid) stood for, whatever the category.
             auto [it, added] = exported_lanes_.try_emplace({pid, tid}, LaneId{});
@@ -493,15 +537,23 @@ private:
         const bool device = where == Where::device;
         // The CUPTI range profiler's replayed kernels get a lane of their own per device.
         const bool profiler = cat == "cuda_profiler_range";
-        auto [it, added] = lanes_.try_emplace(LaneKey{device, profiler, pid, tid}, LaneId{});
+        // A device lane is a stream: CUDA's tid is the stream; MTIA's tid is one of several
+        // threads of a stream, which args.stream (or stream_id) names.
+        std::int64_t native = tid;
+        if (device && !profiler) {
+            for_each_member(e.args, [&](std::string_view k, std::string_view v) {
+                std::int64_t stream = 0;
+                if ((k == "stream" || k == "stream_id") && kineto::json_int(v, stream)) native = stream;
+            });
+        }
+        auto [it, added] = lanes_.try_emplace(LaneKey{device, profiler, pid, device ? native : tid}, LaneId{});
         if (!added) return it->second;
         std::string name;
-        std::int64_t native = tid;
         if (profiler) {
             name = "profiler ranges (device " + std::to_string(pid) + ")";
             native = -1;
         } else if (device) {
-            name = "stream " + std::to_string(tid) + " (device " + std::to_string(pid) + ")";
+            name = "stream " + std::to_string(native) + " (device " + std::to_string(pid) + ")";
             if (first_device_ < 0 && pid >= 0 && pid < (1 << 20)) first_device_ = static_cast<std::int32_t>(pid);
         } else {
             auto named = thread_names_.find({pid, tid});
@@ -597,8 +649,9 @@ private:
         }
         const std::int64_t pid = ids_.of(e.pid.empty() ? std::string_view("0") : e.pid);
         const std::int64_t tid = ids_.of(e.tid.empty() ? std::string_view("0") : e.tid);
-        const Where where = where_of(e.cat, pid);
-        const LaneId lane = lane_of(where, pid, tid, e.cat);
+        const bool window = is_capture_window(e);
+        const Where where = window ? Where::host : where_of(e.cat, pid);
+        const LaneId lane = window ? profiler_lane() : lane_of(where, pid, tid, e);
         if (end || async_end) {
             close_range(e, lane, ts, async_end, index, raw);
             return;
@@ -707,16 +760,19 @@ private:
             // The host waited on this stream (or event, or context): not device work.
             event.kind = EventKind::sync;
             event.category = Category::runtime;
-        } else if (cat == "cuda_profiler_range" || cat == "gpu_user_annotation") {
-            // Containers, transparent to the analyses: a user annotation on the stream, or a
-            // kernel replayed by CUPTI's range profiler (its duration is the profiler's).
+        } else if (cat == "cuda_profiler_range" || cat == "gpu_user_annotation" || cat == "Trace") {
+            // Containers, transparent to the analyses: a user annotation on the stream, a
+            // kernel replayed by CUPTI's range profiler (its duration is the profiler's), or
+            // the profiler's capture window.
             event.kind = EventKind::range;
             event.category = Category::schedule;
             profiler_step(e.name, step);
         } else if (cat == "mtia_ccp_events") {
             map_mtia_event(e.name, direction, mtia_bytes, event);
         } else if (is_runtime_cat(cat)) {
-            event.kind = EventKind::api;
+            // On a device's own lane a runtime record marks the stream waiting (MTIA's
+            // `synchronize`); on the host it is the API call.
+            event.kind = where == Where::device ? EventKind::sync : EventKind::api;
             event.category = Category::runtime;
         } else if (where == Where::device) {
             event.kind = EventKind::kernel;  // an accelerator's work of a category Kineto does not document
@@ -754,7 +810,7 @@ private:
                               : direction == "DEVICE_TO_DEVICE" ? CopyKind::device_to_device
                                                                 : CopyKind::none;
             event.category = crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
-        } else if (contains_ci(name, "wait")) {
+        } else if (contains_ci(name, "wait") || contains_ci(name, "event")) {
             event.kind = EventKind::sync;
             event.category = Category::runtime;
         } else {
@@ -881,13 +937,13 @@ private:
     std::map<LaneKey, LaneId> lanes_;
     std::map<std::pair<std::int64_t, std::int64_t>, LaneId> exported_lanes_;
     std::map<std::pair<std::int64_t, std::int64_t>, std::string> thread_names_;
-    std::set<std::int64_t> host_pids_;
     std::int64_t first_host_pid_ = 0;
     std::int32_t first_device_ = -1;
     std::map<OpenKey, std::vector<Event>> open_ranges_;  // "B" waiting for "E", "b" for "e"
     std::unordered_map<std::int64_t, std::int32_t> launch_step_;  // correlation -> step
     std::map<std::string, std::int64_t> unknown_host_cats_, unknown_device_cats_;
     StringId step_name_;
+    LaneId profiler_lane_;
     std::vector<Event> batch_;
 };
 

@@ -1,4 +1,4 @@
-// fulcrum export RUN --format chrome|csv [-o FILE]
+// fulcrum export RUN --format chrome|csv [--per-rank] [-o FILE|FOLDER]
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -16,14 +16,21 @@ struct ExportArgs {
     std::string run;
     std::string format = "chrome";
     std::string output;
+    bool per_rank = false;
     bool force = false;
 };
 
-std::string default_output(const std::string& run, const std::string& format) {
+std::string default_output(const std::string& run, const std::string& format, bool per_rank) {
     std::string base = run;
+    while (base.size() > 1 && base.back() == '/') {
+        base.pop_back();
+    }
     if (const auto dot = base.find_last_of('.');
         dot != std::string::npos && base.find('/', dot) == std::string::npos) {
         base.resize(dot);
+    }
+    if (per_rank) {
+        return base + "-ranks";
     }
     return base + (format == "csv" ? ".csv" : ".json");
 }
@@ -33,10 +40,16 @@ int run_export(const ExportArgs& args) {
     if (!trace) {
         return report_error(trace.error());
     }
-    const std::string output = args.output.empty() ? default_output(args.run, args.format)
+    if (args.per_rank && args.format != "chrome") {
+        return report_error(Error{ErrorCode::invalid_input,
+                                  "--per-rank writes Chrome trace JSON, one file per rank; it does "
+                                  "not go with --format " + args.format});
+    }
+    const std::string output = args.output.empty() ? default_output(args.run, args.format, args.per_rank)
                                                    : args.output;
     ExportOptions options;
     options.overwrite = args.force;
+    options.per_rank = args.per_rank;
     options.progress = progress_line("exporting");
     auto report = args.format == "csv" ? export_csv(*trace, output, options)
                                        : export_chrome_trace(*trace, output, options);
@@ -44,14 +57,21 @@ int run_export(const ExportArgs& args) {
     if (!report) {
         return report_error(report.error());
     }
-    std::printf("wrote %lld events to %s", static_cast<long long>(report->events),
-                output.c_str());
+    if (args.per_rank) {
+        std::printf("wrote %lld events to %zu files in %s/", static_cast<long long>(report->events),
+                    report->files.size(), output.c_str());
+    } else {
+        std::printf("wrote %lld events to %s", static_cast<long long>(report->events), output.c_str());
+    }
     if (report->async_events > 0) {
         std::printf(" (%lld overlapping ranges as async events)",
                     static_cast<long long>(report->async_events));
     }
     std::printf("\n");
-    if (args.format == "chrome") {
+    if (args.per_rank) {
+        std::printf("one Kineto-style trace per rank: Holistic Trace Analysis reads the folder "
+                    "(TraceAnalysis(trace_dir=...)), Perfetto each file\n");
+    } else if (args.format == "chrome") {
         std::printf("open it at https://ui.perfetto.dev or chrome://tracing\n");
     }
     if (trace->incomplete()) {
@@ -72,7 +92,11 @@ Command add_export_command(CLI::App& app) {
         ->check(CLI::IsMember({"chrome", "csv"}))
         ->capture_default_str();
     sub->add_option("-o,--output", args->output,
-                    "Where to write (default: the run's name with .json or .csv)");
+                    "Where to write (default: the run's name with .json or .csv; with --per-rank, "
+                    "the folder NAME-ranks)");
+    sub->add_flag("--per-rank", args->per_rank,
+                  "One Kineto-style trace per rank (rank-N.json, as the PyTorch profiler writes "
+                  "them), for Holistic Trace Analysis; `fulcrum import` reads them back as one run");
     sub->add_flag("--force", args->force, "Replace the output if it exists");
     return [args] { return run_export(*args); };
 }

@@ -140,6 +140,7 @@ struct StepWindow {
 // A lane of Fulcrum's own export (the `fulcrum` member): its (pid, tid) in the file and what
 // it was in the run.
 struct ExportedLane {
+    std::int64_t pid = 0, tid = 0;
     std::int32_t rank = 0;
     LaneKind kind = LaneKind::host_thread;
     std::string name;
@@ -153,7 +154,8 @@ struct FulcrumExport {
     bool present = false;
     std::string config_json;
     std::vector<RankInfo> ranks;
-    std::map<std::pair<std::int64_t, std::int64_t>, ExportedLane> lanes;  // by (pid, tid)
+    std::vector<ExportedLane> lanes;  // in the run's lane order
+    std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> lane_at;  // (pid, tid) -> lanes[i]
     std::vector<WorkloadEntry> workload;
 };
 
@@ -200,7 +202,11 @@ bool read_fulcrum_export(std::string_view raw, FulcrumExport& out) {
                                                                                     : LaneKind::host_thread;
             lane.name = string_member(l, "name");
             lane.native_id = int_member(l, "native_id", -1);
-            out.lanes[{int_member(l, "pid", 0), int_member(l, "tid", 0)}] = std::move(lane);
+            lane.pid = int_member(l, "pid", 0);
+            lane.tid = int_member(l, "tid", 0);
+            if (out.lane_at.emplace(std::pair{lane.pid, lane.tid}, out.lanes.size()).second) {
+                out.lanes.push_back(std::move(lane));
+            }
         }
     }
     if (auto workload = root.find("workload"); workload != root.end() && workload->is_array()) {
@@ -436,6 +442,10 @@ private:
             ranks_.push_back(rank);
         }
         for (const RankInfo& rank : ranks_) sink_.add_rank(rank);
+        // Every lane of the export, in the run's order, even those without events.
+        for (const ExportedLane& lane : top_.fulcrum.lanes) {
+            exported_lanes_[{lane.pid, lane.tid}] = sink_.add_lane(lane.rank, lane.kind, lane.name, lane.native_id);
+        }
 
         std::string config = "{\"source\":\"kineto\"";
         if (!top_.backend.empty()) {
@@ -525,14 +535,8 @@ private:
 
     LaneId lane_of(Where where, std::int64_t pid, std::int64_t tid, const RawEvent& e) {
         const std::string_view cat = e.cat;
-        if (auto exported = top_.fulcrum.lanes.find({pid, tid}); exported != top_.fulcrum.lanes.end()) {
-            // Fulcrum's export: the lane is the one (pid, tid) stood for, whatever the category.
-            auto [it, added] = exported_lanes_.try_emplace({pid, tid}, LaneId{});
-            if (added) {
-                const ExportedLane& lane = exported->second;
-                it->second = sink_.add_lane(lane.rank, lane.kind, lane.name, lane.native_id);
-            }
-            return it->second;
+        if (auto exported = exported_lanes_.find({pid, tid}); exported != exported_lanes_.end()) {
+            return exported->second;  // Fulcrum's export: the lane (pid, tid) stood for
         }
         const bool device = where == Where::device;
         // The CUPTI range profiler's replayed kernels get a lane of their own per device.
@@ -675,8 +679,7 @@ private:
             if (k != "name" || !kineto::json_string(v, text)) return;
             const std::int64_t pid = ids_.of(e.pid), tid = ids_.of(e.tid);
             thread_names_[{pid, tid}] = text;
-            if (auto it = lanes_.find(LaneKey{false, false, pid, tid});
-                it != lanes_.end() && top_.fulcrum.lanes.count({pid, tid}) == 0) {
+            if (auto it = lanes_.find(LaneKey{false, false, pid, tid}); it != lanes_.end()) {
                 sink_.rename_lane(it->second, text);
             }
         });
@@ -687,8 +690,8 @@ private:
         std::int32_t rank = ranks_.front().rank;
         if (top_.fulcrum.present) {
             const std::int64_t pid = ids_.of(e.pid.empty() ? std::string_view("0") : e.pid);
-            for (const auto& [key, lane] : top_.fulcrum.lanes) {
-                if (key.first == pid) {
+            for (const ExportedLane& lane : top_.fulcrum.lanes) {
+                if (lane.pid == pid) {
                     rank = lane.rank;
                     break;
                 }
@@ -833,8 +836,13 @@ private:
         return step;
     }
 
-    // Fulcrum's export writes the event's own columns into its args (core/export/chrome_trace.h).
+    // Fulcrum's export writes the event's own columns into its args (core/export/chrome_trace.h):
+    // they replace whatever the Kineto reading guessed from the name and category.
     void map_fulcrum_args(std::string_view args, Event& event) {
+        event.copy_kind = CopyKind::none;
+        event.src_memory = MemoryKind::none;
+        event.dst_memory = MemoryKind::none;
+        event.args = StringId{};
         for_each_member(args, [&](std::string_view k, std::string_view v) {
             std::int64_t n = 0;
             std::string text;

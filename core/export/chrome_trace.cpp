@@ -76,7 +76,7 @@ public:
         for (const LaneInfo& lane : lanes) {
             Place place;
             place.pid = lane.kind == LaneKind::gpu_stream ? device_pid_.at(lane.rank) : host_pid_.at(lane.rank);
-            place.tid = kineto && lane.native_id >= 0 ? lane.native_id : kUnknownTidBase + lane.id.value;
+            place.tid = !kineto ? lane.id.value : lane.native_id >= 0 ? lane.native_id : kUnknownTidBase + lane.id.value;
             if (!taken.insert({place.pid, place.tid}).second) {
                 place.tid = kUnknownTidBase + lane.id.value;
                 taken.insert({place.pid, place.tid});

@@ -24,7 +24,7 @@ Result<ExportReport> export_csv(const store::TraceReader& trace, const std::stri
     ExportReport report;
     std::string out =
         "rank,lane,lane_kind,kind,category,name,start_ns,end_ns,duration_ns,step,microbatch,"
-        "stage,phase,bytes,copy_kind,correlation,args\n";
+        "stage,phase,bytes,copy_kind,correlation,args,src_memory,dst_memory\n";
     const auto& lanes = trace.lanes();
     bool write_ok = true;
     for (std::size_t i = 0; i < lanes.size() && write_ok; ++i) {
@@ -58,6 +58,10 @@ Result<ExportReport> export_csv(const store::TraceReader& trace, const std::stri
             append_optional(out, e.correlation);
             out.push_back(',');
             append_csv_field(out, trace.string(e.args));
+            out.push_back(',');
+            append_csv_field(out, to_string(e.src_memory));
+            out.push_back(',');
+            append_csv_field(out, to_string(e.dst_memory));
             out.push_back('\n');
             if (out.size() > (1 << 20)) {
                 write_ok = file->write(out);

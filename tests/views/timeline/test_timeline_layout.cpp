@@ -104,6 +104,30 @@ private slots:
         QCOMPARE(layout.end_ns, std::int64_t(200));
     }
 
+    // Two kernels that overlap on one stream (Kineto rounds to the µs) are stacked, each
+    // drawn whole: gemm A [0, 400) on depth 0, gemm B [298, 698) on depth 1, never cut at 400.
+    void overlapping_kernels_are_stacked_not_cut() {
+        analysis::RunTrace trace;
+        auto& lane = trace.add_lane(0, LaneKind::gpu_stream, "stream 7 (device 0)");
+        trace.add_range(lane, "gemm A", Category::compute, 0, 400).kind = EventKind::kernel;
+        trace.add_range(lane, "gemm B", Category::compute, 298, 698).kind = EventKind::kernel;
+        trace.finish();
+        const Layout layout = build_layout(trace);
+        const LaneRow& row = layout.rows[0];
+        QCOMPARE(row.depths(), 2);
+        check_depth_invariant(row);
+        for (int depth = 0; depth < 2; ++depth) {
+            std::vector<PlanItem> items;
+            plan_row(row.lane->events, row.by_depth[depth], 0, 1000, 1000.0, 3.0, items);
+            QCOMPARE(items.size(), std::size_t(1));
+            const Event& event = row.lane->events[items[0].first];
+            QCOMPARE(items[0].start_ns, event.start_ns);
+            QCOMPARE(items[0].end_ns, event.end_ns);
+        }
+        QCOMPARE(row.lane->events[row.by_depth[1][0]].end_ns, std::int64_t(698));
+        QCOMPARE(layout.end_ns, std::int64_t(698));
+    }
+
     void lod_folds_sub_pixel_runs() {
         // 100000 events of 10 ns every 20 ns (2 ms), then 10 wide ones of 100 µs.
         analysis::RunTrace trace;

@@ -3,12 +3,81 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
+#include "core/analysis/intervals.h"
 #include "core/balance/cp_shard.h"
 
 namespace fulcrum::analysis {
 
 namespace {
+
+// The device work of a rank by correlation id: the span of every kernel, copy, memset and
+// collective that one launch started.
+std::unordered_map<std::int64_t, Interval> device_work_by_launch(const RankTrace& rank) {
+    std::unordered_map<std::int64_t, Interval> spans;
+    for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::gpu_stream) {
+            continue;
+        }
+        for (const Event& event : lane.events) {
+            const bool work = event.kind == EventKind::kernel || event.kind == EventKind::memcpy ||
+                              event.kind == EventKind::memset || event.kind == EventKind::collective;
+            if (!work || event.correlation < 0) {
+                continue;
+            }
+            auto [at, added] = spans.try_emplace(event.correlation, Interval{event.start_ns, event.end_ns});
+            if (!added) {
+                at->second.start = std::min(at->second.start, event.start_ns);
+                at->second.end = std::max(at->second.end, event.end_ns);
+            }
+        }
+    }
+    return spans;
+}
+
+// The GPU projection of each event of a host lane (as Nsight Systems projects NVTX ranges):
+// from the start of the first device operation launched inside the range to the end of the
+// last. A launch is an API event with a correlation id; it projects onto every range open
+// around it. Events that launched nothing project to an empty interval.
+std::vector<Interval> project_on_device(const LaneTrace& lane,
+                                        const std::unordered_map<std::int64_t, Interval>& work,
+                                        std::int64_t& linked) {
+    constexpr Interval kNothing{INT64_MAX, INT64_MIN};
+    std::vector<Interval> projection(lane.events.size(), kNothing);
+    std::vector<std::size_t> open;  // indices of the ranges around the current position
+    for (std::size_t i = 0; i < lane.events.size(); ++i) {
+        const Event& event = lane.events[i];
+        while (!open.empty() && lane.events[open.back()].end_ns <= event.start_ns) {
+            open.pop_back();
+        }
+        if (event.kind == EventKind::api && event.correlation >= 0) {
+            auto launched = work.find(event.correlation);
+            if (launched == work.end()) {
+                continue;
+            }
+            ++linked;
+            for (std::size_t j : open) {
+                // A range below the top may have ended already (ranges that overlap without
+                // nesting stay on the stack until they surface).
+                if (lane.events[j].end_ns > event.start_ns) {
+                    projection[j].start = std::min(projection[j].start, launched->second.start);
+                    projection[j].end = std::max(projection[j].end, launched->second.end);
+                }
+            }
+            continue;
+        }
+        if (event.kind != EventKind::mark) {
+            open.push_back(i);
+        }
+    }
+    for (Interval& interval : projection) {
+        if (interval.start > interval.end) {
+            interval = Interval{};  // launched nothing
+        }
+    }
+    return projection;
+}
 
 // An open range on the walk down one lane.
 struct Open {
@@ -18,7 +87,15 @@ struct Open {
     std::int64_t attention_ns = 0;  // attention ranges: time less nested communication
 };
 
-void walk_lane(const RunTrace& trace, const LaneTrace& lane, std::vector<Pass>& passes) {
+// Walks one host lane's ranges. `projection` is empty for a CPU rank (host times are the
+// times); for a rank with device work it holds each event's GPU projection, and a pass and
+// the ranges inside it are timed by the kernels they launched.
+void walk_lane(const RunTrace& trace, const LaneTrace& lane, const std::vector<Interval>& projection,
+               std::vector<Pass>& passes) {
+    auto timed = [&](std::size_t i) {
+        const Event& event = lane.events[i];
+        return projection.empty() ? Interval{event.start_ns, event.end_ns} : projection[i];
+    };
     std::vector<Open> stack;
     std::int64_t current_pass = -1;
     int open_communication = 0;
@@ -39,7 +116,8 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane, std::vector<Pass>& 
         }
         stack.pop_back();
     };
-    for (const Event& event : lane.events) {
+    for (std::size_t i = 0; i < lane.events.size(); ++i) {
+        const Event& event = lane.events[i];
         if (event.kind == EventKind::mark) {
             continue;
         }
@@ -47,24 +125,31 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane, std::vector<Pass>& 
             pop();
         }
         const Role role = trace.role(event);
+        const Interval time = timed(i);
         Open open{event.end_ns, role};
-        if ((role == Role::forward || role == Role::backward) && current_pass < 0) {
+        const bool pass_range = role == Role::forward || role == Role::backward;
+        if (pass_range && current_pass < 0 && !projection.empty() && time.length() <= 0) {
+            // A pass that launched no device work on a rank that has some: nothing to time.
+            stack.push_back(open);
+            continue;
+        }
+        if (pass_range && current_pass < 0) {
             Pass pass;
             pass.rank = lane.info.rank;
             pass.step = event.step;
             pass.microbatch = event.microbatch;
             pass.stage = event.stage;
             pass.phase = role == Role::forward ? Phase::forward : Phase::backward;
-            pass.start_ns = event.start_ns;
-            pass.end_ns = event.end_ns;
+            pass.start_ns = time.start;
+            pass.end_ns = time.end;
             open.pass = static_cast<std::int64_t>(passes.size());
             current_pass = open.pass;
             passes.push_back(pass);
         } else if (current_pass >= 0) {
             Pass& pass = passes[static_cast<std::size_t>(current_pass)];
-            // A child that outlives its pass (clock damage) counts only inside it.
-            const std::int64_t inside = std::max<std::int64_t>(
-                0, std::min(event.end_ns, pass.end_ns) - std::max(event.start_ns, pass.start_ns));
+            // A child that outlives its pass counts only inside it.
+            const std::int64_t inside =
+                std::max<std::int64_t>(0, std::min(time.end, pass.end_ns) - std::max(time.start, pass.start_ns));
             if (is_communication(role) && open_communication == 0) {
                 (role == Role::pipeline_recv ? pass.pipeline_wait_ns : pass.collective_ns) += inside;
                 for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
@@ -98,9 +183,24 @@ std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length) {
 std::vector<Pass> find_passes(const RunTrace& trace) {
     std::vector<Pass> passes;
     for (const RankTrace& rank : trace.ranks) {
-        for (const LaneTrace& lane : rank.lanes) {
-            if (lane.info.kind == LaneKind::host_thread) {
-                walk_lane(trace, lane, passes);
+        // Device times where launches link host ranges to device work; a rank whose trace has
+        // streams but no launch records (no runtime API tracing) keeps its host times.
+        std::vector<std::vector<Interval>> projections(rank.lanes.size());
+        if (rank.has_device_lanes()) {
+            const auto work = device_work_by_launch(rank);
+            std::int64_t linked = 0;
+            for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
+                if (rank.lanes[l].info.kind == LaneKind::host_thread) {
+                    projections[l] = project_on_device(rank.lanes[l], work, linked);
+                }
+            }
+            if (linked == 0) {
+                projections.assign(rank.lanes.size(), {});
+            }
+        }
+        for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
+            if (rank.lanes[l].info.kind == LaneKind::host_thread) {
+                walk_lane(trace, rank.lanes[l], projections[l], passes);
             }
         }
     }

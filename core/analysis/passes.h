@@ -6,6 +6,13 @@
 // stage (the bubble), CP/TP collectives are the group's exchange (and the wait for its slowest
 // member). Attention is the `attention` ranges less the communication nested in them.
 // Nested communication is counted once (an outer communication range hides inner ones).
+//
+// GPU-true times: on a rank with device work (CUPTI captures, nsys and Kineto imports) a host
+// range only launches work, so every range is timed by its GPU projection, as Nsight Systems
+// projects NVTX ranges: from the first kernel, copy or collective it launched (an API event
+// inside it with the same correlation id) to the end of the last. A pass that launched nothing
+// is not a pass there. CPU ranks, and ranks whose trace has no launch records to join by
+// (runtime API tracing off), keep their host times.
 #pragma once
 
 #include <cstdint>

@@ -556,26 +556,28 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
 
         std::vector<ReplicaPlay> plays;
         plays.reserve(plan->replicas.size());
-        std::int64_t busy_sum = 0;
-        std::int64_t span_sum = 0;
+        double fraction_sum = 0;
         for (const auto& replica : plan->replicas) {
             if (progress.cancel != nullptr && progress.cancel->load()) {
                 return Error{ErrorCode::cancelled, "the simulation was cancelled"};
             }
             plays.push_back(play_replica(replica, config, costs));
             const parallel::ReplayResult& replay = plays.back().replay;
+            std::int64_t busy = 0, bubble = 0;
             for (int s = 0; s < grid.pp; ++s) {
-                busy_sum += replay.makespan_ns - replay.bubble_ns(s);
+                busy += replay.makespan_ns - replay.bubble_ns(s);
+                bubble += replay.bubble_ns(s);
             }
-            span_sum += replay.makespan_ns * grid.pp;
+            fraction_sum += busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
             for (const auto& planned : replica) {
                 step.tokens += planned.packed.tokens;
             }
             step.microbatches += static_cast<int>(replica.size());
         }
+        // One definition with the analysis (docs/analyses.md §2): Σ bubble / Σ busy over a
+        // pipeline's stages, the convention of (p−1)/m; the mean over the step's pipelines.
         step.bubble_fraction =
-            span_sum > 0 ? static_cast<double>(span_sum - busy_sum) / static_cast<double>(span_sum)
-                         : 0.0;
+            plan->replicas.empty() ? 0.0 : fraction_sum / static_cast<double>(plan->replicas.size());
 
         // Each stage all-reduces over its DP × CP group when its slowest replica is done.
         const bool reduces = grid.dp * grid.cp > 1;

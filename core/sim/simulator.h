@@ -87,8 +87,9 @@ struct SimulatedStep {
     std::int64_t duration_ns = 0;  // latest rank's end − the step's start
     // max / mean Σd² over the step's micro-batches (WLB-LLM §3.3), as the planner computes it.
     double imbalance = 1.0;
-    // Pipeline idle time inside each replica's pipeline span, over all its stages:
-    // Σ (span − busy) / Σ span. (p−1)/(m+p−1) for m equal micro-batches.
+    // Pipeline idle time against busy time, as `fulcrum analyze` defines it (docs/analyses.md
+    // §2): Σ over a replica's stages of (span − busy) / Σ busy, the mean over the step's
+    // replicas. (p−1)/m for m equal micro-batches and free hand-overs.
     double bubble_fraction = 0;
     std::int64_t tokens = 0;  // Σd over every micro-batch of every replica
     int microbatches = 0;     // over every replica

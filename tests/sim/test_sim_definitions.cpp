@@ -1,0 +1,79 @@
+// One definition per figure: what `fulcrum simulate` reports is what `fulcrum analyze` finds
+// in the run the simulator writes (docs/analyses.md). The bubble fraction is Σ bubble / Σ busy
+// over a pipeline's stages in both; a simulated run fed to the analyses gives the simulator's
+// figure within 0.01.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "core/analysis/run_analysis.h"
+#include "core/sim/simulator.h"
+#include "core/store/trace_reader.h"
+
+using namespace fulcrum;
+using namespace fulcrum::sim;
+
+namespace {
+
+SimulationResult must(Result<SimulationResult> result) {
+    if (!result) qFatal("%s", result.error().message.c_str());
+    return std::move(result).value();
+}
+
+analysis::RunAnalysis analyse(const std::string& path) {
+    auto reader = store::TraceReader::open(path);
+    if (!reader) qFatal("%s", reader.error().message.c_str());
+    auto trace = analysis::load_run_trace(*reader);
+    if (!trace) qFatal("%s", trace.error().message.c_str());
+    auto result = analysis::analyze_run(*trace);
+    if (!result) qFatal("%s", result.error().message.c_str());
+    return std::move(result).value();
+}
+
+}  // namespace
+
+Q_DECLARE_METATYPE(fulcrum::parallel::PipelineSchedule)
+
+class SimulatorDefinitionsTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    void bubbleFractionIsOneFigure_data() {
+        QTest::addColumn<parallel::PipelineSchedule>("schedule");
+        QTest::addColumn<int>("stages");
+        QTest::addColumn<QString>("lengths");
+        for (auto schedule : {parallel::PipelineSchedule::one_f_one_b, parallel::PipelineSchedule::gpipe}) {
+            for (int p : {2, 4}) {
+                for (const char* lengths : {"long-tail:context=2048", "lognormal:median=600,sigma=0.9"}) {
+                    QTest::addRow("%s p%d %s", parallel::schedule_name(schedule), p, lengths)
+                        << schedule << p << QString(lengths);
+                }
+            }
+        }
+    }
+    void bubbleFractionIsOneFigure() {
+        QFETCH(parallel::PipelineSchedule, schedule);
+        QFETCH(int, stages);
+        QFETCH(QString, lengths);
+        SimulationConfig config;
+        config.model = {.layers = 8, .hidden = 64, .heads = 4, .context = 2048, .vocab = 256};
+        config.grid = {.dp = 2, .tp = 1, .pp = stages, .cp = 1};
+        config.schedule = schedule;
+        config.microbatches = 8;
+        config.steps = 4;
+        config.lengths = lengths.toStdString();
+        config.documents = 2048;
+        QTemporaryDir dir;
+        SimulationOutput output;
+        output.path = dir.filePath("sim.fulcrum").toStdString();
+        const SimulationResult simulated = must(simulate_to_file(config, output));
+        const analysis::RunAnalysis analysed = analyse(output.path);
+        QVERIFY(simulated.mean_bubble_fraction > 0);
+        QVERIFY2(std::abs(analysed.bubbles.mean_measured_fraction - simulated.mean_bubble_fraction) < 0.01,
+                 qPrintable(QString("analyze %1, simulate %2")
+                                .arg(analysed.bubbles.mean_measured_fraction)
+                                .arg(simulated.mean_bubble_fraction)));
+    }
+};
+
+QTEST_GUILESS_MAIN(SimulatorDefinitionsTest)
+#include "test_sim_definitions.moc"

@@ -261,11 +261,16 @@ void render_cost_model(const RunAnalysis& a, std::string& out) {
     }
     out += passes.render("  ");
     if (!model.collectives.empty()) {
-        TextTable collectives({"collective", "latency", "ns/byte", "samples", "mean |err|"},
-                              {Align::left, Align::right, Align::right, Align::right, Align::right});
+        TextTable collectives({"collective", "latency", "ns/byte", "samples", "r²", "mean |err|"},
+                              {Align::left, Align::right, Align::right, Align::right, Align::right,
+                               Align::right});
         for (const auto& c : model.collectives) {
-            collectives.add_row({c.name, format_duration(std::int64_t(c.latency_ns)), scientific(c.per_byte_ns),
+            collectives.add_row({c.name, format_duration(std::int64_t(c.latency_ns)),
+                                 c.per_byte_fitted() ? scientific(c.per_byte_ns)
+                                                     : "— (all " + std::to_string(c.fitted_bytes) + " B)",
+                                 // A median at one size has no r² to speak of.
                                  std::to_string(c.fit.samples),
+                                 c.per_byte_fitted() ? fixed(c.fit.r_squared, 3) : std::string("—"),
                                  percent(std::int64_t(c.fit.mean_abs_rel_error * 1e6), 1000000)});
         }
         out += collectives.render("  ");

@@ -291,6 +291,7 @@ CollectiveCost fit_collective(std::string name, Role role,
         std::all_of(x.begin(), x.end(), [&](const Row& row) { return row[0] == 1.0; });
     if (same_bytes && single_calls) {
         cost.latency_ns = std::max(0.0, median(y));
+        cost.fitted_bytes = static_cast<std::int64_t>(x.front()[1]);
     } else {
         const LinearFit fit = non_negative_fit(x, y, kCollectiveSupports);
         cost.latency_ns = fit.coefficients[0];
@@ -404,7 +405,8 @@ double PassCost::predict(std::int64_t tokens, std::int64_t pairs) const {
 }
 
 double CollectiveCost::predict(std::int64_t bytes) const {
-    return latency_ns + per_byte_ns * static_cast<double>(std::max<std::int64_t>(bytes, 0));
+    const std::int64_t moved = std::max<std::int64_t>(bytes, 0) - std::max<std::int64_t>(fitted_bytes, 0);
+    return std::max(0.0, latency_ns + per_byte_ns * static_cast<double>(moved));
 }
 
 const PassCost* CostModel::pass(std::int16_t stage, Phase phase) const {
@@ -562,6 +564,9 @@ std::string cost_model_json(const CostModel& model) {
         row["role"] = std::string(role_name(collective.role));
         row["latency_ns"] = collective.latency_ns;
         row["per_byte_ns"] = collective.per_byte_ns;
+        if (!collective.per_byte_fitted()) {
+            row["fitted_bytes"] = collective.fitted_bytes;
+        }
         fit_fields(row, collective.fit);
         json["collectives"].push_back(std::move(row));
     }
@@ -759,6 +764,12 @@ Result<CostModel> parse_cost_model_json(std::string_view text) {
                     return value.error();
                 }
                 *field = *value;
+            }
+            if (const auto fitted = row.find("fitted_bytes"); fitted != row.end()) {
+                if (!fitted->is_number_integer() || fitted->get<std::int64_t>() < 0) {
+                    return bad(where + ".fitted_bytes", "expected a byte count ≥ 0, got " + shown(*fitted));
+                }
+                cost.fitted_bytes = fitted->get<std::int64_t>();
             }
             auto fit = read_fit(row, where);
             if (!fit) {

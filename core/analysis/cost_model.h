@@ -9,6 +9,10 @@
 // fitted on transfer times only: in a matched collective the last rank to arrive waits for
 // nobody, so its duration is the transfer; for a pipeline receive, the time after the
 // matching send began. Waiting is what the analyses measure, so it must not enter the model.
+// When every sample moved the same B₀ bytes the two terms cannot be told apart: per_byte is
+// then not fitted, the latency is the median time at B₀, and the model says so
+// (fitted_bytes = B₀); the simulator scales it to other sizes with the analytic bandwidth:
+//     t = latency + per_byte·(B − B₀).
 #pragma once
 
 #include <cstdint>
@@ -45,8 +49,11 @@ struct CollectiveCost {
     std::string name;              // the event name it was fitted on, e.g. "cp all-gather kv"
     double latency_ns = 0;
     double per_byte_ns = 0;
+    // −1 when per_byte was fitted; else the bytes every sample moved (see above).
+    std::int64_t fitted_bytes = -1;
     FitQuality fit;
 
+    bool per_byte_fitted() const { return fitted_bytes < 0; }
     double predict(std::int64_t bytes) const;
 };
 

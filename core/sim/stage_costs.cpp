@@ -245,7 +245,17 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     const auto take = [&](std::string_view name, bool needed, std::string_view stand_in) {
         if (model != nullptr) {
             if (const CollectiveCost* fitted = find_collective(*model, name)) {
-                return *fitted;
+                CollectiveCost cost = *fitted;
+                if (!cost.per_byte_fitted()) {
+                    // Measured at one size only: other sizes scale with the analytic bandwidth.
+                    cost.per_byte_ns = find_collective(analytic, name)->per_byte_ns;
+                    if (needed) {
+                        costs.notes.push_back(std::string(name) + ": per-byte cost not fitted (every sample moved " +
+                                              std::to_string(cost.fitted_bytes) +
+                                              " bytes); other sizes scale by the analytic bandwidth");
+                    }
+                }
+                return cost;
             }
             if (const CollectiveCost* other = find_collective(*model, stand_in)) {
                 if (needed) {

@@ -261,6 +261,20 @@ private slots:
         QCOMPARE(gradients->role, Role::collective);
         QCOMPARE(gradients->latency_ns, 200.0);
         QCOMPARE(gradients->per_byte_ns, 0.0);
+        // Every sample moved 4096 bytes: no per-byte term can be fitted, and the model says
+        // so; a per-byte cost given later (the simulator's analytic bandwidth) scales from
+        // there: 200 + 0.5 · (8192 − 4096) = 2248.
+        QVERIFY(!gradients->per_byte_fitted());
+        QCOMPARE(gradients->fitted_bytes, std::int64_t(4096));
+        QVERIFY(tp->per_byte_fitted());
+        CollectiveCost scaled = *gradients;
+        scaled.per_byte_ns = 0.5;
+        QCOMPARE(scaled.predict(4096), 200.0);
+        QCOMPARE(scaled.predict(8192), 2248.0);
+        auto again = parse_cost_model_json(cost_model_json(*model));
+        QVERIFY(again);
+        QCOMPARE(again->collective("allreduce gradients")->fitted_bytes, std::int64_t(4096));
+        QCOMPARE(again->collective("tp all-reduce")->fitted_bytes, std::int64_t(-1));
 
         const CollectiveCost* activations = model->collective("recv activations");
         QVERIFY(activations != nullptr);

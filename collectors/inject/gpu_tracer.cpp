@@ -299,19 +299,6 @@ void RecordSink::on_kernel(const CUpti_ActivityKernel10& record) {
     add(event);
 }
 
-const char* memory_kind_name(std::uint8_t kind) {
-    switch (kind) {
-    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return "pageable";
-    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return "pinned";
-    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE: return "device";
-    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY: return "array";
-    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED: return "managed";
-    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC: return "device static";
-    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC: return "managed static";
-    default: return "unknown";
-    }
-}
-
 const char* copy_kind_name(std::uint8_t kind) {
     switch (kind) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "Memcpy HtoD";
@@ -336,15 +323,18 @@ void RecordSink::on_memcpy(const CUpti_ActivityMemcpy6& record) {
     event.end_ns = static_cast<std::int64_t>(record.end);
     event.name = writer.intern(copy_kind_name(record.copyKind));
     event.kind = EventKind::memcpy;
-    // Host<->device traffic is what offloading moves; device-side copies are memory work.
-    const bool crosses_host = record.copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD ||
-                              record.copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
-    event.category = crosses_host ? Category::offload : Category::memory;
     event.bytes = static_cast<std::int64_t>(record.bytes);
-    event.copy_kind = static_cast<CopyKind>(record.copyKind);
+    event.copy_kind = record.copyKind >= 1 && record.copyKind <= 10 ? static_cast<CopyKind>(record.copyKind)
+                                                                    : CopyKind::none;
+    // Host<->device traffic is what offloading moves; device-side copies are memory work.
+    event.category = crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
+    // CUPTI's memory kinds are the store's (0 unknown … 7 managed static).
+    auto memory = [](std::uint8_t kind) {
+        return kind <= 7 ? static_cast<MemoryKind>(kind) : MemoryKind::unknown;
+    };
+    event.src_memory = memory(record.srcKind);
+    event.dst_memory = memory(record.dstKind);
     event.correlation = record.correlationId;
-    event.args = writer.intern(std::string("{\"src\":\"") + memory_kind_name(record.srcKind) +
-                               "\",\"dst\":\"" + memory_kind_name(record.dstKind) + "\"}");
     apply_semantic_keys(event, record.correlationId);
     add(event);
 }

@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "collectors/inject/annotation.h"
+#include "core/trace/annotations.h"
 #include "collectors/inject/immortal.h"
 #include "collectors/inject/recorder.h"
 

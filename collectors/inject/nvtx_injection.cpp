@@ -28,10 +28,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collectors/inject/annotation.h"
 #include "collectors/inject/gpu_tracer.h"
 #include "collectors/inject/immortal.h"
 #include "collectors/inject/recorder.h"
+#include "collectors/inject/wide_text.h"
+#include "core/trace/annotations.h"
 #include "core/util/json_text.h"
 
 // NVTX leaves these opaque to programs; the tool defines what a handle points to.

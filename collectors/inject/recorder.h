@@ -34,8 +34,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collectors/inject/annotation.h"
 #include "core/store/trace_writer.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::collect {
 

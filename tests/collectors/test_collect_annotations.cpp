@@ -4,8 +4,9 @@
 
 #include <map>
 
-#include "collectors/inject/annotation.h"
 #include "collectors/inject/rank_environment.h"
+#include "collectors/inject/wide_text.h"
+#include "core/trace/annotations.h"
 
 using namespace fulcrum;
 using namespace fulcrum::collect;

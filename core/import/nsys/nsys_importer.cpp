@@ -6,7 +6,7 @@
 // skipped, a missing optional column reads as "unknown". One profiled process is one rank;
 // kernels, copies and memsets go on one lane per (device, stream), runtime API calls and NVTX
 // events on one lane per thread. NVTX in the `fulcrum` domain (a fulcrum-train run profiled by
-// nsys) is read with the collector's own parser (docs/annotations.md).
+// nsys) is read with the collector's parser (core/trace/annotations.h) (docs/annotations.md).
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -17,8 +17,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "collectors/inject/annotation.h"
 #include "core/import/importer.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::importer {
 
@@ -392,11 +392,11 @@ private:
             if (message.empty() && sqlite3_column_type(stmt, 2) != SQLITE_NULL) {
                 message = string(sqlite3_column_int64(stmt, 2));
             }
-            const auto mark = collect::split_mark_message(message);
-            if (mark.name != collect::kRankMark) {
+            const auto mark = split_mark_message(message);
+            if (mark.name != kRankMark) {
                 return true;
             }
-            auto parsed = collect::parse_rank_mark(mark.json);
+            auto parsed = parse_rank_mark(mark.json);
             auto at = processes_.find(process_key(int_or(stmt, 0, 0)));
             if (parsed && parsed->rank >= 0 && at != processes_.end()) {
                 rank_marks_[at->first] = *parsed;
@@ -767,20 +767,20 @@ private:
     bool fulcrum_event(sqlite3_stmt* stmt, const Process& process, const std::string& message,
                        Event& event, std::int64_t row, const std::string& record) {
         if (event.kind == EventKind::mark) {
-            const auto mark = collect::split_mark_message(message);
-            if (mark.name == collect::kRankMark) {
+            const auto mark = split_mark_message(message);
+            if (mark.name == kRankMark) {
                 return false;
             }
-            if (mark.name == collect::kRunMark) {
-                if (auto config = collect::parse_run_mark(mark.json)) {
+            if (mark.name == kRunMark) {
+                if (auto config = parse_run_mark(mark.json)) {
                     writer_.set_run_config(*config);
                 } else {
                     skip("NVTX_EVENTS", row, "fulcrum.run mark: " + config.error().message, record);
                 }
                 return false;
             }
-            if (mark.name == collect::kWorkloadMark) {
-                if (auto entries = collect::parse_workload_mark(mark.json, process.rank)) {
+            if (mark.name == kWorkloadMark) {
+                if (auto entries = parse_workload_mark(mark.json, process.rank)) {
                     for (const auto& entry : *entries) {
                         writer_.add_workload(entry);
                     }
@@ -792,7 +792,7 @@ private:
             event.name = writer_.intern(mark.name);
             return true;
         }
-        const auto annotation = collect::parse_range_message(message);
+        const auto annotation = parse_range_message(message);
         event.name = writer_.intern(annotation.name);
         event.step = annotation.step;
         event.microbatch = annotation.microbatch;
@@ -807,7 +807,7 @@ private:
         }
         const std::int64_t category = int_or(stmt, 8, 0);
         event.category = category > 0 && category < 256
-                             ? collect::category_from_nvtx(static_cast<std::uint32_t>(category))
+                             ? category_from_nvtx(static_cast<std::uint32_t>(category))
                              : Category::other;
         if (event.category == Category::communication) {
             event.kind = EventKind::collective;
@@ -822,7 +822,7 @@ private:
     std::unordered_map<std::int64_t, std::string> strings_;
     std::map<std::int64_t, std::string> domains_;
     std::map<std::int64_t, Process> processes_;
-    std::map<std::int64_t, collect::RankMark> rank_marks_;
+    std::map<std::int64_t, RankMark> rank_marks_;
     std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, LaneId> stream_lanes_;
     std::unordered_map<std::int64_t, LaneId> thread_lanes_;
     std::unordered_map<std::int64_t, std::string> thread_names_;

@@ -1,5 +1,7 @@
-// The `fulcrum` NVTX annotation scheme (docs/annotations.md), parsed into the store's terms.
-// Pure functions with no NVTX and no writer, so the scheme is tested on plain strings.
+// The `fulcrum` annotation scheme (docs/annotations.md), parsed into the store's terms: the
+// trace vocabulary that the engine writes, the collector and the Nsight Systems importer read,
+// and the analyses and the simulator speak. Pure functions with no NVTX and no writer, so the
+// scheme is tested on plain strings.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,7 @@
 #include "core/trace/model.h"
 #include "core/util/result.h"
 
-namespace fulcrum::collect {
+namespace fulcrum {
 
 // A range or mark message "NAME[ key=value]...": NAME is free text without '=', what the
 // timeline shows; recognised keys fill the semantic columns, any other key goes to args.
@@ -74,7 +76,4 @@ struct SemanticKeys {
 };
 SemanticKeys unpack_semantic_keys(std::uint64_t id);
 
-// NVTX's wide-character messages (UTF-32 on Linux) as UTF-8.
-std::string utf8_from_wide(const wchar_t* text);
-
-}  // namespace fulcrum::collect
+}  // namespace fulcrum

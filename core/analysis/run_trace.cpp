@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/store/trace_reader.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::analysis {
 
@@ -21,20 +22,20 @@ struct NamedRole {
 
 // docs/annotations.md, "Ranges the engine emits".
 constexpr std::array kEngineNames = {
-    NamedRole{"step", Role::step},
-    NamedRole{"forward", Role::forward},
-    NamedRole{"backward", Role::backward},
-    NamedRole{"attention", Role::attention},
-    NamedRole{"recv activations", Role::pipeline_recv},
-    NamedRole{"recv gradients", Role::pipeline_recv},
-    NamedRole{"send activations", Role::pipeline_send},
-    NamedRole{"send gradients", Role::pipeline_send},
-    NamedRole{"cp all-gather kv", Role::cp_collective},
-    NamedRole{"cp reduce-scatter dkv", Role::cp_collective},
-    NamedRole{"tp all-reduce", Role::tp_collective},
-    NamedRole{"dp all-reduce gradients", Role::dp_collective},
-    NamedRole{"pp all-reduce embedding", Role::embedding_collective},
-    NamedRole{"optimizer", Role::optimizer},
+    NamedRole{range_name::kStep, Role::step},
+    NamedRole{range_name::kForward, Role::forward},
+    NamedRole{range_name::kBackward, Role::backward},
+    NamedRole{range_name::kAttention, Role::attention},
+    NamedRole{range_name::kRecvActivations, Role::pipeline_recv},
+    NamedRole{range_name::kRecvGradients, Role::pipeline_recv},
+    NamedRole{range_name::kSendActivations, Role::pipeline_send},
+    NamedRole{range_name::kSendGradients, Role::pipeline_send},
+    NamedRole{range_name::kCpAllGather, Role::cp_collective},
+    NamedRole{range_name::kCpReduceScatter, Role::cp_collective},
+    NamedRole{range_name::kTpAllReduce, Role::tp_collective},
+    NamedRole{range_name::kDpAllReduce, Role::dp_collective},
+    NamedRole{range_name::kEmbeddingAllReduce, Role::embedding_collective},
+    NamedRole{range_name::kOptimizer, Role::optimizer},
 };
 
 Role role_of_name_only(std::string_view name) {

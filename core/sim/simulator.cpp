@@ -510,20 +510,20 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                 }
             }
         }
-        names.step = out->intern("step");
-        names.forward = out->intern("forward");
-        names.backward = out->intern("backward");
-        names.attention = out->intern("attention");
-        names.mlp = out->intern("mlp");
+        names.step = out->intern(range_name::kStep);
+        names.forward = out->intern(range_name::kForward);
+        names.backward = out->intern(range_name::kBackward);
+        names.attention = out->intern(range_name::kAttention);
+        names.mlp = out->intern(range_name::kMlp);
         names.recv_activations = out->intern(kRecvActivations);
-        names.send_activations = out->intern("send activations");
+        names.send_activations = out->intern(range_name::kSendActivations);
         names.recv_gradients = out->intern(kRecvGradients);
-        names.send_gradients = out->intern("send gradients");
+        names.send_gradients = out->intern(range_name::kSendGradients);
         names.cp_all_gather = out->intern(kCpAllGather);
         names.cp_reduce_scatter = out->intern(kCpReduceScatter);
         names.tp_all_reduce = out->intern(kTpAllReduce);
         names.dp_all_reduce = out->intern(kDpAllReduce);
-        names.optimizer = out->intern("optimizer");
+        names.optimizer = out->intern(range_name::kOptimizer);
     }
     std::vector<std::int64_t> dp_bytes(static_cast<std::size_t>(grid.pp));
     for (int s = 0; s < grid.pp; ++s) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/analysis/cost_model.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::sim {
 
@@ -66,14 +67,14 @@ struct CostOrigin {
     int layers = 0, pp = 0, hidden = 0, tp = 0;
 };
 
-// Names of the collectives the simulator plays; the same as the engine's ranges
-// (docs/annotations.md), so a model fitted on a captured run is looked up by them.
-inline constexpr std::string_view kCpAllGather = "cp all-gather kv";
-inline constexpr std::string_view kCpReduceScatter = "cp reduce-scatter dkv";
-inline constexpr std::string_view kTpAllReduce = "tp all-reduce";
-inline constexpr std::string_view kRecvActivations = "recv activations";
-inline constexpr std::string_view kRecvGradients = "recv gradients";
-inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
+// Names of the collectives the simulator plays: the engine's (core/trace/annotations.h), so a
+// model fitted on a captured run is looked up by them.
+inline constexpr std::string_view kCpAllGather = range_name::kCpAllGather;
+inline constexpr std::string_view kCpReduceScatter = range_name::kCpReduceScatter;
+inline constexpr std::string_view kTpAllReduce = range_name::kTpAllReduce;
+inline constexpr std::string_view kRecvActivations = range_name::kRecvActivations;
+inline constexpr std::string_view kRecvGradients = range_name::kRecvGradients;
+inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
 
 // Parameters one rank of `stage` holds (so the bytes / 4 its DP all-reduce moves): per layer
 // 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);

@@ -39,6 +39,27 @@ struct MarkMessage {
 };
 MarkMessage split_mark_message(std::string_view message);
 
+// Names of the ranges the engine emits (docs/annotations.md, "Ranges the engine emits"). The
+// analyses give them their roles, the simulator writes them, a fitted cost model is keyed by
+// them: one spelling for all.
+namespace range_name {
+inline constexpr std::string_view kStep = "step";
+inline constexpr std::string_view kForward = "forward";
+inline constexpr std::string_view kBackward = "backward";
+inline constexpr std::string_view kAttention = "attention";
+inline constexpr std::string_view kMlp = "mlp";
+inline constexpr std::string_view kRecvActivations = "recv activations";
+inline constexpr std::string_view kRecvGradients = "recv gradients";
+inline constexpr std::string_view kSendActivations = "send activations";
+inline constexpr std::string_view kSendGradients = "send gradients";
+inline constexpr std::string_view kCpAllGather = "cp all-gather kv";
+inline constexpr std::string_view kCpReduceScatter = "cp reduce-scatter dkv";
+inline constexpr std::string_view kTpAllReduce = "tp all-reduce";
+inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
+inline constexpr std::string_view kEmbeddingAllReduce = "pp all-reduce embedding";
+inline constexpr std::string_view kOptimizer = "optimizer";
+}  // namespace range_name
+
 // Names of the metadata marks (docs/annotations.md, "Marks"); fulcrum.clock_sync is
 // kClockSyncMark in core/trace/model.h.
 inline constexpr std::string_view kRankMark = "fulcrum.rank";

@@ -96,10 +96,15 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
                 }
             }
         }
-        const parallel::ReplayResult replay_measured = parallel::replay_pipeline(measured);
-        const parallel::ReplayResult replay_uniform = parallel::replay_pipeline(uniform);
+        // A shape the schedule cannot replay (micro-batches missing from a truncated run)
+        // leaves the bubble unsplit: all of it "other".
+        auto replayed_measured = parallel::replay_pipeline(measured);
+        auto replayed_uniform = parallel::replay_pipeline(uniform);
+        const bool split = replayed_measured.ok() && replayed_uniform.ok();
+        const parallel::ReplayResult replay_measured = split ? *replayed_measured : parallel::ReplayResult{};
+        const parallel::ReplayResult replay_uniform = split ? *replayed_uniform : parallel::ReplayResult{};
         const std::int64_t unequal =
-            std::max<std::int64_t>(0, replay_measured.makespan_ns - replay_uniform.makespan_ns);
+            split ? std::max<std::int64_t>(0, replay_measured.makespan_ns - replay_uniform.makespan_ns) : 0;
 
         PipelineBubble pipeline;
         pipeline.step = key.step;
@@ -123,7 +128,7 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
             row.busy_ns = busy[s];
             row.bubble_ns = std::max<std::int64_t>(0, window - busy[s]);
             row.bubble_fraction = busy[s] > 0 ? double(row.bubble_ns) / double(busy[s]) : 0.0;
-            std::int64_t schedule_part = std::max<std::int64_t>(0, replay_uniform.bubble_ns(s));
+            std::int64_t schedule_part = split ? std::max<std::int64_t>(0, replay_uniform.bubble_ns(s)) : 0;
             std::int64_t unequal_part = unequal;
             if (schedule_part + unequal_part > row.bubble_ns) {
                 const double scale = row.bubble_ns > 0
@@ -139,7 +144,7 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
             row.wait_on_next_ns = wait_next[s];
             bubble_sum += row.bubble_ns;
             busy_sum += row.busy_ns;
-            replay_bubble_sum += replay_measured.bubble_ns(s);
+            replay_bubble_sum += split ? replay_measured.bubble_ns(s) : 0;
             result.stages.push_back(row);
         }
         pipeline.measured_fraction = busy_sum > 0 ? double(bubble_sum) / double(busy_sum) : 0.0;

@@ -1,7 +1,10 @@
 // Replaying a pipeline schedule: given how long every pass takes on every stage, when does
-// each start and end? Stages run their ops in schedule order (stage_ops); a forward of
-// micro-batch j on stage s waits for stage s−1's forward of j, a backward for stage s+1's
-// backward of j (or, on the last stage, its own forward), plus the point-to-point latency.
+// each start and end? Stages run their passes in schedule order (stage_ops). With model chunk
+// c = chunk·p + stage (one chunk per stage unless interleaved):
+//   a forward of micro-batch j through chunk c waits for the forward of j through c − 1,
+//   a backward (or input-gradient pass) waits for the one through c + 1, or on the last
+//   chunk for its own forward, and a weight-gradient pass for its own input-gradient pass,
+// plus the point-to-point latency when the two run on different stages.
 //
 // The bubble analysis replays measured durations to split a measured bubble into what the
 // schedule costs anyway and what unequal micro-batches add; the simulator replays predicted
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "core/parallel/schedule.h"
+#include "core/util/result.h"
 
 namespace fulcrum::parallel {
 
@@ -19,9 +23,13 @@ struct ReplayInput {
     PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
     int stages = 1;
     int microbatches = 1;
-    // [stage][microbatch] durations in ns.
+    int virtual_stages = 1;
+    // [stage][microbatch] durations in ns of the stage's whole share of the model; with v
+    // model chunks each chunk's pass takes 1/v of it. `backward_ns` is the whole backward, or
+    // its input-gradient half when the schedule splits off `weight_ns` (ZB-H1).
     std::vector<std::vector<std::int64_t>> forward_ns;
     std::vector<std::vector<std::int64_t>> backward_ns;
+    std::vector<std::vector<std::int64_t>> weight_ns;
     std::int64_t p2p_latency_ns = 0;  // from a send's end to the receiver's start
     // When each stage can begin (e.g. after its step's set-up); empty: all at 0.
     std::vector<std::int64_t> stage_ready_ns;
@@ -29,7 +37,8 @@ struct ReplayInput {
 
 struct ReplayedOp {
     int microbatch = 0;
-    bool forward = true;
+    PassKind kind = PassKind::forward;
+    int chunk = 0;
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
     std::int64_t wait_ns = 0;  // idle right before it, waiting for its input
@@ -44,6 +53,8 @@ struct ReplayResult {
     std::int64_t bubble_ns(int stage) const;
 };
 
-ReplayResult replay_pipeline(const ReplayInput& input);
+// Errors when the shape does not suit the schedule (check_pipeline) or the durations do not
+// match the shape.
+Result<ReplayResult> replay_pipeline(const ReplayInput& input);
 
 }  // namespace fulcrum::parallel

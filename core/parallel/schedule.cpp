@@ -1,48 +1,169 @@
 #include "core/parallel/schedule.h"
 
 #include <algorithm>
+#include <deque>
+#include <map>
+#include <tuple>
 
 namespace fulcrum::parallel {
 
 Result<PipelineSchedule> parse_schedule(std::string_view name) {
-    if (name == "gpipe") {
-        return PipelineSchedule::gpipe;
-    }
-    if (name == "1f1b") {
-        return PipelineSchedule::one_f_one_b;
-    }
-    return Error{ErrorCode::invalid_input,
-                 "unknown pipeline schedule '" + std::string(name) + "' (choose gpipe or 1f1b)"};
+    if (name == "gpipe") return PipelineSchedule::gpipe;
+    if (name == "1f1b") return PipelineSchedule::one_f_one_b;
+    if (name == "interleaved") return PipelineSchedule::interleaved;
+    if (name == "zb-h1") return PipelineSchedule::zero_bubble_h1;
+    return Error{ErrorCode::invalid_input, "unknown pipeline schedule '" + std::string(name) + "' (choose " +
+                                               std::string(kScheduleNames) + ")"};
 }
 
 const char* schedule_name(PipelineSchedule schedule) {
-    return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+    switch (schedule) {
+    case PipelineSchedule::gpipe: return "gpipe";
+    case PipelineSchedule::one_f_one_b: return "1f1b";
+    case PipelineSchedule::interleaved: return "interleaved";
+    case PipelineSchedule::zero_bubble_h1: return "zb-h1";
+    }
+    return "1f1b";
 }
 
-std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, int stages,
-                                  int microbatches) {
+Status check_pipeline(PipelineSchedule schedule, const PipelineShape& shape) {
+    if (shape.stages < 1 || shape.microbatches < 1 || shape.virtual_stages < 1) {
+        return Error{ErrorCode::invalid_input, "a pipeline needs at least one stage, micro-batch and model chunk"};
+    }
+    if (schedule == PipelineSchedule::interleaved) {
+        if (shape.virtual_stages < 2) {
+            return Error{ErrorCode::invalid_input,
+                         "the interleaved schedule needs at least 2 virtual stages (model chunks) per "
+                         "pipeline stage: give --virtual-stages 2 or more"};
+        }
+        if (shape.microbatches % shape.stages != 0) {
+            return Error{ErrorCode::invalid_input,
+                         "the interleaved schedule runs micro-batches in groups of the " + std::to_string(shape.stages) +
+                             " pipeline stages: " + std::to_string(shape.microbatches) +
+                             " micro-batches is not a multiple of " + std::to_string(shape.stages)};
+        }
+    } else if (shape.virtual_stages != 1) {
+        return Error{ErrorCode::invalid_input, std::string("virtual stages are for the interleaved schedule; ") +
+                                                   schedule_name(schedule) + " runs one model chunk per stage"};
+    }
+    return {};
+}
+
+namespace {
+
+std::vector<PipelineOp> gpipe_ops(int m) {
     std::vector<PipelineOp> ops;
-    if (schedule == PipelineSchedule::gpipe) {
-        for (int j = 0; j < microbatches; ++j) {
-            ops.push_back({j, true});
-        }
-        for (int j = 0; j < microbatches; ++j) {
-            ops.push_back({j, false});
-        }
-        return ops;
-    }
-    const int warmup = std::min(stages - stage - 1, microbatches);
+    for (int j = 0; j < m; ++j) ops.push_back({j, PassKind::forward});
+    for (int j = 0; j < m; ++j) ops.push_back({j, PassKind::backward});
+    return ops;
+}
+
+std::vector<PipelineOp> one_f_one_b_ops(int stage, int p, int m) {
+    std::vector<PipelineOp> ops;
+    const int warmup = std::min(p - stage - 1, m);
     int next_forward = 0;
-    for (; next_forward < warmup; ++next_forward) {
-        ops.push_back({next_forward, true});
-    }
-    for (int next_backward = 0; next_backward < microbatches; ++next_backward) {
-        if (next_forward < microbatches) {
-            ops.push_back({next_forward++, true});
-        }
-        ops.push_back({next_backward, false});
+    for (; next_forward < warmup; ++next_forward) ops.push_back({next_forward, PassKind::forward});
+    for (int next_backward = 0; next_backward < m; ++next_backward) {
+        if (next_forward < m) ops.push_back({next_forward++, PassKind::forward});
+        ops.push_back({next_backward, PassKind::backward});
     }
     return ops;
+}
+
+// Megatron-LM's order (forward_backward_pipelining_with_interleaving): virtual step k of a
+// stage runs micro-batch (k div p·v)·p + k mod p through chunk (k mod p·v) div p, backward
+// steps through the chunks in reverse.
+std::vector<PipelineOp> interleaved_ops(int stage, int p, int m, int v) {
+    const int total = m * v;
+    const int warmup = m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+    auto at = [&](int k, PassKind kind) {
+        const int chunk = (k % (p * v)) / p;
+        return PipelineOp{(k / (p * v)) * p + k % p, kind, kind == PassKind::forward ? chunk : v - 1 - chunk};
+    };
+    std::vector<PipelineOp> ops;
+    for (int k = 0; k < warmup; ++k) ops.push_back(at(k, PassKind::forward));
+    const int steady = total - warmup;
+    for (int i = 0; i < steady; ++i) {
+        ops.push_back(at(warmup + i, PassKind::forward));
+        ops.push_back(at(i, PassKind::backward));
+    }
+    for (int i = steady; i < total; ++i) ops.push_back(at(i, PassKind::backward));
+    return ops;
+}
+
+// ZB-H1's order, for every stage at once: 1F1B's F and B, played with every pass one time
+// unit long; a stage runs its oldest pending W whenever its next F or B is not ready, or when
+// p−1 are pending, and the rest at the end. Played with equal pass times, as the paper draws
+// its hand-made schedule; the replay then times it with the real ones.
+std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
+    std::vector<std::vector<PipelineOp>> order(p), out(p);
+    for (int s = 0; s < p; ++s) order[s] = one_f_one_b_ops(s, p, m);
+    std::vector<std::size_t> next(p, 0);
+    std::vector<std::deque<int>> pending(p);
+    std::map<std::tuple<PassKind, int, int>, int> done_at;  // (kind, stage, micro-batch) -> end
+    const int limit = std::max(p - 1, 0);
+    auto finished = [&](int s) { return next[s] >= order[s].size() && pending[s].empty(); };
+    for (int time = 0;; ++time) {
+        bool all = true;
+        std::vector<std::tuple<PassKind, int, int>> ended;
+        for (int s = 0; s < p; ++s) {
+            if (finished(s)) continue;
+            all = false;
+            if (next[s] < order[s].size() && static_cast<int>(pending[s].size()) <= limit) {
+                const PipelineOp op = order[s][next[s]];
+                std::tuple<PassKind, int, int> needs{PassKind::forward, -1, -1};
+                if (op.kind == PassKind::forward && s > 0) needs = {PassKind::forward, s - 1, op.microbatch};
+                if (op.kind == PassKind::backward) {
+                    needs = s < p - 1 ? std::tuple{PassKind::backward, s + 1, op.microbatch}
+                                      : std::tuple{PassKind::forward, s, op.microbatch};
+                }
+                const bool ready = std::get<1>(needs) < 0 ||
+                                   (done_at.count(needs) != 0 && done_at.at(needs) <= time);
+                if (ready) {
+                    out[s].push_back(op);
+                    ended.push_back({op.kind, s, op.microbatch});
+                    if (op.kind == PassKind::backward) pending[s].push_back(op.microbatch);
+                    ++next[s];
+                    continue;
+                }
+            }
+            if (!pending[s].empty()) {
+                out[s].push_back({pending[s].front(), PassKind::weight});
+                pending[s].pop_front();
+            }
+        }
+        if (all) break;
+        for (const auto& key : ended) done_at[key] = time + 1;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape) {
+    switch (schedule) {
+    case PipelineSchedule::gpipe: return gpipe_ops(shape.microbatches);
+    case PipelineSchedule::one_f_one_b: return one_f_one_b_ops(stage, shape.stages, shape.microbatches);
+    case PipelineSchedule::interleaved:
+        return interleaved_ops(stage, shape.stages, shape.microbatches, shape.virtual_stages);
+    case PipelineSchedule::zero_bubble_h1:
+        return zero_bubble_h1_ops(shape.stages, shape.microbatches)[static_cast<std::size_t>(stage)];
+    }
+    return {};
+}
+
+double theory_bubble_fraction(PipelineSchedule schedule, const PipelineShape& shape, const PassTimes& times) {
+    const double p = shape.stages, m = shape.microbatches, v = shape.virtual_stages;
+    switch (schedule) {
+    case PipelineSchedule::gpipe:
+    case PipelineSchedule::one_f_one_b: return (p - 1) / m;
+    case PipelineSchedule::interleaved: return (p - 1) / (v * m);
+    case PipelineSchedule::zero_bubble_h1: {
+        const double busy = times.forward + times.backward + times.weight;
+        return busy > 0 ? (p - 1) * std::max(0.0, times.forward + times.backward - times.weight) / (m * busy) : 0.0;
+    }
+    }
+    return 0;
 }
 
 LayerRange stage_layers(int stage, int stages, int layers) {

@@ -1,15 +1,25 @@
-// Pipeline schedules: the order in which one stage runs the forward (F) and backward (B)
-// passes of its micro-batches. p stages, m micro-batches (REFERENCE §2).
+// Pipeline schedules: the order in which one pipeline stage runs the passes of its
+// micro-batches. p stages, m micro-batches, v model chunks per stage (virtual stages).
 //
-// GPipe: every F, then every B. Stage 0 holds all m micro-batches' activations at once;
-//   bubble fraction (p−1)/m.
+// GPipe: every forward (F), then every backward (B). Stage 0 holds all m micro-batches'
+//   activations at once; bubble (p−1)/m of the busy time.
 // 1F1B: warm-up of min(p−s−1, m) forwards on stage s, then steady state alternating one F
 //   and one B, then cool-down of the remaining Bs. The same (p−1)/m bubble as GPipe, but at
-//   most p micro-batches in flight on stage 0.
-// Backward passes run in micro-batch order in both, so a stage receives gradients in the
-// order its successor sends them.
+//   most p micro-batches in flight on stage 0 (Narayanan et al., SC'21, §2.2).
+// Interleaved 1F1B (Megatron-LM; Narayanan et al., SC'21, §2.2.2): each stage holds v chunks
+//   of layers, chunk c of the model on stage c mod p. Micro-batches go through in groups of
+//   p; stage s warms up with (p−s−1)·2 + (v−1)·p forwards, then alternates. The bubble
+//   falls to (p−1)/(v·m), at v times the point-to-point traffic. Needs m a multiple of p.
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, §3): the backward split
+//   into B (the input gradient, which the previous stage waits for) and W (the weight
+//   gradient, which nobody waits for). F and B keep 1F1B's order; a W runs where the stage
+//   would otherwise wait for its next F or B, or once p−1 are pending, and the rest at the
+//   end. Bubble (p−1)(F + B − W) against 1F1B's (p−1)(F + B + W), for W no longer than F.
+// Backward passes run in micro-batch order, so a stage receives gradients in the order its
+// successor sends them.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -17,19 +27,53 @@
 
 namespace fulcrum::parallel {
 
-enum class PipelineSchedule { gpipe, one_f_one_b };
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zero_bubble_h1 };
 
-Result<PipelineSchedule> parse_schedule(std::string_view name);  // "gpipe" or "1f1b"
+// "gpipe", "1f1b", "interleaved", "zb-h1"
+Result<PipelineSchedule> parse_schedule(std::string_view name);
 const char* schedule_name(PipelineSchedule schedule);
+// Every schedule's name, for help texts and messages.
+inline constexpr std::string_view kScheduleNames = "gpipe, 1f1b, interleaved, zb-h1";
+
+// Whether the schedule runs the weight gradient (W) as a pass of its own.
+constexpr bool splits_backward(PipelineSchedule schedule) {
+    return schedule == PipelineSchedule::zero_bubble_h1;
+}
+
+// A pass of one micro-batch through one model chunk of a stage. `backward` is the whole
+// backward pass, or only its input-gradient half (B) when the schedule splits it off `weight`
+// (W).
+enum class PassKind : std::uint8_t { forward, backward, weight };
+
+struct PipelineShape {
+    int stages = 1;          // p
+    int microbatches = 1;    // m
+    int virtual_stages = 1;  // v: model chunks per stage (interleaved only)
+};
+
+// Whether a schedule can run on a shape: every count ≥ 1; interleaved needs v ≥ 2 and m a
+// multiple of p (its micro-batches go in groups of p), the others v = 1.
+Status check_pipeline(PipelineSchedule schedule, const PipelineShape& shape);
 
 struct PipelineOp {
     int microbatch = 0;
-    bool forward = true;
+    PassKind kind = PassKind::forward;
+    int chunk = 0;  // which of the stage's v model chunks: model chunk chunk·p + stage
     friend bool operator==(const PipelineOp&, const PipelineOp&) = default;
 };
 
-std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, int stages,
-                                  int microbatches);
+// The passes stage `stage` runs, in order. The shape must pass check_pipeline.
+std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape);
+
+// The schedule's bubble with every micro-batch alike, as a fraction of the busy time:
+// (p−1)/m for GPipe and 1F1B, (p−1)/(v·m) interleaved, (p−1)(F + B − W)/(m(F + B + W)) for
+// ZB-H1, with F, B, W the forward, input-gradient and weight-gradient pass times (only ZB-H1's
+// depends on them; the paper's hand-made schedule assumes them equal).
+struct PassTimes {
+    double forward = 1, backward = 1, weight = 1;
+};
+double theory_bubble_fraction(PipelineSchedule schedule, const PipelineShape& shape,
+                              const PassTimes& times = {});
 
 // Layers [first, last) of a stage: L/p each, the first L mod p stages one more.
 struct LayerRange {

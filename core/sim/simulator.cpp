@@ -118,8 +118,8 @@ int layers_of(int stage, const SimulationConfig& config) {
     return range.last - range.first;
 }
 
-ReplicaPlay play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
-                         const SimulationConfig& config, const StageCosts& costs) {
+Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
+                                 const SimulationConfig& config, const StageCosts& costs) {
     const Grid& grid = config.grid;
     const std::int64_t hidden = config.model.hidden;
     const int m = static_cast<int>(replica.size());
@@ -203,7 +203,11 @@ ReplicaPlay play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
             }
         }
     }
-    play.replay = parallel::replay_pipeline(input);
+    auto replayed = parallel::replay_pipeline(input);
+    if (!replayed) {
+        return replayed.error();
+    }
+    play.replay = std::move(*replayed);
     return play;
 }
 
@@ -282,7 +286,7 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                      int step, int stage) {
     const EventNames& n = out.names();
     const Grid& grid = config.grid;
-    const bool forward = op.forward;
+    const bool forward = op.kind == parallel::PassKind::forward;
     const Phase phase = forward ? Phase::forward : Phase::backward;
     const auto s = static_cast<std::int16_t>(stage);
     const int j = op.microbatch;
@@ -418,6 +422,11 @@ Status validate(const SimulationConfig& config) {
     }
     if (config.ilp_time_limit_s <= 0) {
         return invalid("--ilp-time-limit must be positive");
+    }
+    if (config.schedule != parallel::PipelineSchedule::gpipe &&
+        config.schedule != parallel::PipelineSchedule::one_f_one_b) {
+        return invalid(std::string("the simulator plays the gpipe and 1f1b schedules; ") +
+                       parallel::schedule_name(config.schedule) + " is not simulated yet");
     }
     const HardwareAssumptions& hardware = config.hardware;
     // Checked with a given model too: what it lacks comes from the analytic one.
@@ -561,7 +570,11 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
             if (progress.cancel != nullptr && progress.cancel->load()) {
                 return Error{ErrorCode::cancelled, "the simulation was cancelled"};
             }
-            plays.push_back(play_replica(replica, config, costs));
+            auto play = play_replica(replica, config, costs);
+            if (!play) {
+                return play.error();
+            }
+            plays.push_back(std::move(*play));
             const parallel::ReplayResult& replay = plays.back().replay;
             std::int64_t busy = 0, bubble = 0;
             for (int s = 0; s < grid.pp; ++s) {
@@ -641,7 +654,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                              play.replay.stages[static_cast<std::size_t>(s)]) {
                             const std::size_t index =
                                 group_index(s, op.microbatch, m,
-                                            op.forward ? PassPhase::forward : PassPhase::backward);
+                                            op.kind == parallel::PassKind::forward ? PassPhase::forward
+                                                                                   : PassPhase::backward);
                             add_pass_events(*events, op, step_start, play.groups[index],
                                             play.ranks[index * static_cast<std::size_t>(grid.cp) +
                                                        static_cast<std::size_t>(c)],

@@ -262,17 +262,17 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     const float loss_scale = float(1.0 / double(plan.target_tokens));
     double loss_sum = 0;
     const std::vector<PipelineOp> ops =
-        stage_ops(config_.schedule, me.pp, topology_.shape().pp, microbatches);
+        stage_ops(config_.schedule, me.pp, {topology_.shape().pp, microbatches, 1});
     std::size_t last_backward = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (!ops[i].forward) {
+        if (ops[i].kind == parallel::PassKind::backward) {
             last_backward = i;
         }
     }
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const PipelineOp& op = ops[i];
         auto& acts = *activations_[static_cast<std::size_t>(op.microbatch)];
-        if (op.forward) {
+        if (op.kind == parallel::PassKind::forward) {
             run_forward(plan.step, op.microbatch, batches[static_cast<std::size_t>(op.microbatch)],
                         acts, loss_sum);
         } else {

@@ -206,6 +206,10 @@ int main(int argc, char** argv) {
     if (!schedule) {
         return fail(rank, schedule.error().message);
     }
+    if (*schedule != PipelineSchedule::gpipe && *schedule != PipelineSchedule::one_f_one_b) {
+        return fail(rank, std::string("the engine runs the gpipe and 1f1b schedules; ") +
+                              schedule_name(*schedule) + " is not implemented in fulcrum-train yet");
+    }
     auto balancer = balance::parse_balancer(o.balancer);
     if (!balancer) {
         return fail(rank, balancer.error().message);

@@ -50,7 +50,7 @@ private slots:
         input.microbatches = 2;
         input.forward_ns = {{10, 10}, {10, 10}};
         input.backward_ns = {{20, 20}, {20, 20}};
-        const auto result = parallel::replay_pipeline(input);
+        const auto result = parallel::replay_pipeline(input).value();
         QCOMPARE(result.makespan_ns, 90);
         QCOMPARE(result.bubble_ns(0), 30);
         QCOMPARE(result.bubble_ns(1), 30);
@@ -67,7 +67,7 @@ private slots:
         input.microbatches = 8;
         input.forward_ns.assign(4, std::vector<std::int64_t>(8, 100));
         input.backward_ns.assign(4, std::vector<std::int64_t>(8, 200));
-        const auto result = parallel::replay_pipeline(input);
+        const auto result = parallel::replay_pipeline(input).value();
         for (int s = 0; s < 4; ++s) {
             QCOMPARE(result.bubble_ns(s), 3 * 300);
         }
@@ -84,7 +84,7 @@ private slots:
         input.backward_ns = {{10}, {10}};
         input.p2p_latency_ns = 5;
         // F0: 0–10 on stage 0, 15–25 on stage 1; B0: 25–35 on stage 1, 40–50 on stage 0.
-        QCOMPARE(parallel::replay_pipeline(input).makespan_ns, 50);
+        QCOMPARE(parallel::replay_pipeline(input).value().makespan_ns, 50);
     }
 };
 

@@ -1,0 +1,185 @@
+// Pipeline schedules and their replay (core/parallel): every schedule's order is a valid one
+// (each stage runs every pass of every micro-batch and chunk exactly once, nothing deadlocks),
+// and replayed with equal micro-batches each reaches its published bubble:
+//   GPipe, 1F1B      (p−1)/m of the busy time                       (GPipe; Narayanan et al. SC'21)
+//   interleaved 1F1B (p−1)/(v·m)                                     (Narayanan et al. SC'21 §2.2.2)
+//   ZB-H1            (p−1)(F + B − W) per stage, 1F1B's (p−1)(F+B+W) (Qi et al. ICLR'24 §3)
+#include <QtTest>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/parallel/replay.h"
+
+using namespace fulcrum;
+using namespace fulcrum::parallel;
+
+namespace {
+
+ReplayInput equal_passes(PipelineSchedule schedule, int p, int m, int v, std::int64_t forward,
+                         std::int64_t backward, std::int64_t weight = 0) {
+    ReplayInput input;
+    input.schedule = schedule;
+    input.stages = p;
+    input.microbatches = m;
+    input.virtual_stages = v;
+    input.forward_ns.assign(p, std::vector<std::int64_t>(m, forward));
+    input.backward_ns.assign(p, std::vector<std::int64_t>(m, backward));
+    if (splits_backward(schedule)) input.weight_ns.assign(p, std::vector<std::int64_t>(m, weight));
+    return input;
+}
+
+}  // namespace
+
+Q_DECLARE_METATYPE(fulcrum::parallel::PipelineSchedule)
+
+class PipelineSchedulesTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    void everyPassOnceInADependencyOrder_data() {
+        QTest::addColumn<PipelineSchedule>("schedule");
+        QTest::addColumn<int>("p");
+        QTest::addColumn<int>("m");
+        QTest::addColumn<int>("v");
+        for (auto [p, m] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 3}, std::pair{8, 16}}) {
+            QTest::addRow("gpipe p%d m%d", p, m) << PipelineSchedule::gpipe << p << m << 1;
+            QTest::addRow("1f1b p%d m%d", p, m) << PipelineSchedule::one_f_one_b << p << m << 1;
+            QTest::addRow("zb-h1 p%d m%d", p, m) << PipelineSchedule::zero_bubble_h1 << p << m << 1;
+        }
+        for (auto [p, m, v] : {std::tuple{2, 4, 2}, std::tuple{4, 8, 3}, std::tuple{4, 4, 2}, std::tuple{8, 16, 2}}) {
+            QTest::addRow("interleaved p%d m%d v%d", p, m, v) << PipelineSchedule::interleaved << p << m << v;
+        }
+    }
+    void everyPassOnceInADependencyOrder() {
+        QFETCH(PipelineSchedule, schedule);
+        QFETCH(int, p);
+        QFETCH(int, m);
+        QFETCH(int, v);
+        const PipelineShape shape{p, m, v};
+        QVERIFY(check_pipeline(schedule, shape));
+        const int kinds = splits_backward(schedule) ? 3 : 2;
+        for (int s = 0; s < p; ++s) {
+            const auto ops = stage_ops(schedule, s, shape);
+            QCOMPARE(static_cast<int>(ops.size()), kinds * m * v);
+            std::set<std::tuple<int, int, int>> seen;
+            for (const PipelineOp& op : ops) {
+                QVERIFY(seen.insert({static_cast<int>(op.kind), op.microbatch, op.chunk}).second);
+                QVERIFY(op.microbatch >= 0 && op.microbatch < m && op.chunk >= 0 && op.chunk < v);
+                // On one stage: a chunk's backward after its forward, W after B.
+                if (op.kind == PassKind::backward) {
+                    QVERIFY(seen.count({static_cast<int>(PassKind::forward), op.microbatch, op.chunk}) == 1);
+                }
+                if (op.kind == PassKind::weight) {
+                    QVERIFY(seen.count({static_cast<int>(PassKind::backward), op.microbatch, op.chunk}) == 1);
+                }
+            }
+        }
+        QVERIFY(replay_pipeline(equal_passes(schedule, p, m, v, 100, 100, 100)).ok());  // no deadlock
+    }
+
+    // Equal micro-batches, no latency: the replayed bubble over the busy time is the theory.
+    void replayReachesTheTheory_data() {
+        QTest::addColumn<PipelineSchedule>("schedule");
+        QTest::addColumn<int>("p");
+        QTest::addColumn<int>("m");
+        QTest::addColumn<int>("v");
+        for (auto [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{8, 16}}) {
+            QTest::addRow("gpipe p%d m%d", p, m) << PipelineSchedule::gpipe << p << m << 1;
+            QTest::addRow("1f1b p%d m%d", p, m) << PipelineSchedule::one_f_one_b << p << m << 1;
+        }
+        for (auto [p, m, v] : {std::tuple{2, 4, 2}, std::tuple{4, 8, 2}, std::tuple{4, 8, 3}, std::tuple{4, 16, 4},
+                               std::tuple{8, 16, 2}}) {
+            QTest::addRow("interleaved p%d m%d v%d", p, m, v) << PipelineSchedule::interleaved << p << m << v;
+        }
+    }
+    void replayReachesTheTheory() {
+        QFETCH(PipelineSchedule, schedule);
+        QFETCH(int, p);
+        QFETCH(int, m);
+        QFETCH(int, v);
+        // Durations divisible by v: each chunk takes an exact 1/v.
+        const auto result = replay_pipeline(equal_passes(schedule, p, m, v, 1200, 2400)).value();
+        const double busy = m * 3600.0;
+        for (int s = 0; s < p; ++s) {
+            QCOMPARE(result.bubble_ns(s) / busy, theory_bubble_fraction(schedule, {p, m, v}));
+        }
+    }
+
+    // ZB-H1 with forward F, input-gradient B and weight-gradient W: every stage's bubble is
+    // (p−1)(F + B − W), against (p−1)(F + B + W) for 1F1B with the backward B + W whole.
+    // p = 4, m = 8: F = B = W = 100 gives 300 against 900; F = B = 200, W = 100 gives 900
+    // against 1500; F = 300, B = 200, W = 100 gives 1200 against 1800.
+    void zeroBubbleH1ShrinksTheBubble_data() {
+        QTest::addColumn<int>("p");
+        QTest::addColumn<int>("m");
+        QTest::addColumn<qint64>("f");
+        QTest::addColumn<qint64>("b");
+        QTest::addColumn<qint64>("w");
+        for (auto [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 4}, std::pair{8, 16}}) {
+            for (auto [f, b, w] : {std::tuple{100, 100, 100}, std::tuple{200, 200, 100}, std::tuple{300, 200, 100}}) {
+                QTest::addRow("p%d m%d F%d B%d W%d", p, m, f, b, w) << p << m << qint64(f) << qint64(b) << qint64(w);
+            }
+        }
+    }
+    void zeroBubbleH1ShrinksTheBubble() {
+        QFETCH(int, p);
+        QFETCH(int, m);
+        QFETCH(qint64, f);
+        QFETCH(qint64, b);
+        QFETCH(qint64, w);
+        const auto zb = replay_pipeline(equal_passes(PipelineSchedule::zero_bubble_h1, p, m, 1, f, b, w)).value();
+        const auto one_f_one_b = replay_pipeline(equal_passes(PipelineSchedule::one_f_one_b, p, m, 1, f, b + w)).value();
+        for (int s = 0; s < p; ++s) {
+            QCOMPARE(zb.bubble_ns(s), (p - 1) * (f + b - w));
+            QCOMPARE(one_f_one_b.bubble_ns(s), (p - 1) * (f + b + w));
+        }
+        const double busy = double(m) * double(f + b + w);
+        QCOMPARE(zb.bubble_ns(0) / busy,
+                 theory_bubble_fraction(PipelineSchedule::zero_bubble_h1, {p, m, 1},
+                                        {double(f), double(b), double(w)}));
+    }
+
+    // Interleaved, p = 2, v = 2, m = 2, each stage's forward 200 (100 per chunk), backward 400
+    // (200 per chunk). Model chunks 0 and 2 on stage 0, 1 and 3 on stage 1. Stage 0 warms up
+    // with (p−1)·2 + (v−1)·p = 4 = every forward: F(0,c0) 0–100, F(1,c0) 100–200, F(0,c2)
+    // 200–300 (its input F(0,c1) ran 100–200 on stage 1), F(1,c2) 300–400.
+    void interleavedHandTimeline() {
+        const auto result =
+            replay_pipeline(equal_passes(PipelineSchedule::interleaved, 2, 2, 2, 200, 400)).value();
+        const auto& stage0 = result.stages[0];
+        QCOMPARE(stage0.size(), std::size_t(8));
+        const std::vector<std::tuple<int, int, std::int64_t>> forwards = {
+            {0, 0, 0}, {1, 0, 100}, {0, 1, 200}, {1, 1, 300}};
+        for (std::size_t i = 0; i < forwards.size(); ++i) {
+            QCOMPARE(stage0[i].kind, PassKind::forward);
+            QCOMPARE(stage0[i].microbatch, std::get<0>(forwards[i]));
+            QCOMPARE(stage0[i].chunk, std::get<1>(forwards[i]));
+            QCOMPARE(stage0[i].start_ns, std::get<2>(forwards[i]));
+        }
+        QCOMPARE(stage0[4].kind, PassKind::backward);
+        QCOMPARE(stage0[4].chunk, 1);  // backwards go through the chunks in reverse
+    }
+
+    void shapesASchedulesCannotRunAreRefused() {
+        QVERIFY(!check_pipeline(PipelineSchedule::interleaved, {4, 6, 2}));  // m not a multiple of p
+        QVERIFY(!check_pipeline(PipelineSchedule::interleaved, {4, 8, 1}));  // needs v ≥ 2
+        QVERIFY(!check_pipeline(PipelineSchedule::one_f_one_b, {4, 8, 2}));  // v only interleaved
+        QVERIFY(check_pipeline(PipelineSchedule::interleaved, {4, 8, 2}));
+        auto wrong = equal_passes(PipelineSchedule::zero_bubble_h1, 2, 2, 1, 1, 1, 1);
+        wrong.weight_ns.clear();
+        const auto refused = replay_pipeline(wrong);
+        QVERIFY(!refused);
+        QVERIFY(refused.error().message.find("weight") != std::string::npos);
+        for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+            auto parsed = parse_schedule(name);
+            QVERIFY(parsed);
+            QCOMPARE(std::string(schedule_name(*parsed)), std::string(name));
+        }
+        QVERIFY(!parse_schedule("zb-v"));
+    }
+};
+
+QTEST_GUILESS_MAIN(PipelineSchedulesTest)
+#include "test_pipeline_schedules.moc"

@@ -62,7 +62,8 @@ private slots:
         QTest::newRow("unknown balancer") << QStringList{"--balancer", "greedy"} << "unknown";
         QTest::newRow("unknown balancer in --compare")
             << QStringList{"--compare", "fixed,best"} << "--compare:";
-        QTest::newRow("unknown schedule") << QStringList{"--schedule", "zb"} << "gpipe or 1f1b";
+        QTest::newRow("unknown schedule") << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
+        QTest::newRow("schedule not simulated yet") << QStringList{"--schedule", "zb-h1"} << "not simulated yet";
         QTest::newRow("bad length spec") << QStringList{"--lengths", "uniform:max=9"} << "uniform";
         QTest::newRow("tp must divide heads")
             << QStringList{"--tp", "3"} << "--tp 3 must divide --heads 4";

@@ -16,7 +16,9 @@
 //     Other streams exist for copies and (later) communication that should overlap compute;
 //     they are ordered against the compute stream with events, never with host waits.
 //   * A call that returns a host value (`download`, `sum_of_squares`) waits for the work it
-//     depends on; nothing else blocks the host.
+//     depends on; nothing else blocks the host, except freeing: releasing a DeviceBuffer or a
+//     PinnedBuffer waits for the copies in flight, which may still read or write it (as
+//     cudaFree does).
 //   * Breaking a shape or device contract is a programming error: it aborts with a message
 //     (FULCRUM_CHECK), it is not an Error a user could act on.
 #pragma once
@@ -152,9 +154,9 @@ private:
 };
 
 // Streams and events are owned by the backend and named by small ids, so that a CUDA backend
-// can hand out cudaStream_t/cudaEvent_t without the model knowing. On the CPU everything runs
-// in program order when it is issued: streams only carry a name (for the trace), an event is
-// complete as soon as it is recorded, and waits return at once.
+// can hand out cudaStream_t/cudaEvent_t without the model knowing. On the CPU the compute
+// stream runs each call when it is issued and every other stream is a copy thread, ordered by
+// events as on CUDA (cpu_backend.h).
 struct StreamId {
     std::uint32_t index = 0;
     friend constexpr bool operator==(StreamId, StreamId) = default;

@@ -145,8 +145,11 @@ void CpuBackend::issue(StreamId stream, const void* host, std::function<void()> 
         copy();
         return;
     }
-    if (copy_delay_.count() > 0) {
-        copy = [delay = copy_delay_, copy = std::move(copy)] {
+    const auto own_delay = stream_copy_delay_.find(stream.index);
+    const std::chrono::microseconds delay =
+        own_delay != stream_copy_delay_.end() ? own_delay->second : copy_delay_;
+    if (delay.count() > 0) {
+        copy = [delay, copy = std::move(copy)] {
             std::this_thread::sleep_for(delay);
             copy();
         };

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +51,11 @@ public:
     // of its destination without waiting for its event meets stale data (a race that fast
     // memcpys would otherwise win every time).
     void set_copy_delay(std::chrono::microseconds delay) { copy_delay_ = delay; }
+    // The same for the copies of one stream only (overrides the delay above): one stream
+    // lagging behind another is how a missing event between two copy streams shows.
+    void set_copy_delay(StreamId stream, std::chrono::microseconds delay) {
+        stream_copy_delay_[stream.index] = delay;
+    }
 
     Device device() const override { return Device::cpu; }
     std::string_view name() const override { return "cpu (OpenBLAS)"; }
@@ -113,6 +119,7 @@ private:
     std::mutex events_mutex_;
     std::deque<Event> events_;  // a deque: events never move while threads wait on them
     std::chrono::microseconds copy_delay_{0};
+    std::map<std::uint32_t, std::chrono::microseconds> stream_copy_delay_;
 };
 
 }  // namespace fulcrum::engine

@@ -1,6 +1,8 @@
 #include "engine/model/chunked_attention.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "engine/instrument/annotations.h"
@@ -9,6 +11,12 @@ namespace fulcrum::engine {
 namespace {
 
 constexpr std::int64_t kFloat = sizeof(float);
+
+std::vector<AttentionSpan> spans_of(const ChunkPair& pair) {
+    std::vector<AttentionSpan> all = pair.first;
+    all.insert(all.end(), pair.merged.begin(), pair.merged.end());
+    return all;
+}
 
 }  // namespace
 
@@ -20,184 +28,393 @@ ChunkedAttention::ChunkedAttention(Backend& backend, int channels, int n_head,
     }
     const std::int64_t c = options_.chunk;
     partials_ = backend_.allocate(std::size_t(c * (channels_ + n_head_) * kFloat));
-    memory_.device_bytes = std::int64_t(partials_.bytes());
-    if (options_.offload) {
-        offload_stream_ = backend_.create_stream("offload");
-        prefetch_stream_ = backend_.create_stream("prefetch");
-        produced_ = backend_.create_event();
-        offloaded_ = backend_.create_event();
-        for (int slot = 0; slot < 2; ++slot) {
-            slot_ready_[slot] = backend_.create_event();
-            slot_free_[slot] = backend_.create_event();
-        }
-        slots_ = backend_.allocate(std::size_t(2 * 2 * c * channels_ * kFloat));
-        memory_.device_bytes += std::int64_t(slots_.bytes());
+    memory_.partial_bytes = std::int64_t(partials_.bytes());
+    if (!options_.offload) {
+        return;
     }
+    offload_stream_ = backend_.create_stream("offload");
+    prefetch_stream_ = backend_.create_stream("prefetch");
+    for (int slot = 0; slot < 2; ++slot) {
+        produced_[slot] = backend_.create_event();
+        offloaded_[slot] = backend_.create_event();
+        q_ready_[slot] = backend_.create_event();
+        q_free_[slot] = backend_.create_event();
+        kv_ready_[slot] = backend_.create_event();
+        kv_free_[slot] = backend_.create_event();
+    }
+    gathered_written_ = backend_.create_event();
+    gathered_offloaded_ = backend_.create_event();
+    slots_ = backend_.allocate(std::size_t(2 * c * 3 * channels_ * kFloat));
+    memory_.double_buffer_bytes = std::int64_t(slots_.bytes());
 }
 
-bool ChunkedAttention::is_long(const AttentionSpan& span) const {
-    return span.length > 0 && span.visible_end(span.length - 1) > options_.chunk;
+std::int64_t ChunkedAttention::rows_of(int chunk, std::int64_t total) const {
+    const std::int64_t first = std::int64_t(chunk) * options_.chunk;
+    return std::min<std::int64_t>(options_.chunk, total - first);
 }
 
-std::vector<ChunkedAttention::Pair> ChunkedAttention::pairs_of(const AttentionSpan& span) const {
-    const std::int32_t c = options_.chunk;
-    const std::int32_t end = span.prefix + span.length;
-    std::vector<Pair> pairs;
-    for (std::int32_t a = span.prefix; a < end;) {
-        const std::int32_t b = std::min((a / c + 1) * c, end);
-        const AttentionSpan query{span.q_begin + (a - span.prefix), span.kv_begin, a, b - a};
-        for (std::int32_t j = 0; j * c < b; ++j) {
-            const std::int32_t key_begin = j * c;
-            pairs.push_back({query, span.kv_begin + key_begin, key_begin,
-                             std::min(c, b - key_begin), j});
+Tensor ChunkedAttention::q_slot(int slot, std::int64_t rows) const {
+    return slots_.f32(std::int64_t(slot) * options_.chunk * 3 * channels_, {rows, channels_});
+}
+
+Tensor ChunkedAttention::kv_slot(int slot, std::int64_t rows) const {
+    const std::int64_t c = options_.chunk;
+    return slots_.f32((std::int64_t(slot) * 3 + 1) * c * channels_, {rows, 2 * channels_});
+}
+
+// ---- the pairs -------------------------------------------------------------------------------
+
+std::vector<ChunkPair> ChunkedAttention::forward_order(std::int64_t q_rows, std::int64_t kv_rows,
+                                                       bool own_keys,
+                                                       std::span<const AttentionSpan> spans) const {
+    FULCRUM_CHECK(enabled(), "chunked attention is off");
+    check_attention_spans(spans, q_rows, kv_rows);
+    const std::int64_t c = options_.chunk;
+    // pieces[i][j]: the spans of pair (i, j), each tagged with the span it came from.
+    std::vector<std::map<int, std::vector<std::pair<std::size_t, AttentionSpan>>>> pieces(
+        std::size_t((q_rows + c - 1) / c));
+    for (std::size_t s = 0; s < spans.size(); ++s) {
+        const AttentionSpan& span = spans[s];
+        const std::int64_t span_end = std::int64_t(span.q_begin) + span.length;
+        for (std::int64_t a = span.q_begin; a < span_end;) {
+            const int i = int(a / c);
+            const std::int64_t b = std::min(span_end, (i + 1) * c);
+            const std::int32_t prefix = span.prefix + std::int32_t(a - span.q_begin);
+            const std::int32_t length = std::int32_t(b - a);
+            // Keys of the piece: positions key_begin … last, K/V rows from kv_begin.
+            const std::int32_t key_end = std::min(prefix + length, span.key_end);
+            const std::int64_t first_row = span.kv_begin;
+            const std::int64_t end_row = first_row + (key_end - span.key_begin);
+            for (std::int64_t lo = first_row; lo < end_row;) {
+                const int j = int(lo / c);
+                const std::int64_t hi = std::min(end_row, (j + 1) * c);
+                const std::int32_t window_begin = span.key_begin + std::int32_t(lo - first_row);
+                const std::int32_t window_end = span.key_begin + std::int32_t(hi - first_row);
+                pieces[std::size_t(i)][j].push_back(
+                    {s, AttentionSpan{std::int32_t(a - i * c), std::int32_t(lo - j * c), prefix,
+                                      length, window_begin, window_end}});
+                lo = hi;
+            }
+            a = b;
         }
-        a = b;
+    }
+    std::vector<ChunkPair> pairs;
+    for (int i = 0; i < int(pieces.size()); ++i) {
+        std::vector<int> order;
+        if (own_keys && pieces[std::size_t(i)].contains(i)) {
+            order.push_back(i);
+        }
+        for (const auto& [j, list] : pieces[std::size_t(i)]) {
+            if (!(own_keys && j == i)) {
+                order.push_back(j);
+            }
+        }
+        std::set<std::size_t> written;  // spans whose rows in chunk i met a window already
+        for (int j : order) {
+            ChunkPair pair{i, j, {}, {}};
+            for (const auto& [s, piece] : pieces[std::size_t(i)][j]) {
+                (written.insert(s).second ? pair.first : pair.merged).push_back(piece);
+            }
+            pairs.push_back(std::move(pair));
+        }
     }
     return pairs;
 }
 
-void ChunkedAttention::reserve(std::int64_t keys) {
-    if (keys <= host_keys_) {
-        return;
-    }
-    // Copies may still read or write the old buffers.
-    backend_.synchronize(offload_stream_);
-    backend_.synchronize(prefetch_stream_);
-    host_k_ = backend_.allocate_pinned(std::size_t(keys * channels_));
-    host_v_ = backend_.allocate_pinned(std::size_t(keys * channels_));
-    host_keys_ = keys;
-    memory_.host_bytes = 2 * keys * channels_ * kFloat;
+std::vector<ChunkPair> ChunkedAttention::backward_order(std::int64_t q_rows, std::int64_t kv_rows,
+                                                        std::span<const AttentionSpan> spans) const {
+    std::vector<ChunkPair> pairs = forward_order(q_rows, kv_rows, false, spans);
+    std::stable_sort(pairs.begin(), pairs.end(), [](const ChunkPair& a, const ChunkPair& b) {
+        return a.kv_chunk != b.kv_chunk ? a.kv_chunk < b.kv_chunk : a.q_chunk < b.q_chunk;
+    });
+    return pairs;
 }
 
-void ChunkedAttention::offload(Tensor k, Tensor v, const AttentionSpan& span) {
-    const std::int64_t keys = span.prefix + span.length;
-    reserve(keys);
-    const std::int64_t bytes = 2 * keys * channels_ * kFloat;
-    instrument::Range range("offload kv", Category::runtime, instrument::with_bytes(bytes));
-    backend_.record_event(produced_, kComputeStream);
-    backend_.wait_event(offload_stream_, produced_);
-    for (std::int64_t first = 0; first < keys; first += options_.chunk) {
-        const std::int64_t count = std::min<std::int64_t>(options_.chunk, keys - first);
-        backend_.download(host_k_.get() + first * channels_, k.slice(span.kv_begin + first, count),
-                          offload_stream_);
-        backend_.download(host_v_.get() + first * channels_, v.slice(span.kv_begin + first, count),
-                          offload_stream_);
+// ---- copies ------------------------------------------------------------------------------
+
+void ChunkedAttention::offload_chunk(int slot, int chunk, Tensor q, Tensor kv,
+                                     const QkvStore& store) {
+    const std::int64_t first = std::int64_t(chunk) * options_.chunk;
+    const std::int64_t bytes = (q.numel() + (kv.empty() ? 0 : kv.numel())) * kFloat;
+    instrument::Range range("offload qkv chunk", Category::runtime, instrument::with_bytes(bytes));
+    backend_.record_event(produced_[slot], kComputeStream);
+    backend_.wait_event(offload_stream_, produced_[slot]);
+    backend_.download(store.host_q + first * channels_, q, offload_stream_);
+    if (!kv.empty()) {
+        backend_.download(store.host_kv + first * 2 * channels_, kv, offload_stream_);
     }
-    backend_.record_event(offloaded_, offload_stream_);
+    backend_.record_event(offloaded_[slot], offload_stream_);
     memory_.offloaded_bytes += bytes;
 }
 
-void ChunkedAttention::prefetch(const Pair& pair, int slot) {
-    const std::int64_t c = options_.chunk;
-    const std::int64_t bytes = 2 * std::int64_t(pair.key_count) * channels_ * kFloat;
-    instrument::Range range("prefetch kv", Category::runtime, instrument::with_bytes(bytes));
-    backend_.wait_event(prefetch_stream_, offloaded_);
-    backend_.wait_event(prefetch_stream_, slot_free_[slot]);
-    const std::int64_t host_offset = std::int64_t(pair.chunk_index) * c * channels_;
-    const std::int64_t slot_offset = std::int64_t(slot) * 2 * c * channels_;
-    backend_.upload(slots_.f32(slot_offset, {pair.key_count, channels_}),
-                    host_k_.get() + host_offset, prefetch_stream_);
-    backend_.upload(slots_.f32(slot_offset + c * channels_, {pair.key_count, channels_}),
-                    host_v_.get() + host_offset, prefetch_stream_);
-    backend_.record_event(slot_ready_[slot], prefetch_stream_);
+void ChunkedAttention::offload_gathered(Tensor gathered_kv, float* host_kv) {
+    const std::int64_t bytes = gathered_kv.numel() * kFloat;
+    instrument::Range range("offload gathered kv", Category::runtime, instrument::with_bytes(bytes));
+    backend_.record_event(gathered_written_, kComputeStream);
+    backend_.wait_event(offload_stream_, gathered_written_);
+    backend_.download(host_kv, gathered_kv, offload_stream_);
+    backend_.record_event(gathered_offloaded_, offload_stream_);
+    memory_.offloaded_bytes += bytes;
+}
+
+void ChunkedAttention::await_gathered_offload() {
+    if (offloads()) {
+        backend_.wait_event(kComputeStream, gathered_offloaded_);
+    }
+}
+
+// A fetch into a slot waits for the compute that last read that half of it and for the slot's
+// last copy to the host (which may still be reading it).
+void ChunkedAttention::fetch_q(const float* host_q, int chunk, std::int64_t q_rows, int slot) {
+    const std::int64_t rows = rows_of(chunk, q_rows);
+    const std::int64_t bytes = rows * channels_ * kFloat;
+    instrument::Range range("prefetch q chunk", Category::runtime, instrument::with_bytes(bytes));
+    backend_.wait_event(prefetch_stream_, q_free_[slot]);
+    backend_.wait_event(prefetch_stream_, offloaded_[slot]);
+    backend_.upload(q_slot(slot, rows), host_q + std::int64_t(chunk) * options_.chunk * channels_,
+                    prefetch_stream_);
+    backend_.record_event(q_ready_[slot], prefetch_stream_);
     memory_.prefetched_bytes += bytes;
 }
 
-std::pair<std::vector<AttentionSpan>, std::vector<AttentionSpan>> ChunkedAttention::split(
-    std::span<const AttentionSpan> spans) const {
-    std::pair<std::vector<AttentionSpan>, std::vector<AttentionSpan>> parts;
-    for (const AttentionSpan& span : spans) {
-        (is_long(span) ? parts.second : parts.first).push_back(span);
-    }
-    return parts;
+void ChunkedAttention::fetch_kv(const float* host_kv, int chunk, std::int64_t kv_rows, int slot) {
+    const std::int64_t rows = rows_of(chunk, kv_rows);
+    const std::int64_t bytes = rows * 2 * channels_ * kFloat;
+    instrument::Range range("prefetch kv chunk", Category::runtime, instrument::with_bytes(bytes));
+    backend_.wait_event(prefetch_stream_, kv_free_[slot]);
+    backend_.wait_event(prefetch_stream_, offloaded_[slot]);
+    backend_.upload(kv_slot(slot, rows),
+                    host_kv + std::int64_t(chunk) * options_.chunk * 2 * channels_,
+                    prefetch_stream_);
+    backend_.record_event(kv_ready_[slot], prefetch_stream_);
+    memory_.prefetched_bytes += bytes;
 }
 
-// Every pair of `span` in order; with offload, the span's K/V go to the host first, and pair
-// n + 1's chunk is prefetched into the other slot before pair n computes. The backward offloads
-// again: the host copy the forward made belongs to whichever layer ran last.
-void ChunkedAttention::run_pairs(Tensor k, Tensor v, const AttentionSpan& span,
-                                 const std::function<void(const Pair&, Tensor, Tensor)>& visit) {
-    const std::int64_t c = options_.chunk;
-    const std::vector<Pair> pairs = pairs_of(span);
-    if (options_.offload) {
-        offload(k, v, span);
-        prefetch(pairs.front(), 0);
+void ChunkedAttention::begin_backward_fetches(const QkvStore& store, const ChunkPair& first,
+                                              std::int64_t q_rows, std::int64_t kv_rows) {
+    // The host rows were written by the forward's copies; the offload stream runs in order, so
+    // its latest records cover all of them. Slot 0's own record alone would not: under CP the
+    // first pair's query chunk may be the forward's last, copied out of slot 1.
+    backend_.wait_event(prefetch_stream_, offloaded_[0]);
+    backend_.wait_event(prefetch_stream_, offloaded_[1]);
+    backend_.wait_event(prefetch_stream_, gathered_offloaded_);
+    fetch_kv(store.host_kv, first.kv_chunk, kv_rows, 0);
+    fetch_q(store.host_q, first.q_chunk, q_rows, 0);
+}
+
+// ---- forward -----------------------------------------------------------------------------
+
+void ChunkedAttention::forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v,
+                                    Tensor out, Tensor lse) {
+    if (!pair.first.empty()) {
+        backend_.attention_forward(out, lse, q, k, v, pair.first, n_head_);
     }
-    for (std::size_t n = 0; n < pairs.size(); ++n) {
-        const Pair& pair = pairs[n];
-        const int slot = int(n % 2);
-        if (!options_.offload) {
-            visit(pair, k.slice(pair.kv_row, pair.key_count), v.slice(pair.kv_row, pair.key_count));
-            continue;
-        }
-        if (n + 1 < pairs.size()) {
-            prefetch(pairs[n + 1], 1 - slot);
-        }
-        backend_.wait_event(kComputeStream, slot_ready_[slot]);
-        visit(pair, slots_.f32(slot * 2 * c * channels_, {pair.key_count, channels_}),
-              slots_.f32((slot * 2 + 1) * c * channels_, {pair.key_count, channels_}));
-        backend_.record_event(slot_free_[slot], kComputeStream);
+    if (pair.merged.empty()) {
+        return;
+    }
+    const std::int64_t rows = q.rows();
+    const Tensor part_out = partials_.f32(0, {rows, channels_});
+    const Tensor part_lse = partials_.f32(std::int64_t(options_.chunk) * channels_, {rows, n_head_});
+    backend_.attention_forward(part_out, part_lse, q, k, v, pair.merged, n_head_);
+    for (const AttentionSpan& piece : pair.merged) {
+        backend_.attention_merge(out.slice(piece.q_begin, piece.length),
+                                 lse.slice(piece.q_begin, piece.length),
+                                 part_out.slice(piece.q_begin, piece.length),
+                                 part_lse.slice(piece.q_begin, piece.length), n_head_);
     }
 }
 
-void ChunkedAttention::forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_kv,
+                               const QkvStore& store, Tensor out, Tensor lse,
                                std::span<const AttentionSpan> spans) {
-    if (!enabled()) {
-        backend_.attention_forward(out, lse, q, k, v, spans, n_head_);
-        return;
+    FULCRUM_CHECK(enabled(), "chunked attention is off");
+    const bool own_keys = gathered_kv.empty();
+    FULCRUM_CHECK(own_keys == !projection.kv_weight.empty(),
+                  "chunked attention: K/V either projected (serial) or gathered (CP), not both");
+    const std::int64_t q_rows = projection.input.rows();
+    const std::int64_t kv_rows = own_keys ? q_rows : gathered_kv.rows();
+    if (offloads()) {
+        FULCRUM_CHECK(store.host_q != nullptr && store.host_kv != nullptr,
+                      "chunked attention with offload needs host memory for Q and K/V");
+    } else {
+        FULCRUM_CHECK(store.q.rows() == q_rows && store.kv.rows() == kv_rows &&
+                          store.q.contiguous() && store.kv.contiguous(),
+                      "chunked attention: Q [T, C] and K|V [T_kv, 2C] resident, contiguous");
     }
-    const auto [short_spans, long_spans] = split(spans);
-    if (!short_spans.empty()) {
-        backend_.attention_forward(out, lse, q, k, v, short_spans, n_head_);
+    const std::vector<ChunkPair> pairs = forward_order(q_rows, kv_rows, own_keys, spans);
+    if (offloads() && !own_keys) {
+        offload_gathered(gathered_kv, store.host_kv);
     }
     const std::int64_t c = options_.chunk;
-    const Tensor part_out = partials_.f32(0, {c, channels_});
-    const Tensor part_lse = partials_.f32(c * channels_, {c, n_head_});
-    for (const AttentionSpan& span : long_spans) {
-        memory_.resident_kv_bytes = std::max<std::int64_t>(
-            memory_.resident_kv_bytes, 2 * std::int64_t(span.prefix + span.length) * channels_ * kFloat);
-        run_pairs(k, v, span, [&](const Pair& pair, Tensor k_chunk, Tensor v_chunk) {
-            const AttentionSpan window = pair.window();
-            const std::int64_t rows = pair.query.length;
-            const Tensor q_rows = q.slice(pair.query.q_begin, rows);
-            const Tensor out_rows = out.slice(pair.query.q_begin, rows);
-            const Tensor lse_rows = lse.slice(pair.query.q_begin, rows);
-            if (pair.key_begin == 0) {  // the first window of this query chunk: no merge
-                backend_.attention_forward(out_rows, lse_rows, q_rows, k_chunk, v_chunk,
-                                           {&window, 1}, n_head_);
-            } else {
-                const Tensor part_rows = part_out.slice(0, rows);
-                const Tensor part_lse_rows = part_lse.slice(0, rows);
-                backend_.attention_forward(part_rows, part_lse_rows, q_rows, k_chunk, v_chunk,
-                                           {&window, 1}, n_head_);
-                backend_.attention_merge(out_rows, lse_rows, part_rows, part_lse_rows, n_head_);
+    const std::int64_t width = channels_;
+    std::size_t next = 0;
+    for (int i = 0; std::int64_t(i) * c < q_rows; ++i) {
+        const int slot = i % 2;
+        const std::int64_t first = std::int64_t(i) * c, rows = rows_of(i, q_rows);
+        const Tensor input = projection.input.slice(first, rows);
+        Tensor q, own_kv;
+        if (offloads()) {
+            // The slot's copies to the host (chunk i − 2's) are done, and no fetch still writes
+            // it: only now does the compute stream wait for that offload.
+            backend_.wait_event(kComputeStream, offloaded_[slot]);
+            backend_.wait_event(kComputeStream, q_ready_[slot]);
+            backend_.wait_event(kComputeStream, kv_ready_[slot]);
+            q = q_slot(slot, rows);
+            own_kv = own_keys ? kv_slot(slot, rows) : Tensor{};
+        } else {
+            q = store.q.slice(first, rows);
+            own_kv = own_keys ? store.kv.slice(first, rows) : Tensor{};
+        }
+        backend_.matmul_forward(q, input, projection.q_weight, projection.q_bias);
+        if (own_keys) {
+            backend_.matmul_forward(own_kv, input, projection.kv_weight, projection.kv_bias);
+        }
+        if (offloads()) {
+            offload_chunk(slot, i, q, own_kv, store);
+        }
+        const Tensor out_rows = out.slice(first, rows), lse_rows = lse.slice(first, rows);
+        const std::size_t begin = next;
+        while (next < pairs.size() && pairs[next].q_chunk == i) {
+            ++next;
+        }
+        // Serially with offload, the key chunks other than the query rows' own come from the
+        // host, double-buffered: the k-th of them goes to K/V half (slot + 1 + k) mod 2, issued
+        // before the pair ahead of it computes.
+        const bool fetches = offloads() && own_keys;
+        auto fetched = [&](std::size_t n) { return fetches && pairs[n].kv_chunk != i; };
+        std::vector<int> fetch_slot(next - begin, -1);
+        for (std::size_t n = begin, k = 0; n < next; ++n) {
+            if (fetched(n)) {
+                fetch_slot[n - begin] = int((slot + 1 + k++) % 2);
             }
-        });
+        }
+        // A fetch waits for its slot's last copy to the host, chunk i's or i − 1's; the
+        // offload stream runs in order, so the host rows of every earlier chunk are written.
+        auto issue_fetch = [&](std::size_t n) {
+            fetch_kv(store.host_kv, pairs[n].kv_chunk, kv_rows, fetch_slot[n - begin]);
+        };
+        if (begin < next && fetched(begin)) {
+            issue_fetch(begin);
+        }
+        for (std::size_t n = begin; n < next; ++n) {
+            const ChunkPair& pair = pairs[n];
+            if (n + 1 < next && fetched(n + 1)) {
+                issue_fetch(n + 1);
+            }
+            const std::int64_t kv_first = std::int64_t(pair.kv_chunk) * c;
+            const std::int64_t kv_count = rows_of(pair.kv_chunk, kv_rows);
+            Tensor kv;
+            int kv_slot_used = -1;
+            if (!own_keys) {
+                kv = gathered_kv.slice(kv_first, kv_count);  // on the device for this forward
+            } else if (pair.kv_chunk == i) {
+                kv = own_kv;
+                kv_slot_used = offloads() ? slot : -1;
+            } else if (fetches) {
+                kv_slot_used = fetch_slot[n - begin];
+                backend_.wait_event(kComputeStream, kv_ready_[kv_slot_used]);
+                kv = kv_slot(kv_slot_used, kv_count);
+            } else {
+                kv = store.kv.slice(kv_first, kv_count);
+            }
+            forward_pair(pair, q, kv.columns(0, width), kv.columns(width, width), out_rows,
+                         lse_rows);
+            if (kv_slot_used >= 0) {
+                backend_.record_event(kv_free_[kv_slot_used], kComputeStream);
+            }
+        }
+        if (offloads()) {
+            backend_.record_event(q_free_[slot], kComputeStream);
+        }
     }
 }
 
-void ChunkedAttention::backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                                Tensor v, Tensor out, Tensor lse,
-                                std::span<const AttentionSpan> spans) {
-    if (!enabled()) {
-        backend_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, spans, n_head_);
+// ---- backward ----------------------------------------------------------------------------
+
+void ChunkedAttention::prefetch_backward(const QkvStore& store, std::int64_t q_rows,
+                                         std::int64_t kv_rows,
+                                         std::span<const AttentionSpan> spans) {
+    if (!offloads()) {
         return;
     }
-    const auto [short_spans, long_spans] = split(spans);
-    if (!short_spans.empty()) {
-        backend_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, short_spans, n_head_);
+    const std::vector<ChunkPair> pairs = backward_order(q_rows, kv_rows, spans);
+    if (pairs.empty()) {
+        return;
     }
-    for (const AttentionSpan& span : long_spans) {
-        run_pairs(k, v, span, [&](const Pair& pair, Tensor k_chunk, Tensor v_chunk) {
-            const AttentionSpan window = pair.window();
-            const std::int64_t rows = pair.query.length;
-            const std::int64_t first = pair.query.q_begin;
-            backend_.attention_backward(
-                dq.slice(first, rows), dk.slice(pair.kv_row, pair.key_count),
-                dv.slice(pair.kv_row, pair.key_count), dout.slice(first, rows),
-                q.slice(first, rows), k_chunk, v_chunk, out.slice(first, rows),
-                lse.slice(first, rows), {&window, 1}, n_head_);
-        });
+    begin_backward_fetches(store, pairs.front(), q_rows, kv_rows);
+    pending_ = {store.host_q, store.host_kv, pairs.front().q_chunk, pairs.front().kv_chunk};
+}
+
+void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Tensor dv,
+                                Tensor dout, Tensor out, Tensor lse,
+                                std::span<const AttentionSpan> spans) {
+    FULCRUM_CHECK(enabled(), "chunked attention is off");
+    const std::int64_t q_rows = dq.rows(), kv_rows = dk.rows();
+    const std::vector<ChunkPair> pairs = backward_order(q_rows, kv_rows, spans);
+    const PendingFetch pending = std::exchange(pending_, PendingFetch{});
+    if (pairs.empty()) {
+        return;
+    }
+    const std::int64_t c = options_.chunk;
+    const std::int64_t width = channels_;
+    if (offloads()) {
+        FULCRUM_CHECK(store.host_q != nullptr && store.host_kv != nullptr,
+                      "chunked attention with offload needs host memory for Q and K/V");
+        const bool started = pending.host_q == store.host_q && pending.host_kv == store.host_kv &&
+                             pending.q_chunk == pairs.front().q_chunk &&
+                             pending.kv_chunk == pairs.front().kv_chunk;
+        if (!started) {
+            begin_backward_fetches(store, pairs.front(), q_rows, kv_rows);
+        }
+    }
+    // The K/V chunk of outer iteration o sits in slot o mod 2, the query chunk of pair n in
+    // slot n mod 2.
+    int outer = 0;
+    for (std::size_t n = 0; n < pairs.size(); ++n) {
+        const ChunkPair& pair = pairs[n];
+        const bool new_outer = n == 0 || pair.kv_chunk != pairs[n - 1].kv_chunk;
+        if (new_outer && n > 0) {
+            if (offloads()) {
+                backend_.record_event(kv_free_[outer % 2], kComputeStream);
+            }
+            ++outer;
+        }
+        if (offloads()) {
+            if (new_outer) {
+                // The next K/V chunk comes in while this one's whole inner loop computes.
+                std::size_t m = n + 1;
+                while (m < pairs.size() && pairs[m].kv_chunk == pair.kv_chunk) {
+                    ++m;
+                }
+                if (m < pairs.size()) {
+                    fetch_kv(store.host_kv, pairs[m].kv_chunk, kv_rows, (outer + 1) % 2);
+                }
+                backend_.wait_event(kComputeStream, kv_ready_[outer % 2]);
+            }
+            if (n + 1 < pairs.size()) {
+                fetch_q(store.host_q, pairs[n + 1].q_chunk, q_rows, int((n + 1) % 2));
+            }
+            backend_.wait_event(kComputeStream, q_ready_[n % 2]);
+        }
+        const std::int64_t q_first = std::int64_t(pair.q_chunk) * c;
+        const std::int64_t q_count = rows_of(pair.q_chunk, q_rows);
+        const std::int64_t kv_first = std::int64_t(pair.kv_chunk) * c;
+        const std::int64_t kv_count = rows_of(pair.kv_chunk, kv_rows);
+        const Tensor q = offloads() ? q_slot(int(n % 2), q_count) : store.q.slice(q_first, q_count);
+        const Tensor kv =
+            offloads() ? kv_slot(outer % 2, kv_count) : store.kv.slice(kv_first, kv_count);
+        const std::vector<AttentionSpan> pieces = spans_of(pair);
+        backend_.attention_backward(dq.slice(q_first, q_count), dk.slice(kv_first, kv_count),
+                                    dv.slice(kv_first, kv_count), dout.slice(q_first, q_count),
+                                    q, kv.columns(0, width), kv.columns(width, width),
+                                    out.slice(q_first, q_count), lse.slice(q_first, q_count),
+                                    pieces, n_head_);
+        if (offloads()) {
+            backend_.record_event(q_free_[n % 2], kComputeStream);
+        }
+    }
+    if (offloads()) {
+        backend_.record_event(kv_free_[outer % 2], kComputeStream);
     }
 }
 

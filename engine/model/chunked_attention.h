@@ -1,41 +1,67 @@
 // FPDT-style chunked attention (Yao et al. 2024, "Training Ultra Long Context Language Model
-// with Fully Pipelined Distributed Transformer"; REFERENCE §1): a long document's attention in
-// chunks of `chunk` tokens, with its K/V chunks kept in pinned host memory and brought back to
-// the device two at a time while the previous chunk computes.
+// with Fully Pipelined Distributed Transformer", §3): a block's QKV projection and attention in
+// chunks of `chunk` rows of the packed micro-batch, with every chunk's Q, K and V waiting in
+// pinned host memory between the block's forward and backward pass and only two chunks on the
+// device at a time.
 //
-// Math (attention.h, "Key windows"). Cut the document's positions into chunks of c. Query
-// chunk i sees key chunks 0…i; each (i, j) is one attention call over the key window
-// [j·c, (j+1)·c), and the partial results fold together with attention_merge:
+// Chunks. The micro-batch's query rows are cut into chunks of c rows, and so are the K/V rows
+// (the same rows serially; the gathered rows of the whole micro-batch under CP). A chunk
+// boundary may fall inside a document and a chunk may hold many short documents: the query
+// rows of chunk i against the key rows of chunk j form one PAIR, one attention call whose spans
+// are the pieces of the documents that meet in both chunks, each with the key window of chunk
+// j's positions (attention.h, "Key windows"). Pairs whose chunks share no document are skipped,
+// so the work stays Σ dᵢ², as unchunked.
+//
+// Math (attention.h). The windows of one query row fold together with attention_merge:
 //     lse_i = log Σ_j exp(lse_ij),   o_i = Σ_j exp(lse_ij − lse_i) · o_ij
-// The backward runs the same (i, j) pairs given the final o_i and lse_i; each adds exactly its
-// window's share to dq_i, dk_j and dv_j. Nothing is approximated: chunked and whole attention
-// agree to rounding (tests/engine/test_engine_layers.cpp).
+// The first window a query row meets is written, later ones go through one chunk of partial
+// output and are merged. The backward of each pair, given the FINAL o_i and lse_i, adds exactly
+// its window's share to dq_i, dk_j and dv_j. Nothing is approximated: chunked and whole
+// attention agree to float rounding (tests/engine/test_engine_layers.cpp).
 //
-// Streams (with offload on):
-//   offload  — after the QKV projection, every K/V chunk of the document is copied from the
-//              device to pinned host memory (device → host, "offload kv").
-//   prefetch — before pair n computes, pair n+1's K/V chunk is copied host → device into the
-//              other of two device slots ("prefetch kv"), so the copy hides behind pair n.
-//   compute  — attention on the slot, then the merge.
-// Events order them: a slot is refilled only after the compute that read it (slot_free), and
-// computed on only after its copy (slot_ready). On the CPU backend streams run in issue order
-// and the copies are memcpys: the same code, checked without a GPU.
+// Forward, per query chunk i (FPDT §3.2, Fig. 4):
+//     q_i = x_i · W_qᵀ + b_q (and serially k_i, v_i = x_i · W_kvᵀ + b_kv), into device slot i mod 2
+//     offload q_i (k_i, v_i) to pinned host memory, at once, on the offload stream
+//     pair (i, i) on the slot's own K/V; then pairs (i, j), j < i ascending, each K/V chunk
+//     prefetched from the host into the other K/V half of the slots while the pair before it
+//     computes
+// Under CP the K/V are the gathered rows, already on the device for the block's forward: the
+// pairs read them in place, and they go to the host in one copy right after the gather.
 //
-// Memory. Without offload the whole document's K/V must be resident for attention; with it,
-// two chunk slots (2 · 2 · c · C floats) plus one chunk of partial output. `memory()` reports
-// both for the longest document seen. Between a block's forward and backward pass its fused
-// QKV (and CP's gathered K/V) waits in pinned host memory too: the model's activation offload
-// (GptModel, Activations::offloads_qkv) keeps two device slots instead of one per layer, and
-// uses this class's copy streams.
+// Backward (FPDT §3.3): K/V chunks OUTER, query chunks INNER.
+//     for each K/V chunk j (ascending): fetch k_j, v_j (and meanwhile chunk j+1's)
+//         for each query chunk i ≥ j that meets j (ascending): fetch q_i (the next one
+//             meanwhile), attention backward of pair (i, j):
+//                 dk_j, dv_j += …   accumulated on the device, in the caller's rows of chunk j
+//                 dq_i       += …   accumulated on the device, in the caller's rows of chunk i
+// Each K/V chunk crosses PCIe once per backward, each query chunk once per pair it is in.
+// After outer chunk j, dq_j, dk_j and dv_j are final.
 //
-// Spans shorter than a chunk (most documents of a packed micro-batch) go through one ordinary
-// attention call, as without chunking.
+// Streams (offload on). compute runs the GEMMs and attention; `offload` the device → host
+// copies; `prefetch` the host → device ones. Events order them and the host never waits:
+//     produced[s]   compute → offload   the slot's projection is written
+//     offloaded[s]  offload → compute   the slot's copies to the host are done: the compute
+//                   stream waits for it only when it overwrites the slot (chunk i + 2), and the
+//                   prefetch stream before a fetch into the slot or from the host rows it wrote
+//     q_ready/kv_ready[s]  prefetch → compute   a fetch into the slot's Q or K/V half is done
+//     q_free/kv_free[s]    compute → prefetch   the compute that read it is done
+// The host marks where it issues copies ("offload qkv chunk", "prefetch kv chunk", …, category
+// runtime); the copies are CUPTI memcpy records on a GPU and `memcpy DtoH` / `memcpy HtoD`
+// ranges on the CPU backend's copy threads.
+//
+// Memory. With offload the device holds, for all blocks and micro-batches together, two chunk
+// slots of [c, 3C_l] floats (Q [c, C_l], then K|V [c, 2C_l]): the double buffers. A block's
+// Q, K and V are never resident whole; they live in the caller's pinned host memory (QkvStore).
+// So the device peak falls by the offloaded bytes less 2 · c · 3C_l floats
+// (tests/engine/test_engine_model.cpp checks that equality on the CPU backend's counts). Both
+// modes also hold one chunk of partial output and lse for the merges.
+//
+// Without offload (`offload` false) the same chunks and pairs run on the caller's resident Q,
+// K and V, so the two modes give the same bits.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -43,16 +69,41 @@
 namespace fulcrum::engine {
 
 struct ChunkedAttentionOptions {
-    int chunk = 0;        // tokens per chunk; 0 turns chunking off
-    bool offload = true;  // K/V chunks through pinned host memory
+    int chunk = 0;        // rows per chunk; 0 turns chunking off
+    bool offload = true;  // Q, K and V through pinned host memory between forward and backward
+};
+
+// The QKV projection of a block: q = input · q_weightᵀ + q_bias, and serially
+// k|v = input · kv_weightᵀ + kv_bias. Under CP kv_weight is empty: K/V come gathered.
+struct QkvProjection {
+    Tensor input;               // LN₁(x) [T, C]
+    Tensor q_weight, q_bias;    // [C_l, C], [C_l]
+    Tensor kv_weight, kv_bias;  // [2C_l, C], [2C_l], or empty
+};
+
+// Where one block's Q, K and V wait between its forward and backward pass. Offload off: on the
+// device, q [T, C_l] and kv [T_kv, 2C_l] (K columns, then V), both contiguous. Offload on: in
+// pinned host memory, dense, the same shapes.
+struct QkvStore {
+    Tensor q, kv;
+    float* host_q = nullptr;
+    float* host_kv = nullptr;
+};
+
+// One (query chunk, K/V chunk) pair: its spans, query rows relative to the query chunk's first
+// row and K/V rows relative to the K/V chunk's. `first` are the pieces of documents whose query
+// rows meet their first window here (written), `merged` those that met one before (merged).
+struct ChunkPair {
+    int q_chunk = 0;
+    int kv_chunk = 0;
+    std::vector<AttentionSpan> first, merged;
 };
 
 struct AttentionMemory {
-    std::int64_t resident_kv_bytes = 0;  // device K/V the longest document needs unchunked
-    std::int64_t device_bytes = 0;       // device bytes chunking actually holds (slots, partials)
-    std::int64_t host_bytes = 0;         // pinned host bytes for the offloaded K/V
-    std::int64_t offloaded_bytes = 0;    // device → host bytes copied so far
-    std::int64_t prefetched_bytes = 0;   // host → device bytes copied so far
+    std::int64_t double_buffer_bytes = 0;  // device: the two chunk slots (offload on)
+    std::int64_t partial_bytes = 0;        // device: one chunk of partial output and lse
+    std::int64_t offloaded_bytes = 0;      // device → host, so far
+    std::int64_t prefetched_bytes = 0;     // host → device, so far
 };
 
 class ChunkedAttention {
@@ -61,55 +112,74 @@ public:
     ChunkedAttention(Backend& backend, int channels, int n_head, ChunkedAttentionOptions options);
 
     bool enabled() const { return options_.chunk > 0; }
+    bool offloads() const { return enabled() && options_.offload; }
     const ChunkedAttentionOptions& options() const { return options_; }
 
-    // The Backend's attention_forward / attention_backward contracts, run in chunks.
-    void forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                 std::span<const AttentionSpan> spans);
-    void backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
-                  Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
+    // The QKV projection and attention_forward of one block, in chunks; Q, K and V end up in
+    // `store`. `gathered_kv` [T_kv, 2C_l] is CP's gathered K|V (the projection then has no
+    // kv_weight), empty serially.
+    void forward(const QkvProjection& projection, Tensor gathered_kv, const QkvStore& store,
+                 Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
+    // attention_backward of one block from `store`: accumulates into dq [T, C_l], dk and dv
+    // [T_kv, C_l] (which may be column views).
+    void backward(const QkvStore& store, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
+                  Tensor lse, std::span<const AttentionSpan> spans);
+    // Offload on: issues backward()'s first fetches now, so that they hide behind the work the
+    // caller does before it (the block's MLP backward). backward() with the same store and
+    // spans then starts from them.
+    void prefetch_backward(const QkvStore& store, std::int64_t q_rows, std::int64_t kv_rows,
+                           std::span<const AttentionSpan> spans);
+    // CP with offload: the compute stream waits until the K/V gathered for the last forward()
+    // have left for the host; call it before overwriting that buffer.
+    void await_gathered_offload();
+
+    // The pairs in the order forward() computes them: query chunks ascending, and within one
+    // the query rows' own K/V chunk first when they are the same rows (`own_keys`, serial),
+    // then the others ascending.
+    std::vector<ChunkPair> forward_order(std::int64_t q_rows, std::int64_t kv_rows, bool own_keys,
+                                         std::span<const AttentionSpan> spans) const;
+    // The pairs in the order backward() computes them: K/V chunks ascending (outer), and for
+    // each the query chunks that meet it ascending (inner).
+    std::vector<ChunkPair> backward_order(std::int64_t q_rows, std::int64_t kv_rows,
+                                          std::span<const AttentionSpan> spans) const;
 
     const AttentionMemory& memory() const { return memory_; }
-    // The copy streams (offload on): the model's activation offload uses them too.
     StreamId offload_stream() const { return offload_stream_; }
     StreamId prefetch_stream() const { return prefetch_stream_; }
 
 private:
-    // One (query chunk, key chunk) pair of a long span, in rows of the caller's tensors.
-    struct Pair {
-        AttentionSpan query;   // the query chunk: rows, positions (key window unset)
-        std::int32_t kv_row;   // K/V row of the key chunk's first position
-        std::int32_t key_begin, key_count;
-        int chunk_index;       // which key chunk of the span (host offset / c)
-
-        // The attention call of this pair, on the query chunk's rows and the key chunk's rows
-        // alone (both start at row 0 of the views it is given).
-        AttentionSpan window() const {
-            return {0, 0, query.prefix, query.length, key_begin, key_begin + key_count};
-        }
-    };
-    std::vector<Pair> pairs_of(const AttentionSpan& span) const;
-    bool is_long(const AttentionSpan& span) const;
-    // (spans within one chunk, spans to chunk)
-    std::pair<std::vector<AttentionSpan>, std::vector<AttentionSpan>> split(
-        std::span<const AttentionSpan> spans) const;
-    void run_pairs(Tensor k, Tensor v, const AttentionSpan& span,
-                   const std::function<void(const Pair&, Tensor, Tensor)>& visit);
-    void reserve(std::int64_t keys);
-    void offload(Tensor k, Tensor v, const AttentionSpan& span);
-    // Issues the copy of `pair`'s K/V chunk into `slot` on the prefetch stream.
-    void prefetch(const Pair& pair, int slot);
+    std::int64_t rows_of(int chunk, std::int64_t total) const;
+    Tensor q_slot(int slot, std::int64_t rows) const;   // [rows, C_l] at the slot's start
+    Tensor kv_slot(int slot, std::int64_t rows) const;  // [rows, 2C_l] after the slot's Q
+    // Copies of chunk `chunk` (starting at host row chunk·c) between host and a slot.
+    void offload_chunk(int slot, int chunk, Tensor q, Tensor kv, const QkvStore& store);
+    void offload_gathered(Tensor gathered_kv, float* host_kv);
+    void fetch_q(const float* host_q, int chunk, std::int64_t q_rows, int slot);
+    void fetch_kv(const float* host_kv, int chunk, std::int64_t kv_rows, int slot);
+    // The prefetch stream waits for every copy to the host issued so far, then fetches the
+    // first pair of a backward pass.
+    void begin_backward_fetches(const QkvStore& store, const ChunkPair& first,
+                                std::int64_t q_rows, std::int64_t kv_rows);
+    // The attention calls of one pair of forward(): the written windows, then the merged ones.
+    void forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v, Tensor out,
+                      Tensor lse);
 
     Backend& backend_;
     int channels_;
     int n_head_;
     ChunkedAttentionOptions options_;
     StreamId offload_stream_{}, prefetch_stream_{};
-    EventId produced_{}, offloaded_{}, slot_ready_[2]{}, slot_free_[2]{};
-    DeviceBuffer slots_;     // [2][k, v][chunk, C]
-    DeviceBuffer partials_;  // part_out [chunk, C], part_lse [chunk, n_head]
-    PinnedBuffer host_k_, host_v_;
-    std::int64_t host_keys_ = 0;
+    EventId produced_[2]{}, offloaded_[2]{};
+    EventId q_ready_[2]{}, q_free_[2]{}, kv_ready_[2]{}, kv_free_[2]{};
+    EventId gathered_written_{}, gathered_offloaded_{};
+    DeviceBuffer slots_;     // [2][Q [c, C_l] | K|V [c, 2C_l]]
+    DeviceBuffer partials_;  // part_out [c, C_l], part_lse [c, n_head]
+    // The fetches prefetch_backward() issued, which backward() then does not repeat.
+    struct PendingFetch {
+        const float* host_q = nullptr;
+        const float* host_kv = nullptr;
+        int q_chunk = -1, kv_chunk = -1;
+    } pending_;
     AttentionMemory memory_;
 };
 

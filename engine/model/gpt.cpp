@@ -3,6 +3,7 @@
 #include "engine/instrument/annotations.h"
 
 #include <numeric>
+#include <tuple>
 
 #include "engine/parallel/context_parallel.h"
 #include "engine/parallel/tensor_parallel.h"
@@ -29,7 +30,7 @@ private:
 
 // Per block: ln1, residual2, ln2, residual3 [C]; qkv [3C_l], atty [C_l], fch, fch_gelu [4C_l];
 // lse [n_head/tp]; two means and rstds. C_l = C/tp (C serially: 16C + n_head + 4). Without qkv
-// when it is offloaded (it lives in two slots then).
+// when it is offloaded (it waits in pinned host memory then).
 std::int64_t floats_per_token(const GptConfig& c, int tp_size, bool offload_qkv) {
     const std::int64_t cl = c.channels / tp_size;
     const std::int64_t per_block = 4 * std::int64_t(c.channels) + (offload_qkv ? 9 : 12) * cl +
@@ -76,21 +77,23 @@ Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
 Activations::Activations(const GptModel& model)
     : Activations(model.backend(), model.config(), model.parallel().tp_size()) {
     offload_qkv_ = model.offloads_qkv();
-    if (offload_qkv_) {
-        for (QkvSlot& slot : slots_) {
-            slot.offloaded = backend_.create_event();
-            slot.ready = backend_.create_event();
-            slot.free = backend_.create_event();
-        }
-    }
 }
 
-float* Activations::host_qkv(int layer) const {
-    return host_qkv_.get() + std::int64_t(layer) * capacity_ * 3 * (config_.channels / tp_size_);
+float* Activations::host_q(int layer) const {
+    return host_q_.get() + std::int64_t(layer) * capacity_ * (config_.channels / tp_size_);
 }
 
 float* Activations::host_kv(int layer) const {
-    return host_kv_.get() + std::int64_t(layer) * gathered_capacity_ * 2 * (config_.channels / tp_size_);
+    return host_kv_.get() + std::int64_t(layer) * kv_capacity_ * 2 * (config_.channels / tp_size_);
+}
+
+QkvStore Activations::qkv_store(int layer) const {
+    FULCRUM_CHECK(layer >= 0 && layer < config_.n_layer, "no such block");
+    if (offload_qkv_) {
+        return {Tensor{}, Tensor{}, host_q(layer), host_kv(layer)};
+    }
+    const BlockActivations& b = blocks[std::size_t(layer)];
+    return {cp_queries(b.qkv), context_parallel() ? b.kv : cp_local_kv(b.qkv), nullptr, nullptr};
 }
 
 Tensor Activations::block_input(int layer) const {
@@ -104,39 +107,25 @@ void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
     const std::int64_t c = config_.channels;
     const std::int64_t cl = c / tp_size_;
     const std::int64_t layers = config_.n_layer;
-    const bool grows = n > capacity_ || gathered_rows > gathered_capacity_;
-    if (grows && offload_qkv_) {
-        // Copies to and from the old slots and host buffers may still be in flight: the
-        // compute stream waits for them, the host for the compute stream.
-        for (QkvSlot& slot : slots_) {
-            if (slot.offloading) {
-                backend_.wait_event(kComputeStream, slot.offloaded);
-            }
-            if (slot.prefetching) {
-                backend_.wait_event(kComputeStream, slot.ready);
-            }
-            slot.layer = -1;
-            slot.offloading = slot.prefetching = false;
-        }
-        backend_.synchronize(kComputeStream);
-    }
+    // Freeing the old buffers waits for the copies in flight to or from them (backend.h).
     if (n > capacity_) {
         floats_ = backend_.allocate(
             std::size_t(n * floats_per_token(config_, tp_size_, offload_qkv_)) * sizeof(float));
         ints_ = backend_.allocate(std::size_t(n * kIntsPerToken) * sizeof(std::int32_t));
         capacity_ = n;
         if (offload_qkv_) {
-            qkv_slots_ = backend_.allocate(std::size_t(2 * n * 3 * cl) * sizeof(float));
-            host_qkv_ = backend_.allocate_pinned(std::size_t(layers * n * 3 * cl));
+            host_q_ = backend_.allocate_pinned(std::size_t(layers * n * cl));
         }
     }
-    if (gathered_rows > gathered_capacity_) {
-        const std::int64_t copies = offload_qkv_ ? 2 : layers;
-        gathered_ = backend_.allocate(std::size_t(copies * gathered_rows * 2 * cl) * sizeof(float));
+    if (gathered_rows > gathered_capacity_ && !offload_qkv_) {
+        gathered_ = backend_.allocate(std::size_t(layers * gathered_rows * 2 * cl) * sizeof(float));
         gathered_capacity_ = gathered_rows;
-        if (offload_qkv_) {
-            host_kv_ = backend_.allocate_pinned(std::size_t(layers * gathered_rows * 2 * cl));
-        }
+    }
+    // K/V rows: the query rows' own serially, the gathered ones under CP.
+    const std::int64_t kv_rows = gathered_rows > 0 ? gathered_rows : n;
+    if (offload_qkv_ && kv_rows > kv_capacity_) {
+        host_kv_ = backend_.allocate_pinned(std::size_t(layers * kv_rows * 2 * cl));
+        kv_capacity_ = kv_rows;
     }
     n_tokens_ = n;
     Carver ints(ints_, DType::i32);
@@ -153,11 +142,8 @@ void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
         b.ln1_mean = f.take({n});
         b.ln1_rstd = f.take({n});
         if (offload_qkv_) {
-            b.qkv = qkv_slots_.f32(std::int64_t(l % 2) * capacity_ * 3 * cl, {n, 3 * cl});
-            b.kv = gathered_rows > 0
-                       ? gathered_.f32(std::int64_t(l % 2) * gathered_capacity_ * 2 * cl,
-                                       {gathered_rows, 2 * cl})
-                       : Tensor{};
+            b.qkv = Tensor{};  // in pinned host memory: host_q / host_kv
+            b.kv = Tensor{};
         } else {
             b.qkv = f.take({n, 3 * cl});
             b.kv = gathered_rows > 0 ? gathered.take({gathered_rows, 2 * cl}) : Tensor{};
@@ -237,12 +223,8 @@ void GptModel::zero_gradients() {
 void GptModel::check_activations(const Activations& acts) const {
     FULCRUM_CHECK(acts.tp_size() == parallel_.tp_size(),
                   "Activations made for another TP degree than the model's");
-}
-
-Tensor GptModel::exchange_staging(std::int64_t rows) {
-    const std::int64_t width = 2 * (config_.channels / parallel_.tp_size());
-    reserve(backend_, staging_storage_, staging_capacity_, rows * width);
-    return staging_storage_.f32(0, {rows, width});
+    FULCRUM_CHECK(acts.offloads_qkv() == offloads_qkv(),
+                  "Activations made before the model's attention chunking was set");
 }
 
 void GptModel::begin_backward(const Activations& acts) {
@@ -344,12 +326,35 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
         BlockActivations& a = acts.blocks[l];
         const Tensor x = acts.block_input(l);
         instrument::Range attention_range("attention", Category::attention);
-        if (acts.offloads_qkv()) {
-            prepare_qkv_slot(acts, l);
-        }
         be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias);
         // Column-parallel QKV (Megatron's f: identity forward).
-        if (acts.context_parallel()) {
+        if (attention_->enabled()) {
+            // FPDT: Q (and serially K|V) projected chunk by chunk inside the attention;
+            // under CP this rank's K|V first, whole, for the all-gather.
+            QkvProjection projection{a.ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl),
+                                     Tensor{}, Tensor{}};
+            Tensor gathered;
+            if (acts.context_parallel()) {
+                // With offload both live in one buffer for all blocks, not in the block's own.
+                Tensor kv_local;
+                if (acts.offloads_qkv()) {
+                    std::tie(kv_local, gathered) = offload_kv_scratch(acts);
+                    attention_->await_gathered_offload();  // the last block's K/V have left it
+                } else {
+                    kv_local = cp_local_kv(a.qkv);
+                    gathered = a.kv;
+                }
+                be.matmul_forward(kv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl),
+                                  w.qkv_bias.slice(cl, 2 * cl));
+                gather_context_rows(be, parallel_.cp, acts.exchange, kv_local,
+                                    exchange_staging(gathered.rows()), gathered);
+            } else {
+                projection.kv_weight = w.qkv_weight.slice(cl, 2 * cl);
+                projection.kv_bias = w.qkv_bias.slice(cl, 2 * cl);
+            }
+            attention_->forward(projection, gathered, acts.qkv_store(l), a.atty, a.att_lse,
+                                acts.spans);
+        } else if (acts.context_parallel()) {
             // Q and this rank's K|V as two GEMMs into contiguous blocks, K|V gathered over CP.
             const Tensor q = cp_queries(a.qkv), kv_local = cp_local_kv(a.qkv);
             be.matmul_forward(q, a.ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl));
@@ -357,15 +362,12 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
                               w.qkv_bias.slice(cl, 2 * cl));
             gather_context_rows(be, parallel_.cp, acts.exchange, kv_local,
                                 exchange_staging(a.kv.rows()), a.kv);
-            attention_->forward(a.atty, a.att_lse, q, a.kv.columns(0, cl), a.kv.columns(cl, cl),
-                                acts.spans);
+            be.attention_forward(a.atty, a.att_lse, q, a.kv.columns(0, cl), a.kv.columns(cl, cl),
+                                 acts.spans, n_head_local());
         } else {
             be.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias);
-            attention_->forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
-                                a.qkv.columns(2 * cl, cl), acts.spans);
-        }
-        if (acts.offloads_qkv()) {
-            offload_qkv(acts, l);
+            be.attention_forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                                 a.qkv.columns(2 * cl, cl), acts.spans, n_head_local());
         }
         // Row-parallel projection, then g: all-reduce forward. residual2 first holds the
         // projection, then x + projection (in place).
@@ -426,12 +428,9 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
         const BlockActivations& a = acts.blocks[l];
         const Tensor x = acts.block_input(l);
         if (acts.offloads_qkv()) {
-            // This block's qkv back from the host (unless still in its slot), and the next
-            // block's on the other slot while this one computes.
-            restore_qkv(acts, l);
-            if (l - 1 >= first) {
-                restore_qkv(acts, l - 1);
-            }
+            // The attention backward's first K/V and Q chunks come in while the MLP computes.
+            attention_->prefetch_backward(acts.qkv_store(l), acts.n_tokens(), kv_rows(acts),
+                                          acts.spans);
         }
         // dresidual holds ∂L/∂residual3. MLP branch; its LayerNorm adds into dresidual,
         // which then holds ∂L/∂residual2 (identity path + branch). Under TP the row-parallel
@@ -456,18 +455,34 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
                            w.attn_proj_weight);
         be.fill_zero(s.dqkv);
         be.fill_zero(s.dln);
-        if (acts.offloads_qkv()) {
-            await_qkv(acts, l);
-        }
-        if (acts.context_parallel()) {
+        if (attention_->enabled()) {
+            // K/V chunks outer, Q chunks inner (chunked_attention.h); dQ into the Q block of
+            // dqkv, dK|dV into its K|V block (serial) or into the gathered rows (CP), which
+            // are then summed over CP onto the ranks that own them.
+            const Tensor dq = cp_queries(s.dqkv);
+            const Tensor dkv = acts.context_parallel() ? s.dkv : cp_local_kv(s.dqkv);
+            if (acts.context_parallel()) {
+                be.fill_zero(s.dkv);
+            }
+            attention_->backward(acts.qkv_store(l), dq, dkv.columns(0, cl), dkv.columns(cl, cl),
+                                 s.datty, a.atty, a.att_lse, acts.spans);
+            if (acts.context_parallel()) {
+                reduce_scatter_context_rows(be, parallel_.cp, acts.exchange, s.dkv,
+                                            exchange_staging(s.dkv.rows()), cp_local_kv(s.dqkv));
+            }
+            be.matmul_backward(s.dln, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl), dq, a.ln1,
+                               w.qkv_weight.slice(0, cl));
+            be.matmul_backward(s.dln, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
+                               cp_local_kv(s.dqkv), a.ln1, w.qkv_weight.slice(cl, 2 * cl));
+        } else if (acts.context_parallel()) {
             // dK|dV of the gathered rows from this rank's queries, summed over CP onto the
             // ranks that own the rows: the one cross-rank sum of CP (context_parallel.h).
             const Tensor q = cp_queries(a.qkv), dq = cp_queries(s.dqkv);
             const Tensor dkv_local = cp_local_kv(s.dqkv);
             be.fill_zero(s.dkv);
-            attention_->backward(dq, s.dkv.columns(0, cl), s.dkv.columns(cl, cl), s.datty, q,
-                                 a.kv.columns(0, cl), a.kv.columns(cl, cl), a.atty, a.att_lse,
-                                 acts.spans);
+            be.attention_backward(dq, s.dkv.columns(0, cl), s.dkv.columns(cl, cl), s.datty, q,
+                                  a.kv.columns(0, cl), a.kv.columns(cl, cl), a.atty, a.att_lse,
+                                  acts.spans, n_head_local());
             reduce_scatter_context_rows(be, parallel_.cp, acts.exchange, s.dkv,
                                         exchange_staging(s.dkv.rows()), dkv_local);
             be.matmul_backward(s.dln, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl), dq, a.ln1,
@@ -475,14 +490,11 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
             be.matmul_backward(s.dln, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
                                dkv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl));
         } else {
-            attention_->backward(s.dqkv.columns(0, cl), s.dqkv.columns(cl, cl),
-                                 s.dqkv.columns(2 * cl, cl), s.datty, a.qkv.columns(0, cl),
-                                 a.qkv.columns(cl, cl), a.qkv.columns(2 * cl, cl), a.atty,
-                                 a.att_lse, acts.spans);
+            be.attention_backward(s.dqkv.columns(0, cl), s.dqkv.columns(cl, cl),
+                                  s.dqkv.columns(2 * cl, cl), s.datty, a.qkv.columns(0, cl),
+                                  a.qkv.columns(cl, cl), a.qkv.columns(2 * cl, cl), a.atty,
+                                  a.att_lse, acts.spans, n_head_local());
             be.matmul_backward(s.dln, g.qkv_weight, g.qkv_bias, s.dqkv, a.ln1, w.qkv_weight);
-        }
-        if (acts.offloads_qkv()) {
-            be.record_event(acts.slots_[l % 2].free, kComputeStream);  // done with the slot
         }
         all_reduce_sum(tp, s.dln);  // f
         be.layernorm_backward(s.dresidual, g.ln1_weight, g.ln1_bias, s.dln, x, w.ln1_weight,
@@ -490,74 +502,25 @@ void GptModel::backward_blocks(int first, int last, Activations& acts) {
     }
 }
 
-// ---- activation offload (Activations::offloads_qkv) ------------------------------------
-
-void GptModel::prepare_qkv_slot(Activations& acts, int layer) {
-    Activations::QkvSlot& slot = acts.slots_[layer % 2];
-    // The slot's last content must have left for the host (or arrived from it) before the
-    // QKV projection overwrites it.
-    if (slot.offloading) {
-        backend_.wait_event(kComputeStream, slot.offloaded);
-        slot.offloading = false;
-    }
-    if (slot.prefetching) {
-        backend_.wait_event(kComputeStream, slot.ready);
-        slot.prefetching = false;
-    }
-    slot.layer = -1;
+Tensor GptModel::exchange_staging(std::int64_t rows) {
+    const std::int64_t width = 2 * (config_.channels / parallel_.tp_size());
+    reserve(backend_, staging_storage_, staging_capacity_, rows * width);
+    return staging_storage_.f32(0, {rows, width});
 }
 
-void GptModel::offload_qkv(Activations& acts, int layer) {
-    Activations::QkvSlot& slot = acts.slots_[layer % 2];
-    const BlockActivations& a = acts.blocks[std::size_t(layer)];
-    const StreamId stream = attention_->offload_stream();
-    const std::int64_t bytes = (a.qkv.numel() + (a.kv.empty() ? 0 : a.kv.numel())) *
-                               std::int64_t(sizeof(float));
-    instrument::Range range("offload qkv", Category::runtime, instrument::with_bytes(bytes));
-    backend_.record_event(slot.free, kComputeStream);
-    backend_.wait_event(stream, slot.free);
-    backend_.download(acts.host_qkv(layer), a.qkv, stream);
-    if (!a.kv.empty()) {
-        backend_.download(acts.host_kv(layer), a.kv, stream);
-    }
-    backend_.record_event(slot.offloaded, stream);
-    slot.offloading = true;
-    slot.layer = layer;  // and still on the device until the slot is reused
+std::pair<Tensor, Tensor> GptModel::offload_kv_scratch(const Activations& acts) {
+    const std::int64_t width = 2 * (config_.channels / parallel_.tp_size());
+    const std::int64_t local = acts.n_tokens(), total = acts.exchange.total_rows();
+    reserve(backend_, offload_kv_storage_, offload_kv_capacity_, (local + total) * width);
+    return {offload_kv_storage_.f32(0, {local, width}),
+            offload_kv_storage_.f32(local * width, {total, width})};
 }
 
-void GptModel::restore_qkv(Activations& acts, int layer) {
-    Activations::QkvSlot& slot = acts.slots_[layer % 2];
-    if (slot.layer == layer) {
-        return;
-    }
-    const BlockActivations& a = acts.blocks[std::size_t(layer)];
-    const StreamId stream = attention_->prefetch_stream();
-    const std::int64_t bytes = (a.qkv.numel() + (a.kv.empty() ? 0 : a.kv.numel())) *
-                               std::int64_t(sizeof(float));
-    instrument::Range range("prefetch qkv", Category::runtime, instrument::with_bytes(bytes));
-    // After the compute that last read the slot and the offload that last copied it out.
-    backend_.wait_event(stream, slot.free);
-    if (slot.offloading) {
-        backend_.wait_event(stream, slot.offloaded);
-        slot.offloading = false;
-    }
-    backend_.upload(a.qkv, acts.host_qkv(layer), stream);
-    if (!a.kv.empty()) {
-        backend_.upload(a.kv, acts.host_kv(layer), stream);
-    }
-    backend_.record_event(slot.ready, stream);
-    slot.prefetching = true;
-    slot.layer = layer;
+std::int64_t GptModel::kv_rows(const Activations& acts) const {
+    return acts.context_parallel() ? acts.exchange.total_rows() : acts.n_tokens();
 }
 
-void GptModel::await_qkv(Activations& acts, int layer) {
-    Activations::QkvSlot& slot = acts.slots_[layer % 2];
-    FULCRUM_CHECK(slot.layer == layer, "qkv of this block is not in its slot");
-    if (slot.prefetching) {
-        backend_.wait_event(kComputeStream, slot.ready);
-        slot.prefetching = false;
-    }
-}
+int GptModel::n_head_local() const { return config_.n_head / parallel_.tp_size(); }
 
 void GptModel::backward_embedding(Activations& acts) {
     backend_.embedding_backward(weight_grads_.wte, weight_grads_.wpe, scratch_.dresidual,

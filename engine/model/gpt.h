@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -43,10 +44,12 @@ namespace fulcrum::engine {
 // atty, residual2, ln2, residual3 [T, C]; qkv [T, 3C] (Q | K | V); fch, fch_gelu [T, 4C];
 // att_lse [T, n_head]; ln*_mean, ln*_rstd [T]. Under TP, qkv, atty, fch, fch_gelu and att_lse
 // are the rank's share: C_l = C/tp columns (its n_head/tp heads) instead of C.
-// Under CP (a ContextShard loaded) the memory of qkv holds Q [T, C_l] and then this rank's
-// K|V [T, 2C_l], each contiguous (the K|V block is what the all-gather sends), and kv holds
-// every CP rank's K|V rows in document order [T_total, 2C_l] (saved for the backward pass,
-// which needs the gathered keys again; re-gathering would trade that memory for traffic).
+// Under CP (a ContextShard loaded) or with chunked attention the memory of qkv holds Q
+// [T, C_l] and then K|V [T, 2C_l] (this rank's under CP), each contiguous (the K|V block is
+// what the all-gather sends), and under CP kv holds every CP rank's K|V rows in document order
+// [T_total, 2C_l] (saved for the backward pass, which needs the gathered keys again;
+// re-gathering would trade that memory for traffic). With chunked attention and offload, qkv
+// and kv are empty: the block's Q and K|V wait in pinned host memory (Activations::qkv_store).
 struct BlockActivations {
     Tensor ln1, ln1_mean, ln1_rstd;
     Tensor qkv;
@@ -93,22 +96,18 @@ public:
     void resize(std::int64_t n_tokens, std::int64_t gathered_rows = 0);
     void set_target_count(std::int64_t n) { target_count_ = n; }
 
-    // FPDT's activation offload (on for a model with chunked attention and offload): every
-    // block's qkv (and CP kv) is a view of one of two device slots, block l's being slot l mod
-    // 2, and waits in pinned host memory between the block's forward and backward pass.
-    // GptModel moves it (offload_qkv / restore_qkv).
+    // FPDT's offload (on for a model with chunked attention and offload): every block's Q and
+    // K|V wait in pinned host memory between its forward and backward pass, and none of them
+    // is on the device except the chunks being computed (chunked_attention.h).
     bool offloads_qkv() const { return offload_qkv_; }
+    // Where block l's Q and K|V are kept: the device views of qkv (and kv under CP), or with
+    // offload its pinned host rows.
+    QkvStore qkv_store(int layer) const;
 
 private:
     friend class GptModel;
-    struct QkvSlot {
-        int layer = -1;               // whose qkv the slot holds now
-        bool offloading = false;      // a copy to the host reads it (offloaded pending)
-        bool prefetching = false;     // a copy from the host writes it (ready pending)
-        EventId offloaded, ready, free;
-    };
-    // Host copies of block l's qkv and kv, and their sizes in floats.
-    float* host_qkv(int layer) const;
+    // Pinned host copies of block l's Q [capacity, C_l] and K|V [kv_capacity, 2C_l].
+    float* host_q(int layer) const;
     float* host_kv(int layer) const;
 
     Backend& backend_;
@@ -117,14 +116,13 @@ private:
     std::int64_t n_tokens_ = 0;
     std::int64_t capacity_ = 0;
     std::int64_t gathered_capacity_ = 0;
+    std::int64_t kv_capacity_ = 0;
     std::int64_t target_count_ = 0;
     DeviceBuffer floats_;
     DeviceBuffer ints_;
     DeviceBuffer gathered_;
     bool offload_qkv_ = false;
-    DeviceBuffer qkv_slots_, kv_slots_;  // 2 × [capacity, 3C_l], 2 × [gathered, 2C_l]
-    PinnedBuffer host_qkv_, host_kv_;    // n_layer × the same
-    QkvSlot slots_[2];
+    PinnedBuffer host_q_, host_kv_;  // n_layer × the rows above
 };
 
 class GptModel {
@@ -138,13 +136,14 @@ public:
     const ModelParallel& parallel() const { return parallel_; }
     const ParameterLayout& layout() const { return layout_; }  // the local layout
 
-    // FPDT-style chunked attention for documents longer than options.chunk tokens, with their
-    // K/V offloaded to pinned host memory (chunked_attention.h); chunk 0 (the default) is
-    // whole-document attention.
+    // FPDT-style chunked attention: each block's QKV projection and attention in chunks of
+    // options.chunk rows, with every block's Q, K and V in pinned host memory between its
+    // forward and backward pass when options.offload (chunked_attention.h); chunk 0 (the
+    // default) is whole-document attention.
     void set_attention_chunking(ChunkedAttentionOptions options);
     const AttentionMemory& attention_memory() const { return attention_->memory(); }
     // Whether Activations made for this model offload their qkv (Activations::offloads_qkv).
-    bool offloads_qkv() const { return attention_->enabled() && attention_->options().offload; }
+    bool offloads_qkv() const { return attention_->offloads(); }
 
     // Flat 1-D buffers in the layout order, and structured views of them.
     Tensor parameters() const { return params_; }
@@ -199,14 +198,13 @@ private:
     };
 
     void check_activations(const Activations& acts) const;
-    // Activation offload (Activations::offloads_qkv): before block l's forward overwrites its
-    // slot, after its attention forward, and around its backward.
-    void prepare_qkv_slot(Activations& acts, int layer);
-    void offload_qkv(Activations& acts, int layer);
-    void restore_qkv(Activations& acts, int layer);  // issues the copy back if needed
-    void await_qkv(Activations& acts, int layer);    // the compute stream waits for it
     // Rank-major K|V rows of every CP rank [T_total, 2C_l], for the collectives.
     Tensor exchange_staging(std::int64_t rows);
+    // CP with offload: this rank's K|V [T, 2C_l] and the gathered K|V [T_total, 2C_l] of the
+    // block being computed, one buffer for all blocks (each block's go to the host).
+    std::pair<Tensor, Tensor> offload_kv_scratch(const Activations& acts);
+    std::int64_t kv_rows(const Activations& acts) const;  // rows of K/V attention sees
+    int n_head_local() const;
 
     Backend& backend_;
     GptConfig config_;
@@ -222,6 +220,8 @@ private:
     std::int64_t gathered_scratch_capacity_ = 0;
     DeviceBuffer staging_storage_;
     std::int64_t staging_capacity_ = 0;
+    DeviceBuffer offload_kv_storage_;
+    std::int64_t offload_kv_capacity_ = 0;
     BackwardScratch scratch_;
     std::unique_ptr<ChunkedAttention> attention_;
 };

@@ -176,13 +176,14 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "on", "off"}));
     app.add_option("--attention-chunk", o.attention_chunk,
-                   "FPDT-style chunked attention: documents longer than this many tokens run "
-                   "in chunks of it (0: whole documents)")
+                   "FPDT-style chunked attention: each block's QKV projection and attention "
+                   "in chunks of this many tokens of the micro-batch (0: whole documents)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     app.add_option("--offload", o.offload,
-                   "With --attention-chunk: keep K/V chunks in pinned host memory and prefetch "
-                   "them double-buffered (on) or read them in place (off)")
+                   "With --attention-chunk: every block's Q, K and V wait in pinned host memory "
+                   "between forward and backward, two chunks on the device, copies "
+                   "double-buffered (on), or stay on the device (off)")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
     app.add_option("--dump-parameters", o.dump_parameters,
@@ -480,13 +481,12 @@ int main(int argc, char** argv) {
         if (o.attention_chunk > 0) {
             const AttentionMemory& memory = model.attention_memory();
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };
-            std::printf("attention in chunks of %d tokens, K/V offload %s: device working set "
-                        "%.2f MiB against %.2f MiB of K/V for the longest document unchunked; "
-                        "%.2f MiB offloaded, %.2f MiB prefetched, %.2f MiB pinned host memory "
-                        "(rank 0)\n",
-                        o.attention_chunk, o.offload.c_str(), mib(memory.device_bytes),
-                        mib(memory.resident_kv_bytes), mib(memory.offloaded_bytes),
-                        mib(memory.prefetched_bytes), mib(memory.host_bytes));
+            std::printf("attention in chunks of %d tokens, offload %s: %.2f MiB of device "
+                        "double buffers, %.2f MiB of partial output; %.2f MiB offloaded, %.2f MiB "
+                        "prefetched (rank 0)\n",
+                        o.attention_chunk, o.offload.c_str(), mib(memory.double_buffer_bytes),
+                        mib(memory.partial_bytes), mib(memory.offloaded_bytes),
+                        mib(memory.prefetched_bytes));
         }
         if (staged != nullptr) {
             std::printf("staged %.2f MiB between device and host memory on rank 0\n",

@@ -354,41 +354,62 @@ void CudaBackendTest::attentionWithNoVisibleKey() {
     QCOMPARE(error(dkv), 0.0);
 }
 
-// FPDT-style chunks on the GPU (key windows, merge, pinned offload on the "offload" stream,
-// double-buffered prefetch on "prefetch", event ordering) against one whole attention call on
-// the CPU; the same comparison the CPU-only test makes (test_engine_layers), now with real
-// asynchronous copies: a missing event would let a chunk compute on a half-copied slot.
+// FPDT-style chunks on the GPU (chunked_attention.h: per-chunk QKV projection, key windows,
+// merge, every chunk's Q/K/V to pinned memory on the "offload" stream, double-buffered fetches
+// on "prefetch", the backward with K/V chunks outer and query chunks inner) against whole GEMMs
+// and one attention call on the CPU; the same comparison the CPU-only test makes
+// (test_engine_layers), now with real asynchronous copies: a missing event would let a chunk
+// compute on a half-copied slot, or a slot be overwritten while it is copied out.
 void CudaBackendTest::chunkedAttentionWithOffload() {
     REQUIRE_GPU();
     const int n_head = 2, head_size = 32, c = n_head * head_size;
-    // A 700-token document (11 chunks of 64) and a 40-token one.
+    // A 700-token document (11 chunks of 64) and a 40-token one across a chunk boundary.
     const std::vector<AttentionSpan> spans = {{0, 0, 0, 700}, {700, 700, 0, 40}};
-    const int rows = 740;
-    Both qkv = both(random_values(rows * 3 * c, 60, 0.8), {rows, 3 * c});
+    const int rows = 740, chunk = 64;
+    Both x = both(random_values(rows * c, 60, 0.8), {rows, c});
+    Both weight = both(random_values(3 * c * c, 62, 0.15), {3 * c, c});
+    Both bias = both(random_values(3 * c, 63, 0.1), {3 * c});
+    Both dout = both(random_values(rows * c, 61), {rows, c});
+    Both q = both(std::vector<double>(rows * c, 0.0), {rows, c});
+    Both kv = both(std::vector<double>(rows * 2 * c, 0.0), {rows, 2 * c});
     Both out = both(std::vector<double>(rows * c, 0.0), {rows, c});
     Both lse = both(std::vector<double>(rows * n_head, 0.0), {rows, n_head});
-    Both dout = both(random_values(rows * c, 61), {rows, c});
-    Both dqkv = both(std::vector<double>(rows * 3 * c, 0.0), {rows, 3 * c});
-    auto columns = [&](const Tensor& t, int block) { return t.columns(block * c, c); };
-    cpu_.attention_forward(out.cpu.tensor, lse.cpu.tensor, columns(qkv.cpu.tensor, 0),
-                           columns(qkv.cpu.tensor, 1), columns(qkv.cpu.tensor, 2), spans, n_head);
-    cpu_.attention_backward(columns(dqkv.cpu.tensor, 0), columns(dqkv.cpu.tensor, 1),
-                            columns(dqkv.cpu.tensor, 2), dout.cpu.tensor,
-                            columns(qkv.cpu.tensor, 0), columns(qkv.cpu.tensor, 1),
-                            columns(qkv.cpu.tensor, 2), out.cpu.tensor, lse.cpu.tensor, spans,
-                            n_head);
-    ChunkedAttention chunked(*cuda_, c, n_head, {64, true});
-    chunked.forward(out.gpu.tensor, lse.gpu.tensor, columns(qkv.gpu.tensor, 0),
-                    columns(qkv.gpu.tensor, 1), columns(qkv.gpu.tensor, 2), spans);
-    chunked.backward(columns(dqkv.gpu.tensor, 0), columns(dqkv.gpu.tensor, 1),
-                     columns(dqkv.gpu.tensor, 2), dout.gpu.tensor, columns(qkv.gpu.tensor, 0),
-                     columns(qkv.gpu.tensor, 1), columns(qkv.gpu.tensor, 2), out.gpu.tensor,
-                     lse.gpu.tensor, spans);
+    Both dq = both(std::vector<double>(rows * c, 0.0), {rows, c});
+    Both dkv = both(std::vector<double>(rows * 2 * c, 0.0), {rows, 2 * c});
+    auto half = [&](const Tensor& t, int block) { return t.columns(block * c, c); };
+    const Tensor& w = weight.cpu.tensor;
+    const Tensor& b = bias.cpu.tensor;
+    cpu_.matmul_forward(q.cpu.tensor, x.cpu.tensor, w.slice(0, c), b.slice(0, c));
+    cpu_.matmul_forward(kv.cpu.tensor, x.cpu.tensor, w.slice(c, 2 * c), b.slice(c, 2 * c));
+    cpu_.attention_forward(out.cpu.tensor, lse.cpu.tensor, q.cpu.tensor, half(kv.cpu.tensor, 0),
+                           half(kv.cpu.tensor, 1), spans, n_head);
+    cpu_.attention_backward(dq.cpu.tensor, half(dkv.cpu.tensor, 0), half(dkv.cpu.tensor, 1),
+                            dout.cpu.tensor, q.cpu.tensor, half(kv.cpu.tensor, 0),
+                            half(kv.cpu.tensor, 1), out.cpu.tensor, lse.cpu.tensor, spans, n_head);
+
+    ChunkedAttention chunked(*cuda_, c, n_head, {chunk, true});
+    PinnedBuffer host_q = cuda_->allocate_pinned(std::size_t(rows) * c);
+    PinnedBuffer host_kv = cuda_->allocate_pinned(std::size_t(rows) * 2 * c);
+    const QkvStore store{Tensor{}, Tensor{}, host_q.get(), host_kv.get()};
+    const Tensor& gw = weight.gpu.tensor;
+    const Tensor& gb = bias.gpu.tensor;
+    const QkvProjection projection{x.gpu.tensor, gw.slice(0, c), gb.slice(0, c), gw.slice(c, 2 * c),
+                                   gb.slice(c, 2 * c)};
+    chunked.forward(projection, Tensor{}, store, out.gpu.tensor, lse.gpu.tensor, spans);
+    chunked.backward(store, dq.gpu.tensor, half(dkv.gpu.tensor, 0), half(dkv.gpu.tensor, 1),
+                     dout.gpu.tensor, out.gpu.tensor, lse.gpu.tensor, spans);
+    // What waited in pinned memory is the projection.
+    cuda_->synchronize(chunked.offload_stream());
+    cuda_->upload(q.gpu.tensor, host_q.get(), kComputeStream);
+    cuda_->upload(kv.gpu.tensor, host_kv.get(), kComputeStream);
+    VERIFY_ERROR(error(q), 1e-5, "chunked attention q");
+    VERIFY_ERROR(error(kv), 1e-5, "chunked attention k|v");
     VERIFY_ERROR(error(out), 1e-5, "chunked attention out");
     VERIFY_ERROR(error(lse), 1e-5, "chunked attention lse");
-    VERIFY_ERROR(error(dqkv), 1e-5, "chunked attention dq/dk/dv");
-    QVERIFY(chunked.memory().prefetched_bytes > 0);
-    QVERIFY(chunked.memory().device_bytes < chunked.memory().resident_kv_bytes);
+    VERIFY_ERROR(error(dq), 1e-5, "chunked attention dq");
+    VERIFY_ERROR(error(dkv), 1e-5, "chunked attention dk/dv");
+    QCOMPARE(chunked.memory().offloaded_bytes, std::int64_t(rows) * 3 * c * 4);
+    QCOMPARE(chunked.memory().double_buffer_bytes, std::int64_t(2) * chunk * 3 * c * 4);
 }
 
 // tanhf against glibc's tanh: ≤ 2 ulp apart.

@@ -3,6 +3,13 @@
 // gradient_check.h explains both tolerances.
 #include <QtTest>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <set>
+
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/attention.h"
 #include "engine/model/chunked_attention.h"
@@ -81,6 +88,9 @@ private slots:
     void backendKnowsItsAllocations();
     void chunkedAttentionMatchesWhole_data();
     void chunkedAttentionMatchesWhole();
+    void chunkedBackwardLoopsKeysOuter_data();
+    void chunkedBackwardLoopsKeysOuter();
+    void chunkCopiesOverlapCompute();
 
 private:
     CpuBackend backend_{1};
@@ -437,20 +447,186 @@ void EngineLayersTest::backendKnowsItsAllocations() {
     QVERIFY(!backend_.holds(first, sizeof(float)));  // released
 }
 
-// FPDT-style chunked attention (chunked_attention.h) against one whole attention call on the
-// same backend, forward and backward, with and without the K/V offload: the key windows and
-// their merge are exact up to float rounding. Q/K/V are column blocks of one fused [T, 3C]
-// buffer (row stride 3C), as the model passes them, so the strided copies are exercised too.
+// ---- FPDT-style chunked attention (chunked_attention.h) ------------------------------------
+
+namespace {
+
+// One block's attention core as the model runs it: Q (and serially K|V) projected from x,
+// attention, and back. Serially the query rows are the K/V rows; under CP ("sharded") this
+// rank's query rows are pieces of documents whose K/V come gathered, in document order.
+struct ChunkCase {
+    static constexpr int n_head = 2, c = 8;
+    bool sharded = false;
+    std::int64_t q_rows = 0, kv_rows = 0;
+    std::vector<AttentionSpan> spans;
+    std::vector<double> x, weight, bias, gathered, dout;
+
+    ChunkCase(const QString& documents, bool sharded_) : sharded(sharded_) {
+        const bool long_and_short = documents == "long and short";
+        if (!sharded) {
+            const std::vector<std::int32_t> lengths =
+                long_and_short                          ? std::vector<std::int32_t>{37, 6}
+                : documents == "pieces out of order" ? std::vector<std::int32_t>{22, 22}
+                                                        : std::vector<std::int32_t>{5, 9, 3, 11, 6, 9};
+            spans = spans_of(lengths);
+            q_rows = kv_rows = std::accumulate(lengths.begin(), lengths.end(), 0);
+        } else if (documents == "pieces out of order") {
+            // Two 22-token documents at gathered rows 0 and 22; this rank holds the second
+            // one first, so the first K/V chunk meets only the last query chunk.
+            spans = {{0, 22, 0, 11}, {11, 22, 11, 11}, {22, 0, 0, 22}};
+            q_rows = 44, kv_rows = 44;
+        } else if (long_and_short) {
+            // Positions 0-8 and 28-36 of the 37-token document (per-document sharding) and the
+            // whole 6-token one, against K/V of every position.
+            spans = {{0, 0, 0, 9}, {9, 0, 28, 9}, {18, 37, 0, 6}};
+            q_rows = 24, kv_rows = 43;
+        } else {
+            // Documents of 11, 3 and 29 tokens at gathered rows 0, 11 and 14.
+            spans = {{0, 0, 0, 3}, {3, 0, 8, 3}, {6, 11, 0, 3}, {9, 14, 0, 7}, {16, 14, 22, 7}};
+            q_rows = 23, kv_rows = 43;
+        }
+        x = random_values(std::size_t(q_rows * c), 90);
+        weight = random_values(std::size_t(3 * c * c), 91, 0.4);
+        bias = random_values(std::size_t(3 * c), 92, 0.1);
+        gathered = random_values(std::size_t(kv_rows * 2 * c), 93);
+        dout = random_values(std::size_t(q_rows * c), 94);
+    }
+};
+
+// Q, K|V as projected (or gathered), the attention's output and lse, and the gradients.
+struct ChunkResult {
+    std::vector<float> q, kv, out, lse, dq, dkv;
+};
+
+std::vector<float> floats_of(Backend& backend, const Tensor& t) {
+    std::vector<float> host(std::size_t(t.numel()));
+    backend.download(host.data(), t, kComputeStream);
+    return host;
+}
+
+struct ChunkInputs {
+    DeviceArray x, weight, bias, gathered, dout;
+    ChunkInputs(Backend& backend, const ChunkCase& k)
+        : x(upload_f32(backend, k.x, {k.q_rows, k.c})),
+          weight(upload_f32(backend, k.weight, {3 * k.c, k.c})),
+          bias(upload_f32(backend, k.bias, {3 * k.c})),
+          gathered(upload_f32(backend, k.gathered, {k.kv_rows, 2 * k.c})),
+          dout(upload_f32(backend, k.dout, {k.q_rows, k.c})) {}
+    QkvProjection projection(const ChunkCase& k) const {
+        QkvProjection p{x.tensor, weight.tensor.slice(0, k.c), bias.tensor.slice(0, k.c), {}, {}};
+        if (!k.sharded) {
+            p.kv_weight = weight.tensor.slice(k.c, 2 * k.c);
+            p.kv_bias = bias.tensor.slice(k.c, 2 * k.c);
+        }
+        return p;
+    }
+};
+
+// The reference: whole GEMMs and one attention call each way.
+ChunkResult run_whole(Backend& backend, const ChunkCase& k) {
+    const ChunkInputs in(backend, k);
+    const std::int64_t c = k.c;
+    DeviceArray q = zeros_f32(backend, {k.q_rows, c}), kv = zeros_f32(backend, {k.kv_rows, 2 * c});
+    DeviceArray out = zeros_f32(backend, {k.q_rows, c}), lse = zeros_f32(backend, {k.q_rows, k.n_head});
+    DeviceArray dq = zeros_f32(backend, {k.q_rows, c}), dkv = zeros_f32(backend, {k.kv_rows, 2 * c});
+    const QkvProjection p = in.projection(k);
+    backend.matmul_forward(q.tensor, p.input, p.q_weight, p.q_bias);
+    if (k.sharded) {
+        backend.copy(kv.tensor, in.gathered.tensor);
+    } else {
+        backend.matmul_forward(kv.tensor, p.input, p.kv_weight, p.kv_bias);
+    }
+    const Tensor keys = kv.tensor.columns(0, c), values = kv.tensor.columns(c, c);
+    backend.attention_forward(out.tensor, lse.tensor, q.tensor, keys, values, k.spans, k.n_head);
+    backend.attention_backward(dq.tensor, dkv.tensor.columns(0, c), dkv.tensor.columns(c, c),
+                               in.dout.tensor, q.tensor, keys, values, out.tensor, lse.tensor,
+                               k.spans, k.n_head);
+    return {floats_of(backend, q.tensor),  floats_of(backend, kv.tensor),
+            floats_of(backend, out.tensor), floats_of(backend, lse.tensor),
+            floats_of(backend, dq.tensor), floats_of(backend, dkv.tensor)};
+}
+
+// ChunkedAttention's forward and backward; Q and K|V read back from where they waited.
+ChunkResult run_chunked(CpuBackend& backend, ChunkedAttention& attention, const ChunkCase& k) {
+    const ChunkInputs in(backend, k);
+    const std::int64_t c = k.c;
+    DeviceArray q = zeros_f32(backend, {k.q_rows, c}), kv = zeros_f32(backend, {k.kv_rows, 2 * c});
+    PinnedBuffer host_q = backend.allocate_pinned(std::size_t(k.q_rows * c));
+    PinnedBuffer host_kv = backend.allocate_pinned(std::size_t(k.kv_rows * 2 * c));
+    // Resident, under CP the K|V wait where they were gathered (as the model's do).
+    const QkvStore store =
+        attention.offloads()
+            ? QkvStore{Tensor{}, Tensor{}, host_q.get(), host_kv.get()}
+            : QkvStore{q.tensor, k.sharded ? in.gathered.tensor : kv.tensor, nullptr, nullptr};
+    DeviceArray out = zeros_f32(backend, {k.q_rows, c}), lse = zeros_f32(backend, {k.q_rows, k.n_head});
+    DeviceArray dq = zeros_f32(backend, {k.q_rows, c}), dkv = zeros_f32(backend, {k.kv_rows, 2 * c});
+    attention.forward(in.projection(k), k.sharded ? in.gathered.tensor : Tensor{}, store,
+                      out.tensor, lse.tensor, k.spans);
+    attention.backward(store, dq.tensor, dkv.tensor.columns(0, c), dkv.tensor.columns(c, c),
+                       in.dout.tensor, out.tensor, lse.tensor, k.spans);
+    ChunkResult result{{}, {}, floats_of(backend, out.tensor), floats_of(backend, lse.tensor),
+                       floats_of(backend, dq.tensor), floats_of(backend, dkv.tensor)};
+    if (attention.offloads()) {
+        backend.synchronize(attention.offload_stream());  // the host copies are complete
+        result.q.assign(host_q.get(), host_q.get() + k.q_rows * c);
+        result.kv.assign(host_kv.get(), host_kv.get() + k.kv_rows * 2 * c);
+    } else {
+        result.q = floats_of(backend, store.q);
+        result.kv = floats_of(backend, store.kv);
+    }
+    return result;
+}
+
+// Largest difference relative to the reference's largest magnitude (at least 1).
+double relative_difference(const std::vector<float>& got, const std::vector<float>& expected) {
+    double worst = 0, scale = 1;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        worst = std::max(worst, std::abs(double(got[i]) - double(expected[i])));
+        scale = std::max(scale, std::abs(double(expected[i])));
+    }
+    return worst / scale;
+}
+
+// The pairs that must exist, from the documents alone: query chunk i meets K/V chunk j when a
+// span's query rows in chunk i see keys in rows of chunk j.
+std::set<std::pair<int, int>> expected_pairs(const ChunkCase& k, int chunk) {
+    std::set<std::pair<int, int>> pairs;
+    for (const AttentionSpan& span : k.spans) {
+        for (std::int32_t r = 0; r < span.length; ++r) {
+            const int i = (span.q_begin + r) / chunk;
+            for (std::int32_t p = 0; p <= span.prefix + r; ++p) {
+                pairs.insert({i, (span.kv_begin + p) / chunk});
+            }
+        }
+    }
+    return pairs;
+}
+
+}  // namespace
+
+// Chunked against whole attention, forward and backward, with and without offload: chunk
+// sizes below, between and above the document lengths, documents longer and shorter than a
+// chunk and crossing chunk boundaries, serial rows and CP shards. The copy streams are threads
+// whose copies lag here, so a missing event shows as wrong numbers. Offload on and off give
+// the same bits (the same kernels on the same numbers; only where Q/K/V wait differs).
+// With offload, either every copy lags (a compute that does not wait for its fetch reads a
+// stale slot) or only the copies to the host do (a fetch that does not wait for them reads
+// host rows not yet written, or overwrites a slot still being copied out).
 void EngineLayersTest::chunkedAttentionMatchesWhole_data() {
     QTest::addColumn<int>("chunk");
     QTest::addColumn<bool>("offload");
+    QTest::addColumn<bool>("offload_lags");
     QTest::addColumn<bool>("sharded");
-    for (int chunk : {4, 7, 16}) {
-        for (bool offload : {false, true}) {
-            for (bool sharded : {false, true}) {
-                QTest::addRow("chunk %d%s%s", chunk, offload ? " offload" : "",
-                              sharded ? " cp shard" : "")
-                    << chunk << offload << sharded;
+    QTest::addColumn<QString>("documents");
+    for (const char* documents : {"long and short", "short documents", "pieces out of order"}) {
+        for (int chunk : {3, 4, 7, 16, 22, 64}) {
+            for (int mode : {0, 1, 2}) {  // resident, offload, offload with slow copies out
+                for (bool sharded : {false, true}) {
+                    QTest::addRow("%s, chunk %d%s%s", documents, chunk,
+                                  mode == 0 ? "" : mode == 1 ? " offload" : " offload lagging",
+                                  sharded ? " cp shard" : "")
+                        << chunk << (mode > 0) << (mode == 2) << sharded << QString(documents);
+                }
             }
         }
     }
@@ -459,92 +635,326 @@ void EngineLayersTest::chunkedAttentionMatchesWhole_data() {
 void EngineLayersTest::chunkedAttentionMatchesWhole() {
     QFETCH(int, chunk);
     QFETCH(bool, offload);
+    QFETCH(bool, offload_lags);
     QFETCH(bool, sharded);
-    const int n_head = 2, c = 8, rows = 43;
-    // Serial: a 37-token document (long) and a 6-token one (short). CP shard: this rank's query
-    // rows are positions 0-8 and 28-36 of the 37-token document (per-document sharding) plus
-    // the whole short one, against K/V of every position.
-    std::vector<AttentionSpan> spans = {{0, 0, 0, 37}, {37, 37, 0, 6}};
-    if (sharded) {
-        spans = {{0, 0, 0, 9}, {9, 0, 28, 9}, {18, 37, 0, 6}};
+    QFETCH(QString, documents);
+    const ChunkCase k(documents, sharded);
+    CpuBackend backend(1);
+    const ChunkResult expected = run_whole(backend, k);
+    ChunkedAttention chunked(backend, k.c, k.n_head, {chunk, offload});
+    QVERIFY(chunked.enabled() && chunked.offloads() == offload);
+    if (offload_lags) {
+        backend.set_copy_delay(chunked.offload_stream(), std::chrono::milliseconds(2));
+        backend.set_copy_delay(chunked.prefetch_stream(), std::chrono::microseconds(0));
+    } else {
+        backend.set_copy_delay(std::chrono::microseconds(300));
     }
-    const std::vector<double> values = random_values(std::size_t(rows) * 3 * c, 90);
-    const std::vector<double> upstream = random_values(std::size_t(rows) * c, 91);
-    auto upload = [&](DeviceBuffer& buffer, const std::vector<double>& from) {
-        std::vector<float> f(from.begin(), from.end());
-        backend_.upload(buffer.f32(0, {std::int64_t(f.size())}), f.data(), kComputeStream);
-    };
-    DeviceBuffer qkv = backend_.allocate(values.size() * sizeof(float));
-    DeviceBuffer dout = backend_.allocate(upstream.size() * sizeof(float));
-    upload(qkv, values);
-    upload(dout, upstream);
-    const Tensor fused = qkv.f32(0, {rows, 3 * c});
-    const Tensor q = fused.columns(0, c), k = fused.columns(c, c), v = fused.columns(2 * c, c);
-    const Tensor dout_t = dout.f32(0, {rows, c});
-
-    struct Result {
-        std::vector<float> out, lse, dqkv;
-    };
-    auto run = [&](ChunkedAttention& attention) {
-        DeviceBuffer out = backend_.allocate(std::size_t(rows) * c * sizeof(float));
-        DeviceBuffer lse = backend_.allocate(std::size_t(rows) * n_head * sizeof(float));
-        DeviceBuffer dqkv = backend_.allocate(std::size_t(rows) * 3 * c * sizeof(float));
-        const Tensor out_t = out.f32(0, {rows, c}), lse_t = lse.f32(0, {rows, n_head});
-        const Tensor grads = dqkv.f32(0, {rows, 3 * c});
-        attention.forward(out_t, lse_t, q, k, v, spans);
-        attention.backward(grads.columns(0, c), grads.columns(c, c), grads.columns(2 * c, c),
-                           dout_t, q, k, v, out_t, lse_t, spans);
-        Result result{std::vector<float>(std::size_t(rows) * c),
-                      std::vector<float>(std::size_t(rows) * n_head),
-                      std::vector<float>(std::size_t(rows) * 3 * c)};
-        backend_.download(result.out.data(), out_t, kComputeStream);
-        backend_.download(result.lse.data(), lse_t, kComputeStream);
-        backend_.download(result.dqkv.data(), grads, kComputeStream);
-        return result;
-    };
-    // The copy streams are threads; lagging copies make a missing event show as wrong numbers.
-    backend_.set_copy_delay(std::chrono::microseconds(300));
-    ChunkedAttention whole(backend_, c, n_head, {});
-    ChunkedAttention chunked(backend_, c, n_head, {chunk, offload});
-    QVERIFY(!whole.enabled() && chunked.enabled());
-    const Result expected = run(whole);
-    const Result got = run(chunked);
-    auto max_difference = [](const std::vector<float>& a, const std::vector<float>& b) {
-        double worst = 0;
-        for (std::size_t i = 0; i < a.size(); ++i) {
-            worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-        }
-        return worst;
-    };
-    // Unused rows of a shard's Q (rows 24-42 hold no span) stay zero in both.
-    QVERIFY2(max_difference(got.out, expected.out) < 1e-5, "out");
-    QVERIFY2(max_difference(got.lse, expected.lse) < 1e-5, "lse");
-    QVERIFY2(max_difference(got.dqkv, expected.dqkv) < 1e-5, "dq, dk, dv");
-    // The gradients are not trivially zero.
-    QVERIFY(max_difference(got.dqkv, std::vector<float>(got.dqkv.size())) > 1e-3);
-    backend_.set_copy_delay(std::chrono::microseconds(0));
+    const ChunkResult got = run_chunked(backend, chunked, k);
+    // fp32 sums in another order (per-chunk GEMMs, merged windows): rounding only.
+    QVERIFY2(relative_difference(got.q, expected.q) < 1e-6, "q");
+    QVERIFY2(relative_difference(got.kv, expected.kv) < 1e-6, "k|v");
+    QVERIFY2(relative_difference(got.out, expected.out) < 1e-5, "out");
+    QVERIFY2(relative_difference(got.lse, expected.lse) < 1e-5, "lse");
+    QVERIFY2(relative_difference(got.dq, expected.dq) < 1e-5, "dq");
+    QVERIFY2(relative_difference(got.dkv, expected.dkv) < 1e-5, "dk, dv");
+    QVERIFY(relative_difference(got.dkv, std::vector<float>(got.dkv.size())) > 1e-3);  // not 0
 
     const AttentionMemory& memory = chunked.memory();
-    QCOMPARE(memory.resident_kv_bytes, std::int64_t(2 * 37 * c * sizeof(float)));
-    if (offload) {
-        // Forward and backward each offload the K/V prefix of every span longer than a chunk
-        // (a shard's two spans of one document each offload their own prefix).
-        std::int64_t offloaded = 0;
-        for (const AttentionSpan& span : spans) {
-            if (span.prefix + span.length > chunk) {
-                offloaded += 2 * 2 * std::int64_t(span.prefix + span.length) * c * sizeof(float);
+    QCOMPARE(memory.partial_bytes, std::int64_t(chunk * (k.c + k.n_head) * sizeof(float)));
+    if (!offload) {
+        QCOMPARE(memory.double_buffer_bytes, 0);
+        QCOMPARE(memory.offloaded_bytes, 0);
+        QCOMPARE(memory.prefetched_bytes, 0);
+        return;
+    }
+    // Two slots of one chunk's Q, K and V are all the device holds of them.
+    QCOMPARE(memory.double_buffer_bytes, std::int64_t(2 * chunk * 3 * k.c * sizeof(float)));
+    // Every Q row and K/V row went to the host once.
+    QCOMPARE(memory.offloaded_bytes,
+             std::int64_t((k.q_rows * k.c + k.kv_rows * 2 * k.c) * sizeof(float)));
+    // And the same bits as without offload.
+    ChunkedAttention resident(backend, k.c, k.n_head, {chunk, false});
+    const ChunkResult in_place = run_chunked(backend, resident, k);
+    QVERIFY(got.q == in_place.q && got.kv == in_place.kv);
+    QVERIFY(got.out == in_place.out && got.lse == in_place.lse);
+    QVERIFY(got.dq == in_place.dq && got.dkv == in_place.dkv);
+}
+
+// The pairs are exactly those the documents need (the work stays Σ dᵢ²), every piece of a
+// document meets its first window once, and the backward runs K/V chunks outer and query
+// chunks inner, FPDT's order: each K/V chunk crosses to the device once, each query chunk once
+// per pair, so the prefetched bytes are exactly that.
+void EngineLayersTest::chunkedBackwardLoopsKeysOuter_data() {
+    QTest::addColumn<int>("chunk");
+    QTest::addColumn<bool>("sharded");
+    QTest::addColumn<QString>("documents");
+    for (const char* documents : {"long and short", "short documents", "pieces out of order"}) {
+        for (int chunk : {3, 7, 16, 22}) {
+            for (bool sharded : {false, true}) {
+                QTest::addRow("%s, chunk %d%s", documents, chunk, sharded ? " cp shard" : "")
+                    << chunk << sharded << QString(documents);
             }
         }
-        QCOMPARE(memory.offloaded_bytes, offloaded);
-        QVERIFY(memory.prefetched_bytes >= offloaded);
-        QCOMPARE(memory.host_bytes, memory.resident_kv_bytes);
-        if (chunk == 4) {
-            QVERIFY(memory.device_bytes < memory.resident_kv_bytes);
-        }
-    } else {
-        QCOMPARE(memory.offloaded_bytes, 0);
-        QCOMPARE(memory.host_bytes, 0);
     }
+}
+
+void EngineLayersTest::chunkedBackwardLoopsKeysOuter() {
+    QFETCH(int, chunk);
+    QFETCH(bool, sharded);
+    QFETCH(QString, documents);
+    const ChunkCase k(documents, sharded);
+    CpuBackend backend(1);
+    ChunkedAttention chunked(backend, k.c, k.n_head, {chunk, true});
+    const std::set<std::pair<int, int>> needed = expected_pairs(k, chunk);
+
+    const std::vector<ChunkPair> forward = chunked.forward_order(k.q_rows, k.kv_rows, !sharded, k.spans);
+    std::set<std::pair<int, int>> seen;
+    std::map<std::pair<std::int32_t, std::int32_t>, int> first_windows;  // (row, prefix) → count
+    for (std::size_t n = 0; n < forward.size(); ++n) {
+        const ChunkPair& pair = forward[n];
+        QVERIFY(seen.insert({pair.q_chunk, pair.kv_chunk}).second);
+        QVERIFY(n == 0 || forward[n - 1].q_chunk <= pair.q_chunk);  // query chunks in order
+        if (!sharded && (n == 0 || forward[n - 1].q_chunk != pair.q_chunk)) {
+            QCOMPARE(pair.kv_chunk, pair.q_chunk);  // its own K/V first, just projected
+        }
+        for (const AttentionSpan& piece : pair.first) {
+            ++first_windows[{pair.q_chunk * chunk + piece.q_begin, piece.prefix}];
+        }
+    }
+    QCOMPARE(seen, needed);
+    for (const auto& [piece, count] : first_windows) {
+        QCOMPARE(count, 1);
+    }
+
+    const std::vector<ChunkPair> backward = chunked.backward_order(k.q_rows, k.kv_rows, k.spans);
+    QCOMPARE(backward.size(), forward.size());
+    for (std::size_t n = 1; n < backward.size(); ++n) {
+        const ChunkPair &before = backward[n - 1], &pair = backward[n];
+        QVERIFY(before.kv_chunk <= pair.kv_chunk);  // K/V outer
+        QVERIFY(before.kv_chunk != pair.kv_chunk || before.q_chunk < pair.q_chunk);  // Q inner
+        if (!sharded) {
+            QVERIFY(pair.q_chunk >= pair.kv_chunk);  // causal: Q chunks ≥ the K/V chunk
+        }
+    }
+
+    // Traffic, from the needed pairs alone.
+    auto rows = [&](int index, std::int64_t total) {
+        return std::min<std::int64_t>(chunk, total - std::int64_t(index) * chunk);
+    };
+    const std::int64_t q_row = k.c * sizeof(float), kv_row = 2 * k.c * sizeof(float);
+    std::int64_t forward_fetch = 0, backward_fetch = 0;
+    std::set<int> kv_chunks;
+    for (const auto& [i, j] : needed) {
+        if (!sharded && i != j) {
+            forward_fetch += rows(j, k.kv_rows) * kv_row;  // earlier K/V chunks come back
+        }
+        backward_fetch += rows(i, k.q_rows) * q_row;  // a query chunk per pair
+        kv_chunks.insert(j);
+    }
+    for (int j : kv_chunks) {
+        backward_fetch += rows(j, k.kv_rows) * kv_row;  // each K/V chunk once
+    }
+    const ChunkInputs in(backend, k);
+    PinnedBuffer host_q = backend.allocate_pinned(std::size_t(k.q_rows * k.c));
+    PinnedBuffer host_kv = backend.allocate_pinned(std::size_t(k.kv_rows * 2 * k.c));
+    const QkvStore store{Tensor{}, Tensor{}, host_q.get(), host_kv.get()};
+    DeviceArray out = zeros_f32(backend, {k.q_rows, k.c}), lse = zeros_f32(backend, {k.q_rows, k.n_head});
+    DeviceArray dq = zeros_f32(backend, {k.q_rows, k.c}), dkv = zeros_f32(backend, {k.kv_rows, 2 * k.c});
+    chunked.forward(in.projection(k), sharded ? in.gathered.tensor : Tensor{}, store, out.tensor,
+                    lse.tensor, k.spans);
+    QCOMPARE(chunked.memory().prefetched_bytes, forward_fetch);
+    chunked.backward(store, dq.tensor, dkv.tensor.columns(0, k.c), dkv.tensor.columns(k.c, k.c),
+                     in.dout.tensor, out.tensor, lse.tensor, k.spans);
+    QCOMPARE(chunked.memory().prefetched_bytes - forward_fetch, backward_fetch);
+}
+
+namespace {
+
+// A backend that runs everything on a CpuBackend and writes down, in issue order, what orders
+// the streams: kernels, copies, event records and waits, and host synchronisations.
+class IssueLog final : public Backend {
+public:
+    struct Entry {
+        std::string op;
+        std::uint32_t stream = 0;
+        std::uint32_t event = 0;
+    };
+    explicit IssueLog(CpuBackend& inner) : inner_(inner) {}
+    std::vector<Entry> entries;
+
+    Device device() const override { return Device::cpu; }
+    std::string_view name() const override { return "issue log"; }
+    void upload(Tensor dst, const void* host, StreamId s) override {
+        log("upload", s);
+        inner_.upload(dst, host, s);
+    }
+    void download(void* host, Tensor src, StreamId s) override {
+        log("download", s);
+        inner_.download(host, src, s);
+    }
+    void copy(Tensor dst, Tensor src) override { inner_.copy(dst, src); }
+    void fill_zero(Tensor t) override { inner_.fill_zero(t); }
+    StreamId create_stream(std::string_view name) override {
+        streams_.push_back(inner_.create_stream(name));
+        return streams_.back();
+    }
+    std::string_view stream_name(StreamId s) const override { return inner_.stream_name(s); }
+    EventId create_event() override { return inner_.create_event(); }
+    void record_event(EventId e, StreamId s) override {
+        log("record", s, e);
+        inner_.record_event(e, s);
+    }
+    void wait_event(StreamId s, EventId e) override {
+        log("wait", s, e);
+        inner_.wait_event(s, e);
+    }
+    void synchronize(StreamId s) override {
+        log("synchronize", s);
+        inner_.synchronize(s);
+    }
+    void embedding_forward(Tensor o, Tensor t, Tensor p, Tensor wte, Tensor wpe) override {
+        inner_.embedding_forward(o, t, p, wte, wpe);
+    }
+    void embedding_backward(Tensor a, Tensor b, Tensor d, Tensor t, Tensor p) override {
+        inner_.embedding_backward(a, b, d, t, p);
+    }
+    void layernorm_forward(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b) override {
+        inner_.layernorm_forward(o, m, r, i, w, b);
+    }
+    void layernorm_backward(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w,
+                            Tensor m, Tensor r) override {
+        inner_.layernorm_backward(di, dw, db, d, i, w, m, r);
+    }
+    void residual_forward(Tensor o, Tensor a, Tensor b) override { inner_.residual_forward(o, a, b); }
+    void matmul_forward(Tensor o, Tensor i, Tensor w, Tensor b) override {
+        log("matmul_forward", kComputeStream);
+        inner_.matmul_forward(o, i, w, b);
+    }
+    void matmul_backward(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w) override {
+        inner_.matmul_backward(di, dw, db, d, i, w);
+    }
+    void attention_forward(Tensor o, Tensor l, Tensor q, Tensor k, Tensor v,
+                           std::span<const AttentionSpan> spans, int n_head) override {
+        log("attention", kComputeStream);
+        inner_.attention_forward(o, l, q, k, v, spans, n_head);
+    }
+    void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor d, Tensor q, Tensor k,
+                            Tensor v, Tensor o, Tensor l, std::span<const AttentionSpan> spans,
+                            int n_head) override {
+        log("attention", kComputeStream);
+        inner_.attention_backward(dq, dk, dv, d, q, k, v, o, l, spans, n_head);
+    }
+    void attention_merge(Tensor o, Tensor l, Tensor po, Tensor pl, int n_head) override {
+        inner_.attention_merge(o, l, po, pl, n_head);
+    }
+    void gelu_forward(Tensor o, Tensor i) override { inner_.gelu_forward(o, i); }
+    void gelu_backward(Tensor di, Tensor d, Tensor i) override { inner_.gelu_backward(di, d, i); }
+    void crossentropy_forward(Tensor l, Tensor p, Tensor g, Tensor t) override {
+        inner_.crossentropy_forward(l, p, g, t);
+    }
+    void crossentropy_backward(Tensor d, Tensor p, Tensor t, float s) override {
+        inner_.crossentropy_backward(d, p, t, s);
+    }
+    double sum_of_squares(Tensor x) override { return inner_.sum_of_squares(x); }
+    void adamw_update(Tensor p, Tensor g, Tensor m, Tensor v, const AdamWStep& s) override {
+        inner_.adamw_update(p, g, m, v, s);
+    }
+
+protected:
+    void* allocate_raw(std::size_t bytes) override {
+        void* data = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+        std::memset(data, 0, bytes);
+        return data;
+    }
+    void release_raw(void* data) override {
+        for (StreamId s : streams_) {
+            inner_.synchronize(s);  // as CUDA's free: no copy still reads or writes it
+        }
+        std::free(data);
+    }
+
+private:
+    void log(const char* op, StreamId s, EventId e = {}) { entries.push_back({op, s.index, e.index}); }
+    CpuBackend& inner_;
+    std::vector<StreamId> streams_;
+};
+
+}  // namespace
+
+// What the host issues with offload on, for one long document in five chunks: every copy to
+// the host is followed by the next chunk's projection and attention before the compute stream
+// waits for it (which it does only when it reuses the slot), every fetch is issued while
+// attention it does not feed can still run, and nothing waits on the host.
+void EngineLayersTest::chunkCopiesOverlapCompute() {
+    CpuBackend cpu(1);
+    cpu.set_copy_delay(std::chrono::microseconds(200));
+    IssueLog log(cpu);
+    const ChunkCase k("long and short", false);
+    const int chunk = 8;  // the 37-token document in 5 chunks, 6 with the short one
+    ChunkedAttention chunked(log, k.c, k.n_head, {chunk, true});
+    const ChunkInputs in(log, k);
+    PinnedBuffer host_q = cpu.allocate_pinned(std::size_t(k.q_rows * k.c));
+    PinnedBuffer host_kv = cpu.allocate_pinned(std::size_t(k.kv_rows * 2 * k.c));
+    const QkvStore store{Tensor{}, Tensor{}, host_q.get(), host_kv.get()};
+    DeviceArray out = zeros_f32(log, {k.q_rows, k.c}), lse = zeros_f32(log, {k.q_rows, k.n_head});
+    DeviceArray dq = zeros_f32(log, {k.q_rows, k.c}), dkv = zeros_f32(log, {k.kv_rows, 2 * k.c});
+    log.entries.clear();
+    chunked.forward(in.projection(k), Tensor{}, store, out.tensor, lse.tensor, k.spans);
+    const std::size_t backward_begins = log.entries.size();
+    chunked.backward(store, dq.tensor, dkv.tensor.columns(0, k.c), dkv.tensor.columns(k.c, k.c),
+                     in.dout.tensor, out.tensor, lse.tensor, k.spans);
+    const auto& e = log.entries;
+    const std::uint32_t offload = chunked.offload_stream().index;
+    const std::uint32_t prefetch = chunked.prefetch_stream().index;
+    auto count = [&](std::size_t from, std::size_t to, const char* op) {
+        return std::count_if(e.begin() + std::ptrdiff_t(from), e.begin() + std::ptrdiff_t(to),
+                             [&](const IssueLog::Entry& x) { return x.op == op; });
+    };
+    // The compute stream's first wait for this record, before the event is recorded again.
+    auto compute_wait = [&](std::size_t record) -> std::size_t {
+        for (std::size_t n = record + 1; n < e.size(); ++n) {
+            if (e[n].event != e[record].event) {
+                continue;
+            }
+            if (e[n].op == "record") {
+                return e.size();
+            }
+            if (e[n].op == "wait" && e[n].stream == 0) {
+                return n;
+            }
+        }
+        return e.size();
+    };
+    QCOMPARE(count(0, e.size(), "synchronize"), 0);
+    int offloads = 0, waited_offloads = 0, fetches = 0;
+    for (std::size_t n = 0; n < e.size(); ++n) {
+        if (e[n].op != "record" || (e[n].stream != offload && e[n].stream != prefetch)) {
+            continue;
+        }
+        const std::size_t wait = compute_wait(n);
+        if (e[n].stream == offload) {
+            ++offloads;
+            if (wait < e.size()) {
+                ++waited_offloads;
+                // The next chunk's Q and K|V projections and its attention ran in between.
+                QVERIFY2(count(n, wait, "matmul_forward") >= 2, "offload waited before reuse");
+                QVERIFY(count(n, wait, "attention") >= 1);
+            }
+            continue;
+        }
+        ++fetches;
+        QVERIFY2(wait < e.size(), "a fetch nobody waits for");
+        // The first fetches of the backward have nothing before them here (the model's MLP
+        // backward hides them); every other one overlaps an attention call.
+        const bool first_of_backward =
+            n >= backward_begins && count(backward_begins, n, "attention") == 0;
+        if (!first_of_backward) {
+            QVERIFY2(count(n, wait, "attention") >= 1, "a fetch waited for at once");
+        }
+    }
+    QCOMPARE(offloads, 6);        // one per query chunk
+    QVERIFY(waited_offloads >= 4);  // slots reused by chunks 2…5
+    QVERIFY(fetches > 6);
 }
 
 #include "test_engine_layers.moc"

@@ -12,6 +12,7 @@
 #include "engine/model/lm_head.h"
 #include "engine/model/matmul.h"
 #include "engine/model/mlp.h"
+#include "engine/parallel/context_parallel.h"
 #include "engine/train/trainer.h"
 #include "gradient_check.h"
 
@@ -459,66 +460,124 @@ void EngineModelTest::accumulationEqualsOneBatch() {
     QVERIFY(std::abs(0.5 * (mean_first + mean_second) - loss_joined) > 1e-6);
 }
 
-// FPDT's activation offload: with chunked attention and offload, every block's qkv waits in
-// pinned host memory between forward and backward and only two device slots hold it. The
-// loss and gradients are bit for bit those of the same chunked model without offload (the
-// same kernels on the same numbers; only where qkv waits changes), over two micro-batches in
-// flight at once (the 1F1B case: both forwards, then both backwards, on one set of slots
-// each), and the device holds (n_layer − 2) fewer qkv blocks per micro-batch in flight.
-// Long documents are chunked (their K/V go through the host as well); short ones are not, so
-// only the activation offload orders the copy streams there.
+// FPDT's offload (chunked_attention.h): with chunked attention and offload every block's Q,
+// K and V wait in pinned host memory between its forward and backward pass, and the device
+// holds of them only two chunk slots for all blocks. The loss and gradients are bit for bit
+// those of the same chunked model without offload (the same kernels on the same numbers; only
+// where Q/K/V wait changes), over two micro-batches in flight at once (the 1F1B case: both
+// forwards, then both backwards), with copies that lag so that a missing event shows. And the
+// backend's counted device peak falls by exactly what went to pinned memory less the two
+// slots [chunk, 3C]. Under CP (here a group of one whose shard lists the document pieces out
+// of order, so queries and gathered keys differ) the resident run also keeps each block's
+// gathered K|V, and the offloading one a single gathered buffer for all blocks.
 void EngineModelTest::offloadedQkvGivesTheSameGradients_data() {
     QTest::addColumn<bool>("long_documents");
-    QTest::newRow("long documents") << true;
-    QTest::newRow("documents within a chunk") << false;
+    QTest::addColumn<bool>("context_parallel");
+    QTest::addColumn<int>("chunk");
+    QTest::newRow("long documents") << true << false << 16;
+    QTest::newRow("documents within a chunk") << false << false << 16;
+    QTest::newRow("long documents, cp shard") << true << true << 16;
+    // Two query chunks: no slot is reused within a block, so only the wait before the next
+    // block's gather keeps it from overwriting K/V still on their way to the host.
+    QTest::newRow("documents within a chunk, cp shard, two chunks") << false << true << 32;
 }
 
 void EngineModelTest::offloadedQkvGivesTheSameGradients() {
     QFETCH(bool, long_documents);
+    QFETCH(bool, context_parallel);
+    QFETCH(int, chunk);
     GptConfig config;
     config.n_layer = 5;
     config.channels = 32;
     config.n_head = 4;
     config.max_context = 64;
-    const MicroBatch first = long_documents ? documents({{0, 40}, {40, 24}})
-                                            : documents({{0, 16}, {16, 12}, {28, 16}, {44, 9}});
-    const MicroBatch second = long_documents ? documents({{10, 50}, {60, 9}})
-                                             : documents({{3, 14}, {17, 16}, {33, 11}});
-    struct Result {
+    // Two micro-batches of equal size, so that no buffer grows between them (a growing
+    // buffer briefly holds old and new, which would move the peak).
+    const std::vector<std::pair<int, int>> first_documents =
+        long_documents ? std::vector<std::pair<int, int>>{{0, 40}, {40, 24}}
+                       : std::vector<std::pair<int, int>>{{0, 16}, {16, 12}, {28, 16}, {44, 9}};
+    const std::vector<std::pair<int, int>> second_documents =
+        long_documents ? std::vector<std::pair<int, int>>{{10, 50}, {60, 14}}
+                       : std::vector<std::pair<int, int>>{{3, 14}, {17, 16}, {33, 11}, {50, 12}};
+    // A CP shard of one rank holding every token, each document's second half listed first.
+    auto shard_of = [](const std::vector<std::pair<int, int>>& ranges) {
+        const std::string_view text(kLicenceExcerpt);
+        std::vector<std::string_view> bytes;
+        std::vector<fulcrum::balance::Document> docs;
+        fulcrum::balance::CpPlan plan;
+        plan.ranks.resize(1);
+        for (auto [begin, length] : ranges) {
+            const std::uint64_t id = docs.size();
+            bytes.push_back(text.substr(std::size_t(begin), std::size_t(length)));
+            docs.push_back({id, length});
+            plan.ranks[0].ranges.push_back({id, length / 2, length});
+            plan.ranks[0].ranges.push_back({id, 0, length / 2});
+        }
+        fulcrum::Result<ContextShard> shard = make_context_shard(bytes, docs, plan, 0);
+        QTEST_ASSERT(shard.ok());
+        return shard.value();
+    };
+    std::vector<MicroBatch> batches;
+    std::vector<ContextShard> shards;
+    for (const auto* ranges : {&first_documents, &second_documents}) {
+        MicroBatch batch;
+        for (auto [begin, length] : *ranges) {
+            batch.append_document(std::string_view(kLicenceExcerpt).substr(std::size_t(begin),
+                                                                          std::size_t(length)));
+        }
+        batches.push_back(batch);
+        shards.push_back(shard_of(*ranges));
+    }
+    const std::int64_t tokens = batches[0].size();
+    QCOMPARE(batches[1].size(), tokens);
+    QCOMPARE(shards[0].spans.size(), 2 * first_documents.size());
+
+    struct Outcome {
         double loss = 0;
         std::vector<float> gradients;
-        std::int64_t activation_bytes = 0, pinned_bytes = 0;
+        MemoryUse memory;
     };
     auto run = [&](bool offload) {
         CpuBackend backend(1);
-        backend.set_copy_delay(std::chrono::milliseconds(5));  // copies lag: races show
+        backend.set_copy_delay(std::chrono::milliseconds(2));  // copies lag: races show
         GptModel model(backend, config);
         model.initialize(11);
-        model.set_attention_chunking({16, offload});
+        model.set_attention_chunking({chunk, offload});
         model.zero_gradients();
-        const MemoryUse before = backend.memory_use();
         Activations a(model), b(model);
-        Result result;
-        const float scale = 1.0f / float(first.target_count() + second.target_count());
-        result.loss = model.forward(first, a) + model.forward(second, b);
-        result.activation_bytes = backend.memory_use().device_bytes - before.device_bytes;
+        QTEST_ASSERT(a.offloads_qkv() == offload);
+        Outcome result;
+        const std::int64_t targets = context_parallel
+                                         ? shards[0].target_count() + shards[1].target_count()
+                                         : batches[0].target_count() + batches[1].target_count();
+        const float scale = 1.0f / float(targets);
+        result.loss = context_parallel ? model.forward(shards[0], a) + model.forward(shards[1], b)
+                                       : model.forward(batches[0], a) + model.forward(batches[1], b);
         model.backward(b, scale);
         model.backward(a, scale);
-        // Pinned memory beside the chunked attention's own K/V copies.
-        result.pinned_bytes = backend.memory_use().pinned_bytes - model.attention_memory().host_bytes;
         result.gradients = model.gradients_to_host();
+        result.memory = backend.memory_use();
         return result;
     };
-    const Result resident = run(false);
-    const Result offloaded = run(true);
+    const Outcome resident = run(false);
+    const Outcome offloaded = run(true);
     QCOMPARE(offloaded.loss, resident.loss);
     QVERIFY(offloaded.gradients == resident.gradients);
-    // One block's qkv [T, 3C] for each micro-batch's T.
-    const std::int64_t qkv_blocks =
-        std::int64_t(first.size() + second.size()) * 3 * 32 * std::int64_t(sizeof(float));
-    QCOMPARE(resident.activation_bytes - offloaded.activation_bytes,
-             (config.n_layer - 2) * qkv_blocks);
-    QCOMPARE(offloaded.pinned_bytes - resident.pinned_bytes, config.n_layer * qkv_blocks);
+
+    // Per block and micro-batch, Q [T, C] and K|V [T_kv, 2C] go to pinned memory (T_kv = T:
+    // the shard holds every row).
+    const std::int64_t floats = sizeof(float), c = config.channels;
+    const std::int64_t offloaded_bytes = 2 * config.n_layer * (tokens * c + tokens * 2 * c) * floats;
+    QCOMPARE(resident.memory.peak_pinned_bytes, 0);
+    QCOMPARE(offloaded.memory.peak_pinned_bytes, offloaded_bytes);
+    const std::int64_t double_buffers = 2 * chunk * 3 * c * floats;
+    std::int64_t fall = offloaded_bytes - double_buffers;
+    if (context_parallel) {
+        // Resident: each block also keeps its gathered K|V [T, 2C]. Offloading: one buffer of
+        // this rank's K|V and the gathered K|V [T + T, 2C] for all blocks.
+        fall += 2 * config.n_layer * tokens * 2 * c * floats - (tokens + tokens) * 2 * c * floats;
+    }
+    QCOMPARE(resident.memory.peak_device_bytes - offloaded.memory.peak_device_bytes, fall);
 }
 
 QTEST_GUILESS_MAIN(EngineModelTest)

@@ -111,9 +111,17 @@ private slots:
             << QStringList{"--dp", "2", "--cp", "2", "--comm", "staged", "--overlap-grad-reduce",
                            "on"}
             << fixed;
-        // FPDT-style chunked attention (chunked_attention.h): documents over 16 tokens run in
-        // 16-token key windows with K/V through host memory; whole documents and CP shards.
+        // FPDT-style chunked attention (chunked_attention.h): each block's QKV projection and
+        // attention in chunks of 16 rows, Q/K/V through host memory; whole micro-batches, CP
+        // shards, 1F1B's micro-batches in flight on two stages, and block-by-block backward
+        // calls (the overlapped gradient reduction).
         QTest::newRow("fpdt chunk 16") << 1 << QStringList{"--attention-chunk", "16"} << fixed;
+        QTest::newRow("pp2 fpdt chunk 16")
+            << 2 << QStringList{"--pp", "2", "--attention-chunk", "16"} << fixed;
+        QTest::newRow("cp2 fpdt chunk 16 overlapped reduction")
+            << 2
+            << QStringList{"--cp", "2", "--attention-chunk", "16", "--overlap-grad-reduce", "on"}
+            << fixed;
         QTest::newRow("cp2 fpdt chunk 16 no offload")
             << 2 << QStringList{"--cp", "2", "--attention-chunk", "16", "--offload", "off"} << fixed;
         QTest::newRow("cp2 zigzag fpdt chunk 16")
@@ -174,7 +182,7 @@ private slots:
         // A chunked run did chunk, and with offload on its K/V went through the host.
         if (layout.contains("--attention-chunk")) {
             static const QRegularExpression chunked(
-                "attention in chunks of 16 tokens, K/V offload (on|off).* ([0-9.]+) MiB offloaded");
+                "attention in chunks of 16 tokens, offload (on|off).* ([0-9.]+) MiB offloaded");
             const auto match = chunked.match(parallel.output);
             QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
             QCOMPARE(match.captured(2).toDouble() > 0, match.captured(1) == "on");

@@ -2,8 +2,10 @@
 // the launchers of the per-layer kernel headers in this folder.
 #include "engine/backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend/cuda/adamw.cuh"
@@ -65,29 +67,69 @@ struct Scratch {
     }
 };
 
-// The tiles of the last spans uploaded: every layer of a micro-batch attends with the same
-// spans, so they go to the device once per micro-batch, not once per layer.
-struct TileCache {
-    std::vector<cuda::AttentionTile> host;
-    Scratch device;
-    int count = 0;
-    const cuda::AttentionTile* upload(std::vector<cuda::AttentionTile> tiles,
-                                      cudaStream_t stream) {
-        const bool same = tiles.size() == host.size() &&
-                          std::memcmp(tiles.data(), host.data(),
-                                      tiles.size() * sizeof(cuda::AttentionTile)) == 0;
-        count = int(tiles.size());
-        if (!same && !tiles.empty()) {
-            host = std::move(tiles);
-            device.reserve(host.size() * sizeof(cuda::AttentionTile));
-            // Pageable source: the copy has left `host` when the call returns, and it is
-            // ordered before the kernels that read the tiles (same stream).
-            FULCRUM_CUDA_CHECK(cudaMemcpyAsync(device.data, host.data(),
-                                               host.size() * sizeof(cuda::AttentionTile),
-                                               cudaMemcpyHostToDevice, stream));
+// Device copies of the tile lists of attention calls, kept by content. Every layer of a
+// micro-batch attends with the same spans, and chunked attention with the same list per
+// chunk pair in every layer (chunked_attention.h: dozens of calls per layer, each with its own
+// list), so each list crosses to the device once per micro-batch, not once per call: an upload
+// from pageable memory may make the host wait for the stream (the CUDA runtime's "API
+// synchronization behavior"), a hit never does. The lists live in append-only device blocks;
+// past kCapacity the device is synchronised, so no kernel still reads them, and the cache
+// starts over.
+class TileCache {
+public:
+    struct Tiles {
+        const cuda::AttentionTile* data = nullptr;
+        int count = 0;
+    };
+
+    Tiles upload(const std::vector<cuda::AttentionTile>& tiles, cudaStream_t stream) {
+        if (tiles.empty())
+            return {};
+        std::string key(reinterpret_cast<const char*>(tiles.data()),
+                        tiles.size() * sizeof(cuda::AttentionTile));
+        if (const auto found = entries_.find(key); found != entries_.end())
+            return found->second;
+        const std::size_t bytes = (key.size() + kAlign - 1) / kAlign * kAlign;
+        if (used_ + bytes > kCapacity)
+            release();
+        if (blocks_.empty() || block_used_ + bytes > block_bytes_) {
+            block_bytes_ = std::max(kBlock, bytes);
+            void* block = nullptr;
+            FULCRUM_CUDA_CHECK(cudaMalloc(&block, block_bytes_));
+            blocks_.push_back(block);
+            block_used_ = 0;
         }
-        return static_cast<const cuda::AttentionTile*>(device.data);
+        auto* device = reinterpret_cast<cuda::AttentionTile*>(
+            static_cast<char*>(blocks_.back()) + block_used_);
+        block_used_ += bytes;
+        used_ += bytes;
+        const auto [entry, inserted] =
+            entries_.emplace(std::move(key), Tiles{device, int(tiles.size())});
+        // The source is the entry's own key, which lives as long as the entry: the copy may
+        // read it after this call returns. It runs on the stream of the kernels that read it.
+        FULCRUM_CUDA_CHECK(cudaMemcpyAsync(device, entry->first.data(), entry->first.size(),
+                                           cudaMemcpyHostToDevice, stream));
+        return entry->second;
     }
+
+    void release() {
+        if (blocks_.empty())
+            return;
+        FULCRUM_CUDA_CHECK(cudaDeviceSynchronize());
+        for (void* block : blocks_)
+            cudaFree(block);
+        blocks_.clear();
+        entries_.clear();
+        used_ = block_used_ = block_bytes_ = 0;
+    }
+
+private:
+    static constexpr std::size_t kAlign = 256;
+    static constexpr std::size_t kBlock = std::size_t(1) << 20;
+    static constexpr std::size_t kCapacity = std::size_t(64) << 20;
+    std::unordered_map<std::string, Tiles> entries_;
+    std::vector<void*> blocks_;
+    std::size_t used_ = 0, block_used_ = 0, block_bytes_ = 0;
 };
 
 }  // namespace
@@ -130,7 +172,7 @@ struct CudaBackend::State {
     std::vector<cudaStream_t> streams;
     std::vector<std::string> stream_names;
     std::vector<cudaEvent_t> events;
-    TileCache query_tiles, key_tiles;
+    TileCache tiles;  // query and key tiles of attention calls
     Scratch delta, sum;
 
     cudaStream_t stream(StreamId id) const {
@@ -155,8 +197,7 @@ CudaBackend::CudaBackend(Precision precision, int device)
 CudaBackend::~CudaBackend() {
     State& s = *state_;
     cudaDeviceSynchronize();
-    s.query_tiles.device.release();
-    s.key_tiles.device.release();
+    s.tiles.release();
     s.delta.release();
     s.sum.release();
     for (cudaEvent_t e : s.events)
@@ -200,7 +241,10 @@ void* CudaBackend::allocate_pinned_raw(std::size_t bytes) {
     return data;
 }
 
+// As on the CPU backend, freeing pinned memory waits for the copies in flight: an offload or a
+// prefetch on a copy stream may still read or write it.
 void CudaBackend::release_pinned_raw(void* data) {
+    FULCRUM_CUDA_CHECK(cudaDeviceSynchronize());
     FULCRUM_CUDA_CHECK(cudaFreeHost(data));
 }
 
@@ -424,8 +468,8 @@ void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, 
     views.k_stride = k.row_stride();
     views.v_stride = v.row_stride();
     views.o_stride = out.row_stride();
-    const cuda::AttentionTile* tiles = s.query_tiles.upload(cuda::query_tiles(spans), s.compute());
-    cuda::attention_forward(views, mf(lse), tiles, s.query_tiles.count, n_head, hs, s.compute());
+    const TileCache::Tiles tiles = s.tiles.upload(cuda::query_tiles(spans), s.compute());
+    cuda::attention_forward(views, mf(lse), tiles.data, tiles.count, n_head, hs, s.compute());
 }
 
 void CudaBackend::attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse,
@@ -476,11 +520,10 @@ void CudaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dou
     views.dv_stride = dv.row_stride();
     float* delta = static_cast<float*>(
         s.delta.reserve(std::size_t(std::max<std::int64_t>(tq, 1) * n_head) * sizeof(float)));
-    const cuda::AttentionTile* q_tiles =
-        s.query_tiles.upload(cuda::query_tiles(spans), s.compute());
-    const cuda::AttentionTile* k_tiles = s.key_tiles.upload(cuda::key_tiles(spans), s.compute());
-    cuda::attention_backward(views, cf(lse), delta, tq, q_tiles, s.query_tiles.count, k_tiles,
-                             s.key_tiles.count, n_head, hs, s.compute());
+    const TileCache::Tiles q_tiles = s.tiles.upload(cuda::query_tiles(spans), s.compute());
+    const TileCache::Tiles k_tiles = s.tiles.upload(cuda::key_tiles(spans), s.compute());
+    cuda::attention_backward(views, cf(lse), delta, tq, q_tiles.data, q_tiles.count, k_tiles.data,
+                             k_tiles.count, n_head, hs, s.compute());
 }
 
 void CudaBackend::gelu_forward(Tensor out, Tensor inp) {

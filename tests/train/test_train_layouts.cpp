@@ -204,7 +204,9 @@ private slots:
             << 1 << QStringList{"--lengths", "file:LONG", "--context", "64"}
             << "longer than any micro-batch can hold";
         QTest::newRow("unknown balancer") << 1 << QStringList{"--balancer", "magic"} << "magic";
-        QTest::newRow("unknown schedule") << 1 << QStringList{"--schedule", "zb"} << "gpipe or 1f1b";
+        QTest::newRow("unknown schedule") << 1 << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
+        QTest::newRow("schedule not in the engine yet") << 1 << QStringList{"--schedule", "zb-h1"}
+                                                        << "not implemented in fulcrum-train yet";
         QTest::newRow("unknown comm") << 2 << QStringList{"--dp", "2", "--comm", "gloo"}
                                       << "--comm must be auto, mpi, staged or nccl";
         QTest::newRow("nccl on the cpu") << 2 << QStringList{"--dp", "2", "--backend", "cpu",

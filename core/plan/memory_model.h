@@ -1,0 +1,95 @@
+// The memory one rank needs to train a GPT layout: model state (weights, gradients, optimizer
+// state) and the activations it keeps for the micro-batches in flight. The planner drops the
+// layouts that do not fit with it; docs/plan.md gives every formula.
+//
+// Model state, for the P parameters a rank holds (its stage's layers, split over TP):
+//   weights + gradients = P · (weight bytes + gradient bytes)
+//   optimizer state     = P · optimizer bytes, over DP with a distributed optimizer (ZeRO-1)
+// Mixed precision with Adam (Rajbhandari et al., ZeRO, §3.1) is 2 + 2 + 12 = 16 bytes a
+// parameter; Megatron-LM keeps fp32 gradients for its accumulation, 2 + 4 + 12 = 18.
+//
+// Activations of one transformer layer for one micro-batch of b sequences of s tokens, h
+// hidden, a heads, tensor parallelism t, 16-bit (Korthikanti et al., "Reducing Activation
+// Recomputation in Large Transformer Models", 2022, Table 2):
+//   no recompute              s·b·h·(10 + 24/t + 5·a·s/(h·t))
+//   + sequence parallelism    s·b·h·(34/t + 5·a·s/(h·t))
+//   selective recompute       the 5·a·s/(h·t) term (the attention core's score matrices) goes
+//   full recompute            2·s·b·h (the layer's input only; /t with sequence parallelism)
+// Flash-style attention keeps no score matrix either. With context parallelism c a rank
+// holds s/c of the tokens, whose queries meet all s keys: the score term is 5·a·(s/c)·s·b/t.
+// A stage keeps one micro-batch's activations for each forward it has run and not yet
+// backpropagated: m under GPipe, min(p − stage, m) under 1F1B and ZB-H1, and under
+// interleaved 1F1B min((p − stage − 1)·2 + (v − 1)·p + 1, m·v) chunks of L/(p·v) layers
+// (stage 0: L·(1 + (p − 1)/(p·v)) layers' worth, Megatron-LM's interleaving factor).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/parallel/schedule.h"
+#include "core/util/result.h"
+
+namespace fulcrum::plan {
+
+enum class Recompute { none, selective, full };
+Result<Recompute> parse_recompute(std::string_view name);  // "none", "selective", "full"
+const char* recompute_name(Recompute recompute);
+
+// What one parameter costs in bytes, by where it is kept.
+struct Precision {
+    double weight_bytes = 2;      // the working copy the GEMMs read
+    double gradient_bytes = 4;    // Megatron-LM accumulates gradients in fp32
+    double optimizer_bytes = 12;  // fp32 master weights and Adam's two moments
+    double activation_bytes = 2;  // per element of a kept activation
+    bool distributed_optimizer = false;  // optimizer state sharded over data parallelism
+
+    static Precision megatron_mixed();  // 2 + 4 + 12 = 18 bytes a parameter, 16-bit activations
+    static Precision fp32();            // fulcrum-train's CPU backend: 4 + 4 + 8 (AdamW moments)
+};
+
+struct MemoryShape {
+    // Model
+    int layers = 2;
+    int hidden = 64;
+    int heads = 4;
+    int ffn_hidden = 0;  // 0: 4 · hidden
+    int vocab = 256;
+    int sequence = 2048;       // s: tokens of one sequence
+    int microbatch_size = 1;   // b: sequences per micro-batch
+    bool tied_embedding = true;
+    // Layout
+    int dp = 1, tp = 1, pp = 1, cp = 1;
+    int virtual_stages = 1;
+    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
+    int microbatches = 1;  // m, per step and DP replica
+    // Memory knobs
+    Recompute recompute = Recompute::none;
+    bool sequence_parallel = false;
+    bool flash_attention = false;  // no attention score matrix kept
+    Precision precision = Precision::megatron_mixed();
+};
+
+struct StageMemory {
+    int stage = 0;
+    double parameters = 0;         // held by one rank of the stage
+    double weights_bytes = 0;
+    double gradients_bytes = 0;
+    double optimizer_bytes = 0;
+    double activations_per_layer_bytes = 0;  // one layer, one micro-batch
+    double layers_in_flight = 0;   // layers' worth of micro-batch activations kept at the peak
+    double activations_bytes = 0;
+    double model_state_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes; }
+    double total_bytes() const { return model_state_bytes() + activations_bytes; }
+};
+
+// Parameters of one transformer layer: 4h² + 4h (QKV and output projection with biases),
+// 2h·f + f + h (the MLP), 4h (two LayerNorms).
+double layer_parameters(const MemoryShape& shape);
+
+// One rank of `stage`. The shape must be a valid layout (layers ≥ p·v, t divides the heads).
+StageMemory stage_memory(const MemoryShape& shape, int stage);
+
+// The layout's peak over its stages (the rank that needs the most).
+StageMemory peak_stage_memory(const MemoryShape& shape);
+
+}  // namespace fulcrum::plan

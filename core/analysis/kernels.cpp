@@ -1,0 +1,207 @@
+#include "core/analysis/kernels.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace fulcrum::analysis {
+
+std::string_view to_string(KernelType type) {
+    switch (type) {
+    case KernelType::computation: return "computation";
+    case KernelType::communication: return "communication";
+    case KernelType::memory: return "memory";
+    }
+    return "computation";
+}
+
+bool kernel_type_of(const Event& event, KernelType& type) {
+    switch (event.kind) {
+    case EventKind::kernel: type = KernelType::computation; return true;
+    case EventKind::collective: type = KernelType::communication; return true;
+    case EventKind::memcpy:
+    case EventKind::memset: type = KernelType::memory; return true;
+    default: return false;
+    }
+}
+
+std::int64_t KernelTimeByType::busy_ns() const {
+    std::int64_t total = 0;
+    for (int mask = 1; mask < 8; ++mask) total += ns[mask];
+    return total;
+}
+
+namespace {
+
+struct Launch {
+    std::int64_t start_ns, duration_ns;
+};
+
+// The rank's launch calls by correlation id.
+std::unordered_map<std::int64_t, Launch> launches_of(const RankTrace& rank) {
+    std::unordered_map<std::int64_t, Launch> launches;
+    for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::host_thread) continue;
+        for (const Event& event : lane.events) {
+            if (event.kind == EventKind::api && event.correlation >= 0) {
+                launches.emplace(event.correlation, Launch{event.start_ns, event.duration_ns()});
+            }
+        }
+    }
+    return launches;
+}
+
+// Sweeps the rank's kernels, giving each stretch to the set of types running.
+KernelTimeByType time_by_type(const RankTrace& rank) {
+    struct Edge {
+        std::int64_t at;
+        int delta;
+        int type;
+    };
+    std::vector<Edge> edges;
+    for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::gpu_stream) continue;
+        for (const Event& event : lane.events) {
+            KernelType type;
+            if (!kernel_type_of(event, type) || event.end_ns <= event.start_ns) continue;
+            edges.push_back({event.start_ns, +1, static_cast<int>(type)});
+            edges.push_back({event.end_ns, -1, static_cast<int>(type)});
+        }
+    }
+    KernelTimeByType row;
+    row.rank = rank.info.rank;
+    if (edges.empty()) return row;
+    std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+    int running[kKernelTypeCount] = {};
+    std::int64_t previous = edges.front().at;
+    for (const Edge& edge : edges) {
+        int mask = 0;
+        for (int t = 0; t < kKernelTypeCount; ++t) mask |= running[t] > 0 ? (1 << t) : 0;
+        if (mask != 0) row.ns[mask] += edge.at - previous;
+        running[edge.type] += edge.delta;
+        previous = edge.at;
+    }
+    row.kernel_span_ns = edges.back().at - edges.front().at;
+    row.idle_ns = row.kernel_span_ns - row.busy_ns();
+    return row;
+}
+
+// Gaps before each kernel of one stream, by cause, and its queue length.
+StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
+                       const std::unordered_map<std::int64_t, Launch>& launches, const KernelOptions& options) {
+    StreamIdle idle;
+    idle.rank = rank.info.rank;
+    idle.lane = lane.info.name;
+    std::int64_t previous_end = INT64_MIN;
+    std::vector<std::pair<std::int64_t, int>> queue;  // (time, +1 launch / −1 kernel end)
+    for (const Event& event : lane.events) {
+        KernelType type;
+        if (!kernel_type_of(event, type)) continue;
+        ++idle.kernels;
+        const auto launch = event.correlation >= 0 ? launches.find(event.correlation) : launches.end();
+        queue.push_back({launch != launches.end() ? std::min(launch->second.start_ns, event.start_ns) : event.start_ns, +1});
+        queue.push_back({event.end_ns, -1});
+        if (previous_end != INT64_MIN && event.start_ns > previous_end) {
+            const std::int64_t gap = event.start_ns - previous_end;
+            if (launch != launches.end() && launch->second.start_ns > previous_end) {
+                idle.host_wait_ns += gap;
+            } else if (gap < options.kernel_wait_threshold_ns) {
+                idle.kernel_wait_ns += gap;
+            } else {
+                idle.other_ns += gap;
+            }
+        }
+        previous_end = std::max(previous_end, event.end_ns);
+    }
+    if (!queue.empty()) {
+        // Ends before launches at one instant: a kernel that ends as the next is launched
+        // does not count twice.
+        std::sort(queue.begin(), queue.end());
+        std::int64_t length = 0, weighted = 0, previous = queue.front().first;
+        for (const auto& [at, delta] : queue) {
+            weighted += length * (at - previous);
+            length += delta;
+            idle.max_queue_length = std::max(idle.max_queue_length, length);
+            previous = at;
+        }
+        const std::int64_t span = queue.back().first - queue.front().first;
+        idle.mean_queue_length = span > 0 ? double(weighted) / double(span) : 0.0;
+    }
+    return idle;
+}
+
+}  // namespace
+
+KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& options) {
+    KernelAnalysis result;
+    struct Total {
+        KernelType type = KernelType::computation;
+        std::int64_t count = 0, total = 0, min = INT64_MAX, max = 0;
+        std::unordered_map<std::int32_t, std::int64_t> by_rank;
+    };
+    std::unordered_map<std::uint32_t, Total> by_name;
+    for (const RankTrace& rank : trace.ranks) {
+        if (!rank.has_device_lanes()) continue;
+        const auto launches = launches_of(rank);
+        KernelTimeByType by_type = time_by_type(rank);
+        if (by_type.kernel_span_ns > 0 || by_type.busy_ns() > 0) result.time_by_type.push_back(by_type);
+        LaunchStats launch_stats;
+        launch_stats.rank = rank.info.rank;
+        for (const LaneTrace& lane : rank.lanes) {
+            if (lane.info.kind != LaneKind::gpu_stream) continue;
+            StreamIdle idle = stream_idle(rank, lane, launches, options);
+            if (idle.kernels > 0) result.idle.push_back(std::move(idle));
+            for (const Event& event : lane.events) {
+                KernelType type;
+                if (!kernel_type_of(event, type)) continue;
+                Total& total = by_name[event.name.value];
+                total.type = type;
+                ++total.count;
+                total.total += event.duration_ns();
+                total.min = std::min(total.min, event.duration_ns());
+                total.max = std::max(total.max, event.duration_ns());
+                total.by_rank[rank.info.rank] += event.duration_ns();
+                if (event.correlation < 0) continue;
+                const auto launch = launches.find(event.correlation);
+                if (launch == launches.end()) continue;
+                const std::int64_t cpu = launch->second.duration_ns, gpu = event.duration_ns();
+                const std::int64_t delay =
+                    std::max<std::int64_t>(0, event.start_ns - (launch->second.start_ns + cpu));
+                ++launch_stats.launches;
+                launch_stats.cpu_total_ns += cpu;
+                launch_stats.gpu_total_ns += gpu;
+                launch_stats.delay_total_ns += delay;
+                launch_stats.delay_max_ns = std::max(launch_stats.delay_max_ns, delay);
+                launch_stats.short_kernels += cpu <= options.runtime_cutoff_ns && gpu < cpu;
+                launch_stats.slow_calls += cpu > options.runtime_cutoff_ns;
+                launch_stats.delay_outliers += delay > options.launch_delay_cutoff_ns;
+            }
+        }
+        if (launch_stats.launches > 0) result.launches.push_back(launch_stats);
+    }
+    for (auto& [name, total] : by_name) {
+        KernelStats stats;
+        stats.name = std::string(trace.name(StringId{name}));
+        stats.type = total.type;
+        stats.count = total.count;
+        stats.total_ns = total.total;
+        stats.min_ns = total.min;
+        stats.max_ns = total.max;
+        stats.ranks = static_cast<int>(total.by_rank.size());
+        stats.rank_total_min_ns = INT64_MAX;
+        for (const auto& [rank, ns] : total.by_rank) {
+            stats.rank_total_min_ns = std::min(stats.rank_total_min_ns, ns);
+            if (ns > stats.rank_total_max_ns || (ns == stats.rank_total_max_ns && rank < stats.slowest_rank)) {
+                stats.rank_total_max_ns = ns;
+                stats.slowest_rank = rank;
+            }
+        }
+        result.top_kernels.push_back(std::move(stats));
+    }
+    std::sort(result.top_kernels.begin(), result.top_kernels.end(), [](const KernelStats& a, const KernelStats& b) {
+        return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+    });
+    if (result.top_kernels.size() > options.top) result.top_kernels.resize(options.top);
+    return result;
+}
+
+}  // namespace fulcrum::analysis

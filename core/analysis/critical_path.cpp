@@ -1,0 +1,296 @@
+#include "core/analysis/critical_path.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "core/analysis/collectives.h"
+#include "core/parallel/replay.h"
+
+namespace fulcrum::analysis {
+
+namespace {
+
+struct Coordinates {
+    int dp = 0, pp = 0, cp = 0, tp = 0;
+};
+
+Coordinates coordinates_of(const RunTrace& trace, const Pass& pass) {
+    const RankTrace* rank = trace.find_rank(pass.rank);
+    Coordinates c;
+    if (rank != nullptr) {
+        c.dp = std::max(rank->info.dp, 0);
+        c.pp = rank->info.pp >= 0 ? rank->info.pp : std::max<int>(pass.stage, 0);
+        c.cp = std::max(rank->info.cp, 0);
+        c.tp = std::max(rank->info.tp, 0);
+    }
+    return c;
+}
+
+std::int64_t busy_of(const Pass& pass) { return std::max<std::int64_t>(0, pass.wall_ns() - pass.pipeline_wait_ns); }
+
+const char* phase_name(Phase phase) { return phase == Phase::forward ? "forward" : "backward"; }
+
+// One step's passes, indexed for the walk.
+class StepPasses {
+public:
+    StepPasses(const RunTrace& trace, const std::vector<const Pass*>& passes) : trace_(trace) {
+        for (const Pass* pass : passes) {
+            by_rank_[pass->rank].push_back(pass);
+            const Coordinates c = coordinates_of(trace, *pass);
+            pipeline_[{c.dp, c.cp, c.tp, c.pp, pass->microbatch, pass->phase}] = pass;
+            lockstep_[{c.dp, c.pp, pass->microbatch, pass->phase}].push_back(pass);
+        }
+        for (auto& [rank, list] : by_rank_) {
+            std::sort(list.begin(), list.end(), [](const Pass* a, const Pass* b) { return a->start_ns < b->start_ns; });
+        }
+    }
+
+    // The pass before `pass` on its rank, or null.
+    const Pass* previous_on_rank(const Pass& pass) const {
+        const auto& list = by_rank_.at(pass.rank);
+        const Pass* before = nullptr;
+        for (const Pass* p : list) {
+            if (p == &pass) break;
+            before = p;
+        }
+        return before;
+    }
+
+    // The pass whose output `pass` receives through the pipeline, or null.
+    const Pass* pipeline_input(const Pass& pass) const {
+        const Coordinates c = coordinates_of(trace_, pass);
+        const int from = pass.phase == Phase::forward ? c.pp - 1 : c.pp + 1;
+        const Phase phase = pass.phase;
+        auto at = pipeline_.find({c.dp, c.cp, c.tp, from, pass.microbatch, phase});
+        if (at != pipeline_.end()) return at->second;
+        if (pass.phase == Phase::backward) {
+            // The last stage's backward starts from its own forward.
+            return nullptr;
+        }
+        return nullptr;
+    }
+
+    // Of a CP/TP group's passes of one micro-batch, the one that waited least in their
+    // collectives: it held the others up.
+    const Pass* slowest_in_lockstep(const Pass& pass) const {
+        const Coordinates c = coordinates_of(trace_, pass);
+        auto at = lockstep_.find({c.dp, c.pp, pass.microbatch, pass.phase});
+        if (at == lockstep_.end()) return &pass;
+        const Pass* slowest = &pass;
+        for (const Pass* member : at->second) {
+            if (member->collective_ns < slowest->collective_ns ||
+                (member->collective_ns == slowest->collective_ns && member->rank < slowest->rank)) {
+                slowest = member;
+            }
+        }
+        return slowest;
+    }
+
+    // The last pass on `rank` that ends by `time`.
+    const Pass* last_before(std::int32_t rank, std::int64_t time) const {
+        auto at = by_rank_.find(rank);
+        if (at == by_rank_.end()) return nullptr;
+        const Pass* last = nullptr;
+        for (const Pass* p : at->second) {
+            if (p->end_ns <= time && (last == nullptr || p->end_ns >= last->end_ns)) last = p;
+        }
+        return last;
+    }
+
+    std::vector<const Pass*> pipeline_of(const Pass& pass) const {
+        const Coordinates c = coordinates_of(trace_, pass);
+        std::vector<const Pass*> members;
+        for (const auto& [key, p] : pipeline_) {
+            if (std::get<0>(key) == c.dp && std::get<1>(key) == c.cp && std::get<2>(key) == c.tp) members.push_back(p);
+        }
+        return members;
+    }
+
+private:
+    const RunTrace& trace_;
+    std::map<std::int32_t, std::vector<const Pass*>> by_rank_;
+    std::map<std::tuple<int, int, int, int, std::int32_t, Phase>, const Pass*> pipeline_;
+    std::map<std::tuple<int, int, std::int32_t, Phase>, std::vector<const Pass*>> lockstep_;
+};
+
+struct TailEvent {
+    std::int64_t start_ns = 0, end_ns = 0;
+    bool found = false;
+};
+
+// A rank's last event of `role` in the step.
+TailEvent last_of_role(const RunTrace& trace, const RankTrace& rank, std::int32_t step, Role role) {
+    TailEvent tail;
+    for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::host_thread) continue;
+        for (const Event& event : lane.events) {
+            if (event.step == step && event.kind != EventKind::mark && trace.role(event) == role &&
+                (!tail.found || event.end_ns > tail.end_ns)) {
+                tail = {event.start_ns, event.end_ns, true};
+            }
+        }
+    }
+    return tail;
+}
+
+// The step's pipelines replayed with the measured busy time of every pass, and with one pass at
+// its stage and phase's mean: how much that pass costs the step.
+void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& path,
+                 const std::vector<const Pass*>& critical) {
+    auto schedule = parallel::parse_schedule(trace.config.schedule.empty() ? "1f1b" : trace.config.schedule);
+    const int p = std::max(trace.config.pp, 1);
+    for (const Pass* pass : critical) {
+        const auto members = step.pipeline_of(*pass);
+        int m = 0;
+        for (const Pass* member : members) m = std::max(m, member->microbatch + 1);
+        if (m == 0 || pass->microbatch < 0) continue;
+        parallel::ReplayInput input;
+        input.schedule = schedule ? *schedule : parallel::PipelineSchedule::one_f_one_b;
+        if (input.schedule != parallel::PipelineSchedule::gpipe &&
+            input.schedule != parallel::PipelineSchedule::one_f_one_b) {
+            continue;  // the engine's captures run these two; replaying others needs their chunks
+        }
+        input.stages = p;
+        input.microbatches = m;
+        input.forward_ns.assign(p, std::vector<std::int64_t>(m, 0));
+        input.backward_ns.assign(p, std::vector<std::int64_t>(m, 0));
+        std::int64_t sum = 0, count = 0;
+        const int stage = coordinates_of(trace, *pass).pp;
+        for (const Pass* member : members) {
+            const int s = coordinates_of(trace, *member).pp;
+            if (s < 0 || s >= p || member->microbatch < 0) continue;
+            (member->phase == Phase::forward ? input.forward_ns : input.backward_ns)[s][member->microbatch] = busy_of(*member);
+            if (s == stage && member->phase == pass->phase) {
+                sum += busy_of(*member);
+                ++count;
+            }
+        }
+        if (count == 0 || stage < 0 || stage >= p) continue;
+        auto measured = parallel::replay_pipeline(input);
+        WhatIf what;
+        what.rank = pass->rank;
+        what.microbatch = pass->microbatch;
+        what.stage = static_cast<std::int16_t>(stage);
+        what.phase = pass->phase;
+        what.busy_ns = busy_of(*pass);
+        what.typical_ns = sum / count;
+        (pass->phase == Phase::forward ? input.forward_ns : input.backward_ns)[stage][pass->microbatch] = what.typical_ns;
+        auto typical = parallel::replay_pipeline(input);
+        if (!measured || !typical) continue;
+        what.step_saving_ns = std::max<std::int64_t>(0, measured->makespan_ns - typical->makespan_ns);
+        path.what_if.push_back(what);
+    }
+    std::stable_sort(path.what_if.begin(), path.what_if.end(),
+                     [](const WhatIf& a, const WhatIf& b) { return a.step_saving_ns > b.step_saving_ns; });
+}
+
+CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const std::vector<const Pass*>& passes,
+                       const std::vector<CollectiveInstance>& collectives) {
+    const StepPasses step(trace, passes);
+    CriticalPath path;
+    path.step = step_number;
+    std::vector<CriticalSegment> reversed;
+    auto add = [&](std::int32_t rank, std::string what, std::int64_t start, std::int64_t end, std::int32_t mb = -1,
+                   std::int16_t stage = -1) {
+        if (end > start) reversed.push_back({rank, std::move(what), mb, stage, start, end});
+    };
+
+    // Where the step ends: the rank whose optimizer (or, without one, last pass) ends last.
+    std::int32_t rank = passes.front()->rank;
+    std::int64_t cursor = INT64_MIN;
+    path.start_ns = INT64_MAX;
+    for (const RankTrace& r : trace.ranks) {
+        const TailEvent optimizer = last_of_role(trace, r, step_number, Role::optimizer);
+        const TailEvent step_range = last_of_role(trace, r, step_number, Role::step);
+        if (step_range.found) path.start_ns = std::min(path.start_ns, step_range.start_ns);
+        const Pass* last = step.last_before(r.info.rank, INT64_MAX);
+        const std::int64_t end = optimizer.found ? optimizer.end_ns : last != nullptr ? last->end_ns : INT64_MIN;
+        if (end > cursor) {
+            cursor = end;
+            rank = r.info.rank;
+        }
+    }
+    for (const Pass* pass : passes) path.start_ns = std::min(path.start_ns, pass->start_ns);
+    path.end_ns = cursor;
+
+    // The tail: optimizer, then the DP all-reduce, whose last arrival everybody waited for.
+    if (const RankTrace* r = trace.find_rank(rank)) {
+        const TailEvent optimizer = last_of_role(trace, *r, step_number, Role::optimizer);
+        if (optimizer.found) {
+            add(rank, "optimizer", optimizer.start_ns, cursor);
+            cursor = optimizer.start_ns;
+        }
+        for (const CollectiveInstance& instance : collectives) {
+            if (instance.role != Role::dp_collective || instance.step != step_number) continue;
+            auto mine = std::find_if(instance.participants.begin(), instance.participants.end(),
+                                     [&](const CollectiveParticipant& p) { return p.rank == rank; });
+            if (mine == instance.participants.end() || mine->end_ns > cursor + 1) continue;
+            const CollectiveParticipant& last = instance.last_arrival();
+            add(last.rank, std::string(trace.name(instance.name)), last.start_ns, std::min(cursor, mine->end_ns));
+            rank = last.rank;
+            cursor = last.start_ns;
+            break;
+        }
+    }
+
+    // The passes, back to the first.
+    const Pass* pass = step.last_before(rank, cursor);
+    if (pass != nullptr && cursor > pass->end_ns) add(rank, "other", pass->end_ns, cursor);
+    if (pass != nullptr) cursor = std::min(cursor, pass->end_ns);
+    std::vector<const Pass*> critical;
+    for (std::size_t guard = 0; pass != nullptr && guard <= passes.size(); ++guard) {
+        const Pass* slowest = step.slowest_in_lockstep(*pass);
+        pass = slowest;
+        const Pass* previous = step.previous_on_rank(*pass);
+        const Pass* input = step.pipeline_input(*pass);
+        const Pass* before = previous;
+        if (input != nullptr && (before == nullptr || input->end_ns > before->end_ns)) before = input;
+        const std::int16_t stage = static_cast<std::int16_t>(coordinates_of(trace, *pass).pp);
+        critical.push_back(pass);
+        if (before == input && before != nullptr) {
+            // Waited for the pipeline: from the sender's end to the data's arrival is transfer.
+            const std::int64_t arrival = std::max(pass->start_ns + pass->pipeline_wait_ns, input->end_ns);
+            add(pass->rank, phase_name(pass->phase), arrival, cursor, pass->microbatch, stage);
+            add(pass->rank, "pipeline transfer", input->end_ns, arrival, pass->microbatch, stage);
+            cursor = input->end_ns;
+        } else {
+            const std::int64_t begin = before != nullptr ? std::max(pass->start_ns, before->end_ns) : pass->start_ns;
+            add(pass->rank, phase_name(pass->phase), begin, cursor, pass->microbatch, stage);
+            if (before != nullptr && pass->start_ns > before->end_ns) {
+                add(pass->rank, "other", before->end_ns, pass->start_ns);
+            }
+            cursor = before != nullptr ? before->end_ns : pass->start_ns;
+        }
+        if (before != nullptr && before->end_ns >= pass->end_ns) break;  // a damaged trace; stop
+        pass = before;
+    }
+    if (path.start_ns != INT64_MAX && cursor > path.start_ns) add(rank, "before first pass", path.start_ns, cursor);
+
+    path.segments.assign(reversed.rbegin(), reversed.rend());
+    for (const CriticalSegment& segment : path.segments) {
+        path.by_rank[segment.rank] += segment.duration_ns();
+        if (segment.stage >= 0) path.by_stage[segment.stage] += segment.duration_ns();
+        if (segment.microbatch >= 0) path.by_microbatch[segment.microbatch] += segment.duration_ns();
+        path.by_what[segment.what] += segment.duration_ns();
+    }
+    add_what_if(trace, step, path, critical);
+    return path;
+}
+
+}  // namespace
+
+std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes) {
+    std::map<std::int32_t, std::vector<const Pass*>> by_step;
+    for (const Pass& pass : passes) {
+        if (pass.step >= 0) by_step[pass.step].push_back(&pass);
+    }
+    if (by_step.empty()) return {};
+    const std::vector<CollectiveInstance> collectives = match_collectives(trace);
+    std::vector<CriticalPath> paths;
+    for (const auto& [step, list] : by_step) {
+        paths.push_back(walk_step(trace, step, list, collectives));
+    }
+    return paths;
+}
+
+}  // namespace fulcrum::analysis

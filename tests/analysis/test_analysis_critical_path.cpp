@@ -1,0 +1,124 @@
+// The critical path of a pp2 1F1B step on a hand-built trace, its shares, and the what-if of
+// its passes. Times in µs, worked out below.
+#include <QtTest>
+
+#include "core/analysis/critical_path.h"
+#include "tests/analysis/trace_builders.h"
+
+using namespace fulcrum;
+using namespace fulcrum::analysis;
+using namespace fulcrum::analysis::builders;
+
+namespace {
+
+constexpr std::int64_t us = 1000;
+
+void pass(RunTrace& trace, int rank, Phase phase, int mb, std::int64_t start, std::int64_t end,
+          std::int64_t recv_end = -1) {
+    LaneTrace& lane = host(trace, rank);
+    const auto stage = static_cast<std::int16_t>(rank);
+    trace.add_range(lane, phase == Phase::forward ? "forward" : "backward", Category::compute, start * us, end * us, 0,
+                    mb, stage, phase);
+    if (recv_end > start) {
+        trace.add_range(lane, phase == Phase::forward ? "recv activations" : "recv gradients", Category::communication,
+                        start * us, recv_end * us, 0, mb, stage, phase)
+            .kind = EventKind::collective;
+    }
+}
+
+// Rank 0 is stage 0, rank 1 stage 1 (pp2, 1F1B, 2 micro-batches):
+//   rank 1: F0 [100,210) receiving until 110; B0 [210,410); F1 [410,510); B1 [510,810), slow;
+//   rank 0: F0 [0,100); F1 [100,200); B0 [200,620) receiving until 420; B1 [620,1020)
+//           receiving until 820; optimizer [1020,1070); rank 1's optimizer [810,860).
+// Back from the end (1070, rank 0's optimizer): B1 on rank 0 waited for rank 1's B1, which
+// ended at 810 and arrived at 820 → backward [820,1020), transfer [810,820); rank 1's B1
+// followed its F1, which followed B0, which followed F0; F0 waited for rank 0's F0 (ended
+// 100, arrived 110) → forward [110,210), transfer [100,110), rank 0's F0 [0,100).
+// Shares: rank 0: 100 + 10 + 200 + 50 = 360; rank 1: 10 + 100 + 200 + 100 + 300 = 710;
+// forward 300, backward 700, pipeline transfer 20, optimizer 50: 1070 in all.
+RunTrace step_trace() {
+    RunTrace trace;
+    add_rank(trace, 0, 0, 0, 0, 0);
+    add_rank(trace, 1, 0, 1, 0, 0);
+    trace.run.config_json = R"({"dp":1,"tp":1,"pp":2,"cp":1,"schedule":"1f1b","microbatches":2})";
+    trace.add_range(host(trace, 0), "step", Category::schedule, 0, 1070 * us, 0);
+    trace.add_range(host(trace, 1), "step", Category::schedule, 100 * us, 860 * us, 0);
+    pass(trace, 0, Phase::forward, 0, 0, 100);
+    pass(trace, 0, Phase::forward, 1, 100, 200);
+    pass(trace, 1, Phase::forward, 0, 100, 210, 110);
+    pass(trace, 1, Phase::backward, 0, 210, 410);
+    pass(trace, 1, Phase::forward, 1, 410, 510);
+    pass(trace, 1, Phase::backward, 1, 510, 810);
+    pass(trace, 0, Phase::backward, 0, 200, 620, 420);
+    pass(trace, 0, Phase::backward, 1, 620, 1020, 820);
+    trace.add_range(host(trace, 0), "optimizer", Category::optimizer, 1020 * us, 1070 * us, 0);
+    trace.add_range(host(trace, 1), "optimizer", Category::optimizer, 810 * us, 860 * us, 0);
+    trace.finish();
+    return trace;
+}
+
+}  // namespace
+
+class CriticalPathTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    void pathThroughThePipeline() {
+        const RunTrace trace = step_trace();
+        const auto paths = critical_paths(trace, find_passes(trace));
+        QCOMPARE(paths.size(), std::size_t(1));
+        const CriticalPath& path = paths[0];
+        QCOMPARE(path.start_ns, 0 * us);
+        QCOMPARE(path.end_ns, 1070 * us);
+        std::vector<std::tuple<int, std::string, std::int64_t, std::int64_t>> expected = {
+            {0, "forward", 0, 100},   {1, "pipeline transfer", 100, 110}, {1, "forward", 110, 210},
+            {1, "backward", 210, 410}, {1, "forward", 410, 510},          {1, "backward", 510, 810},
+            {0, "pipeline transfer", 810, 820}, {0, "backward", 820, 1020}, {0, "optimizer", 1020, 1070}};
+        QCOMPARE(path.segments.size(), expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            const auto& [rank, what, start, end] = expected[i];
+            const CriticalSegment& s = path.segments[i];
+            QVERIFY2(s.rank == rank && s.what == what && s.start_ns == start * us && s.end_ns == end * us,
+                     qPrintable(QString("segment %1: rank %2 %3 [%4, %5)")
+                                    .arg(i)
+                                    .arg(s.rank)
+                                    .arg(QString::fromStdString(s.what))
+                                    .arg(s.start_ns / us)
+                                    .arg(s.end_ns / us)));
+        }
+        QCOMPARE(path.by_rank.at(0), 360 * us);
+        QCOMPARE(path.by_rank.at(1), 710 * us);
+        QCOMPARE(path.by_what.at("forward"), 300 * us);
+        QCOMPARE(path.by_what.at("backward"), 700 * us);
+        QCOMPARE(path.by_what.at("pipeline transfer"), 20 * us);
+        QCOMPARE(path.by_what.at("optimizer"), 50 * us);
+    }
+
+    // Replayed with busy times (stage 0: F 100, 100, B 200, 200; stage 1: F 100, 100, B 200,
+    // 300) the pipeline's makespan is 1000; with stage 1's B1 at its stage's mean, 250, it is
+    // 950: 50 saved. The other critical passes are at their means: nothing to gain.
+    void whatIfTheSlowPassWereTypical() {
+        const RunTrace trace = step_trace();
+        const auto paths = critical_paths(trace, find_passes(trace));
+        const CriticalPath& path = paths[0];
+        QVERIFY(!path.what_if.empty());
+        const WhatIf& best = path.what_if.front();
+        QCOMPARE(best.rank, 1);
+        QCOMPARE(best.microbatch, 1);
+        QCOMPARE(best.phase, Phase::backward);
+        QCOMPARE(best.busy_ns, 300 * us);
+        QCOMPARE(best.typical_ns, 250 * us);
+        QCOMPARE(best.step_saving_ns, 50 * us);
+        for (std::size_t i = 1; i < path.what_if.size(); ++i) QCOMPARE(path.what_if[i].step_saving_ns, 0 * us);
+    }
+
+    void noPassesNoPath() {
+        RunTrace trace;
+        trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.finish();
+        QVERIFY(critical_paths(trace, {}).empty());
+    }
+};
+
+QTEST_GUILESS_MAIN(CriticalPathTest)
+#include "test_analysis_critical_path.moc"

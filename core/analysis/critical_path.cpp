@@ -116,21 +116,36 @@ private:
 struct TailEvent {
     std::int64_t start_ns = 0, end_ns = 0;
     bool found = false;
+    void take(const Event& event) {
+        if (!found || event.end_ns > end_ns) *this = {event.start_ns, event.end_ns, true};
+    }
 };
 
-// A rank's last event of `role` in the step.
-TailEvent last_of_role(const RunTrace& trace, const RankTrace& rank, std::int32_t step, Role role) {
-    TailEvent tail;
-    for (const LaneTrace& lane : rank.lanes) {
-        if (lane.info.kind != LaneKind::host_thread) continue;
-        for (const Event& event : lane.events) {
-            if (event.step == step && event.kind != EventKind::mark && trace.role(event) == role &&
-                (!tail.found || event.end_ns > tail.end_ns)) {
-                tail = {event.start_ns, event.end_ns, true};
+// Each rank's step range and last optimizer of each step, from one pass over the run.
+struct StepTails {
+    TailEvent step, optimizer;
+};
+using TailIndex = std::map<std::pair<std::int32_t, std::int32_t>, StepTails>;  // (rank, step)
+
+TailIndex index_tails(const RunTrace& trace) {
+    TailIndex tails;
+    for (const RankTrace& rank : trace.ranks) {
+        for (const LaneTrace& lane : rank.lanes) {
+            if (lane.info.kind != LaneKind::host_thread) continue;
+            for (const Event& event : lane.events) {
+                if (event.step < 0 || event.kind == EventKind::mark) continue;
+                const Role role = trace.role(event);
+                if (role == Role::step) tails[{rank.info.rank, event.step}].step.take(event);
+                if (role == Role::optimizer) tails[{rank.info.rank, event.step}].optimizer.take(event);
             }
         }
     }
-    return tail;
+    return tails;
+}
+
+const StepTails* tails_of(const TailIndex& tails, std::int32_t rank, std::int32_t step) {
+    auto at = tails.find({rank, step});
+    return at != tails.end() ? &at->second : nullptr;
 }
 
 // The step's pipelines replayed with the measured busy time of every pass, and with one pass at
@@ -185,7 +200,7 @@ void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& pa
 }
 
 CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const std::vector<const Pass*>& passes,
-                       const std::vector<CollectiveInstance>& collectives) {
+                       const std::vector<const CollectiveInstance*>& collectives, const TailIndex& tails) {
     const StepPasses step(trace, passes);
     CriticalPath path;
     path.step = step_number;
@@ -200,11 +215,12 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
     std::int64_t cursor = INT64_MIN;
     path.start_ns = INT64_MAX;
     for (const RankTrace& r : trace.ranks) {
-        const TailEvent optimizer = last_of_role(trace, r, step_number, Role::optimizer);
-        const TailEvent step_range = last_of_role(trace, r, step_number, Role::step);
-        if (step_range.found) path.start_ns = std::min(path.start_ns, step_range.start_ns);
+        const StepTails* tail = tails_of(tails, r.info.rank, step_number);
+        if (tail != nullptr && tail->step.found) path.start_ns = std::min(path.start_ns, tail->step.start_ns);
         const Pass* last = step.last_before(r.info.rank, INT64_MAX);
-        const std::int64_t end = optimizer.found ? optimizer.end_ns : last != nullptr ? last->end_ns : INT64_MIN;
+        const std::int64_t end = tail != nullptr && tail->optimizer.found ? tail->optimizer.end_ns
+                                 : last != nullptr                       ? last->end_ns
+                                                                         : INT64_MIN;
         if (end > cursor) {
             cursor = end;
             rank = r.info.rank;
@@ -214,14 +230,14 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
     path.end_ns = cursor;
 
     // The tail: optimizer, then the DP all-reduce, whose last arrival everybody waited for.
-    if (const RankTrace* r = trace.find_rank(rank)) {
-        const TailEvent optimizer = last_of_role(trace, *r, step_number, Role::optimizer);
-        if (optimizer.found) {
-            add(rank, "optimizer", optimizer.start_ns, cursor);
-            cursor = optimizer.start_ns;
+    if (const StepTails* tail = tails_of(tails, rank, step_number)) {
+        if (tail->optimizer.found) {
+            add(rank, "optimizer", tail->optimizer.start_ns, cursor);
+            cursor = tail->optimizer.start_ns;
         }
-        for (const CollectiveInstance& instance : collectives) {
-            if (instance.role != Role::dp_collective || instance.step != step_number) continue;
+        for (const CollectiveInstance* found : collectives) {
+            const CollectiveInstance& instance = *found;
+            if (instance.role != Role::dp_collective) continue;
             auto mine = std::find_if(instance.participants.begin(), instance.participants.end(),
                                      [&](const CollectiveParticipant& p) { return p.rank == rank; });
             if (mine == instance.participants.end() || mine->end_ns > cursor + 1) continue;
@@ -279,16 +295,26 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
 
 }  // namespace
 
-std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes) {
+std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
+                                         const std::vector<CollectiveInstance>* collectives) {
     std::map<std::int32_t, std::vector<const Pass*>> by_step;
     for (const Pass& pass : passes) {
         if (pass.step >= 0) by_step[pass.step].push_back(&pass);
     }
     if (by_step.empty()) return {};
-    const std::vector<CollectiveInstance> collectives = match_collectives(trace);
+    std::vector<CollectiveInstance> matched;
+    if (collectives == nullptr) {
+        matched = match_collectives(trace);
+        collectives = &matched;
+    }
+    std::map<std::int32_t, std::vector<const CollectiveInstance*>> dp_by_step;
+    for (const CollectiveInstance& instance : *collectives) {
+        if (instance.role == Role::dp_collective) dp_by_step[instance.step].push_back(&instance);
+    }
+    const TailIndex tails = index_tails(trace);
     std::vector<CriticalPath> paths;
     for (const auto& [step, list] : by_step) {
-        paths.push_back(walk_step(trace, step, list, collectives));
+        paths.push_back(walk_step(trace, step, list, dp_by_step[step], tails));
     }
     return paths;
 }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/collectives.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 
@@ -66,6 +67,9 @@ struct CriticalPath {
 };
 
 // One path per step that has passes (forward/backward ranges); empty without them.
-std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes);
+// `collectives` is match_collectives(trace) when the caller has it (matching is the costly
+// part); null: matched here.
+std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
+                                         const std::vector<CollectiveInstance>* collectives = nullptr);
 
 }  // namespace fulcrum::analysis

@@ -1,5 +1,7 @@
 #include "core/analysis/kernels.h"
 
+#include "core/analysis/intervals.h"
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -12,16 +14,6 @@ std::string_view to_string(KernelType type) {
     case KernelType::memory: return "memory";
     }
     return "computation";
-}
-
-bool kernel_type_of(const Event& event, KernelType& type) {
-    switch (event.kind) {
-    case EventKind::kernel: type = KernelType::computation; return true;
-    case EventKind::collective: type = KernelType::communication; return true;
-    case EventKind::memcpy:
-    case EventKind::memset: type = KernelType::memory; return true;
-    default: return false;
-    }
 }
 
 std::int64_t KernelTimeByType::busy_ns() const {
@@ -50,37 +42,38 @@ std::unordered_map<std::int64_t, Launch> launches_of(const RankTrace& rank) {
     return launches;
 }
 
-// Sweeps the rank's kernels, giving each stretch to the set of types running.
+// The rank's kernels as one union per type, then every combination by inclusion–exclusion:
+// linear in the kernels once each lane's events are in start order.
 KernelTimeByType time_by_type(const RankTrace& rank) {
-    struct Edge {
-        std::int64_t at;
-        int delta;
-        int type;
-    };
-    std::vector<Edge> edges;
+    IntervalSet sets[kKernelTypeCount];
+    std::int64_t first = INT64_MAX, last = INT64_MIN;
     for (const LaneTrace& lane : rank.lanes) {
         if (lane.info.kind != LaneKind::gpu_stream) continue;
         for (const Event& event : lane.events) {
             KernelType type;
             if (!kernel_type_of(event, type) || event.end_ns <= event.start_ns) continue;
-            edges.push_back({event.start_ns, +1, static_cast<int>(type)});
-            edges.push_back({event.end_ns, -1, static_cast<int>(type)});
+            sets[static_cast<int>(type)].add(event.start_ns, event.end_ns);
+            first = std::min(first, event.start_ns);
+            last = std::max(last, event.end_ns);
         }
     }
     KernelTimeByType row;
     row.rank = rank.info.rank;
-    if (edges.empty()) return row;
-    std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
-    int running[kKernelTypeCount] = {};
-    std::int64_t previous = edges.front().at;
-    for (const Edge& edge : edges) {
-        int mask = 0;
-        for (int t = 0; t < kKernelTypeCount; ++t) mask |= running[t] > 0 ? (1 << t) : 0;
-        if (mask != 0) row.ns[mask] += edge.at - previous;
-        running[edge.type] += edge.delta;
-        previous = edge.at;
-    }
-    row.kernel_span_ns = edges.back().at - edges.front().at;
+    if (first > last) return row;
+    const IntervalSet& c = sets[0];
+    const IntervalSet& m = sets[1];
+    const IntervalSet& y = sets[2];
+    const IntervalSet cm = c.intersected(m);
+    const std::int64_t both_cm = cm.total(), both_cy = c.overlap(y), both_my = m.overlap(y);
+    const std::int64_t all = cm.overlap(y);
+    row.ns[0b001] = c.total() - both_cm - both_cy + all;
+    row.ns[0b010] = m.total() - both_cm - both_my + all;
+    row.ns[0b100] = y.total() - both_cy - both_my + all;
+    row.ns[0b011] = both_cm - all;
+    row.ns[0b101] = both_cy - all;
+    row.ns[0b110] = both_my - all;
+    row.ns[0b111] = all;
+    row.kernel_span_ns = last - first;
     row.idle_ns = row.kernel_span_ns - row.busy_ns();
     return row;
 }
@@ -92,14 +85,14 @@ StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
     idle.rank = rank.info.rank;
     idle.lane = lane.info.name;
     std::int64_t previous_end = INT64_MIN;
-    std::vector<std::pair<std::int64_t, int>> queue;  // (time, +1 launch / −1 kernel end)
+    std::vector<std::int64_t> queued, finished;  // launch (or kernel start) and end times
     for (const Event& event : lane.events) {
         KernelType type;
         if (!kernel_type_of(event, type)) continue;
         ++idle.kernels;
         const auto launch = event.correlation >= 0 ? launches.find(event.correlation) : launches.end();
-        queue.push_back({launch != launches.end() ? std::min(launch->second.start_ns, event.start_ns) : event.start_ns, +1});
-        queue.push_back({event.end_ns, -1});
+        queued.push_back(launch != launches.end() ? std::min(launch->second.start_ns, event.start_ns) : event.start_ns);
+        finished.push_back(event.end_ns);
         if (previous_end != INT64_MIN && event.start_ns > previous_end) {
             const std::int64_t gap = event.start_ns - previous_end;
             if (launch != launches.end() && launch->second.start_ns > previous_end) {
@@ -112,18 +105,25 @@ StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
         }
         previous_end = std::max(previous_end, event.end_ns);
     }
-    if (!queue.empty()) {
-        // Ends before launches at one instant: a kernel that ends as the next is launched
-        // does not count twice.
-        std::sort(queue.begin(), queue.end());
-        std::int64_t length = 0, weighted = 0, previous = queue.front().first;
-        for (const auto& [at, delta] : queue) {
+    if (!queued.empty()) {
+        // Both lists come nearly in order (one stream, one launching thread): sort only when
+        // not, then merge, ends before launches at one instant so that a kernel that ends as
+        // the next is launched does not count twice.
+        if (!std::is_sorted(queued.begin(), queued.end())) std::sort(queued.begin(), queued.end());
+        if (!std::is_sorted(finished.begin(), finished.end())) std::sort(finished.begin(), finished.end());
+        std::int64_t length = 0, weighted = 0;
+        const std::int64_t first = std::min(queued.front(), finished.front());
+        std::int64_t previous = first;
+        std::size_t i = 0, j = 0;
+        while (i < queued.size() || j < finished.size()) {
+            const bool end = j < finished.size() && (i == queued.size() || finished[j] <= queued[i]);
+            const std::int64_t at = end ? finished[j++] : queued[i++];
             weighted += length * (at - previous);
-            length += delta;
+            length += end ? -1 : +1;
             idle.max_queue_length = std::max(idle.max_queue_length, length);
             previous = at;
         }
-        const std::int64_t span = queue.back().first - queue.front().first;
+        const std::int64_t span = previous - first;
         idle.mean_queue_length = span > 0 ? double(weighted) / double(span) : 0.0;
     }
     return idle;
@@ -150,16 +150,25 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
             if (lane.info.kind != LaneKind::gpu_stream) continue;
             StreamIdle idle = stream_idle(rank, lane, launches, options);
             if (idle.kernels > 0) result.idle.push_back(std::move(idle));
+            std::uint32_t cached_name = 0;
+            Total* cached = nullptr;
+            std::int64_t* cached_rank_total = nullptr;
             for (const Event& event : lane.events) {
                 KernelType type;
                 if (!kernel_type_of(event, type)) continue;
-                Total& total = by_name[event.name.value];
+                if (cached == nullptr || event.name.value != cached_name) {
+                    // Kernels of one name come in runs; one look-up per run.
+                    cached_name = event.name.value;
+                    cached = &by_name[cached_name];
+                    cached_rank_total = &cached->by_rank[rank.info.rank];
+                }
+                Total& total = *cached;
                 total.type = type;
                 ++total.count;
                 total.total += event.duration_ns();
                 total.min = std::min(total.min, event.duration_ns());
                 total.max = std::max(total.max, event.duration_ns());
-                total.by_rank[rank.info.rank] += event.duration_ns();
+                *cached_rank_total += event.duration_ns();
                 if (event.correlation < 0) continue;
                 const auto launch = launches.find(event.correlation);
                 if (launch == launches.end()) continue;

@@ -39,7 +39,15 @@ inline constexpr int kKernelTypeCount = 3;
 std::string_view to_string(KernelType type);
 
 // The kernel type of a device event, or false for what is not a kernel (sync, annotations).
-bool kernel_type_of(const Event& event, KernelType& type);
+inline bool kernel_type_of(const Event& event, KernelType& type) {
+    switch (event.kind) {
+    case EventKind::kernel: type = KernelType::computation; return true;
+    case EventKind::collective: type = KernelType::communication; return true;
+    case EventKind::memcpy:
+    case EventKind::memset: type = KernelType::memory; return true;
+    default: return false;
+    }
+}
 
 // Time of one rank's device, by which types of kernel ran at once.
 struct KernelTimeByType {

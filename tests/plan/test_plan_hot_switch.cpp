@@ -1,0 +1,89 @@
+// HotSPa's switch planner on layouts small enough to work out by hand: who sends what to whom
+// when a step switches from one layout to another over the same ranks.
+#include <QtTest>
+
+#include "core/plan/hot_switch.h"
+
+using namespace fulcrum;
+using namespace fulcrum::plan;
+using parallel::GridShape;
+
+namespace {
+
+SwitchModel model(int layers) {
+    SwitchModel m;
+    m.layers = layers;
+    m.layer_bytes = 1000;
+    return m;
+}
+
+}  // namespace
+
+class HotSwitchTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    // DP holds everything everywhere: switching to TP moves nothing.
+    void dataParallelHoldsEverything() {
+        const SwitchPlan plan = plan_switch(model(4), GridShape{4, 1, 1, 1}, GridShape{1, 1, 1, 4}, 8);
+        QVERIFY(plan.transfers.empty());
+        QCOMPARE(plan.total_bytes, 0.0);
+    }
+
+    // TP 4 → DP 4, 2 layers of 1000 bytes: rank k holds quarter k of each layer and needs the
+    // other three; each quarter goes from its only owner to 3 ranks: 3 · 250 · 2 = 1500 sent
+    // and received by every rank, 6000 in all.
+    void tensorToDataParallel() {
+        const SwitchPlan plan = plan_switch(model(2), GridShape{1, 1, 1, 4}, GridShape{4, 1, 1, 1}, 8);
+        QCOMPARE(plan.transfers.size(), std::size_t(2 * 4 * 3));
+        for (int r = 0; r < 4; ++r) {
+            QCOMPARE(plan.sent[r], 1500.0);
+            QCOMPARE(plan.received[r], 1500.0);
+        }
+        QCOMPARE(plan.total_bytes, 6000.0);
+        QCOMPARE(plan.largest_send_bytes, 1500.0);
+        QCOMPARE(plan.inter_node_bytes, 0.0);
+    }
+
+    // PP 2 → DP 2, 4 layers: rank 0 holds layers 0–1 and rank 1 layers 2–3; each sends its two
+    // layers to the other: 2000 each way.
+    void pipelineToDataParallel() {
+        const SwitchPlan plan = plan_switch(model(4), GridShape{1, 2, 1, 1}, GridShape{2, 1, 1, 1}, 8);
+        QCOMPARE(plan.sent[0], 2000.0);
+        QCOMPARE(plan.sent[1], 2000.0);
+        for (const SwitchTransfer& t : plan.transfers) QCOMPARE(t.source, t.unit < 2 ? 0 : 1);
+    }
+
+    // DP 2 × TP 2 → TP 4 on one layer. Ranks (TP fastest): 0 (dp0 tp0), 1 (dp0 tp1), 2 (dp1 tp0),
+    // 3 (dp1 tp1); under TP 4 rank r needs quarter r. Quarter 0 is rank 0's already; quarter 1
+    // (in TP slice 0, held by 0 and 2) goes to rank 1; quarter 2 (slice 1: ranks 1 and 3) to
+    // rank 2; quarter 3 is rank 3's already. On one node of 4, rank 1 gets it from rank 0 (both
+    // have sent nothing: the first owner), rank 2 from rank 1. On nodes of 2 (0–1, 2–3) rank 2
+    // takes it from rank 3, on its own node.
+    void preferTheOwnerOnTheSameNode() {
+        const SwitchPlan one_node = plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 4);
+        QCOMPARE(one_node.transfers.size(), std::size_t(2));
+        QCOMPARE(one_node.transfers[0].destination, 1);
+        QCOMPARE(one_node.transfers[0].source, 0);
+        QCOMPARE(one_node.transfers[1].destination, 2);
+        QCOMPARE(one_node.transfers[1].source, 1);
+        QCOMPARE(one_node.transfers[1].bytes, 250.0);
+        const SwitchPlan two_nodes = plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 2);
+        QCOMPARE(two_nodes.transfers[1].destination, 2);
+        QCOMPARE(two_nodes.transfers[1].source, 3);
+        QCOMPARE(two_nodes.inter_node_bytes, 0.0);
+    }
+
+    // DP 2 × TP 2 → DP 4, 2 layers: each half of a layer has two owners (its TP slice on both
+    // DP replicas) and two ranks that lack it. Each rank receives the half it lacks of both
+    // layers, 2 × 500 = 1000, 4000 in all; picking the owner that has sent least spreads the
+    // sends to 1000 a rank.
+    void sendsSpreadOverOwners() {
+        const SwitchPlan plan = plan_switch(model(2), GridShape{2, 1, 1, 2}, GridShape{4, 1, 1, 1}, 8);
+        QCOMPARE(plan.total_bytes, 4000.0);
+        for (int r = 0; r < 4; ++r) QCOMPARE(plan.sent[r], 1000.0);
+    }
+};
+
+QTEST_GUILESS_MAIN(HotSwitchTest)
+#include "test_plan_hot_switch.moc"

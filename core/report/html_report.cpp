@@ -183,6 +183,12 @@ Cell percent_cell(double part, double whole) {
 Cell figure_cell(const std::optional<double>& value, int decimals) {
     return fixed_cell(value ? *value : std::nan(""), decimals);
 }
+// A 4D coordinate; -1 is unknown (an imported trace without them).
+std::string coordinate_text(std::int32_t value) {
+    return value >= 0 ? std::to_string(value) : kUnknown;
+}
+Cell coordinate_cell(std::int32_t value) {
+    return value >= 0 ? int_cell(value) : Cell{kUnknown, ""};
 }
 
 class Table {
@@ -555,6 +561,51 @@ std::string or_unknown(const std::string& text) {
     return text.empty() ? kUnknown : text;
 }
 
+// "layers 4, hidden 256, …" from what run.config gave; "unknown" when it gave none.
+std::string model_text(const analysis::RunConfig& c) {
+    if (!c.has_model()) {
+        return "unknown";
+    }
+    const auto part = [](const char* name, int value) {
+        return std::string(name) + " " + (value > 0 ? std::to_string(value) : kUnknown);
+    };
+    return part("layers", c.layers) + ", " + part("hidden", c.hidden) + ", " +
+           part("heads", c.heads) + ", " + part("context", c.context) + ", " +
+           part("vocab", c.vocab);
+}
+
+std::string data_text(const analysis::RunConfig& c) {
+    if (!c.lengths.empty()) {
+        return c.lengths + ", " + std::to_string(c.documents) + " documents, seed " +
+               std::to_string(c.seed);
+    }
+    return c.data.empty() ? "unknown" : c.data;
+}
+
+// How merge put a rank on the run's clock. The recorded shift (RankInfo::clock_shift_ns) also
+// moves the run's zero to its first event, so it is mostly the UTC offset; what the alignment
+// changed is the shift against the rank's own UTC offset, as `fulcrum merge` prints it. Ranks
+// aligned by UTC offset have no such correction: their hosts' clocks are taken as they are.
+std::string clock_alignment_text(const RankInfo& r) {
+    switch (r.alignment) {
+        case ClockAlignment::barrier_marks:
+            return "barrier marks";
+        case ClockAlignment::utc_offset:
+            return "UTC offset (host clock)";
+        case ClockAlignment::none:
+            break;
+    }
+    return "not merged";
+}
+
+Cell clock_correction_cell(const RankInfo& r, std::int64_t run_start_utc_ns) {
+    if (r.alignment != ClockAlignment::barrier_marks) {
+        return {r.alignment == ClockAlignment::utc_offset ? "— (aligned by UTC offset)" : kUnknown,
+                ""};
+    }
+    return duration_cell(double(r.clock_shift_ns + run_start_utc_ns - r.utc_offset_ns));
+}
+
 std::string run_label(const ReportRun& run, std::size_t index) {
     const std::string& name = run.analysis.run.name;
     return name.empty() ? "run " + std::to_string(index + 1) : name;
@@ -581,26 +632,23 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         row("file", run.path);
     }
     row("run", a.run.name + " (" + std::string(to_string(a.run.origin)) + ")");
-    row("command", a.run.command.empty() ? "?" : a.run.command);
+    row("command", or_unknown(a.run.command));
     row("producer", or_unknown(a.run.producer));
     if (a.run.start_utc_ns != 0) {
         row("started (UTC)", format_utc(a.run.start_utc_ns));
     }
-    row("grid", analysis::describe_grid(c) + " = " + std::to_string(run.ranks.size()) + " ranks");
+    row("grid", analysis::describe_grid(c) + (c.grid_known ? " = " : "; ") +
+                    std::to_string(run.ranks.size()) + " ranks");
     row("schedule", or_unknown(c.schedule));
     row("balancer",
         or_unknown(c.balancer) +
             (c.balancer == "ilp" ? " (window " + std::to_string(c.ilp_window) + ")" : ""));
     row("CP sharding", or_unknown(c.cp_shard));
     row("micro-batches",
-        c.microbatches > 0 ? std::to_string(c.microbatches) + " per replica and step" : "?");
-    row("model", "layers " + std::to_string(c.layers) + ", hidden " + std::to_string(c.hidden) +
-                     ", heads " + std::to_string(c.heads) + ", context " +
-                     std::to_string(c.context) + ", vocab " + std::to_string(c.vocab));
-    row("data", c.lengths.empty() ? "text"
-                                  : c.lengths + ", " + std::to_string(c.documents) +
-                                        " documents, seed " + std::to_string(c.seed));
-    row("steps", std::to_string(c.steps));
+        c.microbatches > 0 ? std::to_string(c.microbatches) + " per replica and step" : kUnknown);
+    row("model", model_text(c));
+    row("data", data_text(c));
+    row("steps", c.steps > 0 ? std::to_string(c.steps) : kUnknown);
     row("backend", or_unknown(c.backend));
     row("events", std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)");
     out += "</table>\n<details><summary>run.config as recorded</summary><pre>" +
@@ -614,7 +662,12 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         stages = std::max(stages, r.pp + 1);
     }
     std::vector<std::tuple<int, int, int>> group_list(groups.begin(), groups.end());
-    const bool laid_out = group_list.size() * static_cast<std::size_t>(stages) >= run.ranks.size();
+    // Laid out by coordinates only when every rank has them; else a plain square of ranks.
+    const bool all_placed = std::all_of(run.ranks.begin(), run.ranks.end(), [](const RankInfo& r) {
+        return r.dp >= 0 && r.pp >= 0 && r.cp >= 0 && r.tp >= 0;
+    });
+    const bool laid_out =
+        all_placed && group_list.size() * static_cast<std::size_t>(stages) >= run.ranks.size();
     const std::size_t columns =
         laid_out ? static_cast<std::size_t>(stages)
                  : std::max<std::size_t>(
@@ -643,9 +696,10 @@ void section_config(const ReportRun& run, int index, std::string& out) {
                                  : r.dropped_records > 0 ? "#f28e2b"
                                                          : "#59a14f";
         const std::string tip =
-            "rank " + std::to_string(r.rank) + " · dp " + std::to_string(r.dp) + " pp " +
-            std::to_string(r.pp) + " cp " + std::to_string(r.cp) + " tp " + std::to_string(r.tp) +
-            " · host " + r.host + " pid " + std::to_string(r.pid) +
+            "rank " + std::to_string(r.rank) + " · dp " + coordinate_text(r.dp) + " pp " +
+            coordinate_text(r.pp) + " cp " + coordinate_text(r.cp) + " tp " +
+            coordinate_text(r.tp) + " · host " + or_unknown(r.host) + " pid " +
+            std::to_string(r.pid) +
             (r.device >= 0 ? " · device " + std::to_string(r.device) : " · CPU") +
             (r.complete ? "" : " · incomplete") +
             (r.dropped_records > 0 ? " · " + std::to_string(r.dropped_records) + " dropped" : "");
@@ -672,13 +726,14 @@ void section_config(const ReportRun& run, int index, std::string& out) {
     }
     close_chart(out);
     Table ranks("ranks", {"rank", "host", "pid", "device", "dp", "pp", "cp", "tp", "complete",
-                          "dropped records", "clock alignment", "clock shift"});
+                          "dropped records", "clock alignment", "clock correction"});
     for (const auto& r : run.ranks) {
-        ranks.add({int_cell(r.rank), text_cell(r.host), int_cell(r.pid),
-                   r.device >= 0 ? int_cell(r.device) : Cell{"CPU", "-1"}, int_cell(r.dp),
-                   int_cell(r.pp), int_cell(r.cp), int_cell(r.tp),
+        ranks.add({int_cell(r.rank), text_cell(or_unknown(r.host)), int_cell(r.pid),
+                   r.device >= 0 ? int_cell(r.device) : Cell{"CPU", "-1"}, coordinate_cell(r.dp),
+                   coordinate_cell(r.pp), coordinate_cell(r.cp), coordinate_cell(r.tp),
                    text_cell(r.complete ? "yes" : "no"), int_cell(r.dropped_records),
-                   text_cell(to_string(r.alignment)), duration_cell(double(r.clock_shift_ns))});
+                   text_cell(clock_alignment_text(r)),
+                   clock_correction_cell(r, a.run.start_utc_ns)});
     }
     out += "<details><summary>ranks (" + std::to_string(run.ranks.size()) + ")</summary>";
     ranks.render(out);

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
@@ -27,15 +29,22 @@ struct AnalyzeArgs {
     int top = 16;
 };
 
+// What a cell shows where nothing was measured or predicted
+// (docs/analyses.md, "Unknown figures").
+constexpr const char* kUnknown = "—";
+
 std::string percent(std::int64_t part, std::int64_t whole) {
+    if (whole <= 0) {
+        return kUnknown;
+    }
     char text[32];
-    std::snprintf(text, sizeof text, "%.1f%%", whole > 0 ? 100.0 * double(part) / double(whole) : 0.0);
+    std::snprintf(text, sizeof text, "%.1f%%", 100.0 * double(part) / double(whole));
     return text;
 }
 
 std::string fixed(double value, int decimals = 2) {
     if (!std::isfinite(value)) {
-        return "-";
+        return kUnknown;
     }
     char text[48];
     std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -48,18 +57,40 @@ std::string scientific(double value) {
     return text;
 }
 
+std::string figure(const std::optional<double>& value, int decimals) {
+    return value ? fixed(*value, decimals) : kUnknown;
+}
+
 std::string mean_duration(std::int64_t total, std::int64_t count) {
-    return format_duration(count > 0 ? total / count : 0);
+    return count > 0 ? format_duration(total / count) : kUnknown;
+}
+
+std::string or_unknown(const std::string& text) {
+    return text.empty() ? kUnknown : text;
+}
+
+// The step column of a breakdown row: its number, "whole trace" for the window over a rank's
+// whole trace, "—" for a step range without a number.
+using StepKey = std::pair<bool, std::optional<std::int32_t>>;  // whole trace, step
+StepKey step_key(const analysis::StepBreakdown& row) {
+    return {row.whole_trace, row.step};
+}
+std::string step_label(const StepKey& key) {
+    if (key.first) {
+        return "whole trace";
+    }
+    return key.second ? std::to_string(*key.second) : kUnknown;
 }
 
 void render_summary(const RunAnalysis& a, std::string& out) {
     const auto& c = a.config;
     out += "run      " + a.run.name + " (" + std::string(to_string(a.run.origin)) + ")\n";
     out += "grid     " + analysis::describe_grid(c) + "\n";
-    out += "setup    schedule " + (c.schedule.empty() ? "?" : c.schedule) + ", balancer " +
-           (c.balancer.empty() ? "?" : c.balancer) + ", cp sharding " +
-           (c.cp_shard.empty() ? "?" : c.cp_shard) + ", " +
-           (c.microbatches > 0 ? std::to_string(c.microbatches) : "?") + " micro-batches\n";
+    out += "setup    schedule " + or_unknown(c.schedule) + ", balancer " + or_unknown(c.balancer) +
+           ", cp sharding " + or_unknown(c.cp_shard) + ", " +
+           (c.microbatches > 0 ? std::to_string(c.microbatches) + " micro-batches"
+                               : std::string("micro-batches ") + kUnknown) +
+           "\n";
     out += "events   " + std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)\n";
 }
 
@@ -81,16 +112,16 @@ void render_breakdown(const RunAnalysis& a, std::string& out) {
             idle += row.idle_ns;
         }
     };
-    std::map<std::int32_t, Sum> by_step;
+    std::map<StepKey, Sum> by_step;
     for (const auto& row : a.breakdown) {
-        by_step[row.step].add(row);
+        by_step[step_key(row)].add(row);
     }
     out += "\nstep breakdown (mean over ranks; shares of the step's wall time)\n";
     TextTable table({"step", "ranks", "wall", "slowest", "compute", "comm overlapped",
                      "comm exposed", "other", "idle"},
                     std::vector<Align>(9, Align::right));
     for (const auto& [step, s] : by_step) {
-        table.add_row({std::to_string(step), std::to_string(s.ranks), mean_duration(s.wall, s.ranks),
+        table.add_row({step_label(step), std::to_string(s.ranks), mean_duration(s.wall, s.ranks),
                        format_duration(s.max_wall), percent(s.compute, s.wall),
                        percent(s.overlapped, s.wall), percent(s.exposed, s.wall),
                        percent(s.other, s.wall), percent(s.idle, s.wall)});
@@ -100,11 +131,12 @@ void render_breakdown(const RunAnalysis& a, std::string& out) {
 
 void render_bubbles(const RunAnalysis& a, std::string& out) {
     const auto& b = a.bubbles;
-    if (b.stages.empty() || a.config.pp <= 1) {
+    if (b.stages.empty()) {
         return;
     }
-    out += "\npipeline bubbles (" + b.schedule + ", theory (p−1)/m = " + fixed(b.theory_fraction, 3) +
-           ", measured " + fixed(b.mean_measured_fraction, 3) + " of busy time)\n";
+    out += "\npipeline bubbles (" + b.schedule +
+           ", theory (p−1)/m = " + figure(b.theory_fraction, 3) + ", measured " +
+           figure(b.mean_measured_fraction, 3) + " of busy time)\n";
     struct Sum {
         std::int64_t n = 0, busy = 0, bubble = 0, warmup = 0, unequal = 0, other = 0, previous = 0,
                      next = 0;
@@ -125,12 +157,11 @@ void render_bubbles(const RunAnalysis& a, std::string& out) {
                      "other", "wait prev", "wait next"},
                     std::vector<Align>(9, Align::right));
     for (const auto& [stage, s] : by_stage) {
-        table.add_row({std::to_string(stage), mean_duration(s.busy, s.n),
-                       mean_duration(s.bubble, s.n),
-                       fixed(s.busy > 0 ? double(s.bubble) / double(s.busy) : 0.0, 3),
-                       percent(s.warmup, s.bubble), percent(s.unequal, s.bubble),
-                       percent(s.other, s.bubble), mean_duration(s.previous, s.n),
-                       mean_duration(s.next, s.n)});
+        table.add_row(
+            {std::to_string(stage), mean_duration(s.busy, s.n), mean_duration(s.bubble, s.n),
+             s.busy > 0 ? fixed(double(s.bubble) / double(s.busy), 3) : kUnknown,
+             percent(s.warmup, s.bubble), percent(s.unequal, s.bubble), percent(s.other, s.bubble),
+             mean_duration(s.previous, s.n), mean_duration(s.next, s.n)});
     }
     out += "  per stage, mean over steps and pipelines; the parts are shares of the bubble\n";
     out += table.render("  ");
@@ -142,9 +173,9 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
         return;
     }
     out += "\nCP attention load (" + std::to_string(cp.groups.size()) + " groups, sharding " +
-           (cp.sharding.empty() ? "?" : cp.sharding) + ")\n";
-    out += "  imbalance max/mean: measured " + fixed(cp.mean_measured_imbalance, 3) +
-           ", predicted " + fixed(cp.mean_predicted_imbalance, 3) + "\n";
+           or_unknown(cp.sharding) + ")\n";
+    out += "  imbalance max/mean: measured " + figure(cp.mean_measured_imbalance, 3) +
+           ", predicted " + figure(cp.mean_predicted_imbalance, 3) + "\n";
     if (!cp.mean_predicted_by_sharding.empty()) {
         TextTable table({"sharding", "predicted imbalance"}, {Align::left, Align::right});
         for (const auto& [name, value] : cp.mean_predicted_by_sharding) {
@@ -152,19 +183,29 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
         }
         out += table.render("  ");
     }
-    std::map<int, std::pair<std::int64_t, std::int64_t>> by_cp_rank;  // attention, pairs
-    std::map<int, std::int64_t> counts;
+    // Means over the groups where the rank has the figure (a pass, a workload row).
+    struct Sums {
+        std::int64_t attention = 0, attention_count = 0, pairs = 0, pairs_count = 0;
+    };
+    std::map<int, Sums> by_cp_rank;
     for (const auto& group : cp.groups) {
         for (const auto& rank : group.ranks) {
-            by_cp_rank[rank.cp_rank].first += rank.attention_ns;
-            by_cp_rank[rank.cp_rank].second += rank.pairs;
-            ++counts[rank.cp_rank];
+            Sums& sums = by_cp_rank[rank.cp_rank];
+            if (rank.attention_ns) {
+                sums.attention += *rank.attention_ns;
+                ++sums.attention_count;
+            }
+            if (rank.pairs) {
+                sums.pairs += *rank.pairs;
+                ++sums.pairs_count;
+            }
         }
     }
     TextTable ranks({"cp rank", "attention (mean)", "pairs (mean)"}, std::vector<Align>(3, Align::right));
     for (const auto& [cp_rank, sums] : by_cp_rank) {
-        ranks.add_row({std::to_string(cp_rank), mean_duration(sums.first, counts[cp_rank]),
-                       std::to_string(sums.second / std::max<std::int64_t>(counts[cp_rank], 1))});
+        ranks.add_row(
+            {std::to_string(cp_rank), mean_duration(sums.attention, sums.attention_count),
+             sums.pairs_count > 0 ? std::to_string(sums.pairs / sums.pairs_count) : kUnknown});
     }
     out += ranks.render("  ");
 }
@@ -174,9 +215,10 @@ void render_offload(const RunAnalysis& a, std::string& out) {
     if (o.ranks.empty()) {
         return;
     }
-    out += "\noffload copies: " + format_duration(o.copy_ns) + ", " + percent(o.overlapped_ns, o.copy_ns) +
-           " hidden behind compute, " + format_duration(o.exposed_ns) + " exposed, " +
-           fixed(o.bandwidth_gb_s, 2) + " GB/s\n";
+    out += "\noffload copies: " + format_duration(o.copy_ns) + ", " +
+           percent(o.overlapped_ns, o.copy_ns) + " hidden behind compute, " +
+           format_duration(o.exposed_ns) + " exposed, " +
+           (o.bandwidth_gb_s ? fixed(*o.bandwidth_gb_s, 2) + " GB/s" : "bandwidth unknown") + "\n";
     out += "  smallest chunk that hides its copy: " +
            (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
                                       : std::string("unknown")) +
@@ -189,9 +231,12 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
     if (matrix.rows.empty()) {
         return;
     }
-    out += "\ncompute imbalance across ranks (max/mean per step, mean over steps): measured " +
-           fixed(im.compute_imbalance, 3) + ", predicted " + fixed(im.predicted_imbalance, 3) +
-           " (" + (im.predicted_is_time ? "cost model" : "causal pairs") + ")\n";
+    out +=
+        "\ncompute imbalance across ranks (max/mean per step, mean over steps): measured " +
+        figure(im.compute_imbalance, 3) + ", predicted " + figure(im.predicted_imbalance, 3) +
+        (im.has_prediction ? std::string(im.predicted_is_time ? " (cost model)" : " (causal pairs)")
+                           : std::string()) +
+        "\n";
     // The ranks with the most compute, so a 4096-rank run still prints a readable table.
     std::vector<std::size_t> order(matrix.rows.size());
     std::vector<double> totals(matrix.rows.size(), 0.0);
@@ -216,7 +261,7 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
         std::vector<std::string> cells = {std::to_string(matrix.rows[r])};
         for (std::size_t c = 0; c < columns; ++c) {
             const double value = matrix.at(r, c);
-            cells.push_back(std::isfinite(value) ? format_duration(std::int64_t(value)) : "-");
+            cells.push_back(std::isfinite(value) ? format_duration(std::int64_t(value)) : kUnknown);
         }
         table.add_row(std::move(cells));
     }
@@ -232,16 +277,24 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
                                             : "") +
            "\n";
     out += table.render("  ");
-    if (!im.stragglers.empty()) {
-        out += "  stragglers (last to arrive at collectives)\n";
-        TextTable stragglers({"rank", "last arrivals", "of", "others waited"}, std::vector<Align>(4, Align::right));
-        for (std::size_t i = 0; i < std::min<std::size_t>(im.stragglers.size(), 8); ++i) {
-            const auto& s = im.stragglers[i];
-            stragglers.add_row({std::to_string(s.rank), std::to_string(s.last_arrivals),
-                                std::to_string(s.instances), format_duration(s.caused_wait_ns)});
-        }
-        out += stragglers.render("  ");
+}
+
+// Stragglers stand apart from the compute matrices: a trace without passes (an import) still
+// has collectives matched across its ranks.
+void render_stragglers(const RunAnalysis& a, std::string& out) {
+    const auto& stragglers = a.imbalance.stragglers;
+    if (stragglers.empty()) {
+        return;
     }
+    out += "\nstragglers (last to arrive at collectives matched across ranks)\n";
+    TextTable table({"rank", "last arrivals", "of", "others waited"},
+                    std::vector<Align>(4, Align::right));
+    for (std::size_t i = 0; i < std::min<std::size_t>(stragglers.size(), 8); ++i) {
+        const auto& s = stragglers[i];
+        table.add_row({std::to_string(s.rank), std::to_string(s.last_arrivals),
+                       std::to_string(s.instances), format_duration(s.caused_wait_ns)});
+    }
+    out += table.render("  ");
 }
 
 void render_cost_model(const RunAnalysis& a, std::string& out) {
@@ -321,6 +374,7 @@ int run_analyze(const AnalyzeArgs& args) {
         render_cp_load(*result, out);
         render_offload(*result, out);
         render_imbalance(*result, args, out);
+        render_stragglers(*result, out);
         render_cost_model(*result, out);
         if (!result->notes.empty()) {
             out += "\nnot analysed\n";

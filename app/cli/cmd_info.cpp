@@ -11,7 +11,13 @@
 namespace fulcrum::cli {
 namespace {
 
-std::string coordinate(std::int32_t value) { return value >= 0 ? std::to_string(value) : "-"; }
+// An imported trace has no 4D coordinates (-1) and often no host name: "—", not a value.
+std::string coordinate(std::int32_t value) {
+    return value >= 0 ? std::to_string(value) : "—";
+}
+std::string or_unknown(const std::string& text) {
+    return text.empty() ? "—" : text;
+}
 
 std::string steps_text(const std::vector<std::int32_t>& steps) {
     if (steps.empty()) {
@@ -61,12 +67,11 @@ int run_info(const std::string& path) {
                      Align::right, Align::left, Align::left});
     for (const auto& rank : trace->ranks()) {
         const auto& counts = per_rank[rank.rank];
-        ranks.add_row({std::to_string(rank.rank), rank.host, std::to_string(rank.pid),
-                       rank.device >= 0 ? std::to_string(rank.device) : "cpu",
-                       coordinate(rank.dp), coordinate(rank.pp), coordinate(rank.cp),
-                       coordinate(rank.tp), std::to_string(counts.first),
-                       std::to_string(counts.second), std::to_string(rank.dropped_records),
-                       std::string(to_string(rank.alignment)),
+        ranks.add_row({std::to_string(rank.rank), or_unknown(rank.host), std::to_string(rank.pid),
+                       rank.device >= 0 ? std::to_string(rank.device) : "cpu", coordinate(rank.dp),
+                       coordinate(rank.pp), coordinate(rank.cp), coordinate(rank.tp),
+                       std::to_string(counts.first), std::to_string(counts.second),
+                       std::to_string(rank.dropped_records), std::string(to_string(rank.alignment)),
                        rank.complete ? "complete" : "INCOMPLETE"});
     }
     out += ranks.render("  ");

@@ -63,12 +63,16 @@ RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
     const analysis::RunConfig& config = run_->trace->config;
 
     auto* layout = new QVBoxLayout(this);
+    const QString grid = config.grid_known ? tr("DP %1 × TP %2 × PP %3 × CP %4")
+                                                 .arg(config.dp)
+                                                 .arg(config.tp)
+                                                 .arg(config.pp)
+                                                 .arg(config.cp)
+                                           : tr("grid unknown (no DP/TP/PP/CP coordinates)");
     auto* summary = new QLabel(
-        tr("<b>%1</b>: DP %2 × TP %3 × PP %4 × CP %5; balancer %6, CP sharding %7, schedule %8")
-            .arg(run_->title.toHtmlEscaped())
-            .arg(config.dp).arg(config.tp).arg(config.pp).arg(config.cp)
-            .arg(or_unknown(config.balancer), or_unknown(config.cp_shard),
-                 or_unknown(config.schedule)),
+        tr("<b>%1</b>: %2; balancer %3, CP sharding %4, schedule %5")
+            .arg(run_->title.toHtmlEscaped(), grid.toHtmlEscaped(), or_unknown(config.balancer),
+                 or_unknown(config.cp_shard), or_unknown(config.schedule)),
         this);
     summary->setWordWrap(true);
     layout->addWidget(summary);

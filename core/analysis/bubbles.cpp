@@ -24,7 +24,10 @@ std::int64_t busy_of(const Pass& pass) {
 
 BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes) {
     BubbleAnalysis result;
-    const int p = std::max(trace.config.pp, 1);
+    if (!trace.config.grid_known || trace.config.pp <= 1) {
+        return result;
+    }
+    const int p = trace.config.pp;
     auto schedule = parallel::parse_schedule(trace.config.schedule.empty() ? "1f1b" : trace.config.schedule);
     const parallel::PipelineSchedule replayed =
         schedule ? *schedule : parallel::PipelineSchedule::one_f_one_b;
@@ -49,6 +52,7 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     }
 
     double fraction_sum = 0;
+    int measured_pipelines = 0;
     int microbatches_seen = 0;
     for (const auto& [key, stages] : pipelines) {
         std::int64_t window_start = INT64_MAX, window_end = INT64_MIN;
@@ -123,11 +127,15 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
             row.dp = key.dp;
             row.cp = key.cp;
             row.tp = key.tp;
-            row.rank = stages[s].empty() ? -1 : stages[s].front()->rank;
+            if (!stages[s].empty()) {
+                row.rank = stages[s].front()->rank;
+            }
             row.window_ns = window;
             row.busy_ns = busy[s];
             row.bubble_ns = std::max<std::int64_t>(0, window - busy[s]);
-            row.bubble_fraction = busy[s] > 0 ? double(row.bubble_ns) / double(busy[s]) : 0.0;
+            if (busy[s] > 0) {
+                row.bubble_fraction = double(row.bubble_ns) / double(busy[s]);
+            }
             std::int64_t schedule_part = split ? std::max<std::int64_t>(0, replay_uniform.bubble_ns(s)) : 0;
             std::int64_t unequal_part = unequal;
             if (schedule_part + unequal_part > row.bubble_ns) {
@@ -147,16 +155,24 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
             replay_bubble_sum += split ? replay_measured.bubble_ns(s) : 0;
             result.stages.push_back(row);
         }
-        pipeline.measured_fraction = busy_sum > 0 ? double(bubble_sum) / double(busy_sum) : 0.0;
-        pipeline.replay_fraction = busy_sum > 0 ? double(replay_bubble_sum) / double(busy_sum) : 0.0;
-        fraction_sum += pipeline.measured_fraction;
+        if (busy_sum > 0) {
+            pipeline.measured_fraction = double(bubble_sum) / double(busy_sum);
+            fraction_sum += *pipeline.measured_fraction;
+            ++measured_pipelines;
+            if (split) {
+                pipeline.replay_fraction = double(replay_bubble_sum) / double(busy_sum);
+            }
+        }
         microbatches_seen = std::max(microbatches_seen, m);
         result.pipelines.push_back(pipeline);
     }
     const int m = trace.config.microbatches > 0 ? trace.config.microbatches : microbatches_seen;
-    result.theory_fraction = m > 0 ? double(p - 1) / double(m) : 0.0;
-    result.mean_measured_fraction =
-        result.pipelines.empty() ? 0.0 : fraction_sum / double(result.pipelines.size());
+    if (m > 0) {
+        result.theory_fraction = double(p - 1) / double(m);
+    }
+    if (measured_pipelines > 0) {
+        result.mean_measured_fraction = fraction_sum / double(measured_pipelines);
+    }
     return result;
 }
 

@@ -5,7 +5,8 @@
 //   window       = [first pass start, last pass end] over all its stages
 //   busy(s)      = Σ over stage s's passes of (wall − pipeline receive time)
 //   bubble(s)    = |window| − busy(s)
-//   fraction(s)  = bubble(s) / busy(s)     the convention of the theory's (p−1)/m (REFERENCE §2)
+//   fraction(s)  = bubble(s) / busy(s)     the convention of the theory's (p−1)/m
+//                                          (Megatron-LM, Narayanan et al. 2021, §2.2.1)
 // The bubble is split by replaying the schedule (core/parallel/replay.h) without any
 // communication cost:
 //   warm-up/cool-down = bubble of a replay where every micro-batch of a stage takes that
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,14 +28,14 @@
 namespace fulcrum::analysis {
 
 struct StageBubble {
-    std::int32_t rank = 0;
+    std::optional<std::int32_t> rank;  // absent when the stage has no pass in the window
     std::int32_t step = 0;
     int stage = 0;
     int dp = 0, cp = 0, tp = 0;
     std::int64_t window_ns = 0;
     std::int64_t busy_ns = 0;
     std::int64_t bubble_ns = 0;
-    double bubble_fraction = 0;
+    std::optional<double> bubble_fraction;  // absent when the stage was never busy
     std::int64_t warmup_cooldown_ns = 0;
     std::int64_t unequal_microbatch_ns = 0;
     std::int64_t other_ns = 0;
@@ -47,17 +49,26 @@ struct PipelineBubble {
     int stages = 0;
     int microbatches = 0;
     std::int64_t window_ns = 0;
-    double theory_fraction = 0;    // (p−1)/m
-    double measured_fraction = 0;  // Σ bubble / Σ busy over the stages
-    double replay_fraction = 0;    // the same, in the replay of the measured busy times
+    double theory_fraction = 0;  // (p−1)/m
+    // Σ bubble / Σ busy over the stages; absent when no stage was busy.
+    std::optional<double> measured_fraction;
+    // The same in the replay of the measured busy times; absent as above, or when the
+    // schedule cannot replay the pipeline's shape (its bubble is then all "other").
+    std::optional<double> replay_fraction;
 };
 
+// Empty, with no figure, when the run has no pipeline: its grid is unknown (an imported
+// trace without coordinates) or pp = 1. A bubble is a stage waiting for its neighbours; with
+// no neighbours, the gaps between passes are something else.
 struct BubbleAnalysis {
-    std::string schedule;  // the schedule replayed ("1f1b" when the run does not say)
+    std::string schedule;  // the schedule replayed ("1f1b" when the run does not say); ""
+                           // when there is no pipeline
     std::vector<StageBubble> stages;        // by (step, dp, cp, tp, stage)
     std::vector<PipelineBubble> pipelines;  // by (step, dp, cp, tp)
-    double theory_fraction = 0;          // (p−1)/m of the run
-    double mean_measured_fraction = 0;   // mean over pipelines and steps
+    // (p−1)/m of the run; absent without a pipeline or without micro-batches.
+    std::optional<double> theory_fraction;
+    // Mean over the pipelines and steps that have a measured fraction; absent when none has.
+    std::optional<double> mean_measured_fraction;
 };
 
 BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes);

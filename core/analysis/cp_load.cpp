@@ -15,11 +15,12 @@ namespace fulcrum::analysis {
 
 namespace {
 
-// max/mean, the imbalance degree (WLB-LLM §3.3); 1 when there is nothing to compare.
+// max/mean, the imbalance degree (WLB-LLM §3.3). Over fewer than two values it is 1 by
+// definition and says nothing; with a mean of 0 there is nothing to compare. Both: none.
 template <typename T>
-double imbalance_of(const std::vector<T>& values) {
-    if (values.empty()) {
-        return 1.0;
+std::optional<double> imbalance_of(const std::vector<T>& values) {
+    if (values.size() < 2) {
+        return std::nullopt;
     }
     double sum = 0, largest = 0;
     for (const T& v : values) {
@@ -27,7 +28,10 @@ double imbalance_of(const std::vector<T>& values) {
         largest = std::max(largest, static_cast<double>(v));
     }
     const double mean = sum / static_cast<double>(values.size());
-    return mean > 0 ? largest / mean : 1.0;
+    if (!(mean > 0)) {
+        return std::nullopt;
+    }
+    return largest / mean;
 }
 
 using Rows = std::vector<const WorkloadEntry*>;  // one CP rank's rows, in table order
@@ -193,8 +197,11 @@ constexpr std::array kAlternatives = {balance::CpSharding::contiguous, balance::
 CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes) {
     CpLoadAnalysis result;
     result.sharding = trace.config.cp_shard;
+    if (!trace.config.grid_known) {
+        return result;
+    }
     result.cp = trace.config.cp;
-    const int cp = result.cp;
+    const int cp = trace.config.cp;
     if (cp <= 1) {
         return result;
     }
@@ -256,13 +263,13 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
             const RankMb at{member->rank, key.step, key.microbatch};
             if (const auto it = attention.find(at); it != attention.end()) {
                 load.attention_ns = it->second;
+                times.push_back(it->second);
             }
             if (const auto it = held.find(at); it != held.end()) {
                 load.tokens = it->second.tokens;
                 load.pairs = it->second.pairs;
+                pairs.push_back(it->second.pairs);
             }
-            times.push_back(load.attention_ns);
-            pairs.push_back(load.pairs);
             group.ranks.push_back(load);
         }
         group.measured_imbalance = imbalance_of(times);
@@ -317,34 +324,45 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
             for (const balance::CpShard& shard : plan->ranks) {
                 work.push_back(shard.attention_work);
             }
-            predicted.emplace_back(balance::cp_sharding_name(sharding), imbalance_of(work));
+            const std::optional<double> imbalance = imbalance_of(work);
+            if (!imbalance) {
+                predicted.clear();  // no attention work at all: nothing to compare
+                break;
+            }
+            predicted.emplace_back(balance::cp_sharding_name(sharding), *imbalance);
         }
         group.predicted_by_sharding = std::move(predicted);
     }
 
-    if (!result.groups.empty()) {
-        double measured = 0, predicted = 0;
-        std::vector<double> by_sharding(kAlternatives.size(), 0.0);
-        int with_alternatives = 0;
-        for (const CpGroupLoad& group : result.groups) {
-            measured += group.measured_imbalance;
-            predicted += group.predicted_imbalance;
-            if (group.predicted_by_sharding.size() == kAlternatives.size()) {
-                for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
-                    by_sharding[i] += group.predicted_by_sharding[i].second;
-                }
-                ++with_alternatives;
-            }
+    double measured = 0, predicted = 0;
+    int with_measured = 0, with_predicted = 0, with_alternatives = 0;
+    std::vector<double> by_sharding(kAlternatives.size(), 0.0);
+    for (const CpGroupLoad& group : result.groups) {
+        if (group.measured_imbalance) {
+            measured += *group.measured_imbalance;
+            ++with_measured;
         }
-        const double n = static_cast<double>(result.groups.size());
-        result.mean_measured_imbalance = measured / n;
-        result.mean_predicted_imbalance = predicted / n;
-        if (with_alternatives > 0) {
+        if (group.predicted_imbalance) {
+            predicted += *group.predicted_imbalance;
+            ++with_predicted;
+        }
+        if (group.predicted_by_sharding.size() == kAlternatives.size()) {
             for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
-                result.mean_predicted_by_sharding.emplace_back(
-                    balance::cp_sharding_name(kAlternatives[i]),
-                    by_sharding[i] / with_alternatives);
+                by_sharding[i] += group.predicted_by_sharding[i].second;
             }
+            ++with_alternatives;
+        }
+    }
+    if (with_measured > 0) {
+        result.mean_measured_imbalance = measured / with_measured;
+    }
+    if (with_predicted > 0) {
+        result.mean_predicted_imbalance = predicted / with_predicted;
+    }
+    if (with_alternatives > 0) {
+        for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
+            result.mean_predicted_by_sharding.emplace_back(
+                balance::cp_sharding_name(kAlternatives[i]), by_sharding[i] / with_alternatives);
         }
     }
     return result;

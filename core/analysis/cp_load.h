@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,33 +24,39 @@ namespace fulcrum::analysis {
 struct CpRankLoad {
     std::int32_t rank = 0;
     int cp_rank = 0;
-    std::int64_t attention_ns = 0;  // forward + backward
-    std::int64_t tokens = 0;
-    std::int64_t pairs = 0;
+    // Forward + backward; absent when the rank has no pass in this micro-batch.
+    std::optional<std::int64_t> attention_ns;
+    // The work it held (held_work); absent without a workload row for it.
+    std::optional<std::int64_t> tokens;
+    std::optional<std::int64_t> pairs;
 };
 
 struct CpGroupLoad {
     std::int32_t step = 0;
     std::int32_t microbatch = 0;
-    int dp = 0, pp = 0, tp = 0;       // which CP group
-    std::vector<CpRankLoad> ranks;    // by cp_rank
-    double measured_imbalance = 1.0;  // max/mean attention_ns; 1 when all are 0
-    double predicted_imbalance = 1.0; // max/mean pairs
+    int dp = 0, pp = 0, tp = 0;     // which CP group
+    std::vector<CpRankLoad> ranks;  // by cp_rank
+    // max/mean attention_ns over the CP ranks that have one; absent when fewer than two
+    // have, or none spent any time in attention (nothing was measured).
+    std::optional<double> measured_imbalance;
+    // max/mean pairs over the CP ranks that held work; absent when fewer than two did.
+    std::optional<double> predicted_imbalance;
     // Predicted max/mean pairs had the micro-batch been sharded each way, by name
     // ("contiguous", "zigzag", "per-doc"); empty when the documents are not known.
     std::vector<std::pair<std::string, double>> predicted_by_sharding;
 };
 
 struct CpLoadAnalysis {
-    std::string sharding;  // what the run used (config), "" when unknown
-    int cp = 1;
+    std::string sharding;             // what the run used (config), "" when unknown
+    std::optional<int> cp;            // the run's CP degree; absent when its grid is unknown
     std::vector<CpGroupLoad> groups;  // by (step, micro-batch, dp, pp, tp)
-    double mean_measured_imbalance = 1.0;
-    double mean_predicted_imbalance = 1.0;
+    // Means over the groups that have the figure; absent when none has.
+    std::optional<double> mean_measured_imbalance;
+    std::optional<double> mean_predicted_imbalance;
     std::vector<std::pair<std::string, double>> mean_predicted_by_sharding;
 };
 
-// Empty groups when cp = 1.
+// No groups when cp = 1 or the grid is unknown.
 CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes);
 
 }  // namespace fulcrum::analysis

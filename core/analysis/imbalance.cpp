@@ -31,8 +31,8 @@ Matrix build(const std::vector<std::int32_t>& rows, const std::vector<std::int32
     return m;
 }
 
-// Mean over the columns that have a value; 1 when none has.
-double mean_imbalance(const Matrix& m) {
+// Mean over the columns that have an imbalance (two values or more); none when no column has.
+std::optional<double> mean_imbalance(const Matrix& m) {
     double sum = 0;
     int count = 0;
     for (double v : m.column_imbalance()) {
@@ -41,7 +41,17 @@ double mean_imbalance(const Matrix& m) {
             ++count;
         }
     }
-    return count > 0 ? sum / count : 1.0;
+    if (count == 0) {
+        return std::nullopt;
+    }
+    return sum / count;
+}
+
+// At least two distinct ranks took part: only then did anyone wait for someone.
+bool matched_across_ranks(const CollectiveInstance& instance) {
+    const auto& all = instance.participants;
+    return std::any_of(all.begin(), all.end(),
+                       [&](const CollectiveParticipant& p) { return p.rank != all.front().rank; });
 }
 
 }  // namespace
@@ -59,7 +69,7 @@ std::vector<double> Matrix::column_imbalance() const {
                 ++count;
             }
         }
-        if (count > 0) {
+        if (count >= 2) {
             const double mean = sum / count;
             result[c] = mean > 0 ? largest / mean : 1.0;
         }
@@ -143,6 +153,7 @@ ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pas
     }
     result.compute_by_step = build(rows, steps, compute_by_step);
     result.predicted_by_step = build(rows, steps, predicted_by_step);
+    result.has_prediction = !predicted.empty();
     result.compute_imbalance = mean_imbalance(result.compute_by_step);
     result.predicted_imbalance = mean_imbalance(result.predicted_by_step);
 
@@ -150,6 +161,9 @@ ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pas
     // arrival worth the name, so it counts only towards `instances`.
     std::map<std::int32_t, Straggler> by_rank;
     for (const CollectiveInstance& instance : collectives) {
+        if (!matched_across_ranks(instance)) {
+            continue;
+        }
         for (const CollectiveParticipant& p : instance.participants) {
             Straggler& s = by_rank[p.rank];
             s.rank = p.rank;

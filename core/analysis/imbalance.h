@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/analysis/collectives.h"
@@ -24,7 +25,8 @@ struct Matrix {
         return values[row * columns.size() + column];
     }
     // max/mean over the rows of each column (NaNs skipped), one per column: NaN for a column
-    // without any value, 1 when its mean is 0.
+    // with fewer than two values (over one rank max/mean is 1 by definition and says
+    // nothing), 1 when its mean is 0.
     std::vector<double> column_imbalance() const;
 };
 
@@ -46,10 +48,17 @@ struct ImbalanceAnalysis {
     Matrix compute_by_step;    // rank × step: Σ compute_ns of the rank's passes
     Matrix predicted_by_step;  // rank × step: Σ predicted
     bool predicted_is_time = false;  // true: ns from the cost model; false: causal pairs
-    double compute_imbalance = 1.0;    // mean over steps of max/mean over ranks (by step);
-                                       // 1 when there are no steps
-    double predicted_imbalance = 1.0;
-    std::vector<Straggler> stragglers;  // most last arrivals first; ranks never last omitted
+    // True when any work was predicted (the run has a workload table); the predicted
+    // matrices are otherwise empty and predicted_is_time means nothing.
+    bool has_prediction = false;
+    // Mean over the steps of max/mean over ranks (by step), over the steps where at least two
+    // ranks have a value; absent when no step has (one rank, or no passes).
+    std::optional<double> compute_imbalance;
+    // The same of the predicted work; absent also when nothing was predicted.
+    std::optional<double> predicted_imbalance;
+    // Most last arrivals first; ranks never last omitted. Only instances matched across at
+    // least two ranks count: a collective seen on one rank has no one to wait for.
+    std::vector<Straggler> stragglers;
 };
 
 // `cost` may be null: the predicted matrices are then causal pairs.

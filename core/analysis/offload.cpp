@@ -50,7 +50,9 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         row.copy_ns = copies.total();
         row.overlapped_ns = copies.overlap(activity.compute);
         row.exposed_ns = row.copy_ns - row.overlapped_ns;
-        row.bandwidth_gb_s = timed_ns > 0 ? double(row.bytes) / double(timed_ns) : 0.0;  // B/ns = GB/s
+        if (timed_ns > 0) {
+            row.bandwidth_gb_s = double(row.bytes) / double(timed_ns);  // B/ns = GB/s
+        }
         result.copy_ns += row.copy_ns;
         result.overlapped_ns += row.overlapped_ns;
         result.exposed_ns += row.exposed_ns;
@@ -58,13 +60,15 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         timed_total += timed_ns;
         result.ranks.push_back(row);
     }
-    result.bandwidth_gb_s = timed_total > 0 ? double(bytes_total) / double(timed_total) : 0.0;
+    if (timed_total > 0) {
+        result.bandwidth_gb_s = double(bytes_total) / double(timed_total);
+    }
 
     if (result.ranks.empty()) {
         result.chunk_note = "the run has no host/device copies";
         return result;
     }
-    if (result.bandwidth_gb_s <= 0) {
+    if (!result.bandwidth_gb_s || *result.bandwidth_gb_s <= 0) {
         result.chunk_note = "no copy gave its bytes, so the bandwidth is unknown";
         return result;
     }
@@ -82,8 +86,8 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
     const double per_pair_per_layer = forward->per_pair_ns / double(layers);
     const double bytes_per_token = 2.0 * trace.config.hidden * element_bytes;
     result.min_hidden_chunk_tokens = static_cast<std::int64_t>(
-        std::ceil(bytes_per_token / (result.bandwidth_gb_s * per_pair_per_layer)));
-    result.chunk_note = "from " + std::to_string(result.bandwidth_gb_s) + " GB/s and " +
+        std::ceil(bytes_per_token / (*result.bandwidth_gb_s * per_pair_per_layer)));
+    result.chunk_note = "from " + std::to_string(*result.bandwidth_gb_s) + " GB/s and " +
                         std::to_string(per_pair_per_layer) + " ns per pair and layer";
     return result;
 }

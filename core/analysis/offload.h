@@ -33,7 +33,7 @@ struct RankOffload {
     std::int64_t host_to_device_ns = 0;  // Σ durations by direction
     std::int64_t device_to_host_ns = 0;
     std::int64_t bytes = 0;
-    double bandwidth_gb_s = 0;  // 0 when no copy gave its bytes
+    std::optional<double> bandwidth_gb_s;  // absent when no copy gave its bytes
     std::int64_t copies = 0;
 };
 
@@ -42,7 +42,7 @@ struct OffloadAnalysis {
     std::int64_t copy_ns = 0;        // totals over ranks
     std::int64_t overlapped_ns = 0;
     std::int64_t exposed_ns = 0;
-    double bandwidth_gb_s = 0;
+    std::optional<double> bandwidth_gb_s;  // absent when no copy gave its bytes
     // Smallest chunk (tokens) whose copy hides behind its compute; absent when the run has
     // no copies with bytes, or no attention cost per pair, and `chunk_note` says which.
     std::optional<std::int64_t> min_hidden_chunk_tokens;

@@ -1,5 +1,6 @@
 #include "core/analysis/run_analysis.h"
 
+#include <algorithm>
 #include <cmath>
 #include <future>
 
@@ -22,6 +23,16 @@ Status check_cancel(const AnalyzeOptions& options) {
 // NaN (a missing matrix cell) has no JSON spelling: null.
 json number_or_null(double value) {
     return std::isfinite(value) ? json(value) : json(nullptr);
+}
+
+template <typename T>
+json optional_json(const std::optional<T>& value) {
+    return value ? json(*value) : json(nullptr);
+}
+
+// "" is how the structs spell an unknown name.
+json text_or_null(const std::string& text) {
+    return text.empty() ? json(nullptr) : json(text);
 }
 
 json matrix_json(const Matrix& matrix) {
@@ -51,6 +62,45 @@ json sharding_json(const std::vector<std::pair<std::string, double>>& by_shardin
     return object;
 }
 
+// One line per headline figure the run cannot have for lack of data, beyond what the notes on
+// passes and the workload table already say, so that a "—" always has its reason. A run that
+// has no such dimension (pp = 1, cp = 1) lacks nothing: its bubble and CP sections say so
+// where they would be, and a complete run has no notes.
+void add_notes_on_missing_figures(const RunTrace& trace, const std::vector<Pass>& passes,
+                                  RunAnalysis& analysis) {
+    const RunConfig& config = trace.config;
+    if (!passes.empty()) {
+        if (!config.grid_known) {
+            analysis.notes.push_back(
+                "grid unknown (the ranks have no DP/TP/PP/CP coordinates): no pipeline bubbles "
+                "and no CP load");
+        }
+        if (!analysis.imbalance.compute_imbalance) {
+            analysis.notes.push_back(
+                "no step with passes on two ranks or more: no imbalance across ranks (max/mean "
+                "over one rank is 1 by definition)");
+        }
+    }
+    if (!analysis.imbalance.stragglers.empty()) {
+        if (!config.grid_known) {
+            analysis.notes.push_back(
+                "stragglers: without coordinates, collectives were matched across all ranks by "
+                "name, step and order, not by communicator");
+        }
+        const bool aligned_by_utc_only =
+            trace.ranks.size() > 1 &&
+            std::any_of(trace.ranks.begin(), trace.ranks.end(), [](const RankTrace& rank) {
+                return rank.info.alignment == ClockAlignment::utc_offset;
+            });
+        if (aligned_by_utc_only) {
+            analysis.notes.push_back(
+                "stragglers: ranks were aligned by their hosts' UTC offsets only (no clock-sync "
+                "marks), so who arrived last is only as certain as the hosts' clock "
+                "synchronisation");
+        }
+    }
+}
+
 }  // namespace
 
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
@@ -74,8 +124,8 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     }
     if (trace.workload.empty()) {
         analysis.notes.push_back(
-            "no workload table: no predicted work (tokens, causal pairs) and no cost model; "
-            "the program must emit fulcrum.workload marks");
+            "no workload table: no predicted work (tokens, causal pairs, predicted imbalance) "
+            "and no cost model; the program must emit fulcrum.workload marks");
     }
     if (auto status = check_cancel(options); !status) {
         return status.error();
@@ -108,7 +158,12 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     report("step breakdown", 0.15);
     analysis.breakdown = step_breakdown(trace);
     if (analysis.breakdown.empty()) {
-        analysis.notes.push_back("no step ranges: no step breakdown");
+        analysis.notes.push_back("no events that span time: no step breakdown");
+    } else if (std::any_of(analysis.breakdown.begin(), analysis.breakdown.end(),
+                           [](const StepBreakdown& row) { return row.whole_trace; })) {
+        analysis.notes.push_back(
+            "no step ranges (ProfilerStep#N or the fulcrum `step` annotation): the step "
+            "breakdown is one window over each such rank's whole trace, without a step number");
     }
     report("bubbles", 0.35);
     analysis.bubbles = analyze_bubbles(trace, passes);
@@ -122,6 +177,7 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     }
     analysis.imbalance = std::move(models.imbalance);
     analysis.offload = std::move(models.offload);
+    add_notes_on_missing_figures(trace, passes, analysis);
     if (auto status = check_cancel(options); !status) {
         return status.error();
     }
@@ -133,23 +189,26 @@ std::string analysis_json(const RunAnalysis& analysis) {
     json root;
     root["version"] = kAnalysisJsonVersion;
     const RunConfig& config = analysis.config;
-    root["run"] = {{"name", analysis.run.name},
-                   {"origin", std::string(to_string(analysis.run.origin))},
-                   {"events", analysis.events},
-                   {"passes", analysis.passes},
-                   {"dp", config.dp},
-                   {"tp", config.tp},
-                   {"pp", config.pp},
-                   {"cp", config.cp},
-                   {"schedule", config.schedule},
-                   {"balancer", config.balancer},
-                   {"cp_shard", config.cp_shard},
-                   {"microbatches", config.microbatches}};
+    const auto degree = [&](int value) { return config.grid_known ? json(value) : json(nullptr); };
+    root["run"] = {
+        {"name", analysis.run.name},
+        {"origin", std::string(to_string(analysis.run.origin))},
+        {"events", analysis.events},
+        {"passes", analysis.passes},
+        {"dp", degree(config.dp)},
+        {"tp", degree(config.tp)},
+        {"pp", degree(config.pp)},
+        {"cp", degree(config.cp)},
+        {"schedule", text_or_null(config.schedule)},
+        {"balancer", text_or_null(config.balancer)},
+        {"cp_shard", text_or_null(config.cp_shard)},
+        {"microbatches", config.microbatches > 0 ? json(config.microbatches) : json(nullptr)}};
 
     json breakdown = json::array();
     for (const StepBreakdown& row : analysis.breakdown) {
         breakdown.push_back({{"rank", row.rank},
-                             {"step", row.step},
+                             {"step", optional_json(row.step)},
+                             {"whole_trace", row.whole_trace},
                              {"wall_ns", row.wall_ns()},
                              {"compute_ns", row.compute_ns},
                              {"overlapped_communication_ns", row.overlapped_communication_ns},
@@ -167,11 +226,11 @@ std::string analysis_json(const RunAnalysis& analysis) {
                           {"cp", row.cp},
                           {"tp", row.tp},
                           {"stage", row.stage},
-                          {"rank", row.rank},
+                          {"rank", optional_json(row.rank)},
                           {"window_ns", row.window_ns},
                           {"busy_ns", row.busy_ns},
                           {"bubble_ns", row.bubble_ns},
-                          {"bubble_fraction", row.bubble_fraction},
+                          {"bubble_fraction", optional_json(row.bubble_fraction)},
                           {"warmup_cooldown_ns", row.warmup_cooldown_ns},
                           {"unequal_microbatch_ns", row.unequal_microbatch_ns},
                           {"other_ns", row.other_ns},
@@ -188,12 +247,12 @@ std::string analysis_json(const RunAnalysis& analysis) {
                              {"microbatches", row.microbatches},
                              {"window_ns", row.window_ns},
                              {"theory_fraction", row.theory_fraction},
-                             {"measured_fraction", row.measured_fraction},
-                             {"replay_fraction", row.replay_fraction}});
+                             {"measured_fraction", optional_json(row.measured_fraction)},
+                             {"replay_fraction", optional_json(row.replay_fraction)}});
     }
-    root["bubbles"] = {{"schedule", bubbles.schedule},
-                       {"theory_fraction", bubbles.theory_fraction},
-                       {"mean_measured_fraction", bubbles.mean_measured_fraction},
+    root["bubbles"] = {{"schedule", text_or_null(bubbles.schedule)},
+                       {"theory_fraction", optional_json(bubbles.theory_fraction)},
+                       {"mean_measured_fraction", optional_json(bubbles.mean_measured_fraction)},
                        {"pipelines", std::move(pipelines)},
                        {"stages", std::move(stages)}};
 
@@ -204,24 +263,24 @@ std::string analysis_json(const RunAnalysis& analysis) {
         for (const CpRankLoad& rank : group.ranks) {
             ranks.push_back({{"rank", rank.rank},
                              {"cp_rank", rank.cp_rank},
-                             {"attention_ns", rank.attention_ns},
-                             {"tokens", rank.tokens},
-                             {"pairs", rank.pairs}});
+                             {"attention_ns", optional_json(rank.attention_ns)},
+                             {"tokens", optional_json(rank.tokens)},
+                             {"pairs", optional_json(rank.pairs)}});
         }
         groups.push_back({{"step", group.step},
                           {"microbatch", group.microbatch},
                           {"dp", group.dp},
                           {"pp", group.pp},
                           {"tp", group.tp},
-                          {"measured_imbalance", group.measured_imbalance},
-                          {"predicted_imbalance", group.predicted_imbalance},
+                          {"measured_imbalance", optional_json(group.measured_imbalance)},
+                          {"predicted_imbalance", optional_json(group.predicted_imbalance)},
                           {"predicted_by_sharding", sharding_json(group.predicted_by_sharding)},
                           {"ranks", std::move(ranks)}});
     }
-    root["cp_load"] = {{"sharding", cp.sharding},
-                       {"cp", cp.cp},
-                       {"mean_measured_imbalance", cp.mean_measured_imbalance},
-                       {"mean_predicted_imbalance", cp.mean_predicted_imbalance},
+    root["cp_load"] = {{"sharding", text_or_null(cp.sharding)},
+                       {"cp", optional_json(cp.cp)},
+                       {"mean_measured_imbalance", optional_json(cp.mean_measured_imbalance)},
+                       {"mean_predicted_imbalance", optional_json(cp.mean_predicted_imbalance)},
                        {"mean_predicted_by_sharding", sharding_json(cp.mean_predicted_by_sharding)},
                        {"groups", std::move(groups)}};
 
@@ -235,16 +294,14 @@ std::string analysis_json(const RunAnalysis& analysis) {
                                  {"host_to_device_ns", row.host_to_device_ns},
                                  {"device_to_host_ns", row.device_to_host_ns},
                                  {"bytes", row.bytes},
-                                 {"bandwidth_gb_s", row.bandwidth_gb_s},
+                                 {"bandwidth_gb_s", optional_json(row.bandwidth_gb_s)},
                                  {"copies", row.copies}});
     }
     root["offload"] = {{"copy_ns", offload.copy_ns},
                        {"overlapped_ns", offload.overlapped_ns},
                        {"exposed_ns", offload.exposed_ns},
-                       {"bandwidth_gb_s", offload.bandwidth_gb_s},
-                       {"min_hidden_chunk_tokens", offload.min_hidden_chunk_tokens
-                                                       ? json(*offload.min_hidden_chunk_tokens)
-                                                       : json(nullptr)},
+                       {"bandwidth_gb_s", optional_json(offload.bandwidth_gb_s)},
+                       {"min_hidden_chunk_tokens", optional_json(offload.min_hidden_chunk_tokens)},
                        {"chunk_note", offload.chunk_note},
                        {"ranks", std::move(offload_ranks)}};
 
@@ -262,9 +319,12 @@ std::string analysis_json(const RunAnalysis& analysis) {
                               {"instances", row.instances},
                               {"caused_wait_ns", row.caused_wait_ns}});
     }
-    root["imbalance"] = {{"predicted_unit", imbalance.predicted_is_time ? "ns" : "pairs"},
-                         {"compute_imbalance", imbalance.compute_imbalance},
-                         {"predicted_imbalance", imbalance.predicted_imbalance},
+    const json predicted_unit = !imbalance.has_prediction     ? json(nullptr)
+                                : imbalance.predicted_is_time ? json("ns")
+                                                              : json("pairs");
+    root["imbalance"] = {{"predicted_unit", predicted_unit},
+                         {"compute_imbalance", optional_json(imbalance.compute_imbalance)},
+                         {"predicted_imbalance", optional_json(imbalance.predicted_imbalance)},
                          {"compute_by_step", matrix_json(imbalance.compute_by_step)},
                          {"predicted_by_step", matrix_json(imbalance.predicted_by_step)},
                          {"by_microbatch", std::move(by_microbatch)},

@@ -109,6 +109,7 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
         read_field(json, "balancer", config.balancer);
         read_field(json, "cp_shard", config.cp_shard);
         read_field(json, "microbatches", config.microbatches);
+        read_field(json, "data", config.data);
         read_field(json, "lengths", config.lengths);
         read_field(json, "documents", config.documents);
         read_field(json, "seed", config.seed);

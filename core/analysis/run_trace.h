@@ -72,13 +72,19 @@ struct RunConfig {
     std::string balancer;  // "fixed", "ilp", "wlb", or ""
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive", or ""
     int microbatches = 0;  // per DP replica and step; 0 when unknown
+    // The model's shape; 0 when unknown (has_model() says whether any is known).
     int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
+    std::string data;              // what the documents were (fulcrum-train's description), or ""
     std::string lengths;           // the length spec of synthetic documents, "" for text
     std::int64_t documents = 0;    // how many synthetic documents
     std::uint64_t seed = 1;
     int ilp_window = 1;
-    int steps = 0;
+    int steps = 0;  // 0 when unknown
     std::string backend;
+
+    bool has_model() const {
+        return layers > 0 || hidden > 0 || heads > 0 || context > 0 || vocab > 0;
+    }
 };
 RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks);
 // "dp 2 × tp 1 × pp 2 × cp 2", or what is known when the grid is not.

@@ -1,11 +1,37 @@
 #include "core/analysis/step_breakdown.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <tuple>
 
 #include "core/analysis/activity.h"
 
 namespace fulcrum::analysis {
+
+namespace {
+
+// The rank's whole trace as one window: its first event's start to its last event's end.
+// None for a rank whose events span no time (none, or only marks at one instant).
+std::optional<StepBreakdown> whole_trace_window(const RankTrace& rank) {
+    std::int64_t start = INT64_MAX, end = INT64_MIN;
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            start = std::min(start, event.start_ns);
+            end = std::max(end, event.end_ns);
+        }
+    }
+    if (start >= end) {
+        return std::nullopt;
+    }
+    StepBreakdown row;
+    row.rank = rank.info.rank;
+    row.whole_trace = true;
+    row.start_ns = start;
+    row.end_ns = end;
+    return row;
+}
+
+}  // namespace
 
 std::vector<StepBreakdown> step_breakdown(const RunTrace& trace) {
     std::vector<StepBreakdown> rows;
@@ -19,7 +45,9 @@ std::vector<StepBreakdown> step_breakdown(const RunTrace& trace) {
                 if (trace.role(event) == Role::step && event.kind == EventKind::range) {
                     StepBreakdown row;
                     row.rank = rank.info.rank;
-                    row.step = event.step;
+                    if (event.step >= 0) {
+                        row.step = event.step;
+                    }
                     row.start_ns = event.start_ns;
                     row.end_ns = event.end_ns;
                     steps.push_back(row);
@@ -27,7 +55,11 @@ std::vector<StepBreakdown> step_breakdown(const RunTrace& trace) {
             }
         }
         if (steps.empty()) {
-            continue;
+            const auto whole = whole_trace_window(rank);
+            if (!whole) {
+                continue;
+            }
+            steps.push_back(*whole);
         }
         const RankActivity activity = rank_activity(rank);
         for (StepBreakdown& row : steps) {

@@ -1,6 +1,10 @@
 // Step breakdown: where each rank's step time went.
 //
-// For rank r and step k, the window is the rank's `step` range. Within it (activity.h):
+// For rank r and step k, the window is the rank's `step` range. A rank without any `step`
+// range (a trace recorded without ProfilerStep or the fulcrum annotations) gets one window
+// over its whole trace, from its first event to the end of its last, as HTA's temporal
+// breakdown does for a trace without iterations; that row has no step number. Within the
+// window (activity.h):
 //     compute        = |C|
 //     overlapped     = |M ∩ C|      communication hidden behind compute (other streams)
 //     exposed        = |M − C|      communication the rank waited on
@@ -11,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/analysis/run_trace.h"
@@ -19,7 +24,11 @@ namespace fulcrum::analysis {
 
 struct StepBreakdown {
     std::int32_t rank = 0;
-    std::int32_t step = 0;
+    // The step's number; absent for the whole-trace window and for a `step` range that
+    // carries no number.
+    std::optional<std::int32_t> step;
+    // The window is the rank's whole trace: it recorded no `step` range.
+    bool whole_trace = false;
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
     std::int64_t compute_ns = 0;
@@ -31,7 +40,8 @@ struct StepBreakdown {
     std::int64_t wall_ns() const { return end_ns - start_ns; }
 };
 
-// One row per (rank, step range), ordered by rank then step.
+// One row per (rank, step range), or one whole-trace row for a rank without step ranges;
+// ordered by rank then step.
 std::vector<StepBreakdown> step_breakdown(const RunTrace& trace);
 
 }  // namespace fulcrum::analysis

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -95,9 +96,13 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // Formatting
 
+// What a figure shows where nothing was measured or predicted
+// (docs/analyses.md, "Unknown figures").
+constexpr const char* kUnknown = "—";
+
 std::string fixed(double value, int decimals = 2) {
     if (!std::isfinite(value)) {
-        return "-";
+        return kUnknown;
     }
     char text[48];
     std::snprintf(text, sizeof text, "%.*f", decimals, value);
@@ -105,11 +110,16 @@ std::string fixed(double value, int decimals = 2) {
 }
 
 std::string percent(double part, double whole) {
-    return whole > 0 ? fixed(100.0 * part / whole, 1) + "%" : "-";
+    return whole > 0 && std::isfinite(part) ? fixed(100.0 * part / whole, 1) + "%" : kUnknown;
+}
+
+std::string figure(const std::optional<double>& value, int decimals) {
+    return value ? fixed(*value, decimals) : kUnknown;
 }
 
 std::string duration(double ns) {
-    return std::isfinite(ns) ? format_duration(static_cast<std::int64_t>(std::llround(ns))) : "-";
+    return std::isfinite(ns) ? format_duration(static_cast<std::int64_t>(std::llround(ns)))
+                             : kUnknown;
 }
 
 std::string number(std::int64_t value) {
@@ -168,7 +178,17 @@ Cell fixed_cell(double value, int decimals) {
     return {fixed(value, decimals), std::isfinite(value) ? fixed(value, 6) : ""};
 }
 Cell percent_cell(double part, double whole) {
-    return {percent(part, whole), whole > 0 ? fixed(part / whole, 6) : ""};
+    return {percent(part, whole), whole > 0 && std::isfinite(part) ? fixed(part / whole, 6) : ""};
+}
+Cell figure_cell(const std::optional<double>& value, int decimals) {
+    return fixed_cell(value ? *value : std::nan(""), decimals);
+}
+// A 4D coordinate; -1 is unknown (an imported trace without them).
+std::string coordinate_text(std::int32_t value) {
+    return value >= 0 ? std::to_string(value) : kUnknown;
+}
+Cell coordinate_cell(std::int32_t value) {
+    return value >= 0 ? int_cell(value) : Cell{kUnknown, ""};
 }
 
 class Table {
@@ -470,10 +490,32 @@ struct BreakdownSum {
     }
 };
 
-std::map<std::int32_t, BreakdownSum> breakdown_by_step(const RunAnalysis& a) {
-    std::map<std::int32_t, BreakdownSum> by_step;
+// A row of the breakdown by step: its step number, or none for a step range without one, or
+// the window over a rank's whole trace (no step ranges at all).
+struct StepKey {
+    bool whole_trace = false;
+    std::optional<std::int32_t> step;
+    friend auto operator<=>(const StepKey&, const StepKey&) = default;
+};
+
+std::string step_label(const StepKey& key) {
+    if (key.whole_trace) {
+        return "whole trace";
+    }
+    return key.step ? "step " + std::to_string(*key.step) : std::string("step ") + kUnknown;
+}
+
+Cell step_cell(const StepKey& key) {
+    if (key.whole_trace) {
+        return {"whole trace", ""};
+    }
+    return key.step ? int_cell(*key.step) : Cell{kUnknown, ""};
+}
+
+std::map<StepKey, BreakdownSum> breakdown_by_step(const RunAnalysis& a) {
+    std::map<StepKey, BreakdownSum> by_step;
     for (const auto& row : a.breakdown) {
-        by_step[row.step].add(row);
+        by_step[{row.whole_trace, row.step}].add(row);
     }
     return by_step;
 }
@@ -516,7 +558,52 @@ double mean_relative_error(const Matrix& measured, const Matrix& predicted) {
 }
 
 std::string or_unknown(const std::string& text) {
-    return text.empty() ? "?" : text;
+    return text.empty() ? kUnknown : text;
+}
+
+// "layers 4, hidden 256, …" from what run.config gave; "unknown" when it gave none.
+std::string model_text(const analysis::RunConfig& c) {
+    if (!c.has_model()) {
+        return "unknown";
+    }
+    const auto part = [](const char* name, int value) {
+        return std::string(name) + " " + (value > 0 ? std::to_string(value) : kUnknown);
+    };
+    return part("layers", c.layers) + ", " + part("hidden", c.hidden) + ", " +
+           part("heads", c.heads) + ", " + part("context", c.context) + ", " +
+           part("vocab", c.vocab);
+}
+
+std::string data_text(const analysis::RunConfig& c) {
+    if (!c.lengths.empty()) {
+        return c.lengths + ", " + std::to_string(c.documents) + " documents, seed " +
+               std::to_string(c.seed);
+    }
+    return c.data.empty() ? "unknown" : c.data;
+}
+
+// How merge put a rank on the run's clock. The recorded shift (RankInfo::clock_shift_ns) also
+// moves the run's zero to its first event, so it is mostly the UTC offset; what the alignment
+// changed is the shift against the rank's own UTC offset, as `fulcrum merge` prints it. Ranks
+// aligned by UTC offset have no such correction: their hosts' clocks are taken as they are.
+std::string clock_alignment_text(const RankInfo& r) {
+    switch (r.alignment) {
+        case ClockAlignment::barrier_marks:
+            return "barrier marks";
+        case ClockAlignment::utc_offset:
+            return "UTC offset (host clock)";
+        case ClockAlignment::none:
+            break;
+    }
+    return "not merged";
+}
+
+Cell clock_correction_cell(const RankInfo& r, std::int64_t run_start_utc_ns) {
+    if (r.alignment != ClockAlignment::barrier_marks) {
+        return {r.alignment == ClockAlignment::utc_offset ? "— (aligned by UTC offset)" : kUnknown,
+                ""};
+    }
+    return duration_cell(double(r.clock_shift_ns + run_start_utc_ns - r.utc_offset_ns));
 }
 
 std::string run_label(const ReportRun& run, std::size_t index) {
@@ -545,26 +632,23 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         row("file", run.path);
     }
     row("run", a.run.name + " (" + std::string(to_string(a.run.origin)) + ")");
-    row("command", a.run.command.empty() ? "?" : a.run.command);
+    row("command", or_unknown(a.run.command));
     row("producer", or_unknown(a.run.producer));
     if (a.run.start_utc_ns != 0) {
         row("started (UTC)", format_utc(a.run.start_utc_ns));
     }
-    row("grid", analysis::describe_grid(c) + " = " + std::to_string(run.ranks.size()) + " ranks");
+    row("grid", analysis::describe_grid(c) + (c.grid_known ? " = " : "; ") +
+                    std::to_string(run.ranks.size()) + " ranks");
     row("schedule", or_unknown(c.schedule));
     row("balancer",
         or_unknown(c.balancer) +
             (c.balancer == "ilp" ? " (window " + std::to_string(c.ilp_window) + ")" : ""));
     row("CP sharding", or_unknown(c.cp_shard));
     row("micro-batches",
-        c.microbatches > 0 ? std::to_string(c.microbatches) + " per replica and step" : "?");
-    row("model", "layers " + std::to_string(c.layers) + ", hidden " + std::to_string(c.hidden) +
-                     ", heads " + std::to_string(c.heads) + ", context " +
-                     std::to_string(c.context) + ", vocab " + std::to_string(c.vocab));
-    row("data", c.lengths.empty() ? "text"
-                                  : c.lengths + ", " + std::to_string(c.documents) +
-                                        " documents, seed " + std::to_string(c.seed));
-    row("steps", std::to_string(c.steps));
+        c.microbatches > 0 ? std::to_string(c.microbatches) + " per replica and step" : kUnknown);
+    row("model", model_text(c));
+    row("data", data_text(c));
+    row("steps", c.steps > 0 ? std::to_string(c.steps) : kUnknown);
     row("backend", or_unknown(c.backend));
     row("events", std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)");
     out += "</table>\n<details><summary>run.config as recorded</summary><pre>" +
@@ -578,7 +662,12 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         stages = std::max(stages, r.pp + 1);
     }
     std::vector<std::tuple<int, int, int>> group_list(groups.begin(), groups.end());
-    const bool laid_out = group_list.size() * static_cast<std::size_t>(stages) >= run.ranks.size();
+    // Laid out by coordinates only when every rank has them; else a plain square of ranks.
+    const bool all_placed = std::all_of(run.ranks.begin(), run.ranks.end(), [](const RankInfo& r) {
+        return r.dp >= 0 && r.pp >= 0 && r.cp >= 0 && r.tp >= 0;
+    });
+    const bool laid_out =
+        all_placed && group_list.size() * static_cast<std::size_t>(stages) >= run.ranks.size();
     const std::size_t columns =
         laid_out ? static_cast<std::size_t>(stages)
                  : std::max<std::size_t>(
@@ -607,9 +696,10 @@ void section_config(const ReportRun& run, int index, std::string& out) {
                                  : r.dropped_records > 0 ? "#f28e2b"
                                                          : "#59a14f";
         const std::string tip =
-            "rank " + std::to_string(r.rank) + " · dp " + std::to_string(r.dp) + " pp " +
-            std::to_string(r.pp) + " cp " + std::to_string(r.cp) + " tp " + std::to_string(r.tp) +
-            " · host " + r.host + " pid " + std::to_string(r.pid) +
+            "rank " + std::to_string(r.rank) + " · dp " + coordinate_text(r.dp) + " pp " +
+            coordinate_text(r.pp) + " cp " + coordinate_text(r.cp) + " tp " +
+            coordinate_text(r.tp) + " · host " + or_unknown(r.host) + " pid " +
+            std::to_string(r.pid) +
             (r.device >= 0 ? " · device " + std::to_string(r.device) : " · CPU") +
             (r.complete ? "" : " · incomplete") +
             (r.dropped_records > 0 ? " · " + std::to_string(r.dropped_records) + " dropped" : "");
@@ -636,13 +726,14 @@ void section_config(const ReportRun& run, int index, std::string& out) {
     }
     close_chart(out);
     Table ranks("ranks", {"rank", "host", "pid", "device", "dp", "pp", "cp", "tp", "complete",
-                          "dropped records", "clock alignment", "clock shift"});
+                          "dropped records", "clock alignment", "clock correction"});
     for (const auto& r : run.ranks) {
-        ranks.add({int_cell(r.rank), text_cell(r.host), int_cell(r.pid),
-                   r.device >= 0 ? int_cell(r.device) : Cell{"CPU", "-1"}, int_cell(r.dp),
-                   int_cell(r.pp), int_cell(r.cp), int_cell(r.tp),
+        ranks.add({int_cell(r.rank), text_cell(or_unknown(r.host)), int_cell(r.pid),
+                   r.device >= 0 ? int_cell(r.device) : Cell{"CPU", "-1"}, coordinate_cell(r.dp),
+                   coordinate_cell(r.pp), coordinate_cell(r.cp), coordinate_cell(r.tp),
                    text_cell(r.complete ? "yes" : "no"), int_cell(r.dropped_records),
-                   text_cell(to_string(r.alignment)), duration_cell(double(r.clock_shift_ns))});
+                   text_cell(clock_alignment_text(r)),
+                   clock_correction_cell(r, a.run.start_utc_ns)});
     }
     out += "<details><summary>ranks (" + std::to_string(run.ranks.size()) + ")</summary>";
     ranks.render(out);
@@ -653,7 +744,7 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
     const RunAnalysis& a = run.analysis;
     out += heading(index, "breakdown", "Step breakdown") + "\n";
     if (a.breakdown.empty()) {
-        out += "<p class=\"empty\">No step ranges in this run.</p>\n";
+        out += "<p class=\"empty\">No events that span time: nothing to break down.</p>\n";
         return;
     }
     const auto by_step = breakdown_by_step(a);
@@ -664,7 +755,12 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
     const Buckets buckets(by_step.size(), 256);
     BarSeries bars;
     bars.series = {"compute", "exposed communication", "other", "idle"};
-    std::vector<std::pair<std::int32_t, BreakdownSum>> steps(by_step.begin(), by_step.end());
+    std::vector<std::pair<StepKey, BreakdownSum>> steps(by_step.begin(), by_step.end());
+    if (steps.front().first.whole_trace || steps.back().first.whole_trace) {
+        out +=
+            "<p class=\"caption\">Ranks without step ranges are shown as one window over their "
+            "whole trace (\"whole trace\"), with no step number.</p>";
+    }
     for (std::size_t b = 0; b < buckets.count; ++b) {
         BreakdownSum sum;
         const std::size_t first = b * buckets.size,
@@ -672,7 +768,12 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
         for (std::size_t i = first; i <= last; ++i) {
             sum.add(steps[i].second);
         }
-        bars.categories.push_back(span_label("step", steps[first].first, steps[last].first));
+        const StepKey& from = steps[first].first;
+        const StepKey& to = steps[last].first;
+        bars.categories.push_back(from.step && to.step && !from.whole_trace && !to.whole_trace
+                                      ? span_label("step", *from.step, *to.step)
+                                  : first == last ? step_label(from)
+                                                  : step_label(from) + "–" + step_label(to));
         bars.values.push_back({sum.mean(sum.compute), sum.mean(sum.exposed), sum.mean(sum.other),
                                sum.mean(sum.idle)});
     }
@@ -681,7 +782,7 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
     Table table("breakdown", {"step", "ranks", "wall (mean)", "slowest rank", "compute",
                               "comm overlapped", "comm exposed", "other", "idle"});
     for (const auto& [step, s] : steps) {
-        table.add({int_cell(step), int_cell(s.ranks), duration_cell(s.mean(s.wall)),
+        table.add({step_cell(step), int_cell(s.ranks), duration_cell(s.mean(s.wall)),
                    duration_cell(double(s.max_wall)),
                    percent_cell(double(s.compute), double(s.wall)),
                    percent_cell(double(s.overlapped), double(s.wall)),
@@ -720,14 +821,18 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
     const RunAnalysis& a = run.analysis;
     const auto& b = a.bubbles;
     out += heading(index, "bubbles", "Pipeline bubbles") + "\n";
-    if (b.stages.empty() || a.config.pp <= 1) {
-        out += "<p class=\"empty\">No pipeline (pp = " + std::to_string(a.config.pp) +
-               ") or no passes.</p>\n";
+    if (b.stages.empty()) {
+        const std::string why =
+            !a.config.grid_known
+                ? "No pipeline: the grid is unknown (the ranks have no DP/TP/PP/CP coordinates)."
+            : a.config.pp <= 1 ? "No pipeline (pp = 1)."
+                               : "No passes with a step and a stage to measure the pipeline by.";
+        out += "<p class=\"empty\">" + why + "</p>\n";
         return;
     }
     out += "<p>Schedule " + html_escape(b.schedule) +
-           "; bubble as a fraction of busy time: theory (p−1)/m = " + fixed(b.theory_fraction, 3) +
-           ", measured " + fixed(b.mean_measured_fraction, 3) +
+           "; bubble as a fraction of busy time: theory (p−1)/m = " + figure(b.theory_fraction, 3) +
+           ", measured " + figure(b.mean_measured_fraction, 3) +
            " (mean over pipelines and steps).</p>\n";
     struct Sum {
         std::int64_t n = 0, busy = 0, bubble = 0, warmup = 0, unequal = 0, other = 0, previous = 0,
@@ -762,27 +867,41 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
     for (const auto& [stage, s] : by_stage) {
         const double n = double(std::max<std::int64_t>(s.n, 1));
         table.add({int_cell(stage), duration_cell(s.busy / n), duration_cell(s.bubble / n),
-                   fixed_cell(s.busy > 0 ? double(s.bubble) / double(s.busy) : 0.0, 3),
+                   fixed_cell(s.busy > 0 ? double(s.bubble) / double(s.busy) : std::nan(""), 3),
                    percent_cell(double(s.warmup), double(s.bubble)),
                    percent_cell(double(s.unequal), double(s.bubble)),
                    percent_cell(double(s.other), double(s.bubble)), duration_cell(s.previous / n),
                    duration_cell(s.next / n)});
     }
     table.render(out);
-    // Per step: measured against replayed and theory, mean over the step's pipelines.
-    std::map<std::int32_t, std::tuple<double, double, int>> by_step;
+    // Per step: measured against replayed and theory, mean over the step's pipelines that
+    // have each figure.
+    struct StepFractions {
+        int pipelines = 0;
+        double measured = 0, replay = 0;
+        int measured_count = 0, replay_count = 0;
+    };
+    std::map<std::int32_t, StepFractions> by_step;
     for (const auto& p : b.pipelines) {
-        auto& [measured, replay, n] = by_step[p.step];
-        measured += p.measured_fraction;
-        replay += p.replay_fraction;
-        ++n;
+        StepFractions& f = by_step[p.step];
+        ++f.pipelines;
+        if (p.measured_fraction) {
+            f.measured += *p.measured_fraction;
+            ++f.measured_count;
+        }
+        if (p.replay_fraction) {
+            f.replay += *p.replay_fraction;
+            ++f.replay_count;
+        }
     }
+    const auto mean = [](double sum, int n) { return n > 0 ? sum / n : std::nan(""); };
     Table steps("bubble_steps",
                 {"step", "pipelines", "measured fraction", "replay fraction", "theory (p−1)/m"});
-    for (const auto& [step, v] : by_step) {
-        const auto& [measured, replay, n] = v;
-        steps.add({int_cell(step), int_cell(n), fixed_cell(measured / n, 3),
-                   fixed_cell(replay / n, 3), fixed_cell(b.theory_fraction, 3)});
+    for (const auto& [step, f] : by_step) {
+        steps.add({int_cell(step), int_cell(f.pipelines),
+                   fixed_cell(mean(f.measured, f.measured_count), 3),
+                   fixed_cell(mean(f.replay, f.replay_count), 3),
+                   figure_cell(b.theory_fraction, 3)});
     }
     out += "<details><summary>per step</summary>";
     steps.render(out);
@@ -793,25 +912,39 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
     const auto& cp = run.analysis.cp_load;
     out += heading(index, "cp-load", "CP attention load") + "\n";
     if (cp.groups.empty()) {
-        out +=
-            "<p class=\"empty\">No context parallelism (cp = " + std::to_string(cp.cp) + ").</p>\n";
+        const std::string why =
+            !cp.cp
+                ? "No CP groups: the grid is unknown (the ranks have no DP/TP/PP/CP coordinates)."
+            : *cp.cp <= 1 ? "No context parallelism (cp = 1)."
+                          : "No CP group with passes or held work.";
+        out += "<p class=\"empty\">" + why + "</p>\n";
         return;
     }
     out += "<p>" + std::to_string(cp.groups.size()) +
            " CP groups (step × micro-batch × group), sharding " +
            html_escape(or_unknown(cp.sharding)) + "; imbalance max/mean: measured " +
-           fixed(cp.mean_measured_imbalance, 3) + ", predicted " +
-           fixed(cp.mean_predicted_imbalance, 3) + ".</p>\n";
-    std::map<int, std::tuple<double, double, int>> by_cp_rank;  // attention, pairs, count
+           figure(cp.mean_measured_imbalance, 3) + ", predicted " +
+           figure(cp.mean_predicted_imbalance, 3) + ".</p>\n";
+    // Sums over the groups where the rank has the figure (a pass; a workload row).
+    struct RankSums {
+        double attention = 0, pairs = 0;
+        int attention_count = 0, pairs_count = 0;
+    };
+    std::map<int, RankSums> by_cp_rank;
     double total_attention = 0, total_pairs = 0;
     for (const auto& group : cp.groups) {
         for (const auto& r : group.ranks) {
-            auto& [attention, pairs, n] = by_cp_rank[r.cp_rank];
-            attention += double(r.attention_ns);
-            pairs += double(r.pairs);
-            ++n;
-            total_attention += double(r.attention_ns);
-            total_pairs += double(r.pairs);
+            RankSums& sums = by_cp_rank[r.cp_rank];
+            if (r.attention_ns) {
+                sums.attention += double(*r.attention_ns);
+                ++sums.attention_count;
+                total_attention += double(*r.attention_ns);
+            }
+            if (r.pairs) {
+                sums.pairs += double(*r.pairs);
+                ++sums.pairs_count;
+                total_pairs += double(*r.pairs);
+            }
         }
     }
     // Shares, so measured time and predicted pairs sit on one axis: 1/cp each when balanced.
@@ -819,10 +952,9 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
     bars.stacked = false;
     bars.series = {"measured attention share", "predicted pairs share"};
     for (const auto& [cp_rank, v] : by_cp_rank) {
-        const auto& [attention, pairs, n] = v;
         bars.categories.push_back("cp rank " + std::to_string(cp_rank));
-        bars.values.push_back({total_attention > 0 ? attention / total_attention : 0.0,
-                               total_pairs > 0 ? pairs / total_pairs : 0.0});
+        bars.values.push_back({total_attention > 0 ? v.attention / total_attention : std::nan(""),
+                               total_pairs > 0 ? v.pairs / total_pairs : std::nan("")});
     }
     out +=
         "<p class=\"caption\">Each CP rank's share of the attention time (measured) and of the "
@@ -831,8 +963,10 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
               [](double v) { return fixed(v * 100, 1) + "%"; });
     Table ranks("cp_ranks", {"cp rank", "attention (mean)", "pairs (mean)"});
     for (const auto& [cp_rank, v] : by_cp_rank) {
-        const auto& [attention, pairs, n] = v;
-        ranks.add({int_cell(cp_rank), duration_cell(attention / n), fixed_cell(pairs / n, 0)});
+        ranks.add(
+            {int_cell(cp_rank),
+             duration_cell(v.attention_count > 0 ? v.attention / v.attention_count : std::nan("")),
+             fixed_cell(v.pairs_count > 0 ? v.pairs / v.pairs_count : std::nan(""), 0)});
     }
     ranks.render(out);
     if (!cp.mean_predicted_by_sharding.empty()) {
@@ -854,8 +988,10 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
     }
     out += "<p>Copies " + html_escape(duration(double(o.copy_ns))) + ", " +
            percent(double(o.overlapped_ns), double(o.copy_ns)) + " hidden behind compute, " +
-           html_escape(duration(double(o.exposed_ns))) + " exposed, " + fixed(o.bandwidth_gb_s, 2) +
-           " GB/s. Smallest chunk that hides its copy: " +
+           html_escape(duration(double(o.exposed_ns))) + " exposed, " +
+           (o.bandwidth_gb_s ? fixed(*o.bandwidth_gb_s, 2) + " GB/s"
+                             : std::string("bandwidth unknown")) +
+           ". Smallest chunk that hides its copy: " +
            (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
                                       : std::string("unknown")) +
            (o.chunk_note.empty() ? "" : " (" + html_escape(o.chunk_note) + ")") + ".</p>\n";
@@ -874,7 +1010,7 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
                    duration_cell(double(r.overlapped_ns)), duration_cell(double(r.exposed_ns)),
                    duration_cell(double(r.host_to_device_ns)),
                    duration_cell(double(r.device_to_host_ns)), int_cell(r.bytes),
-                   fixed_cell(r.bandwidth_gb_s, 2)});
+                   figure_cell(r.bandwidth_gb_s, 2)});
     }
     table.render(out);
 }
@@ -887,14 +1023,18 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
         out += "<p class=\"empty\">No passes: nothing to compare across ranks.</p>\n";
     } else {
         out += "<p>Compute imbalance across ranks (max/mean per step, mean over steps): measured " +
-               fixed(im.compute_imbalance, 3) + ", predicted " + fixed(im.predicted_imbalance, 3) +
-               " (" + (im.predicted_is_time ? "cost model" : "causal pairs") + ").</p>\n";
+               figure(im.compute_imbalance, 3) + ", predicted " +
+               figure(im.predicted_imbalance, 3) +
+               (im.has_prediction
+                    ? std::string(im.predicted_is_time ? " (cost model)" : " (causal pairs)")
+                    : std::string(" (no predicted work)")) +
+               ".</p>\n";
         const auto time = [](double v) { return duration(v); };
         const auto pairs = [](double v) { return fixed(v, 0) + " pairs"; };
         out += "<p class=\"caption\">Measured compute per rank and step.</p>";
         heatmap(out, "heatmap_compute", index, "measured compute per rank and step",
                 im.compute_by_step, "step", options, time);
-        if (!im.predicted_by_step.rows.empty()) {
+        if (im.has_prediction) {
             out += std::string("<p class=\"caption\">Predicted work per rank and step (") +
                    (im.predicted_is_time ? "cost model, time" : "causal pairs") + ").</p>";
             if (im.predicted_is_time) {
@@ -919,8 +1059,11 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
         for (const auto& step : im.by_microbatch) {
             if (step.step == worst_step && !step.compute_ns.rows.empty()) {
                 out += "<p class=\"caption\">Measured compute per rank and micro-batch in step " +
-                       std::to_string(step.step) + ", the least balanced (max/mean " +
-                       fixed(degree[worst], 3) + ").</p>";
+                       std::to_string(step.step) +
+                       (!degree.empty() && std::isfinite(degree[worst])
+                            ? ", the least balanced (max/mean " + fixed(degree[worst], 3) + ")"
+                            : std::string()) +
+                       ".</p>";
                 heatmap(out, "heatmap_microbatch", index, "compute per rank and micro-batch",
                         step.compute_ns, "micro-batch", options, time);
             }
@@ -1066,6 +1209,9 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
         double step_sum = 0;
         int steps = 0;
         for (const auto& [step, s] : breakdown_by_step(a)) {
+            if (step.whole_trace) {
+                continue;  // a whole trace is no step
+            }
             step_sum += double(s.max_wall);
             ++steps;
         }
@@ -1083,12 +1229,13 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
         bars.values.push_back({step_ns, measured, predicted});
         table.add({text_cell(label), text_cell(or_unknown(a.config.balancer)),
                    text_cell(or_unknown(a.config.cp_shard)),
-                   text_cell(or_unknown(a.config.schedule)), text_cell(analysis::describe_grid(a.config)),
-                   duration_cell(step_ns), duration_cell(measured), duration_cell(predicted),
-                   percent_cell(error, 1), fixed_cell(a.imbalance.compute_imbalance, 3),
-                   fixed_cell(a.imbalance.predicted_imbalance, 3),
-                   fixed_cell(a.bubbles.mean_measured_fraction, 3),
-                   fixed_cell(a.cp_load.mean_measured_imbalance, 3)});
+                   text_cell(or_unknown(a.config.schedule)),
+                   text_cell(analysis::describe_grid(a.config)), duration_cell(step_ns),
+                   duration_cell(measured), duration_cell(predicted), percent_cell(error, 1),
+                   figure_cell(a.imbalance.compute_imbalance, 3),
+                   figure_cell(a.imbalance.predicted_imbalance, 3),
+                   figure_cell(a.bubbles.mean_measured_fraction, 3),
+                   figure_cell(a.cp_load.mean_measured_imbalance, 3)});
     }
     bar_chart(out, "comparison", -1, "predicted against measured", bars,
               [](double v) { return duration(v); });

@@ -17,19 +17,31 @@ void TextTable::add_row(std::vector<std::string> cells) {
     rows_.push_back(std::move(cells));
 }
 
+namespace {
+
+// Columns a cell takes on a terminal: one per UTF-8 character, so that "—", "−" and "²"
+// (three and two bytes) line up with ASCII. Wide (CJK) characters are not measured.
+std::size_t display_width(const std::string& text) {
+    return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+        return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    }));
+}
+
+}  // namespace
+
 std::string TextTable::render(const std::string& indent) const {
     std::vector<std::size_t> widths(headers_.size());
     for (std::size_t c = 0; c < headers_.size(); ++c) {
-        widths[c] = headers_[c].size();
+        widths[c] = display_width(headers_[c]);
         for (const auto& row : rows_) {
-            widths[c] = std::max(widths[c], row[c].size());
+            widths[c] = std::max(widths[c], display_width(row[c]));
         }
     }
     std::string out;
     auto render_row = [&](const std::vector<std::string>& cells) {
         std::string line = indent;
         for (std::size_t c = 0; c < cells.size(); ++c) {
-            const std::string padding(widths[c] - cells[c].size(), ' ');
+            const std::string padding(widths[c] - display_width(cells[c]), ' ');
             if (c > 0) {
                 line += "  ";
             }

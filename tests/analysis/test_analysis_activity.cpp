@@ -128,7 +128,7 @@ private slots:
         QCOMPARE(result.ranks[0].copies, std::int64_t(2));
         QCOMPARE(result.ranks[0].copy_ns, std::int64_t(150));
         QCOMPARE(result.ranks[0].bytes, std::int64_t(1500));
-        QCOMPARE(result.bandwidth_gb_s, 10.0);
+        QCOMPARE(result.bandwidth_gb_s.value(), 10.0);
         QVERIFY(is_offload_copy(copy(trace, copies, CopyKind::device_to_host, 0, 1, 1)));
         QVERIFY(!is_offload_copy(copy(trace, copies, CopyKind::host_to_host, 0, 1, 1)));
     }

@@ -60,10 +60,10 @@ private slots:
         trace.finish();
         const auto result = analyze_bubbles(trace, find_passes(trace));
         QCOMPARE(result.schedule, std::string("gpipe"));
-        QCOMPARE(result.theory_fraction, 0.5);
+        QCOMPARE(result.theory_fraction.value(), 0.5);
         QCOMPARE(result.pipelines.size(), 1u);
         QCOMPARE(result.pipelines[0].window_ns, 90);
-        QCOMPARE(result.pipelines[0].measured_fraction, 0.5);
+        QCOMPARE(result.pipelines[0].measured_fraction.value(), 0.5);
         QCOMPARE(result.stages.size(), 2u);
         for (const auto& stage : result.stages) {
             QCOMPARE(stage.busy_ns, 60);
@@ -100,12 +100,12 @@ private slots:
             QCOMPARE(stage.window_ns, 210);
             QCOMPARE(stage.busy_ns, 120);
             QCOMPARE(stage.bubble_ns, 90);
-            QCOMPARE(stage.bubble_fraction, 0.75);
+            QCOMPARE(stage.bubble_fraction.value(), 0.75);
             QCOMPARE(stage.warmup_cooldown_ns, 60);
             QCOMPARE(stage.unequal_microbatch_ns, 30);
             QCOMPARE(stage.other_ns, 0);
         }
-        QCOMPARE(result.pipelines[0].replay_fraction, 0.75);
+        QCOMPARE(result.pipelines[0].replay_fraction.value(), 0.75);
     }
 
     // The same equal timeline stretched by a 5 ns hand-over at each of the 2 forward and 2

@@ -46,7 +46,7 @@ private slots:
         QCOMPARE(rank.exposed_ns, 60);
         QCOMPARE(rank.host_to_device_ns, 100);
         QCOMPARE(rank.device_to_host_ns, 10);
-        QCOMPARE(rank.bandwidth_gb_s, 10.0);
+        QCOMPARE(rank.bandwidth_gb_s.value(), 10.0);
         QVERIFY(!result.min_hidden_chunk_tokens);  // no cost model
     }
 

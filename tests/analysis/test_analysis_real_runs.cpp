@@ -89,7 +89,7 @@ private slots:
     void bubblesHaveTheirTheoryAndParts() {
         const auto& bubbles = analysis_.bubbles;
         QCOMPARE(bubbles.schedule, std::string("gpipe"));
-        QCOMPARE(bubbles.theory_fraction, double(kStages - 1) / kMicrobatches);
+        QCOMPARE(bubbles.theory_fraction.value(), double(kStages - 1) / kMicrobatches);
         QCOMPARE(bubbles.pipelines.size(), std::size_t{kSteps});
         QCOMPARE(bubbles.stages.size(), std::size_t{kSteps * kStages});
         for (const auto& stage : bubbles.stages) {
@@ -97,7 +97,7 @@ private slots:
                      stage.bubble_ns);
             QVERIFY(stage.busy_ns > 0);
             QVERIFY(stage.busy_ns <= stage.window_ns);
-            QCOMPARE(stage.rank, stage.stage);  // picotron order, pp only
+            QCOMPARE(stage.rank.value(), stage.stage);  // picotron order, pp only
             if (stage.stage == 0) {
                 QCOMPARE(stage.wait_on_previous_ns, 0);  // no stage before the first
             }

@@ -1,6 +1,9 @@
 // The `fulcrum` command line, end to end: real processes, real files, output compared with
 // golden files by `diff -u`. Set FULCRUM_UPDATE_GOLDEN=1 to rewrite the golden files after a
 // deliberate change, and review the diff before committing it.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -99,6 +102,84 @@ private slots:
         QFile json(work_.filePath("analysis.json"));
         QVERIFY(json.open(QIODevice::ReadOnly));
         QVERIFY(json.readAll().startsWith("{\"version\":1,\"run\":{"));
+    }
+
+    // An imported PyTorch-profiler trace (two ranks, ProfilerStep#0 and #1, an NCCL
+    // all-reduce, no coordinates, no workload): every figure nothing was measured or predicted
+    // for is "—" in the tables and null in the JSON, and the notes say why.
+    void analyzeImportedTrace() {
+        for (const char* name : {"rank0.json", "rank1.json"}) {
+            QFile::remove(work_.filePath(name));
+            QVERIFY(
+                QFile::copy(QStringLiteral(FULCRUM_SOURCE_DIR "/tests/import/kineto/data/") + name,
+                            work_.filePath(name)));
+        }
+        QString text = transcript({"import", "rank0.json", "rank1.json", "-o", "imported.fulcrum"});
+        text += transcript({"info", "imported.fulcrum"});
+        text += transcript({"analyze", "imported.fulcrum"});
+        text += transcript({"analyze", "imported.fulcrum", "--json", "-o", "imported.json"});
+        // The same rank 0 without its ProfilerStep ranges: one window over its whole trace.
+        QFile rank0(work_.filePath("rank0.json"));
+        QVERIFY(rank0.open(QIODevice::ReadOnly));
+        QByteArray without_steps;
+        for (const QByteArray& line : rank0.readAll().split('\n')) {
+            if (!line.contains("ProfilerStep")) {
+                without_steps += line + '\n';
+            }
+        }
+        QFile nosteps(work_.filePath("nosteps.json"));
+        QVERIFY(nosteps.open(QIODevice::WriteOnly));
+        nosteps.write(without_steps);
+        nosteps.close();
+        text += transcript({"import", "nosteps.json", "-o", "nosteps.fulcrum"});
+        text += transcript({"analyze", "nosteps.fulcrum"});
+        expect_golden("analyze-imported.txt", text);
+        QVERIFY(!text.contains("imbalance 1.000"));
+        QVERIFY(!text.contains("predicted 1.000"));
+        QVERIFY(text.contains("setup    schedule —, balancer —, cp sharding —, micro-batches —"));
+        QVERIFY(text.contains("whole trace"));
+
+        QFile file(work_.filePath("imported.json"));
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QJsonObject root = QJsonDocument::fromJson(file.readAll()).object();
+        const auto at = [&](const QStringList& path) {
+            QJsonValue value = root;
+            for (const QString& key : path) {
+                value =
+                    value.isArray() ? value.toArray().at(key.toInt()) : value.toObject().value(key);
+            }
+            return value;
+        };
+        // Unknown: the grid, names, micro-batches, every figure of passes and workload.
+        for (const QStringList& path :
+             std::initializer_list<QStringList>{{"run", "dp"},
+                                                {"run", "tp"},
+                                                {"run", "pp"},
+                                                {"run", "cp"},
+                                                {"run", "schedule"},
+                                                {"run", "balancer"},
+                                                {"run", "cp_shard"},
+                                                {"run", "microbatches"},
+                                                {"bubbles", "schedule"},
+                                                {"bubbles", "theory_fraction"},
+                                                {"bubbles", "mean_measured_fraction"},
+                                                {"cp_load", "sharding"},
+                                                {"cp_load", "cp"},
+                                                {"cp_load", "mean_measured_imbalance"},
+                                                {"cp_load", "mean_predicted_imbalance"},
+                                                {"imbalance", "predicted_unit"},
+                                                {"imbalance", "compute_imbalance"},
+                                                {"imbalance", "predicted_imbalance"},
+                                                {"cost_model"},
+                                                {"offload", "min_hidden_chunk_tokens"}}) {
+            QVERIFY2(at(path).isNull(), qPrintable(path.join('.') + " is not null"));
+        }
+        // Known: the step windows (ProfilerStep#N), the copies, the stragglers of the
+        // all-reduce both ranks ran.
+        QCOMPARE(at({"step_breakdown", "0", "step"}).toInt(-1), 0);
+        QCOMPARE(at({"step_breakdown", "0", "whole_trace"}).toBool(true), false);
+        QVERIFY(at({"offload", "bandwidth_gb_s"}).toDouble() > 0);
+        QCOMPARE(at({"imbalance", "stragglers"}).toArray().size(), 1);
     }
 
     void badInputAndOptions() {

@@ -1,8 +1,12 @@
 // The HTML report on a hand-built run whose every name is an injection attempt: the escaping
 // in the bytes, then the page in headless Chromium (nothing injected runs, the page's own
-// scripts do, every chart has its marks), and the caps that keep a large run's report small.
+// scripts do, every chart has its marks), an imported trace that must show no figure nothing was
+// measured for, and the caps that keep a large run's report small.
+#include <QRegularExpression>
+#include <QTemporaryDir>
 #include <QtTest>
 
+#include "core/import/importer.h"
 #include "core/report/html_report.h"
 #include "tests/report/chromium.h"
 
@@ -76,6 +80,23 @@ report::ReportRun hostile_report_run() {
     log.push_back({"trace.json", 4, "bad record", std::string(2000, 'x') + "é"});
     return report::make_report_run("/tmp/<b>bold</b>.fulcrum", trace, std::move(*analysis),
                                    std::move(log));
+}
+
+// The text of every <td> of the table `name` (data-table), in order, tags stripped.
+QStringList table_cells(const std::string& html, const std::string& name) {
+    const std::size_t start = html.find("data-table=\"" + name + "\"");
+    const std::size_t end = html.find("</table>", start);
+    QStringList cells;
+    if (start == std::string::npos || end == std::string::npos) {
+        return cells;
+    }
+    const QString table = QString::fromStdString(html.substr(start, end - start));
+    static const QRegularExpression cell(QStringLiteral("<td[^>]*>(.*?)</td>"));
+    static const QRegularExpression tag(QStringLiteral("<[^>]*>"));
+    for (const auto& match : cell.globalMatch(table)) {
+        cells << match.captured(1).remove(tag);
+    }
+    return cells;
 }
 
 QString write_file(const QString& path, const std::string& content) {
@@ -177,6 +198,50 @@ private slots:
         // The ranks that dropped records or stopped early are listed.
         QVERIFY(
             dom.contains("1 of 2 ranks incomplete or with dropped records; 17 records dropped"));
+    }
+
+    // An imported PyTorch-profiler trace (tests/import/kineto/data, two ranks): no workload,
+    // no passes, no coordinates, no run.config model. Nothing in the report stands for what
+    // was not measured: "—" in the figures, "unknown" for the model, and the clock row says
+    // the ranks were aligned by their UTC offsets instead of printing the offset as a shift.
+    void importedRunShowsNoInventedFigures() {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("imported.fulcrum").toStdString();
+        const std::string data = FULCRUM_SOURCE_DIR "/tests/import/kineto/data/";
+        auto imported = importer::import_files({data + "rank0.json", data + "rank1.json"}, path);
+        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
+        auto run = report::load_report_run(path);
+        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
+        const std::string html = report::html_report({*run});
+
+        // Predicted against measured: compute imbalance, predicted imbalance, bubble fraction
+        // and CP imbalance have nothing behind them.
+        const QStringList comparison = table_cells(html, "comparison");
+        QCOMPARE(comparison.size(), 13);
+        for (int column : {7, 8, 9, 10, 11, 12}) {
+            QCOMPARE(comparison[column], QStringLiteral("—"));
+        }
+        QCOMPARE(comparison[5], QStringLiteral("1.000 ms"));  // the slowest rank's step: known
+        // The ranks: coordinates unknown, host unknown, clock aligned by UTC offset.
+        const QStringList ranks = table_cells(html, "ranks");
+        QCOMPARE(ranks.size(), 2 * 12);
+        for (int rank = 0; rank < 2; ++rank) {
+            for (int column : {1, 4, 5, 6, 7}) {
+                QCOMPARE(ranks[rank * 12 + column], QStringLiteral("—"));
+            }
+            QCOMPARE(ranks[rank * 12 + 10], QStringLiteral("UTC offset (host clock)"));
+            QCOMPARE(ranks[rank * 12 + 11], QStringLiteral("— (aligned by UTC offset)"));
+        }
+        QVERIFY(html.find("<tr><th>model</th><td>unknown</td></tr>") != std::string::npos);
+        QVERIFY(html.find("<tr><th>data</th><td>unknown</td></tr>") != std::string::npos);
+        for (const char* invented : {"layers 0", "hidden 0", "dp -1", ">-1<", "1.000<", "0.000<",
+                                     "-1.000 ms", "-500.000 us"}) {
+            QVERIFY2(html.find(invented) == std::string::npos, invented);
+        }
+        // What was there is there, and the notes say what was not.
+        QCOMPARE(table_cells(html, "breakdown").size(), 2 * 9);
+        QVERIFY(html.find("no workload table") != std::string::npos);
+        QVERIFY(html.find("No pipeline: the grid is unknown") != std::string::npos);
     }
 
     // A run far larger than a screen: heatmaps average neighbours into at most the cap.

@@ -44,7 +44,7 @@ bool any_finite(const analysis::Matrix& m) {
 
 template <typename Rows, typename Key>
 int distinct(const Rows& rows, Key key) {
-    std::set<long long> seen;
+    std::set<decltype(key(*rows.begin()))> seen;
     for (const auto& row : rows) {
         seen.insert(key(row));
     }

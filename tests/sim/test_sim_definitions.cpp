@@ -68,9 +68,11 @@ private slots:
         const SimulationResult simulated = must(simulate_to_file(config, output));
         const analysis::RunAnalysis analysed = analyse(output.path);
         QVERIFY(simulated.mean_bubble_fraction > 0);
-        QVERIFY2(std::abs(analysed.bubbles.mean_measured_fraction - simulated.mean_bubble_fraction) < 0.01,
+        QVERIFY(analysed.bubbles.mean_measured_fraction);
+        QVERIFY2(std::abs(*analysed.bubbles.mean_measured_fraction -
+                          simulated.mean_bubble_fraction) < 0.01,
                  qPrintable(QString("analyze %1, simulate %2")
-                                .arg(analysed.bubbles.mean_measured_fraction)
+                                .arg(*analysed.bubbles.mean_measured_fraction)
                                 .arg(simulated.mean_bubble_fraction)));
     }
 };

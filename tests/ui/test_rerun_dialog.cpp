@@ -4,6 +4,7 @@
 #include <QComboBox>
 #include <QDirIterator>
 #include <QElapsedTimer>
+#include <QLabel>
 #include <QSettings>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -84,6 +85,31 @@ private slots:
                      args.contains("--schedule gpipe") && args.contains("--micro-batches 4"),
                  qPrintable(args));
         QVERIFY(QFileInfo(dialog->program()).isExecutable());
+    }
+
+    // An imported run has no grid: the dialog says so instead of "DP 1 × TP 1 × PP 1 × CP 1".
+    void dialog_says_when_the_grid_is_unknown() {
+        analysis::RunTrace trace;
+        trace.run.origin = RunOrigin::imported;
+        for (int rank = 0; rank < 2; ++rank) {
+            RankInfo info;
+            info.rank = rank;
+            trace.add_rank(info);
+        }
+        trace.finish();
+        QVERIFY(!trace.config.grid_known);
+        auto run = std::make_shared<views::OpenedRun>();
+        run->title = QStringLiteral("imported");
+        run->trace = std::make_shared<const analysis::RunTrace>(std::move(trace));
+        RerunDialog dialog(run, nullptr, QStringLiteral(FULCRUM_BINARY_DIR "/app/ui"));
+        QString summary;
+        for (const QLabel* label : dialog.findChildren<QLabel*>()) {
+            if (label->text().startsWith(QStringLiteral("<b>imported</b>"))) {
+                summary = label->text();
+            }
+        }
+        QVERIFY2(summary.contains(QStringLiteral("grid unknown")), qPrintable(summary));
+        QVERIFY2(!summary.contains(QStringLiteral("DP 1")), qPrintable(summary));
     }
 
     void rerun_opens_in_compare() {

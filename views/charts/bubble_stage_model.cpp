@@ -6,7 +6,8 @@ namespace fulcrum::views {
 
 BubbleStageModel::BubbleStageModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void BubbleStageModel::set_stages(std::vector<analysis::StageBubble> stages, double theory) {
+void BubbleStageModel::set_stages(std::vector<analysis::StageBubble> stages,
+                                  std::optional<double> theory) {
     beginResetModel();
     stages_ = std::move(stages);
     theory_ = theory;
@@ -26,11 +27,15 @@ QVariant BubbleStageModel::data(const QModelIndex& index, int role) const {
         return {};
     }
     const auto& s = stages_[static_cast<std::size_t>(index.row())];
-    double value = 0;
+    // Absent: a stage without passes has no rank and no fraction.
+    std::optional<double> value;
     bool is_time = true;
     switch (static_cast<Column>(index.column())) {
         case stage: value = s.stage; is_time = false; break;
-        case rank: value = s.rank; is_time = false; break;
+        case rank:
+            if (s.rank) value = *s.rank;
+            is_time = false;
+            break;
         case measured_fraction: value = s.bubble_fraction; is_time = false; break;
         case theory_fraction: value = theory_; is_time = false; break;
         case bubble: value = static_cast<double>(s.bubble_ns); break;
@@ -41,14 +46,15 @@ QVariant BubbleStageModel::data(const QModelIndex& index, int role) const {
         case wait_on_next: value = static_cast<double>(s.wait_on_next_ns); break;
         case column_count: return {};
     }
-    if (role == ValueRole) return value;
+    if (role == ValueRole) return value ? QVariant(*value) : QVariant();
     if (role == Qt::TextAlignmentRole) {
         return QVariant::fromValue(Qt::Alignment(Qt::AlignRight | Qt::AlignVCenter));
     }
     if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
-    if (index.column() == stage || index.column() == rank) return QString::number(value);
-    if (!is_time) return charts::format_percent(value);
-    return charts::format_ms(value);
+    if (!value) return charts::kUnknown;
+    if (index.column() == stage || index.column() == rank) return QString::number(*value);
+    if (!is_time) return charts::format_percent(*value);
+    return charts::format_ms(*value);
 }
 
 QVariant BubbleStageModel::headerData(int section, Qt::Orientation orientation, int role) const {

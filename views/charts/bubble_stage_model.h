@@ -4,6 +4,7 @@
 #pragma once
 
 #include <QAbstractTableModel>
+#include <optional>
 #include <vector>
 
 #include "core/analysis/bubbles.h"
@@ -26,14 +27,14 @@ public:
         wait_on_next,
         column_count
     };
-    // Qt::DisplayRole is the formatted figure; ValueRole the number (fractions as fractions,
-    // times in ns), for sorting and tests.
+    // Qt::DisplayRole is the formatted figure ("—" where there is none); ValueRole the number
+    // (fractions as fractions, times in ns), for sorting and tests, invalid where there is none.
     enum Role { ValueRole = Qt::UserRole + 1 };
 
     explicit BubbleStageModel(QObject* parent = nullptr);
 
     // `stages` of one pipeline and step, by stage; `theory` is the pipeline's (p−1)/m.
-    void set_stages(std::vector<analysis::StageBubble> stages, double theory);
+    void set_stages(std::vector<analysis::StageBubble> stages, std::optional<double> theory);
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
@@ -43,7 +44,7 @@ public:
 
 private:
     std::vector<analysis::StageBubble> stages_;
-    double theory_ = 0;
+    std::optional<double> theory_;
 };
 
 }  // namespace fulcrum::views

@@ -119,16 +119,21 @@ void BubbleView::set_run(RunPtr run) {
     run_ = std::move(run);
     passes_.clear();
     shown_.clear();
-    model_->set_stages({}, 0);
+    model_->set_stages({}, std::nullopt);
     const QString missing = charts::missing_analysis(run_);
     if (!missing.isEmpty()) {
         stack_->show_message(missing);
         return;
     }
     if (run_->analysis->bubbles.pipelines.empty()) {
+        const auto& config = run_->analysis->config;
         stack_->show_message(
-            tr("This run has no pipeline passes to chart (no forward/backward ranges with a "
-               "step and a stage)."));
+            !config.grid_known
+                ? tr("This run has no pipeline to chart. %1").arg(charts::no_grid_reason())
+            : config.pp <= 1
+                ? tr("This run has no pipeline (pp = 1): there are no pipeline bubbles.")
+                : tr("This run has no pipeline passes to chart (no forward/backward ranges "
+                     "with a step and a stage)."));
         return;
     }
     // The bars are the passes the bubble analysis was computed from (the same function).
@@ -199,7 +204,8 @@ void BubbleView::draw() {
     }
     std::sort(stages.begin(), stages.end(),
               [](const auto& a, const auto& b) { return a.stage < b.stage; });
-    model_->set_stages(stages, pipeline ? pipeline->theory_fraction : bubbles.theory_fraction);
+    model_->set_stages(
+        stages, pipeline ? std::optional(pipeline->theory_fraction) : bubbles.theory_fraction);
     if (!pipeline) {
         summary_->setText(tr("No pipeline of step %1 at %2.").arg(step).arg(
             pipeline_label({dp, cp, tp})));
@@ -220,7 +226,7 @@ void BubbleView::draw() {
     std::int64_t end = std::numeric_limits<std::int64_t>::min();
     for (const auto& s : stages) {
         for (const auto& pass : passes_) {
-            if (pass.rank == s.rank && pass.step == step) {
+            if (s.rank && pass.rank == *s.rank && pass.step == step) {
                 shown_.push_back(pass);
                 start = std::min(start, pass.start_ns);
                 end = std::max(end, pass.end_ns);
@@ -233,7 +239,9 @@ void BubbleView::draw() {
     QFont label_font = gantt_->font();
     label_font.setPointSizeF(label_font.pointSizeF() * 0.85);
     for (const auto& s : stages) {
-        ticker->addTick(s.stage, tr("stage %1\nrank %2").arg(s.stage).arg(s.rank));
+        ticker->addTick(s.stage, tr("stage %1\nrank %2")
+                                     .arg(s.stage)
+                                     .arg(s.rank ? QString::number(*s.rank) : charts::kUnknown));
         if (shown_.empty()) continue;
         // The whole window in the bubble colour behind the bars: what shows between them is idle.
         auto* idle = new QCPItemRect(gantt_);
@@ -252,7 +260,8 @@ void BubbleView::draw() {
     // Inside a pass, the pipeline receives are the stage waiting on its neighbour: bubble too
     // (busy = wall − pipeline receive time), so they are shaded over the bar, where they were.
     for (const auto& s : stages) {
-        const analysis::RankTrace* rank = run_->trace ? run_->trace->find_rank(s.rank) : nullptr;
+        const analysis::RankTrace* rank =
+            run_->trace && s.rank ? run_->trace->find_rank(*s.rank) : nullptr;
         if (!rank || shown_.empty()) continue;
         for (const auto& lane : rank->lanes) {
             for (const auto& event : lane.events) {
@@ -291,12 +300,13 @@ void BubbleView::draw() {
     QVector<double> keys, warmup, unequal, other;
     auto stage_ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (const auto& s : stages) {
-        const double busy = s.busy_ns > 0 ? static_cast<double>(s.busy_ns) : 1.0;
+        stage_ticker->addTick(s.stage, QString::number(s.stage));
+        if (s.busy_ns <= 0) continue;  // never busy: no fraction, no bar
+        const double busy = static_cast<double>(s.busy_ns);
         keys << s.stage;
         warmup << static_cast<double>(s.warmup_cooldown_ns) / busy;
         unequal << static_cast<double>(s.unequal_microbatch_ns) / busy;
         other << static_cast<double>(s.other_ns) / busy;
-        stage_ticker->addTick(s.stage, QString::number(s.stage));
     }
     auto make_bars = [&](const QString& name, const QVector<double>& values, const QColor& colour,
                          QCPBars* below) {
@@ -328,7 +338,7 @@ void BubbleView::draw() {
     fractions_->xAxis->setTicker(stage_ticker);
     fractions_->xAxis->setRange(-0.6, std::max<double>(0, pipeline->stages - 1) + 0.6);
     double top = pipeline->theory_fraction;
-    for (const auto& s : stages) top = std::max(top, s.bubble_fraction);
+    for (const auto& s : stages) top = std::max(top, s.bubble_fraction.value_or(0.0));
     for (int i = 0; i < keys.size(); ++i) top = std::max(top, warmup[i] + unequal[i] + other[i]);
     fractions_->yAxis->setRange(0, top * 1.25 + 1e-9);
     fractions_->replot();

@@ -45,4 +45,18 @@ QString format_percent(double fraction) {
     return QStringLiteral("%1 %").arg(fraction * 100.0, 0, 'f', 1);
 }
 
+QString format_percent(const std::optional<double>& fraction) {
+    return fraction ? format_percent(*fraction) : kUnknown;
+}
+
+QString format_fixed(const std::optional<double>& value, int decimals) {
+    return value ? QString::number(*value, 'f', decimals) : kUnknown;
+}
+
+QString no_grid_reason() {
+    return QStringLiteral(
+        "Its grid is unknown: the ranks have no DP/TP/PP/CP coordinates (an imported trace "
+        "records none).");
+}
+
 }  // namespace fulcrum::views::charts

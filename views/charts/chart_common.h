@@ -5,6 +5,7 @@
 #include <QStackedWidget>
 #include <QString>
 #include <cstdint>
+#include <optional>
 
 #include "views/common/opened_run.h"
 
@@ -27,7 +28,17 @@ private:
     QLabel* label_;
 };
 
+// What a figure shows where nothing was measured or predicted
+// (docs/analyses.md, "Unknown figures").
+inline const QString kUnknown = QStringLiteral("—");
+
 QString format_ms(double ns);       // "12.345 ms"
 QString format_percent(double fraction);  // "12.3 %"
+// The same, "—" where the analysis has no figure.
+QString format_percent(const std::optional<double>& fraction);
+QString format_fixed(const std::optional<double>& value, int decimals);  // "1.250"
+
+// Why a run has no pipeline or CP figures when its 4D grid is unknown.
+QString no_grid_reason();
 
 }  // namespace fulcrum::views::charts

@@ -29,10 +29,13 @@ double quantile(const std::vector<double>& sorted, double q) {
     return sorted[below] + (sorted[above] - sorted[below]) * (at - static_cast<double>(below));
 }
 
-// Each rank's wall time of each step (StepBreakdown::wall_ns), in ms, sorted.
+// Each rank's wall time of each step (StepBreakdown::wall_ns), in ms, sorted. A window over a
+// rank's whole trace (a run without step ranges) is no step and is left out.
 std::vector<double> step_walls_ms(const analysis::RunAnalysis& analysis) {
     std::vector<double> walls;
-    for (const auto& b : analysis.breakdown) walls.push_back(static_cast<double>(b.wall_ns()) / 1e6);
+    for (const auto& b : analysis.breakdown) {
+        if (!b.whole_trace) walls.push_back(static_cast<double>(b.wall_ns()) / 1e6);
+    }
     std::sort(walls.begin(), walls.end());
     return walls;
 }
@@ -212,13 +215,21 @@ void CompareView::draw_figures() {
     const double width = 0.8 / std::max<int>(1, static_cast<int>(runs_.size()));
     for (int i = 0; i < runs_.size(); ++i) {
         const auto& a = *runs_[i]->analysis;
-        const QVector<double> values = {a.bubbles.mean_measured_fraction, a.bubbles.theory_fraction,
-                                        a.imbalance.compute_imbalance,
-                                        a.imbalance.predicted_imbalance,
-                                        a.cp_load.mean_measured_imbalance};
+        // A figure the run does not have gets no bar (the table below says "—" and why).
+        const std::optional<double> figures[] = {
+            a.bubbles.mean_measured_fraction, a.bubbles.theory_fraction,
+            a.imbalance.compute_imbalance, a.imbalance.predicted_imbalance,
+            a.cp_load.mean_measured_imbalance};
+        QVector<double> keys, values;
+        for (int k = 0; k < 5; ++k) {
+            if (figures[k]) {
+                keys << k;
+                values << *figures[k];
+            }
+        }
         auto* bars = new QCPBars(figures_->xAxis, figures_->yAxis);
         bars->setName(runs_[i]->title);
-        bars->setData({0, 1, 2, 3, 4}, values, true);
+        bars->setData(keys, values, true);
         bars->setBrush(palette::run(i));
         bars->setPen(QPen(palette::run(i).darker(130)));
         bars->setWidth(width);
@@ -357,16 +368,20 @@ void CompareView::fill_table() {
         for (const auto& note : a.notes) notes << QString::fromStdString(note);
         const QStringList cells = {
             runs_[i]->title,
-            QString::fromStdString(a.config.balancer),
-            walls.empty() ? tr("–") : QStringLiteral("%1 ms").arg(quantile(walls, 0.5), 0, 'f', 3),
+            a.config.balancer.empty() ? charts::kUnknown
+                                      : QString::fromStdString(a.config.balancer),
+            walls.empty() ? charts::kUnknown
+                          : QStringLiteral("%1 ms").arg(quantile(walls, 0.5), 0, 'f', 3),
             charts::format_percent(a.bubbles.mean_measured_fraction),
             charts::format_percent(a.bubbles.theory_fraction),
-            QString::number(a.imbalance.compute_imbalance, 'f', 3),
-            QString::number(a.imbalance.predicted_imbalance, 'f', 3),
-            a.cp_load.cp > 1 ? QStringLiteral("%1 / %2")
-                                   .arg(a.cp_load.mean_measured_imbalance, 0, 'f', 3)
-                                   .arg(a.cp_load.mean_predicted_imbalance, 0, 'f', 3)
-                             : tr("no CP"),
+            charts::format_fixed(a.imbalance.compute_imbalance, 3),
+            charts::format_fixed(a.imbalance.predicted_imbalance, 3),
+            !a.cp_load.cp ? tr("%1 (grid unknown)").arg(charts::kUnknown)
+            : *a.cp_load.cp > 1
+                ? QStringLiteral("%1 / %2")
+                      .arg(charts::format_fixed(a.cp_load.mean_measured_imbalance, 3))
+                      .arg(charts::format_fixed(a.cp_load.mean_predicted_imbalance, 3))
+                : tr("no CP"),
             cost,
             notes.join(QStringLiteral("; "))};
         for (int c = 0; c < cells.size(); ++c) {

@@ -57,7 +57,7 @@ CpLoadView::~CpLoadView() = default;
 QString CpLoadView::message() const { return stack_->message(); }
 QString CpLoadView::summary() const { return summary_->text(); }
 
-int CpLoadView::cp_ranks() const { return measured_ ? measured_->data()->size() : 0; }
+int CpLoadView::cp_ranks() const { return cp_ranks_; }
 
 void CpLoadView::set_run(RunPtr run) {
     run_ = std::move(run);
@@ -70,11 +70,14 @@ void CpLoadView::set_run(RunPtr run) {
         return;
     }
     const auto& cp_load = run_->analysis->cp_load;
-    if (cp_load.cp <= 1 || cp_load.groups.empty()) {
-        stack_->show_message(cp_load.cp <= 1
-                                 ? tr("This run has no context parallelism (cp = 1): there is "
-                                      "no attention load to compare across CP ranks.")
-                                 : tr("This run has no CP groups with passes to compare."));
+    if (!cp_load.cp || *cp_load.cp <= 1 || cp_load.groups.empty()) {
+        stack_->show_message(
+            !cp_load.cp
+                ? tr("There is no CP attention load to compare. %1").arg(charts::no_grid_reason())
+            : *cp_load.cp <= 1
+                ? tr("This run has no context parallelism (cp = 1): there is no attention "
+                     "load to compare across CP ranks.")
+                : tr("This run has no CP groups with passes to compare."));
         draw();
         return;
     }
@@ -103,36 +106,40 @@ void CpLoadView::draw() {
     plot_->clearItems();
     measured_ = nullptr;
     predicted_ = nullptr;
+    cp_ranks_ = 0;
     summary_->clear();
     if (!run_ || !run_->analysis || group_box_->currentIndex() < 0) {
         plot_->replot();
         return;
     }
     const auto& cp_load = run_->analysis->cp_load;
+    const int cp = cp_load.cp.value_or(0);
+    cp_ranks_ = cp;
     const int group = group_box_->currentData().toInt();
 
     // Σ over the chosen groups of each CP rank's attention time and causal pairs; each drawn as
-    // its share of the total, so time and pairs share one axis (equal shares = balanced).
-    QVector<double> attention(cp_load.cp, 0.0), pairs(cp_load.cp, 0.0);
+    // its share of the total, so time and pairs share one axis (equal shares = balanced). A
+    // series with nothing behind it (no attention measured, no workload table) is not drawn.
+    QVector<double> attention(cp, 0.0), pairs(cp, 0.0);
     for (std::size_t i = 0; i < cp_load.groups.size(); ++i) {
         if (group >= 0 && static_cast<int>(i) != group) continue;
         for (const auto& r : cp_load.groups[i].ranks) {
-            if (r.cp_rank < 0 || r.cp_rank >= cp_load.cp) continue;
-            attention[r.cp_rank] += static_cast<double>(r.attention_ns);
-            pairs[r.cp_rank] += static_cast<double>(r.pairs);
+            if (r.cp_rank < 0 || r.cp_rank >= cp) continue;
+            attention[r.cp_rank] += static_cast<double>(r.attention_ns.value_or(0));
+            pairs[r.cp_rank] += static_cast<double>(r.pairs.value_or(0));
         }
     }
     double attention_total = 0, pairs_total = 0;
-    for (int i = 0; i < cp_load.cp; ++i) {
+    for (int i = 0; i < cp; ++i) {
         attention_total += attention[i];
         pairs_total += pairs[i];
     }
     QVector<double> keys, measured_share, predicted_share;
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-    for (int i = 0; i < cp_load.cp; ++i) {
+    for (int i = 0; i < cp; ++i) {
         keys << i;
-        measured_share << (attention_total > 0 ? attention[i] / attention_total : 0.0);
-        predicted_share << (pairs_total > 0 ? pairs[i] / pairs_total : 0.0);
+        if (attention_total > 0) measured_share << attention[i] / attention_total;
+        if (pairs_total > 0) predicted_share << pairs[i] / pairs_total;
         ticker->addTick(i, tr("CP rank %1").arg(i));
     }
 
@@ -147,19 +154,23 @@ void CpLoadView::draw() {
         bars->setBarsGroup(bars_group);
         return bars;
     };
-    measured_ = make_bars(tr("measured attention time"), measured_share, palette::measured());
-    predicted_ = make_bars(tr("predicted work (causal pairs)"), predicted_share,
-                           palette::predicted());
+    if (!measured_share.isEmpty()) {
+        measured_ = make_bars(tr("measured attention time"), measured_share, palette::measured());
+    }
+    if (!predicted_share.isEmpty()) {
+        predicted_ =
+            make_bars(tr("predicted work (causal pairs)"), predicted_share, palette::predicted());
+    }
     auto* even = new QCPItemStraightLine(plot_);
-    even->point1->setCoords(0, 1.0 / cp_load.cp);
-    even->point2->setCoords(1, 1.0 / cp_load.cp);
+    even->point1->setCoords(0, 1.0 / cp);
+    even->point2->setCoords(1, 1.0 / cp);
     even->setPen(QPen(palette::theory(), 1, Qt::DashLine));
 
     plot_->xAxis->setTicker(ticker);
-    plot_->xAxis->setRange(-0.6, cp_load.cp - 0.4);
-    double top = 1.0 / cp_load.cp;
-    for (int i = 0; i < cp_load.cp; ++i) {
-        top = std::max({top, measured_share[i], predicted_share[i]});
+    plot_->xAxis->setRange(-0.6, cp - 0.4);
+    double top = 1.0 / cp;
+    for (const QVector<double>* shares : {&measured_share, &predicted_share}) {
+        for (double share : *shares) top = std::max(top, share);
     }
     plot_->yAxis->setRange(0, top * 1.3);
     plot_->replot();
@@ -170,16 +181,22 @@ void CpLoadView::draw() {
     QString text = tr("Imbalance (max/mean over the CP group, mean over micro-batches): "
                       "measured %1, predicted %2 with the run's sharding (%3). Predicted "
                       "under each sharding: %4.")
-                       .arg(cp_load.mean_measured_imbalance, 0, 'f', 3)
-                       .arg(cp_load.mean_predicted_imbalance, 0, 'f', 3)
+                       .arg(charts::format_fixed(cp_load.mean_measured_imbalance, 3))
+                       .arg(charts::format_fixed(cp_load.mean_predicted_imbalance, 3))
                        .arg(sharding)
                        .arg(shardings_text(cp_load.mean_predicted_by_sharding));
     if (group >= 0) {
         const auto& g = cp_load.groups[static_cast<std::size_t>(group)];
         text += tr("\nThis micro-batch: measured %1, predicted %2; under each sharding: %3.")
-                    .arg(g.measured_imbalance, 0, 'f', 3)
-                    .arg(g.predicted_imbalance, 0, 'f', 3)
+                    .arg(charts::format_fixed(g.measured_imbalance, 3))
+                    .arg(charts::format_fixed(g.predicted_imbalance, 3))
                     .arg(shardings_text(g.predicted_by_sharding));
+    }
+    if (!measured_) {
+        text += tr("\nNo attention time was measured (no attention ranges in the passes).");
+    }
+    if (!predicted_) {
+        text += tr("\nNo work was predicted: the run has no workload table.");
     }
     summary_->setText(text);
 }

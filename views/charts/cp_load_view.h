@@ -35,9 +35,10 @@ public:
     QString message() const;  // why nothing is drawn; empty when the chart is shown
     QString summary() const;  // the imbalance figures shown above the chart
     QCustomPlot* plot() const { return plot_; }
+    // Null when the series has nothing behind it (no attention measured, no work predicted).
     QCPBars* measured_bars() const { return measured_; }
     QCPBars* predicted_bars() const { return predicted_; }
-    int cp_ranks() const;  // bars per series: the CP ranks drawn
+    int cp_ranks() const;  // the CP ranks on the x axis
 
 private:
     void draw();
@@ -49,6 +50,7 @@ private:
     QCustomPlot* plot_;
     QCPBars* measured_ = nullptr;
     QCPBars* predicted_ = nullptr;
+    int cp_ranks_ = 0;
 };
 
 }  // namespace fulcrum::views

@@ -6,6 +6,7 @@
 #include <QHBoxLayout>
 #include <QHelpEvent>
 #include <QLabel>
+#include <QStandardItemModel>
 #include <QToolTip>
 #include <QVBoxLayout>
 #include <cmath>
@@ -61,6 +62,7 @@ HeatmapView::HeatmapView(QWidget* parent)
     controls->addWidget(quantity_box_);
     controls->addWidget(new QLabel(tr("Step of the rank × micro-batch map")));
     controls->addWidget(step_box_);
+    summary_->setWordWrap(true);
     controls->addWidget(summary_, 1);
 
     for (QCustomPlot* plot : {microbatch_plot_, step_plot_}) {
@@ -102,6 +104,7 @@ HeatmapView::HeatmapView(QWidget* parent)
 HeatmapView::~HeatmapView() = default;
 
 QString HeatmapView::message() const { return stack_->message(); }
+QString HeatmapView::summary() const { return summary_->text(); }
 
 void HeatmapView::set_run(RunPtr run) {
     run_ = std::move(run);
@@ -115,6 +118,23 @@ void HeatmapView::set_run(RunPtr run) {
             }
             if (step_box_->count() > 0) step_ = step_box_->itemData(0).toInt();
         }
+    }
+    // Without a workload table nothing was predicted: the predicted and ratio maps would be
+    // empty, so they cannot be chosen, and the tooltip says why.
+    const bool predicted = run_ && run_->analysis && run_->analysis->imbalance.has_prediction;
+    if (auto* items = qobject_cast<QStandardItemModel*>(quantity_box_->model())) {
+        for (const Quantity q : {Quantity::predicted, Quantity::ratio}) {
+            QStandardItem* item = items->item(quantity_box_->findData(static_cast<int>(q)));
+            item->setEnabled(predicted);
+            item->setToolTip(predicted ? QString()
+                                       : tr("No work was predicted: the run has no workload "
+                                            "table."));
+        }
+    }
+    if (!predicted && quantity_ != Quantity::measured) {
+        const QSignalBlocker block(quantity_box_);
+        quantity_ = Quantity::measured;
+        quantity_box_->setCurrentIndex(quantity_box_->findData(static_cast<int>(quantity_)));
     }
     const QString missing = charts::missing_analysis(run_);
     if (!missing.isEmpty()) {
@@ -177,10 +197,17 @@ void HeatmapView::draw() {
                                 imbalance.predicted_is_time);
     step_map_ = charts::draw_matrix(step_plot_, scale_of(step_plot_), step_values_, tr("step"),
                                     unit(), gradient);
-    summary_->setText(tr("Imbalance (max/mean over ranks, mean over steps): compute %1, "
+    QString summary = tr("Imbalance (max/mean over ranks, mean over steps): compute %1, "
                          "predicted %2")
-                          .arg(imbalance.compute_imbalance, 0, 'f', 3)
-                          .arg(imbalance.predicted_imbalance, 0, 'f', 3));
+                          .arg(charts::format_fixed(imbalance.compute_imbalance, 3))
+                          .arg(charts::format_fixed(imbalance.predicted_imbalance, 3));
+    if (!imbalance.compute_imbalance) {
+        summary += tr(" (no step has passes on two ranks or more)");
+    }
+    if (!imbalance.has_prediction) {
+        summary += tr(" (no workload table: nothing predicted)");
+    }
+    summary_->setText(summary);
     microbatch_plot_->replot();
     step_plot_->replot();
 }

@@ -36,6 +36,7 @@ public:
 
     // For tests and the main window.
     QString message() const;  // why nothing is drawn; empty when the maps are shown
+    QString summary() const;  // the imbalance figures above the maps ("—" where unknown)
     QCustomPlot* microbatch_plot() const { return microbatch_plot_; }
     QCustomPlot* step_plot() const { return step_plot_; }
     QCPColorMap* microbatch_map() const { return microbatch_map_; }

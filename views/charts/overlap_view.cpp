@@ -85,10 +85,13 @@ void OverlapView::set_run(RunPtr run) {
         const double fraction = r.copy_ns > 0 ? static_cast<double>(r.overlapped_ns) /
                                                     static_cast<double>(r.copy_ns)
                                               : 0.0;
-        label->setText(tr("%1 overlapped\n%2 copies, %3 GB/s")
-                           .arg(charts::format_percent(fraction))
-                           .arg(r.copies)
-                           .arg(r.bandwidth_gb_s, 0, 'f', 2));
+        label->setText(
+            tr("%1 overlapped\n%2 copies, %3")
+                .arg(charts::format_percent(fraction))
+                .arg(r.copies)
+                .arg(r.bandwidth_gb_s
+                         ? tr("%1 GB/s").arg(*r.bandwidth_gb_s, 0, 'f', 2)
+                         : tr("bandwidth %1 (no copy gave its bytes)").arg(charts::kUnknown)));
     }
     plot_->xAxis->setTicker(ticker);
     plot_->xAxis->setRange(-0.6, static_cast<double>(offload.ranks.size()) - 0.4);
@@ -98,13 +101,15 @@ void OverlapView::set_run(RunPtr run) {
     const double total_fraction = offload.copy_ns > 0 ? static_cast<double>(offload.overlapped_ns) /
                                                             static_cast<double>(offload.copy_ns)
                                                       : 0.0;
-    QString text = tr("Copies %1 in all: %2 overlapped with compute (%3), %4 exposed; bandwidth "
-                      "%5 GB/s.")
-                       .arg(charts::format_ms(static_cast<double>(offload.copy_ns)))
-                       .arg(charts::format_ms(static_cast<double>(offload.overlapped_ns)))
-                       .arg(charts::format_percent(total_fraction))
-                       .arg(charts::format_ms(static_cast<double>(offload.exposed_ns)))
-                       .arg(offload.bandwidth_gb_s, 0, 'f', 2);
+    QString text =
+        tr("Copies %1 in all: %2 overlapped with compute (%3), %4 exposed; bandwidth "
+           "%5.")
+            .arg(charts::format_ms(static_cast<double>(offload.copy_ns)))
+            .arg(charts::format_ms(static_cast<double>(offload.overlapped_ns)))
+            .arg(charts::format_percent(total_fraction))
+            .arg(charts::format_ms(static_cast<double>(offload.exposed_ns)))
+            .arg(offload.bandwidth_gb_s ? tr("%1 GB/s").arg(*offload.bandwidth_gb_s, 0, 'f', 2)
+                                        : tr("%1 (no copy gave its bytes)").arg(charts::kUnknown));
     if (offload.min_hidden_chunk_tokens) {
         text += tr(" Copies hide behind attention from chunks of %1 tokens.")
                     .arg(*offload.min_hidden_chunk_tokens);

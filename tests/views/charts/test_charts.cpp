@@ -2,11 +2,14 @@
 // each view rendered offscreen at 1200×800 and checked for content at pixels taken from the
 // plots' own axes, plus hand-built runs for what the fixture lacks (copies, cp = 1) and for
 // missing data (no run, failed analysis).
-#include <QAbstractItemModelTester>
-#include <QSignalSpy>
-#include <QTableView>
-#include <QtTest>
 #include <qcustomplot.h>
+#include <QAbstractItemModelTester>
+#include <QComboBox>
+#include <QSignalSpy>
+#include <QStandardItemModel>
+#include <QTableView>
+#include <QTableWidget>
+#include <QtTest>
 
 #include "core/analysis/run_analysis.h"
 #include "views/charts/bubble_stage_model.h"
@@ -55,6 +58,38 @@ RunPtr copying_run() {
     run->trace = std::make_shared<const analysis::RunTrace>(std::move(trace));
     run->analysis = std::make_shared<const analysis::RunAnalysis>(std::move(*analysed));
     return run;
+}
+
+RunPtr opened(analysis::RunTrace trace, const QString& title) {
+    trace.finish();
+    auto analysed = analysis::analyze_run(trace);
+    if (!analysed)
+        qFatal("analysis failed: %s", analysed.error().message.c_str());
+    auto run = std::make_shared<OpenedRun>();
+    run->title = title;
+    run->trace = std::make_shared<const analysis::RunTrace>(std::move(trace));
+    run->analysis = std::make_shared<const analysis::RunAnalysis>(std::move(*analysed));
+    return run;
+}
+
+// As an imported trace with forward/backward annotations has it: `ranks` ranks without 4D
+// coordinates, no run.config, no workload table. Each rank's step 0 has one forward and one
+// backward pass (rank r: 100·(r + 1) and 200·(r + 1) ns), so compute is measured; nothing is
+// predicted, and no pipeline or CP group can be formed.
+RunPtr unannotated_grid_run(int ranks) {
+    analysis::RunTrace trace;
+    for (int r = 0; r < ranks; ++r) {
+        RankInfo info;
+        info.rank = r;
+        trace.add_rank(info);
+        auto& lane = trace.add_lane(r, LaneKind::host_thread, "main");
+        trace.add_range(lane, "step", Category::schedule, 0, 1000, 0);
+        trace.add_range(lane, "forward", Category::compute, 0, 100 * (r + 1), 0, 0, -1,
+                        Phase::forward);
+        trace.add_range(lane, "backward", Category::compute, 300, 300 + 200 * (r + 1), 0, 0, -1,
+                        Phase::backward);
+    }
+    return opened(std::move(trace), QStringLiteral("imported %1").arg(ranks));
 }
 
 RunPtr failed_run() {
@@ -134,7 +169,8 @@ private slots:
 
         // The worst pipeline is shown first.
         double worst = 0;
-        for (const auto& p : bubbles.pipelines) worst = std::max(worst, p.measured_fraction);
+        for (const auto& p : bubbles.pipelines)
+            worst = std::max(worst, p.measured_fraction.value());
         const auto& passes = view.shown_passes();
         QVERIFY(!passes.empty());
         const int step = passes.front().step;
@@ -210,9 +246,10 @@ private slots:
                 continue;
             }
             const QModelIndex index = model->index(s.stage, BubbleStageModel::measured_fraction);
-            QCOMPARE(model->data(index, BubbleStageModel::ValueRole).toDouble(), s.bubble_fraction);
+            QCOMPARE(model->data(index, BubbleStageModel::ValueRole).toDouble(),
+                     s.bubble_fraction.value());
             QCOMPARE(model->data(model->index(s.stage, BubbleStageModel::rank)).toString(),
-                     QString::number(s.rank));
+                     QString::number(s.rank.value()));
         }
 
         // Another step of the same pipeline.
@@ -227,6 +264,7 @@ private slots:
         QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
         std::vector<analysis::StageBubble> stages(2);
         stages[1].stage = 1;
+        stages[1].rank = 1;
         stages[1].bubble_fraction = 0.25;
         stages[1].bubble_ns = 2'000'000;
         model.set_stages(stages, 0.25);
@@ -235,7 +273,16 @@ private slots:
                  QStringLiteral("25.0 %"));
         QCOMPARE(model.data(model.index(1, BubbleStageModel::bubble)).toString(),
                  QStringLiteral("2.000 ms"));
-        model.set_stages({}, 0);
+        // Stage 0 has no passes: no rank and no fraction, shown as "—" with no value.
+        QCOMPARE(model.data(model.index(0, BubbleStageModel::rank)).toString(),
+                 QStringLiteral("—"));
+        QCOMPARE(model.data(model.index(0, BubbleStageModel::measured_fraction)).toString(),
+                 QStringLiteral("—"));
+        QVERIFY(!model
+                     .data(model.index(0, BubbleStageModel::measured_fraction),
+                           BubbleStageModel::ValueRole)
+                     .isValid());
+        model.set_stages({}, std::nullopt);
         QCOMPARE(model.rowCount(), 0);
     }
 
@@ -245,7 +292,7 @@ private slots:
         view.set_run(fixed_);
         QVERIFY(view.message().isEmpty());
         const auto& cp_load = fixed_->analysis->cp_load;
-        QCOMPARE(cp_load.cp, 2);
+        QCOMPARE(cp_load.cp.value(), 2);
         QCOMPARE(view.cp_ranks(), 2);
         QCOMPARE(view.predicted_bars()->data()->size(), 2);
         double measured_sum = 0, predicted_sum = 0;
@@ -255,19 +302,22 @@ private slots:
         }
         QVERIFY(qFuzzyCompare(measured_sum, 1.0));
         QVERIFY(qFuzzyCompare(predicted_sum, 1.0));
-        QVERIFY(view.summary().contains(QString::number(cp_load.mean_measured_imbalance, 'f', 3)));
-        QVERIFY(view.summary().contains(QString::number(cp_load.mean_predicted_imbalance, 'f', 3)));
+        QVERIFY(view.summary().contains(
+            QString::number(cp_load.mean_measured_imbalance.value(), 'f', 3)));
+        QVERIFY(view.summary().contains(
+            QString::number(cp_load.mean_predicted_imbalance.value(), 'f', 3)));
 
         // One micro-batch: the shares are that group's.
         view.select_group(0);
         const auto& group = cp_load.groups[0];
         double total = 0;
-        for (const auto& r : group.ranks) total += static_cast<double>(r.attention_ns);
+        for (const auto& r : group.ranks)
+            total += static_cast<double>(r.attention_ns.value());
         for (const auto& r : group.ranks) {
             QVERIFY(qFuzzyCompare(1.0 + view.measured_bars()->data()->at(r.cp_rank)->value,
-                                  1.0 + static_cast<double>(r.attention_ns) / total));
+                                  1.0 + static_cast<double>(*r.attention_ns) / total));
         }
-        QVERIFY(view.summary().contains(QString::number(group.measured_imbalance, 'f', 3)));
+        QVERIFY(view.summary().contains(QString::number(group.measured_imbalance.value(), 'f', 3)));
 
         const QImage image = render(view);
         const QCustomPlot* plot = view.plot();
@@ -451,6 +501,83 @@ private slots:
                  qPrintable(view.difference_message()));
         QCOMPARE(view.step_time_plot()->legend->itemCount(), 2);
         render(view);
+    }
+
+    // A run without coordinates or workload (an import): no pipeline and no CP groups, said in
+    // place of the charts; compute measured, predicted work not, so the heatmaps show "—" for
+    // the predicted imbalance and cannot be switched to predicted work; Compare's table says
+    // "—" for every figure the run lacks and draws no bar for it.
+    void viewsShowDashesForUnknownFigures() {
+        const RunPtr run = unannotated_grid_run(2);
+        BubbleView bubble;
+        bubble.set_run(run);
+        QVERIFY2(bubble.message().contains(QStringLiteral("grid is unknown")),
+                 qPrintable(bubble.message()));
+        CpLoadView cp_load;
+        cp_load.set_run(run);
+        QVERIFY2(cp_load.message().contains(QStringLiteral("grid is unknown")),
+                 qPrintable(cp_load.message()));
+
+        HeatmapView heatmap;
+        heatmap.set_run(run);
+        QVERIFY(heatmap.message().isEmpty());
+        render(heatmap);
+        // compute 300 vs 600: max/mean 600/450
+        QVERIFY2(heatmap.summary().contains(QStringLiteral("compute 1.333, predicted —")),
+                 qPrintable(heatmap.summary()));
+        QVERIFY(heatmap.summary().contains(QStringLiteral("no workload table")));
+        QComboBox* quantity = nullptr;
+        for (auto* box : heatmap.findChildren<QComboBox*>()) {
+            if (box->count() == 3 && box->itemText(0) == QStringLiteral("measured compute")) {
+                quantity = box;
+            }
+        }
+        QVERIFY(quantity);
+        auto* items = qobject_cast<QStandardItemModel*>(quantity->model());
+        QVERIFY(items);
+        QVERIFY(items->item(0)->isEnabled());
+        QVERIFY(!items->item(1)->isEnabled());  // predicted work
+        QVERIFY(!items->item(2)->isEnabled());  // measured / predicted
+        // The same view on a run with a prediction offers them again.
+        heatmap.set_run(fixed_);
+        QVERIFY(items->item(1)->isEnabled());
+
+        CompareView compare;
+        compare.set_runs({run});
+        render(compare);
+        const QTableWidget* table = compare.table();
+        QCOMPARE(table->rowCount(), 1);
+        const auto cell = [&](const QString& header) {
+            for (int c = 0; c < table->columnCount(); ++c) {
+                if (table->horizontalHeaderItem(c)->text() == header)
+                    return table->item(0, c)->text();
+            }
+            return QStringLiteral("no column %1").arg(header);
+        };
+        QCOMPARE(cell(QStringLiteral("Balancer")), QStringLiteral("—"));
+        QCOMPARE(cell(QStringLiteral("Bubble (measured)")), QStringLiteral("—"));
+        QCOMPARE(cell(QStringLiteral("Bubble (theory)")), QStringLiteral("—"));
+        QCOMPARE(cell(QStringLiteral("Compute imbalance")), QStringLiteral("1.333"));
+        QCOMPARE(cell(QStringLiteral("Predicted imbalance")), QStringLiteral("—"));
+        QCOMPARE(cell(QStringLiteral("CP imbalance measured / predicted")),
+                 QStringLiteral("— (grid unknown)"));
+        // One bar: the compute imbalance (key 2); the four unknown figures have none.
+        auto* bars = qobject_cast<QCPBars*>(compare.figures_plot()->plottable(0));
+        QVERIFY(bars);
+        QCOMPARE(bars->data()->size(), 1);
+        QCOMPARE(bars->data()->at(0)->key, 2.0);
+    }
+
+    // One rank: its compute is measured, but max/mean over one rank says nothing.
+    void heatmapHasNoImbalanceOverOneRank() {
+        HeatmapView heatmap;
+        heatmap.set_run(unannotated_grid_run(1));
+        QVERIFY(heatmap.message().isEmpty());
+        QVERIFY2(heatmap.summary().contains(QStringLiteral("compute —, predicted —")),
+                 qPrintable(heatmap.summary()));
+        QVERIFY(heatmap.summary().contains(QStringLiteral("two ranks or more")));
+        QCOMPARE(heatmap.step_values().rows.size(), std::size_t{1});
+        render(heatmap);
     }
 
     // No run, a run whose analysis failed, a run without passes: a message, no crash.

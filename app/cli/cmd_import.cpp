@@ -36,9 +36,9 @@ int run_import(const ImportArgs& args) {
     if (!report) {
         return report_error(report.error());
     }
-    std::printf("imported %zu %s files (%d ranks, %lld events) into %s\n", args.inputs.size(),
-                report->format.c_str(), report->ranks, static_cast<long long>(report->events),
-                args.output.c_str());
+    std::printf("imported %zu %s file%s (%d rank%s, %lld events) into %s\n", args.inputs.size(),
+                report->format.c_str(), args.inputs.size() == 1 ? "" : "s", report->ranks,
+                report->ranks == 1 ? "" : "s", static_cast<long long>(report->events), args.output.c_str());
     if (report->skipped > 0) {
         std::printf("%lld records could not be mapped and were skipped; see them with: "
                     "sqlite3 '%s' 'SELECT * FROM import_log WHERE skipped > 0'\n",

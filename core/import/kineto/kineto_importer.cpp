@@ -453,7 +453,10 @@ private:
             for (char c : top_.backend) {
                 if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') safe += c;
             }
-            config += ",\"backend\":\"" + safe + "\"";
+            // distributedInfo's backend is the communication library (nccl, gloo); the run
+            // config's `backend` is the compute backend, so it goes under `comm`, as
+            // fulcrum-train records its communicator.
+            config += ",\"comm\":\"" + safe + "\"";
         }
         if (top_.world_size > 0) config += ",\"world_size\":" + std::to_string(top_.world_size);
         config += "}";

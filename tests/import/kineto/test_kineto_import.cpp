@@ -170,9 +170,9 @@ private slots:
             QCOMPARE(row.compute_ns + row.exposed_communication_ns + row.other_ns + row.idle_ns, row.wall_ns());
         }
         QCOMPARE(analysis->breakdown[0].rank, 0);
-        QCOMPARE(analysis->breakdown[0].step, 0);
+        QCOMPARE(analysis->breakdown[0].step.value_or(-1), 0);
         QCOMPARE(analysis->breakdown[3].rank, 1);
-        QCOMPARE(analysis->breakdown[3].step, 1);
+        QCOMPARE(analysis->breakdown[3].step.value_or(-1), 1);
         bool said = false;
         for (const auto& note : analysis->notes) said = said || note.find("no predicted work") != std::string::npos;
         QVERIFY(said);

@@ -12,6 +12,10 @@ namespace fulcrum {
 // not valid UTF-8 become U+FFFD, so that any kernel name a trace holds yields valid JSON.
 void append_json_string(std::string& out, std::string_view text);
 
+// Appends one code point as UTF-8; code points that are not Unicode scalar values (surrogates,
+// above U+10FFFF) become U+FFFD.
+void append_utf8(std::string& out, std::uint32_t code_point);
+
 // Appends `ns` as microseconds with three decimals ("1234.567"), exact for any int64.
 void append_microseconds(std::string& out, std::int64_t ns);
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/util/json_text.h"
+
 namespace fulcrum::importer::kineto {
 
 namespace {
@@ -14,24 +16,6 @@ constexpr std::size_t kMaxBuffer = 256u << 20;  // the largest single value we h
 constexpr std::size_t kReadChunk = 1u << 20;
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-}
 
 bool hex4(const char* p, const char* end, std::uint32_t& out) {
     if (end - p < 4) return false;
@@ -89,8 +73,7 @@ bool decode_string(const char*& p, const char* end, std::string& out) {
                         p += 6;
                     }
                 }
-                if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;
-                append_utf8(out, cp);
+                append_utf8(out, cp);  // a lone surrogate becomes U+FFFD
                 break;
             }
             default: return false;

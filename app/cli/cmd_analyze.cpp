@@ -71,15 +71,13 @@ std::string or_unknown(const std::string& text) {
 
 // The step column of a breakdown row: its number, "whole trace" for the window over a rank's
 // whole trace, "—" for a step range without a number.
-using StepKey = std::pair<bool, std::optional<std::int32_t>>;  // whole trace, step
-StepKey step_key(const analysis::StepBreakdown& row) {
-    return {row.whole_trace, row.step};
-}
+using analysis::StepKey;
+
 std::string step_label(const StepKey& key) {
-    if (key.first) {
+    if (key.whole_trace) {
         return "whole trace";
     }
-    return key.second ? std::to_string(*key.second) : kUnknown;
+    return key.step ? std::to_string(*key.step) : kUnknown;
 }
 
 void render_summary(const RunAnalysis& a, std::string& out) {
@@ -98,33 +96,15 @@ void render_breakdown(const RunAnalysis& a, std::string& out) {
     if (a.breakdown.empty()) {
         return;
     }
-    struct Sum {
-        std::int64_t ranks = 0, wall = 0, max_wall = 0, compute = 0, overlapped = 0, exposed = 0,
-                     other = 0, idle = 0;
-        void add(const analysis::StepBreakdown& row) {
-            ++ranks;
-            wall += row.wall_ns();
-            max_wall = std::max(max_wall, row.wall_ns());
-            compute += row.compute_ns;
-            overlapped += row.overlapped_communication_ns;
-            exposed += row.exposed_communication_ns;
-            other += row.other_ns;
-            idle += row.idle_ns;
-        }
-    };
-    std::map<StepKey, Sum> by_step;
-    for (const auto& row : a.breakdown) {
-        by_step[step_key(row)].add(row);
-    }
     out += "\nstep breakdown (mean over ranks; shares of the step's wall time)\n";
     TextTable table({"step", "ranks", "wall", "slowest", "compute", "comm overlapped",
                      "comm exposed", "other", "idle"},
                     std::vector<Align>(9, Align::right));
-    for (const auto& [step, s] : by_step) {
-        table.add_row({step_label(step), std::to_string(s.ranks), mean_duration(s.wall, s.ranks),
-                       format_duration(s.max_wall), percent(s.compute, s.wall),
-                       percent(s.overlapped, s.wall), percent(s.exposed, s.wall),
-                       percent(s.other, s.wall), percent(s.idle, s.wall)});
+    for (const auto& [step, s] : analysis::breakdown_by_step(a.breakdown)) {
+        table.add_row({step_label(step), std::to_string(s.ranks), mean_duration(s.wall_ns, s.ranks),
+                       format_duration(s.max_wall_ns), percent(s.compute_ns, s.wall_ns),
+                       percent(s.overlapped_ns, s.wall_ns), percent(s.exposed_ns, s.wall_ns),
+                       percent(s.other_ns, s.wall_ns), percent(s.idle_ns, s.wall_ns)});
     }
     out += table.render("  ");
 }
@@ -137,31 +117,15 @@ void render_bubbles(const RunAnalysis& a, std::string& out) {
     out += "\npipeline bubbles (" + b.schedule +
            ", theory (p−1)/m = " + figure(b.theory_fraction, 3) + ", measured " +
            figure(b.mean_measured_fraction, 3) + " of busy time)\n";
-    struct Sum {
-        std::int64_t n = 0, busy = 0, bubble = 0, warmup = 0, unequal = 0, other = 0, previous = 0,
-                     next = 0;
-    };
-    std::map<int, Sum> by_stage;
-    for (const auto& row : b.stages) {
-        Sum& s = by_stage[row.stage];
-        ++s.n;
-        s.busy += row.busy_ns;
-        s.bubble += row.bubble_ns;
-        s.warmup += row.warmup_cooldown_ns;
-        s.unequal += row.unequal_microbatch_ns;
-        s.other += row.other_ns;
-        s.previous += row.wait_on_previous_ns;
-        s.next += row.wait_on_next_ns;
-    }
     TextTable table({"stage", "busy", "bubble", "fraction", "warm-up/cool-down", "unequal mbs",
                      "other", "wait prev", "wait next"},
                     std::vector<Align>(9, Align::right));
-    for (const auto& [stage, s] : by_stage) {
+    for (const auto& [stage, s] : analysis::bubble_by_stage(b)) {
         table.add_row(
-            {std::to_string(stage), mean_duration(s.busy, s.n), mean_duration(s.bubble, s.n),
-             s.busy > 0 ? fixed(double(s.bubble) / double(s.busy), 3) : kUnknown,
-             percent(s.warmup, s.bubble), percent(s.unequal, s.bubble), percent(s.other, s.bubble),
-             mean_duration(s.previous, s.n), mean_duration(s.next, s.n)});
+            {std::to_string(stage), mean_duration(s.busy_ns, s.rows), mean_duration(s.bubble_ns, s.rows),
+             s.fraction() ? fixed(*s.fraction(), 3) : kUnknown, percent(s.warmup_cooldown_ns, s.bubble_ns),
+             percent(s.unequal_microbatch_ns, s.bubble_ns), percent(s.other_ns, s.bubble_ns),
+             mean_duration(s.wait_on_previous_ns, s.rows), mean_duration(s.wait_on_next_ns, s.rows)});
     }
     out += "  per stage, mean over steps and pipelines; the parts are shares of the bubble\n";
     out += table.render("  ");

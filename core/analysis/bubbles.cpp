@@ -176,4 +176,25 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     return result;
 }
 
+std::optional<double> StageBubbleTotal::fraction() const {
+    if (busy_ns <= 0) return std::nullopt;
+    return double(bubble_ns) / double(busy_ns);
+}
+
+std::map<int, StageBubbleTotal> bubble_by_stage(const BubbleAnalysis& bubbles) {
+    std::map<int, StageBubbleTotal> by_stage;
+    for (const StageBubble& row : bubbles.stages) {
+        StageBubbleTotal& total = by_stage[row.stage];
+        ++total.rows;
+        total.busy_ns += row.busy_ns;
+        total.bubble_ns += row.bubble_ns;
+        total.warmup_cooldown_ns += row.warmup_cooldown_ns;
+        total.unequal_microbatch_ns += row.unequal_microbatch_ns;
+        total.other_ns += row.other_ns;
+        total.wait_on_previous_ns += row.wait_on_previous_ns;
+        total.wait_on_next_ns += row.wait_on_next_ns;
+    }
+    return by_stage;
+}
+
 }  // namespace fulcrum::analysis

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,5 +73,17 @@ struct BubbleAnalysis {
 };
 
 BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes);
+
+// Each stage's bubble summed over steps and pipelines: what `fulcrum analyze`, the report and
+// the GUI show per stage, from this one place.
+struct StageBubbleTotal {
+    std::int64_t rows = 0;  // (step, pipeline) rows added
+    std::int64_t busy_ns = 0, bubble_ns = 0, warmup_cooldown_ns = 0, unequal_microbatch_ns = 0,
+                 other_ns = 0, wait_on_previous_ns = 0, wait_on_next_ns = 0;
+    double mean(std::int64_t sum) const { return rows > 0 ? double(sum) / double(rows) : 0.0; }
+    // Σ bubble / Σ busy; absent without busy time.
+    std::optional<double> fraction() const;
+};
+std::map<int, StageBubbleTotal> bubble_by_stage(const BubbleAnalysis& bubbles);
 
 }  // namespace fulcrum::analysis

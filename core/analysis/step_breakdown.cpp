@@ -82,4 +82,34 @@ std::vector<StepBreakdown> step_breakdown(const RunTrace& trace) {
     return rows;
 }
 
+void BreakdownTotal::add(const StepBreakdown& row) {
+    ++ranks;
+    wall_ns += row.wall_ns();
+    max_wall_ns = std::max(max_wall_ns, row.wall_ns());
+    compute_ns += row.compute_ns;
+    overlapped_ns += row.overlapped_communication_ns;
+    exposed_ns += row.exposed_communication_ns;
+    other_ns += row.other_ns;
+    idle_ns += row.idle_ns;
+}
+
+void BreakdownTotal::add(const BreakdownTotal& total) {
+    ranks += total.ranks;
+    wall_ns += total.wall_ns;
+    max_wall_ns = std::max(max_wall_ns, total.max_wall_ns);
+    compute_ns += total.compute_ns;
+    overlapped_ns += total.overlapped_ns;
+    exposed_ns += total.exposed_ns;
+    other_ns += total.other_ns;
+    idle_ns += total.idle_ns;
+}
+
+std::map<StepKey, BreakdownTotal> breakdown_by_step(const std::vector<StepBreakdown>& rows) {
+    std::map<StepKey, BreakdownTotal> by_step;
+    for (const StepBreakdown& row : rows) {
+        by_step[{row.whole_trace, row.step}].add(row);
+    }
+    return by_step;
+}
+
 }  // namespace fulcrum::analysis

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -43,5 +44,26 @@ struct StepBreakdown {
 // One row per (rank, step range), or one whole-trace row for a rank without step ranges;
 // ordered by rank then step.
 std::vector<StepBreakdown> step_breakdown(const RunTrace& trace);
+
+// Rows added up over ranks (or steps): what `fulcrum analyze`, the report and the GUI show
+// per step, from this one place.
+struct BreakdownTotal {
+    std::int64_t ranks = 0;  // rows added
+    std::int64_t wall_ns = 0, max_wall_ns = 0, compute_ns = 0, overlapped_ns = 0, exposed_ns = 0,
+                 other_ns = 0, idle_ns = 0;
+    void add(const StepBreakdown& row);
+    void add(const BreakdownTotal& total);
+    double mean(std::int64_t sum) const { return ranks > 0 ? double(sum) / double(ranks) : 0.0; }
+};
+
+// A step of the breakdown: its number, none for a step range without one, or the window over
+// a rank's whole trace.
+struct StepKey {
+    bool whole_trace = false;
+    std::optional<std::int32_t> step;
+    friend auto operator<=>(const StepKey&, const StepKey&) = default;
+};
+
+std::map<StepKey, BreakdownTotal> breakdown_by_step(const std::vector<StepBreakdown>& rows);
 
 }  // namespace fulcrum::analysis

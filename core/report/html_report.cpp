@@ -462,41 +462,8 @@ void heatmap(std::string& out, std::string_view name, int run, std::string_view 
 // ---------------------------------------------------------------------------------------
 // Aggregates of the analyses, the same as `fulcrum analyze` prints.
 
-struct BreakdownSum {
-    std::int64_t ranks = 0, wall = 0, max_wall = 0, compute = 0, overlapped = 0, exposed = 0,
-                 other = 0, idle = 0;
-    void add(const analysis::StepBreakdown& row) {
-        ++ranks;
-        wall += row.wall_ns();
-        max_wall = std::max(max_wall, row.wall_ns());
-        compute += row.compute_ns;
-        overlapped += row.overlapped_communication_ns;
-        exposed += row.exposed_communication_ns;
-        other += row.other_ns;
-        idle += row.idle_ns;
-    }
-    void add(const BreakdownSum& s) {
-        ranks += s.ranks;
-        wall += s.wall;
-        max_wall = std::max(max_wall, s.max_wall);
-        compute += s.compute;
-        overlapped += s.overlapped;
-        exposed += s.exposed;
-        other += s.other;
-        idle += s.idle;
-    }
-    double mean(std::int64_t total) const {
-        return ranks > 0 ? double(total) / double(ranks) : 0.0;
-    }
-};
-
-// A row of the breakdown by step: its step number, or none for a step range without one, or
-// the window over a rank's whole trace (no step ranges at all).
-struct StepKey {
-    bool whole_trace = false;
-    std::optional<std::int32_t> step;
-    friend auto operator<=>(const StepKey&, const StepKey&) = default;
-};
+using analysis::BreakdownTotal;
+using analysis::StepKey;
 
 std::string step_label(const StepKey& key) {
     if (key.whole_trace) {
@@ -512,12 +479,8 @@ Cell step_cell(const StepKey& key) {
     return key.step ? int_cell(*key.step) : Cell{kUnknown, ""};
 }
 
-std::map<StepKey, BreakdownSum> breakdown_by_step(const RunAnalysis& a) {
-    std::map<StepKey, BreakdownSum> by_step;
-    for (const auto& row : a.breakdown) {
-        by_step[{row.whole_trace, row.step}].add(row);
-    }
-    return by_step;
+std::map<StepKey, BreakdownTotal> breakdown_by_step(const RunAnalysis& a) {
+    return analysis::breakdown_by_step(a.breakdown);
 }
 
 // Mean over the matrix's columns of the largest finite value of each column: the busiest
@@ -755,14 +718,14 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
     const Buckets buckets(by_step.size(), 256);
     BarSeries bars;
     bars.series = {"compute", "exposed communication", "other", "idle"};
-    std::vector<std::pair<StepKey, BreakdownSum>> steps(by_step.begin(), by_step.end());
+    std::vector<std::pair<StepKey, BreakdownTotal>> steps(by_step.begin(), by_step.end());
     if (steps.front().first.whole_trace || steps.back().first.whole_trace) {
         out +=
             "<p class=\"caption\">Ranks without step ranges are shown as one window over their "
             "whole trace (\"whole trace\"), with no step number.</p>";
     }
     for (std::size_t b = 0; b < buckets.count; ++b) {
-        BreakdownSum sum;
+        BreakdownTotal sum;
         const std::size_t first = b * buckets.size,
                           last = std::min(first + buckets.size, steps.size()) - 1;
         for (std::size_t i = first; i <= last; ++i) {
@@ -774,25 +737,25 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
                                       ? span_label("step", *from.step, *to.step)
                                   : first == last ? step_label(from)
                                                   : step_label(from) + "–" + step_label(to));
-        bars.values.push_back({sum.mean(sum.compute), sum.mean(sum.exposed), sum.mean(sum.other),
-                               sum.mean(sum.idle)});
+        bars.values.push_back({sum.mean(sum.compute_ns), sum.mean(sum.exposed_ns), sum.mean(sum.other_ns),
+                               sum.mean(sum.idle_ns)});
     }
     bar_chart(out, "breakdown", index, "step breakdown", bars,
               [](double v) { return duration(v); });
     Table table("breakdown", {"step", "ranks", "wall (mean)", "slowest rank", "compute",
                               "comm overlapped", "comm exposed", "other", "idle"});
     for (const auto& [step, s] : steps) {
-        table.add({step_cell(step), int_cell(s.ranks), duration_cell(s.mean(s.wall)),
-                   duration_cell(double(s.max_wall)),
-                   percent_cell(double(s.compute), double(s.wall)),
-                   percent_cell(double(s.overlapped), double(s.wall)),
-                   percent_cell(double(s.exposed), double(s.wall)),
-                   percent_cell(double(s.other), double(s.wall)),
-                   percent_cell(double(s.idle), double(s.wall))});
+        table.add({step_cell(step), int_cell(s.ranks), duration_cell(s.mean(s.wall_ns)),
+                   duration_cell(double(s.max_wall_ns)),
+                   percent_cell(double(s.compute_ns), double(s.wall_ns)),
+                   percent_cell(double(s.overlapped_ns), double(s.wall_ns)),
+                   percent_cell(double(s.exposed_ns), double(s.wall_ns)),
+                   percent_cell(double(s.other_ns), double(s.wall_ns)),
+                   percent_cell(double(s.idle_ns), double(s.wall_ns))});
     }
     table.render(out);
     // Per rank, mean over steps: where a slow rank stands out.
-    std::map<std::int32_t, BreakdownSum> by_rank;
+    std::map<std::int32_t, BreakdownTotal> by_rank;
     for (const auto& row : a.breakdown) {
         by_rank[row.rank].add(row);
     }
@@ -803,10 +766,10 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
         if (++shown > 1024) {
             break;
         }
-        ranks.add({int_cell(rank), int_cell(s.ranks), duration_cell(s.mean(s.wall)),
-                   duration_cell(s.mean(s.compute)), duration_cell(s.mean(s.overlapped)),
-                   duration_cell(s.mean(s.exposed)), duration_cell(s.mean(s.other)),
-                   duration_cell(s.mean(s.idle))});
+        ranks.add({int_cell(rank), int_cell(s.ranks), duration_cell(s.mean(s.wall_ns)),
+                   duration_cell(s.mean(s.compute_ns)), duration_cell(s.mean(s.overlapped_ns)),
+                   duration_cell(s.mean(s.exposed_ns)), duration_cell(s.mean(s.other_ns)),
+                   duration_cell(s.mean(s.idle_ns))});
     }
     out += "<details><summary>per rank, mean over steps" +
            std::string(by_rank.size() > 1024
@@ -834,28 +797,12 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
            "; bubble as a fraction of busy time: theory (p−1)/m = " + figure(b.theory_fraction, 3) +
            ", measured " + figure(b.mean_measured_fraction, 3) +
            " (mean over pipelines and steps).</p>\n";
-    struct Sum {
-        std::int64_t n = 0, busy = 0, bubble = 0, warmup = 0, unequal = 0, other = 0, previous = 0,
-                     next = 0;
-    };
-    std::map<int, Sum> by_stage;
-    for (const auto& row : b.stages) {
-        Sum& s = by_stage[row.stage];
-        ++s.n;
-        s.busy += row.busy_ns;
-        s.bubble += row.bubble_ns;
-        s.warmup += row.warmup_cooldown_ns;
-        s.unequal += row.unequal_microbatch_ns;
-        s.other += row.other_ns;
-        s.previous += row.wait_on_previous_ns;
-        s.next += row.wait_on_next_ns;
-    }
+    const auto by_stage = analysis::bubble_by_stage(b);
     BarSeries bars;
     bars.series = {"warm-up/cool-down", "unequal micro-batches", "other"};
     for (const auto& [stage, s] : by_stage) {
-        const double n = double(std::max<std::int64_t>(s.n, 1));
         bars.categories.push_back("stage " + std::to_string(stage));
-        bars.values.push_back({double(s.warmup) / n, double(s.unequal) / n, double(s.other) / n});
+        bars.values.push_back({s.mean(s.warmup_cooldown_ns), s.mean(s.unequal_microbatch_ns), s.mean(s.other_ns)});
     }
     out +=
         "<p class=\"caption\">Each stage's bubble per step (mean over steps and pipelines), by "
@@ -865,13 +812,12 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
     Table table("bubbles", {"stage", "busy", "bubble", "fraction", "warm-up/cool-down",
                             "unequal mbs", "other", "wait prev", "wait next"});
     for (const auto& [stage, s] : by_stage) {
-        const double n = double(std::max<std::int64_t>(s.n, 1));
-        table.add({int_cell(stage), duration_cell(s.busy / n), duration_cell(s.bubble / n),
-                   fixed_cell(s.busy > 0 ? double(s.bubble) / double(s.busy) : std::nan(""), 3),
-                   percent_cell(double(s.warmup), double(s.bubble)),
-                   percent_cell(double(s.unequal), double(s.bubble)),
-                   percent_cell(double(s.other), double(s.bubble)), duration_cell(s.previous / n),
-                   duration_cell(s.next / n)});
+        table.add({int_cell(stage), duration_cell(s.mean(s.busy_ns)), duration_cell(s.mean(s.bubble_ns)),
+                   fixed_cell(s.fraction().value_or(std::nan("")), 3),
+                   percent_cell(double(s.warmup_cooldown_ns), double(s.bubble_ns)),
+                   percent_cell(double(s.unequal_microbatch_ns), double(s.bubble_ns)),
+                   percent_cell(double(s.other_ns), double(s.bubble_ns)), duration_cell(s.mean(s.wait_on_previous_ns)),
+                   duration_cell(s.mean(s.wait_on_next_ns))});
     }
     table.render(out);
     // Per step: measured against replayed and theory, mean over the step's pipelines that
@@ -1212,7 +1158,7 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
             if (step.whole_trace) {
                 continue;  // a whole trace is no step
             }
-            step_sum += double(s.max_wall);
+            step_sum += double(s.max_wall_ns);
             ++steps;
         }
         const double step_ns = steps > 0 ? step_sum / steps : std::nan("");

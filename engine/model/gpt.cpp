@@ -1,5 +1,6 @@
 #include "engine/model/gpt.h"
 
+#include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
 #include <numeric>
@@ -654,7 +655,7 @@ void GptModel::recompute_block(int l, Activations& acts, const BlockActivations&
     if (recompute_ == Recompute::none) {
         return;
     }
-    instrument::Range range("recompute", Category::compute);
+    instrument::Range range(range_name::kRecompute, Category::compute);
     if (recompute_ == Recompute::full) {
         forward_block(l, acts, a, true);
         return;

@@ -1,5 +1,6 @@
 #include "engine/parallel/tensor_parallel.h"
 
+#include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
 #include <algorithm>
@@ -137,7 +138,7 @@ void all_gather_sequence(Communicator& tp, Tensor shard, Tensor full) {
                   "sequence all-gather: shapes");
     FULCRUM_CHECK(sequence_shard(full.rows(), tp.size(), tp.rank()).rows == shard.rows(),
                   "sequence all-gather: not this rank's shard of the rows");
-    instrument::Range range("tp all-gather", Category::communication,
+    instrument::Range range(range_name::kTpAllGather, Category::communication,
                             instrument::with_bytes(full.numel() * std::int64_t(sizeof(float))));
     tp.all_gather(std::span<const float>(shard.f32(), std::size_t(shard.numel())),
                   std::span<float>(full.f32(), std::size_t(full.numel())),
@@ -149,7 +150,7 @@ void reduce_scatter_sequence(Communicator& tp, Tensor full, Tensor shard) {
                   "sequence reduce-scatter: shapes");
     FULCRUM_CHECK(sequence_shard(full.rows(), tp.size(), tp.rank()).rows == shard.rows(),
                   "sequence reduce-scatter: not this rank's shard of the rows");
-    instrument::Range range("tp reduce-scatter", Category::communication,
+    instrument::Range range(range_name::kTpReduceScatter, Category::communication,
                             instrument::with_bytes(full.numel() * std::int64_t(sizeof(float))));
     tp.reduce_scatter_sum(std::span<const float>(full.f32(), std::size_t(full.numel())),
                           std::span<float>(shard.f32(), std::size_t(shard.numel())),

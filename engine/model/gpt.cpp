@@ -79,8 +79,11 @@ Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
 }
 
-Activations::Activations(const GptModel& model)
+Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
     : Activations(model.backend(), model.config(), model.parallel().tp_size()) {
+    FULCRUM_CHECK(blocks_held.empty() || int(blocks_held.size()) == config_.n_layer,
+                  "one flag per block");
+    blocks_held_ = std::move(blocks_held);
     tp_rank_ = model.parallel().tp_rank();
     offload_qkv_ = model.offloads_qkv();
     sequence_parallel_ = model.sequence_parallel();
@@ -115,10 +118,22 @@ void Activations::carve(Carver& f, Carver& gathered, Carver& d, std::int64_t n,
     const std::int64_t c = config_.channels;
     const std::int64_t cl = c / tp_size_;
     const std::int64_t ns = shard_.rows;  // rows of the residual stream: n, or a TP shard
-    encoded = f.take({ns, c});
-    blocks.resize(std::size_t(config_.n_layer));
-    for (BlockActivations& b : blocks) {
+    const int layers = config_.n_layer;
+    auto held = [&](int layer) {
+        return blocks_held_.empty() || blocks_held_[std::size_t(layer)];
+    };
+    encoded = held(0) ? f.take({ns, c}) : Tensor{};
+    blocks.resize(std::size_t(layers));
+    for (int l = 0; l < layers; ++l) {
+        BlockActivations& b = blocks[std::size_t(l)];
         b = BlockActivations{};
+        if (!held(l)) {
+            // A stage's run of blocks starts with this block's output, received from another.
+            if (l + 1 < layers && held(l + 1)) {
+                b.residual3 = f.take({ns, c});
+            }
+            continue;
+        }
         if (recompute_ != Recompute::full) {
             b.ln1 = f.take({ns, c});
             b.ln1_mean = f.take({ns});
@@ -140,16 +155,21 @@ void Activations::carve(Carver& f, Carver& gathered, Carver& d, std::int64_t n,
         }
         b.residual3 = f.take({ns, c});
     }
-    lnf = f.take({ns, c});
-    lnf_mean = f.take({ns});
-    lnf_rstd = f.take({ns});
-    probs = f.take({ns, config_.vocab_size});
-    losses = f.take({ns});
+    const bool head = held(layers - 1);
+    lnf = head ? f.take({ns, c}) : Tensor{};
+    lnf_mean = head ? f.take({ns}) : Tensor{};
+    lnf_rstd = head ? f.take({ns}) : Tensor{};
+    probs = head ? f.take({ns, config_.vocab_size}) : Tensor{};
+    losses = head ? f.take({ns}) : Tensor{};
     output_gradients.clear();
     head_output_gradients = {};
     if (keeps_output_gradients_) {
-        output_gradients.resize(std::size_t(config_.n_layer));
-        for (BlockOutputGradients& o : output_gradients) {
+        output_gradients.resize(std::size_t(layers));
+        for (int l = 0; l < layers; ++l) {
+            if (!held(l)) {
+                continue;
+            }
+            BlockOutputGradients& o = output_gradients[std::size_t(l)];
             o.fc_proj_out = d.take({n, c});
             o.fch = d.take({n, 4 * cl});
             o.ln2 = d.take({ns, c});
@@ -157,8 +177,10 @@ void Activations::carve(Carver& f, Carver& gathered, Carver& d, std::int64_t n,
             o.qkv = d.take({n, 3 * cl});
             o.ln1 = d.take({ns, c});
         }
-        head_output_gradients.logits = d.take({ns, config_.vocab_size});
-        head_output_gradients.lnf = d.take({ns, c});
+        if (head) {
+            head_output_gradients.logits = d.take({ns, config_.vocab_size});
+            head_output_gradients.lnf = d.take({ns, c});
+        }
     }
 }
 

@@ -114,8 +114,12 @@ public:
     // recomputation, sequence parallelism or split backward.
     Activations(Backend& backend, const GptConfig& config, int tp_size = 1);
     // For `model`: its backend, config, TP degree and its settings of offload, recomputation,
-    // sequence parallelism and split backward at this point (set them first).
-    explicit Activations(const GptModel& model);
+    // sequence parallelism and split backward at this point (set them first). `blocks_held`
+    // (one flag per block; empty: all) are the blocks a pipeline stage runs: only they get
+    // device memory, with the output of the block before each run of them (what the stage
+    // receives into), the embedding's output when block 0 is held and the head's tensors when
+    // the last block is.
+    explicit Activations(const GptModel& model, std::vector<bool> blocks_held = {});
 
     int tp_size() const { return tp_size_; }
     std::int64_t n_tokens() const { return n_tokens_; }
@@ -184,6 +188,7 @@ private:
     DeviceBuffer ints_;
     DeviceBuffer gathered_;
     DeviceBuffer gradients_;  // output_gradients and head_output_gradients
+    std::vector<bool> blocks_held_;  // empty: all
     bool offload_qkv_ = false;
     bool sequence_parallel_ = false;
     Recompute recompute_ = Recompute::none;

@@ -69,6 +69,16 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology,
     model_.set_split_backward(parallel::splits_backward(config.schedule));
 }
 
+std::vector<bool> ParallelTrainer::blocks_held() const {
+    std::vector<bool> held(std::size_t(model_.config().n_layer), false);
+    for (const LayerRange& layers : chunk_layers_) {
+        for (int l = layers.first; l < layers.last; ++l) {
+            held[std::size_t(l)] = true;
+        }
+    }
+    return held;
+}
+
 int ParallelTrainer::model_chunk(int chunk) const {
     return chunk * topology_.shape().pp + topology_.coordinates().pp;
 }
@@ -359,7 +369,7 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     }
     report.micro_batches = microbatches;
     while (activations_.size() < batches.size()) {
-        activations_.push_back(std::make_unique<Activations>(model_));
+        activations_.push_back(std::make_unique<Activations>(model_, blocks_held()));
     }
 
     model_.zero_gradients();

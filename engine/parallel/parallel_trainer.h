@@ -106,6 +106,8 @@ private:
     // This step's order of passes on this stage.
     std::vector<PipelineOp> step_ops(int microbatches) const;
     int model_chunk(int chunk) const;
+    // Which blocks this stage runs: the only ones its Activations hold.
+    std::vector<bool> blocks_held() const;
     bool holds_embedding(int chunk) const { return model_chunk(chunk) == 0; }
     bool holds_head(int chunk) const;
     bool overlaps_reduction() const;

@@ -248,9 +248,15 @@ void ParallelTrainer::reduce_gradients(int step) {
             }
         }
     }
+    reduce_over_data_parallel();
     // Sequence parallelism left each TP rank its rows' share of the LayerNorm and embedding
-    // gradients (tensor_parallel.h); sums commute, so before or after DP × CP is the same.
+    // gradients (tensor_parallel.h). Sums commute, so after DP × CP is as good as before, and
+    // after is required: the overlapped reductions own their buffers until they are waited for.
     model_.reduce_sequence_parallel_gradients();
+}
+
+void ParallelTrainer::reduce_over_data_parallel() {
+    const Tensor grads = model_.gradients();
     if (groups_.dp_cp->size() <= 1) {
         return;
     }

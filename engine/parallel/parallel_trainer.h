@@ -112,6 +112,7 @@ private:
     bool holds_head(int chunk) const;
     bool overlaps_reduction() const;
     void reduce_gradients(int step);
+    void reduce_over_data_parallel();  // the DP × CP part of reduce_gradients
     double gradient_norm();
 
     GptModel& model_;

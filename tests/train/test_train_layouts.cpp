@@ -183,6 +183,13 @@ private slots:
         // Sequence parallelism.
         QTest::newRow("tp2 sequence parallel") << 2 << QStringList{"--tp", "2", "--sequence-parallel"}
                                                << fixed;
+        // Staged through host memory, and the layer-by-layer DP reduction, which must be done
+        // before the LayerNorm gradients are summed over TP.
+        QTest::newRow("dp2 tp2 sequence parallel staged overlapped reduction")
+            << 4
+            << QStringList{"--dp", "2", "--tp", "2", "--sequence-parallel", "--comm", "staged",
+                           "--overlap-grad-reduce", "on"}
+            << fixed;
         QTest::newRow("tp2 pp2 sequence parallel zb-h1 wlb")
             << 4 << QStringList{"--tp", "2", "--pp", "2", "--sequence-parallel", "--schedule", "zb-h1"}
             << wlb;

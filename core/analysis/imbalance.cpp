@@ -115,7 +115,8 @@ ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pas
         }
         double time = 0;
         bool fitted = false;
-        for (const Phase phase : {Phase::forward, Phase::backward}) {
+        // The measured compute above sums every pass of the cell, W passes included.
+        for (const Phase phase : {Phase::forward, Phase::backward, Phase::weight_grad}) {
             if (const PassCost* fit = cost->pass(stage, phase)) {
                 time += fit->predict(work.tokens, work.pairs);
                 fitted = true;

@@ -139,7 +139,11 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane, const std::vector<I
             pass.step = event.step;
             pass.microbatch = event.microbatch;
             pass.stage = event.stage;
-            pass.phase = role == Role::forward ? Phase::forward : Phase::backward;
+            // A backward range marked wgrad (the engine's "weight gradients") is the W pass
+            // of a split backward: a pass of its own, not part of the B pass before it.
+            pass.phase = role == Role::forward               ? Phase::forward
+                         : event.phase == Phase::weight_grad ? Phase::weight_grad
+                                                             : Phase::backward;
             pass.start_ns = time.start;
             pass.end_ns = time.end;
             open.pass = static_cast<std::int64_t>(passes.size());

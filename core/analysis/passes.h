@@ -1,7 +1,9 @@
 // Passes: one forward or backward pass of one micro-batch on one rank, with its time split
 // into what it computed and what it waited for. Most analyses start from this table.
 //
-// A pass is a `forward` or `backward` range (docs/annotations.md) on a host lane. Inside it,
+// A pass is a `forward`, `backward` or `weight gradients` range (docs/annotations.md) on a host
+// lane; a split backward's W pass (phase wgrad) is a pass of its own with phase weight_grad, so
+// a micro-batch's backward work is its backward and weight_grad passes together. Inside it,
 // time in communication ranges is not compute: pipeline receives are waits for the neighbour
 // stage (the bubble), CP/TP collectives are the group's exchange (and the wait for its slowest
 // member). Attention is the `attention` ranges less the communication nested in them.
@@ -27,7 +29,7 @@ struct Pass {
     std::int32_t step = -1;
     std::int32_t microbatch = -1;
     std::int16_t stage = -1;
-    Phase phase = Phase::forward;  // forward or backward
+    Phase phase = Phase::forward;  // forward, backward, or weight_grad (a split backward's W)
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
     std::int64_t compute_ns = 0;        // wall time less every communication inside

@@ -25,6 +25,8 @@ constexpr std::array kEngineNames = {
     NamedRole{range_name::kStep, Role::step},
     NamedRole{range_name::kForward, Role::forward},
     NamedRole{range_name::kBackward, Role::backward},
+    // Zero Bubble's W pass is backward work; find_passes files it under phase weight_grad.
+    NamedRole{range_name::kWeightGradients, Role::backward},
     NamedRole{range_name::kAttention, Role::attention},
     NamedRole{range_name::kRecvActivations, Role::pipeline_recv},
     NamedRole{range_name::kRecvGradients, Role::pipeline_recv},

@@ -32,7 +32,7 @@ enum class Role : std::uint8_t {
     other = 0,
     step,             // "step": one optimizer step on one rank
     forward,          // "forward": one micro-batch's forward pass through this rank's stage
-    backward,         // "backward"
+    backward,         // "backward", and "weight gradients" (the W pass of a split backward)
     attention,        // "attention" (may hold CP communication inside)
     pipeline_recv,    // "recv activations", "recv gradients": waiting for a neighbour stage
     pipeline_send,    // "send activations", "send gradients"

@@ -64,6 +64,9 @@ bool assign_known_key(std::string_view key, std::string_view value, RangeAnnotat
     if (key == "bytes") {
         return parse_non_negative(value, out.bytes);
     }
+    if (key == "chunk") {
+        return parse_non_negative(value, out.chunk);
+    }
     return false;
 }
 
@@ -134,10 +137,13 @@ RangeAnnotation parse_range_message(std::string_view message) {
             extra.emplace_back(key, std::string(value));
         }
     }
-    if (!extra.empty()) {
+    if (!extra.empty() || out.chunk >= 0) {
         out.args_json = "{";
+        if (out.chunk >= 0) {
+            out.args_json += "\"chunk\":" + std::to_string(out.chunk);
+        }
         for (std::size_t i = 0; i < extra.size(); ++i) {
-            if (i > 0) {
+            if (i > 0 || out.chunk >= 0) {
                 out.args_json += ',';
             }
             append_json_string(out.args_json, extra[i].first);
@@ -147,6 +153,18 @@ RangeAnnotation parse_range_message(std::string_view message) {
         out.args_json += '}';
     }
     return out;
+}
+
+std::int32_t chunk_of_args(std::string_view args_json) {
+    if (args_json.empty()) {
+        return -1;
+    }
+    const auto object = nlohmann::json::parse(args_json, nullptr, /*allow_exceptions=*/false);
+    if (object.is_discarded() || !object.is_object()) {
+        return -1;
+    }
+    const std::int32_t chunk = int_field(object, "chunk");
+    return chunk >= 0 ? chunk : -1;
 }
 
 Category category_from_nvtx(std::uint32_t nvtx_category) {

@@ -16,6 +16,9 @@ namespace fulcrum {
 
 // A range or mark message "NAME[ key=value]...": NAME is free text without '=', what the
 // timeline shows; recognised keys fill the semantic columns, any other key goes to args.
+// `chunk` (the model chunk of a pipeline stage that a pass runs: its virtual stage under the
+// interleaved schedule, 0 otherwise) has no column of its own: it goes into args as the
+// integer "chunk", where chunk_of_args() finds it.
 struct RangeAnnotation {
     std::string name;
     std::int32_t step = -1;
@@ -23,10 +26,14 @@ struct RangeAnnotation {
     std::int16_t stage = -1;
     Phase phase = Phase::none;
     std::int64_t bytes = -1;
-    std::string args_json;  // a JSON object of the other keys; empty when there are none
+    std::int32_t chunk = -1;
+    std::string args_json;  // a JSON object of chunk and the other keys; empty when none
 };
 
 RangeAnnotation parse_range_message(std::string_view message);
+
+// The "chunk" of an event's args JSON (RangeAnnotation::chunk), −1 when it has none.
+std::int32_t chunk_of_args(std::string_view args_json);
 
 // The store's category for an NVTX category number of the `fulcrum` domain; numbers the
 // scheme does not define are "other".
@@ -46,6 +53,11 @@ namespace range_name {
 inline constexpr std::string_view kStep = "step";
 inline constexpr std::string_view kForward = "forward";
 inline constexpr std::string_view kBackward = "backward";
+// The W pass of a split backward (Zero Bubble's weight gradients), phase wgrad; the B pass
+// keeps the name "backward" (docs/decisions.md says why).
+inline constexpr std::string_view kWeightGradients = "weight gradients";
+// Activation recomputation inside a backward or weight-gradient pass.
+inline constexpr std::string_view kRecompute = "recompute";
 inline constexpr std::string_view kAttention = "attention";
 inline constexpr std::string_view kMlp = "mlp";
 inline constexpr std::string_view kRecvActivations = "recv activations";
@@ -55,6 +67,9 @@ inline constexpr std::string_view kSendGradients = "send gradients";
 inline constexpr std::string_view kCpAllGather = "cp all-gather kv";
 inline constexpr std::string_view kCpReduceScatter = "cp reduce-scatter dkv";
 inline constexpr std::string_view kTpAllReduce = "tp all-reduce";
+// Sequence parallelism's collectives in place of TP's all-reduce.
+inline constexpr std::string_view kTpAllGather = "tp all-gather";
+inline constexpr std::string_view kTpReduceScatter = "tp reduce-scatter";
 inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
 inline constexpr std::string_view kEmbeddingAllReduce = "pp all-reduce embedding";
 inline constexpr std::string_view kOptimizer = "optimizer";

@@ -222,14 +222,16 @@ public:
     virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
                                     Tensor positions) = 0;
 
-    // layernorm.h (with the residual add of a pre-LN block)
+    // layernorm.h (with the residual add of a pre-LN block). Backward: `dinp` may be empty (no
+    // input gradient), `dweight` and `dbias` both empty (no parameter gradients).
     virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                                    Tensor bias) = 0;
     virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
                                     Tensor inp, Tensor weight, Tensor mean, Tensor rstd) = 0;
     virtual void residual_forward(Tensor out, Tensor a, Tensor b) = 0;  // out may be a or b
 
-    // matmul.h: out = inp · weightᵀ (+ bias); `bias`/`dbias` may be empty tensors.
+    // matmul.h: out = inp · weightᵀ (+ bias); `bias` may be empty. Backward: each of `dinp`,
+    // `dweight` and `dbias` may be empty (not computed); `inp` is needed only for `dweight`.
     virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) = 0;
     virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                  Tensor weight) = 0;

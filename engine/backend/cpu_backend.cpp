@@ -356,14 +356,21 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
                                     Tensor inp, Tensor weight, Tensor mean, Tensor rstd) {
     const std::int64_t n = inp.rows(), c = inp.cols();
     require_contiguous_2d(inp, n, c, "layernorm: inp [N, C]");
-    require_contiguous_2d(dinp, n, c, "layernorm: dinp [N, C]");
+    if (!dinp.empty())
+        require_contiguous_2d(dinp, n, c, "layernorm: dinp [N, C]");
     require_contiguous_2d(dout, n, c, "layernorm: dout [N, C]");
     require_1d(mean, n, "layernorm: mean [N]");
     require_1d(rstd, n, "layernorm: rstd [N]");
     require_1d(weight, c, "layernorm: weight [C]");
-    require_1d(dweight, c, "layernorm: dweight [C]");
-    require_1d(dbias, c, "layernorm: dbias [C]");
-    kernels::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
+    FULCRUM_CHECK(dweight.empty() == dbias.empty(), "layernorm: dweight and dbias go together");
+    FULCRUM_CHECK(!dinp.empty() || !dweight.empty(), "layernorm: no gradient asked for");
+    if (!dweight.empty()) {
+        require_1d(dweight, c, "layernorm: dweight [C]");
+        require_1d(dbias, c, "layernorm: dbias [C]");
+    }
+    kernels::layernorm_backward(dinp.empty() ? nullptr : dinp.f32(),
+                                dweight.empty() ? nullptr : dweight.f32(),
+                                dbias.empty() ? nullptr : dbias.f32(), dout.f32(), inp.f32(),
                                 weight.f32(), mean.f32(), rstd.f32(), n, int(c));
 }
 
@@ -387,18 +394,23 @@ void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bi
 
 void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                  Tensor weight) {
-    const std::int64_t n = inp.rows(), c = inp.cols(), oc = weight.rows();
-    require_2d(inp, n, c, "matmul: inp [N, C]");
+    const std::int64_t n = dout.rows(), c = weight.cols(), oc = weight.rows();
     require_2d(dout, n, oc, "matmul: dout [N, OC]");
     require_contiguous_2d(weight, oc, c, "matmul: weight [OC, C]");
-    require_contiguous_2d(dweight, oc, c, "matmul: dweight [OC, C]");
+    if (!dweight.empty()) {
+        require_2d(inp, n, c, "matmul: inp [N, C]");
+        require_contiguous_2d(dweight, oc, c, "matmul: dweight [OC, C]");
+    }
     if (!dinp.empty())
         require_contiguous_2d(dinp, n, c, "matmul: dinp [N, C]");
     if (!dbias.empty())
         require_1d(dbias, oc, "matmul: dbias [OC]");
-    kernels::matmul_backward(dinp.empty() ? nullptr : dinp.f32(), dweight.f32(),
+    kernels::matmul_backward(dinp.empty() ? nullptr : dinp.f32(),
+                             dweight.empty() ? nullptr : dweight.f32(),
                              dbias.empty() ? nullptr : dbias.f32(), dout.f32(), dout.row_stride(),
-                             inp.f32(), inp.row_stride(), weight.f32(), n, int(c), int(oc));
+                             dweight.empty() ? nullptr : inp.f32(),
+                             dweight.empty() ? 0 : inp.row_stride(), weight.f32(), n, int(c),
+                             int(oc));
 }
 
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,

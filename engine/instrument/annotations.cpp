@@ -76,6 +76,7 @@ std::string format_message(std::string_view name, const Keys& keys) {
     case Phase::weight_grad: message += " phase=wgrad"; break;
     case Phase::none: break;
     }
+    add("chunk", keys.chunk);
     add("bytes", keys.bytes);
     return message;
 }

@@ -21,6 +21,7 @@ struct Keys {
     int stage = -1;
     Phase phase = Phase::none;
     std::int64_t bytes = -1;
+    int chunk = -1;  // the stage's model chunk a pass runs (its virtual stage when interleaved)
 };
 
 // True when an NVTX tool is attached to this process.

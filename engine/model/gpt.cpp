@@ -1,5 +1,6 @@
 #include "engine/model/gpt.h"
 
+#include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
 #include <numeric>
@@ -10,33 +11,30 @@
 
 namespace fulcrum::engine {
 
-namespace {
-
-// Hands out consecutive views of one allocation.
+// Hands out consecutive views of one allocation. Without a buffer it only counts the elements,
+// so that one function both sizes an allocation and lays it out.
 class Carver {
 public:
-    Carver(const DeviceBuffer& buffer, DType dtype) : buffer_(buffer), dtype_(dtype) {}
+    Carver(const DeviceBuffer* buffer, DType dtype) : buffer_(buffer), dtype_(dtype) {}
     Tensor take(std::initializer_list<std::int64_t> shape) {
-        Tensor t = buffer_.view(dtype_, offset_, shape);
-        offset_ += t.numel();
+        std::int64_t count = 1;
+        for (std::int64_t d : shape) {
+            count *= d;
+        }
+        Tensor t = buffer_ != nullptr ? buffer_->view(dtype_, offset_, shape) : Tensor{};
+        offset_ += count;
         return t;
     }
+    std::int64_t used() const { return offset_; }
+    std::size_t bytes() const { return std::size_t(offset_) * dtype_size(dtype_); }
 
 private:
-    const DeviceBuffer& buffer_;
+    const DeviceBuffer* buffer_;
     DType dtype_;
     std::int64_t offset_ = 0;
 };
 
-// Per block: ln1, residual2, ln2, residual3 [C]; qkv [3C_l], atty [C_l], fch, fch_gelu [4C_l];
-// lse [n_head/tp]; two means and rstds. C_l = C/tp (C serially: 16C + n_head + 4). Without qkv
-// when it is offloaded (it waits in pinned host memory then).
-std::int64_t floats_per_token(const GptConfig& c, int tp_size, bool offload_qkv) {
-    const std::int64_t cl = c.channels / tp_size;
-    const std::int64_t per_block = 4 * std::int64_t(c.channels) + (offload_qkv ? 9 : 12) * cl +
-                                   c.n_head / tp_size + 4;
-    return c.channels + c.n_layer * per_block + c.channels + 2 + c.vocab_size + 1;
-}
+namespace {
 
 // CP layout of a [T, 3C_l] qkv (or dqkv) buffer: Q [T, C_l], then this rank's K|V [T, 2C_l].
 Tensor cp_queries(const Tensor& qkv) {
@@ -62,6 +60,13 @@ void reserve(Backend& backend, DeviceBuffer& storage, std::int64_t& capacity, st
     }
 }
 
+// Grows `storage` to what `carver` counted.
+void reserve(Backend& backend, DeviceBuffer& storage, const Carver& carver) {
+    if (carver.bytes() > storage.bytes()) {
+        storage = backend.allocate(carver.bytes());
+    }
+}
+
 constexpr std::int64_t kIntsPerToken = 3;  // tokens, targets, positions
 
 }  // namespace
@@ -74,9 +79,16 @@ Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
 }
 
-Activations::Activations(const GptModel& model)
+Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
     : Activations(model.backend(), model.config(), model.parallel().tp_size()) {
+    FULCRUM_CHECK(blocks_held.empty() || int(blocks_held.size()) == config_.n_layer,
+                  "one flag per block");
+    blocks_held_ = std::move(blocks_held);
+    tp_rank_ = model.parallel().tp_rank();
     offload_qkv_ = model.offloads_qkv();
+    sequence_parallel_ = model.sequence_parallel();
+    recompute_ = model.recompute();
+    keeps_output_gradients_ = model.splits_backward();
 }
 
 float* Activations::host_q(int layer) const {
@@ -87,13 +99,13 @@ float* Activations::host_kv(int layer) const {
     return host_kv_.get() + std::int64_t(layer) * kv_capacity_ * 2 * (config_.channels / tp_size_);
 }
 
-QkvStore Activations::qkv_store(int layer) const {
+QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const {
     FULCRUM_CHECK(layer >= 0 && layer < config_.n_layer, "no such block");
     if (offload_qkv_) {
         return {Tensor{}, Tensor{}, host_q(layer), host_kv(layer)};
     }
-    const BlockActivations& b = blocks[std::size_t(layer)];
-    return {cp_queries(b.qkv), context_parallel() ? b.kv : cp_local_kv(b.qkv), nullptr, nullptr};
+    return {cp_queries(block.qkv), context_parallel() ? block.kv : cp_local_kv(block.qkv), nullptr,
+            nullptr};
 }
 
 Tensor Activations::block_input(int layer) const {
@@ -101,68 +113,111 @@ Tensor Activations::block_input(int layer) const {
     return layer == 0 ? encoded : blocks[layer - 1].residual3;
 }
 
+void Activations::carve(Carver& f, Carver& gathered, Carver& d, std::int64_t n,
+                        std::int64_t gathered_rows) {
+    const std::int64_t c = config_.channels;
+    const std::int64_t cl = c / tp_size_;
+    const std::int64_t ns = shard_.rows;  // rows of the residual stream: n, or a TP shard
+    const int layers = config_.n_layer;
+    auto held = [&](int layer) {
+        return blocks_held_.empty() || blocks_held_[std::size_t(layer)];
+    };
+    encoded = held(0) ? f.take({ns, c}) : Tensor{};
+    blocks.resize(std::size_t(layers));
+    for (int l = 0; l < layers; ++l) {
+        BlockActivations& b = blocks[std::size_t(l)];
+        b = BlockActivations{};
+        if (!held(l)) {
+            // A stage's run of blocks starts with this block's output, received from another.
+            if (l + 1 < layers && held(l + 1)) {
+                b.residual3 = f.take({ns, c});
+            }
+            continue;
+        }
+        if (recompute_ != Recompute::full) {
+            b.ln1 = f.take({ns, c});
+            b.ln1_mean = f.take({ns});
+            b.ln1_rstd = f.take({ns});
+            if (!offload_qkv_) {  // else in pinned host memory: host_q / host_kv
+                b.qkv = f.take({n, 3 * cl});
+                b.kv = gathered_rows > 0 ? gathered.take({gathered_rows, 2 * cl}) : Tensor{};
+            }
+            if (recompute_ == Recompute::none) {
+                b.atty = f.take({n, cl});
+                b.att_lse = f.take({n, config_.n_head / tp_size_});
+            }
+            b.residual2 = f.take({ns, c});
+            b.ln2 = f.take({ns, c});
+            b.ln2_mean = f.take({ns});
+            b.ln2_rstd = f.take({ns});
+            b.fch = f.take({n, 4 * cl});
+            b.fch_gelu = f.take({n, 4 * cl});
+        }
+        b.residual3 = f.take({ns, c});
+    }
+    const bool head = held(layers - 1);
+    lnf = head ? f.take({ns, c}) : Tensor{};
+    lnf_mean = head ? f.take({ns}) : Tensor{};
+    lnf_rstd = head ? f.take({ns}) : Tensor{};
+    probs = head ? f.take({ns, config_.vocab_size}) : Tensor{};
+    losses = head ? f.take({ns}) : Tensor{};
+    output_gradients.clear();
+    head_output_gradients = {};
+    if (keeps_output_gradients_) {
+        output_gradients.resize(std::size_t(layers));
+        for (int l = 0; l < layers; ++l) {
+            if (!held(l)) {
+                continue;
+            }
+            BlockOutputGradients& o = output_gradients[std::size_t(l)];
+            o.fc_proj_out = d.take({n, c});
+            o.fch = d.take({n, 4 * cl});
+            o.ln2 = d.take({ns, c});
+            o.attn_proj_out = d.take({n, c});
+            o.qkv = d.take({n, 3 * cl});
+            o.ln1 = d.take({ns, c});
+        }
+        if (head) {
+            head_output_gradients.logits = d.take({ns, config_.vocab_size});
+            head_output_gradients.lnf = d.take({ns, c});
+        }
+    }
+}
+
 void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
     FULCRUM_CHECK(n >= 1, "a micro-batch needs at least one token");
     FULCRUM_CHECK(gathered_rows >= 0, "negative gathered rows");
-    const std::int64_t c = config_.channels;
-    const std::int64_t cl = c / tp_size_;
+    const std::int64_t cl = config_.channels / tp_size_;
     const std::int64_t layers = config_.n_layer;
+    shard_ = sequence_parallel_ ? engine::sequence_shard(n, tp_size_, tp_rank_) : SequenceShard{0, n};
+    Carver count_floats(nullptr, DType::f32), count_gathered(nullptr, DType::f32),
+        count_gradients(nullptr, DType::f32);
+    carve(count_floats, count_gathered, count_gradients, n, gathered_rows);
     // Freeing the old buffers waits for the copies in flight to or from them (backend.h).
+    reserve(backend_, floats_, count_floats);
     if (n > capacity_) {
-        floats_ = backend_.allocate(
-            std::size_t(n * floats_per_token(config_, tp_size_, offload_qkv_)) * sizeof(float));
         ints_ = backend_.allocate(std::size_t(n * kIntsPerToken) * sizeof(std::int32_t));
         capacity_ = n;
         if (offload_qkv_) {
             host_q_ = backend_.allocate_pinned(std::size_t(layers * n * cl));
         }
     }
-    if (gathered_rows > gathered_capacity_ && !offload_qkv_) {
-        gathered_ = backend_.allocate(std::size_t(layers * gathered_rows * 2 * cl) * sizeof(float));
-        gathered_capacity_ = gathered_rows;
-    }
+    reserve(backend_, gathered_, count_gathered);
     // K/V rows: the query rows' own serially, the gathered ones under CP.
     const std::int64_t kv_rows = gathered_rows > 0 ? gathered_rows : n;
     if (offload_qkv_ && kv_rows > kv_capacity_) {
         host_kv_ = backend_.allocate_pinned(std::size_t(layers * kv_rows * 2 * cl));
         kv_capacity_ = kv_rows;
     }
+    reserve(backend_, gradients_, count_gradients);
     n_tokens_ = n;
-    Carver ints(ints_, DType::i32);
+    Carver ints(&ints_, DType::i32);
     tokens = ints.take({n});
     targets = ints.take({n});
     positions = ints.take({n});
-    Carver f(floats_, DType::f32);
-    encoded = f.take({n, c});
-    blocks.resize(std::size_t(config_.n_layer));
-    Carver gathered(gathered_, DType::f32);
-    for (std::size_t l = 0; l < blocks.size(); ++l) {
-        BlockActivations& b = blocks[l];
-        b.ln1 = f.take({n, c});
-        b.ln1_mean = f.take({n});
-        b.ln1_rstd = f.take({n});
-        if (offload_qkv_) {
-            b.qkv = Tensor{};  // in pinned host memory: host_q / host_kv
-            b.kv = Tensor{};
-        } else {
-            b.qkv = f.take({n, 3 * cl});
-            b.kv = gathered_rows > 0 ? gathered.take({gathered_rows, 2 * cl}) : Tensor{};
-        }
-        b.atty = f.take({n, cl});
-        b.att_lse = f.take({n, config_.n_head / tp_size_});
-        b.residual2 = f.take({n, c});
-        b.ln2 = f.take({n, c});
-        b.ln2_mean = f.take({n});
-        b.ln2_rstd = f.take({n});
-        b.fch = f.take({n, 4 * cl});
-        b.fch_gelu = f.take({n, 4 * cl});
-        b.residual3 = f.take({n, c});
-    }
-    lnf = f.take({n, c});
-    lnf_mean = f.take({n});
-    lnf_rstd = f.take({n});
-    probs = f.take({n, config_.vocab_size});
-    losses = f.take({n});
+    Carver f(&floats_, DType::f32), gathered(&gathered_, DType::f32),
+        gradients(&gradients_, DType::f32);
+    carve(f, gathered, gradients, n, gathered_rows);
 }
 
 // ---- GptModel -----------------------------------------------------------------------------
@@ -183,9 +238,52 @@ GptModel::GptModel(Backend& backend, const GptConfig& config, ModelParallel para
 }
 
 void GptModel::set_attention_chunking(ChunkedAttentionOptions options) {
+    FULCRUM_CHECK(options.chunk == 0 || recompute_ != Recompute::selective,
+                  "selective recomputation needs the attention's Q, K, V on the device: not "
+                  "with chunked attention");
     const int tp = parallel_.tp_size();
     attention_ = std::make_unique<ChunkedAttention>(backend_, int(config_.channels / tp),
                                                     config_.n_head / tp, options);
+}
+
+void GptModel::set_recompute(Recompute recompute) {
+    FULCRUM_CHECK(recompute != Recompute::selective || !attention_->enabled(),
+                  "selective recomputation needs the attention's Q, K, V on the device: not "
+                  "with chunked attention");
+    recompute_ = recompute;
+}
+
+void GptModel::set_sequence_parallel(bool on) {
+    FULCRUM_CHECK(!on || parallel_.tp_size() > 1, "sequence parallelism needs a TP group");
+    sequence_parallel_ = on;
+    sequence_parallel_ranges_.clear();
+    if (!on) {
+        return;
+    }
+    // What sees only this rank's rows of the tokens (tensor_parallel.h): the LayerNorms and
+    // the embedding and head, whose work sequence parallelism splits.
+    for (const ParameterTensor& t : layout_.tensors()) {
+        using K = ParameterKind;
+        const bool on_rows = t.kind == K::ln1_weight || t.kind == K::ln1_bias ||
+                             t.kind == K::ln2_weight || t.kind == K::ln2_bias ||
+                             t.kind == K::lnf_weight || t.kind == K::lnf_bias ||
+                             t.kind == K::token_embedding || t.kind == K::position_embedding;
+        if (!on_rows) {
+            continue;
+        }
+        auto& ranges = sequence_parallel_ranges_;
+        if (!ranges.empty() && ranges.back().offset + ranges.back().count == t.offset) {
+            ranges.back().count += t.numel();
+        } else {
+            ranges.push_back({t.offset, t.numel()});
+        }
+    }
+}
+
+void GptModel::reduce_sequence_parallel_gradients() {
+    for (const ElementRange& range : sequence_parallel_ranges_) {
+        all_reduce_sum(parallel_.tp, grads_.slice(range.offset, range.count));
+    }
 }
 
 void GptModel::initialize(std::uint64_t seed) {
@@ -225,26 +323,33 @@ void GptModel::check_activations(const Activations& acts) const {
                   "Activations made for another TP degree than the model's");
     FULCRUM_CHECK(acts.offloads_qkv() == offloads_qkv(),
                   "Activations made before the model's attention chunking was set");
+    FULCRUM_CHECK(acts.recompute() == recompute_,
+                  "Activations made before the model's recomputation was set");
+    FULCRUM_CHECK(acts.sequence_parallel() == sequence_parallel_,
+                  "Activations made before the model's sequence parallelism was set");
 }
 
 void GptModel::begin_backward(const Activations& acts) {
     check_activations(acts);
     const std::int64_t n = acts.n_tokens();
+    const std::int64_t ns = acts.sequence_shard().rows;
     const std::int64_t c = config_.channels;
     const std::int64_t cl = c / parallel_.tp_size();
-    const std::int64_t per_token = c + c + cl + 3 * cl + 4 * cl + 4 * cl + config_.vocab_size;
-    if (n > scratch_capacity_) {
-        scratch_storage_ = backend_.allocate(std::size_t(n * per_token) * sizeof(float));
-        scratch_capacity_ = n;
-    }
-    Carver f(scratch_storage_, DType::f32);
-    scratch_.dresidual = f.take({n, c});
-    scratch_.dln = f.take({n, c});
-    scratch_.datty = f.take({n, cl});
-    scratch_.dqkv = f.take({n, 3 * cl});
-    scratch_.dfch = f.take({n, 4 * cl});
-    scratch_.dfch_gelu = f.take({n, 4 * cl});
-    scratch_.dlogits = f.take({n, config_.vocab_size});
+    auto carve = [&](Carver& f) {
+        scratch_.dresidual = f.take({ns, c});
+        scratch_.dln = f.take({n, c});
+        scratch_.dln_shard = sequence_parallel_ ? f.take({ns, c}) : Tensor{};
+        scratch_.datty = f.take({n, cl});
+        scratch_.dqkv = f.take({n, 3 * cl});
+        scratch_.dfch = f.take({n, 4 * cl});
+        scratch_.dfch_gelu = f.take({n, 4 * cl});
+        scratch_.dlogits = f.take({ns, config_.vocab_size});
+    };
+    Carver count(nullptr, DType::f32);
+    carve(count);
+    reserve(backend_, scratch_storage_, scratch_capacity_, count.used());
+    Carver f(&scratch_storage_, DType::f32);
+    carve(f);
     scratch_.dkv = Tensor{};
     if (acts.context_parallel()) {
         const std::int64_t rows = acts.exchange.total_rows();
@@ -309,197 +414,412 @@ void GptModel::backward(Activations& acts, float loss_scale) {
 }
 
 void GptModel::forward_embedding(Activations& acts) {
-    backend_.embedding_forward(acts.encoded, acts.tokens, acts.positions, weights_.wte,
+    const SequenceShard rows = acts.sequence_shard();
+    backend_.embedding_forward(acts.encoded, acts.tokens.slice(rows.begin, rows.rows),
+                               acts.positions.slice(rows.begin, rows.rows), weights_.wte,
                                weights_.wpe);
+}
+
+// ---- sequence parallelism (tensor_parallel.h) ----------------------------------------------
+
+Tensor GptModel::sequence_buffer(const Activations& acts) {
+    const std::int64_t n = acts.n_tokens(), c = config_.channels;
+    reserve(backend_, sequence_storage_, sequence_capacity_, n * c);
+    return sequence_storage_.f32(0, {n, c});
+}
+
+Tensor GptModel::gather_rows(Tensor rows, const Activations& acts, Tensor into) {
+    if (!sequence_parallel_) {
+        return rows;
+    }
+    const Tensor whole = into.empty() ? sequence_buffer(acts) : into;
+    all_gather_sequence(*parallel_.tp, rows, whole);
+    return whole;
+}
+
+void GptModel::sum_row_parallel(Tensor partial, Tensor out) {
+    if (!sequence_parallel_) {
+        all_reduce_sum(parallel_.tp, out);  // g: the partial products are `out` itself
+        return;
+    }
+    reduce_scatter_sequence(*parallel_.tp, partial, out);
+}
+
+Tensor GptModel::sum_input_gradient(Tensor partial, Tensor rows) {
+    if (!sequence_parallel_) {
+        all_reduce_sum(parallel_.tp, partial);  // f
+        return partial;
+    }
+    reduce_scatter_sequence(*parallel_.tp, partial, rows);
+    return rows;
+}
+
+Tensor GptModel::row_parallel_output_gradient(const Activations& acts, Tensor keep) {
+    if (sequence_parallel_) {
+        return gather_rows(scratch_.dresidual, acts, keep);  // g backward
+    }
+    if (keep.empty()) {
+        return scratch_.dresidual;
+    }
+    // The residual gradient changes as the backward goes on; W needs it as it is now.
+    backend_.copy(keep, scratch_.dresidual);
+    return keep;
+}
+
+// ---- blocks -------------------------------------------------------------------------------
+
+BlockActivations GptModel::block_activations(const Activations& acts, int layer) {
+    BlockActivations a = acts.blocks[std::size_t(layer)];
+    if (recompute_ == Recompute::none) {
+        return a;
+    }
+    // The recompute workspace: one block's worth of what the Activations do not keep
+    // (recompute.h), in the same shapes.
+    const std::int64_t n = acts.n_tokens(), ns = acts.sequence_shard().rows;
+    const std::int64_t c = config_.channels, cl = c / parallel_.tp_size();
+    const bool full = recompute_ == Recompute::full;
+    const std::int64_t gathered =
+        full && acts.context_parallel() && !acts.offloads_qkv() ? acts.exchange.total_rows() : 0;
+    auto carve = [&](Carver& f) {
+        if (full) {
+            a.ln1 = f.take({ns, c});
+            a.ln1_mean = f.take({ns});
+            a.ln1_rstd = f.take({ns});
+            if (!acts.offloads_qkv()) {
+                a.qkv = f.take({n, 3 * cl});
+                a.kv = gathered > 0 ? f.take({gathered, 2 * cl}) : Tensor{};
+            }
+        }
+        a.atty = f.take({n, cl});
+        a.att_lse = f.take({n, n_head_local()});
+        if (full) {
+            a.residual2 = f.take({ns, c});
+            a.ln2 = f.take({ns, c});
+            a.ln2_mean = f.take({ns});
+            a.ln2_rstd = f.take({ns});
+            a.fch = f.take({n, 4 * cl});
+            a.fch_gelu = f.take({n, 4 * cl});
+        }
+    };
+    Carver count(nullptr, DType::f32);
+    carve(count);
+    reserve(backend_, recompute_storage_, recompute_capacity_, count.used());
+    Carver f(&recompute_storage_, DType::f32);
+    carve(f);
+    return a;
 }
 
 void GptModel::forward_blocks(int first, int last, Activations& acts) {
     FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
     check_activations(acts);
+    for (int l = first; l < last; ++l) {
+        forward_block(l, acts, block_activations(acts, l), false);
+    }
+}
+
+void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a,
+                             bool for_backward) {
     const std::int64_t cl = config_.channels / parallel_.tp_size();
     // Row-parallel biases are added once, by TP rank 0, before the all-reduce (tensor_parallel.h).
     const bool adds_row_parallel_bias = parallel_.tp_rank() == 0;
-    Communicator* tp = parallel_.tp;
     Backend& be = backend_;
-    for (int l = first; l < last; ++l) {
-        const BlockWeights& w = weights_.blocks[l];
-        BlockActivations& a = acts.blocks[l];
-        const Tensor x = acts.block_input(l);
-        instrument::Range attention_range("attention", Category::attention);
-        be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias);
-        // Column-parallel QKV (Megatron's f: identity forward).
-        if (attention_->enabled()) {
-            // FPDT: Q (and serially K|V) projected chunk by chunk inside the attention;
-            // under CP this rank's K|V first, whole, for the all-gather.
-            QkvProjection projection{a.ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl),
-                                     Tensor{}, Tensor{}};
-            Tensor gathered;
-            if (acts.context_parallel()) {
-                // With offload both live in one buffer for all blocks, not in the block's own.
-                Tensor kv_local;
-                if (acts.offloads_qkv()) {
-                    std::tie(kv_local, gathered) = offload_kv_scratch(acts);
-                    attention_->await_gathered_offload();  // the last block's K/V have left it
-                } else {
-                    kv_local = cp_local_kv(a.qkv);
-                    gathered = a.kv;
-                }
-                be.matmul_forward(kv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl),
-                                  w.qkv_bias.slice(cl, 2 * cl));
-                gather_context_rows(be, parallel_.cp, acts.exchange, kv_local,
-                                    exchange_staging(gathered.rows()), gathered);
+    const BlockWeights& w = weights_.blocks[l];
+    const Tensor x = acts.block_input(l);
+    instrument::Range attention_range("attention", Category::attention);
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias);
+    // Column-parallel QKV (Megatron's f: identity forward; all-gather of the rows under
+    // sequence parallelism).
+    const Tensor ln1 = gather_rows(a.ln1, acts);
+    if (attention_->enabled()) {
+        // FPDT: Q (and serially K|V) projected chunk by chunk inside the attention;
+        // under CP this rank's K|V first, whole, for the all-gather.
+        QkvProjection projection{ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl),
+                                 Tensor{}, Tensor{}};
+        Tensor gathered;
+        if (acts.context_parallel()) {
+            // With offload both live in one buffer for all blocks, not in the block's own.
+            Tensor kv_local;
+            if (acts.offloads_qkv()) {
+                std::tie(kv_local, gathered) = offload_kv_scratch(acts);
+                attention_->await_gathered_offload();  // the last block's K/V have left it
             } else {
-                projection.kv_weight = w.qkv_weight.slice(cl, 2 * cl);
-                projection.kv_bias = w.qkv_bias.slice(cl, 2 * cl);
+                kv_local = cp_local_kv(a.qkv);
+                gathered = a.kv;
             }
-            attention_->forward(projection, gathered, acts.qkv_store(l), a.atty, a.att_lse,
-                                acts.spans);
-        } else if (acts.context_parallel()) {
-            // Q and this rank's K|V as two GEMMs into contiguous blocks, K|V gathered over CP.
-            const Tensor q = cp_queries(a.qkv), kv_local = cp_local_kv(a.qkv);
-            be.matmul_forward(q, a.ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl));
-            be.matmul_forward(kv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl),
+            be.matmul_forward(kv_local, ln1, w.qkv_weight.slice(cl, 2 * cl),
                               w.qkv_bias.slice(cl, 2 * cl));
             gather_context_rows(be, parallel_.cp, acts.exchange, kv_local,
-                                exchange_staging(a.kv.rows()), a.kv);
-            be.attention_forward(a.atty, a.att_lse, q, a.kv.columns(0, cl), a.kv.columns(cl, cl),
-                                 acts.spans, n_head_local());
+                                exchange_staging(gathered.rows()), gathered);
         } else {
-            be.matmul_forward(a.qkv, a.ln1, w.qkv_weight, w.qkv_bias);
-            be.attention_forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
-                                 a.qkv.columns(2 * cl, cl), acts.spans, n_head_local());
+            projection.kv_weight = w.qkv_weight.slice(cl, 2 * cl);
+            projection.kv_bias = w.qkv_bias.slice(cl, 2 * cl);
         }
-        // Row-parallel projection, then g: all-reduce forward. residual2 first holds the
-        // projection, then x + projection (in place).
-        be.matmul_forward(a.residual2, a.atty, w.attn_proj_weight,
-                          adds_row_parallel_bias ? w.attn_proj_bias : Tensor{});
-        all_reduce_sum(tp, a.residual2);
-        be.residual_forward(a.residual2, x, a.residual2);
-        attention_range.end();
-        instrument::Range mlp_range("mlp", Category::compute);
-        be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_weight, w.ln2_bias);
-        be.matmul_forward(a.fch, a.ln2, w.fc_weight, w.fc_bias);  // column-parallel (f)
-        be.gelu_forward(a.fch_gelu, a.fch);
-        be.matmul_forward(a.residual3, a.fch_gelu, w.fc_proj_weight,
-                          adds_row_parallel_bias ? w.fc_proj_bias : Tensor{});
-        all_reduce_sum(tp, a.residual3);  // g
-        be.residual_forward(a.residual3, a.residual2, a.residual3);
+        attention_->forward(projection, gathered, acts.qkv_store(l, a), a.atty, a.att_lse,
+                            acts.spans);
+    } else if (acts.context_parallel()) {
+        // Q and this rank's K|V as two GEMMs into contiguous blocks, K|V gathered over CP.
+        const Tensor q = cp_queries(a.qkv), kv_local = cp_local_kv(a.qkv);
+        be.matmul_forward(q, ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl));
+        be.matmul_forward(kv_local, ln1, w.qkv_weight.slice(cl, 2 * cl),
+                          w.qkv_bias.slice(cl, 2 * cl));
+        gather_context_rows(be, parallel_.cp, acts.exchange, kv_local,
+                            exchange_staging(a.kv.rows()), a.kv);
+        be.attention_forward(a.atty, a.att_lse, q, a.kv.columns(0, cl), a.kv.columns(cl, cl),
+                             acts.spans, n_head_local());
+    } else {
+        be.matmul_forward(a.qkv, ln1, w.qkv_weight, w.qkv_bias);
+        be.attention_forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                             a.qkv.columns(2 * cl, cl), acts.spans, n_head_local());
     }
+    // Row-parallel projection, then g: all-reduce forward (residual2 first holds the
+    // projection, then x + projection, in place), or under sequence parallelism the products
+    // [T, C] in the sequence buffer (the gathered LN output is no longer needed) reduce-
+    // scattered to this rank's rows.
+    const Tensor attention_out = sequence_parallel_ ? sequence_buffer(acts) : a.residual2;
+    be.matmul_forward(attention_out, a.atty, w.attn_proj_weight,
+                      adds_row_parallel_bias ? w.attn_proj_bias : Tensor{});
+    sum_row_parallel(attention_out, a.residual2);
+    be.residual_forward(a.residual2, x, a.residual2);
+    attention_range.end();
+    instrument::Range mlp_range("mlp", Category::compute);
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_weight, w.ln2_bias);
+    const Tensor ln2 = gather_rows(a.ln2, acts);
+    be.matmul_forward(a.fch, ln2, w.fc_weight, w.fc_bias);  // column-parallel (f)
+    be.gelu_forward(a.fch_gelu, a.fch);
+    if (for_backward) {
+        return;  // the rest only makes the block's output, which is kept
+    }
+    const Tensor mlp_out = sequence_parallel_ ? sequence_buffer(acts) : a.residual3;
+    be.matmul_forward(mlp_out, a.fch_gelu, w.fc_proj_weight,
+                      adds_row_parallel_bias ? w.fc_proj_bias : Tensor{});
+    sum_row_parallel(mlp_out, a.residual3);  // g
+    be.residual_forward(a.residual3, a.residual2, a.residual3);
 }
 
 double GptModel::forward_head(Activations& acts) {
     Backend& be = backend_;
+    const SequenceShard rows = acts.sequence_shard();
     be.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, acts.block_input(config_.n_layer),
                          weights_.lnf_weight, weights_.lnf_bias);
     be.matmul_forward(acts.probs, acts.lnf, weights_.wte, Tensor{});  // logits
-    be.crossentropy_forward(acts.losses, acts.probs, acts.probs, acts.targets);
-    std::vector<float> losses(std::size_t(acts.n_tokens()));
+    be.crossentropy_forward(acts.losses, acts.probs, acts.probs,
+                            acts.targets.slice(rows.begin, rows.rows));
+    std::vector<float> losses(std::size_t(rows.rows));
     be.download(losses.data(), acts.losses, kComputeStream);
     // Summed in double: the step's mean is formed over many micro-batches (lm_head.h).
     return std::accumulate(losses.begin(), losses.end(), 0.0);
 }
 
-void GptModel::backward_head(Activations& acts, float loss_scale) {
+void GptModel::backward_head(Activations& acts, float loss_scale, BackwardPart part) {
     Backend& be = backend_;
     begin_backward(acts);
-    be.fill_zero(scratch_.dlogits);
-    be.fill_zero(scratch_.dln);
-    be.crossentropy_backward(scratch_.dlogits, acts.probs, acts.targets, loss_scale);
-    be.matmul_backward(scratch_.dln, weight_grads_.wte, Tensor{}, scratch_.dlogits, acts.lnf,
+    const bool split = part == BackwardPart::input_gradients;
+    FULCRUM_CHECK(!split || acts.keeps_output_gradients(),
+                  "a split backward needs Activations made after set_split_backward(true)");
+    const SequenceShard rows = acts.sequence_shard();
+    const Tensor dlogits = split ? acts.head_output_gradients.logits : scratch_.dlogits;
+    const Tensor dln = split ? acts.head_output_gradients.lnf : scratch_.dln.slice(0, rows.rows);
+    be.fill_zero(dlogits);
+    be.fill_zero(dln);
+    be.crossentropy_backward(dlogits, acts.probs, acts.targets.slice(rows.begin, rows.rows),
+                             loss_scale);
+    be.matmul_backward(dln, split ? Tensor{} : weight_grads_.wte, Tensor{}, dlogits, acts.lnf,
                        weights_.wte);
-    be.layernorm_backward(scratch_.dresidual, weight_grads_.lnf_weight, weight_grads_.lnf_bias,
-                          scratch_.dln, acts.block_input(config_.n_layer), weights_.lnf_weight,
-                          acts.lnf_mean, acts.lnf_rstd);
+    be.layernorm_backward(scratch_.dresidual, split ? Tensor{} : weight_grads_.lnf_weight,
+                          split ? Tensor{} : weight_grads_.lnf_bias, dln,
+                          acts.block_input(config_.n_layer), weights_.lnf_weight, acts.lnf_mean,
+                          acts.lnf_rstd);
 }
 
-void GptModel::backward_blocks(int first, int last, Activations& acts) {
+void GptModel::backward_weights_head(Activations& acts) {
+    check_activations(acts);
+    FULCRUM_CHECK(acts.keeps_output_gradients(),
+                  "a split backward needs Activations made after set_split_backward(true)");
+    const HeadOutputGradients& o = acts.head_output_gradients;
+    backend_.matmul_backward(Tensor{}, weight_grads_.wte, Tensor{}, o.logits, acts.lnf,
+                             weights_.wte);
+    backend_.layernorm_backward(Tensor{}, weight_grads_.lnf_weight, weight_grads_.lnf_bias, o.lnf,
+                                acts.block_input(config_.n_layer), weights_.lnf_weight,
+                                acts.lnf_mean, acts.lnf_rstd);
+}
+
+void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardPart part) {
     FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
     check_activations(acts);
-    const std::int64_t cl = config_.channels / parallel_.tp_size();
-    Communicator* tp = parallel_.tp;
-    Backend& be = backend_;
-    BackwardScratch& s = scratch_;
-    FULCRUM_CHECK(s.dresidual.rows() == acts.n_tokens(), "begin_backward() not called");
+    FULCRUM_CHECK(part == BackwardPart::whole || acts.keeps_output_gradients(),
+                  "a split backward needs Activations made after set_split_backward(true)");
+    const BackwardScratch& s = scratch_;
+    FULCRUM_CHECK(s.dresidual.rows() == acts.sequence_shard().rows &&
+                      s.dln.rows() == acts.n_tokens(),
+                  "begin_backward() not called");
     FULCRUM_CHECK(!acts.context_parallel() || s.dkv.rows() == acts.exchange.total_rows(),
                   "begin_backward() not called for this micro-batch");
     for (int l = last - 1; l >= first; --l) {
-        const BlockWeights& w = weights_.blocks[l];
-        const BlockWeights& g = weight_grads_.blocks[l];
-        const BlockActivations& a = acts.blocks[l];
-        const Tensor x = acts.block_input(l);
-        if (acts.offloads_qkv()) {
-            // The attention backward's first K/V and Q chunks come in while the MLP computes.
-            attention_->prefetch_backward(acts.qkv_store(l), acts.n_tokens(), kv_rows(acts),
-                                          acts.spans);
-        }
-        // dresidual holds ∂L/∂residual3. MLP branch; its LayerNorm adds into dresidual,
-        // which then holds ∂L/∂residual2 (identity path + branch). Under TP the row-parallel
-        // projection needs no exchange (g: identity backward) and the column-parallel fc
-        // leaves a partial ∂L/∂ln2 that is summed over TP (f: all-reduce backward).
-        instrument::Range mlp_range("mlp", Category::compute);
-        be.fill_zero(s.dfch_gelu);
-        be.matmul_backward(s.dfch_gelu, g.fc_proj_weight, g.fc_proj_bias, s.dresidual, a.fch_gelu,
-                           w.fc_proj_weight);
-        be.fill_zero(s.dfch);
-        be.gelu_backward(s.dfch, s.dfch_gelu, a.fch);
-        be.fill_zero(s.dln);
-        be.matmul_backward(s.dln, g.fc_weight, g.fc_bias, s.dfch, a.ln2, w.fc_weight);
-        all_reduce_sum(tp, s.dln);
-        be.layernorm_backward(s.dresidual, g.ln2_weight, g.ln2_bias, s.dln, a.residual2,
-                              w.ln2_weight, a.ln2_mean, a.ln2_rstd);
-        mlp_range.end();
-        // Attention branch; afterwards dresidual holds ∂L/∂x.
-        instrument::Range attention_range("attention", Category::attention);
-        be.fill_zero(s.datty);
-        be.matmul_backward(s.datty, g.attn_proj_weight, g.attn_proj_bias, s.dresidual, a.atty,
-                           w.attn_proj_weight);
-        be.fill_zero(s.dqkv);
-        be.fill_zero(s.dln);
-        if (attention_->enabled()) {
-            // K/V chunks outer, Q chunks inner (chunked_attention.h); dQ into the Q block of
-            // dqkv, dK|dV into its K|V block (serial) or into the gathered rows (CP), which
-            // are then summed over CP onto the ranks that own them.
-            const Tensor dq = cp_queries(s.dqkv);
-            const Tensor dkv = acts.context_parallel() ? s.dkv : cp_local_kv(s.dqkv);
-            if (acts.context_parallel()) {
-                be.fill_zero(s.dkv);
-            }
-            attention_->backward(acts.qkv_store(l), dq, dkv.columns(0, cl), dkv.columns(cl, cl),
-                                 s.datty, a.atty, a.att_lse, acts.spans);
-            if (acts.context_parallel()) {
-                reduce_scatter_context_rows(be, parallel_.cp, acts.exchange, s.dkv,
-                                            exchange_staging(s.dkv.rows()), cp_local_kv(s.dqkv));
-            }
-            be.matmul_backward(s.dln, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl), dq, a.ln1,
-                               w.qkv_weight.slice(0, cl));
-            be.matmul_backward(s.dln, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
-                               cp_local_kv(s.dqkv), a.ln1, w.qkv_weight.slice(cl, 2 * cl));
-        } else if (acts.context_parallel()) {
-            // dK|dV of the gathered rows from this rank's queries, summed over CP onto the
-            // ranks that own the rows: the one cross-rank sum of CP (context_parallel.h).
-            const Tensor q = cp_queries(a.qkv), dq = cp_queries(s.dqkv);
-            const Tensor dkv_local = cp_local_kv(s.dqkv);
-            be.fill_zero(s.dkv);
-            be.attention_backward(dq, s.dkv.columns(0, cl), s.dkv.columns(cl, cl), s.datty, q,
-                                  a.kv.columns(0, cl), a.kv.columns(cl, cl), a.atty, a.att_lse,
-                                  acts.spans, n_head_local());
-            reduce_scatter_context_rows(be, parallel_.cp, acts.exchange, s.dkv,
-                                        exchange_staging(s.dkv.rows()), dkv_local);
-            be.matmul_backward(s.dln, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl), dq, a.ln1,
-                               w.qkv_weight.slice(0, cl));
-            be.matmul_backward(s.dln, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
-                               dkv_local, a.ln1, w.qkv_weight.slice(cl, 2 * cl));
-        } else {
-            be.attention_backward(s.dqkv.columns(0, cl), s.dqkv.columns(cl, cl),
-                                  s.dqkv.columns(2 * cl, cl), s.datty, a.qkv.columns(0, cl),
-                                  a.qkv.columns(cl, cl), a.qkv.columns(2 * cl, cl), a.atty,
-                                  a.att_lse, acts.spans, n_head_local());
-            be.matmul_backward(s.dln, g.qkv_weight, g.qkv_bias, s.dqkv, a.ln1, w.qkv_weight);
-        }
-        all_reduce_sum(tp, s.dln);  // f
-        be.layernorm_backward(s.dresidual, g.ln1_weight, g.ln1_bias, s.dln, x, w.ln1_weight,
-                              a.ln1_mean, a.ln1_rstd);
+        const BlockActivations a = block_activations(acts, l);
+        recompute_block(l, acts, a);
+        backward_block(l, acts, a, part);
     }
+}
+
+void GptModel::backward_weights_blocks(int first, int last, Activations& acts) {
+    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
+    check_activations(acts);
+    FULCRUM_CHECK(acts.keeps_output_gradients(),
+                  "a split backward needs Activations made after set_split_backward(true)");
+    for (int l = last - 1; l >= first; --l) {
+        const BlockActivations a = block_activations(acts, l);
+        recompute_block(l, acts, a);
+        backward_weights_block(l, acts, a);
+    }
+}
+
+void GptModel::recompute_block(int l, Activations& acts, const BlockActivations& a) {
+    if (recompute_ == Recompute::none) {
+        return;
+    }
+    instrument::Range range(range_name::kRecompute, Category::compute);
+    if (recompute_ == Recompute::full) {
+        forward_block(l, acts, a, true);
+        return;
+    }
+    // Selective: only the attention core, from the kept Q, K and V (this rank's queries and
+    // the gathered K|V under CP).
+    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    instrument::Range attention_range("attention", Category::attention);
+    if (acts.context_parallel()) {
+        backend_.attention_forward(a.atty, a.att_lse, cp_queries(a.qkv), a.kv.columns(0, cl),
+                                   a.kv.columns(cl, cl), acts.spans, n_head_local());
+    } else {
+        backend_.attention_forward(a.atty, a.att_lse, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                                   a.qkv.columns(2 * cl, cl), acts.spans, n_head_local());
+    }
+}
+
+void GptModel::backward_block(int l, Activations& acts, const BlockActivations& a,
+                              BackwardPart part) {
+    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    Backend& be = backend_;
+    BackwardScratch& s = scratch_;
+    const BlockWeights& w = weights_.blocks[l];
+    const BlockWeights& g = weight_grads_.blocks[l];
+    const Tensor x = acts.block_input(l);
+    // A B pass (split backward) leaves every weight and bias gradient to the W pass: empty
+    // gradient tensors are not computed (backend.h), and what W needs is kept in `keep`.
+    const bool split = part == BackwardPart::input_gradients;
+    const BlockOutputGradients keep = split ? acts.output_gradients[std::size_t(l)]
+                                            : BlockOutputGradients{};
+    auto grad = [split](const Tensor& t) { return split ? Tensor{} : t; };
+    if (acts.offloads_qkv()) {
+        // The attention backward's first K/V and Q chunks come in while the MLP computes.
+        attention_->prefetch_backward(acts.qkv_store(l, a), acts.n_tokens(), kv_rows(acts),
+                                      acts.spans);
+    }
+    // dresidual holds ∂L/∂residual3. MLP branch; its LayerNorm adds into dresidual,
+    // which then holds ∂L/∂residual2 (identity path + branch). Under TP the row-parallel
+    // projection needs no exchange (g: identity backward; all-gather of the rows under
+    // sequence parallelism) and the column-parallel fc leaves a partial ∂L/∂ln2 that is
+    // summed over TP (f: all-reduce backward; reduce-scatter to the rows).
+    instrument::Range mlp_range("mlp", Category::compute);
+    const Tensor dmlp_out = row_parallel_output_gradient(acts, keep.fc_proj_out);
+    be.fill_zero(s.dfch_gelu);
+    be.matmul_backward(s.dfch_gelu, grad(g.fc_proj_weight), grad(g.fc_proj_bias), dmlp_out,
+                       a.fch_gelu, w.fc_proj_weight);
+    const Tensor dfch = split ? keep.fch : s.dfch;
+    be.fill_zero(dfch);
+    be.gelu_backward(dfch, s.dfch_gelu, a.fch);
+    // The partial ∂L/∂ln2 [T, C]; without sequence parallelism its sum is what W keeps.
+    const Tensor dln2_partial = split && !sequence_parallel_ ? keep.ln2 : s.dln;
+    be.fill_zero(dln2_partial);
+    // The weight gradient needs the whole LN output (gathered again under sequence
+    // parallelism); the input gradient does not.
+    const Tensor ln2 = split ? Tensor{} : gather_rows(a.ln2, acts);
+    be.matmul_backward(dln2_partial, grad(g.fc_weight), grad(g.fc_bias), dfch, ln2, w.fc_weight);
+    const Tensor dln2 = sum_input_gradient(dln2_partial, split ? keep.ln2 : s.dln_shard);
+    be.layernorm_backward(s.dresidual, grad(g.ln2_weight), grad(g.ln2_bias), dln2, a.residual2,
+                          w.ln2_weight, a.ln2_mean, a.ln2_rstd);
+    mlp_range.end();
+    // Attention branch; afterwards dresidual holds ∂L/∂x.
+    instrument::Range attention_range("attention", Category::attention);
+    const Tensor dattention_out = row_parallel_output_gradient(acts, keep.attn_proj_out);
+    be.fill_zero(s.datty);
+    be.matmul_backward(s.datty, grad(g.attn_proj_weight), grad(g.attn_proj_bias), dattention_out,
+                       a.atty, w.attn_proj_weight);
+    const Tensor dqkv = split ? keep.qkv : s.dqkv;
+    be.fill_zero(dqkv);
+    const Tensor dln1_partial = split && !sequence_parallel_ ? keep.ln1 : s.dln;
+    be.fill_zero(dln1_partial);
+    if (attention_->enabled() || acts.context_parallel()) {
+        // dQ into the Q block of dqkv; dK|dV into its K|V block (serial) or into the gathered
+        // rows (CP), which are then summed over CP onto the ranks that own them: the one
+        // cross-rank sum of CP (context_parallel.h).
+        const Tensor dq = cp_queries(dqkv);
+        const Tensor dkv = acts.context_parallel() ? s.dkv : cp_local_kv(dqkv);
+        if (acts.context_parallel()) {
+            be.fill_zero(s.dkv);
+        }
+        if (attention_->enabled()) {
+            // K/V chunks outer, Q chunks inner (chunked_attention.h).
+            attention_->backward(acts.qkv_store(l, a), dq, dkv.columns(0, cl), dkv.columns(cl, cl),
+                                 s.datty, a.atty, a.att_lse, acts.spans);
+        } else {
+            be.attention_backward(dq, dkv.columns(0, cl), dkv.columns(cl, cl), s.datty,
+                                  cp_queries(a.qkv), a.kv.columns(0, cl), a.kv.columns(cl, cl),
+                                  a.atty, a.att_lse, acts.spans, n_head_local());
+        }
+        if (acts.context_parallel()) {
+            reduce_scatter_context_rows(be, parallel_.cp, acts.exchange, s.dkv,
+                                        exchange_staging(s.dkv.rows()), cp_local_kv(dqkv));
+        }
+        const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
+        be.matmul_backward(dln1_partial, grad(g.qkv_weight.slice(0, cl)),
+                           grad(g.qkv_bias.slice(0, cl)), dq, ln1, w.qkv_weight.slice(0, cl));
+        be.matmul_backward(dln1_partial, grad(g.qkv_weight.slice(cl, 2 * cl)),
+                           grad(g.qkv_bias.slice(cl, 2 * cl)), cp_local_kv(dqkv), ln1,
+                           w.qkv_weight.slice(cl, 2 * cl));
+    } else {
+        be.attention_backward(dqkv.columns(0, cl), dqkv.columns(cl, cl), dqkv.columns(2 * cl, cl),
+                              s.datty, a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                              a.qkv.columns(2 * cl, cl), a.atty, a.att_lse, acts.spans,
+                              n_head_local());
+        const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
+        be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
+                           w.qkv_weight);
+    }
+    const Tensor dln1 = sum_input_gradient(dln1_partial, split ? keep.ln1 : s.dln_shard);  // f
+    be.layernorm_backward(s.dresidual, grad(g.ln1_weight), grad(g.ln1_bias), dln1, x, w.ln1_weight,
+                          a.ln1_mean, a.ln1_rstd);
+}
+
+void GptModel::backward_weights_block(int l, Activations& acts, const BlockActivations& a) {
+    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    Backend& be = backend_;
+    const BlockWeights& w = weights_.blocks[l];
+    const BlockWeights& g = weight_grads_.blocks[l];
+    const BlockOutputGradients& o = acts.output_gradients[std::size_t(l)];
+    // Each product of the B pass's weight half: dW += doutᵀ · inp, db += Σ dout (matmul.h),
+    // and the LayerNorms' dweight, dbias (layernorm.h), from the kept output gradients.
+    instrument::Range mlp_range("mlp", Category::compute);
+    be.matmul_backward(Tensor{}, g.fc_proj_weight, g.fc_proj_bias, o.fc_proj_out, a.fch_gelu,
+                       w.fc_proj_weight);
+    be.matmul_backward(Tensor{}, g.fc_weight, g.fc_bias, o.fch, gather_rows(a.ln2, acts),
+                       w.fc_weight);
+    be.layernorm_backward(Tensor{}, g.ln2_weight, g.ln2_bias, o.ln2, a.residual2, w.ln2_weight,
+                          a.ln2_mean, a.ln2_rstd);
+    mlp_range.end();
+    instrument::Range attention_range("attention", Category::attention);
+    be.matmul_backward(Tensor{}, g.attn_proj_weight, g.attn_proj_bias, o.attn_proj_out, a.atty,
+                       w.attn_proj_weight);
+    const Tensor ln1 = gather_rows(a.ln1, acts);
+    if (attention_->enabled() || acts.context_parallel()) {
+        be.matmul_backward(Tensor{}, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl),
+                           cp_queries(o.qkv), ln1, w.qkv_weight.slice(0, cl));
+        be.matmul_backward(Tensor{}, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
+                           cp_local_kv(o.qkv), ln1, w.qkv_weight.slice(cl, 2 * cl));
+    } else {
+        be.matmul_backward(Tensor{}, g.qkv_weight, g.qkv_bias, o.qkv, ln1, w.qkv_weight);
+    }
+    be.layernorm_backward(Tensor{}, g.ln1_weight, g.ln1_bias, o.ln1, acts.block_input(l),
+                          w.ln1_weight, a.ln1_mean, a.ln1_rstd);
 }
 
 Tensor GptModel::exchange_staging(std::int64_t rows) {
@@ -523,8 +843,10 @@ std::int64_t GptModel::kv_rows(const Activations& acts) const {
 int GptModel::n_head_local() const { return config_.n_head / parallel_.tp_size(); }
 
 void GptModel::backward_embedding(Activations& acts) {
+    const SequenceShard rows = acts.sequence_shard();
     backend_.embedding_backward(weight_grads_.wte, weight_grads_.wpe, scratch_.dresidual,
-                                acts.tokens, acts.positions);
+                                acts.tokens.slice(rows.begin, rows.rows),
+                                acts.positions.slice(rows.begin, rows.rows));
 }
 
 }  // namespace fulcrum::engine

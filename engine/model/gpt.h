@@ -24,6 +24,23 @@
 // exchanges K/V over CP (context_parallel.h). The head and forward() then give the sum of ℓ
 // over the LOCAL target tokens, and gradients are this rank's share: the trainer adds losses
 // over CP (not over TP: every TP rank reports the same sum) and all-reduces gradients over CP.
+//
+// Sequence parallelism (set_sequence_parallel, tensor_parallel.h) splits the residual stream
+// over TP by rows: block_input() and residual_gradient() are then this TP rank's rows
+// [n_r, C], the head's loss is the sum over them (the trainer adds it over TP too), and the
+// LayerNorm, lnf, wte and wpe gradients are partial per TP rank until
+// reduce_sequence_parallel_gradients().
+//
+// Activation recomputation (set_recompute, recompute.h) changes what an Activations keeps;
+// the passes recompute the rest into a workspace of the model's when they need it.
+//
+// Split backward (Zero Bubble, Qi et al., ICLR'24, §2). backward_head/backward_blocks with
+// BackwardPart::input_gradients compute only what the previous stage waits for, ∂L/∂input of
+// every GEMM and LayerNorm (the B pass), and keep the gradient at every GEMM's and
+// LayerNorm's output in the Activations (output_gradients); backward_weights_blocks/_head
+// later turn those and the forward's activations into the weight and bias gradients (the W
+// pass). B then W gives exactly the gradients of the whole backward. The embedding's gradient
+// (a scatter-add, no GEMM) stays in B.
 #pragma once
 
 #include <cstdint>
@@ -37,13 +54,18 @@
 #include "engine/model/chunked_attention.h"
 #include "engine/model/parallel_context.h"
 #include "engine/model/params.h"
+#include "engine/model/recompute.h"
 
 namespace fulcrum::engine {
 
 // Saved by the forward pass of one block, all with n_tokens rows. Layout (per row): ln1,
 // atty, residual2, ln2, residual3 [T, C]; qkv [T, 3C] (Q | K | V); fch, fch_gelu [T, 4C];
 // att_lse [T, n_head]; ln*_mean, ln*_rstd [T]. Under TP, qkv, atty, fch, fch_gelu and att_lse
-// are the rank's share: C_l = C/tp columns (its n_head/tp heads) instead of C.
+// are the rank's share: C_l = C/tp columns (its n_head/tp heads) instead of C. Under sequence
+// parallelism ln1, residual2, ln2, residual3 and the statistics hold the TP rank's rows only.
+// With recomputation (recompute.h) the Activations keep only some of these (atty and att_lse
+// empty with selective, everything but residual3 with full); GptModel fills the others from
+// its recompute workspace while a pass needs them.
 // Under CP (a ContextShard loaded) or with chunked attention the memory of qkv holds Q
 // [T, C_l] and then K|V [T, 2C_l] (this rank's under CP), each contiguous (the K|V block is
 // what the all-gather sends), and under CP kv holds every CP rank's K|V rows in document order
@@ -61,17 +83,53 @@ struct BlockActivations {
     Tensor residual3;  // x after the MLP branch: the block's output
 };
 
+// Kept by the input-gradient pass (B) of a split backward for the weight-gradient pass (W):
+// the gradient at the output of each of the block's GEMMs and LayerNorms. Rows as the tensor
+// they are the gradient of: fc_proj_out and attn_proj_out [T, C] (∂L/∂ the row-parallel
+// products, all-gathered under sequence parallelism), fch [T, 4C_l], qkv [T, 3C_l] (CP's
+// layout when qkv has it), ln2 and ln1 [T, C] (summed over TP; a TP rank's rows under
+// sequence parallelism).
+struct BlockOutputGradients {
+    Tensor fc_proj_out, fch, ln2;
+    Tensor attn_proj_out, qkv, ln1;
+};
+// The same for the head: ∂L/∂logits [T, V] and ∂L/∂lnf [T, C] (a TP rank's rows under
+// sequence parallelism).
+struct HeadOutputGradients {
+    Tensor logits, lnf;
+};
+
+// Which part of the backward pass a call runs (Zero Bubble's split, above).
+enum class BackwardPart : std::uint8_t {
+    whole,            // input and weight gradients
+    input_gradients,  // B: input gradients; what W needs is kept in the Activations
+};
+
 class GptModel;
+class Carver;  // gpt.cpp: hands out consecutive views of one allocation
 
 class Activations {
 public:
-    // tp_size: the TP degree of the model that will use it (GptModel checks).
+    // tp_size: the TP degree of the model that will use it (GptModel checks); no
+    // recomputation, sequence parallelism or split backward.
     Activations(Backend& backend, const GptConfig& config, int tp_size = 1);
-    // For `model`: its backend, config and TP degree.
-    explicit Activations(const GptModel& model);
+    // For `model`: its backend, config, TP degree and its settings of offload, recomputation,
+    // sequence parallelism and split backward at this point (set them first). `blocks_held`
+    // (one flag per block; empty: all) are the blocks a pipeline stage runs: only they get
+    // device memory, with the output of the block before each run of them (what the stage
+    // receives into), the embedding's output when block 0 is held and the head's tensors when
+    // the last block is.
+    explicit Activations(const GptModel& model, std::vector<bool> blocks_held = {});
 
     int tp_size() const { return tp_size_; }
     std::int64_t n_tokens() const { return n_tokens_; }
+    // The rows of the residual stream this TP rank holds: all n_tokens() rows, or its shard
+    // under sequence parallelism (tensor_parallel.h).
+    SequenceShard sequence_shard() const { return shard_; }
+    bool sequence_parallel() const { return sequence_parallel_; }
+    Recompute recompute() const { return recompute_; }
+    // Whether B passes keep what W passes need (output_gradients, head_output_gradients).
+    bool keeps_output_gradients() const { return keeps_output_gradients_; }
     std::int64_t capacity() const { return capacity_; }
     std::int64_t target_count() const { return target_count_; }
 
@@ -87,6 +145,9 @@ public:
     Tensor lnf, lnf_mean, lnf_rstd;
     Tensor probs;   // [T, V]: logits, overwritten with softmax probabilities
     Tensor losses;  // [T] per-token cross-entropy, 0 where there is no target
+    // Split backward only: what the B pass keeps for the W pass.
+    std::vector<BlockOutputGradients> output_gradients;
+    HeadOutputGradients head_output_gradients;
 
     // The residual stream entering block l (l == n_layer: entering the head).
     Tensor block_input(int layer) const;
@@ -100,9 +161,9 @@ public:
     // K|V wait in pinned host memory between its forward and backward pass, and none of them
     // is on the device except the chunks being computed (chunked_attention.h).
     bool offloads_qkv() const { return offload_qkv_; }
-    // Where block l's Q and K|V are kept: the device views of qkv (and kv under CP), or with
-    // offload its pinned host rows.
-    QkvStore qkv_store(int layer) const;
+    // Where block l's Q and K|V are kept: the device views of `block`'s qkv (and kv under CP),
+    // or with offload block l's pinned host rows.
+    QkvStore qkv_store(int layer, const BlockActivations& block) const;
 
 private:
     friend class GptModel;
@@ -110,18 +171,28 @@ private:
     float* host_q(int layer) const;
     float* host_kv(int layer) const;
 
+    // Lays out every view for n rows (the carver counts when it has no buffer).
+    void carve(Carver& floats, Carver& gathered, Carver& gradients,
+               std::int64_t n, std::int64_t gathered_rows);
+
     Backend& backend_;
     GptConfig config_;
     int tp_size_ = 1;
+    int tp_rank_ = 0;
     std::int64_t n_tokens_ = 0;
     std::int64_t capacity_ = 0;
-    std::int64_t gathered_capacity_ = 0;
     std::int64_t kv_capacity_ = 0;
     std::int64_t target_count_ = 0;
+    SequenceShard shard_;
     DeviceBuffer floats_;
     DeviceBuffer ints_;
     DeviceBuffer gathered_;
+    DeviceBuffer gradients_;  // output_gradients and head_output_gradients
+    std::vector<bool> blocks_held_;  // empty: all
     bool offload_qkv_ = false;
+    bool sequence_parallel_ = false;
+    Recompute recompute_ = Recompute::none;
+    bool keeps_output_gradients_ = false;
     PinnedBuffer host_q_, host_kv_;  // n_layer × the rows above
 };
 
@@ -144,6 +215,26 @@ public:
     const AttentionMemory& attention_memory() const { return attention_->memory(); }
     // Whether Activations made for this model offload their qkv (Activations::offloads_qkv).
     bool offloads_qkv() const { return attention_->offloads(); }
+
+    // What the forward pass keeps of each block (recompute.h). Selective recomputation re-runs
+    // attention_forward on kept Q, K, V, which chunked attention does not keep on the device:
+    // it aborts with chunking on (fulcrum-train refuses the combination first).
+    void set_recompute(Recompute recompute);
+    Recompute recompute() const { return recompute_; }
+    // Sequence parallelism (tensor_parallel.h); needs a TP group of more than one rank.
+    void set_sequence_parallel(bool on);
+    bool sequence_parallel() const { return sequence_parallel_; }
+    // Whether Activations made for this model keep the output gradients that a split
+    // backward's W pass needs (BackwardPart::input_gradients).
+    void set_split_backward(bool on) { split_backward_ = on; }
+    bool splits_backward() const { return split_backward_; }
+    // Under sequence parallelism the gradients that each TP rank holds only its rows' share
+    // of (the LayerNorms, lnf, wte, wpe), as element ranges of the local layout; empty
+    // otherwise. reduce_sequence_parallel_gradients() sums them over TP.
+    const std::vector<ElementRange>& sequence_parallel_gradient_ranges() const {
+        return sequence_parallel_ranges_;
+    }
+    void reduce_sequence_parallel_gradients();
 
     // Flat 1-D buffers in the layout order, and structured views of them.
     Tensor parameters() const { return params_; }
@@ -179,12 +270,20 @@ public:
     // Sizes the activation-gradient scratch for `acts` and zeroes residual_gradient(); a
     // stage that does not run the head calls it, then receives into residual_gradient().
     void begin_backward(const Activations& acts);
-    void backward_head(Activations& acts, float loss_scale);       // calls begin_backward()
-    void backward_blocks(int first, int last, Activations& acts);  // last−1 down to first
+    // calls begin_backward()
+    void backward_head(Activations& acts, float loss_scale,
+                       BackwardPart part = BackwardPart::whole);
+    // last−1 down to first
+    void backward_blocks(int first, int last, Activations& acts,
+                         BackwardPart part = BackwardPart::whole);
     void backward_embedding(Activations& acts);
-    // ∂L/∂(residual stream) at the current point of the backward pass, [n_tokens, C].
-    // backward_blocks(first, last) turns ∂L/∂(output of block last−1) into ∂L/∂(input of
-    // block first); backward_embedding consumes it.
+    // The W pass of a split backward: the weight and bias gradients of blocks [first, last)
+    // and of the head (lnf, the tied wte), from what backward_*(…, input_gradients) kept.
+    void backward_weights_blocks(int first, int last, Activations& acts);
+    void backward_weights_head(Activations& acts);
+    // ∂L/∂(residual stream) at the current point of the backward pass, [n_tokens, C] (a TP
+    // rank's rows under sequence parallelism). backward_blocks(first, last) turns ∂L/∂(output
+    // of block last−1) into ∂L/∂(input of block first); backward_embedding consumes it.
     Tensor residual_gradient() const { return scratch_.dresidual; }
 
 private:
@@ -192,12 +291,40 @@ private:
     // each is zeroed before use). Sized for the largest micro-batch seen.
     // Under CP, dqkv's memory holds dQ [T, C_l] and this rank's dK|dV [T, 2C_l] (as qkv in
     // BlockActivations), and dkv is ∂L/∂(gathered K|V) [T_total, 2C_l] in document order.
+    // Under sequence parallelism dresidual and dlogits hold the TP rank's rows, dln the whole
+    // [T, C] partial sums and dln_shard their reduce-scattered rows.
     struct BackwardScratch {
-        Tensor dresidual, dln, datty, dqkv, dfch, dfch_gelu, dlogits;
+        Tensor dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits;
         Tensor dkv;
     };
 
     void check_activations(const Activations& acts) const;
+    // Block l's activations: the Activations' own, and where recomputation dropped some, views
+    // of the recompute workspace (sized for `acts` here).
+    BlockActivations block_activations(const Activations& acts, int layer);
+    // One block's forward pass into `a`. `for_backward`: a recomputation, which stops after
+    // the last tensor the backward pass reads (fch_gelu): the block's output is kept anyway.
+    void forward_block(int layer, Activations& acts, const BlockActivations& a, bool for_backward);
+    // Before block l's B or W pass: what recomputation dropped, computed again.
+    void recompute_block(int layer, Activations& acts, const BlockActivations& a);
+    void backward_block(int layer, Activations& acts, const BlockActivations& a, BackwardPart part);
+    void backward_weights_block(int layer, Activations& acts, const BlockActivations& a);
+    // Sequence parallelism: the [T, C] buffer that all-gathered rows and row-parallel products
+    // go through, one for all blocks.
+    Tensor sequence_buffer(const Activations& acts);
+    // `rows` (a TP rank's rows under sequence parallelism) made whole: all-gathered over TP into
+    // `into`, or the sequence buffer; `rows` itself without sequence parallelism.
+    Tensor gather_rows(Tensor rows, const Activations& acts, Tensor into = {});
+    // The [T, C] output of a row-parallel GEMM (g): all-reduced over TP in place when it is
+    // `out` itself; under sequence parallelism `partial` is the sequence buffer and its sum is
+    // reduce-scattered into this rank's rows `out`.
+    void sum_row_parallel(Tensor partial, Tensor out);
+    // The partial ∂L/∂input [T, C] of a column-parallel GEMM (f backward): all-reduced in
+    // place, or reduce-scattered into `rows`. Returns the summed gradient of this rank's rows.
+    Tensor sum_input_gradient(Tensor partial, Tensor rows);
+    // Where the backward pass writes ∂L/∂(row-parallel output) for `part`: the residual
+    // gradient made whole (gather_rows), kept in `keep` for W when the pass is a B.
+    Tensor row_parallel_output_gradient(const Activations& acts, Tensor keep);
     // Rank-major K|V rows of every CP rank [T_total, 2C_l], for the collectives.
     Tensor exchange_staging(std::int64_t rows);
     // CP with offload: this rank's K|V [T, 2C_l] and the gathered K|V [T_total, 2C_l] of the
@@ -222,8 +349,16 @@ private:
     std::int64_t staging_capacity_ = 0;
     DeviceBuffer offload_kv_storage_;
     std::int64_t offload_kv_capacity_ = 0;
+    DeviceBuffer recompute_storage_;  // the recompute workspace: one block's dropped tensors
+    std::int64_t recompute_capacity_ = 0;
+    DeviceBuffer sequence_storage_;  // sequence_buffer()
+    std::int64_t sequence_capacity_ = 0;
     BackwardScratch scratch_;
     std::unique_ptr<ChunkedAttention> attention_;
+    Recompute recompute_ = Recompute::none;
+    bool sequence_parallel_ = false;
+    bool split_backward_ = false;
+    std::vector<ElementRange> sequence_parallel_ranges_;
 };
 
 }  // namespace fulcrum::engine

@@ -7,7 +7,8 @@
 //     dweight += Σ_rows dout ⊙ n,   dbias += Σ_rows dout
 //     dx += rstd · (g − mean(g) − n · mean(g ⊙ n))
 // Mean and rstd (one float each per row) are saved by the forward pass so the backward pass
-// does not recompute the statistics.
+// does not recompute the statistics. dx and (dweight, dbias) are independent: Zero Bubble's
+// input-gradient pass computes dx alone, its weight-gradient pass the other two (matmul.h).
 //
 // Pre-LN block (GPT-2): x₁ = x + Attn(LN₁(x)),  x₂ = x₁ + MLP(LN₂(x₁)). The residual add is
 // `residual_forward` below; its backward is free because gradient kernels accumulate: both
@@ -47,10 +48,23 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     }
 }
 
-// Accumulates into dinp, dweight, dbias.
+// Accumulates into dinp, and into dweight and dbias; dinp nullptr: no input gradient, dweight
+// and dbias nullptr (both): no parameter gradients.
 template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, std::int64_t rows, int channels) {
+    if (dinp == nullptr) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const T* x = inp + r * channels;
+            const T* g = dout + r * channels;
+            for (int c = 0; c < channels; ++c) {
+                const T n = (x[c] - mean[r]) * rstd[r];
+                dweight[c] += g[c] * n;
+                dbias[c] += g[c];
+            }
+        }
+        return;
+    }
     for (std::int64_t r = 0; r < rows; ++r) {
         const T* x = inp + r * channels;
         const T* g = dout + r * channels;
@@ -69,8 +83,10 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
         T* dx = dinp + r * channels;
         for (int c = 0; c < channels; ++c) {
             const T n = (x[c] - m) * s;
-            dweight[c] += g[c] * n;
-            dbias[c] += g[c];
+            if (dweight != nullptr) {
+                dweight[c] += g[c] * n;
+                dbias[c] += g[c];
+            }
             dx[c] += s * (g[c] * weight[c] - mean_g - n * mean_gn);
         }
     }

@@ -4,6 +4,9 @@
 //     out = inp · Wᵀ + b
 // Backward:
 //     dinp += dout · W          dW += doutᵀ · inp          db += Σ_rows dout
+// Each of the three is optional. Zero Bubble's split backward (Qi et al., ICLR'24, §2) runs
+// them apart: the input-gradient pass B computes dinp alone (it needs W, not inp), and the
+// weight-gradient pass W later computes dW and db from the saved dout and inp.
 //
 // Memory layout: inp [N, C] and dout [N, OC] may have strided rows (lda = row stride);
 // W [OC, C], b [OC], out/dinp contiguous. The bias is optional (nullptr): the tied LM head
@@ -54,8 +57,8 @@ void matmul_forward(T* out, const T* inp, std::int64_t inp_stride, const T* weig
     }
 }
 
-// Accumulates into dinp (may be nullptr: no input gradient wanted), dweight and dbias
-// (nullptr when the layer has no bias).
+// Accumulates into dinp, dweight and dbias, each nullptr when not wanted (dbias also when the
+// layer has no bias); inp is read only for dweight.
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, std::int64_t dout_stride,
                      const T* inp, std::int64_t inp_stride, const T* weight, std::int64_t rows,
@@ -66,8 +69,10 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, std::int64_t 
         gemm<T>(false, false, rows, in_ch, out_ch, T(1), dout, dout_stride, weight, in_ch, T(1),
                 dinp, in_ch);
     }
-    gemm<T>(true, false, out_ch, in_ch, rows, T(1), dout, dout_stride, inp, inp_stride, T(1),
-            dweight, in_ch);
+    if (dweight != nullptr) {
+        gemm<T>(true, false, out_ch, in_ch, rows, T(1), dout, dout_stride, inp, inp_stride, T(1),
+                dweight, in_ch);
+    }
     if (dbias != nullptr) {
         for (std::int64_t r = 0; r < rows; ++r) {
             const T* g = dout + r * dout_stride;

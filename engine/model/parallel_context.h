@@ -35,6 +35,17 @@ struct ModelParallel {
     int cp_rank() const { return cp == nullptr ? 0 : cp->rank(); }
 };
 
+// Sequence parallelism (tensor_parallel.h): TP rank `rank` of `tp` holds rows
+// [begin, begin + rows) of a micro-batch's `total` rows, the first total mod tp ranks one more.
+struct SequenceShard {
+    std::int64_t begin = 0;
+    std::int64_t rows = 0;
+};
+inline SequenceShard sequence_shard(std::int64_t total, int tp, int rank) {
+    const std::int64_t base = total / tp, extra = total % tp;
+    return {rank * base + (rank < extra ? rank : extra), base + (rank < extra ? 1 : 0)};
+}
+
 // A run of `count` consecutive rows that sits at `gathered_row` in the rank-major
 // concatenation of every CP rank's local rows (what an all-gather produces) and at
 // `document_row` in document order (every document contiguous, position 0 first, documents

@@ -1,9 +1,11 @@
 #include "engine/parallel/parallel_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
 
+#include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 #include "engine/parallel/context_parallel.h"
 #include "engine/parallel/tensor_parallel.h"
@@ -22,6 +24,10 @@ int lone_color(const Topology& topology) { return topology.shape().world() + top
 
 }  // namespace
 
+LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers) {
+    return stage_layers(chunk * stages + stage, stages * virtual_stages, layers);
+}
+
 ParallelGroups ParallelGroups::create(Communicator& world, const Topology& topology) {
     ParallelGroups groups;
     groups.world = &world;
@@ -34,6 +40,7 @@ ParallelGroups ParallelGroups::create(Communicator& world, const Topology& topol
     groups.tp = world.split(color_without(&GridCoordinates::tp), me.tp, "tp");
     groups.cp = world.split(color_without(&GridCoordinates::cp), me.cp, "cp");
     groups.pp = world.split(color_without(&GridCoordinates::pp), me.pp, "pp");
+    groups.pp_gradients = world.split(color_without(&GridCoordinates::pp), me.pp, "pp gradients");
     groups.dp_cp = world.split(color_without(&GridCoordinates::dp, &GridCoordinates::cp),
                                me.dp * topology.shape().cp + me.cp, "dp×cp");
     const bool holds_embedding = topology.first_stage() || topology.last_stage();
@@ -47,9 +54,38 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology,
                                  ParallelGroups& groups, const TrainingDocuments& documents,
                                  ParallelTrainConfig config)
     : model_(model), topology_(topology), groups_(groups), documents_(documents),
-      config_(config), optimizer_(model.backend(), model.layout(), config.train.adamw),
-      layers_(stage_layers(topology.coordinates().pp, topology.shape().pp,
-                           model.config().n_layer)) {}
+      config_(config), optimizer_(model.backend(), model.layout(), config.train.adamw) {
+    const int p = topology.shape().pp, v = config.virtual_stages;
+    FULCRUM_CHECK(v == 1 || config.schedule == PipelineSchedule::interleaved,
+                  "virtual stages are for the interleaved schedule");
+    FULCRUM_CHECK(p * v <= model.config().n_layer, "every model chunk needs a layer");
+    FULCRUM_CHECK(config.schedule != PipelineSchedule::interleaved || p >= 2,
+                  "the interleaved schedule needs at least 2 pipeline stages");
+    for (int k = 0; k < v; ++k) {
+        chunk_layers_.push_back(
+            engine::chunk_layers(topology.coordinates().pp, k, p, v, model.config().n_layer));
+    }
+    // The Activations made in step() keep what W passes need when the schedule splits them off.
+    model_.set_split_backward(parallel::splits_backward(config.schedule));
+}
+
+std::vector<bool> ParallelTrainer::blocks_held() const {
+    std::vector<bool> held(std::size_t(model_.config().n_layer), false);
+    for (const LayerRange& layers : chunk_layers_) {
+        for (int l = layers.first; l < layers.last; ++l) {
+            held[std::size_t(l)] = true;
+        }
+    }
+    return held;
+}
+
+int ParallelTrainer::model_chunk(int chunk) const {
+    return chunk * topology_.shape().pp + topology_.coordinates().pp;
+}
+
+bool ParallelTrainer::holds_head(int chunk) const {
+    return model_chunk(chunk) == topology_.shape().pp * config_.virtual_stages - 1;
+}
 
 Result<ParallelTrainer::LocalBatch> ParallelTrainer::local_micro_batch(
     const PlannedMicroBatch& planned) const {
@@ -95,28 +131,32 @@ void ParallelTrainer::emit_workload(const StepPlan& plan) const {
     instrument::mark("fulcrum.workload", json);
 }
 
-void ParallelTrainer::run_forward(int step, int microbatch, const LocalBatch& batch,
+void ParallelTrainer::run_forward(int step, const PipelineOp& op, const LocalBatch& batch,
                                   Activations& acts, double& loss_sum) {
-    const int stage = topology_.coordinates().pp;
-    instrument::KeyScope keys({step, microbatch, stage, Phase::forward});
-    instrument::Range range("forward", Category::compute);
-    std::visit([&](const auto& local) { model_.load_micro_batch(local, acts); }, batch);
-    if (topology_.first_stage()) {
+    const int stage = topology_.coordinates().pp, p = topology_.shape().pp;
+    const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
+    instrument::KeyScope keys({step, op.microbatch, stage, Phase::forward, -1, op.chunk});
+    instrument::Range range(range_name::kForward, Category::compute);
+    if (op.chunk == 0) {
+        // A micro-batch's first pass on this stage; its other chunks reuse what it loaded.
+        std::visit([&](const auto& local) { model_.load_micro_batch(local, acts); }, batch);
+    }
+    if (holds_embedding(op.chunk)) {
         model_.forward_embedding(acts);
     } else {
-        Tensor input = acts.block_input(layers_.first);
-        instrument::Range recv("recv activations", Category::communication,
+        Tensor input = acts.block_input(layers.first);
+        instrument::Range recv(range_name::kRecvActivations, Category::communication,
                                instrument::with_bytes(bytes_of(input)));
-        groups_.pp->recv(span_of(input), topology_.coordinates().pp - 1);
+        groups_.pp->recv(span_of(input), (stage + p - 1) % p);
     }
-    model_.forward_blocks(layers_.first, layers_.last, acts);
-    if (topology_.last_stage()) {
+    model_.forward_blocks(layers.first, layers.last, acts);
+    if (holds_head(op.chunk)) {
         loss_sum += model_.forward_head(acts);
     } else {
-        Tensor output = acts.block_input(layers_.last);
-        instrument::Range send("send activations", Category::communication,
+        Tensor output = acts.block_input(layers.last);
+        instrument::Range send(range_name::kSendActivations, Category::communication,
                                instrument::with_bytes(bytes_of(output)));
-        groups_.pp->post_send(span_of(output), topology_.coordinates().pp + 1);
+        groups_.pp->post_send(span_of(output), (stage + 1) % p);
     }
 }
 
@@ -124,40 +164,70 @@ bool ParallelTrainer::overlaps_reduction() const {
     return config_.overlap_reduction && groups_.dp_cp->size() > 1;
 }
 
-void ParallelTrainer::run_backward(int step, int microbatch, Activations& acts, float loss_scale,
-                                   bool last_of_step) {
-    const int stage = topology_.coordinates().pp;
-    instrument::KeyScope keys({step, microbatch, stage, Phase::backward});
-    instrument::Range range("backward", Category::compute);
-    if (topology_.last_stage()) {
-        model_.backward_head(acts, loss_scale);
+template <typename Pass>
+void ParallelTrainer::layer_by_layer_with_reduction(int chunk, Pass pass) {
+    const LayerRange layers = chunk_layers_[static_cast<std::size_t>(chunk)];
+    const Tensor grads = model_.gradients();
+    for (int layer = layers.last - 1; layer >= layers.first; --layer) {
+        pass(layer);
+        // This layer's gradients are final: reduce them while the layers below compute.
+        const ElementRange range = model_.layout().block_range(layer, layer + 1);
+        instrument::Range start("dp all-reduce start", Category::communication,
+                                instrument::with_bytes(range.count * std::int64_t(sizeof(float))));
+        groups_.dp_cp->start_all_reduce_sum(span_of(grads.slice(range.offset, range.count)));
+    }
+}
+
+void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& acts,
+                                   float loss_scale, bool reduce_layers) {
+    const int stage = topology_.coordinates().pp, p = topology_.shape().pp;
+    const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
+    // Split off W (ZB-H1): this is B, which computes only what the previous stage waits for.
+    const BackwardPart part = parallel::splits_backward(config_.schedule)
+                                  ? BackwardPart::input_gradients
+                                  : BackwardPart::whole;
+    instrument::KeyScope keys({step, op.microbatch, stage, Phase::backward, -1, op.chunk});
+    instrument::Range range(range_name::kBackward, Category::compute);
+    if (holds_head(op.chunk)) {
+        model_.backward_head(acts, loss_scale, part);
     } else {
         model_.begin_backward(acts);
         Tensor gradient = model_.residual_gradient();
-        instrument::Range recv("recv gradients", Category::communication,
+        instrument::Range recv(range_name::kRecvGradients, Category::communication,
                                instrument::with_bytes(bytes_of(gradient)));
-        groups_.pp->recv(span_of(gradient), stage + 1);
+        groups_.pp_gradients->recv(span_of(gradient), (stage + 1) % p);
     }
-    if (last_of_step && overlaps_reduction()) {
-        const Tensor grads = model_.gradients();
-        for (int layer = layers_.last - 1; layer >= layers_.first; --layer) {
-            model_.backward_blocks(layer, layer + 1, acts);
-            // This layer's gradients are final: reduce them while the layers below compute.
-            const ElementRange range = model_.layout().block_range(layer, layer + 1);
-            instrument::Range start("dp all-reduce start", Category::communication,
-                                    instrument::with_bytes(range.count * std::int64_t(sizeof(float))));
-            groups_.dp_cp->start_all_reduce_sum(span_of(grads.slice(range.offset, range.count)));
-        }
+    if (reduce_layers && overlaps_reduction()) {
+        layer_by_layer_with_reduction(op.chunk, [&](int layer) {
+            model_.backward_blocks(layer, layer + 1, acts, part);
+        });
     } else {
-        model_.backward_blocks(layers_.first, layers_.last, acts);
+        model_.backward_blocks(layers.first, layers.last, acts, part);
     }
-    if (topology_.first_stage()) {
+    if (holds_embedding(op.chunk)) {
         model_.backward_embedding(acts);
     } else {
         Tensor gradient = model_.residual_gradient();
-        instrument::Range send("send gradients", Category::communication,
+        instrument::Range send(range_name::kSendGradients, Category::communication,
                                instrument::with_bytes(bytes_of(gradient)));
-        groups_.pp->post_send(span_of(gradient), stage - 1);
+        groups_.pp_gradients->post_send(span_of(gradient), (stage + p - 1) % p);
+    }
+}
+
+void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activations& acts,
+                                           bool reduce_layers) {
+    const int stage = topology_.coordinates().pp;
+    const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
+    instrument::KeyScope keys({step, op.microbatch, stage, Phase::weight_grad, -1, op.chunk});
+    instrument::Range range(range_name::kWeightGradients, Category::compute);
+    if (holds_head(op.chunk)) {
+        model_.backward_weights_head(acts);
+    }
+    if (reduce_layers && overlaps_reduction()) {
+        layer_by_layer_with_reduction(
+            op.chunk, [&](int layer) { model_.backward_weights_blocks(layer, layer + 1, acts); });
+    } else {
+        model_.backward_weights_blocks(layers.first, layers.last, acts);
     }
 }
 
@@ -178,6 +248,15 @@ void ParallelTrainer::reduce_gradients(int step) {
             }
         }
     }
+    reduce_over_data_parallel();
+    // Sequence parallelism left each TP rank its rows' share of the LayerNorm and embedding
+    // gradients (tensor_parallel.h). Sums commute, so after DP × CP is as good as before, and
+    // after is required: the overlapped reductions own their buffers until they are waited for.
+    model_.reduce_sequence_parallel_gradients();
+}
+
+void ParallelTrainer::reduce_over_data_parallel() {
+    const Tensor grads = model_.gradients();
     if (groups_.dp_cp->size() <= 1) {
         return;
     }
@@ -187,16 +266,24 @@ void ParallelTrainer::reduce_gradients(int step) {
         groups_.dp_cp->all_reduce_sum(span_of(grads));
         return;
     }
-    // The stage's layers were started during the last backward pass; the rest (embedding,
-    // lnf, and the other stages' all-zero blocks, kept so both modes sum the same buffer)
-    // now, then the wait: this range is the reduction time the overlap did not hide.
-    const ElementRange blocks = model_.layout().block_range(layers_.first, layers_.last);
-    const std::int64_t after = blocks.offset + blocks.count;
-    if (blocks.offset > 0) {
-        groups_.dp_cp->all_reduce_sum(span_of(grads.slice(0, blocks.offset)));
+    // The stage's layers were started during the passes that last wrote them; the rest
+    // (embedding, lnf, and the other stages' all-zero blocks, kept so both modes sum the same
+    // buffer) now, then the wait: this range is the reduction time the overlap did not hide.
+    std::vector<ElementRange> started;
+    for (const LayerRange& layers : chunk_layers_) {
+        started.push_back(model_.layout().block_range(layers.first, layers.last));
     }
-    if (after < grads.numel()) {
-        groups_.dp_cp->all_reduce_sum(span_of(grads.slice(after, grads.numel() - after)));
+    std::sort(started.begin(), started.end(),
+              [](const ElementRange& a, const ElementRange& b) { return a.offset < b.offset; });
+    std::int64_t next = 0;
+    for (const ElementRange& range : started) {
+        if (range.offset > next) {
+            groups_.dp_cp->all_reduce_sum(span_of(grads.slice(next, range.offset - next)));
+        }
+        next = range.offset + range.count;
+    }
+    if (next < grads.numel()) {
+        groups_.dp_cp->all_reduce_sum(span_of(grads.slice(next, grads.numel() - next)));
     }
     groups_.dp_cp->wait_all_reduces();
 }
@@ -212,11 +299,15 @@ double ParallelTrainer::gradient_norm() {
     if (me.dp == 0 && me.cp == 0) {
         const Tensor grads = model_.gradients();
         for (const auto& tensor : model_.layout().tensors()) {
-            const bool owned =
-                tensor.layer >= 0
-                    ? tensor.layer >= layers_.first && tensor.layer < layers_.last
-                    : (tensor.name.starts_with("lnf") ? topology_.last_stage()
-                                                      : topology_.first_stage());
+            bool owned = tensor.name.starts_with("lnf") ? topology_.last_stage()
+                                                         : topology_.first_stage();
+            if (tensor.layer >= 0) {
+                owned = std::any_of(chunk_layers_.begin(), chunk_layers_.end(),
+                                    [&](const LayerRange& layers) {
+                                        return tensor.layer >= layers.first &&
+                                               tensor.layer < layers.last;
+                                    });
+            }
             if (!owned || (tensor.tp_replicated() && me.tp != 0)) {
                 continue;
             }
@@ -226,6 +317,35 @@ double ParallelTrainer::gradient_norm() {
     double total[1] = {sum};
     groups_.world->all_reduce_sum(std::span<double>(total));
     return std::sqrt(total[0]);
+}
+
+// Interleaved 1F1B takes the micro-batches in groups of p (check_pipeline). fulcrum-train
+// refuses a --micro-batches that is not a multiple of p, but a balancer may still make another
+// count for one step (fixed and ilp add micro-batches when the documents do not fit N, and the
+// last batch of an epoch may come out with fewer). Such a step runs depth-first over the model
+// chunks instead, GPipe on the virtual pipeline of v·p chunks (every forward of chunk 0, of
+// chunk 1, …, then the backwards in reverse), which is valid for any count; its passes carry
+// their chunks as always, so a trace shows the order it ran.
+std::vector<PipelineOp> ParallelTrainer::step_ops(int microbatches) const {
+    const parallel::PipelineShape shape{topology_.shape().pp, microbatches,
+                                        config_.virtual_stages};
+    if (parallel::check_pipeline(config_.schedule, shape).ok()) {
+        return stage_ops(config_.schedule, topology_.coordinates().pp, shape);
+    }
+    FULCRUM_CHECK(config_.schedule == PipelineSchedule::interleaved && microbatches >= 1,
+                  "a pipeline shape that only the interleaved schedule refuses");
+    std::vector<PipelineOp> ops;
+    for (int k = 0; k < shape.virtual_stages; ++k) {
+        for (int j = 0; j < microbatches; ++j) {
+            ops.push_back({j, parallel::PassKind::forward, k});
+        }
+    }
+    for (int k = shape.virtual_stages - 1; k >= 0; --k) {
+        for (int j = 0; j < microbatches; ++j) {
+            ops.push_back({j, parallel::PassKind::backward, k});
+        }
+    }
+    return ops;
 }
 
 Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
@@ -255,31 +375,42 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     }
     report.micro_batches = microbatches;
     while (activations_.size() < batches.size()) {
-        activations_.push_back(std::make_unique<Activations>(model_));
+        activations_.push_back(std::make_unique<Activations>(model_, blocks_held()));
     }
 
     model_.zero_gradients();
     const float loss_scale = float(1.0 / double(plan.target_tokens));
     double loss_sum = 0;
-    const std::vector<PipelineOp> ops =
-        stage_ops(config_.schedule, me.pp, {topology_.shape().pp, microbatches, 1});
-    std::size_t last_backward = 0;
+    const std::vector<PipelineOp> ops = step_ops(microbatches);
+    // Per chunk, the last pass that writes its weight gradients: after it they are final.
+    const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
+                                                  ? parallel::PassKind::weight
+                                                  : parallel::PassKind::backward;
+    std::vector<std::size_t> last_writer(chunk_layers_.size(), ops.size());
     for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (ops[i].kind == parallel::PassKind::backward) {
-            last_backward = i;
+        if (ops[i].kind == writes_weights) {
+            last_writer[static_cast<std::size_t>(ops[i].chunk)] = i;
         }
     }
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const PipelineOp& op = ops[i];
         auto& acts = *activations_[static_cast<std::size_t>(op.microbatch)];
-        if (op.kind == parallel::PassKind::forward) {
-            run_forward(plan.step, op.microbatch, batches[static_cast<std::size_t>(op.microbatch)],
-                        acts, loss_sum);
-        } else {
-            run_backward(plan.step, op.microbatch, acts, loss_scale, i == last_backward);
+        const bool reduce_layers = i == last_writer[static_cast<std::size_t>(op.chunk)];
+        switch (op.kind) {
+        case parallel::PassKind::forward:
+            run_forward(plan.step, op, batches[static_cast<std::size_t>(op.microbatch)], acts,
+                        loss_sum);
+            break;
+        case parallel::PassKind::backward:
+            run_backward(plan.step, op, acts, loss_scale, reduce_layers);
+            break;
+        case parallel::PassKind::weight:
+            run_weight_gradients(plan.step, op, acts, reduce_layers);
+            break;
         }
     }
     groups_.pp->wait_sends();
+    groups_.pp_gradients->wait_sends();
     reduce_gradients(plan.step);
 
     {
@@ -290,8 +421,11 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
         optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
                           report.learning_rate);
     }
-    // Loss: summed on the last stage's ranks (once per TP group) over their local tokens.
-    double loss[1] = {topology_.last_stage() && me.tp == 0 ? loss_sum : 0.0};
+    // Loss: summed on the last stage's ranks (once per TP group; over every TP rank's rows
+    // under sequence parallelism) over their local tokens.
+    const bool counts_loss =
+        topology_.last_stage() && (me.tp == 0 || model_.sequence_parallel());
+    double loss[1] = {counts_loss ? loss_sum : 0.0};
     groups_.world->all_reduce_sum(std::span<double>(loss));
     report.loss = loss[0] / double(plan.target_tokens);
     return report;
@@ -303,13 +437,19 @@ std::vector<float> ParallelTrainer::gather_parameters() {
     std::vector<float> full = topology_.shape().tp > 1
                                   ? engine::gather_parameters(local, model_.config(), *groups_.tp)
                                   : local;
-    // ...then stage s's blocks from its (dp 0, cp 0, tp 0) rank, lnf from the last stage.
+    // ...then each model chunk's blocks from its stage's (dp 0, cp 0, tp 0) rank, lnf with
+    // the last chunk's.
     const ParameterLayout layout(model_.config());
-    for (int stage = 1; stage < topology_.shape().pp; ++stage) {
-        const LayerRange layers = stage_layers(stage, topology_.shape().pp, model_.config().n_layer);
+    const int p = topology_.shape().pp, v = config_.virtual_stages;
+    for (int c = 0; c < p * v; ++c) {
+        const int stage = c % p;
+        if (stage == 0) {
+            continue;  // world rank 0's own
+        }
+        const LayerRange layers =
+            engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer);
         ElementRange range = layout.block_range(layers.first, layers.last);
-        const bool last = stage == topology_.shape().pp - 1;
-        if (last) {
+        if (c == p * v - 1) {
             range.count = layout.total() - range.offset;  // blocks and lnf, which follow them
         }
         const int owner = topology_.rank_of({0, stage, 0, 0});

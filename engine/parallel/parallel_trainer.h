@@ -4,11 +4,20 @@
 //          and this CP rank its token ranges of each.
 //   PP:    the stage runs its layers over the micro-batches in the schedule's order
 //          (schedule.h); activations go forward and gradients backward by point-to-point
-//          transfers with the neighbouring stages.
+//          transfers with the neighbouring stages. Interleaved, the stage holds v model
+//          chunks: the layers are cut into v·p chunks and model chunk c = k·p + stage is the
+//          stage's chunk k (Megatron-LM's assignment, Narayanan et al. SC'21 §2.2.2), so a
+//          transfer goes between consecutive model chunks: stage p−1's chunk k sends to stage
+//          0's chunk k+1. ZB-H1 runs each backward as an input-gradient pass (B, which the
+//          previous stage waits for) and a weight-gradient pass (W) where stage_ops puts it.
+//          Activations and gradients travel on two communicators of the same ranks, so that
+//          transfers of the two kinds between one pair of ranks (both directions carry both
+//          when p = 2 and interleaved) can never be matched with each other.
 //   TP/CP: inside the model (engine/model, engine/parallel/{tensor,context}_parallel).
 //   after: the tied embedding's gradient is summed between the first and last stage, every
-//          gradient over the DP×CP group (same parameters, different tokens), the global
-//          gradient norm is formed counting every parameter once, then AdamW.
+//          gradient over the DP×CP group (same parameters, different tokens), under sequence
+//          parallelism the LayerNorm and embedding gradients over TP, the global gradient norm
+//          is formed counting every parameter once, then AdamW.
 //
 // The step's loss is the mean over all its target tokens, so every backward pass scales by
 // 1/N_step with N_step counted over the whole step (all replicas and CP ranks); the summed
@@ -38,10 +47,14 @@ using parallel::PipelineSchedule;
 using parallel::stage_layers;
 using parallel::stage_ops;
 
+// The layers of model chunk `chunk` of stage `stage` (model chunk chunk·p + stage of v·p).
+LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers);
+
 // The communicators of this rank's groups, split once from the world.
 struct ParallelGroups {
     Communicator* world = nullptr;
-    std::unique_ptr<Communicator> tp, cp, pp, dp_cp;
+    // pp carries activations, pp_gradients gradients (the same ranks; see above).
+    std::unique_ptr<Communicator> tp, cp, pp, pp_gradients, dp_cp;
     // The first and last stage of one pipeline, which both hold the tied embedding.
     std::unique_ptr<Communicator> embedding;
 
@@ -51,6 +64,7 @@ struct ParallelGroups {
 struct ParallelTrainConfig {
     TrainConfig train;
     PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+    int virtual_stages = 1;  // model chunks per stage (interleaved)
     balance::Balancer balancer = balance::Balancer::fixed;  // named in the workload manifest
     // Reduce each layer's gradients over DP × CP as soon as the step's last backward pass is
     // done with the layer (Communicator::start_all_reduce_sum), overlapping the layers below;
@@ -65,7 +79,8 @@ public:
 
     Result<StepReport> step(const StepPlan& plan);
 
-    const LayerRange& layers() const { return layers_; }
+    // The layers of this stage's model chunks, by chunk (one unless interleaved).
+    const std::vector<LayerRange>& chunk_layers() const { return chunk_layers_; }
     // The whole model in the serial layout, assembled on world rank 0 from the ranks that
     // own each part (empty on other ranks). Every rank must call it.
     std::vector<float> gather_parameters();
@@ -75,14 +90,29 @@ private:
     using LocalBatch = std::variant<MicroBatch, ContextShard>;
     Result<LocalBatch> local_micro_batch(const PlannedMicroBatch& planned) const;
     void emit_workload(const StepPlan& plan) const;
-    void run_forward(int step, int microbatch, const LocalBatch& batch, Activations& acts,
+    // The passes of one op of the schedule (stage_ops). `reduce_layers`: the op is the last
+    // one of the step to write its chunk's weight gradients (the last backward, or W when the
+    // backward is split), after which each of its layers' gradients is final.
+    void run_forward(int step, const PipelineOp& op, const LocalBatch& batch, Activations& acts,
                      double& loss_sum);
-    // `last_of_step`: this stage's final backward pass of the step, after which each layer's
-    // gradients are final.
-    void run_backward(int step, int microbatch, Activations& acts, float loss_scale,
-                      bool last_of_step);
+    void run_backward(int step, const PipelineOp& op, Activations& acts, float loss_scale,
+                      bool reduce_layers);
+    void run_weight_gradients(int step, const PipelineOp& op, Activations& acts,
+                              bool reduce_layers);
+    // The passes of chunk k's layers from the last to the first, each layer's DP × CP
+    // reduction started after it (Communicator::start_all_reduce_sum).
+    template <typename Pass>
+    void layer_by_layer_with_reduction(int chunk, Pass pass);
+    // This step's order of passes on this stage.
+    std::vector<PipelineOp> step_ops(int microbatches) const;
+    int model_chunk(int chunk) const;
+    // Which blocks this stage runs: the only ones its Activations hold.
+    std::vector<bool> blocks_held() const;
+    bool holds_embedding(int chunk) const { return model_chunk(chunk) == 0; }
+    bool holds_head(int chunk) const;
     bool overlaps_reduction() const;
     void reduce_gradients(int step);
+    void reduce_over_data_parallel();  // the DP × CP part of reduce_gradients
     double gradient_norm();
 
     GptModel& model_;
@@ -91,7 +121,7 @@ private:
     const TrainingDocuments& documents_;
     ParallelTrainConfig config_;
     AdamW optimizer_;
-    LayerRange layers_;
+    std::vector<LayerRange> chunk_layers_;
     std::vector<std::unique_ptr<Activations>> activations_;  // one per micro-batch in flight
     std::int64_t steps_taken_ = 0;
 };

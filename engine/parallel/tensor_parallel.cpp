@@ -1,5 +1,6 @@
 #include "engine/parallel/tensor_parallel.h"
 
+#include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
 #include <algorithm>
@@ -122,6 +123,38 @@ void all_reduce_sum(Communicator* comm, Tensor t) {
     instrument::Range range("tp all-reduce", Category::communication,
                             instrument::with_bytes(t.numel() * std::int64_t(sizeof(float))));
     comm->all_reduce_sum(std::span<float>(static_cast<float*>(t.raw()), std::size_t(t.numel())));
+}
+
+std::vector<int> sequence_counts(std::int64_t rows, int tp, std::int64_t width) {
+    std::vector<int> counts;
+    for (int r = 0; r < tp; ++r) {
+        counts.push_back(int(sequence_shard(rows, tp, r).rows * width));
+    }
+    return counts;
+}
+
+void all_gather_sequence(Communicator& tp, Tensor shard, Tensor full) {
+    FULCRUM_CHECK(shard.contiguous() && full.contiguous() && shard.cols() == full.cols(),
+                  "sequence all-gather: shapes");
+    FULCRUM_CHECK(sequence_shard(full.rows(), tp.size(), tp.rank()).rows == shard.rows(),
+                  "sequence all-gather: not this rank's shard of the rows");
+    instrument::Range range(range_name::kTpAllGather, Category::communication,
+                            instrument::with_bytes(full.numel() * std::int64_t(sizeof(float))));
+    tp.all_gather(std::span<const float>(shard.f32(), std::size_t(shard.numel())),
+                  std::span<float>(full.f32(), std::size_t(full.numel())),
+                  sequence_counts(full.rows(), tp.size(), full.cols()));
+}
+
+void reduce_scatter_sequence(Communicator& tp, Tensor full, Tensor shard) {
+    FULCRUM_CHECK(shard.contiguous() && full.contiguous() && shard.cols() == full.cols(),
+                  "sequence reduce-scatter: shapes");
+    FULCRUM_CHECK(sequence_shard(full.rows(), tp.size(), tp.rank()).rows == shard.rows(),
+                  "sequence reduce-scatter: not this rank's shard of the rows");
+    instrument::Range range(range_name::kTpReduceScatter, Category::communication,
+                            instrument::with_bytes(full.numel() * std::int64_t(sizeof(float))));
+    tp.reduce_scatter_sum(std::span<const float>(full.f32(), std::size_t(full.numel())),
+                          std::span<float>(shard.f32(), std::size_t(shard.numel())),
+                          sequence_counts(full.rows(), tp.size(), full.cols()));
 }
 
 }  // namespace fulcrum::engine

@@ -43,6 +43,9 @@ namespace {
 struct Options {
     GridShape grid;
     std::string schedule = "1f1b";
+    int virtual_stages = 1;
+    std::string recompute = "none";
+    bool sequence_parallel = false;
     std::string balancer = "fixed";
     std::string cp_shard = "per-doc";
     std::string data_dir;
@@ -92,6 +95,9 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
         {"pp", o.grid.pp},
         {"cp", o.grid.cp},
         {"schedule", o.schedule},
+        {"virtual_stages", o.virtual_stages},
+        {"recompute", o.recompute},
+        {"sequence_parallel", o.sequence_parallel},
         {"balancer", o.balancer},
         {"cp_shard", o.cp_shard},
         {"microbatches", o.microbatches},
@@ -125,8 +131,21 @@ int main(int argc, char** argv) {
     app.add_option("--tp", o.grid.tp, "Tensor-parallel degree")->capture_default_str();
     app.add_option("--pp", o.grid.pp, "Pipeline-parallel degree (stages)")->capture_default_str();
     app.add_option("--cp", o.grid.cp, "Context-parallel degree")->capture_default_str();
-    app.add_option("--schedule", o.schedule, "Pipeline schedule: gpipe or 1f1b")
+    app.add_option("--schedule", o.schedule,
+                   "Pipeline schedule: gpipe, 1f1b, interleaved (1F1B over --virtual-stages "
+                   "model chunks per stage; --micro-batches a multiple of --pp) or zb-h1 (Zero "
+                   "Bubble: backward split into input- and weight-gradient passes)")
         ->capture_default_str();
+    app.add_option("--virtual-stages", o.virtual_stages,
+                   "Model chunks per pipeline stage for --schedule interleaved (at least 2)")
+        ->capture_default_str();
+    app.add_option("--recompute", o.recompute,
+                   "Activation recomputation: none, selective (the attention core re-run in "
+                   "backward) or full (only each layer's input kept, its forward re-run)")
+        ->capture_default_str();
+    app.add_flag("--sequence-parallel", o.sequence_parallel,
+                 "With --tp > 1: LayerNorm and residual activations split over the TP ranks by "
+                 "token; TP's all-reduces become reduce-scatters and all-gathers");
     app.add_option("--balancer", o.balancer, "Packing: fixed, ilp or wlb")->capture_default_str();
     app.add_option("--cp-shard", o.cp_shard, "CP sharding: contiguous, zigzag, per-doc, adaptive")
         ->capture_default_str();
@@ -207,9 +226,29 @@ int main(int argc, char** argv) {
     if (!schedule) {
         return fail(rank, schedule.error().message);
     }
-    if (*schedule != PipelineSchedule::gpipe && *schedule != PipelineSchedule::one_f_one_b) {
-        return fail(rank, std::string("the engine runs the gpipe and 1f1b schedules; ") +
-                              schedule_name(*schedule) + " is not implemented in fulcrum-train yet");
+    if (*schedule == PipelineSchedule::interleaved && o.grid.pp < 2) {
+        return fail(rank, "the interleaved schedule needs --pp 2 or more (its model chunks "
+                          "take turns between pipeline stages)");
+    }
+    if (o.microbatches >= 1) {
+        if (auto shape = parallel::check_pipeline(
+                *schedule, {o.grid.pp, o.microbatches, o.virtual_stages});
+            !shape) {
+            return fail(rank, shape.error().message);
+        }
+    }
+    auto recompute = parse_recompute(o.recompute);
+    if (!recompute) {
+        return fail(rank, recompute.error().message);
+    }
+    if (*recompute == Recompute::selective && o.attention_chunk > 0) {
+        return fail(rank, "--recompute selective re-runs attention on the Q, K and V a layer "
+                          "keeps on the device, but chunked attention (--attention-chunk) keeps "
+                          "them by chunk, in host memory; use --recompute full or none with it");
+    }
+    if (o.sequence_parallel && o.grid.tp < 2) {
+        return fail(rank, "--sequence-parallel splits TP's LayerNorm and residual work over "
+                          "the TP ranks: it needs --tp 2 or more");
     }
     auto balancer = balance::parse_balancer(o.balancer);
     if (!balancer) {
@@ -287,6 +326,12 @@ int main(int argc, char** argv) {
         return fail(rank, "--pp " + std::to_string(o.grid.pp) + " is more pipeline stages than "
                               "--layers " + std::to_string(o.layers) + "; every stage needs a layer");
     }
+    if (o.grid.pp * o.virtual_stages > o.layers) {
+        return fail(rank, "--pp " + std::to_string(o.grid.pp) + " × --virtual-stages " +
+                              std::to_string(o.virtual_stages) + " is more model chunks than "
+                              "--layers " + std::to_string(o.layers) +
+                              "; every model chunk needs a layer");
+    }
     if (o.heads < 1 || o.hidden % o.heads != 0) {
         return fail(rank, "--heads " + std::to_string(o.heads) + " must divide --hidden " +
                               std::to_string(o.hidden));
@@ -339,10 +384,18 @@ int main(int argc, char** argv) {
         }
         std::printf("grid %s on %d ranks\n%s", topology->describe().c_str(), world->size(),
                     topology->describe_ranks().c_str());
+        const std::string schedule_text =
+            o.schedule + (o.virtual_stages > 1
+                              ? " (" + std::to_string(o.virtual_stages) + " virtual stages)"
+                              : std::string());
         std::printf("model %s\ndata %s\nbalancer %s, cp sharding %s, schedule %s, %d micro-batches "
                     "per replica\n",
                     model_config.describe().c_str(), documents->description.c_str(),
-                    o.balancer.c_str(), o.cp_shard.c_str(), o.schedule.c_str(), o.microbatches);
+                    o.balancer.c_str(), o.cp_shard.c_str(), schedule_text.c_str(), o.microbatches);
+        if (*recompute != Recompute::none || o.sequence_parallel) {
+            std::printf("activations: recompute %s%s\n", recompute_name(*recompute),
+                        o.sequence_parallel ? ", sequence parallel over TP" : "");
+        }
         std::fflush(stdout);
     }
 
@@ -424,10 +477,13 @@ int main(int argc, char** argv) {
     GptModel model(*backend, model_config, ModelParallel{groups.tp.get(), groups.cp.get()});
     model.initialize(o.seed);
     model.set_attention_chunking({o.attention_chunk, o.offload == "on"});
+    model.set_recompute(*recompute);
+    model.set_sequence_parallel(o.sequence_parallel);
     ParallelTrainConfig train_config;
     train_config.train.adamw.learning_rate = o.learning_rate;
     train_config.train.warmup_steps = o.warmup;
     train_config.schedule = *schedule;
+    train_config.virtual_stages = o.virtual_stages;
     train_config.balancer = *balancer;
     train_config.overlap_reduction =
         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");

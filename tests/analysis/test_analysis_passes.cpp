@@ -4,6 +4,7 @@
 
 #include "core/analysis/passes.h"
 #include "core/analysis/step_breakdown.h"
+#include "core/trace/annotations.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;
@@ -37,6 +38,61 @@ private slots:
         QCOMPARE(pass.collective_ns, 2);
         QCOMPARE(pass.compute_ns, 8);
         QCOMPARE(pass.attention_ns, 4);
+    }
+
+    // ZB-H1 on one stage (the engine's names): forward [0,10) mb 0; backward (B) [10,18) mb 0
+    // holding recv gradients [10,12); weight gradients (W, phase wgrad) [18,24) mb 0 holding a
+    // recompute [18,21) with a tp all-gather [19,20) inside; forward [24,34) mb 1; backward
+    // [34,42) mb 1; W [42,48) mb 1, of model chunk 1 (args {"chunk":1}).
+    //   six passes, W as weight_grad: B mb 0 compute 8 − 2 = 6, W mb 0 compute 6 − 1 = 5 with
+    //   collective 1; nothing counted twice: Σ wall = 48, every instant of the lane once, and
+    //   the step breakdown's compute is Σ wall − waits − collectives = 48 − 2 − 1 = 45.
+    void weightGradientPassesAreBackwardWorkOfTheirOwn() {
+        RunTrace trace;
+        auto& lane = trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.add_range(lane, "step", Category::schedule, 0, 48, 5);
+        trace.add_range(lane, "forward", Category::compute, 0, 10, 5, 0, 0, Phase::forward);
+        trace.add_range(lane, "backward", Category::compute, 10, 18, 5, 0, 0, Phase::backward);
+        trace.add_range(lane, "recv gradients", Category::communication, 10, 12, 5, 0, 0);
+        trace.add_range(lane, "weight gradients", Category::compute, 18, 24, 5, 0, 0,
+                        Phase::weight_grad);
+        trace.add_range(lane, "recompute", Category::compute, 18, 21, 5, 0, 0, Phase::weight_grad);
+        trace.add_range(lane, "tp all-gather", Category::communication, 19, 20, 5, 0, 0);
+        trace.add_range(lane, "forward", Category::compute, 24, 34, 5, 1, 0, Phase::forward);
+        trace.add_range(lane, "backward", Category::compute, 34, 42, 5, 1, 0, Phase::backward);
+        Event& w = trace.add_range(lane, "weight gradients", Category::compute, 42, 48, 5, 1, 0,
+                                   Phase::weight_grad);
+        w.args = trace.intern(R"({"chunk":1})");
+        trace.finish();
+        const auto passes = find_passes(trace);
+        QCOMPARE(passes.size(), 6u);
+        const Phase expected[] = {Phase::forward,     Phase::backward, Phase::weight_grad,
+                                  Phase::forward,     Phase::backward, Phase::weight_grad};
+        std::int64_t wall = 0;
+        for (std::size_t i = 0; i < passes.size(); ++i) {
+            QCOMPARE(passes[i].phase, expected[i]);
+            QCOMPARE(passes[i].microbatch, i < 3 ? 0 : 1);
+            wall += passes[i].wall_ns();
+        }
+        QCOMPARE(wall, 48);
+        QCOMPARE(passes[1].compute_ns, 6);
+        QCOMPARE(passes[1].pipeline_wait_ns, 2);
+        QCOMPARE(passes[2].compute_ns, 5);
+        QCOMPARE(passes[2].collective_ns, 1);
+        QCOMPARE(passes[5].compute_ns, 6);
+        // The pass's chunk stays in its event's args.
+        const Event* last_w = nullptr;
+        for (const Event& e : trace.ranks[0].lanes[0].events) {
+            if (e.start_ns == 42) {
+                last_w = &e;
+            }
+        }
+        QVERIFY(last_w != nullptr);
+        QCOMPARE(chunk_of_args(trace.name(last_w->args)), 1);
+        const auto rows = step_breakdown(trace);
+        QCOMPARE(rows.size(), 1u);
+        QCOMPARE(rows[0].compute_ns, 45);
+        QCOMPARE(rows[0].exposed_communication_ns, 3);
     }
 
     // A rank's document ranges [0,100) and [100,150) of a 150-token document, and a whole

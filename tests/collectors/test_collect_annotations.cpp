@@ -36,6 +36,16 @@ private slots:
         QTest::newRow("backward and weight grad")
             << "backward step=1 phase=wgrad" << "backward" << 1 << -1 << -1 << 2 << qlonglong(-1)
             << "";
+        // The model chunk of a pass (docs/annotations.md): into args as an integer, first.
+        QTest::newRow("weight gradients of chunk 1")
+            << "weight gradients step=4 mb=2 stage=0 phase=wgrad chunk=1" << "weight gradients"
+            << 4 << 2 << 0 << 2 << qlonglong(-1) << R"({"chunk":1})";
+        QTest::newRow("chunk with other keys")
+            << "forward step=0 mb=0 stage=1 phase=fwd chunk=0 layer=3" << "forward" << 0 << 0 << 1
+            << 0 << qlonglong(-1) << R"({"chunk":0,"layer":"3"})";
+        QTest::newRow("a chunk that does not parse stays text")
+            << "forward chunk=first" << "forward" << -1 << -1 << -1 << -1 << qlonglong(-1)
+            << R"({"chunk":"first"})";
         QTest::newRow("other keys go to args")
             << "attention step=2 layer=11 kernel=flash" << "attention" << 2 << -1 << -1 << -1
             << qlonglong(-1) << R"({"layer":"11","kernel":"flash"})";
@@ -68,6 +78,8 @@ private slots:
         QCOMPARE(int(a.phase), phase);
         QCOMPARE(qlonglong(a.bytes), bytes);
         QCOMPARE(QString::fromStdString(a.args_json), args);
+        // What the store keeps (args) gives the chunk back.
+        QCOMPARE(chunk_of_args(a.args_json), a.chunk);
     }
 
     void categories() {

@@ -57,6 +57,8 @@ private slots:
     void adamw();
     void streamsAndEvents();
     void modelTrainsLikeCpu();
+    void modelPassesLikeCpu_data();
+    void modelPassesLikeCpu();
     void autoFallsBackToCpu();
     void cudaWithoutGpuFails();
     void ranksSharingTheGpuTrainLikeCpu();
@@ -168,6 +170,21 @@ void CudaBackendTest::layernorm() {
     VERIFY_ERROR(error(dinp), 1e-5, "layernorm dinp");
     VERIFY_ERROR(error(dw), 1e-5, "layernorm dweight");
     VERIFY_ERROR(error(db), 1e-5, "layernorm dbias");
+    // Zero Bubble's halves (layernorm.h): dinp alone, then dweight and dbias alone.
+    Both dinp_only = both(random_values(n * c, 17), {n, c});
+    Both dw_only = both(random_values(c, 18), {c});
+    Both db_only = both(random_values(c, 19), {c});
+    for (Backend* be : {static_cast<Backend*>(&cpu_), static_cast<Backend*>(cuda_.get())}) {
+        const bool gpu = be != &cpu_;
+        auto at = [gpu](const Both& x) { return gpu ? x.gpu.tensor : x.cpu.tensor; };
+        be->layernorm_backward(at(dinp_only), Tensor{}, Tensor{}, at(dout), at(inp), at(w),
+                               at(mean), at(rstd));
+        be->layernorm_backward(Tensor{}, at(dw_only), at(db_only), at(dout), at(inp), at(w),
+                               at(mean), at(rstd));
+    }
+    VERIFY_ERROR(error(dinp_only), 1e-5, "layernorm dinp alone");
+    VERIFY_ERROR(error(dw_only), 1e-5, "layernorm dweight alone");
+    VERIFY_ERROR(error(db_only), 1e-5, "layernorm dbias alone");
 }
 
 void CudaBackendTest::residual() {
@@ -225,6 +242,21 @@ void CudaBackendTest::matmul() {
     VERIFY_ERROR(error(dinp), 1e-5, "matmul dinp");
     VERIFY_ERROR(error(dw), 1e-5, "matmul dweight");
     VERIFY_ERROR(error(db), 1e-5, "matmul dbias");
+    // Zero Bubble's halves (matmul.h): dinp alone (no input needed), then dW and db alone.
+    Both dinp_only = both(random_values(rows * in_ch, 37), {rows, in_ch});
+    Both dw_only = both(random_values(out_ch * in_ch, 38), {out_ch, in_ch});
+    Both db_only = both(random_values(out_ch, 39), {out_ch});
+    cpu_.matmul_backward(dinp_only.cpu.tensor, Tensor{}, Tensor{}, dout_cpu, Tensor{},
+                         w.cpu.tensor);
+    cuda_->matmul_backward(dinp_only.gpu.tensor, Tensor{}, Tensor{}, dout_gpu, Tensor{},
+                           w.gpu.tensor);
+    cpu_.matmul_backward(Tensor{}, dw_only.cpu.tensor, bias ? db_only.cpu.tensor : Tensor{},
+                         dout_cpu, inp_cpu, w.cpu.tensor);
+    cuda_->matmul_backward(Tensor{}, dw_only.gpu.tensor, bias ? db_only.gpu.tensor : Tensor{},
+                           dout_gpu, inp_gpu, w.gpu.tensor);
+    VERIFY_ERROR(error(dinp_only), 1e-5, "matmul dinp alone");
+    VERIFY_ERROR(error(dw_only), 1e-5, "matmul dweight alone");
+    VERIFY_ERROR(error(db_only), 1e-5, "matmul dbias alone");
 }
 
 // bf16 mode: operands rounded to bf16 (8 significant bits: relative error ≤ 2⁻⁹ each), fp32
@@ -539,6 +571,58 @@ void CudaBackendTest::modelTrainsLikeCpu() {
     VERIFY_ERROR(relative_error(std::vector<double>(p_gpu.begin(), p_gpu.end()),
                                 std::vector<double>(p_cpu.begin(), p_cpu.end())),
                  1e-3, "parameters after 3 steps");
+}
+
+// Recomputation and the split backward (gpt.h, recompute.h) on the GPU against the CPU: one
+// micro-batch's forward and backward (B then W when split), gradients compared norm-wise as
+// the kernels above are (fp32 mode; reductions in other orders).
+void CudaBackendTest::modelPassesLikeCpu_data() {
+    QTest::addColumn<int>("recompute");
+    QTest::addColumn<bool>("split");
+    QTest::addColumn<int>("chunk");
+    QTest::newRow("selective") << int(Recompute::selective) << false << 0;
+    QTest::newRow("full, chunks with offload") << int(Recompute::full) << false << 16;
+    QTest::newRow("split") << int(Recompute::none) << true << 0;
+    QTest::newRow("split, full") << int(Recompute::full) << true << 0;
+}
+
+void CudaBackendTest::modelPassesLikeCpu() {
+    REQUIRE_GPU();
+    QFETCH(int, recompute);
+    QFETCH(bool, split);
+    QFETCH(int, chunk);
+    auto corpus = load_text_corpus("/usr/share/common-licenses", DocumentSplit::file);
+    QVERIFY(corpus.ok());
+    GptConfig config;
+    config.n_layer = 2;
+    config.channels = 64;
+    config.n_head = 4;
+    config.max_context = 128;
+    MicroBatchSampler sampler(*corpus, PackingConfig{128, 1, 5});
+    const MicroBatch batch = sampler.next();
+    auto gradients = [&](Backend& backend) {
+        GptModel model(backend, config);
+        model.initialize(9);
+        model.set_attention_chunking({chunk, true});
+        model.set_recompute(Recompute(recompute));
+        model.set_split_backward(split);
+        model.zero_gradients();
+        Activations acts(model);
+        model.forward(batch, acts);
+        const float scale = 1.0f / float(batch.target_count());
+        if (split) {
+            model.backward_head(acts, scale, BackwardPart::input_gradients);
+            model.backward_blocks(0, config.n_layer, acts, BackwardPart::input_gradients);
+            model.backward_embedding(acts);
+            model.backward_weights_blocks(0, config.n_layer, acts);
+            model.backward_weights_head(acts);
+        } else {
+            model.backward(acts, scale);
+        }
+        const std::vector<float> g = model.gradients_to_host();
+        return std::vector<double>(g.begin(), g.end());
+    };
+    VERIFY_ERROR(relative_error(gradients(*cuda_), gradients(cpu_)), 1e-4, "gradients");
 }
 
 namespace {

@@ -198,6 +198,8 @@ private slots:
     void accumulationEqualsOneBatch();
     void offloadedQkvGivesTheSameGradients_data();
     void offloadedQkvGivesTheSameGradients();
+    void recomputationAndSplitBackwardGiveTheSameGradients_data();
+    void recomputationAndSplitBackwardGiveTheSameGradients();
 
 private:
     CpuBackend backend_{1};
@@ -578,6 +580,163 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
         fall += 2 * config.n_layer * tokens * 2 * c * floats - (tokens + tokens) * 2 * c * floats;
     }
     QCOMPARE(resident.memory.peak_device_bytes - offloaded.memory.peak_device_bytes, fall);
+}
+
+// Activation recomputation (recompute.h) and Zero Bubble's split backward (gpt.h): the same
+// loss and gradients as the whole backward without recomputation, over two micro-batches in
+// flight (both forwards, then the backwards in reverse; the split runs both B passes, then
+// both W passes, as ZB-H1 may), and the device peak moves by exactly what the memory model
+// says. Recomputation runs the same kernels on the same inputs, so every gradient is bit for
+// bit the same. The split also, but for wte: it sums the LM head's part (now in W) and the
+// embedding's (in B) in another order, one rounding apart per element, so wte is compared
+// norm-wise (an element whose two parts nearly cancel keeps only that rounding).
+void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients_data() {
+    QTest::addColumn<int>("recompute");
+    QTest::addColumn<bool>("split");
+    QTest::addColumn<bool>("context_parallel");
+    QTest::addColumn<int>("chunk");
+    const int none = int(Recompute::none), selective = int(Recompute::selective),
+              full = int(Recompute::full);
+    QTest::newRow("selective") << selective << false << false << 0;
+    QTest::newRow("full") << full << false << false << 0;
+    QTest::newRow("selective, cp shard") << selective << false << true << 0;
+    QTest::newRow("full, cp shard") << full << false << true << 0;
+    QTest::newRow("full, chunks with offload") << full << false << false << 16;
+    QTest::newRow("full, cp shard, chunks with offload") << full << false << true << 16;
+    QTest::newRow("split") << none << true << false << 0;
+    QTest::newRow("split, cp shard") << none << true << true << 0;
+    QTest::newRow("split, cp shard, chunks with offload") << none << true << true << 16;
+    QTest::newRow("split, selective") << selective << true << false << 0;
+    QTest::newRow("split, full, cp shard") << full << true << true << 0;
+}
+
+void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
+    QFETCH(int, recompute);
+    QFETCH(bool, split);
+    QFETCH(bool, context_parallel);
+    QFETCH(int, chunk);
+    GptConfig config;
+    config.n_layer = 3;
+    config.channels = 32;
+    config.n_head = 4;
+    config.max_context = 64;
+    // Two micro-batches of equal size: no buffer grows between them (see above).
+    const std::vector<std::vector<std::pair<int, int>>> documents = {
+        {{0, 40}, {40, 24}}, {{10, 50}, {60, 14}}};
+    std::vector<MicroBatch> batches;
+    std::vector<ContextShard> shards;
+    for (const auto& ranges : documents) {
+        MicroBatch batch;
+        std::vector<std::string_view> bytes;
+        std::vector<fulcrum::balance::Document> docs;
+        fulcrum::balance::CpPlan plan;
+        plan.ranks.resize(1);
+        for (auto [begin, length] : ranges) {
+            const std::string_view text =
+                std::string_view(kLicenceExcerpt).substr(std::size_t(begin), std::size_t(length));
+            batch.append_document(text);
+            const std::uint64_t id = docs.size();
+            bytes.push_back(text);
+            docs.push_back({id, length});
+            // A CP shard of one rank holding every token, each document's second half first.
+            plan.ranks[0].ranges.push_back({id, length / 2, length});
+            plan.ranks[0].ranges.push_back({id, 0, length / 2});
+        }
+        batches.push_back(batch);
+        fulcrum::Result<ContextShard> shard = make_context_shard(bytes, docs, plan, 0);
+        QVERIFY(shard.ok());
+        shards.push_back(shard.value());
+    }
+    const std::int64_t tokens = batches[0].size();
+    QCOMPARE(batches[1].size(), tokens);
+
+    struct Outcome {
+        double loss = 0;
+        std::vector<float> gradients;
+        MemoryUse memory;
+    };
+    auto run = [&](Recompute mode, bool split_backward) {
+        CpuBackend backend(1);
+        if (chunk > 0) {
+            backend.set_copy_delay(std::chrono::milliseconds(1));  // copies lag: races show
+        }
+        GptModel model(backend, config);
+        model.initialize(11);
+        model.set_attention_chunking({chunk, true});
+        model.set_recompute(mode);
+        model.set_split_backward(split_backward);
+        model.zero_gradients();
+        Activations a(model), b(model);
+        Outcome result;
+        const std::int64_t targets = context_parallel
+                                         ? shards[0].target_count() + shards[1].target_count()
+                                         : batches[0].target_count() + batches[1].target_count();
+        const float scale = 1.0f / float(targets);
+        result.loss = context_parallel ? model.forward(shards[0], a) + model.forward(shards[1], b)
+                                       : model.forward(batches[0], a) + model.forward(batches[1], b);
+        if (split_backward) {
+            for (Activations* acts : {&b, &a}) {
+                model.backward_head(*acts, scale, BackwardPart::input_gradients);
+                model.backward_blocks(0, config.n_layer, *acts, BackwardPart::input_gradients);
+                model.backward_embedding(*acts);
+            }
+            for (Activations* acts : {&b, &a}) {
+                model.backward_weights_blocks(0, config.n_layer, *acts);
+                model.backward_weights_head(*acts);
+            }
+        } else {
+            model.backward(b, scale);
+            model.backward(a, scale);
+        }
+        result.gradients = model.gradients_to_host();
+        result.memory = backend.memory_use();
+        return result;
+    };
+    const Outcome reference = run(Recompute::none, false);
+    const Outcome tested = run(Recompute(recompute), split);
+    QCOMPARE(tested.loss, reference.loss);
+    const ParameterLayout layout(config);
+    const ParameterTensor& wte = layout.find(ParameterKind::token_embedding);
+    double wte_difference = 0, wte_norm = 0;
+    for (std::int64_t i = 0; i < layout.total(); ++i) {
+        const bool in_wte = i >= wte.offset && i < wte.offset + wte.numel();
+        const float want = reference.gradients[std::size_t(i)];
+        const float got = tested.gradients[std::size_t(i)];
+        if (split && in_wte) {
+            wte_difference += (double(got) - want) * (double(got) - want);
+            wte_norm += double(want) * want;
+        } else if (got != want) {
+            QFAIL(qPrintable(QString("gradient %1 differs: %2 vs %3").arg(i).arg(got).arg(want)));
+        }
+    }
+    // A few float roundings of the norm: ~1e-7.
+    QVERIFY2(std::sqrt(wte_difference) <= 1e-6 * std::sqrt(wte_norm),
+             qPrintable(QString("wte gradients differ by %1 relative")
+                            .arg(std::sqrt(wte_difference / wte_norm))));
+
+    // The memory model (recompute.h, gpt.h), per token in floats. Two micro-batches of
+    // `tokens` rows are held, each keeping L blocks; recomputation drops a block's tensors
+    // from both and the model's workspace holds them once.
+    const std::int64_t c = config.channels, h = config.n_head, layers = config.n_layer;
+    const std::int64_t bytes = sizeof(float);
+    const bool resident_qkv = chunk == 0;  // with offload Q/K/V are in host memory anyway
+    std::int64_t dropped = 0;  // per token and block
+    std::int64_t dropped_gathered = 0;  // CP's gathered K|V rows, per block
+    if (Recompute(recompute) == Recompute::selective) {
+        dropped = c + h;  // atty, lse
+    } else if (Recompute(recompute) == Recompute::full) {
+        // everything but residual3: ln1, residual2, ln2 [C]; qkv [3C]; atty [C]; fch,
+        // fch_gelu [4C]; lse [H]; means and rstds
+        dropped = 3 * c + (resident_qkv ? 3 * c : 0) + c + 8 * c + h + 4;
+        dropped_gathered = context_parallel && resident_qkv ? tokens * 2 * c : 0;
+    }
+    std::int64_t fall = (2 * layers - 1) * (tokens * dropped + dropped_gathered) * bytes;
+    if (split) {
+        // Kept for W by each micro-batch: per block ∂L/∂ of the two projections' outputs, ln1
+        // and ln2 [C], of fch [4C] and of qkv [3C]; the head's ∂L/∂logits [V] and ∂L/∂lnf [C].
+        fall -= 2 * tokens * (layers * (4 * c + 4 * c + 3 * c) + config.vocab_size + c) * bytes;
+    }
+    QCOMPARE(reference.memory.peak_device_bytes - tested.memory.peak_device_bytes, fall);
 }
 
 QTEST_GUILESS_MAIN(EngineModelTest)

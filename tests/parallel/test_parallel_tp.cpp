@@ -51,6 +51,8 @@ private slots:
     void shardGatherRoundTrip();
     void initializeGivesTheSerialWeights();
     void matchesSerial();
+    void sequenceParallelMatchesSerial_data();
+    void sequenceParallelMatchesSerial();
 
 private:
     CpuBackend backend_{1};
@@ -175,6 +177,100 @@ void ParallelTpTest::matchesSerial() {
     QVERIFY2(all_members_equal(all_local_grads, local_grads.size(),
                                tp_replicated_ranges(model.layout())),
              "a replicated parameter's gradient differs between TP ranks");
+}
+
+// Sequence parallelism (tensor_parallel.h, Korthikanti et al. 2022 §4.2.2) against the serial
+// model: the 101 rows split 51 + 50, the loss summed over TP, the LayerNorm and embedding
+// gradients summed over TP (reduce_sequence_parallel_gradients), the gradients gathered into
+// the serial layout — alone, with the split backward (B then W) and with recomputation. And the
+// device peak falls by exactly the rows this rank no longer holds of the residual-stream
+// tensors (the LayerNorms' inputs, outputs and statistics, the embedding's output, the head's,
+// the residual gradient and ∂L/∂logits), less the [T, C] buffer that gathers go through and the
+// reduce-scattered [n_r, C] gradient.
+void ParallelTpTest::sequenceParallelMatchesSerial_data() {
+    QTest::addColumn<bool>("split");
+    QTest::addColumn<int>("recompute");
+    QTest::newRow("sequence parallel") << false << int(Recompute::none);
+    QTest::newRow("sequence parallel, split backward") << true << int(Recompute::none);
+    QTest::newRow("sequence parallel, full recompute") << false << int(Recompute::full);
+    QTest::newRow("sequence parallel, selective recompute, split")
+        << true << int(Recompute::selective);
+}
+
+void ParallelTpTest::sequenceParallelMatchesSerial() {
+    if (world().size() != 2)
+        QSKIP("needs mpirun -np 2");
+    QFETCH(bool, split);
+    QFETCH(int, recompute);
+    const GptConfig config = tiny_config();
+    const std::vector<float> params = lively_parameters(config, 5);
+    const MicroBatch batch = full_micro_batch();
+    const SerialRun serial = run_serial(backend_, config, params, batch);
+
+    Communicator& tp = world();
+    struct Outcome {
+        double loss = 0;
+        std::vector<float> local_gradients;
+        std::int64_t peak = 0;
+    };
+    auto run = [&](bool sequence_parallel) {
+        CpuBackend backend(1);
+        GptModel model(backend, config, ModelParallel{&tp, nullptr});
+        model.set_parameters(shard_parameters(params, config, tp.size(), tp.rank()));
+        model.set_recompute(Recompute(recompute));
+        model.set_sequence_parallel(sequence_parallel);
+        model.set_split_backward(split);
+        Activations acts(model);
+        model.zero_gradients();
+        Outcome out;
+        out.loss = model.forward(batch, acts);
+        const float scale = float(1.0 / double(serial.targets));
+        if (split) {
+            model.backward_head(acts, scale, BackwardPart::input_gradients);
+            model.backward_blocks(0, config.n_layer, acts, BackwardPart::input_gradients);
+            model.backward_embedding(acts);
+            model.backward_weights_blocks(0, config.n_layer, acts);
+            model.backward_weights_head(acts);
+        } else {
+            model.backward(acts, scale);
+        }
+        model.reduce_sequence_parallel_gradients();
+        out.local_gradients = model.gradients_to_host();
+        out.peak = backend.memory_use().peak_device_bytes;
+        return out;
+    };
+    const Outcome whole_rows = run(false);
+    const Outcome rows = run(true);
+    double loss[1] = {rows.loss};  // this rank's rows' Σ ℓ
+    tp.all_reduce_sum(std::span<double>(loss));
+    const std::vector<float> grads = gather_parameters(rows.local_gradients, config, tp);
+    const std::vector<float> all_local_grads = all_gathered(tp, rows.local_gradients);
+
+    QVERIFY2(std::abs(loss[0] - serial.loss) <= kRelativeTolerance * serial.loss,
+             qPrintable(QStringLiteral("loss %1 vs serial %2").arg(loss[0]).arg(serial.loss)));
+    const Comparison gradients = compare_parameters(config, grads, serial.gradients);
+    report("sequence-parallel gradients", gradients);
+    FULCRUM_VERIFY_COMPARISON(gradients, "sequence-parallel gradients");
+    QVERIFY2(all_members_equal(all_local_grads, rows.local_gradients.size(),
+                               tp_replicated_ranges(GptModel(backend_, config,
+                                                             ModelParallel{&tp, nullptr})
+                                                        .layout())),
+             "a replicated parameter's gradient differs between TP ranks");
+
+    const std::int64_t t = batch.size(), c = config.channels, v = config.vocab_size;
+    const std::int64_t n = sequence_shard(t, tp.size(), tp.rank()).rows;
+    QCOMPARE(t, 101);
+    std::int64_t per_row = c + config.n_layer * (4 * c + 4) + c + 2 + v + 1;  // activations
+    per_row += c + v;  // the backward's residual gradient and ∂L/∂logits
+    if (split) {
+        per_row += config.n_layer * 2 * c + v + c;  // kept for W: ∂L/∂ln1, ∂L/∂ln2; the head's
+    }
+    if (Recompute(recompute) == Recompute::full) {
+        // The Activations keep residual3 only; the workspace's one block keeps 3C + 4 of them.
+        per_row -= config.n_layer * (3 * c + 4) - (3 * c + 4);
+    }
+    const std::int64_t fall = ((t - n) * per_row - n * c - t * c) * std::int64_t(sizeof(float));
+    QCOMPARE(whole_rows.peak - rows.peak, fall);
 }
 
 FULCRUM_MPI_TEST_MAIN(ParallelTpTest)

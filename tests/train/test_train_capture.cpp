@@ -1,6 +1,7 @@
 // A real capture of fulcrum-train: `fulcrum capture -- mpirun -np 4 fulcrum-train --pp 2
 // --cp 2`, then the run database is checked for what the analyses need from the engine's
-// annotations (docs/annotations.md).
+// annotations (docs/annotations.md). And captures of the interleaved and ZB-H1 schedules: every
+// pass says its model chunk and its kind (F, B, W), and the analyses find them.
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -8,7 +9,10 @@
 #include <map>
 #include <set>
 
+#include "core/analysis/passes.h"
+#include "core/analysis/run_trace.h"
 #include "core/store/trace_reader.h"
+#include "core/trace/annotations.h"
 #include "tests/train/mpi_environment.h"
 
 using namespace fulcrum;
@@ -133,5 +137,114 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TrainCaptureTest)
+// Captures `fulcrum-train` on 2 ranks with `args` into `directory`; the run's path.
+std::string capture_two_ranks(const QString& directory, const QStringList& args) {
+    QProcess process;
+    process.setProcessEnvironment(mpi_environment());
+    process.setProcessChannelMode(QProcess::MergedChannels);
+    process.start(FULCRUM_BINARY_DIR "/app/fulcrum",
+                  QStringList{"capture", "-o", directory, "--", FULCRUM_MPIRUN, "-np", "2",
+                              FULCRUM_BINARY_DIR "/engine/fulcrum-train", "--pp", "2",
+                              "--lengths", "lognormal:median=40,sigma=0.9", "--context", "128",
+                              "--micro-batches", QString::number(kMicrobatches), "--layers", "4",
+                              "--hidden", "32", "--steps", QString::number(kSteps)} +
+                      args);
+    if (!process.waitForFinished(300'000) || process.exitCode() != 0) {
+        qWarning("%s", process.readAll().constData());
+        return {};
+    }
+    return (directory + "/run.fulcrum").toStdString();
+}
+
+class ScheduleCaptureTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir work_;
+
+private slots:
+    // Interleaved, 2 chunks per stage: every micro-batch of every step has one forward and
+    // one backward through each chunk on each stage, each with its chunk in args, and each
+    // range inside a pass has the pass's chunk. ZB-H1: each micro-batch has one forward, one
+    // backward (B) and one "weight gradients" pass (phase wgrad, W), which find_passes files
+    // as weight_grad.
+    void passesCarryTheirChunkAndKind_data() {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<int>("chunks");
+        QTest::addColumn<bool>("split");
+        QTest::newRow("interleaved") << QStringList{"--schedule", "interleaved",
+                                                    "--virtual-stages", "2"}
+                                     << 2 << false;
+        QTest::newRow("zb-h1") << QStringList{"--schedule", "zb-h1"} << 1 << true;
+    }
+    void passesCarryTheirChunkAndKind() {
+        QFETCH(QStringList, args);
+        QFETCH(int, chunks);
+        QFETCH(bool, split);
+        const std::string path =
+            capture_two_ranks(work_.filePath(QTest::currentDataTag()), args);
+        QVERIFY(!path.empty());
+        auto reader = store::TraceReader::open(path);
+        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
+        QVERIFY(reader->run().config_json.find("\"virtual_stages\":" + std::to_string(chunks)) !=
+                std::string::npos);
+        for (const auto& rank : reader->ranks()) {
+            // (step, micro-batch, phase, chunk) of every pass range
+            std::map<std::tuple<int, int, int, int>, int> passes;
+            int without_chunk = 0, inner = 0, inner_other_chunk = 0, wrong_kind = 0;
+            std::int64_t pass_end = -1;
+            int pass_chunk = -1;
+            for (const auto& lane : reader->lanes_of_rank(rank.rank)) {
+                pass_end = -1;
+                QVERIFY(reader->for_each_event(lane.id, [&](const Event& e) {
+                    const std::string_view name = reader->string(e.name);
+                    const int chunk = chunk_of_args(reader->string(e.args));
+                    if (name == range_name::kForward || name == range_name::kBackward ||
+                        name == range_name::kWeightGradients) {
+                        without_chunk += chunk < 0;
+                        ++passes[{e.step, e.microbatch, int(e.phase), chunk}];
+                        wrong_kind += (name == range_name::kWeightGradients) !=
+                                      (e.phase == Phase::weight_grad);
+                        pass_end = e.end_ns;
+                        pass_chunk = chunk;
+                    } else if (e.start_ns < pass_end && e.kind != EventKind::mark) {
+                        ++inner;
+                        inner_other_chunk += chunk != pass_chunk;
+                    }
+                    return true;
+                }).ok());
+            }
+            QCOMPARE(without_chunk, 0);
+            QVERIFY(inner > 0);
+            QCOMPARE(inner_other_chunk, 0);
+            QCOMPARE(wrong_kind, 0);
+            // Each kind once per step, micro-batch and chunk.
+            const int kinds = split ? 3 : 2;
+            QCOMPARE(int(passes.size()), kSteps * kMicrobatches * chunks * kinds);
+            for (const auto& [key, count] : passes) {
+                QCOMPARE(count, 1);
+                QVERIFY(std::get<3>(key) >= 0 && std::get<3>(key) < chunks);
+                QVERIFY(split || std::get<2>(key) != int(Phase::weight_grad));
+            }
+        }
+        // The analyses see the same passes, W as weight_grad work of its own.
+        auto trace = analysis::load_run_trace(*reader);
+        QVERIFY(trace.ok());
+        const auto found = analysis::find_passes(*trace);
+        std::map<Phase, int> by_phase;
+        for (const auto& pass : found) {
+            ++by_phase[pass.phase];
+        }
+        const int per_rank = kSteps * kMicrobatches * chunks;
+        QCOMPARE(by_phase[Phase::forward], 2 * per_rank);
+        QCOMPARE(by_phase[Phase::backward], 2 * per_rank);
+        QCOMPARE(by_phase[Phase::weight_grad], split ? 2 * per_rank : 0);
+    }
+};
+
+int main(int argc, char** argv) {
+    QCoreApplication app(argc, argv);
+    TrainCaptureTest capture;
+    ScheduleCaptureTest schedules;
+    return QTest::qExec(&capture, argc, argv) | QTest::qExec(&schedules, argc, argv);
+}
 #include "test_train_capture.moc"

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "tests/train/mpi_environment.h"
@@ -66,12 +67,27 @@ const QStringList kModel = {"--steps", "3", "--layers", "4", "--hidden", "32", "
                             "--context", "128", "--lengths", "lognormal:median=40,sigma=0.9",
                             "--documents", "400", "--seed", "3"};
 
+// `base` with each "--option value" of `changes` set: replaced where `base` has the option
+// (fulcrum-train refuses an option given twice), appended where it has not.
+QStringList with_options(QStringList base, const QStringList& changes) {
+    for (qsizetype i = 0; i + 1 < changes.size(); i += 2) {
+        if (const auto at = base.indexOf(changes[i]); at >= 0) {
+            base[at + 1] = changes[i + 1];
+        } else {
+            base << changes[i] << changes[i + 1];
+        }
+    }
+    return base;
+}
+
 }  // namespace
 
 class TrainLayoutsTest : public QObject {
     Q_OBJECT
 
     QTemporaryDir work_;
+    // 1-rank references by their arguments: most rows share one, which is run once.
+    std::map<QString, Run> serial_runs_;
 
 private slots:
     void layoutMatchesOneRank_data() {
@@ -127,6 +143,59 @@ private slots:
         QTest::newRow("cp2 zigzag fpdt chunk 16")
             << 2 << QStringList{"--cp", "2", "--cp-shard", "zigzag", "--attention-chunk", "16"}
             << fixed;
+        // Interleaved 1F1B (two model chunks per stage: stage 1's chunk 0 sends to stage 0's
+        // chunk 1, and with p = 2 activations and gradients go both ways between the ranks).
+        const QStringList interleaved = {"--pp", "2", "--schedule", "interleaved",
+                                         "--virtual-stages", "2"};
+        QTest::newRow("pp2 interleaved v2") << 2 << interleaved << fixed;
+        QTest::newRow("dp2 pp2 interleaved v2 overlapped reduction wlb")
+            << 4 << interleaved + QStringList{"--dp", "2", "--overlap-grad-reduce", "on"} << wlb;
+        QTest::newRow("pp2 cp2 interleaved v2") << 4 << interleaved + QStringList{"--cp", "2"}
+                                                << fixed;
+        QTest::newRow("pp2 interleaved v2 fpdt chunk 16")
+            << 2 << interleaved + QStringList{"--attention-chunk", "16"} << fixed;
+        // 20 documents make an epoch of two full steps and a third of one micro-batch, which
+        // interleaving cannot take in groups of 2: that step runs depth-first over the chunks.
+        QTest::newRow("pp2 interleaved v2 one-micro-batch step")
+            << 2 << interleaved << fixed + QStringList{"--documents", "20"};
+        // ZB-H1: every backward as B (input gradients) and W (weight gradients) passes.
+        QTest::newRow("pp2 zb-h1") << 2 << QStringList{"--pp", "2", "--schedule", "zb-h1"}
+                                   << fixed;
+        QTest::newRow("pp4 zb-h1 wlb") << 4 << QStringList{"--pp", "4", "--schedule", "zb-h1"}
+                                       << wlb;
+        QTest::newRow("pp2 zb-h1 recompute full")
+            << 2 << QStringList{"--pp", "2", "--schedule", "zb-h1", "--recompute", "full"} << fixed;
+        QTest::newRow("pp2 cp2 zb-h1 fpdt chunk 16 overlapped reduction")
+            << 4
+            << QStringList{"--pp", "2", "--cp", "2", "--schedule", "zb-h1", "--attention-chunk",
+                           "16", "--overlap-grad-reduce", "on"}
+            << fixed;
+        // Activation recomputation.
+        QTest::newRow("pp2 recompute full") << 2 << QStringList{"--pp", "2", "--recompute", "full"}
+                                            << fixed;
+        QTest::newRow("pp2 recompute selective")
+            << 2 << QStringList{"--pp", "2", "--recompute", "selective"} << fixed;
+        QTest::newRow("tp2 recompute full fpdt chunk 16")
+            << 2 << QStringList{"--tp", "2", "--recompute", "full", "--attention-chunk", "16"}
+            << fixed;
+        QTest::newRow("tp2 cp2 recompute selective wlb")
+            << 4 << QStringList{"--tp", "2", "--cp", "2", "--recompute", "selective"} << wlb;
+        // Sequence parallelism.
+        QTest::newRow("tp2 sequence parallel") << 2 << QStringList{"--tp", "2", "--sequence-parallel"}
+                                               << fixed;
+        // Staged through host memory, and the layer-by-layer DP reduction, which must be done
+        // before the LayerNorm gradients are summed over TP.
+        QTest::newRow("dp2 tp2 sequence parallel staged overlapped reduction")
+            << 4
+            << QStringList{"--dp", "2", "--tp", "2", "--sequence-parallel", "--comm", "staged",
+                           "--overlap-grad-reduce", "on"}
+            << fixed;
+        QTest::newRow("tp2 pp2 sequence parallel zb-h1 wlb")
+            << 4 << QStringList{"--tp", "2", "--pp", "2", "--sequence-parallel", "--schedule", "zb-h1"}
+            << wlb;
+        QTest::newRow("tp2 pp2 sequence parallel interleaved v2 recompute full")
+            << 4 << interleaved + QStringList{"--tp", "2", "--sequence-parallel", "--recompute", "full"}
+            << fixed;
     }
     void layoutMatchesOneRank() {
         QFETCH(int, ranks);
@@ -137,13 +206,17 @@ private slots:
         if (const auto at = layout.indexOf("--dp"); at >= 0) {
             dp = layout[at + 1].toInt();
         }
-        QStringList serial_args = kModel + common;
+        QStringList serial_args = with_options(kModel, common);
         serial_args[serial_args.indexOf("--micro-batches") + 1] =
             QString::number(4 * dp);
         const QString tag = QString(QTest::currentDataTag()).replace(' ', '-');
-        const Run serial = train(1, serial_args, work_.path(), tag + "-serial");
+        const QString serial_key = serial_args.join(' ');
+        if (serial_runs_.count(serial_key) == 0) {
+            serial_runs_[serial_key] = train(1, serial_args, work_.path(), tag + "-serial");
+        }
+        const Run& serial = serial_runs_[serial_key];
         QVERIFY2(serial.exit_code == 0, qPrintable(serial.output));
-        const Run parallel = train(ranks, kModel + common + layout, work_.path(), tag);
+        const Run parallel = train(ranks, with_options(kModel, common) + layout, work_.path(), tag);
         QVERIFY2(parallel.exit_code == 0, qPrintable(parallel.output));
 
         QCOMPARE(parallel.losses.size(), 3u);
@@ -179,6 +252,16 @@ private slots:
             QVERIFY2(parallel.output.contains("gradient reduction: layer by layer"),
                      qPrintable(parallel.output));
         }
+        // The knobs said what they do.
+        if (layout.contains("--recompute") || layout.contains("--sequence-parallel")) {
+            static const QRegularExpression activations("activations: recompute (\\w+)");
+            const auto match = activations.match(parallel.output);
+            QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
+            const auto at = layout.indexOf("--recompute");
+            QCOMPARE(match.captured(1), at >= 0 ? layout[at + 1] : QString("none"));
+            QCOMPARE(parallel.output.contains("sequence parallel over TP"),
+                     layout.contains("--sequence-parallel"));
+        }
         // A chunked run did chunk, and with offload on its K/V went through the host.
         if (layout.contains("--attention-chunk")) {
             static const QRegularExpression chunked(
@@ -205,8 +288,32 @@ private slots:
             << "longer than any micro-batch can hold";
         QTest::newRow("unknown balancer") << 1 << QStringList{"--balancer", "magic"} << "magic";
         QTest::newRow("unknown schedule") << 1 << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
-        QTest::newRow("schedule not in the engine yet") << 1 << QStringList{"--schedule", "zb-h1"}
-                                                        << "not implemented in fulcrum-train yet";
+        QTest::newRow("interleaved, micro-batches not a multiple of the stages")
+            << 2
+            << QStringList{"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2",
+                           "--micro-batches", "3"}
+            << "3 micro-batches is not a multiple of 2";
+        QTest::newRow("interleaved without virtual stages")
+            << 2 << QStringList{"--pp", "2", "--schedule", "interleaved"}
+            << "give --virtual-stages 2 or more";
+        QTest::newRow("interleaved on one stage")
+            << 1 << QStringList{"--schedule", "interleaved", "--virtual-stages", "2"}
+            << "needs --pp 2 or more";
+        QTest::newRow("virtual stages without interleaved")
+            << 2 << QStringList{"--pp", "2", "--virtual-stages", "2"}
+            << "virtual stages are for the interleaved schedule";
+        QTest::newRow("more model chunks than layers")
+            << 2
+            << QStringList{"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2",
+                           "--layers", "3"}
+            << "every model chunk needs a layer";
+        QTest::newRow("sequence parallel without tp") << 1 << QStringList{"--sequence-parallel"}
+                                                      << "it needs --tp 2 or more";
+        QTest::newRow("unknown recompute") << 1 << QStringList{"--recompute", "some"}
+                                           << "none, selective, full";
+        QTest::newRow("selective recompute with chunked attention")
+            << 1 << QStringList{"--recompute", "selective", "--attention-chunk", "16"}
+            << "use --recompute full or none with it";
         QTest::newRow("unknown comm") << 2 << QStringList{"--dp", "2", "--comm", "gloo"}
                                       << "--comm must be auto, mpi, staged or nccl";
         QTest::newRow("nccl on the cpu") << 2 << QStringList{"--dp", "2", "--backend", "cpu",

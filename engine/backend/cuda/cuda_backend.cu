@@ -395,14 +395,21 @@ void CudaBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, 
                                      Tensor inp, Tensor weight, Tensor mean, Tensor rstd) {
     const std::int64_t n = inp.rows(), c = inp.cols();
     require_contiguous_2d(inp, n, c, "layernorm: inp [N, C]");
-    require_contiguous_2d(dinp, n, c, "layernorm: dinp [N, C]");
+    if (!dinp.empty())
+        require_contiguous_2d(dinp, n, c, "layernorm: dinp [N, C]");
     require_contiguous_2d(dout, n, c, "layernorm: dout [N, C]");
     require_1d(mean, n, "layernorm: mean [N]");
     require_1d(rstd, n, "layernorm: rstd [N]");
     require_1d(weight, c, "layernorm: weight [C]");
-    require_1d(dweight, c, "layernorm: dweight [C]");
-    require_1d(dbias, c, "layernorm: dbias [C]");
-    cuda::layernorm_backward(mf(dinp), mf(dweight), mf(dbias), cf(dout), cf(inp), cf(weight),
+    FULCRUM_CHECK(dweight.empty() == dbias.empty(), "layernorm: dweight and dbias go together");
+    FULCRUM_CHECK(!dinp.empty() || !dweight.empty(), "layernorm: no gradient asked for");
+    if (!dweight.empty()) {
+        require_1d(dweight, c, "layernorm: dweight [C]");
+        require_1d(dbias, c, "layernorm: dbias [C]");
+    }
+    cuda::layernorm_backward(dinp.empty() ? nullptr : mf(dinp),
+                             dweight.empty() ? nullptr : mf(dweight),
+                             dbias.empty() ? nullptr : mf(dbias), cf(dout), cf(inp), cf(weight),
                              cf(mean), cf(rstd), n, int(c), state_->properties.multiProcessorCount,
                              state_->compute());
 }
@@ -430,19 +437,23 @@ void CudaBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor b
 
 void CudaBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
                                   Tensor inp, Tensor weight) {
-    const std::int64_t n = inp.rows(), c = inp.cols(), oc = weight.rows();
-    require_2d(inp, n, c, "matmul: inp [N, C]");
+    const std::int64_t n = dout.rows(), c = weight.cols(), oc = weight.rows();
     require_2d(dout, n, oc, "matmul: dout [N, OC]");
     require_contiguous_2d(weight, oc, c, "matmul: weight [OC, C]");
-    require_contiguous_2d(dweight, oc, c, "matmul: dweight [OC, C]");
+    if (!dweight.empty()) {
+        require_2d(inp, n, c, "matmul: inp [N, C]");
+        require_contiguous_2d(dweight, oc, c, "matmul: dweight [OC, C]");
+    }
     if (!dinp.empty())
         require_contiguous_2d(dinp, n, c, "matmul: dinp [N, C]");
     if (!dbias.empty())
         require_1d(dbias, oc, "matmul: dbias [OC]");
     cuda::matmul_backward(state_->cublas, state_->gemm_compute,
-                          dinp.empty() ? nullptr : mf(dinp), mf(dweight),
+                          dinp.empty() ? nullptr : mf(dinp),
+                          dweight.empty() ? nullptr : mf(dweight),
                           dbias.empty() ? nullptr : mf(dbias), cf(dout), dout.row_stride(),
-                          cf(inp), inp.row_stride(), cf(weight), n, int(c), int(oc),
+                          dweight.empty() ? nullptr : cf(inp),
+                          dweight.empty() ? 0 : inp.row_stride(), cf(weight), n, int(c), int(oc),
                           state_->compute());
 }
 

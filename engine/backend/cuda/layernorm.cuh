@@ -5,7 +5,9 @@
 // Forward: one warp per row, two passes over the row as the CPU does (mean, then the
 // centred variance: no E[x²] − μ² cancellation). Backward: one warp per row for dx; dweight
 // and dbias are summed over the rows a block handles in shared memory, then added to global
-// memory once per block with atomicAdd (a few hundred blocks, not N rows, contend).
+// memory once per block with atomicAdd (a few hundred blocks, not N rows, contend). dinp, or
+// dweight and dbias together, may be nullptr: Zero Bubble's input- and weight-gradient passes
+// each ask for one half (engine/model/layernorm.h).
 #pragma once
 
 #include "engine/backend/cuda/common.cuh"
@@ -59,6 +61,16 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* db
         const float* x = inp + row * channels;
         const float* g = dout + row * channels;
         const float m = mean[row], s = rstd[row];
+        if (dweight != nullptr) {
+            for (int c = lane; c < channels; c += kWarpSize) {
+                const float n = (x[c] - m) * s;
+                atomicAdd(&dweight_block[c], g[c] * n);
+                atomicAdd(&dbias_block[c], g[c]);
+            }
+        }
+        if (dinp == nullptr)
+            continue;
+        // Every lane of the warp takes this branch or none: warp_sum needs all 32.
         float mean_g = 0.0f, mean_gn = 0.0f;
         for (int c = lane; c < channels; c += kWarpSize) {
             const float n = (x[c] - m) * s;
@@ -71,11 +83,11 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* db
         float* dx = dinp + row * channels;
         for (int c = lane; c < channels; c += kWarpSize) {
             const float n = (x[c] - m) * s;
-            atomicAdd(&dweight_block[c], g[c] * n);
-            atomicAdd(&dbias_block[c], g[c]);
             dx[c] += s * (g[c] * weight[c] - mean_g - n * mean_gn);
         }
     }
+    if (dweight == nullptr)
+        return;  // the whole block alike: no thread is left waiting at a barrier
     __syncthreads();
     for (int c = threadIdx.x; c < channels; c += blockDim.x) {
         atomicAdd(&dweight[c], dweight_block[c]);

@@ -7,6 +7,8 @@
 //     outᵀ [OC, N]  = op_T(W: col-major [C, OC], ld C) · (inp: col-major [C, N], ld inp_stride)
 //     dinpᵀ [C, N] += (W: col-major [C, OC], ld C) · (dout: col-major [OC, N], ld dout_stride)
 //     dWᵀ  [C, OC] += (inp: col-major [C, N]) · op_T(dout: col-major [OC, N])
+// dinp, dW and db are each optional (nullptr): Zero Bubble's input-gradient pass issues the
+// first GEMM alone and its weight-gradient pass the other two (engine/model/matmul.h).
 // The gradients accumulate with beta = 1 (backend.h). Strided inp/dout (the Q/K/V column
 // views) are just a leading dimension larger than the row length.
 //
@@ -91,8 +93,10 @@ inline void matmul_backward(cublasHandle_t handle, cublasComputeType_t compute, 
         gemm(handle, compute, CUBLAS_OP_N, CUBLAS_OP_N, in_ch, int(rows), out_ch, weight, in_ch,
              dout, dout_stride, 1.0f, dinp, in_ch);
     }
-    gemm(handle, compute, CUBLAS_OP_N, CUBLAS_OP_T, in_ch, out_ch, int(rows), inp, inp_stride,
-         dout, dout_stride, 1.0f, dweight, in_ch);
+    if (dweight != nullptr) {
+        gemm(handle, compute, CUBLAS_OP_N, CUBLAS_OP_T, in_ch, out_ch, int(rows), inp, inp_stride,
+             dout, dout_stride, 1.0f, dweight, in_ch);
+    }
     if (dbias != nullptr) {
         const dim3 block(kWarpSize, 8);
         const dim3 grid(ceil_div(out_ch, kWarpSize), std::min<unsigned>(ceil_div(rows, 8), 64u));

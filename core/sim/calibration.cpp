@@ -60,7 +60,11 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     take(run.context, config.model.context, "--context", true);
     take(run.microbatches, config.microbatches, "--micro-batches", true);
     take(run.vocab, config.model.vocab, "--vocab", false);
-    take(run.steps, config.steps, "--steps", false);
+    if (run.epochs > 0) {
+        config.epochs = run.epochs;
+    } else {
+        take(run.steps, config.steps, "--steps", false);
+    }
     if (run.heads > 0) {
         config.model.heads = run.heads;
     } else {

@@ -62,8 +62,10 @@ private slots:
         QTest::newRow("unknown balancer") << QStringList{"--balancer", "greedy"} << "unknown";
         QTest::newRow("unknown balancer in --compare")
             << QStringList{"--compare", "fixed,best"} << "--compare:";
-        QTest::newRow("unknown schedule") << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
-        QTest::newRow("schedule not simulated yet") << QStringList{"--schedule", "zb-h1"} << "not simulated yet";
+        QTest::newRow("unknown schedule")
+            << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
+        QTest::newRow("schedule not simulated yet")
+            << QStringList{"--schedule", "zb-h1"} << "not simulated yet";
         QTest::newRow("bad length spec") << QStringList{"--lengths", "uniform:max=9"} << "uniform";
         QTest::newRow("tp must divide heads")
             << QStringList{"--tp", "3"} << "--tp 3 must divide --heads 4";
@@ -72,6 +74,16 @@ private slots:
             << QStringList{"--calibrate", "nowhere.fulcrum"} << "nowhere.fulcrum";
         QTest::newRow("missing cost model")
             << QStringList{"--cost-model", "nowhere.json"} << "nowhere.json";
+        QTest::newRow("no epochs") << QStringList{"--epochs", "0"} << "--epochs must be at least 1";
+        QTest::newRow("S_max below the context")
+            << QStringList{"--context", "256", "--wlb-max-tokens", "100"}
+            << "--wlb-max-tokens 100 is less than --context 256";
+        QTest::newRow("negative delay bound")
+            << QStringList{"--wlb-max-delay", "-1"} << "--wlb-max-delay must be at least 0";
+        QTest::newRow("bad thresholds")
+            << QStringList{"--wlb-thresholds", "9,3"} << "--wlb-thresholds takes tuned, none";
+        QTest::newRow("fitted packing cost without a fit")
+            << QStringList{"--packing-cost", "fitted"} << "--packing-cost fitted needs";
         QTest::newRow("no such folder")
             << QStringList{"-o", "missing/dir/run.fulcrum"} << "does not exist";
     }
@@ -98,14 +110,72 @@ private slots:
         QVERIFY2(header >= 0, qPrintable(outcome.out));
         const QStringList columns =
             lines[header].split(QRegularExpression("\\s{2,}"), Qt::SkipEmptyParts);
-        QCOMPARE(columns, (QStringList{"balancer", "step time", "vs fixed", "imbalance", "bubble",
-                                       "tokens/s"}));
+        QCOMPARE(columns,
+                 (QStringList{"balancer", "steps", "step time", "tokens", "tokens/s", "vs fixed",
+                              "imbalance", "bubble", "delay mean", "delay max"}));
         QVERIFY(lines[header + 1].startsWith("fixed "));
         QVERIFY(lines[header + 1].contains("1.00x"));
         QVERIFY(lines[header + 2].startsWith("ilp "));
         QVERIFY(lines[header + 3].startsWith("wlb "));
         QVERIFY(outcome.out.contains("TP(2)-CP(2)-PP(2)-DP(2) = 16 ranks"));
         QVERIFY(outcome.out.contains("cost model: analytic"));
+        // --steps: the balancers trained different documents, and the table says so.
+        QVERIFY2(outcome.out.contains("by steps the balancers train different documents"),
+                 qPrintable(outcome.out));
+    }
+
+    // Without --steps a comparison plays one epoch: every balancer the same documents, each
+    // once, so tokens agree and tokens/s is the fair ratio.
+    void compareOnTheSameDocuments() {
+        const QStringList args = {"--layers",
+                                  "2",
+                                  "--dp",
+                                  "2",
+                                  "--micro-batches",
+                                  "4",
+                                  "--documents",
+                                  "300",
+                                  "--compare",
+                                  "fixed,ilp,wlb",
+                                  "--ilp-time-limit",
+                                  "0.2"};
+        const Outcome table = simulate(args);
+        QVERIFY2(table.exit_code == 0, qPrintable(table.err));
+        QVERIFY2(table.out.contains("every balancer trained the same 300 documents, 1 epoch(s)"),
+                 qPrintable(table.out));
+        QVERIFY2(
+            table.out.contains("wlb: S_max ") && table.out.contains("tuned on the first epoch"),
+            qPrintable(table.out));
+        const Outcome outcome = simulate(args + QStringList{"--json"});
+        QVERIFY2(outcome.exit_code == 0, qPrintable(outcome.err));
+        const QJsonArray results =
+            QJsonDocument::fromJson(outcome.out.toUtf8()).object()["results"].toArray();
+        QCOMPARE(results.size(), 3);
+        const QJsonObject fixed = results[0].toObject();
+        QCOMPARE(fixed["documents"].toInt(), 300);
+        QCOMPARE(fixed["epochs"].toInt(), 1);
+        QCOMPARE(fixed["max_delay_steps"].toInt(), 0);
+        QCOMPARE(fixed["tokens_per_s_vs_first"].toDouble(), 1.0);
+        QVERIFY(fixed["tokens"].toDouble() > 0);
+        for (const auto& result : results) {
+            const QJsonObject r = result.toObject();
+            QCOMPARE(r["tokens"].toDouble(), fixed["tokens"].toDouble());
+            QCOMPARE(r["documents"].toInt(), 300);
+            QCOMPARE(r["tokens_per_s_vs_first"].toDouble(),
+                     r["tokens_per_s"].toDouble() / fixed["tokens_per_s"].toDouble());
+        }
+        const QJsonObject wlb = results[2].toObject();
+        QVERIFY(wlb["mean_delay_steps"].toDouble() > 0);
+        QVERIFY(wlb["max_delay_steps"].toInt() >= 1);
+        QVERIFY(wlb["wlb"].toObject()["tuned"].toBool());
+        // The epoch's steps differ: wlb holds documents back and drains them at the end.
+        QVERIFY(results[2].toObject()["steps"].toArray().size() > 0);
+    }
+
+    void epochsAndStepsExclude() {
+        const Outcome both = simulate({"--steps", "2", "--epochs", "1"});
+        QCOMPARE(both.exit_code, 2);
+        QVERIFY2(both.err.contains("excludes"), qPrintable(both.err));
     }
 
     void compareWritesOneRunPerBalancer() {

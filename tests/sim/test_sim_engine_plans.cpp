@@ -90,6 +90,8 @@ private slots:
         options.sharding = *balance::parse_cp_sharding(sharding.toStdString());
         options.seed = kSeed;
         options.ilp_window = 4;
+        options.packing.cost = balance::CostModel::from_model(2, 64, 256);
+        options.tune_wlb_thresholds = true;
         auto planner = balance::StepPlanner::create(engine::document_lengths(*documents), options);
         QVERIFY(planner.ok());
         std::set<Held> engine_held;
@@ -122,6 +124,8 @@ private slots:
         config.lengths = lengths.toStdString();
         config.documents = 600;
         config.seed = kSeed;
+        // The engine's S_max default: it has no memory model for its device.
+        config.wlb_max_tokens = kContext;
         sim::SimulationOutput output;
         output.path =
             work_.filePath(QString(QTest::currentDataTag()).replace(' ', '_') + ".fulcrum")

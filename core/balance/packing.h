@@ -91,7 +91,9 @@ struct PackingOptions {
     // an empty list: no delay queues (plain variable-length greedy packing).
     std::optional<std::vector<std::int64_t>> wlb_thresholds;
     // K: a document held back K global batches goes first into the next one, ahead of
-    // everything else, whatever its queue holds. nullopt: unbounded (the paper's packer).
+    // everything else, whatever its queue holds. Only when the overdue documents alone do
+    // not fit under N·S_max does one of them wait longer. nullopt: unbounded (the paper's
+    // packer).
     std::optional<int> wlb_max_delay;
 };
 

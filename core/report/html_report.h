@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/analysis/run_analysis.h"
+#include "core/report/run_throughput.h"
 #include "core/trace/model.h"
 #include "core/util/result.h"
 
@@ -28,6 +29,7 @@ struct ReportRun {
     analysis::RunAnalysis analysis;
     std::vector<RankInfo> ranks;             // with complete and dropped_records
     std::vector<ImportLogEntry> import_log;  // what an importer skipped, and why
+    RunThroughput throughput;                // tokens trained and tokens/s (run_throughput.h)
 };
 
 struct ReportOptions {

@@ -106,19 +106,25 @@ std::string comparison_basis(const std::vector<RunThroughput>& runs) {
     if (!first.has_tokens()) {
         return "The first run has no workload table or no steps, so tokens/s is not compared.";
     }
-    for (const RunThroughput& run : runs) {
-        if (!same_documents(run, first)) {
-            return "The runs trained different documents (train or simulate whole epochs with "
-                   "--epochs to compare on the same ones), so tokens/s is not compared against "
-                   "the first run.";
-        }
-    }
-    std::string basis =
-        "Every run trained the same " + std::to_string(first.documents) + " documents";
+    const auto same = static_cast<std::size_t>(
+        std::count_if(runs.begin(), runs.end(),
+                      [&](const RunThroughput& run) { return same_documents(run, first); }));
+    std::string documents = "the same " + std::to_string(first.documents) + " documents";
     if (first.epochs > 0) {
-        basis += " (" + epochs_text(first.epochs) + ")";
+        documents += " (" + epochs_text(first.epochs) + ")";
     }
-    return basis + ", each as often: tokens/s against the first run is the speedup.";
+    if (same == runs.size()) {
+        return "Every run trained " + documents +
+               ", each as often: tokens/s against the first run is the speedup.";
+    }
+    if (same > 1) {
+        return std::to_string(same) + " of the " + std::to_string(runs.size()) +
+               " runs, the first included, trained " + documents +
+               ": their tokens/s against the first is the speedup; the others trained "
+               "different documents, so theirs is not compared.";
+    }
+    return "The runs trained different documents (train or simulate whole epochs with --epochs "
+           "to compare on the same ones), so tokens/s is not compared against the first run.";
 }
 
 std::string throughput_section_html(const std::vector<std::string>& labels,

@@ -152,6 +152,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--lengths", config.lengths, run.lengths);
         keep("--documents", config.documents, run.documents);
         keep("--seed", config.seed, run.seed);
+        keep("--attention-kernel", config.attention_kernel, run.attention_kernel);
         keep("--ilp-window", config.ilp_window, run.ilp_window);
         config.schedule = run.schedule;
         config.balancer = run.balancer;
@@ -329,6 +330,9 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
                {"tuned", r.wlb_tuning.has_value()}}},
              {"packing_cost",
               {{"linear", r.packing.cost.linear}, {"attention", r.packing.cost.attention}}},
+             {"cp_sharding",
+              {{"per_document_microbatches", r.per_document_microbatches},
+               {"zigzag_microbatches", r.zigzag_microbatches}}},
              {"ranks", r.ranks},
              {"output", run.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.output)},
              {"events", r.events},
@@ -403,6 +407,16 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
         config.packing_cost_source.c_str(),
         head.packing.cost.attention > 0 ? head.packing.cost.linear / head.packing.cost.attention
                                         : 0.0);
+    if (config.sharding == balance::CpSharding::adaptive && config.grid.cp > 1) {
+        for (const Played& run : played) {
+            std::printf(
+                "adaptive cp sharding, %s (%s kernel model): %lld micro-batches per "
+                "document, %lld per sequence\n",
+                balance::balancer_name(run.balancer), config.attention_kernel.c_str(),
+                static_cast<long long>(run.result.per_document_microbatches),
+                static_cast<long long>(run.result.zigzag_microbatches));
+        }
+    }
     if (played.size() > 1) {
         if (config.epochs > 0) {
             std::printf(
@@ -686,6 +700,11 @@ Command add_simulate_command(CLI::App& app) {
     sub->add_option("--packing-cost", args->packing_cost,
                     "What ilp and wlb balance: model (the model's training FLOPs), fitted (the "
                     "cost model of --calibrate or --cost-model) or FILE.json (a cost model)")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--attention-kernel", d.attention_kernel,
+                    "What --cp-shard adaptive weighs: ideal (attention work), cpu or cuda "
+                    "(fulcrum-train's kernels on short shards); with --calibrate, the run's own")
         ->capture_default_str()
         ->group("Data");
     sub->add_option("--ilp-time-limit", d.ilp_time_limit_s,

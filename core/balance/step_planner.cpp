@@ -103,6 +103,12 @@ void TrainedTotals::add(const StepPlan& plan) {
     documents += plan.documents;
     delayed_token_steps += plan.delayed_token_steps;
     max_delay_steps = std::max(max_delay_steps, plan.max_delay_steps);
+    for (const auto& replica : plan.replicas) {
+        for (const auto& microbatch : replica) {
+            per_document_microbatches += microbatch.cp.sharding == CpSharding::per_document;
+            zigzag_microbatches += microbatch.cp.sharding == CpSharding::zigzag;
+        }
+    }
 }
 
 double TrainedTotals::mean_delay_steps() const {
@@ -230,8 +236,8 @@ Result<StepPlan> StepPlanner::complete(std::vector<std::vector<MicroBatch>> repl
     for (auto& replica : replicas) {
         std::vector<PlannedMicroBatch> planned;
         for (auto& microbatch : replica) {
-            auto cp =
-                shard_microbatch(microbatch.documents, options_.cp, options_.sharding, cp_state_);
+            auto cp = shard_microbatch(microbatch.documents, options_.cp, options_.sharding,
+                                       cp_state_, options_.attention_kernel);
             if (!cp) {
                 return cp.error();
             }

@@ -33,6 +33,8 @@ struct PlannerOptions {
     // most 1 step), as WLB-LLM tunes them offline on a sample; false takes
     // default_wlb_thresholds.
     bool tune_wlb_thresholds = false;
+    // What adaptive CP sharding weighs (cp_shard.h); ideal: attention work alone.
+    AttentionKernelModel attention_kernel;
 };
 
 struct PlannedMicroBatch {
@@ -64,6 +66,9 @@ struct TrainedTotals {
     std::int64_t documents = 0;
     double delayed_token_steps = 0;
     int max_delay_steps = 0;
+    // Micro-batches sharded per document and per sequence (zigzag): adaptive's choices.
+    std::int64_t per_document_microbatches = 0;
+    std::int64_t zigzag_microbatches = 0;
 
     void add(const StepPlan& plan);
     // Token-weighted, in steps (global batches): WLB-LLM §4 reports 0.5 for its packer.

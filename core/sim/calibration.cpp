@@ -82,6 +82,10 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
         settings.unknown.push_back("--documents");
     }
     config.seed = run.seed;
+    // Adaptive CP sharding weighs the kernel the run had.
+    if (run.backend == "cpu" || run.backend == "cuda") {
+        config.attention_kernel = run.backend;
+    }
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
     return settings;
 }

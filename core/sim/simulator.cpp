@@ -114,6 +114,9 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     options.packing.wlb_max_delay = config.wlb_max_delay;
     options.packing.wlb_thresholds = config.wlb_thresholds;
     options.tune_wlb_thresholds = true;
+    if (auto kernel = balance::attention_kernel_model(config.attention_kernel)) {
+        options.attention_kernel = *kernel;
+    }
     return options;
 }
 
@@ -449,6 +452,9 @@ Status validate(const SimulationConfig& config) {
     if (config.wlb_max_delay && *config.wlb_max_delay < 0) {
         return invalid("--wlb-max-delay must be at least 0 steps");
     }
+    if (auto kernel = balance::attention_kernel_model(config.attention_kernel); !kernel) {
+        return invalid("--attention-kernel: " + kernel.error().message);
+    }
     if (!(config.gpu_memory_gib > 0)) {
         return invalid("--gpu-memory-gib must be positive");
     }
@@ -525,6 +531,7 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
         {"wlb_max_delay", config.wlb_max_delay ? *config.wlb_max_delay : -1},
         {"wlb_thresholds", balance::wlb_thresholds_text(config.wlb_thresholds)},
         {"packing_cost", config.packing_cost_source},
+        {"attention_kernel", config.attention_kernel},
         {"lengths", given_lengths ? "" : config.lengths},
         {"documents", documents},
         {"backend", "simulated"},
@@ -797,6 +804,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     result.epochs = config.epochs;
     result.mean_delay_steps = trained.mean_delay_steps();
     result.max_delay_steps = trained.max_delay_steps;
+    result.per_document_microbatches = trained.per_document_microbatches;
+    result.zigzag_microbatches = trained.zigzag_microbatches;
     return result;
 }
 

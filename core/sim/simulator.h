@@ -78,6 +78,8 @@ struct SimulationConfig {
     // (balance::CostModel::from_model), fulcrum-train's default.
     std::optional<balance::CostModel> packing_cost;
     std::string packing_cost_source = "model";
+    // What adaptive CP sharding weighs: "ideal", "cpu" or "cuda" (balance::AttentionKernelModel).
+    std::string attention_kernel = "cuda";
 
     // nullopt: the analytic model of `hardware`. Otherwise a fitted or given model, shaped
     // like `cost_origin`; what it lacks is derived (stage_costs.h).
@@ -131,6 +133,9 @@ struct SimulationResult {
     // The packing in force: S_max, delay bound and wlb thresholds resolved.
     balance::PackingOptions packing;
     std::optional<balance::WlbTuning> wlb_tuning;
+    // Micro-batches sharded per document and per sequence (adaptive's choices).
+    std::int64_t per_document_microbatches = 0;
+    std::int64_t zigzag_microbatches = 0;
     int ranks = 0;
     std::int64_t events = 0;         // events handed to the writer (0 without one)
     std::int64_t workload_rows = 0;  // workload rows handed to the writer

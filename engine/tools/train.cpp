@@ -28,6 +28,7 @@
 #include "engine/comm/nccl_communicator.h"
 #endif
 #include "core/parallel/schedule.h"
+#include "core/trace/annotations.h"
 #include "engine/data/step_plan.h"
 #include "engine/instrument/annotations.h"
 #include "engine/model/gpt.h"
@@ -442,6 +443,8 @@ int main(int argc, char** argv) {
     }
     planner_options.packing.wlb_thresholds = *wlb_thresholds;
     planner_options.tune_wlb_thresholds = true;
+    // Adaptive CP sharding weighs this backend's own attention kernel on short shards.
+    planner_options.attention_kernel = *balance::attention_kernel_model(use_cuda ? "cuda" : "cpu");
     auto planner = StepPlanner::create(document_lengths(*documents), planner_options);
     if (!planner) {
         return fail(rank, planner.error().message);
@@ -601,7 +604,17 @@ int main(int argc, char** argv) {
         const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
         total_seconds += seconds;
         const std::int64_t step_tokens = plan->tokens;
+        const balance::TrainedTotals before = trained;
         trained.add(*plan);
+        if (*sharding == balance::CpSharding::adaptive && rank == 0) {
+            instrument::mark(
+                std::string(kCpShardingMark),
+                "{\"step\":" + std::to_string(plan->step) + ",\"per-doc\":" +
+                    std::to_string(trained.per_document_microbatches -
+                                   before.per_document_microbatches) +
+                    ",\"zigzag\":" +
+                    std::to_string(trained.zigzag_microbatches - before.zigzag_microbatches) + "}");
+        }
         losses.push_back(report->loss);
         if (rank == 0) {
             std::printf(
@@ -626,6 +639,14 @@ int main(int argc, char** argv) {
                     static_cast<long long>(trained.tokens),
                     o.epochs > 0 ? (", " + std::to_string(o.epochs) + " epoch(s)").c_str() : "",
                     trained.mean_delay_steps(), trained.max_delay_steps);
+        if (*sharding == balance::CpSharding::adaptive) {
+            std::printf(
+                "adaptive cp sharding (%s kernel model): %lld micro-batches per "
+                "document, %lld per sequence (zigzag)\n",
+                use_cuda ? "cuda" : "cpu",
+                static_cast<long long>(trained.per_document_microbatches),
+                static_cast<long long>(trained.zigzag_microbatches));
+        }
         const MemoryUse use = backend->memory_use();
         std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
                     double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",

@@ -172,6 +172,36 @@ private slots:
         QVERIFY(results[2].toObject()["steps"].toArray().size() > 0);
     }
 
+    // Adaptive CP sharding says what it chose, per balancer: every micro-batch of the epoch
+    // per document or per sequence.
+    void adaptiveShardingIsRecorded() {
+        const QStringList args = {"--layers",           "2",        "--cp",        "2",
+                                  "--micro-batches",    "4",        "--documents", "200",
+                                  "--cp-shard",         "adaptive", "--compare",   "fixed,wlb",
+                                  "--attention-kernel", "cuda"};
+        const Outcome table = simulate(args);
+        QVERIFY2(table.exit_code == 0, qPrintable(table.err));
+        QVERIFY2(table.out.contains("adaptive cp sharding, wlb (cuda kernel model): "),
+                 qPrintable(table.out));
+        const Outcome outcome = simulate(args + QStringList{"--json"});
+        const QJsonArray results =
+            QJsonDocument::fromJson(outcome.out.toUtf8()).object()["results"].toArray();
+        for (const auto& result : results) {
+            const QJsonObject r = result.toObject();
+            int microbatches = 0;
+            for (const auto& step : r["steps"].toArray()) {
+                microbatches += step.toObject()["microbatches"].toInt();
+            }
+            const QJsonObject chosen = r["cp_sharding"].toObject();
+            QCOMPARE(
+                chosen["per_document_microbatches"].toInt() + chosen["zigzag_microbatches"].toInt(),
+                microbatches);
+        }
+        const Outcome bad = simulate({"--attention-kernel", "tpu"});
+        QCOMPARE(bad.exit_code, 2);
+        QVERIFY2(bad.err.contains("unknown attention kernel 'tpu'"), qPrintable(bad.err));
+    }
+
     void epochsAndStepsExclude() {
         const Outcome both = simulate({"--steps", "2", "--epochs", "1"});
         QCOMPARE(both.exit_code, 2);

@@ -92,6 +92,7 @@ private slots:
         options.ilp_window = 4;
         options.packing.cost = balance::CostModel::from_model(2, 64, 256);
         options.tune_wlb_thresholds = true;
+        options.attention_kernel = *balance::attention_kernel_model("cpu");  // the CPU engine's
         auto planner = balance::StepPlanner::create(engine::document_lengths(*documents), options);
         QVERIFY(planner.ok());
         std::set<Held> engine_held;
@@ -126,6 +127,7 @@ private slots:
         config.seed = kSeed;
         // The engine's S_max default: it has no memory model for its device.
         config.wlb_max_tokens = kContext;
+        config.attention_kernel = "cpu";
         sim::SimulationOutput output;
         output.path =
             work_.filePath(QString(QTest::currentDataTag()).replace(' ', '_') + ".fulcrum")

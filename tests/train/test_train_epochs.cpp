@@ -86,6 +86,25 @@ private slots:
         QVERIFY(bounded.output.contains("max delay 1,"));
     }
 
+    // Adaptive CP sharding on CP ranks: every micro-batch of the epoch is counted under
+    // what it chose, by the CPU kernel's model.
+    void adaptiveShardingCountsItsChoices() {
+        QStringList args = kSmall;
+        args.replaceInStrings(QRegularExpression("^--pp$"), "--cp");
+        const Run run = train(
+            args + QStringList{"--balancer", "wlb", "--epochs", "1", "--cp-shard", "adaptive"});
+        QVERIFY2(run.exit_code == 0, qPrintable(run.output));
+        const auto match = QRegularExpression(
+                               "adaptive cp sharding \\(cpu kernel model\\): (\\d+) micro-batches "
+                               "per document, (\\d+) per sequence")
+                               .match(run.output);
+        QVERIFY2(match.hasMatch(), qPrintable(run.output));
+        const int steps =
+            QRegularExpression("done: (\\d+) steps").match(run.output).captured(1).toInt();
+        QVERIFY(steps > 0);
+        QVERIFY(match.captured(1).toInt() + match.captured(2).toInt() >= steps);
+    }
+
     void epochsExcludeSteps() {
         const Run run = train(kSmall + QStringList{"--epochs", "1", "--steps", "3"});
         QCOMPARE(run.exit_code, 2);

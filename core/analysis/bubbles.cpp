@@ -294,6 +294,16 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     return result;
 }
 
+const char* theory_formula(const BubbleAnalysis& bubbles) {
+    if (bubbles.schedule == parallel::schedule_name(parallel::PipelineSchedule::interleaved)) {
+        return "(p−1)/(v·m)";
+    }
+    if (bubbles.schedule == parallel::schedule_name(parallel::PipelineSchedule::zero_bubble_h1)) {
+        return "(p−1)(F+B−W)/(m(F+B+W))";
+    }
+    return "(p−1)/m";
+}
+
 std::optional<double> StageBubbleTotal::fraction() const {
     if (busy_ns <= 0)
         return std::nullopt;

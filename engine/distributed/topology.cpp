@@ -1,4 +1,4 @@
-#include "engine/parallel/topology.h"
+#include "engine/distributed/topology.h"
 
 namespace fulcrum::engine {
 

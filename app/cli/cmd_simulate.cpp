@@ -153,6 +153,9 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--documents", config.documents, run.documents);
         keep("--seed", config.seed, run.seed);
         keep("--attention-kernel", config.attention_kernel, run.attention_kernel);
+        keep("--wlb-max-tokens", config.wlb_max_tokens, run.wlb_max_tokens);
+        config.wlb_max_delay = run.wlb_max_delay;    // --wlb-max-delay and --wlb-thresholds,
+        config.wlb_thresholds = run.wlb_thresholds;  // when given, win below
         keep("--ilp-window", config.ilp_window, run.ilp_window);
         config.schedule = run.schedule;
         config.balancer = run.balancer;
@@ -476,7 +479,9 @@ int run_simulate(const SimulateArgs& args) {
         if (given(args, "--wlb-max-delay")) {
             config->wlb_max_delay = args.wlb_max_delay;
         }
-        config->wlb_thresholds = *thresholds;
+        if (trace == std::nullopt || given(args, "--wlb-thresholds")) {
+            config->wlb_thresholds = *thresholds;
+        }
     }
     if (!config) {
         return report_error(config.error());

@@ -1,5 +1,7 @@
 // Taking a simulation's settings and costs from a captured run. Kept apart from the
 // simulator itself, which needs neither the pass finder nor the fit.
+#include <nlohmann/json.hpp>
+
 #include <string>
 
 #include "core/analysis/passes.h"
@@ -82,6 +84,23 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
         settings.unknown.push_back("--documents");
     }
     config.seed = run.seed;
+    // wlb as the run packed: its S_max, delay bound and thresholds (fulcrum-train's config
+    // keys; a run that does not record them keeps the simulator's defaults).
+    const auto json = nlohmann::json::parse(trace.run.config_json, nullptr, false);
+    if (json.is_object()) {
+        if (auto it = json.find("wlb_max_tokens"); it != json.end() && it->is_number_integer()) {
+            config.wlb_max_tokens = it->get<std::int64_t>();
+        }
+        if (auto it = json.find("wlb_max_delay");
+            it != json.end() && it->is_number_integer() && it->get<int>() >= 0) {
+            config.wlb_max_delay = it->get<int>();
+        }
+        if (auto it = json.find("wlb_thresholds"); it != json.end() && it->is_string()) {
+            if (auto thresholds = balance::parse_wlb_thresholds(it->get<std::string>())) {
+                config.wlb_thresholds = *thresholds;
+            }
+        }
+    }
     // Adaptive CP sharding weighs the kernel the run had.
     if (run.backend == "cpu" || run.backend == "cuda") {
         config.attention_kernel = run.backend;

@@ -286,6 +286,21 @@ private slots:
                  qPrintable(deeper.out));
     }
 
+    // --calibrate packs as the run did: its S_max, delay bound and thresholds, unless given.
+    void calibrateKeepsTheRunsWlbSettings() {
+        QCOMPARE(simulate(kSmall + QStringList{"--balancer", "wlb", "--wlb-max-tokens", "300",
+                                               "--wlb-max-delay", "2", "--wlb-thresholds", "64,128",
+                                               "-o", "wlb-settings.fulcrum"})
+                     .exit_code,
+                 0);
+        const Outcome same = simulate({"--calibrate", "wlb-settings.fulcrum"});
+        QVERIFY2(same.out.contains("wlb: S_max 300 tokens, max delay 2, thresholds 64,128"),
+                 qPrintable(same.out));
+        const Outcome given =
+            simulate({"--calibrate", "wlb-settings.fulcrum", "--wlb-thresholds", "none"});
+        QVERIFY2(given.out.contains("max delay 2, thresholds none"), qPrintable(given.out));
+    }
+
     // A run without the engine's configuration or workload cannot calibrate; the message
     // says what is missing and what to give instead.
     void calibrateNeedsWhatTheRunLacks() {

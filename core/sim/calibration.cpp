@@ -95,6 +95,11 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
             it != json.end() && it->is_number_integer() && it->get<int>() >= 0) {
             config.wlb_max_delay = it->get<int>();
         }
+        if (auto it = json.find("attention_kernel");
+            it != json.end() && it->is_string() &&
+            balance::attention_kernel_model(it->get<std::string>()).ok()) {
+            config.attention_kernel = it->get<std::string>();  // a simulated run's
+        }
         if (auto it = json.find("wlb_thresholds"); it != json.end() && it->is_string()) {
             if (auto thresholds = balance::parse_wlb_thresholds(it->get<std::string>())) {
                 config.wlb_thresholds = *thresholds;

@@ -105,6 +105,21 @@ private slots:
         QVERIFY(match.captured(1).toInt() + match.captured(2).toInt() >= steps);
     }
 
+    // --help names the epoch and WLB-LLM options, and exits 0 without training.
+    void helpNamesTheOptions() {
+        QProcess process;
+        process.setProcessEnvironment(mpi_environment());
+        process.setProcessChannelMode(QProcess::MergedChannels);
+        process.start(kTrain, {"--help"});
+        QVERIFY(process.waitForFinished(60'000));
+        QCOMPARE(process.exitCode(), 0);
+        const QString help = QString::fromUtf8(process.readAll());
+        for (const char* option : {"--epochs", "--wlb-max-tokens", "--wlb-max-delay",
+                                   "--wlb-thresholds", "--packing-cost", "--cp-shard"}) {
+            QVERIFY2(help.contains(option), option);
+        }
+    }
+
     void epochsExcludeSteps() {
         const Run run = train(kSmall + QStringList{"--epochs", "1", "--steps", "3"});
         QCOMPARE(run.exit_code, 2);

@@ -11,7 +11,7 @@
 //               each (WLB-LLM §4, REFERENCE §1)
 //   adaptive    per micro-batch, whichever of zigzag (per-sequence) and per-doc predicts
 //               the shorter attention time on its slowest rank under an attention kernel
-//               model (WLB-LLM §4.2's adaptive sharding: per-doc balances the work but cuts
+//               model (WLB-LLM §4's adaptive sharding: per-doc balances the work but cuts
 //               every document into 2·CP slivers, which a tiled kernel runs less
 //               efficiently; ties go to zigzag)
 //

@@ -7,6 +7,7 @@
 
 #include "core/analysis/intervals.h"
 #include "core/balance/cp_shard.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::analysis {
 
@@ -144,6 +145,7 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane, const std::vector<I
             pass.phase = role == Role::forward               ? Phase::forward
                          : event.phase == Phase::weight_grad ? Phase::weight_grad
                                                              : Phase::backward;
+            pass.chunk = chunk_of_args(trace.name(event.args));
             pass.start_ns = time.start;
             pass.end_ns = time.end;
             open.pass = static_cast<std::int64_t>(passes.size());

@@ -30,6 +30,7 @@ struct Pass {
     std::int32_t microbatch = -1;
     std::int16_t stage = -1;
     Phase phase = Phase::forward;  // forward, backward, or weight_grad (a split backward's W)
+    std::int32_t chunk = -1;       // the virtual stage (`chunk=` of the range), −1 when none
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
     std::int64_t compute_ns = 0;        // wall time less every communication inside

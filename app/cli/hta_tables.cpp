@@ -301,6 +301,13 @@ void render_what_ifs(const std::vector<CriticalPath>& paths, std::size_t top, st
 
 void render_hta_tables(const RunAnalysis& analysis, int top, std::string& out) {
     const std::size_t rows = static_cast<std::size_t>(std::max(top, 1));
+    if (!analysis.has_device_activity) {
+        out +=
+            "\nkernels: no device activity (kernels, copies, memsets) in this run; kernel time by "
+            "type, "
+            "top kernels, idle time by cause and launches need a GPU capture or an imported GPU "
+            "trace\n";
+    }
     render_time_by_type(analysis.kernels, rows, out);
     render_top_kernels(analysis.kernels, rows, out);
     render_idle(analysis.kernels, rows, out);

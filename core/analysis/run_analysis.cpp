@@ -102,20 +102,16 @@ void add_notes_on_missing_figures(const RunTrace& trace, const std::vector<Pass>
     }
 }
 
-// HTA's kernel answers, where there is device activity to give them; a CPU run says so in one
-// note rather than showing a breakdown of nothing.
+// HTA's kernel answers, where there is device activity to give them. A CPU run lacks nothing,
+// as a run with pp = 1 lacks no bubble: no note; the kernel sections say "no device activity"
+// where they would be.
 void analyze_device(const RunTrace& trace, RunAnalysis& analysis) {
     analysis.has_device_activity =
         std::any_of(trace.ranks.begin(), trace.ranks.end(),
                     [](const RankTrace& rank) { return rank.has_device_lanes(); });
-    if (!analysis.has_device_activity) {
-        analysis.notes.push_back(
-            "no device activity (kernels, copies, memsets): kernel time by type, top kernels, "
-            "idle time by cause and launch statistics need a GPU capture or an imported GPU "
-            "trace");
-        return;
+    if (analysis.has_device_activity) {
+        analysis.kernels = analyze_kernels(trace);
     }
-    analysis.kernels = analyze_kernels(trace);
 }
 
 // The overlap rows of KernelTimeByType::ns, by the bit set of types running at once.

@@ -274,7 +274,7 @@ private:
 };
 
 // The ranges of one pass on one CP rank, nested as the engine nests them
-// (engine/parallel/parallel_trainer.cpp, engine/model/gpt.cpp):
+// (engine/distributed/parallel_trainer.cpp, engine/model/gpt.cpp):
 //   forward:  [recv activations] attention{cp all-gather kv, tp all-reduce}
 //             mlp{tp all-reduce} [send activations]
 //   backward: [recv gradients] mlp{tp all-reduce} attention{tp all-reduce,

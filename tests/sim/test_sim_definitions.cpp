@@ -41,9 +41,10 @@ private slots:
         QTest::addColumn<parallel::PipelineSchedule>("schedule");
         QTest::addColumn<int>("stages");
         QTest::addColumn<QString>("lengths");
-        for (auto schedule : {parallel::PipelineSchedule::one_f_one_b, parallel::PipelineSchedule::gpipe,
-                              parallel::PipelineSchedule::interleaved,
-                              parallel::PipelineSchedule::zero_bubble_h1}) {
+        for (auto schedule :
+             {parallel::PipelineSchedule::one_f_one_b, parallel::PipelineSchedule::gpipe,
+              parallel::PipelineSchedule::interleaved,
+              parallel::PipelineSchedule::zero_bubble_h1}) {
             for (int p : {2, 4}) {
                 for (const char* lengths : {"long-tail:context=2048", "lognormal:median=600,sigma=0.9"}) {
                     QTest::addRow("%s p%d %s", parallel::schedule_name(schedule), p, lengths)

@@ -342,7 +342,8 @@ private slots:
         config.sequence_parallel = sequence_parallel;
         config.dtype = dtype;
         config.recompute = recompute;
-        const QString path = work_.filePath(QString("bytes-%1.fulcrum").arg(QTest::currentDataTag()));
+        const QString path =
+            work_.filePath(QString("bytes-%1.fulcrum").arg(QTest::currentDataTag()));
         SimulationOutput output;
         output.path = path.toStdString();
         must(simulate_to_file(config, output));
@@ -355,7 +356,7 @@ private slots:
             }
         }
         const std::int64_t e = element_bytes(dtype);
-        const std::int64_t call = 64 * 64 * e;  // T·h·e
+        const std::int64_t call = 64 * 64 * e;    // T·h·e
         const std::int64_t layer_passes = 2 * 2;  // micro-batches × the stage's layers
         const std::int64_t again = recompute == plan::Recompute::full ? 1 : 0;
         if (sequence_parallel) {
@@ -416,8 +417,8 @@ private slots:
         const double off = must(simulate(config, nullptr)).mean_step_ns;
         config.overlap_grad_reduce = true;
         const double on = must(simulate(config, nullptr)).mean_step_ns;
-        const StageCosts costs = resolve_costs(nullptr, {}, config.model, config.grid,
-                                               config.hardware, config.knobs());
+        const StageCosts costs =
+            resolve_costs(nullptr, {}, config.model, config.grid, config.hardware, config.knobs());
         const double reduction = static_cast<double>(predict_collective_ns(
             costs.dp_all_reduce, stage_parameters(config.model, config.grid, 0) * 4));
         QVERIFY2(on < off, qPrintable(QString("on %1, off %2").arg(on).arg(off)));

@@ -313,8 +313,9 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     resolved.stage = static_cast<std::int16_t>(stage);
     resolved.per_token_ns *= layer_scale * tp_scale * hidden_scale * hidden_scale;
     resolved.per_pair_ns *= layer_scale * tp_scale * hidden_scale;
-    // The fixed term is per pass: a stage of v chunks runs v passes a micro-batch.
-    resolved.fixed_ns *= static_cast<double>(std::max(knobs.virtual_stages, 1)) / source_v;
+    // The fixed term is per pass (per chunk's pass on an interleaved run): a stage of v chunks
+    // runs v passes a micro-batch.
+    resolved.fixed_ns *= static_cast<double>(std::max(knobs.virtual_stages, 1));
     const bool same_stage = fitted_stage == stage && source_pp == grid.pp;
     if (!same_stage || layer_scale != 1.0 || tp_scale != 1.0 || hidden_scale != 1.0) {
         std::string note = "stage " + std::to_string(stage) + " " + std::string(to_string(phase)) +

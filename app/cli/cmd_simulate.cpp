@@ -632,6 +632,10 @@ Command add_simulate_command(CLI::App& app) {
                   "With --tp > 1: TP's all-reduces become reduce-scatters and all-gathers, "
                   "pipeline sends carry a TP rank's rows")
         ->group("Grid");
+    sub->add_flag("--pipeline-scatter-gather", d.pipeline_scatter_gather,
+                  "Megatron-LM's pipeline sends: each TP rank sends 1/tp of the boundary "
+                  "activation (fulcrum-train sends it whole)")
+        ->group("Grid");
     sub->add_option("--dtype", args->dtype,
                     "Element type of activations and gradients: bf16, fp16 (2 bytes) or fp32 "
                     "(4, the CPU engine's)")

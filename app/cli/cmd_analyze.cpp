@@ -115,7 +115,7 @@ void render_bubbles(const RunAnalysis& a, std::string& out) {
         return;
     }
     out += "\npipeline bubbles (" + b.schedule +
-           ", theory (p−1)/m = " + figure(b.theory_fraction, 3) + ", measured " +
+           ", theory " + theory_formula(b) + " = " + figure(b.theory_fraction, 3) + ", measured " +
            figure(b.mean_measured_fraction, 3) + " of busy time)\n";
     TextTable table({"stage", "busy", "bubble", "fraction", "warm-up/cool-down", "unequal mbs",
                      "other", "wait prev", "wait next"},
@@ -196,7 +196,7 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
         return;
     }
     out +=
-        "\ncompute imbalance across ranks (max/mean per step, mean over steps): measured " +
+        "\ncompute imbalance across ranks (max/mean per step; " + std::string(analysis::kImbalanceOverSteps) + "): measured " +
         figure(im.compute_imbalance, 3) + ", predicted " + figure(im.predicted_imbalance, 3) +
         (im.has_prediction ? std::string(im.predicted_is_time ? " (cost model)" : " (causal pairs)")
                            : std::string()) +

@@ -162,7 +162,7 @@ void print_summary(const std::string& run_path, const store::MergeReport& report
     std::fflush(stdout);
 }
 
-// Ranks on other hosts get only what `mpirun -x` names (REFERENCE §6); local ranks get the
+// Ranks on other hosts get only what `mpirun -x` names (docs/sources.md, "Launchers"); local ranks get the
 // whole environment. A hint, because the command may well be local.
 void hint_for_remote_mpi_ranks(const std::vector<std::string>& command, bool cuda_injection) {
     const std::string launcher = std::filesystem::path(command.front()).filename().string();

@@ -3,7 +3,7 @@
 //
 //   1. MFU of a GPT-2-small-shaped model (12 layers, 768 wide, 12 heads; byte vocabulary, so
 //      ~88 M parameters instead of GPT-2's 124 M, whose 50 K-token embedding is most of the
-//      difference) on 4096-token micro-batches, bf16 and fp32 GEMMs. FLOPs per REFERENCE §4:
+//      difference) on 4096-token micro-batches, bf16 and fp32 GEMMs. FLOPs per docs/sources.md, "FLOPs":
 //      per layer 72·S·h² + 6·h·Σdᵢ², plus the LM head 6·S·h·V; MFU against the H100/H200
 //      dense bf16 peak, 989 TFLOP/s.
 //   2. The attention forward kernel at 16 K tokens (one document, so Σd² = 16384²; FLOPs
@@ -34,7 +34,7 @@ using namespace fulcrum::engine;
 
 namespace {
 
-constexpr double kPeakBf16 = 989e12;  // H100 SXM dense bf16 (REFERENCE §4); H200 the same
+constexpr double kPeakBf16 = 989e12;  // H100 SXM dense bf16 (docs/sources.md, "FLOPs"); H200 the same
 
 using Clock = std::chrono::steady_clock;
 

@@ -81,13 +81,13 @@ int main(int argc, char** argv) {
         best_step = std::min(best_step, seconds_since(start));
     }
 
-    // Training FLOPs (REFERENCE §4): per layer 72·S·C² + 6·C·Σd², plus the LM head 6·S·C·V.
+    // Training FLOPs (docs/sources.md, "FLOPs"): per layer 72·S·C² + 6·C·Σd², plus the LM head 6·S·C·V.
     const double s = tokens, c = config.channels, v = config.vocab_size;
     double sum_d2 = 0;
     for (const auto& d : documents) {
         sum_d2 += double(d.size()) * double(d.size());
     }
-    // Causal attention does half of the d² pairs: 6·C·Σd²/2·... REFERENCE counts ≈ 6h·Σd².
+    // Causal attention does half of the d² pairs: 6·C·Σd²/2·... docs/sources.md counts ≈ 6h·Σd².
     const double flops = config.n_layer * (72.0 * s * c * c + 6.0 * c * sum_d2) + 6.0 * s * c * v;
     const double model_rate = flops / best_step;
 

@@ -231,7 +231,7 @@ KernelName RecordSink::kernel_name(const char* mangled) {
         name = demangled;
         std::free(demangled);
     }
-    // NCCL's device kernels (REFERENCE §6): the GPU time of a collective.
+    // NCCL's device kernels (docs/sources.md, "CUDA, CUPTI, NVTX"): the GPU time of a collective.
     const bool collective = name.find("ncclDevKernel_") != std::string::npos ||
                             name.find("ncclKernel_") != std::string::npos;
     const KernelName entry{Recorder::instance().writer().intern(name), collective};
@@ -277,7 +277,7 @@ void RecordSink::apply_semantic_keys(Event& event, std::uint32_t correlation) {
 
 void RecordSink::add(const Event& event) {
     // A device buffer too small for the work yields records without timestamps
-    // (REFERENCE §6): they cannot be placed, so they count as dropped.
+    // (docs/sources.md, "CUDA, CUPTI, NVTX"): they cannot be placed, so they count as dropped.
     if (event.start_ns <= 0 || event.end_ns < event.start_ns) {
         ++unusable_records_;
         return;
@@ -453,7 +453,7 @@ void RecordSink::name_stream(std::uint32_t stream, std::string name) {
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
                                std::size_t* max_records) {
-    // CUPTI requires 8-byte aligned buffers (REFERENCE §6).
+    // CUPTI requires 8-byte aligned buffers (docs/sources.md, "CUDA, CUPTI, NVTX").
     *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
     *size = *buffer != nullptr ? kBufferBytes : 0;
     *max_records = 0;
@@ -516,7 +516,7 @@ GpuStart start_gpu_tracing() {
         return result;
     }
     // The timestamp callback first, before any kind is enabled, so that every GPU record is
-    // on the host ranges' clock (REFERENCE §6).
+    // on the host ranges' clock (docs/sources.md, "CUDA, CUPTI, NVTX").
     CUptiResult status = g_cupti.register_timestamp(host_timestamp);
     if (status == CUPTI_SUCCESS) {
         status = g_cupti.register_callbacks(buffer_requested, buffer_completed);

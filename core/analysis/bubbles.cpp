@@ -20,21 +20,67 @@ std::int64_t busy_of(const Pass& pass) {
     return std::max<std::int64_t>(0, pass.wall_ns() - pass.pipeline_wait_ns);
 }
 
-}  // namespace
+// Busy time by pass kind, for the theory of a schedule whose bubble depends on the pass times
+// (ZB-H1's): the mean F, B and W pass.
+struct PassSums {
+    std::int64_t forward_ns = 0, backward_ns = 0, weight_ns = 0;
+    std::int64_t forwards = 0, backwards = 0, weights = 0;
 
-BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes) {
-    BubbleAnalysis result;
-    if (!trace.config.grid_known || trace.config.pp <= 1) {
-        return result;
+    void add(const Pass& pass, std::int64_t busy) {
+        switch (pass.phase) {
+            case Phase::forward:
+                forward_ns += busy, ++forwards;
+                break;
+            case Phase::weight_grad:
+                weight_ns += busy, ++weights;
+                break;
+            default:
+                backward_ns += busy, ++backwards;
+                break;
+        }
     }
-    const int p = trace.config.pp;
-    auto schedule = parallel::parse_schedule(trace.config.schedule.empty() ? "1f1b" : trace.config.schedule);
-    const parallel::PipelineSchedule replayed =
-        schedule ? *schedule : parallel::PipelineSchedule::one_f_one_b;
-    result.schedule = parallel::schedule_name(replayed);
+    void merge(const PassSums& other) {
+        forward_ns += other.forward_ns, backward_ns += other.backward_ns,
+            weight_ns += other.weight_ns;
+        forwards += other.forwards, backwards += other.backwards, weights += other.weights;
+    }
+    // The schedule's default (all alike) when a kind has no pass.
+    parallel::PassTimes times() const {
+        if (forwards == 0 || backwards == 0 || weights == 0) {
+            return {};
+        }
+        return {double(forward_ns) / double(forwards), double(backward_ns) / double(backwards),
+                double(weight_ns) / double(weights)};
+    }
+};
 
-    // Passes of each pipeline and step, by stage.
-    std::map<PipelineKey, std::vector<std::vector<const Pass*>>> pipelines;
+using StagePasses = std::vector<std::vector<const Pass*>>;  // [stage] → its passes
+
+// The schedule a run's bubbles are replayed with: the run's, 1F1B when it does not say.
+struct ReplayedSchedule {
+    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
+    int virtual_stages = 1;
+    bool split_backward = false;
+};
+
+ReplayedSchedule replayed_schedule(const RunConfig& config) {
+    ReplayedSchedule replayed;
+    if (auto parsed =
+            parallel::parse_schedule(config.schedule.empty() ? "1f1b" : config.schedule)) {
+        replayed.schedule = *parsed;
+    }
+    if (replayed.schedule == parallel::PipelineSchedule::interleaved) {
+        replayed.virtual_stages = std::max(1, config.virtual_stages);
+    }
+    replayed.split_backward = parallel::splits_backward(replayed.schedule);
+    return replayed;
+}
+
+// Passes of each pipeline and step, by stage.
+std::map<PipelineKey, StagePasses> passes_by_pipeline(const RunTrace& trace,
+                                                      const std::vector<Pass>& passes) {
+    const int p = trace.config.pp;
+    std::map<PipelineKey, StagePasses> pipelines;
     for (const Pass& pass : passes) {
         const RankTrace* rank = trace.find_rank(pass.rank);
         if (rank == nullptr || pass.step < 0) {
@@ -50,11 +96,147 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
         stages.resize(static_cast<std::size_t>(p));
         stages[static_cast<std::size_t>(stage)].push_back(&pass);
     }
+    return pipelines;
+}
 
+// One pipeline's measured passes as the replay wants them, with each stage's busy time and
+// waits.
+struct MeasuredPipeline {
+    parallel::ReplayInput input;
+    std::vector<std::int64_t> busy, wait_previous, wait_next;  // [stage]
+    PassSums sums;
+};
+
+MeasuredPipeline measure_pipeline(const StagePasses& stages, const ReplayedSchedule& replayed,
+                                  int m) {
+    const int p = static_cast<int>(stages.size());
+    MeasuredPipeline measured;
+    parallel::ReplayInput& input = measured.input;
+    input.schedule = replayed.schedule;
+    input.stages = p;
+    input.microbatches = m;
+    input.virtual_stages = replayed.virtual_stages;
+    input.forward_ns.assign(p, std::vector<std::int64_t>(m, 0));
+    input.backward_ns.assign(p, std::vector<std::int64_t>(m, 0));
+    if (replayed.split_backward) {
+        input.weight_ns.assign(p, std::vector<std::int64_t>(m, 0));
+    }
+    measured.busy.assign(p, 0);
+    measured.wait_previous.assign(p, 0);
+    measured.wait_next.assign(p, 0);
+    for (int s = 0; s < p; ++s) {
+        for (const Pass* pass : stages[s]) {
+            const bool forward = pass->phase == Phase::forward;
+            // Each micro-batch's passes through the stage's v chunks add up to the stage's
+            // share, as the replay wants them; a W pass is its own share under ZB-H1 and part
+            // of the backward under a schedule that does not split it.
+            const bool weight = pass->phase == Phase::weight_grad && replayed.split_backward;
+            auto& durations = forward  ? input.forward_ns
+                              : weight ? input.weight_ns
+                                       : input.backward_ns;
+            if (pass->microbatch >= 0) {
+                durations[s][pass->microbatch] += busy_of(*pass);
+            }
+            measured.sums.add(*pass, busy_of(*pass));
+            measured.busy[s] += busy_of(*pass);
+            (forward ? measured.wait_previous : measured.wait_next)[s] += pass->pipeline_wait_ns;
+        }
+    }
+    return measured;
+}
+
+// The same passes with every micro-batch of a stage taking that stage's mean, in integer means
+// that keep the stage's total: the first (sum mod m) get one more.
+parallel::ReplayInput uniform_microbatches(parallel::ReplayInput input) {
+    const int m = input.microbatches;
+    for (auto* kind : {&input.forward_ns, &input.backward_ns, &input.weight_ns}) {
+        for (std::vector<std::int64_t>& durations : *kind) {
+            std::int64_t sum = 0;
+            for (std::int64_t d : durations) {
+                sum += d;
+            }
+            for (int j = 0; j < m; ++j) {
+                durations[j] = sum / m + (j < sum % m ? 1 : 0);
+            }
+        }
+    }
+    return input;
+}
+
+// The two replays that split a pipeline's bubble; `split` false when the schedule cannot replay
+// the pipeline's shape (micro-batches missing from a truncated run): the bubble is then all
+// "other".
+struct BubbleSplit {
+    bool split = false;
+    parallel::ReplayResult measured, uniform;
+    std::int64_t unequal_ns = 0;  // makespan(measured) − makespan(uniform)
+};
+
+BubbleSplit split_bubble(const parallel::ReplayInput& measured) {
+    auto replay_measured = parallel::replay_pipeline(measured);
+    auto replay_uniform = parallel::replay_pipeline(uniform_microbatches(measured));
+    BubbleSplit result;
+    if (!replay_measured.ok() || !replay_uniform.ok()) {
+        return result;
+    }
+    result.split = true;
+    result.measured = *replay_measured;
+    result.uniform = *replay_uniform;
+    result.unequal_ns =
+        std::max<std::int64_t>(0, result.measured.makespan_ns - result.uniform.makespan_ns);
+    return result;
+}
+
+StageBubble stage_row(const PipelineKey& key, int s, const StagePasses& stages, std::int64_t window,
+                      const MeasuredPipeline& measured, const BubbleSplit& split) {
+    StageBubble row;
+    row.step = key.step;
+    row.stage = s;
+    row.dp = key.dp;
+    row.cp = key.cp;
+    row.tp = key.tp;
+    if (!stages[s].empty()) {
+        row.rank = stages[s].front()->rank;
+    }
+    row.window_ns = window;
+    row.busy_ns = measured.busy[s];
+    row.bubble_ns = std::max<std::int64_t>(0, window - row.busy_ns);
+    if (row.busy_ns > 0) {
+        row.bubble_fraction = double(row.bubble_ns) / double(row.busy_ns);
+    }
+    std::int64_t schedule_part =
+        split.split ? std::max<std::int64_t>(0, split.uniform.bubble_ns(s)) : 0;
+    std::int64_t unequal_part = split.unequal_ns;
+    if (schedule_part + unequal_part > row.bubble_ns) {
+        // Noise: the parts exceed the measured bubble; scale them down to fit it.
+        const double scale =
+            row.bubble_ns > 0 ? double(row.bubble_ns) / double(schedule_part + unequal_part) : 0.0;
+        schedule_part = std::int64_t(double(schedule_part) * scale);
+        unequal_part = row.bubble_ns - schedule_part;
+    }
+    row.warmup_cooldown_ns = schedule_part;
+    row.unequal_microbatch_ns = unequal_part;
+    row.other_ns = row.bubble_ns - schedule_part - unequal_part;
+    row.wait_on_previous_ns = measured.wait_previous[s];
+    row.wait_on_next_ns = measured.wait_next[s];
+    return row;
+}
+
+}  // namespace
+
+BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes) {
+    BubbleAnalysis result;
+    if (!trace.config.grid_known || trace.config.pp <= 1) {
+        return result;
+    }
+    const int p = trace.config.pp;
+    const ReplayedSchedule replayed = replayed_schedule(trace.config);
+    result.schedule = parallel::schedule_name(replayed.schedule);
+    PassSums run_sums;  // ZB-H1's theory depends on the pass times: the run's mean F, B and W
     double fraction_sum = 0;
     int measured_pipelines = 0;
     int microbatches_seen = 0;
-    for (const auto& [key, stages] : pipelines) {
+    for (const auto& [key, stages] : passes_by_pipeline(trace, passes)) {
         std::int64_t window_start = INT64_MAX, window_end = INT64_MIN;
         int m = 0;
         for (const auto& list : stages) {
@@ -68,47 +250,9 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
             continue;
         }
         const std::int64_t window = window_end - window_start;
-
-        parallel::ReplayInput measured;
-        measured.schedule = replayed;
-        measured.stages = p;
-        measured.microbatches = m;
-        measured.forward_ns.assign(p, std::vector<std::int64_t>(m, 0));
-        measured.backward_ns.assign(p, std::vector<std::int64_t>(m, 0));
-        std::vector<std::int64_t> busy(p, 0), wait_previous(p, 0), wait_next(p, 0);
-        for (int s = 0; s < p; ++s) {
-            for (const Pass* pass : stages[s]) {
-                const bool forward = pass->phase == Phase::forward;
-                if (pass->microbatch >= 0) {
-                    (forward ? measured.forward_ns : measured.backward_ns)[s][pass->microbatch] +=
-                        busy_of(*pass);
-                }
-                busy[s] += busy_of(*pass);
-                (forward ? wait_previous : wait_next)[s] += pass->pipeline_wait_ns;
-            }
-        }
-        parallel::ReplayInput uniform = measured;
-        for (int s = 0; s < p; ++s) {
-            for (auto* durations : {&uniform.forward_ns[s], &uniform.backward_ns[s]}) {
-                std::int64_t sum = 0;
-                for (std::int64_t d : *durations) {
-                    sum += d;
-                }
-                // Integer means that keep the stage's total: the first (sum mod m) get one more.
-                for (int j = 0; j < m; ++j) {
-                    (*durations)[j] = sum / m + (j < sum % m ? 1 : 0);
-                }
-            }
-        }
-        // A shape the schedule cannot replay (micro-batches missing from a truncated run)
-        // leaves the bubble unsplit: all of it "other".
-        auto replayed_measured = parallel::replay_pipeline(measured);
-        auto replayed_uniform = parallel::replay_pipeline(uniform);
-        const bool split = replayed_measured.ok() && replayed_uniform.ok();
-        const parallel::ReplayResult replay_measured = split ? *replayed_measured : parallel::ReplayResult{};
-        const parallel::ReplayResult replay_uniform = split ? *replayed_uniform : parallel::ReplayResult{};
-        const std::int64_t unequal =
-            split ? std::max<std::int64_t>(0, replay_measured.makespan_ns - replay_uniform.makespan_ns) : 0;
+        const MeasuredPipeline measured = measure_pipeline(stages, replayed, m);
+        run_sums.merge(measured.sums);
+        const BubbleSplit split = split_bubble(measured.input);
 
         PipelineBubble pipeline;
         pipeline.step = key.step;
@@ -118,48 +262,21 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
         pipeline.stages = p;
         pipeline.microbatches = m;
         pipeline.window_ns = window;
-        pipeline.theory_fraction = double(p - 1) / double(m);
+        pipeline.theory_fraction = parallel::theory_bubble_fraction(
+            replayed.schedule, {p, m, replayed.virtual_stages}, measured.sums.times());
         std::int64_t bubble_sum = 0, busy_sum = 0, replay_bubble_sum = 0;
         for (int s = 0; s < p; ++s) {
-            StageBubble row;
-            row.step = key.step;
-            row.stage = s;
-            row.dp = key.dp;
-            row.cp = key.cp;
-            row.tp = key.tp;
-            if (!stages[s].empty()) {
-                row.rank = stages[s].front()->rank;
-            }
-            row.window_ns = window;
-            row.busy_ns = busy[s];
-            row.bubble_ns = std::max<std::int64_t>(0, window - busy[s]);
-            if (busy[s] > 0) {
-                row.bubble_fraction = double(row.bubble_ns) / double(busy[s]);
-            }
-            std::int64_t schedule_part = split ? std::max<std::int64_t>(0, replay_uniform.bubble_ns(s)) : 0;
-            std::int64_t unequal_part = unequal;
-            if (schedule_part + unequal_part > row.bubble_ns) {
-                const double scale = row.bubble_ns > 0
-                                         ? double(row.bubble_ns) / double(schedule_part + unequal_part)
-                                         : 0.0;
-                schedule_part = std::int64_t(double(schedule_part) * scale);
-                unequal_part = row.bubble_ns - schedule_part;
-            }
-            row.warmup_cooldown_ns = schedule_part;
-            row.unequal_microbatch_ns = unequal_part;
-            row.other_ns = row.bubble_ns - schedule_part - unequal_part;
-            row.wait_on_previous_ns = wait_previous[s];
-            row.wait_on_next_ns = wait_next[s];
+            const StageBubble row = stage_row(key, s, stages, window, measured, split);
             bubble_sum += row.bubble_ns;
             busy_sum += row.busy_ns;
-            replay_bubble_sum += split ? replay_measured.bubble_ns(s) : 0;
+            replay_bubble_sum += split.split ? split.measured.bubble_ns(s) : 0;
             result.stages.push_back(row);
         }
         if (busy_sum > 0) {
             pipeline.measured_fraction = double(bubble_sum) / double(busy_sum);
             fraction_sum += *pipeline.measured_fraction;
             ++measured_pipelines;
-            if (split) {
+            if (split.split) {
                 pipeline.replay_fraction = double(replay_bubble_sum) / double(busy_sum);
             }
         }
@@ -168,7 +285,8 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     }
     const int m = trace.config.microbatches > 0 ? trace.config.microbatches : microbatches_seen;
     if (m > 0) {
-        result.theory_fraction = double(p - 1) / double(m);
+        result.theory_fraction = parallel::theory_bubble_fraction(
+            replayed.schedule, {p, m, replayed.virtual_stages}, run_sums.times());
     }
     if (measured_pipelines > 0) {
         result.mean_measured_fraction = fraction_sum / double(measured_pipelines);
@@ -176,8 +294,19 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     return result;
 }
 
+const char* theory_formula(const BubbleAnalysis& bubbles) {
+    if (bubbles.schedule == parallel::schedule_name(parallel::PipelineSchedule::interleaved)) {
+        return "(p−1)/(v·m)";
+    }
+    if (bubbles.schedule == parallel::schedule_name(parallel::PipelineSchedule::zero_bubble_h1)) {
+        return "(p−1)(F+B−W)/(m(F+B+W))";
+    }
+    return "(p−1)/m";
+}
+
 std::optional<double> StageBubbleTotal::fraction() const {
-    if (busy_ns <= 0) return std::nullopt;
+    if (busy_ns <= 0)
+        return std::nullopt;
     return double(bubble_ns) / double(busy_ns);
 }
 

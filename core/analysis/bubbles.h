@@ -7,6 +7,11 @@
 //   bubble(s)    = |window| − busy(s)
 //   fraction(s)  = bubble(s) / busy(s)     the convention of the theory's (p−1)/m
 //                                          (Megatron-LM, Narayanan et al. 2021, §2.2.1)
+// The theory is the schedule's (core/parallel/schedule.h theory_bubble_fraction): (p−1)/m for
+// GPipe and 1F1B, (p−1)/(v·m) for interleaved 1F1B with v virtual stages, and for ZB-H1
+// (p−1)(F + B − W)/(m(F + B + W)) with the run's mean forward, input-gradient and
+// weight-gradient pass times. A stage's busy time counts its passes through all its model
+// chunks, W passes included.
 // The bubble is split by replaying the schedule (core/parallel/replay.h) without any
 // communication cost:
 //   warm-up/cool-down = bubble of a replay where every micro-batch of a stage takes that
@@ -50,7 +55,7 @@ struct PipelineBubble {
     int stages = 0;
     int microbatches = 0;
     std::int64_t window_ns = 0;
-    double theory_fraction = 0;  // (p−1)/m
+    double theory_fraction = 0;  // the schedule's, for this pipeline's p, m, v (and F, B, W)
     // Σ bubble / Σ busy over the stages; absent when no stage was busy.
     std::optional<double> measured_fraction;
     // The same in the replay of the measured busy times; absent as above, or when the
@@ -66,13 +71,19 @@ struct BubbleAnalysis {
                            // when there is no pipeline
     std::vector<StageBubble> stages;        // by (step, dp, cp, tp, stage)
     std::vector<PipelineBubble> pipelines;  // by (step, dp, cp, tp)
-    // (p−1)/m of the run; absent without a pipeline or without micro-batches.
+    // The schedule's theory for the run; absent without a pipeline or without micro-batches.
     std::optional<double> theory_fraction;
     // Mean over the pipelines and steps that have a measured fraction; absent when none has.
     std::optional<double> mean_measured_fraction;
 };
 
 BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes);
+
+// The theory's formula for the schedule replayed ("(p−1)/m", "(p−1)/(v·m)", ...), for labels.
+const char* theory_formula(const BubbleAnalysis& bubbles);
+
+// How the imbalance headlines are taken over steps, for labels (imbalance_degree.h).
+inline constexpr const char* kImbalanceOverSteps = "Σ max / Σ mean over steps";
 
 // Each stage's bubble summed over steps and pipelines: what `fulcrum analyze`, the report and
 // the GUI show per stage, from this one place.

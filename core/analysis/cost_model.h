@@ -1,9 +1,9 @@
 // The cost model: how long a pass and a collective take, fitted from a captured run
-// (ARCHITECTURE "Cost model and simulator"), and what the simulator plays with.
+// (docs/simulate.md, "Costs"), and what the simulator plays with.
 //
 // A pass of stage s and phase φ on a rank that holds T tokens and P causal pairs:
 //     t = fixed + per_token·T + per_pair·P          (least squares over the run's passes)
-// Linear work (GEMMs, elementwise) grows with T, causal attention with P (REFERENCE §1).
+// Linear work (GEMMs, elementwise) grows with T, causal attention with P (WLB-LLM; docs/sources.md, "Workload balancing").
 // A collective moving B bytes:
 //     t = latency + per_byte·B
 // fitted on transfer times only: in a matched collective the last rank to arrive waits for

@@ -9,30 +9,12 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/analysis/imbalance_degree.h"
 #include "core/balance/cp_shard.h"
 
 namespace fulcrum::analysis {
 
 namespace {
-
-// max/mean, the imbalance degree (WLB-LLM §3.3). Over fewer than two values it is 1 by
-// definition and says nothing; with a mean of 0 there is nothing to compare. Both: none.
-template <typename T>
-std::optional<double> imbalance_of(const std::vector<T>& values) {
-    if (values.size() < 2) {
-        return std::nullopt;
-    }
-    double sum = 0, largest = 0;
-    for (const T& v : values) {
-        sum += static_cast<double>(v);
-        largest = std::max(largest, static_cast<double>(v));
-    }
-    const double mean = sum / static_cast<double>(values.size());
-    if (!(mean > 0)) {
-        return std::nullopt;
-    }
-    return largest / mean;
-}
 
 using Rows = std::vector<const WorkloadEntry*>;  // one CP rank's rows, in table order
 
@@ -334,35 +316,36 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
         group.predicted_by_sharding = std::move(predicted);
     }
 
-    double measured = 0, predicted = 0;
-    int with_measured = 0, with_predicted = 0, with_alternatives = 0;
+    // Weighted by each group's mean (docs/analyses.md §5): Σ max / Σ mean over the groups. A
+    // micro-batch's total attention work does not depend on how it is sharded, so the
+    // alternatives weigh each group by the same mean pairs.
+    WeightedImbalance measured, predicted;
     std::vector<double> by_sharding(kAlternatives.size(), 0.0);
+    double alternatives_weight = 0;
     for (const CpGroupLoad& group : result.groups) {
-        if (group.measured_imbalance) {
-            measured += *group.measured_imbalance;
-            ++with_measured;
+        std::vector<std::int64_t> times, pairs;
+        for (const CpRankLoad& load : group.ranks) {
+            if (load.attention_ns)
+                times.push_back(*load.attention_ns);
+            if (load.pairs)
+                pairs.push_back(*load.pairs);
         }
-        if (group.predicted_imbalance) {
-            predicted += *group.predicted_imbalance;
-            ++with_predicted;
-        }
-        if (group.predicted_by_sharding.size() == kAlternatives.size()) {
+        measured.add(spread_of(times));
+        const auto pair_spread = spread_of(pairs);
+        predicted.add(pair_spread);
+        if (pair_spread && group.predicted_by_sharding.size() == kAlternatives.size()) {
             for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
-                by_sharding[i] += group.predicted_by_sharding[i].second;
+                by_sharding[i] += group.predicted_by_sharding[i].second * pair_spread->mean;
             }
-            ++with_alternatives;
+            alternatives_weight += pair_spread->mean;
         }
     }
-    if (with_measured > 0) {
-        result.mean_measured_imbalance = measured / with_measured;
-    }
-    if (with_predicted > 0) {
-        result.mean_predicted_imbalance = predicted / with_predicted;
-    }
-    if (with_alternatives > 0) {
+    result.mean_measured_imbalance = measured.value();
+    result.mean_predicted_imbalance = predicted.value();
+    if (alternatives_weight > 0) {
         for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
             result.mean_predicted_by_sharding.emplace_back(
-                balance::cp_sharding_name(kAlternatives[i]), by_sharding[i] / with_alternatives);
+                balance::cp_sharding_name(kAlternatives[i]), by_sharding[i] / alternatives_weight);
         }
     }
     return result;

@@ -50,7 +50,8 @@ struct CpLoadAnalysis {
     std::string sharding;             // what the run used (config), "" when unknown
     std::optional<int> cp;            // the run's CP degree; absent when its grid is unknown
     std::vector<CpGroupLoad> groups;  // by (step, micro-batch, dp, pp, tp)
-    // Means over the groups that have the figure; absent when none has.
+    // Σ max / Σ mean over the groups that have the figure (imbalance_degree.h): weighted by
+    // each group's mean attention time or pairs; absent when none has.
     std::optional<double> mean_measured_imbalance;
     std::optional<double> mean_predicted_imbalance;
     std::vector<std::pair<std::string, double>> mean_predicted_by_sharding;

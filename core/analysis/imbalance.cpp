@@ -31,20 +31,14 @@ Matrix build(const std::vector<std::int32_t>& rows, const std::vector<std::int32
     return m;
 }
 
-// Mean over the columns that have an imbalance (two values or more); none when no column has.
-std::optional<double> mean_imbalance(const Matrix& m) {
-    double sum = 0;
-    int count = 0;
-    for (double v : m.column_imbalance()) {
-        if (!std::isnan(v)) {
-            sum += v;
-            ++count;
-        }
+// Σ max / Σ mean over the columns that have a degree (two values or more; docs/analyses.md
+// §5); none when no column has.
+std::optional<double> weighted_imbalance(const Matrix& m) {
+    WeightedImbalance result;
+    for (std::size_t c = 0; c < m.columns.size(); ++c) {
+        result.add(m.column_spread(c));
     }
-    if (count == 0) {
-        return std::nullopt;
-    }
-    return sum / count;
+    return result.value();
 }
 
 // At least two distinct ranks took part: only then did anyone wait for someone.
@@ -56,22 +50,26 @@ bool matched_across_ranks(const CollectiveInstance& instance) {
 
 }  // namespace
 
+std::vector<double> Matrix::column_values(std::size_t column) const {
+    std::vector<double> present;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+        if (const double v = at(r, column); !std::isnan(v)) {
+            present.push_back(v);
+        }
+    }
+    return present;
+}
+
+std::optional<SetSpread> Matrix::column_spread(std::size_t column) const {
+    return spread_of(column_values(column));
+}
+
 std::vector<double> Matrix::column_imbalance() const {
     std::vector<double> result(columns.size(), kMissing);
     for (std::size_t c = 0; c < columns.size(); ++c) {
-        double sum = 0, largest = -std::numeric_limits<double>::infinity();
-        int count = 0;
-        for (std::size_t r = 0; r < rows.size(); ++r) {
-            const double v = at(r, c);
-            if (!std::isnan(v)) {
-                sum += v;
-                largest = std::max(largest, v);
-                ++count;
-            }
-        }
-        if (count >= 2) {
-            const double mean = sum / count;
-            result[c] = mean > 0 ? largest / mean : 1.0;
+        // Two values or more whose mean is 0 are alike: 1, not "no degree".
+        if (const std::vector<double> values = column_values(c); values.size() >= 2) {
+            result[c] = imbalance_of(values).value_or(1.0);
         }
     }
     return result;
@@ -155,8 +153,8 @@ ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pas
     result.compute_by_step = build(rows, steps, compute_by_step);
     result.predicted_by_step = build(rows, steps, predicted_by_step);
     result.has_prediction = !predicted.empty();
-    result.compute_imbalance = mean_imbalance(result.compute_by_step);
-    result.predicted_imbalance = mean_imbalance(result.predicted_by_step);
+    result.compute_imbalance = weighted_imbalance(result.compute_by_step);
+    result.predicted_imbalance = weighted_imbalance(result.predicted_by_step);
 
     // Stragglers. An instance where everyone started together (no one waited) has no last
     // arrival worth the name, so it counts only towards `instances`.

@@ -1,7 +1,8 @@
 // Imbalance matrices and stragglers: which ranks carry more work than others, per micro-batch
 // and per step, measured and predicted, and who arrives last at collectives.
 //
-// Imbalance degree of a set of values is max/mean (WLB-LLM §3.3), 1 for perfect balance.
+// Imbalance degree of a set of values is max/mean (WLB-LLM §3.3), 1 for perfect balance
+// (core/analysis/imbalance_degree.h).
 #pragma once
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "core/analysis/collectives.h"
 #include "core/analysis/cost_model.h"
+#include "core/analysis/imbalance_degree.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 
@@ -28,6 +30,9 @@ struct Matrix {
     // with fewer than two values (over one rank max/mean is 1 by definition and says
     // nothing), 1 when its mean is 0.
     std::vector<double> column_imbalance() const;
+    // The column's max and mean over its values; none as above, and when its mean is 0.
+    std::optional<SetSpread> column_spread(std::size_t column) const;
+    std::vector<double> column_values(std::size_t column) const;  // the column's non-NaN values
 };
 
 struct StepMatrices {
@@ -38,21 +43,22 @@ struct StepMatrices {
 
 struct Straggler {
     std::int32_t rank = 0;
-    int last_arrivals = 0;  // instances where this rank started last and someone waited
-    int instances = 0;      // instances it took part in
+    int last_arrivals = 0;            // instances where this rank started last and someone waited
+    int instances = 0;                // instances it took part in
     std::int64_t caused_wait_ns = 0;  // Σ over those instances of the others' wait
 };
 
 struct ImbalanceAnalysis {
     std::vector<StepMatrices> by_microbatch;  // one per step
-    Matrix compute_by_step;    // rank × step: Σ compute_ns of the rank's passes
-    Matrix predicted_by_step;  // rank × step: Σ predicted
-    bool predicted_is_time = false;  // true: ns from the cost model; false: causal pairs
+    Matrix compute_by_step;                   // rank × step: Σ compute_ns of the rank's passes
+    Matrix predicted_by_step;                 // rank × step: Σ predicted
+    bool predicted_is_time = false;           // true: ns from the cost model; false: causal pairs
     // True when any work was predicted (the run has a workload table); the predicted
     // matrices are otherwise empty and predicted_is_time means nothing.
     bool has_prediction = false;
-    // Mean over the steps of max/mean over ranks (by step), over the steps where at least two
-    // ranks have a value; absent when no step has (one rank, or no passes).
+    // Σ over steps of the slowest rank / Σ over steps of the mean rank (by step; time-weighted,
+    // imbalance_degree.h), over the steps where at least two ranks have a value; absent when
+    // no step has (one rank, or no passes).
     std::optional<double> compute_imbalance;
     // The same of the predicted work; absent also when nothing was predicted.
     std::optional<double> predicted_imbalance;

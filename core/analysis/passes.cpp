@@ -7,6 +7,7 @@
 
 #include "core/analysis/intervals.h"
 #include "core/balance/cp_shard.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::analysis {
 
@@ -22,11 +23,13 @@ std::unordered_map<std::int64_t, Interval> device_work_by_launch(const RankTrace
         }
         for (const Event& event : lane.events) {
             const bool work = event.kind == EventKind::kernel || event.kind == EventKind::memcpy ||
-                              event.kind == EventKind::memset || event.kind == EventKind::collective;
+                              event.kind == EventKind::memset ||
+                              event.kind == EventKind::collective;
             if (!work || event.correlation < 0) {
                 continue;
             }
-            auto [at, added] = spans.try_emplace(event.correlation, Interval{event.start_ns, event.end_ns});
+            auto [at, added] =
+                spans.try_emplace(event.correlation, Interval{event.start_ns, event.end_ns});
             if (!added) {
                 at->second.start = std::min(at->second.start, event.start_ns);
                 at->second.end = std::max(at->second.end, event.end_ns);
@@ -83,15 +86,15 @@ std::vector<Interval> project_on_device(const LaneTrace& lane,
 struct Open {
     std::int64_t end_ns;
     Role role;
-    std::int64_t pass = -1;       // index into the result when this range is a pass
+    std::int64_t pass = -1;         // index into the result when this range is a pass
     std::int64_t attention_ns = 0;  // attention ranges: time less nested communication
 };
 
 // Walks one host lane's ranges. `projection` is empty for a CPU rank (host times are the
 // times); for a rank with device work it holds each event's GPU projection, and a pass and
 // the ranges inside it are timed by the kernels they launched.
-void walk_lane(const RunTrace& trace, const LaneTrace& lane, const std::vector<Interval>& projection,
-               std::vector<Pass>& passes) {
+void walk_lane(const RunTrace& trace, const LaneTrace& lane,
+               const std::vector<Interval>& projection, std::vector<Pass>& passes) {
     auto timed = [&](std::size_t i) {
         const Event& event = lane.events[i];
         return projection.empty() ? Interval{event.start_ns, event.end_ns} : projection[i];
@@ -139,6 +142,8 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane, const std::vector<I
             pass.step = event.step;
             pass.microbatch = event.microbatch;
             pass.stage = event.stage;
+            pass.chunk =
+                static_cast<std::int16_t>(std::max(0, chunk_of_args(trace.name(event.args))));
             // A backward range marked wgrad (the engine's "weight gradients") is the W pass
             // of a split backward: a pass of its own, not part of the B pass before it.
             pass.phase = role == Role::forward               ? Phase::forward
@@ -152,10 +157,11 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane, const std::vector<I
         } else if (current_pass >= 0) {
             Pass& pass = passes[static_cast<std::size_t>(current_pass)];
             // A child that outlives its pass counts only inside it.
-            const std::int64_t inside =
-                std::max<std::int64_t>(0, std::min(time.end, pass.end_ns) - std::max(time.start, pass.start_ns));
+            const std::int64_t inside = std::max<std::int64_t>(
+                0, std::min(time.end, pass.end_ns) - std::max(time.start, pass.start_ns));
             if (is_communication(role) && open_communication == 0) {
-                (role == Role::pipeline_recv ? pass.pipeline_wait_ns : pass.collective_ns) += inside;
+                (role == Role::pipeline_recv ? pass.pipeline_wait_ns : pass.collective_ns) +=
+                    inside;
                 for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
                     if (it->role == Role::attention) {
                         it->attention_ns -= inside;
@@ -210,8 +216,8 @@ std::vector<Pass> find_passes(const RunTrace& trace) {
     }
     for (Pass& pass : passes) {
         pass.attention_ns = std::max<std::int64_t>(pass.attention_ns, 0);
-        pass.compute_ns = std::max<std::int64_t>(
-            0, pass.wall_ns() - pass.pipeline_wait_ns - pass.collective_ns);
+        pass.compute_ns =
+            std::max<std::int64_t>(0, pass.wall_ns() - pass.pipeline_wait_ns - pass.collective_ns);
     }
     std::stable_sort(passes.begin(), passes.end(), [](const Pass& a, const Pass& b) {
         return std::tie(a.rank, a.step, a.start_ns) < std::tie(b.rank, b.step, b.start_ns);

@@ -29,6 +29,7 @@ struct Pass {
     std::int32_t step = -1;
     std::int32_t microbatch = -1;
     std::int16_t stage = -1;
+    std::int16_t chunk = 0;        // the stage's model chunk (virtual stage) under interleaved 1F1B
     Phase phase = Phase::forward;  // forward, backward, or weight_grad (a split backward's W)
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
@@ -44,8 +45,8 @@ struct Pass {
 std::vector<Pass> find_passes(const RunTrace& trace);
 
 // What a rank held in one micro-batch of one step, from the workload table: tokens and the
-// causal q·k pairs its attention computes (REFERENCE §1: a shard of length ℓ at prefix p of
-// its document attends to p + 1 … p + ℓ keys, (2p + 1 + ℓ)·ℓ / 2 pairs).
+// causal q·k pairs its attention computes (WLB-LLM, docs/sources.md, "Workload balancing": a shard
+// of length ℓ at prefix p of its document attends to p + 1 … p + ℓ keys, (2p + 1 + ℓ)·ℓ / 2 pairs).
 struct HeldWork {
     std::int32_t rank = 0;
     std::int32_t step = 0;

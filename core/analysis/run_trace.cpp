@@ -59,6 +59,10 @@ void read_field(const nlohmann::json& object, const char* key, T& value) {
         if (it->is_string()) {
             value = it->template get<std::string>();
         }
+    } else if constexpr (std::is_same_v<T, bool>) {
+        if (it->is_boolean()) {
+            value = it->template get<bool>();
+        }
     } else if (it->is_number()) {
         value = it->template get<T>();
     }
@@ -66,7 +70,8 @@ void read_field(const nlohmann::json& object, const char* key, T& value) {
 
 // A name the engine does not use is still communication when its category or kind says so.
 Role with_category(Role named, Category category, EventKind kind) {
-    if (named == Role::other && (category == Category::communication || kind == EventKind::collective)) {
+    if (named == Role::other &&
+        (category == Category::communication || kind == EventKind::collective)) {
         return Role::collective;
     }
     return named;
@@ -108,6 +113,9 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
         read_field(json, "pp", config.pp);
         read_field(json, "cp", config.cp);
         read_field(json, "schedule", config.schedule);
+        read_field(json, "virtual_stages", config.virtual_stages);
+        read_field(json, "recompute", config.recompute);
+        read_field(json, "sequence_parallel", config.sequence_parallel);
         read_field(json, "balancer", config.balancer);
         read_field(json, "cp_shard", config.cp_shard);
         read_field(json, "microbatches", config.microbatches);
@@ -181,8 +189,9 @@ Role RunTrace::role(const Event& event) const {
 }
 
 const RankTrace* RunTrace::find_rank(std::int32_t rank) const {
-    const auto it = std::lower_bound(ranks.begin(), ranks.end(), rank,
-                                     [](const RankTrace& r, std::int32_t n) { return r.info.rank < n; });
+    const auto it =
+        std::lower_bound(ranks.begin(), ranks.end(), rank,
+                         [](const RankTrace& r, std::int32_t n) { return r.info.rank < n; });
     return it != ranks.end() && it->info.rank == rank ? &*it : nullptr;
 }
 
@@ -245,12 +254,14 @@ Event& RunTrace::add_range(LaneTrace& lane, std::string_view name, Category cate
 void RunTrace::finish() {
     for (RankTrace& rank : ranks) {
         for (LaneTrace& lane : rank.lanes) {
-            std::stable_sort(lane.events.begin(), lane.events.end(), [](const Event& a, const Event& b) {
-                return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
-            });
+            std::stable_sort(
+                lane.events.begin(), lane.events.end(), [](const Event& a, const Event& b) {
+                    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+                });
             lane.info.max_duration_ns = 0;
             for (const Event& event : lane.events) {
-                lane.info.max_duration_ns = std::max(lane.info.max_duration_ns, event.duration_ns());
+                lane.info.max_duration_ns =
+                    std::max(lane.info.max_duration_ns, event.duration_ns());
             }
         }
     }
@@ -280,101 +291,124 @@ bool in_store_order(const Event& a, const Event& b) {
 // Events of each lane id, read from one slice of the event table.
 using LaneBuckets = std::vector<std::vector<Event>>;
 
-}  // namespace
+// Reads every event of a file into lane buckets, one set per thread. The event table is read
+// sequentially in rowid slices, one per thread, each on its own connection (merge writes events
+// clustered by lane and time, so the slices' pieces of a lane concatenate in order); reading
+// through the (lane, start) index instead, lane by lane, was 2.2× slower than a plain scan on a
+// 10M-event run. The event pack decodes ~10× faster than the rows and is read the same way.
+class EventLoader {
+public:
+    EventLoader(const store::TraceReader& reader, const LoadOptions& options,
+                std::uint32_t max_lane)
+        : reader_(reader), options_(options), max_lane_(max_lane) {}
 
-// The event table is read sequentially in rowid slices, one per thread, each on its own
-// connection (merge writes events clustered by lane and time, so the slices' pieces of a lane
-// concatenate in order); reading through the (lane, start) index instead, lane by lane, was
-// 2.2× slower than a plain scan on a 10M-event run.
-Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options) {
-    RunTrace trace;
-    trace.run = reader.run();
-    for (std::size_t id = 1; id < reader.string_count(); ++id) {
-        trace.set_string(StringId{static_cast<std::uint32_t>(id)},
-                         std::string(reader.string(StringId{static_cast<std::uint32_t>(id)})));
-    }
-    for (const RankInfo& info : reader.ranks()) {
-        trace.add_rank(info);
-    }
-    std::uint32_t max_lane = 0;
-    for (const LaneInfo& info : reader.lanes()) {
-        max_lane = std::max(max_lane, info.id.value);
-    }
-    // The event pack decodes ~10x faster than the rows; both are read in rowid slices, one
-    // SQLite connection per thread, and a slice's pieces of a lane are joined in slice order.
-    auto pack = options.read_event_pack ? reader.event_pack()
-                                        : Result<std::optional<store::TraceReader::EventPack>>(std::nullopt);
-    if (!pack) {
-        return pack.error();
-    }
-    const bool packed = pack->has_value();
-    auto rowids = packed ? Result<std::pair<std::int64_t, std::int64_t>>(
-                               std::pair{(*pack)->first_block, (*pack)->end_block})
-                         : reader.event_rowids();
-    if (!rowids) {
-        return rowids.error();
-    }
-    const auto [first, last] = *rowids;
-    // Rows are cheap to split finely; pack blocks hold up to 64K events each.
-    const std::int64_t kSliceAtLeast = packed ? 8 : 500'000;
-    const std::int64_t rows = last - first;
-    const int threads = static_cast<int>(std::clamp<std::int64_t>(
-        rows / kSliceAtLeast, 1, std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4)));
-    const std::int64_t total_events = packed ? (*pack)->events : rows;
+    Result<std::vector<LaneBuckets>> run() {
+        auto pack = options_.read_event_pack
+                        ? reader_.event_pack()
+                        : Result<std::optional<store::TraceReader::EventPack>>(std::nullopt);
+        if (!pack) {
+            return pack.error();
+        }
+        packed_ = pack->has_value();
+        auto rowids = packed_ ? Result<std::pair<std::int64_t, std::int64_t>>(
+                                    std::pair{(*pack)->first_block, (*pack)->end_block})
+                              : reader_.event_rowids();
+        if (!rowids) {
+            return rowids.error();
+        }
+        first_ = rowids->first;
+        rows_ = rowids->second - rowids->first;
+        // Rows are cheap to split finely; pack blocks hold up to 64K events each.
+        const std::int64_t slice_at_least = packed_ ? 8 : 500'000;
+        threads_ = static_cast<int>(std::clamp<std::int64_t>(
+            rows_ / slice_at_least, 1,
+            std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4)));
+        total_events_ = packed_ ? (*pack)->events : rows_;
+        buckets_.assign(static_cast<std::size_t>(threads_),
+                        LaneBuckets(static_cast<std::size_t>(max_lane_) + 1));
+        statuses_.assign(static_cast<std::size_t>(threads_), Status{});
 
-    std::vector<LaneBuckets> buckets(static_cast<std::size_t>(threads),
-                                     LaneBuckets(static_cast<std::size_t>(max_lane) + 1));
-    std::vector<Status> statuses(static_cast<std::size_t>(threads));
-    std::atomic<std::int64_t> done{0};
-    std::atomic<bool> stop{false};
-    auto keep_going = [&](int t, std::int64_t events_since) {
-        done.fetch_add(events_since);
-        if (stop.load() || (options.cancel != nullptr && options.cancel->load())) {
-            stop.store(true);
+        std::vector<std::thread> pool;
+        for (int t = 1; t < threads_; ++t) {
+            pool.emplace_back([this, t] { read_slice(t); });
+        }
+        read_slice(0);
+        for (auto& thread : pool) {
+            thread.join();
+        }
+        for (const Status& status : statuses_) {
+            if (!status) {
+                return status.error();
+            }
+        }
+        if (stop_.load() || cancelled()) {
+            return Error{ErrorCode::cancelled, "loading '" + reader_.path() + "' was cancelled"};
+        }
+        return std::move(buckets_);
+    }
+
+private:
+    bool cancelled() const { return options_.cancel != nullptr && options_.cancel->load(); }
+
+    // Counts decoded events, reports progress from thread 0, and says whether to go on.
+    bool keep_going(int t, std::int64_t events_since) {
+        done_.fetch_add(events_since);
+        if (stop_.load() || cancelled()) {
+            stop_.store(true);
             return false;
         }
-        if (t == 0 && options.progress) {
-            options.progress(0.9 * double(done.load()) / double(std::max<std::int64_t>(total_events, 1)));
+        if (t == 0 && options_.progress) {
+            options_.progress(0.9 * double(done_.load()) /
+                              double(std::max<std::int64_t>(total_events_, 1)));
         }
         return true;
-    };
-    auto read_slice = [&](int t) {
-        const std::int64_t begin = first + rows * t / threads;
-        const std::int64_t end = first + rows * (t + 1) / threads;
+    }
+
+    void read_slice(int t) {
+        const std::int64_t begin = first_ + rows_ * t / threads_;
+        const std::int64_t end = first_ + rows_ * (t + 1) / threads_;
         std::optional<store::TraceReader> own;
-        const store::TraceReader* source = &reader;
+        const store::TraceReader* source = &reader_;
         if (t > 0) {  // SQLite connections are not shared between threads
-            auto opened = store::TraceReader::open(reader.path());
+            auto opened = store::TraceReader::open(reader_.path());
             if (!opened) {
-                statuses[t] = opened.error();
-                stop.store(true);
+                statuses_[t] = opened.error();
+                stop_.store(true);
                 return;
             }
             own.emplace(std::move(*opened));
             source = &*own;
         }
-        LaneBuckets& lanes = buckets[static_cast<std::size_t>(t)];
-        if (packed) {
-            std::vector<Event>* last_block = nullptr;
-            std::size_t last_size = 0;
-            statuses[t] = source->scan_event_pack(
-                begin, end,
-                [&](LaneId lane) {
-                    last_block = lane.value <= max_lane ? &lanes[lane.value] : nullptr;
-                    last_size = last_block != nullptr ? last_block->size() : 0;
-                    return last_block;
-                },
-                [&] {
-                    const std::int64_t decoded =
-                        last_block != nullptr ? std::int64_t(last_block->size() - last_size) : 0;
-                    last_block = nullptr;
-                    return keep_going(t, decoded);
-                });
-            return;
-        }
+        statuses_[t] =
+            packed_ ? read_pack(*source, t, begin, end) : read_rows(*source, t, begin, end);
+    }
+
+    Status read_pack(const store::TraceReader& source, int t, std::int64_t begin,
+                     std::int64_t end) {
+        LaneBuckets& lanes = buckets_[static_cast<std::size_t>(t)];
+        std::vector<Event>* last_block = nullptr;
+        std::size_t last_size = 0;
+        return source.scan_event_pack(
+            begin, end,
+            [&](LaneId lane) {
+                last_block = lane.value <= max_lane_ ? &lanes[lane.value] : nullptr;
+                last_size = last_block != nullptr ? last_block->size() : 0;
+                return last_block;
+            },
+            [&] {
+                const std::int64_t decoded =
+                    last_block != nullptr ? std::int64_t(last_block->size() - last_size) : 0;
+                last_block = nullptr;
+                return keep_going(t, decoded);
+            });
+    }
+
+    Status read_rows(const store::TraceReader& source, int t, std::int64_t begin,
+                     std::int64_t end) {
+        LaneBuckets& lanes = buckets_[static_cast<std::size_t>(t)];
         std::int64_t since_check = 0;
-        statuses[t] = source->scan_events(begin, end, [&](const Event& event) {
-            if (event.lane.value <= max_lane) {
+        return source.scan_events(begin, end, [&](const Event& event) {
+            if (event.lane.value <= max_lane_) {
                 lanes[event.lane.value].push_back(event);
             }
             if (++since_check == 65536) {
@@ -384,24 +418,25 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOpti
             }
             return true;
         });
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) {
-        pool.emplace_back(read_slice, t);
-    }
-    read_slice(0);
-    for (auto& thread : pool) {
-        thread.join();
-    }
-    for (const Status& status : statuses) {
-        if (!status) {
-            return status.error();
-        }
-    }
-    if (stop.load() || (options.cancel != nullptr && options.cancel->load())) {
-        return Error{ErrorCode::cancelled, "loading '" + reader.path() + "' was cancelled"};
     }
 
+    const store::TraceReader& reader_;
+    const LoadOptions& options_;
+    const std::uint32_t max_lane_;
+    bool packed_ = false;
+    std::int64_t first_ = 0, rows_ = 0, total_events_ = 0;
+    int threads_ = 1;
+    std::vector<LaneBuckets> buckets_;
+    std::vector<Status> statuses_;
+    std::atomic<std::int64_t> done_{0};
+    std::atomic<bool> stop_{false};
+};
+
+// Every lane of the file from its pieces in the slices. Slices are contiguous rowid ranges of a
+// lane-clustered table, so most lanes lie in one slice and are moved, not copied; only a lane
+// cut by a slice boundary is joined.
+void join_lanes(RunTrace& trace, const store::TraceReader& reader,
+                std::vector<LaneBuckets>& buckets) {
     for (const LaneInfo& info : reader.lanes()) {
         if (trace.find_rank(info.rank) == nullptr) {
             RankInfo rank;
@@ -410,8 +445,6 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOpti
         }
         LaneTrace lane;
         lane.info = info;
-        // Slices are contiguous rowid ranges of a lane-clustered table, so most lanes lie in
-        // one slice and are moved, not copied; only a lane cut by a slice boundary is joined.
         for (LaneBuckets& slice : buckets) {
             auto& piece = slice[info.id.value];
             if (lane.events.empty()) {
@@ -427,6 +460,29 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOpti
         }
         trace.find_rank(info.rank)->lanes.push_back(std::move(lane));
     }
+}
+
+}  // namespace
+
+Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options) {
+    RunTrace trace;
+    trace.run = reader.run();
+    for (std::size_t id = 1; id < reader.string_count(); ++id) {
+        trace.set_string(StringId{static_cast<std::uint32_t>(id)},
+                         std::string(reader.string(StringId{static_cast<std::uint32_t>(id)})));
+    }
+    for (const RankInfo& info : reader.ranks()) {
+        trace.add_rank(info);
+    }
+    std::uint32_t max_lane = 0;
+    for (const LaneInfo& info : reader.lanes()) {
+        max_lane = std::max(max_lane, info.id.value);
+    }
+    auto buckets = EventLoader(reader, options, max_lane).run();
+    if (!buckets) {
+        return buckets.error();
+    }
+    join_lanes(trace, reader, *buckets);
     if (options.progress) {
         options.progress(0.95);
     }

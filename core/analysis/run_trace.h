@@ -1,6 +1,6 @@
 // RunTrace: a whole run in memory, the input of every analysis.
 //
-// Analyses are pure functions of a RunTrace (STYLE §5), so the CLI, the GUI and the HTML
+// Analyses are pure functions of a RunTrace (docs/code-map.md), so the CLI, the GUI and the HTML
 // report compute the same numbers, and tests build small traces by hand without a database.
 // load_run_trace reads a run database once; events stay 64-byte records grouped by lane, in
 // start order with a parent before the children that start with it (the store's order).
@@ -30,18 +30,18 @@ namespace fulcrum::analysis {
 // What an event is to the analyses, from its name (and, for unknown names, its category).
 enum class Role : std::uint8_t {
     other = 0,
-    step,             // "step": one optimizer step on one rank
-    forward,          // "forward": one micro-batch's forward pass through this rank's stage
-    backward,         // "backward", and "weight gradients" (the W pass of a split backward)
-    attention,        // "attention" (may hold CP communication inside)
-    pipeline_recv,    // "recv activations", "recv gradients": waiting for a neighbour stage
-    pipeline_send,    // "send activations", "send gradients"
-    cp_collective,    // "cp all-gather kv", "cp reduce-scatter dkv"
-    tp_collective,    // "tp all-reduce"
-    dp_collective,    // "dp all-reduce gradients"
+    step,                  // "step": one optimizer step on one rank
+    forward,               // "forward": one micro-batch's forward pass through this rank's stage
+    backward,              // "backward", and "weight gradients" (the W pass of a split backward)
+    attention,             // "attention" (may hold CP communication inside)
+    pipeline_recv,         // "recv activations", "recv gradients": waiting for a neighbour stage
+    pipeline_send,         // "send activations", "send gradients"
+    cp_collective,         // "cp all-gather kv", "cp reduce-scatter dkv"
+    tp_collective,         // "tp all-reduce"
+    dp_collective,         // "dp all-reduce gradients"
     embedding_collective,  // "pp all-reduce embedding": first and last stage
-    optimizer,        // "optimizer"
-    collective,       // any other communication (NCCL kernels, foreign ranges)
+    optimizer,             // "optimizer"
+    collective,            // any other communication (NCCL kernels, foreign ranges)
 };
 
 Role role_of_name(std::string_view name, Category category, EventKind kind);
@@ -68,15 +68,18 @@ struct RunConfig {
     // False for a foreign run that says neither its degrees nor its ranks' coordinates (an
     // imported trace): the degrees above are then placeholders, not a 1×1×1×1 grid.
     bool grid_known = true;
-    std::string schedule;  // "gpipe", "1f1b", or "" when unknown
+    std::string schedule;    // "gpipe", "1f1b", "interleaved", "zb-h1", or "" when unknown
+    int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
+    std::string recompute;   // "none", "selective", "full", or "" when unknown
+    bool sequence_parallel = false;
     std::string balancer;  // "fixed", "ilp", "wlb", or ""
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive", or ""
     int microbatches = 0;  // per DP replica and step; 0 when unknown
     // The model's shape; 0 when unknown (has_model() says whether any is known).
     int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
-    std::string data;              // what the documents were (fulcrum-train's description), or ""
-    std::string lengths;           // the length spec of synthetic documents, "" for text
-    std::int64_t documents = 0;    // how many synthetic documents
+    std::string data;            // what the documents were (fulcrum-train's description), or ""
+    std::string lengths;         // the length spec of synthetic documents, "" for text
+    std::int64_t documents = 0;  // how many synthetic documents
     std::uint64_t seed = 1;
     int ilp_window = 1;
     int steps = 0;  // 0 when unknown

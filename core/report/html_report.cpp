@@ -794,7 +794,7 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
         return;
     }
     out += "<p>Schedule " + html_escape(b.schedule) +
-           "; bubble as a fraction of busy time: theory (p−1)/m = " + figure(b.theory_fraction, 3) +
+           "; bubble as a fraction of busy time: theory " + theory_formula(b) + " = " + figure(b.theory_fraction, 3) +
            ", measured " + figure(b.mean_measured_fraction, 3) +
            " (mean over pipelines and steps).</p>\n";
     const auto by_stage = analysis::bubble_by_stage(b);
@@ -842,7 +842,7 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
     }
     const auto mean = [](double sum, int n) { return n > 0 ? sum / n : std::nan(""); };
     Table steps("bubble_steps",
-                {"step", "pipelines", "measured fraction", "replay fraction", "theory (p−1)/m"});
+                {"step", "pipelines", "measured fraction", "replay fraction", "theory " + std::string(theory_formula(b))});
     for (const auto& [step, f] : by_step) {
         steps.add({int_cell(step), int_cell(f.pipelines),
                    fixed_cell(mean(f.measured, f.measured_count), 3),
@@ -968,7 +968,7 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
     if (im.compute_by_step.rows.empty()) {
         out += "<p class=\"empty\">No passes: nothing to compare across ranks.</p>\n";
     } else {
-        out += "<p>Compute imbalance across ranks (max/mean per step, mean over steps): measured " +
+        out += "<p>Compute imbalance across ranks (max/mean per step; " + std::string(analysis::kImbalanceOverSteps) + "): measured " +
                figure(im.compute_imbalance, 3) + ", predicted " +
                figure(im.predicted_imbalance, 3) +
                (im.has_prediction

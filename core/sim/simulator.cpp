@@ -15,6 +15,7 @@
 #include "core/parallel/replay.h"
 #include "core/sim/grad_reduction.h"
 #include "core/store/trace_writer.h"
+#include "core/util/output_file.h"
 
 namespace fulcrum::sim {
 namespace {
@@ -927,27 +928,12 @@ Result<SimulationResult> simulate_to_file(const SimulationConfig& config,
     if (auto status = validate(config); !status) {
         return status.error();
     }
-    std::error_code ec;
-    if (fs::exists(output.path, ec) && !output.overwrite) {
-        return Error{ErrorCode::io, "'" + output.path +
-                                        "' already exists; remove it, choose another path, or "
-                                        "pass --force"};
-    }
-    const fs::path folder = fs::path(output.path).parent_path();
-    if (!folder.empty() && !fs::is_directory(folder, ec)) {
-        return Error{ErrorCode::io, "cannot write '" + output.path + "': the folder '" +
-                                        folder.string() + "' does not exist"};
-    }
     // Built next to the target and renamed when complete: a failed or cancelled simulation
     // never leaves a half-written run where a good one was expected.
-    const std::string partial = output.path + ".partial";
-    const auto remove_partial = [&] {
-        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
-            fs::remove(partial + suffix, ec);
-        }
-    };
-    remove_partial();
-
+    auto target = PartialDatabase::prepare(output.path, output.overwrite);
+    if (!target) {
+        return target.error();
+    }
     RunInfo run;
     run.name = output.run_name.empty() ? fs::path(output.path).stem().string() : output.run_name;
     run.command = output.command;
@@ -961,35 +947,22 @@ Result<SimulationResult> simulate_to_file(const SimulationConfig& config,
     store::WriterOptions options;
     options.overflow = store::WriterOptions::Overflow::block;
     options.overwrite = true;
-    auto writer = store::TraceWriter::create(partial, run, options);
+    auto writer = store::TraceWriter::create(target->partial_path(), run, options);
     if (!writer) {
-        remove_partial();
         return Error{ErrorCode::io,
                      "cannot write '" + output.path + "': " + writer.error().message};
     }
     auto result = simulate(config, writer->get(), progress);
     if (!result) {
-        writer->reset();
-        remove_partial();
-        return result.error();
+        return result.error();  // the writer closes, then the partial file goes with `target`
     }
     if (auto status = (*writer)->close(); !status) {
-        writer->reset();
-        remove_partial();
         return Error{ErrorCode::io,
                      "cannot write '" + output.path + "': " + status.error().message};
     }
     writer->reset();
-    if (output.overwrite) {
-        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
-            fs::remove(output.path + suffix, ec);
-        }
-    }
-    fs::rename(partial, output.path, ec);
-    if (ec) {
-        remove_partial();
-        return Error{ErrorCode::io,
-                     "cannot move the simulated run to '" + output.path + "': " + ec.message()};
+    if (auto status = target->commit("the simulated run"); !status) {
+        return status.error();
     }
     return result;
 }

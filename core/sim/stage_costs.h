@@ -12,7 +12,7 @@
 //                  replaced by the nearest fitted one.
 //   scaling        per-token and per-pair terms × (layers here / layers there) × (tp there /
 //                  tp here); per-token also × (h here / h there)², per-pair × (h here / h there),
-//                  following the FLOPs of REFERENCE §4 (24·T·h² + 4h·pairs per layer).
+//                  following the FLOPs of docs/sources.md, "FLOPs" (24·T·h² + 4h·pairs a layer).
 //                  The fixed term is per-pass overhead and is kept as fitted.
 //
 // Anything the model does not give (no cost model at all, a collective the fitted run never
@@ -48,7 +48,7 @@ struct Grid {
 
 // What the analytic cost model assumes about the hardware. The defaults stand for H100 SXM
 // nodes of 8 GPUs: 400 TFLOP/s sustained is ~40% of the 989 TFLOP/s dense bf16 peak
-// (REFERENCE §4: well-tuned large runs reach 40–55% MFU); NVLink 4 moves ~450 GB/s per
+// (well-tuned large runs reach 40–55% MFU: docs/sources.md, "FLOPs"); NVLink 4 moves ~450 GB/s per
 // direction, of which collectives reach ~300; a 400 Gb/s InfiniBand NIC per GPU is 50 GB/s,
 // ~40 achieved; HBM3 3.35 TB/s, ~3 achieved. GB/s is bytes per ns.
 struct GemmEfficiencyPoint {

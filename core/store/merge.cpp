@@ -9,6 +9,7 @@
 #include "core/store/event_pack.h"
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
+#include "core/util/output_file.h"
 
 namespace fulcrum::store {
 namespace {
@@ -21,7 +22,7 @@ struct Source {
     std::vector<std::int64_t> sync_marks;  // in UTC: local time + utc_offset_ns
     std::int64_t first_start_ns = 0;       // local clock
     bool has_events = false;
-    std::int64_t shift_ns = 0;             // local -> reference UTC clock
+    std::int64_t shift_ns = 0;  // local -> reference UTC clock
     ClockAlignment alignment = ClockAlignment::utc_offset;
 };
 
@@ -57,7 +58,8 @@ Result<Source> inspect(const std::string& path) {
     while (marks->step()) {
         source.sync_marks.push_back(marks->column_int64(0) + source.utc_offset_ns);
     }
-    auto first = db->query_int("SELECT MIN(start_ns) FROM event", std::numeric_limits<std::int64_t>::min());
+    auto first =
+        db->query_int("SELECT MIN(start_ns) FROM event", std::numeric_limits<std::int64_t>::min());
     if (!first) {
         return first.error();
     }
@@ -96,14 +98,100 @@ void choose_shifts(std::vector<Source>& sources, std::vector<std::string>& warni
     }
 }
 
-}  // namespace
+// One transaction that copies an attached rank file (`src`) into the merged run: its strings
+// (deduplicated), lanes (ids after `lane_offset`), events (times shifted by `shift`, names and
+// args mapped to the merged strings, in lane and time order), ranks, workload, counters and
+// import log.
+std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64_t lane_offset) {
+    const std::string shift_sql = std::to_string(shift);
+    const std::string lane_sql = std::to_string(lane_offset);
+    const std::string memory_sql =
+        source.schema_version >= 2 ? "e.src_memory, e.dst_memory" : "NULL, NULL";
+    return "BEGIN;"
+           "INSERT INTO string (value) SELECT DISTINCT value FROM src.string s "
+           "  WHERE NOT EXISTS (SELECT 1 FROM main.string m WHERE m.value = s.value);"
+           "CREATE TEMP TABLE string_map (old INTEGER PRIMARY KEY, new INTEGER NOT NULL);"
+           "INSERT INTO string_map SELECT s.id, m.id FROM src.string s "
+           "  JOIN main.string m ON m.value = s.value;"
+           "INSERT INTO lane (id, rank, kind, name, native_id) "
+           "  SELECT id + " +
+           lane_sql +
+           ", rank, kind, name, native_id FROM src.lane;"
+           "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
+           "  stage, phase, bytes, copy_kind, correlation, args, src_memory, dst_memory) "
+           "  SELECT e.lane + " +
+           lane_sql + ", e.start_ns + " + shift_sql + ", e.end_ns + " + shift_sql +
+           ", e.kind, n.new, e.category, e.step, e.microbatch, e.stage, e.phase, "
+           "  e.bytes, e.copy_kind, e.correlation, a.new, " +
+           memory_sql +
+           " FROM src.event e "
+           "  LEFT JOIN string_map n ON n.old = e.name LEFT JOIN string_map a ON a.old = e.args "
+           "  ORDER BY e.lane, e.start_ns, e.end_ns DESC;"
+           "INSERT INTO rank (rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
+           "  dropped_records, clock_alignment, clock_shift_ns) "
+           "  SELECT rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
+           "  dropped_records, '" +
+           std::string(to_string(source.alignment)) + "', " + shift_sql +
+           "  FROM src.rank;"
+           "INSERT INTO workload SELECT * FROM src.workload;"
+           "INSERT INTO counter (rank, name, time_ns, value) "
+           "  SELECT rank, name, time_ns + " +
+           shift_sql +
+           ", value FROM src.counter;"
+           "INSERT INTO import_log (source, record_index, reason, record, skipped) "
+           "  SELECT source, record_index, reason, record, " +
+           std::string(source.schema_version >= 2 ? "skipped" : "1") +
+           " FROM src.import_log ORDER BY id;"
+           "DROP TABLE temp.string_map;"
+           "COMMIT;";
+}
 
-Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
-                                     const std::string& output, const MergeOptions& options) {
-    if (inputs.empty()) {
-        return Error{ErrorCode::invalid_input, "nothing to merge: give at least one rank file"};
+// The merged run's row, from the first source's with these in place of its own.
+struct RunRow {
+    std::string name;     // "": the source's
+    std::string command;  // "": the source's
+    std::int64_t start_utc_ns = 0;
+};
+
+// Attaches one rank file, copies it in (copy_source_sql), with the run row from it when
+// `run_row` is given, and detaches it.
+Status copy_source(Database& db, const Source& source, std::int64_t shift, std::int64_t lane_offset,
+                   const RunRow* run_row) {
+    auto attach = db.prepare("ATTACH DATABASE ?1 AS src");
+    if (!attach) {
+        return attach.error();
     }
-    MergeReport report;
+    attach->bind(1, source.path);
+    if (!attach->run()) {
+        return db.error_for("cannot read");
+    }
+    if (auto status = db.exec(copy_source_sql(source, shift, lane_offset)); !status) {
+        (void)db.exec("ROLLBACK");
+        return Error{status.error().code,
+                     "cannot merge '" + source.path + "': " + status.error().message};
+    }
+    if (run_row != nullptr) {
+        auto run = db.prepare(
+            "INSERT INTO run (id, name, command, start_utc_ns, config, origin, producer) "
+            "SELECT 1, CASE WHEN ?1 = '' THEN name ELSE ?1 END, "
+            "CASE WHEN ?3 = '' THEN command ELSE ?3 END, ?2, config, origin, producer "
+            "FROM src.run");
+        if (!run) {
+            return run.error();
+        }
+        run->bind(1, run_row->name);
+        run->bind(2, run_row->start_utc_ns);
+        run->bind(3, run_row->command);
+        if (!run->run()) {
+            return db.error_for("cannot write");
+        }
+    }
+    return db.exec("DETACH DATABASE src");
+}
+
+// Every input, read for its ranks and clock, the lowest rank first (the reference clock). Two
+// inputs holding one rank are refused.
+Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inputs) {
     std::vector<Source> sources;
     std::map<std::int32_t, std::string> rank_owner;
     for (const auto& path : inputs) {
@@ -124,10 +212,27 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
     // The lowest rank is the reference clock.
     std::stable_sort(sources.begin(), sources.end(), [](const Source& a, const Source& b) {
         const auto first_rank = [](const Source& s) {
-            return s.ranks.empty() ? std::numeric_limits<std::int32_t>::max() : s.ranks.front().rank;
+            return s.ranks.empty() ? std::numeric_limits<std::int32_t>::max()
+                                   : s.ranks.front().rank;
         };
         return first_rank(a) < first_rank(b);
     });
+    return sources;
+}
+
+}  // namespace
+
+Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
+                                     const std::string& output, const MergeOptions& options) {
+    if (inputs.empty()) {
+        return Error{ErrorCode::invalid_input, "nothing to merge: give at least one rank file"};
+    }
+    MergeReport report;
+    auto inspected = inspect_sources(inputs);
+    if (!inspected) {
+        return inspected.error();
+    }
+    std::vector<Source> sources = std::move(*inspected);
     choose_shifts(sources, report.warnings);
 
     std::int64_t origin = std::numeric_limits<std::int64_t>::max();
@@ -140,37 +245,20 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         origin = sources.front().utc_offset_ns;
     }
 
-    std::error_code ec;
-    if (std::filesystem::exists(output, ec) && !options.overwrite) {
-        return Error{ErrorCode::io, "'" + output +
-                                        "' already exists; remove it, choose another path, or "
-                                        "pass --force"};
-    }
     // Build next to the target and rename at the end: a failed or cancelled merge never
     // leaves a half-written run where a good one was expected.
-    const std::string partial = output + ".partial";
-    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
-        std::filesystem::remove(partial + suffix, ec);
+    auto target = PartialDatabase::prepare(output, options.overwrite);
+    if (!target) {
+        return target.error();
     }
-    auto cleanup = [&] {
-        for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
-            std::filesystem::remove(partial + suffix, ec);
-        }
-    };
-    const auto folder = std::filesystem::path(output).parent_path();
-    if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
-        return Error{ErrorCode::io, "cannot write '" + output + "': the folder '" +
-                                        folder.string() + "' does not exist"};
-    }
-    auto db_result = Database::open(partial, Database::Mode::create);
+    auto db_result = Database::open(target->partial_path(), Database::Mode::create);
     if (!db_result) {
         return Error{ErrorCode::io, "cannot write '" + output + "': " + db_result.error().message};
     }
     Database db = std::move(*db_result);
     auto fail = [&](const Error& error) -> Result<MergeReport> {
         db = Database();
-        cleanup();
-        return error;
+        return error;  // the partial file goes with `target`
     };
     // No journal: a failed merge is deleted, never recovered. Rows go in lane by lane in time
     // order, so that a lane's events share pages and a window query reads few of them.
@@ -186,77 +274,16 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         return fail(status.error());
     }
 
+    const RunRow run_row{options.run_name, options.command, origin};
     std::int64_t lane_offset = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
         const Source& source = sources[i];
         if (options.progress && !options.progress(static_cast<double>(i) / sources.size())) {
             return fail(Error{ErrorCode::cancelled, "merge cancelled"});
         }
-        auto attach = db.prepare("ATTACH DATABASE ?1 AS src");
-        if (!attach) {
-            return fail(attach.error());
-        }
-        attach->bind(1, source.path);
-        if (!attach->run()) {
-            return fail(db.error_for("cannot read"));
-        }
-        const std::int64_t shift = source.shift_ns - origin;
-        const std::string shift_sql = std::to_string(shift);
-        const std::string lane_sql = std::to_string(lane_offset);
-        const std::string memory_sql =
-            source.schema_version >= 2 ? "e.src_memory, e.dst_memory" : "NULL, NULL";
-        const std::string sql =
-            "BEGIN;"
-            "INSERT INTO string (value) SELECT DISTINCT value FROM src.string s "
-            "  WHERE NOT EXISTS (SELECT 1 FROM main.string m WHERE m.value = s.value);"
-            "CREATE TEMP TABLE string_map (old INTEGER PRIMARY KEY, new INTEGER NOT NULL);"
-            "INSERT INTO string_map SELECT s.id, m.id FROM src.string s "
-            "  JOIN main.string m ON m.value = s.value;"
-            "INSERT INTO lane (id, rank, kind, name, native_id) "
-            "  SELECT id + " + lane_sql + ", rank, kind, name, native_id FROM src.lane;"
-            "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
-            "  stage, phase, bytes, copy_kind, correlation, args, src_memory, dst_memory) "
-            "  SELECT e.lane + " + lane_sql + ", e.start_ns + " + shift_sql + ", e.end_ns + " +
-            shift_sql + ", e.kind, n.new, e.category, e.step, e.microbatch, e.stage, e.phase, "
-            "  e.bytes, e.copy_kind, e.correlation, a.new, " + memory_sql + " FROM src.event e "
-            "  LEFT JOIN string_map n ON n.old = e.name LEFT JOIN string_map a ON a.old = e.args "
-            "  ORDER BY e.lane, e.start_ns, e.end_ns DESC;"
-            "INSERT INTO rank (rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
-            "  dropped_records, clock_alignment, clock_shift_ns) "
-            "  SELECT rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
-            "  dropped_records, '" + std::string(to_string(source.alignment)) + "', " + shift_sql +
-            "  FROM src.rank;"
-            "INSERT INTO workload SELECT * FROM src.workload;"
-            "INSERT INTO counter (rank, name, time_ns, value) "
-            "  SELECT rank, name, time_ns + " + shift_sql + ", value FROM src.counter;"
-            "INSERT INTO import_log (source, record_index, reason, record, skipped) "
-            "  SELECT source, record_index, reason, record, " +
-            std::string(source.schema_version >= 2 ? "skipped" : "1") +
-            " FROM src.import_log ORDER BY id;"
-            "DROP TABLE temp.string_map;"
-            "COMMIT;";
-        if (auto status = db.exec(sql); !status) {
-            (void)db.exec("ROLLBACK");
-            return fail(Error{status.error().code, "cannot merge '" + source.path +
-                                                       "': " + status.error().message});
-        }
-        if (i == 0) {
-            auto run = db.prepare(
-                "INSERT INTO run (id, name, command, start_utc_ns, config, origin, producer) "
-                "SELECT 1, CASE WHEN ?1 = '' THEN name ELSE ?1 END, "
-                "CASE WHEN ?3 = '' THEN command ELSE ?3 END, ?2, config, origin, producer "
-                "FROM src.run");
-            if (!run) {
-                return fail(run.error());
-            }
-            run->bind(1, options.run_name);
-            run->bind(2, origin);
-            run->bind(3, options.command);
-            if (!run->run()) {
-                return fail(db.error_for("cannot write"));
-            }
-        }
-        if (auto status = db.exec("DETACH DATABASE src"); !status) {
+        if (auto status = copy_source(db, source, source.shift_ns - origin, lane_offset,
+                                      i == 0 ? &run_row : nullptr);
+            !status) {
             return fail(status.error());
         }
         auto max_lane = db.query_int("SELECT MAX(id) FROM lane", lane_offset);
@@ -280,11 +307,8 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
     report.events = *events;
     report.start_utc_ns = origin;
     db = Database();
-    std::filesystem::rename(partial, output, ec);
-    if (ec) {
-        cleanup();
-        return Error{ErrorCode::io, "cannot move the merged run to '" + output + "': " +
-                                        ec.message()};
+    if (auto status = target->commit("the merged run"); !status) {
+        return status.error();
     }
 
     auto merged = TraceReader::open(output);

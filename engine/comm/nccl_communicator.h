@@ -2,7 +2,7 @@
 // device buffers, run by NCCL's kernels on the caller's CUDA stream (built with the CUDA
 // backend when NCCL is found; FULCRUM_HAVE_NCCL says so).
 //
-// Bootstrap (REFERENCE §6). Rank 0 calls ncclGetUniqueId and hands the 128-byte id to every
+// Bootstrap (docs/sources.md, "NCCL"). Rank 0 calls ncclGetUniqueId and hands the 128-byte id to every
 // rank, then each calls ncclCommInitRank with it; sub-groups come from ncclCommSplit. The id
 // travels over an existing host communicator (`bootstrap_over`, MPI in fulcrum-train) or,
 // without MPI, through a file or TCP rendezvous (`bootstrap_with_rendezvous`, rendezvous.h).
@@ -51,7 +51,7 @@
 // unreachable, two ranks on one GPU): those are Errors. A failing NCCL or CUDA call after that
 // is a lost peer, a lost device or a programming error: it aborts with file, line and NCCL's
 // or CUDA's message, like engine/backend/cuda/common.cuh. NCCL emits its own NVTX ranges
-// (domain "NCCL", REFERENCE §6); this class adds none.
+// (domain "NCCL", docs/sources.md, "NCCL"); this class adds none.
 //
 // This header needs no CUDA or NCCL header: what it holds of them lives behind `State`, and
 // the stream is a `void*` (a cudaStream_t).

@@ -1,6 +1,6 @@
 // Starting a multi-process job without MPI: which rank this process is, from what its launcher
 // put in the environment, and a rendezvous that hands one small opaque blob (NCCL's 128-byte
-// unique id, REFERENCE §6) from rank 0 to every other rank through a shared file or a TCP
+// unique id, docs/sources.md, "NCCL") from rank 0 to every other rank through a shared file or a TCP
 // socket. No CUDA here: the NCCL communicator (nccl_communicator.h) is built on top.
 #pragma once
 

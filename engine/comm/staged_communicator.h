@@ -2,7 +2,7 @@
 // host memory, handed to the host communicator (MPI), and the result copied back.
 //
 // Why it exists. NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU
-// detected", REFERENCE §6, before NCCL 2.30), so a single-GPU machine cannot run a 4-rank
+// detected", docs/sources.md, "NCCL", before NCCL 2.30), so a single-GPU machine cannot run a 4-rank
 // layout over NCCL. Staging through the host is slower — two PCIe copies per transfer — but it
 // lets a 4-rank PP×CP layout train on one H100 with the same step structure a cluster has,
 // which is what Fulcrum needs to show imbalance on such a machine. On a cluster, each rank on

@@ -7,7 +7,7 @@
 //     P_ij  = exp(s_ij − lse_i)
 //     o_i   = Σ_j P_ij · v_j
 // A token never sees a token of another document, so packing several documents into one
-// sequence trains each of them exactly as if it were alone (REFERENCE §1: attention work
+// sequence trains each of them exactly as if it were alone (docs/sources.md, "Workload balancing": attention work
 // of a packed micro-batch is Σ dᵢ², not (Σ dᵢ)²).
 //
 // Backward (the FlashAttention recomputation: P is rebuilt from q, k and lse, never stored,
@@ -34,7 +34,7 @@
 //     attends to K/V rows  kv_begin … kv_begin + prefix + i  (the document's positions 0…p).
 // Serial training makes one span per document with prefix 0 and q_begin == kv_begin (Q and
 // K/V come from the same tokens). Context parallelism will hand a rank the query rows of its
-// own chunks of each document (prefix = where the chunk starts, REFERENCE §1 per-document
+// own chunks of each document (prefix = where the chunk starts, WLB-LLM's per-document
 // sharding) and K/V gathered for the whole document prefix; dk/dv then hold gradients for
 // the gathered rows, to be reduce-scattered back. The kernels below need no change for that.
 //

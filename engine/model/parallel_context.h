@@ -5,7 +5,7 @@
 // block over the TP group; params.h has the local parameter layout, tensor_parallel.h the
 // mapping to and from the serial one. Every TP rank holds the whole residual stream [T, C].
 //
-// Context parallelism (CP, REFERENCE §1) splits the tokens of a micro-batch over the CP group:
+// Context parallelism (CP, WLB-LLM §4) splits the tokens of a micro-batch over the CP group:
 // each rank holds some query rows (its TokenRanges of the documents, balance/cp_shard.h) and
 // runs everything but attention on them alone. Attention needs the keys and values of the
 // whole document prefix, so each block all-gathers K|V over the CP group in the forward pass

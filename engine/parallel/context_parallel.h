@@ -1,5 +1,5 @@
 // Context parallelism: one CP rank's share of a micro-batch, and the K/V exchange of
-// attention (WLB-LLM §4 / REFERENCE §1: all-gather K/V forward, reduce-scatter dK/dV backward).
+// attention (WLB-LLM §4: all-gather K/V forward, reduce-scatter dK/dV backward).
 //
 // Math. A CP rank owns the query rows of its TokenRanges (balance/cp_shard.h). For a query at
 // position p of document D, causal attention needs k_j, v_j for j = 0 … p of D, which other

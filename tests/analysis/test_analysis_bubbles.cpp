@@ -2,6 +2,7 @@
 #include <QtTest>
 
 #include "core/analysis/bubbles.h"
+#include "core/parallel/replay.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;
@@ -33,6 +34,60 @@ void pass(RunTrace& trace, int stage, int mb, Phase phase, std::int64_t start, s
                         Category::communication, start, wait_until, 0, mb,
                         static_cast<std::int16_t>(stage));
     }
+}
+
+// A run of `schedule` on p stages whose passes are the replay of equal micro-batches (F, B and
+// W are a stage's whole share; the replay gives each of its v chunks 1/v of it), recorded as
+// the engine records them: a pass opens when the stage starts waiting for its input, the wait
+// a receive range inside it, each pass's model chunk in its args.
+RunTrace replayed_run(parallel::PipelineSchedule schedule, int p, int m, int v, std::int64_t f,
+                      std::int64_t b, std::int64_t w) {
+    RunTrace trace;
+    trace.run.config_json = R"({"dp":1,"tp":1,"pp":)" + std::to_string(p) +
+                            R"(,"cp":1,"schedule":")" + parallel::schedule_name(schedule) +
+                            R"(","virtual_stages":)" + std::to_string(v) + R"(,"microbatches":)" +
+                            std::to_string(m) + "}";
+    parallel::ReplayInput input;
+    input.schedule = schedule;
+    input.stages = p;
+    input.microbatches = m;
+    input.virtual_stages = v;
+    input.forward_ns.assign(p, std::vector<std::int64_t>(m, f));
+    input.backward_ns.assign(p, std::vector<std::int64_t>(m, b));
+    if (parallel::splits_backward(schedule)) {
+        input.weight_ns.assign(p, std::vector<std::int64_t>(m, w));
+    }
+    const auto replay = parallel::replay_pipeline(input);
+    for (int stage = 0; stage < p; ++stage) {
+        RankInfo info;
+        info.rank = stage;
+        info.dp = info.cp = info.tp = 0;
+        info.pp = stage;
+        trace.add_rank(info);
+        auto& lane = trace.add_lane(stage, LaneKind::host_thread, "main");
+        for (const parallel::ReplayedOp& op : replay->stages[static_cast<std::size_t>(stage)]) {
+            const bool forward = op.kind == parallel::PassKind::forward;
+            const bool weight = op.kind == parallel::PassKind::weight;
+            const auto stage16 = static_cast<std::int16_t>(stage);
+            Event& range = trace.add_range(lane,
+                                           forward  ? "forward"
+                                           : weight ? "weight gradients"
+                                                    : "backward",
+                                           Category::compute, op.start_ns - op.wait_ns, op.end_ns,
+                                           0, op.microbatch, stage16,
+                                           forward  ? Phase::forward
+                                           : weight ? Phase::weight_grad
+                                                    : Phase::backward);
+            range.args = trace.intern(R"({"chunk":)" + std::to_string(op.chunk) + "}");
+            if (op.wait_ns > 0) {
+                trace.add_range(lane, forward ? "recv activations" : "recv gradients",
+                                Category::communication, op.start_ns - op.wait_ns, op.start_ns, 0,
+                                op.microbatch, stage16);
+            }
+        }
+    }
+    trace.finish();
+    return trace;
 }
 
 }  // namespace
@@ -127,6 +182,56 @@ private slots:
         QCOMPARE(result.stages[0].warmup_cooldown_ns, 30);
         QCOMPARE(result.stages[0].unequal_microbatch_ns, 0);
         QCOMPARE(result.stages[0].other_ns, 10);
+    }
+
+    // ZB-H1, p = 2, m = 4, F = 10, B = 10, W = 6 per micro-batch on each stage: the W passes
+    // are busy time of their own (busy = 4·26 = 104 per stage), the theory is ZB-H1's
+    // (p−1)(F + B − W)/(m(F + B + W)) = 14/104, not 1F1B's (p−1)/m = 0.25, and with equal
+    // micro-batches the whole bubble is the schedule's.
+    void zeroBubbleCountsWeightPassesAndHasItsOwnTheory() {
+        const RunTrace trace =
+            replayed_run(parallel::PipelineSchedule::zero_bubble_h1, 2, 4, 1, 10, 10, 6);
+        const auto passes = find_passes(trace);
+        QCOMPARE(std::count_if(passes.begin(), passes.end(),
+                               [](const Pass& pass) { return pass.phase == Phase::weight_grad; }),
+                 8);
+        const auto result = analyze_bubbles(trace, passes);
+        QCOMPARE(result.schedule, std::string("zb-h1"));
+        QVERIFY(std::abs(result.theory_fraction.value() - 14.0 / 104.0) < 1e-12);
+        QVERIFY(std::abs(result.pipelines[0].theory_fraction - 14.0 / 104.0) < 1e-12);
+        for (const StageBubble& stage : result.stages) {
+            QCOMPARE(stage.busy_ns, 104);
+            QCOMPARE(stage.warmup_cooldown_ns, stage.bubble_ns);
+            QCOMPARE(stage.unequal_microbatch_ns, 0);
+            QCOMPARE(stage.other_ns, 0);
+        }
+        QCOMPARE(result.pipelines[0].measured_fraction, result.pipelines[0].replay_fraction);
+    }
+
+    // Interleaved 1F1B, p = 2, v = 2, m = 4, F = 10, B = 20 per micro-batch on each stage's
+    // whole share (5 and 10 per chunk pass): 16 passes per stage whose chunks 0 and 1 come
+    // from their args, busy 4·30 = 120 per stage, theory (p−1)/(v·m) = 1/8; equal micro-batches
+    // leave no unequal part, and the measured fraction is the replay's.
+    void interleavedReadsChunksAndHasItsOwnTheory() {
+        const RunTrace trace =
+            replayed_run(parallel::PipelineSchedule::interleaved, 2, 4, 2, 10, 20, 0);
+        const auto passes = find_passes(trace);
+        QCOMPARE(passes.size(), 32u);
+        QCOMPARE(std::count_if(passes.begin(), passes.end(),
+                               [](const Pass& pass) { return pass.chunk == 1; }),
+                 16);
+        const auto result = analyze_bubbles(trace, passes);
+        QCOMPARE(result.schedule, std::string("interleaved"));
+        QCOMPARE(result.theory_fraction.value(), 0.125);
+        for (const StageBubble& stage : result.stages) {
+            QCOMPARE(stage.busy_ns, 120);
+            QCOMPARE(stage.warmup_cooldown_ns, stage.bubble_ns);
+            QCOMPARE(stage.unequal_microbatch_ns, 0);
+            QCOMPARE(stage.other_ns, 0);
+        }
+        QCOMPARE(result.pipelines[0].measured_fraction, result.pipelines[0].replay_fraction);
+        // Fewer bubbles than 1F1B's on the same passes: the measured fraction is below 1/4.
+        QVERIFY(result.pipelines[0].measured_fraction.value() < 0.25);
     }
 };
 

@@ -7,8 +7,8 @@
 #include "core/analysis/imbalance.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
-#include "tests/support/synthetic_run.h"
 #include "tests/analysis/trace_builders.h"
+#include "tests/support/synthetic_run.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;
@@ -54,6 +54,30 @@ class ImbalanceTest : public QObject {
     Q_OBJECT
 
 private slots:
+    // Two ranks, two steps: step 0 takes 10 and 30 (max 30, mean 20: 1.5), step 1 1000 and
+    // 1000 (1.0). Time-weighted, the run lost (30 + 1000) / (20 + 1000) = 1030/1020 of an even
+    // split; the plain mean of the ratios, (1.5 + 1)/2 = 1.25, would weigh the 40 ns step
+    // like the 2000 ns one. Predicted causal pairs d(d + 1)/2 of whole documents: step 0
+    // 3 (d = 2) and 10 (d = 4), max 10, mean 6.5; step 1 1 and 1: (10 + 1)/(6.5 + 1).
+    void headlineImbalanceIsTimeWeighted() {
+        RunTrace trace;
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 1, 0, 0, 0);
+        pass(trace, 0, 0, 10, 0, 0, Phase::forward);
+        pass(trace, 1, 0, 30, 0, 0, Phase::forward);
+        pass(trace, 0, 100, 1000, 1, 0, Phase::forward);
+        pass(trace, 1, 100, 1000, 1, 0, Phase::forward);
+        whole_document(trace, 0, 0, 0, 1, 2);
+        whole_document(trace, 1, 0, 0, 2, 4);
+        whole_document(trace, 0, 1, 0, 3, 1);
+        whole_document(trace, 1, 1, 0, 4, 1);
+        trace.finish();
+        const auto result = analyze_imbalance(trace, find_passes(trace), {}, nullptr);
+        QCOMPARE(result.compute_by_step.column_imbalance(), (std::vector<double>{1.5, 1.0}));
+        QCOMPARE(result.compute_imbalance.value(), 1030.0 / 1020.0);
+        QCOMPARE(result.predicted_imbalance.value(), 11.0 / 7.5);
+    }
+
     //   by micro-batch: mb0 300 vs 180 → 300/240 = 1.25; mb1 only rank 0 → none (NaN): over
     //   one rank max/mean is 1 by definition and says nothing
     //   by step: 450 vs 180 → 450/315; predicted pairs by step 13 vs 7 → 13/10

@@ -39,7 +39,7 @@ private slots:
         QVERIFY((set.intervals() == std::vector<Interval>{{0, 9}}));
     }
 
-    // GPipe, p = 2, m = 2, F = 10, B = 20 on both stages (REFERENCE §2):
+    // GPipe, p = 2, m = 2, F = 10, B = 20 on both stages (Narayanan et al., SC'21, §2.2):
     //   stage 0: F0 0–10, F1 10–20,                  B0 50–70, B1 70–90
     //   stage 1:          F0 10–20, F1 20–30, B0 30–50, B1 50–70
     // makespan 90; each stage is busy 60, so its bubble is 30 = (p−1)/m · 60.

@@ -48,7 +48,7 @@ QProcessEnvironment clean_environment() {
             environment.remove(name);
         }
     }
-    // Open MPI as root, more ranks than cores, waiting ranks yielding (REFERENCE §9).
+    // Open MPI as root, more ranks than cores, waiting ranks yielding (docs/sources.md, "Launchers").
     environment.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
     environment.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     environment.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");

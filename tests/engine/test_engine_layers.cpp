@@ -253,7 +253,7 @@ void EngineLayersTest::attentionShardsMatchWholeDocument() {
         {k.data(), c}, {v.data(), c}, {out.data(), c}, lse.data(), whole, n_head, head_size);
 
     // Chunks 0 and 3 of 4 on one "rank", chunks 1 and 2 on another: the per-document
-    // sharding of REFERENCE §1 with CP = 2. Each rank holds only its own query rows.
+    // sharding of WLB-LLM §4 with CP = 2. Each rank holds only its own query rows.
     const std::vector<std::vector<std::pair<int, int>>> ranks = {{{0, 3}, {8, 3}},
                                                                  {{3, 3}, {6, 2}}};
     std::vector<double> dk_sum(k.size()), dv_sum(v.size());

@@ -79,7 +79,7 @@ SimulationResult must(Result<SimulationResult> result) {
 }
 
 // A long-tailed mix where attention dominates the long documents (h = 64: a document's
-// attention equals its linear work at d ≈ 12h = 768 tokens, REFERENCE §4).
+// attention equals its linear work at d ≈ 12h = 768 tokens, docs/sources.md, "FLOPs").
 SimulationConfig skewed_config(balance::Balancer balancer) {
     SimulationConfig config;
     config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 4096, .vocab = 256};
@@ -484,7 +484,7 @@ private slots:
         QVERIFY(scaled.cp_all_gather.per_byte_ns > 0);
     }
 
-    // REFERENCE §4 at the default assumptions: 24·h² FLOPs per token and layer at 400 TFLOP/s.
+    // docs/sources.md, "FLOPs", at the default assumptions: 24·h² FLOPs per token and layer at 400 TFLOP/s.
     void analyticModel() {
         const ModelShape shape{
             .layers = 2, .hidden = 4096, .heads = 32, .context = 8192, .vocab = 32000};

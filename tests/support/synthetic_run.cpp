@@ -10,7 +10,7 @@
 namespace fulcrum::testing {
 namespace {
 
-// Micro-batch cost model: a·Σd + b·Σd² nanoseconds per layer (REFERENCE §1), forward.
+// Micro-batch cost model: a·Σd + b·Σd² nanoseconds per layer (WLB-LLM's Σd and Σd² work), forward.
 constexpr double kLinearNsPerToken = 40.0;
 constexpr double kAttentionNsPerPair = 0.004;
 constexpr std::int64_t kP2pLatencyNs = 20'000;
@@ -21,7 +21,7 @@ struct Op {
 };
 
 // 1F1B on stage s of p with m micro-batches: min(p-s-1, m) warm-up forwards, then one
-// forward and one backward alternately, then the remaining backwards (REFERENCE §2).
+// forward and one backward alternately, then the remaining backwards (Narayanan et al., SC'21, §2.2).
 std::vector<Op> one_f_one_b(int stage, int stages, int microbatches) {
     std::vector<Op> ops;
     const int warmup = std::min(stages - stage - 1, microbatches);
@@ -40,7 +40,7 @@ std::vector<Op> one_f_one_b(int stage, int stages, int microbatches) {
 
 double uniform(std::mt19937_64& rng) { return (rng() >> 11) * (1.0 / 9007199254740992.0); }
 
-// Lognormal document lengths, median 1900 tokens (REFERENCE §5), Box-Muller on our own
+// Lognormal document lengths, median 1900 tokens (docs/sources.md, "Document lengths"), Box-Muller on our own
 // uniform so the lengths are the same with every standard library.
 std::vector<std::int32_t> document_lengths(std::mt19937_64& rng, int tokens) {
     std::vector<std::int32_t> lengths;

@@ -214,12 +214,13 @@ void BubbleView::draw() {
         return;
     }
     summary_->setText(tr("%1 stages × %2 micro-batches, %3 schedule: bubble %4 measured, "
-                         "%5 in theory ((p−1)/m)")
+                         "%5 in theory (%6)")
                           .arg(pipeline->stages)
                           .arg(pipeline->microbatches)
                           .arg(QString::fromStdString(bubbles.schedule))
                           .arg(charts::format_percent(pipeline->measured_fraction))
-                          .arg(charts::format_percent(pipeline->theory_fraction)));
+                          .arg(charts::format_percent(pipeline->theory_fraction))
+                          .arg(QString::fromUtf8(analysis::theory_formula(bubbles))));
 
     // The window is [first pass start, last pass end] over the stages, as the analysis has it.
     std::int64_t start = std::numeric_limits<std::int64_t>::max();
@@ -332,7 +333,8 @@ void BubbleView::draw() {
     theory_label->position->setType(QCPItemPosition::ptAxisRectRatio);
     theory_label->position->setCoords(0.02, 0.01);
     theory_label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
-    theory_label->setText(tr("- - theory\n(p−1)/m = %1")
+    theory_label->setText(tr("- - theory\n%1 = %2")
+                              .arg(QString::fromUtf8(analysis::theory_formula(bubbles)))
                               .arg(charts::format_percent(pipeline->theory_fraction)));
     theory_label->setColor(palette::theory());
     fractions_->xAxis->setTicker(stage_ticker);

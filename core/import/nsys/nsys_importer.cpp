@@ -1,5 +1,5 @@
 // Nsight Systems SQLite exports (`nsys export --type sqlite`) into Fulcrum rank files
-// (docs/import.md, "Nsight Systems"; REFERENCE §7).
+// (docs/import.md, "Nsight Systems"; docs/sources.md, "Trace formats").
 //
 // The export's tables exist only when they have rows and their columns change between
 // versions, so every table and column is probed before it is read: a missing table is

@@ -1,5 +1,5 @@
 // Diff tests of the Nsight Systems SQLite importer: small exports written by SQL in the test
-// (the schema of `nsys export --type sqlite`, REFERENCE §7), imported, then checked by query.
+// (the schema of `nsys export --type sqlite`, docs/sources.md, "Trace formats"), imported, then checked by query.
 #include <sqlite3.h>
 
 #include <QProcess>

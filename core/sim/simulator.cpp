@@ -390,6 +390,68 @@ private:
 // all their calls and args {"calls": N}; passes carry {"chunk": c}. The wait for the CP
 // group's slowest rank is inside the CP collective, as a blocking collective would show it.
 // Under interleaving a chunk's pass takes 1/v of the stage's times.
+// Writes the ranges of one chunk's pass: its share (1/v) of the stage's times, the calls of
+// the chunk's layers.
+struct ChunkRanges {
+    RankEvents& out;
+    std::int32_t step, microbatch;
+    std::int16_t stage;
+    Phase phase;
+    int v;
+    std::int64_t chunk_layers, stage_layers;
+    std::int64_t tp_call_bytes;
+    std::array<StringId, 3> tp_names;
+
+    std::int64_t share(std::int64_t ns) const { return ns / v; }
+    std::int64_t calls(std::int64_t all) const { return all * chunk_layers / stage_layers; }
+    void range(StringId name, Category category, std::int64_t begin, std::int64_t end,
+               std::int64_t bytes = -1, StringId args = {}) {
+        out.range(name, category, begin, end, step, microbatch, stage, phase, bytes, args);
+    }
+    // Half 0 or 1 of the TP collectives `ns`, `all_calls` by kind, back to back from t.
+    std::int64_t tp_half_ns(const TpByKind& ns, int half) const {
+        std::int64_t total = 0;
+        for (std::size_t k = 0; k < 3; ++k) {
+            total += half == 0 ? share(ns[k]) / 2 : share(ns[k]) - share(ns[k]) / 2;
+        }
+        return total;
+    }
+    std::int64_t tp_ranges(std::int64_t t, const TpByKind& ns, const TpByKind& all_calls,
+                           int half) {
+        for (std::size_t k = 0; k < 3; ++k) {
+            const std::int64_t chunk_calls = calls(all_calls[k]);
+            const std::int64_t count = half == 0 ? chunk_calls / 2 : chunk_calls - chunk_calls / 2;
+            const std::int64_t first_ns = share(ns[k]) / 2;
+            const std::int64_t length = half == 0 ? first_ns : share(ns[k]) - first_ns;
+            if (count > 0) {
+                range(tp_names[k], Category::communication, t, t + length, count * tp_call_bytes,
+                      out.calls(count));
+            }
+            t += length;
+        }
+        return t;
+    }
+    // The recomputation a backward or W pass starts with, from t; its end.
+    std::int64_t recompute(std::int64_t t, const RankPass& rank, const GroupPass& group,
+                           bool backward) {
+        const TpByKind& ns = rank.recompute_tp_ns;
+        if (rank.recompute_ns + ns[0] + ns[1] + ns[2] == 0) {
+            return t;
+        }
+        const std::int64_t regather = backward ? share(group.regather_ns) : 0;
+        const std::int64_t compute_end = t + share(rank.recompute_ns);
+        const std::int64_t end = compute_end + tp_half_ns(ns, 0) + tp_half_ns(ns, 1) + regather;
+        range(out.names().recompute, Category::compute, t, end);
+        std::int64_t u = tp_ranges(compute_end, ns, rank.recompute_tp_calls, 0);
+        u = tp_ranges(u, ns, rank.recompute_tp_calls, 1);
+        if (regather > 0) {
+            range(out.names().cp_all_gather, Category::communication, u, u + regather,
+                  calls(group.regather_bytes), out.calls(chunk_layers));
+        }
+        return end;
+    }
+};
+
 void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64_t offset,
                      const GroupPass& group, const RankPass& rank, const SimulationConfig& config,
                      int step, int stage) {
@@ -401,15 +463,19 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
     const Phase phase = forward                       ? Phase::forward
                         : kind == PassPhase::backward ? Phase::backward
                                                       : Phase::weight_grad;
-    const auto s = static_cast<std::int16_t>(stage);
-    const int j = op.microbatch;
     const int model_chunk = op.chunk * grid.pp + stage;
     const parallel::LayerRange chunk_range =
         parallel::stage_layers(model_chunk, grid.pp * v, config.model.layers);
-    const std::int64_t chunk_layers = chunk_range.last - chunk_range.first;
-    const std::int64_t stage_layers = std::max(layers_of(stage, config), 1);
-    const auto share = [&](std::int64_t ns) { return ns / v; };
-    const auto calls = [&](std::int64_t all) { return all * chunk_layers / stage_layers; };
+    ChunkRanges r{out,
+                  step,
+                  op.microbatch,
+                  static_cast<std::int16_t>(stage),
+                  phase,
+                  v,
+                  chunk_range.last - chunk_range.first,
+                  std::max(layers_of(stage, config), 1),
+                  rank.tokens * config.model.hidden * element_bytes(config.dtype),
+                  {n.tp_all_reduce, n.tp_all_gather, n.tp_reduce_scatter}};
     const std::int64_t start = offset + op.start_ns;
     const std::int64_t end = offset + op.end_ns;
     const bool receives =
@@ -417,102 +483,60 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
     const bool sends =
         forward ? model_chunk < grid.pp * v - 1 : kind == PassPhase::backward && model_chunk > 0;
     const std::int64_t begin = receives ? start - op.wait_ns : start;
-    const std::int64_t element = element_bytes(config.dtype);
-    const std::int64_t tp_call_bytes = rank.tokens * config.model.hidden * element;
-    const std::int64_t exchange = grid.cp > 1 ? share(rank.wait_ns + group.exchange_ns) : 0;
-    const std::array<StringId, 3> tp_names = {n.tp_all_reduce, n.tp_all_gather,
-                                              n.tp_reduce_scatter};
+    const std::int64_t exchange = grid.cp > 1 ? r.share(rank.wait_ns + group.exchange_ns) : 0;
 
-    out.range(forward                       ? n.forward
-              : kind == PassPhase::backward ? n.backward
-                                            : n.weight_gradients,
-              Category::compute, begin, end, step, j, s, phase, -1, out.chunk(op.chunk));
+    r.range(forward                       ? n.forward
+            : kind == PassPhase::backward ? n.backward
+                                          : n.weight_gradients,
+            Category::compute, begin, end, -1, out.chunk(op.chunk));
     if (receives) {
-        out.range(forward ? n.recv_activations : n.recv_gradients, Category::communication, begin,
-                  start, step, j, s, phase, p2p_bytes(config, rank.tokens));
+        r.range(forward ? n.recv_activations : n.recv_gradients, Category::communication, begin,
+                start, p2p_bytes(config, rank.tokens));
     }
-    // TP collectives of `ns`/`all_calls` by kind, `half` 0 or 1 of them, back to back from t.
-    const auto tp_ranges = [&](std::int64_t t, const TpByKind& ns, const TpByKind& all_calls,
-                               int half) {
-        for (std::size_t k = 0; k < 3; ++k) {
-            const std::int64_t chunk_calls = calls(all_calls[k]);
-            const std::int64_t count = half == 0 ? chunk_calls / 2 : chunk_calls - chunk_calls / 2;
-            const std::int64_t first_ns = share(ns[k]) / 2;
-            const std::int64_t length = half == 0 ? first_ns : share(ns[k]) - first_ns;
-            if (count > 0) {
-                out.range(tp_names[k], Category::communication, t, t + length, step, j, s, phase,
-                          count * tp_call_bytes, out.calls(count));
-            }
-            t += length;
-        }
-        return t;
-    };
-    const auto tp_half = [&](const TpByKind& ns, int half) {
-        std::int64_t total = 0;
-        for (std::size_t k = 0; k < 3; ++k) {
-            total += half == 0 ? share(ns[k]) / 2 : share(ns[k]) - share(ns[k]) / 2;
-        }
-        return total;
-    };
-    std::int64_t t = start;
-    if (!forward && rank.recompute_ns + rank.recompute_tp_ns[0] + rank.recompute_tp_ns[1] +
-                            rank.recompute_tp_ns[2] >
-                        0) {
-        const std::int64_t regather = kind == PassPhase::backward ? share(group.regather_ns) : 0;
-        const std::int64_t compute_end = t + share(rank.recompute_ns);
-        std::int64_t recompute_end = compute_end + tp_half(rank.recompute_tp_ns, 0) +
-                                     tp_half(rank.recompute_tp_ns, 1) + regather;
-        out.range(n.recompute, Category::compute, t, recompute_end, step, j, s, phase);
-        std::int64_t u = tp_ranges(compute_end, rank.recompute_tp_ns, rank.recompute_tp_calls, 0);
-        u = tp_ranges(u, rank.recompute_tp_ns, rank.recompute_tp_calls, 1);
-        if (regather > 0) {
-            out.range(n.cp_all_gather, Category::communication, u, u + regather, step, j, s, phase,
-                      calls(group.regather_bytes), out.calls(chunk_layers));
-        }
-        t = recompute_end;
-    }
+    std::int64_t t = forward ? start : r.recompute(start, rank, group, kind == PassPhase::backward);
     if (forward) {
-        const std::int64_t compute_end = t + exchange + share(rank.attention_ns);
-        const std::int64_t attention_end = compute_end + tp_half(rank.tp_ns, 0);
-        out.range(n.attention, Category::attention, t, attention_end, step, j, s, phase);
+        const std::int64_t compute_end = t + exchange + r.share(rank.attention_ns);
+        const std::int64_t attention_end = compute_end + r.tp_half_ns(rank.tp_ns, 0);
+        r.range(n.attention, Category::attention, t, attention_end);
         if (grid.cp > 1) {
-            out.range(n.cp_all_gather, Category::communication, t, t + exchange, step, j, s, phase,
-                      calls(group.exchange_bytes), out.calls(chunk_layers));
+            r.range(n.cp_all_gather, Category::communication, t, t + exchange,
+                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
         }
-        tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0);
-        const std::int64_t mlp_compute_end = attention_end + share(rank.mlp_ns);
-        const std::int64_t mlp_end = mlp_compute_end + tp_half(rank.tp_ns, 1);
-        out.range(n.mlp, Category::compute, attention_end, mlp_end, step, j, s, phase);
-        tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 1);
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0);
+        const std::int64_t mlp_compute_end = attention_end + r.share(rank.mlp_ns);
+        const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 1);
+        r.range(n.mlp, Category::compute, attention_end, mlp_end);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 1);
         t = mlp_end;
     } else if (kind == PassPhase::backward) {
-        const std::int64_t mlp_compute_end = t + share(rank.mlp_ns);
-        const std::int64_t mlp_end = mlp_compute_end + tp_half(rank.tp_ns, 0);
-        out.range(n.mlp, Category::compute, t, mlp_end, step, j, s, phase);
-        tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 0);
-        const std::int64_t compute_end = mlp_end + share(rank.attention_ns);
-        const std::int64_t tp_end = compute_end + tp_half(rank.tp_ns, 1);
+        const std::int64_t mlp_compute_end = t + r.share(rank.mlp_ns);
+        const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 0);
+        r.range(n.mlp, Category::compute, t, mlp_end);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 0);
+        const std::int64_t compute_end = mlp_end + r.share(rank.attention_ns);
+        const std::int64_t tp_end = compute_end + r.tp_half_ns(rank.tp_ns, 1);
         const std::int64_t attention_end = tp_end + exchange;
-        out.range(n.attention, Category::attention, mlp_end, attention_end, step, j, s, phase);
-        tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 1);
+        r.range(n.attention, Category::attention, mlp_end, attention_end);
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 1);
         if (grid.cp > 1) {
-            out.range(n.cp_reduce_scatter, Category::communication, tp_end, attention_end, step, j,
-                      s, phase, calls(group.exchange_bytes), out.calls(chunk_layers));
+            r.range(n.cp_reduce_scatter, Category::communication, tp_end, attention_end,
+                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
         }
         t = attention_end;
     } else {
         // W: the weight gradients of every GEMM (the attention core has none); a faster CP
         // rank, which nothing synchronises here, is done early.
-        const std::int64_t compute_end = t + share(rank.mlp_ns + rank.attention_ns);
-        const std::int64_t mlp_end = compute_end + tp_half(rank.tp_ns, 0) + tp_half(rank.tp_ns, 1);
-        out.range(n.mlp, Category::compute, t, mlp_end, step, j, s, phase);
-        tp_ranges(tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0), rank.tp_ns, rank.tp_calls,
-                  1);
+        const std::int64_t compute_end = t + r.share(rank.mlp_ns + rank.attention_ns);
+        const std::int64_t mlp_end =
+            compute_end + r.tp_half_ns(rank.tp_ns, 0) + r.tp_half_ns(rank.tp_ns, 1);
+        r.range(n.mlp, Category::compute, t, mlp_end);
+        r.tp_ranges(r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0), rank.tp_ns,
+                    rank.tp_calls, 1);
         t = mlp_end;
     }
     if (sends) {
-        out.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,
-                  std::max(t, end), step, j, s, phase, p2p_bytes(config, rank.tokens));
+        r.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,
+                std::max(t, end), p2p_bytes(config, rank.tokens));
     }
 }
 

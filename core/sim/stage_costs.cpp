@@ -334,6 +334,54 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     return resolved;
 }
 
+// One stage's passes under the knobs (docs/simulate.md, "Knobs"), from its forward, its
+// backward and, when the fitted run split them, its W.
+void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
+                      const PassCost& backward, bool backward_fitted,
+                      const std::optional<PassCost>& weight, const CostOrigin& origin,
+                      const ModelShape& shape, const Grid& grid, const TrainingKnobs& knobs) {
+    const bool split = parallel::splits_backward(knobs.schedule);
+    const double h = shape.hidden;
+    const double layers = layers_of(stage, grid.pp, shape.layers);
+    const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
+    const double head_share = head / (24.0 * h * h * layers + head);
+    // The backward without recomputation: a fitted one holds its run's (in B and in W
+    // when that run split them), the analytic one none.
+    const PassCost fitted_recompute = recompute_part(
+        forward, backward_fitted ? origin.recompute : plan::Recompute::none, head_share);
+    PassCost base = combine(backward, fitted_recompute, -1);
+    PassCost w;
+    if (weight) {
+        w = combine(*weight, fitted_recompute, -1);
+        base = combine(base, w, 1);
+    }
+    auto& passes = costs.passes[static_cast<std::size_t>(stage)];
+    passes[0] = forward;
+    passes[1] = base;
+    if (split) {
+        if (!weight) {
+            // The weight-gradient GEMMs are half of the backward's (dX and dW of every
+            // GEMM cost the same); attention has no weights (Zero Bubble, §2).
+            w = base;
+            w.fixed_ns *= 0.5;
+            w.per_token_ns *= 0.5;
+            w.per_pair_ns = 0;
+            costs.notes.push_back("stage " + std::to_string(stage) +
+                                  " wgrad: half the backward's per-token and fixed terms");
+        }
+        w.phase = Phase::weight_grad;
+        passes[1] = combine(base, w, -1);
+        passes[2] = w;
+    }
+    const PassCost recompute = recompute_part(forward, knobs.recompute, head_share);
+    costs.recompute[static_cast<std::size_t>(stage)] = recompute;
+    passes[1] = combine(passes[1], recompute, 1);
+    if (split) {
+        passes[2] = combine(passes[2], recompute, 1);
+    }
+    passes[1].phase = Phase::backward;
+}
+
 }  // namespace
 
 StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const ModelShape& shape,
@@ -345,8 +393,6 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     if (costs.source.empty()) {
         costs.source = "given";
     }
-    const bool split = parallel::splits_backward(knobs.schedule);
-    const double h = shape.hidden;
     costs.passes.resize(static_cast<std::size_t>(grid.pp));
     costs.recompute.resize(static_cast<std::size_t>(grid.pp));
     for (int stage = 0; stage < grid.pp; ++stage) {
@@ -369,44 +415,8 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
             weight = fitted_pass(*model, origin, shape, grid, knobs, stage, Phase::weight_grad,
                                  costs.notes);
         }
-        const double layers = layers_of(stage, grid.pp, shape.layers);
-        const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
-        const double head_share = head / (24.0 * h * h * layers + head);
-        // The backward without recomputation: a fitted one holds its run's (in B and in W
-        // when that run split them), the analytic one none.
-        const PassCost fitted_recompute = recompute_part(
-            forward, backward_fitted ? origin.recompute : plan::Recompute::none, head_share);
-        PassCost base = combine(backward, fitted_recompute, -1);
-        PassCost w;
-        if (weight) {
-            w = combine(*weight, fitted_recompute, -1);
-            base = combine(base, w, 1);
-        }
-        auto& passes = costs.passes[static_cast<std::size_t>(stage)];
-        passes[0] = forward;
-        passes[1] = base;
-        if (split) {
-            if (!weight) {
-                // The weight-gradient GEMMs are half of the backward's (dX and dW of every
-                // GEMM cost the same); attention has no weights (Zero Bubble, §2).
-                w = base;
-                w.fixed_ns *= 0.5;
-                w.per_token_ns *= 0.5;
-                w.per_pair_ns = 0;
-                costs.notes.push_back("stage " + std::to_string(stage) +
-                                      " wgrad: half the backward's per-token and fixed terms");
-            }
-            w.phase = Phase::weight_grad;
-            passes[1] = combine(base, w, -1);
-            passes[2] = w;
-        }
-        const PassCost recompute = recompute_part(forward, knobs.recompute, head_share);
-        costs.recompute[static_cast<std::size_t>(stage)] = recompute;
-        passes[1] = combine(passes[1], recompute, 1);
-        if (split) {
-            passes[2] = combine(passes[2], recompute, 1);
-        }
-        passes[1].phase = Phase::backward;
+        set_stage_passes(costs, stage, forward, backward, backward_fitted, weight, origin, shape,
+                         grid, knobs);
     }
 
     // Only the collectives this grid runs need a cost, so only those earn a note.

@@ -41,7 +41,10 @@ private slots:
         QTest::addColumn<parallel::PipelineSchedule>("schedule");
         QTest::addColumn<int>("stages");
         QTest::addColumn<QString>("lengths");
-        for (auto schedule : {parallel::PipelineSchedule::one_f_one_b, parallel::PipelineSchedule::gpipe}) {
+        for (auto schedule :
+             {parallel::PipelineSchedule::one_f_one_b, parallel::PipelineSchedule::gpipe,
+              parallel::PipelineSchedule::interleaved,
+              parallel::PipelineSchedule::zero_bubble_h1}) {
             for (int p : {2, 4}) {
                 for (const char* lengths : {"long-tail:context=2048", "lognormal:median=600,sigma=0.9"}) {
                     QTest::addRow("%s p%d %s", parallel::schedule_name(schedule), p, lengths)
@@ -58,6 +61,7 @@ private slots:
         config.model = {.layers = 8, .hidden = 64, .heads = 4, .context = 2048, .vocab = 256};
         config.grid = {.dp = 2, .tp = 1, .pp = stages, .cp = 1};
         config.schedule = schedule;
+        config.virtual_stages = schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
         config.microbatches = 8;
         config.steps = 4;
         config.lengths = lengths.toStdString();

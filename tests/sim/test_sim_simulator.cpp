@@ -310,6 +310,28 @@ private slots:
                                 .arg(theory)));
     }
 
+    // As fulcrum-train (tests/train/test_train_layouts.cpp, "one-micro-batch step"): an epoch
+    // of 20 documents ends with a step of one micro-batch, which interleaving cannot take in
+    // groups of p; it plays depth-first over the chunks (parallel::step_ops) instead of failing.
+    void interleavedOddStepRunsDepthFirst() {
+        SimulationConfig config;
+        config.model = {.layers = 4, .hidden = 32, .heads = 4, .context = 128, .vocab = 256};
+        config.grid.pp = 2;
+        config.schedule = parallel::PipelineSchedule::interleaved;
+        config.virtual_stages = 2;
+        config.microbatches = 4;
+        config.steps = 3;
+        config.lengths = "lognormal:median=40,sigma=0.9";
+        config.documents = 20;
+        config.seed = 3;
+        const SimulationResult result = must(simulate(config, nullptr));
+        QCOMPARE(result.steps.size(), std::size_t(3));
+        QCOMPARE(result.steps[2].microbatches, 1);
+        // One micro-batch through 4 chunks in a row, forward then backward: the stages take
+        // turns, each idle at least while the other runs (and both during hand-overs).
+        QVERIFY(result.steps[2].bubble_fraction >= 1.0);
+    }
+
     // Bytes of every TP collective and pipeline send on one rank and step against
     // layer_costs.h's table: per layer and micro-batch of T tokens, T·h·e bytes a call; 2
     // all-reduces forward and 2 backward, or with sequence parallelism 2 all-gathers + 2

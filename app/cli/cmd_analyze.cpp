@@ -10,6 +10,7 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "app/cli/hta_tables.h"
 #include "core/analysis/run_analysis.h"
 #include "core/store/trace_reader.h"
 #include "core/util/output_file.h"
@@ -340,6 +341,7 @@ int run_analyze(const AnalyzeArgs& args) {
         render_imbalance(*result, args, out);
         render_stragglers(*result, out);
         render_cost_model(*result, out);
+        render_hta_tables(*result, args.top, out);
         if (!result->notes.empty()) {
             out += "\nnot analysed\n";
             for (const auto& note : result->notes) {
@@ -375,7 +377,8 @@ Command add_analyze_command(CLI::App& app) {
     auto* sub = app.add_subcommand(
         "analyze",
         "Analyse a run: step breakdown, pipeline bubbles and their causes, CP attention load, "
-        "offload overlap, imbalance and stragglers, and a fitted cost model "
+        "offload overlap, imbalance and stragglers, a fitted cost model, kernels by type, idle "
+        "time by cause, communication by collective and the critical path of each step "
         "(definitions: docs/analyses.md)");
     sub->add_option("run", args->run, "A run database (.fulcrum) or a per-rank file (.sqlite)")
         ->required();
@@ -383,7 +386,8 @@ Command add_analyze_command(CLI::App& app) {
                   "Write the analyses as JSON (format version 1, documented in docs/analyses.md)");
     sub->add_option("-o,--output", args->output, "Write to this file instead of standard output");
     sub->add_flag("--force", args->force, "Replace the output file if it exists");
-    sub->add_option("--top", args->top, "Ranks shown in per-rank tables (the busiest)")
+    sub->add_option("--top", args->top,
+                    "Rows shown in per-rank, per-stream, per-kernel and per-step tables")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 20));
     return [args] { return run_analyze(*args); };

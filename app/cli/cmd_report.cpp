@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
@@ -33,6 +34,8 @@ int run_report(const ReportArgs& args) {
     install_interrupt_handler();
     std::atomic<bool> cancel{false};
     std::vector<report::ReportRun> runs;
+    // The first run's trace, kept while the others load: each is diffed against it by name.
+    std::optional<analysis::RunTrace> first;
     bool incomplete = false;
     for (std::size_t i = 0; i < args.runs.size(); ++i) {
         const std::string& path = args.runs[i];
@@ -43,6 +46,10 @@ int run_report(const ReportArgs& args) {
         std::function<bool(double)> line;
         report::LoadReportOptions options;
         options.cancel = &cancel;
+        if (args.runs.size() > 1) {
+            options.keep_trace = i == 0 ? &first : nullptr;
+            options.diff_against = i > 0 && first ? &*first : nullptr;
+        }
         options.progress = [&](std::string_view stage, double fraction) {
             if (stage != stage_shown) {
                 if (!stage_shown.empty()) {

@@ -18,5 +18,6 @@ Command add_analyze_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_import_command(CLI::App& app);
+Command add_diff_command(CLI::App& app);
 
 }  // namespace fulcrum::cli

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     add(add_export_command);
     add(add_capture_command);
     add(add_analyze_command);
+    add(add_diff_command);
     add(add_simulate_command);
     add(add_report_command);
     add(add_import_command);

@@ -28,6 +28,7 @@
 #include "views/charts/compare_view.h"
 #include "views/charts/cp_load_view.h"
 #include "views/charts/heatmap_view.h"
+#include "views/charts/kernels_view.h"
 #include "views/charts/overlap_view.h"
 #include "views/timeline/timeline_view.h"
 
@@ -49,7 +50,9 @@ QStringList existing(const QStringList& paths) {
 
 }  // namespace
 
-QStringList view_keys() { return {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare"}; }
+QStringList view_keys() {
+    return {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare", "kernels"};
+}
 
 std::optional<View> view_from_key(const QString& key) {
     const qsizetype at = view_keys().indexOf(key);
@@ -70,6 +73,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     overlap_ = new views::OverlapView(tabs_);
     heatmaps_ = new views::HeatmapView(tabs_);
     compare_ = new views::CompareView(tabs_);
+    kernels_ = new views::KernelsView(tabs_);
     // The order is View's.
     tabs_->addTab(timeline_, tr("Timeline"));
     tabs_->addTab(bubbles_, tr("Bubbles"));
@@ -77,6 +81,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     tabs_->addTab(overlap_, tr("Overlap"));
     tabs_->addTab(heatmaps_, tr("Heatmaps"));
     tabs_->addTab(compare_, tr("Compare"));
+    tabs_->addTab(kernels_, tr("Kernels"));
     setCentralWidget(tabs_);
 
     run_selector_ = new QComboBox(this);
@@ -250,6 +255,7 @@ void MainWindow::refresh_views() {
     cp_load_->set_run(run);
     overlap_->set_run(run);
     heatmaps_->set_run(run);
+    kernels_->set_run(run);
     rerun_action_->setEnabled(run != nullptr);
     setWindowTitle(run ? tr("%1 — Fulcrum").arg(run->title) : tr("Fulcrum"));
 }
@@ -407,6 +413,11 @@ bool MainWindow::export_report(const QString& path) {
         }
         inputs.push_back(report::make_report_run(run->path.toStdString(), *run->trace,
                                                  *run->analysis, std::move(import_log)));
+        if (inputs.size() > 1) {
+            // As `fulcrum report` does: each run against the first, by name.
+            inputs.back().diff = analysis::diff_runs({runs.front()->trace.get(), std::nullopt},
+                                                     {run->trace.get(), std::nullopt});
+        }
     }
     if (inputs.empty()) {
         report_error(tr("Open a run first: there is nothing to report."));

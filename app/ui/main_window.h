@@ -24,6 +24,7 @@ class CpLoadView;
 class OverlapView;
 class HeatmapView;
 class CompareView;
+class KernelsView;
 }  // namespace fulcrum::views
 
 namespace fulcrum::ui {
@@ -31,7 +32,7 @@ namespace fulcrum::ui {
 class RerunDialog;
 
 // The tabs, in order; `view_key` names them on the command line (--view).
-enum class View { timeline, bubbles, cp_load, overlap, heatmap, compare };
+enum class View { timeline, bubbles, cp_load, overlap, heatmap, compare, kernels };
 QStringList view_keys();
 std::optional<View> view_from_key(const QString& key);
 
@@ -65,6 +66,9 @@ public:
     QComboBox* run_selector() const { return run_selector_; }
     views::TimelineView* timeline() const { return timeline_; }
     views::HeatmapView* heatmaps() const { return heatmaps_; }
+    views::BubbleView* bubbles() const { return bubbles_; }
+    views::CompareView* compare() const { return compare_; }
+    views::KernelsView* kernels() const { return kernels_; }
 
     // Tests and --screenshot turn message boxes off; errors still reach error_reported.
     void set_modal_dialogs(bool on) { modal_dialogs_ = on; }
@@ -116,6 +120,7 @@ private:
     views::OverlapView* overlap_ = nullptr;
     views::HeatmapView* heatmaps_ = nullptr;
     views::CompareView* compare_ = nullptr;
+    views::KernelsView* kernels_ = nullptr;
     QMenu* recent_menu_ = nullptr;
     QAction* rerun_action_ = nullptr;
     QLabel* load_label_ = nullptr;

@@ -20,66 +20,13 @@
 #include "core/store/sqlite_handle.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
-#include "tests/support/synthetic_run.h"
+#include "bench/common/bench_support.h"
 
 using namespace fulcrum;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::int64_t count_events(const std::string& path) {
-    auto reader = store::TraceReader::open(path);
-    if (!reader) {
-        return 0;
-    }
-    auto summary = reader->summary();
-    return summary ? summary->event_count : 0;
-}
-
-Status make_run(const std::string& run_path, std::int64_t target_events) {
-    const std::string scratch = run_path + ".ranks";
-    std::filesystem::remove_all(scratch);
-    std::filesystem::create_directories(scratch);
-    testing::SyntheticRunOptions options;
-    options.name = "bench-analyze";
-    options.dp = 4;
-    options.pp = 4;
-    options.cp = 2;
-    options.tp = 2;
-    options.microbatches = 16;
-    options.layers = 8;
-    options.kernels_per_layer = 12;
-    options.steps = 1;
-    // A one-step pilot gives the events per step; then as many steps as the target needs.
-    auto pilot = testing::write_synthetic_rank_files(scratch, options);
-    if (!pilot) {
-        return pilot.error();
-    }
-    std::int64_t per_step = 0;
-    for (const auto& file : *pilot) {
-        per_step += count_events(file);
-    }
-    options.steps = static_cast<int>((target_events + per_step - 1) / std::max<std::int64_t>(per_step, 1));
-    std::printf("writing %d steps of %lld events on %d ranks...\n", options.steps,
-                static_cast<long long>(per_step), options.dp * options.pp * options.cp * options.tp);
-    std::filesystem::remove_all(scratch);
-    std::filesystem::create_directories(scratch);
-    auto files = testing::write_synthetic_rank_files(scratch, options);
-    if (!files) {
-        return files.error();
-    }
-    std::printf("merging...\n");
-    auto merged = store::merge_rank_files(*files, run_path);
-    std::filesystem::remove_all(scratch);
-    if (!merged) {
-        return merged.error();
-    }
-    return {};
-}
 
 // A run cached by an older bench has no event pack: add it as merge now does.
 Status ensure_event_pack(const std::string& path) {
@@ -114,32 +61,6 @@ double row_load_seconds(const std::string& path) {
     return trace ? seconds_since(start) : 0.0;
 }
 
-// The baseline: every event row, every column the analyses read, in one statement.
-double plain_scan_seconds(const std::string& path, std::int64_t& rows) {
-    const auto start = Clock::now();
-    sqlite3* db = nullptr;
-    sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-    sqlite3_stmt* stmt = nullptr;
-    sqlite3_prepare_v2(db,
-                       "SELECT lane, start_ns, end_ns, name, kind, category, step, microbatch, "
-                       "stage, phase, bytes FROM event ORDER BY lane, start_ns",
-                       -1, &stmt, nullptr);
-    std::int64_t checksum = 0;
-    rows = 0;
-    while (sqlite3_step(stmt) == SQLITE_ROW) {
-        for (int c = 0; c < 11; ++c) {
-            checksum += sqlite3_column_int64(stmt, c);
-        }
-        ++rows;
-    }
-    sqlite3_finalize(stmt);
-    sqlite3_close(db);
-    if (checksum == 42) {
-        std::printf(" ");
-    }
-    return seconds_since(start);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,9 +74,9 @@ int main(int argc, char** argv) {
     app.add_option("--repeats", repeats, "Best of this many")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    if (count_events(run_path) < target) {
+    if (bench::count_events(run_path) < target) {
         std::filesystem::remove(run_path);
-        if (auto status = make_run(run_path, target); !status) {
+        if (auto status = bench::make_synthetic_run(run_path, target); !status) {
             std::fprintf(stderr, "bench_analyze: %s\n", status.error().message.c_str());
             return 2;
         }
@@ -168,7 +89,7 @@ int main(int argc, char** argv) {
            best_tables = 1e30, best_total = 1e30, best_hta = 1e30;
     std::int64_t rows = 0, events = 0, passes = 0;
     for (int i = 0; i < repeats; ++i) {
-        best_scan = std::min(best_scan, plain_scan_seconds(run_path, rows));
+        best_scan = std::min(best_scan, bench::plain_scan_seconds(run_path, &rows));
         best_row_load = std::min(best_row_load, row_load_seconds(run_path));
         const auto start = Clock::now();
         auto reader = store::TraceReader::open(run_path);

@@ -11,25 +11,18 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "bench/common/bench_support.h"
 #include "core/report/html_report.h"
 #include "core/store/trace_reader.h"
 #include "core/util/output_file.h"
 #include "core/util/text_table.h"
 
 using namespace fulcrum;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::cell;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string cell(double value, const char* format) {
-    char text[48];
-    std::snprintf(text, sizeof text, format, value);
-    return text;
-}
 
 }  // namespace
 

@@ -15,24 +15,16 @@
 #include <sstream>
 #include <vector>
 
+#include "bench/common/bench_support.h"
 #include "core/sim/simulator.h"
 #include "core/store/trace_writer.h"
 #include "core/util/text_table.h"
 
 using namespace fulcrum;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-void remove_db(const std::string& path) {
-    for (const char* suffix : {"", "-wal", "-shm", "-journal", ".partial", ".partial-wal"}) {
-        std::filesystem::remove(path + suffix);
-    }
-}
 
 std::string fixed(double value, int decimals) {
     char buffer[64];
@@ -44,7 +36,7 @@ std::string fixed(double value, int decimals) {
 // blocks of `block` events, like the simulator's one block per rank and step.
 double write_baseline(const std::string& path, int lanes, std::int64_t events, std::int64_t rows,
                       std::size_t block) {
-    remove_db(path);
+    bench::remove_run_file(path);
     const auto start = Clock::now();
     RunInfo run;
     run.origin = RunOrigin::simulated;
@@ -167,7 +159,7 @@ int main(int argc, char** argv) {
             continue;
         }
         const std::string path = folder + "/bench_simulate.fulcrum";
-        remove_db(path);
+        bench::remove_run_file(path);
         sim::SimulationOutput output;
         output.path = path;
         const auto start = Clock::now();
@@ -182,8 +174,8 @@ int main(int argc, char** argv) {
         const double baseline_s =
             write_baseline(folder + "/bench_simulate_baseline.fulcrum", config.grid.world(),
                            written->events, written->workload_rows, block);
-        remove_db(path);
-        remove_db(folder + "/bench_simulate_baseline.fulcrum");
+        bench::remove_run_file(path);
+        bench::remove_run_file(folder + "/bench_simulate_baseline.fulcrum");
         row.insert(row.end(), {fixed(with_db_s, 2) + " s", std::to_string(written->events),
                                std::to_string(written->workload_rows), fixed(baseline_s, 2) + " s",
                                fixed(with_db_s / baseline_s, 2) + "x"});

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/common/bench_support.h"
 #include "core/store/merge.h"
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
@@ -23,13 +24,10 @@
 
 using namespace fulcrum;
 using namespace fulcrum::store;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Events shaped like a real host+stream trace: per lane, back-to-back ranges of 2-40 us,
 // every 16th a long parent range, with step / micro-batch set.
@@ -55,14 +53,8 @@ std::vector<Event> make_events(std::size_t count, int lanes, std::uint64_t seed)
     return events;
 }
 
-void remove_db(const std::string& path) {
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-        std::filesystem::remove(path + suffix);
-    }
-}
-
 double baseline_insert_loop(const std::string& path, const std::vector<Event>& events) {
-    remove_db(path);
+    bench::remove_run_file(path);
     auto db = Database::open(path, Database::Mode::create);
     (void)configure_for_recording(*db);
     (void)create_schema(*db);
@@ -99,7 +91,7 @@ struct WriterTiming {
 };
 
 WriterTiming trace_writer(const std::string& path, const std::vector<Event>& events, int lanes) {
-    remove_db(path);
+    bench::remove_run_file(path);
     RunInfo run;
     run.name = "bench";
     auto writer = TraceWriter::create(path, run);
@@ -180,7 +172,7 @@ int main(int argc, char** argv) {
         const auto big = make_events(reader_events, kLanes, 2);
         (void)trace_writer(path, big, kLanes);
     }
-    remove_db(run_path);
+    bench::remove_run_file(run_path);
     const auto merge_start = Clock::now();
     if (auto merged = merge_rank_files({path}, run_path); !merged) {
         std::fprintf(stderr, "%s\n", merged.error().message.c_str());
@@ -241,7 +233,7 @@ int main(int argc, char** argv) {
     reader_table.add_row({"events_in_window (max-duration bound)", per_window, r[2], r[3], r[4],
                           "< 10 ms"});
     std::printf("\n%s", reader_table.render().c_str());
-    remove_db(path);
-    remove_db(run_path);
+    bench::remove_run_file(path);
+    bench::remove_run_file(run_path);
     return 0;
 }

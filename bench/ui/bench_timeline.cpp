@@ -22,7 +22,7 @@
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
-#include "tests/support/synthetic_run.h"
+#include "bench/common/bench_support.h"
 #include "views/common/palette.h"
 #include "views/timeline/lane_tree_model.h"
 #include "views/timeline/timeline_canvas.h"
@@ -30,87 +30,11 @@
 
 using namespace fulcrum;
 using namespace fulcrum::views::timeline;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::cell;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::int64_t count_events(const std::string& path) {
-    auto reader = store::TraceReader::open(path);
-    if (!reader) {
-        return 0;
-    }
-    auto summary = reader->summary();
-    return summary ? summary->event_count : 0;
-}
-
-// The same run as bench_analyze makes, so either bench reuses the other's cached file.
-Status make_run(const std::string& run_path, std::int64_t target_events) {
-    const std::string scratch = run_path + ".ranks";
-    std::filesystem::remove_all(scratch);
-    std::filesystem::create_directories(scratch);
-    testing::SyntheticRunOptions options;
-    options.name = "bench-analyze";
-    options.dp = 4;
-    options.pp = 4;
-    options.cp = 2;
-    options.tp = 2;
-    options.microbatches = 16;
-    options.layers = 8;
-    options.kernels_per_layer = 12;
-    options.steps = 1;
-    auto pilot = testing::write_synthetic_rank_files(scratch, options);
-    if (!pilot) {
-        return pilot.error();
-    }
-    std::int64_t per_step = 0;
-    for (const auto& file : *pilot) {
-        per_step += count_events(file);
-    }
-    options.steps =
-        static_cast<int>((target_events + per_step - 1) / std::max<std::int64_t>(per_step, 1));
-    std::printf("writing %d steps of %lld events...\n", options.steps,
-                static_cast<long long>(per_step));
-    std::filesystem::remove_all(scratch);
-    std::filesystem::create_directories(scratch);
-    auto files = testing::write_synthetic_rank_files(scratch, options);
-    if (!files) {
-        return files.error();
-    }
-    std::printf("merging...\n");
-    auto merged = store::merge_rank_files(*files, run_path);
-    std::filesystem::remove_all(scratch);
-    if (!merged) {
-        return merged.error();
-    }
-    return {};
-}
-
-double plain_scan_seconds(const std::string& path) {
-    const auto start = Clock::now();
-    sqlite3* db = nullptr;
-    sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-    sqlite3_stmt* stmt = nullptr;
-    sqlite3_prepare_v2(db,
-                       "SELECT lane, start_ns, end_ns, name, kind, category, step, microbatch, "
-                       "stage, phase, bytes FROM event ORDER BY lane, start_ns",
-                       -1, &stmt, nullptr);
-    std::int64_t checksum = 0;
-    while (sqlite3_step(stmt) == SQLITE_ROW) {
-        for (int c = 0; c < 11; ++c) {
-            checksum += sqlite3_column_int64(stmt, c);
-        }
-    }
-    sqlite3_finalize(stmt);
-    sqlite3_close(db);
-    if (checksum == 42) {
-        std::printf(" ");
-    }
-    return seconds_since(start);
-}
 
 // Every event of every row that fits in the image, drawn if it overlaps the window.
 void paint_naive(QImage& image, const Layout& layout, std::int64_t start_ns, std::int64_t end_ns) {
@@ -163,12 +87,6 @@ Timing time_frames(int frames, double cap_seconds, Paint paint) {
     return t;
 }
 
-std::string cell(double value, const char* format) {
-    char text[48];
-    std::snprintf(text, sizeof text, format, value);
-    return text;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,9 +107,9 @@ int main(int argc, char** argv) {
     app.add_option("--repeats", repeats, "Opens to take the best of")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    if (count_events(run_path) < target) {
+    if (bench::count_events(run_path) < target) {
         std::filesystem::remove(run_path);
-        if (auto status = make_run(run_path, target); !status) {
+        if (auto status = bench::make_synthetic_run(run_path, target); !status) {
             std::fprintf(stderr, "bench_timeline: %s\n", status.error().message.c_str());
             return 2;
         }
@@ -201,7 +119,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<analysis::RunTrace> trace;
     std::unique_ptr<Layout> layout;
     for (int i = 0; i < repeats; ++i) {
-        best_scan = std::min(best_scan, plain_scan_seconds(run_path));
+        best_scan = std::min(best_scan, bench::plain_scan_seconds(run_path));
         layout.reset();
         trace.reset();
         const auto start = Clock::now();

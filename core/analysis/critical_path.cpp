@@ -205,9 +205,15 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
     CriticalPath path;
     path.step = step_number;
     std::vector<CriticalSegment> reversed;
-    auto add = [&](std::int32_t rank, std::string what, std::int64_t start, std::int64_t end, std::int32_t mb = -1,
-                   std::int16_t stage = -1) {
-        if (end > start) reversed.push_back({rank, std::move(what), mb, stage, start, end});
+    auto add = [&](std::int32_t rank, std::string what, std::int64_t start, std::int64_t end,
+                   std::int32_t mb = -1, std::int16_t stage = -1, const Pass* of_pass = nullptr) {
+        if (end <= start)
+            return;
+        reversed.push_back({rank, std::move(what), mb, stage, start, end});
+        if (of_pass != nullptr) {
+            reversed.back().step = of_pass->step;
+            reversed.back().phase = of_pass->phase;
+        }
     };
 
     // Where the step ends: the rank whose optimizer (or, without one, last pass) ends last.
@@ -266,12 +272,13 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
         if (before == input && before != nullptr) {
             // Waited for the pipeline: from the sender's end to the data's arrival is transfer.
             const std::int64_t arrival = std::max(pass->start_ns + pass->pipeline_wait_ns, input->end_ns);
-            add(pass->rank, phase_name(pass->phase), arrival, cursor, pass->microbatch, stage);
+            add(pass->rank, phase_name(pass->phase), arrival, cursor, pass->microbatch, stage,
+                pass);
             add(pass->rank, "pipeline transfer", input->end_ns, arrival, pass->microbatch, stage);
             cursor = input->end_ns;
         } else {
             const std::int64_t begin = before != nullptr ? std::max(pass->start_ns, before->end_ns) : pass->start_ns;
-            add(pass->rank, phase_name(pass->phase), begin, cursor, pass->microbatch, stage);
+            add(pass->rank, phase_name(pass->phase), begin, cursor, pass->microbatch, stage, pass);
             if (before != nullptr && pass->start_ns > before->end_ns) {
                 add(pass->rank, "other", before->end_ns, pass->start_ns);
             }

@@ -40,7 +40,12 @@ struct CriticalSegment {
     std::int16_t stage = -1;
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
+    // A pass's segment: its step and phase, so that a view can find the pass
+    // (rank, step, micro-batch, phase); none for the rest.
+    std::int32_t step = -1;
+    Phase phase = Phase::none;
     std::int64_t duration_ns() const { return end_ns - start_ns; }
+    bool is_pass() const { return phase != Phase::none; }
 };
 
 struct WhatIf {

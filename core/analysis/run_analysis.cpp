@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -101,6 +102,166 @@ void add_notes_on_missing_figures(const RunTrace& trace, const std::vector<Pass>
     }
 }
 
+// HTA's kernel answers, where there is device activity to give them. A CPU run lacks nothing,
+// as a run with pp = 1 lacks no bubble: no note; the kernel sections say "no device activity"
+// where they would be.
+void analyze_device(const RunTrace& trace, RunAnalysis& analysis) {
+    analysis.has_device_activity =
+        std::any_of(trace.ranks.begin(), trace.ranks.end(),
+                    [](const RankTrace& rank) { return rank.has_device_lanes(); });
+    if (analysis.has_device_activity) {
+        analysis.kernels = analyze_kernels(trace);
+    }
+}
+
+// The overlap rows of KernelTimeByType::ns, by the bit set of types running at once.
+constexpr const char* kKernelTimeKeys[8] = {"",
+                                            "computation_ns",
+                                            "communication_ns",
+                                            "computation_communication_ns",
+                                            "memory_ns",
+                                            "computation_memory_ns",
+                                            "communication_memory_ns",
+                                            "computation_communication_memory_ns"};
+
+// null on a run without device activity: none of these figures was measured.
+json kernels_json(const RunAnalysis& analysis) {
+    if (!analysis.has_device_activity) {
+        return nullptr;
+    }
+    const KernelAnalysis& k = analysis.kernels;
+    json by_type = json::array();
+    for (const KernelTimeByType& row : k.time_by_type) {
+        json item = {{"rank", row.rank}};
+        for (int mask = 1; mask < 8; ++mask) {
+            item[kKernelTimeKeys[mask]] = row.ns[mask];
+        }
+        item["busy_ns"] = row.busy_ns();
+        item["kernel_span_ns"] = row.kernel_span_ns;
+        item["idle_ns"] = row.idle_ns;
+        by_type.push_back(std::move(item));
+    }
+    json top = json::array();
+    for (const KernelStats& row : k.top_kernels) {
+        top.push_back({{"name", row.name},
+                       {"type", std::string(to_string(row.type))},
+                       {"count", row.count},
+                       {"total_ns", row.total_ns},
+                       {"mean_ns", row.mean_ns()},
+                       {"min_ns", row.min_ns},
+                       {"max_ns", row.max_ns},
+                       {"ranks", row.ranks},
+                       {"rank_total_min_ns", row.rank_total_min_ns},
+                       {"rank_total_max_ns", row.rank_total_max_ns},
+                       {"slowest_rank", row.slowest_rank}});
+    }
+    json idle = json::array();
+    for (const StreamIdle& row : k.idle) {
+        idle.push_back({{"rank", row.rank},
+                        {"stream", row.lane},
+                        {"kernels", row.kernels},
+                        {"host_wait_ns", row.host_wait_ns},
+                        {"kernel_wait_ns", row.kernel_wait_ns},
+                        {"other_ns", row.other_ns},
+                        {"idle_ns", row.idle_ns()},
+                        {"mean_queue_length", row.mean_queue_length},
+                        {"max_queue_length", row.max_queue_length}});
+    }
+    json launches = json::array();
+    for (const LaunchStats& row : k.launches) {
+        launches.push_back({{"rank", row.rank},
+                            {"launches", row.launches},
+                            {"cpu_total_ns", row.cpu_total_ns},
+                            {"gpu_total_ns", row.gpu_total_ns},
+                            {"mean_delay_ns", row.mean_delay_ns()},
+                            {"max_delay_ns", row.delay_max_ns},
+                            {"short_kernels", row.short_kernels},
+                            {"slow_calls", row.slow_calls},
+                            {"delay_outliers", row.delay_outliers}});
+    }
+    return {{"time_by_type", std::move(by_type)},
+            {"top_kernels", std::move(top)},
+            {"idle", std::move(idle)},
+            {"launches", std::move(launches)}};
+}
+
+json communication_json(const std::vector<CollectiveSummary>& summaries) {
+    json rows = json::array();
+    for (const CollectiveSummary& row : summaries) {
+        // Without bytes or transfer time there is no bandwidth to speak of, not a zero one.
+        const bool measured = row.bytes > 0 && row.transfer_ns > 0;
+        rows.push_back({{"name", row.name},
+                        {"kind", std::string(to_string(row.kind))},
+                        {"ranks", row.ranks},
+                        {"calls", row.calls},
+                        {"bytes", row.bytes},
+                        {"transfer_ns", row.transfer_ns},
+                        {"wait_ns", row.wait_ns},
+                        {"algbw_gb_s", measured ? json(row.algbw_gb_s) : json(nullptr)},
+                        {"busbw_gb_s", measured ? json(row.busbw_gb_s) : json(nullptr)}});
+    }
+    return rows;
+}
+
+// -1 is how a segment spells "no micro-batch / no stage" (the optimizer, a collective).
+json index_or_null(std::int32_t value) {
+    return value >= 0 ? json(value) : json(nullptr);
+}
+
+template <typename Key>
+json shares_json(const std::map<Key, std::int64_t>& shares, const char* key_name) {
+    json rows = json::array();
+    for (const auto& [key, ns] : shares) {
+        json item;
+        if constexpr (std::is_same_v<Key, std::string>) {
+            item[key_name] = key;
+        } else {
+            item[key_name] = index_or_null(static_cast<std::int32_t>(key));
+        }
+        item["ns"] = ns;
+        rows.push_back(std::move(item));
+    }
+    return rows;
+}
+
+json critical_paths_json(const std::vector<CriticalPath>& paths) {
+    json rows = json::array();
+    for (const CriticalPath& path : paths) {
+        json segments = json::array();
+        for (const CriticalSegment& s : path.segments) {
+            segments.push_back(
+                {{"rank", s.rank},
+                 {"what", s.what},
+                 {"microbatch", index_or_null(s.microbatch)},
+                 {"stage", index_or_null(s.stage)},
+                 {"phase", s.is_pass() ? json(std::string(to_string(s.phase))) : json(nullptr)},
+                 {"start_ns", s.start_ns},
+                 {"end_ns", s.end_ns}});
+        }
+        json what_if = json::array();
+        for (const WhatIf& w : path.what_if) {
+            what_if.push_back({{"rank", w.rank},
+                               {"microbatch", w.microbatch},
+                               {"stage", w.stage},
+                               {"phase", std::string(to_string(w.phase))},
+                               {"busy_ns", w.busy_ns},
+                               {"typical_ns", w.typical_ns},
+                               {"step_saving_ns", w.step_saving_ns}});
+        }
+        rows.push_back({{"step", path.step},
+                        {"start_ns", path.start_ns},
+                        {"end_ns", path.end_ns},
+                        {"length_ns", path.end_ns - path.start_ns},
+                        {"segments", std::move(segments)},
+                        {"by_rank", shares_json(path.by_rank, "rank")},
+                        {"by_stage", shares_json(path.by_stage, "stage")},
+                        {"by_microbatch", shares_json(path.by_microbatch, "microbatch")},
+                        {"by_what", shares_json(path.by_what, "what")},
+                        {"what_if", std::move(what_if)}});
+    }
+    return rows;
+}
+
 }  // namespace
 
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
@@ -119,8 +280,8 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     analysis.passes = static_cast<std::int64_t>(passes.size());
     if (passes.empty()) {
         analysis.notes.push_back(
-            "no forward/backward ranges: pipeline bubbles, CP load, imbalance and the cost "
-            "model need the fulcrum annotations (docs/annotations.md)");
+            "no forward/backward ranges: pipeline bubbles, CP load, imbalance, the cost model "
+            "and the critical path need the fulcrum annotations (docs/annotations.md)");
     }
     if (trace.workload.empty()) {
         analysis.notes.push_back(
@@ -137,6 +298,8 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
         std::string cost_model_error;
         ImbalanceAnalysis imbalance;
         OffloadAnalysis offload;
+        std::vector<CollectiveSummary> communication;
+        std::vector<CriticalPath> critical_paths;
     };
     auto chain = std::async(std::launch::async, [&trace, &passes]() {
         ModelChain out;
@@ -153,6 +316,8 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
         out.imbalance = analyze_imbalance(trace, passes, collectives, model);
         const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
         out.offload = analyze_offload(trace, model, element_bytes);
+        out.communication = summarize_collectives(trace, collectives);
+        out.critical_paths = critical_paths(trace, passes, &collectives);
         return out;
     });
     report("step breakdown", 0.15);
@@ -169,7 +334,9 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     analysis.bubbles = analyze_bubbles(trace, passes);
     report("CP load", 0.5);
     analysis.cp_load = analyze_cp_load(trace, passes);
-    report("cost model and imbalance", 0.8);
+    report("kernels", 0.6);
+    analyze_device(trace, analysis);
+    report("cost model, imbalance and critical path", 0.8);
     ModelChain models = chain.get();
     analysis.cost_model = std::move(models.cost_model);
     if (!models.cost_model_error.empty()) {
@@ -177,6 +344,8 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     }
     analysis.imbalance = std::move(models.imbalance);
     analysis.offload = std::move(models.offload);
+    analysis.communication = std::move(models.communication);
+    analysis.critical_paths = std::move(models.critical_paths);
     add_notes_on_missing_figures(trace, passes, analysis);
     if (auto status = check_cancel(options); !status) {
         return status.error();
@@ -333,9 +502,33 @@ std::string analysis_json(const RunAnalysis& analysis) {
     root["cost_model"] = analysis.cost_model
                              ? json::parse(cost_model_json(*analysis.cost_model))
                              : json(nullptr);
+    root["kernels"] = kernels_json(analysis);
+    root["communication"] = communication_json(analysis.communication);
+    root["critical_paths"] = critical_paths_json(analysis.critical_paths);
     root["notes"] = analysis.notes;
     // One line: a 10M-event run's matrices make tens of MB, which indentation would double;
     // `jq .` pretty-prints it.
+    return root.dump() + "\n";
+}
+
+std::string diff_json(const RunDiff& diff, std::string_view a, std::string_view b) {
+    json rows = json::array();
+    for (const NameDiff& row : diff.rows) {
+        const char* change = row.added() ? "added" : row.removed() ? "removed" : "changed";
+        rows.push_back({{"name", row.name},
+                        {"kind", std::string(to_string(row.kind))},
+                        {"change", change},
+                        {"count_a", row.count_a},
+                        {"count_b", row.count_b},
+                        {"total_ns_a", row.total_ns_a},
+                        {"total_ns_b", row.total_ns_b},
+                        {"delta_ns", row.delta_ns()}});
+    }
+    json root;
+    root["version"] = kAnalysisJsonVersion;
+    root["a"] = {{"name", std::string(a)}, {"steps", diff.steps_a}};
+    root["b"] = {{"name", std::string(b)}, {"steps", diff.steps_b}};
+    root["rows"] = std::move(rows);
     return root.dump() + "\n";
 }
 

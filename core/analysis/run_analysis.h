@@ -10,11 +10,15 @@
 
 #include "core/analysis/bubbles.h"
 #include "core/analysis/collectives.h"
+#include "core/analysis/communication.h"
 #include "core/analysis/cost_model.h"
 #include "core/analysis/cp_load.h"
+#include "core/analysis/critical_path.h"
 #include "core/analysis/imbalance.h"
+#include "core/analysis/kernels.h"
 #include "core/analysis/offload.h"
 #include "core/analysis/passes.h"
+#include "core/analysis/run_diff.h"
 #include "core/analysis/run_trace.h"
 #include "core/analysis/step_breakdown.h"
 #include "core/util/result.h"
@@ -34,6 +38,12 @@ struct RunAnalysis {
     OffloadAnalysis offload;
     ImbalanceAnalysis imbalance;
     std::optional<CostModel> cost_model;
+    // HTA's answers (docs/analyses.md §7–10). `kernels` is empty and `has_device_activity`
+    // false on a run without device lanes (a CPU run): nothing there was a kernel.
+    bool has_device_activity = false;
+    KernelAnalysis kernels;
+    std::vector<CollectiveSummary> communication;
+    std::vector<CriticalPath> critical_paths;
     // What could not be analysed and why (e.g. "no workload table: no predicted work").
     std::vector<std::string> notes;
 };
@@ -46,5 +56,9 @@ struct AnalyzeOptions {
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options = {});
 
 std::string analysis_json(const RunAnalysis& analysis);
+
+// The diff of two runs or steps as `fulcrum diff --json` writes it (docs/analyses.md, "Diff of
+// two runs"); `a` and `b` name the sides.
+std::string diff_json(const RunDiff& diff, std::string_view a, std::string_view b);
 
 }  // namespace fulcrum::analysis

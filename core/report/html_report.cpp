@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/report/hta_sections.h"
 #include "core/report/report_assets.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
@@ -88,6 +89,13 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
     ReportRun run = make_report_run(path, *trace, std::move(*result), std::move(*log));
     // The reader's rank table is the recording's own account (complete, dropped records).
     run.ranks = reader->ranks();
+    if (options.diff_against != nullptr) {
+        run.diff =
+            analysis::diff_runs({options.diff_against, std::nullopt}, {&*trace, std::nullopt});
+    }
+    if (options.keep_trace != nullptr) {
+        *options.keep_trace = std::move(*trace);
+    }
     return run;
 }
 
@@ -1235,6 +1243,10 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
         section_offload(runs[i], index, out);
         section_imbalance(runs[i], index, options, out);
         section_cost_model(runs[i], index, out);
+        hta_sections(runs[i].analysis, index, out);
+        if (runs[i].diff) {
+            diff_section(*runs[i].diff, run_label(runs[0], 0), index, out);
+        }
         section_gaps(runs[i], index, options, out);
         out += "</section>\n";
     }

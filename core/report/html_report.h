@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,9 @@ struct ReportRun {
     analysis::RunAnalysis analysis;
     std::vector<RankInfo> ranks;             // with complete and dropped_records
     std::vector<ImportLogEntry> import_log;  // what an importer skipped, and why
+    // In a comparison, what ran more, less or only here by name, against the first run
+    // (docs/analyses.md, "Diff of two runs"); empty for the first run and a single run.
+    std::optional<analysis::RunDiff> diff;
 };
 
 struct ReportOptions {
@@ -52,6 +56,10 @@ struct LoadReportOptions {
     // Called with a stage ("loading", "analysing") and the fraction done; may be empty.
     std::function<void(std::string_view stage, double fraction)> progress;
     const std::atomic<bool>* cancel = nullptr;
+    // The first run of a comparison: the loaded run is diffed against it (ReportRun::diff).
+    const analysis::RunTrace* diff_against = nullptr;
+    // Where to keep the loaded trace (the first run of a comparison, to diff the others with).
+    std::optional<analysis::RunTrace>* keep_trace = nullptr;
 };
 
 // Opens, loads and analyses a run database; errors name the file.

@@ -2,7 +2,7 @@
 // the pipeline schedule's split backward (ZB-H1's B and W), activation recomputation, sequence
 // parallelism and the element size of activations and gradients. docs/simulate.md, "Knobs",
 // gives every rule; the engine's ranges are the reference (engine/model/gpt.cpp,
-// engine/parallel/tensor_parallel.cpp, engine/parallel/parallel_trainer.cpp).
+// engine/model/tensor_parallel.cpp, engine/distributed/parallel_trainer.cpp).
 //
 // TP collectives of one layer, each moving the layer's whole [T, h] activation (T = the rank's
 // tokens), as the engine records them (bytes = the gathered or reduced tensor):

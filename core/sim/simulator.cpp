@@ -377,19 +377,6 @@ private:
     std::map<int, StringId> chunks_;
 };
 
-// The ranges of one pass on one CP rank, nested as the engine nests them
-// (engine/parallel/parallel_trainer.cpp, engine/model/gpt.cpp):
-//   forward:  [recv activations] attention{cp all-gather kv, tp ...} mlp{tp ...}
-//             [send activations]
-//   backward: [recv gradients] [recompute{tp ..., cp all-gather kv}] mlp{tp ...}
-//             attention{tp ..., cp reduce-scatter dkv} [send gradients]
-//   weight gradients (W of a split backward): [recompute{...}] mlp{tp all-gather}
-// where "tp ..." is a tp all-reduce, or under sequence parallelism a tp all-gather and a tp
-// reduce-scatter; a pass's TP collectives are split evenly between its attention and mlp.
-// One range stands for every layer of the chunk; the collectives in them carry the bytes of
-// all their calls and args {"calls": N}; passes carry {"chunk": c}. The wait for the CP
-// group's slowest rank is inside the CP collective, as a blocking collective would show it.
-// Under interleaving a chunk's pass takes 1/v of the stage's times.
 // Writes the ranges of one chunk's pass: its share (1/v) of the stage's times, the calls of
 // the chunk's layers.
 struct ChunkRanges {
@@ -452,6 +439,19 @@ struct ChunkRanges {
     }
 };
 
+// The ranges of one pass on one CP rank, nested as the engine nests them
+// (engine/distributed/parallel_trainer.cpp, engine/model/gpt.cpp):
+//   forward:  [recv activations] attention{cp all-gather kv, tp ...} mlp{tp ...}
+//             [send activations]
+//   backward: [recv gradients] [recompute{tp ..., cp all-gather kv}] mlp{tp ...}
+//             attention{tp ..., cp reduce-scatter dkv} [send gradients]
+//   weight gradients (W of a split backward): [recompute{...}] mlp{tp all-gather}
+// where "tp ..." is a tp all-reduce, or under sequence parallelism a tp all-gather and a tp
+// reduce-scatter; a pass's TP collectives are split evenly between its attention and mlp.
+// One range stands for every layer of the chunk; the collectives in them carry the bytes of
+// all their calls and args {"calls": N}; passes carry {"chunk": c}. The wait for the CP
+// group's slowest rank is inside the CP collective, as a blocking collective would show it.
+// Under interleaving a chunk's pass takes 1/v of the stage's times.
 void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64_t offset,
                      const GroupPass& group, const RankPass& rank, const SimulationConfig& config,
                      int step, int stage) {

@@ -19,6 +19,19 @@ Error query_failed(const Database& db, const Statement& stmt) {
                           : "")};
 }
 
+// Hands every event row of a prepared statement to `visit` until it returns false.
+Status visit_event_rows(const Database& db, Statement& stmt, const std::function<bool(const Event&)>& visit) {
+    while (stmt.step()) {
+        if (!visit(read_event_row(stmt))) {
+            return {};
+        }
+    }
+    if (stmt.last_result() != SQLITE_DONE) {
+        return query_failed(db, stmt);
+    }
+    return {};
+}
+
 }  // namespace
 
 Result<TraceReader> TraceReader::open(const std::string& path) {
@@ -231,15 +244,7 @@ Status TraceReader::for_each_event(LaneId lane_id,
         return stmt.error();
     }
     stmt->bind(1, std::int64_t{lane_id.value});
-    while (stmt->step()) {
-        if (!visit(read_event_row(*stmt))) {
-            return {};
-        }
-    }
-    if (stmt->last_result() != SQLITE_DONE) {
-        return query_failed(db_, *stmt);
-    }
-    return {};
+    return visit_event_rows(db_, *stmt, visit);
 }
 
 Result<std::pair<std::int64_t, std::int64_t>> TraceReader::event_rowids() const {
@@ -265,15 +270,7 @@ Status TraceReader::scan_events(std::int64_t begin, std::int64_t end,
     }
     stmt->bind(1, begin);
     stmt->bind(2, end);
-    while (stmt->step()) {
-        if (!visit(read_event_row(*stmt))) {
-            return {};
-        }
-    }
-    if (stmt->last_result() != SQLITE_DONE) {
-        return query_failed(db_, *stmt);
-    }
-    return {};
+    return visit_event_rows(db_, *stmt, visit);
 }
 
 Result<std::optional<TraceReader::EventPack>> TraceReader::event_pack() const {

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <tuple>
 
-#include "engine/parallel/context_parallel.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/context_parallel.h"
+#include "engine/model/tensor_parallel.h"
 
 namespace fulcrum::engine {
 

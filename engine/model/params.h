@@ -34,7 +34,7 @@
 // Everything else — wte, wpe, the LayerNorms, lnf, and the biases of the two row-parallel
 // projections — is replicated on every TP rank (`TpSplit::replicated`): its gradient comes
 // out identical on all of them, so a global gradient norm must count it once.
-// engine/parallel/tensor_parallel.h maps between the full and the local layouts.
+// engine/model/tensor_parallel.h maps between the full and the local layouts.
 //
 // Gradients and the AdamW moments use the same layout, so one offset names a parameter in all
 // four buffers.

@@ -30,9 +30,9 @@
 #include "engine/data/step_plan.h"
 #include "engine/instrument/annotations.h"
 #include "engine/model/gpt.h"
-#include "engine/parallel/parallel_trainer.h"
+#include "engine/distributed/parallel_trainer.h"
 #include "core/parallel/schedule.h"
-#include "engine/parallel/topology.h"
+#include "engine/distributed/topology.h"
 #include "engine/train/trainer.h"
 
 using namespace fulcrum;

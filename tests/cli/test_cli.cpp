@@ -34,6 +34,65 @@ Outcome run(const QString& program, const QStringList& args, const QString& dire
 
 QString fulcrum() { return kBinaryDir + "/app/fulcrum"; }
 
+QJsonObject read_json(const QString& path) {
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) {
+        qFatal("cannot read %s", qPrintable(path));
+    }
+    return QJsonDocument::fromJson(file.readAll()).object();
+}
+
+// The value at a path of member names and array indices ("0").
+QJsonValue at(const QJsonObject& root, const QStringList& path) {
+    QJsonValue value = root;
+    for (const QString& key : path) {
+        value = value.isArray() ? value.toArray().at(key.toInt()) : value.toObject().value(key);
+    }
+    return value;
+}
+
+// The first object of an array whose member `key` is `value`.
+QJsonObject find_row(const QJsonArray& rows, const QString& key, const QJsonValue& value) {
+    for (const QJsonValue& row : rows) {
+        if (row.toObject().value(key) == value) {
+            return row.toObject();
+        }
+    }
+    return {};
+}
+
+// One rank of a PyTorch-profiler (Kineto) trace, times in µs. Stream 7 runs four computation
+// kernels, stream 20 an NCCL all-reduce and a copy; every kernel's launch call is on thread 100.
+// `softmax` names kernels 3 and 4 (the diff test renames them).
+QByteArray kineto_rank(const QString& softmax) {
+    QString text =
+        R"json({"schemaVersion":1,"distributedInfo":{"backend":"nccl","rank":0,"world_size":1},
+"baseTimeNanoseconds":1700000000000000000,"traceEvents":[
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#0","pid":100,"tid":100,"ts":1000,"dur":1000},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":1010,"dur":10,"args":{"correlation":1}},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":1025,"dur":5,"args":{"correlation":2}},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":1100,"dur":10,"args":{"correlation":5}},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":1300,"dur":10,"args":{"correlation":3}},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":1330,"dur":5,"args":{"correlation":4}},
+{"ph":"X","cat":"cuda_runtime","name":"cudaMemcpyAsync","pid":100,"tid":100,"ts":1410,"dur":5,"args":{"correlation":6}},
+{"ph":"X","cat":"kernel","name":"gemm_a","pid":0,"tid":7,"ts":1030,"dur":100,"args":{"correlation":1,"device":0,"stream":7}},
+{"ph":"X","cat":"kernel","name":"gemm_a","pid":0,"tid":7,"ts":1140,"dur":100,"args":{"correlation":2,"device":0,"stream":7}},
+{"ph":"X","cat":"kernel","name":"SOFTMAX","pid":0,"tid":7,"ts":1320,"dur":50,"args":{"correlation":3,"device":0,"stream":7}},
+{"ph":"X","cat":"kernel","name":"SOFTMAX","pid":0,"tid":7,"ts":1420,"dur":30,"args":{"correlation":4,"device":0,"stream":7}},
+{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32_RING_LL","pid":0,"tid":20,"ts":1200,"dur":200,"args":{"correlation":5,"device":0,"stream":20}},
+{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pinned -> Device)","pid":0,"tid":20,"ts":1440,"dur":60,"args":{"correlation":6,"device":0,"stream":20,"bytes":1048576}}
+]})json";
+    return text.replace("SOFTMAX", softmax).toUtf8();
+}
+
+void write_file(const QString& path, const QByteArray& bytes) {
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly)) {
+        qFatal("cannot write %s", qPrintable(path));
+    }
+    file.write(bytes);
+}
+
 }  // namespace
 
 class CliTest : public QObject {
@@ -182,6 +241,144 @@ private slots:
         QCOMPARE(at({"imbalance", "stragglers"}).toArray().size(), 1);
     }
 
+    // HTA's answers on the synthetic CPU run (dp 2 × pp 2, 2 steps; tests/support/synthetic_run):
+    // no kernels, which one line of the tables says; the DP all-reduce by group with NCCL-tests'
+    // bandwidths; a critical path per step that tiles the step and ends in the all-reduce and
+    // optimizer.
+    void htaAnswersOnTheCpuRun() {
+        QFile::remove(work_.filePath("hta.json"));
+        const Outcome outcome =
+            run(fulcrum(), {"analyze", "run.fulcrum", "--json", "-o", "hta.json"}, work_.path());
+        QCOMPARE(outcome.exit_code, 0);
+        const QJsonObject root = read_json(work_.filePath("hta.json"));
+        // A CPU run lacks nothing (no note) but has no kernel figures; the tables say why.
+        QVERIFY(root.value("kernels").isNull());
+        QCOMPARE(root.value("notes").toArray().size(), 0);
+        const Outcome tables = run(fulcrum(), {"analyze", "run.fulcrum"}, work_.path());
+        QVERIFY(tables.output.contains(
+            "\nkernels: no device activity (kernels, copies, memsets) in this run"));
+        // Every rank's all-reduce lasts 1.4 ms and they start together: per DP group of two
+        // ranks, 2 calls of 64 MiB, 2.8 ms of transfer, no wait; busbw = algbw · 2(n−1)/n = algbw.
+        const QJsonArray communication = root.value("communication").toArray();
+        int groups = 0;
+        for (const QJsonValue& value : communication) {
+            const QJsonObject row = value.toObject();
+            if (row.value("name").toString() != "dp all-reduce gradients") {
+                continue;
+            }
+            ++groups;
+            QCOMPARE(row.value("kind").toString(), QString("all-reduce"));
+            QCOMPARE(row.value("ranks").toArray().size(), 2);
+            QCOMPARE(row.value("calls").toInt(), 2);
+            QCOMPARE(row.value("bytes").toDouble(), 2.0 * (64 << 20));
+            QCOMPARE(row.value("transfer_ns").toDouble(), 2.8e6);
+            QCOMPARE(row.value("wait_ns").toDouble(), 0.0);
+            QCOMPARE(row.value("algbw_gb_s").toDouble(), 2.0 * (64 << 20) / 2.8e6);
+            QCOMPARE(row.value("busbw_gb_s").toDouble(), 2.0 * (64 << 20) / 2.8e6);
+        }
+        QCOMPARE(groups, 2);
+        const QJsonArray paths = root.value("critical_paths").toArray();
+        QCOMPARE(paths.size(), 2);
+        for (const QJsonValue& value : paths) {
+            const QJsonObject path = value.toObject();
+            double tiled = 0;
+            for (const QJsonValue& segment : path.value("segments").toArray()) {
+                tiled += segment["end_ns"].toDouble() - segment["start_ns"].toDouble();
+            }
+            QCOMPARE(tiled, path.value("length_ns").toDouble());
+            const QJsonArray by_what = path.value("by_what").toArray();
+            QCOMPARE(find_row(by_what, "what", "optimizer").value("ns").toDouble(), 400'000.0);
+            QCOMPARE(find_row(by_what, "what", "dp all-reduce gradients").value("ns").toDouble(),
+                     1'400'000.0);
+            QVERIFY(find_row(by_what, "what", "forward").value("ns").toDouble() > 0);
+        }
+    }
+
+    // A Kineto trace written here, imported and analysed; every figure worked out by hand from
+    // the events of kineto_rank (µs). Kernels: computation [30,130] [140,240] [320,370]
+    // [420,450], communication [200,400], memory [440,500] (times less 1000).
+    void kernelAnswersOnAKinetoTrace() {
+        write_file(work_.filePath("gpu.json"), kineto_rank("softmax"));
+        write_file(work_.filePath("gpu2.json"), kineto_rank("softmax_fused"));
+        QString text = transcript({"import", "gpu.json", "-o", "gpu.fulcrum"});
+        text += transcript({"import", "gpu2.json", "-o", "gpu2.fulcrum"});
+        text += transcript({"analyze", "gpu.fulcrum"});
+        text += transcript({"analyze", "gpu.fulcrum", "--json", "-o", "gpu-analysis.json"});
+        text += transcript({"diff", "gpu.fulcrum", "gpu2.fulcrum"});
+        text +=
+            transcript({"diff", "gpu.fulcrum", "gpu2.fulcrum", "--json", "-o", "gpu-diff.json"});
+        text += transcript({"diff", "run.fulcrum", "--step-a", "0", "--step-b", "1", "--top", "6"});
+        text += transcript({"diff", "run.fulcrum"});
+        text += transcript({"diff", "run.fulcrum", "--step-a", "0", "--step-b", "9"});
+        expect_golden("analyze-kernels.txt", text);
+
+        const QJsonObject root = read_json(work_.filePath("gpu-analysis.json"));
+        // Time by type: comp ∩ comm = [200,240] + [320,370] = 90; comp ∩ memory = [440,450] =
+        // 10; computation alone 280 − 90 − 10 = 180; communication alone 200 − 90 = 110;
+        // memory alone 60 − 10 = 50; span 30..500 = 470; idle [130,140] + [400,420] = 30.
+        const QJsonObject by_type = at(root, {"kernels", "time_by_type", "0"}).toObject();
+        QCOMPARE(by_type.value("computation_ns").toDouble(), 180e3);
+        QCOMPARE(by_type.value("communication_ns").toDouble(), 110e3);
+        QCOMPARE(by_type.value("memory_ns").toDouble(), 50e3);
+        QCOMPARE(by_type.value("computation_communication_ns").toDouble(), 90e3);
+        QCOMPARE(by_type.value("computation_memory_ns").toDouble(), 10e3);
+        QCOMPARE(by_type.value("communication_memory_ns").toDouble(), 0.0);
+        QCOMPARE(by_type.value("kernel_span_ns").toDouble(), 470e3);
+        QCOMPARE(by_type.value("idle_ns").toDouble(), 30e3);
+        // Idle by cause, stream 7: gemm_a #2 waits 10 (launched at 25, before #1 ended: kernel
+        // wait, under 30 µs); softmax #1 waits 80 (launched at 300, after 240: host wait);
+        // softmax #2 waits 50 (launched at 330, before 370; 50 ≥ 30: other). Stream 20: the
+        // copy waits 40 (launched at 410, after the all-reduce ended at 400: host wait).
+        const QJsonArray idle = at(root, {"kernels", "idle"}).toArray();
+        QCOMPARE(idle.size(), 2);
+        const QJsonObject compute_stream = idle.at(0).toObject(),
+                          nccl_stream = idle.at(1).toObject();
+        QCOMPARE(compute_stream.value("kernels").toInt(), 4);
+        QCOMPARE(compute_stream.value("host_wait_ns").toDouble(), 80e3);
+        QCOMPARE(compute_stream.value("kernel_wait_ns").toDouble(), 10e3);
+        QCOMPARE(compute_stream.value("other_ns").toDouble(), 50e3);
+        // Queue: launches at 10, 25, 300, 330, ends at 130, 240, 370, 450: 1·15 + 2·105 + 1·110
+        // + 1·30 + 2·40 + 1·80 = 525 over 440, at most 2.
+        QCOMPARE(compute_stream.value("mean_queue_length").toDouble(), 525.0 / 440.0);
+        QCOMPARE(compute_stream.value("max_queue_length").toInt(), 2);
+        QCOMPARE(nccl_stream.value("host_wait_ns").toDouble(), 40e3);
+        QCOMPARE(nccl_stream.value("kernel_wait_ns").toDouble(), 0.0);
+        QCOMPARE(nccl_stream.value("other_ns").toDouble(), 0.0);
+        // Launches: delays 10, 110, 10, 85, 90, 25 (kernel start − call end); one over 100.
+        const QJsonObject launches = at(root, {"kernels", "launches", "0"}).toObject();
+        QCOMPARE(launches.value("launches").toInt(), 6);
+        QCOMPARE(launches.value("cpu_total_ns").toDouble(), 45e3);
+        QCOMPARE(launches.value("gpu_total_ns").toDouble(), 540e3);
+        QCOMPARE(launches.value("mean_delay_ns").toDouble(), 55e3);
+        QCOMPARE(launches.value("max_delay_ns").toDouble(), 110e3);
+        QCOMPARE(launches.value("delay_outliers").toInt(), 1);
+        QCOMPARE(launches.value("short_kernels").toInt(), 0);
+        // Top kernels: by total, ties by name.
+        const QJsonArray top = at(root, {"kernels", "top_kernels"}).toArray();
+        QCOMPARE(top.size(), 4);
+        QCOMPARE(top.at(0)["name"].toString(), QString("gemm_a"));
+        QCOMPARE(top.at(0)["count"].toInt(), 2);
+        QCOMPARE(top.at(1)["type"].toString(), QString("communication"));
+        QCOMPARE(top.at(2)["name"].toString(), QString("softmax"));
+        QCOMPARE(top.at(2)["min_ns"].toDouble(), 30e3);
+        QCOMPARE(top.at(2)["max_ns"].toDouble(), 50e3);
+        QCOMPARE(top.at(3)["type"].toString(), QString("memory"));
+        // One rank: no group to measure a collective on; no passes: no critical path.
+        QCOMPARE(root.value("communication").toArray().size(), 0);
+        QCOMPARE(root.value("critical_paths").toArray().size(), 0);
+
+        // The diff: softmax (2 calls, 80 µs) removed, softmax_fused added, the rest unchanged.
+        const QJsonArray rows = read_json(work_.filePath("gpu-diff.json")).value("rows").toArray();
+        const QJsonObject removed = find_row(rows, "name", "softmax");
+        QCOMPARE(removed.value("change").toString(), QString("removed"));
+        QCOMPARE(removed.value("count_a").toDouble(), 2.0);
+        QCOMPARE(removed.value("total_ns_a").toDouble(), 80e3);
+        const QJsonObject added = find_row(rows, "name", "softmax_fused");
+        QCOMPARE(added.value("change").toString(), QString("added"));
+        QCOMPARE(added.value("delta_ns").toDouble(), 80e3);
+        QCOMPARE(find_row(rows, "name", "gemm_a").value("delta_ns").toDouble(), 0.0);
+    }
+
     void badInputAndOptions() {
         QFile text_file(work_.filePath("notes.txt"));
         QVERIFY(text_file.open(QIODevice::WriteOnly));
@@ -217,6 +414,7 @@ private slots:
         QTest::newRow("export") << "export";
         QTest::newRow("capture") << "capture";
         QTest::newRow("analyze") << "analyze";
+        QTest::newRow("diff") << "diff";
         QTest::newRow("simulate") << "simulate";
         QTest::newRow("report") << "report";
         QTest::newRow("import") << "import";

@@ -12,7 +12,7 @@
 #include "engine/model/lm_head.h"
 #include "engine/model/matmul.h"
 #include "engine/model/mlp.h"
-#include "engine/parallel/context_parallel.h"
+#include "engine/model/context_parallel.h"
 #include "engine/train/trainer.h"
 #include "gradient_check.h"
 

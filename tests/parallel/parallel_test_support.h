@@ -35,9 +35,9 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/comm/mpi_communicator.h"
 #include "engine/model/gpt.h"
-#include "engine/parallel/context_parallel.h"
-#include "engine/parallel/tensor_parallel.h"
-#include "engine/parallel/topology.h"
+#include "engine/model/context_parallel.h"
+#include "engine/model/tensor_parallel.h"
+#include "engine/distributed/topology.h"
 #include "core/util/random.h"
 
 Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)

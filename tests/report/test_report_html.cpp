@@ -8,6 +8,7 @@
 
 #include "core/import/importer.h"
 #include "core/report/html_report.h"
+#include "core/util/text_table.h"
 #include "tests/report/chromium.h"
 
 using namespace fulcrum;
@@ -242,6 +243,72 @@ private slots:
         QCOMPARE(table_cells(html, "breakdown").size(), 2 * 9);
         QVERIFY(html.find("no workload table") != std::string::npos);
         QVERIFY(html.find("No pipeline: the grid is unknown") != std::string::npos);
+    }
+
+    // HTA's sections: on the imported Kineto trace (kernels on two ranks) the tables hold the
+    // analysis's figures; on the hand-built CPU run they say why they are empty; in a
+    // comparison the second run has the op-level diff against the first, and the first none.
+    void htaSectionsShowTheAnalysis() {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("imported.fulcrum").toStdString();
+        const std::string data = FULCRUM_SOURCE_DIR "/tests/import/kineto/data/";
+        auto imported = importer::import_files({data + "rank0.json", data + "rank1.json"}, path);
+        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
+        std::optional<RunTrace> first;
+        report::LoadReportOptions options;
+        options.keep_trace = &first;
+        auto gpu = report::load_report_run(path, options);
+        QVERIFY2(gpu.ok(), gpu.ok() ? "" : gpu.error().message.c_str());
+        QVERIFY(first.has_value());
+        QVERIFY(!gpu->diff);
+        report::ReportRun cpu = hostile_report_run();
+        const RunTrace cpu_trace = hostile_run();
+        cpu.diff = diff_runs({&*first, std::nullopt}, {&cpu_trace, std::nullopt});
+        const std::string html = report::html_report({*gpu, cpu});
+
+        // Rank 0 of rank0.json: kernels from 1050 µs to 2650 µs.
+        const QStringList by_type = table_cells(html, "kernel_time");
+        const auto& kernels = gpu->analysis.kernels;
+        QCOMPARE(by_type.size(), 10 * int(kernels.time_by_type.size()));
+        QCOMPARE(by_type[0], QStringLiteral("0"));
+        QCOMPARE(by_type[1], QStringLiteral("1.600 ms"));
+        QCOMPARE(kernels.time_by_type[0].kernel_span_ns, 1'600'000);
+        const QStringList top = table_cells(html, "top_kernels");
+        QCOMPARE(top.size(), 11 * int(kernels.top_kernels.size()));
+        QCOMPARE(top[0], QString::fromStdString(kernels.top_kernels[0].name));
+        QCOMPARE(top[3], QString::fromStdString(format_duration(kernels.top_kernels[0].total_ns)));
+        QCOMPARE(table_cells(html, "idle").size(), 9 * int(kernels.idle.size()));
+        // The all-reduce ran on both ranks: one group.
+        const QStringList communication = table_cells(html, "communication");
+        QCOMPARE(communication.size(), 9 * int(gpu->analysis.communication.size()));
+        QVERIFY(!communication.isEmpty());
+        QCOMPARE(communication[2], QStringLiteral("0, 1"));
+
+        // The CPU run: no kernels, no collectives; a critical path per step.
+        QVERIFY(html.find("No device activity (kernels, copies, memsets) in this run") !=
+                std::string::npos);
+        QVERIFY(html.find("No collective was matched across two ranks or more.") !=
+                std::string::npos);
+        const QStringList paths = table_cells(html, "critical_path");
+        QCOMPARE(paths.size(), 6 * kSteps);
+        QCOMPARE(paths[0], QStringLiteral("0"));
+        QCOMPARE(paths[1],
+                 QString::fromStdString(format_duration(cpu.analysis.critical_paths[0].end_ns -
+                                                        cpu.analysis.critical_paths[0].start_ns)));
+        // The imported run has no passes, so no critical path; it says so.
+        QVERIFY(html.find("No forward/backward passes: the critical path needs") !=
+                std::string::npos);
+
+        // The diff: the kernels only the first run had are removed, the passes added.
+        QVERIFY(html.find("id=\"run-0-diff\"") == std::string::npos);
+        QVERIFY(html.find("id=\"run-1-diff\"") != std::string::npos);
+        const QStringList diff = table_cells(html, "diff");
+        const int gemm = int(diff.indexOf("sm90_xmma_gemm_bf16"));
+        QVERIFY(gemm >= 0);
+        QCOMPARE(diff[gemm + 2], QStringLiteral("removed"));
+        const int forward = int(diff.indexOf("forward"));
+        QVERIFY(forward >= 0);
+        QCOMPARE(diff[forward + 2], QStringLiteral("added"));
     }
 
     // A run far larger than a screen: heatmaps average neighbours into at most the cap.

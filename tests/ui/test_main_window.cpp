@@ -51,7 +51,8 @@ private slots:
         for (int i = 0; i < window.tabs()->count(); ++i) {
             tabs << window.tabs()->tabText(i);
         }
-        QCOMPARE(tabs, (QStringList{"Timeline", "Bubbles", "CP load", "Overlap", "Heatmaps", "Compare"}));
+        QCOMPARE(tabs, (QStringList{"Timeline", "Bubbles", "CP load", "Overlap", "Heatmaps",
+                                    "Compare", "Kernels"}));
         QCOMPARE(window.run_selector()->count(), 2);
         // Opened in order; the first is Compare's reference, the newest is shown.
         QCOMPARE(window.runs()[0]->path, QFileInfo(fixed_run()).absoluteFilePath());
@@ -229,7 +230,8 @@ private slots:
     }
 
     void view_keys_match_tabs() {
-        QCOMPARE(view_keys().size(), 6);
+        QCOMPARE(view_keys().size(), 7);
+        QCOMPARE(view_from_key("kernels"), std::optional<View>(View::kernels));
         QCOMPARE(view_from_key("cp-load"), std::optional<View>(View::cp_load));
         QVERIFY(!view_from_key("flamegraph"));
     }

@@ -50,7 +50,8 @@ class ScreenshotTest : public QObject {
 private slots:
     void each_view_data() {
         QTest::addColumn<QString>("view");
-        for (const char* view : {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare"}) {
+        for (const char* view :
+             {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare", "kernels"}) {
             QTest::newRow(view) << QString(view);
         }
     }

@@ -17,6 +17,7 @@
 #include "views/charts/bubble_stage_model.h"
 #include "views/charts/chart_common.h"
 #include "views/common/palette.h"
+#include "views/common/pass_marks.h"
 
 namespace fulcrum::views {
 
@@ -185,6 +186,7 @@ void BubbleView::draw() {
     fractions_->clearPlottables();
     shown_.clear();
     shown_waits_.clear();
+    shown_critical_.clear();
     if (!run_ || !run_->analysis || step_box_->currentIndex() < 0 ||
         pipeline_box_->currentIndex() < 0) {
         return;
@@ -251,12 +253,19 @@ void BubbleView::draw() {
         idle->setPen(Qt::NoPen);
         idle->setBrush(palette::bubble());
     }
+    const std::set<PassKey> critical = critical_pass_keys(*run_->analysis);
     for (const auto& pass : shown_) {
         auto* bar = new QCPItemRect(gantt_);
         bar->topLeft->setCoords(time_coord(pass.start_ns), pass.stage - kBarHalfHeight);
         bar->bottomRight->setCoords(time_coord(pass.end_ns), pass.stage + kBarHalfHeight);
-        bar->setPen(QPen(Qt::white, 1));
         bar->setBrush(palette::phase(pass.phase));
+        const PassKey key{pass.rank, pass.step, pass.microbatch, pass.phase};
+        if (critical.count(key) > 0) {
+            shown_critical_.push_back(key);
+            bar->setPen(QPen(palette::critical(), 2.5));
+        } else {
+            bar->setPen(QPen(Qt::white, 1));
+        }
     }
     // Inside a pass, the pipeline receives are the stage waiting on its neighbour: bubble too
     // (busy = wall − pipeline receive time), so they are shaded over the bar, where they were.
@@ -279,12 +288,15 @@ void BubbleView::draw() {
             }
         }
     }
-    // The micro-batch number sits in the bar's upper part, leaving its middle to its colour.
+    // The kind, micro-batch and virtual stage (F3 v1) sit in the bar's upper part, leaving its
+    // middle to its colour. Without interleaving every pass is chunk 0, which says nothing.
+    const bool interleaved = std::any_of(shown_.begin(), shown_.end(),
+                                         [](const analysis::Pass& pass) { return pass.chunk > 0; });
     for (const auto& pass : shown_) {
         auto* label = new QCPItemText(gantt_);
         label->position->setCoords(time_coord((pass.start_ns + pass.end_ns) / 2),
                                    pass.stage - kBarHalfHeight * 0.6);
-        label->setText(QString::number(pass.microbatch));
+        label->setText(pass_label(pass.phase, pass.microbatch, interleaved ? pass.chunk : -1));
         label->setFont(label_font);
         label->setColor(Qt::white);
         label->setClipToAxisRect(true);

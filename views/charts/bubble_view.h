@@ -7,6 +7,7 @@
 
 #include "core/analysis/passes.h"
 #include "views/common/opened_run.h"
+#include "views/common/pass_marks.h"
 #include "views/common/place.h"
 
 class QComboBox;
@@ -47,6 +48,8 @@ public:
         std::int64_t end_ns = 0;
     };
     const std::vector<Wait>& shown_waits() const { return shown_waits_; }
+    // The shown passes on the step's critical path (outlined in palette::critical()).
+    const std::vector<PassKey>& shown_critical() const { return shown_critical_; }
     std::int64_t window_start_ns() const { return window_start_ns_; }
     // The plot's x coordinate (ms from the window's start) of a time.
     double time_coord(std::int64_t ns) const;
@@ -59,6 +62,7 @@ private:
     std::vector<analysis::Pass> passes_;
     std::vector<analysis::Pass> shown_;
     std::vector<Wait> shown_waits_;
+    std::vector<PassKey> shown_critical_;
     std::int64_t window_start_ns_ = 0;
     bool filling_ = false;
 

@@ -6,7 +6,9 @@
 #include <QGridLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QSortFilterProxyModel>
 #include <QSplitter>
+#include <QTableView>
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -14,6 +16,7 @@
 
 #include "views/charts/chart_common.h"
 #include "views/charts/color_map.h"
+#include "views/charts/hta_table_model.h"
 #include "views/common/palette.h"
 
 namespace fulcrum::views {
@@ -61,7 +64,10 @@ CompareView::CompareView(QWidget* parent)
       difference_box_(new QComboBox),
       difference_(new QCustomPlot),
       predicted_(titled_plot(tr("Compute per rank and step: predicted against measured (ms)"))),
-      table_(new QTableWidget) {
+      table_(new QTableWidget),
+      diff_title_(new QLabel),
+      diff_model_(new HtaTableModel(HtaTableModel::Table::diff, this)),
+      diff_view_(new QTableView) {
     notes_->setWordWrap(true);
     notes_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     step_times_->legend->setVisible(true);
@@ -109,11 +115,28 @@ CompareView::CompareView(QWidget* parent)
 
     table_->verticalHeader()->hide();
     table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    auto* sorted_diff = new QSortFilterProxyModel(this);
+    sorted_diff->setSourceModel(diff_model_);
+    sorted_diff->setSortRole(HtaTableModel::ValueRole);
+    diff_view_->setModel(sorted_diff);
+    // Unsorted until a header is clicked: the analysis's own order (largest first).
+    diff_view_->horizontalHeader()->setSortIndicator(-1, Qt::AscendingOrder);
+    diff_view_->setSortingEnabled(true);
+    diff_view_->verticalHeader()->hide();
+    diff_view_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    auto* diff_panel = new QWidget;
+    auto* diff_layout = new QVBoxLayout(diff_panel);
+    diff_layout->setContentsMargins(0, 0, 0, 0);
+    diff_layout->addWidget(diff_title_);
+    diff_layout->addWidget(diff_view_, 1);
+
     auto* split = new QSplitter(Qt::Vertical);
     split->addWidget(charts_grid);
     split->addWidget(table_);
+    split->addWidget(diff_panel);
     split->setStretchFactor(0, 4);
     split->setStretchFactor(1, 1);
+    split->setStretchFactor(2, 1);
 
     auto* content = new QWidget;
     auto* layout = new QVBoxLayout(content);
@@ -125,7 +148,10 @@ CompareView::CompareView(QWidget* parent)
     outer->setContentsMargins(0, 0, 0, 0);
     outer->addWidget(stack_);
 
-    connect(difference_box_, &QComboBox::currentIndexChanged, this, [this] { draw_difference(); });
+    connect(difference_box_, &QComboBox::currentIndexChanged, this, [this] {
+        draw_difference();
+        fill_diff();
+    });
     set_runs({});
 }
 
@@ -173,6 +199,31 @@ void CompareView::set_runs(const QVector<RunPtr>& runs) {
     draw_difference();
     draw_predicted();
     fill_table();
+    fill_diff();
+}
+
+QString CompareView::diff_title() const {
+    return diff_title_->text();
+}
+
+// What ran more, less, or only in one of the two runs, by name, per step.
+void CompareView::fill_diff() {
+    diff_ = {};
+    const int index =
+        difference_box_->currentIndex() >= 0 ? difference_box_->currentData().toInt() : 1;
+    if (runs_.size() < 2 || index >= runs_.size() || !runs_[0]->trace || !runs_[index]->trace) {
+        diff_title_->setText(
+            tr("Operators and kernels: open a second run to compare them with the reference."));
+        diff_model_->set_diff(nullptr);
+        return;
+    }
+    diff_ = analysis::diff_runs({runs_[0]->trace.get(), std::nullopt},
+                                {runs_[index]->trace.get(), std::nullopt});
+    diff_title_->setText(
+        tr("Operators and kernels, per step: %1 against the reference %2 (largest change in time "
+           "first)")
+            .arg(runs_[index]->title, runs_[0]->title));
+    diff_model_->set_diff(&diff_);
 }
 
 void CompareView::draw_step_times() {

@@ -6,11 +6,13 @@
 #include <QVector>
 #include <QWidget>
 
+#include "core/analysis/run_diff.h"
 #include "views/common/opened_run.h"
 
 class QComboBox;
 class QCustomPlot;
 class QLabel;
+class QTableView;
 class QTableWidget;
 
 namespace fulcrum::views {
@@ -18,6 +20,7 @@ namespace fulcrum::views {
 namespace charts {
 class MessageStack;
 }
+class HtaTableModel;
 
 class CompareView : public QWidget {
     Q_OBJECT
@@ -38,6 +41,11 @@ public:
     QCustomPlot* predicted_plot() const { return predicted_; }
     QTableWidget* table() const { return table_; }
     void set_difference_run(int index);  // which run (index into the runs) is compared
+    // The op-level diff of that run against the reference (docs/analyses.md, "Diff of two
+    // runs"), and its rows as a table.
+    const analysis::RunDiff& op_diff() const { return diff_; }
+    HtaTableModel* diff_model() const { return diff_model_; }
+    QString diff_title() const;
 
 private:
     void draw_step_times();
@@ -45,6 +53,7 @@ private:
     void draw_difference();
     void draw_predicted();
     void fill_table();
+    void fill_diff();
 
     QVector<RunPtr> runs_;  // those with an analysis
     QStringList skipped_;   // runs without one, and why
@@ -59,6 +68,10 @@ private:
     charts::MessageStack* predicted_stack_;
     QCustomPlot* predicted_;
     QTableWidget* table_;
+    analysis::RunDiff diff_;
+    QLabel* diff_title_;
+    HtaTableModel* diff_model_;
+    QTableView* diff_view_;
 };
 
 }  // namespace fulcrum::views

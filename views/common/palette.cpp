@@ -36,6 +36,7 @@ QColor theory() { return QColor(0x33, 0x33, 0x33); }
 QColor predicted() { return QColor(0xf5, 0x85, 0x18); }
 QColor measured() { return QColor(0x4c, 0x78, 0xa8); }
 QColor highlight() { return QColor(0xff, 0xd7, 0x00); }
+QColor critical() { return QColor(0xc0, 0x10, 0x30); }
 
 QColor run(int index) {
     static const std::array<QColor, 6> colours = {

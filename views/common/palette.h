@@ -15,6 +15,7 @@ QColor theory();               // the (p−1)/m line and other "what theory says
 QColor predicted();            // predicted work, next to measured time
 QColor measured();
 QColor highlight();            // the selected event, the highlighted step or micro-batch
+QColor critical();             // the outline of passes on a step's critical path
 QColor run(int index);         // the index-th run in Compare
 
 }  // namespace fulcrum::views::palette

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 
+#include "core/trace/annotations.h"
 #include "views/common/palette.h"
 
 namespace fulcrum::views::timeline {
@@ -50,6 +51,16 @@ TimelineCanvas::TimelineCanvas(QWidget* parent) : QWidget(parent) {
     setFocusPolicy(Qt::StrongFocus);
     setAttribute(Qt::WA_OpaquePaintEvent);
     setMinimumSize(kGutterWidth + 100, kAxisHeight + 60);
+}
+
+QColor TimelineCanvas::event_colour(const Event& event) const {
+    const Phase kind = trace_ != nullptr ? pass_kind(*trace_, event) : Phase::none;
+    return kind != Phase::none ? palette::phase(kind) : palette::category(event.category);
+}
+
+void TimelineCanvas::set_critical_passes(std::set<PassKey> keys) {
+    critical_ = std::move(keys);
+    update();
 }
 
 QColor TimelineCanvas::fold_colour(const Event& first) {
@@ -333,6 +344,7 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
     painter.fillRect(clip, background());
     painted_boxes_ = 0;
     painted_folds_ = 0;
+    painted_critical_ = 0;
     if (layout_ == nullptr) {
         painter.setPen(QColor(0x70, 0x70, 0x70));
         painter.drawText(rect(), Qt::AlignCenter, tr("No run open"));
@@ -476,9 +488,17 @@ void TimelineCanvas::paint_lane(QPainter& painter, const Band& band, const QRect
             }
             ++painted_boxes_;
             const Event& event = events[item.first];
-            const QColor fill = palette::category(event.category);
+            const QColor fill = event_colour(event);
             // Touching boxes keep a one-pixel seam so neighbours stay apart.
             painter.fillRect(QRect(x0, y, w > 4 ? w - 1 : w, h), fill);
+            const Phase kind = critical_.empty() ? Phase::none : pass_kind(*trace_, event);
+            if (kind != Phase::none &&
+                critical_.count({row.lane->info.rank, event.step, event.microbatch, kind}) > 0) {
+                ++painted_critical_;
+                painter.setPen(QPen(palette::critical(), 2));
+                painter.setBrush(Qt::NoBrush);
+                painter.drawRect(QRectF(x0 + 1, y + 1, std::max(1, w - 3), h - 2));
+            }
             if (w >= kLabelMinPx) {
                 int text_width = 0;
                 const QString& name = name_text(event.name, &text_width);
@@ -732,6 +752,14 @@ void TimelineCanvas::emit_hover(QPointF point) {
             QString::fromUtf8(trace_->name(event.name).data(),
                               static_cast<qsizetype>(trace_->name(event.name).size())),
             format_duration(event.duration_ns()));
+        if (const Phase kind = pass_kind(*trace_, event); kind != Phase::none) {
+            text += QStringLiteral(" — %1").arg(
+                pass_label(kind, event.microbatch, chunk_of_args(trace_->name(event.args))));
+            if (critical_.count(
+                    {layout_->rows[row].lane->info.rank, event.step, event.microbatch, kind}) > 0) {
+                text += tr(" — on the critical path");
+            }
+        }
     } else if (item) {
         text = QStringLiteral("%1 events folded (%2); click to zoom in")
                    .arg(item->count)

@@ -14,8 +14,10 @@
 #include <QWidget>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <vector>
 
+#include "views/common/pass_marks.h"
 #include "views/timeline/lane_tree_model.h"
 #include "views/timeline/timeline_layout.h"
 
@@ -65,6 +67,14 @@ public:
     void set_highlight(int step, int microbatch);
     void set_measure(std::int64_t start_ns, std::int64_t end_ns);  // end < start clears
     void set_search_hit(std::optional<EventRef> ref);
+    // Passes on a step's critical path, outlined in palette::critical() (pass_marks.h).
+    void set_critical_passes(std::set<PassKey> keys);
+    const std::set<PassKey>& critical_passes() const { return critical_; }
+    // How an event is filled: a pass by its kind (F, B, W: palette::phase), the rest by
+    // category.
+    QColor event_colour(const Event& event) const;
+    // What the last paint outlined as critical.
+    std::int64_t painted_critical() const { return painted_critical_; }
 
     QColor background() const { return QColor(Qt::white); }
     // A folded block takes its first event's category colour, washed towards grey: the
@@ -127,6 +137,7 @@ private:
 
     std::optional<EventRef> selected_;
     std::optional<EventRef> search_hit_;
+    std::set<PassKey> critical_;
     int highlight_step_ = -1, highlight_microbatch_ = -1;
     std::int64_t measure_start_ = 0, measure_end_ = -1;
 
@@ -139,7 +150,7 @@ private:
     std::vector<int> name_widths_;  // their widths in the canvas font, -1 until measured
     QString last_status_;
     std::vector<PlanItem> plan_;  // reused across rows
-    std::int64_t painted_boxes_ = 0, painted_folds_ = 0;
+    std::int64_t painted_boxes_ = 0, painted_folds_ = 0, painted_critical_ = 0;
 };
 
 }  // namespace fulcrum::views::timeline

@@ -13,6 +13,8 @@
 #include <QVBoxLayout>
 #include <algorithm>
 
+#include "core/trace/annotations.h"
+
 namespace fulcrum::views {
 
 using timeline::EventRef;
@@ -132,6 +134,7 @@ TimelineView::~TimelineView() {
 
 void TimelineView::set_run(RunPtr run) {
     canvas_->set_data(nullptr, nullptr, nullptr);
+    canvas_->set_critical_passes({});
     model_->set_run(nullptr, nullptr);
     hits_.clear();
     hit_ = -1;
@@ -146,6 +149,8 @@ void TimelineView::set_run(RunPtr run) {
     model_->set_run(run_->trace.get(), layout_.get());
     canvas_->set_data(run_->trace.get(), layout_.get(), model_);
     canvas_->set_highlight(step_->value(), microbatch_->value());
+    canvas_->set_critical_passes(run_->analysis ? critical_pass_keys(*run_->analysis)
+                                                : std::set<PassKey>{});
     show_details();
 }
 
@@ -289,6 +294,15 @@ void TimelineView::show_details() {
     add(tr("Micro-batch"), optional_number(event.microbatch));
     add(tr("Stage"), optional_number(event.stage));
     add(tr("Phase"), optional_text(to_string(event.phase)));
+    if (const Phase kind = pass_kind(trace, event); kind != Phase::none) {
+        const std::int32_t chunk = chunk_of_args(trace.name(event.args));
+        add(tr("Pass"), pass_label(kind, event.microbatch, chunk));
+        add(tr("Virtual stage"), optional_number(chunk));
+        add(tr("Critical path"),
+            canvas_->critical_passes().count({row.rank, event.step, event.microbatch, kind}) > 0
+                ? tr("yes: this pass set the step's length")
+                : tr("no"));
+    }
     add(tr("Bytes"), optional_number(event.bytes));
     add(tr("Copy kind"), optional_text(to_string(event.copy_kind)));
     add(tr("Correlation"), optional_number(event.correlation));

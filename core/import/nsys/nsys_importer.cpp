@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -293,6 +294,21 @@ private:
         skip(table, -1, "table skipped: it has no '" + std::string(column) + "' column", "", rows);
     }
 
+    // Whether `table` is there with every column in `needed`: a missing table holds nothing, a
+    // table without a needed column is skipped whole, with the reason in the import log.
+    bool readable(const std::string& table, std::initializer_list<const char*> needed) {
+        if (!source_.has_table(table)) {
+            return false;
+        }
+        for (const char* column : needed) {
+            if (!source_.has_column(table, column)) {
+                skip_table(table, column);
+                return false;
+            }
+        }
+        return true;
+    }
+
     Status read_strings() {
         if (!source_.has_column("StringIds", "id") || !source_.has_column("StringIds", "value")) {
             return {};
@@ -525,14 +541,8 @@ private:
     template <typename Make>
     Status read_gpu_table(const std::string& table, const std::vector<std::string>& extra,
                           Make&& make) {
-        if (!source_.has_table(table)) {
+        if (!readable(table, {"start", "end", "globalPid"})) {
             return {};
-        }
-        for (const char* needed : {"start", "end", "globalPid"}) {
-            if (!source_.has_column(table, needed)) {
-                skip_table(table, needed);
-                return {};
-            }
         }
         auto column = [&](const std::string& name) {
             return source_.has_column(table, name) ? "\"" + name + "\"" : std::string("NULL");
@@ -640,14 +650,8 @@ private:
 
     Status read_runtime() {
         const std::string table = "CUPTI_ACTIVITY_KIND_RUNTIME";
-        if (!source_.has_table(table)) {
+        if (!readable(table, {"start", "end", "globalTid"})) {
             return {};
-        }
-        for (const char* needed : {"start", "end", "globalTid"}) {
-            if (!source_.has_column(table, needed)) {
-                skip_table(table, needed);
-                return {};
-            }
         }
         const std::string sql =
             "SELECT rowid, start, \"end\", globalTid, " +
@@ -690,14 +694,8 @@ private:
 
     Status read_nvtx() {
         const std::string table = "NVTX_EVENTS";
-        if (!source_.has_table(table)) {
+        if (!readable(table, {"start", "eventType", "globalTid"})) {
             return {};
-        }
-        for (const char* needed : {"start", "eventType", "globalTid"}) {
-            if (!source_.has_column(table, needed)) {
-                skip_table(table, needed);
-                return {};
-            }
         }
         auto column = [&](const char* name) {
             return source_.has_column(table, name) ? "\"" + std::string(name) + "\"" : std::string("NULL");

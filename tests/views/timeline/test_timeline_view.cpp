@@ -10,6 +10,7 @@
 #include <QtTest>
 
 #include "views/common/palette.h"
+#include "views/common/pass_marks.h"
 #include "views/timeline/timeline_view.h"
 
 using namespace fulcrum;
@@ -175,6 +176,51 @@ private slots:
                                 .arg(count_colour(image, box, colour))
                                 .arg(box.width() * box.height())));
         view_->canvas()->show_all();
+    }
+
+    // Passes by kind (forward and backward in palette::phase), and the critical path: the
+    // canvas's set is the analysis's (critical_pass_keys), and a critical pass, zoomed to,
+    // is outlined in palette::critical().
+    void passes_by_kind_and_the_critical_path() {
+        TimelineCanvas* canvas = view_->canvas();
+        const std::set<PassKey> keys = critical_pass_keys(*fixed_->analysis);
+        QVERIFY(!keys.empty());
+        QCOMPARE(canvas->critical_passes(), keys);
+        const Layout& layout = *view_->layout();
+        std::optional<EventRef> critical, backward;
+        for (std::uint32_t r = 0; r < layout.rows.size() && (!critical || !backward); ++r) {
+            const auto& events = layout.rows[r].lane->events;
+            for (std::uint32_t i = 0; i < events.size(); ++i) {
+                const Phase kind = pass_kind(*fixed_->trace, events[i]);
+                if (kind == Phase::none)
+                    continue;
+                const PassKey key{layout.rows[r].rank, events[i].step, events[i].microbatch, kind};
+                if (!critical && keys.count(key) > 0)
+                    critical = EventRef{r, i};
+                if (!backward && kind == Phase::backward && keys.count(key) == 0)
+                    backward = EventRef{r, i};
+            }
+        }
+        QVERIFY(critical && backward);
+        for (const EventRef ref : {*critical, *backward}) {
+            const Event& event = event_of(ref);
+            view_->zoom_to(event.start_ns - event.duration_ns(),
+                           event.end_ns + event.duration_ns());
+            const QRect box = canvas->event_rect(ref).toAlignedRect();
+            const QImage image = grab_canvas();
+            const bool on_path = ref.row == critical->row && ref.event == critical->event;
+            QVERIFY(count_colour(image, box.adjusted(3, 3, -4, -3), canvas->event_colour(event)) >
+                    box.width() * box.height() / 3);
+            if (on_path) {
+                QVERIFY(canvas->painted_critical() > 0);
+                QVERIFY(count_colour(image, box.adjusted(-1, -1, 1, 1), palette::critical()) >
+                        box.width());
+            } else {
+                QCOMPARE(canvas->event_colour(event).rgb(), palette::phase(Phase::backward).rgb());
+            }
+        }
+        save_view("timeline-critical-path");
+        canvas->show_all();
     }
 
     void highlight_step_draws_the_highlight_colour() {

@@ -1,4 +1,4 @@
-#include "engine/parallel/topology.h"
+#include "engine/distributed/topology.h"
 
 namespace fulcrum::engine {
 
@@ -39,18 +39,9 @@ Result<Topology> Topology::create(GridShape shape, int world_size, int rank) {
     return topology;
 }
 
-GridCoordinates Topology::coordinates_of(int rank) const {
-    GridCoordinates c;
-    c.tp = rank % shape_.tp;
-    c.cp = rank / shape_.tp % shape_.cp;
-    c.pp = rank / (shape_.tp * shape_.cp) % shape_.pp;
-    c.dp = rank / (shape_.tp * shape_.cp * shape_.pp);
-    return c;
-}
+GridCoordinates Topology::coordinates_of(int rank) const { return parallel::coordinates_of(shape_, rank); }
 
-int Topology::rank_of(const GridCoordinates& c) const {
-    return ((c.dp * shape_.pp + c.pp) * shape_.cp + c.cp) * shape_.tp + c.tp;
-}
+int Topology::rank_of(const GridCoordinates& c) const { return parallel::rank_of(shape_, c); }
 
 std::vector<int> Topology::group_varying(int GridCoordinates::*axis, int size) const {
     std::vector<int> group;

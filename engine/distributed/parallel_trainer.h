@@ -13,7 +13,7 @@
 //          Activations and gradients travel on two communicators of the same ranks, so that
 //          transfers of the two kinds between one pair of ranks (both directions carry both
 //          when p = 2 and interleaved) can never be matched with each other.
-//   TP/CP: inside the model (engine/model, engine/parallel/{tensor,context}_parallel).
+//   TP/CP: inside the model (engine/model, engine/distributed/{tensor,context}_parallel).
 //   after: the tied embedding's gradient is summed between the first and last stage, every
 //          gradient over the DP×CP group (same parameters, different tokens), under sequence
 //          parallelism the LayerNorm and embedding gradients over TP, the global gradient norm
@@ -34,7 +34,7 @@
 #include "engine/model/gpt.h"
 #include "engine/model/parallel_context.h"
 #include "core/parallel/schedule.h"
-#include "engine/parallel/topology.h"
+#include "engine/distributed/topology.h"
 #include "engine/train/adamw.h"
 #include "engine/train/trainer.h"
 

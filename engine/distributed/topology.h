@@ -7,19 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel/grid.h"
 #include "core/util/result.h"
 
 namespace fulcrum::engine {
 
-struct GridShape {
-    int dp = 1, pp = 1, cp = 1, tp = 1;
-    int world() const { return dp * pp * cp * tp; }
-};
-
-struct GridCoordinates {
-    int dp = 0, pp = 0, cp = 0, tp = 0;
-    friend bool operator==(const GridCoordinates&, const GridCoordinates&) = default;
-};
+// The grid's shape and numbering are core's (core/parallel/grid.h), shared with the simulator
+// and the planner.
+using parallel::GridCoordinates;
+using parallel::GridShape;
 
 class Topology {
 public:

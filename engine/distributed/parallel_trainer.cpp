@@ -1,4 +1,4 @@
-#include "engine/parallel/parallel_trainer.h"
+#include "engine/distributed/parallel_trainer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,8 @@
 
 #include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
-#include "engine/parallel/context_parallel.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/context_parallel.h"
+#include "engine/model/tensor_parallel.h"
 
 namespace fulcrum::engine {
 namespace {

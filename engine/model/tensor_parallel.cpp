@@ -1,4 +1,4 @@
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/tensor_parallel.h"
 
 #include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"

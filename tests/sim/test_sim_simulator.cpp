@@ -506,7 +506,8 @@ private slots:
         QVERIFY(scaled.cp_all_gather.per_byte_ns > 0);
     }
 
-    // docs/sources.md, "FLOPs", at the default assumptions: 24·h² FLOPs per token and layer at 400 TFLOP/s.
+    // docs/sources.md, "FLOPs", at the default assumptions: 24·h² FLOPs a token and layer at
+    // 400 TFLOP/s.
     void analyticModel() {
         const ModelShape shape{
             .layers = 2, .hidden = 4096, .heads = 32, .context = 8192, .vocab = 32000};

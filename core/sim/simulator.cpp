@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <utility>
 #include <variant>
 
 #include "core/balance/lengths.h"
@@ -102,8 +103,8 @@ using TpByKind = std::array<std::int64_t, 3>;
 
 // The same pass as one CP rank spends it.
 struct RankPass {
-    std::int64_t attention_ns = 0;  // its own attention compute: per_pair · pairs
-    std::int64_t mlp_ns = 0;        // its own other compute: fixed + per_token · tokens
+    std::int64_t attention_ns = 0;  // its attention blocks: per_pair · pairs + a third of the rest
+    std::int64_t mlp_ns = 0;        // its other compute: the rest of fixed + per_token · tokens
     std::int64_t recompute_ns = 0;  // recomputation before it (not in the two above)
     TpByKind tp_ns{};               // its TP collectives, every layer, by kind
     TpByKind tp_calls{};            // how many, every layer
@@ -187,6 +188,10 @@ bool gathers_received(const SimulationConfig& config) {
     return config.pipeline_scatter_gather && !config.sequence_parallel && config.grid.tp > 1;
 }
 
+// The attention block's share of a layer's linear work: QKV (6h²) and the output projection
+// (2h²) of 24h² FLOPs per token (the MLP's two 4h GEMMs are the other 16h²).
+constexpr std::pair<std::int64_t, std::int64_t> kAttentionBlockLinearShare = {8, 24};
+
 // One CP rank's compute and TP collectives of one pass (docs/simulate.md, "One pass").
 RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& recompute,
                    const StageCosts& costs, const SimulationConfig& config, PassPhase phase,
@@ -198,8 +203,13 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
     rank.recompute_ns = recomputing ? std::min(own, predict_pass_ns(recompute, tokens, pairs)) : 0;
     const double per_pair = cost.per_pair_ns - (recomputing ? recompute.per_pair_ns : 0.0);
     const std::int64_t rest = own - rank.recompute_ns;
-    rank.attention_ns = std::clamp<std::int64_t>(
+    // The `attention` range is the engine's: a layer's whole attention block (docs/analyses.md,
+    // "Attention time"), so besides the core (per_pair · pairs) it holds the block's GEMMs, QKV
+    // and the output projection: 8h² of a layer's 24h² linear FLOPs per token.
+    const std::int64_t core = std::clamp<std::int64_t>(
         std::llround(std::max(per_pair * static_cast<double>(pairs), 0.0)), 0, rest);
+    rank.attention_ns = core + (rest - core) * kAttentionBlockLinearShare.first /
+                                   kAttentionBlockLinearShare.second;
     rank.mlp_ns = rest - rank.attention_ns;
     if (config.grid.tp > 1) {
         const bool sp = config.sequence_parallel;

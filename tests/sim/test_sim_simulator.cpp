@@ -196,8 +196,9 @@ private slots:
         };
         check(find_event(first, "step", 0, -1, Phase::none), 0, 10836);
         check(find_event(first, "forward", 0, 0, Phase::forward), 0, 1180);
-        check(find_event(first, "attention", 0, 0, Phase::forward), 0, 36);
-        check(find_event(first, "mlp", 0, 0, Phase::forward), 36, 1116);
+        // attention: the core's 1·36 pairs and 8/24 of the rest (the block's QKV and projection)
+        check(find_event(first, "attention", 0, 0, Phase::forward), 0, 36 + 1080 / 3);
+        check(find_event(first, "mlp", 0, 0, Phase::forward), 396, 1116);
         const Event* send = find_event(first, "send activations", 0, 0, Phase::forward);
         check(send, 1116, 1180);
         QCOMPARE(send->bytes, std::int64_t(8 * 4 * 4));
@@ -206,8 +207,8 @@ private slots:
         // Stage 0 waits for stage 1's gradients from the moment F1 is done.
         check(find_event(first, "backward", 0, 0, Phase::backward), 2360, 6924);
         check(find_event(first, "recv gradients", 0, 0, Phase::backward), 2360, 4692);
-        check(find_event(first, "mlp", 0, 0, Phase::backward), 4692, 6852);
-        check(find_event(first, "attention", 0, 0, Phase::backward), 6852, 6924);
+        check(find_event(first, "mlp", 0, 0, Phase::backward), 4692, 6132);
+        check(find_event(first, "attention", 0, 0, Phase::backward), 6132, 6924);
         check(find_event(first, "optimizer", 0, -1, Phase::none), 10336, 10836);
         QVERIFY(find_event(first, "dp all-reduce gradients", 0, -1, Phase::none) == nullptr);
         check(find_event(first, "step", 1, -1, Phase::none), 10836, 2 * 10836);
@@ -216,8 +217,8 @@ private slots:
         // Stage 1 blocks in its receive from the start of the step.
         check(find_event(second, "forward", 0, 0, Phase::forward), 0, 2346);
         check(find_event(second, "recv activations", 0, 0, Phase::forward), 0, 1230);
-        check(find_event(second, "attention", 0, 0, Phase::forward), 1230, 1266);
-        check(find_event(second, "mlp", 0, 0, Phase::forward), 1266, 2346);
+        check(find_event(second, "attention", 0, 0, Phase::forward), 1230, 1626);
+        check(find_event(second, "mlp", 0, 0, Phase::forward), 1626, 2346);
         check(find_event(second, "backward", 0, 1, Phase::backward), 5758, 8054);
         check(find_event(second, "send gradients", 0, 1, Phase::backward), 7990, 8054);
         check(find_event(second, "optimizer", 0, -1, Phase::none), 8054, 8554);

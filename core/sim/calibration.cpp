@@ -5,8 +5,8 @@
 
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
-#include "core/sim/simulator.h"
 #include "core/plan/memory_model.h"
+#include "core/sim/simulator.h"
 
 namespace fulcrum::sim {
 
@@ -18,10 +18,11 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     if (!run.grid_known) {
         // An imported trace without coordinates: its placeholder 1×1×1×1 is no grid to play.
         return Error{ErrorCode::invalid_input,
-                     name + " does not say its grid (no dp, tp, pp, cp degrees or rank coordinates, "
-                            "as in a trace imported without them); a cost model fitted on it would "
-                            "not know which stage each pass ran on. Calibrate on a Fulcrum capture, "
-                            "or simulate without --calibrate"};
+                     name +
+                         " does not say its grid (no dp, tp, pp, cp degrees or rank coordinates, "
+                         "as in a trace imported without them); a cost model fitted on it would "
+                         "not know which stage each pass ran on. Calibrate on a Fulcrum capture, "
+                         "or simulate without --calibrate"};
     }
     config.grid = {run.dp, run.tp, run.pp, run.cp};
 
@@ -137,7 +138,11 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
         return settings.error();
     }
     const analysis::RunConfig& run = trace.config;
-    calibration.origin = {run.layers, run.pp, run.hidden, run.tp, settings->config.recompute,
+    calibration.origin = {run.layers,
+                          run.pp,
+                          run.hidden,
+                          run.tp,
+                          settings->config.recompute,
                           settings->config.virtual_stages};
     return calibration;
 }

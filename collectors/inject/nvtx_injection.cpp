@@ -86,9 +86,9 @@ struct StringHash {
 using TemplateMap = std::unordered_map<std::string, Event, StringHash, std::equal_to<>>;
 
 struct OpenRange {
-    const Domain* domain;
+    const Domain* domain = nullptr;
     Event event;
-    bool tagged_gpu_work;
+    bool tagged_gpu_work = false;
 };
 
 struct ThreadState {
@@ -114,11 +114,14 @@ struct ThreadState {
         }
         return lane;
     }
-    void emit(Recorder& recorder, const Event& event) {
-        if (buffer == nullptr) {
+    void emit(Recorder& recorder, const Event& event) { emit(recorder, event, event.end_ns); }
+    // The end is written into the buffer's copy, not into `event`: a fresh store read back
+    // within a wider copy would stall on store forwarding.
+    void emit(Recorder& recorder, const Event& event, std::int64_t end_ticks) {
+        if (buffer == nullptr) [[unlikely]] {
             buffer = recorder.new_event_buffer();
         }
-        buffer->add(event);
+        buffer->add(event, end_ticks);
     }
     TemplateMap& templates_of(const Domain* domain) {
         for (auto& [owner, map] : templates) {
@@ -231,10 +234,13 @@ Event template_for_registered(RegisteredString* string) {
 }
 
 // The event an attribute structure describes, without lane and time.
-Event resolve(ThreadState& thread, Domain& domain, const nvtxEventAttributes_t* attributes) {
-    Event event;
+// Written into `event` (a stack entry or a local), not returned: read back field by field
+// after a copy returned in vector registers, the result stalls on store forwarding.
+void resolve_into(Event& event, ThreadState& thread, Domain& domain,
+                  const nvtxEventAttributes_t* attributes) {
     if (attributes == nullptr || attributes->size < NVTX_EVENT_ATTRIB_STRUCT_SIZE) {
-        return template_for_text(thread, domain, "");
+        event = template_for_text(thread, domain, "");
+        return;
     }
     switch (attributes->messageType) {
         case NVTX_MESSAGE_TYPE_ASCII: {
@@ -276,6 +282,11 @@ Event resolve(ThreadState& thread, Domain& domain, const nvtxEventAttributes_t* 
             }
         }
     }
+}
+
+Event resolve(ThreadState& thread, Domain& domain, const nvtxEventAttributes_t* attributes) {
+    Event event;
+    resolve_into(event, thread, domain, attributes);
     return event;
 }
 
@@ -311,17 +322,20 @@ int push_range(Domain& domain, const nvtxEventAttributes_t* attributes) {
         recorder.add_dropped(1);  // pushes without pops: keep memory bounded
         return static_cast<int>(thread.stack.size());
     }
-    Event event = resolve(thread, domain, attributes);
-    event.lane = thread.current_lane(recorder);
-    bool tagged = false;
+    const LaneId lane = thread.current_lane(recorder);
+    const int depth = static_cast<int>(thread.stack.size());
+    OpenRange& open = thread.stack.emplace_back();
+    open.domain = &domain;
+    Event& event = open.event;
+    resolve_into(event, thread, domain, attributes);
+    event.lane = lane;
     if (domain.is_fulcrum && event.step >= 0 && gpu_state() == GpuState::on) {
         push_gpu_correlation(
             pack_semantic_keys(event.step, event.microbatch, event.stage, event.phase));
-        tagged = true;
+        open.tagged_gpu_work = true;
     }
     event.start_ns = clock_ticks();
-    thread.stack.push_back({&domain, event, tagged});
-    return static_cast<int>(thread.stack.size()) - 1;
+    return depth;
 }
 
 int pop_range(Domain& domain) {
@@ -339,12 +353,11 @@ int pop_range(Domain& domain) {
         if (thread.stack[i].domain != &domain) {
             continue;
         }
-        OpenRange& open = thread.stack[i];
-        open.event.end_ns = end_ticks;
+        const OpenRange& open = thread.stack[i];
         if (open.tagged_gpu_work) {
             pop_gpu_correlation();
         }
-        thread.emit(recorder, open.event);
+        thread.emit(recorder, open.event, end_ticks);
         thread.stack.erase(thread.stack.begin() + static_cast<std::ptrdiff_t>(i));
         return static_cast<int>(i);
     }

@@ -275,6 +275,7 @@ bool EventBuffer::next_block() {
     Block* fresh = reusable_;
     if (fresh != nullptr) {
         reusable_ = fresh->next.load(std::memory_order_relaxed);
+        spare_blocks_.fetch_sub(1, std::memory_order_relaxed);
         fresh->count.store(0, std::memory_order_relaxed);
         fresh->next.store(nullptr, std::memory_order_relaxed);
     } else {
@@ -322,6 +323,11 @@ std::size_t EventBuffer::drain(store::TraceWriter& writer) {
         read_ = next;
         read_index_ = 0;
         blocks_.fetch_sub(1, std::memory_order_acq_rel);
+        if (spare_blocks_.load(std::memory_order_relaxed) >= kSpareBlocks) {
+            delete done;  // the end of a burst: keep only a few
+            continue;
+        }
+        spare_blocks_.fetch_add(1, std::memory_order_relaxed);
         // Back to the owner; it takes the whole list at once, so there is no ABA here.
         Block* head = free_.load(std::memory_order_relaxed);
         do {

@@ -70,20 +70,24 @@ class EventBuffer {
 public:
     static constexpr std::uint32_t kBlockEvents = 1024;  // 64 KiB
     static constexpr std::int32_t kWakeBlocks = 4;
-    static constexpr std::int32_t kMaxBlocks = 64;
+    // 16 MiB of undrained events per thread (the writer itself queues up to 512 Ki events);
+    // drained blocks beyond kSpareBlocks are freed, so an idle thread keeps about 1 MiB.
+    static constexpr std::int32_t kMaxBlocks = 256;
+    static constexpr std::int32_t kSpareBlocks = 16;
 
     EventBuffer();
     ~EventBuffer();
     EventBuffer(const EventBuffer&) = delete;
     EventBuffer& operator=(const EventBuffer&) = delete;
 
-    // The owner thread only.
-    void add(const Event& event) {
+    // The owner thread only: `event`, ending at `end_ticks`.
+    void add(const Event& event, std::int64_t end_ticks) {
         if (used_ == kBlockEvents && !next_block()) [[unlikely]] {
             dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
             return;
         }
-        new (current_->slot(used_)) Event(event);
+        Event* slot = new (current_->slot(used_)) Event(event);
+        slot->end_ns = end_ticks;
         ++used_;
         current_->count.store(used_, std::memory_order_release);
     }
@@ -117,6 +121,7 @@ private:
     // Shared: blocks in the chain, and drained blocks on their way back to the owner.
     std::atomic<std::int32_t> blocks_{1};
     std::atomic<Block*> free_{nullptr};
+    std::atomic<std::int32_t> spare_blocks_{0};  // in free_ and reusable_
     // The drainer's side.
     std::mutex drain_mutex_;
     Block* read_;

@@ -7,8 +7,8 @@
 // that a `fulcrum.rank` mark emitted first can name the file when no launcher gave a rank.
 // At exit an atexit handler flushes CUPTI, closes the writer (indexes, rank.complete = 1)
 // and leaves a single file. A killed process keeps what the writer committed (at most
-// 350 ms are lost: a thread's buffer, then a commit). A full disk stops recording with one warning
-// line; the program runs on.
+// 350 ms are lost: a thread's undrained blocks, then a commit). A full disk stops recording
+// with one warning line; the program runs on.
 //
 // Fork. A child forked without exec does not record: the writer's and the housekeeper's
 // threads do not exist in it, and the writer's lock may have been held by another thread

@@ -4,10 +4,9 @@
 //
 // Reading CLOCK_REALTIME costs tens of ns on some virtual machines, and a push/pop pair reads
 // the clock twice. Where the CPU's time-stamp counter is invariant (it ticks at one rate in
-// every power state and on every core: CPUID 0x80000007 EDX bit 8, which Linux reports as
-// the flags constant_tsc and nonstop_tsc) the hot path reads the counter with `rdtsc` and
-// keeps the raw ticks; they become nanoseconds when the housekeeper drains the buffers. This
-// is how Tracy times its zones (Taraszka, "Tracy Profiler" manual, "Timer accuracy").
+// every power state and on every core: docs/sources.md, "Time-stamp counter") the hot path
+// reads the counter with `rdtsc` and keeps the raw ticks; they become nanoseconds when the
+// housekeeper drains the buffers. Tracy times its zones the same way.
 //
 // Conversion: ns = base_ns + (ticks - base_ticks) * mult >> 32, one line per segment. The
 // rate comes from CLOCK_MONOTONIC (never stepped) over a 10 ms calibration, refined as the run

@@ -48,7 +48,10 @@ struct nvtxDomainRegistration_st {
 struct nvtxStringRegistration_st {
     nvtxDomainRegistration_st* domain = nullptr;
     std::string text;
-    std::once_flag template_once;
+    // Made at the string's first use. Checked on every use with one acquire load:
+    // std::call_once would go through pthread_once and two thread-locals each time.
+    std::atomic<bool> template_ready{false};
+    std::mutex template_mutex;
     fulcrum::Event event_template;
 };
 
@@ -227,9 +230,14 @@ Event template_for_text(ThreadState& thread, Domain& domain, std::string_view te
     return map.emplace(std::string(text), make_template(domain, text)).first->second;
 }
 
-Event template_for_registered(RegisteredString* string) {
-    std::call_once(string->template_once,
-                   [&] { string->event_template = make_template(*string->domain, string->text); });
+const Event& template_for_registered(RegisteredString* string) {
+    if (!string->template_ready.load(std::memory_order_acquire)) [[unlikely]] {
+        std::lock_guard lock(string->template_mutex);
+        if (!string->template_ready.load(std::memory_order_relaxed)) {
+            string->event_template = make_template(*string->domain, string->text);
+            string->template_ready.store(true, std::memory_order_release);
+        }
+    }
     return string->event_template;
 }
 

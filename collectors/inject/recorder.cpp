@@ -266,7 +266,6 @@ void EventBuffer::delete_list(Block* block) {
 bool EventBuffer::next_block() {
     const std::int32_t blocks = blocks_.load(std::memory_order_acquire);
     if (blocks >= kMaxBlocks) {
-        Recorder::instance().wake_housekeeper();
         return false;
     }
     if (reusable_ == nullptr) {
@@ -289,6 +288,16 @@ bool EventBuffer::next_block() {
         Recorder::instance().wake_housekeeper();
     }
     return true;
+}
+
+// The chain is full: the housekeeper is far behind. It is woken once per block's worth of
+// dropped events, not at every one.
+void EventBuffer::drop_one() {
+    const std::int64_t dropped = dropped_.load(std::memory_order_relaxed) + 1;
+    dropped_.store(dropped, std::memory_order_relaxed);
+    if (dropped % kBlockEvents == 1) {
+        Recorder::instance().wake_housekeeper();
+    }
 }
 
 std::size_t EventBuffer::drain(store::TraceWriter& writer) {

@@ -83,7 +83,7 @@ public:
     // The owner thread only: `event`, ending at `end_ticks`.
     void add(const Event& event, std::int64_t end_ticks) {
         if (used_ == kBlockEvents && !next_block()) [[unlikely]] {
-            dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+            drop_one();
             return;
         }
         Event* slot = new (current_->slot(used_)) Event(event);
@@ -111,6 +111,7 @@ private:
         Event* events() { return std::launder(reinterpret_cast<Event*>(storage)); }
     };
     bool next_block();
+    void drop_one();
     static void delete_list(Block* block);
 
     // The owner's side.

@@ -18,6 +18,7 @@
 #include "app/cli/commands.h"
 #include "core/analysis/cost_model.h"
 #include "core/analysis/run_trace.h"
+#include "core/sim/hardware.h"
 #include "core/sim/simulator.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
@@ -31,6 +32,11 @@ struct SimulateArgs {
     bool force = false;
     sim::SimulationConfig defaults;  // fulcrum-train's defaults, overwritten by options
     std::string schedule = "1f1b";
+    std::string recompute = "none";
+    std::string dtype = "fp32";
+    std::string overlap_grad_reduce = "off";
+    std::string hardware;
+    std::string compare_schedules;
     std::string balancer = "fixed";
     std::string cp_shard = "per-doc";
     std::string calibrate;
@@ -116,6 +122,47 @@ Result<analysis::CostModel> read_cost_model(const std::string& path) {
     return model;
 }
 
+// --recompute, --dtype, --overlap-grad-reduce (the run's unless given) and --hardware (a
+// preset, then every analytic option given on the command line over it).
+Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationConfig& config) {
+    if (!calibrated || given(args, "--recompute")) {
+        auto recompute = plan::parse_recompute(args.recompute);
+        if (!recompute) {
+            return Error{ErrorCode::invalid_input, "--recompute: " + recompute.error().message};
+        }
+        config.recompute = *recompute;
+    }
+    if (!calibrated || given(args, "--dtype")) {
+        auto dtype = sim::parse_dtype(args.dtype);
+        if (!dtype) {
+            return dtype.error();
+        }
+        config.dtype = *dtype;
+    }
+    if (!calibrated || given(args, "--overlap-grad-reduce")) {
+        config.overlap_grad_reduce = args.overlap_grad_reduce == "on";
+    }
+    if (!args.hardware.empty()) {
+        auto preset = sim::hardware_preset(args.hardware);
+        if (!preset) {
+            return preset.error();
+        }
+        const sim::HardwareAssumptions& options = args.defaults.hardware;
+        const auto keep = [&](const char* option, auto& field, const auto& value) {
+            if (given(args, option)) {
+                field = value;
+            }
+        };
+        keep("--tflops", preset->tflops, options.tflops);
+        keep("--nvlink-gbs", preset->nvlink_gbs, options.nvlink_gbs);
+        keep("--network-gbs", preset->network_gbs, options.network_gbs);
+        keep("--latency-us", preset->collective_latency_us, options.collective_latency_us);
+        keep("--gpus-per-node", preset->gpus_per_node, options.gpus_per_node);
+        config.hardware = *preset;
+    }
+    return {};
+}
+
 // The settings: the calibration run's where it says them, the command line's where given,
 // fulcrum-train's defaults otherwise.
 Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
@@ -150,6 +197,11 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         config.schedule = run.schedule;
         config.balancer = run.balancer;
         config.sharding = run.sharding;
+        keep("--virtual-stages", config.virtual_stages, run.virtual_stages);
+        keep("--sequence-parallel", config.sequence_parallel, run.sequence_parallel);
+        config.recompute = run.recompute;
+        config.dtype = run.dtype;
+        config.overlap_grad_reduce = run.overlap_grad_reduce;
         // Required settings it lacks are validate()'s to name; the rest fall back, and say so.
         std::string defaulted;
         for (const std::string& option : settings->unknown) {
@@ -165,7 +217,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
                  "; using the defaults (see --help)");
         }
     } else if (!given(args, "--lengths")) {
-        // REFERENCE §5's ProLong-like median of 1,900 tokens, or context/8 where that would
+        // docs/sources.md, "Document lengths": a ProLong-like median of 1,900 tokens, or context/8 where that would
         // leave hardly a document shorter than the context (fulcrum-train's demo mix).
         const int median = std::max(1, std::min(1900, config.model.context / 8));
         config.lengths = "long-tail:context=" + std::to_string(config.model.context) +
@@ -177,6 +229,9 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
             return schedule.error();
         }
         config.schedule = *schedule;
+    }
+    if (auto status = apply_knobs(args, trace != nullptr, config); !status) {
+        return status.error();
     }
     if (trace == nullptr || given(args, "--balancer")) {
         auto balancer = balance::parse_balancer(args.balancer);
@@ -195,12 +250,57 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
     return config;
 }
 
-Result<std::vector<balance::Balancer>> balancers_to_play(const SimulateArgs& args,
-                                                         balance::Balancer configured) {
-    if (args.compare.empty()) {
-        return std::vector<balance::Balancer>{configured};
+// One simulation of a comparison: its settings and the name of what differs.
+struct Variant {
+    sim::SimulationConfig config;
+    std::string label;  // the balancer's or schedule's name
+};
+
+Result<std::vector<Variant>> schedules_to_play(const SimulateArgs& args,
+                                               const sim::SimulationConfig& config) {
+    std::vector<Variant> variants;
+    std::stringstream list(args.compare_schedules);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+        auto schedule = parallel::parse_schedule(name);
+        if (!schedule) {
+            return Error{ErrorCode::invalid_input,
+                         "--compare-schedules: " + schedule.error().message};
+        }
+        Variant variant{config, parallel::schedule_name(*schedule)};
+        variant.config.schedule = *schedule;
+        const bool interleaved = *schedule == parallel::PipelineSchedule::interleaved;
+        variant.config.virtual_stages = interleaved ? std::max(config.virtual_stages, 2) : 1;
+        if (auto status = sim::validate(variant.config); !status) {
+            return Error{ErrorCode::invalid_input,
+                         "--compare-schedules " + variant.label + ": " + status.error().message};
+        }
+        const bool seen = std::any_of(variants.begin(), variants.end(),
+                                      [&](const Variant& v) { return v.label == variant.label; });
+        if (!seen) {
+            variants.push_back(std::move(variant));
+        }
     }
-    std::vector<balance::Balancer> balancers;
+    if (variants.empty()) {
+        return Error{ErrorCode::invalid_input,
+                     "--compare-schedules needs a list of schedules, e.g. 1f1b,interleaved,zb-h1"};
+    }
+    return variants;
+}
+
+Result<std::vector<Variant>> variants_to_play(const SimulateArgs& args,
+                                              const sim::SimulationConfig& config) {
+    if (!args.compare.empty() && !args.compare_schedules.empty()) {
+        return Error{ErrorCode::invalid_input,
+                     "compare balancers (--compare) or schedules (--compare-schedules), not both"};
+    }
+    if (!args.compare_schedules.empty()) {
+        return schedules_to_play(args, config);
+    }
+    if (args.compare.empty()) {
+        return std::vector<Variant>{{config, balance::balancer_name(config.balancer)}};
+    }
+    std::vector<Variant> variants;
     std::stringstream list(args.compare);
     std::string name;
     while (std::getline(list, name, ',')) {
@@ -208,21 +308,28 @@ Result<std::vector<balance::Balancer>> balancers_to_play(const SimulateArgs& arg
         if (!balancer) {
             return Error{ErrorCode::invalid_input, "--compare: " + balancer.error().message};
         }
-        if (std::find(balancers.begin(), balancers.end(), *balancer) == balancers.end()) {
-            balancers.push_back(*balancer);
+        Variant variant{config, balance::balancer_name(*balancer)};
+        variant.config.balancer = *balancer;
+        const bool seen = std::any_of(variants.begin(), variants.end(),
+                                      [&](const Variant& v) { return v.label == variant.label; });
+        if (!seen) {
+            variants.push_back(std::move(variant));
         }
     }
-    if (balancers.empty()) {
+    if (variants.empty()) {
         return Error{ErrorCode::invalid_input,
                      "--compare needs a list of balancers, e.g. --compare fixed,ilp,wlb"};
     }
-    return balancers;
+    return variants;
 }
 
 struct Played {
     balance::Balancer balancer;
     sim::SimulationResult result;
     std::string output;
+    std::string label;
+    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
+    int virtual_stages = 1;
 };
 
 nlohmann::json steps_json(const sim::SimulationResult& result) {
@@ -248,8 +355,9 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
         nlohmann::json::parse(sim::run_config_json(config, played.front().result.cost_source));
     out["config"].erase("balancer");
     const analysis::CostModel model =
-        config.cost_model ? *config.cost_model
-                          : sim::analytic_cost_model(config.model, config.grid, config.hardware);
+        config.cost_model
+            ? *config.cost_model
+            : sim::analytic_cost_model(config.model, config.grid, config.hardware, config.knobs());
     out["cost_model"] = nlohmann::json::parse(analysis::cost_model_json(model));
     out["notes"] = played.front().result.notes;
     nlohmann::json results = nlohmann::json::array();
@@ -258,6 +366,8 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
         const sim::SimulationResult& r = run.result;
         results.push_back(
             {{"balancer", balance::balancer_name(run.balancer)},
+             {"schedule", parallel::schedule_name(run.schedule)},
+             {"virtual_stages", run.virtual_stages},
              {"mean_step_ns", r.mean_step_ns},
              {"vs_first", first > 0 ? r.mean_step_ns / first : 1.0},
              {"mean_imbalance", r.mean_imbalance},
@@ -273,7 +383,8 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
     std::printf("%s\n", out.dump(2).c_str());
 }
 
-void print_table(const sim::SimulationConfig& config, const std::vector<Played>& played) {
+void print_table(const sim::SimulationConfig& config, const std::vector<Played>& played,
+                 const std::string& compared) {
     const sim::SimulationResult& head = played.front().result;
     std::printf("simulated %s = %d ranks, %s, %d micro-batches per replica, %d steps\n",
                 grid_text(config.grid).c_str(), config.grid.world(),
@@ -291,17 +402,17 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
     }
     std::printf("\n");
     using Align = TextTable::Align;
-    const std::string first_name = balance::balancer_name(played.front().balancer);
+    const std::string first_name = played.front().label;
     TextTable table(
-        {"balancer", "step time", "vs " + first_name, "imbalance", "bubble", "tokens/s"},
+        {compared, "step time", "vs " + first_name, "imbalance", "bubble", "tokens/s"},
         {Align::left, Align::right, Align::right, Align::right, Align::right, Align::right});
     const double first = head.mean_step_ns;
     for (const Played& run : played) {
         const sim::SimulationResult& r = run.result;
-        table.add_row(
-            {balance::balancer_name(run.balancer), format_duration(std::llround(r.mean_step_ns)),
-             fixed(first > 0 ? r.mean_step_ns / first : 1.0, 2) + "x", fixed(r.mean_imbalance, 2),
-             fixed(100 * r.mean_bubble_fraction, 1) + "%", fixed(r.tokens_per_second, 0)});
+        table.add_row({run.label, format_duration(std::llround(r.mean_step_ns)),
+                       fixed(first > 0 ? r.mean_step_ns / first : 1.0, 2) + "x",
+                       fixed(r.mean_imbalance, 2), fixed(100 * r.mean_bubble_fraction, 1) + "%",
+                       fixed(r.tokens_per_second, 0)});
     }
     std::fputs(table.render().c_str(), stdout);
     for (const Played& run : played) {
@@ -357,18 +468,18 @@ int run_simulate(const SimulateArgs& args) {
     if (auto status = sim::validate(*config); !status) {
         return report_error(status.error());
     }
-    auto balancers = balancers_to_play(args, config->balancer);
-    if (!balancers) {
-        return report_error(balancers.error());
+    auto variants = variants_to_play(args, *config);
+    if (!variants) {
+        return report_error(variants.error());
     }
+    const bool comparing = !args.compare.empty() || !args.compare_schedules.empty();
     // Every output is checked before anything is simulated, so a comparison does not stop
     // half-way on the third file.
     std::vector<std::string> outputs;
-    for (balance::Balancer balancer : *balancers) {
+    for (const Variant& variant : *variants) {
         std::string path;
         if (!args.output.empty()) {
-            path = args.compare.empty() ? args.output
-                                        : output_for(args.output, balance::balancer_name(balancer));
+            path = comparing ? output_for(args.output, variant.label) : args.output;
             std::error_code ec;
             if (!args.force && std::filesystem::exists(path, ec)) {
                 return report_error({ErrorCode::io, "'" + path +
@@ -381,13 +492,11 @@ int run_simulate(const SimulateArgs& args) {
 
     std::vector<Played> played;
     const std::string command = command_line(args);
-    for (std::size_t i = 0; i < balancers->size(); ++i) {
-        sim::SimulationConfig run = *config;
-        run.balancer = (*balancers)[i];
+    for (std::size_t i = 0; i < variants->size(); ++i) {
+        const sim::SimulationConfig& run = (*variants)[i].config;
         sim::SimulationProgress progress;
         progress.progress =
-            progress_for(std::string("simulating ") + balance::balancer_name(run.balancer),
-                         args.progress, cancel);
+            progress_for("simulating " + (*variants)[i].label, args.progress, cancel);
         progress.cancel = &cancel;
         Result<sim::SimulationResult> result =
             outputs[i].empty() ? sim::simulate(run, nullptr, progress) : [&] {
@@ -402,12 +511,13 @@ int run_simulate(const SimulateArgs& args) {
         if (!result) {
             return report_error(result.error());
         }
-        played.push_back({run.balancer, std::move(*result), outputs[i]});
+        played.push_back({run.balancer, std::move(*result), outputs[i], (*variants)[i].label,
+                          run.schedule, run.virtual_stages});
     }
     if (args.json) {
         print_json(*config, played);
     } else {
-        print_table(*config, played);
+        print_table(*config, played, args.compare_schedules.empty() ? "balancer" : "schedule");
     }
     return kExitOk;
 }
@@ -446,6 +556,12 @@ Command add_simulate_command(CLI::App& app) {
     sub->add_option("--cost-model", args->cost_model,
                     "A cost model as JSON (the cost_model member of fulcrum analyze --json; "
                     "docs/analyses.md); overrides the fit of --calibrate")
+        ->group("Cost model");
+    sub->add_option("--hardware", args->hardware,
+                    "A system description for the analytic model: h100 (the flat defaults below) "
+                    "or a100 (312 TFLOP/s peak, GEMM efficiency by size, NVLink 300 GB/s in "
+                    "8-GPU nodes, 25 GB/s a GPU between them; docs/simulate.md); the options "
+                    "below override its values")
         ->group("Cost model");
     sub->add_option("--tflops", d.hardware.tflops,
                     "Analytic model: sustained TFLOP/s per GPU (used when no cost model is "
@@ -491,8 +607,46 @@ Command add_simulate_command(CLI::App& app) {
     sub->add_option("--cp", d.grid.cp, "Context-parallel degree")
         ->capture_default_str()
         ->group("Grid");
-    sub->add_option("--schedule", args->schedule, "Pipeline schedule: gpipe or 1f1b")
+    sub->add_option("--schedule", args->schedule,
+                    "Pipeline schedule: gpipe, 1f1b, interleaved (1F1B over --virtual-stages "
+                    "model chunks per stage; --micro-batches a multiple of --pp) or zb-h1 (Zero "
+                    "Bubble: backward split into input- and weight-gradient passes)")
         ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--virtual-stages", d.virtual_stages,
+                    "Model chunks per pipeline stage for --schedule interleaved (at least 2)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->group("Grid");
+    sub->add_option("--compare-schedules", args->compare_schedules,
+                    "Simulate each of these pipeline schedules with otherwise identical settings, "
+                    "e.g. 1f1b,interleaved,zb-h1 (interleaved with --virtual-stages, 2 if not "
+                    "given); the first is the baseline of the 'vs' column")
+        ->group("Grid");
+    sub->add_option("--recompute", args->recompute,
+                    "Activation recomputation: none, selective (the attention core re-run in "
+                    "backward) or full (the layer's forward re-run)")
+        ->capture_default_str()
+        ->group("Grid");
+    sub->add_flag("--sequence-parallel", d.sequence_parallel,
+                  "With --tp > 1: TP's all-reduces become reduce-scatters and all-gathers, "
+                  "pipeline sends carry a TP rank's rows")
+        ->group("Grid");
+    sub->add_flag("--pipeline-scatter-gather", d.pipeline_scatter_gather,
+                  "Megatron-LM's pipeline sends: each TP rank sends 1/tp of the boundary "
+                  "activation (fulcrum-train sends it whole)")
+        ->group("Grid");
+    sub->add_option("--dtype", args->dtype,
+                    "Element type of activations and gradients: bf16, fp16 (2 bytes) or fp32 "
+                    "(4, the CPU engine's)")
+        ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--overlap-grad-reduce", args->overlap_grad_reduce,
+                    "Reduce each layer's gradients over DP x CP as soon as its last backward "
+                    "pass has written them, overlapped with the passes after (on), or all at once "
+                    "after the stage's last pass (off)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}))
         ->group("Grid");
     sub->add_option("--micro-batches", d.microbatches, "Micro-batches per DP replica and step")
         ->capture_default_str()

@@ -33,6 +33,10 @@ struct ReplayInput {
     std::int64_t p2p_latency_ns = 0;  // from a send's end to the receiver's start
     // When each stage can begin (e.g. after its step's set-up); empty: all at 0.
     std::vector<std::int64_t> stage_ready_ns;
+    // Replay the order fulcrum-train runs (step_ops) where the shape does not suit the
+    // schedule (an interleaved step of a micro-batch count that is not a multiple of p)
+    // instead of refusing it.
+    bool as_engine_runs = false;
 };
 
 struct ReplayedOp {

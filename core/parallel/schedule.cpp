@@ -173,4 +173,22 @@ LayerRange stage_layers(int stage, int stages, int layers) {
     return {first, first + base + (stage < extra ? 1 : 0)};
 }
 
+std::vector<PipelineOp> step_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape) {
+    if (check_pipeline(schedule, shape).ok() || schedule != PipelineSchedule::interleaved) {
+        return stage_ops(schedule, stage, shape);
+    }
+    std::vector<PipelineOp> ops;
+    for (int k = 0; k < shape.virtual_stages; ++k) {
+        for (int j = 0; j < shape.microbatches; ++j) {
+            ops.push_back({j, PassKind::forward, k});
+        }
+    }
+    for (int k = shape.virtual_stages - 1; k >= 0; --k) {
+        for (int j = 0; j < shape.microbatches; ++j) {
+            ops.push_back({j, PassKind::backward, k});
+        }
+    }
+    return ops;
+}
+
 }  // namespace fulcrum::parallel

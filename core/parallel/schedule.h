@@ -65,6 +65,14 @@ struct PipelineOp {
 // The passes stage `stage` runs, in order. The shape must pass check_pipeline.
 std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape);
 
+// The passes fulcrum-train runs in a step: stage_ops, except for an interleaved step whose
+// micro-batch count is not a multiple of p (a balancer may make one: fixed and ilp add
+// micro-batches when the documents do not fit, the last batch of an epoch may have fewer),
+// which runs depth-first over the model chunks instead: GPipe on the virtual pipeline of v·p
+// chunks (every forward of chunk 0, of chunk 1, …, then the backwards in reverse), valid for
+// any count. Every count must be at least 1.
+std::vector<PipelineOp> step_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape);
+
 // The schedule's bubble with every micro-batch alike, as a fraction of the busy time:
 // (p−1)/m for GPipe and 1F1B, (p−1)/(v·m) interleaved, (p−1)(F + B − W)/(m(F + B + W)) for
 // ZB-H1, with F, B, W the forward, input-gradient and weight-gradient pass times (only ZB-H1's

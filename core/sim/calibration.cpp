@@ -1,5 +1,8 @@
 // Taking a simulation's settings and costs from a captured run. Kept apart from the
 // simulator itself, which needs neither the pass finder nor the fit.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <string>
 
 #include "core/analysis/passes.h"
@@ -7,6 +10,48 @@
 #include "core/sim/simulator.h"
 
 namespace fulcrum::sim {
+namespace {
+
+// fulcrum-train's knobs in run.config (engine/tools/train.cpp writes virtual_stages,
+// recompute, sequence_parallel, overlap_grad_reduce); a run that does not say them ran
+// without them. `dtype` is written by the simulator only: the CPU engine computes in fp32.
+struct RunKnobs {
+    int virtual_stages = 1;
+    plan::Recompute recompute = plan::Recompute::none;
+    bool sequence_parallel = false;
+    bool overlap_grad_reduce = false;
+    DType dtype = DType::fp32;
+};
+
+RunKnobs run_knobs(const std::string& config_json) {
+    RunKnobs knobs;
+    const auto json = nlohmann::json::parse(config_json, nullptr, false);
+    if (!json.is_object()) {
+        return knobs;
+    }
+    if (auto it = json.find("virtual_stages"); it != json.end() && it->is_number_integer()) {
+        knobs.virtual_stages = std::max(1, it->get<int>());
+    }
+    if (auto it = json.find("recompute"); it != json.end() && it->is_string()) {
+        if (auto recompute = plan::parse_recompute(it->get<std::string>())) {
+            knobs.recompute = *recompute;
+        }
+    }
+    if (auto it = json.find("sequence_parallel"); it != json.end() && it->is_boolean()) {
+        knobs.sequence_parallel = it->get<bool>();
+    }
+    if (auto it = json.find("overlap_grad_reduce"); it != json.end() && it->is_boolean()) {
+        knobs.overlap_grad_reduce = it->get<bool>();
+    }
+    if (auto it = json.find("dtype"); it != json.end() && it->is_string()) {
+        if (auto dtype = parse_dtype(it->get<std::string>())) {
+            knobs.dtype = *dtype;
+        }
+    }
+    return knobs;
+}
+
+}  // namespace
 
 Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     const analysis::RunConfig& run = trace.config;
@@ -22,7 +67,8 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     } else {
         return Error{ErrorCode::invalid_input,
                      name + " ran the pipeline schedule '" + run.schedule +
-                         "', which the simulator does not play (gpipe, 1f1b); give --schedule"};
+                         "', which the simulator does not play (" +
+                         std::string(parallel::kScheduleNames) + "); give --schedule"};
     }
     if (run.balancer.empty()) {
         settings.unknown.push_back("--balancer");
@@ -79,6 +125,12 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     }
     config.seed = run.seed;
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
+    const RunKnobs knobs = run_knobs(trace.run.config_json);
+    config.virtual_stages = knobs.virtual_stages;
+    config.recompute = knobs.recompute;
+    config.sequence_parallel = knobs.sequence_parallel;
+    config.overlap_grad_reduce = knobs.overlap_grad_reduce;
+    config.dtype = knobs.dtype;
     return settings;
 }
 
@@ -111,7 +163,9 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
     // fit_cost_model names the run; say what was done with it.
     calibration.model.source = "fitted on " + name;
     const analysis::RunConfig& run = trace.config;
-    calibration.origin = {run.layers, run.pp, run.hidden, run.tp};
+    const RunKnobs knobs = run_knobs(trace.run.config_json);
+    calibration.origin = {run.layers, run.pp,          run.hidden,
+                          run.tp,     knobs.recompute, knobs.virtual_stages};
     return calibration;
 }
 

@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <utility>
 #include <variant>
 
 #include "core/balance/lengths.h"
 #include "core/balance/step_planner.h"
 #include "core/parallel/replay.h"
+#include "core/sim/grad_reduction.h"
 #include "core/store/trace_writer.h"
 #include "core/util/output_file.h"
 
@@ -21,8 +23,6 @@ namespace {
 
 using analysis::CollectiveCost;
 using analysis::PassCost;
-
-constexpr std::int64_t kFloatBytes = 4;
 
 Error invalid(std::string message) {
     return Error{ErrorCode::invalid_input, std::move(message)};
@@ -83,26 +83,43 @@ std::string cost_source(const SimulationConfig& config) {
 }
 
 // One pass (one micro-batch, one phase) of one replica's stage, for the whole CP group:
-// what the pipeline replay sees.
+// what the pipeline replay sees. For a stage of v model chunks, the whole stage's share of
+// the model (the replay gives each chunk's pass 1/v of it).
 struct GroupPass {
-    std::int64_t duration_ns = 0;  // slowest member's compute + CP exchange + send
+    std::int64_t duration_ns = 0;  // slowest member's compute + CP exchange + sends
     std::int64_t exchange_ns = 0;  // the CP collective's transfer, every layer together
     std::int64_t exchange_bytes = 0;
-    std::int64_t send_ns = 0;
+    std::int64_t send_ns = 0;  // one send of one chunk's boundary activation
+    // Full recomputation's second K/V all-gather in the backward pass, every layer together.
+    std::int64_t regather_ns = 0;
+    std::int64_t regather_bytes = 0;
 };
+
+// TP collectives by kind: all-reduce, all-gather, reduce-scatter (layer_costs.h).
+using TpByKind = std::array<std::int64_t, 3>;
 
 // The same pass as one CP rank spends it.
 struct RankPass {
-    std::int64_t attention_ns = 0;  // its own attention compute: per_pair · pairs
-    std::int64_t mlp_ns = 0;        // its own other compute: fixed + per_token · tokens
-    std::int64_t tp_ns = 0;         // its TP all-reduces, 2 per layer
-    std::int64_t wait_ns = 0;       // for the CP group's slowest rank
+    std::int64_t attention_ns = 0;  // its attention blocks: per_pair · pairs + a third of the rest
+    std::int64_t mlp_ns = 0;        // its other compute: the rest of fixed + per_token · tokens
+    std::int64_t recompute_ns = 0;  // recomputation before it (not in the two above)
+    TpByKind tp_ns{};               // its TP collectives, every layer, by kind
+    TpByKind tp_calls{};            // how many, every layer
+    TpByKind recompute_tp_ns{};     // those recomputation re-runs
+    TpByKind recompute_tp_calls{};
+    std::int64_t wait_ns = 0;  // for the CP group's slowest rank
     std::int64_t tokens = 0;
+
+    std::int64_t tp_total() const {
+        return tp_ns[0] + tp_ns[1] + tp_ns[2] + recompute_tp_ns[0] + recompute_tp_ns[1] +
+               recompute_tp_ns[2];
+    }
+    std::int64_t own_total() const { return attention_ns + mlp_ns + recompute_ns + tp_total(); }
 };
 
 struct ReplicaPlay {
     int microbatches = 0;
-    std::vector<GroupPass> groups;  // [(stage · m + j) · 2 + phase]
+    std::vector<GroupPass> groups;  // [(stage · m + j) · kPassPhases + phase]
     std::vector<RankPass> ranks;    // [group index · cp + cp rank]
     parallel::ReplayResult replay;  // times from 0, the step's start
 };
@@ -110,8 +127,20 @@ struct ReplicaPlay {
 std::size_t group_index(int stage, int microbatch, int microbatches, PassPhase phase) {
     return (static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) +
             static_cast<std::size_t>(microbatch)) *
-               2 +
+               kPassPhases +
            static_cast<std::size_t>(phase);
+}
+
+PassPhase pass_phase(parallel::PassKind kind) {
+    switch (kind) {
+        case parallel::PassKind::forward:
+            return PassPhase::forward;
+        case parallel::PassKind::backward:
+            return PassPhase::backward;
+        case parallel::PassKind::weight:
+            return PassPhase::weight;
+    }
+    return PassPhase::forward;
 }
 
 int layers_of(int stage, const SimulationConfig& config) {
@@ -119,23 +148,96 @@ int layers_of(int stage, const SimulationConfig& config) {
     return range.last - range.first;
 }
 
+// Bytes of one pipeline send of a rank holding `tokens`: the [T, h] boundary activation, its
+// rows' share under sequence parallelism or with Megatron-LM's scatter/gather.
+std::int64_t p2p_bytes(const SimulationConfig& config, std::int64_t tokens) {
+    const bool split = config.sequence_parallel || config.pipeline_scatter_gather;
+    return tokens * config.model.hidden * element_bytes(config.dtype) /
+           (split ? config.grid.tp : 1);
+}
+
+// Sends of a stage's passes in one phase over its v chunks: a forward sends unless its model
+// chunk is the last, a backward unless it is the first; W sends nothing.
+int sends_of(int stage, PassPhase phase, const SimulationConfig& config) {
+    const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
+    if (phase == PassPhase::weight || p == 1) {
+        return 0;
+    }
+    const bool forward = phase == PassPhase::forward;
+    return v - ((forward ? stage == p - 1 : stage == 0) ? 1 : 0);
+}
+
+// The attention block's share of a layer's linear work: QKV (6h²) and the output projection
+// (2h²) of 24h² FLOPs per token (the MLP's two 4h GEMMs are the other 16h²).
+constexpr std::pair<std::int64_t, std::int64_t> kAttentionBlockLinearShare = {8, 24};
+
+// One CP rank's compute and TP collectives of one pass (docs/simulate.md, "One pass").
+RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& recompute,
+                   const StageCosts& costs, const SimulationConfig& config, PassPhase phase,
+                   std::int64_t layers, std::int64_t tokens, std::int64_t pairs) {
+    RankPass rank;
+    rank.tokens = tokens;
+    const std::int64_t own = predict_pass_ns(cost, tokens, pairs);
+    const bool recomputing = recomputes(phase, config.recompute);
+    rank.recompute_ns = recomputing ? std::min(own, predict_pass_ns(recompute, tokens, pairs)) : 0;
+    const double per_pair = cost.per_pair_ns - (recomputing ? recompute.per_pair_ns : 0.0);
+    const std::int64_t rest = own - rank.recompute_ns;
+    // The `attention` range is the engine's: a layer's whole attention block (docs/analyses.md,
+    // "Attention time"), so besides the core (per_pair · pairs) it holds the block's GEMMs, QKV
+    // and the output projection: 8h² of a layer's 24h² linear FLOPs per token.
+    const std::int64_t core = std::clamp<std::int64_t>(
+        std::llround(std::max(per_pair * static_cast<double>(pairs), 0.0)), 0, rest);
+    rank.attention_ns = core + (rest - core) * kAttentionBlockLinearShare.first /
+                                   kAttentionBlockLinearShare.second;
+    rank.mlp_ns = rest - rank.attention_ns;
+    if (config.grid.tp > 1) {
+        const bool sp = config.sequence_parallel;
+        const std::int64_t bytes = tokens * config.model.hidden * element_bytes(config.dtype);
+        const std::array<const CollectiveCost*, 3> kind_costs = {
+            &costs.tp_all_reduce, &costs.tp_all_gather, &costs.tp_reduce_scatter};
+        const auto fill = [&](const TpCollectives& per_layer, TpByKind& ns, TpByKind& calls) {
+            const std::array<int, 3> counts = {per_layer.all_reduce, per_layer.all_gather,
+                                               per_layer.reduce_scatter};
+            for (std::size_t k = 0; k < 3; ++k) {
+                calls[k] = counts[k] * layers;
+                ns[k] = calls[k] * predict_collective_ns(*kind_costs[k], bytes);
+            }
+        };
+        fill(tp_collectives_per_layer(phase, parallel::splits_backward(config.schedule), sp),
+             rank.tp_ns, rank.tp_calls);
+        if (recomputing) {
+            fill(tp_recompute_collectives_per_layer(config.recompute, sp), rank.recompute_tp_ns,
+                 rank.recompute_tp_calls);
+        }
+    }
+    return rank;
+}
+
 Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
                                  const SimulationConfig& config, const StageCosts& costs) {
     const Grid& grid = config.grid;
     const std::int64_t hidden = config.model.hidden;
+    const std::int64_t element = element_bytes(config.dtype);
+    const bool split = parallel::splits_backward(config.schedule);
     const int m = static_cast<int>(replica.size());
     ReplicaPlay play;
     play.microbatches = m;
-    play.groups.resize(static_cast<std::size_t>(grid.pp) * static_cast<std::size_t>(m) * 2);
+    play.groups.resize(static_cast<std::size_t>(grid.pp) * static_cast<std::size_t>(m) *
+                       kPassPhases);
     play.ranks.resize(play.groups.size() * static_cast<std::size_t>(grid.cp));
 
     parallel::ReplayInput input;
     input.schedule = config.schedule;
     input.stages = grid.pp;
     input.microbatches = m;
+    input.virtual_stages = std::max(config.virtual_stages, 1);
+    input.as_engine_runs = true;
     input.forward_ns.assign(static_cast<std::size_t>(grid.pp),
                             std::vector<std::int64_t>(static_cast<std::size_t>(m)));
     input.backward_ns = input.forward_ns;
+    if (split) {
+        input.weight_ns = input.forward_ns;
+    }
     // One latency for both directions (replay_pipeline takes one): their mean.
     input.p2p_latency_ns = grid.pp > 1
                                ? std::llround((std::max(costs.recv_activations.latency_ns, 0.0) +
@@ -143,64 +245,62 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
                                               2)
                                : 0;
 
+    std::vector<PassPhase> phases = {PassPhase::forward, PassPhase::backward};
+    if (split) {
+        phases.push_back(PassPhase::weight);
+    }
     for (int stage = 0; stage < grid.pp; ++stage) {
         const std::int64_t layers = layers_of(stage, config);
+        const auto& stage_passes = costs.passes[static_cast<std::size_t>(stage)];
+        const PassCost& recompute = costs.recompute[static_cast<std::size_t>(stage)];
         for (int j = 0; j < m; ++j) {
             const balance::PlannedMicroBatch& planned = replica[static_cast<std::size_t>(j)];
-            for (PassPhase phase : {PassPhase::forward, PassPhase::backward}) {
+            for (PassPhase phase : phases) {
                 const bool forward = phase == PassPhase::forward;
-                const PassCost& cost =
-                    costs.passes[static_cast<std::size_t>(stage)][static_cast<std::size_t>(phase)];
                 const std::size_t index = group_index(stage, j, m, phase);
                 GroupPass& group = play.groups[index];
                 RankPass* ranks = &play.ranks[index * static_cast<std::size_t>(grid.cp)];
+                const CollectiveCost& p2p = forward ? costs.recv_activations : costs.recv_gradients;
                 std::int64_t slowest = 0;
                 std::int64_t largest_send = 0;
-                const bool sends = forward ? stage < grid.pp - 1 : stage > 0;
-                const CollectiveCost& p2p = forward ? costs.recv_activations : costs.recv_gradients;
                 for (int c = 0; c < grid.cp; ++c) {
                     const balance::CpShard& shard = planned.cp.ranks[static_cast<std::size_t>(c)];
                     // attention_work is Σ causal_pair_work, twice the pairs; always even.
-                    const std::int64_t pairs = shard.attention_work / 2;
-                    RankPass& rank = ranks[c];
-                    rank.tokens = shard.tokens;
-                    const std::int64_t own = predict_pass_ns(cost, shard.tokens, pairs);
-                    const double attention = cost.per_pair_ns * static_cast<double>(pairs);
-                    rank.attention_ns =
-                        std::clamp<std::int64_t>(std::llround(std::max(attention, 0.0)), 0, own);
-                    rank.mlp_ns = own - rank.attention_ns;
-                    if (grid.tp > 1) {
-                        rank.tp_ns = 2 * layers *
-                                     predict_collective_ns(costs.tp_all_reduce,
-                                                           shard.tokens * hidden * kFloatBytes);
-                    }
-                    slowest = std::max(slowest, own + rank.tp_ns);
-                    if (sends) {
-                        const double send =
-                            std::max(p2p.per_byte_ns, 0.0) *
-                            static_cast<double>(shard.tokens * hidden * kFloatBytes);
-                        largest_send = std::max<std::int64_t>(largest_send, std::llround(send));
-                    }
+                    ranks[c] =
+                        rank_pass(stage_passes[static_cast<std::size_t>(phase)], recompute, costs,
+                                  config, phase, layers, shard.tokens, shard.attention_work / 2);
+                    slowest = std::max(slowest, ranks[c].own_total());
+                    const double send = std::max(p2p.per_byte_ns, 0.0) *
+                                        static_cast<double>(p2p_bytes(config, shard.tokens));
+                    largest_send = std::max<std::int64_t>(largest_send, std::llround(send));
                 }
                 for (int c = 0; c < grid.cp; ++c) {
-                    ranks[c].wait_ns =
-                        slowest - (ranks[c].attention_ns + ranks[c].mlp_ns + ranks[c].tp_ns);
+                    ranks[c].wait_ns = slowest - ranks[c].own_total();
                 }
-                if (grid.cp > 1) {
-                    // K and V of every token of the micro-batch, this rank's heads (h/tp).
+                if (grid.cp > 1 && phase != PassPhase::weight) {
+                    // K and V of every token of the micro-batch, this rank's heads (h/tp);
+                    // full recomputation gathers them again in the backward pass.
                     const std::int64_t bytes_per_layer =
-                        planned.packed.tokens * 2 * (hidden / grid.tp) * kFloatBytes;
+                        planned.packed.tokens * 2 * (hidden / grid.tp) * element;
                     group.exchange_bytes = bytes_per_layer * layers;
                     group.exchange_ns =
                         layers * predict_collective_ns(
                                      forward ? costs.cp_all_gather : costs.cp_reduce_scatter,
                                      bytes_per_layer);
+                    if (phase == PassPhase::backward && config.recompute == plan::Recompute::full) {
+                        group.regather_bytes = bytes_per_layer * layers;
+                        group.regather_ns =
+                            layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
+                    }
                 }
                 group.send_ns = largest_send;
-                group.duration_ns = slowest + group.exchange_ns + group.send_ns;
-                (forward ? input.forward_ns : input.backward_ns)[static_cast<std::size_t>(stage)]
-                                                                [static_cast<std::size_t>(j)] =
-                                                                    group.duration_ns;
+                group.duration_ns = slowest + group.exchange_ns + group.regather_ns +
+                                    sends_of(stage, phase, config) * group.send_ns;
+                auto& table = forward                        ? input.forward_ns
+                              : phase == PassPhase::backward ? input.backward_ns
+                                                             : input.weight_ns;
+                table[static_cast<std::size_t>(stage)][static_cast<std::size_t>(j)] =
+                    group.duration_ns;
             }
         }
     }
@@ -213,7 +313,8 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
 }
 
 struct EventNames {
-    StringId step, forward, backward, attention, mlp;
+    StringId step, forward, backward, weight_gradients, recompute, attention, mlp;
+    StringId tp_all_gather, tp_reduce_scatter;
     StringId recv_activations, send_activations, recv_gradients, send_gradients;
     StringId cp_all_gather, cp_reduce_scatter, tp_all_reduce, dp_all_reduce, optimizer;
 };
@@ -233,7 +334,7 @@ public:
         // is left out: at the edge of its parent, the store's order (start, then longest
         // first) could not tell which range it belongs to. Steps and passes always last.
         if (end == start && name != names_.step && name != names_.forward &&
-            name != names_.backward) {
+            name != names_.backward && name != names_.weight_gradients) {
             return;
         }
         Event event;
@@ -265,92 +366,207 @@ public:
         return found->second;
     }
 
+    // `{"chunk":c}`: the model chunk a pass runs (its virtual stage; 0 without interleaving),
+    // as the engine's `chunk=` key stores it (core/trace/annotations.h).
+    StringId chunk(int chunk) {
+        auto found = chunks_.find(chunk);
+        if (found == chunks_.end()) {
+            found =
+                chunks_.emplace(chunk, writer_.intern("{\"chunk\":" + std::to_string(chunk) + "}"))
+                    .first;
+        }
+        return found->second;
+    }
+
     const EventNames& names() const { return names_; }
 
 private:
     const EventNames& names_;
     store::TraceWriter& writer_;
     std::map<std::int64_t, StringId> calls_;
+    std::map<int, StringId> chunks_;
 };
 
 // The ranges of one pass on one CP rank, nested as the engine nests them
 // (engine/distributed/parallel_trainer.cpp, engine/model/gpt.cpp):
-//   forward:  [recv activations] attention{cp all-gather kv, tp all-reduce}
-//             mlp{tp all-reduce} [send activations]
-//   backward: [recv gradients] mlp{tp all-reduce} attention{tp all-reduce,
-//             cp reduce-scatter dkv} [send gradients]
-// One attention and one mlp range stand for every layer of the stage; the collectives in them
-// carry the bytes of all their calls and args {"calls": N}. The wait for the CP group's
-// slowest rank is inside the CP collective, as a blocking collective would show it.
+//   forward:  [recv activations] attention{cp all-gather kv, tp ...} mlp{tp ...}
+//             [send activations]
+//   backward: [recv gradients] [recompute{tp ..., cp all-gather kv}] mlp{tp ...}
+//             attention{tp ..., cp reduce-scatter dkv} [send gradients]
+//   weight gradients (W of a split backward): [recompute{...}] mlp{tp all-gather}
+// where "tp ..." is a tp all-reduce, or under sequence parallelism a tp all-gather and a tp
+// reduce-scatter; a pass's TP collectives are split evenly between its attention and mlp.
+// One range stands for every layer of the chunk; the collectives in them carry the bytes of
+// all their calls and args {"calls": N}; passes carry {"chunk": c}. The wait for the CP
+// group's slowest rank is inside the CP collective, as a blocking collective would show it.
+// Under interleaving a chunk's pass takes 1/v of the stage's times.
+// Writes the ranges of one chunk's pass: its share (1/v) of the stage's times, the calls of
+// the chunk's layers.
+struct ChunkRanges {
+    RankEvents& out;
+    std::int32_t step, microbatch;
+    std::int16_t stage;
+    Phase phase;
+    int v;
+    std::int64_t chunk_layers, stage_layers;
+    std::int64_t tp_call_bytes;
+    std::array<StringId, 3> tp_names;
+
+    std::int64_t share(std::int64_t ns) const { return ns / v; }
+    std::int64_t calls(std::int64_t all) const { return all * chunk_layers / stage_layers; }
+    void range(StringId name, Category category, std::int64_t begin, std::int64_t end,
+               std::int64_t bytes = -1, StringId args = {}) {
+        out.range(name, category, begin, end, step, microbatch, stage, phase, bytes, args);
+    }
+    // Half 0 or 1 of the TP collectives `ns`, `all_calls` by kind, back to back from t.
+    std::int64_t tp_half_ns(const TpByKind& ns, int half) const {
+        std::int64_t total = 0;
+        for (std::size_t k = 0; k < 3; ++k) {
+            total += half == 0 ? share(ns[k]) / 2 : share(ns[k]) - share(ns[k]) / 2;
+        }
+        return total;
+    }
+    std::int64_t tp_ranges(std::int64_t t, const TpByKind& ns, const TpByKind& all_calls,
+                           int half) {
+        for (std::size_t k = 0; k < 3; ++k) {
+            const std::int64_t chunk_calls = calls(all_calls[k]);
+            const std::int64_t count = half == 0 ? chunk_calls / 2 : chunk_calls - chunk_calls / 2;
+            const std::int64_t first_ns = share(ns[k]) / 2;
+            const std::int64_t length = half == 0 ? first_ns : share(ns[k]) - first_ns;
+            if (count > 0) {
+                range(tp_names[k], Category::communication, t, t + length, count * tp_call_bytes,
+                      out.calls(count));
+            }
+            t += length;
+        }
+        return t;
+    }
+    // The recomputation a backward or W pass starts with, from t; its end.
+    std::int64_t recompute(std::int64_t t, const RankPass& rank, const GroupPass& group,
+                           bool backward) {
+        const TpByKind& ns = rank.recompute_tp_ns;
+        if (rank.recompute_ns + ns[0] + ns[1] + ns[2] == 0) {
+            return t;
+        }
+        const std::int64_t regather = backward ? share(group.regather_ns) : 0;
+        const std::int64_t compute_end = t + share(rank.recompute_ns);
+        const std::int64_t end = compute_end + tp_half_ns(ns, 0) + tp_half_ns(ns, 1) + regather;
+        range(out.names().recompute, Category::compute, t, end);
+        std::int64_t u = tp_ranges(compute_end, ns, rank.recompute_tp_calls, 0);
+        u = tp_ranges(u, ns, rank.recompute_tp_calls, 1);
+        if (regather > 0) {
+            range(out.names().cp_all_gather, Category::communication, u, u + regather,
+                  calls(group.regather_bytes), out.calls(chunk_layers));
+        }
+        return end;
+    }
+};
+
 void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64_t offset,
                      const GroupPass& group, const RankPass& rank, const SimulationConfig& config,
                      int step, int stage) {
     const EventNames& n = out.names();
     const Grid& grid = config.grid;
-    const bool forward = op.kind == parallel::PassKind::forward;
-    const Phase phase = forward ? Phase::forward : Phase::backward;
-    const auto s = static_cast<std::int16_t>(stage);
-    const int j = op.microbatch;
-    const std::int64_t layers = layers_of(stage, config);
+    const int v = std::max(config.virtual_stages, 1);
+    const PassPhase kind = pass_phase(op.kind);
+    const bool forward = kind == PassPhase::forward;
+    const Phase phase = forward                       ? Phase::forward
+                        : kind == PassPhase::backward ? Phase::backward
+                                                      : Phase::weight_grad;
+    const int model_chunk = op.chunk * grid.pp + stage;
+    const parallel::LayerRange chunk_range =
+        parallel::stage_layers(model_chunk, grid.pp * v, config.model.layers);
+    ChunkRanges r{out,
+                  step,
+                  op.microbatch,
+                  static_cast<std::int16_t>(stage),
+                  phase,
+                  v,
+                  chunk_range.last - chunk_range.first,
+                  std::max(layers_of(stage, config), 1),
+                  rank.tokens * config.model.hidden * element_bytes(config.dtype),
+                  {n.tp_all_reduce, n.tp_all_gather, n.tp_reduce_scatter}};
     const std::int64_t start = offset + op.start_ns;
     const std::int64_t end = offset + op.end_ns;
-    const bool receives = forward ? stage > 0 : stage < grid.pp - 1;
+    const bool receives =
+        forward ? model_chunk > 0 : kind == PassPhase::backward && model_chunk < grid.pp * v - 1;
+    const bool sends =
+        forward ? model_chunk < grid.pp * v - 1 : kind == PassPhase::backward && model_chunk > 0;
     const std::int64_t begin = receives ? start - op.wait_ns : start;
-    const std::int64_t p2p_bytes = rank.tokens * config.model.hidden * kFloatBytes;
-    const std::int64_t tp_bytes = layers * p2p_bytes;  // per half: one call per layer
-    const std::int64_t tp_first = rank.tp_ns / 2;
-    const std::int64_t tp_second = rank.tp_ns - tp_first;
-    const std::int64_t exchange = grid.cp > 1 ? rank.wait_ns + group.exchange_ns : 0;
+    const std::int64_t exchange = grid.cp > 1 ? r.share(rank.wait_ns + group.exchange_ns) : 0;
 
-    out.range(forward ? n.forward : n.backward, Category::compute, begin, end, step, j, s, phase);
+    r.range(forward                       ? n.forward
+            : kind == PassPhase::backward ? n.backward
+                                          : n.weight_gradients,
+            Category::compute, begin, end, -1, out.chunk(op.chunk));
     if (receives) {
-        out.range(forward ? n.recv_activations : n.recv_gradients, Category::communication, begin,
-                  start, step, j, s, phase, p2p_bytes);
+        r.range(forward ? n.recv_activations : n.recv_gradients, Category::communication, begin,
+                start, p2p_bytes(config, rank.tokens));
     }
-    std::int64_t t = start;
+    std::int64_t t = forward ? start : r.recompute(start, rank, group, kind == PassPhase::backward);
     if (forward) {
-        const std::int64_t attention_end = t + exchange + rank.attention_ns + tp_first;
-        out.range(n.attention, Category::attention, t, attention_end, step, j, s, phase);
+        const std::int64_t compute_end = t + exchange + r.share(rank.attention_ns);
+        const std::int64_t attention_end = compute_end + r.tp_half_ns(rank.tp_ns, 0);
+        r.range(n.attention, Category::attention, t, attention_end);
         if (grid.cp > 1) {
-            out.range(n.cp_all_gather, Category::communication, t, t + exchange, step, j, s, phase,
-                      group.exchange_bytes, out.calls(layers));
+            r.range(n.cp_all_gather, Category::communication, t, t + exchange,
+                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
         }
-        if (grid.tp > 1) {
-            out.range(n.tp_all_reduce, Category::communication, attention_end - tp_first,
-                      attention_end, step, j, s, phase, tp_bytes, out.calls(layers));
-        }
-        const std::int64_t mlp_end = attention_end + rank.mlp_ns + tp_second;
-        out.range(n.mlp, Category::compute, attention_end, mlp_end, step, j, s, phase);
-        if (grid.tp > 1) {
-            out.range(n.tp_all_reduce, Category::communication, mlp_end - tp_second, mlp_end, step,
-                      j, s, phase, tp_bytes, out.calls(layers));
-        }
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0);
+        const std::int64_t mlp_compute_end = attention_end + r.share(rank.mlp_ns);
+        const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 1);
+        r.range(n.mlp, Category::compute, attention_end, mlp_end);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 1);
         t = mlp_end;
-    } else {
-        const std::int64_t mlp_end = t + rank.mlp_ns + tp_first;
-        out.range(n.mlp, Category::compute, t, mlp_end, step, j, s, phase);
-        if (grid.tp > 1) {
-            out.range(n.tp_all_reduce, Category::communication, mlp_end - tp_first, mlp_end, step,
-                      j, s, phase, tp_bytes, out.calls(layers));
-        }
-        const std::int64_t compute_end = mlp_end + rank.attention_ns + tp_second;
-        const std::int64_t attention_end = compute_end + exchange;
-        out.range(n.attention, Category::attention, mlp_end, attention_end, step, j, s, phase);
-        if (grid.tp > 1) {
-            out.range(n.tp_all_reduce, Category::communication, compute_end - tp_second,
-                      compute_end, step, j, s, phase, tp_bytes, out.calls(layers));
-        }
+    } else if (kind == PassPhase::backward) {
+        const std::int64_t mlp_compute_end = t + r.share(rank.mlp_ns);
+        const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 0);
+        r.range(n.mlp, Category::compute, t, mlp_end);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 0);
+        const std::int64_t compute_end = mlp_end + r.share(rank.attention_ns);
+        const std::int64_t tp_end = compute_end + r.tp_half_ns(rank.tp_ns, 1);
+        const std::int64_t attention_end = tp_end + exchange;
+        r.range(n.attention, Category::attention, mlp_end, attention_end);
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 1);
         if (grid.cp > 1) {
-            out.range(n.cp_reduce_scatter, Category::communication, compute_end, attention_end,
-                      step, j, s, phase, group.exchange_bytes, out.calls(layers));
+            r.range(n.cp_reduce_scatter, Category::communication, tp_end, attention_end,
+                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
         }
         t = attention_end;
+    } else {
+        // W: the weight gradients of every GEMM (the attention core has none); a faster CP
+        // rank, which nothing synchronises here, is done early.
+        const std::int64_t compute_end = t + r.share(rank.mlp_ns + rank.attention_ns);
+        const std::int64_t mlp_end =
+            compute_end + r.tp_half_ns(rank.tp_ns, 0) + r.tp_half_ns(rank.tp_ns, 1);
+        r.range(n.mlp, Category::compute, t, mlp_end);
+        r.tp_ranges(r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0), rank.tp_ns,
+                    rank.tp_calls, 1);
+        t = mlp_end;
     }
-    const bool sends = forward ? stage < grid.pp - 1 : stage > 0;
     if (sends) {
-        out.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,
-                  t + group.send_ns, step, j, s, phase, p2p_bytes);
+        r.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,
+                std::max(t, end), p2p_bytes(config, rank.tokens));
     }
+}
+
+// The reduction of `stage`'s gradients (grad_reduction.h): one layer's gradients,
+// (12h² + 13h)/tp elements, as a bucket.
+GradientReductionInput gradient_reduction(const SimulationConfig& config, int stage,
+                                          std::int64_t step_start) {
+    const std::int64_t h = config.model.hidden;
+    GradientReductionInput input;
+    input.stage = stage;
+    input.stages = config.grid.pp;
+    input.virtual_stages = std::max(config.virtual_stages, 1);
+    input.layers = config.model.layers;
+    input.overlap = config.overlap_grad_reduce;
+    input.writes_weights = parallel::splits_backward(config.schedule)
+                               ? parallel::PassKind::weight
+                               : parallel::PassKind::backward;
+    input.layer_bytes = (12 * h * h + 13 * h) / config.grid.tp * element_bytes(config.dtype);
+    input.step_start_ns = step_start;
+    return input;
 }
 
 // Rank number of grid coordinates: TP fastest, then CP, PP, DP (the engine's Topology).
@@ -424,10 +640,24 @@ Status validate(const SimulationConfig& config) {
     if (config.ilp_time_limit_s <= 0) {
         return invalid("--ilp-time-limit must be positive");
     }
-    if (config.schedule != parallel::PipelineSchedule::gpipe &&
-        config.schedule != parallel::PipelineSchedule::one_f_one_b) {
-        return invalid(std::string("the simulator plays the gpipe and 1f1b schedules; ") +
-                       parallel::schedule_name(config.schedule) + " is not simulated yet");
+    if (auto status = parallel::check_pipeline(
+            config.schedule, {grid.pp, config.microbatches, config.virtual_stages});
+        !status) {
+        return status;
+    }
+    if (config.schedule == parallel::PipelineSchedule::interleaved && grid.pp < 2) {
+        return invalid("the interleaved schedule needs at least 2 pipeline stages (--pp)");
+    }
+    if (grid.pp * config.virtual_stages > model.layers) {
+        return invalid("--pp " + std::to_string(grid.pp) + " x --virtual-stages " +
+                       std::to_string(config.virtual_stages) +
+                       " is more model chunks than --layers " + std::to_string(model.layers) +
+                       "; every chunk needs a layer");
+    }
+    if (config.sequence_parallel && grid.tp < 2) {
+        return invalid(
+            "--sequence-parallel splits TP's LayerNorm and residual work over the TP "
+            "ranks; it needs --tp 2 or more");
     }
     const HardwareAssumptions& hardware = config.hardware;
     // Checked with a given model too: what it lacks comes from the analytic one.
@@ -457,6 +687,11 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
         {"pp", config.grid.pp},
         {"cp", config.grid.cp},
         {"schedule", parallel::schedule_name(config.schedule)},
+        {"virtual_stages", config.virtual_stages},
+        {"recompute", plan::recompute_name(config.recompute)},
+        {"sequence_parallel", config.sequence_parallel},
+        {"dtype", dtype_name(config.dtype)},
+        {"overlap_grad_reduce", config.overlap_grad_reduce},
         {"balancer", balance::balancer_name(config.balancer)},
         {"cp_shard", balance::cp_sharding_name(config.sharding)},
         {"microbatches", config.microbatches},
@@ -489,8 +724,9 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         return planner.error();
     }
     const Grid& grid = config.grid;
-    const StageCosts costs = resolve_costs(config.cost_model ? &*config.cost_model : nullptr,
-                                           config.cost_origin, config.model, grid, config.hardware);
+    const StageCosts costs =
+        resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
+                      config.model, grid, config.hardware, config.knobs());
 
     SimulationResult result;
     result.ranks = grid.world();
@@ -523,6 +759,10 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         names.step = out->intern(range_name::kStep);
         names.forward = out->intern(range_name::kForward);
         names.backward = out->intern(range_name::kBackward);
+        names.weight_gradients = out->intern(range_name::kWeightGradients);
+        names.recompute = out->intern(range_name::kRecompute);
+        names.tp_all_gather = out->intern(kTpAllGather);
+        names.tp_reduce_scatter = out->intern(kTpReduceScatter);
         names.attention = out->intern(range_name::kAttention);
         names.mlp = out->intern(range_name::kMlp);
         names.recv_activations = out->intern(kRecvActivations);
@@ -538,7 +778,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     std::vector<std::int64_t> dp_bytes(static_cast<std::size_t>(grid.pp));
     for (int s = 0; s < grid.pp; ++s) {
         dp_bytes[static_cast<std::size_t>(s)] =
-            stage_parameters(config.model, grid, s) * kFloatBytes;
+            stage_parameters(config.model, grid, s) * element_bytes(config.dtype);
     }
     const std::int64_t optimizer_ns = std::llround(std::max(costs.optimizer_ns, 0.0));
     const std::string balancer = balance::balancer_name(config.balancer);
@@ -597,18 +837,20 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         const bool reduces = grid.dp * grid.cp > 1;
         std::vector<std::int64_t> reduce_end(static_cast<std::size_t>(grid.pp));
         std::int64_t step_end = step_start;
+        std::vector<const parallel::ReplayResult*> replays;
+        for (const auto& play : plays) {
+            replays.push_back(&play.replay);
+        }
         for (int s = 0; s < grid.pp; ++s) {
-            std::int64_t pipeline_end = step_start;
-            for (const auto& play : plays) {
-                pipeline_end =
-                    std::max(pipeline_end,
-                             step_start + play.replay.stage_end_ns[static_cast<std::size_t>(s)]);
+            GradientReductionInput reduction = gradient_reduction(config, s, step_start);
+            reduction.stage_bytes = dp_bytes[static_cast<std::size_t>(s)];
+            if (!reduces) {
+                reduction.overlap = false;
+                reduction.stage_bytes = 0;
             }
             reduce_end[static_cast<std::size_t>(s)] =
-                pipeline_end + (reduces
-                                    ? predict_collective_ns(costs.dp_all_reduce,
-                                                            dp_bytes[static_cast<std::size_t>(s)])
-                                    : 0);
+                reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
+                        : gradient_reduction_end(reduction, replays, {});
             step_end = std::max(step_end, reduce_end[static_cast<std::size_t>(s)] + optimizer_ns);
         }
         step.duration_ns = step_end - step_start;
@@ -654,9 +896,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                         for (const parallel::ReplayedOp& op :
                              play.replay.stages[static_cast<std::size_t>(s)]) {
                             const std::size_t index =
-                                group_index(s, op.microbatch, m,
-                                            op.kind == parallel::PassKind::forward ? PassPhase::forward
-                                                                                   : PassPhase::backward);
+                                group_index(s, op.microbatch, m, pass_phase(op.kind));
                             add_pass_events(*events, op, step_start, play.groups[index],
                                             play.ranks[index * static_cast<std::size_t>(grid.cp) +
                                                        static_cast<std::size_t>(c)],

@@ -53,6 +53,27 @@ struct SimulationConfig {
     int microbatches = 4;  // per DP replica and step
     int steps = 10;
 
+    // fulcrum-train's knobs that change what a pass computes and moves (layer_costs.h,
+    // docs/simulate.md "Knobs"): model chunks per stage under the interleaved schedule,
+    // activation recomputation, sequence parallelism, the element type of activations and
+    // gradients (fp32: the CPU engine's).
+    int virtual_stages = 1;
+    plan::Recompute recompute = plan::Recompute::none;
+    bool sequence_parallel = false;
+    DType dtype = DType::fp32;
+    // Reduce each layer's gradients over DP × CP once its last backward (or W) pass of the
+    // step has written them, while the passes after it run (fulcrum-train and Megatron-LM
+    // --overlap-grad-reduce); otherwise all at once after the stage's last pass.
+    bool overlap_grad_reduce = false;
+    // Megatron-LM's scatter/gather of pipeline sends (Narayanan et al., SC'21, §4.1): each TP
+    // rank sends 1/tp of the boundary activation and the next stage all-gathers it over
+    // NVLink. fulcrum-train sends the whole activation (its rows under sequence parallelism).
+    bool pipeline_scatter_gather = false;
+
+    TrainingKnobs knobs() const {
+        return {schedule, virtual_stages, recompute, sequence_parallel, dtype};
+    }
+
     // Documents: a length spec (core/balance/lengths.h) sampled as fulcrum-train samples it
     // (`documents` of them, or every line of a file: spec, clamped to the context), or, when
     // `document_lengths` is not empty, exactly those lengths (document id = index).

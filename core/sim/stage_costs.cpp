@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <utility>
 
 #include "core/parallel/schedule.h"
 
@@ -80,10 +82,6 @@ int source_stage(int stage, int stages, int source_stages) {
     return 0;
 }
 
-const char* phase_word(PassPhase phase) {
-    return phase == PassPhase::forward ? "forward" : "backward";
-}
-
 }  // namespace
 
 std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int stage) {
@@ -101,6 +99,18 @@ std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int sta
 }
 
 std::string describe(const HardwareAssumptions& hardware) {
+    if (!hardware.gemm_efficiency.empty()) {
+        return "analytic: " +
+               (hardware.preset.empty() ? std::string("described system") : hardware.preset) +
+               ", " + format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
+               format_number(gemm_efficiency(hardware, 0)) + "-" +
+               format_number(hardware.gemm_efficiency.back().efficiency) +
+               " of it by size, attention at " + format_number(hardware.attention_efficiency) +
+               ", HBM " + format_number(hardware.hbm_gbs) + " GB/s, NVLink " +
+               format_number(hardware.nvlink_gbs) + " GB/s, network " +
+               format_number(hardware.network_gbs) + " GB/s, " +
+               std::to_string(hardware.gpus_per_node) + " GPUs per node";
+    }
     return "analytic: " + format_number(hardware.tflops) + " TFLOP/s per GPU, NVLink " +
            format_number(hardware.nvlink_gbs) + " GB/s, network " +
            format_number(hardware.network_gbs) + " GB/s, collective latency " +
@@ -108,22 +118,88 @@ std::string describe(const HardwareAssumptions& hardware) {
            std::to_string(hardware.gpus_per_node) + " GPUs per node";
 }
 
-CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
-                              const HardwareAssumptions& hardware) {
-    CostModel cost;
-    cost.source = describe(hardware);
-    const double flops_per_ns = hardware.tflops * 1e3;
+double gemm_efficiency(const HardwareAssumptions& hardware, double flops) {
+    const auto& table = hardware.gemm_efficiency;
+    if (table.empty()) {
+        return 1.0;
+    }
+    const double gflops = flops * 1e-9;
+    if (gflops <= table.front().gflops) {
+        return table.front().efficiency;
+    }
+    for (std::size_t i = 1; i < table.size(); ++i) {
+        if (gflops <= table[i].gflops) {
+            const double x0 = std::log(table[i - 1].gflops), x1 = std::log(table[i].gflops);
+            const double f = x1 > x0 ? (std::log(gflops) - x0) / (x1 - x0) : 1.0;
+            return table[i - 1].efficiency + f * (table[i].efficiency - table[i - 1].efficiency);
+        }
+    }
+    return table.back().efficiency;
+}
+
+namespace {
+
+// The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
+PassCost analytic_forward(const ModelShape& model, const Grid& grid,
+                          const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
+                          int stage) {
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
-    for (int stage = 0; stage < grid.pp; ++stage) {
-        const double layers = layers_of(stage, grid.pp, model.layers);
-        const double head = stage == grid.pp - 1 ? 2.0 * h * model.vocab : 0.0;
-        PassCost forward;
-        forward.stage = static_cast<std::int16_t>(stage);
-        forward.phase = Phase::forward;
-        forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
+    const double layers = layers_of(stage, grid.pp, model.layers);
+    const bool last = stage == grid.pp - 1;
+    PassCost forward;
+    forward.stage = static_cast<std::int16_t>(stage);
+    forward.phase = Phase::forward;
+    forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
+    if (hardware.gemm_efficiency.empty()) {
+        const double flops_per_ns = hardware.tflops * 1e3;
+        const double head = last ? 2.0 * h * model.vocab : 0.0;
         forward.per_token_ns = (24.0 * h * h * layers / tp + head) / flops_per_ns;
         forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
+        return forward;
+    }
+    // A described system: each GEMM at its size's efficiency, for a micro-batch of `context`
+    // tokens split over CP; the LM head is vocabulary-parallel over TP (Megatron-LM).
+    const double peak =
+        (knobs.dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
+                                                                : hardware.tflops) *
+        1e3;
+    const double tokens = std::max(1.0, static_cast<double>(model.context) / grid.cp);
+    const auto gemm_ns = [&](double flops_per_token) {
+        return flops_per_token / (peak * gemm_efficiency(hardware, flops_per_token * tokens));
+    };
+    // QKV (h → 3h/tp), projection (h/tp → h), MLP (h → 4h/tp → h): 24·h²/tp a token.
+    double per_token =
+        layers * (gemm_ns(6 * h * h / tp) + gemm_ns(2 * h * h / tp) + 2 * gemm_ns(8 * h * h / tp));
+    if (last) {
+        per_token += gemm_ns(2 * h * model.vocab / tp);
+    }
+    // Elementwise work reads and writes what a layer keeps for its backward pass (Korthikanti
+    // et al. 2022, Table 2, in 16-bit bytes: (10 + 24/t)·h a token, 34·h/t with sequence
+    // parallelism), at the activations' element size.
+    const double kept = knobs.sequence_parallel ? 34.0 * h / tp : (10.0 + 24.0 / tp) * h;
+    const double scale = static_cast<double>(element_bytes(knobs.dtype)) / 2.0;
+    per_token += layers * 2.0 * kept * scale / hardware.hbm_gbs;
+    forward.per_token_ns = per_token;
+    // The attention core: 4h/tp FLOPs a query·key pair; a full-square kernel computes twice the
+    // causal pairs and streams 5a/t bytes of scores, softmax and dropout mask a pair, twice.
+    const double square = hardware.attention_full_square ? 2.0 : 1.0;
+    double per_pair = square * 4.0 * h / tp / (peak * hardware.attention_efficiency);
+    if (hardware.attention_full_square) {
+        per_pair += square * 2.0 * 5.0 * model.heads / tp * scale / hardware.hbm_gbs;
+    }
+    forward.per_pair_ns = layers * per_pair;
+    return forward;
+}
+
+}  // namespace
+
+CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
+                              const HardwareAssumptions& hardware, const TrainingKnobs& knobs) {
+    CostModel cost;
+    cost.source = describe(hardware);
+    for (int stage = 0; stage < grid.pp; ++stage) {
+        const PassCost forward = analytic_forward(model, grid, hardware, knobs, stage);
         PassCost backward = forward;
         backward.phase = Phase::backward;
         backward.fixed_ns *= 2;
@@ -151,6 +227,11 @@ CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
         collective(Role::cp_collective, kCpReduceScatter, latency_ns, gather));
     cost.collectives.push_back(collective(Role::tp_collective, kTpAllReduce, latency_ns,
                                           2 * (tp_n - 1) / tp_n / bandwidth(tp_span)));
+    // Sequence parallelism's halves of an all-reduce; bytes are the gathered tensor's.
+    cost.collectives.push_back(collective(Role::tp_collective, kTpAllGather, latency_ns,
+                                          (tp_n - 1) / tp_n / bandwidth(tp_span)));
+    cost.collectives.push_back(collective(Role::tp_collective, kTpReduceScatter, latency_ns,
+                                          (tp_n - 1) / tp_n / bandwidth(tp_span)));
     const double p2p_latency_ns = hardware.p2p_latency_us * 1e3;
     cost.collectives.push_back(collective(Role::pipeline_recv, kRecvActivations, p2p_latency_ns,
                                           1.0 / bandwidth(pp_span)));
@@ -168,77 +249,174 @@ CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
     return cost;
 }
 
+namespace {
+
+PassCost combine(PassCost a, const PassCost& b, double factor) {
+    a.fixed_ns += factor * b.fixed_ns;
+    a.per_token_ns += factor * b.per_token_ns;
+    a.per_pair_ns += factor * b.per_pair_ns;
+    return a;
+}
+
+// What recomputation re-runs of a forward pass: full, the layers' forward (not the LM head,
+// whose share of the last stage's forward is taken from the FLOPs, 2hV against 24h² a layer);
+// selective, the attention core (the per-pair term).
+PassCost recompute_part(const PassCost& forward, plan::Recompute recompute, double head_share) {
+    PassCost part;
+    part.stage = forward.stage;
+    part.phase = Phase::backward;
+    if (recompute == plan::Recompute::full) {
+        part.fixed_ns = forward.fixed_ns;
+        part.per_token_ns = forward.per_token_ns * (1 - head_share);
+    }
+    if (recompute != plan::Recompute::none) {
+        part.per_pair_ns = forward.per_pair_ns;
+    }
+    return part;
+}
+
+// The fitted pass standing for (stage, phase) of the simulated grid, scaled to its layers,
+// hidden size and TP degree (the rule in stage_costs.h); nullopt when the model has none.
+std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& origin,
+                                    const ModelShape& shape, const Grid& grid,
+                                    const TrainingKnobs& knobs, int stage, Phase phase,
+                                    std::vector<std::string>& notes) {
+    const int source_pp = origin.pp > 0 ? origin.pp : grid.pp;
+    const int source_layers = origin.layers > 0 ? origin.layers : shape.layers;
+    const int source_hidden = origin.hidden > 0 ? origin.hidden : shape.hidden;
+    const int source_tp = origin.tp > 0 ? origin.tp : grid.tp;
+    const int source_v = std::max(origin.virtual_stages, 1);
+    int fitted_stage = source_stage(stage, grid.pp, source_pp);
+    const PassCost* fitted = find_pass(model, fitted_stage, phase);
+    // The nearest fitted stage of the same phase, when that one is missing.
+    for (int distance = 1; fitted == nullptr && distance < source_pp; ++distance) {
+        for (int candidate : {fitted_stage - distance, fitted_stage + distance}) {
+            if (fitted == nullptr && candidate >= 0 && candidate < source_pp) {
+                fitted = find_pass(model, candidate, phase);
+                if (fitted != nullptr) {
+                    fitted_stage = candidate;
+                }
+            }
+        }
+    }
+    if (fitted == nullptr) {
+        return std::nullopt;
+    }
+    const int layers_here = layers_of(stage, grid.pp, shape.layers);
+    // A pass of a run with v model chunks a stage holds a chunk: 1/v of the stage's layers.
+    const double layers_there =
+        static_cast<double>(layers_of(fitted_stage, source_pp, source_layers)) / source_v;
+    const double layer_scale = layers_there > 0 ? layers_here / layers_there : 1.0;
+    const double tp_scale = static_cast<double>(source_tp) / grid.tp;
+    const double hidden_scale = static_cast<double>(shape.hidden) / source_hidden;
+    PassCost resolved = *fitted;
+    resolved.stage = static_cast<std::int16_t>(stage);
+    resolved.per_token_ns *= layer_scale * tp_scale * hidden_scale * hidden_scale;
+    resolved.per_pair_ns *= layer_scale * tp_scale * hidden_scale;
+    // The fixed term is per pass (per chunk's pass on an interleaved run): a stage of v chunks
+    // runs v passes a micro-batch.
+    resolved.fixed_ns *= static_cast<double>(std::max(knobs.virtual_stages, 1));
+    const bool same_stage = fitted_stage == stage && source_pp == grid.pp;
+    if (!same_stage || layer_scale != 1.0 || tp_scale != 1.0 || hidden_scale != 1.0) {
+        std::string note = "stage " + std::to_string(stage) + " " + std::string(to_string(phase)) +
+                           ": from the fit of stage " + std::to_string(fitted_stage) + " (" +
+                           format_number(layers_there) + " -> " + std::to_string(layers_here) +
+                           " layers";
+        if (hidden_scale != 1.0) {
+            note +=
+                ", hidden " + std::to_string(source_hidden) + " -> " + std::to_string(shape.hidden);
+        }
+        if (tp_scale != 1.0) {
+            note += ", tp " + std::to_string(source_tp) + " -> " + std::to_string(grid.tp);
+        }
+        notes.push_back(note + ")");
+    }
+    return resolved;
+}
+
+// One stage's passes under the knobs (docs/simulate.md, "Knobs"), from its forward, its
+// backward and, when the fitted run split them, its W.
+void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
+                      const PassCost& backward, bool backward_fitted,
+                      const std::optional<PassCost>& weight, const CostOrigin& origin,
+                      const ModelShape& shape, const Grid& grid, const TrainingKnobs& knobs) {
+    const bool split = parallel::splits_backward(knobs.schedule);
+    const double h = shape.hidden;
+    const double layers = layers_of(stage, grid.pp, shape.layers);
+    const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
+    const double head_share = head / (24.0 * h * h * layers + head);
+    // The backward without recomputation: a fitted one holds its run's (in B and in W
+    // when that run split them), the analytic one none.
+    const PassCost fitted_recompute = recompute_part(
+        forward, backward_fitted ? origin.recompute : plan::Recompute::none, head_share);
+    PassCost base = combine(backward, fitted_recompute, -1);
+    PassCost w;
+    if (weight) {
+        w = combine(*weight, fitted_recompute, -1);
+        base = combine(base, w, 1);
+    }
+    auto& passes = costs.passes[static_cast<std::size_t>(stage)];
+    passes[0] = forward;
+    passes[1] = base;
+    if (split) {
+        if (!weight) {
+            // The weight-gradient GEMMs are half of the backward's (dX and dW of every
+            // GEMM cost the same); attention has no weights (Zero Bubble, §2).
+            w = base;
+            w.fixed_ns *= 0.5;
+            w.per_token_ns *= 0.5;
+            w.per_pair_ns = 0;
+            costs.notes.push_back("stage " + std::to_string(stage) +
+                                  " wgrad: half the backward's per-token and fixed terms");
+        }
+        w.phase = Phase::weight_grad;
+        passes[1] = combine(base, w, -1);
+        passes[2] = w;
+    }
+    const PassCost recompute = recompute_part(forward, knobs.recompute, head_share);
+    costs.recompute[static_cast<std::size_t>(stage)] = recompute;
+    passes[1] = combine(passes[1], recompute, 1);
+    if (split) {
+        passes[2] = combine(passes[2], recompute, 1);
+    }
+    passes[1].phase = Phase::backward;
+}
+
+}  // namespace
+
 StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const ModelShape& shape,
-                         const Grid& grid, const HardwareAssumptions& hardware) {
-    const CostModel analytic = analytic_cost_model(shape, grid, hardware);
+                         const Grid& grid, const HardwareAssumptions& hardware,
+                         const TrainingKnobs& knobs) {
+    const CostModel analytic = analytic_cost_model(shape, grid, hardware, knobs);
     StageCosts costs;
     costs.source = model != nullptr ? model->source : analytic.source;
     if (costs.source.empty()) {
         costs.source = "given";
     }
-    const int source_pp = origin.pp > 0 ? origin.pp : grid.pp;
-    const int source_layers = origin.layers > 0 ? origin.layers : shape.layers;
-    const int source_hidden = origin.hidden > 0 ? origin.hidden : shape.hidden;
-    const int source_tp = origin.tp > 0 ? origin.tp : grid.tp;
-
     costs.passes.resize(static_cast<std::size_t>(grid.pp));
+    costs.recompute.resize(static_cast<std::size_t>(grid.pp));
     for (int stage = 0; stage < grid.pp; ++stage) {
-        for (PassPhase phase : {PassPhase::forward, PassPhase::backward}) {
-            const Phase trace_phase =
-                phase == PassPhase::forward ? Phase::forward : Phase::backward;
-            PassCost& resolved =
-                costs.passes[static_cast<std::size_t>(stage)][static_cast<std::size_t>(phase)];
-            const PassCost* fitted = nullptr;
-            int fitted_stage = source_stage(stage, grid.pp, source_pp);
+        const auto resolve = [&](Phase phase) -> std::pair<PassCost, bool> {
             if (model != nullptr) {
-                fitted = find_pass(*model, fitted_stage, trace_phase);
-                // The nearest fitted stage of the same phase, when that one is missing.
-                for (int distance = 1; fitted == nullptr && distance < source_pp; ++distance) {
-                    for (int candidate : {fitted_stage - distance, fitted_stage + distance}) {
-                        if (fitted == nullptr && candidate >= 0 && candidate < source_pp) {
-                            fitted = find_pass(*model, candidate, trace_phase);
-                            if (fitted != nullptr) {
-                                fitted_stage = candidate;
-                            }
-                        }
-                    }
+                if (auto fitted = fitted_pass(*model, origin, shape, grid, knobs, stage, phase,
+                                              costs.notes)) {
+                    return {*fitted, true};
                 }
+                costs.notes.push_back("stage " + std::to_string(stage) + " " +
+                                      std::string(to_string(phase)) +
+                                      ": no fitted pass of that phase; " + analytic.source);
             }
-            if (fitted == nullptr) {
-                resolved = *find_pass(analytic, stage, trace_phase);
-                if (model != nullptr) {
-                    costs.notes.push_back("stage " + std::to_string(stage) + " " +
-                                          phase_word(phase) + ": no fitted pass of that phase; " +
-                                          analytic.source);
-                }
-                continue;
-            }
-            const int layers_here = layers_of(stage, grid.pp, shape.layers);
-            const int layers_there = layers_of(fitted_stage, source_pp, source_layers);
-            const double layer_scale =
-                layers_there > 0 ? static_cast<double>(layers_here) / layers_there : 1.0;
-            const double tp_scale = static_cast<double>(source_tp) / grid.tp;
-            const double hidden_scale = static_cast<double>(shape.hidden) / source_hidden;
-            resolved = *fitted;
-            resolved.stage = static_cast<std::int16_t>(stage);
-            resolved.per_token_ns *= layer_scale * tp_scale * hidden_scale * hidden_scale;
-            resolved.per_pair_ns *= layer_scale * tp_scale * hidden_scale;
-            const bool same_stage = fitted_stage == stage && source_pp == grid.pp;
-            if (!same_stage || layer_scale != 1.0 || tp_scale != 1.0 || hidden_scale != 1.0) {
-                std::string note = "stage " + std::to_string(stage) + " " + phase_word(phase) +
-                                   ": from the fit of stage " + std::to_string(fitted_stage) +
-                                   " (" + std::to_string(layers_there) + " -> " +
-                                   std::to_string(layers_here) + " layers";
-                if (hidden_scale != 1.0) {
-                    note += ", hidden " + std::to_string(source_hidden) + " -> " +
-                            std::to_string(shape.hidden);
-                }
-                if (tp_scale != 1.0) {
-                    note += ", tp " + std::to_string(source_tp) + " -> " + std::to_string(grid.tp);
-                }
-                costs.notes.push_back(note + ")");
-            }
+            return {*find_pass(analytic, stage, phase), false};
+        };
+        const auto [forward, forward_fitted] = resolve(Phase::forward);
+        const auto [backward, backward_fitted] = resolve(Phase::backward);
+        std::optional<PassCost> weight;
+        if (model != nullptr && backward_fitted) {
+            weight = fitted_pass(*model, origin, shape, grid, knobs, stage, Phase::weight_grad,
+                                 costs.notes);
         }
+        set_stage_passes(costs, stage, forward, backward, backward_fitted, weight, origin, shape,
+                         grid, knobs);
     }
 
     // Only the collectives this grid runs need a cost, so only those earn a note.
@@ -276,7 +454,10 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     const bool pipelined = grid.pp > 1;
     costs.cp_all_gather = take(kCpAllGather, grid.cp > 1, kCpReduceScatter);
     costs.cp_reduce_scatter = take(kCpReduceScatter, grid.cp > 1, kCpAllGather);
-    costs.tp_all_reduce = take(kTpAllReduce, grid.tp > 1, kTpAllReduce);
+    const bool sequence_parallel = knobs.sequence_parallel && grid.tp > 1;
+    costs.tp_all_reduce = take(kTpAllReduce, grid.tp > 1 && !sequence_parallel, kTpAllReduce);
+    costs.tp_all_gather = take(kTpAllGather, sequence_parallel, kTpReduceScatter);
+    costs.tp_reduce_scatter = take(kTpReduceScatter, sequence_parallel, kTpAllGather);
     costs.recv_activations = take(kRecvActivations, pipelined, kRecvGradients);
     costs.recv_gradients = take(kRecvGradients, pipelined, kRecvActivations);
     costs.dp_all_reduce = take(kDpAllReduce, grid.dp * grid.cp > 1, kDpAllReduce);

@@ -12,7 +12,7 @@
 //                  replaced by the nearest fitted one.
 //   scaling        per-token and per-pair terms × (layers here / layers there) × (tp there /
 //                  tp here); per-token also × (h here / h there)², per-pair × (h here / h there),
-//                  following the FLOPs of REFERENCE §4 (24·T·h² + 4h·pairs per layer).
+//                  following the FLOPs of docs/sources.md, "FLOPs" (24·T·h² + 4h·pairs a layer).
 //                  The fixed term is per-pass overhead and is kept as fitted.
 //
 // Anything the model does not give (no cost model at all, a collective the fitted run never
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/analysis/cost_model.h"
+#include "core/sim/layer_costs.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::sim {
@@ -47,10 +48,16 @@ struct Grid {
 
 // What the analytic cost model assumes about the hardware. The defaults stand for H100 SXM
 // nodes of 8 GPUs: 400 TFLOP/s sustained is ~40% of the 989 TFLOP/s dense bf16 peak
-// (REFERENCE §4: well-tuned large runs reach 40–55% MFU); NVLink 4 moves ~450 GB/s per
+// (well-tuned large runs reach 40–55% MFU: docs/sources.md, "FLOPs"); NVLink 4 moves ~450 GB/s per
 // direction, of which collectives reach ~300; a 400 Gb/s InfiniBand NIC per GPU is 50 GB/s,
 // ~40 achieved; HBM3 3.35 TB/s, ~3 achieved. GB/s is bytes per ns.
+struct GemmEfficiencyPoint {
+    double gflops = 0;      // FLOPs of one GEMM, in 10⁹
+    double efficiency = 1;  // achieved / peak
+};
+
 struct HardwareAssumptions {
+    std::string preset;  // the --hardware preset these came from, or "" (hardware.h)
     double tflops = 400;
     double nvlink_gbs = 300;
     double network_gbs = 40;
@@ -59,12 +66,31 @@ struct HardwareAssumptions {
     double p2p_latency_us = 5;          // pipeline send → receive
     double layer_overhead_us = 10;      // launches and syncs per layer and forward; 2× backward
     int gpus_per_node = 8;
+
+    // A described system (hardware.h's presets): with a table, `tflops` is the dense 16-bit
+    // peak and every GEMM runs at peak × efficiency(its FLOPs), interpolated in log FLOPs and
+    // clamped at the ends; the attention core at peak × attention_efficiency; the elementwise
+    // work (LayerNorm, GeLU, dropout, softmax, residuals) streams its activations through HBM
+    // at hbm_gbs. Empty: every FLOP at the flat sustained `tflops`, as above.
+    std::vector<GemmEfficiencyPoint> gemm_efficiency;
+    double attention_efficiency = 1;
+    // Attention kernels that compute every score of the s × s square and mask the upper half
+    // (Megatron-LM in 2022) rather than only the causal pairs, and keep the scores in memory.
+    bool attention_full_square = false;
+    double fp32_tflops = 0;  // peak of fp32 GEMMs; 0: `tflops`
 };
+
+// The efficiency of a GEMM of `flops` FLOPs in the table; 1 when it is empty.
+double gemm_efficiency(const HardwareAssumptions& hardware, double flops);
 
 // The shape of the run a cost model was fitted on. 0: the same as the simulated one (a
 // model given as a file, whose origin is not recorded).
 struct CostOrigin {
     int layers = 0, pp = 0, hidden = 0, tp = 0;
+    // How the fitted run trained (its run.config): its backward passes include its
+    // recomputation, and a split-backward run's W passes are fitted apart.
+    plan::Recompute recompute = plan::Recompute::none;
+    int virtual_stages = 1;
 };
 
 // Names of the collectives the simulator plays: the engine's (core/trace/annotations.h), so a
@@ -72,6 +98,8 @@ struct CostOrigin {
 inline constexpr std::string_view kCpAllGather = range_name::kCpAllGather;
 inline constexpr std::string_view kCpReduceScatter = range_name::kCpReduceScatter;
 inline constexpr std::string_view kTpAllReduce = range_name::kTpAllReduce;
+inline constexpr std::string_view kTpAllGather = range_name::kTpAllGather;
+inline constexpr std::string_view kTpReduceScatter = range_name::kTpReduceScatter;
 inline constexpr std::string_view kRecvActivations = range_name::kRecvActivations;
 inline constexpr std::string_view kRecvGradients = range_name::kRecvGradients;
 inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
@@ -88,19 +116,25 @@ std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int sta
 // reduce-scatter) of their bytes over NVLink when the group fits in one node, else over the
 // network; the optimizer streams 28 bytes of state per parameter through HBM.
 analysis::CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
-                                        const HardwareAssumptions& hardware);
+                                        const HardwareAssumptions& hardware,
+                                        const TrainingKnobs& knobs = {});
 
 // A short description of the analytic model's assumptions, for notes and run.config.
 std::string describe(const HardwareAssumptions& hardware);
 
-enum class PassPhase : int { forward = 0, backward = 1 };
-
 // Every cost the simulation of one grid needs, resolved once.
 struct StageCosts {
-    std::vector<std::array<analysis::PassCost, 2>> passes;  // [stage][PassPhase]
+    // [stage][PassPhase], for the stage's whole share of the model (all its chunks); backward
+    // includes recomputation, and is only B when the schedule splits off W (weight).
+    std::vector<std::array<analysis::PassCost, kPassPhases>> passes;
+    // [stage]: what recomputation adds to each backward (and W) pass, included above; the
+    // simulator shows it as the `recompute` range.
+    std::vector<analysis::PassCost> recompute;
     analysis::CollectiveCost cp_all_gather;
     analysis::CollectiveCost cp_reduce_scatter;
     analysis::CollectiveCost tp_all_reduce;
+    analysis::CollectiveCost tp_all_gather;
+    analysis::CollectiveCost tp_reduce_scatter;
     analysis::CollectiveCost recv_activations;
     analysis::CollectiveCost recv_gradients;
     analysis::CollectiveCost dp_all_reduce;
@@ -112,7 +146,7 @@ struct StageCosts {
 // `model` null: everything analytic.
 StageCosts resolve_costs(const analysis::CostModel* model, const CostOrigin& origin,
                          const ModelShape& shape, const Grid& grid,
-                         const HardwareAssumptions& hardware);
+                         const HardwareAssumptions& hardware, const TrainingKnobs& knobs = {});
 
 // t = fixed + per_token·T + per_pair·P, never negative, in whole ns.
 std::int64_t predict_pass_ns(const analysis::PassCost& cost, std::int64_t tokens,

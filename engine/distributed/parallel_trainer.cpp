@@ -319,33 +319,13 @@ double ParallelTrainer::gradient_norm() {
     return std::sqrt(total[0]);
 }
 
-// Interleaved 1F1B takes the micro-batches in groups of p (check_pipeline). fulcrum-train
-// refuses a --micro-batches that is not a multiple of p, but a balancer may still make another
-// count for one step (fixed and ilp add micro-batches when the documents do not fit N, and the
-// last batch of an epoch may come out with fewer). Such a step runs depth-first over the model
-// chunks instead, GPipe on the virtual pipeline of v·p chunks (every forward of chunk 0, of
-// chunk 1, …, then the backwards in reverse), which is valid for any count; its passes carry
-// their chunks as always, so a trace shows the order it ran.
+// parallel::step_ops: interleaved 1F1B, or depth-first over the model chunks for a step whose
+// micro-batch count is not a multiple of p.
 std::vector<PipelineOp> ParallelTrainer::step_ops(int microbatches) const {
     const parallel::PipelineShape shape{topology_.shape().pp, microbatches,
                                         config_.virtual_stages};
-    if (parallel::check_pipeline(config_.schedule, shape).ok()) {
-        return stage_ops(config_.schedule, topology_.coordinates().pp, shape);
-    }
-    FULCRUM_CHECK(config_.schedule == PipelineSchedule::interleaved && microbatches >= 1,
-                  "a pipeline shape that only the interleaved schedule refuses");
-    std::vector<PipelineOp> ops;
-    for (int k = 0; k < shape.virtual_stages; ++k) {
-        for (int j = 0; j < microbatches; ++j) {
-            ops.push_back({j, parallel::PassKind::forward, k});
-        }
-    }
-    for (int k = shape.virtual_stages - 1; k >= 0; --k) {
-        for (int j = 0; j < microbatches; ++j) {
-            ops.push_back({j, parallel::PassKind::backward, k});
-        }
-    }
-    return ops;
+    FULCRUM_CHECK(microbatches >= 1, "a step needs a micro-batch");
+    return parallel::step_ops(config_.schedule, topology_.coordinates().pp, shape);
 }
 
 Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {

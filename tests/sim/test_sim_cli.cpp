@@ -62,8 +62,31 @@ private slots:
         QTest::newRow("unknown balancer") << QStringList{"--balancer", "greedy"} << "unknown";
         QTest::newRow("unknown balancer in --compare")
             << QStringList{"--compare", "fixed,best"} << "--compare:";
-        QTest::newRow("unknown schedule") << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
-        QTest::newRow("schedule not simulated yet") << QStringList{"--schedule", "zb-h1"} << "not simulated yet";
+        QTest::newRow("unknown schedule")
+            << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
+        QTest::newRow("interleaved without virtual stages")
+            << QStringList{"--schedule", "interleaved", "--pp", "2"} << "--virtual-stages 2";
+        QTest::newRow("interleaved micro-batches not a multiple of p")
+            << QStringList{"--schedule", "interleaved", "--virtual-stages", "2", "--pp", "2",
+                           "--layers",   "4",           "--micro-batches",  "3"}
+            << "not a multiple of 2";
+        QTest::newRow("more model chunks than layers")
+            << QStringList{"--schedule", "interleaved", "--virtual-stages", "2", "--pp", "2"}
+            << "more model chunks than --layers 2";
+        QTest::newRow("sequence parallelism without TP")
+            << QStringList{"--sequence-parallel"} << "--tp 2 or more";
+        QTest::newRow("unknown dtype") << QStringList{"--dtype", "fp8"} << "bf16, fp16, fp32";
+        QTest::newRow("unknown recompute") << QStringList{"--recompute", "some"} << "--recompute:";
+        QTest::newRow("unknown hardware") << QStringList{"--hardware", "tpu"} << "h100, a100";
+        QTest::newRow("two comparisons")
+            << QStringList{"--compare", "fixed,wlb", "--compare-schedules", "1f1b,gpipe"}
+            << "not both";
+        QTest::newRow("unknown schedule in --compare-schedules")
+            << QStringList{"--compare-schedules", "1f1b,zb"} << "--compare-schedules:";
+        QTest::newRow("compared schedule that cannot run")
+            << QStringList{"--pp",     "2", "--micro-batches",     "3",
+                           "--layers", "4", "--compare-schedules", "1f1b,interleaved"}
+            << "--compare-schedules interleaved:";
         QTest::newRow("bad length spec") << QStringList{"--lengths", "uniform:max=9"} << "uniform";
         QTest::newRow("tp must divide heads")
             << QStringList{"--tp", "3"} << "--tp 3 must divide --heads 4";
@@ -106,6 +129,33 @@ private slots:
         QVERIFY(lines[header + 3].startsWith("wlb "));
         QVERIFY(outcome.out.contains("TP(2)-CP(2)-PP(2)-DP(2) = 16 ranks"));
         QVERIFY(outcome.out.contains("cost model: analytic"));
+    }
+
+    // The schedules of a comparison play with otherwise identical settings: interleaving and
+    // ZB-H1 shrink 1F1B's bubble (docs/simulate.md, "The pipeline").
+    void compareSchedules() {
+        const Outcome outcome =
+            simulate(kSmall + QStringList{"--compare-schedules", "1f1b,interleaved,zb-h1", "--json",
+                                          "--sequence-parallel", "--dtype", "bf16"});
+        QVERIFY2(outcome.exit_code == 0, qPrintable(outcome.err));
+        const QJsonArray results =
+            QJsonDocument::fromJson(outcome.out.toUtf8()).object()["results"].toArray();
+        QCOMPARE(results.size(), 3);
+        QCOMPARE(results[0].toObject()["schedule"].toString(), QString("1f1b"));
+        QCOMPARE(results[1].toObject()["schedule"].toString(), QString("interleaved"));
+        QCOMPARE(results[1].toObject()["virtual_stages"].toInt(), 2);
+        QCOMPARE(results[2].toObject()["schedule"].toString(), QString("zb-h1"));
+        const double one_f_one_b = results[0].toObject()["mean_bubble_fraction"].toDouble();
+        QVERIFY(results[1].toObject()["mean_bubble_fraction"].toDouble() < one_f_one_b);
+        QVERIFY(results[2].toObject()["mean_bubble_fraction"].toDouble() < one_f_one_b);
+
+        const Outcome help = simulate({"--help"});
+        QCOMPARE(help.exit_code, 0);
+        for (const char* option :
+             {"--compare-schedules", "interleaved", "zb-h1", "--virtual-stages", "--recompute",
+              "--sequence-parallel", "--dtype", "--overlap-grad-reduce", "--hardware"}) {
+            QVERIFY2(help.out.contains(option), option);
+        }
     }
 
     void compareWritesOneRunPerBalancer() {

@@ -198,6 +198,52 @@ private slots:
             QVERIFY2(std::abs(ratio - 1) < 0.02, qPrintable(QString::number(ratio)));
         }
     }
+
+    // A run of another schedule, fitted, predicts the given model's run of this one: W passes
+    // fitted on a ZB-H1 run and the recomputation in its backward and W passes are taken
+    // apart again (docs/simulate.md, "Knobs"), an interleaved run's passes hold half a stage.
+    void otherSchedulesCalibrate_data() {
+        QTest::addColumn<int>("schedule");
+        QTest::addColumn<int>("recompute");
+        QTest::newRow("zb-h1, full recomputation")
+            << int(parallel::PipelineSchedule::zero_bubble_h1) << int(plan::Recompute::full);
+        QTest::newRow("interleaved v2, selective recomputation")
+            << int(parallel::PipelineSchedule::interleaved) << int(plan::Recompute::selective);
+    }
+    void otherSchedulesCalibrate() {
+        QFETCH(int, schedule);
+        QFETCH(int, recompute);
+        SimulationConfig config = played_config();
+        config.grid.pp = 2;
+        config.balancer = balance::Balancer::fixed;
+        config.recompute = static_cast<plan::Recompute>(recompute);
+        SimulationConfig other = config;
+        other.schedule = static_cast<parallel::PipelineSchedule>(schedule);
+        other.virtual_stages = other.schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
+        SimulationOutput output;
+        output.path = work_.filePath(QString("other-%1.fulcrum").arg(schedule)).toStdString();
+        QVERIFY(simulate_to_file(other, output).ok());
+        auto reader = store::TraceReader::open(output.path);
+        QVERIFY(reader.ok());
+        auto trace = analysis::load_run_trace(*reader);
+        QVERIFY(trace.ok());
+        auto settings = config_from_run(*trace);
+        auto calibration = calibrate(*trace);
+        QVERIFY(settings.ok() && calibration.ok());
+        QCOMPARE(settings->config.schedule, other.schedule);
+        QCOMPARE(settings->config.virtual_stages, other.virtual_stages);
+        QCOMPARE(settings->config.recompute, other.recompute);
+        QCOMPARE(calibration->origin.recompute, other.recompute);
+
+        const SimulationResult direct = *simulate(config, nullptr);
+        SimulationConfig predicted = config;
+        predicted.cost_model = calibration->model;
+        predicted.cost_origin = calibration->origin;
+        auto again = simulate(predicted, nullptr);
+        QVERIFY2(again.ok(), again.ok() ? "" : again.error().message.c_str());
+        const double ratio = again->mean_step_ns / direct.mean_step_ns;
+        QVERIFY2(std::abs(ratio - 1) < 0.02, qPrintable(QString::number(ratio)));
+    }
 };
 
 QTEST_GUILESS_MAIN(RoundTripTest)

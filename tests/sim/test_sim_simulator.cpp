@@ -8,6 +8,7 @@
 #include <QtTest>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include <tuple>
 
 #include "core/balance/cp_shard.h"
+#include "core/sim/hardware.h"
 #include "core/store/trace_reader.h"
 
 using namespace fulcrum;
@@ -77,7 +79,7 @@ SimulationResult must(Result<SimulationResult> result) {
 }
 
 // A long-tailed mix where attention dominates the long documents (h = 64: a document's
-// attention equals its linear work at d ≈ 12h = 768 tokens, REFERENCE §4).
+// attention equals its linear work at d ≈ 12h = 768 tokens, docs/sources.md, "FLOPs").
 SimulationConfig skewed_config(balance::Balancer balancer) {
     SimulationConfig config;
     config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 4096, .vocab = 256};
@@ -126,6 +128,8 @@ const Event* find_event(const Found& found, std::string_view name, int step, int
 }  // namespace
 
 Q_DECLARE_METATYPE(fulcrum::parallel::PipelineSchedule)
+Q_DECLARE_METATYPE(fulcrum::sim::DType)
+Q_DECLARE_METATYPE(fulcrum::plan::Recompute)
 
 class SimulatorTest : public QObject {
     Q_OBJECT
@@ -262,6 +266,176 @@ private slots:
                  static_cast<std::int64_t>((m + p - 1) * (1116 + 2232) + 500));
     }
 
+    // Equal passes F = B = W and free hand-overs: interleaving over v chunks gives
+    // (p−1)/(v·m) (Narayanan et al., SC'21, §2.2.2), ZB-H1 (p−1)(F + B − W)/(m(F + B + W))
+    // (Zero Bubble, §2): theory_bubble_fraction, which the analyses use too.
+    void scheduleBubbles_data() {
+        QTest::addColumn<parallel::PipelineSchedule>("schedule");
+        QTest::addColumn<int>("stages");
+        QTest::addColumn<int>("microbatches");
+        for (auto schedule : {parallel::PipelineSchedule::interleaved,
+                              parallel::PipelineSchedule::zero_bubble_h1}) {
+            for (auto [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 16}}) {
+                QTest::addRow("%s p%d m%d", parallel::schedule_name(schedule), p, m)
+                    << schedule << p << m;
+            }
+        }
+    }
+    void scheduleBubbles() {
+        QFETCH(parallel::PipelineSchedule, schedule);
+        QFETCH(int, stages);
+        QFETCH(int, microbatches);
+        const int v = schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
+        SimulationConfig config;
+        config.model = {.layers = stages * v, .hidden = 4, .heads = 1, .context = 8, .vocab = 16};
+        config.grid.pp = stages;
+        config.schedule = schedule;
+        config.virtual_stages = v;
+        config.microbatches = microbatches;
+        config.steps = 1;
+        config.document_lengths.assign(static_cast<std::size_t>(microbatches), 8);
+        analysis::CostModel model = round_cost_model(stages, 0, 0);
+        for (auto& pass : model.passes) {
+            // Per token only: F = 10·T, the whole backward 2F, so B = W = F once split.
+            pass.fixed_ns = 0;
+            pass.per_pair_ns = 0;
+        }
+        config.cost_model = model;
+        const SimulationResult result = must(simulate(config, nullptr));
+        const double theory =
+            parallel::theory_bubble_fraction(schedule, {stages, microbatches, v}, {80, 80, 80});
+        QVERIFY2(std::abs(result.steps[0].bubble_fraction - theory) < 1e-9,
+                 qPrintable(QString("simulated %1, theory %2")
+                                .arg(result.steps[0].bubble_fraction)
+                                .arg(theory)));
+    }
+
+    // Bytes of every TP collective and pipeline send on one rank and step against
+    // layer_costs.h's table: per layer and micro-batch of T tokens, T·h·e bytes a call; 2
+    // all-reduces forward and 2 backward, or with sequence parallelism 2 all-gathers + 2
+    // reduce-scatters forward and 4 + 2 backward; full recomputation re-runs the forward's.
+    // A pipeline send moves T·h·e, a TP rank's rows (T/tp) under sequence parallelism.
+    void collectiveBytes_data() {
+        QTest::addColumn<bool>("sequence_parallel");
+        QTest::addColumn<DType>("dtype");
+        QTest::addColumn<plan::Recompute>("recompute");
+        for (bool sp : {false, true}) {
+            for (DType dtype : {DType::fp32, DType::bf16}) {
+                for (plan::Recompute recompute : {plan::Recompute::none, plan::Recompute::full}) {
+                    QTest::addRow("%s %s recompute %s", sp ? "sp" : "tp", dtype_name(dtype),
+                                  plan::recompute_name(recompute))
+                        << sp << dtype << recompute;
+                }
+            }
+        }
+    }
+    void collectiveBytes() {
+        QFETCH(bool, sequence_parallel);
+        QFETCH(DType, dtype);
+        QFETCH(plan::Recompute, recompute);
+        SimulationConfig config;
+        config.model = {.layers = 4, .hidden = 64, .heads = 2, .context = 64, .vocab = 16};
+        config.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 1};
+        config.microbatches = 2;
+        config.steps = 1;
+        config.document_lengths.assign(4, 64);
+        config.sequence_parallel = sequence_parallel;
+        config.dtype = dtype;
+        config.recompute = recompute;
+        const QString path =
+            work_.filePath(QString("bytes-%1.fulcrum").arg(QTest::currentDataTag()));
+        SimulationOutput output;
+        output.path = path.toStdString();
+        must(simulate_to_file(config, output));
+        auto reader = store::TraceReader::open(output.path);
+        QVERIFY(reader.ok());
+        std::map<std::string, std::int64_t> bytes;
+        for (const Event& event : events_of_rank(*reader, 0).events) {
+            if (event.bytes >= 0) {
+                bytes[std::string(reader->string(event.name))] += event.bytes;
+            }
+        }
+        const std::int64_t e = element_bytes(dtype);
+        const std::int64_t call = 64 * 64 * e;    // T·h·e
+        const std::int64_t layer_passes = 2 * 2;  // micro-batches × the stage's layers
+        const std::int64_t again = recompute == plan::Recompute::full ? 1 : 0;
+        if (sequence_parallel) {
+            QCOMPARE(bytes["tp all-gather"], layer_passes * (2 + 4 + 2 * again) * call);
+            QCOMPARE(bytes["tp reduce-scatter"], layer_passes * (2 + 2 + 2 * again) * call);
+            QCOMPARE(bytes["tp all-reduce"], std::int64_t(0));
+            QCOMPARE(bytes["send activations"], 2 * call / 2);
+        } else {
+            QCOMPARE(bytes["tp all-reduce"], layer_passes * (2 + 2 + 2 * again) * call);
+            QCOMPARE(bytes["tp all-gather"], std::int64_t(0));
+            QCOMPARE(bytes["send activations"], 2 * call);
+        }
+    }
+
+    // Recomputation adds the layers' forward (full) or its attention core (selective) to the
+    // backward; a split backward gives W half the per-token and fixed work and no attention.
+    void knobsOnPassCosts() {
+        const ModelShape shape{.layers = 2, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
+        const Grid grid{};
+        const HardwareAssumptions hardware;
+        const StageCosts plain = resolve_costs(nullptr, {}, shape, grid, hardware, {});
+        const analysis::PassCost forward = plain.passes[0][0];
+        QCOMPARE(plain.passes[0][1].per_token_ns, 2 * forward.per_token_ns);
+        const double layers = 24.0 * 64 * 64 * 2;
+        const double layer_share = layers / (layers + 2.0 * 64 * 256);
+
+        TrainingKnobs full;
+        full.recompute = plan::Recompute::full;
+        const StageCosts recomputed = resolve_costs(nullptr, {}, shape, grid, hardware, full);
+        QVERIFY(std::abs(recomputed.passes[0][1].per_token_ns -
+                         (2 + layer_share) * forward.per_token_ns) < 1e-9);
+        QCOMPARE(recomputed.passes[0][1].per_pair_ns, 3 * forward.per_pair_ns);
+
+        TrainingKnobs selective;
+        selective.recompute = plan::Recompute::selective;
+        const StageCosts core = resolve_costs(nullptr, {}, shape, grid, hardware, selective);
+        QCOMPARE(core.passes[0][1].per_token_ns, 2 * forward.per_token_ns);
+        QCOMPARE(core.passes[0][1].per_pair_ns, 3 * forward.per_pair_ns);
+
+        TrainingKnobs split;
+        split.schedule = parallel::PipelineSchedule::zero_bubble_h1;
+        const StageCosts zb = resolve_costs(nullptr, {}, shape, grid, hardware, split);
+        QCOMPARE(zb.passes[0][2].per_token_ns, forward.per_token_ns);
+        QCOMPARE(zb.passes[0][2].per_pair_ns, 0.0);
+        QCOMPARE(zb.passes[0][1].per_token_ns, forward.per_token_ns);
+        QCOMPARE(zb.passes[0][1].per_pair_ns, 2 * forward.per_pair_ns);
+        QCOMPARE(zb.passes[0][1].fixed_ns + zb.passes[0][2].fixed_ns, 2 * forward.fixed_ns);
+    }
+
+    // Overlapping the DP reduction with the backward hides part of it, never more than all.
+    void overlappedGradientReduction() {
+        SimulationConfig config;
+        config.model = {.layers = 8, .hidden = 1024, .heads = 8, .context = 2048, .vocab = 256};
+        config.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 1};
+        config.microbatches = 4;
+        config.steps = 1;
+        config.document_lengths.assign(16, 2048);
+        const double off = must(simulate(config, nullptr)).mean_step_ns;
+        config.overlap_grad_reduce = true;
+        const double on = must(simulate(config, nullptr)).mean_step_ns;
+        const StageCosts costs =
+            resolve_costs(nullptr, {}, config.model, config.grid, config.hardware, config.knobs());
+        const double reduction = static_cast<double>(predict_collective_ns(
+            costs.dp_all_reduce, stage_parameters(config.model, config.grid, 0) * 4));
+        QVERIFY2(on < off, qPrintable(QString("on %1, off %2").arg(on).arg(off)));
+        QVERIFY(on >= off - reduction);
+    }
+
+    // The a100 preset's GEMM efficiency: the table's points, log-linear between them.
+    void gemmEfficiency() {
+        auto a100 = hardware_preset("a100");
+        QVERIFY(a100.ok());
+        QCOMPARE(gemm_efficiency(*a100, 1e9), 0.45);
+        QCOMPARE(gemm_efficiency(*a100, 1e13), 0.85);
+        QVERIFY(std::abs(gemm_efficiency(*a100, std::sqrt(10.0) * 1e9) - 0.575) < 1e-9);
+        QCOMPARE(gemm_efficiency(HardwareAssumptions{}, 1e9), 1.0);
+        QVERIFY(!hardware_preset("tpu").ok());
+    }
+
     // A model fitted on pp2 with 4 layers, played on pp4: first and last stages come from the
     // fitted first and last, the middle ones from the first, each scaled 2 → 1 layers.
     void derivedStageCosts() {
@@ -310,7 +484,7 @@ private slots:
         QVERIFY(scaled.cp_all_gather.per_byte_ns > 0);
     }
 
-    // REFERENCE §4 at the default assumptions: 24·h² FLOPs per token and layer at 400 TFLOP/s.
+    // docs/sources.md, "FLOPs", at the default assumptions: 24·h² FLOPs per token and layer at 400 TFLOP/s.
     void analyticModel() {
         const ModelShape shape{
             .layers = 2, .hidden = 4096, .heads = 32, .context = 8192, .vocab = 32000};

@@ -1,0 +1,187 @@
+// bench_published: the simulator against published runs. The eight A100 iteration times of
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+// Table 4 and §6: 22B, 175B, 530B and 1T GPT models with full recomputation, and with sequence
+// parallelism + selective recomputation; A100 80 GB, 8 GPUs a node, fp16, sequence 2048, no
+// data parallelism), each played event by event by `simulate` on the `a100` hardware preset
+// (core/sim/hardware.cpp: the device's efficiencies, stated once, not per row), and the
+// per-GPU memory of the same layouts from core/plan/memory_model. Prints predicted against
+// published with the error of every row and the mean; bench/sim/published.md records a run.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/plan/memory_model.h"
+#include "core/sim/hardware.h"
+#include "core/sim/simulator.h"
+#include "core/util/text_table.h"
+
+using namespace fulcrum;
+
+namespace {
+
+constexpr int kSequence = 2048;
+constexpr int kVocab = 51200;  // GPT-2's BPE vocabulary padded to a multiple of 128·tp
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct PublishedRun {
+    const char* model;
+    int layers, hidden, heads;
+    int tp, pp, virtual_stages;
+    int global_batch, microbatch_size;
+    double full_recompute_s, selective_sp_s;  // seconds an iteration
+    double model_state_gib;                   // weights + gradients + optimizer a GPU
+    double activations_none_gib, activations_selective_sp_gib;
+};
+
+// Korthikanti et al. 2022, Tables 3 and 4 (and Figure 7's memory).
+const std::vector<PublishedRun> kRuns = {
+    {"22B", 48, 6144, 64, 8, 1, 1, 4, 4, 1.42, 1.10, 45.6, 59.3, 9.6},
+    {"175B", 96, 12288, 96, 8, 8, 3, 64, 1, 18.13, 13.75, 45.6, 66.8, 12.4},
+    {"530B", 105, 20480, 128, 8, 35, 3, 280, 1, 49.05, 37.83, 31.6, 114.0, 23.1},
+    {"1T", 128, 25600, 160, 8, 64, 1, 512, 1, 94.42, 71.49, 33.0, 131.3, 26.6},
+};
+
+struct Variant {
+    const char* name;
+    plan::Recompute recompute;
+    bool sequence_parallel;
+};
+
+sim::SimulationConfig config_for(const PublishedRun& run, const Variant& variant,
+                                 const sim::HardwareAssumptions& hardware) {
+    sim::SimulationConfig config;
+    config.model = {run.layers, run.hidden, run.heads, kSequence * run.microbatch_size, kVocab};
+    config.grid = {.dp = 1, .tp = run.tp, .pp = run.pp, .cp = 1};
+    config.virtual_stages = run.virtual_stages;
+    config.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
+                                             : parallel::PipelineSchedule::one_f_one_b;
+    config.microbatches = run.global_batch / run.microbatch_size;  // DP = 1
+    config.steps = 1;
+    // b sequences of s tokens a micro-batch: documents of exactly s, packed b at a time.
+    config.document_lengths.assign(static_cast<std::size_t>(run.global_batch), kSequence);
+    config.recompute = variant.recompute;
+    config.sequence_parallel = variant.sequence_parallel;
+    config.dtype = sim::DType::fp16;
+    // Megatron-LM sends 1/tp of a boundary activation and all-gathers it (SC'21, §4.1).
+    config.pipeline_scatter_gather = true;
+    config.hardware = hardware;
+    return config;
+}
+
+plan::MemoryShape memory_shape(const PublishedRun& run, plan::Recompute recompute,
+                               bool sequence_parallel) {
+    plan::MemoryShape shape;
+    shape.layers = run.layers;
+    shape.hidden = run.hidden;
+    shape.heads = run.heads;
+    shape.vocab = kVocab;
+    shape.sequence = kSequence;
+    shape.microbatch_size = run.microbatch_size;
+    shape.tp = run.tp;
+    shape.pp = run.pp;
+    shape.virtual_stages = run.virtual_stages;
+    shape.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
+                                            : parallel::PipelineSchedule::one_f_one_b;
+    shape.microbatches = run.global_batch / run.microbatch_size;
+    shape.recompute = recompute;
+    shape.sequence_parallel = sequence_parallel;
+    shape.precision = plan::Precision::megatron_mixed();
+    return shape;
+}
+
+std::string fixed(double value, int decimals) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+    return buffer;
+}
+
+std::string percent(double predicted, double published) {
+    const double error = 100.0 * (predicted - published) / published;
+    return (error >= 0 ? "+" : "") + fixed(error, 1) + "%";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "bench_published: simulate Korthikanti et al. 2022's eight A100 runs and compare "
+        "iteration time and memory with the published figures"};
+    std::string preset = "a100";
+    app.add_option("--hardware", preset, "Hardware preset")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+    auto hardware = sim::hardware_preset(preset);
+    if (!hardware) {
+        std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
+        return 2;
+    }
+    std::printf("hardware: %s\n\n", sim::describe(*hardware).c_str());
+
+    const std::vector<Variant> variants = {
+        {"full recompute", plan::Recompute::full, false},
+        {"SP + selective", plan::Recompute::selective, true},
+    };
+    using Align = TextTable::Align;
+    TextTable times(
+        {"model", "GPUs", "schedule", "variant", "published", "simulated", "error", "bubble"},
+        {Align::left, Align::right, Align::left, Align::left, Align::right, Align::right,
+         Align::right, Align::right});
+    double sum_abs = 0, max_abs = 0;
+    int rows = 0;
+    for (const PublishedRun& run : kRuns) {
+        for (const Variant& variant : variants) {
+            const sim::SimulationConfig config = config_for(run, variant, *hardware);
+            auto result = sim::simulate(config, nullptr);
+            if (!result) {
+                std::fprintf(stderr, "bench_published: %s %s: %s\n", run.model, variant.name,
+                             result.error().message.c_str());
+                return 1;
+            }
+            const double seconds = result->mean_step_ns * 1e-9;
+            const double published =
+                variant.sequence_parallel ? run.selective_sp_s : run.full_recompute_s;
+            const double error = std::abs(seconds - published) / published;
+            sum_abs += error;
+            max_abs = std::max(max_abs, error);
+            ++rows;
+            std::string schedule = parallel::schedule_name(config.schedule);
+            if (config.virtual_stages > 1) {
+                schedule += " v" + std::to_string(config.virtual_stages);
+            }
+            times.add_row(
+                {run.model, std::to_string(run.tp * run.pp),
+                 "tp" + std::to_string(run.tp) + " pp" + std::to_string(run.pp) + " " + schedule,
+                 variant.name, fixed(published, 2) + " s", fixed(seconds, 2) + " s",
+                 percent(seconds, published), fixed(100 * result->mean_bubble_fraction, 1) + "%"});
+        }
+    }
+    std::printf("Iteration time\n%s", times.render().c_str());
+    std::printf("mean |error| %.1f%%, max %.1f%% over %d runs\n\n", 100 * sum_abs / rows,
+                100 * max_abs, rows);
+
+    TextTable memory(
+        {"model", "state published", "state model", "error", "act. none published",
+         "act. none model", "error", "act. SP+sel published", "act. SP+sel model", "error"},
+        {Align::left, Align::right, Align::right, Align::right, Align::right, Align::right,
+         Align::right, Align::right, Align::right, Align::right});
+    for (const PublishedRun& run : kRuns) {
+        // The first stage: it holds the embedding and the most micro-batches in flight.
+        const plan::StageMemory none =
+            plan::stage_memory(memory_shape(run, plan::Recompute::none, false), 0);
+        const plan::StageMemory selective =
+            plan::stage_memory(memory_shape(run, plan::Recompute::selective, true), 0);
+        const double state = none.model_state_bytes() / kGiB;
+        const double act_none = none.activations_bytes / kGiB;
+        const double act_selective = selective.activations_bytes / kGiB;
+        memory.add_row({run.model, fixed(run.model_state_gib, 1), fixed(state, 1),
+                        percent(state, run.model_state_gib), fixed(run.activations_none_gib, 1),
+                        fixed(act_none, 1), percent(act_none, run.activations_none_gib),
+                        fixed(run.activations_selective_sp_gib, 1), fixed(act_selective, 1),
+                        percent(act_selective, run.activations_selective_sp_gib)});
+    }
+    std::printf("Memory per GPU, GiB (first pipeline stage; core/plan/memory_model)\n%s",
+                memory.render().c_str());
+    return 0;
+}

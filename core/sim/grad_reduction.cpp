@@ -1,0 +1,60 @@
+#include "core/sim/grad_reduction.h"
+
+#include <algorithm>
+
+namespace fulcrum::sim {
+
+std::int64_t gradient_reduction_end(const GradientReductionInput& input,
+                                    const std::vector<const parallel::ReplayResult*>& replays,
+                                    const analysis::CollectiveCost& all_reduce) {
+    const auto s = static_cast<std::size_t>(input.stage);
+    std::int64_t pipeline_end = input.step_start_ns;
+    for (const parallel::ReplayResult* replay : replays) {
+        pipeline_end = std::max(pipeline_end, input.step_start_ns + replay->stage_end_ns[s]);
+    }
+    if (!input.overlap) {
+        return pipeline_end + predict_collective_ns(all_reduce, input.stage_bytes);
+    }
+    const int v = std::max(input.virtual_stages, 1);
+    // When each layer's gradients are final: the latest over the replicas.
+    std::vector<std::int64_t> ready;
+    std::int64_t layer_count = 0;
+    for (int chunk = 0; chunk < v; ++chunk) {
+        const parallel::LayerRange range = parallel::stage_layers(
+            chunk * input.stages + input.stage, input.stages * v, input.layers);
+        const int n = range.last - range.first;
+        layer_count += n;
+        std::vector<std::int64_t> chunk_ready(static_cast<std::size_t>(n), input.step_start_ns);
+        for (const parallel::ReplayResult* replay : replays) {
+            const parallel::ReplayedOp* last = nullptr;
+            for (const parallel::ReplayedOp& op : replay->stages[s]) {
+                if (op.chunk == chunk && op.kind == input.writes_weights) {
+                    last = &op;
+                }
+            }
+            if (last == nullptr) {
+                continue;
+            }
+            for (int i = 0; i < n; ++i) {
+                const std::int64_t done =
+                    last->start_ns + (last->end_ns - last->start_ns) * (i + 1) / n;
+                auto& at = chunk_ready[static_cast<std::size_t>(i)];
+                at = std::max(at, input.step_start_ns + done);
+            }
+        }
+        ready.insert(ready.end(), chunk_ready.begin(), chunk_ready.end());
+    }
+    std::sort(ready.begin(), ready.end());
+    std::int64_t stream = input.step_start_ns;
+    for (std::int64_t at : ready) {
+        stream = std::max(stream, at) + predict_collective_ns(all_reduce, input.layer_bytes);
+    }
+    const std::int64_t rest = input.stage_bytes - layer_count * input.layer_bytes;
+    stream = std::max(stream, pipeline_end);
+    if (rest > 0) {
+        stream += predict_collective_ns(all_reduce, rest);
+    }
+    return stream;
+}
+
+}  // namespace fulcrum::sim

@@ -1,0 +1,41 @@
+// When a pipeline stage's gradient reduction over its DP × CP group ends (docs/simulate.md,
+// "The end of the step").
+//
+// Without overlap: one all-reduce of all the stage's gradients once its slowest replica's last
+// pass has ended.
+// With --overlap-grad-reduce, as fulcrum-train and Megatron-LM do it: a layer's gradients are
+// final once the last pass of the step that writes them (its chunk's last backward, or last W
+// under a split backward) has computed that layer; each layer is then all-reduced as one
+// bucket on one communication stream, in the order they become ready, while the passes after
+// go on. Layers run last to first inside a pass, each taking an even share of it. What no
+// layer holds (embeddings, the final LayerNorm) is reduced after the stage's last pass, and
+// the stage waits for the stream to drain: the reduction time the overlap did not hide.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/analysis/cost_model.h"
+#include "core/parallel/replay.h"
+#include "core/sim/stage_costs.h"
+
+namespace fulcrum::sim {
+
+struct GradientReductionInput {
+    int stage = 0;
+    int stages = 1;
+    int virtual_stages = 1;
+    int layers = 1;  // of the whole model
+    bool overlap = false;
+    parallel::PassKind writes_weights = parallel::PassKind::backward;  // weight under ZB-H1
+    std::int64_t layer_bytes = 0;  // one layer's gradients on one rank of the stage
+    std::int64_t stage_bytes = 0;  // all the stage's gradients on one rank
+    std::int64_t step_start_ns = 0;
+};
+
+// The end of the reduction; `replays` are the step's replicas (times from step_start_ns).
+std::int64_t gradient_reduction_end(const GradientReductionInput& input,
+                                    const std::vector<const parallel::ReplayResult*>& replays,
+                                    const analysis::CollectiveCost& all_reduce);
+
+}  // namespace fulcrum::sim

@@ -1,0 +1,19 @@
+// Named system descriptions for the analytic model (`fulcrum simulate --hardware NAME`): a
+// device's peak, how much of it GEMMs of each size reach, and its links. docs/simulate.md,
+// "Hardware presets", states every number and where it comes from.
+#pragma once
+
+#include <string_view>
+
+#include "core/sim/stage_costs.h"
+#include "core/util/result.h"
+
+namespace fulcrum::sim {
+
+inline constexpr std::string_view kHardwarePresets = "h100, a100";
+
+// "h100": the flat defaults of HardwareAssumptions (400 TFLOP/s sustained, no table).
+// "a100": an A100 80 GB SXM in 8-GPU DGX nodes, described (see the .cpp).
+Result<HardwareAssumptions> hardware_preset(std::string_view name);
+
+}  // namespace fulcrum::sim

@@ -217,8 +217,9 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
                  "; using the defaults (see --help)");
         }
     } else if (!given(args, "--lengths")) {
-        // docs/sources.md, "Document lengths": a ProLong-like median of 1,900 tokens, or context/8 where that would
-        // leave hardly a document shorter than the context (fulcrum-train's demo mix).
+        // A ProLong-like median of 1,900 tokens (docs/sources.md, "Document lengths"), or
+        // context/8 where that would leave hardly a document shorter than the context
+        // (fulcrum-train's demo mix).
         const int median = std::max(1, std::min(1900, config.model.context / 8));
         config.lengths = "long-tail:context=" + std::to_string(config.model.context) +
                          ",median=" + std::to_string(median);

@@ -37,8 +37,8 @@ public:
         for (const Pass* pass : passes) {
             by_rank_[pass->rank].push_back(pass);
             const Coordinates c = coordinates_of(trace, *pass);
-            pipeline_[{c.dp, c.cp, c.tp, c.pp, pass->microbatch, pass->phase}] = pass;
-            lockstep_[{c.dp, c.pp, pass->microbatch, pass->phase}].push_back(pass);
+            pipeline_[{c.dp, c.cp, c.tp, c.pp, pass->chunk, pass->microbatch, pass->phase}] = pass;
+            lockstep_[{c.dp, c.pp, pass->chunk, pass->microbatch, pass->phase}].push_back(pass);
         }
         for (auto& [rank, list] : by_rank_) {
             std::sort(list.begin(), list.end(), [](const Pass* a, const Pass* b) { return a->start_ns < b->start_ns; });
@@ -56,25 +56,35 @@ public:
         return before;
     }
 
-    // The pass whose output `pass` receives through the pipeline, or null.
+    // The pass whose output `pass` receives through the pipeline, or null. Under interleaved
+    // 1F1B (Narayanan et al. 2021, §2.2) model chunk v of the first stage takes its input from
+    // chunk v − 1 of the last stage, and the last stage's backward of chunk v from chunk v + 1
+    // of the first; a W pass (zb-h1) waits only for its own B, on its rank.
     const Pass* pipeline_input(const Pass& pass) const {
-        const Coordinates c = coordinates_of(trace_, pass);
-        const int from = pass.phase == Phase::forward ? c.pp - 1 : c.pp + 1;
-        const Phase phase = pass.phase;
-        auto at = pipeline_.find({c.dp, c.cp, c.tp, from, pass.microbatch, phase});
-        if (at != pipeline_.end()) return at->second;
-        if (pass.phase == Phase::backward) {
-            // The last stage's backward starts from its own forward.
+        if (pass.phase == Phase::weight_grad)
             return nullptr;
+        const Coordinates c = coordinates_of(trace_, pass);
+        const int stages = std::max(trace_.config.pp, 1);
+        int from = pass.phase == Phase::forward ? c.pp - 1 : c.pp + 1;
+        int chunk = pass.chunk;
+        if (from < 0) {
+            from = stages - 1;
+            --chunk;
+        } else if (from >= stages) {
+            from = 0;
+            ++chunk;
         }
-        return nullptr;
+        if (chunk < 0)
+            return nullptr;  // the first stage's first chunk: the data loader
+        auto at = pipeline_.find({c.dp, c.cp, c.tp, from, chunk, pass.microbatch, pass.phase});
+        return at != pipeline_.end() ? at->second : nullptr;
     }
 
     // Of a CP/TP group's passes of one micro-batch, the one that waited least in their
     // collectives: it held the others up.
     const Pass* slowest_in_lockstep(const Pass& pass) const {
         const Coordinates c = coordinates_of(trace_, pass);
-        auto at = lockstep_.find({c.dp, c.pp, pass.microbatch, pass.phase});
+        auto at = lockstep_.find({c.dp, c.pp, pass.chunk, pass.microbatch, pass.phase});
         if (at == lockstep_.end()) return &pass;
         const Pass* slowest = &pass;
         for (const Pass* member : at->second) {
@@ -109,8 +119,8 @@ public:
 private:
     const RunTrace& trace_;
     std::map<std::int32_t, std::vector<const Pass*>> by_rank_;
-    std::map<std::tuple<int, int, int, int, std::int32_t, Phase>, const Pass*> pipeline_;
-    std::map<std::tuple<int, int, std::int32_t, Phase>, std::vector<const Pass*>> lockstep_;
+    std::map<std::tuple<int, int, int, int, int, std::int32_t, Phase>, const Pass*> pipeline_;
+    std::map<std::tuple<int, int, int, std::int32_t, Phase>, std::vector<const Pass*>> lockstep_;
 };
 
 struct TailEvent {

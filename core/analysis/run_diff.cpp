@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 namespace fulcrum::analysis {
 
@@ -14,9 +15,11 @@ struct Tally {
     EventKind kind = EventKind::range;
 };
 
-// Totals by (kind, name) over the chosen steps, and how many steps they cover.
+// Totals by (kind, name) over the chosen steps, and how many steps they cover. Counted by
+// interned name first (one hash look-up per event, no string built), then keyed by text once
+// per name, since the two sides intern names apart.
 std::map<std::pair<EventKind, std::string>, Tally> tally(const DiffSide& side, int& steps) {
-    std::map<std::pair<EventKind, std::string>, Tally> by_name;
+    std::unordered_map<std::uint64_t, Tally> by_id;
     std::set<std::int32_t> seen;
     for (const RankTrace& rank : side.run->ranks) {
         for (const LaneTrace& lane : rank.lanes) {
@@ -24,12 +27,19 @@ std::map<std::pair<EventKind, std::string>, Tally> tally(const DiffSide& side, i
                 if (event.kind == EventKind::mark || event.category == Category::schedule) continue;
                 if (side.step && event.step != *side.step) continue;
                 if (event.step >= 0) seen.insert(event.step);
-                Tally& t = by_name[{event.kind, std::string(side.run->name(event.name))}];
+                Tally& t = by_id[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
                 t.kind = event.kind;
                 ++t.count;
                 t.total_ns += event.duration_ns();
             }
         }
+    }
+    std::map<std::pair<EventKind, std::string>, Tally> by_name;
+    for (const auto& [id, t] : by_id) {
+        Tally& named = by_name[{t.kind, std::string(side.run->name(StringId{std::uint32_t(id >> 8)}))}];
+        named.kind = t.kind;
+        named.count += t.count;
+        named.total_ns += t.total_ns;
     }
     steps = std::max<int>(1, static_cast<int>(seen.size()));
     return by_name;

@@ -116,6 +116,8 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
         read_field(json, "virtual_stages", config.virtual_stages);
         read_field(json, "recompute", config.recompute);
         read_field(json, "sequence_parallel", config.sequence_parallel);
+        read_field(json, "overlap_grad_reduce", config.overlap_grad_reduce);
+        read_field(json, "dtype", config.dtype);
         read_field(json, "balancer", config.balancer);
         read_field(json, "cp_shard", config.cp_shard);
         read_field(json, "microbatches", config.microbatches);

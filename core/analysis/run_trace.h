@@ -72,6 +72,8 @@ struct RunConfig {
     int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
     std::string recompute;   // "none", "selective", "full", or "" when unknown
     bool sequence_parallel = false;
+    bool overlap_grad_reduce = false;
+    std::string dtype;  // "fp32", "bf16", "fp16": written by the simulator; "" (the CPU engine's fp32)
     std::string balancer;  // "fixed", "ilp", "wlb", or ""
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive", or ""
     int microbatches = 0;  // per DP replica and step; 0 when unknown

@@ -1,63 +1,29 @@
 // Taking a simulation's settings and costs from a captured run. Kept apart from the
 // simulator itself, which needs neither the pass finder nor the fit.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <string>
 
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
+#include "core/plan/memory_model.h"
 #include "core/sim/simulator.h"
 
 namespace fulcrum::sim {
-namespace {
-
-// fulcrum-train's knobs in run.config (engine/tools/train.cpp writes virtual_stages,
-// recompute, sequence_parallel, overlap_grad_reduce); a run that does not say them ran
-// without them. `dtype` is written by the simulator only: the CPU engine computes in fp32.
-struct RunKnobs {
-    int virtual_stages = 1;
-    plan::Recompute recompute = plan::Recompute::none;
-    bool sequence_parallel = false;
-    bool overlap_grad_reduce = false;
-    DType dtype = DType::fp32;
-};
-
-RunKnobs run_knobs(const std::string& config_json) {
-    RunKnobs knobs;
-    const auto json = nlohmann::json::parse(config_json, nullptr, false);
-    if (!json.is_object()) {
-        return knobs;
-    }
-    if (auto it = json.find("virtual_stages"); it != json.end() && it->is_number_integer()) {
-        knobs.virtual_stages = std::max(1, it->get<int>());
-    }
-    if (auto it = json.find("recompute"); it != json.end() && it->is_string()) {
-        if (auto recompute = plan::parse_recompute(it->get<std::string>())) {
-            knobs.recompute = *recompute;
-        }
-    }
-    if (auto it = json.find("sequence_parallel"); it != json.end() && it->is_boolean()) {
-        knobs.sequence_parallel = it->get<bool>();
-    }
-    if (auto it = json.find("overlap_grad_reduce"); it != json.end() && it->is_boolean()) {
-        knobs.overlap_grad_reduce = it->get<bool>();
-    }
-    if (auto it = json.find("dtype"); it != json.end() && it->is_string()) {
-        if (auto dtype = parse_dtype(it->get<std::string>())) {
-            knobs.dtype = *dtype;
-        }
-    }
-    return knobs;
-}
-
-}  // namespace
 
 Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     const analysis::RunConfig& run = trace.config;
     const std::string name = trace.run.name.empty() ? "the run" : "'" + trace.run.name + "'";
     RunSettings settings;
     SimulationConfig& config = settings.config;
+    if (!run.grid_known) {
+        // An imported trace without coordinates: its placeholder 1×1×1×1 is no grid to play.
+        return Error{ErrorCode::invalid_input,
+                     name +
+                         " does not say its grid (no dp, tp, pp, cp degrees or rank coordinates, "
+                         "as in a trace imported without them); a cost model fitted on it would "
+                         "not know which stage each pass ran on. Calibrate on a Fulcrum capture, "
+                         "or simulate without --calibrate"};
+    }
     config.grid = {run.dp, run.tp, run.pp, run.cp};
 
     if (run.schedule.empty()) {
@@ -155,12 +121,17 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
         config.attention_kernel = run.backend;
     }
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
-    const RunKnobs knobs = run_knobs(trace.run.config_json);
-    config.virtual_stages = knobs.virtual_stages;
-    config.recompute = knobs.recompute;
-    config.sequence_parallel = knobs.sequence_parallel;
-    config.overlap_grad_reduce = knobs.overlap_grad_reduce;
-    config.dtype = knobs.dtype;
+    // fulcrum-train's knobs (analysis::RunConfig); a run that does not say them ran without
+    // them, and in fp32 (the CPU engine's; only the simulator writes a dtype).
+    config.virtual_stages = std::max(1, run.virtual_stages);
+    if (auto recompute = plan::parse_recompute(run.recompute.empty() ? "none" : run.recompute)) {
+        config.recompute = *recompute;
+    }
+    config.sequence_parallel = run.sequence_parallel;
+    config.overlap_grad_reduce = run.overlap_grad_reduce;
+    if (auto dtype = parse_dtype(run.dtype.empty() ? "fp32" : run.dtype)) {
+        config.dtype = *dtype;
+    }
     return settings;
 }
 
@@ -192,10 +163,17 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
     calibration.model = std::move(*model);
     // fit_cost_model names the run; say what was done with it.
     calibration.model.source = "fitted on " + name;
+    auto settings = config_from_run(trace);
+    if (!settings) {
+        return settings.error();
+    }
     const analysis::RunConfig& run = trace.config;
-    const RunKnobs knobs = run_knobs(trace.run.config_json);
-    calibration.origin = {run.layers, run.pp,          run.hidden,
-                          run.tp,     knobs.recompute, knobs.virtual_stages};
+    calibration.origin = {run.layers,
+                          run.pp,
+                          run.hidden,
+                          run.tp,
+                          settings->config.recompute,
+                          settings->config.virtual_stages};
     return calibration;
 }
 

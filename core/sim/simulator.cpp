@@ -139,6 +139,9 @@ struct GroupPass {
     // Full recomputation's second K/V all-gather in the backward pass, every layer together.
     std::int64_t regather_ns = 0;
     std::int64_t regather_bytes = 0;
+    // With Megatron-LM's scatter/gather sends, the receiver's all-gather of the activation
+    // over TP, one receive.
+    std::int64_t gather_ns = 0;
 };
 
 // TP collectives by kind: all-reduce, all-gather, reduce-scatter (layer_costs.h).
@@ -211,6 +214,24 @@ int sends_of(int stage, PassPhase phase, const SimulationConfig& config) {
     }
     const bool forward = phase == PassPhase::forward;
     return v - ((forward ? stage == p - 1 : stage == 0) ? 1 : 0);
+}
+
+// Receives of a stage's passes in one phase: a forward receives unless its model chunk is the
+// first, a backward unless it is the last; W receives nothing.
+int receives_of(int stage, PassPhase phase, const SimulationConfig& config) {
+    const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
+    if (phase == PassPhase::weight || p == 1) {
+        return 0;
+    }
+    const bool forward = phase == PassPhase::forward;
+    return v - ((forward ? stage == 0 : stage == p - 1) ? 1 : 0);
+}
+
+// Whether a receiver all-gathers what it received over TP: Megatron-LM's scatter/gather of
+// pipeline sends, when the next stage needs the whole activation (not under sequence
+// parallelism, whose layers start from a rank's rows).
+bool gathers_received(const SimulationConfig& config) {
+    return config.pipeline_scatter_gather && !config.sequence_parallel && config.grid.tp > 1;
 }
 
 // The attention block's share of a layer's linear work: QKV (6h²) and the output projection
@@ -309,6 +330,7 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
                 const CollectiveCost& p2p = forward ? costs.recv_activations : costs.recv_gradients;
                 std::int64_t slowest = 0;
                 std::int64_t largest_send = 0;
+                std::int64_t largest_gather = 0;
                 for (int c = 0; c < grid.cp; ++c) {
                     const balance::CpShard& shard = planned.cp.ranks[static_cast<std::size_t>(c)];
                     // attention_work is Σ causal_pair_work, twice the pairs; always even.
@@ -319,6 +341,11 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
                     const double send = std::max(p2p.per_byte_ns, 0.0) *
                                         static_cast<double>(p2p_bytes(config, shard.tokens));
                     largest_send = std::max<std::int64_t>(largest_send, std::llround(send));
+                    if (gathers_received(config)) {
+                        largest_gather = std::max(
+                            largest_gather, predict_collective_ns(costs.tp_all_gather,
+                                                                  shard.tokens * hidden * element));
+                    }
                 }
                 for (int c = 0; c < grid.cp; ++c) {
                     ranks[c].wait_ns = slowest - ranks[c].own_total();
@@ -340,8 +367,10 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
                     }
                 }
                 group.send_ns = largest_send;
+                group.gather_ns = largest_gather;
                 group.duration_ns = slowest + group.exchange_ns + group.regather_ns +
-                                    sends_of(stage, phase, config) * group.send_ns;
+                                    sends_of(stage, phase, config) * group.send_ns +
+                                    receives_of(stage, phase, config) * group.gather_ns;
                 auto& table = forward                        ? input.forward_ns
                               : phase == PassPhase::backward ? input.backward_ns
                                                              : input.weight_ns;
@@ -433,19 +462,6 @@ private:
     std::map<int, StringId> chunks_;
 };
 
-// The ranges of one pass on one CP rank, nested as the engine nests them
-// (engine/distributed/parallel_trainer.cpp, engine/model/gpt.cpp):
-//   forward:  [recv activations] attention{cp all-gather kv, tp ...} mlp{tp ...}
-//             [send activations]
-//   backward: [recv gradients] [recompute{tp ..., cp all-gather kv}] mlp{tp ...}
-//             attention{tp ..., cp reduce-scatter dkv} [send gradients]
-//   weight gradients (W of a split backward): [recompute{...}] mlp{tp all-gather}
-// where "tp ..." is a tp all-reduce, or under sequence parallelism a tp all-gather and a tp
-// reduce-scatter; a pass's TP collectives are split evenly between its attention and mlp.
-// One range stands for every layer of the chunk; the collectives in them carry the bytes of
-// all their calls and args {"calls": N}; passes carry {"chunk": c}. The wait for the CP
-// group's slowest rank is inside the CP collective, as a blocking collective would show it.
-// Under interleaving a chunk's pass takes 1/v of the stage's times.
 // Writes the ranges of one chunk's pass: its share (1/v) of the stage's times, the calls of
 // the chunk's layers.
 struct ChunkRanges {
@@ -508,6 +524,19 @@ struct ChunkRanges {
     }
 };
 
+// The ranges of one pass on one CP rank, nested as the engine nests them
+// (engine/distributed/parallel_trainer.cpp, engine/model/gpt.cpp):
+//   forward:  [recv activations] attention{cp all-gather kv, tp ...} mlp{tp ...}
+//             [send activations]
+//   backward: [recv gradients] [recompute{tp ..., cp all-gather kv}] mlp{tp ...}
+//             attention{tp ..., cp reduce-scatter dkv} [send gradients]
+//   weight gradients (W of a split backward): [recompute{...}] mlp{tp all-gather}
+// where "tp ..." is a tp all-reduce, or under sequence parallelism a tp all-gather and a tp
+// reduce-scatter; a pass's TP collectives are split evenly between its attention and mlp.
+// One range stands for every layer of the chunk; the collectives in them carry the bytes of
+// all their calls and args {"calls": N}; passes carry {"chunk": c}. The wait for the CP
+// group's slowest rank is inside the CP collective, as a blocking collective would show it.
+// Under interleaving a chunk's pass takes 1/v of the stage's times.
 void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64_t offset,
                      const GroupPass& group, const RankPass& rank, const SimulationConfig& config,
                      int step, int stage) {
@@ -549,7 +578,16 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         r.range(forward ? n.recv_activations : n.recv_gradients, Category::communication, begin,
                 start, p2p_bytes(config, rank.tokens));
     }
-    std::int64_t t = forward ? start : r.recompute(start, rank, group, kind == PassPhase::backward);
+    std::int64_t t = start;
+    if (receives && group.gather_ns > 0) {
+        // The scatter/gather send's other half: the whole activation from the TP ranks' parts.
+        r.range(n.tp_all_gather, Category::communication, t, t + group.gather_ns, r.tp_call_bytes,
+                out.calls(1));
+        t += group.gather_ns;
+    }
+    if (!forward) {
+        t = r.recompute(t, rank, group, kind == PassPhase::backward);
+    }
     if (forward) {
         const std::int64_t compute_end = t + exchange + r.share(rank.attention_ns);
         const std::int64_t attention_end = compute_end + r.tp_half_ns(rank.tp_ns, 0);

@@ -57,12 +57,66 @@ RunTrace step_trace() {
     return trace;
 }
 
+// pp2 interleaved over 2 model chunks, one micro-batch, forward only (µs): rank 0 runs chunk 0
+// [0,100); rank 1 chunk 0 [100,200), receiving until 110; rank 0 chunk 1 [200,300), receiving
+// from rank 1's chunk 0 until 210 (the last stage's chunk v feeds the first stage's v + 1);
+// rank 1 chunk 1 [300,400) receiving until 310; optimizers rank 0 [300,350), rank 1 [400,450).
+RunTrace interleaved_trace() {
+    RunTrace trace;
+    add_rank(trace, 0, 0, 0, 0, 0);
+    add_rank(trace, 1, 0, 1, 0, 0);
+    trace.run.config_json =
+        R"({"dp":1,"tp":1,"pp":2,"cp":1,"schedule":"interleaved","microbatches":1})";
+    trace.add_range(host(trace, 0), "step", Category::schedule, 0, 350 * us, 0);
+    trace.add_range(host(trace, 1), "step", Category::schedule, 100 * us, 450 * us, 0);
+    const StringId chunk1 = trace.intern(R"({"chunk":1})");
+    for (const auto& [rank, chunk, start, end] :
+         std::vector<std::tuple<int, int, std::int64_t, std::int64_t>>{
+             {0, 0, 0, 100}, {1, 0, 100, 200}, {0, 1, 200, 300}, {1, 1, 300, 400}}) {
+        pass(trace, rank, Phase::forward, 0, start, end, start == 0 ? -1 : start + 10);
+        if (chunk == 1) {
+            for (Event& event : host(trace, rank).events) {
+                if (event.start_ns == start * us && trace.name(event.name) == "forward")
+                    event.args = chunk1;
+            }
+        }
+    }
+    trace.add_range(host(trace, 0), "optimizer", Category::optimizer, 300 * us, 350 * us, 0);
+    trace.add_range(host(trace, 1), "optimizer", Category::optimizer, 400 * us, 450 * us, 0);
+    trace.finish();
+    return trace;
+}
+
 }  // namespace
 
 class CriticalPathTest : public QObject {
     Q_OBJECT
 
 private slots:
+    // Under interleaving the first stage's chunk 1 waits for the last stage's chunk 0: the
+    // path crosses back to rank 0 through that hand-over, not through rank 0's own chunk 0.
+    void interleavedChunksHandOverAcrossTheWrap() {
+        const RunTrace trace = interleaved_trace();
+        const auto paths = critical_paths(trace, find_passes(trace));
+        QCOMPARE(paths.size(), std::size_t(1));
+        std::vector<std::tuple<int, std::string, std::int64_t, std::int64_t>> expected = {
+            {0, "forward", 0, 100},   {1, "pipeline transfer", 100, 110},
+            {1, "forward", 110, 200}, {0, "pipeline transfer", 200, 210},
+            {0, "forward", 210, 300}, {1, "pipeline transfer", 300, 310},
+            {1, "forward", 310, 400}, {1, "optimizer", 400, 450}};
+        const CriticalPath& path = paths[0];
+        QCOMPARE(path.segments.size(), expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            const auto& [rank, what, start, end] = expected[i];
+            QCOMPARE(path.segments[i].rank, rank);
+            QCOMPARE(path.segments[i].what, what);
+            QCOMPARE(path.segments[i].start_ns, start * us);
+            QCOMPARE(path.segments[i].end_ns, end * us);
+        }
+        QCOMPARE(path.segments[4].phase, Phase::forward);
+        QCOMPARE(path.segments[4].microbatch, 0);
+    }
+
     void pathThroughThePipeline() {
         const RunTrace trace = step_trace();
         const auto paths = critical_paths(trace, find_passes(trace));

@@ -391,6 +391,37 @@ private slots:
                  qPrintable(no_workload.err));
     }
 
+    // A run that does not say its grid (a trace imported without rank coordinates or
+    // degrees): its placeholder 1×1×1×1 is no grid to calibrate on, and simulate says so.
+    void calibrateRefusesAnUnknownGrid() {
+        const std::string foreign = path("foreign.fulcrum").toStdString();
+        {
+            RunInfo run;
+            run.name = "foreign";
+            run.origin = RunOrigin::imported;
+            auto writer = store::TraceWriter::create(foreign, run);
+            QVERIFY(writer.ok());
+            RankInfo rank;  // no coordinates: dp, pp, cp, tp stay −1
+            (*writer)->add_rank(rank);
+            const LaneId lane = (*writer)->add_lane(0, LaneKind::host_thread, "main");
+            Event event;
+            event.lane = lane;
+            event.name = (*writer)->intern("forward");
+            event.end_ns = 50;
+            event.step = 0;
+            event.microbatch = 0;
+            event.phase = Phase::forward;
+            event.category = Category::compute;
+            (*writer)->add_event(event);
+            QVERIFY((*writer)->close().ok());
+        }
+        const Outcome outcome = simulate({"--calibrate", "foreign.fulcrum", "--layers", "2",
+                                          "--hidden", "64", "--context", "256", "--micro-batches",
+                                          "4", "--lengths", "lognormal:median=100"});
+        QCOMPARE(outcome.exit_code, 2);
+        QVERIFY2(outcome.err.contains("does not say its grid"), qPrintable(outcome.err));
+    }
+
     void costModelFile() {
         const Outcome analytic = simulate(kSmall + QStringList{"--json"});
         QCOMPARE(analytic.exit_code, 0);

@@ -2,9 +2,10 @@
 // (tp 2 × pp 2, sequence parallelism, ZB-H1) and the simulation of the same settings
 // (config_from_run) move the same bytes in the same number of calls, collective by
 // collective: TP all-gathers and reduce-scatters (forward, B and W, layer_costs.h) and
-// pipeline sends (and receives, per call). The ranges' bytes are what the engine's communicator is
-// handed (engine/model/tensor_parallel.cpp, parallel_trainer.cpp). Micro-batches are full
-// (one context-long document each), so every TP rank holds whole rows.
+// pipeline sends (and receives, per call). The ranges' bytes are what the engine's
+// communicator is handed (engine/model/tensor_parallel.cpp,
+// engine/distributed/parallel_trainer.cpp). Micro-batches are full (one context-long document
+// each), so every TP rank holds whole rows.
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>

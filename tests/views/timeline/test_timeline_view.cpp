@@ -9,6 +9,7 @@
 #include <QWheelEvent>
 #include <QtTest>
 
+#include "core/trace/annotations.h"
 #include "views/common/palette.h"
 #include "views/common/pass_marks.h"
 #include "views/timeline/timeline_view.h"
@@ -367,6 +368,40 @@ private slots:
                           QPoint(20, canvas->kAxisHeight + canvas->kHeaderHeight / 2));
         QVERIFY(canvas->event_rect(*forward).isNull());
         QVERIFY(!model->index(0, 0).data(LaneTreeModel::ExpandedRole).toBool());
+    }
+
+    // zb-h1's and interleaving's passes on a hand-built run: a `weight gradients` range (phase
+    // wgrad) is a W pass, filled in palette::phase(weight_grad); `chunk=` names the virtual
+    // stage in the label that hover and details show.
+    void weight_gradient_passes_and_virtual_stages() {
+        auto trace = std::make_shared<analysis::RunTrace>();
+        auto& host = trace->add_lane(0, LaneKind::host_thread, "main");
+        Event& forward =
+            trace->add_range(host, "forward", Category::compute, 0, 1000, 0, 2, 0, Phase::forward);
+        forward.args = trace->intern(R"({"chunk":1})");
+        trace->add_range(host, "backward", Category::compute, 1000, 2000, 0, 2, 0, Phase::backward);
+        trace->add_range(host, "weight gradients", Category::compute, 2000, 3000, 0, 2, 0,
+                         Phase::weight_grad);
+        trace->add_range(host, "attention", Category::attention, 3000, 4000, 0, 2);
+        trace->finish();
+        const auto& events = trace->ranks[0].lanes[0].events;
+        QCOMPARE(pass_kind(*trace, events[0]), Phase::forward);
+        QCOMPARE(pass_kind(*trace, events[1]), Phase::backward);
+        QCOMPARE(pass_kind(*trace, events[2]), Phase::weight_grad);
+        QCOMPARE(pass_kind(*trace, events[3]), Phase::none);
+        QCOMPARE(pass_label(Phase::forward, 2, chunk_of_args(trace->name(events[0].args))),
+                 QStringLiteral("F2 v1"));
+        QCOMPARE(pass_label(Phase::weight_grad, 2, -1), QStringLiteral("W2"));
+        auto run = std::make_shared<OpenedRun>();
+        run->title = "zb";
+        run->trace = trace;
+        view_->set_run(run);
+        const TimelineCanvas* canvas = view_->canvas();
+        QCOMPARE(canvas->event_colour(events[2]).rgb(), palette::phase(Phase::weight_grad).rgb());
+        QCOMPARE(canvas->event_colour(events[3]).rgb(),
+                 palette::category(Category::attention).rgb());
+        view_->select_event(EventRef{0, 0});
+        QVERIFY(view_->details()->toPlainText().contains(QStringLiteral("F2 v1")));
     }
 
     void flows_are_drawn_from_launch_to_kernel() {

@@ -128,6 +128,10 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
         read_field(json, "ilp_window", config.ilp_window);
         read_field(json, "steps", config.steps);
         read_field(json, "epochs", config.epochs);
+        read_field(json, "wlb_max_tokens", config.wlb_max_tokens);
+        read_field(json, "wlb_max_delay", config.wlb_max_delay);
+        read_field(json, "wlb_thresholds", config.wlb_thresholds);
+        read_field(json, "attention_kernel", config.attention_kernel);
         read_field(json, "backend", config.backend);
         if (const auto model = json.find("model"); model != json.end() && model->is_object()) {
             read_field(*model, "layers", config.layers);

@@ -87,6 +87,11 @@ struct RunConfig {
     int steps = 0;  // 0 when unknown
     int epochs = 0;  // > 0: the run trained this many whole epochs (steps then 0)
     std::string backend;
+    // How wlb packed (fulcrum-train's and the simulator's keys); 0, −1 and "" when not said.
+    std::int64_t wlb_max_tokens = 0;  // S_max
+    int wlb_max_delay = -1;           // the delay bound in steps; −1: unbounded or not said
+    std::string wlb_thresholds;       // "L1,L2,..." or "none"
+    std::string attention_kernel;     // the kernel model adaptive CP sharding weighed
 
     bool has_model() const {
         return layers > 0 || hidden > 0 || heads > 0 || context > 0 || vocab > 0;

@@ -96,24 +96,18 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     config.seed = run.seed;
     // wlb as the run packed: its S_max, delay bound and thresholds (fulcrum-train's config
     // keys; a run that does not record them keeps the simulator's defaults).
-    const auto json = nlohmann::json::parse(trace.run.config_json, nullptr, false);
-    if (json.is_object()) {
-        if (auto it = json.find("wlb_max_tokens"); it != json.end() && it->is_number_integer()) {
-            config.wlb_max_tokens = it->get<std::int64_t>();
-        }
-        if (auto it = json.find("wlb_max_delay");
-            it != json.end() && it->is_number_integer() && it->get<int>() >= 0) {
-            config.wlb_max_delay = it->get<int>();
-        }
-        if (auto it = json.find("attention_kernel");
-            it != json.end() && it->is_string() &&
-            balance::attention_kernel_model(it->get<std::string>()).ok()) {
-            config.attention_kernel = it->get<std::string>();  // a simulated run's
-        }
-        if (auto it = json.find("wlb_thresholds"); it != json.end() && it->is_string()) {
-            if (auto thresholds = balance::parse_wlb_thresholds(it->get<std::string>())) {
-                config.wlb_thresholds = *thresholds;
-            }
+    if (run.wlb_max_tokens > 0) {
+        config.wlb_max_tokens = run.wlb_max_tokens;
+    }
+    if (run.wlb_max_delay >= 0) {
+        config.wlb_max_delay = run.wlb_max_delay;
+    }
+    if (!run.attention_kernel.empty() && balance::attention_kernel_model(run.attention_kernel).ok()) {
+        config.attention_kernel = run.attention_kernel;  // a simulated run's
+    }
+    if (!run.wlb_thresholds.empty()) {
+        if (auto thresholds = balance::parse_wlb_thresholds(run.wlb_thresholds)) {
+            config.wlb_thresholds = *thresholds;
         }
     }
     // Adaptive CP sharding weighs the kernel the run had.

@@ -252,6 +252,10 @@ QStringList simulate_arguments(const QString& run_path, const RerunChoice& choic
     }
     if (pp > 1 && !choice.schedule.isEmpty()) {
         args << "--schedule" << choice.schedule;
+        if (choice.schedule == QLatin1String("interleaved")) {
+            args << "--virtual-stages"
+                 << "2";  // as rerun_argv gives the engine
+        }
     }
     if (choice.same_documents) {
         args << "--epochs"

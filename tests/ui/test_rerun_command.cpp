@@ -163,6 +163,10 @@ private slots:
                  QString("simulate --calibrate /r/run.fulcrum --balancer wlb --epochs 1 --progress "
                          "-o /o"));
         QCOMPARE(schedule_names(), (QStringList{"gpipe", "1f1b", "interleaved", "zb-h1"}));
+        QCOMPARE(
+            simulate_arguments("/r/run.fulcrum", {"", "", "interleaved"}, 2, 1, "/o").join(' '),
+            QString("simulate --calibrate /r/run.fulcrum --schedule interleaved "
+                    "--virtual-stages 2 --progress -o /o"));
     }
 
     void capture_and_simulate_arguments() {

@@ -1,6 +1,5 @@
 // Taking a simulation's settings and costs from a captured run. Kept apart from the
 // simulator itself, which needs neither the pass finder nor the fit.
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <string>

@@ -42,6 +42,9 @@ struct SimulateArgs {
     std::string calibrate;
     std::string cost_model;
     std::string compare;
+    int wlb_max_delay = -1;
+    std::string wlb_thresholds = "tuned";
+    std::string packing_cost = "model";
     bool json = false;
     bool progress = false;
 };
@@ -189,10 +192,17 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--pp", config.grid.pp, run.grid.pp);
         keep("--cp", config.grid.cp, run.grid.cp);
         keep("--micro-batches", config.microbatches, run.microbatches);
-        keep("--steps", config.steps, run.steps);
+        if (!given(args, "--steps") && !given(args, "--epochs")) {
+            config.steps = run.steps;
+            config.epochs = run.epochs;
+        }
         keep("--lengths", config.lengths, run.lengths);
         keep("--documents", config.documents, run.documents);
         keep("--seed", config.seed, run.seed);
+        keep("--attention-kernel", config.attention_kernel, run.attention_kernel);
+        keep("--wlb-max-tokens", config.wlb_max_tokens, run.wlb_max_tokens);
+        config.wlb_max_delay = run.wlb_max_delay;    // --wlb-max-delay and --wlb-thresholds,
+        config.wlb_thresholds = run.wlb_thresholds;  // when given, win in run_simulate
         keep("--ilp-window", config.ilp_window, run.ilp_window);
         config.schedule = run.schedule;
         config.balancer = run.balancer;
@@ -224,6 +234,13 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         config.lengths = "long-tail:context=" + std::to_string(config.model.context) +
                          ",median=" + std::to_string(median);
     }
+    if (given(args, "--steps")) {
+        config.epochs = 0;
+    } else if (!args.compare.empty() && !given(args, "--epochs")) {
+        // A comparison of balancers is fair only over the same documents: one epoch, each
+        // trained once.
+        config.epochs = 1;
+    }
     if (trace == nullptr || given(args, "--schedule")) {
         auto schedule = parallel::parse_schedule(args.schedule);
         if (!schedule) {
@@ -249,6 +266,45 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         config.sharding = *sharding;
     }
     return config;
+}
+
+// Per token and per causal pair, summed over a step's passes (every stage, both phases).
+balance::CostModel packing_cost_of(const analysis::CostModel& model) {
+    double per_token = 0;
+    double per_pair = 0;
+    for (const analysis::PassCost& pass : model.passes) {
+        per_token += pass.per_token_ns;
+        per_pair += pass.per_pair_ns;
+    }
+    return balance::CostModel::from_fit(per_token, per_pair);
+}
+
+// --packing-cost: the model's FLOPs, the fitted time model of --calibrate / --cost-model,
+// or a cost model file.
+Status set_packing_cost(const SimulateArgs& args, sim::SimulationConfig& config) {
+    config.packing_cost_source = args.packing_cost;
+    if (args.packing_cost == "model") {
+        config.packing_cost.reset();
+        return {};
+    }
+    if (args.packing_cost == "fitted") {
+        if (!config.cost_model) {
+            return Error{ErrorCode::invalid_input,
+                         "--packing-cost fitted needs a fitted cost model: give --calibrate RUN "
+                         "or --cost-model FILE.json"};
+        }
+        config.packing_cost = packing_cost_of(*config.cost_model);
+        return {};
+    }
+    auto model = read_cost_model(args.packing_cost);
+    if (!model) {
+        return Error{model.error().code,
+                     "--packing-cost takes model, fitted or a cost model "
+                     "file: " +
+                         model.error().message};
+    }
+    config.packing_cost = packing_cost_of(*model);
+    return {};
 }
 
 // One simulation of a comparison: its settings and the name of what differs.
@@ -363,6 +419,7 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
     out["notes"] = played.front().result.notes;
     nlohmann::json results = nlohmann::json::array();
     const double first = played.front().result.mean_step_ns;
+    const double first_rate = played.front().result.tokens_per_second;
     for (const Played& run : played) {
         const sim::SimulationResult& r = run.result;
         results.push_back(
@@ -374,6 +431,23 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
              {"mean_imbalance", r.mean_imbalance},
              {"mean_bubble_fraction", r.mean_bubble_fraction},
              {"tokens_per_second", r.tokens_per_second},
+             {"tokens", r.tokens},
+             {"tokens_per_s", r.tokens_per_second},
+             {"tokens_per_s_vs_first", first_rate > 0 ? r.tokens_per_second / first_rate : 1.0},
+             {"documents", r.documents},
+             {"epochs", r.epochs},
+             {"mean_delay_steps", r.mean_delay_steps},
+             {"max_delay_steps", r.max_delay_steps},
+             {"wlb",
+              {{"max_tokens", r.packing.wlb_max_tokens},
+               {"max_delay", r.packing.wlb_max_delay ? *r.packing.wlb_max_delay : -1},
+               {"thresholds", r.packing.wlb_thresholds.value_or(std::vector<std::int64_t>{})},
+               {"tuned", r.wlb_tuning.has_value()}}},
+             {"packing_cost",
+              {{"linear", r.packing.cost.linear}, {"attention", r.packing.cost.attention}}},
+             {"cp_sharding",
+              {{"per_document_microbatches", r.per_document_microbatches},
+               {"zigzag_microbatches", r.zigzag_microbatches}}},
              {"ranks", r.ranks},
              {"output", run.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(run.output)},
              {"events", r.events},
@@ -384,12 +458,17 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
     std::printf("%s\n", out.dump(2).c_str());
 }
 
+// Balancers compared over the same documents (--epochs) differ in how many steps they take,
+// so the ratio that matters is tokens/s; by steps, they train different tokens, and the
+// table says so.
 void print_table(const sim::SimulationConfig& config, const std::vector<Played>& played,
                  const std::string& compared) {
     const sim::SimulationResult& head = played.front().result;
-    std::printf("simulated %s = %d ranks, %s, %d micro-batches per replica, %d steps\n",
+    const std::string length = config.epochs > 0 ? std::to_string(config.epochs) + " epoch(s)"
+                                                 : std::to_string(config.steps) + " steps";
+    std::printf("simulated %s = %d ranks, %s, %d micro-batches per replica, %s\n",
                 grid_text(config.grid).c_str(), config.grid.world(),
-                parallel::schedule_name(config.schedule), config.microbatches, config.steps);
+                parallel::schedule_name(config.schedule), config.microbatches, length.c_str());
     std::printf("model: %d layers, hidden %d, %d heads, context %d, vocab %d\n",
                 config.model.layers, config.model.hidden, config.model.heads, config.model.context,
                 config.model.vocab);
@@ -404,18 +483,69 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
     std::printf("\n");
     using Align = TextTable::Align;
     const std::string first_name = played.front().label;
-    TextTable table(
-        {compared, "step time", "vs " + first_name, "imbalance", "bubble", "tokens/s"},
-        {Align::left, Align::right, Align::right, Align::right, Align::right, Align::right});
-    const double first = head.mean_step_ns;
+    TextTable table({compared, "steps", "step time", "tokens", "tokens/s", "vs " + first_name,
+                     "imbalance", "bubble", "delay mean", "delay max"},
+                    {Align::left, Align::right, Align::right, Align::right, Align::right,
+                     Align::right, Align::right, Align::right, Align::right, Align::right});
+    const double first = head.tokens_per_second;
     for (const Played& run : played) {
         const sim::SimulationResult& r = run.result;
-        table.add_row({run.label, format_duration(std::llround(r.mean_step_ns)),
-                       fixed(first > 0 ? r.mean_step_ns / first : 1.0, 2) + "x",
+        table.add_row({run.label, std::to_string(r.steps.size()),
+                       format_duration(std::llround(r.mean_step_ns)), std::to_string(r.tokens),
+                       fixed(r.tokens_per_second, 0),
+                       fixed(first > 0 ? r.tokens_per_second / first : 1.0, 2) + "x",
                        fixed(r.mean_imbalance, 2), fixed(100 * r.mean_bubble_fraction, 1) + "%",
-                       fixed(r.tokens_per_second, 0)});
+                       fixed(r.mean_delay_steps, 2), std::to_string(r.max_delay_steps)});
     }
     std::fputs(table.render().c_str(), stdout);
+    for (const Played& run : played) {
+        if (run.balancer != balance::Balancer::wlb) {
+            continue;
+        }
+        const balance::PackingOptions& packing = run.result.packing;
+        std::printf(
+            "wlb: S_max %lld tokens%s, max delay %s, thresholds %s",
+            static_cast<long long>(packing.wlb_max_tokens),
+            config.wlb_max_tokens > 0
+                ? ""
+                : (" (memory model, " + fixed(config.gpu_memory_gib, 0) + " GiB)").c_str(),
+            packing.wlb_max_delay ? std::to_string(*packing.wlb_max_delay).c_str() : "unbounded",
+            balance::wlb_thresholds_text(packing.wlb_thresholds).c_str());
+        if (const auto& tuning = run.result.wlb_tuning) {
+            std::printf(" (tuned on the first epoch: imbalance %.2f, mean delay %.2f steps)",
+                        tuning->replay.mean_imbalance, tuning->replay.mean_delay_iterations);
+        }
+        std::printf("\n");
+    }
+    std::printf(
+        "packing cost: %s, a document's attention equals its linear work at %.0f "
+        "tokens\n",
+        config.packing_cost_source.c_str(),
+        head.packing.cost.attention > 0 ? head.packing.cost.linear / head.packing.cost.attention
+                                        : 0.0);
+    if (config.sharding == balance::CpSharding::adaptive && config.grid.cp > 1) {
+        for (const Played& run : played) {
+            std::printf(
+                "adaptive cp sharding, %s (%s kernel model): %lld micro-batches per "
+                "document, %lld per sequence\n",
+                balance::balancer_name(run.balancer), config.attention_kernel.c_str(),
+                static_cast<long long>(run.result.per_document_microbatches),
+                static_cast<long long>(run.result.zigzag_microbatches));
+        }
+    }
+    if (played.size() > 1) {
+        if (config.epochs > 0) {
+            std::printf(
+                "every balancer trained the same %lld documents, %s; 'vs %s' is "
+                "tokens/s against it; delays in steps, token-weighted mean\n",
+                static_cast<long long>(head.documents), length.c_str(), first_name.c_str());
+        } else {
+            std::printf(
+                "by steps the balancers train different documents: 'vs %s' is tokens/s "
+                "against it; use --epochs to compare on the same documents\n",
+                first_name.c_str());
+        }
+    }
     for (const Played& run : played) {
         if (!run.output.empty()) {
             std::printf("wrote %s (%d ranks, %lld events, %lld workload rows)\n",
@@ -428,6 +558,19 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
 
 int run_simulate(const SimulateArgs& args) {
     std::atomic<bool> cancel{false};
+    if (given(args, "--epochs") && args.defaults.epochs < 1) {
+        return report_error({ErrorCode::invalid_input, "--epochs must be at least 1, not " +
+                                                           std::to_string(args.defaults.epochs)});
+    }
+    if (given(args, "--wlb-max-delay") && args.wlb_max_delay < 0) {
+        return report_error(
+            {ErrorCode::invalid_input, "--wlb-max-delay must be at least 0 steps, not " +
+                                           std::to_string(args.wlb_max_delay)});
+    }
+    const auto thresholds = balance::parse_wlb_thresholds(args.wlb_thresholds);
+    if (!thresholds) {
+        return report_error(thresholds.error());
+    }
     std::optional<analysis::RunTrace> trace;
     if (!args.calibrate.empty()) {
         auto reader = store::TraceReader::open(args.calibrate);
@@ -448,6 +591,12 @@ int run_simulate(const SimulateArgs& args) {
     if (!config) {
         return report_error(config.error());
     }
+    if (given(args, "--wlb-max-delay")) {
+        config->wlb_max_delay = args.wlb_max_delay;
+    }
+    if (trace == std::nullopt || given(args, "--wlb-thresholds")) {
+        config->wlb_thresholds = *thresholds;
+    }
     // The settings first: a run that cannot be simulated need not be fitted.
     if (auto status = sim::validate(*config); !status) {
         return report_error(status.error());
@@ -465,6 +614,9 @@ int run_simulate(const SimulateArgs& args) {
         }
         config->cost_model = std::move(calibration->model);
         config->cost_origin = calibration->origin;
+    }
+    if (auto status = set_packing_cost(args, *config); !status) {
+        return report_error(status.error());
     }
     if (auto status = sim::validate(*config); !status) {
         return report_error(status.error());
@@ -674,10 +826,45 @@ Command add_simulate_command(CLI::App& app) {
     sub->add_option("--seed", d.seed, "Sampling and shuffling seed (the engine's)")
         ->capture_default_str()
         ->group("Data");
-    sub->add_option("--steps", d.steps)->capture_default_str()->group("Data");
+    auto* steps = sub->add_option("--steps", d.steps,
+                                  "Steps to play (with --compare, one epoch unless given)")
+                      ->capture_default_str()
+                      ->group("Data");
+    sub->add_option("--epochs", d.epochs,
+                    "Play whole epochs instead of --steps: every document once per epoch, the "
+                    "balancer's delayed documents drained at the end (default with --compare: 1)")
+        ->excludes(steps)
+        ->group("Data");
     sub->add_option("--ilp-window", d.ilp_window, "Global batches the ILP balancer packs jointly")
         ->capture_default_str()
         ->check(CLI::Range(1, 64))
+        ->group("Data");
+    sub->add_option("--wlb-max-tokens", d.wlb_max_tokens,
+                    "wlb: S_max, the most tokens of one variable-length micro-batch (at least "
+                    "--context; default: what the memory model fits in --gpu-memory-gib)")
+        ->group("Data");
+    sub->add_option("--gpu-memory-gib", d.gpu_memory_gib,
+                    "GPU memory for the default --wlb-max-tokens")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--wlb-max-delay", args->wlb_max_delay,
+                    "wlb: a document held back this many steps goes first into the next one "
+                    "(default: unbounded, the published packer)")
+        ->group("Data");
+    sub->add_option("--wlb-thresholds", args->wlb_thresholds,
+                    "wlb: outlier queue thresholds L1,L2,... in tokens, none, or tuned "
+                    "(replayed on the first epoch, mean delay at most 1 step)")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--packing-cost", args->packing_cost,
+                    "What ilp and wlb balance: model (the model's training FLOPs), fitted (the "
+                    "cost model of --calibrate or --cost-model) or FILE.json (a cost model)")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--attention-kernel", d.attention_kernel,
+                    "What --cp-shard adaptive weighs: ideal (attention work), cpu or cuda "
+                    "(fulcrum-train's kernels on short shards); with --calibrate, the run's own")
+        ->capture_default_str()
         ->group("Data");
     sub->add_option("--ilp-time-limit", d.ilp_time_limit_s,
                     "Seconds the ILP balancer may take per step")

@@ -220,7 +220,7 @@ View MainWindow::current_view() const { return View(tabs_->currentIndex()); }
 
 void MainWindow::add_run(const views::RunPtr& run, const OpenRequest& request) {
     runs_.push_back(run);
-    if (!reference_ || request.reference) {
+    if (!reference_ || request.reference || request.as_reference) {
         reference_ = request.reference ? request.reference : run;
     }
     remember_recent(run->path);
@@ -372,6 +372,9 @@ RerunDialog* MainWindow::rerun_dialog() {
             [this](const QString& path, const views::RunPtr& original) {
                 open(OpenRequest{path, original, true});
             });
+    connect(rerun_dialog_, &RerunDialog::baseline_ready, this, [this](const QString& path) {
+        open(OpenRequest{path, nullptr, false, true});
+    });
     return rerun_dialog_;
 }
 

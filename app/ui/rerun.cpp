@@ -8,9 +8,15 @@
 
 namespace fulcrum::ui {
 
-QStringList balancer_names() { return {"fixed", "ilp", "wlb"}; }
-QStringList cp_shard_names() { return {"contiguous", "zigzag", "per-doc", "adaptive"}; }
-QStringList schedule_names() { return {"gpipe", "1f1b"}; }
+QStringList balancer_names() {
+    return {"fixed", "ilp", "wlb"};
+}
+QStringList cp_shard_names() {
+    return {"contiguous", "zigzag", "per-doc", "adaptive"};
+}
+QStringList schedule_names() {
+    return {"gpipe", "1f1b", "interleaved", "zb-h1"};
+}
 
 QStringList split_shell_words(const QString& command) {
     QStringList words;
@@ -75,6 +81,20 @@ QStringList with_option(QStringList argv, const QString& option, const QString& 
     return argv;
 }
 
+QStringList without_option(QStringList argv, const QString& option) {
+    const QString joined = option + '=';
+    for (qsizetype i = 0; i < argv.size();) {
+        if (argv[i] == option) {
+            argv.remove(i, std::min<qsizetype>(2, argv.size() - i));
+        } else if (argv[i].startsWith(joined)) {
+            argv.remove(i);
+        } else {
+            ++i;
+        }
+    }
+    return argv;
+}
+
 int engine_word(const QStringList& argv) {
     for (qsizetype i = 0; i < argv.size(); ++i) {
         if (QFileInfo(argv[i]).fileName() == QLatin1String("fulcrum-train")) {
@@ -130,6 +150,18 @@ QStringList rerun_argv(const QStringList& recorded, const RerunChoice& choice, i
     }
     if (pp > 1 && !choice.schedule.isEmpty()) {
         options = with_option(options, "--schedule", choice.schedule);
+        const bool chunked = options.contains("--virtual-stages") ||
+                             !options.filter(QRegularExpression("^--virtual-stages=")).isEmpty();
+        if (choice.schedule == QLatin1String("interleaved")) {
+            if (!chunked) {
+                options = with_option(options, "--virtual-stages", "2");
+            }
+        } else {
+            options = without_option(options, "--virtual-stages");
+        }
+    }
+    if (choice.same_documents) {
+        options = with_option(without_option(options, "--steps"), "--epochs", "1");
     }
     return launcher + options;
 }
@@ -221,7 +253,12 @@ QStringList simulate_arguments(const QString& run_path, const RerunChoice& choic
     if (pp > 1 && !choice.schedule.isEmpty()) {
         args << "--schedule" << choice.schedule;
     }
-    args << "--progress" << "-o" << out_file;
+    if (choice.same_documents) {
+        args << "--epochs"
+             << "1";
+    }
+    args << "--progress"
+         << "-o" << out_file;
     return args;
 }
 

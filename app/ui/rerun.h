@@ -14,7 +14,12 @@ namespace fulcrum::ui {
 struct RerunChoice {
     QString balancer;  // fixed, ilp, wlb
     QString cp_shard;  // contiguous, zigzag, per-doc, adaptive (only meaningful when cp > 1)
-    QString schedule;  // gpipe, 1f1b (only meaningful when pp > 1)
+    // gpipe, 1f1b, interleaved (with --virtual-stages, 2 unless the run gave more), zb-h1
+    // (only meaningful when pp > 1)
+    QString schedule;
+    // One epoch (--epochs 1 instead of --steps): every document once, so runs with other
+    // balancers train the same documents and tokens/s compares them.
+    bool same_documents = false;
 };
 
 QStringList balancer_names();
@@ -28,6 +33,8 @@ QStringList split_shell_words(const QString& command);
 // Sets `--option value`: replaces the value of every `--option value` / `--option=value`
 // already there, or appends the pair when the option is missing.
 QStringList with_option(QStringList argv, const QString& option, const QString& value);
+// Drops every `--option value` / `--option=value`.
+QStringList without_option(QStringList argv, const QString& option);
 
 // Index of the fulcrum-train word in a recorded command (after mpirun/srun and their
 // options), or -1.
@@ -41,8 +48,9 @@ QString locate_engine(const QString& recorded, const QString& app_dir);
 QString locate_fulcrum(const QString& app_dir);
 
 // The engine command for `choice`: the recorded words with --balancer replaced, --cp-shard
-// only when cp > 1 and --schedule only when pp > 1, and the engine word replaced by `engine`
-// when it is not empty.
+// only when cp > 1 and --schedule only when pp > 1 (interleaved gets --virtual-stages 2 when
+// the run gave none; another schedule drops it), --steps replaced by --epochs 1 for the same
+// documents, and the engine word replaced by `engine` when it is not empty.
 QStringList rerun_argv(const QStringList& recorded, const RerunChoice& choice, int pp, int cp,
                        const QString& engine = {});
 
@@ -50,9 +58,9 @@ QStringList rerun_argv(const QStringList& recorded, const RerunChoice& choice, i
 // dialog next to "Simulate instead").
 struct RerunPlan {
     bool capture_here = false;
-    QString why_not;      // empty when capture_here
-    QString engine;       // the located fulcrum-train
-    QStringList argv;     // the recorded command, split
+    QString why_not;   // empty when capture_here
+    QString engine;    // the located fulcrum-train
+    QStringList argv;  // the recorded command, split
 };
 RerunPlan plan_rerun(const views::OpenedRun& run, const QString& app_dir,
                      const QString& local_host);
@@ -64,7 +72,8 @@ QString unique_output_path(const QString& run_path, const QString& stem, const Q
 
 // `fulcrum capture -o OUT -- ENGINE ARGV...`
 QStringList capture_arguments(const QString& out_dir, const QStringList& engine_argv);
-// `fulcrum simulate --calibrate RUN --balancer B [--cp-shard S] [--schedule X] --progress -o OUT`
+// `fulcrum simulate --calibrate RUN --balancer B [--cp-shard S] [--schedule X] [--epochs 1]
+// --progress -o OUT`
 QStringList simulate_arguments(const QString& run_path, const RerunChoice& choice, int pp, int cp,
                                const QString& out_file);
 

@@ -1,7 +1,8 @@
 #include "app/ui/rerun_dialog.h"
 
-#include <QCoreApplication>
+#include <QCheckBox>
 #include <QComboBox>
+#include <QCoreApplication>
 #include <QDialogButtonBox>
 #include <QDir>
 #include <QFileInfo>
@@ -15,9 +16,9 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
-#include <csignal>
 #include <sys/types.h>
 #include <unistd.h>
+#include <csignal>
 
 namespace fulcrum::ui {
 namespace {
@@ -55,7 +56,8 @@ QString local_host_name() {
 }  // namespace
 
 RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
-    : QDialog(parent), run_(std::move(run)),
+    : QDialog(parent),
+      run_(std::move(run)),
       app_dir_(app_dir.isEmpty() ? QCoreApplication::applicationDirPath() : std::move(app_dir)) {
     setWindowTitle(tr("Re-run %1").arg(run_->title));
     plan_ = plan_rerun(*run_, app_dir_, local_host_name());
@@ -101,6 +103,11 @@ RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
     form->addRow(tr("CP &sharding:"), cp_shard_);
     form->addRow(tr("&Schedule:"), schedule_);
     layout->addLayout(form);
+    same_documents_ = new QCheckBox(
+        tr("Same documents: train one epoch, after re-running this run's own settings over "
+           "the same epoch as the baseline, so tokens/s compares like for like"),
+        this);
+    layout->addWidget(same_documents_);
 
     capture_button_ = new QRadioButton(tr("Re-run here with fulcrum capture"), this);
     simulate_button_ =
@@ -149,6 +156,7 @@ RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
         connect(box, &QComboBox::currentTextChanged, this, &RerunDialog::update_command);
     }
     connect(simulate_button_, &QRadioButton::toggled, this, &RerunDialog::update_command);
+    connect(same_documents_, &QCheckBox::toggled, this, &RerunDialog::update_command);
 
     tick_ = new QTimer(this);
     tick_->setInterval(250);
@@ -189,32 +197,59 @@ void RerunDialog::set_choice(const RerunChoice& choice) {
 }
 
 RerunChoice RerunDialog::choice() const {
-    return {balancer_->currentText(), cp_shard_->currentText(), schedule_->currentText()};
+    return {balancer_->currentText(), cp_shard_->currentText(), schedule_->currentText(),
+            same_documents_->isChecked()};
+}
+
+void RerunDialog::set_same_documents(bool on) {
+    same_documents_->setChecked(on);
+}
+
+bool RerunDialog::same_documents() const {
+    return same_documents_->isChecked();
 }
 
 void RerunDialog::set_simulate(bool on) {
     (on || !plan_.capture_here ? simulate_button_ : capture_button_)->setChecked(true);
 }
 
-bool RerunDialog::simulate() const { return simulate_button_->isChecked(); }
+bool RerunDialog::simulate() const {
+    return simulate_button_->isChecked();
+}
 
-QString RerunDialog::program() const { return fulcrum_; }
+QString RerunDialog::program() const {
+    return fulcrum_;
+}
 
 QStringList RerunDialog::arguments() const {
+    return arguments_for(choice());
+}
+
+// "-rerun-wlb", "-sim-wlb.fulcrum"; over one epoch "-epoch-wlb", the baseline's with the
+// run's own balancer.
+QString RerunDialog::suffix_for(const RerunChoice& choice) const {
+    const QString balancer = choice.balancer.isEmpty()
+                                 ? QString::fromStdString(run_->trace->config.balancer)
+                                 : choice.balancer;
+    if (simulate()) {
+        return (choice.same_documents ? "-sim-epoch-" : "-sim-") + balancer + ".fulcrum";
+    }
+    return (choice.same_documents ? "-epoch-" : "-rerun-") + balancer;
+}
+
+QStringList RerunDialog::arguments_for(const RerunChoice& choice) const {
     const analysis::RunConfig& config = run_->trace->config;
     const QString stem = run_->title;
     if (simulate()) {
-        const QString out = output_.isEmpty()
-                                ? unique_output_path(run_->path, stem,
-                                                     "-sim-" + choice().balancer + ".fulcrum")
-                                : output_;
-        return simulate_arguments(run_->path, choice(), config.pp, config.cp, out);
+        const QString out =
+            output_.isEmpty() ? unique_output_path(run_->path, stem, suffix_for(choice)) : output_;
+        return simulate_arguments(run_->path, choice, config.pp, config.cp, out);
     }
     const QString dir = output_dir_.isEmpty()
-                            ? unique_output_path(run_->path, stem, "-rerun-" + choice().balancer)
+                            ? unique_output_path(run_->path, stem, suffix_for(choice))
                             : output_dir_;
-    return capture_arguments(dir, rerun_argv(plan_.argv, choice(), config.pp, config.cp,
-                                             plan_.engine));
+    return capture_arguments(dir,
+                             rerun_argv(plan_.argv, choice, config.pp, config.cp, plan_.engine));
 }
 
 void RerunDialog::update_command() {
@@ -235,23 +270,35 @@ void RerunDialog::start() {
                                     "fulcrum-ui nor on PATH."));
         return;
     }
-    const QString stem = run_->title;
-    if (simulate()) {
-        output_dir_.clear();
-        output_ = unique_output_path(run_->path, stem, "-sim-" + choice().balancer + ".fulcrum");
-    } else {
-        output_dir_ = unique_output_path(run_->path, stem, "-rerun-" + choice().balancer);
-        output_ = QDir(output_dir_).filePath("run.fulcrum");
-    }
-    const QStringList args = arguments();
-    command_->setText(QStringList(QStringList{fulcrum_} + args).join(' '));
-
+    // Over the same documents the original settings run first, as the baseline: the original
+    // run trained by steps, so it is no like-for-like reference.
     lines_.clear();
-    partial_line_.clear();
     log_->clear();
     last_line_->clear();
     cancel_requested_ = false;
-    delete process_;
+    running_baseline_ = same_documents();
+    launch(running_baseline_ ? RerunChoice{{}, {}, {}, true} : choice());
+}
+
+void RerunDialog::launch(const RerunChoice& choice) {
+    const QString stem = run_->title;
+    output_.clear();
+    output_dir_.clear();
+    if (simulate()) {
+        output_ = unique_output_path(run_->path, stem, suffix_for(choice));
+    } else {
+        output_dir_ = unique_output_path(run_->path, stem, suffix_for(choice));
+        output_ = QDir(output_dir_).filePath("run.fulcrum");
+    }
+    const QStringList args = arguments_for(choice);
+    command_->setText(QStringList(QStringList{fulcrum_} + args).join(' '));
+
+    partial_line_.clear();
+    if (process_) {
+        // launch() also runs from the baseline's finished signal: not deleted under it.
+        process_->disconnect(this);
+        process_->deleteLater();
+    }
     process_ = new QProcess(this);
     process_->setProcessChannelMode(QProcess::MergedChannels);
     process_->setProcessEnvironment(rerun_environment());
@@ -267,7 +314,7 @@ void RerunDialog::start() {
     });
     bar_->setRange(0, 0);  // busy until the tool says how far it is
     elapsed_.start();
-    set_state(State::running, tr("Running"));
+    set_state(State::running, running_baseline_ ? tr("Running the baseline") : tr("Running"));
     log_->appendPlainText("$ " + command_->text());
     process_->start(fulcrum_, args);
 }
@@ -348,14 +395,21 @@ void RerunDialog::process_finished(int exit_code, QProcess::ExitStatus status) {
                                 ? tr("crashed")
                                 : tr("exited with status %1").arg(exit_code);
         set_state(State::failed, tr("%1 %2 after %3 s:\n%4")
-                                     .arg(simulate() ? "fulcrum simulate" : "fulcrum capture",
-                                          how, seconds, last_lines(8)));
+                                     .arg(simulate() ? "fulcrum simulate" : "fulcrum capture", how,
+                                          seconds, last_lines(8)));
+        return;
+    }
+    if (running_baseline_) {
+        running_baseline_ = false;
+        log_->appendPlainText(tr("baseline done in %1 s: %2").arg(seconds, output_));
+        emit baseline_ready(output_);
+        launch(choice());
         return;
     }
     bar_->setRange(0, 1000);
     bar_->setValue(1000);
     set_state(State::succeeded, tr("Done in %1 s: %2").arg(seconds, output_));
-    emit run_ready(output_, run_);
+    emit run_ready(output_, same_documents() ? nullptr : run_);
 }
 
 void RerunDialog::set_state(State state, const QString& text) {
@@ -364,7 +418,8 @@ void RerunDialog::set_state(State state, const QString& text) {
     const bool running = state == State::running;
     start_button_->setEnabled(!running);
     cancel_button_->setEnabled(running);
-    for (QWidget* w : {static_cast<QWidget*>(balancer_), static_cast<QWidget*>(simulate_button_)}) {
+    for (QWidget* w : {static_cast<QWidget*>(balancer_), static_cast<QWidget*>(simulate_button_),
+                       static_cast<QWidget*>(same_documents_)}) {
         w->setEnabled(!running);
     }
     capture_button_->setEnabled(!running && plan_.capture_here);
@@ -382,6 +437,8 @@ void RerunDialog::set_state(State state, const QString& text) {
     emit state_changed(state);
 }
 
-QString RerunDialog::status_text() const { return status_->text(); }
+QString RerunDialog::status_text() const {
+    return status_->text();
+}
 
 }  // namespace fulcrum::ui

@@ -10,6 +10,7 @@
 #include "app/ui/rerun.h"
 #include "views/common/opened_run.h"
 
+class QCheckBox;
 class QComboBox;
 class QLabel;
 class QLineEdit;
@@ -52,13 +53,25 @@ public:
     QString output_path() const { return output_; }  // the run file it writes
     QProcess* process() const { return process_; }
 
+    // Same documents: one epoch each, the run's own settings first as the baseline.
+    void set_same_documents(bool on);
+    bool same_documents() const;
+    bool running_baseline() const { return running_baseline_; }
+
 signals:
-    // The new run is complete at `path`; `original` is the run it was made from.
+    // The new run is complete at `path`; `original` is the run to read it against: the run it
+    // was made from, or null after a baseline (keep Compare's reference, the baseline).
     void run_ready(const QString& path, const fulcrum::views::RunPtr& original);
+    // Same documents: the original settings over one epoch are complete at `path`; Compare
+    // reads the re-run against it.
+    void baseline_ready(const QString& path);
     void state_changed(fulcrum::ui::RerunDialog::State state);
 
 private:
     void update_command();
+    void launch(const RerunChoice& choice);
+    QStringList arguments_for(const RerunChoice& choice) const;
+    QString suffix_for(const RerunChoice& choice) const;
     void read_output();
     void process_finished(int exit_code, QProcess::ExitStatus status);
     void set_state(State state, const QString& text);
@@ -69,10 +82,11 @@ private:
     QString app_dir_;
     RerunPlan plan_;
     QString fulcrum_;
-    QString output_;        // run file the tool writes
-    QString output_dir_;    // capture folder, removed when cancelled
+    QString output_;      // run file the tool writes
+    QString output_dir_;  // capture folder, removed when cancelled
     State state_ = State::idle;
     bool cancel_requested_ = false;
+    bool running_baseline_ = false;
     QProcess* process_ = nullptr;
     QStringList lines_;
     QString partial_line_;
@@ -81,6 +95,7 @@ private:
     QComboBox* balancer_ = nullptr;
     QComboBox* cp_shard_ = nullptr;
     QComboBox* schedule_ = nullptr;
+    QCheckBox* same_documents_ = nullptr;
     QRadioButton* capture_button_ = nullptr;
     QRadioButton* simulate_button_ = nullptr;
     QLineEdit* command_ = nullptr;

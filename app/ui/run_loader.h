@@ -18,8 +18,9 @@ namespace fulcrum::ui {
 // run it came from).
 struct OpenRequest {
     QString path;
-    views::RunPtr reference;   // null: keep Compare's reference
+    views::RunPtr reference;  // null: keep Compare's reference
     bool show_compare = false;
+    bool as_reference = false;  // the opened run becomes Compare's reference (a baseline)
 };
 
 class RunLoader : public QObject {

@@ -1,12 +1,13 @@
 // bench_nvtx: what an NVTX push/pop pair costs the traced program with the collector
 // attached, against the same binary with no tool attached (NVTX's calls are then no-ops),
 // measured in the same run: the bench starts itself twice as a child process, once without
-// and once with NVTX_INJECTION64_PATH, and prints both and the ratio. Target: <= 150 ns per
-// pair with the collector. The figure is the calling thread's CPU time per pair.
+// and once with NVTX_INJECTION64_PATH, and prints both and the ratio. Target: <= 30 ns per
+// pair with the collector (issue 18; two reads of the time-stamp counter are ~20 ns of it on
+// the AMD VMs here). The figure is the calling thread's CPU time per pair.
 //
 // Cases: a plain nvtxRangePushA, a `fulcrum`-domain range whose message carries keys
 // ("forward step=3 mb=1 stage=0 phase=fwd", parsed once per thread and cached), a registered
-// string, and the plain case on two threads at once (the writer's lock is shared).
+// string, and the plain case on two threads at once (each thread has its own buffer).
 #include <nvtx3/nvToolsExt.h>
 
 #include <sys/wait.h>
@@ -14,12 +15,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
-#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@ namespace {
 
 constexpr int kPairsPerRepetition = 200'000;
 constexpr int kRepetitions = 7;
+constexpr double kTargetNs = 30.0;
 
 nvtxDomainHandle_t g_fulcrum = nullptr;
 nvtxStringHandle_t g_registered = nullptr;
@@ -197,13 +199,14 @@ int main(int argc, char** argv) {
         library = argv[2];
     }
     const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    const auto folder = std::filesystem::temp_directory_path() /
-                        ("bench-nvtx-" + std::to_string(getpid()));
+    const auto folder =
+        std::filesystem::temp_directory_path() / ("bench-nvtx-" + std::to_string(getpid()));
     std::filesystem::remove_all(folder);
 
-    std::printf("bench_nvtx: %d x %d push/pop pairs per case and thread; thread CPU ns per pair, "
-                "median (and best) of the repetitions; ratio and target on the median\n",
-                kRepetitions, kPairsPerRepetition);
+    std::printf(
+        "bench_nvtx: %d x %d push/pop pairs per case and thread; thread CPU ns per pair, "
+        "median (and best) of the repetitions; ratio and target on the median\n",
+        kRepetitions, kPairsPerRepetition);
     const auto without = run_child(self, false, library, folder.string());
     const auto with = run_child(self, true, library, folder.string());
     std::filesystem::remove_all(folder);
@@ -212,9 +215,9 @@ int main(int argc, char** argv) {
         return 2;
     }
     using Align = fulcrum::TextTable::Align;
-    fulcrum::TextTable table({"case", "no tool (ns)", "collector (ns)", "best", "ratio", "target"},
-                             {Align::left, Align::right, Align::right, Align::right, Align::right,
-                              Align::left});
+    fulcrum::TextTable table(
+        {"case", "no tool (ns)", "collector (ns)", "best", "ratio", "target"},
+        {Align::left, Align::right, Align::right, Align::right, Align::right, Align::left});
     char cell[64];
     for (const char* name : {"plain", "keyed", "registered", "plain-2-threads"}) {
         const double base = without.count(name) ? without.at(name) : 0;
@@ -230,14 +233,15 @@ int main(int argc, char** argv) {
         row.push_back(cell);
         std::snprintf(cell, sizeof cell, "%.1fx", base > 0 ? traced / base : 0.0);
         row.push_back(cell);
-        row.push_back(traced <= 150.0 ? "<= 150 ns: met" : "<= 150 ns: MISSED");
+        row.push_back(traced <= kTargetNs ? "<= 30 ns: met" : "<= 30 ns: MISSED");
         table.add_row(row);
     }
     std::fputs(table.render("  ").c_str(), stdout);
     if (with.count("status events=")) {
-        std::printf("collector: %.0f events committed, %.0f dropped (the writer's queue was "
-                    "full)\n",
-                    with.at("status events="), with.at("status dropped="));
+        std::printf(
+            "collector: %.0f events committed, %.0f dropped (the writer's queue was "
+            "full)\n",
+            with.at("status events="), with.at("status dropped="));
     }
     return 0;
 }

@@ -8,15 +8,16 @@
 // them share this library's one recorder, domains and registered strings.
 //
 // Hot path (push/pop): one atomic load, the thread's state from TLS, a lookup of the message
-// in a per-thread cache of parsed templates (no lock), two clock reads, and the event appended
-// to the thread's own buffer (recorder.h: EventBuffer), which reaches the writer in blocks.
-// Timestamps are taken so that our own work falls
-// outside the range: start as late as possible in push, end first thing in pop.
+// in a per-thread cache of parsed templates (no lock), two reads of the time-stamp counter
+// (tsc_clock.h; raw ticks, converted when drained), and the event appended to the thread's
+// own buffer (recorder.h: EventBuffer) with no lock and no allocation. Timestamps are taken
+// so that our own work falls outside the range: start as late as possible in push, end first
+// thing in pop.
 #define NVTX_NO_IMPL
 #include <nvtx3/nvToolsExt.h>
 
-#include <sys/types.h>
 #include <pthread.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -47,7 +48,10 @@ struct nvtxDomainRegistration_st {
 struct nvtxStringRegistration_st {
     nvtxDomainRegistration_st* domain = nullptr;
     std::string text;
-    std::once_flag template_once;
+    // Made at the string's first use. Checked on every use with one acquire load:
+    // std::call_once would go through pthread_once and two thread-locals each time.
+    std::atomic<bool> template_ready{false};
+    std::mutex template_mutex;
     fulcrum::Event event_template;
 };
 
@@ -85,9 +89,9 @@ struct StringHash {
 using TemplateMap = std::unordered_map<std::string, Event, StringHash, std::equal_to<>>;
 
 struct OpenRange {
-    const Domain* domain;
+    const Domain* domain = nullptr;
     Event event;
-    bool tagged_gpu_work;
+    bool tagged_gpu_work = false;
 };
 
 struct ThreadState {
@@ -113,11 +117,14 @@ struct ThreadState {
         }
         return lane;
     }
-    void emit(Recorder& recorder, const Event& event) {
-        if (buffer == nullptr) {
+    void emit(Recorder& recorder, const Event& event) { emit(recorder, event, event.end_ns); }
+    // The end is written into the buffer's copy, not into `event`: a fresh store read back
+    // within a wider copy would stall on store forwarding.
+    void emit(Recorder& recorder, const Event& event, std::int64_t end_ticks) {
+        if (buffer == nullptr) [[unlikely]] {
             buffer = recorder.new_event_buffer();
         }
-        buffer->add(event, recorder.writer());
+        buffer->add(event, end_ticks);
     }
     TemplateMap& templates_of(const Domain* domain) {
         for (auto& [owner, map] : templates) {
@@ -164,6 +171,11 @@ thread_local ThreadExit t_exit;
 inline ThreadState& current_thread() {
     ThreadState* state = t_state;
     return state != nullptr ? *state : attach_thread();
+}
+
+// Events carry raw clock ticks in start_ns and end_ns until their buffer is drained.
+inline std::int64_t clock_ticks() {
+    return static_cast<std::int64_t>(TscClock::instance().ticks());
 }
 
 Domain* domain_or_default(nvtxDomainHandle_t domain) {
@@ -218,44 +230,52 @@ Event template_for_text(ThreadState& thread, Domain& domain, std::string_view te
     return map.emplace(std::string(text), make_template(domain, text)).first->second;
 }
 
-Event template_for_registered(RegisteredString* string) {
-    std::call_once(string->template_once, [&] {
-        string->event_template = make_template(*string->domain, string->text);
-    });
+const Event& template_for_registered(RegisteredString* string) {
+    if (!string->template_ready.load(std::memory_order_acquire)) [[unlikely]] {
+        std::lock_guard lock(string->template_mutex);
+        if (!string->template_ready.load(std::memory_order_relaxed)) {
+            string->event_template = make_template(*string->domain, string->text);
+            string->template_ready.store(true, std::memory_order_release);
+        }
+    }
     return string->event_template;
 }
 
 // The event an attribute structure describes, without lane and time.
-Event resolve(ThreadState& thread, Domain& domain, const nvtxEventAttributes_t* attributes) {
-    Event event;
+// Written into `event` (a stack entry or a local), not returned: read back field by field
+// after a copy returned in vector registers, the result stalls on store forwarding.
+void resolve_into(Event& event, ThreadState& thread, Domain& domain,
+                  const nvtxEventAttributes_t* attributes) {
     if (attributes == nullptr || attributes->size < NVTX_EVENT_ATTRIB_STRUCT_SIZE) {
-        return template_for_text(thread, domain, "");
+        event = template_for_text(thread, domain, "");
+        return;
     }
     switch (attributes->messageType) {
-    case NVTX_MESSAGE_TYPE_ASCII: {
-        const char* text = attributes->message.ascii != nullptr ? attributes->message.ascii : "";
-        if (thread.last_domain == &domain && std::strcmp(text, thread.last_text.c_str()) == 0) {
-            event = thread.last_template;
+        case NVTX_MESSAGE_TYPE_ASCII: {
+            const char* text =
+                attributes->message.ascii != nullptr ? attributes->message.ascii : "";
+            if (thread.last_domain == &domain && std::strcmp(text, thread.last_text.c_str()) == 0) {
+                event = thread.last_template;
+                break;
+            }
+            event = template_for_text(thread, domain, text);
+            thread.last_domain = &domain;
+            thread.last_text = text;
+            thread.last_template = event;
             break;
         }
-        event = template_for_text(thread, domain, text);
-        thread.last_domain = &domain;
-        thread.last_text = text;
-        thread.last_template = event;
-        break;
-    }
-    case NVTX_MESSAGE_TYPE_UNICODE:
-        event = template_for_text(thread, domain, utf8_from_wide(attributes->message.unicode));
-        break;
-    case NVTX_MESSAGE_TYPE_REGISTERED:
-        if (attributes->message.registered != nullptr) {
-            event = template_for_registered(attributes->message.registered);
+        case NVTX_MESSAGE_TYPE_UNICODE:
+            event = template_for_text(thread, domain, utf8_from_wide(attributes->message.unicode));
             break;
-        }
-        [[fallthrough]];
-    default:
-        event = template_for_text(thread, domain, "");
-        break;
+        case NVTX_MESSAGE_TYPE_REGISTERED:
+            if (attributes->message.registered != nullptr) {
+                event = template_for_registered(attributes->message.registered);
+                break;
+            }
+            [[fallthrough]];
+        default:
+            event = template_for_text(thread, domain, "");
+            break;
     }
     if (domain.is_fulcrum) {
         event.category = category_from_nvtx(attributes->category);
@@ -270,6 +290,11 @@ Event resolve(ThreadState& thread, Domain& domain, const nvtxEventAttributes_t* 
             }
         }
     }
+}
+
+Event resolve(ThreadState& thread, Domain& domain, const nvtxEventAttributes_t* attributes) {
+    Event event;
+    resolve_into(event, thread, domain, attributes);
     return event;
 }
 
@@ -278,15 +303,15 @@ std::string message_text(const nvtxEventAttributes_t* attributes) {
         return "";
     }
     switch (attributes->messageType) {
-    case NVTX_MESSAGE_TYPE_ASCII:
-        return attributes->message.ascii != nullptr ? attributes->message.ascii : "";
-    case NVTX_MESSAGE_TYPE_UNICODE:
-        return utf8_from_wide(attributes->message.unicode);
-    case NVTX_MESSAGE_TYPE_REGISTERED:
-        return attributes->message.registered != nullptr ? attributes->message.registered->text
-                                                         : "";
-    default:
-        return "";
+        case NVTX_MESSAGE_TYPE_ASCII:
+            return attributes->message.ascii != nullptr ? attributes->message.ascii : "";
+        case NVTX_MESSAGE_TYPE_UNICODE:
+            return utf8_from_wide(attributes->message.unicode);
+        case NVTX_MESSAGE_TYPE_REGISTERED:
+            return attributes->message.registered != nullptr ? attributes->message.registered->text
+                                                             : "";
+        default:
+            return "";
     }
 }
 
@@ -305,21 +330,24 @@ int push_range(Domain& domain, const nvtxEventAttributes_t* attributes) {
         recorder.add_dropped(1);  // pushes without pops: keep memory bounded
         return static_cast<int>(thread.stack.size());
     }
-    Event event = resolve(thread, domain, attributes);
-    event.lane = thread.current_lane(recorder);
-    bool tagged = false;
+    const LaneId lane = thread.current_lane(recorder);
+    const int depth = static_cast<int>(thread.stack.size());
+    OpenRange& open = thread.stack.emplace_back();
+    open.domain = &domain;
+    Event& event = open.event;
+    resolve_into(event, thread, domain, attributes);
+    event.lane = lane;
     if (domain.is_fulcrum && event.step >= 0 && gpu_state() == GpuState::on) {
         push_gpu_correlation(
             pack_semantic_keys(event.step, event.microbatch, event.stage, event.phase));
-        tagged = true;
+        open.tagged_gpu_work = true;
     }
-    event.start_ns = host_clock_ns();
-    thread.stack.push_back({&domain, event, tagged});
-    return static_cast<int>(thread.stack.size()) - 1;
+    event.start_ns = clock_ticks();
+    return depth;
 }
 
 int pop_range(Domain& domain) {
-    const std::int64_t end_ns = host_clock_ns();
+    const std::int64_t end_ticks = clock_ticks();
     Recorder& recorder = Recorder::instance();
     if (!recorder.recording()) {
         return -1;
@@ -333,13 +361,12 @@ int pop_range(Domain& domain) {
         if (thread.stack[i].domain != &domain) {
             continue;
         }
-        Event event = thread.stack[i].event;
-        event.end_ns = end_ns;
-        if (thread.stack[i].tagged_gpu_work) {
+        const OpenRange& open = thread.stack[i];
+        if (open.tagged_gpu_work) {
             pop_gpu_correlation();
         }
+        thread.emit(recorder, open.event, end_ticks);
         thread.stack.erase(thread.stack.begin() + static_cast<std::ptrdiff_t>(i));
-        thread.emit(recorder, event);
         return static_cast<int>(i);
     }
     return -1;  // a pop without a push
@@ -357,7 +384,7 @@ nvtxRangeId_t start_range(Domain& domain, const nvtxEventAttributes_t* attribute
     Event event = resolve(thread, domain, attributes);
     event.lane = thread.current_lane(recorder);
     const std::uint64_t id = g_next_range_id.fetch_add(1, std::memory_order_relaxed);
-    event.start_ns = host_clock_ns();
+    event.start_ns = clock_ticks();
     std::lock_guard lock(g_started_mutex);
     if (g_started_ranges->size() >= kMaxStartedRanges) {
         recorder.add_dropped(1);  // starts that never end
@@ -368,7 +395,7 @@ nvtxRangeId_t start_range(Domain& domain, const nvtxEventAttributes_t* attribute
 }
 
 void end_range(nvtxRangeId_t id) {
-    const std::int64_t end_ns = host_clock_ns();
+    const std::int64_t end_ticks = clock_ticks();
     Recorder& recorder = Recorder::instance();
     if (!recorder.recording()) {
         return;
@@ -387,25 +414,25 @@ void end_range(nvtxRangeId_t id) {
         event = found->second;
         g_started_ranges->erase(found);
     }
-    event.end_ns = end_ns;
+    event.end_ns = end_ticks;
     thread.emit(recorder, event);
 }
 
 // ---- marks ----
 
-void add_mark(Recorder& recorder, ThreadState& thread, Event event, std::int64_t time_ns) {
+void add_mark(Recorder& recorder, ThreadState& thread, Event event, std::int64_t ticks) {
     if (thread.exited) {
         return;
     }
     event.kind = EventKind::mark;
     event.lane = thread.current_lane(recorder);
-    event.start_ns = time_ns;
-    event.end_ns = time_ns;
+    event.start_ns = ticks;
+    event.end_ns = ticks;
     thread.emit(recorder, event);
 }
 
 // The `fulcrum` domain's metadata marks fill rows, not events; docs/annotations.md.
-void fulcrum_mark(Domain& domain, const nvtxEventAttributes_t* attributes, std::int64_t time_ns) {
+void fulcrum_mark(Domain& domain, const nvtxEventAttributes_t* attributes, std::int64_t ticks) {
     Recorder& recorder = Recorder::instance();
     const std::string message = message_text(attributes);
     const MarkMessage mark = split_mark_message(message);
@@ -452,16 +479,16 @@ void fulcrum_mark(Domain& domain, const nvtxEventAttributes_t* attributes, std::
     if (mark.name == kClockSyncMark) {
         Event event;
         event.name = recorder.writer().intern(kClockSyncMark);
-        add_mark(recorder, thread, event, time_ns);
+        add_mark(recorder, thread, event, ticks);
         return;
     }
-    add_mark(recorder, thread, resolve(thread, domain, attributes), time_ns);
+    add_mark(recorder, thread, resolve(thread, domain, attributes), ticks);
 }
 
 void mark(Domain& domain, const nvtxEventAttributes_t* attributes) {
-    const std::int64_t time_ns = host_clock_ns();
+    const std::int64_t ticks = clock_ticks();
     if (domain.is_fulcrum) {
-        fulcrum_mark(domain, attributes, time_ns);
+        fulcrum_mark(domain, attributes, ticks);
         return;
     }
     Recorder& recorder = Recorder::instance();
@@ -472,7 +499,7 @@ void mark(Domain& domain, const nvtxEventAttributes_t* attributes) {
     if (thread.exited) {
         return;
     }
-    add_mark(recorder, thread, resolve(thread, domain, attributes), time_ns);
+    add_mark(recorder, thread, resolve(thread, domain, attributes), ticks);
 }
 
 nvtxEventAttributes_t ascii_attributes(const char* message) {
@@ -493,7 +520,9 @@ nvtxEventAttributes_t wide_attributes(const wchar_t* message) {
 
 // ---- the callbacks NVTX calls, by module and slot ----
 
-void NVTX_API on_mark_ex(const nvtxEventAttributes_t* a) { mark(*g_default_domain, a); }
+void NVTX_API on_mark_ex(const nvtxEventAttributes_t* a) {
+    mark(*g_default_domain, a);
+}
 void NVTX_API on_mark_a(const char* m) {
     const auto a = ascii_attributes(m);
     mark(*g_default_domain, &a);
@@ -513,7 +542,9 @@ nvtxRangeId_t NVTX_API on_range_start_w(const wchar_t* m) {
     const auto a = wide_attributes(m);
     return start_range(*g_default_domain, &a);
 }
-void NVTX_API on_range_end(nvtxRangeId_t id) { end_range(id); }
+void NVTX_API on_range_end(nvtxRangeId_t id) {
+    end_range(id);
+}
 int NVTX_API on_range_push_ex(const nvtxEventAttributes_t* a) {
     return push_range(*g_default_domain, a);
 }
@@ -525,7 +556,9 @@ int NVTX_API on_range_push_w(const wchar_t* m) {
     const auto a = wide_attributes(m);
     return push_range(*g_default_domain, &a);
 }
-int NVTX_API on_range_pop() { return pop_range(*g_default_domain); }
+int NVTX_API on_range_pop() {
+    return pop_range(*g_default_domain);
+}
 void NVTX_API on_name_os_thread_a(uint32_t tid, const char* name) {
     if (name != nullptr) {
         Recorder::instance().name_thread(tid, name);
@@ -544,7 +577,9 @@ nvtxRangeId_t NVTX_API on_domain_range_start_ex(nvtxDomainHandle_t d,
                                                 const nvtxEventAttributes_t* a) {
     return start_range(*domain_or_default(d), a);
 }
-void NVTX_API on_domain_range_end(nvtxDomainHandle_t, nvtxRangeId_t id) { end_range(id); }
+void NVTX_API on_domain_range_end(nvtxDomainHandle_t, nvtxRangeId_t id) {
+    end_range(id);
+}
 int NVTX_API on_domain_range_push_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
     return push_range(*domain_or_default(d), a);
 }
@@ -676,39 +711,38 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     if (callbacks == nullptr || callbacks->struct_size < sizeof(NvtxExportTableCallbacks)) {
         return 0;
     }
-    if (const auto* version = static_cast<const NvtxExportTableVersionInfo*>(
-            get_export_table(NVTX_ETID_VERSIONINFO));
+    if (const auto* version =
+            static_cast<const NvtxExportTableVersionInfo*>(get_export_table(NVTX_ETID_VERSIONINFO));
         version != nullptr && version->struct_size >= sizeof(NvtxExportTableVersionInfo) &&
         version->SetInjectionNvtxVersion != nullptr) {
         version->SetInjectionNvtxVersion(NVTX_VERSION);
     }
-    const bool core = fill_module(
-        *callbacks, NVTX_CB_MODULE_CORE,
-        {{NVTX_CBID_CORE_MarkEx, as_slot(on_mark_ex)},
-         {NVTX_CBID_CORE_MarkA, as_slot(on_mark_a)},
-         {NVTX_CBID_CORE_MarkW, as_slot(on_mark_w)},
-         {NVTX_CBID_CORE_RangeStartEx, as_slot(on_range_start_ex)},
-         {NVTX_CBID_CORE_RangeStartA, as_slot(on_range_start_a)},
-         {NVTX_CBID_CORE_RangeStartW, as_slot(on_range_start_w)},
-         {NVTX_CBID_CORE_RangeEnd, as_slot(on_range_end)},
-         {NVTX_CBID_CORE_RangePushEx, as_slot(on_range_push_ex)},
-         {NVTX_CBID_CORE_RangePushA, as_slot(on_range_push_a)},
-         {NVTX_CBID_CORE_RangePushW, as_slot(on_range_push_w)},
-         {NVTX_CBID_CORE_RangePop, as_slot(on_range_pop)},
-         {NVTX_CBID_CORE_NameOsThreadA, as_slot(on_name_os_thread_a)},
-         {NVTX_CBID_CORE_NameOsThreadW, as_slot(on_name_os_thread_w)}});
-    const bool core2 = fill_module(
-        *callbacks, NVTX_CB_MODULE_CORE2,
-        {{NVTX_CBID_CORE2_DomainMarkEx, as_slot(on_domain_mark_ex)},
-         {NVTX_CBID_CORE2_DomainRangeStartEx, as_slot(on_domain_range_start_ex)},
-         {NVTX_CBID_CORE2_DomainRangeEnd, as_slot(on_domain_range_end)},
-         {NVTX_CBID_CORE2_DomainRangePushEx, as_slot(on_domain_range_push_ex)},
-         {NVTX_CBID_CORE2_DomainRangePop, as_slot(on_domain_range_pop)},
-         {NVTX_CBID_CORE2_DomainRegisterStringA, as_slot(on_domain_register_string_a)},
-         {NVTX_CBID_CORE2_DomainRegisterStringW, as_slot(on_domain_register_string_w)},
-         {NVTX_CBID_CORE2_DomainCreateA, as_slot(on_domain_create_a)},
-         {NVTX_CBID_CORE2_DomainCreateW, as_slot(on_domain_create_w)},
-         {NVTX_CBID_CORE2_DomainDestroy, as_slot(on_domain_destroy)}});
+    const bool core = fill_module(*callbacks, NVTX_CB_MODULE_CORE,
+                                  {{NVTX_CBID_CORE_MarkEx, as_slot(on_mark_ex)},
+                                   {NVTX_CBID_CORE_MarkA, as_slot(on_mark_a)},
+                                   {NVTX_CBID_CORE_MarkW, as_slot(on_mark_w)},
+                                   {NVTX_CBID_CORE_RangeStartEx, as_slot(on_range_start_ex)},
+                                   {NVTX_CBID_CORE_RangeStartA, as_slot(on_range_start_a)},
+                                   {NVTX_CBID_CORE_RangeStartW, as_slot(on_range_start_w)},
+                                   {NVTX_CBID_CORE_RangeEnd, as_slot(on_range_end)},
+                                   {NVTX_CBID_CORE_RangePushEx, as_slot(on_range_push_ex)},
+                                   {NVTX_CBID_CORE_RangePushA, as_slot(on_range_push_a)},
+                                   {NVTX_CBID_CORE_RangePushW, as_slot(on_range_push_w)},
+                                   {NVTX_CBID_CORE_RangePop, as_slot(on_range_pop)},
+                                   {NVTX_CBID_CORE_NameOsThreadA, as_slot(on_name_os_thread_a)},
+                                   {NVTX_CBID_CORE_NameOsThreadW, as_slot(on_name_os_thread_w)}});
+    const bool core2 =
+        fill_module(*callbacks, NVTX_CB_MODULE_CORE2,
+                    {{NVTX_CBID_CORE2_DomainMarkEx, as_slot(on_domain_mark_ex)},
+                     {NVTX_CBID_CORE2_DomainRangeStartEx, as_slot(on_domain_range_start_ex)},
+                     {NVTX_CBID_CORE2_DomainRangeEnd, as_slot(on_domain_range_end)},
+                     {NVTX_CBID_CORE2_DomainRangePushEx, as_slot(on_domain_range_push_ex)},
+                     {NVTX_CBID_CORE2_DomainRangePop, as_slot(on_domain_range_pop)},
+                     {NVTX_CBID_CORE2_DomainRegisterStringA, as_slot(on_domain_register_string_a)},
+                     {NVTX_CBID_CORE2_DomainRegisterStringW, as_slot(on_domain_register_string_w)},
+                     {NVTX_CBID_CORE2_DomainCreateA, as_slot(on_domain_create_a)},
+                     {NVTX_CBID_CORE2_DomainCreateW, as_slot(on_domain_create_w)},
+                     {NVTX_CBID_CORE2_DomainDestroy, as_slot(on_domain_destroy)}});
     // Stream names matter only with GPU tracing; a program without CUDA has no such module.
     fill_module(*callbacks, NVTX_CB_MODULE_CUDART,
                 {{NVTX_CBID_CUDART_NameCudaStreamA, as_slot(on_name_cuda_stream_a)},

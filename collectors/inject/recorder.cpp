@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <system_error>
 
 #include "collectors/inject/gpu_tracer.h"
@@ -101,7 +102,9 @@ Recorder* const Recorder::instance_ = new Recorder();
 
 Recorder::Recorder() : gpu_mode_(gpu_mode_from_environment()) {}
 
-bool Recorder::declined() const { return env("FULCRUM_CAPTURE_DIR") == nullptr; }
+bool Recorder::declined() const {
+    return env("FULCRUM_CAPTURE_DIR") == nullptr;
+}
 
 bool Recorder::start(std::int32_t rank_hint) {
     bool opened = false;
@@ -124,7 +127,8 @@ bool Recorder::start(std::int32_t rank_hint) {
         const GpuStart gpu = start_gpu_tracing();
         // Under `fulcrum capture` the launcher reads the status files and says this once
         // for all ranks.
-        if (!gpu.message.empty() && (gpu_mode_ == GpuMode::on || !env("FULCRUM_CAPTURE_LAUNCHER"))) {
+        if (!gpu.message.empty() &&
+            (gpu_mode_ == GpuMode::on || !env("FULCRUM_CAPTURE_LAUNCHER"))) {
             say(gpu.message);
         }
     }
@@ -165,16 +169,16 @@ bool Recorder::open_writer(std::int32_t rank_hint) {
     rank_.rank = rank;
     rank_.host = host_name();
     rank_.pid = getpid();
-    rank_.utc_offset_ns = 0;  // host_clock_ns() is CLOCK_REALTIME
+    rank_.utc_offset_ns = 0;  // host_clock_ns() is on CLOCK_REALTIME's timeline
     owner_pid_ = getpid();
 
     RunInfo run;
     const char* run_name = env("FULCRUM_RUN_NAME");
     const char* command = env("FULCRUM_CAPTURE_COMMAND");
     run.command = command != nullptr ? command : own_command_line();
-    run.name = run_name != nullptr ? run_name
-                                   : std::filesystem::path(directory_).filename().string();
-    run.start_utc_ns = host_clock_ns();
+    run.name =
+        run_name != nullptr ? run_name : std::filesystem::path(directory_).filename().string();
+    run.start_utc_ns = TscClock::realtime_ns();
     run.origin = RunOrigin::captured;
     run.producer = "fulcrum-inject " FULCRUM_VERSION;
 
@@ -232,14 +236,122 @@ void Recorder::write_status(std::string_view state) {
         return;
     }
     const store::WriterStats stats = writer_ ? writer_->stats() : store::WriterStats{};
-    const std::string line = "pid=" + std::to_string(getpid()) + " rank=" +
-                             std::to_string(rank_.rank) + " state=" + std::string(state) +
-                             " events=" + std::to_string(stats.events_written) + " dropped=" +
-                             std::to_string(stats.events_dropped) +
-                             " gpu=" + std::string(to_string(gpu_state())) + "\n";
+    const std::string line =
+        "pid=" + std::to_string(getpid()) + " rank=" + std::to_string(rank_.rank) +
+        " state=" + std::string(state) + " events=" + std::to_string(stats.events_written) +
+        " dropped=" + std::to_string(stats.events_dropped) +
+        " gpu=" + std::string(to_string(gpu_state())) + "\n";
     if (pwrite(status_fd_, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size())) {
         (void)ftruncate(status_fd_, static_cast<off_t>(line.size()));
     }
+}
+
+EventBuffer::EventBuffer() : current_(new Block()), read_(current_) {}
+
+EventBuffer::~EventBuffer() {
+    delete_list(read_);
+    delete_list(reusable_);
+    delete_list(free_.load(std::memory_order_acquire));
+}
+
+void EventBuffer::delete_list(Block* block) {
+    while (block != nullptr) {
+        Block* next = block->next.load(std::memory_order_acquire);
+        delete block;
+        block = next;
+    }
+}
+
+// The owner's slow path, once per block.
+bool EventBuffer::next_block() {
+    const std::int32_t blocks = blocks_.load(std::memory_order_acquire);
+    if (blocks >= kMaxBlocks) {
+        return false;
+    }
+    if (reusable_ == nullptr) {
+        reusable_ = free_.exchange(nullptr, std::memory_order_acquire);
+    }
+    Block* fresh = reusable_;
+    if (fresh != nullptr) {
+        reusable_ = fresh->next.load(std::memory_order_relaxed);
+        spare_blocks_.fetch_sub(1, std::memory_order_relaxed);
+        fresh->count.store(0, std::memory_order_relaxed);
+        fresh->next.store(nullptr, std::memory_order_relaxed);
+    } else {
+        fresh = new Block();
+    }
+    blocks_.fetch_add(1, std::memory_order_acq_rel);
+    current_->next.store(fresh, std::memory_order_release);
+    current_ = fresh;
+    used_ = 0;
+    if (blocks + 1 == kWakeBlocks) {
+        Recorder::instance().wake_housekeeper();
+    }
+    return true;
+}
+
+// The chain is full: the housekeeper is far behind. It is woken once per block's worth of
+// dropped events, not at every one.
+void EventBuffer::drop_one() {
+    const std::int64_t dropped = dropped_.load(std::memory_order_relaxed) + 1;
+    dropped_.store(dropped, std::memory_order_relaxed);
+    if (dropped % kBlockEvents == 1) {
+        Recorder::instance().wake_housekeeper();
+    }
+}
+
+std::size_t EventBuffer::drain(store::TraceWriter& writer) {
+    std::lock_guard lock(drain_mutex_);
+    std::size_t taken = 0;
+    std::optional<TscClock::Conversion> to_ns;
+    for (;;) {
+        const std::uint32_t count = read_->count.load(std::memory_order_acquire);
+        if (count > read_index_) {
+            if (!to_ns) {
+                to_ns = TscClock::instance().conversion();
+            }
+            // Below `count` the owner never writes again: the events are ours to convert.
+            Event* events = read_->events() + read_index_;
+            const std::size_t n = count - read_index_;
+            for (std::size_t i = 0; i < n; ++i) {
+                events[i].start_ns = (*to_ns)(static_cast<std::uint64_t>(events[i].start_ns));
+                events[i].end_ns = (*to_ns)(static_cast<std::uint64_t>(events[i].end_ns));
+            }
+            writer.add_events(events, n);
+            taken += n;
+            read_index_ = count;
+        }
+        if (count < kBlockEvents) {
+            return taken;
+        }
+        Block* next = read_->next.load(std::memory_order_acquire);
+        if (next == nullptr) {
+            return taken;  // full, and the owner has not linked the next one yet
+        }
+        Block* done = read_;
+        read_ = next;
+        read_index_ = 0;
+        blocks_.fetch_sub(1, std::memory_order_acq_rel);
+        if (spare_blocks_.load(std::memory_order_relaxed) >= kSpareBlocks) {
+            delete done;  // the end of a burst: keep only a few
+            continue;
+        }
+        spare_blocks_.fetch_add(1, std::memory_order_relaxed);
+        // Back to the owner; it takes the whole list at once, so there is no ABA here.
+        Block* head = free_.load(std::memory_order_relaxed);
+        do {
+            done->next.store(head, std::memory_order_relaxed);
+        } while (!free_.compare_exchange_weak(head, done, std::memory_order_release,
+                                              std::memory_order_relaxed));
+    }
+}
+
+std::int64_t EventBuffer::take_dropped() {
+    std::lock_guard lock(drain_mutex_);
+    const std::int64_t dropped = dropped_.load(std::memory_order_relaxed);
+    const std::int64_t fresh = dropped - dropped_reported_;
+    dropped_reported_ = dropped;
+    return fresh;
 }
 
 EventBuffer* Recorder::new_event_buffer() {
@@ -251,45 +363,65 @@ EventBuffer* Recorder::new_event_buffer() {
 
 void Recorder::drain_event_buffers() {
     std::lock_guard lock(buffers_mutex_);
+    std::int64_t dropped = 0;
     std::erase_if(buffers_, [&](EventBuffer* buffer) {
         const bool orphaned = buffer->orphaned.load(std::memory_order_acquire);
         buffer->drain(*writer_);
+        dropped += buffer->take_dropped();
         if (orphaned) {
             delete buffer;  // its thread has exited: nobody else holds it
         }
         return orphaned;
     });
+    if (dropped > 0) {
+        writer_->add_dropped_records(rank_.rank, dropped);
+    }
 }
 
 void Recorder::run_housekeeper() {
+    using std::chrono::milliseconds;
+    using std::chrono::steady_clock;
+    // Buffers every 100 ms (sooner when one fills up); failure, dropped counts and the status
+    // file every 500 ms; the clock's line against CLOCK_REALTIME every second.
+    auto next_drain = steady_clock::now() + milliseconds(100);
+    auto next_status = steady_clock::now() + milliseconds(500);
+    auto next_anchor = steady_clock::now() + milliseconds(1000);
     std::unique_lock lock(housekeeper_mutex_);
-    // Buffers every 100 ms; failure, dropped counts and the status file every 500 ms.
-    for (int tick = 1; !housekeeper_stop_; ++tick) {
-        housekeeper_wake_.wait_for(lock, std::chrono::milliseconds(100));
+    while (!housekeeper_stop_) {
+        housekeeper_wake_.wait_until(lock, next_drain);
         if (housekeeper_stop_) {
             break;
         }
         lock.unlock();
+        const auto now = steady_clock::now();
         drain_event_buffers();
-        if (tick % 5 != 0) {
-            lock.lock();
-            continue;
+        next_drain = now + milliseconds(100);
+        if (now >= next_anchor) {
+            TscClock::instance().reanchor();
+            next_anchor = now + milliseconds(1000);
         }
-        if (auto failure = writer_->failure(); failure && !failure_reported_) {
-            failure_reported_ = true;
-            state_.store(State::stopped, std::memory_order_release);
-            say(as_sentence(failure->message) + " The program goes on unrecorded.");
+        if (now >= next_status) {
+            next_status = now + milliseconds(500);
+            report_writer_state();
         }
-        // Events the writer dropped because the disk fell behind: a killed process keeps
-        // the count too.
-        const std::int64_t dropped = writer_->stats().events_dropped;
-        if (dropped > writer_drops_reported_ && !failure_reported_) {
-            writer_->add_dropped_records(rank_.rank, dropped - writer_drops_reported_);
-            writer_drops_reported_ = dropped;
-        }
-        write_status(failure_reported_ ? "failed" : "recording");
         lock.lock();
     }
+}
+
+void Recorder::report_writer_state() {
+    if (auto failure = writer_->failure(); failure && !failure_reported_) {
+        failure_reported_ = true;
+        state_.store(State::stopped, std::memory_order_release);
+        say(as_sentence(failure->message) + " The program goes on unrecorded.");
+    }
+    // Events the writer dropped because the disk fell behind: a killed process keeps
+    // the count too.
+    const std::int64_t dropped = writer_->stats().events_dropped;
+    if (dropped > writer_drops_reported_ && !failure_reported_) {
+        writer_->add_dropped_records(rank_.rank, dropped - writer_drops_reported_);
+        writer_drops_reported_ = dropped;
+    }
+    write_status(failure_reported_ ? "failed" : "recording");
 }
 
 LaneId Recorder::thread_lane(std::int64_t tid) {
@@ -336,8 +468,8 @@ void Recorder::set_coordinates(const RankMark& mark) {
         // The file is named after the launcher's rank, and merge refuses two files of one
         // rank: the launcher's number stays, the disagreement is kept for the user.
         log_problem("fulcrum.rank says rank " + std::to_string(mark.rank) +
-                        " but this process records rank " + std::to_string(rank_.rank) +
-                        "; kept " + std::to_string(rank_.rank),
+                        " but this process records rank " + std::to_string(rank_.rank) + "; kept " +
+                        std::to_string(rank_.rank),
                     "");
     }
     RankInfo rank = rank_;

@@ -7,7 +7,8 @@
 // that a `fulcrum.rank` mark emitted first can name the file when no launcher gave a rank.
 // At exit an atexit handler flushes CUPTI, closes the writer (indexes, rank.complete = 1)
 // and leaves a single file. A killed process keeps what the writer committed (at most
-// 350 ms are lost: a thread's buffer, then a commit). A full disk stops recording with one warning line; the program runs on.
+// 350 ms are lost: a thread's undrained blocks, then a commit). A full disk stops recording
+// with one warning line; the program runs on.
 //
 // Fork. A child forked without exec does not record: the writer's and the housekeeper's
 // threads do not exist in it, and the writer's lock may have been held by another thread
@@ -28,23 +29,23 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "collectors/inject/tsc_clock.h"
 #include "core/store/trace_writer.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::collect {
 
-// One clock for host ranges and GPU records: CLOCK_REALTIME, CUPTI's default on Linux, also
-// registered as CUPTI's timestamp callback. Its offset to UTC is therefore 0.
+// One clock for host ranges and GPU records, on the CLOCK_REALTIME timeline (tsc_clock.h);
+// also registered as CUPTI's timestamp callback. Its offset to UTC is therefore 0.
 inline std::int64_t host_clock_ns() {
-    timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+    return TscClock::instance().now_ns();
 }
 
 // One line on stderr, "fulcrum: ..." (with the rank when known), written in one write(2)
@@ -53,55 +54,89 @@ void say(std::string_view line);
 
 enum class GpuMode { off, automatic, on };
 
-// Events of one thread on their way to the writer. Handing them over in blocks keeps the
-// threads of a traced program from meeting on the writer's lock at every event; the
-// housekeeper drains every buffer every 100 ms, so an idle thread's events still reach the
-// disk within about one commit interval. The lock is the owner thread's alone except when
-// the housekeeper drains, so it is almost always free and costs one atomic exchange.
+// Events of one thread on their way to the writer, with their times in raw clock ticks
+// (tsc_clock.h); they become nanoseconds as they are drained.
+//
+// The owner thread appends to a chain of fixed blocks without a lock or an atomic
+// read-modify-write: it writes the event, then publishes the block's count with a release
+// store (a plain store on x86). The housekeeper drains every buffer every 100 ms, and at
+// once when a buffer holds kWakeBlocks blocks, so an idle thread's events reach the disk
+// within about one commit interval and a busy thread never waits for the writer's lock.
+// Drained blocks go back to their owner for reuse, so a steady stream allocates nothing
+// and writes into memory that is already mapped and cached; past kMaxBlocks undrained blocks (the
+// writer has fallen far behind) events are dropped and counted, as the writer itself does when its
+// queue is full.
 class EventBuffer {
 public:
-    static constexpr std::size_t kCapacity = 512;
+    static constexpr std::uint32_t kBlockEvents = 1024;  // 64 KiB
+    static constexpr std::int32_t kWakeBlocks = 4;
+    // 16 MiB of undrained events per thread (the writer itself queues up to 512 Ki events);
+    // drained blocks beyond kSpareBlocks are freed, so an idle thread keeps about 1 MiB.
+    static constexpr std::int32_t kMaxBlocks = 256;
+    static constexpr std::int32_t kSpareBlocks = 16;
 
-    EventBuffer() { events_.reserve(kCapacity); }
-    void add(const Event& event, store::TraceWriter& writer) {
-        lock();
-        events_.push_back(event);
-        if (events_.size() >= kCapacity) {
-            writer.add_events(events_.data(), events_.size());
-            events_.clear();
+    EventBuffer();
+    ~EventBuffer();
+    EventBuffer(const EventBuffer&) = delete;
+    EventBuffer& operator=(const EventBuffer&) = delete;
+
+    // The owner thread only: `event`, ending at `end_ticks`.
+    void add(const Event& event, std::int64_t end_ticks) {
+        if (used_ == kBlockEvents && !next_block()) [[unlikely]] {
+            drop_one();
+            return;
         }
-        unlock();
+        Event* slot = new (current_->slot(used_)) Event(event);
+        slot->end_ns = end_ticks;
+        ++used_;
+        current_->count.store(used_, std::memory_order_release);
     }
-    void drain(store::TraceWriter& writer) {
-        lock();
-        if (!events_.empty()) {
-            writer.add_events(events_.data(), events_.size());
-            events_.clear();
-        }
-        unlock();
-    }
+    // Any thread; drains run one at a time. Converts the ticks of what it takes to ns and
+    // hands it to the writer; returns how many events it took.
+    std::size_t drain(store::TraceWriter& writer);
+    // Events dropped so far, counted once: the caller reports them.
+    std::int64_t take_dropped();
+
     // Set by the owner thread as it exits; the housekeeper then drains and frees it.
     std::atomic<bool> orphaned{false};
 
 private:
-    void lock() {
-        while (busy_.test_and_set(std::memory_order_acquire)) {
-            std::this_thread::yield();
-        }
-    }
-    void unlock() { busy_.clear(std::memory_order_release); }
+    struct Block {
+        std::atomic<std::uint32_t> count{0};
+        std::atomic<Block*> next{nullptr};  // in the chain, or in a list of free blocks
+        // Raw storage: a new block is not filled with default events it would never use.
+        alignas(64) unsigned char storage[kBlockEvents * sizeof(Event)];
 
-    std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
-    std::vector<Event> events_;
+        void* slot(std::uint32_t index) { return storage + index * sizeof(Event); }
+        Event* events() { return std::launder(reinterpret_cast<Event*>(storage)); }
+    };
+    bool next_block();
+    void drop_one();
+    static void delete_list(Block* block);
+
+    // The owner's side.
+    Block* current_;
+    std::uint32_t used_ = 0;
+    std::atomic<std::int64_t> dropped_{0};
+    Block* reusable_ = nullptr;  // taken from free_ in one exchange
+    // Shared: blocks in the chain, and drained blocks on their way back to the owner.
+    std::atomic<std::int32_t> blocks_{1};
+    std::atomic<Block*> free_{nullptr};
+    std::atomic<std::int32_t> spare_blocks_{0};  // in free_ and reusable_
+    // The drainer's side.
+    std::mutex drain_mutex_;
+    Block* read_;
+    std::uint32_t read_index_ = 0;
+    std::int64_t dropped_reported_ = 0;
 };
 
 class Recorder {
 public:
     enum class State : int {
-        idle,       // nothing recorded yet; the writer opens at the first event
+        idle,  // nothing recorded yet; the writer opens at the first event
         recording,
-        stopped,    // the writer failed (full disk) or the process is exiting
-        disabled,   // not recording: no capture directory, rank taken, forked child
+        stopped,   // the writer failed (full disk) or the process is exiting
+        disabled,  // not recording: no capture directory, rank taken, forked child
     };
 
     static Recorder& instance() { return *instance_; }
@@ -131,6 +166,8 @@ public:
     void add_dropped(std::int64_t count);
     // A buffer for the calling thread's events, drained by the housekeeper and at exit.
     EventBuffer* new_event_buffer();
+    // Asks the housekeeper to drain now (a buffer is filling up); never blocks.
+    void wake_housekeeper() { housekeeper_wake_.notify_one(); }
 
     // Runs at exit in the process that opened the writer; idempotent.
     void finish();
@@ -147,6 +184,7 @@ private:
     void write_status(std::string_view state);
     std::string lane_name_for(std::int64_t tid);
     void drain_event_buffers();
+    void report_writer_state();
 
     std::atomic<State> state_{State::idle};
     std::mutex start_mutex_;

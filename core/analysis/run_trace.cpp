@@ -127,6 +127,7 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
         read_field(json, "seed", config.seed);
         read_field(json, "ilp_window", config.ilp_window);
         read_field(json, "steps", config.steps);
+        read_field(json, "epochs", config.epochs);
         read_field(json, "backend", config.backend);
         if (const auto model = json.find("model"); model != json.end() && model->is_object()) {
             read_field(*model, "layers", config.layers);

@@ -85,6 +85,7 @@ struct RunConfig {
     std::uint64_t seed = 1;
     int ilp_window = 1;
     int steps = 0;  // 0 when unknown
+    int epochs = 0;  // > 0: the run trained this many whole epochs (steps then 0)
     std::string backend;
 
     bool has_model() const {

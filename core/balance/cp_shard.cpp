@@ -6,6 +6,11 @@
 namespace fulcrum::balance {
 namespace {
 
+// What one more range costs the CPU kernel beyond its pairs. bench_shard_efficiency
+// (bench/README.md) finds none: the kernel runs query rows one at a time, and short ranges,
+// whose keys stay in cache, run 1.3–2× faster per pair than 1024-row ones.
+constexpr double kCpuRangeOverheadPairs = 0;
+
 Error invalid(std::string message) {
     return Error{ErrorCode::invalid_input, std::move(message)};
 }
@@ -119,8 +124,37 @@ std::int64_t CpPlan::max_attention_work() const {
     return largest;
 }
 
+double AttentionKernelModel::range_time(std::int64_t prefix, std::int64_t length) const {
+    const std::int64_t tile = std::max<std::int64_t>(query_tile, 1);
+    const std::int64_t rows = (length + tile - 1) / tile * tile;
+    return static_cast<double>(causal_pair_work(prefix, rows)) + range_overhead_pairs;
+}
+
+double AttentionKernelModel::shard_time(const CpShard& shard) const {
+    double time = 0;
+    for (const TokenRange& range : shard.ranges) {
+        time += range_time(range.begin, range.end - range.begin);
+    }
+    return time;
+}
+
+Result<AttentionKernelModel> attention_kernel_model(std::string_view name) {
+    if (name == "ideal") {
+        return AttentionKernelModel{};
+    }
+    if (name == "cpu") {
+        return AttentionKernelModel{"cpu", 1, kCpuRangeOverheadPairs};
+    }
+    if (name == "cuda") {
+        return AttentionKernelModel{"cuda", 64, 0};
+    }
+    return invalid("unknown attention kernel '" + std::string(name) +
+                   "'; expected ideal, cpu or cuda");
+}
+
 Result<CpPlan> shard_microbatch(std::span<const Document> documents, int cp_size,
-                                CpSharding sharding, CpShardingState& state) {
+                                CpSharding sharding, CpShardingState& state,
+                                const AttentionKernelModel& kernel) {
     if (cp_size < 1) {
         return invalid("CP size must be at least 1, got " + std::to_string(cp_size));
     }
@@ -144,7 +178,14 @@ Result<CpPlan> shard_microbatch(std::span<const Document> documents, int cp_size
                                        [chunks](int k) { return std::min(k, chunks - 1 - k); });
             CpShardingState tried = state;
             auto per_document = shard_per_document(documents, cp_size, tried);
-            if (per_document.max_attention_work() < zigzag.max_attention_work()) {
+            const auto slowest = [&](const CpPlan& plan) {
+                double time = 0;
+                for (const CpShard& shard : plan.ranks) {
+                    time = std::max(time, kernel.shard_time(shard));
+                }
+                return time;
+            };
+            if (slowest(per_document) < slowest(zigzag)) {
                 state = tried;
                 return per_document;
             }

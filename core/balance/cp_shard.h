@@ -9,9 +9,11 @@
 //               2·CP−1−r (balanced for one document, not for a packing of many)
 //   per-doc     every document cut into 2·CP chunks; rank r takes chunks r and 2·CP−1−r of
 //               each (WLB-LLM §4, REFERENCE §1)
-//   adaptive    per micro-batch, whichever of zigzag and per-doc predicts the lower maximum
-//               over ranks (WLB-LLM's adaptive sharding; ties go to zigzag, whose fewer and
-//               longer ranges run attention kernels more efficiently)
+//   adaptive    per micro-batch, whichever of zigzag (per-sequence) and per-doc predicts
+//               the shorter attention time on its slowest rank under an attention kernel
+//               model (WLB-LLM §4's adaptive sharding: per-doc balances the work but cuts
+//               every document into 2·CP slivers, which a tiled kernel runs less
+//               efficiently; ties go to zigzag)
 //
 // Lengths that do not divide evenly lose and duplicate no token: contiguous and zigzag cut at
 // ⌊k·T/pieces⌋ of the packed length T, so pieces differ by at most one token and the longer
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -64,15 +67,34 @@ struct CpPlan {
     std::int64_t max_attention_work() const;
 };
 
+// How an attention kernel spends time on the ranges of one CP rank, in causal pairs
+// (causal_pair_work units): a range's query rows are rounded up to the kernel's query tile,
+// since rows a tile leaves empty take as long as full ones, and every range pays a fixed
+// set-up cost. Short shards — per-doc sharding of short documents — pay both most.
+struct AttentionKernelModel {
+    std::string name = "ideal";
+    std::int64_t query_tile = 1;      // query rows a kernel block handles at once
+    double range_overhead_pairs = 0;  // per range, in pairs of full-efficiency work
+
+    double range_time(std::int64_t prefix, std::int64_t length) const;
+    double shard_time(const CpShard& shard) const;
+};
+
+// "ideal" (tile 1, no overhead: time is work), "cpu" (fulcrum-train's CPU kernel, measured by
+// bench/balance/bench_shard_efficiency) or "cuda" (its CUDA kernel: 64-row query tiles,
+// engine/backend/cuda/attention.cuh).
+Result<AttentionKernelModel> attention_kernel_model(std::string_view name);
+
 // The per-doc leftover slot, carried from one document to the next.
 struct CpShardingState {
     int next_leftover_slot = 0;
 };
 
 // Shards `documents` (one packed micro-batch, in packed order) over cp_size ranks. `state` is
-// read and advanced only when per-doc sharding is applied.
+// read and advanced only when per-doc sharding is applied. `kernel` weighs adaptive's choice.
 Result<CpPlan> shard_microbatch(std::span<const Document> documents, int cp_size,
-                                CpSharding sharding, CpShardingState& state);
+                                CpSharding sharding, CpShardingState& state,
+                                const AttentionKernelModel& kernel = {});
 
 // Same, starting the leftover rotation at slot 0.
 Result<CpPlan> shard_microbatch(const MicroBatch& microbatch, int cp_size, CpSharding sharding);

@@ -3,7 +3,10 @@
 #include "core/balance/ilp_packing.h"
 
 #include <algorithm>
+#include <exception>
+#include <iterator>
 #include <string>
+#include <unordered_map>
 
 namespace fulcrum::balance {
 namespace {
@@ -80,10 +83,26 @@ PackedBatch pack_wlb(std::span<const Document> documents, const PackingOptions& 
             queue.erase(queue.begin(), queue.begin() + released);
         }
     }
+    // With a delay bound K, whatever has waited K batches leaves its queue now and goes
+    // first, longest first: into empty micro-batches it always fits.
+    std::vector<Document> due;
+    if (options.wlb_max_delay) {
+        const auto overdue = [&](const Document& d) { return d.waited >= *options.wlb_max_delay; };
+        for (auto& queue : state.outlier_queues) {
+            std::copy_if(queue.begin(), queue.end(), std::back_inserter(due), overdue);
+            std::erase_if(queue, overdue);
+        }
+        std::copy_if(state.left_over.begin(), state.left_over.end(), std::back_inserter(due),
+                     overdue);
+        std::erase_if(state.left_over, overdue);
+        std::stable_sort(due.begin(), due.end(),
+                         [](const Document& a, const Document& b) { return a.length > b.length; });
+    }
     // 3. longest first; what did not fit last time goes before everything new.
     std::stable_sort(new_documents.begin(), new_documents.end(),
                      [](const Document& a, const Document& b) { return a.length > b.length; });
-    std::vector<Document> document_set = std::move(state.left_over);
+    std::vector<Document> document_set = std::move(due);
+    document_set.insert(document_set.end(), state.left_over.begin(), state.left_over.end());
     state.left_over.clear();
     document_set.insert(document_set.end(), new_documents.begin(), new_documents.end());
 
@@ -102,6 +121,14 @@ PackedBatch pack_wlb(std::span<const Document> documents, const PackingOptions& 
         }
         packed.microbatches[target].add(document, options.cost);
     }
+    for (auto& queue : state.outlier_queues) {
+        for (auto& document : queue) {
+            ++document.waited;
+        }
+    }
+    for (auto& document : state.left_over) {
+        ++document.waited;
+    }
     return packed;
 }
 
@@ -112,6 +139,20 @@ void MicroBatch::add(const Document& document, const CostModel& cost) {
     tokens += document.length;
     attention_work += document.length * document.length;
     predicted_cost = cost.predict(tokens, attention_work);
+}
+
+CostModel CostModel::from_model(int layers, int hidden, int vocab) {
+    const double h = hidden;
+    const double linear = layers * 72.0 * h * h + 6.0 * h * vocab;
+    return CostModel{1.0, layers * 6.0 * h / linear};
+}
+
+CostModel CostModel::from_fit(double per_token_ns, double per_pair_ns) {
+    if (per_token_ns <= 0) {
+        // Only attention measured: predict in its units, one token of linear work ≈ 0.
+        return CostModel{0.0, 1.0};
+    }
+    return CostModel{1.0, 0.5 * std::max(per_pair_ns, 0.0) / per_token_ns};
 }
 
 Result<Balancer> parse_balancer(std::string_view name) {
@@ -151,6 +192,55 @@ std::vector<std::int64_t> default_wlb_thresholds(std::int64_t capacity) {
     return {capacity / 4, 3 * capacity / 8, capacity / 2};
 }
 
+Result<std::optional<std::vector<std::int64_t>>> parse_wlb_thresholds(std::string_view text) {
+    if (text == "tuned") {
+        return std::optional<std::vector<std::int64_t>>{};
+    }
+    std::vector<std::int64_t> thresholds;
+    if (text == "none") {
+        return std::optional<std::vector<std::int64_t>>{thresholds};
+    }
+    const auto bad = [&] {
+        return invalid(
+            "--wlb-thresholds takes tuned, none or increasing token counts L1,L2,... "
+            "(e.g. 256,512), not '" +
+            std::string(text) + "'");
+    };
+    std::size_t at = 0;
+    while (at <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', at), text.size());
+        const std::string item(text.substr(at, comma - at));
+        std::size_t used = 0;
+        long long value = 0;
+        try {
+            value = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            return bad();
+        }
+        if (used != item.size() || value < 1 ||
+            (!thresholds.empty() && value <= thresholds.back())) {
+            return bad();
+        }
+        thresholds.push_back(value);
+        at = comma + 1;
+    }
+    return std::optional<std::vector<std::int64_t>>{thresholds};
+}
+
+std::string wlb_thresholds_text(const std::optional<std::vector<std::int64_t>>& thresholds) {
+    if (!thresholds) {
+        return "tuned";
+    }
+    if (thresholds->empty()) {
+        return "none";
+    }
+    std::string text;
+    for (std::int64_t threshold : *thresholds) {
+        text += (text.empty() ? "" : ",") + std::to_string(threshold);
+    }
+    return text;
+}
+
 Status validate(const PackingOptions& options) {
     if (options.microbatches < 1) {
         return invalid("a global batch needs at least 1 micro-batch, got " +
@@ -181,6 +271,10 @@ Status validate(const PackingOptions& options) {
             return invalid("wlb S_max (" + std::to_string(options.wlb_max_tokens) +
                            ") must be ≥ the fixed capacity S (" + std::to_string(options.capacity) +
                            "), or 0 to use S");
+        }
+        if (options.wlb_max_delay && *options.wlb_max_delay < 0) {
+            return invalid("the wlb delay bound must be ≥ 0 global batches, got " +
+                           std::to_string(*options.wlb_max_delay));
         }
         const auto thresholds = wlb_thresholds(options);
         for (std::size_t i = 0; i < thresholds.size(); ++i) {
@@ -254,10 +348,22 @@ Result<std::vector<PackedBatch>> pack_ilp_window(std::span<const std::vector<Doc
                      [](const MicroBatch& a, const MicroBatch& b) {
                          return a.attention_work > b.attention_work;
                      });
+    std::unordered_map<std::uint64_t, int> arrival;
+    for (int b = 0; b < window; ++b) {
+        for (const auto& document : batches[static_cast<std::size_t>(b)]) {
+            arrival[document.id] = b;
+        }
+    }
     std::vector<PackedBatch> result(static_cast<std::size_t>(window));
     const std::size_t per_batch = (microbatches.size() + window - 1) / std::max(window, 1);
     for (std::size_t i = 0; i < microbatches.size(); ++i) {
-        result[i / per_batch].microbatches.push_back(std::move(microbatches[i]));
+        const int trained = static_cast<int>(i / per_batch);
+        for (auto& document : microbatches[i].documents) {
+            // A document dealt to an earlier batch than its own was read ahead, not delayed.
+            document.waited = std::max(0, trained - arrival.at(document.id));
+        }
+        result[static_cast<std::size_t>(trained)].microbatches.push_back(
+            std::move(microbatches[i]));
     }
     result.front().ilp = packed.ilp;
     return result;

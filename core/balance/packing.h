@@ -17,6 +17,7 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -25,12 +26,17 @@ namespace fulcrum::balance {
 struct Document {
     std::uint64_t id = 0;
     std::int64_t length = 0;  // tokens
+    // Global batches it was held back after the one it arrived in: by wlb's queues and
+    // left-overs, or by an ilp window that trains it in a later batch. 0 for fixed.
+    std::int32_t waited = 0;
 };
 
 // Predicted time of a micro-batch as a·Σd + b·Σd², in units of one token's linear work.
 // Per layer, training spends 72·S·h² FLOPs on linear work and 6h·Σd² on causal attention
-// (REFERENCE §4), so b/a = 1/(12h): a document's attention equals its linear work at
-// d = 12h. The default is a 7B-class model, h = 4096.
+// (the FLOP count of Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+// Clusters Using Megatron-LM", SC'21), so b/a = 1/(12h): a document's attention equals its linear
+// work at d = 12h. The default is a 7B-class model, h = 4096; from_model and from_fit give
+// the run's own.
 struct CostModel {
     double linear = 1.0;
     double attention = 1.0 / (12.0 * 4096.0);
@@ -39,6 +45,13 @@ struct CostModel {
         return linear * static_cast<double>(tokens) +
                attention * static_cast<double>(attention_work);
     }
+
+    // A GPT's training FLOPs: L·72h² + 6hV per token (the LM head's 6hV included), L·6h per
+    // unit of Σd². Heads do not change the FLOPs.
+    static CostModel from_model(int layers, int hidden, int vocab);
+    // A fitted time model: per token, and per causal query·key pair (a document of d tokens
+    // has d(d+1)/2 ≈ d²/2 of them), summed over the passes of a step. Both ≥ 0, one > 0.
+    static CostModel from_fit(double per_token_ns, double per_pair_ns);
 };
 
 struct MicroBatch {
@@ -77,7 +90,18 @@ struct PackingOptions {
     // Outlier thresholds L_1 < L_2 < ... in tokens. nullopt: default_wlb_thresholds(capacity);
     // an empty list: no delay queues (plain variable-length greedy packing).
     std::optional<std::vector<std::int64_t>> wlb_thresholds;
+    // K: a document held back K global batches goes first into the next one, ahead of
+    // everything else, whatever its queue holds. Only when the overdue documents alone do
+    // not fit under N·S_max does one of them wait longer. nullopt: unbounded (the paper's
+    // packer).
+    std::optional<int> wlb_max_delay;
 };
+
+// --wlb-thresholds: "tuned" (nullopt: tuned on the run's first epoch), "none" (no queues),
+// or L1,L2,... strictly increasing token counts.
+Result<std::optional<std::vector<std::int64_t>>> parse_wlb_thresholds(std::string_view text);
+// "tuned", "none" or "L1,L2,...".
+std::string wlb_thresholds_text(const std::optional<std::vector<std::int64_t>>& thresholds);
 
 // Thresholds for `capacity`, from replaying tune_wlb_thresholds (wlb_tuning.h) on the
 // long-tail mix; the derivation is in packing.cpp.
@@ -85,7 +109,8 @@ std::vector<std::int64_t> default_wlb_thresholds(std::int64_t capacity);
 
 Status validate(const PackingOptions& options);
 
-// What wlb carries from one global batch to the next; fixed and ilp carry nothing.
+// What wlb carries from one global batch to the next; fixed and ilp carry nothing. Every
+// document still held at the end of a batch has its `waited` raised by one.
 struct PackingState {
     std::vector<std::deque<Document>> outlier_queues;  // queue i: L_i ≤ d < L_{i+1}, FIFO
     std::vector<Document> left_over;                   // did not fit under S_max last time

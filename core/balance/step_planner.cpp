@@ -14,10 +14,13 @@ StepPlanner::StepPlanner(std::vector<std::int64_t> lengths, PlannerOptions optio
     global_.microbatches = options_.packing.microbatches * options_.dp;
 }
 
-Result<StepPlanner> StepPlanner::create(std::vector<std::int64_t> lengths,
-                                        PlannerOptions options) {
+Result<StepPlanner> StepPlanner::create(std::vector<std::int64_t> lengths, PlannerOptions options) {
     if (auto status = validate(options.packing); !status) {
         return status.error();
+    }
+    if (options.epochs < 0) {
+        return Error{ErrorCode::invalid_input,
+                     "the number of epochs must be at least 1 (or 0 for a run by steps)"};
     }
     if (options.dp < 1 || options.cp < 1) {
         return Error{ErrorCode::invalid_input, "dp and cp must be at least 1"};
@@ -25,20 +28,37 @@ Result<StepPlanner> StepPlanner::create(std::vector<std::int64_t> lengths,
     if (lengths.empty()) {
         return Error{ErrorCode::invalid_input, "there are no documents to train on"};
     }
-    const std::int64_t capacity = options.packing.balancer == Balancer::wlb &&
-                                          options.packing.wlb_max_tokens > 0
-                                      ? options.packing.wlb_max_tokens
-                                      : options.packing.capacity;
+    const std::int64_t capacity =
+        options.packing.balancer == Balancer::wlb && options.packing.wlb_max_tokens > 0
+            ? options.packing.wlb_max_tokens
+            : options.packing.capacity;
     for (std::size_t id = 0; id < lengths.size(); ++id) {
         if (lengths[id] > capacity) {
             return Error{ErrorCode::invalid_input,
-                         "document " + std::to_string(id) + " has " +
-                             std::to_string(lengths[id]) +
+                         "document " + std::to_string(id) + " has " + std::to_string(lengths[id]) +
                              " tokens, more than any micro-batch can hold (" +
                              std::to_string(capacity) + "); raise --context"};
         }
     }
     StepPlanner planner(std::move(lengths), options);
+    if (options.packing.balancer == Balancer::wlb) {
+        if (!options.packing.wlb_thresholds) {
+            planner.options_.packing.wlb_thresholds =
+                default_wlb_thresholds(options.packing.capacity);
+        }
+        if (options.tune_wlb_thresholds && !options.packing.wlb_thresholds) {
+            if (auto status = planner.start_epoch(); !status) {
+                return status.error();
+            }
+            auto tuned = tune_wlb_thresholds(planner.batches_, planner.global_);
+            if (!tuned) {
+                return tuned.error();
+            }
+            planner.options_.packing.wlb_thresholds = tuned->thresholds;
+            planner.wlb_tuning_ = std::move(*tuned);
+        }
+        planner.global_.wlb_thresholds = planner.options_.packing.wlb_thresholds;
+    }
     return planner;
 }
 
@@ -58,8 +78,7 @@ Status StepPlanner::start_epoch() {
             stream.push_back({id, length});
         }
     }
-    auto batches = split_into_global_batches(stream, global_.microbatches,
-                                                      global_.capacity);
+    auto batches = split_into_global_batches(stream, global_.microbatches, global_.capacity);
     if (!batches) {
         return batches.error();
     }
@@ -72,9 +91,38 @@ Status StepPlanner::start_epoch() {
     return {};
 }
 
+bool StepPlanner::finished() const {
+    return options_.epochs > 0 && epoch_ >= options_.epochs - 1 && next_batch_ >= batches_.size() &&
+           next_window_ >= window_.size() && next_drained_ >= drained_.size() &&
+           state_.pending_documents() == 0;
+}
+
+void TrainedTotals::add(const StepPlan& plan) {
+    ++steps;
+    tokens += plan.tokens;
+    documents += plan.documents;
+    delayed_token_steps += plan.delayed_token_steps;
+    max_delay_steps = std::max(max_delay_steps, plan.max_delay_steps);
+    for (const auto& replica : plan.replicas) {
+        for (const auto& microbatch : replica) {
+            per_document_microbatches += microbatch.cp.sharding == CpSharding::per_document;
+            zigzag_microbatches += microbatch.cp.sharding == CpSharding::zigzag;
+        }
+    }
+}
+
+double TrainedTotals::mean_delay_steps() const {
+    return tokens > 0 ? delayed_token_steps / static_cast<double>(tokens) : 0.0;
+}
+
 // A global batch whose documents the balancer all delayed (wlb can, with few short
 // documents) makes no step: the next batch is packed in its place.
 Result<std::vector<std::vector<MicroBatch>>> StepPlanner::pack_next() {
+    if (finished()) {
+        return Error{ErrorCode::invalid_input, "every step of the run's " +
+                                                   std::to_string(options_.epochs) +
+                                                   " epoch(s) has been planned"};
+    }
     for (std::size_t attempt = 0; attempt <= batches_.size() + 2; ++attempt) {
         auto replicas = pack_one();
         if (!replicas) {
@@ -153,7 +201,8 @@ std::vector<std::vector<MicroBatch>> StepPlanner::deal_to_replicas(
     if (options_.packing.balancer == Balancer::fixed) {
         const std::size_t per_replica = (microbatches.size() + dp - 1) / dp;
         for (std::size_t i = 0; i < microbatches.size(); ++i) {
-            replicas[i / std::max<std::size_t>(per_replica, 1)].push_back(std::move(microbatches[i]));
+            replicas[i / std::max<std::size_t>(per_replica, 1)].push_back(
+                std::move(microbatches[i]));
         }
         return replicas;
     }
@@ -187,8 +236,8 @@ Result<StepPlan> StepPlanner::complete(std::vector<std::vector<MicroBatch>> repl
     for (auto& replica : replicas) {
         std::vector<PlannedMicroBatch> planned;
         for (auto& microbatch : replica) {
-            auto cp = shard_microbatch(microbatch.documents, options_.cp,
-                                                options_.sharding, cp_state_);
+            auto cp = shard_microbatch(microbatch.documents, options_.cp, options_.sharding,
+                                       cp_state_, options_.attention_kernel);
             if (!cp) {
                 return cp.error();
             }
@@ -204,8 +253,8 @@ Result<StepPlan> StepPlanner::complete(std::vector<std::vector<MicroBatch>> repl
             };
             if (holds_nothing(*cp)) {
                 CpShardingState unused;
-                cp = shard_microbatch(microbatch.documents, options_.cp,
-                                               CpSharding::contiguous, unused);
+                cp = shard_microbatch(microbatch.documents, options_.cp, CpSharding::contiguous,
+                                      unused);
                 if (!cp || holds_nothing(*cp)) {
                     return Error{ErrorCode::invalid_input,
                                  "a micro-batch of " + std::to_string(microbatch.tokens) +
@@ -215,6 +264,11 @@ Result<StepPlan> StepPlanner::complete(std::vector<std::vector<MicroBatch>> repl
             }
             for (const auto& document : microbatch.documents) {
                 plan.target_tokens += std::max<std::int64_t>(document.length - 1, 0);
+                plan.tokens += document.length;
+                ++plan.documents;
+                plan.delayed_token_steps +=
+                    static_cast<double>(document.waited) * static_cast<double>(document.length);
+                plan.max_delay_steps = std::max(plan.max_delay_steps, document.waited);
             }
             all.push_back(microbatch);
             planned.push_back({std::move(microbatch), std::move(*cp)});
@@ -222,6 +276,7 @@ Result<StepPlan> StepPlanner::complete(std::vector<std::vector<MicroBatch>> repl
         plan.replicas.push_back(std::move(planned));
     }
     plan.imbalance = imbalance_degree(all);
+    plan.last = finished();
     return plan;
 }
 

@@ -49,6 +49,7 @@ ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
                           analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log) {
     ReportRun run;
     run.path = std::move(path);
+    run.throughput = run_throughput(trace, analysis);
     run.analysis = std::move(analysis);
     for (const auto& rank : trace.ranks) {
         run.ranks.push_back(rank.info);
@@ -1232,6 +1233,16 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
     }
     out += "</ul></nav></header>\n";
     section_comparison(runs, out);
+    if (runs.size() > 1) {
+        std::vector<std::string> labels, balancers;
+        std::vector<RunThroughput> throughputs;
+        for (std::size_t i = 0; i < runs.size(); ++i) {
+            labels.push_back(run_label(runs[i], i));
+            balancers.push_back(or_unknown(runs[i].analysis.config.balancer));
+            throughputs.push_back(runs[i].throughput);
+        }
+        out += throughput_section_html(labels, balancers, throughputs);
+    }
     for (std::size_t i = 0; i < runs.size(); ++i) {
         const int index = static_cast<int>(i);
         out += "<section class=\"run\" id=\"run-" + std::to_string(i) + "\"><h2>" +

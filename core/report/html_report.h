@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/analysis/run_analysis.h"
+#include "core/report/run_throughput.h"
 #include "core/trace/model.h"
 #include "core/util/result.h"
 
@@ -29,6 +30,7 @@ struct ReportRun {
     analysis::RunAnalysis analysis;
     std::vector<RankInfo> ranks;             // with complete and dropped_records
     std::vector<ImportLogEntry> import_log;  // what an importer skipped, and why
+    RunThroughput throughput;                // tokens trained and tokens/s (run_throughput.h)
     // In a comparison, what ran more, less or only here by name, against the first run
     // (docs/analyses.md, "Diff of two runs"); empty for the first run and a single run.
     std::optional<analysis::RunDiff> diff;

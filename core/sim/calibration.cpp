@@ -72,7 +72,11 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     take(run.context, config.model.context, "--context", true);
     take(run.microbatches, config.microbatches, "--micro-batches", true);
     take(run.vocab, config.model.vocab, "--vocab", false);
-    take(run.steps, config.steps, "--steps", false);
+    if (run.epochs > 0) {
+        config.epochs = run.epochs;
+    } else {
+        take(run.steps, config.steps, "--steps", false);
+    }
     if (run.heads > 0) {
         config.model.heads = run.heads;
     } else {
@@ -90,6 +94,32 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
         settings.unknown.push_back("--documents");
     }
     config.seed = run.seed;
+    // wlb as the run packed: its S_max, delay bound and thresholds (fulcrum-train's config
+    // keys; a run that does not record them keeps the simulator's defaults).
+    const auto json = nlohmann::json::parse(trace.run.config_json, nullptr, false);
+    if (json.is_object()) {
+        if (auto it = json.find("wlb_max_tokens"); it != json.end() && it->is_number_integer()) {
+            config.wlb_max_tokens = it->get<std::int64_t>();
+        }
+        if (auto it = json.find("wlb_max_delay");
+            it != json.end() && it->is_number_integer() && it->get<int>() >= 0) {
+            config.wlb_max_delay = it->get<int>();
+        }
+        if (auto it = json.find("attention_kernel");
+            it != json.end() && it->is_string() &&
+            balance::attention_kernel_model(it->get<std::string>()).ok()) {
+            config.attention_kernel = it->get<std::string>();  // a simulated run's
+        }
+        if (auto it = json.find("wlb_thresholds"); it != json.end() && it->is_string()) {
+            if (auto thresholds = balance::parse_wlb_thresholds(it->get<std::string>())) {
+                config.wlb_thresholds = *thresholds;
+            }
+        }
+    }
+    // Adaptive CP sharding weighs the kernel the run had.
+    if (run.backend == "cpu" || run.backend == "cuda") {
+        config.attention_kernel = run.backend;
+    }
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
     // fulcrum-train's knobs (analysis::RunConfig); a run that does not say them ran without
     // them, and in fp32 (the CPU engine's; only the simulator writes a dtype).

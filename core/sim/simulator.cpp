@@ -14,6 +14,7 @@
 #include "core/balance/lengths.h"
 #include "core/balance/step_planner.h"
 #include "core/parallel/replay.h"
+#include "core/plan/memory_model.h"
 #include "core/sim/grad_reduction.h"
 #include "core/store/trace_writer.h"
 #include "core/util/output_file.h"
@@ -60,6 +61,38 @@ Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& confi
     return balance::sample_lengths(*distribution, count, config.seed, config.model.context);
 }
 
+}  // namespace
+
+std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
+    plan::MemoryShape shape;
+    shape.layers = config.model.layers;
+    shape.hidden = config.model.hidden;
+    shape.heads = config.model.heads;
+    shape.vocab = config.model.vocab;
+    shape.dp = config.grid.dp;
+    shape.tp = config.grid.tp;
+    shape.pp = config.grid.pp;
+    shape.cp = config.grid.cp;
+    shape.schedule = config.schedule;
+    shape.microbatches = config.microbatches;
+    shape.flash_attention = true;
+    shape.precision.distributed_optimizer = true;
+    const double budget = config.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0;
+    const std::int64_t context = config.model.context;
+    std::int64_t best = context;
+    for (std::int64_t eighths = 9; eighths <= 64; ++eighths) {
+        const std::int64_t tokens = context * eighths / 8;
+        shape.sequence = static_cast<int>(std::min<std::int64_t>(tokens, 1 << 30));
+        if (plan::peak_stage_memory(shape).total_bytes() > budget) {
+            break;
+        }
+        best = tokens;
+    }
+    return best;
+}
+
+namespace {
+
 // The engine's planner options (engine/tools/train.cpp).
 balance::PlannerOptions planner_options(const SimulationConfig& config) {
     balance::PlannerOptions options;
@@ -72,6 +105,19 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     options.sharding = config.sharding;
     options.seed = config.seed;
     options.ilp_window = config.ilp_window;
+    options.epochs = config.epochs;
+    options.packing.cost = config.packing_cost
+                               ? *config.packing_cost
+                               : balance::CostModel::from_model(
+                                     config.model.layers, config.model.hidden, config.model.vocab);
+    options.packing.wlb_max_tokens =
+        config.wlb_max_tokens > 0 ? config.wlb_max_tokens : wlb_max_tokens_from_memory(config);
+    options.packing.wlb_max_delay = config.wlb_max_delay;
+    options.packing.wlb_thresholds = config.wlb_thresholds;
+    options.tune_wlb_thresholds = true;
+    if (auto kernel = balance::attention_kernel_model(config.attention_kernel)) {
+        options.attention_kernel = *kernel;
+    }
     return options;
 }
 
@@ -650,6 +696,23 @@ Status validate(const SimulationConfig& config) {
     if (config.steps < 1) {
         return invalid("--steps must be at least 1");
     }
+    if (config.epochs < 0) {
+        return invalid("--epochs must be at least 1");
+    }
+    if (config.wlb_max_tokens != 0 && config.wlb_max_tokens < config.model.context) {
+        return invalid("--wlb-max-tokens " + std::to_string(config.wlb_max_tokens) +
+                       " is less than --context " + std::to_string(config.model.context) +
+                       "; S_max is at least the fixed micro-batch's tokens");
+    }
+    if (config.wlb_max_delay && *config.wlb_max_delay < 0) {
+        return invalid("--wlb-max-delay must be at least 0 steps");
+    }
+    if (auto kernel = balance::attention_kernel_model(config.attention_kernel); !kernel) {
+        return invalid("--attention-kernel: " + kernel.error().message);
+    }
+    if (!(config.gpu_memory_gib > 0)) {
+        return invalid("--gpu-memory-gib must be positive");
+    }
     if (model.context < 2) {
         return invalid("--context must be at least 2");
     }
@@ -733,9 +796,16 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
         {"balancer", balance::balancer_name(config.balancer)},
         {"cp_shard", balance::cp_sharding_name(config.sharding)},
         {"microbatches", config.microbatches},
-        {"steps", config.steps},
+        {"steps", config.epochs > 0 ? 0 : config.steps},
+        {"epochs", config.epochs},
         {"seed", config.seed},
         {"ilp_window", config.ilp_window},
+        {"wlb_max_tokens",
+         config.wlb_max_tokens > 0 ? config.wlb_max_tokens : wlb_max_tokens_from_memory(config)},
+        {"wlb_max_delay", config.wlb_max_delay ? *config.wlb_max_delay : -1},
+        {"wlb_thresholds", balance::wlb_thresholds_text(config.wlb_thresholds)},
+        {"packing_cost", config.packing_cost_source},
+        {"attention_kernel", config.attention_kernel},
         {"lengths", given_lengths ? "" : config.lengths},
         {"documents", documents},
         {"backend", "simulated"},
@@ -757,6 +827,10 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     if (!lengths) {
         return lengths.error();
     }
+    double epoch_tokens = 0;  // for progress by epochs
+    for (std::int64_t length : *lengths) {
+        epoch_tokens += static_cast<double>(length);
+    }
     auto planner = balance::StepPlanner::create(std::move(*lengths), planner_options(config));
     if (!planner) {
         return planner.error();
@@ -767,6 +841,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                       config.model, grid, config.hardware, config.knobs());
 
     SimulationResult result;
+    result.packing = planner->packing();
+    result.wlb_tuning = planner->wlb_tuning();
     result.ranks = grid.world();
     result.cost_source = costs.source;
     result.notes = costs.notes;
@@ -826,8 +902,16 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     }
 
     std::int64_t step_start = 0;
-    double total_tokens = 0;
-    for (int k = 0; k < config.steps; ++k) {
+    balance::TrainedTotals trained;
+    // The fraction done: by steps, or by tokens of all the epochs.
+    const auto done = [&](double step_fraction) {
+        if (config.epochs > 0) {
+            return std::min(1.0, static_cast<double>(trained.tokens) /
+                                     std::max(1.0, epoch_tokens * config.epochs));
+        }
+        return (static_cast<double>(trained.steps) + step_fraction) / config.steps;
+    };
+    for (int k = 0; config.epochs > 0 ? !planner->finished() : k < config.steps; ++k) {
         auto packed = planner->pack_next();
         if (!packed) {
             return packed.error();
@@ -860,7 +944,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                 busy += replay.makespan_ns - replay.bubble_ns(s);
                 bubble += replay.bubble_ns(s);
             }
-            fraction_sum += busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
+            fraction_sum +=
+                busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
             for (const auto& planned : replica) {
                 step.tokens += planned.packed.tokens;
             }
@@ -868,8 +953,9 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         }
         // One definition with the analysis (docs/analyses.md §2): Σ bubble / Σ busy over a
         // pipeline's stages, the convention of (p−1)/m; the mean over the step's pipelines.
-        step.bubble_fraction =
-            plan->replicas.empty() ? 0.0 : fraction_sum / static_cast<double>(plan->replicas.size());
+        step.bubble_fraction = plan->replicas.empty()
+                                   ? 0.0
+                                   : fraction_sum / static_cast<double>(plan->replicas.size());
 
         // Each stage all-reduces over its DP × CP group when its slowest replica is done.
         const bool reduces = grid.dp * grid.cp > 1;
@@ -967,13 +1053,14 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                     }
                 }
                 if (progress.progress) {
-                    progress.progress((k + static_cast<double>(d + 1) / grid.dp) / config.steps);
+                    progress.progress(done(static_cast<double>(d + 1) / grid.dp));
                 }
             }
-        } else if (progress.progress) {
-            progress.progress(static_cast<double>(k + 1) / config.steps);
         }
-        total_tokens += static_cast<double>(step.tokens);
+        trained.add(*plan);
+        if (progress.progress) {
+            progress.progress(done(0));
+        }
         result.steps.push_back(step);
         step_start = step_end;
     }
@@ -988,8 +1075,16 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     result.mean_step_ns = static_cast<double>(step_start) / count;
     result.mean_imbalance = imbalance / count;
     result.mean_bubble_fraction = bubble / count;
-    result.tokens_per_second =
-        step_start > 0 ? total_tokens / (static_cast<double>(step_start) * 1e-9) : 0.0;
+    result.tokens_per_second = step_start > 0 ? static_cast<double>(trained.tokens) /
+                                                    (static_cast<double>(step_start) * 1e-9)
+                                              : 0.0;
+    result.tokens = trained.tokens;
+    result.documents = trained.documents;
+    result.epochs = config.epochs;
+    result.mean_delay_steps = trained.mean_delay_steps();
+    result.max_delay_steps = trained.max_delay_steps;
+    result.per_document_microbatches = trained.per_document_microbatches;
+    result.zigzag_microbatches = trained.zigzag_microbatches;
     return result;
 }
 

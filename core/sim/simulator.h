@@ -28,6 +28,7 @@
 #include "core/analysis/cost_model.h"
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
+#include "core/balance/wlb_tuning.h"
 #include "core/parallel/schedule.h"
 #include "core/sim/stage_costs.h"
 #include "core/util/result.h"
@@ -52,6 +53,9 @@ struct SimulationConfig {
     balance::CpSharding sharding = balance::CpSharding::per_document;
     int microbatches = 4;  // per DP replica and step
     int steps = 10;
+    // > 0: play this many whole epochs instead of `steps` (every document once per epoch,
+    // the balancer's delayed documents drained at the end), as fulcrum-train --epochs does.
+    int epochs = 0;
 
     // fulcrum-train's knobs that change what a pass computes and moves (layer_costs.h,
     // docs/simulate.md "Knobs"): model chunks per stage under the interleaved schedule,
@@ -85,12 +89,31 @@ struct SimulationConfig {
     int ilp_window = 4;
     double ilp_time_limit_s = 1.0;  // fulcrum-train's --ilp-time-limit default
 
+    // wlb (WLB-LLM §4). S_max: 0 takes wlb_max_tokens_from_memory below.
+    std::int64_t wlb_max_tokens = 0;
+    double gpu_memory_gib = 80;        // for S_max from the memory model
+    std::optional<int> wlb_max_delay;  // nullopt: unbounded
+    // nullopt: tuned on the first epoch (balance::tune_wlb_thresholds); empty: no queues.
+    std::optional<std::vector<std::int64_t>> wlb_thresholds;
+    // What ilp and wlb balance; nullopt: the model's training FLOPs
+    // (balance::CostModel::from_model), fulcrum-train's default.
+    std::optional<balance::CostModel> packing_cost;
+    std::string packing_cost_source = "model";
+    // What adaptive CP sharding weighs: "ideal", "cpu" or "cuda" (balance::AttentionKernelModel).
+    std::string attention_kernel = "cuda";
+
     // nullopt: the analytic model of `hardware`. Otherwise a fitted or given model, shaped
     // like `cost_origin`; what it lacks is derived (stage_costs.h).
     std::optional<analysis::CostModel> cost_model;
     CostOrigin cost_origin;
     HardwareAssumptions hardware;
 };
+
+// S_max for wlb: the most tokens a micro-batch may hold so that the layout's fullest rank
+// fits in config.gpu_memory_gib by the memory model (core/plan/memory_model.h: mixed
+// precision, a distributed optimizer, flash attention), in steps of context/8, at least the
+// context and at most 8 times it. The context itself when even that does not fit.
+std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config);
 
 // Says what is wrong with the options that name it (--pp, --lengths, ...), as fulcrum-train
 // would refuse them, plus what only the simulator needs.
@@ -122,6 +145,18 @@ struct SimulationResult {
     double mean_imbalance = 1.0;
     double mean_bubble_fraction = 0;
     double tokens_per_second = 0;
+    // What was trained (balance::TrainedTotals): with `epochs`, the same for every balancer.
+    std::int64_t tokens = 0;
+    std::int64_t documents = 0;
+    int epochs = 0;               // whole epochs played; 0 for a run by steps
+    double mean_delay_steps = 0;  // token-weighted global batches a document waited
+    int max_delay_steps = 0;
+    // The packing in force: S_max, delay bound and wlb thresholds resolved.
+    balance::PackingOptions packing;
+    std::optional<balance::WlbTuning> wlb_tuning;
+    // Micro-batches sharded per document and per sequence (adaptive's choices).
+    std::int64_t per_document_microbatches = 0;
+    std::int64_t zigzag_microbatches = 0;
     int ranks = 0;
     std::int64_t events = 0;         // events handed to the writer (0 without one)
     std::int64_t workload_rows = 0;  // workload rows handed to the writer
@@ -136,9 +171,9 @@ struct SimulationProgress {
     const std::atomic<bool>* cancel = nullptr;
 };
 
-// Plays config.steps steps. With a writer, writes every rank (coordinates, one "main" lane),
-// its events and its workload rows into it; the caller creates the writer (with
-// RunOrigin::simulated) and closes it.
+// Plays config.steps steps, or config.epochs whole epochs. With a writer, writes every rank
+// (coordinates, one "main" lane), its events and its workload rows into it; the caller creates the
+// writer (with RunOrigin::simulated) and closes it.
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress = {});
 

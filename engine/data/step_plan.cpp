@@ -4,8 +4,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "engine/comm/communicator.h"
 #include "core/util/random.h"
+#include "engine/comm/communicator.h"
 
 namespace fulcrum::engine {
 
@@ -39,15 +39,14 @@ Result<TrainingDocuments> load_training_documents(const DataOptions& options) {
             const std::string& text = document.text;
             for (std::size_t begin = 0; begin < text.size();
                  begin += static_cast<std::size_t>(options.max_length)) {
-                result.texts.push_back(text.substr(begin, static_cast<std::size_t>(options.max_length)));
+                result.texts.push_back(
+                    text.substr(begin, static_cast<std::size_t>(options.max_length)));
                 cut += begin > 0;
             }
         }
-        result.description = "text from " + directory + ": " +
-                             std::to_string(result.texts.size()) + " documents" +
-                             (cut > 0 ? " (" + std::to_string(cut) +
-                                            " pieces cut at the context length)"
-                                      : "");
+        result.description =
+            "text from " + directory + ": " + std::to_string(result.texts.size()) + " documents" +
+            (cut > 0 ? " (" + std::to_string(cut) + " pieces cut at the context length)" : "");
         return result;
     }
 
@@ -94,8 +93,8 @@ Result<TrainingDocuments> load_training_documents(const DataOptions& options) {
         std::string document;
         document.reserve(static_cast<std::size_t>((*lengths)[i]));
         while (document.size() < static_cast<std::size_t>((*lengths)[i])) {
-            const std::size_t take = std::min(text.size() - offset,
-                                              static_cast<std::size_t>((*lengths)[i]) - document.size());
+            const std::size_t take = std::min(
+                text.size() - offset, static_cast<std::size_t>((*lengths)[i]) - document.size());
             document.append(text, offset, take);
             offset = 0;
         }
@@ -108,11 +107,12 @@ Result<TrainingDocuments> load_training_documents(const DataOptions& options) {
 
 namespace {
 
-// The packing of a step as int64 words: status, epoch, replicas, then per replica its
-// micro-batch count and per micro-batch its document count and (id, length) pairs. On
-// failure: status 1 followed by the message's bytes, one per word.
-std::vector<std::int64_t> encode(const Result<std::vector<std::vector<balance::MicroBatch>>>& packed,
-                                 int epoch) {
+// The packing of a step as int64 words: status, epoch, whether it is the run's last step,
+// replicas, then per replica its micro-batch count and per micro-batch its document count
+// and (id, length, waited) triples. On failure: status 1 followed by the message's bytes,
+// one per word.
+std::vector<std::int64_t> encode(
+    const Result<std::vector<std::vector<balance::MicroBatch>>>& packed, int epoch, bool last) {
     std::vector<std::int64_t> words;
     if (!packed) {
         words.push_back(1);
@@ -124,6 +124,7 @@ std::vector<std::int64_t> encode(const Result<std::vector<std::vector<balance::M
     }
     words.push_back(0);
     words.push_back(epoch);
+    words.push_back(last ? 1 : 0);
     words.push_back(static_cast<std::int64_t>(packed->size()));
     for (const auto& replica : *packed) {
         words.push_back(static_cast<std::int64_t>(replica.size()));
@@ -132,6 +133,7 @@ std::vector<std::int64_t> encode(const Result<std::vector<std::vector<balance::M
             for (const auto& document : microbatch.documents) {
                 words.push_back(static_cast<std::int64_t>(document.id));
                 words.push_back(document.length);
+                words.push_back(document.waited);
             }
         }
     }
@@ -139,8 +141,8 @@ std::vector<std::int64_t> encode(const Result<std::vector<std::vector<balance::M
 }
 
 Result<std::vector<std::vector<balance::MicroBatch>>> decode(const std::vector<std::int64_t>& words,
-                                                            const balance::CostModel& cost,
-                                                            int& epoch) {
+                                                             const balance::CostModel& cost,
+                                                             int& epoch, bool& last) {
     std::size_t at = 0;
     auto next = [&] { return words.at(at++); };
     if (next() != 0) {
@@ -152,6 +154,7 @@ Result<std::vector<std::vector<balance::MicroBatch>>> decode(const std::vector<s
         return Error{code, message};
     }
     epoch = static_cast<int>(next());
+    last = next() != 0;
     std::vector<std::vector<balance::MicroBatch>> replicas(static_cast<std::size_t>(next()));
     for (auto& replica : replicas) {
         replica.resize(static_cast<std::size_t>(next()));
@@ -161,6 +164,7 @@ Result<std::vector<std::vector<balance::MicroBatch>>> decode(const std::vector<s
                 balance::Document document;
                 document.id = static_cast<std::uint64_t>(next());
                 document.length = next();
+                document.waited = static_cast<std::int32_t>(next());
                 microbatch.add(document, cost);
             }
         }
@@ -174,20 +178,22 @@ Result<StepPlan> plan_step(StepPlanner& planner, Communicator& world) {
     std::vector<std::int64_t> words;
     if (world.rank() == 0) {
         auto packed = planner.pack_next();  // before epoch(): it may start a new epoch
-        words = encode(packed, planner.epoch());
+        words = encode(packed, planner.epoch(), planner.finished());
     }
     std::int64_t size = static_cast<std::int64_t>(words.size());
     world.broadcast_bytes(std::as_writable_bytes(std::span(&size, 1)), 0);
     words.resize(static_cast<std::size_t>(size));
     world.broadcast_bytes(std::as_writable_bytes(std::span(words)), 0);
     int epoch = 0;
-    auto replicas = decode(words, balance::CostModel{}, epoch);
+    bool last = false;
+    auto replicas = decode(words, planner.packing().cost, epoch, last);
     if (!replicas) {
         return replicas.error();
     }
     auto plan = planner.complete(std::move(*replicas));
     if (plan) {
         plan->epoch = epoch;
+        plan->last = last;
     }
     return plan;
 }

@@ -27,11 +27,12 @@
 #if FULCRUM_HAVE_NCCL
 #include "engine/comm/nccl_communicator.h"
 #endif
+#include "core/parallel/schedule.h"
+#include "core/trace/annotations.h"
 #include "engine/data/step_plan.h"
 #include "engine/instrument/annotations.h"
 #include "engine/model/gpt.h"
 #include "engine/distributed/parallel_trainer.h"
-#include "core/parallel/schedule.h"
 #include "engine/distributed/topology.h"
 #include "engine/train/trainer.h"
 
@@ -53,6 +54,7 @@ struct Options {
     std::string lengths;
     std::int64_t documents = 4096;
     int steps = 10;
+    int epochs = 0;  // > 0: train this many whole epochs instead of --steps
     std::uint64_t seed = 1;
     int microbatches = 4;
     int layers = 2;
@@ -63,6 +65,10 @@ struct Options {
     int warmup = 0;
     double ilp_time_limit = 1.0;
     int ilp_window = 4;
+    std::int64_t wlb_max_tokens = 0;  // 0: the context
+    int wlb_max_delay = -1;           // -1: unbounded
+    std::string wlb_thresholds = "tuned";
+    std::string packing_cost = "model";
     std::string backend = "auto";
     std::string precision;  // empty: bf16 on CUDA
     std::string comm = "auto";
@@ -101,14 +107,20 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
         {"balancer", o.balancer},
         {"cp_shard", o.cp_shard},
         {"microbatches", o.microbatches},
-        {"steps", o.steps},
+        {"steps", o.epochs > 0 ? 0 : o.steps},
+        {"epochs", o.epochs},
         {"seed", o.seed},
         {"ilp_window", o.ilp_window},
+        {"wlb_max_tokens", o.wlb_max_tokens > 0 ? o.wlb_max_tokens : o.context},
+        {"wlb_max_delay", o.wlb_max_delay},
+        {"wlb_thresholds", o.wlb_thresholds},
+        {"packing_cost", o.packing_cost},
         {"lengths", o.lengths},
         {"documents", o.documents},
         {"backend", backend},
         {"comm", comm},
-        {"overlap_grad_reduce", o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl")},
+        {"overlap_grad_reduce",
+         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl")},
         {"attention_chunk", o.attention_chunk},
         {"offload", o.attention_chunk > 0 && o.offload == "on"},
         {"data", data},
@@ -124,9 +136,10 @@ int main(int argc, char** argv) {
     const int rank = world->rank();
 
     Options o;
-    CLI::App app{"fulcrum-train: a GPT trained with DP × TP × PP × CP on documents packed by a "
-                 "balancer. Run one process per rank under mpirun.",
-                 "fulcrum-train"};
+    CLI::App app{
+        "fulcrum-train: a GPT trained with DP × TP × PP × CP on documents packed by a "
+        "balancer. Run one process per rank under mpirun.",
+        "fulcrum-train"};
     app.add_option("--dp", o.grid.dp, "Data-parallel degree")->capture_default_str();
     app.add_option("--tp", o.grid.tp, "Tensor-parallel degree")->capture_default_str();
     app.add_option("--pp", o.grid.pp, "Pipeline-parallel degree (stages)")->capture_default_str();
@@ -150,31 +163,55 @@ int main(int argc, char** argv) {
     app.add_option("--cp-shard", o.cp_shard, "CP sharding: contiguous, zigzag, per-doc, adaptive")
         ->capture_default_str();
     app.add_option("--data", o.data_dir,
-                                "Directory of text files (default: /usr/share/common-licenses)");
-    app.add_option("--split", o.split, "Documents per file or per blank-line block: file, blank-line")
+                   "Directory of text files (default: /usr/share/common-licenses)");
+    app.add_option("--split", o.split,
+                   "Documents per file or per blank-line block: file, blank-line")
         ->capture_default_str();
     app.add_option("--lengths", o.lengths,
                    "Synthetic documents with lengths from a distribution, e.g. "
                    "lognormal:median=200,sigma=0.9, long-tail:context=1024, file:PATH; bytes "
                    "from the text");
-    app.add_option("--documents", o.documents, "How many synthetic documents")->capture_default_str();
-    app.add_option("--steps", o.steps)->capture_default_str();
+    app.add_option("--documents", o.documents, "How many synthetic documents")
+        ->capture_default_str();
+    auto* steps_option = app.add_option("--steps", o.steps)->capture_default_str();
+    app.add_option("--epochs", o.epochs,
+                   "Train whole epochs instead of --steps: every document exactly once per "
+                   "epoch, whatever the balancer delayed trained before the epoch ends")
+        ->excludes(steps_option);
     app.add_option("--seed", o.seed)->capture_default_str();
     app.add_option("--micro-batches", o.microbatches, "Micro-batches per DP replica and step")
         ->capture_default_str();
     app.add_option("--layers", o.layers)->capture_default_str();
     app.add_option("--hidden", o.hidden)->capture_default_str();
     app.add_option("--heads", o.heads)->capture_default_str();
-    app.add_option("--context", o.context, "Tokens of one fixed-length micro-batch; no document is longer")
+    app.add_option("--context", o.context,
+                   "Tokens of one fixed-length micro-batch; no document is longer")
         ->capture_default_str();
     app.add_option("--lr", o.learning_rate)->capture_default_str();
-    app.add_option("--warmup", o.warmup, "Linear learning-rate warm-up steps")->capture_default_str();
-    app.add_option("--ilp-time-limit", o.ilp_time_limit, "Seconds the ILP balancer may take per step")
+    app.add_option("--warmup", o.warmup, "Linear learning-rate warm-up steps")
+        ->capture_default_str();
+    app.add_option("--ilp-time-limit", o.ilp_time_limit,
+                   "Seconds the ILP balancer may take per step")
         ->capture_default_str();
     app.add_option("--ilp-window", o.ilp_window,
                    "Global batches the ILP balancer packs jointly (documents wait up to W-1 steps)")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
+    app.add_option("--wlb-max-tokens", o.wlb_max_tokens,
+                   "wlb: S_max, the most tokens one variable-length micro-batch may hold "
+                   "(at least --context; default --context, as this device has no memory "
+                   "model)");
+    app.add_option("--wlb-max-delay", o.wlb_max_delay,
+                   "wlb: a document held back this many steps goes first into the next one "
+                   "(default: unbounded, the published packer)");
+    app.add_option("--wlb-thresholds", o.wlb_thresholds,
+                   "wlb: outlier queue thresholds L1,L2,... in tokens, none (no queues), or "
+                   "tuned (replayed on the first epoch, mean delay at most 1 step)")
+        ->capture_default_str();
+    app.add_option("--packing-cost", o.packing_cost,
+                   "What ilp and wlb balance: model (this model's training FLOPs per token "
+                   "and per Σd²)")
+        ->capture_default_str();
     app.add_option("--backend", o.backend,
                    "cpu, cuda or auto (CUDA when a GPU is usable, else the CPU)")
         ->capture_default_str();
@@ -227,12 +264,13 @@ int main(int argc, char** argv) {
         return fail(rank, schedule.error().message);
     }
     if (*schedule == PipelineSchedule::interleaved && o.grid.pp < 2) {
-        return fail(rank, "the interleaved schedule needs --pp 2 or more (its model chunks "
-                          "take turns between pipeline stages)");
+        return fail(rank,
+                    "the interleaved schedule needs --pp 2 or more (its model chunks "
+                    "take turns between pipeline stages)");
     }
     if (o.microbatches >= 1) {
-        if (auto shape = parallel::check_pipeline(
-                *schedule, {o.grid.pp, o.microbatches, o.virtual_stages});
+        if (auto shape =
+                parallel::check_pipeline(*schedule, {o.grid.pp, o.microbatches, o.virtual_stages});
             !shape) {
             return fail(rank, shape.error().message);
         }
@@ -242,13 +280,15 @@ int main(int argc, char** argv) {
         return fail(rank, recompute.error().message);
     }
     if (*recompute == Recompute::selective && o.attention_chunk > 0) {
-        return fail(rank, "--recompute selective re-runs attention on the Q, K and V a layer "
-                          "keeps on the device, but chunked attention (--attention-chunk) keeps "
-                          "them by chunk, in host memory; use --recompute full or none with it");
+        return fail(rank,
+                    "--recompute selective re-runs attention on the Q, K and V a layer "
+                    "keeps on the device, but chunked attention (--attention-chunk) keeps "
+                    "them by chunk, in host memory; use --recompute full or none with it");
     }
     if (o.sequence_parallel && o.grid.tp < 2) {
-        return fail(rank, "--sequence-parallel splits TP's LayerNorm and residual work over "
-                          "the TP ranks: it needs --tp 2 or more");
+        return fail(rank,
+                    "--sequence-parallel splits TP's LayerNorm and residual work over "
+                    "the TP ranks: it needs --tp 2 or more");
     }
     auto balancer = balance::parse_balancer(o.balancer);
     if (!balancer) {
@@ -257,6 +297,22 @@ int main(int argc, char** argv) {
     auto sharding = balance::parse_cp_sharding(o.cp_shard);
     if (!sharding) {
         return fail(rank, sharding.error().message);
+    }
+    auto wlb_thresholds = balance::parse_wlb_thresholds(o.wlb_thresholds);
+    if (!wlb_thresholds) {
+        return fail(rank, wlb_thresholds.error().message);
+    }
+    if (o.wlb_max_tokens != 0 && o.wlb_max_tokens < o.context) {
+        return fail(rank, "--wlb-max-tokens " + std::to_string(o.wlb_max_tokens) +
+                              " is less than --context " + std::to_string(o.context) +
+                              "; S_max is at least the fixed micro-batch's tokens");
+    }
+    if (app.get_option("--wlb-max-delay")->count() > 0 && o.wlb_max_delay < 0) {
+        return fail(rank, "--wlb-max-delay must be at least 0 steps, not " +
+                              std::to_string(o.wlb_max_delay));
+    }
+    if (o.packing_cost != "model") {
+        return fail(rank, "--packing-cost must be model, not '" + o.packing_cost + "'");
     }
     if (o.split != "file" && o.split != "blank-line") {
         return fail(rank, "--split must be file or blank-line, not '" + o.split + "'");
@@ -299,11 +355,14 @@ int main(int argc, char** argv) {
     const bool shared_gpu = node.local_size > devices;
     std::string comm = o.comm;
     if (comm == "auto") {
-        comm = !use_cuda ? "mpi" : have_nccl && world->size() > 1 && !shared_gpu ? "nccl" : "staged";
+        comm = !use_cuda                                       ? "mpi"
+               : have_nccl && world->size() > 1 && !shared_gpu ? "nccl"
+                                                               : "staged";
     }
     if (comm == "mpi" && use_cuda) {
-        return fail(rank, "--comm mpi cannot carry the CUDA backend's device buffers; use "
-                          "--comm staged (through host memory) or nccl");
+        return fail(rank,
+                    "--comm mpi cannot carry the CUDA backend's device buffers; use "
+                    "--comm staged (through host memory) or nccl");
     }
     if (comm == "nccl" && !use_cuda) {
         return fail(rank, "--comm nccl needs the CUDA backend (--backend cuda)");
@@ -316,21 +375,28 @@ int main(int argc, char** argv) {
     }
     if (comm == "nccl" && shared_gpu) {
         return fail(rank, std::to_string(node.local_size) + " ranks on this node share " +
-                              std::to_string(devices) + " GPU(s), and NCCL refuses two ranks of "
+                              std::to_string(devices) +
+                              " GPU(s), and NCCL refuses two ranks of "
                               "one communicator on one GPU; use --comm staged");
     }
     if (o.steps < 1 || o.microbatches < 1 || o.context < 2) {
         return fail(rank, "--steps and --micro-batches must be at least 1, --context at least 2");
     }
+    if (app.get_option("--epochs")->count() > 0 && o.epochs < 1) {
+        return fail(rank, "--epochs must be at least 1, not " + std::to_string(o.epochs));
+    }
     if (o.grid.pp > o.layers) {
-        return fail(rank, "--pp " + std::to_string(o.grid.pp) + " is more pipeline stages than "
-                              "--layers " + std::to_string(o.layers) + "; every stage needs a layer");
+        return fail(rank, "--pp " + std::to_string(o.grid.pp) +
+                              " is more pipeline stages than "
+                              "--layers " +
+                              std::to_string(o.layers) + "; every stage needs a layer");
     }
     if (o.grid.pp * o.virtual_stages > o.layers) {
         return fail(rank, "--pp " + std::to_string(o.grid.pp) + " × --virtual-stages " +
-                              std::to_string(o.virtual_stages) + " is more model chunks than "
-                              "--layers " + std::to_string(o.layers) +
-                              "; every model chunk needs a layer");
+                              std::to_string(o.virtual_stages) +
+                              " is more model chunks than "
+                              "--layers " +
+                              std::to_string(o.layers) + "; every model chunk needs a layer");
     }
     if (o.heads < 1 || o.hidden % o.heads != 0) {
         return fail(rank, "--heads " + std::to_string(o.heads) + " must divide --hidden " +
@@ -369,6 +435,16 @@ int main(int argc, char** argv) {
     planner_options.sharding = *sharding;
     planner_options.seed = o.seed;
     planner_options.ilp_window = o.ilp_window;
+    planner_options.epochs = o.epochs;
+    planner_options.packing.cost = balance::CostModel::from_model(o.layers, o.hidden, 256);
+    planner_options.packing.wlb_max_tokens = o.wlb_max_tokens;
+    if (o.wlb_max_delay >= 0) {
+        planner_options.packing.wlb_max_delay = o.wlb_max_delay;
+    }
+    planner_options.packing.wlb_thresholds = *wlb_thresholds;
+    planner_options.tune_wlb_thresholds = true;
+    // Adaptive CP sharding weighs this backend's own attention kernel on short shards.
+    planner_options.attention_kernel = *balance::attention_kernel_model(use_cuda ? "cuda" : "cpu");
     auto planner = StepPlanner::create(document_lengths(*documents), planner_options);
     if (!planner) {
         return fail(rank, planner.error().message);
@@ -388,10 +464,25 @@ int main(int argc, char** argv) {
             o.schedule + (o.virtual_stages > 1
                               ? " (" + std::to_string(o.virtual_stages) + " virtual stages)"
                               : std::string());
-        std::printf("model %s\ndata %s\nbalancer %s, cp sharding %s, schedule %s, %d micro-batches "
-                    "per replica\n",
-                    model_config.describe().c_str(), documents->description.c_str(),
-                    o.balancer.c_str(), o.cp_shard.c_str(), schedule_text.c_str(), o.microbatches);
+        std::printf(
+            "model %s\ndata %s\nbalancer %s, cp sharding %s, schedule %s, %d micro-batches "
+            "per replica\n",
+            model_config.describe().c_str(), documents->description.c_str(), o.balancer.c_str(),
+            o.cp_shard.c_str(), schedule_text.c_str(), o.microbatches);
+        if (*balancer == balance::Balancer::wlb) {
+            const balance::PackingOptions& packing = planner->packing();
+            std::printf("wlb: S_max %lld tokens, max delay %s, thresholds %s",
+                        static_cast<long long>(packing.wlb_max_tokens > 0 ? packing.wlb_max_tokens
+                                                                          : packing.capacity),
+                        packing.wlb_max_delay ? std::to_string(*packing.wlb_max_delay).c_str()
+                                              : "unbounded",
+                        balance::wlb_thresholds_text(packing.wlb_thresholds).c_str());
+            if (const auto& tuning = planner->wlb_tuning()) {
+                std::printf(" (tuned on the first epoch: imbalance %.2f, mean delay %.2f steps)",
+                            tuning->replay.mean_imbalance, tuning->replay.mean_delay_iterations);
+            }
+            std::printf("\n");
+        }
         if (*recompute != Recompute::none || o.sequence_parallel) {
             std::printf("activations: recompute %s%s\n", recompute_name(*recompute),
                         o.sequence_parallel ? ", sequence parallel over TP" : "");
@@ -406,11 +497,11 @@ int main(int argc, char** argv) {
     const GridCoordinates me = topology->coordinates();
     instrument::name_this_thread("main");
     instrument::mark("fulcrum.rank",
-                     "{\"rank\":" + std::to_string(rank) + ",\"world\":" +
-                         std::to_string(world->size()) + ",\"dp\":" + std::to_string(me.dp) +
-                         ",\"pp\":" + std::to_string(me.pp) + ",\"cp\":" + std::to_string(me.cp) +
-                         ",\"tp\":" + std::to_string(me.tp) + ",\"device\":" +
-                         (use_cuda ? std::to_string(device) : "-1") + "}");
+                     "{\"rank\":" + std::to_string(rank) +
+                         ",\"world\":" + std::to_string(world->size()) +
+                         ",\"dp\":" + std::to_string(me.dp) + ",\"pp\":" + std::to_string(me.pp) +
+                         ",\"cp\":" + std::to_string(me.cp) + ",\"tp\":" + std::to_string(me.tp) +
+                         ",\"device\":" + (use_cuda ? std::to_string(device) : "-1") + "}");
     instrument::mark("fulcrum.run", run_config_json(o, model_config, documents->description,
                                                     use_cuda ? "cuda" : "cpu", comm));
     for (int i = 0; i < 2; ++i) {
@@ -439,7 +530,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<Communicator> device_world;
     StagedCommunicator* staged = nullptr;
     if (comm == "staged") {
-        auto wrapped = std::make_unique<StagedCommunicator>(world->split(0, rank, "world"), *backend);
+        auto wrapped =
+            std::make_unique<StagedCommunicator>(world->split(0, rank, "world"), *backend);
         staged = wrapped.get();
         device_world = std::move(wrapped);
     }
@@ -453,9 +545,9 @@ int main(int argc, char** argv) {
         } else if (auto launch = launch_rank_from_environment(); !launch) {
             nccl = launch.error();
         } else {
-            nccl = NcclCommunicator::bootstrap_with_rendezvous(
-                o.rendezvous, *launch, cuda_backend->device_index(), stream,
-                std::chrono::seconds(120));
+            nccl = NcclCommunicator::bootstrap_with_rendezvous(o.rendezvous, *launch,
+                                                               cuda_backend->device_index(), stream,
+                                                               std::chrono::seconds(120));
         }
         if (!nccl) {
             return fail(rank, nccl.error().message);
@@ -465,11 +557,12 @@ int main(int argc, char** argv) {
 #endif
     if (rank == 0 && world->size() > 1) {
         std::printf("communication: %s\n",
-                    comm == "nccl"     ? "NCCL"
-                    : comm == "staged" ? (shared_gpu && use_cuda
-                                              ? "staged through host memory over MPI (ranks share a GPU)"
-                                              : "staged through host memory over MPI")
-                                       : "MPI");
+                    comm == "nccl" ? "NCCL"
+                    : comm == "staged"
+                        ? (shared_gpu && use_cuda
+                               ? "staged through host memory over MPI (ranks share a GPU)"
+                               : "staged through host memory over MPI")
+                        : "MPI");
         std::fflush(stdout);
     }
     ParallelGroups groups =
@@ -491,14 +584,14 @@ int main(int argc, char** argv) {
         std::printf("gradient reduction: layer by layer during the last backward pass\n");
         std::fflush(stdout);
     }
-    auto trainer = std::make_unique<ParallelTrainer>(model, *topology, groups, *documents,
-                                                     train_config);
+    auto trainer =
+        std::make_unique<ParallelTrainer>(model, *topology, groups, *documents, train_config);
 
     std::vector<double> losses;
     double total_seconds = 0;
-    std::int64_t total_tokens = 0;
+    balance::TrainedTotals trained;
     using Clock = std::chrono::steady_clock;
-    for (int s = 0; s < o.steps; ++s) {
+    for (int s = 0; o.epochs > 0 || s < o.steps; ++s) {
         const auto start = Clock::now();
         auto plan = plan_step(*planner, *world);
         if (!plan) {
@@ -510,26 +603,50 @@ int main(int argc, char** argv) {
         }
         const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
         total_seconds += seconds;
-        std::int64_t step_tokens = 0;
-        for (const auto& replica : plan->replicas) {
-            for (const auto& mb : replica) {
-                step_tokens += mb.packed.tokens;
-            }
+        const std::int64_t step_tokens = plan->tokens;
+        const balance::TrainedTotals before = trained;
+        trained.add(*plan);
+        if (*sharding == balance::CpSharding::adaptive && rank == 0) {
+            instrument::mark(
+                std::string(kCpShardingMark),
+                "{\"step\":" + std::to_string(plan->step) + ",\"per-doc\":" +
+                    std::to_string(trained.per_document_microbatches -
+                                   before.per_document_microbatches) +
+                    ",\"zigzag\":" +
+                    std::to_string(trained.zigzag_microbatches - before.zigzag_microbatches) + "}");
         }
-        total_tokens += step_tokens;
         losses.push_back(report->loss);
         if (rank == 0) {
-            std::printf("step %4d | epoch %d | loss %.4f | grad norm %.3f | imbalance %.2f | "
-                        "%lld tokens | %.1f ms | %.0f tokens/s\n",
-                        plan->step, plan->epoch, report->loss, report->grad_norm, plan->imbalance,
-                        static_cast<long long>(step_tokens), seconds * 1e3, step_tokens / seconds);
+            std::printf(
+                "step %4d | epoch %d | loss %.4f | grad norm %.3f | imbalance %.2f | "
+                "%lld tokens | %.1f ms | %.0f tokens/s\n",
+                plan->step, plan->epoch, report->loss, report->grad_norm, plan->imbalance,
+                static_cast<long long>(step_tokens), seconds * 1e3, step_tokens / seconds);
             std::fflush(stdout);
+        }
+        if (plan->last) {
+            break;
         }
     }
     std::vector<float> parameters = trainer->gather_parameters();
     if (rank == 0) {
-        std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", o.steps,
-                    total_seconds, total_tokens / total_seconds, losses.back());
+        std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", trained.steps,
+                    total_seconds, static_cast<double>(trained.tokens) / total_seconds,
+                    losses.back());
+        // The figures to compare balancers by on the same documents (bench/README.md).
+        std::printf("trained: %lld documents, %lld tokens%s; delay mean %.2f, max %d steps\n",
+                    static_cast<long long>(trained.documents),
+                    static_cast<long long>(trained.tokens),
+                    o.epochs > 0 ? (", " + std::to_string(o.epochs) + " epoch(s)").c_str() : "",
+                    trained.mean_delay_steps(), trained.max_delay_steps);
+        if (*sharding == balance::CpSharding::adaptive) {
+            std::printf(
+                "adaptive cp sharding (%s kernel model): %lld micro-batches per "
+                "document, %lld per sequence (zigzag)\n",
+                use_cuda ? "cuda" : "cpu",
+                static_cast<long long>(trained.per_document_microbatches),
+                static_cast<long long>(trained.zigzag_microbatches));
+        }
         const MemoryUse use = backend->memory_use();
         std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
                     double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",
@@ -537,12 +654,13 @@ int main(int argc, char** argv) {
         if (o.attention_chunk > 0) {
             const AttentionMemory& memory = model.attention_memory();
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };
-            std::printf("attention in chunks of %d tokens, offload %s: %.2f MiB of device "
-                        "double buffers, %.2f MiB of partial output; %.2f MiB offloaded, %.2f MiB "
-                        "prefetched (rank 0)\n",
-                        o.attention_chunk, o.offload.c_str(), mib(memory.double_buffer_bytes),
-                        mib(memory.partial_bytes), mib(memory.offloaded_bytes),
-                        mib(memory.prefetched_bytes));
+            std::printf(
+                "attention in chunks of %d tokens, offload %s: %.2f MiB of device "
+                "double buffers, %.2f MiB of partial output; %.2f MiB offloaded, %.2f MiB "
+                "prefetched (rank 0)\n",
+                o.attention_chunk, o.offload.c_str(), mib(memory.double_buffer_bytes),
+                mib(memory.partial_bytes), mib(memory.offloaded_bytes),
+                mib(memory.prefetched_bytes));
         }
         if (staged != nullptr) {
             std::printf("staged %.2f MiB between device and host memory on rank 0\n",

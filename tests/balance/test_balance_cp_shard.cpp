@@ -201,6 +201,33 @@ private slots:
                      QString("per-doc %1, zigzag %2").arg(per_document_excess).arg(zigzag_excess)));
     }
 
+    // Adaptive weighs the kernel: one document of 200 and twenty of 16 over 2 CP ranks. By
+    // work alone per-doc balances better (zigzag leaves the tail of the long document on
+    // rank 1); a kernel of 64-row query tiles runs per-doc's 4-token slivers of the short
+    // documents as whole tiles, so there zigzag's few long ranges are faster.
+    void adaptiveWeighsTheKernel() {
+        std::vector<Document> documents{{0, 200}};
+        for (std::uint64_t id = 1; id <= 20; ++id) {
+            documents.push_back({id, 16});
+        }
+        const auto choose = [&](std::string_view kernel) {
+            CpShardingState state;
+            auto plan = shard_microbatch(documents, 2, CpSharding::adaptive, state,
+                                         *attention_kernel_model(kernel));
+            return plan->sharding;
+        };
+        QCOMPARE(choose("ideal"), CpSharding::per_document);
+        QCOMPARE(choose("cpu"), CpSharding::per_document);
+        QCOMPARE(choose("cuda"), CpSharding::zigzag);
+
+        const AttentionKernelModel cuda = *attention_kernel_model("cuda");
+        // 4 rows at prefix 12 take a whole 64-row tile: (2·12 + 1 + 64)·64 pairs.
+        QCOMPARE(cuda.range_time(12, 4), double((2 * 12 + 1 + 64) * 64));
+        QCOMPARE(attention_kernel_model("ideal")->range_time(12, 4),
+                 double(causal_pair_work(12, 4)));
+        QVERIFY(!attention_kernel_model("tpu").ok());
+    }
+
     void badInputsAreErrors() {
         CpShardingState state;
         const auto zero = shard_microbatch(kFiveAndEight, 0, CpSharding::zigzag, state);

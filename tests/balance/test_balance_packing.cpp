@@ -497,6 +497,126 @@ private slots:
         QVERIFY(without_queues.ok());
         QVERIFY(tuned->replay.mean_imbalance < without_queues->mean_imbalance);
     }
+
+    // S_max > S lets a wlb micro-batch hold more than the context: two documents of 7 share
+    // one micro-batch of S_max 14 where S = 10 would keep one of them back.
+    void wlbMaxTokensRaisesTheCap() {
+        PackingOptions options = options_for(Balancer::wlb, 1, 10);
+        options.wlb_thresholds = std::vector<std::int64_t>{};
+        PackingState state;
+        auto capped = pack_global_batch(std::vector<Document>{{0, 7}, {1, 7}}, options, state);
+        QVERIFY(capped.ok());
+        QCOMPARE(capped->microbatches[0].tokens, std::int64_t{7});
+        QCOMPARE(state.left_over.size(), std::size_t{1});
+        QCOMPARE(state.left_over.front().waited, 1);
+
+        options.wlb_max_tokens = 14;
+        PackingState roomy;
+        auto packed = pack_global_batch(std::vector<Document>{{0, 7}, {1, 7}}, options, roomy);
+        QVERIFY(packed.ok());
+        QCOMPARE(packed->microbatches[0].tokens, std::int64_t{14});
+        QCOMPARE(roomy.pending_documents(), std::size_t{0});
+    }
+
+    // A lone outlier waits in its queue until N of its band arrive; with K = 2 it goes first
+    // into the batch after its second wait, and `waited` says how long it was held.
+    void wlbMaxDelayBoundsTheWait() {
+        PackingOptions options = options_for(Balancer::wlb, 2, 10);
+        options.wlb_thresholds = std::vector<std::int64_t>{6};
+        const auto batch = [](std::uint64_t id) { return std::vector<Document>{{id, 2}}; };
+        const auto waited_of_outlier = [](const PackedBatch& packed) {
+            for (const auto& microbatch : packed.microbatches) {
+                for (const auto& document : microbatch.documents) {
+                    if (document.id == 0) {
+                        return document.waited;
+                    }
+                }
+            }
+            return -1;
+        };
+        PackingState unbounded;
+        QVERIFY(pack_global_batch(std::vector<Document>{{0, 8}}, options, unbounded).ok());
+        for (std::uint64_t id = 1; id <= 5; ++id) {
+            auto packed = pack_global_batch(batch(id), options, unbounded);
+            QCOMPARE(waited_of_outlier(*packed), -1);
+        }
+        QCOMPARE(unbounded.outlier_queues[0].front().waited, 6);
+
+        options.wlb_max_delay = 2;
+        PackingState bounded;
+        QVERIFY(pack_global_batch(std::vector<Document>{{0, 8}}, options, bounded).ok());
+        QCOMPARE(waited_of_outlier(*pack_global_batch(batch(1), options, bounded)), -1);
+        auto third = pack_global_batch(batch(2), options, bounded);
+        QCOMPARE(waited_of_outlier(*third), 2);
+        QCOMPARE(bounded.pending_documents(), std::size_t{0});
+
+        options.wlb_max_delay = -1;
+        QVERIFY(!validate(options).ok());
+    }
+
+    // The FLOPs model: b/a = 6hL / (72h²L + 6hV), so at h = 4096 without a vocabulary the
+    // default 1/(12h); a small model weighs attention far more.
+    void packingCostFromTheModel() {
+        const CostModel seven_b = CostModel::from_model(32, 4096, 0);
+        QCOMPARE(seven_b.attention, CostModel{}.attention);
+        const CostModel tiny = CostModel::from_model(2, 64, 256);
+        QCOMPARE(tiny.attention, 2 * 6.0 * 64 / (2 * 72.0 * 64 * 64 + 6.0 * 64 * 256));
+        // A fit of 2 ns per token and 0.01 ns per causal pair: Σd² counts each pair twice.
+        const CostModel fitted = CostModel::from_fit(2.0, 0.01);
+        QCOMPARE(fitted.attention / fitted.linear, 0.0025);
+    }
+
+    void wlbThresholdsParse_data() {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<bool>("ok");
+        QTest::addColumn<QString>("back");
+        QTest::newRow("tuned") << "tuned" << true << "tuned";
+        QTest::newRow("none") << "none" << true << "none";
+        QTest::newRow("list") << "256,512" << true << "256,512";
+        QTest::newRow("decreasing") << "512,256" << false << "";
+        QTest::newRow("not a number") << "256,x" << false << "";
+        QTest::newRow("zero") << "0" << false << "";
+        QTest::newRow("empty") << "" << false << "";
+    }
+    void wlbThresholdsParse() {
+        QFETCH(QString, text);
+        QFETCH(bool, ok);
+        QFETCH(QString, back);
+        auto parsed = parse_wlb_thresholds(text.toStdString());
+        QCOMPARE(parsed.ok(), ok);
+        if (ok) {
+            QCOMPARE(QString::fromStdString(wlb_thresholds_text(*parsed)), back);
+        } else {
+            QVERIFY(parsed.error().message.find("--wlb-thresholds") != std::string::npos);
+        }
+    }
+
+    // An ilp window trains a document in a later batch than its own: `waited` says by how
+    // many, and never less than 0 for one read ahead.
+    void ilpWindowRecordsWaits() {
+        const auto batches = global_batches("long-tail:context=1024,median=80", 400, 3, 4, 1024);
+        const std::size_t window = std::min<std::size_t>(4, batches.size());
+        auto packed =
+            pack_ilp_window(std::span(batches.data(), window), options_for(Balancer::ilp, 4, 1024));
+        QVERIFY(packed.ok());
+        std::map<std::uint64_t, int> arrival;
+        for (std::size_t b = 0; b < window; ++b) {
+            for (const auto& document : batches[b]) {
+                arrival[document.id] = static_cast<int>(b);
+            }
+        }
+        bool some_waited = false;
+        for (std::size_t b = 0; b < packed->size(); ++b) {
+            for (const auto& microbatch : (*packed)[b].microbatches) {
+                for (const auto& document : microbatch.documents) {
+                    QCOMPARE(document.waited,
+                             std::max(0, static_cast<int>(b) - arrival.at(document.id)));
+                    some_waited = some_waited || document.waited > 0;
+                }
+            }
+        }
+        QVERIFY(some_waited);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestBalancePacking)

@@ -406,6 +406,22 @@ private slots:
         QVERIFY(!QFile::exists(work_.filePath("no-such-dir")));
     }
 
+    // fulcrum simulate's comparison table: one epoch of the same documents by default, by
+    // steps when asked, and what it says about wlb's settings and adaptive CP sharding.
+    void simulateTable() {
+        const QStringList small = {"--layers", "2",           "--pp", "2",          "--cp",
+                                   "2",        "--documents", "120",  "--cp-shard", "adaptive"};
+        QString text =
+            transcript(QStringList{"simulate"} + small + QStringList{"--compare", "fixed,wlb"});
+        text += transcript(QStringList{"simulate"} + small +
+                           QStringList{"--compare", "fixed,wlb", "--steps", "3"});
+        text += transcript(QStringList{"simulate"} + small +
+                           QStringList{"--compare", "fixed,wlb", "--wlb-max-delay", "1",
+                                       "--wlb-thresholds", "32,64"});
+        text += transcript({"simulate", "--epochs", "1", "--steps", "2"});
+        expect_golden("simulate.txt", text);
+    }
+
     void helpOnEverySubcommand_data() {
         QTest::addColumn<QString>("subcommand");
         QTest::newRow("top") << "";

@@ -3,8 +3,11 @@
 // names given before and after a thread's first event, and two threads. test_collectors
 // captures it and checks that every range arrives as emitted.
 //
-//   nvtx_threads [--iterations N] [--fork] [--flood N] [--unique]
+//   nvtx_threads [--iterations N] [--threads N] [--fork] [--flood N] [--unique]
 //
+// --threads  N more threads ("worker 0", ...), each with N iterations of a "work" range
+//            holding a "step" range and a "tick" mark, all at once: many buffers filling
+//            and draining while the others write.
 // --fork   forks a child that emits NVTX and calls exit() (its atexit handlers run).
 // --flood  then emits N more push/pop pairs ("flood", or "flood i" with --unique), paced
 //          at ~1M/s, to fill a small disk.
@@ -20,6 +23,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -48,10 +52,13 @@ int main(int argc, char** argv) {
     long flood = 0;
     bool fork_child = false;
     bool unique = false;
+    int threads = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--iterations" && i + 1 < argc) {
             iterations = std::atoi(argv[++i]);
+        } else if (arg == "--threads" && i + 1 < argc) {
+            threads = std::atoi(argv[++i]);
         } else if (arg == "--flood" && i + 1 < argc) {
             flood = std::atol(argv[++i]);
         } else if (arg == "--fork") {
@@ -78,6 +85,21 @@ int main(int argc, char** argv) {
         nvtxRangeEnd(handed_over.get_future().get());
     });
 
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([t, iterations] {
+            const std::string name = "worker " + std::to_string(t);
+            nvtxNameOsThreadA(static_cast<uint32_t>(gettid()), name.c_str());
+            for (int i = 0; i < iterations; ++i) {
+                nvtxRangePushA("work");
+                nvtxRangePushA("step");
+                nvtxRangePop();
+                nvtxMarkA("tick");
+                nvtxRangePop();
+            }
+        });
+    }
+
     for (int i = 0; i < iterations; ++i) {
         nvtxRangePushA("outer");
         nvtxRangePushA("inner A");
@@ -98,6 +120,9 @@ int main(int argc, char** argv) {
     const auto lib_mark = attributes_with("lib mark");
     nvtxDomainMarkEx(library, &lib_mark);
     worker.join();
+    for (auto& thread : workers) {
+        thread.join();
+    }
 
     if (fork_child) {
         const pid_t child = fork();

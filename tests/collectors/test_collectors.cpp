@@ -12,6 +12,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -26,10 +27,18 @@ namespace {
 
 const QString kBinaryDir = QStringLiteral(FULCRUM_BINARY_DIR);
 
-QString fulcrum_binary() { return kBinaryDir + "/app/fulcrum"; }
-QString nvtx_threads() { return kBinaryDir + "/tests/collectors/nvtx_threads"; }
-QString fulcrum_ranks() { return kBinaryDir + "/tests/collectors/fulcrum_ranks"; }
-QString injection_library() { return kBinaryDir + "/collectors/libfulcrum_inject.so"; }
+QString fulcrum_binary() {
+    return kBinaryDir + "/app/fulcrum";
+}
+QString nvtx_threads() {
+    return kBinaryDir + "/tests/collectors/nvtx_threads";
+}
+QString fulcrum_ranks() {
+    return kBinaryDir + "/tests/collectors/fulcrum_ranks";
+}
+QString injection_library() {
+    return kBinaryDir + "/collectors/libfulcrum_inject.so";
+}
 
 struct Outcome {
     int exit_code = -1;
@@ -48,7 +57,8 @@ QProcessEnvironment clean_environment() {
             environment.remove(name);
         }
     }
-    // Open MPI as root, more ranks than cores, waiting ranks yielding (docs/sources.md, "Launchers").
+    // Open MPI as root, more ranks than cores, waiting ranks yielding (docs/sources.md,
+    // "Launchers").
     environment.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
     environment.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     environment.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
@@ -102,6 +112,7 @@ struct CapturedRun {
     std::vector<SeenEvent> events;
     std::vector<WorkloadEntry> workload;
     std::string config;
+    std::int64_t start_utc_ns = 0;  // merge makes event times relative to it
     bool nesting_ok = true;
     std::string nesting_problem;
 
@@ -138,6 +149,7 @@ std::optional<CapturedRun> read_run(const QString& path,
     run.ranks = reader->ranks();
     run.lanes = reader->lanes();
     run.config = reader->run().config_json;
+    run.start_utc_ns = reader->run().start_utc_ns;
     if (auto workload = reader->workload()) {
         run.workload = *workload;
     }
@@ -170,8 +182,8 @@ std::optional<CapturedRun> read_run(const QString& path,
                 seen.parent = stack.back()->name;
                 if (is_range && seen.event.end_ns > stack.back()->event.end_ns) {
                     run.nesting_ok = false;
-                    run.nesting_problem = seen.name + " overlaps " + stack.back()->name +
-                                          " on lane " + lane.name;
+                    run.nesting_problem =
+                        seen.name + " overlaps " + stack.back()->name + " on lane " + lane.name;
                 }
             }
             if (is_range) {
@@ -188,7 +200,8 @@ std::optional<CapturedRun> read_run(const QString& path,
 QProcessEnvironment mpi_environment() {
     QProcessEnvironment environment = clean_environment();
     const QString asan = environment.value("ASAN_OPTIONS");
-    environment.insert("ASAN_OPTIONS", asan.isEmpty() ? "detect_leaks=0" : asan + ":detect_leaks=0");
+    environment.insert("ASAN_OPTIONS",
+                       asan.isEmpty() ? "detect_leaks=0" : asan + ":detect_leaks=0");
     return environment;
 }
 
@@ -219,13 +232,13 @@ private slots:
     }
 
     void plainNvtxArrivesUnchanged() {
-        const Outcome outcome =
-            capture({"-o", "plain", "--", nvtx_threads(), "--iterations", "5"});
+        const Outcome outcome = capture({"-o", "plain", "--", nvtx_threads(), "--iterations", "5"});
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
         QVERIFY(outcome.out.contains("done"));
         QVERIFY2(outcome.out.contains("ranks    1, all complete"), qPrintable(outcome.out));
 
-        const auto captured = read_run(path("plain/run.fulcrum"), {"handed over", "start-end range"});
+        const auto captured =
+            read_run(path("plain/run.fulcrum"), {"handed over", "start-end range"});
         QVERIFY(captured);
         QVERIFY2(captured->nesting_ok, captured->nesting_problem.c_str());
         QCOMPARE(captured->ranks.size(), std::size_t(1));
@@ -264,9 +277,8 @@ private slots:
         std::size_t total = 0;
         for (const auto& want : expected) {
             const auto found = captured->named(want.name);
-            QVERIFY2(found.size() == want.count,
-                     qPrintable(QString::fromStdString(want.name) + ": " +
-                                QString::number(found.size())));
+            QVERIFY2(found.size() == want.count, qPrintable(QString::fromStdString(want.name) +
+                                                            ": " + QString::number(found.size())));
             for (const SeenEvent* e : found) {
                 QCOMPARE(e->lane, want.lane);
                 QCOMPARE(e->event.kind, want.kind);
@@ -284,6 +296,79 @@ private slots:
         QVERIFY(handed->event.duration_ns() > 0);
     }
 
+    // Eight threads at once, each crossing several buffer blocks: every event arrives, on its
+    // thread's lane, nested and ordered as emitted, at times within the run's wall-clock
+    // window (host events are on CLOCK_REALTIME's timeline, the counter's or the fallback's).
+    void manyThreadsKeepTheirOrder_data() {
+        QTest::addColumn<QString>("clock");
+        QTest::newRow("counter") << "";
+        QTest::newRow("realtime fallback") << "realtime";
+    }
+    void manyThreadsKeepTheirOrder() {
+        QFETCH(QString, clock);
+        constexpr int kThreads = 8;
+        constexpr int kIterations = 3000;
+        QProcessEnvironment environment = clean_environment();
+        if (!clock.isEmpty()) {
+            environment.insert("FULCRUM_CLOCK", clock);
+        }
+        const QString name = clock.isEmpty() ? "threads-counter" : "threads-" + clock;
+        const std::int64_t launched_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count();
+        const Outcome outcome =
+            capture({"-o", name, "--", nvtx_threads(), "--iterations", QString::number(kIterations),
+                     "--threads", QString::number(kThreads)},
+                    environment);
+        const std::int64_t finished_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count();
+        QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
+        const auto captured =
+            read_run(path(name + "/run.fulcrum"), {"handed over", "start-end range"});
+        QVERIFY(captured);
+        QVERIFY2(captured->nesting_ok, captured->nesting_problem.c_str());
+        QVERIFY(captured->ranks[0].complete);
+        QCOMPARE(captured->named("outer").size(), std::size_t(kIterations));
+        QCOMPARE(captured->named("decode").size(), std::size_t(kIterations));
+        for (int t = 0; t < kThreads; ++t) {
+            const std::string lane = "worker " + std::to_string(t);
+            std::vector<const SeenEvent*> work, steps, ticks;
+            for (const auto& e : captured->events) {
+                if (e.lane != lane) {
+                    continue;
+                }
+                (e.name == "work" ? work : e.name == "step" ? steps : ticks).push_back(&e);
+            }
+            QCOMPARE(work.size(), std::size_t(kIterations));
+            QCOMPARE(steps.size(), std::size_t(kIterations));
+            QCOMPARE(ticks.size(), std::size_t(kIterations));
+            // Iteration i as emitted: work_i contains step_i, then tick_i, and ends before
+            // work_i+1. Ties are allowed: a counter may advance in steps (AMD's by 10 ns), so
+            // a mark right after a pop can carry the pop's time.
+            for (std::size_t i = 0; i < work.size(); ++i) {
+                const Event& w = work[i]->event;
+                const Event& s = steps[i]->event;
+                const Event& m = ticks[i]->event;
+                const bool ordered =
+                    w.start_ns <= s.start_ns && s.start_ns <= s.end_ns && s.end_ns <= m.start_ns &&
+                    m.start_ns <= w.end_ns &&
+                    (i + 1 == work.size() || w.end_ns <= work[i + 1]->event.start_ns);
+                QVERIFY2(ordered, qPrintable(QString::fromStdString(lane) + ": iteration " +
+                                             QString::number(i) + " out of order"));
+            }
+        }
+        for (const auto& e : captured->events) {
+            const std::int64_t start_utc_ns = captured->start_utc_ns + e.event.start_ns;
+            const std::int64_t end_utc_ns = captured->start_utc_ns + e.event.end_ns;
+            QVERIFY2(
+                start_utc_ns >= launched_ns && end_utc_ns <= finished_ns,
+                qPrintable(QString::fromStdString(e.name) + " at " + QString::number(start_utc_ns) +
+                           " outside the run [" + QString::number(launched_ns) + ", " +
+                           QString::number(finished_ns) + "]"));
+        }
+    }
+
     void forkedChildIsNotRecorded() {
         const Outcome outcome =
             capture({"-o", "fork", "--", nvtx_threads(), "--iterations", "1", "--fork"});
@@ -291,7 +376,8 @@ private slots:
         // The child ran its atexit handlers (exit()), and neither hung nor crashed on the
         // parent's writer.
         QVERIFY2(outcome.out.contains("child exited 0"), qPrintable(describe(outcome)));
-        const auto captured = read_run(path("fork/run.fulcrum"), {"handed over", "start-end range"});
+        const auto captured =
+            read_run(path("fork/run.fulcrum"), {"handed over", "start-end range"});
         QVERIFY(captured);
         QCOMPARE(captured->ranks.size(), std::size_t(1));
         QVERIFY(captured->ranks[0].complete);
@@ -321,10 +407,10 @@ private slots:
         QSKIP("MPI was not found at configure time: fulcrum_ranks is not built");
 #else
         const int steps = 3, microbatches = 4, world = 4;
-        const Outcome outcome = capture({"-o", "mpi", "--", FULCRUM_MPIRUN, "-np", "4",
-                                         fulcrum_ranks(), "--steps", QString::number(steps),
-                                         "--microbatches", QString::number(microbatches)},
-                                        mpi_environment());
+        const Outcome outcome =
+            capture({"-o", "mpi", "--", FULCRUM_MPIRUN, "-np", "4", fulcrum_ranks(), "--steps",
+                     QString::number(steps), "--microbatches", QString::number(microbatches)},
+                    mpi_environment());
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
         QVERIFY2(outcome.out.contains("ranks    4, all complete"), qPrintable(outcome.out));
         const auto captured = read_run(path("mpi/run.fulcrum"));
@@ -367,7 +453,7 @@ private slots:
             for (const char* name : {"forward", "backward"}) {
                 const auto ranges = captured->named(name, r);
                 QCOMPARE(ranges.size(), std::size_t(steps * microbatches));
-                std::set<std::pair<std::int32_t, std::int32_t>> step_mb;
+                std::set<std::pair<std::int32_t, std::int32_t> > step_mb;
                 for (const SeenEvent* e : ranges) {
                     QCOMPARE(e->event.kind, EventKind::range);
                     QCOMPARE(e->event.category, Category::compute);
@@ -414,13 +500,12 @@ private slots:
         // Ranks leave a barrier within its latency: the k-th clock-sync marks line up.
         for (const auto* marks : {&first_sync, &second_sync}) {
             const auto [low, high] = std::minmax_element(marks->begin(), marks->end());
-            QVERIFY2(*high - *low < 100'000'000,
-                     qPrintable("clock-sync marks spread over " + QString::number(*high - *low) +
-                                " ns"));
+            QVERIFY2(*high - *low < 100'000'000, qPrintable("clock-sync marks spread over " +
+                                                            QString::number(*high - *low) + " ns"));
         }
 
         QCOMPARE(captured->workload.size(), std::size_t(world * steps * microbatches * 2));
-        std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t>> cells;
+        std::set<std::tuple<std::int32_t, std::int32_t, std::int32_t> > cells;
         for (const auto& entry : captured->workload) {
             const int doc = static_cast<int>(entry.doc_id % 10);
             QCOMPARE(entry.doc_id, std::int64_t(entry.step * 100 + entry.microbatch * 10 + doc));
@@ -439,8 +524,8 @@ private slots:
         QSKIP("MPI was not found at configure time: fulcrum_ranks is not built");
 #else
         const Outcome outcome =
-            capture({"-o", "killed", "--", FULCRUM_MPIRUN, "-np", "4", fulcrum_ranks(),
-                     "--steps", "3", "--microbatches", "2", "--kill-rank", "2", "--kill-step", "1"},
+            capture({"-o", "killed", "--", FULCRUM_MPIRUN, "-np", "4", fulcrum_ranks(), "--steps",
+                     "3", "--microbatches", "2", "--kill-rank", "2", "--kill-step", "1"},
                     mpi_environment());
         QVERIFY2(outcome.exit_code != 0, qPrintable(describe(outcome)));
         QVERIFY2(outcome.out.contains("INCOMPLETE"), qPrintable(describe(outcome)));
@@ -468,8 +553,8 @@ private slots:
         environment.insert("NVTX_INJECTION64_PATH", injection_library());
         environment.insert("FULCRUM_CAPTURE_DIR", mount_point + "/capture");
         environment.insert("FULCRUM_GPU", "off");
-        const Outcome outcome = run(nvtx_threads(), {"--flood", "300000", "--unique"},
-                                    work_.path(), environment);
+        const Outcome outcome =
+            run(nvtx_threads(), {"--flood", "300000", "--unique"}, work_.path(), environment);
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
         QVERIFY2(outcome.out.contains("done"), qPrintable(describe(outcome)));
         QVERIFY2(count_lines_containing(outcome.err, "fulcrum:") == 1 &&
@@ -501,7 +586,8 @@ private slots:
         outcome = capture({"-o", "used", "--force", "--", nvtx_threads(), "--iterations", "3"});
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
         QVERIFY(QFile::exists(path("used/notes.txt")));
-        const auto captured = read_run(path("used/run.fulcrum"), {"handed over", "start-end range"});
+        const auto captured =
+            read_run(path("used/run.fulcrum"), {"handed over", "start-end range"});
         QVERIFY(captured);
         QCOMPARE(captured->named("outer").size(), std::size_t(3));
     }
@@ -533,8 +619,9 @@ private slots:
 
     void gpuWorkIsRecorded() {
         if (!collect::gpu_present()) {
-            QSKIP("needs a GPU: kernels, copies and API calls come from CUPTI, which has "
-                  "nothing to trace on a machine without one");
+            QSKIP(
+                "needs a GPU: kernels, copies and API calls come from CUPTI, which has "
+                "nothing to trace on a machine without one");
         }
         const QString program = kBinaryDir + "/tests/collectors/cuda_work";
         if (!QFile::exists(program)) {
@@ -571,7 +658,8 @@ private slots:
 
     void anotherNvtxToolIsLeftAlone() {
         QProcessEnvironment environment = clean_environment();
-        environment.insert("NVTX_INJECTION64_PATH", "/opt/nvidia/nsight-systems/libToolsInjection64.so");
+        environment.insert("NVTX_INJECTION64_PATH",
+                           "/opt/nvidia/nsight-systems/libToolsInjection64.so");
         const Outcome outcome = capture({"-o", "other-tool", "--", nvtx_threads()}, environment);
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
         QVERIFY(outcome.out.contains("done"));
@@ -589,11 +677,12 @@ private slots:
     }
 
     void failingCommandKeepsItsStatusAndItsRun() {
-        const Outcome outcome =
-            capture({"-o", "failing", "--", "sh", "-c", nvtx_threads() + " --iterations 1; exit 5"});
+        const Outcome outcome = capture(
+            {"-o", "failing", "--", "sh", "-c", nvtx_threads() + " --iterations 1; exit 5"});
         QCOMPARE(outcome.exit_code, 5);
         QVERIFY(QFile::exists(path("failing/run.fulcrum")));
-        const auto captured = read_run(path("failing/run.fulcrum"), {"handed over", "start-end range"});
+        const auto captured =
+            read_run(path("failing/run.fulcrum"), {"handed over", "start-end range"});
         QVERIFY(captured);
         QCOMPARE(captured->named("outer").size(), std::size_t(1));
 
@@ -607,10 +696,9 @@ private slots:
         QTest::addColumn<QString>("message");
         QTest::newRow("no --") << QStringList{"-o", "x", nvtx_threads()} << "after `--`";
         QTest::newRow("no command") << QStringList{"-o", "x", "--"} << "after `--`";
-        QTest::newRow("not found") << QStringList{"-o", "x", "--", "no-such-program-here"}
-                                   << "not found in PATH";
-        QTest::newRow("bad gpu") << QStringList{"--gpu", "maybe", "--", nvtx_threads()}
-                                 << "maybe";
+        QTest::newRow("not found")
+            << QStringList{"-o", "x", "--", "no-such-program-here"} << "not found in PATH";
+        QTest::newRow("bad gpu") << QStringList{"--gpu", "maybe", "--", nvtx_threads()} << "maybe";
     }
 
     void badUsage() {

@@ -95,6 +95,16 @@ private slots:
             << QStringList{"--calibrate", "nowhere.fulcrum"} << "nowhere.fulcrum";
         QTest::newRow("missing cost model")
             << QStringList{"--cost-model", "nowhere.json"} << "nowhere.json";
+        QTest::newRow("no epochs") << QStringList{"--epochs", "0"} << "--epochs must be at least 1";
+        QTest::newRow("S_max below the context")
+            << QStringList{"--context", "256", "--wlb-max-tokens", "100"}
+            << "--wlb-max-tokens 100 is less than --context 256";
+        QTest::newRow("negative delay bound")
+            << QStringList{"--wlb-max-delay", "-1"} << "--wlb-max-delay must be at least 0";
+        QTest::newRow("bad thresholds")
+            << QStringList{"--wlb-thresholds", "9,3"} << "--wlb-thresholds takes tuned, none";
+        QTest::newRow("fitted packing cost without a fit")
+            << QStringList{"--packing-cost", "fitted"} << "--packing-cost fitted needs";
         QTest::newRow("no such folder")
             << QStringList{"-o", "missing/dir/run.fulcrum"} << "does not exist";
     }
@@ -121,14 +131,102 @@ private slots:
         QVERIFY2(header >= 0, qPrintable(outcome.out));
         const QStringList columns =
             lines[header].split(QRegularExpression("\\s{2,}"), Qt::SkipEmptyParts);
-        QCOMPARE(columns, (QStringList{"balancer", "step time", "vs fixed", "imbalance", "bubble",
-                                       "tokens/s"}));
+        QCOMPARE(columns,
+                 (QStringList{"balancer", "steps", "step time", "tokens", "tokens/s", "vs fixed",
+                              "imbalance", "bubble", "delay mean", "delay max"}));
         QVERIFY(lines[header + 1].startsWith("fixed "));
         QVERIFY(lines[header + 1].contains("1.00x"));
         QVERIFY(lines[header + 2].startsWith("ilp "));
         QVERIFY(lines[header + 3].startsWith("wlb "));
         QVERIFY(outcome.out.contains("TP(2)-CP(2)-PP(2)-DP(2) = 16 ranks"));
         QVERIFY(outcome.out.contains("cost model: analytic"));
+        // --steps: the balancers trained different documents, and the table says so.
+        QVERIFY2(outcome.out.contains("by steps the balancers train different documents"),
+                 qPrintable(outcome.out));
+    }
+
+    // Without --steps a comparison plays one epoch: every balancer the same documents, each
+    // once, so tokens agree and tokens/s is the fair ratio.
+    void compareOnTheSameDocuments() {
+        const QStringList args = {"--layers",
+                                  "2",
+                                  "--dp",
+                                  "2",
+                                  "--micro-batches",
+                                  "4",
+                                  "--documents",
+                                  "300",
+                                  "--compare",
+                                  "fixed,ilp,wlb",
+                                  "--ilp-time-limit",
+                                  "0.2"};
+        const Outcome table = simulate(args);
+        QVERIFY2(table.exit_code == 0, qPrintable(table.err));
+        QVERIFY2(table.out.contains("every balancer trained the same 300 documents, 1 epoch(s)"),
+                 qPrintable(table.out));
+        QVERIFY2(
+            table.out.contains("wlb: S_max ") && table.out.contains("tuned on the first epoch"),
+            qPrintable(table.out));
+        const Outcome outcome = simulate(args + QStringList{"--json"});
+        QVERIFY2(outcome.exit_code == 0, qPrintable(outcome.err));
+        const QJsonArray results =
+            QJsonDocument::fromJson(outcome.out.toUtf8()).object()["results"].toArray();
+        QCOMPARE(results.size(), 3);
+        const QJsonObject fixed = results[0].toObject();
+        QCOMPARE(fixed["documents"].toInt(), 300);
+        QCOMPARE(fixed["epochs"].toInt(), 1);
+        QCOMPARE(fixed["max_delay_steps"].toInt(), 0);
+        QCOMPARE(fixed["tokens_per_s_vs_first"].toDouble(), 1.0);
+        QVERIFY(fixed["tokens"].toDouble() > 0);
+        for (const auto& result : results) {
+            const QJsonObject r = result.toObject();
+            QCOMPARE(r["tokens"].toDouble(), fixed["tokens"].toDouble());
+            QCOMPARE(r["documents"].toInt(), 300);
+            QCOMPARE(r["tokens_per_s_vs_first"].toDouble(),
+                     r["tokens_per_s"].toDouble() / fixed["tokens_per_s"].toDouble());
+        }
+        const QJsonObject wlb = results[2].toObject();
+        QVERIFY(wlb["mean_delay_steps"].toDouble() > 0);
+        QVERIFY(wlb["max_delay_steps"].toInt() >= 1);
+        QVERIFY(wlb["wlb"].toObject()["tuned"].toBool());
+        // The epoch's steps differ: wlb holds documents back and drains them at the end.
+        QVERIFY(results[2].toObject()["steps"].toArray().size() > 0);
+    }
+
+    // Adaptive CP sharding says what it chose, per balancer: every micro-batch of the epoch
+    // per document or per sequence.
+    void adaptiveShardingIsRecorded() {
+        const QStringList args = {"--layers",           "2",        "--cp",        "2",
+                                  "--micro-batches",    "4",        "--documents", "200",
+                                  "--cp-shard",         "adaptive", "--compare",   "fixed,wlb",
+                                  "--attention-kernel", "cuda"};
+        const Outcome table = simulate(args);
+        QVERIFY2(table.exit_code == 0, qPrintable(table.err));
+        QVERIFY2(table.out.contains("adaptive cp sharding, wlb (cuda kernel model): "),
+                 qPrintable(table.out));
+        const Outcome outcome = simulate(args + QStringList{"--json"});
+        const QJsonArray results =
+            QJsonDocument::fromJson(outcome.out.toUtf8()).object()["results"].toArray();
+        for (const auto& result : results) {
+            const QJsonObject r = result.toObject();
+            int microbatches = 0;
+            for (const auto& step : r["steps"].toArray()) {
+                microbatches += step.toObject()["microbatches"].toInt();
+            }
+            const QJsonObject chosen = r["cp_sharding"].toObject();
+            QCOMPARE(
+                chosen["per_document_microbatches"].toInt() + chosen["zigzag_microbatches"].toInt(),
+                microbatches);
+        }
+        const Outcome bad = simulate({"--attention-kernel", "tpu"});
+        QCOMPARE(bad.exit_code, 2);
+        QVERIFY2(bad.err.contains("unknown attention kernel 'tpu'"), qPrintable(bad.err));
+    }
+
+    void epochsAndStepsExclude() {
+        const Outcome both = simulate({"--steps", "2", "--epochs", "1"});
+        QCOMPARE(both.exit_code, 2);
+        QVERIFY2(both.err.contains("excludes"), qPrintable(both.err));
     }
 
     // The schedules of a comparison play with otherwise identical settings: interleaving and
@@ -234,6 +332,21 @@ private slots:
         QVERIFY2(deeper.out.contains("derived: stage 1 forward: from the fit of stage 0 (2 -> 1 "
                                      "layers)"),
                  qPrintable(deeper.out));
+    }
+
+    // --calibrate packs as the run did: its S_max, delay bound and thresholds, unless given.
+    void calibrateKeepsTheRunsWlbSettings() {
+        QCOMPARE(simulate(kSmall + QStringList{"--balancer", "wlb", "--wlb-max-tokens", "300",
+                                               "--wlb-max-delay", "2", "--wlb-thresholds", "64,128",
+                                               "-o", "wlb-settings.fulcrum"})
+                     .exit_code,
+                 0);
+        const Outcome same = simulate({"--calibrate", "wlb-settings.fulcrum"});
+        QVERIFY2(same.out.contains("wlb: S_max 300 tokens, max delay 2, thresholds 64,128"),
+                 qPrintable(same.out));
+        const Outcome given =
+            simulate({"--calibrate", "wlb-settings.fulcrum", "--wlb-thresholds", "none"});
+        QVERIFY2(given.out.contains("max delay 2, thresholds none"), qPrintable(given.out));
     }
 
     // A run without the engine's configuration or workload cannot calibrate; the message

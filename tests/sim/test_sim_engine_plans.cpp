@@ -90,6 +90,9 @@ private slots:
         options.sharding = *balance::parse_cp_sharding(sharding.toStdString());
         options.seed = kSeed;
         options.ilp_window = 4;
+        options.packing.cost = balance::CostModel::from_model(2, 64, 256);
+        options.tune_wlb_thresholds = true;
+        options.attention_kernel = *balance::attention_kernel_model("cpu");  // the CPU engine's
         auto planner = balance::StepPlanner::create(engine::document_lengths(*documents), options);
         QVERIFY(planner.ok());
         std::set<Held> engine_held;
@@ -122,6 +125,9 @@ private slots:
         config.lengths = lengths.toStdString();
         config.documents = 600;
         config.seed = kSeed;
+        // The engine's S_max default: it has no memory model for its device.
+        config.wlb_max_tokens = kContext;
+        config.attention_kernel = "cpu";
         sim::SimulationOutput output;
         output.path =
             work_.filePath(QString(QTest::currentDataTag()).replace(' ', '_') + ".fulcrum")

@@ -60,8 +60,9 @@ private slots:
         QFETCH(int, dp);
         QFETCH(int, cp);
         const TrainingDocuments documents = long_tail_documents(600);
-        auto planner = StepPlanner::create(
-            document_lengths(documents), planner_options(static_cast<balance::Balancer>(balancer), dp, cp));
+        auto planner =
+            StepPlanner::create(document_lengths(documents),
+                                planner_options(static_cast<balance::Balancer>(balancer), dp, cp));
         QVERIFY(planner.ok());
         // tokens[document] = how often each of its tokens was held by some CP rank.
         std::map<std::uint64_t, std::vector<int>> held;
@@ -102,10 +103,62 @@ private slots:
         }
     }
 
+    // --epochs 1: the planner stops after the epoch's drain; every balancer trains the same
+    // documents and tokens, and only the balancers that hold documents back report waits.
+    void oneEpochPerBalancer() {
+        const TrainingDocuments documents = long_tail_documents(400);
+        std::map<int, balance::TrainedTotals> totals;
+        for (auto balancer :
+             {balance::Balancer::fixed, balance::Balancer::ilp, balance::Balancer::wlb}) {
+            PlannerOptions options = planner_options(balancer, 2, 1);
+            options.epochs = 1;
+            options.tune_wlb_thresholds = true;
+            auto planner = StepPlanner::create(document_lengths(documents), options);
+            QVERIFY(planner.ok());
+            std::map<std::uint64_t, int> trained;
+            balance::TrainedTotals& total = totals[int(balancer)];
+            bool last = false;
+            while (!last) {
+                QVERIFY(!planner->finished());
+                auto plan = planner->complete(std::move(*planner->pack_next()));
+                QVERIFY(plan.ok());
+                QCOMPARE(plan->epoch, 0);
+                for (const auto& replica : plan->replicas) {
+                    for (const auto& microbatch : replica) {
+                        for (const auto& document : microbatch.packed.documents) {
+                            ++trained[document.id];
+                        }
+                    }
+                }
+                total.add(*plan);
+                last = plan->last;
+            }
+            QVERIFY(planner->finished());
+            QVERIFY(!planner->pack_next().ok());
+            QCOMPARE(trained.size(), documents.texts.size());
+            for (const auto& [id, count] : trained) {
+                QCOMPARE(count, 1);
+            }
+            QCOMPARE(total.documents, std::int64_t(documents.texts.size()));
+            QCOMPARE(total.tokens, documents.total_tokens());
+            if (balancer == balance::Balancer::wlb) {
+                QVERIFY(planner->wlb_tuning().has_value());
+                QCOMPARE(planner->packing().wlb_thresholds, planner->wlb_tuning()->thresholds);
+            }
+        }
+        QCOMPARE(totals[int(balance::Balancer::fixed)].max_delay_steps, 0);
+        QVERIFY(totals[int(balance::Balancer::ilp)].max_delay_steps > 0);
+        const auto& wlb = totals[int(balance::Balancer::wlb)];
+        QVERIFY(wlb.max_delay_steps > 0);
+        QVERIFY(wlb.mean_delay_steps() > 0 && wlb.mean_delay_steps() < wlb.max_delay_steps);
+    }
+
     void samePlanForTheSameSeed() {
         const TrainingDocuments documents = long_tail_documents(300);
-        auto a = StepPlanner::create(document_lengths(documents), planner_options(balance::Balancer::wlb, 2, 2));
-        auto b = StepPlanner::create(document_lengths(documents), planner_options(balance::Balancer::wlb, 2, 2));
+        auto a = StepPlanner::create(document_lengths(documents),
+                                     planner_options(balance::Balancer::wlb, 2, 2));
+        auto b = StepPlanner::create(document_lengths(documents),
+                                     planner_options(balance::Balancer::wlb, 2, 2));
         for (int step = 0; step < 5; ++step) {
             auto plan_a = a->complete(std::move(*a->pack_next()));
             auto plan_b = b->complete(std::move(*b->pack_next()));
@@ -123,7 +176,8 @@ private slots:
     void balancersBeatFixedOnImbalance() {
         const TrainingDocuments documents = long_tail_documents(2000);
         auto mean_imbalance = [&](balance::Balancer balancer) {
-            auto planner = StepPlanner::create(document_lengths(documents), planner_options(balancer, 1, 1));
+            auto planner =
+                StepPlanner::create(document_lengths(documents), planner_options(balancer, 1, 1));
             double sum = 0;
             for (int step = 0; step < 20; ++step) {
                 sum += planner->complete(std::move(*planner->pack_next()))->imbalance;

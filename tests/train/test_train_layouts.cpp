@@ -63,9 +63,10 @@ Run train(int ranks, QStringList args, const QString& directory, const QString& 
     return run;
 }
 
-const QStringList kModel = {"--steps", "3", "--layers", "4", "--hidden", "32", "--heads", "4",
-                            "--context", "128", "--lengths", "lognormal:median=40,sigma=0.9",
-                            "--documents", "400", "--seed", "3"};
+const QStringList kModel = {"--steps",     "3",   "--layers",  "4",
+                            "--hidden",    "32",  "--heads",   "4",
+                            "--context",   "128", "--lengths", "lognormal:median=40,sigma=0.9",
+                            "--documents", "400", "--seed",    "3"};
 
 // `base` with each "--option value" of `changes` set: replaced where `base` has the option
 // (fulcrum-train refuses an option given twice), appended where it has not.
@@ -106,8 +107,9 @@ private slots:
             QTest::newRow(qPrintable(QString("cp2 ") + sharding))
                 << 2 << QStringList{"--cp", "2", "--cp-shard", sharding} << fixed;
         }
-        QTest::newRow("tp2 pp2 ilp") << 4 << QStringList{"--tp", "2", "--pp", "2"}
-                                     << QStringList{"--balancer", "ilp", "--micro-batches", "4", "--ilp-time-limit", "30"};
+        QTest::newRow("tp2 pp2 ilp")
+            << 4 << QStringList{"--tp", "2", "--pp", "2"}
+            << QStringList{"--balancer", "ilp", "--micro-batches", "4", "--ilp-time-limit", "30"};
         QTest::newRow("dp2 pp2 cp2 wlb")
             << 8 << QStringList{"--dp", "2", "--pp", "2", "--cp", "2"} << wlb;
         // Device buffers staged through host memory (comm/staged_communicator.h), the path of
@@ -139,19 +141,20 @@ private slots:
             << QStringList{"--cp", "2", "--attention-chunk", "16", "--overlap-grad-reduce", "on"}
             << fixed;
         QTest::newRow("cp2 fpdt chunk 16 no offload")
-            << 2 << QStringList{"--cp", "2", "--attention-chunk", "16", "--offload", "off"} << fixed;
+            << 2 << QStringList{"--cp", "2", "--attention-chunk", "16", "--offload", "off"}
+            << fixed;
         QTest::newRow("cp2 zigzag fpdt chunk 16")
             << 2 << QStringList{"--cp", "2", "--cp-shard", "zigzag", "--attention-chunk", "16"}
             << fixed;
         // Interleaved 1F1B (two model chunks per stage: stage 1's chunk 0 sends to stage 0's
         // chunk 1, and with p = 2 activations and gradients go both ways between the ranks).
-        const QStringList interleaved = {"--pp", "2", "--schedule", "interleaved",
-                                         "--virtual-stages", "2"};
+        const QStringList interleaved = {
+            "--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2"};
         QTest::newRow("pp2 interleaved v2") << 2 << interleaved << fixed;
         QTest::newRow("dp2 pp2 interleaved v2 overlapped reduction wlb")
             << 4 << interleaved + QStringList{"--dp", "2", "--overlap-grad-reduce", "on"} << wlb;
-        QTest::newRow("pp2 cp2 interleaved v2") << 4 << interleaved + QStringList{"--cp", "2"}
-                                                << fixed;
+        QTest::newRow("pp2 cp2 interleaved v2")
+            << 4 << interleaved + QStringList{"--cp", "2"} << fixed;
         QTest::newRow("pp2 interleaved v2 fpdt chunk 16")
             << 2 << interleaved + QStringList{"--attention-chunk", "16"} << fixed;
         // 20 documents make an epoch of two full steps and a third of one micro-batch, which
@@ -159,20 +162,26 @@ private slots:
         QTest::newRow("pp2 interleaved v2 one-micro-batch step")
             << 2 << interleaved << fixed + QStringList{"--documents", "20"};
         // ZB-H1: every backward as B (input gradients) and W (weight gradients) passes.
-        QTest::newRow("pp2 zb-h1") << 2 << QStringList{"--pp", "2", "--schedule", "zb-h1"}
-                                   << fixed;
-        QTest::newRow("pp4 zb-h1 wlb") << 4 << QStringList{"--pp", "4", "--schedule", "zb-h1"}
-                                       << wlb;
+        QTest::newRow("pp2 zb-h1") << 2 << QStringList{"--pp", "2", "--schedule", "zb-h1"} << fixed;
+        QTest::newRow("pp4 zb-h1 wlb")
+            << 4 << QStringList{"--pp", "4", "--schedule", "zb-h1"} << wlb;
         QTest::newRow("pp2 zb-h1 recompute full")
             << 2 << QStringList{"--pp", "2", "--schedule", "zb-h1", "--recompute", "full"} << fixed;
         QTest::newRow("pp2 cp2 zb-h1 fpdt chunk 16 overlapped reduction")
-            << 4
-            << QStringList{"--pp", "2", "--cp", "2", "--schedule", "zb-h1", "--attention-chunk",
-                           "16", "--overlap-grad-reduce", "on"}
+            << 4 << QStringList{"--pp",
+                                "2",
+                                "--cp",
+                                "2",
+                                "--schedule",
+                                "zb-h1",
+                                "--attention-chunk",
+                                "16",
+                                "--overlap-grad-reduce",
+                                "on"}
             << fixed;
         // Activation recomputation.
-        QTest::newRow("pp2 recompute full") << 2 << QStringList{"--pp", "2", "--recompute", "full"}
-                                            << fixed;
+        QTest::newRow("pp2 recompute full")
+            << 2 << QStringList{"--pp", "2", "--recompute", "full"} << fixed;
         QTest::newRow("pp2 recompute selective")
             << 2 << QStringList{"--pp", "2", "--recompute", "selective"} << fixed;
         QTest::newRow("tp2 recompute full fpdt chunk 16")
@@ -181,20 +190,28 @@ private slots:
         QTest::newRow("tp2 cp2 recompute selective wlb")
             << 4 << QStringList{"--tp", "2", "--cp", "2", "--recompute", "selective"} << wlb;
         // Sequence parallelism.
-        QTest::newRow("tp2 sequence parallel") << 2 << QStringList{"--tp", "2", "--sequence-parallel"}
-                                               << fixed;
+        QTest::newRow("tp2 sequence parallel")
+            << 2 << QStringList{"--tp", "2", "--sequence-parallel"} << fixed;
         // Staged through host memory, and the layer-by-layer DP reduction, which must be done
         // before the LayerNorm gradients are summed over TP.
         QTest::newRow("dp2 tp2 sequence parallel staged overlapped reduction")
-            << 4
-            << QStringList{"--dp", "2", "--tp", "2", "--sequence-parallel", "--comm", "staged",
-                           "--overlap-grad-reduce", "on"}
+            << 4 << QStringList{"--dp",
+                                "2",
+                                "--tp",
+                                "2",
+                                "--sequence-parallel",
+                                "--comm",
+                                "staged",
+                                "--overlap-grad-reduce",
+                                "on"}
             << fixed;
         QTest::newRow("tp2 pp2 sequence parallel zb-h1 wlb")
-            << 4 << QStringList{"--tp", "2", "--pp", "2", "--sequence-parallel", "--schedule", "zb-h1"}
+            << 4
+            << QStringList{"--tp", "2", "--pp", "2", "--sequence-parallel", "--schedule", "zb-h1"}
             << wlb;
         QTest::newRow("tp2 pp2 sequence parallel interleaved v2 recompute full")
-            << 4 << interleaved + QStringList{"--tp", "2", "--sequence-parallel", "--recompute", "full"}
+            << 4
+            << interleaved + QStringList{"--tp", "2", "--sequence-parallel", "--recompute", "full"}
             << fixed;
     }
     void layoutMatchesOneRank() {
@@ -207,8 +224,7 @@ private slots:
             dp = layout[at + 1].toInt();
         }
         QStringList serial_args = with_options(kModel, common);
-        serial_args[serial_args.indexOf("--micro-batches") + 1] =
-            QString::number(4 * dp);
+        serial_args[serial_args.indexOf("--micro-batches") + 1] = QString::number(4 * dp);
         const QString tag = QString(QTest::currentDataTag()).replace(' ', '-');
         const QString serial_key = serial_args.join(' ');
         if (serial_runs_.count(serial_key) == 0) {
@@ -222,8 +238,8 @@ private slots:
         QCOMPARE(parallel.losses.size(), 3u);
         QCOMPARE(serial.losses.size(), 3u);
         for (std::size_t s = 0; s < 3; ++s) {
-            const double relative = std::abs(parallel.losses[s] - serial.losses[s]) /
-                                    std::abs(serial.losses[s]);
+            const double relative =
+                std::abs(parallel.losses[s] - serial.losses[s]) / std::abs(serial.losses[s]);
             QVERIFY2(relative <= 1e-5, qPrintable(QString("step %1: loss %2 vs %3")
                                                       .arg(s)
                                                       .arg(parallel.losses[s], 0, 'g', 9)
@@ -276,22 +292,28 @@ private slots:
         QTest::addColumn<int>("ranks");
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<QString>("message");
-        QTest::newRow("product is not the world") << 2 << QStringList{"--dp", "2", "--pp", "2"}
-                                                  << "but 2 processes were started";
-        QTest::newRow("more stages than layers") << 4 << QStringList{"--pp", "4", "--layers", "2"}
-                                                 << "every stage needs a layer";
-        QTest::newRow("tp does not divide heads") << 3 << QStringList{"--tp", "3", "--heads", "4"}
-                                                  << "must divide --heads";
+        QTest::newRow("product is not the world")
+            << 2 << QStringList{"--dp", "2", "--pp", "2"} << "but 2 processes were started";
+        QTest::newRow("more stages than layers")
+            << 4 << QStringList{"--pp", "4", "--layers", "2"} << "every stage needs a layer";
+        QTest::newRow("tp does not divide heads")
+            << 3 << QStringList{"--tp", "3", "--heads", "4"} << "must divide --heads";
         QTest::newRow("empty data") << 1 << QStringList{"--data", "EMPTY"} << "no text";
         QTest::newRow("document longer than context")
             << 1 << QStringList{"--lengths", "file:LONG", "--context", "64"}
             << "longer than any micro-batch can hold";
         QTest::newRow("unknown balancer") << 1 << QStringList{"--balancer", "magic"} << "magic";
-        QTest::newRow("unknown schedule") << 1 << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
+        QTest::newRow("unknown schedule")
+            << 1 << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
         QTest::newRow("interleaved, micro-batches not a multiple of the stages")
-            << 2
-            << QStringList{"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2",
-                           "--micro-batches", "3"}
+            << 2 << QStringList{"--pp",
+                                "2",
+                                "--schedule",
+                                "interleaved",
+                                "--virtual-stages",
+                                "2",
+                                "--micro-batches",
+                                "3"}
             << "3 micro-batches is not a multiple of 2";
         QTest::newRow("interleaved without virtual stages")
             << 2 << QStringList{"--pp", "2", "--schedule", "interleaved"}
@@ -303,22 +325,32 @@ private slots:
             << 2 << QStringList{"--pp", "2", "--virtual-stages", "2"}
             << "virtual stages are for the interleaved schedule";
         QTest::newRow("more model chunks than layers")
-            << 2
-            << QStringList{"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2",
-                           "--layers", "3"}
+            << 2 << QStringList{"--pp", "2",        "--schedule", "interleaved", "--virtual-stages",
+                                "2",    "--layers", "3"}
             << "every model chunk needs a layer";
-        QTest::newRow("sequence parallel without tp") << 1 << QStringList{"--sequence-parallel"}
-                                                      << "it needs --tp 2 or more";
-        QTest::newRow("unknown recompute") << 1 << QStringList{"--recompute", "some"}
-                                           << "none, selective, full";
+        QTest::newRow("sequence parallel without tp")
+            << 1 << QStringList{"--sequence-parallel"} << "it needs --tp 2 or more";
+        QTest::newRow("unknown recompute")
+            << 1 << QStringList{"--recompute", "some"} << "none, selective, full";
         QTest::newRow("selective recompute with chunked attention")
             << 1 << QStringList{"--recompute", "selective", "--attention-chunk", "16"}
             << "use --recompute full or none with it";
         QTest::newRow("unknown comm") << 2 << QStringList{"--dp", "2", "--comm", "gloo"}
                                       << "--comm must be auto, mpi, staged or nccl";
-        QTest::newRow("nccl on the cpu") << 2 << QStringList{"--dp", "2", "--backend", "cpu",
-                                                             "--comm", "nccl"}
-                                         << "--comm nccl needs the CUDA backend";
+        QTest::newRow("nccl on the cpu")
+            << 2 << QStringList{"--dp", "2", "--backend", "cpu", "--comm", "nccl"}
+            << "--comm nccl needs the CUDA backend";
+        QTest::newRow("no epochs")
+            << 1 << QStringList{"--epochs", "0"} << "--epochs must be at least 1";
+        QTest::newRow("S_max below the context")
+            << 1 << QStringList{"--context", "64", "--wlb-max-tokens", "32"}
+            << "--wlb-max-tokens 32 is less than --context 64";
+        QTest::newRow("negative delay bound")
+            << 1 << QStringList{"--wlb-max-delay", "-2"} << "--wlb-max-delay must be at least 0";
+        QTest::newRow("bad wlb thresholds")
+            << 1 << QStringList{"--wlb-thresholds", "64,x"} << "--wlb-thresholds takes tuned, none";
+        QTest::newRow("unknown packing cost")
+            << 1 << QStringList{"--packing-cost", "flops"} << "--packing-cost must be model";
         QTest::newRow("rendezvous without nccl")
             << 2 << QStringList{"--dp", "2", "--rendezvous", "file:/tmp/never"}
             << "--rendezvous is for NCCL's bootstrap";

@@ -1,7 +1,7 @@
 // Re-run command building: the engine's command line rewritten for another balancer, sharding
 // or schedule; the tools found; where the new run goes; progress read from the tools' output.
-#include <QFile>
 #include <unistd.h>
+#include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -51,11 +51,13 @@ private slots:
         QTest::addColumn<QString>("command");
         QTest::addColumn<QStringList>("words");
         QTest::newRow("plain") << "mpirun -np 4 a/fulcrum-train --steps 3"
-                               << QStringList{"mpirun", "-np", "4", "a/fulcrum-train", "--steps", "3"};
-        QTest::newRow("single quotes") << "train --data-dir '/data/my corpus' --x ''"
-                                       << QStringList{"train", "--data-dir", "/data/my corpus", "--x", ""};
-        QTest::newRow("quote in quotes (shell_quote)") << R"(echo 'it'\''s')"
-                                                       << QStringList{"echo", "it's"};
+                               << QStringList{"mpirun",          "-np",     "4",
+                                              "a/fulcrum-train", "--steps", "3"};
+        QTest::newRow("single quotes")
+            << "train --data-dir '/data/my corpus' --x ''"
+            << QStringList{"train", "--data-dir", "/data/my corpus", "--x", ""};
+        QTest::newRow("quote in quotes (shell_quote)")
+            << R"(echo 'it'\''s')" << QStringList{"echo", "it's"};
         QTest::newRow("spaces collapse") << "  a   b  " << QStringList{"a", "b"};
     }
     void split_words() {
@@ -75,29 +77,63 @@ private slots:
         QTest::addColumn<QString>("expected");
 
         QTest::newRow("replaces the balancer, keeps the rest")
-            << kRecorded << "wlb" << "" << "" << 2 << 2 << ""
+            << kRecorded << "wlb"
+            << ""
+            << "" << 2 << 2 << ""
             << QString(kRecorded).replace("--balancer fixed", "--balancer wlb");
         QTest::newRow("replaces sharding and schedule")
-            << kRecorded << "ilp" << "zigzag" << "gpipe" << 2 << 2 << ""
+            << kRecorded << "ilp"
+            << "zigzag"
+            << "gpipe" << 2 << 2 << ""
             << QString(kRecorded)
                    .replace("--balancer fixed", "--balancer ilp")
                    .replace("--cp-shard per-doc", "--cp-shard zigzag")
                    .replace("--schedule 1f1b", "--schedule gpipe");
         QTest::newRow("adds a missing balancer and sharding")
-            << "fulcrum-train --cp 2 --steps 3" << "wlb" << "adaptive" << "" << 1 << 2 << ""
+            << "fulcrum-train --cp 2 --steps 3"
+            << "wlb"
+            << "adaptive"
+            << "" << 1 << 2 << ""
             << "fulcrum-train --cp 2 --steps 3 --balancer wlb --cp-shard adaptive";
         QTest::newRow("no sharding without CP, no schedule without PP")
-            << "fulcrum-train --steps 3" << "wlb" << "zigzag" << "gpipe" << 1 << 1 << ""
+            << "fulcrum-train --steps 3"
+            << "wlb"
+            << "zigzag"
+            << "gpipe" << 1 << 1 << ""
             << "fulcrum-train --steps 3 --balancer wlb";
         QTest::newRow("--option=value form")
-            << "fulcrum-train --balancer=fixed --pp=2" << "ilp" << "" << "gpipe" << 2 << 1 << ""
+            << "fulcrum-train --balancer=fixed --pp=2"
+            << "ilp"
+            << ""
+            << "gpipe" << 2 << 1 << ""
             << "fulcrum-train --balancer=ilp --pp=2 --schedule gpipe";
         QTest::newRow("engine path replaced, launcher untouched")
-            << "mpirun -np 4 --bind-to none build/engine/fulcrum-train --balancer fixed" << "wlb"
-            << "" << "" << 1 << 1 << "/opt/fulcrum/bin/fulcrum-train"
+            << "mpirun -np 4 --bind-to none build/engine/fulcrum-train --balancer fixed"
+            << "wlb"
+            << ""
+            << "" << 1 << 1 << "/opt/fulcrum/bin/fulcrum-train"
             << "mpirun -np 4 --bind-to none /opt/fulcrum/bin/fulcrum-train --balancer wlb";
-        QTest::newRow("empty choice keeps the run's own")
-            << kRecorded << "" << "" << "" << 2 << 2 << "" << kRecorded;
+        QTest::newRow("interleaved gets virtual stages")
+            << "fulcrum-train --pp 2 --schedule 1f1b"
+            << ""
+            << ""
+            << "interleaved" << 2 << 1 << ""
+            << "fulcrum-train --pp 2 --schedule interleaved --virtual-stages 2";
+        QTest::newRow("interleaved keeps the run's virtual stages")
+            << "fulcrum-train --pp 2 --schedule interleaved --virtual-stages 3"
+            << ""
+            << ""
+            << "interleaved" << 2 << 1 << ""
+            << "fulcrum-train --pp 2 --schedule interleaved --virtual-stages 3";
+        QTest::newRow("another schedule drops virtual stages")
+            << "fulcrum-train --pp 2 --schedule interleaved --virtual-stages=2"
+            << ""
+            << ""
+            << "zb-h1" << 2 << 1 << ""
+            << "fulcrum-train --pp 2 --schedule zb-h1";
+        QTest::newRow("empty choice keeps the run's own") << kRecorded << ""
+                                                          << ""
+                                                          << "" << 2 << 2 << "" << kRecorded;
     }
     void rerun_argv() {
         QFETCH(QString, recorded);
@@ -108,21 +144,38 @@ private slots:
         QFETCH(int, cp);
         QFETCH(QString, engine);
         QFETCH(QString, expected);
-        const QStringList argv = ui::rerun_argv(split_shell_words(recorded),
-                                                RerunChoice{balancer, cp_shard, schedule}, pp, cp,
-                                                engine);
+        const QStringList argv = ui::rerun_argv(
+            split_shell_words(recorded), RerunChoice{balancer, cp_shard, schedule}, pp, cp, engine);
         QCOMPARE(argv.join(' '), expected);
+    }
+
+    // The same documents: one epoch instead of the run's steps, in both tools.
+    void same_documents() {
+        RerunChoice choice{"wlb", "", "", true};
+        QCOMPARE(ui::rerun_argv(split_shell_words("mpirun -np 2 fulcrum-train --steps 3 --pp 2"),
+                                choice, 2, 1)
+                     .join(' '),
+                 QString("mpirun -np 2 fulcrum-train --pp 2 --balancer wlb --epochs 1"));
+        QCOMPARE(
+            ui::rerun_argv(split_shell_words("fulcrum-train --steps=3"), choice, 1, 1).join(' '),
+            QString("fulcrum-train --balancer wlb --epochs 1"));
+        QCOMPARE(simulate_arguments("/r/run.fulcrum", choice, 1, 1, "/o").join(' '),
+                 QString("simulate --calibrate /r/run.fulcrum --balancer wlb --epochs 1 --progress "
+                         "-o /o"));
+        QCOMPARE(schedule_names(), (QStringList{"gpipe", "1f1b", "interleaved", "zb-h1"}));
     }
 
     void capture_and_simulate_arguments() {
         QCOMPARE(capture_arguments("/r/fixed-rerun-wlb", {"mpirun", "-np", "4"}).join(' '),
                  QString("capture -o /r/fixed-rerun-wlb -- mpirun -np 4"));
-        QCOMPARE(simulate_arguments("/r/run.fulcrum", {"wlb", "zigzag", "gpipe"}, 2, 2, "/r/o.fulcrum")
-                     .join(' '),
-                 QString("simulate --calibrate /r/run.fulcrum --balancer wlb --cp-shard zigzag "
-                         "--schedule gpipe --progress -o /r/o.fulcrum"));
-        QCOMPARE(simulate_arguments("/r/run.fulcrum", {"ilp", "zigzag", "gpipe"}, 1, 1, "/o").join(' '),
-                 QString("simulate --calibrate /r/run.fulcrum --balancer ilp --progress -o /o"));
+        QCOMPARE(
+            simulate_arguments("/r/run.fulcrum", {"wlb", "zigzag", "gpipe"}, 2, 2, "/r/o.fulcrum")
+                .join(' '),
+            QString("simulate --calibrate /r/run.fulcrum --balancer wlb --cp-shard zigzag "
+                    "--schedule gpipe --progress -o /r/o.fulcrum"));
+        QCOMPARE(
+            simulate_arguments("/r/run.fulcrum", {"ilp", "zigzag", "gpipe"}, 1, 1, "/o").join(' '),
+            QString("simulate --calibrate /r/run.fulcrum --balancer ilp --progress -o /o"));
     }
 
     void locate_engine_order() {
@@ -147,7 +200,8 @@ private slots:
         make_executable(dir.filePath("bin/fulcrum"));
         QCOMPARE(locate_fulcrum(app_dir), dir.filePath("bin/fulcrum"));
         make_executable(dir.filePath("build/app/fulcrum"));
-        QCOMPARE(locate_fulcrum(app_dir), QFileInfo(dir.filePath("build/app/fulcrum")).canonicalFilePath());
+        QCOMPARE(locate_fulcrum(app_dir),
+                 QFileInfo(dir.filePath("build/app/fulcrum")).canonicalFilePath());
         qputenv("PATH", old_path);
     }
 
@@ -168,7 +222,8 @@ private slots:
             QFile::setPermissions(dir.filePath("ro"), QFile::ReadOwner | QFile::ExeOwner);
             QVERIFY(unique_output_path(dir.filePath("ro/run/run.fulcrum"), "run", "-rerun-x")
                         .startsWith(QDir::tempPath()));
-            QFile::setPermissions(dir.filePath("ro"), QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+            QFile::setPermissions(dir.filePath("ro"),
+                                  QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
         }
     }
 
@@ -176,7 +231,8 @@ private slots:
         QTest::addColumn<QString>("line");
         QTest::addColumn<int>("steps");
         QTest::addColumn<double>("fraction");
-        QTest::newRow("engine step") << "step    1 | epoch 0 | loss 5.5 | grad norm 1.0" << 4 << 0.5;
+        QTest::newRow("engine step")
+            << "step    1 | epoch 0 | loss 5.5 | grad norm 1.0" << 4 << 0.5;
         QTest::newRow("last step") << "step    2 | epoch 0 | loss" << 3 << 1.0;
         QTest::newRow("simulate --progress") << "simulating wlb 60%" << 0 << 0.6;
         QTest::newRow("other line") << "grid TP(1)-CP(2)-PP(2)-DP(1) on 4 ranks" << 3 << -1.0;
@@ -212,7 +268,8 @@ private slots:
             QVERIFY(here.why_not.contains("mpirun"));
         } else {
             QVERIFY2(here.capture_here, qPrintable(here.why_not));
-            QCOMPARE(here.engine, QFileInfo(dir.filePath("build/engine/fulcrum-train")).canonicalFilePath());
+            QCOMPARE(here.engine,
+                     QFileInfo(dir.filePath("build/engine/fulcrum-train")).canonicalFilePath());
         }
         // ...and not found at all.
         const RerunPlan missing = plan_rerun(*local, dir.filePath("nowhere/a/b"), "here");

@@ -45,7 +45,8 @@ class RerunDialogTest : public QObject {
     Q_OBJECT
 private slots:
     void initTestCase() {
-        QVERIFY2(QFileInfo::exists(kRuns + "/fixed/run.fulcrum"), "run the gui_capture_runs fixture first");
+        QVERIFY2(QFileInfo::exists(kRuns + "/fixed/run.fulcrum"),
+                 "run the gui_capture_runs fixture first");
         QSettings::setDefaultFormat(QSettings::IniFormat);
         QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, work_.path());
         QCoreApplication::setOrganizationName("fulcrum-tests");
@@ -79,7 +80,8 @@ private slots:
         QCOMPARE(dialog->choice().schedule, QString("1f1b"));
         dialog->set_choice({"wlb", "zigzag", "gpipe"});
         const QString args = dialog->arguments().join(' ');
-        QVERIFY2(args.startsWith("capture -o " + copy_->filePath("fixed-rerun-wlb") + " -- mpirun -np 4 /"),
+        QVERIFY2(args.startsWith("capture -o " + copy_->filePath("fixed-rerun-wlb") +
+                                 " -- mpirun -np 4 /"),
                  qPrintable(args));
         QVERIFY2(args.contains("--balancer wlb") && args.contains("--cp-shard zigzag") &&
                      args.contains("--schedule gpipe") && args.contains("--micro-batches 4"),
@@ -120,7 +122,8 @@ private slots:
         dialog->start();
         QCOMPARE(dialog->state(), RerunDialog::State::running);
         QTRY_VERIFY_WITH_TIMEOUT(dialog->state() != RerunDialog::State::running, kRerunMs);
-        QVERIFY2(dialog->state() == RerunDialog::State::succeeded, qPrintable(dialog->status_text()));
+        QVERIFY2(dialog->state() == RerunDialog::State::succeeded,
+                 qPrintable(dialog->status_text()));
         QTRY_COMPARE_WITH_TIMEOUT(window_->runs().size(), 2, 60000);
         qInfo("re-run captured and opened in %.1f s", timer.elapsed() / 1000.0);
 
@@ -167,7 +170,8 @@ private slots:
         QVERIFY(dialog->simulate());
         dialog->start();
         QTRY_VERIFY_WITH_TIMEOUT(dialog->state() != RerunDialog::State::running, kRerunMs);
-        QVERIFY2(dialog->state() == RerunDialog::State::succeeded, qPrintable(dialog->status_text()));
+        QVERIFY2(dialog->state() == RerunDialog::State::succeeded,
+                 qPrintable(dialog->status_text()));
         QTRY_COMPARE_WITH_TIMEOUT(window_->runs().size(), 2, 60000);
         const views::RunPtr simulated = window_->runs()[1];
         QCOMPARE(simulated->path, copy_->filePath("fixed-sim-wlb.fulcrum"));
@@ -185,6 +189,37 @@ private slots:
         QVERIFY(again->simulate());
         again->set_simulate(false);
         QVERIFY(again->simulate());
+    }
+
+    // Same documents: the run's own settings over one epoch first, as Compare's reference,
+    // then the chosen balancer over the same epoch; the re-run gets a tokens/s ratio against
+    // the baseline, the original (3 steps) none.
+    void same_documents_runs_a_baseline_first() {
+        RerunDialog* dialog = window_->rerun_dialog();
+        dialog->set_simulate(true);
+        dialog->set_choice({"wlb", {}, {}});
+        dialog->set_same_documents(true);
+        QVERIFY2(dialog->arguments().join(' ').contains("--balancer wlb") &&
+                     dialog->arguments().join(' ').contains("--epochs 1"),
+                 qPrintable(dialog->arguments().join(' ')));
+        QSignalSpy baseline(dialog, &RerunDialog::baseline_ready);
+        dialog->start();
+        QVERIFY(dialog->running_baseline());
+        QTRY_VERIFY_WITH_TIMEOUT(dialog->state() != RerunDialog::State::running, kRerunMs);
+        QVERIFY2(dialog->state() == RerunDialog::State::succeeded,
+                 qPrintable(dialog->status_text()));
+        QCOMPARE(baseline.size(), 1);
+        QCOMPARE(baseline[0][0].toString(), copy_->filePath("fixed-sim-epoch-fixed.fulcrum"));
+        QTRY_COMPARE_WITH_TIMEOUT(window_->runs().size(), 3, 60000);
+        const views::RunPtr first = window_->reference_run();
+        QCOMPARE(first->path, copy_->filePath("fixed-sim-epoch-fixed.fulcrum"));
+        QCOMPARE(first->trace->config.epochs, 1);
+        QCOMPARE(first->trace->config.balancer, std::string("fixed"));
+        const views::RunPtr rerun = window_->runs()[2];
+        QCOMPARE(rerun->path, copy_->filePath("fixed-sim-epoch-wlb.fulcrum"));
+        QCOMPARE(rerun->trace->config.balancer, std::string("wlb"));
+        QCOMPARE(window_->compare_runs().front(), first);
+        QCOMPARE(window_->current_view(), View::compare);
     }
 
 private:

@@ -25,7 +25,8 @@ namespace {
 
 // The value at quantile q of sorted values (linear between neighbours).
 double quantile(const std::vector<double>& sorted, double q) {
-    if (sorted.empty()) return 0;
+    if (sorted.empty())
+        return 0;
     const double at = q * static_cast<double>(sorted.size() - 1);
     const auto below = static_cast<std::size_t>(std::floor(at));
     const auto above = std::min(below + 1, sorted.size() - 1);
@@ -37,7 +38,8 @@ double quantile(const std::vector<double>& sorted, double q) {
 std::vector<double> step_walls_ms(const analysis::RunAnalysis& analysis) {
     std::vector<double> walls;
     for (const auto& b : analysis.breakdown) {
-        if (!b.whole_trace) walls.push_back(static_cast<double>(b.wall_ns()) / 1e6);
+        if (!b.whole_trace)
+            walls.push_back(static_cast<double>(b.wall_ns()) / 1e6);
     }
     std::sort(walls.begin(), walls.end());
     return walls;
@@ -76,8 +78,9 @@ CompareView::CompareView(QWidget* parent)
     // The difference map lives in row 1 (row 0 is the title), so the colour scale goes there.
     difference_->plotLayout()->insertRow(0);
     difference_->plotLayout()->addElement(
-        0, 0, new QCPTextElement(difference_, tr("Compute per rank and step: run − reference (ms)"),
-                                 QFont()));
+        0, 0,
+        new QCPTextElement(difference_, tr("Compute per rank and step: run − reference (ms)"),
+                           QFont()));
     {
         auto* scale = new QCPColorScale(difference_);
         difference_->plotLayout()->addElement(1, 1, scale);
@@ -157,13 +160,23 @@ CompareView::CompareView(QWidget* parent)
 
 CompareView::~CompareView() = default;
 
-QString CompareView::message() const { return stack_->message(); }
-QString CompareView::difference_message() const { return difference_stack_->message(); }
-QString CompareView::predicted_message() const { return predicted_stack_->message(); }
+QString CompareView::message() const {
+    return stack_->message();
+}
+QString CompareView::difference_message() const {
+    return difference_stack_->message();
+}
+QString CompareView::predicted_message() const {
+    return predicted_stack_->message();
+}
+QString CompareView::notes() const {
+    return notes_->text();
+}
 
 void CompareView::set_difference_run(int index) {
     const int at = difference_box_->findData(index);
-    if (at >= 0) difference_box_->setCurrentIndex(at);
+    if (at >= 0)
+        difference_box_->setCurrentIndex(at);
 }
 
 void CompareView::set_runs(const QVector<RunPtr>& runs) {
@@ -191,8 +204,16 @@ void CompareView::set_runs(const QVector<RunPtr>& runs) {
     } else {
         stack_->show_content();
     }
+    throughputs_.clear();
+    for (const auto& run : runs_) {
+        throughputs_.push_back(report::run_throughput(*run->trace, *run->analysis));
+    }
     QString notes = tr("Reference: %1.").arg(runs_.isEmpty() ? QString() : runs_[0]->title);
-    if (!skipped_.isEmpty()) notes += tr(" Left out: %1").arg(skipped_.join(QStringLiteral("; ")));
+    if (runs_.size() > 1) {
+        notes += QLatin1Char(' ') + QString::fromStdString(report::comparison_basis(throughputs_));
+    }
+    if (!skipped_.isEmpty())
+        notes += tr(" Left out: %1").arg(skipped_.join(QStringLiteral("; ")));
     notes_->setText(notes);
     draw_step_times();
     draw_figures();
@@ -285,7 +306,8 @@ void CompareView::draw_figures() {
         bars->setPen(QPen(palette::run(i).darker(130)));
         bars->setWidth(width);
         bars->setBarsGroup(group);
-        for (double v : values) top = std::max(top, v);
+        for (double v : values)
+            top = std::max(top, v);
     }
     figures_->xAxis->setTicker(ticker);
     figures_->xAxis->setRange(-0.6, 4.6);
@@ -296,13 +318,14 @@ void CompareView::draw_figures() {
 void CompareView::draw_difference() {
     difference_->clearPlottables();
     if (runs_.size() < 2) {
-        difference_stack_->show_message(tr("Open a second run to see the difference against "
-                                           "the reference."));
+        difference_stack_->show_message(
+            tr("Open a second run to see the difference against "
+               "the reference."));
         difference_->replot();
         return;
     }
-    const int index = difference_box_->currentIndex() >= 0 ? difference_box_->currentData().toInt()
-                                                           : 1;
+    const int index =
+        difference_box_->currentIndex() >= 0 ? difference_box_->currentData().toInt() : 1;
     const auto& reference = runs_[0]->analysis->imbalance.compute_by_step;
     const auto& other = runs_[index]->analysis->imbalance.compute_by_step;
     if (reference.rows.empty() || reference.rows != other.rows ||
@@ -327,7 +350,8 @@ void CompareView::draw_difference() {
     diverging.setColorStopAt(1, QColor(0xc0, 0x39, 0x2b));
     auto* map = charts::draw_matrix(difference_, scale, diff, tr("step"), tr("ms"), diverging);
     // Symmetric around 0 so that "faster" and "slower" get opposite colours of equal strength.
-    const double extent = std::max(std::abs(map->dataRange().lower), std::abs(map->dataRange().upper));
+    const double extent =
+        std::max(std::abs(map->dataRange().lower), std::abs(map->dataRange().upper));
     map->setDataRange(QCPRange(-extent - 1e-9, extent + 1e-9));
     difference_stack_->show_content();
     difference_->replot();
@@ -345,15 +369,16 @@ void CompareView::draw_predicted() {
         const auto& predicted = a.imbalance.predicted_by_step;
         if (!a.imbalance.predicted_is_time || measured.rows != predicted.rows ||
             measured.columns != predicted.columns || measured.values.empty()) {
-            QString why = a.cost_model ? tr("predicted work is not in time")
-                                       : tr("no cost model");
-            for (const auto& note : a.notes) why += QStringLiteral("; ") + QString::fromStdString(note);
+            QString why = a.cost_model ? tr("predicted work is not in time") : tr("no cost model");
+            for (const auto& note : a.notes)
+                why += QStringLiteral("; ") + QString::fromStdString(note);
             missing << QStringLiteral("%1: %2").arg(runs_[i]->title, why);
             continue;
         }
         QVector<double> xs, ys;
         for (std::size_t k = 0; k < measured.values.size(); ++k) {
-            if (std::isnan(measured.values[k]) || std::isnan(predicted.values[k])) continue;
+            if (std::isnan(measured.values[k]) || std::isnan(predicted.values[k]))
+                continue;
             xs << predicted.values[k] / 1e6;
             ys << measured.values[k] / 1e6;
             top = std::max({top, xs.back(), ys.back()});
@@ -362,8 +387,8 @@ void CompareView::draw_predicted() {
         graph->setName(runs_[i]->title);
         graph->setData(xs, ys);
         graph->setLineStyle(QCPGraph::lsNone);
-        graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, palette::run(i),
-                                               palette::run(i), 7));
+        graph->setScatterStyle(
+            QCPScatterStyle(QCPScatterStyle::ssCircle, palette::run(i), palette::run(i), 7));
         ++drawn;
     }
     if (drawn == 0) {
@@ -388,6 +413,10 @@ void CompareView::fill_table() {
     const QStringList headers = {tr("Run"),
                                  tr("Balancer"),
                                  tr("Median step"),
+                                 tr("Steps"),
+                                 tr("Tokens"),
+                                 tr("Tokens/s"),
+                                 tr("Tokens/s vs first"),
                                  tr("Bubble (measured)"),
                                  tr("Bubble (theory)"),
                                  tr("Compute imbalance"),
@@ -416,13 +445,22 @@ void CompareView::fill_table() {
                        .arg(charts::format_percent(error / n));
         }
         QStringList notes;
-        for (const auto& note : a.notes) notes << QString::fromStdString(note);
+        for (const auto& note : a.notes)
+            notes << QString::fromStdString(note);
+        const report::RunThroughput& throughput = throughputs_[static_cast<std::size_t>(i)];
+        const auto ratio = report::tokens_per_s_vs(throughput, throughputs_.front());
         const QStringList cells = {
             runs_[i]->title,
             a.config.balancer.empty() ? charts::kUnknown
                                       : QString::fromStdString(a.config.balancer),
             walls.empty() ? charts::kUnknown
                           : QStringLiteral("%1 ms").arg(quantile(walls, 0.5), 0, 'f', 3),
+            QString::number(throughput.steps),
+            throughput.tokens > 0 ? QString::number(throughput.tokens) : charts::kUnknown,
+            throughput.has_tokens() ? QString::number(throughput.tokens_per_s(), 'f', 0)
+                                    : charts::kUnknown,
+            // Only on the same documents is the ratio a speedup; the notes say why not.
+            ratio ? QStringLiteral("%1×").arg(*ratio, 0, 'f', 2) : charts::kUnknown,
             charts::format_percent(a.bubbles.mean_measured_fraction),
             charts::format_percent(a.bubbles.theory_fraction),
             charts::format_fixed(a.imbalance.compute_imbalance, 3),
@@ -433,11 +471,11 @@ void CompareView::fill_table() {
                       .arg(charts::format_fixed(a.cp_load.mean_measured_imbalance, 3))
                       .arg(charts::format_fixed(a.cp_load.mean_predicted_imbalance, 3))
                 : tr("no CP"),
-            cost,
-            notes.join(QStringLiteral("; "))};
+            cost, notes.join(QStringLiteral("; "))};
         for (int c = 0; c < cells.size(); ++c) {
             auto* item = new QTableWidgetItem(cells[c]);
-            if (c == 0) item->setForeground(palette::run(i));
+            if (c == 0)
+                item->setForeground(palette::run(i));
             table_->setItem(i, c, item);
         }
     }

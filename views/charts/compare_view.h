@@ -1,12 +1,16 @@
-// Compare: two or more runs side by side — step-time distributions, bubble fraction and
-// imbalance, the rank × step compute difference against the reference run, and predicted
-// against measured compute (from each run's RunAnalysis).
+// Compare: two or more runs side by side — step-time distributions, tokens and tokens/s
+// (against the first run only on the same documents), bubble fraction and imbalance, the rank ×
+// step compute difference against the reference run, and predicted against measured compute (from
+// each run's RunAnalysis).
 #pragma once
 
 #include <QVector>
 #include <QWidget>
 
+#include <vector>
+
 #include "core/analysis/run_diff.h"
+#include "core/report/run_throughput.h"
 #include "views/common/opened_run.h"
 
 class QComboBox;
@@ -33,6 +37,7 @@ public:
 
     // For tests and the main window.
     QString message() const;             // why nothing is drawn; empty when charts are shown
+    QString notes() const;               // the reference run and whether tokens/s compares
     QString difference_message() const;  // why there is no difference map; empty when drawn
     QString predicted_message() const;   // why there is no predicted-vs-measured chart
     QCustomPlot* step_time_plot() const { return step_times_; }  // one box per run, legend
@@ -55,8 +60,9 @@ private:
     void fill_table();
     void fill_diff();
 
-    QVector<RunPtr> runs_;  // those with an analysis
-    QStringList skipped_;   // runs without one, and why
+    QVector<RunPtr> runs_;                            // those with an analysis
+    std::vector<report::RunThroughput> throughputs_;  // of runs_, for the table and the notes
+    QStringList skipped_;                             // runs without one, and why
 
     charts::MessageStack* stack_;
     QLabel* notes_;

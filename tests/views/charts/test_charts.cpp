@@ -9,9 +9,11 @@
 #include <QStandardItemModel>
 #include <QTableView>
 #include <QTableWidget>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include "core/analysis/run_analysis.h"
+#include "core/sim/simulator.h"
 #include "views/charts/bubble_stage_model.h"
 #include "views/charts/bubble_view.h"
 #include "views/charts/compare_view.h"
@@ -496,6 +498,57 @@ private slots:
             QCOMPARE(view.predicted_plot()->graphCount(), 2);
             QVERIFY(view.predicted_plot()->graph(0)->data()->size() > 0);
         }
+    }
+
+    // The fixture's runs trained 2 steps each, different documents: tokens and tokens/s are
+    // shown, the ratio is not, and the notes say why. Two simulated epochs of the same
+    // documents get the ratio, and the notes say what they share.
+    void compareViewTokensPerSecond() {
+        CompareView view;
+        view.set_runs({fixed_, wlb_});
+        const QTableWidget* table = view.table();
+        const auto cell = [&](int row, const QString& header) {
+            for (int c = 0; c < table->columnCount(); ++c) {
+                if (table->horizontalHeaderItem(c)->text() == header) {
+                    return table->item(row, c)->text();
+                }
+            }
+            return QStringLiteral("no column %1").arg(header);
+        };
+        QVERIFY(cell(0, QStringLiteral("Tokens")).toLongLong() > 0);
+        QVERIFY(cell(1, QStringLiteral("Tokens/s")).toDouble() > 0);
+        QCOMPARE(cell(1, QStringLiteral("Tokens/s vs first")), QStringLiteral("—"));
+        QVERIFY2(view.notes().contains(QStringLiteral("trained different documents")),
+                 qPrintable(view.notes()));
+
+        QTemporaryDir work;
+        QVector<RunPtr> runs;
+        std::vector<double> rates;
+        for (auto balancer : {balance::Balancer::fixed, balance::Balancer::wlb}) {
+            sim::SimulationConfig config;
+            config.balancer = balancer;
+            config.grid.pp = 2;
+            config.epochs = 1;
+            config.documents = 100;
+            config.lengths = "long-tail:context=256,median=32";
+            sim::SimulationOutput output;
+            output.path =
+                work.filePath(balance::balancer_name(balancer)).toStdString() + ".fulcrum";
+            auto result = sim::simulate_to_file(config, output);
+            QVERIFY(result.ok());
+            rates.push_back(result->tokens_per_second);
+            auto run = open_run(QString::fromStdString(output.path));
+            QVERIFY(run.ok());
+            runs.push_back(*run);
+        }
+        view.set_runs(runs);
+        QVERIFY2(view.notes().contains(QStringLiteral("the same 100 documents (1 epoch)")),
+                 qPrintable(view.notes()));
+        QCOMPARE(cell(0, QStringLiteral("Tokens/s vs first")), QStringLiteral("1.00×"));
+        QCOMPARE(cell(1, QStringLiteral("Tokens/s vs first")),
+                 QStringLiteral("%1×").arg(rates[1] / rates[0], 0, 'f', 2));
+        QCOMPARE(cell(0, QStringLiteral("Tokens")), cell(1, QStringLiteral("Tokens")));
+        render(view);
     }
 
     // The bubble chart outlines the shown passes that the step's critical path runs through:

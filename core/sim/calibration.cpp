@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 #include "core/plan/memory_model.h"

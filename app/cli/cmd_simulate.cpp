@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 
@@ -313,36 +314,50 @@ struct Variant {
     std::string label;  // the balancer's or schedule's name
 };
 
-Result<std::vector<Variant>> schedules_to_play(const SimulateArgs& args,
-                                               const sim::SimulationConfig& config) {
+// The variants a comma-separated `list` names, each made by `make` from its name, in order and
+// without repeats; `option` and `example` go into the messages.
+Result<std::vector<Variant>> parse_variants(
+    const std::string& list, const std::string& option, const std::string& example,
+    const std::function<Result<Variant>(const std::string&)>& make) {
     std::vector<Variant> variants;
-    std::stringstream list(args.compare_schedules);
+    std::stringstream items(list);
     std::string name;
-    while (std::getline(list, name, ',')) {
-        auto schedule = parallel::parse_schedule(name);
-        if (!schedule) {
-            return Error{ErrorCode::invalid_input,
-                         "--compare-schedules: " + schedule.error().message};
-        }
-        Variant variant{config, parallel::schedule_name(*schedule)};
-        variant.config.schedule = *schedule;
-        const bool interleaved = *schedule == parallel::PipelineSchedule::interleaved;
-        variant.config.virtual_stages = interleaved ? std::max(config.virtual_stages, 2) : 1;
-        if (auto status = sim::validate(variant.config); !status) {
-            return Error{ErrorCode::invalid_input,
-                         "--compare-schedules " + variant.label + ": " + status.error().message};
+    while (std::getline(items, name, ',')) {
+        auto variant = make(name);
+        if (!variant) {
+            return Error{ErrorCode::invalid_input, option + ": " + variant.error().message};
         }
         const bool seen = std::any_of(variants.begin(), variants.end(),
-                                      [&](const Variant& v) { return v.label == variant.label; });
+                                      [&](const Variant& v) { return v.label == variant->label; });
         if (!seen) {
-            variants.push_back(std::move(variant));
+            variants.push_back(std::move(*variant));
         }
     }
     if (variants.empty()) {
-        return Error{ErrorCode::invalid_input,
-                     "--compare-schedules needs a list of schedules, e.g. 1f1b,interleaved,zb-h1"};
+        return Error{ErrorCode::invalid_input, option + " needs a list, e.g. " + example};
     }
     return variants;
+}
+
+Result<std::vector<Variant>> schedules_to_play(const SimulateArgs& args,
+                                               const sim::SimulationConfig& config) {
+    return parse_variants(
+        args.compare_schedules, "--compare-schedules", "--compare-schedules 1f1b,interleaved,zb-h1",
+        [&](const std::string& name) -> Result<Variant> {
+            auto schedule = parallel::parse_schedule(name);
+            if (!schedule) {
+                return schedule.error();
+            }
+            Variant variant{config, parallel::schedule_name(*schedule)};
+            variant.config.schedule = *schedule;
+            const bool interleaved = *schedule == parallel::PipelineSchedule::interleaved;
+            variant.config.virtual_stages = interleaved ? std::max(config.virtual_stages, 2) : 1;
+            if (auto status = sim::validate(variant.config); !status) {
+                return Error{ErrorCode::invalid_input,
+                             variant.label + ": " + status.error().message};
+            }
+            return variant;
+        });
 }
 
 Result<std::vector<Variant>> variants_to_play(const SimulateArgs& args,
@@ -357,27 +372,16 @@ Result<std::vector<Variant>> variants_to_play(const SimulateArgs& args,
     if (args.compare.empty()) {
         return std::vector<Variant>{{config, balance::balancer_name(config.balancer)}};
     }
-    std::vector<Variant> variants;
-    std::stringstream list(args.compare);
-    std::string name;
-    while (std::getline(list, name, ',')) {
-        auto balancer = balance::parse_balancer(name);
-        if (!balancer) {
-            return Error{ErrorCode::invalid_input, "--compare: " + balancer.error().message};
-        }
-        Variant variant{config, balance::balancer_name(*balancer)};
-        variant.config.balancer = *balancer;
-        const bool seen = std::any_of(variants.begin(), variants.end(),
-                                      [&](const Variant& v) { return v.label == variant.label; });
-        if (!seen) {
-            variants.push_back(std::move(variant));
-        }
-    }
-    if (variants.empty()) {
-        return Error{ErrorCode::invalid_input,
-                     "--compare needs a list of balancers, e.g. --compare fixed,ilp,wlb"};
-    }
-    return variants;
+    return parse_variants(args.compare, "--compare", "--compare fixed,ilp,wlb",
+                          [&](const std::string& name) -> Result<Variant> {
+                              auto balancer = balance::parse_balancer(name);
+                              if (!balancer) {
+                                  return balancer.error();
+                              }
+                              Variant variant{config, balance::balancer_name(*balancer)};
+                              variant.config.balancer = *balancer;
+                              return variant;
+                          });
 }
 
 struct Played {

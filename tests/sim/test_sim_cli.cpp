@@ -86,7 +86,7 @@ private slots:
         QTest::newRow("compared schedule that cannot run")
             << QStringList{"--pp",     "2", "--micro-batches",     "3",
                            "--layers", "4", "--compare-schedules", "1f1b,interleaved"}
-            << "--compare-schedules interleaved:";
+            << "--compare-schedules: interleaved:";
         QTest::newRow("bad length spec") << QStringList{"--lengths", "uniform:max=9"} << "uniform";
         QTest::newRow("tp must divide heads")
             << QStringList{"--tp", "3"} << "--tp 3 must divide --heads 4";

@@ -345,9 +345,9 @@ void CompareView::draw_difference() {
     // Faster than the reference in blue, slower in red, equal in white.
     QCPColorGradient diverging;
     diverging.clearColorStops();
-    diverging.setColorStopAt(0, QColor(0x2b, 0x6c, 0xb0));
+    diverging.setColorStopAt(0, palette::faster());
     diverging.setColorStopAt(0.5, Qt::white);
-    diverging.setColorStopAt(1, QColor(0xc0, 0x39, 0x2b));
+    diverging.setColorStopAt(1, palette::slower());
     auto* map = charts::draw_matrix(difference_, scale, diff, tr("step"), tr("ms"), diverging);
     // Symmetric around 0 so that "faster" and "slower" get opposite colours of equal strength.
     const double extent =

@@ -22,7 +22,7 @@ constexpr int kMaxFlowsDrawn = 2000;  // more arrows than this are a smear, not 
 constexpr double kLabelMinPx = 24.0;  // narrower boxes get no label
 
 QColor text_on(const QColor& fill) {
-    return fill.lightness() > 140 ? QColor(0x20, 0x20, 0x20) : QColor(Qt::white);
+    return fill.lightness() > 140 ? palette::ink() : QColor(Qt::white);
 }
 
 }  // namespace
@@ -346,7 +346,7 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
     painted_folds_ = 0;
     painted_critical_ = 0;
     if (layout_ == nullptr) {
-        painter.setPen(QColor(0x70, 0x70, 0x70));
+        painter.setPen(palette::faint_ink());
         painter.drawText(rect(), Qt::AlignCenter, tr("No run open"));
         return;
     }
@@ -365,9 +365,7 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
         const int y = static_cast<int>(screen_y(band->y));
         if (band->kind != LaneTreeModel::NodeKind::lane) {
             painter.fillRect(QRect(0, y, width(), band->height),
-                             band->kind == LaneTreeModel::NodeKind::group
-                                 ? QColor(0xe6, 0xe9, 0xef)
-                                 : QColor(0xf3, 0xf4, 0xf7));
+                             palette::band(band->kind == LaneTreeModel::NodeKind::group));
             if (!band->summary_rows.empty()) {
                 paint_summary(painter, *band);
             }
@@ -380,7 +378,7 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
                 paint_highlight(painter, *band, true);
             }
         }
-        painter.setPen(QColor(0xdd, 0xdf, 0xe4));
+        painter.setPen(palette::rule());
         painter.drawLine(0, y + band->height - 1, width(), y + band->height - 1);
     }
     paint_flows(painter);
@@ -393,13 +391,13 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
         if (box.isNull()) {
             return;
         }
-        painter.setPen(QPen(QColor(0x20, 0x20, 0x20), 1));
+        painter.setPen(QPen(palette::ink(), 1));
         painter.setBrush(Qt::NoBrush);
         painter.drawRect(box.adjusted(-2, -2, 2, 2));
         painter.setPen(QPen(colour, 2));
         painter.drawRect(box.adjusted(-1, -1, 1, 1));
     };
-    outline(search_hit_, QColor(0x30, 0x90, 0xff));
+    outline(search_hit_, palette::search_hit());
     outline(selected_, palette::highlight());
 
     // Gutter: row headers over everything drawn in the time area.
@@ -408,24 +406,24 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
         const int y = static_cast<int>(screen_y(band->y));
         const QRect gutter(0, y, kGutterWidth, band->height);
         painter.fillRect(gutter,
-                         band->kind == LaneTreeModel::NodeKind::group  ? QColor(0xdc, 0xe0, 0xe8)
-                         : band->kind == LaneTreeModel::NodeKind::rank ? QColor(0xea, 0xec, 0xf1)
-                                                                       : QColor(0xf7, 0xf8, 0xfa));
+                         palette::gutter(band->kind == LaneTreeModel::NodeKind::group  ? 0
+                                         : band->kind == LaneTreeModel::NodeKind::rank ? 1
+                                                                                       : 2));
         QString label = band->node.data(Qt::DisplayRole).toString();
         if (band->kind != LaneTreeModel::NodeKind::lane) {
             label = (band->expanded ? QStringLiteral("▾ ") : QStringLiteral("▸ ")) + label;
         }
         const int indent = 4 + 12 * band->depth_in_tree;
-        painter.setPen(QColor(0x20, 0x20, 0x20));
+        painter.setPen(palette::ink());
         const QRect text_box(indent, y, kGutterWidth - indent - 4,
                              std::min(band->height, kHeaderHeight));
         painter.drawText(text_box, Qt::AlignVCenter | Qt::AlignLeft,
                          fontMetrics().elidedText(label, Qt::ElideRight, text_box.width()));
-        painter.setPen(QColor(0xc8, 0xcc, 0xd4));
+        painter.setPen(palette::gutter_rule());
         painter.drawLine(0, y + band->height - 1, kGutterWidth, y + band->height - 1);
     }
     painter.setClipping(false);
-    painter.setPen(QColor(0xb0, 0xb4, 0xbc));
+    painter.setPen(palette::frame());
     painter.drawLine(kGutterWidth - 1, top, kGutterWidth - 1, bottom);
 
     // Measured interval and the range being dragged.
@@ -443,16 +441,18 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
             const QString text = format_duration(std::max(a, b) - std::min(a, b));
             const int w = fontMetrics().horizontalAdvance(text) + 8;
             const QRectF box((x0 + x1) / 2 - w / 2.0, top + 2, w, kHeaderHeight - 2);
-            painter.fillRect(box, QColor(0x20, 0x20, 0x20, 200));
+            painter.fillRect(box, palette::label_background());
             painter.setPen(Qt::white);
             painter.drawText(box, Qt::AlignCenter, text);
         }
     };
     if (measure_end_ >= measure_start_) {
-        span_overlay(measure_start_, measure_end_, QColor(0x30, 0x90, 0xff, 50), true);
+        QColor measured_span = palette::search_hit();
+        measured_span.setAlpha(50);
+        span_overlay(measure_start_, measure_end_, measured_span, true);
     }
     if (drag_ == Drag::zoom_select) {
-        span_overlay(drag_start_ns_, time_at(last_pos_.x()), QColor(0x40, 0x40, 0x40, 40), true);
+        span_overlay(drag_start_ns_, time_at(last_pos_.x()), palette::selection_shade(), true);
     }
     paint_axis(painter);
 }
@@ -610,8 +610,8 @@ void TimelineCanvas::paint_flows(QPainter& painter) {
 }
 
 void TimelineCanvas::paint_axis(QPainter& painter) {
-    painter.fillRect(QRect(0, 0, width(), kAxisHeight), QColor(0xf3, 0xf4, 0xf7));
-    painter.setPen(QColor(0xb0, 0xb4, 0xbc));
+    painter.fillRect(QRect(0, 0, width(), kAxisHeight), palette::surface());
+    painter.setPen(palette::frame());
     painter.drawLine(0, kAxisHeight - 1, width(), kAxisHeight - 1);
     const double ns_per_px = static_cast<double>(window_end_ - window_start_) / time_area_width();
     // A 1-2-5 step that puts ticks at least ~90 px apart.
@@ -626,14 +626,14 @@ void TimelineCanvas::paint_axis(QPainter& painter) {
     const auto tick = static_cast<std::int64_t>(std::max(1.0, step));
     std::int64_t t =
         window_start_ >= 0 ? (window_start_ + tick - 1) / tick * tick : window_start_ / tick * tick;
-    painter.setPen(QColor(0x40, 0x40, 0x40));
+    painter.setPen(palette::axis_ink());
     for (; t <= window_end_; t += tick) {
         const double x = x_of(t);
         painter.drawLine(QPointF(x, kAxisHeight - 6), QPointF(x, kAxisHeight - 1));
         painter.drawText(QRectF(x + 3, 0, 120, kAxisHeight - 4), Qt::AlignVCenter | Qt::AlignLeft,
                          format_duration(t));
     }
-    painter.fillRect(QRect(0, 0, kGutterWidth, kAxisHeight), QColor(0xf3, 0xf4, 0xf7));
+    painter.fillRect(QRect(0, 0, kGutterWidth, kAxisHeight), palette::surface());
     painter.drawText(
         QRect(6, 0, kGutterWidth - 8, kAxisHeight), Qt::AlignVCenter | Qt::AlignLeft,
         QStringLiteral("%1 visible").arg(format_duration(window_end_ - window_start_)));

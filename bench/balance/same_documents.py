@@ -11,7 +11,8 @@ balancer trains every document once, and tokens/s against fixed is the speedup.
   3. fulcrum simulate of a 7B model on 256 GPUs at 128K and 64K context (analytic costs),
      with wlb's delay bound, and by steps to show why steps mislead.
 
-Usage: bench/balance/same_documents.py [--build build] [--rounds 5] [--work DIR]
+Usage: bench/balance/same_documents.py [--build build] [--rounds 5] [--work DIR] [--cp 2]
+(--cp 2: the engine on 4 ranks, pp2 x cp2, as the demo runs it)
 Prints markdown tables with ratios against fixed measured in the same run.
 """
 import argparse
@@ -38,9 +39,9 @@ def run(command, **kwargs):
     return result.stdout
 
 
-def engine_round(build, balancer):
-    out = run(["mpirun", "-np", "2", f"{build}/engine/fulcrum-train", "--balancer", balancer]
-              + ENGINE)
+def engine_round(build, balancer, cp):
+    out = run(["mpirun", "-np", str(2 * cp), f"{build}/engine/fulcrum-train", "--balancer", balancer]
+              + ENGINE + ["--cp", str(cp)])
     done = re.search(r"done: (\d+) steps, ([0-9.]+) s, (\d+) tokens/s", out)
     trained = re.search(r"trained: (\d+) documents, (\d+) tokens, .*delay mean ([0-9.]+), max (\d+)",
                         out)
@@ -78,6 +79,8 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work", default=None)
+    parser.add_argument("--cp", type=int, default=1,
+                        help="CP degree of the engine runs: 2 gives 4 ranks (pp2 x cp2)")
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     work = args.work or tempfile.mkdtemp(prefix="fulcrum-same-documents.")
@@ -90,7 +93,7 @@ def main():
     for r in range(args.rounds):
         for i in range(len(BALANCERS)):
             balancer = BALANCERS[(r + i) % len(BALANCERS)]
-            samples[balancer].append(engine_round(build, balancer))
+            samples[balancer].append(engine_round(build, balancer, args.cp))
     rows = []
     for balancer in BALANCERS:
         runs = samples[balancer]
@@ -100,14 +103,17 @@ def main():
                      "step_s": statistics.median(s["seconds"] / s["steps"] for s in runs),
                      "tokens_per_s": statistics.median(s["tokens_per_s"] for s in runs),
                      "mean_delay": runs[0]["mean_delay"], "max_delay": runs[0]["max_delay"]})
-    table(f"fulcrum-train, 2 CPU ranks (pp2), one epoch of {rows[0]['tokens']:,} tokens in "
-          f"{samples['fixed'][0]['documents']} documents, median of {args.rounds} rounds",
-          "mpirun -np 2 fulcrum-train --balancer B " + " ".join(ENGINE), rows)
+    ranks = 2 * args.cp
+    table(f"fulcrum-train, {ranks} CPU ranks (pp2 x cp{args.cp}), one epoch of {rows[0]['tokens']:,} "
+          f"tokens in {samples['fixed'][0]['documents']} documents, median of {args.rounds} rounds",
+          f"mpirun -np {ranks} fulcrum-train --balancer B " + " ".join(ENGINE) + f" --cp {args.cp}",
+          rows)
 
     # 2. The simulator calibrated on a capture of the fixed epoch; S_max as the engine's.
     capture = os.path.join(work, "fixed")
-    run([f"{build}/app/fulcrum", "capture", "-o", capture, "--force", "--", "mpirun", "-np", "2",
-         f"{build}/engine/fulcrum-train", "--balancer", "fixed"] + ENGINE)
+    run([f"{build}/app/fulcrum", "capture", "-o", capture, "--force", "--", "mpirun", "-np",
+         str(2 * args.cp), f"{build}/engine/fulcrum-train", "--balancer", "fixed"] + ENGINE
+        + ["--cp", str(args.cp)])
     calibrated = ["--calibrate", f"{capture}/run.fulcrum", "--compare", "fixed,ilp,wlb",
                   "--wlb-max-tokens", "1024"]
     table("fulcrum simulate, calibrated on a capture of the fixed epoch above",

@@ -270,14 +270,14 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
 }
 
 // Per token and per causal pair, summed over a step's passes (every stage, both phases).
-balance::CostModel packing_cost_of(const analysis::CostModel& model) {
+balance::PackingCost packing_cost_of(const analysis::CostModel& model) {
     double per_token = 0;
     double per_pair = 0;
     for (const analysis::PassCost& pass : model.passes) {
         per_token += pass.per_token_ns;
         per_pair += pass.per_pair_ns;
     }
-    return balance::CostModel::from_fit(per_token, per_pair);
+    return balance::PackingCost::from_fit(per_token, per_pair);
 }
 
 // --packing-cost: the model's FLOPs, the fitted time model of --calibrate / --cost-model,

@@ -258,7 +258,7 @@ std::optional<std::vector<int>> solve_min_max(std::span<const Document> document
 }
 
 std::vector<MicroBatch> build(std::span<const Document> documents, const Assignment& assignment,
-                              std::size_t microbatches, const CostModel& cost) {
+                              std::size_t microbatches, const PackingCost& cost) {
     std::vector<MicroBatch> packed(microbatches);
     for (std::size_t i = 0; i < documents.size(); ++i) {
         packed[assignment[i]].add(documents[i], cost);

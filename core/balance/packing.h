@@ -37,7 +37,7 @@ struct Document {
 // Clusters Using Megatron-LM", SC'21), so b/a = 1/(12h): a document's attention equals its linear
 // work at d = 12h. The default is a 7B-class model, h = 4096; from_model and from_fit give
 // the run's own.
-struct CostModel {
+struct PackingCost {
     double linear = 1.0;
     double attention = 1.0 / (12.0 * 4096.0);
 
@@ -48,19 +48,19 @@ struct CostModel {
 
     // A GPT's training FLOPs: L·72h² + 6hV per token (the LM head's 6hV included), L·6h per
     // unit of Σd². Heads do not change the FLOPs.
-    static CostModel from_model(int layers, int hidden, int vocab);
+    static PackingCost from_model(int layers, int hidden, int vocab);
     // A fitted time model: per token, and per causal query·key pair (a document of d tokens
     // has d(d+1)/2 ≈ d²/2 of them), summed over the passes of a step. Both ≥ 0, one > 0.
-    static CostModel from_fit(double per_token_ns, double per_pair_ns);
+    static PackingCost from_fit(double per_token_ns, double per_pair_ns);
 };
 
 struct MicroBatch {
     std::vector<Document> documents;
     std::int64_t tokens = 0;          // Σd
     std::int64_t attention_work = 0;  // Σd²
-    double predicted_cost = 0;        // CostModel::predict(tokens, attention_work)
+    double predicted_cost = 0;        // PackingCost::predict(tokens, attention_work)
 
-    void add(const Document& document, const CostModel& cost);
+    void add(const Document& document, const PackingCost& cost);
 };
 
 enum class Balancer {
@@ -77,7 +77,7 @@ struct PackingOptions {
     Balancer balancer = Balancer::fixed;
     int microbatches = 32;          // N: micro-batches per global batch on one DP rank
     std::int64_t capacity = 32768;  // S: tokens of one fixed-length micro-batch (the context)
-    CostModel cost;
+    PackingCost cost;
 
     // ilp: CBC stops at whichever comes first; the greedy incumbent is returned if CBC finds
     // nothing better, so the limit bounds latency without risking quality.

@@ -108,7 +108,7 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     options.epochs = config.epochs;
     options.packing.cost = config.packing_cost
                                ? *config.packing_cost
-                               : balance::CostModel::from_model(
+                               : balance::PackingCost::from_model(
                                      config.model.layers, config.model.hidden, config.model.vocab);
     options.packing.wlb_max_tokens =
         config.wlb_max_tokens > 0 ? config.wlb_max_tokens : wlb_max_tokens_from_memory(config);

@@ -96,8 +96,8 @@ struct SimulationConfig {
     // nullopt: tuned on the first epoch (balance::tune_wlb_thresholds); empty: no queues.
     std::optional<std::vector<std::int64_t>> wlb_thresholds;
     // What ilp and wlb balance; nullopt: the model's training FLOPs
-    // (balance::CostModel::from_model), fulcrum-train's default.
-    std::optional<balance::CostModel> packing_cost;
+    // (balance::PackingCost::from_model), fulcrum-train's default.
+    std::optional<balance::PackingCost> packing_cost;
     std::string packing_cost_source = "model";
     // What adaptive CP sharding weighs: "ideal", "cpu" or "cuda" (balance::AttentionKernelModel).
     std::string attention_kernel = "cuda";

@@ -141,7 +141,7 @@ std::vector<std::int64_t> encode(
 }
 
 Result<std::vector<std::vector<balance::MicroBatch>>> decode(const std::vector<std::int64_t>& words,
-                                                             const balance::CostModel& cost,
+                                                             const balance::PackingCost& cost,
                                                              int& epoch, bool& last) {
     std::size_t at = 0;
     auto next = [&] { return words.at(at++); };

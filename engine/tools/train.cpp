@@ -436,7 +436,7 @@ int main(int argc, char** argv) {
     planner_options.seed = o.seed;
     planner_options.ilp_window = o.ilp_window;
     planner_options.epochs = o.epochs;
-    planner_options.packing.cost = balance::CostModel::from_model(o.layers, o.hidden, 256);
+    planner_options.packing.cost = balance::PackingCost::from_model(o.layers, o.hidden, 256);
     planner_options.packing.wlb_max_tokens = o.wlb_max_tokens;
     if (o.wlb_max_delay >= 0) {
         planner_options.packing.wlb_max_delay = o.wlb_max_delay;

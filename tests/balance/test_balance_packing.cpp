@@ -330,7 +330,7 @@ private slots:
     void wlbDelaysOutliersUntilAQueueFills() {
         PackingOptions options = options_for(Balancer::wlb, 2, 10);
         options.wlb_thresholds = std::vector<std::int64_t>{6};
-        options.cost = CostModel{0.0, 1.0};
+        options.cost = PackingCost{0.0, 1.0};
         PackingState state;
         const auto ids = [](const MicroBatch& m) {
             std::vector<std::uint64_t> out;
@@ -456,7 +456,7 @@ private slots:
     }
 
     void imbalanceDegreeIsMaxOverMean() {
-        const CostModel cost;
+        const PackingCost cost;
         std::vector<MicroBatch> microbatches(3);
         microbatches[0].add(Document{0, 2}, cost);      // Σd² = 4
         microbatches[1].add(Document{1, 1}, cost);      // 1
@@ -557,12 +557,12 @@ private slots:
     // The FLOPs model: b/a = 6hL / (72h²L + 6hV), so at h = 4096 without a vocabulary the
     // default 1/(12h); a small model weighs attention far more.
     void packingCostFromTheModel() {
-        const CostModel seven_b = CostModel::from_model(32, 4096, 0);
-        QCOMPARE(seven_b.attention, CostModel{}.attention);
-        const CostModel tiny = CostModel::from_model(2, 64, 256);
+        const PackingCost seven_b = PackingCost::from_model(32, 4096, 0);
+        QCOMPARE(seven_b.attention, PackingCost{}.attention);
+        const PackingCost tiny = PackingCost::from_model(2, 64, 256);
         QCOMPARE(tiny.attention, 2 * 6.0 * 64 / (2 * 72.0 * 64 * 64 + 6.0 * 64 * 256));
         // A fit of 2 ns per token and 0.01 ns per causal pair: Σd² counts each pair twice.
-        const CostModel fitted = CostModel::from_fit(2.0, 0.01);
+        const PackingCost fitted = PackingCost::from_fit(2.0, 0.01);
         QCOMPARE(fitted.attention / fitted.linear, 0.0025);
     }
 

@@ -90,7 +90,7 @@ private slots:
         options.sharding = *balance::parse_cp_sharding(sharding.toStdString());
         options.seed = kSeed;
         options.ilp_window = 4;
-        options.packing.cost = balance::CostModel::from_model(2, 64, 256);
+        options.packing.cost = balance::PackingCost::from_model(2, 64, 256);
         options.tune_wlb_thresholds = true;
         options.attention_kernel = *balance::attention_kernel_model("cpu");  // the CPU engine's
         auto planner = balance::StepPlanner::create(engine::document_lengths(*documents), options);

@@ -65,9 +65,9 @@ void bench_training(Precision precision) {
     TrainConfig train;
     SerialTrainer trainer(model, train);
     const int context = 4096;
-    MicroBatch batch;
+    TokenBatch batch;
     batch.append_document(document(context, 1));
-    const std::vector<MicroBatch> batches = {batch};
+    const std::vector<TokenBatch> batches = {batch};
     trainer.step(batches);  // warm-up: cuBLAS heuristics, allocations
     const int steps = 5;
     backend.synchronize(kComputeStream);

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     for (int begin = 0; begin < tokens; begin += document_length) {
         documents.emplace_back(text.data() + begin, std::min(document_length, tokens - begin));
     }
-    const MicroBatch batch = micro_batch_of(documents);
+    const TokenBatch batch = micro_batch_of(documents);
     Activations acts(backend, config);
     double best_step = 1e9;
     for (int r = 0; r < repeats; ++r) {

@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 
 std::int64_t Corpus::total_bytes() const {
     std::int64_t n = 0;
-    for (const Document& d : documents)
+    for (const CorpusDocument& d : documents)
         n += std::int64_t(d.text.size());
     return n;
 }

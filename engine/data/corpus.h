@@ -27,13 +27,13 @@ enum class DocumentSplit : std::uint8_t {
     blank_line,  // one document per block of lines separated by blank (whitespace-only) lines
 };
 
-struct Document {
+struct CorpusDocument {
     std::string source;  // relative path, plus "#<block>" (1-based) when split by blank lines
     std::string text;
 };
 
 struct Corpus {
-    std::vector<Document> documents;
+    std::vector<CorpusDocument> documents;
     std::vector<std::string> skipped_binary;  // relative paths
 
     std::int64_t total_bytes() const;

@@ -27,8 +27,8 @@ void MicroBatchSampler::shuffle() {
     consumed_ = 0;
 }
 
-MicroBatch MicroBatchSampler::next() {
-    MicroBatch batch;
+TokenBatch MicroBatchSampler::next() {
+    TokenBatch batch;
     for (int s = 0; s < config_.sequences_per_micro_batch; ++s) {
         std::size_t room = std::size_t(config_.context);
         while (room > 0) {

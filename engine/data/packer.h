@@ -32,7 +32,7 @@ public:
     // `corpus` must outlive the sampler and hold at least one non-empty document.
     MicroBatchSampler(const Corpus& corpus, PackingConfig config);
 
-    MicroBatch next();
+    TokenBatch next();
     std::int64_t epoch() const { return epoch_; }  // 0-based: how many passes are complete
 
 private:

@@ -87,7 +87,7 @@ public:
 
 private:
     // The whole micro-batch, or this CP rank's shard of it.
-    using LocalBatch = std::variant<MicroBatch, ContextShard>;
+    using LocalBatch = std::variant<TokenBatch, ContextShard>;
     Result<LocalBatch> local_micro_batch(const PlannedMicroBatch& planned) const;
     void emit_workload(const StepPlan& plan) const;
     // The passes of one op of the schedule (stage_ops). `reduce_layers`: the op is the last

@@ -4,7 +4,7 @@
 //     out[t] = wte[x_t] + wpe[p_t]
 // Backward: dwte[x_t] += dout[t], dwpe[p_t] += dout[t] (a scatter-add: ids repeat).
 //
-// Positions restart at 0 at the start of every document of a packed sequence (MicroBatch
+// Positions restart at 0 at the start of every document of a packed sequence (TokenBatch
 // computes them), so a document's representation does not depend on what was packed before
 // it — the same property attention.h keeps for the attention pattern.
 //

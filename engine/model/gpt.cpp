@@ -359,7 +359,7 @@ void GptModel::begin_backward(const Activations& acts) {
     backend_.fill_zero(scratch_.dresidual);
 }
 
-void GptModel::load_micro_batch(const MicroBatch& batch, Activations& acts) {
+void GptModel::load_micro_batch(const TokenBatch& batch, Activations& acts) {
     const Status valid = validate(batch, config_);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
     FULCRUM_CHECK(parallel_.cp_size() == 1,
@@ -393,7 +393,7 @@ void GptModel::load_micro_batch(const ContextShard& shard, Activations& acts) {
     acts.set_target_count(shard.target_count());
 }
 
-double GptModel::forward(const MicroBatch& batch, Activations& acts) {
+double GptModel::forward(const TokenBatch& batch, Activations& acts) {
     load_micro_batch(batch, acts);
     forward_embedding(acts);
     forward_blocks(0, config_.n_layer, acts);

@@ -253,7 +253,7 @@ public:
     // host waits for it); backward() adds loss_scale · ∂(Σ ℓ)/∂θ to gradients(). With
     // loss_scale = 1/N_step over all micro-batches of a step, the gradients end up as those
     // of the step's mean loss (lm_head.h).
-    double forward(const MicroBatch& batch, Activations& acts);
+    double forward(const TokenBatch& batch, Activations& acts);
     double forward(const ContextShard& shard, Activations& acts);  // Σ ℓ over local targets
     void backward(Activations& acts, float loss_scale);
 
@@ -261,7 +261,7 @@ public:
     // on a batch that fails validate(batch, config): data from outside the engine's own
     // packer should be validated (and the error reported) before it gets here.
     // A whole micro-batch; only without CP (or CP of one rank).
-    void load_micro_batch(const MicroBatch& batch, Activations& acts);
+    void load_micro_batch(const TokenBatch& batch, Activations& acts);
     // This CP rank's share (make_context_shard): its exchange must be for this CP group.
     void load_micro_batch(const ContextShard& shard, Activations& acts);
     void forward_embedding(Activations& acts);

@@ -12,7 +12,7 @@
 //
 // Targets. y_t is the next byte of the same document; the last token of every document has
 // no target (y_t = −1): ℓ_t = 0 and dz_t = 0, and it is not counted. A document of d tokens
-// therefore contributes d − 1 target tokens. MicroBatch builds targets this way.
+// therefore contributes d − 1 target tokens. TokenBatch builds targets this way.
 //
 // Loss normalisation. The loss of a training step is the mean of ℓ over ALL target tokens of
 // ALL its micro-batches: L = (1/N_step) Σ ℓ_t. Each micro-batch's backward is run with

@@ -8,14 +8,14 @@
 
 namespace fulcrum::engine {
 
-std::int64_t MicroBatch::target_count() const {
+std::int64_t TokenBatch::target_count() const {
     std::int64_t n = 0;
     for (std::int32_t y : targets)
         n += y != kernels::kNoTarget;
     return n;
 }
 
-void MicroBatch::append_document(std::string_view bytes) {
+void TokenBatch::append_document(std::string_view bytes) {
     if (bytes.empty())
         return;
     for (std::size_t i = 0; i < bytes.size(); ++i) {
@@ -26,7 +26,7 @@ void MicroBatch::append_document(std::string_view bytes) {
     doc_lengths.push_back(std::int32_t(bytes.size()));
 }
 
-std::vector<std::int32_t> MicroBatch::positions() const {
+std::vector<std::int32_t> TokenBatch::positions() const {
     std::vector<std::int32_t> out;
     out.reserve(tokens.size());
     for (std::int32_t length : doc_lengths) {
@@ -36,7 +36,7 @@ std::vector<std::int32_t> MicroBatch::positions() const {
     return out;
 }
 
-std::vector<AttentionSpan> MicroBatch::attention_spans() const {
+std::vector<AttentionSpan> TokenBatch::attention_spans() const {
     std::vector<AttentionSpan> spans;
     spans.reserve(doc_lengths.size());
     std::int32_t start = 0;
@@ -47,16 +47,16 @@ std::vector<AttentionSpan> MicroBatch::attention_spans() const {
     return spans;
 }
 
-MicroBatch micro_batch_of(std::span<const std::string_view> documents) {
-    MicroBatch batch;
+TokenBatch micro_batch_of(std::span<const std::string_view> documents) {
+    TokenBatch batch;
     for (std::string_view doc : documents)
         batch.append_document(doc);
     return batch;
 }
 
-MicroBatch concatenate(std::span<const MicroBatch> parts) {
-    MicroBatch out;
-    for (const MicroBatch& part : parts) {
+TokenBatch concatenate(std::span<const TokenBatch> parts) {
+    TokenBatch out;
+    for (const TokenBatch& part : parts) {
         out.tokens.insert(out.tokens.end(), part.tokens.begin(), part.tokens.end());
         out.targets.insert(out.targets.end(), part.targets.begin(), part.targets.end());
         out.doc_lengths.insert(out.doc_lengths.end(), part.doc_lengths.begin(),
@@ -65,7 +65,7 @@ MicroBatch concatenate(std::span<const MicroBatch> parts) {
     return out;
 }
 
-Status validate(const MicroBatch& batch, const GptConfig& config) {
+Status validate(const TokenBatch& batch, const GptConfig& config) {
     auto invalid = [](std::string message) {
         return Status(Error{ErrorCode::invalid_input, "micro-batch: " + std::move(message)});
     };

@@ -1,4 +1,6 @@
-// A micro-batch: documents packed back to back into one token sequence.
+// TokenBatch: a micro-batch as the model consumes it, documents packed back to back into one
+// token sequence (balance::MicroBatch is the planner's view of it: which documents, how much
+// work).
 //
 // The model sees only a flat list of tokens and the lengths of the documents they form; it
 // does not know about "sequences" of the context length. A batch of B sequences of S tokens
@@ -24,7 +26,7 @@
 
 namespace fulcrum::engine {
 
-struct MicroBatch {
+struct TokenBatch {
     std::vector<std::int32_t> tokens;
     std::vector<std::int32_t> targets;
     std::vector<std::int32_t> doc_lengths;
@@ -40,12 +42,12 @@ struct MicroBatch {
     std::vector<AttentionSpan> attention_spans() const;
 };
 
-MicroBatch micro_batch_of(std::span<const std::string_view> documents);
+TokenBatch micro_batch_of(std::span<const std::string_view> documents);
 // All documents of `parts`, in order, as one micro-batch.
-MicroBatch concatenate(std::span<const MicroBatch> parts);
+TokenBatch concatenate(std::span<const TokenBatch> parts);
 
 // invalid_input when the batch is inconsistent or does not fit the model (a document longer
 // than max_context, a token outside the vocabulary, targets of the wrong size).
-Status validate(const MicroBatch& batch, const GptConfig& config);
+Status validate(const TokenBatch& batch, const GptConfig& config);
 
 }  // namespace fulcrum::engine

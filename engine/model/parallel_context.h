@@ -10,7 +10,7 @@
 // runs everything but attention on them alone. Attention needs the keys and values of the
 // whole document prefix, so each block all-gathers K|V over the CP group in the forward pass
 // and reduce-scatters their gradients back to the owning ranks in the backward pass
-// (context_parallel.h). A ContextShard is what a rank loads instead of a MicroBatch.
+// (context_parallel.h). A ContextShard is what a rank loads instead of a TokenBatch.
 #pragma once
 
 #include <cstdint>

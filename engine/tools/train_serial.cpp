@@ -76,9 +76,9 @@ int main(int argc, char** argv) {
     using Clock = std::chrono::steady_clock;
     std::int64_t total_tokens = 0;
     double total_seconds = 0.0;
-    std::vector<MicroBatch> batches(static_cast<std::size_t>(micro_batches));
+    std::vector<TokenBatch> batches(static_cast<std::size_t>(micro_batches));
     for (int s = 0; s < steps; ++s) {
-        for (MicroBatch& b : batches)
+        for (TokenBatch& b : batches)
             b = sampler.next();
         const auto start = Clock::now();
         const StepReport r = trainer.step(batches);

@@ -4,9 +4,9 @@
 
 namespace fulcrum::engine {
 
-std::int64_t count_target_tokens(std::span<const MicroBatch> micro_batches) {
+std::int64_t count_target_tokens(std::span<const TokenBatch> micro_batches) {
     std::int64_t n = 0;
-    for (const MicroBatch& b : micro_batches)
+    for (const TokenBatch& b : micro_batches)
         n += b.target_count();
     return n;
 }
@@ -24,24 +24,24 @@ SerialTrainer::SerialTrainer(GptModel& model, TrainConfig config)
       optimizer_(model.backend(), model.layout(), config.adamw),
       activations_(model.backend(), model.config()) {}
 
-double SerialTrainer::accumulate_gradients(std::span<const MicroBatch> micro_batches) {
+double SerialTrainer::accumulate_gradients(std::span<const TokenBatch> micro_batches) {
     const std::int64_t n_targets = count_target_tokens(micro_batches);
     FULCRUM_CHECK(n_targets > 0, "a step needs at least one target token");
     const float loss_scale = float(1.0 / double(n_targets));
     model_.zero_gradients();
     double loss_sum = 0.0;
-    for (const MicroBatch& batch : micro_batches) {
+    for (const TokenBatch& batch : micro_batches) {
         loss_sum += model_.forward(batch, activations_);
         model_.backward(activations_, loss_scale);
     }
     return loss_sum / double(n_targets);
 }
 
-double SerialTrainer::evaluate(std::span<const MicroBatch> micro_batches) {
+double SerialTrainer::evaluate(std::span<const TokenBatch> micro_batches) {
     const std::int64_t n_targets = count_target_tokens(micro_batches);
     FULCRUM_CHECK(n_targets > 0, "evaluation needs at least one target token");
     double loss_sum = 0.0;
-    for (const MicroBatch& batch : micro_batches)
+    for (const TokenBatch& batch : micro_batches)
         loss_sum += model_.forward(batch, activations_);
     return loss_sum / double(n_targets);
 }
@@ -50,11 +50,11 @@ double SerialTrainer::gradient_norm() {
     return std::sqrt(model_.backend().sum_of_squares(model_.gradients()));
 }
 
-StepReport SerialTrainer::step(std::span<const MicroBatch> micro_batches) {
+StepReport SerialTrainer::step(std::span<const TokenBatch> micro_batches) {
     StepReport report;
     report.step = optimizer_.steps_taken() + 1;
     report.micro_batches = int(micro_batches.size());
-    for (const MicroBatch& b : micro_batches)
+    for (const TokenBatch& b : micro_batches)
         report.tokens += b.size();
     report.target_tokens = count_target_tokens(micro_batches);
     report.loss = accumulate_gradients(micro_batches);

@@ -38,7 +38,7 @@ struct StepReport {
     int micro_batches = 0;
 };
 
-std::int64_t count_target_tokens(std::span<const MicroBatch> micro_batches);
+std::int64_t count_target_tokens(std::span<const TokenBatch> micro_batches);
 float learning_rate_at(const TrainConfig& config, std::int64_t step);
 
 class SerialTrainer {
@@ -49,14 +49,14 @@ public:
     const AdamW& optimizer() const { return optimizer_; }
 
     // A whole step: accumulate, clip, update. Aborts if no micro-batch has a target token.
-    StepReport step(std::span<const MicroBatch> micro_batches);
+    StepReport step(std::span<const TokenBatch> micro_batches);
 
     // The step's first half on its own (tests, and evaluation without an update): zeroes the
     // gradients, runs every micro-batch forward and backward with loss scale 1/N_step, and
     // returns the mean loss.
-    double accumulate_gradients(std::span<const MicroBatch> micro_batches);
+    double accumulate_gradients(std::span<const TokenBatch> micro_batches);
     // Mean loss over the target tokens of `micro_batches`, forward only; gradients untouched.
-    double evaluate(std::span<const MicroBatch> micro_batches);
+    double evaluate(std::span<const TokenBatch> micro_batches);
     double gradient_norm();
 
 private:

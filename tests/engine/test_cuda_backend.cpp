@@ -558,7 +558,7 @@ void CudaBackendTest::modelTrainsLikeCpu() {
     SerialTrainer cpu_trainer(cpu_model, train), gpu_trainer(gpu_model, train);
     MicroBatchSampler sampler(*corpus, PackingConfig{128, 2, 3});
     for (int s = 0; s < 3; ++s) {
-        const std::vector<MicroBatch> batches = {sampler.next(), sampler.next()};
+        const std::vector<TokenBatch> batches = {sampler.next(), sampler.next()};
         const StepReport cpu = cpu_trainer.step(batches);
         const StepReport gpu = gpu_trainer.step(batches);
         qInfo("step %d: loss cpu %.7f cuda %.7f, grad norm cpu %.6f cuda %.6f", s + 1, cpu.loss,
@@ -599,7 +599,7 @@ void CudaBackendTest::modelPassesLikeCpu() {
     config.n_head = 4;
     config.max_context = 128;
     MicroBatchSampler sampler(*corpus, PackingConfig{128, 1, 5});
-    const MicroBatch batch = sampler.next();
+    const TokenBatch batch = sampler.next();
     auto gradients = [&](Backend& backend) {
         GptModel model(backend, config);
         model.initialize(9);

@@ -57,7 +57,7 @@ void EngineDataTest::commonLicenses() {
     QVERIFY2(corpus.ok(), corpus.ok() ? "" : corpus.error().message.c_str());
     std::set<std::string> texts;
     std::set<std::string> files;
-    for (const Document& d : corpus->documents) {
+    for (const CorpusDocument& d : corpus->documents) {
         QVERIFY(!d.text.empty());
         texts.insert(d.text);
         files.insert(d.source.substr(0, d.source.find('#')));
@@ -75,7 +75,7 @@ void EngineDataTest::commonLicenses() {
         }
     } else {
         QVERIFY(corpus->documents.size() > 10 * files.size());
-        for (const Document& d : corpus->documents) {
+        for (const CorpusDocument& d : corpus->documents) {
             QVERIFY(d.text.find("\n\n") == std::string::npos);
         }
     }
@@ -152,7 +152,7 @@ void EngineDataTest::packingLaysDocumentsEndToEnd() {
     MicroBatchSampler sampler(*corpus, PackingConfig{context, 2, 3});
     std::map<char, int> seen;
     for (int b = 0; b < 2; ++b) {  // 2 micro-batches × 2 sequences × 7 tokens = one epoch
-        const MicroBatch batch = sampler.next();
+        const TokenBatch batch = sampler.next();
         QCOMPARE(batch.size(), std::int64_t(2 * context));
         std::int64_t start = 0;
         for (std::int32_t length : batch.doc_lengths) {
@@ -180,7 +180,7 @@ void EngineDataTest::packedBatchesFitTheModel() {
     config.max_context = 128;
     MicroBatchSampler sampler(*corpus, PackingConfig{128, 4, 1});
     for (int i = 0; i < 20; ++i) {
-        const MicroBatch batch = sampler.next();
+        const TokenBatch batch = sampler.next();
         const Status valid = validate(batch, config);
         QVERIFY2(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
         QCOMPARE(batch.size(), std::int64_t(4 * 128));

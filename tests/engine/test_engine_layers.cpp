@@ -34,13 +34,13 @@ namespace {
 constexpr double kFp32Tolerance = 2e-5;
 
 std::vector<std::int32_t> positions_of(const std::vector<std::int32_t>& doc_lengths) {
-    MicroBatch b;
+    TokenBatch b;
     b.doc_lengths = doc_lengths;
     return b.positions();
 }
 
 std::vector<AttentionSpan> spans_of(const std::vector<std::int32_t>& doc_lengths) {
-    MicroBatch b;
+    TokenBatch b;
     b.doc_lengths = doc_lengths;
     return b.attention_spans();
 }

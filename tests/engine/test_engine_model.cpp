@@ -26,8 +26,8 @@ const char* const kLicenceExcerpt =
     "The GNU General Public License is a free, copyleft license for software and other "
     "kinds of works.";
 
-MicroBatch documents(std::initializer_list<std::pair<int, int>> ranges) {
-    MicroBatch b;
+TokenBatch documents(std::initializer_list<std::pair<int, int>> ranges) {
+    TokenBatch b;
     const std::string_view text(kLicenceExcerpt);
     for (auto [begin, length] : ranges)
         b.append_document(text.substr(begin, length));
@@ -45,7 +45,7 @@ public:
           grads(std::size_t(layout_.total())) {}
 
     // Returns Σ ℓ; with `backward`, adds loss_scale·∂(Σ ℓ)/∂θ into grads.
-    double run(const MicroBatch& batch, double loss_scale, bool backward) {
+    double run(const TokenBatch& batch, double loss_scale, bool backward) {
         using K = ParameterKind;
         const std::int64_t t = batch.size();
         const int c = config_.channels, v = config_.vocab_size, nh = config_.n_head;
@@ -271,7 +271,7 @@ void EngineModelTest::initialLossIsUniform() {
     GptModel model(backend_, config);
     model.initialize(7);
     Activations acts(backend_, config);
-    const MicroBatch batch = documents({{0, 40}, {40, 30}, {70, 27}});
+    const TokenBatch batch = documents({{0, 40}, {40, 30}, {70, 27}});
     const double mean = model.forward(batch, acts) / double(batch.target_count());
     QVERIFY2(std::abs(mean - std::log(256.0)) < 0.1, qPrintable(QString::number(mean)));
 }
@@ -281,7 +281,7 @@ void EngineModelTest::referenceGradientMatchesFiniteDifferences() {
     const ParameterLayout layout(config);
     ReferenceGpt ref(config);
     ref.params = lively_parameters(layout, 5);
-    const MicroBatch batch = documents({{4, 9}, {13, 1}, {20, 12}});
+    const TokenBatch batch = documents({{4, 9}, {13, 1}, {20, 12}});
     const double scale = 1.0 / double(batch.target_count());
     ref.run(batch, scale, true);
     const std::vector<double> analytic = ref.grads;
@@ -308,7 +308,7 @@ void EngineModelTest::engineMatchesReference() {
     const std::vector<float> params32 = to_float(ref.params);
     model.set_parameters(params32);
     ref.params.assign(params32.begin(), params32.end());
-    const MicroBatch batch = documents({{4, 9}, {13, 1}, {20, 12}, {40, 16}});
+    const TokenBatch batch = documents({{4, 9}, {13, 1}, {20, 12}, {40, 16}});
     const double scale = 1.0 / double(batch.target_count());
     const double ref_loss = ref.run(batch, scale, true);
 
@@ -338,7 +338,7 @@ void EngineModelTest::engineDirectionalDerivative() {
     GptModel model(backend_, config);
     const std::vector<double> params = lively_parameters(model.layout(), 5);
     model.set_parameters(to_float(params));
-    const MicroBatch batch = documents({{4, 9}, {13, 1}, {20, 12}, {40, 16}});
+    const TokenBatch batch = documents({{4, 9}, {13, 1}, {20, 12}, {40, 16}});
     const double scale = 1.0 / double(batch.target_count());
     Activations acts(backend_, config);
     model.zero_gradients();
@@ -440,10 +440,10 @@ void EngineModelTest::accumulationEqualsOneBatch() {
     GptModel model(backend_, config);
     model.initialize(3);
     SerialTrainer trainer(model, TrainConfig{});
-    const MicroBatch first = documents({{0, 20}, {20, 32}, {52, 7}});
-    const MicroBatch second = documents({{59, 25}, {84, 13}});
-    const std::vector<MicroBatch> split = {first, second};
-    const std::vector<MicroBatch> joined = {concatenate(split)};
+    const TokenBatch first = documents({{0, 20}, {20, 32}, {52, 7}});
+    const TokenBatch second = documents({{59, 25}, {84, 13}});
+    const std::vector<TokenBatch> split = {first, second};
+    const std::vector<TokenBatch> joined = {concatenate(split)};
     QCOMPARE(count_target_tokens(split), count_target_tokens(joined));
 
     const double loss_split = trainer.accumulate_gradients(split);
@@ -519,10 +519,10 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
         QTEST_ASSERT(shard.ok());
         return shard.value();
     };
-    std::vector<MicroBatch> batches;
+    std::vector<TokenBatch> batches;
     std::vector<ContextShard> shards;
     for (const auto* ranges : {&first_documents, &second_documents}) {
-        MicroBatch batch;
+        TokenBatch batch;
         for (auto [begin, length] : *ranges) {
             batch.append_document(std::string_view(kLicenceExcerpt).substr(std::size_t(begin),
                                                                           std::size_t(length)));
@@ -623,10 +623,10 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
     // Two micro-batches of equal size: no buffer grows between them (see above).
     const std::vector<std::vector<std::pair<int, int>>> documents = {
         {{0, 40}, {40, 24}}, {{10, 50}, {60, 14}}};
-    std::vector<MicroBatch> batches;
+    std::vector<TokenBatch> batches;
     std::vector<ContextShard> shards;
     for (const auto& ranges : documents) {
-        MicroBatch batch;
+        TokenBatch batch;
         std::vector<std::string_view> bytes;
         std::vector<fulcrum::balance::Document> docs;
         fulcrum::balance::CpPlan plan;

@@ -102,7 +102,7 @@ void EngineTrainingTest::lossFallsOnRealText() {
     SerialTrainer trainer(model, train);
     MicroBatchSampler sampler(*corpus, PackingConfig{128, 4, 1});
     MicroBatchSampler eval_sampler(*corpus, PackingConfig{128, 4, 1000});
-    std::vector<MicroBatch> eval_batches;
+    std::vector<TokenBatch> eval_batches;
     for (int i = 0; i < 16; ++i)
         eval_batches.push_back(eval_sampler.next());
 
@@ -112,7 +112,7 @@ void EngineTrainingTest::lossFallsOnRealText() {
     constexpr int kSteps = 200;
     std::int64_t tokens = 0;
     for (int s = 0; s < kSteps; ++s) {
-        const std::vector<MicroBatch> batches = {sampler.next()};
+        const std::vector<TokenBatch> batches = {sampler.next()};
         const StepReport report = trainer.step(batches);
         QVERIFY(std::isfinite(report.loss) && std::isfinite(report.grad_norm));
         tokens += report.tokens;

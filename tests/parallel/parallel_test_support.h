@@ -108,7 +108,7 @@ inline std::vector<balance::Document> document_list() {
     return docs;
 }
 
-inline MicroBatch full_micro_batch() {
+inline TokenBatch full_micro_batch() {
     const std::vector<std::string_view> views = document_views();
     return micro_batch_of(views);
 }
@@ -135,7 +135,7 @@ struct SerialRun {
 };
 
 inline SerialRun run_serial(Backend& backend, const GptConfig& config,
-                            const std::vector<float>& params, const MicroBatch& batch) {
+                            const std::vector<float>& params, const TokenBatch& batch) {
     GptModel model(backend, config);
     model.set_parameters(params);
     Activations acts(backend, config);

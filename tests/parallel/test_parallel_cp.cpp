@@ -69,7 +69,7 @@ void ParallelCpTest::contextShardRows() {
     QFETCH(balance::CpSharding, sharding);
     constexpr int kCp = 2;
     const balance::CpPlan plan = plan_for(sharding, kCp);
-    const MicroBatch serial = full_micro_batch();
+    const TokenBatch serial = full_micro_batch();
     const std::vector<std::int32_t> serial_positions = serial.positions();
     const std::vector<std::int64_t> starts = document_starts();
 

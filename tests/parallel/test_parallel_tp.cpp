@@ -139,7 +139,7 @@ void ParallelTpTest::matchesSerial() {
         QSKIP("needs mpirun -np 2");
     const GptConfig config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
-    const MicroBatch batch = full_micro_batch();
+    const TokenBatch batch = full_micro_batch();
     const SerialRun serial = run_serial(backend_, config, params, batch);
 
     Communicator& tp = world();
@@ -204,7 +204,7 @@ void ParallelTpTest::sequenceParallelMatchesSerial() {
     QFETCH(int, recompute);
     const GptConfig config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
-    const MicroBatch batch = full_micro_batch();
+    const TokenBatch batch = full_micro_batch();
     const SerialRun serial = run_serial(backend_, config, params, batch);
 
     Communicator& tp = world();

@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdio>
 
+#include "core/util/output_file.h"
+
 namespace fulcrum::cli {
 namespace {
 
@@ -51,6 +53,19 @@ void install_interrupt_handler() {
     action.sa_handler = on_interrupt;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
+}
+
+Status write_output(const std::string& path, bool force, std::string_view text) {
+    if (path.empty()) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        return {};
+    }
+    auto file = OutputFile::create(path, force);
+    if (!file) {
+        return file.error();
+    }
+    file->write(text);
+    return file->commit();
 }
 
 }  // namespace fulcrum::cli

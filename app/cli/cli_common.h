@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "core/util/result.h"
 
@@ -15,6 +16,10 @@ inline constexpr int kExitIncomplete = 3;  // the output is shown, but the data 
 
 int report_error(const Error& error);
 void warn(const std::string& message);
+
+// A command's output: to stdout when `path` is empty, else to the file, which appears only
+// when complete and replaces an existing one only with `force` (core/util/output_file.h).
+Status write_output(const std::string& path, bool force, std::string_view text);
 
 // A progress callback that redraws one line on stderr when it is a terminal, and stays
 // silent otherwise (logs, tests). Also stops the work when the user pressed Ctrl-C.

@@ -13,7 +13,6 @@
 #include "app/cli/hta_tables.h"
 #include "core/analysis/run_analysis.h"
 #include "core/store/trace_reader.h"
-#include "core/util/output_file.h"
 #include "core/util/text_table.h"
 
 namespace fulcrum::cli {
@@ -349,17 +348,8 @@ int run_analyze(const AnalyzeArgs& args) {
             }
         }
     }
-    if (args.output.empty()) {
-        std::fputs(out.c_str(), stdout);
-    } else {
-        auto file = OutputFile::create(args.output, args.force);
-        if (!file) {
-            return report_error(file.error());
-        }
-        file->write(out);
-        if (auto status = file->commit(); !status) {
-            return report_error(status.error());
-        }
+    if (auto status = write_output(args.output, args.force, out); !status) {
+        return report_error(status.error());
     }
     if (reader->incomplete()) {
         warn("'" + args.run +

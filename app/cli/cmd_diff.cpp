@@ -10,7 +10,6 @@
 #include "app/cli/hta_tables.h"
 #include "core/analysis/run_analysis.h"
 #include "core/store/trace_reader.h"
-#include "core/util/output_file.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -106,16 +105,7 @@ int run_diff(const DiffArgs& args) {
     const std::string b_name = side_name(b_path, args.step_b);
     const std::string out = args.json ? analysis::diff_json(diff, a_name, b_name)
                                       : render_diff(diff, a_name, b_name, args.top);
-    if (args.output.empty()) {
-        std::fputs(out.c_str(), stdout);
-        return kExitOk;
-    }
-    auto file = OutputFile::create(args.output, args.force);
-    if (!file) {
-        return report_error(file.error());
-    }
-    file->write(out);
-    if (auto status = file->commit(); !status) {
+    if (auto status = write_output(args.output, args.force, out); !status) {
         return report_error(status.error());
     }
     return kExitOk;

@@ -9,7 +9,6 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "core/report/html_report.h"
-#include "core/util/output_file.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -83,12 +82,7 @@ int run_report(const ReportArgs& args) {
     options.title = args.title;
     const std::string html = report::html_report(runs, options);
     const std::string output = args.output.empty() ? default_output(args.runs) : args.output;
-    auto file = OutputFile::create(output, args.force);
-    if (!file) {
-        return report_error(file.error());
-    }
-    file->write(html);
-    if (auto status = file->commit(); !status) {
+    if (auto status = write_output(output, args.force, html); !status) {
         return report_error(status.error());
     }
     std::printf("wrote %s (%zu KB)\n", output.c_str(), (html.size() + 1023) / 1024);

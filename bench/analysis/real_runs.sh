@@ -10,20 +10,9 @@ build=${1:-build}
 work=${2:-$(mktemp -d /tmp/fulcrum-real-runs.XXXXXX)}
 fulcrum=$build/app/fulcrum
 train=$build/engine/fulcrum-train
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+source "$(dirname "${BASH_SOURCE[0]}")/../common/runs.sh"
 mkdir -p "$work"
 echo "runs in $work"
-
-capture() {  # NAME RANKS ARGS...
-    local name=$1 ranks=$2
-    shift 2
-    if [ ! -f "$work/$name/run.fulcrum" ]; then
-        "$fulcrum" capture -o "$work/$name" --force -- mpirun -np "$ranks" "$train" "$@" \
-            > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-    fi
-    "$fulcrum" analyze --json "$work/$name/run.fulcrum" > "$work/$name.json"
-}
 
 echo "== 1. pipeline bubbles against (p-1)/m"
 common=(--context 256 --layers 4 --hidden 64 --steps 6 --micro-batches 8)

@@ -8,8 +8,7 @@
 # Usage: bench/engine/schedule_memory.sh [BUILD_DIR]   (~2 min on 2 cores)
 set -euo pipefail
 build="${1:-build}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+source "$(dirname "${BASH_SOURCE[0]}")/../common/runs.sh"
 steps=2
 model=(--steps "$steps" --layers 4 --hidden 256 --heads 8 --context 1024
        --lengths long-tail:context=1024,median=256 --documents 256 --micro-batches 4)

@@ -19,22 +19,11 @@ layouts=${3:-"pp2 pp4"}
 reps=${4:-4}
 fulcrum=$build/app/fulcrum
 train=$build/engine/fulcrum-train
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+source "$(dirname "${BASH_SOURCE[0]}")/../common/runs.sh"
 # One BLAS thread a rank: ranks, not threads, share the cores.
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$work"
 echo "runs in $work"
-
-capture() {  # NAME RANKS ARGS...
-    local name=$1 ranks=$2
-    shift 2
-    if [ ! -f "$work/$name/run.fulcrum" ]; then
-        "$fulcrum" capture -o "$work/$name" --force -- mpirun -np "$ranks" "$train" "$@" \
-            > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-    fi
-    "$fulcrum" analyze --json "$work/$name/run.fulcrum" > "$work/$name.json"
-}
 
 # Documents of varied length (next-fit fills micro-batches to between about half and all of
 # the context), so that the fit can tell the per-pass, per-token and per-pair terms apart: with

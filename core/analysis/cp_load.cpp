@@ -227,6 +227,8 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
         rows[{entry.rank, entry.step, entry.microbatch}].push_back(&entry);
     }
 
+    WeightedImbalance measured, predicted;
+    std::vector<std::optional<double>> pair_means;  // by group: its mean pairs, the weight
     for (const auto& [key, unused] : keys) {
         CpGroupLoad group;
         group.step = key.step;
@@ -254,8 +256,17 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
             }
             group.ranks.push_back(load);
         }
-        group.measured_imbalance = imbalance_of(times);
-        group.predicted_imbalance = imbalance_of(pairs);
+        // Each group's spreads, once: its own degrees, and its weight in the headline figures
+        // (Σ max / Σ mean over the groups, docs/analyses.md §5).
+        const auto time_spread = spread_of(times);
+        const auto pair_spread = spread_of(pairs);
+        group.measured_imbalance =
+            time_spread ? std::optional(time_spread->degree()) : std::nullopt;
+        group.predicted_imbalance =
+            pair_spread ? std::optional(pair_spread->degree()) : std::nullopt;
+        measured.add(time_spread);
+        predicted.add(pair_spread);
+        pair_means.push_back(pair_spread ? std::optional(pair_spread->mean) : std::nullopt);
         result.groups.push_back(std::move(group));
     }
 
@@ -316,28 +327,17 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
         group.predicted_by_sharding = std::move(predicted);
     }
 
-    // Weighted by each group's mean (docs/analyses.md §5): Σ max / Σ mean over the groups. A
-    // micro-batch's total attention work does not depend on how it is sharded, so the
+    // A micro-batch's total attention work does not depend on how it is sharded, so the
     // alternatives weigh each group by the same mean pairs.
-    WeightedImbalance measured, predicted;
     std::vector<double> by_sharding(kAlternatives.size(), 0.0);
     double alternatives_weight = 0;
-    for (const CpGroupLoad& group : result.groups) {
-        std::vector<std::int64_t> times, pairs;
-        for (const CpRankLoad& load : group.ranks) {
-            if (load.attention_ns)
-                times.push_back(*load.attention_ns);
-            if (load.pairs)
-                pairs.push_back(*load.pairs);
-        }
-        measured.add(spread_of(times));
-        const auto pair_spread = spread_of(pairs);
-        predicted.add(pair_spread);
-        if (pair_spread && group.predicted_by_sharding.size() == kAlternatives.size()) {
+    for (std::size_t g = 0; g < result.groups.size(); ++g) {
+        const CpGroupLoad& group = result.groups[g];
+        if (pair_means[g] && group.predicted_by_sharding.size() == kAlternatives.size()) {
             for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
-                by_sharding[i] += group.predicted_by_sharding[i].second * pair_spread->mean;
+                by_sharding[i] += group.predicted_by_sharding[i].second * *pair_means[g];
             }
-            alternatives_weight += pair_spread->mean;
+            alternatives_weight += *pair_means[g];
         }
     }
     result.mean_measured_imbalance = measured.value();

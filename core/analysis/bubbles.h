@@ -82,9 +82,6 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
 // The theory's formula for the schedule replayed ("(p−1)/m", "(p−1)/(v·m)", ...), for labels.
 const char* theory_formula(const BubbleAnalysis& bubbles);
 
-// How the imbalance headlines are taken over steps, for labels (imbalance_degree.h).
-inline constexpr const char* kImbalanceOverSteps = "Σ max / Σ mean over steps";
-
 // Each stage's bubble summed over steps and pipelines: what `fulcrum analyze`, the report and
 // the GUI show per stage, from this one place.
 struct StageBubbleTotal {

@@ -67,6 +67,9 @@ struct ImbalanceAnalysis {
     std::vector<Straggler> stragglers;
 };
 
+// How the headlines are taken over steps, for labels (imbalance_degree.h).
+inline constexpr const char* kImbalanceOverSteps = "Σ max / Σ mean over steps";
+
 // `cost` may be null: the predicted matrices are then causal pairs.
 ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
                                     const std::vector<CollectiveInstance>& collectives,

@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fulcrum::MemorySink sink(1 << 16);
     (void)importer->read(fulcrum::importer::ImportInput{"input.sqlite", &bytes}, sink, {});
     if (!sink.problems().empty()) {
-        std::fprintf(stderr, "malformed trace from the importer: %s\n", sink.problems().front().c_str());
+        std::fprintf(stderr, "malformed trace from the importer: %s\n",
+                     sink.problems().front().c_str());
         __builtin_trap();
     }
     return 0;

@@ -14,7 +14,9 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 bool g_progress_shown = false;
 
-extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+extern "C" void on_interrupt(int) {
+    g_interrupted.store(true);
+}
 
 }  // namespace
 

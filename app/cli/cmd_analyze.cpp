@@ -114,18 +114,20 @@ void render_bubbles(const RunAnalysis& a, std::string& out) {
     if (b.stages.empty()) {
         return;
     }
-    out += "\npipeline bubbles (" + b.schedule +
-           ", theory " + theory_formula(b) + " = " + figure(b.theory_fraction, 3) + ", measured " +
-           figure(b.mean_measured_fraction, 3) + " of busy time)\n";
+    out += "\npipeline bubbles (" + b.schedule + ", theory " + theory_formula(b) + " = " +
+           figure(b.theory_fraction, 3) + ", measured " + figure(b.mean_measured_fraction, 3) +
+           " of busy time)\n";
     TextTable table({"stage", "busy", "bubble", "fraction", "warm-up/cool-down", "unequal mbs",
                      "other", "wait prev", "wait next"},
                     std::vector<Align>(9, Align::right));
     for (const auto& [stage, s] : analysis::bubble_by_stage(b)) {
         table.add_row(
-            {std::to_string(stage), mean_duration(s.busy_ns, s.rows), mean_duration(s.bubble_ns, s.rows),
-             s.fraction() ? fixed(*s.fraction(), 3) : kUnknown, percent(s.warmup_cooldown_ns, s.bubble_ns),
+            {std::to_string(stage), mean_duration(s.busy_ns, s.rows),
+             mean_duration(s.bubble_ns, s.rows), s.fraction() ? fixed(*s.fraction(), 3) : kUnknown,
+             percent(s.warmup_cooldown_ns, s.bubble_ns),
              percent(s.unequal_microbatch_ns, s.bubble_ns), percent(s.other_ns, s.bubble_ns),
-             mean_duration(s.wait_on_previous_ns, s.rows), mean_duration(s.wait_on_next_ns, s.rows)});
+             mean_duration(s.wait_on_previous_ns, s.rows),
+             mean_duration(s.wait_on_next_ns, s.rows)});
     }
     out += "  per stage, mean over steps and pipelines; the parts are shares of the bubble\n";
     out += table.render("  ");
@@ -165,7 +167,8 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
             }
         }
     }
-    TextTable ranks({"cp rank", "attention (mean)", "pairs (mean)"}, std::vector<Align>(3, Align::right));
+    TextTable ranks({"cp rank", "attention (mean)", "pairs (mean)"},
+                    std::vector<Align>(3, Align::right));
     for (const auto& [cp_rank, sums] : by_cp_rank) {
         ranks.add_row(
             {std::to_string(cp_rank), mean_duration(sums.attention, sums.attention_count),
@@ -196,7 +199,8 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
         return;
     }
     out +=
-        "\ncompute imbalance across ranks (max/mean per step; " + std::string(analysis::kImbalanceOverSteps) + "): measured " +
+        "\ncompute imbalance across ranks (max/mean per step; " +
+        std::string(analysis::kImbalanceOverSteps) + "): measured " +
         figure(im.compute_imbalance, 3) + ", predicted " + figure(im.predicted_imbalance, 3) +
         (im.has_prediction ? std::string(im.predicted_is_time ? " (cost model)" : " (causal pairs)")
                            : std::string()) +
@@ -212,8 +216,10 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
             }
         }
     }
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return totals[x] > totals[y]; });
-    const std::size_t shown = std::min<std::size_t>(order.size(), static_cast<std::size_t>(std::max(args.top, 1)));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return totals[x] > totals[y]; });
+    const std::size_t shown =
+        std::min<std::size_t>(order.size(), static_cast<std::size_t>(std::max(args.top, 1)));
     std::vector<std::string> headers = {"rank"};
     const std::size_t columns = std::min<std::size_t>(matrix.columns.size(), 12);
     for (std::size_t c = 0; c < columns; ++c) {
@@ -267,24 +273,27 @@ void render_cost_model(const RunAnalysis& a, std::string& out) {
     }
     const auto& model = *a.cost_model;
     out += "\ncost model (t = fixed + per_token·tokens + per_pair·pairs)\n";
-    TextTable passes({"stage", "phase", "fixed", "ns/token", "ns/pair", "samples", "r²", "mean |err|"},
-                     {Align::right, Align::left, Align::right, Align::right, Align::right,
-                      Align::right, Align::right, Align::right});
+    TextTable passes(
+        {"stage", "phase", "fixed", "ns/token", "ns/pair", "samples", "r²", "mean |err|"},
+        {Align::right, Align::left, Align::right, Align::right, Align::right, Align::right,
+         Align::right, Align::right});
     for (const auto& pass : model.passes) {
         passes.add_row({std::to_string(pass.stage), std::string(to_string(pass.phase)),
                         format_duration(std::int64_t(pass.fixed_ns)), scientific(pass.per_token_ns),
                         scientific(pass.per_pair_ns), std::to_string(pass.fit.samples),
-                        fixed(pass.fit.r_squared, 3), percent(std::int64_t(pass.fit.mean_abs_rel_error * 1e6), 1000000)});
+                        fixed(pass.fit.r_squared, 3),
+                        percent(std::int64_t(pass.fit.mean_abs_rel_error * 1e6), 1000000)});
     }
     out += passes.render("  ");
     if (!model.collectives.empty()) {
-        TextTable collectives({"collective", "latency", "ns/byte", "samples", "r²", "mean |err|"},
-                              {Align::left, Align::right, Align::right, Align::right, Align::right,
-                               Align::right});
+        TextTable collectives(
+            {"collective", "latency", "ns/byte", "samples", "r²", "mean |err|"},
+            {Align::left, Align::right, Align::right, Align::right, Align::right, Align::right});
         for (const auto& c : model.collectives) {
             collectives.add_row({c.name, format_duration(std::int64_t(c.latency_ns)),
-                                 c.per_byte_fitted() ? scientific(c.per_byte_ns)
-                                                     : "— (all " + std::to_string(c.fitted_bytes) + " B)",
+                                 c.per_byte_fitted()
+                                     ? scientific(c.per_byte_ns)
+                                     : "— (all " + std::to_string(c.fitted_bytes) + " B)",
                                  // A median at one size has no r² to speak of.
                                  std::to_string(c.fit.samples),
                                  c.per_byte_fitted() ? fixed(c.fit.r_squared, 3) : std::string("—"),

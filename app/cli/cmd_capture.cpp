@@ -74,10 +74,9 @@ public:
         for (const auto& status : statuses) {
             events += status.events;
         }
-        std::fprintf(stderr, "\r\033[Krecording: %zu rank%s, %lld events, %d:%02d",
-                     statuses.size(), statuses.size() == 1 ? "" : "s",
-                     static_cast<long long>(events), static_cast<int>(seconds) / 60,
-                     static_cast<int>(seconds) % 60);
+        std::fprintf(stderr, "\r\033[Krecording: %zu rank%s, %lld events, %d:%02d", statuses.size(),
+                     statuses.size() == 1 ? "" : "s", static_cast<long long>(events),
+                     static_cast<int>(seconds) / 60, static_cast<int>(seconds) % 60);
         std::fflush(stderr);
         shown_ = true;
     }
@@ -134,18 +133,17 @@ void print_summary(const std::string& run_path, const store::MergeReport& report
            ", " + format_duration(static_cast<std::int64_t>(outcome.seconds * 1e9)) + ")\n";
     out += "run      " + run_path + "\n";
     out += "ranks    " + std::to_string(report.ranks.size()) +
-           (incomplete.empty() ? ", all complete"
-                               : ", incomplete: " + rank_list(incomplete)) + "\n";
+           (incomplete.empty() ? ", all complete" : ", incomplete: " + rank_list(incomplete)) +
+           "\n";
     out += "span     " + format_duration(summary->end_ns - summary->start_ns) + "\n";
     out += "events   " + std::to_string(summary->event_count) +
            (kinds.empty() ? "" : " (" + kinds + ")") + "\n";
     out += "dropped  " + std::to_string(dropped) + "\n";
     using Align = TextTable::Align;
-    TextTable table({"rank", "host", "pid", "dp", "pp", "cp", "tp", "events", "dropped",
-                     "clock", "status"},
-                    {Align::right, Align::left, Align::right, Align::right, Align::right,
-                     Align::right, Align::right, Align::right, Align::right, Align::left,
-                     Align::left});
+    TextTable table(
+        {"rank", "host", "pid", "dp", "pp", "cp", "tp", "events", "dropped", "clock", "status"},
+        {Align::right, Align::left, Align::right, Align::right, Align::right, Align::right,
+         Align::right, Align::right, Align::right, Align::left, Align::left});
     const auto coordinate = [](std::int32_t value) {
         return value >= 0 ? std::to_string(value) : std::string("-");
     };
@@ -153,8 +151,7 @@ void print_summary(const std::string& run_path, const store::MergeReport& report
         table.add_row({std::to_string(rank.rank), rank.host, std::to_string(rank.pid),
                        coordinate(rank.dp), coordinate(rank.pp), coordinate(rank.cp),
                        coordinate(rank.tp), std::to_string(events_of_rank[rank.rank]),
-                       std::to_string(rank.dropped_records),
-                       std::string(to_string(rank.alignment)),
+                       std::to_string(rank.dropped_records), std::string(to_string(rank.alignment)),
                        rank.complete ? "complete" : "INCOMPLETE"});
     }
     out += table.render("  ");
@@ -162,8 +159,8 @@ void print_summary(const std::string& run_path, const store::MergeReport& report
     std::fflush(stdout);
 }
 
-// Ranks on other hosts get only what `mpirun -x` names (docs/sources.md, "Launchers"); local ranks get the
-// whole environment. A hint, because the command may well be local.
+// Ranks on other hosts get only what `mpirun -x` names (docs/sources.md, "Launchers"); local ranks
+// get the whole environment. A hint, because the command may well be local.
 void hint_for_remote_mpi_ranks(const std::vector<std::string>& command, bool cuda_injection) {
     const std::string launcher = std::filesystem::path(command.front()).filename().string();
     if (launcher != "mpirun" && launcher != "mpiexec" && launcher != "orterun") {
@@ -173,8 +170,8 @@ void hint_for_remote_mpi_ranks(const std::vector<std::string>& command, bool cud
         return arg == "-H" || arg == "--host" || arg == "-host" || arg == "--hostfile" ||
                arg == "-hostfile" || arg == "--machinefile" || arg == "-machinefile";
     });
-    const bool forwarded = std::find(command.begin(), command.end(), "NVTX_INJECTION64_PATH") !=
-                           command.end();
+    const bool forwarded =
+        std::find(command.begin(), command.end(), "NVTX_INJECTION64_PATH") != command.end();
     if (!remote || forwarded) {
         return;
     }
@@ -256,10 +253,9 @@ int run_capture(const CaptureArgs& args, bool separator_given) {
 
     const auto files = collect::rank_files(directory);
     if (files.empty()) {
-        report_error({ErrorCode::invalid_input,
-                      "nothing was recorded: no process of `" + command_line +
-                          "` made an NVTX call" +
-                          (cuda_injection ? " or started CUDA" : "")});
+        report_error({ErrorCode::invalid_input, "nothing was recorded: no process of `" +
+                                                    command_line + "` made an NVTX call" +
+                                                    (cuda_injection ? " or started CUDA" : "")});
         return failed(kExitError);
     }
     for (const auto& status : statuses) {
@@ -329,7 +325,8 @@ Command add_capture_command(CLI::App& app) {
     sub->prefix_command();
     return [args, sub] {
         const auto remaining = sub->remaining();
-        const bool separator = std::find(remaining.begin(), remaining.end(), "--") != remaining.end();
+        const bool separator =
+            std::find(remaining.begin(), remaining.end(), "--") != remaining.end();
         const bool stray = std::any_of(remaining.begin(), remaining.end(),
                                        [](const std::string& arg) { return arg != "--"; });
         return run_capture(*args, separator && !stray);

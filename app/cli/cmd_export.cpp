@@ -43,10 +43,11 @@ int run_export(const ExportArgs& args) {
     if (args.per_rank && args.format != "chrome") {
         return report_error(Error{ErrorCode::invalid_input,
                                   "--per-rank writes Chrome trace JSON, one file per rank; it does "
-                                  "not go with --format " + args.format});
+                                  "not go with --format " +
+                                      args.format});
     }
-    const std::string output = args.output.empty() ? default_output(args.run, args.format, args.per_rank)
-                                                   : args.output;
+    const std::string output =
+        args.output.empty() ? default_output(args.run, args.format, args.per_rank) : args.output;
     ExportOptions options;
     options.overwrite = args.force;
     options.per_rank = args.per_rank;
@@ -61,7 +62,8 @@ int run_export(const ExportArgs& args) {
         std::printf("wrote %lld events to %zu files in %s/", static_cast<long long>(report->events),
                     report->files.size(), output.c_str());
     } else {
-        std::printf("wrote %lld events to %s", static_cast<long long>(report->events), output.c_str());
+        std::printf("wrote %lld events to %s", static_cast<long long>(report->events),
+                    output.c_str());
     }
     if (report->async_events > 0) {
         std::printf(" (%lld overlapping ranges as async events)",
@@ -69,8 +71,9 @@ int run_export(const ExportArgs& args) {
     }
     std::printf("\n");
     if (args.per_rank) {
-        std::printf("one Kineto-style trace per rank: Holistic Trace Analysis reads the folder "
-                    "(TraceAnalysis(trace_dir=...)), Perfetto each file\n");
+        std::printf(
+            "one Kineto-style trace per rank: Holistic Trace Analysis reads the folder "
+            "(TraceAnalysis(trace_dir=...)), Perfetto each file\n");
     } else if (args.format == "chrome") {
         std::printf("open it at https://ui.perfetto.dev or chrome://tracing\n");
     }
@@ -94,9 +97,10 @@ Command add_export_command(CLI::App& app) {
     sub->add_option("-o,--output", args->output,
                     "Where to write (default: the run's name with .json or .csv; with --per-rank, "
                     "the folder NAME-ranks)");
-    sub->add_flag("--per-rank", args->per_rank,
-                  "One Kineto-style trace per rank (rank-N.json, as the PyTorch profiler writes "
-                  "them), for Holistic Trace Analysis; `fulcrum import` reads them back as one run");
+    sub->add_flag(
+        "--per-rank", args->per_rank,
+        "One Kineto-style trace per rank (rank-N.json, as the PyTorch profiler writes "
+        "them), for Holistic Trace Analysis; `fulcrum import` reads them back as one run");
     sub->add_flag("--force", args->force, "Replace the output if it exists");
     return [args] { return run_export(*args); };
 }

@@ -38,11 +38,13 @@ int run_import(const ImportArgs& args) {
     }
     std::printf("imported %zu %s file%s (%d rank%s, %lld events) into %s\n", args.inputs.size(),
                 report->format.c_str(), args.inputs.size() == 1 ? "" : "s", report->ranks,
-                report->ranks == 1 ? "" : "s", static_cast<long long>(report->events), args.output.c_str());
+                report->ranks == 1 ? "" : "s", static_cast<long long>(report->events),
+                args.output.c_str());
     if (report->skipped > 0) {
-        std::printf("%lld records could not be mapped and were skipped; see them with: "
-                    "sqlite3 '%s' 'SELECT * FROM import_log WHERE skipped > 0'\n",
-                    static_cast<long long>(report->skipped), args.output.c_str());
+        std::printf(
+            "%lld records could not be mapped and were skipped; see them with: "
+            "sqlite3 '%s' 'SELECT * FROM import_log WHERE skipped > 0'\n",
+            static_cast<long long>(report->skipped), args.output.c_str());
     }
     if (report->notes > 0) {
         std::printf("%lld notes on the input (nothing skipped): fulcrum info '%s' lists them\n",
@@ -58,8 +60,9 @@ int run_import(const ImportArgs& args) {
 
 Command add_import_command(CLI::App& app) {
     auto* sub = app.add_subcommand(
-        "import", "Import Nsight Systems SQLite exports (nsys export --type sqlite) or PyTorch "
-                  "profiler (Kineto) traces, plain or .gz, one file per rank, into one run");
+        "import",
+        "Import Nsight Systems SQLite exports (nsys export --type sqlite) or PyTorch "
+        "profiler (Kineto) traces, plain or .gz, one file per rank, into one run");
     auto args = std::make_shared<ImportArgs>();
     sub->add_option("files", args->inputs, "Trace files, one per rank (or one nsys report)")
         ->required()

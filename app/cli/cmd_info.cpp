@@ -130,8 +130,9 @@ int run_info(const std::string& path) {
 }  // namespace
 
 Command add_info_command(CLI::App& app) {
-    auto* sub = app.add_subcommand("info", "Show a run's ranks and their 4D coordinates, lanes, "
-                                           "event counts per kind, steps and time span");
+    auto* sub = app.add_subcommand("info",
+                                   "Show a run's ranks and their 4D coordinates, lanes, "
+                                   "event counts per kind, steps and time span");
     auto path = std::make_shared<std::string>();
     sub->add_option("run", *path, "A run database (.fulcrum) or a per-rank file (.sqlite)")
         ->required();

@@ -67,12 +67,11 @@ int run_merge(const MergeArgs& args) {
     for (const auto& rank : report->ranks) {
         const std::int64_t correction =
             rank.clock_shift_ns + report->start_utc_ns - rank.utc_offset_ns;
-        table.add_row({std::to_string(rank.rank), rank.host,
-                       std::string(to_string(rank.alignment)), format_duration(correction)});
+        table.add_row({std::to_string(rank.rank), rank.host, std::string(to_string(rank.alignment)),
+                       format_duration(correction)});
     }
     std::printf("merged %zu files (%zu ranks, %lld events) into %s\n", inputs->size(),
-                report->ranks.size(), static_cast<long long>(report->events),
-                args.output.c_str());
+                report->ranks.size(), static_cast<long long>(report->events), args.output.c_str());
     std::fputs(table.render("  ").c_str(), stdout);
     for (const auto& warning : report->warnings) {
         warn(warning);
@@ -84,11 +83,11 @@ int run_merge(const MergeArgs& args) {
 
 Command add_merge_command(CLI::App& app) {
     auto* sub = app.add_subcommand(
-        "merge", "Merge per-rank trace files into one run database, aligning their clocks on "
-                 "the engine's barrier marks when present, else on each file's UTC offset");
+        "merge",
+        "Merge per-rank trace files into one run database, aligning their clocks on "
+        "the engine's barrier marks when present, else on each file's UTC offset");
     auto args = std::make_shared<MergeArgs>();
-    sub->add_option("files", args->inputs, "Per-rank files, or a capture directory")
-        ->required();
+    sub->add_option("files", args->inputs, "Per-rank files, or a capture directory")->required();
     sub->add_option("-o,--output", args->output, "The run database to write")->required();
     sub->add_option("--name", args->name, "Name of the merged run (default: the first file's)");
     sub->add_flag("--force", args->force, "Replace the output if it exists");

@@ -10,10 +10,11 @@
 
 int main(int argc, char** argv) {
     using namespace fulcrum::cli;
-    CLI::App app{"Fulcrum: shows where 4D-parallel LLM training loses time to workload "
-                 "imbalance.\n\nExit status: 0 success, 2 error (bad input or file), 3 output "
-                 "shown but the run is incomplete.",
-                 "fulcrum"};
+    CLI::App app{
+        "Fulcrum: shows where 4D-parallel LLM training loses time to workload "
+        "imbalance.\n\nExit status: 0 success, 2 error (bad input or file), 3 output "
+        "shown but the run is incomplete.",
+        "fulcrum"};
     app.set_version_flag("--version", "fulcrum " FULCRUM_VERSION);
     app.require_subcommand(1);
 
@@ -47,8 +48,10 @@ int main(int argc, char** argv) {
             names += (names.empty() ? "" : ", ") + command.sub->get_name();
         }
         if (!known) {
-            std::fprintf(stderr, "fulcrum: error: unknown command '%s' (commands: %s; see "
-                                 "fulcrum --help)\n", name.c_str(), names.c_str());
+            std::fprintf(stderr,
+                         "fulcrum: error: unknown command '%s' (commands: %s; see "
+                         "fulcrum --help)\n",
+                         name.c_str(), names.c_str());
             return kExitError;
         }
     }

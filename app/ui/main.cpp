@@ -57,7 +57,8 @@ int take_screenshot(const ScreenshotRequest& request, const QStringList& runs) {
         QTimer::singleShot(300, &window, [&] {
             QPixmap pixmap = window.grab();
             if (pixmap.size() != request.size) {
-                pixmap = pixmap.scaled(request.size, Qt::IgnoreAspectRatio, Qt::SmoothTransformation);
+                pixmap =
+                    pixmap.scaled(request.size, Qt::IgnoreAspectRatio, Qt::SmoothTransformation);
             }
             if (!pixmap.save(request.file, "PNG")) {
                 fail(QString("cannot write '%1'").arg(request.file));
@@ -98,8 +99,9 @@ int main(int argc, char** argv) {
         "screenshot", "Render a view of the window to FILE (PNG) and exit; needs no display.",
         "FILE");
     const QCommandLineOption view_option(
-        "view", "The view to show first, or to render with --screenshot: " +
-                    fulcrum::ui::view_keys().join(", ") + ".",
+        "view",
+        "The view to show first, or to render with --screenshot: " +
+            fulcrum::ui::view_keys().join(", ") + ".",
         "VIEW", "timeline");
     const QCommandLineOption size_option("size", "Window size for --screenshot.", "WxH",
                                          "1600x1000");
@@ -140,9 +142,10 @@ int main(int argc, char** argv) {
     } else if (parser.isSet(size_option)) {
         return fail("--size goes with --screenshot");
     } else if (!has_display()) {
-        return fail("no display (neither DISPLAY nor WAYLAND_DISPLAY is set). Run it in a desktop "
-                    "session or with `ssh -X`, use xvfb-run, or render a view without a display: "
-                    "fulcrum-ui --screenshot FILE.png [--view VIEW] RUN...");
+        return fail(
+            "no display (neither DISPLAY nor WAYLAND_DISPLAY is set). Run it in a desktop "
+            "session or with `ssh -X`, use xvfb-run, or render a view without a display: "
+            "fulcrum-ui --screenshot FILE.png [--view VIEW] RUN...");
     }
 
     QApplication app(argc, argv);

@@ -87,8 +87,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     run_selector_ = new QComboBox(this);
     run_selector_->setMinimumContentsLength(24);
     run_selector_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
-    run_selector_->setToolTip(tr("The run the Timeline, Bubbles, CP load, Overlap and Heatmaps "
-                                 "tabs show"));
+    run_selector_->setToolTip(
+        tr("The run the Timeline, Bubbles, CP load, Overlap and Heatmaps "
+           "tabs show"));
     auto* toolbar = addToolBar(tr("Run"));
     toolbar->setObjectName("run_toolbar");
     toolbar->setMovable(false);
@@ -101,10 +102,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             [this](const QString& text) { statusBar()->showMessage(text); });
 
     connect(&loader_, &RunLoader::opened, this, &MainWindow::add_run);
-    connect(&loader_, &RunLoader::failed, this, [this](const QString& path, const QString& message) {
-        // Messages from core usually name the file already; the path leads either way.
-        report_error(tr("Could not open '%1': %2").arg(path, message));
-    });
+    connect(&loader_, &RunLoader::failed, this,
+            [this](const QString& path, const QString& message) {
+                // Messages from core usually name the file already; the path leads either way.
+                report_error(tr("Could not open '%1': %2").arg(path, message));
+            });
     connect(&loader_, &RunLoader::cancelled, this, [this](const QString& path) {
         statusBar()->showMessage(tr("Cancelled opening %1").arg(path), 5000);
         emit load_cancelled(path);
@@ -151,8 +153,8 @@ void MainWindow::build_menus() {
     quit->setShortcut(QKeySequence::Quit);
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
-    rerun_action_ = run->addAction(tr("&Re-run with Another Balancer…"), this,
-                                   &MainWindow::show_rerun_dialog);
+    rerun_action_ =
+        run->addAction(tr("&Re-run with Another Balancer…"), this, &MainWindow::show_rerun_dialog);
     rerun_action_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
     QAction* next = run->addAction(tr("&Next Run"), this, [this] {
         if (run_selector_->count() > 0) {
@@ -171,8 +173,8 @@ void MainWindow::build_menus() {
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     for (int i = 0; i < tabs_->count(); ++i) {
-        QAction* action = view->addAction(tabs_->tabText(i), this,
-                                          [this, i] { tabs_->setCurrentIndex(i); });
+        QAction* action =
+            view->addAction(tabs_->tabText(i), this, [this, i] { tabs_->setCurrentIndex(i); });
         action->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
     }
 }
@@ -191,10 +193,13 @@ void MainWindow::build_status_bar() {
     load_label_->hide();
     load_bar_->hide();
     load_cancel_->hide();
-    statusBar()->showMessage(tr("Open a run: File ▸ Open, or drop a run file or capture folder here"));
+    statusBar()->showMessage(
+        tr("Open a run: File ▸ Open, or drop a run file or capture folder here"));
 }
 
-void MainWindow::open_path(const QString& path) { open(OpenRequest{path, nullptr, false}); }
+void MainWindow::open_path(const QString& path) {
+    open(OpenRequest{path, nullptr, false});
+}
 
 void MainWindow::open(const OpenRequest& request) {
     // Importers of other formats plug in here, chosen by sniffing the file's first bytes;
@@ -203,20 +208,30 @@ void MainWindow::open(const OpenRequest& request) {
     loader_.open(request);
 }
 
-void MainWindow::cancel_loading() { loader_.cancel(); }
+void MainWindow::cancel_loading() {
+    loader_.cancel();
+}
 
-bool MainWindow::loading() const { return loader_.busy(); }
+bool MainWindow::loading() const {
+    return loader_.busy();
+}
 
 views::RunPtr MainWindow::current_run() const {
     const int at = run_selector_->currentIndex();
     return at >= 0 && at < runs_.size() ? runs_[at] : nullptr;
 }
 
-void MainWindow::set_current_run(int index) { run_selector_->setCurrentIndex(index); }
+void MainWindow::set_current_run(int index) {
+    run_selector_->setCurrentIndex(index);
+}
 
-void MainWindow::show_view(View view) { tabs_->setCurrentIndex(int(view)); }
+void MainWindow::show_view(View view) {
+    tabs_->setCurrentIndex(int(view));
+}
 
-View MainWindow::current_view() const { return View(tabs_->currentIndex()); }
+View MainWindow::current_view() const {
+    return View(tabs_->currentIndex());
+}
 
 void MainWindow::add_run(const views::RunPtr& run, const OpenRequest& request) {
     runs_.push_back(run);
@@ -241,7 +256,8 @@ void MainWindow::add_run(const views::RunPtr& run, const OpenRequest& request) {
         show_view(View::compare);
     }
     if (!run->analysis_error.isEmpty()) {
-        statusBar()->showMessage(tr("%1: analyses unavailable: %2").arg(run->title, run->analysis_error));
+        statusBar()->showMessage(
+            tr("%1: analyses unavailable: %2").arg(run->title, run->analysis_error));
     } else {
         statusBar()->showMessage(tr("Opened %1").arg(run->path), 5000);
     }
@@ -279,7 +295,8 @@ void MainWindow::report_error(const QString& message) {
     emit error_reported(message);
     if (modal_dialogs_) {
         // open(), not exec(): the window keeps painting and loading behind the box.
-        auto* box = new QMessageBox(QMessageBox::Warning, tr("Fulcrum"), message, QMessageBox::Ok, this);
+        auto* box =
+            new QMessageBox(QMessageBox::Warning, tr("Fulcrum"), message, QMessageBox::Ok, this);
         box->setAttribute(Qt::WA_DeleteOnClose);
         box->open();
     }
@@ -331,10 +348,11 @@ void MainWindow::rebuild_recent_menu() {
 void MainWindow::show_open_dialog() {
     // A non-native dialog lists folders and files together, so a capture folder can be
     // chosen as it is.
-    auto* dialog = new QFileDialog(this, tr("Open Run"), QString(),
-                                   tr("Runs and traces (*.fulcrum *.sqlite *.json *.json.gz);;Fulcrum runs (*.fulcrum);;"
-                                      "Nsight Systems exports (*.sqlite);;"
-                                      "PyTorch profiler traces (*.json *.json.gz);;All files (*)"));
+    auto* dialog = new QFileDialog(
+        this, tr("Open Run"), QString(),
+        tr("Runs and traces (*.fulcrum *.sqlite *.json *.json.gz);;Fulcrum runs (*.fulcrum);;"
+           "Nsight Systems exports (*.sqlite);;"
+           "PyTorch profiler traces (*.json *.json.gz);;All files (*)"));
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     dialog->setFileMode(QFileDialog::ExistingFiles);
     dialog->setOption(QFileDialog::DontUseNativeDialog);

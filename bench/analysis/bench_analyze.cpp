@@ -4,13 +4,14 @@
 // GPU kernels per layer, workload table) merged as a capture would be. Baseline, in the same
 // run: one plain SQL scan of every event row, the least any analysis has to read; the ratio
 // says what loading into memory and analysing cost on top of reading.
-#include <CLI/CLI.hpp>
 #include <sqlite3.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 
+#include "bench/common/bench_support.h"
 #include "core/analysis/communication.h"
 #include "core/analysis/critical_path.h"
 #include "core/analysis/kernels.h"
@@ -20,7 +21,6 @@
 #include "core/store/sqlite_handle.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
-#include "bench/common/bench_support.h"
 
 using namespace fulcrum;
 using bench::Clock;
@@ -57,7 +57,8 @@ double row_load_seconds(const std::string& path) {
     auto reader = store::TraceReader::open(path);
     analysis::LoadOptions options;
     options.read_event_pack = false;
-    auto trace = reader ? analysis::load_run_trace(*reader, options) : Result<analysis::RunTrace>(reader.error());
+    auto trace = reader ? analysis::load_run_trace(*reader, options)
+                        : Result<analysis::RunTrace>(reader.error());
     return trace ? seconds_since(start) : 0.0;
 }
 
@@ -65,7 +66,8 @@ double row_load_seconds(const std::string& path) {
 
 int main(int argc, char** argv) {
     CLI::App app{"bench_analyze: fulcrum analyze's analyses on a 10M-event run"};
-    std::string run_path = (std::filesystem::temp_directory_path() / "fulcrum-bench-analyze.fulcrum").string();
+    std::string run_path =
+        (std::filesystem::temp_directory_path() / "fulcrum-bench-analyze.fulcrum").string();
     std::int64_t target = 10'000'000;
     int repeats = 3;
     app.add_option("--run", run_path, "The run to analyse; made (and kept) when it does not exist")
@@ -85,8 +87,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_analyze: %s\n", status.error().message.c_str());
         return 2;
     }
-    double best_scan = 1e30, best_row_load = 1e30, best_load = 1e30, best_analyze = 1e30, best_json = 1e30,
-           best_tables = 1e30, best_total = 1e30, best_hta = 1e30;
+    double best_scan = 1e30, best_row_load = 1e30, best_load = 1e30, best_analyze = 1e30,
+           best_json = 1e30, best_tables = 1e30, best_total = 1e30, best_hta = 1e30;
     std::int64_t rows = 0, events = 0, passes = 0;
     for (int i = 0; i < repeats; ++i) {
         best_scan = std::min(best_scan, bench::plain_scan_seconds(run_path, &rows));
@@ -122,24 +124,28 @@ int main(int argc, char** argv) {
         const auto kernels = analysis::analyze_kernels(*trace);
         const auto matched = analysis::match_collectives(*trace);
         const auto collectives = analysis::summarize_collectives(*trace, matched);
-        const auto paths = analysis::critical_paths(*trace, analysis::find_passes(*trace), &matched);
+        const auto paths =
+            analysis::critical_paths(*trace, analysis::find_passes(*trace), &matched);
         best_hta = std::min(best_hta, seconds_since(hta_start));
         if (i == 0) {
-            std::printf("kernel rows %zu, idle streams %zu, collective groups %zu, critical paths %zu\n",
-                        kernels.time_by_type.size(), kernels.idle.size(), collectives.size(), paths.size());
+            std::printf(
+                "kernel rows %zu, idle streams %zu, collective groups %zu, critical paths %zu\n",
+                kernels.time_by_type.size(), kernels.idle.size(), collectives.size(), paths.size());
         }
         events = result->events;
         passes = result->passes;
     }
     using Align = TextTable::Align;
-    TextTable table({"step (best of " + std::to_string(repeats) + ")", "seconds", "vs baseline", "target"},
-                    {Align::left, Align::right, Align::right, Align::left});
+    TextTable table(
+        {"step (best of " + std::to_string(repeats) + ")", "seconds", "vs baseline", "target"},
+        {Align::left, Align::right, Align::right, Align::left});
     auto cell = [](double value, const char* format) {
         char text[32];
         std::snprintf(text, sizeof text, format, value);
         return std::string(text);
     };
-    table.add_row({"baseline: one SQL scan of every event row", cell(best_scan, "%.2f"), "1.00x", ""});
+    table.add_row(
+        {"baseline: one SQL scan of every event row", cell(best_scan, "%.2f"), "1.00x", ""});
     table.add_row({"load by rows (a file without an event pack)", cell(best_row_load, "%.2f"),
                    cell(best_row_load / best_scan, "%.2fx"), ""});
     table.add_row({"load into memory (load_run_trace, event pack)", cell(best_load, "%.2f"),
@@ -154,7 +160,8 @@ int main(int argc, char** argv) {
                    cell(best_tables / best_scan, "%.2fx"), "< 5 s"});
     table.add_row({"open, load, analyse, JSON", cell(best_total, "%.2f"),
                    cell(best_total / best_scan, "%.2fx"), "< 5 s"});
-    std::printf("\n%lld events (%lld rows scanned), %lld passes\n%s", static_cast<long long>(events),
-                static_cast<long long>(rows), static_cast<long long>(passes), table.render().c_str());
+    std::printf("\n%lld events (%lld rows scanned), %lld passes\n%s",
+                static_cast<long long>(events), static_cast<long long>(rows),
+                static_cast<long long>(passes), table.render().c_str());
     return 0;
 }

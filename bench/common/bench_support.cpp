@@ -29,7 +29,8 @@ std::string cell(double value, const char* format) {
 
 void remove_run_file(const std::string& path) {
     std::error_code ec;
-    for (const char* suffix : {"", "-wal", "-shm", "-journal", ".partial", ".partial-wal", ".partial-journal"}) {
+    for (const char* suffix :
+         {"", "-wal", "-shm", "-journal", ".partial", ".partial-wal", ".partial-journal"}) {
         std::filesystem::remove(path + suffix, ec);
     }
 }
@@ -57,8 +58,10 @@ Status make_synthetic_run(const std::string& run_path, std::int64_t target_event
     for (const auto& file : *pilot) {
         per_step += count_events(file);
     }
-    options.steps = static_cast<int>((target_events + per_step - 1) / std::max<std::int64_t>(per_step, 1));
-    std::printf("writing %d steps of %lld events on %d ranks...\n", options.steps, static_cast<long long>(per_step),
+    options.steps =
+        static_cast<int>((target_events + per_step - 1) / std::max<std::int64_t>(per_step, 1));
+    std::printf("writing %d steps of %lld events on %d ranks...\n", options.steps,
+                static_cast<long long>(per_step),
                 options.dp * options.pp * options.cp * options.tp);
     std::filesystem::remove_all(scratch);
     std::filesystem::create_directories(scratch);

@@ -3,8 +3,8 @@
 //
 //   1. MFU of a GPT-2-small-shaped model (12 layers, 768 wide, 12 heads; byte vocabulary, so
 //      ~88 M parameters instead of GPT-2's 124 M, whose 50 K-token embedding is most of the
-//      difference) on 4096-token micro-batches, bf16 and fp32 GEMMs. FLOPs per docs/sources.md, "FLOPs":
-//      per layer 72·S·h² + 6·h·Σdᵢ², plus the LM head 6·S·h·V; MFU against the H100/H200
+//      difference) on 4096-token micro-batches, bf16 and fp32 GEMMs. FLOPs per docs/sources.md,
+//      "FLOPs": per layer 72·S·h² + 6·h·Σdᵢ², plus the LM head 6·S·h·V; MFU against the H100/H200
 //      dense bf16 peak, 989 TFLOP/s.
 //   2. The attention forward kernel at 16 K tokens (one document, so Σd² = 16384²; FLOPs
 //      2·h·Σd², causal) against the cuBLAS rate of the QKV-projection-shaped GEMM
@@ -34,7 +34,8 @@ using namespace fulcrum::engine;
 
 namespace {
 
-constexpr double kPeakBf16 = 989e12;  // H100 SXM dense bf16 (docs/sources.md, "FLOPs"); H200 the same
+constexpr double kPeakBf16 =
+    989e12;  // H100 SXM dense bf16 (docs/sources.md, "FLOPs"); H200 the same
 
 using Clock = std::chrono::steady_clock;
 
@@ -106,8 +107,8 @@ void bench_attention() {
     };
     const double attention_s = time([&] {
         backend.attention_forward(out.f32(0, {tokens, c}), lse.f32(0, {tokens, n_head}),
-                                  qkv_t.columns(0, c), qkv_t.columns(c, c),
-                                  qkv_t.columns(2 * c, c), spans, n_head);
+                                  qkv_t.columns(0, c), qkv_t.columns(c, c), qkv_t.columns(2 * c, c),
+                                  spans, n_head);
     });
     const double gemm_s = time([&] {
         backend.matmul_forward(out.f32(0, {tokens, 3 * c}), inp.f32(0, {tokens, c}),
@@ -129,22 +130,25 @@ void bench_chunked_attention() {
     CudaBackend backend(Precision::bf16);
     const int tokens = 32768, c = 768, n_head = 12, chunk = 4096;
     auto floats = [&](std::int64_t n) { return backend.allocate(std::size_t(n) * sizeof(float)); };
-    DeviceBuffer x = floats(std::int64_t(tokens) * c), weight = floats(3 * c * c), bias = floats(3 * c);
+    DeviceBuffer x = floats(std::int64_t(tokens) * c), weight = floats(3 * c * c),
+                 bias = floats(3 * c);
     DeviceBuffer q = floats(std::int64_t(tokens) * c), kv = floats(std::int64_t(tokens) * 2 * c);
     DeviceBuffer dq = floats(std::int64_t(tokens) * c), dkv = floats(std::int64_t(tokens) * 2 * c);
     DeviceBuffer out = floats(std::int64_t(tokens) * c), dout = floats(std::int64_t(tokens) * c);
     DeviceBuffer lse = floats(std::int64_t(tokens) * n_head);
     PinnedBuffer host_q = backend.allocate_pinned(std::size_t(tokens) * c);
     PinnedBuffer host_kv = backend.allocate_pinned(std::size_t(tokens) * 2 * c);
-    const Tensor x_t = x.f32(0, {tokens, c}), w = weight.f32(0, {3 * c, c}), b = bias.f32(0, {3 * c});
+    const Tensor x_t = x.f32(0, {tokens, c}), w = weight.f32(0, {3 * c, c}),
+                 b = bias.f32(0, {3 * c});
     const Tensor q_t = q.f32(0, {tokens, c}), kv_t = kv.f32(0, {tokens, 2 * c});
     const Tensor dq_t = dq.f32(0, {tokens, c}), dkv_t = dkv.f32(0, {tokens, 2 * c});
     const Tensor out_t = out.f32(0, {tokens, c}), dout_t = dout.f32(0, {tokens, c});
     const Tensor lse_t = lse.f32(0, {tokens, n_head});
     const std::vector<AttentionSpan> spans = {{0, 0, 0, tokens}};
-    std::printf("\nQKV projection + attention fwd+bwd, one %d-token document | ms | vs whole | "
-                "device Q/K/V MiB\n",
-                tokens);
+    std::printf(
+        "\nQKV projection + attention fwd+bwd, one %d-token document | ms | vs whole | "
+        "device Q/K/V MiB\n",
+        tokens);
     const double resident_mib = 3.0 * tokens * c * sizeof(float) / (1 << 20);
     double whole_s = 0;
     for (const auto& [label, options] :
@@ -159,18 +163,18 @@ void bench_chunked_attention() {
             if (!attention.enabled()) {
                 backend.matmul_forward(q_t, x_t, w.slice(0, c), b.slice(0, c));
                 backend.matmul_forward(kv_t, x_t, w.slice(c, 2 * c), b.slice(c, 2 * c));
-                backend.attention_forward(out_t, lse_t, q_t, kv_t.columns(0, c),
-                                          kv_t.columns(c, c), spans, n_head);
+                backend.attention_forward(out_t, lse_t, q_t, kv_t.columns(0, c), kv_t.columns(c, c),
+                                          spans, n_head);
                 backend.attention_backward(dq_t, dkv_t.columns(0, c), dkv_t.columns(c, c), dout_t,
                                            q_t, kv_t.columns(0, c), kv_t.columns(c, c), out_t,
                                            lse_t, spans, n_head);
                 return;
             }
-            attention.forward({x_t, w.slice(0, c), b.slice(0, c), w.slice(c, 2 * c),
-                               b.slice(c, 2 * c)},
-                              Tensor{}, store, out_t, lse_t, spans);
-            attention.backward(store, dq_t, dkv_t.columns(0, c), dkv_t.columns(c, c), dout_t,
-                               out_t, lse_t, spans);
+            attention.forward(
+                {x_t, w.slice(0, c), b.slice(0, c), w.slice(c, 2 * c), b.slice(c, 2 * c)}, Tensor{},
+                store, out_t, lse_t, spans);
+            attention.backward(store, dq_t, dkv_t.columns(0, c), dkv_t.columns(c, c), dout_t, out_t,
+                               lse_t, spans);
         };
         pass();
         cudaDeviceSynchronize();

@@ -2,8 +2,8 @@
 // (forward + backward) of the serial model, and the model's achieved FLOP/s against what
 // OpenBLAS's sgemm reaches on the same GEMM shapes in the same run (the ratio is the figure:
 // how much of the machine's GEMM rate the engine turns into training).
-#include <CLI/CLI.hpp>
 #include <cblas.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -27,7 +27,8 @@ double seconds_since(Clock::time_point start) {
 
 // Seconds per call of C[m,n] = A[m,k]·B[k,n]ᵀ-style sgemm, best of `repeats`.
 double time_sgemm(int m, int n, int k, int repeats) {
-    std::vector<float> a(std::size_t(m) * k, 0.5f), b(std::size_t(n) * k, 0.25f), c(std::size_t(m) * n);
+    std::vector<float> a(std::size_t(m) * k, 0.5f), b(std::size_t(n) * k, 0.25f),
+        c(std::size_t(m) * n);
     double best = 1e9;
     for (int r = 0; r < repeats; ++r) {
         const auto start = Clock::now();
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
         best_step = std::min(best_step, seconds_since(start));
     }
 
-    // Training FLOPs (docs/sources.md, "FLOPs"): per layer 72·S·C² + 6·C·Σd², plus the LM head 6·S·C·V.
+    // Training FLOPs (docs/sources.md, "FLOPs"): per layer 72·S·C² + 6·C·Σd², plus the LM head
+    // 6·S·C·V.
     const double s = tokens, c = config.channels, v = config.vocab_size;
     double sum_d2 = 0;
     for (const auto& d : documents) {
@@ -93,13 +95,19 @@ int main(int argc, char** argv) {
 
     // sgemm on the model's shapes: the forward GEMMs of one layer, as FLOP-weighted rate.
     const int t = tokens, ch = config.channels;
-    struct Shape { const char* name; int m, n, k; };
-    const Shape shapes[] = {{"qkv", t, 3 * ch, ch}, {"attn proj", t, ch, ch},
-                            {"fc", t, 4 * ch, ch},  {"mlp proj", t, ch, 4 * ch},
+    struct Shape {
+        const char* name;
+        int m, n, k;
+    };
+    const Shape shapes[] = {{"qkv", t, 3 * ch, ch},
+                            {"attn proj", t, ch, ch},
+                            {"fc", t, 4 * ch, ch},
+                            {"mlp proj", t, ch, 4 * ch},
                             {"lm head", t, 256, ch}};
     double gemm_flops = 0, gemm_seconds = 0;
     using Align = TextTable::Align;
-    TextTable gemm_table({"sgemm shape", "m x n x k", "GFLOP/s"}, {Align::left, Align::left, Align::right});
+    TextTable gemm_table({"sgemm shape", "m x n x k", "GFLOP/s"},
+                         {Align::left, Align::left, Align::right});
     for (const auto& shape : shapes) {
         const double seconds = time_sgemm(shape.m, shape.n, shape.k, repeats);
         const double f = 2.0 * shape.m * shape.n * shape.k;
@@ -107,14 +115,16 @@ int main(int argc, char** argv) {
         gemm_seconds += seconds;
         char rate[32];
         std::snprintf(rate, sizeof rate, "%.2f", f / seconds / 1e9);
-        gemm_table.add_row({shape.name, std::to_string(shape.m) + " x " + std::to_string(shape.n) +
-                                            " x " + std::to_string(shape.k), rate});
+        gemm_table.add_row({shape.name,
+                            std::to_string(shape.m) + " x " + std::to_string(shape.n) + " x " +
+                                std::to_string(shape.k),
+                            rate});
     }
     const double gemm_rate = gemm_flops / gemm_seconds;
 
-    std::printf("model %s, %d tokens in documents of %d, BLAS %s\n\n%s\n", config.describe().c_str(),
-                tokens, document_length, CpuBackend::blas_description().c_str(),
-                gemm_table.render().c_str());
+    std::printf("model %s, %d tokens in documents of %d, BLAS %s\n\n%s\n",
+                config.describe().c_str(), tokens, document_length,
+                CpuBackend::blas_description().c_str(), gemm_table.render().c_str());
     TextTable table({"figure", "value", "vs sgemm"}, {Align::left, Align::right, Align::right});
     char buffer[4][48];
     std::snprintf(buffer[0], 48, "%.0f", tokens / best_step);

@@ -6,9 +6,9 @@
 //
 // The synthetic trace (cached in /tmp) looks like a real rank's: ProfilerSteps holding
 // cpu_ops, cudaLaunchKernel calls and their kernels on two streams, NCCL kernels, copies, flows.
-#include <CLI/CLI.hpp>
 #include <sys/resource.h>
 #include <zlib.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -36,8 +36,10 @@ double peak_rss_mb() {
 
 void generate(const std::string& path, std::size_t target_bytes) {
     std::ofstream out(path, std::ios::binary);
-    out << "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [{\"id\": 0, \"name\": \"NVIDIA H100\"}],\n"
-           "  \"distributedInfo\": {\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 8},\n  \"traceEvents\": [\n";
+    out << "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [{\"id\": 0, \"name\": \"NVIDIA "
+           "H100\"}],\n"
+           "  \"distributedInfo\": {\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 8},\n  "
+           "\"traceEvents\": [\n";
     std::size_t written = 0;
     long long corr = 1;
     double t = 1000.0;
@@ -49,44 +51,78 @@ void generate(const std::string& path, std::size_t target_bytes) {
     for (int step = 0; written < target_bytes; ++step) {
         const double step_start = t;
         emit(std::snprintf(line, sizeof line,
-                           "  {\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#%d\", \"pid\": 4242, \"tid\": 4242, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"External id\": %lld}},\n",
+                           "  {\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": "
+                           "\"ProfilerStep#%d\", \"pid\": 4242, \"tid\": 4242, \"ts\": %.3f, "
+                           "\"dur\": %.3f, \"args\": {\"External id\": %lld}},\n",
                            step, step_start, 5000.0 * 40 + 10, corr));
         for (int op = 0; op < 5000; ++op) {
             const long long c = corr++;
-            emit(std::snprintf(line, sizeof line,
-                               "  {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 4242, \"tid\": 4242, \"ts\": %.3f, \"dur\": 30.125, \"args\": {\"External id\": %lld, \"Record function id\": 0, \"Sequence number\": %d, \"Fwd thread id\": 0, \"Input Dims\": [[4096, 4096], [4096, 4096]], \"Input type\": [\"c10::BFloat16\", \"c10::BFloat16\"]}},\n",
-                               t + 1, c, op));
-            emit(std::snprintf(line, sizeof line,
-                               "  {\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 4242, \"tid\": 4242, \"ts\": %.3f, \"dur\": 4.250, \"args\": {\"External id\": %lld, \"cbid\": 211, \"correlation\": %lld}},\n",
-                               t + 20, c, c));
+            emit(std::snprintf(
+                line, sizeof line,
+                "  {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 4242, "
+                "\"tid\": 4242, \"ts\": %.3f, \"dur\": 30.125, \"args\": {\"External id\": %lld, "
+                "\"Record function id\": 0, \"Sequence number\": %d, \"Fwd thread id\": 0, \"Input "
+                "Dims\": [[4096, 4096], [4096, 4096]], \"Input type\": [\"c10::BFloat16\", "
+                "\"c10::BFloat16\"]}},\n",
+                t + 1, c, op));
+            emit(std::snprintf(
+                line, sizeof line,
+                "  {\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", "
+                "\"pid\": 4242, \"tid\": 4242, \"ts\": %.3f, \"dur\": 4.250, \"args\": {\"External "
+                "id\": %lld, \"cbid\": 211, \"correlation\": %lld}},\n",
+                t + 20, c, c));
             const bool nccl = op % 50 == 0;
             if (nccl) {
-                emit(std::snprintf(line, sizeof line,
-                                   "  {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)\", \"pid\": 0, \"tid\": 20, \"ts\": %.3f, \"dur\": 120.5, \"args\": {\"External id\": %lld, \"device\": 0, \"stream\": 20, \"correlation\": %lld, \"Collective name\": \"allreduce\", \"In msg nelems\": 1048576, \"dtype\": \"BFloat16\"}},\n",
-                                   t + 25, c, c));
+                emit(std::snprintf(
+                    line, sizeof line,
+                    "  {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": "
+                    "\"ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+                    "\", \"pid\": 0, \"tid\": 20, \"ts\": %.3f, \"dur\": 120.5, \"args\": "
+                    "{\"External id\": %lld, \"device\": 0, \"stream\": 20, \"correlation\": %lld, "
+                    "\"Collective name\": \"allreduce\", \"In msg nelems\": 1048576, \"dtype\": "
+                    "\"BFloat16\"}},\n",
+                    t + 25, c, c));
             } else if (op % 97 == 0) {
-                emit(std::snprintf(line, sizeof line,
-                                   "  {\"ph\": \"X\", \"cat\": \"gpu_memcpy\", \"name\": \"Memcpy HtoD (Pinned -> Device)\", \"pid\": 0, \"tid\": 21, \"ts\": %.3f, \"dur\": 12.0, \"args\": {\"External id\": %lld, \"device\": 0, \"stream\": 21, \"correlation\": %lld, \"bytes\": 4194304, \"memory bandwidth (GB/s)\": 349.5}},\n",
-                                   t + 25, c, c));
+                emit(std::snprintf(
+                    line, sizeof line,
+                    "  {\"ph\": \"X\", \"cat\": \"gpu_memcpy\", \"name\": \"Memcpy HtoD (Pinned -> "
+                    "Device)\", \"pid\": 0, \"tid\": 21, \"ts\": %.3f, \"dur\": 12.0, \"args\": "
+                    "{\"External id\": %lld, \"device\": 0, \"stream\": 21, \"correlation\": %lld, "
+                    "\"bytes\": 4194304, \"memory bandwidth (GB/s)\": 349.5}},\n",
+                    t + 25, c, c));
             } else {
-                emit(std::snprintf(line, sizeof line,
-                                   "  {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas\", \"pid\": 0, \"tid\": 7, \"ts\": %.3f, \"dur\": 35.75, \"args\": {\"External id\": %lld, \"queued\": 0, \"device\": 0, \"context\": 1, \"stream\": 7, \"correlation\": %lld, \"registers per thread\": 168, \"shared memory\": 213248, \"blocks per SM\": 0.87, \"warps per SM\": 3.5, \"grid\": [132, 1, 1], \"block\": [384, 1, 1], \"est. achieved occupancy %%\": 0}},\n",
-                                   t + 25, c, c));
+                emit(std::snprintf(
+                    line, sizeof line,
+                    "  {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": "
+                    "\"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_"
+                    "warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas\", \"pid\": 0, "
+                    "\"tid\": 7, \"ts\": %.3f, \"dur\": 35.75, \"args\": {\"External id\": %lld, "
+                    "\"queued\": 0, \"device\": 0, \"context\": 1, \"stream\": 7, \"correlation\": "
+                    "%lld, \"registers per thread\": 168, \"shared memory\": 213248, \"blocks per "
+                    "SM\": 0.87, \"warps per SM\": 3.5, \"grid\": [132, 1, 1], \"block\": [384, 1, "
+                    "1], \"est. achieved occupancy %%\": 0}},\n",
+                    t + 25, c, c));
             }
             emit(std::snprintf(line, sizeof line,
-                               "  {\"ph\": \"s\", \"id\": %lld, \"pid\": 4242, \"tid\": 4242, \"ts\": %.3f, \"cat\": \"ac2g\", \"name\": \"ac2g\"},\n",
+                               "  {\"ph\": \"s\", \"id\": %lld, \"pid\": 4242, \"tid\": 4242, "
+                               "\"ts\": %.3f, \"cat\": \"ac2g\", \"name\": \"ac2g\"},\n",
                                c, t + 20));
             t += 40;
         }
         t += 10;
     }
-    out << "  {\"name\": \"Record Window End\", \"ph\": \"i\", \"s\": \"g\", \"pid\": \"\", \"tid\": \"\", \"ts\": " << t
-        << "}\n  ],\n  \"traceName\": \"bench\",\n  \"displayTimeUnit\": \"ms\",\n  \"baseTimeNanoseconds\": 1700000000000000000\n}\n";
+    out << "  {\"name\": \"Record Window End\", \"ph\": \"i\", \"s\": \"g\", \"pid\": \"\", "
+           "\"tid\": \"\", \"ts\": "
+        << t
+        << "}\n  ],\n  \"traceName\": \"bench\",\n  \"displayTimeUnit\": \"ms\",\n  "
+           "\"baseTimeNanoseconds\": 1700000000000000000\n}\n";
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"bench_kineto: Kineto JSON import MB/s and peak RSS against a plain gzread of the same bytes"};
+    CLI::App app{
+        "bench_kineto: Kineto JSON import MB/s and peak RSS against a plain gzread of the same "
+        "bytes"};
     int mb = 200;
     std::string file;
     app.add_option("--mb", mb, "size of the synthetic trace in MB");
@@ -111,9 +147,11 @@ int main(int argc, char** argv) {
         std::vector<char> buffer(1u << 20);
         std::size_t total = 0;
         int got = 0;
-        while ((got = gzread(f, buffer.data(), unsigned(buffer.size()))) > 0) total += std::size_t(got);
+        while ((got = gzread(f, buffer.data(), unsigned(buffer.size()))) > 0)
+            total += std::size_t(got);
         gzclose(f);
-        if (total == 0) return 1;
+        if (total == 0)
+            return 1;
     }
     const double read_s = seconds_since(start);
 
@@ -130,7 +168,8 @@ int main(int argc, char** argv) {
     }
     const double parse_s = seconds_since(start);
     start = Clock::now();
-    auto imported = importer::import_file(*importer, file, (dir / "scratch" / "rank.sqlite").string());
+    auto imported =
+        importer::import_file(*importer, file, (dir / "scratch" / "rank.sqlite").string());
     const double import_s = seconds_since(start);
     if (!imported) {
         std::fprintf(stderr, "import failed: %s\n", imported.error().message.c_str());
@@ -148,14 +187,18 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::printf("%-34s %10s %10s %8s\n", "stage", "seconds", "MB/s", "ratio");
-    std::printf("%-34s %10.2f %10.1f %8s\n", "baseline: gzread, no parsing", read_s, size_mb / read_s, "1.00");
-    std::printf("%-34s %10.2f %10.1f %8.2f\n", "read (2 passes, no store)", parse_s, size_mb / parse_s,
-                read_s / parse_s);
-    std::printf("%-34s %10.2f %10.1f %8.2f\n", "import_file (2 passes + writer)", import_s, size_mb / import_s,
-                read_s / import_s);
-    std::printf("%-34s %10.2f %10.1f %8.2f\n", "import_files (+ merge)", run_s, size_mb / run_s, read_s / run_s);
-    std::printf("file %.1f MB, %lld events; peak RSS %.1f MB before, %.1f MB after import_file, %.1f MB at end\n",
-                size_mb, static_cast<long long>(run->events), rss_before, rss_import, peak_rss_mb());
+    std::printf("%-34s %10.2f %10.1f %8s\n", "baseline: gzread, no parsing", read_s,
+                size_mb / read_s, "1.00");
+    std::printf("%-34s %10.2f %10.1f %8.2f\n", "read (2 passes, no store)", parse_s,
+                size_mb / parse_s, read_s / parse_s);
+    std::printf("%-34s %10.2f %10.1f %8.2f\n", "import_file (2 passes + writer)", import_s,
+                size_mb / import_s, read_s / import_s);
+    std::printf("%-34s %10.2f %10.1f %8.2f\n", "import_files (+ merge)", run_s, size_mb / run_s,
+                read_s / run_s);
+    std::printf(
+        "file %.1f MB, %lld events; peak RSS %.1f MB before, %.1f MB after import_file, %.1f MB at "
+        "end\n",
+        size_mb, static_cast<long long>(run->events), rss_before, rss_import, peak_rss_mb());
     fs::remove_all(dir);
     return 0;
 }

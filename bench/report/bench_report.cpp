@@ -18,13 +18,11 @@
 #include "core/util/text_table.h"
 
 using namespace fulcrum;
-using bench::Clock;
 using bench::cell;
+using bench::Clock;
 using bench::seconds_since;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"bench_report: fulcrum report of a 10M-event run"};

@@ -147,9 +147,9 @@ int main(int argc, char** argv) {
     }
     const double n = static_cast<double>(writer_events);
     using Align = TextTable::Align;
-    TextTable writer_table({"writer", "events", "seconds", "events/s", "vs baseline", "target"},
-                           {Align::left, Align::right, Align::right, Align::right, Align::right,
-                            Align::left});
+    TextTable writer_table(
+        {"writer", "events", "seconds", "events/s", "vs baseline", "target"},
+        {Align::left, Align::right, Align::right, Align::right, Align::right, Align::left});
     char buffer[6][32];
     std::snprintf(buffer[0], 32, "%.3f", best_baseline);
     std::snprintf(buffer[1], 32, "%.2f M", n / best_baseline / 1e6);
@@ -198,7 +198,8 @@ int main(int argc, char** argv) {
         "bytes, copy_kind, correlation, args FROM event WHERE lane = ?1 AND start_ns < ?2 AND "
         "end_ns > ?3 ORDER BY start_ns");
     for (int q = 0; q < 30; ++q) {
-        const std::int64_t t0 = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(span - window));
+        const std::int64_t t0 =
+            static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(span - window));
         auto start = Clock::now();
         auto got = trace->events_in_window(lane.id, t0, t0 + window);
         bounded_ms.push_back(seconds_since(start) * 1e3);
@@ -218,10 +219,10 @@ int main(int argc, char** argv) {
     std::sort(naive_ms.begin(), naive_ms.end());
     const double bounded = bounded_ms[bounded_ms.size() / 2];
     const double plain = naive_ms[naive_ms.size() / 2];
-    TextTable reader_table({"reader (10M events, 30 windows)", "events/window", "median ms",
-                            "p90 ms", "vs baseline", "target"},
-                           {Align::left, Align::right, Align::right, Align::right, Align::right,
-                            Align::left});
+    TextTable reader_table(
+        {"reader (10M events, 30 windows)", "events/window", "median ms", "p90 ms", "vs baseline",
+         "target"},
+        {Align::left, Align::right, Align::right, Align::right, Align::right, Align::left});
     char r[5][32];
     std::snprintf(r[0], 32, "%.2f", plain);
     std::snprintf(r[1], 32, "%.2f", naive_ms[naive_ms.size() * 9 / 10]);
@@ -230,8 +231,8 @@ int main(int argc, char** argv) {
     std::snprintf(r[4], 32, "%.1fx faster", plain / bounded);
     const std::string per_window = std::to_string(returned / bounded_ms.size());
     reader_table.add_row({"baseline: start < t1 AND end > t0", per_window, r[0], r[1], "1.0x", ""});
-    reader_table.add_row({"events_in_window (max-duration bound)", per_window, r[2], r[3], r[4],
-                          "< 10 ms"});
+    reader_table.add_row(
+        {"events_in_window (max-duration bound)", per_window, r[2], r[3], r[4], "< 10 ms"});
     std::printf("\n%s", reader_table.render().c_str());
     bench::remove_run_file(path);
     bench::remove_run_file(run_path);

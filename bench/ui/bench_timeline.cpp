@@ -19,10 +19,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "bench/common/bench_support.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
-#include "bench/common/bench_support.h"
 #include "views/common/palette.h"
 #include "views/timeline/lane_tree_model.h"
 #include "views/timeline/timeline_canvas.h"
@@ -30,8 +30,8 @@
 
 using namespace fulcrum;
 using namespace fulcrum::views::timeline;
-using bench::Clock;
 using bench::cell;
+using bench::Clock;
 using bench::seconds_since;
 
 namespace {

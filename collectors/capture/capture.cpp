@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,8 +42,7 @@ std::int32_t rank_of_file(const std::string& name, std::string_view suffix) {
         std::string_view(name).substr(5, name.size() - 5 - suffix.size());
     std::int32_t rank = -1;
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
-    return ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() ? rank
-                                                                                         : -1;
+    return ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() ? rank : -1;
 }
 
 // What an earlier capture leaves in its directory; --force removes these and only these.
@@ -51,8 +50,8 @@ bool is_capture_output(const std::string& name) {
     if (name.starts_with("run.fulcrum")) {
         return true;
     }
-    for (const char* suffix : {".sqlite", ".sqlite-wal", ".sqlite-shm", ".sqlite-journal",
-                               ".status"}) {
+    for (const char* suffix :
+         {".sqlite", ".sqlite-wal", ".sqlite-shm", ".sqlite-journal", ".status"}) {
         if (rank_of_file(name, suffix) >= 0) {
             return true;
         }
@@ -116,15 +115,16 @@ Status prepare_capture_directory(const std::string& directory, bool force) {
             return {};
         }
         if (!force) {
-            return Error{ErrorCode::io, "'" + directory + "' already holds files; choose another "
-                                        "directory with -o, or pass --force to replace the "
-                                        "capture in it"};
+            return Error{ErrorCode::io, "'" + directory +
+                                            "' already holds files; choose another "
+                                            "directory with -o, or pass --force to replace the "
+                                            "capture in it"};
         }
         for (const auto& path : ours) {
             fs::remove(path, ec);
             if (ec) {
-                return Error{ErrorCode::io, "cannot remove '" + path.string() + "': " +
-                                                ec.message()};
+                return Error{ErrorCode::io,
+                             "cannot remove '" + path.string() + "': " + ec.message()};
             }
         }
         return {};
@@ -159,8 +159,7 @@ Result<std::string> find_executable(const std::string& program) {
             return candidate.string();
         }
     }
-    return Error{ErrorCode::invalid_input,
-                 "cannot run '" + program + "': not found in PATH"};
+    return Error{ErrorCode::invalid_input, "cannot run '" + program + "': not found in PATH"};
 }
 
 std::vector<OtherTool> other_tools_attached(const std::string& our_library) {
@@ -180,9 +179,9 @@ std::vector<OtherTool> other_tools_attached(const std::string& our_library) {
 }
 
 std::vector<std::string> capture_variable_names(bool cuda_injection) {
-    std::vector<std::string> names = {"NVTX_INJECTION64_PATH", "FULCRUM_CAPTURE_DIR",
-                                      "FULCRUM_GPU", "FULCRUM_RUN_NAME",
-                                      "FULCRUM_CAPTURE_COMMAND", "FULCRUM_CAPTURE_LAUNCHER"};
+    std::vector<std::string> names = {
+        "NVTX_INJECTION64_PATH", "FULCRUM_CAPTURE_DIR",     "FULCRUM_GPU",
+        "FULCRUM_RUN_NAME",      "FULCRUM_CAPTURE_COMMAND", "FULCRUM_CAPTURE_LAUNCHER"};
     if (cuda_injection) {
         names.insert(names.begin() + 1, "CUDA_INJECTION64_PATH");
     }
@@ -197,7 +196,9 @@ std::vector<std::pair<std::string, std::string>> capture_environment(
     std::vector<std::pair<std::string, std::string>> environment = {
         {"NVTX_INJECTION64_PATH", library},
         {"FULCRUM_CAPTURE_DIR", absolute},
-        {"FULCRUM_GPU", gpu == GpuRequest::off ? "off" : gpu == GpuRequest::on ? "on" : "auto"},
+        {"FULCRUM_GPU", gpu == GpuRequest::off  ? "off"
+                        : gpu == GpuRequest::on ? "on"
+                                                : "auto"},
         {"FULCRUM_RUN_NAME", fs::path(absolute).filename().string()},
         {"FULCRUM_CAPTURE_COMMAND", command_line},
         // The injection leaves saying "no GPU" to us: one line for all ranks.
@@ -215,9 +216,10 @@ std::string shell_quote(const std::vector<std::string>& command) {
         if (!text.empty()) {
             text += ' ';
         }
-        const bool plain = !word.empty() && word.find_first_not_of(
-                                                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                "0123456789-_./=:,+@%") == std::string::npos;
+        const bool plain =
+            !word.empty() && word.find_first_not_of(
+                                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "0123456789-_./=:,+@%") == std::string::npos;
         if (plain) {
             text += word;
             continue;
@@ -245,8 +247,8 @@ bool gpu_present() {
     auto init = reinterpret_cast<InitFunction>(dlsym(driver, "cuInit"));
     auto count = reinterpret_cast<CountFunction>(dlsym(driver, "cuDeviceGetCount"));
     int devices = 0;
-    const bool found = init != nullptr && count != nullptr && init(0) == 0 &&
-                       count(&devices) == 0 && devices > 0;
+    const bool found =
+        init != nullptr && count != nullptr && init(0) == 0 && count(&devices) == 0 && devices > 0;
     return found;  // the driver stays loaded: unloading an initialised driver is not safe
 }
 
@@ -330,8 +332,8 @@ extern "C" void on_stop_signal(int signal, siginfo_t* info, void*) {
     const pid_t child = g_child.load();
     // A terminal's Ctrl-C (si_code SI_KERNEL) already reached the command, which shares our
     // process group; a second SIGINT would make mpirun abort instead of shutting down.
-    const bool sent_to_us_only = info == nullptr || info->si_code == SI_USER ||
-                                 info->si_code == SI_QUEUE;
+    const bool sent_to_us_only =
+        info == nullptr || info->si_code == SI_USER || info->si_code == SI_QUEUE;
     if (child > 0 && (signal == SIGTERM || sent_to_us_only)) {
         kill(child, signal);
     }
@@ -339,11 +341,14 @@ extern "C" void on_stop_signal(int signal, siginfo_t* info, void*) {
 
 }  // namespace
 
-bool interrupted_after_command() { return g_interrupted_after.load(); }
+bool interrupted_after_command() {
+    return g_interrupted_after.load();
+}
 
-Result<CommandOutcome> run_command(const std::vector<std::string>& command,
-                                   const std::vector<std::pair<std::string, std::string>>& environment,
-                                   const std::function<void(double)>& tick) {
+Result<CommandOutcome> run_command(
+    const std::vector<std::string>& command,
+    const std::vector<std::pair<std::string, std::string>>& environment,
+    const std::function<void(double)>& tick) {
     auto executable = find_executable(command.empty() ? "" : command.front());
     if (!executable) {
         return executable.error();
@@ -377,7 +382,8 @@ Result<CommandOutcome> run_command(const std::vector<std::string>& command,
 
     int exec_error[2];
     if (pipe2(exec_error, O_CLOEXEC) != 0) {
-        return Error{ErrorCode::io, std::string("cannot start the command: ") + std::strerror(errno)};
+        return Error{ErrorCode::io,
+                     std::string("cannot start the command: ") + std::strerror(errno)};
     }
     struct sigaction action = {};
     action.sa_sigaction = on_stop_signal;
@@ -392,7 +398,8 @@ Result<CommandOutcome> run_command(const std::vector<std::string>& command,
     if (child < 0) {
         close(exec_error[0]);
         close(exec_error[1]);
-        return Error{ErrorCode::io, std::string("cannot start the command: ") + std::strerror(errno)};
+        return Error{ErrorCode::io,
+                     std::string("cannot start the command: ") + std::strerror(errno)};
     }
     if (child == 0) {
         // Exec resets caught signals to their defaults; the previous dispositions of ignored
@@ -434,8 +441,8 @@ Result<CommandOutcome> run_command(const std::vector<std::string>& command,
     g_command_done.store(true);
     g_child.store(0);
     if (got == static_cast<ssize_t>(sizeof exec_errno)) {
-        return Error{ErrorCode::invalid_input, "cannot run '" + command.front() + "': " +
-                                                   std::strerror(exec_errno)};
+        return Error{ErrorCode::invalid_input,
+                     "cannot run '" + command.front() + "': " + std::strerror(exec_errno)};
     }
     CommandOutcome outcome;
     outcome.seconds = elapsed();

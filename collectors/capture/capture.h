@@ -75,9 +75,10 @@ struct CommandOutcome {
     double seconds = 0;
     bool interrupted = false;  // the user asked it to stop (SIGINT / SIGTERM)
 };
-Result<CommandOutcome> run_command(const std::vector<std::string>& command,
-                                   const std::vector<std::pair<std::string, std::string>>& environment,
-                                   const std::function<void(double)>& tick);
+Result<CommandOutcome> run_command(
+    const std::vector<std::string>& command,
+    const std::vector<std::pair<std::string, std::string>>& environment,
+    const std::function<void(double)>& tick);
 
 // True once SIGINT/SIGTERM arrived after the command ended: cancels the merge.
 bool interrupted_after_command();

@@ -2,9 +2,9 @@
 
 #include <atomic>
 
-#include "core/trace/annotations.h"
 #include "collectors/inject/immortal.h"
 #include "collectors/inject/recorder.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::collect {
 namespace {
@@ -15,18 +15,27 @@ std::atomic<GpuState> g_state{GpuState::pending};
 
 std::string_view to_string(GpuState state) {
     switch (state) {
-    case GpuState::pending: return "pending";
-    case GpuState::off: return "off";
-    case GpuState::on: return "on";
-    case GpuState::no_gpu: return "none";
-    case GpuState::other_profiler: return "other-profiler";
-    case GpuState::unavailable: return "unavailable";
-    case GpuState::failed: return "failed";
+        case GpuState::pending:
+            return "pending";
+        case GpuState::off:
+            return "off";
+        case GpuState::on:
+            return "on";
+        case GpuState::no_gpu:
+            return "none";
+        case GpuState::other_profiler:
+            return "other-profiler";
+        case GpuState::unavailable:
+            return "unavailable";
+        case GpuState::failed:
+            return "failed";
     }
     return "pending";
 }
 
-GpuState gpu_state() { return g_state.load(std::memory_order_relaxed); }
+GpuState gpu_state() {
+    return g_state.load(std::memory_order_relaxed);
+}
 
 void turn_gpu_tracing_off() {
     GpuState expected = GpuState::pending;
@@ -110,7 +119,7 @@ struct CuptiApi {
         }
         bool complete = true;
         const auto bind = [&](auto& function, const char* name) {
-            function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(
+            function = reinterpret_cast<std::remove_reference_t<decltype(function)> >(
                 dlsym(library, name));
             complete = complete && function != nullptr;
         };
@@ -135,9 +144,12 @@ std::mutex g_start_mutex;
 
 constexpr std::size_t kBufferBytes = 8 << 20;
 constexpr std::size_t kMaxCorrelations = 1 << 20;
-constexpr CUpti_ExternalCorrelationKind kOurCorrelationKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+constexpr CUpti_ExternalCorrelationKind kOurCorrelationKind =
+    CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
 
-std::uint64_t CUPTIAPI host_timestamp() { return static_cast<std::uint64_t>(host_clock_ns()); }
+std::uint64_t CUPTIAPI host_timestamp() {
+    return static_cast<std::uint64_t>(host_clock_ns());
+}
 
 // ---- records to events; runs on CUPTI's worker thread (or the flushing thread) ----
 
@@ -193,10 +205,9 @@ LaneId RecordSink::stream_lane(std::uint32_t context, std::uint32_t stream, std:
         return found->second;
     }
     auto named = stream_names_.find(stream);
-    const std::string name = named != stream_names_.end()
-                                 ? named->second
-                                 : "GPU " + std::to_string(device) + " stream " +
-                                       std::to_string(stream);
+    const std::string name = named != stream_names_.end() ? named->second
+                                                          : "GPU " + std::to_string(device) +
+                                                                " stream " + std::to_string(stream);
     Recorder& recorder = Recorder::instance();
     const LaneId lane =
         recorder.writer().add_lane(recorder.rank(), LaneKind::gpu_stream, name, stream);
@@ -210,10 +221,11 @@ LaneId RecordSink::context_lane(std::uint32_t context) {
         return found->second;
     }
     auto device = context_devices_.find(context);
-    const std::string name = "GPU " +
-                             (device != context_devices_.end() ? std::to_string(device->second)
-                                                               : "context " + std::to_string(context)) +
-                             " synchronize";
+    const std::string name =
+        "GPU " +
+        (device != context_devices_.end() ? std::to_string(device->second)
+                                          : "context " + std::to_string(context)) +
+        " synchronize";
     Recorder& recorder = Recorder::instance();
     const LaneId lane = recorder.writer().add_lane(recorder.rank(), LaneKind::gpu_stream, name);
     context_lanes_.emplace(context, lane);
@@ -249,8 +261,8 @@ StringId RecordSink::api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid
     if (g_cupti.callback_name(domain, cbid, &raw) == CUPTI_SUCCESS && raw != nullptr) {
         name = raw;
         // "cudaLaunchKernel_v7000": the version suffix is CUPTI's, not the API's name.
-        if (const auto suffix = name.rfind("_v"); suffix != std::string::npos &&
-            suffix + 2 < name.size() &&
+        if (const auto suffix = name.rfind("_v");
+            suffix != std::string::npos && suffix + 2 < name.size() &&
             name.find_first_not_of("0123456789", suffix + 2) == std::string::npos) {
             name.erase(suffix);
         }
@@ -301,17 +313,28 @@ void RecordSink::on_kernel(const CUpti_ActivityKernel10& record) {
 
 const char* copy_kind_name(std::uint8_t kind) {
     switch (kind) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "Memcpy HtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "Memcpy DtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return "Memcpy HtoA";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return "Memcpy AtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return "Memcpy AtoA";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD: return "Memcpy AtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA: return "Memcpy DtoA";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "Memcpy DtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "Memcpy HtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "Memcpy PtoP";
-    default: return "Memcpy";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+            return "Memcpy HtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+            return "Memcpy DtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+            return "Memcpy HtoA";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+            return "Memcpy AtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+            return "Memcpy AtoA";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
+            return "Memcpy AtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
+            return "Memcpy DtoA";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+            return "Memcpy DtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+            return "Memcpy HtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+            return "Memcpy PtoP";
+        default:
+            return "Memcpy";
     }
 }
 
@@ -324,10 +347,12 @@ void RecordSink::on_memcpy(const CUpti_ActivityMemcpy6& record) {
     event.name = writer.intern(copy_kind_name(record.copyKind));
     event.kind = EventKind::memcpy;
     event.bytes = static_cast<std::int64_t>(record.bytes);
-    event.copy_kind = record.copyKind >= 1 && record.copyKind <= 10 ? static_cast<CopyKind>(record.copyKind)
-                                                                    : CopyKind::none;
+    event.copy_kind = record.copyKind >= 1 && record.copyKind <= 10
+                          ? static_cast<CopyKind>(record.copyKind)
+                          : CopyKind::none;
     // Host<->device traffic is what offloading moves; device-side copies are memory work.
-    event.category = crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
+    event.category =
+        crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
     // CUPTI's memory kinds are the store's (0 unknown … 7 managed static).
     auto memory = [](std::uint8_t kind) {
         return kind <= 7 ? static_cast<MemoryKind>(kind) : MemoryKind::unknown;
@@ -356,11 +381,20 @@ void RecordSink::on_memset(const CUpti_ActivityMemset4& record) {
 void RecordSink::on_synchronization(const CUpti_ActivitySynchronization2& record) {
     const char* name = "synchronize";
     switch (record.type) {
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: name = "cudaEventSynchronize"; break;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: name = "cudaStreamWaitEvent"; break;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: name = "cudaStreamSynchronize"; break;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: name = "cudaDeviceSynchronize"; break;
-    default: break;
+        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE:
+            name = "cudaEventSynchronize";
+            break;
+        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT:
+            name = "cudaStreamWaitEvent";
+            break;
+        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE:
+            name = "cudaStreamSynchronize";
+            break;
+        case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE:
+            name = "cudaDeviceSynchronize";
+            break;
+        default:
+            break;
     }
     Event event;
     if (record.streamId == CUPTI_SYNCHRONIZATION_INVALID_VALUE) {
@@ -402,37 +436,41 @@ void RecordSink::take(std::uint8_t* buffer, std::size_t valid_bytes) {
     CUpti_Activity* record = nullptr;
     while (g_cupti.next_record(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
         switch (record->kind) {
-        case CUPTI_ACTIVITY_KIND_KERNEL:
-        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-            on_kernel(*reinterpret_cast<const CUpti_ActivityKernel10*>(record));
-            break;
-        case CUPTI_ACTIVITY_KIND_MEMCPY:
-            on_memcpy(*reinterpret_cast<const CUpti_ActivityMemcpy6*>(record));
-            break;
-        case CUPTI_ACTIVITY_KIND_MEMSET:
-            on_memset(*reinterpret_cast<const CUpti_ActivityMemset4*>(record));
-            break;
-        case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
-            on_synchronization(*reinterpret_cast<const CUpti_ActivitySynchronization2*>(record));
-            break;
-        case CUPTI_ACTIVITY_KIND_RUNTIME:
-            on_api(*reinterpret_cast<const CUpti_ActivityAPI*>(record), CUPTI_CB_DOMAIN_RUNTIME_API);
-            break;
-        case CUPTI_ACTIVITY_KIND_DRIVER:
-            on_api(*reinterpret_cast<const CUpti_ActivityAPI*>(record), CUPTI_CB_DOMAIN_DRIVER_API);
-            break;
-        case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-            const auto& external = *reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
-            if (external.externalKind == kOurCorrelationKind) {
-                if (external_ids_.size() >= kMaxCorrelations) {
-                    external_ids_.clear();  // old launches' kernels have long been seen
+            case CUPTI_ACTIVITY_KIND_KERNEL:
+            case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+                on_kernel(*reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+                break;
+            case CUPTI_ACTIVITY_KIND_MEMCPY:
+                on_memcpy(*reinterpret_cast<const CUpti_ActivityMemcpy6*>(record));
+                break;
+            case CUPTI_ACTIVITY_KIND_MEMSET:
+                on_memset(*reinterpret_cast<const CUpti_ActivityMemset4*>(record));
+                break;
+            case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+                on_synchronization(
+                    *reinterpret_cast<const CUpti_ActivitySynchronization2*>(record));
+                break;
+            case CUPTI_ACTIVITY_KIND_RUNTIME:
+                on_api(*reinterpret_cast<const CUpti_ActivityAPI*>(record),
+                       CUPTI_CB_DOMAIN_RUNTIME_API);
+                break;
+            case CUPTI_ACTIVITY_KIND_DRIVER:
+                on_api(*reinterpret_cast<const CUpti_ActivityAPI*>(record),
+                       CUPTI_CB_DOMAIN_DRIVER_API);
+                break;
+            case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+                const auto& external =
+                    *reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
+                if (external.externalKind == kOurCorrelationKind) {
+                    if (external_ids_.size() >= kMaxCorrelations) {
+                        external_ids_.clear();  // old launches' kernels have long been seen
+                    }
+                    external_ids_[external.correlationId] = external.externalId;
                 }
-                external_ids_[external.correlationId] = external.externalId;
+                break;
             }
-            break;
-        }
-        default:
-            break;
+            default:
+                break;
         }
     }
     if (unusable_records_ > 0) {
@@ -451,8 +489,7 @@ void RecordSink::name_stream(std::uint32_t stream, std::string name) {
     stream_names_[stream] = std::move(name);
 }
 
-void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size,
-                               std::size_t* max_records) {
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
     // CUPTI requires 8-byte aligned buffers (docs/sources.md, "CUDA, CUPTI, NVTX").
     *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
     *size = *buffer != nullptr ? kBufferBytes : 0;
@@ -482,21 +519,22 @@ std::string result_text(CUptiResult result) {
 
 GpuStart refused(CUptiResult result) {
     switch (result) {
-    case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
-        return {GpuState::other_profiler,
-                "another CUDA profiler (Nsight Systems?) already traces this process; fulcrum "
-                "steps aside: GPU tracing off, NVTX capture on"};
-    case CUPTI_ERROR_UNKNOWN:           // the driver stub of a machine without a GPU
-    case CUPTI_ERROR_NOT_INITIALIZED:   // no driver
-    case CUPTI_ERROR_INVALID_DEVICE:
-        return {GpuState::no_gpu, "no GPU found; GPU tracing off, NVTX capture on"};
-    case CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
-        return {GpuState::failed, "CUPTI needs profiling permission on this machine "
-                                  "(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); GPU tracing off, NVTX "
-                                  "capture on"};
-    default:
-        return {GpuState::failed, "CUPTI refused GPU tracing (" + result_text(result) +
-                                      "); GPU tracing off, NVTX capture on"};
+        case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+            return {GpuState::other_profiler,
+                    "another CUDA profiler (Nsight Systems?) already traces this process; fulcrum "
+                    "steps aside: GPU tracing off, NVTX capture on"};
+        case CUPTI_ERROR_UNKNOWN:          // the driver stub of a machine without a GPU
+        case CUPTI_ERROR_NOT_INITIALIZED:  // no driver
+        case CUPTI_ERROR_INVALID_DEVICE:
+            return {GpuState::no_gpu, "no GPU found; GPU tracing off, NVTX capture on"};
+        case CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
+            return {GpuState::failed,
+                    "CUPTI needs profiling permission on this machine "
+                    "(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); GPU tracing off, NVTX "
+                    "capture on"};
+        default:
+            return {GpuState::failed, "CUPTI refused GPU tracing (" + result_text(result) +
+                                          "); GPU tracing off, NVTX capture on"};
     }
 }
 

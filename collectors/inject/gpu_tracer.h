@@ -42,8 +42,8 @@ void flush_gpu_tracing();
 
 // Tags the CUDA work launched by this thread until the matching pop with `id`
 // (cuptiActivityPushExternalCorrelationId): the semantic keys of the enclosing `fulcrum`
-// range, packed by pack_semantic_keys (core/trace/annotations.h), so kernels and copies get step / micro-batch /
-// stage / phase.
+// range, packed by pack_semantic_keys (core/trace/annotations.h), so kernels and copies get step /
+// micro-batch / stage / phase.
 void push_gpu_correlation(std::uint64_t id);
 void pop_gpu_correlation();
 

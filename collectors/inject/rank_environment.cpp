@@ -24,8 +24,8 @@ std::int32_t parse_rank(const char* text) {
 }  // namespace
 
 LauncherRank rank_from_environment(const std::function<const char*(const char*)>& lookup) {
-    for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK", "PMI_RANK",
-                                 "SLURM_PROCID"}) {
+    for (const char* variable :
+         {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK", "PMI_RANK", "SLURM_PROCID"}) {
         const std::int32_t rank = parse_rank(lookup(variable));
         if (rank < 0) {
             continue;

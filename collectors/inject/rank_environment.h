@@ -18,9 +18,9 @@ struct LauncherRank {
 // PMIx's variables come before RANK because they are set by mpirun itself, while RANK may be
 // exported by a job script for other reasons. RANK counts only with WORLD_SIZE beside it
 // (torchrun sets both).
-LauncherRank rank_from_environment(
-    const std::function<const char*(const char*)>& lookup = [](const char* name) {
-        return static_cast<const char*>(std::getenv(name));
-    });
+LauncherRank rank_from_environment(const std::function<const char*(const char*)>& lookup =
+                                       [](const char* name) {
+                                           return static_cast<const char*>(std::getenv(name));
+                                       });
 
 }  // namespace fulcrum::collect

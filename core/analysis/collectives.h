@@ -33,7 +33,7 @@ struct CollectiveInstance {
     std::int32_t step = -1;
     std::int32_t microbatch = -1;
     Phase phase = Phase::none;
-    std::int32_t occurrence = 0;  // k
+    std::int32_t occurrence = 0;                      // k
     std::vector<CollectiveParticipant> participants;  // by rank
 
     // The participant with the latest start (the lowest rank on ties); its duration is the

@@ -23,7 +23,16 @@
 
 namespace fulcrum::analysis {
 
-enum class CollectiveKind : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, point_to_point, other };
+enum class CollectiveKind : std::uint8_t {
+    all_reduce,
+    all_gather,
+    reduce_scatter,
+    all_to_all,
+    broadcast,
+    reduce,
+    point_to_point,
+    other
+};
 std::string_view to_string(CollectiveKind kind);
 CollectiveKind collective_kind_of(std::string_view name);
 // NCCL-tests' bus bandwidth factor for a group of n.
@@ -42,7 +51,7 @@ struct CollectiveSummary {
 };
 
 // By name, then group, in the order of the first call.
-std::vector<CollectiveSummary> summarize_collectives(const RunTrace& trace,
-                                                     const std::vector<CollectiveInstance>& instances);
+std::vector<CollectiveSummary> summarize_collectives(
+    const RunTrace& trace, const std::vector<CollectiveInstance>& instances);
 
 }  // namespace fulcrum::analysis

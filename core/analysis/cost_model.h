@@ -3,8 +3,8 @@
 //
 // A pass of stage s and phase φ on a rank that holds T tokens and P causal pairs:
 //     t = fixed + per_token·T + per_pair·P          (least squares over the run's passes)
-// Linear work (GEMMs, elementwise) grows with T, causal attention with P (WLB-LLM; docs/sources.md, "Workload balancing").
-// A collective moving B bytes:
+// Linear work (GEMMs, elementwise) grows with T, causal attention with P (WLB-LLM; docs/sources.md,
+// "Workload balancing"). A collective moving B bytes:
 //     t = latency + per_byte·B
 // fitted on transfer times only: in a matched collective the last rank to arrive waits for
 // nobody, so its duration is the transfer; for a pipeline receive, the time after the

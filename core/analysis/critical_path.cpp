@@ -26,9 +26,13 @@ Coordinates coordinates_of(const RunTrace& trace, const Pass& pass) {
     return c;
 }
 
-std::int64_t busy_of(const Pass& pass) { return std::max<std::int64_t>(0, pass.wall_ns() - pass.pipeline_wait_ns); }
+std::int64_t busy_of(const Pass& pass) {
+    return std::max<std::int64_t>(0, pass.wall_ns() - pass.pipeline_wait_ns);
+}
 
-const char* phase_name(Phase phase) { return phase == Phase::forward ? "forward" : "backward"; }
+const char* phase_name(Phase phase) {
+    return phase == Phase::forward ? "forward" : "backward";
+}
 
 // One step's passes, indexed for the walk.
 class StepPasses {
@@ -41,7 +45,8 @@ public:
             lockstep_[{c.dp, c.pp, pass->chunk, pass->microbatch, pass->phase}].push_back(pass);
         }
         for (auto& [rank, list] : by_rank_) {
-            std::sort(list.begin(), list.end(), [](const Pass* a, const Pass* b) { return a->start_ns < b->start_ns; });
+            std::sort(list.begin(), list.end(),
+                      [](const Pass* a, const Pass* b) { return a->start_ns < b->start_ns; });
         }
     }
 
@@ -50,7 +55,8 @@ public:
         const auto& list = by_rank_.at(pass.rank);
         const Pass* before = nullptr;
         for (const Pass* p : list) {
-            if (p == &pass) break;
+            if (p == &pass)
+                break;
             before = p;
         }
         return before;
@@ -85,7 +91,8 @@ public:
     const Pass* slowest_in_lockstep(const Pass& pass) const {
         const Coordinates c = coordinates_of(trace_, pass);
         auto at = lockstep_.find({c.dp, c.pp, pass.chunk, pass.microbatch, pass.phase});
-        if (at == lockstep_.end()) return &pass;
+        if (at == lockstep_.end())
+            return &pass;
         const Pass* slowest = &pass;
         for (const Pass* member : at->second) {
             if (member->collective_ns < slowest->collective_ns ||
@@ -99,10 +106,12 @@ public:
     // The last pass on `rank` that ends by `time`.
     const Pass* last_before(std::int32_t rank, std::int64_t time) const {
         auto at = by_rank_.find(rank);
-        if (at == by_rank_.end()) return nullptr;
+        if (at == by_rank_.end())
+            return nullptr;
         const Pass* last = nullptr;
         for (const Pass* p : at->second) {
-            if (p->end_ns <= time && (last == nullptr || p->end_ns >= last->end_ns)) last = p;
+            if (p->end_ns <= time && (last == nullptr || p->end_ns >= last->end_ns))
+                last = p;
         }
         return last;
     }
@@ -111,7 +120,8 @@ public:
         const Coordinates c = coordinates_of(trace_, pass);
         std::vector<const Pass*> members;
         for (const auto& [key, p] : pipeline_) {
-            if (std::get<0>(key) == c.dp && std::get<1>(key) == c.cp && std::get<2>(key) == c.tp) members.push_back(p);
+            if (std::get<0>(key) == c.dp && std::get<1>(key) == c.cp && std::get<2>(key) == c.tp)
+                members.push_back(p);
         }
         return members;
     }
@@ -127,7 +137,8 @@ struct TailEvent {
     std::int64_t start_ns = 0, end_ns = 0;
     bool found = false;
     void take(const Event& event) {
-        if (!found || event.end_ns > end_ns) *this = {event.start_ns, event.end_ns, true};
+        if (!found || event.end_ns > end_ns)
+            *this = {event.start_ns, event.end_ns, true};
     }
 };
 
@@ -141,12 +152,16 @@ TailIndex index_tails(const RunTrace& trace) {
     TailIndex tails;
     for (const RankTrace& rank : trace.ranks) {
         for (const LaneTrace& lane : rank.lanes) {
-            if (lane.info.kind != LaneKind::host_thread) continue;
+            if (lane.info.kind != LaneKind::host_thread)
+                continue;
             for (const Event& event : lane.events) {
-                if (event.step < 0 || event.kind == EventKind::mark) continue;
+                if (event.step < 0 || event.kind == EventKind::mark)
+                    continue;
                 const Role role = trace.role(event);
-                if (role == Role::step) tails[{rank.info.rank, event.step}].step.take(event);
-                if (role == Role::optimizer) tails[{rank.info.rank, event.step}].optimizer.take(event);
+                if (role == Role::step)
+                    tails[{rank.info.rank, event.step}].step.take(event);
+                if (role == Role::optimizer)
+                    tails[{rank.info.rank, event.step}].optimizer.take(event);
             }
         }
     }
@@ -162,13 +177,16 @@ const StepTails* tails_of(const TailIndex& tails, std::int32_t rank, std::int32_
 // its stage and phase's mean: how much that pass costs the step.
 void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& path,
                  const std::vector<const Pass*>& critical) {
-    auto schedule = parallel::parse_schedule(trace.config.schedule.empty() ? "1f1b" : trace.config.schedule);
+    auto schedule =
+        parallel::parse_schedule(trace.config.schedule.empty() ? "1f1b" : trace.config.schedule);
     const int p = std::max(trace.config.pp, 1);
     for (const Pass* pass : critical) {
         const auto members = step.pipeline_of(*pass);
         int m = 0;
-        for (const Pass* member : members) m = std::max(m, member->microbatch + 1);
-        if (m == 0 || pass->microbatch < 0) continue;
+        for (const Pass* member : members)
+            m = std::max(m, member->microbatch + 1);
+        if (m == 0 || pass->microbatch < 0)
+            continue;
         parallel::ReplayInput input;
         input.schedule = schedule ? *schedule : parallel::PipelineSchedule::one_f_one_b;
         if (input.schedule != parallel::PipelineSchedule::gpipe &&
@@ -183,14 +201,18 @@ void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& pa
         const int stage = coordinates_of(trace, *pass).pp;
         for (const Pass* member : members) {
             const int s = coordinates_of(trace, *member).pp;
-            if (s < 0 || s >= p || member->microbatch < 0) continue;
-            (member->phase == Phase::forward ? input.forward_ns : input.backward_ns)[s][member->microbatch] = busy_of(*member);
+            if (s < 0 || s >= p || member->microbatch < 0)
+                continue;
+            (member->phase == Phase::forward ? input.forward_ns
+                                             : input.backward_ns)[s][member->microbatch] =
+                busy_of(*member);
             if (s == stage && member->phase == pass->phase) {
                 sum += busy_of(*member);
                 ++count;
             }
         }
-        if (count == 0 || stage < 0 || stage >= p) continue;
+        if (count == 0 || stage < 0 || stage >= p)
+            continue;
         auto measured = parallel::replay_pipeline(input);
         WhatIf what;
         what.rank = pass->rank;
@@ -199,18 +221,25 @@ void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& pa
         what.phase = pass->phase;
         what.busy_ns = busy_of(*pass);
         what.typical_ns = sum / count;
-        (pass->phase == Phase::forward ? input.forward_ns : input.backward_ns)[stage][pass->microbatch] = what.typical_ns;
+        (pass->phase == Phase::forward ? input.forward_ns
+                                       : input.backward_ns)[stage][pass->microbatch] =
+            what.typical_ns;
         auto typical = parallel::replay_pipeline(input);
-        if (!measured || !typical) continue;
-        what.step_saving_ns = std::max<std::int64_t>(0, measured->makespan_ns - typical->makespan_ns);
+        if (!measured || !typical)
+            continue;
+        what.step_saving_ns =
+            std::max<std::int64_t>(0, measured->makespan_ns - typical->makespan_ns);
         path.what_if.push_back(what);
     }
-    std::stable_sort(path.what_if.begin(), path.what_if.end(),
-                     [](const WhatIf& a, const WhatIf& b) { return a.step_saving_ns > b.step_saving_ns; });
+    std::stable_sort(
+        path.what_if.begin(), path.what_if.end(),
+        [](const WhatIf& a, const WhatIf& b) { return a.step_saving_ns > b.step_saving_ns; });
 }
 
-CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const std::vector<const Pass*>& passes,
-                       const std::vector<const CollectiveInstance*>& collectives, const TailIndex& tails) {
+CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
+                       const std::vector<const Pass*>& passes,
+                       const std::vector<const CollectiveInstance*>& collectives,
+                       const TailIndex& tails) {
     const StepPasses step(trace, passes);
     CriticalPath path;
     path.step = step_number;
@@ -232,17 +261,19 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
     path.start_ns = INT64_MAX;
     for (const RankTrace& r : trace.ranks) {
         const StepTails* tail = tails_of(tails, r.info.rank, step_number);
-        if (tail != nullptr && tail->step.found) path.start_ns = std::min(path.start_ns, tail->step.start_ns);
+        if (tail != nullptr && tail->step.found)
+            path.start_ns = std::min(path.start_ns, tail->step.start_ns);
         const Pass* last = step.last_before(r.info.rank, INT64_MAX);
         const std::int64_t end = tail != nullptr && tail->optimizer.found ? tail->optimizer.end_ns
-                                 : last != nullptr                       ? last->end_ns
-                                                                         : INT64_MIN;
+                                 : last != nullptr                        ? last->end_ns
+                                                                          : INT64_MIN;
         if (end > cursor) {
             cursor = end;
             rank = r.info.rank;
         }
     }
-    for (const Pass* pass : passes) path.start_ns = std::min(path.start_ns, pass->start_ns);
+    for (const Pass* pass : passes)
+        path.start_ns = std::min(path.start_ns, pass->start_ns);
     path.end_ns = cursor;
 
     // The tail: optimizer, then the DP all-reduce, whose last arrival everybody waited for.
@@ -253,12 +284,16 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
         }
         for (const CollectiveInstance* found : collectives) {
             const CollectiveInstance& instance = *found;
-            if (instance.role != Role::dp_collective) continue;
-            auto mine = std::find_if(instance.participants.begin(), instance.participants.end(),
-                                     [&](const CollectiveParticipant& p) { return p.rank == rank; });
-            if (mine == instance.participants.end() || mine->end_ns > cursor + 1) continue;
+            if (instance.role != Role::dp_collective)
+                continue;
+            auto mine =
+                std::find_if(instance.participants.begin(), instance.participants.end(),
+                             [&](const CollectiveParticipant& p) { return p.rank == rank; });
+            if (mine == instance.participants.end() || mine->end_ns > cursor + 1)
+                continue;
             const CollectiveParticipant& last = instance.last_arrival();
-            add(last.rank, std::string(trace.name(instance.name)), last.start_ns, std::min(cursor, mine->end_ns));
+            add(last.rank, std::string(trace.name(instance.name)), last.start_ns,
+                std::min(cursor, mine->end_ns));
             rank = last.rank;
             cursor = last.start_ns;
             break;
@@ -267,8 +302,10 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
 
     // The passes, back to the first.
     const Pass* pass = step.last_before(rank, cursor);
-    if (pass != nullptr && cursor > pass->end_ns) add(rank, "other", pass->end_ns, cursor);
-    if (pass != nullptr) cursor = std::min(cursor, pass->end_ns);
+    if (pass != nullptr && cursor > pass->end_ns)
+        add(rank, "other", pass->end_ns, cursor);
+    if (pass != nullptr)
+        cursor = std::min(cursor, pass->end_ns);
     std::vector<const Pass*> critical;
     for (std::size_t guard = 0; pass != nullptr && guard <= passes.size(); ++guard) {
         const Pass* slowest = step.slowest_in_lockstep(*pass);
@@ -276,34 +313,41 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number, const st
         const Pass* previous = step.previous_on_rank(*pass);
         const Pass* input = step.pipeline_input(*pass);
         const Pass* before = previous;
-        if (input != nullptr && (before == nullptr || input->end_ns > before->end_ns)) before = input;
+        if (input != nullptr && (before == nullptr || input->end_ns > before->end_ns))
+            before = input;
         const std::int16_t stage = static_cast<std::int16_t>(coordinates_of(trace, *pass).pp);
         critical.push_back(pass);
         if (before == input && before != nullptr) {
             // Waited for the pipeline: from the sender's end to the data's arrival is transfer.
-            const std::int64_t arrival = std::max(pass->start_ns + pass->pipeline_wait_ns, input->end_ns);
+            const std::int64_t arrival =
+                std::max(pass->start_ns + pass->pipeline_wait_ns, input->end_ns);
             add(pass->rank, phase_name(pass->phase), arrival, cursor, pass->microbatch, stage,
                 pass);
             add(pass->rank, "pipeline transfer", input->end_ns, arrival, pass->microbatch, stage);
             cursor = input->end_ns;
         } else {
-            const std::int64_t begin = before != nullptr ? std::max(pass->start_ns, before->end_ns) : pass->start_ns;
+            const std::int64_t begin =
+                before != nullptr ? std::max(pass->start_ns, before->end_ns) : pass->start_ns;
             add(pass->rank, phase_name(pass->phase), begin, cursor, pass->microbatch, stage, pass);
             if (before != nullptr && pass->start_ns > before->end_ns) {
                 add(pass->rank, "other", before->end_ns, pass->start_ns);
             }
             cursor = before != nullptr ? before->end_ns : pass->start_ns;
         }
-        if (before != nullptr && before->end_ns >= pass->end_ns) break;  // a damaged trace; stop
+        if (before != nullptr && before->end_ns >= pass->end_ns)
+            break;  // a damaged trace; stop
         pass = before;
     }
-    if (path.start_ns != INT64_MAX && cursor > path.start_ns) add(rank, "before first pass", path.start_ns, cursor);
+    if (path.start_ns != INT64_MAX && cursor > path.start_ns)
+        add(rank, "before first pass", path.start_ns, cursor);
 
     path.segments.assign(reversed.rbegin(), reversed.rend());
     for (const CriticalSegment& segment : path.segments) {
         path.by_rank[segment.rank] += segment.duration_ns();
-        if (segment.stage >= 0) path.by_stage[segment.stage] += segment.duration_ns();
-        if (segment.microbatch >= 0) path.by_microbatch[segment.microbatch] += segment.duration_ns();
+        if (segment.stage >= 0)
+            path.by_stage[segment.stage] += segment.duration_ns();
+        if (segment.microbatch >= 0)
+            path.by_microbatch[segment.microbatch] += segment.duration_ns();
         path.by_what[segment.what] += segment.duration_ns();
     }
     add_what_if(trace, step, path, critical);
@@ -316,9 +360,11 @@ std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vecto
                                          const std::vector<CollectiveInstance>* collectives) {
     std::map<std::int32_t, std::vector<const Pass*>> by_step;
     for (const Pass& pass : passes) {
-        if (pass.step >= 0) by_step[pass.step].push_back(&pass);
+        if (pass.step >= 0)
+            by_step[pass.step].push_back(&pass);
     }
-    if (by_step.empty()) return {};
+    if (by_step.empty())
+        return {};
     std::vector<CollectiveInstance> matched;
     if (collectives == nullptr) {
         matched = match_collectives(trace);
@@ -326,7 +372,8 @@ std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vecto
     }
     std::map<std::int32_t, std::vector<const CollectiveInstance*>> dp_by_step;
     for (const CollectiveInstance& instance : *collectives) {
-        if (instance.role == Role::dp_collective) dp_by_step[instance.step].push_back(&instance);
+        if (instance.role == Role::dp_collective)
+            dp_by_step[instance.step].push_back(&instance);
     }
     const TailIndex tails = index_tails(trace);
     std::vector<CriticalPath> paths;

@@ -35,7 +35,8 @@ namespace fulcrum::analysis {
 
 struct CriticalSegment {
     std::int32_t rank = 0;
-    std::string what;  // "forward", "backward", "pipeline transfer", "dp all-reduce gradients", "optimizer", ...
+    std::string what;  // "forward", "backward", "pipeline transfer", "dp all-reduce gradients",
+                       // "optimizer", ...
     std::int32_t microbatch = -1;
     std::int16_t stage = -1;
     std::int64_t start_ns = 0;
@@ -53,8 +54,8 @@ struct WhatIf {
     std::int32_t microbatch = 0;
     std::int16_t stage = 0;
     Phase phase = Phase::forward;
-    std::int64_t busy_ns = 0;       // the pass as measured (less its pipeline wait)
-    std::int64_t typical_ns = 0;    // its stage and phase's mean in the step
+    std::int64_t busy_ns = 0;         // the pass as measured (less its pipeline wait)
+    std::int64_t typical_ns = 0;      // its stage and phase's mean in the step
     std::int64_t step_saving_ns = 0;  // the pipeline's makespan, replayed, less with the mean
 };
 
@@ -74,7 +75,8 @@ struct CriticalPath {
 // One path per step that has passes (forward/backward ranges); empty without them.
 // `collectives` is match_collectives(trace) when the caller has it (matching is the costly
 // part); null: matched here.
-std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
-                                         const std::vector<CollectiveInstance>* collectives = nullptr);
+std::vector<CriticalPath> critical_paths(
+    const RunTrace& trace, const std::vector<Pass>& passes,
+    const std::vector<CollectiveInstance>* collectives = nullptr);
 
 }  // namespace fulcrum::analysis

@@ -118,7 +118,8 @@ std::int64_t IntervalSet::overlap(const IntervalSet& other) const {
     const auto& b = other.intervals();
     std::size_t i = 0, j = 0;
     while (i < a.size() && j < b.size()) {
-        sum += std::max<std::int64_t>(0, std::min(a[i].end, b[j].end) - std::max(a[i].start, b[j].start));
+        sum += std::max<std::int64_t>(
+            0, std::min(a[i].end, b[j].end) - std::max(a[i].start, b[j].start));
         (a[i].end < b[j].end) ? ++i : ++j;
     }
     return sum;

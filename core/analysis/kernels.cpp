@@ -9,16 +9,20 @@ namespace fulcrum::analysis {
 
 std::string_view to_string(KernelType type) {
     switch (type) {
-    case KernelType::computation: return "computation";
-    case KernelType::communication: return "communication";
-    case KernelType::memory: return "memory";
+        case KernelType::computation:
+            return "computation";
+        case KernelType::communication:
+            return "communication";
+        case KernelType::memory:
+            return "memory";
     }
     return "computation";
 }
 
 std::int64_t KernelTimeByType::busy_ns() const {
     std::int64_t total = 0;
-    for (int mask = 1; mask < 8; ++mask) total += ns[mask];
+    for (int mask = 1; mask < 8; ++mask)
+        total += ns[mask];
     return total;
 }
 
@@ -32,7 +36,8 @@ struct Launch {
 std::unordered_map<std::int64_t, Launch> launches_of(const RankTrace& rank) {
     std::unordered_map<std::int64_t, Launch> launches;
     for (const LaneTrace& lane : rank.lanes) {
-        if (lane.info.kind != LaneKind::host_thread) continue;
+        if (lane.info.kind != LaneKind::host_thread)
+            continue;
         for (const Event& event : lane.events) {
             if (event.kind == EventKind::api && event.correlation >= 0) {
                 launches.emplace(event.correlation, Launch{event.start_ns, event.duration_ns()});
@@ -48,10 +53,12 @@ KernelTimeByType time_by_type(const RankTrace& rank) {
     IntervalSet sets[kKernelTypeCount];
     std::int64_t first = INT64_MAX, last = INT64_MIN;
     for (const LaneTrace& lane : rank.lanes) {
-        if (lane.info.kind != LaneKind::gpu_stream) continue;
+        if (lane.info.kind != LaneKind::gpu_stream)
+            continue;
         for (const Event& event : lane.events) {
             KernelType type;
-            if (!kernel_type_of(event, type) || event.end_ns <= event.start_ns) continue;
+            if (!kernel_type_of(event, type) || event.end_ns <= event.start_ns)
+                continue;
             sets[static_cast<int>(type)].add(event.start_ns, event.end_ns);
             first = std::min(first, event.start_ns);
             last = std::max(last, event.end_ns);
@@ -59,7 +66,8 @@ KernelTimeByType time_by_type(const RankTrace& rank) {
     }
     KernelTimeByType row;
     row.rank = rank.info.rank;
-    if (first > last) return row;
+    if (first > last)
+        return row;
     const IntervalSet& c = sets[0];
     const IntervalSet& m = sets[1];
     const IntervalSet& y = sets[2];
@@ -80,7 +88,8 @@ KernelTimeByType time_by_type(const RankTrace& rank) {
 
 // Gaps before each kernel of one stream, by cause, and its queue length.
 StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
-                       const std::unordered_map<std::int64_t, Launch>& launches, const KernelOptions& options) {
+                       const std::unordered_map<std::int64_t, Launch>& launches,
+                       const KernelOptions& options) {
     StreamIdle idle;
     idle.rank = rank.info.rank;
     idle.lane = lane.info.name;
@@ -88,10 +97,14 @@ StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
     std::vector<std::int64_t> queued, finished;  // launch (or kernel start) and end times
     for (const Event& event : lane.events) {
         KernelType type;
-        if (!kernel_type_of(event, type)) continue;
+        if (!kernel_type_of(event, type))
+            continue;
         ++idle.kernels;
-        const auto launch = event.correlation >= 0 ? launches.find(event.correlation) : launches.end();
-        queued.push_back(launch != launches.end() ? std::min(launch->second.start_ns, event.start_ns) : event.start_ns);
+        const auto launch =
+            event.correlation >= 0 ? launches.find(event.correlation) : launches.end();
+        queued.push_back(launch != launches.end()
+                             ? std::min(launch->second.start_ns, event.start_ns)
+                             : event.start_ns);
         finished.push_back(event.end_ns);
         if (previous_end != INT64_MIN && event.start_ns > previous_end) {
             const std::int64_t gap = event.start_ns - previous_end;
@@ -109,14 +122,17 @@ StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
         // Both lists come nearly in order (one stream, one launching thread): sort only when
         // not, then merge, ends before launches at one instant so that a kernel that ends as
         // the next is launched does not count twice.
-        if (!std::is_sorted(queued.begin(), queued.end())) std::sort(queued.begin(), queued.end());
-        if (!std::is_sorted(finished.begin(), finished.end())) std::sort(finished.begin(), finished.end());
+        if (!std::is_sorted(queued.begin(), queued.end()))
+            std::sort(queued.begin(), queued.end());
+        if (!std::is_sorted(finished.begin(), finished.end()))
+            std::sort(finished.begin(), finished.end());
         std::int64_t length = 0, weighted = 0;
         const std::int64_t first = std::min(queued.front(), finished.front());
         std::int64_t previous = first;
         std::size_t i = 0, j = 0;
         while (i < queued.size() || j < finished.size()) {
-            const bool end = j < finished.size() && (i == queued.size() || finished[j] <= queued[i]);
+            const bool end =
+                j < finished.size() && (i == queued.size() || finished[j] <= queued[i]);
             const std::int64_t at = end ? finished[j++] : queued[i++];
             weighted += length * (at - previous);
             length += end ? -1 : +1;
@@ -140,22 +156,27 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
     };
     std::unordered_map<std::uint32_t, Total> by_name;
     for (const RankTrace& rank : trace.ranks) {
-        if (!rank.has_device_lanes()) continue;
+        if (!rank.has_device_lanes())
+            continue;
         const auto launches = launches_of(rank);
         KernelTimeByType by_type = time_by_type(rank);
-        if (by_type.kernel_span_ns > 0 || by_type.busy_ns() > 0) result.time_by_type.push_back(by_type);
+        if (by_type.kernel_span_ns > 0 || by_type.busy_ns() > 0)
+            result.time_by_type.push_back(by_type);
         LaunchStats launch_stats;
         launch_stats.rank = rank.info.rank;
         for (const LaneTrace& lane : rank.lanes) {
-            if (lane.info.kind != LaneKind::gpu_stream) continue;
+            if (lane.info.kind != LaneKind::gpu_stream)
+                continue;
             StreamIdle idle = stream_idle(rank, lane, launches, options);
-            if (idle.kernels > 0) result.idle.push_back(std::move(idle));
+            if (idle.kernels > 0)
+                result.idle.push_back(std::move(idle));
             std::uint32_t cached_name = 0;
             Total* cached = nullptr;
             std::int64_t* cached_rank_total = nullptr;
             for (const Event& event : lane.events) {
                 KernelType type;
-                if (!kernel_type_of(event, type)) continue;
+                if (!kernel_type_of(event, type))
+                    continue;
                 if (cached == nullptr || event.name.value != cached_name) {
                     // Kernels of one name come in runs; one look-up per run.
                     cached_name = event.name.value;
@@ -169,9 +190,11 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
                 total.min = std::min(total.min, event.duration_ns());
                 total.max = std::max(total.max, event.duration_ns());
                 *cached_rank_total += event.duration_ns();
-                if (event.correlation < 0) continue;
+                if (event.correlation < 0)
+                    continue;
                 const auto launch = launches.find(event.correlation);
-                if (launch == launches.end()) continue;
+                if (launch == launches.end())
+                    continue;
                 const std::int64_t cpu = launch->second.duration_ns, gpu = event.duration_ns();
                 const std::int64_t delay =
                     std::max<std::int64_t>(0, event.start_ns - (launch->second.start_ns + cpu));
@@ -185,7 +208,8 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
                 launch_stats.delay_outliers += delay > options.launch_delay_cutoff_ns;
             }
         }
-        if (launch_stats.launches > 0) result.launches.push_back(launch_stats);
+        if (launch_stats.launches > 0)
+            result.launches.push_back(launch_stats);
     }
     for (auto& [name, total] : by_name) {
         KernelStats stats;
@@ -199,17 +223,20 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
         stats.rank_total_min_ns = INT64_MAX;
         for (const auto& [rank, ns] : total.by_rank) {
             stats.rank_total_min_ns = std::min(stats.rank_total_min_ns, ns);
-            if (ns > stats.rank_total_max_ns || (ns == stats.rank_total_max_ns && rank < stats.slowest_rank)) {
+            if (ns > stats.rank_total_max_ns ||
+                (ns == stats.rank_total_max_ns && rank < stats.slowest_rank)) {
                 stats.rank_total_max_ns = ns;
                 stats.slowest_rank = rank;
             }
         }
         result.top_kernels.push_back(std::move(stats));
     }
-    std::sort(result.top_kernels.begin(), result.top_kernels.end(), [](const KernelStats& a, const KernelStats& b) {
-        return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
-    });
-    if (result.top_kernels.size() > options.top) result.top_kernels.resize(options.top);
+    std::sort(result.top_kernels.begin(), result.top_kernels.end(),
+              [](const KernelStats& a, const KernelStats& b) {
+                  return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+              });
+    if (result.top_kernels.size() > options.top)
+        result.top_kernels.resize(options.top);
     return result;
 }
 

@@ -41,11 +41,18 @@ std::string_view to_string(KernelType type);
 // The kernel type of a device event, or false for what is not a kernel (sync, annotations).
 inline bool kernel_type_of(const Event& event, KernelType& type) {
     switch (event.kind) {
-    case EventKind::kernel: type = KernelType::computation; return true;
-    case EventKind::collective: type = KernelType::communication; return true;
-    case EventKind::memcpy:
-    case EventKind::memset: type = KernelType::memory; return true;
-    default: return false;
+        case EventKind::kernel:
+            type = KernelType::computation;
+            return true;
+        case EventKind::collective:
+            type = KernelType::communication;
+            return true;
+        case EventKind::memcpy:
+        case EventKind::memset:
+            type = KernelType::memory;
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -95,10 +102,12 @@ struct LaunchStats {
     std::int64_t gpu_total_ns = 0;
     std::int64_t delay_total_ns = 0;
     std::int64_t delay_max_ns = 0;
-    std::int64_t short_kernels = 0;     // call ≤ 50 µs and the kernel shorter than its call
-    std::int64_t slow_calls = 0;        // call > 50 µs
-    std::int64_t delay_outliers = 0;    // delay > 100 µs
-    double mean_delay_ns() const { return launches > 0 ? double(delay_total_ns) / double(launches) : 0.0; }
+    std::int64_t short_kernels = 0;   // call ≤ 50 µs and the kernel shorter than its call
+    std::int64_t slow_calls = 0;      // call > 50 µs
+    std::int64_t delay_outliers = 0;  // delay > 100 µs
+    double mean_delay_ns() const {
+        return launches > 0 ? double(delay_total_ns) / double(launches) : 0.0;
+    }
 };
 
 struct KernelAnalysis {

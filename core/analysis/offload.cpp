@@ -74,10 +74,10 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
     }
     const PassCost* forward = cost != nullptr ? cost->pass(0, Phase::forward) : nullptr;
     const int p = std::max(trace.config.pp, 1);
-    const int layers = trace.config.layers > 0
-                           ? parallel::stage_layers(0, p, trace.config.layers).last
-                           : 0;
-    if (forward == nullptr || forward->per_pair_ns <= 0 || layers <= 0 || trace.config.hidden <= 0) {
+    const int layers =
+        trace.config.layers > 0 ? parallel::stage_layers(0, p, trace.config.layers).last : 0;
+    if (forward == nullptr || forward->per_pair_ns <= 0 || layers <= 0 ||
+        trace.config.hidden <= 0) {
         result.chunk_note =
             "no attention cost per pair (needs a cost model with a per-pair term, and the "
             "model's layers and hidden size in the run's config)";

@@ -499,9 +499,8 @@ std::string analysis_json(const RunAnalysis& analysis) {
                          {"by_microbatch", std::move(by_microbatch)},
                          {"stragglers", std::move(stragglers)}};
 
-    root["cost_model"] = analysis.cost_model
-                             ? json::parse(cost_model_json(*analysis.cost_model))
-                             : json(nullptr);
+    root["cost_model"] =
+        analysis.cost_model ? json::parse(cost_model_json(*analysis.cost_model)) : json(nullptr);
     root["kernels"] = kernels_json(analysis);
     root["communication"] = communication_json(analysis.communication);
     root["critical_paths"] = critical_paths_json(analysis.critical_paths);

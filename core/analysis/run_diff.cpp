@@ -24,10 +24,14 @@ std::map<std::pair<EventKind, std::string>, Tally> tally(const DiffSide& side, i
     for (const RankTrace& rank : side.run->ranks) {
         for (const LaneTrace& lane : rank.lanes) {
             for (const Event& event : lane.events) {
-                if (event.kind == EventKind::mark || event.category == Category::schedule) continue;
-                if (side.step && event.step != *side.step) continue;
-                if (event.step >= 0) seen.insert(event.step);
-                Tally& t = by_id[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
+                if (event.kind == EventKind::mark || event.category == Category::schedule)
+                    continue;
+                if (side.step && event.step != *side.step)
+                    continue;
+                if (event.step >= 0)
+                    seen.insert(event.step);
+                Tally& t =
+                    by_id[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
                 t.kind = event.kind;
                 ++t.count;
                 t.total_ns += event.duration_ns();
@@ -36,7 +40,8 @@ std::map<std::pair<EventKind, std::string>, Tally> tally(const DiffSide& side, i
     }
     std::map<std::pair<EventKind, std::string>, Tally> by_name;
     for (const auto& [id, t] : by_id) {
-        Tally& named = by_name[{t.kind, std::string(side.run->name(StringId{std::uint32_t(id >> 8)}))}];
+        Tally& named =
+            by_name[{t.kind, std::string(side.run->name(StringId{std::uint32_t(id >> 8)}))}];
         named.kind = t.kind;
         named.count += t.count;
         named.total_ns += t.total_ns;
@@ -52,8 +57,10 @@ RunDiff diff_runs(const DiffSide& a, const DiffSide& b) {
     const auto left = tally(a, diff.steps_a);
     const auto right = tally(b, diff.steps_b);
     std::set<std::pair<EventKind, std::string>> keys;
-    for (const auto& [key, t] : left) keys.insert(key);
-    for (const auto& [key, t] : right) keys.insert(key);
+    for (const auto& [key, t] : left)
+        keys.insert(key);
+    for (const auto& [key, t] : right)
+        keys.insert(key);
     for (const auto& key : keys) {
         NameDiff row;
         row.kind = key.first;

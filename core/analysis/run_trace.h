@@ -73,7 +73,8 @@ struct RunConfig {
     std::string recompute;   // "none", "selective", "full", or "" when unknown
     bool sequence_parallel = false;
     bool overlap_grad_reduce = false;
-    std::string dtype;  // "fp32", "bf16", "fp16": written by the simulator; "" (the CPU engine's fp32)
+    std::string
+        dtype;  // "fp32", "bf16", "fp16": written by the simulator; "" (the CPU engine's fp32)
     std::string balancer;  // "fixed", "ilp", "wlb", or ""
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive", or ""
     int microbatches = 0;  // per DP replica and step; 0 when unknown
@@ -84,7 +85,7 @@ struct RunConfig {
     std::int64_t documents = 0;  // how many synthetic documents
     std::uint64_t seed = 1;
     int ilp_window = 1;
-    int steps = 0;  // 0 when unknown
+    int steps = 0;   // 0 when unknown
     int epochs = 0;  // > 0: the run trained this many whole epochs (steps then 0)
     std::string backend;
     // How wlb packed (fulcrum-train's and the simulator's keys); 0, −1 and "" when not said.

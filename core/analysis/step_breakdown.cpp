@@ -66,7 +66,8 @@ std::vector<StepBreakdown> step_breakdown(const RunTrace& trace) {
             const IntervalSet compute = activity.compute.clipped(row.start_ns, row.end_ns);
             const IntervalSet communication =
                 activity.communication.clipped(row.start_ns, row.end_ns);
-            const IntervalSet other = activity.other.united(activity.copy).clipped(row.start_ns, row.end_ns);
+            const IntervalSet other =
+                activity.other.united(activity.copy).clipped(row.start_ns, row.end_ns);
             row.compute_ns = compute.total();
             row.overlapped_communication_ns = communication.overlap(compute);
             row.exposed_communication_ns = communication.total() - row.overlapped_communication_ns;

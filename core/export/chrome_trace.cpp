@@ -37,20 +37,20 @@ std::string rank_label(const RankInfo& rank) {
 std::string_view kineto_category(const Event& event, LaneKind lane) {
     const bool device = lane == LaneKind::gpu_stream;
     switch (event.kind) {
-    case EventKind::kernel:
-    case EventKind::collective:
-        return device ? "kernel" : "user_annotation";
-    case EventKind::memcpy:
-        return device ? "gpu_memcpy" : "user_annotation";
-    case EventKind::memset:
-        return device ? "gpu_memset" : "user_annotation";
-    case EventKind::sync:
-        return device ? "cuda_sync" : "cuda_runtime";
-    case EventKind::api:
-        return "cuda_runtime";
-    case EventKind::range:
-    case EventKind::mark:
-        break;
+        case EventKind::kernel:
+        case EventKind::collective:
+            return device ? "kernel" : "user_annotation";
+        case EventKind::memcpy:
+            return device ? "gpu_memcpy" : "user_annotation";
+        case EventKind::memset:
+            return device ? "gpu_memset" : "user_annotation";
+        case EventKind::sync:
+            return device ? "cuda_sync" : "cuda_runtime";
+        case EventKind::api:
+            return "cuda_runtime";
+        case EventKind::range:
+        case EventKind::mark:
+            break;
     }
     return device ? "gpu_user_annotation" : "user_annotation";
 }
@@ -69,14 +69,19 @@ public:
     Layout(const std::vector<RankInfo>& ranks, const std::vector<LaneInfo>& lanes, bool kineto) {
         for (const RankInfo& rank : ranks) {
             device_[rank.rank] = std::max(rank.device, 0);
-            host_pid_[rank.rank] = !kineto ? rank.rank : rank.pid > 1024 ? rank.pid : kUnknownPidBase + rank.rank;
+            host_pid_[rank.rank] = !kineto           ? rank.rank
+                                   : rank.pid > 1024 ? rank.pid
+                                                     : kUnknownPidBase + rank.rank;
             device_pid_[rank.rank] = !kineto ? rank.rank : device_[rank.rank];
         }
         std::set<std::pair<std::int64_t, std::int64_t>> taken;
         for (const LaneInfo& lane : lanes) {
             Place place;
-            place.pid = lane.kind == LaneKind::gpu_stream ? device_pid_.at(lane.rank) : host_pid_.at(lane.rank);
-            place.tid = !kineto ? lane.id.value : lane.native_id >= 0 ? lane.native_id : kUnknownTidBase + lane.id.value;
+            place.pid = lane.kind == LaneKind::gpu_stream ? device_pid_.at(lane.rank)
+                                                          : host_pid_.at(lane.rank);
+            place.tid = !kineto               ? lane.id.value
+                        : lane.native_id >= 0 ? lane.native_id
+                                              : kUnknownTidBase + lane.id.value;
             if (!taken.insert({place.pid, place.tid}).second) {
                 place.tid = kUnknownTidBase + lane.id.value;
                 taken.insert({place.pid, place.tid});
@@ -104,7 +109,8 @@ public:
         begin_record();
         out_ += "{\"ph\":\"M\",\"name\":";
         append_json_string(out_, kind);
-        out_ += ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) + ",\"args\":{";
+        out_ +=
+            ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) + ",\"args\":{";
         append_json_string(out_, key);
         out_ += ":";
         out_ += value;
@@ -112,8 +118,8 @@ public:
     }
 
     // `device` is the device ordinal of a stream's event, -1 on the host.
-    void event(const Event& e, const LaneInfo& lane, const Place& place, std::int64_t device, char phase,
-               std::int64_t async_id) {
+    void event(const Event& e, const LaneInfo& lane, const Place& place, std::int64_t device,
+               char phase, std::int64_t async_id) {
         begin_record();
         out_ += "{\"ph\":\"";
         out_.push_back(phase);
@@ -121,7 +127,8 @@ public:
         append_json_string(out_, kineto_category(e, lane.kind));
         out_ += ",\"name\":";
         append_json_string(out_, trace_.string(e.name));
-        out_ += ",\"pid\":" + std::to_string(place.pid) + ",\"tid\":" + std::to_string(place.tid) + ",\"ts\":";
+        out_ += ",\"pid\":" + std::to_string(place.pid) + ",\"tid\":" + std::to_string(place.tid) +
+                ",\"ts\":";
         append_microseconds(out_, phase == 'e' ? e.end_ns : e.start_ns);
         if (phase == 'X') {
             out_ += ",\"dur\":";
@@ -242,24 +249,33 @@ std::string fulcrum_member(const store::TraceReader& trace, const std::vector<Ra
     nlohmann::json rank_rows = nlohmann::json::array();
     for (const RankInfo& rank : ranks) {
         wanted.insert(rank.rank);
-        rank_rows.push_back({{"rank", rank.rank}, {"host", rank.host}, {"pid", rank.pid}, {"device", rank.device},
-                             {"dp", rank.dp}, {"pp", rank.pp}, {"cp", rank.cp}, {"tp", rank.tp},
+        rank_rows.push_back({{"rank", rank.rank},
+                             {"host", rank.host},
+                             {"pid", rank.pid},
+                             {"device", rank.device},
+                             {"dp", rank.dp},
+                             {"pp", rank.pp},
+                             {"cp", rank.cp},
+                             {"tp", rank.tp},
                              {"dropped_records", rank.dropped_records}});
     }
     member["ranks"] = std::move(rank_rows);
     nlohmann::json lane_rows = nlohmann::json::array();
     for (const LaneInfo& lane : lanes) {
         const Place& place = layout.of(lane.id);
-        lane_rows.push_back({{"pid", place.pid}, {"tid", place.tid}, {"rank", lane.rank},
-                             {"kind", std::string(to_string(lane.kind))}, {"name", lane.name},
+        lane_rows.push_back({{"pid", place.pid},
+                             {"tid", place.tid},
+                             {"rank", lane.rank},
+                             {"kind", std::string(to_string(lane.kind))},
+                             {"name", lane.name},
                              {"native_id", lane.native_id}});
     }
     member["lanes"] = std::move(lane_rows);
     nlohmann::json workload_rows = nlohmann::json::array();
     for (const WorkloadEntry& w : workload) {
         if (wanted.count(w.rank) != 0) {
-            workload_rows.push_back({w.rank, w.step, w.microbatch, w.doc_id, w.doc_length, w.token_begin,
-                                     w.token_end, w.balancer});
+            workload_rows.push_back({w.rank, w.step, w.microbatch, w.doc_id, w.doc_length,
+                                     w.token_begin, w.token_end, w.balancer});
         }
     }
     member["workload"] = std::move(workload_rows);
@@ -274,24 +290,29 @@ struct FileJob {
 
 // Writes one file holding `job.ranks`; `done` and `total` count lanes for the progress.
 Status write_file(const store::TraceReader& trace, const FileJob& job, const ExportOptions& options,
-                  const std::vector<WorkloadEntry>& workload, const std::vector<CounterSample>& counters,
-                  std::size_t& done, std::size_t total, ExportReport& report) {
+                  const std::vector<WorkloadEntry>& workload,
+                  const std::vector<CounterSample>& counters, std::size_t& done, std::size_t total,
+                  ExportReport& report) {
     auto file = OutputFile::create(job.path, options.overwrite);
     if (!file) {
         return file.error();
     }
     std::set<std::int32_t> wanted;
-    for (const RankInfo& rank : job.ranks) wanted.insert(rank.rank);
+    for (const RankInfo& rank : job.ranks)
+        wanted.insert(rank.rank);
     std::vector<LaneInfo> lanes;
     for (const LaneInfo& lane : trace.lanes()) {
-        if (wanted.count(lane.rank) != 0) lanes.push_back(lane);
+        if (wanted.count(lane.rank) != 0)
+            lanes.push_back(lane);
     }
     const Layout layout(job.ranks, lanes, job.kineto_layout);
     // The file's zero, in UTC: a merged run's zero (its events count from it), or a rank
     // file's own clock, whose UTC offset the rank row gives. Events are written as stored.
-    const bool merged = std::any_of(trace.ranks().begin(), trace.ranks().end(),
-                                    [](const RankInfo& r) { return r.alignment != ClockAlignment::none; });
-    const std::int64_t base_ns = merged || job.ranks.empty() ? trace.run().start_utc_ns : job.ranks.front().utc_offset_ns;
+    const bool merged =
+        std::any_of(trace.ranks().begin(), trace.ranks().end(),
+                    [](const RankInfo& r) { return r.alignment != ClockAlignment::none; });
+    const std::int64_t base_ns =
+        merged || job.ranks.empty() ? trace.run().start_utc_ns : job.ranks.front().utc_offset_ns;
 
     ChromeWriter writer(trace, *file);
     std::string header = "{\"schemaVersion\":1,\"displayTimeUnit\":\"ns\",\"traceName\":";
@@ -304,11 +325,12 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
         header += ",\n\"distributedInfo\": {\"rank\": " + std::to_string(rank.rank) +
                   ", \"world_size\": " + std::to_string(trace.ranks().size()) + "}";
         if (rank.device >= 0) {
-            header += ",\"deviceProperties\":[{\"id\":" + std::to_string(rank.device) + ",\"name\":\"device " +
-                      std::to_string(rank.device) + "\"}]";
+            header += ",\"deviceProperties\":[{\"id\":" + std::to_string(rank.device) +
+                      ",\"name\":\"device " + std::to_string(rank.device) + "\"}]";
         }
     }
-    header += ",\n\"fulcrum\":" + fulcrum_member(trace, job.ranks, lanes, layout, workload) + ",\n\"traceEvents\":[\n";
+    header += ",\n\"fulcrum\":" + fulcrum_member(trace, job.ranks, lanes, layout, workload) +
+              ",\n\"traceEvents\":[\n";
     writer.raw(header);
 
     for (const RankInfo& rank : job.ranks) {
@@ -316,7 +338,8 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
         append_json_string(label, rank_label(rank));
         writer.metadata("process_name", layout.host_pid(rank.rank), 0, "name", label);
         writer.metadata("process_labels", layout.host_pid(rank.rank), 0, "labels", "\"CPU\"");
-        writer.metadata("process_sort_index", layout.host_pid(rank.rank), 0, "sort_index", std::to_string(rank.rank));
+        writer.metadata("process_sort_index", layout.host_pid(rank.rank), 0, "sort_index",
+                        std::to_string(rank.rank));
         if (job.kineto_layout && layout.device_pid(rank.rank) != layout.host_pid(rank.rank)) {
             const std::int64_t device = layout.device_pid(rank.rank);
             std::string device_label;
@@ -331,12 +354,14 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
         append_json_string(label, lane.name);
         const Place& place = layout.of(lane.id);
         writer.metadata("thread_name", place.pid, place.tid, "name", label);
-        writer.metadata("thread_sort_index", place.pid, place.tid, "sort_index", std::to_string(sort_index++));
+        writer.metadata("thread_sort_index", place.pid, place.tid, "sort_index",
+                        std::to_string(sort_index++));
     }
 
     std::int64_t next_async_id = 1;
     for (const LaneInfo& lane : lanes) {
-        if (options.progress && !options.progress(static_cast<double>(done) / static_cast<double>(total))) {
+        if (options.progress &&
+            !options.progress(static_cast<double>(done) / static_cast<double>(total))) {
             return Error{ErrorCode::cancelled, "export cancelled"};
         }
         ++done;
@@ -413,8 +438,11 @@ Result<ExportReport> export_chrome_trace(const store::TraceReader& trace, const 
                                             "': it is not a folder and cannot be made one"};
         }
         for (const RankInfo& rank : trace.ranks()) {
-            jobs.push_back({(std::filesystem::path(path) / ("rank-" + std::to_string(rank.rank) + ".json")).string(),
-                            {rank}, true});
+            jobs.push_back(
+                {(std::filesystem::path(path) / ("rank-" + std::to_string(rank.rank) + ".json"))
+                     .string(),
+                 {rank},
+                 true});
         }
     } else {
         jobs.push_back({path, trace.ranks(), false});
@@ -423,7 +451,9 @@ Result<ExportReport> export_chrome_trace(const store::TraceReader& trace, const 
     std::size_t done = 0;
     const std::size_t total = std::max<std::size_t>(trace.lanes().size(), 1);
     for (const FileJob& job : jobs) {
-        if (auto status = write_file(trace, job, options, *workload, *counters, done, total, report); !status) {
+        if (auto status =
+                write_file(trace, job, options, *workload, *counters, done, total, report);
+            !status) {
             return status.error();
         }
     }

@@ -37,8 +37,8 @@ struct ExportOptions {
 
 struct ExportReport {
     std::int64_t events = 0;
-    std::int64_t async_events = 0;    // host ranges that overlapped without nesting
-    std::vector<std::string> files;   // what was written
+    std::int64_t async_events = 0;   // host ranges that overlapped without nesting
+    std::vector<std::string> files;  // what was written
 };
 
 Result<ExportReport> export_chrome_trace(const store::TraceReader& trace, const std::string& path,

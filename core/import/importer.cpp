@@ -32,9 +32,9 @@ const std::vector<const Importer*>& importers() {
 Result<std::string> file_head(const std::string& path, std::size_t bytes) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) {
-        return Error{ErrorCode::io, "cannot read '" + path + "': " +
-                                        (std::filesystem::exists(path, ec) ? "not a file"
-                                                                           : "no such file")};
+        return Error{ErrorCode::io,
+                     "cannot read '" + path + "': " +
+                         (std::filesystem::exists(path, ec) ? "not a file" : "no such file")};
     }
     // gzread reads plain files as they are and gunzips gzip files: one path for both.
     gzFile file = gzopen(path.c_str(), "rb");
@@ -67,21 +67,25 @@ void ImportLog::skip(const std::string& reason, std::int64_t index, std::string_
     Tally& tally = tallies_[reason];
     tally.total += count;
     if (tally.rows < kLogPerReason) {
-        sink_.add_import_log({source_, index, reason, std::string(record.substr(0, kRecordBytes)), count});
+        sink_.add_import_log(
+            {source_, index, reason, std::string(record.substr(0, kRecordBytes)), count});
         ++tally.rows;
         tally.logged += count;
     }
 }
 
-void ImportLog::note(const std::string& text) { sink_.add_import_log({source_, -1, "note: " + text, "", 0}); }
+void ImportLog::note(const std::string& text) {
+    sink_.add_import_log({source_, -1, "note: " + text, "", 0});
+}
 
 void ImportLog::finish() {
     for (const auto& [reason, tally] : tallies_) {
         if (tally.total > tally.logged) {
             const std::int64_t rest = tally.total - tally.logged;
             sink_.add_import_log({source_, -1,
-                                  reason + ": " + std::to_string(rest) + " more records like this (" +
-                                      std::to_string(tally.total) + " in all)",
+                                  reason + ": " + std::to_string(rest) +
+                                      " more records like this (" + std::to_string(tally.total) +
+                                      " in all)",
                                   "", rest});
         }
     }

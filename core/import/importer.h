@@ -82,9 +82,9 @@ private:
     TraceSink& sink_;
     std::string source_;
     struct Tally {
-        int rows = 0;              // rows logged for the reason
-        std::int64_t logged = 0;   // records those rows stand for
-        std::int64_t total = 0;    // records skipped for the reason
+        int rows = 0;             // rows logged for the reason
+        std::int64_t logged = 0;  // records those rows stand for
+        std::int64_t total = 0;   // records skipped for the reason
     };
     std::map<std::string, Tally> tallies_;
 };
@@ -108,10 +108,10 @@ struct ImportOptions {
 };
 
 struct ImportReport {
-    std::string format;          // the importer's name
-    std::int64_t events = 0;     // in the run written
-    std::int64_t skipped = 0;    // records not imported (Σ import_log.skipped)
-    std::int64_t notes = 0;      // import_log rows that skipped nothing
+    std::string format;        // the importer's name
+    std::int64_t events = 0;   // in the run written
+    std::int64_t skipped = 0;  // records not imported (Σ import_log.skipped)
+    std::int64_t notes = 0;    // import_log rows that skipped nothing
     int ranks = 0;
     std::vector<std::string> warnings;
 };

@@ -17,7 +17,9 @@ namespace {
 bool shaped(const std::vector<std::vector<std::int64_t>>& durations, int p, int m) {
     return static_cast<int>(durations.size()) == p &&
            std::all_of(durations.begin(), durations.end(),
-                       [&](const std::vector<std::int64_t>& row) { return static_cast<int>(row.size()) == m; });
+                       [&](const std::vector<std::int64_t>& row) {
+                           return static_cast<int>(row.size()) == m;
+                       });
 }
 
 }  // namespace
@@ -36,9 +38,10 @@ Result<ReplayResult> replay_pipeline(const ReplayInput& input) {
     const bool split = splits_backward(input.schedule);
     if (!shaped(input.forward_ns, p, m) || !shaped(input.backward_ns, p, m) ||
         (split && !shaped(input.weight_ns, p, m))) {
-        return Error{ErrorCode::invalid_input, "pipeline replay: durations for " + std::to_string(p) + " stages × " +
-                                                   std::to_string(m) + " micro-batches expected" +
-                                                   (split ? " (forward, input- and weight-gradient)" : "")};
+        return Error{ErrorCode::invalid_input,
+                     "pipeline replay: durations for " + std::to_string(p) + " stages × " +
+                         std::to_string(m) + " micro-batches expected" +
+                         (split ? " (forward, input- and weight-gradient)" : "")};
     }
     const int chunks = v * p;
     constexpr std::int64_t kNotDone = -1;
@@ -75,19 +78,23 @@ Result<ReplayResult> replay_pipeline(const ReplayInput& input) {
                 std::int64_t input_ready = 0;
                 if (op.kind == PassKind::forward) {
                     if (c > 0) {
-                        if (end_of(PassKind::forward, c - 1, j) == kNotDone) break;
+                        if (end_of(PassKind::forward, c - 1, j) == kNotDone)
+                            break;
                         input_ready = end_of(PassKind::forward, c - 1, j) + input.p2p_latency_ns;
                     }
                 } else if (op.kind == PassKind::backward) {
                     if (c < chunks - 1) {
-                        if (end_of(PassKind::backward, c + 1, j) == kNotDone) break;
+                        if (end_of(PassKind::backward, c + 1, j) == kNotDone)
+                            break;
                         input_ready = end_of(PassKind::backward, c + 1, j) + input.p2p_latency_ns;
                     } else {
-                        if (end_of(PassKind::forward, c, j) == kNotDone) break;
+                        if (end_of(PassKind::forward, c, j) == kNotDone)
+                            break;
                         input_ready = end_of(PassKind::forward, c, j);
                     }
                 } else {
-                    if (end_of(PassKind::backward, c, j) == kNotDone) break;
+                    if (end_of(PassKind::backward, c, j) == kNotDone)
+                        break;
                     input_ready = end_of(PassKind::backward, c, j);
                 }
                 const auto& table = op.kind == PassKind::forward    ? input.forward_ns
@@ -105,8 +112,9 @@ Result<ReplayResult> replay_pipeline(const ReplayInput& input) {
             }
         }
         if (!progressed) {
-            return Error{ErrorCode::invalid_input, std::string("pipeline replay: the ") + schedule_name(input.schedule) +
-                                                  " schedule cannot make progress (a bug in its order)"};
+            return Error{ErrorCode::invalid_input,
+                         std::string("pipeline replay: the ") + schedule_name(input.schedule) +
+                             " schedule cannot make progress (a bug in its order)"};
         }
     }
     for (int s = 0; s < p; ++s) {

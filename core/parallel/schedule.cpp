@@ -8,43 +8,55 @@
 namespace fulcrum::parallel {
 
 Result<PipelineSchedule> parse_schedule(std::string_view name) {
-    if (name == "gpipe") return PipelineSchedule::gpipe;
-    if (name == "1f1b") return PipelineSchedule::one_f_one_b;
-    if (name == "interleaved") return PipelineSchedule::interleaved;
-    if (name == "zb-h1") return PipelineSchedule::zero_bubble_h1;
-    return Error{ErrorCode::invalid_input, "unknown pipeline schedule '" + std::string(name) + "' (choose " +
-                                               std::string(kScheduleNames) + ")"};
+    if (name == "gpipe")
+        return PipelineSchedule::gpipe;
+    if (name == "1f1b")
+        return PipelineSchedule::one_f_one_b;
+    if (name == "interleaved")
+        return PipelineSchedule::interleaved;
+    if (name == "zb-h1")
+        return PipelineSchedule::zero_bubble_h1;
+    return Error{ErrorCode::invalid_input, "unknown pipeline schedule '" + std::string(name) +
+                                               "' (choose " + std::string(kScheduleNames) + ")"};
 }
 
 const char* schedule_name(PipelineSchedule schedule) {
     switch (schedule) {
-    case PipelineSchedule::gpipe: return "gpipe";
-    case PipelineSchedule::one_f_one_b: return "1f1b";
-    case PipelineSchedule::interleaved: return "interleaved";
-    case PipelineSchedule::zero_bubble_h1: return "zb-h1";
+        case PipelineSchedule::gpipe:
+            return "gpipe";
+        case PipelineSchedule::one_f_one_b:
+            return "1f1b";
+        case PipelineSchedule::interleaved:
+            return "interleaved";
+        case PipelineSchedule::zero_bubble_h1:
+            return "zb-h1";
     }
     return "1f1b";
 }
 
 Status check_pipeline(PipelineSchedule schedule, const PipelineShape& shape) {
     if (shape.stages < 1 || shape.microbatches < 1 || shape.virtual_stages < 1) {
-        return Error{ErrorCode::invalid_input, "a pipeline needs at least one stage, micro-batch and model chunk"};
+        return Error{ErrorCode::invalid_input,
+                     "a pipeline needs at least one stage, micro-batch and model chunk"};
     }
     if (schedule == PipelineSchedule::interleaved) {
         if (shape.virtual_stages < 2) {
-            return Error{ErrorCode::invalid_input,
-                         "the interleaved schedule needs at least 2 virtual stages (model chunks) per "
-                         "pipeline stage: give --virtual-stages 2 or more"};
+            return Error{
+                ErrorCode::invalid_input,
+                "the interleaved schedule needs at least 2 virtual stages (model chunks) per "
+                "pipeline stage: give --virtual-stages 2 or more"};
         }
         if (shape.microbatches % shape.stages != 0) {
             return Error{ErrorCode::invalid_input,
-                         "the interleaved schedule runs micro-batches in groups of the " + std::to_string(shape.stages) +
+                         "the interleaved schedule runs micro-batches in groups of the " +
+                             std::to_string(shape.stages) +
                              " pipeline stages: " + std::to_string(shape.microbatches) +
                              " micro-batches is not a multiple of " + std::to_string(shape.stages)};
         }
     } else if (shape.virtual_stages != 1) {
-        return Error{ErrorCode::invalid_input, std::string("virtual stages are for the interleaved schedule; ") +
-                                                   schedule_name(schedule) + " runs one model chunk per stage"};
+        return Error{ErrorCode::invalid_input,
+                     std::string("virtual stages are for the interleaved schedule; ") +
+                         schedule_name(schedule) + " runs one model chunk per stage"};
     }
     return {};
 }
@@ -53,8 +65,10 @@ namespace {
 
 std::vector<PipelineOp> gpipe_ops(int m) {
     std::vector<PipelineOp> ops;
-    for (int j = 0; j < m; ++j) ops.push_back({j, PassKind::forward});
-    for (int j = 0; j < m; ++j) ops.push_back({j, PassKind::backward});
+    for (int j = 0; j < m; ++j)
+        ops.push_back({j, PassKind::forward});
+    for (int j = 0; j < m; ++j)
+        ops.push_back({j, PassKind::backward});
     return ops;
 }
 
@@ -62,9 +76,11 @@ std::vector<PipelineOp> one_f_one_b_ops(int stage, int p, int m) {
     std::vector<PipelineOp> ops;
     const int warmup = std::min(p - stage - 1, m);
     int next_forward = 0;
-    for (; next_forward < warmup; ++next_forward) ops.push_back({next_forward, PassKind::forward});
+    for (; next_forward < warmup; ++next_forward)
+        ops.push_back({next_forward, PassKind::forward});
     for (int next_backward = 0; next_backward < m; ++next_backward) {
-        if (next_forward < m) ops.push_back({next_forward++, PassKind::forward});
+        if (next_forward < m)
+            ops.push_back({next_forward++, PassKind::forward});
         ops.push_back({next_backward, PassKind::backward});
     }
     return ops;
@@ -78,16 +94,19 @@ std::vector<PipelineOp> interleaved_ops(int stage, int p, int m, int v) {
     const int warmup = m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * p, total);
     auto at = [&](int k, PassKind kind) {
         const int chunk = (k % (p * v)) / p;
-        return PipelineOp{(k / (p * v)) * p + k % p, kind, kind == PassKind::forward ? chunk : v - 1 - chunk};
+        return PipelineOp{(k / (p * v)) * p + k % p, kind,
+                          kind == PassKind::forward ? chunk : v - 1 - chunk};
     };
     std::vector<PipelineOp> ops;
-    for (int k = 0; k < warmup; ++k) ops.push_back(at(k, PassKind::forward));
+    for (int k = 0; k < warmup; ++k)
+        ops.push_back(at(k, PassKind::forward));
     const int steady = total - warmup;
     for (int i = 0; i < steady; ++i) {
         ops.push_back(at(warmup + i, PassKind::forward));
         ops.push_back(at(i, PassKind::backward));
     }
-    for (int i = steady; i < total; ++i) ops.push_back(at(i, PassKind::backward));
+    for (int i = steady; i < total; ++i)
+        ops.push_back(at(i, PassKind::backward));
     return ops;
 }
 
@@ -97,7 +116,8 @@ std::vector<PipelineOp> interleaved_ops(int stage, int p, int m, int v) {
 // its hand-made schedule; the replay then times it with the real ones.
 std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
     std::vector<std::vector<PipelineOp>> order(p), out(p);
-    for (int s = 0; s < p; ++s) order[s] = one_f_one_b_ops(s, p, m);
+    for (int s = 0; s < p; ++s)
+        order[s] = one_f_one_b_ops(s, p, m);
     std::vector<std::size_t> next(p, 0);
     std::vector<std::deque<int>> pending(p);
     std::map<std::tuple<PassKind, int, int>, int> done_at;  // (kind, stage, micro-batch) -> end
@@ -107,12 +127,14 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
         bool all = true;
         std::vector<std::tuple<PassKind, int, int>> ended;
         for (int s = 0; s < p; ++s) {
-            if (finished(s)) continue;
+            if (finished(s))
+                continue;
             all = false;
             if (next[s] < order[s].size() && static_cast<int>(pending[s].size()) <= limit) {
                 const PipelineOp op = order[s][next[s]];
                 std::tuple<PassKind, int, int> needs{PassKind::forward, -1, -1};
-                if (op.kind == PassKind::forward && s > 0) needs = {PassKind::forward, s - 1, op.microbatch};
+                if (op.kind == PassKind::forward && s > 0)
+                    needs = {PassKind::forward, s - 1, op.microbatch};
                 if (op.kind == PassKind::backward) {
                     needs = s < p - 1 ? std::tuple{PassKind::backward, s + 1, op.microbatch}
                                       : std::tuple{PassKind::forward, s, op.microbatch};
@@ -122,7 +144,8 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
                 if (ready) {
                     out[s].push_back(op);
                     ended.push_back({op.kind, s, op.microbatch});
-                    if (op.kind == PassKind::backward) pending[s].push_back(op.microbatch);
+                    if (op.kind == PassKind::backward)
+                        pending[s].push_back(op.microbatch);
                     ++next[s];
                     continue;
                 }
@@ -132,36 +155,48 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
                 pending[s].pop_front();
             }
         }
-        if (all) break;
-        for (const auto& key : ended) done_at[key] = time + 1;
+        if (all)
+            break;
+        for (const auto& key : ended)
+            done_at[key] = time + 1;
     }
     return out;
 }
 
 }  // namespace
 
-std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape) {
+std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage,
+                                  const PipelineShape& shape) {
     switch (schedule) {
-    case PipelineSchedule::gpipe: return gpipe_ops(shape.microbatches);
-    case PipelineSchedule::one_f_one_b: return one_f_one_b_ops(stage, shape.stages, shape.microbatches);
-    case PipelineSchedule::interleaved:
-        return interleaved_ops(stage, shape.stages, shape.microbatches, shape.virtual_stages);
-    case PipelineSchedule::zero_bubble_h1:
-        return zero_bubble_h1_ops(shape.stages, shape.microbatches)[static_cast<std::size_t>(stage)];
+        case PipelineSchedule::gpipe:
+            return gpipe_ops(shape.microbatches);
+        case PipelineSchedule::one_f_one_b:
+            return one_f_one_b_ops(stage, shape.stages, shape.microbatches);
+        case PipelineSchedule::interleaved:
+            return interleaved_ops(stage, shape.stages, shape.microbatches, shape.virtual_stages);
+        case PipelineSchedule::zero_bubble_h1:
+            return zero_bubble_h1_ops(shape.stages,
+                                      shape.microbatches)[static_cast<std::size_t>(stage)];
     }
     return {};
 }
 
-double theory_bubble_fraction(PipelineSchedule schedule, const PipelineShape& shape, const PassTimes& times) {
+double theory_bubble_fraction(PipelineSchedule schedule, const PipelineShape& shape,
+                              const PassTimes& times) {
     const double p = shape.stages, m = shape.microbatches, v = shape.virtual_stages;
     switch (schedule) {
-    case PipelineSchedule::gpipe:
-    case PipelineSchedule::one_f_one_b: return (p - 1) / m;
-    case PipelineSchedule::interleaved: return (p - 1) / (v * m);
-    case PipelineSchedule::zero_bubble_h1: {
-        const double busy = times.forward + times.backward + times.weight;
-        return busy > 0 ? (p - 1) * std::max(0.0, times.forward + times.backward - times.weight) / (m * busy) : 0.0;
-    }
+        case PipelineSchedule::gpipe:
+        case PipelineSchedule::one_f_one_b:
+            return (p - 1) / m;
+        case PipelineSchedule::interleaved:
+            return (p - 1) / (v * m);
+        case PipelineSchedule::zero_bubble_h1: {
+            const double busy = times.forward + times.backward + times.weight;
+            return busy > 0
+                       ? (p - 1) * std::max(0.0, times.forward + times.backward - times.weight) /
+                             (m * busy)
+                       : 0.0;
+        }
     }
     return 0;
 }

@@ -10,7 +10,8 @@
 //   of layers, chunk c of the model on stage c mod p. Micro-batches go through in groups of
 //   p; stage s warms up with (p−s−1)·2 + (v−1)·p forwards, then alternates. The bubble
 //   falls to (p−1)/(v·m), at v times the point-to-point traffic. Needs m a multiple of p.
-// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, §2, the hand-made schedules): the backward split
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, §2, the hand-made schedules): the
+// backward split
 //   into B (the input gradient, which the previous stage waits for) and W (the weight
 //   gradient, which nobody waits for). F and B keep 1F1B's order; a W runs where the stage
 //   would otherwise wait for its next F or B, or once p−1 are pending, and the rest at the

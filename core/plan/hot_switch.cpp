@@ -12,17 +12,21 @@ namespace {
 // The pipeline stage a unit sits on under a layout; the head's copy of the embedding sits on
 // the last stage, the embedding on the first.
 int stage_of(const SwitchModel& model, const parallel::GridShape& grid, int unit) {
-    if (unit < 0) return 0;
-    if (unit >= model.layers) return grid.pp - 1;
+    if (unit < 0)
+        return 0;
+    if (unit >= model.layers)
+        return grid.pp - 1;
     for (int s = 0; s < grid.pp; ++s) {
         const parallel::LayerRange range = parallel::stage_layers(s, grid.pp, model.layers);
-        if (unit >= range.first && unit < range.last) return s;
+        if (unit >= range.first && unit < range.last)
+            return s;
     }
     return grid.pp - 1;
 }
 
 // Ranks holding [begin, end) of a unit: its stage, the TP slice that contains it, any DP and CP.
-std::vector<int> holders(const SwitchModel& model, const parallel::GridShape& grid, int unit, double begin) {
+std::vector<int> holders(const SwitchModel& model, const parallel::GridShape& grid, int unit,
+                         double begin) {
     const int stage = stage_of(model, grid, unit);
     const int slice = std::min(grid.tp - 1, static_cast<int>(begin * grid.tp + 1e-9));
     std::vector<int> ranks;
@@ -36,8 +40,8 @@ std::vector<int> holders(const SwitchModel& model, const parallel::GridShape& gr
 
 }  // namespace
 
-SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from, const parallel::GridShape& to,
-                       int gpus_per_node) {
+SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from,
+                       const parallel::GridShape& to, int gpus_per_node) {
     SwitchPlan plan;
     const int world = from.world();
     plan.sent.assign(world, 0.0);
@@ -45,21 +49,29 @@ SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from
     const int per_node = std::max(gpus_per_node, 1);
     const int pieces = std::lcm(from.tp, to.tp);
     std::vector<int> units;
-    if (model.embedding_bytes > 0) units.push_back(-1);
-    for (int l = 0; l < model.layers; ++l) units.push_back(l);
-    if (model.embedding_bytes > 0 && model.tied_head) units.push_back(model.layers);
+    if (model.embedding_bytes > 0)
+        units.push_back(-1);
+    for (int l = 0; l < model.layers; ++l)
+        units.push_back(l);
+    if (model.embedding_bytes > 0 && model.tied_head)
+        units.push_back(model.layers);
     for (int unit : units) {
-        const double unit_bytes = unit >= 0 && unit < model.layers ? model.layer_bytes : model.embedding_bytes;
+        const double unit_bytes =
+            unit >= 0 && unit < model.layers ? model.layer_bytes : model.embedding_bytes;
         for (int k = 0; k < pieces; ++k) {
             const double begin = double(k) / pieces, end = double(k + 1) / pieces;
             // The head's copy only exists with more than one stage.
             const bool head = unit >= model.layers;
-            if (head && from.pp == 1 && to.pp == 1) continue;
+            if (head && from.pp == 1 && to.pp == 1)
+                continue;
             std::vector<int> owners = holders(model, from, unit, begin);
-            if (head && from.pp == 1) owners = holders(model, from, -1, begin);  // from the embedding
-            if (head && to.pp == 1) continue;  // nobody needs a second copy
+            if (head && from.pp == 1)
+                owners = holders(model, from, -1, begin);  // from the embedding
+            if (head && to.pp == 1)
+                continue;  // nobody needs a second copy
             for (int destination : holders(model, to, unit, begin)) {
-                if (std::find(owners.begin(), owners.end(), destination) != owners.end()) continue;
+                if (std::find(owners.begin(), owners.end(), destination) != owners.end())
+                    continue;
                 // The owner that has sent least, one on the destination's node first.
                 int source = -1;
                 bool source_local = false;
@@ -80,7 +92,8 @@ SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from
             }
         }
     }
-    plan.largest_send_bytes = plan.sent.empty() ? 0.0 : *std::max_element(plan.sent.begin(), plan.sent.end());
+    plan.largest_send_bytes =
+        plan.sent.empty() ? 0.0 : *std::max_element(plan.sent.begin(), plan.sent.end());
     return plan;
 }
 

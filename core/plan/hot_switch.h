@@ -27,7 +27,7 @@ struct SwitchModel {
 };
 
 struct SwitchTransfer {
-    int unit = 0;  // layer index; −1 the embedding, `layers` the head's copy of it
+    int unit = 0;               // layer index; −1 the embedding, `layers` the head's copy of it
     double begin = 0, end = 0;  // the slice of the unit, as fractions of it
     int source = 0, destination = 0;
     double bytes = 0;
@@ -43,7 +43,7 @@ struct SwitchPlan {
 
 // The moves from layout `from` to layout `to` over the same world; `gpus_per_node` ranks in
 // rank order share a node.
-SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from, const parallel::GridShape& to,
-                       int gpus_per_node);
+SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from,
+                       const parallel::GridShape& to, int gpus_per_node);
 
 }  // namespace fulcrum::plan

@@ -5,23 +5,31 @@
 namespace fulcrum::plan {
 
 Result<Recompute> parse_recompute(std::string_view name) {
-    if (name == "none") return Recompute::none;
-    if (name == "selective") return Recompute::selective;
-    if (name == "full") return Recompute::full;
+    if (name == "none")
+        return Recompute::none;
+    if (name == "selective")
+        return Recompute::selective;
+    if (name == "full")
+        return Recompute::full;
     return Error{ErrorCode::invalid_input,
                  "unknown recompute '" + std::string(name) + "' (choose none, selective or full)"};
 }
 
 const char* recompute_name(Recompute recompute) {
     switch (recompute) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+        case Recompute::none:
+            return "none";
+        case Recompute::selective:
+            return "selective";
+        case Recompute::full:
+            return "full";
     }
     return "none";
 }
 
-Precision Precision::megatron_mixed() { return {}; }
+Precision Precision::megatron_mixed() {
+    return {};
+}
 
 Precision Precision::fp32() {
     Precision precision;
@@ -46,15 +54,15 @@ double layers_in_flight(const MemoryShape& shape, int stage) {
     const int v = std::max(shape.virtual_stages, 1);
     const double stage_layers = double(shape.layers) / p;
     switch (shape.schedule) {
-    case parallel::PipelineSchedule::gpipe:
-        return stage_layers * m;
-    case parallel::PipelineSchedule::one_f_one_b:
-    case parallel::PipelineSchedule::zero_bubble_h1:
-        return stage_layers * std::min(p - stage, m);
-    case parallel::PipelineSchedule::interleaved: {
-        const int chunks = std::min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v);
-        return stage_layers / v * chunks;
-    }
+        case parallel::PipelineSchedule::gpipe:
+            return stage_layers * m;
+        case parallel::PipelineSchedule::one_f_one_b:
+        case parallel::PipelineSchedule::zero_bubble_h1:
+            return stage_layers * std::min(p - stage, m);
+        case parallel::PipelineSchedule::interleaved: {
+            const int chunks = std::min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v);
+            return stage_layers / v * chunks;
+        }
     }
     return stage_layers;
 }
@@ -83,7 +91,8 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
     StageMemory memory;
     memory.stage = stage;
     double parameters = layer_parameters(shape) * double(shape.layers) / p;
-    const double embedding = double(shape.vocab) * shape.hidden + double(shape.sequence) * shape.hidden;
+    const double embedding =
+        double(shape.vocab) * shape.hidden + double(shape.sequence) * shape.hidden;
     if (stage == 0) {
         parameters += embedding;
     }
@@ -99,7 +108,8 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
     memory.gradients_bytes = memory.parameters * precision.gradient_bytes;
     memory.optimizer_bytes = memory.parameters * precision.optimizer_bytes /
                              (precision.distributed_optimizer ? std::max(shape.dp, 1) : 1);
-    memory.activations_per_layer_bytes = activations_per_layer(shape) * precision.activation_bytes / 2;
+    memory.activations_per_layer_bytes =
+        activations_per_layer(shape) * precision.activation_bytes / 2;
     memory.layers_in_flight = layers_in_flight(shape, stage);
     memory.activations_bytes = memory.activations_per_layer_bytes * memory.layers_in_flight;
     return memory;

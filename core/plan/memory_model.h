@@ -37,10 +37,10 @@ const char* recompute_name(Recompute recompute);
 
 // What one parameter costs in bytes, by where it is kept.
 struct Precision {
-    double weight_bytes = 2;      // the working copy the GEMMs read
-    double gradient_bytes = 4;    // Megatron-LM accumulates gradients in fp32
-    double optimizer_bytes = 12;  // fp32 master weights and Adam's two moments
-    double activation_bytes = 2;  // per element of a kept activation
+    double weight_bytes = 2;             // the working copy the GEMMs read
+    double gradient_bytes = 4;           // Megatron-LM accumulates gradients in fp32
+    double optimizer_bytes = 12;         // fp32 master weights and Adam's two moments
+    double activation_bytes = 2;         // per element of a kept activation
     bool distributed_optimizer = false;  // optimizer state sharded over data parallelism
 
     static Precision megatron_mixed();  // 2 + 4 + 12 = 18 bytes a parameter, 16-bit activations
@@ -54,8 +54,8 @@ struct MemoryShape {
     int heads = 4;
     int ffn_hidden = 0;  // 0: 4 · hidden
     int vocab = 256;
-    int sequence = 2048;       // s: tokens of one sequence
-    int microbatch_size = 1;   // b: sequences per micro-batch
+    int sequence = 2048;      // s: tokens of one sequence
+    int microbatch_size = 1;  // b: sequences per micro-batch
     bool tied_embedding = true;
     // Layout
     int dp = 1, tp = 1, pp = 1, cp = 1;
@@ -71,12 +71,12 @@ struct MemoryShape {
 
 struct StageMemory {
     int stage = 0;
-    double parameters = 0;         // held by one rank of the stage
+    double parameters = 0;  // held by one rank of the stage
     double weights_bytes = 0;
     double gradients_bytes = 0;
     double optimizer_bytes = 0;
     double activations_per_layer_bytes = 0;  // one layer, one micro-batch
-    double layers_in_flight = 0;   // layers' worth of micro-batch activations kept at the peak
+    double layers_in_flight = 0;  // layers' worth of micro-batch activations kept at the peak
     double activations_bytes = 0;
     double model_state_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes; }
     double total_bytes() const { return model_state_bytes() + activations_bytes; }

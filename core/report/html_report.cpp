@@ -583,7 +583,6 @@ std::string run_label(const ReportRun& run, std::size_t index) {
     return name.empty() ? "run " + std::to_string(index + 1) : name;
 }
 
-
 // ---------------------------------------------------------------------------------------
 // Sections
 
@@ -746,8 +745,8 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
                                       ? span_label("step", *from.step, *to.step)
                                   : first == last ? step_label(from)
                                                   : step_label(from) + "–" + step_label(to));
-        bars.values.push_back({sum.mean(sum.compute_ns), sum.mean(sum.exposed_ns), sum.mean(sum.other_ns),
-                               sum.mean(sum.idle_ns)});
+        bars.values.push_back({sum.mean(sum.compute_ns), sum.mean(sum.exposed_ns),
+                               sum.mean(sum.other_ns), sum.mean(sum.idle_ns)});
     }
     bar_chart(out, "breakdown", index, "step breakdown", bars,
               [](double v) { return duration(v); });
@@ -803,15 +802,16 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
         return;
     }
     out += "<p>Schedule " + html_escape(b.schedule) +
-           "; bubble as a fraction of busy time: theory " + theory_formula(b) + " = " + figure(b.theory_fraction, 3) +
-           ", measured " + figure(b.mean_measured_fraction, 3) +
+           "; bubble as a fraction of busy time: theory " + theory_formula(b) + " = " +
+           figure(b.theory_fraction, 3) + ", measured " + figure(b.mean_measured_fraction, 3) +
            " (mean over pipelines and steps).</p>\n";
     const auto by_stage = analysis::bubble_by_stage(b);
     BarSeries bars;
     bars.series = {"warm-up/cool-down", "unequal micro-batches", "other"};
     for (const auto& [stage, s] : by_stage) {
         bars.categories.push_back("stage " + std::to_string(stage));
-        bars.values.push_back({s.mean(s.warmup_cooldown_ns), s.mean(s.unequal_microbatch_ns), s.mean(s.other_ns)});
+        bars.values.push_back(
+            {s.mean(s.warmup_cooldown_ns), s.mean(s.unequal_microbatch_ns), s.mean(s.other_ns)});
     }
     out +=
         "<p class=\"caption\">Each stage's bubble per step (mean over steps and pipelines), by "
@@ -821,11 +821,13 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
     Table table("bubbles", {"stage", "busy", "bubble", "fraction", "warm-up/cool-down",
                             "unequal mbs", "other", "wait prev", "wait next"});
     for (const auto& [stage, s] : by_stage) {
-        table.add({int_cell(stage), duration_cell(s.mean(s.busy_ns)), duration_cell(s.mean(s.bubble_ns)),
+        table.add({int_cell(stage), duration_cell(s.mean(s.busy_ns)),
+                   duration_cell(s.mean(s.bubble_ns)),
                    fixed_cell(s.fraction().value_or(std::nan("")), 3),
                    percent_cell(double(s.warmup_cooldown_ns), double(s.bubble_ns)),
                    percent_cell(double(s.unequal_microbatch_ns), double(s.bubble_ns)),
-                   percent_cell(double(s.other_ns), double(s.bubble_ns)), duration_cell(s.mean(s.wait_on_previous_ns)),
+                   percent_cell(double(s.other_ns), double(s.bubble_ns)),
+                   duration_cell(s.mean(s.wait_on_previous_ns)),
                    duration_cell(s.mean(s.wait_on_next_ns))});
     }
     table.render(out);
@@ -850,8 +852,8 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
         }
     }
     const auto mean = [](double sum, int n) { return n > 0 ? sum / n : std::nan(""); };
-    Table steps("bubble_steps",
-                {"step", "pipelines", "measured fraction", "replay fraction", "theory " + std::string(theory_formula(b))});
+    Table steps("bubble_steps", {"step", "pipelines", "measured fraction", "replay fraction",
+                                 "theory " + std::string(theory_formula(b))});
     for (const auto& [step, f] : by_step) {
         steps.add({int_cell(step), int_cell(f.pipelines),
                    fixed_cell(mean(f.measured, f.measured_count), 3),
@@ -977,7 +979,8 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
     if (im.compute_by_step.rows.empty()) {
         out += "<p class=\"empty\">No passes: nothing to compare across ranks.</p>\n";
     } else {
-        out += "<p>Compute imbalance across ranks (max/mean per step; " + std::string(analysis::kImbalanceOverSteps) + "): measured " +
+        out += "<p>Compute imbalance across ranks (max/mean per step; " +
+               std::string(analysis::kImbalanceOverSteps) + "): measured " +
                figure(im.compute_imbalance, 3) + ", predicted " +
                figure(im.predicted_imbalance, 3) +
                (im.has_prediction

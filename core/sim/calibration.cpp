@@ -103,7 +103,8 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     if (run.wlb_max_delay >= 0) {
         config.wlb_max_delay = run.wlb_max_delay;
     }
-    if (!run.attention_kernel.empty() && balance::attention_kernel_model(run.attention_kernel).ok()) {
+    if (!run.attention_kernel.empty() &&
+        balance::attention_kernel_model(run.attention_kernel).ok()) {
         config.attention_kernel = run.attention_kernel;  // a simulated run's
     }
     if (!run.wlb_thresholds.empty()) {

@@ -254,8 +254,8 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
     // and the output projection: 8h² of a layer's 24h² linear FLOPs per token.
     const std::int64_t core = std::clamp<std::int64_t>(
         std::llround(std::max(per_pair * static_cast<double>(pairs), 0.0)), 0, rest);
-    rank.attention_ns = core + (rest - core) * kAttentionBlockLinearShare.first /
-                                   kAttentionBlockLinearShare.second;
+    rank.attention_ns =
+        core + (rest - core) * kAttentionBlockLinearShare.first / kAttentionBlockLinearShare.second;
     rank.mlp_ns = rest - rank.attention_ns;
     if (config.grid.tp > 1) {
         const bool sp = config.sequence_parallel;

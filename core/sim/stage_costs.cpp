@@ -428,9 +428,10 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                     // Measured at one size only: other sizes scale with the analytic bandwidth.
                     cost.per_byte_ns = find_collective(analytic, name)->per_byte_ns;
                     if (needed) {
-                        costs.notes.push_back(std::string(name) + ": per-byte cost not fitted (every sample moved " +
-                                              std::to_string(cost.fitted_bytes) +
-                                              " bytes); other sizes scale by the analytic bandwidth");
+                        costs.notes.push_back(
+                            std::string(name) + ": per-byte cost not fitted (every sample moved " +
+                            std::to_string(cost.fitted_bytes) +
+                            " bytes); other sizes scale by the analytic bandwidth");
                     }
                 }
                 return cost;

@@ -30,7 +30,9 @@ void put_varint(std::string& out, std::uint64_t value) {
     out.push_back(static_cast<char>(value));
 }
 
-void put_signed(std::string& out, std::int64_t value) { put_varint(out, zigzag(value)); }
+void put_signed(std::string& out, std::int64_t value) {
+    put_varint(out, zigzag(value));
+}
 
 // Wrapping subtraction: deltas of arbitrary int64 values round-trip without overflow.
 std::int64_t wrapping_difference(std::int64_t a, std::int64_t b) {
@@ -108,7 +110,8 @@ std::string encode_event_block(const Event* events, std::size_t count) {
         put_signed(out, event.microbatch);
         put_signed(out, event.stage);
         put_signed(out, event.bytes);
-        const std::uint64_t delta = zigzag(wrapping_difference(event.correlation, previous_correlation));
+        const std::uint64_t delta =
+            zigzag(wrapping_difference(event.correlation, previous_correlation));
         if (event.correlation == -1) {
             put_varint(out, 0);
         } else if (event.correlation < 0 || delta > UINT64_MAX - 2) {  // foreign ids: verbatim
@@ -155,9 +158,9 @@ bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, 
         if (correlation == 0) {
             event->correlation = -1;
         } else {
-            event->correlation = correlation == 1
-                                     ? in.signed_varint()
-                                     : wrapping_sum(previous_correlation, unzigzag(correlation - 2));
+            event->correlation =
+                correlation == 1 ? in.signed_varint()
+                                 : wrapping_sum(previous_correlation, unzigzag(correlation - 2));
             if (event->correlation >= 0) {
                 previous_correlation = event->correlation;
             }
@@ -175,10 +178,10 @@ bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, 
 }
 
 Status write_event_pack(Database& db, const std::function<void(double)>& progress) {
-    if (auto status = db.exec(
-            "DROP TABLE IF EXISTS event_pack;"
-            "CREATE TABLE event_pack (lane INTEGER NOT NULL, format INTEGER NOT NULL, "
-            "  events INTEGER NOT NULL, data BLOB NOT NULL);");
+    if (auto status =
+            db.exec("DROP TABLE IF EXISTS event_pack;"
+                    "CREATE TABLE event_pack (lane INTEGER NOT NULL, format INTEGER NOT NULL, "
+                    "  events INTEGER NOT NULL, data BLOB NOT NULL);");
         !status) {
         return status;
     }
@@ -186,8 +189,10 @@ Status write_event_pack(Database& db, const std::function<void(double)>& progres
     if (!total) {
         return total.error();
     }
-    auto rows = db.prepare("SELECT " + event_columns(kSchemaVersion) + " FROM event ORDER BY rowid");
-    auto insert = db.prepare("INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
+    auto rows =
+        db.prepare("SELECT " + event_columns(kSchemaVersion) + " FROM event ORDER BY rowid");
+    auto insert =
+        db.prepare("INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
     if (!rows) {
         return rows.error();
     }

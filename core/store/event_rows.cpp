@@ -7,7 +7,8 @@ std::string event_columns(std::int64_t schema_version) {
         "lane, start_ns, end_ns, kind, ifnull(name, 0), category, ifnull(step, -1), "
         "ifnull(microbatch, -1), ifnull(stage, -1), ifnull(phase, -1), ifnull(bytes, -1), "
         "ifnull(copy_kind, -1), ifnull(correlation, -1), ifnull(args, 0)";
-    columns += schema_version >= 2 ? ", ifnull(src_memory, -1), ifnull(dst_memory, -1)" : ", -1, -1";
+    columns +=
+        schema_version >= 2 ? ", ifnull(src_memory, -1), ifnull(dst_memory, -1)" : ", -1, -1";
     return columns;
 }
 

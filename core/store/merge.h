@@ -29,7 +29,7 @@ struct MergeOptions {
 struct MergeReport {
     std::vector<RankInfo> ranks;  // with the alignment merge chose and the shift it applied
     std::int64_t events = 0;
-    std::int64_t start_utc_ns = 0;  // the merged run's zero, in UTC
+    std::int64_t start_utc_ns = 0;      // the merged run's zero, in UTC
     std::vector<std::string> warnings;  // incomplete ranks, fallbacks to UTC offsets
 };
 

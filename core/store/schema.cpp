@@ -98,7 +98,7 @@ CREATE TABLE enum_label (
 ) WITHOUT ROWID;
 )sql";
 
-constexpr std::array kRequiredTables = {"run",      "rank",    "lane",       "string", "event",
+constexpr std::array kRequiredTables = {"run",      "rank",    "lane",       "string",    "event",
                                         "workload", "counter", "import_log", "enum_label"};
 
 // Lets people query a trace with plain SQL and still read the integer columns.
@@ -227,8 +227,9 @@ Status check_trace_file(const std::string& path) {
                                                 what_to_do_with(header.data(), got)};
     }
     if (got < header.size()) {
-        return Error{ErrorCode::corrupt, "'" + path + "' is truncated: its 100-byte SQLite "
-                                                      "header is cut short."};
+        return Error{ErrorCode::corrupt, "'" + path +
+                                             "' is truncated: its 100-byte SQLite "
+                                             "header is cut short."};
     }
     // Header bytes 16-17: page size (1 means 65536); 28-31: pages in the file, valid when the
     // change counter (24-27) equals version-valid-for (92-95). See sqlite.org/fileformat.html.
@@ -242,8 +243,7 @@ Status check_trace_file(const std::string& path) {
         return Error{ErrorCode::corrupt,
                      "'" + path + "' is truncated: its header promises " +
                          std::to_string(page_size * page_count) + " bytes but the file has " +
-                         std::to_string(file_size) +
-                         ". Copy it again from where it was recorded."};
+                         std::to_string(file_size) + ". Copy it again from where it was recorded."};
     }
     return {};
 }
@@ -264,11 +264,14 @@ Result<std::string> resolve_trace_path(const std::string& path) {
     }
     if (has_ranks) {
         return Error{ErrorCode::invalid_input,
-                     "'" + path + "' is a capture folder whose rank files were never merged; "
-                     "merge them first: fulcrum merge -o '" + merged.string() + "' '" + path + "'"};
+                     "'" + path +
+                         "' is a capture folder whose rank files were never merged; "
+                         "merge them first: fulcrum merge -o '" +
+                         merged.string() + "' '" + path + "'"};
     }
-    return Error{ErrorCode::invalid_input, "'" + path + "' is a folder without a run.fulcrum or "
-                                           "rank files: give a run file or a capture folder"};
+    return Error{ErrorCode::invalid_input, "'" + path +
+                                               "' is a folder without a run.fulcrum or "
+                                               "rank files: give a run file or a capture folder"};
 }
 
 Result<Database> open_trace(const std::string& requested, Database::Mode mode) {
@@ -300,8 +303,10 @@ Result<Database> open_trace(const std::string& requested, Database::Mode mode) {
             hint = " It looks like an Nsight Systems export: use `fulcrum import`.";
         }
         return Error{ErrorCode::foreign_sqlite,
-                     "'" + path + "' is an SQLite database of another program, not a Fulcrum "
-                                  "trace." + hint};
+                     "'" + path +
+                         "' is an SQLite database of another program, not a Fulcrum "
+                         "trace." +
+                         hint};
     }
     if (*version > kSchemaVersion) {
         return Error{ErrorCode::newer_schema,

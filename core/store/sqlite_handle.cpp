@@ -7,7 +7,8 @@
 namespace fulcrum::store {
 
 Statement::Statement(Statement&& other) noexcept
-    : db_(std::exchange(other.db_, nullptr)), stmt_(std::exchange(other.stmt_, nullptr)),
+    : db_(std::exchange(other.db_, nullptr)),
+      stmt_(std::exchange(other.stmt_, nullptr)),
       last_rc_(other.last_rc_) {}
 
 Statement& Statement::operator=(Statement&& other) noexcept {
@@ -20,9 +21,13 @@ Statement& Statement::operator=(Statement&& other) noexcept {
     return *this;
 }
 
-Statement::~Statement() { sqlite3_finalize(stmt_); }
+Statement::~Statement() {
+    sqlite3_finalize(stmt_);
+}
 
-void Statement::bind(int index, std::int64_t value) { sqlite3_bind_int64(stmt_, index, value); }
+void Statement::bind(int index, std::int64_t value) {
+    sqlite3_bind_int64(stmt_, index, value);
+}
 
 void Statement::bind_optional(int index, std::int64_t value) {
     if (value < 0) {
@@ -32,13 +37,17 @@ void Statement::bind_optional(int index, std::int64_t value) {
     }
 }
 
-void Statement::bind(int index, double value) { sqlite3_bind_double(stmt_, index, value); }
+void Statement::bind(int index, double value) {
+    sqlite3_bind_double(stmt_, index, value);
+}
 
 void Statement::bind(int index, std::string_view text) {
     sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
 }
 
-void Statement::bind_null(int index) { sqlite3_bind_null(stmt_, index); }
+void Statement::bind_null(int index) {
+    sqlite3_bind_null(stmt_, index);
+}
 
 void Statement::bind_blob(int index, std::string_view bytes) {
     sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT);
@@ -61,7 +70,9 @@ void Statement::reset() {
     sqlite3_clear_bindings(stmt_);
 }
 
-std::int64_t Statement::column_int64(int index) const { return sqlite3_column_int64(stmt_, index); }
+std::int64_t Statement::column_int64(int index) const {
+    return sqlite3_column_int64(stmt_, index);
+}
 
 std::int64_t Statement::column_optional(int index) const {
     if (sqlite3_column_type(stmt_, index) == SQLITE_NULL) {
@@ -70,7 +81,9 @@ std::int64_t Statement::column_optional(int index) const {
     return sqlite3_column_int64(stmt_, index);
 }
 
-double Statement::column_double(int index) const { return sqlite3_column_double(stmt_, index); }
+double Statement::column_double(int index) const {
+    return sqlite3_column_double(stmt_, index);
+}
 
 std::string Statement::column_text(int index) const {
     const auto* text = sqlite3_column_text(stmt_, index);
@@ -110,24 +123,32 @@ Database& Database::operator=(Database&& other) noexcept {
     return *this;
 }
 
-Database::~Database() { sqlite3_close_v2(db_); }
+Database::~Database() {
+    sqlite3_close_v2(db_);
+}
 
 Result<Database> Database::open(const std::string& path, Mode mode) {
     int flags = SQLITE_OPEN_NOMUTEX;
     switch (mode) {
-    case Mode::read_only: flags |= SQLITE_OPEN_READONLY; break;
-    case Mode::read_write: flags |= SQLITE_OPEN_READWRITE; break;
-    case Mode::create: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE; break;
+        case Mode::read_only:
+            flags |= SQLITE_OPEN_READONLY;
+            break;
+        case Mode::read_write:
+            flags |= SQLITE_OPEN_READWRITE;
+            break;
+        case Mode::create:
+            flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+            break;
     }
     Database db;
     db.path_ = path;
     const int rc = sqlite3_open_v2(path.c_str(), &db.db_, flags, nullptr);
     if (rc != SQLITE_OK) {
         std::string reason = db.db_ != nullptr ? sqlite3_errmsg(db.db_) : sqlite3_errstr(rc);
-        return Error{ErrorCode::io, "cannot open '" + path + "': " + reason +
-                                        (mode == Mode::create
-                                             ? " (check that the folder exists and is writable)"
-                                             : "")};
+        return Error{
+            ErrorCode::io,
+            "cannot open '" + path + "': " + reason +
+                (mode == Mode::create ? " (check that the folder exists and is writable)" : "")};
     }
     // Several readers (GUI threads, merge) and one writer may share a file.
     sqlite3_busy_timeout(db.db_, 5000);
@@ -182,7 +203,9 @@ bool Database::has_table(std::string_view name) {
     return stmt->step();
 }
 
-std::string Database::last_error() const { return db_ != nullptr ? sqlite3_errmsg(db_) : ""; }
+std::string Database::last_error() const {
+    return db_ != nullptr ? sqlite3_errmsg(db_) : "";
+}
 
 Error Database::error_for(std::string_view what) const {
     const int rc = db_ != nullptr ? sqlite3_errcode(db_) : SQLITE_ERROR;

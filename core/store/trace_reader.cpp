@@ -20,7 +20,8 @@ Error query_failed(const Database& db, const Statement& stmt) {
 }
 
 // Hands every event row of a prepared statement to `visit` until it returns false.
-Status visit_event_rows(const Database& db, Statement& stmt, const std::function<bool(const Event&)>& visit) {
+Status visit_event_rows(const Database& db, Statement& stmt,
+                        const std::function<bool(const Event&)>& visit) {
     while (stmt.step()) {
         if (!visit(read_event_row(stmt))) {
             return {};
@@ -302,7 +303,8 @@ Status TraceReader::scan_event_pack(std::int64_t begin, std::int64_t end,
                                     const std::function<std::vector<Event>*(LaneId)>& destination,
                                     const std::function<bool()>& keep_going) const {
     auto stmt = db_.prepare(
-        "SELECT lane, events, data, format FROM event_pack WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid");
+        "SELECT lane, events, data, format FROM event_pack WHERE rowid >= ?1 AND rowid < ?2 ORDER "
+        "BY rowid");
     if (!stmt) {
         return stmt.error();
     }
@@ -362,8 +364,8 @@ Result<TraceSummary> TraceReader::summary() const {
         return query_failed(db_, *span);
     }
 
-    auto steps = db_.prepare(
-        "SELECT DISTINCT step FROM event WHERE step IS NOT NULL ORDER BY step");
+    auto steps =
+        db_.prepare("SELECT DISTINCT step FROM event WHERE step IS NOT NULL ORDER BY step");
     if (!steps) {
         return steps.error();
     }
@@ -416,16 +418,16 @@ Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
 }
 
 Result<std::vector<CounterSample>> TraceReader::counters() const {
-    auto stmt = db_.prepare("SELECT rank, name, time_ns, value FROM counter ORDER BY rank, name, "
-                            "time_ns");
+    auto stmt = db_.prepare(
+        "SELECT rank, name, time_ns, value FROM counter ORDER BY rank, name, "
+        "time_ns");
     if (!stmt) {
         return stmt.error();
     }
     std::vector<CounterSample> samples;
     while (stmt->step()) {
-        samples.push_back({static_cast<std::int32_t>(stmt->column_int64(0)),
-                           stmt->column_text(1), stmt->column_int64(2),
-                           stmt->column_double(3)});
+        samples.push_back({static_cast<std::int32_t>(stmt->column_int64(0)), stmt->column_text(1),
+                           stmt->column_int64(2), stmt->column_double(3)});
     }
     if (stmt->last_result() != SQLITE_DONE) {
         return query_failed(db_, *stmt);
@@ -434,8 +436,9 @@ Result<std::vector<CounterSample>> TraceReader::counters() const {
 }
 
 Result<std::vector<ImportLogEntry>> TraceReader::import_log() const {
-    auto stmt = db_.prepare(std::string("SELECT source, record_index, reason, record, ") +
-                            (schema_version_ >= 2 ? "skipped" : "1") + " FROM import_log ORDER BY id");
+    auto stmt =
+        db_.prepare(std::string("SELECT source, record_index, reason, record, ") +
+                    (schema_version_ >= 2 ? "skipped" : "1") + " FROM import_log ORDER BY id");
     if (!stmt) {
         return stmt.error();
     }

@@ -232,8 +232,8 @@ Result<std::vector<WorkloadEntry>> parse_workload_mark(std::string_view json, st
     for (std::size_t mb = 0; mb < microbatches->size(); ++mb) {
         const auto& documents = (*microbatches)[mb];
         if (!documents.is_array()) {
-            return Error{ErrorCode::invalid_input, "fulcrum.workload micro-batch " +
-                                                       std::to_string(mb) + " is not an array"};
+            return Error{ErrorCode::invalid_input,
+                         "fulcrum.workload micro-batch " + std::to_string(mb) + " is not an array"};
         }
         for (const auto& document : documents) {
             const bool well_formed =
@@ -241,12 +241,11 @@ Result<std::vector<WorkloadEntry>> parse_workload_mark(std::string_view json, st
                 std::all_of(document.begin(), document.end(),
                             [](const nlohmann::json& v) { return v.is_number_integer(); });
             if (!well_formed) {
-                return Error{ErrorCode::invalid_input,
-                             "fulcrum.workload micro-batch " + std::to_string(mb) +
-                                 " holds " +
-                                 document.dump(-1, ' ', false,
-                                               nlohmann::json::error_handler_t::replace) +
-                                 ", not [doc_id, doc_length, token_begin, token_end]"};
+                return Error{
+                    ErrorCode::invalid_input,
+                    "fulcrum.workload micro-batch " + std::to_string(mb) + " holds " +
+                        document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                        ", not [doc_id, doc_length, token_begin, token_end]"};
             }
             WorkloadEntry entry;
             entry.rank = rank;

@@ -27,9 +27,9 @@ enum class LaneKind : std::uint8_t {
 };
 
 enum class EventKind : std::uint8_t {
-    range = 0,       // a host range (NVTX push/pop or start/end)
-    mark = 1,        // an instant; end_ns == start_ns
-    kernel = 2,      // a GPU kernel that is not communication
+    range = 0,   // a host range (NVTX push/pop or start/end)
+    mark = 1,    // an instant; end_ns == start_ns
+    kernel = 2,  // a GPU kernel that is not communication
     memcpy = 3,
     memset = 4,
     sync = 5,        // a synchronization the host waited on
@@ -44,11 +44,11 @@ enum class Category : std::uint8_t {
     compute = 1,
     attention = 2,
     communication = 3,
-    offload = 4,    // host<->device copies of activations or K/V chunks
+    offload = 4,  // host<->device copies of activations or K/V chunks
     optimizer = 5,
-    memory = 6,     // allocation, memset, device-to-device copies
-    runtime = 7,    // CUDA API overhead
-    schedule = 8,   // containers: step, micro-batch, stage ranges
+    memory = 6,    // allocation, memset, device-to-device copies
+    runtime = 7,   // CUDA API overhead
+    schedule = 8,  // containers: step, micro-batch, stage ranges
 };
 inline constexpr int kCategoryCount = 9;
 
@@ -126,11 +126,11 @@ enum class RunOrigin : std::uint8_t { captured = 0, imported = 1, simulated = 2 
 
 struct RunInfo {
     std::string name;
-    std::string command;       // the command line that produced it
+    std::string command;  // the command line that produced it
     std::int64_t start_utc_ns = 0;
     std::string config_json = "{}";  // model, parallel degrees, balancer, dataset, backend
     RunOrigin origin = RunOrigin::captured;
-    std::string producer;      // e.g. "fulcrum 0.1.0"
+    std::string producer;  // e.g. "fulcrum 0.1.0"
 };
 
 // Clock alignment applied to a rank by merge.

@@ -76,7 +76,8 @@ std::string format_duration(std::int64_t ns) {
 }
 
 std::string format_utc(std::int64_t utc_ns) {
-    const std::int64_t seconds = utc_ns >= 0 ? utc_ns / 1000000000 : (utc_ns - 999999999) / 1000000000;
+    const std::int64_t seconds =
+        utc_ns >= 0 ? utc_ns / 1000000000 : (utc_ns - 999999999) / 1000000000;
     const std::int64_t fraction = utc_ns - seconds * 1000000000;
     const std::time_t t = static_cast<std::time_t>(seconds);
     std::tm tm{};

@@ -1,7 +1,7 @@
 #include "engine/backend/backend.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -217,7 +217,9 @@ void* Backend::allocate_pinned_raw(std::size_t bytes) {
     return data;
 }
 
-void Backend::release_pinned_raw(void* data) { std::free(data); }
+void Backend::release_pinned_raw(void* data) {
+    std::free(data);
+}
 
 void Backend::release(void* data) {
     {

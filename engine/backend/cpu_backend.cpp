@@ -205,8 +205,9 @@ void CpuBackend::upload(Tensor dst, const void* host, StreamId stream) {
     issue(stream, host, [dst, host, stream] {
         std::optional<instrument::Range> range;
         if (stream != kComputeStream) {
-            range.emplace("memcpy HtoD", Category::offload,
-                          instrument::with_bytes(dst.numel() * std::int64_t(dtype_size(dst.dtype()))));
+            range.emplace(
+                "memcpy HtoD", Category::offload,
+                instrument::with_bytes(dst.numel() * std::int64_t(dtype_size(dst.dtype()))));
         }
         if (dst.contiguous()) {
             std::memcpy(dst.raw(), host, std::size_t(dst.numel()) * dtype_size(dst.dtype()));
@@ -225,8 +226,9 @@ void CpuBackend::download(void* host, Tensor src, StreamId stream) {
     issue(stream, host, [host, src, stream] {
         std::optional<instrument::Range> range;
         if (stream != kComputeStream) {
-            range.emplace("memcpy DtoH", Category::offload,
-                          instrument::with_bytes(src.numel() * std::int64_t(dtype_size(src.dtype()))));
+            range.emplace(
+                "memcpy DtoH", Category::offload,
+                instrument::with_bytes(src.numel() * std::int64_t(dtype_size(src.dtype()))));
         }
         if (src.contiguous()) {
             std::memcpy(host, src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
@@ -405,12 +407,11 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
         require_contiguous_2d(dinp, n, c, "matmul: dinp [N, C]");
     if (!dbias.empty())
         require_1d(dbias, oc, "matmul: dbias [OC]");
-    kernels::matmul_backward(dinp.empty() ? nullptr : dinp.f32(),
-                             dweight.empty() ? nullptr : dweight.f32(),
-                             dbias.empty() ? nullptr : dbias.f32(), dout.f32(), dout.row_stride(),
-                             dweight.empty() ? nullptr : inp.f32(),
-                             dweight.empty() ? 0 : inp.row_stride(), weight.f32(), n, int(c),
-                             int(oc));
+    kernels::matmul_backward(
+        dinp.empty() ? nullptr : dinp.f32(), dweight.empty() ? nullptr : dweight.f32(),
+        dbias.empty() ? nullptr : dbias.f32(), dout.f32(), dout.row_stride(),
+        dweight.empty() ? nullptr : inp.f32(), dweight.empty() ? 0 : inp.row_stride(), weight.f32(),
+        n, int(c), int(oc));
 }
 
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
@@ -454,8 +455,8 @@ void CpuBackend::attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor
     require_2d(part_out, rows, c, "attention merge: part_out [T, C]");
     require_contiguous_2d(lse, rows, n_head, "attention merge: lse [T, n_head]");
     require_contiguous_2d(part_lse, rows, n_head, "attention merge: part_lse [T, n_head]");
-    kernels::attention_merge(rows_of(out), lse.f32(), const_rows_of(part_out), part_lse.f32(),
-                             rows, n_head, int(c / n_head));
+    kernels::attention_merge(rows_of(out), lse.f32(), const_rows_of(part_out), part_lse.f32(), rows,
+                             n_head, int(c / n_head));
 }
 
 void CpuBackend::gelu_forward(Tensor out, Tensor inp) {

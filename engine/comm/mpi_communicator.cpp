@@ -118,7 +118,9 @@ void MpiCommunicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
     MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, root, comm_);
 }
 
-void MpiCommunicator::barrier() { MPI_Barrier(comm_); }
+void MpiCommunicator::barrier() {
+    MPI_Barrier(comm_);
+}
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name) {
     MPI_Comm sub;
@@ -141,6 +143,8 @@ MpiSession::MpiSession(int* argc, char*** argv) {
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
 }
 
-MpiSession::~MpiSession() { MPI_Finalize(); }
+MpiSession::~MpiSession() {
+    MPI_Finalize();
+}
 
 }  // namespace fulcrum::engine

@@ -32,8 +32,8 @@ public:
     void post_send(std::span<const float> values, int peer) override;
     void wait_sends() override;
     void recv(std::span<float> values, int peer) override;
-    void send_recv(std::span<const float> send_values, int send_peer,
-                   std::span<float> recv_values, int recv_peer) override;
+    void send_recv(std::span<const float> send_values, int send_peer, std::span<float> recv_values,
+                   int recv_peer) override;
     void broadcast(std::span<float> values, int root) override;
     void broadcast_bytes(std::span<std::byte> bytes, int root) override;
     void barrier() override;

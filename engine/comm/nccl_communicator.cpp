@@ -539,8 +539,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::s
     FULCRUM_NCCL_CHECK(ncclCommCount(child, &child_size));
     auto state = std::make_unique<State>(child, s.stream);
     state->open_side(child_rank, child_size);
-    return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(state), child_rank,
-                                                              child_size, device_, std::move(name)));
+    return std::unique_ptr<Communicator>(
+        new NcclCommunicator(std::move(state), child_rank, child_size, device_, std::move(name)));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 // device buffers, run by NCCL's kernels on the caller's CUDA stream (built with the CUDA
 // backend when NCCL is found; FULCRUM_HAVE_NCCL says so).
 //
-// Bootstrap (docs/sources.md, "NCCL"). Rank 0 calls ncclGetUniqueId and hands the 128-byte id to every
-// rank, then each calls ncclCommInitRank with it; sub-groups come from ncclCommSplit. The id
+// Bootstrap (docs/sources.md, "NCCL"). Rank 0 calls ncclGetUniqueId and hands the 128-byte id to
+// every rank, then each calls ncclCommInitRank with it; sub-groups come from ncclCommSplit. The id
 // travels over an existing host communicator (`bootstrap_over`, MPI in fulcrum-train) or,
 // without MPI, through a file or TCP rendezvous (`bootstrap_with_rendezvous`, rendezvous.h).
 //

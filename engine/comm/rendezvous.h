@@ -1,7 +1,7 @@
 // Starting a multi-process job without MPI: which rank this process is, from what its launcher
 // put in the environment, and a rendezvous that hands one small opaque blob (NCCL's 128-byte
-// unique id, docs/sources.md, "NCCL") from rank 0 to every other rank through a shared file or a TCP
-// socket. No CUDA here: the NCCL communicator (nccl_communicator.h) is built on top.
+// unique id, docs/sources.md, "NCCL") from rank 0 to every other rank through a shared file or a
+// TCP socket. No CUDA here: the NCCL communicator (nccl_communicator.h) is built on top.
 #pragma once
 
 #include <chrono>

@@ -130,8 +130,8 @@ void StagedCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> StagedCommunicator::split(int color, int key, std::string name) {
-    return std::unique_ptr<Communicator>(new StagedCommunicator(
-        host_->split(color, key, std::move(name)), backend_, bytes_staged_));
+    return std::unique_ptr<Communicator>(
+        new StagedCommunicator(host_->split(color, key, std::move(name)), backend_, bytes_staged_));
 }
 
 }  // namespace fulcrum::engine

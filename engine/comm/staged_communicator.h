@@ -2,11 +2,11 @@
 // host memory, handed to the host communicator (MPI), and the result copied back.
 //
 // Why it exists. NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU
-// detected", docs/sources.md, "NCCL", before NCCL 2.30), so a single-GPU machine cannot run a 4-rank
-// layout over NCCL. Staging through the host is slower — two PCIe copies per transfer — but it
-// lets a 4-rank PP×CP layout train on one H100 with the same step structure a cluster has,
-// which is what Fulcrum needs to show imbalance on such a machine. On a cluster, each rank on
-// its own GPU, the engine uses NCCL instead (nccl_communicator.h).
+// detected", docs/sources.md, "NCCL", before NCCL 2.30), so a single-GPU machine cannot run a
+// 4-rank layout over NCCL. Staging through the host is slower — two PCIe copies per transfer — but
+// it lets a 4-rank PP×CP layout train on one H100 with the same step structure a cluster has, which
+// is what Fulcrum needs to show imbalance on such a machine. On a cluster, each rank on its own
+// GPU, the engine uses NCCL instead (nccl_communicator.h).
 //
 // Which spans are staged. The engine hands communicators both device buffers (activations,
 // gradients, K/V) and a few host ones (gather_parameters' vectors, the loss and norm scalars).
@@ -55,8 +55,8 @@ public:
     void post_send(std::span<const float> values, int peer) override;
     void wait_sends() override;
     void recv(std::span<float> values, int peer) override;
-    void send_recv(std::span<const float> send_values, int send_peer,
-                   std::span<float> recv_values, int recv_peer) override;
+    void send_recv(std::span<const float> send_values, int send_peer, std::span<float> recv_values,
+                   int recv_peer) override;
     void broadcast(std::span<float> values, int root) override;
     void broadcast_bytes(std::span<std::byte> bytes, int root) override;  // host bytes
     void barrier() override;
@@ -69,8 +69,7 @@ public:
 private:
     // A host view of `values`: the span itself when it is host memory, else `staging` filled
     // from the device (`fill` false leaves it unfilled, for outputs).
-    std::span<float> to_host(std::span<const float> values, std::vector<float>& staging,
-                             bool fill);
+    std::span<float> to_host(std::span<const float> values, std::vector<float>& staging, bool fill);
     // Copies `host` back into `values` when `host` is a staging copy of it.
     void to_device(std::span<float> values, std::span<const float> host);
     bool on_device(std::span<const float> values) const;

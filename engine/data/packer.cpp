@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "engine/backend/backend.h"
 #include "core/util/random.h"
+#include "engine/backend/backend.h"
 
 namespace fulcrum::engine {
 

@@ -8,9 +8,9 @@
 // target token and the model never attends across the cut or across sequences. Nothing is
 // padded. A micro-batch is `sequences_per_micro_batch` such sequences.
 //
-// This is plain "fixed-length packing" (WLB-LLM's baseline; docs/sources.md, "Workload balancing"), the baseline that the balancing work
-// (core/balance) improves on; the sampler only needs to produce valid MicroBatches, so a
-// balanced packer can replace it.
+// This is plain "fixed-length packing" (WLB-LLM's baseline; docs/sources.md, "Workload balancing"),
+// the baseline that the balancing work (core/balance) improves on; the sampler only needs to
+// produce valid MicroBatches, so a balanced packer can replace it.
 #pragma once
 
 #include <cstdint>

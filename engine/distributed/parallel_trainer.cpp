@@ -17,10 +17,14 @@ std::span<float> span_of(Tensor tensor) {
     return {tensor.f32(), static_cast<std::size_t>(tensor.numel())};
 }
 
-std::int64_t bytes_of(Tensor tensor) { return tensor.numel() * std::int64_t(sizeof(float)); }
+std::int64_t bytes_of(Tensor tensor) {
+    return tensor.numel() * std::int64_t(sizeof(float));
+}
 
 // A color that no grid rank uses, for ranks that take part in a split only to stay in step.
-int lone_color(const Topology& topology) { return topology.shape().world() + topology.rank(); }
+int lone_color(const Topology& topology) {
+    return topology.shape().world() + topology.rank();
+}
 
 }  // namespace
 
@@ -44,17 +48,20 @@ ParallelGroups ParallelGroups::create(Communicator& world, const Topology& topol
     groups.dp_cp = world.split(color_without(&GridCoordinates::dp, &GridCoordinates::cp),
                                me.dp * topology.shape().cp + me.cp, "dp×cp");
     const bool holds_embedding = topology.first_stage() || topology.last_stage();
-    groups.embedding = world.split(
-        holds_embedding ? color_without(&GridCoordinates::pp) : lone_color(topology), me.pp,
-        "embedding");
+    groups.embedding =
+        world.split(holds_embedding ? color_without(&GridCoordinates::pp) : lone_color(topology),
+                    me.pp, "embedding");
     return groups;
 }
 
-ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology,
-                                 ParallelGroups& groups, const TrainingDocuments& documents,
-                                 ParallelTrainConfig config)
-    : model_(model), topology_(topology), groups_(groups), documents_(documents),
-      config_(config), optimizer_(model.backend(), model.layout(), config.train.adamw) {
+ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, ParallelGroups& groups,
+                                 const TrainingDocuments& documents, ParallelTrainConfig config)
+    : model_(model),
+      topology_(topology),
+      groups_(groups),
+      documents_(documents),
+      config_(config),
+      optimizer_(model.backend(), model.layout(), config.train.adamw) {
     const int p = topology.shape().pp, v = config.virtual_stages;
     FULCRUM_CHECK(v == 1 || config.schedule == PipelineSchedule::interleaved,
                   "virtual stages are for the interleaved schedule");
@@ -93,8 +100,8 @@ Result<ParallelTrainer::LocalBatch> ParallelTrainer::local_micro_batch(
     if (topology_.shape().cp == 1) {
         return LocalBatch(micro_batch_of(bytes));
     }
-    auto shard = make_context_shard(bytes, planned.packed.documents, planned.cp,
-                                    topology_.coordinates().cp);
+    auto shard =
+        make_context_shard(bytes, planned.packed.documents, planned.cp, topology_.coordinates().cp);
     if (!shard) {
         return shard.error();
     }
@@ -198,9 +205,8 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
         groups_.pp_gradients->recv(span_of(gradient), (stage + 1) % p);
     }
     if (reduce_layers && overlaps_reduction()) {
-        layer_by_layer_with_reduction(op.chunk, [&](int layer) {
-            model_.backward_blocks(layer, layer + 1, acts, part);
-        });
+        layer_by_layer_with_reduction(
+            op.chunk, [&](int layer) { model_.backward_blocks(layer, layer + 1, acts, part); });
     } else {
         model_.backward_blocks(layers.first, layers.last, acts, part);
     }
@@ -299,14 +305,13 @@ double ParallelTrainer::gradient_norm() {
     if (me.dp == 0 && me.cp == 0) {
         const Tensor grads = model_.gradients();
         for (const auto& tensor : model_.layout().tensors()) {
-            bool owned = tensor.name.starts_with("lnf") ? topology_.last_stage()
-                                                         : topology_.first_stage();
+            bool owned =
+                tensor.name.starts_with("lnf") ? topology_.last_stage() : topology_.first_stage();
             if (tensor.layer >= 0) {
-                owned = std::any_of(chunk_layers_.begin(), chunk_layers_.end(),
-                                    [&](const LayerRange& layers) {
-                                        return tensor.layer >= layers.first &&
-                                               tensor.layer < layers.last;
-                                    });
+                owned = std::any_of(
+                    chunk_layers_.begin(), chunk_layers_.end(), [&](const LayerRange& layers) {
+                        return tensor.layer >= layers.first && tensor.layer < layers.last;
+                    });
             }
             if (!owned || (tensor.tp_replicated() && me.tp != 0)) {
                 continue;
@@ -322,8 +327,7 @@ double ParallelTrainer::gradient_norm() {
 // parallel::step_ops: interleaved 1F1B, or depth-first over the model chunks for a step whose
 // micro-batch count is not a multiple of p.
 std::vector<PipelineOp> ParallelTrainer::step_ops(int microbatches) const {
-    const parallel::PipelineShape shape{topology_.shape().pp, microbatches,
-                                        config_.virtual_stages};
+    const parallel::PipelineShape shape{topology_.shape().pp, microbatches, config_.virtual_stages};
     FULCRUM_CHECK(microbatches >= 1, "a step needs a micro-batch");
     return parallel::step_ops(config_.schedule, topology_.coordinates().pp, shape);
 }
@@ -377,16 +381,16 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
         auto& acts = *activations_[static_cast<std::size_t>(op.microbatch)];
         const bool reduce_layers = i == last_writer[static_cast<std::size_t>(op.chunk)];
         switch (op.kind) {
-        case parallel::PassKind::forward:
-            run_forward(plan.step, op, batches[static_cast<std::size_t>(op.microbatch)], acts,
-                        loss_sum);
-            break;
-        case parallel::PassKind::backward:
-            run_backward(plan.step, op, acts, loss_scale, reduce_layers);
-            break;
-        case parallel::PassKind::weight:
-            run_weight_gradients(plan.step, op, acts, reduce_layers);
-            break;
+            case parallel::PassKind::forward:
+                run_forward(plan.step, op, batches[static_cast<std::size_t>(op.microbatch)], acts,
+                            loss_sum);
+                break;
+            case parallel::PassKind::backward:
+                run_backward(plan.step, op, acts, loss_scale, reduce_layers);
+                break;
+            case parallel::PassKind::weight:
+                run_weight_gradients(plan.step, op, acts, reduce_layers);
+                break;
         }
     }
     groups_.pp->wait_sends();
@@ -403,8 +407,7 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     }
     // Loss: summed on the last stage's ranks (once per TP group; over every TP rank's rows
     // under sequence parallelism) over their local tokens.
-    const bool counts_loss =
-        topology_.last_stage() && (me.tp == 0 || model_.sequence_parallel());
+    const bool counts_loss = topology_.last_stage() && (me.tp == 0 || model_.sequence_parallel());
     double loss[1] = {counts_loss ? loss_sum : 0.0};
     groups_.world->all_reduce_sum(std::span<double>(loss));
     report.loss = loss[0] / double(plan.target_tokens);
@@ -426,8 +429,7 @@ std::vector<float> ParallelTrainer::gather_parameters() {
         if (stage == 0) {
             continue;  // world rank 0's own
         }
-        const LayerRange layers =
-            engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer);
+        const LayerRange layers = engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer);
         ElementRange range = layout.block_range(layers.first, layers.last);
         if (c == p * v - 1) {
             range.count = layout.total() - range.offset;  // blocks and lnf, which follow them

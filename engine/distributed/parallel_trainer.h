@@ -28,13 +28,13 @@
 #include <variant>
 #include <vector>
 
+#include "core/parallel/schedule.h"
 #include "core/util/result.h"
 #include "engine/comm/communicator.h"
 #include "engine/data/step_plan.h"
+#include "engine/distributed/topology.h"
 #include "engine/model/gpt.h"
 #include "engine/model/parallel_context.h"
-#include "core/parallel/schedule.h"
-#include "engine/distributed/topology.h"
 #include "engine/train/adamw.h"
 #include "engine/train/trainer.h"
 
@@ -64,7 +64,7 @@ struct ParallelGroups {
 struct ParallelTrainConfig {
     TrainConfig train;
     PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-    int virtual_stages = 1;  // model chunks per stage (interleaved)
+    int virtual_stages = 1;                                 // model chunks per stage (interleaved)
     balance::Balancer balancer = balance::Balancer::fixed;  // named in the workload manifest
     // Reduce each layer's gradients over DP × CP as soon as the step's last backward pass is
     // done with the layer (Communicator::start_all_reduce_sum), overlapping the layers below;

@@ -39,9 +39,13 @@ Result<Topology> Topology::create(GridShape shape, int world_size, int rank) {
     return topology;
 }
 
-GridCoordinates Topology::coordinates_of(int rank) const { return parallel::coordinates_of(shape_, rank); }
+GridCoordinates Topology::coordinates_of(int rank) const {
+    return parallel::coordinates_of(shape_, rank);
+}
 
-int Topology::rank_of(const GridCoordinates& c) const { return parallel::rank_of(shape_, c); }
+int Topology::rank_of(const GridCoordinates& c) const {
+    return parallel::rank_of(shape_, c);
+}
 
 std::vector<int> Topology::group_varying(int GridCoordinates::*axis, int size) const {
     std::vector<int> group;
@@ -71,8 +75,8 @@ std::string Topology::describe_ranks() const {
     for (int r = 0; r < shape_.world(); ++r) {
         const GridCoordinates c = coordinates_of(r);
         out += "rank " + std::to_string(r) + ": dp" + std::to_string(c.dp) + " pp" +
-               std::to_string(c.pp) + " cp" + std::to_string(c.cp) + " tp" +
-               std::to_string(c.tp) + "\n";
+               std::to_string(c.pp) + " cp" + std::to_string(c.cp) + " tp" + std::to_string(c.tp) +
+               "\n";
     }
     return out;
 }

@@ -38,9 +38,15 @@ thread_local Keys t_current_keys;
 
 }  // namespace
 
-KeyScope::KeyScope(const Keys& keys) : saved_(t_current_keys) { t_current_keys = keys; }
-KeyScope::~KeyScope() { t_current_keys = saved_; }
-const Keys& current_keys() { return t_current_keys; }
+KeyScope::KeyScope(const Keys& keys) : saved_(t_current_keys) {
+    t_current_keys = keys;
+}
+KeyScope::~KeyScope() {
+    t_current_keys = saved_;
+}
+const Keys& current_keys() {
+    return t_current_keys;
+}
 
 Keys with_bytes(std::int64_t bytes) {
     Keys keys = t_current_keys;
@@ -71,10 +77,17 @@ std::string format_message(std::string_view name, const Keys& keys) {
     add("mb", keys.microbatch);
     add("stage", keys.stage);
     switch (keys.phase) {
-    case Phase::forward: message += " phase=fwd"; break;
-    case Phase::backward: message += " phase=bwd"; break;
-    case Phase::weight_grad: message += " phase=wgrad"; break;
-    case Phase::none: break;
+        case Phase::forward:
+            message += " phase=fwd";
+            break;
+        case Phase::backward:
+            message += " phase=bwd";
+            break;
+        case Phase::weight_grad:
+            message += " phase=wgrad";
+            break;
+        case Phase::none:
+            break;
     }
     add("chunk", keys.chunk);
     add("bytes", keys.bytes);
@@ -126,7 +139,8 @@ void mark(std::string_view name, std::string_view json) {
 void name_this_thread(std::string_view name) {
 #if FULCRUM_HAVE_NVTX
     if (active()) {
-        nvtxNameOsThreadA(static_cast<std::uint32_t>(syscall(SYS_gettid)), std::string(name).c_str());
+        nvtxNameOsThreadA(static_cast<std::uint32_t>(syscall(SYS_gettid)),
+                          std::string(name).c_str());
     }
 #else
     (void)name;

@@ -7,8 +7,8 @@
 //     P_ij  = exp(s_ij − lse_i)
 //     o_i   = Σ_j P_ij · v_j
 // A token never sees a token of another document, so packing several documents into one
-// sequence trains each of them exactly as if it were alone (docs/sources.md, "Workload balancing": attention work
-// of a packed micro-batch is Σ dᵢ², not (Σ dᵢ)²).
+// sequence trains each of them exactly as if it were alone (docs/sources.md, "Workload balancing":
+// attention work of a packed micro-batch is Σ dᵢ², not (Σ dᵢ)²).
 //
 // Backward (the FlashAttention recomputation: P is rebuilt from q, k and lse, never stored,
 // so memory is O(T·n_head), not O(Σ dᵢ²)):
@@ -59,10 +59,10 @@
 namespace fulcrum::engine {
 
 struct AttentionSpan {
-    std::int32_t q_begin = 0;   // first query row (also the row in out and lse)
-    std::int32_t kv_begin = 0;  // K/V row of position 0 of this span's document
-    std::int32_t prefix = 0;    // position inside the document of the first query row
-    std::int32_t length = 0;    // number of query rows
+    std::int32_t q_begin = 0;    // first query row (also the row in out and lse)
+    std::int32_t kv_begin = 0;   // K/V row of position 0 of this span's document
+    std::int32_t prefix = 0;     // position inside the document of the first query row
+    std::int32_t length = 0;     // number of query rows
     std::int32_t key_begin = 0;  // first visible document position (the key window)
     std::int32_t key_end = std::numeric_limits<std::int32_t>::max();  // one past the last
 
@@ -198,7 +198,8 @@ void attention_merge(Rows<T> out, T* lse, Rows<const T> part_out, const T* part_
             }
             T* o = out.row(r) + std::int64_t(h) * head_size;
             const T* p = part_out.row(r) + std::int64_t(h) * head_size;
-            if (a == -std::numeric_limits<T>::infinity()) {  // the first window: whatever `out` held
+            if (a ==
+                -std::numeric_limits<T>::infinity()) {  // the first window: whatever `out` held
                 std::copy(p, p + head_size, o);
                 lse[r * n_head + h] = b;
                 continue;

@@ -121,8 +121,8 @@ std::vector<ChunkPair> ChunkedAttention::forward_order(std::int64_t q_rows, std:
     return pairs;
 }
 
-std::vector<ChunkPair> ChunkedAttention::backward_order(std::int64_t q_rows, std::int64_t kv_rows,
-                                                        std::span<const AttentionSpan> spans) const {
+std::vector<ChunkPair> ChunkedAttention::backward_order(
+    std::int64_t q_rows, std::int64_t kv_rows, std::span<const AttentionSpan> spans) const {
     std::vector<ChunkPair> pairs = forward_order(q_rows, kv_rows, false, spans);
     std::stable_sort(pairs.begin(), pairs.end(), [](const ChunkPair& a, const ChunkPair& b) {
         return a.kv_chunk != b.kv_chunk ? a.kv_chunk < b.kv_chunk : a.q_chunk < b.q_chunk;
@@ -149,7 +149,8 @@ void ChunkedAttention::offload_chunk(int slot, int chunk, Tensor q, Tensor kv,
 
 void ChunkedAttention::offload_gathered(Tensor gathered_kv, float* host_kv) {
     const std::int64_t bytes = gathered_kv.numel() * kFloat;
-    instrument::Range range("offload gathered kv", Category::runtime, instrument::with_bytes(bytes));
+    instrument::Range range("offload gathered kv", Category::runtime,
+                            instrument::with_bytes(bytes));
     backend_.record_event(gathered_written_, kComputeStream);
     backend_.wait_event(offload_stream_, gathered_written_);
     backend_.download(host_kv, gathered_kv, offload_stream_);
@@ -204,8 +205,8 @@ void ChunkedAttention::begin_backward_fetches(const QkvStore& store, const Chunk
 
 // ---- forward -----------------------------------------------------------------------------
 
-void ChunkedAttention::forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v,
-                                    Tensor out, Tensor lse) {
+void ChunkedAttention::forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v, Tensor out,
+                                    Tensor lse) {
     if (!pair.first.empty()) {
         backend_.attention_forward(out, lse, q, k, v, pair.first, n_head_);
     }
@@ -214,7 +215,8 @@ void ChunkedAttention::forward_pair(const ChunkPair& pair, Tensor q, Tensor k, T
     }
     const std::int64_t rows = q.rows();
     const Tensor part_out = partials_.f32(0, {rows, channels_});
-    const Tensor part_lse = partials_.f32(std::int64_t(options_.chunk) * channels_, {rows, n_head_});
+    const Tensor part_lse =
+        partials_.f32(std::int64_t(options_.chunk) * channels_, {rows, n_head_});
     backend_.attention_forward(part_out, part_lse, q, k, v, pair.merged, n_head_);
     for (const AttentionSpan& piece : pair.merged) {
         backend_.attention_merge(out.slice(piece.q_begin, piece.length),
@@ -345,9 +347,8 @@ void ChunkedAttention::prefetch_backward(const QkvStore& store, std::int64_t q_r
     pending_ = {store.host_q, store.host_kv, pairs.front().q_chunk, pairs.front().kv_chunk};
 }
 
-void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Tensor dv,
-                                Tensor dout, Tensor out, Tensor lse,
-                                std::span<const AttentionSpan> spans) {
+void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
+                                Tensor out, Tensor lse, std::span<const AttentionSpan> spans) {
     FULCRUM_CHECK(enabled(), "chunked attention is off");
     const std::int64_t q_rows = dq.rows(), kv_rows = dk.rows();
     const std::vector<ChunkPair> pairs = backward_order(q_rows, kv_rows, spans);
@@ -404,11 +405,10 @@ void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Ten
         const Tensor kv =
             offloads() ? kv_slot(outer % 2, kv_count) : store.kv.slice(kv_first, kv_count);
         const std::vector<AttentionSpan> pieces = spans_of(pair);
-        backend_.attention_backward(dq.slice(q_first, q_count), dk.slice(kv_first, kv_count),
-                                    dv.slice(kv_first, kv_count), dout.slice(q_first, q_count),
-                                    q, kv.columns(0, width), kv.columns(width, width),
-                                    out.slice(q_first, q_count), lse.slice(q_first, q_count),
-                                    pieces, n_head_);
+        backend_.attention_backward(
+            dq.slice(q_first, q_count), dk.slice(kv_first, kv_count), dv.slice(kv_first, kv_count),
+            dout.slice(q_first, q_count), q, kv.columns(0, width), kv.columns(width, width),
+            out.slice(q_first, q_count), lse.slice(q_first, q_count), pieces, n_head_);
         if (offloads()) {
             backend_.record_event(q_free_[n % 2], kComputeStream);
         }

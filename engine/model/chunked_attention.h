@@ -158,11 +158,10 @@ private:
     void fetch_kv(const float* host_kv, int chunk, std::int64_t kv_rows, int slot);
     // The prefetch stream waits for every copy to the host issued so far, then fetches the
     // first pair of a backward pass.
-    void begin_backward_fetches(const QkvStore& store, const ChunkPair& first,
-                                std::int64_t q_rows, std::int64_t kv_rows);
+    void begin_backward_fetches(const QkvStore& store, const ChunkPair& first, std::int64_t q_rows,
+                                std::int64_t kv_rows);
     // The attention calls of one pair of forward(): the written windows, then the merged ones.
-    void forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v, Tensor out,
-                      Tensor lse);
+    void forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse);
 
     Backend& backend_;
     int channels_;

@@ -149,8 +149,9 @@ void gather_context_rows(Backend& backend, Communicator* cp, const ContextExchan
     if (cp == nullptr || cp->size() == 1) {
         backend.copy(staging, local);
     } else {
-        instrument::Range range("cp all-gather kv", Category::communication,
-                                instrument::with_bytes(staging.numel() * std::int64_t(sizeof(float))));
+        instrument::Range range(
+            "cp all-gather kv", Category::communication,
+            instrument::with_bytes(staging.numel() * std::int64_t(sizeof(float))));
         cp->all_gather(floats_of(local), floats_of(staging),
                        element_counts(exchange, local.cols()));
     }
@@ -171,8 +172,9 @@ void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
     if (cp == nullptr || cp->size() == 1) {
         backend.copy(local, staging);
     } else {
-        instrument::Range range("cp reduce-scatter dkv", Category::communication,
-                                instrument::with_bytes(staging.numel() * std::int64_t(sizeof(float))));
+        instrument::Range range(
+            "cp reduce-scatter dkv", Category::communication,
+            instrument::with_bytes(staging.numel() * std::int64_t(sizeof(float))));
         cp->reduce_scatter_sum(floats_of(staging), floats_of(local),
                                element_counts(exchange, local.cols()));
     }

@@ -119,9 +119,7 @@ void Activations::carve(Carver& f, Carver& gathered, Carver& d, std::int64_t n,
     const std::int64_t cl = c / tp_size_;
     const std::int64_t ns = shard_.rows;  // rows of the residual stream: n, or a TP shard
     const int layers = config_.n_layer;
-    auto held = [&](int layer) {
-        return blocks_held_.empty() || blocks_held_[std::size_t(layer)];
-    };
+    auto held = [&](int layer) { return blocks_held_.empty() || blocks_held_[std::size_t(layer)]; };
     encoded = held(0) ? f.take({ns, c}) : Tensor{};
     blocks.resize(std::size_t(layers));
     for (int l = 0; l < layers; ++l) {
@@ -189,7 +187,8 @@ void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
     FULCRUM_CHECK(gathered_rows >= 0, "negative gathered rows");
     const std::int64_t cl = config_.channels / tp_size_;
     const std::int64_t layers = config_.n_layer;
-    shard_ = sequence_parallel_ ? engine::sequence_shard(n, tp_size_, tp_rank_) : SequenceShard{0, n};
+    shard_ =
+        sequence_parallel_ ? engine::sequence_shard(n, tp_size_, tp_rank_) : SequenceShard{0, n};
     Carver count_floats(nullptr, DType::f32), count_gathered(nullptr, DType::f32),
         count_gradients(nullptr, DType::f32);
     carve(count_floats, count_gathered, count_gradients, n, gathered_rows);
@@ -533,8 +532,8 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
     if (attention_->enabled()) {
         // FPDT: Q (and serially K|V) projected chunk by chunk inside the attention;
         // under CP this rank's K|V first, whole, for the all-gather.
-        QkvProjection projection{ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl),
-                                 Tensor{}, Tensor{}};
+        QkvProjection projection{ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl), Tensor{},
+                                 Tensor{}};
         Tensor gathered;
         if (acts.context_parallel()) {
             // With offload both live in one buffer for all blocks, not in the block's own.
@@ -649,9 +648,9 @@ void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardP
     FULCRUM_CHECK(part == BackwardPart::whole || acts.keeps_output_gradients(),
                   "a split backward needs Activations made after set_split_backward(true)");
     const BackwardScratch& s = scratch_;
-    FULCRUM_CHECK(s.dresidual.rows() == acts.sequence_shard().rows &&
-                      s.dln.rows() == acts.n_tokens(),
-                  "begin_backward() not called");
+    FULCRUM_CHECK(
+        s.dresidual.rows() == acts.sequence_shard().rows && s.dln.rows() == acts.n_tokens(),
+        "begin_backward() not called");
     FULCRUM_CHECK(!acts.context_parallel() || s.dkv.rows() == acts.exchange.total_rows(),
                   "begin_backward() not called for this micro-batch");
     for (int l = last - 1; l >= first; --l) {
@@ -706,8 +705,8 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
     // A B pass (split backward) leaves every weight and bias gradient to the W pass: empty
     // gradient tensors are not computed (backend.h), and what W needs is kept in `keep`.
     const bool split = part == BackwardPart::input_gradients;
-    const BlockOutputGradients keep = split ? acts.output_gradients[std::size_t(l)]
-                                            : BlockOutputGradients{};
+    const BlockOutputGradients keep =
+        split ? acts.output_gradients[std::size_t(l)] : BlockOutputGradients{};
     auto grad = [split](const Tensor& t) { return split ? Tensor{} : t; };
     if (acts.offloads_qkv()) {
         // The attention backward's first K/V and Q chunks come in while the MLP computes.
@@ -840,7 +839,9 @@ std::int64_t GptModel::kv_rows(const Activations& acts) const {
     return acts.context_parallel() ? acts.exchange.total_rows() : acts.n_tokens();
 }
 
-int GptModel::n_head_local() const { return config_.n_head / parallel_.tp_size(); }
+int GptModel::n_head_local() const {
+    return config_.n_head / parallel_.tp_size();
+}
 
 void GptModel::backward_embedding(Activations& acts) {
     const SequenceShard rows = acts.sequence_shard();

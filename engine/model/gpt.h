@@ -49,9 +49,9 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/model/chunked_attention.h"
 #include "engine/model/config.h"
 #include "engine/model/micro_batch.h"
-#include "engine/model/chunked_attention.h"
 #include "engine/model/parallel_context.h"
 #include "engine/model/params.h"
 #include "engine/model/recompute.h"
@@ -172,8 +172,8 @@ private:
     float* host_kv(int layer) const;
 
     // Lays out every view for n rows (the carver counts when it has no buffer).
-    void carve(Carver& floats, Carver& gathered, Carver& gradients,
-               std::int64_t n, std::int64_t gathered_rows);
+    void carve(Carver& floats, Carver& gathered, Carver& gradients, std::int64_t n,
+               std::int64_t gathered_rows);
 
     Backend& backend_;
     GptConfig config_;
@@ -187,7 +187,7 @@ private:
     DeviceBuffer floats_;
     DeviceBuffer ints_;
     DeviceBuffer gathered_;
-    DeviceBuffer gradients_;  // output_gradients and head_output_gradients
+    DeviceBuffer gradients_;         // output_gradients and head_output_gradients
     std::vector<bool> blocks_held_;  // empty: all
     bool offload_qkv_ = false;
     bool sequence_parallel_ = false;

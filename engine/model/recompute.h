@@ -45,18 +45,24 @@ enum class Recompute : std::uint8_t { none, selective, full };
 inline constexpr std::string_view kRecomputeNames = "none, selective, full";
 
 inline Result<Recompute> parse_recompute(std::string_view name) {
-    if (name == "none") return Recompute::none;
-    if (name == "selective") return Recompute::selective;
-    if (name == "full") return Recompute::full;
+    if (name == "none")
+        return Recompute::none;
+    if (name == "selective")
+        return Recompute::selective;
+    if (name == "full")
+        return Recompute::full;
     return Error{ErrorCode::invalid_input, "unknown recompute mode '" + std::string(name) +
                                                "' (choose " + std::string(kRecomputeNames) + ")"};
 }
 
 inline const char* recompute_name(Recompute recompute) {
     switch (recompute) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+        case Recompute::none:
+            return "none";
+        case Recompute::selective:
+            return "selective";
+        case Recompute::full:
+            return "full";
     }
     return "none";
 }

@@ -30,10 +30,10 @@
 #include "core/parallel/schedule.h"
 #include "core/trace/annotations.h"
 #include "engine/data/step_plan.h"
-#include "engine/instrument/annotations.h"
-#include "engine/model/gpt.h"
 #include "engine/distributed/parallel_trainer.h"
 #include "engine/distributed/topology.h"
+#include "engine/instrument/annotations.h"
+#include "engine/model/gpt.h"
 #include "engine/train/trainer.h"
 
 using namespace fulcrum;

@@ -13,8 +13,8 @@ using namespace fulcrum::analysis;
 
 namespace {
 
-Event& kernel(RunTrace& trace, LaneTrace& lane, std::string_view name, std::int64_t start, std::int64_t end,
-              Category category = Category::compute) {
+Event& kernel(RunTrace& trace, LaneTrace& lane, std::string_view name, std::int64_t start,
+              std::int64_t end, Category category = Category::compute) {
     Event& event = trace.add_range(lane, name, category, start, end);
     event.kind = category == Category::communication ? EventKind::collective : EventKind::kernel;
     return event;

@@ -14,10 +14,10 @@ namespace {
 
 constexpr std::int64_t us = 1000;
 
-void call(RunTrace& trace, int rank, std::string_view name, int mb, std::int64_t start, std::int64_t end,
-          std::int64_t bytes) {
-    Event& e = trace.add_range(host(trace, rank), name, Category::communication, start * us, end * us, 0, mb, 0,
-                               Phase::forward);
+void call(RunTrace& trace, int rank, std::string_view name, int mb, std::int64_t start,
+          std::int64_t end, std::int64_t bytes) {
+    Event& e = trace.add_range(host(trace, rank), name, Category::communication, start * us,
+                               end * us, 0, mb, 0, Phase::forward);
     e.kind = EventKind::collective;
     e.bytes = bytes;
 }
@@ -30,7 +30,8 @@ void call(RunTrace& trace, int rank, std::string_view name, int mb, std::int64_t
 // 4·10⁶ bytes: algbw 5 GB/s, busbw 5·(2−1)/2 = 2.5.
 RunTrace hand_trace() {
     RunTrace trace;
-    for (int r = 0; r < 4; ++r) add_rank(trace, r, 0, 0, r / 2, r % 2);
+    for (int r = 0; r < 4; ++r)
+        add_rank(trace, r, 0, 0, r / 2, r % 2);
     call(trace, 0, "tp all-reduce", 0, 0, 150, 1'000'000);
     call(trace, 1, "tp all-reduce", 0, 50, 150, 1'000'000);
     call(trace, 0, "tp all-reduce", 1, 1000, 1300, 1'000'000);
@@ -46,7 +47,8 @@ RunTrace hand_trace() {
 const CollectiveSummary& row(const std::vector<CollectiveSummary>& rows, std::string_view name,
                              std::vector<std::int32_t> ranks) {
     for (const CollectiveSummary& r : rows) {
-        if (r.name == name && r.ranks == ranks) return r;
+        if (r.name == name && r.ranks == ranks)
+            return r;
     }
     qFatal("no row %s", std::string(name).c_str());
 }
@@ -80,7 +82,8 @@ private slots:
     }
 
     void kindsAndFactors() {
-        QCOMPARE(collective_kind_of("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), CollectiveKind::all_reduce);
+        QCOMPARE(collective_kind_of("ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+                 CollectiveKind::all_reduce);
         QCOMPARE(collective_kind_of("dp all-reduce gradients"), CollectiveKind::all_reduce);
         QCOMPARE(collective_kind_of("cp reduce-scatter dkv"), CollectiveKind::reduce_scatter);
         QCOMPARE(collective_kind_of("ncclDevKernel_AllGather_RING_LL"), CollectiveKind::all_gather);

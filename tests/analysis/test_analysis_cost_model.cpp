@@ -9,8 +9,8 @@
 #include "core/analysis/cost_model.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
-#include "tests/support/synthetic_run.h"
 #include "tests/analysis/trace_builders.h"
+#include "tests/support/synthetic_run.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;

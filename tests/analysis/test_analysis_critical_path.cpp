@@ -17,11 +17,12 @@ void pass(RunTrace& trace, int rank, Phase phase, int mb, std::int64_t start, st
           std::int64_t recv_end = -1) {
     LaneTrace& lane = host(trace, rank);
     const auto stage = static_cast<std::int16_t>(rank);
-    trace.add_range(lane, phase == Phase::forward ? "forward" : "backward", Category::compute, start * us, end * us, 0,
-                    mb, stage, phase);
+    trace.add_range(lane, phase == Phase::forward ? "forward" : "backward", Category::compute,
+                    start * us, end * us, 0, mb, stage, phase);
     if (recv_end > start) {
-        trace.add_range(lane, phase == Phase::forward ? "recv activations" : "recv gradients", Category::communication,
-                        start * us, recv_end * us, 0, mb, stage, phase)
+        trace
+            .add_range(lane, phase == Phase::forward ? "recv activations" : "recv gradients",
+                       Category::communication, start * us, recv_end * us, 0, mb, stage, phase)
             .kind = EventKind::collective;
     }
 }
@@ -125,14 +126,21 @@ private slots:
         QCOMPARE(path.start_ns, 0 * us);
         QCOMPARE(path.end_ns, 1070 * us);
         std::vector<std::tuple<int, std::string, std::int64_t, std::int64_t>> expected = {
-            {0, "forward", 0, 100},   {1, "pipeline transfer", 100, 110}, {1, "forward", 110, 210},
-            {1, "backward", 210, 410}, {1, "forward", 410, 510},          {1, "backward", 510, 810},
-            {0, "pipeline transfer", 810, 820}, {0, "backward", 820, 1020}, {0, "optimizer", 1020, 1070}};
+            {0, "forward", 0, 100},
+            {1, "pipeline transfer", 100, 110},
+            {1, "forward", 110, 210},
+            {1, "backward", 210, 410},
+            {1, "forward", 410, 510},
+            {1, "backward", 510, 810},
+            {0, "pipeline transfer", 810, 820},
+            {0, "backward", 820, 1020},
+            {0, "optimizer", 1020, 1070}};
         QCOMPARE(path.segments.size(), expected.size());
         for (std::size_t i = 0; i < expected.size(); ++i) {
             const auto& [rank, what, start, end] = expected[i];
             const CriticalSegment& s = path.segments[i];
-            QVERIFY2(s.rank == rank && s.what == what && s.start_ns == start * us && s.end_ns == end * us,
+            QVERIFY2(s.rank == rank && s.what == what && s.start_ns == start * us &&
+                         s.end_ns == end * us,
                      qPrintable(QString("segment %1: rank %2 %3 [%4, %5)")
                                     .arg(i)
                                     .arg(s.rank)
@@ -163,7 +171,8 @@ private slots:
         QCOMPARE(best.busy_ns, 300 * us);
         QCOMPARE(best.typical_ns, 250 * us);
         QCOMPARE(best.step_saving_ns, 50 * us);
-        for (std::size_t i = 1; i < path.what_if.size(); ++i) QCOMPARE(path.what_if[i].step_saving_ns, 0 * us);
+        for (std::size_t i = 1; i < path.what_if.size(); ++i)
+            QCOMPARE(path.what_if[i].step_saving_ns, 0 * us);
     }
 
     void noPassesNoPath() {

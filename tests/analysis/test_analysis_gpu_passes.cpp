@@ -14,17 +14,18 @@ namespace {
 constexpr std::int64_t us = 1000;
 
 Event& launch(RunTrace& trace, LaneTrace& host, std::int64_t start, std::int64_t correlation) {
-    Event& event = trace.add_range(host, "cudaLaunchKernel", Category::runtime, start, start + 1 * us);
+    Event& event =
+        trace.add_range(host, "cudaLaunchKernel", Category::runtime, start, start + 1 * us);
     event.kind = EventKind::api;
     event.correlation = correlation;
     return event;
 }
 
-Event& kernel(RunTrace& trace, LaneTrace& stream, std::string_view name, std::int64_t start, std::int64_t end,
-              std::int64_t correlation, EventKind kind = EventKind::kernel) {
-    Event& event = trace.add_range(stream, name, kind == EventKind::collective ? Category::communication
-                                                                                 : Category::compute,
-                                   start, end);
+Event& kernel(RunTrace& trace, LaneTrace& stream, std::string_view name, std::int64_t start,
+              std::int64_t end, std::int64_t correlation, EventKind kind = EventKind::kernel) {
+    Event& event = trace.add_range(
+        stream, name, kind == EventKind::collective ? Category::communication : Category::compute,
+        start, end);
     event.kind = kind;
     event.correlation = correlation;
     return event;
@@ -43,7 +44,8 @@ RunTrace gpu_rank(bool with_streams) {
     trace.add_range(host, "forward", Category::compute, 0, 10 * us, 0, 0, 0, Phase::forward);
     launch(trace, host, 2 * us, 1);
     launch(trace, host, 4 * us, 2);
-    trace.add_range(host, "backward", Category::compute, 20 * us, 30 * us, 0, 0, 0, Phase::backward);
+    trace.add_range(host, "backward", Category::compute, 20 * us, 30 * us, 0, 0, 0,
+                    Phase::backward);
     trace.add_range(host, "recv gradients", Category::communication, 21 * us, 23 * us, 0, 0, 0);
     launch(trace, host, 22 * us, 3);
     launch(trace, host, 25 * us, 4);
@@ -52,7 +54,8 @@ RunTrace gpu_rank(bool with_streams) {
         auto& nccl = trace.add_lane(0, LaneKind::gpu_stream, "stream 13");
         kernel(trace, compute, "gemm", 5 * us, 2005 * us, 1);
         kernel(trace, compute, "gelu", 2005 * us, 2105 * us, 2);
-        kernel(trace, nccl, "ncclDevKernel_SendRecv", 2200 * us, 2700 * us, 3, EventKind::collective);
+        kernel(trace, nccl, "ncclDevKernel_SendRecv", 2200 * us, 2700 * us, 3,
+               EventKind::collective);
         kernel(trace, compute, "gemm", 2700 * us, 3700 * us, 4);
     }
     trace.finish();
@@ -108,7 +111,8 @@ private slots:
     void aRangeThatLaunchedNothingIsNoPassOnAGpuRank() {
         RunTrace trace = gpu_rank(true);
         auto& host = trace.ranks[0].lanes[0];
-        trace.add_range(host, "forward", Category::compute, 40 * us, 50 * us, 1, 0, 0, Phase::forward);
+        trace.add_range(host, "forward", Category::compute, 40 * us, 50 * us, 1, 0, 0,
+                        Phase::forward);
         trace.finish();
         const auto passes = find_passes(trace);
         QCOMPARE(passes.size(), std::size_t(2));

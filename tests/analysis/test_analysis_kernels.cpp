@@ -12,11 +12,12 @@ namespace {
 
 constexpr std::int64_t us = 1000;
 
-Event& add(RunTrace& trace, LaneTrace& lane, std::string_view name, EventKind kind, std::int64_t start,
-           std::int64_t end, std::int64_t correlation) {
-    Event& event = trace.add_range(lane, name, kind == EventKind::collective ? Category::communication
-                                               : kind == EventKind::api      ? Category::runtime
-                                                                             : Category::compute,
+Event& add(RunTrace& trace, LaneTrace& lane, std::string_view name, EventKind kind,
+           std::int64_t start, std::int64_t end, std::int64_t correlation) {
+    Event& event = trace.add_range(lane, name,
+                                   kind == EventKind::collective ? Category::communication
+                                   : kind == EventKind::api      ? Category::runtime
+                                                                 : Category::compute,
                                    start * us, end * us);
     event.kind = kind;
     event.correlation = correlation;
@@ -101,7 +102,8 @@ private slots:
         const KernelAnalysis a = analyze_kernels(hand_trace());
         const StreamIdle* stream = nullptr;
         for (const StreamIdle& idle : a.idle) {
-            if (idle.rank == 0 && idle.lane == "stream 7") stream = &idle;
+            if (idle.rank == 0 && idle.lane == "stream 7")
+                stream = &idle;
         }
         QVERIFY(stream != nullptr);
         QCOMPARE(stream->kernels, std::int64_t(4));
@@ -137,7 +139,8 @@ private slots:
         trace.add_range(host, "forward", Category::compute, 0, 100, 0, 0, 0, Phase::forward);
         trace.finish();
         const KernelAnalysis a = analyze_kernels(trace);
-        QVERIFY(a.time_by_type.empty() && a.top_kernels.empty() && a.idle.empty() && a.launches.empty());
+        QVERIFY(a.time_by_type.empty() && a.top_kernels.empty() && a.idle.empty() &&
+                a.launches.empty());
     }
 };
 

@@ -17,7 +17,8 @@ RunTrace offloading_rank() {
     trace.run.config_json = R"({"pp":1,"dp":1,"tp":1,"cp":1,"model":{"layers":2,"hidden":64}})";
     auto& compute = trace.add_lane(0, LaneKind::gpu_stream, "compute");
     auto& copies = trace.add_lane(0, LaneKind::gpu_stream, "prefetch");
-    trace.add_range(compute, "attention kernel", Category::attention, 0, 100).kind = EventKind::kernel;
+    trace.add_range(compute, "attention kernel", Category::attention, 0, 100).kind =
+        EventKind::kernel;
     Event& in = trace.add_range(copies, "kv prefetch", Category::offload, 50, 150);
     in.kind = EventKind::memcpy;
     in.copy_kind = CopyKind::host_to_device;

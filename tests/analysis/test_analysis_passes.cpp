@@ -66,8 +66,8 @@ private slots:
         trace.finish();
         const auto passes = find_passes(trace);
         QCOMPARE(passes.size(), 6u);
-        const Phase expected[] = {Phase::forward,     Phase::backward, Phase::weight_grad,
-                                  Phase::forward,     Phase::backward, Phase::weight_grad};
+        const Phase expected[] = {Phase::forward, Phase::backward, Phase::weight_grad,
+                                  Phase::forward, Phase::backward, Phase::weight_grad};
         std::int64_t wall = 0;
         for (std::size_t i = 0; i < passes.size(); ++i) {
             QCOMPARE(passes[i].phase, expected[i]);
@@ -151,7 +151,8 @@ private slots:
         auto& nccl = trace.add_lane(0, LaneKind::gpu_stream, "stream 13");
         auto& copies = trace.add_lane(0, LaneKind::gpu_stream, "stream 14");
         trace.add_range(compute, "gemm", Category::compute, 0, 40).kind = EventKind::kernel;
-        trace.add_range(compute, "flash_attn", Category::attention, 70, 80).kind = EventKind::kernel;
+        trace.add_range(compute, "flash_attn", Category::attention, 70, 80).kind =
+            EventKind::kernel;
         trace.add_range(nccl, "ncclDevKernel_AllReduce", Category::communication, 30, 60);
         Event& copy = trace.add_range(copies, "memcpy HtoD", Category::offload, 85, 95);
         copy.kind = EventKind::memcpy;

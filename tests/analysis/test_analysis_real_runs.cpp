@@ -48,11 +48,30 @@ private slots:
         process.setProcessChannelMode(QProcess::MergedChannels);
         const QString capture_dir = work_.filePath("gpipe");
         process.start(FULCRUM_BINARY_DIR "/app/fulcrum",
-                      {"capture", "-o", capture_dir, "--", FULCRUM_MPIRUN, "-np", "4",
-                       FULCRUM_BINARY_DIR "/engine/fulcrum-train", "--pp", "4", "--schedule",
-                       "gpipe", "--lengths", "long-tail:context=256,median=48", "--context",
-                       "256", "--micro-batches", QString::number(kMicrobatches), "--layers", "4",
-                       "--hidden", "32", "--steps", QString::number(kSteps)});
+                      {"capture",
+                       "-o",
+                       capture_dir,
+                       "--",
+                       FULCRUM_MPIRUN,
+                       "-np",
+                       "4",
+                       FULCRUM_BINARY_DIR "/engine/fulcrum-train",
+                       "--pp",
+                       "4",
+                       "--schedule",
+                       "gpipe",
+                       "--lengths",
+                       "long-tail:context=256,median=48",
+                       "--context",
+                       "256",
+                       "--micro-batches",
+                       QString::number(kMicrobatches),
+                       "--layers",
+                       "4",
+                       "--hidden",
+                       "32",
+                       "--steps",
+                       QString::number(kSteps)});
         QVERIFY(process.waitForFinished(300'000));
         QVERIFY2(process.exitCode() == 0, process.readAll().constData());
         run_path_ = (capture_dir + "/run.fulcrum").toStdString();
@@ -130,7 +149,8 @@ private slots:
         QVERIFY(text.contains("pipeline bubbles (gpipe, theory (p−1)/m = 0.500"));
         QVERIFY(text.contains("cost model"));
 
-        const QByteArray json = fulcrum({"analyze", "--json", QString::fromStdString(run_path_)}, exit_code);
+        const QByteArray json =
+            fulcrum({"analyze", "--json", QString::fromStdString(run_path_)}, exit_code);
         QCOMPARE(exit_code, 0);
         QJsonParseError error;
         const QJsonDocument document = QJsonDocument::fromJson(json, &error);
@@ -141,8 +161,9 @@ private slots:
         QCOMPARE(root["step_breakdown"].toArray().size(), kStages * kSteps);
         QCOMPARE(root["bubbles"].toObject()["stages"].toArray().size(), kStages * kSteps);
         QVERIFY(root["cost_model"].isObject());
-        QCOMPARE(root["imbalance"].toObject()["compute_by_step"].toObject()["rows"].toArray().size(),
-                 kStages);
+        QCOMPARE(
+            root["imbalance"].toObject()["compute_by_step"].toObject()["rows"].toArray().size(),
+            kStages);
     }
 
     void cliRejectsBadInput() {

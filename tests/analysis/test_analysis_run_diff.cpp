@@ -8,7 +8,8 @@ using namespace fulcrum::analysis;
 
 namespace {
 
-Event& kernel(RunTrace& trace, LaneTrace& lane, std::string_view name, std::int64_t start, std::int64_t end, int step) {
+Event& kernel(RunTrace& trace, LaneTrace& lane, std::string_view name, std::int64_t start,
+              std::int64_t end, int step) {
     Event& e = trace.add_range(lane, name, Category::compute, start, end, step);
     e.kind = EventKind::kernel;
     return e;

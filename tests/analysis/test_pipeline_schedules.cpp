@@ -2,8 +2,8 @@
 // (each stage runs every pass of every micro-batch and chunk exactly once, nothing deadlocks),
 // and replayed with equal micro-batches each reaches its published bubble:
 //   GPipe, 1F1B      (p−1)/m of the busy time                       (GPipe; Narayanan et al. SC'21)
-//   interleaved 1F1B (p−1)/(v·m)                                     (Narayanan et al. SC'21 §2.2.2)
-//   ZB-H1            (p−1)(F + B − W) per stage, 1F1B's (p−1)(F+B+W) (Qi et al. ICLR'24 §2)
+//   interleaved 1F1B (p−1)/(v·m)                                     (Narayanan et al. SC'21
+//   §2.2.2) ZB-H1            (p−1)(F + B − W) per stage, 1F1B's (p−1)(F+B+W) (Qi et al. ICLR'24 §2)
 #include <QtTest>
 
 #include <map>
@@ -26,7 +26,8 @@ ReplayInput equal_passes(PipelineSchedule schedule, int p, int m, int v, std::in
     input.virtual_stages = v;
     input.forward_ns.assign(p, std::vector<std::int64_t>(m, forward));
     input.backward_ns.assign(p, std::vector<std::int64_t>(m, backward));
-    if (splits_backward(schedule)) input.weight_ns.assign(p, std::vector<std::int64_t>(m, weight));
+    if (splits_backward(schedule))
+        input.weight_ns.assign(p, std::vector<std::int64_t>(m, weight));
     return input;
 }
 
@@ -43,13 +44,16 @@ private slots:
         QTest::addColumn<int>("p");
         QTest::addColumn<int>("m");
         QTest::addColumn<int>("v");
-        for (auto [p, m] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 3}, std::pair{8, 16}}) {
+        for (auto [p, m] : {std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 3},
+                            std::pair{8, 16}}) {
             QTest::addRow("gpipe p%d m%d", p, m) << PipelineSchedule::gpipe << p << m << 1;
             QTest::addRow("1f1b p%d m%d", p, m) << PipelineSchedule::one_f_one_b << p << m << 1;
             QTest::addRow("zb-h1 p%d m%d", p, m) << PipelineSchedule::zero_bubble_h1 << p << m << 1;
         }
-        for (auto [p, m, v] : {std::tuple{2, 4, 2}, std::tuple{4, 8, 3}, std::tuple{4, 4, 2}, std::tuple{8, 16, 2}}) {
-            QTest::addRow("interleaved p%d m%d v%d", p, m, v) << PipelineSchedule::interleaved << p << m << v;
+        for (auto [p, m, v] : {std::tuple{2, 4, 2}, std::tuple{4, 8, 3}, std::tuple{4, 4, 2},
+                               std::tuple{8, 16, 2}}) {
+            QTest::addRow("interleaved p%d m%d v%d", p, m, v)
+                << PipelineSchedule::interleaved << p << m << v;
         }
     }
     void everyPassOnceInADependencyOrder() {
@@ -69,14 +73,17 @@ private slots:
                 QVERIFY(op.microbatch >= 0 && op.microbatch < m && op.chunk >= 0 && op.chunk < v);
                 // On one stage: a chunk's backward after its forward, W after B.
                 if (op.kind == PassKind::backward) {
-                    QVERIFY(seen.count({static_cast<int>(PassKind::forward), op.microbatch, op.chunk}) == 1);
+                    QVERIFY(seen.count({static_cast<int>(PassKind::forward), op.microbatch,
+                                        op.chunk}) == 1);
                 }
                 if (op.kind == PassKind::weight) {
-                    QVERIFY(seen.count({static_cast<int>(PassKind::backward), op.microbatch, op.chunk}) == 1);
+                    QVERIFY(seen.count({static_cast<int>(PassKind::backward), op.microbatch,
+                                        op.chunk}) == 1);
                 }
             }
         }
-        QVERIFY(replay_pipeline(equal_passes(schedule, p, m, v, 100, 100, 100)).ok());  // no deadlock
+        QVERIFY(
+            replay_pipeline(equal_passes(schedule, p, m, v, 100, 100, 100)).ok());  // no deadlock
     }
 
     // Equal micro-batches, no latency: the replayed bubble over the busy time is the theory.
@@ -89,9 +96,10 @@ private slots:
             QTest::addRow("gpipe p%d m%d", p, m) << PipelineSchedule::gpipe << p << m << 1;
             QTest::addRow("1f1b p%d m%d", p, m) << PipelineSchedule::one_f_one_b << p << m << 1;
         }
-        for (auto [p, m, v] : {std::tuple{2, 4, 2}, std::tuple{4, 8, 2}, std::tuple{4, 8, 3}, std::tuple{4, 16, 4},
-                               std::tuple{8, 16, 2}}) {
-            QTest::addRow("interleaved p%d m%d v%d", p, m, v) << PipelineSchedule::interleaved << p << m << v;
+        for (auto [p, m, v] : {std::tuple{2, 4, 2}, std::tuple{4, 8, 2}, std::tuple{4, 8, 3},
+                               std::tuple{4, 16, 4}, std::tuple{8, 16, 2}}) {
+            QTest::addRow("interleaved p%d m%d v%d", p, m, v)
+                << PipelineSchedule::interleaved << p << m << v;
         }
     }
     void replayReachesTheTheory() {
@@ -118,8 +126,10 @@ private slots:
         QTest::addColumn<qint64>("b");
         QTest::addColumn<qint64>("w");
         for (auto [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 4}, std::pair{8, 16}}) {
-            for (auto [f, b, w] : {std::tuple{100, 100, 100}, std::tuple{200, 200, 100}, std::tuple{300, 200, 100}}) {
-                QTest::addRow("p%d m%d F%d B%d W%d", p, m, f, b, w) << p << m << qint64(f) << qint64(b) << qint64(w);
+            for (auto [f, b, w] : {std::tuple{100, 100, 100}, std::tuple{200, 200, 100},
+                                   std::tuple{300, 200, 100}}) {
+                QTest::addRow("p%d m%d F%d B%d W%d", p, m, f, b, w)
+                    << p << m << qint64(f) << qint64(b) << qint64(w);
             }
         }
     }
@@ -129,8 +139,11 @@ private slots:
         QFETCH(qint64, f);
         QFETCH(qint64, b);
         QFETCH(qint64, w);
-        const auto zb = replay_pipeline(equal_passes(PipelineSchedule::zero_bubble_h1, p, m, 1, f, b, w)).value();
-        const auto one_f_one_b = replay_pipeline(equal_passes(PipelineSchedule::one_f_one_b, p, m, 1, f, b + w)).value();
+        const auto zb =
+            replay_pipeline(equal_passes(PipelineSchedule::zero_bubble_h1, p, m, 1, f, b, w))
+                .value();
+        const auto one_f_one_b =
+            replay_pipeline(equal_passes(PipelineSchedule::one_f_one_b, p, m, 1, f, b + w)).value();
         for (int s = 0; s < p; ++s) {
             QCOMPARE(zb.bubble_ns(s), (p - 1) * (f + b - w));
             QCOMPARE(one_f_one_b.bubble_ns(s), (p - 1) * (f + b + w));
@@ -163,7 +176,8 @@ private slots:
     }
 
     void shapesASchedulesCannotRunAreRefused() {
-        QVERIFY(!check_pipeline(PipelineSchedule::interleaved, {4, 6, 2}));  // m not a multiple of p
+        QVERIFY(
+            !check_pipeline(PipelineSchedule::interleaved, {4, 6, 2}));  // m not a multiple of p
         QVERIFY(!check_pipeline(PipelineSchedule::interleaved, {4, 8, 1}));  // needs v ≥ 2
         QVERIFY(!check_pipeline(PipelineSchedule::one_f_one_b, {4, 8, 2}));  // v only interleaved
         QVERIFY(check_pipeline(PipelineSchedule::interleaved, {4, 8, 2}));

@@ -32,7 +32,9 @@ Outcome run(const QString& program, const QStringList& args, const QString& dire
                 QString::fromUtf8(process.readAllStandardError())};
 }
 
-QString fulcrum() { return kBinaryDir + "/app/fulcrum"; }
+QString fulcrum() {
+    return kBinaryDir + "/app/fulcrum";
+}
 
 QJsonObject read_json(const QString& path) {
     QFile file(path);
@@ -114,8 +116,8 @@ class CliTest : public QObject {
             return;
         }
         const Outcome diff = run("diff", {"-u", golden, actual_path}, work_.path());
-        QVERIFY2(diff.exit_code == 0, qPrintable("output differs from " + golden + ":\n" +
-                                                 diff.output));
+        QVERIFY2(diff.exit_code == 0,
+                 qPrintable("output differs from " + golden + ":\n" + diff.output));
     }
 
     QString transcript(const QStringList& args) {
@@ -127,10 +129,10 @@ class CliTest : public QObject {
 private slots:
     void initTestCase() {
         QVERIFY(work_.isValid());
-        const Outcome synth = run(kBinaryDir + "/tests/support/fulcrum-synth",
-                                  {"ranks", "--dp", "2", "--pp", "2", "--steps", "2",
-                                   "--microbatches", "4"},
-                                  work_.path());
+        const Outcome synth =
+            run(kBinaryDir + "/tests/support/fulcrum-synth",
+                {"ranks", "--dp", "2", "--pp", "2", "--steps", "2", "--microbatches", "4"},
+                work_.path());
         QVERIFY2(synth.exit_code == 0, qPrintable(synth.output));
     }
 
@@ -384,7 +386,8 @@ private slots:
         QVERIFY(text_file.open(QIODevice::WriteOnly));
         text_file.write("these are notes, not a trace\n");
         text_file.close();
-        QVERIFY(QFile::copy(work_.filePath("ranks/rank-1.sqlite"), work_.filePath("killed.sqlite")));
+        QVERIFY(
+            QFile::copy(work_.filePath("ranks/rank-1.sqlite"), work_.filePath("killed.sqlite")));
         sqlite3* db = nullptr;
         QCOMPARE(sqlite3_open(qPrintable(work_.filePath("killed.sqlite")), &db), SQLITE_OK);
         QCOMPARE(sqlite3_exec(db, "UPDATE rank SET complete = 0", nullptr, nullptr, nullptr),
@@ -395,8 +398,8 @@ private slots:
         text += transcript({"info", "notes.txt"});
         text += transcript({"info", "killed.sqlite"});
         text += transcript({"merge", "-o", "run2.fulcrum", "ranks/rank-0.sqlite", "notes.txt"});
-        text += transcript({"merge", "-o", "run2.fulcrum", "ranks/rank-0.sqlite",
-                            "ranks/rank-0.sqlite"});
+        text += transcript(
+            {"merge", "-o", "run2.fulcrum", "ranks/rank-0.sqlite", "ranks/rank-0.sqlite"});
         text += transcript({"merge", "-o", "no-such-dir/run.fulcrum", "ranks"});
         text += transcript({"export", "ranks/rank-0.sqlite", "--format", "svg"});
         text += transcript({"export", "ranks/rank-0.sqlite", "-o", "notes.txt"});

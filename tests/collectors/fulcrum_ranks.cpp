@@ -24,7 +24,13 @@ namespace {
 
 nvtxDomainHandle_t g_domain = nullptr;
 
-enum Category : uint32_t { compute = 1, attention = 2, communication = 3, optimizer = 5, schedule = 8 };
+enum Category : uint32_t {
+    compute = 1,
+    attention = 2,
+    communication = 3,
+    optimizer = 5,
+    schedule = 8
+};
 
 nvtxEventAttributes_t attributes(uint32_t category) {
     nvtxEventAttributes_t a = {};
@@ -41,7 +47,9 @@ void push(uint32_t category, const std::string& message) {
     nvtxDomainRangePushEx(g_domain, &a);
 }
 
-void pop() { nvtxDomainRangePop(g_domain); }
+void pop() {
+    nvtxDomainRangePop(g_domain);
+}
 
 void mark(const std::string& message) {
     auto a = attributes(0);
@@ -61,7 +69,8 @@ std::string keys(int step, int mb, int stage, const char* phase) {
 
 // Documents of micro-batch `mb` on this rank: [doc_id, doc_length, token_begin, token_end].
 std::string workload_json(int step, int microbatches, int rank) {
-    std::string json = "{\"step\":" + std::to_string(step) + ",\"balancer\":\"wlb\",\"microbatches\":[";
+    std::string json =
+        "{\"step\":" + std::to_string(step) + ",\"balancer\":\"wlb\",\"microbatches\":[";
     for (int mb = 0; mb < microbatches; ++mb) {
         json += mb > 0 ? ",[" : "[";
         for (int doc = 0; doc < 2; ++doc) {
@@ -86,10 +95,14 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string arg = argv[i];
         const int value = std::atoi(argv[i + 1]);
-        if (arg == "--steps") steps = value;
-        if (arg == "--microbatches") microbatches = value;
-        if (arg == "--kill-rank") kill_rank = value;
-        if (arg == "--kill-step") kill_step = value;
+        if (arg == "--steps")
+            steps = value;
+        if (arg == "--microbatches")
+            microbatches = value;
+        if (arg == "--kill-rank")
+            kill_rank = value;
+        if (arg == "--kill-step")
+            kill_step = value;
     }
     const int pp = 2;
     const int dp_index = rank / pp;
@@ -113,7 +126,8 @@ int main(int argc, char** argv) {
         for (const char* phase : {"fwd", "bwd"}) {
             const bool forward = phase[0] == 'f';
             for (int mb = 0; mb < microbatches; ++mb) {
-                push(compute, std::string(forward ? "forward" : "backward") + keys(step, mb, stage, phase));
+                push(compute,
+                     std::string(forward ? "forward" : "backward") + keys(step, mb, stage, phase));
                 push(attention, "attention" + keys(step, mb, stage, phase) + " layer=0");
                 pop();
                 push(compute, "mlp" + keys(step, mb, stage, phase));

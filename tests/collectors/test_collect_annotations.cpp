@@ -25,40 +25,42 @@ private slots:
         QTest::addColumn<qlonglong>("bytes");
         QTest::addColumn<QString>("args");
 
-        QTest::newRow("name only") << "optimizer" << "optimizer" << -1 << -1 << -1 << -1
-                                   << qlonglong(-1) << "";
-        QTest::newRow("all keys")
-            << "forward step=3 mb=1 stage=2 phase=fwd" << "forward" << 3 << 1 << 2 << 0
-            << qlonglong(-1) << "";
+        QTest::newRow("name only") << "optimizer"
+                                   << "optimizer" << -1 << -1 << -1 << -1 << qlonglong(-1) << "";
+        QTest::newRow("all keys") << "forward step=3 mb=1 stage=2 phase=fwd"
+                                  << "forward" << 3 << 1 << 2 << 0 << qlonglong(-1) << "";
         QTest::newRow("name with spaces, bytes")
-            << "send activations step=0 mb=7 stage=1 bytes=4096" << "send activations" << 0 << 7
-            << 1 << -1 << qlonglong(4096) << "";
+            << "send activations step=0 mb=7 stage=1 bytes=4096"
+            << "send activations" << 0 << 7 << 1 << -1 << qlonglong(4096) << "";
         QTest::newRow("backward and weight grad")
-            << "backward step=1 phase=wgrad" << "backward" << 1 << -1 << -1 << 2 << qlonglong(-1)
-            << "";
+            << "backward step=1 phase=wgrad"
+            << "backward" << 1 << -1 << -1 << 2 << qlonglong(-1) << "";
         // The model chunk of a pass (docs/annotations.md): into args as an integer, first.
         QTest::newRow("weight gradients of chunk 1")
-            << "weight gradients step=4 mb=2 stage=0 phase=wgrad chunk=1" << "weight gradients"
-            << 4 << 2 << 0 << 2 << qlonglong(-1) << R"({"chunk":1})";
+            << "weight gradients step=4 mb=2 stage=0 phase=wgrad chunk=1"
+            << "weight gradients" << 4 << 2 << 0 << 2 << qlonglong(-1) << R"({"chunk":1})";
         QTest::newRow("chunk with other keys")
-            << "forward step=0 mb=0 stage=1 phase=fwd chunk=0 layer=3" << "forward" << 0 << 0 << 1
-            << 0 << qlonglong(-1) << R"({"chunk":0,"layer":"3"})";
+            << "forward step=0 mb=0 stage=1 phase=fwd chunk=0 layer=3"
+            << "forward" << 0 << 0 << 1 << 0 << qlonglong(-1) << R"({"chunk":0,"layer":"3"})";
         QTest::newRow("a chunk that does not parse stays text")
-            << "forward chunk=first" << "forward" << -1 << -1 << -1 << -1 << qlonglong(-1)
-            << R"({"chunk":"first"})";
+            << "forward chunk=first"
+            << "forward" << -1 << -1 << -1 << -1 << qlonglong(-1) << R"({"chunk":"first"})";
         QTest::newRow("other keys go to args")
-            << "attention step=2 layer=11 kernel=flash" << "attention" << 2 << -1 << -1 << -1
-            << qlonglong(-1) << R"({"layer":"11","kernel":"flash"})";
+            << "attention step=2 layer=11 kernel=flash"
+            << "attention" << 2 << -1 << -1 << -1 << qlonglong(-1)
+            << R"({"layer":"11","kernel":"flash"})";
         QTest::newRow("unparseable values are kept in args")
-            << "mlp step=x phase=sideways" << "mlp" << -1 << -1 << -1 << -1 << qlonglong(-1)
+            << "mlp step=x phase=sideways"
+            << "mlp" << -1 << -1 << -1 << -1 << qlonglong(-1)
             << R"({"step":"x","phase":"sideways"})";
         QTest::newRow("a value with spaces")
-            << "note step=1 text=two words" << "note" << 1 << -1 << -1 << -1 << qlonglong(-1)
-            << R"({"text":"two words"})";
+            << "note step=1 text=two words"
+            << "note" << 1 << -1 << -1 << -1 << qlonglong(-1) << R"({"text":"two words"})";
         QTest::newRow("negative numbers are not keys' values")
-            << "forward step=-1" << "forward" << -1 << -1 << -1 << -1 << qlonglong(-1)
-            << R"({"step":"-1"})";
-        QTest::newRow("empty") << "" << "" << -1 << -1 << -1 << -1 << qlonglong(-1) << "";
+            << "forward step=-1"
+            << "forward" << -1 << -1 << -1 << -1 << qlonglong(-1) << R"({"step":"-1"})";
+        QTest::newRow("empty") << ""
+                               << "" << -1 << -1 << -1 << -1 << qlonglong(-1) << "";
     }
 
     void rangeMessages() {
@@ -100,7 +102,8 @@ private slots:
     }
 
     void rankMark() {
-        auto mark = parse_rank_mark(R"({"rank":5,"world":8,"dp":1,"pp":0,"cp":1,"tp":0,"device":-1})");
+        auto mark =
+            parse_rank_mark(R"({"rank":5,"world":8,"dp":1,"pp":0,"cp":1,"tp":0,"device":-1})");
         QVERIFY(mark.ok());
         QCOMPARE(mark->rank, 5);
         QCOMPARE(mark->world, 8);
@@ -157,8 +160,8 @@ private slots:
         QTest::newRow("RANK without WORLD_SIZE is not torchrun's")
             << QStringList{"RANK=5", "SLURM_PROCID=1"} << 1 << "SLURM_PROCID";
         QTest::newRow("srun") << QStringList{"SLURM_PROCID=7"} << 7 << "SLURM_PROCID";
-        QTest::newRow("garbage is ignored") << QStringList{"OMPI_COMM_WORLD_RANK=x", "PMI_RANK=2"}
-                                            << 2 << "PMI_RANK";
+        QTest::newRow("garbage is ignored")
+            << QStringList{"OMPI_COMM_WORLD_RANK=x", "PMI_RANK=2"} << 2 << "PMI_RANK";
     }
 
     void ranksFromLaunchers() {
@@ -190,11 +193,13 @@ private slots:
         QCOMPARE(unknown.stage, std::int16_t(-1));
         QCOMPARE(unknown.phase, Phase::none);
         // Too large for its 16 bits: unknown rather than wrong.
-        QCOMPARE(unpack_semantic_keys(pack_semantic_keys(0, 70000, 0, Phase::forward)).microbatch, -1);
+        QCOMPARE(unpack_semantic_keys(pack_semantic_keys(0, 70000, 0, Phase::forward)).microbatch,
+                 -1);
     }
 
     void wideMessages() {
-        QCOMPARE(utf8_from_wide(L"wide \u00b5s \u6b65"), std::string("wide \xc2\xb5s \xe6\xad\xa5"));
+        QCOMPARE(utf8_from_wide(L"wide \u00b5s \u6b65"),
+                 std::string("wide \xc2\xb5s \xe6\xad\xa5"));
         QCOMPARE(utf8_from_wide(nullptr), std::string());
     }
 };

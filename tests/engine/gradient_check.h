@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend/backend.h"
 #include "core/util/random.h"
+#include "engine/backend/backend.h"
 
 namespace fulcrum::engine::test {
 

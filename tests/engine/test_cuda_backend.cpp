@@ -12,15 +12,15 @@
 #include <memory>
 #include <string>
 
+#include "../train/mpi_environment.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/data/corpus.h"
 #include "engine/data/packer.h"
+#include "engine/model/chunked_attention.h"
 #include "engine/model/gpt.h"
 #include "engine/train/trainer.h"
-#include "engine/model/chunked_attention.h"
 #include "gradient_check.h"
-#include "../train/mpi_environment.h"
 
 using namespace fulcrum::engine;
 using namespace fulcrum::engine::test;
@@ -83,21 +83,21 @@ private:
     }
 };
 
-#define REQUIRE_GPU()                                                               \
-    do {                                                                            \
-        if (!gpu_)                                                                  \
-            QSKIP(qPrintable(QStringLiteral("needs a GPU: %1")                      \
-                                 .arg(QString::fromStdString(no_gpu_reason_))));   \
+#define REQUIRE_GPU()                                                                            \
+    do {                                                                                         \
+        if (!gpu_)                                                                               \
+            QSKIP(qPrintable(                                                                    \
+                QStringLiteral("needs a GPU: %1").arg(QString::fromStdString(no_gpu_reason_)))); \
     } while (false)
 
-#define VERIFY_ERROR(value, tolerance, what)                                             \
-    do {                                                                                 \
-        const double fulcrum_err = (value);                                              \
-        QVERIFY2(fulcrum_err <= (tolerance),                                             \
-                 qPrintable(QStringLiteral("%1: relative error %2 > %3")                 \
-                                .arg(what)                                               \
-                                .arg(fulcrum_err, 0, 'g', 3)                             \
-                                .arg(double(tolerance), 0, 'g', 3)));                    \
+#define VERIFY_ERROR(value, tolerance, what)                             \
+    do {                                                                 \
+        const double fulcrum_err = (value);                              \
+        QVERIFY2(fulcrum_err <= (tolerance),                             \
+                 qPrintable(QStringLiteral("%1: relative error %2 > %3") \
+                                .arg(what)                               \
+                                .arg(fulcrum_err, 0, 'g', 3)             \
+                                .arg(double(tolerance), 0, 'g', 3)));    \
     } while (false)
 
 void CudaBackendTest::initTestCase() {
@@ -235,8 +235,8 @@ void CudaBackendTest::matmul() {
     Both dinp = both(random_values(rows * in_ch, 34), {rows, in_ch});
     Both dw = both(random_values(out_ch * in_ch, 35), {out_ch, in_ch});
     Both db = both(random_values(out_ch, 36), {out_ch});
-    cpu_.matmul_backward(dinp.cpu.tensor, dw.cpu.tensor, bias ? db.cpu.tensor : Tensor{},
-                         dout_cpu, inp_cpu, w.cpu.tensor);
+    cpu_.matmul_backward(dinp.cpu.tensor, dw.cpu.tensor, bias ? db.cpu.tensor : Tensor{}, dout_cpu,
+                         inp_cpu, w.cpu.tensor);
     cuda_->matmul_backward(dinp.gpu.tensor, dw.gpu.tensor, bias ? db.gpu.tensor : Tensor{},
                            dout_gpu, inp_gpu, w.gpu.tensor);
     VERIFY_ERROR(error(dinp), 1e-5, "matmul dinp");
@@ -382,7 +382,7 @@ void CudaBackendTest::attentionWithNoVisibleKey() {
     cuda_->attention_backward(dq.gpu.tensor, dkv.gpu.tensor.columns(0, c),
                               dkv.gpu.tensor.columns(c, c), dout.gpu.tensor, q.gpu.tensor, k_gpu,
                               v_gpu, out.gpu.tensor, lse.gpu.tensor, spans, n_head);
-    QCOMPARE(error(dq), 0.0);   // the CPU copies were never touched: the values uploaded
+    QCOMPARE(error(dq), 0.0);  // the CPU copies were never touched: the values uploaded
     QCOMPARE(error(dkv), 0.0);
 }
 
@@ -490,9 +490,10 @@ void CudaBackendTest::sumOfSquares() {
         Both x = both(random_values(n, 80 + n), {n});
         const double cpu = cpu_.sum_of_squares(x.cpu.tensor);
         const double gpu = cuda_->sum_of_squares(x.gpu.tensor);
-        QVERIFY2(std::abs(gpu - cpu) <= 1e-12 * cpu,
-                 qPrintable(QStringLiteral("n %1: %2 vs %3").arg(n).arg(gpu, 0, 'g', 17)
-                                .arg(cpu, 0, 'g', 17)));
+        QVERIFY2(
+            std::abs(gpu - cpu) <= 1e-12 * cpu,
+            qPrintable(
+                QStringLiteral("n %1: %2 vs %3").arg(n).arg(gpu, 0, 'g', 17).arg(cpu, 0, 'g', 17)));
     }
 }
 
@@ -636,10 +637,10 @@ Run run_train(const QStringList& args) {
     QProcess process;
     process.setProcessEnvironment(mpi_environment());
     process.setProcessChannelMode(QProcess::MergedChannels);
-    process.start(kTrain, QStringList{"--steps", "1", "--layers", "1", "--hidden", "32",
-                                      "--heads", "2", "--context", "64", "--micro-batches", "1",
-                                      "--documents", "64"} +
-                              args);
+    process.start(kTrain,
+                  QStringList{"--steps", "1", "--layers", "1", "--hidden", "32", "--heads", "2",
+                              "--context", "64", "--micro-batches", "1", "--documents", "64"} +
+                      args);
     Run run;
     if (!process.waitForFinished(120000)) {
         process.kill();
@@ -680,11 +681,10 @@ void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu() {
         QProcess process;
         process.setProcessEnvironment(mpi_environment());
         process.setProcessChannelMode(QProcess::MergedChannels);
-        process.start(FULCRUM_MPIRUN,
-                      QStringList{"-np", "2", kTrain, "--pp", "2", "--steps", "3", "--layers",
-                                  "2", "--hidden", "64", "--heads", "2", "--context", "128",
-                                  "--documents", "256"} +
-                          args);
+        process.start(FULCRUM_MPIRUN, QStringList{"-np", "2", kTrain, "--pp", "2", "--steps", "3",
+                                                  "--layers", "2", "--hidden", "64", "--heads", "2",
+                                                  "--context", "128", "--documents", "256"} +
+                                          args);
         process.waitForFinished(300000);
         const QString output = QString::fromUtf8(process.readAll());
         std::vector<double> values;

@@ -465,9 +465,9 @@ struct ChunkCase {
         const bool long_and_short = documents == "long and short";
         if (!sharded) {
             const std::vector<std::int32_t> lengths =
-                long_and_short                          ? std::vector<std::int32_t>{37, 6}
+                long_and_short                       ? std::vector<std::int32_t>{37, 6}
                 : documents == "pieces out of order" ? std::vector<std::int32_t>{22, 22}
-                                                        : std::vector<std::int32_t>{5, 9, 3, 11, 6, 9};
+                                                     : std::vector<std::int32_t>{5, 9, 3, 11, 6, 9};
             spans = spans_of(lengths);
             q_rows = kv_rows = std::accumulate(lengths.begin(), lengths.end(), 0);
         } else if (documents == "pieces out of order") {
@@ -527,8 +527,10 @@ ChunkResult run_whole(Backend& backend, const ChunkCase& k) {
     const ChunkInputs in(backend, k);
     const std::int64_t c = k.c;
     DeviceArray q = zeros_f32(backend, {k.q_rows, c}), kv = zeros_f32(backend, {k.kv_rows, 2 * c});
-    DeviceArray out = zeros_f32(backend, {k.q_rows, c}), lse = zeros_f32(backend, {k.q_rows, k.n_head});
-    DeviceArray dq = zeros_f32(backend, {k.q_rows, c}), dkv = zeros_f32(backend, {k.kv_rows, 2 * c});
+    DeviceArray out = zeros_f32(backend, {k.q_rows, c}),
+                lse = zeros_f32(backend, {k.q_rows, k.n_head});
+    DeviceArray dq = zeros_f32(backend, {k.q_rows, c}),
+                dkv = zeros_f32(backend, {k.kv_rows, 2 * c});
     const QkvProjection p = in.projection(k);
     backend.matmul_forward(q.tensor, p.input, p.q_weight, p.q_bias);
     if (k.sharded) {
@@ -541,9 +543,9 @@ ChunkResult run_whole(Backend& backend, const ChunkCase& k) {
     backend.attention_backward(dq.tensor, dkv.tensor.columns(0, c), dkv.tensor.columns(c, c),
                                in.dout.tensor, q.tensor, keys, values, out.tensor, lse.tensor,
                                k.spans, k.n_head);
-    return {floats_of(backend, q.tensor),  floats_of(backend, kv.tensor),
+    return {floats_of(backend, q.tensor),   floats_of(backend, kv.tensor),
             floats_of(backend, out.tensor), floats_of(backend, lse.tensor),
-            floats_of(backend, dq.tensor), floats_of(backend, dkv.tensor)};
+            floats_of(backend, dq.tensor),  floats_of(backend, dkv.tensor)};
 }
 
 // ChunkedAttention's forward and backward; Q and K|V read back from where they waited.
@@ -558,14 +560,20 @@ ChunkResult run_chunked(CpuBackend& backend, ChunkedAttention& attention, const 
         attention.offloads()
             ? QkvStore{Tensor{}, Tensor{}, host_q.get(), host_kv.get()}
             : QkvStore{q.tensor, k.sharded ? in.gathered.tensor : kv.tensor, nullptr, nullptr};
-    DeviceArray out = zeros_f32(backend, {k.q_rows, c}), lse = zeros_f32(backend, {k.q_rows, k.n_head});
-    DeviceArray dq = zeros_f32(backend, {k.q_rows, c}), dkv = zeros_f32(backend, {k.kv_rows, 2 * c});
+    DeviceArray out = zeros_f32(backend, {k.q_rows, c}),
+                lse = zeros_f32(backend, {k.q_rows, k.n_head});
+    DeviceArray dq = zeros_f32(backend, {k.q_rows, c}),
+                dkv = zeros_f32(backend, {k.kv_rows, 2 * c});
     attention.forward(in.projection(k), k.sharded ? in.gathered.tensor : Tensor{}, store,
                       out.tensor, lse.tensor, k.spans);
     attention.backward(store, dq.tensor, dkv.tensor.columns(0, c), dkv.tensor.columns(c, c),
                        in.dout.tensor, out.tensor, lse.tensor, k.spans);
-    ChunkResult result{{}, {}, floats_of(backend, out.tensor), floats_of(backend, lse.tensor),
-                       floats_of(backend, dq.tensor), floats_of(backend, dkv.tensor)};
+    ChunkResult result{{},
+                       {},
+                       floats_of(backend, out.tensor),
+                       floats_of(backend, lse.tensor),
+                       floats_of(backend, dq.tensor),
+                       floats_of(backend, dkv.tensor)};
     if (attention.offloads()) {
         backend.synchronize(attention.offload_stream());  // the host copies are complete
         result.q.assign(host_q.get(), host_q.get() + k.q_rows * c);
@@ -623,7 +631,9 @@ void EngineLayersTest::chunkedAttentionMatchesWhole_data() {
             for (int mode : {0, 1, 2}) {  // resident, offload, offload with slow copies out
                 for (bool sharded : {false, true}) {
                     QTest::addRow("%s, chunk %d%s%s", documents, chunk,
-                                  mode == 0 ? "" : mode == 1 ? " offload" : " offload lagging",
+                                  mode == 0   ? ""
+                                  : mode == 1 ? " offload"
+                                              : " offload lagging",
                                   sharded ? " cp shard" : "")
                         << chunk << (mode > 0) << (mode == 2) << sharded << QString(documents);
                 }
@@ -707,7 +717,8 @@ void EngineLayersTest::chunkedBackwardLoopsKeysOuter() {
     ChunkedAttention chunked(backend, k.c, k.n_head, {chunk, true});
     const std::set<std::pair<int, int>> needed = expected_pairs(k, chunk);
 
-    const std::vector<ChunkPair> forward = chunked.forward_order(k.q_rows, k.kv_rows, !sharded, k.spans);
+    const std::vector<ChunkPair> forward =
+        chunked.forward_order(k.q_rows, k.kv_rows, !sharded, k.spans);
     std::set<std::pair<int, int>> seen;
     std::map<std::pair<std::int32_t, std::int32_t>, int> first_windows;  // (row, prefix) → count
     for (std::size_t n = 0; n < forward.size(); ++n) {
@@ -730,7 +741,7 @@ void EngineLayersTest::chunkedBackwardLoopsKeysOuter() {
     QCOMPARE(backward.size(), forward.size());
     for (std::size_t n = 1; n < backward.size(); ++n) {
         const ChunkPair &before = backward[n - 1], &pair = backward[n];
-        QVERIFY(before.kv_chunk <= pair.kv_chunk);  // K/V outer
+        QVERIFY(before.kv_chunk <= pair.kv_chunk);                                   // K/V outer
         QVERIFY(before.kv_chunk != pair.kv_chunk || before.q_chunk < pair.q_chunk);  // Q inner
         if (!sharded) {
             QVERIFY(pair.q_chunk >= pair.kv_chunk);  // causal: Q chunks ≥ the K/V chunk
@@ -758,8 +769,10 @@ void EngineLayersTest::chunkedBackwardLoopsKeysOuter() {
     PinnedBuffer host_q = backend.allocate_pinned(std::size_t(k.q_rows * k.c));
     PinnedBuffer host_kv = backend.allocate_pinned(std::size_t(k.kv_rows * 2 * k.c));
     const QkvStore store{Tensor{}, Tensor{}, host_q.get(), host_kv.get()};
-    DeviceArray out = zeros_f32(backend, {k.q_rows, k.c}), lse = zeros_f32(backend, {k.q_rows, k.n_head});
-    DeviceArray dq = zeros_f32(backend, {k.q_rows, k.c}), dkv = zeros_f32(backend, {k.kv_rows, 2 * k.c});
+    DeviceArray out = zeros_f32(backend, {k.q_rows, k.c}),
+                lse = zeros_f32(backend, {k.q_rows, k.n_head});
+    DeviceArray dq = zeros_f32(backend, {k.q_rows, k.c}),
+                dkv = zeros_f32(backend, {k.kv_rows, 2 * k.c});
     chunked.forward(in.projection(k), sharded ? in.gathered.tensor : Tensor{}, store, out.tensor,
                     lse.tensor, k.spans);
     QCOMPARE(chunked.memory().prefetched_bytes, forward_fetch);
@@ -821,11 +834,13 @@ public:
     void layernorm_forward(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b) override {
         inner_.layernorm_forward(o, m, r, i, w, b);
     }
-    void layernorm_backward(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w,
-                            Tensor m, Tensor r) override {
+    void layernorm_backward(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, Tensor m,
+                            Tensor r) override {
         inner_.layernorm_backward(di, dw, db, d, i, w, m, r);
     }
-    void residual_forward(Tensor o, Tensor a, Tensor b) override { inner_.residual_forward(o, a, b); }
+    void residual_forward(Tensor o, Tensor a, Tensor b) override {
+        inner_.residual_forward(o, a, b);
+    }
     void matmul_forward(Tensor o, Tensor i, Tensor w, Tensor b) override {
         log("matmul_forward", kComputeStream);
         inner_.matmul_forward(o, i, w, b);
@@ -838,8 +853,8 @@ public:
         log("attention", kComputeStream);
         inner_.attention_forward(o, l, q, k, v, spans, n_head);
     }
-    void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor d, Tensor q, Tensor k,
-                            Tensor v, Tensor o, Tensor l, std::span<const AttentionSpan> spans,
+    void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor d, Tensor q, Tensor k, Tensor v,
+                            Tensor o, Tensor l, std::span<const AttentionSpan> spans,
                             int n_head) override {
         log("attention", kComputeStream);
         inner_.attention_backward(dq, dk, dv, d, q, k, v, o, l, spans, n_head);
@@ -874,7 +889,9 @@ protected:
     }
 
 private:
-    void log(const char* op, StreamId s, EventId e = {}) { entries.push_back({op, s.index, e.index}); }
+    void log(const char* op, StreamId s, EventId e = {}) {
+        entries.push_back({op, s.index, e.index});
+    }
     CpuBackend& inner_;
     std::vector<StreamId> streams_;
 };
@@ -952,7 +969,7 @@ void EngineLayersTest::chunkCopiesOverlapCompute() {
             QVERIFY2(count(n, wait, "attention") >= 1, "a fetch waited for at once");
         }
     }
-    QCOMPARE(offloads, 6);        // one per query chunk
+    QCOMPARE(offloads, 6);          // one per query chunk
     QVERIFY(waited_offloads >= 4);  // slots reused by chunks 2…5
     QVERIFY(fetches > 6);
 }

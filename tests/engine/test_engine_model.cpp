@@ -6,13 +6,13 @@
 
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/attention.h"
+#include "engine/model/context_parallel.h"
 #include "engine/model/embedding.h"
 #include "engine/model/gpt.h"
 #include "engine/model/layernorm.h"
 #include "engine/model/lm_head.h"
 #include "engine/model/matmul.h"
 #include "engine/model/mlp.h"
-#include "engine/model/context_parallel.h"
 #include "engine/train/trainer.h"
 #include "gradient_check.h"
 
@@ -524,8 +524,8 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
     for (const auto* ranges : {&first_documents, &second_documents}) {
         TokenBatch batch;
         for (auto [begin, length] : *ranges) {
-            batch.append_document(std::string_view(kLicenceExcerpt).substr(std::size_t(begin),
-                                                                          std::size_t(length)));
+            batch.append_document(
+                std::string_view(kLicenceExcerpt).substr(std::size_t(begin), std::size_t(length)));
         }
         batches.push_back(batch);
         shards.push_back(shard_of(*ranges));
@@ -553,8 +553,9 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
                                          ? shards[0].target_count() + shards[1].target_count()
                                          : batches[0].target_count() + batches[1].target_count();
         const float scale = 1.0f / float(targets);
-        result.loss = context_parallel ? model.forward(shards[0], a) + model.forward(shards[1], b)
-                                       : model.forward(batches[0], a) + model.forward(batches[1], b);
+        result.loss = context_parallel
+                          ? model.forward(shards[0], a) + model.forward(shards[1], b)
+                          : model.forward(batches[0], a) + model.forward(batches[1], b);
         model.backward(b, scale);
         model.backward(a, scale);
         result.gradients = model.gradients_to_host();
@@ -569,7 +570,8 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
     // Per block and micro-batch, Q [T, C] and K|V [T_kv, 2C] go to pinned memory (T_kv = T:
     // the shard holds every row).
     const std::int64_t floats = sizeof(float), c = config.channels;
-    const std::int64_t offloaded_bytes = 2 * config.n_layer * (tokens * c + tokens * 2 * c) * floats;
+    const std::int64_t offloaded_bytes =
+        2 * config.n_layer * (tokens * c + tokens * 2 * c) * floats;
     QCOMPARE(resident.memory.peak_pinned_bytes, 0);
     QCOMPARE(offloaded.memory.peak_pinned_bytes, offloaded_bytes);
     const std::int64_t double_buffers = 2 * chunk * 3 * c * floats;
@@ -621,8 +623,8 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
     config.n_head = 4;
     config.max_context = 64;
     // Two micro-batches of equal size: no buffer grows between them (see above).
-    const std::vector<std::vector<std::pair<int, int>>> documents = {
-        {{0, 40}, {40, 24}}, {{10, 50}, {60, 14}}};
+    const std::vector<std::vector<std::pair<int, int>>> documents = {{{0, 40}, {40, 24}},
+                                                                     {{10, 50}, {60, 14}}};
     std::vector<TokenBatch> batches;
     std::vector<ContextShard> shards;
     for (const auto& ranges : documents) {
@@ -672,8 +674,9 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
                                          ? shards[0].target_count() + shards[1].target_count()
                                          : batches[0].target_count() + batches[1].target_count();
         const float scale = 1.0f / float(targets);
-        result.loss = context_parallel ? model.forward(shards[0], a) + model.forward(shards[1], b)
-                                       : model.forward(batches[0], a) + model.forward(batches[1], b);
+        result.loss = context_parallel
+                          ? model.forward(shards[0], a) + model.forward(shards[1], b)
+                          : model.forward(batches[0], a) + model.forward(batches[1], b);
         if (split_backward) {
             for (Activations* acts : {&b, &a}) {
                 model.backward_head(*acts, scale, BackwardPart::input_gradients);
@@ -720,8 +723,8 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
     const std::int64_t c = config.channels, h = config.n_head, layers = config.n_layer;
     const std::int64_t bytes = sizeof(float);
     const bool resident_qkv = chunk == 0;  // with offload Q/K/V are in host memory anyway
-    std::int64_t dropped = 0;  // per token and block
-    std::int64_t dropped_gathered = 0;  // CP's gathered K|V rows, per block
+    std::int64_t dropped = 0;              // per token and block
+    std::int64_t dropped_gathered = 0;     // CP's gathered K|V rows, per block
     if (Recompute(recompute) == Recompute::selective) {
         dropped = c + h;  // atty, lse
     } else if (Recompute(recompute) == Recompute::full) {

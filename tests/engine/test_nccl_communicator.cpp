@@ -1,6 +1,6 @@
 // NcclCommunicator on one GPU: a communicator of one rank (the only kind NCCL before 2.30 allows
-// on a single GPU, docs/sources.md, "NCCL"), every call checked against the values it must produce, on
-// device buffers and on host buffers (pageable and pinned, which the communicator stages). The
+// on a single GPU, docs/sources.md, "NCCL"), every call checked against the values it must produce,
+// on device buffers and on host buffers (pageable and pinned, which the communicator stages). The
 // results are read back through the communicator's own stream, so each check also says that
 // the operation is ordered before later work on that stream. Without a GPU the tests that
 // need one skip with the reason CUDA gave; what needs none runs everywhere: rank checks,
@@ -430,8 +430,8 @@ void NcclCommunicatorTest::bootstrapWithARendezvous() {
     QCOMPARE((*world)->size(), 1);
 }
 
-// docs/sources.md, "NCCL": before NCCL 2.30, two ranks of one communicator on one GPU are refused. The
-// user must learn that from the Error, with the way out, not from a hang.
+// docs/sources.md, "NCCL": before NCCL 2.30, two ranks of one communicator on one GPU are refused.
+// The user must learn that from the Error, with the way out, not from a hang.
 void NcclCommunicatorTest::twoRanksOnOneGpuAreRefused() {
     REQUIRE_GPU();
     int version = 0;

@@ -28,21 +28,25 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string hta_python() {
-    if (const char* given = std::getenv("FULCRUM_HTA_PYTHON")) return given;
+    if (const char* given = std::getenv("FULCRUM_HTA_PYTHON"))
+        return given;
     return std::string(FULCRUM_BINARY_DIR) + "/hta-venv/bin/python";
 }
 
 // HTA's figures for a folder of per-rank traces, by rank.
 nlohmann::json hta_figures(const std::string& folder) {
-    const std::string command = hta_python() + " " + FULCRUM_SOURCE_DIR + "/tests/export/hta/hta_figures.py '" +
-                                folder + "' 2>/dev/null";
+    const std::string command = hta_python() + " " + FULCRUM_SOURCE_DIR +
+                                "/tests/export/hta/hta_figures.py '" + folder + "' 2>/dev/null";
     FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return nullptr;
+    if (pipe == nullptr)
+        return nullptr;
     std::string output;
     char buffer[4096];
-    while (fgets(buffer, sizeof buffer, pipe) != nullptr) output += buffer;
+    while (fgets(buffer, sizeof buffer, pipe) != nullptr)
+        output += buffer;
     const int status = pclose(pipe);
-    if (status != 0) return nullptr;
+    if (status != 0)
+        return nullptr;
     return nlohmann::json::parse(output, nullptr, false);
 }
 
@@ -61,16 +65,24 @@ std::string gpu_run(const QTemporaryDir& dir) {
         run.name = "hta-check";
         const std::string path = dir.filePath(QString("rank-%1.sqlite").arg(r)).toStdString();
         auto writer = store::TraceWriter::create(path, run);
-        if (!writer) qFatal("%s", writer.error().message.c_str());
+        if (!writer)
+            qFatal("%s", writer.error().message.c_str());
         store::TraceWriter& w = **writer;
-        w.add_rank({.rank = r, .host = "node", .pid = 5000 + r, .device = r, .dp = r, .pp = 0, .cp = 0, .tp = 0,
+        w.add_rank({.rank = r,
+                    .host = "node",
+                    .pid = 5000 + r,
+                    .device = r,
+                    .dp = r,
+                    .pp = 0,
+                    .cp = 0,
+                    .tp = 0,
                     .utc_offset_ns = 1'700'000'000'000'000'000});
         const LaneId host = w.add_lane(r, LaneKind::host_thread, "main", 5000 + r);
         const LaneId compute = w.add_lane(r, LaneKind::gpu_stream, "stream 7", 7);
         const LaneId nccl = w.add_lane(r, LaneKind::gpu_stream, "stream 13", 13);
         const LaneId copies = w.add_lane(r, LaneKind::gpu_stream, "stream 14", 14);
-        auto add = [&](LaneId lane, const char* name, EventKind kind, Category category, std::int64_t start,
-                       std::int64_t end) {
+        auto add = [&](LaneId lane, const char* name, EventKind kind, Category category,
+                       std::int64_t start, std::int64_t end) {
             Event e;
             e.lane = lane;
             e.name = w.intern(name);
@@ -85,19 +97,24 @@ std::string gpu_run(const QTemporaryDir& dir) {
         if (r == 0) {
             add(compute, "sm80_gemm", EventKind::kernel, Category::compute, 0, 100);
             add(compute, "sm80_gemm", EventKind::kernel, Category::compute, 150, 300);
-            add(nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", EventKind::collective, Category::communication, 50, 200);
-            Event copy = add(copies, "Memcpy HtoD (Pinned -> Device)", EventKind::memcpy, Category::offload, 350, 370);
+            add(nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", EventKind::collective,
+                Category::communication, 50, 200);
+            Event copy = add(copies, "Memcpy HtoD (Pinned -> Device)", EventKind::memcpy,
+                             Category::offload, 350, 370);
             (void)copy;
         } else {
             add(compute, "sm80_gemm", EventKind::kernel, Category::compute, 0, 90);
             add(compute, "flash_fwd_kernel", EventKind::kernel, Category::attention, 70, 200);
-            add(nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", EventKind::collective, Category::communication, 180, 260);
+            add(nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", EventKind::collective,
+                Category::communication, 180, 260);
         }
-        if (auto status = w.close(); !status) qFatal("%s", status.error().message.c_str());
+        if (auto status = w.close(); !status)
+            qFatal("%s", status.error().message.c_str());
         files.push_back(path);
     }
     const std::string out = dir.filePath("hta-check.fulcrum").toStdString();
-    if (auto merged = store::merge_rank_files(files, out); !merged) qFatal("%s", merged.error().message.c_str());
+    if (auto merged = store::merge_rank_files(files, out); !merged)
+        qFatal("%s", merged.error().message.c_str());
     return out;
 }
 
@@ -111,18 +128,22 @@ struct RankFigures {
 std::map<std::int32_t, RankFigures> fulcrum_figures(const std::string& path) {
     std::map<std::int32_t, RankFigures> figures;
     auto reader = store::TraceReader::open(path);
-    if (!reader) qFatal("%s", reader.error().message.c_str());
+    if (!reader)
+        qFatal("%s", reader.error().message.c_str());
     auto trace = analysis::load_run_trace(*reader);
-    if (!trace) qFatal("%s", trace.error().message.c_str());
+    if (!trace)
+        qFatal("%s", trace.error().message.c_str());
     for (const auto& rank : trace->ranks) {
         const auto activity = analysis::rank_activity(rank);
         RankFigures& f = figures[rank.info.rank];
         f.compute_ns = activity.compute.total();
         const std::int64_t communication = activity.communication.total();
-        f.overlap = communication > 0 ? double(activity.communication.overlap(activity.compute)) / double(communication)
+        f.overlap = communication > 0 ? double(activity.communication.overlap(activity.compute)) /
+                                            double(communication)
                                       : 0.0;
         for (const auto& lane : rank.lanes) {
-            if (lane.info.kind != LaneKind::gpu_stream) continue;
+            if (lane.info.kind != LaneKind::gpu_stream)
+                continue;
             for (const Event& event : lane.events) {
                 f.computation += event.kind == EventKind::kernel;
                 f.communication += event.kind == EventKind::collective;
@@ -141,8 +162,10 @@ class ExportHtaTest : public QObject {
 private slots:
     void initTestCase() {
         if (!fs::exists(hta_python())) {
-            QSKIP("HTA 0.5 is not installed: scripts/test makes build/hta-venv when pip can reach PyPI "
-                  "(or set FULCRUM_HTA_PYTHON)");
+            QSKIP(
+                "HTA 0.5 is not installed: scripts/test makes build/hta-venv when pip can reach "
+                "PyPI "
+                "(or set FULCRUM_HTA_PYTHON)");
         }
     }
 
@@ -172,10 +195,12 @@ private slots:
             QCOMPARE(theirs.at("communication_kernels").get<std::int64_t>(), mine.communication);
             QCOMPARE(theirs.at("memory_kernels").get<std::int64_t>(), mine.memory);
             QCOMPARE(theirs.at("compute_time_us").get<double>(), double(mine.compute_ns) / us);
-            QCOMPARE(theirs.at("kernel_compute_time_us").get<double>(), double(mine.compute_ns) / us);
+            QCOMPARE(theirs.at("kernel_compute_time_us").get<double>(),
+                     double(mine.compute_ns) / us);
             // HTA rounds the overlap to 0.01 %.
-            QVERIFY2(std::abs(theirs.at("comm_comp_overlap").get<double>() - mine.overlap) < 0.00005,
-                     theirs.dump().c_str());
+            QVERIFY2(
+                std::abs(theirs.at("comm_comp_overlap").get<double>() - mine.overlap) < 0.00005,
+                theirs.dump().c_str());
         }
     }
 
@@ -184,8 +209,9 @@ private slots:
         QTemporaryDir dir;
         const fs::path original = dir.filePath("original").toStdString();
         fs::create_directories(original);
-        fs::copy_file(std::string(FULCRUM_SOURCE_DIR) + "/tests/import/kineto/data/hta/simple_add.json.gz",
-                      original / "rank-0.json.gz");
+        fs::copy_file(
+            std::string(FULCRUM_SOURCE_DIR) + "/tests/import/kineto/data/hta/simple_add.json.gz",
+            original / "rank-0.json.gz");
         const std::string run = dir.filePath("simple_add.fulcrum").toStdString();
         auto imported = importer::import_files({(original / "rank-0.json.gz").string()}, run);
         QVERIFY2(imported, imported ? "" : imported.error().message.c_str());
@@ -201,10 +227,12 @@ private slots:
         QVERIFY2(before.is_object() && after.is_object(), "HTA could not read a trace");
         QCOMPARE(after.dump(), before.dump());
         const auto ours = fulcrum_figures(run);
-        QCOMPARE(before.at("0").at("computation_kernels").get<std::int64_t>(), ours.at(0).computation);
+        QCOMPARE(before.at("0").at("computation_kernels").get<std::int64_t>(),
+                 ours.at(0).computation);
         // HTA's temporal breakdown also counts 20 cuda_sync records ("Context Sync" and the like)
         // as computation, by their names: 10676 µs; over its kernels proper it is ours, 10670.
-        QCOMPARE(before.at("0").at("kernel_compute_time_us").get<double>(), double(ours.at(0).compute_ns) / us);
+        QCOMPARE(before.at("0").at("kernel_compute_time_us").get<double>(),
+                 double(ours.at(0).compute_ns) / us);
         QCOMPARE(before.at("0").at("other_stream_records").get<std::int64_t>(), std::int64_t(41));
     }
 };

@@ -32,13 +32,13 @@
 
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
+#include "core/util/random.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/comm/mpi_communicator.h"
-#include "engine/model/gpt.h"
-#include "engine/model/context_parallel.h"
-#include "engine/model/tensor_parallel.h"
 #include "engine/distributed/topology.h"
-#include "core/util/random.h"
+#include "engine/model/context_parallel.h"
+#include "engine/model/gpt.h"
+#include "engine/model/tensor_parallel.h"
 
 Q_DECLARE_METATYPE(fulcrum::balance::CpSharding)
 

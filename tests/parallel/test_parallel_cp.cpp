@@ -8,7 +8,6 @@
 
 #include "parallel_test_support.h"
 
-
 using namespace fulcrum::engine;
 using namespace fulcrum::engine::test;
 namespace balance = fulcrum::balance;

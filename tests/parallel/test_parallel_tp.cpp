@@ -251,11 +251,11 @@ void ParallelTpTest::sequenceParallelMatchesSerial() {
     const Comparison gradients = compare_parameters(config, grads, serial.gradients);
     report("sequence-parallel gradients", gradients);
     FULCRUM_VERIFY_COMPARISON(gradients, "sequence-parallel gradients");
-    QVERIFY2(all_members_equal(all_local_grads, rows.local_gradients.size(),
-                               tp_replicated_ranges(GptModel(backend_, config,
-                                                             ModelParallel{&tp, nullptr})
-                                                        .layout())),
-             "a replicated parameter's gradient differs between TP ranks");
+    QVERIFY2(
+        all_members_equal(
+            all_local_grads, rows.local_gradients.size(),
+            tp_replicated_ranges(GptModel(backend_, config, ModelParallel{&tp, nullptr}).layout())),
+        "a replicated parameter's gradient differs between TP ranks");
 
     const std::int64_t t = batch.size(), c = config.channels, v = config.vocab_size;
     const std::int64_t n = sequence_shard(t, tp.size(), tp.rank()).rows;

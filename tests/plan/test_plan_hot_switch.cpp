@@ -25,7 +25,8 @@ class HotSwitchTest : public QObject {
 private slots:
     // DP holds everything everywhere: switching to TP moves nothing.
     void dataParallelHoldsEverything() {
-        const SwitchPlan plan = plan_switch(model(4), GridShape{4, 1, 1, 1}, GridShape{1, 1, 1, 4}, 8);
+        const SwitchPlan plan =
+            plan_switch(model(4), GridShape{4, 1, 1, 1}, GridShape{1, 1, 1, 4}, 8);
         QVERIFY(plan.transfers.empty());
         QCOMPARE(plan.total_bytes, 0.0);
     }
@@ -34,7 +35,8 @@ private slots:
     // other three; each quarter goes from its only owner to 3 ranks: 3 · 250 · 2 = 1500 sent
     // and received by every rank, 6000 in all.
     void tensorToDataParallel() {
-        const SwitchPlan plan = plan_switch(model(2), GridShape{1, 1, 1, 4}, GridShape{4, 1, 1, 1}, 8);
+        const SwitchPlan plan =
+            plan_switch(model(2), GridShape{1, 1, 1, 4}, GridShape{4, 1, 1, 1}, 8);
         QCOMPARE(plan.transfers.size(), std::size_t(2 * 4 * 3));
         for (int r = 0; r < 4; ++r) {
             QCOMPARE(plan.sent[r], 1500.0);
@@ -48,10 +50,12 @@ private slots:
     // PP 2 → DP 2, 4 layers: rank 0 holds layers 0–1 and rank 1 layers 2–3; each sends its two
     // layers to the other: 2000 each way.
     void pipelineToDataParallel() {
-        const SwitchPlan plan = plan_switch(model(4), GridShape{1, 2, 1, 1}, GridShape{2, 1, 1, 1}, 8);
+        const SwitchPlan plan =
+            plan_switch(model(4), GridShape{1, 2, 1, 1}, GridShape{2, 1, 1, 1}, 8);
         QCOMPARE(plan.sent[0], 2000.0);
         QCOMPARE(plan.sent[1], 2000.0);
-        for (const SwitchTransfer& t : plan.transfers) QCOMPARE(t.source, t.unit < 2 ? 0 : 1);
+        for (const SwitchTransfer& t : plan.transfers)
+            QCOMPARE(t.source, t.unit < 2 ? 0 : 1);
     }
 
     // DP 2 × TP 2 → TP 4 on one layer. Ranks (TP fastest): 0 (dp0 tp0), 1 (dp0 tp1), 2 (dp1 tp0),
@@ -61,14 +65,16 @@ private slots:
     // have sent nothing: the first owner), rank 2 from rank 1. On nodes of 2 (0–1, 2–3) rank 2
     // takes it from rank 3, on its own node.
     void preferTheOwnerOnTheSameNode() {
-        const SwitchPlan one_node = plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 4);
+        const SwitchPlan one_node =
+            plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 4);
         QCOMPARE(one_node.transfers.size(), std::size_t(2));
         QCOMPARE(one_node.transfers[0].destination, 1);
         QCOMPARE(one_node.transfers[0].source, 0);
         QCOMPARE(one_node.transfers[1].destination, 2);
         QCOMPARE(one_node.transfers[1].source, 1);
         QCOMPARE(one_node.transfers[1].bytes, 250.0);
-        const SwitchPlan two_nodes = plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 2);
+        const SwitchPlan two_nodes =
+            plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 2);
         QCOMPARE(two_nodes.transfers[1].destination, 2);
         QCOMPARE(two_nodes.transfers[1].source, 3);
         QCOMPARE(two_nodes.inter_node_bytes, 0.0);
@@ -79,9 +85,11 @@ private slots:
     // layers, 2 × 500 = 1000, 4000 in all; picking the owner that has sent least spreads the
     // sends to 1000 a rank.
     void sendsSpreadOverOwners() {
-        const SwitchPlan plan = plan_switch(model(2), GridShape{2, 1, 1, 2}, GridShape{4, 1, 1, 1}, 8);
+        const SwitchPlan plan =
+            plan_switch(model(2), GridShape{2, 1, 1, 2}, GridShape{4, 1, 1, 1}, 8);
         QCOMPARE(plan.total_bytes, 4000.0);
-        for (int r = 0; r < 4; ++r) QCOMPARE(plan.sent[r], 1000.0);
+        for (int r = 0; r < 4; ++r)
+            QCOMPARE(plan.sent[r], 1000.0);
     }
 };
 

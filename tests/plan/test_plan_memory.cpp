@@ -65,7 +65,8 @@ private slots:
     // 4.25 → 213,909,504 bytes a layer, 9.56 GiB (published 9.6).
     void handArithmeticOf22B() {
         const StageMemory none = stage_memory(shape_of(kPublished[0], false), 0);
-        QCOMPARE(none.activations_per_layer_bytes, 50331648.0 * (10 + 3 + 5.0 * 64 * 2048 / (6144 * 8)));
+        QCOMPARE(none.activations_per_layer_bytes,
+                 50331648.0 * (10 + 3 + 5.0 * 64 * 2048 / (6144 * 8)));
         QCOMPARE(none.layers_in_flight, 48.0);
         QVERIFY(std::abs(none.activations_bytes / kGiB - 59.25) < 0.01);
         const StageMemory seq_sel = stage_memory(shape_of(kPublished[0], true), 0);
@@ -75,7 +76,8 @@ private slots:
 
     void publishedRunsWithinTenPercent_data() {
         QTest::addColumn<int>("row");
-        for (int i = 0; i < 4; ++i) QTest::newRow(kPublished[i].name) << i;
+        for (int i = 0; i < 4; ++i)
+            QTest::newRow(kPublished[i].name) << i;
     }
     void publishedRunsWithinTenPercent() {
         QFETCH(int, row);
@@ -84,16 +86,20 @@ private slots:
         const StageMemory seq_sel = stage_memory(shape_of(run, true), 0);
         // A middle stage's model state: the published figure leaves out the embeddings.
         const StageMemory middle = stage_memory(shape_of(run, false), run.pp > 2 ? 1 : 0);
-        const QString figures = QString("model state %1 GiB (published %2), activations %3 (%4), seq+sel %5 (%6)")
-                                    .arg(middle.model_state_bytes() / kGiB)
-                                    .arg(run.model_state_gib)
-                                    .arg(none.activations_bytes / kGiB)
-                                    .arg(run.activations_gib)
-                                    .arg(seq_sel.activations_bytes / kGiB)
-                                    .arg(run.activations_seq_sel_gib);
-        QVERIFY2(within(middle.model_state_bytes() / kGiB, run.model_state_gib, 0.10), qPrintable(figures));
-        QVERIFY2(within(none.activations_bytes / kGiB, run.activations_gib, 0.10), qPrintable(figures));
-        QVERIFY2(within(seq_sel.activations_bytes / kGiB, run.activations_seq_sel_gib, 0.10), qPrintable(figures));
+        const QString figures =
+            QString("model state %1 GiB (published %2), activations %3 (%4), seq+sel %5 (%6)")
+                .arg(middle.model_state_bytes() / kGiB)
+                .arg(run.model_state_gib)
+                .arg(none.activations_bytes / kGiB)
+                .arg(run.activations_gib)
+                .arg(seq_sel.activations_bytes / kGiB)
+                .arg(run.activations_seq_sel_gib);
+        QVERIFY2(within(middle.model_state_bytes() / kGiB, run.model_state_gib, 0.10),
+                 qPrintable(figures));
+        QVERIFY2(within(none.activations_bytes / kGiB, run.activations_gib, 0.10),
+                 qPrintable(figures));
+        QVERIFY2(within(seq_sel.activations_bytes / kGiB, run.activations_seq_sel_gib, 0.10),
+                 qPrintable(figures));
         qInfo("%s: %s", run.name, qPrintable(figures));
     }
 

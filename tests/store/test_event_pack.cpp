@@ -47,7 +47,8 @@ void compare_traces(const analysis::RunTrace& a, const analysis::RunTrace& b) {
             QCOMPARE(x.size(), y.size());
             for (std::size_t i = 0; i < x.size(); ++i) {
                 if (!same_event(x[i], y[i])) {
-                    QFAIL(qPrintable(QStringLiteral("rank %1 lane %2 event %3 differs").arg(r).arg(l).arg(i)));
+                    QFAIL(qPrintable(
+                        QStringLiteral("rank %1 lane %2 event %3 differs").arg(r).arg(l).arg(i)));
                 }
             }
         }
@@ -162,7 +163,8 @@ private slots:
         }
         const std::string bytes = encode_event_block(events.data(), events.size());
         std::vector<Event> out(2);
-        QVERIFY(!decode_event_block(bytes.substr(0, bytes.size() - 1), 100, LaneId{1}, kEventPackFormat, out));
+        QVERIFY(!decode_event_block(bytes.substr(0, bytes.size() - 1), 100, LaneId{1},
+                                    kEventPackFormat, out));
         QVERIFY(!decode_event_block(bytes + '\0', 100, LaneId{1}, kEventPackFormat, out));
         QVERIFY(!decode_event_block(std::string(12, '\xff'), 1, LaneId{1}, kEventPackFormat, out));
         QCOMPARE(out.size(), 2u);
@@ -190,7 +192,8 @@ private slots:
         {
             auto db = Database::open(path, Database::Mode::read_write);
             QVERIFY(db.ok());
-            QVERIFY(db->exec("DELETE FROM event WHERE rowid = (SELECT MAX(rowid) FROM event)").ok());
+            QVERIFY(
+                db->exec("DELETE FROM event WHERE rowid = (SELECT MAX(rowid) FROM event)").ok());
         }
         auto reader = TraceReader::open(path);
         QVERIFY(reader.ok());
@@ -208,7 +211,8 @@ private slots:
             auto db = Database::open(path, Database::Mode::read_write);
             QVERIFY(db.ok());
             QVERIFY(db->exec("UPDATE event_pack SET data = substr(data, 1, length(data) - 3) "
-                             "WHERE rowid = (SELECT MIN(rowid) FROM event_pack)").ok());
+                             "WHERE rowid = (SELECT MIN(rowid) FROM event_pack)")
+                        .ok());
         }
         auto reader = TraceReader::open(path);
         QVERIFY(reader.ok());

@@ -86,14 +86,21 @@ private slots:
         const std::string path = dir.filePath("t.sqlite").toStdString();
         auto writer = TraceWriter::create(path, test_run());
         QVERIFY2(writer.ok(), writer.ok() ? "" : writer.error().message.c_str());
-        RankInfo rank{.rank = 3, .host = "node7", .pid = 4242, .device = 1, .dp = 1, .pp = 0,
-                      .cp = 1, .tp = 0, .utc_offset_ns = 17};
+        RankInfo rank{.rank = 3,
+                      .host = "node7",
+                      .pid = 4242,
+                      .device = 1,
+                      .dp = 1,
+                      .pp = 0,
+                      .cp = 1,
+                      .tp = 0,
+                      .utc_offset_ns = 17};
         (*writer)->add_rank(rank);
         (*writer)->add_dropped_records(3, 5);
         const LaneId host = (*writer)->add_lane(3, LaneKind::host_thread, "main", 99);
         const LaneId stream = (*writer)->add_lane(3, LaneKind::gpu_stream, "stream 7", 7);
-        Event full = make_event(stream, (*writer)->intern("memcpy HtoD"), 100, 250,
-                                EventKind::memcpy);
+        Event full =
+            make_event(stream, (*writer)->intern("memcpy HtoD"), 100, 250, EventKind::memcpy);
         full.category = Category::offload;
         full.step = 2;
         full.microbatch = 3;
@@ -219,8 +226,8 @@ private slots:
         for (int step = 0; step < 5; ++step) {
             for (int i = 0; i < 10; ++i) {
                 Event e = make_event(lane, (*writer)->intern("allreduce"), step * 1000 + i,
-                                     step * 1000 + i + 1, i % 2 ? EventKind::collective
-                                                                : EventKind::range);
+                                     step * 1000 + i + 1,
+                                     i % 2 ? EventKind::collective : EventKind::range);
                 e.step = step;
                 (*writer)->add_event(e);
             }
@@ -401,11 +408,12 @@ private slots:
         QTest::newRow("newer") << "newer" << int(ErrorCode::newer_schema) << "newer Fulcrum";
         QTest::newRow("truncated") << "truncated" << int(ErrorCode::corrupt) << "truncated";
         QTest::newRow("short header") << "short" << int(ErrorCode::corrupt) << "truncated";
-        QTest::newRow("missing table") << "no-table" << int(ErrorCode::corrupt) << "'event' is missing";
+        QTest::newRow("missing table")
+            << "no-table" << int(ErrorCode::corrupt) << "'event' is missing";
         QTest::newRow("unmerged capture folder")
             << "rank-folder" << int(ErrorCode::invalid_input) << "fulcrum merge -o";
-        QTest::newRow("empty folder") << "folder" << int(ErrorCode::invalid_input)
-                                      << "a folder without a run.fulcrum";
+        QTest::newRow("empty folder")
+            << "folder" << int(ErrorCode::invalid_input) << "a folder without a run.fulcrum";
     }
     void badFilesGetTheirOwnMessage() {
         QFETCH(QString, damage);

@@ -21,7 +21,8 @@ struct Op {
 };
 
 // 1F1B on stage s of p with m micro-batches: min(p-s-1, m) warm-up forwards, then one
-// forward and one backward alternately, then the remaining backwards (Narayanan et al., SC'21, §2.2).
+// forward and one backward alternately, then the remaining backwards (Narayanan et al., SC'21,
+// §2.2).
 std::vector<Op> one_f_one_b(int stage, int stages, int microbatches) {
     std::vector<Op> ops;
     const int warmup = std::min(stages - stage - 1, microbatches);
@@ -38,10 +39,12 @@ std::vector<Op> one_f_one_b(int stage, int stages, int microbatches) {
     return ops;
 }
 
-double uniform(std::mt19937_64& rng) { return (rng() >> 11) * (1.0 / 9007199254740992.0); }
+double uniform(std::mt19937_64& rng) {
+    return (rng() >> 11) * (1.0 / 9007199254740992.0);
+}
 
-// Lognormal document lengths, median 1900 tokens (docs/sources.md, "Document lengths"), Box-Muller on our own
-// uniform so the lengths are the same with every standard library.
+// Lognormal document lengths, median 1900 tokens (docs/sources.md, "Document lengths"), Box-Muller
+// on our own uniform so the lengths are the same with every standard library.
 std::vector<std::int32_t> document_lengths(std::mt19937_64& rng, int tokens) {
     std::vector<std::int32_t> lengths;
     int used = 0;
@@ -85,9 +88,9 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
         for (auto d : mb.lengths) {
             pairs += static_cast<double>(d) * d;
         }
-        mb.forward_ns_per_layer = static_cast<std::int64_t>(
-            kLinearNsPerToken * kTokensPerMicrobatch / o.tp / o.cp +
-            kAttentionNsPerPair * pairs / o.tp / o.cp);
+        mb.forward_ns_per_layer =
+            static_cast<std::int64_t>(kLinearNsPerToken * kTokensPerMicrobatch / o.tp / o.cp +
+                                      kAttentionNsPerPair * pairs / o.tp / o.cp);
         first_doc_id[i] = next_doc_id;
         next_doc_id += static_cast<std::int64_t>(mb.lengths.size());
     }
@@ -110,8 +113,8 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
         Op op;
         std::int64_t start, end;
     };
-    std::vector<std::vector<std::vector<Timed>>> timeline(
-        static_cast<std::size_t>(o.steps * o.dp), std::vector<std::vector<Timed>>(stages));
+    std::vector<std::vector<std::vector<Timed>>> timeline(static_cast<std::size_t>(o.steps * o.dp),
+                                                          std::vector<std::vector<Timed>>(stages));
     std::vector<std::int64_t> step_start(o.steps), step_end(o.steps);
     std::int64_t clock = 1'000'000;  // the first barrier at true_start + 1 ms
     const std::int64_t barrier_time = 500'000;
@@ -124,7 +127,8 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
             for (int s = 0; s < stages; ++s) {
                 order[s] = one_f_one_b(s, stages, o.microbatches);
             }
-            std::vector<std::vector<std::int64_t>> fwd_done(stages, std::vector<std::int64_t>(o.microbatches, -1));
+            std::vector<std::vector<std::int64_t>> fwd_done(
+                stages, std::vector<std::int64_t>(o.microbatches, -1));
             auto bwd_done = fwd_done;
             std::vector<std::size_t> next(stages, 0);
             std::vector<std::int64_t> free_at(stages, clock);
@@ -136,13 +140,16 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
                         const Op op = order[s][next[s]];
                         std::int64_t ready = free_at[s];
                         if (op.forward && s > 0) {
-                            if (fwd_done[s - 1][op.microbatch] < 0) break;
+                            if (fwd_done[s - 1][op.microbatch] < 0)
+                                break;
                             ready = std::max(ready, fwd_done[s - 1][op.microbatch] + kP2pLatencyNs);
                         }
                         if (!op.forward) {
                             if (s + 1 < stages) {
-                                if (bwd_done[s + 1][op.microbatch] < 0) break;
-                                ready = std::max(ready, bwd_done[s + 1][op.microbatch] + kP2pLatencyNs);
+                                if (bwd_done[s + 1][op.microbatch] < 0)
+                                    break;
+                                ready =
+                                    std::max(ready, bwd_done[s + 1][op.microbatch] + kP2pLatencyNs);
                             } else if (fwd_done[s][op.microbatch] < 0) {
                                 break;
                             }
@@ -255,9 +262,8 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
                     for (int k = 0; k < o.kernels_per_layer; ++k) {
                         const std::int64_t slice = per_layer / o.kernels_per_layer;
                         add(stream, k == 0 ? n_attn_kernel : n_kernel, EventKind::kernel,
-                            k == 0 ? Category::attention : Category::compute,
-                            begin + k * slice, begin + (k + 1) * slice - 1, step,
-                            t.op.microbatch, phase);
+                            k == 0 ? Category::attention : Category::compute, begin + k * slice,
+                            begin + (k + 1) * slice - 1, step, t.op.microbatch, phase);
                     }
                 }
                 const bool sends = t.op.forward ? pp_i + 1 < o.pp : pp_i > 0;

@@ -37,11 +37,32 @@ private slots:
         process.setProcessChannelMode(QProcess::MergedChannels);
         const QString capture_dir = work_.filePath("capture");
         process.start(FULCRUM_BINARY_DIR "/app/fulcrum",
-                      {"capture", "-o", capture_dir, "--", FULCRUM_MPIRUN, "-np", "4",
-                       FULCRUM_BINARY_DIR "/engine/fulcrum-train", "--pp", "2", "--cp", "2",
-                       "--balancer", "wlb", "--lengths", "long-tail:context=256,median=48",
-                       "--context", "256", "--micro-batches", QString::number(kMicrobatches),
-                       "--layers", "2", "--hidden", "32", "--steps", QString::number(kSteps)});
+                      {"capture",
+                       "-o",
+                       capture_dir,
+                       "--",
+                       FULCRUM_MPIRUN,
+                       "-np",
+                       "4",
+                       FULCRUM_BINARY_DIR "/engine/fulcrum-train",
+                       "--pp",
+                       "2",
+                       "--cp",
+                       "2",
+                       "--balancer",
+                       "wlb",
+                       "--lengths",
+                       "long-tail:context=256,median=48",
+                       "--context",
+                       "256",
+                       "--micro-batches",
+                       QString::number(kMicrobatches),
+                       "--layers",
+                       "2",
+                       "--hidden",
+                       "32",
+                       "--steps",
+                       QString::number(kSteps)});
         QVERIFY(process.waitForFinished(300'000));
         const QString output = QString::fromUtf8(process.readAll());
         QVERIFY2(process.exitCode() == 0, qPrintable(output));
@@ -74,31 +95,36 @@ private slots:
                 // Ranges nest on their lane: sorted by start (end descending), each range
                 // ends before the enclosing one does.
                 std::vector<std::int64_t> open;
-                QVERIFY(trace->for_each_event(lane.id, [&](const Event& e) {
-                    const std::string_view name = trace->string(e.name);
-                    if (e.kind != EventKind::mark) {
-                        while (!open.empty() && open.back() <= e.start_ns) {
-                            open.pop_back();
-                        }
-                        if (!open.empty() && e.end_ns > open.back()) {
-                            qWarning("range %s overlaps its parent", std::string(name).c_str());
-                            return false;
-                        }
-                        open.push_back(e.end_ns);
-                    }
-                    if (name == "step") {
-                        steps.insert(e.step);
-                    }
-                    if (name == "forward" || name == "backward") {
-                        wrong_stage += e.stage != rank.pp;
-                        passes.insert({e.step, e.microbatch, int(e.phase)});
-                    }
-                    attention += name == "attention";
-                    if (e.kind == EventKind::collective && e.bytes > 0) {
-                        ++collectives_with_bytes;
-                    }
-                    return true;
-                }).ok());
+                QVERIFY(trace
+                            ->for_each_event(
+                                lane.id,
+                                [&](const Event& e) {
+                                    const std::string_view name = trace->string(e.name);
+                                    if (e.kind != EventKind::mark) {
+                                        while (!open.empty() && open.back() <= e.start_ns) {
+                                            open.pop_back();
+                                        }
+                                        if (!open.empty() && e.end_ns > open.back()) {
+                                            qWarning("range %s overlaps its parent",
+                                                     std::string(name).c_str());
+                                            return false;
+                                        }
+                                        open.push_back(e.end_ns);
+                                    }
+                                    if (name == "step") {
+                                        steps.insert(e.step);
+                                    }
+                                    if (name == "forward" || name == "backward") {
+                                        wrong_stage += e.stage != rank.pp;
+                                        passes.insert({e.step, e.microbatch, int(e.phase)});
+                                    }
+                                    attention += name == "attention";
+                                    if (e.kind == EventKind::collective && e.bytes > 0) {
+                                        ++collectives_with_bytes;
+                                    }
+                                    return true;
+                                })
+                            .ok());
                 QVERIFY2(open.size() < 1000, "nesting check stopped early");
             }
             QCOMPARE(wrong_stage, 0);
@@ -143,11 +169,28 @@ std::string capture_two_ranks(const QString& directory, const QStringList& args)
     process.setProcessEnvironment(mpi_environment());
     process.setProcessChannelMode(QProcess::MergedChannels);
     process.start(FULCRUM_BINARY_DIR "/app/fulcrum",
-                  QStringList{"capture", "-o", directory, "--", FULCRUM_MPIRUN, "-np", "2",
-                              FULCRUM_BINARY_DIR "/engine/fulcrum-train", "--pp", "2",
-                              "--lengths", "lognormal:median=40,sigma=0.9", "--context", "128",
-                              "--micro-batches", QString::number(kMicrobatches), "--layers", "4",
-                              "--hidden", "32", "--steps", QString::number(kSteps)} +
+                  QStringList{"capture",
+                              "-o",
+                              directory,
+                              "--",
+                              FULCRUM_MPIRUN,
+                              "-np",
+                              "2",
+                              FULCRUM_BINARY_DIR "/engine/fulcrum-train",
+                              "--pp",
+                              "2",
+                              "--lengths",
+                              "lognormal:median=40,sigma=0.9",
+                              "--context",
+                              "128",
+                              "--micro-batches",
+                              QString::number(kMicrobatches),
+                              "--layers",
+                              "4",
+                              "--hidden",
+                              "32",
+                              "--steps",
+                              QString::number(kSteps)} +
                       args);
     if (!process.waitForFinished(300'000) || process.exitCode() != 0) {
         qWarning("%s", process.readAll().constData());
@@ -171,17 +214,15 @@ private slots:
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<int>("chunks");
         QTest::addColumn<bool>("split");
-        QTest::newRow("interleaved") << QStringList{"--schedule", "interleaved",
-                                                    "--virtual-stages", "2"}
-                                     << 2 << false;
+        QTest::newRow("interleaved")
+            << QStringList{"--schedule", "interleaved", "--virtual-stages", "2"} << 2 << false;
         QTest::newRow("zb-h1") << QStringList{"--schedule", "zb-h1"} << 1 << true;
     }
     void passesCarryTheirChunkAndKind() {
         QFETCH(QStringList, args);
         QFETCH(int, chunks);
         QFETCH(bool, split);
-        const std::string path =
-            capture_two_ranks(work_.filePath(QTest::currentDataTag()), args);
+        const std::string path = capture_two_ranks(work_.filePath(QTest::currentDataTag()), args);
         QVERIFY(!path.empty());
         auto reader = store::TraceReader::open(path);
         QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
@@ -195,23 +236,28 @@ private slots:
             int pass_chunk = -1;
             for (const auto& lane : reader->lanes_of_rank(rank.rank)) {
                 pass_end = -1;
-                QVERIFY(reader->for_each_event(lane.id, [&](const Event& e) {
-                    const std::string_view name = reader->string(e.name);
-                    const int chunk = chunk_of_args(reader->string(e.args));
-                    if (name == range_name::kForward || name == range_name::kBackward ||
-                        name == range_name::kWeightGradients) {
-                        without_chunk += chunk < 0;
-                        ++passes[{e.step, e.microbatch, int(e.phase), chunk}];
-                        wrong_kind += (name == range_name::kWeightGradients) !=
-                                      (e.phase == Phase::weight_grad);
-                        pass_end = e.end_ns;
-                        pass_chunk = chunk;
-                    } else if (e.start_ns < pass_end && e.kind != EventKind::mark) {
-                        ++inner;
-                        inner_other_chunk += chunk != pass_chunk;
-                    }
-                    return true;
-                }).ok());
+                QVERIFY(reader
+                            ->for_each_event(
+                                lane.id,
+                                [&](const Event& e) {
+                                    const std::string_view name = reader->string(e.name);
+                                    const int chunk = chunk_of_args(reader->string(e.args));
+                                    if (name == range_name::kForward ||
+                                        name == range_name::kBackward ||
+                                        name == range_name::kWeightGradients) {
+                                        without_chunk += chunk < 0;
+                                        ++passes[{e.step, e.microbatch, int(e.phase), chunk}];
+                                        wrong_kind += (name == range_name::kWeightGradients) !=
+                                                      (e.phase == Phase::weight_grad);
+                                        pass_end = e.end_ns;
+                                        pass_chunk = chunk;
+                                    } else if (e.start_ns < pass_end && e.kind != EventKind::mark) {
+                                        ++inner;
+                                        inner_other_chunk += chunk != pass_chunk;
+                                    }
+                                    return true;
+                                })
+                            .ok());
             }
             QCOMPARE(without_chunk, 0);
             QVERIFY(inner > 0);

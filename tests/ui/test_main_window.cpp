@@ -17,8 +17,12 @@ using namespace fulcrum::ui;
 namespace {
 
 const QString kRuns = QStringLiteral(FULCRUM_GUI_RUNS_DIR);
-QString fixed_run() { return kRuns + "/fixed/run.fulcrum"; }
-QString wlb_run() { return kRuns + "/wlb/run.fulcrum"; }
+QString fixed_run() {
+    return kRuns + "/fixed/run.fulcrum";
+}
+QString wlb_run() {
+    return kRuns + "/wlb/run.fulcrum";
+}
 constexpr int kLoadMs = 60000;
 
 }  // namespace
@@ -186,7 +190,8 @@ private slots:
         window.set_modal_dialogs(false);
         QMimeData mime;
         mime.setUrls({QUrl::fromLocalFile(fixed_run()), QUrl::fromLocalFile(kRuns + "/wlb")});
-        QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton,
+                              Qt::NoModifier);
         QCoreApplication::sendEvent(&window, &enter);
         QVERIFY(enter.isAccepted());
         QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);

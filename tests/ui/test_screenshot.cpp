@@ -66,7 +66,8 @@ private slots:
         QVERIFY(!image.isNull());
         QCOMPARE(image.size(), QSize(900, 600));
         // Menus, tabs, the run selector and the view: far from one flat colour.
-        QVERIFY2(distinct_colours(image) >= 8, qPrintable(QString::number(distinct_colours(image))));
+        QVERIFY2(distinct_colours(image) >= 8,
+                 qPrintable(QString::number(distinct_colours(image))));
     }
 
     void default_size() {
@@ -80,10 +81,13 @@ private slots:
     void bad_input_exits_2_data() {
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<QString>("mentions");
-        QTest::newRow("missing run") << QStringList{"/nonexistent/run.fulcrum"} << "/nonexistent/run.fulcrum";
-        QTest::newRow("unknown view") << QStringList{"--view", "flamegraph", kRuns + "/fixed"} << "flamegraph";
+        QTest::newRow("missing run")
+            << QStringList{"/nonexistent/run.fulcrum"} << "/nonexistent/run.fulcrum";
+        QTest::newRow("unknown view")
+            << QStringList{"--view", "flamegraph", kRuns + "/fixed"} << "flamegraph";
         QTest::newRow("bad size") << QStringList{"--size", "big", kRuns + "/fixed"} << "big";
-        QTest::newRow("not a run") << QStringList{QString(FULCRUM_UI_BINARY)} << QString(FULCRUM_UI_BINARY);
+        QTest::newRow("not a run")
+            << QStringList{QString(FULCRUM_UI_BINARY)} << QString(FULCRUM_UI_BINARY);
     }
     void bad_input_exits_2() {
         QFETCH(QStringList, args);

@@ -31,46 +31,86 @@ QVariant BubbleStageModel::data(const QModelIndex& index, int role) const {
     std::optional<double> value;
     bool is_time = true;
     switch (static_cast<Column>(index.column())) {
-        case stage: value = s.stage; is_time = false; break;
-        case rank:
-            if (s.rank) value = *s.rank;
+        case stage:
+            value = s.stage;
             is_time = false;
             break;
-        case measured_fraction: value = s.bubble_fraction; is_time = false; break;
-        case theory_fraction: value = theory_; is_time = false; break;
-        case bubble: value = static_cast<double>(s.bubble_ns); break;
-        case warmup_cooldown: value = static_cast<double>(s.warmup_cooldown_ns); break;
-        case unequal_microbatches: value = static_cast<double>(s.unequal_microbatch_ns); break;
-        case other: value = static_cast<double>(s.other_ns); break;
-        case wait_on_previous: value = static_cast<double>(s.wait_on_previous_ns); break;
-        case wait_on_next: value = static_cast<double>(s.wait_on_next_ns); break;
-        case column_count: return {};
+        case rank:
+            if (s.rank)
+                value = *s.rank;
+            is_time = false;
+            break;
+        case measured_fraction:
+            value = s.bubble_fraction;
+            is_time = false;
+            break;
+        case theory_fraction:
+            value = theory_;
+            is_time = false;
+            break;
+        case bubble:
+            value = static_cast<double>(s.bubble_ns);
+            break;
+        case warmup_cooldown:
+            value = static_cast<double>(s.warmup_cooldown_ns);
+            break;
+        case unequal_microbatches:
+            value = static_cast<double>(s.unequal_microbatch_ns);
+            break;
+        case other:
+            value = static_cast<double>(s.other_ns);
+            break;
+        case wait_on_previous:
+            value = static_cast<double>(s.wait_on_previous_ns);
+            break;
+        case wait_on_next:
+            value = static_cast<double>(s.wait_on_next_ns);
+            break;
+        case column_count:
+            return {};
     }
-    if (role == ValueRole) return value ? QVariant(*value) : QVariant();
+    if (role == ValueRole)
+        return value ? QVariant(*value) : QVariant();
     if (role == Qt::TextAlignmentRole) {
         return QVariant::fromValue(Qt::Alignment(Qt::AlignRight | Qt::AlignVCenter));
     }
-    if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
-    if (!value) return charts::kUnknown;
-    if (index.column() == stage || index.column() == rank) return QString::number(*value);
-    if (!is_time) return charts::format_percent(*value);
+    if (role != Qt::DisplayRole && role != Qt::ToolTipRole)
+        return {};
+    if (!value)
+        return charts::kUnknown;
+    if (index.column() == stage || index.column() == rank)
+        return QString::number(*value);
+    if (!is_time)
+        return charts::format_percent(*value);
     return charts::format_ms(*value);
 }
 
 QVariant BubbleStageModel::headerData(int section, Qt::Orientation orientation, int role) const {
-    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
+        return {};
     switch (section) {
-        case stage: return tr("Stage");
-        case rank: return tr("Rank");
-        case measured_fraction: return tr("Bubble (measured)");
-        case theory_fraction: return tr("Theory (p−1)/m");
-        case bubble: return tr("Bubble time");
-        case warmup_cooldown: return tr("Warm-up/cool-down");
-        case unequal_microbatches: return tr("Unequal micro-batches");
-        case other: return tr("Other");
-        case wait_on_previous: return tr("Wait on previous");
-        case wait_on_next: return tr("Wait on next");
-        default: return {};
+        case stage:
+            return tr("Stage");
+        case rank:
+            return tr("Rank");
+        case measured_fraction:
+            return tr("Bubble (measured)");
+        case theory_fraction:
+            return tr("Theory (p−1)/m");
+        case bubble:
+            return tr("Bubble time");
+        case warmup_cooldown:
+            return tr("Warm-up/cool-down");
+        case unequal_microbatches:
+            return tr("Unequal micro-batches");
+        case other:
+            return tr("Other");
+        case wait_on_previous:
+            return tr("Wait on previous");
+        case wait_on_next:
+            return tr("Wait on next");
+        default:
+            return {};
     }
 }
 

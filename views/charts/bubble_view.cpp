@@ -28,7 +28,9 @@ constexpr double kBarHalfHeight = 0.4;
 
 using PipelineKey = std::tuple<int, int, int>;  // dp, cp, tp
 
-PipelineKey key_of(const analysis::PipelineBubble& p) { return {p.dp, p.cp, p.tp}; }
+PipelineKey key_of(const analysis::PipelineBubble& p) {
+    return {p.dp, p.cp, p.tp};
+}
 
 QString pipeline_label(const PipelineKey& key) {
     return QStringLiteral("dp %1 · cp %2 · tp %3")
@@ -100,17 +102,21 @@ BubbleView::BubbleView(QWidget* parent)
     outer->addWidget(stack_);
 
     connect(step_box_, &QComboBox::currentIndexChanged, this, [this] {
-        if (!filling_) draw();
+        if (!filling_)
+            draw();
     });
     connect(pipeline_box_, &QComboBox::currentIndexChanged, this, [this] {
-        if (!filling_) draw();
+        if (!filling_)
+            draw();
     });
     set_run(nullptr);
 }
 
 BubbleView::~BubbleView() = default;
 
-QString BubbleView::message() const { return stack_->message(); }
+QString BubbleView::message() const {
+    return stack_->message();
+}
 
 double BubbleView::time_coord(std::int64_t ns) const {
     return static_cast<double>(ns - window_start_ns_) / 1e6;
@@ -138,7 +144,8 @@ void BubbleView::set_run(RunPtr run) {
         return;
     }
     // The bars are the passes the bubble analysis was computed from (the same function).
-    if (run_->trace) passes_ = analysis::find_passes(*run_->trace);
+    if (run_->trace)
+        passes_ = analysis::find_passes(*run_->trace);
     fill_selectors();
     const auto& pipelines = run_->analysis->bubbles.pipelines;
     const auto worst = std::max_element(
@@ -158,7 +165,8 @@ void BubbleView::fill_selectors() {
         steps.insert(p.step);
         keys.insert(key_of(p));
     }
-    for (int step : steps) step_box_->addItem(tr("step %1").arg(step), step);
+    for (int step : steps)
+        step_box_->addItem(tr("step %1").arg(step), step);
     for (const auto& key : keys) {
         pipeline_box_->addItem(pipeline_label(key),
                                QVariantList{std::get<0>(key), std::get<1>(key), std::get<2>(key)});
@@ -167,10 +175,12 @@ void BubbleView::fill_selectors() {
 }
 
 bool BubbleView::select_pipeline(int step, int dp, int cp, int tp) {
-    if (!run_ || !run_->analysis) return false;
+    if (!run_ || !run_->analysis)
+        return false;
     const int step_index = step_box_->findData(step);
     const int pipeline_index = pipeline_box_->findData(QVariantList{dp, cp, tp});
-    if (step_index < 0 || pipeline_index < 0) return false;
+    if (step_index < 0 || pipeline_index < 0)
+        return false;
     filling_ = true;
     step_box_->setCurrentIndex(step_index);
     pipeline_box_->setCurrentIndex(pipeline_index);
@@ -198,19 +208,21 @@ void BubbleView::draw() {
 
     const analysis::PipelineBubble* pipeline = nullptr;
     for (const auto& p : bubbles.pipelines) {
-        if (p.step == step && p.dp == dp && p.cp == cp && p.tp == tp) pipeline = &p;
+        if (p.step == step && p.dp == dp && p.cp == cp && p.tp == tp)
+            pipeline = &p;
     }
     std::vector<analysis::StageBubble> stages;
     for (const auto& s : bubbles.stages) {
-        if (s.step == step && s.dp == dp && s.cp == cp && s.tp == tp) stages.push_back(s);
+        if (s.step == step && s.dp == dp && s.cp == cp && s.tp == tp)
+            stages.push_back(s);
     }
     std::sort(stages.begin(), stages.end(),
               [](const auto& a, const auto& b) { return a.stage < b.stage; });
     model_->set_stages(
         stages, pipeline ? std::optional(pipeline->theory_fraction) : bubbles.theory_fraction);
     if (!pipeline) {
-        summary_->setText(tr("No pipeline of step %1 at %2.").arg(step).arg(
-            pipeline_label({dp, cp, tp})));
+        summary_->setText(
+            tr("No pipeline of step %1 at %2.").arg(step).arg(pipeline_label({dp, cp, tp})));
         gantt_->replot();
         fractions_->replot();
         return;
@@ -245,7 +257,8 @@ void BubbleView::draw() {
         ticker->addTick(s.stage, tr("stage %1\nrank %2")
                                      .arg(s.stage)
                                      .arg(s.rank ? QString::number(*s.rank) : charts::kUnknown));
-        if (shown_.empty()) continue;
+        if (shown_.empty())
+            continue;
         // The whole window in the bubble colour behind the bars: what shows between them is idle.
         auto* idle = new QCPItemRect(gantt_);
         idle->topLeft->setCoords(time_coord(start), s.stage - kBarHalfHeight);
@@ -272,10 +285,12 @@ void BubbleView::draw() {
     for (const auto& s : stages) {
         const analysis::RankTrace* rank =
             run_->trace && s.rank ? run_->trace->find_rank(*s.rank) : nullptr;
-        if (!rank || shown_.empty()) continue;
+        if (!rank || shown_.empty())
+            continue;
         for (const auto& lane : rank->lanes) {
             for (const auto& event : lane.events) {
-                if (event.start_ns < start || event.end_ns > end || event.end_ns <= event.start_ns ||
+                if (event.start_ns < start || event.end_ns > end ||
+                    event.end_ns <= event.start_ns ||
                     run_->trace->role(event) != analysis::Role::pipeline_recv) {
                     continue;
                 }
@@ -314,7 +329,8 @@ void BubbleView::draw() {
     auto stage_ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (const auto& s : stages) {
         stage_ticker->addTick(s.stage, QString::number(s.stage));
-        if (s.busy_ns <= 0) continue;  // never busy: no fraction, no bar
+        if (s.busy_ns <= 0)
+            continue;  // never busy: no fraction, no bar
         const double busy = static_cast<double>(s.busy_ns);
         keys << s.stage;
         warmup << static_cast<double>(s.warmup_cooldown_ns) / busy;
@@ -329,13 +345,13 @@ void BubbleView::draw() {
         bars->setBrush(colour);
         bars->setPen(QPen(colour.darker(130)));
         bars->setWidth(0.6);
-        if (below) bars->moveAbove(below);
+        if (below)
+            bars->moveAbove(below);
         return bars;
     };
-    auto* warmup_bars = make_bars(tr("warm-up/cool-down"), warmup, palette::bubble(),
-                                  nullptr);
-    auto* unequal_bars = make_bars(tr("unequal micro-batches"), unequal, palette::predicted(),
-                                   warmup_bars);
+    auto* warmup_bars = make_bars(tr("warm-up/cool-down"), warmup, palette::bubble(), nullptr);
+    auto* unequal_bars =
+        make_bars(tr("unequal micro-batches"), unequal, palette::predicted(), warmup_bars);
     make_bars(tr("other"), other, palette::category(Category::other), unequal_bars);
     auto* theory = new QCPItemStraightLine(fractions_);
     theory->point1->setCoords(0, pipeline->theory_fraction);
@@ -352,8 +368,10 @@ void BubbleView::draw() {
     fractions_->xAxis->setTicker(stage_ticker);
     fractions_->xAxis->setRange(-0.6, std::max<double>(0, pipeline->stages - 1) + 0.6);
     double top = pipeline->theory_fraction;
-    for (const auto& s : stages) top = std::max(top, s.bubble_fraction.value_or(0.0));
-    for (int i = 0; i < keys.size(); ++i) top = std::max(top, warmup[i] + unequal[i] + other[i]);
+    for (const auto& s : stages)
+        top = std::max(top, s.bubble_fraction.value_or(0.0));
+    for (int i = 0; i < keys.size(); ++i)
+        top = std::max(top, warmup[i] + unequal[i] + other[i]);
     fractions_->yAxis->setRange(0, top * 1.25 + 1e-9);
     fractions_->replot();
 }

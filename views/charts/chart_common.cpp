@@ -3,7 +3,8 @@
 namespace fulcrum::views::charts {
 
 QString missing_analysis(const RunPtr& run) {
-    if (!run) return QStringLiteral("No run is open.");
+    if (!run)
+        return QStringLiteral("No run is open.");
     if (!run->analysis) {
         return run->analysis_error.isEmpty()
                    ? QStringLiteral("The run could not be analysed.")
@@ -39,7 +40,9 @@ QString MessageStack::message() const {
     return currentWidget() == label_ ? label_->text() : QString();
 }
 
-QString format_ms(double ns) { return QStringLiteral("%1 ms").arg(ns / 1e6, 0, 'f', 3); }
+QString format_ms(double ns) {
+    return QStringLiteral("%1 ms").arg(ns / 1e6, 0, 'f', 3);
+}
 
 QString format_percent(double fraction) {
     return QStringLiteral("%1 %").arg(fraction * 100.0, 0, 'f', 1);

@@ -32,7 +32,7 @@ private:
 // (docs/analyses.md, "Unknown figures").
 inline const QString kUnknown = QStringLiteral("—");
 
-QString format_ms(double ns);       // "12.345 ms"
+QString format_ms(double ns);             // "12.345 ms"
 QString format_percent(double fraction);  // "12.3 %"
 // The same, "—" where the analysis has no figure.
 QString format_percent(const std::optional<double>& fraction);

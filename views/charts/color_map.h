@@ -69,7 +69,8 @@ inline QCPColorMap* draw_matrix(QCustomPlot* plot, QCPColorScale* scale,
 
     auto row_ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int r = 0; r < rows; ++r) {
-        row_ticker->addTick(r, QObject::tr("rank %1").arg(matrix.rows[static_cast<std::size_t>(r)]));
+        row_ticker->addTick(r,
+                            QObject::tr("rank %1").arg(matrix.rows[static_cast<std::size_t>(r)]));
     }
     auto column_ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int c = 0; c < columns; ++c) {

@@ -17,9 +17,11 @@ namespace {
 QString shardings_text(const std::vector<std::pair<std::string, double>>& by_sharding) {
     QStringList parts;
     for (const auto& [name, imbalance] : by_sharding) {
-        parts << QStringLiteral("%1 %2").arg(QString::fromStdString(name)).arg(imbalance, 0, 'f', 3);
+        parts
+            << QStringLiteral("%1 %2").arg(QString::fromStdString(name)).arg(imbalance, 0, 'f', 3);
     }
-    return parts.isEmpty() ? QObject::tr("not known (no documents)") : parts.join(QStringLiteral(", "));
+    return parts.isEmpty() ? QObject::tr("not known (no documents)")
+                           : parts.join(QStringLiteral(", "));
 }
 
 }  // namespace
@@ -54,10 +56,16 @@ CpLoadView::CpLoadView(QWidget* parent)
 
 CpLoadView::~CpLoadView() = default;
 
-QString CpLoadView::message() const { return stack_->message(); }
-QString CpLoadView::summary() const { return summary_->text(); }
+QString CpLoadView::message() const {
+    return stack_->message();
+}
+QString CpLoadView::summary() const {
+    return summary_->text();
+}
 
-int CpLoadView::cp_ranks() const { return cp_ranks_; }
+int CpLoadView::cp_ranks() const {
+    return cp_ranks_;
+}
 
 void CpLoadView::set_run(RunPtr run) {
     run_ = std::move(run);
@@ -98,7 +106,8 @@ void CpLoadView::set_run(RunPtr run) {
 
 void CpLoadView::select_group(int group) {
     const int index = group_box_->findData(group);
-    if (index >= 0) group_box_->setCurrentIndex(index);
+    if (index >= 0)
+        group_box_->setCurrentIndex(index);
 }
 
 void CpLoadView::draw() {
@@ -122,9 +131,11 @@ void CpLoadView::draw() {
     // series with nothing behind it (no attention measured, no workload table) is not drawn.
     QVector<double> attention(cp, 0.0), pairs(cp, 0.0);
     for (std::size_t i = 0; i < cp_load.groups.size(); ++i) {
-        if (group >= 0 && static_cast<int>(i) != group) continue;
+        if (group >= 0 && static_cast<int>(i) != group)
+            continue;
         for (const auto& r : cp_load.groups[i].ranks) {
-            if (r.cp_rank < 0 || r.cp_rank >= cp) continue;
+            if (r.cp_rank < 0 || r.cp_rank >= cp)
+                continue;
             attention[r.cp_rank] += static_cast<double>(r.attention_ns.value_or(0));
             pairs[r.cp_rank] += static_cast<double>(r.pairs.value_or(0));
         }
@@ -138,8 +149,10 @@ void CpLoadView::draw() {
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int i = 0; i < cp; ++i) {
         keys << i;
-        if (attention_total > 0) measured_share << attention[i] / attention_total;
-        if (pairs_total > 0) predicted_share << pairs[i] / pairs_total;
+        if (attention_total > 0)
+            measured_share << attention[i] / attention_total;
+        if (pairs_total > 0)
+            predicted_share << pairs[i] / pairs_total;
         ticker->addTick(i, tr("CP rank %1").arg(i));
     }
 
@@ -170,14 +183,14 @@ void CpLoadView::draw() {
     plot_->xAxis->setRange(-0.6, cp - 0.4);
     double top = 1.0 / cp;
     for (const QVector<double>* shares : {&measured_share, &predicted_share}) {
-        for (double share : *shares) top = std::max(top, share);
+        for (double share : *shares)
+            top = std::max(top, share);
     }
     plot_->yAxis->setRange(0, top * 1.3);
     plot_->replot();
 
-    const QString sharding = cp_load.sharding.empty()
-                                 ? tr("unknown")
-                                 : QString::fromStdString(cp_load.sharding);
+    const QString sharding =
+        cp_load.sharding.empty() ? tr("unknown") : QString::fromStdString(cp_load.sharding);
     QString text = tr("Imbalance (max/mean over the CP group, mean over micro-batches): "
                       "measured %1, predicted %2 with the run's sharding (%3). Predicted "
                       "under each sharding: %4.")

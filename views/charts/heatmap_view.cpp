@@ -25,13 +25,16 @@ analysis::Matrix shown_values(const analysis::Matrix& measured, const analysis::
     analysis::Matrix out = quantity == HeatmapView::Quantity::predicted ? predicted : measured;
     for (std::size_t i = 0; i < out.values.size(); ++i) {
         switch (quantity) {
-            case HeatmapView::Quantity::measured: out.values[i] = measured.values[i] / 1e6; break;
+            case HeatmapView::Quantity::measured:
+                out.values[i] = measured.values[i] / 1e6;
+                break;
             case HeatmapView::Quantity::predicted:
-                if (predicted_is_time) out.values[i] = predicted.values[i] / 1e6;
+                if (predicted_is_time)
+                    out.values[i] = predicted.values[i] / 1e6;
                 break;
             case HeatmapView::Quantity::ratio: {
-                const bool same_grid = predicted.rows == measured.rows &&
-                                       predicted.columns == measured.columns;
+                const bool same_grid =
+                    predicted.rows == measured.rows && predicted.columns == measured.columns;
                 const double p = same_grid ? predicted.values[i] : std::nan("");
                 out.values[i] = (std::isnan(p) || p == 0) ? std::nan("") : measured.values[i] / p;
                 break;
@@ -70,10 +73,13 @@ HeatmapView::HeatmapView(QWidget* parent)
         plot->installEventFilter(this);
         plot->setMouseTracking(true);
         connect(plot, &QCustomPlot::mousePress, this, [this, plot](QMouseEvent* event) {
-            if (event->button() != Qt::LeftButton) return;
+            if (event->button() != Qt::LeftButton)
+                return;
             const auto cell = cell_at(plot, event->pos());
-            if (!cell) return;
-            if (const auto place = place_of(plot, *cell)) emit place_activated(*place);
+            if (!cell)
+                return;
+            if (const auto place = place_of(plot, *cell))
+                emit place_activated(*place);
         });
     }
     auto* plots = new QHBoxLayout;
@@ -95,7 +101,8 @@ HeatmapView::HeatmapView(QWidget* parent)
         draw();
     });
     connect(step_box_, &QComboBox::currentIndexChanged, this, [this] {
-        if (step_box_->currentIndex() >= 0) step_ = step_box_->currentData().toInt();
+        if (step_box_->currentIndex() >= 0)
+            step_ = step_box_->currentData().toInt();
         draw();
     });
     set_run(nullptr);
@@ -103,8 +110,12 @@ HeatmapView::HeatmapView(QWidget* parent)
 
 HeatmapView::~HeatmapView() = default;
 
-QString HeatmapView::message() const { return stack_->message(); }
-QString HeatmapView::summary() const { return summary_->text(); }
+QString HeatmapView::message() const {
+    return stack_->message();
+}
+QString HeatmapView::summary() const {
+    return summary_->text();
+}
 
 void HeatmapView::set_run(RunPtr run) {
     run_ = std::move(run);
@@ -116,7 +127,8 @@ void HeatmapView::set_run(RunPtr run) {
             for (const auto& m : run_->analysis->imbalance.by_microbatch) {
                 step_box_->addItem(tr("step %1").arg(m.step), m.step);
             }
-            if (step_box_->count() > 0) step_ = step_box_->itemData(0).toInt();
+            if (step_box_->count() > 0)
+                step_ = step_box_->itemData(0).toInt();
         }
     }
     // Without a workload table nothing was predicted: the predicted and ratio maps would be
@@ -140,8 +152,9 @@ void HeatmapView::set_run(RunPtr run) {
     if (!missing.isEmpty()) {
         stack_->show_message(missing);
     } else if (run_->analysis->imbalance.compute_by_step.rows.empty()) {
-        stack_->show_message(tr("This run has no forward/backward passes with a step: there is "
-                                "no rank × step matrix to draw."));
+        stack_->show_message(
+            tr("This run has no forward/backward passes with a step: there is "
+               "no rank × step matrix to draw."));
     } else {
         stack_->show_content();
     }
@@ -154,15 +167,19 @@ void HeatmapView::set_quantity(Quantity quantity) {
 
 void HeatmapView::set_step(int step) {
     const int index = step_box_->findData(step);
-    if (index >= 0) step_box_->setCurrentIndex(index);
+    if (index >= 0)
+        step_box_->setCurrentIndex(index);
 }
 
 QString HeatmapView::unit() const {
     const bool time = run_ && run_->analysis && run_->analysis->imbalance.predicted_is_time;
     switch (quantity_) {
-        case Quantity::measured: return tr("ms");
-        case Quantity::predicted: return time ? tr("ms") : tr("causal pairs");
-        case Quantity::ratio: return time ? tr("× predicted") : tr("ns per pair");
+        case Quantity::measured:
+            return tr("ms");
+        case Quantity::predicted:
+            return time ? tr("ms") : tr("causal pairs");
+        case Quantity::ratio:
+            return time ? tr("× predicted") : tr("ns per pair");
     }
     return {};
 }
@@ -183,15 +200,15 @@ void HeatmapView::draw() {
     const auto& imbalance = run_->analysis->imbalance;
     const QCPColorGradient gradient(QCPColorGradient::gpThermal);
     for (const auto& m : imbalance.by_microbatch) {
-        if (m.step != step_) continue;
+        if (m.step != step_)
+            continue;
         microbatch_values_ =
             shown_values(m.compute_ns, m.predicted, quantity_, imbalance.predicted_is_time);
     }
     if (!microbatch_values_.rows.empty()) {
-        microbatch_map_ = charts::draw_matrix(microbatch_plot_, scale_of(microbatch_plot_),
-                                              microbatch_values_,
-                                              tr("micro-batch (step %1)").arg(step_), unit(),
-                                              gradient);
+        microbatch_map_ =
+            charts::draw_matrix(microbatch_plot_, scale_of(microbatch_plot_), microbatch_values_,
+                                tr("micro-batch (step %1)").arg(step_), unit(), gradient);
     }
     step_values_ = shown_values(imbalance.compute_by_step, imbalance.predicted_by_step, quantity_,
                                 imbalance.predicted_is_time);
@@ -220,9 +237,9 @@ QPoint HeatmapView::cell_centre(const QCustomPlot* plot, int row, int column) co
 
 std::optional<HeatmapView::Cell> HeatmapView::cell_at(const QCustomPlot* plot,
                                                       QPoint plot_pos) const {
-    const analysis::Matrix& values =
-        plot == microbatch_plot_ ? microbatch_values_ : step_values_;
-    if (values.rows.empty() || !plot->axisRect()->rect().contains(plot_pos)) return std::nullopt;
+    const analysis::Matrix& values = plot == microbatch_plot_ ? microbatch_values_ : step_values_;
+    if (values.rows.empty() || !plot->axisRect()->rect().contains(plot_pos))
+        return std::nullopt;
     const long column = std::lround(plot->xAxis->pixelToCoord(plot_pos.x()));
     const long row = std::lround(plot->yAxis->pixelToCoord(plot_pos.y()));
     if (column < 0 || row < 0 || column >= static_cast<long>(values.columns.size()) ||
@@ -237,7 +254,8 @@ std::optional<Place> HeatmapView::place_of(const QCustomPlot* plot, const Cell& 
     const analysis::Matrix& values = by_microbatch ? microbatch_values_ : step_values_;
     const auto row = static_cast<std::size_t>(cell.row);
     const auto column = static_cast<std::size_t>(cell.column);
-    if (row >= values.rows.size() || column >= values.columns.size()) return std::nullopt;
+    if (row >= values.rows.size() || column >= values.columns.size())
+        return std::nullopt;
     Place place;
     place.rank = values.rows[row];
     if (by_microbatch) {
@@ -251,7 +269,8 @@ std::optional<Place> HeatmapView::place_of(const QCustomPlot* plot, const Cell& 
 
 QString HeatmapView::cell_text(const QCustomPlot* plot, const Cell& cell) const {
     const auto place = place_of(plot, cell);
-    if (!place) return {};
+    if (!place)
+        return {};
     const analysis::Matrix& values = plot == microbatch_plot_ ? microbatch_values_ : step_values_;
     const double value =
         values.at(static_cast<std::size_t>(cell.row), static_cast<std::size_t>(cell.column));
@@ -269,10 +288,13 @@ QString HeatmapView::cell_text(const QCustomPlot* plot, const Cell& cell) const 
 
 QString HeatmapView::tooltip_at(QPoint pos) const {
     for (const QCustomPlot* plot : {microbatch_plot_, step_plot_}) {
-        if (!plot->isVisibleTo(this)) continue;
+        if (!plot->isVisibleTo(this))
+            continue;
         const QPoint in_plot = plot->mapFrom(this, pos);
-        if (!plot->rect().contains(in_plot)) continue;
-        if (const auto cell = cell_at(plot, in_plot)) return cell_text(plot, *cell);
+        if (!plot->rect().contains(in_plot))
+            continue;
+        if (const auto cell = cell_at(plot, in_plot))
+            return cell_text(plot, *cell);
     }
     return {};
 }

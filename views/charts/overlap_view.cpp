@@ -30,8 +30,12 @@ OverlapView::OverlapView(QWidget* parent)
 
 OverlapView::~OverlapView() = default;
 
-QString OverlapView::message() const { return stack_->message(); }
-QString OverlapView::summary() const { return summary_->text(); }
+QString OverlapView::message() const {
+    return stack_->message();
+}
+QString OverlapView::summary() const {
+    return summary_->text();
+}
 
 void OverlapView::set_run(RunPtr run) {
     run_ = std::move(run);
@@ -47,8 +51,9 @@ void OverlapView::set_run(RunPtr run) {
     }
     const auto& offload = run_->analysis->offload;
     if (offload.ranks.empty()) {
-        stack_->show_message(tr("No host↔device copies in this run: there is no offload "
-                                "overlap to show."));
+        stack_->show_message(
+            tr("No host↔device copies in this run: there is no offload "
+               "overlap to show."));
         return;
     }
 
@@ -72,8 +77,8 @@ void OverlapView::set_run(RunPtr run) {
         bars->setWidth(0.6);
         return bars;
     };
-    overlapped_ = make_bars(tr("overlapped with compute"), overlapped,
-                            palette::category(Category::offload));
+    overlapped_ =
+        make_bars(tr("overlapped with compute"), overlapped, palette::category(Category::offload));
     exposed_ = make_bars(tr("exposed (not hidden by compute)"), exposed, palette::bubble());
     exposed_->moveAbove(overlapped_);
     // The overlap percentage above each rank's bar.
@@ -82,9 +87,9 @@ void OverlapView::set_run(RunPtr run) {
         auto* label = new QCPItemText(plot_);
         label->position->setCoords(static_cast<double>(i), static_cast<double>(r.copy_ns) / 1e6);
         label->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
-        const double fraction = r.copy_ns > 0 ? static_cast<double>(r.overlapped_ns) /
-                                                    static_cast<double>(r.copy_ns)
-                                              : 0.0;
+        const double fraction =
+            r.copy_ns > 0 ? static_cast<double>(r.overlapped_ns) / static_cast<double>(r.copy_ns)
+                          : 0.0;
         label->setText(
             tr("%1 overlapped\n%2 copies, %3")
                 .arg(charts::format_percent(fraction))

@@ -28,7 +28,8 @@ Result<QString> resolve_run_path(const QString& path) {
     return Error{ErrorCode::io,
                  "'" + path.toStdString() +
                      "' is a folder without a run.fulcrum; if it holds rank-N.sqlite files, "
-                     "merge them first: fulcrum merge -o run.fulcrum '" + path.toStdString() + "'"};
+                     "merge them first: fulcrum merge -o run.fulcrum '" +
+                     path.toStdString() + "'"};
 }
 
 namespace {
@@ -60,14 +61,14 @@ Result<QString> import_if_foreign(const QString& path, const OpenOptions& option
             options.progress(QStringLiteral("importing: %1")
                                  .arg(QString::fromUtf8(stage.data(), qsizetype(stage.size()))),
                              fraction);
-        }
-    };
-    auto imported = importer::import_files({path.toStdString()}, target.toStdString(), import);
-    if (!imported) {
-        return imported.error();
-    }
-    return target;
 }
+};  // namespace
+auto imported = importer::import_files({path.toStdString()}, target.toStdString(), import);
+if (!imported) {
+    return imported.error();
+}
+return target;
+}  // namespace fulcrum::views
 
 }  // namespace
 
@@ -93,7 +94,9 @@ Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
     }
     analysis::LoadOptions load_progress;
     load_progress.cancel = options.cancel;
-    load_progress.progress = [&](double fraction) { report(QStringLiteral("reading events"), fraction); };
+    load_progress.progress = [&](double fraction) {
+        report(QStringLiteral("reading events"), fraction);
+    };
     auto trace = analysis::load_run_trace(*reader, load_progress);
     if (!trace) {
         return trace.error();
@@ -109,7 +112,8 @@ Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
     analysis::AnalyzeOptions analyze_options;
     analyze_options.cancel = options.cancel;
     analyze_options.progress = [&](std::string_view stage, double fraction) {
-        report(QStringLiteral("analysing: %1").arg(QString::fromUtf8(stage.data(), qsizetype(stage.size()))),
+        report(QStringLiteral("analysing: %1")
+                   .arg(QString::fromUtf8(stage.data(), qsizetype(stage.size()))),
                fraction);
     };
     auto analysed = analysis::analyze_run(*run->trace, analyze_options);

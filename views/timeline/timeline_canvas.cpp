@@ -66,7 +66,8 @@ void TimelineCanvas::set_critical_passes(std::set<PassKey> keys) {
 QColor TimelineCanvas::fold_colour(const Event& first) {
     const QColor colour = palette::category(first.category);
     const QColor grey(0x8a, 0x8f, 0x99);
-    return QColor((colour.red() * 3 + grey.red() * 2) / 5, (colour.green() * 3 + grey.green() * 2) / 5,
+    return QColor((colour.red() * 3 + grey.red() * 2) / 5,
+                  (colour.green() * 3 + grey.green() * 2) / 5,
                   (colour.blue() * 3 + grey.blue() * 2) / 5);
 }
 

@@ -15,29 +15,39 @@ constexpr std::size_t kInitialBuffer = 4u << 20;
 constexpr std::size_t kMaxBuffer = 256u << 20;  // the largest single value we hold
 constexpr std::size_t kReadChunk = 1u << 20;
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+bool is_ws(char c) {
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
 
 bool hex4(const char* p, const char* end, std::uint32_t& out) {
-    if (end - p < 4) return false;
+    if (end - p < 4)
+        return false;
     out = 0;
     for (int i = 0; i < 4; ++i) {
         const char c = p[i];
         out <<= 4;
-        if (c >= '0' && c <= '9') out |= static_cast<std::uint32_t>(c - '0');
-        else if (c >= 'a' && c <= 'f') out |= static_cast<std::uint32_t>(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') out |= static_cast<std::uint32_t>(c - 'A' + 10);
-        else return false;
+        if (c >= '0' && c <= '9')
+            out |= static_cast<std::uint32_t>(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            out |= static_cast<std::uint32_t>(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            out |= static_cast<std::uint32_t>(c - 'A' + 10);
+        else
+            return false;
     }
     return true;
 }
 
 // Decodes the string starting at p (at the opening quote); leaves p after the closing quote.
 bool decode_string(const char*& p, const char* end, std::string& out) {
-    if (p >= end || *p != '"') return false;
+    if (p >= end || *p != '"')
+        return false;
     ++p;
     const char* start = p;
-    const char* quote = static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(end - p)));
-    if (quote == nullptr) return false;
+    const char* quote =
+        static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(end - p)));
+    if (quote == nullptr)
+        return false;
     if (std::memchr(start, '\\', static_cast<std::size_t>(quote - start)) == nullptr) {
         out.assign(start, quote);
         p = quote + 1;
@@ -46,25 +56,44 @@ bool decode_string(const char*& p, const char* end, std::string& out) {
     out.clear();
     while (p < end) {
         const char c = *p++;
-        if (c == '"') return true;
+        if (c == '"')
+            return true;
         if (c != '\\') {
             out += c;
             continue;
         }
-        if (p >= end) return false;
+        if (p >= end)
+            return false;
         const char e = *p++;
         switch (e) {
-            case '"': out += '"'; break;
-            case '\\': out += '\\'; break;
-            case '/': out += '/'; break;
-            case 'b': out += '\b'; break;
-            case 'f': out += '\f'; break;
-            case 'n': out += '\n'; break;
-            case 'r': out += '\r'; break;
-            case 't': out += '\t'; break;
+            case '"':
+                out += '"';
+                break;
+            case '\\':
+                out += '\\';
+                break;
+            case '/':
+                out += '/';
+                break;
+            case 'b':
+                out += '\b';
+                break;
+            case 'f':
+                out += '\f';
+                break;
+            case 'n':
+                out += '\n';
+                break;
+            case 'r':
+                out += '\r';
+                break;
+            case 't':
+                out += '\t';
+                break;
             case 'u': {
                 std::uint32_t cp = 0;
-                if (!hex4(p, end, cp)) return false;
+                if (!hex4(p, end, cp))
+                    return false;
                 p += 4;
                 if (cp >= 0xD800 && cp < 0xDC00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
                     std::uint32_t low = 0;
@@ -76,7 +105,8 @@ bool decode_string(const char*& p, const char* end, std::string& out) {
                 append_utf8(out, cp);  // a lone surrogate becomes U+FFFD
                 break;
             }
-            default: return false;
+            default:
+                return false;
         }
     }
     return false;
@@ -84,14 +114,16 @@ bool decode_string(const char*& p, const char* end, std::string& out) {
 
 // Skips one value starting at p (after whitespace); false when malformed or cut short.
 bool skip_value(const char*& p, const char* end) {
-    if (p >= end) return false;
+    if (p >= end)
+        return false;
     const char c = *p;
     if (c == '"') {
         ++p;
         while (p < end) {
             const char ch = *p++;
             if (ch == '\\') {
-                if (p >= end) return false;
+                if (p >= end)
+                    return false;
                 ++p;
             } else if (ch == '"') {
                 return true;
@@ -106,31 +138,39 @@ bool skip_value(const char*& p, const char* end) {
             const char ch = *p++;
             if (ch == '"') {
                 --p;
-                if (!skip_value(p, end)) return false;
+                if (!skip_value(p, end))
+                    return false;
             } else if (ch == '{' || ch == '[') {
-                if (depth == 64) return false;
+                if (depth == 64)
+                    return false;
                 stack[depth++] = ch == '{' ? '}' : ']';
             } else if (ch == '}' || ch == ']') {
-                if (depth == 0 || stack[depth - 1] != ch) return false;
-                if (--depth == 0) return true;
+                if (depth == 0 || stack[depth - 1] != ch)
+                    return false;
+                if (--depth == 0)
+                    return true;
             }
         }
         return false;
     }
     const char* start = p;
-    while (p < end && !is_ws(*p) && *p != ',' && *p != '}' && *p != ']' && *p != ':') ++p;
+    while (p < end && !is_ws(*p) && *p != ',' && *p != '}' && *p != ']' && *p != ':')
+        ++p;
     return p > start;
 }
 }  // namespace
 
 JsonStream::~JsonStream() {
-    if (file_ != nullptr) gzclose(file_);
-    if (inflating_) inflateEnd(&inflate_);
+    if (file_ != nullptr)
+        gzclose(file_);
+    if (inflating_)
+        inflateEnd(&inflate_);
 }
 
 bool JsonStream::open(const std::string& path) {
     file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr) return false;
+    if (file_ == nullptr)
+        return false;
     gzbuffer(file_, 1u << 18);
     buf_.resize(kInitialBuffer);
     return true;
@@ -143,7 +183,8 @@ bool JsonStream::open_memory(std::string_view bytes) {
         static_cast<unsigned char>(bytes[1]) == 0x8b) {
         inflate_ = z_stream{};
         // 15 + 16: a gzip wrapper, as gzread reads it.
-        if (inflateInit2(&inflate_, 15 + 16) != Z_OK) return false;
+        if (inflateInit2(&inflate_, 15 + 16) != Z_OK)
+            return false;
         inflating_ = true;
         inflate_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
         inflate_.avail_in = static_cast<uInt>(std::min<std::size_t>(bytes.size(), UINT_MAX));
@@ -153,13 +194,16 @@ bool JsonStream::open_memory(std::string_view bytes) {
 }
 
 std::int64_t JsonStream::file_offset() const {
-    if (file_ != nullptr) return static_cast<std::int64_t>(gzoffset(file_));
-    return static_cast<std::int64_t>(inflating_ ? memory_.size() - inflate_.avail_in : memory_used_);
+    if (file_ != nullptr)
+        return static_cast<std::int64_t>(gzoffset(file_));
+    return static_cast<std::int64_t>(inflating_ ? memory_.size() - inflate_.avail_in
+                                                : memory_used_);
 }
 
 int JsonStream::read_more(char* into, std::size_t room) {
     if (file_ != nullptr) {
-        const int got = gzread(file_, into, static_cast<unsigned>(std::min<std::size_t>(room, INT_MAX)));
+        const int got =
+            gzread(file_, into, static_cast<unsigned>(std::min<std::size_t>(room, INT_MAX)));
         if (got <= 0) {
             int errnum = Z_OK;
             const char* message = gzerror(file_, &errnum);
@@ -170,14 +214,16 @@ int JsonStream::read_more(char* into, std::size_t room) {
         }
         return got;
     }
-    if (!memory_open_) return -1;
+    if (!memory_open_)
+        return -1;
     if (!inflating_) {
         const std::size_t n = std::min({room, memory_.size() - memory_used_, std::size_t{INT_MAX}});
         std::memcpy(into, memory_.data() + memory_used_, n);
         memory_used_ += n;
         return static_cast<int>(n);
     }
-    if (inflate_done_) return 0;
+    if (inflate_done_)
+        return 0;
     inflate_.next_out = reinterpret_cast<Bytef*>(into);
     inflate_.avail_out = static_cast<uInt>(std::min<std::size_t>(room, INT_MAX));
     const int rc = inflate(&inflate_, Z_NO_FLUSH);
@@ -193,7 +239,8 @@ int JsonStream::read_more(char* into, std::size_t room) {
 }
 
 bool JsonStream::fill() {
-    if (eof_) return false;
+    if (eof_)
+        return false;
     if (pos_ > 0) {
         std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
         base_ += pos_;
@@ -223,18 +270,23 @@ bool JsonStream::fill() {
 
 int JsonStream::peek() {
     for (;;) {
-        while (pos_ < end_ && is_ws(buf_[pos_])) ++pos_;
-        if (pos_ < end_) return static_cast<unsigned char>(buf_[pos_]);
-        if (!fill()) return -1;
+        while (pos_ < end_ && is_ws(buf_[pos_]))
+            ++pos_;
+        if (pos_ < end_)
+            return static_cast<unsigned char>(buf_[pos_]);
+        if (!fill())
+            return -1;
     }
 }
 
 bool JsonStream::next_value(std::string_view& raw) {
-    if (peek() < 0) return false;
+    if (peek() < 0)
+        return false;
     std::size_t i = pos_;
     auto more = [&]() {
         const std::size_t rel = i - pos_;
-        if (!fill()) return false;
+        if (!fill())
+            return false;
         i = pos_ + rel;
         return true;
     };
@@ -242,7 +294,8 @@ bool JsonStream::next_value(std::string_view& raw) {
     if (c == '{' || c == '[') {
         int depth = 0;
         for (;;) {
-            if (i == end_ && !more()) return false;
+            if (i == end_ && !more())
+                return false;
             const char* data = buf_.data();
             // Inner loop without bounds re-checks on refill.
             while (i < end_) {
@@ -250,16 +303,19 @@ bool JsonStream::next_value(std::string_view& raw) {
                 if (ch == '"') {
                     for (;;) {
                         // Find the closing quote quickly.
-                        while (i < end_ && data[i] != '"' && data[i] != '\\') ++i;
+                        while (i < end_ && data[i] != '"' && data[i] != '\\')
+                            ++i;
                         if (i == end_) {
-                            if (!more()) return false;
+                            if (!more())
+                                return false;
                             data = buf_.data();
                             continue;
                         }
                         if (data[i] == '\\') {
                             ++i;
                             if (i == end_) {
-                                if (!more()) return false;
+                                if (!more())
+                                    return false;
                                 data = buf_.data();
                             }
                             ++i;
@@ -283,10 +339,12 @@ bool JsonStream::next_value(std::string_view& raw) {
     if (c == '"') {
         ++i;
         for (;;) {
-            if (i == end_ && !more()) return false;
+            if (i == end_ && !more())
+                return false;
             const char ch = buf_[i++];
             if (ch == '\\') {
-                if (i == end_ && !more()) return false;
+                if (i == end_ && !more())
+                    return false;
                 ++i;
             } else if (ch == '"') {
                 break;
@@ -297,19 +355,23 @@ bool JsonStream::next_value(std::string_view& raw) {
         return true;
     }
     for (;;) {
-        if (i == end_ && !more()) break;
+        if (i == end_ && !more())
+            break;
         const char ch = buf_[i];
-        if (is_ws(ch) || ch == ',' || ch == '}' || ch == ']' || ch == ':') break;
+        if (is_ws(ch) || ch == ',' || ch == '}' || ch == ']' || ch == ':')
+            break;
         ++i;
     }
-    if (i == pos_) return false;
+    if (i == pos_)
+        return false;
     raw = std::string_view(buf_.data() + pos_, i - pos_);
     pos_ = i;
     return true;
 }
 
 void JsonCursor::skip_ws() {
-    while (p_ < end_ && is_ws(*p_)) ++p_;
+    while (p_ < end_ && is_ws(*p_))
+        ++p_;
 }
 
 bool JsonCursor::eat(char c) {
@@ -329,7 +391,8 @@ bool JsonCursor::string(std::string& out) {
 bool JsonCursor::value(std::string_view& raw) {
     skip_ws();
     const char* start = p_;
-    if (!skip_value(p_, end_)) return false;
+    if (!skip_value(p_, end_))
+        return false;
     raw = std::string_view(start, static_cast<std::size_t>(p_ - start));
     return true;
 }
@@ -337,34 +400,43 @@ bool JsonCursor::value(std::string_view& raw) {
 bool JsonCursor::next_member(std::string_view& key, std::string_view& raw, bool& ok) {
     ok = false;
     skip_ws();
-    if (p_ >= end_) return false;
+    if (p_ >= end_)
+        return false;
     if (*p_ == '}') {
         ++p_;
         ok = true;
         return false;
     }
-    if (!first_ && !eat(',')) return false;
+    if (!first_ && !eat(','))
+        return false;
     first_ = false;
     skip_ws();
-    if (p_ >= end_ || *p_ != '"') return false;
+    if (p_ >= end_ || *p_ != '"')
+        return false;
     const char* start = p_ + 1;
-    const char* quote = static_cast<const char*>(std::memchr(start, '"', static_cast<std::size_t>(end_ - start)));
-    if (quote == nullptr) return false;
+    const char* quote =
+        static_cast<const char*>(std::memchr(start, '"', static_cast<std::size_t>(end_ - start)));
+    if (quote == nullptr)
+        return false;
     if (std::memchr(start, '\\', static_cast<std::size_t>(quote - start)) == nullptr) {
         key = std::string_view(start, static_cast<std::size_t>(quote - start));
         p_ = quote + 1;
     } else {
-        if (!decode_string(p_, end_, key_scratch_)) return false;
+        if (!decode_string(p_, end_, key_scratch_))
+            return false;
         key = key_scratch_;
     }
-    if (!eat(':')) return false;
-    if (!value(raw)) return false;
+    if (!eat(':'))
+        return false;
+    if (!value(raw))
+        return false;
     ok = true;
     return true;
 }
 
 bool json_double(std::string_view raw, double& out) {
-    if (raw.empty()) return false;
+    if (raw.empty())
+        return false;
     const char* first = raw.data();
     const char* last = raw.data() + raw.size();
     const auto [ptr, ec] = std::from_chars(first, last, out);
@@ -372,11 +444,14 @@ bool json_double(std::string_view raw, double& out) {
 }
 
 bool json_int(std::string_view raw, std::int64_t& out) {
-    if (raw.empty()) return false;
+    if (raw.empty())
+        return false;
     const auto [ptr, ec] = std::from_chars(raw.data(), raw.data() + raw.size(), out);
-    if (ec == std::errc{} && ptr == raw.data() + raw.size()) return true;
+    if (ec == std::errc{} && ptr == raw.data() + raw.size())
+        return true;
     double value = 0;
-    if (!json_double(raw, value) || std::fabs(value) > 9.0e18 || value != std::floor(value)) return false;
+    if (!json_double(raw, value) || std::fabs(value) > 9.0e18 || value != std::floor(value))
+        return false;
     out = static_cast<std::int64_t>(value);
     return true;
 }
@@ -390,35 +465,44 @@ bool json_us_to_ns(std::string_view raw, std::int64_t& out) {
     const char* p = raw.data();
     const char* end = p + raw.size();
     const bool negative = p < end && *p == '-';
-    if (negative) ++p;
+    if (negative)
+        ++p;
     auto digits = [&](std::string_view& into) {
         const char* first = p;
-        while (p < end && *p >= '0' && *p <= '9') ++p;
+        while (p < end && *p >= '0' && *p <= '9')
+            ++p;
         into = std::string_view(first, static_cast<std::size_t>(p - first));
         return !into.empty();
     };
     std::string_view whole, fraction;
-    if (!digits(whole)) return false;
+    if (!digits(whole))
+        return false;
     if (p < end && *p == '.') {
         ++p;
-        if (!digits(fraction)) return false;
+        if (!digits(fraction))
+            return false;
     }
     std::int64_t exponent = 0;
     if (p < end && (*p == 'e' || *p == 'E')) {
         ++p;
         const bool exponent_negative = p < end && *p == '-';
-        if (p < end && (*p == '+' || *p == '-')) ++p;
+        if (p < end && (*p == '+' || *p == '-'))
+            ++p;
         std::string_view exponent_digits;
-        if (!digits(exponent_digits)) return false;
+        if (!digits(exponent_digits))
+            return false;
         for (char c : exponent_digits) {
             exponent = std::min<std::int64_t>(exponent * 10 + (c - '0'), 1'000'000);
         }
-        if (exponent_negative) exponent = -exponent;
+        if (exponent_negative)
+            exponent = -exponent;
     }
-    if (p != end) return false;
+    if (p != end)
+        return false;
     const std::int64_t count = static_cast<std::int64_t>(whole.size() + fraction.size());
     auto digit = [&](std::int64_t i) -> int {
-        if (i < 0 || i >= count) return 0;
+        if (i < 0 || i >= count)
+            return 0;
         const auto at = static_cast<std::size_t>(i);
         return (at < whole.size() ? whole[at] : fraction[at - whole.size()]) - '0';
     };
@@ -426,7 +510,8 @@ bool json_us_to_ns(std::string_view raw, std::int64_t& out) {
     const std::int64_t kept = count + exponent + 3 - static_cast<std::int64_t>(fraction.size());
     if (kept > count + 19) {  // ×10^20 or more: only zero stays in range
         for (std::int64_t i = 0; i < count; ++i) {
-            if (digit(i) != 0) return false;
+            if (digit(i) != 0)
+                return false;
         }
         out = 0;
         return true;
@@ -435,11 +520,13 @@ bool json_us_to_ns(std::string_view raw, std::int64_t& out) {
     std::uint64_t value = 0;
     for (std::int64_t i = 0; i < kept; ++i) {
         const int d = digit(i);
-        if (value > (kLimit - static_cast<std::uint64_t>(d)) / 10) return false;  // out of int64 range
+        if (value > (kLimit - static_cast<std::uint64_t>(d)) / 10)
+            return false;  // out of int64 range
         value = value * 10 + static_cast<std::uint64_t>(d);
     }
     if (kept >= 0 && digit(kept) >= 5) {
-        if (value == kLimit) return false;
+        if (value == kLimit)
+            return false;
         ++value;
     }
     out = negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value);

@@ -61,10 +61,16 @@ public:
     explicit JsonCursor(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
     void skip_ws();
     bool eat(char c);  // after whitespace
-    char peek() { skip_ws(); return p_ < end_ ? *p_ : '\0'; }
-    bool string(std::string& out);   // decodes escapes
+    char peek() {
+        skip_ws();
+        return p_ < end_ ? *p_ : '\0';
+    }
+    bool string(std::string& out);      // decodes escapes
     bool value(std::string_view& raw);  // any value, raw
-    bool done() { skip_ws(); return p_ >= end_; }
+    bool done() {
+        skip_ws();
+        return p_ >= end_;
+    }
 
     // Iterates an object's members: call begin_object once, then next_member until false.
     bool begin_object() { return eat('{'); }

@@ -27,12 +27,15 @@ using kineto::JsonCursor;
 using kineto::JsonStream;
 
 bool contains_ci(std::string_view text, std::string_view needle) {
-    if (needle.empty() || needle.size() > text.size()) return needle.empty();
+    if (needle.empty() || needle.size() > text.size())
+        return needle.empty();
     auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
     for (std::size_t i = 0; i + needle.size() <= text.size(); ++i) {
         std::size_t j = 0;
-        while (j < needle.size() && lower(text[i + j]) == needle[j]) ++j;
-        if (j == needle.size()) return true;
+        while (j < needle.size() && lower(text[i + j]) == needle[j])
+            ++j;
+        if (j == needle.size())
+            return true;
     }
     return false;
 }
@@ -42,10 +45,13 @@ struct IdMap {
     std::unordered_map<std::string, std::int64_t> strings;
     std::int64_t of(std::string_view raw) {
         std::int64_t value = 0;
-        if (kineto::json_int(raw, value)) return value;
+        if (kineto::json_int(raw, value))
+            return value;
         std::string text;
-        if (!kineto::json_string(raw, text)) text = std::string(raw);
-        if (kineto::json_int(text, value)) return value;
+        if (!kineto::json_string(raw, text))
+            text = std::string(raw);
+        if (kineto::json_int(text, value))
+            return value;
         auto [it, added] = strings.emplace(text, -1000 - static_cast<std::int64_t>(strings.size()));
         return it->second;
     }
@@ -59,24 +65,36 @@ struct RawEvent {
 
 bool parse_event(std::string_view raw, RawEvent& e) {
     JsonCursor cursor(raw);
-    if (!cursor.begin_object()) return false;
+    if (!cursor.begin_object())
+        return false;
     std::string_view key, value;
     bool ok = false;
     while (cursor.next_member(key, value, ok)) {
-        if (key == "ph") e.ph = value;
-        else if (key == "pid") e.pid = value;
-        else if (key == "cat") e.cat = value;
-        else if (key == "name") kineto::json_string(value, e.name);
-        else if (key == "ts") e.ts = value;
-        else if (key == "tid") e.tid = value;
-        else if (key == "dur") e.dur = value;
-        else if (key == "args") e.args = value;
-        else if (key == "id") e.id = value;
+        if (key == "ph")
+            e.ph = value;
+        else if (key == "pid")
+            e.pid = value;
+        else if (key == "cat")
+            e.cat = value;
+        else if (key == "name")
+            kineto::json_string(value, e.name);
+        else if (key == "ts")
+            e.ts = value;
+        else if (key == "tid")
+            e.tid = value;
+        else if (key == "dur")
+            e.dur = value;
+        else if (key == "args")
+            e.args = value;
+        else if (key == "id")
+            e.id = value;
     }
-    if (!ok || !cursor.done()) return false;
+    if (!ok || !cursor.done())
+        return false;
     // ph and cat are short strings without escapes: strip the quotes.
     auto unquote = [](std::string_view& v) {
-        if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+        if (v.size() >= 2 && v.front() == '"' && v.back() == '"')
+            v = v.substr(1, v.size() - 2);
     };
     unquote(e.ph);
     unquote(e.cat);
@@ -87,19 +105,23 @@ bool parse_event(std::string_view raw, RawEvent& e) {
 template <typename Member>
 bool for_each_member(std::string_view raw, Member&& member) {
     JsonCursor cursor(raw);
-    if (!cursor.begin_object()) return false;
+    if (!cursor.begin_object())
+        return false;
     std::string_view key, value;
     bool ok = false;
-    while (cursor.next_member(key, value, ok)) member(key, value);
+    while (cursor.next_member(key, value, ok))
+        member(key, value);
     return ok;
 }
 
 // "ProfilerStep#12" -> 12.
 bool profiler_step(std::string_view name, std::int32_t& step) {
     constexpr std::string_view prefix = "ProfilerStep#";
-    if (name.substr(0, prefix.size()) != prefix) return false;
+    if (name.substr(0, prefix.size()) != prefix)
+        return false;
     std::int64_t value = 0;
-    if (!kineto::json_int(name.substr(prefix.size()), value) || value < 0 || value > INT32_MAX) return false;
+    if (!kineto::json_int(name.substr(prefix.size()), value) || value < 0 || value > INT32_MAX)
+        return false;
     step = static_cast<std::int32_t>(value);
     return true;
 }
@@ -112,17 +134,32 @@ enum class Where { host, device };
 // command processor ("mtia_ccp_events").
 bool is_device_cat(std::string_view cat) {
     static constexpr std::string_view device[] = {
-        "kernel",     "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync",
-        "cuda_profiler_range", "Kernel", "Memcpy", "Memset", "mtia_ccp_events"};
+        "kernel",    "gpu_memcpy",          "gpu_memset", "gpu_user_annotation",
+        "cuda_sync", "cuda_profiler_range", "Kernel",     "Memcpy",
+        "Memset",    "mtia_ccp_events"};
     return std::find(std::begin(device), std::end(device), cat) != std::end(device);
 }
 
 bool is_known_host_cat(std::string_view cat) {
-    static constexpr std::string_view known[] = {
-        "cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function",
-        "cpu_instant_event", "Trace", "fwdbwd", "ac2g", "overhead", "Runtime", "Operator",
-        "privateuse1_runtime", "privateuse1_driver", "mtia_runtime", "xpu_runtime",
-        "xpu_driver", "gpu_mem_alloc", ""};
+    static constexpr std::string_view known[] = {"cpu_op",
+                                                 "user_annotation",
+                                                 "cuda_runtime",
+                                                 "cuda_driver",
+                                                 "python_function",
+                                                 "cpu_instant_event",
+                                                 "Trace",
+                                                 "fwdbwd",
+                                                 "ac2g",
+                                                 "overhead",
+                                                 "Runtime",
+                                                 "Operator",
+                                                 "privateuse1_runtime",
+                                                 "privateuse1_driver",
+                                                 "mtia_runtime",
+                                                 "xpu_runtime",
+                                                 "xpu_driver",
+                                                 "gpu_mem_alloc",
+                                                 ""};
     return std::find(std::begin(known), std::end(known), cat) != std::end(known);
 }
 
@@ -172,14 +209,16 @@ std::string string_member(const nlohmann::json& object, const char* key) {
 // Reads the `fulcrum` member; false when it is there but not what the exporter writes.
 bool read_fulcrum_export(std::string_view raw, FulcrumExport& out) {
     const nlohmann::json root = nlohmann::json::parse(raw, nullptr, false);
-    if (!root.is_object() || int_member(root, "format", 0) != 1) return false;
+    if (!root.is_object() || int_member(root, "format", 0) != 1)
+        return false;
     out.present = true;
     if (auto config = root.find("config"); config != root.end() && config->is_object()) {
         out.config_json = config->dump();
     }
     if (auto ranks = root.find("ranks"); ranks != root.end() && ranks->is_array()) {
         for (const auto& r : *ranks) {
-            if (!r.is_object()) continue;
+            if (!r.is_object())
+                continue;
             RankInfo rank;
             rank.rank = static_cast<std::int32_t>(int_member(r, "rank", 0));
             rank.host = string_member(r, "host");
@@ -195,11 +234,13 @@ bool read_fulcrum_export(std::string_view raw, FulcrumExport& out) {
     }
     if (auto lanes = root.find("lanes"); lanes != root.end() && lanes->is_array()) {
         for (const auto& l : *lanes) {
-            if (!l.is_object()) continue;
+            if (!l.is_object())
+                continue;
             ExportedLane lane;
             lane.rank = static_cast<std::int32_t>(int_member(l, "rank", 0));
-            lane.kind = string_member(l, "kind") == to_string(LaneKind::gpu_stream) ? LaneKind::gpu_stream
-                                                                                    : LaneKind::host_thread;
+            lane.kind = string_member(l, "kind") == to_string(LaneKind::gpu_stream)
+                            ? LaneKind::gpu_stream
+                            : LaneKind::host_thread;
             lane.name = string_member(l, "name");
             lane.native_id = int_member(l, "native_id", -1);
             lane.pid = int_member(l, "pid", 0);
@@ -211,10 +252,13 @@ bool read_fulcrum_export(std::string_view raw, FulcrumExport& out) {
     }
     if (auto workload = root.find("workload"); workload != root.end() && workload->is_array()) {
         for (const auto& w : *workload) {
-            if (!w.is_array() || w.size() != 8 || !w[7].is_string()) continue;
+            if (!w.is_array() || w.size() != 8 || !w[7].is_string())
+                continue;
             bool numbers = true;
-            for (std::size_t i = 0; i < 7; ++i) numbers = numbers && w[i].is_number_integer();
-            if (!numbers) continue;
+            for (std::size_t i = 0; i < 7; ++i)
+                numbers = numbers && w[i].is_number_integer();
+            if (!numbers)
+                continue;
             out.workload.push_back({w[0].get<std::int32_t>(), w[1].get<std::int32_t>(),
                                     w[2].get<std::int32_t>(), w[3].get<std::int64_t>(),
                                     w[4].get<std::int32_t>(), w[5].get<std::int32_t>(),
@@ -262,14 +306,17 @@ void read_top_member(std::string_view key, std::string_view value, TopLevel& top
         }
     } else if (key == "deviceProperties") {
         JsonCursor cursor(value);
-        if (!cursor.eat('[')) return;
+        if (!cursor.eat('['))
+            return;
         std::string_view element;
         while (cursor.value(element)) {
             for_each_member(element, [&](std::string_view k, std::string_view v) {
                 std::int64_t n = 0;
-                if (k == "id" && kineto::json_int(v, n) && n >= 0 && n < (1 << 20)) top.devices.insert(n);
+                if (k == "id" && kineto::json_int(v, n) && n >= 0 && n < (1 << 20))
+                    top.devices.insert(n);
             });
-            if (!cursor.eat(',')) break;
+            if (!cursor.eat(','))
+                break;
         }
     } else if (key == "fulcrum") {
         top.fulcrum_damaged = !read_fulcrum_export(value, top.fulcrum);
@@ -294,7 +341,8 @@ bool walk(JsonStream& stream, Member&& member, EventFn&& event, bool& truncated,
                 return true;
             }
             std::string_view raw;
-            if (!stream.next_value(raw)) return false;
+            if (!stream.next_value(raw))
+                return false;
             event(raw, index++);
             if ((index & 4095) == 0 && cancel != nullptr && cancel->load()) {
                 cancelled = true;
@@ -313,15 +361,18 @@ bool walk(JsonStream& stream, Member&& member, EventFn&& event, bool& truncated,
         truncated = !events() && !cancelled;
         return true;
     }
-    if (first != '{') return false;
+    if (first != '{')
+        return false;
     stream.advance();
     bool any = false;
     for (;;) {
         int c = stream.peek();
-        if (c == '}') return true;
+        if (c == '}')
+            return true;
         std::string_view raw;
         std::string key;
-        if (c != '"' || !stream.next_value(raw) || !kineto::json_string(raw, key) || stream.peek() != ':') {
+        if (c != '"' || !stream.next_value(raw) || !kineto::json_string(raw, key) ||
+            stream.peek() != ':') {
             truncated = any || c == '"';
             return any || c < 0 || c == '"';
         }
@@ -364,51 +415,63 @@ public:
 
     Status run() {
         std::error_code ec;
-        input_size_ = input_.bytes != nullptr ? static_cast<double>(input_.bytes->size())
-                                              : static_cast<double>(std::filesystem::file_size(input_.path, ec));
-        if (ec) return Error{ErrorCode::io, "cannot read '" + input_.path + "': " + ec.message()};
+        input_size_ = input_.bytes != nullptr
+                          ? static_cast<double>(input_.bytes->size())
+                          : static_cast<double>(std::filesystem::file_size(input_.path, ec));
+        if (ec)
+            return Error{ErrorCode::io, "cannot read '" + input_.path + "': " + ec.message()};
         input_size_ = std::max(input_size_, 1.0);
-        if (auto status = scan(); !status) return status;
+        if (auto status = scan(); !status)
+            return status;
         add_ranks();
-        if (auto status = import_events(); !status) return status;
+        if (auto status = import_events(); !status)
+            return status;
         finish();
         return {};
     }
 
 private:
     void progress(double fraction) {
-        if (options_.progress) options_.progress(std::clamp(fraction, 0.0, 1.0));
+        if (options_.progress)
+            options_.progress(std::clamp(fraction, 0.0, 1.0));
     }
 
     Status not_json(const JsonStream& stream) const {
-        return Error{ErrorCode::invalid_input,
-                     "'" + input_.path + "' is not Chrome trace JSON (it should start with {\"traceEvents\": [ or [{)" +
-                         (stream.problem().empty() ? "" : ": " + stream.problem())};
+        return Error{
+            ErrorCode::invalid_input,
+            "'" + input_.path +
+                "' is not Chrome trace JSON (it should start with {\"traceEvents\": [ or [{)" +
+                (stream.problem().empty() ? "" : ": " + stream.problem())};
     }
 
     // Pass 1: the top-level members, wherever they stand, and the host ProfilerStep windows.
     Status scan() {
         JsonStream stream;
-        if (!open_stream(stream, input_)) return Error{ErrorCode::io, "cannot open '" + input_.path + "'"};
+        if (!open_stream(stream, input_))
+            return Error{ErrorCode::io, "cannot open '" + input_.path + "'"};
         bool truncated = false, cancelled = false;
         std::int64_t last_report = 0, seen = 0;
         RawEvent e;
         const bool readable = walk(
-            stream, [&](std::string_view key, std::string_view raw) { read_top_member(key, raw, top_); },
+            stream,
+            [&](std::string_view key, std::string_view raw) { read_top_member(key, raw, top_); },
             [&](std::string_view raw, std::int64_t) {
                 if ((++seen & 1023) == 0 && stream.file_offset() - last_report > (8 << 20)) {
                     last_report = stream.file_offset();
                     progress(0.25 * double(last_report) / input_size_);
                 }
                 const bool labels = raw.find("process_labels") != std::string_view::npos;
-                if (!labels && raw.find("ProfilerStep#") == std::string_view::npos) return;
+                if (!labels && raw.find("ProfilerStep#") == std::string_view::npos)
+                    return;
                 e = RawEvent{};
-                if (!parse_event(raw, e)) return;
+                if (!parse_event(raw, e))
+                    return;
                 if (labels && e.ph == "M" && e.name == "process_labels") {
                     read_process_label(e);
                     return;
                 }
-                if (e.ph != "X" || is_device_cat(e.cat)) return;
+                if (e.ph != "X" || is_device_cat(e.cat))
+                    return;
                 std::int32_t step = 0;
                 std::int64_t ts = 0, dur = 0;
                 if (profiler_step(e.name, step) && kineto::json_us_to_ns(e.ts, ts) &&
@@ -417,8 +480,10 @@ private:
                 }
             },
             truncated, options_.cancel, cancelled);
-        if (cancelled) return Error{ErrorCode::cancelled, "import cancelled"};
-        if (!readable) return not_json(stream);
+        if (cancelled)
+            return Error{ErrorCode::cancelled, "import cancelled"};
+        if (!readable)
+            return not_json(stream);
         std::sort(top_.steps.begin(), top_.steps.end(),
                   [](const StepWindow& a, const StepWindow& b) { return a.start < b.start; });
         return {};
@@ -441,47 +506,56 @@ private:
             rank.alignment = ClockAlignment::utc_offset;
             ranks_.push_back(rank);
         }
-        for (const RankInfo& rank : ranks_) sink_.add_rank(rank);
+        for (const RankInfo& rank : ranks_)
+            sink_.add_rank(rank);
         // Every lane of the export, in the run's order, even those without events.
         for (const ExportedLane& lane : top_.fulcrum.lanes) {
-            exported_lanes_[{lane.pid, lane.tid}] = sink_.add_lane(lane.rank, lane.kind, lane.name, lane.native_id);
+            exported_lanes_[{lane.pid, lane.tid}] =
+                sink_.add_lane(lane.rank, lane.kind, lane.name, lane.native_id);
         }
 
         std::string config = "{\"source\":\"kineto\"";
         if (!top_.backend.empty()) {
             std::string safe;
             for (char c : top_.backend) {
-                if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') safe += c;
+                if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')
+                    safe += c;
             }
             // distributedInfo's backend is the communication library (nccl, gloo); the run
             // config's `backend` is the compute backend, so it goes under `comm`, as
             // fulcrum-train records its communicator.
             config += ",\"comm\":\"" + safe + "\"";
         }
-        if (top_.world_size > 0) config += ",\"world_size\":" + std::to_string(top_.world_size);
+        if (top_.world_size > 0)
+            config += ",\"world_size\":" + std::to_string(top_.world_size);
         config += "}";
-        sink_.set_run_config(top_.fulcrum.present && !top_.fulcrum.config_json.empty() ? top_.fulcrum.config_json
-                                                                                       : config);
-        for (const WorkloadEntry& entry : top_.fulcrum.workload) sink_.add_workload(entry);
+        sink_.set_run_config(top_.fulcrum.present && !top_.fulcrum.config_json.empty()
+                                 ? top_.fulcrum.config_json
+                                 : config);
+        for (const WorkloadEntry& entry : top_.fulcrum.workload)
+            sink_.add_workload(entry);
 
         if (!top_.has_base) {
-            log_.note("no baseTimeNanoseconds: this rank's timestamps are taken as they are "
-                      "(offset 0), so its alignment with other ranks is unknown");
+            log_.note(
+                "no baseTimeNanoseconds: this rank's timestamps are taken as they are "
+                "(offset 0), so its alignment with other ranks is unknown");
         }
         if (!top_.has_rank && !top_.fulcrum.present) {
             log_.note("no distributedInfo.rank: rank " + std::to_string(ranks_.front().rank) +
                       " from the input's position among the files");
         }
         if (top_.fulcrum_damaged) {
-            log_.note("the `fulcrum` member is not one this version wrote; read as a plain "
-                      "Kineto trace");
+            log_.note(
+                "the `fulcrum` member is not one this version wrote; read as a plain "
+                "Kineto trace");
         }
     }
 
     std::int32_t step_at(std::int64_t t) const {
         auto it = std::upper_bound(top_.steps.begin(), top_.steps.end(), t,
                                    [](std::int64_t v, const StepWindow& w) { return v < w.start; });
-        if (it == top_.steps.begin()) return -1;
+        if (it == top_.steps.begin())
+            return -1;
         --it;
         return t < it->end ? it->step : -1;
     }
@@ -490,7 +564,8 @@ private:
         const std::int64_t pid = ids_.of(e.pid.empty() ? std::string_view("0") : e.pid);
         for_each_member(e.args, [&](std::string_view k, std::string_view v) {
             std::string label;
-            if (k != "labels" || !kineto::json_string(v, label)) return;
+            if (k != "labels" || !kineto::json_string(v, label))
+                return;
             (label == "CPU" ? top_.labelled_host : top_.labelled_device).insert(pid);
         });
     }
@@ -506,9 +581,12 @@ private:
     // a device's process (MTIA's `synchronize` per stream) runs there too; a category Kineto
     // does not document runs where its process is.
     Where where_of(std::string_view cat, std::int64_t pid) {
-        if (is_device_cat(cat)) return Where::device;
-        if (is_runtime_cat(cat)) return device_process(pid) ? Where::device : Where::host;
-        if (is_known_host_cat(cat)) return Where::host;
+        if (is_device_cat(cat))
+            return Where::device;
+        if (is_runtime_cat(cat))
+            return device_process(pid) ? Where::device : Where::host;
+        if (is_known_host_cat(cat))
+            return Where::host;
         if (device_process(pid)) {
             ++unknown_device_cats_[std::string(cat.substr(0, 64))];
             return Where::device;
@@ -522,7 +600,8 @@ private:
     // processes named by text ("Spans", "Traces", ""). They go on one lane, not on a
     // phantom thread each.
     static bool is_capture_window(const RawEvent& e) {
-        if (e.cat == "Trace") return true;
+        if (e.cat == "Trace")
+            return true;
         std::int64_t number = 0;
         std::string text;
         return (e.ph == "i" || e.ph == "I") && !kineto::json_int(e.pid, number) &&
@@ -531,7 +610,8 @@ private:
 
     LaneId profiler_lane() {
         if (!profiler_lane_.valid()) {
-            profiler_lane_ = sink_.add_lane(ranks_.front().rank, LaneKind::host_thread, "profiler", -1);
+            profiler_lane_ =
+                sink_.add_lane(ranks_.front().rank, LaneKind::host_thread, "profiler", -1);
         }
         return profiler_lane_;
     }
@@ -550,32 +630,39 @@ private:
         if (device && !profiler) {
             for_each_member(e.args, [&](std::string_view k, std::string_view v) {
                 std::int64_t stream = 0;
-                if ((k == "stream" || k == "stream_id") && kineto::json_int(v, stream)) native = stream;
+                if ((k == "stream" || k == "stream_id") && kineto::json_int(v, stream))
+                    native = stream;
             });
         }
-        auto [it, added] = lanes_.try_emplace(LaneKey{device, profiler, pid, device ? native : tid}, LaneId{});
-        if (!added) return it->second;
+        auto [it, added] =
+            lanes_.try_emplace(LaneKey{device, profiler, pid, device ? native : tid}, LaneId{});
+        if (!added)
+            return it->second;
         std::string name;
         if (profiler) {
             name = "profiler ranges (device " + std::to_string(pid) + ")";
             native = -1;
         } else if (device) {
             name = "stream " + std::to_string(native) + " (device " + std::to_string(pid) + ")";
-            if (first_device_ < 0 && pid >= 0 && pid < (1 << 20)) first_device_ = static_cast<std::int32_t>(pid);
+            if (first_device_ < 0 && pid >= 0 && pid < (1 << 20))
+                first_device_ = static_cast<std::int32_t>(pid);
         } else {
             auto named = thread_names_.find({pid, tid});
             name = named != thread_names_.end() ? named->second : "thread " + std::to_string(tid);
-            if (first_host_pid_ == 0) first_host_pid_ = pid;
+            if (first_host_pid_ == 0)
+                first_host_pid_ = pid;
         }
-        it->second = sink_.add_lane(ranks_.front().rank, device ? LaneKind::gpu_stream : LaneKind::host_thread,
-                                    name, native);
+        it->second =
+            sink_.add_lane(ranks_.front().rank,
+                           device ? LaneKind::gpu_stream : LaneKind::host_thread, name, native);
         return it->second;
     }
 
     // Pass 2.
     Status import_events() {
         JsonStream stream;
-        if (!open_stream(stream, input_)) return Error{ErrorCode::io, "cannot open '" + input_.path + "'"};
+        if (!open_stream(stream, input_))
+            return Error{ErrorCode::io, "cannot open '" + input_.path + "'"};
         bool truncated = false, cancelled = false;
         std::int64_t last_report = 0;
         walk(
@@ -589,12 +676,14 @@ private:
             },
             truncated, options_.cancel, cancelled);
         flush();
-        if (cancelled) return Error{ErrorCode::cancelled, "import cancelled"};
+        if (cancelled)
+            return Error{ErrorCode::cancelled, "import cancelled"};
         if (truncated) {
             std::string reason = "truncated at byte " + std::to_string(stream.offset()) +
                                  " of the JSON: the events before it were imported, the rest of "
                                  "the file could not be read";
-            if (!stream.problem().empty()) reason += " (" + stream.problem() + ")";
+            if (!stream.problem().empty())
+                reason += " (" + stream.problem() + ")";
             log_.note(reason);
         } else if (!stream.problem().empty()) {
             log_.note(stream.problem());
@@ -613,13 +702,15 @@ private:
             on_metadata(e);
             return;
         }
-        if (ph == "s" || ph == "f" || ph == "t") return;  // flows: the correlation args link launches
+        if (ph == "s" || ph == "f" || ph == "t")
+            return;  // flows: the correlation args link launches
         const bool complete = ph == "X", begin = ph == "B", end = ph == "E";
         const bool async_begin = ph == "b", async_end = ph == "e";
         const bool instant = ph == "i" || ph == "I" || ph == "R";
         const bool counter = ph == "C";
         if (!complete && !begin && !end && !async_begin && !async_end && !instant && !counter) {
-            log_.skip("unknown event type \"ph\": \"" + std::string(ph.substr(0, 16)) + "\"", index, raw);
+            log_.skip("unknown event type \"ph\": \"" + std::string(ph.substr(0, 16)) + "\"", index,
+                      raw);
             return;
         }
         std::int64_t ts = 0;
@@ -669,17 +760,21 @@ private:
         event.end_ns = instant ? ts : ts + dur;
         map_event(e, where, instant, event);
         if (begin || async_begin) {
-            open_ranges_[OpenKey{lane, async_begin ? std::string(e.id) + "\n" + e.name : std::string()}].push_back(event);
+            open_ranges_[OpenKey{lane,
+                                 async_begin ? std::string(e.id) + "\n" + e.name : std::string()}]
+                .push_back(event);
             return;
         }
         add(event);
     }
 
     void on_metadata(const RawEvent& e) {
-        if (e.name != "thread_name" || e.pid.empty() || e.tid.empty()) return;  // the rest is not needed
+        if (e.name != "thread_name" || e.pid.empty() || e.tid.empty())
+            return;  // the rest is not needed
         for_each_member(e.args, [&](std::string_view k, std::string_view v) {
             std::string text;
-            if (k != "name" || !kineto::json_string(v, text)) return;
+            if (k != "name" || !kineto::json_string(v, text))
+                return;
             const std::int64_t pid = ids_.of(e.pid), tid = ids_.of(e.tid);
             thread_names_[{pid, tid}] = text;
             if (auto it = lanes_.find(LaneKey{false, false, pid, tid}); it != lanes_.end()) {
@@ -702,18 +797,21 @@ private:
         }
         for_each_member(e.args, [&](std::string_view k, std::string_view v) {
             double value = 0;
-            if (!kineto::json_double(v, value)) return;
+            if (!kineto::json_double(v, value))
+                return;
             // Fulcrum's export writes a counter as {"value": v} under its own name.
             const bool own = top_.fulcrum.present && k == "value";
             sink_.add_counter({rank, own ? e.name : e.name + "." + std::string(k), ts, value});
         });
     }
 
-    void close_range(const RawEvent& e, LaneId lane, std::int64_t ts, bool async, std::int64_t index,
-                     std::string_view raw) {
-        auto open = open_ranges_.find(OpenKey{lane, async ? std::string(e.id) + "\n" + e.name : std::string()});
+    void close_range(const RawEvent& e, LaneId lane, std::int64_t ts, bool async,
+                     std::int64_t index, std::string_view raw) {
+        auto open = open_ranges_.find(
+            OpenKey{lane, async ? std::string(e.id) + "\n" + e.name : std::string()});
         if (open == open_ranges_.end() || open->second.empty()) {
-            log_.skip(async ? "\"e\" without a matching \"b\"" : "\"E\" without a matching \"B\"", index, raw);
+            log_.skip(async ? "\"e\" without a matching \"b\"" : "\"E\" without a matching \"B\"",
+                      index, raw);
             return;
         }
         Event event = open->second.back();
@@ -734,11 +832,16 @@ private:
         std::string direction;
         for_each_member(e.args, [&](std::string_view k, std::string_view v) {
             std::int64_t n = 0;
-            if (k == "correlation" && kineto::json_int(v, n)) event.correlation = n;
-            else if (k == "bytes" && kineto::json_int(v, n) && n >= 0) event.bytes = n;
-            else if (k == "Collective name") collective_name = v;
-            else if (k == "size" && kineto::json_int(v, n) && n >= 0) mtia_bytes = n;
-            else if (k == "direction") kineto::json_string(v, direction);
+            if (k == "correlation" && kineto::json_int(v, n))
+                event.correlation = n;
+            else if (k == "bytes" && kineto::json_int(v, n) && n >= 0)
+                event.bytes = n;
+            else if (k == "Collective name")
+                collective_name = v;
+            else if (k == "size" && kineto::json_int(v, n) && n >= 0)
+                mtia_bytes = n;
+            else if (k == "direction")
+                kineto::json_string(v, direction);
         });
         std::int32_t step = -1;
         if (instant) {
@@ -747,7 +850,8 @@ private:
             if (!collective_name.empty() || contains_ci(e.name, "nccl")) {
                 event.kind = EventKind::collective;
                 event.category = Category::communication;
-                if (!collective_name.empty()) event.args = sink_.intern(e.args);
+                if (!collective_name.empty())
+                    event.args = sink_.intern(e.args);
             } else {
                 event.kind = EventKind::kernel;
                 event.category = contains_ci(e.name, "flash") || contains_ci(e.name, "attn") ||
@@ -758,7 +862,8 @@ private:
         } else if (cat == "gpu_memcpy" || cat == "Memcpy") {
             event.kind = EventKind::memcpy;
             copy_kinds_from_name(e.name, event.copy_kind, event.src_memory, event.dst_memory);
-            event.category = crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
+            event.category =
+                crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
         } else if (cat == "gpu_memset" || cat == "Memset") {
             event.kind = EventKind::memset;
             event.category = Category::memory;
@@ -781,7 +886,8 @@ private:
             event.kind = where == Where::device ? EventKind::sync : EventKind::api;
             event.category = Category::runtime;
         } else if (where == Where::device) {
-            event.kind = EventKind::kernel;  // an accelerator's work of a category Kineto does not document
+            event.kind =
+                EventKind::kernel;  // an accelerator's work of a category Kineto does not document
             event.category = Category::compute;
         } else {
             event.kind = EventKind::range;
@@ -792,7 +898,8 @@ private:
             event.kind == EventKind::range) {
             event.name = step_name();
             event.category = Category::schedule;
-            event.args = sink_.intern("{\"kineto_name\":\"ProfilerStep#" + std::to_string(host_step) + "\"}");
+            event.args = sink_.intern("{\"kineto_name\":\"ProfilerStep#" +
+                                      std::to_string(host_step) + "\"}");
             step = host_step;
         } else {
             event.name = sink_.intern(e.name);
@@ -806,16 +913,17 @@ private:
 
     // MTIA's command processor: DMA requests are copies (direction and size in the args),
     // waits are synchronisation, everything else is the device executing.
-    static void map_mtia_event(std::string_view name, const std::string& direction, std::int64_t bytes,
-                               Event& event) {
+    static void map_mtia_event(std::string_view name, const std::string& direction,
+                               std::int64_t bytes, Event& event) {
         if (contains_ci(name, "dma")) {
             event.kind = EventKind::memcpy;
             event.bytes = bytes;
-            event.copy_kind = direction == "DEVICE_TO_HOST"   ? CopyKind::device_to_host
-                              : direction == "HOST_TO_DEVICE" ? CopyKind::host_to_device
+            event.copy_kind = direction == "DEVICE_TO_HOST"     ? CopyKind::device_to_host
+                              : direction == "HOST_TO_DEVICE"   ? CopyKind::host_to_device
                               : direction == "DEVICE_TO_DEVICE" ? CopyKind::device_to_device
                                                                 : CopyKind::none;
-            event.category = crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
+            event.category =
+                crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
         } else if (contains_ci(name, "wait") || contains_ci(name, "event")) {
             event.kind = EventKind::sync;
             event.category = Category::runtime;
@@ -830,10 +938,13 @@ private:
     std::int32_t step_of(Where where, const Event& event) {
         std::int32_t step = -1;
         if (where == Where::device && event.correlation >= 0) {
-            if (auto it = launch_step_.find(event.correlation); it != launch_step_.end()) step = it->second;
+            if (auto it = launch_step_.find(event.correlation); it != launch_step_.end())
+                step = it->second;
         }
-        if (step < 0) step = step_at(event.start_ns);
-        if (where == Where::host && step >= 0 && event.kind == EventKind::api && event.correlation >= 0) {
+        if (step < 0)
+            step = step_at(event.start_ns);
+        if (where == Where::host && step >= 0 && event.kind == EventKind::api &&
+            event.correlation >= 0) {
             launch_step_.emplace(event.correlation, step);
         }
         return step;
@@ -851,24 +962,29 @@ private:
             std::string text;
             if (k == "kind" && kineto::json_string(v, text)) {
                 for (int i = 0; i < kEventKindCount; ++i) {
-                    if (to_string(static_cast<EventKind>(i)) == text) event.kind = static_cast<EventKind>(i);
+                    if (to_string(static_cast<EventKind>(i)) == text)
+                        event.kind = static_cast<EventKind>(i);
                 }
             } else if (k == "category" && kineto::json_string(v, text)) {
                 for (int i = 0; i < kCategoryCount; ++i) {
-                    if (to_string(static_cast<Category>(i)) == text) event.category = static_cast<Category>(i);
+                    if (to_string(static_cast<Category>(i)) == text)
+                        event.category = static_cast<Category>(i);
                 }
             } else if (k == "phase" && kineto::json_string(v, text)) {
                 for (int i = 0; i <= 2; ++i) {
-                    if (to_string(static_cast<Phase>(i)) == text) event.phase = static_cast<Phase>(i);
+                    if (to_string(static_cast<Phase>(i)) == text)
+                        event.phase = static_cast<Phase>(i);
                 }
             } else if (k == "copy" && kineto::json_string(v, text)) {
                 for (int i = 1; i <= 10; ++i) {
-                    if (to_string(static_cast<CopyKind>(i)) == text) event.copy_kind = static_cast<CopyKind>(i);
+                    if (to_string(static_cast<CopyKind>(i)) == text)
+                        event.copy_kind = static_cast<CopyKind>(i);
                 }
             } else if ((k == "src memory" || k == "dst memory") && kineto::json_string(v, text)) {
                 for (int i = 0; i <= 7; ++i) {
                     if (to_string(static_cast<MemoryKind>(i)) == text) {
-                        (k == "src memory" ? event.src_memory : event.dst_memory) = static_cast<MemoryKind>(i);
+                        (k == "src memory" ? event.src_memory : event.dst_memory) =
+                            static_cast<MemoryKind>(i);
                     }
                 }
             } else if (k == "step" && kineto::json_int(v, n) && n >= 0 && n <= INT32_MAX) {
@@ -881,17 +997,20 @@ private:
                 event.args = sink_.intern(v);
             }
         });
-        if (event.kind == EventKind::mark) event.end_ns = event.start_ns;
+        if (event.kind == EventKind::mark)
+            event.end_ns = event.start_ns;
     }
 
     StringId step_name() {
-        if (!step_name_.valid()) step_name_ = sink_.intern("step");
+        if (!step_name_.valid())
+            step_name_ = sink_.intern("step");
         return step_name_;
     }
 
     void add(const Event& event) {
         batch_.push_back(event);
-        if (batch_.size() >= 4096) flush();
+        if (batch_.size() >= 4096)
+            flush();
     }
     void flush() {
         sink_.add_events(batch_.data(), batch_.size());
@@ -901,8 +1020,9 @@ private:
     void finish() {
         for (auto& [key, stack] : open_ranges_) {
             if (!stack.empty()) {
-                log_.skip(key.async_id.empty() ? "\"B\" without a matching \"E\"" : "\"b\" without a matching \"e\"", -1,
-                          "", static_cast<std::int64_t>(stack.size()));
+                log_.skip(key.async_id.empty() ? "\"B\" without a matching \"E\""
+                                               : "\"b\" without a matching \"e\"",
+                          -1, "", static_cast<std::int64_t>(stack.size()));
             }
         }
         for (const auto& [cat, n] : unknown_host_cats_) {
@@ -915,10 +1035,13 @@ private:
         }
         log_.finish();
         for (RankInfo& rank : ranks_) {
-            if (top_.fulcrum.present) continue;  // the export's rows are whole
+            if (top_.fulcrum.present)
+                continue;  // the export's rows are whole
             rank.pid = first_host_pid_;
-            if (top_.devices.size() == 1) rank.device = static_cast<std::int32_t>(*top_.devices.begin());
-            else rank.device = first_device_;
+            if (top_.devices.size() == 1)
+                rank.device = static_cast<std::int32_t>(*top_.devices.begin());
+            else
+                rank.device = first_device_;
             sink_.add_rank(rank);
         }
         progress(1.0);
@@ -928,13 +1051,16 @@ private:
         bool device, profiler;
         std::int64_t pid, tid;
         bool operator<(const LaneKey& o) const {
-            return std::tie(device, profiler, pid, tid) < std::tie(o.device, o.profiler, o.pid, o.tid);
+            return std::tie(device, profiler, pid, tid) <
+                   std::tie(o.device, o.profiler, o.pid, o.tid);
         }
     };
     struct OpenKey {
         LaneId lane;
         std::string async_id;  // "" for B/E; "id\nname" for b/e
-        bool operator<(const OpenKey& o) const { return std::tie(lane, async_id) < std::tie(o.lane, o.async_id); }
+        bool operator<(const OpenKey& o) const {
+            return std::tie(lane, async_id) < std::tie(o.lane, o.async_id);
+        }
     };
 
     const ImportInput& input_;
@@ -966,30 +1092,39 @@ public:
     }
     bool sniff(std::string_view head) const override {
         std::size_t i = 0;
-        if (head.substr(0, 3) == "\xEF\xBB\xBF") i = 3;
-        while (i < head.size() && std::strchr(" \t\r\n", head[i]) != nullptr) ++i;
-        if (i >= head.size()) return false;
+        if (head.substr(0, 3) == "\xEF\xBB\xBF")
+            i = 3;
+        while (i < head.size() && std::strchr(" \t\r\n", head[i]) != nullptr)
+            ++i;
+        if (i >= head.size())
+            return false;
         if (head[i] == '[') {
             ++i;
-            while (i < head.size() && std::strchr(" \t\r\n", head[i]) != nullptr) ++i;
+            while (i < head.size() && std::strchr(" \t\r\n", head[i]) != nullptr)
+                ++i;
             return i < head.size() && head[i] == '{' &&
-                   (head.find("\"ph\"") != std::string_view::npos || head.find("\"ts\"") != std::string_view::npos ||
-                    head.size() - i < 64);
+                   (head.find("\"ph\"") != std::string_view::npos ||
+                    head.find("\"ts\"") != std::string_view::npos || head.size() - i < 64);
         }
-        if (head[i] != '{') return false;
+        if (head[i] != '{')
+            return false;
         for (std::string_view key : {"\"traceEvents\"", "\"schemaVersion\"", "\"deviceProperties\"",
                                      "\"distributedInfo\"", "\"baseTimeNanoseconds\""}) {
-            if (head.find(key) != std::string_view::npos) return true;
+            if (head.find(key) != std::string_view::npos)
+                return true;
         }
         return false;
     }
-    Status read(const ImportInput& input, TraceSink& sink, const ImportFileOptions& options) const override {
+    Status read(const ImportInput& input, TraceSink& sink,
+                const ImportFileOptions& options) const override {
         return KinetoImport(input, sink, options).run();
     }
 };
 
 }  // namespace
 
-std::unique_ptr<Importer> make_kineto_importer() { return std::make_unique<KinetoImporter>(); }
+std::unique_ptr<Importer> make_kineto_importer() {
+    return std::make_unique<KinetoImporter>();
+}
 
 }  // namespace fulcrum::importer

@@ -41,8 +41,12 @@ std::string nvtx_event_types() {
 
 // A process's key: globalTid / 2^24 (the PID with the hardware and VM ids above it), so two
 // hosts' processes with one PID stay apart.
-std::int64_t process_key(std::int64_t global_id) { return global_id / kPidShift; }
-std::int64_t tid_of(std::int64_t global_tid) { return global_tid % kPidShift; }
+std::int64_t process_key(std::int64_t global_id) {
+    return global_id / kPidShift;
+}
+std::int64_t tid_of(std::int64_t global_tid) {
+    return global_tid % kPidShift;
+}
 
 // Thin read-only access to the export; no Fulcrum schema here.
 class Source {
@@ -61,11 +65,12 @@ public:
             // Bytes in memory: an in-memory database over them, read-only, nothing on disk.
             if (sqlite3_open_v2(":memory:", &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
                                 nullptr) != SQLITE_OK ||
-                sqlite3_deserialize(db_, "main",
-                                    reinterpret_cast<unsigned char*>(const_cast<char*>(bytes_->data())),
-                                    static_cast<sqlite3_int64>(bytes_->size()),
-                                    static_cast<sqlite3_int64>(bytes_->size()),
-                                    SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
+                sqlite3_deserialize(
+                    db_, "main",
+                    reinterpret_cast<unsigned char*>(const_cast<char*>(bytes_->data())),
+                    static_cast<sqlite3_int64>(bytes_->size()),
+                    static_cast<sqlite3_int64>(bytes_->size()),
+                    SQLITE_DESERIALIZE_READONLY) != SQLITE_OK) {
                 return damaged("cannot open it");
             }
         } else if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
@@ -76,8 +81,8 @@ public:
         sqlite3_limit(db_, SQLITE_LIMIT_LENGTH, 64 << 20);
         sqlite3_exec(db_, "PRAGMA cell_size_check = ON", nullptr, nullptr, nullptr);
         sqlite3_stmt* stmt = nullptr;
-        if (sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type = 'table'", -1, &stmt,
-                               nullptr) != SQLITE_OK) {
+        if (sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type = 'table'", -1,
+                               &stmt, nullptr) != SQLITE_OK) {
             return damaged("cannot read its schema");
         }
         int step = SQLITE_ROW;
@@ -161,9 +166,10 @@ std::int64_t int_or(sqlite3_stmt* stmt, int column, std::int64_t fallback) {
 
 std::string text_of(sqlite3_stmt* stmt, int column) {
     const auto* text = sqlite3_column_text(stmt, column);
-    return text != nullptr ? std::string(reinterpret_cast<const char*>(text),
-                                         static_cast<std::size_t>(sqlite3_column_bytes(stmt, column)))
-                           : std::string();
+    return text != nullptr
+               ? std::string(reinterpret_cast<const char*>(text),
+                             static_cast<std::size_t>(sqlite3_column_bytes(stmt, column)))
+               : std::string();
 }
 
 bool contains_nocase(std::string_view text, std::string_view part) {
@@ -186,17 +192,28 @@ std::string api_name(std::string name) {
 
 std::string_view copy_label(std::int64_t kind) {
     switch (kind) {
-    case 1: return "Memcpy HtoD";
-    case 2: return "Memcpy DtoH";
-    case 3: return "Memcpy HtoA";
-    case 4: return "Memcpy AtoH";
-    case 5: return "Memcpy AtoA";
-    case 6: return "Memcpy AtoD";
-    case 7: return "Memcpy DtoA";
-    case 8: return "Memcpy DtoD";
-    case 9: return "Memcpy HtoH";
-    case 10: return "Memcpy PtoP";
-    default: return "Memcpy";
+        case 1:
+            return "Memcpy HtoD";
+        case 2:
+            return "Memcpy DtoH";
+        case 3:
+            return "Memcpy HtoA";
+        case 4:
+            return "Memcpy AtoH";
+        case 5:
+            return "Memcpy AtoA";
+        case 6:
+            return "Memcpy AtoD";
+        case 7:
+            return "Memcpy DtoA";
+        case 8:
+            return "Memcpy DtoD";
+        case 9:
+            return "Memcpy HtoH";
+        case 10:
+            return "Memcpy PtoP";
+        default:
+            return "Memcpy";
     }
 }
 
@@ -204,18 +221,26 @@ std::string json_escape(std::string_view text) {
     std::string out;
     for (char c : text) {
         switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        default:
-            if (static_cast<unsigned char>(c) < 0x20) {
-                char buffer[8];
-                std::snprintf(buffer, sizeof buffer, "\\u%04x", static_cast<unsigned>(c));
-                out += buffer;
-            } else {
-                out += c;
-            }
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            default:
+                if (static_cast<unsigned char>(c) < 0x20) {
+                    char buffer[8];
+                    std::snprintf(buffer, sizeof buffer, "\\u%04x", static_cast<unsigned>(c));
+                    out += buffer;
+                } else {
+                    out += c;
+                }
         }
     }
     return out;
@@ -234,9 +259,12 @@ public:
         : source_(source), writer_(writer), options_(options), log_(writer, std::move(name)) {}
 
     Status run(const std::string& input) {
-        if (auto status = read_strings(); !status) return status;
-        if (auto status = read_domains(); !status) return status;
-        if (auto status = find_processes(); !status) return status;
+        if (auto status = read_strings(); !status)
+            return status;
+        if (auto status = read_domains(); !status)
+            return status;
+        if (auto status = find_processes(); !status)
+            return status;
         if (processes_.empty()) {
             // Nothing to attribute: still one (empty) rank, so the run opens.
             Process process;
@@ -244,16 +272,20 @@ public:
             process.info.rank = process.rank;
             processes_.emplace(-1, process);
         }
-        if (auto status = assign_ranks(input); !status) return status;
+        if (auto status = assign_ranks(input); !status)
+            return status;
         const struct {
             Status (Import::*read)();
             double weight;
-        } tables[] = {{&Import::read_kernels, 0.35}, {&Import::read_memcpy, 0.1},
-                      {&Import::read_memset, 0.05}, {&Import::read_runtime, 0.3},
+        } tables[] = {{&Import::read_kernels, 0.35},
+                      {&Import::read_memcpy, 0.1},
+                      {&Import::read_memset, 0.05},
+                      {&Import::read_runtime, 0.3},
                       {&Import::read_nvtx, 0.2}};
         double done = 0.1;
         for (const auto& table : tables) {
-            if (auto status = (this->*table.read)(); !status) return status;
+            if (auto status = (this->*table.read)(); !status)
+                return status;
             done += table.weight * 0.9;
             if (options_.progress) {
                 options_.progress(std::min(done, 1.0));
@@ -273,9 +305,12 @@ private:
     // A name column holds a StringIds id (current exports) or the text itself (old ones).
     std::string name_at(sqlite3_stmt* stmt, int column) const {
         switch (sqlite3_column_type(stmt, column)) {
-        case SQLITE_INTEGER: return string(sqlite3_column_int64(stmt, column));
-        case SQLITE_TEXT: return text_of(stmt, column);
-        default: return {};
+            case SQLITE_INTEGER:
+                return string(sqlite3_column_int64(stmt, column));
+            case SQLITE_TEXT:
+                return text_of(stmt, column);
+            default:
+                return {};
         }
     }
 
@@ -327,9 +362,10 @@ private:
         }
         const bool text = source_.has_column(table, "text");
         const bool text_id = source_.has_column(table, "textId");
-        const std::string sql = "SELECT domainId, " + std::string(text ? "text" : "NULL") + ", " +
-                                (text_id ? "textId" : "NULL") + " FROM NVTX_EVENTS WHERE eventType = " +
-                                std::to_string(kNvtxDomainCreate);
+        const std::string sql =
+            "SELECT domainId, " + std::string(text ? "text" : "NULL") + ", " +
+            (text_id ? "textId" : "NULL") +
+            " FROM NVTX_EVENTS WHERE eventType = " + std::to_string(kNvtxDomainCreate);
         return source_.query(sql, [&](sqlite3_stmt* stmt) {
             std::string name = text_of(stmt, 1);
             if (name.empty() && sqlite3_column_type(stmt, 2) != SQLITE_NULL) {
@@ -355,28 +391,31 @@ private:
                 continue;
             }
             const bool device = source_.has_column(table, "deviceId");
-            const std::string sql = "SELECT DISTINCT globalPid / " + std::to_string(kPidShift) + ", " +
-                                    (device ? "deviceId" : "-1") + " FROM " + table;
+            const std::string sql = "SELECT DISTINCT globalPid / " + std::to_string(kPidShift) +
+                                    ", " + (device ? "deviceId" : "-1") + " FROM " + table;
             auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
                 add(sqlite3_column_int64(stmt, 0), int_or(stmt, 1, -1));
                 return true;
             });
-            if (!status) return status;
+            if (!status)
+                return status;
         }
         for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"}) {
             if (!source_.has_column(table, "globalTid")) {
                 continue;
             }
-            std::string sql = "SELECT DISTINCT globalTid / " + std::to_string(kPidShift) + " FROM " +
-                              table;
-            if (std::string_view(table) == "NVTX_EVENTS" && source_.has_column(table, "eventType")) {
+            std::string sql =
+                "SELECT DISTINCT globalTid / " + std::to_string(kPidShift) + " FROM " + table;
+            if (std::string_view(table) == "NVTX_EVENTS" &&
+                source_.has_column(table, "eventType")) {
                 sql += " WHERE eventType IN (" + nvtx_event_types() + ")";
             }
             auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
                 add(int_or(stmt, 0, 0), -1);
                 return true;
             });
-            if (!status) return status;
+            if (!status)
+                return status;
         }
         return {};
     }
@@ -385,7 +424,8 @@ private:
     Status read_rank_marks() {
         std::set<std::int64_t> fulcrum_domains;
         for (const auto& [id, name] : domains_) {
-            if (name == "fulcrum") fulcrum_domains.insert(id);
+            if (name == "fulcrum")
+                fulcrum_domains.insert(id);
         }
         const std::string table = "NVTX_EVENTS";
         if (fulcrum_domains.empty() || !source_.has_column(table, "globalTid") ||
@@ -401,8 +441,7 @@ private:
         const std::string sql = "SELECT globalTid, " + std::string(text ? "text" : "NULL") + ", " +
                                 (text_id ? "textId" : "NULL") +
                                 " FROM NVTX_EVENTS WHERE eventType = " + std::to_string(kNvtxMark) +
-                                " AND domainId IN (" +
-                                domain_list + ")";
+                                " AND domainId IN (" + domain_list + ")";
         return source_.query(sql, [&](sqlite3_stmt* stmt) {
             std::string message = text_of(stmt, 1);
             if (message.empty() && sqlite3_column_type(stmt, 2) != SQLITE_NULL) {
@@ -422,7 +461,8 @@ private:
     }
 
     Status assign_ranks(const std::string& input) {
-        if (auto status = read_rank_marks(); !status) return status;
+        if (auto status = read_rank_marks(); !status)
+            return status;
         std::int64_t utc_start = 0;
         if (source_.has_column("TARGET_INFO_SESSION_START_TIME", "utcEpochNs")) {
             auto status = source_.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME",
@@ -430,26 +470,31 @@ private:
                                             utc_start = int_or(stmt, 0, 0);
                                             return false;
                                         });
-            if (!status) return status;
+            if (!status)
+                return status;
         }
         std::string host;
         if (source_.has_column("TARGET_INFO_SYSTEM_ENV", "name") &&
             source_.has_column("TARGET_INFO_SYSTEM_ENV", "value")) {
-            auto status = source_.query(
-                "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'",
-                [&](sqlite3_stmt* stmt) {
-                    host = text_of(stmt, 0);
-                    return false;
-                });
-            if (!status) return status;
+            auto status =
+                source_.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'",
+                              [&](sqlite3_stmt* stmt) {
+                                  host = text_of(stmt, 0);
+                                  return false;
+                              });
+            if (!status)
+                return status;
         }
         std::map<std::int64_t, std::string> process_names;
-        if (source_.has_column("PROCESSES", "globalPid") && source_.has_column("PROCESSES", "name")) {
-            auto status = source_.query("SELECT globalPid, name FROM PROCESSES", [&](sqlite3_stmt* stmt) {
-                process_names[process_key(int_or(stmt, 0, 0))] = text_of(stmt, 1);
-                return true;
-            });
-            if (!status) return status;
+        if (source_.has_column("PROCESSES", "globalPid") &&
+            source_.has_column("PROCESSES", "name")) {
+            auto status =
+                source_.query("SELECT globalPid, name FROM PROCESSES", [&](sqlite3_stmt* stmt) {
+                    process_names[process_key(int_or(stmt, 0, 0))] = text_of(stmt, 1);
+                    return true;
+                });
+            if (!status)
+                return status;
         }
 
         const bool several = processes_.size() > 1;
@@ -461,21 +506,24 @@ private:
             info.rank = several ? options_.input_index * 64 + index : options_.input_index;
             info.pid = key >= 0 ? key % kPidShift : 0;
             info.host = host;
-            info.device = process.devices.empty() ? -1 : static_cast<std::int32_t>(*process.devices.begin());
+            info.device =
+                process.devices.empty() ? -1 : static_cast<std::int32_t>(*process.devices.begin());
             info.utc_offset_ns = utc_start;
-            if (auto mark = rank_marks_.find(key); mark != rank_marks_.end() &&
-                                                   used.count(mark->second.rank) == 0) {
+            if (auto mark = rank_marks_.find(key);
+                mark != rank_marks_.end() && used.count(mark->second.rank) == 0) {
                 info.rank = mark->second.rank;
                 info.dp = mark->second.dp;
                 info.pp = mark->second.pp;
                 info.cp = mark->second.cp;
                 info.tp = mark->second.tp;
-                if (mark->second.device >= 0) info.device = mark->second.device;
+                if (mark->second.device >= 0)
+                    info.device = mark->second.device;
             }
             used.insert(info.rank);
             process.rank = info.rank;
             writer_.add_rank(info);
-            listing += (listing.empty() ? "" : ", ") + std::string("pid ") + std::to_string(info.pid) +
+            listing += (listing.empty() ? "" : ", ") + std::string("pid ") +
+                       std::to_string(info.pid) +
                        (process_names.count(key) ? " (" + process_names[key] + ")" : "") +
                        " -> rank " + std::to_string(info.rank);
             ++index;
@@ -499,10 +547,10 @@ private:
     LaneId stream_lane(const Process& process, std::int64_t device, std::int64_t stream) {
         auto [at, added] = stream_lanes_.try_emplace({process.key, device, stream});
         if (added) {
-            at->second = writer_.add_lane(process.rank, LaneKind::gpu_stream,
-                                          "stream " + std::to_string(stream) + " (device " +
-                                              std::to_string(device) + ")",
-                                          stream);
+            at->second = writer_.add_lane(
+                process.rank, LaneKind::gpu_stream,
+                "stream " + std::to_string(stream) + " (device " + std::to_string(device) + ")",
+                stream);
         }
         return at->second;
     }
@@ -555,7 +603,8 @@ private:
         sql += " FROM " + table;
         std::int64_t rows = 0;
         auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
-            if ((++rows & 4095) == 0 && cancelled()) return false;
+            if ((++rows & 4095) == 0 && cancelled())
+                return false;
             const std::int64_t row = sqlite3_column_int64(stmt, 0);
             Event event;
             event.start_ns = int_or(stmt, 1, -1);
@@ -564,12 +613,12 @@ private:
             event.correlation = int_or(stmt, 6, -1);
             make(stmt, 7, event);
             const Process* process = process_for(process_key(int_or(stmt, 3, 0)));
-            const std::string record = "start=" + std::to_string(event.start_ns) +
-                                       " end=" + std::to_string(event.end_ns) +
-                                       " device=" + std::to_string(device) +
-                                       " stream=" + std::to_string(stream) + " name=" +
-                                       std::string(last_name_);
-            if (sqlite3_column_type(stmt, 1) == SQLITE_NULL || sqlite3_column_type(stmt, 2) == SQLITE_NULL) {
+            const std::string record =
+                "start=" + std::to_string(event.start_ns) + " end=" + std::to_string(event.end_ns) +
+                " device=" + std::to_string(device) + " stream=" + std::to_string(stream) +
+                " name=" + std::string(last_name_);
+            if (sqlite3_column_type(stmt, 1) == SQLITE_NULL ||
+                sqlite3_column_type(stmt, 2) == SQLITE_NULL) {
                 skip(table, row, "no start or end time", record);
             } else if (event.end_ns < event.start_ns) {
                 skip(table, row, "negative duration: end before start", record);
@@ -581,8 +630,10 @@ private:
             }
             return true;
         });
-        if (!status) return status;
-        if (cancelled()) return Error{ErrorCode::cancelled, "import cancelled"};
+        if (!status)
+            return status;
+        if (cancelled())
+            return Error{ErrorCode::cancelled, "import cancelled"};
         return {};
     }
 
@@ -600,42 +651,44 @@ private:
                                       name = name_at(stmt, first + i);
                                   }
                                   const std::string full = name_at(stmt, first + 1);
-                                  if (name.empty()) name = "kernel";
+                                  if (name.empty())
+                                      name = "kernel";
                                   const std::string_view probe = full.empty() ? name : full;
                                   if (contains_nocase(probe, "nccl")) {
                                       event.kind = EventKind::collective;
                                       event.category = Category::communication;
                                   } else {
                                       event.kind = EventKind::kernel;
-                                      event.category =
-                                          contains_nocase(probe, "flash") || contains_nocase(probe, "fmha") ||
-                                                  contains_nocase(probe, "attention")
-                                              ? Category::attention
-                                              : Category::compute;
+                                      event.category = contains_nocase(probe, "flash") ||
+                                                               contains_nocase(probe, "fmha") ||
+                                                               contains_nocase(probe, "attention")
+                                                           ? Category::attention
+                                                           : Category::compute;
                                   }
                                   event.name = intern(name);
                               });
     }
 
     Status read_memcpy() {
-        return read_gpu_table("CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind", "srcKind", "dstKind"},
-                              [&](sqlite3_stmt* stmt, int first, Event& event) {
-                                  event.kind = EventKind::memcpy;
-                                  event.bytes = int_or(stmt, first, -1);
-                                  const std::int64_t kind = int_or(stmt, first + 1, -1);
-                                  event.copy_kind = kind >= 1 && kind <= 10 ? static_cast<CopyKind>(kind)
-                                                                            : CopyKind::none;
-                                  auto memory = [&](int column) {
-                                      const std::int64_t value = int_or(stmt, column, -1);
-                                      return value >= 0 && value <= 7 ? static_cast<MemoryKind>(value)
-                                                                      : MemoryKind::none;
-                                  };
-                                  event.src_memory = memory(first + 2);
-                                  event.dst_memory = memory(first + 3);
-                                  event.category = crosses_host_and_device(event.copy_kind) ? Category::offload
-                                                                                           : Category::memory;
-                                  event.name = intern(std::string(copy_label(kind)));
-                              });
+        return read_gpu_table(
+            "CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind", "srcKind", "dstKind"},
+            [&](sqlite3_stmt* stmt, int first, Event& event) {
+                event.kind = EventKind::memcpy;
+                event.bytes = int_or(stmt, first, -1);
+                const std::int64_t kind = int_or(stmt, first + 1, -1);
+                event.copy_kind =
+                    kind >= 1 && kind <= 10 ? static_cast<CopyKind>(kind) : CopyKind::none;
+                auto memory = [&](int column) {
+                    const std::int64_t value = int_or(stmt, column, -1);
+                    return value >= 0 && value <= 7 ? static_cast<MemoryKind>(value)
+                                                    : MemoryKind::none;
+                };
+                event.src_memory = memory(first + 2);
+                event.dst_memory = memory(first + 3);
+                event.category =
+                    crosses_host_and_device(event.copy_kind) ? Category::offload : Category::memory;
+                event.name = intern(std::string(copy_label(kind)));
+            });
     }
 
     Status read_memset() {
@@ -655,11 +708,12 @@ private:
         }
         const std::string sql =
             "SELECT rowid, start, \"end\", globalTid, " +
-            std::string(source_.has_column(table, "correlationId") ? "correlationId" : "NULL") + ", " +
-            (source_.has_column(table, "nameId") ? "nameId" : "NULL") + " FROM " + table;
+            std::string(source_.has_column(table, "correlationId") ? "correlationId" : "NULL") +
+            ", " + (source_.has_column(table, "nameId") ? "nameId" : "NULL") + " FROM " + table;
         std::int64_t rows = 0;
         auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
-            if ((++rows & 4095) == 0 && cancelled()) return false;
+            if ((++rows & 4095) == 0 && cancelled())
+                return false;
             const std::int64_t row = sqlite3_column_int64(stmt, 0);
             const std::int64_t global_tid = int_or(stmt, 3, 0);
             Event event;
@@ -667,14 +721,17 @@ private:
             event.end_ns = int_or(stmt, 2, -1);
             event.correlation = int_or(stmt, 4, -1);
             std::string name = api_name(name_at(stmt, 5));
-            if (name.empty()) name = "CUDA runtime call";
-            event.kind = name.find("Synchronize") != std::string::npos ? EventKind::sync : EventKind::api;
+            if (name.empty())
+                name = "CUDA runtime call";
+            event.kind =
+                name.find("Synchronize") != std::string::npos ? EventKind::sync : EventKind::api;
             event.category = Category::runtime;
             const std::string record = "start=" + std::to_string(event.start_ns) +
                                        " end=" + std::to_string(event.end_ns) +
                                        " globalTid=" + std::to_string(global_tid) + " name=" + name;
             const Process* process = process_for(process_key(global_tid));
-            if (sqlite3_column_type(stmt, 1) == SQLITE_NULL || sqlite3_column_type(stmt, 2) == SQLITE_NULL) {
+            if (sqlite3_column_type(stmt, 1) == SQLITE_NULL ||
+                sqlite3_column_type(stmt, 2) == SQLITE_NULL) {
                 skip(table, row, "no start or end time", record);
             } else if (event.end_ns < event.start_ns) {
                 skip(table, row, "negative duration: end before start", record);
@@ -687,8 +744,10 @@ private:
             }
             return true;
         });
-        if (!status) return status;
-        if (cancelled()) return Error{ErrorCode::cancelled, "import cancelled"};
+        if (!status)
+            return status;
+        if (cancelled())
+            return Error{ErrorCode::cancelled, "import cancelled"};
         return {};
     }
 
@@ -698,16 +757,18 @@ private:
             return {};
         }
         auto column = [&](const char* name) {
-            return source_.has_column(table, name) ? "\"" + std::string(name) + "\"" : std::string("NULL");
+            return source_.has_column(table, name) ? "\"" + std::string(name) + "\""
+                                                   : std::string("NULL");
         };
-        const std::string sql = "SELECT rowid, start, " + column("end") + ", eventType, globalTid, " +
-                                column("text") + ", " + column("textId") + ", " + column("domainId") +
-                                ", " + column("category") + ", " + column("int64Value") + ", " +
-                                column("uint64Value") +
-                                " FROM NVTX_EVENTS WHERE eventType IN (" + nvtx_event_types() + ")";
+        const std::string sql =
+            "SELECT rowid, start, " + column("end") + ", eventType, globalTid, " + column("text") +
+            ", " + column("textId") + ", " + column("domainId") + ", " + column("category") + ", " +
+            column("int64Value") + ", " + column("uint64Value") +
+            " FROM NVTX_EVENTS WHERE eventType IN (" + nvtx_event_types() + ")";
         std::int64_t rows = 0;
         auto status = source_.query(sql, [&](sqlite3_stmt* stmt) {
-            if ((++rows & 4095) == 0 && cancelled()) return false;
+            if ((++rows & 4095) == 0 && cancelled())
+                return false;
             const std::int64_t row = sqlite3_column_int64(stmt, 0);
             const std::int64_t type = sqlite3_column_int64(stmt, 3);
             const std::int64_t global_tid = int_or(stmt, 4, 0);
@@ -717,7 +778,8 @@ private:
             }
             const std::int64_t domain_id = int_or(stmt, 7, 0);
             auto domain = domains_.find(domain_id);
-            const std::string domain_name = domain != domains_.end() ? domain->second : std::string();
+            const std::string domain_name =
+                domain != domains_.end() ? domain->second : std::string();
             Event event;
             event.start_ns = int_or(stmt, 1, -1);
             event.end_ns = type == kNvtxMark ? event.start_ns : int_or(stmt, 2, -1);
@@ -729,7 +791,8 @@ private:
             const Process* process = process_for(process_key(global_tid));
             if (sqlite3_column_type(stmt, 1) == SQLITE_NULL ||
                 (type != kNvtxMark && sqlite3_column_type(stmt, 2) == SQLITE_NULL)) {
-                skip(table, row, "range without an end (still open when the capture stopped?)", record);
+                skip(table, row, "range without an end (still open when the capture stopped?)",
+                     record);
                 return true;
             }
             if (event.end_ns < event.start_ns) {
@@ -748,15 +811,18 @@ private:
             } else {
                 event.name = writer_.intern(message.empty() ? std::string("(unnamed)") : message);
                 if (!domain_name.empty()) {
-                    event.args = writer_.intern("{\"domain\":\"" + json_escape(domain_name) + "\"}");
+                    event.args =
+                        writer_.intern("{\"domain\":\"" + json_escape(domain_name) + "\"}");
                 }
             }
             event.lane = thread_lane(*process, global_tid);
             writer_.add_event(event);
             return true;
         });
-        if (!status) return status;
-        if (cancelled()) return Error{ErrorCode::cancelled, "import cancelled"};
+        if (!status)
+            return status;
+        if (cancelled())
+            return Error{ErrorCode::cancelled, "import cancelled"};
         return {};
     }
 
@@ -783,7 +849,8 @@ private:
                         writer_.add_workload(entry);
                     }
                 } else {
-                    skip("NVTX_EVENTS", row, "fulcrum.workload mark: " + entries.error().message, record);
+                    skip("NVTX_EVENTS", row, "fulcrum.workload mark: " + entries.error().message,
+                         record);
                 }
                 return false;
             }
@@ -844,7 +911,8 @@ public:
         }
         if (head.size() >= 72) {
             const auto* bytes = reinterpret_cast<const unsigned char*>(head.data()) + 68;
-            const std::uint32_t id = (std::uint32_t(bytes[0]) << 24) | (std::uint32_t(bytes[1]) << 16) |
+            const std::uint32_t id = (std::uint32_t(bytes[0]) << 24) |
+                                     (std::uint32_t(bytes[1]) << 16) |
                                      (std::uint32_t(bytes[2]) << 8) | std::uint32_t(bytes[3]);
             if (id == kFulcrumApplicationId) {
                 return false;
@@ -877,6 +945,8 @@ public:
 
 }  // namespace
 
-std::unique_ptr<Importer> make_nsys_importer() { return std::make_unique<NsysImporter>(); }
+std::unique_ptr<Importer> make_nsys_importer() {
+    return std::make_unique<NsysImporter>();
+}
 
 }  // namespace fulcrum::importer

@@ -17,8 +17,8 @@ namespace fulcrum::engine::cuda {
 // ---- kernels ------------------------------------------------------------------------------
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, long long n,
-                             float lr, float beta1, float beta2, float epsilon,
-                             float weight_decay, float grad_scale, float bias1, float bias2) {
+                             float lr, float beta1, float beta2, float epsilon, float weight_decay,
+                             float grad_scale, float bias1, float bias2) {
     const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= n)
         return;
@@ -44,15 +44,14 @@ __global__ void sum_of_squares_kernel(double* result, const float* x, long long 
 
 // ---- launchers ----------------------------------------------------------------------------
 
-inline void adamw_update(float* param, const float* grad, float* m, float* v, long long n,
-                         float lr, float beta1, float beta2, float epsilon, float weight_decay,
+inline void adamw_update(float* param, const float* grad, float* m, float* v, long long n, float lr,
+                         float beta1, float beta2, float epsilon, float weight_decay,
                          float grad_scale, float bias1, float bias2, cudaStream_t stream) {
     NvtxRange range("adamw_update");
     if (n == 0)
         return;
-    adamw_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(param, grad, m, v, n, lr, beta1, beta2,
-                                                       epsilon, weight_decay, grad_scale, bias1,
-                                                       bias2);
+    adamw_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(
+        param, grad, m, v, n, lr, beta1, beta2, epsilon, weight_decay, grad_scale, bias1, bias2);
     FULCRUM_CUDA_CHECK_LAUNCH();
 }
 

@@ -59,8 +59,8 @@ struct AttentionViews {
     float* dq;
     float* dk;
     float* dv;
-    long long q_stride, k_stride, v_stride, out_stride, dout_stride, o_stride, dq_stride,
-        dk_stride, dv_stride;
+    long long q_stride, k_stride, v_stride, out_stride, dout_stride, o_stride, dq_stride, dk_stride,
+        dv_stride;
 };
 
 // ---- kernels ------------------------------------------------------------------------------
@@ -376,16 +376,20 @@ inline void attention_forward(const AttentionViews& views, float* lse, const Att
     const float scale = 1.0f / sqrtf(float(hs));
     switch (padded_head_size(hs)) {
         case 16:
-            attention_forward_kernel<16><<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
+            attention_forward_kernel<16>
+                <<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
             break;
         case 32:
-            attention_forward_kernel<32><<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
+            attention_forward_kernel<32>
+                <<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
             break;
         case 64:
-            attention_forward_kernel<64><<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
+            attention_forward_kernel<64>
+                <<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
             break;
         default:
-            attention_forward_kernel<128><<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
+            attention_forward_kernel<128>
+                <<<grid, kQueryTile, 0, stream>>>(views, lse, tiles, n_head, hs, scale);
             break;
     }
     FULCRUM_CUDA_CHECK_LAUNCH();
@@ -406,23 +410,22 @@ inline void attention_backward(const AttentionViews& views, const float* lse, fl
     const dim3 q_grid{unsigned(n_q_tiles), unsigned(n_head)};
     const dim3 k_grid{unsigned(n_k_tiles), unsigned(n_head)};
     switch (padded_head_size(hs)) {
-#define FULCRUM_ATTENTION_BACKWARD(HS)                                                        \
-    case HS:                                                                                  \
-        attention_backward_dq_kernel<HS>                                                      \
-            <<<q_grid, kQueryTile, 0, stream>>>(views, lse, delta, q_tiles, n_head, hs, scale); \
-        FULCRUM_CUDA_CHECK_LAUNCH();                                                          \
-        if (n_k_tiles > 0) { /* no key tiles: every window starts after its queries */     \
-            attention_backward_dkdv_kernel<HS>                                                \
-                <<<k_grid, kKeyRows, 0, stream>>>(views, lse, delta, k_tiles, n_head, hs,     \
-                                                  scale);                                     \
-            FULCRUM_CUDA_CHECK_LAUNCH();                                                      \
-        }                                                                                     \
+#define FULCRUM_ATTENTION_BACKWARD(HS)                                                            \
+    case HS:                                                                                      \
+        attention_backward_dq_kernel<HS>                                                          \
+            <<<q_grid, kQueryTile, 0, stream>>>(views, lse, delta, q_tiles, n_head, hs, scale);   \
+        FULCRUM_CUDA_CHECK_LAUNCH();                                                              \
+        if (n_k_tiles > 0) { /* no key tiles: every window starts after its queries */            \
+            attention_backward_dkdv_kernel<HS>                                                    \
+                <<<k_grid, kKeyRows, 0, stream>>>(views, lse, delta, k_tiles, n_head, hs, scale); \
+            FULCRUM_CUDA_CHECK_LAUNCH();                                                          \
+        }                                                                                         \
         break;
         FULCRUM_ATTENTION_BACKWARD(16)
         FULCRUM_ATTENTION_BACKWARD(32)
         FULCRUM_ATTENTION_BACKWARD(64)
         default:
-        FULCRUM_ATTENTION_BACKWARD(128)
+            FULCRUM_ATTENTION_BACKWARD(128)
 #undef FULCRUM_ATTENTION_BACKWARD
     }
 }

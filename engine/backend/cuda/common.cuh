@@ -17,25 +17,24 @@ namespace fulcrum::engine::cuda {
 // FULCRUM_CHECK.
 [[noreturn]] inline void cuda_failed(const char* what, const char* message, const char* file,
                                      int line) {
-    std::fprintf(stderr, "fulcrum engine: %s:%d: CUDA error: %s (%s)\n", file, line, message,
-                 what);
+    std::fprintf(stderr, "fulcrum engine: %s:%d: CUDA error: %s (%s)\n", file, line, message, what);
     std::abort();
 }
 
-#define FULCRUM_CUDA_CHECK(call)                                                          \
-    do {                                                                                  \
-        const cudaError_t fulcrum_status_ = (call);                                       \
-        if (fulcrum_status_ != cudaSuccess)                                               \
+#define FULCRUM_CUDA_CHECK(call)                                                             \
+    do {                                                                                     \
+        const cudaError_t fulcrum_status_ = (call);                                          \
+        if (fulcrum_status_ != cudaSuccess)                                                  \
             ::fulcrum::engine::cuda::cuda_failed(#call, cudaGetErrorString(fulcrum_status_), \
-                                                 __FILE__, __LINE__);                     \
+                                                 __FILE__, __LINE__);                        \
     } while (false)
 
-#define FULCRUM_CUBLAS_CHECK(call)                                                          \
-    do {                                                                                    \
-        const cublasStatus_t fulcrum_status_ = (call);                                      \
-        if (fulcrum_status_ != CUBLAS_STATUS_SUCCESS)                                       \
+#define FULCRUM_CUBLAS_CHECK(call)                                                              \
+    do {                                                                                        \
+        const cublasStatus_t fulcrum_status_ = (call);                                          \
+        if (fulcrum_status_ != CUBLAS_STATUS_SUCCESS)                                           \
             ::fulcrum::engine::cuda::cuda_failed(#call, cublasGetStatusString(fulcrum_status_), \
-                                                 __FILE__, __LINE__);                       \
+                                                 __FILE__, __LINE__);                           \
     } while (false)
 
 // After every launch: a bad configuration (too many threads, too much shared memory) shows
@@ -52,7 +51,9 @@ public:
     NvtxRange& operator=(const NvtxRange&) = delete;
 };
 
-inline unsigned ceil_div(long long a, long long b) { return unsigned((a + b - 1) / b); }
+inline unsigned ceil_div(long long a, long long b) {
+    return unsigned((a + b - 1) / b);
+}
 
 constexpr int kWarpSize = 32;
 

@@ -35,9 +35,8 @@ __global__ void crossentropy_forward_kernel(float* losses, float* probs, const f
         p[c] = expf(z[c] - logsumexp);
 }
 
-__global__ void crossentropy_backward_kernel(float* dlogits, const float* probs,
-                                             const int* targets, float loss_scale, long long rows,
-                                             int vocab) {
+__global__ void crossentropy_backward_kernel(float* dlogits, const float* probs, const int* targets,
+                                             float loss_scale, long long rows, int vocab) {
     const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= rows * vocab)
         return;

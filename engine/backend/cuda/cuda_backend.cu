@@ -42,9 +42,15 @@ void require_1d(const Tensor& t, std::int64_t n, const char* what) {
 }
 
 // Through Tensor::f32() / i32(), which check the element type as the CPU backend does.
-const float* cf(const Tensor& t) { return t.f32(); }
-float* mf(const Tensor& t) { return t.f32(); }
-const int* ci(const Tensor& t) { return t.i32(); }
+const float* cf(const Tensor& t) {
+    return t.f32();
+}
+float* mf(const Tensor& t) {
+    return t.f32();
+}
+const int* ci(const Tensor& t) {
+    return t.i32();
+}
 
 // A device array that only grows; reused by every call of one kind.
 struct Scratch {
@@ -99,8 +105,8 @@ public:
             blocks_.push_back(block);
             block_used_ = 0;
         }
-        auto* device = reinterpret_cast<cuda::AttentionTile*>(
-            static_cast<char*>(blocks_.back()) + block_used_);
+        auto* device = reinterpret_cast<cuda::AttentionTile*>(static_cast<char*>(blocks_.back()) +
+                                                              block_used_);
         block_used_ += bytes;
         used_ += bytes;
         const auto [entry, inserted] =
@@ -216,9 +222,13 @@ std::string CudaBackend::description() const {
     return text;
 }
 
-int CudaBackend::device_index() const { return state_->device; }
+int CudaBackend::device_index() const {
+    return state_->device;
+}
 
-void* CudaBackend::native_stream(StreamId stream) const { return state_->stream(stream); }
+void* CudaBackend::native_stream(StreamId stream) const {
+    return state_->stream(stream);
+}
 
 // ---- memory -------------------------------------------------------------------------------
 
@@ -251,7 +261,7 @@ void CudaBackend::release_pinned_raw(void* data) {
 // A host <-> device copy of a tensor that may be a row-strided 2-D view: one cudaMemcpy2DAsync
 // (width = a row's bytes, the device pitch = its row stride, dense on the host side).
 static void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
-               const Tensor& t, cudaMemcpyKind kind, cudaStream_t stream) {
+                      const Tensor& t, cudaMemcpyKind kind, cudaStream_t stream) {
     const std::size_t element = dtype_size(t.dtype());
     if (t.contiguous()) {
         FULCRUM_CUDA_CHECK(
@@ -268,8 +278,8 @@ void CudaBackend::upload(Tensor dst, const void* host, StreamId stream) {
     cuda::NvtxRange range("upload");
     const std::size_t element = dtype_size(dst.dtype());
     copy_rows(dst.raw(), std::size_t(dst.row_stride()) * element, host,
-              std::size_t(dst.rank() == 2 ? dst.cols() : 0) * element, dst,
-              cudaMemcpyHostToDevice, state_->stream(stream));
+              std::size_t(dst.rank() == 2 ? dst.cols() : 0) * element, dst, cudaMemcpyHostToDevice,
+              state_->stream(stream));
 }
 
 void CudaBackend::download(void* host, Tensor src, StreamId stream) {
@@ -378,8 +388,8 @@ void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tens
                              state_->compute());
 }
 
-void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp,
-                                    Tensor weight, Tensor bias) {
+void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                                    Tensor bias) {
     const std::int64_t n = inp.rows(), c = inp.cols();
     require_contiguous_2d(inp, n, c, "layernorm: inp [N, C]");
     require_contiguous_2d(out, n, c, "layernorm: out [N, C]");
@@ -407,11 +417,10 @@ void CudaBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, 
         require_1d(dweight, c, "layernorm: dweight [C]");
         require_1d(dbias, c, "layernorm: dbias [C]");
     }
-    cuda::layernorm_backward(dinp.empty() ? nullptr : mf(dinp),
-                             dweight.empty() ? nullptr : mf(dweight),
-                             dbias.empty() ? nullptr : mf(dbias), cf(dout), cf(inp), cf(weight),
-                             cf(mean), cf(rstd), n, int(c), state_->properties.multiProcessorCount,
-                             state_->compute());
+    cuda::layernorm_backward(
+        dinp.empty() ? nullptr : mf(dinp), dweight.empty() ? nullptr : mf(dweight),
+        dbias.empty() ? nullptr : mf(dbias), cf(dout), cf(inp), cf(weight), cf(mean), cf(rstd), n,
+        int(c), state_->properties.multiProcessorCount, state_->compute());
 }
 
 void CudaBackend::residual_forward(Tensor out, Tensor a, Tensor b) {
@@ -448,13 +457,11 @@ void CudaBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Ten
         require_contiguous_2d(dinp, n, c, "matmul: dinp [N, C]");
     if (!dbias.empty())
         require_1d(dbias, oc, "matmul: dbias [OC]");
-    cuda::matmul_backward(state_->cublas, state_->gemm_compute,
-                          dinp.empty() ? nullptr : mf(dinp),
-                          dweight.empty() ? nullptr : mf(dweight),
-                          dbias.empty() ? nullptr : mf(dbias), cf(dout), dout.row_stride(),
-                          dweight.empty() ? nullptr : cf(inp),
-                          dweight.empty() ? 0 : inp.row_stride(), cf(weight), n, int(c), int(oc),
-                          state_->compute());
+    cuda::matmul_backward(
+        state_->cublas, state_->gemm_compute, dinp.empty() ? nullptr : mf(dinp),
+        dweight.empty() ? nullptr : mf(dweight), dbias.empty() ? nullptr : mf(dbias), cf(dout),
+        dout.row_stride(), dweight.empty() ? nullptr : cf(inp),
+        dweight.empty() ? 0 : inp.row_stride(), cf(weight), n, int(c), int(oc), state_->compute());
 }
 
 void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
@@ -553,8 +560,7 @@ void CudaBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
     cuda::gelu_backward(mf(dinp), cf(dout), cf(inp), inp.numel(), state_->compute());
 }
 
-void CudaBackend::crossentropy_forward(Tensor losses, Tensor probs, Tensor logits,
-                                       Tensor targets) {
+void CudaBackend::crossentropy_forward(Tensor losses, Tensor probs, Tensor logits, Tensor targets) {
     const std::int64_t n = logits.rows(), vocab = logits.cols();
     require_contiguous_2d(logits, n, vocab, "crossentropy: logits [N, V]");
     require_contiguous_2d(probs, n, vocab, "crossentropy: probs [N, V]");

@@ -38,15 +38,15 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float*
 
 // ---- launchers ----------------------------------------------------------------------------
 
-inline void embedding_forward(float* out, const int* tokens, const int* positions,
-                              const float* wte, const float* wpe, long long n_tokens,
-                              int channels, cudaStream_t stream) {
+inline void embedding_forward(float* out, const int* tokens, const int* positions, const float* wte,
+                              const float* wpe, long long n_tokens, int channels,
+                              cudaStream_t stream) {
     NvtxRange range("embedding_forward");
     const long long n = n_tokens * channels;
     if (n == 0)
         return;
-    embedding_forward_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(out, tokens, positions, wte,
-                                                                   wpe, n_tokens, channels);
+    embedding_forward_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(out, tokens, positions, wte, wpe,
+                                                                   n_tokens, channels);
     FULCRUM_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,7 +20,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
                                          const float* weight, const float* bias, long long rows,
                                          int channels) {
     const int lane = threadIdx.x % kWarpSize;
-    const long long row = blockIdx.x * (long long)(blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+    const long long row =
+        blockIdx.x * (long long)(blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= rows)
         return;
     const float* x = inp + row * channels;

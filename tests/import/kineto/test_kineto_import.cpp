@@ -45,20 +45,25 @@ class TestKinetoImport : public QObject {
     Q_OBJECT
     fs::path dir_;
 
-    std::vector<Found> find(const store::TraceReader& reader, std::string_view name, std::int32_t rank) {
+    std::vector<Found> find(const store::TraceReader& reader, std::string_view name,
+                            std::int32_t rank) {
         std::vector<Found> out;
         for (const LaneInfo& lane : reader.lanes_of_rank(rank)) {
             auto events = reader.events_in_window(lane.id, INT64_MIN / 4, INT64_MAX / 4);
-            if (!events) continue;
+            if (!events)
+                continue;
             for (const Event& e : *events) {
-                if (reader.string(e.name) == name) out.push_back({reader.lane(lane.id), e});
+                if (reader.string(e.name) == name)
+                    out.push_back({reader.lane(lane.id), e});
             }
         }
         return out;
     }
     Found one(const store::TraceReader& reader, std::string_view name, std::int32_t rank) {
         auto all = find(reader, name, rank);
-        if (all.size() != 1) qFatal("expected one '%s' on rank %d, found %zu", std::string(name).c_str(), rank, all.size());
+        if (all.size() != 1)
+            qFatal("expected one '%s' on rank %d, found %zu", std::string(name).c_str(), rank,
+                   all.size());
         return all.front();
     }
 
@@ -76,7 +81,8 @@ private slots:
         spit((dir_ / "text.json").string(), "hello, this is not JSON\n");
         auto none = importer::find_importer((dir_ / "text.json").string());
         QVERIFY(none && *none == nullptr);
-        auto result = importer::import_files({(dir_ / "text.json").string()}, (dir_ / "text.fulcrum").string());
+        auto result = importer::import_files({(dir_ / "text.json").string()},
+                                             (dir_ / "text.fulcrum").string());
         QVERIFY(!result);
         QVERIFY(result.error().message.find("not a trace Fulcrum can import") != std::string::npos);
     }
@@ -108,8 +114,10 @@ private slots:
         for (int rank : {0, 1}) {
             const Found mm = one(*reader, "aten::mm", rank);
             QCOMPARE(mm.event.step, 0);
-            QCOMPARE(mm.event.end_ns - mm.event.start_ns, std::int64_t(100'500));  // 100.5 µs exactly
-            QCOMPARE(mm.lane->name, std::string("thread ") + (rank == 0 ? "100" : "200") + " (python)");
+            QCOMPARE(mm.event.end_ns - mm.event.start_ns,
+                     std::int64_t(100'500));  // 100.5 µs exactly
+            QCOMPARE(mm.lane->name,
+                     std::string("thread ") + (rank == 0 ? "100" : "200") + " (python)");
             QCOMPARE(mm.lane->kind, LaneKind::host_thread);
 
             const Found gemm = one(*reader, "sm90_xmma_gemm_bf16", rank);
@@ -131,7 +139,9 @@ private slots:
             }
             QVERIFY(launched);
 
-            const Found nccl = one(*reader, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", rank);
+            const Found nccl = one(
+                *reader,
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", rank);
             QCOMPARE(nccl.event.kind, EventKind::collective);
             QCOMPARE(nccl.event.category, Category::communication);
             // Launched in step 0 (ts 1900), runs into step 1's window: the launch decides.
@@ -167,24 +177,28 @@ private slots:
         for (const auto& row : analysis->breakdown) {
             QVERIFY(row.wall_ns() == 1'000'000);
             QVERIFY(row.compute_ns > 0);
-            QCOMPARE(row.compute_ns + row.exposed_communication_ns + row.other_ns + row.idle_ns, row.wall_ns());
+            QCOMPARE(row.compute_ns + row.exposed_communication_ns + row.other_ns + row.idle_ns,
+                     row.wall_ns());
         }
         QCOMPARE(analysis->breakdown[0].rank, 0);
         QCOMPARE(analysis->breakdown[0].step.value_or(-1), 0);
         QCOMPARE(analysis->breakdown[3].rank, 1);
         QCOMPARE(analysis->breakdown[3].step.value_or(-1), 1);
         bool said = false;
-        for (const auto& note : analysis->notes) said = said || note.find("no predicted work") != std::string::npos;
+        for (const auto& note : analysis->notes)
+            said = said || note.find("no predicted work") != std::string::npos;
         QVERIFY(said);
         QVERIFY(!analysis->cost_model.has_value());
     }
 
     void gzip_is_identical() {
-        const std::string plain = (dir_ / "plain.fulcrum").string(), gz = (dir_ / "gz.fulcrum").string();
+        const std::string plain = (dir_ / "plain.fulcrum").string(),
+                          gz = (dir_ / "gz.fulcrum").string();
         gzip_to((dir_ / "rank0.json.gz").string(), slurp(kData + "rank0.json"));
         gzip_to((dir_ / "rank1.json.gz").string(), slurp(kData + "rank1.json"));
         QVERIFY(importer::import_files({kData + "rank0.json", kData + "rank1.json"}, plain));
-        QVERIFY(importer::import_files({(dir_ / "rank0.json.gz").string(), (dir_ / "rank1.json.gz").string()}, gz));
+        QVERIFY(importer::import_files(
+            {(dir_ / "rank0.json.gz").string(), (dir_ / "rank1.json.gz").string()}, gz));
         auto a = store::TraceReader::open(plain), b = store::TraceReader::open(gz);
         QVERIFY(a && b);
         QCOMPARE(a->lanes().size(), b->lanes().size());
@@ -219,11 +233,13 @@ private slots:
         auto log = reader->import_log();
         QVERIFY(log);
         std::string all;
-        for (const auto& entry : *log) all += entry.reason + "\n";
+        for (const auto& entry : *log)
+            all += entry.reason + "\n";
         QVERIFY2(all.find("unknown event type \"ph\": \"Z\"") != std::string::npos, all.c_str());
         QVERIFY2(all.find("negative \"dur\"") != std::string::npos, all.c_str());
         QVERIFY2(all.find("no \"ts\"") != std::string::npos, all.c_str());
-        QVERIFY2(all.find("unknown category \"mystery_cat\": 1 events") != std::string::npos, all.c_str());
+        QVERIFY2(all.find("unknown category \"mystery_cat\": 1 events") != std::string::npos,
+                 all.c_str());
         QVERIFY2(all.find("not a JSON object") != std::string::npos, all.c_str());
         // Skipped means not imported: the four bad records (ph "Z", negative dur, no ts, not an
         // object). The unknown category and the missing base time and rank are notes: their
@@ -275,23 +291,27 @@ private slots:
         auto log = reader->import_log();
         QVERIFY(log);
         bool said = false;
-        for (const auto& entry : *log) said = said || entry.reason.find("truncated at byte") != std::string::npos;
+        for (const auto& entry : *log)
+            said = said || entry.reason.find("truncated at byte") != std::string::npos;
         QVERIFY(said);
         QVERIFY(reader->summary() && reader->summary()->event_count > 0);
     }
 
     void cli_import() {
         const std::string out = (dir_ / "cli.fulcrum").string();
-        const std::string command = std::string(FULCRUM_BINARY_DIR) + "/app/fulcrum import " + kData +
-                                    "rank0.json " + kData + "rank1.json -o " + out + " 2>&1";
+        const std::string command = std::string(FULCRUM_BINARY_DIR) + "/app/fulcrum import " +
+                                    kData + "rank0.json " + kData + "rank1.json -o " + out +
+                                    " 2>&1";
         FILE* pipe = popen(command.c_str(), "r");
         QVERIFY(pipe != nullptr);
         std::string output;
         char buffer[512];
-        while (fgets(buffer, sizeof buffer, pipe) != nullptr) output += buffer;
+        while (fgets(buffer, sizeof buffer, pipe) != nullptr)
+            output += buffer;
         const int status = pclose(pipe);
         QVERIFY2(status == 0, output.c_str());
-        QVERIFY2(output.find("imported 2 kineto-json files (2 ranks") != std::string::npos, output.c_str());
+        QVERIFY2(output.find("imported 2 kineto-json files (2 ranks") != std::string::npos,
+                 output.c_str());
         QVERIFY(fs::exists(out));
     }
 };

@@ -27,13 +27,16 @@ const importer::Importer& kineto() {
 }
 
 // Reads `json` as the file `name`; fails the test on an error or a malformed sink.
-MemorySink read(const std::string& json, int input_index = 0, const std::string& name = "trace.json") {
+MemorySink read(const std::string& json, int input_index = 0,
+                const std::string& name = "trace.json") {
     MemorySink sink;
     importer::ImportFileOptions options;
     options.input_index = input_index;
     const Status status = kineto().read(importer::ImportInput{name, &json}, sink, options);
-    if (!status) qFatal("read failed: %s", status.error().message.c_str());
-    if (!sink.problems().empty()) qFatal("malformed: %s", sink.problems().front().c_str());
+    if (!status)
+        qFatal("read failed: %s", status.error().message.c_str());
+    if (!sink.problems().empty())
+        qFatal("malformed: %s", sink.problems().front().c_str());
     return sink;
 }
 
@@ -41,11 +44,13 @@ const Event& named(const MemorySink& sink, std::string_view name) {
     const Event* found = nullptr;
     for (const Event& event : sink.events()) {
         if (sink.string(event.name) == name) {
-            if (found != nullptr) qFatal("two events named %s", std::string(name).c_str());
+            if (found != nullptr)
+                qFatal("two events named %s", std::string(name).c_str());
             found = &event;
         }
     }
-    if (found == nullptr) qFatal("no event named %s", std::string(name).c_str());
+    if (found == nullptr)
+        qFatal("no event named %s", std::string(name).c_str());
     return *found;
 }
 
@@ -56,7 +61,8 @@ void spit(const fs::path& path, std::string_view text) {
 
 // A one-kernel rank whose distributedInfo comes after traceEvents, as Kineto writes it.
 std::string rank_file(int rank, std::string_view kernel) {
-    return R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":")" + std::string(kernel) +
+    return R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":")" +
+           std::string(kernel) +
            R"(","pid":0,"tid":7,"ts":100,"dur":5,"args":{"device":0,"stream":7}}],
 "distributedInfo":{"backend":"nccl","rank":)" +
            std::to_string(rank) + R"(,"world_size":2},"baseTimeNanoseconds":1700000000000000000})";
@@ -103,8 +109,8 @@ private slots:
 
     void badMicrosecondsAreRefused_data() {
         QTest::addColumn<QString>("text");
-        for (const char* bad : {"", "-", "1.", ".5", "1e", "1e+", "abc", "1.5x", "9223372036854775.808",
-                                "1e30", "--1", "0x10"}) {
+        for (const char* bad : {"", "-", "1.", ".5", "1e", "1e+", "abc", "1.5x",
+                                "9223372036854775.808", "1e30", "--1", "0x10"}) {
             QTest::newRow(bad) << bad;
         }
     }
@@ -140,7 +146,8 @@ private slots:
         spit(dir_ / "a.json", rank_file(1, "on_rank_1"));
         spit(dir_ / "b.json", rank_file(0, "on_rank_0"));
         const std::string out = (dir_ / "ab.fulcrum").string();
-        auto report = importer::import_files({(dir_ / "a.json").string(), (dir_ / "b.json").string()}, out);
+        auto report =
+            importer::import_files({(dir_ / "a.json").string(), (dir_ / "b.json").string()}, out);
         QVERIFY2(report, report ? "" : report.error().message.c_str());
         auto run = store::TraceReader::open(out);
         QVERIFY(run);
@@ -148,21 +155,24 @@ private slots:
         for (const LaneInfo& lane : run->lanes()) {
             auto events = run->events_in_window(lane.id, INT64_MIN / 4, INT64_MAX / 4);
             QVERIFY(events && events->size() == 1);
-            QCOMPARE(std::string(run->string(events->front().name)), "on_rank_" + std::to_string(lane.rank));
+            QCOMPARE(std::string(run->string(events->front().name)),
+                     "on_rank_" + std::to_string(lane.rank));
         }
         // The run's command names every input, not only the first.
-        QCOMPARE(run->run().command, "fulcrum import " + (dir_ / "a.json").string() + " " +
-                                         (dir_ / "b.json").string());
+        QCOMPARE(run->run().command,
+                 "fulcrum import " + (dir_ / "a.json").string() + " " + (dir_ / "b.json").string());
     }
 
     void twoFilesClaimingOneRankIsAnError() {
         spit(dir_ / "x.json", rank_file(3, "x"));
         spit(dir_ / "y.json", rank_file(3, "y"));
-        auto report = importer::import_files({(dir_ / "x.json").string(), (dir_ / "y.json").string()},
-                                             (dir_ / "xy.fulcrum").string());
+        auto report =
+            importer::import_files({(dir_ / "x.json").string(), (dir_ / "y.json").string()},
+                                   (dir_ / "xy.fulcrum").string());
         QVERIFY(!report);
         const std::string& message = report.error().message;
-        QVERIFY2(message.find("x.json") != std::string::npos && message.find("y.json") != std::string::npos &&
+        QVERIFY2(message.find("x.json") != std::string::npos &&
+                     message.find("y.json") != std::string::npos &&
                      message.find("rank 3") != std::string::npos,
                  message.c_str());
         QVERIFY(!fs::exists(dir_ / "xy.fulcrum"));
@@ -186,7 +196,8 @@ private slots:
         QCOMPARE(out.copy_kind, CopyKind::device_to_host);
         QCOMPARE(out.dst_memory, MemoryKind::pinned);
         QCOMPARE(out.category, Category::offload);
-        QCOMPARE(named(sink, "Memcpy DtoD (Device -> Device)").copy_kind, CopyKind::device_to_device);
+        QCOMPARE(named(sink, "Memcpy DtoD (Device -> Device)").copy_kind,
+                 CopyKind::device_to_device);
         QCOMPARE(named(sink, "Memcpy DtoD (Device -> Device)").category, Category::memory);
         QCOMPARE(named(sink, "Memcpy PtoP (Device -> Device)").copy_kind, CopyKind::peer_to_peer);
         QCOMPARE(named(sink, "Memcpy PtoP (Device -> Device)").category, Category::memory);
@@ -234,7 +245,8 @@ private slots:
             auto events = run->events_in_window(lane.id, INT64_MIN / 4, INT64_MAX / 4);
             QVERIFY(events);
             for (const Event& event : *events) {
-                const bool device_work = event.kind == EventKind::memcpy || event.kind == EventKind::kernel ||
+                const bool device_work = event.kind == EventKind::memcpy ||
+                                         event.kind == EventKind::kernel ||
                                          event.kind == EventKind::sync;
                 QCOMPARE(lane.kind == LaneKind::gpu_stream, device_work);
                 if (lane.kind == LaneKind::gpu_stream) {
@@ -276,7 +288,8 @@ private slots:
         for (const auto& lane : trace->ranks[0].lanes) {
             for (const Event& event : lane.events) {
                 kernels += event.kind == EventKind::kernel;
-                host_lanes_with_sync += lane.info.kind == LaneKind::host_thread && event.kind == EventKind::sync;
+                host_lanes_with_sync +=
+                    lane.info.kind == LaneKind::host_thread && event.kind == EventKind::sync;
             }
         }
         QCOMPARE(kernels, std::int64_t(79));

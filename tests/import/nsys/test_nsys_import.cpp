@@ -1,5 +1,6 @@
 // Diff tests of the Nsight Systems SQLite importer: small exports written by SQL in the test
-// (the schema of `nsys export --type sqlite`, docs/sources.md, "Trace formats"), imported, then checked by query.
+// (the schema of `nsys export --type sqlite`, docs/sources.md, "Trace formats"), imported, then
+// checked by query.
 #include <sqlite3.h>
 
 #include <QProcess>
@@ -32,9 +33,13 @@ struct Fixture {
     bool fulcrum_domain = false;
 };
 
-std::int64_t global_tid(std::int64_t pid, std::int64_t tid) { return pid * 0x1000000 + tid; }
+std::int64_t global_tid(std::int64_t pid, std::int64_t tid) {
+    return pid * 0x1000000 + tid;
+}
 
-std::string n(std::int64_t value) { return std::to_string(value); }
+std::string n(std::int64_t value) {
+    return std::to_string(value);
+}
 
 std::string fixture_sql(const Fixture& f) {
     std::string sql = R"(
@@ -53,37 +58,42 @@ CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, l
 CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER PRIMARY KEY, name TEXT, label TEXT);
 INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (1, 'CUDA_MEMCPY_OPER_HTOD', 'Host-to-Device');
 )";
-    sql += "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (" + n(f.utc_start) +
-           ", 'x', 'y');\n";
+    sql +=
+        "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (" + n(f.utc_start) + ", 'x', 'y');\n";
     if (f.kernels) {
-        sql += std::string("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, "
-                           "end INTEGER NOT NULL, deviceId INTEGER, contextId INTEGER, streamId "
-                           "INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName "
-                           "INTEGER, ") +
+        sql += std::string(
+                   "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, "
+                   "end INTEGER NOT NULL, deviceId INTEGER, contextId INTEGER, streamId "
+                   "INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName "
+                   "INTEGER, ") +
                (f.short_name ? "shortName INTEGER, " : "") +
                "mangledName INTEGER, gridX INTEGER, blockX INTEGER);\n";
     }
     if (f.memcpy) {
-        sql += "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT "
-               "NULL, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId "
-               "INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, "
-               "dstKind INTEGER);\n";
+        sql +=
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT "
+            "NULL, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId "
+            "INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, "
+            "dstKind INTEGER);\n";
     }
     if (f.memset) {
-        sql += "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT "
-               "NULL, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId "
-               "INTEGER, globalPid INTEGER, value INTEGER, bytes INTEGER);\n";
+        sql +=
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT "
+            "NULL, deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId "
+            "INTEGER, globalPid INTEGER, value INTEGER, bytes INTEGER);\n";
     }
     if (f.runtime) {
-        sql += "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT "
-               "NULL, eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId "
-               "INTEGER, returnValue INTEGER);\n";
+        sql +=
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT "
+            "NULL, eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId "
+            "INTEGER, returnValue INTEGER);\n";
     }
     if (f.nvtx) {
-        sql += "CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER "
-               "NOT NULL, rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid "
-               "INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value "
-               "INTEGER, int64Value INTEGER, doubleValue REAL, jsonText TEXT);\n";
+        sql +=
+            "CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER "
+            "NOT NULL, rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid "
+            "INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value "
+            "INTEGER, int64Value INTEGER, doubleValue REAL, jsonText TEXT);\n";
     }
     for (std::int64_t pid : f.pids) {
         const std::string gpid = n(global_tid(pid, 0)), main = n(global_tid(pid, pid)),
@@ -103,8 +113,8 @@ INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (1, 'CUDA_MEMCPY_OPER_HTOD', 'Host-to-D
             }
         }
         if (f.memcpy) {
-            sql += "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (500, 900, 0, 1, 7, " + n(c + 13) +
-                   ", " + gpid + ", 4096, 1, 0, 2);\n";
+            sql += "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (500, 900, 0, 1, 7, " +
+                   n(c + 13) + ", " + gpid + ", 4096, 1, 0, 2);\n";
         }
         if (f.memset) {
             sql += "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (9000, 9100, 0, 1, 7, " +
@@ -113,29 +123,44 @@ INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (1, 'CUDA_MEMCPY_OPER_HTOD', 'Host-to-D
         if (f.runtime) {
             sql += "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (400, 450, 0, " + main + ", " +
                    n(c + 13) + ", 2, 0), (950, 980, 0, " + main + ", " + n(c + 11) +
-                   ", 1, 0), (990, 1000, 0, " + main + ", " + n(c + 12) + ", 1, 0), (8900, 8950, 0, " +
-                   main + ", " + n(c + 14) + ", 10, 0), (9000, 9200, 0, " + main + ", " +
-                   n(c + 15) + ", 11, 0);\n";
+                   ", 1, 0), (990, 1000, 0, " + main + ", " + n(c + 12) +
+                   ", 1, 0), (8900, 8950, 0, " + main + ", " + n(c + 14) +
+                   ", 10, 0), (9000, 9200, 0, " + main + ", " + n(c + 15) + ", 11, 0);\n";
         }
         if (f.nvtx) {
             // A domain, a push/pop range with its child (a registered string in that domain),
             // a start/end range on another thread and a mark.
-            sql += "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, "
-                   "domainId) VALUES (10, NULL, 75, 'myapp', " + main + ", NULL, 1), "
-                   "(300, 9500, 59, 'step 0', " + main + ", NULL, 0), "
-                   "(500, 5000, 59, NULL, " + main + ", 9, 1), "
-                   "(100, 200, 60, 'data loading', " + loader + ", NULL, 0), "
-                   "(9600, NULL, 34, 'checkpoint', " + main + ", NULL, 0);\n";
+            sql +=
+                "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, "
+                "domainId) VALUES (10, NULL, 75, 'myapp', " +
+                main +
+                ", NULL, 1), "
+                "(300, 9500, 59, 'step 0', " +
+                main +
+                ", NULL, 0), "
+                "(500, 5000, 59, NULL, " +
+                main +
+                ", 9, 1), "
+                "(100, 200, 60, 'data loading', " +
+                loader +
+                ", NULL, 0), "
+                "(9600, NULL, 34, 'checkpoint', " +
+                main + ", NULL, 0);\n";
             if (f.fulcrum_domain) {
-                sql += "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, "
-                       "domainId, category, uint64Value) VALUES (11, NULL, 75, 'fulcrum', " +
-                       main + ", 2, NULL, NULL), "
-                       "(20, NULL, 34, 'fulcrum.rank {\"rank\":3,\"world\":4,\"dp\":1,\"pp\":1,"
-                       "\"cp\":0,\"tp\":0,\"device\":0}', " + main + ", 2, NULL, NULL), "
-                       "(1000, 4000, 59, 'forward step=2 mb=1 stage=1 phase=fwd', " + main +
-                       ", 2, 1, NULL), "
-                       "(4000, 4500, 59, 'send activations step=2 mb=1 stage=1', " + main +
-                       ", 2, 3, 65536);\n";
+                sql +=
+                    "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, "
+                    "domainId, category, uint64Value) VALUES (11, NULL, 75, 'fulcrum', " +
+                    main +
+                    ", 2, NULL, NULL), "
+                    "(20, NULL, 34, 'fulcrum.rank {\"rank\":3,\"world\":4,\"dp\":1,\"pp\":1,"
+                    "\"cp\":0,\"tp\":0,\"device\":0}', " +
+                    main +
+                    ", 2, NULL, NULL), "
+                    "(1000, 4000, 59, 'forward step=2 mb=1 stage=1 phase=fwd', " +
+                    main +
+                    ", 2, 1, NULL), "
+                    "(4000, 4500, 59, 'send activations step=2 mb=1 stage=1', " +
+                    main + ", 2, 3, 65536);\n";
             }
         }
     }
@@ -181,9 +206,11 @@ std::vector<Imported> all_events(const store::TraceReader& reader) {
     return out;
 }
 
-const Imported* find(const std::vector<Imported>& events, std::int32_t rank, std::string_view name) {
+const Imported* find(const std::vector<Imported>& events, std::int32_t rank,
+                     std::string_view name) {
     for (const auto& e : events) {
-        if (e.lane.rank == rank && e.name == name) return &e;
+        if (e.lane.rank == rank && e.name == name)
+            return &e;
     }
     return nullptr;
 }
@@ -191,7 +218,8 @@ const Imported* find(const std::vector<Imported>& events, std::int32_t rank, std
 std::map<EventKind, int> kinds_of_rank(const std::vector<Imported>& events, std::int32_t rank) {
     std::map<EventKind, int> kinds;
     for (const auto& e : events) {
-        if (e.lane.rank == rank) ++kinds[e.event.kind];
+        if (e.lane.rank == rank)
+            ++kinds[e.event.kind];
     }
     return kinds;
 }
@@ -208,7 +236,8 @@ private slots:
     void sniffing() {
         const importer::Importer* nsys = nullptr;
         for (const auto* candidate : importer::importers()) {
-            if (candidate->name() == "nsys-sqlite") nsys = candidate;
+            if (candidate->name() == "nsys-sqlite")
+                nsys = candidate;
         }
         QVERIFY(nsys != nullptr);
         std::string head("SQLite format 3\0", 16);
@@ -218,7 +247,8 @@ private slots:
         QVERIFY(!nsys->sniff(std::string_view("SQLite format 3", 15)));
         // A Fulcrum run: application_id 0x46554C43 at offset 68, big-endian.
         std::string fulcrum_head = head;
-        fulcrum_head[68] = 0x46, fulcrum_head[69] = 0x55, fulcrum_head[70] = 0x4C, fulcrum_head[71] = 0x43;
+        fulcrum_head[68] = 0x46, fulcrum_head[69] = 0x55, fulcrum_head[70] = 0x4C,
+        fulcrum_head[71] = 0x43;
         QVERIFY(!nsys->sniff(fulcrum_head));
 
         // A real Fulcrum file is not sniffed; an export is.
@@ -267,7 +297,8 @@ private slots:
 
         // Lanes: two streams and two named threads per rank.
         std::map<std::pair<int, std::string>, LaneKind> lanes;
-        for (const auto& lane : reader->lanes()) lanes[{lane.rank, lane.name}] = lane.kind;
+        for (const auto& lane : reader->lanes())
+            lanes[{lane.rank, lane.name}] = lane.kind;
         QCOMPARE(lanes.size(), std::size_t(8));
         for (int rank : {0, 1}) {
             QCOMPARE(lanes.at({rank, "stream 7 (device 0)"}), LaneKind::gpu_stream);
@@ -415,8 +446,8 @@ private slots:
         QVERIFY(reader);
         const auto events = all_events(*reader);
         QVERIFY(find(events, 0, "gemm_kernel(float*, int)"));
-        const auto* nccl = find(events, 0,
-                                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+        const auto* nccl = find(
+            events, 0, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
         QVERIFY(nccl);
         QCOMPARE(nccl->event.kind, EventKind::collective);
     }
@@ -470,8 +501,8 @@ private slots:
         sqlite3_close(db);
         auto report = importer::import_files({file}, out);
         QVERIFY(!report);
-        QVERIFY2(report.error().message.find("is an SQLite database but not an Nsight Systems export") !=
-                     std::string::npos,
+        QVERIFY2(report.error().message.find(
+                     "is an SQLite database but not an Nsight Systems export") != std::string::npos,
                  report.error().message.c_str());
         QVERIFY(!std::filesystem::exists(out));
     }
@@ -482,7 +513,8 @@ private slots:
         const auto size = std::filesystem::file_size(file);
         QVERIFY(size > 8192);
         std::string bytes(size, '\0');
-        std::ifstream(file, std::ios::binary).read(bytes.data(), static_cast<std::streamsize>(size));
+        std::ifstream(file, std::ios::binary)
+            .read(bytes.data(), static_cast<std::streamsize>(size));
         for (std::size_t keep : {std::size_t(4096), std::size_t(size / 2), std::size_t(100)}) {
             const std::string cut = path("cut.sqlite"), out = path("cut.fulcrum");
             std::ofstream(cut, std::ios::binary | std::ios::trunc)
@@ -538,8 +570,9 @@ private slots:
                                QString::fromUtf8(process.readAllStandardError());
         QVERIFY2(process.exitStatus() == QProcess::NormalExit && process.exitCode() == 0,
                  qPrintable(output));
-        QVERIFY2(output.contains("imported 2 nsys-sqlite files (2 ranks, 26 events) into cli.fulcrum"),
-                 qPrintable(output));
+        QVERIFY2(
+            output.contains("imported 2 nsys-sqlite files (2 ranks, 26 events) into cli.fulcrum"),
+            qPrintable(output));
     }
 };
 

@@ -33,7 +33,8 @@ namespace {
 RunPtr load(const QString& name) {
     const QString path = QStringLiteral(FULCRUM_GUI_RUNS_DIR "/%1/run.fulcrum").arg(name);
     auto run = open_run(path);
-    if (!run) qFatal("cannot open %s: %s", qPrintable(path), run.error().message.c_str());
+    if (!run)
+        qFatal("cannot open %s: %s", qPrintable(path), run.error().message.c_str());
     return *run;
 }
 
@@ -57,7 +58,8 @@ RunPtr copying_run() {
     out.bytes = 100;
     trace.finish();
     auto analysed = analysis::analyze_run(trace);
-    if (!analysed) qFatal("analysis failed: %s", analysed.error().message.c_str());
+    if (!analysed)
+        qFatal("analysis failed: %s", analysed.error().message.c_str());
     auto run = std::make_shared<OpenedRun>();
     run->title = QStringLiteral("copies");
     run->trace = std::make_shared<const analysis::RunTrace>(std::move(trace));
@@ -109,15 +111,18 @@ RunPtr failed_run() {
 QImage render(QWidget& view) {
     view.resize(1200, 800);
     view.show();
-    if (!QTest::qWaitForWindowExposed(&view)) qWarning("window not exposed");
+    if (!QTest::qWaitForWindowExposed(&view))
+        qWarning("window not exposed");
     QCoreApplication::processEvents();
-    for (auto* plot : view.findChildren<QCustomPlot*>()) plot->replot();
+    for (auto* plot : view.findChildren<QCustomPlot*>())
+        plot->replot();
     QImage image = view.grab().toImage();
     // FULCRUM_CHART_SHOTS=DIR keeps the screenshots, to look at them.
     const QString shots = qEnvironmentVariable("FULCRUM_CHART_SHOTS");
     if (!shots.isEmpty()) {
         image.save(QStringLiteral("%1/%2-%3.png")
-                       .arg(shots, QString::fromLatin1(view.metaObject()->className()).section(':', -1),
+                       .arg(shots,
+                            QString::fromLatin1(view.metaObject()->className()).section(':', -1),
                             QString::fromLatin1(QTest::currentTestFunction())));
     }
     return image;
@@ -132,17 +137,18 @@ QPoint pixel_at(const QWidget& view, const QCustomPlot* plot, double x, double y
 }
 
 bool same_colour(QColor a, QColor b, int tolerance = 6) {
-    return std::abs(a.red() - b.red()) <= tolerance && std::abs(a.green() - b.green()) <= tolerance &&
+    return std::abs(a.red() - b.red()) <= tolerance &&
+           std::abs(a.green() - b.green()) <= tolerance &&
            std::abs(a.blue() - b.blue()) <= tolerance;
 }
 
-#define QVERIFY_COLOUR(image, point, expected)                                                  \
-    do {                                                                                        \
-        const QColor got = (image).pixelColor(point);                                           \
-        QVERIFY2(same_colour(got, expected), qPrintable(QStringLiteral("at (%1,%2): %3, want %4") \
-                                                         .arg((point).x())                      \
-                                                         .arg((point).y())                      \
-                                                         .arg(got.name(), (expected).name())));   \
+#define QVERIFY_COLOUR(image, point, expected)                                                     \
+    do {                                                                                           \
+        const QColor got = (image).pixelColor(point);                                              \
+        QVERIFY2(same_colour(got, expected), qPrintable(QStringLiteral("at (%1,%2): %3, want %4")  \
+                                                            .arg((point).x())                      \
+                                                            .arg((point).y())                      \
+                                                            .arg(got.name(), (expected).name()))); \
     } while (0)
 
 }  // namespace
@@ -181,7 +187,8 @@ private slots:
         const int step = passes.front().step;
         const analysis::PipelineBubble* shown = nullptr;
         for (const auto& p : bubbles.pipelines) {
-            if (p.step == step && p.measured_fraction == worst) shown = &p;
+            if (p.step == step && p.measured_fraction == worst)
+                shown = &p;
         }
         QVERIFY(shown);
         QCOMPARE(static_cast<int>(passes.size()), shown->stages * shown->microbatches * 2);
@@ -191,13 +198,17 @@ private slots:
         const QCustomPlot* gantt = view.gantt_plot();
         const analysis::Pass* longest_forward = nullptr;
         for (const auto& pass : passes) {
-            if (pass.stage != 0 || pass.phase != Phase::forward) continue;
-            if (longest_forward == nullptr || pass.wall_ns() > longest_forward->wall_ns()) longest_forward = &pass;
+            if (pass.stage != 0 || pass.phase != Phase::forward)
+                continue;
+            if (longest_forward == nullptr || pass.wall_ns() > longest_forward->wall_ns())
+                longest_forward = &pass;
         }
         QVERIFY(longest_forward != nullptr);
-        const double middle = view.time_coord((longest_forward->start_ns + longest_forward->end_ns) / 2);
+        const double middle =
+            view.time_coord((longest_forward->start_ns + longest_forward->end_ns) / 2);
         QVERIFY(gantt->xAxis->coordToPixel(view.time_coord(longest_forward->end_ns)) -
-                    gantt->xAxis->coordToPixel(view.time_coord(longest_forward->start_ns)) > 4);
+                    gantt->xAxis->coordToPixel(view.time_coord(longest_forward->start_ns)) >
+                4);
         QVERIFY_COLOUR(image, pixel_at(view, gantt, middle, 0), palette::phase(Phase::forward));
 
         // The widest idle gap of the last stage (its warm-up, at least) is bubble-coloured.
@@ -206,7 +217,8 @@ private slots:
         std::int64_t window_end = 0;
         for (const auto& pass : passes) {
             window_end = std::max(window_end, pass.end_ns);
-            if (pass.stage == last) busy.emplace_back(pass.start_ns, pass.end_ns);
+            if (pass.stage == last)
+                busy.emplace_back(pass.start_ns, pass.end_ns);
         }
         std::sort(busy.begin(), busy.end());
         std::int64_t cursor = view.window_start_ns(), gap_start = 0, gap_end = 0;
@@ -233,10 +245,11 @@ private slots:
                 return a.end_ns - a.start_ns < b.end_ns - b.start_ns;
             });
         QVERIFY(gap_pixels(longest.start_ns, longest.end_ns) > 4);
-        QVERIFY_COLOUR(image,
-                       pixel_at(view, gantt, view.time_coord((longest.start_ns + longest.end_ns) / 2),
-                                longest.stage),
-                       palette::bubble());
+        QVERIFY_COLOUR(
+            image,
+            pixel_at(view, gantt, view.time_coord((longest.start_ns + longest.end_ns) / 2),
+                     longest.stage),
+            palette::bubble());
 
         // The side chart: three stacked series (warm-up/cool-down, unequal, other), one bar per
         // stage; the table: one row per stage with its measured fraction.
@@ -262,13 +275,15 @@ private slots:
         // Another step of the same pipeline.
         const int other_step = step == 0 ? 1 : 0;
         QVERIFY(view.select_pipeline(other_step, shown->dp, shown->cp, shown->tp));
-        for (const auto& pass : view.shown_passes()) QCOMPARE(pass.step, other_step);
+        for (const auto& pass : view.shown_passes())
+            QCOMPARE(pass.step, other_step);
         QVERIFY(!view.select_pipeline(999, 0, 0, 0));
     }
 
     void bubbleStageModelIsAValidModel() {
         BubbleStageModel model;
-        QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QAbstractItemModelTester tester(&model,
+                                        QAbstractItemModelTester::FailureReportingMode::QtTest);
         std::vector<analysis::StageBubble> stages(2);
         stages[1].stage = 1;
         stages[1].rank = 1;
@@ -399,8 +414,10 @@ private slots:
         // The hottest and the coldest cell of the rank × step map, in the gradient's colours.
         std::size_t hot = 0, cold = 0;
         for (std::size_t i = 0; i < by_step.values.size(); ++i) {
-            if (by_step.values[i] > by_step.values[hot]) hot = i;
-            if (by_step.values[i] < by_step.values[cold]) cold = i;
+            if (by_step.values[i] > by_step.values[hot])
+                hot = i;
+            if (by_step.values[i] < by_step.values[cold])
+                cold = i;
         }
         QVERIFY(by_step.values[hot] > by_step.values[cold]);
         const QCPColorMap* map = view.step_map();
@@ -408,7 +425,8 @@ private slots:
         QColor drawn[2];
         for (int k = 0; k < 2; ++k) {
             const std::size_t cell = k == 0 ? hot : cold;
-            const int row = static_cast<int>(cell / columns), column = static_cast<int>(cell % columns);
+            const int row = static_cast<int>(cell / columns),
+                      column = static_cast<int>(cell % columns);
             const QPoint at = view.cell_centre(view.step_plot(), row, column);
             const QColor expected =
                 QColor::fromRgb(map->gradient().color(by_step.values[cell], map->dataRange()));
@@ -416,7 +434,8 @@ private slots:
             drawn[k] = image.pixelColor(at);
             // Hover names the cell and its value.
             const QString tip = view.tooltip_at(at);
-            QVERIFY2(tip.contains(QStringLiteral("rank %1").arg(by_step.rows[row])), qPrintable(tip));
+            QVERIFY2(tip.contains(QStringLiteral("rank %1").arg(by_step.rows[row])),
+                     qPrintable(tip));
             QVERIFY2(tip.contains(QStringLiteral("step %1").arg(by_step.columns[column])),
                      qPrintable(tip));
             QVERIFY2(tip.contains(QString::number(by_step.values[cell], 'g', 6) + " ms"),
@@ -430,8 +449,7 @@ private slots:
         QTest::mouseClick(step_plot, Qt::LeftButton, {},
                           step_plot->mapFrom(&view, view.cell_centre(step_plot, 2, 1)));
         QCOMPARE(spy.count(), 1);
-        QCOMPARE(spy[0][0].value<Place>(),
-                 (Place{by_step.rows[2], by_step.columns[1], -1}));
+        QCOMPARE(spy[0][0].value<Place>(), (Place{by_step.rows[2], by_step.columns[1], -1}));
         QCustomPlot* mb_plot = view.microbatch_plot();
         QTest::mouseClick(mb_plot, Qt::LeftButton, {},
                           mb_plot->mapFrom(&view, view.cell_centre(mb_plot, 3, 2)));
@@ -458,7 +476,8 @@ private slots:
         view.set_quantity(HeatmapView::Quantity::ratio);
         for (std::size_t i = 0; i < view.step_values().values.size(); ++i) {
             const double p = imbalance.predicted_by_step.values[i];
-            if (std::isnan(p) || p == 0) continue;
+            if (std::isnan(p) || p == 0)
+                continue;
             QCOMPARE(view.step_values().values[i], imbalance.compute_by_step.values[i] / p);
         }
         view.set_quantity(HeatmapView::Quantity::predicted);
@@ -739,8 +758,8 @@ private slots:
         overlap.set_run(run);
         heatmap.set_run(run);
         compare.set_runs({run});
-        for (QWidget* w : std::initializer_list<QWidget*>{&bubble, &cp_load, &overlap, &heatmap,
-                                                          &compare}) {
+        for (QWidget* w :
+             std::initializer_list<QWidget*>{&bubble, &cp_load, &overlap, &heatmap, &compare}) {
             render(*w);
         }
         QVERIFY(!bubble.message().isEmpty());
@@ -749,7 +768,8 @@ private slots:
         if (which == 1) {
             for (const QString& m : {bubble.message(), cp_load.message(), overlap.message(),
                                      heatmap.message(), compare.message()}) {
-                QVERIFY2(m.contains(QStringLiteral("the workload table is damaged")), qPrintable(m));
+                QVERIFY2(m.contains(QStringLiteral("the workload table is damaged")),
+                         qPrintable(m));
             }
         }
         if (which == 0) {

@@ -75,7 +75,8 @@ private:
             }
             const auto& events = layout.rows[r].lane->events;
             for (std::uint32_t i = 0; i < events.size(); ++i) {
-                if (fixed_->trace->name(events[i].name) == name && events[i].duration_ns() > longest) {
+                if (fixed_->trace->name(events[i].name) == name &&
+                    events[i].duration_ns() > longest) {
                     longest = events[i].duration_ns();
                     widest = EventRef{r, i};
                 }

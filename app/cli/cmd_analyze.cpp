@@ -83,7 +83,7 @@ std::string step_label(const StepKey& key) {
 void render_summary(const RunAnalysis& a, std::string& out) {
     const auto& c = a.config;
     out += "run      " + a.run.name + " (" + std::string(to_string(a.run.origin)) + ")\n";
-    out += "grid     " + analysis::describe_grid(c) + "\n";
+    out += "grid     " + describe_grid(c) + "\n";
     out += "setup    schedule " + or_unknown(c.schedule) + ", balancer " + or_unknown(c.balancer) +
            ", cp sharding " + or_unknown(c.cp_shard) + ", " +
            (c.microbatches > 0 ? std::to_string(c.microbatches) + " micro-batches"

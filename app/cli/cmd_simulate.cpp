@@ -85,11 +85,6 @@ std::string fixed(double value, int decimals) {
     return buffer;
 }
 
-std::string grid_text(const sim::Grid& grid) {
-    return "TP(" + std::to_string(grid.tp) + ")-CP(" + std::to_string(grid.cp) + ")-PP(" +
-           std::to_string(grid.pp) + ")-DP(" + std::to_string(grid.dp) + ")";
-}
-
 // A progress callback for the simulator: the shared progress line (which also turns Ctrl-C
 // into a cancel), and with --progress when stderr is not a terminal, a line per 10%.
 std::function<void(double)> progress_for(const std::string& label, bool forced,
@@ -471,7 +466,7 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
     const std::string length = config.epochs > 0 ? std::to_string(config.epochs) + " epoch(s)"
                                                  : std::to_string(config.steps) + " steps";
     std::printf("simulated %s = %d ranks, %s, %d micro-batches per replica, %s\n",
-                grid_text(config.grid).c_str(), config.grid.world(),
+                parallel::describe(config.grid).c_str(), config.grid.world(),
                 parallel::schedule_name(config.schedule), config.microbatches, length.c_str());
     std::printf("model: %d layers, hidden %d, %d heads, context %d, vocab %d\n",
                 config.model.layers, config.model.hidden, config.model.heads, config.model.context,

@@ -11,7 +11,7 @@ namespace fulcrum::analysis {
 namespace {
 
 struct Coordinates {
-    int dp = 0, pp = 0, cp = 0, tp = 0;
+    int dp = 0, tp = 0, pp = 0, cp = 0;
 };
 
 Coordinates coordinates_of(const RunTrace& trace, const Pass& pass) {

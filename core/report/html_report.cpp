@@ -534,7 +534,7 @@ std::string or_unknown(const std::string& text) {
 }
 
 // "layers 4, hidden 256, …" from what run.config gave; "unknown" when it gave none.
-std::string model_text(const analysis::RunConfig& c) {
+std::string model_text(const RunConfig& c) {
     if (!c.has_model()) {
         return "unknown";
     }
@@ -546,7 +546,7 @@ std::string model_text(const analysis::RunConfig& c) {
            part("vocab", c.vocab);
 }
 
-std::string data_text(const analysis::RunConfig& c) {
+std::string data_text(const RunConfig& c) {
     if (!c.lengths.empty()) {
         return c.lengths + ", " + std::to_string(c.documents) + " documents, seed " +
                std::to_string(c.seed);
@@ -608,7 +608,7 @@ void section_config(const ReportRun& run, int index, std::string& out) {
     if (a.run.start_utc_ns != 0) {
         row("started (UTC)", format_utc(a.run.start_utc_ns));
     }
-    row("grid", analysis::describe_grid(c) + (c.grid_known ? " = " : "; ") +
+    row("grid", describe_grid(c) + (c.grid_known ? " = " : "; ") +
                     std::to_string(run.ranks.size()) + " ranks");
     row("schedule", or_unknown(c.schedule));
     row("balancer",
@@ -1187,10 +1187,9 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
         bars.values.push_back({step_ns, measured, predicted});
         table.add({text_cell(label), text_cell(or_unknown(a.config.balancer)),
                    text_cell(or_unknown(a.config.cp_shard)),
-                   text_cell(or_unknown(a.config.schedule)),
-                   text_cell(analysis::describe_grid(a.config)), duration_cell(step_ns),
-                   duration_cell(measured), duration_cell(predicted), percent_cell(error, 1),
-                   figure_cell(a.imbalance.compute_imbalance, 3),
+                   text_cell(or_unknown(a.config.schedule)), text_cell(describe_grid(a.config)),
+                   duration_cell(step_ns), duration_cell(measured), duration_cell(predicted),
+                   percent_cell(error, 1), figure_cell(a.imbalance.compute_imbalance, 3),
                    figure_cell(a.imbalance.predicted_imbalance, 3),
                    figure_cell(a.bubbles.mean_measured_fraction, 3),
                    figure_cell(a.cp_load.mean_measured_imbalance, 3)});

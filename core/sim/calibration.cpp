@@ -12,7 +12,7 @@
 namespace fulcrum::sim {
 
 Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
-    const analysis::RunConfig& run = trace.config;
+    const RunConfig& run = trace.config;
     const std::string name = trace.run.name.empty() ? "the run" : "'" + trace.run.name + "'";
     RunSettings settings;
     SimulationConfig& config = settings.config;
@@ -25,7 +25,7 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
                          "not know which stage each pass ran on. Calibrate on a Fulcrum capture, "
                          "or simulate without --calibrate"};
     }
-    config.grid = {run.dp, run.tp, run.pp, run.cp};
+    config.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = run.cp};
 
     if (run.schedule.empty()) {
         settings.unknown.push_back("--schedule");
@@ -117,7 +117,7 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
         config.attention_kernel = run.backend;
     }
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
-    // fulcrum-train's knobs (analysis::RunConfig); a run that does not say them ran without
+    // fulcrum-train's knobs (RunConfig); a run that does not say them ran without
     // them, and in fp32 (the CPU engine's; only the simulator writes a dtype).
     config.virtual_stages = std::max(1, run.virtual_stages);
     if (auto recompute = plan::parse_recompute(run.recompute.empty() ? "none" : run.recompute)) {
@@ -163,7 +163,7 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
     if (!settings) {
         return settings.error();
     }
-    const analysis::RunConfig& run = trace.config;
+    const RunConfig& run = trace.config;
     calibration.origin = {run.layers,
                           run.pp,
                           run.hidden,

@@ -202,6 +202,13 @@ Result<RankMark> parse_rank_mark(std::string_view json) {
     return mark;
 }
 
+std::string rank_mark_json(const RankMark& mark) {
+    const nlohmann::json object = {{"rank", mark.rank},    {"world", mark.world}, {"dp", mark.dp},
+                                   {"tp", mark.tp},        {"pp", mark.pp},       {"cp", mark.cp},
+                                   {"device", mark.device}};
+    return object.dump();
+}
+
 Result<std::string> parse_run_mark(std::string_view json) {
     auto object = parse_object(json, kRunMark);
     if (!object) {

@@ -84,15 +84,16 @@ inline constexpr std::string_view kWorkloadMark = "fulcrum.workload";
 // {"step":3,"per-doc":5,"zigzag":3} (micro-batches of every replica).
 inline constexpr std::string_view kCpShardingMark = "cp sharding";
 
-// `fulcrum.rank`: {"rank":5,"world":8,"dp":1,"pp":0,"cp":1,"tp":0,"device":-1}. Fills the
+// `fulcrum.rank`: {"rank":5,"world":8,"dp":1,"tp":0,"pp":0,"cp":1,"device":-1}. Fills the
 // rank number, coordinates and device of `rank`; other fields are left as they are.
 struct RankMark {
     std::int32_t rank = -1;
     std::int32_t world = -1;
-    std::int32_t dp = -1, pp = -1, cp = -1, tp = -1;
+    std::int32_t dp = -1, tp = -1, pp = -1, cp = -1;
     std::int32_t device = -1;
 };
 Result<RankMark> parse_rank_mark(std::string_view json);
+std::string rank_mark_json(const RankMark& mark);
 
 // `fulcrum.run`: any JSON object; returned in compact form for run.config.
 Result<std::string> parse_run_mark(std::string_view json);

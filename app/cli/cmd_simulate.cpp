@@ -55,6 +55,16 @@ bool given(const SimulateArgs& args, const std::string& option) {
     return found != nullptr && found->count() > 0;
 }
 
+// The option that gives a run.config key (core/trace/run_config.h): "cp_shard" → "--cp-shard".
+std::string option_for_key(const std::string& key) {
+    if (key == "microbatches") {
+        return "--micro-batches";
+    }
+    std::string option = "--" + key;
+    std::replace(option.begin(), option.end(), '_', '-');
+    return option;
+}
+
 // RUN.fulcrum → RUN-wlb.fulcrum: one database per balancer of a comparison.
 std::string output_for(const std::string& output, const std::string& balancer) {
     const std::filesystem::path path(output);
@@ -210,7 +220,8 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         config.overlap_grad_reduce = run.overlap_grad_reduce;
         // Required settings it lacks are validate()'s to name; the rest fall back, and say so.
         std::string defaulted;
-        for (const std::string& option : settings->unknown) {
+        for (const std::string& key : settings->unknown) {
+            const std::string option = option_for_key(key);
             const bool required = option == "--layers" || option == "--hidden" ||
                                   option == "--context" || option == "--micro-batches" ||
                                   option == "--lengths";

@@ -196,7 +196,8 @@ Result<SimulationResult> simulate_to_file(const SimulationConfig& config,
 // Settings taken from a captured run's configuration (run.config, RunConfig).
 struct RunSettings {
     SimulationConfig config;
-    // Settings the run does not say, by the simulate option that gives them ("--schedule");
+    // Settings the run does not say, by their run.config key ("schedule", "cp_shard",
+    // core/trace/run_config.h);
     // they keep SimulationConfig's defaults, except the model shape, micro-batches and
     // lengths, which are left 0 / empty so validate() asks for them.
     std::vector<std::string> unknown;

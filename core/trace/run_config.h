@@ -34,8 +34,8 @@ struct RunConfig {
     int microbatches = 0;  // per DP replica and step; 0 when unknown
     // Layers per pipeline stage (fulcrum-train --stage-layers); empty: as equal as they go.
     std::vector<int> stage_layers;
-    int steps = 0;         // 0 when unknown, or with epochs
-    int epochs = 0;        // > 0: the run trained this many whole epochs
+    int steps = 0;   // 0 when unknown, or with epochs
+    int epochs = 0;  // > 0: the run trained this many whole epochs
     std::uint64_t seed = 1;
     int ilp_window = 1;
     // How wlb packed; 0 and −1 when not said.

@@ -89,7 +89,8 @@ private slots:
 
     void wrongTypesKeepTheirDefaults() {
         const RunConfig read = parse_run_config(
-            R"({"pp": "two", "tp": 2, "schedule": 3, "offload": 1, "model": [1, 2], "stage_layers": [1, "x"]})", {});
+            R"({"pp": "two", "tp": 2, "schedule": 3, "offload": 1, "model": [1, 2], "stage_layers": [1, "x"]})",
+            {});
         QCOMPARE(read.pp, 1);
         QCOMPARE(read.tp, 2);
         QCOMPARE(read.schedule, std::string());

@@ -620,7 +620,9 @@ int run_simulate(const SimulateArgs& args) {
     } else if (trace) {
         auto calibration = sim::calibrate(*trace);
         if (!calibration) {
-            return report_error(calibration.error());
+            Error error = calibration.error();
+            error.message += " (--cost-model FILE)";
+            return report_error(error);
         }
         config->cost_model = std::move(calibration->model);
         config->cost_origin = calibration->origin;

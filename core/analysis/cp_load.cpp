@@ -370,10 +370,11 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
         return result;
     }
     result.cp = trace.config.cp;
-    if (result.cp <= 1) {
+    const int cp = trace.config.cp;
+    if (cp <= 1) {
         return result;
     }
-    const CpLoadInputs in = gather_inputs(trace, passes, result.cp);
+    const CpLoadInputs in = gather_inputs(trace, passes, cp);
 
     // Each group's spreads, once: its own degrees, and its weight in the headline figures
     // (Σ max / Σ mean over the groups, docs/analyses.md §5).

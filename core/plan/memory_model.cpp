@@ -46,13 +46,25 @@ double layer_parameters(const MemoryShape& shape) {
     return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;
 }
 
+double stage_layer_count(const MemoryShape& shape, int stage) {
+    const int p = std::max(shape.pp, 1);
+    if (shape.stage_layers.empty()) {
+        return double(shape.layers) / p;
+    }
+    double layers = 0;
+    for (std::size_t c = std::size_t(stage); c < shape.stage_layers.size(); c += std::size_t(p)) {
+        layers += shape.stage_layers[c];
+    }
+    return layers;
+}
+
 namespace {
 
 // Forwards a stage has run and not yet backpropagated at its peak, in layers' worth.
 double layers_in_flight(const MemoryShape& shape, int stage) {
     const int p = std::max(shape.pp, 1), m = std::max(shape.microbatches, 1);
     const int v = std::max(shape.virtual_stages, 1);
-    const double stage_layers = double(shape.layers) / p;
+    const double stage_layers = stage_layer_count(shape, stage);
     switch (shape.schedule) {
         case parallel::PipelineSchedule::gpipe:
             return stage_layers * m;
@@ -90,7 +102,7 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
     const Precision& precision = shape.precision;
     StageMemory memory;
     memory.stage = stage;
-    double parameters = layer_parameters(shape) * double(shape.layers) / p;
+    double parameters = layer_parameters(shape) * stage_layer_count(shape, stage);
     const double embedding =
         double(shape.vocab) * shape.hidden + double(shape.sequence) * shape.hidden;
     if (stage == 0) {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/parallel/schedule.h"
 #include "core/util/result.h"
@@ -60,6 +61,9 @@ struct MemoryShape {
     // Layout
     int dp = 1, tp = 1, pp = 1, cp = 1;
     int virtual_stages = 1;
+    // Layers of each model chunk (p of them, or p·v interleaved: stage s's chunk k is model
+    // chunk k·p + s), as fulcrum-train --stage-layers takes them; empty: L/p a stage.
+    std::vector<int> stage_layers;
     parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
     int microbatches = 1;  // m, per step and DP replica
     // Memory knobs
@@ -86,7 +90,11 @@ struct StageMemory {
 // 2h·f + f + h (the MLP), 4h (two LayerNorms).
 double layer_parameters(const MemoryShape& shape);
 
-// One rank of `stage`. The shape must be a valid layout (layers ≥ p·v, t divides the heads).
+// Layers stage `stage` holds: the sum of its model chunks' stage_layers, or L/p.
+double stage_layer_count(const MemoryShape& shape, int stage);
+
+// One rank of `stage`. The shape must be a valid layout (layers ≥ p·v, t divides the heads,
+// stage_layers empty or passing parallel::check_stage_layers).
 StageMemory stage_memory(const MemoryShape& shape, int stage);
 
 // The layout's peak over its stages (the rank that needs the most).

@@ -148,6 +148,8 @@ void ParallelTrainer::run_forward(int step, const PipelineOp& op, const LocalBat
         // A micro-batch's first pass on this stage; its other chunks reuse what it loaded.
         std::visit([&](const auto& local) { model_.load_micro_batch(local, acts); }, batch);
     }
+    // Held from this forward until the chunk's backward is done (Activations, by the schedule).
+    acts.allocate_blocks(layers.first, layers.last);
     if (holds_embedding(op.chunk)) {
         model_.forward_embedding(acts);
     } else {
@@ -195,6 +197,9 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
                                   : BackwardPart::whole;
     instrument::KeyScope keys({step, op.microbatch, stage, Phase::backward, -1, op.chunk});
     instrument::Range range(range_name::kBackward, Category::compute);
+    if (part == BackwardPart::input_gradients) {
+        acts.allocate_output_gradients(layers.first, layers.last);
+    }
     if (holds_head(op.chunk)) {
         model_.backward_head(acts, loss_scale, part);
     } else {
@@ -218,6 +223,12 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
                                instrument::with_bytes(bytes_of(gradient)));
         groups_.pp_gradients->post_send(span_of(gradient), (stage + p - 1) % p);
     }
+    // What W does not read goes now; the rest after W (run_weight_gradients).
+    if (part == BackwardPart::input_gradients) {
+        acts.release_input_gradient_inputs(layers.first, layers.last);
+    } else {
+        acts.release_blocks(layers.first, layers.last);
+    }
 }
 
 void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activations& acts,
@@ -235,6 +246,7 @@ void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activ
     } else {
         model_.backward_weights_blocks(layers.first, layers.last, acts);
     }
+    acts.release_blocks(layers.first, layers.last);
 }
 
 void ParallelTrainer::reduce_gradients(int step) {
@@ -360,6 +372,7 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     report.micro_batches = microbatches;
     while (activations_.size() < batches.size()) {
         activations_.push_back(std::make_unique<Activations>(model_, blocks_held()));
+        activations_.back()->allocate_by_schedule();
     }
 
     model_.zero_gradients();

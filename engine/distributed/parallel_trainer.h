@@ -122,7 +122,8 @@ private:
     ParallelTrainConfig config_;
     AdamW optimizer_;
     std::vector<LayerRange> chunk_layers_;
-    std::vector<std::unique_ptr<Activations>> activations_;  // one per micro-batch in flight
+    // One per micro-batch of the step, holding device memory only while in flight.
+    std::vector<std::unique_ptr<Activations>> activations_;
     std::int64_t steps_taken_ = 0;
 };
 

@@ -28,8 +28,10 @@ int lone_color(const Topology& topology) {
 
 }  // namespace
 
-LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers) {
-    return stage_layers(chunk * stages + stage, stages * virtual_stages, layers);
+LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers,
+                        std::span<const int> stage_layers) {
+    return parallel::model_chunk_layers(chunk * stages + stage, stages * virtual_stages, layers,
+                                        stage_layers);
 }
 
 ParallelGroups ParallelGroups::create(Communicator& world, const Topology& topology) {
@@ -66,11 +68,15 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
     FULCRUM_CHECK(v == 1 || config.schedule == PipelineSchedule::interleaved,
                   "virtual stages are for the interleaved schedule");
     FULCRUM_CHECK(p * v <= model.config().n_layer, "every model chunk needs a layer");
+    FULCRUM_CHECK(
+        config.stage_layers.empty() ||
+            parallel::check_stage_layers(config.stage_layers, p * v, model.config().n_layer).ok(),
+        "stage_layers: one count of at least 1 per model chunk, summing to the layers");
     FULCRUM_CHECK(config.schedule != PipelineSchedule::interleaved || p >= 2,
                   "the interleaved schedule needs at least 2 pipeline stages");
     for (int k = 0; k < v; ++k) {
-        chunk_layers_.push_back(
-            engine::chunk_layers(topology.coordinates().pp, k, p, v, model.config().n_layer));
+        chunk_layers_.push_back(engine::chunk_layers(topology.coordinates().pp, k, p, v,
+                                                     model.config().n_layer, config_.stage_layers));
     }
     // The Activations made in step() keep what W passes need when the schedule splits them off.
     model_.set_split_backward(parallel::splits_backward(config.schedule));
@@ -442,7 +448,8 @@ std::vector<float> ParallelTrainer::gather_parameters() {
         if (stage == 0) {
             continue;  // world rank 0's own
         }
-        const LayerRange layers = engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer);
+        const LayerRange layers =
+            engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer, config_.stage_layers);
         ElementRange range = layout.block_range(layers.first, layers.last);
         if (c == p * v - 1) {
             range.count = layout.total() - range.offset;  // blocks and lnf, which follow them

@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
@@ -45,6 +47,7 @@ struct Options {
     GridShape grid;
     std::string schedule = "1f1b";
     int virtual_stages = 1;
+    std::string stage_layers;  // empty: the even split
     std::string recompute = "none";
     bool sequence_parallel = false;
     std::string balancer = "fixed";
@@ -87,8 +90,21 @@ int fail(int rank, const std::string& message) {
     return 2;
 }
 
+// The layers of every model chunk (one per stage, p·v interleaved), the even split included.
+std::vector<int> layers_per_chunk(const Options& o, std::span<const int> stage_layers) {
+    const int chunks = o.grid.pp * o.virtual_stages;
+    std::vector<int> counts;
+    for (int c = 0; c < chunks; ++c) {
+        const parallel::LayerRange range =
+            parallel::model_chunk_layers(c, chunks, o.layers, stage_layers);
+        counts.push_back(range.last - range.first);
+    }
+    return counts;
+}
+
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
-                            const std::string& backend, const std::string& comm) {
+                            const std::string& backend, const std::string& comm,
+                            std::span<const int> stage_layers) {
     const nlohmann::json config = {
         {"model",
          {{"layers", model.n_layer},
@@ -102,6 +118,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
         {"cp", o.grid.cp},
         {"schedule", o.schedule},
         {"virtual_stages", o.virtual_stages},
+        {"stage_layers", layers_per_chunk(o, stage_layers)},
         {"recompute", o.recompute},
         {"sequence_parallel", o.sequence_parallel},
         {"balancer", o.balancer},
@@ -152,6 +169,12 @@ int main(int argc, char** argv) {
     app.add_option("--virtual-stages", o.virtual_stages,
                    "Model chunks per pipeline stage for --schedule interleaved (at least 2)")
         ->capture_default_str();
+    app.add_option("--stage-layers", o.stage_layers,
+                   "Layers of each pipeline stage, e.g. 3,5 (the first stage also runs the "
+                   "embedding and the last the head, so equal counts are not equal work); "
+                   "interleaved: one count per model chunk, --pp x --virtual-stages of them, "
+                   "stage s's chunk k being the (k*pp + s)-th. Each at least 1, summing to "
+                   "--layers (default: equal, the first layers mod pp stages one more)");
     app.add_option("--recompute", o.recompute,
                    "Activation recomputation: none, selective (the attention core re-run in "
                    "backward) or full (only each layer's input kept, its forward re-run)")
@@ -398,6 +421,19 @@ int main(int argc, char** argv) {
                               "--layers " +
                               std::to_string(o.layers) + "; every model chunk needs a layer");
     }
+    std::vector<int> stage_layers;
+    if (!o.stage_layers.empty()) {
+        auto parsed = parallel::parse_stage_layers(o.stage_layers);
+        if (!parsed) {
+            return fail(rank, parsed.error().message);
+        }
+        if (auto valid =
+                parallel::check_stage_layers(*parsed, o.grid.pp * o.virtual_stages, o.layers);
+            !valid) {
+            return fail(rank, valid.error().message);
+        }
+        stage_layers = std::move(*parsed);
+    }
     if (o.heads < 1 || o.hidden % o.heads != 0) {
         return fail(rank, "--heads " + std::to_string(o.heads) + " must divide --hidden " +
                               std::to_string(o.hidden));
@@ -483,6 +519,10 @@ int main(int argc, char** argv) {
             }
             std::printf("\n");
         }
+        if (!stage_layers.empty()) {
+            std::printf("layers by %s: %s\n", o.virtual_stages > 1 ? "model chunk" : "stage",
+                        o.stage_layers.c_str());
+        }
         if (*recompute != Recompute::none || o.sequence_parallel) {
             std::printf("activations: recompute %s%s\n", recompute_name(*recompute),
                         o.sequence_parallel ? ", sequence parallel over TP" : "");
@@ -503,7 +543,7 @@ int main(int argc, char** argv) {
                          ",\"cp\":" + std::to_string(me.cp) + ",\"tp\":" + std::to_string(me.tp) +
                          ",\"device\":" + (use_cuda ? std::to_string(device) : "-1") + "}");
     instrument::mark("fulcrum.run", run_config_json(o, model_config, documents->description,
-                                                    use_cuda ? "cuda" : "cpu", comm));
+                                                    use_cuda ? "cuda" : "cpu", comm, stage_layers));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");
@@ -577,6 +617,7 @@ int main(int argc, char** argv) {
     train_config.train.warmup_steps = o.warmup;
     train_config.schedule = *schedule;
     train_config.virtual_stages = o.virtual_stages;
+    train_config.stage_layers = stage_layers;
     train_config.balancer = *balancer;
     train_config.overlap_reduction =
         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");

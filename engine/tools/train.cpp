@@ -145,6 +145,17 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     return config.dump();
 }
 
+// Every rank's peak of counted device and pinned memory (backend.h), bytes, gathered on
+// every rank: stages differ (embedding, head, the schedule's micro-batches in flight), so
+// rank 0's alone does not say which rank needs the most. Every rank must call it.
+std::vector<double> peaks_by_rank(Communicator& world, const MemoryUse& use) {
+    std::vector<double> peaks(std::size_t(2 * world.size()), 0.0);
+    peaks[std::size_t(2 * world.rank())] = double(use.peak_device_bytes);
+    peaks[std::size_t(2 * world.rank() + 1)] = double(use.peak_pinned_bytes);
+    world.all_reduce_sum(std::span<double>(peaks));
+    return peaks;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -670,6 +681,7 @@ int main(int argc, char** argv) {
         }
     }
     std::vector<float> parameters = trainer->gather_parameters();
+    const std::vector<double> peaks = peaks_by_rank(*world, backend->memory_use());
     if (rank == 0) {
         std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", trained.steps,
                     total_seconds, static_cast<double>(trained.tokens) / total_seconds,
@@ -692,6 +704,14 @@ int main(int argc, char** argv) {
         std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
                     double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",
                     double(use.peak_pinned_bytes) / (1 << 20));
+        for (int r = 0; r < world->size(); ++r) {
+            const GridCoordinates at = topology->coordinates_of(r);
+            std::printf(
+                "memory by rank: rank %d (dp %d, pp %d, cp %d, tp %d): peak %.3f MiB, %.3f MiB "
+                "pinned\n",
+                r, at.dp, at.pp, at.cp, at.tp, peaks[std::size_t(2 * r)] / (1 << 20),
+                peaks[std::size_t(2 * r + 1)] / (1 << 20));
+        }
         if (o.attention_chunk > 0) {
             const AttentionMemory& memory = model.attention_memory();
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };

@@ -384,7 +384,10 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     model_.zero_gradients();
     const float loss_scale = float(1.0 / double(plan.target_tokens));
     double loss_sum = 0;
-    const std::vector<PipelineOp> ops = step_ops(microbatches);
+    // A replica may have no micro-batch (the last global batch of an epoch with fewer
+    // documents than replicas): it runs no pass and takes part in the reductions with zeros.
+    const std::vector<PipelineOp> ops =
+        microbatches > 0 ? step_ops(microbatches) : std::vector<PipelineOp>{};
     // Per chunk, the last pass that writes its weight gradients: after it they are final.
     const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
                                                   ? parallel::PassKind::weight

@@ -98,6 +98,9 @@ private slots:
         const QStringList fixed = {"--balancer", "fixed", "--micro-batches", "4"};
         const QStringList wlb = {"--balancer", "wlb", "--micro-batches", "4"};
         QTest::newRow("dp2") << 2 << QStringList{"--dp", "2"} << fixed;
+        // Five short documents an epoch, all in one micro-batch: DP replica 1 has none.
+        QTest::newRow("dp2 one micro-batch an epoch")
+            << 2 << QStringList{"--dp", "2"} << fixed + QStringList{"--documents", "5"};
         QTest::newRow("pp2 1f1b") << 2 << QStringList{"--pp", "2", "--schedule", "1f1b"} << fixed;
         QTest::newRow("pp2 gpipe") << 2 << QStringList{"--pp", "2", "--schedule", "gpipe"} << fixed;
         QTest::newRow("pp4 1f1b wlb") << 4 << QStringList{"--pp", "4"} << wlb;

@@ -681,7 +681,12 @@ int main(int argc, char** argv) {
         }
     }
     std::vector<float> parameters = trainer->gather_parameters();
-    const std::vector<double> peaks = peaks_by_rank(*world, backend->memory_use());
+    const MemoryUse memory_use = backend->memory_use();
+    instrument::mark(std::string(kMemoryMark),
+                     "{\"peak_device_bytes\":" + std::to_string(memory_use.peak_device_bytes) +
+                         ",\"peak_pinned_bytes\":" + std::to_string(memory_use.peak_pinned_bytes) +
+                         "}");
+    const std::vector<double> peaks = peaks_by_rank(*world, memory_use);
     if (rank == 0) {
         std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", trained.steps,
                     total_seconds, static_cast<double>(trained.tokens) / total_seconds,

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <span>
 #include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "core/parallel/schedule.h"
 #include "core/store/trace_reader.h"
 #include "core/trace/annotations.h"
 
@@ -63,6 +65,12 @@ void read_field(const nlohmann::json& object, const char* key, T& value) {
         if (it->is_boolean()) {
             value = it->template get<bool>();
         }
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+        if (it->is_array() && std::all_of(it->begin(), it->end(), [](const nlohmann::json& v) {
+                return v.is_number_integer();
+            })) {
+            value = it->template get<std::vector<int>>();
+        }
     } else if (it->is_number()) {
         value = it->template get<T>();
     }
@@ -114,6 +122,7 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
         read_field(json, "cp", config.cp);
         read_field(json, "schedule", config.schedule);
         read_field(json, "virtual_stages", config.virtual_stages);
+        read_field(json, "stage_layers", config.stage_layers);
         read_field(json, "recompute", config.recompute);
         read_field(json, "sequence_parallel", config.sequence_parallel);
         read_field(json, "overlap_grad_reduce", config.overlap_grad_reduce);
@@ -157,6 +166,20 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
         config.cp = std::max(cp, 1);
     }
     return config;
+}
+
+int stage_layer_count(const RunConfig& config, int stage) {
+    const int p = std::max(config.pp, 1), v = std::max(config.virtual_stages, 1);
+    const bool given = parallel::check_stage_layers(config.stage_layers, p * v, config.layers).ok();
+    const std::span<const int> counts =
+        given ? std::span<const int>(config.stage_layers) : std::span<const int>{};
+    int layers = 0;
+    for (int k = 0; k < v; ++k) {
+        const parallel::LayerRange range =
+            parallel::model_chunk_layers(k * p + stage, p * v, config.layers, counts);
+        layers += range.last - range.first;
+    }
+    return layers;
 }
 
 std::string describe_grid(const RunConfig& config) {

@@ -70,7 +70,10 @@ struct RunConfig {
     bool grid_known = true;
     std::string schedule;    // "gpipe", "1f1b", "interleaved", "zb-h1", or "" when unknown
     int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
-    std::string recompute;   // "none", "selective", "full", or "" when unknown
+    // Layers of each model chunk (pp · virtual_stages; model chunk k·pp + s is stage s's
+    // chunk k), as fulcrum-train --stage-layers split them; empty: not said (the even split).
+    std::vector<int> stage_layers;
+    std::string recompute;  // "none", "selective", "full", or "" when unknown
     bool sequence_parallel = false;
     bool overlap_grad_reduce = false;
     std::string
@@ -99,6 +102,9 @@ struct RunConfig {
     }
 };
 RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks);
+// The layers stage `stage` holds: its model chunks' stage_layers when the run gave one count
+// per model chunk, else the engine's even split (core/parallel/schedule.h).
+int stage_layer_count(const RunConfig& config, int stage);
 // "dp 2 × tp 1 × pp 2 × cp 2", or what is known when the grid is not.
 std::string describe_grid(const RunConfig& config);
 

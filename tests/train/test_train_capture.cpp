@@ -83,6 +83,11 @@ private slots:
             QCOMPARE(rank.alignment, ClockAlignment::barrier_marks);
         }
         QVERIFY(trace->run().config_json.find("\"balancer\":\"wlb\"") != std::string::npos);
+        // The layers of each stage, as the run split them, read back by the analyses.
+        const analysis::RunConfig config =
+            analysis::parse_run_config(trace->run().config_json, trace->ranks());
+        QCOMPARE(config.stage_layers, std::vector<int>({1, 1}));
+        QCOMPARE(analysis::stage_layer_count(config, 1), 1);
     }
 
     void everyStepMicroBatchAndPhaseIsThere() {

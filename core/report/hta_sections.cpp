@@ -13,15 +13,6 @@ namespace {
 
 using namespace analysis;
 
-// What a figure shows where nothing was measured (docs/analyses.md, "Unknown figures").
-constexpr const char* kUnknown = "—";
-
-std::string fixed(double value, int decimals) {
-    char text[48];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
 // A cell: its HTML (escaped) and the number a sortable table sorts on ("" sorts on the text).
 struct Cell {
     std::string html, sort;
@@ -38,13 +29,13 @@ Cell duration_cell(std::int64_t ns) {
 }
 Cell share_cell(std::int64_t part, std::int64_t whole) {
     if (whole <= 0) {
-        return {kUnknown, ""};
+        return {kUnknownFigure, ""};
     }
     const double share = double(part) / double(whole);
-    return {fixed(100.0 * share, 1) + "%", fixed(share, 6)};
+    return {format_fixed(100.0 * share, 1) + "%", format_fixed(share, 6)};
 }
 Cell number_cell(double value, int decimals) {
-    return {fixed(value, decimals), fixed(value, 6)};
+    return {format_fixed(value, decimals), format_fixed(value, 6)};
 }
 
 // The markup of html_report.cpp's tables, so that its script sorts these too.
@@ -189,10 +180,10 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
         const bool measured = c.bytes > 0 && c.transfer_ns > 0;
         rows.push_back({text_cell(c.name), text_cell(to_string(c.kind)),
                         text_cell(rank_list(c.ranks)), int_cell(c.calls),
-                        c.bytes > 0 ? int_cell(c.bytes) : Cell{kUnknown, ""},
+                        c.bytes > 0 ? int_cell(c.bytes) : Cell{kUnknownFigure, ""},
                         duration_cell(c.transfer_ns), duration_cell(c.wait_ns),
-                        measured ? number_cell(c.algbw_gb_s, 2) : Cell{kUnknown, ""},
-                        measured ? number_cell(c.busbw_gb_s, 2) : Cell{kUnknown, ""}});
+                        measured ? number_cell(c.algbw_gb_s, 2) : Cell{kUnknownFigure, ""},
+                        measured ? number_cell(c.busbw_gb_s, 2) : Cell{kUnknownFigure, ""}});
     }
     render_table(out, "communication",
                  {"collective", "kind", "ranks", "calls", "bytes", "transfer", "wait", "algbw GB/s",
@@ -216,7 +207,7 @@ std::string shares_text(const std::map<Key, std::int64_t>& shares, std::int64_t 
         }
         text += (text.empty() ? "" : ", ") + key + " " + share_cell(order[i].second, whole).html;
     }
-    return text.empty() ? kUnknown : text;
+    return text.empty() ? kUnknownFigure : text;
 }
 
 void section_critical_path(const RunAnalysis& a, int index, std::string& out) {
@@ -291,7 +282,7 @@ void diff_section(const RunDiff& diff, std::string_view first_run, int index, st
                         duration_cell(std::llround(row.total_ns_b)),
                         {(row.delta_ns() > 0 ? "+" : "") +
                              html_escape(format_duration(std::llround(row.delta_ns()))),
-                         fixed(row.delta_ns(), 0)}});
+                         format_fixed(row.delta_ns(), 0)}});
     }
     render_table(
         out, "diff",

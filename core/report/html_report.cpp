@@ -105,30 +105,9 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // Formatting
 
-// What a figure shows where nothing was measured or predicted
-// (docs/analyses.md, "Unknown figures").
-constexpr const char* kUnknown = "—";
-
-std::string fixed(double value, int decimals = 2) {
-    if (!std::isfinite(value)) {
-        return kUnknown;
-    }
-    char text[48];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
-std::string percent(double part, double whole) {
-    return whole > 0 && std::isfinite(part) ? fixed(100.0 * part / whole, 1) + "%" : kUnknown;
-}
-
-std::string figure(const std::optional<double>& value, int decimals) {
-    return value ? fixed(*value, decimals) : kUnknown;
-}
-
 std::string duration(double ns) {
     return std::isfinite(ns) ? format_duration(static_cast<std::int64_t>(std::llround(ns)))
-                             : kUnknown;
+                             : kUnknownFigure;
 }
 
 std::string number(std::int64_t value) {
@@ -137,7 +116,7 @@ std::string number(std::int64_t value) {
 
 // A coordinate in an SVG: one decimal is finer than a pixel.
 std::string px(double value) {
-    return fixed(value, 1);
+    return format_fixed(value, 1);
 }
 
 // Truncates to at most `limit` bytes without cutting a UTF-8 sequence.
@@ -181,23 +160,24 @@ Cell int_cell(std::int64_t value) {
     return {number(value), number(value)};
 }
 Cell duration_cell(double ns) {
-    return {duration(ns), std::isfinite(ns) ? fixed(ns, 0) : ""};
+    return {duration(ns), std::isfinite(ns) ? format_fixed(ns, 0) : ""};
 }
 Cell fixed_cell(double value, int decimals) {
-    return {fixed(value, decimals), std::isfinite(value) ? fixed(value, 6) : ""};
+    return {format_fixed(value, decimals), std::isfinite(value) ? format_fixed(value, 6) : ""};
 }
 Cell percent_cell(double part, double whole) {
-    return {percent(part, whole), whole > 0 && std::isfinite(part) ? fixed(part / whole, 6) : ""};
+    return {format_percent(part, whole),
+            whole > 0 && std::isfinite(part) ? format_fixed(part / whole, 6) : ""};
 }
 Cell figure_cell(const std::optional<double>& value, int decimals) {
     return fixed_cell(value ? *value : std::nan(""), decimals);
 }
 // A 4D coordinate; -1 is unknown (an imported trace without them).
 std::string coordinate_text(std::int32_t value) {
-    return value >= 0 ? std::to_string(value) : kUnknown;
+    return value >= 0 ? std::to_string(value) : kUnknownFigure;
 }
 Cell coordinate_cell(std::int32_t value) {
-    return value >= 0 ? int_cell(value) : Cell{kUnknown, ""};
+    return value >= 0 ? int_cell(value) : Cell{kUnknownFigure, ""};
 }
 
 class Table {
@@ -478,14 +458,14 @@ std::string step_label(const StepKey& key) {
     if (key.whole_trace) {
         return "whole trace";
     }
-    return key.step ? "step " + std::to_string(*key.step) : std::string("step ") + kUnknown;
+    return key.step ? "step " + std::to_string(*key.step) : std::string("step ") + kUnknownFigure;
 }
 
 Cell step_cell(const StepKey& key) {
     if (key.whole_trace) {
         return {"whole trace", ""};
     }
-    return key.step ? int_cell(*key.step) : Cell{kUnknown, ""};
+    return key.step ? int_cell(*key.step) : Cell{kUnknownFigure, ""};
 }
 
 std::map<StepKey, BreakdownTotal> breakdown_by_step(const RunAnalysis& a) {
@@ -529,24 +509,20 @@ double mean_relative_error(const Matrix& measured, const Matrix& predicted) {
     return n > 0 ? sum / n : std::nan("");
 }
 
-std::string or_unknown(const std::string& text) {
-    return text.empty() ? kUnknown : text;
-}
-
 // "layers 4, hidden 256, …" from what run.config gave; "unknown" when it gave none.
-std::string model_text(const analysis::RunConfig& c) {
+std::string model_text(const RunConfig& c) {
     if (!c.has_model()) {
         return "unknown";
     }
     const auto part = [](const char* name, int value) {
-        return std::string(name) + " " + (value > 0 ? std::to_string(value) : kUnknown);
+        return std::string(name) + " " + (value > 0 ? std::to_string(value) : kUnknownFigure);
     };
     return part("layers", c.layers) + ", " + part("hidden", c.hidden) + ", " +
            part("heads", c.heads) + ", " + part("context", c.context) + ", " +
            part("vocab", c.vocab);
 }
 
-std::string data_text(const analysis::RunConfig& c) {
+std::string data_text(const RunConfig& c) {
     if (!c.lengths.empty()) {
         return c.lengths + ", " + std::to_string(c.documents) + " documents, seed " +
                std::to_string(c.seed);
@@ -572,7 +548,8 @@ std::string clock_alignment_text(const RankInfo& r) {
 
 Cell clock_correction_cell(const RankInfo& r, std::int64_t run_start_utc_ns) {
     if (r.alignment != ClockAlignment::barrier_marks) {
-        return {r.alignment == ClockAlignment::utc_offset ? "— (aligned by UTC offset)" : kUnknown,
+        return {r.alignment == ClockAlignment::utc_offset ? "— (aligned by UTC offset)"
+                                                          : kUnknownFigure,
                 ""};
     }
     return duration_cell(double(r.clock_shift_ns + run_start_utc_ns - r.utc_offset_ns));
@@ -603,24 +580,25 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         row("file", run.path);
     }
     row("run", a.run.name + " (" + std::string(to_string(a.run.origin)) + ")");
-    row("command", or_unknown(a.run.command));
-    row("producer", or_unknown(a.run.producer));
+    row("command", text_or_unknown(a.run.command));
+    row("producer", text_or_unknown(a.run.producer));
     if (a.run.start_utc_ns != 0) {
         row("started (UTC)", format_utc(a.run.start_utc_ns));
     }
-    row("grid", analysis::describe_grid(c) + (c.grid_known ? " = " : "; ") +
+    row("grid", describe_grid(c) + (c.grid_known ? " = " : "; ") +
                     std::to_string(run.ranks.size()) + " ranks");
-    row("schedule", or_unknown(c.schedule));
+    row("schedule", text_or_unknown(c.schedule));
     row("balancer",
-        or_unknown(c.balancer) +
+        text_or_unknown(c.balancer) +
             (c.balancer == "ilp" ? " (window " + std::to_string(c.ilp_window) + ")" : ""));
-    row("CP sharding", or_unknown(c.cp_shard));
-    row("micro-batches",
-        c.microbatches > 0 ? std::to_string(c.microbatches) + " per replica and step" : kUnknown);
+    row("CP sharding", text_or_unknown(c.cp_shard));
+    row("micro-batches", c.microbatches > 0
+                             ? std::to_string(c.microbatches) + " per replica and step"
+                             : kUnknownFigure);
     row("model", model_text(c));
     row("data", data_text(c));
-    row("steps", c.steps > 0 ? std::to_string(c.steps) : kUnknown);
-    row("backend", or_unknown(c.backend));
+    row("steps", c.steps > 0 ? std::to_string(c.steps) : kUnknownFigure);
+    row("backend", text_or_unknown(c.backend));
     row("events", std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)");
     out += "</table>\n<details><summary>run.config as recorded</summary><pre>" +
            html_escape(a.run.config_json) + "</pre></details>\n";
@@ -669,7 +647,7 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         const std::string tip =
             "rank " + std::to_string(r.rank) + " · dp " + coordinate_text(r.dp) + " pp " +
             coordinate_text(r.pp) + " cp " + coordinate_text(r.cp) + " tp " +
-            coordinate_text(r.tp) + " · host " + or_unknown(r.host) + " pid " +
+            coordinate_text(r.tp) + " · host " + text_or_unknown(r.host) + " pid " +
             std::to_string(r.pid) +
             (r.device >= 0 ? " · device " + std::to_string(r.device) : " · CPU") +
             (r.complete ? "" : " · incomplete") +
@@ -699,7 +677,7 @@ void section_config(const ReportRun& run, int index, std::string& out) {
     Table ranks("ranks", {"rank", "host", "pid", "device", "dp", "pp", "cp", "tp", "complete",
                           "dropped records", "clock alignment", "clock correction"});
     for (const auto& r : run.ranks) {
-        ranks.add({int_cell(r.rank), text_cell(or_unknown(r.host)), int_cell(r.pid),
+        ranks.add({int_cell(r.rank), text_cell(text_or_unknown(r.host)), int_cell(r.pid),
                    r.device >= 0 ? int_cell(r.device) : Cell{"CPU", "-1"}, coordinate_cell(r.dp),
                    coordinate_cell(r.pp), coordinate_cell(r.cp), coordinate_cell(r.tp),
                    text_cell(r.complete ? "yes" : "no"), int_cell(r.dropped_records),
@@ -803,8 +781,8 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
     }
     out += "<p>Schedule " + html_escape(b.schedule) +
            "; bubble as a fraction of busy time: theory " + theory_formula(b) + " = " +
-           figure(b.theory_fraction, 3) + ", measured " + figure(b.mean_measured_fraction, 3) +
-           " (mean over pipelines and steps).</p>\n";
+           format_figure(b.theory_fraction, 3) + ", measured " +
+           format_figure(b.mean_measured_fraction, 3) + " (mean over pipelines and steps).</p>\n";
     const auto by_stage = analysis::bubble_by_stage(b);
     BarSeries bars;
     bars.series = {"warm-up/cool-down", "unequal micro-batches", "other"};
@@ -879,9 +857,9 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
     }
     out += "<p>" + std::to_string(cp.groups.size()) +
            " CP groups (step × micro-batch × group), sharding " +
-           html_escape(or_unknown(cp.sharding)) + "; imbalance max/mean: measured " +
-           figure(cp.mean_measured_imbalance, 3) + ", predicted " +
-           figure(cp.mean_predicted_imbalance, 3) + ".</p>\n";
+           html_escape(text_or_unknown(cp.sharding)) + "; imbalance max/mean: measured " +
+           format_figure(cp.mean_measured_imbalance, 3) + ", predicted " +
+           format_figure(cp.mean_predicted_imbalance, 3) + ".</p>\n";
     // Sums over the groups where the rank has the figure (a pass; a workload row).
     struct RankSums {
         double attention = 0, pairs = 0;
@@ -917,7 +895,7 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
         "<p class=\"caption\">Each CP rank's share of the attention time (measured) and of the "
         "causal pairs (predicted), over all groups; 1/cp each when balanced.</p>";
     bar_chart(out, "cp_load", index, "CP attention load", bars,
-              [](double v) { return fixed(v * 100, 1) + "%"; });
+              [](double v) { return format_fixed(v * 100, 1) + "%"; });
     Table ranks("cp_ranks", {"cp rank", "attention (mean)", "pairs (mean)"});
     for (const auto& [cp_rank, v] : by_cp_rank) {
         ranks.add(
@@ -944,9 +922,9 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
         return;
     }
     out += "<p>Copies " + html_escape(duration(double(o.copy_ns))) + ", " +
-           percent(double(o.overlapped_ns), double(o.copy_ns)) + " hidden behind compute, " +
+           format_percent(double(o.overlapped_ns), double(o.copy_ns)) + " hidden behind compute, " +
            html_escape(duration(double(o.exposed_ns))) + " exposed, " +
-           (o.bandwidth_gb_s ? fixed(*o.bandwidth_gb_s, 2) + " GB/s"
+           (o.bandwidth_gb_s ? format_fixed(*o.bandwidth_gb_s, 2) + " GB/s"
                              : std::string("bandwidth unknown")) +
            ". Smallest chunk that hides its copy: " +
            (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
@@ -981,14 +959,14 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
     } else {
         out += "<p>Compute imbalance across ranks (max/mean per step; " +
                std::string(analysis::kImbalanceOverSteps) + "): measured " +
-               figure(im.compute_imbalance, 3) + ", predicted " +
-               figure(im.predicted_imbalance, 3) +
+               format_figure(im.compute_imbalance, 3) + ", predicted " +
+               format_figure(im.predicted_imbalance, 3) +
                (im.has_prediction
                     ? std::string(im.predicted_is_time ? " (cost model)" : " (causal pairs)")
                     : std::string(" (no predicted work)")) +
                ".</p>\n";
         const auto time = [](double v) { return duration(v); };
-        const auto pairs = [](double v) { return fixed(v, 0) + " pairs"; };
+        const auto pairs = [](double v) { return format_fixed(v, 0) + " pairs"; };
         out += "<p class=\"caption\">Measured compute per rank and step.</p>";
         heatmap(out, "heatmap_compute", index, "measured compute per rank and step",
                 im.compute_by_step, "step", options, time);
@@ -1016,12 +994,13 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
             im.compute_by_step.columns.empty() ? -1 : im.compute_by_step.columns[worst];
         for (const auto& step : im.by_microbatch) {
             if (step.step == worst_step && !step.compute_ns.rows.empty()) {
-                out += "<p class=\"caption\">Measured compute per rank and micro-batch in step " +
-                       std::to_string(step.step) +
-                       (!degree.empty() && std::isfinite(degree[worst])
-                            ? ", the least balanced (max/mean " + fixed(degree[worst], 3) + ")"
-                            : std::string()) +
-                       ".</p>";
+                out +=
+                    "<p class=\"caption\">Measured compute per rank and micro-batch in step " +
+                    std::to_string(step.step) +
+                    (!degree.empty() && std::isfinite(degree[worst])
+                         ? ", the least balanced (max/mean " + format_fixed(degree[worst], 3) + ")"
+                         : std::string()) +
+                    ".</p>";
                 heatmap(out, "heatmap_microbatch", index, "compute per rank and micro-batch",
                         step.compute_ns, "micro-batch", options, time);
             }
@@ -1183,12 +1162,12 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
                 ? mean_relative_error(a.imbalance.compute_by_step, a.imbalance.predicted_by_step)
                 : std::nan("");
         const std::string label = run_label(runs[i], i);
-        bars.categories.push_back(label + " (" + or_unknown(a.config.balancer) + ")");
+        bars.categories.push_back(label + " (" + text_or_unknown(a.config.balancer) + ")");
         bars.values.push_back({step_ns, measured, predicted});
-        table.add({text_cell(label), text_cell(or_unknown(a.config.balancer)),
-                   text_cell(or_unknown(a.config.cp_shard)),
-                   text_cell(or_unknown(a.config.schedule)),
-                   text_cell(analysis::describe_grid(a.config)), duration_cell(step_ns),
+        table.add({text_cell(label), text_cell(text_or_unknown(a.config.balancer)),
+                   text_cell(text_or_unknown(a.config.cp_shard)),
+                   text_cell(text_or_unknown(a.config.schedule)),
+                   text_cell(describe_grid(a.config)), duration_cell(step_ns),
                    duration_cell(measured), duration_cell(predicted), percent_cell(error, 1),
                    figure_cell(a.imbalance.compute_imbalance, 3),
                    figure_cell(a.imbalance.predicted_imbalance, 3),
@@ -1241,7 +1220,7 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
         std::vector<RunThroughput> throughputs;
         for (std::size_t i = 0; i < runs.size(); ++i) {
             labels.push_back(run_label(runs[i], i));
-            balancers.push_back(or_unknown(runs[i].analysis.config.balancer));
+            balancers.push_back(text_or_unknown(runs[i].analysis.config.balancer));
             throughputs.push_back(runs[i].throughput);
         }
         out += throughput_section_html(labels, balancers, throughputs);

@@ -1,11 +1,14 @@
 // The memory model's prediction of fulcrum-train's own count (core/plan/memory_model.h,
 // engine_stage_memory) against real runs under mpirun: for a matrix of layouts, the peak of
 // the backend's counted allocations that fulcrum-train reports for rank 0 and for the first
-// rank of the last stage is within 10% of the prediction, and so is the pinned host memory of
-// offloaded attention. Every row is one model (4 layers × 64, context 256) on documents of
-// exactly the context, so every micro-batch holds the same tokens and no buffer grows after
-// the first step (the model predicts from the second step on). The arguments of each row are
-// read into the MemoryShape, so a row cannot predict one layout and run another.
+// rank of the last stage is within 2% of the prediction, and so is the pinned host memory of
+// offloaded attention. Issue 16 asks for 10%; the model counts the engine's buffers term by
+// term and agrees to the printed KiB, and at 10% a dropped term can hide (ZB-H1 keeping what
+// only B reads until W moves the peak by 4%), so the bound is the tighter one. Every row is one
+// model (4 layers × 64, context 256) on documents of exactly the context, so every micro-batch
+// holds the same tokens and no buffer grows after the first step (the model predicts from the
+// second step on). The arguments of each row are read into the MemoryShape, so a row cannot predict
+// one layout and run another.
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTemporaryDir>
@@ -25,6 +28,7 @@ namespace {
 
 const QString kTrain = QStringLiteral(FULCRUM_BINARY_DIR "/engine/fulcrum-train");
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kTolerance = 0.02;
 
 const QStringList kModel = {"--steps",    "2",       "--layers",    "4",         "--hidden",
                             "64",         "--heads", "4",           "--context", "256",
@@ -195,9 +199,9 @@ private slots:
                     .arg(engine.pinned_bytes / kMiB, 0, 'f', 3)
                     .arg(predicted.pinned_bytes / kMiB, 0, 'f', 3);
             qInfo("%s", qPrintable(figures));
-            QVERIFY2(within(predicted.peak_bytes(), engine.device_bytes, 0.10),
+            QVERIFY2(within(predicted.peak_bytes(), engine.device_bytes, kTolerance),
                      qPrintable(figures));
-            QVERIFY2(within(predicted.pinned_bytes, engine.pinned_bytes, 0.10),
+            QVERIFY2(within(predicted.pinned_bytes, engine.pinned_bytes, kTolerance),
                      qPrintable(figures));
         }
     }

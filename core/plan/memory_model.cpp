@@ -48,11 +48,19 @@ double layer_parameters(const MemoryShape& shape) {
 
 namespace {
 
+// The layers `stage` holds: its entry of shape.stage_layers, else L/p.
+double layers_on(const MemoryShape& shape, int stage) {
+    if (static_cast<std::size_t>(stage) < shape.stage_layers.size()) {
+        return shape.stage_layers[static_cast<std::size_t>(stage)];
+    }
+    return double(shape.layers) / std::max(shape.pp, 1);
+}
+
 // Forwards a stage has run and not yet backpropagated at its peak, in layers' worth.
 double layers_in_flight(const MemoryShape& shape, int stage) {
     const int p = std::max(shape.pp, 1), m = std::max(shape.microbatches, 1);
     const int v = std::max(shape.virtual_stages, 1);
-    const double stage_layers = double(shape.layers) / p;
+    const double stage_layers = layers_on(shape, stage);
     switch (shape.schedule) {
         case parallel::PipelineSchedule::gpipe:
             return stage_layers * m;
@@ -90,7 +98,7 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
     const Precision& precision = shape.precision;
     StageMemory memory;
     memory.stage = stage;
-    double parameters = layer_parameters(shape) * double(shape.layers) / p;
+    double parameters = layer_parameters(shape) * layers_on(shape, stage);
     const double embedding =
         double(shape.vocab) * shape.hidden + double(shape.sequence) * shape.hidden;
     if (stage == 0) {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/parallel/schedule.h"
 #include "core/util/result.h"
@@ -62,6 +63,8 @@ struct MemoryShape {
     int virtual_stages = 1;
     parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
     int microbatches = 1;  // m, per step and DP replica
+    // Layers per pipeline stage (sums to `layers`, one entry a stage); empty: L/p each.
+    std::vector<int> stage_layers;
     // Memory knobs
     Recompute recompute = Recompute::none;
     bool sequence_parallel = false;

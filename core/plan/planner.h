@@ -129,6 +129,9 @@ struct Candidate {
     int attention_chunk = 0;
     bool offload = false;
     std::vector<int> stage_layers;  // layers per pipeline stage; empty: L/p each
+    // wlb's queue thresholds: tuned once on the first wlb candidate played and given to the
+    // others, so that every wlb candidate (and its command line) packs alike.
+    std::optional<std::vector<std::int64_t>> wlb_thresholds;
 
     CandidateStatus status = CandidateStatus::infeasible;
     std::string reason;  // why infeasible or dominated; empty otherwise

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/analysis/cost_model.h"
+#include "core/parallel/schedule.h"
 #include "core/sim/layer_costs.h"
 #include "core/trace/annotations.h"
 
@@ -108,7 +109,13 @@ inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
 // 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);
 // the first stage adds the token and position embeddings V·h + context·h, the last the final
 // LayerNorm, 2h.
-std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int stage);
+std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int stage,
+                              const std::vector<int>& stage_layers = {});
+
+// Layers [first, last) of `stage`: from `stage_layers` (layers per stage) when it has an entry a
+// stage, else parallel::stage_layers's L/p (the first L mod p stages one more).
+parallel::LayerRange stage_layer_range(int stage, int stages, int layers,
+                                       const std::vector<int>& stage_layers);
 
 // Costs from FLOPs and bandwidths (docs/simulate.md, "The analytic model"): per layer and
 // forward 24·T·h²/tp + 4h·pairs/tp FLOPs, the last stage adds the LM head 2·T·h·V, backward

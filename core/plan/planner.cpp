@@ -691,9 +691,6 @@ Status simulate_candidate(const PlanRequest& request, const MeanMicroBatch& mean
         c.reason = result.error().message;
         return {};
     }
-    if (c.balancer == balance::Balancer::wlb && !c.wlb_thresholds) {
-        c.wlb_thresholds = result->packing.wlb_thresholds;
-    }
     c.status = CandidateStatus::ranked;
     c.step_ns = result->mean_step_ns;
     c.tokens_per_second = result->tokens_per_second;
@@ -705,6 +702,37 @@ Status simulate_candidate(const PlanRequest& request, const MeanMicroBatch& mean
     c.train_command = train_command(request, c, config);
     c.simulate_command = simulate_command(request, c, config);
     return {};
+}
+
+// wlb's queue thresholds, tuned once for every wlb candidate (balance::tune_wlb_thresholds
+// replays the packer on the whole first epoch for each of its threshold sets, which at a
+// global batch of a thousand sequences takes seconds): on one replica of at most
+// kTuningBatch sequences and the documents of two such batches, with the S_max of `layout`.
+constexpr int kTuningBatch = 128;
+
+Result<std::optional<std::vector<std::int64_t>>> tune_thresholds(const PlanRequest& request,
+                                                                 Candidate layout,
+                                                                 const std::atomic<bool>* cancel) {
+    layout.balancer = balance::Balancer::wlb;
+    sim::SimulationConfig config = simulation_config(request, layout);
+    config.wlb_max_tokens = sim::wlb_max_tokens_from_memory(config);
+    const int batch = std::min(request.global_batch, kTuningBatch);
+    config.grid = {.dp = 1, .tp = layout.grid.tp, .pp = layout.grid.pp, .cp = layout.grid.cp};
+    config.microbatches = batch;
+    config.schedule = parallel::PipelineSchedule::one_f_one_b;
+    config.virtual_stages = 1;
+    if (config.document_lengths.empty()) {
+        config.documents = std::max<std::int64_t>(
+            4096, config.documents * batch / std::max(request.global_batch, 1));
+    }
+    config.wlb_thresholds.reset();
+    sim::SimulationProgress progress;
+    progress.cancel = cancel;
+    auto result = sim::simulate(config, nullptr, progress);
+    if (!result) {
+        return result.error();
+    }
+    return result->packing.wlb_thresholds;
 }
 
 void count(PlanResult& result) {
@@ -735,11 +763,14 @@ void count(PlanResult& result) {
 
 }  // namespace
 
-Result<PlanResult> plan(const PlanRequest& request, const PlanProgress& progress) {
+Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) {
     const auto started = std::chrono::steady_clock::now();
-    if (auto status = validate(request); !status) {
+    if (auto status = validate(given); !status) {
         return status.error();
     }
+    // The documents resolved once: every candidate samples the same ones.
+    PlanRequest request = given;
+    request.documents = resolved_documents(given);
     const auto cancelled = [&] { return progress.cancel != nullptr && progress.cancel->load(); };
     const auto report = [&](double fraction) {
         if (progress.progress) {
@@ -777,7 +808,15 @@ Result<PlanResult> plan(const PlanRequest& request, const PlanProgress& progress
         static_cast<std::size_t>(request.refine_layouts > 0 ? request.refine_layouts
                                                             : std::max(4 * request.top_k, 32)));
     std::optional<std::vector<std::int64_t>> thresholds;
-    bool thresholds_known = false;
+    const bool plays_wlb = std::find(request.space.balancers.begin(), request.space.balancers.end(),
+                                     balance::Balancer::wlb) != request.space.balancers.end();
+    if (plays_wlb && refine > 0) {
+        auto tuned = tune_thresholds(request, layouts.front().candidate, progress.cancel);
+        if (!tuned) {
+            return tuned.error();
+        }
+        thresholds = std::move(*tuned);
+    }
     for (std::size_t i = 0; i < layouts.size(); ++i) {
         if (i >= refine) {
             result.candidates.push_back(std::move(layouts[i].candidate));
@@ -790,16 +829,11 @@ Result<PlanResult> plan(const PlanRequest& request, const PlanProgress& progress
                 Candidate c = layout;
                 c.balancer = balancer;
                 c.sharding = sharded ? sharding : balance::CpSharding::per_document;
-                if (balancer == balance::Balancer::wlb && thresholds_known) {
+                if (balancer == balance::Balancer::wlb) {
                     c.wlb_thresholds = thresholds;
                 }
                 if (auto status = simulate_candidate(request, *mean, progress.cancel, c); !status) {
                     return status.error();
-                }
-                if (balancer == balance::Balancer::wlb && c.status == CandidateStatus::ranked &&
-                    !thresholds_known) {
-                    thresholds = c.wlb_thresholds;
-                    thresholds_known = true;
                 }
                 result.candidates.push_back(std::move(c));
                 if (!sharded) {

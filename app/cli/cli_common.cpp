@@ -81,7 +81,8 @@ void install_interrupt_handler() {
     sigaction(SIGINT, &action, nullptr);
 }
 
-Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option) {
+Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
+                                        const std::string& example) {
     std::vector<int> values;
     std::size_t begin = 0;
     while (begin <= text.size()) {

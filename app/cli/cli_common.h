@@ -33,7 +33,8 @@ std::function<void(double)> progress_for(const std::string& label, bool forced,
                                          std::atomic<bool>& cancel);
 void install_interrupt_handler();
 
-// "7,9,9,7" → {7, 9, 9, 7}; the error names `option`.
-Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option);
+// "7,9,9,7" → {7, 9, 9, 7}; the error names `option` and shows `example`.
+Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
+                                        const std::string& example);
 
 }  // namespace fulcrum::cli

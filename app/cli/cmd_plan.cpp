@@ -54,10 +54,10 @@ std::vector<std::string> split_list(const std::string& text) {
 Result<std::vector<int>> parse_worlds(const std::string& text) {
     const auto dash = text.find('-');
     if (dash == std::string::npos) {
-        return parse_int_list(text, "--world");
+        return parse_int_list(text, "--world", "1024 or 256,512");
     }
-    auto low = parse_int_list(text.substr(0, dash), "--world");
-    auto high = parse_int_list(text.substr(dash + 1), "--world");
+    auto low = parse_int_list(text.substr(0, dash), "--world", "256-4096");
+    auto high = parse_int_list(text.substr(dash + 1), "--world", "256-4096");
     if (!low || !high || low->size() != 1 || high->size() != 1 || low->front() > high->front()) {
         return Error{ErrorCode::invalid_input, "--world '" + text +
                                                    "': a range is LOW-HIGH, e.g. 256-4096 (LOW, "
@@ -101,7 +101,7 @@ Status build_space(PlanArgs& args) {
         parse_names<balance::CpSharding>(args.shardings, "--cp-shards", balance::parse_cp_sharding);
     auto recomputes =
         parse_names<plan::Recompute>(args.recomputes, "--recomputes", plan::parse_recompute);
-    auto virtual_stages = parse_int_list(args.virtual_stages, "--virtual-stages");
+    auto virtual_stages = parse_int_list(args.virtual_stages, "--virtual-stages", "2,4");
     auto dtype = sim::parse_dtype(args.dtype);
     if (!schedules || !balancers || !shardings || !recomputes || !virtual_stages || !dtype) {
         return !schedules        ? schedules.error()
@@ -168,6 +168,12 @@ std::string decimal(double value, int decimals) {
     return buffer;
 }
 
+std::string significant(double value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.3g", value);
+    return buffer;
+}
+
 std::string knobs_text(const plan::Candidate& c) {
     std::string text = plan::recompute_name(c.recompute);
     if (c.sequence_parallel) {
@@ -205,8 +211,9 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
                        c.grid.cp > 1 ? balance::cp_sharding_name(c.sharding) : "-",
                        format_duration(static_cast<std::int64_t>(c.step_ns)),
                        decimal(c.tokens_per_second, 0), percent(c.mfu),
-                       decimal(c.memory.total_gib, 1), percent(c.bubble_fraction),
-                       decimal(c.imbalance, 2)});
+                       c.memory.total_gib >= 1 ? decimal(c.memory.total_gib, 1)
+                                               : significant(c.memory.total_gib),
+                       percent(c.bubble_fraction), decimal(c.imbalance, 2)});
     }
     const plan::PlanCounts& counts = result.counts;
     std::printf(

@@ -236,7 +236,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         return status.error();
     }
     if (!args.stage_layers.empty()) {
-        auto split = parse_int_list(args.stage_layers, "--stage-layers");
+        auto split = parse_int_list(args.stage_layers, "--stage-layers", "4,8,8,4");
         if (!split) {
             return split.error();
         }

@@ -406,12 +406,16 @@ private:
     std::vector<std::optional<StageMemory>> table_;
 };
 
+// GiB with one decimal, or MiB under a GiB (the small models of tests and CPU runs).
+std::string memory_text(double bytes) {
+    return bytes >= kGiB ? fixed(bytes / kGiB, 1) + " GiB"
+                         : fixed(bytes / (1024 * 1024), 1) + " MiB";
+}
+
 std::string memory_reason(const StageMemory& peak, double usable) {
-    return "needs " + fixed(peak.total_bytes() / kGiB, 1) + " GiB on stage " +
-           std::to_string(peak.stage) + " (model state " +
-           fixed(peak.model_state_bytes() / kGiB, 1) + " + activations " +
-           fixed(peak.activations_bytes / kGiB, 1) + ") of " + fixed(usable / kGiB, 1) +
-           " GiB usable";
+    return "needs " + memory_text(peak.total_bytes()) + " on stage " + std::to_string(peak.stage) +
+           " (model state " + memory_text(peak.model_state_bytes()) + " + activations " +
+           memory_text(peak.activations_bytes) + ") of " + memory_text(usable) + " usable";
 }
 
 // Places the layers (the exact split, or L/p) so that every stage fits, and fills the memory

@@ -93,8 +93,8 @@ Result<std::vector<int>> parse_int_list(const std::string& text, const std::stri
         if (item.empty() || *rest != '\0' || value < 1 || value > 1 << 30) {
             return Error{ErrorCode::invalid_input,
                          option + " '" + text +
-                             "': expected positive whole numbers separated by "
-                             "commas, e.g. 4,8,8,4"};
+                             "': expected positive whole numbers separated by commas, e.g. " +
+                             example};
         }
         values.push_back(static_cast<int>(value));
         begin = end + 1;

@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
     std::vector<int> worlds = {256, 1024, 4096};
     int exhaustive_up_to = 1024;
     int top = 10;
-    app.add_option("--worlds", worlds, "World sizes")->capture_default_str();
+    app.add_option("--worlds", worlds, "World sizes, e.g. 256,1024")
+        ->delimiter(',')
+        ->capture_default_str();
     app.add_option("--exhaustive-up-to", exhaustive_up_to,
                    "Largest world also searched exhaustively (the baseline)")
         ->capture_default_str();

@@ -189,6 +189,40 @@ std::string knobs_text(const plan::Candidate& c) {
     return text;
 }
 
+// With several world sizes: each one's best candidate, and its tokens/s per GPU against the
+// smallest world's (the scaling efficiency).
+void print_per_world(const PlanArgs& args, const plan::PlanResult& result) {
+    if (args.request.world_sizes.size() < 2) {
+        return;
+    }
+    const auto R = TextTable::Align::right;
+    const auto L = TextTable::Align::left;
+    TextTable table({"GPUs", "best layout", "m", "schedule", "balancer", "tokens/s", "per GPU",
+                     "MFU", "per GPU vs smallest"},
+                    {R, L, R, L, L, R, R, R, R});
+    double first_per_gpu = 0;
+    for (int world : args.request.world_sizes) {
+        const auto best = std::find_if(result.ranked.begin(), result.ranked.end(), [&](auto i) {
+            return result.candidates[i].grid.world() == world;
+        });
+        if (best == result.ranked.end()) {
+            table.add_row({std::to_string(world), "nothing fits", "", "", "", "", "", "", ""});
+            continue;
+        }
+        const plan::Candidate& c = result.candidates[*best];
+        const double per_gpu = c.tokens_per_second / world;
+        first_per_gpu = first_per_gpu > 0 ? first_per_gpu : per_gpu;
+        table.add_row({std::to_string(world),
+                       "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
+                           " pp" + std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp),
+                       std::to_string(c.microbatches), parallel::schedule_name(c.schedule),
+                       balance::balancer_name(c.balancer), decimal(c.tokens_per_second, 0),
+                       decimal(per_gpu, 0), percent(c.mfu), percent(per_gpu / first_per_gpu)});
+    }
+    std::printf("\nBest per world size:\n");
+    std::fputs(table.render("  ").c_str(), stdout);
+}
+
 void print_table(const PlanArgs& args, const plan::PlanResult& result) {
     const auto R = TextTable::Align::right;
     const auto L = TextTable::Align::left;
@@ -228,6 +262,7 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
     } else {
         std::fputs(table.render().c_str(), stdout);
     }
+    print_per_world(args, result);
     if (!counts.infeasible_by_reason.empty()) {
         std::printf("\nNot feasible, by reason:\n");
         TextTable reasons({"candidates", "reason", "for example"}, {R, L, L});
@@ -292,6 +327,8 @@ int run_plan(PlanArgs& args) {
     if (!worlds) {
         return report_error(worlds.error());
     }
+    std::sort(worlds->begin(), worlds->end());
+    worlds->erase(std::unique(worlds->begin(), worlds->end()), worlds->end());
     args.request.world_sizes = *worlds;
     if (args.request.lengths.empty() && args.request.document_lengths.empty()) {
         const int context = args.request.model.context;

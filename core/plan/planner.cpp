@@ -739,6 +739,47 @@ Result<std::optional<std::vector<std::int64_t>>> tune_thresholds(const PlanReque
     return result->packing.wlb_thresholds;
 }
 
+// Which layouts (sorted best estimate first) to play in full: each world size's best
+// `refine_layouts` (default max(4 · top, 32)), so that a smaller world is ranked too.
+std::vector<bool> layouts_to_play(const PlanRequest& request, const std::vector<Layout>& layouts) {
+    const int per_world =
+        request.refine_layouts > 0 ? request.refine_layouts : std::max(4 * request.top_k, 32);
+    std::map<int, int> taken;
+    std::vector<bool> play(layouts.size());
+    for (std::size_t i = 0; i < layouts.size(); ++i) {
+        int& n = taken[layouts[i].candidate.grid.world()];
+        play[i] = n < per_world;
+        n += play[i] ? 1 : 0;
+    }
+    return play;
+}
+
+// Plays one layout for every balancer and (cp > 1) CP sharding, appending the candidates.
+Status play_layout(const PlanRequest& request, const MeanMicroBatch& mean,
+                   const std::optional<std::vector<std::int64_t>>& thresholds,
+                   const std::atomic<bool>* cancel, const Candidate& layout,
+                   std::vector<Candidate>& out) {
+    const bool sharded = layout.grid.cp > 1;
+    for (balance::Balancer balancer : request.space.balancers) {
+        for (balance::CpSharding sharding : request.space.shardings) {
+            Candidate c = layout;
+            c.balancer = balancer;
+            c.sharding = sharded ? sharding : balance::CpSharding::per_document;
+            if (balancer == balance::Balancer::wlb) {
+                c.wlb_thresholds = thresholds;
+            }
+            if (auto status = simulate_candidate(request, mean, cancel, c); !status) {
+                return status;
+            }
+            out.push_back(std::move(c));
+            if (!sharded) {
+                break;
+            }
+        }
+    }
+    return {};
+}
+
 void count(PlanResult& result) {
     std::map<std::string, std::int64_t> reasons;
     PlanCounts& counts = result.counts;
@@ -807,45 +848,31 @@ Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) 
         return a.estimated_tokens_per_second > b.estimated_tokens_per_second;
     });
     // 3: the best layouts in full, every balancer and sharding.
-    const std::size_t refine = std::min<std::size_t>(
-        layouts.size(),
-        static_cast<std::size_t>(request.refine_layouts > 0 ? request.refine_layouts
-                                                            : std::max(4 * request.top_k, 32)));
+    // 3: each world's best layouts in full, every balancer and sharding.
+    const std::vector<bool> refined = layouts_to_play(request, layouts);
+    const auto to_play = std::count(refined.begin(), refined.end(), true);
     std::optional<std::vector<std::int64_t>> thresholds;
     const bool plays_wlb = std::find(request.space.balancers.begin(), request.space.balancers.end(),
                                      balance::Balancer::wlb) != request.space.balancers.end();
-    if (plays_wlb && refine > 0) {
+    if (plays_wlb && to_play > 0) {
         auto tuned = tune_thresholds(request, layouts.front().candidate, progress.cancel);
         if (!tuned) {
             return tuned.error();
         }
         thresholds = std::move(*tuned);
     }
+    std::int64_t played = 0;
     for (std::size_t i = 0; i < layouts.size(); ++i) {
-        if (i >= refine) {
+        if (!refined[i]) {
             result.candidates.push_back(std::move(layouts[i].candidate));
             continue;
         }
-        const Candidate& layout = layouts[i].candidate;
-        const bool sharded = layout.grid.cp > 1;
-        for (balance::Balancer balancer : request.space.balancers) {
-            for (balance::CpSharding sharding : request.space.shardings) {
-                Candidate c = layout;
-                c.balancer = balancer;
-                c.sharding = sharded ? sharding : balance::CpSharding::per_document;
-                if (balancer == balance::Balancer::wlb) {
-                    c.wlb_thresholds = thresholds;
-                }
-                if (auto status = simulate_candidate(request, *mean, progress.cancel, c); !status) {
-                    return status.error();
-                }
-                result.candidates.push_back(std::move(c));
-                if (!sharded) {
-                    break;
-                }
-            }
+        auto status = play_layout(request, *mean, thresholds, progress.cancel, layouts[i].candidate,
+                                  result.candidates);
+        if (!status) {
+            return status.error();
         }
-        report(0.3 + 0.7 * static_cast<double>(i + 1) / static_cast<double>(refine));
+        report(0.3 + 0.7 * static_cast<double>(++played) / static_cast<double>(to_play));
     }
     for (std::size_t i = 0; i < result.candidates.size(); ++i) {
         if (result.candidates[i].status == CandidateStatus::ranked) {

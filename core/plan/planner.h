@@ -90,8 +90,8 @@ struct PlanRequest {
 
     PlanSpace space;
     int top_k = 10;
-    // Layouts (by estimate) whose steps are played in full for every balancer and sharding;
-    // 0: max(4 · top_k, 32).
+    // Layouts (by estimate) of each world size whose steps are played in full for every
+    // balancer and sharding; 0: max(4 · top_k, 32).
     int refine_layouts = 0;
     int steps = 1;  // steps played per simulated candidate
 };

@@ -434,6 +434,8 @@ private slots:
                                    "400",  "--top",          "3",  "--gpu-memory-gib",
                                    "0.002"};
         QString text = transcript(small);
+        text += transcript({"plan", "--world", "8,4", "--layers", "4", "--global-batch", "16",
+                            "--documents", "400", "--top", "1", "--balancers", "fixed"});
         text += transcript({"plan", "--world", "0"});
         text += transcript({"plan", "--world", "64-8"});
         text += transcript({"plan", "--schedules", "1f1b,foo"});

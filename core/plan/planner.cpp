@@ -394,8 +394,21 @@ public:
             table_[static_cast<std::size_t>(stage) * static_cast<std::size_t>(shape_.layers + 1) +
                    static_cast<std::size_t>(layers)];
         if (!cell) {
+            // A whole split that gives `stage` its layers and the rest to the other stages
+            // (as evenly as they go, each at least one: the DP asks for no more), so the
+            // shape stays valid; a stage's memory depends on its own layers alone.
             MemoryShape shape = shape_;
-            shape.stage_layers.assign(static_cast<std::size_t>(shape.pp), layers);
+            const int p = shape.pp, rest = shape.layers - layers;
+            shape.stage_layers.assign(static_cast<std::size_t>(p), 0);
+            for (int s = 0, other = 0; s < p; ++s) {
+                if (s == stage) {
+                    shape.stage_layers[static_cast<std::size_t>(s)] = layers;
+                    continue;
+                }
+                shape.stage_layers[static_cast<std::size_t>(s)] =
+                    rest / (p - 1) + (other < rest % (p - 1) ? 1 : 0);
+                ++other;
+            }
             cell = stage_memory(shape, stage);
         }
         return *cell;

@@ -446,23 +446,34 @@ bool place_layers(const PlanRequest& request, Candidate& candidate,
         const double layer_ns = equal.stage_ns.front() / first_layers;
         const int last_layers = request.model.layers / p;
         const double last_ns = std::max(0.0, equal.stage_ns.back() - last_layers * layer_ns);
-        std::vector<int> split = split_layers(
-            request.model.layers, p, layer_ns, 0.0, last_ns,
-            [&](int stage, int n) { return table.at(stage, n).total_bytes() <= usable; });
+        const auto fits = [&](int stage, int n) {
+            return table.at(stage, n).total_bytes() <= usable;
+        };
+        std::vector<int> split =
+            split_layers(request.model.layers, p, layer_ns, 0.0, last_ns, fits);
         if (!split.empty()) {
+            // fulcrum-train's default split when it fits and is as good: no flag needed.
+            std::vector<int> equal_split(static_cast<std::size_t>(p));
+            bool equal_fits = true;
+            double equal_worst = 0, worst = 0;
+            for (int s = 0; s < p; ++s) {
+                const auto range = parallel::stage_layers(s, p, request.model.layers);
+                const int n = range.last - range.first;
+                const double extra = s == p - 1 ? last_ns : 0.0;
+                equal_split[static_cast<std::size_t>(s)] = n;
+                equal_fits = equal_fits && fits(s, n);
+                equal_worst = std::max(equal_worst, n * layer_ns + extra);
+                worst = std::max(worst, split[static_cast<std::size_t>(s)] * layer_ns + extra);
+            }
+            if (equal_fits && equal_worst <= worst * (1 + 1e-12)) {
+                split = equal_split;
+            }
             StageMemory peak = table.at(0, split[0]);
             for (int s = 1; s < p; ++s) {
                 const StageMemory& memory = table.at(s, split[static_cast<std::size_t>(s)]);
                 if (memory.total_bytes() > peak.total_bytes()) {
                     peak = memory;
                 }
-            }
-            // An equal split is what fulcrum-train does by default: no flag needed.
-            MemoryShape equal_shape = shape;
-            std::vector<int> equal_split(static_cast<std::size_t>(p));
-            for (int s = 0; s < p; ++s) {
-                const auto range = parallel::stage_layers(s, p, request.model.layers);
-                equal_split[static_cast<std::size_t>(s)] = range.last - range.first;
             }
             if (split != equal_split) {
                 candidate.stage_layers = std::move(split);

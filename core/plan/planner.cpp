@@ -691,9 +691,16 @@ std::string simulate_command(const PlanRequest& request, const Candidate& c,
     line += std::string(" --overlap-grad-reduce ") + (request.overlap_grad_reduce ? "on" : "off");
     line += std::string(" --balancer ") + balance::balancer_name(c.balancer);
     line += std::string(" --cp-shard ") + balance::cp_sharding_name(c.sharding);
-    if (c.balancer == balance::Balancer::wlb && c.wlb_thresholds) {
-        line += " --wlb-thresholds " +
-                (c.wlb_thresholds->empty() ? std::string("none") : join(*c.wlb_thresholds));
+    if (c.balancer == balance::Balancer::wlb) {
+        // Given, so that --calibrate does not take the run's own.
+        line += " --wlb-max-tokens " + std::to_string(sim::wlb_max_tokens_from_memory(config));
+        if (c.wlb_thresholds) {
+            line += " --wlb-thresholds " +
+                    (c.wlb_thresholds->empty() ? std::string("none") : join(*c.wlb_thresholds));
+        }
+    }
+    if (!request.calibration_run.empty()) {
+        line += " --attention-kernel " + config.attention_kernel;
     }
     line += " --gpu-memory-gib " + general(request.gpu_memory_gib);
     line += " --lengths " + shell_word(request.lengths) + " --documents " +

@@ -478,6 +478,12 @@ private slots:
         QCOMPARE(run(fulcrum(), {"info", "plans/rank-1.fulcrum"}, work_.path()).exit_code, 0);
         // Not over an existing run without --force.
         QCOMPARE(run(fulcrum(), small + QStringList{"-o", "plans"}, work_.path()).exit_code, 2);
+        // Costs fitted on a run: the one just written.
+        const Outcome calibrated = run(
+            fulcrum(), small + QStringList{"--calibrate", "plans/rank-1.fulcrum"}, work_.path());
+        QCOMPARE(calibrated.exit_code, 0);
+        QVERIFY2(calibrated.output.contains("(fitted on 'rank-1')"), qPrintable(calibrated.output));
+        QVERIFY(calibrated.output.contains("fulcrum simulate --calibrate plans/rank-1.fulcrum"));
     }
 
     void helpOnEverySubcommand_data() {

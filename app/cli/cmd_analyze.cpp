@@ -29,44 +29,14 @@ struct AnalyzeArgs {
     int top = 16;
 };
 
-// What a cell shows where nothing was measured or predicted
-// (docs/analyses.md, "Unknown figures").
-constexpr const char* kUnknown = "—";
-
-std::string percent(std::int64_t part, std::int64_t whole) {
-    if (whole <= 0) {
-        return kUnknown;
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f%%", 100.0 * double(part) / double(whole));
-    return text;
-}
-
-std::string fixed(double value, int decimals = 2) {
-    if (!std::isfinite(value)) {
-        return kUnknown;
-    }
-    char text[48];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
 std::string scientific(double value) {
     char text[48];
     std::snprintf(text, sizeof text, "%.4g", value);
     return text;
 }
 
-std::string figure(const std::optional<double>& value, int decimals) {
-    return value ? fixed(*value, decimals) : kUnknown;
-}
-
 std::string mean_duration(std::int64_t total, std::int64_t count) {
-    return count > 0 ? format_duration(total / count) : kUnknown;
-}
-
-std::string or_unknown(const std::string& text) {
-    return text.empty() ? kUnknown : text;
+    return count > 0 ? format_duration(total / count) : kUnknownFigure;
 }
 
 // The step column of a breakdown row: its number, "whole trace" for the window over a rank's
@@ -77,17 +47,17 @@ std::string step_label(const StepKey& key) {
     if (key.whole_trace) {
         return "whole trace";
     }
-    return key.step ? std::to_string(*key.step) : kUnknown;
+    return key.step ? std::to_string(*key.step) : kUnknownFigure;
 }
 
 void render_summary(const RunAnalysis& a, std::string& out) {
     const auto& c = a.config;
     out += "run      " + a.run.name + " (" + std::string(to_string(a.run.origin)) + ")\n";
-    out += "grid     " + analysis::describe_grid(c) + "\n";
-    out += "setup    schedule " + or_unknown(c.schedule) + ", balancer " + or_unknown(c.balancer) +
-           ", cp sharding " + or_unknown(c.cp_shard) + ", " +
+    out += "grid     " + describe_grid(c) + "\n";
+    out += "setup    schedule " + text_or_unknown(c.schedule) + ", balancer " +
+           text_or_unknown(c.balancer) + ", cp sharding " + text_or_unknown(c.cp_shard) + ", " +
            (c.microbatches > 0 ? std::to_string(c.microbatches) + " micro-batches"
-                               : std::string("micro-batches ") + kUnknown) +
+                               : std::string("micro-batches ") + kUnknownFigure) +
            "\n";
     out += "events   " + std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)\n";
 }
@@ -101,10 +71,11 @@ void render_breakdown(const RunAnalysis& a, std::string& out) {
                      "comm exposed", "other", "idle"},
                     std::vector<Align>(9, Align::right));
     for (const auto& [step, s] : analysis::breakdown_by_step(a.breakdown)) {
-        table.add_row({step_label(step), std::to_string(s.ranks), mean_duration(s.wall_ns, s.ranks),
-                       format_duration(s.max_wall_ns), percent(s.compute_ns, s.wall_ns),
-                       percent(s.overlapped_ns, s.wall_ns), percent(s.exposed_ns, s.wall_ns),
-                       percent(s.other_ns, s.wall_ns), percent(s.idle_ns, s.wall_ns)});
+        table.add_row(
+            {step_label(step), std::to_string(s.ranks), mean_duration(s.wall_ns, s.ranks),
+             format_duration(s.max_wall_ns), format_percent(s.compute_ns, s.wall_ns),
+             format_percent(s.overlapped_ns, s.wall_ns), format_percent(s.exposed_ns, s.wall_ns),
+             format_percent(s.other_ns, s.wall_ns), format_percent(s.idle_ns, s.wall_ns)});
     }
     out += table.render("  ");
 }
@@ -115,19 +86,20 @@ void render_bubbles(const RunAnalysis& a, std::string& out) {
         return;
     }
     out += "\npipeline bubbles (" + b.schedule + ", theory " + theory_formula(b) + " = " +
-           figure(b.theory_fraction, 3) + ", measured " + figure(b.mean_measured_fraction, 3) +
-           " of busy time)\n";
+           format_figure(b.theory_fraction, 3) + ", measured " +
+           format_figure(b.mean_measured_fraction, 3) + " of busy time)\n";
     TextTable table({"stage", "busy", "bubble", "fraction", "warm-up/cool-down", "unequal mbs",
                      "other", "wait prev", "wait next"},
                     std::vector<Align>(9, Align::right));
     for (const auto& [stage, s] : analysis::bubble_by_stage(b)) {
-        table.add_row(
-            {std::to_string(stage), mean_duration(s.busy_ns, s.rows),
-             mean_duration(s.bubble_ns, s.rows), s.fraction() ? fixed(*s.fraction(), 3) : kUnknown,
-             percent(s.warmup_cooldown_ns, s.bubble_ns),
-             percent(s.unequal_microbatch_ns, s.bubble_ns), percent(s.other_ns, s.bubble_ns),
-             mean_duration(s.wait_on_previous_ns, s.rows),
-             mean_duration(s.wait_on_next_ns, s.rows)});
+        table.add_row({std::to_string(stage), mean_duration(s.busy_ns, s.rows),
+                       mean_duration(s.bubble_ns, s.rows),
+                       s.fraction() ? format_fixed(*s.fraction(), 3) : kUnknownFigure,
+                       format_percent(s.warmup_cooldown_ns, s.bubble_ns),
+                       format_percent(s.unequal_microbatch_ns, s.bubble_ns),
+                       format_percent(s.other_ns, s.bubble_ns),
+                       mean_duration(s.wait_on_previous_ns, s.rows),
+                       mean_duration(s.wait_on_next_ns, s.rows)});
     }
     out += "  per stage, mean over steps and pipelines; the parts are shares of the bubble\n";
     out += table.render("  ");
@@ -139,13 +111,13 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
         return;
     }
     out += "\nCP attention load (" + std::to_string(cp.groups.size()) + " groups, sharding " +
-           or_unknown(cp.sharding) + ")\n";
-    out += "  imbalance max/mean: measured " + figure(cp.mean_measured_imbalance, 3) +
-           ", predicted " + figure(cp.mean_predicted_imbalance, 3) + "\n";
+           text_or_unknown(cp.sharding) + ")\n";
+    out += "  imbalance max/mean: measured " + format_figure(cp.mean_measured_imbalance, 3) +
+           ", predicted " + format_figure(cp.mean_predicted_imbalance, 3) + "\n";
     if (!cp.mean_predicted_by_sharding.empty()) {
         TextTable table({"sharding", "predicted imbalance"}, {Align::left, Align::right});
         for (const auto& [name, value] : cp.mean_predicted_by_sharding) {
-            table.add_row({name + (name == cp.sharding ? " (used)" : ""), fixed(value, 3)});
+            table.add_row({name + (name == cp.sharding ? " (used)" : ""), format_fixed(value, 3)});
         }
         out += table.render("  ");
     }
@@ -170,9 +142,9 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
     TextTable ranks({"cp rank", "attention (mean)", "pairs (mean)"},
                     std::vector<Align>(3, Align::right));
     for (const auto& [cp_rank, sums] : by_cp_rank) {
-        ranks.add_row(
-            {std::to_string(cp_rank), mean_duration(sums.attention, sums.attention_count),
-             sums.pairs_count > 0 ? std::to_string(sums.pairs / sums.pairs_count) : kUnknown});
+        ranks.add_row({std::to_string(cp_rank), mean_duration(sums.attention, sums.attention_count),
+                       sums.pairs_count > 0 ? std::to_string(sums.pairs / sums.pairs_count)
+                                            : kUnknownFigure});
     }
     out += ranks.render("  ");
 }
@@ -183,9 +155,10 @@ void render_offload(const RunAnalysis& a, std::string& out) {
         return;
     }
     out += "\noffload copies: " + format_duration(o.copy_ns) + ", " +
-           percent(o.overlapped_ns, o.copy_ns) + " hidden behind compute, " +
+           format_percent(o.overlapped_ns, o.copy_ns) + " hidden behind compute, " +
            format_duration(o.exposed_ns) + " exposed, " +
-           (o.bandwidth_gb_s ? fixed(*o.bandwidth_gb_s, 2) + " GB/s" : "bandwidth unknown") + "\n";
+           (o.bandwidth_gb_s ? format_fixed(*o.bandwidth_gb_s, 2) + " GB/s" : "bandwidth unknown") +
+           "\n";
     out += "  smallest chunk that hides its copy: " +
            (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
                                       : std::string("unknown")) +
@@ -201,7 +174,8 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
     out +=
         "\ncompute imbalance across ranks (max/mean per step; " +
         std::string(analysis::kImbalanceOverSteps) + "): measured " +
-        figure(im.compute_imbalance, 3) + ", predicted " + figure(im.predicted_imbalance, 3) +
+        format_figure(im.compute_imbalance, 3) + ", predicted " +
+        format_figure(im.predicted_imbalance, 3) +
         (im.has_prediction ? std::string(im.predicted_is_time ? " (cost model)" : " (causal pairs)")
                            : std::string()) +
         "\n";
@@ -231,14 +205,15 @@ void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string
         std::vector<std::string> cells = {std::to_string(matrix.rows[r])};
         for (std::size_t c = 0; c < columns; ++c) {
             const double value = matrix.at(r, c);
-            cells.push_back(std::isfinite(value) ? format_duration(std::int64_t(value)) : kUnknown);
+            cells.push_back(std::isfinite(value) ? format_duration(std::int64_t(value))
+                                                 : kUnknownFigure);
         }
         table.add_row(std::move(cells));
     }
     std::vector<std::string> degree = {"max/mean"};
     const auto column_imbalance = matrix.column_imbalance();
     for (std::size_t c = 0; c < columns; ++c) {
-        degree.push_back(fixed(column_imbalance[c], 3));
+        degree.push_back(format_fixed(column_imbalance[c], 3));
     }
     table.add_row(std::move(degree));
     out += "  compute per rank and step" +
@@ -281,8 +256,8 @@ void render_cost_model(const RunAnalysis& a, std::string& out) {
         passes.add_row({std::to_string(pass.stage), std::string(to_string(pass.phase)),
                         format_duration(std::int64_t(pass.fixed_ns)), scientific(pass.per_token_ns),
                         scientific(pass.per_pair_ns), std::to_string(pass.fit.samples),
-                        fixed(pass.fit.r_squared, 3),
-                        percent(std::int64_t(pass.fit.mean_abs_rel_error * 1e6), 1000000)});
+                        format_fixed(pass.fit.r_squared, 3),
+                        format_percent(std::int64_t(pass.fit.mean_abs_rel_error * 1e6), 1000000)});
     }
     out += passes.render("  ");
     if (!model.collectives.empty()) {
@@ -290,14 +265,14 @@ void render_cost_model(const RunAnalysis& a, std::string& out) {
             {"collective", "latency", "ns/byte", "samples", "r²", "mean |err|"},
             {Align::left, Align::right, Align::right, Align::right, Align::right, Align::right});
         for (const auto& c : model.collectives) {
-            collectives.add_row({c.name, format_duration(std::int64_t(c.latency_ns)),
-                                 c.per_byte_fitted()
-                                     ? scientific(c.per_byte_ns)
+            collectives.add_row(
+                {c.name, format_duration(std::int64_t(c.latency_ns)),
+                 c.per_byte_fitted() ? scientific(c.per_byte_ns)
                                      : "— (all " + std::to_string(c.fitted_bytes) + " B)",
-                                 // A median at one size has no r² to speak of.
-                                 std::to_string(c.fit.samples),
-                                 c.per_byte_fitted() ? fixed(c.fit.r_squared, 3) : std::string("—"),
-                                 percent(std::int64_t(c.fit.mean_abs_rel_error * 1e6), 1000000)});
+                 // A median at one size has no r² to speak of.
+                 std::to_string(c.fit.samples),
+                 c.per_byte_fitted() ? format_fixed(c.fit.r_squared, 3) : std::string("—"),
+                 format_percent(std::int64_t(c.fit.mean_abs_rel_error * 1e6), 1000000)});
         }
         out += collectives.render("  ");
     }

@@ -15,10 +15,6 @@ namespace {
 std::string coordinate(std::int32_t value) {
     return value >= 0 ? std::to_string(value) : "—";
 }
-std::string or_unknown(const std::string& text) {
-    return text.empty() ? "—" : text;
-}
-
 std::string steps_text(const std::vector<std::int32_t>& steps) {
     if (steps.empty()) {
         return "none recorded";
@@ -67,7 +63,8 @@ int run_info(const std::string& path) {
                      Align::right, Align::left, Align::left});
     for (const auto& rank : trace->ranks()) {
         const auto& counts = per_rank[rank.rank];
-        ranks.add_row({std::to_string(rank.rank), or_unknown(rank.host), std::to_string(rank.pid),
+        ranks.add_row({std::to_string(rank.rank), text_or_unknown(rank.host),
+                       std::to_string(rank.pid),
                        rank.device >= 0 ? std::to_string(rank.device) : "cpu", coordinate(rank.dp),
                        coordinate(rank.pp), coordinate(rank.cp), coordinate(rank.tp),
                        std::to_string(counts.first), std::to_string(counts.second),

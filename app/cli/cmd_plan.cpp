@@ -156,18 +156,6 @@ Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
     return {};
 }
 
-std::string percent(double fraction) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.1f%%", fraction * 100);
-    return buffer;
-}
-
-std::string decimal(double value, int decimals) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-    return buffer;
-}
-
 std::string significant(double value) {
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%.3g", value);
@@ -216,8 +204,9 @@ void print_per_world(const PlanArgs& args, const plan::PlanResult& result) {
                        "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
                            " pp" + std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp),
                        std::to_string(c.microbatches), parallel::schedule_name(c.schedule),
-                       balance::balancer_name(c.balancer), decimal(c.tokens_per_second, 0),
-                       decimal(per_gpu, 0), percent(c.mfu), percent(per_gpu / first_per_gpu)});
+                       balance::balancer_name(c.balancer), format_fixed(c.tokens_per_second, 0),
+                       format_fixed(per_gpu, 0), format_percent(c.mfu, 1.0),
+                       format_percent(per_gpu, first_per_gpu)});
     }
     std::printf("\nBest per world size:\n");
     std::fputs(table.render("  ").c_str(), stdout);
@@ -244,10 +233,10 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
                        balance::balancer_name(c.balancer),
                        c.grid.cp > 1 ? balance::cp_sharding_name(c.sharding) : "-",
                        format_duration(static_cast<std::int64_t>(c.step_ns)),
-                       decimal(c.tokens_per_second, 0), percent(c.mfu),
-                       c.memory.total_gib >= 1 ? decimal(c.memory.total_gib, 1)
+                       format_fixed(c.tokens_per_second, 0), format_percent(c.mfu, 1.0),
+                       c.memory.total_gib >= 1 ? format_fixed(c.memory.total_gib, 1)
                                                : significant(c.memory.total_gib),
-                       percent(c.bubble_fraction), decimal(c.imbalance, 2)});
+                       format_percent(c.bubble_fraction, 1.0), format_fixed(c.imbalance, 2)});
     }
     const plan::PlanCounts& counts = result.counts;
     std::printf(

@@ -56,6 +56,16 @@ bool given(const SimulateArgs& args, const std::string& option) {
     return found != nullptr && found->count() > 0;
 }
 
+// The option that gives a run.config key (core/trace/run_config.h): "cp_shard" → "--cp-shard".
+std::string option_for_key(const std::string& key) {
+    if (key == "microbatches") {
+        return "--micro-batches";
+    }
+    std::string option = "--" + key;
+    std::replace(option.begin(), option.end(), '_', '-');
+    return option;
+}
+
 // RUN.fulcrum → RUN-wlb.fulcrum: one database per balancer of a comparison.
 std::string output_for(const std::string& output, const std::string& balancer) {
     const std::filesystem::path path(output);
@@ -84,11 +94,6 @@ std::string fixed(double value, int decimals) {
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
     return buffer;
-}
-
-std::string grid_text(const sim::Grid& grid) {
-    return "TP(" + std::to_string(grid.tp) + ")-CP(" + std::to_string(grid.cp) + ")-PP(" +
-           std::to_string(grid.pp) + ")-DP(" + std::to_string(grid.dp) + ")";
 }
 
 Result<analysis::CostModel> read_cost_model(const std::string& path) {
@@ -198,7 +203,8 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         config.overlap_grad_reduce = run.overlap_grad_reduce;
         // Required settings it lacks are validate()'s to name; the rest fall back, and say so.
         std::string defaulted;
-        for (const std::string& option : settings->unknown) {
+        for (const std::string& key : settings->unknown) {
+            const std::string option = option_for_key(key);
             const bool required = option == "--layers" || option == "--hidden" ||
                                   option == "--context" || option == "--micro-batches" ||
                                   option == "--lengths";
@@ -461,7 +467,7 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
     const std::string length = config.epochs > 0 ? std::to_string(config.epochs) + " epoch(s)"
                                                  : std::to_string(config.steps) + " steps";
     std::printf("simulated %s = %d ranks, %s, %d micro-batches per replica, %s\n",
-                grid_text(config.grid).c_str(), config.grid.world(),
+                parallel::describe(config.grid).c_str(), config.grid.world(),
                 parallel::schedule_name(config.schedule), config.microbatches, length.c_str());
     std::printf("model: %d layers, hidden %d, %d heads, context %d, vocab %d\n",
                 config.model.layers, config.model.hidden, config.model.heads, config.model.context,
@@ -604,7 +610,9 @@ int run_simulate(const SimulateArgs& args) {
     } else if (trace) {
         auto calibration = sim::calibrate(*trace);
         if (!calibration) {
-            return report_error(calibration.error());
+            Error error = calibration.error();
+            error.message += " (--cost-model FILE)";
+            return report_error(error);
         }
         config->cost_model = std::move(calibration->model);
         config->cost_origin = calibration->origin;

@@ -15,36 +15,6 @@ namespace {
 using namespace analysis;
 using Align = TextTable::Align;
 
-// What a cell shows where nothing was measured (docs/analyses.md, "Unknown figures").
-constexpr const char* kUnknown = "—";
-
-std::string percent(std::int64_t part, std::int64_t whole) {
-    if (whole <= 0) {
-        return kUnknown;
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f%%", 100.0 * double(part) / double(whole));
-    return text;
-}
-
-std::string fixed(double value, int decimals) {
-    char text[48];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
-// "1.50 MiB": bytes as a person reads them.
-std::string bytes_text(std::int64_t bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double value = double(bytes);
-    int unit = 0;
-    while (value >= 1024 && unit < 4) {
-        value /= 1024;
-        ++unit;
-    }
-    return unit == 0 ? std::to_string(bytes) + " B" : fixed(value, 2) + " " + units[unit];
-}
-
 // Kernel names run to hundreds of characters (templates); a table shows their start.
 std::string clipped(const std::string& name, std::size_t limit = 60) {
     if (name.size() <= limit) {
@@ -91,9 +61,9 @@ void render_time_by_type(const KernelAnalysis& k, std::size_t top, std::string& 
         std::vector<std::string> cells = {std::to_string(row.rank),
                                           format_duration(row.kernel_span_ns)};
         for (int mask : kMasks) {
-            cells.push_back(percent(row.ns[mask], row.kernel_span_ns));
+            cells.push_back(format_percent(row.ns[mask], row.kernel_span_ns));
         }
-        cells.push_back(percent(row.idle_ns, row.kernel_span_ns));
+        cells.push_back(format_percent(row.idle_ns, row.kernel_span_ns));
         table.add_row(std::move(cells));
     }
     out += table.render("  ");
@@ -146,9 +116,10 @@ void render_idle(const KernelAnalysis& k, std::size_t top, std::string& out) {
     for (std::size_t i = 0; i < shown; ++i) {
         const StreamIdle& s = *order[i];
         table.add_row({std::to_string(s.rank), s.lane, std::to_string(s.kernels),
-                       format_duration(s.idle_ns()), percent(s.host_wait_ns, s.idle_ns()),
-                       percent(s.kernel_wait_ns, s.idle_ns()), percent(s.other_ns, s.idle_ns()),
-                       fixed(s.mean_queue_length, 2), std::to_string(s.max_queue_length)});
+                       format_duration(s.idle_ns()), format_percent(s.host_wait_ns, s.idle_ns()),
+                       format_percent(s.kernel_wait_ns, s.idle_ns()),
+                       format_percent(s.other_ns, s.idle_ns()),
+                       format_fixed(s.mean_queue_length, 2), std::to_string(s.max_queue_length)});
     }
     out += table.render("  ");
 }
@@ -193,10 +164,11 @@ void render_communication(const std::vector<CollectiveSummary>& rows, std::size_
         const CollectiveSummary& c = rows[i];
         const bool measured = c.bytes > 0 && c.transfer_ns > 0;
         table.add_row({clipped(c.name, 40), std::string(to_string(c.kind)), rank_list(c.ranks),
-                       std::to_string(c.calls), c.bytes > 0 ? bytes_text(c.bytes) : kUnknown,
+                       std::to_string(c.calls),
+                       c.bytes > 0 ? format_bytes(c.bytes) : kUnknownFigure,
                        format_duration(c.transfer_ns), format_duration(c.wait_ns),
-                       measured ? fixed(c.algbw_gb_s, 2) : kUnknown,
-                       measured ? fixed(c.busbw_gb_s, 2) : kUnknown});
+                       measured ? format_fixed(c.algbw_gb_s, 2) : kUnknownFigure,
+                       measured ? format_fixed(c.busbw_gb_s, 2) : kUnknownFigure});
     }
     out += table.render("  ");
 }
@@ -226,10 +198,10 @@ std::string largest_share(const std::map<Key, std::int64_t>& shares, std::int64_
         std::max_element(shares.begin(), shares.end(),
                          [](const auto& a, const auto& b) { return a.second < b.second; });
     if (largest == shares.end()) {
-        return kUnknown;
+        return kUnknownFigure;
     }
     return std::string(label) + " " + std::to_string(largest->first) + " (" +
-           percent(largest->second, whole) + ")";
+           format_percent(largest->second, whole) + ")";
 }
 
 void render_critical_steps(const std::vector<CriticalPath>& paths, std::size_t top,
@@ -258,7 +230,8 @@ void render_critical_steps(const std::vector<CriticalPath>& paths, std::size_t t
                                           largest_share(path.by_stage, length, "stage")};
         for (const std::string& kind : kinds) {
             const auto found = path.by_what.find(kind);
-            cells.push_back(found != path.by_what.end() ? percent(found->second, length) : "0.0%");
+            cells.push_back(found != path.by_what.end() ? format_percent(found->second, length)
+                                                        : "0.0%");
         }
         table.add_row(std::move(cells));
     }
@@ -345,7 +318,7 @@ std::string render_diff(const RunDiff& diff, std::string_view a, std::string_vie
                        row.added()     ? "added"
                        : row.removed() ? "removed"
                                        : "changed",
-                       fixed(row.count_a, 2), fixed(row.count_b, 2),
+                       format_fixed(row.count_a, 2), format_fixed(row.count_b, 2),
                        format_duration(std::llround(row.total_ns_a)),
                        format_duration(std::llround(row.total_ns_b)),
                        (delta > 0   ? "+"

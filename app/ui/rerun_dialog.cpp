@@ -62,7 +62,7 @@ RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
     setWindowTitle(tr("Re-run %1").arg(run_->title));
     plan_ = plan_rerun(*run_, app_dir_, local_host_name());
     fulcrum_ = locate_fulcrum(app_dir_);
-    const analysis::RunConfig& config = run_->trace->config;
+    const RunConfig& config = run_->trace->config;
 
     auto* layout = new QVBoxLayout(this);
     const QString grid = config.grid_known ? tr("DP %1 × TP %2 × PP %3 × CP %4")
@@ -238,7 +238,7 @@ QString RerunDialog::suffix_for(const RerunChoice& choice) const {
 }
 
 QStringList RerunDialog::arguments_for(const RerunChoice& choice) const {
-    const analysis::RunConfig& config = run_->trace->config;
+    const RunConfig& config = run_->trace->config;
     const QString stem = run_->title;
     if (simulate()) {
         const QString out =

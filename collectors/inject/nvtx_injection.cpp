@@ -34,7 +34,6 @@
 #include "collectors/inject/recorder.h"
 #include "collectors/inject/wide_text.h"
 #include "core/trace/annotations.h"
-#include "core/util/json_text.h"
 
 // NVTX leaves these opaque to programs; the tool defines what a handle points to.
 struct nvtxDomainRegistration_st {
@@ -203,12 +202,8 @@ Event make_template(Domain& domain, std::string_view message) {
     event.name = writer.intern(message);
     if (!domain.name.empty()) {
         // Names stay as the program wrote them ("ncclAllReduce"); the domain goes to args.
-        std::call_once(domain.args_once, [&] {
-            std::string args = "{\"domain\":";
-            append_json_string(args, domain.name);
-            args += '}';
-            domain.args = writer.intern(args);
-        });
+        std::call_once(domain.args_once,
+                       [&] { domain.args = writer.intern(domain_args(domain.name)); });
         event.args = domain.args;
     }
     if (domain.is_nccl) {
@@ -454,22 +449,12 @@ void fulcrum_mark(Domain& domain, const nvtxEventAttributes_t* attributes, std::
     if (!recorder.recording()) {
         return;
     }
-    if (mark.name == kRunMark) {
-        if (auto config = parse_run_mark(mark.json)) {
-            recorder.writer().set_run_config(std::move(*config));
-        } else {
-            recorder.log_problem(config.error().message, message);
-        }
+    const Result<bool> recorded = record_metadata_mark(mark, recorder.rank(), recorder.writer());
+    if (!recorded) {
+        recorder.log_problem(recorded.error().message, message);
         return;
     }
-    if (mark.name == kWorkloadMark) {
-        if (auto entries = parse_workload_mark(mark.json, recorder.rank())) {
-            for (const auto& entry : *entries) {
-                recorder.writer().add_workload(entry);
-            }
-        } else {
-            recorder.log_problem(entries.error().message, message);
-        }
+    if (*recorded) {
         return;
     }
     ThreadState& thread = current_thread();

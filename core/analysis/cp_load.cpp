@@ -174,6 +174,193 @@ struct GroupKey {
 constexpr std::array kAlternatives = {balance::CpSharding::contiguous, balance::CpSharding::zigzag,
                                       balance::CpSharding::per_document};
 
+using RankMb = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, mb
+
+// What a run holds about its CP groups, keyed for the analysis: each group's members by cp
+// coordinate, and per rank and micro-batch its measured attention time, the work it held and
+// its workload rows.
+struct CpLoadInputs {
+    int cp = 1;
+    // The CP groups: ranks that share dp, pp and tp, by their cp coordinate (nullptr: a CP
+    // rank missing from the run).
+    std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
+    std::map<GroupKey, bool> keys;  // every (step, micro-batch, group) with a figure
+    std::map<RankMb, std::int64_t> attention;
+    std::map<RankMb, HeldWork> held;
+    std::map<RankMb, Rows> rows;
+
+    const std::vector<const RankInfo*>& members_of(int dp, int pp, int tp) const {
+        return members.at({dp, pp, tp});
+    }
+};
+
+CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passes, int cp) {
+    CpLoadInputs in;
+    in.cp = cp;
+    std::unordered_map<std::int32_t, const RankInfo*> info_of;
+    for (const RankTrace& rank : trace.ranks) {
+        const RankInfo& r = rank.info;
+        if (r.cp < 0 || r.cp >= cp) {
+            continue;  // coordinates unknown, or outside the configured grid
+        }
+        auto& group = in.members[{r.dp, r.pp, r.tp}];
+        group.resize(static_cast<std::size_t>(cp), nullptr);
+        group[static_cast<std::size_t>(r.cp)] = &r;
+        info_of[r.rank] = &r;
+    }
+    for (const Pass& pass : passes) {
+        const auto it = info_of.find(pass.rank);
+        if (it == info_of.end()) {
+            continue;
+        }
+        in.attention[{pass.rank, pass.step, pass.microbatch}] += pass.attention_ns;
+        in.keys[{pass.step, pass.microbatch, it->second->dp, it->second->pp, it->second->tp}];
+    }
+    for (const HeldWork& work : held_work(trace)) {
+        const auto it = info_of.find(work.rank);
+        if (it == info_of.end()) {
+            continue;
+        }
+        in.held[{work.rank, work.step, work.microbatch}] = work;
+        in.keys[{work.step, work.microbatch, it->second->dp, it->second->pp, it->second->tp}];
+    }
+    for (const WorkloadEntry& entry : trace.workload) {
+        in.rows[{entry.rank, entry.step, entry.microbatch}].push_back(&entry);
+    }
+    return in;
+}
+
+// One group's ranks with what was measured and held, and the spreads of both.
+struct GroupFigures {
+    CpGroupLoad group;
+    std::optional<SetSpread> time_spread, pair_spread;
+};
+
+GroupFigures group_figures(const CpLoadInputs& in, const GroupKey& key) {
+    GroupFigures out;
+    CpGroupLoad& group = out.group;
+    group.step = key.step;
+    group.microbatch = key.microbatch;
+    group.dp = key.dp;
+    group.pp = key.pp;
+    group.tp = key.tp;
+    std::vector<std::int64_t> times, pairs;
+    for (const RankInfo* member : in.members_of(key.dp, key.pp, key.tp)) {
+        if (member == nullptr) {
+            continue;
+        }
+        CpRankLoad load;
+        load.rank = member->rank;
+        load.cp_rank = member->cp;
+        const RankMb at{member->rank, key.step, key.microbatch};
+        if (const auto it = in.attention.find(at); it != in.attention.end()) {
+            load.attention_ns = it->second;
+            times.push_back(it->second);
+        }
+        if (const auto it = in.held.find(at); it != in.held.end()) {
+            load.tokens = it->second.tokens;
+            load.pairs = it->second.pairs;
+            pairs.push_back(it->second.pairs);
+        }
+        group.ranks.push_back(load);
+    }
+    out.time_spread = spread_of(times);
+    out.pair_spread = spread_of(pairs);
+    group.measured_imbalance =
+        out.time_spread ? std::optional(out.time_spread->degree()) : std::nullopt;
+    group.predicted_imbalance =
+        out.pair_spread ? std::optional(out.pair_spread->degree()) : std::nullopt;
+    return out;
+}
+
+// The imbalance each alternative sharding would give the group's documents, in kAlternatives'
+// order; empty when the rows cannot say (a document without tokens, no attention work).
+// `rotation` is per-doc's leftover rotation for the group's (pp, tp).
+std::vector<std::pair<std::string, double>> alternatives_for(const CpLoadInputs& in,
+                                                             const CpGroupLoad& group,
+                                                             balance::CpShardingState& rotation) {
+    std::vector<Rows> by_cp_rank(static_cast<std::size_t>(in.cp));
+    bool any = false;
+    for (const RankInfo* member : in.members_of(group.dp, group.pp, group.tp)) {
+        if (member == nullptr) {
+            continue;
+        }
+        if (const auto it = in.rows.find({member->rank, group.step, group.microbatch});
+            it != in.rows.end()) {
+            by_cp_rank[static_cast<std::size_t>(member->cp)] = it->second;
+            any = true;
+        }
+    }
+    if (!any) {
+        return {};
+    }
+    const std::vector<balance::Document> documents = packed_documents(by_cp_rank);
+    std::vector<std::pair<std::string, double>> predicted;
+    for (const balance::CpSharding sharding : kAlternatives) {
+        balance::CpShardingState scratch;
+        balance::CpShardingState& state =
+            sharding == balance::CpSharding::per_document ? rotation : scratch;
+        auto plan = balance::shard_microbatch(documents, in.cp, sharding, state);
+        if (!plan) {
+            return {};
+        }
+        std::vector<std::int64_t> work;
+        for (const balance::CpShard& shard : plan->ranks) {
+            work.push_back(shard.attention_work);
+        }
+        const std::optional<double> imbalance = imbalance_of(work);
+        if (!imbalance) {
+            return {};
+        }
+        predicted.emplace_back(balance::cp_sharding_name(sharding), *imbalance);
+    }
+    return predicted;
+}
+
+// Fills every group's alternatives in the engine's order — step, DP replica, micro-batch — so
+// per-doc's leftover rotation (CpShardingState) advances as it did in the run; every (pp, tp)
+// sees the same micro-batches and keeps its own copy of the rotation.
+void predict_alternatives(const CpLoadInputs& in, std::vector<CpGroupLoad>& groups) {
+    std::vector<std::size_t> order(groups.size());
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        order[i] = i;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        const CpGroupLoad& x = groups[a];
+        const CpGroupLoad& y = groups[b];
+        return std::tie(x.pp, x.tp, x.step, x.dp, x.microbatch) <
+               std::tie(y.pp, y.tp, y.step, y.dp, y.microbatch);
+    });
+    std::map<std::pair<int, int>, balance::CpShardingState> rotation;
+    for (std::size_t index : order) {
+        CpGroupLoad& group = groups[index];
+        group.predicted_by_sharding = alternatives_for(in, group, rotation[{group.pp, group.tp}]);
+    }
+}
+
+// The alternatives' headline figures. A micro-batch's total attention work does not depend
+// on how it is sharded, so every alternative weighs each group by the same mean pairs.
+void weigh_alternatives(const std::vector<std::optional<double>>& pair_means,
+                        CpLoadAnalysis& result) {
+    std::vector<double> by_sharding(kAlternatives.size(), 0.0);
+    double weight = 0;
+    for (std::size_t g = 0; g < result.groups.size(); ++g) {
+        const CpGroupLoad& group = result.groups[g];
+        if (pair_means[g] && group.predicted_by_sharding.size() == kAlternatives.size()) {
+            for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
+                by_sharding[i] += group.predicted_by_sharding[i].second * *pair_means[g];
+            }
+            weight += *pair_means[g];
+        }
+    }
+    if (weight > 0) {
+        for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
+            result.mean_predicted_by_sharding.emplace_back(
+                balance::cp_sharding_name(kAlternatives[i]), by_sharding[i] / weight);
+        }
+    }
+}
+
 }  // namespace
 
 CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes) {
@@ -187,167 +374,24 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     if (cp <= 1) {
         return result;
     }
+    const CpLoadInputs in = gather_inputs(trace, passes, cp);
 
-    // The CP groups: ranks that share dp, pp and tp, by their cp coordinate.
-    std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
-    std::unordered_map<std::int32_t, const RankInfo*> info_of;
-    for (const RankTrace& rank : trace.ranks) {
-        const RankInfo& r = rank.info;
-        if (r.cp < 0 || r.cp >= cp) {
-            continue;  // coordinates unknown, or outside the configured grid
-        }
-        auto& group = members[{r.dp, r.pp, r.tp}];
-        group.resize(static_cast<std::size_t>(cp), nullptr);
-        group[static_cast<std::size_t>(r.cp)] = &r;
-        info_of[r.rank] = &r;
-    }
-
-    using RankMb = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, mb
-    std::map<GroupKey, bool> keys;
-    std::map<RankMb, std::int64_t> attention;
-    for (const Pass& pass : passes) {
-        const auto it = info_of.find(pass.rank);
-        if (it == info_of.end()) {
-            continue;
-        }
-        attention[{pass.rank, pass.step, pass.microbatch}] += pass.attention_ns;
-        keys[{pass.step, pass.microbatch, it->second->dp, it->second->pp, it->second->tp}];
-    }
-    std::map<RankMb, HeldWork> held;
-    for (const HeldWork& work : held_work(trace)) {
-        const auto it = info_of.find(work.rank);
-        if (it == info_of.end()) {
-            continue;
-        }
-        held[{work.rank, work.step, work.microbatch}] = work;
-        keys[{work.step, work.microbatch, it->second->dp, it->second->pp, it->second->tp}];
-    }
-    std::map<RankMb, Rows> rows;
-    for (const WorkloadEntry& entry : trace.workload) {
-        rows[{entry.rank, entry.step, entry.microbatch}].push_back(&entry);
-    }
-
+    // Each group's spreads, once: its own degrees, and its weight in the headline figures
+    // (Σ max / Σ mean over the groups, docs/analyses.md §5).
     WeightedImbalance measured, predicted;
     std::vector<std::optional<double>> pair_means;  // by group: its mean pairs, the weight
-    for (const auto& [key, unused] : keys) {
-        CpGroupLoad group;
-        group.step = key.step;
-        group.microbatch = key.microbatch;
-        group.dp = key.dp;
-        group.pp = key.pp;
-        group.tp = key.tp;
-        std::vector<std::int64_t> times, pairs;
-        for (const RankInfo* member : members.at({key.dp, key.pp, key.tp})) {
-            if (member == nullptr) {
-                continue;  // a CP rank missing from the run
-            }
-            CpRankLoad load;
-            load.rank = member->rank;
-            load.cp_rank = member->cp;
-            const RankMb at{member->rank, key.step, key.microbatch};
-            if (const auto it = attention.find(at); it != attention.end()) {
-                load.attention_ns = it->second;
-                times.push_back(it->second);
-            }
-            if (const auto it = held.find(at); it != held.end()) {
-                load.tokens = it->second.tokens;
-                load.pairs = it->second.pairs;
-                pairs.push_back(it->second.pairs);
-            }
-            group.ranks.push_back(load);
-        }
-        // Each group's spreads, once: its own degrees, and its weight in the headline figures
-        // (Σ max / Σ mean over the groups, docs/analyses.md §5).
-        const auto time_spread = spread_of(times);
-        const auto pair_spread = spread_of(pairs);
-        group.measured_imbalance =
-            time_spread ? std::optional(time_spread->degree()) : std::nullopt;
-        group.predicted_imbalance =
-            pair_spread ? std::optional(pair_spread->degree()) : std::nullopt;
-        measured.add(time_spread);
-        predicted.add(pair_spread);
-        pair_means.push_back(pair_spread ? std::optional(pair_spread->mean) : std::nullopt);
-        result.groups.push_back(std::move(group));
-    }
-
-    // The alternatives, in the engine's order — step, DP replica, micro-batch — so per-doc's
-    // leftover rotation (CpShardingState) advances as it did in the run; every (pp, tp) sees
-    // the same micro-batches and keeps its own copy of the rotation.
-    std::vector<std::size_t> order(result.groups.size());
-    for (std::size_t i = 0; i < order.size(); ++i) {
-        order[i] = i;
-    }
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        const CpGroupLoad& x = result.groups[a];
-        const CpGroupLoad& y = result.groups[b];
-        return std::tie(x.pp, x.tp, x.step, x.dp, x.microbatch) <
-               std::tie(y.pp, y.tp, y.step, y.dp, y.microbatch);
-    });
-    std::map<std::pair<int, int>, balance::CpShardingState> rotation;
-    for (std::size_t index : order) {
-        CpGroupLoad& group = result.groups[index];
-        std::vector<Rows> by_cp_rank(static_cast<std::size_t>(cp));
-        bool any = false;
-        for (const RankInfo* member : members.at({group.dp, group.pp, group.tp})) {
-            if (member == nullptr) {
-                continue;
-            }
-            if (const auto it = rows.find({member->rank, group.step, group.microbatch});
-                it != rows.end()) {
-                by_cp_rank[static_cast<std::size_t>(member->cp)] = it->second;
-                any = true;
-            }
-        }
-        if (!any) {
-            continue;
-        }
-        const std::vector<balance::Document> documents = packed_documents(by_cp_rank);
-        std::vector<std::pair<std::string, double>> predicted;
-        for (const balance::CpSharding sharding : kAlternatives) {
-            balance::CpShardingState scratch;
-            balance::CpShardingState& state = sharding == balance::CpSharding::per_document
-                                                  ? rotation[{group.pp, group.tp}]
-                                                  : scratch;
-            auto plan = balance::shard_microbatch(documents, cp, sharding, state);
-            if (!plan) {
-                predicted.clear();  // a document without tokens: the rows are not usable
-                break;
-            }
-            std::vector<std::int64_t> work;
-            for (const balance::CpShard& shard : plan->ranks) {
-                work.push_back(shard.attention_work);
-            }
-            const std::optional<double> imbalance = imbalance_of(work);
-            if (!imbalance) {
-                predicted.clear();  // no attention work at all: nothing to compare
-                break;
-            }
-            predicted.emplace_back(balance::cp_sharding_name(sharding), *imbalance);
-        }
-        group.predicted_by_sharding = std::move(predicted);
-    }
-
-    // A micro-batch's total attention work does not depend on how it is sharded, so the
-    // alternatives weigh each group by the same mean pairs.
-    std::vector<double> by_sharding(kAlternatives.size(), 0.0);
-    double alternatives_weight = 0;
-    for (std::size_t g = 0; g < result.groups.size(); ++g) {
-        const CpGroupLoad& group = result.groups[g];
-        if (pair_means[g] && group.predicted_by_sharding.size() == kAlternatives.size()) {
-            for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
-                by_sharding[i] += group.predicted_by_sharding[i].second * *pair_means[g];
-            }
-            alternatives_weight += *pair_means[g];
-        }
+    for (const auto& [key, unused] : in.keys) {
+        GroupFigures figures = group_figures(in, key);
+        measured.add(figures.time_spread);
+        predicted.add(figures.pair_spread);
+        pair_means.push_back(figures.pair_spread ? std::optional(figures.pair_spread->mean)
+                                                 : std::nullopt);
+        result.groups.push_back(std::move(figures.group));
     }
     result.mean_measured_imbalance = measured.value();
     result.mean_predicted_imbalance = predicted.value();
-    if (alternatives_weight > 0) {
-        for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
-            result.mean_predicted_by_sharding.emplace_back(
-                balance::cp_sharding_name(kAlternatives[i]), by_sharding[i] / alternatives_weight);
-        }
-    }
+    predict_alternatives(in, result.groups);
+    weigh_alternatives(pair_means, result);
     return result;
 }
 

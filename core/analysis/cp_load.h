@@ -34,7 +34,7 @@ struct CpRankLoad {
 struct CpGroupLoad {
     std::int32_t step = 0;
     std::int32_t microbatch = 0;
-    int dp = 0, pp = 0, tp = 0;     // which CP group
+    int dp = 0, tp = 0, pp = 0;     // which CP group
     std::vector<CpRankLoad> ranks;  // by cp_rank
     // max/mean attention_ns over the CP ranks that have one; absent when fewer than two
     // have, or none spent any time in attention (nothing was measured).

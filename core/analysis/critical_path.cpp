@@ -5,13 +5,14 @@
 
 #include "core/analysis/collectives.h"
 #include "core/parallel/replay.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::analysis {
 
 namespace {
 
 struct Coordinates {
-    int dp = 0, pp = 0, cp = 0, tp = 0;
+    int dp = 0, tp = 0, pp = 0, cp = 0;
 };
 
 Coordinates coordinates_of(const RunTrace& trace, const Pass& pass) {
@@ -30,8 +31,8 @@ std::int64_t busy_of(const Pass& pass) {
     return std::max<std::int64_t>(0, pass.wall_ns() - pass.pipeline_wait_ns);
 }
 
-const char* phase_name(Phase phase) {
-    return phase == Phase::forward ? "forward" : "backward";
+std::string phase_name(Phase phase) {
+    return std::string(phase == Phase::forward ? range_name::kForward : range_name::kBackward);
 }
 
 // One step's passes, indexed for the walk.
@@ -279,7 +280,7 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
     // The tail: optimizer, then the DP all-reduce, whose last arrival everybody waited for.
     if (const StepTails* tail = tails_of(tails, rank, step_number)) {
         if (tail->optimizer.found) {
-            add(rank, "optimizer", tail->optimizer.start_ns, cursor);
+            add(rank, std::string(range_name::kOptimizer), tail->optimizer.start_ns, cursor);
             cursor = tail->optimizer.start_ns;
         }
         for (const CollectiveInstance* found : collectives) {

@@ -354,27 +354,28 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     return analysis;
 }
 
-std::string analysis_json(const RunAnalysis& analysis) {
-    json root;
-    root["version"] = kAnalysisJsonVersion;
+namespace {
+
+json run_json(const RunAnalysis& analysis) {
     const RunConfig& config = analysis.config;
     const auto degree = [&](int value) { return config.grid_known ? json(value) : json(nullptr); };
-    root["run"] = {
-        {"name", analysis.run.name},
-        {"origin", std::string(to_string(analysis.run.origin))},
-        {"events", analysis.events},
-        {"passes", analysis.passes},
-        {"dp", degree(config.dp)},
-        {"tp", degree(config.tp)},
-        {"pp", degree(config.pp)},
-        {"cp", degree(config.cp)},
-        {"schedule", text_or_null(config.schedule)},
-        {"balancer", text_or_null(config.balancer)},
-        {"cp_shard", text_or_null(config.cp_shard)},
-        {"microbatches", config.microbatches > 0 ? json(config.microbatches) : json(nullptr)}};
+    return {{"name", analysis.run.name},
+            {"origin", std::string(to_string(analysis.run.origin))},
+            {"events", analysis.events},
+            {"passes", analysis.passes},
+            {"dp", degree(config.dp)},
+            {"tp", degree(config.tp)},
+            {"pp", degree(config.pp)},
+            {"cp", degree(config.cp)},
+            {"schedule", text_or_null(config.schedule)},
+            {"balancer", text_or_null(config.balancer)},
+            {"cp_shard", text_or_null(config.cp_shard)},
+            {"microbatches", config.microbatches > 0 ? json(config.microbatches) : json(nullptr)}};
+}
 
+json breakdown_json(const std::vector<StepBreakdown>& rows) {
     json breakdown = json::array();
-    for (const StepBreakdown& row : analysis.breakdown) {
+    for (const StepBreakdown& row : rows) {
         breakdown.push_back({{"rank", row.rank},
                              {"step", optional_json(row.step)},
                              {"whole_trace", row.whole_trace},
@@ -385,9 +386,10 @@ std::string analysis_json(const RunAnalysis& analysis) {
                              {"other_ns", row.other_ns},
                              {"idle_ns", row.idle_ns}});
     }
-    root["step_breakdown"] = std::move(breakdown);
+    return breakdown;
+}
 
-    const BubbleAnalysis& bubbles = analysis.bubbles;
+json bubbles_json(const BubbleAnalysis& bubbles) {
     json stages = json::array();
     for (const StageBubble& row : bubbles.stages) {
         stages.push_back({{"step", row.step},
@@ -419,13 +421,14 @@ std::string analysis_json(const RunAnalysis& analysis) {
                              {"measured_fraction", optional_json(row.measured_fraction)},
                              {"replay_fraction", optional_json(row.replay_fraction)}});
     }
-    root["bubbles"] = {{"schedule", text_or_null(bubbles.schedule)},
-                       {"theory_fraction", optional_json(bubbles.theory_fraction)},
-                       {"mean_measured_fraction", optional_json(bubbles.mean_measured_fraction)},
-                       {"pipelines", std::move(pipelines)},
-                       {"stages", std::move(stages)}};
+    return {{"schedule", text_or_null(bubbles.schedule)},
+            {"theory_fraction", optional_json(bubbles.theory_fraction)},
+            {"mean_measured_fraction", optional_json(bubbles.mean_measured_fraction)},
+            {"pipelines", std::move(pipelines)},
+            {"stages", std::move(stages)}};
+}
 
-    const CpLoadAnalysis& cp = analysis.cp_load;
+json cp_load_json(const CpLoadAnalysis& cp) {
     json groups = json::array();
     for (const CpGroupLoad& group : cp.groups) {
         json ranks = json::array();
@@ -446,14 +449,15 @@ std::string analysis_json(const RunAnalysis& analysis) {
                           {"predicted_by_sharding", sharding_json(group.predicted_by_sharding)},
                           {"ranks", std::move(ranks)}});
     }
-    root["cp_load"] = {{"sharding", text_or_null(cp.sharding)},
-                       {"cp", optional_json(cp.cp)},
-                       {"mean_measured_imbalance", optional_json(cp.mean_measured_imbalance)},
-                       {"mean_predicted_imbalance", optional_json(cp.mean_predicted_imbalance)},
-                       {"mean_predicted_by_sharding", sharding_json(cp.mean_predicted_by_sharding)},
-                       {"groups", std::move(groups)}};
+    return {{"sharding", text_or_null(cp.sharding)},
+            {"cp", optional_json(cp.cp)},
+            {"mean_measured_imbalance", optional_json(cp.mean_measured_imbalance)},
+            {"mean_predicted_imbalance", optional_json(cp.mean_predicted_imbalance)},
+            {"mean_predicted_by_sharding", sharding_json(cp.mean_predicted_by_sharding)},
+            {"groups", std::move(groups)}};
+}
 
-    const OffloadAnalysis& offload = analysis.offload;
+json offload_json(const OffloadAnalysis& offload) {
     json offload_ranks = json::array();
     for (const RankOffload& row : offload.ranks) {
         offload_ranks.push_back({{"rank", row.rank},
@@ -466,15 +470,16 @@ std::string analysis_json(const RunAnalysis& analysis) {
                                  {"bandwidth_gb_s", optional_json(row.bandwidth_gb_s)},
                                  {"copies", row.copies}});
     }
-    root["offload"] = {{"copy_ns", offload.copy_ns},
-                       {"overlapped_ns", offload.overlapped_ns},
-                       {"exposed_ns", offload.exposed_ns},
-                       {"bandwidth_gb_s", optional_json(offload.bandwidth_gb_s)},
-                       {"min_hidden_chunk_tokens", optional_json(offload.min_hidden_chunk_tokens)},
-                       {"chunk_note", offload.chunk_note},
-                       {"ranks", std::move(offload_ranks)}};
+    return {{"copy_ns", offload.copy_ns},
+            {"overlapped_ns", offload.overlapped_ns},
+            {"exposed_ns", offload.exposed_ns},
+            {"bandwidth_gb_s", optional_json(offload.bandwidth_gb_s)},
+            {"min_hidden_chunk_tokens", optional_json(offload.min_hidden_chunk_tokens)},
+            {"chunk_note", offload.chunk_note},
+            {"ranks", std::move(offload_ranks)}};
+}
 
-    const ImbalanceAnalysis& imbalance = analysis.imbalance;
+json imbalance_json(const ImbalanceAnalysis& imbalance) {
     json by_microbatch = json::array();
     for (const StepMatrices& step : imbalance.by_microbatch) {
         by_microbatch.push_back({{"step", step.step},
@@ -491,14 +496,26 @@ std::string analysis_json(const RunAnalysis& analysis) {
     const json predicted_unit = !imbalance.has_prediction     ? json(nullptr)
                                 : imbalance.predicted_is_time ? json("ns")
                                                               : json("pairs");
-    root["imbalance"] = {{"predicted_unit", predicted_unit},
-                         {"compute_imbalance", optional_json(imbalance.compute_imbalance)},
-                         {"predicted_imbalance", optional_json(imbalance.predicted_imbalance)},
-                         {"compute_by_step", matrix_json(imbalance.compute_by_step)},
-                         {"predicted_by_step", matrix_json(imbalance.predicted_by_step)},
-                         {"by_microbatch", std::move(by_microbatch)},
-                         {"stragglers", std::move(stragglers)}};
+    return {{"predicted_unit", predicted_unit},
+            {"compute_imbalance", optional_json(imbalance.compute_imbalance)},
+            {"predicted_imbalance", optional_json(imbalance.predicted_imbalance)},
+            {"compute_by_step", matrix_json(imbalance.compute_by_step)},
+            {"predicted_by_step", matrix_json(imbalance.predicted_by_step)},
+            {"by_microbatch", std::move(by_microbatch)},
+            {"stragglers", std::move(stragglers)}};
+}
 
+}  // namespace
+
+std::string analysis_json(const RunAnalysis& analysis) {
+    json root;
+    root["version"] = kAnalysisJsonVersion;
+    root["run"] = run_json(analysis);
+    root["step_breakdown"] = breakdown_json(analysis.breakdown);
+    root["bubbles"] = bubbles_json(analysis.bubbles);
+    root["cp_load"] = cp_load_json(analysis.cp_load);
+    root["offload"] = offload_json(analysis.offload);
+    root["imbalance"] = imbalance_json(analysis.imbalance);
     root["cost_model"] =
         analysis.cost_model ? json::parse(cost_model_json(*analysis.cost_model)) : json(nullptr);
     root["kernels"] = kernels_json(analysis);

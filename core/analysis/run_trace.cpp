@@ -49,25 +49,6 @@ Role role_of_name_only(std::string_view name) {
     return Role::other;
 }
 
-template <typename T>
-void read_field(const nlohmann::json& object, const char* key, T& value) {
-    const auto it = object.find(key);
-    if (it == object.end()) {
-        return;
-    }
-    if constexpr (std::is_same_v<T, std::string>) {
-        if (it->is_string()) {
-            value = it->template get<std::string>();
-        }
-    } else if constexpr (std::is_same_v<T, bool>) {
-        if (it->is_boolean()) {
-            value = it->template get<bool>();
-        }
-    } else if (it->is_number()) {
-        value = it->template get<T>();
-    }
-}
-
 // A name the engine does not use is still communication when its category or kind says so.
 Role with_category(Role named, Category category, EventKind kind) {
     if (named == Role::other &&
@@ -102,69 +83,6 @@ bool RankTrace::has_device_lanes() const {
     return std::any_of(lanes.begin(), lanes.end(), [](const LaneTrace& lane) {
         return lane.info.kind == LaneKind::gpu_stream && !lane.events.empty();
     });
-}
-
-RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks) {
-    RunConfig config;
-    const auto json = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
-    if (json.is_object()) {
-        read_field(json, "dp", config.dp);
-        read_field(json, "tp", config.tp);
-        read_field(json, "pp", config.pp);
-        read_field(json, "cp", config.cp);
-        read_field(json, "schedule", config.schedule);
-        read_field(json, "virtual_stages", config.virtual_stages);
-        read_field(json, "recompute", config.recompute);
-        read_field(json, "sequence_parallel", config.sequence_parallel);
-        read_field(json, "overlap_grad_reduce", config.overlap_grad_reduce);
-        read_field(json, "dtype", config.dtype);
-        read_field(json, "balancer", config.balancer);
-        read_field(json, "cp_shard", config.cp_shard);
-        read_field(json, "microbatches", config.microbatches);
-        read_field(json, "data", config.data);
-        read_field(json, "lengths", config.lengths);
-        read_field(json, "documents", config.documents);
-        read_field(json, "seed", config.seed);
-        read_field(json, "ilp_window", config.ilp_window);
-        read_field(json, "steps", config.steps);
-        read_field(json, "epochs", config.epochs);
-        read_field(json, "wlb_max_tokens", config.wlb_max_tokens);
-        read_field(json, "wlb_max_delay", config.wlb_max_delay);
-        read_field(json, "wlb_thresholds", config.wlb_thresholds);
-        read_field(json, "attention_kernel", config.attention_kernel);
-        read_field(json, "backend", config.backend);
-        if (const auto model = json.find("model"); model != json.end() && model->is_object()) {
-            read_field(*model, "layers", config.layers);
-            read_field(*model, "hidden", config.hidden);
-            read_field(*model, "heads", config.heads);
-            read_field(*model, "context", config.context);
-            read_field(*model, "vocab", config.vocab);
-        }
-    }
-    // A foreign or hand-built run: the grid is what the ranks' coordinates span.
-    if (!json.is_object() || !json.contains("pp")) {
-        int dp = 0, tp = 0, pp = 0, cp = 0;
-        for (const RankInfo& rank : ranks) {
-            dp = std::max(dp, rank.dp + 1);
-            tp = std::max(tp, rank.tp + 1);
-            pp = std::max(pp, rank.pp + 1);
-            cp = std::max(cp, rank.cp + 1);
-        }
-        config.grid_known = dp + tp + pp + cp > 0;
-        config.dp = std::max(dp, 1);
-        config.tp = std::max(tp, 1);
-        config.pp = std::max(pp, 1);
-        config.cp = std::max(cp, 1);
-    }
-    return config;
-}
-
-std::string describe_grid(const RunConfig& config) {
-    if (!config.grid_known) {
-        return "unknown (the trace gives no DP/TP/PP/CP coordinates)";
-    }
-    return "dp " + std::to_string(config.dp) + " × tp " + std::to_string(config.tp) + " × pp " +
-           std::to_string(config.pp) + " × cp " + std::to_string(config.cp);
 }
 
 void RunTrace::set_string(StringId id, std::string text) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/trace/model.h"
+#include "core/trace/run_config.h"
 #include "core/util/result.h"
 
 namespace fulcrum::store {
@@ -60,47 +61,6 @@ struct RankTrace {
     std::deque<LaneTrace> lanes;
     bool has_device_lanes() const;  // any gpu_stream lane holding events
 };
-
-// The run's configuration as written by fulcrum-train (run.config); fields a foreign run
-// does not give stay at their defaults, and the grid falls back to the ranks' coordinates.
-struct RunConfig {
-    int dp = 1, tp = 1, pp = 1, cp = 1;
-    // False for a foreign run that says neither its degrees nor its ranks' coordinates (an
-    // imported trace): the degrees above are then placeholders, not a 1×1×1×1 grid.
-    bool grid_known = true;
-    std::string schedule;    // "gpipe", "1f1b", "interleaved", "zb-h1", or "" when unknown
-    int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
-    std::string recompute;   // "none", "selective", "full", or "" when unknown
-    bool sequence_parallel = false;
-    bool overlap_grad_reduce = false;
-    std::string
-        dtype;  // "fp32", "bf16", "fp16": written by the simulator; "" (the CPU engine's fp32)
-    std::string balancer;  // "fixed", "ilp", "wlb", or ""
-    std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive", or ""
-    int microbatches = 0;  // per DP replica and step; 0 when unknown
-    // The model's shape; 0 when unknown (has_model() says whether any is known).
-    int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
-    std::string data;            // what the documents were (fulcrum-train's description), or ""
-    std::string lengths;         // the length spec of synthetic documents, "" for text
-    std::int64_t documents = 0;  // how many synthetic documents
-    std::uint64_t seed = 1;
-    int ilp_window = 1;
-    int steps = 0;   // 0 when unknown
-    int epochs = 0;  // > 0: the run trained this many whole epochs (steps then 0)
-    std::string backend;
-    // How wlb packed (fulcrum-train's and the simulator's keys); 0, −1 and "" when not said.
-    std::int64_t wlb_max_tokens = 0;  // S_max
-    int wlb_max_delay = -1;           // the delay bound in steps; −1: unbounded or not said
-    std::string wlb_thresholds;       // "L1,L2,..." or "none"
-    std::string attention_kernel;     // the kernel model adaptive CP sharding weighed
-
-    bool has_model() const {
-        return layers > 0 || hidden > 0 || heads > 0 || context > 0 || vocab > 0;
-    }
-};
-RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks);
-// "dp 2 × tp 1 × pp 2 × cp 2", or what is known when the grid is not.
-std::string describe_grid(const RunConfig& config);
 
 class RunTrace {
 public:

@@ -107,15 +107,38 @@ struct CbcModelDeleter {
     void operator()(Cbc_Model* model) const { Cbc_deleteModel(model); }
 };
 
-// The model above over documents order[0..k) with the rest as fluid. Returns the micro-batch
-// of each of the k documents, or nullopt when CBC has no integer solution.
-std::optional<std::vector<int>> solve_min_max(std::span<const Document> documents,
-                                              std::span<const std::size_t> order, std::size_t k,
-                                              int m, std::int64_t capacity,
-                                              std::int64_t lower_bound, const Assignment& incumbent,
-                                              double seconds, double relative_gap) {
-    // Lengths in units of S keep every coefficient in [0, 1], where CBC's tolerances are meant.
-    const double scale = static_cast<double>(capacity);
+// The model above over documents order[0..k) with the rest as fluid, in CBC's column-major
+// form. Lengths are in units of S, which keeps every coefficient in [0, 1], where CBC's
+// tolerances are meant.
+struct MinMaxModel {
+    double scale = 1;
+    double rho = 0;  // the fluid's work per token
+    bool fluid = false;
+    int rows = 0;
+    std::vector<CoinBigIndex> starts{0};
+    std::vector<int> indices;
+    std::vector<double> values, lower, upper, objective, row_lower, row_upper;
+    // The first assignment column of each long document; first_column[k] = the binaries' count.
+    std::vector<int> first_column;
+    int fluid_column = 0, z_column = 0;
+
+    int columns() const { return static_cast<int>(lower.size()); }
+    void add_column(const std::vector<int>& at_rows, const std::vector<double>& coefficients,
+                    double low, double high, double cost) {
+        indices.insert(indices.end(), at_rows.begin(), at_rows.end());
+        values.insert(values.end(), coefficients.begin(), coefficients.end());
+        starts.push_back(static_cast<CoinBigIndex>(indices.size()));
+        lower.push_back(low);
+        upper.push_back(high);
+        objective.push_back(cost);
+    }
+};
+
+MinMaxModel min_max_model(std::span<const Document> documents, std::span<const std::size_t> order,
+                          std::size_t k, int m, std::int64_t capacity, std::int64_t lower_bound) {
+    MinMaxModel model;
+    model.scale = static_cast<double>(capacity);
+    const double scale = model.scale;
     double short_tokens = 0;
     double short_work = 0;
     for (std::size_t r = k; r < order.size(); ++r) {
@@ -123,98 +146,69 @@ std::optional<std::vector<int>> solve_min_max(std::span<const Document> document
         short_tokens += d;
         short_work += d * d;
     }
-    const bool fluid = short_tokens > 0;
-    const double rho = fluid ? short_work / short_tokens / scale : 0.0;
+    model.fluid = short_tokens > 0;
+    model.rho = model.fluid ? short_work / short_tokens / scale : 0.0;
 
     const int assign_row = 0;
     const int capacity_row = static_cast<int>(k);
     const int work_row = capacity_row + m;
     const int fluid_row = work_row + m;
-    const int rows = fluid_row + (fluid ? 1 : 0);
+    model.rows = fluid_row + (model.fluid ? 1 : 0);
 
-    std::vector<CoinBigIndex> starts{0};
-    std::vector<int> indices;
-    std::vector<double> values, lower, upper, objective;
-    std::vector<int> first_column(k + 1, 0);
+    model.first_column.assign(k + 1, 0);
     for (std::size_t r = 0; r < k; ++r) {
-        first_column[r] = static_cast<int>(lower.size());
+        model.first_column[r] = model.columns();
         const double d = static_cast<double>(documents[order[r]].length) / scale;
         const int reachable = std::min<int>(static_cast<int>(r) + 1, m);
         for (int j = 0; j < reachable; ++j) {
-            indices.insert(indices.end(),
-                           {assign_row + static_cast<int>(r), capacity_row + j, work_row + j});
-            values.insert(values.end(), {1.0, d, d * d});
-            starts.push_back(static_cast<CoinBigIndex>(indices.size()));
-            lower.push_back(0.0);
-            upper.push_back(1.0);
-            objective.push_back(0.0);
+            model.add_column({assign_row + static_cast<int>(r), capacity_row + j, work_row + j},
+                             {1.0, d, d * d}, 0.0, 1.0, 0.0);
         }
     }
-    first_column[k] = static_cast<int>(lower.size());
-    const int binaries = first_column[k];
-    const int fluid_column = binaries;
-    if (fluid) {
+    model.first_column[k] = model.columns();
+    model.fluid_column = model.columns();
+    if (model.fluid) {
         for (int j = 0; j < m; ++j) {
-            indices.insert(indices.end(), {capacity_row + j, work_row + j, fluid_row});
-            values.insert(values.end(), {1.0, rho, 1.0});
-            starts.push_back(static_cast<CoinBigIndex>(indices.size()));
-            lower.push_back(0.0);
-            upper.push_back(1.0);
-            objective.push_back(0.0);
+            model.add_column({capacity_row + j, work_row + j, fluid_row}, {1.0, model.rho, 1.0},
+                             0.0, 1.0, 0.0);
         }
     }
-    const int z_column = static_cast<int>(lower.size());
-    for (int j = 0; j < m; ++j) {
-        indices.push_back(work_row + j);
-        values.push_back(-1.0);
-    }
-    starts.push_back(static_cast<CoinBigIndex>(indices.size()));
-    lower.push_back(static_cast<double>(lower_bound) / (scale * scale));
-    upper.push_back(DBL_MAX);
-    objective.push_back(1.0);
+    model.z_column = model.columns();
+    std::vector<int> work_rows(m);
+    std::iota(work_rows.begin(), work_rows.end(), work_row);
+    model.add_column(work_rows, std::vector<double>(m, -1.0),
+                     static_cast<double>(lower_bound) / (scale * scale), DBL_MAX, 1.0);
 
-    std::vector<double> row_lower(rows, -DBL_MAX), row_upper(rows, 0.0);
+    model.row_lower.assign(model.rows, -DBL_MAX);
+    model.row_upper.assign(model.rows, 0.0);
     for (std::size_t r = 0; r < k; ++r) {
-        row_lower[assign_row + r] = row_upper[assign_row + r] = 1.0;
+        model.row_lower[assign_row + r] = model.row_upper[assign_row + r] = 1.0;
     }
     for (int j = 0; j < m; ++j) {
-        row_upper[capacity_row + j] = 1.0;
+        model.row_upper[capacity_row + j] = 1.0;
     }
-    if (fluid) {
-        row_lower[fluid_row] = row_upper[fluid_row] = short_tokens / scale;
+    if (model.fluid) {
+        model.row_lower[fluid_row] = model.row_upper[fluid_row] = short_tokens / scale;
     }
+    return model;
+}
 
-    std::unique_ptr<Cbc_Model, CbcModelDeleter> model(Cbc_newModel());
-    const int columns = static_cast<int>(lower.size());
-    Cbc_loadProblem(model.get(), columns, rows, starts.data(), indices.data(), values.data(),
-                    lower.data(), upper.data(), objective.data(), row_lower.data(),
-                    row_upper.data());
-    for (int c = 0; c < binaries; ++c) {
-        Cbc_setInteger(model.get(), c);
-    }
-    Cbc_setObjSense(model.get(), 1.0);
-    Cbc_setLogLevel(model.get(), 0);
-    // Wall-clock, not CPU time (CBC's default): the limit is a latency budget for the data
-    // loader. CBC looks at the clock only between nodes and cut passes, so it gets 80% of what
-    // is left. Measured on a 2-core box shared with other builds: 1.62 s worst at a 2 s limit
-    // over 283 lognormal batches (bench_balance), but up to 1.6 s at a 1 s limit on a mix of
-    // mid-length documents where CBC always runs to the limit.
-    Cbc_setParameter(model.get(), "timeMode", "elapsed");
-    Cbc_setMaximumSeconds(model.get(), 0.8 * seconds);
-    Cbc_setAllowableFractionGap(model.get(), relative_gap);
-
-    // MIP start: the incumbent relabelled so that micro-batches are numbered in the order
-    // their longest member appears, which is what the symmetry-reduced columns allow.
+// MIP start: the incumbent relabelled so that micro-batches are numbered in the order their
+// longest member appears, which is what the symmetry-reduced columns allow.
+std::vector<double> min_max_start(const MinMaxModel& model, std::span<const Document> documents,
+                                  std::span<const std::size_t> order, std::size_t k, int m,
+                                  std::int64_t lower_bound, const Assignment& incumbent) {
+    const double scale = model.scale;
     std::vector<int> label(m, -1);
     int next_label = 0;
-    std::vector<double> start(columns, 0.0);
+    std::vector<double> start(model.columns(), 0.0);
     std::vector<double> start_tokens(m, 0.0), start_work(m, 0.0);
     for (std::size_t r = 0; r < k; ++r) {
         const int j = incumbent[order[r]];
         if (label[j] < 0) {
             label[j] = next_label++;
         }
-        start[first_column[r] + label[j]] = 1.0;
+        start[model.first_column[r] + label[j]] = 1.0;
         const double d = static_cast<double>(documents[order[r]].length) / scale;
         start_work[label[j]] += d * d;
     }
@@ -229,12 +223,45 @@ std::optional<std::vector<int>> solve_min_max(std::span<const Document> document
     }
     double start_z = static_cast<double>(lower_bound) / (scale * scale);
     for (int j = 0; j < m; ++j) {
-        if (fluid) {
-            start[fluid_column + j] = start_tokens[j];
+        if (model.fluid) {
+            start[model.fluid_column + j] = start_tokens[j];
         }
-        start_z = std::max(start_z, start_work[j] + rho * start_tokens[j]);
+        start_z = std::max(start_z, start_work[j] + model.rho * start_tokens[j]);
     }
-    start[z_column] = start_z;
+    start[model.z_column] = start_z;
+    return start;
+}
+
+// Solves the model above over documents order[0..k) with the rest as fluid. Returns the
+// micro-batch of each of the k documents, or nullopt when CBC has no integer solution.
+std::optional<std::vector<int>> solve_min_max(std::span<const Document> documents,
+                                              std::span<const std::size_t> order, std::size_t k,
+                                              int m, std::int64_t capacity,
+                                              std::int64_t lower_bound, const Assignment& incumbent,
+                                              double seconds, double relative_gap) {
+    MinMaxModel problem = min_max_model(documents, order, k, m, capacity, lower_bound);
+    std::unique_ptr<Cbc_Model, CbcModelDeleter> model(Cbc_newModel());
+    const int columns = problem.columns();
+    Cbc_loadProblem(model.get(), columns, problem.rows, problem.starts.data(),
+                    problem.indices.data(), problem.values.data(), problem.lower.data(),
+                    problem.upper.data(), problem.objective.data(), problem.row_lower.data(),
+                    problem.row_upper.data());
+    for (int c = 0; c < problem.first_column[k]; ++c) {
+        Cbc_setInteger(model.get(), c);
+    }
+    Cbc_setObjSense(model.get(), 1.0);
+    Cbc_setLogLevel(model.get(), 0);
+    // Wall-clock, not CPU time (CBC's default): the limit is a latency budget for the data
+    // loader. CBC looks at the clock only between nodes and cut passes, so it gets 80% of what
+    // is left. Measured on a 2-core box shared with other builds: 1.62 s worst at a 2 s limit
+    // over 283 lognormal batches (bench_balance), but up to 1.6 s at a 1 s limit on a mix of
+    // mid-length documents where CBC always runs to the limit.
+    Cbc_setParameter(model.get(), "timeMode", "elapsed");
+    Cbc_setMaximumSeconds(model.get(), 0.8 * seconds);
+    Cbc_setAllowableFractionGap(model.get(), relative_gap);
+
+    std::vector<double> start =
+        min_max_start(problem, documents, order, k, m, lower_bound, incumbent);
     std::vector<int> all_columns(columns);
     std::iota(all_columns.begin(), all_columns.end(), 0);
     Cbc_setMIPStartI(model.get(), columns, all_columns.data(), start.data());
@@ -246,10 +273,11 @@ std::optional<std::vector<int>> solve_min_max(std::span<const Document> document
     }
     std::vector<int> microbatch(k, 0);
     for (std::size_t r = 0; r < k; ++r) {
+        const int first = problem.first_column[r];
         int best = 0;
-        for (int c = first_column[r]; c < first_column[r + 1]; ++c) {
-            if (solution[c] > solution[first_column[r] + best]) {
-                best = c - first_column[r];
+        for (int c = first; c < problem.first_column[r + 1]; ++c) {
+            if (solution[c] > solution[first + best]) {
+                best = c - first;
             }
         }
         microbatch[r] = best;

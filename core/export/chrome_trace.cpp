@@ -288,24 +288,11 @@ struct FileJob {
     bool kineto_layout = false;
 };
 
-// Writes one file holding `job.ranks`; `done` and `total` count lanes for the progress.
-Status write_file(const store::TraceReader& trace, const FileJob& job, const ExportOptions& options,
-                  const std::vector<WorkloadEntry>& workload,
-                  const std::vector<CounterSample>& counters, std::size_t& done, std::size_t total,
-                  ExportReport& report) {
-    auto file = OutputFile::create(job.path, options.overwrite);
-    if (!file) {
-        return file.error();
-    }
-    std::set<std::int32_t> wanted;
-    for (const RankInfo& rank : job.ranks)
-        wanted.insert(rank.rank);
-    std::vector<LaneInfo> lanes;
-    for (const LaneInfo& lane : trace.lanes()) {
-        if (wanted.count(lane.rank) != 0)
-            lanes.push_back(lane);
-    }
-    const Layout layout(job.ranks, lanes, job.kineto_layout);
+// The file's opening up to "traceEvents":[ — its zero, Kineto's rank and device members for
+// HTA, and the `fulcrum` member.
+std::string file_header(const store::TraceReader& trace, const FileJob& job,
+                        const std::vector<LaneInfo>& lanes, const Layout& layout,
+                        const std::vector<WorkloadEntry>& workload) {
     // The file's zero, in UTC: a merged run's zero (its events count from it), or a rank
     // file's own clock, whose UTC offset the rank row gives. Events are written as stored.
     const bool merged =
@@ -314,7 +301,6 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
     const std::int64_t base_ns =
         merged || job.ranks.empty() ? trace.run().start_utc_ns : job.ranks.front().utc_offset_ns;
 
-    ChromeWriter writer(trace, *file);
     std::string header = "{\"schemaVersion\":1,\"displayTimeUnit\":\"ns\",\"traceName\":";
     append_json_string(header, trace.run().name);
     header += ",\"baseTimeNanoseconds\":" + std::to_string(base_ns);
@@ -331,8 +317,12 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
     }
     header += ",\n\"fulcrum\":" + fulcrum_member(trace, job.ranks, lanes, layout, workload) +
               ",\n\"traceEvents\":[\n";
-    writer.raw(header);
+    return header;
+}
 
+// The processes' and threads' names, labels and order.
+void write_names(ChromeWriter& writer, const FileJob& job, const std::vector<LaneInfo>& lanes,
+                 const Layout& layout) {
     for (const RankInfo& rank : job.ranks) {
         std::string label;
         append_json_string(label, rank_label(rank));
@@ -357,6 +347,29 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
         writer.metadata("thread_sort_index", place.pid, place.tid, "sort_index",
                         std::to_string(sort_index++));
     }
+}
+
+// Writes one file holding `job.ranks`; `done` and `total` count lanes for the progress.
+Status write_file(const store::TraceReader& trace, const FileJob& job, const ExportOptions& options,
+                  const std::vector<WorkloadEntry>& workload,
+                  const std::vector<CounterSample>& counters, std::size_t& done, std::size_t total,
+                  ExportReport& report) {
+    auto file = OutputFile::create(job.path, options.overwrite);
+    if (!file) {
+        return file.error();
+    }
+    std::set<std::int32_t> wanted;
+    for (const RankInfo& rank : job.ranks)
+        wanted.insert(rank.rank);
+    std::vector<LaneInfo> lanes;
+    for (const LaneInfo& lane : trace.lanes()) {
+        if (wanted.count(lane.rank) != 0)
+            lanes.push_back(lane);
+    }
+    const Layout layout(job.ranks, lanes, job.kineto_layout);
+    ChromeWriter writer(trace, *file);
+    writer.raw(file_header(trace, job, lanes, layout, workload));
+    write_names(writer, job, lanes, layout);
 
     std::int64_t next_async_id = 1;
     for (const LaneInfo& lane : lanes) {

@@ -32,7 +32,8 @@ std::vector<int> holders(const SwitchModel& model, const parallel::GridShape& gr
     std::vector<int> ranks;
     for (int dp = 0; dp < grid.dp; ++dp) {
         for (int cp = 0; cp < grid.cp; ++cp) {
-            ranks.push_back(parallel::rank_of(grid, {dp, stage, cp, slice}));
+            ranks.push_back(
+                parallel::rank_of(grid, {.dp = dp, .tp = slice, .pp = stage, .cp = cp}));
         }
     }
     return ranks;

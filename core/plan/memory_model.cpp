@@ -11,8 +11,8 @@ Result<Recompute> parse_recompute(std::string_view name) {
         return Recompute::selective;
     if (name == "full")
         return Recompute::full;
-    return Error{ErrorCode::invalid_input,
-                 "unknown recompute '" + std::string(name) + "' (choose none, selective or full)"};
+    return Error{ErrorCode::invalid_input, "unknown recompute mode '" + std::string(name) +
+                                               "' (choose none, selective, full)"};
 }
 
 const char* recompute_name(Recompute recompute) {

@@ -13,6 +13,7 @@
 
 #include "core/balance/lengths.h"
 #include "core/balance/step_planner.h"
+#include "core/util/text_table.h"
 
 namespace fulcrum::plan {
 namespace {
@@ -55,12 +56,6 @@ std::string join(const std::vector<std::int64_t>& values) {
         text += (text.empty() ? "" : ",") + std::to_string(value);
     }
     return text;
-}
-
-std::string fixed(double value, int decimals) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-    return buffer;
 }
 
 std::string general(double value) {
@@ -186,8 +181,8 @@ Result<MeanMicroBatch> mean_microbatch(const PlanRequest& request) {
 }
 
 // Every factorisation dp · tp · pp · cp = world within the space's limits.
-std::vector<sim::Grid> grids_of(int world, const PlanRequest& request) {
-    std::vector<sim::Grid> grids;
+std::vector<parallel::GridShape> grids_of(int world, const PlanRequest& request) {
+    std::vector<parallel::GridShape> grids;
     const PlanSpace& space = request.space;
     const int max_tp = space.max_tp > 0 ? space.max_tp : request.gpus_per_node;
     const int max_pp = space.max_pp > 0 ? space.max_pp : request.model.layers;
@@ -205,7 +200,7 @@ std::vector<sim::Grid> grids_of(int world, const PlanRequest& request) {
 }
 
 // Why a grid cannot run this model at this batch at all, or "" (kind, message).
-std::pair<std::string, std::string> grid_problem(const sim::Grid& grid,
+std::pair<std::string, std::string> grid_problem(const parallel::GridShape& grid,
                                                  const PlanRequest& request) {
     const sim::ModelShape& model = request.model;
     if (request.gpus_per_node % grid.tp != 0) {
@@ -419,16 +414,12 @@ private:
     std::vector<std::optional<StageMemory>> table_;
 };
 
-// GiB with one decimal, or MiB under a GiB (the small models of tests and CPU runs).
-std::string memory_text(double bytes) {
-    return bytes >= kGiB ? fixed(bytes / kGiB, 1) + " GiB"
-                         : fixed(bytes / (1024 * 1024), 1) + " MiB";
-}
-
 std::string memory_reason(const StageMemory& peak, double usable) {
-    return "needs " + memory_text(peak.total_bytes()) + " on stage " + std::to_string(peak.stage) +
-           " (model state " + memory_text(peak.model_state_bytes()) + " + activations " +
-           memory_text(peak.activations_bytes) + ") of " + memory_text(usable) + " usable";
+    return "needs " + format_bytes(std::llround(peak.total_bytes())) + " on stage " +
+           std::to_string(peak.stage) + " (model state " +
+           format_bytes(std::llround(peak.model_state_bytes())) + " + activations " +
+           format_bytes(std::llround(peak.activations_bytes)) + ") of " +
+           format_bytes(std::llround(usable)) + " usable";
 }
 
 // Places the layers (the exact split, or L/p) so that every stage fits, and fills the memory
@@ -560,8 +551,8 @@ struct Enumeration {
 };
 
 // Every knob of one grid: schedules, sequence parallelism, recomputation (the least that fits).
-void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean, const sim::Grid& grid,
-                    Enumeration& out) {
+void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
+                    const parallel::GridShape& grid, Enumeration& out) {
     Candidate base;
     base.grid = grid;
     base.microbatches = std::max(1, request.global_batch / grid.dp);
@@ -858,9 +849,9 @@ Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) 
         return mean.error();
     }
     // 1–2: every grid's knobs, memory and estimate (the first 30% of the progress).
-    std::vector<sim::Grid> grids;
+    std::vector<parallel::GridShape> grids;
     for (int world : request.world_sizes) {
-        for (const sim::Grid& grid : grids_of(world, request)) {
+        for (const parallel::GridShape& grid : grids_of(world, request)) {
             grids.push_back(grid);
         }
     }

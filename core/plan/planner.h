@@ -25,6 +25,7 @@
 #include "core/analysis/cost_model.h"
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
+#include "core/parallel/grid.h"
 #include "core/parallel/schedule.h"
 #include "core/plan/memory_model.h"
 #include "core/sim/simulator.h"
@@ -116,7 +117,7 @@ enum class CandidateStatus {
 const char* candidate_status_name(CandidateStatus status);
 
 struct Candidate {
-    sim::Grid grid;
+    parallel::GridShape grid;
     int microbatches = 1;  // per DP replica and step
     parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
     int virtual_stages = 1;

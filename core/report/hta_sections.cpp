@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/report/html_report.h"
+#include "core/report/report_html.h"
 #include "core/util/text_table.h"
 
 namespace fulcrum::report {
@@ -13,62 +14,14 @@ namespace {
 
 using namespace analysis;
 
-// What a figure shows where nothing was measured (docs/analyses.md, "Unknown figures").
-constexpr const char* kUnknown = "—";
-
-std::string fixed(double value, int decimals) {
-    char text[48];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
-// A cell: its HTML (escaped) and the number a sortable table sorts on ("" sorts on the text).
-struct Cell {
-    std::string html, sort;
-};
-
-Cell text_cell(std::string_view text) {
-    return {html_escape(text), ""};
-}
-Cell int_cell(std::int64_t value) {
-    return {std::to_string(value), std::to_string(value)};
-}
-Cell duration_cell(std::int64_t ns) {
-    return {html_escape(format_duration(ns)), std::to_string(ns)};
-}
-Cell share_cell(std::int64_t part, std::int64_t whole) {
-    if (whole <= 0) {
-        return {kUnknown, ""};
-    }
-    const double share = double(part) / double(whole);
-    return {fixed(100.0 * share, 1) + "%", fixed(share, 6)};
-}
-Cell number_cell(double value, int decimals) {
-    return {fixed(value, decimals), fixed(value, 6)};
-}
-
-// The markup of html_report.cpp's tables, so that its script sorts these too.
+// The markup of the report's sortable tables (report_html.h), from rows built here.
 void render_table(std::string& out, std::string_view name, const std::vector<std::string>& headers,
-                  const std::vector<std::vector<Cell>>& rows) {
-    out += "<table class=\"sortable\" data-table=\"" + std::string(name) + "\"><thead><tr>";
-    for (const std::string& header : headers) {
-        out += "<th>" + html_escape(header) + "</th>";
+                  std::vector<std::vector<Cell>> rows) {
+    Table table(std::string(name), headers);
+    for (auto& row : rows) {
+        table.add(std::move(row));
     }
-    out += "</tr></thead><tbody>\n";
-    for (const auto& row : rows) {
-        out += "<tr>";
-        for (const Cell& cell : row) {
-            out += cell.sort.empty() ? "<td>" + cell.html + "</td>"
-                                     : "<td data-v=\"" + cell.sort + "\">" + cell.html + "</td>";
-        }
-        out += "</tr>\n";
-    }
-    out += "</tbody></table>\n";
-}
-
-std::string heading(int index, std::string_view slug, std::string_view title) {
-    return "<h3 id=\"run-" + std::to_string(index) + "-" + std::string(slug) + "\">" +
-           std::string(title) + "</h3>\n";
+    table.render(out);
 }
 
 void empty(std::string& out, std::string_view why) {
@@ -82,9 +35,9 @@ void kernel_time_table(const KernelAnalysis& k, std::string& out) {
     for (const KernelTimeByType& row : k.time_by_type) {
         std::vector<Cell> cells = {int_cell(row.rank), duration_cell(row.kernel_span_ns)};
         for (int mask : kMasks) {
-            cells.push_back(share_cell(row.ns[mask], row.kernel_span_ns));
+            cells.push_back(percent_cell(row.ns[mask], row.kernel_span_ns));
         }
-        cells.push_back(share_cell(row.idle_ns, row.kernel_span_ns));
+        cells.push_back(percent_cell(row.idle_ns, row.kernel_span_ns));
         rows.push_back(std::move(cells));
     }
     render_table(out, "kernel_time",
@@ -141,7 +94,7 @@ void section_idle(const RunAnalysis& a, int index, std::string& out) {
         idle.push_back({int_cell(s.rank), text_cell(s.lane), int_cell(s.kernels),
                         duration_cell(s.idle_ns()), duration_cell(s.host_wait_ns),
                         duration_cell(s.kernel_wait_ns), duration_cell(s.other_ns),
-                        number_cell(s.mean_queue_length, 2), int_cell(s.max_queue_length)});
+                        fixed_cell(s.mean_queue_length, 2), int_cell(s.max_queue_length)});
     }
     render_table(out, "idle",
                  {"rank", "stream", "kernels", "idle", "host wait", "kernel wait", "other",
@@ -189,10 +142,10 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
         const bool measured = c.bytes > 0 && c.transfer_ns > 0;
         rows.push_back({text_cell(c.name), text_cell(to_string(c.kind)),
                         text_cell(rank_list(c.ranks)), int_cell(c.calls),
-                        c.bytes > 0 ? int_cell(c.bytes) : Cell{kUnknown, ""},
+                        c.bytes > 0 ? int_cell(c.bytes) : Cell{kUnknownFigure, ""},
                         duration_cell(c.transfer_ns), duration_cell(c.wait_ns),
-                        measured ? number_cell(c.algbw_gb_s, 2) : Cell{kUnknown, ""},
-                        measured ? number_cell(c.busbw_gb_s, 2) : Cell{kUnknown, ""}});
+                        measured ? fixed_cell(c.algbw_gb_s, 2) : Cell{kUnknownFigure, ""},
+                        measured ? fixed_cell(c.busbw_gb_s, 2) : Cell{kUnknownFigure, ""}});
     }
     render_table(out, "communication",
                  {"collective", "kind", "ranks", "calls", "bytes", "transfer", "wait", "algbw GB/s",
@@ -214,9 +167,9 @@ std::string shares_text(const std::map<Key, std::int64_t>& shares, std::int64_t 
         } else {
             key = std::string(label) + " " + std::to_string(order[i].first);
         }
-        text += (text.empty() ? "" : ", ") + key + " " + share_cell(order[i].second, whole).html;
+        text += (text.empty() ? "" : ", ") + key + " " + percent_cell(order[i].second, whole).html;
     }
-    return text.empty() ? kUnknown : text;
+    return text.empty() ? kUnknownFigure : text;
 }
 
 void section_critical_path(const RunAnalysis& a, int index, std::string& out) {
@@ -285,13 +238,13 @@ void diff_section(const RunDiff& diff, std::string_view first_run, int index, st
                         text_cell(row.added()     ? "added"
                                   : row.removed() ? "removed"
                                                   : "changed"),
-                        number_cell(row.count_a, 2),
-                        number_cell(row.count_b, 2),
+                        fixed_cell(row.count_a, 2),
+                        fixed_cell(row.count_b, 2),
                         duration_cell(std::llround(row.total_ns_a)),
                         duration_cell(std::llround(row.total_ns_b)),
                         {(row.delta_ns() > 0 ? "+" : "") +
                              html_escape(format_duration(std::llround(row.delta_ns()))),
-                         fixed(row.delta_ns(), 0)}});
+                         format_fixed(row.delta_ns(), 0)}});
     }
     render_table(
         out, "diff",

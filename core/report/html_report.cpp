@@ -10,6 +10,7 @@
 
 #include "core/report/hta_sections.h"
 #include "core/report/report_assets.h"
+#include "core/report/report_html.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
 
@@ -103,372 +104,6 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
 namespace {
 
 // ---------------------------------------------------------------------------------------
-// Formatting
-
-// What a figure shows where nothing was measured or predicted
-// (docs/analyses.md, "Unknown figures").
-constexpr const char* kUnknown = "—";
-
-std::string fixed(double value, int decimals = 2) {
-    if (!std::isfinite(value)) {
-        return kUnknown;
-    }
-    char text[48];
-    std::snprintf(text, sizeof text, "%.*f", decimals, value);
-    return text;
-}
-
-std::string percent(double part, double whole) {
-    return whole > 0 && std::isfinite(part) ? fixed(100.0 * part / whole, 1) + "%" : kUnknown;
-}
-
-std::string figure(const std::optional<double>& value, int decimals) {
-    return value ? fixed(*value, decimals) : kUnknown;
-}
-
-std::string duration(double ns) {
-    return std::isfinite(ns) ? format_duration(static_cast<std::int64_t>(std::llround(ns)))
-                             : kUnknown;
-}
-
-std::string number(std::int64_t value) {
-    return std::to_string(value);
-}
-
-// A coordinate in an SVG: one decimal is finer than a pixel.
-std::string px(double value) {
-    return fixed(value, 1);
-}
-
-// Truncates to at most `limit` bytes without cutting a UTF-8 sequence.
-std::string_view clip(std::string_view text, std::size_t limit) {
-    if (text.size() <= limit) {
-        return text;
-    }
-    std::size_t end = limit;
-    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
-        --end;
-    }
-    return text.substr(0, end);
-}
-
-const char* const kSeriesColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                     "#59a14f", "#edc948", "#b07aa1", "#9c755f"};
-
-// Sequential blue scale for heatmaps, t in [0, 1].
-std::string heat_color(double t) {
-    t = std::clamp(t, 0.0, 1.0);
-    const int r = static_cast<int>(std::lround(239 - t * (239 - 8)));
-    const int g = static_cast<int>(std::lround(243 - t * (243 - 48)));
-    const int b = static_cast<int>(std::lround(255 - t * (255 - 107)));
-    char text[16];
-    std::snprintf(text, sizeof text, "#%02x%02x%02x", r, g, b);
-    return text;
-}
-
-// ---------------------------------------------------------------------------------------
-// Tables: sortable by clicking a header (the inline script); data-v holds the number sorted on.
-
-struct Cell {
-    std::string html;  // already escaped
-    std::string sort;  // a number, or "" to sort on the text
-};
-
-Cell text_cell(std::string_view text) {
-    return {html_escape(text), ""};
-}
-Cell int_cell(std::int64_t value) {
-    return {number(value), number(value)};
-}
-Cell duration_cell(double ns) {
-    return {duration(ns), std::isfinite(ns) ? fixed(ns, 0) : ""};
-}
-Cell fixed_cell(double value, int decimals) {
-    return {fixed(value, decimals), std::isfinite(value) ? fixed(value, 6) : ""};
-}
-Cell percent_cell(double part, double whole) {
-    return {percent(part, whole), whole > 0 && std::isfinite(part) ? fixed(part / whole, 6) : ""};
-}
-Cell figure_cell(const std::optional<double>& value, int decimals) {
-    return fixed_cell(value ? *value : std::nan(""), decimals);
-}
-// A 4D coordinate; -1 is unknown (an imported trace without them).
-std::string coordinate_text(std::int32_t value) {
-    return value >= 0 ? std::to_string(value) : kUnknown;
-}
-Cell coordinate_cell(std::int32_t value) {
-    return value >= 0 ? int_cell(value) : Cell{kUnknown, ""};
-}
-
-class Table {
-public:
-    Table(std::string name, std::vector<std::string> headers)
-        : name_(std::move(name)), headers_(std::move(headers)) {}
-    void add(std::vector<Cell> row) { rows_.push_back(std::move(row)); }
-    bool empty() const { return rows_.empty(); }
-    void render(std::string& out) const {
-        out += "<table class=\"sortable\" data-table=\"" + name_ + "\"><thead><tr>";
-        for (const auto& header : headers_) {
-            out += "<th>" + html_escape(header) + "</th>";
-        }
-        out += "</tr></thead><tbody>\n";
-        for (const auto& row : rows_) {
-            out += "<tr>";
-            for (const auto& cell : row) {
-                if (cell.sort.empty()) {
-                    out += "<td>" + cell.html + "</td>";
-                } else {
-                    out += "<td data-v=\"" + cell.sort + "\">" + cell.html + "</td>";
-                }
-            }
-            out += "</tr>\n";
-        }
-        out += "</tbody></table>\n";
-    }
-
-private:
-    std::string name_;
-    std::vector<std::string> headers_;
-    std::vector<std::vector<Cell>> rows_;
-};
-
-// ---------------------------------------------------------------------------------------
-// Charts: inline SVG. Every chart root is <svg class="chart" data-chart=NAME data-run=I>,
-// every data mark has class "mark" and its tooltip in data-tip (escaped; the script shows it
-// with textContent, never as HTML).
-
-constexpr double kMarginLeft = 72, kMarginRight = 16, kMarginTop = 12, kMarginBottom = 40;
-
-void open_chart(std::string& out, std::string_view name, int run, double width, double height,
-                std::string_view label) {
-    out += "<div class=\"chartbox\"><button class=\"reset\" type=\"button\">reset zoom</button>";
-    out += "<svg class=\"chart\" data-chart=\"" + std::string(name) + "\" data-run=\"" +
-           std::to_string(run) + "\" viewBox=\"0 0 " + px(width) + " " + px(height) +
-           "\" width=\"" + px(width) + "\" height=\"" + px(height) +
-           "\" role=\"img\" aria-label=\"" + html_escape(label) + "\">\n";
-}
-
-void close_chart(std::string& out) {
-    out += "</svg></div>\n";
-}
-
-void text(std::string& out, double x, double y, std::string_view content,
-          std::string_view anchor = "middle", std::string_view extra = "") {
-    out += "<text x=\"" + px(x) + "\" y=\"" + px(y) + "\" text-anchor=\"" + std::string(anchor) +
-           "\"" + std::string(extra) + ">" + html_escape(content) + "</text>";
-}
-
-void rect_mark(std::string& out, double x, double y, double w, double h, std::string_view fill,
-               std::string_view tip, std::string_view cls = "mark") {
-    out += "<rect class=\"" + std::string(cls) + "\" x=\"" + px(x) + "\" y=\"" + px(y) +
-           "\" width=\"" + px(std::max(w, 0.0)) + "\" height=\"" + px(std::max(h, 0.0)) +
-           "\" fill=\"" + std::string(fill) + "\" data-tip=\"" + html_escape(tip) + "\"/>";
-}
-
-void legend(std::string& out, double x, double y, const std::vector<std::string>& series) {
-    for (std::size_t s = 0; s < series.size(); ++s) {
-        out += "<rect x=\"" + px(x) + "\" y=\"" + px(y - 9) +
-               "\" width=\"10\" height=\"10\" fill=\"" + kSeriesColors[s % 8] + "\"/>";
-        text(out, x + 14, y, series[s], "start");
-        x += 24 + 7.0 * static_cast<double>(series[s].size());
-    }
-}
-
-// The smallest 1, 2, 2.5 or 5 × 10^k at or above `value`, so gridlines fall on round numbers.
-double nice_ceiling(double value) {
-    if (!(value > 0)) {
-        return 1;
-    }
-    const double power = std::pow(10.0, std::floor(std::log10(value)));
-    for (const double step : {1.0, 2.0, 2.5, 5.0, 10.0}) {
-        if (step * power >= value * (1 - 1e-12)) {
-            return step * power;
-        }
-    }
-    return 10 * power;
-}
-
-double legend_width(const std::vector<std::string>& series) {
-    double width = 0;
-    for (const auto& name : series) {
-        width += 24 + 7.0 * static_cast<double>(name.size());
-    }
-    return width;
-}
-
-// A y axis from 0 to `top` with four gridlines, labelled by `format`.
-template <typename Format>
-void y_axis(std::string& out, double width, double plot_height, double top, Format format) {
-    for (int i = 0; i <= 4; ++i) {
-        const double value = top * i / 4.0;
-        const double y = kMarginTop + plot_height - plot_height * i / 4.0;
-        out += "<line class=\"grid\" x1=\"" + px(kMarginLeft) + "\" x2=\"" +
-               px(width - kMarginRight) + "\" y1=\"" + px(y) + "\" y2=\"" + px(y) + "\"/>";
-        text(out, kMarginLeft - 4, y + 4, format(value), "end");
-    }
-}
-
-struct BarSeries {
-    std::vector<std::string> categories;      // x labels
-    std::vector<std::string> series;          // legend
-    std::vector<std::vector<double>> values;  // [category][series]; NaN: no bar
-    bool stacked = true;
-};
-
-// Stacked or grouped bars; one mark per finite value.
-template <typename Format>
-void bar_chart(std::string& out, std::string_view name, int run, std::string_view label,
-               const BarSeries& bars, Format format) {
-    const std::size_t n = bars.categories.size();
-    const double slot = std::clamp(640.0 / std::max<std::size_t>(n, 1), 6.0, 120.0);
-    const double width = kMarginLeft + kMarginRight + slot * static_cast<double>(n);
-    const double plot_height = 220;
-    const double height = kMarginTop + plot_height + kMarginBottom + 18;
-    double top = 0;
-    for (const auto& row : bars.values) {
-        double sum = 0;
-        for (const double v : row) {
-            if (std::isfinite(v)) {
-                sum = bars.stacked ? sum + std::max(v, 0.0) : std::max(sum, v);
-            }
-        }
-        top = std::max(top, sum);
-    }
-    top = nice_ceiling(top);
-    const double chart_width =
-        std::max({width, 360.0, kMarginLeft + legend_width(bars.series) + kMarginRight});
-    open_chart(out, name, run, chart_width, height, label);
-    y_axis(out, chart_width, plot_height, top, format);
-    const double base = kMarginTop + plot_height;
-    const std::size_t label_every =
-        std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(40.0 / slot)));
-    for (std::size_t c = 0; c < n; ++c) {
-        const double x0 = kMarginLeft + slot * static_cast<double>(c);
-        const auto& row = bars.values[c];
-        double stack = 0;
-        const double group_width =
-            (slot * 0.8) / static_cast<double>(std::max<std::size_t>(row.size(), 1));
-        for (std::size_t s = 0; s < row.size(); ++s) {
-            const double v = row[s];
-            if (!std::isfinite(v)) {
-                continue;
-            }
-            const double h = plot_height * std::max(v, 0.0) / top;
-            const std::string tip = bars.categories[c] + " · " + bars.series[s] + ": " + format(v);
-            if (bars.stacked) {
-                rect_mark(out, x0 + slot * 0.1, base - stack - h, slot * 0.8, h,
-                          kSeriesColors[s % 8], tip);
-                stack += h;
-            } else {
-                rect_mark(out, x0 + slot * 0.1 + group_width * static_cast<double>(s), base - h,
-                          group_width, h, kSeriesColors[s % 8], tip);
-            }
-        }
-        if (c % label_every == 0) {
-            text(out, x0 + slot / 2, base + 14, bars.categories[c]);
-        }
-    }
-    legend(out, kMarginLeft, height - 8, bars.series);
-    close_chart(out);
-}
-
-// Groups `n` items into at most `cap` buckets of consecutive items: the bucket of item i.
-struct Buckets {
-    std::size_t size = 1;  // items per bucket
-    std::size_t count = 0;
-    Buckets(std::size_t n, std::size_t cap) {
-        size = n > cap ? (n + cap - 1) / cap : 1;
-        count = (n + size - 1) / size;
-    }
-};
-
-std::string span_label(std::string_view what, std::int32_t first, std::int32_t last) {
-    return first == last
-               ? std::string(what) + " " + std::to_string(first)
-               : std::string(what) + "s " + std::to_string(first) + "–" + std::to_string(last);
-}
-
-// A rank × column heatmap, one mark per cell (NaN cells grey); averaged into buckets when
-// larger than the options allow.
-template <typename Format>
-void heatmap(std::string& out, std::string_view name, int run, std::string_view label,
-             const Matrix& matrix, std::string_view column_name, const ReportOptions& options,
-             Format format) {
-    const Buckets rows(matrix.rows.size(),
-                       static_cast<std::size_t>(std::max(options.max_heatmap_rows, 1)));
-    const Buckets cols(matrix.columns.size(),
-                       static_cast<std::size_t>(std::max(options.max_heatmap_columns, 1)));
-    std::vector<double> cells(rows.count * cols.count, std::nan(""));
-    double lo = INFINITY, hi = -INFINITY;
-    for (std::size_t br = 0; br < rows.count; ++br) {
-        for (std::size_t bc = 0; bc < cols.count; ++bc) {
-            double sum = 0;
-            int n = 0;
-            for (std::size_t r = br * rows.size;
-                 r < std::min((br + 1) * rows.size, matrix.rows.size()); ++r) {
-                for (std::size_t c = bc * cols.size;
-                     c < std::min((bc + 1) * cols.size, matrix.columns.size()); ++c) {
-                    const double v = matrix.at(r, c);
-                    if (std::isfinite(v)) {
-                        sum += v;
-                        ++n;
-                    }
-                }
-            }
-            if (n > 0) {
-                const double mean = sum / n;
-                cells[br * cols.count + bc] = mean;
-                lo = std::min(lo, mean);
-                hi = std::max(hi, mean);
-            }
-        }
-    }
-    const double cell_w = std::clamp(720.0 / std::max<std::size_t>(cols.count, 1), 4.0, 96.0);
-    const double cell_h = std::clamp(400.0 / std::max<std::size_t>(rows.count, 1), 4.0, 26.0);
-    const double width = kMarginLeft + kMarginRight + cell_w * static_cast<double>(cols.count);
-    const double height = kMarginTop + cell_h * static_cast<double>(rows.count) + kMarginBottom;
-    const std::string scale = std::string(column_name) + " →   scale " +
-                              (std::isfinite(lo) ? format(lo) : "-") + " (light) … " +
-                              (std::isfinite(hi) ? format(hi) : "-") + " (dark)";
-    open_chart(out, name, run,
-               std::max({width, 360.0, kMarginLeft + 6.5 * double(scale.size()) + kMarginRight}),
-               height, label);
-    const std::size_t row_label_every =
-        std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(12.0 / cell_h)));
-    const std::size_t col_label_every =
-        std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(36.0 / cell_w)));
-    for (std::size_t br = 0; br < rows.count; ++br) {
-        const std::size_t r0 = br * rows.size;
-        const std::size_t r1 = std::min((br + 1) * rows.size, matrix.rows.size()) - 1;
-        const std::string row_label = span_label("rank", matrix.rows[r0], matrix.rows[r1]);
-        const double y = kMarginTop + cell_h * static_cast<double>(br);
-        if (br % row_label_every == 0) {
-            text(out, kMarginLeft - 4, y + cell_h / 2 + 4, row_label, "end");
-        }
-        for (std::size_t bc = 0; bc < cols.count; ++bc) {
-            const std::size_t c0 = bc * cols.size;
-            const std::size_t c1 = std::min((bc + 1) * cols.size, matrix.columns.size()) - 1;
-            const double v = cells[br * cols.count + bc];
-            const std::string tip =
-                row_label + ", " + span_label(column_name, matrix.columns[c0], matrix.columns[c1]) +
-                ": " + (std::isfinite(v) ? format(v) : std::string("no value")) +
-                (rows.size > 1 || cols.size > 1 ? " (mean)" : "");
-            const double t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
-            rect_mark(out, kMarginLeft + cell_w * static_cast<double>(bc), y, cell_w, cell_h,
-                      std::isfinite(v) ? heat_color(t) : std::string("#dddddd"), tip,
-                      std::isfinite(v) ? "mark" : "mark nan");
-        }
-    }
-    const double base = kMarginTop + cell_h * static_cast<double>(rows.count);
-    for (std::size_t bc = 0; bc < cols.count; bc += col_label_every) {
-        text(out, kMarginLeft + cell_w * (static_cast<double>(bc) + 0.5), base + 14,
-             std::to_string(matrix.columns[bc * cols.size]));
-    }
-    text(out, kMarginLeft, base + 32, scale, "start");
-    close_chart(out);
-}
-
-// ---------------------------------------------------------------------------------------
 // Aggregates of the analyses, the same as `fulcrum analyze` prints.
 
 using analysis::BreakdownTotal;
@@ -478,14 +113,14 @@ std::string step_label(const StepKey& key) {
     if (key.whole_trace) {
         return "whole trace";
     }
-    return key.step ? "step " + std::to_string(*key.step) : std::string("step ") + kUnknown;
+    return key.step ? "step " + std::to_string(*key.step) : std::string("step ") + kUnknownFigure;
 }
 
 Cell step_cell(const StepKey& key) {
     if (key.whole_trace) {
         return {"whole trace", ""};
     }
-    return key.step ? int_cell(*key.step) : Cell{kUnknown, ""};
+    return key.step ? int_cell(*key.step) : Cell{kUnknownFigure, ""};
 }
 
 std::map<StepKey, BreakdownTotal> breakdown_by_step(const RunAnalysis& a) {
@@ -529,24 +164,20 @@ double mean_relative_error(const Matrix& measured, const Matrix& predicted) {
     return n > 0 ? sum / n : std::nan("");
 }
 
-std::string or_unknown(const std::string& text) {
-    return text.empty() ? kUnknown : text;
-}
-
 // "layers 4, hidden 256, …" from what run.config gave; "unknown" when it gave none.
-std::string model_text(const analysis::RunConfig& c) {
+std::string model_text(const RunConfig& c) {
     if (!c.has_model()) {
         return "unknown";
     }
     const auto part = [](const char* name, int value) {
-        return std::string(name) + " " + (value > 0 ? std::to_string(value) : kUnknown);
+        return std::string(name) + " " + (value > 0 ? std::to_string(value) : kUnknownFigure);
     };
     return part("layers", c.layers) + ", " + part("hidden", c.hidden) + ", " +
            part("heads", c.heads) + ", " + part("context", c.context) + ", " +
            part("vocab", c.vocab);
 }
 
-std::string data_text(const analysis::RunConfig& c) {
+std::string data_text(const RunConfig& c) {
     if (!c.lengths.empty()) {
         return c.lengths + ", " + std::to_string(c.documents) + " documents, seed " +
                std::to_string(c.seed);
@@ -572,7 +203,8 @@ std::string clock_alignment_text(const RankInfo& r) {
 
 Cell clock_correction_cell(const RankInfo& r, std::int64_t run_start_utc_ns) {
     if (r.alignment != ClockAlignment::barrier_marks) {
-        return {r.alignment == ClockAlignment::utc_offset ? "— (aligned by UTC offset)" : kUnknown,
+        return {r.alignment == ClockAlignment::utc_offset ? "— (aligned by UTC offset)"
+                                                          : kUnknownFigure,
                 ""};
     }
     return duration_cell(double(r.clock_shift_ns + run_start_utc_ns - r.utc_offset_ns));
@@ -586,12 +218,6 @@ std::string run_label(const ReportRun& run, std::size_t index) {
 // ---------------------------------------------------------------------------------------
 // Sections
 
-// A section heading with an id to link to: run-INDEX-SLUG.
-std::string heading(int index, std::string_view slug, std::string_view title) {
-    return "<h3 id=\"run-" + std::to_string(index) + "-" + std::string(slug) + "\">" +
-           std::string(title) + "</h3>";
-}
-
 void section_config(const ReportRun& run, int index, std::string& out) {
     const RunAnalysis& a = run.analysis;
     const auto& c = a.config;
@@ -603,24 +229,25 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         row("file", run.path);
     }
     row("run", a.run.name + " (" + std::string(to_string(a.run.origin)) + ")");
-    row("command", or_unknown(a.run.command));
-    row("producer", or_unknown(a.run.producer));
+    row("command", text_or_unknown(a.run.command));
+    row("producer", text_or_unknown(a.run.producer));
     if (a.run.start_utc_ns != 0) {
         row("started (UTC)", format_utc(a.run.start_utc_ns));
     }
-    row("grid", analysis::describe_grid(c) + (c.grid_known ? " = " : "; ") +
+    row("grid", describe_grid(c) + (c.grid_known ? " = " : "; ") +
                     std::to_string(run.ranks.size()) + " ranks");
-    row("schedule", or_unknown(c.schedule));
+    row("schedule", text_or_unknown(c.schedule));
     row("balancer",
-        or_unknown(c.balancer) +
+        text_or_unknown(c.balancer) +
             (c.balancer == "ilp" ? " (window " + std::to_string(c.ilp_window) + ")" : ""));
-    row("CP sharding", or_unknown(c.cp_shard));
-    row("micro-batches",
-        c.microbatches > 0 ? std::to_string(c.microbatches) + " per replica and step" : kUnknown);
+    row("CP sharding", text_or_unknown(c.cp_shard));
+    row("micro-batches", c.microbatches > 0
+                             ? std::to_string(c.microbatches) + " per replica and step"
+                             : kUnknownFigure);
     row("model", model_text(c));
     row("data", data_text(c));
-    row("steps", c.steps > 0 ? std::to_string(c.steps) : kUnknown);
-    row("backend", or_unknown(c.backend));
+    row("steps", c.steps > 0 ? std::to_string(c.steps) : kUnknownFigure);
+    row("backend", text_or_unknown(c.backend));
     row("events", std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)");
     out += "</table>\n<details><summary>run.config as recorded</summary><pre>" +
            html_escape(a.run.config_json) + "</pre></details>\n";
@@ -669,7 +296,7 @@ void section_config(const ReportRun& run, int index, std::string& out) {
         const std::string tip =
             "rank " + std::to_string(r.rank) + " · dp " + coordinate_text(r.dp) + " pp " +
             coordinate_text(r.pp) + " cp " + coordinate_text(r.cp) + " tp " +
-            coordinate_text(r.tp) + " · host " + or_unknown(r.host) + " pid " +
+            coordinate_text(r.tp) + " · host " + text_or_unknown(r.host) + " pid " +
             std::to_string(r.pid) +
             (r.device >= 0 ? " · device " + std::to_string(r.device) : " · CPU") +
             (r.complete ? "" : " · incomplete") +
@@ -678,28 +305,28 @@ void section_config(const ReportRun& run, int index, std::string& out) {
                      y = kMarginTop + cell_h * double(row_index);
         rect_mark(out, x + 1, y + 1, cell_w - 2, cell_h - 2, fill, tip);
         if (cell_h >= 14 && cell_w >= 24) {
-            text(out, x + cell_w / 2, y + cell_h / 2 + 4, std::to_string(r.rank), "middle",
-                 " class=\"onmark\"");
+            svg_text(out, x + cell_w / 2, y + cell_h / 2 + 4, std::to_string(r.rank), "middle",
+                     " class=\"onmark\"");
         }
     }
     if (laid_out) {
         for (std::size_t g = 0; g < group_list.size() && cell_h >= 10; ++g) {
             const auto& [dp, cp, tp] = group_list[g];
-            text(
+            svg_text(
                 out, kMarginLeft - 4, kMarginTop + cell_h * (double(g) + 0.5) + 4,
-                "dp" + std::to_string(dp) + " cp" + std::to_string(cp) + " tp" + std::to_string(tp),
+                "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " cp" + std::to_string(cp),
                 "end");
         }
         for (int s = 0; s < stages && cell_w >= 24; ++s) {
-            text(out, kMarginLeft + cell_w * (s + 0.5), kMarginTop + cell_h * double(rows) + 14,
-                 "stage " + std::to_string(s));
+            svg_text(out, kMarginLeft + cell_w * (s + 0.5), kMarginTop + cell_h * double(rows) + 14,
+                     "stage " + std::to_string(s));
         }
     }
     close_chart(out);
     Table ranks("ranks", {"rank", "host", "pid", "device", "dp", "pp", "cp", "tp", "complete",
                           "dropped records", "clock alignment", "clock correction"});
     for (const auto& r : run.ranks) {
-        ranks.add({int_cell(r.rank), text_cell(or_unknown(r.host)), int_cell(r.pid),
+        ranks.add({int_cell(r.rank), text_cell(text_or_unknown(r.host)), int_cell(r.pid),
                    r.device >= 0 ? int_cell(r.device) : Cell{"CPU", "-1"}, coordinate_cell(r.dp),
                    coordinate_cell(r.pp), coordinate_cell(r.cp), coordinate_cell(r.tp),
                    text_cell(r.complete ? "yes" : "no"), int_cell(r.dropped_records),
@@ -749,7 +376,7 @@ void section_breakdown(const ReportRun& run, int index, std::string& out) {
                                sum.mean(sum.other_ns), sum.mean(sum.idle_ns)});
     }
     bar_chart(out, "breakdown", index, "step breakdown", bars,
-              [](double v) { return duration(v); });
+              [](double v) { return duration_text(v); });
     Table table("breakdown", {"step", "ranks", "wall (mean)", "slowest rank", "compute",
                               "comm overlapped", "comm exposed", "other", "idle"});
     for (const auto& [step, s] : steps) {
@@ -803,8 +430,8 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
     }
     out += "<p>Schedule " + html_escape(b.schedule) +
            "; bubble as a fraction of busy time: theory " + theory_formula(b) + " = " +
-           figure(b.theory_fraction, 3) + ", measured " + figure(b.mean_measured_fraction, 3) +
-           " (mean over pipelines and steps).</p>\n";
+           format_figure(b.theory_fraction, 3) + ", measured " +
+           format_figure(b.mean_measured_fraction, 3) + " (mean over pipelines and steps).</p>\n";
     const auto by_stage = analysis::bubble_by_stage(b);
     BarSeries bars;
     bars.series = {"warm-up/cool-down", "unequal micro-batches", "other"};
@@ -817,7 +444,7 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
         "<p class=\"caption\">Each stage's bubble per step (mean over steps and pipelines), by "
         "cause.</p>";
     bar_chart(out, "bubbles", index, "pipeline bubbles by stage and cause", bars,
-              [](double v) { return duration(v); });
+              [](double v) { return duration_text(v); });
     Table table("bubbles", {"stage", "busy", "bubble", "fraction", "warm-up/cool-down",
                             "unequal mbs", "other", "wait prev", "wait next"});
     for (const auto& [stage, s] : by_stage) {
@@ -879,9 +506,9 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
     }
     out += "<p>" + std::to_string(cp.groups.size()) +
            " CP groups (step × micro-batch × group), sharding " +
-           html_escape(or_unknown(cp.sharding)) + "; imbalance max/mean: measured " +
-           figure(cp.mean_measured_imbalance, 3) + ", predicted " +
-           figure(cp.mean_predicted_imbalance, 3) + ".</p>\n";
+           html_escape(text_or_unknown(cp.sharding)) + "; imbalance max/mean: measured " +
+           format_figure(cp.mean_measured_imbalance, 3) + ", predicted " +
+           format_figure(cp.mean_predicted_imbalance, 3) + ".</p>\n";
     // Sums over the groups where the rank has the figure (a pass; a workload row).
     struct RankSums {
         double attention = 0, pairs = 0;
@@ -917,7 +544,7 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
         "<p class=\"caption\">Each CP rank's share of the attention time (measured) and of the "
         "causal pairs (predicted), over all groups; 1/cp each when balanced.</p>";
     bar_chart(out, "cp_load", index, "CP attention load", bars,
-              [](double v) { return fixed(v * 100, 1) + "%"; });
+              [](double v) { return format_fixed(v * 100, 1) + "%"; });
     Table ranks("cp_ranks", {"cp rank", "attention (mean)", "pairs (mean)"});
     for (const auto& [cp_rank, v] : by_cp_rank) {
         ranks.add(
@@ -943,10 +570,10 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
         out += "<p class=\"empty\">No host↔device copies recorded.</p>\n";
         return;
     }
-    out += "<p>Copies " + html_escape(duration(double(o.copy_ns))) + ", " +
-           percent(double(o.overlapped_ns), double(o.copy_ns)) + " hidden behind compute, " +
-           html_escape(duration(double(o.exposed_ns))) + " exposed, " +
-           (o.bandwidth_gb_s ? fixed(*o.bandwidth_gb_s, 2) + " GB/s"
+    out += "<p>Copies " + html_escape(duration_text(double(o.copy_ns))) + ", " +
+           format_percent(double(o.overlapped_ns), double(o.copy_ns)) + " hidden behind compute, " +
+           html_escape(duration_text(double(o.exposed_ns))) + " exposed, " +
+           (o.bandwidth_gb_s ? format_fixed(*o.bandwidth_gb_s, 2) + " GB/s"
                              : std::string("bandwidth unknown")) +
            ". Smallest chunk that hides its copy: " +
            (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
@@ -959,7 +586,7 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
         bars.values.push_back({double(r.overlapped_ns), double(r.exposed_ns)});
     }
     bar_chart(out, "offload", index, "offload overlap by rank", bars,
-              [](double v) { return duration(v); });
+              [](double v) { return duration_text(v); });
     Table table("offload", {"rank", "copies", "copy time", "overlapped", "exposed", "host→device",
                             "device→host", "bytes", "GB/s"});
     for (const auto& r : o.ranks) {
@@ -981,26 +608,29 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
     } else {
         out += "<p>Compute imbalance across ranks (max/mean per step; " +
                std::string(analysis::kImbalanceOverSteps) + "): measured " +
-               figure(im.compute_imbalance, 3) + ", predicted " +
-               figure(im.predicted_imbalance, 3) +
+               format_figure(im.compute_imbalance, 3) + ", predicted " +
+               format_figure(im.predicted_imbalance, 3) +
                (im.has_prediction
                     ? std::string(im.predicted_is_time ? " (cost model)" : " (causal pairs)")
                     : std::string(" (no predicted work)")) +
                ".</p>\n";
-        const auto time = [](double v) { return duration(v); };
-        const auto pairs = [](double v) { return fixed(v, 0) + " pairs"; };
+        const auto time = [](double v) { return duration_text(v); };
+        const auto pairs = [](double v) { return format_fixed(v, 0) + " pairs"; };
         out += "<p class=\"caption\">Measured compute per rank and step.</p>";
         heatmap(out, "heatmap_compute", index, "measured compute per rank and step",
-                im.compute_by_step, "step", options, time);
+                im.compute_by_step, "step", options.max_heatmap_rows, options.max_heatmap_columns,
+                time);
         if (im.has_prediction) {
             out += std::string("<p class=\"caption\">Predicted work per rank and step (") +
                    (im.predicted_is_time ? "cost model, time" : "causal pairs") + ").</p>";
             if (im.predicted_is_time) {
                 heatmap(out, "heatmap_predicted", index, "predicted work per rank and step",
-                        im.predicted_by_step, "step", options, time);
+                        im.predicted_by_step, "step", options.max_heatmap_rows,
+                        options.max_heatmap_columns, time);
             } else {
                 heatmap(out, "heatmap_predicted", index, "predicted work per rank and step",
-                        im.predicted_by_step, "step", options, pairs);
+                        im.predicted_by_step, "step", options.max_heatmap_rows,
+                        options.max_heatmap_columns, pairs);
             }
         }
         // The step whose ranks differ most, by micro-batch.
@@ -1016,14 +646,16 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
             im.compute_by_step.columns.empty() ? -1 : im.compute_by_step.columns[worst];
         for (const auto& step : im.by_microbatch) {
             if (step.step == worst_step && !step.compute_ns.rows.empty()) {
-                out += "<p class=\"caption\">Measured compute per rank and micro-batch in step " +
-                       std::to_string(step.step) +
-                       (!degree.empty() && std::isfinite(degree[worst])
-                            ? ", the least balanced (max/mean " + fixed(degree[worst], 3) + ")"
-                            : std::string()) +
-                       ".</p>";
+                out +=
+                    "<p class=\"caption\">Measured compute per rank and micro-batch in step " +
+                    std::to_string(step.step) +
+                    (!degree.empty() && std::isfinite(degree[worst])
+                         ? ", the least balanced (max/mean " + format_fixed(degree[worst], 3) + ")"
+                         : std::string()) +
+                    ".</p>";
                 heatmap(out, "heatmap_microbatch", index, "compute per rank and micro-batch",
-                        step.compute_ns, "micro-batch", options, time);
+                        step.compute_ns, "micro-batch", options.max_heatmap_rows,
+                        options.max_heatmap_columns, time);
             }
         }
         Table steps("imbalance_steps", {"step", "measured max/mean", "predicted max/mean"});
@@ -1051,7 +683,8 @@ void section_imbalance(const ReportRun& run, int index, const ReportOptions& opt
     out += "<p class=\"caption\">Ranks that arrived last at collectives (the " +
            std::to_string(bars.categories.size()) +
            " with the most last arrivals) and how long the others waited for them.</p>";
-    bar_chart(out, "stragglers", index, "stragglers", bars, [](double v) { return duration(v); });
+    bar_chart(out, "stragglers", index, "stragglers", bars,
+              [](double v) { return duration_text(v); });
     Table table("stragglers", {"rank", "last arrivals", "instances", "others waited"});
     for (const auto& s : im.stragglers) {
         table.add({int_cell(s.rank), int_cell(s.last_arrivals), int_cell(s.instances),
@@ -1183,12 +816,12 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
                 ? mean_relative_error(a.imbalance.compute_by_step, a.imbalance.predicted_by_step)
                 : std::nan("");
         const std::string label = run_label(runs[i], i);
-        bars.categories.push_back(label + " (" + or_unknown(a.config.balancer) + ")");
+        bars.categories.push_back(label + " (" + text_or_unknown(a.config.balancer) + ")");
         bars.values.push_back({step_ns, measured, predicted});
-        table.add({text_cell(label), text_cell(or_unknown(a.config.balancer)),
-                   text_cell(or_unknown(a.config.cp_shard)),
-                   text_cell(or_unknown(a.config.schedule)),
-                   text_cell(analysis::describe_grid(a.config)), duration_cell(step_ns),
+        table.add({text_cell(label), text_cell(text_or_unknown(a.config.balancer)),
+                   text_cell(text_or_unknown(a.config.cp_shard)),
+                   text_cell(text_or_unknown(a.config.schedule)),
+                   text_cell(describe_grid(a.config)), duration_cell(step_ns),
                    duration_cell(measured), duration_cell(predicted), percent_cell(error, 1),
                    figure_cell(a.imbalance.compute_imbalance, 3),
                    figure_cell(a.imbalance.predicted_imbalance, 3),
@@ -1196,7 +829,7 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
                    figure_cell(a.cp_load.mean_measured_imbalance, 3)});
     }
     bar_chart(out, "comparison", -1, "predicted against measured", bars,
-              [](double v) { return duration(v); });
+              [](double v) { return duration_text(v); });
     table.render(out);
     out += "</section>\n";
 }
@@ -1241,7 +874,7 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
         std::vector<RunThroughput> throughputs;
         for (std::size_t i = 0; i < runs.size(); ++i) {
             labels.push_back(run_label(runs[i], i));
-            balancers.push_back(or_unknown(runs[i].analysis.config.balancer));
+            balancers.push_back(text_or_unknown(runs[i].analysis.config.balancer));
             throughputs.push_back(runs[i].throughput);
         }
         out += throughput_section_html(labels, balancers, throughputs);

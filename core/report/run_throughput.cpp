@@ -7,15 +7,10 @@
 #include <utility>
 
 #include "core/report/html_report.h"
+#include "core/util/text_table.h"
 
 namespace fulcrum::report {
 namespace {
-
-std::string fixed(double value, int decimals) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-    return buffer;
-}
 
 std::string epochs_text(int epochs) {
     return std::to_string(epochs) + (epochs == 1 ? " epoch" : " epochs");
@@ -153,10 +148,12 @@ std::string throughput_section_html(const std::vector<std::string>& labels,
         out += cell(std::to_string(run.documents), std::to_string(run.documents));
         out += cell(std::to_string(run.tokens), std::to_string(run.tokens));
         out += cell(std::to_string(run.step_time_ns),
-                    fixed(static_cast<double>(run.step_time_ns) * 1e-6, 1) + " ms");
-        out += run.has_tokens() ? cell(fixed(run.tokens_per_s(), 1), fixed(run.tokens_per_s(), 0))
-                                : std::string("<td>—</td>");
-        out += ratio ? cell(fixed(*ratio, 4), fixed(*ratio, 2) + "×") : std::string("<td>—</td>");
+                    format_fixed(static_cast<double>(run.step_time_ns) * 1e-6, 1) + " ms");
+        out += run.has_tokens()
+                   ? cell(format_fixed(run.tokens_per_s(), 1), format_fixed(run.tokens_per_s(), 0))
+                   : std::string("<td>—</td>");
+        out += ratio ? cell(format_fixed(*ratio, 4), format_fixed(*ratio, 2) + "×")
+                     : std::string("<td>—</td>");
         out += "</tr>\n";
     }
     out += "</tbody></table></section>\n";

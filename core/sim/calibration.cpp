@@ -12,7 +12,7 @@
 namespace fulcrum::sim {
 
 Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
-    const analysis::RunConfig& run = trace.config;
+    const RunConfig& run = trace.config;
     const std::string name = trace.run.name.empty() ? "the run" : "'" + trace.run.name + "'";
     RunSettings settings;
     SimulationConfig& config = settings.config;
@@ -25,35 +25,35 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
                          "not know which stage each pass ran on. Calibrate on a Fulcrum capture, "
                          "or simulate without --calibrate"};
     }
-    config.grid = {run.dp, run.tp, run.pp, run.cp};
+    config.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = run.cp};
 
     if (run.schedule.empty()) {
-        settings.unknown.push_back("--schedule");
+        settings.unknown.push_back("schedule");
     } else if (auto schedule = parallel::parse_schedule(run.schedule)) {
         config.schedule = *schedule;
     } else {
         return Error{ErrorCode::invalid_input,
                      name + " ran the pipeline schedule '" + run.schedule +
                          "', which the simulator does not play (" +
-                         std::string(parallel::kScheduleNames) + "); give --schedule"};
+                         std::string(parallel::kScheduleNames) + "); choose one"};
     }
     if (run.balancer.empty()) {
-        settings.unknown.push_back("--balancer");
+        settings.unknown.push_back("balancer");
     } else if (auto balancer = balance::parse_balancer(run.balancer)) {
         config.balancer = *balancer;
     } else {
         return Error{ErrorCode::invalid_input, name + " used the balancer '" + run.balancer +
                                                    "', which the simulator does not know "
-                                                   "(fixed, ilp, wlb); give --balancer"};
+                                                   "(fixed, ilp, wlb); choose one"};
     }
     if (run.cp_shard.empty()) {
-        settings.unknown.push_back("--cp-shard");
+        settings.unknown.push_back("cp_shard");
     } else if (auto sharding = balance::parse_cp_sharding(run.cp_shard)) {
         config.sharding = *sharding;
     } else {
         return Error{ErrorCode::invalid_input,
                      name + " used the CP sharding '" + run.cp_shard +
-                         "', which the simulator does not know; give --cp-shard"};
+                         "', which the simulator does not know; choose one"};
     }
 
     // The shape, micro-batches and lengths have no sensible default: left unset, so that
@@ -68,31 +68,31 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
             }
         }
     };
-    take(run.layers, config.model.layers, "--layers", true);
-    take(run.hidden, config.model.hidden, "--hidden", true);
-    take(run.context, config.model.context, "--context", true);
-    take(run.microbatches, config.microbatches, "--micro-batches", true);
-    take(run.vocab, config.model.vocab, "--vocab", false);
+    take(run.layers, config.model.layers, "layers", true);
+    take(run.hidden, config.model.hidden, "hidden", true);
+    take(run.context, config.model.context, "context", true);
+    take(run.microbatches, config.microbatches, "microbatches", true);
+    take(run.vocab, config.model.vocab, "vocab", false);
     if (run.epochs > 0) {
         config.epochs = run.epochs;
     } else {
-        take(run.steps, config.steps, "--steps", false);
+        take(run.steps, config.steps, "steps", false);
     }
     if (run.heads > 0) {
         config.model.heads = run.heads;
     } else {
         // Heads only constrain TP; one head per TP rank is always a valid split.
         config.model.heads = config.grid.tp;
-        settings.unknown.push_back("--heads");
+        settings.unknown.push_back("heads");
     }
     config.lengths = run.lengths;
     if (run.lengths.empty()) {
-        settings.unknown.push_back("--lengths");
+        settings.unknown.push_back("lengths");
     }
     if (run.documents > 0) {
         config.documents = run.documents;
     } else {
-        settings.unknown.push_back("--documents");
+        settings.unknown.push_back("documents");
     }
     config.seed = run.seed;
     // wlb as the run packed: its S_max, delay bound and thresholds (fulcrum-train's config
@@ -117,7 +117,7 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
         config.attention_kernel = run.backend;
     }
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
-    // fulcrum-train's knobs (analysis::RunConfig); a run that does not say them ran without
+    // fulcrum-train's knobs (RunConfig); a run that does not say them ran without
     // them, and in fp32 (the CPU engine's; only the simulator writes a dtype).
     config.virtual_stages = std::max(1, run.virtual_stages);
     if (auto recompute = plan::parse_recompute(run.recompute.empty() ? "none" : run.recompute)) {
@@ -140,7 +140,7 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                          "micro-batch), so its pass times cannot be related to tokens and "
                          "pairs; calibrate on a run of fulcrum-train captured with fulcrum "
                          "capture (or a job that emits fulcrum.workload marks, "
-                         "docs/annotations.md), or give --cost-model FILE"};
+                         "docs/annotations.md), or give a cost model file"};
     }
     const std::vector<analysis::Pass> passes = analysis::find_passes(trace);
     if (passes.empty()) {
@@ -148,7 +148,7 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                      name +
                          " has no forward or backward passes (ranges named forward and "
                          "backward with step, mb and stage keys, docs/annotations.md), so "
-                         "there is nothing to fit; give --cost-model FILE instead"};
+                         "there is nothing to fit; give a cost model file instead"};
     }
     auto model = analysis::fit_cost_model(trace, passes);
     if (!model) {
@@ -163,7 +163,7 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
     if (!settings) {
         return settings.error();
     }
-    const analysis::RunConfig& run = trace.config;
+    const RunConfig& run = trace.config;
     calibration.origin = {run.layers,
                           run.pp,
                           run.hidden,

@@ -1,7 +1,5 @@
 #include "core/sim/simulator.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "core/plan/memory_model.h"
 #include "core/sim/grad_reduction.h"
 #include "core/store/trace_writer.h"
+#include "core/trace/run_config.h"
 #include "core/util/output_file.h"
 
 namespace fulcrum::sim {
@@ -283,7 +282,7 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
 // pass"); fills the group's cp RankPasses.
 GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassPhase phase,
                      const SimulationConfig& config, const StageCosts& costs, RankPass* ranks) {
-    const Grid& grid = config.grid;
+    const parallel::GridShape& grid = config.grid;
     const std::int64_t hidden = config.model.hidden;
     const std::int64_t element = element_bytes(config.dtype);
     const std::int64_t layers = layers_of(stage, config);
@@ -354,7 +353,7 @@ std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& co
 
 Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
                                  const SimulationConfig& config, const StageCosts& costs) {
-    const Grid& grid = config.grid;
+    const parallel::GridShape& grid = config.grid;
     const bool split = parallel::splits_backward(config.schedule);
     const int m = static_cast<int>(replica.size());
     ReplicaPlay play;
@@ -554,7 +553,7 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                      const GroupPass& group, const RankPass& rank, const SimulationConfig& config,
                      int step, int stage) {
     const EventNames& n = out.names();
-    const Grid& grid = config.grid;
+    const parallel::GridShape& grid = config.grid;
     const int v = std::max(config.virtual_stages, 1);
     const PassPhase kind = pass_phase(op.kind);
     const bool forward = kind == PassPhase::forward;
@@ -696,15 +695,10 @@ Status check_stage_layers(const SimulationConfig& config) {
     return {};
 }
 
-// Rank number of grid coordinates: TP fastest, then CP, PP, DP (the engine's Topology).
-int rank_of(const Grid& grid, int dp, int pp, int cp, int tp) {
-    return ((dp * grid.pp + pp) * grid.cp + cp) * grid.tp + tp;
-}
-
 }  // namespace
 
 Status validate(const SimulationConfig& config) {
-    const Grid& grid = config.grid;
+    const parallel::GridShape& grid = config.grid;
     const ModelShape& model = config.model;
     if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1 || grid.cp < 1) {
         return invalid("--dp, --tp, --pp and --cp must be at least 1");
@@ -819,50 +813,46 @@ Status validate(const SimulationConfig& config) {
 
 std::string run_config_json(const SimulationConfig& config, const std::string& source) {
     const bool given_lengths = !config.document_lengths.empty();
-    const std::int64_t documents = given_lengths
-                                       ? static_cast<std::int64_t>(config.document_lengths.size())
-                                       : config.documents;
-    const nlohmann::json json = {
-        {"model",
-         {{"layers", config.model.layers},
-          {"hidden", config.model.hidden},
-          {"heads", config.model.heads},
-          {"context", config.model.context},
-          {"vocab", config.model.vocab}}},
-        {"dp", config.grid.dp},
-        {"tp", config.grid.tp},
-        {"pp", config.grid.pp},
-        {"cp", config.grid.cp},
-        {"stage_layers", config.stage_layers},
-        {"schedule", parallel::schedule_name(config.schedule)},
-        {"virtual_stages", config.virtual_stages},
-        {"recompute", plan::recompute_name(config.recompute)},
-        {"sequence_parallel", config.sequence_parallel},
-        {"dtype", dtype_name(config.dtype)},
-        {"overlap_grad_reduce", config.overlap_grad_reduce},
-        {"balancer", balance::balancer_name(config.balancer)},
-        {"cp_shard", balance::cp_sharding_name(config.sharding)},
-        {"microbatches", config.microbatches},
-        {"steps", config.epochs > 0 ? 0 : config.steps},
-        {"epochs", config.epochs},
-        {"seed", config.seed},
-        {"ilp_window", config.ilp_window},
-        {"wlb_max_tokens",
-         config.wlb_max_tokens > 0 ? config.wlb_max_tokens : wlb_max_tokens_from_memory(config)},
-        {"wlb_max_delay", config.wlb_max_delay ? *config.wlb_max_delay : -1},
-        {"wlb_thresholds", balance::wlb_thresholds_text(config.wlb_thresholds)},
-        {"packing_cost", config.packing_cost_source},
-        {"attention_kernel", config.attention_kernel},
-        {"lengths", given_lengths ? "" : config.lengths},
-        {"documents", documents},
-        {"backend", "simulated"},
-        {"data", given_lengths ? std::to_string(documents) + " given document lengths"
-                               : std::to_string(documents) + " synthetic documents, lengths " +
-                                     config.lengths},
-        {"simulated", true},
-        {"cost_model", source},
-    };
-    return json.dump();
+    RunConfig run;
+    run.dp = config.grid.dp;
+    run.tp = config.grid.tp;
+    run.pp = config.grid.pp;
+    run.cp = config.grid.cp;
+    run.layers = config.model.layers;
+    run.hidden = config.model.hidden;
+    run.heads = config.model.heads;
+    run.context = config.model.context;
+    run.vocab = config.model.vocab;
+    run.schedule = parallel::schedule_name(config.schedule);
+    run.virtual_stages = config.virtual_stages;
+    run.recompute = plan::recompute_name(config.recompute);
+    run.sequence_parallel = config.sequence_parallel;
+    run.overlap_grad_reduce = config.overlap_grad_reduce;
+    run.dtype = dtype_name(config.dtype);
+    run.balancer = balance::balancer_name(config.balancer);
+    run.cp_shard = balance::cp_sharding_name(config.sharding);
+    run.microbatches = config.microbatches;
+    run.stage_layers = config.stage_layers;
+    run.steps = config.epochs > 0 ? 0 : config.steps;
+    run.epochs = config.epochs;
+    run.seed = config.seed;
+    run.ilp_window = config.ilp_window;
+    run.wlb_max_tokens =
+        config.wlb_max_tokens > 0 ? config.wlb_max_tokens : wlb_max_tokens_from_memory(config);
+    run.wlb_max_delay = config.wlb_max_delay ? *config.wlb_max_delay : -1;
+    run.wlb_thresholds = balance::wlb_thresholds_text(config.wlb_thresholds);
+    run.packing_cost = config.packing_cost_source;
+    run.attention_kernel = config.attention_kernel;
+    run.documents = given_lengths ? static_cast<std::int64_t>(config.document_lengths.size())
+                                  : config.documents;
+    run.lengths = given_lengths ? "" : config.lengths;
+    run.data = given_lengths ? std::to_string(run.documents) + " given document lengths"
+                             : std::to_string(run.documents) + " synthetic documents, lengths " +
+                                   config.lengths;
+    run.backend = "simulated";
+    run.simulated = true;
+    run.cost_model = source;
+    return fulcrum::run_config_json(run);
 }
 
 StageCosts config_costs(const SimulationConfig& config) {
@@ -877,7 +867,7 @@ namespace {
 // the last backward pass (`last_backward_ns`), then what no layer holds.
 double estimate_reduction_end(const SimulationConfig& config, const StageCosts& costs, int stage,
                               double pipeline_ns, double last_backward_ns) {
-    const Grid& grid = config.grid;
+    const parallel::GridShape& grid = config.grid;
     const std::int64_t element = element_bytes(config.dtype);
     const std::int64_t bytes =
         stage_parameters(config.model, grid, stage, config.stage_layers) * element;
@@ -904,7 +894,7 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
 
 StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& costs,
                            std::int64_t tokens, std::int64_t pairs) {
-    const Grid& grid = config.grid;
+    const parallel::GridShape& grid = config.grid;
     balance::PlannedMicroBatch mean;
     mean.packed.tokens = tokens;
     mean.cp.ranks.resize(static_cast<std::size_t>(grid.cp));
@@ -973,7 +963,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     if (!planner) {
         return planner.error();
     }
-    const Grid& grid = config.grid;
+    const parallel::GridShape& grid = config.grid;
     const StageCosts costs = config_costs(config);
 
     SimulationResult result;
@@ -992,7 +982,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                 for (int c = 0; c < grid.cp; ++c) {
                     for (int t = 0; t < grid.tp; ++t) {
                         RankInfo rank;
-                        rank.rank = rank_of(grid, d, s, c, t);
+                        rank.rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
                         rank.host = "simulated";
                         rank.dp = d;
                         rank.pp = s;
@@ -1174,7 +1164,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                         events->range(names.optimizer, Category::optimizer, reduced,
                                       reduced + optimizer_ns, plan->step, -1, stage, Phase::none);
                         for (int t = 0; t < grid.tp; ++t) {
-                            const int rank = rank_of(grid, d, s, c, t);
+                            const int rank =
+                                parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
                             const LaneId lane = lanes[static_cast<std::size_t>(rank)];
                             for (Event& event : events->events) {
                                 event.lane = lane;

@@ -47,7 +47,7 @@ namespace fulcrum::sim {
 // alone means what it means to the engine.
 struct SimulationConfig {
     ModelShape model;
-    Grid grid;
+    parallel::GridShape grid;
     parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
     balance::Balancer balancer = balance::Balancer::fixed;
     balance::CpSharding sharding = balance::CpSharding::per_document;
@@ -224,10 +224,11 @@ Result<SimulationResult> simulate_to_file(const SimulationConfig& config,
                                           const SimulationOutput& output,
                                           const SimulationProgress& progress = {});
 
-// Settings taken from a captured run's configuration (run.config, analysis::RunConfig).
+// Settings taken from a captured run's configuration (run.config, RunConfig).
 struct RunSettings {
     SimulationConfig config;
-    // Settings the run does not say, by the simulate option that gives them ("--schedule");
+    // Settings the run does not say, by their run.config key ("schedule", "cp_shard",
+    // core/trace/run_config.h);
     // they keep SimulationConfig's defaults, except the model shape, micro-batches and
     // lengths, which are left 0 / empty so validate() asks for them.
     std::vector<std::string> unknown;

@@ -97,7 +97,7 @@ parallel::LayerRange stage_layer_range(int stage, int stages, int layers,
     return range;
 }
 
-std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int stage,
+std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,
                               const std::vector<int>& stage_layers) {
     const std::int64_t h = model.hidden;
     const std::int64_t per_layer = (12 * h * h + 13 * h) / std::max(grid.tp, 1);
@@ -154,7 +154,7 @@ double gemm_efficiency(const HardwareAssumptions& hardware, double flops) {
 namespace {
 
 // The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
-PassCost analytic_forward(const ModelShape& model, const Grid& grid,
+PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& grid,
                           const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
                           int stage) {
     const double h = model.hidden;
@@ -208,7 +208,7 @@ PassCost analytic_forward(const ModelShape& model, const Grid& grid,
 
 }  // namespace
 
-CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
+CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape& grid,
                               const HardwareAssumptions& hardware, const TrainingKnobs& knobs) {
     CostModel cost;
     cost.source = describe(hardware);
@@ -293,7 +293,7 @@ PassCost recompute_part(const PassCost& forward, plan::Recompute recompute, doub
 // The fitted pass standing for (stage, phase) of the simulated grid, scaled to its layers,
 // hidden size and TP degree (the rule in stage_costs.h); nullopt when the model has none.
 std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& origin,
-                                    const ModelShape& shape, const Grid& grid,
+                                    const ModelShape& shape, const parallel::GridShape& grid,
                                     const TrainingKnobs& knobs, int stage, Phase phase,
                                     std::vector<std::string>& notes) {
     const int source_pp = origin.pp > 0 ? origin.pp : grid.pp;
@@ -354,7 +354,8 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
 void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
                       const PassCost& backward, bool backward_fitted,
                       const std::optional<PassCost>& weight, const CostOrigin& origin,
-                      const ModelShape& shape, const Grid& grid, const TrainingKnobs& knobs) {
+                      const ModelShape& shape, const parallel::GridShape& grid,
+                      const TrainingKnobs& knobs) {
     const bool split = parallel::splits_backward(knobs.schedule);
     const double h = shape.hidden;
     const double layers = layers_of(stage, grid.pp, shape.layers, knobs.stage_layers);
@@ -400,7 +401,7 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
 }  // namespace
 
 StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const ModelShape& shape,
-                         const Grid& grid, const HardwareAssumptions& hardware,
+                         const parallel::GridShape& grid, const HardwareAssumptions& hardware,
                          const TrainingKnobs& knobs) {
     const CostModel analytic = analytic_cost_model(shape, grid, hardware, knobs);
     StageCosts costs;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/analysis/cost_model.h"
+#include "core/parallel/grid.h"
 #include "core/parallel/schedule.h"
 #include "core/sim/layer_costs.h"
 #include "core/trace/annotations.h"
@@ -40,11 +41,6 @@ struct ModelShape {
     int heads = 4;
     int context = 256;  // tokens of one fixed-length micro-batch; no document is longer
     int vocab = 256;    // fulcrum-train models bytes
-};
-
-struct Grid {
-    int dp = 1, tp = 1, pp = 1, cp = 1;
-    int world() const { return dp * tp * pp * cp; }
 };
 
 // What the analytic cost model assumes about the hardware. The defaults stand for H100 SXM
@@ -109,7 +105,7 @@ inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
 // 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);
 // the first stage adds the token and position embeddings V·h + context·h, the last the final
 // LayerNorm, 2h.
-std::int64_t stage_parameters(const ModelShape& model, const Grid& grid, int stage,
+std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,
                               const std::vector<int>& stage_layers = {});
 
 // Layers [first, last) of `stage`: from `stage_layers` (layers per stage) when it has an entry a
@@ -122,7 +118,7 @@ parallel::LayerRange stage_layer_range(int stage, int stages, int layers,
 // twice the forward; ring collectives move 2(n−1)/n (all-reduce) or (n−1)/n (all-gather,
 // reduce-scatter) of their bytes over NVLink when the group fits in one node, else over the
 // network; the optimizer streams 28 bytes of state per parameter through HBM.
-analysis::CostModel analytic_cost_model(const ModelShape& model, const Grid& grid,
+analysis::CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape& grid,
                                         const HardwareAssumptions& hardware,
                                         const TrainingKnobs& knobs = {});
 
@@ -152,7 +148,7 @@ struct StageCosts {
 
 // `model` null: everything analytic.
 StageCosts resolve_costs(const analysis::CostModel* model, const CostOrigin& origin,
-                         const ModelShape& shape, const Grid& grid,
+                         const ModelShape& shape, const parallel::GridShape& grid,
                          const HardwareAssumptions& hardware, const TrainingKnobs& knobs = {});
 
 // t = fixed + per_token·T + per_pair·P, never negative, in whole ns.

@@ -202,6 +202,20 @@ Result<RankMark> parse_rank_mark(std::string_view json) {
     return mark;
 }
 
+std::string rank_mark_json(const RankMark& mark) {
+    const nlohmann::json object = {{"rank", mark.rank},    {"world", mark.world}, {"dp", mark.dp},
+                                   {"tp", mark.tp},        {"pp", mark.pp},       {"cp", mark.cp},
+                                   {"device", mark.device}};
+    return object.dump();
+}
+
+std::string domain_args(std::string_view domain) {
+    std::string args = "{\"domain\":";
+    append_json_string(args, domain);
+    args += '}';
+    return args;
+}
+
 Result<std::string> parse_run_mark(std::string_view json) {
     auto object = parse_object(json, kRunMark);
     if (!object) {
@@ -285,6 +299,28 @@ SemanticKeys unpack_semantic_keys(std::uint64_t id) {
     keys.stage = static_cast<std::int16_t>(field(4, 12));
     keys.phase = static_cast<Phase>(field(0, 4));
     return keys;
+}
+
+Result<bool> record_metadata_mark(const MarkMessage& mark, std::int32_t rank, TraceSink& sink) {
+    if (mark.name == kRunMark) {
+        auto config = parse_run_mark(mark.json);
+        if (!config) {
+            return config.error();
+        }
+        sink.set_run_config(std::move(*config));
+        return true;
+    }
+    if (mark.name == kWorkloadMark) {
+        auto entries = parse_workload_mark(mark.json, rank);
+        if (!entries) {
+            return entries.error();
+        }
+        for (const WorkloadEntry& entry : *entries) {
+            sink.add_workload(entry);
+        }
+        return true;
+    }
+    return false;
 }
 
 }  // namespace fulcrum

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/trace/model.h"
+#include "core/trace/trace_sink.h"
 #include "core/util/result.h"
 
 namespace fulcrum {
@@ -34,6 +35,10 @@ RangeAnnotation parse_range_message(std::string_view message);
 
 // The "chunk" of an event's args JSON (RangeAnnotation::chunk), −1 when it has none.
 std::int32_t chunk_of_args(std::string_view args_json);
+
+// The args of an event from a named NVTX domain other than `fulcrum`: {"domain":"NAME"}. The
+// collector and the nsys importer both record a foreign domain this way.
+std::string domain_args(std::string_view domain);
 
 // The store's category for an NVTX category number of the `fulcrum` domain; numbers the
 // scheme does not define are "other".
@@ -84,18 +89,25 @@ inline constexpr std::string_view kWorkloadMark = "fulcrum.workload";
 // {"step":3,"per-doc":5,"zigzag":3} (micro-batches of every replica).
 inline constexpr std::string_view kCpShardingMark = "cp sharding";
 
-// `fulcrum.rank`: {"rank":5,"world":8,"dp":1,"pp":0,"cp":1,"tp":0,"device":-1}. Fills the
+// `fulcrum.rank`: {"rank":5,"world":8,"dp":1,"tp":0,"pp":0,"cp":1,"device":-1}. Fills the
 // rank number, coordinates and device of `rank`; other fields are left as they are.
 struct RankMark {
     std::int32_t rank = -1;
     std::int32_t world = -1;
-    std::int32_t dp = -1, pp = -1, cp = -1, tp = -1;
+    std::int32_t dp = -1, tp = -1, pp = -1, cp = -1;
     std::int32_t device = -1;
 };
 Result<RankMark> parse_rank_mark(std::string_view json);
+std::string rank_mark_json(const RankMark& mark);
 
 // `fulcrum.run`: any JSON object; returned in compact form for run.config.
 Result<std::string> parse_run_mark(std::string_view json);
+
+// Records a `fulcrum.run` mark as the run's configuration and a `fulcrum.workload` mark as
+// workload rows of `rank`, into `sink`: the collector and the nsys importer do it this one
+// way. False when `mark` is neither (nothing recorded); an error naming the mark when its JSON
+// is not what the scheme says.
+Result<bool> record_metadata_mark(const MarkMessage& mark, std::int32_t rank, TraceSink& sink);
 
 // `fulcrum.workload`: {"step":3,"balancer":"wlb","microbatches":[[[doc_id,doc_length,
 // token_begin,token_end],...],...]}, one row per document per micro-batch.

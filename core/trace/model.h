@@ -142,7 +142,7 @@ struct RankInfo {
     std::string host;
     std::int64_t pid = 0;
     std::int32_t device = -1;  // CUDA device ordinal, -1 for a CPU rank
-    std::int32_t dp = -1, pp = -1, cp = -1, tp = -1;
+    std::int32_t dp = -1, tp = -1, pp = -1, cp = -1;
     std::int64_t utc_offset_ns = 0;  // add to this rank's timestamps to get UTC
     bool complete = false;           // its writer closed cleanly
     std::int64_t dropped_records = 0;

@@ -1,6 +1,7 @@
 #include "core/util/text_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -87,6 +88,39 @@ std::string format_utc(std::int64_t utc_ns) {
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%s.%09lldZ", date, static_cast<long long>(fraction));
     return buffer;
+}
+
+std::string format_fixed(double value, int decimals) {
+    if (!std::isfinite(value)) {
+        return kUnknownFigure;
+    }
+    char text[48];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return text;
+}
+
+std::string format_figure(const std::optional<double>& value, int decimals) {
+    return value ? format_fixed(*value, decimals) : kUnknownFigure;
+}
+
+std::string text_or_unknown(const std::string& text) {
+    return text.empty() ? kUnknownFigure : text;
+}
+
+std::string format_percent(double part, double whole) {
+    return whole > 0 && std::isfinite(part) ? format_fixed(100.0 * part / whole, 1) + "%"
+                                            : kUnknownFigure;
+}
+
+std::string format_bytes(std::int64_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = double(bytes);
+    int unit = 0;
+    while (value >= 1024 && unit < 4) {
+        value /= 1024;
+        ++unit;
+    }
+    return unit == 0 ? std::to_string(bytes) + " B" : format_fixed(value, 2) + " " + units[unit];
 }
 
 }  // namespace fulcrum

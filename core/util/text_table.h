@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,5 +27,19 @@ private:
 std::string format_duration(std::int64_t ns);
 // "2026-11-21T22:00:00.123456789Z"
 std::string format_utc(std::int64_t utc_ns);
+
+// What a figure shows where nothing was measured or predicted (docs/analyses.md, "Unknown
+// figures"), in the CLI's tables and the report alike.
+inline constexpr const char* kUnknownFigure = "—";
+// "12.35" with `decimals` places; kUnknownFigure when `value` is not finite.
+std::string format_fixed(double value, int decimals = 2);
+// format_fixed of a figure that may be unknown.
+std::string format_figure(const std::optional<double>& value, int decimals = 2);
+// `text`, or kUnknownFigure when it is empty.
+std::string text_or_unknown(const std::string& text);
+// "37.5%" (one decimal) of part / whole; kUnknownFigure when whole ≤ 0 or part is not finite.
+std::string format_percent(double part, double whole);
+// "1.50 MiB": bytes in binary units, two decimals; plain "512 B" under a KiB.
+std::string format_bytes(std::int64_t bytes);
 
 }  // namespace fulcrum

@@ -434,7 +434,7 @@ std::vector<float> ParallelTrainer::gather_parameters() {
         if (c == p * v - 1) {
             range.count = layout.total() - range.offset;  // blocks and lnf, which follow them
         }
-        const int owner = topology_.rank_of({0, stage, 0, 0});
+        const int owner = topology_.rank_of({.pp = stage});
         std::span<float> part(full.data() + range.offset, static_cast<std::size_t>(range.count));
         if (topology_.rank() == owner) {
             groups_.world->send(part, 0);

@@ -8,9 +8,9 @@ Result<Topology> Topology::create(GridShape shape, int world_size, int rank) {
     }
     if (shape.world() != world_size) {
         return Error{ErrorCode::invalid_input,
-                     "dp × pp × cp × tp = " + std::to_string(shape.dp) + " × " +
-                         std::to_string(shape.pp) + " × " + std::to_string(shape.cp) + " × " +
-                         std::to_string(shape.tp) + " = " + std::to_string(shape.world()) +
+                     "dp × tp × pp × cp = " + std::to_string(shape.dp) + " × " +
+                         std::to_string(shape.tp) + " × " + std::to_string(shape.pp) + " × " +
+                         std::to_string(shape.cp) + " = " + std::to_string(shape.world()) +
                          ", but " + std::to_string(world_size) +
                          " processes were started; start that many (mpirun -np " +
                          std::to_string(shape.world()) + ") or change the degrees"};
@@ -66,16 +66,15 @@ int Topology::next_stage_rank() const {
 }
 
 std::string Topology::describe() const {
-    return "TP(" + std::to_string(shape_.tp) + ")-CP(" + std::to_string(shape_.cp) + ")-PP(" +
-           std::to_string(shape_.pp) + ")-DP(" + std::to_string(shape_.dp) + ")";
+    return parallel::describe(shape_);
 }
 
 std::string Topology::describe_ranks() const {
     std::string out;
     for (int r = 0; r < shape_.world(); ++r) {
         const GridCoordinates c = coordinates_of(r);
-        out += "rank " + std::to_string(r) + ": dp" + std::to_string(c.dp) + " pp" +
-               std::to_string(c.pp) + " cp" + std::to_string(c.cp) + " tp" + std::to_string(c.tp) +
+        out += "rank " + std::to_string(r) + ": dp" + std::to_string(c.dp) + " tp" +
+               std::to_string(c.tp) + " pp" + std::to_string(c.pp) + " cp" + std::to_string(c.cp) +
                "\n";
     }
     return out;

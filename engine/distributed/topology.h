@@ -41,9 +41,9 @@ public:
     int previous_stage_rank() const;  // -1 on the first stage
     int next_stage_rank() const;      // -1 on the last stage
 
-    // "TP(2)-CP(2)-PP(2)-DP(1)"
+    // "dp 1 × tp 2 × pp 2 × cp 2"
     std::string describe() const;
-    // One line per rank: "rank 5: dp0 pp1 cp0 tp1".
+    // One line per rank: "rank 5: dp0 tp1 pp1 cp0".
     std::string describe_ranks() const;
 
 private:

@@ -524,7 +524,7 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
     Backend& be = backend_;
     const BlockWeights& w = weights_.blocks[l];
     const Tensor x = acts.block_input(l);
-    instrument::Range attention_range("attention", Category::attention);
+    instrument::Range attention_range(range_name::kAttention, Category::attention);
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_weight, w.ln1_bias);
     // Column-parallel QKV (Megatron's f: identity forward; all-gather of the rows under
     // sequence parallelism).
@@ -684,7 +684,7 @@ void GptModel::recompute_block(int l, Activations& acts, const BlockActivations&
     // Selective: only the attention core, from the kept Q, K and V (this rank's queries and
     // the gathered K|V under CP).
     const std::int64_t cl = config_.channels / parallel_.tp_size();
-    instrument::Range attention_range("attention", Category::attention);
+    instrument::Range attention_range(range_name::kAttention, Category::attention);
     if (acts.context_parallel()) {
         backend_.attention_forward(a.atty, a.att_lse, cp_queries(a.qkv), a.kv.columns(0, cl),
                                    a.kv.columns(cl, cl), acts.spans, n_head_local());
@@ -738,7 +738,7 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
                           w.ln2_weight, a.ln2_mean, a.ln2_rstd);
     mlp_range.end();
     // Attention branch; afterwards dresidual holds ∂L/∂x.
-    instrument::Range attention_range("attention", Category::attention);
+    instrument::Range attention_range(range_name::kAttention, Category::attention);
     const Tensor dattention_out = row_parallel_output_gradient(acts, keep.attn_proj_out);
     be.fill_zero(s.datty);
     be.matmul_backward(s.datty, grad(g.attn_proj_weight), grad(g.attn_proj_bias), dattention_out,
@@ -805,7 +805,7 @@ void GptModel::backward_weights_block(int l, Activations& acts, const BlockActiv
     be.layernorm_backward(Tensor{}, g.ln2_weight, g.ln2_bias, o.ln2, a.residual2, w.ln2_weight,
                           a.ln2_mean, a.ln2_rstd);
     mlp_range.end();
-    instrument::Range attention_range("attention", Category::attention);
+    instrument::Range attention_range(range_name::kAttention, Category::attention);
     be.matmul_backward(Tensor{}, g.attn_proj_weight, g.attn_proj_bias, o.attn_proj_out, a.atty,
                        w.attn_proj_weight);
     const Tensor ln1 = gather_rows(a.ln1, acts);

@@ -32,39 +32,13 @@
 // the same bits as without recomputation.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-#include "core/util/result.h"
+#include "core/plan/memory_model.h"
 
 namespace fulcrum::engine {
 
-enum class Recompute : std::uint8_t { none, selective, full };
-
-inline constexpr std::string_view kRecomputeNames = "none, selective, full";
-
-inline Result<Recompute> parse_recompute(std::string_view name) {
-    if (name == "none")
-        return Recompute::none;
-    if (name == "selective")
-        return Recompute::selective;
-    if (name == "full")
-        return Recompute::full;
-    return Error{ErrorCode::invalid_input, "unknown recompute mode '" + std::string(name) +
-                                               "' (choose " + std::string(kRecomputeNames) + ")"};
-}
-
-inline const char* recompute_name(Recompute recompute) {
-    switch (recompute) {
-        case Recompute::none:
-            return "none";
-        case Recompute::selective:
-            return "selective";
-        case Recompute::full:
-            return "full";
-    }
-    return "none";
-}
+// One enum and one parser for the engine, the simulator and the planner.
+using plan::parse_recompute;
+using plan::Recompute;
+using plan::recompute_name;
 
 }  // namespace fulcrum::engine

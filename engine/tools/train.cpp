@@ -5,7 +5,6 @@
 // Every option is checked before any work, identically on every rank; rank 0 says what is
 // wrong and every rank exits with status 2.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #endif
 #include "core/parallel/schedule.h"
 #include "core/trace/annotations.h"
+#include "core/trace/run_config.h"
 #include "engine/data/step_plan.h"
 #include "engine/distributed/parallel_trainer.h"
 #include "engine/distributed/topology.h"
@@ -87,45 +87,45 @@ int fail(int rank, const std::string& message) {
     return 2;
 }
 
+// run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
                             const std::string& backend, const std::string& comm) {
-    const nlohmann::json config = {
-        {"model",
-         {{"layers", model.n_layer},
-          {"hidden", model.channels},
-          {"heads", model.n_head},
-          {"context", o.context},
-          {"vocab", 256}}},
-        {"dp", o.grid.dp},
-        {"tp", o.grid.tp},
-        {"pp", o.grid.pp},
-        {"cp", o.grid.cp},
-        {"schedule", o.schedule},
-        {"virtual_stages", o.virtual_stages},
-        {"recompute", o.recompute},
-        {"sequence_parallel", o.sequence_parallel},
-        {"balancer", o.balancer},
-        {"cp_shard", o.cp_shard},
-        {"microbatches", o.microbatches},
-        {"steps", o.epochs > 0 ? 0 : o.steps},
-        {"epochs", o.epochs},
-        {"seed", o.seed},
-        {"ilp_window", o.ilp_window},
-        {"wlb_max_tokens", o.wlb_max_tokens > 0 ? o.wlb_max_tokens : o.context},
-        {"wlb_max_delay", o.wlb_max_delay},
-        {"wlb_thresholds", o.wlb_thresholds},
-        {"packing_cost", o.packing_cost},
-        {"lengths", o.lengths},
-        {"documents", o.documents},
-        {"backend", backend},
-        {"comm", comm},
-        {"overlap_grad_reduce",
-         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl")},
-        {"attention_chunk", o.attention_chunk},
-        {"offload", o.attention_chunk > 0 && o.offload == "on"},
-        {"data", data},
-    };
-    return config.dump();
+    RunConfig config;
+    config.dp = o.grid.dp;
+    config.tp = o.grid.tp;
+    config.pp = o.grid.pp;
+    config.cp = o.grid.cp;
+    config.layers = model.n_layer;
+    config.hidden = model.channels;
+    config.heads = model.n_head;
+    config.context = o.context;
+    config.vocab = 256;
+    config.schedule = o.schedule;
+    config.virtual_stages = o.virtual_stages;
+    config.recompute = o.recompute;
+    config.sequence_parallel = o.sequence_parallel;
+    config.overlap_grad_reduce =
+        o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
+    config.dtype = "fp32";
+    config.balancer = o.balancer;
+    config.cp_shard = o.cp_shard;
+    config.microbatches = o.microbatches;
+    config.steps = o.epochs > 0 ? 0 : o.steps;
+    config.epochs = o.epochs;
+    config.seed = o.seed;
+    config.ilp_window = o.ilp_window;
+    config.wlb_max_tokens = o.wlb_max_tokens > 0 ? o.wlb_max_tokens : o.context;
+    config.wlb_max_delay = o.wlb_max_delay;
+    config.wlb_thresholds = o.wlb_thresholds;
+    config.packing_cost = o.packing_cost;
+    config.attention_chunk = o.attention_chunk;
+    config.offload = o.attention_chunk > 0 && o.offload == "on";
+    config.data = data;
+    config.lengths = o.lengths;
+    config.documents = o.documents;
+    config.backend = backend;
+    config.comm = comm;
+    return fulcrum::run_config_json(config);
 }
 
 }  // namespace
@@ -496,14 +496,17 @@ int main(int argc, char** argv) {
     // Who this rank is, for the collector; then the clock-sync marks merge aligns on.
     const GridCoordinates me = topology->coordinates();
     instrument::name_this_thread("main");
-    instrument::mark("fulcrum.rank",
-                     "{\"rank\":" + std::to_string(rank) +
-                         ",\"world\":" + std::to_string(world->size()) +
-                         ",\"dp\":" + std::to_string(me.dp) + ",\"pp\":" + std::to_string(me.pp) +
-                         ",\"cp\":" + std::to_string(me.cp) + ",\"tp\":" + std::to_string(me.tp) +
-                         ",\"device\":" + (use_cuda ? std::to_string(device) : "-1") + "}");
-    instrument::mark("fulcrum.run", run_config_json(o, model_config, documents->description,
-                                                    use_cuda ? "cuda" : "cpu", comm));
+    RankMark rank_mark;
+    rank_mark.rank = rank;
+    rank_mark.world = world->size();
+    rank_mark.dp = me.dp;
+    rank_mark.tp = me.tp;
+    rank_mark.pp = me.pp;
+    rank_mark.cp = me.cp;
+    rank_mark.device = use_cuda ? device : -1;
+    instrument::mark(kRankMark, rank_mark_json(rank_mark));
+    instrument::mark(kRunMark, run_config_json(o, model_config, documents->description,
+                                               use_cuda ? "cuda" : "cpu", comm));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");

@@ -56,7 +56,7 @@ private slots:
     void tpAndCpGroupsFromCoordinates() {
         RunTrace trace;
         for (int r = 0; r < 4; ++r) {
-            add_rank(trace, r, 0, 0, r / 2, r % 2);
+            add_rank(trace, r, 0, r % 2, 0, r / 2);
         }
         const std::int64_t tp_starts[4][2] = {{100, 300}, {120, 290}, {100, 300}, {150, 300}};
         const std::int64_t cp_starts[4] = {50, 55, 60, 55};
@@ -121,7 +121,7 @@ private slots:
     void dpAndEmbeddingGroups() {
         RunTrace trace;
         for (int r = 0; r < 8; ++r) {
-            add_rank(trace, r, r / 4, (r / 2) % 2, r % 2, 0);
+            add_rank(trace, r, r / 4, 0, (r / 2) % 2, r % 2);
         }
         for (int r = 0; r < 8; ++r) {
             collective(trace, r, "pp all-reduce embedding", 1000 + r, 1100, 1, -1, Phase::none);
@@ -157,7 +157,7 @@ private slots:
     void whatIsNotMatchedAndUnknownNames() {
         RunTrace trace;
         for (int r = 0; r < 3; ++r) {
-            add_rank(trace, r, 0, r, 0, 0);  // pp = 3
+            add_rank(trace, r, 0, 0, r, 0);  // pp = 3
         }
         for (int r = 0; r < 3; ++r) {
             collective(trace, r, "send activations", 10, 20, 0, 0, Phase::forward, 64);
@@ -184,7 +184,7 @@ private slots:
         // are three keys, each k = 0, each with 3 participants.
         RunTrace flat;
         for (int r = 0; r < 3; ++r) {
-            add_rank(flat, r, 0, 0, 0, r);
+            add_rank(flat, r, 0, r, 0, 0);
         }
         for (int r = 0; r < 3; ++r) {
             collective(flat, r, "tp all-reduce", 300, 310, 0, 0, Phase::forward);

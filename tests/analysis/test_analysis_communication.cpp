@@ -31,7 +31,7 @@ void call(RunTrace& trace, int rank, std::string_view name, int mb, std::int64_t
 RunTrace hand_trace() {
     RunTrace trace;
     for (int r = 0; r < 4; ++r)
-        add_rank(trace, r, 0, 0, r / 2, r % 2);
+        add_rank(trace, r, 0, r % 2, 0, r / 2);
     call(trace, 0, "tp all-reduce", 0, 0, 150, 1'000'000);
     call(trace, 1, "tp all-reduce", 0, 50, 150, 1'000'000);
     call(trace, 0, "tp all-reduce", 1, 1000, 1300, 1'000'000);

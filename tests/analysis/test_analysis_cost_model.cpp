@@ -56,7 +56,7 @@ private slots:
     void recoversExactCoefficients() {
         RunTrace trace;
         add_rank(trace, 0, 0, 0, 0, 0);
-        add_rank(trace, 1, 0, 1, 0, 0);
+        add_rank(trace, 1, 0, 0, 1, 0);
         const std::vector<std::vector<int>> documents = {{10}, {10, 10}, {20}, {30}, {5, 25}};
         const std::int64_t forward[] = {1520, 2040, 2440, 3760, 3260};
         const std::int64_t backward[] = {1040, 2080, 2880, 5520, 4520};
@@ -202,9 +202,9 @@ private slots:
     void collectiveAndPipelineFits() {
         RunTrace trace;
         add_rank(trace, 0, 0, 0, 0, 0);
-        add_rank(trace, 1, 0, 0, 0, 1);
-        add_rank(trace, 2, 0, 1, 0, 0);
-        add_rank(trace, 3, 0, 1, 0, 1);
+        add_rank(trace, 1, 0, 1, 0, 0);
+        add_rank(trace, 2, 0, 0, 1, 0);
+        add_rank(trace, 3, 0, 1, 1, 0);
         auto range = [&](int rank, std::string_view name, std::int64_t start, std::int64_t end,
                          int mb, std::int16_t stage, Phase phase, std::int64_t bytes) {
             Event& e = trace.add_range(host(trace, rank), name, Category::communication, start, end,
@@ -294,7 +294,7 @@ private slots:
     // reads back: [10] 55 pairs, [20] 210, [30] 465; time = 2·T → per_token 2.
     void passesWithoutAStageUseTheRankCoordinate() {
         RunTrace trace;
-        add_rank(trace, 0, 0, 1, 0, 0);
+        add_rank(trace, 0, 0, 0, 1, 0);
         for (int mb = 0; mb < 3; ++mb) {
             const int length = 10 * (mb + 1);
             hold(trace, 0, 0, mb, {length});

@@ -64,7 +64,7 @@ private slots:
         RunTrace trace;
         trace.run.config_json = R"({"cp_shard":"contiguous"})";
         add_rank(trace, 0, 0, 0, 0, 0);
-        add_rank(trace, 1, 0, 0, 1, 0);
+        add_rank(trace, 1, 0, 0, 0, 1);
         trace.add_range(host(trace, 0), "forward", Category::compute, 0, 40'000'000, 0, 0, 0,
                         Phase::forward);
         trace.add_range(host(trace, 0), "attention", Category::attention, 0, 20'000'000, 0, 0, 0,
@@ -127,7 +127,7 @@ private slots:
         RunTrace trace;
         trace.run.config_json = R"({"cp_shard":"zigzag"})";
         add_rank(trace, 0, 0, 0, 0, 0);
-        add_rank(trace, 1, 0, 0, 1, 0);
+        add_rank(trace, 1, 0, 0, 0, 1);
         const int lengths[] = {4, 1, 3, 2, 2, 1, 1, 1, 1};  // ids 0 … 8 = A … I
         for (const int id : {0, 5, 6, 7, 8}) {
             row(trace, 0, 0, 0, id, lengths[id], 0, lengths[id]);
@@ -177,7 +177,7 @@ private slots:
         constexpr int kReplicas = 2, kSteps = 2, kMicrobatches = 3;
         for (int dp = 0; dp < kReplicas; ++dp) {
             for (int c = 0; c < cp; ++c) {
-                add_rank(trace, dp * cp + c, dp, 0, c, 0);
+                add_rank(trace, dp * cp + c, dp, 0, 0, c);
             }
         }
         std::uint64_t seed = 12345, next_id = 0;

@@ -40,7 +40,7 @@ void pass(RunTrace& trace, int rank, Phase phase, int mb, std::int64_t start, st
 RunTrace step_trace() {
     RunTrace trace;
     add_rank(trace, 0, 0, 0, 0, 0);
-    add_rank(trace, 1, 0, 1, 0, 0);
+    add_rank(trace, 1, 0, 0, 1, 0);
     trace.run.config_json = R"({"dp":1,"tp":1,"pp":2,"cp":1,"schedule":"1f1b","microbatches":2})";
     trace.add_range(host(trace, 0), "step", Category::schedule, 0, 1070 * us, 0);
     trace.add_range(host(trace, 1), "step", Category::schedule, 100 * us, 860 * us, 0);
@@ -65,7 +65,7 @@ RunTrace step_trace() {
 RunTrace interleaved_trace() {
     RunTrace trace;
     add_rank(trace, 0, 0, 0, 0, 0);
-    add_rank(trace, 1, 0, 1, 0, 0);
+    add_rank(trace, 1, 0, 0, 1, 0);
     trace.run.config_json =
         R"({"dp":1,"tp":1,"pp":2,"cp":1,"schedule":"interleaved","microbatches":1})";
     trace.add_range(host(trace, 0), "step", Category::schedule, 0, 350 * us, 0);

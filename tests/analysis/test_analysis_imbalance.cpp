@@ -163,7 +163,7 @@ private slots:
     void stragglersFromMatchedCollectives() {
         RunTrace trace;
         for (int r = 0; r < 3; ++r) {
-            add_rank(trace, r, 0, 0, 0, r);
+            add_rank(trace, r, 0, r, 0, 0);
         }
         const std::int64_t starts[4][3] = {
             {100, 110, 130}, {200, 200, 200}, {300, 310, 300}, {400, 390, 420}};

@@ -90,7 +90,7 @@ RunTrace cp_group_without_workload() {
     RunTrace trace;
     trace.run.config_json = R"({"dp":1,"tp":1,"pp":1,"cp":2,"cp_shard":"zigzag"})";
     add_rank(trace, 0, 0, 0, 0, 0);
-    add_rank(trace, 1, 0, 0, 1, 0);
+    add_rank(trace, 1, 0, 0, 0, 1);
     pass_with_attention(trace, 0, 0, 0, 100, 30);
     pass_with_attention(trace, 1, 0, 0, 100, 10);
     trace.finish();
@@ -102,7 +102,7 @@ RunTrace two_stages() {
     RunTrace trace;
     trace.run.config_json = R"({"dp":1,"tp":1,"pp":2,"cp":1,"schedule":"gpipe","microbatches":2})";
     add_rank(trace, 0, 0, 0, 0, 0);
-    add_rank(trace, 1, 0, 1, 0, 0);
+    add_rank(trace, 1, 0, 0, 1, 0);
     for (int stage = 0; stage < 2; ++stage) {
         step_range(trace, stage, 0, 0, 120);
         for (int mb = 0; mb < 2; ++mb) {

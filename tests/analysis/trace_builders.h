@@ -5,14 +5,14 @@
 
 namespace fulcrum::analysis::builders {
 
-// A rank of the 4D grid at (dp, pp, cp, tp).
-inline void add_rank(RunTrace& trace, int rank, int dp, int pp, int cp, int tp) {
+// A rank of the 4D grid at (dp, tp, pp, cp).
+inline void add_rank(RunTrace& trace, int rank, int dp, int tp, int pp, int cp) {
     RankInfo info;
     info.rank = rank;
     info.dp = dp;
+    info.tp = tp;
     info.pp = pp;
     info.cp = cp;
-    info.tp = tp;
     trace.add_rank(info);
 }
 

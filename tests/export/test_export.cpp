@@ -34,7 +34,7 @@ std::string hand_built_trace(const QTemporaryDir& dir) {
     run.name = "hand-built";
     auto writer = TraceWriter::create(path, run);
     auto& w = **writer;
-    w.add_rank({.rank = 0, .host = "h", .pid = 1, .dp = 0, .pp = 0, .cp = 0, .tp = 0});
+    w.add_rank({.rank = 0, .host = "h", .pid = 1, .dp = 0, .tp = 0, .pp = 0, .cp = 0});
     const LaneId lane = w.add_lane(0, LaneKind::host_thread, "main, thread");
     auto add = [&](const char* name, std::int64_t start, std::int64_t end, EventKind kind) {
         Event e;

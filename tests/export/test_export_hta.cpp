@@ -73,9 +73,9 @@ std::string gpu_run(const QTemporaryDir& dir) {
                     .pid = 5000 + r,
                     .device = r,
                     .dp = r,
+                    .tp = 0,
                     .pp = 0,
                     .cp = 0,
-                    .tp = 0,
                     .utc_offset_ns = 1'700'000'000'000'000'000});
         const LaneId host = w.add_lane(r, LaneKind::host_thread, "main", 5000 + r);
         const LaneId compute = w.add_lane(r, LaneKind::gpu_stream, "stream 7", 7);

@@ -230,9 +230,9 @@ private slots:
                                                   .pid = 4242 + r,
                                                   .device = r,
                                                   .dp = 0,
+                                                  .tp = 0,
                                                   .pp = r,
                                                   .cp = 0,
-                                                  .tp = 0,
                                                   .utc_offset_ns = 1'713'306'186'817'333'117},
                                                  config);
             const LaneId host = w.add_lane(r, LaneKind::host_thread, "main, \"thread\"", 4242 + r);
@@ -320,9 +320,9 @@ private slots:
                           .pid = pick(0, 1) ? 10'000 + r : 0,
                           .device = static_cast<std::int32_t>(pick(-1, 3)),
                           .dp = r % 2,
+                          .tp = 0,
                           .pp = r / 2,
                           .cp = 0,
-                          .tp = 0,
                           .utc_offset_ns = 1'700'000'000'000'000'000 + pick(0, 1'000'000'000)};
             store::TraceWriter& w =
                 builder.rank(r, info, R"({"pp":2,"seed":)" + std::to_string(seed) + "}");

@@ -233,18 +233,18 @@ inline double sum_over(Communicator* comm, double value) {
 
 // The TP and CP communicators of `shape` over the world, through Topology (the engine's one
 // place for the grid).
-struct Grid {
+struct TpCpGroups {
     Topology topology;
     std::unique_ptr<Communicator> tp, cp;
 };
 
-inline Grid make_grid(GridShape shape) {
+inline TpCpGroups make_tp_cp_groups(GridShape shape) {
     Result<Topology> topology = Topology::create(shape, world().size(), world().rank());
     QTEST_ASSERT(topology.ok());
     const GridCoordinates me = topology->coordinates();
     auto tp = world().split(topology->tp_group().front(), me.tp, "tp");
     auto cp = world().split(topology->cp_group().front(), me.cp, "cp");
-    return Grid{std::move(*topology), std::move(tp), std::move(cp)};
+    return TpCpGroups{std::move(*topology), std::move(tp), std::move(cp)};
 }
 
 // A Qt Test main under MPI: MPI lives for the whole run, every rank runs the suite, ranks

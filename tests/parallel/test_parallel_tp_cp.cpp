@@ -99,7 +99,7 @@ void ParallelTpCpTest::matchesSerial() {
     QFETCH(balance::CpSharding, sharding);
     if (world().size() != 4)
         QSKIP("needs mpirun -np 4");
-    const Grid grid = make_grid(GridShape{1, 1, 2, 2});
+    const TpCpGroups grid = make_tp_cp_groups(GridShape{.tp = 2, .cp = 2});
     Communicator& tp = *grid.tp;
     Communicator& cp = *grid.cp;
     const GptConfig config = tiny_config();
@@ -149,7 +149,7 @@ void ParallelTpCpTest::matchesSerial() {
 void ParallelTpCpTest::piecesEqualWholePasses() {
     if (world().size() != 4)
         QSKIP("needs mpirun -np 4");
-    const Grid grid = make_grid(GridShape{1, 1, 2, 2});
+    const TpCpGroups grid = make_tp_cp_groups(GridShape{.tp = 2, .cp = 2});
     const GptConfig config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 8);
     const ContextShard shard =

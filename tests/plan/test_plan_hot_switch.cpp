@@ -25,8 +25,7 @@ class HotSwitchTest : public QObject {
 private slots:
     // DP holds everything everywhere: switching to TP moves nothing.
     void dataParallelHoldsEverything() {
-        const SwitchPlan plan =
-            plan_switch(model(4), GridShape{4, 1, 1, 1}, GridShape{1, 1, 1, 4}, 8);
+        const SwitchPlan plan = plan_switch(model(4), GridShape{.dp = 4}, GridShape{.tp = 4}, 8);
         QVERIFY(plan.transfers.empty());
         QCOMPARE(plan.total_bytes, 0.0);
     }
@@ -35,8 +34,7 @@ private slots:
     // other three; each quarter goes from its only owner to 3 ranks: 3 · 250 · 2 = 1500 sent
     // and received by every rank, 6000 in all.
     void tensorToDataParallel() {
-        const SwitchPlan plan =
-            plan_switch(model(2), GridShape{1, 1, 1, 4}, GridShape{4, 1, 1, 1}, 8);
+        const SwitchPlan plan = plan_switch(model(2), GridShape{.tp = 4}, GridShape{.dp = 4}, 8);
         QCOMPARE(plan.transfers.size(), std::size_t(2 * 4 * 3));
         for (int r = 0; r < 4; ++r) {
             QCOMPARE(plan.sent[r], 1500.0);
@@ -50,8 +48,7 @@ private slots:
     // PP 2 → DP 2, 4 layers: rank 0 holds layers 0–1 and rank 1 layers 2–3; each sends its two
     // layers to the other: 2000 each way.
     void pipelineToDataParallel() {
-        const SwitchPlan plan =
-            plan_switch(model(4), GridShape{1, 2, 1, 1}, GridShape{2, 1, 1, 1}, 8);
+        const SwitchPlan plan = plan_switch(model(4), GridShape{.pp = 2}, GridShape{.dp = 2}, 8);
         QCOMPARE(plan.sent[0], 2000.0);
         QCOMPARE(plan.sent[1], 2000.0);
         for (const SwitchTransfer& t : plan.transfers)
@@ -66,7 +63,7 @@ private slots:
     // takes it from rank 3, on its own node.
     void preferTheOwnerOnTheSameNode() {
         const SwitchPlan one_node =
-            plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 4);
+            plan_switch(model(1), GridShape{.dp = 2, .tp = 2}, GridShape{.tp = 4}, 4);
         QCOMPARE(one_node.transfers.size(), std::size_t(2));
         QCOMPARE(one_node.transfers[0].destination, 1);
         QCOMPARE(one_node.transfers[0].source, 0);
@@ -74,7 +71,7 @@ private slots:
         QCOMPARE(one_node.transfers[1].source, 1);
         QCOMPARE(one_node.transfers[1].bytes, 250.0);
         const SwitchPlan two_nodes =
-            plan_switch(model(1), GridShape{2, 1, 1, 2}, GridShape{1, 1, 1, 4}, 2);
+            plan_switch(model(1), GridShape{.dp = 2, .tp = 2}, GridShape{.tp = 4}, 2);
         QCOMPARE(two_nodes.transfers[1].destination, 2);
         QCOMPARE(two_nodes.transfers[1].source, 3);
         QCOMPARE(two_nodes.inter_node_bytes, 0.0);
@@ -86,7 +83,7 @@ private slots:
     // sends to 1000 a rank.
     void sendsSpreadOverOwners() {
         const SwitchPlan plan =
-            plan_switch(model(2), GridShape{2, 1, 1, 2}, GridShape{4, 1, 1, 1}, 8);
+            plan_switch(model(2), GridShape{.dp = 2, .tp = 2}, GridShape{.dp = 4}, 8);
         QCOMPARE(plan.total_bytes, 4000.0);
         for (int r = 0; r < 4; ++r)
             QCOMPARE(plan.sent[r], 1000.0);

@@ -138,7 +138,7 @@ private slots:
         QVERIFY(lines[header + 1].contains("1.00x"));
         QVERIFY(lines[header + 2].startsWith("ilp "));
         QVERIFY(lines[header + 3].startsWith("wlb "));
-        QVERIFY(outcome.out.contains("TP(2)-CP(2)-PP(2)-DP(2) = 16 ranks"));
+        QVERIFY(outcome.out.contains("dp 2 × tp 2 × pp 2 × cp 2 = 16 ranks"));
         QVERIFY(outcome.out.contains("cost model: analytic"));
         // --steps: the balancers trained different documents, and the table says so.
         QVERIFY2(outcome.out.contains("by steps the balancers train different documents"),
@@ -322,13 +322,13 @@ private slots:
             0);
         const Outcome same = simulate({"--calibrate", "calib.fulcrum"});
         QVERIFY2(same.exit_code == 0, qPrintable(same.err));
-        QVERIFY2(same.out.contains("TP(2)-CP(2)-PP(2)-DP(2)"), qPrintable(same.out));
+        QVERIFY2(same.out.contains("dp 2 × tp 2 × pp 2 × cp 2"), qPrintable(same.out));
         QVERIFY(same.out.contains("cost model: fitted on 'calib'"));
         QVERIFY(same.out.contains("\nwlb "));
         const Outcome deeper =
             simulate({"--calibrate", "calib.fulcrum", "--pp", "4", "--compare", "fixed,wlb"});
         QVERIFY2(deeper.exit_code == 0, qPrintable(deeper.err));
-        QVERIFY(deeper.out.contains("TP(2)-CP(2)-PP(4)-DP(2)"));
+        QVERIFY(deeper.out.contains("dp 2 × tp 2 × pp 4 × cp 2"));
         QVERIFY2(deeper.out.contains("derived: stage 1 forward: from the fit of stage 0 (2 -> 1 "
                                      "layers)"),
                  qPrintable(deeper.out));

@@ -398,7 +398,7 @@ private slots:
     // backward; a split backward gives W half the per-token and fixed work and no attention.
     void knobsOnPassCosts() {
         const ModelShape shape{.layers = 2, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
-        const Grid grid{};
+        const parallel::GridShape grid{};
         const HardwareAssumptions hardware;
         const StageCosts plain = resolve_costs(nullptr, {}, shape, grid, hardware, {});
         const analysis::PassCost forward = plain.passes[0][0];
@@ -471,7 +471,7 @@ private slots:
         model.optimizer_ns = 1000;
         const CostOrigin origin{.layers = 4, .pp = 2, .hidden = 64, .tp = 1};
         const ModelShape shape{.layers = 4, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
-        const Grid grid{.dp = 1, .tp = 1, .pp = 4, .cp = 1};
+        const parallel::GridShape grid{.dp = 1, .tp = 1, .pp = 4, .cp = 1};
         const StageCosts costs = resolve_costs(&model, origin, shape, grid, {});
         QCOMPARE(costs.passes.size(), std::size_t(4));
         const auto& forward = [&](int s) { return costs.passes[std::size_t(s)][0]; };

@@ -91,9 +91,9 @@ private slots:
                       .pid = 4242,
                       .device = 1,
                       .dp = 1,
+                      .tp = 0,
                       .pp = 0,
                       .cp = 1,
-                      .tp = 0,
                       .utc_offset_ns = 17};
         (*writer)->add_rank(rank);
         (*writer)->add_dropped_records(3, 5);

@@ -15,7 +15,7 @@ namespace fulcrum::testing {
 
 struct SyntheticRunOptions {
     std::string name = "synthetic-1f1b";
-    int dp = 1, pp = 2, cp = 1, tp = 1;
+    int dp = 1, tp = 1, pp = 2, cp = 1;
     int steps = 2;
     int microbatches = 4;
     int layers = 2;

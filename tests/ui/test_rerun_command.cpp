@@ -239,7 +239,7 @@ private slots:
             << "step    1 | epoch 0 | loss 5.5 | grad norm 1.0" << 4 << 0.5;
         QTest::newRow("last step") << "step    2 | epoch 0 | loss" << 3 << 1.0;
         QTest::newRow("simulate --progress") << "simulating wlb 60%" << 0 << 0.6;
-        QTest::newRow("other line") << "grid TP(1)-CP(2)-PP(2)-DP(1) on 4 ranks" << 3 << -1.0;
+        QTest::newRow("other line") << "grid dp 1 × tp 1 × pp 2 × cp 2 on 4 ranks" << 3 << -1.0;
         QTest::newRow("steps unknown") << "step    1 | x" << 0 << -1.0;
     }
     void progress_lines() {

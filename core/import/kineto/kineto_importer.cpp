@@ -18,6 +18,7 @@
 
 #include "core/import/importer.h"
 #include "core/import/kineto/json_stream.h"
+#include "core/trace/annotations.h"
 
 namespace fulcrum::importer {
 
@@ -1003,7 +1004,7 @@ private:
 
     StringId step_name() {
         if (!step_name_.valid())
-            step_name_ = sink_.intern("step");
+            step_name_ = sink_.intern(range_name::kStep);
         return step_name_;
     }
 

@@ -217,35 +217,6 @@ std::string_view copy_label(std::int64_t kind) {
     }
 }
 
-std::string json_escape(std::string_view text) {
-    std::string out;
-    for (char c : text) {
-        switch (c) {
-            case '"':
-                out += "\\\"";
-                break;
-            case '\\':
-                out += "\\\\";
-                break;
-            case '\n':
-                out += "\\n";
-                break;
-            case '\t':
-                out += "\\t";
-                break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20) {
-                    char buffer[8];
-                    std::snprintf(buffer, sizeof buffer, "\\u%04x", static_cast<unsigned>(c));
-                    out += buffer;
-                } else {
-                    out += c;
-                }
-        }
-    }
-    return out;
-}
-
 struct Process {
     std::int64_t key = 0;
     std::int32_t rank = 0;
@@ -811,8 +782,7 @@ private:
             } else {
                 event.name = writer_.intern(message.empty() ? std::string("(unnamed)") : message);
                 if (!domain_name.empty()) {
-                    event.args =
-                        writer_.intern("{\"domain\":\"" + json_escape(domain_name) + "\"}");
+                    event.args = writer_.intern(domain_args(domain_name));
                 }
             }
             event.lane = thread_lane(*process, global_tid);
@@ -835,24 +805,13 @@ private:
             if (mark.name == kRankMark) {
                 return false;
             }
-            if (mark.name == kRunMark) {
-                if (auto config = parse_run_mark(mark.json)) {
-                    writer_.set_run_config(*config);
-                } else {
-                    skip("NVTX_EVENTS", row, "fulcrum.run mark: " + config.error().message, record);
-                }
+            const Result<bool> recorded = record_metadata_mark(mark, process.rank, writer_);
+            if (!recorded) {
+                skip("NVTX_EVENTS", row, recorded.error().message, record);
                 return false;
             }
-            if (mark.name == kWorkloadMark) {
-                if (auto entries = parse_workload_mark(mark.json, process.rank)) {
-                    for (const auto& entry : *entries) {
-                        writer_.add_workload(entry);
-                    }
-                } else {
-                    skip("NVTX_EVENTS", row, "fulcrum.workload mark: " + entries.error().message,
-                         record);
-                }
-                return false;
+            if (*recorded) {
+                return false;  // consumed: run.config or workload rows
             }
             event.name = writer_.intern(mark.name);
             return true;

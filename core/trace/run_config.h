@@ -1,0 +1,76 @@
+// The run configuration: how a run trained, as the `fulcrum.run` mark carries it into
+// run.config (docs/annotations.md). fulcrum-train and the simulator write it with
+// run_config_json; every reader (the analyses, the report, calibration, the GUI's re-run)
+// reads it with parse_run_config. One struct, one writer, one reader: a key added here is
+// written and read everywhere.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/trace/model.h"
+
+namespace fulcrum {
+
+// Fields a foreign run does not give stay at their defaults, and the grid falls back to the
+// ranks' coordinates. Strings are "" when not said.
+struct RunConfig {
+    int dp = 1, tp = 1, pp = 1, cp = 1;
+    // False for a foreign run that says neither its degrees nor its ranks' coordinates (an
+    // imported trace): the degrees above are then placeholders, not a 1×1×1×1 grid.
+    bool grid_known = true;
+    // The model's shape; 0 when unknown (has_model() says whether any is known).
+    int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
+    std::string schedule;    // "gpipe", "1f1b", "interleaved", "zb-h1"
+    int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
+    std::string recompute;   // "none", "selective", "full"
+    bool sequence_parallel = false;
+    bool overlap_grad_reduce = false;
+    std::string dtype;     // "fp32", "bf16", "fp16"; "" in runs older than the key (fp32)
+    std::string balancer;  // "fixed", "ilp", "wlb"
+    std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive"
+    int microbatches = 0;  // per DP replica and step; 0 when unknown
+    // Layers per pipeline stage (fulcrum-train --stage-layers); empty: as equal as they go.
+    std::vector<int> stage_layers;
+    int steps = 0;   // 0 when unknown, or with epochs
+    int epochs = 0;  // > 0: the run trained this many whole epochs
+    std::uint64_t seed = 1;
+    int ilp_window = 1;
+    // How wlb packed; 0 and −1 when not said.
+    std::int64_t wlb_max_tokens = 0;  // S_max
+    int wlb_max_delay = -1;           // the delay bound in steps; −1: unbounded
+    std::string wlb_thresholds;       // "L1,L2,..." or "none"
+    std::string packing_cost;         // what ilp and wlb balanced: "model", "fitted", a file
+    std::string attention_kernel;     // the kernel model adaptive CP sharding weighed
+    int attention_chunk = 0;          // FPDT chunk in tokens; 0: whole sequences
+    bool offload = false;             // chunks' Q, K, V offloaded to pinned host memory
+    // The documents: what they were (fulcrum-train's description), the length spec of
+    // synthetic ones ("" for text) and how many.
+    std::string data;
+    std::string lengths;
+    std::int64_t documents = 0;
+    std::string backend;  // "cpu", "cuda", "simulated"
+    std::string comm;     // how ranks exchanged data: "mpi", "nccl", "staged"
+    // A simulated run, and where its costs came from ("analytic", a fitted run, ...).
+    bool simulated = false;
+    std::string cost_model;
+
+    bool has_model() const {
+        return layers > 0 || hidden > 0 || heads > 0 || context > 0 || vocab > 0;
+    }
+};
+
+// Reads run.config; a field missing or of the wrong type keeps its default. Without degrees,
+// the grid is what `ranks`' coordinates span (grid_known false when they say nothing).
+RunConfig parse_run_config(std::string_view config_json, const std::vector<RankInfo>& ranks);
+
+// The JSON of `config` (docs/simulate.md lists the keys): every field, strings and lists only
+// when not empty, the model as an object {layers, hidden, heads, context, vocab}.
+std::string run_config_json(const RunConfig& config);
+
+// "dp 2 × tp 1 × pp 2 × cp 2", or what is known when the grid is not.
+std::string describe_grid(const RunConfig& config);
+
+}  // namespace fulcrum

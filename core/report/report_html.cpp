@@ -306,7 +306,7 @@ void heatmap(std::string& out, std::string_view name, int run, std::string_view 
     const double base = kMarginTop + cell_h * static_cast<double>(rows.count);
     for (std::size_t bc = 0; bc < cols.count; bc += col_label_every) {
         svg_text(out, kMarginLeft + cell_w * (static_cast<double>(bc) + 0.5), base + 14,
-             std::to_string(matrix.columns[bc * cols.size]));
+                 std::to_string(matrix.columns[bc * cols.size]));
     }
     svg_text(out, kMarginLeft, base + 32, scale, "start");
     close_chart(out);

@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "core/util/output_file.h"
 
@@ -34,12 +37,33 @@ std::function<bool(double)> progress_line(std::string label) {
     return [label = std::move(label), terminal, last = -1](double fraction) mutable {
         const int percent = static_cast<int>(fraction * 100.0);
         if (terminal && percent != last) {
-            std::fprintf(stderr, "\r%s %3d%%", label.c_str(), percent);
+            // A bar of 20 cells, one per 5%.
+            const std::string bar = std::string(static_cast<std::size_t>(percent / 5), '#') +
+                                    std::string(static_cast<std::size_t>(20 - percent / 5), '.');
+            std::fprintf(stderr, "\r%s [%s] %3d%%", label.c_str(), bar.c_str(), percent);
             std::fflush(stderr);
             last = percent;
             g_progress_shown = true;
         }
         return !g_interrupted.load();
+    };
+}
+
+// The shared progress line (which also turns Ctrl-C
+// into a cancel), and with --progress when stderr is not a terminal, a line per 10%.
+std::function<void(double)> progress_for(const std::string& label, bool forced,
+                                         std::atomic<bool>& cancel) {
+    auto line = progress_line(label);
+    const bool terminal = isatty(STDERR_FILENO) != 0;
+    return [line, label, forced, terminal, &cancel, last = -1](double fraction) mutable {
+        if (!line(fraction)) {
+            cancel.store(true);
+        }
+        const int tenth = static_cast<int>(fraction * 10);
+        if (forced && !terminal && tenth != last) {
+            std::fprintf(stderr, "%s %d%%\n", label.c_str(), tenth * 10);
+            last = tenth;
+        }
     };
 }
 
@@ -55,6 +79,27 @@ void install_interrupt_handler() {
     action.sa_handler = on_interrupt;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
+}
+
+Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
+                                        const std::string& example) {
+    std::vector<int> values;
+    std::size_t begin = 0;
+    while (begin <= text.size()) {
+        const std::size_t end = std::min(text.find(',', begin), text.size());
+        const std::string item = text.substr(begin, end - begin);
+        char* rest = nullptr;
+        const long value = std::strtol(item.c_str(), &rest, 10);
+        if (item.empty() || *rest != '\0' || value < 1 || value > 1 << 30) {
+            return Error{ErrorCode::invalid_input,
+                         option + " '" + text +
+                             "': expected positive whole numbers separated by commas, e.g. " +
+                             example};
+        }
+        values.push_back(static_cast<int>(value));
+        begin = end + 1;
+    }
+    return values;
 }
 
 Status write_output(const std::string& path, bool force, std::string_view text) {

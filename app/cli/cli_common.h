@@ -1,9 +1,11 @@
 // What every `fulcrum` subcommand shares: exit codes, error printing, progress lines.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/util/result.h"
 
@@ -25,6 +27,14 @@ Status write_output(const std::string& path, bool force, std::string_view text);
 // silent otherwise (logs, tests). Also stops the work when the user pressed Ctrl-C.
 std::function<bool(double)> progress_line(std::string label);
 void finish_progress_line();
+// A progress callback for long work: the progress line, which also turns Ctrl-C into
+// `cancel`, and with `forced` (--progress) when stderr is not a terminal, a line per 10%.
+std::function<void(double)> progress_for(const std::string& label, bool forced,
+                                         std::atomic<bool>& cancel);
 void install_interrupt_handler();
+
+// "7,9,9,7" → {7, 9, 9, 7}; the error names `option` and shows `example`.
+Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
+                                        const std::string& example);
 
 }  // namespace fulcrum::cli

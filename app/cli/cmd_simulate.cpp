@@ -38,6 +38,7 @@ struct SimulateArgs {
     std::string overlap_grad_reduce = "off";
     std::string hardware;
     std::string compare_schedules;
+    std::string stage_layers;
     std::string balancer = "fixed";
     std::string cp_shard = "per-doc";
     std::string calibrate;
@@ -93,24 +94,6 @@ std::string fixed(double value, int decimals) {
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
     return buffer;
-}
-
-// A progress callback for the simulator: the shared progress line (which also turns Ctrl-C
-// into a cancel), and with --progress when stderr is not a terminal, a line per 10%.
-std::function<void(double)> progress_for(const std::string& label, bool forced,
-                                         std::atomic<bool>& cancel) {
-    auto line = progress_line(label);
-    const bool terminal = isatty(STDERR_FILENO) != 0;
-    return [line, label, forced, terminal, &cancel, last = -1](double fraction) mutable {
-        if (!line(fraction)) {
-            cancel.store(true);
-        }
-        const int tenth = static_cast<int>(fraction * 10);
-        if (forced && !terminal && tenth != last) {
-            std::fprintf(stderr, "%s %d%%\n", label.c_str(), tenth * 10);
-            last = tenth;
-        }
-    };
 }
 
 Result<analysis::CostModel> read_cost_model(const std::string& path) {
@@ -257,6 +240,13 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
     }
     if (auto status = apply_knobs(args, trace != nullptr, config); !status) {
         return status.error();
+    }
+    if (!args.stage_layers.empty()) {
+        auto split = parse_int_list(args.stage_layers, "--stage-layers", "4,8,8,4");
+        if (!split) {
+            return split.error();
+        }
+        config.stage_layers = std::move(*split);
     }
     if (trace == nullptr || given(args, "--balancer")) {
         auto balancer = balance::parse_balancer(args.balancer);
@@ -782,6 +772,10 @@ Command add_simulate_command(CLI::App& app) {
                     "Model chunks per pipeline stage for --schedule interleaved (at least 2)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber)
+        ->group("Grid");
+    sub->add_option("--stage-layers", args->stage_layers,
+                    "Layers per pipeline stage, e.g. 7,9,9,7 (one a stage, summing to --layers; "
+                    "not with --virtual-stages); default: L/p each, as fulcrum-train")
         ->group("Grid");
     sub->add_option("--compare-schedules", args->compare_schedules,
                     "Simulate each of these pipeline schedules with otherwise identical settings, "

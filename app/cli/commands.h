@@ -16,6 +16,7 @@ Command add_export_command(CLI::App& app);
 Command add_capture_command(CLI::App& app);
 Command add_analyze_command(CLI::App& app);
 Command add_simulate_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_import_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     add(add_analyze_command);
     add(add_diff_command);
     add(add_simulate_command);
+    add(add_plan_command);
     add(add_report_command);
     add(add_import_command);
 

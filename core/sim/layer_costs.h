@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/parallel/schedule.h"
 #include "core/plan/memory_model.h"
@@ -42,6 +43,8 @@ struct TrainingKnobs {
     plan::Recompute recompute = plan::Recompute::none;
     bool sequence_parallel = false;
     DType dtype = DType::fp32;  // fulcrum-train's CPU backend computes in fp32
+    // Layers per pipeline stage (fulcrum-train --stage-layers); empty: L/p each.
+    std::vector<int> stage_layers;
 };
 
 // The passes of a simulated pipeline: forward, backward (the whole one, or B when the schedule

@@ -28,9 +28,8 @@ Error invalid(std::string message) {
     return Error{ErrorCode::invalid_input, std::move(message)};
 }
 
-// The documents fulcrum-train would train on with the same options
-// (engine/data/step_plan.cpp, load_training_documents): `documents` samples of the spec
-// clamped to the context, or every line of a length file, which must fit the context.
+}  // namespace
+
 Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& config) {
     if (!config.document_lengths.empty()) {
         return config.document_lengths;
@@ -60,8 +59,6 @@ Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& confi
     return balance::sample_lengths(*distribution, count, config.seed, config.model.context);
 }
 
-}  // namespace
-
 std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     plan::MemoryShape shape;
     shape.layers = config.model.layers;
@@ -74,6 +71,7 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     shape.cp = config.grid.cp;
     shape.schedule = config.schedule;
     shape.microbatches = config.microbatches;
+    shape.stage_layers = config.stage_layers;
     shape.flash_attention = true;
     shape.precision.distributed_optimizer = true;
     const double budget = config.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0;
@@ -192,8 +190,8 @@ PassPhase pass_phase(parallel::PassKind kind) {
 }
 
 int layers_of(int stage, const SimulationConfig& config) {
-    const auto range = parallel::stage_layers(stage, config.grid.pp, config.model.layers);
-    return range.last - range.first;
+    return parallel::stage_layer_total(stage, config.grid.pp, config.virtual_stages,
+                                       config.model.layers, config.stage_layers);
 }
 
 // Bytes of one pipeline send of a rank holding `tokens`: the [T, h] boundary activation, its
@@ -279,11 +277,82 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
     return rank;
 }
 
-Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
-                                 const SimulationConfig& config, const StageCosts& costs) {
+// One pass of one micro-batch on one stage for the whole CP group (docs/simulate.md, "One
+// pass"); fills the group's cp RankPasses.
+GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassPhase phase,
+                     const SimulationConfig& config, const StageCosts& costs, RankPass* ranks) {
     const parallel::GridShape& grid = config.grid;
     const std::int64_t hidden = config.model.hidden;
     const std::int64_t element = element_bytes(config.dtype);
+    const std::int64_t layers = layers_of(stage, config);
+    const auto& stage_passes = costs.passes[static_cast<std::size_t>(stage)];
+    const PassCost& recompute = costs.recompute[static_cast<std::size_t>(stage)];
+    const bool forward = phase == PassPhase::forward;
+    const CollectiveCost& p2p = forward ? costs.recv_activations : costs.recv_gradients;
+    GroupPass group;
+    std::int64_t slowest = 0;
+    std::int64_t largest_send = 0;
+    std::int64_t largest_gather = 0;
+    for (int c = 0; c < grid.cp; ++c) {
+        const balance::CpShard& shard = planned.cp.ranks[static_cast<std::size_t>(c)];
+        // attention_work is Σ causal_pair_work, twice the pairs; always even.
+        ranks[c] = rank_pass(stage_passes[static_cast<std::size_t>(phase)], recompute, costs,
+                             config, phase, layers, shard.tokens, shard.attention_work / 2);
+        slowest = std::max(slowest, ranks[c].own_total());
+        const double send =
+            std::max(p2p.per_byte_ns, 0.0) * static_cast<double>(p2p_bytes(config, shard.tokens));
+        largest_send = std::max<std::int64_t>(largest_send, std::llround(send));
+        if (gathers_received(config)) {
+            largest_gather = std::max(
+                largest_gather,
+                predict_collective_ns(costs.tp_all_gather, shard.tokens * hidden * element));
+        }
+    }
+    for (int c = 0; c < grid.cp; ++c) {
+        ranks[c].wait_ns = slowest - ranks[c].own_total();
+    }
+    if (grid.cp > 1 && phase != PassPhase::weight) {
+        // K and V of every token of the micro-batch, this rank's heads (h/tp); full
+        // recomputation gathers them again in the backward pass.
+        const std::int64_t bytes_per_layer =
+            planned.packed.tokens * 2 * (hidden / grid.tp) * element;
+        group.exchange_bytes = bytes_per_layer * layers;
+        group.exchange_ns =
+            layers * predict_collective_ns(forward ? costs.cp_all_gather : costs.cp_reduce_scatter,
+                                           bytes_per_layer);
+        if (phase == PassPhase::backward && config.recompute == plan::Recompute::full) {
+            group.regather_bytes = bytes_per_layer * layers;
+            group.regather_ns =
+                layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
+        }
+    }
+    group.send_ns = largest_send;
+    group.gather_ns = largest_gather;
+    group.duration_ns = slowest + group.exchange_ns + group.regather_ns +
+                        sends_of(stage, phase, config) * group.send_ns +
+                        receives_of(stage, phase, config) * group.gather_ns;
+    return group;
+}
+
+std::vector<PassPhase> phases_of(const SimulationConfig& config) {
+    std::vector<PassPhase> phases = {PassPhase::forward, PassPhase::backward};
+    if (parallel::splits_backward(config.schedule)) {
+        phases.push_back(PassPhase::weight);
+    }
+    return phases;
+}
+
+// One latency for both pipeline directions (replay_pipeline takes one): their mean.
+std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& costs) {
+    return config.grid.pp > 1 ? std::llround((std::max(costs.recv_activations.latency_ns, 0.0) +
+                                              std::max(costs.recv_gradients.latency_ns, 0.0)) /
+                                             2)
+                              : 0;
+}
+
+Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
+                                 const SimulationConfig& config, const StageCosts& costs) {
+    const parallel::GridShape& grid = config.grid;
     const bool split = parallel::splits_backward(config.schedule);
     const int m = static_cast<int>(replica.size());
     ReplicaPlay play;
@@ -304,77 +373,20 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
     if (split) {
         input.weight_ns = input.forward_ns;
     }
-    // One latency for both directions (replay_pipeline takes one): their mean.
-    input.p2p_latency_ns = grid.pp > 1
-                               ? std::llround((std::max(costs.recv_activations.latency_ns, 0.0) +
-                                               std::max(costs.recv_gradients.latency_ns, 0.0)) /
-                                              2)
-                               : 0;
-
-    std::vector<PassPhase> phases = {PassPhase::forward, PassPhase::backward};
-    if (split) {
-        phases.push_back(PassPhase::weight);
-    }
+    input.p2p_latency_ns = p2p_latency_ns(config, costs);
+    const std::vector<PassPhase> phases = phases_of(config);
     for (int stage = 0; stage < grid.pp; ++stage) {
-        const std::int64_t layers = layers_of(stage, config);
-        const auto& stage_passes = costs.passes[static_cast<std::size_t>(stage)];
-        const PassCost& recompute = costs.recompute[static_cast<std::size_t>(stage)];
         for (int j = 0; j < m; ++j) {
-            const balance::PlannedMicroBatch& planned = replica[static_cast<std::size_t>(j)];
             for (PassPhase phase : phases) {
-                const bool forward = phase == PassPhase::forward;
                 const std::size_t index = group_index(stage, j, m, phase);
-                GroupPass& group = play.groups[index];
-                RankPass* ranks = &play.ranks[index * static_cast<std::size_t>(grid.cp)];
-                const CollectiveCost& p2p = forward ? costs.recv_activations : costs.recv_gradients;
-                std::int64_t slowest = 0;
-                std::int64_t largest_send = 0;
-                std::int64_t largest_gather = 0;
-                for (int c = 0; c < grid.cp; ++c) {
-                    const balance::CpShard& shard = planned.cp.ranks[static_cast<std::size_t>(c)];
-                    // attention_work is Σ causal_pair_work, twice the pairs; always even.
-                    ranks[c] =
-                        rank_pass(stage_passes[static_cast<std::size_t>(phase)], recompute, costs,
-                                  config, phase, layers, shard.tokens, shard.attention_work / 2);
-                    slowest = std::max(slowest, ranks[c].own_total());
-                    const double send = std::max(p2p.per_byte_ns, 0.0) *
-                                        static_cast<double>(p2p_bytes(config, shard.tokens));
-                    largest_send = std::max<std::int64_t>(largest_send, std::llround(send));
-                    if (gathers_received(config)) {
-                        largest_gather = std::max(
-                            largest_gather, predict_collective_ns(costs.tp_all_gather,
-                                                                  shard.tokens * hidden * element));
-                    }
-                }
-                for (int c = 0; c < grid.cp; ++c) {
-                    ranks[c].wait_ns = slowest - ranks[c].own_total();
-                }
-                if (grid.cp > 1 && phase != PassPhase::weight) {
-                    // K and V of every token of the micro-batch, this rank's heads (h/tp);
-                    // full recomputation gathers them again in the backward pass.
-                    const std::int64_t bytes_per_layer =
-                        planned.packed.tokens * 2 * (hidden / grid.tp) * element;
-                    group.exchange_bytes = bytes_per_layer * layers;
-                    group.exchange_ns =
-                        layers * predict_collective_ns(
-                                     forward ? costs.cp_all_gather : costs.cp_reduce_scatter,
-                                     bytes_per_layer);
-                    if (phase == PassPhase::backward && config.recompute == plan::Recompute::full) {
-                        group.regather_bytes = bytes_per_layer * layers;
-                        group.regather_ns =
-                            layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
-                    }
-                }
-                group.send_ns = largest_send;
-                group.gather_ns = largest_gather;
-                group.duration_ns = slowest + group.exchange_ns + group.regather_ns +
-                                    sends_of(stage, phase, config) * group.send_ns +
-                                    receives_of(stage, phase, config) * group.gather_ns;
-                auto& table = forward                        ? input.forward_ns
+                play.groups[index] =
+                    play_group(replica[static_cast<std::size_t>(j)], stage, phase, config, costs,
+                               &play.ranks[index * static_cast<std::size_t>(grid.cp)]);
+                auto& table = phase == PassPhase::forward    ? input.forward_ns
                               : phase == PassPhase::backward ? input.backward_ns
                                                              : input.weight_ns;
                 table[static_cast<std::size_t>(stage)][static_cast<std::size_t>(j)] =
-                    group.duration_ns;
+                    play.groups[index].duration_ns;
             }
         }
     }
@@ -548,8 +560,8 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                         : kind == PassPhase::backward ? Phase::backward
                                                       : Phase::weight_grad;
     const int model_chunk = op.chunk * grid.pp + stage;
-    const parallel::LayerRange chunk_range =
-        parallel::stage_layers(model_chunk, grid.pp * v, config.model.layers);
+    const parallel::LayerRange chunk_range = parallel::model_chunk_layers(
+        model_chunk, grid.pp * v, config.model.layers, config.stage_layers);
     ChunkRanges r{out,
                   step,
                   op.microbatch,
@@ -643,6 +655,7 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     input.stages = config.grid.pp;
     input.virtual_stages = std::max(config.virtual_stages, 1);
     input.layers = config.model.layers;
+    input.stage_layers = config.stage_layers;
     input.overlap = config.overlap_grad_reduce;
     input.writes_weights = parallel::splits_backward(config.schedule)
                                ? parallel::PassKind::weight
@@ -650,6 +663,16 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     input.layer_bytes = (12 * h * h + 13 * h) / config.grid.tp * element_bytes(config.dtype);
     input.step_start_ns = step_start;
     return input;
+}
+
+// --stage-layers: one count per model chunk (p, or p·v interleaved), as fulcrum-train takes it.
+Status check_stage_layers(const SimulationConfig& config) {
+    if (config.stage_layers.empty()) {
+        return {};
+    }
+    return parallel::check_stage_layers(config.stage_layers,
+                                        config.grid.pp * std::max(config.virtual_stages, 1),
+                                        config.model.layers);
 }
 
 }  // namespace
@@ -749,6 +772,9 @@ Status validate(const SimulationConfig& config) {
                        " is more model chunks than --layers " + std::to_string(model.layers) +
                        "; every chunk needs a layer");
     }
+    if (auto status = check_stage_layers(config); !status) {
+        return status;
+    }
     if (config.sequence_parallel && grid.tp < 2) {
         return invalid(
             "--sequence-parallel splits TP's LayerNorm and residual work over the TP "
@@ -786,6 +812,7 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.balancer = balance::balancer_name(config.balancer);
     run.cp_shard = balance::cp_sharding_name(config.sharding);
     run.microbatches = config.microbatches;
+    run.stage_layers = config.stage_layers;
     run.steps = config.epochs > 0 ? 0 : config.steps;
     run.epochs = config.epochs;
     run.seed = config.seed;
@@ -808,6 +835,98 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     return fulcrum::run_config_json(run);
 }
 
+StageCosts config_costs(const SimulationConfig& config) {
+    return resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
+                         config.model, config.grid, config.hardware, config.knobs());
+}
+
+namespace {
+
+// When a stage's gradients are reduced after its pipeline ends at `pipeline_ns`
+// (grad_reduction.h, for alike micro-batches): at once, or with overlap layer by layer during
+// the last backward pass (`last_backward_ns`), then what no layer holds.
+double estimate_reduction_end(const SimulationConfig& config, const StageCosts& costs, int stage,
+                              double pipeline_ns, double last_backward_ns) {
+    const parallel::GridShape& grid = config.grid;
+    const std::int64_t element = element_bytes(config.dtype);
+    const std::int64_t bytes =
+        stage_parameters(config.model, grid, stage, config.stage_layers, config.virtual_stages) *
+        element;
+    if (grid.dp * grid.cp <= 1) {
+        return pipeline_ns;
+    }
+    if (!config.overlap_grad_reduce) {
+        return pipeline_ns + static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bytes));
+    }
+    const std::int64_t h = config.model.hidden;
+    const std::int64_t bucket = (12 * h * h + 13 * h) / grid.tp * element;
+    const std::int64_t layers = layers_of(stage, config);
+    const auto bucket_ns = static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bucket));
+    double end = std::max(pipeline_ns + bucket_ns,
+                          pipeline_ns - last_backward_ns + static_cast<double>(layers) * bucket_ns);
+    if (bytes > layers * bucket) {
+        end += static_cast<double>(
+            predict_collective_ns(costs.dp_all_reduce, bytes - layers * bucket));
+    }
+    return end;
+}
+
+}  // namespace
+
+StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& costs,
+                           std::int64_t tokens, std::int64_t pairs) {
+    const parallel::GridShape& grid = config.grid;
+    balance::PlannedMicroBatch mean;
+    mean.packed.tokens = tokens;
+    mean.cp.ranks.resize(static_cast<std::size_t>(grid.cp));
+    for (int c = 0; c < grid.cp; ++c) {
+        balance::CpShard& shard = mean.cp.ranks[static_cast<std::size_t>(c)];
+        shard.tokens = tokens / grid.cp + (c < tokens % grid.cp ? 1 : 0);
+        shard.attention_work = 2 * pairs / grid.cp;
+    }
+    std::vector<RankPass> ranks(static_cast<std::size_t>(grid.cp));
+    const double v = std::max(config.virtual_stages, 1);
+    const double m = std::max(config.microbatches, 1);
+    const bool split = parallel::splits_backward(config.schedule);
+    StepEstimate estimate;
+    estimate.stage_ns.resize(static_cast<std::size_t>(grid.pp));
+    std::vector<double> busy(static_cast<std::size_t>(grid.pp));
+    std::vector<double> last_backward(static_cast<std::size_t>(grid.pp));
+    double slowest = 0, ramp_sum = 0, slowest_ramp = 0;
+    for (int stage = 0; stage < grid.pp; ++stage) {
+        std::array<double, kPassPhases> ns{};
+        for (PassPhase phase : phases_of(config)) {
+            ns[static_cast<std::size_t>(phase)] = static_cast<double>(
+                play_group(mean, stage, phase, config, costs, ranks.data()).duration_ns);
+        }
+        const double per_microbatch = ns[0] + ns[1] + ns[2];
+        // What the stage adds to the pipeline's warm-up and cool-down: a chunk's F + B (a
+        // ZB-H1 stage fills its bubble with W: F + B − W; Qi et al., "Zero Bubble Pipeline
+        // Parallelism", 2024, §3).
+        const double ramp = (split ? ns[0] + ns[1] - ns[2] : per_microbatch) / v;
+        estimate.stage_ns[static_cast<std::size_t>(stage)] = per_microbatch;
+        busy[static_cast<std::size_t>(stage)] = m * per_microbatch;
+        last_backward[static_cast<std::size_t>(stage)] = ns[1] + ns[2];
+        ramp_sum += ramp;
+        if (per_microbatch > slowest) {
+            slowest = per_microbatch;
+            slowest_ramp = ramp;
+        }
+    }
+    estimate.pipeline_ns = m * slowest + (ramp_sum - slowest_ramp) +
+                           2.0 * (grid.pp - 1) * static_cast<double>(p2p_latency_ns(config, costs));
+    double busy_sum = 0, end = 0;
+    for (int stage = 0; stage < grid.pp; ++stage) {
+        busy_sum += busy[static_cast<std::size_t>(stage)];
+        end = std::max(end, estimate_reduction_end(config, costs, stage, estimate.pipeline_ns,
+                                                   last_backward[static_cast<std::size_t>(stage)]));
+    }
+    estimate.bubble_fraction =
+        busy_sum > 0 ? (estimate.pipeline_ns * grid.pp - busy_sum) / busy_sum : 0.0;
+    estimate.step_ns = end + std::max(costs.optimizer_ns, 0.0);
+    return estimate;
+}
+
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress) {
     if (auto status = validate(config); !status) {
@@ -826,9 +945,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         return planner.error();
     }
     const parallel::GridShape& grid = config.grid;
-    const StageCosts costs =
-        resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
-                      config.model, grid, config.hardware, config.knobs());
+    const StageCosts costs = config_costs(config);
 
     SimulationResult result;
     result.packing = planner->packing();
@@ -882,7 +999,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     std::vector<std::int64_t> dp_bytes(static_cast<std::size_t>(grid.pp));
     for (int s = 0; s < grid.pp; ++s) {
         dp_bytes[static_cast<std::size_t>(s)] =
-            stage_parameters(config.model, grid, s) * element_bytes(config.dtype);
+            stage_parameters(config.model, grid, s, config.stage_layers, config.virtual_stages) *
+            element_bytes(config.dtype);
     }
     const std::int64_t optimizer_ns = std::llround(std::max(costs.optimizer_ns, 0.0));
     const std::string balancer = balance::balancer_name(config.balancer);

@@ -74,8 +74,12 @@ struct SimulationConfig {
     // NVLink. fulcrum-train sends the whole activation (its rows under sequence parallelism).
     bool pipeline_scatter_gather = false;
 
+    // Layers per pipeline stage, one entry a stage summing to the model's layers (fulcrum-train
+    // --stage-layers; not with interleaving); empty: L/p each, the first L mod p one more.
+    std::vector<int> stage_layers;
+
     TrainingKnobs knobs() const {
-        return {schedule, virtual_stages, recompute, sequence_parallel, dtype};
+        return {schedule, virtual_stages, recompute, sequence_parallel, dtype, stage_layers};
     }
 
     // Documents: a length spec (core/balance/lengths.h) sampled as fulcrum-train samples it
@@ -170,6 +174,33 @@ struct SimulationProgress {
     // Checked between replicas; the simulation returns ErrorCode::cancelled when it is true.
     const std::atomic<bool>* cancel = nullptr;
 };
+
+// The documents fulcrum-train would train on with the same options
+// (engine/data/step_plan.cpp, load_training_documents): config.documents samples of the spec
+// clamped to the context, every line of a length file (which must fit the context), or
+// config.document_lengths.
+Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& config);
+
+// A closed-form step of `config` with every micro-batch alike: `tokens` tokens and `pairs`
+// causal pairs each, spread evenly over the CP ranks. Each pass is priced as simulate() prices
+// it (the same GroupPass code); the pipeline is the slowest stage's m passes plus the other
+// stages' warm-up and cool-down (1/v of a pass under interleaving, ZB-H1's (F + B − W) share),
+// then the DP reduction (with overlap, the last layer's bucket and what no layer holds) and
+// the optimizer. It ignores imbalance between micro-batches, replicas and CP ranks, which only
+// slows a step down: the planner ranks layouts by it before playing the best in full
+// (docs/plan.md).
+struct StepEstimate {
+    double step_ns = 0;
+    double pipeline_ns = 0;
+    double bubble_fraction = 0;    // Σ_s (pipeline − busy_s) / Σ_s busy_s
+    std::vector<double> stage_ns;  // [stage]: one micro-batch's passes, every phase
+};
+StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& costs,
+                           std::int64_t tokens, std::int64_t pairs);
+
+// The costs simulate() plays `config` with (resolve_costs with the config's model or the
+// analytic one).
+StageCosts config_costs(const SimulationConfig& config);
 
 // Plays config.steps steps, or config.epochs whole epochs. With a writer, writes every rank
 // (coordinates, one "main" lane), its events and its workload rows into it; the caller creates the

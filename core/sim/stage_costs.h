@@ -28,6 +28,7 @@
 
 #include "core/analysis/cost_model.h"
 #include "core/parallel/grid.h"
+#include "core/parallel/schedule.h"
 #include "core/sim/layer_costs.h"
 #include "core/trace/annotations.h"
 
@@ -103,8 +104,10 @@ inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
 // Parameters one rank of `stage` holds (so the bytes / 4 its DP all-reduce moves): per layer
 // 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);
 // the first stage adds the token and position embeddings V·h + context·h, the last the final
-// LayerNorm, 2h.
-std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage);
+// LayerNorm, 2h. The stage's layers: its model chunks' `stage_layers` (one count per model
+// chunk, fulcrum-train --stage-layers), else the even split (parallel::stage_layer_total).
+std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,
+                              const std::vector<int>& stage_layers = {}, int virtual_stages = 1);
 
 // Costs from FLOPs and bandwidths (docs/simulate.md, "The analytic model"): per layer and
 // forward 24·T·h²/tp + 4h·pairs/tp FLOPs, the last stage adds the LM head 2·T·h·V, backward

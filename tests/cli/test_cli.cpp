@@ -5,6 +5,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -425,6 +426,66 @@ private slots:
         expect_golden("simulate.txt", text);
     }
 
+    // fulcrum plan on 8 GPUs of a 4-layer model: the table, the reasons, the command lines;
+    // and bad values, each refused with exit 2. The search's time is masked.
+    void planTable() {
+        const QStringList small = {"plan", "--world",        "8",  "--layers",
+                                   "4",    "--global-batch", "16", "--documents",
+                                   "400",  "--top",          "3",  "--gpu-memory-gib",
+                                   "0.002"};
+        QString text = transcript(small);
+        text += transcript({"plan", "--world", "8,4", "--layers", "4", "--global-batch", "16",
+                            "--documents", "400", "--top", "1", "--balancers", "fixed"});
+        text += transcript({"plan", "--world", "0"});
+        text += transcript({"plan", "--world", "64-8"});
+        text += transcript({"plan", "--schedules", "1f1b,foo"});
+        text += transcript({"plan", "--gpu-memory-gib", "0"});
+        text += transcript({"plan", "--heads", "3"});
+        text += transcript({"plan", "--stage-layers", "1,1"});
+        text.replace(QRegularExpression("candidates in [0-9.]+ s"), "candidates in X s");
+        expect_golden("plan.txt", text);
+    }
+
+    // The top candidate's `fulcrum simulate` line plays the figures plan ranked it by, and
+    // -o writes the top candidates as runs that every command opens.
+    void planMatchesSimulate() {
+        const QStringList small = {"plan", "--world",     "8",   "--layers", "4", "--global-batch",
+                                   "16",   "--documents", "400", "--top",    "2"};
+        const Outcome planned = run(fulcrum(), small + QStringList{"--json"}, work_.path());
+        QCOMPARE(planned.exit_code, 0);
+        const QJsonObject json = QJsonDocument::fromJson(planned.output.toUtf8()).object();
+        QCOMPARE(json.value("format").toString(), QString("fulcrum plan"));
+        const QJsonArray ranked = json.value("ranked").toArray();
+        QCOMPARE(ranked.size(), 2);
+        const QJsonObject top = ranked.at(0).toObject();
+        QStringList command = top.value("simulate_command").toString().split(' ');
+        QCOMPARE(command.takeFirst(), QString("fulcrum"));
+        const Outcome simulated = run(fulcrum(), command + QStringList{"--json"}, work_.path());
+        QCOMPARE(simulated.exit_code, 0);
+        const QJsonObject result = QJsonDocument::fromJson(simulated.output.toUtf8())
+                                       .object()
+                                       .value("results")
+                                       .toArray()
+                                       .at(0)
+                                       .toObject();
+        QCOMPARE(result.value("tokens_per_second").toDouble(),
+                 top.value("tokens_per_second").toDouble());
+
+        const Outcome written = run(fulcrum(), small + QStringList{"-o", "plans"}, work_.path());
+        QCOMPARE(written.exit_code, 0);
+        QVERIFY(QFile::exists(work_.filePath("plans/rank-1.fulcrum")));
+        QVERIFY(QFile::exists(work_.filePath("plans/rank-2.fulcrum")));
+        QCOMPARE(run(fulcrum(), {"info", "plans/rank-1.fulcrum"}, work_.path()).exit_code, 0);
+        // Not over an existing run without --force.
+        QCOMPARE(run(fulcrum(), small + QStringList{"-o", "plans"}, work_.path()).exit_code, 2);
+        // Costs fitted on a run: the one just written.
+        const Outcome calibrated = run(
+            fulcrum(), small + QStringList{"--calibrate", "plans/rank-1.fulcrum"}, work_.path());
+        QCOMPARE(calibrated.exit_code, 0);
+        QVERIFY2(calibrated.output.contains("(fitted on 'rank-1')"), qPrintable(calibrated.output));
+        QVERIFY(calibrated.output.contains("fulcrum simulate --calibrate plans/rank-1.fulcrum"));
+    }
+
     void helpOnEverySubcommand_data() {
         QTest::addColumn<QString>("subcommand");
         QTest::newRow("top") << "";
@@ -435,6 +496,7 @@ private slots:
         QTest::newRow("analyze") << "analyze";
         QTest::newRow("diff") << "diff";
         QTest::newRow("simulate") << "simulate";
+        QTest::newRow("plan") << "plan";
         QTest::newRow("report") << "report";
         QTest::newRow("import") << "import";
     }

@@ -34,24 +34,26 @@ const QStringList kModel = {"--steps",    "2",       "--layers",    "4",        
                             "64",         "--heads", "4",           "--context", "256",
                             "--balancer", "fixed",   "--documents", "64"};
 
-// A peak as fulcrum-train prints it: "memory by rank: rank R (dp d, pp s, cp c, tp t): peak X
+// A peak as fulcrum-train prints it: "memory by rank: rank R (dp d, tp t, pp s, cp c): peak X
 // MiB, Y MiB pinned".
 struct RankPeak {
-    int dp = 0, pp = 0, cp = 0, tp = 0;
+    int dp = 0, tp = 0, pp = 0, cp = 0;
     double device_bytes = 0, pinned_bytes = 0;
 };
 
 std::map<int, RankPeak> peaks_of(const QString& output) {
     static const QRegularExpression line(
-        "memory by rank: rank (\\d+) \\(dp (\\d+), pp (\\d+), cp (\\d+), tp (\\d+)\\): peak "
+        "memory by rank: rank (\\d+) \\(dp (\\d+), tp (\\d+), pp (\\d+), cp (\\d+)\\): peak "
         "([0-9.]+) MiB, ([0-9.]+) MiB pinned");
     std::map<int, RankPeak> peaks;
     for (auto it = line.globalMatch(output); it.hasNext();) {
         const auto match = it.next();
-        peaks[match.captured(1).toInt()] = {
-            match.captured(2).toInt(),           match.captured(3).toInt(),
-            match.captured(4).toInt(),           match.captured(5).toInt(),
-            match.captured(6).toDouble() * kMiB, match.captured(7).toDouble() * kMiB};
+        peaks[match.captured(1).toInt()] = {.dp = match.captured(2).toInt(),
+                                            .tp = match.captured(3).toInt(),
+                                            .pp = match.captured(4).toInt(),
+                                            .cp = match.captured(5).toInt(),
+                                            .device_bytes = match.captured(6).toDouble() * kMiB,
+                                            .pinned_bytes = match.captured(7).toDouble() * kMiB};
     }
     return peaks;
 }

@@ -1,0 +1,482 @@
+// fulcrum plan: which DP × TP × PP × CP layout (with schedule, recomputation, balancer, CP
+// sharding and layer split) to run a model on a world of GPUs, ranked by the simulator's
+// tokens/s among those that fit in memory (core/plan/planner.h, docs/plan.md).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "app/cli/cli_common.h"
+#include "app/cli/commands.h"
+#include "core/analysis/run_trace.h"
+#include "core/plan/planner.h"
+#include "core/sim/hardware.h"
+#include "core/store/trace_reader.h"
+#include "core/util/text_table.h"
+
+namespace fulcrum::cli {
+namespace {
+
+struct PlanArgs {
+    plan::PlanRequest request;
+    std::string world = "8";
+    std::string hardware = "h100";
+    std::string dtype = "bf16";
+    std::string calibrate;
+    std::string schedules = "1f1b,interleaved,zb-h1,gpipe";
+    std::string virtual_stages = "2,4";
+    std::string balancers = "fixed,wlb";
+    std::string shardings = "per-doc,zigzag,adaptive";
+    std::string recomputes = "none,selective,full";
+    bool no_sequence_parallel = false;
+    bool equal_split = false;
+    std::string output;
+    bool force = false;
+    bool json = false;
+    bool progress = false;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> items;
+    std::stringstream stream(text);
+    std::string item;
+    while (std::getline(stream, item, ',')) {
+        if (!item.empty()) {
+            items.push_back(item);
+        }
+    }
+    return items;
+}
+
+// "4096", "256,1024", or "256-4096": every power-of-two multiple of 256 up to 4096.
+Result<std::vector<int>> parse_worlds(const std::string& text) {
+    const auto dash = text.find('-');
+    if (dash == std::string::npos) {
+        return parse_int_list(text, "--world", "1024 or 256,512");
+    }
+    auto low = parse_int_list(text.substr(0, dash), "--world", "256-4096");
+    auto high = parse_int_list(text.substr(dash + 1), "--world", "256-4096");
+    if (!low || !high || low->size() != 1 || high->size() != 1 || low->front() > high->front()) {
+        return Error{ErrorCode::invalid_input, "--world '" + text +
+                                                   "': a range is LOW-HIGH, e.g. 256-4096 (LOW, "
+                                                   "2·LOW, 4·LOW, ... up to HIGH)"};
+    }
+    std::vector<int> worlds;
+    for (long world = low->front(); world <= high->front(); world *= 2) {
+        worlds.push_back(static_cast<int>(world));
+    }
+    return worlds;
+}
+
+// Parses each name of a comma-separated list with `parse`; the error names `option`.
+template <typename T, typename Parse>
+Result<std::vector<T>> parse_names(const std::string& text, const std::string& option,
+                                   Parse parse) {
+    std::vector<T> values;
+    for (const std::string& name : split_list(text)) {
+        auto value = parse(name);
+        if (!value) {
+            return Error{ErrorCode::invalid_input, option + ": " + value.error().message};
+        }
+        if (std::find(values.begin(), values.end(), *value) == values.end()) {
+            values.push_back(*value);
+        }
+    }
+    if (values.empty()) {
+        return Error{ErrorCode::invalid_input, option + " needs at least one value"};
+    }
+    return values;
+}
+
+// The search space and the knobs from the options.
+Status build_space(PlanArgs& args) {
+    plan::PlanSpace& space = args.request.space;
+    auto schedules = parse_names<parallel::PipelineSchedule>(args.schedules, "--schedules",
+                                                             parallel::parse_schedule);
+    auto balancers =
+        parse_names<balance::Balancer>(args.balancers, "--balancers", balance::parse_balancer);
+    auto shardings =
+        parse_names<balance::CpSharding>(args.shardings, "--cp-shards", balance::parse_cp_sharding);
+    auto recomputes =
+        parse_names<plan::Recompute>(args.recomputes, "--recomputes", plan::parse_recompute);
+    auto virtual_stages = parse_int_list(args.virtual_stages, "--virtual-stages", "2,4");
+    auto dtype = sim::parse_dtype(args.dtype);
+    if (!schedules || !balancers || !shardings || !recomputes || !virtual_stages || !dtype) {
+        return !schedules        ? schedules.error()
+               : !balancers      ? balancers.error()
+               : !shardings      ? shardings.error()
+               : !recomputes     ? recomputes.error()
+               : !virtual_stages ? virtual_stages.error()
+                                 : dtype.error();
+    }
+    space.schedules = *schedules;
+    space.balancers = *balancers;
+    space.shardings = *shardings;
+    space.recomputes = *recomputes;
+    space.virtual_stages = *virtual_stages;
+    space.sequence_parallel = !args.no_sequence_parallel;
+    space.exact_layer_split = !args.equal_split;
+    args.request.dtype = *dtype;
+    return {};
+}
+
+// --hardware, or --calibrate's cost model fitted on a captured run.
+Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
+    plan::PlanRequest& request = args.request;
+    auto preset = sim::hardware_preset(args.hardware);
+    if (!preset) {
+        return Error{ErrorCode::invalid_input, "--hardware: " + preset.error().message};
+    }
+    request.hardware = *preset;
+    request.hardware.gpus_per_node = request.gpus_per_node;
+    if (args.calibrate.empty()) {
+        return {};
+    }
+    auto reader = store::TraceReader::open(args.calibrate);
+    if (!reader) {
+        return reader.error();
+    }
+    analysis::LoadOptions load;
+    load.progress = progress_for("loading", args.progress, cancel);
+    load.cancel = &cancel;
+    auto trace = analysis::load_run_trace(*reader, load);
+    finish_progress_line();
+    if (!trace) {
+        return trace.error();
+    }
+    auto calibration = sim::calibrate(*trace);
+    if (!calibration) {
+        return calibration.error();
+    }
+    request.cost_model = std::move(calibration->model);
+    request.cost_origin = calibration->origin;
+    request.calibration_run = args.calibrate;
+    return {};
+}
+
+std::string significant(double value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.3g", value);
+    return buffer;
+}
+
+std::string knobs_text(const plan::Candidate& c) {
+    std::string text = plan::recompute_name(c.recompute);
+    if (c.sequence_parallel) {
+        text += ", sp";
+    }
+    if (!c.stage_layers.empty()) {
+        std::string split;
+        for (int layers : c.stage_layers) {
+            split += (split.empty() ? "" : "/") + std::to_string(layers);
+        }
+        text += ", layers " + split;
+    }
+    return text;
+}
+
+// With several world sizes: each one's best candidate, and its tokens/s per GPU against the
+// smallest world's (the scaling efficiency).
+void print_per_world(const PlanArgs& args, const plan::PlanResult& result) {
+    if (args.request.world_sizes.size() < 2) {
+        return;
+    }
+    const auto R = TextTable::Align::right;
+    const auto L = TextTable::Align::left;
+    TextTable table({"GPUs", "best layout", "m", "schedule", "balancer", "tokens/s", "per GPU",
+                     "MFU", "per GPU vs smallest"},
+                    {R, L, R, L, L, R, R, R, R});
+    double first_per_gpu = 0;
+    for (int world : args.request.world_sizes) {
+        const auto best = std::find_if(result.ranked.begin(), result.ranked.end(), [&](auto i) {
+            return result.candidates[i].grid.world() == world;
+        });
+        if (best == result.ranked.end()) {
+            table.add_row({std::to_string(world), "nothing fits", "", "", "", "", "", "", ""});
+            continue;
+        }
+        const plan::Candidate& c = result.candidates[*best];
+        const double per_gpu = c.tokens_per_second / world;
+        first_per_gpu = first_per_gpu > 0 ? first_per_gpu : per_gpu;
+        table.add_row({std::to_string(world),
+                       "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
+                           " pp" + std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp),
+                       std::to_string(c.microbatches), parallel::schedule_name(c.schedule),
+                       balance::balancer_name(c.balancer), format_fixed(c.tokens_per_second, 0),
+                       format_fixed(per_gpu, 0), format_percent(c.mfu, 1.0),
+                       format_percent(per_gpu, first_per_gpu)});
+    }
+    std::printf("\nBest per world size:\n");
+    std::fputs(table.render("  ").c_str(), stdout);
+}
+
+void print_table(const PlanArgs& args, const plan::PlanResult& result) {
+    const auto R = TextTable::Align::right;
+    const auto L = TextTable::Align::left;
+    TextTable table({"rank", "layout", "m", "schedule", "knobs", "balancer", "sharding", "step",
+                     "tokens/s", "MFU", "peak GiB", "bubble", "imbalance"},
+                    {R, L, R, L, L, L, L, R, R, R, R, R, R});
+    const std::size_t shown =
+        std::min(result.ranked.size(), static_cast<std::size_t>(args.request.top_k));
+    for (std::size_t i = 0; i < shown; ++i) {
+        const plan::Candidate& c = result.candidates[result.ranked[i]];
+        std::string schedule = parallel::schedule_name(c.schedule);
+        if (c.virtual_stages > 1) {
+            schedule += " x" + std::to_string(c.virtual_stages);
+        }
+        table.add_row({std::to_string(i + 1),
+                       "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
+                           " pp" + std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp),
+                       std::to_string(c.microbatches), schedule, knobs_text(c),
+                       balance::balancer_name(c.balancer),
+                       c.grid.cp > 1 ? balance::cp_sharding_name(c.sharding) : "-",
+                       format_duration(static_cast<std::int64_t>(c.step_ns)),
+                       format_fixed(c.tokens_per_second, 0), format_percent(c.mfu, 1.0),
+                       c.memory.total_gib >= 1 ? format_fixed(c.memory.total_gib, 1)
+                                               : significant(c.memory.total_gib),
+                       format_percent(c.bubble_fraction, 1.0), format_fixed(c.imbalance, 2)});
+    }
+    const plan::PlanCounts& counts = result.counts;
+    std::printf(
+        "fulcrum plan: %lld candidates in %.1f s; %lld do not fit, %lld fit with less "
+        "recomputation, %lld estimated, %lld simulated (%s)\n\n",
+        static_cast<long long>(counts.enumerated), result.elapsed_s,
+        static_cast<long long>(counts.infeasible), static_cast<long long>(counts.dominated),
+        static_cast<long long>(counts.estimated + counts.simulated),
+        static_cast<long long>(counts.simulated), result.cost_source.c_str());
+    if (shown == 0) {
+        std::printf("No layout fits. ");
+    } else {
+        std::fputs(table.render().c_str(), stdout);
+    }
+    print_per_world(args, result);
+    if (!counts.infeasible_by_reason.empty()) {
+        std::printf("\nNot feasible, by reason:\n");
+        TextTable reasons({"candidates", "reason", "for example"}, {R, L, L});
+        for (const auto& [kind, n] : counts.infeasible_by_reason) {
+            std::string example;
+            for (const plan::Candidate& c : result.candidates) {
+                if (c.status == plan::CandidateStatus::infeasible && c.reason_kind == kind) {
+                    example = "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
+                              " pp" + std::to_string(c.grid.pp) + " cp" +
+                              std::to_string(c.grid.cp) + ": " + c.reason;
+                    break;
+                }
+            }
+            reasons.add_row({std::to_string(n), kind, example});
+        }
+        std::fputs(reasons.render("  ").c_str(), stdout);
+    }
+    if (shown > 0) {
+        std::printf("\nTo run each (fulcrum-train), or to simulate it (fulcrum simulate):\n");
+    }
+    for (std::size_t i = 0; i < shown; ++i) {
+        const plan::Candidate& c = result.candidates[result.ranked[i]];
+        std::printf("  %zu. %s\n     %s\n", i + 1, c.train_command.c_str(),
+                    c.simulate_command.c_str());
+    }
+}
+
+// -o DIR: the top k as simulated runs, DIR/rank-N.fulcrum.
+Status write_runs(const PlanArgs& args, const plan::PlanResult& result, std::atomic<bool>& cancel) {
+    namespace fs = std::filesystem;
+    const std::size_t shown =
+        std::min(result.ranked.size(), static_cast<std::size_t>(args.request.top_k));
+    std::error_code ec;
+    fs::create_directories(args.output, ec);
+    if (ec) {
+        return Error{ErrorCode::io, "cannot create '" + args.output + "': " + ec.message()};
+    }
+    for (std::size_t i = 0; i < shown; ++i) {
+        const plan::Candidate& c = result.candidates[result.ranked[i]];
+        sim::SimulationOutput output;
+        output.path =
+            (fs::path(args.output) / ("rank-" + std::to_string(i + 1) + ".fulcrum")).string();
+        output.overwrite = args.force;
+        output.command = c.simulate_command;
+        output.producer = "fulcrum " FULCRUM_VERSION;
+        sim::SimulationProgress progress;
+        progress.progress = progress_for("writing " + output.path, args.progress, cancel);
+        progress.cancel = &cancel;
+        auto written =
+            sim::simulate_to_file(plan::simulation_config(args.request, c), output, progress);
+        finish_progress_line();
+        if (!written) {
+            return written.error();
+        }
+    }
+    return {};
+}
+
+int run_plan(PlanArgs& args) {
+    std::atomic<bool> cancel{false};
+    auto worlds = parse_worlds(args.world);
+    if (!worlds) {
+        return report_error(worlds.error());
+    }
+    std::sort(worlds->begin(), worlds->end());
+    worlds->erase(std::unique(worlds->begin(), worlds->end()), worlds->end());
+    args.request.world_sizes = *worlds;
+    if (args.request.lengths.empty() && args.request.document_lengths.empty()) {
+        const int context = args.request.model.context;
+        const int median = std::max(1, std::min(1900, context / 8));
+        args.request.lengths =
+            "long-tail:context=" + std::to_string(context) + ",median=" + std::to_string(median);
+    }
+    if (auto status = build_space(args); !status) {
+        return report_error(status.error());
+    }
+    if (auto status = plan::validate(args.request); !status) {
+        return report_error(status.error());
+    }
+    if (auto status = build_costs(args, cancel); !status) {
+        return report_error(status.error());
+    }
+    if (!args.output.empty() && !args.force) {
+        const std::string first = (std::filesystem::path(args.output) / "rank-1.fulcrum").string();
+        std::error_code ec;
+        if (std::filesystem::exists(first, ec)) {
+            return report_error({ErrorCode::io, "'" + first +
+                                                    "' already exists; remove it, choose another "
+                                                    "folder, or pass --force"});
+        }
+    }
+    plan::PlanProgress progress;
+    progress.progress = progress_for("planning", args.progress, cancel);
+    progress.cancel = &cancel;
+    auto result = plan::plan(args.request, progress);
+    finish_progress_line();
+    if (!result) {
+        return report_error(result.error());
+    }
+    if (args.json) {
+        std::printf("%s\n", plan::plan_json(args.request, *result, args.request.top_k).c_str());
+    } else {
+        print_table(args, *result);
+    }
+    if (!args.output.empty()) {
+        if (auto status = write_runs(args, *result, cancel); !status) {
+            return report_error(status.error());
+        }
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+    auto args = std::make_shared<PlanArgs>();
+    plan::PlanRequest& r = args->request;
+    auto* sub = app.add_subcommand(
+        "plan",
+        "Search every DP x TP x PP x CP layout of a world of GPUs (TP within a node) with its "
+        "schedule, recomputation, sequence parallelism, balancer, CP sharding and layer split; "
+        "drop what does not fit in GPU memory and say why; rank the rest by the simulator's "
+        "tokens/s (docs/plan.md).\n\n"
+        "  fulcrum plan --layers 32 --hidden 4096 --heads 32 --context 32768 --world 4096\n"
+        "  fulcrum plan --calibrate run.fulcrum --world 256-1024 --top 5 -o plans");
+    sub->add_option("--world", args->world,
+                    "GPUs: one count, a list (256,1024) or a range LOW-HIGH of powers of two")
+        ->capture_default_str()
+        ->group("Cluster");
+    sub->add_option("--gpus-per-node", r.gpus_per_node, "GPUs per node; TP stays within one")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->group("Cluster");
+    sub->add_option("--gpu-memory-gib", r.gpu_memory_gib, "Memory of one GPU")
+        ->capture_default_str()
+        ->group("Cluster");
+    sub->add_option("--usable-memory", r.usable_memory_fraction,
+                    "Share of GPU memory a layout may fill by the memory model (which leaves out "
+                    "logits, buffers and fragmentation)")
+        ->capture_default_str()
+        ->group("Cluster");
+    sub->add_option("--hardware", args->hardware,
+                    "The analytic cost model's system: h100 or a100 (docs/simulate.md)")
+        ->capture_default_str()
+        ->group("Cluster");
+    sub->add_option("--calibrate", args->calibrate,
+                    "Costs fitted on this captured run instead of the analytic model")
+        ->group("Cluster");
+    sub->add_option("--peak-tflops", r.peak_tflops,
+                    "Peak dense TFLOP/s of a GPU for MFU (default: 989 for h100, 312 for a100)")
+        ->group("Cluster");
+
+    sub->add_option("--layers", r.model.layers)->capture_default_str()->group("Model");
+    sub->add_option("--hidden", r.model.hidden)->capture_default_str()->group("Model");
+    sub->add_option("--heads", r.model.heads)->capture_default_str()->group("Model");
+    sub->add_option("--context", r.model.context, "Tokens of one sequence (micro-batch)")
+        ->capture_default_str()
+        ->group("Model");
+    sub->add_option("--vocab", r.model.vocab)->capture_default_str()->group("Model");
+    sub->add_option("--dtype", args->dtype, "Activations and gradients: bf16, fp16 or fp32")
+        ->capture_default_str()
+        ->group("Model");
+
+    sub->add_option("--global-batch", r.global_batch,
+                    "Sequences of --context tokens per step over all DP replicas; micro-batches "
+                    "per replica = this / dp")
+        ->capture_default_str()
+        ->group("Data");
+    sub->add_option("--lengths", r.lengths,
+                    "Document lengths: lognormal:median=M,sigma=S, long-tail:context=N, file:PATH "
+                    "(default long-tail:context=C,median=min(1900, C/8))")
+        ->group("Data");
+    sub->add_option("--documents", r.documents,
+                    "Documents to sample (default: enough for the steps played and one more)")
+        ->group("Data");
+    sub->add_option("--seed", r.seed)->capture_default_str()->group("Data");
+    sub->add_option("--steps", r.steps, "Steps played per simulated candidate")
+        ->capture_default_str()
+        ->group("Data");
+
+    sub->add_option("--schedules", args->schedules, "Pipeline schedules to try")
+        ->capture_default_str()
+        ->group("Search");
+    sub->add_option("--virtual-stages", args->virtual_stages,
+                    "Model chunks per stage to try under interleaved")
+        ->capture_default_str()
+        ->group("Search");
+    sub->add_option("--balancers", args->balancers, "Balancers to try: fixed, ilp, wlb")
+        ->capture_default_str()
+        ->group("Search");
+    sub->add_option("--cp-shards", args->shardings,
+                    "CP shardings to try (cp > 1): contiguous, zigzag, per-doc, adaptive")
+        ->capture_default_str()
+        ->group("Search");
+    sub->add_option("--recomputes", args->recomputes,
+                    "Recomputation to try; the least that fits is kept")
+        ->capture_default_str()
+        ->group("Search");
+    sub->add_flag("--no-sequence-parallel", args->no_sequence_parallel,
+                  "Do not try sequence parallelism")
+        ->group("Search");
+    sub->add_flag("--equal-split", args->equal_split,
+                  "L/p layers a stage instead of the exact split (dynamic programming)")
+        ->group("Search");
+    sub->add_option("--max-tp", r.space.max_tp, "Largest TP (default: --gpus-per-node)")
+        ->group("Search");
+    sub->add_option("--max-pp", r.space.max_pp, "Largest PP (default: --layers)")->group("Search");
+    sub->add_option("--max-cp", r.space.max_cp, "Largest CP (default: no limit)")->group("Search");
+    sub->add_option("--refine", r.refine_layouts,
+                    "Layouts played in full, best estimate first (default: max(4 x --top, 32))")
+        ->group("Search");
+
+    sub->add_option("--top", r.top_k, "Candidates to print")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->group("Output");
+    sub->add_flag("--json", args->json, "Print the result as JSON")->group("Output");
+    sub->add_option("-o,--output", args->output,
+                    "Write the top candidates as simulated runs, DIR/rank-N.fulcrum")
+        ->group("Output");
+    sub->add_flag("--force", args->force, "Replace existing runs in DIR")->group("Output");
+    sub->add_flag("--progress", args->progress,
+                  "Report progress on stderr even when it is not a terminal")
+        ->group("Output");
+    return [args] { return run_plan(*args); };
+}
+
+}  // namespace fulcrum::cli

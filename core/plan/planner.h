@@ -1,0 +1,202 @@
+// `fulcrum plan`: which layout to run. Searches every DP × TP × PP × CP factorisation of the
+// world size (TP within a node), with the pipeline schedule, activation recomputation,
+// sequence parallelism, balancer, CP sharding and the layer split across stages, drops what
+// does not fit in GPU memory (core/plan/memory_model.h) with the reason, and ranks the rest by
+// tokens/s as the simulator (core/sim/simulator.h) plays them. docs/plan.md, "Searching
+// layouts", says what is exhaustive, what is pruned and why the pruning is safe.
+//
+// The search, in short:
+//   1. enumerate the space; the memory model (closed form) drops every candidate that does not
+//      fit, and among recomputation levels that fit only the least is kept (more
+//      recomputation only adds work to the same passes);
+//   2. estimate every remaining layout's step from the simulator's own pass costs for one
+//      mean micro-batch and the schedule's bubble (sim::estimate_step), data-independent;
+//   3. play the best layouts' steps in full with the simulator, for every balancer and CP
+//      sharding, and rank by simulated tokens/s.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/analysis/cost_model.h"
+#include "core/balance/cp_shard.h"
+#include "core/balance/packing.h"
+#include "core/parallel/grid.h"
+#include "core/parallel/schedule.h"
+#include "core/plan/memory_model.h"
+#include "core/sim/simulator.h"
+#include "core/sim/stage_costs.h"
+#include "core/util/result.h"
+
+namespace fulcrum::plan {
+
+// What may be searched; each list in the order it is tried. Empty lists are refused.
+struct PlanSpace {
+    std::vector<parallel::PipelineSchedule> schedules = {
+        parallel::PipelineSchedule::one_f_one_b, parallel::PipelineSchedule::interleaved,
+        parallel::PipelineSchedule::zero_bubble_h1, parallel::PipelineSchedule::gpipe};
+    std::vector<int> virtual_stages = {2, 4};  // tried under the interleaved schedule
+    std::vector<balance::Balancer> balancers = {balance::Balancer::fixed, balance::Balancer::wlb};
+    // Tried when cp > 1; with cp = 1 the sharding changes nothing and per-doc is used.
+    std::vector<balance::CpSharding> shardings = {balance::CpSharding::per_document,
+                                                  balance::CpSharding::zigzag,
+                                                  balance::CpSharding::adaptive};
+    std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
+    bool sequence_parallel = true;  // try it (when tp > 1) besides plain TP
+    bool exact_layer_split = true;  // false: L/p layers a stage, as fulcrum-train splits by default
+    int max_tp = 0;                 // 0: GPUs per node
+    int max_pp = 0;                 // 0: layers
+    int max_cp = 0;                 // 0: no limit beyond the context
+};
+
+struct PlanRequest {
+    sim::ModelShape model;
+    std::vector<int> world_sizes;  // GPUs; each is searched
+    int gpus_per_node = 8;
+    double gpu_memory_gib = 80;
+    // The memory model leaves out the logits, communication buffers and the allocator's
+    // fragmentation (docs/plan.md): a layout must fit in this share of the GPU.
+    double usable_memory_fraction = 0.9;
+    // Sequences of `model.context` tokens per step over every DP replica: micro-batches per
+    // replica = global_batch / dp. The batch is a training choice, not a layout's: tokens/s is
+    // only comparable at the same batch.
+    int global_batch = 1024;
+
+    // Documents, as `fulcrum simulate` takes them: a length spec sampled with `seed`
+    // (`documents` of them; 0: enough for two steps), or exactly `document_lengths`.
+    std::string lengths;
+    std::int64_t documents = 0;
+    std::vector<std::int64_t> document_lengths;
+    std::uint64_t seed = 1;
+
+    // Costs: the analytic model of `hardware`, or a fitted model (`--calibrate RUN`).
+    sim::HardwareAssumptions hardware;
+    std::optional<analysis::CostModel> cost_model;
+    sim::CostOrigin cost_origin;
+    std::string calibration_run;  // RUN of --calibrate, repeated in the printed commands
+    sim::DType dtype = sim::DType::bf16;
+    Precision precision = [] {
+        Precision p = Precision::megatron_mixed();
+        p.distributed_optimizer = true;
+        return p;
+    }();
+    bool flash_attention = true;
+    bool overlap_grad_reduce = true;
+    // Peak dense TFLOP/s of one GPU for MFU; 0: the hardware preset's (989 for h100).
+    double peak_tflops = 0;
+
+    PlanSpace space;
+    int top_k = 10;
+    // Layouts (by estimate) of each world size whose steps are played in full for every
+    // balancer and sharding; 0: max(4 · top_k, 32).
+    int refine_layouts = 0;
+    int steps = 1;  // steps played per simulated candidate
+};
+
+// Memory of the fullest rank (GiB, 2³⁰ bytes).
+struct MemoryBreakdown {
+    int stage = 0;  // the pipeline stage of that rank
+    double weights_gib = 0;
+    double gradients_gib = 0;
+    double optimizer_gib = 0;
+    double activations_gib = 0;
+    double total_gib = 0;
+};
+
+// Where a candidate ended.
+enum class CandidateStatus {
+    ranked,      // simulated in full; in PlanResult::ranked
+    estimated,   // fits, estimated, not among the layouts played in full
+    dominated,   // fits, but the same layout with less recomputation fits too
+    infeasible,  // does not fit in memory, or is not a valid layout; `reason` says why
+};
+const char* candidate_status_name(CandidateStatus status);
+
+struct Candidate {
+    parallel::GridShape grid;
+    int microbatches = 1;  // per DP replica and step
+    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
+    int virtual_stages = 1;
+    Recompute recompute = Recompute::none;
+    bool sequence_parallel = false;
+    balance::Balancer balancer = balance::Balancer::fixed;
+    balance::CpSharding sharding = balance::CpSharding::per_document;
+    // FPDT-style attention chunks and Q/K/V offload (fulcrum-train --attention-chunk,
+    // --offload): not searched, since neither the memory model nor the simulator plays them.
+    int attention_chunk = 0;
+    bool offload = false;
+    std::vector<int> stage_layers;  // layers per pipeline stage; empty: L/p each
+    // wlb's queue thresholds: tuned once on the first wlb candidate played and given to the
+    // others, so that every wlb candidate (and its command line) packs alike.
+    std::optional<std::vector<std::int64_t>> wlb_thresholds;
+
+    CandidateStatus status = CandidateStatus::infeasible;
+    std::string reason;  // why infeasible or dominated; empty otherwise
+    // A short key for counting infeasible candidates by cause ("activations", "model state",
+    // "tp > heads", ...).
+    std::string reason_kind;
+
+    double estimated_step_ns = 0;  // the closed-form estimate (0 when not estimated)
+    // Simulated (status ranked), else the estimate's figures where it has them.
+    double step_ns = 0;
+    double tokens_per_second = 0;
+    double mfu = 0;  // model FLOPs (6·N·T + attention) / (GPUs · peak · step time)
+    double bubble_fraction = 0;
+    double imbalance = 1;
+    MemoryBreakdown memory;
+
+    std::string train_command;     // mpirun -np W fulcrum-train ...
+    std::string simulate_command;  // fulcrum simulate ... (the same candidate)
+};
+
+struct PlanCounts {
+    std::int64_t enumerated = 0;
+    std::int64_t infeasible = 0;
+    std::int64_t dominated = 0;
+    std::int64_t estimated = 0;  // fits and not dominated
+    std::int64_t simulated = 0;  // played in full
+    // Infeasible candidates by reason_kind, most frequent first.
+    std::vector<std::pair<std::string, std::int64_t>> infeasible_by_reason;
+};
+
+struct PlanResult {
+    // Every candidate evaluated, per balancer and sharding only where those were played.
+    std::vector<Candidate> candidates;
+    // Indices into `candidates` of the simulated ones, best tokens/s first; the first top_k
+    // are the answer.
+    std::vector<std::size_t> ranked;
+    PlanCounts counts;
+    double elapsed_s = 0;
+    std::string cost_source;
+    std::vector<std::string> notes;
+};
+
+struct PlanProgress {
+    std::function<void(double)> progress;       // fraction done, now and then; may be empty
+    const std::atomic<bool>* cancel = nullptr;  // checked often; returns ErrorCode::cancelled
+};
+
+// Says what is wrong with a request, naming the option (--world, --gpus-per-node, ...).
+Status validate(const PlanRequest& request);
+
+Result<PlanResult> plan(const PlanRequest& request, const PlanProgress& progress = {});
+
+// The simulation settings that play `candidate` (for `fulcrum simulate -o` of the top k).
+sim::SimulationConfig simulation_config(const PlanRequest& request, const Candidate& candidate);
+
+// Layers per stage minimising the slowest stage's time, each stage within its memory budget:
+// dynamic programming over prefixes of the layers (exact). `layer_ns` the time of one layer,
+// `first_ns` and `last_ns` what stage 0 (embedding) and the last stage (LM head) add;
+// `fits(stage, layers)` whether `layers` layers fit on that stage. Empty when no split fits.
+std::vector<int> split_layers(int layers, int stages, double layer_ns, double first_ns,
+                              double last_ns, const std::function<bool(int, int)>& fits);
+
+// {"format": "fulcrum plan", "version": 1, "request", "counts", "ranked": [...], "infeasible"}:
+// docs/plan.md gives the keys. `top` ranked candidates (all when 0).
+std::string plan_json(const PlanRequest& request, const PlanResult& result, int top);
+
+}  // namespace fulcrum::plan

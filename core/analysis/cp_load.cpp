@@ -16,9 +16,9 @@ namespace fulcrum::analysis {
 
 namespace {
 
-using Rows = std::vector<const WorkloadEntry*>;  // one CP rank's rows, in table order
+using RankRows = std::vector<const WorkloadEntry*>;  // one CP rank's rows, in table order
 
-bool same_ranges(const balance::CpShard& shard, const Rows& rows) {
+bool same_ranges(const balance::CpShard& shard, const RankRows& rows) {
     std::size_t i = 0;
     for (const WorkloadEntry* row : rows) {
         if (row->token_end <= row->token_begin) {
@@ -38,11 +38,11 @@ bool same_ranges(const balance::CpShard& shard, const Rows& rows) {
 // Rank r holds chunk r then chunk 2·CP−1−r of the packed sequence (cut at ⌊k·T/2CP⌋), so its
 // rows split at chunk r's length; reading the chunks 0 … 2CP−1 gives the packed order back.
 std::optional<std::vector<balance::Document>> zigzag_order(
-    const std::vector<Rows>& ranks, const std::vector<balance::Document>& documents,
+    const std::vector<RankRows>& ranks, const std::vector<balance::Document>& documents,
     std::int64_t total) {
     const int cp = static_cast<int>(ranks.size());
     const int chunks = 2 * cp;
-    std::vector<Rows> chunk_rows(static_cast<std::size_t>(chunks));
+    std::vector<RankRows> chunk_rows(static_cast<std::size_t>(chunks));
     for (int r = 0; r < cp; ++r) {
         const std::int64_t first = total * (r + 1) / chunks - total * r / chunks;
         std::int64_t held = 0;
@@ -61,7 +61,7 @@ std::optional<std::vector<balance::Document>> zigzag_order(
     }
     std::vector<balance::Document> order;
     std::vector<bool> placed(documents.size(), false);
-    for (const Rows& rows : chunk_rows) {
+    for (const RankRows& rows : chunk_rows) {
         for (const WorkloadEntry* row : rows) {
             const std::size_t i = index.at(row->doc_id);
             if (!placed[i]) {
@@ -93,11 +93,11 @@ std::optional<std::vector<balance::Document>> zigzag_order(
 // shares, with the short documents that skipped rank 0 put where the other ranks place them.
 // Zigzag breaks the chain property (rank 0 holds the first and the last chunk), so it is
 // recognised first, by re-sharding the candidate order and comparing.
-std::vector<balance::Document> packed_documents(const std::vector<Rows>& ranks) {
+std::vector<balance::Document> packed_documents(const std::vector<RankRows>& ranks) {
     std::vector<balance::Document> documents;  // by first appearance
     std::unordered_map<std::int64_t, std::size_t> index;
     std::int64_t total = 0;
-    for (const Rows& rows : ranks) {
+    for (const RankRows& rows : ranks) {
         for (const WorkloadEntry* row : rows) {
             if (index.emplace(row->doc_id, documents.size()).second) {
                 documents.push_back({static_cast<std::uint64_t>(row->doc_id), row->doc_length});
@@ -114,7 +114,7 @@ std::vector<balance::Document> packed_documents(const std::vector<Rows>& ranks) 
     const std::size_t n = documents.size();
     std::vector<std::vector<std::size_t>> successors(n);
     std::vector<int> predecessors(n, 0);
-    for (const Rows& rows : ranks) {
+    for (const RankRows& rows : ranks) {
         std::vector<bool> seen(n, false);
         std::size_t previous = n;
         for (const WorkloadEntry* row : rows) {
@@ -187,7 +187,7 @@ struct CpLoadInputs {
     std::map<GroupKey, bool> keys;  // every (step, micro-batch, group) with a figure
     std::map<RankMb, std::int64_t> attention;
     std::map<RankMb, HeldWork> held;
-    std::map<RankMb, Rows> rows;
+    std::map<RankMb, RankRows> rows;
 
     const std::vector<const RankInfo*>& members_of(int dp, int pp, int tp) const {
         return members.at({dp, pp, tp});
@@ -279,7 +279,7 @@ GroupFigures group_figures(const CpLoadInputs& in, const GroupKey& key) {
 std::vector<std::pair<std::string, double>> alternatives_for(const CpLoadInputs& in,
                                                              const CpGroupLoad& group,
                                                              balance::CpShardingState& rotation) {
-    std::vector<Rows> by_cp_rank(static_cast<std::size_t>(in.cp));
+    std::vector<RankRows> by_cp_rank(static_cast<std::size_t>(in.cp));
     bool any = false;
     for (const RankInfo* member : in.members_of(group.dp, group.pp, group.tp)) {
         if (member == nullptr) {

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "core/analysis/collectives.h"
+#include "core/parallel/grid.h"
 #include "core/parallel/replay.h"
 #include "core/trace/annotations.h"
 
@@ -11,13 +12,12 @@ namespace fulcrum::analysis {
 
 namespace {
 
-struct Coordinates {
-    int dp = 0, tp = 0, pp = 0, cp = 0;
-};
+using parallel::GridCoordinates;
 
-Coordinates coordinates_of(const RunTrace& trace, const Pass& pass) {
+// The pass's rank's coordinates; unknown ones 0, and the pass's stage when the rank has none.
+GridCoordinates coordinates_of(const RunTrace& trace, const Pass& pass) {
     const RankTrace* rank = trace.find_rank(pass.rank);
-    Coordinates c;
+    GridCoordinates c;
     if (rank != nullptr) {
         c.dp = std::max(rank->info.dp, 0);
         c.pp = rank->info.pp >= 0 ? rank->info.pp : std::max<int>(pass.stage, 0);
@@ -41,7 +41,7 @@ public:
     StepPasses(const RunTrace& trace, const std::vector<const Pass*>& passes) : trace_(trace) {
         for (const Pass* pass : passes) {
             by_rank_[pass->rank].push_back(pass);
-            const Coordinates c = coordinates_of(trace, *pass);
+            const GridCoordinates c = coordinates_of(trace, *pass);
             pipeline_[{c.dp, c.cp, c.tp, c.pp, pass->chunk, pass->microbatch, pass->phase}] = pass;
             lockstep_[{c.dp, c.pp, pass->chunk, pass->microbatch, pass->phase}].push_back(pass);
         }
@@ -70,7 +70,7 @@ public:
     const Pass* pipeline_input(const Pass& pass) const {
         if (pass.phase == Phase::weight_grad)
             return nullptr;
-        const Coordinates c = coordinates_of(trace_, pass);
+        const GridCoordinates c = coordinates_of(trace_, pass);
         const int stages = std::max(trace_.config.pp, 1);
         int from = pass.phase == Phase::forward ? c.pp - 1 : c.pp + 1;
         int chunk = pass.chunk;
@@ -90,7 +90,7 @@ public:
     // Of a CP/TP group's passes of one micro-batch, the one that waited least in their
     // collectives: it held the others up.
     const Pass* slowest_in_lockstep(const Pass& pass) const {
-        const Coordinates c = coordinates_of(trace_, pass);
+        const GridCoordinates c = coordinates_of(trace_, pass);
         auto at = lockstep_.find({c.dp, c.pp, pass.chunk, pass.microbatch, pass.phase});
         if (at == lockstep_.end())
             return &pass;
@@ -118,7 +118,7 @@ public:
     }
 
     std::vector<const Pass*> pipeline_of(const Pass& pass) const {
-        const Coordinates c = coordinates_of(trace_, pass);
+        const GridCoordinates c = coordinates_of(trace_, pass);
         std::vector<const Pass*> members;
         for (const auto& [key, p] : pipeline_) {
             if (std::get<0>(key) == c.dp && std::get<1>(key) == c.cp && std::get<2>(key) == c.tp)

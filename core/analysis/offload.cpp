@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/analysis/activity.h"
-#include "core/parallel/schedule.h"
 
 namespace fulcrum::analysis {
 
@@ -73,9 +72,7 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         return result;
     }
     const PassCost* forward = cost != nullptr ? cost->pass(0, Phase::forward) : nullptr;
-    const int p = std::max(trace.config.pp, 1);
-    const int layers =
-        trace.config.layers > 0 ? parallel::stage_layers(0, p, trace.config.layers).last : 0;
+    const int layers = trace.config.layers > 0 ? stage_layer_count(trace.config, 0) : 0;
     if (forward == nullptr || forward->per_pair_ns <= 0 || layers <= 0 ||
         trace.config.hidden <= 0) {
         result.chunk_note =

@@ -62,6 +62,11 @@ struct RankTrace {
     bool has_device_lanes() const;  // any gpu_stream lane holding events
 };
 
+// The layers stage `stage` holds: its model chunks' stage_layers when the run gave one count
+// per model chunk (pp · virtual_stages; model chunk k·pp + s is stage s's chunk k), else the
+// engine's even split (core/parallel/schedule.h).
+int stage_layer_count(const RunConfig& config, int stage);
+
 class RunTrace {
 public:
     RunInfo run;

@@ -56,7 +56,7 @@ std::string_view kineto_category(const Event& event, LaneKind lane) {
 }
 
 // Where one lane sits in a file.
-struct Place {
+struct ChromePlace {
     std::int64_t pid = 0;
     std::int64_t tid = 0;
 };
@@ -64,9 +64,10 @@ struct Place {
 // The processes and threads of one file. Kineto's layout (one rank per file): host threads
 // under the rank's pid with their thread ids, streams under the device with their stream ids.
 // Several ranks in one file: a process per rank, a thread per lane.
-class Layout {
+class ChromeLayout {
 public:
-    Layout(const std::vector<RankInfo>& ranks, const std::vector<LaneInfo>& lanes, bool kineto) {
+    ChromeLayout(const std::vector<RankInfo>& ranks, const std::vector<LaneInfo>& lanes,
+                 bool kineto) {
         for (const RankInfo& rank : ranks) {
             device_[rank.rank] = std::max(rank.device, 0);
             host_pid_[rank.rank] = !kineto           ? rank.rank
@@ -76,7 +77,7 @@ public:
         }
         std::set<std::pair<std::int64_t, std::int64_t>> taken;
         for (const LaneInfo& lane : lanes) {
-            Place place;
+            ChromePlace place;
             place.pid = lane.kind == LaneKind::gpu_stream ? device_pid_.at(lane.rank)
                                                           : host_pid_.at(lane.rank);
             place.tid = !kineto               ? lane.id.value
@@ -89,7 +90,7 @@ public:
             places_[lane.id.value] = place;
         }
     }
-    const Place& of(LaneId lane) const { return places_.at(lane.value); }
+    const ChromePlace& of(LaneId lane) const { return places_.at(lane.value); }
     std::int64_t host_pid(std::int32_t rank) const { return host_pid_.at(rank); }
     std::int64_t device_pid(std::int32_t rank) const { return device_pid_.at(rank); }
     // The device ordinal of a rank's streams (0 when the rank row does not say).
@@ -97,7 +98,7 @@ public:
 
 private:
     std::map<std::int32_t, std::int64_t> host_pid_, device_pid_, device_;
-    std::unordered_map<std::uint32_t, Place> places_;
+    std::unordered_map<std::uint32_t, ChromePlace> places_;
 };
 
 class ChromeWriter {
@@ -118,7 +119,7 @@ public:
     }
 
     // `device` is the device ordinal of a stream's event, -1 on the host.
-    void event(const Event& e, const LaneInfo& lane, const Place& place, std::int64_t device,
+    void event(const Event& e, const LaneInfo& lane, const ChromePlace& place, std::int64_t device,
                char phase, std::int64_t async_id) {
         begin_record();
         out_ += "{\"ph\":\"";
@@ -238,7 +239,7 @@ private:
 
 // The `fulcrum` member: what a re-import needs to give back the run (core/import/kineto).
 std::string fulcrum_member(const store::TraceReader& trace, const std::vector<RankInfo>& ranks,
-                           const std::vector<LaneInfo>& lanes, const Layout& layout,
+                           const std::vector<LaneInfo>& lanes, const ChromeLayout& layout,
                            const std::vector<WorkloadEntry>& workload) {
     nlohmann::json member = {{"format", 1}};
     const nlohmann::json config = nlohmann::json::parse(trace.run().config_json, nullptr, false);
@@ -262,7 +263,7 @@ std::string fulcrum_member(const store::TraceReader& trace, const std::vector<Ra
     member["ranks"] = std::move(rank_rows);
     nlohmann::json lane_rows = nlohmann::json::array();
     for (const LaneInfo& lane : lanes) {
-        const Place& place = layout.of(lane.id);
+        const ChromePlace& place = layout.of(lane.id);
         lane_rows.push_back({{"pid", place.pid},
                              {"tid", place.tid},
                              {"rank", lane.rank},
@@ -291,7 +292,7 @@ struct FileJob {
 // The file's opening up to "traceEvents":[ — its zero, Kineto's rank and device members for
 // HTA, and the `fulcrum` member.
 std::string file_header(const store::TraceReader& trace, const FileJob& job,
-                        const std::vector<LaneInfo>& lanes, const Layout& layout,
+                        const std::vector<LaneInfo>& lanes, const ChromeLayout& layout,
                         const std::vector<WorkloadEntry>& workload) {
     // The file's zero, in UTC: a merged run's zero (its events count from it), or a rank
     // file's own clock, whose UTC offset the rank row gives. Events are written as stored.
@@ -322,7 +323,7 @@ std::string file_header(const store::TraceReader& trace, const FileJob& job,
 
 // The processes' and threads' names, labels and order.
 void write_names(ChromeWriter& writer, const FileJob& job, const std::vector<LaneInfo>& lanes,
-                 const Layout& layout) {
+                 const ChromeLayout& layout) {
     for (const RankInfo& rank : job.ranks) {
         std::string label;
         append_json_string(label, rank_label(rank));
@@ -342,7 +343,7 @@ void write_names(ChromeWriter& writer, const FileJob& job, const std::vector<Lan
     for (const LaneInfo& lane : lanes) {
         std::string label;
         append_json_string(label, lane.name);
-        const Place& place = layout.of(lane.id);
+        const ChromePlace& place = layout.of(lane.id);
         writer.metadata("thread_name", place.pid, place.tid, "name", label);
         writer.metadata("thread_sort_index", place.pid, place.tid, "sort_index",
                         std::to_string(sort_index++));
@@ -366,7 +367,7 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
         if (wanted.count(lane.rank) != 0)
             lanes.push_back(lane);
     }
-    const Layout layout(job.ranks, lanes, job.kineto_layout);
+    const ChromeLayout layout(job.ranks, lanes, job.kineto_layout);
     ChromeWriter writer(trace, *file);
     writer.raw(file_header(trace, job, lanes, layout, workload));
     write_names(writer, job, lanes, layout);
@@ -378,7 +379,7 @@ Status write_file(const store::TraceReader& trace, const FileJob& job, const Exp
             return Error{ErrorCode::cancelled, "export cancelled"};
         }
         ++done;
-        const Place& place = layout.of(lane.id);
+        const ChromePlace& place = layout.of(lane.id);
         const bool stream = lane.kind == LaneKind::gpu_stream;
         const std::int64_t device = stream ? layout.device(lane.rank) : -1;
         // Ends of the complete events that enclose the current position, innermost last.

@@ -1,8 +1,12 @@
 #include "core/parallel/schedule.h"
 
 #include <algorithm>
+#include <cassert>
+#include <charconv>
 #include <deque>
 #include <map>
+#include <numeric>
+#include <string>
 #include <tuple>
 
 namespace fulcrum::parallel {
@@ -206,6 +210,59 @@ LayerRange stage_layers(int stage, int stages, int layers) {
     const int extra = layers % stages;
     const int first = stage * base + std::min(stage, extra);
     return {first, first + base + (stage < extra ? 1 : 0)};
+}
+
+Status check_stage_layers(std::span<const int> counts, int chunks, int layers) {
+    if (int(counts.size()) != chunks) {
+        return Error{ErrorCode::invalid_input,
+                     "--stage-layers gives " + std::to_string(counts.size()) +
+                         " layer counts for " + std::to_string(chunks) +
+                         " model chunks (one per pipeline stage, p·v with virtual stages)"};
+    }
+    int sum = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+        if (counts[i] < 1) {
+            return Error{ErrorCode::invalid_input,
+                         "--stage-layers: model chunk " + std::to_string(i) + " has " +
+                             std::to_string(counts[i]) + " layers; every one needs at least 1"};
+        }
+        sum += counts[i];
+    }
+    if (sum != layers) {
+        return Error{ErrorCode::invalid_input, "--stage-layers sums to " + std::to_string(sum) +
+                                                   " layers, but the model has --layers " +
+                                                   std::to_string(layers)};
+    }
+    return {};
+}
+
+Result<std::vector<int>> parse_stage_layers(std::string_view text) {
+    std::vector<int> counts;
+    std::size_t begin = 0;
+    while (begin <= text.size()) {
+        const std::size_t end = std::min(text.find(',', begin), text.size());
+        const std::string_view piece = text.substr(begin, end - begin);
+        int value = 0;
+        const auto [next, error] =
+            std::from_chars(piece.data(), piece.data() + piece.size(), value);
+        if (piece.empty() || error != std::errc{} || next != piece.data() + piece.size()) {
+            return Error{ErrorCode::invalid_input, "--stage-layers: '" + std::string(piece) +
+                                                       "' is not a layer count (expected "
+                                                       "comma-separated integers, e.g. 3,5)"};
+        }
+        counts.push_back(value);
+        begin = end + 1;
+    }
+    return counts;
+}
+
+LayerRange model_chunk_layers(int chunk, int chunks, int layers, std::span<const int> counts) {
+    if (counts.empty()) {
+        return stage_layers(chunk, chunks, layers);
+    }
+    assert(chunk >= 0 && std::size_t(chunk) < counts.size());
+    const int first = std::accumulate(counts.begin(), counts.begin() + chunk, 0);
+    return {first, first + counts[std::size_t(chunk)]};
 }
 
 std::vector<PipelineOp> step_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -90,5 +91,17 @@ struct LayerRange {
     int last = 0;
 };
 LayerRange stage_layers(int stage, int stages, int layers);
+
+// A split chosen by the user (fulcrum-train --stage-layers): `counts` holds the layers of
+// each of the `chunks` model chunks in order (p, or p·v interleaved: model chunk k·p + s is
+// stage s's chunk k). The embedding sits with the first and the head with the last, so equal
+// counts are not equal work. Each count is at least 1 and they sum to `layers`; the error
+// says which rule a split breaks.
+Status check_stage_layers(std::span<const int> counts, int chunks, int layers);
+// "3,5,4" → {3, 5, 4}; an error names the piece that is not a positive integer.
+Result<std::vector<int>> parse_stage_layers(std::string_view text);
+// Layers [first, last) of model chunk `chunk` of `chunks`: the prefix sums of `counts`, or
+// the even split above when `counts` is empty.
+LayerRange model_chunk_layers(int chunk, int chunks, int layers, std::span<const int> counts);
 
 }  // namespace fulcrum::parallel

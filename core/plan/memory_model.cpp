@@ -1,6 +1,9 @@
 #include "core/plan/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
 
 namespace fulcrum::plan {
 
@@ -46,21 +49,25 @@ double layer_parameters(const MemoryShape& shape) {
     return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;
 }
 
-namespace {
-
-// The layers `stage` holds: its entry of shape.stage_layers, else L/p.
-double layers_on(const MemoryShape& shape, int stage) {
-    if (static_cast<std::size_t>(stage) < shape.stage_layers.size()) {
-        return shape.stage_layers[static_cast<std::size_t>(stage)];
+double stage_layer_count(const MemoryShape& shape, int stage) {
+    const int p = std::max(shape.pp, 1);
+    if (shape.stage_layers.empty()) {
+        return double(shape.layers) / p;
     }
-    return double(shape.layers) / std::max(shape.pp, 1);
+    double layers = 0;
+    for (std::size_t c = std::size_t(stage); c < shape.stage_layers.size(); c += std::size_t(p)) {
+        layers += shape.stage_layers[c];
+    }
+    return layers;
 }
+
+namespace {
 
 // Forwards a stage has run and not yet backpropagated at its peak, in layers' worth.
 double layers_in_flight(const MemoryShape& shape, int stage) {
     const int p = std::max(shape.pp, 1), m = std::max(shape.microbatches, 1);
     const int v = std::max(shape.virtual_stages, 1);
-    const double stage_layers = layers_on(shape, stage);
+    const double stage_layers = stage_layer_count(shape, stage);
     switch (shape.schedule) {
         case parallel::PipelineSchedule::gpipe:
             return stage_layers * m;
@@ -98,7 +105,7 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
     const Precision& precision = shape.precision;
     StageMemory memory;
     memory.stage = stage;
-    double parameters = layer_parameters(shape) * layers_on(shape, stage);
+    double parameters = layer_parameters(shape) * stage_layer_count(shape, stage);
     const double embedding =
         double(shape.vocab) * shape.hidden + double(shape.sequence) * shape.hidden;
     if (stage == 0) {
@@ -132,6 +139,189 @@ StageMemory peak_stage_memory(const MemoryShape& shape) {
         }
     }
     return peak;
+}
+
+}  // namespace fulcrum::plan
+
+// ---- fulcrum-train's counted memory (docs/plan.md, "The engine's own count") ----------------
+
+namespace fulcrum::plan {
+namespace {
+
+constexpr double kFloatBytes = 4;  // the engine's tensors are fp32 (and its int32 token ids)
+
+// One rank's rows and widths as engine/model lays its tensors out (gpt.h, BlockActivations).
+struct EngineRows {
+    double n = 0;   // query rows of a micro-batch: s/c under CP
+    double ns = 0;  // rows of the residual stream: n, or tp rank 0's ⌈n/t⌉ sequence-parallel
+    double g = 0;   // gathered K|V rows under CP (all s), else none
+    double c = 0, cl = 0, hl = 0, v = 0;  // C, C/t, heads/t, vocabulary
+};
+
+EngineRows engine_rows(const MemoryShape& shape) {
+    EngineRows r;
+    const double t = std::max(shape.tp, 1), cp = std::max(shape.cp, 1);
+    const double tokens = double(shape.sequence) * std::max(shape.microbatch_size, 1);
+    r.n = std::ceil(tokens / cp);
+    r.ns = shape.sequence_parallel ? std::ceil(r.n / t) : r.n;
+    r.g = cp > 1 ? tokens : 0;
+    r.c = shape.hidden;
+    r.cl = shape.hidden / t;
+    r.hl = shape.heads / t;
+    r.v = shape.vocab;
+    return r;
+}
+
+bool offloads(const MemoryShape& shape) {
+    return shape.attention_chunk > 0 && shape.offload;
+}
+
+// One model chunk's memory for one micro-batch, in elements, by how long it lives
+// (engine/model/gpt.h, Activations::Run): `kept` until its backward (W), `until_input_
+// gradients` until B, the split backward's output gradients from B to W.
+struct ChunkElements {
+    double kept = 0, until_input_gradients = 0, output_gradients = 0;
+    double pinned_kept = 0, pinned_until_input_gradients = 0;
+};
+
+ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, double layers,
+                             bool head) {
+    const bool split = parallel::splits_backward(shape.schedule);
+    const bool none = shape.recompute == Recompute::none;
+    const bool full = shape.recompute == Recompute::full;
+    const bool offload = offloads(shape);
+    ChunkElements e;
+    double kept = r.ns * r.c;  // per block: the residual stream out (residual3)
+    double until = 0;
+    double qkv = 0;
+    if (!full) {
+        kept += 3 * r.ns * r.c + 4 * r.ns;  // ln1, residual2, ln2 and their statistics
+        kept += 4 * r.n * r.cl;             // GELU's output, the MLP projection's input
+        until += 4 * r.n * r.cl;            // fch, GELU's input: read by B only
+        qkv = offload ? 0 : 3 * r.n * r.cl + 2 * r.g * r.cl;  // Q|K|V and CP's gathered K|V
+        if (none) {
+            kept += r.n * r.cl;   // the attention output
+            until += r.n * r.hl;  // its log-sum-exp
+        }
+    }
+    // B frees Q, K, V only when W does not recompute from them.
+    const bool qkv_until = split && none;
+    e.kept = r.ns * r.c + layers * (kept + (qkv_until ? 0 : qkv));  // + the chunk's input
+    e.until_input_gradients = layers * (until + (qkv_until ? qkv : 0));
+    if (head) {
+        e.kept += r.ns * r.c + 2 * r.ns;               // lnf and its statistics
+        e.until_input_gradients += r.ns * r.v + r.ns;  // probabilities, per-token losses
+    }
+    if (split) {
+        e.output_gradients = layers * (2 * r.n * r.c + 7 * r.n * r.cl + 2 * r.ns * r.c) +
+                             (head ? r.ns * r.v + r.ns * r.c : 0);
+    }
+    if (offload) {
+        const double pinned = layers * (r.n * r.cl + (r.g > 0 ? r.g : r.n) * 2 * r.cl);
+        (qkv_until ? e.pinned_until_input_gradients : e.pinned_kept) = pinned;
+    }
+    return e;
+}
+
+// The model's buffers for one micro-batch, shared by all (gpt.h: the backward scratch, the
+// recompute workspace, the sequence buffer, CP's staging; chunked_attention.h).
+double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
+    const bool offload = offloads(shape);
+    // dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits (on every stage)
+    double w = r.ns * r.c + r.n * r.c + (shape.sequence_parallel ? r.ns * r.c : 0) +
+               12 * r.n * r.cl + r.ns * r.v;
+    if (r.g > 0) {
+        w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
+        w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V
+    }
+    if (shape.recompute == Recompute::selective) {
+        w += r.n * r.cl + r.n * r.hl;
+    } else if (shape.recompute == Recompute::full) {
+        w += 3 * r.ns * r.c + 4 * r.ns + r.n * r.cl + r.n * r.hl + 8 * r.n * r.cl;
+        w += offload ? 0 : 3 * r.n * r.cl + 2 * r.g * r.cl;
+    }
+    if (shape.sequence_parallel) {
+        w += r.n * r.c;  // all-gathered rows and row-parallel products
+    }
+    if (shape.attention_chunk > 0) {
+        const double chunk = shape.attention_chunk;
+        w += chunk * (r.cl + r.hl) + (offload ? 2 * chunk * 3 * r.cl : 0);
+    }
+    return w;
+}
+
+// Replays the stage's passes (parallel::step_ops, as ParallelTrainer runs them) and returns
+// the peak of what the micro-batches in flight hold, device and pinned, in elements.
+std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
+                                         const std::vector<ChunkElements>& chunks, double inputs) {
+    const int p = std::max(shape.pp, 1), m = std::max(shape.microbatches, 1);
+    const parallel::PipelineShape pipeline{p, m, int(chunks.size())};
+    std::vector<int> chunks_held(std::size_t(m), 0);
+    double device = 0, pinned = 0, device_peak = 0, pinned_peak = 0;
+    auto release_chunk = [&](int microbatch) {
+        if (--chunks_held[std::size_t(microbatch)] == 0) {
+            device -= inputs;  // tokens, targets, positions
+        }
+    };
+    for (const parallel::PipelineOp& op : parallel::step_ops(shape.schedule, stage, pipeline)) {
+        const ChunkElements& e = chunks[std::size_t(op.chunk)];
+        switch (op.kind) {
+            case parallel::PassKind::forward:
+                device += (chunks_held[std::size_t(op.microbatch)]++ == 0 ? inputs : 0) + e.kept +
+                          e.until_input_gradients;
+                pinned += e.pinned_kept + e.pinned_until_input_gradients;
+                break;
+            case parallel::PassKind::backward:
+                if (parallel::splits_backward(shape.schedule)) {
+                    device += e.output_gradients;
+                    device_peak = std::max(device_peak, device);
+                    device -= e.until_input_gradients;
+                    pinned -= e.pinned_until_input_gradients;
+                } else {
+                    device -= e.kept + e.until_input_gradients;
+                    pinned -= e.pinned_kept + e.pinned_until_input_gradients;
+                    release_chunk(op.microbatch);
+                }
+                break;
+            case parallel::PassKind::weight:
+                device -= e.kept + e.output_gradients;
+                pinned -= e.pinned_kept;
+                release_chunk(op.microbatch);
+                break;
+        }
+        device_peak = std::max(device_peak, device);
+        pinned_peak = std::max(pinned_peak, pinned);
+    }
+    return {device_peak, pinned_peak};
+}
+
+}  // namespace
+
+EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
+    const int p = std::max(shape.pp, 1), v = std::max(shape.virtual_stages, 1);
+    const EngineRows r = engine_rows(shape);
+    EngineMemory memory;
+    memory.stage = stage;
+    // P_local = V·C + S·C + L·(12·C·C_l + 7C_l + 6C) + 2C (engine/model/params.h), fp32
+    // weights, gradients and two moments.
+    const double local_parameters = r.v * r.c + double(shape.sequence) * r.c +
+                                    shape.layers * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) + 2 * r.c;
+    memory.model_state_bytes = 4 * local_parameters * kFloatBytes;
+    memory.workspace_bytes = workspace_elements(shape, r) * kFloatBytes;
+    std::vector<ChunkElements> chunks;
+    for (int k = 0; k < v; ++k) {
+        const int model_chunk = k * p + stage;
+        const parallel::LayerRange layers =
+            parallel::model_chunk_layers(model_chunk, p * v, shape.layers, shape.stage_layers);
+        chunks.push_back(
+            chunk_elements(shape, r, layers.last - layers.first, model_chunk == p * v - 1));
+        memory.activations_per_microbatch_bytes +=
+            (chunks.back().kept + chunks.back().until_input_gradients) * kFloatBytes;
+    }
+    const auto [device, pinned] = in_flight_peak(shape, stage, chunks, 3 * r.n);
+    memory.activations_bytes = device * kFloatBytes;
+    memory.pinned_bytes = pinned * kFloatBytes;
+    return memory;
 }
 
 }  // namespace fulcrum::plan

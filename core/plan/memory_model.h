@@ -61,14 +61,20 @@ struct MemoryShape {
     // Layout
     int dp = 1, tp = 1, pp = 1, cp = 1;
     int virtual_stages = 1;
+    // Layers of each model chunk (p of them, or p·v interleaved: stage s's chunk k is model
+    // chunk k·p + s), as fulcrum-train --stage-layers takes them; empty: L/p a stage.
+    std::vector<int> stage_layers;
     parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
     int microbatches = 1;  // m, per step and DP replica
-    // Layers per pipeline stage (sums to `layers`, one entry a stage); empty: L/p each.
-    std::vector<int> stage_layers;
     // Memory knobs
     Recompute recompute = Recompute::none;
     bool sequence_parallel = false;
     bool flash_attention = false;  // no attention score matrix kept
+    // FPDT's chunked attention (fulcrum-train --attention-chunk): QKV projection and attention
+    // in chunks of this many rows; 0: whole documents. `offload`: Q, K, V wait in pinned host
+    // memory between a block's forward and backward pass.
+    int attention_chunk = 0;
+    bool offload = false;
     Precision precision = Precision::megatron_mixed();
 };
 
@@ -89,10 +95,40 @@ struct StageMemory {
 // 2h·f + f + h (the MLP), 4h (two LayerNorms).
 double layer_parameters(const MemoryShape& shape);
 
-// One rank of `stage`. The shape must be a valid layout (layers ≥ p·v, t divides the heads).
+// Layers stage `stage` holds: the sum of its model chunks' stage_layers, or L/p.
+double stage_layer_count(const MemoryShape& shape, int stage);
+
+// One rank of `stage`. The shape must be a valid layout (layers ≥ p·v, t divides the heads,
+// stage_layers empty or passing parallel::check_stage_layers).
 StageMemory stage_memory(const MemoryShape& shape, int stage);
 
 // The layout's peak over its stages (the rank that needs the most).
 StageMemory peak_stage_memory(const MemoryShape& shape);
+
+// What fulcrum-train's backend counts on one rank (Backend::memory_use, engine/backend), the
+// CPU backend's fp32 engine: docs/plan.md derives each term from engine/model. Every
+// micro-batch holds `sequence` tokens (b = 1, a packed micro-batch), split over CP into s/c
+// rows a rank and, under sequence parallelism, the residual stream over TP.
+struct EngineMemory {
+    int stage = 0;
+    // Parameters, gradients and AdamW's two moments. The engine keeps the whole model's
+    // (its TP shard) on every stage, the other stages' blocks idle: 4 · P_local floats.
+    double model_state_bytes = 0;
+    // Buffers of the model sized for one micro-batch and shared by all: the backward scratch,
+    // the recompute workspace, the sequence-parallel buffer, CP's K|V exchange staging and
+    // gathered gradients, the chunked attention's partial output and offload slots.
+    double workspace_bytes = 0;
+    // One micro-batch's kept tensors on this stage (all its model chunks), and the peak of the
+    // schedule's passes in flight: each chunk from its forward to its backward (W under ZB-H1,
+    // after B only what W reads, and the output gradients B keeps for it).
+    double activations_per_microbatch_bytes = 0;
+    double activations_bytes = 0;
+    double pinned_bytes = 0;  // offloaded Q, K, V of the passes in flight, at their peak
+    double peak_bytes() const { return model_state_bytes + workspace_bytes + activations_bytes; }
+};
+
+// The engine's peak on a rank of `stage` (tp rank 0, cp rank 0), from the second step on: the
+// shape must pass fulcrum-train's checks, with stage_layers empty or one count per model chunk.
+EngineMemory engine_stage_memory(const MemoryShape& shape, int stage);
 
 }  // namespace fulcrum::plan

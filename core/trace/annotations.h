@@ -88,6 +88,9 @@ inline constexpr std::string_view kWorkloadMark = "fulcrum.workload";
 // `cp sharding`: what adaptive CP sharding chose in a step, on rank 0:
 // {"step":3,"per-doc":5,"zigzag":3} (micro-batches of every replica).
 inline constexpr std::string_view kCpShardingMark = "cp sharding";
+// `fulcrum.memory`: a rank's peak of counted allocations over the run, once at its end:
+// {"peak_device_bytes":N,"peak_pinned_bytes":M} (docs/plan.md predicts it per stage).
+inline constexpr std::string_view kMemoryMark = "fulcrum.memory";
 
 // `fulcrum.rank`: {"rank":5,"world":8,"dp":1,"tp":0,"pp":0,"cp":1,"device":-1}. Fills the
 // rank number, coordinates and device of `rank`; other fields are left as they are.

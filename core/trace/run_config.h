@@ -32,7 +32,8 @@ struct RunConfig {
     std::string balancer;  // "fixed", "ilp", "wlb"
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive"
     int microbatches = 0;  // per DP replica and step; 0 when unknown
-    // Layers per pipeline stage (fulcrum-train --stage-layers); empty: as equal as they go.
+    // Layers per model chunk (fulcrum-train --stage-layers: one per stage, p·v interleaved,
+    // model chunk k·pp + s being stage s's chunk k); empty: as equal as they go.
     std::vector<int> stage_layers;
     int steps = 0;   // 0 when unknown, or with epochs
     int epochs = 0;  // > 0: the run trained this many whole epochs

@@ -28,8 +28,10 @@ int lone_color(const Topology& topology) {
 
 }  // namespace
 
-LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers) {
-    return stage_layers(chunk * stages + stage, stages * virtual_stages, layers);
+LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers,
+                        std::span<const int> stage_layers) {
+    return parallel::model_chunk_layers(chunk * stages + stage, stages * virtual_stages, layers,
+                                        stage_layers);
 }
 
 ParallelGroups ParallelGroups::create(Communicator& world, const Topology& topology) {
@@ -66,11 +68,15 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
     FULCRUM_CHECK(v == 1 || config.schedule == PipelineSchedule::interleaved,
                   "virtual stages are for the interleaved schedule");
     FULCRUM_CHECK(p * v <= model.config().n_layer, "every model chunk needs a layer");
+    FULCRUM_CHECK(
+        config.stage_layers.empty() ||
+            parallel::check_stage_layers(config.stage_layers, p * v, model.config().n_layer).ok(),
+        "stage_layers: one count of at least 1 per model chunk, summing to the layers");
     FULCRUM_CHECK(config.schedule != PipelineSchedule::interleaved || p >= 2,
                   "the interleaved schedule needs at least 2 pipeline stages");
     for (int k = 0; k < v; ++k) {
-        chunk_layers_.push_back(
-            engine::chunk_layers(topology.coordinates().pp, k, p, v, model.config().n_layer));
+        chunk_layers_.push_back(engine::chunk_layers(topology.coordinates().pp, k, p, v,
+                                                     model.config().n_layer, config_.stage_layers));
     }
     // The Activations made in step() keep what W passes need when the schedule splits them off.
     model_.set_split_backward(parallel::splits_backward(config.schedule));
@@ -148,6 +154,8 @@ void ParallelTrainer::run_forward(int step, const PipelineOp& op, const LocalBat
         // A micro-batch's first pass on this stage; its other chunks reuse what it loaded.
         std::visit([&](const auto& local) { model_.load_micro_batch(local, acts); }, batch);
     }
+    // Held from this forward until the chunk's backward is done (Activations, by the schedule).
+    acts.allocate_blocks(layers.first, layers.last);
     if (holds_embedding(op.chunk)) {
         model_.forward_embedding(acts);
     } else {
@@ -195,6 +203,9 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
                                   : BackwardPart::whole;
     instrument::KeyScope keys({step, op.microbatch, stage, Phase::backward, -1, op.chunk});
     instrument::Range range(range_name::kBackward, Category::compute);
+    if (part == BackwardPart::input_gradients) {
+        acts.allocate_output_gradients(layers.first, layers.last);
+    }
     if (holds_head(op.chunk)) {
         model_.backward_head(acts, loss_scale, part);
     } else {
@@ -218,6 +229,12 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
                                instrument::with_bytes(bytes_of(gradient)));
         groups_.pp_gradients->post_send(span_of(gradient), (stage + p - 1) % p);
     }
+    // What W does not read goes now; the rest after W (run_weight_gradients).
+    if (part == BackwardPart::input_gradients) {
+        acts.release_input_gradient_inputs(layers.first, layers.last);
+    } else {
+        acts.release_blocks(layers.first, layers.last);
+    }
 }
 
 void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activations& acts,
@@ -235,6 +252,7 @@ void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activ
     } else {
         model_.backward_weights_blocks(layers.first, layers.last, acts);
     }
+    acts.release_blocks(layers.first, layers.last);
 }
 
 void ParallelTrainer::reduce_gradients(int step) {
@@ -360,12 +378,16 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     report.micro_batches = microbatches;
     while (activations_.size() < batches.size()) {
         activations_.push_back(std::make_unique<Activations>(model_, blocks_held()));
+        activations_.back()->allocate_by_schedule();
     }
 
     model_.zero_gradients();
     const float loss_scale = float(1.0 / double(plan.target_tokens));
     double loss_sum = 0;
-    const std::vector<PipelineOp> ops = step_ops(microbatches);
+    // A replica may have no micro-batch (the last global batch of an epoch with fewer
+    // documents than replicas): it runs no pass and takes part in the reductions with zeros.
+    const std::vector<PipelineOp> ops =
+        microbatches > 0 ? step_ops(microbatches) : std::vector<PipelineOp>{};
     // Per chunk, the last pass that writes its weight gradients: after it they are final.
     const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
                                                   ? parallel::PassKind::weight
@@ -429,7 +451,8 @@ std::vector<float> ParallelTrainer::gather_parameters() {
         if (stage == 0) {
             continue;  // world rank 0's own
         }
-        const LayerRange layers = engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer);
+        const LayerRange layers =
+            engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer, config_.stage_layers);
         ElementRange range = layout.block_range(layers.first, layers.last);
         if (c == p * v - 1) {
             range.count = layout.total() - range.offset;  // blocks and lnf, which follow them

@@ -47,8 +47,11 @@ using parallel::PipelineSchedule;
 using parallel::stage_layers;
 using parallel::stage_ops;
 
-// The layers of model chunk `chunk` of stage `stage` (model chunk chunk·p + stage of v·p).
-LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers);
+// The layers of model chunk `chunk` of stage `stage` (model chunk chunk·p + stage of v·p):
+// `stage_layers` one count per model chunk (parallel::check_stage_layers), or empty for the
+// even split.
+LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers,
+                        std::span<const int> stage_layers = {});
 
 // The communicators of this rank's groups, split once from the world.
 struct ParallelGroups {
@@ -64,7 +67,10 @@ struct ParallelGroups {
 struct ParallelTrainConfig {
     TrainConfig train;
     PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-    int virtual_stages = 1;                                 // model chunks per stage (interleaved)
+    int virtual_stages = 1;  // model chunks per stage (interleaved)
+    // Layers of each model chunk (p·v, model chunk k·p + s is stage s's chunk k), as
+    // fulcrum-train --stage-layers gives them; empty: the even split (parallel::stage_layers).
+    std::vector<int> stage_layers;
     balance::Balancer balancer = balance::Balancer::fixed;  // named in the workload manifest
     // Reduce each layer's gradients over DP × CP as soon as the step's last backward pass is
     // done with the layer (Communicator::start_all_reduce_sum), overlapping the layers below;
@@ -122,7 +128,8 @@ private:
     ParallelTrainConfig config_;
     AdamW optimizer_;
     std::vector<LayerRange> chunk_layers_;
-    std::vector<std::unique_ptr<Activations>> activations_;  // one per micro-batch in flight
+    // One per micro-batch of the step, holding device memory only while in flight.
+    std::vector<std::unique_ptr<Activations>> activations_;
     std::int64_t steps_taken_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
+#include <algorithm>
 #include <numeric>
 #include <tuple>
 
@@ -77,31 +78,66 @@ Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
     : backend_(backend), config_(config), tp_size_(tp_size) {
     const Status valid = validate_tensor_parallel(config, tp_size);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
+    blocks.resize(std::size_t(config_.n_layer));
+    runs_.push_back(Run{.first = 0, .last = config_.n_layer});
+    held_runs_.assign(std::size_t(config_.n_layer), 0);
 }
 
 Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
     : Activations(model.backend(), model.config(), model.parallel().tp_size()) {
     FULCRUM_CHECK(blocks_held.empty() || int(blocks_held.size()) == config_.n_layer,
                   "one flag per block");
-    blocks_held_ = std::move(blocks_held);
+    if (!blocks_held.empty()) {
+        runs_.clear();
+        held_runs_.assign(std::size_t(config_.n_layer), -1);
+        for (int l = 0; l < config_.n_layer; ++l) {
+            if (!blocks_held[std::size_t(l)]) {
+                continue;
+            }
+            if (l == 0 || !blocks_held[std::size_t(l - 1)]) {
+                runs_.push_back(Run{.first = l, .last = l + 1});
+            }
+            runs_.back().last = l + 1;
+            held_runs_[std::size_t(l)] = int(runs_.size()) - 1;
+        }
+    }
     tp_rank_ = model.parallel().tp_rank();
     offload_qkv_ = model.offloads_qkv();
     sequence_parallel_ = model.sequence_parallel();
     recompute_ = model.recompute();
     keeps_output_gradients_ = model.splits_backward();
+    if (keeps_output_gradients_) {
+        output_gradients.resize(std::size_t(config_.n_layer));
+    }
+}
+
+Activations::Run& Activations::run_of(int first, int last) {
+    for (Run& run : runs_) {
+        if (run.first == first && run.last == last) {
+            return run;
+        }
+    }
+    FULCRUM_CHECK(false, "blocks [first, last) are not a run of the blocks these Activations hold");
+    return runs_.front();
 }
 
 float* Activations::host_q(int layer) const {
-    return host_q_.get() + std::int64_t(layer) * capacity_ * (config_.channels / tp_size_);
+    const Run& run = runs_[std::size_t(held_runs_[std::size_t(layer)])];
+    return run.host_q.get() +
+           std::int64_t(layer - run.first) * run.q_rows * (config_.channels / tp_size_);
 }
 
 float* Activations::host_kv(int layer) const {
-    return host_kv_.get() + std::int64_t(layer) * kv_capacity_ * 2 * (config_.channels / tp_size_);
+    const Run& run = runs_[std::size_t(held_runs_[std::size_t(layer)])];
+    return run.host_kv.get() +
+           std::int64_t(layer - run.first) * run.kv_rows * 2 * (config_.channels / tp_size_);
 }
 
 QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const {
     FULCRUM_CHECK(layer >= 0 && layer < config_.n_layer, "no such block");
     if (offload_qkv_) {
+        FULCRUM_CHECK(held_runs_[std::size_t(layer)] >= 0 && host_q(layer) != nullptr,
+                      "block's Q, K and V have no host memory: not held, or released");
         return {Tensor{}, Tensor{}, host_q(layer), host_kv(layer)};
     }
     return {cp_queries(block.qkv), context_parallel() ? block.kv : cp_local_kv(block.qkv), nullptr,
@@ -113,110 +149,206 @@ Tensor Activations::block_input(int layer) const {
     return layer == 0 ? encoded : blocks[layer - 1].residual3;
 }
 
-void Activations::carve(Carver& f, Carver& gathered, Carver& d, std::int64_t n,
-                        std::int64_t gathered_rows) {
+bool Activations::qkv_freed_after_input_gradients() const {
+    // Selective recomputation re-runs attention on the kept Q, K, V before W too, and full
+    // recomputation with offload writes its Q, K, V to the same host rows again.
+    return keeps_output_gradients_ && recompute_ == Recompute::none;
+}
+
+void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gradients,
+                            std::int64_t n, std::int64_t gathered_rows) {
     const std::int64_t c = config_.channels;
     const std::int64_t cl = c / tp_size_;
     const std::int64_t ns = shard_.rows;  // rows of the residual stream: n, or a TP shard
-    const int layers = config_.n_layer;
-    auto held = [&](int layer) { return blocks_held_.empty() || blocks_held_[std::size_t(layer)]; };
-    encoded = held(0) ? f.take({ns, c}) : Tensor{};
-    blocks.resize(std::size_t(layers));
-    for (int l = 0; l < layers; ++l) {
+    Carver& f = kept;
+    Carver& b_only = until_input_gradients;
+    Carver& q = qkv_freed_after_input_gradients() ? b_only : kept;
+    // The run's input: the embedding's output, or the previous block's, received.
+    (run.first == 0 ? encoded : blocks[std::size_t(run.first - 1)].residual3) = f.take({ns, c});
+    for (int l = run.first; l < run.last; ++l) {
         BlockActivations& b = blocks[std::size_t(l)];
         b = BlockActivations{};
-        if (!held(l)) {
-            // A stage's run of blocks starts with this block's output, received from another.
-            if (l + 1 < layers && held(l + 1)) {
-                b.residual3 = f.take({ns, c});
-            }
-            continue;
-        }
         if (recompute_ != Recompute::full) {
             b.ln1 = f.take({ns, c});
             b.ln1_mean = f.take({ns});
             b.ln1_rstd = f.take({ns});
             if (!offload_qkv_) {  // else in pinned host memory: host_q / host_kv
-                b.qkv = f.take({n, 3 * cl});
-                b.kv = gathered_rows > 0 ? gathered.take({gathered_rows, 2 * cl}) : Tensor{};
+                b.qkv = q.take({n, 3 * cl});
+                b.kv = gathered_rows > 0 ? q.take({gathered_rows, 2 * cl}) : Tensor{};
             }
             if (recompute_ == Recompute::none) {
                 b.atty = f.take({n, cl});
-                b.att_lse = f.take({n, config_.n_head / tp_size_});
+                b.att_lse = b_only.take({n, config_.n_head / tp_size_});
             }
             b.residual2 = f.take({ns, c});
             b.ln2 = f.take({ns, c});
             b.ln2_mean = f.take({ns});
             b.ln2_rstd = f.take({ns});
-            b.fch = f.take({n, 4 * cl});
+            b.fch = b_only.take({n, 4 * cl});
             b.fch_gelu = f.take({n, 4 * cl});
         }
         b.residual3 = f.take({ns, c});
     }
-    const bool head = held(layers - 1);
-    lnf = head ? f.take({ns, c}) : Tensor{};
-    lnf_mean = head ? f.take({ns}) : Tensor{};
-    lnf_rstd = head ? f.take({ns}) : Tensor{};
-    probs = head ? f.take({ns, config_.vocab_size}) : Tensor{};
-    losses = head ? f.take({ns}) : Tensor{};
-    output_gradients.clear();
-    head_output_gradients = {};
-    if (keeps_output_gradients_) {
-        output_gradients.resize(std::size_t(layers));
-        for (int l = 0; l < layers; ++l) {
-            if (!held(l)) {
-                continue;
-            }
-            BlockOutputGradients& o = output_gradients[std::size_t(l)];
-            o.fc_proj_out = d.take({n, c});
-            o.fch = d.take({n, 4 * cl});
-            o.ln2 = d.take({ns, c});
-            o.attn_proj_out = d.take({n, c});
-            o.qkv = d.take({n, 3 * cl});
-            o.ln1 = d.take({ns, c});
+    if (run.last == config_.n_layer) {
+        lnf = f.take({ns, c});
+        lnf_mean = f.take({ns});
+        lnf_rstd = f.take({ns});
+        probs = b_only.take({ns, config_.vocab_size});
+        losses = b_only.take({ns});
+    }
+}
+
+void Activations::carve_output_gradients(const Run& run, Carver& d, std::int64_t n) {
+    const std::int64_t c = config_.channels;
+    const std::int64_t cl = c / tp_size_;
+    const std::int64_t ns = shard_.rows;
+    for (int l = run.first; l < run.last; ++l) {
+        BlockOutputGradients& o = output_gradients[std::size_t(l)];
+        o.fc_proj_out = d.take({n, c});
+        o.fch = d.take({n, 4 * cl});
+        o.ln2 = d.take({ns, c});
+        o.attn_proj_out = d.take({n, c});
+        o.qkv = d.take({n, 3 * cl});
+        o.ln1 = d.take({ns, c});
+    }
+    if (run.last == config_.n_layer) {
+        head_output_gradients.logits = d.take({ns, config_.vocab_size});
+        head_output_gradients.lnf = d.take({ns, c});
+    }
+}
+
+void Activations::allocate_run(Run& run, bool output_gradients_buffer) {
+    const std::int64_t n = n_tokens_, gathered_rows = gathered_rows_;
+    if (output_gradients_buffer) {
+        Carver count(nullptr, DType::f32);
+        carve_output_gradients(run, count, n);
+        reserve(backend_, run.gradients, count);
+        Carver d(&run.gradients, DType::f32);
+        carve_output_gradients(run, d, n);
+        return;
+    }
+    Carver count_kept(nullptr, DType::f32), count_until(nullptr, DType::f32);
+    carve_run(run, count_kept, count_until, n, gathered_rows);
+    // Freeing the old buffers waits for the copies in flight to or from them (backend.h).
+    reserve(backend_, run.kept, count_kept);
+    reserve(backend_, run.until_input_gradients, count_until);
+    if (offload_qkv_) {
+        const std::int64_t cl = config_.channels / tp_size_, blocks_in_run = run.last - run.first;
+        // K/V rows: the query rows' own serially, the gathered ones under CP.
+        const std::int64_t kv_rows = gathered_rows > 0 ? gathered_rows : n;
+        if (n > run.q_rows) {
+            run.host_q = backend_.allocate_pinned(std::size_t(blocks_in_run * n * cl));
+            run.q_rows = n;
         }
-        if (head) {
-            head_output_gradients.logits = d.take({ns, config_.vocab_size});
-            head_output_gradients.lnf = d.take({ns, c});
+        if (kv_rows > run.kv_rows) {
+            run.host_kv = backend_.allocate_pinned(std::size_t(blocks_in_run * kv_rows * 2 * cl));
+            run.kv_rows = kv_rows;
         }
     }
+    Carver kept(&run.kept, DType::f32), until(&run.until_input_gradients, DType::f32);
+    carve_run(run, kept, until, n, gathered_rows);
+    run.live = true;
 }
 
 void Activations::resize(std::int64_t n, std::int64_t gathered_rows) {
     FULCRUM_CHECK(n >= 1, "a micro-batch needs at least one token");
     FULCRUM_CHECK(gathered_rows >= 0, "negative gathered rows");
-    const std::int64_t cl = config_.channels / tp_size_;
-    const std::int64_t layers = config_.n_layer;
+    FULCRUM_CHECK(!by_schedule_ || std::none_of(runs_.begin(), runs_.end(),
+                                                [](const Run& run) { return run.live; }),
+                  "a micro-batch loaded while the last one's activations are still held");
     shard_ =
         sequence_parallel_ ? engine::sequence_shard(n, tp_size_, tp_rank_) : SequenceShard{0, n};
-    Carver count_floats(nullptr, DType::f32), count_gathered(nullptr, DType::f32),
-        count_gradients(nullptr, DType::f32);
-    carve(count_floats, count_gathered, count_gradients, n, gathered_rows);
-    // Freeing the old buffers waits for the copies in flight to or from them (backend.h).
-    reserve(backend_, floats_, count_floats);
+    n_tokens_ = n;
+    gathered_rows_ = gathered_rows;
     if (n > capacity_) {
         ints_ = backend_.allocate(std::size_t(n * kIntsPerToken) * sizeof(std::int32_t));
         capacity_ = n;
-        if (offload_qkv_) {
-            host_q_ = backend_.allocate_pinned(std::size_t(layers * n * cl));
-        }
     }
-    reserve(backend_, gathered_, count_gathered);
-    // K/V rows: the query rows' own serially, the gathered ones under CP.
-    const std::int64_t kv_rows = gathered_rows > 0 ? gathered_rows : n;
-    if (offload_qkv_ && kv_rows > kv_capacity_) {
-        host_kv_ = backend_.allocate_pinned(std::size_t(layers * kv_rows * 2 * cl));
-        kv_capacity_ = kv_rows;
-    }
-    reserve(backend_, gradients_, count_gradients);
-    n_tokens_ = n;
     Carver ints(&ints_, DType::i32);
     tokens = ints.take({n});
     targets = ints.take({n});
     positions = ints.take({n});
-    Carver f(&floats_, DType::f32), gathered(&gathered_, DType::f32),
-        gradients(&gradients_, DType::f32);
-    carve(f, gathered, gradients, n, gathered_rows);
+    if (by_schedule_) {
+        return;  // allocate_blocks() does the rest
+    }
+    for (Run& run : runs_) {
+        allocate_run(run, false);
+        if (keeps_output_gradients_) {
+            allocate_run(run, true);
+        }
+    }
+}
+
+void Activations::allocate_blocks(int first, int last) {
+    Run& run = run_of(first, last);
+    FULCRUM_CHECK(by_schedule_ && !run.live && n_tokens_ > 0,
+                  "allocate_blocks: by the schedule only, once per forward, after resize()");
+    allocate_run(run, false);
+}
+
+void Activations::allocate_output_gradients(int first, int last) {
+    Run& run = run_of(first, last);
+    FULCRUM_CHECK(keeps_output_gradients_ && run.live,
+                  "output gradients are for a split backward of held blocks");
+    allocate_run(run, true);
+}
+
+void Activations::empty_views(const Run& run, Part part) {
+    const bool head = run.last == config_.n_layer;
+    if (part == Part::until_input_gradients) {
+        for (int l = run.first; l < run.last; ++l) {
+            BlockActivations& b = blocks[std::size_t(l)];
+            b.att_lse = b.fch = Tensor{};
+            if (qkv_freed_after_input_gradients()) {
+                b.qkv = b.kv = Tensor{};
+            }
+        }
+        if (head) {
+            probs = losses = Tensor{};
+        }
+        return;
+    }
+    (run.first == 0 ? encoded : blocks[std::size_t(run.first - 1)].residual3) = Tensor{};
+    for (int l = run.first; l < run.last; ++l) {
+        blocks[std::size_t(l)] = BlockActivations{};
+        if (keeps_output_gradients_) {
+            output_gradients[std::size_t(l)] = {};
+        }
+    }
+    if (head) {
+        lnf = lnf_mean = lnf_rstd = probs = losses = Tensor{};
+        head_output_gradients = {};
+    }
+}
+
+void Activations::release_input_gradient_inputs(int first, int last) {
+    Run& run = run_of(first, last);
+    FULCRUM_CHECK(by_schedule_ && run.live, "release_input_gradient_inputs: blocks not held");
+    empty_views(run, Part::until_input_gradients);
+    run.until_input_gradients = DeviceBuffer{};
+    if (qkv_freed_after_input_gradients()) {
+        run.host_q.reset();
+        run.host_kv.reset();
+        run.q_rows = run.kv_rows = 0;
+    }
+}
+
+void Activations::release_blocks(int first, int last) {
+    Run& run = run_of(first, last);
+    FULCRUM_CHECK(by_schedule_ && run.live, "release_blocks: blocks not held");
+    empty_views(run, Part::all);
+    run.kept = DeviceBuffer{};
+    run.until_input_gradients = DeviceBuffer{};
+    run.gradients = DeviceBuffer{};
+    run.host_q.reset();
+    run.host_kv.reset();
+    run.q_rows = run.kv_rows = 0;
+    run.live = false;
+    if (std::none_of(runs_.begin(), runs_.end(), [](const Run& r) { return r.live; })) {
+        tokens = targets = positions = Tensor{};
+        ints_ = DeviceBuffer{};
+        capacity_ = 0;
+    }
 }
 
 // ---- GptModel -----------------------------------------------------------------------------

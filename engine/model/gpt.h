@@ -130,7 +130,6 @@ public:
     Recompute recompute() const { return recompute_; }
     // Whether B passes keep what W passes need (output_gradients, head_output_gradients).
     bool keeps_output_gradients() const { return keeps_output_gradients_; }
-    std::int64_t capacity() const { return capacity_; }
     std::int64_t target_count() const { return target_count_; }
 
     // Inputs of the micro-batch (device), and its attention spans (host).
@@ -153,9 +152,27 @@ public:
     Tensor block_input(int layer) const;
 
     // Sizes the views for `n_tokens` rows, growing the storage when needed; gathered_rows > 0
-    // also sizes every block's kv for that many CP-gathered rows.
+    // also sizes every block's kv for that many CP-gathered rows. Every held block's memory is
+    // allocated here, unless it is allocated by the schedule (below).
     void resize(std::int64_t n_tokens, std::int64_t gathered_rows = 0);
     void set_target_count(std::int64_t n) { target_count_ = n; }
+
+    // Memory by the schedule (ParallelTrainer): a pipeline stage holds device memory only for
+    // the passes in flight, so its peak follows the schedule (m micro-batches under GPipe,
+    // min(p − s, m) under 1F1B, Megatron-LM's count of model chunks interleaved). Then
+    // resize() allocates only the inputs (tokens, targets, positions), and a model chunk's
+    // blocks [first, last) — one run of consecutive held blocks, with the residual stream it
+    // receives into, the embedding's output or the head's tensors where it holds them — are
+    // allocated by allocate_blocks() before its forward pass and released by release_blocks()
+    // after its backward pass. Under a split backward allocate_output_gradients() comes before
+    // B, and release_input_gradient_inputs() after it frees what only the forward and B read
+    // (qkv, K|V, lse, fch, the probabilities; what recomputation re-reads stays), so between B
+    // and W a micro-batch keeps what W needs and the gradients B kept for it.
+    void allocate_by_schedule() { by_schedule_ = true; }
+    void allocate_blocks(int first, int last);
+    void allocate_output_gradients(int first, int last);
+    void release_input_gradient_inputs(int first, int last);
+    void release_blocks(int first, int last);  // the inputs too, once no chunk is held
 
     // FPDT's offload (on for a model with chunked attention and offload): every block's Q and
     // K|V wait in pinned host memory between its forward and backward pass, and none of them
@@ -167,33 +184,53 @@ public:
 
 private:
     friend class GptModel;
-    // Pinned host copies of block l's Q [capacity, C_l] and K|V [kv_capacity, 2C_l].
+    // A run of consecutive held blocks [first, last): one model chunk of a stage. Its device
+    // memory is three allocations, by how long they are read: `kept` until the backward pass
+    // is done (W under a split backward), `until_input_gradients` until B, `gradients` (the
+    // output gradients of a split backward) from B to W; with offload, pinned host rows of
+    // Q [q_rows, C_l] and K|V [kv_rows, 2C_l] for each of its blocks.
+    struct Run {
+        int first = 0, last = 0;
+        DeviceBuffer kept, until_input_gradients, gradients;
+        PinnedBuffer host_q, host_kv;
+        std::int64_t q_rows = 0, kv_rows = 0;
+        bool live = false;  // allocated (always, unless by the schedule)
+    };
+    Run& run_of(int first, int last);
+    // Pinned host copies of block l's Q [q_rows, C_l] and K|V [kv_rows, 2C_l].
     float* host_q(int layer) const;
     float* host_kv(int layer) const;
-
-    // Lays out every view for n rows (the carver counts when it has no buffer).
-    void carve(Carver& floats, Carver& gathered, Carver& gradients, std::int64_t n,
-               std::int64_t gathered_rows);
+    // Whether a split backward frees the blocks' qkv, K|V and their pinned copies after B:
+    // not when W recomputes from them.
+    bool qkv_freed_after_input_gradients() const;
+    // Lays out the views of one run for n rows (a carver counts when it has no buffer).
+    void carve_run(const Run& run, Carver& kept, Carver& until_input_gradients, std::int64_t n,
+                   std::int64_t gathered_rows);
+    void carve_output_gradients(const Run& run, Carver& gradients, std::int64_t n);
+    // Empties the views into one of a run's allocations, or all of them, before it is freed.
+    enum class Part : std::uint8_t { until_input_gradients, all };
+    void empty_views(const Run& run, Part part);
+    // Allocates (or, growing, reallocates) the run's memory for the current size and lays
+    // it out; `output_gradients` the split backward's buffer, else the activations.
+    void allocate_run(Run& run, bool output_gradients);
 
     Backend& backend_;
     GptConfig config_;
     int tp_size_ = 1;
     int tp_rank_ = 0;
     std::int64_t n_tokens_ = 0;
-    std::int64_t capacity_ = 0;
-    std::int64_t kv_capacity_ = 0;
+    std::int64_t gathered_rows_ = 0;
+    std::int64_t capacity_ = 0;  // rows of ints_
     std::int64_t target_count_ = 0;
     SequenceShard shard_;
-    DeviceBuffer floats_;
     DeviceBuffer ints_;
-    DeviceBuffer gathered_;
-    DeviceBuffer gradients_;         // output_gradients and head_output_gradients
-    std::vector<bool> blocks_held_;  // empty: all
+    std::vector<Run> runs_;
+    std::vector<int> held_runs_;  // per held block, its run's index; -1 elsewhere
     bool offload_qkv_ = false;
     bool sequence_parallel_ = false;
     Recompute recompute_ = Recompute::none;
     bool keeps_output_gradients_ = false;
-    PinnedBuffer host_q_, host_kv_;  // n_layer × the rows above
+    bool by_schedule_ = false;
 };
 
 class GptModel {

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
@@ -45,6 +47,7 @@ struct Options {
     GridShape grid;
     std::string schedule = "1f1b";
     int virtual_stages = 1;
+    std::string stage_layers;  // empty: the even split
     std::string recompute = "none";
     bool sequence_parallel = false;
     std::string balancer = "fixed";
@@ -89,7 +92,8 @@ int fail(int rank, const std::string& message) {
 
 // run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
-                            const std::string& backend, const std::string& comm) {
+                            const std::string& backend, const std::string& comm,
+                            std::span<const int> stage_layers) {
     RunConfig config;
     config.dp = o.grid.dp;
     config.tp = o.grid.tp;
@@ -102,6 +106,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.vocab = 256;
     config.schedule = o.schedule;
     config.virtual_stages = o.virtual_stages;
+    config.stage_layers.assign(stage_layers.begin(), stage_layers.end());  // empty: even
     config.recompute = o.recompute;
     config.sequence_parallel = o.sequence_parallel;
     config.overlap_grad_reduce =
@@ -128,6 +133,17 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     return fulcrum::run_config_json(config);
 }
 
+// Every rank's peak of counted device and pinned memory (backend.h), bytes, gathered on
+// every rank: stages differ (embedding, head, the schedule's micro-batches in flight), so
+// rank 0's alone does not say which rank needs the most. Every rank must call it.
+std::vector<double> peaks_by_rank(Communicator& world, const MemoryUse& use) {
+    std::vector<double> peaks(std::size_t(2 * world.size()), 0.0);
+    peaks[std::size_t(2 * world.rank())] = double(use.peak_device_bytes);
+    peaks[std::size_t(2 * world.rank() + 1)] = double(use.peak_pinned_bytes);
+    world.all_reduce_sum(std::span<double>(peaks));
+    return peaks;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,6 +168,12 @@ int main(int argc, char** argv) {
     app.add_option("--virtual-stages", o.virtual_stages,
                    "Model chunks per pipeline stage for --schedule interleaved (at least 2)")
         ->capture_default_str();
+    app.add_option("--stage-layers", o.stage_layers,
+                   "Layers of each pipeline stage, e.g. 3,5 (the first stage also runs the "
+                   "embedding and the last the head, so equal counts are not equal work); "
+                   "interleaved: one count per model chunk, --pp x --virtual-stages of them, "
+                   "stage s's chunk k being the (k*pp + s)-th. Each at least 1, summing to "
+                   "--layers (default: equal, the first layers mod pp stages one more)");
     app.add_option("--recompute", o.recompute,
                    "Activation recomputation: none, selective (the attention core re-run in "
                    "backward) or full (only each layer's input kept, its forward re-run)")
@@ -398,6 +420,19 @@ int main(int argc, char** argv) {
                               "--layers " +
                               std::to_string(o.layers) + "; every model chunk needs a layer");
     }
+    std::vector<int> stage_layers;
+    if (!o.stage_layers.empty()) {
+        auto parsed = parallel::parse_stage_layers(o.stage_layers);
+        if (!parsed) {
+            return fail(rank, parsed.error().message);
+        }
+        if (auto valid =
+                parallel::check_stage_layers(*parsed, o.grid.pp * o.virtual_stages, o.layers);
+            !valid) {
+            return fail(rank, valid.error().message);
+        }
+        stage_layers = std::move(*parsed);
+    }
     if (o.heads < 1 || o.hidden % o.heads != 0) {
         return fail(rank, "--heads " + std::to_string(o.heads) + " must divide --hidden " +
                               std::to_string(o.hidden));
@@ -483,6 +518,10 @@ int main(int argc, char** argv) {
             }
             std::printf("\n");
         }
+        if (!stage_layers.empty()) {
+            std::printf("layers by %s: %s\n", o.virtual_stages > 1 ? "model chunk" : "stage",
+                        o.stage_layers.c_str());
+        }
         if (*recompute != Recompute::none || o.sequence_parallel) {
             std::printf("activations: recompute %s%s\n", recompute_name(*recompute),
                         o.sequence_parallel ? ", sequence parallel over TP" : "");
@@ -506,7 +545,7 @@ int main(int argc, char** argv) {
     rank_mark.device = use_cuda ? device : -1;
     instrument::mark(kRankMark, rank_mark_json(rank_mark));
     instrument::mark(kRunMark, run_config_json(o, model_config, documents->description,
-                                               use_cuda ? "cuda" : "cpu", comm));
+                                               use_cuda ? "cuda" : "cpu", comm, stage_layers));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");
@@ -580,6 +619,7 @@ int main(int argc, char** argv) {
     train_config.train.warmup_steps = o.warmup;
     train_config.schedule = *schedule;
     train_config.virtual_stages = o.virtual_stages;
+    train_config.stage_layers = stage_layers;
     train_config.balancer = *balancer;
     train_config.overlap_reduction =
         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
@@ -632,6 +672,12 @@ int main(int argc, char** argv) {
         }
     }
     std::vector<float> parameters = trainer->gather_parameters();
+    const MemoryUse memory_use = backend->memory_use();
+    instrument::mark(std::string(kMemoryMark),
+                     "{\"peak_device_bytes\":" + std::to_string(memory_use.peak_device_bytes) +
+                         ",\"peak_pinned_bytes\":" + std::to_string(memory_use.peak_pinned_bytes) +
+                         "}");
+    const std::vector<double> peaks = peaks_by_rank(*world, memory_use);
     if (rank == 0) {
         std::printf("done: %d steps, %.3f s, %.0f tokens/s, final loss %.4f\n", trained.steps,
                     total_seconds, static_cast<double>(trained.tokens) / total_seconds,
@@ -654,6 +700,14 @@ int main(int argc, char** argv) {
         std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
                     double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",
                     double(use.peak_pinned_bytes) / (1 << 20));
+        for (int r = 0; r < world->size(); ++r) {
+            const GridCoordinates at = topology->coordinates_of(r);
+            std::printf(
+                "memory by rank: rank %d (dp %d, pp %d, cp %d, tp %d): peak %.3f MiB, %.3f MiB "
+                "pinned\n",
+                r, at.dp, at.pp, at.cp, at.tp, peaks[std::size_t(2 * r)] / (1 << 20),
+                peaks[std::size_t(2 * r + 1)] / (1 << 20));
+        }
         if (o.attention_chunk > 0) {
             const AttentionMemory& memory = model.attention_memory();
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };

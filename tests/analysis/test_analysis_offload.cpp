@@ -12,9 +12,10 @@ namespace {
 // device→host [160,170) of 100 bytes.
 //   copy 110; overlapped 50 ([50,100)); exposed 60
 //   bandwidth (1000 + 100) B / 110 ns = 10 GB/s
-RunTrace offloading_rank() {
+RunTrace offloading_rank(
+    std::string config = R"({"pp":1,"dp":1,"tp":1,"cp":1,"model":{"layers":2,"hidden":64}})") {
     RunTrace trace;
-    trace.run.config_json = R"({"pp":1,"dp":1,"tp":1,"cp":1,"model":{"layers":2,"hidden":64}})";
+    trace.run.config_json = std::move(config);
     auto& compute = trace.add_lane(0, LaneKind::gpu_stream, "compute");
     auto& copies = trace.add_lane(0, LaneKind::gpu_stream, "prefetch");
     trace.add_range(compute, "attention kernel", Category::attention, 0, 100).kind =
@@ -64,6 +65,27 @@ private slots:
         const auto result = analyze_offload(trace, &cost, 4);
         QVERIFY(result.min_hidden_chunk_tokens.has_value());
         QCOMPARE(*result.min_hidden_chunk_tokens, 5120);
+    }
+
+    // The pass cost is stage 0's, over stage 0's layers: with --stage-layers 1,3 one layer,
+    // so 0.02 ns a pair and layer and a chunk of ≥ 2560 tokens; a split that does not add up
+    // to the layers is not the run's, and the even split (2 layers) stands.
+    void unevenStagesDivideByStageZerosLayers() {
+        CostModel cost;
+        PassCost forward;
+        forward.stage = 0;
+        forward.phase = Phase::forward;
+        forward.per_pair_ns = 0.02;
+        cost.passes.push_back(forward);
+        const std::string uneven =
+            R"({"pp":2,"dp":1,"tp":1,"cp":1,"stage_layers":[1,3],"model":{"layers":4,"hidden":64}})";
+        const RunTrace trace = offloading_rank(uneven);
+        QCOMPARE(trace.config.stage_layers, std::vector<int>({1, 3}));
+        QCOMPARE(stage_layer_count(trace.config, 1), 3);
+        QCOMPARE(*analyze_offload(trace, &cost, 4).min_hidden_chunk_tokens, 2560);
+        const std::string wrong =
+            R"({"pp":2,"dp":1,"tp":1,"cp":1,"stage_layers":[1,2],"model":{"layers":4,"hidden":64}})";
+        QCOMPARE(*analyze_offload(offloading_rank(wrong), &cost, 4).min_hidden_chunk_tokens, 5120);
     }
 
     void aRunWithoutCopiesSaysSo() {

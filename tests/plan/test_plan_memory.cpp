@@ -122,6 +122,51 @@ private slots:
         QCOMPARE(sharded.optimizer_bytes, sharded.parameters * 12 / 4);
     }
 
+    // The engine's count replays the stage's passes (engine_stage_memory); on a stage without
+    // the head, whose model chunks are alike, its activations at the peak are the schedule's
+    // count of chunks in flight (plus each micro-batch's token ids, < 1% here): GPipe m,
+    // 1F1B min(p − s, m), interleaved Megatron-LM's min((p − s − 1)·2 + (v − 1)·p + 1, m·v).
+    // Uneven stage_layers move parameters and activations with the layers.
+    void engineReplayCountsTheScheduleInFlight() {
+        MemoryShape shape;
+        shape.layers = 8;
+        shape.hidden = 64;
+        shape.heads = 4;
+        shape.sequence = 1024;
+        shape.pp = 4;
+        shape.microbatches = 8;
+        shape.precision = Precision::fp32();
+        auto chunks_in_flight = [&](int stage) {
+            const EngineMemory memory = engine_stage_memory(shape, stage);
+            return memory.activations_bytes /
+                   (memory.activations_per_microbatch_bytes / std::max(shape.virtual_stages, 1));
+        };
+        auto near = [](double value, double expected) {
+            return std::abs(value - expected) < 0.01 * expected;
+        };
+        shape.schedule = parallel::PipelineSchedule::gpipe;
+        QVERIFY(near(chunks_in_flight(1), 8));
+        shape.schedule = parallel::PipelineSchedule::one_f_one_b;
+        QVERIFY(near(chunks_in_flight(0), 4));
+        QVERIFY(near(chunks_in_flight(2), 2));
+        shape.schedule = parallel::PipelineSchedule::interleaved;
+        shape.virtual_stages = 2;
+        QVERIFY2(near(chunks_in_flight(0), 3 * 2 + 1 * 4 + 1),
+                 qPrintable(QString::number(chunks_in_flight(0))));
+        QVERIFY(near(chunks_in_flight(1), 2 * 2 + 1 * 4 + 1));
+
+        shape = MemoryShape{};
+        shape.layers = 8;
+        shape.pp = 2;
+        shape.stage_layers = {2, 6};
+        QCOMPARE(stage_layer_count(shape, 0), 2.0);
+        QCOMPARE(stage_memory(shape, 1).parameters - stage_memory(shape, 0).parameters,
+                 4 * layer_parameters(shape) + 2.0 * shape.hidden + 64.0 * 256 -
+                     (256.0 * 64 + 2048.0 * 64));
+        QVERIFY(engine_stage_memory(shape, 1).activations_per_microbatch_bytes >
+                2.5 * engine_stage_memory(shape, 0).activations_per_microbatch_bytes);
+    }
+
     void recomputeNames() {
         for (const char* name : {"none", "selective", "full"}) {
             auto parsed = parse_recompute(name);

@@ -83,6 +83,10 @@ private slots:
             QCOMPARE(rank.alignment, ClockAlignment::barrier_marks);
         }
         QVERIFY(trace->run().config_json.find("\"balancer\":\"wlb\"") != std::string::npos);
+        // No --stage-layers: no split in the configuration, and the analyses take the even one.
+        const RunConfig config = parse_run_config(trace->run().config_json, trace->ranks());
+        QVERIFY(config.stage_layers.empty());
+        QCOMPARE(analysis::stage_layer_count(config, 1), 1);
     }
 
     void everyStepMicroBatchAndPhaseIsThere() {
@@ -90,7 +94,7 @@ private slots:
         for (const auto& rank : trace->ranks()) {
             std::set<std::tuple<int, int, int>> passes;  // step, micro-batch, phase
             std::set<int> steps;
-            int collectives_with_bytes = 0, attention = 0, wrong_stage = 0;
+            int collectives_with_bytes = 0, attention = 0, wrong_stage = 0, memory_marks = 0;
             for (const auto& lane : trace->lanes_of_rank(rank.rank)) {
                 // Ranges nest on their lane: sorted by start (end descending), each range
                 // ends before the enclosing one does.
@@ -119,6 +123,8 @@ private slots:
                                         passes.insert({e.step, e.microbatch, int(e.phase)});
                                     }
                                     attention += name == "attention";
+                                    memory_marks += e.kind == EventKind::mark &&
+                                                    name.starts_with("fulcrum.memory");
                                     if (e.kind == EventKind::collective && e.bytes > 0) {
                                         ++collectives_with_bytes;
                                     }
@@ -133,6 +139,7 @@ private slots:
             QCOMPARE(int(passes.size()), kSteps * kMicrobatches * 2);
             QVERIFY(attention > 0);
             QVERIFY(collectives_with_bytes > 0);
+            QCOMPARE(memory_marks, 1);  // the rank's peak, at the end
         }
     }
 

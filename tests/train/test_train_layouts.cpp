@@ -98,6 +98,9 @@ private slots:
         const QStringList fixed = {"--balancer", "fixed", "--micro-batches", "4"};
         const QStringList wlb = {"--balancer", "wlb", "--micro-batches", "4"};
         QTest::newRow("dp2") << 2 << QStringList{"--dp", "2"} << fixed;
+        // Five short documents an epoch, all in one micro-batch: DP replica 1 has none.
+        QTest::newRow("dp2 one micro-batch an epoch")
+            << 2 << QStringList{"--dp", "2"} << fixed + QStringList{"--documents", "5"};
         QTest::newRow("pp2 1f1b") << 2 << QStringList{"--pp", "2", "--schedule", "1f1b"} << fixed;
         QTest::newRow("pp2 gpipe") << 2 << QStringList{"--pp", "2", "--schedule", "gpipe"} << fixed;
         QTest::newRow("pp4 1f1b wlb") << 4 << QStringList{"--pp", "4"} << wlb;
@@ -178,6 +181,17 @@ private slots:
                                 "16",
                                 "--overlap-grad-reduce",
                                 "on"}
+            << fixed;
+        // Uneven stages (--stage-layers): the first stage with one layer next to the
+        // embedding, the last with three before the head, and the other way round under
+        // ZB-H1; interleaved, one count per model chunk (stage 0 holds chunks 0 and 2).
+        QTest::newRow("pp2 1f1b stage layers 1,3")
+            << 2 << QStringList{"--pp", "2", "--stage-layers", "1,3"} << fixed;
+        QTest::newRow("pp2 interleaved v2 6 layers, model chunks 2,1,1,2")
+            << 2 << interleaved + QStringList{"--stage-layers", "2,1,1,2"}
+            << fixed + QStringList{"--layers", "6"};
+        QTest::newRow("pp2 zb-h1 stage layers 3,1")
+            << 2 << QStringList{"--pp", "2", "--schedule", "zb-h1", "--stage-layers", "3,1"}
             << fixed;
         // Activation recomputation.
         QTest::newRow("pp2 recompute full")
@@ -328,6 +342,18 @@ private slots:
             << 2 << QStringList{"--pp", "2",        "--schedule", "interleaved", "--virtual-stages",
                                 "2",    "--layers", "3"}
             << "every model chunk needs a layer";
+        QTest::newRow("stage layers not summing to the layers")
+            << 2 << QStringList{"--pp", "2", "--stage-layers", "1,2"}
+            << "--stage-layers sums to 3 layers, but the model has --layers 2";
+        QTest::newRow("stage layers, one count too few")
+            << 2 << QStringList{"--pp", "2", "--stage-layers", "2"}
+            << "--stage-layers gives 1 layer counts for 2 model chunks";
+        QTest::newRow("stage layers, an empty stage")
+            << 2 << QStringList{"--pp", "2", "--stage-layers", "0,2"}
+            << "model chunk 0 has 0 layers; every one needs at least 1";
+        QTest::newRow("stage layers, not a number")
+            << 2 << QStringList{"--pp", "2", "--stage-layers", "2,two"}
+            << "--stage-layers: 'two' is not a layer count";
         QTest::newRow("sequence parallel without tp")
             << 1 << QStringList{"--sequence-parallel"} << "it needs --tp 2 or more";
         QTest::newRow("unknown recompute")

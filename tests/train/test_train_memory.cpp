@@ -1,0 +1,207 @@
+// The memory model's prediction of fulcrum-train's own count (core/plan/memory_model.h,
+// engine_stage_memory) against real runs under mpirun: for a matrix of layouts, the peak of
+// the backend's counted allocations that fulcrum-train reports for rank 0 and for the first
+// rank of the last stage is within 10% of the prediction, and so is the pinned host memory of
+// offloaded attention. Every row is one model (4 layers × 64, context 256) on documents of
+// exactly the context, so every micro-batch holds the same tokens and no buffer grows after
+// the first step (the model predicts from the second step on). The arguments of each row are
+// read into the MemoryShape, so a row cannot predict one layout and run another.
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/parallel/schedule.h"
+#include "core/plan/memory_model.h"
+#include "tests/train/mpi_environment.h"
+
+using namespace fulcrum;
+
+namespace {
+
+const QString kTrain = QStringLiteral(FULCRUM_BINARY_DIR "/engine/fulcrum-train");
+constexpr double kMiB = 1024.0 * 1024.0;
+
+const QStringList kModel = {"--steps",    "2",       "--layers",    "4",         "--hidden",
+                            "64",         "--heads", "4",           "--context", "256",
+                            "--balancer", "fixed",   "--documents", "64"};
+
+// A peak as fulcrum-train prints it: "memory by rank: rank R (dp d, pp s, cp c, tp t): peak X
+// MiB, Y MiB pinned".
+struct RankPeak {
+    int dp = 0, pp = 0, cp = 0, tp = 0;
+    double device_bytes = 0, pinned_bytes = 0;
+};
+
+std::map<int, RankPeak> peaks_of(const QString& output) {
+    static const QRegularExpression line(
+        "memory by rank: rank (\\d+) \\(dp (\\d+), pp (\\d+), cp (\\d+), tp (\\d+)\\): peak "
+        "([0-9.]+) MiB, ([0-9.]+) MiB pinned");
+    std::map<int, RankPeak> peaks;
+    for (auto it = line.globalMatch(output); it.hasNext();) {
+        const auto match = it.next();
+        peaks[match.captured(1).toInt()] = {
+            match.captured(2).toInt(),           match.captured(3).toInt(),
+            match.captured(4).toInt(),           match.captured(5).toInt(),
+            match.captured(6).toDouble() * kMiB, match.captured(7).toDouble() * kMiB};
+    }
+    return peaks;
+}
+
+// The layout fulcrum-train runs, as the memory model's shape: the same arguments, read once.
+plan::MemoryShape shape_of(const QStringList& args) {
+    plan::MemoryShape shape;
+    shape.precision = plan::Precision::fp32();
+    shape.vocab = 256;
+    shape.microbatches = 4;
+    auto value = [&](const char* option) { return args[args.indexOf(option) + 1]; };
+    const std::map<QString, int*> integers = {{"--layers", &shape.layers},
+                                              {"--hidden", &shape.hidden},
+                                              {"--heads", &shape.heads},
+                                              {"--context", &shape.sequence},
+                                              {"--dp", &shape.dp},
+                                              {"--tp", &shape.tp},
+                                              {"--pp", &shape.pp},
+                                              {"--cp", &shape.cp},
+                                              {"--virtual-stages", &shape.virtual_stages},
+                                              {"--micro-batches", &shape.microbatches},
+                                              {"--attention-chunk", &shape.attention_chunk}};
+    for (const auto& [option, field] : integers) {
+        if (args.contains(option)) {
+            *field = value(qPrintable(option)).toInt();
+        }
+    }
+    if (args.contains("--schedule")) {
+        shape.schedule = *parallel::parse_schedule(value("--schedule").toStdString());
+    }
+    if (args.contains("--recompute")) {
+        shape.recompute = *plan::parse_recompute(value("--recompute").toStdString());
+    }
+    if (args.contains("--stage-layers")) {
+        shape.stage_layers = *parallel::parse_stage_layers(value("--stage-layers").toStdString());
+    }
+    shape.sequence_parallel = args.contains("--sequence-parallel");
+    shape.offload =
+        shape.attention_chunk > 0 && (!args.contains("--offload") || value("--offload") == "on");
+    return shape;
+}
+
+bool within(double predicted, double measured, double tolerance) {
+    return std::abs(predicted - measured) <= tolerance * measured;
+}
+
+}  // namespace
+
+class TrainMemoryTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir work_;
+
+private slots:
+    void predictedPeakWithinTenPercent_data() {
+        QTest::addColumn<int>("ranks");
+        QTest::addColumn<QStringList>("layout");
+        auto row = [](const char* name, int ranks, QStringList layout) {
+            QTest::newRow(name) << ranks << layout;
+        };
+        row("1 rank", 1, {"--micro-batches", "2"});
+        row("dp2", 2, {"--dp", "2"});
+        row("tp2", 2, {"--tp", "2"});
+        row("tp2 sequence parallel", 2, {"--tp", "2", "--sequence-parallel"});
+        row("cp2", 2, {"--cp", "2"});
+        row("pp2 gpipe", 2, {"--pp", "2", "--schedule", "gpipe"});
+        row("pp2 1f1b", 2, {"--pp", "2", "--schedule", "1f1b"});
+        row("pp2 1f1b one micro-batch", 2, {"--pp", "2", "--micro-batches", "1"});
+        row("pp4 1f1b 8 micro-batches", 4, {"--pp", "4", "--micro-batches", "8"});
+        row("pp2 interleaved v2", 2,
+            {"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2"});
+        row("pp2 zb-h1", 2, {"--pp", "2", "--schedule", "zb-h1"});
+        row("pp2 1f1b stage layers 1,3", 2, {"--pp", "2", "--stage-layers", "1,3"});
+        row("pp2 interleaved v2 stage layers 2,1,1,2", 2,
+            {"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2", "--layers", "6",
+             "--stage-layers", "2,1,1,2"});
+        row("pp2 gpipe recompute full", 2,
+            {"--pp", "2", "--schedule", "gpipe", "--recompute", "full"});
+        row("pp2 1f1b recompute selective", 2, {"--pp", "2", "--recompute", "selective"});
+        row("chunk 32 offload", 1, {"--attention-chunk", "32"});
+        row("chunk 32 no offload", 1, {"--attention-chunk", "32", "--offload", "off"});
+        row("cp2 chunk 32 offload", 2, {"--cp", "2", "--attention-chunk", "32"});
+        row("pp2 zb-h1 chunk 32 offload", 2,
+            {"--pp", "2", "--schedule", "zb-h1", "--attention-chunk", "32"});
+        row("pp2 zb-h1 recompute full chunk 32", 2,
+            {"--pp", "2", "--schedule", "zb-h1", "--recompute", "full", "--attention-chunk", "32"});
+        row("dp2 pp2 1f1b", 4, {"--dp", "2", "--pp", "2"});
+        row("tp2 pp2 zb-h1 sequence parallel", 4,
+            {"--tp", "2", "--pp", "2", "--schedule", "zb-h1", "--sequence-parallel"});
+        row("pp2 cp2 interleaved v2", 4,
+            {"--pp", "2", "--cp", "2", "--schedule", "interleaved", "--virtual-stages", "2"});
+    }
+    void predictedPeakWithinTenPercent() {
+        QFETCH(int, ranks);
+        QFETCH(QStringList, layout);
+        // Documents of exactly the context: every micro-batch alike.
+        const QString lengths = work_.filePath("lengths.txt");
+        QFile file(lengths);
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        for (int document = 0; document < 64; ++document) {
+            file.write("256\n");  // one document a line
+        }
+        file.close();
+        QStringList args = kModel;
+        for (qsizetype i = 0; i < layout.size(); ++i) {
+            const auto at = args.indexOf(layout[i]);
+            if (at >= 0 && layout[i].startsWith("--") && i + 1 < layout.size()) {
+                args[at + 1] = layout[++i];  // fulcrum-train refuses an option given twice
+            } else {
+                args << layout[i];
+            }
+        }
+        args << "--lengths"
+             << "file:" + lengths;
+        QProcess process;
+        process.setProcessEnvironment(mpi_environment());
+        process.setProcessChannelMode(QProcess::MergedChannels);
+        process.start(FULCRUM_MPIRUN, QStringList{"-np", QString::number(ranks), kTrain} + args);
+        QVERIFY(process.waitForFinished(120'000));
+        const QString output = QString::fromUtf8(process.readAll());
+        QVERIFY2(process.exitCode() == 0, qPrintable(output));
+        const std::map<int, RankPeak> peaks = peaks_of(output);
+        QCOMPARE(int(peaks.size()), ranks);
+
+        const plan::MemoryShape shape = shape_of(args);
+        for (const int stage : std::set<int>{0, shape.pp - 1}) {
+            const auto measured = std::find_if(peaks.begin(), peaks.end(), [&](const auto& peak) {
+                const RankPeak& r = peak.second;
+                return r.pp == stage && r.dp == 0 && r.cp == 0 && r.tp == 0;
+            });
+            QVERIFY(measured != peaks.end());
+            const plan::EngineMemory predicted = plan::engine_stage_memory(shape, stage);
+            const RankPeak& engine = measured->second;
+            const QString figures =
+                QString(
+                    "stage %1 (rank %2): engine %3 MiB, predicted %4 MiB (model state %5, "
+                    "workspace %6, activations %7); pinned engine %8, predicted %9")
+                    .arg(stage)
+                    .arg(measured->first)
+                    .arg(engine.device_bytes / kMiB, 0, 'f', 3)
+                    .arg(predicted.peak_bytes() / kMiB, 0, 'f', 3)
+                    .arg(predicted.model_state_bytes / kMiB, 0, 'f', 3)
+                    .arg(predicted.workspace_bytes / kMiB, 0, 'f', 3)
+                    .arg(predicted.activations_bytes / kMiB, 0, 'f', 3)
+                    .arg(engine.pinned_bytes / kMiB, 0, 'f', 3)
+                    .arg(predicted.pinned_bytes / kMiB, 0, 'f', 3);
+            qInfo("%s", qPrintable(figures));
+            QVERIFY2(within(predicted.peak_bytes(), engine.device_bytes, 0.10),
+                     qPrintable(figures));
+            QVERIFY2(within(predicted.pinned_bytes, engine.pinned_bytes, 0.10),
+                     qPrintable(figures));
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TrainMemoryTest)
+#include "test_train_memory.moc"

@@ -460,8 +460,10 @@ Command add_plan_command(CLI::App& app) {
         ->group("Search");
     sub->add_option("--max-pp", r.space.max_pp, "Largest PP (default: --layers)")->group("Search");
     sub->add_option("--max-cp", r.space.max_cp, "Largest CP (default: no limit)")->group("Search");
-    sub->add_option("--refine", r.refine_layouts,
-                    "Layouts played in full, best estimate first (default: max(4 x --top, 32))")
+    sub->add_option(
+           "--refine", r.refine_layouts,
+           "Layouts of each world size played in full, best estimate first (default: max(4 x "
+           "--top, 32))")
         ->group("Search");
 
     sub->add_option("--top", r.top_k, "Candidates to print")

@@ -20,10 +20,8 @@ std::int64_t gradient_reduction_end(const GradientReductionInput& input,
     std::vector<std::int64_t> ready;
     std::int64_t layer_count = 0;
     for (int chunk = 0; chunk < v; ++chunk) {
-        const parallel::LayerRange range =
-            v == 1 ? stage_layer_range(input.stage, input.stages, input.layers, input.stage_layers)
-                   : parallel::stage_layers(chunk * input.stages + input.stage, input.stages * v,
-                                            input.layers);
+        const parallel::LayerRange range = parallel::model_chunk_layers(
+            chunk * input.stages + input.stage, input.stages * v, input.layers, input.stage_layers);
         const int n = range.last - range.first;
         layer_count += n;
         std::vector<std::int64_t> chunk_ready(static_cast<std::size_t>(n), input.step_start_ns);

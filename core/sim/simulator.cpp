@@ -190,9 +190,7 @@ PassPhase pass_phase(parallel::PassKind kind) {
 }
 
 int layers_of(int stage, const SimulationConfig& config) {
-    const auto range =
-        stage_layer_range(stage, config.grid.pp, config.model.layers, config.stage_layers);
-    return range.last - range.first;
+    return stage_layer_count(stage, config.grid.pp, config.model.layers, config.stage_layers);
 }
 
 // Bytes of one pipeline send of a rank holding `tokens`: the [T, h] boundary activation, its
@@ -561,9 +559,8 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                         : kind == PassPhase::backward ? Phase::backward
                                                       : Phase::weight_grad;
     const int model_chunk = op.chunk * grid.pp + stage;
-    const parallel::LayerRange chunk_range =
-        v == 1 ? stage_layer_range(stage, grid.pp, config.model.layers, config.stage_layers)
-               : parallel::stage_layers(model_chunk, grid.pp * v, config.model.layers);
+    const parallel::LayerRange chunk_range = parallel::model_chunk_layers(
+        model_chunk, grid.pp * v, config.model.layers, config.stage_layers);
     ChunkRanges r{out,
                   step,
                   op.microbatch,
@@ -667,34 +664,6 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     return input;
 }
 
-// --stage-layers: one entry a stage, each at least 1, summing to --layers, no interleaving.
-Status check_stage_layers(const SimulationConfig& config) {
-    if (config.stage_layers.empty()) {
-        return {};
-    }
-    const auto& split = config.stage_layers;
-    std::string text;
-    int sum = 0;
-    bool positive = true;
-    for (int layers : split) {
-        text += (text.empty() ? "" : ",") + std::to_string(layers);
-        sum += layers;
-        positive = positive && layers >= 1;
-    }
-    if (split.size() != static_cast<std::size_t>(config.grid.pp) || !positive ||
-        sum != config.model.layers) {
-        return invalid("--stage-layers " + text + " must give each of the --pp " +
-                       std::to_string(config.grid.pp) +
-                       " stages at least one layer and sum to --layers " +
-                       std::to_string(config.model.layers));
-    }
-    if (config.virtual_stages > 1) {
-        return invalid(
-            "--stage-layers splits whole stages; it cannot be combined with --virtual-stages");
-    }
-    return {};
-}
-
 }  // namespace
 
 Status validate(const SimulationConfig& config) {
@@ -792,8 +761,12 @@ Status validate(const SimulationConfig& config) {
                        " is more model chunks than --layers " + std::to_string(model.layers) +
                        "; every chunk needs a layer");
     }
-    if (auto status = check_stage_layers(config); !status) {
-        return status;
+    if (!config.stage_layers.empty()) {
+        if (auto status = parallel::check_stage_layers(
+                config.stage_layers, grid.pp * std::max(config.virtual_stages, 1), model.layers);
+            !status) {
+            return invalid("--stage-layers: " + status.error().message);
+        }
     }
     if (config.sequence_parallel && grid.tp < 2) {
         return invalid(

@@ -18,8 +18,7 @@ using analysis::PassCost;
 using analysis::Role;
 
 int layers_of(int stage, int stages, int layers, const std::vector<int>& stage_layers = {}) {
-    const parallel::LayerRange range = stage_layer_range(stage, stages, layers, stage_layers);
-    return range.last - range.first;
+    return stage_layer_count(stage, stages, layers, stage_layers);
 }
 
 // A group whose ranks lie within `span` consecutive rank numbers shares a node when the span
@@ -84,17 +83,19 @@ int source_stage(int stage, int stages, int source_stages) {
 
 }  // namespace
 
-parallel::LayerRange stage_layer_range(int stage, int stages, int layers,
-                                       const std::vector<int>& stage_layers) {
-    if (stage_layers.size() != static_cast<std::size_t>(stages)) {
-        return parallel::stage_layers(stage, stages, layers);
+int stage_layer_count(int stage, int stages, int layers, const std::vector<int>& stage_layers) {
+    if (stage_layers.empty()) {
+        const parallel::LayerRange range = parallel::stage_layers(stage, stages, layers);
+        return range.last - range.first;
     }
-    parallel::LayerRange range;
-    for (int s = 0; s < stage; ++s) {
-        range.first += stage_layers[static_cast<std::size_t>(s)];
+    const int chunks = static_cast<int>(stage_layers.size());
+    int count = 0;
+    for (int chunk = stage; chunk < chunks; chunk += stages) {
+        const parallel::LayerRange range =
+            parallel::model_chunk_layers(chunk, chunks, layers, stage_layers);
+        count += range.last - range.first;
     }
-    range.last = range.first + stage_layers[static_cast<std::size_t>(stage)];
-    return range;
+    return count;
 }
 
 std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,

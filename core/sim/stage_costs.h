@@ -108,10 +108,10 @@ inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
 std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,
                               const std::vector<int>& stage_layers = {});
 
-// Layers [first, last) of `stage`: from `stage_layers` (layers per stage) when it has an entry a
-// stage, else parallel::stage_layers's L/p (the first L mod p stages one more).
-parallel::LayerRange stage_layer_range(int stage, int stages, int layers,
-                                       const std::vector<int>& stage_layers);
+// Layers `stage` of `stages` holds: the sum of its model chunks' counts in `stage_layers` (one
+// count per model chunk, p or p·v of them, as fulcrum-train --stage-layers takes them:
+// parallel::model_chunk_layers), or L/p, the first L mod p stages one more, when it is empty.
+int stage_layer_count(int stage, int stages, int layers, const std::vector<int>& stage_layers);
 
 // Costs from FLOPs and bandwidths (docs/simulate.md, "The analytic model"): per layer and
 // forward 24·T·h²/tp + 4h·pairs/tp FLOPs, the last stage adds the LM head 2·T·h·V, backward

@@ -202,6 +202,18 @@ private slots:
         auto same = sim::simulate(config, nullptr);
         QVERIFY(same);
         QCOMPARE(same->mean_step_ns, equal->mean_step_ns);
+        // Interleaved: one count per model chunk, as fulcrum-train takes them.
+        config.schedule = parallel::PipelineSchedule::interleaved;
+        config.virtual_stages = 2;
+        config.stage_layers.clear();
+        auto chunked = sim::simulate(config, nullptr);
+        QVERIFY2(chunked, chunked ? "" : chunked.error().message.c_str());
+        config.stage_layers = {1, 1, 1, 1};
+        auto counted = sim::simulate(config, nullptr);
+        QVERIFY(counted);
+        QCOMPARE(counted->mean_step_ns, chunked->mean_step_ns);
+        config.stage_layers = {2, 2};
+        QVERIFY(!sim::validate(config));  // two counts for four chunks
     }
 
     // The planner's estimate against the simulator with alike micro-batches (every document

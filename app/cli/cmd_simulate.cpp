@@ -242,9 +242,9 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         return status.error();
     }
     if (!args.stage_layers.empty()) {
-        auto split = parse_int_list(args.stage_layers, "--stage-layers", "4,8,8,4");
+        auto split = parallel::parse_stage_layers(args.stage_layers);
         if (!split) {
-            return split.error();
+            return Error{ErrorCode::invalid_input, "--stage-layers: " + split.error().message};
         }
         config.stage_layers = std::move(*split);
     }
@@ -769,9 +769,9 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
         ->check(CLI::PositiveNumber)
         ->group("Grid");
     sub->add_option("--stage-layers", args->stage_layers,
-                    "Layers per model chunk, e.g. 7,9,9,7: one a stage, or p x v with "
-                    "--virtual-stages, summing to --layers, as fulcrum-train takes them; "
-                    "default: as even as they go")
+                    "Layers per pipeline stage, e.g. 7,9,9,7, summing to --layers; interleaved: "
+                    "one per model chunk, --pp x --virtual-stages of them (stage s's chunk k is "
+                    "the (k*pp + s)-th), as fulcrum-train takes them; default: L/p each")
         ->group("Grid");
     sub->add_option("--compare-schedules", args->compare_schedules,
                     "Simulate each of these pipeline schedules with otherwise identical settings, "

@@ -665,16 +665,6 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     return input;
 }
 
-// --stage-layers: one count per model chunk (p, or p·v interleaved), as fulcrum-train takes it.
-Status check_stage_layers(const SimulationConfig& config) {
-    if (config.stage_layers.empty()) {
-        return {};
-    }
-    return parallel::check_stage_layers(config.stage_layers,
-                                        config.grid.pp * std::max(config.virtual_stages, 1),
-                                        config.model.layers);
-}
-
 }  // namespace
 
 Status validate(const SimulationConfig& config) {
@@ -772,8 +762,12 @@ Status validate(const SimulationConfig& config) {
                        " is more model chunks than --layers " + std::to_string(model.layers) +
                        "; every chunk needs a layer");
     }
-    if (auto status = check_stage_layers(config); !status) {
-        return status;
+    if (!config.stage_layers.empty()) {
+        if (auto status = parallel::check_stage_layers(
+                config.stage_layers, grid.pp * std::max(config.virtual_stages, 1), model.layers);
+            !status) {
+            return invalid("--stage-layers: " + status.error().message);
+        }
     }
     if (config.sequence_parallel && grid.tp < 2) {
         return invalid(

@@ -74,8 +74,9 @@ struct SimulationConfig {
     // NVLink. fulcrum-train sends the whole activation (its rows under sequence parallelism).
     bool pipeline_scatter_gather = false;
 
-    // Layers per pipeline stage, one entry a stage summing to the model's layers (fulcrum-train
-    // --stage-layers; not with interleaving); empty: L/p each, the first L mod p one more.
+    // Layers per model chunk (fulcrum-train --stage-layers: p counts, or p·v interleaved, stage
+    // s's chunk k being model chunk k·p + s; parallel::check_stage_layers), summing to the
+    // model's layers; empty: L/p a stage, the first L mod p one more.
     std::vector<int> stage_layers;
 
     TrainingKnobs knobs() const {

@@ -242,9 +242,9 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         return status.error();
     }
     if (!args.stage_layers.empty()) {
-        auto split = parallel::parse_stage_layers(args.stage_layers);
+        auto split = parse_int_list(args.stage_layers, "--stage-layers", "4,8,8,4");
         if (!split) {
-            return Error{ErrorCode::invalid_input, "--stage-layers: " + split.error().message};
+            return split.error();
         }
         config.stage_layers = std::move(*split);
     }

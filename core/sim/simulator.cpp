@@ -762,8 +762,13 @@ Status validate(const SimulationConfig& config) {
                        " is more model chunks than --layers " + std::to_string(model.layers) +
                        "; every chunk needs a layer");
     }
-    if (auto status = check_stage_layers(config); !status) {
-        return status;
+    if (!config.stage_layers.empty()) {
+        // One count per model chunk (p, or p·v interleaved), as fulcrum-train takes them.
+        if (auto status = parallel::check_stage_layers(
+                config.stage_layers, grid.pp * std::max(config.virtual_stages, 1), model.layers);
+            !status) {
+            return status;
+        }
     }
     if (config.sequence_parallel && grid.tp < 2) {
         return invalid(

@@ -193,6 +193,40 @@ void ParallelTrainer::layer_by_layer_with_reduction(int chunk, Pass pass) {
     }
 }
 
+void ParallelTrainer::start_reductions_without_passes(const StepPlan& plan) {
+    if (!overlaps_reduction()) {
+        return;
+    }
+    // The other replicas start each chunk's layer reductions after the pass that last writes
+    // the chunk's gradients, in schedule order; this one has no pass, so it starts the same
+    // reductions (of its zeros) in the same order, or every replica would wait for it.
+    std::size_t reference = 0;
+    for (const auto& replica : plan.replicas) {
+        reference = std::max(reference, replica.size());
+    }
+    if (reference == 0) {
+        return;
+    }
+    const std::vector<PipelineOp> ops = step_ops(static_cast<int>(reference));
+    const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
+                                                  ? parallel::PassKind::weight
+                                                  : parallel::PassKind::backward;
+    std::vector<std::size_t> last_writer(chunk_layers_.size(), ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        if (ops[i].kind == writes_weights) {
+            last_writer[static_cast<std::size_t>(ops[i].chunk)] = i;
+        }
+    }
+    std::vector<int> chunks(chunk_layers_.size());
+    std::iota(chunks.begin(), chunks.end(), 0);
+    std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
+        return last_writer[static_cast<std::size_t>(a)] < last_writer[static_cast<std::size_t>(b)];
+    });
+    for (int chunk : chunks) {
+        layer_by_layer_with_reduction(chunk, [](int) {});
+    }
+}
+
 void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& acts,
                                    float loss_scale, bool reduce_layers) {
     const int stage = topology_.coordinates().pp, p = topology_.shape().pp;
@@ -397,6 +431,9 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
         if (ops[i].kind == writes_weights) {
             last_writer[static_cast<std::size_t>(ops[i].chunk)] = i;
         }
+    }
+    if (ops.empty()) {
+        start_reductions_without_passes(plan);
     }
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const PipelineOp& op = ops[i];

@@ -101,6 +101,9 @@ private:
     // backward is split), after which each of its layers' gradients is final.
     void run_forward(int step, const PipelineOp& op, const LocalBatch& batch, Activations& acts,
                      double& loss_sum);
+    // A replica without a micro-batch this step (an epoch's last global batch with fewer
+    // documents than replicas): with overlapped reduction, starts what the others start.
+    void start_reductions_without_passes(const StepPlan& plan);
     void run_backward(int step, const PipelineOp& op, Activations& acts, float loss_scale,
                       bool reduce_layers);
     void run_weight_gradients(int step, const PipelineOp& op, Activations& acts,

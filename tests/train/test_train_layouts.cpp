@@ -101,6 +101,14 @@ private slots:
         // Five short documents an epoch, all in one micro-batch: DP replica 1 has none.
         QTest::newRow("dp2 one micro-batch an epoch")
             << 2 << QStringList{"--dp", "2"} << fixed + QStringList{"--documents", "5"};
+        // The same with overlapped reduction: replica 1 must start the layer reductions the
+        // other starts during its backward passes, or both wait for ever.
+        QTest::newRow("dp2 overlapped reduction, one micro-batch an epoch")
+            << 2 << QStringList{"--dp", "2", "--overlap-grad-reduce", "on"}
+            << fixed + QStringList{"--documents", "5"};
+        QTest::newRow("dp2 pp2 overlapped reduction, one micro-batch an epoch")
+            << 4 << QStringList{"--dp", "2", "--pp", "2", "--overlap-grad-reduce", "on"}
+            << fixed + QStringList{"--documents", "5"};
         QTest::newRow("pp2 1f1b") << 2 << QStringList{"--pp", "2", "--schedule", "1f1b"} << fixed;
         QTest::newRow("pp2 gpipe") << 2 << QStringList{"--pp", "2", "--schedule", "gpipe"} << fixed;
         QTest::newRow("pp4 1f1b wlb") << 4 << QStringList{"--pp", "4"} << wlb;

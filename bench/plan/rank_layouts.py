@@ -6,9 +6,9 @@ fulcrum-train, and the plan's predicted tokens/s is compared with the measured:
 
   1. one calibration run captured (`fulcrum capture -- mpirun -np N fulcrum-train ...`,
      --calibration-layout, default pp2 x cp(N/2)), one epoch of the documents;
-  2. `fulcrum plan --calibrate RUN --world N --json` with the engine's model shape, fp32, the
-     same documents, a global batch of --micro-batches x N/... sequences (see --global-batch)
-     and as many steps as the calibration epoch took; every candidate it ranks is kept;
+  2. `fulcrum plan --calibrate RUN --world N --json` with the engine's model shape (vocabulary
+     256: bytes), fp32, the same documents, a global batch of 2N sequences (m = 2N/dp) and the
+     epoch's full steps; every candidate it ranks is kept;
   3. each candidate's printed fulcrum-train line, with `--steps 1` replaced by `--epochs 1` so
      that every layout trains the same documents once (tokens/s over the same tokens), run
      --rounds times, the order rotated each round so that load on the machine hits every
@@ -38,7 +38,10 @@ DATA = ["--lengths", "long-tail:context=512,median=64", "--seed", "3"]
 
 
 def run(command, **kwargs):
-    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"no end after 600 s: {shlex.join(command)}")
     if result.returncode != 0:
         sys.exit(f"failed ({result.returncode}): {shlex.join(command)}\n"
                  f"{result.stdout[-4000:]}{result.stderr[-4000:]}")
@@ -117,7 +120,10 @@ def main():
                         help="fulcrum-train to measure with (default BUILD/engine/fulcrum-train; "
                              "one that knows --stage-layers if the plan prints it)")
     parser.add_argument("--work", default=None, help="where the capture and plan go")
-    parser.add_argument("--documents", type=int, default=200)
+    # 205, not 200: at 200 the epoch's last step leaves one DP replica of dp2 m2 without a
+    # micro-batch, which fulcrum-train with --overlap-grad-reduce on does not survive (it
+    # hangs) and fulcrum simulate refuses (bench/README.md); 205 fills every replica at N = 2, 4.
+    parser.add_argument("--documents", type=int, default=205)
     parser.add_argument("--global-batch", type=int, default=None,
                         help="sequences of 512 tokens a step (default 2 x world: m = 2N/dp)")
     parser.add_argument("--calibration-layout", default=None,
@@ -148,17 +154,17 @@ def main():
     capture = os.path.join(work, f"calibration-{world}")
     out = run([fulcrum, "capture", "-o", capture, "--force", "--", "mpirun", "-np", str(world),
                train] + calibration)
-    epoch_steps = int(re.search(r"done: (\d+) steps", out)[1]) if "done:" in out else None
-    if epoch_steps is None:
-        with open(os.path.join(capture, "rank-0.log")) if os.path.exists(
-                os.path.join(capture, "rank-0.log")) else open(os.devnull) as log:
-            found = re.search(r"done: (\d+) steps", log.read())
-        epoch_steps = int(found[1]) if found else 10
+    found = re.search(r"done: (\d+) steps", out)
+    if not found:
+        sys.exit("the calibration run printed no 'done:' line:\n" + out[-2000:])
+    # The epoch's full steps: its last step is partial, and fulcrum simulate refuses a step in
+    # which a DP replica gets no micro-batch (bench/README.md), which dp = N would meet.
+    full_steps = int(found[1]) - 1
 
     # 2. The plan over the same model, documents and steps, every candidate printed.
     plan_command = [fulcrum, "plan", "--calibrate", f"{capture}/run.fulcrum", "--world",
                     str(world), "--gpus-per-node", str(world), "--vocab", "256", "--dtype",
-                    "fp32", "--global-batch", str(batch), "--steps", str(epoch_steps),
+                    "fp32", "--global-batch", str(batch), "--steps", str(full_steps),
                     "--top", "1000", "--json"] + MODEL + DATA + documents \
         + shlex.split(args.plan_args)
     started = time.monotonic()

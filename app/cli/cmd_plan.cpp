@@ -150,6 +150,9 @@ Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
     if (!calibration) {
         return calibration.error();
     }
+    if (auto settings = sim::config_from_run(*trace)) {
+        request.attention_kernel = settings->config.attention_kernel;
+    }
     request.cost_model = std::move(calibration->model);
     request.cost_origin = calibration->origin;
     request.calibration_run = args.calibrate;

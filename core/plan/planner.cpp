@@ -320,6 +320,7 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
     config.cost_origin = request.cost_origin;
     config.hardware = request.hardware;
     config.hardware.gpus_per_node = request.gpus_per_node;
+    config.attention_kernel = request.attention_kernel;
     return config;
 }
 

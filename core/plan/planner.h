@@ -78,6 +78,9 @@ struct PlanRequest {
     std::optional<analysis::CostModel> cost_model;
     sim::CostOrigin cost_origin;
     std::string calibration_run;  // RUN of --calibrate, repeated in the printed commands
+    // What adaptive CP sharding weighs (sim::SimulationConfig::attention_kernel): "cuda" for
+    // the analytic model; with --calibrate, the run's own kernel (its backend's).
+    std::string attention_kernel = "cuda";
     sim::DType dtype = sim::DType::bf16;
     Precision precision = [] {
         Precision p = Precision::megatron_mixed();

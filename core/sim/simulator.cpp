@@ -357,6 +357,13 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
     const int m = static_cast<int>(replica.size());
     ReplicaPlay play;
     play.microbatches = m;
+    if (m == 0) {
+        // The last global batch of an epoch with fewer documents than replicas: this replica
+        // runs no pass (as fulcrum-train's) and only joins the DP reduction.
+        play.replay.stages.resize(static_cast<std::size_t>(grid.pp));
+        play.replay.stage_end_ns.assign(static_cast<std::size_t>(grid.pp), 0);
+        return play;
+    }
     play.groups.resize(static_cast<std::size_t>(grid.pp) * static_cast<std::size_t>(m) *
                        kPassPhases);
     play.ranks.resize(play.groups.size() * static_cast<std::size_t>(grid.cp));
@@ -998,6 +1005,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     step.imbalance = plan.imbalance;
     played.plays.reserve(plan.replicas.size());
     double fraction_sum = 0;
+    int pipelines = 0;  // replicas that ran a pass
     for (const auto& replica : plan.replicas) {
         if (progress.cancel != nullptr && progress.cancel->load()) {
             return Error{ErrorCode::cancelled, "the simulation was cancelled"};
@@ -1014,6 +1022,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             bubble += replay.bubble_ns(s);
         }
         fraction_sum += busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
+        pipelines += replica.empty() ? 0 : 1;
         for (const auto& planned : replica) {
             step.tokens += planned.packed.tokens;
         }
@@ -1021,8 +1030,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     }
     // One definition with the analysis (docs/analyses.md §2): Σ bubble / Σ busy over a
     // pipeline's stages, the convention of (p−1)/m; the mean over the step's pipelines.
-    step.bubble_fraction =
-        plan.replicas.empty() ? 0.0 : fraction_sum / static_cast<double>(plan.replicas.size());
+    step.bubble_fraction = pipelines == 0 ? 0.0 : fraction_sum / static_cast<double>(pipelines);
 
     // Each stage all-reduces over its DP × CP group when its slowest replica is done.
     const bool reduces = grid.dp * grid.cp > 1;

@@ -160,6 +160,26 @@ private slots:
         QTest::newRow("gpipe") << parallel::PipelineSchedule::gpipe << qint64(10900)
                                << (10400.0 - 6824.0) / 6824.0;
     }
+    // An epoch whose last global batch has fewer documents than DP replicas: the replica
+    // without one runs no pass, as fulcrum-train's does (the simulator refused it before), and
+    // every document of the epoch is still trained.
+    void replicaWithoutMicroBatch() {
+        sim::SimulationConfig config;
+        config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 512, .vocab = 256};
+        config.grid = {.dp = 2, .pp = 2};
+        config.microbatches = 2;
+        config.lengths = "long-tail:context=512,median=64";
+        config.documents = 200;
+        config.seed = 3;
+        config.epochs = 1;
+        config.overlap_grad_reduce = true;
+        auto result = sim::simulate(config, nullptr);
+        QVERIFY2(result, result ? "" : result.error().message.c_str());
+        QCOMPARE(result->documents, std::int64_t(200));
+        QVERIFY(result->steps.back().microbatches < 2 * config.microbatches);
+        QVERIFY(result->steps.back().duration_ns > 0);
+    }
+
     void handWorkedStep() {
         QFETCH(parallel::PipelineSchedule, schedule);
         QFETCH(qint64, step_ns);

@@ -14,6 +14,7 @@
 #include "core/parallel/replay.h"
 #include "core/plan/memory_model.h"
 #include "core/sim/grad_reduction.h"
+#include "core/sim/hot_switch_play.h"
 #include "core/store/trace_writer.h"
 #include "core/trace/run_config.h"
 #include "core/util/output_file.h"
@@ -88,9 +89,6 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     return best;
 }
 
-namespace {
-
-// The engine's planner options (engine/tools/train.cpp).
 balance::PlannerOptions planner_options(const SimulationConfig& config) {
     balance::PlannerOptions options;
     options.packing.balancer = config.balancer;
@@ -117,6 +115,8 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     }
     return options;
 }
+
+namespace {
 
 std::string cost_source(const SimulationConfig& config) {
     if (!config.cost_model) {
@@ -357,6 +357,13 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
     const int m = static_cast<int>(replica.size());
     ReplicaPlay play;
     play.microbatches = m;
+    if (m == 0) {
+        // A replica the step left without work (a step with fewer micro-batches than
+        // replicas, as a hot-switched bucket's last can be): idle until the reduction.
+        play.replay.stages.resize(static_cast<std::size_t>(grid.pp));
+        play.replay.stage_end_ns.assign(static_cast<std::size_t>(grid.pp), 0);
+        return play;
+    }
     play.groups.resize(static_cast<std::size_t>(grid.pp) * static_cast<std::size_t>(m) *
                        kPassPhases);
     play.ranks.resize(play.groups.size() * static_cast<std::size_t>(grid.cp));
@@ -927,10 +934,37 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     return estimate;
 }
 
+void summarize(SimulationResult& result, const balance::TrainedTotals& trained, std::int64_t end_ns,
+               int epochs) {
+    double imbalance = 0;
+    double bubble = 0;
+    for (const SimulatedStep& step : result.steps) {
+        imbalance += step.imbalance;
+        bubble += step.bubble_fraction;
+    }
+    const auto count = static_cast<double>(result.steps.size());
+    result.mean_step_ns = static_cast<double>(end_ns) / count;
+    result.mean_imbalance = imbalance / count;
+    result.mean_bubble_fraction = bubble / count;
+    result.tokens_per_second =
+        end_ns > 0 ? static_cast<double>(trained.tokens) / (static_cast<double>(end_ns) * 1e-9)
+                   : 0.0;
+    result.tokens = trained.tokens;
+    result.documents = trained.documents;
+    result.epochs = epochs;
+    result.mean_delay_steps = trained.mean_delay_steps();
+    result.max_delay_steps = trained.max_delay_steps;
+    result.per_document_microbatches = trained.per_document_microbatches;
+    result.zigzag_microbatches = trained.zigzag_microbatches;
+}
+
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress) {
     if (auto status = validate(config); !status) {
         return status.error();
+    }
+    if (config.hot_switch) {
+        return simulate_hot_switched(config, out, progress);
     }
     auto lengths = training_lengths(config);
     if (!lengths) {
@@ -1066,7 +1100,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                                    : fraction_sum / static_cast<double>(plan->replicas.size());
 
         // Each stage all-reduces over its DP × CP group when its slowest replica is done.
-        const bool reduces = grid.dp * grid.cp > 1;
+        const bool reduces = grid.dp * grid.cp > 1 && !config.accumulate_gradients;
+        const std::int64_t step_optimizer_ns = config.accumulate_gradients ? 0 : optimizer_ns;
         std::vector<std::int64_t> reduce_end(static_cast<std::size_t>(grid.pp));
         std::int64_t step_end = step_start;
         std::vector<const parallel::ReplayResult*> replays;
@@ -1083,7 +1118,8 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
             reduce_end[static_cast<std::size_t>(s)] =
                 reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
                         : gradient_reduction_end(reduction, replays, {});
-            step_end = std::max(step_end, reduce_end[static_cast<std::size_t>(s)] + optimizer_ns);
+            step_end =
+                std::max(step_end, reduce_end[static_cast<std::size_t>(s)] + step_optimizer_ns);
         }
         step.duration_ns = step_end - step_start;
 
@@ -1142,8 +1178,11 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
                                           pipeline_end, reduced, plan->step, -1, stage, Phase::none,
                                           dp_bytes[static_cast<std::size_t>(s)]);
                         }
-                        events->range(names.optimizer, Category::optimizer, reduced,
-                                      reduced + optimizer_ns, plan->step, -1, stage, Phase::none);
+                        if (!config.accumulate_gradients) {
+                            events->range(names.optimizer, Category::optimizer, reduced,
+                                          reduced + optimizer_ns, plan->step, -1, stage,
+                                          Phase::none);
+                        }
                         for (int t = 0; t < grid.tp; ++t) {
                             const int rank =
                                 parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
@@ -1174,26 +1213,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         step_start = step_end;
     }
 
-    double imbalance = 0;
-    double bubble = 0;
-    for (const SimulatedStep& step : result.steps) {
-        imbalance += step.imbalance;
-        bubble += step.bubble_fraction;
-    }
-    const auto count = static_cast<double>(result.steps.size());
-    result.mean_step_ns = static_cast<double>(step_start) / count;
-    result.mean_imbalance = imbalance / count;
-    result.mean_bubble_fraction = bubble / count;
-    result.tokens_per_second = step_start > 0 ? static_cast<double>(trained.tokens) /
-                                                    (static_cast<double>(step_start) * 1e-9)
-                                              : 0.0;
-    result.tokens = trained.tokens;
-    result.documents = trained.documents;
-    result.epochs = config.epochs;
-    result.mean_delay_steps = trained.mean_delay_steps();
-    result.max_delay_steps = trained.max_delay_steps;
-    result.per_document_microbatches = trained.per_document_microbatches;
-    result.zigzag_microbatches = trained.zigzag_microbatches;
+    summarize(result, trained, step_start, config.epochs);
     return result;
 }
 

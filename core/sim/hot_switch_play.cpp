@@ -285,7 +285,12 @@ struct HotSwitchPlay {
     // Moves the parameters (and the step's gradients so far) to bucket `to`'s layout.
     void switch_to(int to, bool gradients) {
         const parallel::GridShape& layout = spec.buckets[static_cast<std::size_t>(to)].layout;
+        SwitchCost cost;
         if (layout != current) {
+            cost = switch_cost(config, current, layout, gradients);
+        }
+        // Nothing moves into a layout that needs nothing new (DP holds every layer).
+        if (!cost.plan.transfers.empty()) {
             Segment segment;
             segment.kind = Segment::Kind::switch_layout;
             segment.from_bucket = current_bucket;
@@ -293,7 +298,6 @@ struct HotSwitchPlay {
             segment.from = current;
             segment.to = layout;
             segment.gradients = gradients;
-            SwitchCost cost = switch_cost(config, current, layout, gradients);
             segment.plan = std::move(cost.plan);
             segment.start = now;
             segment.end = now + cost.ns;

@@ -425,6 +425,31 @@ nlohmann::json steps_json(const sim::SimulationResult& result) {
     return steps;
 }
 
+// A hot-switched run's buckets and switches, summed over its steps.
+nlohmann::json hot_switch_json(const sim::SimulationResult& result) {
+    nlohmann::json buckets = nlohmann::json::array();
+    for (const sim::SimulatedBucket& b : result.buckets) {
+        buckets.push_back({{"bounds", plan::bucket_bounds_string(b.bucket)},
+                           {"layout", plan::layout_string(b.bucket.layout)},
+                           {"documents", b.documents},
+                           {"tokens", b.tokens},
+                           {"microbatches", b.microbatches},
+                           {"ns", b.ns}});
+    }
+    nlohmann::json switches = nlohmann::json::array();
+    for (const sim::SimulatedSwitch& c : result.switches) {
+        switches.push_back({{"from", plan::layout_string(c.from)},
+                            {"to", plan::layout_string(c.to)},
+                            {"count", c.count},
+                            {"bytes", c.bytes},
+                            {"largest_send_bytes", c.largest_send_bytes},
+                            {"ns", c.ns}});
+    }
+    return {{"buckets", std::move(buckets)},
+            {"switches", std::move(switches)},
+            {"update_ns", result.update_ns}};
+}
+
 void print_json(const sim::SimulationConfig& config, const std::vector<Played>& played) {
     nlohmann::json out;
     out["format"] = "fulcrum simulate";
@@ -474,6 +499,9 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
              {"events", r.events},
              {"workload_rows", r.workload_rows},
              {"steps", steps_json(r)}});
+        if (!r.buckets.empty()) {
+            results.back()["hot_switch"] = hot_switch_json(r);
+        }
     }
     out["results"] = results;
     std::printf("%s\n", out.dump(2).c_str());

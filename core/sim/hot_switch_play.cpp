@@ -1,6 +1,7 @@
 #include "core/sim/hot_switch_play.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -65,8 +66,6 @@ SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSw
     played.document_lengths = std::move(lengths);
     played.lengths.clear();
     played.epochs = 1;
-    // wlb's thresholds are tuned once on the whole run's lengths, not per bucket and step.
-    played.wlb_max_tokens = config.wlb_max_tokens;
     return played;
 }
 
@@ -323,10 +322,10 @@ struct HotSwitchPlay {
         found->ns += static_cast<double>(segment.end - segment.start);
     }
 
-    // Plays bucket b's documents under its layout; the bubble fraction of its steps, weighted
-    // by their time, goes into `bubble_ns`.
+    // Plays bucket b's documents under its layout; the bubble fraction and imbalance of its
+    // steps, weighted by their time, go into `weighted`.
     Status play_bucket(int b, std::vector<std::int64_t> lengths, const SimulationProgress& progress,
-                       double& bubble_ns) {
+                       std::array<double, 2>& weighted) {
         const auto index = static_cast<std::size_t>(b);
         const SimulationConfig played =
             bucket_config(config, spec.buckets[index], std::move(lengths));
@@ -340,7 +339,8 @@ struct HotSwitchPlay {
         for (const SimulatedStep& step : bucket->steps) {
             segment.end += step.duration_ns;
             segment.microbatches += step.microbatches;
-            bubble_ns += step.bubble_fraction * static_cast<double>(step.duration_ns);
+            weighted[0] += step.bubble_fraction * static_cast<double>(step.duration_ns);
+            weighted[1] += step.imbalance * static_cast<double>(step.duration_ns);
         }
         segment.end += now;
         segment.documents = static_cast<std::int64_t>(played.document_lengths.size());
@@ -417,18 +417,17 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         step.step = plan->step;
         step.epoch = plan->epoch;
         step.start_ns = play.now;
-        step.imbalance = plan->imbalance;
         step.tokens = plan->tokens;
         play.segments.clear();
         bool accumulated = false;
-        double bubble_ns = 0;
+        std::array<double, 2> weighted{0, 0};  // bubble fraction and imbalance · time
         for (std::size_t b = 0; b < spec.buckets.size(); ++b) {
             if (by_bucket[b].empty()) {
                 continue;
             }
             play.switch_to(static_cast<int>(b), accumulated);
             if (auto status = play.play_bucket(static_cast<int>(b), std::move(by_bucket[b]),
-                                               progress, bubble_ns);
+                                               progress, weighted);
                 !status) {
                 return status.error();
             }
@@ -442,7 +441,15 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         // The next step starts under the first bucket's layout: the updated parameters go back.
         play.switch_to(0, false);
         step.duration_ns = play.now - step.start_ns;
-        step.bubble_fraction = step.duration_ns > 0 ? bubble_ns / step.duration_ns : 0.0;
+        // The buckets' bubble fraction and imbalance (of their own packing), weighted by time.
+        double played_ns = 0;
+        for (const Segment& segment : play.segments) {
+            if (segment.kind == Segment::Kind::bucket) {
+                played_ns += static_cast<double>(segment.end - segment.start);
+            }
+        }
+        step.bubble_fraction = played_ns > 0 ? weighted[0] / played_ns : 0.0;
+        step.imbalance = played_ns > 0 ? weighted[1] / played_ns : 1.0;
         if (out != nullptr) {
             play.result.events += write_step(*out, config, lanes, names, play.segments, spec,
                                              plan->step, step.start_ns, play.now);

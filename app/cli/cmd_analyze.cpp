@@ -278,6 +278,46 @@ void render_cost_model(const RunAnalysis& a, std::string& out) {
     }
 }
 
+// HotSPa's breakdown (SOSP'24, Table 3): a row per bucket under its layout, 'others' the
+// switching; then the switch-cost matrix, layout i → j.
+void render_hot_switch(const RunAnalysis& a, std::string& out) {
+    const analysis::HotSwitchAnalysis& hot = a.hot_switch;
+    if (hot.empty()) {
+        return;
+    }
+    out += "\nhot switching (" + std::to_string(hot.steps) +
+           " steps; time summed over them, shares of the steps' time)\n";
+    TextTable buckets({"bucket", "layout", "documents", "tokens", "micro-batches", "time", "share"},
+                      {Align::left, Align::left, Align::right, Align::right, Align::right,
+                       Align::right, Align::right});
+    for (const analysis::HotSwitchBucketTime& b : hot.buckets) {
+        buckets.add_row({b.bounds, b.layout, std::to_string(b.documents), std::to_string(b.tokens),
+                         std::to_string(b.microbatches), format_duration(b.ns),
+                         format_percent(b.ns, hot.step_ns)});
+    }
+    buckets.add_row({"others (switching)", "", "", "", "", format_duration(hot.switching_ns),
+                     format_percent(hot.switching_ns, hot.step_ns)});
+    buckets.add_row({"rest (dp reduction, optimizer)", "", "", "", "", format_duration(hot.rest_ns),
+                     format_percent(hot.rest_ns, hot.step_ns)});
+    out += buckets.render("  ");
+    out += "\nswitch cost, layout i -> j (mean per switch: time / bytes sent by all ranks)\n";
+    std::vector<std::string> header{"from \\ to"};
+    header.insert(header.end(), hot.layouts.begin(), hot.layouts.end());
+    TextTable matrix(header, std::vector<Align>(header.size(), Align::right));
+    for (const std::string& from : hot.layouts) {
+        std::vector<std::string> row{from};
+        for (const std::string& to : hot.layouts) {
+            const analysis::HotSwitchCost* cell = hot.cost(from, to);
+            row.push_back(cell == nullptr || cell->count == 0
+                              ? std::string(from == to ? "" : "-")
+                              : format_duration(cell->ns / cell->count) + " / " +
+                                    format_bytes(std::llround(cell->bytes / cell->count)));
+        }
+        matrix.add_row(std::move(row));
+    }
+    out += matrix.render("  ");
+}
+
 int run_analyze(const AnalyzeArgs& args) {
     auto reader = store::TraceReader::open(args.run);
     if (!reader) {
@@ -324,6 +364,7 @@ int run_analyze(const AnalyzeArgs& args) {
         render_imbalance(*result, args, out);
         render_stragglers(*result, out);
         render_cost_model(*result, out);
+        render_hot_switch(*result, out);
         render_hta_tables(*result, args.top, out);
         if (!result->notes.empty()) {
             out += "\nnot analysed\n";

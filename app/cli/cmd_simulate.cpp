@@ -44,6 +44,7 @@ struct SimulateArgs {
     std::string calibrate;
     std::string cost_model;
     std::string compare;
+    std::string hot_switch;
     int wlb_max_delay = -1;
     std::string wlb_thresholds = "tuned";
     std::string packing_cost = "model";
@@ -226,7 +227,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
     }
     if (given(args, "--steps")) {
         config.epochs = 0;
-    } else if (!args.compare.empty() && !given(args, "--epochs")) {
+    } else if ((!args.compare.empty() || !args.hot_switch.empty()) && !given(args, "--epochs")) {
         // A comparison of balancers is fair only over the same documents: one epoch, each
         // trained once.
         config.epochs = 1;
@@ -247,6 +248,15 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
             return split.error();
         }
         config.stage_layers = std::move(*split);
+    }
+    if (!args.hot_switch.empty()) {
+        auto spec = plan::parse_hot_switch_spec(args.hot_switch, {.world = config.grid.world(),
+                                                                  .heads = config.model.heads,
+                                                                  .layers = config.model.layers});
+        if (!spec) {
+            return spec.error();
+        }
+        config.hot_switch = std::move(*spec);
     }
     if (trace == nullptr || given(args, "--balancer")) {
         auto balancer = balance::parse_balancer(args.balancer);
@@ -365,6 +375,17 @@ Result<std::vector<Variant>> variants_to_play(const SimulateArgs& args,
     if (!args.compare_schedules.empty()) {
         return schedules_to_play(args, config);
     }
+    if (config.hot_switch) {
+        // The hot-switched run against the static layout (--dp, --tp, --pp, --cp) on the same
+        // documents.
+        if (!args.compare.empty()) {
+            return Error{ErrorCode::invalid_input,
+                         "--hot-switch compares against the static layout; leave out --compare"};
+        }
+        Variant fixed_layout{config, "static " + plan::layout_string(config.grid)};
+        fixed_layout.config.hot_switch.reset();
+        return std::vector<Variant>{std::move(fixed_layout), {config, "hot-switch"}};
+    }
     if (args.compare.empty()) {
         return std::vector<Variant>{{config, balance::balancer_name(config.balancer)}};
     }
@@ -402,6 +423,31 @@ nlohmann::json steps_json(const sim::SimulationResult& result) {
                          {"microbatches", step.microbatches}});
     }
     return steps;
+}
+
+// A hot-switched run's buckets and switches, summed over its steps.
+nlohmann::json hot_switch_json(const sim::SimulationResult& result) {
+    nlohmann::json buckets = nlohmann::json::array();
+    for (const sim::SimulatedBucket& b : result.buckets) {
+        buckets.push_back({{"bounds", plan::bucket_bounds_string(b.bucket)},
+                           {"layout", plan::layout_string(b.bucket.layout)},
+                           {"documents", b.documents},
+                           {"tokens", b.tokens},
+                           {"microbatches", b.microbatches},
+                           {"ns", b.ns}});
+    }
+    nlohmann::json switches = nlohmann::json::array();
+    for (const sim::SimulatedSwitch& c : result.switches) {
+        switches.push_back({{"from", plan::layout_string(c.from)},
+                            {"to", plan::layout_string(c.to)},
+                            {"count", c.count},
+                            {"bytes", c.bytes},
+                            {"largest_send_bytes", c.largest_send_bytes},
+                            {"ns", c.ns}});
+    }
+    return {{"buckets", std::move(buckets)},
+            {"switches", std::move(switches)},
+            {"update_ns", result.update_ns}};
 }
 
 void print_json(const sim::SimulationConfig& config, const std::vector<Played>& played) {
@@ -453,6 +499,9 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
              {"events", r.events},
              {"workload_rows", r.workload_rows},
              {"steps", steps_json(r)}});
+        if (!r.buckets.empty()) {
+            results.back()["hot_switch"] = hot_switch_json(r);
+        }
     }
     out["results"] = results;
     std::printf("%s\n", out.dump(2).c_str());
@@ -556,6 +605,54 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
     }
 }
 
+// A hot-switched run's buckets and switches, summed over its steps (HotSPa, SOSP'24, Table 3's
+// layout: a row per bucket, 'others' the switching).
+void print_hot_switch(const sim::SimulationResult& result) {
+    if (result.buckets.empty()) {
+        return;
+    }
+    double total = result.update_ns;
+    for (const sim::SimulatedBucket& bucket : result.buckets) {
+        total += bucket.ns;
+    }
+    for (const sim::SimulatedSwitch& change : result.switches) {
+        total += change.ns;
+    }
+    const auto share = [&](double ns) { return fixed(total > 0 ? 100 * ns / total : 0, 1) + "%"; };
+    using Align = TextTable::Align;
+    TextTable buckets({"bucket", "layout", "documents", "tokens", "micro-batches", "time", "share"},
+                      {Align::left, Align::left, Align::right, Align::right, Align::right,
+                       Align::right, Align::right});
+    for (const sim::SimulatedBucket& bucket : result.buckets) {
+        buckets.add_row({plan::bucket_bounds_string(bucket.bucket),
+                         plan::layout_string(bucket.bucket.layout),
+                         std::to_string(bucket.documents), std::to_string(bucket.tokens),
+                         std::to_string(bucket.microbatches),
+                         format_duration(std::llround(bucket.ns)), share(bucket.ns)});
+    }
+    double switching = 0;
+    for (const sim::SimulatedSwitch& change : result.switches) {
+        switching += change.ns;
+    }
+    buckets.add_row({"others (switching)", "", "", "", "", format_duration(std::llround(switching)),
+                     share(switching)});
+    buckets.add_row({"dp reduction + optimizer", "", "", "", "",
+                     format_duration(std::llround(result.update_ns)), share(result.update_ns)});
+    std::printf("\nhot switching, over %zu steps:\n", result.steps.size());
+    std::fputs(buckets.render().c_str(), stdout);
+    TextTable switches({"switch", "count", "bytes each", "largest send", "time each"},
+                       {Align::left, Align::right, Align::right, Align::right, Align::right});
+    for (const sim::SimulatedSwitch& change : result.switches) {
+        const double count = std::max(change.count, 1);
+        switches.add_row(
+            {plan::layout_string(change.from) + " -> " + plan::layout_string(change.to),
+             std::to_string(change.count), format_bytes(std::llround(change.bytes / count)),
+             format_bytes(std::llround(change.largest_send_bytes)),
+             format_duration(std::llround(change.ns / count))});
+    }
+    std::fputs(switches.render().c_str(), stdout);
+}
+
 int run_simulate(const SimulateArgs& args) {
     std::atomic<bool> cancel{false};
     if (given(args, "--epochs") && args.defaults.epochs < 1) {
@@ -627,14 +724,18 @@ int run_simulate(const SimulateArgs& args) {
     if (!variants) {
         return report_error(variants.error());
     }
-    const bool comparing = !args.compare.empty() || !args.compare_schedules.empty();
+    const bool comparing = variants->size() > 1;
     // Every output is checked before anything is simulated, so a comparison does not stop
     // half-way on the third file.
     std::vector<std::string> outputs;
     for (const Variant& variant : *variants) {
         std::string path;
         if (!args.output.empty()) {
-            path = comparing ? output_for(args.output, variant.label) : args.output;
+            path = comparing
+                       ? output_for(args.output, variant.config.hot_switch || !config->hot_switch
+                                                     ? variant.label
+                                                     : "static")
+                       : args.output;
             std::error_code ec;
             if (!args.force && std::filesystem::exists(path, ec)) {
                 return report_error({ErrorCode::io, "'" + path +
@@ -672,7 +773,13 @@ int run_simulate(const SimulateArgs& args) {
     if (args.json) {
         print_json(*config, played);
     } else {
-        print_table(*config, played, args.compare_schedules.empty() ? "balancer" : "schedule");
+        print_table(*config, played,
+                    config->hot_switch               ? "layout"
+                    : args.compare_schedules.empty() ? "balancer"
+                                                     : "schedule");
+        for (const Played& run : played) {
+            print_hot_switch(run.result);
+        }
     }
     return kExitOk;
 }
@@ -816,6 +923,12 @@ void add_data_options(CLI::App* sub, SimulateArgs* args) {
     sub->add_option("--compare", args->compare,
                     "Simulate each of these balancers with otherwise identical settings, e.g. "
                     "fixed,ilp,wlb; the first is the baseline of the 'vs' column")
+        ->group("Data");
+    sub->add_option("--hot-switch", args->hot_switch,
+                    "HotSPa's hot switching: LO-HI:LAYOUT;... e.g. "
+                    "0-2048:dp4;2048-8192:dp2,tp2;8192-:pp2,cp2, each bucket's documents played "
+                    "under its layout over the same ranks (docs/plan.md); compared with the "
+                    "static --dp/--tp/--pp/--cp layout on the same documents")
         ->group("Data");
     sub->add_option("--cp-shard", args->cp_shard,
                     "CP sharding: contiguous, zigzag, per-doc, adaptive")

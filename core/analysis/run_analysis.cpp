@@ -346,6 +346,7 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     analysis.offload = std::move(models.offload);
     analysis.communication = std::move(models.communication);
     analysis.critical_paths = std::move(models.critical_paths);
+    analysis.hot_switch = analyze_hot_switch(trace);
     add_notes_on_missing_figures(trace, passes, analysis);
     if (auto status = check_cancel(options); !status) {
         return status.error();
@@ -505,6 +506,41 @@ json imbalance_json(const ImbalanceAnalysis& imbalance) {
             {"stragglers", std::move(stragglers)}};
 }
 
+json hot_switch_json(const HotSwitchAnalysis& hot) {
+    json buckets = json::array();
+    for (const HotSwitchBucketTime& b : hot.buckets) {
+        buckets.push_back({{"bucket", b.bucket},
+                           {"bounds", b.bounds},
+                           {"layout", b.layout},
+                           {"steps", b.steps},
+                           {"documents", b.documents},
+                           {"tokens", b.tokens},
+                           {"microbatches", b.microbatches},
+                           {"ns", b.ns},
+                           {"share", b.share}});
+    }
+    json switches = json::array();
+    for (const HotSwitchCost& c : hot.switches) {
+        switches.push_back({{"from", c.from},
+                            {"to", c.to},
+                            {"count", c.count},
+                            {"ns", c.ns},
+                            {"bytes", c.bytes},
+                            {"largest_send_bytes", c.largest_send_bytes},
+                            {"inter_node_bytes", c.inter_node_bytes},
+                            {"sent_by_rank", c.sent},
+                            {"received_by_rank", c.received}});
+    }
+    return {{"steps", hot.steps},
+            {"step_ns", hot.step_ns},
+            {"buckets", std::move(buckets)},
+            {"switching_ns", hot.switching_ns},
+            {"switching_share", hot.switching_share},
+            {"rest_ns", hot.rest_ns},
+            {"layouts", hot.layouts},
+            {"switches", std::move(switches)}};
+}
+
 }  // namespace
 
 std::string analysis_json(const RunAnalysis& analysis) {
@@ -521,6 +557,9 @@ std::string analysis_json(const RunAnalysis& analysis) {
     root["kernels"] = kernels_json(analysis);
     root["communication"] = communication_json(analysis.communication);
     root["critical_paths"] = critical_paths_json(analysis.critical_paths);
+    if (!analysis.hot_switch.empty()) {
+        root["hot_switch"] = hot_switch_json(analysis.hot_switch);
+    }
     root["notes"] = analysis.notes;
     // One line: a 10M-event run's matrices make tens of MB, which indentation would double;
     // `jq .` pretty-prints it.

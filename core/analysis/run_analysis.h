@@ -14,6 +14,7 @@
 #include "core/analysis/cost_model.h"
 #include "core/analysis/cp_load.h"
 #include "core/analysis/critical_path.h"
+#include "core/analysis/hot_switch.h"
 #include "core/analysis/imbalance.h"
 #include "core/analysis/kernels.h"
 #include "core/analysis/offload.h"
@@ -44,6 +45,9 @@ struct RunAnalysis {
     KernelAnalysis kernels;
     std::vector<CollectiveSummary> communication;
     std::vector<CriticalPath> critical_paths;
+    // HotSPa's buckets and switches (docs/analyses.md, "Hot switching"); empty on a run
+    // without hot switching.
+    HotSwitchAnalysis hot_switch;
     // What could not be analysed and why (e.g. "no workload table: no predicted work").
     std::vector<std::string> notes;
 };

@@ -14,6 +14,7 @@
 #include "core/parallel/replay.h"
 #include "core/plan/memory_model.h"
 #include "core/sim/grad_reduction.h"
+#include "core/sim/hot_switch_play.h"
 #include "core/store/trace_writer.h"
 #include "core/trace/run_config.h"
 #include "core/util/output_file.h"
@@ -88,9 +89,6 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     return best;
 }
 
-namespace {
-
-// The engine's planner options (engine/tools/train.cpp).
 balance::PlannerOptions planner_options(const SimulationConfig& config) {
     balance::PlannerOptions options;
     options.packing.balancer = config.balancer;
@@ -117,6 +115,8 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     }
     return options;
 }
+
+namespace {
 
 std::string cost_source(const SimulationConfig& config) {
     if (!config.cost_model) {
@@ -1033,7 +1033,8 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     step.bubble_fraction = pipelines == 0 ? 0.0 : fraction_sum / static_cast<double>(pipelines);
 
     // Each stage all-reduces over its DP × CP group when its slowest replica is done.
-    const bool reduces = grid.dp * grid.cp > 1;
+    const bool reduces = grid.dp * grid.cp > 1 && !config.accumulate_gradients;
+    const std::int64_t update_ns = config.accumulate_gradients ? 0 : optimizer_ns;
     played.reduce_end.resize(static_cast<std::size_t>(grid.pp));
     played.end_ns = step_start;
     std::vector<const parallel::ReplayResult*> replays;
@@ -1051,7 +1052,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
                     : gradient_reduction_end(reduction, replays, {});
         played.reduce_end[static_cast<std::size_t>(s)] = end;
-        played.end_ns = std::max(played.end_ns, end + optimizer_ns);
+        played.end_ns = std::max(played.end_ns, end + update_ns);
     }
     step.duration_ns = played.end_ns - step_start;
     return played;
@@ -1116,8 +1117,10 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         events.range(names.dp_all_reduce, Category::communication, pipeline_end, reduced, plan.step,
                      -1, stage, Phase::none, dp_bytes[static_cast<std::size_t>(s)]);
     }
-    events.range(names.optimizer, Category::optimizer, reduced, reduced + optimizer_ns, plan.step,
-                 -1, stage, Phase::none);
+    if (!config.accumulate_gradients) {
+        events.range(names.optimizer, Category::optimizer, reduced, reduced + optimizer_ns,
+                     plan.step, -1, stage, Phase::none);
+    }
     for (int t = 0; t < grid.tp; ++t) {
         const int rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
         const LaneId lane = output.lanes[static_cast<std::size_t>(rank)];
@@ -1134,9 +1137,10 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
     }
 }
 
-// The means over the steps played and what was trained.
-void summarise(const balance::TrainedTotals& trained, std::int64_t end_ns,
-               const SimulationConfig& config, SimulationResult& result) {
+}  // namespace
+
+void summarize(SimulationResult& result, const balance::TrainedTotals& trained, std::int64_t end_ns,
+               int epochs) {
     double imbalance = 0;
     double bubble = 0;
     for (const SimulatedStep& step : result.steps) {
@@ -1152,19 +1156,20 @@ void summarise(const balance::TrainedTotals& trained, std::int64_t end_ns,
                    : 0.0;
     result.tokens = trained.tokens;
     result.documents = trained.documents;
-    result.epochs = config.epochs;
+    result.epochs = epochs;
     result.mean_delay_steps = trained.mean_delay_steps();
     result.max_delay_steps = trained.max_delay_steps;
     result.per_document_microbatches = trained.per_document_microbatches;
     result.zigzag_microbatches = trained.zigzag_microbatches;
 }
 
-}  // namespace
-
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress) {
     if (auto status = validate(config); !status) {
         return status.error();
+    }
+    if (config.hot_switch) {
+        return simulate_hot_switched(config, out, progress);
     }
     auto lengths = training_lengths(config);
     if (!lengths) {
@@ -1244,7 +1249,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         result.steps.push_back(played->step);
         step_start = played->end_ns;
     }
-    summarise(trained, step_start, config, result);
+    summarize(result, trained, step_start, config.epochs);
     return result;
 }
 

@@ -28,8 +28,10 @@
 #include "core/analysis/cost_model.h"
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
+#include "core/balance/step_planner.h"
 #include "core/balance/wlb_tuning.h"
 #include "core/parallel/schedule.h"
+#include "core/plan/hot_switch_spec.h"
 #include "core/sim/stage_costs.h"
 #include "core/util/result.h"
 
@@ -78,6 +80,15 @@ struct SimulationConfig {
     // s's chunk k being model chunk k·p + s; parallel::check_stage_layers), summing to the
     // model's layers; empty: L/p a stage, the first L mod p one more.
     std::vector<int> stage_layers;
+
+    // HotSPa's hot switching (SOSP'24, §4): each step's documents (the global batch `grid`,
+    // `microbatches` and the balancer make) are split into the spec's length buckets, each
+    // played under its own layout on the same ranks, one after another, with the parameters
+    // and gradient accumulators switched between the layouts (core/sim/hot_switch_play.h).
+    std::optional<plan::HotSwitchSpec> hot_switch;
+    // The steps played only accumulate gradients: no DP reduction and no optimizer (a
+    // hot-switched step's buckets; the reduction runs once, after the last bucket).
+    bool accumulate_gradients = false;
 
     TrainingKnobs knobs() const {
         return {schedule, virtual_stages, recompute, sequence_parallel, dtype, stage_layers};
@@ -144,8 +155,31 @@ struct SimulatedStep {
     int microbatches = 0;     // over every replica
 };
 
+// A hot-switched run's bucket, over every step played.
+struct SimulatedBucket {
+    plan::HotSwitchBucket bucket;
+    std::int64_t documents = 0;
+    std::int64_t tokens = 0;
+    std::int64_t microbatches = 0;  // over every replica
+    double ns = 0;                  // the bucket's passes, under its layout
+};
+
+// The switches of a hot-switched run from one layout to another, over every step played.
+struct SimulatedSwitch {
+    parallel::GridShape from, to;
+    int count = 0;
+    double bytes = 0;               // every rank's sends, summed
+    double largest_send_bytes = 0;  // of one rank in one switch
+    double ns = 0;
+};
+
 struct SimulationResult {
     std::vector<SimulatedStep> steps;
+    // Hot switching (empty otherwise): per bucket, per pair of layouts switched between, and
+    // the time of the DP reductions and optimizer steps after each step's last bucket.
+    std::vector<SimulatedBucket> buckets;
+    std::vector<SimulatedSwitch> switches;
+    double update_ns = 0;
     double mean_step_ns = 0;
     double mean_imbalance = 1.0;
     double mean_bubble_fraction = 0;
@@ -199,6 +233,9 @@ struct StepEstimate {
 StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& costs,
                            std::int64_t tokens, std::int64_t pairs);
 
+// The options fulcrum-train's StepPlanner plans `config` with (engine/tools/train.cpp).
+balance::PlannerOptions planner_options(const SimulationConfig& config);
+
 // The costs simulate() plays `config` with (resolve_costs with the config's model or the
 // analytic one).
 StageCosts config_costs(const SimulationConfig& config);
@@ -208,6 +245,11 @@ StageCosts config_costs(const SimulationConfig& config);
 // writer (with RunOrigin::simulated) and closes it.
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress = {});
+
+// simulate()'s means and totals over `result.steps`, played until `end_ns`, having trained
+// `trained` (the hot-switched play's too).
+void summarize(SimulationResult& result, const balance::TrainedTotals& trained, std::int64_t end_ns,
+               int epochs);
 
 struct SimulationOutput {
     std::string path;

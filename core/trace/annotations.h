@@ -81,6 +81,11 @@ inline constexpr std::string_view kTpReduceScatter = "tp reduce-scatter";
 inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
 inline constexpr std::string_view kEmbeddingAllReduce = "pp all-reduce embedding";
 inline constexpr std::string_view kOptimizer = "optimizer";
+// Hot switching (HotSPa, SOSP'24): a length bucket played under its layout, and a switch of
+// the parameters (and gradient accumulators) from one layout to the next; their args are in
+// docs/annotations.md, "Hot switching".
+inline constexpr std::string_view kHotSwitchBucket = "hot-switch bucket";
+inline constexpr std::string_view kHotSwitch = "hot-switch";
 }  // namespace range_name
 
 // Names of the metadata marks (docs/annotations.md, "Marks"); fulcrum.clock_sync is

@@ -3,6 +3,7 @@
 #include <QtTest>
 
 #include "core/plan/hot_switch.h"
+#include "core/plan/hot_switch_spec.h"
 
 using namespace fulcrum;
 using namespace fulcrum::plan;
@@ -87,6 +88,67 @@ private slots:
         QCOMPARE(plan.total_bytes, 4000.0);
         for (int r = 0; r < 4; ++r)
             QCOMPARE(plan.sent[r], 1000.0);
+    }
+
+    // The example: three buckets over 4 ranks, missing degrees 1, and back to text.
+    void specParses() {
+        auto spec = parse_hot_switch_spec("0-2048:dp4;2048-8192:dp2,tp2;8192-:cp2,pp2",
+                                          {.world = 4, .heads = 8, .layers = 4});
+        QVERIFY2(spec.ok(), spec.ok() ? "" : spec.error().message.c_str());
+        QCOMPARE(spec->buckets.size(), std::size_t(3));
+        QCOMPARE(spec->buckets[0].layout, (GridShape{.dp = 4}));
+        QCOMPARE(spec->buckets[1].layout, (GridShape{.dp = 2, .tp = 2}));
+        QCOMPARE(spec->buckets[2].layout, (GridShape{.pp = 2, .cp = 2}));
+        QCOMPARE(spec->buckets[1].min_length, std::int64_t(2048));
+        QCOMPARE(spec->buckets[1].max_length, std::int64_t(8192));
+        QCOMPARE(spec->buckets[2].max_length, std::int64_t(-1));
+        QCOMPARE(bucket_of(*spec, 2047), 0);
+        QCOMPARE(bucket_of(*spec, 2048), 1);
+        QCOMPARE(bucket_of(*spec, 1 << 20), 2);
+        QCOMPARE(hot_switch_spec_string(*spec),
+                 std::string("0-2048:dp4;2048-8192:dp2,tp2;8192-:pp2,cp2"));
+    }
+
+    // Every bad spec fails with one message naming the bucket and the problem.
+    void specErrors_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<QString>("problem");
+        QTest::newRow("gap") << "0-1024:dp4;2048-:tp4"
+                             << "leaving a gap";
+        QTest::newRow("overlap") << "0-2048:dp4;1024-:tp4"
+                                 << "overlapping";
+        QTest::newRow("not from 0") << "16-:dp4"
+                                    << "must start at 0";
+        QTest::newRow("closed end") << "0-1024:dp4;1024-4096:tp4"
+                                    << "must be open-ended";
+        QTest::newRow("open middle") << "0-:dp4;1024-:tp4"
+                                     << "only the last bucket";
+        QTest::newRow("world") << "0-1024:dp4;1024-:tp2"
+                               << "the world of 4";
+        QTest::newRow("heads") << "0-:tp4"
+                               << "does not divide the 6 heads";
+        QTest::newRow("layers") << "0-:pp4"
+                                << "exceeds the 2 layers";
+        QTest::newRow("degree") << "0-:xp4"
+                                << "is not a degree";
+        QTest::newRow("twice") << "0-:dp2,dp2"
+                               << "named twice";
+        QTest::newRow("syntax") << "0:dp4"
+                                << "is not LO-HI:LAYOUT";
+        QTest::newRow("empty bucket") << "0-0:dp4;0-:dp4"
+                                      << "HI must exceed LO";
+        QTest::newRow("nothing") << ""
+                                 << "no bucket";
+    }
+    void specErrors() {
+        QFETCH(QString, spec);
+        QFETCH(QString, problem);
+        auto parsed =
+            parse_hot_switch_spec(spec.toStdString(), {.world = 4, .heads = 6, .layers = 2});
+        QVERIFY(!parsed.ok());
+        QCOMPARE(parsed.error().code, ErrorCode::invalid_input);
+        QVERIFY2(parsed.error().message.find(problem.toStdString()) != std::string::npos,
+                 parsed.error().message.c_str());
     }
 };
 

@@ -105,6 +105,13 @@ private slots:
             << QStringList{"--wlb-thresholds", "9,3"} << "--wlb-thresholds takes tuned, none";
         QTest::newRow("fitted packing cost without a fit")
             << QStringList{"--packing-cost", "fitted"} << "--packing-cost fitted needs";
+        QTest::newRow("hot-switch gap")
+            << QStringList{"--hot-switch", "0-10:dp1;20-:dp1"} << "leaving a gap";
+        QTest::newRow("hot-switch world")
+            << QStringList{"--dp", "2", "--hot-switch", "0-:dp4"} << "the world of 2";
+        QTest::newRow("hot-switch with --compare")
+            << QStringList{"--dp", "2", "--hot-switch", "0-:dp2", "--compare", "fixed,wlb"}
+            << "leave out --compare";
         QTest::newRow("no such folder")
             << QStringList{"-o", "missing/dir/run.fulcrum"} << "does not exist";
     }
@@ -143,6 +150,36 @@ private slots:
         // --steps: the balancers trained different documents, and the table says so.
         QVERIFY2(outcome.out.contains("by steps the balancers train different documents"),
                  qPrintable(outcome.out));
+    }
+
+    // --hot-switch: the static layout and the hot-switched run on the same documents, then
+    // the time per bucket with the switching as "others" and the switches' bytes.
+    void hotSwitchTable() {
+        const QStringList args = {"--layers",
+                                  "4",
+                                  "--dp",
+                                  "2",
+                                  "--pp",
+                                  "2",
+                                  "--cp",
+                                  "2",
+                                  "--tp",
+                                  "2",
+                                  "--micro-batches",
+                                  "4",
+                                  "--documents",
+                                  "256",
+                                  "--hot-switch",
+                                  "0-64:dp16;64-:dp2,tp2,pp2,cp2"};
+        const Outcome outcome = simulate(args);
+        QVERIFY2(outcome.exit_code == 0, qPrintable(outcome.err));
+        QVERIFY2(outcome.out.contains(QRegularExpression("\\nstatic dp2,tp2,pp2,cp2 +\\d+ ")),
+                 qPrintable(outcome.out));
+        QVERIFY(outcome.out.contains(QRegularExpression("\\nhot-switch +\\d+ ")));
+        QVERIFY(outcome.out.contains("every balancer trained the same"));
+        QVERIFY(outcome.out.contains(QRegularExpression("\\n0-64 +dp16 ")));
+        QVERIFY(outcome.out.contains("others (switching)"));
+        QVERIFY(outcome.out.contains("dp2,tp2,pp2,cp2 -> dp16"));
     }
 
     // Without --steps a comparison plays one epoch: every balancer the same documents, each

@@ -1,0 +1,166 @@
+#include "core/analysis/hot_switch.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
+
+#include "core/trace/annotations.h"
+
+namespace fulcrum::analysis {
+namespace {
+
+using nlohmann::json;
+
+// A number of the args, written as a JSON number (the simulator) or as text (a `key=value`
+// message); 0 when absent.
+double number_of(const json& args, const char* key) {
+    const auto found = args.find(key);
+    if (found == args.end()) {
+        return 0;
+    }
+    if (found->is_number()) {
+        return found->get<double>();
+    }
+    if (found->is_string()) {
+        try {
+            return std::stod(found->get<std::string>());
+        } catch (...) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+std::string text_of(const json& args, const char* key) {
+    const auto found = args.find(key);
+    return found != args.end() && found->is_string() ? found->get<std::string>() : std::string();
+}
+
+json args_of(const RunTrace& trace, const Event& event) {
+    if (event.args == StringId{}) {
+        return json::object();
+    }
+    json args = json::parse(trace.name(event.args), nullptr, /*allow_exceptions=*/false);
+    return args.is_object() ? args : json::object();
+}
+
+HotSwitchCost& cost_cell(HotSwitchAnalysis& analysis, const std::string& from,
+                         const std::string& to, std::size_t ranks) {
+    auto found = std::find_if(analysis.switches.begin(), analysis.switches.end(),
+                              [&](const HotSwitchCost& c) { return c.from == from && c.to == to; });
+    if (found == analysis.switches.end()) {
+        HotSwitchCost cell;
+        cell.from = from;
+        cell.to = to;
+        cell.sent.assign(ranks, 0);
+        cell.received.assign(ranks, 0);
+        found = analysis.switches.insert(analysis.switches.end(), std::move(cell));
+    }
+    return *found;
+}
+
+// Rank 0's buckets and switches: their times and what the whole switch moved.
+void read_first_rank(const RunTrace& trace, const RankTrace& rank, HotSwitchAnalysis& analysis) {
+    std::set<std::int32_t> steps;
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            const std::string_view name = trace.name(event.name);
+            const std::int64_t ns = event.end_ns - event.start_ns;
+            if (name == range_name::kHotSwitchBucket) {
+                const json args = args_of(trace, event);
+                const int index = static_cast<int>(number_of(args, "bucket"));
+                if (index < 0 || index > 1024) {
+                    continue;
+                }
+                if (analysis.buckets.size() <= static_cast<std::size_t>(index)) {
+                    analysis.buckets.resize(static_cast<std::size_t>(index) + 1);
+                }
+                HotSwitchBucketTime& bucket = analysis.buckets[static_cast<std::size_t>(index)];
+                bucket.bucket = index;
+                bucket.bounds = text_of(args, "bounds");
+                bucket.layout = text_of(args, "layout");
+                bucket.steps += 1;
+                bucket.documents += static_cast<std::int64_t>(number_of(args, "documents"));
+                bucket.tokens += static_cast<std::int64_t>(number_of(args, "tokens"));
+                bucket.microbatches += static_cast<std::int64_t>(number_of(args, "microbatches"));
+                bucket.ns += ns;
+                steps.insert(event.step);
+            } else if (name == range_name::kHotSwitch) {
+                const json args = args_of(trace, event);
+                HotSwitchCost& cell = cost_cell(analysis, text_of(args, "from"),
+                                                text_of(args, "to"), trace.ranks.size());
+                cell.count += 1;
+                cell.ns += ns;
+                cell.bytes += number_of(args, "total_bytes");
+                cell.inter_node_bytes += number_of(args, "inter_node_bytes");
+                cell.largest_send_bytes =
+                    std::max(cell.largest_send_bytes, number_of(args, "largest_send_bytes"));
+                analysis.switching_ns += ns;
+            }
+        }
+    }
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            if (trace.name(event.name) == range_name::kStep && steps.contains(event.step)) {
+                analysis.step_ns += event.end_ns - event.start_ns;
+            }
+        }
+    }
+    analysis.steps = static_cast<int>(steps.size());
+}
+
+}  // namespace
+
+const HotSwitchCost* HotSwitchAnalysis::cost(const std::string& from, const std::string& to) const {
+    for (const HotSwitchCost& cell : switches) {
+        if (cell.from == from && cell.to == to) {
+            return &cell;
+        }
+    }
+    return nullptr;
+}
+
+HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace) {
+    HotSwitchAnalysis analysis;
+    if (trace.ranks.empty()) {
+        return analysis;
+    }
+    read_first_rank(trace, trace.ranks.front(), analysis);
+    std::erase_if(analysis.buckets, [](const HotSwitchBucketTime& b) { return b.steps == 0; });
+    if (analysis.buckets.empty()) {
+        analysis.switches.clear();
+        return analysis;
+    }
+    // Every rank's own bytes.
+    for (std::size_t r = 0; r < trace.ranks.size(); ++r) {
+        for (const LaneTrace& lane : trace.ranks[r].lanes) {
+            for (const Event& event : lane.events) {
+                if (trace.name(event.name) != range_name::kHotSwitch) {
+                    continue;
+                }
+                const json args = args_of(trace, event);
+                HotSwitchCost& cell = cost_cell(analysis, text_of(args, "from"),
+                                                text_of(args, "to"), trace.ranks.size());
+                cell.sent[r] += number_of(args, "sent");
+                cell.received[r] += number_of(args, "received");
+            }
+        }
+    }
+    std::int64_t buckets_ns = 0;
+    const double step_ns = std::max<double>(static_cast<double>(analysis.step_ns), 1.0);
+    for (HotSwitchBucketTime& bucket : analysis.buckets) {
+        bucket.share = static_cast<double>(bucket.ns) / step_ns;
+        buckets_ns += bucket.ns;
+        if (std::find(analysis.layouts.begin(), analysis.layouts.end(), bucket.layout) ==
+            analysis.layouts.end()) {
+            analysis.layouts.push_back(bucket.layout);
+        }
+    }
+    analysis.switching_share = static_cast<double>(analysis.switching_ns) / step_ns;
+    analysis.rest_ns =
+        std::max<std::int64_t>(0, analysis.step_ns - buckets_ns - analysis.switching_ns);
+    return analysis;
+}
+
+}  // namespace fulcrum::analysis

@@ -1,0 +1,467 @@
+#include "core/sim/hot_switch_play.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+
+#include "core/sim/layer_costs.h"
+#include "core/store/trace_writer.h"
+#include "core/trace/annotations.h"
+#include "core/util/json_text.h"
+
+namespace fulcrum::sim {
+
+SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape& from,
+                       const parallel::GridShape& to, bool with_gradients) {
+    const ModelShape& model = config.model;
+    const double h = model.hidden;
+    const double copies = with_gradients ? 2.0 : 1.0;
+    const double element = static_cast<double>(element_bytes(config.dtype)) * copies;
+    plan::SwitchModel switched;
+    switched.layers = model.layers;
+    switched.layer_bytes = (12 * h * h + 13 * h) * element;
+    switched.embedding_bytes = (model.vocab + model.context) * h * element;
+    const int per_node = std::max(config.hardware.gpus_per_node, 1);
+    SwitchCost cost{plan::plan_switch(switched, from, to, per_node), 0};
+    if (cost.plan.transfers.empty()) {
+        return cost;
+    }
+    const auto world = static_cast<std::size_t>(from.world());
+    // [rank]: NVLink sent, received; network sent, received.
+    std::vector<std::array<double, 4>> moved(world, {0, 0, 0, 0});
+    for (const plan::SwitchTransfer& transfer : cost.plan.transfers) {
+        const bool network = transfer.source / per_node != transfer.destination / per_node;
+        moved[static_cast<std::size_t>(transfer.source)][network ? 2 : 0] += transfer.bytes;
+        moved[static_cast<std::size_t>(transfer.destination)][network ? 3 : 1] += transfer.bytes;
+    }
+    double slowest = 0;
+    for (const auto& rank : moved) {
+        slowest =
+            std::max(slowest, std::max(std::max(rank[0], rank[1]) / config.hardware.nvlink_gbs,
+                                       std::max(rank[2], rank[3]) / config.hardware.network_gbs));
+    }
+    cost.ns = std::llround(slowest + config.hardware.p2p_latency_us * 1e3);
+    return cost;
+}
+
+SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
+                               std::vector<std::int64_t> lengths) {
+    SimulationConfig played = config;
+    played.hot_switch.reset();
+    played.accumulate_gradients = true;
+    played.grid = bucket.layout;
+    played.stage_layers.clear();
+    if (bucket.max_length > 0 && bucket.max_length < config.model.context) {
+        played.model.context = static_cast<int>(bucket.max_length);
+    }
+    std::int64_t tokens = 0;
+    for (std::int64_t length : lengths) {
+        tokens += length;
+    }
+    const std::int64_t per_microbatch =
+        static_cast<std::int64_t>(played.model.context) * bucket.layout.dp;
+    played.microbatches =
+        static_cast<int>(std::max<std::int64_t>(1, (tokens + per_microbatch - 1) / per_microbatch));
+    played.document_lengths = std::move(lengths);
+    played.lengths.clear();
+    played.epochs = 1;
+    return played;
+}
+
+namespace {
+
+Error invalid(std::string message) {
+    return Error{ErrorCode::invalid_input, std::move(message)};
+}
+
+// Every bucket's config must be one the simulator plays: checked before any work.
+Status check_buckets(const SimulationConfig& config) {
+    if (!config.stage_layers.empty()) {
+        return invalid("--hot-switch: --stage-layers names one layout's stages; leave it out");
+    }
+    auto checked = plan::parse_hot_switch_spec(
+        plan::hot_switch_spec_string(*config.hot_switch),
+        {.world = config.grid.world(), .heads = config.model.heads, .layers = config.model.layers});
+    if (!checked) {
+        return checked.error();
+    }
+    for (const plan::HotSwitchBucket& bucket : config.hot_switch->buckets) {
+        if (auto status = validate(bucket_config(config, bucket, {1})); !status) {
+            return invalid("--hot-switch bucket " + plan::bucket_bounds_string(bucket) + " (" +
+                           plan::layout_string(bucket.layout) + "): " + status.error().message);
+        }
+    }
+    return {};
+}
+
+// One piece of a hot-switched step's timeline, the same on every rank.
+struct Segment {
+    enum class Kind { bucket, switch_layout, update } kind = Kind::bucket;
+    std::int64_t start = 0, end = 0;
+    int bucket = -1;  // the bucket played, or switched to
+    int from_bucket = -1;
+    std::int64_t documents = 0, tokens = 0, microbatches = 0;
+    parallel::GridShape from, to;  // an update: `to` is the layout it runs under
+    bool gradients = false;
+    plan::SwitchPlan plan;
+    std::int64_t reduce_end = 0;  // an update: when the DP reduction ends, the optimizer starts
+};
+
+// The DP reduction over each stage's DP × CP group and the optimizer, under the last bucket's
+// layout after a step's last bucket: the slowest stage's reduction, then the optimizer.
+Segment update(const SimulationConfig& config, const parallel::GridShape& grid,
+               std::int64_t start) {
+    SimulationConfig played = config;
+    played.grid = grid;
+    played.stage_layers.clear();
+    const StageCosts costs = config_costs(played);
+    std::int64_t slowest = 0;
+    for (int s = 0; s < grid.pp && grid.dp * grid.cp > 1; ++s) {
+        const std::int64_t bytes =
+            stage_parameters(config.model, grid, s) * element_bytes(config.dtype);
+        slowest = std::max(slowest, predict_collective_ns(costs.dp_all_reduce, bytes));
+    }
+    Segment segment;
+    segment.kind = Segment::Kind::update;
+    segment.to = grid;
+    segment.start = start;
+    segment.reduce_end = start + slowest;
+    segment.end = segment.reduce_end + std::llround(std::max(costs.optimizer_ns, 0.0));
+    return segment;
+}
+
+std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec, int rank) {
+    // Bytes and counts, whole: a slice's bytes can be a fraction of a byte.
+    const auto whole = [](double value) { return std::to_string(std::llround(value)); };
+    std::string args = "{";
+    const auto number = [&](std::string_view key, double value, bool comma = true) {
+        args += std::string(comma ? "," : "") + "\"" + std::string(key) + "\":" + whole(value);
+    };
+    const auto text = [&](std::string_view key, std::string_view value) {
+        args += ",\"" + std::string(key) + "\":";
+        append_json_string(args, value);
+    };
+    if (segment.kind == Segment::Kind::bucket) {
+        const plan::HotSwitchBucket& bucket =
+            spec.buckets[static_cast<std::size_t>(segment.bucket)];
+        number("bucket", segment.bucket, false);
+        text("layout", plan::layout_string(bucket.layout));
+        text("bounds", plan::bucket_bounds_string(bucket));
+        number("min_length", static_cast<double>(bucket.min_length));
+        number("max_length", static_cast<double>(bucket.max_length));
+        number("documents", static_cast<double>(segment.documents));
+        number("tokens", static_cast<double>(segment.tokens));
+        number("microbatches", static_cast<double>(segment.microbatches));
+        return args + "}";
+    }
+    number("from_bucket", segment.from_bucket, false);
+    number("to_bucket", segment.bucket);
+    text("from", plan::layout_string(segment.from));
+    text("to", plan::layout_string(segment.to));
+    args += std::string(",\"gradients\":") + (segment.gradients ? "true" : "false");
+    number("sent", segment.plan.sent[static_cast<std::size_t>(rank)]);
+    number("received", segment.plan.received[static_cast<std::size_t>(rank)]);
+    number("total_bytes", segment.plan.total_bytes);
+    number("largest_send_bytes", segment.plan.largest_send_bytes);
+    number("inter_node_bytes", segment.plan.inter_node_bytes);
+    std::map<int, double> sent_to;
+    for (const plan::SwitchTransfer& transfer : segment.plan.transfers) {
+        if (transfer.source == rank) {
+            sent_to[transfer.destination] += transfer.bytes;
+        }
+    }
+    args += ",\"sent_to\":{";
+    bool first = true;
+    for (const auto& [peer, bytes] : sent_to) {
+        args += std::string(first ? "" : ",") + "\"" + std::to_string(peer) + "\":" + whole(bytes);
+        first = false;
+    }
+    return args + "}}";
+}
+
+}  // namespace
+
+namespace {
+
+struct HotSwitchNames {
+    StringId step, bucket, switch_layout, dp_all_reduce, optimizer;
+};
+
+// Every rank with its coordinates under the first bucket's layout (where the parameters start
+// each step), one "main" lane each.
+std::vector<LaneId> add_ranks(store::TraceWriter& out, const parallel::GridShape& layout) {
+    std::vector<LaneId> lanes(static_cast<std::size_t>(layout.world()));
+    for (int r = 0; r < layout.world(); ++r) {
+        const parallel::GridCoordinates at = parallel::coordinates_of(layout, r);
+        RankInfo rank;
+        rank.rank = r;
+        rank.host = "simulated";
+        rank.dp = at.dp;
+        rank.pp = at.pp;
+        rank.cp = at.cp;
+        rank.tp = at.tp;
+        rank.complete = true;
+        out.add_rank(rank);
+        lanes[static_cast<std::size_t>(r)] = out.add_lane(r, LaneKind::host_thread, "main");
+    }
+    return lanes;
+}
+
+// One step's ranges on every rank: the step, its buckets and switches (docs/annotations.md,
+// "Hot switching"), the DP reduction and the optimizer. Returns the events written.
+std::int64_t write_step(store::TraceWriter& out, const SimulationConfig& config,
+                        const std::vector<LaneId>& lanes, const HotSwitchNames& names,
+                        const std::vector<Segment>& segments, const plan::HotSwitchSpec& spec,
+                        std::int32_t step, std::int64_t start, std::int64_t end) {
+    std::vector<Event> events;
+    const auto range = [&](StringId name, Category category, std::int64_t from, std::int64_t to,
+                           std::int64_t bytes, StringId args) {
+        if (to <= from && name != names.step) {
+            return;
+        }
+        Event event;
+        event.start_ns = from;
+        event.end_ns = to;
+        event.bytes = bytes;
+        event.name = name;
+        event.args = args;
+        event.step = step;
+        event.category = category;
+        event.kind = category == Category::communication ? EventKind::collective : EventKind::range;
+        events.push_back(event);
+    };
+    std::int64_t written = 0;
+    for (std::size_t r = 0; r < lanes.size(); ++r) {
+        const int rank = static_cast<int>(r);
+        events.clear();
+        range(names.step, Category::schedule, start, end, -1, {});
+        for (const Segment& segment : segments) {
+            if (segment.kind == Segment::Kind::update) {
+                const int stage = parallel::coordinates_of(segment.to, rank).pp;
+                range(
+                    names.dp_all_reduce, Category::communication, segment.start, segment.reduce_end,
+                    stage_parameters(config.model, segment.to, stage) * element_bytes(config.dtype),
+                    {});
+                range(names.optimizer, Category::optimizer, segment.reduce_end, segment.end, -1,
+                      {});
+                continue;
+            }
+            const StringId args = out.intern(segment_args(segment, spec, rank));
+            if (segment.kind == Segment::Kind::bucket) {
+                range(names.bucket, Category::schedule, segment.start, segment.end, -1, args);
+            } else {
+                const std::int64_t bytes =
+                    std::llround(segment.plan.sent[r] + segment.plan.received[r]);
+                range(names.switch_layout, Category::communication, segment.start, segment.end,
+                      bytes, args);
+            }
+        }
+        for (Event& event : events) {
+            event.lane = lanes[r];
+        }
+        out.add_events(events.data(), events.size());
+        written += static_cast<std::int64_t>(events.size());
+    }
+    return written;
+}
+
+}  // namespace
+
+namespace {
+
+// A hot-switched run in the making: the run so far, where the parameters are, and the
+// segments of the step being played.
+struct HotSwitchPlay {
+    const SimulationConfig& config;
+    const plan::HotSwitchSpec& spec;
+    SimulationResult result;
+    parallel::GridShape current;
+    int current_bucket = 0;
+    std::vector<Segment> segments;
+    std::int64_t now = 0;
+
+    // Moves the parameters (and the step's gradients so far) to bucket `to`'s layout.
+    void switch_to(int to, bool gradients) {
+        const parallel::GridShape& layout = spec.buckets[static_cast<std::size_t>(to)].layout;
+        SwitchCost cost;
+        if (layout != current) {
+            cost = switch_cost(config, current, layout, gradients);
+        }
+        // Nothing moves into a layout that needs nothing new (DP holds every layer).
+        if (!cost.plan.transfers.empty()) {
+            Segment segment;
+            segment.kind = Segment::Kind::switch_layout;
+            segment.from_bucket = current_bucket;
+            segment.bucket = to;
+            segment.from = current;
+            segment.to = layout;
+            segment.gradients = gradients;
+            segment.plan = std::move(cost.plan);
+            segment.start = now;
+            segment.end = now + cost.ns;
+            now = segment.end;
+            record(segment);
+            segments.push_back(std::move(segment));
+        }
+        current = layout;
+        current_bucket = to;
+    }
+
+    void record(const Segment& segment) {
+        auto found = std::find_if(
+            result.switches.begin(), result.switches.end(),
+            [&](const SimulatedSwitch& s) { return s.from == segment.from && s.to == segment.to; });
+        if (found == result.switches.end()) {
+            found = result.switches.insert(result.switches.end(), {segment.from, segment.to});
+        }
+        found->count += 1;
+        found->bytes += segment.plan.total_bytes;
+        found->largest_send_bytes =
+            std::max(found->largest_send_bytes, segment.plan.largest_send_bytes);
+        found->ns += static_cast<double>(segment.end - segment.start);
+    }
+
+    // Plays bucket b's documents under its layout; the bubble fraction and imbalance of its
+    // steps, weighted by their time, go into `weighted`.
+    Status play_bucket(int b, std::vector<std::int64_t> lengths, const SimulationProgress& progress,
+                       std::array<double, 2>& weighted) {
+        const auto index = static_cast<std::size_t>(b);
+        const SimulationConfig played =
+            bucket_config(config, spec.buckets[index], std::move(lengths));
+        auto bucket = simulate(played, nullptr, {.progress = {}, .cancel = progress.cancel});
+        if (!bucket) {
+            return bucket.error();
+        }
+        Segment segment;
+        segment.bucket = b;
+        segment.start = now;
+        for (const SimulatedStep& step : bucket->steps) {
+            segment.end += step.duration_ns;
+            segment.microbatches += step.microbatches;
+            weighted[0] += step.bubble_fraction * static_cast<double>(step.duration_ns);
+            weighted[1] += step.imbalance * static_cast<double>(step.duration_ns);
+        }
+        segment.end += now;
+        segment.documents = static_cast<std::int64_t>(played.document_lengths.size());
+        segment.tokens = bucket->tokens;
+        SimulatedBucket& total = result.buckets[index];
+        total.documents += segment.documents;
+        total.tokens += segment.tokens;
+        total.microbatches += segment.microbatches;
+        total.ns += static_cast<double>(segment.end - segment.start);
+        now = segment.end;
+        segments.push_back(segment);
+        return {};
+    }
+};
+
+}  // namespace
+
+Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
+                                               store::TraceWriter* out,
+                                               const SimulationProgress& progress) {
+    if (auto status = check_buckets(config); !status) {
+        return status.error();
+    }
+    auto lengths = training_lengths(config);
+    if (!lengths) {
+        return lengths.error();
+    }
+    auto planner = balance::StepPlanner::create(std::move(*lengths), planner_options(config));
+    if (!planner) {
+        return planner.error();
+    }
+    const plan::HotSwitchSpec& spec = *config.hot_switch;
+    const StageCosts costs = config_costs(config);
+    HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0};
+    play.result.packing = planner->packing();
+    play.result.wlb_tuning = planner->wlb_tuning();
+    play.result.ranks = config.grid.world();
+    play.result.cost_source = costs.source;
+    play.result.notes = costs.notes;
+    for (const plan::HotSwitchBucket& bucket : spec.buckets) {
+        play.result.buckets.push_back({.bucket = bucket});
+    }
+    std::vector<LaneId> lanes;
+    HotSwitchNames names;
+    if (out != nullptr) {
+        lanes = add_ranks(*out, play.current);
+        names = {out->intern(range_name::kStep), out->intern(range_name::kHotSwitchBucket),
+                 out->intern(range_name::kHotSwitch), out->intern(range_name::kDpAllReduce),
+                 out->intern(range_name::kOptimizer)};
+    }
+    balance::TrainedTotals trained;
+    for (int k = 0; config.epochs > 0 ? !planner->finished() : k < config.steps; ++k) {
+        if (progress.cancel != nullptr && progress.cancel->load()) {
+            return Error{ErrorCode::cancelled, "the simulation was cancelled"};
+        }
+        auto packed = planner->pack_next();
+        if (!packed) {
+            return packed.error();
+        }
+        auto plan = planner->complete(std::move(*packed));
+        if (!plan) {
+            return plan.error();
+        }
+        std::vector<std::vector<std::int64_t>> by_bucket(spec.buckets.size());
+        for (const auto& replica : plan->replicas) {
+            for (const balance::PlannedMicroBatch& planned : replica) {
+                for (const balance::Document& document : planned.packed.documents) {
+                    by_bucket[static_cast<std::size_t>(bucket_of(spec, document.length))].push_back(
+                        document.length);
+                }
+            }
+        }
+        SimulatedStep step;
+        step.step = plan->step;
+        step.epoch = plan->epoch;
+        step.start_ns = play.now;
+        step.tokens = plan->tokens;
+        play.segments.clear();
+        bool accumulated = false;
+        std::array<double, 2> weighted{0, 0};  // bubble fraction and imbalance · time
+        for (std::size_t b = 0; b < spec.buckets.size(); ++b) {
+            if (by_bucket[b].empty()) {
+                continue;
+            }
+            play.switch_to(static_cast<int>(b), accumulated);
+            if (auto status = play.play_bucket(static_cast<int>(b), std::move(by_bucket[b]),
+                                               progress, weighted);
+                !status) {
+                return status.error();
+            }
+            step.microbatches += static_cast<int>(play.segments.back().microbatches);
+            accumulated = true;
+        }
+        const Segment updated = update(config, play.current, play.now);
+        play.result.update_ns += static_cast<double>(updated.end - updated.start);
+        play.now = updated.end;
+        play.segments.push_back(updated);
+        // The next step starts under the first bucket's layout: the updated parameters go back.
+        play.switch_to(0, false);
+        step.duration_ns = play.now - step.start_ns;
+        // The buckets' bubble fraction and imbalance (of their own packing), weighted by time.
+        double played_ns = 0;
+        for (const Segment& segment : play.segments) {
+            if (segment.kind == Segment::Kind::bucket) {
+                played_ns += static_cast<double>(segment.end - segment.start);
+            }
+        }
+        step.bubble_fraction = played_ns > 0 ? weighted[0] / played_ns : 0.0;
+        step.imbalance = played_ns > 0 ? weighted[1] / played_ns : 1.0;
+        if (out != nullptr) {
+            play.result.events += write_step(*out, config, lanes, names, play.segments, spec,
+                                             plan->step, step.start_ns, play.now);
+        }
+        trained.add(*plan);
+        play.result.steps.push_back(step);
+        if (progress.progress) {
+            progress.progress(config.epochs > 0 ? 0.0 : static_cast<double>(k + 1) / config.steps);
+        }
+    }
+    summarize(play.result, trained, play.now, config.epochs);
+    return std::move(play.result);
+}
+
+}  // namespace fulcrum::sim

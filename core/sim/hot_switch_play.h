@@ -1,0 +1,41 @@
+// Hot-switched steps (HotSPa, SOSP'24, §4): a step's documents split into length buckets,
+// each bucket packed and played under its own layout on the same ranks, one after another,
+// gradients accumulating; one DP reduction and optimizer step after the last bucket; between
+// layouts the parameters (and the gradients accumulated so far) move point to point as
+// core/plan/hot_switch.h plans it. docs/simulate.md, "Hot switching", says what is modelled.
+#pragma once
+
+#include <cstdint>
+
+#include "core/plan/hot_switch.h"
+#include "core/sim/simulator.h"
+
+namespace fulcrum::sim {
+
+// A switch from one layout to another: the plan and its time. Links are full duplex and a
+// rank's NVLink and network links run at once, so a rank takes
+//   max(max(NVLink sent, NVLink received) / nvlink_gbs, max(network sent, received) / network_gbs)
+// and the switch the slowest rank's time plus one point-to-point latency (none when nothing
+// moves). The switch moves every layer's 12h² + 13h parameters and the embeddings'
+// (V + context)·h (stage_parameters' counts) at `dtype`'s size, twice that with the
+// gradient accumulators.
+struct SwitchCost {
+    plan::SwitchPlan plan;
+    std::int64_t ns = 0;
+};
+SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape& from,
+                       const parallel::GridShape& to, bool with_gradients);
+
+// simulate() of a config with `hot_switch` set (validated): the global batch of each step is
+// planned as without it, on `grid`; then its documents are played bucket by bucket.
+Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
+                                               store::TraceWriter* out,
+                                               const SimulationProgress& progress);
+
+// The config a bucket is played with: its layout, its documents, the bucket's upper bound
+// (or the context) as the micro-batch capacity, micro-batches per replica
+// max(1, ⌈tokens / (capacity · dp)⌉), one epoch of them, gradients only accumulated.
+SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
+                               std::vector<std::int64_t> lengths);
+
+}  // namespace fulcrum::sim

@@ -1,0 +1,231 @@
+// Hot-switched steps (HotSPa, SOSP'24): the switch cost from the planner's bytes over the
+// links, a step as its buckets, switches and one update, and bad specs refused before any work.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "core/analysis/hot_switch.h"
+#include "core/analysis/run_analysis.h"
+#include "core/sim/hot_switch_play.h"
+#include "core/sim/simulator.h"
+#include "core/store/trace_reader.h"
+#include "core/trace/annotations.h"
+
+using namespace fulcrum;
+using namespace fulcrum::sim;
+using parallel::GridShape;
+
+namespace {
+
+RankInfo rank_info(int rank) {
+    RankInfo info;
+    info.rank = rank;
+    return info;
+}
+
+SimulationConfig small_config() {
+    SimulationConfig config;
+    config.model = {.layers = 4, .hidden = 256, .heads = 8, .context = 4096, .vocab = 256};
+    config.grid = GridShape{.tp = 4};
+    config.microbatches = 4;
+    config.lengths = "long-tail:context=4096,median=512";
+    config.documents = 256;
+    config.steps = 3;
+    config.dtype = DType::bf16;
+    return config;
+}
+
+plan::HotSwitchSpec spec(const std::string& text) {
+    auto parsed = plan::parse_hot_switch_spec(text, {.world = 4});
+    return parsed.ok() ? *parsed : plan::HotSwitchSpec{};
+}
+
+}  // namespace
+
+class HotSwitchSimTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    // TP 4 → DP 4 in one node: every rank sends and receives 3/4 of the model (parameters
+    // only), over NVLink; the time is that over nvlink_gbs plus one latency.
+    void switchCostIsBytesOverLinks() {
+        const SimulationConfig config = small_config();
+        const SwitchCost cost = switch_cost(config, GridShape{.tp = 4}, GridShape{.dp = 4}, false);
+        const double h = 256;
+        const double model_bytes = (4 * (12 * h * h + 13 * h) + (256 + 4096) * h) * 2;
+        QVERIFY(std::abs(cost.plan.sent[0] - 0.75 * model_bytes) < 8);
+        QCOMPARE(cost.plan.inter_node_bytes, 0.0);
+        const double expected =
+            0.75 * model_bytes / config.hardware.nvlink_gbs + config.hardware.p2p_latency_us * 1e3;
+        QVERIFY(std::abs(static_cast<double>(cost.ns) - expected) < 2);
+        // With the gradient accumulators, twice the bytes.
+        const SwitchCost both = switch_cost(config, GridShape{.tp = 4}, GridShape{.dp = 4}, true);
+        QVERIFY(std::abs(both.plan.total_bytes - 2 * cost.plan.total_bytes) < 16);
+        // Across nodes (one GPU a node), the network's bandwidth.
+        SimulationConfig spread = config;
+        spread.hardware.gpus_per_node = 1;
+        const SwitchCost far = switch_cost(spread, GridShape{.tp = 4}, GridShape{.dp = 4}, false);
+        QVERIFY(far.ns > cost.ns * 5);
+    }
+
+    // Each step is its buckets in order, the switches between them and back, and one update:
+    // the segments add up to the step, the buckets' tokens to the step's.
+    void stepIsBucketsSwitchesAndUpdate() {
+        SimulationConfig config = small_config();
+        config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
+        auto result = simulate(config, nullptr);
+        QVERIFY2(result.ok(), result.ok() ? "" : result.error().message.c_str());
+        QCOMPARE(result->steps.size(), std::size_t(3));
+        QCOMPARE(result->buckets.size(), std::size_t(3));
+        std::int64_t tokens = 0, bucket_tokens = 0, duration = 0;
+        for (const SimulatedStep& step : result->steps) {
+            tokens += step.tokens;
+            duration += step.duration_ns;
+        }
+        double parts = result->update_ns;
+        for (const SimulatedBucket& bucket : result->buckets) {
+            bucket_tokens += bucket.tokens;
+            parts += bucket.ns;
+        }
+        for (const SimulatedSwitch& change : result->switches) {
+            parts += change.ns;
+        }
+        QCOMPARE(bucket_tokens, tokens);
+        QVERIFY(std::abs(parts - static_cast<double>(duration)) < 1);
+        // dp4 → dp2,tp2 moves nothing (DP holds everything): no switch; tp4 → dp4 (back)
+        // moves most.
+        bool back = false;
+        for (const SimulatedSwitch& change : result->switches) {
+            QVERIFY(!(change.from == GridShape{.dp = 4}));
+            if (change.from == GridShape{.tp = 4} && change.to == GridShape{.dp = 4}) {
+                back = true;
+                QVERIFY(change.bytes > 0);
+            }
+        }
+        QVERIFY(back);
+    }
+
+    // The same documents as the static layout: the same tokens over an epoch.
+    void sameDocumentsAsStatic() {
+        SimulationConfig config = small_config();
+        config.epochs = 1;
+        auto fixed_layout = simulate(config, nullptr);
+        config.hot_switch = spec("0-1024:dp4;1024-:tp4");
+        auto switched = simulate(config, nullptr);
+        QVERIFY(fixed_layout.ok() && switched.ok());
+        QCOMPARE(switched->tokens, fixed_layout->tokens);
+        QCOMPARE(switched->documents, fixed_layout->documents);
+    }
+
+    // A layout the simulator cannot play is refused before any work, naming the bucket.
+    void badBucketRefused() {
+        SimulationConfig config = small_config();
+        config.hot_switch = spec("0-1024:dp4;1024-:tp4");
+        config.hot_switch->buckets[1].layout = GridShape{.tp = 2};
+        auto result = simulate(config, nullptr);
+        QVERIFY(!result.ok());
+        QVERIFY2(result.error().message.find("the world of 4") != std::string::npos,
+                 result.error().message.c_str());
+    }
+
+    // The analysis on a hand-built trace: two ranks, one step of two buckets and a switch
+    // each way, args written as text as a `key=value` producer would.
+    void analysisOfHandBuiltTrace() {
+        analysis::RunTrace trace;
+        for (int r = 0; r < 2; ++r) {
+            trace.add_rank(rank_info(r));
+            auto& lane = trace.add_lane(r, LaneKind::host_thread, "main");
+            trace.add_range(lane, "step", Category::schedule, 0, 1000, 0);
+            trace.add_range(lane, "hot-switch bucket", Category::schedule, 0, 300, 0)
+                .args = trace.intern(
+                "{\"bucket\":\"0\",\"layout\":\"dp2\",\"bounds\":\"0-1024\",\"documents\":\"5\","
+                "\"tokens\":\"3000\",\"microbatches\":\"2\"}");
+            auto& there = trace.add_range(lane, "hot-switch", Category::communication, 300, 350, 0);
+            there.args = trace.intern(std::string("{\"from\":\"dp2\",\"to\":\"tp2\",\"sent\":\"") +
+                                      (r == 0 ? "0" : "100") +
+                                      "\",\"received\":\"0\",\"total_bytes\":\"100\"}");
+            trace.add_range(lane, "hot-switch bucket", Category::schedule, 350, 850, 0).args =
+                trace.intern(
+                    "{\"bucket\":1,\"layout\":\"tp2\",\"bounds\":\"1024-\",\"documents\":1,"
+                    "\"tokens\":4000,\"microbatches\":1}");
+            trace.add_range(lane, "hot-switch", Category::communication, 900, 1000, 0).args =
+                trace.intern(
+                    "{\"from\":\"tp2\",\"to\":\"dp2\",\"sent\":50,\"received\":50,"
+                    "\"total_bytes\":100,\"largest_send_bytes\":50}");
+        }
+        trace.finish();
+        const analysis::HotSwitchAnalysis hot = analysis::analyze_hot_switch(trace);
+        QCOMPARE(hot.steps, 1);
+        QCOMPARE(hot.step_ns, std::int64_t(1000));
+        QCOMPARE(hot.buckets.size(), std::size_t(2));
+        QCOMPARE(hot.buckets[0].ns, std::int64_t(300));
+        QCOMPARE(hot.buckets[0].tokens, std::int64_t(3000));
+        QCOMPARE(hot.buckets[1].layout, std::string("tp2"));
+        QCOMPARE(hot.buckets[1].share, 0.5);
+        QCOMPARE(hot.switching_ns, std::int64_t(150));
+        QCOMPARE(hot.rest_ns, std::int64_t(50));
+        QCOMPARE(hot.layouts, (std::vector<std::string>{"dp2", "tp2"}));
+        const analysis::HotSwitchCost* there = hot.cost("dp2", "tp2");
+        QVERIFY(there != nullptr);
+        QCOMPARE(there->ns, std::int64_t(50));
+        QCOMPARE(there->sent, (std::vector<double>{0, 100}));
+        QCOMPARE(hot.cost("tp2", "dp2")->largest_send_bytes, 50.0);
+        // A run without hot switching has nothing to say.
+        analysis::RunTrace plain;
+        auto& lane =
+            plain.add_lane(plain.add_rank(rank_info(0)).info.rank, LaneKind::host_thread, "main");
+        plain.add_range(lane, "step", Category::schedule, 0, 10, 0);
+        plain.finish();
+        QVERIFY(analysis::analyze_hot_switch(plain).empty());
+    }
+
+    // A simulated run through the store: the analysis reads back what the play summed.
+    void annotationsRoundTrip() {
+        QTemporaryDir work;
+        SimulationConfig config = small_config();
+        config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
+        SimulationOutput output;
+        output.path = work.filePath("hot.fulcrum").toStdString();
+        output.start_utc_ns = 0;
+        auto played = simulate_to_file(config, output);
+        QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
+        auto reader = store::TraceReader::open(output.path);
+        QVERIFY(reader.ok());
+        auto trace = analysis::load_run_trace(*reader, {});
+        QVERIFY(trace.ok());
+        auto analysed = analysis::analyze_run(*trace);
+        QVERIFY(analysed.ok());
+        const analysis::HotSwitchAnalysis& hot = analysed->hot_switch;
+        QCOMPARE(hot.steps, 3);
+        QCOMPARE(hot.buckets.size(), played->buckets.size());
+        std::int64_t duration = 0;
+        for (const SimulatedStep& step : played->steps) {
+            duration += step.duration_ns;
+        }
+        QCOMPARE(hot.step_ns, duration);
+        for (std::size_t b = 0; b < hot.buckets.size(); ++b) {
+            QCOMPARE(hot.buckets[b].tokens, played->buckets[b].tokens);
+            QCOMPARE(hot.buckets[b].documents, played->buckets[b].documents);
+            QCOMPARE(static_cast<double>(hot.buckets[b].ns), played->buckets[b].ns);
+            QCOMPARE(hot.buckets[b].layout, plan::layout_string(played->buckets[b].bucket.layout));
+        }
+        QCOMPARE(hot.switches.size(), played->switches.size());
+        for (const SimulatedSwitch& change : played->switches) {
+            const analysis::HotSwitchCost* cell =
+                hot.cost(plan::layout_string(change.from), plan::layout_string(change.to));
+            QVERIFY(cell != nullptr);
+            QCOMPARE(cell->count, change.count);
+            QCOMPARE(static_cast<double>(cell->ns), change.ns);
+            QVERIFY(std::abs(cell->bytes - change.bytes) <= change.count);
+            double sent = 0;
+            for (double bytes : cell->sent) {
+                sent += bytes;
+            }
+            QVERIFY(std::abs(sent - change.bytes) <= 4.0 * change.count);
+        }
+        QCOMPARE(static_cast<double>(hot.rest_ns), played->update_ns);
+        QVERIFY(analysis::analysis_json(*analysed).find("\"hot_switch\"") != std::string::npos);
+    }
+};
+
+QTEST_GUILESS_MAIN(HotSwitchSimTest)
+#include "test_sim_hot_switch.moc"

@@ -16,22 +16,6 @@ using plan::CandidateStatus;
 
 constexpr const char* kInfeasibleGrey = "#b5b5b5";
 
-std::string schedule_text(const Candidate& c) {
-    std::string text = parallel::schedule_name(c.schedule);
-    if (c.virtual_stages > 1) {
-        text += " x" + std::to_string(c.virtual_stages);
-    }
-    return text;
-}
-
-std::string knobs_text(const Candidate& c) {
-    std::string text = plan::recompute_name(c.recompute);
-    if (c.sequence_parallel) {
-        text += ", sp";
-    }
-    return text;
-}
-
 // Peak memory in the table: GiB with one decimal, three significant figures below 1 GiB.
 std::string gib_text(double gib) {
     return gib >= 1 ? format_fixed(gib, 1) : format_fixed(gib, 3);
@@ -217,6 +201,22 @@ void infeasible_table(const plan::PlanResult& result, std::string& out) {
 }
 
 }  // namespace
+
+std::string schedule_text(const Candidate& c) {
+    std::string text = parallel::schedule_name(c.schedule);
+    if (c.virtual_stages > 1) {
+        text += " x" + std::to_string(c.virtual_stages);
+    }
+    return text;
+}
+
+std::string knobs_text(const Candidate& c) {
+    std::string text = plan::recompute_name(c.recompute);
+    if (c.sequence_parallel) {
+        text += ", sp";
+    }
+    return text;
+}
 
 std::string layout_text(const Candidate& c) {
     return std::to_string(c.grid.dp) + "×" + std::to_string(c.grid.tp) + "×" +

@@ -16,6 +16,10 @@ inline constexpr std::size_t kMaxPlanPoints = 4000;
 
 // dp×tp×pp×cp: "8×4×2×1"
 std::string layout_text(const plan::Candidate& candidate);
+// "interleaved x2"
+std::string schedule_text(const plan::Candidate& candidate);
+// Recomputation, and ", sp" with sequence parallelism: "selective, sp"
+std::string knobs_text(const plan::Candidate& candidate);
 
 // Appends the section (id "plan"): caption, chart (data-chart="plan"), top-k table
 // (data-table name "plan_top"), infeasible by reason ("plan_infeasible").

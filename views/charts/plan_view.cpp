@@ -294,7 +294,8 @@ void PlanView::draw() {
     budget->point1->setCoords(budget_gib(), 0);
     budget->point2->setCoords(budget_gib(), 1);
     plot_->xAxis->setRange(0, x_top * 1.05);
-    plot_->yAxis->setRange(0, std::max(y_top, 1.0) * 1.1);
+    // A little below 0, so that candidates without an estimate (on the axis) show whole.
+    plot_->yAxis->setRange(-0.04 * std::max(y_top, 1.0), std::max(y_top, 1.0) * 1.1);
     const plan::PlanCounts& counts = result.counts;
     summary_->setText(
         tr("%1 candidates in %2 s (%3): %4 do not fit, %5 fit with less recomputation, %6 "

@@ -122,3 +122,4 @@ private:
 }  // namespace fulcrum::views
 
 Q_DECLARE_METATYPE(fulcrum::plan::Candidate)
+Q_DECLARE_METATYPE(fulcrum::views::PlanPtr)

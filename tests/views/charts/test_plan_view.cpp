@@ -94,6 +94,29 @@ private slots:
         QVERIFY(!view.rerun_button()->isEnabled());
     }
 
+    // Rendered: the infeasible point grey, the best one coloured, where the axes put them.
+    void rendered() {
+        views::PlanView view;
+        view.resize(900, 700);
+        view.show();
+        view.set_plan(hand());
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        view.plot()->replot();
+        const QImage image = view.plot()->toPixmap().toImage();
+        if (const QByteArray png = qgetenv("FULCRUM_PLAN_PNG"); !png.isEmpty())
+            view.grab().save(QString::fromLocal8Bit(png));
+        auto pixel = [&](double gib, double tokens) {
+            return image.pixelColor(static_cast<int>(view.plot()->xAxis->coordToPixel(gib)),
+                                    static_cast<int>(view.plot()->yAxis->coordToPixel(tokens)));
+        };
+        const QColor grey = pixel(120, 0);
+        QVERIFY2(grey.red() == grey.green() && grey.green() == grey.blue() && grey.red() < 230,
+                 qPrintable(grey.name()));
+        const QColor best = pixel(60, 1200);
+        QVERIFY2(best.red() != best.green() || best.green() != best.blue(),
+                 qPrintable(best.name()));
+    }
+
     void tooltips() {
         views::PlanView view;
         view.resize(900, 700);

@@ -242,9 +242,9 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         return status.error();
     }
     if (!args.stage_layers.empty()) {
-        auto split = parallel::parse_stage_layers(args.stage_layers);
+        auto split = parse_int_list(args.stage_layers, "--stage-layers", "4,8,8,4");
         if (!split) {
-            return Error{ErrorCode::invalid_input, "--stage-layers: " + split.error().message};
+            return split.error();
         }
         config.stage_layers = std::move(*split);
     }
@@ -677,21 +677,8 @@ int run_simulate(const SimulateArgs& args) {
     return kExitOk;
 }
 
-}  // namespace
-
-Command add_simulate_command(CLI::App& app) {
-    auto args = std::make_shared<SimulateArgs>();
-    auto* sub = app.add_subcommand(
-        "simulate",
-        "Predict step time, imbalance and pipeline bubble of a DP x TP x PP x CP grid from a "
-        "cost model, playing the engine's packing, pipeline schedule and collectives; "
-        "optionally write the simulated run as a run database (docs/simulate.md).\n\n"
-        "  fulcrum simulate --calibrate run.fulcrum --pp 4 --compare fixed,ilp,wlb\n"
-        "  fulcrum simulate --layers 32 --hidden 4096 --heads 32 --context 32768 --dp 32 "
-        "--pp 8 --cp 4 --tp 4 --micro-batches 64 --steps 2 -o big.fulcrum");
-    args->command = sub;
-    sim::SimulationConfig& d = args->defaults;
-
+// The options, by the groups --help shows them in.
+void add_output_options(CLI::App* sub, SimulateArgs* args) {
     sub->add_option("-o,--output", args->output,
                     "Write the simulated run here (with --compare: RUN-<balancer>.fulcrum per "
                     "balancer); without it, only the table is printed")
@@ -703,7 +690,10 @@ Command add_simulate_command(CLI::App& app) {
     sub->add_flag("--progress", args->progress,
                   "Report progress on stderr even when it is not a terminal")
         ->group("Output");
+}
 
+void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
+    sim::SimulationConfig& d = args->defaults;
     sub->add_option("--calibrate", args->calibrate,
                     "Fit the cost model on this captured run, and take every setting not given "
                     "here from its configuration")
@@ -740,7 +730,9 @@ Command add_simulate_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber)
         ->group("Cost model");
+}
 
+void add_model_options(CLI::App* sub, sim::SimulationConfig& d) {
     sub->add_option("--layers", d.model.layers)->capture_default_str()->group("Model");
     sub->add_option("--hidden", d.model.hidden)->capture_default_str()->group("Model");
     sub->add_option("--heads", d.model.heads)->capture_default_str()->group("Model");
@@ -749,7 +741,10 @@ Command add_simulate_command(CLI::App& app) {
         ->capture_default_str()
         ->group("Model");
     sub->add_option("--vocab", d.model.vocab)->capture_default_str()->group("Model");
+}
 
+void add_grid_options(CLI::App* sub, SimulateArgs* args) {
+    sim::SimulationConfig& d = args->defaults;
     sub->add_option("--dp", d.grid.dp, "Data-parallel degree")
         ->capture_default_str()
         ->group("Grid");
@@ -774,9 +769,9 @@ Command add_simulate_command(CLI::App& app) {
         ->check(CLI::PositiveNumber)
         ->group("Grid");
     sub->add_option("--stage-layers", args->stage_layers,
-                    "Layers per pipeline stage, e.g. 7,9,9,7, summing to --layers; interleaved: "
-                    "one per model chunk, --pp x --virtual-stages of them (stage s's chunk k is "
-                    "the (k*pp + s)-th), as fulcrum-train takes them; default: L/p each")
+                    "Layers per model chunk, e.g. 7,9,9,7: one a stage, or p x v with "
+                    "--virtual-stages, summing to --layers, as fulcrum-train takes them; "
+                    "default: as even as they go")
         ->group("Grid");
     sub->add_option("--compare-schedules", args->compare_schedules,
                     "Simulate each of these pipeline schedules with otherwise identical settings, "
@@ -811,7 +806,10 @@ Command add_simulate_command(CLI::App& app) {
     sub->add_option("--micro-batches", d.microbatches, "Micro-batches per DP replica and step")
         ->capture_default_str()
         ->group("Grid");
+}
 
+void add_data_options(CLI::App* sub, SimulateArgs* args) {
+    sim::SimulationConfig& d = args->defaults;
     sub->add_option("--balancer", args->balancer, "Packing: fixed, ilp or wlb")
         ->capture_default_str()
         ->group("Data");
@@ -877,6 +875,26 @@ Command add_simulate_command(CLI::App& app) {
                     "Seconds the ILP balancer may take per step")
         ->capture_default_str()
         ->group("Data");
+}
+
+}  // namespace
+
+Command add_simulate_command(CLI::App& app) {
+    auto args = std::make_shared<SimulateArgs>();
+    auto* sub = app.add_subcommand(
+        "simulate",
+        "Predict step time, imbalance and pipeline bubble of a DP x TP x PP x CP grid from a "
+        "cost model, playing the engine's packing, pipeline schedule and collectives; "
+        "optionally write the simulated run as a run database (docs/simulate.md).\n\n"
+        "  fulcrum simulate --calibrate run.fulcrum --pp 4 --compare fixed,ilp,wlb\n"
+        "  fulcrum simulate --layers 32 --hidden 4096 --heads 32 --context 32768 --dp 32 "
+        "--pp 8 --cp 4 --tp 4 --micro-batches 64 --steps 2 -o big.fulcrum");
+    args->command = sub;
+    add_output_options(sub, args.get());
+    add_cost_model_options(sub, args.get());
+    add_model_options(sub, args->defaults);
+    add_grid_options(sub, args.get());
+    add_data_options(sub, args.get());
     return [args] { return run_simulate(*args); };
 }
 

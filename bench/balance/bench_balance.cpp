@@ -5,8 +5,9 @@
 // every ratio. Imbalance is max/mean of per-micro-batch Σd² (WLB-LLM §3.3), averaged over
 // global batches; wlb's drain at the end of the epoch is reported, not averaged in.
 //
-// A second table runs the lognormal body alone (REFERENCE §5 without the tail): there no
-// single document dominates a batch, which is where a per-batch packer like ilp can help.
+// A second table runs the lognormal body alone (docs/sources.md, "Document lengths" without the
+// tail): there no single document dominates a batch, which is where a per-batch packer like ilp can
+// help.
 //
 //   bench_balance [--documents 100000] [--context 65536] [--microbatches 16]
 //                 [--ilp-time-limit 2] [--lengths SPEC ...] [--tune]

@@ -89,6 +89,41 @@ std::int64_t CollectiveInstance::total_wait_ns() const {
     return wait;
 }
 
+namespace {
+
+// A rank's call of a matched collective.
+struct MatchedCall {
+    const Event* event;
+    Role role;
+};
+
+// A rank's matched collectives in start order (k counts in start order over its lanes).
+void matched_calls(const RunTrace& trace, const RankTrace& rank, std::vector<MatchedCall>& calls) {
+    calls.clear();
+    int lanes_with_calls = 0;
+    for (const LaneTrace& lane : rank.lanes) {
+        const std::size_t before = calls.size();
+        for (const Event& event : lane.events) {
+            if (event.kind == EventKind::mark) {
+                continue;
+            }
+            const Role role = trace.role(event);
+            if (is_matched_collective(role)) {
+                calls.push_back({&event, role});
+            }
+        }
+        lanes_with_calls += calls.size() > before ? 1 : 0;
+    }
+    if (lanes_with_calls > 1) {  // each lane is in start order already
+        std::stable_sort(calls.begin(), calls.end(),
+                         [](const MatchedCall& a, const MatchedCall& b) {
+                             return a.event->start_ns < b.event->start_ns;
+                         });
+    }
+}
+
+}  // namespace
+
 std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
     // Two passes over the events, hashing instead of sorting them (a 10M-event run has
     // millions of collective calls). The first gives every call its instance: each (communicator,
@@ -96,34 +131,7 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
     // and a rank's k-th call of an id joins instance [id][k]. The second copies the calls into
     // their instances, allocated once at their final size and place. Ranks are visited in
     // ascending order, so participants come out sorted by rank.
-    struct Call {
-        const Event* event;
-        Role role;
-    };
-    std::vector<Call> calls;
-    // A rank's matched collectives in start order (k counts in start order over its lanes).
-    const auto calls_of = [&](const RankTrace& rank) {
-        calls.clear();
-        int lanes_with_calls = 0;
-        for (const LaneTrace& lane : rank.lanes) {
-            const std::size_t before = calls.size();
-            for (const Event& event : lane.events) {
-                if (event.kind == EventKind::mark) {
-                    continue;
-                }
-                const Role role = trace.role(event);
-                if (is_matched_collective(role)) {
-                    calls.push_back({&event, role});
-                }
-            }
-            lanes_with_calls += calls.size() > before ? 1 : 0;
-        }
-        if (lanes_with_calls > 1) {  // each lane is in start order already
-            std::stable_sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) {
-                return a.event->start_ns < b.event->start_ns;
-            });
-        }
-    };
+    std::vector<MatchedCall> calls;
 
     struct Instance {
         const Event* first;  // name, step, micro-batch, phase
@@ -138,9 +146,9 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
     std::vector<std::vector<std::uint32_t>> instances_of_id;  // [id][k] → instance
     std::vector<std::int32_t> next_k;                         // this rank's, by id
     for (const RankTrace& rank : trace.ranks) {
-        calls_of(rank);
+        matched_calls(trace, rank, calls);
         std::fill(next_k.begin(), next_k.end(), 0);
-        for (const Call& call : calls) {
+        for (const MatchedCall& call : calls) {
             const Event& event = *call.event;
             const CallKey key{communicator_of(call.role, rank.info), event.name, event.step,
                               event.microbatch, event.phase};
@@ -200,8 +208,8 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
 
     std::size_t next_call = 0;
     for (const RankTrace& rank : trace.ranks) {
-        calls_of(rank);
-        for (const Call& call : calls) {
+        matched_calls(trace, rank, calls);
+        for (const MatchedCall& call : calls) {
             const std::uint32_t p = position[instance_of_call[next_call++]];
             if (p != kDropped) {
                 const Event& event = *call.event;

@@ -90,15 +90,9 @@ bool RankTrace::has_device_lanes() const {
 int stage_layer_count(const RunConfig& config, int stage) {
     const int p = std::max(config.pp, 1), v = std::max(config.virtual_stages, 1);
     const bool given = parallel::check_stage_layers(config.stage_layers, p * v, config.layers).ok();
-    const std::span<const int> counts =
-        given ? std::span<const int>(config.stage_layers) : std::span<const int>{};
-    int layers = 0;
-    for (int k = 0; k < v; ++k) {
-        const parallel::LayerRange range =
-            parallel::model_chunk_layers(k * p + stage, p * v, config.layers, counts);
-        layers += range.last - range.first;
-    }
-    return layers;
+    return parallel::stage_layer_total(
+        stage, p, v, config.layers,
+        given ? std::span<const int>(config.stage_layers) : std::span<const int>{});
 }
 
 void RunTrace::set_string(StringId id, std::string text) {

@@ -8,7 +8,7 @@
 //   zigzag      the packed sequence cut into 2·CP chunks; rank r takes chunks r and
 //               2·CP−1−r (balanced for one document, not for a packing of many)
 //   per-doc     every document cut into 2·CP chunks; rank r takes chunks r and 2·CP−1−r of
-//               each (WLB-LLM §4, REFERENCE §1)
+//               each (WLB-LLM §4; docs/sources.md, "Workload balancing")
 //   adaptive    per micro-batch, whichever of zigzag (per-sequence) and per-doc predicts
 //               the shorter attention time on its slowest rank under an attention kernel
 //               model (WLB-LLM §4's adaptive sharding: per-doc balances the work but cuts
@@ -48,8 +48,8 @@ struct TokenRange {
 };
 
 // Twice the causal query·key pairs of `length` tokens that start `prefix` tokens into their
-// document: Σ_{t=p}^{p+ℓ−1} 2(t+1) = (2p + 1 + ℓ)·ℓ (REFERENCE §1). A whole document costs
-// d² + d; the pieces of a document always add up to that.
+// document: Σ_{t=p}^{p+ℓ−1} 2(t+1) = (2p + 1 + ℓ)·ℓ (WLB-LLM §3–4; docs/sources.md, "Workload
+// balancing"). A whole document costs d² + d; the pieces of a document always add up to that.
 constexpr std::int64_t causal_pair_work(std::int64_t prefix, std::int64_t length) {
     return (2 * prefix + 1 + length) * length;
 }

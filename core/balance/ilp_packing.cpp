@@ -1,5 +1,5 @@
-// The ilp balancer: attention-aware fixed-length packing (WLB-LLM's ILP baseline,
-// REFERENCE §1), solved with CBC through its C API.
+// The ilp balancer: attention-aware fixed-length packing (WLB-LLM's ILP baseline, §3–4;
+// docs/sources.md, "Workload balancing"), solved with CBC through its C API.
 //
 // Model. M identical micro-batches of S tokens; x_ij = 1 when document i goes to micro-batch
 // j. The min-max objective is linearised with one auxiliary variable z:
@@ -13,10 +13,10 @@
 //
 // Tractability. A batch of a few hundred documents over 32–64 micro-batches is >10^4 binaries
 // and CBC would not close it in a second. Σd² is carried by the few longest documents
-// (REFERENCE §5), so only the K longest get binary columns (K·M ≲ ilp_max_binaries); the
-// short ones enter as a fluid y_j whose attention work is ρ per token, ρ = Σ_small d² /
-// Σ_small d, which is exact in aggregate and linear. After the solve they are placed one by
-// one, longest first, into the micro-batch with the least Σd² that still has room.
+// (docs/sources.md, "Document lengths"), so only the K longest get binary columns (K·M ≲
+// ilp_max_binaries); the short ones enter as a fluid y_j whose attention work is ρ per token, ρ =
+// Σ_small d² / Σ_small d, which is exact in aggregate and linear. After the solve they are placed
+// one by one, longest first, into the micro-batch with the least Σd² that still has room.
 //
 // Symmetry. Micro-batches are interchangeable, so the i-th longest document (0-based) only
 // gets columns for micro-batches 0..i: any packing can be relabelled so that micro-batches

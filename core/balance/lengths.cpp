@@ -21,7 +21,7 @@ constexpr std::string_view kSpecForms =
     "or file:PATH";
 
 // z-score of the 99th percentile of a standard normal: the tail starts where the lognormal
-// body stops describing the data (REFERENCE §5).
+// body stops describing the data (docs/sources.md, "Document lengths").
 constexpr double kP99Z = 2.3263478740408408;
 
 std::string_view trim(std::string_view text) {

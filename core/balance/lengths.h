@@ -21,17 +21,17 @@
 
 namespace fulcrum::balance {
 
-// The body of real document mixes: REFERENCE §5 puts a ProLong-like mix close to a
-// lognormal with median ≈ 1,900 tokens and σ ≈ 0.90 up to its p99.
+// The body of real document mixes: docs/sources.md, "Document lengths" puts a ProLong-like mix
+// close to a lognormal with median ≈ 1,900 tokens and σ ≈ 0.90 up to its p99.
 struct LognormalLengths {
     double median = 1900.0;
     double sigma = 0.9;
 };
 
 // Lognormal body plus a log-uniform tail from the body's p99 up to the context length
-// (REFERENCE §5: heavier than lognormal beyond p99). With the defaults the longest 1% of
-// documents carry 31% of Σd² at a 32K context, 50% at 64K and 72% at 128K (12% of tokens at
-// 64K), which is what makes packing by arrival order unbalanced.
+// (docs/sources.md, "Document lengths": heavier than lognormal beyond p99). With the defaults the
+// longest 1% of documents carry 31% of Σd² at a 32K context, 50% at 64K and 72% at 128K (12% of
+// tokens at 64K), which is what makes packing by arrival order unbalanced.
 struct LongTailLengths {
     double median = 1900.0;
     double sigma = 0.9;

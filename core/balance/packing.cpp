@@ -52,7 +52,7 @@ std::size_t least(std::span<const MicroBatch> microbatches, auto key) {
     return best;
 }
 
-// WLB-LLM packing of one global batch (REFERENCE §1, steps 1–4). `draining` is the end of
+// WLB-LLM packing of one global batch (WLB-LLM §4, steps 1–4). `draining` is the end of
 // the epoch: no documents will arrive to fill a queue, so every queue releases all it holds.
 PackedBatch pack_wlb(std::span<const Document> documents, const PackingOptions& options,
                      PackingState& state, bool draining) {

@@ -5,9 +5,9 @@
 // state carried from the previous one, and drain() once at the end of the epoch. The state
 // is a plain value, so a simulator can copy it to try alternatives.
 //
-// Work model (REFERENCE §1, WLB-LLM §3): under a causal mask a packed micro-batch's attention
-// work grows with Σd² and everything else with Σd, so two micro-batches of equal length can
-// differ several-fold in time when one holds a long document.
+// Work model (WLB-LLM §3; docs/sources.md, "Workload balancing"): under a causal mask a packed
+// micro-batch's attention work grows with Σd² and everything else with Σd, so two micro-batches of
+// equal length can differ several-fold in time when one holds a long document.
 #pragma once
 
 #include "core/util/result.h"

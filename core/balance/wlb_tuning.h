@@ -1,10 +1,11 @@
 // Offline tuning of the WLB-LLM outlier thresholds L_i.
 //
 // The paper tunes them by replaying the packer on a sample of the data and does not publish
-// them (REFERENCE §1). The trade-off: a low threshold sends more documents to the queues,
-// which balances better, but a queue only releases once it holds N documents, so rare
-// lengths wait many iterations. replay_wlb measures both sides; tune_wlb_thresholds picks the
-// most balanced candidate whose tokens wait no longer than allowed on average.
+// them (WLB-LLM §3–4; docs/sources.md, "Workload balancing"). The trade-off: a low threshold sends
+// more documents to the queues, which balances better, but a queue only releases once it holds N
+// documents, so rare lengths wait many iterations. replay_wlb measures both sides;
+// tune_wlb_thresholds picks the most balanced candidate whose tokens wait no longer than allowed on
+// average.
 #pragma once
 
 #include "core/balance/packing.h"

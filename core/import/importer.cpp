@@ -136,6 +136,9 @@ std::string supported_formats() {
 
 }  // namespace
 
+// Longer than most (about 120 lines) on purpose: the checks of every input, the imports into
+// the scratch folder and the merge read best in one place, under the one guard that removes
+// the scratch folder whatever happens.
 Result<ImportReport> import_files(const std::vector<std::string>& inputs, const std::string& output,
                                   const ImportOptions& options) {
     if (inputs.empty()) {

@@ -265,6 +265,20 @@ LayerRange model_chunk_layers(int chunk, int chunks, int layers, std::span<const
     return {first, first + counts[std::size_t(chunk)]};
 }
 
+int stage_layer_total(int stage, int stages, int virtual_stages, int layers,
+                      std::span<const int> counts) {
+    const int p = std::max(stages, 1), v = std::max(virtual_stages, 1);
+    if (counts.size() != std::size_t(p) * std::size_t(v)) {
+        counts = {};
+    }
+    int total = 0;
+    for (int k = 0; k < v; ++k) {
+        const LayerRange range = model_chunk_layers(k * p + stage, p * v, layers, counts);
+        total += range.last - range.first;
+    }
+    return total;
+}
+
 std::vector<PipelineOp> step_ops(PipelineSchedule schedule, int stage, const PipelineShape& shape) {
     if (check_pipeline(schedule, shape).ok() || schedule != PipelineSchedule::interleaved) {
         return stage_ops(schedule, stage, shape);

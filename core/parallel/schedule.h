@@ -103,5 +103,10 @@ Result<std::vector<int>> parse_stage_layers(std::string_view text);
 // Layers [first, last) of model chunk `chunk` of `chunks`: the prefix sums of `counts`, or
 // the even split above when `counts` is empty.
 LayerRange model_chunk_layers(int chunk, int chunks, int layers, std::span<const int> counts);
+// The layers pipeline stage `stage` of `stages` holds over its `virtual_stages` model chunks
+// (chunk k·stages + stage of each round): the sum of their `counts`, or of the even split when
+// `counts` does not give one count per model chunk.
+int stage_layer_total(int stage, int stages, int virtual_stages, int layers,
+                      std::span<const int> counts);
 
 }  // namespace fulcrum::parallel

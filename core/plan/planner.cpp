@@ -42,17 +42,11 @@ struct Layout {
     double estimated_tokens_per_second = 0;
 };
 
-std::string join(const std::vector<int>& values) {
+// "4,8,8,4", as fulcrum-train's list options take them.
+template <typename Integer>
+std::string join(const std::vector<Integer>& values) {
     std::string text;
-    for (int value : values) {
-        text += (text.empty() ? "" : ",") + std::to_string(value);
-    }
-    return text;
-}
-
-std::string join(const std::vector<std::int64_t>& values) {
-    std::string text;
-    for (std::int64_t value : values) {
+    for (Integer value : values) {
         text += (text.empty() ? "" : ",") + std::to_string(value);
     }
     return text;
@@ -423,7 +417,7 @@ std::string memory_reason(const StageMemory& peak, double usable) {
 }
 
 // Places the layers (the exact split, or L/p) so that every stage fits, and fills the memory
-// figures; false with the reason when no placement fits. `estimate` is the layout's estimate
+// figures; false with the reason when no placement fits. `equal` is the layout's estimate
 // with L/p layers a stage, whose stage times price a layer and the LM head.
 bool place_layers(const PlanRequest& request, Candidate& candidate,
                   const sim::StepEstimate& equal) {

@@ -21,7 +21,10 @@ std::int64_t gradient_reduction_end(const GradientReductionInput& input,
     std::int64_t layer_count = 0;
     for (int chunk = 0; chunk < v; ++chunk) {
         const parallel::LayerRange range = parallel::model_chunk_layers(
-            chunk * input.stages + input.stage, input.stages * v, input.layers, input.stage_layers);
+            chunk * input.stages + input.stage, input.stages * v, input.layers,
+            input.stage_layers.size() == std::size_t(input.stages * v)
+                ? std::span<const int>(input.stage_layers)
+                : std::span<const int>{});
         const int n = range.last - range.first;
         layer_count += n;
         std::vector<std::int64_t> chunk_ready(static_cast<std::size_t>(n), input.step_start_ns);

@@ -26,7 +26,7 @@ struct GradientReductionInput {
     int stages = 1;
     int virtual_stages = 1;
     int layers = 1;                 // of the whole model
-    std::vector<int> stage_layers;  // layers per model chunk (--stage-layers); empty: even
+    std::vector<int> stage_layers;  // layers per model chunk (p·v); empty: the even split
     bool overlap = false;
     parallel::PassKind writes_weights = parallel::PassKind::backward;  // weight under ZB-H1
     std::int64_t layer_bytes = 0;  // one layer's gradients on one rank of the stage

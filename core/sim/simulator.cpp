@@ -190,7 +190,8 @@ PassPhase pass_phase(parallel::PassKind kind) {
 }
 
 int layers_of(int stage, const SimulationConfig& config) {
-    return stage_layer_count(stage, config.grid.pp, config.model.layers, config.stage_layers);
+    return parallel::stage_layer_total(stage, config.grid.pp, config.virtual_stages,
+                                       config.model.layers, config.stage_layers);
 }
 
 // Bytes of one pipeline send of a rank holding `tokens`: the [T, h] boundary activation, its
@@ -664,6 +665,16 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     return input;
 }
 
+// --stage-layers: one count per model chunk (p, or p·v interleaved), as fulcrum-train takes it.
+Status check_stage_layers(const SimulationConfig& config) {
+    if (config.stage_layers.empty()) {
+        return {};
+    }
+    return parallel::check_stage_layers(config.stage_layers,
+                                        config.grid.pp * std::max(config.virtual_stages, 1),
+                                        config.model.layers);
+}
+
 }  // namespace
 
 Status validate(const SimulationConfig& config) {
@@ -761,12 +772,8 @@ Status validate(const SimulationConfig& config) {
                        " is more model chunks than --layers " + std::to_string(model.layers) +
                        "; every chunk needs a layer");
     }
-    if (!config.stage_layers.empty()) {
-        if (auto status = parallel::check_stage_layers(
-                config.stage_layers, grid.pp * std::max(config.virtual_stages, 1), model.layers);
-            !status) {
-            return invalid("--stage-layers: " + status.error().message);
-        }
+    if (auto status = check_stage_layers(config); !status) {
+        return status;
     }
     if (config.sequence_parallel && grid.tp < 2) {
         return invalid(
@@ -843,7 +850,8 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
     const parallel::GridShape& grid = config.grid;
     const std::int64_t element = element_bytes(config.dtype);
     const std::int64_t bytes =
-        stage_parameters(config.model, grid, stage, config.stage_layers) * element;
+        stage_parameters(config.model, grid, stage, config.stage_layers, config.virtual_stages) *
+        element;
     if (grid.dp * grid.cp <= 1) {
         return pipeline_ns;
     }
@@ -919,6 +927,237 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     return estimate;
 }
 
+namespace {
+
+// Where a simulation writes: every rank of the grid with its lane, the names interned once,
+// and the event buffer of one CP rank's stage. Empty (no writer) when only figures are asked.
+struct RunOutput {
+    store::TraceWriter* writer = nullptr;
+    std::vector<LaneId> lanes;  // by rank
+    EventNames names;
+    std::unique_ptr<RankEvents> events;
+};
+
+RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) {
+    RunOutput output;
+    output.writer = out;
+    if (out == nullptr) {
+        return output;
+    }
+    output.lanes.resize(static_cast<std::size_t>(grid.world()));
+    for (int rank = 0; rank < grid.world(); ++rank) {
+        const parallel::GridCoordinates c = parallel::coordinates_of(grid, rank);
+        RankInfo info;
+        info.rank = rank;
+        info.host = "simulated";
+        info.dp = c.dp;
+        info.tp = c.tp;
+        info.pp = c.pp;
+        info.cp = c.cp;
+        info.complete = true;
+        out->add_rank(info);
+        output.lanes[static_cast<std::size_t>(rank)] =
+            out->add_lane(rank, LaneKind::host_thread, "main");
+    }
+    EventNames& names = output.names;
+    names.step = out->intern(range_name::kStep);
+    names.forward = out->intern(range_name::kForward);
+    names.backward = out->intern(range_name::kBackward);
+    names.weight_gradients = out->intern(range_name::kWeightGradients);
+    names.recompute = out->intern(range_name::kRecompute);
+    names.tp_all_gather = out->intern(kTpAllGather);
+    names.tp_reduce_scatter = out->intern(kTpReduceScatter);
+    names.attention = out->intern(range_name::kAttention);
+    names.mlp = out->intern(range_name::kMlp);
+    names.recv_activations = out->intern(kRecvActivations);
+    names.send_activations = out->intern(range_name::kSendActivations);
+    names.recv_gradients = out->intern(kRecvGradients);
+    names.send_gradients = out->intern(range_name::kSendGradients);
+    names.cp_all_gather = out->intern(kCpAllGather);
+    names.cp_reduce_scatter = out->intern(kCpReduceScatter);
+    names.tp_all_reduce = out->intern(kTpAllReduce);
+    names.dp_all_reduce = out->intern(kDpAllReduce);
+    names.optimizer = out->intern(range_name::kOptimizer);
+    output.events = std::make_unique<RankEvents>(output.names, *out);
+    return output;
+}
+
+// One step played: every replica's pipeline, then each stage's DP reduction and optimizer.
+struct PlayedStep {
+    SimulatedStep step;
+    std::vector<ReplicaPlay> plays;        // by DP replica
+    std::vector<std::int64_t> reduce_end;  // by stage: its DP reduction's end
+    std::int64_t end_ns = 0;
+};
+
+Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConfig& config,
+                             const StageCosts& costs, const std::vector<std::int64_t>& dp_bytes,
+                             std::int64_t optimizer_ns, std::int64_t step_start,
+                             const SimulationProgress& progress) {
+    const parallel::GridShape& grid = config.grid;
+    PlayedStep played;
+    SimulatedStep& step = played.step;
+    step.step = plan.step;
+    step.epoch = plan.epoch;
+    step.start_ns = step_start;
+    step.imbalance = plan.imbalance;
+    played.plays.reserve(plan.replicas.size());
+    double fraction_sum = 0;
+    for (const auto& replica : plan.replicas) {
+        if (progress.cancel != nullptr && progress.cancel->load()) {
+            return Error{ErrorCode::cancelled, "the simulation was cancelled"};
+        }
+        auto play = play_replica(replica, config, costs);
+        if (!play) {
+            return play.error();
+        }
+        played.plays.push_back(std::move(*play));
+        const parallel::ReplayResult& replay = played.plays.back().replay;
+        std::int64_t busy = 0, bubble = 0;
+        for (int s = 0; s < grid.pp; ++s) {
+            busy += replay.makespan_ns - replay.bubble_ns(s);
+            bubble += replay.bubble_ns(s);
+        }
+        fraction_sum += busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
+        for (const auto& planned : replica) {
+            step.tokens += planned.packed.tokens;
+        }
+        step.microbatches += static_cast<int>(replica.size());
+    }
+    // One definition with the analysis (docs/analyses.md §2): Σ bubble / Σ busy over a
+    // pipeline's stages, the convention of (p−1)/m; the mean over the step's pipelines.
+    step.bubble_fraction =
+        plan.replicas.empty() ? 0.0 : fraction_sum / static_cast<double>(plan.replicas.size());
+
+    // Each stage all-reduces over its DP × CP group when its slowest replica is done.
+    const bool reduces = grid.dp * grid.cp > 1;
+    played.reduce_end.resize(static_cast<std::size_t>(grid.pp));
+    played.end_ns = step_start;
+    std::vector<const parallel::ReplayResult*> replays;
+    for (const auto& play : played.plays) {
+        replays.push_back(&play.replay);
+    }
+    for (int s = 0; s < grid.pp; ++s) {
+        GradientReductionInput reduction = gradient_reduction(config, s, step_start);
+        reduction.stage_bytes = dp_bytes[static_cast<std::size_t>(s)];
+        if (!reduces) {
+            reduction.overlap = false;
+            reduction.stage_bytes = 0;
+        }
+        const std::int64_t end =
+            reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
+                    : gradient_reduction_end(reduction, replays, {});
+        played.reduce_end[static_cast<std::size_t>(s)] = end;
+        played.end_ns = std::max(played.end_ns, end + optimizer_ns);
+    }
+    step.duration_ns = played.end_ns - step_start;
+    return played;
+}
+
+// What CP rank `c` of a replica holds in every micro-batch of the step: its workload rows
+// (the same on every stage and TP rank; `rank` filled by the caller).
+std::vector<WorkloadEntry> cp_rank_workload(const std::vector<balance::PlannedMicroBatch>& replica,
+                                            int c, int step, const std::string& balancer) {
+    std::vector<WorkloadEntry> workload;
+    for (std::size_t j = 0; j < replica.size(); ++j) {
+        const auto& planned = replica[j];
+        for (const auto& range : planned.cp.ranks[static_cast<std::size_t>(c)].ranges) {
+            std::int64_t length = 0;
+            for (const auto& document : planned.packed.documents) {
+                if (document.id == range.document_id) {
+                    length = document.length;
+                    break;
+                }
+            }
+            WorkloadEntry entry;
+            entry.step = step;
+            entry.microbatch = static_cast<std::int32_t>(j);
+            entry.doc_id = static_cast<std::int64_t>(range.document_id);
+            entry.doc_length = static_cast<std::int32_t>(length);
+            entry.token_begin = static_cast<std::int32_t>(range.begin);
+            entry.token_end = static_cast<std::int32_t>(range.end);
+            entry.balancer = balancer;
+            workload.push_back(std::move(entry));
+        }
+    }
+    return workload;
+}
+
+// Writes one CP rank's stage of one replica for the step: its passes, DP reduction and
+// optimizer, copied onto each of its TP ranks' lanes with the rank's workload rows.
+void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedStep& played, int d,
+                 int c, int s, const std::vector<WorkloadEntry>& workload,
+                 const SimulationConfig& config, const std::vector<std::int64_t>& dp_bytes,
+                 std::int64_t optimizer_ns, SimulationResult& result) {
+    const parallel::GridShape& grid = config.grid;
+    const EventNames& names = output.names;
+    RankEvents& events = *output.events;
+    const ReplicaPlay& play = played.plays[static_cast<std::size_t>(d)];
+    const std::int64_t step_start = played.step.start_ns;
+    const auto stage = static_cast<std::int16_t>(s);
+    events.events.clear();
+    events.range(names.step, Category::schedule, step_start, played.end_ns, plan.step, -1, stage,
+                 Phase::none);
+    for (const parallel::ReplayedOp& op : play.replay.stages[static_cast<std::size_t>(s)]) {
+        const std::size_t index =
+            group_index(s, op.microbatch, play.microbatches, pass_phase(op.kind));
+        add_pass_events(
+            events, op, step_start, play.groups[index],
+            play.ranks[index * static_cast<std::size_t>(grid.cp) + static_cast<std::size_t>(c)],
+            config, plan.step, s);
+    }
+    const std::int64_t pipeline_end =
+        step_start + play.replay.stage_end_ns[static_cast<std::size_t>(s)];
+    const std::int64_t reduced = played.reduce_end[static_cast<std::size_t>(s)];
+    if (grid.dp * grid.cp > 1) {
+        events.range(names.dp_all_reduce, Category::communication, pipeline_end, reduced, plan.step,
+                     -1, stage, Phase::none, dp_bytes[static_cast<std::size_t>(s)]);
+    }
+    events.range(names.optimizer, Category::optimizer, reduced, reduced + optimizer_ns, plan.step,
+                 -1, stage, Phase::none);
+    for (int t = 0; t < grid.tp; ++t) {
+        const int rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
+        const LaneId lane = output.lanes[static_cast<std::size_t>(rank)];
+        for (Event& event : events.events) {
+            event.lane = lane;
+        }
+        output.writer->add_events(events.events.data(), events.events.size());
+        result.events += static_cast<std::int64_t>(events.events.size());
+        for (WorkloadEntry entry : workload) {
+            entry.rank = rank;
+            output.writer->add_workload(entry);
+        }
+        result.workload_rows += static_cast<std::int64_t>(workload.size());
+    }
+}
+
+// The means over the steps played and what was trained.
+void summarise(const balance::TrainedTotals& trained, std::int64_t end_ns,
+               const SimulationConfig& config, SimulationResult& result) {
+    double imbalance = 0;
+    double bubble = 0;
+    for (const SimulatedStep& step : result.steps) {
+        imbalance += step.imbalance;
+        bubble += step.bubble_fraction;
+    }
+    const auto count = static_cast<double>(result.steps.size());
+    result.mean_step_ns = static_cast<double>(end_ns) / count;
+    result.mean_imbalance = imbalance / count;
+    result.mean_bubble_fraction = bubble / count;
+    result.tokens_per_second =
+        end_ns > 0 ? static_cast<double>(trained.tokens) / (static_cast<double>(end_ns) * 1e-9)
+                   : 0.0;
+    result.tokens = trained.tokens;
+    result.documents = trained.documents;
+    result.epochs = config.epochs;
+    result.mean_delay_steps = trained.mean_delay_steps();
+    result.max_delay_steps = trained.max_delay_steps;
+    result.per_document_microbatches = trained.per_document_microbatches;
+    result.zigzag_microbatches = trained.zigzag_microbatches;
+}
+
+}  // namespace
+
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress) {
     if (auto status = validate(config); !status) {
@@ -946,60 +1185,15 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     result.cost_source = costs.source;
     result.notes = costs.notes;
 
-    std::vector<LaneId> lanes;
-    EventNames names;
-    if (out != nullptr) {
-        lanes.resize(static_cast<std::size_t>(grid.world()));
-        for (int d = 0; d < grid.dp; ++d) {
-            for (int s = 0; s < grid.pp; ++s) {
-                for (int c = 0; c < grid.cp; ++c) {
-                    for (int t = 0; t < grid.tp; ++t) {
-                        RankInfo rank;
-                        rank.rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
-                        rank.host = "simulated";
-                        rank.dp = d;
-                        rank.pp = s;
-                        rank.cp = c;
-                        rank.tp = t;
-                        rank.complete = true;
-                        out->add_rank(rank);
-                        lanes[static_cast<std::size_t>(rank.rank)] =
-                            out->add_lane(rank.rank, LaneKind::host_thread, "main");
-                    }
-                }
-            }
-        }
-        names.step = out->intern(range_name::kStep);
-        names.forward = out->intern(range_name::kForward);
-        names.backward = out->intern(range_name::kBackward);
-        names.weight_gradients = out->intern(range_name::kWeightGradients);
-        names.recompute = out->intern(range_name::kRecompute);
-        names.tp_all_gather = out->intern(kTpAllGather);
-        names.tp_reduce_scatter = out->intern(kTpReduceScatter);
-        names.attention = out->intern(range_name::kAttention);
-        names.mlp = out->intern(range_name::kMlp);
-        names.recv_activations = out->intern(kRecvActivations);
-        names.send_activations = out->intern(range_name::kSendActivations);
-        names.recv_gradients = out->intern(kRecvGradients);
-        names.send_gradients = out->intern(range_name::kSendGradients);
-        names.cp_all_gather = out->intern(kCpAllGather);
-        names.cp_reduce_scatter = out->intern(kCpReduceScatter);
-        names.tp_all_reduce = out->intern(kTpAllReduce);
-        names.dp_all_reduce = out->intern(kDpAllReduce);
-        names.optimizer = out->intern(range_name::kOptimizer);
-    }
+    RunOutput output = open_output(out, grid);
     std::vector<std::int64_t> dp_bytes(static_cast<std::size_t>(grid.pp));
     for (int s = 0; s < grid.pp; ++s) {
         dp_bytes[static_cast<std::size_t>(s)] =
-            stage_parameters(config.model, grid, s, config.stage_layers) *
+            stage_parameters(config.model, grid, s, config.stage_layers, config.virtual_stages) *
             element_bytes(config.dtype);
     }
     const std::int64_t optimizer_ns = std::llround(std::max(costs.optimizer_ns, 0.0));
     const std::string balancer = balance::balancer_name(config.balancer);
-    std::unique_ptr<RankEvents> events;
-    if (out != nullptr) {
-        events = std::make_unique<RankEvents>(names, *out);
-    }
 
     std::int64_t step_start = 0;
     balance::TrainedTotals trained;
@@ -1020,172 +1214,34 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         if (!plan) {
             return plan.error();
         }
-        SimulatedStep step;
-        step.step = plan->step;
-        step.epoch = plan->epoch;
-        step.start_ns = step_start;
-        step.imbalance = plan->imbalance;
-
-        std::vector<ReplicaPlay> plays;
-        plays.reserve(plan->replicas.size());
-        double fraction_sum = 0;
-        for (const auto& replica : plan->replicas) {
+        auto played = play_step(*plan, config, costs, dp_bytes, optimizer_ns, step_start, progress);
+        if (!played) {
+            return played.error();
+        }
+        for (int d = 0; out != nullptr && d < grid.dp; ++d) {
             if (progress.cancel != nullptr && progress.cancel->load()) {
                 return Error{ErrorCode::cancelled, "the simulation was cancelled"};
             }
-            auto play = play_replica(replica, config, costs);
-            if (!play) {
-                return play.error();
-            }
-            plays.push_back(std::move(*play));
-            const parallel::ReplayResult& replay = plays.back().replay;
-            std::int64_t busy = 0, bubble = 0;
-            for (int s = 0; s < grid.pp; ++s) {
-                busy += replay.makespan_ns - replay.bubble_ns(s);
-                bubble += replay.bubble_ns(s);
-            }
-            fraction_sum +=
-                busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
-            for (const auto& planned : replica) {
-                step.tokens += planned.packed.tokens;
-            }
-            step.microbatches += static_cast<int>(replica.size());
-        }
-        // One definition with the analysis (docs/analyses.md §2): Σ bubble / Σ busy over a
-        // pipeline's stages, the convention of (p−1)/m; the mean over the step's pipelines.
-        step.bubble_fraction = plan->replicas.empty()
-                                   ? 0.0
-                                   : fraction_sum / static_cast<double>(plan->replicas.size());
-
-        // Each stage all-reduces over its DP × CP group when its slowest replica is done.
-        const bool reduces = grid.dp * grid.cp > 1;
-        std::vector<std::int64_t> reduce_end(static_cast<std::size_t>(grid.pp));
-        std::int64_t step_end = step_start;
-        std::vector<const parallel::ReplayResult*> replays;
-        for (const auto& play : plays) {
-            replays.push_back(&play.replay);
-        }
-        for (int s = 0; s < grid.pp; ++s) {
-            GradientReductionInput reduction = gradient_reduction(config, s, step_start);
-            reduction.stage_bytes = dp_bytes[static_cast<std::size_t>(s)];
-            if (!reduces) {
-                reduction.overlap = false;
-                reduction.stage_bytes = 0;
-            }
-            reduce_end[static_cast<std::size_t>(s)] =
-                reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
-                        : gradient_reduction_end(reduction, replays, {});
-            step_end = std::max(step_end, reduce_end[static_cast<std::size_t>(s)] + optimizer_ns);
-        }
-        step.duration_ns = step_end - step_start;
-
-        if (out != nullptr) {
-            for (int d = 0; d < grid.dp; ++d) {
-                if (progress.cancel != nullptr && progress.cancel->load()) {
-                    return Error{ErrorCode::cancelled, "the simulation was cancelled"};
+            for (int c = 0; c < grid.cp; ++c) {
+                const std::vector<WorkloadEntry> workload = cp_rank_workload(
+                    plan->replicas[static_cast<std::size_t>(d)], c, plan->step, balancer);
+                for (int s = 0; s < grid.pp; ++s) {
+                    write_stage(output, *plan, *played, d, c, s, workload, config, dp_bytes,
+                                optimizer_ns, result);
                 }
-                const ReplicaPlay& play = plays[static_cast<std::size_t>(d)];
-                const auto& replica = plan->replicas[static_cast<std::size_t>(d)];
-                const int m = play.microbatches;
-                for (int c = 0; c < grid.cp; ++c) {
-                    // What this CP rank holds, the same on every stage and TP rank.
-                    std::vector<WorkloadEntry> workload;
-                    for (int j = 0; j < m; ++j) {
-                        const auto& planned = replica[static_cast<std::size_t>(j)];
-                        for (const auto& range :
-                             planned.cp.ranks[static_cast<std::size_t>(c)].ranges) {
-                            std::int64_t length = 0;
-                            for (const auto& document : planned.packed.documents) {
-                                if (document.id == range.document_id) {
-                                    length = document.length;
-                                    break;
-                                }
-                            }
-                            WorkloadEntry entry;
-                            entry.step = plan->step;
-                            entry.microbatch = j;
-                            entry.doc_id = static_cast<std::int64_t>(range.document_id);
-                            entry.doc_length = static_cast<std::int32_t>(length);
-                            entry.token_begin = static_cast<std::int32_t>(range.begin);
-                            entry.token_end = static_cast<std::int32_t>(range.end);
-                            entry.balancer = balancer;
-                            workload.push_back(std::move(entry));
-                        }
-                    }
-                    for (int s = 0; s < grid.pp; ++s) {
-                        const auto stage = static_cast<std::int16_t>(s);
-                        events->events.clear();
-                        events->range(names.step, Category::schedule, step_start, step_end,
-                                      plan->step, -1, stage, Phase::none);
-                        for (const parallel::ReplayedOp& op :
-                             play.replay.stages[static_cast<std::size_t>(s)]) {
-                            const std::size_t index =
-                                group_index(s, op.microbatch, m, pass_phase(op.kind));
-                            add_pass_events(*events, op, step_start, play.groups[index],
-                                            play.ranks[index * static_cast<std::size_t>(grid.cp) +
-                                                       static_cast<std::size_t>(c)],
-                                            config, plan->step, s);
-                        }
-                        const std::int64_t pipeline_end =
-                            step_start + play.replay.stage_end_ns[static_cast<std::size_t>(s)];
-                        const std::int64_t reduced = reduce_end[static_cast<std::size_t>(s)];
-                        if (reduces) {
-                            events->range(names.dp_all_reduce, Category::communication,
-                                          pipeline_end, reduced, plan->step, -1, stage, Phase::none,
-                                          dp_bytes[static_cast<std::size_t>(s)]);
-                        }
-                        events->range(names.optimizer, Category::optimizer, reduced,
-                                      reduced + optimizer_ns, plan->step, -1, stage, Phase::none);
-                        for (int t = 0; t < grid.tp; ++t) {
-                            const int rank =
-                                parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
-                            const LaneId lane = lanes[static_cast<std::size_t>(rank)];
-                            for (Event& event : events->events) {
-                                event.lane = lane;
-                            }
-                            out->add_events(events->events.data(), events->events.size());
-                            result.events += static_cast<std::int64_t>(events->events.size());
-                            for (WorkloadEntry& entry : workload) {
-                                entry.rank = rank;
-                                out->add_workload(entry);
-                            }
-                            result.workload_rows += static_cast<std::int64_t>(workload.size());
-                        }
-                    }
-                }
-                if (progress.progress) {
-                    progress.progress(done(static_cast<double>(d + 1) / grid.dp));
-                }
+            }
+            if (progress.progress) {
+                progress.progress(done(static_cast<double>(d + 1) / grid.dp));
             }
         }
         trained.add(*plan);
         if (progress.progress) {
             progress.progress(done(0));
         }
-        result.steps.push_back(step);
-        step_start = step_end;
+        result.steps.push_back(played->step);
+        step_start = played->end_ns;
     }
-
-    double imbalance = 0;
-    double bubble = 0;
-    for (const SimulatedStep& step : result.steps) {
-        imbalance += step.imbalance;
-        bubble += step.bubble_fraction;
-    }
-    const auto count = static_cast<double>(result.steps.size());
-    result.mean_step_ns = static_cast<double>(step_start) / count;
-    result.mean_imbalance = imbalance / count;
-    result.mean_bubble_fraction = bubble / count;
-    result.tokens_per_second = step_start > 0 ? static_cast<double>(trained.tokens) /
-                                                    (static_cast<double>(step_start) * 1e-9)
-                                              : 0.0;
-    result.tokens = trained.tokens;
-    result.documents = trained.documents;
-    result.epochs = config.epochs;
-    result.mean_delay_steps = trained.mean_delay_steps();
-    result.max_delay_steps = trained.max_delay_steps;
-    result.per_document_microbatches = trained.per_document_microbatches;
-    result.zigzag_microbatches = trained.zigzag_microbatches;
+    summarise(trained, step_start, config, result);
     return result;
 }
 

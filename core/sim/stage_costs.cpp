@@ -17,8 +17,9 @@ using analysis::CostModel;
 using analysis::PassCost;
 using analysis::Role;
 
-int layers_of(int stage, int stages, int layers, const std::vector<int>& stage_layers = {}) {
-    return stage_layer_count(stage, stages, layers, stage_layers);
+int layers_of(int stage, int stages, int layers, const std::vector<int>& stage_layers = {},
+              int virtual_stages = 1) {
+    return parallel::stage_layer_total(stage, stages, virtual_stages, layers, stage_layers);
 }
 
 // A group whose ranks lie within `span` consecutive rank numbers shares a node when the span
@@ -83,26 +84,12 @@ int source_stage(int stage, int stages, int source_stages) {
 
 }  // namespace
 
-int stage_layer_count(int stage, int stages, int layers, const std::vector<int>& stage_layers) {
-    if (stage_layers.empty()) {
-        const parallel::LayerRange range = parallel::stage_layers(stage, stages, layers);
-        return range.last - range.first;
-    }
-    const int chunks = static_cast<int>(stage_layers.size());
-    int count = 0;
-    for (int chunk = stage; chunk < chunks; chunk += stages) {
-        const parallel::LayerRange range =
-            parallel::model_chunk_layers(chunk, chunks, layers, stage_layers);
-        count += range.last - range.first;
-    }
-    return count;
-}
-
 std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,
-                              const std::vector<int>& stage_layers) {
+                              const std::vector<int>& stage_layers, int virtual_stages) {
     const std::int64_t h = model.hidden;
     const std::int64_t per_layer = (12 * h * h + 13 * h) / std::max(grid.tp, 1);
-    std::int64_t parameters = per_layer * layers_of(stage, grid.pp, model.layers, stage_layers);
+    std::int64_t parameters =
+        per_layer * layers_of(stage, grid.pp, model.layers, stage_layers, virtual_stages);
     if (stage == 0) {
         parameters += static_cast<std::int64_t>(model.vocab) * h +
                       static_cast<std::int64_t>(model.context) * h;
@@ -160,7 +147,8 @@ PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& gr
                           int stage) {
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
-    const double layers = layers_of(stage, grid.pp, model.layers, knobs.stage_layers);
+    const double layers =
+        layers_of(stage, grid.pp, model.layers, knobs.stage_layers, knobs.virtual_stages);
     const bool last = stage == grid.pp - 1;
     PassCost forward;
     forward.stage = static_cast<std::int16_t>(stage);
@@ -258,8 +246,9 @@ CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape
     // AdamW reads parameter, gradient and both moments and writes back three: 7 floats.
     std::int64_t largest_stage = 0;
     for (int stage = 0; stage < grid.pp; ++stage) {
-        largest_stage =
-            std::max(largest_stage, stage_parameters(model, grid, stage, knobs.stage_layers));
+        largest_stage = std::max(
+            largest_stage,
+            stage_parameters(model, grid, stage, knobs.stage_layers, knobs.virtual_stages));
     }
     cost.optimizer_ns = static_cast<double>(largest_stage) * 28.0 / hardware.hbm_gbs;
     return cost;
@@ -318,7 +307,8 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     if (fitted == nullptr) {
         return std::nullopt;
     }
-    const int layers_here = layers_of(stage, grid.pp, shape.layers, knobs.stage_layers);
+    const int layers_here =
+        layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
     // A pass of a run with v model chunks a stage holds a chunk: 1/v of the stage's layers.
     const double layers_there =
         static_cast<double>(layers_of(fitted_stage, source_pp, source_layers)) / source_v;
@@ -359,7 +349,8 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
                       const TrainingKnobs& knobs) {
     const bool split = parallel::splits_backward(knobs.schedule);
     const double h = shape.hidden;
-    const double layers = layers_of(stage, grid.pp, shape.layers, knobs.stage_layers);
+    const double layers =
+        layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
     const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
     const double head_share = head / (24.0 * h * h * layers + head);
     // The backward without recomputation: a fitted one holds its run's (in B and in W

@@ -104,14 +104,10 @@ inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
 // Parameters one rank of `stage` holds (so the bytes / 4 its DP all-reduce moves): per layer
 // 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);
 // the first stage adds the token and position embeddings V·h + context·h, the last the final
-// LayerNorm, 2h.
+// LayerNorm, 2h. The stage's layers: its model chunks' `stage_layers` (one count per model
+// chunk, fulcrum-train --stage-layers), else the even split (parallel::stage_layer_total).
 std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,
-                              const std::vector<int>& stage_layers = {});
-
-// Layers `stage` of `stages` holds: the sum of its model chunks' counts in `stage_layers` (one
-// count per model chunk, p or p·v of them, as fulcrum-train --stage-layers takes them:
-// parallel::model_chunk_layers), or L/p, the first L mod p stages one more, when it is empty.
-int stage_layer_count(int stage, int stages, int layers, const std::vector<int>& stage_layers);
+                              const std::vector<int>& stage_layers = {}, int virtual_stages = 1);
 
 // Costs from FLOPs and bandwidths (docs/simulate.md, "The analytic model"): per layer and
 // forward 24·T·h²/tp + 4h·pairs/tp FLOPs, the last stage adds the LM head 2·T·h·V, backward

@@ -94,6 +94,37 @@ Result<nlohmann::json> parse_object(std::string_view json, std::string_view mark
 
 }  // namespace
 
+std::string format_range_message(const RangeAnnotation& annotation) {
+    std::string message = annotation.name;
+    auto add = [&](const char* key, std::int64_t value) {
+        if (value >= 0) {
+            message += ' ';
+            message += key;
+            message += '=';
+            message += std::to_string(value);
+        }
+    };
+    add("step", annotation.step);
+    add("mb", annotation.microbatch);
+    add("stage", annotation.stage);
+    switch (annotation.phase) {
+        case Phase::forward:
+            message += " phase=fwd";
+            break;
+        case Phase::backward:
+            message += " phase=bwd";
+            break;
+        case Phase::weight_grad:
+            message += " phase=wgrad";
+            break;
+        case Phase::none:
+            break;
+    }
+    add("chunk", annotation.chunk);
+    add("bytes", annotation.bytes);
+    return message;
+}
+
 RangeAnnotation parse_range_message(std::string_view message) {
     RangeAnnotation out;
     // NAME runs up to the first token that holds '='; it may contain spaces ("send

@@ -32,6 +32,9 @@ struct RangeAnnotation {
 };
 
 RangeAnnotation parse_range_message(std::string_view message);
+// The message parse_range_message reads back: NAME, then step, mb, stage, phase (fwd, bwd,
+// wgrad), chunk and bytes, each only when set (≥ 0, a phase); args_json is not written.
+std::string format_range_message(const RangeAnnotation& annotation);
 
 // The "chunk" of an event's args JSON (RangeAnnotation::chunk), −1 when it has none.
 std::int32_t chunk_of_args(std::string_view args_json);

@@ -1,5 +1,7 @@
 #include "engine/instrument/annotations.h"
 
+#include "core/trace/annotations.h"
+
 #include <cstdlib>
 
 #if FULCRUM_HAVE_NVTX
@@ -64,34 +66,15 @@ bool active() {
 }
 
 std::string format_message(std::string_view name, const Keys& keys) {
-    std::string message(name);
-    auto add = [&](const char* key, std::int64_t value) {
-        if (value >= 0) {
-            message += ' ';
-            message += key;
-            message += '=';
-            message += std::to_string(value);
-        }
-    };
-    add("step", keys.step);
-    add("mb", keys.microbatch);
-    add("stage", keys.stage);
-    switch (keys.phase) {
-        case Phase::forward:
-            message += " phase=fwd";
-            break;
-        case Phase::backward:
-            message += " phase=bwd";
-            break;
-        case Phase::weight_grad:
-            message += " phase=wgrad";
-            break;
-        case Phase::none:
-            break;
-    }
-    add("chunk", keys.chunk);
-    add("bytes", keys.bytes);
-    return message;
+    RangeAnnotation annotation;
+    annotation.name = std::string(name);
+    annotation.step = keys.step;
+    annotation.microbatch = keys.microbatch;
+    annotation.stage = static_cast<std::int16_t>(keys.stage);
+    annotation.phase = keys.phase;
+    annotation.chunk = keys.chunk;
+    annotation.bytes = keys.bytes;
+    return format_range_message(annotation);
 }
 
 Range::Range(std::string_view name, Category category, const Keys& keys) {

@@ -63,7 +63,7 @@ private:
 void mark(std::string_view name, std::string_view json = {});
 void name_this_thread(std::string_view name);
 
-// `NAME key=value...` as docs/annotations.md spells it.
+// `NAME key=value...` as docs/annotations.md spells it (core/trace format_range_message).
 std::string format_message(std::string_view name, const Keys& keys);
 
 }  // namespace fulcrum::engine::instrument

@@ -79,7 +79,9 @@ Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
     const Status valid = validate_tensor_parallel(config, tp_size);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
     blocks.resize(std::size_t(config_.n_layer));
-    runs_.push_back(Run{.first = 0, .last = config_.n_layer});
+    Run whole;
+    whole.last = config_.n_layer;
+    runs_.push_back(std::move(whole));
     held_runs_.assign(std::size_t(config_.n_layer), 0);
 }
 
@@ -95,7 +97,10 @@ Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
                 continue;
             }
             if (l == 0 || !blocks_held[std::size_t(l - 1)]) {
-                runs_.push_back(Run{.first = l, .last = l + 1});
+                Run run;
+                run.first = l;
+                run.last = l + 1;
+                runs_.push_back(std::move(run));
             }
             runs_.back().last = l + 1;
             held_runs_[std::size_t(l)] = int(runs_.size()) - 1;

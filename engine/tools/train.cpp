@@ -703,9 +703,9 @@ int main(int argc, char** argv) {
         for (int r = 0; r < world->size(); ++r) {
             const GridCoordinates at = topology->coordinates_of(r);
             std::printf(
-                "memory by rank: rank %d (dp %d, pp %d, cp %d, tp %d): peak %.3f MiB, %.3f MiB "
+                "memory by rank: rank %d (dp %d, tp %d, pp %d, cp %d): peak %.3f MiB, %.3f MiB "
                 "pinned\n",
-                r, at.dp, at.pp, at.cp, at.tp, peaks[std::size_t(2 * r)] / (1 << 20),
+                r, at.dp, at.tp, at.pp, at.cp, peaks[std::size_t(2 * r)] / (1 << 20),
                 peaks[std::size_t(2 * r + 1)] / (1 << 20));
         }
         if (o.attention_chunk > 0) {

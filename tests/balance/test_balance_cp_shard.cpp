@@ -175,8 +175,8 @@ private slots:
     }
 
     // On packed long-tailed micro-batches per-doc balances the attention work across ranks
-    // better than zigzag, which only balances a single document (REFERENCE §1); adaptive is
-    // never worse than either.
+    // better than zigzag, which only balances a single document (WLB-LLM §3–4; docs/sources.md,
+    // "Workload balancing"); adaptive is never worse than either.
     void perDocumentBeatsZigzagOnPackedBatches() {
         double zigzag_excess = 0;
         double per_document_excess = 0;

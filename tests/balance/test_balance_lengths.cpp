@@ -78,7 +78,8 @@ private slots:
         QVERIFY2(std::abs(sigma - 0.9) < 0.02, qPrintable(QString::number(sigma)));
     }
 
-    // REFERENCE §5: a fraction of a percent of documents carries most of Σd².
+    // docs/sources.md, "Document lengths": a fraction of a percent of documents carries most of
+    // Σd².
     void longTailCarriesMostAttentionWork() {
         const std::int64_t context = 65536;
         auto lengths = sample("long-tail:context=65536", 100000, 3, context);

@@ -219,8 +219,9 @@ private slots:
     }
 
     // Where no single document dominates the batch, the min-max packing has room to work: the
-    // lognormal body of REFERENCE §5 at a 64K context. wlb also wins on the full long-tail
-    // mix, where ilp is held to the longest document's Σd² (the per-batch lower bound).
+    // lognormal body of docs/sources.md, "Document lengths" at a 64K context. wlb also wins on the
+    // full long-tail mix, where ilp is held to the longest document's Σd² (the per-batch lower
+    // bound).
     void ilpAndWlbBeatFixedOnLongTail_data() {
         QTest::addColumn<QString>("spec");
         QTest::addColumn<double>("ilpAtMost");
@@ -326,7 +327,7 @@ private slots:
         QCOMPARE(work, (std::vector<std::int64_t>{162, 172}));
     }
 
-    // REFERENCE §1 steps 1–4 by hand, N = 2, S = S_max = 10, one queue at L_1 = 6, cost = Σd².
+    // WLB-LLM §4, steps 1–4, by hand, N = 2, S = S_max = 10, one queue at L_1 = 6, cost = Σd².
     void wlbDelaysOutliersUntilAQueueFills() {
         PackingOptions options = options_for(Balancer::wlb, 2, 10);
         options.wlb_thresholds = std::vector<std::int64_t>{6};

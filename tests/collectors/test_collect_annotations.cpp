@@ -181,6 +181,34 @@ private slots:
         QCOMPARE(QString::fromStdString(found.variable), source);
     }
 
+    // The engine writes range messages with format_range_message; what it writes is read back
+    // whole, and keys not set are left out.
+    void rangeMessagesRoundTrip() {
+        RangeAnnotation written;
+        written.name = "weight gradients";
+        written.step = 12;
+        written.microbatch = 3;
+        written.stage = 1;
+        written.phase = Phase::weight_grad;
+        written.chunk = 2;
+        written.bytes = 4096;
+        const std::string message = format_range_message(written);
+        QCOMPARE(
+            message,
+            std::string("weight gradients step=12 mb=3 stage=1 phase=wgrad chunk=2 bytes=4096"));
+        const RangeAnnotation read = parse_range_message(message);
+        QCOMPARE(read.name, written.name);
+        QCOMPARE(read.step, written.step);
+        QCOMPARE(read.microbatch, written.microbatch);
+        QCOMPARE(read.stage, written.stage);
+        QCOMPARE(read.phase, written.phase);
+        QCOMPARE(read.chunk, written.chunk);
+        QCOMPARE(read.bytes, written.bytes);
+        RangeAnnotation bare;
+        bare.name = "optimizer";
+        QCOMPARE(format_range_message(bare), std::string("optimizer"));
+    }
+
     void semanticKeysRoundTrip() {
         const auto keys = unpack_semantic_keys(pack_semantic_keys(1234, 7, 3, Phase::backward));
         QCOMPARE(keys.step, 1234);

@@ -202,18 +202,23 @@ private slots:
         auto same = sim::simulate(config, nullptr);
         QVERIFY(same);
         QCOMPARE(same->mean_step_ns, equal->mean_step_ns);
-        // Interleaved: one count per model chunk, as fulcrum-train takes them.
+
+        // Interleaved: one count per model chunk (p·v), as fulcrum-train takes them; the even
+        // split given explicitly plays the same step, a stage's chunks summing to its layers.
         config.schedule = parallel::PipelineSchedule::interleaved;
         config.virtual_stages = 2;
-        config.stage_layers.clear();
-        auto chunked = sim::simulate(config, nullptr);
-        QVERIFY2(chunked, chunked ? "" : chunked.error().message.c_str());
+        config.microbatches = 4;
+        config.stage_layers = {};
+        auto interleaved = sim::simulate(config, nullptr);
+        QVERIFY2(interleaved, interleaved ? "" : interleaved.error().message.c_str());
         config.stage_layers = {1, 1, 1, 1};
-        auto counted = sim::simulate(config, nullptr);
-        QVERIFY(counted);
-        QCOMPARE(counted->mean_step_ns, chunked->mean_step_ns);
-        config.stage_layers = {2, 2};
-        QVERIFY(!sim::validate(config));  // two counts for four chunks
+        auto explicit_even = sim::simulate(config, nullptr);
+        QVERIFY(explicit_even);
+        QCOMPARE(explicit_even->mean_step_ns, interleaved->mean_step_ns);
+        config.stage_layers = {2, 2};  // one count a stage is not one a model chunk
+        QVERIFY(!sim::validate(config));
+        QCOMPARE(sim::stage_parameters(config.model, config.grid, 0, {1, 1, 1, 1}, 2),
+                 sim::stage_parameters(config.model, config.grid, 0, {}, 2));
     }
 
     // The planner's estimate against the simulator with alike micro-batches (every document

@@ -1,11 +1,14 @@
 // The memory model's prediction of fulcrum-train's own count (core/plan/memory_model.h,
 // engine_stage_memory) against real runs under mpirun: for a matrix of layouts, the peak of
 // the backend's counted allocations that fulcrum-train reports for rank 0 and for the first
-// rank of the last stage is within 10% of the prediction, and so is the pinned host memory of
-// offloaded attention. Every row is one model (4 layers × 64, context 256) on documents of
-// exactly the context, so every micro-batch holds the same tokens and no buffer grows after
-// the first step (the model predicts from the second step on). The arguments of each row are
-// read into the MemoryShape, so a row cannot predict one layout and run another.
+// rank of the last stage is within 2% of the prediction, and so is the pinned host memory of
+// offloaded attention. Issue 16 asks for 10%; the model counts the engine's buffers term by
+// term and agrees to the printed KiB, and at 10% a dropped term can hide (ZB-H1 keeping what
+// only B reads until W moves the peak by 4%), so the bound is the tighter one. Every row is one
+// model (4 layers × 64, context 256) on documents of exactly the context, so every micro-batch
+// holds the same tokens and no buffer grows after the first step (the model predicts from the
+// second step on). The arguments of each row are read into the MemoryShape, so a row cannot predict
+// one layout and run another.
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTemporaryDir>
@@ -25,29 +28,32 @@ namespace {
 
 const QString kTrain = QStringLiteral(FULCRUM_BINARY_DIR "/engine/fulcrum-train");
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kTolerance = 0.02;
 
 const QStringList kModel = {"--steps",    "2",       "--layers",    "4",         "--hidden",
                             "64",         "--heads", "4",           "--context", "256",
                             "--balancer", "fixed",   "--documents", "64"};
 
-// A peak as fulcrum-train prints it: "memory by rank: rank R (dp d, pp s, cp c, tp t): peak X
+// A peak as fulcrum-train prints it: "memory by rank: rank R (dp d, tp t, pp s, cp c): peak X
 // MiB, Y MiB pinned".
 struct RankPeak {
-    int dp = 0, pp = 0, cp = 0, tp = 0;
+    int dp = 0, tp = 0, pp = 0, cp = 0;
     double device_bytes = 0, pinned_bytes = 0;
 };
 
 std::map<int, RankPeak> peaks_of(const QString& output) {
     static const QRegularExpression line(
-        "memory by rank: rank (\\d+) \\(dp (\\d+), pp (\\d+), cp (\\d+), tp (\\d+)\\): peak "
+        "memory by rank: rank (\\d+) \\(dp (\\d+), tp (\\d+), pp (\\d+), cp (\\d+)\\): peak "
         "([0-9.]+) MiB, ([0-9.]+) MiB pinned");
     std::map<int, RankPeak> peaks;
     for (auto it = line.globalMatch(output); it.hasNext();) {
         const auto match = it.next();
-        peaks[match.captured(1).toInt()] = {
-            match.captured(2).toInt(),           match.captured(3).toInt(),
-            match.captured(4).toInt(),           match.captured(5).toInt(),
-            match.captured(6).toDouble() * kMiB, match.captured(7).toDouble() * kMiB};
+        peaks[match.captured(1).toInt()] = {.dp = match.captured(2).toInt(),
+                                            .tp = match.captured(3).toInt(),
+                                            .pp = match.captured(4).toInt(),
+                                            .cp = match.captured(5).toInt(),
+                                            .device_bytes = match.captured(6).toDouble() * kMiB,
+                                            .pinned_bytes = match.captured(7).toDouble() * kMiB};
     }
     return peaks;
 }
@@ -195,9 +201,9 @@ private slots:
                     .arg(engine.pinned_bytes / kMiB, 0, 'f', 3)
                     .arg(predicted.pinned_bytes / kMiB, 0, 'f', 3);
             qInfo("%s", qPrintable(figures));
-            QVERIFY2(within(predicted.peak_bytes(), engine.device_bytes, 0.10),
+            QVERIFY2(within(predicted.peak_bytes(), engine.device_bytes, kTolerance),
                      qPrintable(figures));
-            QVERIFY2(within(predicted.pinned_bytes, engine.pinned_bytes, 0.10),
+            QVERIFY2(within(predicted.pinned_bytes, engine.pinned_bytes, kTolerance),
                      qPrintable(figures));
         }
     }

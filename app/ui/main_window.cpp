@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QDragEnterEvent>
 #include <QDropEvent>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QGuiApplication>
@@ -157,6 +158,12 @@ void MainWindow::build_menus() {
         file->addAction(tr("&Export Report…"), this, &MainWindow::show_export_dialog);
     export_action->setShortcut(tr("Ctrl+E"));
     file->addSeparator();
+    file->addAction(tr("Open &Plan…"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Open a plan (fulcrum plan --json)"), {}, tr("Plans (*.json);;All files (*)"));
+        if (!path.isEmpty())
+            open_plan(path);
+    });
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
 
@@ -423,6 +430,22 @@ PlanDialog* MainWindow::plan_dialog() {
         show_view(View::plan);
     });
     return plan_dialog_;
+}
+
+void MainWindow::open_plan(const QString& path) {
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) {
+        report_error(tr("Could not open '%1': %2").arg(path, file.errorString()));
+        return;
+    }
+    auto plan = views::read_plan_json(file.readAll());
+    if (!plan) {
+        report_error(tr("Could not read the plan '%1': %2")
+                         .arg(path, QString::fromStdString(plan.error().message)));
+        return;
+    }
+    plan_view_->set_plan(std::make_shared<views::PlanData>(std::move(*plan)));
+    show_view(View::plan);
 }
 
 RerunDialog* MainWindow::rerun_candidate(const plan::Candidate& candidate, QString* why_not) {

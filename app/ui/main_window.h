@@ -73,7 +73,9 @@ public:
     views::CompareView* compare() const { return compare_; }
     views::KernelsView* kernels() const { return kernels_; }
     views::PlanView* plan_view() const { return plan_view_; }
-    PlanDialog* plan_dialog();  // created on first use, for the open run
+    PlanDialog* plan_dialog();
+    // Reads what `fulcrum plan --json` wrote into the Plan tab; errors are reported.
+    void open_plan(const QString& path);  // created on first use, for the open run
     // "Re-run this layout…" of the Plan tab: the re-run dialog filled with the candidate when it
     // can run here (returned), else null after saying why and offering its command (which
     // `why_not` receives when given).

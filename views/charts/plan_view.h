@@ -31,6 +31,11 @@ struct PlanData {
 };
 using PlanPtr = std::shared_ptr<const PlanData>;
 
+// What `fulcrum plan --json` wrote (plan::plan_json, docs/plan.md): the request's model, world
+// sizes and memory, the counts, the ranked candidates and the infeasible ones by reason. The
+// file holds no unranked candidates, so only the ranked ones are drawn. Errors say what is wrong.
+Result<PlanData> read_plan_json(const QByteArray& json);
+
 // The top k (PlanRequest::top_k) of PlanResult::ranked, best first, one row each.
 class PlanTableModel : public QAbstractTableModel {
     Q_OBJECT

@@ -129,6 +129,29 @@ private slots:
         QVERIFY(view.tooltip_at(60, 1200).contains("ranked #1"));
     }
 
+    // What `fulcrum plan --json` writes reads back: the ranked candidates and the reasons.
+    void readJson() {
+        const auto p = test::hand_plan();
+        const auto data = views::read_plan_json(
+            QByteArray::fromStdString(plan::plan_json(p.request, p.result, 0)));
+        QVERIFY2(static_cast<bool>(data), data ? "" : data.error().message.c_str());
+        QCOMPARE(data->result.ranked.size(), std::size_t{3});
+        const plan::Candidate& best = data->result.candidates[data->result.ranked[0]];
+        QCOMPARE(best.grid.pp, 2);
+        QCOMPARE(best.schedule, parallel::PipelineSchedule::interleaved);
+        QCOMPARE(best.virtual_stages, 2);
+        QCOMPARE(best.stage_layers.size(), std::size_t{4});
+        QCOMPARE(best.balancer, balance::Balancer::wlb);
+        QCOMPARE(best.memory.total_gib, 60.0);
+        QCOMPARE(data->result.counts.infeasible_by_reason.size(), std::size_t{2});
+        QCOMPARE(data->request.gpu_memory_gib, 80.0);
+        views::PlanView view;
+        view.set_plan(std::make_shared<views::PlanData>(*data));
+        QCOMPARE(view.point_count(CandidateStatus::ranked), 3);
+        QVERIFY(!views::read_plan_json("{\"format\": \"fulcrum simulate\"}"));
+        QVERIFY(!views::read_plan_json("not json"));
+    }
+
     void rerunRequested() {
         views::PlanView view;
         view.set_plan(hand());

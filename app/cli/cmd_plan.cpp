@@ -12,6 +12,7 @@
 #include "app/cli/commands.h"
 #include "core/analysis/run_trace.h"
 #include "core/plan/planner.h"
+#include "core/report/plan_section.h"
 #include "core/sim/hardware.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
@@ -33,6 +34,7 @@ struct PlanArgs {
     bool no_sequence_parallel = false;
     bool equal_split = false;
     std::string output;
+    std::string report;
     bool force = false;
     bool json = false;
     bool progress = false;
@@ -359,6 +361,12 @@ int run_plan(PlanArgs& args) {
     } else {
         print_table(args, *result);
     }
+    if (!args.report.empty()) {
+        const std::string html = report::plan_report(args.request, *result);
+        if (auto status = write_output(args.report, args.force, html); !status) {
+            return report_error(status.error());
+        }
+    }
     if (!args.output.empty()) {
         if (auto status = write_runs(args, *result, cancel); !status) {
             return report_error(status.error());
@@ -477,7 +485,11 @@ Command add_plan_command(CLI::App& app) {
     sub->add_option("-o,--output", args->output,
                     "Write the top candidates as simulated runs, DIR/rank-N.fulcrum")
         ->group("Output");
-    sub->add_flag("--force", args->force, "Replace existing runs in DIR")->group("Output");
+    sub->add_option("--report", args->report,
+                    "Write the chart and the top candidates as a self-contained HTML page")
+        ->group("Output");
+    sub->add_flag("--force", args->force, "Replace existing runs in DIR and the --report FILE")
+        ->group("Output");
     sub->add_flag("--progress", args->progress,
                   "Report progress on stderr even when it is not a terminal")
         ->group("Output");

@@ -30,6 +30,7 @@ struct ScreenshotRequest {
     QString file;
     fulcrum::ui::View view = fulcrum::ui::View::timeline;
     QSize size{1600, 1000};
+    QString plan;  // --plan: a `fulcrum plan --json` file for the Plan tab
 };
 
 // Opens the runs, waits until they are loaded, renders the view and writes the PNG.
@@ -43,6 +44,9 @@ int take_screenshot(const ScreenshotRequest& request, const QStringList& runs) {
     window.resize(request.size);
     window.show();
     window.show_view(request.view);
+    if (!request.plan.isEmpty()) {
+        window.open_plan(request.plan);
+    }
 
     auto render = [&] {
         if (!errors.isEmpty()) {
@@ -105,7 +109,10 @@ int main(int argc, char** argv) {
         "VIEW", "timeline");
     const QCommandLineOption size_option("size", "Window size for --screenshot.", "WxH",
                                          "1600x1000");
-    parser.addOptions({help_option, version_option, screenshot_option, view_option, size_option});
+    const QCommandLineOption plan_option(
+        "plan", "Open what `fulcrum plan --json` wrote into the Plan tab.", "FILE.json");
+    parser.addOptions(
+        {help_option, version_option, screenshot_option, view_option, size_option, plan_option});
     parser.addPositionalArgument("RUN", "Run files or capture folders to open.", "[RUN...]");
     if (!parser.parse(arguments)) {
         return fail(parser.errorText() + " (see --help)");
@@ -123,6 +130,7 @@ int main(int argc, char** argv) {
     ScreenshotRequest request;
     if (screenshot) {
         request.file = parser.value(screenshot_option);
+        request.plan = parser.value(plan_option);
         const auto view = fulcrum::ui::view_from_key(parser.value(view_option));
         if (!view) {
             return fail(QString("unknown view '%1'; choose one of %2")
@@ -161,6 +169,9 @@ int main(int argc, char** argv) {
     fulcrum::ui::MainWindow window;
     window.show();
     window.show_view(*start_view);
+    if (parser.isSet(plan_option)) {
+        window.open_plan(parser.value(plan_option));
+    }
     for (const QString& run : runs) {
         window.open_path(run);
     }

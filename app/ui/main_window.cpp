@@ -1,12 +1,15 @@
 #include "app/ui/main_window.h"
 
 #include <QAction>
+#include <QClipboard>
 #include <QComboBox>
 #include <QDir>
 #include <QDragEnterEvent>
 #include <QDropEvent>
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QKeySequence>
 #include <QLabel>
 #include <QLayout>
@@ -20,6 +23,7 @@
 #include <QTabWidget>
 #include <QToolBar>
 
+#include "app/ui/plan_dialog.h"
 #include "app/ui/rerun_dialog.h"
 #include "core/report/html_report.h"
 #include "core/store/trace_reader.h"
@@ -30,6 +34,7 @@
 #include "views/charts/heatmap_view.h"
 #include "views/charts/kernels_view.h"
 #include "views/charts/overlap_view.h"
+#include "views/charts/plan_view.h"
 #include "views/timeline/timeline_view.h"
 
 namespace fulcrum::ui {
@@ -51,7 +56,7 @@ QStringList existing(const QStringList& paths) {
 }  // namespace
 
 QStringList view_keys() {
-    return {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare", "kernels"};
+    return {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare", "kernels", "plan"};
 }
 
 std::optional<View> view_from_key(const QString& key) {
@@ -74,6 +79,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     heatmaps_ = new views::HeatmapView(tabs_);
     compare_ = new views::CompareView(tabs_);
     kernels_ = new views::KernelsView(tabs_);
+    plan_view_ = new views::PlanView(tabs_);
     // The order is View's.
     tabs_->addTab(timeline_, tr("Timeline"));
     tabs_->addTab(bubbles_, tr("Bubbles"));
@@ -82,6 +88,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     tabs_->addTab(heatmaps_, tr("Heatmaps"));
     tabs_->addTab(compare_, tr("Compare"));
     tabs_->addTab(kernels_, tr("Kernels"));
+    tabs_->addTab(plan_view_, tr("Plan"));
+    connect(plan_view_, &views::PlanView::rerun_requested, this,
+            [this](const plan::Candidate& candidate) { rerun_candidate(candidate); });
     setCentralWidget(tabs_);
 
     run_selector_ = new QComboBox(this);
@@ -149,6 +158,12 @@ void MainWindow::build_menus() {
         file->addAction(tr("&Export Report…"), this, &MainWindow::show_export_dialog);
     export_action->setShortcut(tr("Ctrl+E"));
     file->addSeparator();
+    file->addAction(tr("Open &Plan…"), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Open a plan (fulcrum plan --json)"), {}, tr("Plans (*.json);;All files (*)"));
+        if (!path.isEmpty())
+            open_plan(path);
+    });
     QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
 
@@ -156,6 +171,13 @@ void MainWindow::build_menus() {
     rerun_action_ =
         run->addAction(tr("&Re-run with Another Balancer…"), this, &MainWindow::show_rerun_dialog);
     rerun_action_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+    QAction* plan = run->addAction(tr("&Plan Layouts…"), this, [this] {
+        PlanDialog* dialog = plan_dialog();
+        dialog->show();
+        dialog->raise();
+        dialog->activateWindow();
+    });
+    plan->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
     QAction* next = run->addAction(tr("&Next Run"), this, [this] {
         if (run_selector_->count() > 0) {
             set_current_run((run_selector_->currentIndex() + 1) % run_selector_->count());
@@ -394,6 +416,72 @@ RerunDialog* MainWindow::rerun_dialog() {
         open(OpenRequest{path, nullptr, false, true});
     });
     return rerun_dialog_;
+}
+
+PlanDialog* MainWindow::plan_dialog() {
+    const views::RunPtr run = current_run();
+    if (plan_dialog_ && (plan_dialog_->running() || plan_dialog_->run() == run)) {
+        return plan_dialog_;  // one search at a time; a running one keeps its run
+    }
+    delete plan_dialog_;
+    plan_dialog_ = new PlanDialog(run, this);
+    connect(plan_dialog_, &PlanDialog::plan_ready, this, [this](const views::PlanPtr& plan) {
+        plan_view_->set_plan(plan);
+        show_view(View::plan);
+    });
+    return plan_dialog_;
+}
+
+void MainWindow::open_plan(const QString& path) {
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) {
+        report_error(tr("Could not open '%1': %2").arg(path, file.errorString()));
+        return;
+    }
+    auto plan = views::read_plan_json(file.readAll());
+    if (!plan) {
+        report_error(tr("Could not read the plan '%1': %2")
+                         .arg(path, QString::fromStdString(plan.error().message)));
+        return;
+    }
+    plan_view_->set_plan(std::make_shared<views::PlanData>(std::move(*plan)));
+    show_view(View::plan);
+}
+
+RerunDialog* MainWindow::rerun_candidate(const plan::Candidate& candidate, QString* why_not) {
+    const views::RunPtr run = current_run();
+    RerunDialog* dialog = rerun_dialog();
+    QString why = tr("no run is open to take the model, documents and command from");
+    if (dialog != nullptr && run && run->analysis) {
+        const RunConfig& config = run->analysis->config;
+        const CandidateRerun rerun = candidate_rerun(candidate, dialog->plan(),
+                                                     config.dp * config.tp * config.pp * config.cp);
+        if (rerun.why_not.isEmpty()) {
+            dialog->set_simulate(false);
+            dialog->set_choice(rerun.choice);
+            dialog->show();
+            dialog->raise();
+            return dialog;
+        }
+        why = rerun.why_not;
+    }
+    why = tr("This layout cannot run here: %1.").arg(why);
+    if (why_not != nullptr)
+        *why_not = why;
+    statusBar()->showMessage(why, 10000);
+    if (modal_dialogs_) {
+        auto* box = new QMessageBox(QMessageBox::Information, tr("Re-run this layout"),
+                                    why + tr("\n\nIts fulcrum-train command:\n%1")
+                                              .arg(QString::fromStdString(candidate.train_command)),
+                                    QMessageBox::Close, this);
+        QPushButton* copy = box->addButton(tr("Copy Command"), QMessageBox::ActionRole);
+        const QString command = QString::fromStdString(candidate.train_command);
+        connect(copy, &QPushButton::clicked, this,
+                [command] { QGuiApplication::clipboard()->setText(command); });
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->open();
+    }
+    return nullptr;
 }
 
 void MainWindow::show_export_dialog() {

@@ -7,6 +7,7 @@
 #include <QVector>
 
 #include "app/ui/run_loader.h"
+#include "core/plan/planner.h"
 #include "views/common/opened_run.h"
 #include "views/common/place.h"
 
@@ -25,14 +26,16 @@ class OverlapView;
 class HeatmapView;
 class CompareView;
 class KernelsView;
+class PlanView;
 }  // namespace fulcrum::views
 
 namespace fulcrum::ui {
 
 class RerunDialog;
+class PlanDialog;
 
 // The tabs, in order; `view_key` names them on the command line (--view).
-enum class View { timeline, bubbles, cp_load, overlap, heatmap, compare, kernels };
+enum class View { timeline, bubbles, cp_load, overlap, heatmap, compare, kernels, plan };
 QStringList view_keys();
 std::optional<View> view_from_key(const QString& key);
 
@@ -69,6 +72,14 @@ public:
     views::BubbleView* bubbles() const { return bubbles_; }
     views::CompareView* compare() const { return compare_; }
     views::KernelsView* kernels() const { return kernels_; }
+    views::PlanView* plan_view() const { return plan_view_; }
+    PlanDialog* plan_dialog();
+    // Reads what `fulcrum plan --json` wrote into the Plan tab; errors are reported.
+    void open_plan(const QString& path);  // created on first use, for the open run
+    // "Re-run this layout…" of the Plan tab: the re-run dialog filled with the candidate when it
+    // can run here (returned), else null after saying why and offering its command (which
+    // `why_not` receives when given).
+    RerunDialog* rerun_candidate(const plan::Candidate& candidate, QString* why_not = nullptr);
 
     // Tests and --screenshot turn message boxes off; errors still reach error_reported.
     void set_modal_dialogs(bool on) { modal_dialogs_ = on; }
@@ -121,6 +132,8 @@ private:
     views::HeatmapView* heatmaps_ = nullptr;
     views::CompareView* compare_ = nullptr;
     views::KernelsView* kernels_ = nullptr;
+    views::PlanView* plan_view_ = nullptr;
+    QPointer<PlanDialog> plan_dialog_;
     QMenu* recent_menu_ = nullptr;
     QAction* rerun_action_ = nullptr;
     QLabel* load_label_ = nullptr;

@@ -132,8 +132,90 @@ QString locate_fulcrum(const QString& app_dir) {
     return QStandardPaths::findExecutable("fulcrum");
 }
 
+namespace {
+
+// The options a plan candidate sets (RerunChoice::layout), all dropped from the recorded
+// command before the candidate's are appended, so that none of the run's survives.
+constexpr const char* kLayoutOptions[] = {
+    "--dp",          "--tp", "--pp", "--cp", "--micro-batches", "--recompute", "--virtual-stages",
+    "--stage-layers"};
+
+QStringList with_layout(QStringList options, const QStringList& layout) {
+    if (layout.isEmpty()) {
+        return options;
+    }
+    for (const char* option : kLayoutOptions) {
+        options = without_option(options, option);
+    }
+    options.removeAll(QStringLiteral("--sequence-parallel"));
+    return options + layout;
+}
+
+// mpirun's -np / -n / --np set to `world` (0: as recorded).
+QStringList with_launcher_ranks(QStringList launcher, int world) {
+    for (qsizetype i = 0; world > 0 && i + 1 < launcher.size(); ++i) {
+        if (launcher[i] == "-np" || launcher[i] == "-n" || launcher[i] == "--np") {
+            launcher[i + 1] = QString::number(world);
+        }
+    }
+    return launcher;
+}
+
+int layout_value(const QStringList& layout, const QString& option, int fallback) {
+    const qsizetype at = layout.indexOf(option);
+    return at >= 0 && at + 1 < layout.size() ? layout[at + 1].toInt() : fallback;
+}
+
+}  // namespace
+
+CandidateRerun candidate_rerun(const plan::Candidate& c, const RerunPlan& plan,
+                               int recorded_world) {
+    CandidateRerun rerun;
+    const int world = c.grid.world();
+    if (!plan.capture_here) {
+        rerun.why_not = QString("the open run cannot be captured again here: %1").arg(plan.why_not);
+    } else if (world > recorded_world) {
+        rerun.why_not =
+            QString("it needs %1 ranks; the open run ran %2 here").arg(world).arg(recorded_world);
+    }
+    RerunChoice& choice = rerun.choice;
+    choice.balancer = balance::balancer_name(c.balancer);
+    choice.cp_shard = balance::cp_sharding_name(c.sharding);
+    choice.schedule = parallel::schedule_name(c.schedule);
+    choice.world = world;
+    choice.layout = {"--dp",
+                     QString::number(c.grid.dp),
+                     "--tp",
+                     QString::number(c.grid.tp),
+                     "--pp",
+                     QString::number(c.grid.pp),
+                     "--cp",
+                     QString::number(c.grid.cp),
+                     "--micro-batches",
+                     QString::number(c.microbatches),
+                     "--recompute",
+                     plan::recompute_name(c.recompute)};
+    if (c.virtual_stages > 1) {
+        choice.layout << "--virtual-stages" << QString::number(c.virtual_stages);
+    }
+    if (!c.stage_layers.empty()) {
+        QStringList layers;
+        for (const int n : c.stage_layers) {
+            layers << QString::number(n);
+        }
+        choice.layout << "--stage-layers" << layers.join(',');
+    }
+    if (c.sequence_parallel) {
+        choice.layout << "--sequence-parallel";
+    }
+    return rerun;
+}
+
 QStringList rerun_argv(const QStringList& recorded, const RerunChoice& choice, int pp, int cp,
                        const QString& engine) {
+    // A plan candidate's layout decides which of its schedule and sharding apply.
+    pp = layout_value(choice.layout, "--pp", pp);
+    cp = layout_value(choice.layout, "--cp", cp);
     QStringList argv = recorded;
     const int at = engine_word(argv);
     if (at >= 0 && !engine.isEmpty()) {
@@ -163,7 +245,7 @@ QStringList rerun_argv(const QStringList& recorded, const RerunChoice& choice, i
     if (choice.same_documents) {
         options = with_option(without_option(options, "--steps"), "--epochs", "1");
     }
-    return launcher + options;
+    return with_launcher_ranks(launcher, choice.world) + with_layout(options, choice.layout);
 }
 
 RerunPlan plan_rerun(const views::OpenedRun& run, const QString& app_dir,

@@ -6,6 +6,7 @@
 #include <QString>
 #include <QStringList>
 
+#include "core/plan/planner.h"
 #include "views/common/opened_run.h"
 
 namespace fulcrum::ui {
@@ -20,6 +21,12 @@ struct RerunChoice {
     // One epoch (--epochs 1 instead of --steps): every document once, so runs with other
     // balancers train the same documents and tokens/s compares them.
     bool same_documents = false;
+    // A layout from `fulcrum plan` (candidate_rerun): the engine's layout options (--dp, --tp,
+    // --pp, --cp, --micro-batches, --recompute, and --virtual-stages, --stage-layers,
+    // --sequence-parallel when the candidate has them) replacing the recorded ones, and the
+    // ranks mpirun starts. Empty and 0 keep the run's.
+    QStringList layout;
+    int world = 0;
 };
 
 QStringList balancer_names();
@@ -64,6 +71,17 @@ struct RerunPlan {
 };
 RerunPlan plan_rerun(const views::OpenedRun& run, const QString& app_dir,
                      const QString& local_host);
+
+// Re-running a `fulcrum plan` candidate (the Plan tab) with the open run's model and documents:
+// its layout, schedule, knobs, balancer and sharding over the run's recorded command. It runs
+// here only when the run can be captured again here (`plan`) and the candidate needs no more
+// ranks than the run had (`recorded_world`, what this machine ran); else `why_not` says why.
+struct CandidateRerun {
+    RerunChoice choice;
+    QString why_not;  // empty when it can run here
+};
+CandidateRerun candidate_rerun(const plan::Candidate& candidate, const RerunPlan& plan,
+                               int recorded_world);
 
 // A path that does not exist yet, next to the run's folder:
 // `<run folder>/../<stem><suffix>`, then `<stem><suffix>-2`... (the suffix may carry an

@@ -194,11 +194,18 @@ void RerunDialog::set_choice(const RerunChoice& choice) {
     if (!choice.schedule.isEmpty()) {
         schedule_->setCurrentText(choice.schedule);
     }
+    layout_ = choice.layout;
+    world_ = choice.world;
+    update_command();
 }
 
 RerunChoice RerunDialog::choice() const {
-    return {balancer_->currentText(), cp_shard_->currentText(), schedule_->currentText(),
-            same_documents_->isChecked()};
+    return {balancer_->currentText(),
+            cp_shard_->currentText(),
+            schedule_->currentText(),
+            same_documents_->isChecked(),
+            layout_,
+            world_};
 }
 
 void RerunDialog::set_same_documents(bool on) {

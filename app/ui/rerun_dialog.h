@@ -89,6 +89,8 @@ private:
     bool running_baseline_ = false;
     QProcess* process_ = nullptr;
     QStringList lines_;
+    QStringList layout_;  // a plan candidate's layout (RerunChoice::layout)
+    int world_ = 0;
     QString partial_line_;
     QElapsedTimer elapsed_;
 

@@ -9,7 +9,6 @@
 #include <tuple>
 
 #include "core/report/hta_sections.h"
-#include "core/report/report_assets.h"
 #include "core/report/report_html.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
@@ -846,20 +845,11 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
     }
     std::string out;
     out.reserve(1 << 20);
-    out +=
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
-        html_escape(title) + "</title>\n<style>";
-    out += kReportCss;
-    out += "</style>\n<script>";
-    out += kReportErrorScript;
-    out += "</script>\n</head><body>\n<pre id=\"report-errors\" hidden></pre>\n<header><h1>" +
-           html_escape(title) +
-           "</h1><p class=\"caption\">Made by fulcrum report. Hover a mark for its value; wheel "
-           "to zoom, drag to pan, double-click or \"reset zoom\" to reset; click a table header to "
-           "sort. Definitions: docs/analyses.md.</p>\n<nav><ul>";
+    open_document(out, title,
+                  "Made by fulcrum report. Hover a mark for its value; wheel to zoom, drag to pan, "
+                  "double-click or \"reset zoom\" to reset; click a table header to sort. "
+                  "Definitions: docs/analyses.md.");
+    out += "<nav><ul>";
     out += "<li><a href=\"#comparison\">" +
            std::string(runs.size() > 1 ? "Balancer comparison" : "Predicted against measured") +
            "</a></li>";
@@ -897,9 +887,7 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
         section_gaps(runs[i], index, options, out);
         out += "</section>\n";
     }
-    out += "<div id=\"tip\" hidden></div>\n<script>";
-    out += kReportScript;
-    out += "</script>\n</body></html>\n";
+    close_document(out);
     return out;
 }
 

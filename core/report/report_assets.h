@@ -11,6 +11,7 @@ h1{font-size:22px}h2{font-size:19px;border-bottom:2px solid #4e79a7;padding-bott
 h3{font-size:16px;margin:22px 0 6px}
 table{border-collapse:collapse;margin:6px 0 10px;font-variant-numeric:tabular-nums}
 td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
+table[data-table=plan_top] td{white-space:nowrap}table[data-table=plan_infeasible] td:last-child{text-align:left}
 table.kv th{text-align:left;background:#f6f6f6}table.kv td{text-align:left}
 table.sortable th{cursor:pointer;background:#f0f3f8;user-select:none}
 th[data-sort=asc]::after{content:" \25B2"}th[data-sort=desc]::after{content:" \25BC"}

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/report/html_report.h"
+#include "core/report/report_assets.h"
 #include "core/util/text_table.h"
 
 namespace fulcrum::report {
@@ -97,6 +98,29 @@ void Table::render(std::string& out) const {
         out += "</tr>\n";
     }
     out += "</tbody></table>\n";
+}
+
+// ---------------------------------------------------------------------------------------
+// The page: every network request forbidden (Content-Security-Policy), style and script inline.
+
+void open_document(std::string& out, std::string_view title, std::string_view caption) {
+    out +=
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
+        html_escape(title) + "</title>\n<style>";
+    out += kReportCss;
+    out += "</style>\n<script>";
+    out += kReportErrorScript;
+    out += "</script>\n</head><body>\n<pre id=\"report-errors\" hidden></pre>\n<header><h1>" +
+           html_escape(title) + "</h1><p class=\"caption\">" + html_escape(caption) + "</p>\n";
+}
+
+void close_document(std::string& out) {
+    out += "<div id=\"tip\" hidden></div>\n<script>";
+    out += kReportScript;
+    out += "</script>\n</body></html>\n";
 }
 
 // ---------------------------------------------------------------------------------------

@@ -65,6 +65,14 @@ private:
 // A section heading with an id to link to: run-INDEX-SLUG.
 std::string heading(int index, std::string_view slug, std::string_view title);
 
+// ---- The page ----
+
+// <!DOCTYPE html> to the open <header> with `title` as <h1> and `caption` below it (both
+// escaped); the caller closes the header.
+void open_document(std::string& out, std::string_view title, std::string_view caption);
+// The tooltip box, the script (report_assets.h) and the end of the page.
+void close_document(std::string& out);
+
 // ---- Charts: inline SVG ----
 // Every chart root is <svg class="chart" data-chart=NAME data-run=I>, every data mark has
 // class "mark" and its tooltip in data-tip (escaped; the script shows it with textContent,

@@ -486,6 +486,25 @@ private slots:
         QVERIFY(calibrated.output.contains("fulcrum simulate --calibrate plans/rank-1.fulcrum"));
     }
 
+    // --report writes the plan as a page: the chart and the top k (core/report/plan_section.h);
+    // not over an existing file without --force.
+    void planReport() {
+        const QStringList small = {
+            "plan",        "--world", "8",     "--layers", "4",        "--global-batch", "16",
+            "--documents", "400",     "--top", "2",        "--report", "plan.html"};
+        QCOMPARE(run(fulcrum(), small, work_.path()).exit_code, 0);
+        QFile file(work_.filePath("plan.html"));
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QString html = QString::fromUtf8(file.readAll());
+        QVERIFY(html.contains("data-chart=\"plan\""));
+        QCOMPARE(html.count("data-rank=\"1\""), 1);
+        const qsizetype table = html.indexOf("data-table=\"plan_top\"");
+        QVERIFY(table > 0);
+        QCOMPARE(html.mid(table, html.indexOf("</table>", table) - table).count("<tr><td"), 2);
+        QCOMPARE(run(fulcrum(), small, work_.path()).exit_code, 2);
+        QCOMPARE(run(fulcrum(), small + QStringList{"--force"}, work_.path()).exit_code, 0);
+    }
+
     void helpOnEverySubcommand_data() {
         QTest::addColumn<QString>("subcommand");
         QTest::newRow("top") << "";

@@ -284,7 +284,9 @@ void RerunDialog::start() {
     last_line_->clear();
     cancel_requested_ = false;
     running_baseline_ = same_documents();
-    launch(running_baseline_ ? RerunChoice{{}, {}, {}, true} : choice());
+    RerunChoice baseline;  // the original run's settings, over the same documents
+    baseline.same_documents = true;
+    launch(running_baseline_ ? baseline : choice());
 }
 
 void RerunDialog::launch(const RerunChoice& choice) {

@@ -145,13 +145,15 @@ private slots:
         QFETCH(QString, engine);
         QFETCH(QString, expected);
         const QStringList argv = ui::rerun_argv(
-            split_shell_words(recorded), RerunChoice{balancer, cp_shard, schedule}, pp, cp, engine);
+            split_shell_words(recorded),
+            RerunChoice{.balancer = balancer, .cp_shard = cp_shard, .schedule = schedule}, pp, cp,
+            engine);
         QCOMPARE(argv.join(' '), expected);
     }
 
     // The same documents: one epoch instead of the run's steps, in both tools.
     void same_documents() {
-        RerunChoice choice{"wlb", "", "", true};
+        RerunChoice choice{.balancer = "wlb", .same_documents = true};
         QCOMPARE(ui::rerun_argv(split_shell_words("mpirun -np 2 fulcrum-train --steps 3 --pp 2"),
                                 choice, 2, 1)
                      .join(' '),
@@ -164,7 +166,8 @@ private slots:
                          "-o /o"));
         QCOMPARE(schedule_names(), (QStringList{"gpipe", "1f1b", "interleaved", "zb-h1"}));
         QCOMPARE(
-            simulate_arguments("/r/run.fulcrum", {"", "", "interleaved"}, 2, 1, "/o").join(' '),
+            simulate_arguments("/r/run.fulcrum", RerunChoice{.schedule = "interleaved"}, 2, 1, "/o")
+                .join(' '),
             QString("simulate --calibrate /r/run.fulcrum --schedule interleaved "
                     "--virtual-stages 2 --progress -o /o"));
     }
@@ -172,14 +175,19 @@ private slots:
     void capture_and_simulate_arguments() {
         QCOMPARE(capture_arguments("/r/fixed-rerun-wlb", {"mpirun", "-np", "4"}).join(' '),
                  QString("capture -o /r/fixed-rerun-wlb -- mpirun -np 4"));
-        QCOMPARE(
-            simulate_arguments("/r/run.fulcrum", {"wlb", "zigzag", "gpipe"}, 2, 2, "/r/o.fulcrum")
-                .join(' '),
-            QString("simulate --calibrate /r/run.fulcrum --balancer wlb --cp-shard zigzag "
-                    "--schedule gpipe --progress -o /r/o.fulcrum"));
-        QCOMPARE(
-            simulate_arguments("/r/run.fulcrum", {"ilp", "zigzag", "gpipe"}, 1, 1, "/o").join(' '),
-            QString("simulate --calibrate /r/run.fulcrum --balancer ilp --progress -o /o"));
+        QCOMPARE(simulate_arguments(
+                     "/r/run.fulcrum",
+                     RerunChoice{.balancer = "wlb", .cp_shard = "zigzag", .schedule = "gpipe"}, 2,
+                     2, "/r/o.fulcrum")
+                     .join(' '),
+                 QString("simulate --calibrate /r/run.fulcrum --balancer wlb --cp-shard zigzag "
+                         "--schedule gpipe --progress -o /r/o.fulcrum"));
+        QCOMPARE(simulate_arguments(
+                     "/r/run.fulcrum",
+                     RerunChoice{.balancer = "ilp", .cp_shard = "zigzag", .schedule = "gpipe"}, 1,
+                     1, "/o")
+                     .join(' '),
+                 QString("simulate --calibrate /r/run.fulcrum --balancer ilp --progress -o /o"));
     }
 
     void locate_engine_order() {

@@ -78,7 +78,7 @@ private slots:
         QCOMPARE(dialog->choice().balancer, QString("ilp"));
         QCOMPARE(dialog->choice().cp_shard, QString("per-doc"));
         QCOMPARE(dialog->choice().schedule, QString("1f1b"));
-        dialog->set_choice({"wlb", "zigzag", "gpipe"});
+        dialog->set_choice({.balancer = "wlb", .cp_shard = "zigzag", .schedule = "gpipe"});
         const QString args = dialog->arguments().join(' ');
         QVERIFY2(args.startsWith("capture -o " + copy_->filePath("fixed-rerun-wlb") +
                                  " -- mpirun -np 4 /"),
@@ -116,7 +116,7 @@ private slots:
 
     void rerun_opens_in_compare() {
         RerunDialog* dialog = window_->rerun_dialog();
-        dialog->set_choice({"wlb", {}, {}});
+        dialog->set_choice({.balancer = "wlb"});
         QElapsedTimer timer;
         timer.start();
         dialog->start();
@@ -141,7 +141,7 @@ private slots:
 
     void cancelled_rerun_leaves_nothing() {
         RerunDialog* dialog = window_->rerun_dialog();
-        dialog->set_choice({"wlb", {}, {}});
+        dialog->set_choice({.balancer = "wlb"});
         QSignalSpy opened(window_.get(), &MainWindow::run_opened);
         dialog->start();
         QVERIFY2(dialog->process(), qPrintable(dialog->status_text()));
@@ -166,7 +166,7 @@ private slots:
     void simulate_instead() {
         RerunDialog* dialog = window_->rerun_dialog();
         dialog->set_simulate(true);
-        dialog->set_choice({"wlb", "zigzag", {}});
+        dialog->set_choice({.balancer = "wlb", .cp_shard = "zigzag"});
         QVERIFY(dialog->simulate());
         dialog->start();
         QTRY_VERIFY_WITH_TIMEOUT(dialog->state() != RerunDialog::State::running, kRerunMs);
@@ -197,7 +197,7 @@ private slots:
     void same_documents_runs_a_baseline_first() {
         RerunDialog* dialog = window_->rerun_dialog();
         dialog->set_simulate(true);
-        dialog->set_choice({"wlb", {}, {}});
+        dialog->set_choice({.balancer = "wlb"});
         dialog->set_same_documents(true);
         QVERIFY2(dialog->arguments().join(' ').contains("--balancer wlb") &&
                      dialog->arguments().join(' ').contains("--epochs 1"),

@@ -13,11 +13,11 @@ namespace fulcrum::ui {
 
 // What the user picks; an empty field keeps the run's own setting.
 struct RerunChoice {
-    QString balancer;  // fixed, ilp, wlb
-    QString cp_shard;  // contiguous, zigzag, per-doc, adaptive (only meaningful when cp > 1)
+    QString balancer = {};  // fixed, ilp, wlb
+    QString cp_shard = {};  // contiguous, zigzag, per-doc, adaptive (only meaningful when cp > 1)
     // gpipe, 1f1b, interleaved (with --virtual-stages, 2 unless the run gave more), zb-h1
     // (only meaningful when pp > 1)
-    QString schedule;
+    QString schedule = {};
     // One epoch (--epochs 1 instead of --steps): every document once, so runs with other
     // balancers train the same documents and tokens/s compares them.
     bool same_documents = false;
@@ -25,7 +25,7 @@ struct RerunChoice {
     // --pp, --cp, --micro-batches, --recompute, and --virtual-stages, --stage-layers,
     // --sequence-parallel when the candidate has them) replacing the recorded ones, and the
     // ranks mpirun starts. Empty and 0 keep the run's.
-    QStringList layout;
+    QStringList layout = {};
     int world = 0;
 };
 

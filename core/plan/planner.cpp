@@ -603,10 +603,9 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
     }
 }
 
-std::string train_command(const PlanRequest& request, const Candidate& c,
-                          const sim::SimulationConfig& config) {
-    const sim::ModelShape& model = request.model;
-    std::string line = "mpirun -np " + std::to_string(c.grid.world()) + " fulcrum-train";
+// The layout's options, the same for fulcrum-train and fulcrum simulate: " --dp 2 --tp 1 ...".
+std::string layout_options(const Candidate& c) {
+    std::string line;
     line += " --dp " + std::to_string(c.grid.dp) + " --tp " + std::to_string(c.grid.tp) + " --pp " +
             std::to_string(c.grid.pp) + " --cp " + std::to_string(c.grid.cp);
     line += " --micro-batches " + std::to_string(c.microbatches);
@@ -621,6 +620,14 @@ std::string train_command(const PlanRequest& request, const Candidate& c,
     if (c.sequence_parallel) {
         line += " --sequence-parallel";
     }
+    return line;
+}
+
+std::string train_command(const PlanRequest& request, const Candidate& c,
+                          const sim::SimulationConfig& config) {
+    const sim::ModelShape& model = request.model;
+    std::string line = "mpirun -np " + std::to_string(c.grid.world()) + " fulcrum-train";
+    line += layout_options(c);
     line += std::string(" --balancer ") + balance::balancer_name(c.balancer);
     line += std::string(" --cp-shard ") + balance::cp_sharding_name(c.sharding);
     if (c.balancer == balance::Balancer::wlb) {
@@ -659,20 +666,7 @@ std::string simulate_command(const PlanRequest& request, const Candidate& c,
             std::to_string(model.hidden) + " --heads " + std::to_string(model.heads) +
             " --context " + std::to_string(model.context) + " --vocab " +
             std::to_string(model.vocab);
-    line += " --dp " + std::to_string(c.grid.dp) + " --tp " + std::to_string(c.grid.tp) + " --pp " +
-            std::to_string(c.grid.pp) + " --cp " + std::to_string(c.grid.cp);
-    line += " --micro-batches " + std::to_string(c.microbatches);
-    line += std::string(" --schedule ") + parallel::schedule_name(c.schedule);
-    if (c.virtual_stages > 1) {
-        line += " --virtual-stages " + std::to_string(c.virtual_stages);
-    }
-    if (!c.stage_layers.empty()) {
-        line += " --stage-layers " + join(c.stage_layers);
-    }
-    line += std::string(" --recompute ") + recompute_name(c.recompute);
-    if (c.sequence_parallel) {
-        line += " --sequence-parallel";
-    }
+    line += layout_options(c);
     line += std::string(" --dtype ") + sim::dtype_name(request.dtype);
     line += std::string(" --overlap-grad-reduce ") + (request.overlap_grad_reduce ? "on" : "off");
     line += std::string(" --balancer ") + balance::balancer_name(c.balancer);

@@ -220,16 +220,8 @@ std::int64_t write_step(store::TraceWriter& out, const SimulationConfig& config,
         if (to <= from && name != names.step) {
             return;
         }
-        Event event;
-        event.start_ns = from;
-        event.end_ns = to;
-        event.bytes = bytes;
-        event.name = name;
-        event.args = args;
-        event.step = step;
-        event.category = category;
-        event.kind = category == Category::communication ? EventKind::collective : EventKind::range;
-        events.push_back(event);
+        events.push_back(
+            simulated_range(name, category, from, to, step, -1, -1, Phase::none, bytes, args));
     };
     std::int64_t written = 0;
     for (std::size_t r = 0; r < lanes.size(); ++r) {

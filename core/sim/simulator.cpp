@@ -430,21 +430,8 @@ public:
             name != names_.backward && name != names_.weight_gradients) {
             return;
         }
-        Event event;
-        event.start_ns = start;
-        event.end_ns = end;
-        event.bytes = bytes;
-        event.name = name;
-        event.args = args;
-        event.step = step;
-        event.microbatch = microbatch;
-        event.stage = stage;
-        event.phase = phase;
-        event.category = category;
-        // The engine's capture stores communication ranges as collectives
-        // (docs/annotations.md).
-        event.kind = category == Category::communication ? EventKind::collective : EventKind::range;
-        events.push_back(event);
+        events.push_back(simulated_range(name, category, start, end, step, microbatch, stage, phase,
+                                         bytes, args));
     }
 
     // `{"calls":"N"}`: how many engine ranges one simulated range stands for.
@@ -1138,6 +1125,24 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
 }
 
 }  // namespace
+
+Event simulated_range(StringId name, Category category, std::int64_t start, std::int64_t end,
+                      std::int32_t step, std::int32_t microbatch, std::int16_t stage, Phase phase,
+                      std::int64_t bytes, StringId args) {
+    Event event;
+    event.start_ns = start;
+    event.end_ns = end;
+    event.bytes = bytes;
+    event.name = name;
+    event.args = args;
+    event.step = step;
+    event.microbatch = microbatch;
+    event.stage = stage;
+    event.phase = phase;
+    event.category = category;
+    event.kind = category == Category::communication ? EventKind::collective : EventKind::range;
+    return event;
+}
 
 void summarize(SimulationResult& result, const balance::TrainedTotals& trained, std::int64_t end_ns,
                int epochs) {

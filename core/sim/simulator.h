@@ -246,6 +246,12 @@ StageCosts config_costs(const SimulationConfig& config);
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress = {});
 
+// A range the simulator writes, as the engine's capture stores it: communication ranges are
+// collectives (docs/annotations.md).
+Event simulated_range(StringId name, Category category, std::int64_t start, std::int64_t end,
+                      std::int32_t step, std::int32_t microbatch = -1, std::int16_t stage = -1,
+                      Phase phase = Phase::none, std::int64_t bytes = -1, StringId args = {});
+
 // simulate()'s means and totals over `result.steps`, played until `end_ns`, having trained
 // `trained` (the hot-switched play's too).
 void summarize(SimulationResult& result, const balance::TrainedTotals& trained, std::int64_t end_ns,

@@ -188,26 +188,6 @@ struct HotSwitchNames {
     StringId step, bucket, switch_layout, dp_all_reduce, optimizer;
 };
 
-// Every rank with its coordinates under the first bucket's layout (where the parameters start
-// each step), one "main" lane each.
-std::vector<LaneId> add_ranks(store::TraceWriter& out, const parallel::GridShape& layout) {
-    std::vector<LaneId> lanes(static_cast<std::size_t>(layout.world()));
-    for (int r = 0; r < layout.world(); ++r) {
-        const parallel::GridCoordinates at = parallel::coordinates_of(layout, r);
-        RankInfo rank;
-        rank.rank = r;
-        rank.host = "simulated";
-        rank.dp = at.dp;
-        rank.pp = at.pp;
-        rank.cp = at.cp;
-        rank.tp = at.tp;
-        rank.complete = true;
-        out.add_rank(rank);
-        lanes[static_cast<std::size_t>(r)] = out.add_lane(r, LaneKind::host_thread, "main");
-    }
-    return lanes;
-}
-
 // One step's ranges on every rank: the step, its buckets and switches (docs/annotations.md,
 // "Hot switching"), the DP reduction and the optimizer. Returns the events written.
 std::int64_t write_step(store::TraceWriter& out, const SimulationConfig& config,
@@ -378,7 +358,9 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     std::vector<LaneId> lanes;
     HotSwitchNames names;
     if (out != nullptr) {
-        lanes = add_ranks(*out, play.current);
+        // Every rank with its coordinates under the first bucket's layout (where the
+        // parameters start each step).
+        lanes = add_simulated_ranks(*out, play.current);
         names = {out->intern(range_name::kStep), out->intern(range_name::kHotSwitchBucket),
                  out->intern(range_name::kHotSwitch), out->intern(range_name::kDpAllReduce),
                  out->intern(range_name::kOptimizer)};

@@ -933,21 +933,7 @@ RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) 
     if (out == nullptr) {
         return output;
     }
-    output.lanes.resize(static_cast<std::size_t>(grid.world()));
-    for (int rank = 0; rank < grid.world(); ++rank) {
-        const parallel::GridCoordinates c = parallel::coordinates_of(grid, rank);
-        RankInfo info;
-        info.rank = rank;
-        info.host = "simulated";
-        info.dp = c.dp;
-        info.tp = c.tp;
-        info.pp = c.pp;
-        info.cp = c.cp;
-        info.complete = true;
-        out->add_rank(info);
-        output.lanes[static_cast<std::size_t>(rank)] =
-            out->add_lane(rank, LaneKind::host_thread, "main");
-    }
+    output.lanes = add_simulated_ranks(*out, grid);
     EventNames& names = output.names;
     names.step = out->intern(range_name::kStep);
     names.forward = out->intern(range_name::kForward);
@@ -1125,6 +1111,24 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
 }
 
 }  // namespace
+
+std::vector<LaneId> add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid) {
+    std::vector<LaneId> lanes(static_cast<std::size_t>(grid.world()));
+    for (int rank = 0; rank < grid.world(); ++rank) {
+        const parallel::GridCoordinates c = parallel::coordinates_of(grid, rank);
+        RankInfo info;
+        info.rank = rank;
+        info.host = "simulated";
+        info.dp = c.dp;
+        info.tp = c.tp;
+        info.pp = c.pp;
+        info.cp = c.cp;
+        info.complete = true;
+        out.add_rank(info);
+        lanes[static_cast<std::size_t>(rank)] = out.add_lane(rank, LaneKind::host_thread, "main");
+    }
+    return lanes;
+}
 
 Event simulated_range(StringId name, Category category, std::int64_t start, std::int64_t end,
                       std::int32_t step, std::int32_t microbatch, std::int16_t stage, Phase phase,

@@ -246,6 +246,10 @@ StageCosts config_costs(const SimulationConfig& config);
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress = {});
 
+// Adds every rank of `grid` to `out` with its coordinates (host "simulated") and one "main"
+// lane each; the lanes by rank.
+std::vector<LaneId> add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid);
+
 // A range the simulator writes, as the engine's capture stores it: communication ranges are
 // collectives (docs/annotations.md).
 Event simulated_range(StringId name, Category category, std::int64_t start, std::int64_t end,

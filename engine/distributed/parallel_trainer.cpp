@@ -193,6 +193,19 @@ void ParallelTrainer::layer_by_layer_with_reduction(int chunk, Pass pass) {
     }
 }
 
+std::vector<std::size_t> ParallelTrainer::last_writers(const std::vector<PipelineOp>& ops) const {
+    const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
+                                                  ? parallel::PassKind::weight
+                                                  : parallel::PassKind::backward;
+    std::vector<std::size_t> last_writer(chunk_layers_.size(), ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+        if (ops[i].kind == writes_weights) {
+            last_writer[static_cast<std::size_t>(ops[i].chunk)] = i;
+        }
+    }
+    return last_writer;
+}
+
 void ParallelTrainer::start_reductions_without_passes(const StepPlan& plan) {
     if (!overlaps_reduction()) {
         return;
@@ -208,15 +221,7 @@ void ParallelTrainer::start_reductions_without_passes(const StepPlan& plan) {
         return;
     }
     const std::vector<PipelineOp> ops = step_ops(static_cast<int>(reference));
-    const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
-                                                  ? parallel::PassKind::weight
-                                                  : parallel::PassKind::backward;
-    std::vector<std::size_t> last_writer(chunk_layers_.size(), ops.size());
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (ops[i].kind == writes_weights) {
-            last_writer[static_cast<std::size_t>(ops[i].chunk)] = i;
-        }
-    }
+    const std::vector<std::size_t> last_writer = last_writers(ops);
     std::vector<int> chunks(chunk_layers_.size());
     std::iota(chunks.begin(), chunks.end(), 0);
     std::sort(chunks.begin(), chunks.end(), [&](int a, int b) {
@@ -423,15 +428,7 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     const std::vector<PipelineOp> ops =
         microbatches > 0 ? step_ops(microbatches) : std::vector<PipelineOp>{};
     // Per chunk, the last pass that writes its weight gradients: after it they are final.
-    const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
-                                                  ? parallel::PassKind::weight
-                                                  : parallel::PassKind::backward;
-    std::vector<std::size_t> last_writer(chunk_layers_.size(), ops.size());
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (ops[i].kind == writes_weights) {
-            last_writer[static_cast<std::size_t>(ops[i].chunk)] = i;
-        }
-    }
+    const std::vector<std::size_t> last_writer = last_writers(ops);
     if (ops.empty()) {
         start_reductions_without_passes(plan);
     }

@@ -101,6 +101,9 @@ private:
     // backward is split), after which each of its layers' gradients is final.
     void run_forward(int step, const PipelineOp& op, const LocalBatch& batch, Activations& acts,
                      double& loss_sum);
+    // Per model chunk, the index in `ops` of the last pass that writes its weight gradients
+    // (after it they are final); ops.size() for a chunk no pass writes.
+    std::vector<std::size_t> last_writers(const std::vector<PipelineOp>& ops) const;
     // A replica without a micro-batch this step (an epoch's last global batch with fewer
     // documents than replicas): with overlapped reduction, starts what the others start.
     void start_reductions_without_passes(const StepPlan& plan);

@@ -251,6 +251,12 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
         static_cast<long long>(counts.infeasible), static_cast<long long>(counts.dominated),
         static_cast<long long>(counts.estimated + counts.simulated),
         static_cast<long long>(counts.simulated), result.cost_source.c_str());
+    for (const std::string& note : result.notes) {
+        std::printf("  derived: %s\n", note.c_str());
+    }
+    if (!result.notes.empty()) {
+        std::printf("\n");
+    }
     if (shown == 0) {
         std::printf("No layout fits. ");
     } else {

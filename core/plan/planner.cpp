@@ -716,6 +716,7 @@ Status simulate_candidate(const PlanRequest& request, const MeanMicroBatch& mean
             (c.grid.world() * peak_tflops(request) * 1e12);
     c.train_command = train_command(request, c, config);
     c.simulate_command = simulate_command(request, c, config);
+    c.cost_notes = result->notes;
     return {};
 }
 
@@ -894,6 +895,13 @@ Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) 
         return result.candidates[a].tokens_per_second > result.candidates[b].tokens_per_second;
     });
     count(result);
+    for (std::size_t k = 0; k < result.ranked.size() && k < std::size_t(request.top_k); ++k) {
+        for (const std::string& note : result.candidates[result.ranked[k]].cost_notes) {
+            if (std::find(result.notes.begin(), result.notes.end(), note) == result.notes.end()) {
+                result.notes.push_back(note);
+            }
+        }
+    }
     result.cost_source =
         request.cost_model
             ? (request.cost_model->source.empty() ? "given" : request.cost_model->source)
@@ -996,6 +1004,7 @@ std::string plan_json(const PlanRequest& request, const PlanResult& result, int 
           {"estimated", result.counts.estimated},
           {"simulated", result.counts.simulated}}},
         {"elapsed_s", result.elapsed_s},
+        {"derived_costs", result.notes},
         {"ranked", ranked},
         {"infeasible", reasons},
     };

@@ -154,6 +154,9 @@ struct Candidate {
 
     std::string train_command;     // mpirun -np W fulcrum-train ...
     std::string simulate_command;  // fulcrum simulate ... (the same candidate)
+    // Costs the simulator derived rather than took from the cost model (sim::SimulationResult
+    // notes): with --calibrate, what the calibration run did not run.
+    std::vector<std::string> cost_notes;
 };
 
 struct PlanCounts {
@@ -175,6 +178,8 @@ struct PlanResult {
     PlanCounts counts;
     double elapsed_s = 0;
     std::string cost_source;
+    // The top candidates' cost_notes, once each: what the ranking took from the analytic
+    // model next to a fitted one.
     std::vector<std::string> notes;
 };
 

@@ -167,11 +167,15 @@ std::string significant(double value) {
     return buffer;
 }
 
+// "dp2 tp1 pp2 cp1": the CLI's way of writing a candidate's grid.
+std::string grid_text(const plan::Candidate& c) {
+    return "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) + " pp" +
+           std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp);
+}
+
+// The report's knobs (recomputation, sequence parallelism) and, in the table, an uneven split.
 std::string knobs_text(const plan::Candidate& c) {
-    std::string text = plan::recompute_name(c.recompute);
-    if (c.sequence_parallel) {
-        text += ", sp";
-    }
+    std::string text = report::knobs_text(c);
     if (!c.stage_layers.empty()) {
         std::string split;
         for (int layers : c.stage_layers) {
@@ -205,13 +209,10 @@ void print_per_world(const PlanArgs& args, const plan::PlanResult& result) {
         const plan::Candidate& c = result.candidates[*best];
         const double per_gpu = c.tokens_per_second / world;
         first_per_gpu = first_per_gpu > 0 ? first_per_gpu : per_gpu;
-        table.add_row({std::to_string(world),
-                       "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
-                           " pp" + std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp),
-                       std::to_string(c.microbatches), parallel::schedule_name(c.schedule),
-                       balance::balancer_name(c.balancer), format_fixed(c.tokens_per_second, 0),
-                       format_fixed(per_gpu, 0), format_percent(c.mfu, 1.0),
-                       format_percent(per_gpu, first_per_gpu)});
+        table.add_row({std::to_string(world), grid_text(c), std::to_string(c.microbatches),
+                       parallel::schedule_name(c.schedule), balance::balancer_name(c.balancer),
+                       format_fixed(c.tokens_per_second, 0), format_fixed(per_gpu, 0),
+                       format_percent(c.mfu, 1.0), format_percent(per_gpu, first_per_gpu)});
     }
     std::printf("\nBest per world size:\n");
     std::fputs(table.render("  ").c_str(), stdout);
@@ -227,15 +228,9 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
         std::min(result.ranked.size(), static_cast<std::size_t>(args.request.top_k));
     for (std::size_t i = 0; i < shown; ++i) {
         const plan::Candidate& c = result.candidates[result.ranked[i]];
-        std::string schedule = parallel::schedule_name(c.schedule);
-        if (c.virtual_stages > 1) {
-            schedule += " x" + std::to_string(c.virtual_stages);
-        }
-        table.add_row({std::to_string(i + 1),
-                       "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
-                           " pp" + std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp),
-                       std::to_string(c.microbatches), schedule, knobs_text(c),
-                       balance::balancer_name(c.balancer),
+        const std::string schedule = report::schedule_text(c);
+        table.add_row({std::to_string(i + 1), grid_text(c), std::to_string(c.microbatches),
+                       schedule, knobs_text(c), balance::balancer_name(c.balancer),
                        c.grid.cp > 1 ? balance::cp_sharding_name(c.sharding) : "-",
                        format_duration(static_cast<std::int64_t>(c.step_ns)),
                        format_fixed(c.tokens_per_second, 0), format_percent(c.mfu, 1.0),
@@ -270,9 +265,7 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
             std::string example;
             for (const plan::Candidate& c : result.candidates) {
                 if (c.status == plan::CandidateStatus::infeasible && c.reason_kind == kind) {
-                    example = "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) +
-                              " pp" + std::to_string(c.grid.pp) + " cp" +
-                              std::to_string(c.grid.cp) + ": " + c.reason;
+                    example = grid_text(c) + ": " + c.reason;
                     break;
                 }
             }

@@ -623,12 +623,10 @@ std::string layout_options(const Candidate& c) {
     return line;
 }
 
-std::string train_command(const PlanRequest& request, const Candidate& c,
-                          const sim::SimulationConfig& config) {
-    const sim::ModelShape& model = request.model;
-    std::string line = "mpirun -np " + std::to_string(c.grid.world()) + " fulcrum-train";
-    line += layout_options(c);
-    line += std::string(" --balancer ") + balance::balancer_name(c.balancer);
+// The packing's options, the same for both command lines. wlb's S_max and thresholds are given,
+// so that simulate --calibrate does not take the run's own.
+std::string packing_options(const Candidate& c, const sim::SimulationConfig& config) {
+    std::string line = std::string(" --balancer ") + balance::balancer_name(c.balancer);
     line += std::string(" --cp-shard ") + balance::cp_sharding_name(c.sharding);
     if (c.balancer == balance::Balancer::wlb) {
         line += " --wlb-max-tokens " + std::to_string(sim::wlb_max_tokens_from_memory(config));
@@ -637,6 +635,15 @@ std::string train_command(const PlanRequest& request, const Candidate& c,
                     (c.wlb_thresholds->empty() ? std::string("none") : join(*c.wlb_thresholds));
         }
     }
+    return line;
+}
+
+std::string train_command(const PlanRequest& request, const Candidate& c,
+                          const sim::SimulationConfig& config) {
+    const sim::ModelShape& model = request.model;
+    std::string line = "mpirun -np " + std::to_string(c.grid.world()) + " fulcrum-train";
+    line += layout_options(c);
+    line += packing_options(c, config);
     line += " --layers " + std::to_string(model.layers) + " --hidden " +
             std::to_string(model.hidden) + " --heads " + std::to_string(model.heads) +
             " --context " + std::to_string(model.context);
@@ -669,16 +676,7 @@ std::string simulate_command(const PlanRequest& request, const Candidate& c,
     line += layout_options(c);
     line += std::string(" --dtype ") + sim::dtype_name(request.dtype);
     line += std::string(" --overlap-grad-reduce ") + (request.overlap_grad_reduce ? "on" : "off");
-    line += std::string(" --balancer ") + balance::balancer_name(c.balancer);
-    line += std::string(" --cp-shard ") + balance::cp_sharding_name(c.sharding);
-    if (c.balancer == balance::Balancer::wlb) {
-        // Given, so that --calibrate does not take the run's own.
-        line += " --wlb-max-tokens " + std::to_string(sim::wlb_max_tokens_from_memory(config));
-        if (c.wlb_thresholds) {
-            line += " --wlb-thresholds " +
-                    (c.wlb_thresholds->empty() ? std::string("none") : join(*c.wlb_thresholds));
-        }
-    }
+    line += packing_options(c, config);
     if (!request.calibration_run.empty()) {
         line += " --attention-kernel " + config.attention_kernel;
     }

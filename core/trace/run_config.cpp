@@ -45,6 +45,7 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("comm", c.comm);
     visit("simulated", c.simulated);
     visit("cost_model", c.cost_model);
+    visit("hot_switch", c.hot_switch);
 }
 
 template <typename Config, typename Visit>

@@ -57,6 +57,9 @@ struct RunConfig {
     // A simulated run, and where its costs came from ("analytic", a fitted run, ...).
     bool simulated = false;
     std::string cost_model;
+    // The hot-switch spec (docs/plan.md, "The hot-switch spec") when each length bucket of a
+    // step ran under its own layout; "" for a static layout.
+    std::string hot_switch;
 
     bool has_model() const {
         return layers > 0 || hidden > 0 || heads > 0 || context > 0 || vocab > 0;

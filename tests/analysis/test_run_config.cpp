@@ -44,6 +44,7 @@ RunConfig every_field_set() {
     c.comm = "nccl";
     c.simulated = true;
     c.cost_model = "analytic";
+    c.hot_switch = "0-2048:dp2;2048-:pp2";
     return c;
 }
 
@@ -64,6 +65,7 @@ private slots:
         QCOMPARE(read.wlb_max_delay, 2);
         QCOMPARE(read.stage_layers, (std::vector<int>{1, 2, 2, 1}));
         QCOMPARE(read.cost_model, std::string("analytic"));
+        QCOMPARE(read.hot_switch, std::string("0-2048:dp2;2048-:pp2"));
         QVERIFY(read.grid_known);
         // Every field set is a key of its own: a default configuration writes each of them
         // with another value, or (an empty string) not at all.

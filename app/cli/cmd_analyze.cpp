@@ -290,15 +290,13 @@ void render_hot_switch(const RunAnalysis& a, std::string& out) {
     TextTable buckets({"bucket", "layout", "documents", "tokens", "micro-batches", "time", "share"},
                       {Align::left, Align::left, Align::right, Align::right, Align::right,
                        Align::right, Align::right});
-    for (const analysis::HotSwitchBucketTime& b : hot.buckets) {
-        buckets.add_row({b.bounds, b.layout, std::to_string(b.documents), std::to_string(b.tokens),
-                         std::to_string(b.microbatches), format_duration(b.ns),
-                         format_percent(b.ns, hot.step_ns)});
+    for (const analysis::HotSwitchBreakdownRow& row : analysis::breakdown_rows(hot)) {
+        const bool bucket = row.kind == analysis::HotSwitchBreakdownRow::Kind::bucket;
+        const auto count = [&](std::int64_t n) { return bucket ? std::to_string(n) : ""; };
+        buckets.add_row({row.label, row.layout, count(row.documents), count(row.tokens),
+                         count(row.microbatches), format_duration(row.ns),
+                         format_percent(row.ns, hot.step_ns)});
     }
-    buckets.add_row({"others (switching)", "", "", "", "", format_duration(hot.switching_ns),
-                     format_percent(hot.switching_ns, hot.step_ns)});
-    buckets.add_row({"rest (dp reduction, optimizer)", "", "", "", "", format_duration(hot.rest_ns),
-                     format_percent(hot.rest_ns, hot.step_ns)});
     out += buckets.render("  ");
     out += "\nswitch cost, layout i -> j (mean per switch: time / bytes sent by all ranks)\n";
     std::vector<std::string> header{"from \\ to"};

@@ -32,6 +32,7 @@
 #include "views/charts/compare_view.h"
 #include "views/charts/cp_load_view.h"
 #include "views/charts/heatmap_view.h"
+#include "views/charts/hot_switch_view.h"
 #include "views/charts/kernels_view.h"
 #include "views/charts/overlap_view.h"
 #include "views/charts/plan_view.h"
@@ -56,7 +57,8 @@ QStringList existing(const QStringList& paths) {
 }  // namespace
 
 QStringList view_keys() {
-    return {"timeline", "bubbles", "cp-load", "overlap", "heatmap", "compare", "kernels", "plan"};
+    return {"timeline", "bubbles", "cp-load", "overlap",   "heatmap",
+            "compare",  "kernels", "plan",    "hot-switch"};
 }
 
 std::optional<View> view_from_key(const QString& key) {
@@ -80,6 +82,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     compare_ = new views::CompareView(tabs_);
     kernels_ = new views::KernelsView(tabs_);
     plan_view_ = new views::PlanView(tabs_);
+    hot_switch_ = new views::HotSwitchView(tabs_);
     // The order is View's.
     tabs_->addTab(timeline_, tr("Timeline"));
     tabs_->addTab(bubbles_, tr("Bubbles"));
@@ -89,6 +92,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     tabs_->addTab(compare_, tr("Compare"));
     tabs_->addTab(kernels_, tr("Kernels"));
     tabs_->addTab(plan_view_, tr("Plan"));
+    tabs_->addTab(hot_switch_, tr("Hot switch"));
+    // Only a hot-switched run has something to show there (refresh_views).
+    tabs_->setTabVisible(int(View::hot_switch), false);
     connect(plan_view_, &views::PlanView::rerun_requested, this,
             [this](const plan::Candidate& candidate) { rerun_candidate(candidate); });
     setCentralWidget(tabs_);
@@ -294,6 +300,12 @@ void MainWindow::refresh_views() {
     overlap_->set_run(run);
     heatmaps_->set_run(run);
     kernels_->set_run(run);
+    hot_switch_->set_run(run);
+    const bool switched = views::HotSwitchView::applies(run);
+    if (!switched && current_view() == View::hot_switch) {
+        show_view(View::timeline);
+    }
+    tabs_->setTabVisible(int(View::hot_switch), switched);
     rerun_action_->setEnabled(run != nullptr);
     setWindowTitle(run ? tr("%1 — Fulcrum").arg(run->title) : tr("Fulcrum"));
 }

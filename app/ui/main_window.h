@@ -27,6 +27,7 @@ class HeatmapView;
 class CompareView;
 class KernelsView;
 class PlanView;
+class HotSwitchView;
 }  // namespace fulcrum::views
 
 namespace fulcrum::ui {
@@ -35,7 +36,17 @@ class RerunDialog;
 class PlanDialog;
 
 // The tabs, in order; `view_key` names them on the command line (--view).
-enum class View { timeline, bubbles, cp_load, overlap, heatmap, compare, kernels, plan };
+enum class View {
+    timeline,
+    bubbles,
+    cp_load,
+    overlap,
+    heatmap,
+    compare,
+    kernels,
+    plan,
+    hot_switch
+};
 QStringList view_keys();
 std::optional<View> view_from_key(const QString& key);
 
@@ -73,6 +84,7 @@ public:
     views::CompareView* compare() const { return compare_; }
     views::KernelsView* kernels() const { return kernels_; }
     views::PlanView* plan_view() const { return plan_view_; }
+    views::HotSwitchView* hot_switch() const { return hot_switch_; }
     PlanDialog* plan_dialog();
     // Reads what `fulcrum plan --json` wrote into the Plan tab; errors are reported.
     void open_plan(const QString& path);  // created on first use, for the open run
@@ -133,6 +145,7 @@ private:
     views::CompareView* compare_ = nullptr;
     views::KernelsView* kernels_ = nullptr;
     views::PlanView* plan_view_ = nullptr;
+    views::HotSwitchView* hot_switch_ = nullptr;
     QPointer<PlanDialog> plan_dialog_;
     QMenu* recent_menu_ = nullptr;
     QAction* rerun_action_ = nullptr;

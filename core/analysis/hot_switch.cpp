@@ -97,6 +97,15 @@ void read_first_rank(const RunTrace& trace, const RankTrace& rank, HotSwitchAnal
                 cell.largest_send_bytes =
                     std::max(cell.largest_send_bytes, number_of(args, "largest_send_bytes"));
                 analysis.switching_ns += ns;
+                const auto gradients = args.find("gradients");
+                analysis.spans.push_back(
+                    {event.step, event.start_ns, event.end_ns, cell.from, cell.to,
+                     number_of(args, "total_bytes"), number_of(args, "largest_send_bytes"),
+                     number_of(args, "inter_node_bytes"),
+                     gradients != args.end() &&
+                         (gradients->is_boolean() ? gradients->get<bool>()
+                                                  : gradients->is_string() &&
+                                                        gradients->get<std::string>() == "true")});
             }
         }
     }
@@ -121,6 +130,24 @@ const HotSwitchCost* HotSwitchAnalysis::cost(const std::string& from, const std:
     return nullptr;
 }
 
+std::vector<HotSwitchBreakdownRow> breakdown_rows(const HotSwitchAnalysis& analysis) {
+    using Kind = HotSwitchBreakdownRow::Kind;
+    std::vector<HotSwitchBreakdownRow> rows;
+    if (analysis.empty()) {
+        return rows;
+    }
+    const double step_ns = std::max<double>(static_cast<double>(analysis.step_ns), 1.0);
+    for (const HotSwitchBucketTime& b : analysis.buckets) {
+        rows.push_back({Kind::bucket, b.bounds, b.layout, b.documents, b.tokens, b.microbatches,
+                        b.ns, b.share});
+    }
+    rows.push_back({Kind::switching, "others (switching)", "", 0, 0, 0, analysis.switching_ns,
+                    analysis.switching_share});
+    rows.push_back({Kind::rest, "rest (dp reduction, optimizer)", "", 0, 0, 0, analysis.rest_ns,
+                    static_cast<double>(analysis.rest_ns) / step_ns});
+    return rows;
+}
+
 HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace) {
     HotSwitchAnalysis analysis;
     if (trace.ranks.empty()) {
@@ -130,8 +157,12 @@ HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace) {
     std::erase_if(analysis.buckets, [](const HotSwitchBucketTime& b) { return b.steps == 0; });
     if (analysis.buckets.empty()) {
         analysis.switches.clear();
+        analysis.spans.clear();
         return analysis;
     }
+    std::sort(
+        analysis.spans.begin(), analysis.spans.end(),
+        [](const HotSwitchSpan& a, const HotSwitchSpan& b) { return a.start_ns < b.start_ns; });
     // Every rank's own bytes.
     for (std::size_t r = 0; r < trace.ranks.size(); ++r) {
         for (const LaneTrace& lane : trace.ranks[r].lanes) {

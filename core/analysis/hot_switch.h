@@ -34,6 +34,17 @@ struct HotSwitchCost {
     std::vector<double> sent, received;  // [rank]: summed over the switches
 };
 
+// One switch as rank 0 recorded it: where the timeline marks it.
+struct HotSwitchSpan {
+    std::int32_t step = -1;
+    std::int64_t start_ns = 0, end_ns = 0;
+    std::string from, to;
+    double bytes = 0;               // every rank's sends
+    double largest_send_bytes = 0;  // of one rank
+    double inter_node_bytes = 0;
+    bool gradients = false;  // the gradients accumulated so far moved too
+};
+
 struct HotSwitchAnalysis {
     int steps = 0;                             // steps with a bucket
     std::int64_t step_ns = 0;                  // those steps' time (rank 0's `step` ranges)
@@ -42,6 +53,7 @@ struct HotSwitchAnalysis {
     double switching_share = 0;
     std::int64_t rest_ns = 0;             // the rest of the steps: the DP reduction, the optimizer
     std::vector<HotSwitchCost> switches;  // in order of first appearance
+    std::vector<HotSwitchSpan> spans;     // every switch, in time order
     // The layouts in bucket order, without repeats: the matrix's rows and columns.
     std::vector<std::string> layouts;
 
@@ -49,6 +61,19 @@ struct HotSwitchAnalysis {
     // The cell layout `from` → layout `to`; null when no such switch was made.
     const HotSwitchCost* cost(const std::string& from, const std::string& to) const;
 };
+
+// The breakdown as `fulcrum analyze`, the GUI and the report show it: a row per bucket, then
+// 'others' (every switch), then the rest of the steps (the DP reduction, the optimizer).
+struct HotSwitchBreakdownRow {
+    enum class Kind { bucket, switching, rest };
+    Kind kind = Kind::bucket;
+    std::string label;   // the bucket's bounds, "others (switching)", "rest (...)"
+    std::string layout;  // buckets only
+    std::int64_t documents = 0, tokens = 0, microbatches = 0;  // buckets only
+    std::int64_t ns = 0;
+    double share = 0;  // of the steps' time
+};
+std::vector<HotSwitchBreakdownRow> breakdown_rows(const HotSwitchAnalysis& analysis);
 
 // Empty on a run without hot switching.
 HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace);

@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/report/hot_switch_section.h"
 #include "core/report/hta_sections.h"
 #include "core/report/report_html.h"
 #include "core/store/trace_reader.h"
@@ -880,6 +881,8 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
         section_offload(runs[i], index, out);
         section_imbalance(runs[i], index, options, out);
         section_cost_model(runs[i], index, out);
+        hot_switch_section(runs[i].analysis.hot_switch, runs[i].analysis.config.hot_switch, index,
+                           out);
         hta_sections(runs[i].analysis, index, out);
         if (runs[i].diff) {
             diff_section(*runs[i].diff, run_label(runs[0], 0), index, out);

@@ -821,6 +821,9 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.backend = "simulated";
     run.simulated = true;
     run.cost_model = source;
+    if (config.hot_switch) {
+        run.hot_switch = plan::hot_switch_spec_string(*config.hot_switch);
+    }
     return fulcrum::run_config_json(run);
 }
 

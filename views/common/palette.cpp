@@ -111,6 +111,9 @@ QColor search_hit() {
 QColor selection_shade() {
     return QColor(0x40, 0x40, 0x40, 40);
 }
+QColor switch_shade() {
+    return QColor(0xe0, 0x80, 0x00, 60);
+}
 QColor label_background() {
     return QColor(0x20, 0x20, 0x20, 200);
 }

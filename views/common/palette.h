@@ -34,5 +34,6 @@ QColor surface();           // the axis strip
 QColor search_hit();        // the outline of a search hit; with alpha, a measured span
 QColor selection_shade();   // a zoom selection being dragged
 QColor label_background();  // the box behind a span's duration label
+QColor switch_shade();      // a hot switch of layouts, over every row (with alpha)
 
 }  // namespace fulcrum::views::palette

@@ -4,6 +4,7 @@
 #include <QMouseEvent>
 #include <QPainter>
 #include <QPainterPath>
+#include <QToolTip>
 #include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
@@ -346,6 +347,7 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
     painted_boxes_ = 0;
     painted_folds_ = 0;
     painted_critical_ = 0;
+    painted_switches_ = 0;
     if (layout_ == nullptr) {
         painter.setPen(palette::faint_ink());
         painter.drawText(rect(), Qt::AlignCenter, tr("No run open"));
@@ -382,6 +384,7 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
         painter.setPen(palette::rule());
         painter.drawLine(0, y + band->height - 1, width(), y + band->height - 1);
     }
+    paint_switches(painter);
     paint_flows(painter);
 
     auto outline = [&](std::optional<EventRef> ref, const QColor& colour) {
@@ -566,6 +569,65 @@ void TimelineCanvas::paint_highlight(QPainter& painter, const Band& band, bool o
             painter.fillRect(box, shade);
         }
     }
+}
+
+void TimelineCanvas::set_switch_marks(std::vector<SwitchMark> marks) {
+    std::sort(marks.begin(), marks.end(),
+              [](const SwitchMark& a, const SwitchMark& b) { return a.start_ns < b.start_ns; });
+    switch_marks_ = std::move(marks);
+    update();
+}
+
+namespace {
+constexpr double kSwitchMinPx = 3.0;  // a switch of a few µs stays visible zoomed out
+}
+
+QString TimelineCanvas::switch_text_at(double x) const {
+    if (x < kGutterWidth) {
+        return {};
+    }
+    for (const SwitchMark& mark : switch_marks_) {
+        const double left = x_of(mark.start_ns);
+        const double right = std::max(x_of(mark.end_ns), left + kSwitchMinPx);
+        if (x >= left && x <= right) {
+            return mark.text;
+        }
+    }
+    return {};
+}
+
+// A band over every row, under the flows and outlines: every rank switches at once.
+void TimelineCanvas::paint_switches(QPainter& painter) {
+    auto first =
+        std::lower_bound(switch_marks_.begin(), switch_marks_.end(), window_start_,
+                         [](const SwitchMark& mark, std::int64_t t) { return mark.end_ns < t; });
+    const QColor shade = palette::switch_shade();
+    QColor edge = shade;
+    edge.setAlpha(200);
+    for (auto it = first; it != switch_marks_.end() && it->start_ns <= window_end_; ++it) {
+        const double left = std::max<double>(x_of(it->start_ns), kGutterWidth);
+        const double right = std::max(x_of(it->end_ns), left + kSwitchMinPx);
+        const QRectF band(left, kAxisHeight, right - left, height() - kAxisHeight);
+        painter.fillRect(band, shade);
+        painter.setPen(QPen(edge, 1));
+        painter.drawLine(band.topLeft(), band.bottomLeft());
+        ++painted_switches_;
+    }
+}
+
+bool TimelineCanvas::event(QEvent* event) {
+    if (event->type() == QEvent::ToolTip) {
+        const auto* help = static_cast<QHelpEvent*>(event);
+        const QString text = switch_text_at(help->pos().x());
+        if (text.isEmpty()) {
+            QToolTip::hideText();
+            event->ignore();
+        } else {
+            QToolTip::showText(help->globalPos(), text, this);
+        }
+        return true;
+    }
+    return QWidget::event(event);
 }
 
 void TimelineCanvas::paint_flows(QPainter& painter) {
@@ -765,6 +827,9 @@ void TimelineCanvas::emit_hover(QPointF point) {
         text = QStringLiteral("%1 events folded (%2); click to zoom in")
                    .arg(item->count)
                    .arg(format_duration(item->end_ns - item->start_ns));
+    }
+    if (const QString switched = switch_text_at(point.x()); !switched.isEmpty()) {
+        text = text.isEmpty() ? switched : text + QStringLiteral(" — ") + switched;
     }
     if (!text.isEmpty() && text != last_status_) {
         last_status_ = text;

@@ -70,6 +70,19 @@ public:
     // Passes on a step's critical path, outlined in palette::critical() (pass_marks.h).
     void set_critical_passes(std::set<PassKey> keys);
     const std::set<PassKey>& critical_passes() const { return critical_; }
+    // Hot switches of layouts (HotSPa): a band shaded over every row for each, with `text` as
+    // its tooltip and in the status line. Sorted by start.
+    struct SwitchMark {
+        std::int64_t start_ns = 0, end_ns = 0;
+        QString text;
+    };
+    void set_switch_marks(std::vector<SwitchMark> marks);
+    const std::vector<SwitchMark>& switch_marks() const { return switch_marks_; }
+    // The text of the switch under x (widget pixels; a mark is at least 3 px wide); empty when
+    // none.
+    QString switch_text_at(double x) const;
+    // What the last paint shaded.
+    std::int64_t painted_switches() const { return painted_switches_; }
     // How an event is filled: a pass by its kind (F, B, W: palette::phase), the rest by
     // category.
     QColor event_colour(const Event& event) const;
@@ -92,6 +105,7 @@ signals:
     void status_message(const QString& text);
 
 protected:
+    bool event(QEvent* event) override;
     void paintEvent(QPaintEvent* event) override;
     void resizeEvent(QResizeEvent* event) override;
     void mousePressEvent(QMouseEvent* event) override;
@@ -120,6 +134,7 @@ private:
     void paint_summary(QPainter& painter, const Band& band);
     void paint_highlight(QPainter& painter, const Band& band, bool outline);
     void paint_flows(QPainter& painter);
+    void paint_switches(QPainter& painter);
     void paint_axis(QPainter& painter);
     const QString& name_text(StringId id, int* width);
     std::optional<PlanItem> item_at_point(QPointF point, std::uint32_t* row) const;
@@ -138,6 +153,7 @@ private:
     std::optional<EventRef> selected_;
     std::optional<EventRef> search_hit_;
     std::set<PassKey> critical_;
+    std::vector<SwitchMark> switch_marks_;
     int highlight_step_ = -1, highlight_microbatch_ = -1;
     std::int64_t measure_start_ = 0, measure_end_ = -1;
 
@@ -151,6 +167,7 @@ private:
     QString last_status_;
     std::vector<PlanItem> plan_;  // reused across rows
     std::int64_t painted_boxes_ = 0, painted_folds_ = 0, painted_critical_ = 0;
+    std::int64_t painted_switches_ = 0;
 };
 
 }  // namespace fulcrum::views::timeline

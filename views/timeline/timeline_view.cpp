@@ -12,8 +12,10 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <cmath>
 
 #include "core/trace/annotations.h"
+#include "core/util/text_table.h"
 
 namespace fulcrum::views {
 
@@ -32,6 +34,29 @@ QString optional_text(std::string_view text) {
 
 QString optional_number(std::int64_t value) {
     return value < 0 ? QStringLiteral("—") : QString::number(value);
+}
+
+QString bytes_text(double bytes) {
+    return QString::fromStdString(format_bytes(std::llround(bytes)));
+}
+
+// Each `hot-switch` range of rank 0 (every rank switches at once), with what moved.
+std::vector<timeline::TimelineCanvas::SwitchMark> switch_marks(
+    const analysis::HotSwitchAnalysis& hot) {
+    std::vector<timeline::TimelineCanvas::SwitchMark> marks;
+    for (const analysis::HotSwitchSpan& span : hot.spans) {
+        marks.push_back(
+            {span.start_ns, span.end_ns,
+             QObject::tr("hot switch %1 → %2 (step %3, %4): %5 sent by all ranks, at most %6 by "
+                         "one, %7 between nodes%8")
+                 .arg(QString::fromStdString(span.from), QString::fromStdString(span.to))
+                 .arg(span.step)
+                 .arg(timeline::format_duration(span.end_ns - span.start_ns))
+                 .arg(bytes_text(span.bytes), bytes_text(span.largest_send_bytes),
+                      bytes_text(span.inter_node_bytes),
+                      span.gradients ? QObject::tr("; gradient accumulators too") : QString())});
+    }
+    return marks;
 }
 
 }  // namespace
@@ -135,6 +160,7 @@ TimelineView::~TimelineView() {
 void TimelineView::set_run(RunPtr run) {
     canvas_->set_data(nullptr, nullptr, nullptr);
     canvas_->set_critical_passes({});
+    canvas_->set_switch_marks({});
     model_->set_run(nullptr, nullptr);
     hits_.clear();
     hit_ = -1;
@@ -151,6 +177,8 @@ void TimelineView::set_run(RunPtr run) {
     canvas_->set_highlight(step_->value(), microbatch_->value());
     canvas_->set_critical_passes(run_->analysis ? critical_pass_keys(*run_->analysis)
                                                 : std::set<PassKey>{});
+    canvas_->set_switch_marks(run_->analysis ? switch_marks(run_->analysis->hot_switch)
+                                             : std::vector<timeline::TimelineCanvas::SwitchMark>{});
     show_details();
 }
 

@@ -73,11 +73,16 @@ struct PlanRequest {
     std::vector<std::int64_t> document_lengths;
     std::uint64_t seed = 1;
 
-    // Costs: the analytic model of `hardware`, or a fitted model (`--calibrate RUN`).
+    // Costs: the analytic model of `hardware`, the fits of calibration runs (`--calibrate RUN`,
+    // several: each candidate's costs merged from them by sim::merge_calibrations), or a
+    // given model (`--cost-model FILE`, which overrides the fits as in fulcrum simulate).
+    // What none of them has comes from the analytic model, and the candidate's cost_notes
+    // say so.
     sim::HardwareAssumptions hardware;
+    std::vector<sim::Calibration> calibrations;
+    std::vector<std::string> calibration_runs;  // one RUN per calibration, as given
     std::optional<analysis::CostModel> cost_model;
-    sim::CostOrigin cost_origin;
-    std::string calibration_run;  // RUN of --calibrate, repeated in the printed commands
+    std::string cost_model_file;  // FILE of --cost-model, repeated in the printed commands
     // What adaptive CP sharding weighs (sim::SimulationConfig::attention_kernel): "cuda" for
     // the analytic model; with --calibrate, the run's own kernel (its backend's).
     std::string attention_kernel = "cuda";
@@ -155,8 +160,10 @@ struct Candidate {
     std::string train_command;     // mpirun -np W fulcrum-train ...
     std::string simulate_command;  // fulcrum simulate ... (the same candidate)
     // Costs the simulator derived rather than took from the cost model (sim::SimulationResult
-    // notes): with --calibrate, what the calibration run did not run.
+    // notes): with --calibrate, what no calibration run ran.
     std::vector<std::string> cost_notes;
+    // Where its costs came from: with several calibration runs, which run gave what.
+    std::string cost_source;
 };
 
 struct PlanCounts {
@@ -206,5 +213,15 @@ std::vector<int> split_layers(int layers, int stages, double layer_ns, double fi
 // {"format": "fulcrum plan", "version": 1, "request", "counts", "ranked": [...], "infeasible"}:
 // docs/plan.md gives the keys. `top` ranked candidates (all when 0).
 std::string plan_json(const PlanRequest& request, const PlanResult& result, int top);
+
+// A plan read back from plan_json (`fulcrum report RUN --plan PLAN.json`): the request's model,
+// cluster, data and cost source, the counts, the ranked candidates it holds (request.top_k of
+// them) and, per infeasible reason, one example (status infeasible, no memory figure: what the
+// JSON does not keep, the other candidates, is not drawn).
+struct PlanFile {
+    PlanRequest request;
+    PlanResult result;
+};
+Result<PlanFile> parse_plan_json(std::string_view json);
 
 }  // namespace fulcrum::plan

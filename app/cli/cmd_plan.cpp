@@ -33,6 +33,7 @@ struct PlanArgs {
     std::string shardings = "per-doc,zigzag,adaptive";
     std::string recomputes = "none,selective,full";
     bool no_sequence_parallel = false;
+    bool no_offload = false;
     bool equal_split = false;
     std::string output;
     std::string report;
@@ -120,6 +121,7 @@ Status build_space(PlanArgs& args) {
     space.recomputes = *recomputes;
     space.virtual_stages = *virtual_stages;
     space.sequence_parallel = !args.no_sequence_parallel;
+    space.offload = !args.no_offload;
     space.exact_layer_split = !args.equal_split;
     args.request.dtype = *dtype;
     return {};
@@ -474,6 +476,14 @@ Command add_plan_command(CLI::App& app) {
         ->group("Search");
     sub->add_flag("--no-sequence-parallel", args->no_sequence_parallel,
                   "Do not try sequence parallelism")
+        ->group("Search");
+    sub->add_flag("--no-offload", args->no_offload,
+                  "Do not try chunked attention with Q, K and V offloaded to host memory where "
+                  "activations do not fit without recomputation")
+        ->group("Search");
+    sub->add_option("--attention-chunk", r.space.attention_chunk,
+                    "The attention chunk offload is tried with (default min(4096, context / cp))")
+        ->check(CLI::NonNegativeNumber)
         ->group("Search");
     sub->add_flag("--equal-split", args->equal_split,
                   "L/p layers a stage instead of the exact split (dynamic programming)")

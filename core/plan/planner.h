@@ -47,6 +47,11 @@ struct PlanSpace {
                                                   balance::CpSharding::adaptive};
     std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
     bool sequence_parallel = true;  // try it (when tp > 1) besides plain TP
+    // Where activations do not fit without recomputation: try chunked attention with Q, K and
+    // V offloaded to host memory (fulcrum-train --attention-chunk --offload on) before
+    // recomputing. `attention_chunk` the chunk it is tried with; 0: min(4096, context / cp).
+    bool offload = true;
+    int attention_chunk = 0;
     bool exact_layer_split = true;  // false: L/p layers a stage, as fulcrum-train splits by default
     int max_tp = 0;                 // 0: GPUs per node
     int max_pp = 0;                 // 0: layers
@@ -133,8 +138,10 @@ struct Candidate {
     bool sequence_parallel = false;
     balance::Balancer balancer = balance::Balancer::fixed;
     balance::CpSharding sharding = balance::CpSharding::per_document;
-    // FPDT-style attention chunks and Q/K/V offload (fulcrum-train --attention-chunk,
-    // --offload): not searched, since neither the memory model nor the simulator plays them.
+    // FPDT-style attention chunks with Q/K/V offload (fulcrum-train --attention-chunk,
+    // --offload on): tried where activations do not fit without recomputation. The memory
+    // model prices them; the simulator does not play the copies (taken as hidden behind
+    // compute, as the engine overlaps them: docs/plan.md).
     int attention_chunk = 0;
     bool offload = false;
     std::vector<int> stage_layers;  // layers per pipeline stage; empty: L/p each

@@ -341,6 +341,59 @@ private slots:
         QVERIFY(tp_analytic);
     }
 
+    // Where activations do not fit without recomputation, offloading Q, K and V (chunked
+    // attention) is tried before recomputing: as the GPU shrinks, one rank's layout first
+    // fits only with offload (its fulcrum-train line says --attention-chunk and --offload on,
+    // its memory the offloaded Q, K, V less, plus the two slots), and without offload in the
+    // search the same memory needs recomputation.
+    void offloadBeforeRecomputation() {
+        PlanRequest request = tiny_request(1);
+        request.model.context = 2048;
+        request.lengths = "long-tail:context=2048,median=256";
+        request.flash_attention = true;
+        request.space.attention_chunk = 256;
+        request.space.balancers = {balance::Balancer::fixed};
+        std::optional<Candidate> offloaded;
+        double budget = 0.1;
+        for (; budget > 1e-4 && !offloaded; budget *= 0.9) {
+            request.gpu_memory_gib = budget;
+            auto result = plan::plan(request);
+            QVERIFY2(result, result ? "" : result.error().message.c_str());
+            for (std::size_t i : result->ranked) {
+                if (result->candidates[i].offload) {
+                    offloaded = result->candidates[i];
+                    request.gpu_memory_gib = budget;
+                    break;
+                }
+            }
+        }
+        QVERIFY2(offloaded, "no memory budget made offload the way to fit");
+        QCOMPARE(offloaded->recompute, Recompute::none);
+        QCOMPARE(offloaded->attention_chunk, 256);
+        QVERIFY(offloaded->train_command.find("--attention-chunk 256 --offload on") !=
+                std::string::npos);
+        // The memory model: Q, K, V (6 bytes a token and hidden unit in 16 bits, tp 1) off, the
+        // two [chunk, 3h] slots on.
+        MemoryShape shape;
+        shape.layers = 4;
+        shape.hidden = 64;
+        shape.heads = 4;
+        shape.sequence = 2048;
+        shape.flash_attention = true;
+        const double kept = stage_memory(shape, 0).activations_bytes;
+        shape.attention_chunk = 256;
+        shape.offload = true;
+        QCOMPARE(stage_memory(shape, 0).activations_bytes,
+                 kept - 4 * 6.0 * 2048 * 64 + 2 * 256 * 3 * 64 * 2.0);
+        request.space.offload = false;
+        auto without = plan::plan(request);
+        QVERIFY(without);
+        for (std::size_t i : without->ranked) {
+            QVERIFY(!without->candidates[i].offload);
+            QVERIFY(without->candidates[i].recompute != Recompute::none);
+        }
+    }
+
     // The planner's estimate against the simulator with alike micro-batches (every document
     // exactly the context): the same step without a pipeline, and within 5% on four stages,
     // whose stages differ only by the embedding and the LM head.

@@ -23,7 +23,7 @@ fulcrum-train, and the plan's predicted tokens/s is compared with the measured:
 
 Usage: bench/plan/rank_layouts.py [--world 2] [--rounds 3] [--build build] [--train PATH]
        [--work DIR] [--calibration-layouts pp2,tp2,tp2sp,cp2,dp2] [--plan-args "..."]
-       [--plan-only]
+       [--plan-only] [--measured WORK/result-N.json]
 A calibration layout is degrees by name, the others 1, and "sp" for sequence parallelism:
 pp2, tp2sp, pp2cp2 (4 ranks). At --world 2 each rank has a core of this 2-core machine; at 4
 two ranks share one, and a rank waiting on a neighbour yields it, which the simulator (a core
@@ -151,6 +151,9 @@ def main():
                              "1) and sp for sequence parallelism, e.g. pp2,tp2,tp2sp,cp2,dp2")
     parser.add_argument("--plan-args", default="",
                         help="more fulcrum plan options, e.g. to narrow the search at --world 4")
+    parser.add_argument("--measured", default=None,
+                        help="WORK/result-N.json of an earlier run: rank this plan against its "
+                             "measurements instead of measuring again (to compare calibrations)")
     parser.add_argument("--plan-only", action="store_true",
                         help="capture and plan, print the plan's ranking, measure nothing")
     args = parser.parse_args()
@@ -206,8 +209,8 @@ def main():
     candidates = plan["ranked"]
     with open(os.path.join(work, f"plan-{world}.json"), "w") as f:
         json.dump(plan, f, indent=1)
-    print(f"plan: {len(candidates)} candidates in {plan_seconds:.1f} s; derived from the "
-          f"analytic model: {plan['derived_costs'] or 'nothing'}", file=sys.stderr)
+    print(f"plan: {len(candidates)} candidates in {plan_seconds:.1f} s; derived costs: "
+          f"{plan['derived_costs'] or 'none'}", file=sys.stderr)
     if args.plan_only:
         for i, c in enumerate(candidates):
             print(f"{i + 1}. {layout_name(c)}: {c['tokens_per_second']:,.0f} tokens/s "
@@ -217,7 +220,15 @@ def main():
     # 3. Every candidate over one epoch, rounds rotated by a fraction of the list each round.
     samples = [[] for _ in candidates]
     n = len(candidates)
-    for r in range(args.rounds):
+    if args.measured:
+        # Another plan (other calibration runs) against measurements already taken.
+        with open(args.measured) as f:
+            before = {entry["layout"]: entry["samples"] for entry in json.load(f)["layouts"]}
+        for k, c in enumerate(candidates):
+            if layout_name(c) not in before:
+                sys.exit(f"--measured {args.measured} has no {layout_name(c)}: measure again")
+            samples[k] = before[layout_name(c)]
+    for r in range(0 if args.measured else args.rounds):
         offset = r * n // args.rounds
         for i in range(n):
             k = (offset + i) % n
@@ -244,7 +255,7 @@ def main():
     lines += [f"`fulcrum capture -- {line}`" for line in calibration_lines] + [""]
     lines += [f"`{shlex.join(['fulcrum'] + plan_command[1:])}` "
               f"({plan['counts']['simulated']} simulated, {plan_seconds:.1f} s)", ""]
-    lines += [f"derived from the analytic model: {note}" for note in plan["derived_costs"]]
+    lines += [f"derived: {note}" for note in plan["derived_costs"]]
     lines += ["", "| plan rank | layout | m | predicted tokens/s | measured tokens/s | "
               "max/min of rounds | measured rank | vs best measured |",
               "|---|---|---|---|---|---|---|---|"]
@@ -268,8 +279,7 @@ def main():
     with open(os.path.join(work, f"result-{world}.json"), "w") as f:
         json.dump({"rho": rho, "first_vs_best": measured[first] / best,
                    "layouts": [{"layout": layout_name(c), "predicted": predicted[i],
-                                "measured": measured[i],
-                                "samples": [s["tokens_per_s"] for s in samples[i]]}
+                                "measured": measured[i], "samples": samples[i]}
                                for i, c in enumerate(candidates)]}, f, indent=1)
     print(f"\nwork: {work}", file=sys.stderr)
 

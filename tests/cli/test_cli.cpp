@@ -580,6 +580,66 @@ private slots:
         QVERIFY(tp_analytic);
     }
 
+    // --cost-model FILE, as simulate takes it (here the model simulate --json printed for a pp2
+    // grid): the plan names it as its cost source, and every simulate line repeats it and plays
+    // the same figures; a file that is not a cost model is refused with exit 2.
+    void planWithCostModelFile() {
+        const Outcome simulated = run(fulcrum(),
+                                      {"simulate", "--layers", "4", "--pp", "2", "--micro-batches",
+                                       "4", "--documents", "200", "--steps", "1", "--json"},
+                                      work_.path());
+        QCOMPARE(simulated.exit_code, 0);
+        const QJsonObject model = QJsonDocument::fromJson(simulated.output.toUtf8())
+                                      .object()
+                                      .value("cost_model")
+                                      .toObject();
+        QVERIFY(!model.isEmpty());
+        QFile file(work_.filePath("pp2-costs.json"));
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write(QJsonDocument(model).toJson());
+        file.close();
+        const QStringList plan = {"plan",
+                                  "--world",
+                                  "2",
+                                  "--layers",
+                                  "4",
+                                  "--global-batch",
+                                  "4",
+                                  "--documents",
+                                  "200",
+                                  "--top",
+                                  "3",
+                                  "--json",
+                                  "--cost-model",
+                                  "pp2-costs.json"};
+        const Outcome planned = run(fulcrum(), plan, work_.path());
+        QVERIFY2(planned.exit_code == 0, qPrintable(planned.output));
+        const QJsonObject json = QJsonDocument::fromJson(planned.output.toUtf8()).object();
+        const QJsonObject top = json.value("ranked").toArray().at(0).toObject();
+        QStringList command = top.value("simulate_command").toString().split(' ');
+        QCOMPARE(command.takeFirst(), QString("fulcrum"));
+        QCOMPARE(command.mid(1, 2), (QStringList{"--cost-model", "pp2-costs.json"}));
+        const Outcome replayed = run(fulcrum(), command + QStringList{"--json"}, work_.path());
+        QCOMPARE(replayed.exit_code, 0);
+        QCOMPARE(QJsonDocument::fromJson(replayed.output.toUtf8())
+                     .object()
+                     .value("results")
+                     .toArray()
+                     .at(0)
+                     .toObject()
+                     .value("tokens_per_second")
+                     .toDouble(),
+                 top.value("tokens_per_second").toDouble());
+        QFile bad(work_.filePath("bad-costs.json"));
+        QVERIFY(bad.open(QIODevice::WriteOnly));
+        bad.write("[1, 2]");
+        bad.close();
+        const Outcome refused = run(
+            fulcrum(), plan.mid(0, plan.size() - 1) + QStringList{"bad-costs.json"}, work_.path());
+        QCOMPARE(refused.exit_code, 2);
+        QVERIFY2(refused.output.contains("bad-costs.json"), qPrintable(refused.output));
+    }
+
     // fulcrum report RUN --plan PLAN.json: the run's report with the plan's chart and top k
     // (the ranked candidates the JSON holds), the same table as plan --report draws; a missing
     // file and JSON that is not a plan are refused with exit 2, saying which.

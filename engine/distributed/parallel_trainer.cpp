@@ -391,8 +391,6 @@ std::vector<PipelineOp> ParallelTrainer::step_ops(int microbatches) const {
 
 Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     const GridCoordinates me = topology_.coordinates();
-    const auto& replica = plan.replicas.at(static_cast<std::size_t>(me.dp));
-    const int microbatches = static_cast<int>(replica.size());
     if (plan.target_tokens <= 0) {
         return Error{ErrorCode::invalid_input,
                      "step " + std::to_string(plan.step) + " has no target tokens"};
@@ -400,28 +398,44 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     emit_workload(plan);
     instrument::KeyScope keys({plan.step, -1, me.pp, Phase::none});
     instrument::Range step_range("step", Category::schedule);
+    model_.zero_gradients();
+    auto passes = run_passes(plan, float(1.0 / double(plan.target_tokens)));
+    if (!passes) {
+        return passes.error();
+    }
+    reduce_gradients(plan.step);
+    StepReport report;
+    report.target_tokens = plan.target_tokens;
+    report.tokens = passes->tokens;
+    report.micro_batches = passes->micro_batches;
+    update(report);
+    double loss[1] = {passes->loss_sum};
+    groups_.world->all_reduce_sum(std::span<double>(loss));
+    report.loss = loss[0] / double(plan.target_tokens);
+    return report;
+}
 
+Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan,
+                                                            float loss_scale) {
+    const GridCoordinates me = topology_.coordinates();
+    const auto& replica = plan.replicas.at(static_cast<std::size_t>(me.dp));
+    const int microbatches = static_cast<int>(replica.size());
     std::vector<LocalBatch> batches;
     batches.reserve(replica.size());
-    StepReport report;
-    report.step = ++steps_taken_;
-    report.target_tokens = plan.target_tokens;
+    Passes passes;
     for (const auto& planned : replica) {
         auto local = local_micro_batch(planned);
         if (!local) {
             return local.error();
         }
         batches.push_back(std::move(*local));
-        report.tokens += std::visit([](const auto& b) { return b.size(); }, batches.back());
+        passes.tokens += std::visit([](const auto& b) { return b.size(); }, batches.back());
     }
-    report.micro_batches = microbatches;
+    passes.micro_batches = microbatches;
     while (activations_.size() < batches.size()) {
         activations_.push_back(std::make_unique<Activations>(model_, blocks_held()));
         activations_.back()->allocate_by_schedule();
     }
-
-    model_.zero_gradients();
-    const float loss_scale = float(1.0 / double(plan.target_tokens));
     double loss_sum = 0;
     // A replica may have no micro-batch (the last global batch of an epoch with fewer
     // documents than replicas): it runs no pass and takes part in the reductions with zeros.
@@ -451,23 +465,21 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     }
     groups_.pp->wait_sends();
     groups_.pp_gradients->wait_sends();
-    reduce_gradients(plan.step);
-
-    {
-        instrument::Range range("optimizer", Category::optimizer);
-        report.grad_norm = gradient_norm();
-        report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);
-        report.learning_rate = learning_rate_at(config_.train, report.step);
-        optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
-                          report.learning_rate);
-    }
     // Loss: summed on the last stage's ranks (once per TP group; over every TP rank's rows
     // under sequence parallelism) over their local tokens.
     const bool counts_loss = topology_.last_stage() && (me.tp == 0 || model_.sequence_parallel());
-    double loss[1] = {counts_loss ? loss_sum : 0.0};
-    groups_.world->all_reduce_sum(std::span<double>(loss));
-    report.loss = loss[0] / double(plan.target_tokens);
-    return report;
+    passes.loss_sum = counts_loss ? loss_sum : 0.0;
+    return passes;
+}
+
+void ParallelTrainer::update(StepReport& report) {
+    instrument::Range range("optimizer", Category::optimizer);
+    report.step = ++steps_taken_;
+    report.grad_norm = gradient_norm();
+    report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);
+    report.learning_rate = learning_rate_at(config_.train, report.step);
+    optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
+                      report.learning_rate);
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {

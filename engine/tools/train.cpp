@@ -116,7 +116,8 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.recompute = o.recompute;
     config.sequence_parallel = o.sequence_parallel;
     config.overlap_grad_reduce =
-        o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
+        o.hot_switch.empty() &&
+        (o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl"));
     config.dtype = "fp32";
     config.balancer = o.balancer;
     config.cp_shard = o.cp_shard;
@@ -171,6 +172,11 @@ Result<plan::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Options&
         return invalid(
             "--hot-switch splits each layout's layers evenly over its stages, one model chunk "
             "each; leave out --stage-layers, --virtual-stages and the interleaved schedule");
+    }
+    if (o.overlap_reduce == "on") {
+        return invalid(
+            "--hot-switch reduces each bucket's gradients after its passes; leave "
+            "out --overlap-grad-reduce on");
     }
     if (o.sequence_parallel) {
         return invalid(
@@ -717,7 +723,7 @@ int main(int argc, char** argv) {
     train_config.balancer = *balancer;
     train_config.overlap_reduction =
         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
-    if (rank == 0 && train_config.overlap_reduction && o.grid.dp * o.grid.cp > 1) {
+    if (rank == 0 && train_config.overlap_reduction && o.grid.dp * o.grid.cp > 1 && !hot_switch) {
         std::printf("gradient reduction: layer by layer during the last backward pass\n");
         std::fflush(stdout);
     }
@@ -734,6 +740,9 @@ int main(int argc, char** argv) {
         hot_config.attention = {o.attention_chunk, o.offload == "on"};
         hot_config.recompute = *recompute;
         hot_config.train = train_config;
+        // A bucket may take several rounds of passes over one gradient buffer, which a
+        // reduction in flight from the round before would still be reading.
+        hot_config.train.overlap_reduction = false;
         hot_config.packing = planner_options;
         hot_config.gpus_per_node = node.local_size;
         hot = std::make_unique<HotSwitchTrainer>(*backend, *world,

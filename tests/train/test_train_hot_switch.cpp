@@ -158,6 +158,12 @@ private slots:
         QTest::newRow("with stage layers")
             << QStringList{"--hot-switch", "0-32:dp2;32-:pp2", "--stage-layers", "1,3"}
             << "leave out --stage-layers";
+        QTest::newRow("with overlapped reduction")
+            << QStringList{"--hot-switch", "0-32:dp2;32-:tp2", "--overlap-grad-reduce", "on"}
+            << "leave out --overlap-grad-reduce on";
+        QTest::newRow("with sequence parallelism")
+            << QStringList{"--hot-switch", "0-32:dp2;32-:tp2", "--sequence-parallel"}
+            << "does not take --sequence-parallel";
         QTest::newRow("check without a spec") << QStringList{"--hot-switch-check"} << "give one";
     }
     void badSpecsFailBeforeAnyWork() {

@@ -3,9 +3,9 @@
 // steps within 1e-5 relative, as test_train_layouts holds every static layout to (its header
 // says why that tolerance). The rows switch between DP and CP (nothing moves), to a TP layout
 // (each TP rank's slice of the split tensors moves), to a pipeline (layers move to their
-// stage), and all of them on 4 ranks. Each run also moves the parameters from the first layout
-// to every other one and back before training (--hot-switch-check) and must get the same bits.
-// And bad specs fail before any work with one message.
+// stage), all of them on 4 ranks, and TP 2 → 4. Each run also moves the parameters from the
+// first layout to every other one and back before training (--hot-switch-check) and must get
+// the same bits. And bad specs fail before any work with one message.
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTemporaryDir>
@@ -81,6 +81,9 @@ private slots:
         QTest::newRow("dp2, pp2") << 2 << "0-48:dp2;48-:pp2" << 2 << true;
         QTest::newRow("dp4, dp2 tp2, cp2 pp2")
             << 4 << "0-32:dp4;32-64:dp2,tp2;64-:cp2,pp2" << 4 << true;
+        // TP 2 → 4 → 1: each layer's split tensors in lcm(2, 4) = 4 pieces of one head.
+        QTest::newRow("dp2 tp2, tp4, dp2 pp2")
+            << 4 << "0-40:dp2,tp2;40-80:tp4;80-:dp2,pp2" << 2 << true;
     }
     void hotSwitchMatchesOneRank() {
         QFETCH(int, ranks);

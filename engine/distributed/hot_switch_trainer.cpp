@@ -162,7 +162,7 @@ Status HotSwitchTrainer::check(const plan::HotSwitchSpec& spec, const GptConfig&
 HotSwitchTrainer::HotSwitchTrainer(Backend& backend, Communicator& world,
                                    Communicator& device_world, const TrainingDocuments& documents,
                                    HotSwitchConfig config)
-    : backend_(backend), world_(world), documents_(documents), config_(std::move(config)) {
+    : world_(world), documents_(documents), config_(std::move(config)) {
     traffic_.sent_to.assign(static_cast<std::size_t>(world.size()), 0.0);
     for (const plan::HotSwitchBucket& bucket : config_.spec.buckets) {
         const auto same = std::find_if(layouts_.begin(), layouts_.end(), [&](const auto& layout) {

@@ -118,7 +118,6 @@ private:
             bucket_layout_[static_cast<std::size_t>(bucket)])];
     }
 
-    Backend& backend_;
     Communicator& world_;
     const TrainingDocuments& documents_;
     HotSwitchConfig config_;

@@ -448,10 +448,17 @@ Status HotSwitchTrainer::run_bucket(int b, const std::vector<balance::Document>&
     }
     layout.model->zero_gradients();
     for (const StepPlan& round : rounds) {
-        auto passes = layout.trainer->run_passes(round, loss_scale);
+        auto passes = layout.trainer->run_passes(round, loss_scale, numbered_microbatches_);
         if (!passes) {
             return passes.error();
         }
+        // Numbered on by the round's largest replica, the same on every rank, so that a
+        // micro-batch keeps one number on all the stages it passes through.
+        std::size_t largest = 0;
+        for (const auto& replica : round.replicas) {
+            largest = std::max(largest, replica.size());
+        }
+        numbered_microbatches_ += static_cast<int>(largest);
         loss_sum += passes->loss_sum;
         report.tokens += passes->tokens;
         report.micro_batches += passes->micro_batches;
@@ -492,6 +499,7 @@ Result<StepReport> HotSwitchTrainer::step(const StepPlan& global) {
     StepReport report;
     report.target_tokens = global.target_tokens;
     double loss_sum = 0;
+    numbered_microbatches_ = 0;
     int current = 0;  // the bucket whose layout holds the step's state (home: bucket 0's)
     bool accumulated = false;
     for (int b = 0; b < buckets; ++b) {

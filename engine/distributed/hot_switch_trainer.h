@@ -124,6 +124,7 @@ private:
     std::vector<std::unique_ptr<LayoutEngine>> layouts_;  // [0]: home
     std::vector<int> bucket_layout_;                      // bucket → index in layouts_
     SwitchTraffic traffic_;
+    int numbered_microbatches_ = 0;  // of the step so far: the next round's first `mb`
     bool annotate_ = true;
 };
 

@@ -148,7 +148,8 @@ void ParallelTrainer::run_forward(int step, const PipelineOp& op, const LocalBat
                                   Activations& acts, double& loss_sum) {
     const int stage = topology_.coordinates().pp, p = topology_.shape().pp;
     const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
-    instrument::KeyScope keys({step, op.microbatch, stage, Phase::forward, -1, op.chunk});
+    instrument::KeyScope keys(
+        {step, first_microbatch_ + op.microbatch, stage, Phase::forward, -1, op.chunk});
     instrument::Range range(range_name::kForward, Category::compute);
     if (op.chunk == 0) {
         // A micro-batch's first pass on this stage; its other chunks reuse what it loaded.
@@ -240,7 +241,8 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
     const BackwardPart part = parallel::splits_backward(config_.schedule)
                                   ? BackwardPart::input_gradients
                                   : BackwardPart::whole;
-    instrument::KeyScope keys({step, op.microbatch, stage, Phase::backward, -1, op.chunk});
+    instrument::KeyScope keys(
+        {step, first_microbatch_ + op.microbatch, stage, Phase::backward, -1, op.chunk});
     instrument::Range range(range_name::kBackward, Category::compute);
     if (part == BackwardPart::input_gradients) {
         acts.allocate_output_gradients(layers.first, layers.last);
@@ -280,7 +282,8 @@ void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activ
                                            bool reduce_layers) {
     const int stage = topology_.coordinates().pp;
     const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
-    instrument::KeyScope keys({step, op.microbatch, stage, Phase::weight_grad, -1, op.chunk});
+    instrument::KeyScope keys(
+        {step, first_microbatch_ + op.microbatch, stage, Phase::weight_grad, -1, op.chunk});
     instrument::Range range(range_name::kWeightGradients, Category::compute);
     if (holds_head(op.chunk)) {
         model_.backward_weights_head(acts);
@@ -415,8 +418,9 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     return report;
 }
 
-Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan,
-                                                            float loss_scale) {
+Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan, float loss_scale,
+                                                            int first_microbatch) {
+    first_microbatch_ = first_microbatch;
     const GridCoordinates me = topology_.coordinates();
     const auto& replica = plan.replicas.at(static_cast<std::size_t>(me.dp));
     const int microbatches = static_cast<int>(replica.size());

@@ -94,7 +94,9 @@ public:
         std::int64_t tokens = 0;  // this rank's, as StepReport::tokens
         int micro_batches = 0;
     };
-    Result<Passes> run_passes(const StepPlan& plan, float loss_scale);
+    // `first_microbatch`: the number its first micro-batch has in the trace (the passes of
+    // one step under several plans are numbered on, so that (step, mb) names one).
+    Result<Passes> run_passes(const StepPlan& plan, float loss_scale, int first_microbatch = 0);
     // The summed gradients: the tied embedding's over its stages, DP × CP, sequence parallel.
     void reduce_gradients(int step);
     // The global gradient norm, clipping and AdamW over reduced gradients; fills the report's
@@ -152,6 +154,7 @@ private:
     // One per micro-batch of the step, holding device memory only while in flight.
     std::vector<std::unique_ptr<Activations>> activations_;
     std::int64_t steps_taken_ = 0;
+    int first_microbatch_ = 0;  // run_passes'
 };
 
 }  // namespace fulcrum::engine

@@ -9,6 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
+#include <tuple>
+
 #include "core/store/trace_reader.h"
 #include "core/trace/annotations.h"
 #include "tests/train/mpi_environment.h"
@@ -117,6 +120,15 @@ private slots:
         }
         // tp2 → dp2 on both ranks in every step with long documents; at least two do.
         QVERIFY2(switches >= 4, qPrintable(QString::number(switches)));
+        // Micro-batches are numbered on through a step's buckets: one forward pass per
+        // (lane, step, micro-batch), none renumbered from 0 by the second bucket.
+        std::set<std::tuple<std::int64_t, int, int>> forwards;
+        for (const Event& event : events) {
+            if (trace->string(event.name) == range_name::kForward) {
+                QVERIFY(forwards.insert({event.lane.value, event.step, event.microbatch}).second);
+            }
+        }
+        QVERIFY(!forwards.empty());
     }
 };
 

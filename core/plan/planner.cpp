@@ -848,12 +848,12 @@ std::string cost_source(const PlanRequest& request) {
     if (request.calibrations.empty()) {
         return sim::describe(request.hardware);
     }
+    if (request.calibrations.size() == 1) {
+        return request.calibrations.front().model.source;
+    }
     std::string runs;
     for (const std::string& run : request.calibration_runs) {
         runs += (runs.empty() ? "'" : ", '") + run + "'";
-    }
-    if (request.calibrations.size() == 1) {
-        return request.calibrations.front().model.source;
     }
     return "fitted on " + runs + ", each cost on the run nearest the layout that ran it";
 }

@@ -180,8 +180,8 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
 namespace {
 
 // How far a run's layout is from the simulated one, compared lexicographically: 0 where a
-// dimension matches. `first` is the degree compared before the others (a collective's own
-// dimension; 0 for passes).
+// dimension matches. `run_first` and `grid_first` are compared before the others (the degree
+// of a collective's own dimension in each; 0 and 0 for passes).
 struct LayoutDistance {
     std::array<int, 6> mismatches{};
     auto operator<=>(const LayoutDistance&) const = default;
@@ -263,18 +263,14 @@ Calibration merge_calibrations(const std::vector<Calibration>& runs,
             if (merged.model.collective(cost.name) != nullptr || degree == 1) {
                 continue;
             }
+            const auto from = [&](std::size_t i) {
+                return distance(runs[i], grid, sequence_parallel,
+                                collective_degree(cost.role, runs[i].grid), degree);
+            };
             std::size_t best = runs.size();
             for (std::size_t i = 0; i < runs.size(); ++i) {
-                if (runs[i].model.collective(cost.name) == nullptr) {
-                    continue;
-                }
-                const auto d = distance(runs[i], grid, sequence_parallel,
-                                        collective_degree(cost.role, runs[i].grid),
-                                        collective_degree(cost.role, grid));
-                if (best == runs.size() ||
-                    d < distance(runs[best], grid, sequence_parallel,
-                                 collective_degree(cost.role, runs[best].grid),
-                                 collective_degree(cost.role, grid))) {
+                if (runs[i].model.collective(cost.name) != nullptr &&
+                    (best == runs.size() || from(i) < from(best))) {
                     best = i;
                 }
             }

@@ -4,9 +4,6 @@
 
 #include <QHeaderView>
 #include <QHelpEvent>
-#include <QJsonArray>
-#include <QJsonDocument>
-#include <QJsonObject>
 #include <QLabel>
 #include <QPushButton>
 #include <QSplitter>
@@ -70,97 +67,13 @@ QString tip(const Candidate& c, int rank) {
 
 // ---- A plan read back from `fulcrum plan --json` ----
 
-namespace {
-
-Result<Candidate> candidate_from_json(const QJsonObject& o) {
-    Candidate c;
-    c.grid = {.dp = o["dp"].toInt(1),
-              .tp = o["tp"].toInt(1),
-              .pp = o["pp"].toInt(1),
-              .cp = o["cp"].toInt(1)};
-    c.microbatches = o["microbatches"].toInt(1);
-    auto schedule = parallel::parse_schedule(o["schedule"].toString().toStdString());
-    auto recompute = plan::parse_recompute(o["recompute"].toString().toStdString());
-    auto balancer = balance::parse_balancer(o["balancer"].toString().toStdString());
-    auto sharding = balance::parse_cp_sharding(o["cp_shard"].toString().toStdString());
-    if (!schedule || !recompute || !balancer || !sharding)
-        return Error{ErrorCode::invalid_input,
-                     "a ranked candidate has an unknown schedule, recompute, balancer or cp_shard"};
-    c.schedule = *schedule;
-    c.recompute = *recompute;
-    c.balancer = *balancer;
-    c.sharding = *sharding;
-    c.virtual_stages = o["virtual_stages"].toInt(1);
-    c.sequence_parallel = o["sequence_parallel"].toBool();
-    for (const QJsonValue layers : o["stage_layers"].toArray())
-        c.stage_layers.push_back(layers.toInt());
-    c.status = CandidateStatus::ranked;
-    c.step_ns = o["step_ns"].toDouble();
-    c.estimated_step_ns = o["estimated_step_ns"].toDouble();
-    c.tokens_per_second = o["tokens_per_second"].toDouble();
-    c.mfu = o["mfu"].toDouble();
-    c.bubble_fraction = o["bubble_fraction"].toDouble();
-    c.imbalance = o["imbalance"].toDouble(1);
-    const QJsonObject memory = o["memory"].toObject();
-    c.memory = {.stage = memory["stage"].toInt(),
-                .weights_gib = memory["weights_gib"].toDouble(),
-                .gradients_gib = memory["gradients_gib"].toDouble(),
-                .optimizer_gib = memory["optimizer_gib"].toDouble(),
-                .activations_gib = memory["activations_gib"].toDouble(),
-                .total_gib = memory["total_gib"].toDouble()};
-    c.train_command = o["train_command"].toString().toStdString();
-    c.simulate_command = o["simulate_command"].toString().toStdString();
-    return c;
-}
-
-}  // namespace
-
+// The one reader of the plan's JSON (core/plan/planner.h), as `fulcrum report --plan` reads it.
 Result<PlanData> read_plan_json(const QByteArray& json) {
-    QJsonParseError error;
-    const QJsonDocument document = QJsonDocument::fromJson(json, &error);
-    const QJsonObject root = document.object();
-    if (error.error != QJsonParseError::NoError)
-        return Error{ErrorCode::invalid_input, "not JSON: " + error.errorString().toStdString()};
-    if (root["format"].toString() != QLatin1String("fulcrum plan") || root["version"].toInt() != 1)
-        return Error{ErrorCode::invalid_input,
-                     "not the output of fulcrum plan --json (format \"fulcrum plan\", version 1)"};
-    PlanData data;
-    const QJsonObject request = root["request"].toObject();
-    const QJsonObject model = request["model"].toObject();
-    data.request.model = {.layers = model["layers"].toInt(),
-                          .hidden = model["hidden"].toInt(),
-                          .heads = model["heads"].toInt(),
-                          .context = model["context"].toInt(),
-                          .vocab = model["vocab"].toInt()};
-    for (const QJsonValue world : request["world_sizes"].toArray())
-        data.request.world_sizes.push_back(world.toInt());
-    data.request.gpus_per_node = request["gpus_per_node"].toInt(8);
-    data.request.gpu_memory_gib = request["gpu_memory_gib"].toDouble(80);
-    data.request.usable_memory_fraction = request["usable_memory_fraction"].toDouble(0.9);
-    data.request.global_batch = request["global_batch"].toInt(1024);
-    data.request.lengths = request["lengths"].toString().toStdString();
-    data.result.cost_source = request["cost_model"].toString().toStdString();
-    const QJsonObject counts = root["counts"].toObject();
-    data.result.counts.enumerated = counts["enumerated"].toInteger();
-    data.result.counts.infeasible = counts["infeasible"].toInteger();
-    data.result.counts.dominated = counts["dominated"].toInteger();
-    data.result.counts.estimated = counts["estimated"].toInteger();
-    data.result.counts.simulated = counts["simulated"].toInteger();
-    data.result.elapsed_s = root["elapsed_s"].toDouble();
-    for (const QJsonValue entry : root["ranked"].toArray()) {
-        auto candidate = candidate_from_json(entry.toObject());
-        if (!candidate)
-            return candidate.error();
-        data.result.ranked.push_back(data.result.candidates.size());
-        data.result.candidates.push_back(std::move(*candidate));
+    auto file = plan::parse_plan_json(std::string_view(json.constData(), json.size()));
+    if (!file) {
+        return file.error();
     }
-    for (const QJsonValue entry : root["infeasible"].toArray()) {
-        const QJsonObject reason = entry.toObject();
-        data.result.counts.infeasible_by_reason.emplace_back(
-            reason["reason"].toString().toStdString(), reason["candidates"].toInteger());
-    }
-    data.request.top_k = static_cast<int>(data.result.ranked.size());
-    return data;
+    return PlanData{std::move(file->request), std::move(file->result)};
 }
 
 // ---- The table of the top k ----

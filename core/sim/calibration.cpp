@@ -169,7 +169,8 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                           run.hidden,
                           run.tp,
                           settings->config.recompute,
-                          settings->config.virtual_stages};
+                          settings->config.virtual_stages,
+                          run.gemm_gflops};
     return calibration;
 }
 

@@ -141,28 +141,23 @@ double gemm_efficiency(const HardwareAssumptions& hardware, double flops) {
 
 namespace {
 
-// The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
-PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& grid,
-                          const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
-                          int stage) {
+// The GEMMs of one token's forward pass on `stage` for one rank: QKV (h → 3h/tp), projection
+// (h/tp → h), MLP (h → 4h/tp → h), 24·h²/tp a layer, and the LM head on the last stage; with
+// a described system each GEMM at its size's efficiency, for a micro-batch of `context` tokens
+// split over CP, the head vocabulary-parallel over TP (Megatron-LM). The dW GEMMs of the
+// backward are the same FLOPs at the same sizes, so this is also W's per-token time.
+double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::GridShape& grid,
+                                  const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
+                                  int stage) {
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
     const double layers =
         layers_of(stage, grid.pp, model.layers, knobs.stage_layers, knobs.virtual_stages);
     const bool last = stage == grid.pp - 1;
-    PassCost forward;
-    forward.stage = static_cast<std::int16_t>(stage);
-    forward.phase = Phase::forward;
-    forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
     if (hardware.gemm_efficiency.empty()) {
-        const double flops_per_ns = hardware.tflops * 1e3;
         const double head = last ? 2.0 * h * model.vocab : 0.0;
-        forward.per_token_ns = (24.0 * h * h * layers / tp + head) / flops_per_ns;
-        forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
-        return forward;
+        return (24.0 * h * h * layers / tp + head) / (hardware.tflops * 1e3);
     }
-    // A described system: each GEMM at its size's efficiency, for a micro-batch of `context`
-    // tokens split over CP; the LM head is vocabulary-parallel over TP (Megatron-LM).
     const double peak =
         (knobs.dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
                                                                 : hardware.tflops) *
@@ -171,19 +166,42 @@ PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& gr
     const auto gemm_ns = [&](double flops_per_token) {
         return flops_per_token / (peak * gemm_efficiency(hardware, flops_per_token * tokens));
     };
-    // QKV (h → 3h/tp), projection (h/tp → h), MLP (h → 4h/tp → h): 24·h²/tp a token.
     double per_token =
         layers * (gemm_ns(6 * h * h / tp) + gemm_ns(2 * h * h / tp) + 2 * gemm_ns(8 * h * h / tp));
     if (last) {
         per_token += gemm_ns(2 * h * model.vocab / tp);
     }
+    return per_token;
+}
+
+// The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
+PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& grid,
+                          const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
+                          int stage) {
+    const double h = model.hidden;
+    const double tp = std::max(grid.tp, 1);
+    const double layers =
+        layers_of(stage, grid.pp, model.layers, knobs.stage_layers, knobs.virtual_stages);
+    PassCost forward;
+    forward.stage = static_cast<std::int16_t>(stage);
+    forward.phase = Phase::forward;
+    forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
+    forward.per_token_ns = analytic_gemm_per_token_ns(model, grid, hardware, knobs, stage);
+    if (hardware.gemm_efficiency.empty()) {
+        const double flops_per_ns = hardware.tflops * 1e3;
+        forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
+        return forward;
+    }
+    const double peak =
+        (knobs.dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
+                                                                : hardware.tflops) *
+        1e3;
     // Elementwise work reads and writes what a layer keeps for its backward pass (Korthikanti
     // et al. 2022, Table 2, in 16-bit bytes: (10 + 24/t)·h a token, 34·h/t with sequence
     // parallelism), at the activations' element size.
     const double kept = knobs.sequence_parallel ? 34.0 * h / tp : (10.0 + 24.0 / tp) * h;
     const double scale = static_cast<double>(element_bytes(knobs.dtype)) / 2.0;
-    per_token += layers * 2.0 * kept * scale / hardware.hbm_gbs;
-    forward.per_token_ns = per_token;
+    forward.per_token_ns += layers * 2.0 * kept * scale / hardware.hbm_gbs;
     // The attention core: 4h/tp FLOPs a query·key pair; a full-square kernel computes twice the
     // causal pairs and streams 5a/t bytes of scores, softmax and dropout mask a pair, twice.
     const double square = hardware.attention_full_square ? 2.0 : 1.0;
@@ -340,13 +358,52 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     return resolved;
 }
 
+// The FLOPs of one token's weight-gradient GEMMs on `stage`, per rank: dW of QKV, the
+// projection and the MLP's two, 24·h²/tp a layer, and of the LM head, 2·h·V/tp, on the last
+// stage (fulcrum-train's W computes the tied embedding's head gradient, engine/model/gpt.cpp).
+double weight_gradient_flops_per_token(const ModelShape& shape, const parallel::GridShape& grid,
+                                       const TrainingKnobs& knobs, int stage) {
+    const double h = shape.hidden, tp = std::max(grid.tp, 1);
+    const double layers =
+        layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
+    const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab / tp : 0.0;
+    return 24.0 * h * h * layers / tp + head;
+}
+
+// W of `stage` (Zero Bubble, Qi et al., ICLR'24, §2: the weight gradients, dW of every GEMM;
+// B keeps the input gradients, dX of every GEMM, the attention core's backward and every
+// elementwise backward) out of the backward `base` (without recomputation). The one place that
+// splits a backward the fit did not split:
+//   - a fitted run that measured its GEMM rate (fulcrum-train's gemm_gflops, run.config):
+//     W's per-token term is the dW FLOPs at that rate. On the CPU backend the dW GEMMs run at
+//     BLAS speed while the rest of the backward (LayerNorm, GeLU, the attention loops) runs
+//     several times slower per FLOP, so W is ~25% of the backward's time, not its FLOPs' half;
+//   - the analytic model: the dW GEMMs are the forward's GEMMs transposed, the same FLOPs at
+//     the same size and so the same efficiency: W's per-token term is the forward's GEMM time;
+//   - a fitted run that did not: the FLOPs' share, half the per-token term (dX and dW of a GEMM
+//     cost the same; the elementwise backward is a few FLOPs an element against 2·h of a GEMM).
+// No per-pair term (attention has no weights); half the fixed term (dW are half the GEMM
+// launches). W is never more than the backward's per-token term.
+PassCost weight_gradient_part(const PassCost& base, double gemm_per_token_ns, std::string_view how,
+                              int stage, std::vector<std::string>& notes) {
+    PassCost w = base;
+    w.fixed_ns *= 0.5;
+    w.per_pair_ns = 0;
+    w.per_token_ns = gemm_per_token_ns >= 0 ? std::min(gemm_per_token_ns, base.per_token_ns)
+                                            : 0.5 * base.per_token_ns;
+    w.phase = Phase::weight_grad;
+    notes.push_back("stage " + std::to_string(stage) + " wgrad: " + std::string(how));
+    return w;
+}
+
 // One stage's passes under the knobs (docs/simulate.md, "Knobs"), from its forward, its
-// backward and, when the fitted run split them, its W.
+// backward and, when the fitted run split them, its W. `gemm_per_token_ns`: W's per-token
+// time when known (weight_gradient_part), else < 0.
 void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
                       const PassCost& backward, bool backward_fitted,
-                      const std::optional<PassCost>& weight, const CostOrigin& origin,
-                      const ModelShape& shape, const parallel::GridShape& grid,
-                      const TrainingKnobs& knobs) {
+                      const std::optional<PassCost>& weight, double gemm_per_token_ns,
+                      std::string_view how, const CostOrigin& origin, const ModelShape& shape,
+                      const parallel::GridShape& grid, const TrainingKnobs& knobs) {
     const bool split = parallel::splits_backward(knobs.schedule);
     const double h = shape.hidden;
     const double layers =
@@ -368,14 +425,7 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
     passes[1] = base;
     if (split) {
         if (!weight) {
-            // The weight-gradient GEMMs are half of the backward's (dX and dW of every
-            // GEMM cost the same); attention has no weights (Zero Bubble, §2).
-            w = base;
-            w.fixed_ns *= 0.5;
-            w.per_token_ns *= 0.5;
-            w.per_pair_ns = 0;
-            costs.notes.push_back("stage " + std::to_string(stage) +
-                                  " wgrad: half the backward's per-token and fixed terms");
+            w = weight_gradient_part(base, gemm_per_token_ns, how, stage, costs.notes);
         }
         w.phase = Phase::weight_grad;
         passes[1] = combine(base, w, -1);
@@ -423,8 +473,22 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
             weight = fitted_pass(*model, origin, shape, grid, knobs, stage, Phase::weight_grad,
                                  costs.notes);
         }
-        set_stage_passes(costs, stage, forward, backward, backward_fitted, weight, origin, shape,
-                         grid, knobs);
+        // W's per-token time where something measured or modelled it (weight_gradient_part).
+        double gemm_per_token_ns = -1;
+        std::string how = "half the backward's per-token and fixed terms (dX and dW FLOPs alike)";
+        if (backward_fitted && origin.gemm_gflops > 0) {
+            gemm_per_token_ns =
+                weight_gradient_flops_per_token(shape, grid, knobs, stage) / origin.gemm_gflops;
+            how = "the dW GEMMs' " +
+                  format_number(weight_gradient_flops_per_token(shape, grid, knobs, stage)) +
+                  " FLOPs a token at the run's measured " + format_number(origin.gemm_gflops) +
+                  " GFLOP/s, half the fixed term";
+        } else if (!backward_fitted) {
+            gemm_per_token_ns = analytic_gemm_per_token_ns(shape, grid, hardware, knobs, stage);
+            how = "the forward's GEMM time (the dW GEMMs' FLOPs and sizes)";
+        }
+        set_stage_passes(costs, stage, forward, backward, backward_fitted, weight,
+                         gemm_per_token_ns, how, origin, shape, grid, knobs);
     }
 
     // Only the collectives this grid runs need a cost, so only those earn a note.

@@ -88,6 +88,8 @@ struct CostOrigin {
     // recomputation, and a split-backward run's W passes are fitted apart.
     plan::Recompute recompute = plan::Recompute::none;
     int virtual_stages = 1;
+    // The run's measured rate on weight-gradient GEMMs (RunConfig::gemm_gflops); 0: unknown.
+    double gemm_gflops = 0;
 };
 
 // Names of the collectives the simulator plays: the engine's (core/trace/annotations.h), so a

@@ -449,6 +449,44 @@ private slots:
         QCOMPARE(zb.passes[0][1].fixed_ns + zb.passes[0][2].fixed_ns, 2 * forward.fixed_ns);
     }
 
+    // ZB-H1's W out of a fitted 1F1B backward (weight_gradient_part): with the run's measured
+    // GEMM rate, the dW GEMMs' FLOPs at that rate (stage 0 of pp2, 2 layers of h = 64: 24·64²·2
+    // = 196608 FLOPs a token; the last stage adds the head's 2·64·256 = 32768), B the rest of
+    // the backward and every pair; without the rate, half the per-token term. W never exceeds
+    // the backward's per-token term, and B + W is the fitted backward.
+    void weightGradientFromTheMeasuredGemmRate() {
+        analysis::CostModel model;
+        model.source = "fitted on run";
+        model.passes.push_back(pass_cost(0, Phase::forward, 100, 30000, 150));
+        model.passes.push_back(pass_cost(0, Phase::backward, 200, 40000, 300));
+        model.passes.push_back(pass_cost(1, Phase::forward, 100, 30000, 150));
+        model.passes.push_back(pass_cost(1, Phase::backward, 200, 40000, 300));
+        const ModelShape shape{.layers = 4, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
+        const parallel::GridShape grid{.dp = 1, .tp = 1, .pp = 2, .cp = 1};
+        TrainingKnobs split;
+        split.schedule = parallel::PipelineSchedule::zero_bubble_h1;
+        CostOrigin origin{.layers = 4, .pp = 2, .hidden = 64, .tp = 1};
+        origin.gemm_gflops = 20;  // 20 FLOP a ns
+        const StageCosts measured = resolve_costs(&model, origin, shape, grid, {}, split);
+        QCOMPARE(measured.passes[0][2].per_token_ns, 196608.0 / 20);
+        QCOMPARE(measured.passes[1][2].per_token_ns, (196608.0 + 32768) / 20);
+        for (int s = 0; s < 2; ++s) {
+            const auto& passes = measured.passes[std::size_t(s)];
+            QCOMPARE(passes[2].per_pair_ns, 0.0);
+            QCOMPARE(passes[1].per_pair_ns, 300.0);
+            QCOMPARE(passes[1].per_token_ns + passes[2].per_token_ns, 40000.0);
+            QCOMPARE(passes[1].fixed_ns + passes[2].fixed_ns, 200.0);
+        }
+        origin.gemm_gflops = 0;
+        const StageCosts halves = resolve_costs(&model, origin, shape, grid, {}, split);
+        QCOMPARE(halves.passes[0][2].per_token_ns, 20000.0);
+        QCOMPARE(halves.passes[0][1].per_token_ns, 20000.0);
+        origin.gemm_gflops = 1;  // a rate so slow that the dW FLOPs exceed the whole backward
+        const StageCosts capped = resolve_costs(&model, origin, shape, grid, {}, split);
+        QCOMPARE(capped.passes[0][2].per_token_ns, 40000.0);
+        QCOMPARE(capped.passes[0][1].per_token_ns, 0.0);
+    }
+
     // Overlapping the DP reduction with the backward hides part of it, never more than all.
     void overlappedGradientReduction() {
         SimulationConfig config;

@@ -114,18 +114,22 @@ std::vector<PipelineOp> interleaved_ops(int stage, int p, int m, int v) {
     return ops;
 }
 
-// ZB-H1's order, for every stage at once: 1F1B's F and B, played with every pass one time
-// unit long; a stage runs its oldest pending W whenever its next F or B is not ready, or when
-// p−1 are pending, and the rest at the end. Played with equal pass times, as the paper draws
-// its hand-made schedule; the replay then times it with the real ones.
+// ZB-H1's order, for every stage at once (Qi et al., ICLR'24, §2.1, Figure 3 top): 1F1B's F
+// and B, played with every pass one time unit long; a stage runs its oldest pending W whenever
+// its next F or B is not ready, and before a forward that would put more than p micro-batches
+// in flight (forward run, W not yet), and the rest at the end. p in flight is 1F1B's count on
+// stage 0, so every stage holds at most what 1F1B's first stage holds: stage 0 runs each W
+// right after its B in the steady state, the last stage delays its Ws by up to p − 1 passes and
+// fills the cool-down with them. Played with equal pass times, as the paper draws its hand-made
+// schedule; the replay then times it with the real ones.
 std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
     std::vector<std::vector<PipelineOp>> order(p), out(p);
     for (int s = 0; s < p; ++s)
         order[s] = one_f_one_b_ops(s, p, m);
     std::vector<std::size_t> next(p, 0);
+    std::vector<int> in_flight(p, 0);  // forwards run whose W has not
     std::vector<std::deque<int>> pending(p);
     std::map<std::tuple<PassKind, int, int>, int> done_at;  // (kind, stage, micro-batch) -> end
-    const int limit = std::max(p - 1, 0);
     auto finished = [&](int s) { return next[s] >= order[s].size() && pending[s].empty(); };
     for (int time = 0;; ++time) {
         bool all = true;
@@ -134,7 +138,7 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
             if (finished(s))
                 continue;
             all = false;
-            if (next[s] < order[s].size() && static_cast<int>(pending[s].size()) <= limit) {
+            if (next[s] < order[s].size()) {
                 const PipelineOp op = order[s][next[s]];
                 std::tuple<PassKind, int, int> needs{PassKind::forward, -1, -1};
                 if (op.kind == PassKind::forward && s > 0)
@@ -145,11 +149,14 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
                 }
                 const bool ready = std::get<1>(needs) < 0 ||
                                    (done_at.count(needs) != 0 && done_at.at(needs) <= time);
-                if (ready) {
+                const bool room = op.kind != PassKind::forward || in_flight[s] < p;
+                if (ready && room) {
                     out[s].push_back(op);
                     ended.push_back({op.kind, s, op.microbatch});
                     if (op.kind == PassKind::backward)
                         pending[s].push_back(op.microbatch);
+                    else
+                        ++in_flight[s];
                     ++next[s];
                     continue;
                 }
@@ -157,6 +164,7 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
             if (!pending[s].empty()) {
                 out[s].push_back({pending[s].front(), PassKind::weight});
                 pending[s].pop_front();
+                --in_flight[s];
             }
         }
         if (all)

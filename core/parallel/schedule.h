@@ -10,12 +10,13 @@
 //   of layers, chunk c of the model on stage c mod p. Micro-batches go through in groups of
 //   p; stage s warms up with (p−s−1)·2 + (v−1)·p forwards, then alternates. The bubble
 //   falls to (p−1)/(v·m), at v times the point-to-point traffic. Needs m a multiple of p.
-// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, §2, the hand-made schedules): the
-// backward split
-//   into B (the input gradient, which the previous stage waits for) and W (the weight
-//   gradient, which nobody waits for). F and B keep 1F1B's order; a W runs where the stage
-//   would otherwise wait for its next F or B, or once p−1 are pending, and the rest at the
-//   end. Bubble (p−1)(F + B − W) against 1F1B's (p−1)(F + B + W), for W no longer than F.
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24, §2.1, the hand-made
+//   schedules): the backward split into B (the input gradient, which the previous stage waits
+//   for) and W (the weight gradient, which nobody waits for). F and B keep 1F1B's order; a W
+//   runs where the stage would otherwise wait for its next F or B, or before a forward that
+//   would put more than p micro-batches in flight (forward run, W not yet: 1F1B's count on
+//   stage 0, so no stage holds more than 1F1B's first), and the rest at the end. Bubble
+//   (p−1)(F + B − W) against 1F1B's (p−1)(F + B + W), for W no longer than F.
 // Backward passes run in micro-batch order, so a stage receives gradients in the order its
 // successor sends them.
 #pragma once

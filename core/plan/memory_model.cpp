@@ -202,31 +202,42 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
     const bool none = shape.recompute == Recompute::none;
     const bool full = shape.recompute == Recompute::full;
     const bool offload = offloads(shape);
+    // A split backward without recomputation keeps dfch and dQKV in the forward's fch and qkv
+    // rows, which then live until W, and frees the residual stream, the LayerNorm statistics
+    // and CP's K|V after B (Activations::output_gradients_in_forward_rows).
+    const bool in_rows = split && none;
     ChunkElements e;
-    double kept = r.ns * r.c;  // per block: the residual stream out (residual3)
-    double until = 0;
-    double qkv = 0;
+    double kept = 0, until = 0;
+    double& stream = in_rows ? until : kept;
+    stream += r.ns * r.c;  // per block: the residual stream out (residual3)
+    double qkv = 0, kv = 0;
     if (!full) {
-        kept += 3 * r.ns * r.c + 4 * r.ns;  // ln1, residual2, ln2 and their statistics
-        kept += 4 * r.n * r.cl;             // GELU's output, the MLP projection's input
-        until += 4 * r.n * r.cl;            // fch, GELU's input: read by B only
-        qkv = offload ? 0 : 3 * r.n * r.cl + 2 * r.g * r.cl;  // Q|K|V and CP's gathered K|V
+        kept += 2 * r.ns * r.c;                      // ln1, ln2
+        stream += r.ns * r.c + 4 * r.ns;             // residual2, both LayerNorms' statistics
+        kept += 4 * r.n * r.cl;                      // GELU's output, the MLP projection's input
+        (in_rows ? kept : until) += 4 * r.n * r.cl;  // fch, GELU's input (dfch after B)
+        qkv = offload ? 0 : 3 * r.n * r.cl;          // Q|K|V
+        kv = offload ? 0 : 2 * r.g * r.cl;           // CP's gathered K|V
         if (none) {
             kept += r.n * r.cl;   // the attention output
             until += r.n * r.hl;  // its log-sum-exp
         }
     }
-    // B frees Q, K, V only when W does not recompute from them.
-    const bool qkv_until = split && none;
-    e.kept = r.ns * r.c + layers * (kept + (qkv_until ? 0 : qkv));  // + the chunk's input
-    e.until_input_gradients = layers * (until + (qkv_until ? qkv : 0));
+    // B frees Q, K, V only when W does not recompute from them: with offload; without, dQKV
+    // takes their rows.
+    const bool qkv_until = split && none && offload;
+    e.kept = layers * (kept + (qkv_until ? 0 : qkv) + (in_rows ? 0 : kv));
+    e.until_input_gradients = layers * (until + (qkv_until ? qkv : 0) + (in_rows ? kv : 0));
+    (in_rows ? e.until_input_gradients : e.kept) += r.ns * r.c;  // the chunk's input
     if (head) {
         e.kept += r.ns * r.c + 2 * r.ns;               // lnf and its statistics
         e.until_input_gradients += r.ns * r.v + r.ns;  // probabilities, per-token losses
     }
     if (split) {
-        e.output_gradients = layers * (2 * r.n * r.c + 7 * r.n * r.cl + 2 * r.ns * r.c) +
-                             (head ? r.ns * r.v + r.ns * r.c : 0);
+        // ∂L/∂ the two row-parallel products; dfch and dQKV unless in the forward's rows.
+        e.output_gradients = layers * (2 * r.n * r.c + (in_rows ? 0 : 4 * r.n * r.cl) +
+                                       (in_rows && !offload ? 0 : 3 * r.n * r.cl)) +
+                             (head ? r.ns * r.v : 0);
     }
     if (offload) {
         const double pinned = layers * (r.n * r.cl + (r.g > 0 ? r.g : r.n) * 2 * r.cl);

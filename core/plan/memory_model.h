@@ -123,7 +123,8 @@ struct EngineMemory {
     double workspace_bytes = 0;
     // One micro-batch's kept tensors on this stage (all its model chunks), and the peak of the
     // schedule's passes in flight: each chunk from its forward to its backward (W under ZB-H1,
-    // after B only what W reads, and the output gradients B keeps for it).
+    // after B only what W reads: the GEMMs' inputs and the output gradients B keeps for it,
+    // dfch and dQKV in the rows of fch and qkv without recomputation).
     double activations_per_microbatch_bytes = 0;
     double activations_bytes = 0;
     double pinned_bytes = 0;  // offloaded Q, K, V of the passes in flight, at their peak

@@ -171,7 +171,8 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                           run.hidden,
                           run.tp,
                           settings->config.recompute,
-                          settings->config.virtual_stages};
+                          settings->config.virtual_stages,
+                          run.gemm_gflops};
     calibration.grid = settings->config.grid;
     calibration.sequence_parallel = settings->config.sequence_parallel && run.tp > 1;
     return calibration;

@@ -127,7 +127,10 @@ Segment update(const SimulationConfig& config, const parallel::GridShape& grid,
     segment.to = grid;
     segment.start = start;
     segment.reduce_end = start + slowest;
-    segment.end = segment.reduce_end + std::llround(std::max(costs.optimizer_ns, 0.0));
+    const UpdateStart update = update_start(
+        std::vector<std::int64_t>(static_cast<std::size_t>(grid.pp), segment.reduce_end), costs,
+        embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+    segment.end = update.start + std::llround(std::max(costs.optimizer_ns, 0.0));
     return segment;
 }
 

@@ -410,6 +410,7 @@ struct EventNames {
     StringId tp_all_gather, tp_reduce_scatter;
     StringId recv_activations, send_activations, recv_gradients, send_gradients;
     StringId cp_all_gather, cp_reduce_scatter, tp_all_reduce, dp_all_reduce, optimizer;
+    StringId embedding_all_reduce;
 };
 
 // Writes one CP rank's events of one replica's stage for one step; TP peers get copies.
@@ -907,15 +908,20 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     }
     estimate.pipeline_ns = m * slowest + (ramp_sum - slowest_ramp) +
                            2.0 * (grid.pp - 1) * static_cast<double>(p2p_latency_ns(config, costs));
-    double busy_sum = 0, end = 0;
+    double busy_sum = 0;
+    std::vector<std::int64_t> reduce_end(static_cast<std::size_t>(grid.pp));
     for (int stage = 0; stage < grid.pp; ++stage) {
         busy_sum += busy[static_cast<std::size_t>(stage)];
-        end = std::max(end, estimate_reduction_end(config, costs, stage, estimate.pipeline_ns,
-                                                   last_backward[static_cast<std::size_t>(stage)]));
+        reduce_end[static_cast<std::size_t>(stage)] =
+            std::llround(estimate_reduction_end(config, costs, stage, estimate.pipeline_ns,
+                                                last_backward[static_cast<std::size_t>(stage)]));
     }
     estimate.bubble_fraction =
         busy_sum > 0 ? (estimate.pipeline_ns * grid.pp - busy_sum) / busy_sum : 0.0;
-    estimate.step_ns = end + std::max(costs.optimizer_ns, 0.0);
+    const UpdateStart update =
+        update_start(reduce_end, costs,
+                     embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+    estimate.step_ns = static_cast<double>(update.start) + std::max(costs.optimizer_ns, 0.0);
     return estimate;
 }
 
@@ -956,6 +962,7 @@ RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) 
     names.tp_all_reduce = out->intern(kTpAllReduce);
     names.dp_all_reduce = out->intern(kDpAllReduce);
     names.optimizer = out->intern(range_name::kOptimizer);
+    names.embedding_all_reduce = out->intern(kEmbeddingAllReduce);
     output.events = std::make_unique<RankEvents>(output.names, *out);
     return output;
 }
@@ -965,6 +972,7 @@ struct PlayedStep {
     SimulatedStep step;
     std::vector<ReplicaPlay> plays;        // by DP replica
     std::vector<std::int64_t> reduce_end;  // by stage: its DP reduction's end
+    UpdateStart update;                    // the embedding's all-reduce and the optimizer's start
     std::int64_t end_ns = 0;
 };
 
@@ -1028,7 +1036,14 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
                     : gradient_reduction_end(reduction, replays, {});
         played.reduce_end[static_cast<std::size_t>(s)] = end;
-        played.end_ns = std::max(played.end_ns, end + update_ns);
+        played.end_ns = std::max(played.end_ns, end);
+    }
+    // An accumulating step neither sums the embedding nor updates (accumulate_gradients).
+    if (!config.accumulate_gradients) {
+        played.update =
+            update_start(played.reduce_end, costs,
+                         embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+        played.end_ns = std::max(played.end_ns, played.update.start + update_ns);
     }
     step.duration_ns = played.end_ns - step_start;
     return played;
@@ -1093,9 +1108,16 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         events.range(names.dp_all_reduce, Category::communication, pipeline_end, reduced, plan.step,
                      -1, stage, Phase::none, dp_bytes[static_cast<std::size_t>(s)]);
     }
+    const UpdateStart& update = played.update;
+    const bool holds_embedding = grid.pp > 1 && (s == 0 || s == grid.pp - 1);
+    if (!config.accumulate_gradients && holds_embedding) {
+        events.range(names.embedding_all_reduce, Category::communication, update.embedding_start,
+                     update.embedding_end, plan.step, -1, stage, Phase::none,
+                     embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+    }
     if (!config.accumulate_gradients) {
-        events.range(names.optimizer, Category::optimizer, reduced, reduced + optimizer_ns,
-                     plan.step, -1, stage, Phase::none);
+        events.range(names.optimizer, Category::optimizer, update.start,
+                     update.start + optimizer_ns, plan.step, -1, stage, Phase::none);
     }
     for (int t = 0; t < grid.tp; ++t) {
         const int rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});

@@ -141,28 +141,23 @@ double gemm_efficiency(const HardwareAssumptions& hardware, double flops) {
 
 namespace {
 
-// The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
-PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& grid,
-                          const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
-                          int stage) {
+// The GEMMs of one token's forward pass on `stage` for one rank: QKV (h → 3h/tp), projection
+// (h/tp → h), MLP (h → 4h/tp → h), 24·h²/tp a layer, and the LM head on the last stage; with
+// a described system each GEMM at its size's efficiency, for a micro-batch of `context` tokens
+// split over CP, the head vocabulary-parallel over TP (Megatron-LM). The dW GEMMs of the
+// backward are the same FLOPs at the same sizes, so this is also W's per-token time.
+double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::GridShape& grid,
+                                  const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
+                                  int stage) {
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
     const double layers =
         layers_of(stage, grid.pp, model.layers, knobs.stage_layers, knobs.virtual_stages);
     const bool last = stage == grid.pp - 1;
-    PassCost forward;
-    forward.stage = static_cast<std::int16_t>(stage);
-    forward.phase = Phase::forward;
-    forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
     if (hardware.gemm_efficiency.empty()) {
-        const double flops_per_ns = hardware.tflops * 1e3;
         const double head = last ? 2.0 * h * model.vocab : 0.0;
-        forward.per_token_ns = (24.0 * h * h * layers / tp + head) / flops_per_ns;
-        forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
-        return forward;
+        return (24.0 * h * h * layers / tp + head) / (hardware.tflops * 1e3);
     }
-    // A described system: each GEMM at its size's efficiency, for a micro-batch of `context`
-    // tokens split over CP; the LM head is vocabulary-parallel over TP (Megatron-LM).
     const double peak =
         (knobs.dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
                                                                 : hardware.tflops) *
@@ -171,19 +166,90 @@ PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& gr
     const auto gemm_ns = [&](double flops_per_token) {
         return flops_per_token / (peak * gemm_efficiency(hardware, flops_per_token * tokens));
     };
-    // QKV (h → 3h/tp), projection (h/tp → h), MLP (h → 4h/tp → h): 24·h²/tp a token.
     double per_token =
         layers * (gemm_ns(6 * h * h / tp) + gemm_ns(2 * h * h / tp) + 2 * gemm_ns(8 * h * h / tp));
     if (last) {
         per_token += gemm_ns(2 * h * model.vocab / tp);
     }
+    return per_token;
+}
+
+// Megatron-LM's vocabulary-parallel cross-entropy on the last stage, HBM bytes a logit
+// (megatron/core/tensor_parallel/cross_entropy.py, _VocabParallelCrossEntropy, on the logits
+// the GPT model upcasts to fp32 for its loss): forward, the 16-bit logits read and the fp32
+// copy written (2 + 4), their max read (4), the max subtracted and the exponential taken in
+// place (2 · (4 + 4)), the sum read (4), the softmax normalised in place (4 + 4): 38 bytes;
+// backward, the kept softmax scaled by the output gradient in place (4 + 4) and cast back to
+// 16 bits (4 + 2): 14. Three all-reduces of one float a token over TP in the forward (the max,
+// the target's logit, the sum): their latency. Only with a described system, which streams
+// elementwise work through HBM; the flat model counts FLOPs only.
+struct CrossEntropy {
+    double forward_per_token_ns = 0, backward_per_token_ns = 0, forward_fixed_ns = 0;
+};
+CrossEntropy cross_entropy(const ModelShape& model, const parallel::GridShape& grid,
+                           const HardwareAssumptions& hardware, int stage) {
+    if (stage != grid.pp - 1 || hardware.gemm_efficiency.empty()) {
+        return {};
+    }
+    const double logits = static_cast<double>(model.vocab) / std::max(grid.tp, 1);
+    return {38.0 * logits / hardware.hbm_gbs, 14.0 * logits / hardware.hbm_gbs,
+            3.0 * hardware.collective_latency_us * 1e3};
+}
+
+// The part of `stage`'s analytic forward that recomputation does not re-run: the LM head's
+// GEMM and the cross-entropy on the last stage (Megatron-LM checkpoints the layers only).
+PassCost analytic_head_forward(const ModelShape& model, const parallel::GridShape& grid,
+                               const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
+                               int stage) {
+    PassCost head;
+    head.stage = static_cast<std::int16_t>(stage);
+    head.phase = Phase::forward;
+    if (stage != grid.pp - 1) {
+        return head;
+    }
+    ModelShape head_only = model;  // the GEMMs of no layer: the LM head's alone
+    head_only.layers = 0;
+    TrainingKnobs whole = knobs;
+    whole.stage_layers.clear();
+    whole.virtual_stages = 1;
+    const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
+    head.per_token_ns = analytic_gemm_per_token_ns(head_only, grid, hardware, whole, stage) +
+                        loss.forward_per_token_ns;
+    head.fixed_ns = loss.forward_fixed_ns;
+    return head;
+}
+
+// The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
+PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& grid,
+                          const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
+                          int stage) {
+    const double h = model.hidden;
+    const double tp = std::max(grid.tp, 1);
+    const double layers =
+        layers_of(stage, grid.pp, model.layers, knobs.stage_layers, knobs.virtual_stages);
+    PassCost forward;
+    forward.stage = static_cast<std::int16_t>(stage);
+    forward.phase = Phase::forward;
+    forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
+    forward.per_token_ns = analytic_gemm_per_token_ns(model, grid, hardware, knobs, stage);
+    if (hardware.gemm_efficiency.empty()) {
+        const double flops_per_ns = hardware.tflops * 1e3;
+        forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
+        return forward;
+    }
+    const double peak =
+        (knobs.dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
+                                                                : hardware.tflops) *
+        1e3;
     // Elementwise work reads and writes what a layer keeps for its backward pass (Korthikanti
     // et al. 2022, Table 2, in 16-bit bytes: (10 + 24/t)·h a token, 34·h/t with sequence
     // parallelism), at the activations' element size.
     const double kept = knobs.sequence_parallel ? 34.0 * h / tp : (10.0 + 24.0 / tp) * h;
     const double scale = static_cast<double>(element_bytes(knobs.dtype)) / 2.0;
-    per_token += layers * 2.0 * kept * scale / hardware.hbm_gbs;
-    forward.per_token_ns = per_token;
+    forward.per_token_ns += layers * 2.0 * kept * scale / hardware.hbm_gbs;
+    const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
+    forward.per_token_ns += loss.forward_per_token_ns;
+    forward.fixed_ns += loss.forward_fixed_ns;
     // The attention core: 4h/tp FLOPs a query·key pair; a full-square kernel computes twice the
     // causal pairs and streams 5a/t bytes of scores, softmax and dropout mask a pair, twice.
     const double square = hardware.attention_full_square ? 2.0 : 1.0;
@@ -203,10 +269,13 @@ CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape
     cost.source = describe(hardware);
     for (int stage = 0; stage < grid.pp; ++stage) {
         const PassCost forward = analytic_forward(model, grid, hardware, knobs, stage);
+        // Twice the forward's work (dX and dW), but the cross-entropy's own backward.
+        const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
         PassCost backward = forward;
         backward.phase = Phase::backward;
-        backward.fixed_ns *= 2;
-        backward.per_token_ns *= 2;
+        backward.fixed_ns = 2 * (forward.fixed_ns - loss.forward_fixed_ns);
+        backward.per_token_ns =
+            2 * (forward.per_token_ns - loss.forward_per_token_ns) + loss.backward_per_token_ns;
         backward.per_pair_ns *= 2;
         cost.passes.push_back(forward);
         cost.passes.push_back(backward);
@@ -242,15 +311,35 @@ CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape
         collective(Role::pipeline_recv, kRecvGradients, p2p_latency_ns, 1.0 / bandwidth(pp_span)));
     cost.collectives.push_back(collective(Role::dp_collective, kDpAllReduce, latency_ns,
                                           2 * (dp_n - 1) / dp_n / bandwidth(dp_span)));
+    // The tied embedding between stage 0 and stage p − 1 (each TP rank its V/t rows): an
+    // all-reduce of two ranks moves the bytes once, 2·(2 − 1)/2.
+    const std::int64_t embedding_span =
+        static_cast<std::int64_t>(grid.pp - 1) * grid.tp * grid.cp + 1;
+    cost.collectives.push_back(collective(Role::embedding_collective, kEmbeddingAllReduce,
+                                          latency_ns, 1.0 / bandwidth(embedding_span)));
 
-    // AdamW reads parameter, gradient and both moments and writes back three: 7 floats.
+    // The update streams, per parameter of the largest stage (Megatron-LM's mixed-precision
+    // optimizer, megatron/optimizer/optimizer.py; fulcrum-train's AdamW at fp32): AdamW reads
+    // parameter, gradient and both moments and writes back three (28 bytes); the gradient
+    // norm reads the gradient (4); the gradients are zeroed for the next step (4); with 16-bit
+    // weights the fp32 master is copied into them (4 + 2), and fp16's loss scale is taken off
+    // the gradients with a check for inf and NaN (4 + 4).
+    double bytes_per_parameter = 28 + 4 + 4;
+    if (knobs.dtype != DType::fp32) {
+        bytes_per_parameter += 6;
+    }
+    if (knobs.dtype == DType::fp16) {
+        bytes_per_parameter += 8;
+    }
     std::int64_t largest_stage = 0;
     for (int stage = 0; stage < grid.pp; ++stage) {
         largest_stage = std::max(
             largest_stage,
             stage_parameters(model, grid, stage, knobs.stage_layers, knobs.virtual_stages));
     }
-    cost.optimizer_ns = static_cast<double>(largest_stage) * 28.0 / hardware.hbm_gbs;
+    // And the gradient norm's all-reduce of one float over every stage first: its latency.
+    cost.optimizer_ns =
+        latency_ns + static_cast<double>(largest_stage) * bytes_per_parameter / hardware.hbm_gbs;
     return cost;
 }
 
@@ -263,16 +352,16 @@ PassCost combine(PassCost a, const PassCost& b, double factor) {
     return a;
 }
 
-// What recomputation re-runs of a forward pass: full, the layers' forward (not the LM head,
-// whose share of the last stage's forward is taken from the FLOPs, 2hV against 24h² a layer);
-// selective, the attention core (the per-pair term).
-PassCost recompute_part(const PassCost& forward, plan::Recompute recompute, double head_share) {
+// What recomputation re-runs of a forward pass: full, the layers' forward, all but `head` (the
+// LM head and loss on the last stage, which Megatron-LM does not checkpoint); selective, the
+// attention core (the per-pair term).
+PassCost recompute_part(const PassCost& forward, plan::Recompute recompute, const PassCost& head) {
     PassCost part;
     part.stage = forward.stage;
     part.phase = Phase::backward;
     if (recompute == plan::Recompute::full) {
-        part.fixed_ns = forward.fixed_ns;
-        part.per_token_ns = forward.per_token_ns * (1 - head_share);
+        part.fixed_ns = forward.fixed_ns - head.fixed_ns;
+        part.per_token_ns = forward.per_token_ns - head.per_token_ns;
     }
     if (recompute != plan::Recompute::none) {
         part.per_pair_ns = forward.per_pair_ns;
@@ -378,23 +467,57 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     return resolved;
 }
 
-// One stage's passes under the knobs (docs/simulate.md, "Knobs"), from its forward, its
-// backward and, when the fitted run split them, its W.
-void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
-                      const PassCost& backward, bool backward_fitted,
-                      const std::optional<PassCost>& weight, const CostOrigin& origin,
-                      const ModelShape& shape, const parallel::GridShape& grid,
-                      const TrainingKnobs& knobs) {
-    const bool split = parallel::splits_backward(knobs.schedule);
-    const double h = shape.hidden;
+// The FLOPs of one token's weight-gradient GEMMs on `stage`, per rank: dW of QKV, the
+// projection and the MLP's two, 24·h²/tp a layer, and of the LM head, 2·h·V/tp, on the last
+// stage (fulcrum-train's W computes the tied embedding's head gradient, engine/model/gpt.cpp).
+double weight_gradient_flops_per_token(const ModelShape& shape, const parallel::GridShape& grid,
+                                       const TrainingKnobs& knobs, int stage) {
+    const double h = shape.hidden, tp = std::max(grid.tp, 1);
     const double layers =
         layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
-    const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
-    const double head_share = head / (24.0 * h * h * layers + head);
+    const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab / tp : 0.0;
+    return 24.0 * h * h * layers / tp + head;
+}
+
+// W of `stage` (Zero Bubble, Qi et al., ICLR'24, §2: the weight gradients, dW of every GEMM;
+// B keeps the input gradients, dX of every GEMM, the attention core's backward and every
+// elementwise backward) out of the backward `base` (without recomputation). The one place that
+// splits a backward the fit did not split:
+//   - a fitted run that measured its GEMM rate (fulcrum-train's gemm_gflops, run.config):
+//     W's per-token term is the dW FLOPs at that rate. On the CPU backend the dW GEMMs run at
+//     BLAS speed while the rest of the backward (LayerNorm, GeLU, the attention loops) runs
+//     several times slower per FLOP, so W is ~25% of the backward's time, not its FLOPs' half;
+//   - the analytic model: the dW GEMMs are the forward's GEMMs transposed, the same FLOPs at
+//     the same size and so the same efficiency: W's per-token term is the forward's GEMM time;
+//   - a fitted run that did not: the FLOPs' share, half the per-token term (dX and dW of a GEMM
+//     cost the same; the elementwise backward is a few FLOPs an element against 2·h of a GEMM).
+// No per-pair term (attention has no weights); half the fixed term (dW are half the GEMM
+// launches). W is never more than the backward's per-token term.
+PassCost weight_gradient_part(const PassCost& base, double gemm_per_token_ns, std::string_view how,
+                              int stage, std::vector<std::string>& notes) {
+    PassCost w = base;
+    w.fixed_ns *= 0.5;
+    w.per_pair_ns = 0;
+    w.per_token_ns = gemm_per_token_ns >= 0 ? std::min(gemm_per_token_ns, base.per_token_ns)
+                                            : 0.5 * base.per_token_ns;
+    w.phase = Phase::weight_grad;
+    notes.push_back("stage " + std::to_string(stage) + " wgrad: " + std::string(how));
+    return w;
+}
+
+// One stage's passes under the knobs (docs/simulate.md, "Knobs"), from its forward, its
+// backward and, when the fitted run split them, its W. `gemm_per_token_ns`: W's per-token
+// time when known (weight_gradient_part), else < 0.
+// `head`: the part of `forward` recomputation does not re-run (recompute_part).
+void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, const PassCost& head,
+                      const PassCost& backward, bool backward_fitted,
+                      const std::optional<PassCost>& weight, double gemm_per_token_ns,
+                      std::string_view how, const CostOrigin& origin, const TrainingKnobs& knobs) {
+    const bool split = parallel::splits_backward(knobs.schedule);
     // The backward without recomputation: a fitted one holds its run's (in B and in W
     // when that run split them), the analytic one none.
-    const PassCost fitted_recompute = recompute_part(
-        forward, backward_fitted ? origin.recompute : plan::Recompute::none, head_share);
+    const PassCost fitted_recompute =
+        recompute_part(forward, backward_fitted ? origin.recompute : plan::Recompute::none, head);
     PassCost base = combine(backward, fitted_recompute, -1);
     PassCost w;
     if (weight) {
@@ -406,20 +529,13 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward,
     passes[1] = base;
     if (split) {
         if (!weight) {
-            // The weight-gradient GEMMs are half of the backward's (dX and dW of every
-            // GEMM cost the same); attention has no weights (Zero Bubble, §2).
-            w = base;
-            w.fixed_ns *= 0.5;
-            w.per_token_ns *= 0.5;
-            w.per_pair_ns = 0;
-            costs.notes.push_back("stage " + std::to_string(stage) +
-                                  " wgrad: half the backward's per-token and fixed terms");
+            w = weight_gradient_part(base, gemm_per_token_ns, how, stage, costs.notes);
         }
         w.phase = Phase::weight_grad;
         passes[1] = combine(base, w, -1);
         passes[2] = w;
     }
-    const PassCost recompute = recompute_part(forward, knobs.recompute, head_share);
+    const PassCost recompute = recompute_part(forward, knobs.recompute, head);
     costs.recompute[static_cast<std::size_t>(stage)] = recompute;
     passes[1] = combine(passes[1], recompute, 1);
     if (split) {
@@ -461,8 +577,34 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
             weight = fitted_pass(*model, origin, shape, grid, knobs, stage, Phase::weight_grad,
                                  costs.notes);
         }
-        set_stage_passes(costs, stage, forward, backward, backward_fitted, weight, origin, shape,
-                         grid, knobs);
+        // W's per-token time where something measured or modelled it (weight_gradient_part).
+        double gemm_per_token_ns = -1;
+        std::string how = "half the backward's per-token and fixed terms (dX and dW FLOPs alike)";
+        if (backward_fitted && origin.gemm_gflops > 0) {
+            gemm_per_token_ns =
+                weight_gradient_flops_per_token(shape, grid, knobs, stage) / origin.gemm_gflops;
+            how = "the dW GEMMs' " +
+                  format_number(weight_gradient_flops_per_token(shape, grid, knobs, stage)) +
+                  " FLOPs a token at the run's measured " + format_number(origin.gemm_gflops) +
+                  " GFLOP/s, half the fixed term";
+        } else if (!backward_fitted) {
+            gemm_per_token_ns = analytic_gemm_per_token_ns(shape, grid, hardware, knobs, stage);
+            how = "the forward's GEMM time (the dW GEMMs' FLOPs and sizes)";
+        }
+        // What recomputation does not re-run: the analytic head and loss, or a fitted
+        // forward's FLOPs share of the LM head, 2hV against 24h² a layer.
+        PassCost head = analytic_head_forward(shape, grid, hardware, knobs, stage);
+        if (forward_fitted) {
+            const double h = shape.hidden;
+            const double layers =
+                layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
+            const double head_flops = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
+            head = PassCost{};
+            head.per_token_ns =
+                forward.per_token_ns * head_flops / (24.0 * h * h * layers + head_flops);
+        }
+        set_stage_passes(costs, stage, forward, head, backward, backward_fitted, weight,
+                         gemm_per_token_ns, how, origin, knobs);
     }
 
     // Only the collectives this grid runs need a cost, so only those earn a note.
@@ -508,6 +650,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     costs.recv_activations = take(kRecvActivations, pipelined, kRecvGradients);
     costs.recv_gradients = take(kRecvGradients, pipelined, kRecvActivations);
     costs.dp_all_reduce = take(kDpAllReduce, grid.dp * grid.cp > 1, kDpAllReduce);
+    costs.embedding_all_reduce = take(kEmbeddingAllReduce, pipelined, kDpAllReduce);
     if (model != nullptr && model->optimizer_ns > 0) {
         costs.optimizer_ns = model->optimizer_ns;
     } else {
@@ -517,6 +660,28 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
         }
     }
     return costs;
+}
+
+UpdateStart update_start(const std::vector<std::int64_t>& reduce_end, const StageCosts& costs,
+                         std::int64_t embedding_bytes) {
+    UpdateStart update;
+    if (reduce_end.empty()) {
+        return update;
+    }
+    std::int64_t ready = *std::max_element(reduce_end.begin(), reduce_end.end());
+    update.embedding_start = update.embedding_end = std::max(reduce_end.front(), reduce_end.back());
+    if (reduce_end.size() > 1) {
+        update.embedding_end += predict_collective_ns(costs.embedding_all_reduce, embedding_bytes);
+        ready = std::max(ready, update.embedding_end);
+    }
+    update.start = ready;
+    return update;
+}
+
+std::int64_t embedding_gradient_bytes(const ModelShape& model, const parallel::GridShape& grid,
+                                      std::int64_t element_bytes) {
+    return static_cast<std::int64_t>(model.vocab) * model.hidden / std::max(grid.tp, 1) *
+           element_bytes;
 }
 
 std::int64_t predict_pass_ns(const PassCost& cost, std::int64_t tokens, std::int64_t pairs) {

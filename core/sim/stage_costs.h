@@ -88,6 +88,8 @@ struct CostOrigin {
     // recomputation, and a split-backward run's W passes are fitted apart.
     plan::Recompute recompute = plan::Recompute::none;
     int virtual_stages = 1;
+    // The run's measured rate on weight-gradient GEMMs (RunConfig::gemm_gflops); 0: unknown.
+    double gemm_gflops = 0;
 };
 
 // Names of the collectives the simulator plays: the engine's (core/trace/annotations.h), so a
@@ -100,6 +102,7 @@ inline constexpr std::string_view kTpReduceScatter = range_name::kTpReduceScatte
 inline constexpr std::string_view kRecvActivations = range_name::kRecvActivations;
 inline constexpr std::string_view kRecvGradients = range_name::kRecvGradients;
 inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
+inline constexpr std::string_view kEmbeddingAllReduce = range_name::kEmbeddingAllReduce;
 
 // Parameters one rank of `stage` holds (so the bytes / 4 its DP all-reduce moves): per layer
 // 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);
@@ -110,10 +113,13 @@ std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape
                               const std::vector<int>& stage_layers = {}, int virtual_stages = 1);
 
 // Costs from FLOPs and bandwidths (docs/simulate.md, "The analytic model"): per layer and
-// forward 24·T·h²/tp + 4h·pairs/tp FLOPs, the last stage adds the LM head 2·T·h·V, backward
-// twice the forward; ring collectives move 2(n−1)/n (all-reduce) or (n−1)/n (all-gather,
-// reduce-scatter) of their bytes over NVLink when the group fits in one node, else over the
-// network; the optimizer streams 28 bytes of state per parameter through HBM.
+// forward 24·T·h²/tp + 4h·pairs/tp FLOPs, the last stage adds the LM head 2·T·h·V (and, on a
+// described system, the vocabulary-parallel cross-entropy's HBM traffic), backward twice the
+// forward (the cross-entropy's own backward); ring collectives move 2(n−1)/n (all-reduce) or
+// (n−1)/n (all-gather, reduce-scatter) of their bytes over NVLink when the group fits in one
+// node, else over the network, the tied embedding's all-reduce between the first and last
+// stage included; the optimizer is the gradient norm's all-reduce and 36–50 bytes a
+// parameter through HBM by the dtype (docs/simulate.md).
 analysis::CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape& grid,
                                         const HardwareAssumptions& hardware,
                                         const TrainingKnobs& knobs = {});
@@ -137,10 +143,31 @@ struct StageCosts {
     analysis::CollectiveCost recv_activations;
     analysis::CollectiveCost recv_gradients;
     analysis::CollectiveCost dp_all_reduce;
+    // The tied embedding's gradient, summed between the first and the last stage (pp > 1).
+    analysis::CollectiveCost embedding_all_reduce;
+    // The update, from the gradient norm's all-reduce over every stage (Megatron-LM and
+    // fulcrum-train clip by the global norm; fulcrum-train's `optimizer` range holds it) to the
+    // last parameter written.
     double optimizer_ns = 0;
     std::string source;              // "fitted on RUN", "given", "analytic (...)"
     std::vector<std::string> notes;  // every cost that was derived rather than taken as is
 };
+
+// When the step's update starts (docs/simulate.md, "The step's end"), from each stage's end of
+// its DP reduction (`reduce_end`, by stage): the tied embedding's gradient is all-reduced
+// between the first and the last stage once both are reduced (`embedding_bytes`; nothing on
+// one stage); the update, whose gradient norm is all-reduced over every stage, starts when all
+// are ready.
+struct UpdateStart {
+    std::int64_t embedding_start = 0, embedding_end = 0;  // equal: none
+    std::int64_t start = 0;                               // the optimizer's
+};
+UpdateStart update_start(const std::vector<std::int64_t>& reduce_end, const StageCosts& costs,
+                         std::int64_t embedding_bytes);
+
+// The bytes of the tied embedding's gradient one rank all-reduces: V·h/tp elements.
+std::int64_t embedding_gradient_bytes(const ModelShape& model, const parallel::GridShape& grid,
+                                      std::int64_t element_bytes);
 
 // `model` null: everything analytic.
 StageCosts resolve_costs(const analysis::CostModel* model, const CostOrigin& origin,

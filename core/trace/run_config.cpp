@@ -42,6 +42,7 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("lengths", c.lengths);
     visit("documents", c.documents);
     visit("backend", c.backend);
+    visit("gemm_gflops", c.gemm_gflops);
     visit("comm", c.comm);
     visit("simulated", c.simulated);
     visit("cost_model", c.cost_model);
@@ -95,6 +96,11 @@ struct FieldWriter {
         if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::vector<int>>) {
             if (value.empty()) {
                 return;
+            }
+        }
+        if constexpr (std::is_same_v<T, double>) {
+            if (value == 0) {
+                return;  // a measurement not made
             }
         }
         object[key] = value;

@@ -53,7 +53,12 @@ struct RunConfig {
     std::string lengths;
     std::int64_t documents = 0;
     std::string backend;  // "cpu", "cuda", "simulated"
-    std::string comm;     // how ranks exchanged data: "mpi", "nccl", "staged"
+    // The backend's rate on the weight-gradient GEMMs of one layer, GFLOP/s, measured by
+    // fulcrum-train before training (engine/tools/train.cpp); 0 when not measured. A 1F1B
+    // calibration run's backward cannot say which share of it is W; this says (core/sim/
+    // stage_costs.cpp, weight_gradient_per_token).
+    double gemm_gflops = 0;
+    std::string comm;  // how ranks exchanged data: "mpi", "nccl", "staged"
     // A simulated run, and where its costs came from ("analytic", a fitted run, ...).
     bool simulated = false;
     std::string cost_model;

@@ -156,7 +156,12 @@ Tensor Activations::block_input(int layer) const {
 
 bool Activations::qkv_freed_after_input_gradients() const {
     // Selective recomputation re-runs attention on the kept Q, K, V before W too, and full
-    // recomputation with offload writes its Q, K, V to the same host rows again.
+    // recomputation with offload writes its Q, K, V to the same host rows again. Without
+    // recomputation and offload B's dQKV overwrites them (output_gradients_in_forward_rows).
+    return keeps_output_gradients_ && recompute_ == Recompute::none && offload_qkv_;
+}
+
+bool Activations::output_gradients_in_forward_rows() const {
     return keeps_output_gradients_ && recompute_ == Recompute::none;
 }
 
@@ -168,31 +173,39 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
     Carver& f = kept;
     Carver& b_only = until_input_gradients;
     Carver& q = qkv_freed_after_input_gradients() ? b_only : kept;
+    // What W does not read when B keeps its gradients in the forward's rows: the residual
+    // stream and the LayerNorm statistics (B computes the LayerNorms' weight gradients) and
+    // CP's gathered K|V.
+    const bool in_rows = output_gradients_in_forward_rows();
+    Carver& stream = in_rows ? b_only : kept;
+    Carver& fch = in_rows ? kept : b_only;
+    Carver& kv = in_rows ? b_only : q;
     // The run's input: the embedding's output, or the previous block's, received.
-    (run.first == 0 ? encoded : blocks[std::size_t(run.first - 1)].residual3) = f.take({ns, c});
+    (run.first == 0 ? encoded : blocks[std::size_t(run.first - 1)].residual3) =
+        stream.take({ns, c});
     for (int l = run.first; l < run.last; ++l) {
         BlockActivations& b = blocks[std::size_t(l)];
         b = BlockActivations{};
         if (recompute_ != Recompute::full) {
             b.ln1 = f.take({ns, c});
-            b.ln1_mean = f.take({ns});
-            b.ln1_rstd = f.take({ns});
+            b.ln1_mean = stream.take({ns});
+            b.ln1_rstd = stream.take({ns});
             if (!offload_qkv_) {  // else in pinned host memory: host_q / host_kv
                 b.qkv = q.take({n, 3 * cl});
-                b.kv = gathered_rows > 0 ? q.take({gathered_rows, 2 * cl}) : Tensor{};
+                b.kv = gathered_rows > 0 ? kv.take({gathered_rows, 2 * cl}) : Tensor{};
             }
             if (recompute_ == Recompute::none) {
                 b.atty = f.take({n, cl});
                 b.att_lse = b_only.take({n, config_.n_head / tp_size_});
             }
-            b.residual2 = f.take({ns, c});
+            b.residual2 = stream.take({ns, c});
             b.ln2 = f.take({ns, c});
-            b.ln2_mean = f.take({ns});
-            b.ln2_rstd = f.take({ns});
-            b.fch = b_only.take({n, 4 * cl});
+            b.ln2_mean = stream.take({ns});
+            b.ln2_rstd = stream.take({ns});
+            b.fch = fch.take({n, 4 * cl});
             b.fch_gelu = f.take({n, 4 * cl});
         }
-        b.residual3 = f.take({ns, c});
+        b.residual3 = stream.take({ns, c});
     }
     if (run.last == config_.n_layer) {
         lnf = f.take({ns, c});
@@ -207,18 +220,17 @@ void Activations::carve_output_gradients(const Run& run, Carver& d, std::int64_t
     const std::int64_t c = config_.channels;
     const std::int64_t cl = c / tp_size_;
     const std::int64_t ns = shard_.rows;
+    const bool in_rows = output_gradients_in_forward_rows();
     for (int l = run.first; l < run.last; ++l) {
         BlockOutputGradients& o = output_gradients[std::size_t(l)];
+        const BlockActivations& b = blocks[std::size_t(l)];
         o.fc_proj_out = d.take({n, c});
-        o.fch = d.take({n, 4 * cl});
-        o.ln2 = d.take({ns, c});
+        o.fch = in_rows ? b.fch : d.take({n, 4 * cl});
         o.attn_proj_out = d.take({n, c});
-        o.qkv = d.take({n, 3 * cl});
-        o.ln1 = d.take({ns, c});
+        o.qkv = in_rows && !offload_qkv_ ? b.qkv : d.take({n, 3 * cl});
     }
     if (run.last == config_.n_layer) {
         head_output_gradients.logits = d.take({ns, config_.vocab_size});
-        head_output_gradients.lnf = d.take({ns, c});
     }
 }
 
@@ -301,9 +313,19 @@ void Activations::allocate_output_gradients(int first, int last) {
 void Activations::empty_views(const Run& run, Part part) {
     const bool head = run.last == config_.n_layer;
     if (part == Part::until_input_gradients) {
+        const bool in_rows = output_gradients_in_forward_rows();
+        if (in_rows) {
+            (run.first == 0 ? encoded : blocks[std::size_t(run.first - 1)].residual3) = Tensor{};
+        }
         for (int l = run.first; l < run.last; ++l) {
             BlockActivations& b = blocks[std::size_t(l)];
-            b.att_lse = b.fch = Tensor{};
+            b.att_lse = Tensor{};
+            if (in_rows) {  // fch and qkv hold the output gradients now (output_gradients)
+                b.ln1_mean = b.ln1_rstd = b.ln2_mean = b.ln2_rstd = Tensor{};
+                b.residual2 = b.residual3 = b.kv = b.fch = b.qkv = Tensor{};
+            } else {
+                b.fch = Tensor{};
+            }
             if (qkv_freed_after_input_gradients()) {
                 b.qkv = b.kv = Tensor{};
             }
@@ -759,15 +781,15 @@ void GptModel::backward_head(Activations& acts, float loss_scale, BackwardPart p
                   "a split backward needs Activations made after set_split_backward(true)");
     const SequenceShard rows = acts.sequence_shard();
     const Tensor dlogits = split ? acts.head_output_gradients.logits : scratch_.dlogits;
-    const Tensor dln = split ? acts.head_output_gradients.lnf : scratch_.dln.slice(0, rows.rows);
+    const Tensor dln = scratch_.dln.slice(0, rows.rows);
     be.fill_zero(dlogits);
     be.fill_zero(dln);
     be.crossentropy_backward(dlogits, acts.probs, acts.targets.slice(rows.begin, rows.rows),
                              loss_scale);
     be.matmul_backward(dln, split ? Tensor{} : weight_grads_.wte, Tensor{}, dlogits, acts.lnf,
                        weights_.wte);
-    be.layernorm_backward(scratch_.dresidual, split ? Tensor{} : weight_grads_.lnf_weight,
-                          split ? Tensor{} : weight_grads_.lnf_bias, dln,
+    // The final LayerNorm's weight gradients in B too (backward_block says why).
+    be.layernorm_backward(scratch_.dresidual, weight_grads_.lnf_weight, weight_grads_.lnf_bias, dln,
                           acts.block_input(config_.n_layer), weights_.lnf_weight, acts.lnf_mean,
                           acts.lnf_rstd);
 }
@@ -779,9 +801,6 @@ void GptModel::backward_weights_head(Activations& acts) {
     const HeadOutputGradients& o = acts.head_output_gradients;
     backend_.matmul_backward(Tensor{}, weight_grads_.wte, Tensor{}, o.logits, acts.lnf,
                              weights_.wte);
-    backend_.layernorm_backward(Tensor{}, weight_grads_.lnf_weight, weight_grads_.lnf_bias, o.lnf,
-                                acts.block_input(config_.n_layer), weights_.lnf_weight,
-                                acts.lnf_mean, acts.lnf_rstd);
 }
 
 void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardPart part) {
@@ -865,19 +884,21 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
     be.fill_zero(s.dfch_gelu);
     be.matmul_backward(s.dfch_gelu, grad(g.fc_proj_weight), grad(g.fc_proj_bias), dmlp_out,
                        a.fch_gelu, w.fc_proj_weight);
-    const Tensor dfch = split ? keep.fch : s.dfch;
-    be.fill_zero(dfch);
-    be.gelu_backward(dfch, s.dfch_gelu, a.fch);
-    // The partial ∂L/∂ln2 [T, C]; without sequence parallelism its sum is what W keeps.
-    const Tensor dln2_partial = split && !sequence_parallel_ ? keep.ln2 : s.dln;
-    be.fill_zero(dln2_partial);
+    be.fill_zero(s.dfch);
+    be.gelu_backward(s.dfch, s.dfch_gelu, a.fch);
+    if (split) {
+        be.copy(keep.fch, s.dfch);  // over a.fch without recomputation: B has read it
+    }
+    be.fill_zero(s.dln);  // the partial ∂L/∂ln2 [T, C]
     // The weight gradient needs the whole LN output (gathered again under sequence
     // parallelism); the input gradient does not.
     const Tensor ln2 = split ? Tensor{} : gather_rows(a.ln2, acts);
-    be.matmul_backward(dln2_partial, grad(g.fc_weight), grad(g.fc_bias), dfch, ln2, w.fc_weight);
-    const Tensor dln2 = sum_input_gradient(dln2_partial, split ? keep.ln2 : s.dln_shard);
-    be.layernorm_backward(s.dresidual, grad(g.ln2_weight), grad(g.ln2_bias), dln2, a.residual2,
-                          w.ln2_weight, a.ln2_mean, a.ln2_rstd);
+    be.matmul_backward(s.dln, grad(g.fc_weight), grad(g.fc_bias), s.dfch, ln2, w.fc_weight);
+    // The LayerNorm's weight gradients too under a split backward: a few FLOPs an element,
+    // and W then reads no LayerNorm input.
+    const Tensor dln2 = sum_input_gradient(s.dln, s.dln_shard);
+    be.layernorm_backward(s.dresidual, g.ln2_weight, g.ln2_bias, dln2, a.residual2, w.ln2_weight,
+                          a.ln2_mean, a.ln2_rstd);
     mlp_range.end();
     // Attention branch; afterwards dresidual holds ∂L/∂x.
     instrument::Range attention_range(range_name::kAttention, Category::attention);
@@ -885,9 +906,9 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
     be.fill_zero(s.datty);
     be.matmul_backward(s.datty, grad(g.attn_proj_weight), grad(g.attn_proj_bias), dattention_out,
                        a.atty, w.attn_proj_weight);
-    const Tensor dqkv = split ? keep.qkv : s.dqkv;
+    const Tensor dqkv = s.dqkv;
     be.fill_zero(dqkv);
-    const Tensor dln1_partial = split && !sequence_parallel_ ? keep.ln1 : s.dln;
+    const Tensor dln1_partial = s.dln;
     be.fill_zero(dln1_partial);
     if (attention_->enabled() || acts.context_parallel()) {
         // dQ into the Q block of dqkv; dK|dV into its K|V block (serial) or into the gathered
@@ -926,9 +947,12 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
         be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
                            w.qkv_weight);
     }
-    const Tensor dln1 = sum_input_gradient(dln1_partial, split ? keep.ln1 : s.dln_shard);  // f
-    be.layernorm_backward(s.dresidual, grad(g.ln1_weight), grad(g.ln1_bias), dln1, x, w.ln1_weight,
-                          a.ln1_mean, a.ln1_rstd);
+    if (split) {
+        be.copy(keep.qkv, dqkv);  // over a.qkv without recomputation: attention has read it
+    }
+    const Tensor dln1 = sum_input_gradient(dln1_partial, s.dln_shard);  // f
+    be.layernorm_backward(s.dresidual, g.ln1_weight, g.ln1_bias, dln1, x, w.ln1_weight, a.ln1_mean,
+                          a.ln1_rstd);
 }
 
 void GptModel::backward_weights_block(int l, Activations& acts, const BlockActivations& a) {
@@ -944,8 +968,6 @@ void GptModel::backward_weights_block(int l, Activations& acts, const BlockActiv
                        w.fc_proj_weight);
     be.matmul_backward(Tensor{}, g.fc_weight, g.fc_bias, o.fch, gather_rows(a.ln2, acts),
                        w.fc_weight);
-    be.layernorm_backward(Tensor{}, g.ln2_weight, g.ln2_bias, o.ln2, a.residual2, w.ln2_weight,
-                          a.ln2_mean, a.ln2_rstd);
     mlp_range.end();
     instrument::Range attention_range(range_name::kAttention, Category::attention);
     be.matmul_backward(Tensor{}, g.attn_proj_weight, g.attn_proj_bias, o.attn_proj_out, a.atty,
@@ -959,8 +981,6 @@ void GptModel::backward_weights_block(int l, Activations& acts, const BlockActiv
     } else {
         be.matmul_backward(Tensor{}, g.qkv_weight, g.qkv_bias, o.qkv, ln1, w.qkv_weight);
     }
-    be.layernorm_backward(Tensor{}, g.ln1_weight, g.ln1_bias, o.ln1, acts.block_input(l),
-                          w.ln1_weight, a.ln1_mean, a.ln1_rstd);
 }
 
 Tensor GptModel::exchange_staging(std::int64_t rows) {

@@ -84,19 +84,19 @@ struct BlockActivations {
 };
 
 // Kept by the input-gradient pass (B) of a split backward for the weight-gradient pass (W):
-// the gradient at the output of each of the block's GEMMs and LayerNorms. Rows as the tensor
-// they are the gradient of: fc_proj_out and attn_proj_out [T, C] (∂L/∂ the row-parallel
-// products, all-gathered under sequence parallelism), fch [T, 4C_l], qkv [T, 3C_l] (CP's
-// layout when qkv has it), ln2 and ln1 [T, C] (summed over TP; a TP rank's rows under
-// sequence parallelism).
+// the gradient at the output of each of the block's GEMMs (Zero Bubble, §2: W is the GEMMs' dW;
+// the LayerNorms' few weight gradients are left in B, so W reads no LayerNorm input). Rows as
+// the tensor they are the gradient of: fc_proj_out and attn_proj_out [T, C] (∂L/∂ the
+// row-parallel products, all-gathered under sequence parallelism), fch [T, 4C_l] and qkv
+// [T, 3C_l] (CP's layout when qkv has it). Without recomputation fch and qkv are the forward's
+// own fch and qkv rows, overwritten by B once it has read them (Activations, below).
 struct BlockOutputGradients {
-    Tensor fc_proj_out, fch, ln2;
-    Tensor attn_proj_out, qkv, ln1;
+    Tensor fc_proj_out, fch;
+    Tensor attn_proj_out, qkv;
 };
-// The same for the head: ∂L/∂logits [T, V] and ∂L/∂lnf [T, C] (a TP rank's rows under
-// sequence parallelism).
+// The same for the head: ∂L/∂logits [T, V] (a TP rank's rows under sequence parallelism).
 struct HeadOutputGradients {
-    Tensor logits, lnf;
+    Tensor logits;
 };
 
 // Which part of the backward pass a call runs (Zero Bubble's split, above).
@@ -165,9 +165,15 @@ public:
     // receives into, the embedding's output or the head's tensors where it holds them — are
     // allocated by allocate_blocks() before its forward pass and released by release_blocks()
     // after its backward pass. Under a split backward allocate_output_gradients() comes before
-    // B, and release_input_gradient_inputs() after it frees what only the forward and B read
-    // (qkv, K|V, lse, fch, the probabilities; what recomputation re-reads stays), so between B
-    // and W a micro-batch keeps what W needs and the gradients B kept for it.
+    // B, and release_input_gradient_inputs() after it frees what only the forward and B read,
+    // so between B and W a micro-batch keeps what W needs and the gradients B kept for it.
+    // Without recomputation that is the GEMMs' inputs (ln1, atty, ln2, fch_gelu) and their
+    // output gradients, of which dfch and dQKV overwrite fch and qkv (no offload): B frees the
+    // residual stream, the LayerNorm statistics, lse, CP's K|V and the probabilities, and a
+    // micro-batch waiting for W holds what one waiting for B does, 16·C floats a token a block
+    // less lse, plus ∂L/∂ the two row-parallel products (2·C) — Zero Bubble's (§2.1) premise
+    // that ZB-H1's peak is 1F1B's. With recomputation B frees qkv, lse and fch only when W does
+    // not re-read them (W recomputes from what stays).
     void allocate_by_schedule() { by_schedule_ = true; }
     void allocate_blocks(int first, int last);
     void allocate_output_gradients(int first, int last);
@@ -203,6 +209,10 @@ private:
     // Whether a split backward frees the blocks' qkv, K|V and their pinned copies after B:
     // not when W recomputes from them.
     bool qkv_freed_after_input_gradients() const;
+    // Whether B's dfch and dQKV overwrite the forward's fch and qkv, which then live until W,
+    // and B frees the residual stream and LayerNorm statistics (split backward, no
+    // recomputation; qkv only without offload, which keeps it in pinned memory).
+    bool output_gradients_in_forward_rows() const;
     // Lays out the views of one run for n rows (a carver counts when it has no buffer).
     void carve_run(const Run& run, Carver& kept, Carver& until_input_gradients, std::int64_t n,
                    std::int64_t gathered_rows);

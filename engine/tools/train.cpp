@@ -99,7 +99,7 @@ int fail(int rank, const std::string& message) {
 // run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
                             const std::string& backend, const std::string& comm,
-                            std::span<const int> stage_layers) {
+                            std::span<const int> stage_layers, double gemm_gflops) {
     RunConfig config;
     config.dp = o.grid.dp;
     config.tp = o.grid.tp;
@@ -136,9 +136,54 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.lengths = o.lengths;
     config.documents = o.documents;
     config.backend = backend;
+    config.gemm_gflops = gemm_gflops;
     config.comm = comm;
     config.hot_switch = o.hot_switch;
     return fulcrum::run_config_json(config);
+}
+
+// The backend's rate on one layer's weight-gradient GEMMs (dW of QKV, the projection and the
+// MLP's two, TP-local, 24·rows·C²/tp FLOPs), GFLOP/s, best of three: what the simulator needs to
+// take W out of a 1F1B run's backward (Zero Bubble, Qi et al., ICLR'24, §2: W is the dW GEMMs;
+// on the CPU backend they run at BLAS speed, several times the rate of the LayerNorm, GeLU and
+// attention loops that share the backward, so no FLOP count can say W's share of its time).
+// Its buffers are freed before the model allocates, so the memory peak is not the probe's.
+// CPU only (0 on CUDA): a GPU's backward is its GEMMs, whose FLOPs split it exactly.
+double weight_gradient_gemm_gflops(Backend& backend, const GptConfig& model, std::int64_t rows,
+                                   int tp) {
+    if (backend.device() != Device::cpu) {
+        return 0;
+    }
+    const std::int64_t c = model.channels, cl = c / tp;
+    rows = std::max<std::int64_t>(rows, 1);
+    struct Gemm {
+        std::int64_t in, out;
+    };
+    const Gemm gemms[] = {{c, 3 * cl}, {cl, c}, {c, 4 * cl}, {4 * cl, c}};
+    DeviceBuffer buffer = backend.allocate(std::size_t(2 * rows * 4 * c + 5 * c * c) * 4);
+    double flops = 0;
+    for (const Gemm& g : gemms) {
+        flops += 2.0 * double(rows) * double(g.in) * double(g.out);
+    }
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+        backend.synchronize(kComputeStream);
+        const auto start = std::chrono::steady_clock::now();
+        for (const Gemm& g : gemms) {
+            // With the bias gradient, as W computes it.
+            backend.matmul_backward(Tensor{}, buffer.f32(2 * rows * 4 * c, {g.out, g.in}),
+                                    buffer.f32(2 * rows * 4 * c + 4 * c * c, {g.out}),
+                                    buffer.f32(0, {rows, g.out}),
+                                    buffer.f32(rows * 4 * c, {rows, g.in}),
+                                    buffer.f32(2 * rows * 4 * c, {g.out, g.in}));
+        }
+        backend.synchronize(kComputeStream);
+        const double ns =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+                .count();
+        best = std::max(best, ns > 0 ? flops / ns : 0.0);
+    }
+    return best;
 }
 
 // Every rank's peak of counted device and pinned memory (backend.h), bytes, gathered on
@@ -650,14 +695,6 @@ int main(int argc, char** argv) {
     rank_mark.pp = me.pp;
     rank_mark.cp = me.cp;
     rank_mark.device = use_cuda ? device : -1;
-    instrument::mark(kRankMark, rank_mark_json(rank_mark));
-    instrument::mark(kRunMark, run_config_json(o, model_config, documents->description,
-                                               use_cuda ? "cuda" : "cpu", comm, stage_layers));
-    for (int i = 0; i < 2; ++i) {
-        world->barrier();
-        instrument::mark("fulcrum.clock_sync");
-    }
-
     std::unique_ptr<Backend> backend;
 #if FULCRUM_HAVE_CUDA_BACKEND
     [[maybe_unused]] CudaBackend* cuda_backend = nullptr;
@@ -673,6 +710,16 @@ int main(int argc, char** argv) {
 #endif
     if (!backend) {
         backend = std::make_unique<CpuBackend>(1);
+    }
+    instrument::mark(kRankMark, rank_mark_json(rank_mark));
+    const double gemm_gflops = weight_gradient_gemm_gflops(
+        *backend, model_config, o.context / (o.grid.cp * o.grid.tp), o.grid.tp);
+    instrument::mark(kRunMark,
+                     run_config_json(o, model_config, documents->description,
+                                     use_cuda ? "cuda" : "cpu", comm, stage_layers, gemm_gflops));
+    for (int i = 0; i < 2; ++i) {
+        world->barrier();
+        instrument::mark("fulcrum.clock_sync");
     }
     // The groups' communicators carry device buffers; `world` stays MPI for the host-side
     // agreement (plans, barriers) that needs no device.

@@ -154,6 +154,39 @@ private slots:
                                         {double(f), double(b), double(w)}));
     }
 
+    // ZB-H1 holds no more micro-batches than 1F1B's first stage (Qi et al., ICLR'24, §2.1: its
+    // peak activation memory is 1F1B's): counting a micro-batch from its forward to its W, no
+    // stage ever has more than p in flight; stage 0 runs each steady-state W right after its
+    // B (p = 2, m = 4: F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3), the last stage delays its Ws.
+    void zeroBubbleH1KeepsOneFOneBsMicroBatchesInFlight() {
+        for (auto [p, m] : {std::pair{1, 3}, std::pair{2, 4}, std::pair{4, 8}, std::pair{4, 3},
+                            std::pair{8, 16}}) {
+            int most_on_any_stage = 0;
+            for (int s = 0; s < p; ++s) {
+                int in_flight = 0, most = 0;
+                for (const PipelineOp& op :
+                     stage_ops(PipelineSchedule::zero_bubble_h1, s, {p, m, 1})) {
+                    in_flight += op.kind == PassKind::forward  ? 1
+                                 : op.kind == PassKind::weight ? -1
+                                                               : 0;
+                    most = std::max(most, in_flight);
+                }
+                QVERIFY2(
+                    most <= p,
+                    qPrintable(
+                        QString("p%1 m%2 stage %3: %4 in flight").arg(p).arg(m).arg(s).arg(most)));
+                most_on_any_stage = std::max(most_on_any_stage, most);
+            }
+            QCOMPARE(most_on_any_stage, std::min(p, m));  // 1F1B's stage 0
+        }
+        const std::vector<PipelineOp> stage0 =
+            stage_ops(PipelineSchedule::zero_bubble_h1, 0, {2, 4, 1});
+        const auto F = PassKind::forward, B = PassKind::backward, W = PassKind::weight;
+        const std::vector<PipelineOp> expected = {{0, F}, {1, F}, {0, B}, {0, W}, {2, F}, {1, B},
+                                                  {1, W}, {3, F}, {2, B}, {2, W}, {3, B}, {3, W}};
+        QCOMPARE(stage0, expected);
+    }
+
     // Interleaved, p = 2, v = 2, m = 2, each stage's forward 200 (100 per chunk), backward 400
     // (200 per chunk). Model chunks 0 and 2 on stage 0, 1 and 3 on stage 1. Stage 0 warms up
     // with (p−1)·2 + (v−1)·p = 4 = every forward: F(0,c0) 0–100, F(1,c0) 100–200, F(0,c2)

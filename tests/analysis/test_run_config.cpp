@@ -41,6 +41,7 @@ RunConfig every_field_set() {
     c.lengths = "long-tail:context=1024";
     c.documents = 200;
     c.backend = "simulated";
+    c.gemm_gflops = 75.5;
     c.comm = "nccl";
     c.simulated = true;
     c.cost_model = "analytic";
@@ -66,6 +67,7 @@ private slots:
         QCOMPARE(read.stage_layers, (std::vector<int>{1, 2, 2, 1}));
         QCOMPARE(read.cost_model, std::string("analytic"));
         QCOMPARE(read.hot_switch, std::string("0-2048:dp2;2048-:pp2"));
+        QCOMPARE(read.gemm_gflops, 75.5);
         QVERIFY(read.grid_known);
         // Every field set is a key of its own: a default configuration writes each of them
         // with another value, or (an empty string) not at all.
@@ -85,6 +87,7 @@ private slots:
         const auto json = nlohmann::json::parse(run_config_json(RunConfig{}));
         QVERIFY(!json.contains("schedule"));
         QVERIFY(!json.contains("cost_model"));
+        QVERIFY(!json.contains("gemm_gflops"));  // not measured
         QCOMPARE(json["dp"].get<int>(), 1);
         QCOMPARE(json["simulated"].get<bool>(), false);
     }

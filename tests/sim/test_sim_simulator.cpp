@@ -54,6 +54,7 @@ analysis::CostModel round_cost_model(int stages, double p2p_latency = 50, double
     }
     model.collectives.push_back(collective_cost(kRecvActivations, p2p_latency, per_byte));
     model.collectives.push_back(collective_cost(kRecvGradients, p2p_latency, per_byte));
+    model.collectives.push_back(collective_cost(kEmbeddingAllReduce, 2 * p2p_latency, per_byte));
     model.optimizer_ns = 500;
     return model;
 }
@@ -146,18 +147,22 @@ private slots:
     //   s0 F0 [0,1180] F1 [1180,2360]
     //   s1 F0 [1230,2346] B0 [2346,4642] F1 [4642,5758] B1 [5758,8054]
     //   s0 B0 [4692,6924] B1 [8104,10336]
-    //   then the optimizer, 500: the step is 10836; each stage is busy 6824 of 10336, idle
-    //   10336 − 6824 = 3512: bubble fraction 3512 / 6824 (bubble over busy, as analyze says).
+    //   then the tied embedding's all-reduce between s0 and s1 once both are done, 100 + 0.5 ns
+    //   × 16·4 floats = 228 [10336,10564], and the optimizer on every stage, 500 (it starts
+    //   with the gradient norm's all-reduce over both): the step is 11064; each stage is busy
+    //   6824 of 10336, idle 10336 − 6824 = 3512: bubble fraction 3512 / 6824 (bubble over busy,
+    //   as analyze says).
     // GPipe (every F, then every B):
     //   s1 F0 [1230,2346] F1 [2410,3526] B0 [3526,5822] B1 [5822,8118]
-    //   s0 B0 [5872,8104] B1 [8168,10400]: the step is 10900, busy 6824 of 10400, idle 3576.
+    //   s0 B0 [5872,8104] B1 [8168,10400]: embedding [10400,10628], the step is 11128, busy
+    //   6824 of 10400, idle 3576.
     void handWorkedStep_data() {
         QTest::addColumn<parallel::PipelineSchedule>("schedule");
         QTest::addColumn<qint64>("step_ns");
         QTest::addColumn<double>("bubble");
-        QTest::newRow("1f1b") << parallel::PipelineSchedule::one_f_one_b << qint64(10836)
+        QTest::newRow("1f1b") << parallel::PipelineSchedule::one_f_one_b << qint64(11064)
                               << (10336.0 - 6824.0) / 6824.0;
-        QTest::newRow("gpipe") << parallel::PipelineSchedule::gpipe << qint64(10900)
+        QTest::newRow("gpipe") << parallel::PipelineSchedule::gpipe << qint64(11128)
                                << (10400.0 - 6824.0) / 6824.0;
     }
     // An epoch whose last global batch has fewer documents than DP replicas: the replica
@@ -214,7 +219,7 @@ private slots:
             QCOMPARE(event->start_ns, start);
             QCOMPARE(event->end_ns, end);
         };
-        check(find_event(first, "step", 0, -1, Phase::none), 0, 10836);
+        check(find_event(first, "step", 0, -1, Phase::none), 0, 11064);
         check(find_event(first, "forward", 0, 0, Phase::forward), 0, 1180);
         // attention: the core's 1·36 pairs and 8/24 of the rest (the block's QKV and projection)
         check(find_event(first, "attention", 0, 0, Phase::forward), 0, 36 + 1080 / 3);
@@ -229,9 +234,12 @@ private slots:
         check(find_event(first, "recv gradients", 0, 0, Phase::backward), 2360, 4692);
         check(find_event(first, "mlp", 0, 0, Phase::backward), 4692, 6132);
         check(find_event(first, "attention", 0, 0, Phase::backward), 6132, 6924);
-        check(find_event(first, "optimizer", 0, -1, Phase::none), 10336, 10836);
+        const Event* embedding = find_event(first, "pp all-reduce embedding", 0, -1, Phase::none);
+        check(embedding, 10336, 10564);
+        QCOMPARE(embedding->bytes, std::int64_t(16 * 4 * 4));
+        check(find_event(first, "optimizer", 0, -1, Phase::none), 10564, 11064);
         QVERIFY(find_event(first, "dp all-reduce gradients", 0, -1, Phase::none) == nullptr);
-        check(find_event(first, "step", 1, -1, Phase::none), 10836, 2 * 10836);
+        check(find_event(first, "step", 1, -1, Phase::none), 11064, 2 * 11064);
 
         const Found second = events_of_rank(*reader, 1);
         // Stage 1 blocks in its receive from the start of the step.
@@ -241,7 +249,9 @@ private slots:
         check(find_event(second, "mlp", 0, 0, Phase::forward), 1626, 2346);
         check(find_event(second, "backward", 0, 1, Phase::backward), 5758, 8054);
         check(find_event(second, "send gradients", 0, 1, Phase::backward), 7990, 8054);
-        check(find_event(second, "optimizer", 0, -1, Phase::none), 8054, 8554);
+        // Stage 1 waits for stage 0 at the embedding's all-reduce and the norm's.
+        check(find_event(second, "pp all-reduce embedding", 0, -1, Phase::none), 10336, 10564);
+        check(find_event(second, "optimizer", 0, -1, Phase::none), 10564, 11064);
         const Event* forward = find_event(second, "forward", 0, 0, Phase::forward);
         QCOMPARE(forward->stage, std::int16_t(1));
         QCOMPARE(forward->category, Category::compute);
@@ -447,6 +457,91 @@ private slots:
         QCOMPARE(zb.passes[0][1].per_token_ns, forward.per_token_ns);
         QCOMPARE(zb.passes[0][1].per_pair_ns, 2 * forward.per_pair_ns);
         QCOMPARE(zb.passes[0][1].fixed_ns + zb.passes[0][2].fixed_ns, 2 * forward.fixed_ns);
+    }
+
+    // ZB-H1's W out of a fitted 1F1B backward (weight_gradient_part): with the run's measured
+    // GEMM rate, the dW GEMMs' FLOPs at that rate (stage 0 of pp2, 2 layers of h = 64: 24·64²·2
+    // = 196608 FLOPs a token; the last stage adds the head's 2·64·256 = 32768), B the rest of
+    // the backward and every pair; without the rate, half the per-token term. W never exceeds
+    // the backward's per-token term, and B + W is the fitted backward.
+    void weightGradientFromTheMeasuredGemmRate() {
+        analysis::CostModel model;
+        model.source = "fitted on run";
+        model.passes.push_back(pass_cost(0, Phase::forward, 100, 30000, 150));
+        model.passes.push_back(pass_cost(0, Phase::backward, 200, 40000, 300));
+        model.passes.push_back(pass_cost(1, Phase::forward, 100, 30000, 150));
+        model.passes.push_back(pass_cost(1, Phase::backward, 200, 40000, 300));
+        const ModelShape shape{.layers = 4, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
+        const parallel::GridShape grid{.dp = 1, .tp = 1, .pp = 2, .cp = 1};
+        TrainingKnobs split;
+        split.schedule = parallel::PipelineSchedule::zero_bubble_h1;
+        CostOrigin origin{.layers = 4, .pp = 2, .hidden = 64, .tp = 1};
+        origin.gemm_gflops = 20;  // 20 FLOP a ns
+        const StageCosts measured = resolve_costs(&model, origin, shape, grid, {}, split);
+        QCOMPARE(measured.passes[0][2].per_token_ns, 196608.0 / 20);
+        QCOMPARE(measured.passes[1][2].per_token_ns, (196608.0 + 32768) / 20);
+        for (int s = 0; s < 2; ++s) {
+            const auto& passes = measured.passes[std::size_t(s)];
+            QCOMPARE(passes[2].per_pair_ns, 0.0);
+            QCOMPARE(passes[1].per_pair_ns, 300.0);
+            QCOMPARE(passes[1].per_token_ns + passes[2].per_token_ns, 40000.0);
+            QCOMPARE(passes[1].fixed_ns + passes[2].fixed_ns, 200.0);
+        }
+        origin.gemm_gflops = 0;
+        const StageCosts halves = resolve_costs(&model, origin, shape, grid, {}, split);
+        QCOMPARE(halves.passes[0][2].per_token_ns, 20000.0);
+        QCOMPARE(halves.passes[0][1].per_token_ns, 20000.0);
+        origin.gemm_gflops = 1;  // a rate so slow that the dW FLOPs exceed the whole backward
+        const StageCosts capped = resolve_costs(&model, origin, shape, grid, {}, split);
+        QCOMPARE(capped.passes[0][2].per_token_ns, 40000.0);
+        QCOMPARE(capped.passes[0][1].per_token_ns, 0.0);
+    }
+
+    // What a step spends besides its passes and DP reduction (docs/simulate.md, "The step's
+    // end"), on the a100 preset: the last stage's vocabulary-parallel cross-entropy, 38 bytes a
+    // logit forward and 14 backward through HBM (so its backward is not twice its forward by
+    // (2·38 − 14)·V/t bytes, where stage 0's is); the tied embedding's all-reduce between the
+    // first and last stage once both are reduced; the optimizer, the gradient norm's
+    // all-reduce and then 36 bytes a parameter at fp32, 42 with bf16 weights, 50 with fp16's
+    // loss scale.
+    void stepEndCosts() {
+        auto a100 = hardware_preset("a100");
+        QVERIFY(a100.ok());
+        const ModelShape shape{
+            .layers = 4, .hidden = 256, .heads = 4, .context = 1024, .vocab = 512};
+        const parallel::GridShape grid{.dp = 1, .tp = 2, .pp = 2, .cp = 1};
+        TrainingKnobs knobs;
+        knobs.dtype = DType::fp16;
+        const StageCosts costs = resolve_costs(nullptr, {}, shape, grid, *a100, knobs);
+        const auto gap = [&](int s) {
+            return costs.passes[std::size_t(s)][1].per_token_ns -
+                   2 * costs.passes[std::size_t(s)][0].per_token_ns;
+        };
+        QVERIFY(std::abs(gap(0)) < 1e-12);
+        QVERIFY(std::abs(gap(1) - (14.0 - 2 * 38.0) * 256 / a100->hbm_gbs) < 1e-9);
+        QCOMPARE(costs.passes[1][1].fixed_ns, 2 * (costs.passes[1][0].fixed_ns - 3 * 10e3));
+
+        const std::int64_t bytes = embedding_gradient_bytes(shape, grid, 2);
+        QCOMPARE(bytes, std::int64_t(512 * 256 / 2 * 2));
+        const UpdateStart update = update_start({1000, 3000}, costs, bytes);
+        QCOMPARE(update.embedding_start, std::int64_t(3000));
+        QCOMPARE(update.embedding_end,
+                 3000 + predict_collective_ns(costs.embedding_all_reduce, bytes));
+        QCOMPARE(update.start, update.embedding_end);
+        const UpdateStart alone = update_start({5000}, costs, bytes);  // one stage: no embedding
+        QCOMPARE(alone.embedding_end, alone.embedding_start);
+        QCOMPARE(alone.start, std::int64_t(5000));
+
+        const auto optimizer = [&](DType dtype) {
+            TrainingKnobs with = knobs;
+            with.dtype = dtype;
+            return resolve_costs(nullptr, {}, shape, grid, *a100, with).optimizer_ns;
+        };
+        const double norm = a100->collective_latency_us * 1e3;  // the norm's all-reduce
+        QVERIFY(std::abs((optimizer(DType::bf16) - norm) / (optimizer(DType::fp32) - norm) -
+                         42.0 / 36) < 1e-12);
+        QVERIFY(std::abs((optimizer(DType::fp16) - norm) / (optimizer(DType::fp32) - norm) -
+                         50.0 / 36) < 1e-12);
     }
 
     // Overlapping the DP reduction with the backward hides part of it, never more than all.

@@ -1,8 +1,10 @@
-// bench_kineto: the Kineto JSON importer's throughput (issue 9: >= 100 MB/s of JSON) and
-// memory, against a baseline in the same run: reading the same bytes through zlib's gzread
-// (the importer's input layer) without parsing anything.
+// bench_kineto: the Kineto JSON importer's throughput (issue 18: >= 300 MB/s for one file,
+// >= 200 MB/s for the whole `fulcrum import`) and memory, against a baseline in the same run:
+// reading the same bytes through zlib's gzread without parsing anything. Wall and CPU seconds
+// of each stage: the parser alone, import_file (a rank file), `fulcrum import` through a rank
+// file and merge, and `fulcrum import` as it runs (one input written straight into the run).
 //
-//   bench_kineto [--mb 200] [--file /tmp/fulcrum-bench-kineto-200mb.json]
+//   bench_kineto [--mb 200] [--file /tmp/fulcrum-bench-kineto-200mb.json] [--parse-only]
 //
 // The synthetic trace (cached in /tmp) looks like a real rank's: ProfilerSteps holding
 // cpu_ops, cudaLaunchKernel calls and their kernels on two streams, NCCL kernels, copies, flows.
@@ -19,28 +21,13 @@
 
 #include "core/import/importer.h"
 #include "core/trace/memory_sink.h"
+#include "import_timing.h"
 
 using namespace fulcrum;
-using Clock = std::chrono::steady_clock;
+using namespace fulcrum::bench;
 namespace fs = std::filesystem;
 
 namespace {
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-// CPU seconds of the whole process (every thread): on a machine shared with other work the
-// wall clock measures the neighbours as much as the importer.
-double cpu_seconds() {
-    timespec now{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-    return double(now.tv_sec) + double(now.tv_nsec) * 1e-9;
-}
-double peak_rss_mb() {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    return double(usage.ru_maxrss) / 1024.0;
-}
-
 void generate(const std::string& path, std::size_t target_bytes) {
     std::ofstream out(path, std::ios::binary);
     out << "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [{\"id\": 0, \"name\": \"NVIDIA "
@@ -126,25 +113,6 @@ void generate(const std::string& path, std::size_t target_bytes) {
 }
 }  // namespace
 
-struct Timing {
-    double wall = 0, cpu = 0;
-};
-template <typename Fn>
-Timing timed(Fn&& fn) {
-    const auto start = Clock::now();
-    const double cpu_start = cpu_seconds();
-    fn();
-    return {seconds_since(start), cpu_seconds() - cpu_start};
-}
-void print_row(const char* stage, Timing t, double size_mb, Timing baseline) {
-    std::printf("%-36s %8.2f %8.1f %8.2f %8.1f %7.3f\n", stage, t.wall, size_mb / t.wall, t.cpu,
-                size_mb / t.cpu, baseline.wall / t.wall);
-}
-void print_header() {
-    std::printf("%-36s %8s %8s %8s %8s %7s\n", "stage", "wall s", "MB/s", "CPU s", "MB/CPU-s",
-                "ratio");
-}
-
 int main(int argc, char** argv) {
     CLI::App app{
         "bench_kineto: Kineto JSON import MB/s and peak RSS against a plain gzread of the same "
@@ -220,7 +188,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "import_files failed: %s\n", run.error().message.c_str());
         return 1;
     }
+    run_options.hold_single_input = false;
+    Result<importer::ImportReport> merged_run = importer::ImportReport{};
+    const Timing through_merge = timed([&] {
+        merged_run = importer::import_files({file}, (dir / "merged.fulcrum").string(), run_options);
+    });
+    if (!merged_run) {
+        std::fprintf(stderr, "import_files failed: %s\n", merged_run.error().message.c_str());
+        return 1;
+    }
     print_row("import_file (2 passes + writer)", import, size_mb, read);
+    print_row("import_files, rank file + merge", through_merge, size_mb, read);
     print_row("import_files (fulcrum import)", whole, size_mb, read);
     std::printf(
         "file %.1f MB, %lld events; peak RSS %.1f MB before, %.1f MB after import_file, %.1f MB at "

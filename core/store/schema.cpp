@@ -169,6 +169,12 @@ Status configure_for_recording(Database& db) {
         "PRAGMA cache_size = -65536;");
 }
 
+Status configure_for_bulk(Database& db) {
+    return db.exec(
+        "PRAGMA page_size = 16384; PRAGMA synchronous = OFF; PRAGMA journal_mode = OFF; "
+        "PRAGMA cache_size = -65536;");
+}
+
 Status create_schema(Database& db) {
     if (auto status = db.exec("BEGIN"); !status) {
         return status;

@@ -22,6 +22,10 @@ inline constexpr std::int64_t kApplicationId = 0x46554C43;
 // empty database before create_schema (the page size is fixed by the first table).
 Status configure_for_recording(Database& db);
 
+// The same page size without a journal or syncs: for a file that is deleted, not recovered,
+// when writing it fails (merge's output, an import).
+Status configure_for_bulk(Database& db);
+
 // Creates every table in an empty database and stamps application_id and user_version.
 Status create_schema(Database& db);
 

@@ -37,7 +37,8 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path
     if (!db) {
         return db.error();
     }
-    if (auto status = configure_for_recording(*db); !status) {
+    if (auto status = options.durable ? configure_for_recording(*db) : configure_for_bulk(*db);
+        !status) {
         return Error{ErrorCode::io, "cannot write '" + path + "': " + status.error().message};
     }
     if (auto status = create_schema(*db); !status) {

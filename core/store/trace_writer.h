@@ -38,6 +38,10 @@ struct WriterOptions {
     std::chrono::milliseconds commit_interval{250};
     // Replace an existing file instead of refusing to touch it.
     bool overwrite = false;
+    // False for files that are thrown away when the process stops before close() (imports,
+    // which remove a failed file anyway): no journal and no syncs, so every page is written
+    // once instead of to the WAL and then again into the file (docs/decisions.md).
+    bool durable = true;
 };
 
 struct WriterStats {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <system_error>
+#include <utility>
 
 #include "core/store/event_pack.h"
 #include "core/store/schema.h"
@@ -222,14 +223,15 @@ Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inpu
 }
 
 // What every merged run gets once its rows are in: the indexes, the lane statistics and the
-// event pack (from the table, or from `rows` when they are the table's rows in order); then
-// the event count.
+// event pack; then the event count. `rows`, when given, are the table's rows in order, written
+// by a TraceWriter, which has built the event indexes and lane statistics already: the pack
+// is made from them, and nothing is built twice.
 Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows = nullptr) {
     if (auto status = db.exec("CREATE INDEX IF NOT EXISTS string_by_value ON string (value)");
         !status) {
         return status.error();
     }
-    if (auto status = create_indexes(db); !status) {
+    if (auto status = rows != nullptr ? Status() : create_indexes(db); !status) {
         return status.error();
     }
     // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
@@ -412,6 +414,40 @@ void SingleRankRun::add_import_log(const ImportLogEntry& entry) {
     parts_->writer->add_import_log(entry);
 }
 
+// Lane, start, end descending; equal events keep their order, as merge's ORDER BY keeps the
+// rank file's. Events come lane after lane interleaved but each lane mostly in time order: a
+// counting pass puts each lane's events together, and only a lane found out of order is
+// sorted.
+void sort_by_lane_and_time(std::vector<Event>& events) {
+    std::vector<std::size_t> first;  // by lane id: where its events start, then go next
+    for (const Event& e : events) {
+        if (e.lane.value >= first.size()) {
+            first.resize(e.lane.value + 1);
+        }
+        ++first[e.lane.value];
+    }
+    std::size_t at = 0;
+    for (std::size_t& lane : first) {
+        at += std::exchange(lane, at);
+    }
+    const std::vector<std::size_t> starts = first;
+    std::vector<Event> by_lane(events.size());
+    for (const Event& e : events) {
+        by_lane[first[e.lane.value]++] = e;
+    }
+    events = std::move(by_lane);
+    const auto earlier = [](const Event& a, const Event& b) {
+        return a.start_ns < b.start_ns || (a.start_ns == b.start_ns && a.end_ns > b.end_ns);
+    };
+    for (std::size_t lane = 0; lane < starts.size(); ++lane) {
+        const auto begin = events.begin() + static_cast<std::ptrdiff_t>(starts[lane]);
+        const auto end = events.begin() + static_cast<std::ptrdiff_t>(first[lane]);
+        if (!std::is_sorted(begin, end, earlier)) {
+            std::stable_sort(begin, end, earlier);
+        }
+    }
+}
+
 // merge_rank_files' steps for one source, on rows held in memory: the source's clock is its
 // lowest rank's UTC offset (inspect), the run's zero its earliest event (the origin), and
 // clock-sync marks, compared with themselves, make the alignment `barrier_marks` and move
@@ -429,10 +465,7 @@ Result<MergeReport> SingleRankRun::finish(const std::function<void(double)>& pro
     }
     const std::int64_t origin = p.events.empty() ? utc_offset : first_start + utc_offset;
     const std::int64_t shift = utc_offset - origin;
-    std::stable_sort(p.events.begin(), p.events.end(), [](const Event& a, const Event& b) {
-        return std::tie(a.lane.value, a.start_ns, b.end_ns) <
-               std::tie(b.lane.value, b.start_ns, a.end_ns);
-    });
+    sort_by_lane_and_time(p.events);
     constexpr std::size_t kChunk = 16384;
     for (std::size_t i = 0; i < p.events.size(); i += kChunk) {
         const std::size_t n = std::min(kChunk, p.events.size() - i);

@@ -557,11 +557,6 @@ bool JsonStream::next_value(std::string_view& raw) {
     return true;
 }
 
-void JsonCursor::skip_ws() {
-    while (p_ < end_ && is_ws(*p_))
-        ++p_;
-}
-
 bool JsonCursor::eat(char c) {
     skip_ws();
     if (p_ < end_ && *p_ == c) {
@@ -602,11 +597,10 @@ bool JsonCursor::next_member(std::string_view& key, std::string_view& raw, bool&
     if (p_ >= end_ || *p_ != '"')
         return false;
     const char* start = p_ + 1;
-    const char* quote =
-        static_cast<const char*>(std::memchr(start, '"', static_cast<std::size_t>(end_ - start)));
-    if (quote == nullptr)
+    const char* quote = find_quote_or_escape(start, end_);
+    if (quote == end_)
         return false;
-    if (std::memchr(start, '\\', static_cast<std::size_t>(quote - start)) == nullptr) {
+    if (*quote == '"') {  // no escape before the closing quote
         key = std::string_view(start, static_cast<std::size_t>(quote - start));
         p_ = quote + 1;
     } else {

@@ -65,7 +65,10 @@ private:
 class JsonCursor {
 public:
     explicit JsonCursor(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
-    void skip_ws();
+    void skip_ws() {
+        while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t'))
+            ++p_;
+    }
     bool eat(char c);  // after whitespace
     char peek() {
         skip_ws();

@@ -365,6 +365,17 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
             st.rank.bind(10, rank.dropped_records);
             ok = ok && st.rank.run();
         }
+        for (const Event& e : batch.events) {
+            std::int64_t duration = 0;
+            if (__builtin_sub_overflow(e.end_ns, e.start_ns, &duration)) {
+                longest_overflowed_ = true;
+                continue;
+            }
+            auto [longest, added] = longest_.try_emplace(e.lane.value, duration);
+            if (!added && duration > longest->second) {
+                longest->second = duration;
+            }
+        }
         const std::size_t count = batch.events.size();
         std::size_t i = 0;
         for (; ok && i + kEventsPerInsert <= count; i += kEventsPerInsert) {
@@ -473,8 +484,13 @@ Status TraceWriter::close() {
     if (auto status = db_.exec("COMMIT"); !status) {
         return status;
     }
-    if (auto status = create_indexes(db_); !status) {
+    if (auto status = create_indexes(db_, longest_overflowed_); !status) {
         return status;
+    }
+    if (!longest_overflowed_) {
+        if (auto status = write_lane_statistics(); !status) {
+            return status;
+        }
     }
     // A single self-contained file: people copy traces off cluster nodes one file at a time.
     if (auto status = db_.exec("UPDATE rank SET complete = 1; PRAGMA wal_checkpoint(TRUNCATE); "
@@ -483,6 +499,29 @@ Status TraceWriter::close() {
         return status;
     }
     return {};
+}
+
+// lane.max_duration_ns from what the writer saw, as create_indexes would compute it by reading
+// every event back: the longest end − start of each lane, 0 for a lane without events.
+Status TraceWriter::write_lane_statistics() {
+    if (auto status = db_.exec("BEGIN; UPDATE lane SET max_duration_ns = 0;"); !status) {
+        return status;
+    }
+    auto update = db_.prepare("UPDATE lane SET max_duration_ns = ?2 WHERE id = ?1");
+    if (!update) {
+        (void)db_.exec("ROLLBACK");
+        return update.error();
+    }
+    for (const auto& [lane, longest] : longest_) {
+        update->bind(1, std::int64_t{lane});
+        update->bind(2, longest);
+        if (!update->run()) {
+            Error error = db_.error_for("cannot finish");
+            (void)db_.exec("ROLLBACK");
+            return error;
+        }
+    }
+    return db_.exec("COMMIT");
 }
 
 std::optional<Error> TraceWriter::failure() const {

@@ -109,6 +109,7 @@ private:
     void run_writer_thread();
     void hand_over_current_batch(std::unique_lock<std::mutex>& lock);
     Status write_batches(std::deque<Batch>& batches, Statements& statements);
+    Status write_lane_statistics();
 
     Database db_;
     std::string path_;
@@ -136,6 +137,10 @@ private:
     std::uint32_t next_string_id_ = 1;
     std::uint32_t next_lane_id_ = 1;
     std::unordered_map<std::int32_t, RankInfo> ranks_;
+    // The longest event of each lane written, for lane.max_duration_ns; the writer thread's
+    // own until close() joins it. An end − start beyond int64 leaves the column to SQL.
+    std::unordered_map<std::uint32_t, std::int64_t> longest_;
+    bool longest_overflowed_ = false;
 
     std::thread thread_;
 };

@@ -102,6 +102,7 @@ Status import_file(const Importer& format, const std::string& input, const std::
     store::WriterOptions writer_options;
     writer_options.overflow = store::WriterOptions::Overflow::block;  // an import never drops
     writer_options.overwrite = true;
+    writer_options.durable = false;  // a failed import leaves no file: nothing to recover
     auto writer = store::TraceWriter::create(rank_file, run, writer_options);
     if (!writer) {
         return writer.error();
@@ -134,41 +135,46 @@ std::string supported_formats() {
     return text;
 }
 
-}  // namespace
-
-// Longer than most (about 120 lines) on purpose: the checks of every input, the imports into
-// the scratch folder and the merge read best in one place, under the one guard that removes
-// the scratch folder whatever happens.
-Result<ImportReport> import_files(const std::vector<std::string>& inputs, const std::string& output,
-                                  const ImportOptions& options) {
-    if (inputs.empty()) {
-        return Error{ErrorCode::invalid_input, "nothing to import: give one file per rank"};
+// The one input, held in memory and written once as the run (store::SingleRankRun), when
+// its events fit: 64 bytes an event, about a sixth of the JSON they come from.
+Result<store::MergeReport> import_held(const Importer& format, const std::string& input,
+                                       const std::string& output, const ImportOptions& options,
+                                       const std::function<void(std::string_view, double)>& report,
+                                       std::vector<std::string>& warnings) {
+    RunInfo run;
+    run.name = options.run_name.empty() ? std::filesystem::path(input).filename().string()
+                                        : options.run_name;
+    run.command = "fulcrum import " + input;
+    run.origin = RunOrigin::imported;
+    run.producer = "fulcrum import (" + std::string(format.name()) + ")";
+    auto sink = store::SingleRankRun::create(output, run, options.overwrite);
+    if (!sink) {
+        return sink.error();
     }
+    const std::string stage = "reading " + std::filesystem::path(input).filename().string();
+    ImportFileOptions file_options;
+    file_options.cancel = options.cancel;
+    file_options.warnings = &warnings;
+    file_options.progress = [&](double fraction) { report(stage, 0.8 * fraction); };
+    report(stage, 0.0);
+    if (auto status = format.read(ImportInput{input}, **sink, file_options); !status) {
+        return status.error();
+    }
+    if (options.cancel != nullptr && options.cancel->load()) {
+        return Error{ErrorCode::cancelled, "import cancelled"};
+    }
+    return (*sink)->finish([&](double fraction) { report("writing", 0.8 + 0.2 * fraction); });
+}
+
+// Each input into a rank file in a scratch folder beside the output, then one merge: several
+// inputs, or one too large to hold. Longer than most (about 100 lines) on purpose: the
+// imports and the merge read best in one place, under the one guard that removes the scratch
+// folder whatever happens.
+Result<store::MergeReport> import_through_rank_files(
+    const Importer& format, const std::vector<std::string>& inputs, const std::string& output,
+    const ImportOptions& options, const std::function<void(std::string_view, double)>& report,
+    std::vector<std::string>& warnings) {
     std::error_code ec;
-    if (!options.overwrite && std::filesystem::exists(output, ec)) {
-        return Error{ErrorCode::io, "'" + output + "' exists; use --force to replace it"};
-    }
-    const Importer* format = nullptr;
-    for (const std::string& input : inputs) {
-        auto importer = find_importer(input);
-        if (!importer) {
-            return importer.error();
-        }
-        if (*importer == nullptr) {
-            return Error{ErrorCode::invalid_input,
-                         "'" + input + "' is not a trace Fulcrum can import (it reads: " +
-                             supported_formats() + ")"};
-        }
-        if (format != nullptr && *importer != format) {
-            return Error{ErrorCode::invalid_input,
-                         "'" + input + "' is " + std::string((*importer)->description()) +
-                             ", but '" + inputs.front() + "' is " +
-                             std::string(format->description()) +
-                             "; import the ranks of one run, in one format, together"};
-        }
-        format = *importer;
-    }
-
     const std::filesystem::path scratch = std::filesystem::path(output).string() + ".import";
     std::filesystem::remove_all(scratch, ec);
     std::filesystem::create_directories(scratch, ec);
@@ -184,28 +190,21 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
         }
     } guard{scratch};
 
-    auto report = [&](std::string_view stage, double fraction) {
-        if (options.progress) {
-            options.progress(stage, fraction);
-        }
-    };
     // Reading is most of the work; merging is the last tenth.
     std::vector<std::string> rank_files;
     std::map<std::int32_t, std::string> rank_owner;
-    ImportReport result;
-    result.format = std::string(format->name());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         const std::string stage = "reading " + std::filesystem::path(inputs[i]).filename().string();
         ImportFileOptions file_options;
         file_options.input_index = static_cast<int>(i);
         file_options.cancel = options.cancel;
-        file_options.warnings = &result.warnings;
+        file_options.warnings = &warnings;
         file_options.progress = [&](double fraction) {
             report(stage, 0.9 * (double(i) + fraction) / double(inputs.size()));
         };
         report(stage, 0.9 * double(i) / double(inputs.size()));
         const std::string file = (scratch / ("input-" + std::to_string(i) + ".sqlite")).string();
-        if (auto status = import_file(*format, inputs[i], file, file_options); !status) {
+        if (auto status = import_file(format, inputs[i], file, file_options); !status) {
             return status.error();
         }
         auto reader = store::TraceReader::open(file);
@@ -241,7 +240,68 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
         report("merging", 0.9 + 0.1 * fraction);
         return options.cancel == nullptr || !options.cancel->load();
     };
-    auto merged = store::merge_rank_files(rank_files, output, merge);
+    return store::merge_rank_files(rank_files, output, merge);
+}
+
+// Whether one input's events are held in memory rather than written to a rank file first:
+// up to about 2 M events (128 MB held, as much again while they are sorted), judged from the
+// file's size (a gzip file counted at ten times its own) and the format's bytes per event.
+bool fits_in_memory(const Importer& format, const std::string& input) {
+    constexpr double kHeldEvents = 2e6;
+    std::error_code ec;
+    const std::uintmax_t size = std::filesystem::file_size(input, ec);
+    if (ec) {
+        return false;
+    }
+    auto head = file_head(input, 2);
+    const bool gzip = head && head->size() == 2 && static_cast<unsigned char>((*head)[0]) == 0x1f &&
+                      static_cast<unsigned char>((*head)[1]) == 0x8b;
+    return double(gzip ? size * 10 : size) / format.bytes_per_event() <= kHeldEvents;
+}
+
+}  // namespace
+
+Result<ImportReport> import_files(const std::vector<std::string>& inputs, const std::string& output,
+                                  const ImportOptions& options) {
+    if (inputs.empty()) {
+        return Error{ErrorCode::invalid_input, "nothing to import: give one file per rank"};
+    }
+    std::error_code ec;
+    if (!options.overwrite && std::filesystem::exists(output, ec)) {
+        return Error{ErrorCode::io, "'" + output + "' exists; use --force to replace it"};
+    }
+    const Importer* format = nullptr;
+    for (const std::string& input : inputs) {
+        auto importer = find_importer(input);
+        if (!importer) {
+            return importer.error();
+        }
+        if (*importer == nullptr) {
+            return Error{ErrorCode::invalid_input,
+                         "'" + input + "' is not a trace Fulcrum can import (it reads: " +
+                             supported_formats() + ")"};
+        }
+        if (format != nullptr && *importer != format) {
+            return Error{ErrorCode::invalid_input,
+                         "'" + input + "' is " + std::string((*importer)->description()) +
+                             ", but '" + inputs.front() + "' is " +
+                             std::string(format->description()) +
+                             "; import the ranks of one run, in one format, together"};
+        }
+        format = *importer;
+    }
+
+    auto report = [&](std::string_view stage, double fraction) {
+        if (options.progress) {
+            options.progress(stage, fraction);
+        }
+    };
+    ImportReport result;
+    result.format = std::string(format->name());
+    auto merged =
+        inputs.size() == 1 && options.hold_single_input && fits_in_memory(*format, inputs[0])
+            ? import_held(*format, inputs[0], output, options, report, result.warnings)
+            : import_through_rank_files(*format, inputs, output, options, report, result.warnings);
     if (!merged) {
         return merged.error();
     }

@@ -177,74 +177,111 @@ bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, 
     return true;
 }
 
-Status write_event_pack(Database& db, const std::function<void(double)>& progress) {
-    if (auto status =
-            db.exec("DROP TABLE IF EXISTS event_pack;"
-                    "CREATE TABLE event_pack (lane INTEGER NOT NULL, format INTEGER NOT NULL, "
-                    "  events INTEGER NOT NULL, data BLOB NOT NULL);");
-        !status) {
-        return status;
+namespace {
+
+// Writes the pack table's blocks as events come, in the event table's rowid order. A block is
+// written when full or when the events move on to another lane. A lane whose rows are not
+// contiguous (a file not written by merge) still packs correctly, in more blocks: blocks keep
+// rowid order and readers concatenate a lane's blocks in that order.
+class PackWriter {
+public:
+    explicit PackWriter(Database& db) : db_(db) { block_.reserve(kEventsPerPackBlock); }
+
+    Status begin() {
+        if (auto status =
+                db_.exec("DROP TABLE IF EXISTS event_pack;"
+                         "CREATE TABLE event_pack (lane INTEGER NOT NULL, format INTEGER NOT NULL, "
+                         "  events INTEGER NOT NULL, data BLOB NOT NULL);");
+            !status) {
+            return status;
+        }
+        auto insert = db_.prepare(
+            "INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
+        if (!insert) {
+            return insert.error();
+        }
+        insert_ = std::move(*insert);
+        return db_.exec("BEGIN");
     }
+    bool add(const Event& event) {
+        if (!block_.empty() && block_.front().lane != event.lane && !flush()) {
+            return false;
+        }
+        block_.push_back(event);
+        return block_.size() < kEventsPerPackBlock || flush();
+    }
+    bool flush() {
+        if (block_.empty()) {
+            return true;
+        }
+        const std::string data = encode_event_block(block_.data(), block_.size());
+        insert_.bind(1, std::int64_t{block_.front().lane.value});
+        insert_.bind(2, std::int64_t{kEventPackFormat});
+        insert_.bind(3, static_cast<std::int64_t>(block_.size()));
+        insert_.bind_blob(4, data);
+        block_.clear();
+        return insert_.run();
+    }
+    Status fail(const char* what) {
+        Error error = db_.error_for(what);
+        (void)db_.exec("ROLLBACK");
+        return error;
+    }
+    Status commit() {
+        if (!flush()) {
+            return fail("cannot write the event pack of");
+        }
+        return db_.exec("COMMIT");
+    }
+
+private:
+    Database& db_;
+    Statement insert_;
+    std::vector<Event> block_;
+};
+
+}  // namespace
+
+Status write_event_pack(Database& db, const std::function<void(double)>& progress) {
     auto total = db.query_int("SELECT COUNT(*) FROM event");
     if (!total) {
         return total.error();
     }
     auto rows =
         db.prepare("SELECT " + event_columns(kSchemaVersion) + " FROM event ORDER BY rowid");
-    auto insert =
-        db.prepare("INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
     if (!rows) {
         return rows.error();
     }
-    if (!insert) {
-        return insert.error();
-    }
-    // A block is written when full or when the table moves on to another lane. A lane whose
-    // rows are not contiguous (a file not written by merge) still packs correctly, in more
-    // blocks: blocks keep rowid order and readers concatenate a lane's blocks in that order.
-    std::vector<Event> block;
-    block.reserve(kEventsPerPackBlock);
-    auto flush = [&]() -> bool {
-        if (block.empty()) {
-            return true;
-        }
-        const std::string data = encode_event_block(block.data(), block.size());
-        insert->bind(1, std::int64_t{block.front().lane.value});
-        insert->bind(2, std::int64_t{kEventPackFormat});
-        insert->bind(3, static_cast<std::int64_t>(block.size()));
-        insert->bind_blob(4, data);
-        block.clear();
-        return insert->run();
-    };
-    if (auto status = db.exec("BEGIN"); !status) {
+    PackWriter pack(db);
+    if (auto status = pack.begin(); !status) {
         return status;
     }
-    auto fail = [&](const char* what) -> Status {
-        Error error = db.error_for(what);
-        (void)db.exec("ROLLBACK");
-        return error;
-    };
     std::int64_t done = 0;
     while (rows->step()) {
-        const Event event = read_event_row(*rows);
-        if ((!block.empty() && block.front().lane != event.lane) && !flush()) {
-            return fail("cannot write the event pack of");
-        }
-        block.push_back(event);
-        if (block.size() == kEventsPerPackBlock && !flush()) {
-            return fail("cannot write the event pack of");
+        if (!pack.add(read_event_row(*rows))) {
+            return pack.fail("cannot write the event pack of");
         }
         if (++done % 262144 == 0 && progress) {
             progress(double(done) / double(std::max<std::int64_t>(*total, 1)));
         }
     }
     if (rows->last_result() != SQLITE_DONE) {
-        return fail("cannot read the events of");
+        return pack.fail("cannot read the events of");
     }
-    if (!flush()) {
-        return fail("cannot write the event pack of");
+    return pack.commit();
+}
+
+Status write_event_pack(Database& db, const std::vector<Event>& events) {
+    PackWriter pack(db);
+    if (auto status = pack.begin(); !status) {
+        return status;
     }
-    return db.exec("COMMIT");
+    for (const Event& event : events) {
+        if (!pack.add(event)) {
+            return pack.fail("cannot write the event pack of");
+        }
+    }
+    return pack.commit();
 }
 
 }  // namespace fulcrum::store

@@ -5,10 +5,12 @@
 #include <limits>
 #include <map>
 #include <system_error>
+#include <utility>
 
 #include "core/store/event_pack.h"
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
+#include "core/store/trace_writer.h"
 #include "core/util/output_file.h"
 
 namespace fulcrum::store {
@@ -220,6 +222,44 @@ Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inpu
     return sources;
 }
 
+// What every merged run gets once its rows are in: the indexes, the lane statistics and the
+// event pack; then the event count. `rows`, when given, are the table's rows in order, written
+// by a TraceWriter, which has built the event indexes and lane statistics already: the pack
+// is made from them, and nothing is built twice.
+Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows = nullptr) {
+    if (auto status = db.exec("CREATE INDEX IF NOT EXISTS string_by_value ON string (value)");
+        !status) {
+        return status.error();
+    }
+    if (auto status = rows != nullptr ? Status() : create_indexes(db); !status) {
+        return status.error();
+    }
+    // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
+    // loads about ten times faster.
+    if (auto status = rows != nullptr ? write_event_pack(db, *rows) : write_event_pack(db);
+        !status) {
+        return status.error();
+    }
+    return db.query_int("SELECT COUNT(*) FROM event");
+}
+
+// The ranks of the merged run at `output`, with a warning for each that stopped early.
+Status read_merged_ranks(const std::string& output, MergeReport& report) {
+    auto merged = TraceReader::open(output);
+    if (!merged) {
+        return merged.error();
+    }
+    report.ranks = merged->ranks();
+    for (const auto& rank : report.ranks) {
+        if (!rank.complete) {
+            report.warnings.push_back("rank " + std::to_string(rank.rank) +
+                                      " is incomplete: its recording stopped early (killed?); "
+                                      "everything up to its last commit is included");
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
@@ -262,9 +302,7 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
     };
     // No journal: a failed merge is deleted, never recovered. Rows go in lane by lane in time
     // order, so that a lane's events share pages and a window query reads few of them.
-    if (auto status = db.exec("PRAGMA page_size = 16384; PRAGMA synchronous = OFF; "
-                              "PRAGMA journal_mode = OFF; PRAGMA cache_size = -65536;");
-        !status) {
+    if (auto status = configure_for_bulk(db); !status) {
         return fail(status.error());
     }
     if (auto status = create_schema(db); !status) {
@@ -292,15 +330,7 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         }
         lane_offset = *max_lane;
     }
-    if (auto status = create_indexes(db); !status) {
-        return fail(status.error());
-    }
-    // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
-    // loads about ten times faster.
-    if (auto status = write_event_pack(db); !status) {
-        return fail(status.error());
-    }
-    auto events = db.query_int("SELECT COUNT(*) FROM event");
+    auto events = index_and_pack(db);
     if (!events) {
         return fail(events.error());
     }
@@ -311,20 +341,186 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         return status.error();
     }
 
-    auto merged = TraceReader::open(output);
-    if (!merged) {
-        return merged.error();
-    }
-    report.ranks = merged->ranks();
-    for (const auto& rank : report.ranks) {
-        if (!rank.complete) {
-            report.warnings.push_back("rank " + std::to_string(rank.rank) +
-                                      " is incomplete: its recording stopped early (killed?); "
-                                      "everything up to its last commit is included");
-        }
+    if (auto status = read_merged_ranks(output, report); !status) {
+        return status.error();
     }
     if (options.progress) {
         options.progress(1.0);
+    }
+    return report;
+}
+
+struct SingleRankRun::Parts {
+    PartialDatabase target;
+    std::unique_ptr<TraceWriter> writer;  // declared after target: closed before it goes
+    std::map<std::int32_t, std::int64_t> utc_offsets;  // rank -> its last row's offset
+    std::vector<Event> events;
+    std::vector<CounterSample> counters;
+    StringId sync_mark;  // kClockSyncMark's id, once interned
+};
+
+Result<std::unique_ptr<SingleRankRun>> SingleRankRun::create(const std::string& output, RunInfo run,
+                                                             bool overwrite) {
+    auto target = PartialDatabase::prepare(output, overwrite);
+    if (!target) {
+        return target.error();
+    }
+    WriterOptions options;
+    options.overwrite = true;  // the partial file of an earlier attempt
+    options.durable = false;   // a failure removes the partial file
+    auto writer = TraceWriter::create(target->partial_path(), run, options);
+    if (!writer) {
+        return Error{ErrorCode::io, "cannot write '" + output + "': " + writer.error().message};
+    }
+    auto parts = std::make_unique<Parts>(
+        Parts{std::move(*target), std::move(*writer), {}, {}, {}, StringId{}});
+    return std::unique_ptr<SingleRankRun>(new SingleRankRun(std::move(parts)));
+}
+
+SingleRankRun::SingleRankRun(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+SingleRankRun::~SingleRankRun() = default;
+
+void SingleRankRun::add_rank(const RankInfo& rank) {
+    parts_->utc_offsets[rank.rank] = rank.utc_offset_ns;
+    parts_->writer->add_rank(rank);
+}
+LaneId SingleRankRun::add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
+                               std::int64_t native_id) {
+    return parts_->writer->add_lane(rank, kind, name, native_id);
+}
+void SingleRankRun::rename_lane(LaneId lane, std::string_view name) {
+    parts_->writer->rename_lane(lane, name);
+}
+void SingleRankRun::set_run_config(std::string config_json) {
+    parts_->writer->set_run_config(std::move(config_json));
+}
+StringId SingleRankRun::intern(std::string_view text) {
+    const StringId id = parts_->writer->intern(text);
+    if (text == kClockSyncMark) {
+        parts_->sync_mark = id;
+    }
+    return id;
+}
+void SingleRankRun::add_events(const Event* events, std::size_t count) {
+    parts_->events.insert(parts_->events.end(), events, events + count);
+}
+void SingleRankRun::add_workload(const WorkloadEntry& entry) {
+    parts_->writer->add_workload(entry);
+}
+void SingleRankRun::add_counter(const CounterSample& sample) {
+    parts_->counters.push_back(sample);
+}
+void SingleRankRun::add_import_log(const ImportLogEntry& entry) {
+    parts_->writer->add_import_log(entry);
+}
+
+// Lane, start, end descending; equal events keep their order, as merge's ORDER BY keeps the
+// rank file's. Events come lane after lane interleaved but each lane mostly in time order: a
+// counting pass puts each lane's events together, and only a lane found out of order is
+// sorted.
+void sort_by_lane_and_time(std::vector<Event>& events) {
+    std::vector<std::size_t> first;  // by lane id: where its events start, then go next
+    for (const Event& e : events) {
+        if (e.lane.value >= first.size()) {
+            first.resize(e.lane.value + 1);
+        }
+        ++first[e.lane.value];
+    }
+    std::size_t at = 0;
+    for (std::size_t& lane : first) {
+        at += std::exchange(lane, at);
+    }
+    const std::vector<std::size_t> starts = first;
+    std::vector<Event> by_lane(events.size());
+    for (const Event& e : events) {
+        by_lane[first[e.lane.value]++] = e;
+    }
+    events = std::move(by_lane);
+    const auto earlier = [](const Event& a, const Event& b) {
+        return a.start_ns < b.start_ns || (a.start_ns == b.start_ns && a.end_ns > b.end_ns);
+    };
+    for (std::size_t lane = 0; lane < starts.size(); ++lane) {
+        const auto begin = events.begin() + static_cast<std::ptrdiff_t>(starts[lane]);
+        const auto end = events.begin() + static_cast<std::ptrdiff_t>(first[lane]);
+        if (!std::is_sorted(begin, end, earlier)) {
+            std::stable_sort(begin, end, earlier);
+        }
+    }
+}
+
+// merge_rank_files' steps for one source, on rows held in memory: the source's clock is its
+// lowest rank's UTC offset (inspect), the run's zero its earliest event (the origin), and
+// clock-sync marks, compared with themselves, make the alignment `barrier_marks` and move
+// nothing (choose_shifts); events go in lane, start, end-descending order (copy_source_sql).
+Result<MergeReport> SingleRankRun::finish(const std::function<void(double)>& progress) {
+    Parts& p = *parts_;
+    MergeReport report;
+    const std::int64_t utc_offset = p.utc_offsets.empty() ? 0 : p.utc_offsets.begin()->second;
+    std::int64_t first_start = std::numeric_limits<std::int64_t>::max();
+    bool sync_marks = false;
+    for (const Event& e : p.events) {
+        first_start = std::min(first_start, e.start_ns);
+        sync_marks = sync_marks ||
+                     (e.kind == EventKind::mark && p.sync_mark.valid() && e.name == p.sync_mark);
+    }
+    const std::int64_t origin = p.events.empty() ? utc_offset : first_start + utc_offset;
+    const std::int64_t shift = utc_offset - origin;
+    sort_by_lane_and_time(p.events);
+    constexpr std::size_t kChunk = 16384;
+    for (std::size_t i = 0; i < p.events.size(); i += kChunk) {
+        const std::size_t n = std::min(kChunk, p.events.size() - i);
+        for (std::size_t k = i; k < i + n; ++k) {
+            p.events[k].start_ns += shift;
+            p.events[k].end_ns += shift;
+        }
+        p.writer->add_events(p.events.data() + i, n);
+        if (progress) {
+            progress(0.5 * double(i + n) / double(p.events.size()));
+        }
+    }
+    for (CounterSample sample : p.counters) {
+        sample.time_ns += shift;
+        p.writer->add_counter(sample);
+    }
+    report.events = static_cast<std::int64_t>(p.events.size());
+    report.start_utc_ns = origin;
+    p.counters = {};
+    if (auto status = p.writer->close(); !status) {
+        return status.error();
+    }
+    p.writer.reset();
+    {
+        auto db = Database::open(p.target.partial_path(), Database::Mode::read_write);
+        if (!db) {
+            return db.error();
+        }
+        if (auto status =
+                db->exec("PRAGMA synchronous = OFF; PRAGMA journal_mode = OFF; "
+                         "UPDATE run SET start_utc_ns = " +
+                         std::to_string(origin) + "; UPDATE rank SET clock_alignment = '" +
+                         std::string(to_string(sync_marks ? ClockAlignment::barrier_marks
+                                                          : ClockAlignment::utc_offset)) +
+                         "', clock_shift_ns = " + std::to_string(shift) + ";");
+            !status) {
+            return status.error();
+        }
+        if (progress) {
+            progress(0.6);
+        }
+        auto events = index_and_pack(*db, &p.events);
+        if (!events) {
+            return events.error();
+        }
+        p.events = {};
+    }
+    if (auto status = p.target.commit("the imported run"); !status) {
+        return status.error();
+    }
+    if (auto status = read_merged_ranks(p.target.path(), report); !status) {
+        return status.error();
+    }
+    if (progress) {
+        progress(1.0);
     }
     return report;
 }

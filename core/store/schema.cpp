@@ -169,6 +169,12 @@ Status configure_for_recording(Database& db) {
         "PRAGMA cache_size = -65536;");
 }
 
+Status configure_for_bulk(Database& db) {
+    return db.exec(
+        "PRAGMA page_size = 16384; PRAGMA synchronous = OFF; PRAGMA journal_mode = OFF; "
+        "PRAGMA cache_size = -65536;");
+}
+
 Status create_schema(Database& db) {
     if (auto status = db.exec("BEGIN"); !status) {
         return status;
@@ -187,11 +193,16 @@ Status create_schema(Database& db) {
     return db.exec("COMMIT");
 }
 
-Status create_indexes(Database& db) {
-    return db.exec(R"sql(
+Status create_indexes(Database& db, bool lane_statistics) {
+    if (auto status = db.exec(R"sql(
         CREATE INDEX IF NOT EXISTS event_by_lane_time ON event (lane, start_ns);
         CREATE INDEX IF NOT EXISTS event_by_kind_step ON event (kind, step);
         CREATE INDEX IF NOT EXISTS workload_by_step ON workload (step, microbatch, rank);
+    )sql");
+        !status || !lane_statistics) {
+        return status;
+    }
+    return db.exec(R"sql(
         UPDATE lane SET max_duration_ns =
             (SELECT COALESCE(MAX(end_ns - start_ns), 0) FROM event WHERE event.lane = lane.id);
     )sql");

@@ -22,13 +22,19 @@ inline constexpr std::int64_t kApplicationId = 0x46554C43;
 // empty database before create_schema (the page size is fixed by the first table).
 Status configure_for_recording(Database& db);
 
+// The same page size without a journal or syncs: for a file that is deleted, not recovered,
+// when writing it fails (merge's output, an import).
+Status configure_for_bulk(Database& db);
+
 // Creates every table in an empty database and stamps application_id and user_version.
 Status create_schema(Database& db);
 
 // Secondary indexes and per-lane statistics. The writer builds them at close, not while
 // recording, because each index roughly halves insert throughput; a file whose writer was
-// killed has none and is read without them.
-Status create_indexes(Database& db);
+// killed has none and is read without them. `lane_statistics` false leaves
+// lane.max_duration_ns to the caller (the writer, which saw every event, sets it without
+// reading them back).
+Status create_indexes(Database& db, bool lane_statistics = true);
 
 // Checks that `path` is a Fulcrum trace this build can read before SQLite touches it, so
 // that a foreign, truncated or newer file gets one message naming the file and the problem.

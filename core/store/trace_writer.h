@@ -38,6 +38,10 @@ struct WriterOptions {
     std::chrono::milliseconds commit_interval{250};
     // Replace an existing file instead of refusing to touch it.
     bool overwrite = false;
+    // False for files that are thrown away when the process stops before close() (imports,
+    // which remove a failed file anyway): no journal and no syncs, so every page is written
+    // once instead of to the WAL and then again into the file (docs/decisions.md).
+    bool durable = true;
 };
 
 struct WriterStats {
@@ -105,6 +109,7 @@ private:
     void run_writer_thread();
     void hand_over_current_batch(std::unique_lock<std::mutex>& lock);
     Status write_batches(std::deque<Batch>& batches, Statements& statements);
+    Status write_lane_statistics();
 
     Database db_;
     std::string path_;
@@ -132,6 +137,10 @@ private:
     std::uint32_t next_string_id_ = 1;
     std::uint32_t next_lane_id_ = 1;
     std::unordered_map<std::int32_t, RankInfo> ranks_;
+    // The longest event of each lane written, for lane.max_duration_ns; the writer thread's
+    // own until close() joins it. An end − start beyond int64 leaves the column to SQL.
+    std::unordered_map<std::uint32_t, std::int64_t> longest_;
+    bool longest_overflowed_ = false;
 
     std::thread thread_;
 };

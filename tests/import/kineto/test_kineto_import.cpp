@@ -12,6 +12,7 @@
 #include "core/analysis/run_trace.h"
 #include "core/import/importer.h"
 #include "core/store/trace_reader.h"
+#include "tests/import/same_run.h"
 
 using namespace fulcrum;
 namespace fs = std::filesystem;
@@ -295,6 +296,36 @@ private slots:
             said = said || entry.reason.find("truncated at byte") != std::string::npos;
         QVERIFY(said);
         QVERIFY(reader->summary() && reader->summary()->event_count > 0);
+    }
+
+    // One input is written straight into the run (store::SingleRankRun); the run must be the
+    // one its rank file and merge give, row for row, with an event pack that is its rows.
+    void held_input_is_the_merged_run_data() {
+        QTest::addColumn<QString>("input");
+        QTest::newRow("rank0") << QString::fromStdString(kData + "rank0.json");
+        QTest::newRow("simple_add.gz") << QString::fromStdString(kData + "hta/simple_add.json.gz");
+        QTest::newRow("mtia_small.gz") << QString::fromStdString(kData + "hta/mtia_small.json.gz");
+        QTest::newRow("bad records") << QString::fromStdString(kData + "bad.json");
+    }
+    void held_input_is_the_merged_run() {
+        QFETCH(QString, input);
+        const std::string held = (dir_ / "held.fulcrum").string();
+        const std::string merged = (dir_ / "merged.fulcrum").string();
+        importer::ImportOptions options;
+        options.overwrite = true;
+        auto a = importer::import_files({input.toStdString()}, held, options);
+        options.hold_single_input = false;
+        auto b = importer::import_files({input.toStdString()}, merged, options);
+        QVERIFY2(a, a ? "" : a.error().message.c_str());
+        QVERIFY2(b, b ? "" : b.error().message.c_str());
+        QCOMPARE(a->events, b->events);
+        QCOMPARE(a->skipped, b->skipped);
+        QCOMPARE(a->notes, b->notes);
+        QCOMPARE(a->ranks, b->ranks);
+        QVERIFY(a->events > 0);
+        const std::string difference = test::run_difference(held, merged);
+        QVERIFY2(difference.empty(), difference.c_str());
+        QVERIFY(!fs::exists(held + ".partial"));
     }
 
     void cli_import() {

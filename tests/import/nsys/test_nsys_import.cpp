@@ -15,6 +15,7 @@
 #include "core/import/importer.h"
 #include "core/store/trace_reader.h"
 #include "core/store/trace_writer.h"
+#include "tests/import/same_run.h"
 
 using namespace fulcrum;
 
@@ -421,6 +422,32 @@ private slots:
         QCOMPARE(report->warnings.size(), std::size_t(1));
         QVERIFY(report->warnings.front().find("holds 2 processes") != std::string::npos);
         QVERIFY(report->warnings.front().find("pid 200 (train.py) -> rank 1") != std::string::npos);
+    }
+
+    // One input is written straight into the run (store::SingleRankRun): the same run, row
+    // for row, as its rank file and merge give; here with two processes (two ranks), the
+    // fulcrum domain's marks and a negative duration logged.
+    void held_input_is_the_merged_run() {
+        const std::string file = path("held.sqlite");
+        const std::string held = path("held.fulcrum"), merged = path("merged.fulcrum");
+        Fixture f;
+        f.pids = {100, 200};
+        f.fulcrum_domain = true;
+        f.negative_kernel = true;
+        QVERIFY(write_fixture(file, f));
+        importer::ImportOptions options;
+        auto a = importer::import_files({file}, held, options);
+        options.hold_single_input = false;
+        auto b = importer::import_files({file}, merged, options);
+        QVERIFY2(a, a ? "" : a.error().message.c_str());
+        QVERIFY2(b, b ? "" : b.error().message.c_str());
+        QCOMPARE(a->events, b->events);
+        QCOMPARE(a->skipped, b->skipped);
+        QVERIFY(a->skipped > 0);
+        QCOMPARE(a->ranks, 2);
+        QCOMPARE(a->warnings, b->warnings);
+        const std::string difference = test::run_difference(held, merged);
+        QVERIFY2(difference.empty(), difference.c_str());
     }
 
     void missing_optional_tables() {

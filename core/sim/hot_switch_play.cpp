@@ -52,6 +52,8 @@ SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSw
     played.accumulate_gradients = true;
     played.grid = bucket.layout;
     played.stage_layers.clear();
+    // Sequence parallelism splits what TP replicates: a layout without TP has none to split.
+    played.sequence_parallel = config.sequence_parallel && bucket.layout.tp > 1;
     if (bucket.max_length > 0 && bucket.max_length < config.model.context) {
         played.model.context = static_cast<int>(bucket.max_length);
     }

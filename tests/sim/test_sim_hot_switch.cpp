@@ -316,6 +316,14 @@ private slots:
         for (const WorkloadEntry& entry : *workload) {
             QVERIFY(entry.step >= 0 && entry.step <= last_step);
         }
+        // The analyses see the passes; bubbles are left out with the reason.
+        auto analysed = analysis::analyze_run(*trace);
+        QVERIFY(analysed.ok());
+        QVERIFY(analysed->bubbles.pipelines.empty());
+        QVERIFY(std::any_of(analysed->notes.begin(), analysed->notes.end(), [](const auto& note) {
+            return note.find("hot-switched run") != std::string::npos;
+        }));
+        QVERIFY(!analysed->critical_paths.empty());
     }
 };
 

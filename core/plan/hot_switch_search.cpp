@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/sim/hot_switch_play.h"
 

@@ -1,20 +1,25 @@
 // `fulcrum plan --hot-switch auto`: HotSPa's layouts per length bucket chosen for the user
-// (HotSPa, SOSP'24, leaves the choice to them, §8). From a plan of the static layouts:
-//   1. the cut points: powers of two between the shortest document and the context; every set
-//      of at most max_buckets − 1 of them that leaves no bucket without documents;
+// (HotSPa, SOSP'24, leaves the choice of buckets and layouts to them). From a plan of the
+// static layouts:
+//   1. the cut points: powers of two between the shortest and the longest document, below the
+//      context; every set of at most max_buckets − 1 of them whose every bucket holds at least
+//      2% of the tokens;
 //   2. the layouts: every grid of the world the plan enumerated that a spec may name, kept for
-//      a bucket when it fits in memory with the bucket's longest document as the sequence
+//      a bucket when it fits in memory with the bucket's upper bound as the sequence
 //      (activations only shrink with shorter sequences, so a layout that does not fit the
 //      context may fit a short bucket: HotSPa's point);
 //   3. each (bucket, layout) priced by the simulator's closed-form step (sim::estimate_step) on
 //      the bucket's documents of every step, each switch by sim::switch_cost; per cut set the
 //      best layouts (the few best per bucket, every combination);
 //   4. the best specs by that estimate played in full (sim::simulate with the spec, as
-//      `fulcrum simulate --hot-switch` plays it) on the static best's settings and documents.
+//      `fulcrum simulate --hot-switch` plays it) on the static best's settings and documents,
+//      at its recomputation and each level above, with its sequence parallelism and without.
 // docs/plan.md, "Choosing a hot-switch spec", says what is searched and what is not.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 

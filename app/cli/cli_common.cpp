@@ -7,8 +7,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "core/store/trace_reader.h"
 #include "core/util/output_file.h"
 
 namespace fulcrum::cli {
@@ -113,6 +116,56 @@ Status write_output(const std::string& path, bool force, std::string_view text) 
     }
     file->write(text);
     return file->commit();
+}
+
+Result<analysis::RunTrace> load_calibration_run(const std::string& path, bool progress,
+                                                std::atomic<bool>& cancel) {
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        return reader.error();
+    }
+    analysis::LoadOptions load;
+    load.progress = progress_for("loading " + path, progress, cancel);
+    load.cancel = &cancel;
+    auto trace = analysis::load_run_trace(*reader, load);
+    finish_progress_line();
+    return trace;
+}
+
+Result<std::vector<sim::Calibration>> calibrate_runs(const std::vector<analysis::RunTrace>& traces,
+                                                     const std::vector<std::string>& paths) {
+    std::vector<sim::Calibration> calibrations;
+    for (std::size_t i = 0; i < traces.size(); ++i) {
+        auto calibration = sim::calibrate(traces[i]);
+        if (!calibration) {
+            Error error = calibration.error();
+            if (traces.size() > 1) {
+                error.message = "--calibrate " + paths[i] + ": " + error.message;
+            }
+            error.message += " (--cost-model FILE)";
+            return error;
+        }
+        calibrations.push_back(std::move(*calibration));
+    }
+    return calibrations;
+}
+
+Result<analysis::CostModel> read_cost_model(const std::string& path) {
+    std::ifstream file(path);
+    if (!file) {
+        return Error{ErrorCode::io,
+                     "cannot read the cost model '" + path + "': no such file or not readable"};
+    }
+    std::stringstream text;
+    text << file.rdbuf();
+    auto model = analysis::parse_cost_model_json(text.str());
+    if (!model) {
+        return Error{model.error().code, "'" + path + "': " + model.error().message};
+    }
+    if (model->source.empty() || model->source == "given") {
+        model->source = "given: " + path;
+    }
+    return model;
 }
 
 }  // namespace fulcrum::cli

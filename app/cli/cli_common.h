@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/analysis/run_trace.h"
+#include "core/sim/simulator.h"
 #include "core/util/result.h"
 
 namespace fulcrum::cli {
@@ -36,5 +38,15 @@ void install_interrupt_handler();
 // "7,9,9,7" → {7, 9, 9, 7}; the error names `option` and shows `example`.
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
                                         const std::string& example);
+
+// --calibrate RUN of fulcrum simulate and fulcrum plan: the run loaded (with a progress line),
+// and each run's cost model fitted, the error naming the run that could not be fitted.
+Result<analysis::RunTrace> load_calibration_run(const std::string& path, bool progress,
+                                                std::atomic<bool>& cancel);
+Result<std::vector<sim::Calibration>> calibrate_runs(const std::vector<analysis::RunTrace>& traces,
+                                                     const std::vector<std::string>& paths);
+// --cost-model FILE: a cost model as JSON (analysis::cost_model_json), its source "given: FILE"
+// unless it names one.
+Result<analysis::CostModel> read_cost_model(const std::string& path);
 
 }  // namespace fulcrum::cli

@@ -26,13 +26,15 @@ struct PlanArgs {
     std::string world = "8";
     std::string hardware = "h100";
     std::string dtype = "bf16";
-    std::string calibrate;
+    std::vector<std::string> calibrate;
+    std::string cost_model;
     std::string schedules = "1f1b,interleaved,zb-h1,gpipe";
     std::string virtual_stages = "2,4";
     std::string balancers = "fixed,wlb";
     std::string shardings = "per-doc,zigzag,adaptive";
     std::string recomputes = "none,selective,full";
     bool no_sequence_parallel = false;
+    bool no_offload = false;
     bool equal_split = false;
     std::string output;
     std::string report;
@@ -122,12 +124,13 @@ Status build_space(PlanArgs& args) {
     space.recomputes = *recomputes;
     space.virtual_stages = *virtual_stages;
     space.sequence_parallel = !args.no_sequence_parallel;
+    space.offload = !args.no_offload;
     space.exact_layer_split = !args.equal_split;
     args.request.dtype = *dtype;
     return {};
 }
 
-// --hardware, or --calibrate's cost model fitted on a captured run.
+// --hardware, the fits of every --calibrate run (merged per candidate), or --cost-model FILE.
 Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
     plan::PlanRequest& request = args.request;
     auto preset = sim::hardware_preset(args.hardware);
@@ -136,31 +139,36 @@ Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
     }
     request.hardware = *preset;
     request.hardware.gpus_per_node = request.gpus_per_node;
-    if (args.calibrate.empty()) {
+    std::vector<analysis::RunTrace> traces;
+    for (const std::string& path : args.calibrate) {
+        auto trace = load_calibration_run(path, args.progress, cancel);
+        if (!trace) {
+            return trace.error();
+        }
+        traces.push_back(std::move(*trace));
+    }
+    if (!traces.empty()) {
+        // Adaptive CP sharding weighs the first run's kernel (its backend's).
+        if (auto settings = sim::config_from_run(traces.front())) {
+            request.attention_kernel = settings->config.attention_kernel;
+        }
+    }
+    if (!args.cost_model.empty()) {
+        auto model = read_cost_model(args.cost_model);
+        if (!model) {
+            return model.error();
+        }
+        request.cost_model = std::move(*model);
+        request.cost_model_file = args.cost_model;
+        request.calibration_runs = args.calibrate;  // settings only, as in fulcrum simulate
         return {};
     }
-    auto reader = store::TraceReader::open(args.calibrate);
-    if (!reader) {
-        return reader.error();
+    auto calibrations = calibrate_runs(traces, args.calibrate);
+    if (!calibrations) {
+        return calibrations.error();
     }
-    analysis::LoadOptions load;
-    load.progress = progress_for("loading", args.progress, cancel);
-    load.cancel = &cancel;
-    auto trace = analysis::load_run_trace(*reader, load);
-    finish_progress_line();
-    if (!trace) {
-        return trace.error();
-    }
-    auto calibration = sim::calibrate(*trace);
-    if (!calibration) {
-        return calibration.error();
-    }
-    if (auto settings = sim::config_from_run(*trace)) {
-        request.attention_kernel = settings->config.attention_kernel;
-    }
-    request.cost_model = std::move(calibration->model);
-    request.cost_origin = calibration->origin;
-    request.calibration_run = args.calibrate;
+    request.calibrations = std::move(*calibrations);
+    request.calibration_runs = args.calibrate;
     return {};
 }
 
@@ -490,7 +498,13 @@ Command add_plan_command(CLI::App& app) {
         ->capture_default_str()
         ->group("Cluster");
     sub->add_option("--calibrate", args->calibrate,
-                    "Costs fitted on this captured run instead of the analytic model")
+                    "Costs fitted on this captured run instead of the analytic model; repeat it "
+                    "(a pp2, a tp2, a cp2 and a dp2 run of the same model) to fit each cost on "
+                    "the run nearest the candidate that ran it")
+        ->group("Cluster");
+    sub->add_option("--cost-model", args->cost_model,
+                    "A cost model as JSON, as fulcrum simulate takes it; overrides the fits of "
+                    "--calibrate")
         ->group("Cluster");
     sub->add_option("--peak-tflops", r.peak_tflops,
                     "Peak dense TFLOP/s of a GPU for MFU (default: 989 for h100, 312 for a100)")
@@ -544,6 +558,14 @@ Command add_plan_command(CLI::App& app) {
         ->group("Search");
     sub->add_flag("--no-sequence-parallel", args->no_sequence_parallel,
                   "Do not try sequence parallelism")
+        ->group("Search");
+    sub->add_flag("--no-offload", args->no_offload,
+                  "Do not try chunked attention with Q, K and V offloaded to host memory where "
+                  "activations do not fit without recomputation")
+        ->group("Search");
+    sub->add_option("--attention-chunk", r.space.attention_chunk,
+                    "The attention chunk offload is tried with (default min(4096, context / cp))")
+        ->check(CLI::NonNegativeNumber)
         ->group("Search");
     sub->add_flag("--equal-split", args->equal_split,
                   "L/p layers a stage instead of the exact split (dynamic programming)")

@@ -3,11 +3,14 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "core/plan/planner.h"
 #include "core/report/html_report.h"
 
 namespace fulcrum::cli {
@@ -18,6 +21,7 @@ struct ReportArgs {
     std::string output;
     bool force = false;
     std::string title;
+    std::string plan;
 };
 
 // One run: its name with .html beside it (runs/wlb/run.fulcrum → runs/wlb/run.html); several
@@ -80,6 +84,23 @@ int run_report(const ReportArgs& args) {
     }
     report::ReportOptions options;
     options.title = args.title;
+    std::optional<plan::PlanFile> plan;
+    if (!args.plan.empty()) {
+        std::ifstream file(args.plan);
+        if (!file) {
+            return report_error({ErrorCode::io, "cannot read the plan '" + args.plan +
+                                                    "': no such file or not readable"});
+        }
+        std::stringstream text;
+        text << file.rdbuf();
+        auto parsed = plan::parse_plan_json(text.str());
+        if (!parsed) {
+            return report_error(
+                {parsed.error().code, "--plan '" + args.plan + "': " + parsed.error().message});
+        }
+        plan = std::move(*parsed);
+        options.plan = &*plan;
+    }
     const std::string html = report::html_report(runs, options);
     const std::string output = args.output.empty() ? default_output(args.runs) : args.output;
     if (auto status = write_output(output, args.force, html); !status) {
@@ -105,6 +126,9 @@ Command add_report_command(CLI::App& app) {
         "The HTML file (default: RUN.html beside a single run, report.html for several)");
     sub->add_flag("--force", args->force, "Replace the output file if it exists");
     sub->add_option("--title", args->title, "The report's title (default: the run names)");
+    sub->add_option("--plan", args->plan,
+                    "Add a plan's chart and table: the JSON of fulcrum plan --json (e.g. the plan "
+                    "that chose this run's layout)");
     return [args] { return run_report(*args); };
 }
 

@@ -41,7 +41,7 @@ struct SimulateArgs {
     std::string stage_layers;
     std::string balancer = "fixed";
     std::string cp_shard = "per-doc";
-    std::string calibrate;
+    std::vector<std::string> calibrate;  // the first gives the settings; every one costs
     std::string cost_model;
     std::string compare;
     std::string hot_switch;
@@ -95,24 +95,6 @@ std::string fixed(double value, int decimals) {
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
     return buffer;
-}
-
-Result<analysis::CostModel> read_cost_model(const std::string& path) {
-    std::ifstream file(path);
-    if (!file) {
-        return Error{ErrorCode::io,
-                     "cannot read the cost model '" + path + "': no such file or not readable"};
-    }
-    std::stringstream text;
-    text << file.rdbuf();
-    auto model = analysis::parse_cost_model_json(text.str());
-    if (!model) {
-        return Error{model.error().code, "'" + path + "': " + model.error().message};
-    }
-    if (model->source.empty() || model->source == "given") {
-        model->source = "given: " + path;
-    }
-    return model;
 }
 
 // --recompute, --dtype, --overlap-grad-reduce (the run's unless given) and --hardware (a
@@ -214,7 +196,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
             }
         }
         if (!defaulted.empty()) {
-            warn("'" + args.calibrate + "' does not say its " + defaulted +
+            warn("'" + args.calibrate.front() + "' does not say its " + defaulted +
                  "; using the defaults (see --help)");
         }
     } else if (!given(args, "--lengths")) {
@@ -668,30 +650,23 @@ int run_simulate(const SimulateArgs& args) {
     if (!thresholds) {
         return report_error(thresholds.error());
     }
-    std::optional<analysis::RunTrace> trace;
-    if (!args.calibrate.empty()) {
-        auto reader = store::TraceReader::open(args.calibrate);
-        if (!reader) {
-            return report_error(reader.error());
-        }
-        analysis::LoadOptions load;
-        load.progress = progress_for("loading", args.progress, cancel);
-        load.cancel = &cancel;
-        auto loaded = analysis::load_run_trace(*reader, load);
-        finish_progress_line();
+    std::vector<analysis::RunTrace> traces;
+    for (const std::string& path : args.calibrate) {
+        auto loaded = load_calibration_run(path, args.progress, cancel);
         if (!loaded) {
             return report_error(loaded.error());
         }
-        trace = std::move(*loaded);
+        traces.push_back(std::move(*loaded));
     }
-    auto config = build_config(args, trace ? &*trace : nullptr);
+    const analysis::RunTrace* trace = traces.empty() ? nullptr : &traces.front();
+    auto config = build_config(args, trace);
     if (!config) {
         return report_error(config.error());
     }
     if (given(args, "--wlb-max-delay")) {
         config->wlb_max_delay = args.wlb_max_delay;
     }
-    if (trace == std::nullopt || given(args, "--wlb-thresholds")) {
+    if (trace == nullptr || given(args, "--wlb-thresholds")) {
         config->wlb_thresholds = *thresholds;
     }
     // The settings first: a run that cannot be simulated need not be fitted.
@@ -704,15 +679,16 @@ int run_simulate(const SimulateArgs& args) {
             return report_error(model.error());
         }
         config->cost_model = std::move(*model);
-    } else if (trace) {
-        auto calibration = sim::calibrate(*trace);
-        if (!calibration) {
-            Error error = calibration.error();
-            error.message += " (--cost-model FILE)";
-            return report_error(error);
+    } else if (!traces.empty()) {
+        auto calibrations = calibrate_runs(traces, args.calibrate);
+        if (!calibrations) {
+            return report_error(calibrations.error());
         }
-        config->cost_model = std::move(calibration->model);
-        config->cost_origin = calibration->origin;
+        // Several runs: each cost from the one nearest this grid that ran it.
+        sim::Calibration merged = sim::merge_calibrations(*calibrations, args.calibrate,
+                                                          config->grid, config->sequence_parallel);
+        config->cost_model = std::move(merged.model);
+        config->cost_origin = merged.origin;
     }
     if (auto status = set_packing_cost(args, *config); !status) {
         return report_error(status.error());
@@ -803,7 +779,9 @@ void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
     sim::SimulationConfig& d = args->defaults;
     sub->add_option("--calibrate", args->calibrate,
                     "Fit the cost model on this captured run, and take every setting not given "
-                    "here from its configuration")
+                    "here from its configuration. Repeat it to fit each cost on the run nearest "
+                    "the simulated layout that ran it (e.g. a pp2, a tp2, a cp2 and a dp2 run); "
+                    "the first gives the settings")
         ->group("Cost model");
     sub->add_option("--cost-model", args->cost_model,
                     "A cost model as JSON (the cost_model member of fulcrum analyze --json; "

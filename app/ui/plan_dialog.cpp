@@ -37,9 +37,8 @@ void search(plan::PlanRequest request, views::RunPtr calibrate_on, const std::at
             *error = QString::fromStdString(calibration.error().message);
             return;
         }
-        request.cost_model = std::move(calibration->model);
-        request.cost_origin = calibration->origin;
-        request.calibration_run = calibrate_on->path.toStdString();
+        request.calibrations = {std::move(*calibration)};
+        request.calibration_runs = {calibrate_on->path.toStdString()};
     }
     plan::PlanProgress callbacks;
     callbacks.progress = [progress](double fraction) { progress->store(fraction); };

@@ -4,23 +4,30 @@
 On one workload, every layout of --world CPU ranks that fulcrum plan proposes is run with
 fulcrum-train, and the plan's predicted tokens/s is compared with the measured:
 
-  1. one calibration run captured (`fulcrum capture -- mpirun -np N fulcrum-train ...`,
-     --calibration-layout, default pp2 x cp(N/2)), one epoch of the documents;
-  2. `fulcrum plan --calibrate RUN --world N --json` with the engine's model shape (vocabulary
-     256: bytes), fp32, the same documents, a global batch of 2N sequences (m = 2N/dp) and the
-     epoch's full steps; every candidate it ranks is kept;
+  1. the calibration runs captured (`fulcrum capture -- mpirun -np N fulcrum-train ...`), one
+     epoch of the same documents each: --calibration-layouts, default pp2,tp2,tp2sp,cp2,dp2
+     (2 ranks each, a core each on this machine): every cost the plan needs is fitted on the
+     run that ran it (pipeline receives on pp2, TP's all-reduce on tp2, its all-gather and
+     reduce-scatter on tp2sp, CP's on cp2, the DP all-reduce on dp2), nothing taken from the
+     analytic (H100) model;
+  2. `fulcrum plan --calibrate RUN1 --calibrate RUN2 ... --world N --json` with the engine's
+     model shape (vocabulary 256: bytes), fp32, the same documents, a global batch of 2N
+     sequences (m = 2N/dp) and the epoch's full steps; every candidate it ranks is kept;
   3. each candidate's printed fulcrum-train line, with `--steps 1` replaced by `--epochs 1` so
      that every layout trains the same documents once (tokens/s over the same tokens), run
      --rounds times, the order rotated each round so that load on the machine hits every
      layout alike; the median is kept;
   4. a markdown table: predicted and measured tokens/s, the rank by each, Spearman's rho
-     (average ranks for ties) and the plan's first choice against the best measured layout.
+     (average ranks for ties) and the plan's first choice against the best measured layout;
+     also written to WORK/result-N.md, with every sample in WORK/result-N.json.
 
 Usage: bench/plan/rank_layouts.py [--world 2] [--rounds 3] [--build build] [--train PATH]
-       [--work DIR] [--plan-args "--balancers fixed ..."]
-At --world 2 each rank has a core of this 2-core machine; at 4 two ranks share one, and a
-rank waiting on a neighbour yields it (bench/README.md, "fulcrum plan against measured
-layouts", says what that does to the comparison).
+       [--work DIR] [--calibration-layouts pp2,tp2,tp2sp,cp2,dp2] [--plan-args "..."]
+       [--plan-only] [--measured WORK/result-N.json]
+A calibration layout is degrees by name, the others 1, and "sp" for sequence parallelism:
+pp2, tp2sp, pp2cp2 (4 ranks). At --world 2 each rank has a core of this 2-core machine; at 4
+two ranks share one, and a rank waiting on a neighbour yields it, which the simulator (a core
+a rank) does not model (bench/README.md, "fulcrum plan against measured layouts").
 """
 import argparse
 import json
@@ -72,6 +79,19 @@ def layout_name(c):
     if c["cp"] > 1:
         name += f" {c['cp_shard']}"
     return name
+
+
+def parse_layout(name):
+    """pp2, tp2sp, pp2cp2: degrees by name (the others 1), sp for sequence parallelism."""
+    found = re.fullmatch(r"((?:dp|tp|pp|cp)\d+)+(sp)?", name)
+    if not found:
+        sys.exit(f"--calibration-layouts: '{name}' is not a layout such as pp2, tp2sp or pp2cp2")
+    layout = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "sp": name.endswith("sp")}
+    for dim, degree in re.findall(r"(dp|tp|pp|cp)(\d+)", name):
+        layout[dim] = int(degree)
+    if layout["sp"] and layout["tp"] < 2:
+        sys.exit(f"--calibration-layouts: '{name}': sequence parallelism needs tp ≥ 2")
+    return layout
 
 
 def train_command(candidate, train):
@@ -126,10 +146,16 @@ def main():
     parser.add_argument("--documents", type=int, default=205)
     parser.add_argument("--global-batch", type=int, default=None,
                         help="sequences of 512 tokens a step (default 2 x world: m = 2N/dp)")
-    parser.add_argument("--calibration-layout", default=None,
-                        help="dp,tp,pp,cp of the calibration run (default 1,1,2,N/2)")
+    parser.add_argument("--calibration-layouts", default="pp2,tp2,tp2sp,cp2,dp2",
+                        help="the calibration runs, comma-separated: degrees by name (the others "
+                             "1) and sp for sequence parallelism, e.g. pp2,tp2,tp2sp,cp2,dp2")
     parser.add_argument("--plan-args", default="",
                         help="more fulcrum plan options, e.g. to narrow the search at --world 4")
+    parser.add_argument("--measured", default=None,
+                        help="WORK/result-N.json of an earlier run: rank this plan against its "
+                             "measurements instead of measuring again (to compare calibrations)")
+    parser.add_argument("--plan-only", action="store_true",
+                        help="capture and plan, print the plan's ranking, measure nothing")
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     fulcrum = f"{build}/app/fulcrum"
@@ -143,27 +169,37 @@ def main():
     batch = args.global_batch or 2 * world
     documents = ["--documents", str(args.documents)]
 
-    # 1. The calibration run: one epoch, 1F1B, fixed packing.
-    dp, tp, pp, cp = (int(x) for x in
-                      (args.calibration_layout or f"1,1,2,{world // 2}").split(","))
-    if dp * tp * pp * cp != world:
-        sys.exit("--calibration-layout: dp x tp x pp x cp must be --world")
-    calibration = ["--backend", "cpu", "--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
-                   "--cp", str(cp), "--micro-batches", str(batch // dp)] + MODEL + DATA \
-        + documents + ["--epochs", "1"]
-    capture = os.path.join(work, f"calibration-{world}")
-    out = run([fulcrum, "capture", "-o", capture, "--force", "--", "mpirun", "-np", str(world),
-               train] + calibration)
-    found = re.search(r"done: (\d+) steps", out)
-    if not found:
-        sys.exit("the calibration run printed no 'done:' line:\n" + out[-2000:])
-    # The epoch's full steps: its last step is partial, and fulcrum simulate refuses a step in
-    # which a DP replica gets no micro-batch (bench/README.md), which dp = N would meet.
-    full_steps = int(found[1]) - 1
+    # 1. The calibration runs: one epoch each, 1F1B, fixed packing.
+    captures, calibration_lines, full_steps = [], [], None
+    for name in args.calibration_layouts.split(","):
+        layout = parse_layout(name)
+        ranks = layout["dp"] * layout["tp"] * layout["pp"] * layout["cp"]
+        calibration = ["--backend", "cpu"]
+        for dim in ("dp", "tp", "pp", "cp"):
+            calibration += [f"--{dim}", str(layout[dim])]
+        calibration += ["--micro-batches", str(max(1, batch // layout["dp"]))]
+        calibration += ["--sequence-parallel"] if layout["sp"] else []
+        calibration += MODEL + DATA + documents + ["--epochs", "1"]
+        capture = os.path.join(work, f"calibration-{name}")
+        out = run([fulcrum, "capture", "-o", capture, "--force", "--", "mpirun", "-np",
+                   str(ranks), train] + calibration)
+        found = re.search(r"done: (\d+) steps", out)
+        if not found:
+            sys.exit(f"the calibration run {name} printed no 'done:' line:\n" + out[-2000:])
+        # The epoch's full steps at the plan's batch: its last step is partial, and fulcrum
+        # simulate refuses a step in which a DP replica gets no micro-batch (bench/README.md),
+        # which dp = N would meet.
+        if batch // layout["dp"] * layout["dp"] == batch:
+            full_steps = int(found[1]) - 1
+        captures.append(f"{capture}/run.fulcrum")
+        calibration_lines.append(f"mpirun -np {ranks} fulcrum-train {shlex.join(calibration)}")
+        print(f"captured {name}: {capture}", file=sys.stderr)
+    if full_steps is None:
+        sys.exit("no calibration layout splits the global batch evenly over its DP replicas")
 
     # 2. The plan over the same model, documents and steps, every candidate printed.
-    plan_command = [fulcrum, "plan", "--calibrate", f"{capture}/run.fulcrum", "--world",
-                    str(world), "--gpus-per-node", str(world), "--vocab", "256", "--dtype",
+    plan_command = [fulcrum, "plan"] + [w for c in captures for w in ("--calibrate", c)] + [
+                    "--world", str(world), "--gpus-per-node", str(world), "--vocab", "256", "--dtype",
                     "fp32", "--global-batch", str(batch), "--steps", str(full_steps),
                     "--top", "1000", "--json"] + MODEL + DATA + documents \
         + shlex.split(args.plan_args)
@@ -173,11 +209,26 @@ def main():
     candidates = plan["ranked"]
     with open(os.path.join(work, f"plan-{world}.json"), "w") as f:
         json.dump(plan, f, indent=1)
+    print(f"plan: {len(candidates)} candidates in {plan_seconds:.1f} s; derived costs: "
+          f"{plan['derived_costs'] or 'none'}", file=sys.stderr)
+    if args.plan_only:
+        for i, c in enumerate(candidates):
+            print(f"{i + 1}. {layout_name(c)}: {c['tokens_per_second']:,.0f} tokens/s "
+                  f"({c['cost_source']})")
+        return
 
     # 3. Every candidate over one epoch, rounds rotated by a fraction of the list each round.
     samples = [[] for _ in candidates]
     n = len(candidates)
-    for r in range(args.rounds):
+    if args.measured:
+        # Another plan (other calibration runs) against measurements already taken.
+        with open(args.measured) as f:
+            before = {entry["layout"]: entry["samples"] for entry in json.load(f)["layouts"]}
+        for k, c in enumerate(candidates):
+            if layout_name(c) not in before:
+                sys.exit(f"--measured {args.measured} has no {layout_name(c)}: measure again")
+            samples[k] = before[layout_name(c)]
+    for r in range(0 if args.measured else args.rounds):
         offset = r * n // args.rounds
         for i in range(n):
             k = (offset + i) % n
@@ -197,27 +248,39 @@ def main():
     best = max(measured)
     rho = spearman(predicted, measured)
 
-    # 4. The table, in the plan's order.
-    print(f"\nfulcrum plan against fulcrum-train, {world} CPU ranks, one epoch of "
-          f"{tokens.pop():,} tokens in {args.documents} documents ({batch} sequences of 512 "
-          f"tokens a step), median of {args.rounds} rounds\n")
-    print(f"`fulcrum capture -- mpirun -np {world} fulcrum-train {shlex.join(calibration)}`\n")
-    print(f"`{shlex.join(['fulcrum'] + plan_command[1:])}` "
-          f"({plan['counts']['simulated']} simulated, {plan_seconds:.1f} s)\n")
-    print("| plan rank | layout | m | predicted tokens/s | measured tokens/s | max/min of rounds "
-          "| measured rank | vs best measured |")
-    print("|---|---|---|---|---|---|---|---|")
+    # 4. The table, in the plan's order, printed and kept with every sample.
+    lines = [f"fulcrum plan against fulcrum-train, {world} CPU ranks, one epoch of "
+             f"{tokens.pop():,} tokens in {args.documents} documents ({batch} sequences of 512 "
+             f"tokens a step), median of {args.rounds} rounds", ""]
+    lines += [f"`fulcrum capture -- {line}`" for line in calibration_lines] + [""]
+    lines += [f"`{shlex.join(['fulcrum'] + plan_command[1:])}` "
+              f"({plan['counts']['simulated']} simulated, {plan_seconds:.1f} s)", ""]
+    lines += [f"derived: {note}" for note in plan["derived_costs"]]
+    lines += ["", "| plan rank | layout | m | predicted tokens/s | measured tokens/s | "
+              "max/min of rounds | measured rank | vs best measured |",
+              "|---|---|---|---|---|---|---|---|"]
     for i, c in enumerate(candidates):
-        print(f"| {predicted_rank[i]:g} | {layout_name(c)} | {c['microbatches']} | "
-              f"{predicted[i]:,.0f} | {measured[i]:,.0f} | {spread[i]:.2f} | "
-              f"{measured_rank[i]:g} | {measured[i] / best:.2f}× |")
+        lines.append(f"| {predicted_rank[i]:g} | {layout_name(c)} | {c['microbatches']} | "
+                     f"{predicted[i]:,.0f} | {measured[i]:,.0f} | {spread[i]:.2f} | "
+                     f"{measured_rank[i]:g} | {measured[i] / best:.2f}× |")
     first = max(range(n), key=lambda i: predicted[i])
     fastest = max(range(n), key=lambda i: measured[i])
-    print(f"\nSpearman's rho (predicted, measured tokens/s), {n} layouts: **{rho:.2f}** "
-          f"(target ≥ 0.8)")
-    print(f"The plan's first choice, {layout_name(candidates[first])}: "
-          f"{measured[first]:,.0f} tokens/s measured, **{measured[first] / best:.2f}×** the best "
-          f"measured, {layout_name(candidates[fastest])} ({best:,.0f}; target ≥ 0.95×)")
+    lines += ["", f"Spearman's rho (predicted, measured tokens/s), {n} layouts: **{rho:.2f}** "
+              f"(target ≥ 0.8)",
+              f"The plan's first choice, {layout_name(candidates[first])}: "
+              f"{measured[first]:,.0f} tokens/s measured, **{measured[first] / best:.2f}×** the "
+              f"best measured, {layout_name(candidates[fastest])} ({best:,.0f}; target ≥ 0.95×)",
+              f"Spread of the rounds (max/min): median {statistics.median(spread):.2f}, "
+              f"largest {max(spread):.2f}; load average at the end "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"]
+    print("\n" + "\n".join(lines))
+    with open(os.path.join(work, f"result-{world}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(work, f"result-{world}.json"), "w") as f:
+        json.dump({"rho": rho, "first_vs_best": measured[first] / best,
+                   "layouts": [{"layout": layout_name(c), "predicted": predicted[i],
+                                "measured": measured[i], "samples": samples[i]}
+                               for i, c in enumerate(candidates)]}, f, indent=1)
     print(f"\nwork: {work}", file=sys.stderr)
 
 

@@ -336,10 +336,12 @@ std::string hot_command(std::string line, const HotSwitchChoice& choice, bool tr
         line.replace(at, std::string(" --schedule interleaved").size(), " --schedule 1f1b");
     }
     if (train) {
-        // fulcrum-train takes the layouts from the spec alone.
-        for (const char* option : {"--dp", "--tp", "--pp", "--cp"}) {
+        // fulcrum-train takes the layouts from the spec alone, and reduces each bucket's
+        // gradients after its passes (no overlap).
+        for (const char* option : {"--dp", "--tp", "--pp", "--cp", "--overlap-grad-reduce"}) {
             line = without(line, option, true);
         }
+        line += " --overlap-grad-reduce off";
     }
     return line + " --hot-switch '" + hot_switch_spec_string(choice.spec) + "'";
 }

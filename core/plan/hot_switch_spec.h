@@ -1,6 +1,6 @@
 // The hot-switch spec: which layout each length bucket of a step runs under (HotSPa, SOSP'24,
 // §4: sequences grouped by length, each group under its own parallel layout on the same
-// GPUs). `fulcrum simulate --hot-switch` reads it, and fulcrum-train will; docs/plan.md,
+// GPUs). `fulcrum simulate --hot-switch` and `fulcrum-train --hot-switch` read it; docs/plan.md,
 // "The hot-switch spec", has the grammar.
 //
 //   spec    = bucket { ";" bucket }

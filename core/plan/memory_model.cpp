@@ -91,8 +91,15 @@ double activations_per_layer(const MemoryShape& shape) {
     if (shape.recompute == Recompute::full) {
         return 2 * sbh / (shape.sequence_parallel ? t : 1.0);
     }
-    const double linear = shape.sequence_parallel ? 34 / t : 10 + 24 / t;
-    const bool scores = shape.recompute == Recompute::none && !shape.flash_attention;
+    double linear = shape.sequence_parallel ? 34 / t : 10 + 24 / t;
+    // Offloaded (fulcrum-train --attention-chunk --offload on, no recomputation): Q, K and V,
+    // 6/t of those bytes (Table 2: QKᵀ's inputs 4sbh/t, V 2sbh/t), wait in pinned host memory.
+    if (shape.offload && shape.attention_chunk > 0 && shape.recompute == Recompute::none) {
+        linear -= 6 / t;
+    }
+    // Chunked attention scores a chunk at a time and keeps no score matrix, as flash does.
+    const bool scores =
+        shape.recompute == Recompute::none && !shape.flash_attention && shape.attention_chunk == 0;
     const double score_elements = scores ? 5 * a * local * s * b / t : 0.0;
     return sbh * linear + score_elements;
 }
@@ -127,6 +134,11 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
         activations_per_layer(shape) * precision.activation_bytes / 2;
     memory.layers_in_flight = layers_in_flight(shape, stage);
     memory.activations_bytes = memory.activations_per_layer_bytes * memory.layers_in_flight;
+    if (shape.offload && shape.attention_chunk > 0 && shape.recompute == Recompute::none) {
+        // The two device slots the copies double-buffer through: [chunk, 3h/t] each.
+        memory.activations_bytes +=
+            2.0 * shape.attention_chunk * 3 * shape.hidden / t * precision.activation_bytes;
+    }
     return memory;
 }
 

@@ -15,7 +15,10 @@
 //   + sequence parallelism    s·b·h·(34/t + 5·a·s/(h·t))
 //   selective recompute       the 5·a·s/(h·t) term (the attention core's score matrices) goes
 //   full recompute            2·s·b·h (the layer's input only; /t with sequence parallelism)
-// Flash-style attention keeps no score matrix either. With context parallelism c a rank
+// Flash-style attention keeps no score matrix either, nor does chunked attention
+// (`attention_chunk`). Offloading Q, K and V to pinned host memory (`offload`, with chunks and
+// no recomputation) takes their 6·s·b·h/t bytes off and adds the two device slots the copies
+// pass through, 2·chunk·3h/t elements. With context parallelism c a rank
 // holds s/c of the tokens, whose queries meet all s keys: the score term is 5·a·(s/c)·s·b/t.
 // A stage keeps one micro-batch's activations for each forward it has run and not yet
 // backpropagated: m under GPipe, min(p − stage, m) under 1F1B and ZB-H1, and under

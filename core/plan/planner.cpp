@@ -218,6 +218,8 @@ MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate)
     shape.recompute = candidate.recompute;
     shape.sequence_parallel = candidate.sequence_parallel;
     shape.flash_attention = request.flash_attention;
+    shape.attention_chunk = candidate.attention_chunk;
+    shape.offload = candidate.offload;
     shape.precision = request.precision;
     return shape;
 }
@@ -316,8 +318,15 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
     config.seed = request.seed;
     config.gpu_memory_gib = request.gpu_memory_gib;
     config.wlb_thresholds = candidate.wlb_thresholds;
-    config.cost_model = request.cost_model;
-    config.cost_origin = request.cost_origin;
+    if (request.cost_model) {
+        config.cost_model = request.cost_model;
+    } else if (!request.calibrations.empty()) {
+        sim::Calibration merged =
+            sim::merge_calibrations(request.calibrations, request.calibration_runs, candidate.grid,
+                                    candidate.sequence_parallel);
+        config.cost_model = std::move(merged.model);
+        config.cost_origin = merged.origin;
+    }
     config.hardware = request.hardware;
     config.hardware.gpus_per_node = request.gpus_per_node;
     config.attention_kernel = request.attention_kernel;
@@ -540,6 +549,32 @@ std::vector<std::pair<parallel::PipelineSchedule, int>> schedules_for(const Plan
     return out;
 }
 
+// Where a layout's activations do not fit without recomputation: chunked attention with Q,
+// K and V offloaded to host memory (FPDT), tried before recomputing, which adds work where
+// offload's copies overlap compute (bench/README.md: 91–93% hidden on the CPU engine). True,
+// `layout` estimated with them, when they make it fit.
+bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, Layout& layout) {
+    Candidate& c = layout.candidate;
+    if (!request.space.offload || c.recompute != Recompute::none ||
+        c.reason_kind != "activations exceed memory") {
+        return false;
+    }
+    Layout offloaded{layout.candidate};
+    Candidate& o = offloaded.candidate;
+    o.reason.clear();
+    o.reason_kind.clear();
+    o.attention_chunk = request.space.attention_chunk > 0
+                            ? request.space.attention_chunk
+                            : std::max(1, std::min(4096, request.model.context / c.grid.cp));
+    o.offload = true;
+    if (!estimate_layout(request, mean, offloaded)) {
+        return false;
+    }
+    o.status = CandidateStatus::estimated;
+    layout = std::move(offloaded);
+    return true;
+}
+
 struct Enumeration {
     std::vector<Candidate> rejected;  // infeasible and dominated
     std::vector<Layout> layouts;      // fit, not dominated
@@ -579,24 +614,28 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
             if (sp && (grid.tp < 2 || !request.space.sequence_parallel)) {
                 continue;
             }
-            const Recompute* fitted = nullptr;
+            std::string fitted;  // the least recomputation that fits, as the reason names it
             for (const Recompute& recompute : recomputes) {
                 Layout layout{scheduled};
                 Candidate& c = layout.candidate;
                 c.sequence_parallel = sp;
                 c.recompute = recompute;
-                if (fitted != nullptr) {
+                if (!fitted.empty()) {
                     c.status = CandidateStatus::dominated;
                     c.reason_kind = "more recomputation than needed";
-                    c.reason = std::string("recompute ") + recompute_name(*fitted) +
-                               " fits and recomputes less";
+                    c.reason = fitted + " fits and recomputes less";
                     out.rejected.push_back(std::move(c));
                 } else if (estimate_layout(request, mean, layout)) {
                     c.status = CandidateStatus::estimated;
-                    fitted = &recompute;
+                    fitted = std::string("recompute ") + recompute_name(recompute);
                     out.layouts.push_back(std::move(layout));
                 } else {
-                    out.rejected.push_back(std::move(c));
+                    Candidate refused = c;
+                    if (try_offload(request, mean, layout)) {
+                        fitted = "offloading Q, K and V";
+                        out.layouts.push_back(std::move(layout));
+                    }
+                    out.rejected.push_back(std::move(refused));
                 }
             }
         }
@@ -651,6 +690,9 @@ std::string train_command(const PlanRequest& request, const Candidate& c,
             std::to_string(config.documents) + " --seed " + std::to_string(request.seed);
     line += " --steps " + std::to_string(request.steps);
     line += std::string(" --overlap-grad-reduce ") + (request.overlap_grad_reduce ? "on" : "off");
+    if (c.offload) {
+        line += " --attention-chunk " + std::to_string(c.attention_chunk) + " --offload on";
+    }
     return line;
 }
 
@@ -659,11 +701,18 @@ std::string simulate_command(const PlanRequest& request, const Candidate& c,
     const sim::ModelShape& model = request.model;
     const sim::HardwareAssumptions& hw = request.hardware;
     std::string line = "fulcrum simulate";
-    if (!request.calibration_run.empty()) {
-        line += " --calibrate " + shell_word(request.calibration_run);
-    } else if (!hw.preset.empty()) {
+    for (const std::string& run : request.calibration_runs) {
+        line += " --calibrate " + shell_word(run);
+    }
+    const bool fitted = !request.calibration_runs.empty() || !request.cost_model_file.empty();
+    if (!request.cost_model_file.empty()) {
+        line += " --cost-model " + shell_word(request.cost_model_file);
+    }
+    // With fits, the analytic model prices only what they lack: the same system as here
+    // (simulate's default is h100's).
+    if (!hw.preset.empty() && !(fitted && hw.preset == "h100")) {
         line += " --hardware " + hw.preset;
-    } else {
+    } else if (!fitted) {
         line += " --tflops " + general(hw.tflops) + " --nvlink-gbs " + general(hw.nvlink_gbs) +
                 " --network-gbs " + general(hw.network_gbs) + " --latency-us " +
                 general(hw.collective_latency_us);
@@ -677,7 +726,7 @@ std::string simulate_command(const PlanRequest& request, const Candidate& c,
     line += std::string(" --dtype ") + sim::dtype_name(request.dtype);
     line += std::string(" --overlap-grad-reduce ") + (request.overlap_grad_reduce ? "on" : "off");
     line += packing_options(c, config);
-    if (!request.calibration_run.empty()) {
+    if (!request.calibration_runs.empty()) {
         line += " --attention-kernel " + config.attention_kernel;
     }
     line += " --gpu-memory-gib " + general(request.gpu_memory_gib);
@@ -715,6 +764,7 @@ Status simulate_candidate(const PlanRequest& request, const MeanMicroBatch& mean
     c.train_command = train_command(request, c, config);
     c.simulate_command = simulate_command(request, c, config);
     c.cost_notes = result->notes;
+    c.cost_source = result->cost_source;
     return {};
 }
 
@@ -788,6 +838,24 @@ Status play_layout(const PlanRequest& request, const MeanMicroBatch& mean,
         }
     }
     return {};
+}
+
+// The costs of the whole plan: each candidate's own cost_source says which run gave what.
+std::string cost_source(const PlanRequest& request) {
+    if (request.cost_model) {
+        return request.cost_model->source.empty() ? "given" : request.cost_model->source;
+    }
+    if (request.calibrations.empty()) {
+        return sim::describe(request.hardware);
+    }
+    std::string runs;
+    for (const std::string& run : request.calibration_runs) {
+        runs += (runs.empty() ? "'" : ", '") + run + "'";
+    }
+    if (request.calibrations.size() == 1) {
+        return request.calibrations.front().model.source;
+    }
+    return "fitted on " + runs + ", each cost on the run nearest the layout that ran it";
 }
 
 void count(PlanResult& result) {
@@ -900,10 +968,7 @@ Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) 
             }
         }
     }
-    result.cost_source =
-        request.cost_model
-            ? (request.cost_model->source.empty() ? "given" : request.cost_model->source)
-            : sim::describe(request.hardware);
+    result.cost_source = cost_source(request);
     result.elapsed_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     report(1.0);
@@ -944,6 +1009,7 @@ nlohmann::json candidate_json(const Candidate& c) {
           {"total_gib", c.memory.total_gib}}},
         {"train_command", c.train_command},
         {"simulate_command", c.simulate_command},
+        {"cost_source", c.cost_source},
     };
     if (c.wlb_thresholds) {
         json["wlb_thresholds"] = *c.wlb_thresholds;
@@ -967,13 +1033,18 @@ std::string plan_json(const PlanRequest& request, const PlanResult& result, int 
     for (const auto& [kind, n] : result.counts.infeasible_by_reason) {
         // One example of each cause, so a reader sees what the figures were.
         std::string example;
+        std::vector<int> example_grid;
         for (const Candidate& c : result.candidates) {
             if (c.status == CandidateStatus::infeasible && c.reason_kind == kind) {
                 example = c.reason;
+                example_grid = {c.grid.dp, c.grid.tp, c.grid.pp, c.grid.cp};
                 break;
             }
         }
-        reasons.push_back({{"reason", kind}, {"candidates", n}, {"example", example}});
+        reasons.push_back({{"reason", kind},
+                           {"candidates", n},
+                           {"example", example},
+                           {"example_grid", example_grid}});
     }
     const nlohmann::json json = {
         {"format", "fulcrum plan"},
@@ -1007,6 +1078,133 @@ std::string plan_json(const PlanRequest& request, const PlanResult& result, int 
         {"infeasible", reasons},
     };
     return json.dump();
+}
+
+namespace {
+
+// One ranked candidate of plan_json; the parse errors name the key.
+Result<Candidate> candidate_from_json(const nlohmann::json& j) {
+    Candidate c;
+    c.grid = {.dp = j.at("dp").get<int>(),
+              .tp = j.at("tp").get<int>(),
+              .pp = j.at("pp").get<int>(),
+              .cp = j.at("cp").get<int>()};
+    c.microbatches = j.at("microbatches").get<int>();
+    auto schedule = parallel::parse_schedule(j.at("schedule").get<std::string>());
+    auto recompute = parse_recompute(j.at("recompute").get<std::string>());
+    auto balancer = balance::parse_balancer(j.at("balancer").get<std::string>());
+    auto sharding = balance::parse_cp_sharding(j.at("cp_shard").get<std::string>());
+    if (!schedule || !recompute || !balancer || !sharding) {
+        return !schedule    ? schedule.error()
+               : !recompute ? recompute.error()
+               : !balancer  ? balancer.error()
+                            : sharding.error();
+    }
+    c.schedule = *schedule;
+    c.recompute = *recompute;
+    c.balancer = *balancer;
+    c.sharding = *sharding;
+    c.virtual_stages = j.at("virtual_stages").get<int>();
+    c.sequence_parallel = j.at("sequence_parallel").get<bool>();
+    c.attention_chunk = j.value("attention_chunk", 0);
+    c.offload = j.value("offload", false);
+    c.stage_layers = j.at("stage_layers").get<std::vector<int>>();
+    c.status = CandidateStatus::ranked;
+    c.step_ns = j.at("step_ns").get<double>();
+    c.estimated_step_ns = j.value("estimated_step_ns", 0.0);
+    c.tokens_per_second = j.at("tokens_per_second").get<double>();
+    c.mfu = j.at("mfu").get<double>();
+    c.bubble_fraction = j.at("bubble_fraction").get<double>();
+    c.imbalance = j.at("imbalance").get<double>();
+    const nlohmann::json& m = j.at("memory");
+    c.memory = {m.at("stage").get<int>(),
+                m.at("weights_gib").get<double>(),
+                m.at("gradients_gib").get<double>(),
+                m.at("optimizer_gib").get<double>(),
+                m.at("activations_gib").get<double>(),
+                m.at("total_gib").get<double>()};
+    c.train_command = j.value("train_command", "");
+    c.simulate_command = j.value("simulate_command", "");
+    c.cost_source = j.value("cost_source", "");
+    if (j.contains("wlb_thresholds")) {
+        c.wlb_thresholds = j.at("wlb_thresholds").get<std::vector<std::int64_t>>();
+    }
+    return c;
+}
+
+Result<PlanFile> plan_from_json(const nlohmann::json& json) {
+    PlanFile file;
+    PlanRequest& request = file.request;
+    PlanResult& result = file.result;
+    const nlohmann::json& r = json.at("request");
+    const nlohmann::json& model = r.at("model");
+    request.model = {model.at("layers").get<int>(), model.at("hidden").get<int>(),
+                     model.at("heads").get<int>(), model.at("context").get<int>(),
+                     model.at("vocab").get<int>()};
+    request.world_sizes = r.at("world_sizes").get<std::vector<int>>();
+    request.gpus_per_node = r.at("gpus_per_node").get<int>();
+    request.gpu_memory_gib = r.at("gpu_memory_gib").get<double>();
+    request.usable_memory_fraction = r.at("usable_memory_fraction").get<double>();
+    request.global_batch = r.at("global_batch").get<int>();
+    request.lengths = r.at("lengths").get<std::string>();
+    request.documents = r.at("documents").get<std::int64_t>();
+    request.seed = r.at("seed").get<std::uint64_t>();
+    request.steps = r.at("steps").get<int>();
+    result.cost_source = r.at("cost_model").get<std::string>();
+    const nlohmann::json& counts = json.at("counts");
+    result.counts.enumerated = counts.at("enumerated").get<std::int64_t>();
+    result.counts.infeasible = counts.at("infeasible").get<std::int64_t>();
+    result.counts.dominated = counts.at("dominated").get<std::int64_t>();
+    result.counts.estimated = counts.at("estimated").get<std::int64_t>();
+    result.counts.simulated = counts.at("simulated").get<std::int64_t>();
+    result.elapsed_s = json.value("elapsed_s", 0.0);
+    result.notes = json.value("derived_costs", std::vector<std::string>{});
+    for (const nlohmann::json& entry : json.at("ranked")) {
+        auto candidate = candidate_from_json(entry);
+        if (!candidate) {
+            return candidate.error();
+        }
+        result.ranked.push_back(result.candidates.size());
+        result.candidates.push_back(std::move(*candidate));
+    }
+    request.top_k = static_cast<int>(result.ranked.size());
+    for (const nlohmann::json& entry : json.at("infeasible")) {
+        Candidate example;
+        example.status = CandidateStatus::infeasible;
+        example.reason_kind = entry.at("reason").get<std::string>();
+        example.reason = entry.value("example", "");
+        const auto grid = entry.value("example_grid", std::vector<int>{});
+        if (grid.size() == 4) {
+            example.grid = {.dp = grid[0], .tp = grid[1], .pp = grid[2], .cp = grid[3]};
+        }
+        result.counts.infeasible_by_reason.emplace_back(example.reason_kind,
+                                                        entry.at("candidates").get<std::int64_t>());
+        result.candidates.push_back(std::move(example));
+    }
+    return file;
+}
+
+}  // namespace
+
+Result<PlanFile> parse_plan_json(std::string_view text) {
+    const auto json = nlohmann::json::parse(text, nullptr, false);
+    if (json.is_discarded() || !json.is_object() || json.value("format", "") != "fulcrum plan") {
+        return Error{ErrorCode::invalid_input,
+                     "not a plan: expected the JSON that fulcrum plan --json prints "
+                     "({\"format\": \"fulcrum plan\", ...})"};
+    }
+    if (json.value("version", 0) != 1) {
+        return Error{ErrorCode::invalid_input,
+                     "a plan of version " + json.value("version", nlohmann::json()).dump() +
+                         "; this fulcrum reads version 1: write it again with this fulcrum plan"};
+    }
+    try {
+        return plan_from_json(json);
+    } catch (const nlohmann::json::exception& e) {
+        return Error{ErrorCode::invalid_input,
+                     std::string("the plan lacks a key or has one of the wrong type (") + e.what() +
+                         "); write it again with fulcrum plan --json"};
+    }
 }
 
 }  // namespace fulcrum::plan

@@ -47,6 +47,11 @@ struct PlanSpace {
                                                   balance::CpSharding::adaptive};
     std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
     bool sequence_parallel = true;  // try it (when tp > 1) besides plain TP
+    // Where activations do not fit without recomputation: try chunked attention with Q, K and
+    // V offloaded to host memory (fulcrum-train --attention-chunk --offload on) before
+    // recomputing. `attention_chunk` the chunk it is tried with; 0: min(4096, context / cp).
+    bool offload = true;
+    int attention_chunk = 0;
     bool exact_layer_split = true;  // false: L/p layers a stage, as fulcrum-train splits by default
     int max_tp = 0;                 // 0: GPUs per node
     int max_pp = 0;                 // 0: layers
@@ -73,11 +78,16 @@ struct PlanRequest {
     std::vector<std::int64_t> document_lengths;
     std::uint64_t seed = 1;
 
-    // Costs: the analytic model of `hardware`, or a fitted model (`--calibrate RUN`).
+    // Costs: the analytic model of `hardware`, the fits of calibration runs (`--calibrate RUN`,
+    // several: each candidate's costs merged from them by sim::merge_calibrations), or a
+    // given model (`--cost-model FILE`, which overrides the fits as in fulcrum simulate).
+    // What none of them has comes from the analytic model, and the candidate's cost_notes
+    // say so.
     sim::HardwareAssumptions hardware;
+    std::vector<sim::Calibration> calibrations;
+    std::vector<std::string> calibration_runs;  // one RUN per calibration, as given
     std::optional<analysis::CostModel> cost_model;
-    sim::CostOrigin cost_origin;
-    std::string calibration_run;  // RUN of --calibrate, repeated in the printed commands
+    std::string cost_model_file;  // FILE of --cost-model, repeated in the printed commands
     // What adaptive CP sharding weighs (sim::SimulationConfig::attention_kernel): "cuda" for
     // the analytic model; with --calibrate, the run's own kernel (its backend's).
     std::string attention_kernel = "cuda";
@@ -128,8 +138,10 @@ struct Candidate {
     bool sequence_parallel = false;
     balance::Balancer balancer = balance::Balancer::fixed;
     balance::CpSharding sharding = balance::CpSharding::per_document;
-    // FPDT-style attention chunks and Q/K/V offload (fulcrum-train --attention-chunk,
-    // --offload): not searched, since neither the memory model nor the simulator plays them.
+    // FPDT-style attention chunks with Q/K/V offload (fulcrum-train --attention-chunk,
+    // --offload on): tried where activations do not fit without recomputation. The memory
+    // model prices them; the simulator does not play the copies (taken as hidden behind
+    // compute, as the engine overlaps them: docs/plan.md).
     int attention_chunk = 0;
     bool offload = false;
     std::vector<int> stage_layers;  // layers per pipeline stage; empty: L/p each
@@ -155,8 +167,10 @@ struct Candidate {
     std::string train_command;     // mpirun -np W fulcrum-train ...
     std::string simulate_command;  // fulcrum simulate ... (the same candidate)
     // Costs the simulator derived rather than took from the cost model (sim::SimulationResult
-    // notes): with --calibrate, what the calibration run did not run.
+    // notes): with --calibrate, what no calibration run ran.
     std::vector<std::string> cost_notes;
+    // Where its costs came from: with several calibration runs, which run gave what.
+    std::string cost_source;
 };
 
 struct PlanCounts {
@@ -211,5 +225,15 @@ std::vector<int> split_layers(int layers, int stages, double layer_ns, double fi
 // {"format": "fulcrum plan", "version": 1, "request", "counts", "ranked": [...], "infeasible"}:
 // docs/plan.md gives the keys. `top` ranked candidates (all when 0).
 std::string plan_json(const PlanRequest& request, const PlanResult& result, int top);
+
+// A plan read back from plan_json (`fulcrum report RUN --plan PLAN.json`): the request's model,
+// cluster, data and cost source, the counts, the ranked candidates it holds (request.top_k of
+// them) and, per infeasible reason, one example (status infeasible, no memory figure: what the
+// JSON does not keep, the other candidates, is not drawn).
+struct PlanFile {
+    PlanRequest request;
+    PlanResult result;
+};
+Result<PlanFile> parse_plan_json(std::string_view json);
 
 }  // namespace fulcrum::plan

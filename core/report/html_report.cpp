@@ -10,6 +10,7 @@
 
 #include "core/report/hot_switch_section.h"
 #include "core/report/hta_sections.h"
+#include "core/report/plan_section.h"
 #include "core/report/report_html.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
@@ -857,12 +858,18 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
     out += "<li><a href=\"#comparison\">" +
            std::string(runs.size() > 1 ? "Balancer comparison" : "Predicted against measured") +
            "</a></li>";
+    if (options.plan != nullptr) {
+        out += "<li><a href=\"#plan\">Plan</a></li>";
+    }
     for (std::size_t i = 0; i < runs.size(); ++i) {
         out += "<li><a href=\"#run-" + std::to_string(i) + "\">" +
                html_escape(run_label(runs[i], i)) + "</a></li>";
     }
     out += "</ul></nav></header>\n";
     section_comparison(runs, out);
+    if (options.plan != nullptr) {
+        plan_section(options.plan->request, options.plan->result, out);
+    }
     if (runs.size() > 1) {
         std::vector<std::string> labels, balancers;
         std::vector<RunThroughput> throughputs;

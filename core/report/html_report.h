@@ -22,6 +22,10 @@
 #include "core/trace/model.h"
 #include "core/util/result.h"
 
+namespace fulcrum::plan {
+struct PlanFile;  // core/plan/planner.h
+}
+
 namespace fulcrum::report {
 
 // One run as the report shows it: its analyses and what the recording could not keep.
@@ -44,6 +48,9 @@ struct ReportOptions {
     // into one cell (and the tooltip says which ranks or steps it covers).
     int max_heatmap_columns = 128;
     int max_heatmap_rows = 64;
+    // `fulcrum report RUN --plan PLAN.json`: the plan's chart and table (plan_section.h) after
+    // the comparison; null: none.
+    const plan::PlanFile* plan = nullptr;
 };
 
 // Text and attribute contexts alike: & < > " ' become entities, so a name from a trace can

@@ -215,6 +215,9 @@ std::string knobs_text(const Candidate& c) {
     if (c.sequence_parallel) {
         text += ", sp";
     }
+    if (c.offload) {
+        text += ", offload (chunks of " + std::to_string(c.attention_chunk) + ")";
+    }
     return text;
 }
 

@@ -18,7 +18,8 @@ inline constexpr std::size_t kMaxPlanPoints = 4000;
 std::string layout_text(const plan::Candidate& candidate);
 // "interleaved x2"
 std::string schedule_text(const plan::Candidate& candidate);
-// Recomputation, and ", sp" with sequence parallelism: "selective, sp"
+// Recomputation, ", sp" with sequence parallelism, and offload: "selective, sp",
+// "none, offload (chunks of 4096)"
 std::string knobs_text(const plan::Candidate& candidate);
 
 // Appends the section (id "plan"): caption, chart (data-chart="plan"), top-k table

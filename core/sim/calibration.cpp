@@ -2,6 +2,8 @@
 // simulator itself, which needs neither the pass finder nor the fit.
 
 #include <algorithm>
+#include <array>
+#include <compare>
 #include <string>
 
 #include "core/analysis/passes.h"
@@ -170,7 +172,128 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                           run.tp,
                           settings->config.recompute,
                           settings->config.virtual_stages};
+    calibration.grid = settings->config.grid;
+    calibration.sequence_parallel = settings->config.sequence_parallel && run.tp > 1;
     return calibration;
+}
+
+namespace {
+
+// How far a run's layout is from the simulated one, compared lexicographically: 0 where a
+// dimension matches. `first` is the degree compared before the others (a collective's own
+// dimension; 0 for passes).
+struct LayoutDistance {
+    std::array<int, 6> mismatches{};
+    auto operator<=>(const LayoutDistance&) const = default;
+};
+
+LayoutDistance distance(const Calibration& run, const parallel::GridShape& grid,
+                        bool sequence_parallel, int run_first, int grid_first) {
+    const parallel::GridShape& g = run.grid;
+    const bool sp_here = sequence_parallel && grid.tp > 1;
+    return {{run_first != grid_first, g.pp != grid.pp, g.tp != grid.tp,
+             run.sequence_parallel != sp_here, g.cp != grid.cp, g.dp != grid.dp}};
+}
+
+// The degree of the dimension a collective runs over (DP's all-reduce spans dp × cp ranks).
+int collective_degree(analysis::Role role, const parallel::GridShape& grid) {
+    switch (role) {
+        case analysis::Role::tp_collective:
+            return grid.tp;
+        case analysis::Role::cp_collective:
+            return grid.cp;
+        case analysis::Role::dp_collective:
+            return grid.dp * grid.cp;
+        case analysis::Role::pipeline_recv:
+        case analysis::Role::pipeline_send:
+        case analysis::Role::embedding_collective:
+            return grid.pp;
+        default:
+            return 0;
+    }
+}
+
+std::string layout_label(const Calibration& run) {
+    const parallel::GridShape& g = run.grid;
+    std::string label;
+    const auto add = [&](const char* name, int degree) {
+        if (degree > 1) {
+            label += (label.empty() ? "" : " ") + std::string(name) + std::to_string(degree);
+        }
+    };
+    add("dp", g.dp);
+    add("tp", g.tp);
+    add("pp", g.pp);
+    add("cp", g.cp);
+    return label.empty() ? "1 rank" : label + (run.sequence_parallel ? " sp" : "");
+}
+
+}  // namespace
+
+Calibration merge_calibrations(const std::vector<Calibration>& runs,
+                               const std::vector<std::string>& names,
+                               const parallel::GridShape& grid, bool sequence_parallel) {
+    if (runs.size() == 1) {
+        return runs.front();
+    }
+    const auto name_of = [&](std::size_t i) {
+        return "'" + (i < names.size() ? names[i] : runs[i].model.source) + "'";
+    };
+    std::size_t nearest = 0;
+    for (std::size_t i = 1; i < runs.size(); ++i) {
+        if (distance(runs[i], grid, sequence_parallel, 0, 0) <
+            distance(runs[nearest], grid, sequence_parallel, 0, 0)) {
+            nearest = i;
+        }
+    }
+    Calibration merged;
+    merged.origin = runs[nearest].origin;
+    merged.grid = runs[nearest].grid;
+    merged.sequence_parallel = runs[nearest].sequence_parallel;
+    merged.model.passes = runs[nearest].model.passes;
+    merged.model.optimizer_ns = runs[nearest].model.optimizer_ns;
+    // Every collective any run fitted, each from the nearest run that has it; the source
+    // lists, per run, what was taken from it.
+    std::vector<std::vector<std::string>> taken(runs.size());
+    taken[nearest].push_back("passes (" + layout_label(runs[nearest]) + ")");
+    for (const Calibration& run : runs) {
+        for (const analysis::CollectiveCost& cost : run.model.collectives) {
+            // Only what this grid runs: a degree of 1 runs none of its dimension's.
+            const int degree = collective_degree(cost.role, grid);
+            if (merged.model.collective(cost.name) != nullptr || degree == 1) {
+                continue;
+            }
+            std::size_t best = runs.size();
+            for (std::size_t i = 0; i < runs.size(); ++i) {
+                if (runs[i].model.collective(cost.name) == nullptr) {
+                    continue;
+                }
+                const auto d = distance(runs[i], grid, sequence_parallel,
+                                        collective_degree(cost.role, runs[i].grid),
+                                        collective_degree(cost.role, grid));
+                if (best == runs.size() ||
+                    d < distance(runs[best], grid, sequence_parallel,
+                                 collective_degree(cost.role, runs[best].grid),
+                                 collective_degree(cost.role, grid))) {
+                    best = i;
+                }
+            }
+            merged.model.collectives.push_back(*runs[best].model.collective(cost.name));
+            taken[best].push_back(cost.name);
+        }
+    }
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        if (taken[i].empty()) {
+            continue;
+        }
+        std::string part;
+        for (const std::string& what : taken[i]) {
+            part += (part.empty() ? "" : ", ") + what;
+        }
+        merged.model.source +=
+            (merged.model.source.empty() ? "" : "; ") + part + " fitted on " + name_of(i);
+    }
+    return merged;
 }
 
 }  // namespace fulcrum::sim

@@ -307,8 +307,24 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace);
 struct Calibration {
     analysis::CostModel model;
     CostOrigin origin;
+    // The grid and TP flavour the run trained with: which collectives it can have fitted, and
+    // how near its passes are to a simulated grid's (merge_calibrations).
+    parallel::GridShape grid;
+    bool sequence_parallel = false;
 };
 // Errors say what the run lacks (passes, the workload table) and what to do instead.
 Result<Calibration> calibrate(const analysis::RunTrace& trace);
+
+// The costs of several calibration runs (`--calibrate A --calibrate B ...`) for one simulated
+// grid, as one Calibration for resolve_costs: the passes and the optimizer from the run whose
+// layout is nearest the grid (the same pp first, since stage positions and the LM head follow
+// it; then tp, sequence parallelism, cp, dp; the earlier run on a tie), each collective from
+// the nearest run that ran it (the same degree of its own dimension first). What no run ran
+// stays out, so resolve_costs takes it from the analytic model and notes it. `names` (one per
+// run, as the user gave them) make the merged model's source: "passes of A (pp2); tp
+// all-reduce of B; ...". Needs at least one run.
+Calibration merge_calibrations(const std::vector<Calibration>& runs,
+                               const std::vector<std::string>& names,
+                               const parallel::GridShape& grid, bool sequence_parallel);
 
 }  // namespace fulcrum::sim

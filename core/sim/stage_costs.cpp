@@ -280,6 +280,30 @@ PassCost recompute_part(const PassCost& forward, plan::Recompute recompute, doub
     return part;
 }
 
+// The LM head's per-token cost in the pass `fitted` (of its run's shape) of the same phase:
+// the run's last stage less its layers at the first stage's rate when the run had both (a
+// measured difference, the embedding lookup's share aside), else by FLOPs, 2hV against 24h²
+// a layer (docs/sources.md, "FLOPs"), of the fitted pass's per-layer rate.
+double head_per_token(const CostModel& model, const PassCost& fitted, int source_pp,
+                      int source_layers, int source_hidden, const ModelShape& shape) {
+    const double flops_ratio = static_cast<double>(shape.vocab) / (12.0 * source_hidden);
+    const PassCost* last = find_pass(model, source_pp - 1, fitted.phase);
+    const PassCost* first = find_pass(model, 0, fitted.phase);
+    if (source_pp > 1 && last != nullptr && first != nullptr) {
+        const double last_layers = layers_of(source_pp - 1, source_pp, source_layers);
+        const double first_layers = layers_of(0, source_pp, source_layers);
+        const double measured =
+            last->per_token_ns - first->per_token_ns * last_layers / first_layers;
+        if (measured > 0 && measured < last->per_token_ns) {
+            return measured;
+        }
+        return last->per_token_ns * flops_ratio / (last_layers + flops_ratio);
+    }
+    // One stage: the pass holds every layer and the head.
+    const double layers = source_layers;
+    return fitted.per_token_ns * flops_ratio / (layers + flops_ratio);
+}
+
 // The fitted pass standing for (stage, phase) of the simulated grid, scaled to its layers,
 // hidden size and TP degree (the rule in stage_costs.h); nullopt when the model has none.
 std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& origin,
@@ -315,9 +339,20 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     const double layer_scale = layers_there > 0 ? layers_here / layers_there : 1.0;
     const double tp_scale = static_cast<double>(source_tp) / grid.tp;
     const double hidden_scale = static_cast<double>(shape.hidden) / source_hidden;
+    // The LM head is the last stage's, not its layers': only the layers' share scales with
+    // them, and the head is added where this stage is last and its source was not (a pp1
+    // stage from a pp2 run's first) or taken off in the reverse (an interleaved run's chunks
+    // average it in, so there it stays as fitted).
+    const bool last_here = stage == grid.pp - 1;
+    const bool last_there = fitted_stage == source_pp - 1;
+    const double head_there = source_v == 1 ? head_per_token(model, *fitted, source_pp,
+                                                             source_layers, source_hidden, shape)
+                                            : 0.0;
     PassCost resolved = *fitted;
     resolved.stage = static_cast<std::int16_t>(stage);
-    resolved.per_token_ns *= layer_scale * tp_scale * hidden_scale * hidden_scale;
+    resolved.per_token_ns = (fitted->per_token_ns - (last_there ? head_there : 0.0)) * layer_scale *
+                                tp_scale * hidden_scale * hidden_scale +
+                            (last_here ? head_there * tp_scale * hidden_scale : 0.0);
     resolved.per_pair_ns *= layer_scale * tp_scale * hidden_scale;
     // The fixed term is per pass (per chunk's pass on an interleaved run): a stage of v chunks
     // runs v passes a micro-batch.
@@ -328,6 +363,9 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
                            ": from the fit of stage " + std::to_string(fitted_stage) + " (" +
                            format_number(layers_there) + " -> " + std::to_string(layers_here) +
                            " layers";
+        if (head_there > 0 && last_here != last_there) {
+            note += last_here ? ", + the LM head" : ", - the LM head";
+        }
         if (hidden_scale != 1.0) {
             note +=
                 ", hidden " + std::to_string(source_hidden) + " -> " + std::to_string(shape.hidden);

@@ -148,7 +148,8 @@ void ParallelTrainer::run_forward(int step, const PipelineOp& op, const LocalBat
                                   Activations& acts, double& loss_sum) {
     const int stage = topology_.coordinates().pp, p = topology_.shape().pp;
     const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
-    instrument::KeyScope keys({step, op.microbatch, stage, Phase::forward, -1, op.chunk});
+    instrument::KeyScope keys(
+        {step, first_microbatch_ + op.microbatch, stage, Phase::forward, -1, op.chunk});
     instrument::Range range(range_name::kForward, Category::compute);
     if (op.chunk == 0) {
         // A micro-batch's first pass on this stage; its other chunks reuse what it loaded.
@@ -240,7 +241,8 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
     const BackwardPart part = parallel::splits_backward(config_.schedule)
                                   ? BackwardPart::input_gradients
                                   : BackwardPart::whole;
-    instrument::KeyScope keys({step, op.microbatch, stage, Phase::backward, -1, op.chunk});
+    instrument::KeyScope keys(
+        {step, first_microbatch_ + op.microbatch, stage, Phase::backward, -1, op.chunk});
     instrument::Range range(range_name::kBackward, Category::compute);
     if (part == BackwardPart::input_gradients) {
         acts.allocate_output_gradients(layers.first, layers.last);
@@ -280,7 +282,8 @@ void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activ
                                            bool reduce_layers) {
     const int stage = topology_.coordinates().pp;
     const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
-    instrument::KeyScope keys({step, op.microbatch, stage, Phase::weight_grad, -1, op.chunk});
+    instrument::KeyScope keys(
+        {step, first_microbatch_ + op.microbatch, stage, Phase::weight_grad, -1, op.chunk});
     instrument::Range range(range_name::kWeightGradients, Category::compute);
     if (holds_head(op.chunk)) {
         model_.backward_weights_head(acts);
@@ -391,8 +394,6 @@ std::vector<PipelineOp> ParallelTrainer::step_ops(int microbatches) const {
 
 Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     const GridCoordinates me = topology_.coordinates();
-    const auto& replica = plan.replicas.at(static_cast<std::size_t>(me.dp));
-    const int microbatches = static_cast<int>(replica.size());
     if (plan.target_tokens <= 0) {
         return Error{ErrorCode::invalid_input,
                      "step " + std::to_string(plan.step) + " has no target tokens"};
@@ -400,28 +401,45 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     emit_workload(plan);
     instrument::KeyScope keys({plan.step, -1, me.pp, Phase::none});
     instrument::Range step_range("step", Category::schedule);
+    model_.zero_gradients();
+    auto passes = run_passes(plan, float(1.0 / double(plan.target_tokens)));
+    if (!passes) {
+        return passes.error();
+    }
+    reduce_gradients(plan.step);
+    StepReport report;
+    report.target_tokens = plan.target_tokens;
+    report.tokens = passes->tokens;
+    report.micro_batches = passes->micro_batches;
+    update(report);
+    double loss[1] = {passes->loss_sum};
+    groups_.world->all_reduce_sum(std::span<double>(loss));
+    report.loss = loss[0] / double(plan.target_tokens);
+    return report;
+}
 
+Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan, float loss_scale,
+                                                            int first_microbatch) {
+    first_microbatch_ = first_microbatch;
+    const GridCoordinates me = topology_.coordinates();
+    const auto& replica = plan.replicas.at(static_cast<std::size_t>(me.dp));
+    const int microbatches = static_cast<int>(replica.size());
     std::vector<LocalBatch> batches;
     batches.reserve(replica.size());
-    StepReport report;
-    report.step = ++steps_taken_;
-    report.target_tokens = plan.target_tokens;
+    Passes passes;
     for (const auto& planned : replica) {
         auto local = local_micro_batch(planned);
         if (!local) {
             return local.error();
         }
         batches.push_back(std::move(*local));
-        report.tokens += std::visit([](const auto& b) { return b.size(); }, batches.back());
+        passes.tokens += std::visit([](const auto& b) { return b.size(); }, batches.back());
     }
-    report.micro_batches = microbatches;
+    passes.micro_batches = microbatches;
     while (activations_.size() < batches.size()) {
         activations_.push_back(std::make_unique<Activations>(model_, blocks_held()));
         activations_.back()->allocate_by_schedule();
     }
-
-    model_.zero_gradients();
-    const float loss_scale = float(1.0 / double(plan.target_tokens));
     double loss_sum = 0;
     // A replica may have no micro-batch (the last global batch of an epoch with fewer
     // documents than replicas): it runs no pass and takes part in the reductions with zeros.
@@ -451,23 +469,21 @@ Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
     }
     groups_.pp->wait_sends();
     groups_.pp_gradients->wait_sends();
-    reduce_gradients(plan.step);
-
-    {
-        instrument::Range range("optimizer", Category::optimizer);
-        report.grad_norm = gradient_norm();
-        report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);
-        report.learning_rate = learning_rate_at(config_.train, report.step);
-        optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
-                          report.learning_rate);
-    }
     // Loss: summed on the last stage's ranks (once per TP group; over every TP rank's rows
     // under sequence parallelism) over their local tokens.
     const bool counts_loss = topology_.last_stage() && (me.tp == 0 || model_.sequence_parallel());
-    double loss[1] = {counts_loss ? loss_sum : 0.0};
-    groups_.world->all_reduce_sum(std::span<double>(loss));
-    report.loss = loss[0] / double(plan.target_tokens);
-    return report;
+    passes.loss_sum = counts_loss ? loss_sum : 0.0;
+    return passes;
+}
+
+void ParallelTrainer::update(StepReport& report) {
+    instrument::Range range("optimizer", Category::optimizer);
+    report.step = ++steps_taken_;
+    report.grad_norm = gradient_norm();
+    report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);
+    report.learning_rate = learning_rate_at(config_.train, report.step);
+    optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
+                      report.learning_rate);
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {

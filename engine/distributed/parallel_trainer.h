@@ -85,6 +85,24 @@ public:
 
     Result<StepReport> step(const StepPlan& plan);
 
+    // step() in pieces, for a step that runs several plans under several layouts and updates
+    // once (hot_switch_trainer.h). run_passes: the plan's passes, adding loss_scale · ∂(Σ ℓ)/∂θ
+    // to the gradients (which it does not zero); `loss_sum` is what this rank adds to the
+    // step's loss (its local Σ ℓ where the loss is counted, else 0: see step()).
+    struct Passes {
+        double loss_sum = 0;
+        std::int64_t tokens = 0;  // this rank's, as StepReport::tokens
+        int micro_batches = 0;
+    };
+    // `first_microbatch`: the number its first micro-batch has in the trace (the passes of
+    // one step under several plans are numbered on, so that (step, mb) names one).
+    Result<Passes> run_passes(const StepPlan& plan, float loss_scale, int first_microbatch = 0);
+    // The summed gradients: the tied embedding's over its stages, DP × CP, sequence parallel.
+    void reduce_gradients(int step);
+    // The global gradient norm, clipping and AdamW over reduced gradients; fills the report's
+    // step, grad_norm, clip_coefficient and learning_rate.
+    void update(StepReport& report);
+
     // The layers of this stage's model chunks, by chunk (one unless interleaved).
     const std::vector<LayerRange>& chunk_layers() const { return chunk_layers_; }
     // The whole model in the serial layout, assembled on world rank 0 from the ranks that
@@ -123,7 +141,6 @@ private:
     bool holds_embedding(int chunk) const { return model_chunk(chunk) == 0; }
     bool holds_head(int chunk) const;
     bool overlaps_reduction() const;
-    void reduce_gradients(int step);
     void reduce_over_data_parallel();  // the DP × CP part of reduce_gradients
     double gradient_norm();
 
@@ -137,6 +154,7 @@ private:
     // One per micro-batch of the step, holding device memory only while in flight.
     std::vector<std::unique_ptr<Activations>> activations_;
     std::int64_t steps_taken_ = 0;
+    int first_microbatch_ = 0;  // run_passes'
 };
 
 }  // namespace fulcrum::engine

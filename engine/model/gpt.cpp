@@ -438,6 +438,11 @@ void GptModel::set_parameters(std::span<const float> host) {
     backend_.upload(params_, host.data(), kComputeStream);
 }
 
+void GptModel::set_gradients(std::span<const float> host) {
+    FULCRUM_CHECK(std::int64_t(host.size()) == layout_.total(), "wrong gradient count");
+    backend_.upload(grads_, host.data(), kComputeStream);
+}
+
 std::vector<float> GptModel::parameters_to_host() const {
     std::vector<float> host(std::size_t(layout_.total()));
     backend_.download(host.data(), params_, kComputeStream);

@@ -282,6 +282,7 @@ public:
     // The serial initial values for `seed`; under TP this rank's part of them.
     void initialize(std::uint64_t seed);
     void set_parameters(std::span<const float> host);  // local layout
+    void set_gradients(std::span<const float> host);   // local layout
     std::vector<float> parameters_to_host() const;
     std::vector<float> gradients_to_host() const;
     void zero_gradients();

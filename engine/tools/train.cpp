@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,9 +31,11 @@
 #include "engine/comm/nccl_communicator.h"
 #endif
 #include "core/parallel/schedule.h"
+#include "core/plan/hot_switch_spec.h"
 #include "core/trace/annotations.h"
 #include "core/trace/run_config.h"
 #include "engine/data/step_plan.h"
+#include "engine/distributed/hot_switch_trainer.h"
 #include "engine/distributed/parallel_trainer.h"
 #include "engine/distributed/topology.h"
 #include "engine/instrument/annotations.h"
@@ -81,6 +85,8 @@ struct Options {
     std::string offload = "on";
     std::string dump_parameters;
     std::string losses_file;
+    std::string hot_switch;  // empty: the one layout of --dp, --tp, --pp, --cp
+    bool hot_switch_check = false;
 };
 
 int fail(int rank, const std::string& message) {
@@ -110,7 +116,8 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.recompute = o.recompute;
     config.sequence_parallel = o.sequence_parallel;
     config.overlap_grad_reduce =
-        o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
+        o.hot_switch.empty() &&
+        (o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl"));
     config.dtype = "fp32";
     config.balancer = o.balancer;
     config.cp_shard = o.cp_shard;
@@ -130,6 +137,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.documents = o.documents;
     config.backend = backend;
     config.comm = comm;
+    config.hot_switch = o.hot_switch;
     return fulcrum::run_config_json(config);
 }
 
@@ -142,6 +150,85 @@ std::vector<double> peaks_by_rank(Communicator& world, const MemoryUse& use) {
     peaks[std::size_t(2 * world.rank() + 1)] = double(use.peak_pinned_bytes);
     world.all_reduce_sum(std::span<double>(peaks));
     return peaks;
+}
+
+// --hot-switch's spec, checked against the model and the world, and against the options it
+// cannot go with: each bucket names a whole layout, split evenly over the stages.
+Result<plan::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Options& o, int world) {
+    const auto invalid = [](std::string message) {
+        return Error{ErrorCode::invalid_input, std::move(message)};
+    };
+    std::string given;
+    for (const char* name : {"--dp", "--tp", "--pp", "--cp"}) {
+        if (app.get_option(name)->count() > 0) {
+            given += (given.empty() ? "" : ", ") + std::string(name);
+        }
+    }
+    if (!given.empty()) {
+        return invalid("--hot-switch names a layout for each length bucket; leave out " + given +
+                       " (the static layout)");
+    }
+    if (!o.stage_layers.empty() || o.virtual_stages != 1 || o.schedule == "interleaved") {
+        return invalid(
+            "--hot-switch splits each layout's layers evenly over its stages, one model chunk "
+            "each; leave out --stage-layers, --virtual-stages and the interleaved schedule");
+    }
+    if (o.overlap_reduce == "on") {
+        return invalid(
+            "--hot-switch reduces each bucket's gradients after its passes; leave "
+            "out --overlap-grad-reduce on");
+    }
+    if (o.sequence_parallel) {
+        return invalid(
+            "--hot-switch does not take --sequence-parallel (its layouts' TP degrees "
+            "differ, and some have none)");
+    }
+    auto spec = plan::parse_hot_switch_spec(o.hot_switch,
+                                            {.world = world, .heads = o.heads, .layers = o.layers});
+    if (!spec) {
+        return spec.error();
+    }
+    GptConfig model;
+    model.n_layer = o.layers;
+    model.n_head = o.heads;
+    if (auto status = HotSwitchTrainer::check(*spec, model); !status) {
+        return status.error();
+    }
+    return spec;
+}
+
+// Every rank's bytes sent to every peer ([from · world + to]) and received ([world² + rank]),
+// gathered on every rank. Every rank must call it.
+std::vector<double> traffic_by_rank(Communicator& world, const SwitchTraffic& traffic) {
+    const auto n = static_cast<std::size_t>(world.size());
+    std::vector<double> all(n * n + n, 0.0);
+    const auto me = static_cast<std::size_t>(world.rank());
+    for (std::size_t peer = 0; peer < n; ++peer) {
+        all[me * n + peer] = traffic.sent_to[peer];
+    }
+    all[n * n + me] = traffic.received;
+    world.all_reduce_sum(std::span<double>(all));
+    return all;
+}
+
+void print_traffic(const std::vector<double>& traffic, int world, int switches) {
+    const auto n = static_cast<std::size_t>(world);
+    std::printf("hot-switch traffic over %d switches (bytes):\n", switches);
+    for (std::size_t r = 0; r < n; ++r) {
+        double sent = 0;
+        std::string to;
+        for (std::size_t peer = 0; peer < n; ++peer) {
+            sent += traffic[r * n + peer];
+            if (traffic[r * n + peer] > 0) {
+                to += (to.empty() ? "" : ", ") + std::to_string(peer) + ": " +
+                      std::to_string(std::llround(traffic[r * n + peer]));
+            }
+        }
+        std::printf("  rank %zu sent %lld%s, received %lld\n", r,
+                    static_cast<long long>(std::llround(sent)),
+                    to.empty() ? "" : (" (to " + to + ")").c_str(),
+                    static_cast<long long>(std::llround(traffic[n * n + r])));
+    }
 }
 
 }  // namespace
@@ -267,6 +354,14 @@ int main(int argc, char** argv) {
     app.add_option("--dump-parameters", o.dump_parameters,
                    "After training, write the whole model's parameters (float32, serial layout)");
     app.add_option("--losses", o.losses_file, "Write each step's loss, one per line (%.9g)");
+    app.add_option("--hot-switch", o.hot_switch,
+                   "HotSPa's hot switching: a layout per length bucket of each step, e.g. "
+                   "'0-64:dp4;64-:dp2,tp2' (docs/plan.md, \"The hot-switch spec\"); every "
+                   "layout over all ranks, the first one's is home. Replaces --dp, --tp, --pp "
+                   "and --cp");
+    app.add_flag("--hot-switch-check", o.hot_switch_check,
+                 "With --hot-switch: before training, move the parameters from the first "
+                 "layout to every other and back, and check that they come back bit for bit");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -277,6 +372,18 @@ int main(int argc, char** argv) {
     }
 
     // Everything is checked before any work, the same way on every rank.
+    std::optional<plan::HotSwitchSpec> hot_switch;
+    if (!o.hot_switch.empty()) {
+        auto spec = check_hot_switch(app, o, world->size());
+        if (!spec) {
+            return fail(rank, spec.error().message);
+        }
+        hot_switch = std::move(*spec);
+        o.grid = hot_switch->buckets.front().layout;  // home: the global batch is planned here
+        o.hot_switch = plan::hot_switch_spec_string(*hot_switch);
+    } else if (o.hot_switch_check) {
+        return fail(rank, "--hot-switch-check checks the layouts of --hot-switch; give one");
+    }
     auto topology = Topology::create(o.grid, world->size(), rank);
     if (!topology) {
         return fail(rank, topology.error().message);
@@ -607,13 +714,6 @@ int main(int argc, char** argv) {
                         : "MPI");
         std::fflush(stdout);
     }
-    ParallelGroups groups =
-        ParallelGroups::create(device_world ? *device_world : *world, *topology);
-    GptModel model(*backend, model_config, ModelParallel{groups.tp.get(), groups.cp.get()});
-    model.initialize(o.seed);
-    model.set_attention_chunking({o.attention_chunk, o.offload == "on"});
-    model.set_recompute(*recompute);
-    model.set_sequence_parallel(o.sequence_parallel);
     ParallelTrainConfig train_config;
     train_config.train.adamw.learning_rate = o.learning_rate;
     train_config.train.warmup_steps = o.warmup;
@@ -623,12 +723,62 @@ int main(int argc, char** argv) {
     train_config.balancer = *balancer;
     train_config.overlap_reduction =
         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
-    if (rank == 0 && train_config.overlap_reduction && o.grid.dp * o.grid.cp > 1) {
+    if (rank == 0 && train_config.overlap_reduction && o.grid.dp * o.grid.cp > 1 && !hot_switch) {
         std::printf("gradient reduction: layer by layer during the last backward pass\n");
         std::fflush(stdout);
     }
-    auto trainer =
-        std::make_unique<ParallelTrainer>(model, *topology, groups, *documents, train_config);
+    // One layout, or one per bucket of --hot-switch (hot_switch_trainer.h).
+    std::optional<ParallelGroups> groups;
+    std::unique_ptr<GptModel> static_model;
+    std::unique_ptr<ParallelTrainer> trainer;
+    std::unique_ptr<HotSwitchTrainer> hot;
+    if (hot_switch) {
+        HotSwitchConfig hot_config;
+        hot_config.spec = *hot_switch;
+        hot_config.model = model_config;
+        hot_config.seed = o.seed;
+        hot_config.attention = {o.attention_chunk, o.offload == "on"};
+        hot_config.recompute = *recompute;
+        hot_config.train = train_config;
+        // A bucket may take several rounds of passes over one gradient buffer, which a
+        // reduction in flight from the round before would still be reading.
+        hot_config.train.overlap_reduction = false;
+        hot_config.packing = planner_options;
+        hot_config.gpus_per_node = node.local_size;
+        hot = std::make_unique<HotSwitchTrainer>(*backend, *world,
+                                                 device_world ? *device_world : *world, *documents,
+                                                 std::move(hot_config));
+        if (rank == 0) {
+            std::printf("hot switch %s: home layout %s\n", o.hot_switch.c_str(),
+                        plan::layout_string(o.grid).c_str());
+            std::fflush(stdout);
+        }
+        if (o.hot_switch_check) {
+            const bool equal = hot->parameters_survive_round_trips();
+            if (!equal) {
+                return fail(rank,
+                            "--hot-switch-check: parameters changed on a round trip "
+                            "between layouts");
+            }
+            if (rank == 0) {
+                std::printf(
+                    "hot-switch check: parameters bitwise equal after a round trip "
+                    "from the first layout to each other one\n");
+                std::fflush(stdout);
+            }
+        }
+    } else {
+        groups.emplace(ParallelGroups::create(device_world ? *device_world : *world, *topology));
+        static_model = std::make_unique<GptModel>(
+            *backend, model_config, ModelParallel{groups->tp.get(), groups->cp.get()});
+        static_model->initialize(o.seed);
+        static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
+        static_model->set_recompute(*recompute);
+        static_model->set_sequence_parallel(o.sequence_parallel);
+        trainer = std::make_unique<ParallelTrainer>(*static_model, *topology, *groups, *documents,
+                                                    train_config);
+    }
+    GptModel& model = hot ? hot->home_model() : *static_model;
 
     std::vector<double> losses;
     double total_seconds = 0;
@@ -640,7 +790,7 @@ int main(int argc, char** argv) {
         if (!plan) {
             return fail(rank, plan.error().message);
         }
-        Result<StepReport> report = trainer->step(*plan);
+        Result<StepReport> report = hot ? hot->step(*plan) : trainer->step(*plan);
         if (!report) {
             return fail(rank, report.error().message);
         }
@@ -671,7 +821,9 @@ int main(int argc, char** argv) {
             break;
         }
     }
-    std::vector<float> parameters = trainer->gather_parameters();
+    std::vector<float> parameters = hot ? hot->gather_parameters() : trainer->gather_parameters();
+    const std::vector<double> traffic =
+        hot ? traffic_by_rank(*world, hot->traffic()) : std::vector<double>{};
     const MemoryUse memory_use = backend->memory_use();
     instrument::mark(std::string(kMemoryMark),
                      "{\"peak_device_bytes\":" + std::to_string(memory_use.peak_device_bytes) +
@@ -718,6 +870,9 @@ int main(int argc, char** argv) {
                 o.attention_chunk, o.offload.c_str(), mib(memory.double_buffer_bytes),
                 mib(memory.partial_bytes), mib(memory.offloaded_bytes),
                 mib(memory.prefetched_bytes));
+        }
+        if (hot) {
+            print_traffic(traffic, world->size(), hot->traffic().switches);
         }
         if (staged != nullptr) {
             std::printf("staged %.2f MiB between device and host memory on rank 0\n",

@@ -505,6 +505,206 @@ private slots:
         QCOMPARE(run(fulcrum(), small + QStringList{"--force"}, work_.path()).exit_code, 0);
     }
 
+    // --calibrate repeated: runs of pp2, tp2 (with and without sequence parallelism), cp2 and
+    // dp2 of the same model give every cost a 2-GPU layout needs, so nothing the plan prints is
+    // taken from the analytic model, and the top candidate's simulate line, which repeats
+    // every --calibrate, plays the figures plan ranked it by. Without the tp2 runs, TP's
+    // collectives are analytic and a derived: line says so.
+    void planCalibratedOnSeveralRuns() {
+        const QList<QStringList> layouts = {{"pp2", "--pp", "2"},
+                                            {"tp2", "--tp", "2"},
+                                            {"tp2sp", "--tp", "2", "--sequence-parallel"},
+                                            {"cp2", "--cp", "2"},
+                                            {"dp2", "--dp", "2"}};
+        QStringList calibrate;
+        for (QStringList layout : layouts) {
+            const QString name = layout.takeFirst();
+            const Outcome written =
+                run(fulcrum(),
+                    QStringList{"simulate", "--layers", "4", "--micro-batches", "4", "--documents",
+                                "200", "--steps", "2", "-o", name + ".fulcrum", "--force"} +
+                        layout,
+                    work_.path());
+            QVERIFY2(written.exit_code == 0, qPrintable(written.output));
+            calibrate << "--calibrate" << name + ".fulcrum";
+        }
+        const QStringList plan = {"plan", "--world",     "2",   "--layers", "4",  "--global-batch",
+                                  "4",    "--documents", "200", "--top",    "30", "--json"};
+        const Outcome planned = run(fulcrum(), plan + calibrate, work_.path());
+        QVERIFY2(planned.exit_code == 0, qPrintable(planned.output));
+        const QJsonObject json = QJsonDocument::fromJson(planned.output.toUtf8()).object();
+        for (const QJsonValue note : json.value("derived_costs").toArray()) {
+            QVERIFY2(!note.toString().contains("not in the cost model"),
+                     qPrintable(note.toString()));
+        }
+        const QJsonArray ranked = json.value("ranked").toArray();
+        QCOMPARE(ranked.size(), 20);
+        for (const QJsonValue entry : ranked) {
+            const QJsonObject c = entry.toObject();
+            const QString source = c.value("cost_source").toString();
+            const QString nearest = c.value("tp").toInt() == 2
+                                        ? (c.value("sequence_parallel").toBool() ? "tp2sp" : "tp2")
+                                    : c.value("pp").toInt() == 2 ? "pp2"
+                                    : c.value("cp").toInt() == 2 ? "cp2"
+                                                                 : "dp2";
+            QVERIFY2(source.contains(QRegularExpression("passes \\([^)]*\\)[^;']* fitted on '" +
+                                                        nearest + ".fulcrum'")),
+                     qPrintable(source));
+        }
+        const QJsonObject top = ranked.at(0).toObject();
+        QStringList command = top.value("simulate_command").toString().split(' ');
+        QCOMPARE(command.takeFirst(), QString("fulcrum"));
+        QCOMPARE(command.mid(1, 10), calibrate);
+        const Outcome simulated = run(fulcrum(), command + QStringList{"--json"}, work_.path());
+        QCOMPARE(simulated.exit_code, 0);
+        const QJsonObject result = QJsonDocument::fromJson(simulated.output.toUtf8())
+                                       .object()
+                                       .value("results")
+                                       .toArray()
+                                       .at(0)
+                                       .toObject();
+        QCOMPARE(result.value("tokens_per_second").toDouble(),
+                 top.value("tokens_per_second").toDouble());
+
+        const Outcome without_tp =
+            run(fulcrum(), plan + calibrate.mid(0, 2) + calibrate.mid(6), work_.path());
+        QCOMPARE(without_tp.exit_code, 0);
+        const QJsonArray derived = QJsonDocument::fromJson(without_tp.output.toUtf8())
+                                       .object()
+                                       .value("derived_costs")
+                                       .toArray();
+        bool tp_analytic = false;
+        for (const QJsonValue note : derived) {
+            tp_analytic |= note.toString().startsWith("tp all-reduce: not in the cost model");
+        }
+        QVERIFY(tp_analytic);
+    }
+
+    // --cost-model FILE, as simulate takes it (here the model simulate --json printed for a pp2
+    // grid): the plan names it as its cost source, and every simulate line repeats it and plays
+    // the same figures; a file that is not a cost model is refused with exit 2.
+    void planWithCostModelFile() {
+        const Outcome simulated = run(fulcrum(),
+                                      {"simulate", "--layers", "4", "--pp", "2", "--micro-batches",
+                                       "4", "--documents", "200", "--steps", "1", "--json"},
+                                      work_.path());
+        QCOMPARE(simulated.exit_code, 0);
+        const QJsonObject model = QJsonDocument::fromJson(simulated.output.toUtf8())
+                                      .object()
+                                      .value("cost_model")
+                                      .toObject();
+        QVERIFY(!model.isEmpty());
+        QFile file(work_.filePath("pp2-costs.json"));
+        QVERIFY(file.open(QIODevice::WriteOnly));
+        file.write(QJsonDocument(model).toJson());
+        file.close();
+        const QStringList plan = {"plan",
+                                  "--world",
+                                  "2",
+                                  "--layers",
+                                  "4",
+                                  "--global-batch",
+                                  "4",
+                                  "--documents",
+                                  "200",
+                                  "--top",
+                                  "3",
+                                  "--json",
+                                  "--cost-model",
+                                  "pp2-costs.json"};
+        const Outcome planned = run(fulcrum(), plan, work_.path());
+        QVERIFY2(planned.exit_code == 0, qPrintable(planned.output));
+        const QJsonObject json = QJsonDocument::fromJson(planned.output.toUtf8()).object();
+        const QJsonObject top = json.value("ranked").toArray().at(0).toObject();
+        QStringList command = top.value("simulate_command").toString().split(' ');
+        QCOMPARE(command.takeFirst(), QString("fulcrum"));
+        QCOMPARE(command.mid(1, 2), (QStringList{"--cost-model", "pp2-costs.json"}));
+        const Outcome replayed = run(fulcrum(), command + QStringList{"--json"}, work_.path());
+        QCOMPARE(replayed.exit_code, 0);
+        QCOMPARE(QJsonDocument::fromJson(replayed.output.toUtf8())
+                     .object()
+                     .value("results")
+                     .toArray()
+                     .at(0)
+                     .toObject()
+                     .value("tokens_per_second")
+                     .toDouble(),
+                 top.value("tokens_per_second").toDouble());
+        QFile bad(work_.filePath("bad-costs.json"));
+        QVERIFY(bad.open(QIODevice::WriteOnly));
+        bad.write("[1, 2]");
+        bad.close();
+        const Outcome refused = run(
+            fulcrum(), plan.mid(0, plan.size() - 1) + QStringList{"bad-costs.json"}, work_.path());
+        QCOMPARE(refused.exit_code, 2);
+        QVERIFY2(refused.output.contains("bad-costs.json"), qPrintable(refused.output));
+    }
+
+    // fulcrum report RUN --plan PLAN.json: the run's report with the plan's chart and top k
+    // (the ranked candidates the JSON holds), the same table as plan --report draws; a missing
+    // file and JSON that is not a plan are refused with exit 2, saying which.
+    void reportWithPlan() {
+        const QStringList small = {"plan", "--world",     "8",   "--layers", "4", "--global-batch",
+                                   "16",   "--documents", "400", "--top",    "3"};
+        const Outcome planned = run(fulcrum(), small + QStringList{"--json"}, work_.path());
+        QCOMPARE(planned.exit_code, 0);
+        QFile json(work_.filePath("chosen-plan.json"));
+        QVERIFY(json.open(QIODevice::WriteOnly));
+        json.write(planned.output.toUtf8());
+        json.close();
+        QCOMPARE(
+            run(fulcrum(), small + QStringList{"-o", "chosen", "--force"}, work_.path()).exit_code,
+            0);
+        const Outcome reported = run(fulcrum(),
+                                     {"report", "chosen/rank-1.fulcrum", "--plan",
+                                      "chosen-plan.json", "-o", "with-plan.html", "--force"},
+                                     work_.path());
+        QCOMPARE(reported.exit_code, 0);
+        QFile file(work_.filePath("with-plan.html"));
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QString html = QString::fromUtf8(file.readAll());
+        QVERIFY(html.contains("<a href=\"#plan\">Plan</a>"));
+        QVERIFY(html.contains("<section class=\"run\" id=\"run-0\">"));
+        QVERIFY(html.contains("data-chart=\"plan\""));
+        QCOMPARE(html.count("data-rank=\"1\""), 1);
+        QCOMPARE(html.count("data-rank=\"3\""), 1);
+        const qsizetype table = html.indexOf("data-table=\"plan_top\"");
+        QVERIFY(table > 0);
+        const QString rows = html.mid(table, html.indexOf("</table>", table) - table);
+        QCOMPARE(rows.count("<tr><td"), 3);
+        // The top candidate's layout and tokens/s, as the JSON has them.
+        const QJsonObject top = QJsonDocument::fromJson(planned.output.toUtf8())
+                                    .object()
+                                    .value("ranked")
+                                    .toArray()
+                                    .at(0)
+                                    .toObject();
+        const QString layout = QString("%1×%2×%3×%4")
+                                   .arg(top.value("dp").toInt())
+                                   .arg(top.value("tp").toInt())
+                                   .arg(top.value("pp").toInt())
+                                   .arg(top.value("cp").toInt());
+        QVERIFY2(rows.contains(layout), qPrintable(layout));
+
+        const Outcome missing =
+            run(fulcrum(),
+                {"report", "chosen/rank-1.fulcrum", "--plan", "nowhere.json", "-o", "x.html"},
+                work_.path());
+        QCOMPARE(missing.exit_code, 2);
+        QVERIFY2(missing.output.contains("cannot read the plan 'nowhere.json'"),
+                 qPrintable(missing.output));
+        QFile other(work_.filePath("not-a-plan.json"));
+        QVERIFY(other.open(QIODevice::WriteOnly));
+        other.write("{\"format\": \"something else\"}");
+        other.close();
+        const Outcome wrong =
+            run(fulcrum(),
+                {"report", "chosen/rank-1.fulcrum", "--plan", "not-a-plan.json", "-o", "x.html"},
+                work_.path());
+        QCOMPARE(wrong.exit_code, 2);
+        QVERIFY2(wrong.output.contains("not a plan"), qPrintable(wrong.output));
+    }
+
     void helpOnEverySubcommand_data() {
         QTest::addColumn<QString>("subcommand");
         QTest::newRow("top") << "";

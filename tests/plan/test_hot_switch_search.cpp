@@ -86,6 +86,7 @@ private slots:
             QVERIFY(search.train_command.find("--hot-switch '") != std::string::npos);
             QVERIFY(search.train_command.find("--dp ") == std::string::npos);
             QVERIFY(search.train_command.find("--sequence-parallel") == std::string::npos);
+            QVERIFY(search.train_command.find("--overlap-grad-reduce off") != std::string::npos);
         }
         const std::string json = hot_switch_search_json(*planned, *searched);
         QVERIFY(json.find("\"spec\":\"" + text + "\"") != std::string::npos);

@@ -56,6 +56,54 @@ double bottleneck(const std::vector<int>& split, double layer_ns, double first_n
     return worst;
 }
 
+// A calibration of `grid` as a capture of it would fit: its passes (every stage, forward and
+// backward, per-token cost `per_token`) and only the collectives it runs, each with latency
+// `latency` so the test can tell whose it is.
+sim::Calibration run_of(const parallel::GridShape& grid, bool sequence_parallel, double per_token,
+                        double latency) {
+    sim::Calibration run;
+    run.grid = grid;
+    run.sequence_parallel = sequence_parallel;
+    run.origin = {.layers = 4, .pp = grid.pp, .hidden = 64, .tp = grid.tp};
+    for (int stage = 0; stage < grid.pp; ++stage) {
+        for (Phase phase : {Phase::forward, Phase::backward}) {
+            analysis::PassCost pass;
+            pass.stage = static_cast<std::int16_t>(stage);
+            pass.phase = phase;
+            pass.per_token_ns = per_token;
+            run.model.passes.push_back(pass);
+        }
+    }
+    const auto add = [&](analysis::Role role, std::string_view name) {
+        analysis::CollectiveCost cost;
+        cost.role = role;
+        cost.name = std::string(name);
+        cost.latency_ns = latency;
+        cost.per_byte_ns = 0.01;
+        run.model.collectives.push_back(cost);
+    };
+    if (grid.pp > 1) {
+        add(analysis::Role::pipeline_recv, sim::kRecvActivations);
+        add(analysis::Role::pipeline_recv, sim::kRecvGradients);
+    }
+    if (grid.tp > 1 && !sequence_parallel) {
+        add(analysis::Role::tp_collective, sim::kTpAllReduce);
+    }
+    if (grid.tp > 1 && sequence_parallel) {
+        add(analysis::Role::tp_collective, sim::kTpAllGather);
+        add(analysis::Role::tp_collective, sim::kTpReduceScatter);
+    }
+    if (grid.cp > 1) {
+        add(analysis::Role::cp_collective, sim::kCpAllGather);
+        add(analysis::Role::cp_collective, sim::kCpReduceScatter);
+    }
+    if (grid.dp * grid.cp > 1) {
+        add(analysis::Role::dp_collective, sim::kDpAllReduce);
+    }
+    run.model.optimizer_ns = 1000;
+    return run;
+}
+
 }  // namespace
 
 class PlanSearchTest : public QObject {
@@ -219,6 +267,131 @@ private slots:
         QVERIFY(!sim::validate(config));
         QCOMPARE(sim::stage_parameters(config.model, config.grid, 0, {1, 1, 1, 1}, 2),
                  sim::stage_parameters(config.model, config.grid, 0, {}, 2));
+    }
+
+    // Several calibration runs (fulcrum plan --calibrate A --calibrate B ...): each layout takes
+    // its passes from the run nearest it and each collective from the nearest run that ran it;
+    // only what none ran is analytic, and the plan says so.
+    void mergedCostsComeFromTheRunsThatRanThem() {
+        const std::vector<sim::Calibration> runs = {
+            run_of({.dp = 1, .tp = 1, .pp = 2, .cp = 1}, false, 10, 100),
+            run_of({.dp = 1, .tp = 2, .pp = 1, .cp = 1}, false, 20, 200),
+            run_of({.dp = 1, .tp = 2, .pp = 1, .cp = 1}, true, 30, 300),
+            run_of({.dp = 1, .tp = 1, .pp = 1, .cp = 2}, false, 40, 400),
+            run_of({.dp = 2, .tp = 1, .pp = 1, .cp = 1}, false, 50, 500)};
+        const std::vector<std::string> names = {"pp2", "tp2", "tp2sp", "cp2", "dp2"};
+        const auto merged = [&](parallel::GridShape grid, bool sp) {
+            return sim::merge_calibrations(runs, names, grid, sp);
+        };
+        const auto latency = [](const sim::Calibration& c, std::string_view name) {
+            const analysis::CollectiveCost* cost = c.model.collective(name);
+            return cost != nullptr ? cost->latency_ns : -1.0;
+        };
+        // tp2 with SP: its passes and both halves from the SP run, no pipeline receive.
+        const sim::Calibration tp_sp = merged({.dp = 1, .tp = 2, .pp = 1, .cp = 1}, true);
+        QCOMPARE(tp_sp.model.passes.front().per_token_ns, 30.0);
+        QCOMPARE(latency(tp_sp, sim::kTpAllGather), 300.0);
+        QCOMPARE(latency(tp_sp, sim::kTpAllReduce), 200.0);
+        QCOMPARE(latency(tp_sp, sim::kRecvActivations), -1.0);
+        QVERIFY2(tp_sp.model.source.find(
+                     "passes (tp2 sp), tp all-gather, tp reduce-scatter fitted on 'tp2sp'") !=
+                     std::string::npos,
+                 tp_sp.model.source.c_str());
+        // dp2: the dp2 run's passes and all-reduce (cp2's spans two ranks too, but not dp's).
+        const sim::Calibration dp = merged({.dp = 2, .tp = 1, .pp = 1, .cp = 1}, false);
+        QCOMPARE(dp.model.passes.front().per_token_ns, 50.0);
+        QCOMPARE(latency(dp, sim::kDpAllReduce), 500.0);
+        // pp2 × cp2 (4 ranks): the pp2 run's two stages and receives, cp2's exchanges, and
+        // the DP all-reduce over the two CP ranks from cp2 (dp × cp = 2 there too, cp matches).
+        const sim::Calibration pp_cp = merged({.dp = 1, .tp = 1, .pp = 2, .cp = 2}, false);
+        QCOMPARE(pp_cp.origin.pp, 2);
+        QCOMPARE(pp_cp.model.passes.size(), std::size_t(4));
+        QCOMPARE(latency(pp_cp, sim::kRecvGradients), 100.0);
+        QCOMPARE(latency(pp_cp, sim::kCpReduceScatter), 400.0);
+        QCOMPARE(latency(pp_cp, sim::kDpAllReduce), 400.0);
+        // One run is taken as it is.
+        const sim::Calibration alone =
+            sim::merge_calibrations({runs[0]}, {"pp2"}, {.dp = 1, .tp = 2, .pp = 1, .cp = 1}, true);
+        QCOMPARE(alone.model.collectives.size(), runs[0].model.collectives.size());
+
+        // The plan: with every run, nothing its top candidates run is analytic; with the pp2
+        // run alone, TP's and CP's collectives are, and its derived lines say so.
+        PlanRequest request = tiny_request(2);
+        request.top_k = 30;
+        request.calibrations = runs;
+        request.calibration_runs = names;
+        auto all = plan::plan(request);
+        QVERIFY2(all, all ? "" : all.error().message.c_str());
+        for (const std::string& note : all->notes) {
+            QVERIFY2(note.find("not in the cost model") == std::string::npos, note.c_str());
+        }
+        const Candidate& top = all->candidates[all->ranked.front()];
+        QVERIFY(top.simulate_command.find("--calibrate pp2 --calibrate tp2 --calibrate tp2sp") !=
+                std::string::npos);
+        QVERIFY(top.cost_source.find("fitted on") != std::string::npos);
+        request.calibrations = {runs[0]};
+        request.calibration_runs = {"pp2"};
+        auto one = plan::plan(request);
+        QVERIFY(one);
+        bool tp_analytic = false;
+        for (const std::string& note : one->notes) {
+            tp_analytic |=
+                note.starts_with(std::string(sim::kTpAllReduce) + ": not in the cost model");
+        }
+        QVERIFY(tp_analytic);
+    }
+
+    // Where activations do not fit without recomputation, offloading Q, K and V (chunked
+    // attention) is tried before recomputing: as the GPU shrinks, one rank's layout first
+    // fits only with offload (its fulcrum-train line says --attention-chunk and --offload on,
+    // its memory the offloaded Q, K, V less, plus the two slots), and without offload in the
+    // search the same memory needs recomputation.
+    void offloadBeforeRecomputation() {
+        PlanRequest request = tiny_request(1);
+        request.model.context = 2048;
+        request.lengths = "long-tail:context=2048,median=256";
+        request.flash_attention = true;
+        request.space.attention_chunk = 256;
+        request.space.balancers = {balance::Balancer::fixed};
+        std::optional<Candidate> offloaded;
+        double budget = 0.1;
+        for (; budget > 1e-4 && !offloaded; budget *= 0.9) {
+            request.gpu_memory_gib = budget;
+            auto result = plan::plan(request);
+            QVERIFY2(result, result ? "" : result.error().message.c_str());
+            for (std::size_t i : result->ranked) {
+                if (result->candidates[i].offload) {
+                    offloaded = result->candidates[i];
+                    request.gpu_memory_gib = budget;
+                    break;
+                }
+            }
+        }
+        QVERIFY2(offloaded, "no memory budget made offload the way to fit");
+        QCOMPARE(offloaded->recompute, Recompute::none);
+        QCOMPARE(offloaded->attention_chunk, 256);
+        QVERIFY(offloaded->train_command.find("--attention-chunk 256 --offload on") !=
+                std::string::npos);
+        // The memory model: Q, K, V (6 bytes a token and hidden unit in 16 bits, tp 1) off, the
+        // two [chunk, 3h] slots on.
+        MemoryShape shape;
+        shape.layers = 4;
+        shape.hidden = 64;
+        shape.heads = 4;
+        shape.sequence = 2048;
+        shape.flash_attention = true;
+        const double kept = stage_memory(shape, 0).activations_bytes;
+        shape.attention_chunk = 256;
+        shape.offload = true;
+        QCOMPARE(stage_memory(shape, 0).activations_bytes,
+                 kept - 4 * 6.0 * 2048 * 64 + 2 * 256 * 3 * 64 * 2.0);
+        request.space.offload = false;
+        auto without = plan::plan(request);
+        QVERIFY(without);
+        for (std::size_t i : without->ranked) {
+            QVERIFY(!without->candidates[i].offload);
+            QVERIFY(without->candidates[i].recompute != Recompute::none);
+        }
     }
 
     // The planner's estimate against the simulator with alike micro-batches (every document

@@ -480,7 +480,10 @@ private slots:
     }
 
     // A model fitted on pp2 with 4 layers, played on pp4: first and last stages come from the
-    // fitted first and last, the middle ones from the first, each scaled 2 → 1 layers.
+    // fitted first and last, the middle ones from the first, each scaled 2 → 1 layers; the LM
+    // head (the last stage's per-token cost less its layers at the first's rate: 12 − 8 in
+    // the forward, 24 − 16 in the backward) stays whole on the last stage, and a pp1 stage,
+    // drawn from the first, gains it.
     void derivedStageCosts() {
         analysis::CostModel model;
         model.source = "fitted on run";
@@ -500,15 +503,24 @@ private slots:
         QCOMPARE(forward(0).fixed_ns, 100.0);
         QCOMPARE(forward(1).per_token_ns, 4.0);  // a middle stage: from the first
         QCOMPARE(forward(2).per_token_ns, 4.0);
-        QCOMPARE(forward(3).per_token_ns, 6.0);  // the last: from the last
+        QCOMPARE(forward(3).per_token_ns, 8.0);  // the last: (12 − 4) / 2 + the head's 4
         QCOMPARE(forward(3).fixed_ns, 300.0);
-        QCOMPARE(costs.passes[3][1].per_token_ns, 12.0);
+        QCOMPARE(costs.passes[3][1].per_token_ns, 16.0);  // (24 − 8) / 2 + 8
         QCOMPARE(costs.optimizer_ns, 1000.0);
         int derived = 0;
         for (const auto& note : costs.notes) {
             derived += note.starts_with("stage ");
         }
         QCOMPARE(derived, 8);  // every pass was derived
+
+        // pp1: stage 0's fit scaled 2 → 4 layers, plus the head it lacked.
+        const StageCosts one =
+            resolve_costs(&model, origin, shape, {.dp = 1, .tp = 1, .pp = 1, .cp = 1}, {});
+        QCOMPARE(one.passes[0][0].per_token_ns, 8.0 * 2 + 4);
+        QCOMPARE(one.passes[0][1].per_token_ns, 16.0 * 2 + 8);
+        QVERIFY(std::find(one.notes.begin(), one.notes.end(),
+                          "stage 0 forward: from the fit of stage 0 (2 -> 4 layers, + the LM "
+                          "head)") != one.notes.end());
 
         // Twice the hidden size and TP 2: per token × 4 / 2, per pair × 2 / 2.
         const ModelShape wider{

@@ -56,7 +56,9 @@ private slots:
             tabs << window.tabs()->tabText(i);
         }
         QCOMPARE(tabs, (QStringList{"Timeline", "Bubbles", "CP load", "Overlap", "Heatmaps",
-                                    "Compare", "Kernels", "Plan"}));
+                                    "Compare", "Kernels", "Plan", "Hot switch"}));
+        // Neither run switched layouts, so the Hot switch tab stays hidden.
+        QVERIFY(!window.tabs()->isTabVisible(int(View::hot_switch)));
         QCOMPARE(window.run_selector()->count(), 2);
         // Opened in order; the first is Compare's reference, the newest is shown.
         QCOMPARE(window.runs()[0]->path, QFileInfo(fixed_run()).absoluteFilePath());
@@ -235,7 +237,8 @@ private slots:
     }
 
     void view_keys_match_tabs() {
-        QCOMPARE(view_keys().size(), 8);
+        QCOMPARE(view_keys().size(), 9);
+        QCOMPARE(view_from_key("hot-switch"), std::optional<View>(View::hot_switch));
         QCOMPARE(view_from_key("plan"), std::optional<View>(View::plan));
         QCOMPARE(view_from_key("kernels"), std::optional<View>(View::kernels));
         QCOMPARE(view_from_key("cp-load"), std::optional<View>(View::cp_load));

@@ -52,6 +52,8 @@ SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSw
     played.accumulate_gradients = true;
     played.grid = bucket.layout;
     played.stage_layers.clear();
+    // Sequence parallelism splits what TP replicates: a layout without TP has none to split.
+    played.sequence_parallel = config.sequence_parallel && bucket.layout.tp > 1;
     if (bucket.max_length > 0 && bucket.max_length < config.model.context) {
         played.model.context = static_cast<int>(bucket.max_length);
     }
@@ -255,6 +257,9 @@ struct HotSwitchPlay {
     int current_bucket = 0;
     std::vector<Segment> segments;
     std::int64_t now = 0;
+    // Where the buckets' passes go (none without a writer): the step being played and the
+    // micro-batches its earlier buckets numbered.
+    BucketOutput passes;
 
     // Moves the parameters (and the step's gradients so far) to bucket `to`'s layout.
     void switch_to(int to, bool gradients) {
@@ -304,7 +309,8 @@ struct HotSwitchPlay {
         const auto index = static_cast<std::size_t>(b);
         const SimulationConfig played =
             bucket_config(config, spec.buckets[index], std::move(lengths));
-        auto bucket = simulate(played, nullptr, {.progress = {}, .cancel = progress.cancel});
+        passes.start_ns = now;
+        auto bucket = simulate_bucket(played, passes, {.progress = {}, .cancel = progress.cancel});
         if (!bucket) {
             return bucket.error();
         }
@@ -349,7 +355,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     }
     const plan::HotSwitchSpec& spec = *config.hot_switch;
     const StageCosts costs = config_costs(config);
-    HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0};
+    HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0, {}};
     play.result.packing = planner->packing();
     play.result.wlb_tuning = planner->wlb_tuning();
     play.result.ranks = config.grid.world();
@@ -364,6 +370,8 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         // Every rank with its coordinates under the first bucket's layout (where the
         // parameters start each step).
         lanes = add_simulated_ranks(*out, play.current);
+        play.passes.writer = out;
+        play.passes.lanes = lanes;
         names = {out->intern(range_name::kStep), out->intern(range_name::kHotSwitchBucket),
                  out->intern(range_name::kHotSwitch), out->intern(range_name::kDpAllReduce),
                  out->intern(range_name::kOptimizer)};
@@ -396,6 +404,8 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         step.start_ns = play.now;
         step.tokens = plan->tokens;
         play.segments.clear();
+        play.passes.step = plan->step;
+        play.passes.first_microbatch = 0;
         bool accumulated = false;
         std::array<double, 2> weighted{0, 0};  // bubble fraction and imbalance · time
         for (std::size_t b = 0; b < spec.buckets.size(); ++b) {

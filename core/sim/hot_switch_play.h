@@ -32,7 +32,8 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
                                                store::TraceWriter* out,
                                                const SimulationProgress& progress);
 
-// The config a bucket is played with: its layout, its documents, the bucket's upper bound
+// The config a bucket is played with: its layout (sequence parallelism only where it has TP),
+// its documents, the bucket's upper bound
 // (or the context) as the micro-batch capacity, micro-batches per replica
 // max(1, ⌈tokens / (capacity · dp)⌉), one epoch of them, gradients only accumulated.
 SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,

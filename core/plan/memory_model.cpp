@@ -202,18 +202,23 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
     const bool none = shape.recompute == Recompute::none;
     const bool full = shape.recompute == Recompute::full;
     const bool offload = offloads(shape);
-    // A split backward without recomputation keeps dfch and dQKV in the forward's fch and qkv
-    // rows, which then live until W, and frees the residual stream, the LayerNorm statistics
-    // and CP's K|V after B (Activations::output_gradients_in_forward_rows).
+    // A split backward without recomputation writes its output gradients over what B has
+    // read, which then lives until W: dfch and dQKV over fch and qkv, ∂L/∂ the row-parallel
+    // products over residual3 and residual2 (without sequence parallelism, where those are
+    // [n, C] too), ∂L/∂logits over probs; it frees the chunk's input, the LayerNorm statistics,
+    // lse, CP's K|V and the losses after B (Activations::output_gradients_in_forward_rows).
     const bool in_rows = split && none;
+    const bool in_residual = in_rows && !shape.sequence_parallel;
     ChunkElements e;
     double kept = 0, until = 0;
     double& stream = in_rows ? until : kept;
-    stream += r.ns * r.c;  // per block: the residual stream out (residual3)
+    double& residual = in_rows && !in_residual ? until : kept;
+    residual += r.ns * r.c;  // per block: the residual stream out (residual3)
     double qkv = 0, kv = 0;
     if (!full) {
         kept += 2 * r.ns * r.c;                      // ln1, ln2
-        stream += r.ns * r.c + 4 * r.ns;             // residual2, both LayerNorms' statistics
+        residual += r.ns * r.c;                      // residual2
+        stream += 4 * r.ns;                          // both LayerNorms' statistics
         kept += 4 * r.n * r.cl;                      // GELU's output, the MLP projection's input
         (in_rows ? kept : until) += 4 * r.n * r.cl;  // fch, GELU's input (dfch after B)
         qkv = offload ? 0 : 3 * r.n * r.cl;          // Q|K|V
@@ -230,14 +235,17 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
     e.until_input_gradients = layers * (until + (qkv_until ? qkv : 0) + (in_rows ? kv : 0));
     (in_rows ? e.until_input_gradients : e.kept) += r.ns * r.c;  // the chunk's input
     if (head) {
-        e.kept += r.ns * r.c + 2 * r.ns;               // lnf and its statistics
-        e.until_input_gradients += r.ns * r.v + r.ns;  // probabilities, per-token losses
+        e.kept += r.ns * r.c + 2 * r.ns;                             // lnf and its statistics
+        (in_rows ? e.kept : e.until_input_gradients) += r.ns * r.v;  // probabilities
+        e.until_input_gradients += r.ns;                             // per-token losses
     }
     if (split) {
-        // ∂L/∂ the two row-parallel products; dfch and dQKV unless in the forward's rows.
-        e.output_gradients = layers * (2 * r.n * r.c + (in_rows ? 0 : 4 * r.n * r.cl) +
-                                       (in_rows && !offload ? 0 : 3 * r.n * r.cl)) +
-                             (head ? r.ns * r.v : 0);
+        // ∂L/∂ the two row-parallel products, dfch, dQKV and ∂L/∂logits, each unless in the
+        // rows of what B has read.
+        e.output_gradients =
+            layers * ((in_residual ? 0 : 2 * r.n * r.c) + (in_rows ? 0 : 4 * r.n * r.cl) +
+                      (in_rows && !offload ? 0 : 3 * r.n * r.cl)) +
+            (head && !in_rows ? r.ns * r.v : 0);
     }
     if (offload) {
         const double pinned = layers * (r.n * r.cl + (r.g > 0 ? r.g : r.n) * 2 * r.cl);

@@ -180,6 +180,10 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
     Carver& stream = in_rows ? b_only : kept;
     Carver& fch = in_rows ? kept : b_only;
     Carver& kv = in_rows ? b_only : q;
+    // ∂L/∂ of the two row-parallel products [n, C] take the rows of residual2 and residual3
+    // when those are [n, C] too (no sequence parallelism), and ∂L/∂logits those of probs.
+    Carver& residual = in_rows && !sequence_parallel_ ? kept : stream;
+    Carver& probabilities = in_rows ? kept : b_only;
     // The run's input: the embedding's output, or the previous block's, received.
     (run.first == 0 ? encoded : blocks[std::size_t(run.first - 1)].residual3) =
         stream.take({ns, c});
@@ -198,20 +202,20 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
                 b.atty = f.take({n, cl});
                 b.att_lse = b_only.take({n, config_.n_head / tp_size_});
             }
-            b.residual2 = stream.take({ns, c});
+            b.residual2 = residual.take({ns, c});
             b.ln2 = f.take({ns, c});
             b.ln2_mean = stream.take({ns});
             b.ln2_rstd = stream.take({ns});
             b.fch = fch.take({n, 4 * cl});
             b.fch_gelu = f.take({n, 4 * cl});
         }
-        b.residual3 = stream.take({ns, c});
+        b.residual3 = residual.take({ns, c});
     }
     if (run.last == config_.n_layer) {
         lnf = f.take({ns, c});
         lnf_mean = f.take({ns});
         lnf_rstd = f.take({ns});
-        probs = b_only.take({ns, config_.vocab_size});
+        probs = probabilities.take({ns, config_.vocab_size});
         losses = b_only.take({ns});
     }
 }
@@ -224,13 +228,14 @@ void Activations::carve_output_gradients(const Run& run, Carver& d, std::int64_t
     for (int l = run.first; l < run.last; ++l) {
         BlockOutputGradients& o = output_gradients[std::size_t(l)];
         const BlockActivations& b = blocks[std::size_t(l)];
-        o.fc_proj_out = d.take({n, c});
+        const bool in_residual = in_rows && !sequence_parallel_;
+        o.fc_proj_out = in_residual ? b.residual3 : d.take({n, c});
         o.fch = in_rows ? b.fch : d.take({n, 4 * cl});
-        o.attn_proj_out = d.take({n, c});
+        o.attn_proj_out = in_residual ? b.residual2 : d.take({n, c});
         o.qkv = in_rows && !offload_qkv_ ? b.qkv : d.take({n, 3 * cl});
     }
     if (run.last == config_.n_layer) {
-        head_output_gradients.logits = d.take({ns, config_.vocab_size});
+        head_output_gradients.logits = in_rows ? probs : d.take({ns, config_.vocab_size});
     }
 }
 
@@ -780,7 +785,7 @@ void GptModel::backward_head(Activations& acts, float loss_scale, BackwardPart p
     FULCRUM_CHECK(!split || acts.keeps_output_gradients(),
                   "a split backward needs Activations made after set_split_backward(true)");
     const SequenceShard rows = acts.sequence_shard();
-    const Tensor dlogits = split ? acts.head_output_gradients.logits : scratch_.dlogits;
+    const Tensor dlogits = scratch_.dlogits;
     const Tensor dln = scratch_.dln.slice(0, rows.rows);
     be.fill_zero(dlogits);
     be.fill_zero(dln);
@@ -788,6 +793,9 @@ void GptModel::backward_head(Activations& acts, float loss_scale, BackwardPart p
                              loss_scale);
     be.matmul_backward(dln, split ? Tensor{} : weight_grads_.wte, Tensor{}, dlogits, acts.lnf,
                        weights_.wte);
+    if (split) {
+        be.copy(acts.head_output_gradients.logits, dlogits);  // over probs: read above
+    }
     // The final LayerNorm's weight gradients in B too (backward_block says why).
     be.layernorm_backward(scratch_.dresidual, weight_grads_.lnf_weight, weight_grads_.lnf_bias, dln,
                           acts.block_input(config_.n_layer), weights_.lnf_weight, acts.lnf_mean,

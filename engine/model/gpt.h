@@ -89,12 +89,14 @@ struct BlockActivations {
 // the tensor they are the gradient of: fc_proj_out and attn_proj_out [T, C] (∂L/∂ the
 // row-parallel products, all-gathered under sequence parallelism), fch [T, 4C_l] and qkv
 // [T, 3C_l] (CP's layout when qkv has it). Without recomputation fch and qkv are the forward's
-// own fch and qkv rows, overwritten by B once it has read them (Activations, below).
+// own fch and qkv rows, overwritten by B once it has read them (Activations, below), and
+// without sequence parallelism fc_proj_out and attn_proj_out those of residual3 and residual2.
 struct BlockOutputGradients {
     Tensor fc_proj_out, fch;
     Tensor attn_proj_out, qkv;
 };
-// The same for the head: ∂L/∂logits [T, V] (a TP rank's rows under sequence parallelism).
+// The same for the head: ∂L/∂logits [T, V] (a TP rank's rows under sequence parallelism), in
+// the rows of probs without recomputation.
 struct HeadOutputGradients {
     Tensor logits;
 };
@@ -168,10 +170,11 @@ public:
     // B, and release_input_gradient_inputs() after it frees what only the forward and B read,
     // so between B and W a micro-batch keeps what W needs and the gradients B kept for it.
     // Without recomputation that is the GEMMs' inputs (ln1, atty, ln2, fch_gelu) and their
-    // output gradients, of which dfch and dQKV overwrite fch and qkv (no offload): B frees the
-    // residual stream, the LayerNorm statistics, lse, CP's K|V and the probabilities, and a
-    // micro-batch waiting for W holds what one waiting for B does, 16·C floats a token a block
-    // less lse, plus ∂L/∂ the two row-parallel products (2·C) — Zero Bubble's (§2.1) premise
+    // output gradients, which B writes over what it has read: dfch and dQKV over fch and qkv
+    // (no offload), ∂L/∂ the two row-parallel products over residual3 and residual2 (no
+    // sequence parallelism), ∂L/∂logits over probs. B frees the chunk's input, the LayerNorm
+    // statistics, lse, CP's K|V and the losses, so a micro-batch waiting for W holds what one
+    // waiting for B does less lse, 16·C floats a token a block — Zero Bubble's (§2.1) premise
     // that ZB-H1's peak is 1F1B's. With recomputation B frees qkv, lse and fch only when W does
     // not re-read them (W recomputes from what stays).
     void allocate_by_schedule() { by_schedule_ = true; }

@@ -735,13 +735,14 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
     }
     std::int64_t fall = (2 * layers - 1) * (tokens * dropped + dropped_gathered) * bytes;
     if (split) {
-        // Kept for W by each micro-batch: per block ∂L/∂ of the two projections' outputs [C]
-        // and the head's ∂L/∂logits [V]; ∂L/∂fch [4C] and ∂L/∂qkv [3C] too, unless they
-        // overwrite the forward's fch and qkv rows (no recomputation; qkv not offloaded).
+        // Kept for W by each micro-batch: per block ∂L/∂ of the two projections' outputs [C],
+        // ∂L/∂fch [4C] and ∂L/∂qkv [3C], and the head's ∂L/∂logits [V], each unless written
+        // over the forward's rows B has read (no recomputation: residual3 and residual2, fch,
+        // qkv unless offloaded, probs).
         const bool in_rows = Recompute(recompute) == Recompute::none;
         const std::int64_t per_block =
-            2 * c + (in_rows ? 0 : 4 * c) + (in_rows && resident_qkv ? 0 : 3 * c);
-        fall -= 2 * tokens * (layers * per_block + config.vocab_size) * bytes;
+            (in_rows ? 0 : 2 * c + 4 * c) + (in_rows && resident_qkv ? 0 : 3 * c);
+        fall -= 2 * tokens * (layers * per_block + (in_rows ? 0 : config.vocab_size)) * bytes;
     }
     QCOMPARE(reference.memory.peak_device_bytes - tested.memory.peak_device_bytes, fall);
 }

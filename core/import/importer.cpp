@@ -103,6 +103,7 @@ Status import_file(const Importer& format, const std::string& input, const std::
     writer_options.overflow = store::WriterOptions::Overflow::block;  // an import never drops
     writer_options.overwrite = true;
     writer_options.durable = false;  // a failed import leaves no file: nothing to recover
+    writer_options.build_indexes = options.indexes;
     auto writer = store::TraceWriter::create(rank_file, run, writer_options);
     if (!writer) {
         return writer.error();
@@ -197,6 +198,7 @@ Result<store::MergeReport> import_through_rank_files(
         const std::string stage = "reading " + std::filesystem::path(inputs[i]).filename().string();
         ImportFileOptions file_options;
         file_options.input_index = static_cast<int>(i);
+        file_options.indexes = false;
         file_options.cancel = options.cancel;
         file_options.warnings = &warnings;
         file_options.progress = [&](double fraction) {

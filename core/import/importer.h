@@ -40,6 +40,9 @@ struct ImportFileOptions {
     // Things the user should know that are not skipped records (several processes became
     // several ranks, say); they end up in ImportReport::warnings. May be null.
     std::vector<std::string>* warnings = nullptr;
+    // False for a scratch rank file that merge reads once (import_files): no indexes, which
+    // merge builds for the run itself.
+    bool indexes = true;
 };
 
 class Importer {

@@ -484,8 +484,10 @@ Status TraceWriter::close() {
     if (auto status = db_.exec("COMMIT"); !status) {
         return status;
     }
-    if (auto status = create_indexes(db_, longest_overflowed_); !status) {
-        return status;
+    if (options_.build_indexes) {
+        if (auto status = create_indexes(db_, longest_overflowed_); !status) {
+            return status;
+        }
     }
     if (!longest_overflowed_) {
         if (auto status = write_lane_statistics(); !status) {

@@ -42,6 +42,9 @@ struct WriterOptions {
     // which remove a failed file anyway): no journal and no syncs, so every page is written
     // once instead of to the WAL and then again into the file (docs/decisions.md).
     bool durable = true;
+    // False for a file that is read once and thrown away (import's scratch rank files, which
+    // merge copies and indexes itself): close() builds no indexes; readers scan without them.
+    bool build_indexes = true;
 };
 
 struct WriterStats {

@@ -6,11 +6,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -315,8 +310,6 @@ bool skip_value(const char*& p, const char* end) {
 }  // namespace
 
 JsonStream::~JsonStream() {
-    if (map_ != nullptr)
-        munmap(map_, map_size_);
     if (file_ != nullptr)
         gzclose(file_);
     if (inflating_)
@@ -324,50 +317,12 @@ JsonStream::~JsonStream() {
 }
 
 bool JsonStream::open(const std::string& path) {
-    if (map_plain(path))
-        return true;
     file_ = gzopen(path.c_str(), "rb");
     if (file_ == nullptr)
         return false;
     gzbuffer(file_, 1u << 18);
     buf_.resize(kInitialBuffer);
     return true;
-}
-
-// A plain file is mapped and parsed in place: no copy through read() (about a sixth of the
-// parser's time when it was one), and no value is too large to hold. gzip, an empty file, or
-// anything that cannot be mapped goes through zlib.
-bool JsonStream::map_plain(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    struct stat info {};
-    unsigned char magic[2] = {0, 0};
-    const bool plain = fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 &&
-                       pread(fd, magic, 2, 0) >= 1 && !(magic[0] == 0x1f && magic[1] == 0x8b);
-    void* mapped =
-        plain ? mmap(nullptr, static_cast<std::size_t>(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0)
-              : MAP_FAILED;
-    ::close(fd);
-    if (mapped == MAP_FAILED)
-        return false;
-    map_ = static_cast<char*>(mapped);
-    map_size_ = static_cast<std::size_t>(info.st_size);
-    madvise(map_, map_size_, MADV_SEQUENTIAL);
-    end_ = map_size_;
-    eof_ = true;  // nothing more to read: the whole file is there
-    return true;
-}
-
-// Pages of the mapping behind the read position go back (they stay in the page cache), so
-// the resident size stays that of the stream's buffer, not of the file.
-void JsonStream::release_read_pages() {
-    constexpr std::size_t kRelease = 32u << 20;
-    if (map_ == nullptr || pos_ - released_ < kRelease)
-        return;
-    const std::size_t upto = pos_ & ~(std::size_t{4095});
-    madvise(map_ + released_, upto - released_, MADV_DONTNEED);
-    released_ = upto;
 }
 
 bool JsonStream::open_memory(std::string_view bytes) {
@@ -388,8 +343,6 @@ bool JsonStream::open_memory(std::string_view bytes) {
 }
 
 std::int64_t JsonStream::file_offset() const {
-    if (map_ != nullptr)
-        return static_cast<std::int64_t>(pos_);
     if (file_ != nullptr)
         return static_cast<std::int64_t>(gzoffset(file_));
     return static_cast<std::int64_t>(inflating_ ? memory_.size() - inflate_.avail_in
@@ -466,7 +419,7 @@ bool JsonStream::fill() {
 
 int JsonStream::peek() {
     for (;;) {
-        const char* bytes = data();
+        const char* bytes = buf_.data();
         while (pos_ < end_ && is_ws(bytes[pos_]))
             ++pos_;
         if (pos_ < end_)
@@ -477,7 +430,6 @@ int JsonStream::peek() {
 }
 
 bool JsonStream::next_value(std::string_view& raw) {
-    release_read_pages();
     if (peek() < 0)
         return false;
     std::size_t i = pos_;
@@ -488,7 +440,7 @@ bool JsonStream::next_value(std::string_view& raw) {
         i = pos_ + rel;
         return true;
     };
-    const char c = data()[i];
+    const char c = buf_.data()[i];
     if (c == '{' || c == '[') {
         // Only the depth counts here: parse_event checks the event's own brackets.
         ScanState state;
@@ -501,7 +453,7 @@ bool JsonStream::next_value(std::string_view& raw) {
             return --state.depth == 0;
         };
         for (;;) {
-            const char* bytes = data();
+            const char* bytes = buf_.data();
             bool done = false;
             const char* p = scan_blocks(bytes + i, bytes + end_, state, bracket, done);
             if (!done) {
@@ -529,7 +481,7 @@ bool JsonStream::next_value(std::string_view& raw) {
         for (;;) {
             if (i == end_ && !more())
                 return false;
-            const char ch = data()[i++];
+            const char ch = buf_.data()[i++];
             if (ch == '\\') {
                 if (i == end_ && !more())
                     return false;
@@ -538,21 +490,21 @@ bool JsonStream::next_value(std::string_view& raw) {
                 break;
             }
         }
-        raw = std::string_view(data() + pos_, i - pos_);
+        raw = std::string_view(buf_.data() + pos_, i - pos_);
         pos_ = i;
         return true;
     }
     for (;;) {
         if (i == end_ && !more())
             break;
-        const char ch = data()[i];
+        const char ch = buf_.data()[i];
         if (is_ws(ch) || ch == ',' || ch == '}' || ch == ']' || ch == ':')
             break;
         ++i;
     }
     if (i == pos_)
         return false;
-    raw = std::string_view(data() + pos_, i - pos_);
+    raw = std::string_view(buf_.data() + pos_, i - pos_);
     pos_ = i;
     return true;
 }

@@ -1,7 +1,7 @@
-// Streaming JSON for the Kineto importer: no DOM. JsonStream maps a plain file and reads a
-// gzipped one through zlib in bounded chunks and hands out one top-level member or one array
-// element at a time as a view of its raw text; JsonCursor parses such a small view (one trace
-// event) in place. Memory is the chunk buffer plus the largest single element.
+// Streaming JSON for the Kineto importer: no DOM. JsonStream reads a (possibly gzipped) file
+// through zlib in bounded chunks and hands out one top-level member or one array element at a
+// time as a view of its raw text; JsonCursor parses such a small view (one trace event) in
+// place. Memory is the chunk buffer plus the largest single element.
 #pragma once
 
 #include <zlib.h>
@@ -38,15 +38,9 @@ public:
     bool at_eof() const { return eof_ && pos_ >= end_; }
 
 private:
-    bool map_plain(const std::string& path);
-    void release_read_pages();
-    const char* data() const { return map_ != nullptr ? map_ : buf_.data(); }
     bool fill();  // reads more, keeping [pos_, end_); false when nothing more came
     int read_more(char* into, std::size_t room);  // bytes read; <= 0 at the end or on an error
 
-    char* map_ = nullptr;  // a plain file, mapped whole; else the input goes through buf_
-    std::size_t map_size_ = 0;
-    std::size_t released_ = 0;  // mapped bytes before this were handed back
     gzFile file_ = nullptr;
     std::string_view memory_;
     bool memory_open_ = false;

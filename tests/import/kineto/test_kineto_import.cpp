@@ -328,6 +328,19 @@ private slots:
         QVERIFY(!fs::exists(held + ".partial"));
     }
 
+    // A held import that is cancelled (or fails) leaves neither the run nor its partial file.
+    void cancelled_held_import_leaves_nothing() {
+        const std::string out = (dir_ / "cancelled.fulcrum").string();
+        std::atomic<bool> cancel{true};
+        importer::ImportOptions options;
+        options.cancel = &cancel;
+        auto report = importer::import_files({kData + "rank0.json"}, out, options);
+        QVERIFY(!report);
+        QCOMPARE(report.error().code, ErrorCode::cancelled);
+        QVERIFY(!fs::exists(out));
+        QVERIFY(!fs::exists(out + ".partial"));
+    }
+
     void cli_import() {
         const std::string out = (dir_ / "cli.fulcrum").string();
         const std::string command = std::string(FULCRUM_BINARY_DIR) + "/app/fulcrum import " +

@@ -85,6 +85,8 @@ sim::Calibration run_of(const parallel::GridShape& grid, bool sequence_parallel,
     if (grid.pp > 1) {
         add(analysis::Role::pipeline_recv, sim::kRecvActivations);
         add(analysis::Role::pipeline_recv, sim::kRecvGradients);
+        // fulcrum-train sums the tied embedding's gradient between the first and last stage.
+        add(analysis::Role::embedding_collective, sim::kEmbeddingAllReduce);
     }
     if (grid.tp > 1 && !sequence_parallel) {
         add(analysis::Role::tp_collective, sim::kTpAllReduce);

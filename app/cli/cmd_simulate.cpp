@@ -618,7 +618,7 @@ void print_hot_switch(const sim::SimulationResult& result) {
     }
     buckets.add_row({"others (switching)", "", "", "", "", format_duration(std::llround(switching)),
                      share(switching)});
-    buckets.add_row({"dp reduction + optimizer", "", "", "", "",
+    buckets.add_row({"optimizer (at home)", "", "", "", "",
                      format_duration(std::llround(result.update_ns)), share(result.update_ns)});
     std::printf("\nhot switching, over %zu steps:\n", result.steps.size());
     std::fputs(buckets.render().c_str(), stdout);

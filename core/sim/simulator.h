@@ -87,7 +87,7 @@ struct SimulationConfig {
     // and gradient accumulators switched between the layouts (core/sim/hot_switch_play.h).
     std::optional<plan::HotSwitchSpec> hot_switch;
     // The steps played only accumulate gradients: no DP reduction and no optimizer (a
-    // hot-switched step's buckets; the reduction runs once, after the last bucket).
+    // hot-switched step's buckets; hot_switch_play.cpp plays each bucket's reduction after it).
     bool accumulate_gradients = false;
 
     TrainingKnobs knobs() const {
@@ -161,7 +161,8 @@ struct SimulatedBucket {
     std::int64_t documents = 0;
     std::int64_t tokens = 0;
     std::int64_t microbatches = 0;  // over every replica
-    double ns = 0;                  // the bucket's passes, under its layout
+    double ns = 0;                  // the bucket's passes and reduction, under its layout
+    double reduction_ns = 0;        // of which its gradients' DP × CP reduction after them
 };
 
 // The switches of a hot-switched run from one layout to another, over every step played.
@@ -176,7 +177,7 @@ struct SimulatedSwitch {
 struct SimulationResult {
     std::vector<SimulatedStep> steps;
     // Hot switching (empty otherwise): per bucket, per pair of layouts switched between, and
-    // the time of the DP reductions and optimizer steps after each step's last bucket.
+    // the time of the optimizer steps (at home, after the gradients went back).
     std::vector<SimulatedBucket> buckets;
     std::vector<SimulatedSwitch> switches;
     double update_ns = 0;

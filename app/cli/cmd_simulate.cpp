@@ -689,6 +689,8 @@ int run_simulate(const SimulateArgs& args) {
                                                           config->grid, config->sequence_parallel);
         config->cost_model = std::move(merged.model);
         config->cost_origin = merged.origin;
+        config->calibrations = std::move(*calibrations);
+        config->calibration_names = args.calibrate;
     }
     if (auto status = set_packing_cost(args, *config); !status) {
         return report_error(status.error());

@@ -49,13 +49,24 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
     return cost;
 }
 
+SimulationConfig under_layout(const SimulationConfig& config, const parallel::GridShape& grid) {
+    SimulationConfig played = config;
+    played.grid = grid;
+    played.stage_layers.clear();
+    if (!config.calibrations.empty()) {
+        Calibration merged = merge_calibrations(config.calibrations, config.calibration_names, grid,
+                                                config.sequence_parallel);
+        played.cost_model = std::move(merged.model);
+        played.cost_origin = merged.origin;
+    }
+    return played;
+}
+
 SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
                                std::vector<std::int64_t> lengths) {
-    SimulationConfig played = config;
+    SimulationConfig played = under_layout(config, bucket.layout);
     played.hot_switch.reset();
     played.accumulate_gradients = true;  // the reduction follows the bucket (hot_switch_play.h)
-    played.grid = bucket.layout;
-    played.stage_layers.clear();
     if (bucket.max_length > 0 && bucket.max_length < config.model.context) {
         played.model.context = static_cast<int>(bucket.max_length);
     }
@@ -119,10 +130,7 @@ struct Segment {
 // slowest stage's ending the segment. Not overlapped with the bucket's passes.
 Segment reduction(const SimulationConfig& config, const parallel::GridShape& grid,
                   std::int64_t start) {
-    SimulationConfig played = config;
-    played.grid = grid;
-    played.stage_layers.clear();
-    const StageCosts costs = config_costs(played);
+    const StageCosts costs = config_costs(under_layout(config, grid));
     Segment segment;
     segment.kind = Segment::Kind::reduction;
     segment.to = grid;
@@ -147,14 +155,12 @@ Segment reduction(const SimulationConfig& config, const parallel::GridShape& gri
 // The optimizer step, once at home (the first bucket's layout) after the gradients went back.
 Segment update(const SimulationConfig& config, const parallel::GridShape& home,
                std::int64_t start) {
-    SimulationConfig played = config;
-    played.grid = home;
-    played.stage_layers.clear();
     Segment segment;
     segment.kind = Segment::Kind::update;
     segment.to = home;
     segment.start = start;
-    segment.end = start + std::llround(std::max(config_costs(played).optimizer_ns, 0.0));
+    segment.end =
+        start + std::llround(std::max(config_costs(under_layout(config, home)).optimizer_ns, 0.0));
     return segment;
 }
 

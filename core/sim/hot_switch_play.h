@@ -35,9 +35,13 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
                                                store::TraceWriter* out,
                                                const SimulationProgress& progress);
 
-// The config a bucket is played with: its layout, its documents, the bucket's upper bound
-// (or the context) as the micro-batch capacity, micro-batches per replica
-// max(1, ⌈tokens / (capacity · dp)⌉), one epoch of them, gradients only accumulated.
+// `config` under another layout: its grid, no --stage-layers, and the costs of its
+// calibration runs merged again for that grid (SimulationConfig::calibrations).
+SimulationConfig under_layout(const SimulationConfig& config, const parallel::GridShape& grid);
+
+// The config a bucket is played with (under_layout): its layout, its documents, the bucket's upper
+// bound (or the context) as the micro-batch capacity, micro-batches per replica max(1, ⌈tokens /
+// (capacity · dp)⌉), one epoch of them, gradients only accumulated.
 SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
                                std::vector<std::int64_t> lengths);
 

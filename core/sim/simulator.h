@@ -45,6 +45,16 @@ class RunTrace;
 
 namespace fulcrum::sim {
 
+// The cost model fitted on a captured run, with the shape it was fitted on.
+struct Calibration {
+    analysis::CostModel model;
+    CostOrigin origin;
+    // The grid and TP flavour the run trained with: which collectives it can have fitted, and
+    // how near its passes are to a simulated grid's (merge_calibrations).
+    parallel::GridShape grid;
+    bool sequence_parallel = false;
+};
+
 // Everything a simulation depends on. The defaults are fulcrum-train's, so a setting left
 // alone means what it means to the engine.
 struct SimulationConfig {
@@ -122,6 +132,11 @@ struct SimulationConfig {
     // like `cost_origin`; what it lacks is derived (stage_costs.h).
     std::optional<analysis::CostModel> cost_model;
     CostOrigin cost_origin;
+    // The calibration runs `cost_model` was merged from for `grid` (merge_calibrations), with
+    // their names: a hot-switched run merges them again for each bucket's layout, so that a
+    // cp2 run's costs reach a cp2 bucket. Empty: `cost_model` serves every layout.
+    std::vector<Calibration> calibrations;
+    std::vector<std::string> calibration_names;
     HardwareAssumptions hardware;
 };
 
@@ -289,15 +304,6 @@ struct RunSettings {
 };
 Result<RunSettings> config_from_run(const analysis::RunTrace& trace);
 
-// The cost model fitted on a captured run, with the shape it was fitted on.
-struct Calibration {
-    analysis::CostModel model;
-    CostOrigin origin;
-    // The grid and TP flavour the run trained with: which collectives it can have fitted, and
-    // how near its passes are to a simulated grid's (merge_calibrations).
-    parallel::GridShape grid;
-    bool sequence_parallel = false;
-};
 // Errors say what the run lacks (passes, the workload table) and what to do instead.
 Result<Calibration> calibrate(const analysis::RunTrace& trace);
 

@@ -237,6 +237,43 @@ private slots:
         QCOMPARE(two->update_ns, single->update_ns);
     }
 
+    // Several calibration runs: each bucket's layout takes its costs from the runs merged again
+    // for it (a tp4 run's passes for the tp4 bucket), not the static grid's merge.
+    void bucketsTakeTheirLayoutsCalibration() {
+        const auto run_of = [](const GridShape& grid, double per_token) {
+            Calibration run;
+            run.grid = grid;
+            run.origin = {.layers = 4, .pp = 1, .hidden = 256, .tp = grid.tp};
+            for (Phase phase : {Phase::forward, Phase::backward}) {
+                analysis::PassCost pass;
+                pass.phase = phase;
+                pass.per_token_ns = per_token;
+                run.model.passes.push_back(pass);
+            }
+            return run;
+        };
+        SimulationConfig config = small_config();
+        config.grid = GridShape{.dp = 4};
+        config.calibrations = {run_of(GridShape{.dp = 4}, 10), run_of(GridShape{.tp = 4}, 500)};
+        config.calibration_names = {"dp4", "tp4"};
+        Calibration merged =
+            merge_calibrations(config.calibrations, config.calibration_names, config.grid, false);
+        config.cost_model = merged.model;
+        config.cost_origin = merged.origin;
+        QCOMPARE(under_layout(config, GridShape{.dp = 4}).cost_model->passes.front().per_token_ns,
+                 10.0);
+        QCOMPARE(under_layout(config, GridShape{.tp = 4}).cost_model->passes.front().per_token_ns,
+                 500.0);
+        config.hot_switch = spec("0-1024:dp4;1024-:tp4");
+        auto both = simulate(config, nullptr);
+        config.calibrations.pop_back();
+        config.calibration_names.pop_back();
+        auto home_only = simulate(config, nullptr);
+        QVERIFY(both.ok() && home_only.ok());
+        QCOMPARE(both->buckets[0].ns, home_only->buckets[0].ns);
+        QVERIFY(both->buckets[1].ns > 5 * home_only->buckets[1].ns);
+    }
+
     // The same documents as the static layout: the same tokens over an epoch.
     void sameDocumentsAsStatic() {
         SimulationConfig config = small_config();

@@ -416,7 +416,8 @@ nlohmann::json hot_switch_json(const sim::SimulationResult& result) {
                            {"documents", b.documents},
                            {"tokens", b.tokens},
                            {"microbatches", b.microbatches},
-                           {"ns", b.ns}});
+                           {"ns", b.ns},
+                           {"reduction_ns", b.reduction_ns}});
     }
     nlohmann::json switches = nlohmann::json::array();
     for (const sim::SimulatedSwitch& c : result.switches) {

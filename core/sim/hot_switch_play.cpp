@@ -53,9 +53,11 @@ SimulationConfig under_layout(const SimulationConfig& config, const parallel::Gr
     SimulationConfig played = config;
     played.grid = grid;
     played.stage_layers.clear();
+    // Sequence parallelism splits what TP replicates: a layout without TP has none to split.
+    played.sequence_parallel = config.sequence_parallel && grid.tp > 1;
     if (!config.calibrations.empty()) {
         Calibration merged = merge_calibrations(config.calibrations, config.calibration_names, grid,
-                                                config.sequence_parallel);
+                                                played.sequence_parallel);
         played.cost_model = std::move(merged.model);
         played.cost_origin = merged.origin;
     }

@@ -35,8 +35,9 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
                                                store::TraceWriter* out,
                                                const SimulationProgress& progress);
 
-// `config` under another layout: its grid, no --stage-layers, and the costs of its
-// calibration runs merged again for that grid (SimulationConfig::calibrations).
+// `config` under another layout: its grid, no --stage-layers, sequence parallelism only where
+// it has TP, and the costs of its calibration runs merged again for that grid
+// (SimulationConfig::calibrations).
 SimulationConfig under_layout(const SimulationConfig& config, const parallel::GridShape& grid);
 
 // The config a bucket is played with (under_layout): its layout, its documents, the bucket's upper

@@ -11,6 +11,7 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "core/analysis/run_trace.h"
+#include "core/plan/hot_switch_search.h"
 #include "core/plan/planner.h"
 #include "core/report/plan_section.h"
 #include "core/sim/hardware.h"
@@ -40,6 +41,8 @@ struct PlanArgs {
     bool force = false;
     bool json = false;
     bool progress = false;
+    std::string hot_switch;  // "auto": choose a hot-switch spec too (hot_switch_search.h)
+    plan::HotSwitchSearchOptions hot_switch_options;
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -322,6 +325,55 @@ Status write_runs(const PlanArgs& args, const plan::PlanResult& result, std::ato
     return {};
 }
 
+// --hot-switch auto: each world's chosen spec against its best static layout.
+void print_hot_switch(const plan::PlanResult& result,
+                      const std::vector<plan::HotSwitchSearch>& searches) {
+    for (const plan::HotSwitchSearch& search : searches) {
+        const plan::Candidate& best = result.candidates[search.static_candidate];
+        std::printf(
+            "\nHot switching on %d GPUs (HotSPa: a layout per length bucket), %lld specs "
+            "estimated over cut points",
+            search.world, static_cast<long long>(search.specs_estimated));
+        for (std::int64_t cut : search.cut_points) {
+            std::printf(" %lld", static_cast<long long>(cut));
+        }
+        std::printf(" and %zu layouts, %zu played:\n", search.layouts.size(), search.played.size());
+        if (!search.found()) {
+            std::printf("  no spec could be played; stay with %s.\n", grid_text(best).c_str());
+            continue;
+        }
+        const plan::HotSwitchChoice& chosen = search.best();
+        std::printf("  chosen:  %s\n", plan::hot_switch_spec_string(chosen.spec).c_str());
+        std::printf(
+            "  predicted %s tokens/s (switching %s of the time) against %s tokens/s of "
+            "the best static layout (%s): %sx\n",
+            format_fixed(chosen.tokens_per_second, 0).c_str(),
+            format_percent(chosen.switching_share, 1.0).c_str(),
+            format_fixed(search.static_tokens_per_second, 0).c_str(), grid_text(best).c_str(),
+            format_fixed(search.speedup(), 2).c_str());
+        if (search.speedup() < 1) {
+            std::printf("  no hot-switched spec beats the static layout here; stay with it.\n");
+        }
+        std::printf("  %s\n", search.simulate_command.c_str());
+        const plan::HotSwitchChoice* runnable = search.best_runnable();
+        if (runnable == nullptr) {
+            std::printf(
+                "  (fulcrum-train --hot-switch takes no --sequence-parallel, and no spec "
+                "without it was played)\n");
+        } else {
+            if (runnable != &chosen) {
+                std::printf(
+                    "  fulcrum-train --hot-switch takes no --sequence-parallel; the best "
+                    "spec without it, %s tokens/s (%sx):\n",
+                    format_fixed(runnable->tokens_per_second, 0).c_str(),
+                    format_fixed(runnable->tokens_per_second / search.static_tokens_per_second, 2)
+                        .c_str());
+            }
+            std::printf("  %s\n", search.train_command.c_str());
+        }
+    }
+}
+
 int run_plan(PlanArgs& args) {
     std::atomic<bool> cancel{false};
     auto worlds = parse_worlds(args.world);
@@ -338,6 +390,16 @@ int run_plan(PlanArgs& args) {
             "long-tail:context=" + std::to_string(context) + ",median=" + std::to_string(median);
     }
     if (auto status = build_space(args); !status) {
+        return report_error(status.error());
+    }
+    if (!args.hot_switch.empty() && args.hot_switch != "auto") {
+        return report_error({ErrorCode::invalid_input,
+                             "--hot-switch '" + args.hot_switch +
+                                 "': only 'auto' (choose the buckets and their layouts); to play "
+                                 "a spec of your own, use fulcrum simulate --hot-switch SPEC"});
+    }
+    if (auto status = plan::validate(args.hot_switch_options);
+        !args.hot_switch.empty() && !status) {
         return report_error(status.error());
     }
     if (auto status = plan::validate(args.request); !status) {
@@ -363,10 +425,30 @@ int run_plan(PlanArgs& args) {
     if (!result) {
         return report_error(result.error());
     }
+    std::vector<plan::HotSwitchSearch> searches;
+    if (!args.hot_switch.empty()) {
+        plan::HotSwitchSearchProgress searching;
+        searching.progress = progress_for("hot-switch search", args.progress, cancel);
+        searching.cancel = &cancel;
+        auto found =
+            plan::search_hot_switch(args.request, *result, args.hot_switch_options, searching);
+        finish_progress_line();
+        if (!found) {
+            return report_error(found.error());
+        }
+        searches = std::move(*found);
+    }
     if (args.json) {
-        std::printf("%s\n", plan::plan_json(args.request, *result, args.request.top_k).c_str());
+        std::string json = plan::plan_json(args.request, *result, args.request.top_k);
+        if (!args.hot_switch.empty()) {
+            // One more member, "hot_switch", before the closing brace.
+            json.insert(json.rfind('}'),
+                        ",\"hot_switch\":" + plan::hot_switch_search_json(*result, searches));
+        }
+        std::printf("%s\n", json.c_str());
     } else {
         print_table(args, *result);
+        print_hot_switch(*result, searches);
     }
     if (!args.report.empty()) {
         const std::string html = report::plan_report(args.request, *result);
@@ -497,6 +579,20 @@ Command add_plan_command(CLI::App& app) {
            "Layouts of each world size played in full, best estimate first (default: max(4 x "
            "--top, 32))")
         ->group("Search");
+
+    sub->add_option("--hot-switch", args->hot_switch,
+                    "auto: also choose length buckets and a layout for each (HotSPa), play the "
+                    "best specs and print the chosen one against the best static layout")
+        ->group("Hot switching");
+    sub->add_option("--hot-switch-buckets", args->hot_switch_options.max_buckets,
+                    "Most buckets a chosen spec may have (2 to 4)")
+        ->capture_default_str()
+        ->group("Hot switching");
+    sub->add_option("--hot-switch-play", args->hot_switch_options.played,
+                    "Specs played in full, best estimate first")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->group("Hot switching");
 
     sub->add_option("--top", r.top_k, "Candidates to print")
         ->capture_default_str()

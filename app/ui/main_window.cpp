@@ -201,8 +201,12 @@ void MainWindow::build_menus() {
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     for (int i = 0; i < tabs_->count(); ++i) {
-        QAction* action =
-            view->addAction(tabs_->tabText(i), this, [this, i] { tabs_->setCurrentIndex(i); });
+        // A hidden tab (Hot switch, for a run without it) stays hidden.
+        QAction* action = view->addAction(tabs_->tabText(i), this, [this, i] {
+            if (tabs_->isTabVisible(i)) {
+                tabs_->setCurrentIndex(i);
+            }
+        });
         action->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
     }
 }

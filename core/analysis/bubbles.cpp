@@ -226,7 +226,9 @@ StageBubble stage_row(const PipelineKey& key, int s, const StagePasses& stages, 
 
 BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes) {
     BubbleAnalysis result;
-    if (!trace.config.grid_known || trace.config.pp <= 1) {
+    // A hot-switched step's buckets run pipelines of different shapes on the same ranks, which
+    // the ranks' one set of coordinates does not describe (run_analysis.cpp notes it).
+    if (!trace.config.grid_known || trace.config.pp <= 1 || !trace.config.hot_switch.empty()) {
         return result;
     }
     const int p = trace.config.pp;

@@ -64,8 +64,9 @@ struct PipelineBubble {
 };
 
 // Empty, with no figure, when the run has no pipeline: its grid is unknown (an imported
-// trace without coordinates) or pp = 1. A bubble is a stage waiting for its neighbours; with
-// no neighbours, the gaps between passes are something else.
+// trace without coordinates) or pp = 1; or when it is hot-switched (RunConfig::hot_switch: a
+// pipeline per bucket layout, not one the ranks' coordinates describe). A bubble is a stage waiting
+// for its neighbours; with no neighbours, the gaps between passes are something else.
 struct BubbleAnalysis {
     std::string schedule;  // the schedule replayed ("1f1b" when the run does not say); ""
                            // when there is no pipeline

@@ -71,6 +71,12 @@ void add_notes_on_missing_figures(const RunTrace& trace, const std::vector<Pass>
                                   RunAnalysis& analysis) {
     const RunConfig& config = trace.config;
     if (!passes.empty()) {
+        if (!config.hot_switch.empty()) {
+            analysis.notes.push_back(
+                "hot-switched run: each length bucket ran its own pipeline shape, which the "
+                "ranks' one set of coordinates does not describe: no pipeline bubbles (the hot "
+                "switching breakdown has each bucket's time under its layout)");
+        }
         if (!config.grid_known) {
             analysis.notes.push_back(
                 "grid unknown (the ranks have no DP/TP/PP/CP coordinates): no pipeline bubbles "

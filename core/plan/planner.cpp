@@ -74,30 +74,6 @@ std::string shell_word(const std::string& word) {
     return quoted + "'";
 }
 
-MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate) {
-    MemoryShape shape;
-    shape.layers = request.model.layers;
-    shape.hidden = request.model.hidden;
-    shape.heads = request.model.heads;
-    shape.vocab = request.model.vocab;
-    shape.sequence = request.model.context;
-    shape.dp = candidate.grid.dp;
-    shape.tp = candidate.grid.tp;
-    shape.pp = candidate.grid.pp;
-    shape.cp = candidate.grid.cp;
-    shape.virtual_stages = candidate.virtual_stages;
-    shape.schedule = candidate.schedule;
-    shape.microbatches = candidate.microbatches;
-    shape.stage_layers = candidate.stage_layers;
-    shape.recompute = candidate.recompute;
-    shape.sequence_parallel = candidate.sequence_parallel;
-    shape.flash_attention = request.flash_attention;
-    shape.attention_chunk = candidate.attention_chunk;
-    shape.offload = candidate.offload;
-    shape.precision = request.precision;
-    return shape;
-}
-
 MemoryBreakdown breakdown(const StageMemory& memory) {
     MemoryBreakdown out;
     out.stage = memory.stage;
@@ -107,10 +83,6 @@ MemoryBreakdown breakdown(const StageMemory& memory) {
     out.activations_gib = memory.activations_bytes / kGiB;
     out.total_gib = memory.total_bytes() / kGiB;
     return out;
-}
-
-double usable_bytes(const PlanRequest& request) {
-    return request.gpu_memory_gib * request.usable_memory_fraction * kGiB;
 }
 
 // Documents to sample when the request leaves it to the planner: enough for the steps played
@@ -227,6 +199,34 @@ std::pair<std::string, std::string> grid_problem(const parallel::GridShape& grid
 }
 
 }  // namespace
+
+MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate) {
+    MemoryShape shape;
+    shape.layers = request.model.layers;
+    shape.hidden = request.model.hidden;
+    shape.heads = request.model.heads;
+    shape.vocab = request.model.vocab;
+    shape.sequence = request.model.context;
+    shape.dp = candidate.grid.dp;
+    shape.tp = candidate.grid.tp;
+    shape.pp = candidate.grid.pp;
+    shape.cp = candidate.grid.cp;
+    shape.virtual_stages = candidate.virtual_stages;
+    shape.schedule = candidate.schedule;
+    shape.microbatches = candidate.microbatches;
+    shape.stage_layers = candidate.stage_layers;
+    shape.recompute = candidate.recompute;
+    shape.sequence_parallel = candidate.sequence_parallel;
+    shape.flash_attention = request.flash_attention;
+    shape.attention_chunk = candidate.attention_chunk;
+    shape.offload = candidate.offload;
+    shape.precision = request.precision;
+    return shape;
+}
+
+double usable_bytes(const PlanRequest& request) {
+    return request.gpu_memory_gib * request.usable_memory_fraction * kGiB;
+}
 
 const char* candidate_status_name(CandidateStatus status) {
     switch (status) {

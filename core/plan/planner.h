@@ -207,6 +207,11 @@ Status validate(const PlanRequest& request);
 
 Result<PlanResult> plan(const PlanRequest& request, const PlanProgress& progress = {});
 
+// The memory model's shape of `candidate` (its sequence the request's context), and the bytes
+// a layout may fill: what the search checks candidates against (the hot-switch search too).
+MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate);
+double usable_bytes(const PlanRequest& request);
+
 // The simulation settings that play `candidate` (for `fulcrum simulate -o` of the top k).
 sim::SimulationConfig simulation_config(const PlanRequest& request, const Candidate& candidate);
 

@@ -424,6 +424,9 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
         const std::string why =
             !a.config.grid_known
                 ? "No pipeline: the grid is unknown (the ranks have no DP/TP/PP/CP coordinates)."
+            : !a.config.hot_switch.empty()
+                ? "Hot-switched: each length bucket ran its own pipeline shape, which the ranks' "
+                  "coordinates do not describe; see Hot switching for each bucket's time."
             : a.config.pp <= 1 ? "No pipeline (pp = 1)."
                                : "No passes with a step and a stage to measure the pipeline by.";
         out += "<p class=\"empty\">" + why + "</p>\n";

@@ -294,6 +294,9 @@ struct HotSwitchPlay {
     // start, then each one switched to (fulcrum-train moves the parameters into a layout once
     // a step, as its HotSwitchTrainer's parameters_current says).
     std::vector<parallel::GridShape> current_parameters;
+    // Where the buckets' passes go (none without a writer): the step being played and the
+    // micro-batches its earlier buckets numbered.
+    BucketOutput passes;
 
     // Moves the parameters (where `to`'s layout does not hold them yet) and the step's
     // gradients so far (`gradients`) to bucket `to`'s layout.
@@ -350,7 +353,8 @@ struct HotSwitchPlay {
         const auto index = static_cast<std::size_t>(b);
         const SimulationConfig played =
             bucket_config(config, spec.buckets[index], std::move(lengths));
-        auto bucket = simulate(played, nullptr, {.progress = {}, .cancel = progress.cancel});
+        passes.start_ns = now;
+        auto bucket = simulate_bucket(played, passes, {.progress = {}, .cancel = progress.cancel});
         if (!bucket) {
             return bucket.error();
         }
@@ -401,7 +405,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     }
     const plan::HotSwitchSpec& spec = *config.hot_switch;
     const StageCosts costs = config_costs(config);
-    HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0, {}};
+    HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0, {}, {}};
     play.result.packing = planner->packing();
     play.result.wlb_tuning = planner->wlb_tuning();
     play.result.ranks = config.grid.world();
@@ -416,6 +420,8 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         // Every rank with its coordinates under the first bucket's layout (where the
         // parameters start each step).
         lanes = add_simulated_ranks(*out, play.current);
+        play.passes.writer = out;
+        play.passes.lanes = lanes;
         names = {out->intern(range_name::kStep), out->intern(range_name::kHotSwitchBucket),
                  out->intern(range_name::kHotSwitch), out->intern(range_name::kDpAllReduce),
                  out->intern(range_name::kOptimizer)};
@@ -449,6 +455,8 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         step.tokens = plan->tokens;
         play.segments.clear();
         play.current_parameters = {spec.buckets.front().layout};
+        play.passes.step = plan->step;
+        play.passes.first_microbatch = 0;
         bool accumulated = false;
         std::array<double, 2> weighted{0, 0};  // bubble fraction and imbalance · time
         for (std::size_t b = 0; b < spec.buckets.size(); ++b) {

@@ -923,12 +923,19 @@ namespace {
 
 // Where a simulation writes: every rank of the grid with its lane, the names interned once,
 // and the event buffer of one CP rank's stage. Empty (no writer) when only figures are asked.
+// A hot-switched step's bucket (hot_switch_play.h) goes into the run's step `step` as its
+// passes only: no step range, no (empty) DP reduction, micro-batches numbered on from the
+// step's earlier buckets', workload rows alike.
 struct RunOutput {
     store::TraceWriter* writer = nullptr;
     std::vector<LaneId> lanes;  // by rank
     EventNames names;
     std::unique_ptr<RankEvents> events;
+    std::optional<std::int32_t> bucket_step;
+    int first_microbatch = 0;
 };
+
+void intern_names(RunOutput& output);
 
 RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) {
     RunOutput output;
@@ -937,6 +944,12 @@ RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) 
         return output;
     }
     output.lanes = add_simulated_ranks(*out, grid);
+    intern_names(output);
+    return output;
+}
+
+void intern_names(RunOutput& output) {
+    store::TraceWriter* out = output.writer;
     EventNames& names = output.names;
     names.step = out->intern(range_name::kStep);
     names.forward = out->intern(range_name::kForward);
@@ -957,7 +970,27 @@ RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) 
     names.dp_all_reduce = out->intern(kDpAllReduce);
     names.optimizer = out->intern(range_name::kOptimizer);
     output.events = std::make_unique<RankEvents>(output.names, *out);
-    return output;
+}
+
+// A bucket's events and workload rows as parts of the hot-switched step (RunOutput). A bucket
+// only accumulates: its `dp all-reduce` range would be a replica waiting for the slowest, which
+// the step's one reduction after the last bucket already shows.
+void place_in_bucket(const RunOutput& output, std::vector<Event>& events,
+                     std::vector<WorkloadEntry>& workload) {
+    std::erase_if(events, [&](const Event& e) {
+        return e.name == output.names.step || e.name == output.names.dp_all_reduce ||
+               e.name == output.names.optimizer || e.end_ns <= e.start_ns;
+    });
+    for (Event& event : events) {
+        event.step = *output.bucket_step;
+        if (event.microbatch >= 0) {
+            event.microbatch += output.first_microbatch;
+        }
+    }
+    for (WorkloadEntry& entry : workload) {
+        entry.step = *output.bucket_step;
+        entry.microbatch += output.first_microbatch;
+    }
 }
 
 // One step played: every replica's pipeline, then each stage's DP reduction and optimizer.
@@ -1097,6 +1130,10 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         events.range(names.optimizer, Category::optimizer, reduced, reduced + optimizer_ns,
                      plan.step, -1, stage, Phase::none);
     }
+    std::vector<WorkloadEntry> placed = workload;
+    if (output.bucket_step) {
+        place_in_bucket(output, events.events, placed);
+    }
     for (int t = 0; t < grid.tp; ++t) {
         const int rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
         const LaneId lane = output.lanes[static_cast<std::size_t>(rank)];
@@ -1105,11 +1142,11 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         }
         output.writer->add_events(events.events.data(), events.events.size());
         result.events += static_cast<std::int64_t>(events.events.size());
-        for (WorkloadEntry entry : workload) {
+        for (WorkloadEntry entry : placed) {
             entry.rank = rank;
             output.writer->add_workload(entry);
         }
-        result.workload_rows += static_cast<std::int64_t>(workload.size());
+        result.workload_rows += static_cast<std::int64_t>(placed.size());
     }
 }
 
@@ -1175,14 +1212,12 @@ void summarize(SimulationResult& result, const balance::TrainedTotals& trained, 
     result.zigzag_microbatches = trained.zigzag_microbatches;
 }
 
-Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
-                                  const SimulationProgress& progress) {
-    if (auto status = validate(config); !status) {
-        return status.error();
-    }
-    if (config.hot_switch) {
-        return simulate_hot_switched(config, out, progress);
-    }
+namespace {
+
+// simulate() from `start_ns` into `output` (empty: figures only).
+Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& output,
+                                   std::int64_t start_ns, const SimulationProgress& progress) {
+    store::TraceWriter* out = output.writer;
     auto lengths = training_lengths(config);
     if (!lengths) {
         return lengths.error();
@@ -1205,7 +1240,6 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     result.cost_source = costs.source;
     result.notes = costs.notes;
 
-    RunOutput output = open_output(out, grid);
     std::vector<std::int64_t> dp_bytes(static_cast<std::size_t>(grid.pp));
     for (int s = 0; s < grid.pp; ++s) {
         dp_bytes[static_cast<std::size_t>(s)] =
@@ -1215,7 +1249,7 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
     const std::int64_t optimizer_ns = std::llround(std::max(costs.optimizer_ns, 0.0));
     const std::string balancer = balance::balancer_name(config.balancer);
 
-    std::int64_t step_start = 0;
+    std::int64_t step_start = start_ns;
     balance::TrainedTotals trained;
     // The fraction done: by steps, or by tokens of all the epochs.
     const auto done = [&](double step_fraction) {
@@ -1260,8 +1294,41 @@ Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWr
         }
         result.steps.push_back(played->step);
         step_start = played->end_ns;
+        output.first_microbatch += static_cast<int>(plan->replicas.front().size());
     }
-    summarize(result, trained, step_start, config.epochs);
+    summarize(result, trained, step_start - start_ns, config.epochs);
+    return result;
+}
+
+}  // namespace
+
+Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
+                                  const SimulationProgress& progress) {
+    if (auto status = validate(config); !status) {
+        return status.error();
+    }
+    if (config.hot_switch) {
+        return simulate_hot_switched(config, out, progress);
+    }
+    RunOutput output = open_output(out, config.grid);
+    return play_into(config, output, 0, progress);
+}
+
+Result<SimulationResult> simulate_bucket(const SimulationConfig& config, BucketOutput& out,
+                                         const SimulationProgress& progress) {
+    if (auto status = validate(config); !status) {
+        return status.error();
+    }
+    RunOutput output;
+    output.writer = out.writer;
+    if (out.writer != nullptr) {
+        output.lanes = out.lanes;
+        intern_names(output);
+    }
+    output.bucket_step = out.step;
+    output.first_microbatch = out.first_microbatch;
+    auto result = play_into(config, output, out.start_ns, progress);
+    out.first_microbatch = output.first_microbatch;
     return result;
 }
 

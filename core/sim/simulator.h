@@ -262,6 +262,21 @@ StageCosts config_costs(const SimulationConfig& config);
 Result<SimulationResult> simulate(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress = {});
 
+// Where a hot-switched step's bucket (core/sim/hot_switch_play.h) writes its passes: into the
+// run's ranks already added (`lanes` by rank), from `start_ns`, as parts of step `step` (no
+// step range of their own), micro-batches numbered from `first_microbatch`, which it leaves at
+// the next bucket's first. No writer: figures only.
+struct BucketOutput {
+    store::TraceWriter* writer = nullptr;
+    std::vector<LaneId> lanes;
+    std::int64_t start_ns = 0;
+    std::int32_t step = 0;
+    int first_microbatch = 0;
+};
+// simulate() of a bucket's config (hot_switch_play.h: bucket_config), placed so.
+Result<SimulationResult> simulate_bucket(const SimulationConfig& config, BucketOutput& out,
+                                         const SimulationProgress& progress = {});
+
 // Adds every rank of `grid` to `out` with its coordinates (host "simulated") and one "main"
 // lane each; the lanes by rank.
 std::vector<LaneId> add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid);

@@ -12,6 +12,10 @@
 #include "core/store/trace_reader.h"
 #include "core/trace/annotations.h"
 
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
 using namespace fulcrum;
 using namespace fulcrum::sim;
 using parallel::GridShape;
@@ -394,6 +398,102 @@ private slots:
         }
         QCOMPARE(static_cast<double>(hot.rest_ns), played->update_ns);
         QVERIFY(analysis::analysis_json(*analysed).find("\"hot_switch\"") != std::string::npos);
+    }
+
+    // A simulated hot-switched run has each bucket's passes, as a static run has its step's:
+    // every forward and backward inside a `hot-switch bucket` range of its step, on the stage
+    // the rank holds under that bucket's layout, each bucket's micro-batches numbered on from
+    // the step's earlier ones (unique within the step), no pass outside the buckets; the
+    // workload rows belong to the step; run.config names the spec.
+    void passesInsideBuckets() {
+        QTemporaryDir work;
+        SimulationConfig config = small_config();
+        const std::string text = "0-1024:dp4;1024-2048:dp2,pp2;2048-:tp2,pp2";
+        config.hot_switch = spec(text);
+        SimulationOutput output;
+        output.path = work.filePath("hot.fulcrum").toStdString();
+        auto played = simulate_to_file(config, output);
+        QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
+        auto reader = store::TraceReader::open(output.path);
+        QVERIFY(reader.ok());
+        auto trace = analysis::load_run_trace(*reader, {});
+        QVERIFY(trace.ok());
+        QCOMPARE(trace->config.hot_switch, text);
+        std::int64_t forwards = 0;
+        for (const analysis::RankTrace& rank : trace->ranks) {
+            struct Window {
+                std::int32_t step;
+                std::int64_t start, end;
+                GridShape layout;
+            };
+            std::vector<Window> windows;
+            for (const analysis::LaneTrace& lane : rank.lanes) {
+                for (const Event& event : lane.events) {
+                    if (trace->name(event.name) != range_name::kHotSwitchBucket) {
+                        continue;
+                    }
+                    const auto args = nlohmann::json::parse(trace->name(event.args));
+                    auto parsed = plan::parse_hot_switch_spec(
+                        "0-:" + args["layout"].get<std::string>(), {.world = 4});
+                    QVERIFY(parsed.ok());
+                    windows.push_back(
+                        {event.step, event.start_ns, event.end_ns, parsed->buckets[0].layout});
+                }
+            }
+            QVERIFY(!windows.empty());
+            std::set<std::tuple<std::int32_t, std::int32_t, int>> seen;  // step, mb, phase
+            for (const analysis::LaneTrace& lane : rank.lanes) {
+                for (const Event& event : lane.events) {
+                    const std::string_view name = trace->name(event.name);
+                    if (name != range_name::kForward && name != range_name::kBackward) {
+                        continue;
+                    }
+                    const auto inside =
+                        std::find_if(windows.begin(), windows.end(), [&](const Window& w) {
+                            return w.step == event.step && event.start_ns >= w.start &&
+                                   event.end_ns <= w.end;
+                        });
+                    QVERIFY2(inside != windows.end(), "a pass outside every bucket");
+                    QCOMPARE(int(event.stage),
+                             parallel::coordinates_of(inside->layout, rank.info.rank).pp);
+                    QVERIFY2(seen.insert({event.step, event.microbatch, int(event.phase)}).second,
+                             qPrintable(QString("rank %1 step %2 mb %3 phase %4 stage %5 at %6")
+                                            .arg(rank.info.rank)
+                                            .arg(event.step)
+                                            .arg(event.microbatch)
+                                            .arg(int(event.phase))
+                                            .arg(event.stage)
+                                            .arg(event.start_ns)));
+                    forwards += name == range_name::kForward ? 1 : 0;
+                }
+            }
+        }
+        // Every micro-batch of every replica runs forward once on each of its stages' ranks:
+        // summed over the ranks, micro-batches × pp × tp of each bucket's layout.
+        std::int64_t expected = 0;
+        for (const SimulatedBucket& bucket : played->buckets) {
+            expected += bucket.microbatches * bucket.bucket.layout.pp * bucket.bucket.layout.tp *
+                        bucket.bucket.layout.cp;
+        }
+        QCOMPARE(forwards, expected);
+        std::int32_t last_step = -1;
+        for (const auto& step : played->steps) {
+            last_step = std::max(last_step, step.step);
+        }
+        auto workload = reader->workload();
+        QVERIFY(workload.ok());
+        QVERIFY(!workload->empty());
+        for (const WorkloadEntry& entry : *workload) {
+            QVERIFY(entry.step >= 0 && entry.step <= last_step);
+        }
+        // The analyses see the passes; bubbles are left out with the reason.
+        auto analysed = analysis::analyze_run(*trace);
+        QVERIFY(analysed.ok());
+        QVERIFY(analysed->bubbles.pipelines.empty());
+        QVERIFY(std::any_of(analysed->notes.begin(), analysed->notes.end(), [](const auto& note) {
+            return note.find("hot-switched run") != std::string::npos;
+        }));
+        QVERIFY(!analysed->critical_paths.empty());
     }
 };
 

@@ -2,8 +2,8 @@
 // buckets under their own layouts, core/sim/hot_switch_play.h): the breakdown table has a row
 // per bucket with the simulation's tokens, then 'others' (the switching) and the rest; the
 // matrix has each switch the simulation made, layout i → j, with its mean time and bytes; the
-// timeline shades every switch with its layouts and bytes as the tooltip; the main window shows
-// the tab for the hot-switched run only.
+// timeline shades every switch with its layouts and bytes as the tooltip and has each bucket's
+// passes; the main window shows the tab for the hot-switched run only.
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTemporaryDir>
@@ -174,6 +174,14 @@ private slots:
         // The shade is painted in the band (lower in a row than any event's label would be).
         const QColor shaded = image.pixelColor(int(x), image.height() - 3);
         QVERIFY2(shaded != canvas->background(), qPrintable(shaded.name()));
+        // Each bucket's passes are on the timeline: every micro-batch forward on its stages' and
+        // TP ranks' lanes.
+        std::int64_t forwards = 0;
+        for (const sim::SimulatedBucket& bucket : hot_result_.buckets) {
+            forwards += bucket.microbatches * bucket.bucket.layout.pp * bucket.bucket.layout.tp *
+                        bucket.bucket.layout.cp;
+        }
+        QCOMPARE(std::int64_t(view.search("forward")), forwards);
         view.set_run(static_);
         QVERIFY(canvas->switch_marks().empty());
     }

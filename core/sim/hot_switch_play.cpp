@@ -166,6 +166,14 @@ Segment update(const SimulationConfig& config, const parallel::GridShape& home,
     return segment;
 }
 
+}  // namespace
+
+std::int64_t bucket_reduction_ns(const SimulationConfig& config, const parallel::GridShape& grid) {
+    return reduction(config, grid, 0).end;
+}
+
+namespace {
+
 std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec, int rank) {
     // Bytes and counts, whole: a slice's bytes can be a fraction of a byte.
     const auto whole = [](double value) { return std::to_string(std::llround(value)); };

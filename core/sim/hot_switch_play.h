@@ -29,6 +29,12 @@ struct SwitchCost {
 SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape& from,
                        const parallel::GridShape& to, bool with_gradients, bool parameters = true);
 
+// The time of a bucket's gradient reduction under `grid`, as the play adds it after the
+// bucket's passes: the slowest stage's all-reduce of what it holds over its DP × CP group
+// (none without DP or CP), at the costs under_layout gives that grid. For estimates (a
+// search's closed form) that should count what the play counts.
+std::int64_t bucket_reduction_ns(const SimulationConfig& config, const parallel::GridShape& grid);
+
 // simulate() of a config with `hot_switch` set (validated): the global batch of each step is
 // planned as without it, on `grid`; then its documents are played bucket by bucket.
 Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,

@@ -141,6 +141,8 @@ private slots:
         const auto [dp2_bytes, dp2_ns] = expected(GridShape{.dp = 2, .tp = 2});
         QVERIFY(dp2_bytes < dp4_bytes);  // TP 2 halves the layers' share
         QVERIFY(dp4_ns > dp2_ns);        // more bytes over a larger group
+        QCOMPARE(bucket_reduction_ns(config, GridShape{.dp = 4}), dp4_ns);
+        QCOMPARE(bucket_reduction_ns(config, GridShape{.tp = 4}), std::int64_t(0));
         for (const analysis::RankTrace& rank : trace->ranks) {
             std::vector<const Event*> buckets, reductions, optimizers;
             for (const analysis::LaneTrace& lane : rank.lanes) {

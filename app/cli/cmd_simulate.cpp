@@ -416,7 +416,8 @@ nlohmann::json hot_switch_json(const sim::SimulationResult& result) {
                            {"documents", b.documents},
                            {"tokens", b.tokens},
                            {"microbatches", b.microbatches},
-                           {"ns", b.ns}});
+                           {"ns", b.ns},
+                           {"reduction_ns", b.reduction_ns}});
     }
     nlohmann::json switches = nlohmann::json::array();
     for (const sim::SimulatedSwitch& c : result.switches) {
@@ -618,7 +619,7 @@ void print_hot_switch(const sim::SimulationResult& result) {
     }
     buckets.add_row({"others (switching)", "", "", "", "", format_duration(std::llround(switching)),
                      share(switching)});
-    buckets.add_row({"dp reduction + optimizer", "", "", "", "",
+    buckets.add_row({"optimizer (at home)", "", "", "", "",
                      format_duration(std::llround(result.update_ns)), share(result.update_ns)});
     std::printf("\nhot switching, over %zu steps:\n", result.steps.size());
     std::fputs(buckets.render().c_str(), stdout);
@@ -689,6 +690,8 @@ int run_simulate(const SimulateArgs& args) {
                                                           config->grid, config->sequence_parallel);
         config->cost_model = std::move(merged.model);
         config->cost_origin = merged.origin;
+        config->calibrations = std::move(*calibrations);
+        config->calibration_names = args.calibrate;
     }
     if (auto status = set_packing_cost(args, *config); !status) {
         return report_error(status.error());

@@ -7,7 +7,9 @@
 # the median over the reps; "vs best" is against the best static layout of the same run.
 # Then `fulcrum simulate --calibrate` on each rep's dp2 run (the specs' home layout) with
 # --hot-switch plays both the static dp2 layout and the hot-switched run: "simulated" is the
-# median of those predictions, "error" against the measured figure. A hot-switched run cannot
+# median of those predictions, "error" against the measured figure; "+bucket run" calibrates
+# on the dp2 run and the long bucket's static run of the same rep (cp2 or tp2), whose costs the
+# simulator merges for that bucket's layout (docs/simulate.md, "Hot switching"). A hot-switched run cannot
 # calibrate the simulator itself (it writes no workload table: its micro-batches run under
 # several layouts in one step), so both predictions come from the static run.
 # Usage: bench/engine/hot_switch.sh [BUILD_DIR] [WORK_DIR] [REPS]   (~4 min on 2 cores)
@@ -40,6 +42,10 @@ for rep in $(seq 1 "$reps"); do
     for i in "${!specs[@]}"; do
         "$fulcrum" simulate --calibrate "$work/dp2-r$rep/run.fulcrum" --hot-switch "${specs[$i]}" \
             --steps "$steps" --json > "$work/hot$i-r$rep.sim.json"
+        long=${specs[$i]##*:}
+        "$fulcrum" simulate --calibrate "$work/dp2-r$rep/run.fulcrum" \
+            --calibrate "$work/$long-r$rep/run.fulcrum" --hot-switch "${specs[$i]}" \
+            --steps "$steps" --json > "$work/hot$i-r$rep.sim2.json"
     done
 done
 
@@ -57,8 +63,8 @@ def measured(name):  # tokens/s over the steps after the first, from rank 0's li
             seconds += float(m.group(3)) / 1e3
     return tokens / seconds
 
-def simulated(name, which):  # the same figure from a simulation's steps
-    steps = json.load(open(f"{work}/{name}.sim.json"))["results"][which]["steps"]
+def simulated(name, which, suffix="sim"):  # the same figure from a simulation's steps
+    steps = json.load(open(f"{work}/{name}.{suffix}.json"))["results"][which]["steps"]
     later = [s for s in steps if s["step"] > 0]
     return sum(s["tokens"] for s in later) / (sum(s["duration_ns"] for s in later) / 1e9)
 
@@ -70,17 +76,20 @@ for layout in ["dp2", "cp2", "tp2", "pp2"]:
     rows[layout] = statistics.median(measured(f"{layout}-r{r}") for r in range(1, reps + 1))
 best = max(rows, key=rows.get)
 sim_dp2 = statistics.median(simulated(f"hot0-r{r}", 0) for r in range(1, reps + 1))
-print(f"{'layout':<22}{'measured tok/s':>15}{'vs best':>9}{'simulated':>11}{'error':>8}{'switch MiB':>12}")
+print(f"{'layout':<22}{'measured tok/s':>15}{'vs best':>9}{'simulated':>11}{'error':>8}"
+      f"{'+bucket run':>12}{'error':>8}{'switch MiB':>12}")
 for layout, value in rows.items():
     sim = f"{sim_dp2:>11.0f}{100 * (sim_dp2 - value) / value:>+7.1f}%" if layout == "dp2" else f"{'':>19}"
-    print(f"static {layout:<15}{value:>15.0f}{value / rows[best]:>8.2f}x{sim}{'':>12}")
+    print(f"static {layout:<15}{value:>15.0f}{value / rows[best]:>8.2f}x{sim}{'':>32}")
 for i, spec in enumerate(specs):
     names = [f"hot{i}-r{r}" for r in range(1, reps + 1)]
     value = statistics.median(measured(n) for n in names)
     sim = statistics.median(simulated(n, 1) for n in names)
+    sim2 = statistics.median(simulated(n, 1, "sim2") for n in names)
     moved = statistics.median(traffic(n) for n in names) / 2**20
     print(f"hot {spec:<18}{value:>15.0f}{value / rows[best]:>8.2f}x{sim:>11.0f}"
-          f"{100 * (sim - value) / value:>+7.1f}%{moved:>12.2f}")
+          f"{100 * (sim - value) / value:>+7.1f}%{sim2:>12.0f}{100 * (sim2 - value) / value:>+7.1f}%"
+          f"{moved:>12.2f}")
 print(f"best static: {best}; simulated hot / static dp2: " + ", ".join(
     f"{statistics.median(simulated(f'hot{i}-r{r}', 1) / simulated(f'hot{i}-r{r}', 0) for r in range(1, reps + 1)):.2f}x"
     for i in range(len(specs))) + "; measured hot / dp2: " + ", ".join(

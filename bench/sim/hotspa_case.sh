@@ -6,8 +6,10 @@
 # 33.5 s (C2) and 33.2 s (C3) on CommonCrawl; 178.6 s against about 118.5 s (1.50x) on GitHub.
 # This plays the same layouts with `fulcrum simulate --hot-switch` on the analytic model of
 # the A100 preset (the A800 is an A100 with NVLink cut to 400 GB/s), 8 GPUs a node, and prints
-# static and hot-switched tokens/s over one epoch of the same documents, their ratio, and the
-# share of the switching.
+# static and hot-switched tokens/s over one epoch of the same documents, their ratio, the
+# share of the switching, and that of the buckets' gradient reductions (each bucket reduces
+# over its own DP × CP groups, as HotSPa reduce-scatters partial DP gradients when it
+# switches; docs/simulate.md, "Hot switching"; the static layout, DP 1, reduces nothing).
 #
 # What is not HotSPa's: the model shape (a 32B GPT: 60 layers, hidden 6656, 64 heads,
 # vocabulary 32000), the mini-batch (32 micro-batches of 32K tokens, about 1M tokens), and the
@@ -31,8 +33,8 @@ declare -A combinations=(
 )
 declare -A published=([C1]=1.96 [C2]=1.89 [C3]=1.91)
 
-printf '%-11s %12s %12s %7s %10s %9s  %s\n' combination "static tok/s" "hot tok/s" ratio \
-    published switching spec
+printf '%-11s %12s %12s %7s %10s %9s %10s  %s\n' combination "static tok/s" "hot tok/s" ratio \
+    published switching reductions spec
 for name in C1 C2 C3; do
     spec=${combinations[$name]}
     "$fulcrum" simulate "${common[@]}" --hot-switch "$spec" |
@@ -44,9 +46,11 @@ static, hot = results[0], results[1]
 parts = hot["hot_switch"]
 switching = sum(s["ns"] for s in parts["switches"])
 total = sum(b["ns"] for b in parts["buckets"]) + switching + parts["update_ns"]
-print("%-11s %12.0f %12.0f %6.2fx %9sx %8.1f%%  %s" % (
+reductions = sum(b["reduction_ns"] for b in parts["buckets"])
+print("%-11s %12.0f %12.0f %6.2fx %9sx %8.1f%% %9.1f%%  %s" % (
     name, static["tokens_per_s"], hot["tokens_per_s"],
-    hot["tokens_per_s"] / static["tokens_per_s"], published, 100 * switching / total, spec))
+    hot["tokens_per_s"] / static["tokens_per_s"], published, 100 * switching / total,
+    100 * reductions / total, spec))
 ' "$name" "$spec" "${published[$name]}"
 done
 

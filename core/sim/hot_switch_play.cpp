@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/sim/grad_reduction.h"
 #include "core/sim/layer_costs.h"
 #include "core/store/trace_writer.h"
 #include "core/trace/annotations.h"
@@ -13,10 +14,13 @@
 namespace fulcrum::sim {
 
 SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape& from,
-                       const parallel::GridShape& to, bool with_gradients) {
+                       const parallel::GridShape& to, bool with_gradients, bool parameters) {
     const ModelShape& model = config.model;
     const double h = model.hidden;
-    const double copies = with_gradients ? 2.0 : 1.0;
+    const double copies = (parameters ? 1.0 : 0.0) + (with_gradients ? 1.0 : 0.0);
+    if (copies == 0) {
+        return {};
+    }
     const double element = static_cast<double>(element_bytes(config.dtype)) * copies;
     plan::SwitchModel switched;
     switched.layers = model.layers;
@@ -45,15 +49,26 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
     return cost;
 }
 
-SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
-                               std::vector<std::int64_t> lengths) {
+SimulationConfig under_layout(const SimulationConfig& config, const parallel::GridShape& grid) {
     SimulationConfig played = config;
-    played.hot_switch.reset();
-    played.accumulate_gradients = true;
-    played.grid = bucket.layout;
+    played.grid = grid;
     played.stage_layers.clear();
     // Sequence parallelism splits what TP replicates: a layout without TP has none to split.
-    played.sequence_parallel = config.sequence_parallel && bucket.layout.tp > 1;
+    played.sequence_parallel = config.sequence_parallel && grid.tp > 1;
+    if (!config.calibrations.empty()) {
+        Calibration merged = merge_calibrations(config.calibrations, config.calibration_names, grid,
+                                                played.sequence_parallel);
+        played.cost_model = std::move(merged.model);
+        played.cost_origin = merged.origin;
+    }
+    return played;
+}
+
+SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
+                               std::vector<std::int64_t> lengths) {
+    SimulationConfig played = under_layout(config, bucket.layout);
+    played.hot_switch.reset();
+    played.accumulate_gradients = true;  // the reduction follows the bucket (hot_switch_play.h)
     if (bucket.max_length > 0 && bucket.max_length < config.model.context) {
         played.model.context = static_cast<int>(bucket.max_length);
     }
@@ -99,42 +114,70 @@ Status check_buckets(const SimulationConfig& config) {
 
 // One piece of a hot-switched step's timeline, the same on every rank.
 struct Segment {
-    enum class Kind { bucket, switch_layout, update } kind = Kind::bucket;
+    enum class Kind { bucket, reduction, switch_layout, update } kind = Kind::bucket;
     std::int64_t start = 0, end = 0;
     int bucket = -1;  // the bucket played, or switched to
     int from_bucket = -1;
     std::int64_t documents = 0, tokens = 0, microbatches = 0;
-    parallel::GridShape from, to;  // an update: `to` is the layout it runs under
+    parallel::GridShape from, to;  // a reduction or an update: `to` is the layout it runs under
     bool gradients = false;
+    bool parameters = true;
     plan::SwitchPlan plan;
-    std::int64_t reduce_end = 0;  // an update: when the DP reduction ends, the optimizer starts
+    std::vector<std::int64_t> stage_end, stage_bytes;  // a reduction: by stage of `to`
 };
 
-// The DP reduction over each stage's DP × CP group and the optimizer, under the last bucket's
-// layout after a step's last bucket: the slowest stage's reduction, then the optimizer.
-Segment update(const SimulationConfig& config, const parallel::GridShape& grid,
-               std::int64_t start) {
-    SimulationConfig played = config;
-    played.grid = grid;
-    played.stage_layers.clear();
-    const StageCosts costs = config_costs(played);
-    std::int64_t slowest = 0;
-    for (int s = 0; s < grid.pp && grid.dp * grid.cp > 1; ++s) {
-        const std::int64_t bytes =
-            stage_parameters(config.model, grid, s) * element_bytes(config.dtype);
-        slowest = std::max(slowest, predict_collective_ns(costs.dp_all_reduce, bytes));
-    }
+// A bucket's gradient reduction after its passes, as fulcrum-train's HotSwitchTrainer runs
+// it: each stage of the bucket's layout all-reduces the whole gradients it holds over its
+// DP × CP group (a partial sum of one grouping cannot be re-sharded to another), the
+// slowest stage's ending the segment. Not overlapped with the bucket's passes.
+Segment reduction(const SimulationConfig& config, const parallel::GridShape& grid,
+                  std::int64_t start) {
+    const StageCosts costs = config_costs(under_layout(config, grid));
     Segment segment;
-    segment.kind = Segment::Kind::update;
+    segment.kind = Segment::Kind::reduction;
     segment.to = grid;
     segment.start = start;
-    segment.reduce_end = start + slowest;
-    const UpdateStart update = update_start(
-        std::vector<std::int64_t>(static_cast<std::size_t>(grid.pp), segment.reduce_end), costs,
-        embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
-    segment.end = update.start + std::llround(std::max(costs.optimizer_ns, 0.0));
+    segment.end = start;
+    for (int s = 0; s < grid.pp; ++s) {
+        GradientReductionInput input;
+        input.stage = s;
+        input.stages = grid.pp;
+        input.layers = config.model.layers;
+        input.stage_bytes = stage_parameters(config.model, grid, s) * element_bytes(config.dtype);
+        input.step_start_ns = start;
+        const std::int64_t end =
+            grid.dp * grid.cp > 1 ? gradient_reduction_end(input, {}, costs.dp_all_reduce) : start;
+        segment.stage_end.push_back(end);
+        segment.stage_bytes.push_back(input.stage_bytes);
+        segment.end = std::max(segment.end, end);
+    }
     return segment;
 }
+
+// The optimizer step, once at home (the first bucket's layout) after the gradients went back:
+// the tied embedding's all-reduce and the gradient norm's first (update_start), then the
+// optimizer.
+Segment update(const SimulationConfig& config, const parallel::GridShape& home,
+               std::int64_t start) {
+    const StageCosts costs = config_costs(under_layout(config, home));
+    Segment segment;
+    segment.kind = Segment::Kind::update;
+    segment.to = home;
+    segment.start = start;
+    const UpdateStart begin =
+        update_start(std::vector<std::int64_t>(static_cast<std::size_t>(home.pp), start), costs,
+                     embedding_gradient_bytes(config.model, home, element_bytes(config.dtype)));
+    segment.end = begin.start + std::llround(std::max(costs.optimizer_ns, 0.0));
+    return segment;
+}
+
+}  // namespace
+
+std::int64_t bucket_reduction_ns(const SimulationConfig& config, const parallel::GridShape& grid) {
+    return reduction(config, grid, 0).end;
+}
+
+namespace {
 
 std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec, int rank) {
     // Bytes and counts, whole: a slice's bytes can be a fraction of a byte.
@@ -165,6 +208,7 @@ std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec
     text("from", plan::layout_string(segment.from));
     text("to", plan::layout_string(segment.to));
     args += std::string(",\"gradients\":") + (segment.gradients ? "true" : "false");
+    args += std::string(",\"parameters\":") + (segment.parameters ? "true" : "false");
     number("sent", segment.plan.sent[static_cast<std::size_t>(rank)]);
     number("received", segment.plan.received[static_cast<std::size_t>(rank)]);
     number("total_bytes", segment.plan.total_bytes);
@@ -195,10 +239,10 @@ struct HotSwitchNames {
 
 // One step's ranges on every rank: the step, its buckets and switches (docs/annotations.md,
 // "Hot switching"), the DP reduction and the optimizer. Returns the events written.
-std::int64_t write_step(store::TraceWriter& out, const SimulationConfig& config,
-                        const std::vector<LaneId>& lanes, const HotSwitchNames& names,
-                        const std::vector<Segment>& segments, const plan::HotSwitchSpec& spec,
-                        std::int32_t step, std::int64_t start, std::int64_t end) {
+std::int64_t write_step(store::TraceWriter& out, const std::vector<LaneId>& lanes,
+                        const HotSwitchNames& names, const std::vector<Segment>& segments,
+                        const plan::HotSwitchSpec& spec, std::int32_t step, std::int64_t start,
+                        std::int64_t end) {
     std::vector<Event> events;
     const auto range = [&](StringId name, Category category, std::int64_t from, std::int64_t to,
                            std::int64_t bytes, StringId args) {
@@ -214,14 +258,16 @@ std::int64_t write_step(store::TraceWriter& out, const SimulationConfig& config,
         events.clear();
         range(names.step, Category::schedule, start, end, -1, {});
         for (const Segment& segment : segments) {
+            if (segment.kind == Segment::Kind::reduction) {
+                // As the engine's trace names it, inside the bucket's range.
+                const auto stage =
+                    static_cast<std::size_t>(parallel::coordinates_of(segment.to, rank).pp);
+                range(names.dp_all_reduce, Category::communication, segment.start,
+                      segment.stage_end[stage], segment.stage_bytes[stage], {});
+                continue;
+            }
             if (segment.kind == Segment::Kind::update) {
-                const int stage = parallel::coordinates_of(segment.to, rank).pp;
-                range(
-                    names.dp_all_reduce, Category::communication, segment.start, segment.reduce_end,
-                    stage_parameters(config.model, segment.to, stage) * element_bytes(config.dtype),
-                    {});
-                range(names.optimizer, Category::optimizer, segment.reduce_end, segment.end, -1,
-                      {});
+                range(names.optimizer, Category::optimizer, segment.start, segment.end, -1, {});
                 continue;
             }
             const StringId args = out.intern(segment_args(segment, spec, rank));
@@ -257,16 +303,26 @@ struct HotSwitchPlay {
     int current_bucket = 0;
     std::vector<Segment> segments;
     std::int64_t now = 0;
+    // The layouts that hold this step's parameters: home (the first bucket's) at a step's
+    // start, then each one switched to (fulcrum-train moves the parameters into a layout once
+    // a step, as its HotSwitchTrainer's parameters_current says).
+    std::vector<parallel::GridShape> current_parameters;
     // Where the buckets' passes go (none without a writer): the step being played and the
     // micro-batches its earlier buckets numbered.
     BucketOutput passes;
 
-    // Moves the parameters (and the step's gradients so far) to bucket `to`'s layout.
+    // Moves the parameters (where `to`'s layout does not hold them yet) and the step's
+    // gradients so far (`gradients`) to bucket `to`'s layout.
     void switch_to(int to, bool gradients) {
         const parallel::GridShape& layout = spec.buckets[static_cast<std::size_t>(to)].layout;
+        const bool parameters = std::find(current_parameters.begin(), current_parameters.end(),
+                                          layout) == current_parameters.end();
         SwitchCost cost;
         if (layout != current) {
-            cost = switch_cost(config, current, layout, gradients);
+            cost = switch_cost(config, current, layout, gradients, parameters);
+        }
+        if (parameters) {
+            current_parameters.push_back(layout);
         }
         // Nothing moves into a layout that needs nothing new (DP holds every layer).
         if (!cost.plan.transfers.empty()) {
@@ -277,6 +333,7 @@ struct HotSwitchPlay {
             segment.from = current;
             segment.to = layout;
             segment.gradients = gradients;
+            segment.parameters = parameters;
             segment.plan = std::move(cost.plan);
             segment.start = now;
             segment.end = now + cost.ns;
@@ -324,6 +381,10 @@ struct HotSwitchPlay {
             weighted[1] += step.imbalance * static_cast<double>(step.duration_ns);
         }
         segment.end += now;
+        // Then its gradients are summed over its DP × CP groups, inside the bucket (as the
+        // engine's bucket range holds its reduce_gradients).
+        Segment reduced = reduction(config, played.grid, segment.end);
+        segment.end = reduced.end;
         segment.documents = static_cast<std::int64_t>(played.document_lengths.size());
         segment.tokens = bucket->tokens;
         SimulatedBucket& total = result.buckets[index];
@@ -331,8 +392,10 @@ struct HotSwitchPlay {
         total.tokens += segment.tokens;
         total.microbatches += segment.microbatches;
         total.ns += static_cast<double>(segment.end - segment.start);
+        total.reduction_ns += static_cast<double>(reduced.end - reduced.start);
         now = segment.end;
         segments.push_back(segment);
+        segments.push_back(std::move(reduced));
         return {};
     }
 };
@@ -355,7 +418,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     }
     const plan::HotSwitchSpec& spec = *config.hot_switch;
     const StageCosts costs = config_costs(config);
-    HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0, {}};
+    HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0, {}, {}};
     play.result.packing = planner->packing();
     play.result.wlb_tuning = planner->wlb_tuning();
     play.result.ranks = config.grid.world();
@@ -404,6 +467,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         step.start_ns = play.now;
         step.tokens = plan->tokens;
         play.segments.clear();
+        play.current_parameters = {spec.buckets.front().layout};
         play.passes.step = plan->step;
         play.passes.first_microbatch = 0;
         bool accumulated = false;
@@ -418,28 +482,32 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
                 !status) {
                 return status.error();
             }
-            step.microbatches += static_cast<int>(play.segments.back().microbatches);
+            step.microbatches += static_cast<int>(play.segments.rbegin()[1].microbatches);
             accumulated = true;
         }
+        // Home's parameters did not change during the step: only the gradients go back, and
+        // the optimizer steps there.
+        play.switch_to(0, accumulated);
         const Segment updated = update(config, play.current, play.now);
         play.result.update_ns += static_cast<double>(updated.end - updated.start);
         play.now = updated.end;
         play.segments.push_back(updated);
-        // The next step starts under the first bucket's layout: the updated parameters go back.
-        play.switch_to(0, false);
         step.duration_ns = play.now - step.start_ns;
         // The buckets' bubble fraction and imbalance (of their own packing), weighted by time.
         double played_ns = 0;
         for (const Segment& segment : play.segments) {
+            // The buckets' passes: their reductions are not in the steps weighted.
             if (segment.kind == Segment::Kind::bucket) {
                 played_ns += static_cast<double>(segment.end - segment.start);
+            } else if (segment.kind == Segment::Kind::reduction) {
+                played_ns -= static_cast<double>(segment.end - segment.start);
             }
         }
         step.bubble_fraction = played_ns > 0 ? weighted[0] / played_ns : 0.0;
         step.imbalance = played_ns > 0 ? weighted[1] / played_ns : 1.0;
         if (out != nullptr) {
-            play.result.events += write_step(*out, config, lanes, names, play.segments, spec,
-                                             plan->step, step.start_ns, play.now);
+            play.result.events += write_step(*out, lanes, names, play.segments, spec, plan->step,
+                                             step.start_ns, play.now);
         }
         trained.add(*plan);
         play.result.steps.push_back(step);

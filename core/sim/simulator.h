@@ -45,6 +45,16 @@ class RunTrace;
 
 namespace fulcrum::sim {
 
+// The cost model fitted on a captured run, with the shape it was fitted on.
+struct Calibration {
+    analysis::CostModel model;
+    CostOrigin origin;
+    // The grid and TP flavour the run trained with: which collectives it can have fitted, and
+    // how near its passes are to a simulated grid's (merge_calibrations).
+    parallel::GridShape grid;
+    bool sequence_parallel = false;
+};
+
 // Everything a simulation depends on. The defaults are fulcrum-train's, so a setting left
 // alone means what it means to the engine.
 struct SimulationConfig {
@@ -87,7 +97,7 @@ struct SimulationConfig {
     // and gradient accumulators switched between the layouts (core/sim/hot_switch_play.h).
     std::optional<plan::HotSwitchSpec> hot_switch;
     // The steps played only accumulate gradients: no DP reduction and no optimizer (a
-    // hot-switched step's buckets; the reduction runs once, after the last bucket).
+    // hot-switched step's buckets; hot_switch_play.cpp plays each bucket's reduction after it).
     bool accumulate_gradients = false;
 
     TrainingKnobs knobs() const {
@@ -122,6 +132,11 @@ struct SimulationConfig {
     // like `cost_origin`; what it lacks is derived (stage_costs.h).
     std::optional<analysis::CostModel> cost_model;
     CostOrigin cost_origin;
+    // The calibration runs `cost_model` was merged from for `grid` (merge_calibrations), with
+    // their names: a hot-switched run merges them again for each bucket's layout, so that a
+    // cp2 run's costs reach a cp2 bucket. Empty: `cost_model` serves every layout.
+    std::vector<Calibration> calibrations;
+    std::vector<std::string> calibration_names;
     HardwareAssumptions hardware;
 };
 
@@ -161,7 +176,8 @@ struct SimulatedBucket {
     std::int64_t documents = 0;
     std::int64_t tokens = 0;
     std::int64_t microbatches = 0;  // over every replica
-    double ns = 0;                  // the bucket's passes, under its layout
+    double ns = 0;                  // the bucket's passes and reduction, under its layout
+    double reduction_ns = 0;        // of which its gradients' DP × CP reduction after them
 };
 
 // The switches of a hot-switched run from one layout to another, over every step played.
@@ -176,7 +192,7 @@ struct SimulatedSwitch {
 struct SimulationResult {
     std::vector<SimulatedStep> steps;
     // Hot switching (empty otherwise): per bucket, per pair of layouts switched between, and
-    // the time of the DP reductions and optimizer steps after each step's last bucket.
+    // the time of the optimizer steps (at home, after the gradients went back).
     std::vector<SimulatedBucket> buckets;
     std::vector<SimulatedSwitch> switches;
     double update_ns = 0;
@@ -303,15 +319,6 @@ struct RunSettings {
 };
 Result<RunSettings> config_from_run(const analysis::RunTrace& trace);
 
-// The cost model fitted on a captured run, with the shape it was fitted on.
-struct Calibration {
-    analysis::CostModel model;
-    CostOrigin origin;
-    // The grid and TP flavour the run trained with: which collectives it can have fitted, and
-    // how near its passes are to a simulated grid's (merge_calibrations).
-    parallel::GridShape grid;
-    bool sequence_parallel = false;
-};
 // Errors say what the run lacks (passes, the workload table) and what to do instead.
 Result<Calibration> calibrate(const analysis::RunTrace& trace);
 

@@ -1,5 +1,6 @@
 // Hot-switched steps (HotSPa, SOSP'24): the switch cost from the planner's bytes over the
-// links, a step as its buckets, switches and one update, and bad specs refused before any work.
+// links, a step as its buckets (each with its gradient reduction), switches and one update
+// at home, and bad specs refused before any work.
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -7,6 +8,7 @@
 #include "core/analysis/run_analysis.h"
 #include "core/sim/hot_switch_play.h"
 #include "core/sim/simulator.h"
+#include "core/sim/stage_costs.h"
 #include "core/store/trace_reader.h"
 #include "core/trace/annotations.h"
 
@@ -106,6 +108,176 @@ private slots:
             }
         }
         QVERIFY(back);
+    }
+
+    // After each bucket's passes, its gradients are all-reduced over its own layout's DP × CP
+    // groups, as fulcrum-train runs it: a `dp all-reduce gradients` range inside the bucket's
+    // range, the bytes its stage holds, the time of an all-reduce over that group's size; none
+    // under a layout without DP or CP. The optimizer runs once a step, under the first
+    // bucket's layout, after only the gradients went home.
+    void perBucketReductions() {
+        QTemporaryDir work;
+        SimulationConfig config = small_config();
+        config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
+        SimulationOutput output;
+        output.path = work.filePath("hot.fulcrum").toStdString();
+        output.start_utc_ns = 0;
+        auto played = simulate_to_file(config, output);
+        QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
+        auto reader = store::TraceReader::open(output.path);
+        QVERIFY(reader.ok());
+        auto trace = analysis::load_run_trace(*reader, {});
+        QVERIFY(trace.ok());
+        // Bytes and time of each layout's reduction (one stage each: every rank alike).
+        const auto expected = [&](const GridShape& grid) {
+            SimulationConfig under = config;
+            under.grid = grid;
+            const std::int64_t bytes =
+                stage_parameters(config.model, grid, 0) * element_bytes(config.dtype);
+            return std::pair{bytes,
+                             predict_collective_ns(config_costs(under).dp_all_reduce, bytes)};
+        };
+        const auto [dp4_bytes, dp4_ns] = expected(GridShape{.dp = 4});
+        const auto [dp2_bytes, dp2_ns] = expected(GridShape{.dp = 2, .tp = 2});
+        QVERIFY(dp2_bytes < dp4_bytes);  // TP 2 halves the layers' share
+        QVERIFY(dp4_ns > dp2_ns);        // more bytes over a larger group
+        QCOMPARE(bucket_reduction_ns(config, GridShape{.dp = 4}), dp4_ns);
+        QCOMPARE(bucket_reduction_ns(config, GridShape{.tp = 4}), std::int64_t(0));
+        for (const analysis::RankTrace& rank : trace->ranks) {
+            std::vector<const Event*> buckets, reductions, optimizers;
+            for (const analysis::LaneTrace& lane : rank.lanes) {
+                for (const Event& event : lane.events) {
+                    const std::string_view name = trace->name(event.name);
+                    if (name == range_name::kHotSwitchBucket) {
+                        buckets.push_back(&event);
+                    } else if (name == range_name::kDpAllReduce) {
+                        reductions.push_back(&event);
+                    } else if (name == range_name::kOptimizer) {
+                        optimizers.push_back(&event);
+                    }
+                }
+            }
+            QCOMPARE(optimizers.size(), std::size_t(3));
+            std::size_t dp4 = 0, dp2 = 0;
+            for (const Event* reduced : reductions) {
+                const std::int64_t ns = reduced->end_ns - reduced->start_ns;
+                if (reduced->bytes == dp4_bytes) {
+                    QCOMPARE(ns, dp4_ns);
+                    ++dp4;
+                } else {
+                    QCOMPARE(reduced->bytes, dp2_bytes);
+                    QCOMPARE(ns, dp2_ns);
+                    ++dp2;
+                }
+                // Inside a bucket, at its end.
+                const bool inside =
+                    std::any_of(buckets.begin(), buckets.end(), [&](const Event* b) {
+                        return b->start_ns <= reduced->start_ns && reduced->end_ns == b->end_ns &&
+                               b->step == reduced->step;
+                    });
+                QVERIFY(inside);
+            }
+            // One reduction per step for each bucket with documents and DP (tp4 has none).
+            std::size_t with_dp = 0;
+            for (const Event* b : buckets) {
+                with_dp += trace->name(b->args).find("\"layout\":\"tp4\"") == std::string::npos;
+            }
+            QCOMPARE(dp4 + dp2, with_dp);
+            QVERIFY(dp4 > 0 && dp2 > 0);
+        }
+        double reduction_ns = 0;
+        for (const SimulatedBucket& bucket : played->buckets) {
+            QVERIFY(bucket.reduction_ns < bucket.ns);
+            reduction_ns += bucket.reduction_ns;
+        }
+        QVERIFY(reduction_ns > 0);
+        QCOMPARE(played->buckets.back().reduction_ns, 0.0);
+        // The switch home after the last bucket (tp4 → dp4) moves the gradients only: as many
+        // bytes as the parameters' switch, not twice.
+        const SwitchCost parameters =
+            switch_cost(config, GridShape{.tp = 4}, GridShape{.dp = 4}, false);
+        for (const SimulatedSwitch& change : played->switches) {
+            if (change.from == GridShape{.tp = 4} && change.to == GridShape{.dp = 4}) {
+                QVERIFY(std::abs(change.bytes / change.count - parameters.plan.total_bytes) < 8);
+            }
+        }
+    }
+
+    // Every bucket under the static layout: a single bucket plays the static run's step (its
+    // own packing: within 10%); with two, each step is the buckets' passes, one reduction each
+    // (the static step's one, and one extra) and one optimizer step, and nothing switches.
+    void staticLayoutBucketsPlayTheStaticStep() {
+        SimulationConfig config = small_config();
+        config.grid = GridShape{.dp = 4};
+        config.steps = 2;
+        auto fixed_layout = simulate(config, nullptr);
+        QVERIFY(fixed_layout.ok());
+        const std::int64_t bytes =
+            stage_parameters(config.model, config.grid, 0) * element_bytes(config.dtype);
+        const std::int64_t reduce_ns =
+            predict_collective_ns(config_costs(config).dp_all_reduce, bytes);
+        QVERIFY(reduce_ns > 0);
+        config.hot_switch = spec("0-:dp4");
+        auto single = simulate(config, nullptr);
+        QVERIFY2(single.ok(), single.ok() ? "" : single.error().message.c_str());
+        for (std::size_t k = 0; k < fixed_layout->steps.size(); ++k) {
+            const auto hot = static_cast<double>(single->steps[k].duration_ns);
+            const auto fixed = static_cast<double>(fixed_layout->steps[k].duration_ns);
+            QVERIFY2(std::abs(hot - fixed) < 0.1 * fixed,
+                     (std::to_string(hot) + " against " + std::to_string(fixed)).c_str());
+        }
+        QCOMPARE(single->buckets[0].reduction_ns, 2.0 * static_cast<double>(reduce_ns));
+        config.hot_switch = spec("0-1024:dp4;1024-:dp4");
+        auto two = simulate(config, nullptr);
+        QVERIFY2(two.ok(), two.ok() ? "" : two.error().message.c_str());
+        QVERIFY(two->switches.empty());
+        double duration = 0, parts = two->update_ns;
+        for (const SimulatedStep& step : two->steps) {
+            duration += static_cast<double>(step.duration_ns);
+        }
+        for (const SimulatedBucket& bucket : two->buckets) {
+            parts += bucket.ns;
+            QCOMPARE(bucket.reduction_ns, 2.0 * static_cast<double>(reduce_ns));
+        }
+        QVERIFY(std::abs(parts - duration) < 1);
+        QCOMPARE(two->update_ns, single->update_ns);
+    }
+
+    // Several calibration runs: each bucket's layout takes its costs from the runs merged again
+    // for it (a tp4 run's passes for the tp4 bucket), not the static grid's merge.
+    void bucketsTakeTheirLayoutsCalibration() {
+        const auto run_of = [](const GridShape& grid, double per_token) {
+            Calibration run;
+            run.grid = grid;
+            run.origin = {.layers = 4, .pp = 1, .hidden = 256, .tp = grid.tp};
+            for (Phase phase : {Phase::forward, Phase::backward}) {
+                analysis::PassCost pass;
+                pass.phase = phase;
+                pass.per_token_ns = per_token;
+                run.model.passes.push_back(pass);
+            }
+            return run;
+        };
+        SimulationConfig config = small_config();
+        config.grid = GridShape{.dp = 4};
+        config.calibrations = {run_of(GridShape{.dp = 4}, 10), run_of(GridShape{.tp = 4}, 500)};
+        config.calibration_names = {"dp4", "tp4"};
+        Calibration merged =
+            merge_calibrations(config.calibrations, config.calibration_names, config.grid, false);
+        config.cost_model = merged.model;
+        config.cost_origin = merged.origin;
+        QCOMPARE(under_layout(config, GridShape{.dp = 4}).cost_model->passes.front().per_token_ns,
+                 10.0);
+        QCOMPARE(under_layout(config, GridShape{.tp = 4}).cost_model->passes.front().per_token_ns,
+                 500.0);
+        config.hot_switch = spec("0-1024:dp4;1024-:tp4");
+        auto both = simulate(config, nullptr);
+        config.calibrations.pop_back();
+        config.calibration_names.pop_back();
+        auto home_only = simulate(config, nullptr);
+        QVERIFY(both.ok() && home_only.ok());
+        QCOMPARE(both->buckets[0].ns, home_only->buckets[0].ns);
+        QVERIFY(both->buckets[1].ns > 5 * home_only->buckets[1].ns);
     }
 
     // The same documents as the static layout: the same tokens over an epoch.

@@ -186,7 +186,9 @@ void ParallelTpTest::matchesSerial() {
 // device peak falls by exactly the rows this rank no longer holds of the residual-stream
 // tensors (the LayerNorms' inputs, outputs and statistics, the embedding's output, the head's,
 // the residual gradient and ∂L/∂logits), less the [T, C] buffer that gathers go through and the
-// reduce-scattered [n_r, C] gradient.
+// reduce-scattered [n_r, C] gradient, and under the split backward without recomputation less
+// the two [T, C] output gradients a block that take residual3's and residual2's rows only
+// while those are [T, C].
 void ParallelTpTest::sequenceParallelMatchesSerial_data() {
     QTest::addColumn<bool>("split");
     QTest::addColumn<int>("recompute");
@@ -262,14 +264,28 @@ void ParallelTpTest::sequenceParallelMatchesSerial() {
     QCOMPARE(t, 101);
     std::int64_t per_row = c + config.n_layer * (4 * c + 4) + c + 2 + v + 1;  // activations
     per_row += c + v;  // the backward's residual gradient and ∂L/∂logits
+    // A split backward keeps for W ∂L/∂ of each GEMM's output (gpt.h, BlockOutputGradients).
+    // The blocks' are [T, ·] with and without sequence parallelism, so they cancel, but for
+    // where they take the rows of a forward tensor B has read. Without recomputation ∂L/∂ of
+    // the two row-parallel products [T, C] take residual3's and residual2's rows, which are
+    // [T, C] only without sequence parallelism: with it this rank keeps both [T, C] a block
+    // beside its [n, C] residual rows (dfch and dQKV take fch's and qkv's rows in both runs).
+    // The head's ∂L/∂logits [n, V] takes the probabilities' rows without recomputation; with
+    // it, it is a buffer of its own.
+    std::int64_t split_gathered = 0;  // [T, C] tensors kept only with sequence parallelism
     if (split) {
-        per_row += config.n_layer * 2 * c + v + c;  // kept for W: ∂L/∂ln1, ∂L/∂ln2; the head's
+        if (Recompute(recompute) == Recompute::none) {
+            split_gathered = config.n_layer * 2;
+        } else {
+            per_row += v;
+        }
     }
     if (Recompute(recompute) == Recompute::full) {
         // The Activations keep residual3 only; the workspace's one block keeps 3C + 4 of them.
         per_row -= config.n_layer * (3 * c + 4) - (3 * c + 4);
     }
-    const std::int64_t fall = ((t - n) * per_row - n * c - t * c) * std::int64_t(sizeof(float));
+    const std::int64_t fall =
+        ((t - n) * per_row - n * c - t * c - split_gathered * t * c) * std::int64_t(sizeof(float));
     QCOMPARE(whole_rows.peak - rows.peak, fall);
 }
 

@@ -195,6 +195,8 @@ private:
                                         std::llround(tokens / microbatches),
                                         std::llround(pairs / microbatches))
                          .pipeline_ns;
+            // Every bucket that ran ends with its own gradient reduction, as the play has it.
+            total += static_cast<double>(sim::bucket_reduction_ns(played, bucket.layout));
         }
         return total;
     }

@@ -143,7 +143,7 @@ std::vector<HotSwitchBreakdownRow> breakdown_rows(const HotSwitchAnalysis& analy
     }
     rows.push_back({Kind::switching, "others (switching)", "", 0, 0, 0, analysis.switching_ns,
                     analysis.switching_share});
-    rows.push_back({Kind::rest, "rest (dp reduction, optimizer)", "", 0, 0, 0, analysis.rest_ns,
+    rows.push_back({Kind::rest, "rest (optimizer step)", "", 0, 0, 0, analysis.rest_ns,
                     static_cast<double>(analysis.rest_ns) / step_ns});
     return rows;
 }

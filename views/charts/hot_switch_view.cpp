@@ -178,8 +178,8 @@ void HotSwitchView::set_run(RunPtr run) {
                "under its own layout (fulcrum-train or fulcrum simulate --hot-switch SPEC)."));
         return;
     }
-    summary_->setText(tr("%1 steps, %2 in all: %3 switching, %4 in the rest (the DP reduction and "
-                         "the optimizer). Spec: %5")
+    summary_->setText(tr("%1 steps, %2 in all: %3 switching, %4 in the rest (the optimizer step; "
+                         "each bucket holds its own gradient reduction). Spec: %5")
                           .arg(hot->steps)
                           .arg(qt(format_duration(hot->step_ns)))
                           .arg(charts::format_percent(hot->switching_share))

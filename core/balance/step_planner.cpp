@@ -117,6 +117,14 @@ double TrainedTotals::mean_delay_steps() const {
 
 // A global batch whose documents the balancer all delayed (wlb can, with few short
 // documents) makes no step: the next batch is packed in its place.
+Result<StepPlan> StepPlanner::next() {
+    auto packed = pack_next();
+    if (!packed) {
+        return packed.error();
+    }
+    return complete(std::move(*packed));
+}
+
 Result<std::vector<std::vector<MicroBatch>>> StepPlanner::pack_next() {
     if (finished()) {
         return Error{ErrorCode::invalid_input, "every step of the run's " +

@@ -87,6 +87,9 @@ public:
     Result<std::vector<std::vector<MicroBatch>>> pack_next();
     // Adds CP plans and totals to a packing; every rank runs this identically.
     Result<StepPlan> complete(std::vector<std::vector<MicroBatch>> replicas);
+    // pack_next and complete in one, where one process plans every rank (the simulator and
+    // the planners).
+    Result<StepPlan> next();
 
     int epoch() const { return epoch_; }
     // With PlannerOptions::epochs > 0: every step of the last epoch, its drain included, has

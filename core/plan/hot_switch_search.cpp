@@ -45,11 +45,7 @@ Result<std::vector<std::vector<std::int64_t>>> step_documents(const sim::Simulat
     }
     std::vector<std::vector<std::int64_t>> steps;
     for (int k = 0; k < base.steps; ++k) {
-        auto packed = planner->pack_next();
-        if (!packed) {
-            return packed.error();
-        }
-        auto plan = planner->complete(std::move(*packed));
+        auto plan = planner->next();
         if (!plan) {
             return plan.error();
         }

@@ -444,11 +444,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         if (progress.cancel != nullptr && progress.cancel->load()) {
             return Error{ErrorCode::cancelled, "the simulation was cancelled"};
         }
-        auto packed = planner->pack_next();
-        if (!packed) {
-            return packed.error();
-        }
-        auto plan = planner->complete(std::move(*packed));
+        auto plan = planner->next();
         if (!plan) {
             return plan.error();
         }

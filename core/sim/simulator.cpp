@@ -1282,11 +1282,7 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
         return (static_cast<double>(trained.steps) + step_fraction) / config.steps;
     };
     for (int k = 0; config.epochs > 0 ? !planner->finished() : k < config.steps; ++k) {
-        auto packed = planner->pack_next();
-        if (!packed) {
-            return packed.error();
-        }
-        auto plan = planner->complete(std::move(*packed));
+        auto plan = planner->next();
         if (!plan) {
             return plan.error();
         }

@@ -276,18 +276,76 @@ void print_traffic(const std::vector<double>& traffic, int world, int switches) 
     }
 }
 
-}  // namespace
+// Where this rank computes and how it talks to the others.
+struct Placement {
+    bool use_cuda = false;
+    int devices = 0;  // GPUs on this node
+    NodeRanks node;
+    bool shared_gpu = false;  // more ranks on this node than GPUs
+    std::string comm;         // "mpi", "staged" or "nccl"
+};
 
-int main(int argc, char** argv) {
-    MpiSession mpi(&argc, &argv);
-    auto world = MpiCommunicator::world();
-    const int rank = world->rank();
+// Which backend: the same answer on every rank, since every rank asks the same question of its
+// own node (a mixed cluster would have to say --backend explicitly); then how device buffers
+// travel between ranks (comm/staged_communicator.h says why there are two ways on a GPU).
+Result<Placement> place(const Options& o, int world_size) {
+    const auto invalid = [](std::string message) {
+        return Error{ErrorCode::invalid_input, std::move(message)};
+    };
+    std::string no_gpu_reason = "this build has no CUDA backend (no CUDA toolkit at build time)";
+    Placement p;
+    p.node = node_ranks();
+#if FULCRUM_HAVE_CUDA_BACKEND
+    const bool gpu = cuda_device_available(&no_gpu_reason);
+    p.devices = gpu ? cuda_device_count() : 0;
+    p.use_cuda = o.backend == "cuda" || (o.backend == "auto" && gpu);
+    if (o.backend == "cuda" && !gpu) {
+        return invalid("--backend cuda: no usable GPU (" + no_gpu_reason +
+                       "); use --backend cpu or auto");
+    }
+#else
+    if (o.backend == "cuda") {
+        return invalid("--backend cuda: " + no_gpu_reason + "; use --backend cpu or auto");
+    }
+#endif
+#if FULCRUM_HAVE_NCCL
+    constexpr bool have_nccl = true;
+#else
+    constexpr bool have_nccl = false;
+#endif
+    p.shared_gpu = p.node.local_size > p.devices;
+    std::string& comm = p.comm;
+    comm = o.comm;
+    if (comm == "auto") {
+        comm = !p.use_cuda                                    ? "mpi"
+               : have_nccl && world_size > 1 && !p.shared_gpu ? "nccl"
+                                                              : "staged";
+    }
+    if (comm == "mpi" && p.use_cuda) {
+        return invalid(
+            "--comm mpi cannot carry the CUDA backend's device buffers; use "
+            "--comm staged (through host memory) or nccl");
+    }
+    if (comm == "nccl" && !p.use_cuda) {
+        return invalid("--comm nccl needs the CUDA backend (--backend cuda)");
+    }
+    if (comm == "nccl" && !have_nccl) {
+        return invalid("--comm nccl: this build has no NCCL; use --comm staged");
+    }
+    if (!o.rendezvous.empty() && comm != "nccl") {
+        return invalid("--rendezvous is for NCCL's bootstrap; this run communicates by " + comm);
+    }
+    if (comm == "nccl" && p.shared_gpu) {
+        return invalid(std::to_string(p.node.local_size) + " ranks on this node share " +
+                       std::to_string(p.devices) +
+                       " GPU(s), and NCCL refuses two ranks of "
+                       "one communicator on one GPU; use --comm staged");
+    }
+    return p;
+}
 
-    Options o;
-    CLI::App app{
-        "fulcrum-train: a GPT trained with DP × TP × PP × CP on documents packed by a "
-        "balancer. Run one process per rank under mpirun.",
-        "fulcrum-train"};
+// fulcrum-train's options, into `o` (docs/cli.md lists them).
+void add_options(CLI::App& app, Options& o) {
     app.add_option("--dp", o.grid.dp, "Data-parallel degree")->capture_default_str();
     app.add_option("--tp", o.grid.tp, "Tensor-parallel degree")->capture_default_str();
     app.add_option("--pp", o.grid.pp, "Pipeline-parallel degree (stages)")->capture_default_str();
@@ -407,6 +465,21 @@ int main(int argc, char** argv) {
     app.add_flag("--hot-switch-check", o.hot_switch_check,
                  "With --hot-switch: before training, move the parameters from the first "
                  "layout to every other and back, and check that they come back bit for bit");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    MpiSession mpi(&argc, &argv);
+    auto world = MpiCommunicator::world();
+    const int rank = world->rank();
+
+    Options o;
+    CLI::App app{
+        "fulcrum-train: a GPT trained with DP × TP × PP × CP on documents packed by a "
+        "balancer. Run one process per rank under mpirun.",
+        "fulcrum-train"};
+    add_options(app, o);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -500,59 +573,15 @@ int main(int argc, char** argv) {
     if (o.comm != "auto" && o.comm != "mpi" && o.comm != "staged" && o.comm != "nccl") {
         return fail(rank, "--comm must be auto, mpi, staged or nccl, not '" + o.comm + "'");
     }
-    // Which backend: the same answer on every rank, since every rank asks the same question
-    // of its own node (a mixed cluster would have to say --backend explicitly).
-    bool use_cuda = false;
-    std::string no_gpu_reason = "this build has no CUDA backend (no CUDA toolkit at build time)";
-    const NodeRanks node = node_ranks();
-    int devices = 0;
-#if FULCRUM_HAVE_CUDA_BACKEND
-    const bool gpu = cuda_device_available(&no_gpu_reason);
-    devices = gpu ? cuda_device_count() : 0;
-    use_cuda = o.backend == "cuda" || (o.backend == "auto" && gpu);
-    if (o.backend == "cuda" && !gpu) {
-        return fail(rank, "--backend cuda: no usable GPU (" + no_gpu_reason +
-                              "); use --backend cpu or auto");
+    auto placement = place(o, world->size());
+    if (!placement) {
+        return fail(rank, placement.error().message);
     }
-#else
-    if (o.backend == "cuda") {
-        return fail(rank, "--backend cuda: " + no_gpu_reason + "; use --backend cpu or auto");
-    }
-#endif
-    // How device buffers travel between ranks (comm/staged_communicator.h says why there are
-    // two ways on a GPU).
-#if FULCRUM_HAVE_NCCL
-    constexpr bool have_nccl = true;
-#else
-    constexpr bool have_nccl = false;
-#endif
-    const bool shared_gpu = node.local_size > devices;
-    std::string comm = o.comm;
-    if (comm == "auto") {
-        comm = !use_cuda                                       ? "mpi"
-               : have_nccl && world->size() > 1 && !shared_gpu ? "nccl"
-                                                               : "staged";
-    }
-    if (comm == "mpi" && use_cuda) {
-        return fail(rank,
-                    "--comm mpi cannot carry the CUDA backend's device buffers; use "
-                    "--comm staged (through host memory) or nccl");
-    }
-    if (comm == "nccl" && !use_cuda) {
-        return fail(rank, "--comm nccl needs the CUDA backend (--backend cuda)");
-    }
-    if (comm == "nccl" && !have_nccl) {
-        return fail(rank, "--comm nccl: this build has no NCCL; use --comm staged");
-    }
-    if (!o.rendezvous.empty() && comm != "nccl") {
-        return fail(rank, "--rendezvous is for NCCL's bootstrap; this run communicates by " + comm);
-    }
-    if (comm == "nccl" && shared_gpu) {
-        return fail(rank, std::to_string(node.local_size) + " ranks on this node share " +
-                              std::to_string(devices) +
-                              " GPU(s), and NCCL refuses two ranks of "
-                              "one communicator on one GPU; use --comm staged");
-    }
+    const bool use_cuda = placement->use_cuda;
+    const int devices = placement->devices;
+    const NodeRanks& node = placement->node;
+    const bool shared_gpu = placement->shared_gpu;
+    const std::string& comm = placement->comm;
     if (o.steps < 1 || o.microbatches < 1 || o.context < 2) {
         return fail(rank, "--steps and --micro-batches must be at least 1, --context at least 2");
     }

@@ -16,6 +16,13 @@ using namespace fulcrum;
 
 namespace {
 
+// A simulated run written to `path` (the other fields at their defaults).
+sim::SimulationOutput output_at(const std::string& path) {
+    sim::SimulationOutput output;
+    output.path = path;
+    return output;
+}
+
 sim::SimulationConfig small_config() {
     sim::SimulationConfig config;
     config.model = {.layers = 4, .hidden = 256, .heads = 8, .context = 4096, .vocab = 256};
@@ -75,7 +82,7 @@ private slots:
         QVERIFY(spec.ok());
         config.hot_switch = *spec;
         const std::string path = dir.filePath("hot.fulcrum").toStdString();
-        auto played = sim::simulate_to_file(config, {.path = path});
+        auto played = sim::simulate_to_file(config, output_at(path));
         QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
         auto run = report::load_report_run(path);
         QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
@@ -135,7 +142,7 @@ private slots:
         // A static run's report has no such section.
         config.hot_switch.reset();
         const std::string plain = dir.filePath("static.fulcrum").toStdString();
-        QVERIFY(sim::simulate_to_file(config, {.path = plain}).ok());
+        QVERIFY(sim::simulate_to_file(config, output_at(plain)).ok());
         auto static_run = report::load_report_run(plain);
         QVERIFY(static_run.ok());
         QVERIFY(report::html_report({*static_run}).find("hot-switch") == std::string::npos);

@@ -20,6 +20,13 @@ using Table = views::HotSwitchModel::Table;
 
 namespace {
 
+// A simulated run written to `path` (the other fields at their defaults).
+sim::SimulationOutput output_at(const std::string& path) {
+    sim::SimulationOutput output;
+    output.path = path;
+    return output;
+}
+
 constexpr int kLoadMs = 60000;
 constexpr const char* kSpec = "0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4";
 
@@ -50,13 +57,13 @@ private slots:
         QVERIFY(dir_.isValid());
         sim::SimulationConfig config = small_config();
         static_path_ = dir_.filePath("static.fulcrum");
-        auto played = sim::simulate_to_file(config, {.path = static_path_.toStdString()});
+        auto played = sim::simulate_to_file(config, output_at(static_path_.toStdString()));
         QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
         auto spec = plan::parse_hot_switch_spec(kSpec, {.world = 4});
         QVERIFY(spec.ok());
         config.hot_switch = *spec;
         hot_path_ = dir_.filePath("hot.fulcrum");
-        auto hot = sim::simulate_to_file(config, {.path = hot_path_.toStdString()});
+        auto hot = sim::simulate_to_file(config, output_at(hot_path_.toStdString()));
         QVERIFY2(hot.ok(), hot.ok() ? "" : hot.error().message.c_str());
         hot_result_ = *hot;
         auto opened = views::open_run(hot_path_);

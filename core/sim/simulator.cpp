@@ -70,9 +70,12 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     shape.tp = config.grid.tp;
     shape.pp = config.grid.pp;
     shape.cp = config.grid.cp;
+    shape.virtual_stages = config.virtual_stages;
     shape.schedule = config.schedule;
     shape.microbatches = config.microbatches;
     shape.stage_layers = config.stage_layers;
+    shape.recompute = config.recompute;
+    shape.sequence_parallel = config.sequence_parallel;
     shape.flash_attention = true;
     shape.precision.distributed_optimizer = true;
     const double budget = config.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0;

@@ -6,6 +6,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -232,6 +233,25 @@ private slots:
 
     // Adaptive CP sharding says what it chose, per balancer: every micro-batch of the epoch
     // per document or per sequence.
+    // wlb's default S_max comes from the memory model of the layout as it runs: full
+    // recomputation keeps one layer's activations instead of every layer's, so a 7B model at
+    // 32K on 80 GiB packs micro-batches of up to 3.75× the context instead of 1×.
+    void wlbMaxTokensFollowRecomputation() {
+        const auto s_max = [&](const QString& recompute) {
+            const Outcome out = simulate(
+                {"--layers",         "32",    "--hidden",   "4096",  "--heads",     "32",
+                 "--vocab",          "32000", "--context",  "32768", "--dp",        "8",
+                 "--micro-batches",  "4",     "--balancer", "wlb",   "--steps",     "1",
+                 "--documents",      "2000",  "--dtype",    "bf16",  "--recompute", recompute,
+                 "--wlb-thresholds", "none"});
+            const QRegularExpressionMatch match =
+                QRegularExpression("S_max (\\d+) tokens \\(memory model").match(out.out);
+            return match.hasMatch() ? match.captured(1).toLongLong() : -1;
+        };
+        QCOMPARE(s_max("none"), 32768LL);
+        QCOMPARE(s_max("full"), 122880LL);
+    }
+
     void adaptiveShardingIsRecorded() {
         const QStringList args = {"--layers",           "2",        "--cp",        "2",
                                   "--micro-batches",    "4",        "--documents", "200",

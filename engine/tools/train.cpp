@@ -344,6 +344,95 @@ Result<Placement> place(const Options& o, int world_size) {
     return p;
 }
 
+// The options' choices, checked (before any work, the same way on every rank).
+struct Choices {
+    PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+    Recompute recompute = Recompute::none;
+    balance::Balancer balancer = balance::Balancer::fixed;
+    balance::CpSharding sharding = balance::CpSharding::contiguous;
+    std::optional<std::vector<std::int64_t>> wlb_thresholds;
+};
+
+Result<Choices> check_choices(const CLI::App& app, const Options& o) {
+    const auto invalid = [](std::string message) {
+        return Error{ErrorCode::invalid_input, std::move(message)};
+    };
+    Choices c;
+    auto schedule = parse_schedule(o.schedule);
+    if (!schedule) {
+        return schedule.error();
+    }
+    c.schedule = *schedule;
+    if (*schedule == PipelineSchedule::interleaved && o.grid.pp < 2) {
+        return invalid(
+            "the interleaved schedule needs --pp 2 or more (its model chunks "
+            "take turns between pipeline stages)");
+    }
+    if (o.microbatches >= 1) {
+        if (auto shape =
+                parallel::check_pipeline(*schedule, {o.grid.pp, o.microbatches, o.virtual_stages});
+            !shape) {
+            return shape.error();
+        }
+    }
+    auto recompute = parse_recompute(o.recompute);
+    if (!recompute) {
+        return recompute.error();
+    }
+    c.recompute = *recompute;
+    if (*recompute == Recompute::selective && o.attention_chunk > 0) {
+        return invalid(
+            "--recompute selective re-runs attention on the Q, K and V a layer "
+            "keeps on the device, but chunked attention (--attention-chunk) keeps "
+            "them by chunk, in host memory; use --recompute full or none with it");
+    }
+    if (o.sequence_parallel && o.grid.tp < 2) {
+        return invalid(
+            "--sequence-parallel splits TP's LayerNorm and residual work over "
+            "the TP ranks: it needs --tp 2 or more");
+    }
+    auto balancer = balance::parse_balancer(o.balancer);
+    if (!balancer) {
+        return balancer.error();
+    }
+    c.balancer = *balancer;
+    auto sharding = balance::parse_cp_sharding(o.cp_shard);
+    if (!sharding) {
+        return sharding.error();
+    }
+    c.sharding = *sharding;
+    auto wlb_thresholds = balance::parse_wlb_thresholds(o.wlb_thresholds);
+    if (!wlb_thresholds) {
+        return wlb_thresholds.error();
+    }
+    c.wlb_thresholds = std::move(*wlb_thresholds);
+    if (o.wlb_max_tokens != 0 && o.wlb_max_tokens < o.context) {
+        return invalid("--wlb-max-tokens " + std::to_string(o.wlb_max_tokens) +
+                       " is less than --context " + std::to_string(o.context) +
+                       "; S_max is at least the fixed micro-batch's tokens");
+    }
+    if (app.get_option("--wlb-max-delay")->count() > 0 && o.wlb_max_delay < 0) {
+        return invalid("--wlb-max-delay must be at least 0 steps, not " +
+                       std::to_string(o.wlb_max_delay));
+    }
+    if (o.packing_cost != "model") {
+        return invalid("--packing-cost must be model, not '" + o.packing_cost + "'");
+    }
+    if (o.split != "file" && o.split != "blank-line") {
+        return invalid("--split must be file or blank-line, not '" + o.split + "'");
+    }
+    if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "auto") {
+        return invalid("--backend must be cpu, cuda or auto, not '" + o.backend + "'");
+    }
+    if (!o.precision.empty() && o.precision != "bf16" && o.precision != "fp32") {
+        return invalid("--precision must be bf16 or fp32, not '" + o.precision + "'");
+    }
+    if (o.comm != "auto" && o.comm != "mpi" && o.comm != "staged" && o.comm != "nccl") {
+        return invalid("--comm must be auto, mpi, staged or nccl, not '" + o.comm + "'");
+    }
+    return c;
+}
+
 // fulcrum-train's options, into `o` (docs/cli.md lists them).
 void add_options(CLI::App& app, Options& o) {
     app.add_option("--dp", o.grid.dp, "Data-parallel degree")->capture_default_str();
@@ -506,73 +595,11 @@ int main(int argc, char** argv) {
     if (!topology) {
         return fail(rank, topology.error().message);
     }
-    auto schedule = parse_schedule(o.schedule);
-    if (!schedule) {
-        return fail(rank, schedule.error().message);
+    auto choices = check_choices(app, o);
+    if (!choices) {
+        return fail(rank, choices.error().message);
     }
-    if (*schedule == PipelineSchedule::interleaved && o.grid.pp < 2) {
-        return fail(rank,
-                    "the interleaved schedule needs --pp 2 or more (its model chunks "
-                    "take turns between pipeline stages)");
-    }
-    if (o.microbatches >= 1) {
-        if (auto shape =
-                parallel::check_pipeline(*schedule, {o.grid.pp, o.microbatches, o.virtual_stages});
-            !shape) {
-            return fail(rank, shape.error().message);
-        }
-    }
-    auto recompute = parse_recompute(o.recompute);
-    if (!recompute) {
-        return fail(rank, recompute.error().message);
-    }
-    if (*recompute == Recompute::selective && o.attention_chunk > 0) {
-        return fail(rank,
-                    "--recompute selective re-runs attention on the Q, K and V a layer "
-                    "keeps on the device, but chunked attention (--attention-chunk) keeps "
-                    "them by chunk, in host memory; use --recompute full or none with it");
-    }
-    if (o.sequence_parallel && o.grid.tp < 2) {
-        return fail(rank,
-                    "--sequence-parallel splits TP's LayerNorm and residual work over "
-                    "the TP ranks: it needs --tp 2 or more");
-    }
-    auto balancer = balance::parse_balancer(o.balancer);
-    if (!balancer) {
-        return fail(rank, balancer.error().message);
-    }
-    auto sharding = balance::parse_cp_sharding(o.cp_shard);
-    if (!sharding) {
-        return fail(rank, sharding.error().message);
-    }
-    auto wlb_thresholds = balance::parse_wlb_thresholds(o.wlb_thresholds);
-    if (!wlb_thresholds) {
-        return fail(rank, wlb_thresholds.error().message);
-    }
-    if (o.wlb_max_tokens != 0 && o.wlb_max_tokens < o.context) {
-        return fail(rank, "--wlb-max-tokens " + std::to_string(o.wlb_max_tokens) +
-                              " is less than --context " + std::to_string(o.context) +
-                              "; S_max is at least the fixed micro-batch's tokens");
-    }
-    if (app.get_option("--wlb-max-delay")->count() > 0 && o.wlb_max_delay < 0) {
-        return fail(rank, "--wlb-max-delay must be at least 0 steps, not " +
-                              std::to_string(o.wlb_max_delay));
-    }
-    if (o.packing_cost != "model") {
-        return fail(rank, "--packing-cost must be model, not '" + o.packing_cost + "'");
-    }
-    if (o.split != "file" && o.split != "blank-line") {
-        return fail(rank, "--split must be file or blank-line, not '" + o.split + "'");
-    }
-    if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "auto") {
-        return fail(rank, "--backend must be cpu, cuda or auto, not '" + o.backend + "'");
-    }
-    if (!o.precision.empty() && o.precision != "bf16" && o.precision != "fp32") {
-        return fail(rank, "--precision must be bf16 or fp32, not '" + o.precision + "'");
-    }
-    if (o.comm != "auto" && o.comm != "mpi" && o.comm != "staged" && o.comm != "nccl") {
-        return fail(rank, "--comm must be auto, mpi, staged or nccl, not '" + o.comm + "'");
-    }
+    const Choices& checked = *choices;
     auto placement = place(o, world->size());
     if (!placement) {
         return fail(rank, placement.error().message);
@@ -642,13 +669,13 @@ int main(int argc, char** argv) {
         return fail(rank, documents.error().message);
     }
     PlannerOptions planner_options;
-    planner_options.packing.balancer = *balancer;
+    planner_options.packing.balancer = checked.balancer;
     planner_options.packing.microbatches = o.microbatches;
     planner_options.packing.capacity = o.context;
     planner_options.packing.ilp_time_limit_s = o.ilp_time_limit;
     planner_options.dp = o.grid.dp;
     planner_options.cp = o.grid.cp;
-    planner_options.sharding = *sharding;
+    planner_options.sharding = checked.sharding;
     planner_options.seed = o.seed;
     planner_options.ilp_window = o.ilp_window;
     planner_options.epochs = o.epochs;
@@ -657,7 +684,7 @@ int main(int argc, char** argv) {
     if (o.wlb_max_delay >= 0) {
         planner_options.packing.wlb_max_delay = o.wlb_max_delay;
     }
-    planner_options.packing.wlb_thresholds = *wlb_thresholds;
+    planner_options.packing.wlb_thresholds = checked.wlb_thresholds;
     planner_options.tune_wlb_thresholds = true;
     // Adaptive CP sharding weighs this backend's own attention kernel on short shards.
     planner_options.attention_kernel = *balance::attention_kernel_model(use_cuda ? "cuda" : "cpu");
@@ -685,7 +712,7 @@ int main(int argc, char** argv) {
             "per replica\n",
             model_config.describe().c_str(), documents->description.c_str(), o.balancer.c_str(),
             o.cp_shard.c_str(), schedule_text.c_str(), o.microbatches);
-        if (*balancer == balance::Balancer::wlb) {
+        if (checked.balancer == balance::Balancer::wlb) {
             const balance::PackingOptions& packing = planner->packing();
             std::printf("wlb: S_max %lld tokens, max delay %s, thresholds %s",
                         static_cast<long long>(packing.wlb_max_tokens > 0 ? packing.wlb_max_tokens
@@ -703,8 +730,8 @@ int main(int argc, char** argv) {
             std::printf("layers by %s: %s\n", o.virtual_stages > 1 ? "model chunk" : "stage",
                         o.stage_layers.c_str());
         }
-        if (*recompute != Recompute::none || o.sequence_parallel) {
-            std::printf("activations: recompute %s%s\n", recompute_name(*recompute),
+        if (checked.recompute != Recompute::none || o.sequence_parallel) {
+            std::printf("activations: recompute %s%s\n", recompute_name(checked.recompute),
                         o.sequence_parallel ? ", sequence parallel over TP" : "");
         }
         std::fflush(stdout);
@@ -793,10 +820,10 @@ int main(int argc, char** argv) {
     ParallelTrainConfig train_config;
     train_config.train.adamw.learning_rate = o.learning_rate;
     train_config.train.warmup_steps = o.warmup;
-    train_config.schedule = *schedule;
+    train_config.schedule = checked.schedule;
     train_config.virtual_stages = o.virtual_stages;
     train_config.stage_layers = stage_layers;
-    train_config.balancer = *balancer;
+    train_config.balancer = checked.balancer;
     train_config.overlap_reduction =
         o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
     if (rank == 0 && train_config.overlap_reduction && o.grid.dp * o.grid.cp > 1 && !hot_switch) {
@@ -814,7 +841,7 @@ int main(int argc, char** argv) {
         hot_config.model = model_config;
         hot_config.seed = o.seed;
         hot_config.attention = {o.attention_chunk, o.offload == "on"};
-        hot_config.recompute = *recompute;
+        hot_config.recompute = checked.recompute;
         hot_config.train = train_config;
         // A bucket may take several rounds of passes over one gradient buffer, which a
         // reduction in flight from the round before would still be reading.
@@ -849,7 +876,7 @@ int main(int argc, char** argv) {
             *backend, model_config, ModelParallel{groups->tp.get(), groups->cp.get()});
         static_model->initialize(o.seed);
         static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
-        static_model->set_recompute(*recompute);
+        static_model->set_recompute(checked.recompute);
         static_model->set_sequence_parallel(o.sequence_parallel);
         trainer = std::make_unique<ParallelTrainer>(*static_model, *topology, *groups, *documents,
                                                     train_config);
@@ -875,7 +902,7 @@ int main(int argc, char** argv) {
         const std::int64_t step_tokens = plan->tokens;
         const balance::TrainedTotals before = trained;
         trained.add(*plan);
-        if (*sharding == balance::CpSharding::adaptive && rank == 0) {
+        if (checked.sharding == balance::CpSharding::adaptive && rank == 0) {
             instrument::mark(
                 std::string(kCpShardingMark),
                 "{\"step\":" + std::to_string(plan->step) + ",\"per-doc\":" +
@@ -916,7 +943,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(trained.tokens),
                     o.epochs > 0 ? (", " + std::to_string(o.epochs) + " epoch(s)").c_str() : "",
                     trained.mean_delay_steps(), trained.max_delay_steps);
-        if (*sharding == balance::CpSharding::adaptive) {
+        if (checked.sharding == balance::CpSharding::adaptive) {
             std::printf(
                 "adaptive cp sharding (%s kernel model): %lld micro-batches per "
                 "document, %lld per sequence (zigzag)\n",

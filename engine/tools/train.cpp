@@ -433,6 +433,45 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
     return c;
 }
 
+// --dump-parameters and --losses, on rank 0 after training.
+Status write_outputs(const Options& o, const std::vector<float>& parameters,
+                     const std::vector<double>& losses) {
+    if (!o.dump_parameters.empty()) {
+        std::ofstream out(o.dump_parameters, std::ios::binary);
+        out.write(reinterpret_cast<const char*>(parameters.data()),
+                  static_cast<std::streamsize>(parameters.size() * sizeof(float)));
+        if (!out) {
+            return Error{ErrorCode::io, "cannot write '" + o.dump_parameters + "'"};
+        }
+    }
+    if (!o.losses_file.empty()) {
+        std::FILE* file = std::fopen(o.losses_file.c_str(), "w");
+        if (file == nullptr) {
+            return Error{ErrorCode::io, "cannot write '" + o.losses_file + "'"};
+        }
+        for (double loss : losses) {
+            std::fprintf(file, "%.9g\n", loss);
+        }
+        std::fclose(file);
+    }
+    return {};
+}
+
+// Rank 0's peak and every rank's (`peaks`: device and pinned bytes by rank, peaks_by_rank).
+void print_memory(const MemoryUse& use, bool use_cuda, const Topology& topology,
+                  const std::vector<double>& peaks) {
+    std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
+                double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",
+                double(use.peak_pinned_bytes) / (1 << 20));
+    for (std::size_t r = 0; 2 * r + 1 < peaks.size(); ++r) {
+        const GridCoordinates at = topology.coordinates_of(static_cast<int>(r));
+        std::printf(
+            "memory by rank: rank %zu (dp %d, tp %d, pp %d, cp %d): peak %.3f MiB, %.3f MiB "
+            "pinned\n",
+            r, at.dp, at.tp, at.pp, at.cp, peaks[2 * r] / (1 << 20), peaks[2 * r + 1] / (1 << 20));
+    }
+}
+
 // fulcrum-train's options, into `o` (docs/cli.md lists them).
 void add_options(CLI::App& app, Options& o) {
     app.add_option("--dp", o.grid.dp, "Data-parallel degree")->capture_default_str();
@@ -951,18 +990,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(trained.per_document_microbatches),
                 static_cast<long long>(trained.zigzag_microbatches));
         }
-        const MemoryUse use = backend->memory_use();
-        std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
-                    double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",
-                    double(use.peak_pinned_bytes) / (1 << 20));
-        for (int r = 0; r < world->size(); ++r) {
-            const GridCoordinates at = topology->coordinates_of(r);
-            std::printf(
-                "memory by rank: rank %d (dp %d, tp %d, pp %d, cp %d): peak %.3f MiB, %.3f MiB "
-                "pinned\n",
-                r, at.dp, at.tp, at.pp, at.cp, peaks[std::size_t(2 * r)] / (1 << 20),
-                peaks[std::size_t(2 * r + 1)] / (1 << 20));
-        }
+        print_memory(backend->memory_use(), use_cuda, *topology, peaks);
         if (o.attention_chunk > 0) {
             const AttentionMemory& memory = model.attention_memory();
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };
@@ -981,23 +1009,8 @@ int main(int argc, char** argv) {
             std::printf("staged %.2f MiB between device and host memory on rank 0\n",
                         double(staged->bytes_staged()) / (1 << 20));
         }
-        if (!o.dump_parameters.empty()) {
-            std::ofstream out(o.dump_parameters, std::ios::binary);
-            out.write(reinterpret_cast<const char*>(parameters.data()),
-                      static_cast<std::streamsize>(parameters.size() * sizeof(float)));
-            if (!out) {
-                return fail(rank, "cannot write '" + o.dump_parameters + "'");
-            }
-        }
-        if (!o.losses_file.empty()) {
-            std::FILE* file = std::fopen(o.losses_file.c_str(), "w");
-            if (file == nullptr) {
-                return fail(rank, "cannot write '" + o.losses_file + "'");
-            }
-            for (double loss : losses) {
-                std::fprintf(file, "%.9g\n", loss);
-            }
-            std::fclose(file);
+        if (auto status = write_outputs(o, parameters, losses); !status) {
+            return fail(rank, status.error().message);
         }
     }
     return 0;

@@ -11,29 +11,11 @@
 #include "core/report/html_report.h"
 #include "core/sim/simulator.h"
 #include "core/util/text_table.h"
+#include "tests/support/hot_switch_run.h"
 
 using namespace fulcrum;
 
 namespace {
-
-// A simulated run written to `path` (the other fields at their defaults).
-sim::SimulationOutput output_at(const std::string& path) {
-    sim::SimulationOutput output;
-    output.path = path;
-    return output;
-}
-
-sim::SimulationConfig small_config() {
-    sim::SimulationConfig config;
-    config.model = {.layers = 4, .hidden = 256, .heads = 8, .context = 4096, .vocab = 256};
-    config.grid = parallel::GridShape{.tp = 4};
-    config.microbatches = 4;
-    config.lengths = "long-tail:context=4096,median=512";
-    config.documents = 256;
-    config.steps = 3;
-    config.dtype = sim::DType::bf16;
-    return config;
-}
 
 // The part of `html` from the section's heading to the next heading.
 QString section_of(const std::string& html, const std::string& id) {
@@ -76,13 +58,12 @@ class HotSwitchSectionTest : public QObject {
 private slots:
     void reportShowsBreakdownAndMatrix() {
         QTemporaryDir dir;
-        sim::SimulationConfig config = small_config();
-        auto spec =
-            plan::parse_hot_switch_spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4", {.world = 4});
+        sim::SimulationConfig config = test::hot_switch_workload();
+        auto spec = plan::parse_hot_switch_spec(test::kHotSwitchSpec, {.world = 4});
         QVERIFY(spec.ok());
         config.hot_switch = *spec;
         const std::string path = dir.filePath("hot.fulcrum").toStdString();
-        auto played = sim::simulate_to_file(config, output_at(path));
+        auto played = test::simulate_run(config, path);
         QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
         auto run = report::load_report_run(path);
         QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
@@ -142,7 +123,7 @@ private slots:
         // A static run's report has no such section.
         config.hot_switch.reset();
         const std::string plain = dir.filePath("static.fulcrum").toStdString();
-        QVERIFY(sim::simulate_to_file(config, output_at(plain)).ok());
+        QVERIFY(test::simulate_run(config, plain).ok());
         auto static_run = report::load_report_run(plain);
         QVERIFY(static_run.ok());
         QVERIFY(report::html_report({*static_run}).find("hot-switch") == std::string::npos);

@@ -12,6 +12,7 @@
 
 #include "app/ui/main_window.h"
 #include "core/sim/simulator.h"
+#include "tests/support/hot_switch_run.h"
 #include "views/charts/hot_switch_view.h"
 #include "views/timeline/timeline_view.h"
 
@@ -20,27 +21,7 @@ using Table = views::HotSwitchModel::Table;
 
 namespace {
 
-// A simulated run written to `path` (the other fields at their defaults).
-sim::SimulationOutput output_at(const std::string& path) {
-    sim::SimulationOutput output;
-    output.path = path;
-    return output;
-}
-
 constexpr int kLoadMs = 60000;
-constexpr const char* kSpec = "0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4";
-
-sim::SimulationConfig small_config() {
-    sim::SimulationConfig config;
-    config.model = {.layers = 4, .hidden = 256, .heads = 8, .context = 4096, .vocab = 256};
-    config.grid = parallel::GridShape{.tp = 4};
-    config.microbatches = 4;
-    config.lengths = "long-tail:context=4096,median=512";
-    config.documents = 256;
-    config.steps = 3;
-    config.dtype = sim::DType::bf16;
-    return config;
-}
 
 }  // namespace
 
@@ -55,15 +36,15 @@ class HotSwitchViewTest : public QObject {
 private slots:
     void initTestCase() {
         QVERIFY(dir_.isValid());
-        sim::SimulationConfig config = small_config();
+        sim::SimulationConfig config = test::hot_switch_workload();
         static_path_ = dir_.filePath("static.fulcrum");
-        auto played = sim::simulate_to_file(config, output_at(static_path_.toStdString()));
+        auto played = test::simulate_run(config, static_path_.toStdString());
         QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
-        auto spec = plan::parse_hot_switch_spec(kSpec, {.world = 4});
+        auto spec = plan::parse_hot_switch_spec(test::kHotSwitchSpec, {.world = 4});
         QVERIFY(spec.ok());
         config.hot_switch = *spec;
         hot_path_ = dir_.filePath("hot.fulcrum");
-        auto hot = sim::simulate_to_file(config, output_at(hot_path_.toStdString()));
+        auto hot = test::simulate_run(config, hot_path_.toStdString());
         QVERIFY2(hot.ok(), hot.ok() ? "" : hot.error().message.c_str());
         hot_result_ = *hot;
         auto opened = views::open_run(hot_path_);
@@ -80,7 +61,7 @@ private slots:
         views::HotSwitchView view;
         view.set_run(hot_);
         QVERIFY(view.message().isEmpty());
-        QVERIFY(view.summary().contains(kSpec));
+        QVERIFY(view.summary().contains(test::kHotSwitchSpec));
         const views::HotSwitchModel* model = view.model(Table::breakdown);
         QCOMPARE(model->rowCount(), 5);
         QCOMPARE(model->columnCount(), 7);

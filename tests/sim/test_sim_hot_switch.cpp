@@ -16,6 +16,8 @@
 #include <set>
 #include <tuple>
 
+#include "tests/support/hot_switch_run.h"
+
 using namespace fulcrum;
 using namespace fulcrum::sim;
 using parallel::GridShape;
@@ -28,21 +30,34 @@ RankInfo rank_info(int rank) {
     return info;
 }
 
-SimulationConfig small_config() {
-    SimulationConfig config;
-    config.model = {.layers = 4, .hidden = 256, .heads = 8, .context = 4096, .vocab = 256};
-    config.grid = GridShape{.tp = 4};
-    config.microbatches = 4;
-    config.lengths = "long-tail:context=4096,median=512";
-    config.documents = 256;
-    config.steps = 3;
-    config.dtype = DType::bf16;
-    return config;
-}
-
 plan::HotSwitchSpec spec(const std::string& text) {
     auto parsed = plan::parse_hot_switch_spec(text, {.world = 4});
     return parsed.ok() ? *parsed : plan::HotSwitchSpec{};
+}
+
+// A simulated run written at `path` and read back as the analyses read it.
+struct Played {
+    SimulationResult result;
+    analysis::RunTrace trace;
+};
+
+Result<Played> play_and_load(const SimulationConfig& config, const std::string& path) {
+    SimulationOutput output;
+    output.path = path;
+    output.start_utc_ns = 0;
+    auto played = simulate_to_file(config, output);
+    if (!played) {
+        return played.error();
+    }
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        return reader.error();
+    }
+    auto trace = analysis::load_run_trace(*reader, {});
+    if (!trace) {
+        return trace.error();
+    }
+    return Played{std::move(*played), std::move(*trace)};
 }
 
 }  // namespace
@@ -54,7 +69,7 @@ private slots:
     // TP 4 → DP 4 in one node: every rank sends and receives 3/4 of the model (parameters
     // only), over NVLink; the time is that over nvlink_gbs plus one latency.
     void switchCostIsBytesOverLinks() {
-        const SimulationConfig config = small_config();
+        const SimulationConfig config = test::hot_switch_workload();
         const SwitchCost cost = switch_cost(config, GridShape{.tp = 4}, GridShape{.dp = 4}, false);
         const double h = 256;
         const double model_bytes = (4 * (12 * h * h + 13 * h) + (256 + 4096) * h) * 2;
@@ -76,7 +91,7 @@ private slots:
     // Each step is its buckets in order, the switches between them and back, and one update:
     // the segments add up to the step, the buckets' tokens to the step's.
     void stepIsBucketsSwitchesAndUpdate() {
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
         auto result = simulate(config, nullptr);
         QVERIFY2(result.ok(), result.ok() ? "" : result.error().message.c_str());
@@ -117,17 +132,12 @@ private slots:
     // bucket's layout, after only the gradients went home.
     void perBucketReductions() {
         QTemporaryDir work;
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
-        SimulationOutput output;
-        output.path = work.filePath("hot.fulcrum").toStdString();
-        output.start_utc_ns = 0;
-        auto played = simulate_to_file(config, output);
-        QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
-        auto reader = store::TraceReader::open(output.path);
-        QVERIFY(reader.ok());
-        auto trace = analysis::load_run_trace(*reader, {});
-        QVERIFY(trace.ok());
+        auto run = play_and_load(config, work.filePath("hot.fulcrum").toStdString());
+        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
+        const SimulationResult* played = &run->result;
+        const analysis::RunTrace* trace = &run->trace;
         // Bytes and time of each layout's reduction (one stage each: every rank alike).
         const auto expected = [&](const GridShape& grid) {
             SimulationConfig under = config;
@@ -207,7 +217,7 @@ private slots:
     // own packing: within 10%); with two, each step is the buckets' passes, one reduction each
     // (the static step's one, and one extra) and one optimizer step, and nothing switches.
     void staticLayoutBucketsPlayTheStaticStep() {
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         config.grid = GridShape{.dp = 4};
         config.steps = 2;
         auto fixed_layout = simulate(config, nullptr);
@@ -258,7 +268,7 @@ private slots:
             }
             return run;
         };
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         config.grid = GridShape{.dp = 4};
         config.calibrations = {run_of(GridShape{.dp = 4}, 10), run_of(GridShape{.tp = 4}, 500)};
         config.calibration_names = {"dp4", "tp4"};
@@ -282,7 +292,7 @@ private slots:
 
     // The same documents as the static layout: the same tokens over an epoch.
     void sameDocumentsAsStatic() {
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         config.epochs = 1;
         auto fixed_layout = simulate(config, nullptr);
         config.hot_switch = spec("0-1024:dp4;1024-:tp4");
@@ -294,7 +304,7 @@ private slots:
 
     // A layout the simulator cannot play is refused before any work, naming the bucket.
     void badBucketRefused() {
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         config.hot_switch = spec("0-1024:dp4;1024-:tp4");
         config.hot_switch->buckets[1].layout = GridShape{.tp = 2};
         auto result = simulate(config, nullptr);
@@ -357,17 +367,12 @@ private slots:
     // A simulated run through the store: the analysis reads back what the play summed.
     void annotationsRoundTrip() {
         QTemporaryDir work;
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
-        SimulationOutput output;
-        output.path = work.filePath("hot.fulcrum").toStdString();
-        output.start_utc_ns = 0;
-        auto played = simulate_to_file(config, output);
-        QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
-        auto reader = store::TraceReader::open(output.path);
-        QVERIFY(reader.ok());
-        auto trace = analysis::load_run_trace(*reader, {});
-        QVERIFY(trace.ok());
+        auto run = play_and_load(config, work.filePath("hot.fulcrum").toStdString());
+        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
+        const SimulationResult* played = &run->result;
+        const analysis::RunTrace* trace = &run->trace;
         auto analysed = analysis::analyze_run(*trace);
         QVERIFY(analysed.ok());
         const analysis::HotSwitchAnalysis& hot = analysed->hot_switch;
@@ -409,17 +414,13 @@ private slots:
     // workload rows belong to the step; run.config names the spec.
     void passesInsideBuckets() {
         QTemporaryDir work;
-        SimulationConfig config = small_config();
+        SimulationConfig config = test::hot_switch_workload();
         const std::string text = "0-1024:dp4;1024-2048:dp2,pp2;2048-:tp2,pp2";
         config.hot_switch = spec(text);
-        SimulationOutput output;
-        output.path = work.filePath("hot.fulcrum").toStdString();
-        auto played = simulate_to_file(config, output);
-        QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
-        auto reader = store::TraceReader::open(output.path);
-        QVERIFY(reader.ok());
-        auto trace = analysis::load_run_trace(*reader, {});
-        QVERIFY(trace.ok());
+        auto run = play_and_load(config, work.filePath("hot.fulcrum").toStdString());
+        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
+        const SimulationResult* played = &run->result;
+        const analysis::RunTrace* trace = &run->trace;
         QCOMPARE(trace->config.hot_switch, text);
         std::int64_t forwards = 0;
         for (const analysis::RankTrace& rank : trace->ranks) {
@@ -482,10 +483,8 @@ private slots:
         for (const auto& step : played->steps) {
             last_step = std::max(last_step, step.step);
         }
-        auto workload = reader->workload();
-        QVERIFY(workload.ok());
-        QVERIFY(!workload->empty());
-        for (const WorkloadEntry& entry : *workload) {
+        QVERIFY(!trace->workload.empty());
+        for (const WorkloadEntry& entry : trace->workload) {
             QVERIFY(entry.step >= 0 && entry.step <= last_step);
         }
         // The analyses see the passes; bubbles are left out with the reason.

@@ -12,56 +12,15 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include <cmath>
-#include <fstream>
 #include <map>
 #include <vector>
 
-#include "tests/train/mpi_environment.h"
+#include "tests/train/train_run.h"
 
 namespace {
 
-const QString kTrain = QStringLiteral(FULCRUM_BINARY_DIR "/engine/fulcrum-train");
-
-struct Run {
-    int exit_code = -1;
-    QString output;
-    std::vector<double> losses;
-    std::vector<float> parameters;
-};
-
-Run train(int ranks, QStringList args, const QString& directory, const QString& tag) {
-    const QString losses = directory + "/" + tag + ".losses";
-    const QString parameters = directory + "/" + tag + ".params";
-    args << "--losses" << losses << "--dump-parameters" << parameters;
-    QProcess process;
-    process.setProcessEnvironment(mpi_environment());
-    process.setProcessChannelMode(QProcess::MergedChannels);
-    if (ranks == 1) {
-        process.start(kTrain, args);
-    } else {
-        process.start(FULCRUM_MPIRUN, QStringList{"-np", QString::number(ranks), kTrain} + args);
-    }
-    Run run;
-    if (!process.waitForFinished(300'000)) {
-        run.output = "timed out";
-        return run;
-    }
-    run.exit_code = process.exitCode();
-    run.output = QString::fromUtf8(process.readAll());
-    std::ifstream loss_file(losses.toStdString());
-    for (double loss; loss_file >> loss;) {
-        run.losses.push_back(loss);
-    }
-    std::ifstream parameter_file(parameters.toStdString(), std::ios::binary | std::ios::ate);
-    if (parameter_file) {
-        run.parameters.resize(static_cast<std::size_t>(parameter_file.tellg()) / sizeof(float));
-        parameter_file.seekg(0);
-        parameter_file.read(reinterpret_cast<char*>(run.parameters.data()),
-                            static_cast<std::streamsize>(run.parameters.size() * sizeof(float)));
-    }
-    return run;
-}
+using fulcrum::test::train;
+using Run = fulcrum::test::TrainRun;
 
 const QStringList kModel = {"--steps",     "3",   "--layers",  "4",
                             "--hidden",    "32",  "--heads",   "4",
@@ -257,28 +216,10 @@ private slots:
         const Run parallel = train(ranks, with_options(kModel, common) + layout, work_.path(), tag);
         QVERIFY2(parallel.exit_code == 0, qPrintable(parallel.output));
 
-        QCOMPARE(parallel.losses.size(), 3u);
-        QCOMPARE(serial.losses.size(), 3u);
-        for (std::size_t s = 0; s < 3; ++s) {
-            const double relative =
-                std::abs(parallel.losses[s] - serial.losses[s]) / std::abs(serial.losses[s]);
-            QVERIFY2(relative <= 1e-5, qPrintable(QString("step %1: loss %2 vs %3")
-                                                      .arg(s)
-                                                      .arg(parallel.losses[s], 0, 'g', 9)
-                                                      .arg(serial.losses[s], 0, 'g', 9)));
+        fulcrum::test::check_matches_serial(parallel, serial);
+        if (QTest::currentTestFailed()) {
+            return;
         }
-        QCOMPARE(parallel.parameters.size(), serial.parameters.size());
-        QVERIFY(!serial.parameters.empty());
-        double difference = 0, norm = 0;
-        for (std::size_t i = 0; i < serial.parameters.size(); ++i) {
-            const double d = double(parallel.parameters[i]) - double(serial.parameters[i]);
-            difference += d * d;
-            norm += double(serial.parameters[i]) * serial.parameters[i];
-        }
-        const double relative = std::sqrt(difference / norm);
-        QVERIFY2(relative <= 1e-5, qPrintable(QString("weights differ by %1").arg(relative)));
-        // And training did move them: the check is not comparing two initialisations.
-        QVERIFY(parallel.losses[2] < parallel.losses[0]);
         // A staged run did stage: the numbers above came through host copies, not around them.
         if (layout.contains("staged")) {
             static const QRegularExpression staged("staged ([0-9.]+) MiB between device and host");

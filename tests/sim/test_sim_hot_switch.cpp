@@ -92,7 +92,7 @@ private slots:
     // the segments add up to the step, the buckets' tokens to the step's.
     void stepIsBucketsSwitchesAndUpdate() {
         SimulationConfig config = test::hot_switch_workload();
-        config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
+        config.hot_switch = spec(test::kHotSwitchSpec);
         auto result = simulate(config, nullptr);
         QVERIFY2(result.ok(), result.ok() ? "" : result.error().message.c_str());
         QCOMPARE(result->steps.size(), std::size_t(3));
@@ -133,7 +133,7 @@ private slots:
     void perBucketReductions() {
         QTemporaryDir work;
         SimulationConfig config = test::hot_switch_workload();
-        config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
+        config.hot_switch = spec(test::kHotSwitchSpec);
         auto run = play_and_load(config, work.filePath("hot.fulcrum").toStdString());
         QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
         const SimulationResult* played = &run->result;
@@ -368,7 +368,7 @@ private slots:
     void annotationsRoundTrip() {
         QTemporaryDir work;
         SimulationConfig config = test::hot_switch_workload();
-        config.hot_switch = spec("0-1024:dp4;1024-2048:dp2,tp2;2048-:tp4");
+        config.hot_switch = spec(test::kHotSwitchSpec);
         auto run = play_and_load(config, work.filePath("hot.fulcrum").toStdString());
         QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
         const SimulationResult* played = &run->result;

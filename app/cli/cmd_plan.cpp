@@ -36,6 +36,7 @@ struct PlanArgs {
     bool no_sequence_parallel = false;
     bool no_offload = false;
     bool equal_split = false;
+    int host_cores = -1;  // -1: not given
     std::string output;
     std::string report;
     bool force = false;
@@ -383,6 +384,9 @@ int run_plan(PlanArgs& args) {
     std::sort(worlds->begin(), worlds->end());
     worlds->erase(std::unique(worlds->begin(), worlds->end()), worlds->end());
     args.request.world_sizes = *worlds;
+    if (args.host_cores >= 0) {
+        args.request.host_cores = args.host_cores;
+    }
     if (args.request.lengths.empty() && args.request.document_lengths.empty()) {
         const int context = args.request.model.context;
         const int median = std::max(1, std::min(1900, context / 8));
@@ -487,6 +491,12 @@ Command add_plan_command(CLI::App& app) {
         ->group("Cluster");
     sub->add_option("--gpu-memory-gib", r.gpu_memory_gib, "Memory of one GPU")
         ->capture_default_str()
+        ->group("Cluster");
+    sub->add_option("--host-cores", args->host_cores,
+                    "Cores a node's ranks share, as the CPU backend runs more ranks than cores "
+                    "(docs/simulate.md, \"Ranks that share cores\"); default: the calibration "
+                    "runs'; 0: a core or device a rank")
+        ->check(CLI::NonNegativeNumber)
         ->group("Cluster");
     sub->add_option("--usable-memory", r.usable_memory_fraction,
                     "Share of GPU memory a layout may fill by the memory model (which leaves out "

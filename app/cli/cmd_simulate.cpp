@@ -46,6 +46,7 @@ struct SimulateArgs {
     std::string compare;
     std::string hot_switch;
     int wlb_max_delay = -1;
+    int host_cores = 0;  // when given: SimulationConfig::host_cores
     std::string wlb_thresholds = "tuned";
     std::string packing_cost = "model";
     bool json = false;
@@ -664,6 +665,9 @@ int run_simulate(const SimulateArgs& args) {
     if (!config) {
         return report_error(config.error());
     }
+    if (given(args, "--host-cores")) {
+        config->host_cores = args.host_cores;
+    }
     if (given(args, "--wlb-max-delay")) {
         config->wlb_max_delay = args.wlb_max_delay;
     }
@@ -817,6 +821,18 @@ void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
                     "Analytic model: GPUs per node (groups within one use NVLink)")
         ->capture_default_str()
         ->check(CLI::PositiveNumber)
+        ->group("Cost model");
+    sub->add_option("--host-cores", args->host_cores,
+                    "Cores of a host whose ranks share them (the CPU backend with more ranks "
+                    "than cores): a computing rank runs at min(1, cores / computing ranks) of a "
+                    "core (docs/simulate.md, \"Ranks that share cores\"). Default: the "
+                    "calibration run's; 0: a core or device a rank")
+        ->check(CLI::NonNegativeNumber)
+        ->group("Cost model");
+    sub->add_option("--ranks-per-host", d.ranks_per_host,
+                    "With --host-cores: ranks of each host (0: the whole world on one)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
         ->group("Cost model");
 }
 

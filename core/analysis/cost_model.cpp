@@ -9,6 +9,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/analysis/core_shares.h"
+
 #include <nlohmann/json.hpp>
 
 namespace fulcrum::analysis {
@@ -421,6 +423,7 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
     model.source = trace.run.name;
 
     const std::vector<HeldWork> held = held_work(trace);
+    const CoreShares shares = CoreShares::of(trace, passes);
     const auto held_of = [&](const Pass& pass) -> const HeldWork* {
         const auto it = std::lower_bound(held.begin(), held.end(),
                                          std::tie(pass.rank, pass.step, pass.microbatch),
@@ -448,7 +451,9 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         }
         auto& [x, y] = samples[{stage, pass.phase}];
         x.push_back({1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
-        y.push_back(static_cast<double>(pass.compute_ns));
+        // Its time at a whole core where its rank shared one (core_shares.h).
+        const auto [start, end] = CoreShares::computing(pass);
+        y.push_back(static_cast<double>(pass.compute_ns) * shares.share(pass.rank, start, end));
     }
     for (const auto& [key, xy] : samples) {
         if (xy.second.size() >= 3) {
@@ -498,7 +503,8 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         for (const LaneTrace& lane : rank.lanes) {
             for (const Event& event : lane.events) {
                 if (event.kind != EventKind::mark && trace.role(event) == Role::optimizer) {
-                    optimizer_total += event.duration_ns();
+                    optimizer_total += static_cast<long double>(event.duration_ns()) *
+                                       shares.share(rank.info.rank, event.start_ns, event.end_ns);
                     ++optimizer_count;
                 }
             }

@@ -37,6 +37,14 @@ struct ReplayInput {
     // schedule (an interleaved step of a micro-batch count that is not a multiple of p)
     // instead of refusing it.
     bool as_engine_runs = false;
+    // For replay_on_shared_cores only: what each rank of a pass computes at a whole core,
+    // [stage][microbatch] → one entry per member of the stage's group (a CP rank), each
+    // computed by `work_copies` ranks alike (its TP ranks); the rest of the pass's duration
+    // is transfers, which take no core. Empty: one rank computing the whole duration.
+    std::vector<std::vector<std::vector<std::int64_t>>> forward_work;
+    std::vector<std::vector<std::vector<std::int64_t>>> backward_work;
+    std::vector<std::vector<std::vector<std::int64_t>>> weight_work;
+    int work_copies = 1;
 };
 
 struct ReplayedOp {
@@ -60,5 +68,15 @@ struct ReplayResult {
 // Errors when the shape does not suit the schedule (check_pipeline) or the durations do not
 // match the shape.
 Result<ReplayResult> replay_pipeline(const ReplayInput& input);
+
+// Pipelines that run side by side (a step's DP replicas) on ranks that time-share `cores`
+// cores (the CPU backend with more ranks than cores; docs/simulate.md, "Ranks that share
+// cores"): processor sharing, as the kernel's fair scheduler shares a core among runnable
+// processes. While n ranks compute, each runs at min(1, cores / n) of a core; a rank waiting
+// for its input, or for its group's slowest member, takes none. A pass ends once every rank
+// in it has computed its work (the `*_work` tables) and then its transfers. With at least a
+// core a rank this is replay_pipeline of each input.
+Result<std::vector<ReplayResult>> replay_on_shared_cores(const std::vector<ReplayInput>& inputs,
+                                                         double cores);
 
 }  // namespace fulcrum::parallel

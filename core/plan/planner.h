@@ -63,6 +63,9 @@ struct PlanRequest {
     std::vector<int> world_sizes;  // GPUs; each is searched
     int gpus_per_node = 8;
     double gpu_memory_gib = 80;
+    // Cores a node's ranks (gpus_per_node of them) share, the CPU backend's way
+    // (sim::SimulationConfig::host_cores); nullopt: the calibration runs'; 0: a device a rank.
+    std::optional<int> host_cores;
     // The memory model leaves out the logits, communication buffers and the allocator's
     // fragmentation (docs/plan.md): a layout must fit in this share of the GPU.
     double usable_memory_fraction = 0.9;

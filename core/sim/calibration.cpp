@@ -172,7 +172,8 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                           run.tp,
                           settings->config.recompute,
                           settings->config.virtual_stages,
-                          run.gemm_gflops};
+                          run.gemm_gflops,
+                          run.host_cores};
     calibration.grid = settings->config.grid;
     calibration.sequence_parallel = settings->config.sequence_parallel && run.tp > 1;
     return calibration;

@@ -29,6 +29,12 @@ Error invalid(std::string message) {
     return Error{ErrorCode::invalid_input, std::move(message)};
 }
 
+std::string shortest(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", value);
+    return text;
+}
+
 }  // namespace
 
 Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& config) {
@@ -353,25 +359,23 @@ std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& co
                               : 0;
 }
 
-Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& replica,
-                                 const SimulationConfig& config, const StageCosts& costs) {
+// A replica's passes and the replay input they make; with shared cores, each pass's work per
+// CP rank too (replay.h, replay_on_shared_cores).
+ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& replica,
+                            const SimulationConfig& config, const StageCosts& costs,
+                            bool shared_cores, parallel::ReplayInput& input) {
     const parallel::GridShape& grid = config.grid;
     const bool split = parallel::splits_backward(config.schedule);
     const int m = static_cast<int>(replica.size());
     ReplicaPlay play;
     play.microbatches = m;
     if (m == 0) {
-        // The last global batch of an epoch with fewer documents than replicas: this replica
-        // runs no pass (as fulcrum-train's) and only joins the DP reduction.
-        play.replay.stages.resize(static_cast<std::size_t>(grid.pp));
-        play.replay.stage_end_ns.assign(static_cast<std::size_t>(grid.pp), 0);
         return play;
     }
     play.groups.resize(static_cast<std::size_t>(grid.pp) * static_cast<std::size_t>(m) *
                        kPassPhases);
     play.ranks.resize(play.groups.size() * static_cast<std::size_t>(grid.cp));
 
-    parallel::ReplayInput input;
     input.schedule = config.schedule;
     input.stages = grid.pp;
     input.microbatches = m;
@@ -384,28 +388,93 @@ Result<ReplicaPlay> play_replica(const std::vector<balance::PlannedMicroBatch>& 
         input.weight_ns = input.forward_ns;
     }
     input.p2p_latency_ns = p2p_latency_ns(config, costs);
+    if (shared_cores) {
+        input.forward_work.assign(
+            static_cast<std::size_t>(grid.pp),
+            std::vector<std::vector<std::int64_t>>(
+                static_cast<std::size_t>(m),
+                std::vector<std::int64_t>(static_cast<std::size_t>(grid.cp))));
+        input.backward_work = input.forward_work;
+        if (split) {
+            input.weight_work = input.forward_work;
+        }
+        input.work_copies = grid.tp;
+    }
     const std::vector<PassPhase> phases = phases_of(config);
     for (int stage = 0; stage < grid.pp; ++stage) {
         for (int j = 0; j < m; ++j) {
             for (PassPhase phase : phases) {
                 const std::size_t index = group_index(stage, j, m, phase);
-                play.groups[index] =
-                    play_group(replica[static_cast<std::size_t>(j)], stage, phase, config, costs,
-                               &play.ranks[index * static_cast<std::size_t>(grid.cp)]);
-                auto& table = phase == PassPhase::forward    ? input.forward_ns
-                              : phase == PassPhase::backward ? input.backward_ns
-                                                             : input.weight_ns;
-                table[static_cast<std::size_t>(stage)][static_cast<std::size_t>(j)] =
-                    play.groups[index].duration_ns;
+                RankPass* ranks = &play.ranks[index * static_cast<std::size_t>(grid.cp)];
+                play.groups[index] = play_group(replica[static_cast<std::size_t>(j)], stage, phase,
+                                                config, costs, ranks);
+                const bool forward = phase == PassPhase::forward;
+                const bool backward = phase == PassPhase::backward;
+                auto& table = forward    ? input.forward_ns
+                              : backward ? input.backward_ns
+                                         : input.weight_ns;
+                const auto s = static_cast<std::size_t>(stage);
+                const auto mb = static_cast<std::size_t>(j);
+                table[s][mb] = play.groups[index].duration_ns;
+                if (shared_cores) {
+                    auto& work = forward    ? input.forward_work
+                                 : backward ? input.backward_work
+                                            : input.weight_work;
+                    for (int c = 0; c < grid.cp; ++c) {
+                        work[s][mb][static_cast<std::size_t>(c)] = ranks[c].own_total();
+                    }
+                }
             }
         }
     }
-    auto replayed = parallel::replay_pipeline(input);
-    if (!replayed) {
-        return replayed.error();
-    }
-    play.replay = std::move(*replayed);
     return play;
+}
+
+// A replica that runs no pass: the last global batch of an epoch with fewer documents than
+// replicas (as fulcrum-train's, it only joins the DP reduction).
+void play_nothing(ReplicaPlay& play, int stages) {
+    play.replay.stages.resize(static_cast<std::size_t>(stages));
+    play.replay.stage_end_ns.assign(static_cast<std::size_t>(stages), 0);
+}
+
+// Every replica of the step, each replayed alone, or all together on shared cores.
+Result<std::vector<ReplicaPlay>> play_replicas(const balance::StepPlan& plan,
+                                               const SimulationConfig& config,
+                                               const StageCosts& costs,
+                                               const SimulationProgress& progress) {
+    const CoreSharing sharing = core_sharing(config);
+    std::vector<ReplicaPlay> plays;
+    std::vector<parallel::ReplayInput> inputs;
+    std::vector<std::size_t> replayed;  // the plays `inputs` are for
+    for (const auto& replica : plan.replicas) {
+        if (progress.cancel != nullptr && progress.cancel->load()) {
+            return Error{ErrorCode::cancelled, "the simulation was cancelled"};
+        }
+        parallel::ReplayInput input;
+        plays.push_back(prepare_replica(replica, config, costs, sharing.shared(), input));
+        if (replica.empty()) {
+            play_nothing(plays.back(), config.grid.pp);
+        } else if (sharing.shared()) {
+            inputs.push_back(std::move(input));
+            replayed.push_back(plays.size() - 1);
+        } else {
+            auto replay = parallel::replay_pipeline(input);
+            if (!replay) {
+                return replay.error();
+            }
+            plays.back().replay = std::move(*replay);
+        }
+    }
+    if (!inputs.empty()) {
+        auto replays = parallel::replay_on_shared_cores(inputs, sharing.cores);
+        if (!replays) {
+            return replays.error();
+        }
+        for (std::size_t i = 0; i < replayed.size(); ++i) {
+            plays[replayed[i]].replay = std::move((*replays)[i]);
+        }
+    }
+    return plays;
 }
 
 struct EventNames {
@@ -823,6 +892,10 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
                              : std::to_string(run.documents) + " synthetic documents, lengths " +
                                    config.lengths;
     run.backend = "simulated";
+    // The cores the simulated ranks shared, where they outnumbered them.
+    if (core_sharing(config).shared()) {
+        run.host_cores = config.host_cores.value_or(config.cost_origin.host_cores);
+    }
     run.simulated = true;
     run.cost_model = source;
     if (config.hot_switch) {
@@ -831,9 +904,39 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     return fulcrum::run_config_json(run);
 }
 
+CoreSharing core_sharing(const SimulationConfig& config) {
+    const int cores = config.host_cores.value_or(config.cost_origin.host_cores);
+    const int world = config.grid.world();
+    const int per_host = config.ranks_per_host > 0 ? std::min(config.ranks_per_host, world) : world;
+    if (cores <= 0 || per_host <= cores) {
+        return {};
+    }
+    const int hosts = (world + per_host - 1) / per_host;
+    return {static_cast<double>(cores) * hosts,
+            static_cast<double>(per_host) / static_cast<double>(cores)};
+}
+
 StageCosts config_costs(const SimulationConfig& config) {
-    return resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
-                         config.model, config.grid, config.hardware, config.knobs());
+    StageCosts costs =
+        resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
+                      config.model, config.grid, config.hardware, config.knobs());
+    // The passes share cores in the replay; the gradients' reduction and the optimizer run on
+    // every rank at once, each at its share of a core (docs/simulate.md, "Ranks that share
+    // cores").
+    if (const CoreSharing sharing = core_sharing(config); sharing.shared()) {
+        const double x = sharing.oversubscription;
+        for (analysis::CollectiveCost* cost : {&costs.dp_all_reduce, &costs.embedding_all_reduce}) {
+            cost->latency_ns *= x;
+            cost->per_byte_ns *= x;
+        }
+        costs.optimizer_ns *= x;
+        costs.notes.push_back("ranks share cores: " + std::to_string(config.grid.world()) +
+                              " ranks on " + std::to_string(std::llround(sharing.cores)) +
+                              " cores; passes run at min(1, cores / computing ranks) of a core, "
+                              "the gradient reduction and the optimizer " +
+                              shortest(x) + "× as long");
+    }
+    return costs;
 }
 
 namespace {
@@ -889,11 +992,15 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     std::vector<double> busy(static_cast<std::size_t>(grid.pp));
     std::vector<double> last_backward(static_cast<std::size_t>(grid.pp));
     double slowest = 0, ramp_sum = 0, slowest_ramp = 0;
+    double core_ns = 0;  // what every rank computes, at a whole core
     for (int stage = 0; stage < grid.pp; ++stage) {
         std::array<double, kPassPhases> ns{};
         for (PassPhase phase : phases_of(config)) {
             ns[static_cast<std::size_t>(phase)] = static_cast<double>(
                 play_group(mean, stage, phase, config, costs, ranks.data()).duration_ns);
+            for (const RankPass& rank : ranks) {
+                core_ns += m * grid.dp * grid.tp * static_cast<double>(rank.own_total());
+            }
         }
         const double per_microbatch = ns[0] + ns[1] + ns[2];
         // What the stage adds to the pipeline's warm-up and cool-down: a chunk's F + B (a
@@ -911,6 +1018,10 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     }
     estimate.pipeline_ns = m * slowest + (ramp_sum - slowest_ramp) +
                            2.0 * (grid.pp - 1) * static_cast<double>(p2p_latency_ns(config, costs));
+    // On shared cores the passes take at least their work over the cores.
+    if (const CoreSharing sharing = core_sharing(config); sharing.shared()) {
+        estimate.pipeline_ns = std::max(estimate.pipeline_ns, core_ns / sharing.cores);
+    }
     double busy_sum = 0;
     std::vector<std::int64_t> reduce_end(static_cast<std::size_t>(grid.pp));
     for (int stage = 0; stage < grid.pp; ++stage) {
@@ -1023,19 +1134,16 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     step.epoch = plan.epoch;
     step.start_ns = step_start;
     step.imbalance = plan.imbalance;
-    played.plays.reserve(plan.replicas.size());
+    auto plays = play_replicas(plan, config, costs, progress);
+    if (!plays) {
+        return plays.error();
+    }
+    played.plays = std::move(*plays);
     double fraction_sum = 0;
     int pipelines = 0;  // replicas that ran a pass
-    for (const auto& replica : plan.replicas) {
-        if (progress.cancel != nullptr && progress.cancel->load()) {
-            return Error{ErrorCode::cancelled, "the simulation was cancelled"};
-        }
-        auto play = play_replica(replica, config, costs);
-        if (!play) {
-            return play.error();
-        }
-        played.plays.push_back(std::move(*play));
-        const parallel::ReplayResult& replay = played.plays.back().replay;
+    for (std::size_t d = 0; d < plan.replicas.size(); ++d) {
+        const auto& replica = plan.replicas[d];
+        const parallel::ReplayResult& replay = played.plays[d].replay;
         std::int64_t busy = 0, bubble = 0;
         for (int s = 0; s < grid.pp; ++s) {
             busy += replay.makespan_ns - replay.bubble_ns(s);

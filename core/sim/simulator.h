@@ -138,7 +138,23 @@ struct SimulationConfig {
     std::vector<Calibration> calibrations;
     std::vector<std::string> calibration_names;
     HardwareAssumptions hardware;
+
+    // Ranks that time-share a host's cores (the CPU backend with more ranks than cores;
+    // docs/simulate.md, "Ranks that share cores"): the cores of each host, whose
+    // `ranks_per_host` ranks (0: the whole world) share them. nullopt: the calibration run's
+    // (CostOrigin::host_cores); 0: every rank has a core or device of its own.
+    std::optional<int> host_cores;
+    int ranks_per_host = 0;
 };
+
+// How ranks share cores in `config`: the cores the world's ranks share (the hosts' together)
+// and how many times a host's ranks outnumber its cores; {0, 1} when every rank has its own.
+struct CoreSharing {
+    double cores = 0;
+    double oversubscription = 1;
+    bool shared() const { return cores > 0; }
+};
+CoreSharing core_sharing(const SimulationConfig& config);
 
 // S_max for wlb: the most tokens a micro-batch may hold so that the layout's fullest rank
 // fits in config.gpu_memory_gib by the memory model (core/plan/memory_model.h: mixed

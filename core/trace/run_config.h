@@ -58,6 +58,11 @@ struct RunConfig {
     // calibration run's backward cannot say which share of it is W; this says (core/sim/
     // stage_costs.cpp, weight_gradient_per_token).
     double gemm_gflops = 0;
+    // CPU backend: the cores the ranks of one host could run on together (the union of their
+    // affinity masks). Where a host's ranks outnumber them, ranks time-share cores and every
+    // pass is stretched by the others computing beside it (docs/simulate.md, "Ranks that share
+    // cores"). 0: unknown, or each rank had a device of its own.
+    int host_cores = 0;
     std::string comm;  // how ranks exchanged data: "mpi", "nccl", "staged"
     // A simulated run, and where its costs came from ("analytic", a fitted run, ...).
     bool simulated = false;

@@ -1,5 +1,10 @@
 #include "engine/comm/mpi_communicator.h"
 
+#include <sched.h>
+
+#include <chrono>
+#include <thread>
+
 #include "engine/backend/backend.h"
 
 namespace fulcrum::engine {
@@ -16,7 +21,59 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 
 constexpr int kTag = 7;
 
+bool napping = false;
+
+// A wait first tests and yields a few times (a partner already running answers within them),
+// then sleeps between tests: long enough that a waiting rank costs its core nothing, short
+// against a pass (milliseconds on the CPU backend).
+constexpr int kYieldingTests = 32;
+constexpr std::chrono::microseconds kNap{50};
+
+void wait(MPI_Request& request) {
+    int done = 0;
+    for (int i = 0; i < kYieldingTests && done == 0; ++i) {
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        if (done == 0) {
+            sched_yield();
+        }
+    }
+    while (done == 0) {
+        std::this_thread::sleep_for(kNap);
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    }
+}
+
+// A collective: with napping, its ranks first meet at a barrier they wait for napping
+// (MPI_Ibarrier), then run MPI's blocking collective together, which then waits little. Its
+// non-blocking twin would progress only at each test, a nap apart.
+template <typename Blocking>
+void collective(MPI_Comm comm, Blocking&& blocking) {
+    if (napping) {
+        MPI_Request arrived = MPI_REQUEST_NULL;
+        MPI_Ibarrier(comm, &arrived);
+        wait(arrived);
+    }
+    blocking();
+}
+
+// A point-to-point call: the blocking one, or with napping its non-blocking twin (`start`
+// fills the request) and a napping wait.
+template <typename Blocking, typename Start>
+void point_to_point(Blocking&& blocking, Start&& start) {
+    if (!napping) {
+        blocking();
+        return;
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    start(&request);
+    wait(request);
+}
+
 }  // namespace
+
+void MpiCommunicator::nap_while_waiting(bool nap) {
+    napping = nap;
+}
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
     return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(MPI_COMM_WORLD, "world", false));
@@ -38,15 +95,19 @@ MpiCommunicator::~MpiCommunicator() {
 
 void MpiCommunicator::all_reduce_sum(std::span<float> values) {
     if (size_ > 1) {
-        MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_FLOAT,
-                      MPI_SUM, comm_);
+        const int n = static_cast<int>(values.size());
+        collective(comm_, [&] {
+            MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_FLOAT, MPI_SUM, comm_);
+        });
     }
 }
 
 void MpiCommunicator::all_reduce_sum(std::span<double> values) {
     if (size_ > 1) {
-        MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE,
-                      MPI_SUM, comm_);
+        const int n = static_cast<int>(values.size());
+        collective(comm_, [&] {
+            MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, MPI_SUM, comm_);
+        });
     }
 }
 
@@ -60,7 +121,13 @@ void MpiCommunicator::start_all_reduce_sum(std::span<float> values) {
 }
 
 void MpiCommunicator::wait_all_reduces() {
-    MPI_Waitall(static_cast<int>(reductions_.size()), reductions_.data(), MPI_STATUSES_IGNORE);
+    if (napping) {
+        for (MPI_Request& request : reductions_) {
+            wait(request);
+        }
+    } else {
+        MPI_Waitall(static_cast<int>(reductions_.size()), reductions_.data(), MPI_STATUSES_IGNORE);
+    }
     reductions_.clear();
 }
 
@@ -69,19 +136,27 @@ void MpiCommunicator::all_gather(std::span<const float> local, std::span<float> 
     FULCRUM_CHECK(counts_match(counts, rank_, size_, local.size(), out.size()),
                   "all_gather: counts do not match the buffers");
     const auto offsets = displacements(counts);
-    MPI_Allgatherv(local.data(), static_cast<int>(local.size()), MPI_FLOAT, out.data(),
-                   counts.data(), offsets.data(), MPI_FLOAT, comm_);
+    const int n = static_cast<int>(local.size());
+    collective(comm_, [&] {
+        MPI_Allgatherv(local.data(), n, MPI_FLOAT, out.data(), counts.data(), offsets.data(),
+                       MPI_FLOAT, comm_);
+    });
 }
 
 void MpiCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<float> out,
                                          const std::vector<int>& counts) {
     FULCRUM_CHECK(counts_match(counts, rank_, size_, out.size(), in.size()),
                   "reduce_scatter_sum: counts do not match the buffers");
-    MPI_Reduce_scatter(in.data(), out.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_);
+    collective(comm_, [&] {
+        MPI_Reduce_scatter(in.data(), out.data(), counts.data(), MPI_FLOAT, MPI_SUM, comm_);
+    });
 }
 
 void MpiCommunicator::send(std::span<const float> values, int peer) {
-    MPI_Send(values.data(), static_cast<int>(values.size()), MPI_FLOAT, peer, kTag, comm_);
+    const int n = static_cast<int>(values.size());
+    point_to_point(
+        [&] { MPI_Send(values.data(), n, MPI_FLOAT, peer, kTag, comm_); },
+        [&](MPI_Request* r) { MPI_Isend(values.data(), n, MPI_FLOAT, peer, kTag, comm_, r); });
 }
 
 void MpiCommunicator::post_send(std::span<const float> values, int peer) {
@@ -93,33 +168,56 @@ void MpiCommunicator::post_send(std::span<const float> values, int peer) {
 
 void MpiCommunicator::wait_sends() {
     for (auto& posted : posted_) {
-        MPI_Wait(&posted.request, MPI_STATUS_IGNORE);
+        if (napping) {
+            wait(posted.request);
+        } else {
+            MPI_Wait(&posted.request, MPI_STATUS_IGNORE);
+        }
     }
     posted_.clear();
 }
 
 void MpiCommunicator::recv(std::span<float> values, int peer) {
-    MPI_Recv(values.data(), static_cast<int>(values.size()), MPI_FLOAT, peer, kTag, comm_,
-             MPI_STATUS_IGNORE);
+    const int n = static_cast<int>(values.size());
+    point_to_point(
+        [&] { MPI_Recv(values.data(), n, MPI_FLOAT, peer, kTag, comm_, MPI_STATUS_IGNORE); },
+        [&](MPI_Request* r) { MPI_Irecv(values.data(), n, MPI_FLOAT, peer, kTag, comm_, r); });
 }
 
 void MpiCommunicator::send_recv(std::span<const float> send_values, int send_peer,
                                 std::span<float> recv_values, int recv_peer) {
-    MPI_Sendrecv(send_values.data(), static_cast<int>(send_values.size()), MPI_FLOAT, send_peer,
-                 kTag, recv_values.data(), static_cast<int>(recv_values.size()), MPI_FLOAT,
-                 recv_peer, kTag, comm_, MPI_STATUS_IGNORE);
+    const int sent = static_cast<int>(send_values.size());
+    const int received = static_cast<int>(recv_values.size());
+    if (!napping) {
+        MPI_Sendrecv(send_values.data(), sent, MPI_FLOAT, send_peer, kTag, recv_values.data(),
+                     received, MPI_FLOAT, recv_peer, kTag, comm_, MPI_STATUS_IGNORE);
+        return;
+    }
+    MPI_Request requests[2];
+    MPI_Irecv(recv_values.data(), received, MPI_FLOAT, recv_peer, kTag, comm_, &requests[0]);
+    MPI_Isend(send_values.data(), sent, MPI_FLOAT, send_peer, kTag, comm_, &requests[1]);
+    wait(requests[0]);
+    wait(requests[1]);
 }
 
 void MpiCommunicator::broadcast(std::span<float> values, int root) {
-    MPI_Bcast(values.data(), static_cast<int>(values.size()), MPI_FLOAT, root, comm_);
+    const int n = static_cast<int>(values.size());
+    collective(comm_, [&] { MPI_Bcast(values.data(), n, MPI_FLOAT, root, comm_); });
 }
 
 void MpiCommunicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
-    MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, root, comm_);
+    const int n = static_cast<int>(bytes.size());
+    collective(comm_, [&] { MPI_Bcast(bytes.data(), n, MPI_BYTE, root, comm_); });
 }
 
 void MpiCommunicator::barrier() {
-    MPI_Barrier(comm_);
+    if (napping) {
+        MPI_Request request = MPI_REQUEST_NULL;
+        MPI_Ibarrier(comm_, &request);
+        wait(request);
+    } else {
+        MPI_Barrier(comm_);
+    }
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name) {
@@ -134,6 +232,14 @@ NodeRanks node_ranks() {
     NodeRanks ranks;
     MPI_Comm_rank(node, &ranks.local_rank);
     MPI_Comm_size(node, &ranks.local_size);
+    // Every rank joins the reduction, an empty mask where it cannot read its own.
+    cpu_set_t own, all;
+    CPU_ZERO(&own);
+    if (sched_getaffinity(0, sizeof own, &own) != 0) {
+        CPU_ZERO(&own);
+    }
+    MPI_Allreduce(&own, &all, static_cast<int>(sizeof own), MPI_BYTE, MPI_BOR, node);
+    ranks.cores = CPU_COUNT(&all);
     MPI_Comm_free(&node);
     return ranks;
 }

@@ -14,6 +14,13 @@ class MpiCommunicator final : public Communicator {
 public:
     // Wraps MPI_COMM_WORLD; MPI must be initialised (see MpiSession).
     static std::unique_ptr<MpiCommunicator> world();
+
+    // Where a node's ranks outnumber its cores (NodeRanks), a rank waiting in MPI would spin
+    // on a core another rank needs (Open MPI polls, even with mpi_yield_when_idle): with
+    // `nap` on, every wait of every communicator of this process tests its request and
+    // sleeps between tests instead, so a waiting rank takes no core (docs/simulate.md, "Ranks
+    // that share cores"). Off (the default) every wait is MPI's own.
+    static void nap_while_waiting(bool nap);
     ~MpiCommunicator() override;
 
     int rank() const override { return rank_; }
@@ -55,10 +62,13 @@ private:
 };
 
 // This process's place among the ranks on its own node (MPI_COMM_TYPE_SHARED): which GPU it
-// takes, and whether the node's ranks outnumber its GPUs.
+// takes, and whether the node's ranks outnumber its GPUs; and the cores the node's ranks may
+// run on together (the union of their affinity masks), which a CPU-backend run shares among
+// its ranks when they outnumber them (docs/simulate.md, "Ranks that share cores").
 struct NodeRanks {
     int local_rank = 0;
     int local_size = 1;
+    int cores = 0;  // 0: unknown
 };
 NodeRanks node_ranks();
 

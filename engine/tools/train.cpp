@@ -82,6 +82,7 @@ struct Options {
     std::string rendezvous;
     int attention_chunk = 0;
     std::string overlap_reduce = "auto";
+    std::string mpi_wait = "auto";
     std::string offload = "on";
     std::string dump_parameters;
     std::string losses_file;
@@ -99,7 +100,7 @@ int fail(int rank, const std::string& message) {
 // run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
                             const std::string& backend, const std::string& comm,
-                            std::span<const int> stage_layers, double gemm_gflops) {
+                            std::span<const int> stage_layers, double gemm_gflops, int host_cores) {
     RunConfig config;
     config.dp = o.grid.dp;
     config.tp = o.grid.tp;
@@ -137,6 +138,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.documents = o.documents;
     config.backend = backend;
     config.gemm_gflops = gemm_gflops;
+    config.host_cores = host_cores;
     config.comm = comm;
     config.hot_switch = o.hot_switch;
     return fulcrum::run_config_json(config);
@@ -571,6 +573,12 @@ void add_options(CLI::App& app, Options& o) {
                    "(on), or all at once after it (off); auto: on with NCCL")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "on", "off"}));
+    app.add_option("--mpi-wait", o.mpi_wait,
+                   "How a rank waits in MPI: spin (Open MPI polls), nap (test, then sleep 50 us, "
+                   "so a waiting rank leaves its core to the others); auto: nap on the CPU "
+                   "backend when a node's ranks outnumber its cores")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "spin", "nap"}));
     app.add_option("--attention-chunk", o.attention_chunk,
                    "FPDT-style chunked attention: each block's QKV projection and attention "
                    "in chunks of this many tokens of the micro-batch (0: whole documents)")
@@ -648,6 +656,9 @@ int main(int argc, char** argv) {
     const NodeRanks& node = placement->node;
     const bool shared_gpu = placement->shared_gpu;
     const std::string& comm = placement->comm;
+    MpiCommunicator::nap_while_waiting(
+        o.mpi_wait == "nap" ||
+        (o.mpi_wait == "auto" && !use_cuda && node.cores > 0 && node.local_size > node.cores));
     if (o.steps < 1 || o.microbatches < 1 || o.context < 2) {
         return fail(rank, "--steps and --micro-batches must be at least 1, --context at least 2");
     }
@@ -809,9 +820,9 @@ int main(int argc, char** argv) {
     instrument::mark(kRankMark, rank_mark_json(rank_mark));
     const double gemm_gflops = weight_gradient_gemm_gflops(
         *backend, model_config, o.context / (o.grid.cp * o.grid.tp), o.grid.tp);
-    instrument::mark(kRunMark,
-                     run_config_json(o, model_config, documents->description,
-                                     use_cuda ? "cuda" : "cpu", comm, stage_layers, gemm_gflops));
+    instrument::mark(kRunMark, run_config_json(o, model_config, documents->description,
+                                               use_cuda ? "cuda" : "cpu", comm, stage_layers,
+                                               gemm_gflops, use_cuda ? 0 : node.cores));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");

@@ -107,6 +107,61 @@ private slots:
         QCOMPARE(model->optimizer_ns, 0.0);
     }
 
+    // Two ranks of one host that has one core (RunConfig::host_cores): the passes of mb 0 run
+    // alone on each rank and take their time at a whole core, those of mb 1–4 run on both
+    // ranks at once and take twice as long (each had half the core). The fit takes the sharing
+    // out (core_shares.h) and recovers recoversExactCoefficients' coefficients; told nothing
+    // of the cores, it charges the stretch to the work.
+    void sharedCoresComeOutOfTheFit() {
+        const std::vector<std::vector<int>> documents = {{10}, {10, 10}, {20}, {30}, {5, 25}};
+        const std::int64_t forward[] = {1520, 2040, 2440, 3760, 3260};
+        const std::int64_t backward[] = {1040, 2080, 2880, 5520, 4520};
+        const auto fitted = [&](int host_cores) -> PassCost {
+            RunTrace trace;
+            trace.run.config_json = "{\"host_cores\": " + std::to_string(host_cores) + "}";
+            add_rank(trace, 0, 0, 0, 0, 0);
+            add_rank(trace, 1, 1, 0, 0, 0);
+            std::int64_t t = 0;
+            for (int mb = 0; mb < 5; ++mb) {
+                for (int rank : {0, 1}) {
+                    hold(trace, rank, 0, mb, documents[mb]);
+                }
+                const auto run = [&](const char* name, Phase phase, std::int64_t ns) {
+                    if (mb == 0) {  // one rank after the other, alone
+                        for (int rank : {0, 1}) {
+                            trace.add_range(host(trace, rank), name, Category::compute, t, t + ns,
+                                            0, mb, 0, phase);
+                            t += ns;
+                        }
+                        return;
+                    }
+                    for (int rank : {0, 1}) {  // both at once, at half a core each
+                        trace.add_range(host(trace, rank), name, Category::compute, t, t + 2 * ns,
+                                        0, mb, 0, phase);
+                    }
+                    t += 2 * ns;
+                };
+                run("forward", Phase::forward, forward[mb]);
+                run("backward", Phase::backward, backward[mb]);
+            }
+            trace.finish();
+            auto model = fit_cost_model(trace, find_passes(trace));
+            if (!model || model->pass(0, Phase::forward) == nullptr) {
+                return {};
+            }
+            return *model->pass(0, Phase::forward);
+        };
+        const PassCost shared = fitted(1);
+        QVERIFY2(close(shared.fixed_ns, 1000, 1e-6), qPrintable(QString::number(shared.fixed_ns)));
+        QVERIFY(close(shared.per_token_ns, 30, 1e-6));
+        QVERIFY(close(shared.per_pair_ns, 4, 1e-6));
+        // A core each (or not said): the stretched passes are taken as work.
+        for (int cores : {2, 0}) {
+            const PassCost apart = fitted(cores);
+            QVERIFY(apart.predict(30, 465) > 1.5 * 3760);
+        }
+    }
+
     // The degenerate fits, data-driven. Columns are (1, T, P); the rule is non-negative least
     // squares, ties to work terms before the fixed term (cost_model.cpp).
     void degenerateFits_data() {

@@ -226,6 +226,75 @@ private slots:
         }
         QVERIFY(!parse_schedule("zb-v"));
     }
+
+    // Shared cores (replay_on_shared_cores, processor sharing): with a core for every rank it
+    // is replay_pipeline of each pipeline, for every schedule, unequal passes and latency.
+    void sharedCoresWithACoreEachIsTheReplay() {
+        std::vector<ReplayInput> inputs;
+        const std::tuple<PipelineSchedule, int, int, int> shapes[] = {
+            {PipelineSchedule::gpipe, 2, 3, 1},
+            {PipelineSchedule::one_f_one_b, 4, 6, 1},
+            {PipelineSchedule::interleaved, 2, 4, 2},
+            {PipelineSchedule::zero_bubble_h1, 3, 5, 1}};
+        int ranks = 0;
+        for (auto [schedule, p, m, v] : shapes) {
+            ReplayInput input = equal_passes(schedule, p, m, v, 0, 0, 0);
+            for (int s = 0; s < p; ++s) {
+                for (int j = 0; j < m; ++j) {
+                    input.forward_ns[s][j] = 1000 * v * (1 + (s * 7 + j * 3) % 5);
+                    input.backward_ns[s][j] = 1000 * v * (2 + (s * 5 + j) % 4);
+                    if (splits_backward(schedule))
+                        input.weight_ns[s][j] = 1000 * v * (1 + j % 2);
+                }
+            }
+            input.p2p_latency_ns = 300;
+            inputs.push_back(input);
+            ranks += p;
+        }
+        const auto shared = replay_on_shared_cores(inputs, ranks).value();
+        QCOMPARE(shared.size(), inputs.size());
+        for (std::size_t k = 0; k < inputs.size(); ++k) {
+            const auto alone = replay_pipeline(inputs[k]).value();
+            QCOMPARE(shared[k].makespan_ns, alone.makespan_ns);
+            for (int s = 0; s < inputs[k].stages; ++s) {
+                QCOMPARE(shared[k].stages[s].size(), alone.stages[s].size());
+                for (std::size_t i = 0; i < alone.stages[s].size(); ++i) {
+                    QCOMPARE(shared[k].stages[s][i].start_ns, alone.stages[s][i].start_ns);
+                    QCOMPARE(shared[k].stages[s][i].end_ns, alone.stages[s][i].end_ns);
+                    QCOMPARE(shared[k].stages[s][i].wait_ns, alone.stages[s][i].wait_ns);
+                }
+            }
+        }
+    }
+
+    // By hand, two one-stage pipelines (two DP replicas), F = 1000 and B = 2000, on one core:
+    // both forwards run at half a core and end at 2000; both backwards at half too, 2000 + 4000.
+    // On two cores each runs alone: 3000. A pass's transfers take no core: with 400 of each
+    // forward's 1000 a transfer, the two computing parts (600 each) share the core until 1200,
+    // the transfers end at 1600.
+    void sharedCoresByHand() {
+        const ReplayInput one = equal_passes(PipelineSchedule::one_f_one_b, 1, 1, 1, 1000, 2000);
+        QCOMPARE(replay_on_shared_cores({one, one}, 1).value()[1].makespan_ns, 6000);
+        QCOMPARE(replay_on_shared_cores({one, one}, 2).value()[1].makespan_ns, 3000);
+        ReplayInput transfer = one;
+        transfer.forward_work = {{{600}}};
+        transfer.backward_work = {{{2000}}};
+        const auto both = replay_on_shared_cores({transfer, transfer}, 1).value();
+        QCOMPARE(both[0].stages[0][0].end_ns, 1600);
+        QCOMPARE(both[0].makespan_ns, 1600 + 4000);
+    }
+
+    // A group's members compute apart (CP ranks, each on `work_copies` TP ranks): on two cores
+    // a pass of members 1000 and 3000, each on two ranks, runs four ranks at half a core until
+    // the light pair is done at 2000, then the heavy pair at a whole core: 2000 + 2000.
+    void sharedCoresFreeWhatALightMemberLeaves() {
+        ReplayInput input = equal_passes(PipelineSchedule::one_f_one_b, 1, 1, 1, 3000, 0);
+        input.forward_work = {{{1000, 3000}}};
+        input.backward_work = {{{0, 0}}};
+        input.work_copies = 2;
+        const auto replay = replay_on_shared_cores({input}, 2).value();
+        QCOMPARE(replay[0].stages[0][0].end_ns, 4000);
+    }
 };
 
 QTEST_GUILESS_MAIN(PipelineSchedulesTest)

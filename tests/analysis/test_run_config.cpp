@@ -42,6 +42,7 @@ RunConfig every_field_set() {
     c.documents = 200;
     c.backend = "simulated";
     c.gemm_gflops = 75.5;
+    c.host_cores = 2;
     c.comm = "nccl";
     c.simulated = true;
     c.cost_model = "analytic";
@@ -68,6 +69,7 @@ private slots:
         QCOMPARE(read.cost_model, std::string("analytic"));
         QCOMPARE(read.hot_switch, std::string("0-2048:dp2;2048-:pp2"));
         QCOMPARE(read.gemm_gflops, 75.5);
+        QCOMPARE(read.host_cores, 2);
         QVERIFY(read.grid_known);
         // Every field set is a key of its own: a default configuration writes each of them
         // with another value, or (an empty string) not at all.

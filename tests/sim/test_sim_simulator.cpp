@@ -203,6 +203,42 @@ private slots:
         QVERIFY(result.notes.empty());
     }
 
+    // Ranks that share a host's cores (docs/simulate.md, "Ranks that share cores"). Four DP
+    // replicas of the same micro-batches on two cores compute at half a core all the time,
+    // and reduce and update at half: the step takes exactly twice as long. With a core a
+    // rank (or 0, or cores not said) nothing changes. A pp2 pipeline on one core is faster
+    // than twice its own step (a stage computes alone in the warm-up and cool-down), but
+    // slower than the step and never faster than the core can do its work.
+    void sharedCoresPlayProcessorSharing() {
+        SimulationConfig dp4 = hand_config(parallel::PipelineSchedule::one_f_one_b);
+        dp4.grid = {.dp = 4, .tp = 1, .pp = 1, .cp = 1};
+        dp4.cost_model = round_cost_model(1);
+        const auto step_of = [](SimulationConfig config, std::optional<int> cores,
+                                int origin_cores = 0) {
+            config.host_cores = cores;
+            config.cost_origin.host_cores = origin_cores;
+            return must(simulate(config, nullptr)).steps.front().duration_ns;
+        };
+        const std::int64_t alone = step_of(dp4, 0);
+        QCOMPARE(step_of(dp4, 4), alone);
+        QCOMPARE(step_of(dp4, std::nullopt), alone);
+        const std::int64_t shared = step_of(dp4, 2);
+        QVERIFY2(std::abs(shared - 2 * alone) <= 2, qPrintable(QString::number(shared)));
+        // The calibration run's cores when none are given; 0 given turns sharing off.
+        QCOMPARE(step_of(dp4, std::nullopt, 2), shared);
+        QCOMPARE(step_of(dp4, 0, 2), alone);
+        QCOMPARE(step_of(dp4, 1, 2), step_of(dp4, 1));  // given over the calibration's
+
+        SimulationConfig pp2 = hand_config(parallel::PipelineSchedule::one_f_one_b);
+        const std::int64_t pipeline = step_of(pp2, 0);
+        const std::int64_t one_core = step_of(pp2, 1);
+        QVERIFY2(one_core > pipeline && one_core < 2 * pipeline,
+                 qPrintable(QString("%1 against %2").arg(one_core).arg(pipeline)));
+        // Σ compute of both stages: 2 micro-batches × (F 1116 + B 2232) each, plus both
+        // optimizers (500 each, one core).
+        QVERIFY(one_core >= 2 * 2 * (1116 + 2232) + 2 * 500);
+    }
+
     // The same 1F1B step as events: where each range lies and what it holds.
     void handWorkedEvents() {
         const std::string path = work_.filePath("hand.fulcrum").toStdString();

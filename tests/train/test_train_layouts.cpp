@@ -99,6 +99,19 @@ private slots:
             << QStringList{"--dp", "2", "--cp", "2", "--comm", "staged", "--overlap-grad-reduce",
                            "on"}
             << fixed;
+        // Waiting ranks that nap (--mpi-wait nap; auto naps where ranks outnumber cores, so
+        // on a 2-core machine the 4-rank rows above nap and these spin): point-to-point sends
+        // and receives, every collective behind its napping barrier, the CP exchange, the
+        // overlapped reduction's MPI_Iallreduce.
+        QTest::newRow("pp2 napping") << 2 << QStringList{"--pp", "2", "--mpi-wait", "nap"} << wlb;
+        QTest::newRow("tp2 cp2 napping")
+            << 4 << QStringList{"--tp", "2", "--cp", "2", "--mpi-wait", "nap"} << fixed;
+        QTest::newRow("dp2 pp2 napping overlapped reduction")
+            << 4 << QStringList{"--dp", "2",          "--pp", "2", "--overlap-grad-reduce",
+                                "on",   "--mpi-wait", "nap"}
+            << wlb;
+        QTest::newRow("dp2 pp2 spinning")
+            << 4 << QStringList{"--dp", "2", "--pp", "2", "--mpi-wait", "spin"} << wlb;
         // FPDT-style chunked attention (chunked_attention.h): each block's QKV projection and
         // attention in chunks of 16 rows, Q/K/V through host memory; whole micro-batches, CP
         // shards, 1F1B's micro-batches in flight on two stages, and block-by-block backward

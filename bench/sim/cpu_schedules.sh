@@ -4,8 +4,9 @@
 # ZB-H1 on the same model and documents under `fulcrum capture`; `fulcrum simulate` is
 # calibrated on the 1F1B run only and plays the other schedules; the table gives the measured
 # and the predicted step time (the median over steps after the first, which warms caches up)
-# and the error. Ranks share the machine's cores: with more ranks than cores, time-slicing
-# distorts every pass, so the 2-rank rows are the ones to trust on a small machine. On a
+# and the error. Ranks share the machine's cores: with more ranks than cores fulcrum-train naps
+# while it waits and records the cores, and the simulator plays processor sharing
+# (docs/simulate.md, "Ranks that share cores"). On a
 # machine that others load too, each schedule is captured REPS times, round-robin, so that the
 # schedules see the same load on average: "measured" is the median over every rep's steps,
 # "simulated" the median over the reps of the prediction calibrated on that rep's 1F1B run;
@@ -29,8 +30,10 @@ echo "runs in $work"
 # the context), so that the fit can tell the per-pass, per-token and per-pair terms apart: with
 # equal micro-batches they are collinear and a 1F1B fit cannot say what interleaving's extra
 # passes or ZB-H1's split cost.
-common=(--layers 8 --hidden 96 --heads 4 --context 256 --micro-batches 8 --steps 5
+# Two layers a stage at least, so that pp8 can interleave two chunks (16 layers there).
+common=(--hidden 96 --heads 4 --context 256 --micro-batches 8 --steps 5
         --lengths lognormal:median=120,sigma=0.9 --documents 4096)
+layers_of() { echo $(($1 * 2 > 8 ? $1 * 2 : 8)); }
 schedules=(1f1b interleaved zb-h1)
 args_of() {  # SCHEDULE
     case $1 in
@@ -43,7 +46,8 @@ for layout in $layouts; do
     for rep in $(seq 1 "$reps"); do
         for schedule in "${schedules[@]}"; do
             # shellcheck disable=SC2046
-            capture "$schedule-$layout-r$rep" "$pp" --pp "$pp" $(args_of "$schedule") "${common[@]}"
+            capture "$schedule-$layout-r$rep" "$pp" --pp "$pp" --layers "$(layers_of "$pp")" \
+                $(args_of "$schedule") "${common[@]}"
         done
     done
     for rep in $(seq 1 "$reps"); do

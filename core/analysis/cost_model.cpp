@@ -311,7 +311,7 @@ CollectiveCost fit_collective(std::string name, Role role,
 // transfer. "recv X" on stage s is matched with "send X" on the neighbour that sends it (s − 1
 // for activations, s + 1 for gradients), on the rank with the same dp, cp and tp, by (step,
 // micro-batch, k).
-void pipeline_samples(const RunTrace& trace,
+void pipeline_samples(const RunTrace& trace, const CoreShares& shares,
                       std::map<std::string, std::vector<TransferSample>>& by_name) {
     struct Key {
         std::int32_t dp, cp, tp, stage, step, microbatch, occurrence;
@@ -324,6 +324,7 @@ void pipeline_samples(const RunTrace& trace,
     struct Recv {
         Key sender;
         std::string_view name;
+        std::int32_t rank;
         std::int64_t start_ns, end_ns, bytes;
     };
     std::map<Key, std::pair<std::int64_t, std::int64_t>> sends;  // → start, bytes
@@ -352,7 +353,8 @@ void pipeline_samples(const RunTrace& trace,
                     const bool backward = what.find("gradient") != std::string_view::npos;
                     const std::int32_t from = backward ? stage + 1 : stage - 1;
                     const Key sender{r.dp, r.cp, r.tp, from, event.step, event.microbatch, k, what};
-                    recvs.push_back({sender, name, event.start_ns, event.end_ns, event.bytes});
+                    recvs.push_back(
+                        {sender, name, r.rank, event.start_ns, event.end_ns, event.bytes});
                 }
             }
         }
@@ -368,9 +370,51 @@ void pipeline_samples(const RunTrace& trace,
         if (recv.start_ns > began || began > recv.end_ns) {
             continue;
         }
+        // On shared cores, a receiver that wakes up to find every core taken waits for one
+        // (core_shares.h), which is the replay's sharing, not the transfer: only receives that
+        // ended with a core free time the transfer itself.
+        if (!shares.core_free(recv.rank, recv.end_ns - 1)) {
+            continue;
+        }
         by_name[std::string(recv.name)].push_back(
             {recv.bytes >= 0 ? recv.bytes : send->second.second, recv.end_ns - began});
     }
+}
+
+// The update as the simulator plays it (core/sim/stage_costs.h, update_start): from the last
+// rank's arrival at the step's optimizer (the gradient norm's all-reduce waits for it) to the
+// last rank's end, a whole core's time where ranks shared cores; the mean over steps. The
+// mean of every rank's range would count the earlier ranks' wait for the last as update.
+double optimizer_ns(const RunTrace& trace, const CoreShares& shares) {
+    struct Arrivals {
+        std::int64_t last_start = 0, last_end = 0;
+        std::int32_t last_rank = 0;
+        bool any = false;
+    };
+    std::map<std::int64_t, Arrivals> steps;  // by step; a range without one alone
+    std::int64_t unnamed = -1;
+    for (const RankTrace& rank : trace.ranks) {
+        for (const LaneTrace& lane : rank.lanes) {
+            for (const Event& event : lane.events) {
+                if (event.kind == EventKind::mark || trace.role(event) != Role::optimizer) {
+                    continue;
+                }
+                Arrivals& step = steps[event.step >= 0 ? event.step : unnamed--];
+                if (!step.any || event.start_ns > step.last_start) {
+                    step.last_start = event.start_ns;
+                    step.last_rank = rank.info.rank;
+                }
+                step.last_end = step.any ? std::max(step.last_end, event.end_ns) : event.end_ns;
+                step.any = true;
+            }
+        }
+    }
+    long double total = 0;
+    for (const auto& [key, step] : steps) {
+        total += static_cast<long double>(step.last_end - step.last_start) *
+                 shares.share(step.last_rank, step.last_start, step.last_end);
+    }
+    return steps.empty() ? 0.0 : static_cast<double>(total / steps.size());
 }
 
 }  // namespace
@@ -481,14 +525,18 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         if (samples.empty()) {
             roles[std::string(trace.name(instance.name))] = instance.role;
         }
-        samples.push_back(
-            {last.bytes, last.end_ns - last.start_ns, calls_of(trace, last.args, calls_cache)});
+        // A whole core's time where ranks shared cores (core_shares.h): the replay shares it
+        // again, as it does the passes the collective sits in.
+        const double share = shares.share(last.rank, last.start_ns, last.end_ns);
+        samples.push_back({last.bytes,
+                           std::llround(static_cast<double>(last.end_ns - last.start_ns) * share),
+                           calls_of(trace, last.args, calls_cache)});
     }
     for (auto& [id, samples] : by_name_id) {
         transfers[std::string(trace.name(StringId{id}))] = std::move(samples);
     }
     std::map<std::string, std::vector<TransferSample>> receives;
-    pipeline_samples(trace, receives);
+    pipeline_samples(trace, shares, receives);
     for (auto& [name, list] : receives) {
         roles[name] = Role::pipeline_recv;
         transfers[name] = std::move(list);
@@ -497,21 +545,7 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         model.collectives.push_back(fit_collective(name, roles[name], list));
     }
 
-    long double optimizer_total = 0;
-    std::int64_t optimizer_count = 0;
-    for (const RankTrace& rank : trace.ranks) {
-        for (const LaneTrace& lane : rank.lanes) {
-            for (const Event& event : lane.events) {
-                if (event.kind != EventKind::mark && trace.role(event) == Role::optimizer) {
-                    optimizer_total += static_cast<long double>(event.duration_ns()) *
-                                       shares.share(rank.info.rank, event.start_ns, event.end_ns);
-                    ++optimizer_count;
-                }
-            }
-        }
-    }
-    model.optimizer_ns =
-        optimizer_count > 0 ? static_cast<double>(optimizer_total / optimizer_count) : 0.0;
+    model.optimizer_ns = optimizer_ns(trace, shares);
     return model;
 }
 

@@ -417,11 +417,15 @@ ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& repli
                 const auto mb = static_cast<std::size_t>(j);
                 table[s][mb] = play.groups[index].duration_ns;
                 if (shared_cores) {
+                    // On cores the CPU backend shares, its collectives are copies and sums on
+                    // the ranks' own cores: the CP exchange is each member's work too.
+                    const GroupPass& group = play.groups[index];
                     auto& work = forward    ? input.forward_work
                                  : backward ? input.backward_work
                                             : input.weight_work;
                     for (int c = 0; c < grid.cp; ++c) {
-                        work[s][mb][static_cast<std::size_t>(c)] = ranks[c].own_total();
+                        work[s][mb][static_cast<std::size_t>(c)] =
+                            ranks[c].own_total() + group.exchange_ns + group.regather_ns;
                     }
                 }
             }
@@ -996,10 +1000,12 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     for (int stage = 0; stage < grid.pp; ++stage) {
         std::array<double, kPassPhases> ns{};
         for (PassPhase phase : phases_of(config)) {
-            ns[static_cast<std::size_t>(phase)] = static_cast<double>(
-                play_group(mean, stage, phase, config, costs, ranks.data()).duration_ns);
+            const GroupPass group = play_group(mean, stage, phase, config, costs, ranks.data());
+            ns[static_cast<std::size_t>(phase)] = static_cast<double>(group.duration_ns);
             for (const RankPass& rank : ranks) {
-                core_ns += m * grid.dp * grid.tp * static_cast<double>(rank.own_total());
+                core_ns +=
+                    m * grid.dp * grid.tp *
+                    static_cast<double>(rank.own_total() + group.exchange_ns + group.regather_ns);
             }
         }
         const double per_microbatch = ns[0] + ns[1] + ns[2];

@@ -53,7 +53,6 @@ CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes
         auto& list = host_edges[h];
         std::sort(list.begin(), list.end());
         Host& host = shares.hosts_[h];
-        host.cores = cores;
         int computing = 0;
         double integral = 0;
         for (std::size_t i = 0; i < list.size();) {
@@ -67,7 +66,6 @@ CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes
             host.at.push_back(t);
             host.integral.push_back(integral);
             host.share.push_back(computing > cores ? static_cast<double>(cores) / computing : 1.0);
-            host.computing.push_back(computing);
         }
     }
     return shares;
@@ -90,23 +88,6 @@ double CoreShares::share(std::int32_t rank, std::int64_t start, std::int64_t end
                host.share[i] * static_cast<double>(t - host.at[i]);
     };
     return (integral(end) - integral(start)) / static_cast<double>(end - start);
-}
-
-}  // namespace fulcrum::analysis
-
-namespace fulcrum::analysis {
-
-bool CoreShares::core_free(std::int32_t rank, std::int64_t t) const {
-    const auto found = host_of_.find(rank);
-    if (found == host_of_.end()) {
-        return true;
-    }
-    const Host& host = hosts_[found->second];
-    const auto after = std::upper_bound(host.at.begin(), host.at.end(), t);
-    if (after == host.at.begin()) {
-        return true;
-    }
-    return host.computing[static_cast<std::size_t>(after - host.at.begin() - 1)] < host.cores;
 }
 
 }  // namespace fulcrum::analysis

@@ -33,10 +33,6 @@ public:
 
     bool shared() const { return !hosts_.empty(); }
 
-    // Whether a core of `rank`'s host was free at `t` (fewer ranks computing than cores): a
-    // rank that woke up then ran at once. Always true where no host is shared.
-    bool core_free(std::int32_t rank, std::int64_t t) const;
-
     // The interval of a pass in which its rank computes (after its pipeline receive).
     static std::pair<std::int64_t, std::int64_t> computing(const Pass& pass) {
         return {std::min(pass.start_ns + pass.pipeline_wait_ns, pass.end_ns), pass.end_ns};
@@ -48,8 +44,6 @@ private:
         std::vector<std::int64_t> at;
         std::vector<double> integral;  // ∫ share dt from at[0] to at[i]
         std::vector<double> share;     // over [at[i], at[i + 1])
-        std::vector<int> computing;    // ranks computing over [at[i], at[i + 1])
-        int cores = 0;
     };
     std::vector<Host> hosts_;
     std::map<std::int32_t, std::size_t> host_of_;  // rank → its host

@@ -364,20 +364,26 @@ void pipeline_samples(const RunTrace& trace, const CoreShares& shares,
         if (send == sends.end()) {
             continue;
         }
-        // Only a receive that was waiting when the send began saw the whole transfer; one
-        // that started later found part or all of it done (posted sends are buffered).
         const std::int64_t began = send->second.first;
-        if (recv.start_ns > began || began > recv.end_ns) {
-            continue;
-        }
-        // On shared cores, a receiver that wakes up to find every core taken waits for one
-        // (core_shares.h), which is the replay's sharing, not the transfer: only receives that
-        // ended with a core free time the transfer itself.
-        if (!shares.core_free(recv.rank, recv.end_ns - 1)) {
-            continue;
+        std::int64_t transfer = recv.end_ns - began;
+        if (!shares.shared()) {
+            // Only a receive that was waiting when the send began saw the whole transfer; one
+            // that started later found part or all of it done (posted sends are buffered).
+            if (recv.start_ns > began || began > recv.end_ns) {
+                continue;
+            }
+        } else {
+            // On shared cores a receiver that waited wakes up when it gets a core, which is
+            // the replay's sharing, not the transfer (core_shares.h); one that came after the
+            // send times the copy itself, which the receiver makes (a posted send waits in
+            // the sender's buffer).
+            if (recv.start_ns < began) {
+                continue;
+            }
+            transfer = recv.end_ns - recv.start_ns;
         }
         by_name[std::string(recv.name)].push_back(
-            {recv.bytes >= 0 ? recv.bytes : send->second.second, recv.end_ns - began});
+            {recv.bytes >= 0 ? recv.bytes : send->second.second, transfer});
     }
 }
 

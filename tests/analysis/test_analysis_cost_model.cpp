@@ -162,12 +162,13 @@ private slots:
         }
     }
 
-    // On shared cores a receiver that wakes up with every core taken waits for one, which the
-    // replay plays as sharing: such a receive does not time the transfer. Two pp ranks on one
-    // core: the receive ending at 1800 does so while rank 0 computes (its forward of mb 5 runs
-    // [900, 1900)): dropped; those ending at 2500 and 3600 with the core free time 500 each.
-    // Told nothing of the cores, or with a core a rank, the fit takes all three.
-    void sharedCoresTimeTransfersWithACoreFree() {
+    // On shared cores a receiver that waited for its input wakes up when it gets a core, which
+    // the replay plays as sharing: its receive does not time the transfer, while one that came
+    // after the send does (the copy is the receiver's). Two pp ranks on one core: the receive
+    // [500, 1800) waited for the send at 1000: dropped; [2100, 2150) and [3200, 3260) came
+    // after theirs: 50 and 60. With a core a rank (or cores not said) the rule is the other
+    // way round: only the waiting receive saw the whole transfer, 800.
+    void sharedCoresTimeTransfersByTheCopy() {
         const auto fitted = [&](int host_cores) -> CollectiveCost {
             RunTrace trace;
             trace.run.config_json = "{\"host_cores\": " + std::to_string(host_cores) + "}";
@@ -181,13 +182,12 @@ private slots:
                     start, end, 0, mb, static_cast<std::int16_t>(rank), Phase::forward);
                 e.bytes = forward ? -1 : 64;
             };
-            range(0, "forward", 900, 1900, 5);
             range(0, "send activations", 1000, 1010, 0);
             range(1, "recv activations", 500, 1800, 0);
             range(0, "send activations", 2000, 2010, 1);
-            range(1, "recv activations", 1900, 2500, 1);
-            range(0, "send activations", 3100, 3110, 2);
-            range(1, "recv activations", 3000, 3600, 2);
+            range(1, "recv activations", 2100, 2150, 1);
+            range(0, "send activations", 3000, 3010, 2);
+            range(1, "recv activations", 3200, 3260, 2);
             for (int mb = 0; mb < 3; ++mb) {
                 hold(trace, 1, 0, 10 + mb, {10 * (mb + 1)});
                 range(1, "forward", 1'000'000 + 1000 * mb, 1'000'000 + 1000 * mb + 100, 10 + mb);
@@ -201,9 +201,12 @@ private slots:
         };
         const CollectiveCost shared = fitted(1);
         QCOMPARE(shared.fit.samples, 2);
-        QCOMPARE(shared.latency_ns, 500.0);
-        QCOMPARE(fitted(0).fit.samples, 3);
-        QCOMPARE(fitted(2).fit.samples, 3);  // a core each
+        QCOMPARE(shared.latency_ns, 55.0);  // one size: the median
+        for (int cores : {0, 2}) {
+            const CollectiveCost apart = fitted(cores);
+            QCOMPARE(apart.fit.samples, 1);
+            QCOMPARE(apart.latency_ns, 800.0);
+        }
     }
 
     // The degenerate fits, data-driven. Columns are (1, T, P); the rule is non-negative least

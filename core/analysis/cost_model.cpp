@@ -531,12 +531,22 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         if (samples.empty()) {
             roles[std::string(trace.name(instance.name))] = instance.role;
         }
-        // A whole core's time where ranks shared cores (core_shares.h): the replay shares it
-        // again, as it does the passes the collective sits in.
-        const double share = shares.share(last.rank, last.start_ns, last.end_ns);
-        samples.push_back({last.bytes,
-                           std::llround(static_cast<double>(last.end_ns - last.start_ns) * share),
-                           calls_of(trace, last.args, calls_cache)});
+        // The last member's time: the others' wait for it is the imbalance the replay plays.
+        // Where ranks shared cores, the members of a TP or CP collective, which syncs every
+        // layer, reach it a time slice apart (the scheduler runs some to the collective while
+        // the others wait for a core), which the fluid replay of the passes does not play
+        // (core_shares.h): such a collective keeps its members' mean.
+        std::int64_t transfer = last.end_ns - last.start_ns;
+        const bool in_pass =
+            instance.role == Role::tp_collective || instance.role == Role::cp_collective;
+        if (shares.shared() && in_pass) {
+            std::int64_t total = 0;
+            for (const CollectiveParticipant& member : instance.participants) {
+                total += member.end_ns - member.start_ns;
+            }
+            transfer = total / static_cast<std::int64_t>(instance.participants.size());
+        }
+        samples.push_back({last.bytes, transfer, calls_of(trace, last.args, calls_cache)});
     }
     for (auto& [id, samples] : by_name_id) {
         transfers[std::string(trace.name(StringId{id}))] = std::move(samples);

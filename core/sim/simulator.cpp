@@ -417,15 +417,15 @@ ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& repli
                 const auto mb = static_cast<std::size_t>(j);
                 table[s][mb] = play.groups[index].duration_ns;
                 if (shared_cores) {
-                    // On cores the CPU backend shares, its collectives are copies and sums on
-                    // the ranks' own cores: the CP exchange is each member's work too.
-                    const GroupPass& group = play.groups[index];
+                    // A member's compute shares the cores; its TP collectives, like the CP
+                    // exchange and the sends, keep their fitted time (docs/simulate.md, "Ranks
+                    // that share cores").
                     auto& work = forward    ? input.forward_work
                                  : backward ? input.backward_work
                                             : input.weight_work;
                     for (int c = 0; c < grid.cp; ++c) {
                         work[s][mb][static_cast<std::size_t>(c)] =
-                            ranks[c].own_total() + group.exchange_ns + group.regather_ns;
+                            ranks[c].own_total() - ranks[c].tp_total();
                     }
                 }
             }
@@ -929,16 +929,12 @@ StageCosts config_costs(const SimulationConfig& config) {
     // cores").
     if (const CoreSharing sharing = core_sharing(config); sharing.shared()) {
         const double x = sharing.oversubscription;
-        for (analysis::CollectiveCost* cost : {&costs.dp_all_reduce, &costs.embedding_all_reduce}) {
-            cost->latency_ns *= x;
-            cost->per_byte_ns *= x;
-        }
         costs.optimizer_ns *= x;
         costs.notes.push_back("ranks share cores: " + std::to_string(config.grid.world()) +
                               " ranks on " + std::to_string(std::llround(sharing.cores)) +
-                              " cores; passes run at min(1, cores / computing ranks) of a core, "
-                              "the gradient reduction and the optimizer " +
-                              shortest(x) + "× as long");
+                              " cores; passes compute at min(1, cores / computing ranks) of a "
+                              "core, the optimizer " +
+                              shortest(x) + "× as long; collectives and transfers as fitted");
     }
     return costs;
 }
@@ -1004,8 +1000,7 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
             ns[static_cast<std::size_t>(phase)] = static_cast<double>(group.duration_ns);
             for (const RankPass& rank : ranks) {
                 core_ns +=
-                    m * grid.dp * grid.tp *
-                    static_cast<double>(rank.own_total() + group.exchange_ns + group.regather_ns);
+                    m * grid.dp * grid.tp * static_cast<double>(rank.own_total() - rank.tp_total());
             }
         }
         const double per_microbatch = ns[0] + ns[1] + ns[2];

@@ -209,6 +209,40 @@ private slots:
         }
     }
 
+    // A TP collective on shared cores keeps its members' mean time: they reach it a time slice
+    // apart, which the fluid replay of the passes does not play. Two TP ranks; in each of
+    // three all-reduces of one size rank 0 arrives 400 before rank 1 and both end 100 after
+    // rank 1 arrived: the last arrival's 100 with a core each, (500 + 100) / 2 = 300 on one.
+    void sharedCoresKeepATpCollectivesMean() {
+        const auto fitted = [&](int host_cores) -> CollectiveCost {
+            RunTrace trace;
+            trace.run.config_json = "{\"host_cores\": " + std::to_string(host_cores) + "}";
+            add_rank(trace, 0, 0, 0, 0, 0);
+            add_rank(trace, 1, 0, 1, 0, 0);
+            for (int k = 0; k < 3; ++k) {
+                const std::int64_t t = 10'000 * (k + 1);
+                for (int rank : {0, 1}) {
+                    Event& e =
+                        trace.add_range(host(trace, rank), "tp all-reduce", Category::communication,
+                                        rank == 0 ? t : t + 400, t + 500, 0, k, 0, Phase::forward);
+                    e.bytes = 4096;
+                }
+                hold(trace, 0, 0, k, {10 * (k + 1)});
+                trace.add_range(host(trace, 0), "forward", Category::compute, 1'000'000 + 1000 * k,
+                                1'000'000 + 1000 * k + 100, 0, k, 0, Phase::forward);
+            }
+            trace.finish();
+            auto model = fit_cost_model(trace, find_passes(trace));
+            if (!model || model->collective("tp all-reduce") == nullptr) {
+                return {};
+            }
+            return *model->collective("tp all-reduce");
+        };
+        QCOMPARE(fitted(1).latency_ns, 300.0);
+        QCOMPARE(fitted(2).latency_ns, 100.0);
+        QCOMPARE(fitted(0).latency_ns, 100.0);
+    }
+
     // The degenerate fits, data-driven. Columns are (1, T, P); the rule is non-negative least
     // squares, ties to work terms before the fixed term (cost_model.cpp).
     void degenerateFits_data() {

@@ -204,8 +204,9 @@ private slots:
     }
 
     // Ranks that share a host's cores (docs/simulate.md, "Ranks that share cores"). Four DP
-    // replicas of the same micro-batches on two cores compute at half a core all the time,
-    // and reduce and update at half: the step takes exactly twice as long. With a core a
+    // replicas of the same micro-batches on two cores compute at half a core all the time and
+    // update at half (their reduction, free here, keeps its fitted time): the step takes
+    // exactly twice as long. With a core a
     // rank (or 0, or cores not said) nothing changes. A pp2 pipeline on one core is faster
     // than twice its own step (a stage computes alone in the warm-up and cool-down), but
     // slower than the step and never faster than the core can do its work.
@@ -213,6 +214,8 @@ private slots:
         SimulationConfig dp4 = hand_config(parallel::PipelineSchedule::one_f_one_b);
         dp4.grid = {.dp = 4, .tp = 1, .pp = 1, .cp = 1};
         dp4.cost_model = round_cost_model(1);
+        // A free reduction, so that only compute and the update are left to share.
+        dp4.cost_model->collectives.push_back(collective_cost(kDpAllReduce, 0, 0));
         const auto step_of = [](SimulationConfig config, std::optional<int> cores,
                                 int origin_cores = 0) {
             config.host_cores = cores;

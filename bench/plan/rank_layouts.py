@@ -146,9 +146,12 @@ def main():
     parser.add_argument("--documents", type=int, default=205)
     parser.add_argument("--global-batch", type=int, default=None,
                         help="sequences of 512 tokens a step (default 2 x world: m = 2N/dp)")
-    parser.add_argument("--calibration-layouts", default="pp2,tp2,tp2sp,cp2,dp2",
+    parser.add_argument("--calibration-layouts", default=None,
                         help="the calibration runs, comma-separated: degrees by name (the others "
-                             "1) and sp for sequence parallelism, e.g. pp2,tp2,tp2sp,cp2,dp2")
+                             "1) and sp for sequence parallelism, e.g. pp2,tp2,tp2sp,cp2,dp2; "
+                             "default: each dimension over the whole world (at --world 4: "
+                             "pp4,tp4,tp4sp,cp4,dp4), so that the runs share the cores as the "
+                             "layouts they calibrate do")
     parser.add_argument("--plan-args", default="",
                         help="more fulcrum plan options, e.g. to narrow the search at --world 4")
     parser.add_argument("--measured", default=None,
@@ -171,7 +174,9 @@ def main():
 
     # 1. The calibration runs: one epoch each, 1F1B, fixed packing.
     captures, calibration_lines, full_steps = [], [], None
-    for name in args.calibration_layouts.split(","):
+    n = args.world
+    layouts = args.calibration_layouts or f"pp{n},tp{n},tp{n}sp,cp{n},dp{n}"
+    for name in layouts.split(","):
         layout = parse_layout(name)
         ranks = layout["dp"] * layout["tp"] * layout["pp"] * layout["cp"]
         calibration = ["--backend", "cpu"]

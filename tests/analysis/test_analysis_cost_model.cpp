@@ -30,6 +30,24 @@ bool close(double actual, double expected, double relative = 1e-9) {
     return std::fabs(actual - expected) <= relative * std::max(1.0, std::fabs(expected));
 }
 
+// A run whose ranks share `host_cores` cores (0: not said), as run.config says it.
+RunTrace on_cores(int host_cores) {
+    RunTrace trace;
+    trace.run.config_json = "{\"host_cores\": " + std::to_string(host_cores) + "}";
+    return trace;
+}
+
+// The fitted cost of collective `name` on the finished `trace`; a default one when there is
+// none.
+CollectiveCost fitted_collective(RunTrace& trace, std::string_view name) {
+    trace.finish();
+    auto model = fit_cost_model(trace, find_passes(trace));
+    if (!model || model->collective(name) == nullptr) {
+        return {};
+    }
+    return *model->collective(name);
+}
+
 Error error_of(std::string_view json) {
     auto parsed = parse_cost_model_json(json);
     if (parsed) {
@@ -117,8 +135,7 @@ private slots:
         const std::int64_t forward[] = {1520, 2040, 2440, 3760, 3260};
         const std::int64_t backward[] = {1040, 2080, 2880, 5520, 4520};
         const auto fitted = [&](int host_cores) -> PassCost {
-            RunTrace trace;
-            trace.run.config_json = "{\"host_cores\": " + std::to_string(host_cores) + "}";
+            RunTrace trace = on_cores(host_cores);
             add_rank(trace, 0, 0, 0, 0, 0);
             add_rank(trace, 1, 1, 0, 0, 0);
             std::int64_t t = 0;
@@ -170,8 +187,7 @@ private slots:
     // way round: only the waiting receive saw the whole transfer, 800.
     void sharedCoresTimeTransfersByTheCopy() {
         const auto fitted = [&](int host_cores) -> CollectiveCost {
-            RunTrace trace;
-            trace.run.config_json = "{\"host_cores\": " + std::to_string(host_cores) + "}";
+            RunTrace trace = on_cores(host_cores);
             add_rank(trace, 0, 0, 0, 0, 0);
             add_rank(trace, 1, 0, 0, 1, 0);
             const auto range = [&](int rank, std::string_view name, std::int64_t start,
@@ -192,12 +208,7 @@ private slots:
                 hold(trace, 1, 0, 10 + mb, {10 * (mb + 1)});
                 range(1, "forward", 1'000'000 + 1000 * mb, 1'000'000 + 1000 * mb + 100, 10 + mb);
             }
-            trace.finish();
-            auto model = fit_cost_model(trace, find_passes(trace));
-            if (!model || model->collective("recv activations") == nullptr) {
-                return {};
-            }
-            return *model->collective("recv activations");
+            return fitted_collective(trace, "recv activations");
         };
         const CollectiveCost shared = fitted(1);
         QCOMPARE(shared.fit.samples, 2);
@@ -215,8 +226,7 @@ private slots:
     // rank 1 arrived: the last arrival's 100 with a core each, (500 + 100) / 2 = 300 on one.
     void sharedCoresKeepATpCollectivesMean() {
         const auto fitted = [&](int host_cores) -> CollectiveCost {
-            RunTrace trace;
-            trace.run.config_json = "{\"host_cores\": " + std::to_string(host_cores) + "}";
+            RunTrace trace = on_cores(host_cores);
             add_rank(trace, 0, 0, 0, 0, 0);
             add_rank(trace, 1, 0, 1, 0, 0);
             for (int k = 0; k < 3; ++k) {
@@ -231,12 +241,7 @@ private slots:
                 trace.add_range(host(trace, 0), "forward", Category::compute, 1'000'000 + 1000 * k,
                                 1'000'000 + 1000 * k + 100, 0, k, 0, Phase::forward);
             }
-            trace.finish();
-            auto model = fit_cost_model(trace, find_passes(trace));
-            if (!model || model->collective("tp all-reduce") == nullptr) {
-                return {};
-            }
-            return *model->collective("tp all-reduce");
+            return fitted_collective(trace, "tp all-reduce");
         };
         QCOMPARE(fitted(1).latency_ns, 300.0);
         QCOMPARE(fitted(2).latency_ns, 100.0);

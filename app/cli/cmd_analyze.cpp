@@ -60,6 +60,13 @@ void render_summary(const RunAnalysis& a, std::string& out) {
                                : std::string("micro-batches ") + kUnknownFigure) +
            "\n";
     out += "events   " + std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)\n";
+    const int world = c.dp * c.tp * c.pp * c.cp;
+    if (c.host_cores > 0 && world > c.host_cores) {
+        out += "cores    " + std::to_string(c.host_cores) + " a host, shared by its ranks (" +
+               std::to_string(world) +
+               " in all): a pass's time includes its waits for a core, which fulcrum simulate "
+               "plays (docs/simulate.md, \"Ranks that share cores\")\n";
+    }
 }
 
 void render_breakdown(const RunAnalysis& a, std::string& out) {

@@ -148,6 +148,10 @@ private slots:
         QVERIFY(text.contains("step breakdown"));
         QVERIFY(text.contains("pipeline bubbles (gpipe, theory (p−1)/m = 0.500"));
         QVERIFY(text.contains("cost model"));
+        // fulcrum-train records the cores its node's ranks could use; where 4 ranks outnumber
+        // them (a 2-core machine), the summary says that passes waited for cores.
+        QVERIFY(trace_.config.host_cores > 0);
+        QCOMPARE(text.contains("shared by its ranks (4 in all)"), trace_.config.host_cores < 4);
 
         const QByteArray json =
             fulcrum({"analyze", "--json", QString::fromStdString(run_path_)}, exit_code);

@@ -2,10 +2,14 @@
 // same run, because these machines are shared and noisy.
 //
 //  writer  events/s of TraceWriter (producer thread -> background writer, committed) against
-//          a plain prepared-statement insert loop in one transaction into the same schema.
+//          a plain prepared-statement insert loop in one transaction into the same schema;
+//          then the writer with block storage (rank files, issue 18: >= 5 M events/s and
+//          <= 16 bytes an event on disk after close) against the writer with rows.
+//  merge   merge_rank_files of the reader's 10M-event rank file, kept as blocks against as rows.
 //  reader  a lane/time-window query returning ~10K events from a 10M-event file, against
 //          the same query without the max-duration bound (an index range scan to the window's
 //          end instead of just the window).
+#include <sys/resource.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -88,13 +92,17 @@ double baseline_insert_loop(const std::string& path, const std::vector<Event>& e
 struct WriterTiming {
     double ingest_seconds;  // add_event of every event until all are committed
     double close_seconds;   // index build and checkpoint
+    double file_bytes;      // after close
 };
 
-WriterTiming trace_writer(const std::string& path, const std::vector<Event>& events, int lanes) {
+WriterTiming trace_writer(const std::string& path, const std::vector<Event>& events, int lanes,
+                          WriterOptions::EventStorage storage = WriterOptions::EventStorage::rows) {
     bench::remove_run_file(path);
     RunInfo run;
     run.name = "bench";
-    auto writer = TraceWriter::create(path, run);
+    WriterOptions options;
+    options.events = storage;
+    auto writer = TraceWriter::create(path, run, options);
     if (!writer) {
         std::fprintf(stderr, "%s\n", writer.error().message.c_str());
         std::exit(2);
@@ -114,7 +122,26 @@ WriterTiming trace_writer(const std::string& path, const std::vector<Event>& eve
     const double ingest = seconds_since(start);
     const auto close_start = Clock::now();
     (void)(*writer)->close();
-    return {ingest, seconds_since(close_start)};
+    return {ingest, seconds_since(close_start),
+            static_cast<double>(std::filesystem::file_size(path))};
+}
+
+// User and system seconds of the whole process (the producer and the writer thread).
+double cpu_seconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+           static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+double merge_seconds(const std::string& rank_file, const std::string& run_path) {
+    bench::remove_run_file(run_path);
+    const auto start = Clock::now();
+    if (auto merged = merge_rank_files({rank_file}, run_path); !merged) {
+        std::fprintf(stderr, "%s\n", merged.error().message.c_str());
+        std::exit(2);
+    }
+    return seconds_since(start);
 }
 
 }  // namespace
@@ -165,20 +192,65 @@ int main(int argc, char** argv) {
     writer_table.add_row({"TraceWriter close (indexes, checkpoint)", "", buffer[5], "", "", ""});
     std::printf("\n%s\n", writer_table.render().c_str());
 
+    // Rank files (issue 18): the same events through the writer as rows and as blocks,
+    // alternating so that both see the same machine.
+    WriterTiming best_rows{1e9, 0, 0}, best_blocks{1e9, 0, 0};
+    std::vector<std::string> cpu;
+    for (int r = 0; r < repeats; ++r) {
+        const WriterTiming rows = trace_writer(path, events, kLanes);
+        const double cpu_before = cpu_seconds();
+        const WriterTiming blocks =
+            trace_writer(path, events, kLanes, WriterOptions::EventStorage::blocks);
+        cpu.push_back(bench::cell(cpu_seconds() - cpu_before, "%.2f"));
+        best_rows = rows.ingest_seconds < best_rows.ingest_seconds ? rows : best_rows;
+        best_blocks = blocks.ingest_seconds < best_blocks.ingest_seconds ? blocks : best_blocks;
+    }
+    TextTable blocks_table({"rank file writer", "events", "seconds", "events/s", "vs rows",
+                            "bytes/event", "close s", "target"},
+                           {Align::left, Align::right, Align::right, Align::right, Align::right,
+                            Align::right, Align::right, Align::left});
+    blocks_table.add_row({"TraceWriter, rows (baseline)", std::to_string(writer_events),
+                          bench::cell(best_rows.ingest_seconds, "%.3f"),
+                          bench::cell(n / best_rows.ingest_seconds / 1e6, "%.2f M"), "1.00x",
+                          bench::cell(best_rows.file_bytes / n, "%.1f"),
+                          bench::cell(best_rows.close_seconds, "%.3f"), ""});
+    blocks_table.add_row(
+        {"TraceWriter, blocks (zstd)", std::to_string(writer_events),
+         bench::cell(best_blocks.ingest_seconds, "%.3f"),
+         bench::cell(n / best_blocks.ingest_seconds / 1e6, "%.2f M"),
+         bench::cell(best_rows.ingest_seconds / best_blocks.ingest_seconds, "%.2fx"),
+         bench::cell(best_blocks.file_bytes / n, "%.1f"),
+         bench::cell(best_blocks.close_seconds, "%.3f"), ">= 5 M/s, <= 16 B"});
+    std::printf("%s", blocks_table.render().c_str());
+    std::printf("CPU seconds of each block writer run (both threads): ");
+    for (const auto& seconds : cpu) {
+        std::printf("%s ", seconds.c_str());
+    }
+    std::printf("\n\n");
+
     // The GUI reads merged runs: record a rank file, then merge it as a capture would.
     std::printf("writing and merging a %zu-event run for the reader...\n", reader_events);
     const std::string run_path = directory + "/fulcrum-bench-store.fulcrum";
+    const std::string blocks_path = directory + "/fulcrum-bench-store-blocks.sqlite";
     {
         const auto big = make_events(reader_events, kLanes, 2);
         (void)trace_writer(path, big, kLanes);
+        (void)trace_writer(blocks_path, big, kLanes, WriterOptions::EventStorage::blocks);
     }
-    bench::remove_run_file(run_path);
-    const auto merge_start = Clock::now();
-    if (auto merged = merge_rank_files({path}, run_path); !merged) {
-        std::fprintf(stderr, "%s\n", merged.error().message.c_str());
-        return 2;
-    }
-    std::printf("merge: %.1f s\n", seconds_since(merge_start));
+    const double merge_blocks = merge_seconds(blocks_path, run_path);
+    const double merge_rows = merge_seconds(path, run_path);
+    const double big_n = static_cast<double>(reader_events);
+    TextTable merge_table({"merge of one rank file", "events", "seconds", "events/s", "vs rows"},
+                          {Align::left, Align::right, Align::right, Align::right, Align::right});
+    merge_table.add_row({"rank file with rows (baseline)", std::to_string(reader_events),
+                         bench::cell(merge_rows, "%.2f"),
+                         bench::cell(big_n / merge_rows / 1e6, "%.2f M"), "1.00x"});
+    merge_table.add_row({"rank file with blocks", std::to_string(reader_events),
+                         bench::cell(merge_blocks, "%.2f"),
+                         bench::cell(big_n / merge_blocks / 1e6, "%.2f M"),
+                         bench::cell(merge_rows / merge_blocks, "%.2fx")});
+    std::printf("\n%s\n", merge_table.render().c_str());
+    bench::remove_run_file(blocks_path);
     auto trace = TraceReader::open(run_path);
     if (!trace) {
         std::fprintf(stderr, "%s\n", trace.error().message.c_str());

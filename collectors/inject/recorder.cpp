@@ -184,6 +184,7 @@ bool Recorder::open_writer(std::int32_t rank_hint) {
 
     store::WriterOptions options;
     options.overflow = store::WriterOptions::Overflow::drop;
+    options.events = store::WriterOptions::EventStorage::blocks;  // a rank file (docs/schema.md)
     const std::string path = directory_ + "/rank-" + std::to_string(rank) + ".sqlite";
     auto writer = store::TraceWriter::create(path, run, options);
     if (!writer) {

@@ -22,15 +22,17 @@ std::int64_t unzigzag(std::uint64_t value) {
     return static_cast<std::int64_t>(value >> 1) ^ -static_cast<std::int64_t>(value & 1);
 }
 
-void put_varint(std::string& out, std::uint64_t value) {
+// Writes through a cursor into a buffer the caller sized (kMaxEncodedEventBytes an event): a
+// push_back per byte spent more time checking capacity than encoding.
+void put_varint(std::uint8_t*& out, std::uint64_t value) {
     while (value >= 0x80) {
-        out.push_back(static_cast<char>((value & 0x7f) | 0x80));
+        *out++ = static_cast<std::uint8_t>((value & 0x7f) | 0x80);
         value >>= 7;
     }
-    out.push_back(static_cast<char>(value));
+    *out++ = static_cast<std::uint8_t>(value);
 }
 
-void put_signed(std::string& out, std::int64_t value) {
+void put_signed(std::uint8_t*& out, std::int64_t value) {
     put_varint(out, zigzag(value));
 }
 
@@ -88,9 +90,8 @@ private:
 // micro-batch, stage, bytes, then the correlation: 0 for none (-1), 2 + the zig-zagged delta
 // from the lane's previous correlation (kernels' ids rise by small steps), or 1 and the
 // value itself for ids that fit neither.
-std::string encode_event_block(const Event* events, std::size_t count) {
-    std::string out;
-    out.reserve(count * 16);
+std::size_t encode_event_block(const Event* events, std::size_t count, std::uint8_t* buffer) {
+    std::uint8_t* out = buffer;
     std::int64_t previous_start = 0;
     std::int64_t previous_correlation = 0;
     for (std::size_t i = 0; i < count; ++i) {
@@ -100,12 +101,12 @@ std::string encode_event_block(const Event* events, std::size_t count) {
         previous_start = event.start_ns;
         put_varint(out, event.name.value);
         put_varint(out, event.args.value);
-        out.push_back(static_cast<char>(event.kind));
-        out.push_back(static_cast<char>(event.category));
-        out.push_back(static_cast<char>(event.phase));
-        out.push_back(static_cast<char>(event.copy_kind));
-        out.push_back(static_cast<char>(event.src_memory));
-        out.push_back(static_cast<char>(event.dst_memory));
+        *out++ = static_cast<std::uint8_t>(event.kind);
+        *out++ = static_cast<std::uint8_t>(event.category);
+        *out++ = static_cast<std::uint8_t>(event.phase);
+        *out++ = static_cast<std::uint8_t>(event.copy_kind);
+        *out++ = static_cast<std::uint8_t>(event.src_memory);
+        *out++ = static_cast<std::uint8_t>(event.dst_memory);
         put_signed(out, event.step);
         put_signed(out, event.microbatch);
         put_signed(out, event.stage);
@@ -124,11 +125,21 @@ std::string encode_event_block(const Event* events, std::size_t count) {
             previous_correlation = event.correlation;
         }
     }
+    return static_cast<std::size_t>(out - buffer);
+}
+
+std::string encode_event_block(const Event* events, std::size_t count) {
+    std::string out(count * kMaxEncodedEventBytes, '\0');
+    out.resize(encode_event_block(events, count, reinterpret_cast<std::uint8_t*>(out.data())));
     return out;
 }
 
 bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, int format,
                         std::vector<Event>& out) {
+    // Every event takes at least 12 bytes; a larger count is damage, and must not size `out`.
+    if (count > bytes.size()) {
+        return false;
+    }
     BlockDecoder in(bytes);
     const std::size_t first = out.size();
     out.resize(first + count);

@@ -25,9 +25,16 @@ class Database;
 inline constexpr int kEventPackFormat = 2;
 inline constexpr std::size_t kEventsPerPackBlock = 65536;
 
+// No event's encoding is longer: Δstart, duration and bytes (10 each), a verbatim correlation
+// with its tag (11), name, args, step and micro-batch (5 each), stage (3) and six single bytes
+// come to 70.
+inline constexpr std::size_t kMaxEncodedEventBytes = 80;
+
 // One block: events of one lane, in the order given. Every field round-trips exactly,
 // including -1 ("unknown") and extreme int64 values.
 std::string encode_event_block(const Event* events, std::size_t count);
+// The same into `buffer`, which has room for count × kMaxEncodedEventBytes; returns the length.
+std::size_t encode_event_block(const Event* events, std::size_t count, std::uint8_t* buffer);
 // Appends `count` events of `lane` to `out`; false when the bytes are damaged (short,
 // overlong varints, or bytes left over).
 bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, int format,

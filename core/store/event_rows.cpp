@@ -35,4 +35,38 @@ Event read_event_row(const Statement& stmt) {
     return e;
 }
 
+std::string event_insert_sql(std::size_t rows) {
+    std::string sql =
+        "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
+        "stage, phase, bytes, copy_kind, correlation, args, src_memory, dst_memory) VALUES ";
+    for (std::size_t row = 0; row < rows; ++row) {
+        sql += row == 0 ? "(" : ", (";
+        for (int column = 0; column < kEventColumns; ++column) {
+            sql += (column == 0 ? "?" : ", ?") +
+                   std::to_string(row * kEventColumns + static_cast<std::size_t>(column) + 1);
+        }
+        sql += ")";
+    }
+    return sql;
+}
+
+void bind_event(Statement& st, int first, const Event& e) {
+    st.bind(first, std::int64_t{e.lane.value});
+    st.bind(first + 1, e.start_ns);
+    st.bind(first + 2, e.end_ns);
+    st.bind(first + 3, static_cast<std::int64_t>(e.kind));
+    st.bind_optional(first + 4, e.name.valid() ? std::int64_t{e.name.value} : -1);
+    st.bind(first + 5, static_cast<std::int64_t>(e.category));
+    st.bind_optional(first + 6, e.step);
+    st.bind_optional(first + 7, e.microbatch);
+    st.bind_optional(first + 8, e.stage);
+    st.bind_optional(first + 9, static_cast<std::int64_t>(e.phase));
+    st.bind_optional(first + 10, e.bytes);
+    st.bind_optional(first + 11, static_cast<std::int64_t>(e.copy_kind));
+    st.bind_optional(first + 12, e.correlation);
+    st.bind_optional(first + 13, e.args.valid() ? std::int64_t{e.args.value} : -1);
+    st.bind_optional(first + 14, static_cast<std::int64_t>(e.src_memory));
+    st.bind_optional(first + 15, static_cast<std::int64_t>(e.dst_memory));
+}
+
 }  // namespace fulcrum::store

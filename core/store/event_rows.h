@@ -19,4 +19,12 @@ std::string event_columns(std::int64_t schema_version);
 // The Event in the current row of a statement that selected event_columns() first.
 Event read_event_row(const Statement& stmt);
 
+// The event table's columns as INSERT names them (the writer's rows, merge's copy of event
+// blocks into rows).
+inline constexpr int kEventColumns = 16;
+// "INSERT INTO event (...) VALUES (?1, ...), (...)" for `rows` rows.
+std::string event_insert_sql(std::size_t rows);
+// Binds one event's columns from parameter `first` on; -1 and id 0 bind NULL.
+void bind_event(Statement& st, int first, const Event& e);
+
 }  // namespace fulcrum::store

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/store/event_pack.h"
+#include "core/store/event_rows.h"
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
 #include "core/store/trace_writer.h"
@@ -26,11 +27,43 @@ struct Source {
     bool has_events = false;
     std::int64_t shift_ns = 0;  // local -> reference UTC clock
     ClockAlignment alignment = ClockAlignment::utc_offset;
+    bool events_in_blocks = false;  // a rank file of schema version 3 (event_blocks.h)
 };
 
 std::int64_t median(std::vector<std::int64_t> values) {
     std::sort(values.begin(), values.end());
     return values[values.size() / 2];
+}
+
+// The clock-sync marks and the earliest start of a file whose events are in blocks: one pass
+// over its events, which no SQL can look into.
+Status inspect_blocks(const TraceReader& reader, Source& source) {
+    StringId sync_mark;
+    for (std::size_t id = 1; id < reader.string_count(); ++id) {
+        const StringId string{static_cast<std::uint32_t>(id)};
+        if (reader.string(string) == kClockSyncMark) {
+            sync_mark = string;
+        }
+    }
+    auto blocks = reader.event_rowids();
+    if (!blocks) {
+        return blocks.error();
+    }
+    std::int64_t first = std::numeric_limits<std::int64_t>::max();
+    auto status = reader.scan_events(blocks->first, blocks->second, [&](const Event& e) {
+        first = std::min(first, e.start_ns);
+        source.has_events = true;
+        if (sync_mark.valid() && e.kind == EventKind::mark && e.name == sync_mark) {
+            source.sync_marks.push_back(e.start_ns + source.utc_offset_ns);
+        }
+        return true;
+    });
+    if (!status) {
+        return status;
+    }
+    std::sort(source.sync_marks.begin(), source.sync_marks.end());
+    source.first_start_ns = source.has_events ? first : 0;
+    return {};
 }
 
 Result<Source> inspect(const std::string& path) {
@@ -44,6 +77,13 @@ Result<Source> inspect(const std::string& path) {
     source.schema_version = reader->schema_version();
     if (!source.ranks.empty()) {
         source.utc_offset_ns = source.ranks.front().utc_offset_ns;
+    }
+    if (reader->events_in_blocks()) {
+        source.events_in_blocks = true;
+        if (auto status = inspect_blocks(*reader, source); !status) {
+            return status.error();
+        }
+        return source;
     }
     auto db = Database::open(path, Database::Mode::read_only);
     if (!db) {
@@ -100,10 +140,11 @@ void choose_shifts(std::vector<Source>& sources, std::vector<std::string>& warni
     }
 }
 
-// One transaction that copies an attached rank file (`src`) into the merged run: its strings
-// (deduplicated), lanes (ids after `lane_offset`), events (times shifted by `shift`, names and
-// args mapped to the merged strings, in lane and time order), ranks, workload, counters and
-// import log.
+// The start of one transaction that copies an attached rank file (`src`) into the merged run:
+// its strings (deduplicated), lanes (ids after `lane_offset`), events (times shifted by `shift`,
+// names and args mapped to the merged strings, in lane and time order), ranks, workload,
+// counters and import log. It leaves the transaction open and temp.string_map (source string
+// id -> merged id) for the events of a file that keeps them in blocks (copy_block_events).
 std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64_t lane_offset) {
     const std::string shift_sql = std::to_string(shift);
     const std::string lane_sql = std::to_string(lane_offset);
@@ -143,9 +184,86 @@ std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64
            "INSERT INTO import_log (source, record_index, reason, record, skipped) "
            "  SELECT source, record_index, reason, record, " +
            std::string(source.schema_version >= 2 ? "skipped" : "1") +
-           " FROM src.import_log ORDER BY id;"
-           "DROP TABLE temp.string_map;"
-           "COMMIT;";
+           " FROM src.import_log ORDER BY id;";
+}
+
+// The events of a rank file kept in blocks, as rows of the merged run in the order
+// copy_source_sql writes rows: lane by lane, by start time, end descending.
+Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
+                         std::int64_t lane_offset) {
+    std::vector<StringId> merged_string;  // by the source's string id
+    auto string_map = db.prepare("SELECT old, new FROM temp.string_map");
+    if (!string_map) {
+        return string_map.error();
+    }
+    while (string_map->step()) {
+        const std::int64_t old_id = string_map->column_int64(0);
+        if (old_id > 0 && old_id <= std::numeric_limits<std::uint32_t>::max()) {
+            if (static_cast<std::size_t>(old_id) >= merged_string.size()) {
+                merged_string.resize(static_cast<std::size_t>(old_id) + 1);
+            }
+            merged_string[static_cast<std::size_t>(old_id)] =
+                StringId{static_cast<std::uint32_t>(string_map->column_int64(1))};
+        }
+    }
+    const auto merged = [&](StringId id) {
+        return id.value < merged_string.size() ? merged_string[id.value] : StringId{};
+    };
+    auto reader = TraceReader::open(source.path);
+    if (!reader) {
+        return reader.error();
+    }
+    constexpr std::size_t kRowsPerInsert = 32;  // as the writer's (trace_writer.cpp)
+    auto insert_one = db.prepare(event_insert_sql(1));
+    auto insert_many = db.prepare(event_insert_sql(kRowsPerInsert));
+    if (!insert_one || !insert_many) {
+        return !insert_one ? insert_one.error() : insert_many.error();
+    }
+    std::vector<Event> rows;
+    bool ok = true;
+    const auto write_rows = [&] {
+        if (rows.size() == kRowsPerInsert) {
+            for (std::size_t i = 0; i < rows.size(); ++i) {
+                bind_event(*insert_many, static_cast<int>(i) * kEventColumns + 1, rows[i]);
+            }
+            ok = ok && insert_many->run();
+        } else {
+            for (const Event& row : rows) {
+                bind_event(*insert_one, 1, row);
+                ok = ok && insert_one->run();
+            }
+        }
+        rows.clear();
+    };
+    std::vector<LaneId> lanes;
+    for (const LaneInfo& lane : reader->lanes()) {
+        lanes.push_back(lane.id);
+    }
+    std::sort(lanes.begin(), lanes.end());
+    for (const LaneId lane : lanes) {
+        auto status = reader->for_each_event(lane, [&](const Event& e) {
+            Event& row = rows.emplace_back(e);
+            row.lane = LaneId{static_cast<std::uint32_t>(e.lane.value + lane_offset)};
+            row.start_ns += shift;
+            row.end_ns += shift;
+            row.name = merged(e.name);
+            row.args = merged(e.args);
+            if (rows.size() == kRowsPerInsert) {
+                write_rows();
+            }
+            return ok;
+        });
+        if (!status) {
+            return status;
+        }
+        if (ok) {
+            write_rows();
+        }
+        if (!ok) {
+            return db.error_for("cannot write");
+        }
+    }
+    return {};
 }
 
 // The merged run's row, from the first source's with these in place of its own.
@@ -167,10 +285,17 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
     if (!attach->run()) {
         return db.error_for("cannot read");
     }
-    if (auto status = db.exec(copy_source_sql(source, shift, lane_offset)); !status) {
+    Status copied = db.exec(copy_source_sql(source, shift, lane_offset));
+    if (copied && source.events_in_blocks) {
+        copied = copy_block_events(db, source, shift, lane_offset);
+    }
+    if (copied) {
+        copied = db.exec("DROP TABLE temp.string_map; COMMIT;");
+    }
+    if (!copied) {
         (void)db.exec("ROLLBACK");
-        return Error{status.error().code,
-                     "cannot merge '" + source.path + "': " + status.error().message};
+        return Error{copied.error().code,
+                     "cannot merge '" + source.path + "': " + copied.error().message};
     }
     if (run_row != nullptr) {
         auto run = db.prepare(

@@ -66,6 +66,19 @@ CREATE TABLE event (
     src_memory  INTEGER,
     dst_memory  INTEGER
 );
+CREATE TABLE event_block (
+    lane         INTEGER NOT NULL,
+    start_min    INTEGER NOT NULL,
+    start_max    INTEGER NOT NULL,
+    end_max      INTEGER NOT NULL,
+    duration_max INTEGER NOT NULL,
+    step_min     INTEGER,
+    step_max     INTEGER,
+    events       INTEGER NOT NULL,
+    format       INTEGER NOT NULL,
+    codec        INTEGER NOT NULL,
+    data         BLOB NOT NULL
+);
 CREATE TABLE workload (
     rank        INTEGER NOT NULL,
     step        INTEGER NOT NULL,
@@ -198,13 +211,16 @@ Status create_indexes(Database& db, bool lane_statistics) {
         CREATE INDEX IF NOT EXISTS event_by_lane_time ON event (lane, start_ns);
         CREATE INDEX IF NOT EXISTS event_by_kind_step ON event (kind, step);
         CREATE INDEX IF NOT EXISTS workload_by_step ON workload (step, microbatch, rank);
+        CREATE INDEX IF NOT EXISTS event_block_by_lane_time ON event_block (lane, start_min);
     )sql");
         !status || !lane_statistics) {
         return status;
     }
     return db.exec(R"sql(
-        UPDATE lane SET max_duration_ns =
-            (SELECT COALESCE(MAX(end_ns - start_ns), 0) FROM event WHERE event.lane = lane.id);
+        UPDATE lane SET max_duration_ns = MAX(
+            (SELECT COALESCE(MAX(end_ns - start_ns), 0) FROM event WHERE event.lane = lane.id),
+            (SELECT COALESCE(MAX(duration_max), 0) FROM event_block
+             WHERE event_block.lane = lane.id));
     )sql");
 }
 

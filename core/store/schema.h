@@ -14,7 +14,9 @@ namespace fulcrum::store {
 // to upgrade or refuse older files.
 // Version 2 added event.src_memory, event.dst_memory and import_log.skipped; version 1 files
 // read with the memory kinds unknown and every import_log row one skipped record.
-inline constexpr std::int64_t kSchemaVersion = 2;
+// Version 3 added event_block (rank files' events in compressed blocks, event_blocks.h); a
+// version 2 file has no such table and holds its events as rows.
+inline constexpr std::int64_t kSchemaVersion = 3;
 // PRAGMA application_id: "FULC". Tells a Fulcrum trace from any other SQLite file.
 inline constexpr std::int64_t kApplicationId = 0x46554C43;
 

@@ -3,7 +3,9 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <set>
 
+#include "core/store/event_blocks.h"
 #include "core/store/event_pack.h"
 #include "core/store/event_rows.h"
 #include "core/store/schema.h"
@@ -20,6 +22,10 @@ Error query_failed(const Database& db, const Statement& stmt) {
 }
 
 // Hands every event row of a prepared statement to `visit` until it returns false.
+bool in_store_order(const Event& a, const Event& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+}
+
 Status visit_event_rows(const Database& db, Statement& stmt,
                         const std::function<bool(const Event&)>& visit) {
     while (stmt.step()) {
@@ -54,6 +60,14 @@ Status TraceReader::load_metadata() {
         return version.error();
     }
     schema_version_ = *version;
+    // A file holds its events as rows or as blocks, never both (docs/schema.md).
+    if (db_.has_table("event_block")) {
+        auto blocks = db_.query_int("SELECT EXISTS (SELECT 1 FROM event_block)");
+        if (!blocks) {
+            return blocks.error();
+        }
+        events_in_blocks_ = *blocks != 0;
+    }
 
     auto run = db_.prepare(
         "SELECT name, command, start_utc_ns, config, origin, producer FROM run WHERE id = 1");
@@ -126,7 +140,9 @@ Status TraceReader::load_metadata() {
     }
     // A killed writer never computed per-lane maxima; the window query needs them.
     if (!max_duration_known) {
-        auto maxima = db_.prepare("SELECT lane, MAX(end_ns - start_ns) FROM event GROUP BY lane");
+        auto maxima = db_.prepare(
+            events_in_blocks_ ? "SELECT lane, MAX(duration_max) FROM event_block GROUP BY lane"
+                              : "SELECT lane, MAX(end_ns - start_ns) FROM event GROUP BY lane");
         if (!maxima) {
             return maxima.error();
         }
@@ -206,8 +222,73 @@ Result<std::vector<Event>> TraceReader::collect(Statement& stmt) const {
     return events;
 }
 
+Result<Statement> TraceReader::select_blocks(std::string_view where_and_order) const {
+    return db_.prepare("SELECT lane, events, format, codec, data, rowid FROM event_block " +
+                       std::string(where_and_order));
+}
+
+Error TraceReader::damaged_block(LaneId lane, std::int64_t rowid) const {
+    return Error{ErrorCode::corrupt,
+                 "cannot read '" + path() + "': its event block " + std::to_string(rowid) +
+                     " (lane " + std::to_string(lane.value) +
+                     ") is damaged or in a format this build does not know (copy the file "
+                     "again from where it was recorded)"};
+}
+
+Status TraceReader::visit_blocks(
+    Statement& stmt, const std::function<bool(LaneId, std::vector<Event>&)>& visit) const {
+    std::vector<Event> events;
+    while (stmt.step()) {
+        const LaneId lane{static_cast<std::uint32_t>(stmt.column_int64(0))};
+        const std::int64_t count = stmt.column_int64(1);
+        events.clear();
+        if (count < 0 || !decode_stored_block(stmt.column_blob(4), static_cast<std::size_t>(count),
+                                              lane, static_cast<int>(stmt.column_int64(2)),
+                                              static_cast<int>(stmt.column_int64(3)), events)) {
+            return damaged_block(lane, stmt.column_int64(5));
+        }
+        // The writer stores a block sorted; one edited by hand is sorted here.
+        if (!std::is_sorted(events.begin(), events.end(), in_store_order)) {
+            std::stable_sort(events.begin(), events.end(), in_store_order);
+        }
+        if (!visit(lane, events)) {
+            return {};
+        }
+    }
+    if (stmt.last_result() != SQLITE_DONE) {
+        return query_failed(db_, stmt);
+    }
+    return {};
+}
+
 Result<std::vector<Event>> TraceReader::events_in_window(LaneId lane_id, std::int64_t t0,
                                                          std::int64_t t1) const {
+    if (events_in_blocks_) {
+        // A block's bounds say whether any of its events can overlap the window.
+        auto stmt = select_blocks(
+            "WHERE lane = ?1 AND start_min < ?2 AND (end_max > ?3 OR start_max >= ?3) "
+            "ORDER BY start_min");
+        if (!stmt) {
+            return stmt.error();
+        }
+        stmt->bind(1, std::int64_t{lane_id.value});
+        stmt->bind(2, t1);
+        stmt->bind(3, t0);
+        std::vector<Event> found;
+        auto status = visit_blocks(*stmt, [&](LaneId, std::vector<Event>& events) {
+            for (const Event& e : events) {
+                if (e.start_ns < t1 && (e.end_ns > t0 || e.start_ns >= t0)) {
+                    found.push_back(e);
+                }
+            }
+            return true;
+        });
+        if (!status) {
+            return status.error();
+        }
+        std::stable_sort(found.begin(), found.end(), in_store_order);
+        return found;
+    }
     // An event overlapping t0 can start at most max_duration before it; bounding the start
     // keeps this a range scan of the (lane, start_ns) index instead of a scan of the lane.
     const LaneInfo* info = lane(lane_id);
@@ -227,6 +308,32 @@ Result<std::vector<Event>> TraceReader::events_in_window(LaneId lane_id, std::in
 
 Result<std::vector<Event>> TraceReader::events_of_kind_for_step(EventKind kind,
                                                                 std::int32_t step) const {
+    if (events_in_blocks_) {
+        if (step == -1) {
+            return std::vector<Event>{};  // "unknown" is NULL in rows, and matches no step
+        }
+        auto stmt = select_blocks("WHERE step_min <= ?1 AND step_max >= ?1 ORDER BY lane, rowid");
+        if (!stmt) {
+            return stmt.error();
+        }
+        stmt->bind(1, std::int64_t{step});
+        std::vector<Event> found;
+        auto status = visit_blocks(*stmt, [&](LaneId, std::vector<Event>& events) {
+            for (const Event& e : events) {
+                if (e.kind == kind && e.step == step) {
+                    found.push_back(e);
+                }
+            }
+            return true;
+        });
+        if (!status) {
+            return status.error();
+        }
+        std::stable_sort(found.begin(), found.end(), [](const Event& a, const Event& b) {
+            return a.lane != b.lane ? a.lane < b.lane : in_store_order(a, b);
+        });
+        return found;
+    }
     auto stmt = db_.prepare("SELECT " + event_columns(schema_version_) +
                             " FROM event WHERE kind = ?1 AND step = ?2 ORDER BY lane, start_ns");
     if (!stmt) {
@@ -237,8 +344,51 @@ Result<std::vector<Event>> TraceReader::events_of_kind_for_step(EventKind kind,
     return collect(*stmt);
 }
 
+// A lane's blocks overlap in time (each holds what arrived in its interval, sorted), so they
+// are merged: blocks come by their earliest start, and an event is handed on once no later
+// block can start before it. Memory holds the blocks that overlap, not the lane.
+Status TraceReader::for_each_block_event(LaneId lane_id,
+                                         const std::function<bool(const Event&)>& visit) const {
+    auto stmt = select_blocks("WHERE lane = ?1 ORDER BY start_min, rowid");
+    if (!stmt) {
+        return stmt.error();
+    }
+    stmt->bind(1, std::int64_t{lane_id.value});
+    std::vector<Event> ready;  // sorted, not yet visited
+    bool stopped = false;
+    auto status = visit_blocks(*stmt, [&](LaneId, std::vector<Event>& block) {
+        if (block.empty()) {
+            return true;
+        }
+        std::size_t next = 0;
+        while (next < ready.size() && ready[next].start_ns < block.front().start_ns) {
+            if (!visit(ready[next++])) {
+                stopped = true;
+                return false;
+            }
+        }
+        ready.erase(ready.begin(), ready.begin() + static_cast<std::ptrdiff_t>(next));
+        const auto middle = static_cast<std::ptrdiff_t>(ready.size());
+        ready.insert(ready.end(), block.begin(), block.end());
+        std::inplace_merge(ready.begin(), ready.begin() + middle, ready.end(), in_store_order);
+        return true;
+    });
+    if (!status || stopped) {
+        return status;
+    }
+    for (const Event& event : ready) {
+        if (!visit(event)) {
+            break;
+        }
+    }
+    return {};
+}
+
 Status TraceReader::for_each_event(LaneId lane_id,
                                    const std::function<bool(const Event&)>& visit) const {
+    if (events_in_blocks_) {
+        return for_each_block_event(lane_id, visit);
+    }
     auto stmt = db_.prepare("SELECT " + event_columns(schema_version_) +
                             " FROM event WHERE lane = ?1 ORDER BY start_ns, end_ns DESC");
     if (!stmt) {
@@ -249,7 +399,8 @@ Status TraceReader::for_each_event(LaneId lane_id,
 }
 
 Result<std::pair<std::int64_t, std::int64_t>> TraceReader::event_rowids() const {
-    auto stmt = db_.prepare("SELECT MIN(rowid), MAX(rowid) FROM event");
+    auto stmt = db_.prepare(events_in_blocks_ ? "SELECT MIN(rowid), MAX(rowid) FROM event_block"
+                                              : "SELECT MIN(rowid), MAX(rowid) FROM event");
     if (!stmt) {
         return stmt.error();
     }
@@ -264,6 +415,22 @@ Result<std::pair<std::int64_t, std::int64_t>> TraceReader::event_rowids() const 
 
 Status TraceReader::scan_events(std::int64_t begin, std::int64_t end,
                                 const std::function<bool(const Event&)>& visit) const {
+    if (events_in_blocks_) {
+        auto stmt = select_blocks("WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid");
+        if (!stmt) {
+            return stmt.error();
+        }
+        stmt->bind(1, begin);
+        stmt->bind(2, end);
+        return visit_blocks(*stmt, [&](LaneId, std::vector<Event>& events) {
+            for (const Event& event : events) {
+                if (!visit(event)) {
+                    return false;
+                }
+            }
+            return true;
+        });
+    }
     auto stmt = db_.prepare("SELECT " + event_columns(schema_version_) +
                             " FROM event WHERE rowid >= ?1 AND rowid < ?2");
     if (!stmt) {
@@ -276,6 +443,17 @@ Status TraceReader::scan_events(std::int64_t begin, std::int64_t end,
 
 Result<std::optional<TraceReader::EventPack>> TraceReader::event_pack() const {
     using Range = std::optional<EventPack>;
+    if (events_in_blocks_) {
+        auto blocks = db_.prepare("SELECT MIN(rowid), MAX(rowid), SUM(events) FROM event_block");
+        if (!blocks) {
+            return blocks.error();
+        }
+        if (!blocks->step()) {
+            return query_failed(db_, *blocks);
+        }
+        return Range{EventPack{blocks->column_int64(0), blocks->column_int64(1) + 1,
+                               blocks->column_int64(2)}};
+    }
     if (!db_.has_table("event_pack")) {
         return Range{};
     }
@@ -302,9 +480,13 @@ Result<std::optional<TraceReader::EventPack>> TraceReader::event_pack() const {
 Status TraceReader::scan_event_pack(std::int64_t begin, std::int64_t end,
                                     const std::function<std::vector<Event>*(LaneId)>& destination,
                                     const std::function<bool()>& keep_going) const {
-    auto stmt = db_.prepare(
-        "SELECT lane, events, data, format FROM event_pack WHERE rowid >= ?1 AND rowid < ?2 ORDER "
-        "BY rowid");
+    // The pack's blocks are a rank file's event blocks without compression (codec 0).
+    auto stmt = db_.prepare(std::string(events_in_blocks_
+                                            ? "SELECT lane, events, data, format, codec, rowid "
+                                              "FROM event_block"
+                                            : "SELECT lane, events, data, format, 0, rowid "
+                                              "FROM event_pack") +
+                            " WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid");
     if (!stmt) {
         return stmt.error();
     }
@@ -319,9 +501,14 @@ Status TraceReader::scan_event_pack(std::int64_t begin, std::int64_t end,
         if (out == nullptr) {
             continue;
         }
-        const auto count = static_cast<std::size_t>(stmt->column_int64(1));
+        const std::int64_t count = stmt->column_int64(1);
         const int format = static_cast<int>(stmt->column_int64(3));
-        if (!decode_event_block(stmt->column_blob(2), count, lane, format, *out)) {
+        const int codec = static_cast<int>(stmt->column_int64(4));
+        if (count < 0 || !decode_stored_block(stmt->column_blob(2), static_cast<std::size_t>(count),
+                                              lane, format, codec, *out)) {
+            if (events_in_blocks_) {
+                return damaged_block(lane, stmt->column_int64(5));
+            }
             return Error{ErrorCode::corrupt,
                          "cannot read '" + path() + "': a block of lane " +
                              std::to_string(lane.value) +
@@ -335,7 +522,63 @@ Status TraceReader::scan_event_pack(std::int64_t begin, std::int64_t end,
     return {};
 }
 
+// Counts and the span come from the blocks' rows; kinds and steps need their events.
+Result<TraceSummary> TraceReader::block_summary() const {
+    TraceSummary summary;
+    auto per_lane =
+        db_.prepare("SELECT lane, SUM(events) FROM event_block GROUP BY lane ORDER BY lane");
+    if (!per_lane) {
+        return per_lane.error();
+    }
+    while (per_lane->step()) {
+        summary.events_per_lane.emplace_back(
+            LaneId{static_cast<std::uint32_t>(per_lane->column_int64(0))},
+            per_lane->column_int64(1));
+    }
+    if (per_lane->last_result() != SQLITE_DONE) {
+        return query_failed(db_, *per_lane);
+    }
+    auto span = db_.prepare("SELECT MIN(start_min), MAX(end_max) FROM event_block");
+    if (!span) {
+        return span.error();
+    }
+    if (span->step() && !span->column_is_null(0)) {
+        summary.start_ns = span->column_int64(0);
+        summary.end_ns = span->column_int64(1);
+    } else if (span->last_result() != SQLITE_ROW && span->last_result() != SQLITE_DONE) {
+        return query_failed(db_, *span);
+    }
+    auto blocks = select_blocks("ORDER BY rowid");
+    if (!blocks) {
+        return blocks.error();
+    }
+    std::set<std::int32_t> steps;
+    auto status = visit_blocks(*blocks, [&](LaneId, std::vector<Event>& events) {
+        std::int32_t last_step = -1;
+        for (const Event& e : events) {
+            const auto kind = static_cast<int>(e.kind);
+            if (kind >= 0 && kind < kEventKindCount) {
+                ++summary.events_by_kind[kind];
+            }
+            ++summary.event_count;
+            if (e.step != -1 && e.step != last_step) {
+                steps.insert(e.step);
+                last_step = e.step;
+            }
+        }
+        return true;
+    });
+    if (!status) {
+        return status.error();
+    }
+    summary.steps.assign(steps.begin(), steps.end());
+    return summary;
+}
+
 Result<TraceSummary> TraceReader::summary() const {
+    if (events_in_blocks_) {
+        return block_summary();
+    }
     TraceSummary summary;
     auto by_kind = db_.prepare("SELECT kind, COUNT(*) FROM event GROUP BY kind");
     if (!by_kind) {

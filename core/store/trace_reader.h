@@ -39,6 +39,9 @@ public:
     // False when the writer was killed before building its indexes: queries still work,
     // with full scans.
     bool has_indexes() const { return has_indexes_; }
+    // True when the file keeps its events in compressed blocks (event_block, schema version 3:
+    // rank files) rather than as rows of the event table; every method below reads either.
+    bool events_in_blocks() const { return events_in_blocks_; }
     // True when any rank's writer did not close cleanly.
     bool incomplete() const;
 
@@ -56,13 +59,15 @@ public:
     Status for_each_event(LaneId lane, const std::function<bool(const Event&)>& visit) const;
 
     // The whole event table in storage order, a slice of rowids at a time: a sequential read
-    // with no sort, the fastest way to load a run. Rows [begin, end) of event_rowids().
+    // with no sort, the fastest way to load a run. Rows [begin, end) of event_rowids(); for a
+    // file whose events are in blocks, the rowids are the blocks' and a slice is whole blocks.
     Result<std::pair<std::int64_t, std::int64_t>> event_rowids() const;  // [min, max + 1)
     Status scan_events(std::int64_t begin, std::int64_t end,
                        const std::function<bool(const Event&)>& visit) const;
 
     // The event pack (core/store/event_pack.h), when the file has one that holds exactly the
-    // event table's rows; nullopt when rows must be read.
+    // event table's rows; nullopt when rows must be read. A file whose events are in blocks
+    // answers with its blocks, which scan_event_pack reads the same way.
     struct EventPack {
         std::int64_t first_block = 0, end_block = 0;  // block rowids [min, max + 1)
         std::int64_t events = 0;
@@ -84,6 +89,14 @@ private:
     TraceReader() = default;
     Status load_metadata();
     Result<std::vector<Event>> collect(Statement& stmt) const;
+    // Decodes each block a statement selects (block_columns() first), handing visit() the
+    // block's events in store order; visit() may take them. False from visit() stops early.
+    Status visit_blocks(Statement& stmt,
+                        const std::function<bool(LaneId, std::vector<Event>&)>& visit) const;
+    Result<Statement> select_blocks(std::string_view where_and_order) const;
+    Error damaged_block(LaneId lane, std::int64_t rowid) const;
+    Status for_each_block_event(LaneId lane, const std::function<bool(const Event&)>& visit) const;
+    Result<TraceSummary> block_summary() const;
 
     mutable Database db_;
     std::int64_t schema_version_ = 0;
@@ -92,6 +105,7 @@ private:
     std::vector<LaneInfo> lanes_;
     std::vector<std::string> strings_;  // index = StringId value
     bool has_indexes_ = false;
+    bool events_in_blocks_ = false;
 };
 
 }  // namespace fulcrum::store

@@ -3,8 +3,10 @@
 #include <sqlite3.h>
 
 #include <filesystem>
+#include <span>
 #include <system_error>
 
+#include "core/store/event_rows.h"
 #include "core/store/schema.h"
 
 namespace fulcrum::store {
@@ -20,42 +22,6 @@ namespace {
 // of the writer's time in SQLite's per-statement work (bench_kineto: about a quarter of the
 // insert time); 32 × 16 parameters stays far below SQLite's limit of 32766.
 constexpr std::size_t kEventsPerInsert = 32;
-constexpr int kEventColumns = 16;
-
-std::string event_insert_sql(std::size_t rows) {
-    std::string sql =
-        "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
-        "stage, phase, bytes, copy_kind, correlation, args, src_memory, dst_memory) VALUES ";
-    for (std::size_t row = 0; row < rows; ++row) {
-        sql += row == 0 ? "(" : ", (";
-        for (int column = 0; column < kEventColumns; ++column) {
-            sql += (column == 0 ? "?" : ", ?") +
-                   std::to_string(row * kEventColumns + static_cast<std::size_t>(column) + 1);
-        }
-        sql += ")";
-    }
-    return sql;
-}
-
-// Binds one event's columns from parameter `first` on.
-void bind_event(Statement& st, int first, const Event& e) {
-    st.bind(first, std::int64_t{e.lane.value});
-    st.bind(first + 1, e.start_ns);
-    st.bind(first + 2, e.end_ns);
-    st.bind(first + 3, static_cast<std::int64_t>(e.kind));
-    st.bind_optional(first + 4, e.name.valid() ? std::int64_t{e.name.value} : -1);
-    st.bind(first + 5, static_cast<std::int64_t>(e.category));
-    st.bind_optional(first + 6, e.step);
-    st.bind_optional(first + 7, e.microbatch);
-    st.bind_optional(first + 8, e.stage);
-    st.bind_optional(first + 9, static_cast<std::int64_t>(e.phase));
-    st.bind_optional(first + 10, e.bytes);
-    st.bind_optional(first + 11, static_cast<std::int64_t>(e.copy_kind));
-    st.bind_optional(first + 12, e.correlation);
-    st.bind_optional(first + 13, e.args.valid() ? std::int64_t{e.args.value} : -1);
-    st.bind_optional(first + 14, static_cast<std::int64_t>(e.src_memory));
-    st.bind_optional(first + 15, static_cast<std::int64_t>(e.dst_memory));
-}
 
 }  // namespace
 
@@ -269,12 +235,18 @@ void TraceWriter::run_writer_thread() {
                 "(?1, ?2, ?3, ?4, ?5)");
         prepare(statements.lane_name, "UPDATE lane SET name = ?2 WHERE id = ?1");
         prepare(statements.run_config, "UPDATE run SET config = ?1 WHERE id = 1");
+        if (options_.events == WriterOptions::EventStorage::blocks) {
+            blocks_ = std::make_unique<EventBlockWriter>();
+            if (auto status = blocks_->prepare(db_); !status && !failure_) {
+                failure_ = status.error();
+            }
+        }
     }
 
     std::unique_lock lock(mutex_);
     while (true) {
         work_ready_.wait_for(lock, options_.commit_interval,
-                             [&] { return stopping_ || !queue_.empty(); });
+                             [&] { return stopping_ || write_all_blocks_ || !queue_.empty(); });
         // Whatever arrived since the last commit goes out now, full batch or not: this is
         // what bounds the loss of a killed process to one commit interval.
         if (!current_.empty()) {
@@ -282,7 +254,13 @@ void TraceWriter::run_writer_thread() {
             current_ = Batch{};
             current_.events.reserve(options_.batch_events);
         }
-        if (queue_.empty()) {
+        const bool write_all_blocks = stopping_ || write_all_blocks_;
+        write_all_blocks_ = false;
+        if (failure_ && blocks_ != nullptr) {
+            blocks_->discard();
+        }
+        if (queue_.empty() && !blocks_due(write_all_blocks)) {
+            batches_written_.notify_all();  // a flush() with nothing left to write
             if (stopping_) {
                 break;
             }
@@ -304,7 +282,7 @@ void TraceWriter::run_writer_thread() {
             return failure_.has_value();
         }();
         if (!already_failed) {
-            status = write_batches(batches, statements);
+            status = write_batches(batches, statements, write_all_blocks);
         }
 
         lock.lock();
@@ -324,7 +302,17 @@ void TraceWriter::run_writer_thread() {
     batches_written_.notify_all();
 }
 
-Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
+// Staged blocks go out when asked (flush, close) or once their oldest event has waited half a
+// commit interval: with the interval an event can wait in the producers' batch first, a killed
+// process loses at most two intervals, while a busy lane still fills whole blocks.
+bool TraceWriter::blocks_due(bool write_all_blocks) const {
+    return blocks_ != nullptr && blocks_->has_pending() &&
+           (write_all_blocks ||
+            std::chrono::steady_clock::now() - staged_since_ >= options_.commit_interval / 2);
+}
+
+Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st,
+                                  bool write_all_blocks) {
     if (auto status = db_.exec("BEGIN"); !status) {
         return status;
     }
@@ -365,7 +353,9 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
             st.rank.bind(10, rank.dropped_records);
             ok = ok && st.rank.run();
         }
-        for (const Event& e : batch.events) {
+        // Blocks keep their own longest event (event_block.duration_max), which close() reads.
+        const std::size_t lengths_to_see = blocks_ != nullptr ? 0 : batch.events.size();
+        for (const Event& e : std::span(batch.events.data(), lengths_to_see)) {
             std::int64_t duration = 0;
             if (__builtin_sub_overflow(e.end_ns, e.start_ns, &duration)) {
                 longest_overflowed_ = true;
@@ -377,7 +367,13 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
             }
         }
         const std::size_t count = batch.events.size();
-        std::size_t i = 0;
+        if (blocks_ != nullptr) {
+            if (!blocks_->has_pending()) {
+                staged_since_ = std::chrono::steady_clock::now();
+            }
+            ok = ok && blocks_->add(batch.events);
+        }
+        std::size_t i = blocks_ != nullptr ? count : 0;
         for (; ok && i + kEventsPerInsert <= count; i += kEventsPerInsert) {
             for (std::size_t k = 0; k < kEventsPerInsert; ++k) {
                 bind_event(st.events, static_cast<int>(k) * kEventColumns + 1, batch.events[i + k]);
@@ -418,7 +414,13 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st) {
             break;
         }
     }
+    if (ok && blocks_due(write_all_blocks)) {
+        ok = blocks_->write_pending();
+    }
     if (!ok) {
+        if (blocks_ != nullptr) {
+            blocks_->discard();
+        }
         Error error = db_.error_for("recording stopped: cannot write");
         if ((sqlite3_errcode(db_.handle()) & 0xff) == SQLITE_FULL) {
             error.message = "recording stopped: the disk holding '" + path_ +
@@ -444,8 +446,9 @@ void TraceWriter::flush() {
         current_ = Batch{};
         current_.events.reserve(options_.batch_events);
     }
+    write_all_blocks_ = true;
     work_ready_.notify_one();
-    batches_written_.wait(lock, [&] { return queue_.empty() && !writing_; });
+    batches_written_.wait(lock, [&] { return queue_.empty() && !writing_ && !write_all_blocks_; });
 }
 
 Status TraceWriter::close() {
@@ -484,12 +487,13 @@ Status TraceWriter::close() {
     if (auto status = db_.exec("COMMIT"); !status) {
         return status;
     }
+    const bool statistics_by_sql = longest_overflowed_ || blocks_ != nullptr;
     if (options_.build_indexes) {
-        if (auto status = create_indexes(db_, longest_overflowed_); !status) {
+        if (auto status = create_indexes(db_, statistics_by_sql); !status) {
             return status;
         }
     }
-    if (!longest_overflowed_) {
+    if (!statistics_by_sql) {
         if (auto status = write_lane_statistics(); !status) {
             return status;
         }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
@@ -130,6 +131,52 @@ private slots:
             }
         }
         QVERIFY(any_difference);
+    }
+
+    // Rank files with their events in blocks merge into the run their rows would make: the
+    // same events, in the same order (lane by lane, by start, end descending), as rows.
+    void blockRankFilesMergeAsRowsDo() {
+        QTemporaryDir dir;
+        SyntheticRunOptions options;
+        options.dp = 2;
+        options.kernels_per_layer = 3;
+        options.event_blocks = true;
+        auto blocks = write_synthetic_rank_files(dir.filePath("blocks").toStdString(), options);
+        options.event_blocks = false;
+        auto rows = write_synthetic_rank_files(dir.filePath("rows").toStdString(), options);
+        QVERIFY(blocks.ok() && rows.ok());
+        QVERIFY(TraceReader::open(blocks->front())->events_in_blocks());
+        QVERIFY(!TraceReader::open(rows->front())->events_in_blocks());
+        const std::string from_blocks = dir.filePath("blocks.fulcrum").toStdString();
+        const std::string from_rows = dir.filePath("rows.fulcrum").toStdString();
+        auto blocks_report = merge_rank_files(*blocks, from_blocks);
+        auto rows_report = merge_rank_files(*rows, from_rows);
+        QVERIFY2(blocks_report.ok(),
+                 blocks_report.ok() ? "" : blocks_report.error().message.c_str());
+        QVERIFY(rows_report.ok());
+        QCOMPARE(blocks_report->events, rows_report->events);
+        QCOMPARE(blocks_report->start_utc_ns, rows_report->start_utc_ns);
+        for (std::size_t i = 0; i < blocks_report->ranks.size(); ++i) {
+            QCOMPARE(blocks_report->ranks[i].alignment, ClockAlignment::barrier_marks);
+            QCOMPARE(blocks_report->ranks[i].clock_shift_ns, rows_report->ranks[i].clock_shift_ns);
+        }
+        auto a = TraceReader::open(from_blocks);
+        auto b = TraceReader::open(from_rows);
+        QVERIFY(!a->events_in_blocks());
+        QVERIFY(a->event_pack()->has_value());
+        const auto rows_of = [](const TraceReader& trace) {
+            std::vector<std::tuple<std::uint32_t, std::int64_t, std::int64_t, std::string,
+                                   std::int32_t, std::int64_t>>
+                events;
+            auto range = trace.event_rowids();
+            (void)trace.scan_events(range->first, range->second, [&](const Event& e) {
+                events.emplace_back(e.lane.value, e.start_ns, e.end_ns,
+                                    std::string(trace.string(e.name)), e.step, e.correlation);
+                return true;
+            });
+            return events;
+        };
+        QCOMPARE(rows_of(*a), rows_of(*b));
     }
 
     void incompleteRankIsKeptAndReported() {

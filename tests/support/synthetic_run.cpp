@@ -194,6 +194,8 @@ Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& d
         run.producer = "fulcrum synthetic";
         store::WriterOptions writer_options;
         writer_options.overwrite = true;
+        writer_options.events = o.event_blocks ? store::WriterOptions::EventStorage::blocks
+                                               : store::WriterOptions::EventStorage::rows;
         auto writer = store::TraceWriter::create(path, run, writer_options);
         if (!writer) {
             return writer.error();

@@ -27,6 +27,8 @@ struct SyntheticRunOptions {
     std::int64_t utc_offset_error_ns = 200'000;
     bool clock_sync_marks = true;
     std::string host_prefix = "node";
+    // As a capture writes rank files (docs/schema.md); false writes the events as rows.
+    bool event_blocks = true;
 };
 
 // Writes DIR/rank-N.sqlite for every rank; returns their paths in rank order.

@@ -188,58 +188,69 @@ bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, 
     return true;
 }
 
+EventPackWriter::EventPackWriter(Database& db) : db_(db) {
+    block_.reserve(kEventsPerPackBlock);
+}
+
+Status EventPackWriter::create_table() {
+    if (auto status =
+            db_.exec("DROP TABLE IF EXISTS event_pack;"
+                     "CREATE TABLE event_pack (lane INTEGER NOT NULL, format INTEGER NOT NULL, "
+                     "  events INTEGER NOT NULL, data BLOB NOT NULL);");
+        !status) {
+        return status;
+    }
+    auto insert =
+        db_.prepare("INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
+    if (!insert) {
+        return insert.error();
+    }
+    insert_ = std::move(*insert);
+    return {};
+}
+
+bool EventPackWriter::add(const Event& event) {
+    if (!block_.empty() && block_.front().lane != event.lane && !flush()) {
+        return false;
+    }
+    block_.push_back(event);
+    return block_.size() < kEventsPerPackBlock || flush();
+}
+
+bool EventPackWriter::flush() {
+    if (block_.empty()) {
+        return true;
+    }
+    const std::string data = encode_event_block(block_.data(), block_.size());
+    insert_.bind(1, std::int64_t{block_.front().lane.value});
+    insert_.bind(2, std::int64_t{kEventPackFormat});
+    insert_.bind(3, static_cast<std::int64_t>(block_.size()));
+    insert_.bind_blob(4, data);
+    block_.clear();
+    return insert_.run();
+}
+
 namespace {
 
-// Writes the pack table's blocks as events come, in the event table's rowid order. A block is
-// written when full or when the events move on to another lane. A lane whose rows are not
-// contiguous (a file not written by merge) still packs correctly, in more blocks: blocks keep
-// rowid order and readers concatenate a lane's blocks in that order.
+// An EventPackWriter in one transaction of its own.
 class PackWriter {
 public:
-    explicit PackWriter(Database& db) : db_(db) { block_.reserve(kEventsPerPackBlock); }
+    explicit PackWriter(Database& db) : db_(db), pack_(db) {}
 
     Status begin() {
-        if (auto status =
-                db_.exec("DROP TABLE IF EXISTS event_pack;"
-                         "CREATE TABLE event_pack (lane INTEGER NOT NULL, format INTEGER NOT NULL, "
-                         "  events INTEGER NOT NULL, data BLOB NOT NULL);");
-            !status) {
+        if (auto status = pack_.create_table(); !status) {
             return status;
         }
-        auto insert = db_.prepare(
-            "INSERT INTO event_pack (lane, format, events, data) VALUES (?1, ?2, ?3, ?4)");
-        if (!insert) {
-            return insert.error();
-        }
-        insert_ = std::move(*insert);
         return db_.exec("BEGIN");
     }
-    bool add(const Event& event) {
-        if (!block_.empty() && block_.front().lane != event.lane && !flush()) {
-            return false;
-        }
-        block_.push_back(event);
-        return block_.size() < kEventsPerPackBlock || flush();
-    }
-    bool flush() {
-        if (block_.empty()) {
-            return true;
-        }
-        const std::string data = encode_event_block(block_.data(), block_.size());
-        insert_.bind(1, std::int64_t{block_.front().lane.value});
-        insert_.bind(2, std::int64_t{kEventPackFormat});
-        insert_.bind(3, static_cast<std::int64_t>(block_.size()));
-        insert_.bind_blob(4, data);
-        block_.clear();
-        return insert_.run();
-    }
+    bool add(const Event& event) { return pack_.add(event); }
     Status fail(const char* what) {
         Error error = db_.error_for(what);
         (void)db_.exec("ROLLBACK");
         return error;
     }
     Status commit() {
-        if (!flush()) {
+        if (!pack_.flush()) {
             return fail("cannot write the event pack of");
         }
         return db_.exec("COMMIT");
@@ -247,8 +258,7 @@ public:
 
 private:
     Database& db_;
-    Statement insert_;
-    std::vector<Event> block_;
+    EventPackWriter pack_;
 };
 
 }  // namespace

@@ -14,12 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/store/sqlite_handle.h"
 #include "core/trace/model.h"
 #include "core/util/result.h"
 
 namespace fulcrum::store {
-
-class Database;
 
 // Format 2 added the copies' memory kinds; format 1 blocks still decode (memory unknown).
 inline constexpr int kEventPackFormat = 2;
@@ -39,6 +38,27 @@ std::size_t encode_event_block(const Event* events, std::size_t count, std::uint
 // overlong varints, or bytes left over).
 bool decode_event_block(std::string_view bytes, std::size_t count, LaneId lane, int format,
                         std::vector<Event>& out);
+
+// Writes the pack's blocks as events come, in the event table's rowid order, inside the
+// caller's transactions. A block is written when full or when the events move on to another
+// lane. A lane whose rows are not contiguous (a file not written by merge) still packs
+// correctly, in more blocks: blocks keep rowid order and readers concatenate a lane's blocks
+// in that order.
+class EventPackWriter {
+public:
+    explicit EventPackWriter(Database& db);
+    // (Re)creates the empty pack table.
+    Status create_table();
+    // False when an insert failed (the database's error says why).
+    bool add(const Event& event);
+    // Writes the last block; call once every event is added.
+    bool flush();
+
+private:
+    Database& db_;
+    Statement insert_;
+    std::vector<Event> block_;
+};
 
 // (Re)writes the pack of an open, writable run database from its event table (rowid order,
 // which merge makes lane by lane in time order). `progress` may be empty.

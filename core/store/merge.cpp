@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -188,9 +189,10 @@ std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64
 }
 
 // The events of a rank file kept in blocks, as rows of the merged run in the order
-// copy_source_sql writes rows: lane by lane, by start time, end descending.
+// copy_source_sql writes rows: lane by lane, by start time, end descending. `pack`, when given,
+// gets each row too: the event pack made as the rows go in, not read back from them after.
 Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
-                         std::int64_t lane_offset) {
+                         std::int64_t lane_offset, EventPackWriter* pack) {
     std::vector<StringId> merged_string;  // by the source's string id
     auto string_map = db.prepare("SELECT old, new FROM temp.string_map");
     if (!string_map) {
@@ -248,6 +250,7 @@ Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
             row.end_ns += shift;
             row.name = merged(e.name);
             row.args = merged(e.args);
+            ok = ok && (pack == nullptr || pack->add(row));
             if (rows.size() == kRowsPerInsert) {
                 write_rows();
             }
@@ -274,9 +277,9 @@ struct RunRow {
 };
 
 // Attaches one rank file, copies it in (copy_source_sql), with the run row from it when
-// `run_row` is given, and detaches it.
+// `run_row` is given, and detaches it. `pack`: as copy_block_events.
 Status copy_source(Database& db, const Source& source, std::int64_t shift, std::int64_t lane_offset,
-                   const RunRow* run_row) {
+                   const RunRow* run_row, EventPackWriter* pack) {
     auto attach = db.prepare("ATTACH DATABASE ?1 AS src");
     if (!attach) {
         return attach.error();
@@ -287,7 +290,7 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
     }
     Status copied = db.exec(copy_source_sql(source, shift, lane_offset));
     if (copied && source.events_in_blocks) {
-        copied = copy_block_events(db, source, shift, lane_offset);
+        copied = copy_block_events(db, source, shift, lane_offset, pack);
     }
     if (copied) {
         copied = db.exec("DROP TABLE temp.string_map; COMMIT;");
@@ -350,8 +353,9 @@ Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inpu
 // What every merged run gets once its rows are in: the indexes, the lane statistics and the
 // event pack; then the event count. `rows`, when given, are the table's rows in order, written
 // by a TraceWriter, which has built the event indexes and lane statistics already: the pack
-// is made from them, and nothing is built twice.
-Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows = nullptr) {
+// is made from them, and nothing is built twice. `packed`: the pack was written with the rows.
+Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows = nullptr,
+                                    bool packed = false) {
     if (auto status = db.exec("CREATE INDEX IF NOT EXISTS string_by_value ON string (value)");
         !status) {
         return status.error();
@@ -361,7 +365,9 @@ Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows
     }
     // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
     // loads about ten times faster.
-    if (auto status = rows != nullptr ? write_event_pack(db, *rows) : write_event_pack(db);
+    if (auto status = packed            ? Status()
+                      : rows != nullptr ? write_event_pack(db, *rows)
+                                        : write_event_pack(db);
         !status) {
         return status.error();
     }
@@ -421,7 +427,9 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         return Error{ErrorCode::io, "cannot write '" + output + "': " + db_result.error().message};
     }
     Database db = std::move(*db_result);
+    std::optional<EventPackWriter> pack;  // holds a statement on `db`: goes first
     auto fail = [&](const Error& error) -> Result<MergeReport> {
+        pack.reset();
         db = Database();
         return error;  // the partial file goes with `target`
     };
@@ -437,6 +445,16 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         return fail(status.error());
     }
 
+    // Rank files in blocks are decoded in C++ on their way in, so the event pack is made then;
+    // rows copied by SQL are packed after, read back (write_event_pack).
+    const bool pack_while_copying = std::all_of(sources.begin(), sources.end(),
+                                                [](const Source& s) { return s.events_in_blocks; });
+    if (pack_while_copying) {
+        pack.emplace(db);
+        if (auto status = pack->create_table(); !status) {
+            return fail(status.error());
+        }
+    }
     const RunRow run_row{options.run_name, options.command, origin};
     std::int64_t lane_offset = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -445,7 +463,7 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
             return fail(Error{ErrorCode::cancelled, "merge cancelled"});
         }
         if (auto status = copy_source(db, source, source.shift_ns - origin, lane_offset,
-                                      i == 0 ? &run_row : nullptr);
+                                      i == 0 ? &run_row : nullptr, pack ? &*pack : nullptr);
             !status) {
             return fail(status.error());
         }
@@ -455,7 +473,11 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         }
         lane_offset = *max_lane;
     }
-    auto events = index_and_pack(db);
+    if (pack && !pack->flush()) {
+        return fail(db.error_for("cannot write the event pack of"));
+    }
+    pack.reset();
+    auto events = index_and_pack(db, nullptr, pack_while_copying);
     if (!events) {
         return fail(events.error());
     }

@@ -177,6 +177,19 @@ private slots:
             return events;
         };
         QCOMPARE(rows_of(*a), rows_of(*b));
+        // The pack merge makes while decoding blocks is the one it makes by reading rows back.
+        const auto pack_of = [](const std::string& path) {
+            std::vector<std::tuple<std::int64_t, std::int64_t, std::string>> blocks;
+            auto db = Database::open(path, Database::Mode::read_only);
+            auto stmt = db->prepare("SELECT lane, events, data FROM event_pack ORDER BY rowid");
+            while (stmt->step()) {
+                blocks.emplace_back(stmt->column_int64(0), stmt->column_int64(1),
+                                    std::string(stmt->column_blob(2)));
+            }
+            return blocks;
+        };
+        QVERIFY(!pack_of(from_blocks).empty());
+        QVERIFY(pack_of(from_blocks) == pack_of(from_rows));
     }
 
     void incompleteRankIsKeptAndReported() {

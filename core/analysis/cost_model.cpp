@@ -501,9 +501,15 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         }
         auto& [x, y] = samples[{stage, pass.phase}];
         x.push_back({1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
-        // Its time at a whole core where its rank shared one (core_shares.h).
-        const auto [start, end] = CoreShares::computing(pass);
-        y.push_back(static_cast<double>(pass.compute_ns) * shares.share(pass.rank, start, end));
+        // Its time at a whole core where its rank shared one: the CPU it used where the run
+        // says (the engine's `fulcrum.cpu` marks), else its compute time × the share of a core
+        // it had (core_shares.h).
+        if (shares.shared() && pass.cpu_ns >= 0) {
+            y.push_back(static_cast<double>(pass.cpu_ns));
+        } else {
+            const auto [start, end] = CoreShares::computing(pass);
+            y.push_back(static_cast<double>(pass.compute_ns) * shares.share(pass.rank, start, end));
+        }
     }
     for (const auto& [key, xy] : samples) {
         if (xy.second.size() >= 3) {

@@ -90,6 +90,34 @@ struct Open {
     std::int64_t attention_ns = 0;  // attention ranges: time less nested communication
 };
 
+// The engine's `fulcrum.cpu` mark (kCpuMark) after a pass of `lane` (passes[first_pass...])
+// gives it the thread CPU time it used: the first such mark at or after the pass's end, unless
+// another range began before it (then the mark is that range's, e.g. the optimizer's).
+void add_cpu_times(const RunTrace& trace, const LaneTrace& lane, std::size_t first_pass,
+                   std::vector<Pass>& passes) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> marks;  // (time, CPU ns)
+    std::vector<std::int64_t> starts;                          // of the lane's ranges
+    for (const Event& event : lane.events) {
+        if (event.kind != EventKind::mark) {
+            starts.push_back(event.start_ns);
+        } else if (event.bytes >= 0 && trace.name(event.name) == kCpuMark) {
+            marks.emplace_back(event.start_ns, event.bytes);
+        }
+    }
+    if (marks.empty()) {
+        return;
+    }
+    for (std::size_t i = first_pass; i < passes.size(); ++i) {
+        Pass& pass = passes[i];
+        const auto mark =
+            std::lower_bound(marks.begin(), marks.end(), std::pair{pass.end_ns, std::int64_t{-1}});
+        const auto next = std::lower_bound(starts.begin(), starts.end(), pass.end_ns);
+        if (mark != marks.end() && (next == starts.end() || mark->first <= *next)) {
+            pass.cpu_ns = mark->second;
+        }
+    }
+}
+
 // Walks one host lane's ranges. `projection` is empty for a CPU rank (host times are the
 // times); for a rank with device work it holds each event's GPU projection, and a pass and
 // the ranges inside it are timed by the kernels they launched.
@@ -99,6 +127,7 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane,
         const Event& event = lane.events[i];
         return projection.empty() ? Interval{event.start_ns, event.end_ns} : projection[i];
     };
+    const std::size_t first_pass = passes.size();
     std::vector<Open> stack;
     std::int64_t current_pass = -1;
     int open_communication = 0;
@@ -181,6 +210,9 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane,
     }
     while (!stack.empty()) {
         pop();
+    }
+    if (projection.empty()) {
+        add_cpu_times(trace, lane, first_pass, passes);
     }
 }
 

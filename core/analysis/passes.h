@@ -37,6 +37,8 @@ struct Pass {
     std::int64_t attention_ns = 0;      // attention less the communication inside it
     std::int64_t pipeline_wait_ns = 0;  // in pipeline receives
     std::int64_t collective_ns = 0;     // in CP/TP (and other) collectives inside the pass
+    // The thread CPU time the pass used (its `fulcrum.cpu` mark, CPU ranks), else -1.
+    std::int64_t cpu_ns = -1;
 
     std::int64_t wall_ns() const { return end_ns - start_ns; }
 };

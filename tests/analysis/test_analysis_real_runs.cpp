@@ -93,6 +93,15 @@ private slots:
         QCOMPARE(analysis_.passes, std::int64_t{kStages * kSteps * kMicrobatches * 2});
         QVERIFY2(analysis_.notes.empty(),
                  analysis_.notes.empty() ? "" : analysis_.notes.front().c_str());
+        // Each pass carries the CPU its thread used (the engine's `fulcrum.cpu` mark after it),
+        // which a thread cannot use more of than the pass's wall time.
+        for (const Pass& pass : find_passes(trace_)) {
+            QVERIFY2(pass.cpu_ns >= 0, qPrintable(QString("rank %1 step %2 mb %3 has no CPU time")
+                                                      .arg(pass.rank)
+                                                      .arg(pass.step)
+                                                      .arg(pass.microbatch)));
+            QVERIFY(pass.cpu_ns <= pass.wall_ns() + 100'000);
+        }
     }
 
     void breakdownAddsUpOnEveryRankAndStep() {

@@ -90,31 +90,15 @@ struct Open {
     std::int64_t attention_ns = 0;  // attention ranges: time less nested communication
 };
 
-// The engine's `fulcrum.cpu` mark (kCpuMark) after a pass of `lane` (passes[first_pass...])
-// gives it the thread CPU time it used: the first such mark at or after the pass's end, unless
-// another range began before it (then the mark is that range's, e.g. the optimizer's).
+// Gives each pass of `lane` (passes[first_pass...]) the CPU time its `fulcrum.cpu` mark says.
 void add_cpu_times(const RunTrace& trace, const LaneTrace& lane, std::size_t first_pass,
                    std::vector<Pass>& passes) {
-    std::vector<std::pair<std::int64_t, std::int64_t>> marks;  // (time, CPU ns)
-    std::vector<std::int64_t> starts;                          // of the lane's ranges
-    for (const Event& event : lane.events) {
-        if (event.kind != EventKind::mark) {
-            starts.push_back(event.start_ns);
-        } else if (event.bytes >= 0 && trace.name(event.name) == kCpuMark) {
-            marks.emplace_back(event.start_ns, event.bytes);
-        }
-    }
+    const CpuMarks marks(trace, lane);
     if (marks.empty()) {
         return;
     }
     for (std::size_t i = first_pass; i < passes.size(); ++i) {
-        Pass& pass = passes[i];
-        const auto mark =
-            std::lower_bound(marks.begin(), marks.end(), std::pair{pass.end_ns, std::int64_t{-1}});
-        const auto next = std::lower_bound(starts.begin(), starts.end(), pass.end_ns);
-        if (mark != marks.end() && (next == starts.end() || mark->first <= *next)) {
-            pass.cpu_ns = mark->second;
-        }
+        passes[i].cpu_ns = marks.after(passes[i].end_ns);
     }
 }
 
@@ -217,6 +201,24 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane,
 }
 
 }  // namespace
+
+CpuMarks::CpuMarks(const RunTrace& trace, const LaneTrace& lane) {
+    for (const Event& event : lane.events) {
+        if (event.kind != EventKind::mark) {
+            starts_.push_back(event.start_ns);
+        } else if (event.bytes >= 0 && trace.name(event.name) == kCpuMark) {
+            marks_.emplace_back(event.start_ns, event.bytes);
+        }
+    }
+}
+
+std::int64_t CpuMarks::after(std::int64_t end_ns) const {
+    const auto mark =
+        std::lower_bound(marks_.begin(), marks_.end(), std::pair{end_ns, std::int64_t{-1}});
+    const auto next = std::lower_bound(starts_.begin(), starts_.end(), end_ns);
+    return mark != marks_.end() && (next == starts_.end() || mark->first <= *next) ? mark->second
+                                                                                   : -1;
+}
 
 std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length) {
     return balance::causal_pair_work(prefix, length) / 2;  // always even: (2p + 1 + ℓ)·ℓ

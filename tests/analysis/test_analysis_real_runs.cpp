@@ -89,6 +89,9 @@ private slots:
         QCOMPARE(trace_.config.pp, kStages);
         QCOMPARE(trace_.config.schedule, std::string("gpipe"));
         QCOMPARE(trace_.config.microbatches, kMicrobatches);
+        // The CPU backend's dW GEMM rates, hot and with cold caches (ZB-H1's W, simulated).
+        QVERIFY(trace_.config.gemm_gflops > 0);
+        QVERIFY(trace_.config.gemm_gflops_cold > 0);
         // Every rank runs a forward and a backward of every micro-batch of every step.
         QCOMPARE(analysis_.passes, std::int64_t{kStages * kSteps * kMicrobatches * 2});
         QVERIFY2(analysis_.notes.empty(),

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -389,11 +390,13 @@ void pipeline_samples(const RunTrace& trace, const CoreShares& shares,
 
 // The update as the simulator plays it (core/sim/stage_costs.h, update_start): from the last
 // rank's arrival at the step's optimizer (the gradient norm's all-reduce waits for it) to the
-// last rank's end, a whole core's time where ranks shared cores; the mean over steps. The
-// mean of every rank's range would count the earlier ranks' wait for the last as update.
+// last rank's end, a whole core's time where ranks shared cores (the CPU the last rank's
+// update used, where the engine marked it, else that time × its share); the mean over steps.
+// The mean of every rank's range would count the earlier ranks' wait for the last as update.
 double optimizer_ns(const RunTrace& trace, const CoreShares& shares) {
     struct Arrivals {
         std::int64_t last_start = 0, last_end = 0;
+        std::int64_t last_cpu = -1;
         std::int32_t last_rank = 0;
         bool any = false;
     };
@@ -401,6 +404,7 @@ double optimizer_ns(const RunTrace& trace, const CoreShares& shares) {
     std::int64_t unnamed = -1;
     for (const RankTrace& rank : trace.ranks) {
         for (const LaneTrace& lane : rank.lanes) {
+            std::optional<CpuMarks> marks;
             for (const Event& event : lane.events) {
                 if (event.kind == EventKind::mark || trace.role(event) != Role::optimizer) {
                     continue;
@@ -409,6 +413,10 @@ double optimizer_ns(const RunTrace& trace, const CoreShares& shares) {
                 if (!step.any || event.start_ns > step.last_start) {
                     step.last_start = event.start_ns;
                     step.last_rank = rank.info.rank;
+                    if (shares.shared() && !marks) {
+                        marks.emplace(trace, lane);
+                    }
+                    step.last_cpu = marks ? marks->after(event.end_ns) : -1;
                 }
                 step.last_end = step.any ? std::max(step.last_end, event.end_ns) : event.end_ns;
                 step.any = true;
@@ -417,8 +425,10 @@ double optimizer_ns(const RunTrace& trace, const CoreShares& shares) {
     }
     long double total = 0;
     for (const auto& [key, step] : steps) {
-        total += static_cast<long double>(step.last_end - step.last_start) *
-                 shares.share(step.last_rank, step.last_start, step.last_end);
+        total += step.last_cpu >= 0
+                     ? static_cast<long double>(step.last_cpu)
+                     : static_cast<long double>(step.last_end - step.last_start) *
+                           shares.share(step.last_rank, step.last_start, step.last_end);
     }
     return steps.empty() ? 0.0 : static_cast<double>(total / steps.size());
 }
@@ -501,9 +511,15 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         }
         auto& [x, y] = samples[{stage, pass.phase}];
         x.push_back({1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
-        // Its time at a whole core where its rank shared one (core_shares.h).
-        const auto [start, end] = CoreShares::computing(pass);
-        y.push_back(static_cast<double>(pass.compute_ns) * shares.share(pass.rank, start, end));
+        // Its time at a whole core where its rank shared one: the CPU it used where the run
+        // says (the engine's `fulcrum.cpu` marks), else its compute time × the share of a core
+        // it had (core_shares.h).
+        if (shares.shared() && pass.cpu_ns >= 0) {
+            y.push_back(static_cast<double>(pass.cpu_ns));
+        } else {
+            const auto [start, end] = CoreShares::computing(pass);
+            y.push_back(static_cast<double>(pass.compute_ns) * shares.share(pass.rank, start, end));
+        }
     }
     for (const auto& [key, xy] : samples) {
         if (xy.second.size() >= 3) {

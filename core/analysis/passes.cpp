@@ -90,6 +90,18 @@ struct Open {
     std::int64_t attention_ns = 0;  // attention ranges: time less nested communication
 };
 
+// Gives each pass of `lane` (passes[first_pass...]) the CPU time its `fulcrum.cpu` mark says.
+void add_cpu_times(const RunTrace& trace, const LaneTrace& lane, std::size_t first_pass,
+                   std::vector<Pass>& passes) {
+    const CpuMarks marks(trace, lane);
+    if (marks.empty()) {
+        return;
+    }
+    for (std::size_t i = first_pass; i < passes.size(); ++i) {
+        passes[i].cpu_ns = marks.after(passes[i].end_ns);
+    }
+}
+
 // Walks one host lane's ranges. `projection` is empty for a CPU rank (host times are the
 // times); for a rank with device work it holds each event's GPU projection, and a pass and
 // the ranges inside it are timed by the kernels they launched.
@@ -99,6 +111,7 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane,
         const Event& event = lane.events[i];
         return projection.empty() ? Interval{event.start_ns, event.end_ns} : projection[i];
     };
+    const std::size_t first_pass = passes.size();
     std::vector<Open> stack;
     std::int64_t current_pass = -1;
     int open_communication = 0;
@@ -182,9 +195,30 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane,
     while (!stack.empty()) {
         pop();
     }
+    if (projection.empty()) {
+        add_cpu_times(trace, lane, first_pass, passes);
+    }
 }
 
 }  // namespace
+
+CpuMarks::CpuMarks(const RunTrace& trace, const LaneTrace& lane) {
+    for (const Event& event : lane.events) {
+        if (event.kind != EventKind::mark) {
+            starts_.push_back(event.start_ns);
+        } else if (event.bytes >= 0 && trace.name(event.name) == kCpuMark) {
+            marks_.emplace_back(event.start_ns, event.bytes);
+        }
+    }
+}
+
+std::int64_t CpuMarks::after(std::int64_t end_ns) const {
+    const auto mark =
+        std::lower_bound(marks_.begin(), marks_.end(), std::pair{end_ns, std::int64_t{-1}});
+    const auto next = std::lower_bound(starts_.begin(), starts_.end(), end_ns);
+    return mark != marks_.end() && (next == starts_.end() || mark->first <= *next) ? mark->second
+                                                                                   : -1;
+}
 
 std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length) {
     return balance::causal_pair_work(prefix, length) / 2;  // always even: (2p + 1 + ℓ)·ℓ

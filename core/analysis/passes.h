@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/analysis/run_trace.h"
@@ -37,8 +38,25 @@ struct Pass {
     std::int64_t attention_ns = 0;      // attention less the communication inside it
     std::int64_t pipeline_wait_ns = 0;  // in pipeline receives
     std::int64_t collective_ns = 0;     // in CP/TP (and other) collectives inside the pass
+    // The thread CPU time the pass used (its `fulcrum.cpu` mark, CPU ranks), else -1.
+    std::int64_t cpu_ns = -1;
 
     std::int64_t wall_ns() const { return end_ns - start_ns; }
+};
+
+// The engine's `fulcrum.cpu` marks on one lane (kCpuMark, docs/annotations.md): each follows a
+// pass or the optimizer step on its thread and says the thread CPU time it used.
+class CpuMarks {
+public:
+    CpuMarks(const RunTrace& trace, const LaneTrace& lane);
+    bool empty() const { return marks_.empty(); }
+    // The CPU time of the lane's range that ended at end_ns: the first mark at or after it,
+    // unless another range began before that mark (whose mark it then is); -1 when none.
+    std::int64_t after(std::int64_t end_ns) const;
+
+private:
+    std::vector<std::pair<std::int64_t, std::int64_t>> marks_;  // (time, CPU ns), by time
+    std::vector<std::int64_t> starts_;                          // of the lane's ranges
 };
 
 // Every pass of the run, ordered by (rank, step, start).

@@ -101,6 +101,7 @@ Status import_file(const Importer& format, const std::string& input, const std::
     run.producer = "fulcrum import (" + std::string(format.name()) + ")";
     store::WriterOptions writer_options;
     writer_options.overflow = store::WriterOptions::Overflow::block;  // an import never drops
+    writer_options.lane_index_while_writing = true;  // the parser is the slower thread
     writer_options.overwrite = true;
     writer_options.durable = false;  // a failed import leaves no file: nothing to recover
     writer_options.build_indexes = options.indexes;

@@ -173,6 +173,7 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                           settings->config.recompute,
                           settings->config.virtual_stages,
                           run.gemm_gflops,
+                          run.gemm_gflops_cold,
                           run.host_cores};
     calibration.grid = settings->config.grid;
     calibration.sequence_parallel = settings->config.sequence_parallel && run.tp > 1;

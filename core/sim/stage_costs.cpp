@@ -493,6 +493,10 @@ double weight_gradient_flops_per_token(const ModelShape& shape, const parallel::
 //     cost the same; the elementwise backward is a few FLOPs an element against 2·h of a GEMM).
 // No per-pair term (attention has no weights); half the fixed term (dW are half the GEMM
 // launches). W is never more than the backward's per-token term.
+// That is what the dW GEMMs took inside the whole backward, which B no longer does. The W pass
+// itself runs long after B read the layer's activations, from cold caches: where the run
+// measured that rate too (gemm_gflops_cold), W is the same FLOPs at it (set_stage_passes), so
+// B + W is more than the whole backward, as the CPU engine measures it.
 PassCost weight_gradient_part(const PassCost& base, double gemm_per_token_ns, std::string_view how,
                               int stage, std::vector<std::string>& notes) {
     PassCost w = base;
@@ -507,12 +511,14 @@ PassCost weight_gradient_part(const PassCost& base, double gemm_per_token_ns, st
 
 // One stage's passes under the knobs (docs/simulate.md, "Knobs"), from its forward, its
 // backward and, when the fitted run split them, its W. `gemm_per_token_ns`: W's per-token
-// time when known (weight_gradient_part), else < 0.
+// time when known (weight_gradient_part), else < 0; `deferred_scale`: how much longer the W
+// pass takes its per-token part than the whole backward spent on it (cold caches; 1: alike).
 // `head`: the part of `forward` recomputation does not re-run (recompute_part).
 void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, const PassCost& head,
                       const PassCost& backward, bool backward_fitted,
                       const std::optional<PassCost>& weight, double gemm_per_token_ns,
-                      std::string_view how, const CostOrigin& origin, const TrainingKnobs& knobs) {
+                      double deferred_scale, std::string_view how, const CostOrigin& origin,
+                      const TrainingKnobs& knobs) {
     const bool split = parallel::splits_backward(knobs.schedule);
     // The backward without recomputation: a fitted one holds its run's (in B and in W
     // when that run split them), the analytic one none.
@@ -528,11 +534,14 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
     passes[0] = forward;
     passes[1] = base;
     if (split) {
+        PassCost taken = w;  // what W's work took inside the whole backward
         if (!weight) {
-            w = weight_gradient_part(base, gemm_per_token_ns, how, stage, costs.notes);
+            taken = weight_gradient_part(base, gemm_per_token_ns, how, stage, costs.notes);
+            w = taken;
+            w.per_token_ns *= deferred_scale;
         }
         w.phase = Phase::weight_grad;
-        passes[1] = combine(base, w, -1);
+        passes[1] = combine(base, taken, -1);
         passes[2] = w;
     }
     const PassCost recompute = recompute_part(forward, knobs.recompute, head);
@@ -579,6 +588,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
         }
         // W's per-token time where something measured or modelled it (weight_gradient_part).
         double gemm_per_token_ns = -1;
+        double deferred_scale = 1;
         std::string how = "half the backward's per-token and fixed terms (dX and dW FLOPs alike)";
         if (backward_fitted && origin.gemm_gflops > 0) {
             gemm_per_token_ns =
@@ -587,6 +597,11 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                   format_number(weight_gradient_flops_per_token(shape, grid, knobs, stage)) +
                   " FLOPs a token at the run's measured " + format_number(origin.gemm_gflops) +
                   " GFLOP/s, half the fixed term";
+            if (origin.gemm_gflops_cold > 0) {
+                deferred_scale = origin.gemm_gflops / origin.gemm_gflops_cold;
+                how += "; the W pass at its cold-cache " + format_number(origin.gemm_gflops_cold) +
+                       " GFLOP/s";
+            }
         } else if (!backward_fitted) {
             gemm_per_token_ns = analytic_gemm_per_token_ns(shape, grid, hardware, knobs, stage);
             how = "the forward's GEMM time (the dW GEMMs' FLOPs and sizes)";
@@ -604,7 +619,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                 forward.per_token_ns * head_flops / (24.0 * h * h * layers + head_flops);
         }
         set_stage_passes(costs, stage, forward, head, backward, backward_fitted, weight,
-                         gemm_per_token_ns, how, origin, knobs);
+                         gemm_per_token_ns, deferred_scale, how, origin, knobs);
     }
 
     // Only the collectives this grid runs need a cost, so only those earn a note.

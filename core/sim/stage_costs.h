@@ -90,6 +90,9 @@ struct CostOrigin {
     int virtual_stages = 1;
     // The run's measured rate on weight-gradient GEMMs (RunConfig::gemm_gflops); 0: unknown.
     double gemm_gflops = 0;
+    // Its rate on them with cold caches (RunConfig::gemm_gflops_cold): a deferred W's; 0:
+    // unknown, W at gemm_gflops.
+    double gemm_gflops_cold = 0;
     // The cores its host's ranks shared (RunConfig::host_cores; the fit took the sharing out
     // of its passes, cost_model.h); 0: a core or device a rank, or unknown.
     int host_cores = 0;

@@ -224,6 +224,11 @@ Status create_indexes(Database& db, bool lane_statistics) {
     )sql");
 }
 
+Status create_lane_index(Database& db) {
+    // As create_indexes makes it: IF NOT EXISTS there skips it.
+    return db.exec("CREATE INDEX IF NOT EXISTS event_by_lane_time ON event (lane, start_ns);");
+}
+
 Status check_trace_file(const std::string& path) {
     std::ifstream file(path, std::ios::binary);
     if (!file) {

@@ -37,6 +37,10 @@ Status create_schema(Database& db);
 // lane.max_duration_ns to the caller (the writer, which saw every event, sets it without
 // reading them back).
 Status create_indexes(Database& db, bool lane_statistics = true);
+// The one index of create_indexes that costs a writer little to keep up as rows go in
+// (event_by_lane_time: a lane's events come in time order, so each lane adds at one place);
+// create_indexes then leaves it as it is (WriterOptions::lane_index_while_writing).
+Status create_lane_index(Database& db);
 
 // Checks that `path` is a Fulcrum trace this build can read before SQLite touches it, so
 // that a foreign, truncated or newer file gets one message naming the file and the problem.

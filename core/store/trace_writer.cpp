@@ -56,6 +56,11 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path
     if (auto status = create_schema(*db); !status) {
         return Error{ErrorCode::io, "cannot write '" + path + "': " + status.error().message};
     }
+    if (options.lane_index_while_writing && options.build_indexes) {
+        if (auto status = create_lane_index(*db); !status) {
+            return Error{ErrorCode::io, "cannot write '" + path + "': " + status.error().message};
+        }
+    }
     auto insert_run = db->prepare(
         "INSERT INTO run (id, name, command, start_utc_ns, config, origin, producer) "
         "VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6)");

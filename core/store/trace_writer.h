@@ -43,6 +43,11 @@ struct WriterOptions {
     // which remove a failed file anyway): no journal and no syncs, so every page is written
     // once instead of to the WAL and then again into the file (docs/decisions.md).
     bool durable = true;
+    // True where the producer is slower than the writer (an import's parser): the lane index
+    // (event_by_lane_time) is made with the tables and kept up as rows go in, on the writer's
+    // thread while the producer still works, so that close() builds only the others after the
+    // last row (docs/decisions.md, "Import at full speed").
+    bool lane_index_while_writing = false;
     // False for a file that is read once and thrown away (import's scratch rank files, which
     // merge copies and indexes itself): close() builds no indexes; readers scan without them.
     bool build_indexes = true;

@@ -99,6 +99,10 @@ inline constexpr std::string_view kCpShardingMark = "cp sharding";
 // `fulcrum.memory`: a rank's peak of counted allocations over the run, once at its end:
 // {"peak_device_bytes":N,"peak_pinned_bytes":M} (docs/plan.md predicts it per stage).
 inline constexpr std::string_view kMemoryMark = "fulcrum.memory";
+// `fulcrum.cpu`: right after a pass (forward, backward, weight gradients) or the optimizer step
+// ends, on its thread, the thread CPU time it used in ns, as the mark's payload (the event's
+// `bytes`). Where ranks time-share cores, that is the pass's work without its waits for a core.
+inline constexpr std::string_view kCpuMark = "fulcrum.cpu";
 
 // `fulcrum.rank`: {"rank":5,"world":8,"dp":1,"tp":0,"pp":0,"cp":1,"device":-1}. Fills the
 // rank number, coordinates and device of `rank`; other fields are left as they are.

@@ -43,6 +43,7 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("documents", c.documents);
     visit("backend", c.backend);
     visit("gemm_gflops", c.gemm_gflops);
+    visit("gemm_gflops_cold", c.gemm_gflops_cold);
     visit("host_cores", c.host_cores);
     visit("comm", c.comm);
     visit("simulated", c.simulated);

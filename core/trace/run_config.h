@@ -58,6 +58,10 @@ struct RunConfig {
     // calibration run's backward cannot say which share of it is W; this says (core/sim/
     // stage_costs.cpp, weight_gradient_per_token).
     double gemm_gflops = 0;
+    // The same GEMMs with their operands out of the caches first, as ZB-H1's W finds them: it
+    // runs long after B read the layer's activations (other passes in between). 0: not
+    // measured (older runs), then W is taken at gemm_gflops.
+    double gemm_gflops_cold = 0;
     // CPU backend: the cores the ranks of one host could run on together (the union of their
     // affinity masks). Where a host's ranks outnumber them, ranks time-share cores and every
     // pass is stretched by the others computing beside it (docs/simulate.md, "Ranks that share

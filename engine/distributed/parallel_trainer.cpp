@@ -150,7 +150,7 @@ void ParallelTrainer::run_forward(int step, const PipelineOp& op, const LocalBat
     const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
     instrument::KeyScope keys(
         {step, first_microbatch_ + op.microbatch, stage, Phase::forward, -1, op.chunk});
-    instrument::Range range(range_name::kForward, Category::compute);
+    instrument::CpuTimedRange range(range_name::kForward, Category::compute);
     if (op.chunk == 0) {
         // A micro-batch's first pass on this stage; its other chunks reuse what it loaded.
         std::visit([&](const auto& local) { model_.load_micro_batch(local, acts); }, batch);
@@ -243,7 +243,7 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
                                   : BackwardPart::whole;
     instrument::KeyScope keys(
         {step, first_microbatch_ + op.microbatch, stage, Phase::backward, -1, op.chunk});
-    instrument::Range range(range_name::kBackward, Category::compute);
+    instrument::CpuTimedRange range(range_name::kBackward, Category::compute);
     if (part == BackwardPart::input_gradients) {
         acts.allocate_output_gradients(layers.first, layers.last);
     }
@@ -284,7 +284,7 @@ void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activ
     const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
     instrument::KeyScope keys(
         {step, first_microbatch_ + op.microbatch, stage, Phase::weight_grad, -1, op.chunk});
-    instrument::Range range(range_name::kWeightGradients, Category::compute);
+    instrument::CpuTimedRange range(range_name::kWeightGradients, Category::compute);
     if (holds_head(op.chunk)) {
         model_.backward_weights_head(acts);
     }
@@ -477,7 +477,7 @@ Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan
 }
 
 void ParallelTrainer::update(StepReport& report) {
-    instrument::Range range("optimizer", Category::optimizer);
+    instrument::CpuTimedRange range("optimizer", Category::optimizer);
     report.step = ++steps_taken_;
     report.grad_norm = gradient_norm();
     report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);

@@ -2,7 +2,9 @@
 
 #include "core/trace/annotations.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <ctime>
 
 #if FULCRUM_HAVE_NVTX
 #include <sys/syscall.h>
@@ -97,6 +99,31 @@ void Range::end() {
     if (pushed_) {
         nvtxDomainRangePop(domain());
         pushed_ = false;
+    }
+#endif
+}
+
+namespace {
+std::int64_t thread_cpu_ns() {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+}  // namespace
+
+CpuTimedRange::CpuTimedRange(std::string_view name, Category category)
+    : range_(name, category), cpu_start_ns_(active() ? thread_cpu_ns() : -1) {}
+
+void CpuTimedRange::end() {
+    range_.end();
+#if FULCRUM_HAVE_NVTX
+    if (cpu_start_ns_ >= 0) {
+        const std::string message(kCpuMark);
+        const nvtxEventAttributes_t attr =
+            attributes(message, Category::schedule,
+                       std::max<std::int64_t>(0, thread_cpu_ns() - cpu_start_ns_));
+        nvtxDomainMarkEx(domain(), &attr);
+        cpu_start_ns_ = -1;
     }
 #endif
 }

@@ -59,6 +59,23 @@ private:
     bool pushed_ = false;
 };
 
+// A Range that also says how much CPU its thread used inside it: after the pop, a
+// `fulcrum.cpu` mark whose payload is that thread CPU time in ns (docs/annotations.md). The
+// passes and the optimizer step use it: where ranks time-share cores a pass's wall time holds
+// the waits for a core, its CPU time only the work (core/analysis/cost_model.cpp fits on it).
+class CpuTimedRange {
+public:
+    CpuTimedRange(std::string_view name, Category category);
+    ~CpuTimedRange() { end(); }
+    void end();
+    CpuTimedRange(const CpuTimedRange&) = delete;
+    CpuTimedRange& operator=(const CpuTimedRange&) = delete;
+
+private:
+    Range range_;
+    std::int64_t cpu_start_ns_ = -1;  // -1: no tool attached, nothing to mark
+};
+
 // A mark `NAME JSON` (JSON may be empty).
 void mark(std::string_view name, std::string_view json = {});
 void name_this_thread(std::string_view name);

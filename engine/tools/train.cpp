@@ -100,7 +100,8 @@ int fail(int rank, const std::string& message) {
 // run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
 std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
                             const std::string& backend, const std::string& comm,
-                            std::span<const int> stage_layers, double gemm_gflops, int host_cores) {
+                            std::span<const int> stage_layers, const double (&gemm_gflops)[2],
+                            int host_cores) {
     RunConfig config;
     config.dp = o.grid.dp;
     config.tp = o.grid.tp;
@@ -137,7 +138,8 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.lengths = o.lengths;
     config.documents = o.documents;
     config.backend = backend;
-    config.gemm_gflops = gemm_gflops;
+    config.gemm_gflops = gemm_gflops[0];
+    config.gemm_gflops_cold = gemm_gflops[1];
     config.host_cores = host_cores;
     config.comm = comm;
     config.hot_switch = o.hot_switch;
@@ -151,11 +153,15 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
 // attention loops that share the backward, so no FLOP count can say W's share of its time).
 // Its buffers are freed before the model allocates, so the memory peak is not the probe's.
 // CPU only (0 on CUDA): a GPU's backward is its GEMMs, whose FLOPs split it exactly.
+// `cold`: with the caches emptied before each try (64 MiB written over, more than this class
+// of machine's last-level cache), the rate of ZB-H1's W, which runs long after B read the
+// layer's activations; measured here at about 0.73× the hot rate (bench/README.md).
 double weight_gradient_gemm_gflops(Backend& backend, const GptConfig& model, std::int64_t rows,
-                                   int tp) {
+                                   int tp, bool cold) {
     if (backend.device() != Device::cpu) {
         return 0;
     }
+    std::vector<unsigned char> eviction(cold ? std::size_t{64} << 20 : 0);
     const std::int64_t c = model.channels, cl = c / tp;
     rows = std::max<std::int64_t>(rows, 1);
     struct Gemm {
@@ -170,6 +176,9 @@ double weight_gradient_gemm_gflops(Backend& backend, const GptConfig& model, std
     double best = 0;
     for (int rep = 0; rep < 3; ++rep) {
         backend.synchronize(kComputeStream);
+        for (std::size_t i = 0; i < eviction.size(); i += 64) {
+            eviction[i] = static_cast<unsigned char>(eviction[i] + 1);
+        }
         const auto start = std::chrono::steady_clock::now();
         for (const Gemm& g : gemms) {
             // With the bias gradient, as W computes it.
@@ -818,8 +827,10 @@ int main(int argc, char** argv) {
         backend = std::make_unique<CpuBackend>(1);
     }
     instrument::mark(kRankMark, rank_mark_json(rank_mark));
-    const double gemm_gflops = weight_gradient_gemm_gflops(
-        *backend, model_config, o.context / (o.grid.cp * o.grid.tp), o.grid.tp);
+    const std::int64_t probe_rows = o.context / (o.grid.cp * o.grid.tp);
+    const double gemm_gflops[] = {
+        weight_gradient_gemm_gflops(*backend, model_config, probe_rows, o.grid.tp, false),
+        weight_gradient_gemm_gflops(*backend, model_config, probe_rows, o.grid.tp, true)};
     instrument::mark(kRunMark, run_config_json(o, model_config, documents->description,
                                                use_cuda ? "cuda" : "cpu", comm, stage_layers,
                                                gemm_gflops, use_cuda ? 0 : node.cores));

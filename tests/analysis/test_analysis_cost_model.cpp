@@ -9,6 +9,7 @@
 #include "core/analysis/cost_model.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
+#include "core/trace/annotations.h"
 #include "tests/analysis/trace_builders.h"
 #include "tests/support/synthetic_run.h"
 
@@ -177,6 +178,49 @@ private slots:
             const PassCost apart = fitted(cores);
             QVERIFY(apart.predict(30, 465) > 1.5 * 3760);
         }
+    }
+
+    // Where the engine marked each pass's thread CPU time (`fulcrum.cpu`), the fit on shared
+    // cores takes it as the work, whatever the wall time says. The forwards of the test above
+    // (1000 + 30·tokens + 4·pairs), both ranks at once on one core, but each stretched 3× (the
+    // scheduler gave the core to a third process): the shares of the two ranks alone say 1.5×
+    // the work; the marks say the work itself. Likewise the optimizer: rank 1 arrives last and
+    // its update's 900 ns of wall time used 250 ns of CPU.
+    void sharedCoresFitTheCpuMarks() {
+        const std::vector<std::vector<int>> documents = {{10}, {10, 10}, {20}, {30}, {5, 25}};
+        const std::int64_t forward[] = {1520, 2040, 2440, 3760, 3260};
+        RunTrace trace = on_cores(1);
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 1, 0, 0, 0);
+        std::int64_t t = 0;
+        for (int mb = 0; mb < 5; ++mb) {
+            for (int rank : {0, 1}) {
+                hold(trace, rank, 0, mb, documents[mb]);
+                LaneTrace& lane = host(trace, rank);
+                trace.add_range(lane, "forward", Category::compute, t, t + 3 * forward[mb], 0, mb,
+                                0, Phase::forward);
+                Event& mark = trace.add_range(lane, kCpuMark, Category::schedule,
+                                              t + 3 * forward[mb], t + 3 * forward[mb]);
+                mark.kind = EventKind::mark;
+                mark.bytes = forward[mb];
+            }
+            t += 3 * forward[mb];
+        }
+        trace.add_range(host(trace, 0), "optimizer", Category::optimizer, t, t + 900, 0);
+        trace.add_range(host(trace, 1), "optimizer", Category::optimizer, t + 10, t + 910, 0);
+        Event& mark =
+            trace.add_range(host(trace, 1), kCpuMark, Category::schedule, t + 910, t + 910);
+        mark.kind = EventKind::mark;
+        mark.bytes = 250;
+        trace.finish();
+        const auto model = fit_cost_model(trace, find_passes(trace));
+        QVERIFY(model.ok());
+        const PassCost* pass = model->pass(0, Phase::forward);
+        QVERIFY(pass != nullptr);
+        QVERIFY2(close(pass->fixed_ns, 1000, 1e-6), qPrintable(QString::number(pass->fixed_ns)));
+        QVERIFY(close(pass->per_token_ns, 30, 1e-6));
+        QVERIFY(close(pass->per_pair_ns, 4, 1e-6));
+        QCOMPARE(model->optimizer_ns, 250.0);
     }
 
     // On shared cores a receiver that waited for its input wakes up when it gets a core, which

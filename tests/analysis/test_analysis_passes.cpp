@@ -95,6 +95,31 @@ private slots:
         QCOMPARE(rows[0].exposed_communication_ns, 3);
     }
 
+    // The engine's `fulcrum.cpu` mark right after a pass gives that pass its thread CPU time:
+    // forward [0,10) then a mark at 10 with 7 ns; backward [10,20) with no mark, then the
+    // optimizer [20,25) and its mark at 25 with 4 ns, which is not the backward's; a mark at 30
+    // with no pass before it. So 7, then −1 (unknown).
+    void cpuMarkGivesThePassBeforeItsCpuTime() {
+        RunTrace trace;
+        auto& lane = trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.add_range(lane, "forward", Category::compute, 0, 10, 1, 0, 0, Phase::forward);
+        const auto cpu_mark = [&](std::int64_t at, std::int64_t ns) {
+            Event& mark = trace.add_range(lane, kCpuMark, Category::schedule, at, at);
+            mark.kind = EventKind::mark;
+            mark.bytes = ns;
+        };
+        cpu_mark(10, 7);
+        trace.add_range(lane, "backward", Category::compute, 10, 20, 1, 0, 0, Phase::backward);
+        trace.add_range(lane, "optimizer", Category::optimizer, 20, 25, 1);
+        cpu_mark(25, 4);
+        cpu_mark(30, 9);
+        trace.finish();
+        const auto passes = find_passes(trace);
+        QCOMPARE(passes.size(), 2u);
+        QCOMPARE(passes[0].cpu_ns, 7);
+        QCOMPARE(passes[1].cpu_ns, -1);
+    }
+
     // A rank's document ranges [0,100) and [100,150) of a 150-token document, and a whole
     // 10-token document: pairs = Σ (2p + 1 + ℓ)ℓ/2 = 5050 + (201+50)·50/2 + 55 = 11380.
     void heldWorkCountsCausalPairs() {

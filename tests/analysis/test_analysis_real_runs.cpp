@@ -89,10 +89,22 @@ private slots:
         QCOMPARE(trace_.config.pp, kStages);
         QCOMPARE(trace_.config.schedule, std::string("gpipe"));
         QCOMPARE(trace_.config.microbatches, kMicrobatches);
+        // The CPU backend's dW GEMM rates, hot and with cold caches (ZB-H1's W, simulated).
+        QVERIFY(trace_.config.gemm_gflops > 0);
+        QVERIFY(trace_.config.gemm_gflops_cold > 0);
         // Every rank runs a forward and a backward of every micro-batch of every step.
         QCOMPARE(analysis_.passes, std::int64_t{kStages * kSteps * kMicrobatches * 2});
         QVERIFY2(analysis_.notes.empty(),
                  analysis_.notes.empty() ? "" : analysis_.notes.front().c_str());
+        // Each pass carries the CPU its thread used (the engine's `fulcrum.cpu` mark after it),
+        // which a thread cannot use more of than the pass's wall time.
+        for (const Pass& pass : find_passes(trace_)) {
+            QVERIFY2(pass.cpu_ns >= 0, qPrintable(QString("rank %1 step %2 mb %3 has no CPU time")
+                                                      .arg(pass.rank)
+                                                      .arg(pass.step)
+                                                      .arg(pass.microbatch)));
+            QVERIFY(pass.cpu_ns <= pass.wall_ns() + 100'000);
+        }
     }
 
     void breakdownAddsUpOnEveryRankAndStep() {

@@ -42,6 +42,7 @@ RunConfig every_field_set() {
     c.documents = 200;
     c.backend = "simulated";
     c.gemm_gflops = 75.5;
+    c.gemm_gflops_cold = 55.25;
     c.host_cores = 2;
     c.comm = "nccl";
     c.simulated = true;
@@ -69,6 +70,7 @@ private slots:
         QCOMPARE(read.cost_model, std::string("analytic"));
         QCOMPARE(read.hot_switch, std::string("0-2048:dp2;2048-:pp2"));
         QCOMPARE(read.gemm_gflops, 75.5);
+        QCOMPARE(read.gemm_gflops_cold, 55.25);
         QCOMPARE(read.host_cores, 2);
         QVERIFY(read.grid_known);
         // Every field set is a key of its own: a default configuration writes each of them

@@ -526,6 +526,14 @@ private slots:
             QCOMPARE(passes[1].per_token_ns + passes[2].per_token_ns, 40000.0);
             QCOMPARE(passes[1].fixed_ns + passes[2].fixed_ns, 200.0);
         }
+        // With the cold-cache rate too (10 FLOP a ns): B still loses the dW GEMMs at the hot
+        // rate, while W takes them at the cold one, so B + W is more than the backward.
+        origin.gemm_gflops_cold = 10;
+        const StageCosts deferred = resolve_costs(&model, origin, shape, grid, {}, split);
+        QCOMPARE(deferred.passes[0][2].per_token_ns, 196608.0 / 10);
+        QCOMPARE(deferred.passes[0][1].per_token_ns, 40000.0 - 196608.0 / 20);
+        QCOMPARE(deferred.passes[0][1].fixed_ns + deferred.passes[0][2].fixed_ns, 200.0);
+        origin.gemm_gflops_cold = 0;
         origin.gemm_gflops = 0;
         const StageCosts halves = resolve_costs(&model, origin, shape, grid, {}, split);
         QCOMPARE(halves.passes[0][2].per_token_ns, 20000.0);

@@ -1,12 +1,14 @@
 // Streaming JSON for the Kineto importer: no DOM. JsonStream reads a (possibly gzipped) file
 // through zlib in bounded chunks and hands out one top-level member or one array element at a
 // time as a view of its raw text; JsonCursor parses such a small view (one trace event) in
-// place. Memory is the chunk buffer plus the largest single element.
+// place. Memory is the chunk buffer plus the largest single element; a file's next few chunks
+// are read (and gunzipped) ahead on a second thread.
 #pragma once
 
 #include <zlib.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,7 +17,7 @@ namespace fulcrum::importer::kineto {
 
 class JsonStream {
 public:
-    JsonStream() = default;
+    JsonStream();
     ~JsonStream();
     JsonStream(const JsonStream&) = delete;
     JsonStream& operator=(const JsonStream&) = delete;
@@ -38,10 +40,13 @@ public:
     bool at_eof() const { return eof_ && pos_ >= end_; }
 
 private:
-    bool fill();  // reads more, keeping [pos_, end_); false when nothing more came
+    bool fill();            // reads more, keeping [pos_, end_); false when nothing more came
+    bool fill_from_file();  // fill() for a file: the next chunk read ahead
+    void stop_at_end();     // the input ended: eof_, and the problem placed
     int read_more(char* into, std::size_t room);  // bytes read; <= 0 at the end or on an error
 
-    gzFile file_ = nullptr;
+    class ReadAhead;  // a file's reads and gunzipping, on their own thread
+    std::unique_ptr<ReadAhead> file_;
     std::string_view memory_;
     bool memory_open_ = false;
     std::size_t memory_used_ = 0;
@@ -51,6 +56,7 @@ private:
     std::vector<char> buf_;
     std::size_t pos_ = 0, end_ = 0;
     std::uint64_t base_ = 0;
+    std::int64_t file_offset_ = 0;  // of a file: file_offset() at the last chunk taken
     bool eof_ = false;
     std::string problem_;
 };

@@ -23,11 +23,11 @@ fulcrum-train, and the plan's predicted tokens/s is compared with the measured:
 
 Usage: bench/plan/rank_layouts.py [--world 2] [--rounds 3] [--build build] [--train PATH]
        [--work DIR] [--calibration-layouts pp2,tp2,tp2sp,cp2,dp2] [--plan-args "..."]
-       [--plan-only] [--measured WORK/result-N.json]
+       [--plan-only] [--measured WORK/result-N.json] [--reuse-calibrations]
 A calibration layout is degrees by name, the others 1, and "sp" for sequence parallelism:
 pp2, tp2sp, pp2cp2 (4 ranks). At --world 2 each rank has a core of this 2-core machine; at 4
-two ranks share one, and a rank waiting on a neighbour yields it, which the simulator (a core
-a rank) does not model (bench/README.md, "fulcrum plan against measured layouts").
+two ranks share one, which the simulator plays as processor sharing (docs/simulate.md, "Ranks
+that share cores"; bench/README.md, "fulcrum plan against measured layouts").
 """
 import argparse
 import json
@@ -157,6 +157,9 @@ def main():
     parser.add_argument("--measured", default=None,
                         help="WORK/result-N.json of an earlier run: rank this plan against its "
                              "measurements instead of measuring again (to compare calibrations)")
+    parser.add_argument("--reuse-calibrations", action="store_true",
+                        help="keep the calibration runs already in WORK (with --measured: "
+                             "another fulcrum's plan against the same runs and measurements)")
     parser.add_argument("--plan-only", action="store_true",
                         help="capture and plan, print the plan's ranking, measure nothing")
     args = parser.parse_args()
@@ -186,8 +189,14 @@ def main():
         calibration += ["--sequence-parallel"] if layout["sp"] else []
         calibration += MODEL + DATA + documents + ["--epochs", "1"]
         capture = os.path.join(work, f"calibration-{name}")
-        out = run([fulcrum, "capture", "-o", capture, "--force", "--", "mpirun", "-np",
-                   str(ranks), train] + calibration)
+        if args.reuse_calibrations and os.path.exists(f"{capture}/run.fulcrum"):
+            with open(f"{capture}.out") as f:
+                out = f.read()
+        else:
+            out = run([fulcrum, "capture", "-o", capture, "--force", "--", "mpirun", "-np",
+                       str(ranks), train] + calibration)
+            with open(f"{capture}.out", "w") as f:
+                f.write(out)
         found = re.search(r"done: (\d+) steps", out)
         if not found:
             sys.exit(f"the calibration run {name} printed no 'done:' line:\n" + out[-2000:])

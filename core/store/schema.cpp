@@ -206,9 +206,15 @@ Status create_schema(Database& db) {
     return db.exec("COMMIT");
 }
 
+Status create_lane_index(Database& db) {
+    return db.exec("CREATE INDEX IF NOT EXISTS event_by_lane_time ON event (lane, start_ns);");
+}
+
 Status create_indexes(Database& db, bool lane_statistics) {
+    if (auto status = create_lane_index(db); !status) {
+        return status;
+    }
     if (auto status = db.exec(R"sql(
-        CREATE INDEX IF NOT EXISTS event_by_lane_time ON event (lane, start_ns);
         CREATE INDEX IF NOT EXISTS event_by_kind_step ON event (kind, step);
         CREATE INDEX IF NOT EXISTS workload_by_step ON workload (step, microbatch, rank);
         CREATE INDEX IF NOT EXISTS event_block_by_lane_time ON event_block (lane, start_min);
@@ -224,10 +230,6 @@ Status create_indexes(Database& db, bool lane_statistics) {
     )sql");
 }
 
-Status create_lane_index(Database& db) {
-    // As create_indexes makes it: IF NOT EXISTS there skips it.
-    return db.exec("CREATE INDEX IF NOT EXISTS event_by_lane_time ON event (lane, start_ns);");
-}
 
 Status check_trace_file(const std::string& path) {
     std::ifstream file(path, std::ios::binary);

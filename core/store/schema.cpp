@@ -230,7 +230,6 @@ Status create_indexes(Database& db, bool lane_statistics) {
     )sql");
 }
 
-
 Status check_trace_file(const std::string& path) {
     std::ifstream file(path, std::ios::binary);
     if (!file) {

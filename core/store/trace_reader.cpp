@@ -21,11 +21,27 @@ Error query_failed(const Database& db, const Statement& stmt) {
                           : "")};
 }
 
-// Hands every event row of a prepared statement to `visit` until it returns false.
 bool in_store_order(const Event& a, const Event& b) {
     return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
 }
 
+// The earliest start and latest end into `summary`, from a query that selects them (NULL when
+// there are no events: both stay 0).
+Status read_span(Database& db, const char* sql, TraceSummary& summary) {
+    auto span = db.prepare(sql);
+    if (!span) {
+        return span.error();
+    }
+    if (span->step() && !span->column_is_null(0)) {
+        summary.start_ns = span->column_int64(0);
+        summary.end_ns = span->column_int64(1);
+    } else if (span->last_result() != SQLITE_ROW && span->last_result() != SQLITE_DONE) {
+        return query_failed(db, *span);
+    }
+    return {};
+}
+
+// Hands every event row of a prepared statement to `visit` until it returns false.
 Status visit_event_rows(const Database& db, Statement& stmt,
                         const std::function<bool(const Event&)>& visit) {
     while (stmt.step()) {
@@ -538,15 +554,10 @@ Result<TraceSummary> TraceReader::block_summary() const {
     if (per_lane->last_result() != SQLITE_DONE) {
         return query_failed(db_, *per_lane);
     }
-    auto span = db_.prepare("SELECT MIN(start_min), MAX(end_max) FROM event_block");
-    if (!span) {
-        return span.error();
-    }
-    if (span->step() && !span->column_is_null(0)) {
-        summary.start_ns = span->column_int64(0);
-        summary.end_ns = span->column_int64(1);
-    } else if (span->last_result() != SQLITE_ROW && span->last_result() != SQLITE_DONE) {
-        return query_failed(db_, *span);
+    if (auto status =
+            read_span(db_, "SELECT MIN(start_min), MAX(end_max) FROM event_block", summary);
+        !status) {
+        return status.error();
     }
     auto blocks = select_blocks("ORDER BY rowid");
     if (!blocks) {
@@ -596,15 +607,9 @@ Result<TraceSummary> TraceReader::summary() const {
         return query_failed(db_, *by_kind);
     }
 
-    auto span = db_.prepare("SELECT MIN(start_ns), MAX(end_ns) FROM event");
-    if (!span) {
-        return span.error();
-    }
-    if (span->step() && !span->column_is_null(0)) {
-        summary.start_ns = span->column_int64(0);
-        summary.end_ns = span->column_int64(1);
-    } else if (span->last_result() != SQLITE_ROW && span->last_result() != SQLITE_DONE) {
-        return query_failed(db_, *span);
+    if (auto status = read_span(db_, "SELECT MIN(start_ns), MAX(end_ns) FROM event", summary);
+        !status) {
+        return status.error();
     }
 
     auto steps =

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -178,6 +179,28 @@ void damage_block(const std::string& path, int block,
     update->bind_blob(1, data);
     update->bind(2, rowid);
     QVERIFY(update->run());
+}
+
+// Runs `write` on a TraceWriter at `path` in a child process, which then dies by SIGKILL
+// with whatever it had not committed; true when it did die that way.
+bool write_then_kill(const std::string& path, const WriterOptions& options,
+                     const std::function<void(TraceWriter&)>& write) {
+    const pid_t child = fork();
+    if (child < 0) {
+        return false;
+    }
+    if (child == 0) {
+        auto writer = TraceWriter::create(path, test_run(), options);
+        if (!writer) {
+            _exit(1);
+        }
+        write(**writer);
+        raise(SIGKILL);
+        _exit(2);
+    }
+    int status = 0;
+    return waitpid(child, &status, 0) == child && WIFSIGNALED(status) &&
+           WTERMSIG(status) == SIGKILL;
 }
 
 }  // namespace
@@ -356,31 +379,20 @@ private slots:
     void killedWriterKeepsItsLastCommit() {
         QTemporaryDir dir;
         const std::string path = dir.filePath("killed.sqlite").toStdString();
-        const pid_t child = fork();
-        QVERIFY(child >= 0);
-        if (child == 0) {
-            WriterOptions options;
-            options.commit_interval = std::chrono::milliseconds(100);
-            auto writer = TraceWriter::create(path, test_run(), options);
-            if (!writer) {
-                _exit(1);
-            }
-            (*writer)->add_rank(RankInfo{});
-            const LaneId lane = (*writer)->add_lane(0, LaneKind::host_thread, "main");
-            const StringId name = (*writer)->intern("before the kill");
+        WriterOptions options;
+        options.commit_interval = std::chrono::milliseconds(100);
+        QVERIFY(write_then_kill(path, options, [](TraceWriter& writer) {
+            writer.add_rank(RankInfo{});
+            const LaneId lane = writer.add_lane(0, LaneKind::host_thread, "main");
+            const StringId name = writer.intern("before the kill");
             for (int i = 0; i < 50000; ++i) {
-                (*writer)->add_event(make_event(lane, name, i * 10, i * 10 + 5));
+                writer.add_event(make_event(lane, name, i * 10, i * 10 + 5));
             }
-            (*writer)->flush();
+            writer.flush();
             for (int i = 0; i < 100; ++i) {  // never committed: killed within the interval
-                (*writer)->add_event(make_event(lane, name, 900'000'000, 900'000'001));
+                writer.add_event(make_event(lane, name, 900'000'000, 900'000'001));
             }
-            raise(SIGKILL);
-            _exit(2);
-        }
-        int status = 0;
-        QCOMPARE(waitpid(child, &status, 0), child);
-        QVERIFY(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        }));
 
         auto trace = TraceReader::open(path);
         QVERIFY2(trace.ok(), trace.ok() ? "" : trace.error().message.c_str());
@@ -665,37 +677,26 @@ private slots:
     void killedBlockWriterKeepsEveryCommittedBlock() {
         QTemporaryDir dir;
         const std::string path = dir.filePath("killed-blocks.sqlite").toStdString();
-        const pid_t child = fork();
-        QVERIFY(child >= 0);
-        if (child == 0) {
-            WriterOptions options;
-            options.commit_interval = std::chrono::milliseconds(100);
-            options.events = WriterOptions::EventStorage::blocks;
-            auto writer = TraceWriter::create(path, test_run(), options);
-            if (!writer) {
-                _exit(1);
-            }
-            (*writer)->add_rank(RankInfo{});
-            const LaneId lane = (*writer)->add_lane(0, LaneKind::host_thread, "main");
-            const LaneId other = (*writer)->add_lane(0, LaneKind::gpu_stream, "stream");
-            const StringId name = (*writer)->intern("before the kill");
+        WriterOptions options;
+        options.commit_interval = std::chrono::milliseconds(100);
+        options.events = WriterOptions::EventStorage::blocks;
+        QVERIFY(write_then_kill(path, options, [](TraceWriter& writer) {
+            writer.add_rank(RankInfo{});
+            const LaneId lane = writer.add_lane(0, LaneKind::host_thread, "main");
+            const LaneId other = writer.add_lane(0, LaneKind::gpu_stream, "stream");
+            const StringId name = writer.intern("before the kill");
             for (int i = 0; i < 50000; ++i) {
-                (*writer)->add_event(make_event(i % 2 ? lane : other, name, i * 10, i * 10 + 5));
+                writer.add_event(make_event(i % 2 ? lane : other, name, i * 10, i * 10 + 5));
             }
-            (*writer)->flush();
+            writer.flush();
             for (int i = 50000; i < 80000; ++i) {  // no flush: the writer's timer commits them
-                (*writer)->add_event(make_event(i % 2 ? lane : other, name, i * 10, i * 10 + 5));
+                writer.add_event(make_event(i % 2 ? lane : other, name, i * 10, i * 10 + 5));
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(300));
             for (int i = 0; i < 100; ++i) {  // within the interval: may be lost
-                (*writer)->add_event(make_event(lane, name, 900'000'000, 900'000'001));
+                writer.add_event(make_event(lane, name, 900'000'000, 900'000'001));
             }
-            raise(SIGKILL);
-            _exit(2);
-        }
-        int status = 0;
-        QCOMPARE(waitpid(child, &status, 0), child);
-        QVERIFY(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        }));
 
         auto trace = TraceReader::open(path);
         QVERIFY2(trace.ok(), trace.ok() ? "" : trace.error().message.c_str());

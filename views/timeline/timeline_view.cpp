@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/analysis/passes.h"
 #include "core/trace/annotations.h"
 #include "core/util/text_table.h"
 
@@ -331,7 +332,24 @@ void TimelineView::show_details() {
                 ? tr("yes: this pass set the step's length")
                 : tr("no"));
     }
-    add(tr("Bytes"), optional_number(event.bytes));
+    // The thread CPU a pass or the optimizer step used (fulcrum-train's `fulcrum.cpu` mark
+    // after it): less than its wall time where its rank waited for a core.
+    const bool cpu_mark = event.kind == EventKind::mark && trace.name(event.name) == kCpuMark;
+    if (!cpu_mark && event.kind == EventKind::range && event.duration_ns() > 0) {
+        const std::int64_t cpu = analysis::CpuMarks(trace, *row.lane).after(event.end_ns);
+        if (cpu >= 0) {
+            add(tr("Thread CPU"), tr("%1 (%2% of its wall time)")
+                                      .arg(timeline::format_duration(cpu))
+                                      .arg(100.0 * static_cast<double>(cpu) /
+                                               static_cast<double>(event.duration_ns()),
+                                           0, 'f', 0));
+        }
+    }
+    if (cpu_mark) {
+        add(tr("Thread CPU"), timeline::format_duration(event.bytes));
+    } else {
+        add(tr("Bytes"), optional_number(event.bytes));
+    }
     add(tr("Copy kind"), optional_text(to_string(event.copy_kind)));
     add(tr("Correlation"), optional_number(event.correlation));
     html += QStringLiteral("</table>");

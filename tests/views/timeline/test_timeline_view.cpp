@@ -250,6 +250,9 @@ private slots:
         QVERIFY2(text.contains(format_duration(event_of(*forward).duration_ns())),
                  qPrintable(text));
         QVERIFY(text.contains("Micro-batch"));
+        // The CPU the pass's thread used, from fulcrum-train's fulcrum.cpu mark after it.
+        QVERIFY2(text.contains("Thread CPU") && text.contains("% of its wall time"),
+                 qPrintable(text));
         // The selection is outlined in the highlight colour.
         QVERIFY(count_colour(grab_canvas(), canvas->rect(), palette::highlight()) > 20);
         // A click on empty space clears it.

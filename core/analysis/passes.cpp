@@ -202,11 +202,10 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane,
 
 }  // namespace
 
-CpuMarks::CpuMarks(const RunTrace& trace, const LaneTrace& lane) {
+CpuMarks::CpuMarks(const RunTrace& trace, const LaneTrace& lane) : lane_(&lane) {
     for (const Event& event : lane.events) {
-        if (event.kind != EventKind::mark) {
-            starts_.push_back(event.start_ns);
-        } else if (event.bytes >= 0 && trace.name(event.name) == kCpuMark) {
+        if (event.kind == EventKind::mark && event.bytes >= 0 &&
+            trace.name(event.name) == kCpuMark) {
             marks_.emplace_back(event.start_ns, event.bytes);
         }
     }
@@ -215,9 +214,18 @@ CpuMarks::CpuMarks(const RunTrace& trace, const LaneTrace& lane) {
 std::int64_t CpuMarks::after(std::int64_t end_ns) const {
     const auto mark =
         std::lower_bound(marks_.begin(), marks_.end(), std::pair{end_ns, std::int64_t{-1}});
-    const auto next = std::lower_bound(starts_.begin(), starts_.end(), end_ns);
-    return mark != marks_.end() && (next == starts_.end() || mark->first <= *next) ? mark->second
-                                                                                   : -1;
+    if (mark == marks_.end()) {
+        return -1;
+    }
+    // The first range (not mark) of the lane that begins at or after end_ns; the lane is in
+    // start order, and marks are few, so the walk past them is short.
+    const auto& events = lane_->events;
+    auto next = std::lower_bound(events.begin(), events.end(), end_ns,
+                                 [](const Event& e, std::int64_t t) { return e.start_ns < t; });
+    while (next != events.end() && next->kind == EventKind::mark) {
+        ++next;
+    }
+    return next == events.end() || mark->first <= next->start_ns ? mark->second : -1;
 }
 
 std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length) {

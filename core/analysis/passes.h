@@ -45,18 +45,21 @@ struct Pass {
 };
 
 // The engine's `fulcrum.cpu` marks on one lane (kCpuMark, docs/annotations.md): each follows a
-// pass or the optimizer step on its thread and says the thread CPU time it used.
+// pass or the optimizer step on its thread and says the thread CPU time it used. Refers to
+// `lane`, which must outlive it.
 class CpuMarks {
 public:
     CpuMarks(const RunTrace& trace, const LaneTrace& lane);
     bool empty() const { return marks_.empty(); }
-    // The CPU time of the lane's range that ended at end_ns: the first mark at or after it,
-    // unless another range began before that mark (whose mark it then is); -1 when none.
+    // The CPU time of the lane's pass or optimizer step (the ranges the engine marks) that
+    // ended at end_ns: the first mark at or after it, unless another range began before that
+    // mark (whose mark it then is); -1 when none. A range nested in a pass ends before the
+    // pass and would be given the pass's mark: ask only for the marked ranges.
     std::int64_t after(std::int64_t end_ns) const;
 
 private:
+    const LaneTrace* lane_;
     std::vector<std::pair<std::int64_t, std::int64_t>> marks_;  // (time, CPU ns), by time
-    std::vector<std::int64_t> starts_;                          // of the lane's ranges
 };
 
 // Every pass of the run, ordered by (rank, step, start).

@@ -323,7 +323,8 @@ void TimelineView::show_details() {
     add(tr("Micro-batch"), optional_number(event.microbatch));
     add(tr("Stage"), optional_number(event.stage));
     add(tr("Phase"), optional_text(to_string(event.phase)));
-    if (const Phase kind = pass_kind(trace, event); kind != Phase::none) {
+    const Phase kind = pass_kind(trace, event);
+    if (kind != Phase::none) {
         const std::int32_t chunk = chunk_of_args(trace.name(event.args));
         add(tr("Pass"), pass_label(kind, event.microbatch, chunk));
         add(tr("Virtual stage"), optional_number(chunk));
@@ -335,7 +336,8 @@ void TimelineView::show_details() {
     // The thread CPU a pass or the optimizer step used (fulcrum-train's `fulcrum.cpu` mark
     // after it): less than its wall time where its rank waited for a core.
     const bool cpu_mark = event.kind == EventKind::mark && trace.name(event.name) == kCpuMark;
-    if (!cpu_mark && event.kind == EventKind::range && event.duration_ns() > 0) {
+    const bool cpu_marked = kind != Phase::none || trace.role(event) == analysis::Role::optimizer;
+    if (cpu_marked && event.duration_ns() > 0) {
         const std::int64_t cpu = analysis::CpuMarks(trace, *row.lane).after(event.end_ns);
         if (cpu >= 0) {
             add(tr("Thread CPU"), tr("%1 (%2% of its wall time)")

@@ -253,6 +253,27 @@ private slots:
         // The CPU the pass's thread used, from fulcrum-train's fulcrum.cpu mark after it.
         QVERIFY2(text.contains("Thread CPU") && text.contains("% of its wall time"),
                  qPrintable(text));
+        // A range that ends last inside its pass (stage 0's backward ends with the first
+        // layer's attention) is not given the pass's CPU time, which the mark after the pass
+        // would otherwise be nearest to.
+        const auto backward = first_named(0, "backward");
+        QVERIFY(backward);
+        const Event& pass = event_of(*backward);
+        std::optional<EventRef> last_inside;
+        for (std::uint32_t i = backward->event + 1;; ++i) {
+            const Event& e = view_->layout()->rows[backward->row].lane->events[i];
+            if (e.start_ns >= pass.end_ns) {
+                break;
+            }
+            if (e.kind == EventKind::range) {
+                last_inside = EventRef{backward->row, i};
+            }
+        }
+        QVERIFY(last_inside);
+        canvas->select(*last_inside);
+        QVERIFY2(!view_->details()->toPlainText().contains("Thread CPU"),
+                 qPrintable(view_->details()->toPlainText()));
+        canvas->select(*forward);
         // The selection is outlined in the highlight colour.
         QVERIFY(count_colour(grab_canvas(), canvas->rect(), palette::highlight()) > 20);
         // A click on empty space clears it.

@@ -41,6 +41,23 @@ Status read_span(Database& db, const char* sql, TraceSummary& summary) {
     return {};
 }
 
+// The events of each lane into `summary`, from a query that selects (lane, count) by lane.
+Status read_events_per_lane(Database& db, const char* sql, TraceSummary& summary) {
+    auto per_lane = db.prepare(sql);
+    if (!per_lane) {
+        return per_lane.error();
+    }
+    while (per_lane->step()) {
+        summary.events_per_lane.emplace_back(
+            LaneId{static_cast<std::uint32_t>(per_lane->column_int64(0))},
+            per_lane->column_int64(1));
+    }
+    if (per_lane->last_result() != SQLITE_DONE) {
+        return query_failed(db, *per_lane);
+    }
+    return {};
+}
+
 // Hands every event row of a prepared statement to `visit` until it returns false.
 Status visit_event_rows(const Database& db, Statement& stmt,
                         const std::function<bool(const Event&)>& visit) {
@@ -541,18 +558,10 @@ Status TraceReader::scan_event_pack(std::int64_t begin, std::int64_t end,
 // Counts and the span come from the blocks' rows; kinds and steps need their events.
 Result<TraceSummary> TraceReader::block_summary() const {
     TraceSummary summary;
-    auto per_lane =
-        db_.prepare("SELECT lane, SUM(events) FROM event_block GROUP BY lane ORDER BY lane");
-    if (!per_lane) {
-        return per_lane.error();
-    }
-    while (per_lane->step()) {
-        summary.events_per_lane.emplace_back(
-            LaneId{static_cast<std::uint32_t>(per_lane->column_int64(0))},
-            per_lane->column_int64(1));
-    }
-    if (per_lane->last_result() != SQLITE_DONE) {
-        return query_failed(db_, *per_lane);
+    if (auto status = read_events_per_lane(
+            db_, "SELECT lane, SUM(events) FROM event_block GROUP BY lane ORDER BY lane", summary);
+        !status) {
+        return status.error();
     }
     if (auto status =
             read_span(db_, "SELECT MIN(start_min), MAX(end_max) FROM event_block", summary);
@@ -624,17 +633,10 @@ Result<TraceSummary> TraceReader::summary() const {
         return query_failed(db_, *steps);
     }
 
-    auto per_lane = db_.prepare("SELECT lane, COUNT(*) FROM event GROUP BY lane ORDER BY lane");
-    if (!per_lane) {
-        return per_lane.error();
-    }
-    while (per_lane->step()) {
-        summary.events_per_lane.emplace_back(
-            LaneId{static_cast<std::uint32_t>(per_lane->column_int64(0))},
-            per_lane->column_int64(1));
-    }
-    if (per_lane->last_result() != SQLITE_DONE) {
-        return query_failed(db_, *per_lane);
+    if (auto status = read_events_per_lane(
+            db_, "SELECT lane, COUNT(*) FROM event GROUP BY lane ORDER BY lane", summary);
+        !status) {
+        return status.error();
     }
     return summary;
 }

@@ -31,6 +31,11 @@ bool close(double actual, double expected, double relative = 1e-9) {
     return std::fabs(actual - expected) <= relative * std::max(1.0, std::fabs(expected));
 }
 
+// The shared-cores fits' micro-batches: documents of each, and the forward's work at a whole
+// core, 1000 + 30·tokens + 4·pairs ns (recoversExactCoefficients' coefficients).
+const std::vector<std::vector<int>> kSharedDocuments = {{10}, {10, 10}, {20}, {30}, {5, 25}};
+constexpr std::int64_t kSharedForward[] = {1520, 2040, 2440, 3760, 3260};
+
 // A run whose ranks share `host_cores` cores (0: not said), as run.config says it.
 RunTrace on_cores(int host_cores) {
     RunTrace trace;
@@ -132,8 +137,8 @@ private slots:
     // out (core_shares.h) and recovers recoversExactCoefficients' coefficients; told nothing
     // of the cores, it charges the stretch to the work.
     void sharedCoresComeOutOfTheFit() {
-        const std::vector<std::vector<int>> documents = {{10}, {10, 10}, {20}, {30}, {5, 25}};
-        const std::int64_t forward[] = {1520, 2040, 2440, 3760, 3260};
+        const auto& documents = kSharedDocuments;
+        const auto& forward = kSharedForward;
         const std::int64_t backward[] = {1040, 2080, 2880, 5520, 4520};
         const auto fitted = [&](int host_cores) -> PassCost {
             RunTrace trace = on_cores(host_cores);
@@ -187,8 +192,8 @@ private slots:
     // the work; the marks say the work itself. Likewise the optimizer: rank 1 arrives last and
     // its update's 900 ns of wall time used 250 ns of CPU.
     void sharedCoresFitTheCpuMarks() {
-        const std::vector<std::vector<int>> documents = {{10}, {10, 10}, {20}, {30}, {5, 25}};
-        const std::int64_t forward[] = {1520, 2040, 2440, 3760, 3260};
+        const auto& documents = kSharedDocuments;
+        const auto& forward = kSharedForward;
         RunTrace trace = on_cores(1);
         add_rank(trace, 0, 0, 0, 0, 0);
         add_rank(trace, 1, 1, 0, 0, 0);

@@ -3,7 +3,6 @@
 #include <sqlite3.h>
 
 #include <filesystem>
-#include <span>
 #include <system_error>
 
 #include "core/store/event_rows.h"
@@ -307,6 +306,20 @@ void TraceWriter::run_writer_thread() {
     batches_written_.notify_all();
 }
 
+void TraceWriter::note_longest(const std::vector<Event>& events) {
+    for (const Event& e : events) {
+        std::int64_t duration = 0;
+        if (__builtin_sub_overflow(e.end_ns, e.start_ns, &duration)) {
+            longest_overflowed_ = true;
+            continue;
+        }
+        auto [longest, added] = longest_.try_emplace(e.lane.value, duration);
+        if (!added && duration > longest->second) {
+            longest->second = duration;
+        }
+    }
+}
+
 // Staged blocks go out when asked (flush, close) or once their oldest event has waited half a
 // commit interval: with the interval an event can wait in the producers' batch first, a killed
 // process loses at most two intervals, while a busy lane still fills whole blocks.
@@ -359,17 +372,8 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st,
             ok = ok && st.rank.run();
         }
         // Blocks keep their own longest event (event_block.duration_max), which close() reads.
-        const std::size_t lengths_to_see = blocks_ != nullptr ? 0 : batch.events.size();
-        for (const Event& e : std::span(batch.events.data(), lengths_to_see)) {
-            std::int64_t duration = 0;
-            if (__builtin_sub_overflow(e.end_ns, e.start_ns, &duration)) {
-                longest_overflowed_ = true;
-                continue;
-            }
-            auto [longest, added] = longest_.try_emplace(e.lane.value, duration);
-            if (!added && duration > longest->second) {
-                longest->second = duration;
-            }
+        if (blocks_ == nullptr) {
+            note_longest(batch.events);
         }
         const std::size_t count = batch.events.size();
         if (blocks_ != nullptr) {

@@ -128,6 +128,9 @@ private:
     Status write_batches(std::deque<Batch>& batches, Statements& statements, bool write_all_blocks);
     bool blocks_due(bool write_all_blocks) const;
     Status write_lane_statistics();
+    // Rows: each lane's longest event so far, for lane.max_duration_ns at close (blocks keep
+    // theirs in event_block.duration_max).
+    void note_longest(const std::vector<Event>& events);
 
     Database db_;
     std::string path_;

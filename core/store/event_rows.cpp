@@ -35,6 +35,12 @@ Event read_event_row(const Statement& stmt) {
     return e;
 }
 
+namespace {
+
+// The event table's columns as INSERT names them.
+constexpr int kEventColumns = 16;
+
+// "INSERT INTO event (...) VALUES (?1, ...), (...)" for `rows` rows.
 std::string event_insert_sql(std::size_t rows) {
     std::string sql =
         "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
@@ -50,6 +56,7 @@ std::string event_insert_sql(std::size_t rows) {
     return sql;
 }
 
+// Binds one event's columns from parameter `first` on; -1 and id 0 bind NULL.
 void bind_event(Statement& st, int first, const Event& e) {
     st.bind(first, std::int64_t{e.lane.value});
     st.bind(first + 1, e.start_ns);
@@ -67,6 +74,41 @@ void bind_event(Statement& st, int first, const Event& e) {
     st.bind_optional(first + 13, e.args.valid() ? std::int64_t{e.args.value} : -1);
     st.bind_optional(first + 14, static_cast<std::int64_t>(e.src_memory));
     st.bind_optional(first + 15, static_cast<std::int64_t>(e.dst_memory));
+}
+
+}  // namespace
+
+Status EventInserter::prepare(Database& db) {
+    auto one = db.prepare(event_insert_sql(1));
+    if (!one) {
+        return one.error();
+    }
+    auto many = db.prepare(event_insert_sql(kEventsPerInsert));
+    if (!many) {
+        return many.error();
+    }
+    one_ = std::move(*one);
+    many_ = std::move(*many);
+    return {};
+}
+
+bool EventInserter::insert(std::span<const Event> events) {
+    std::size_t i = 0;
+    for (; i + kEventsPerInsert <= events.size(); i += kEventsPerInsert) {
+        for (std::size_t k = 0; k < kEventsPerInsert; ++k) {
+            bind_event(many_, static_cast<int>(k) * kEventColumns + 1, events[i + k]);
+        }
+        if (!many_.run()) {
+            return false;
+        }
+    }
+    for (; i < events.size(); ++i) {
+        bind_event(one_, 1, events[i]);
+        if (!one_.run()) {
+            return false;
+        }
+    }
+    return true;
 }
 
 }  // namespace fulcrum::store

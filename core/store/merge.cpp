@@ -215,26 +215,14 @@ Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
     if (!reader) {
         return reader.error();
     }
-    constexpr std::size_t kRowsPerInsert = 32;  // as the writer's (trace_writer.cpp)
-    auto insert_one = db.prepare(event_insert_sql(1));
-    auto insert_many = db.prepare(event_insert_sql(kRowsPerInsert));
-    if (!insert_one || !insert_many) {
-        return !insert_one ? insert_one.error() : insert_many.error();
+    EventInserter inserter;
+    if (auto status = inserter.prepare(db); !status) {
+        return status;
     }
     std::vector<Event> rows;
     bool ok = true;
     const auto write_rows = [&] {
-        if (rows.size() == kRowsPerInsert) {
-            for (std::size_t i = 0; i < rows.size(); ++i) {
-                bind_event(*insert_many, static_cast<int>(i) * kEventColumns + 1, rows[i]);
-            }
-            ok = ok && insert_many->run();
-        } else {
-            for (const Event& row : rows) {
-                bind_event(*insert_one, 1, row);
-                ok = ok && insert_one->run();
-            }
-        }
+        ok = ok && inserter.insert(rows);
         rows.clear();
     };
     std::vector<LaneId> lanes;
@@ -251,7 +239,7 @@ Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
             row.name = merged(e.name);
             row.args = merged(e.args);
             ok = ok && (pack == nullptr || pack->add(row));
-            if (rows.size() == kRowsPerInsert) {
+            if (rows.size() == EventInserter::kEventsPerInsert) {
                 write_rows();
             }
             return ok;

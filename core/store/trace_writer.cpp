@@ -11,18 +11,9 @@
 namespace fulcrum::store {
 
 struct TraceWriter::Statements {
-    Statement event, string, lane, rank, workload, counter, import_log, lane_name, run_config;
-    Statement events;  // kEventsPerInsert rows in one statement
+    Statement string, lane, rank, workload, counter, import_log, lane_name, run_config;
+    EventInserter events;
 };
-
-namespace {
-
-// Events per multi-row INSERT: one statement step per 32 rows instead of per row spends less
-// of the writer's time in SQLite's per-statement work (bench_kineto: about a quarter of the
-// insert time); 32 × 16 parameters stays far below SQLite's limit of 32766.
-constexpr std::size_t kEventsPerInsert = 32;
-
-}  // namespace
 
 bool TraceWriter::Batch::empty() const {
     return events.empty() && strings.empty() && lanes.empty() && ranks.empty() &&
@@ -220,8 +211,9 @@ void TraceWriter::run_writer_thread() {
     };
     {
         std::lock_guard lock(mutex_);
-        prepare(statements.event, event_insert_sql(1));
-        prepare(statements.events, event_insert_sql(kEventsPerInsert));
+        if (auto status = statements.events.prepare(db_); !status && !failure_) {
+            failure_ = status.error();
+        }
         prepare(statements.string, "INSERT INTO string (id, value) VALUES (?1, ?2)");
         prepare(statements.lane,
                 "INSERT INTO lane (id, rank, kind, name, native_id) VALUES (?1, ?2, ?3, ?4, ?5)");
@@ -375,23 +367,13 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st,
         if (blocks_ == nullptr) {
             note_longest(batch.events);
         }
-        const std::size_t count = batch.events.size();
         if (blocks_ != nullptr) {
             if (!blocks_->has_pending()) {
                 staged_since_ = std::chrono::steady_clock::now();
             }
             ok = ok && blocks_->add(batch.events);
-        }
-        std::size_t i = blocks_ != nullptr ? count : 0;
-        for (; ok && i + kEventsPerInsert <= count; i += kEventsPerInsert) {
-            for (std::size_t k = 0; k < kEventsPerInsert; ++k) {
-                bind_event(st.events, static_cast<int>(k) * kEventColumns + 1, batch.events[i + k]);
-            }
-            ok = st.events.run();
-        }
-        for (; ok && i < count; ++i) {
-            bind_event(st.event, 1, batch.events[i]);
-            ok = st.event.run();
+        } else {
+            ok = ok && st.events.insert(batch.events);
         }
         for (const auto& w : batch.workload) {
             st.workload.bind(1, std::int64_t{w.rank});

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/store/trace_writer.h"
 #include "core/trace/model.h"
 #include "core/trace/trace_sink.h"
 #include "core/util/result.h"
@@ -24,6 +25,10 @@ struct MergeOptions {
     bool overwrite = false;
     std::string run_name;  // empty: the first file's run name
     std::string command;   // empty: the first file's command
+    // How the run keeps its events: compressed blocks as rank files do (the default: ~9 bytes
+    // an event, written at several million events a second), or rows of the event table with
+    // the event pack, for SQL (`fulcrum merge --rows`, `fulcrum export --format sqlite`).
+    WriterOptions::EventStorage events = WriterOptions::EventStorage::blocks;
     // Called with the fraction done, 0..1; return false to cancel.
     std::function<bool(double)> progress;
 };
@@ -38,13 +43,20 @@ struct MergeReport {
 Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
                                      const std::string& output, const MergeOptions& options = {});
 
+// A copy of a Fulcrum file (a run or a rank file, its events in blocks or rows) that holds its
+// events as rows of the event table, with the event pack and indexes: for SQL, `fulcrum export
+// --format sqlite` (docs/schema.md). Times, the ranks' clock columns and the run row stay as
+// they are; `options.events` is ignored. Returns the event count.
+Result<std::int64_t> write_rows_copy(const std::string& input, const std::string& output,
+                                     const MergeOptions& options = {});
+
 // The run merge_rank_files would make of the one rank file a TraceWriter would write from
 // these calls, written once instead of twice (the rank file, then its copy): `fulcrum import`
 // of one input. Everything but events and counters goes to a TraceWriter on the output's
 // partial file at once; events and counters (64 bytes an event) are held until finish(),
-// which puts them on the run's clock, writes the events lane by lane in time order, and builds
-// the indexes and the event pack. The run has the same rows as the merged one; only the
-// string ids may differ (merge renumbers them). Destroyed without finish(): no output.
+// which puts them on the run's clock and writes the events lane by lane in time order, in
+// blocks. The run has the same events as the merged one; only the string ids may differ (merge
+// renumbers them). Destroyed without finish(): no output.
 class SingleRankRun final : public TraceSink {
 public:
     // `run` is the run row; its start_utc_ns is set by finish().

@@ -145,9 +145,15 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
     std::unordered_map<CallKey, std::uint32_t, CallKeyHash> call_ids;
     std::vector<std::vector<std::uint32_t>> instances_of_id;  // [id][k] → instance
     std::vector<std::int32_t> next_k;                         // this rank's, by id
+    // The ids this rank used, to reset next_k: a 1024-rank run has hundreds of thousands of
+    // ids (communicators × steps × micro-batches), each rank a few thousand of them.
+    std::vector<std::uint32_t> used;
     for (const RankTrace& rank : trace.ranks) {
         matched_calls(trace, rank, calls);
-        std::fill(next_k.begin(), next_k.end(), 0);
+        for (const std::uint32_t id : used) {
+            next_k[id] = 0;
+        }
+        used.clear();
         for (const MatchedCall& call : calls) {
             const Event& event = *call.event;
             const CallKey key{communicator_of(call.role, rank.info), event.name, event.step,
@@ -157,6 +163,9 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
             if (added) {
                 instances_of_id.emplace_back();
                 next_k.push_back(0);
+            }
+            if (next_k[it->second] == 0) {
+                used.push_back(it->second);
             }
             const std::int32_t k = next_k[it->second]++;
             std::vector<std::uint32_t>& by_k = instances_of_id[it->second];

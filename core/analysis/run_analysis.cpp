@@ -281,8 +281,51 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     analysis.config = trace.config;
     analysis.events = trace.event_count();
 
+    // Two independent chains, one on another thread: collectives → cost model → imbalance
+    // and offload there; passes, breakdown, bubbles and CP load here. Each reads the trace
+    // only. Matching collectives needs no passes, so it starts while they are found: on a
+    // 1024-rank run each is seconds (bench/README.md, issue 18).
+    struct ModelChain {
+        std::optional<CostModel> cost_model;
+        std::string cost_model_error;
+        ImbalanceAnalysis imbalance;
+        OffloadAnalysis offload;
+        std::vector<CollectiveSummary> communication;
+        std::vector<CriticalPath> critical_paths;
+    };
+    // Declared before the chain, so that on any return it outlives the thread reading it.
+    std::vector<Pass> passes;
+    std::promise<void> passes_found;
+    auto chain = std::async(
+        std::launch::async, [&trace, &passes, found = passes_found.get_future()]() mutable {
+            ModelChain out;
+            const std::vector<CollectiveInstance> collectives = match_collectives(trace);
+            found.get();  // rethrows what find_passes threw
+            if (!passes.empty() && !trace.workload.empty()) {
+                auto fitted = fit_cost_model(trace, passes, &collectives);
+                if (fitted) {
+                    out.cost_model = std::move(*fitted);
+                } else {
+                    out.cost_model_error = fitted.error().message;
+                }
+            }
+            const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
+            out.imbalance = analyze_imbalance(trace, passes, collectives, model);
+            const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
+            out.offload = analyze_offload(trace, model, element_bytes);
+            out.communication = summarize_collectives(trace, collectives);
+            out.critical_paths = critical_paths(trace, passes, &collectives);
+            return out;
+        });
     report("passes", 0.0);
-    const std::vector<Pass> passes = find_passes(trace);
+    try {
+        passes = find_passes(trace);
+    } catch (...) {
+        // The chain waits for the passes; it must not wait for ever while this unwinds.
+        passes_found.set_exception(std::current_exception());
+        throw;
+    }
+    passes_found.set_value();
     analysis.passes = static_cast<std::int64_t>(passes.size());
     if (passes.empty()) {
         analysis.notes.push_back(
@@ -295,37 +338,8 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
             "and no cost model; the program must emit fulcrum.workload marks");
     }
     if (auto status = check_cancel(options); !status) {
-        return status.error();
+        return status.error();  // after the chain has finished (its future waits)
     }
-    // Two independent chains, one on another thread: collectives → cost model → imbalance
-    // and offload there; breakdown, bubbles and CP load here. Each reads the trace only.
-    struct ModelChain {
-        std::optional<CostModel> cost_model;
-        std::string cost_model_error;
-        ImbalanceAnalysis imbalance;
-        OffloadAnalysis offload;
-        std::vector<CollectiveSummary> communication;
-        std::vector<CriticalPath> critical_paths;
-    };
-    auto chain = std::async(std::launch::async, [&trace, &passes]() {
-        ModelChain out;
-        const std::vector<CollectiveInstance> collectives = match_collectives(trace);
-        if (!passes.empty() && !trace.workload.empty()) {
-            auto fitted = fit_cost_model(trace, passes, &collectives);
-            if (fitted) {
-                out.cost_model = std::move(*fitted);
-            } else {
-                out.cost_model_error = fitted.error().message;
-            }
-        }
-        const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
-        out.imbalance = analyze_imbalance(trace, passes, collectives, model);
-        const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
-        out.offload = analyze_offload(trace, model, element_bytes);
-        out.communication = summarize_collectives(trace, collectives);
-        out.critical_paths = critical_paths(trace, passes, &collectives);
-        return out;
-    });
     report("step breakdown", 0.15);
     analysis.breakdown = step_breakdown(trace);
     if (analysis.breakdown.empty()) {

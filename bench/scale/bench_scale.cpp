@@ -139,7 +139,7 @@ Measured decode_baseline(const std::string& path) {
 
 // --stages: where analyze's time goes, each analysis of analyze_run alone and in turn on one
 // thread (analyze_run runs two chains at once), in a forked child; printed as it goes.
-int time_stages(const std::string& path) {
+int time_stages(const std::string& path, bool load_only) {
     auto at = Clock::now();
     auto lap = [&](const char* what) {
         std::printf("  %-28s %8.2f s\n", what, seconds_since(at));
@@ -157,7 +157,7 @@ int time_stages(const std::string& path) {
         return 1;
     }
     lap("load_run_trace");
-    if (std::getenv("BENCH_SCALE_LOAD_ONLY") != nullptr) {
+    if (load_only) {
         return 0;
     }
     const auto passes = analysis::find_passes(*trace);
@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
     bool json = false;
     bool remake = false;
     bool stages = false;
+    bool load_only = false;
     app.add_option("--ranks", ranks, "Ranks of the run (a multiple of 64)")->capture_default_str();
     app.add_option("--events", events, "Events of the run")->capture_default_str();
     app.add_option("--run", run_path,
@@ -213,6 +214,7 @@ int main(int argc, char** argv) {
     app.add_flag("--remake", remake, "Write the run even when one made alike is there");
     app.add_flag("--stages", stages,
                  "Time load_run_trace and each analysis of analyze_run alone, in a child");
+    app.add_flag("--load-only", load_only, "With --stages: stop after load_run_trace");
     CLI11_PARSE(app, argc, argv);
     if (run_path.empty()) {
         run_path =
@@ -252,7 +254,7 @@ int main(int argc, char** argv) {
         const auto start = Clock::now();
         const pid_t pid = fork();
         if (pid == 0) {
-            _exit(time_stages(run_path));
+            _exit(time_stages(run_path, load_only));
         }
         const Measured m = finished(pid, start);
         std::printf("  %-28s %8.2f s wall, %.2f s CPU, peak RSS %.0f MB\n", "all", m.wall_s,

@@ -95,30 +95,32 @@ namespace {
 struct MatchedCall {
     const Event* event;
     Role role;
+    std::int64_t start_ns;  // the event's, here so that ordering reads no event
 };
 
-// A rank's matched collectives in start order (k counts in start order over its lanes).
+// A rank's matched collectives in start order (k counts in start order over its lanes). Each
+// lane is in start order already, so the lanes' runs are merged, stably, in lane order: the
+// order a stable sort of their concatenation gives, without sorting a 1024-rank run's 20K calls
+// a rank from scratch twice.
 void matched_calls(const RunTrace& trace, const RankTrace& rank, std::vector<MatchedCall>& calls) {
     calls.clear();
-    int lanes_with_calls = 0;
+    std::size_t sorted_end = 0;
     for (const LaneTrace& lane : rank.lanes) {
-        const std::size_t before = calls.size();
         for (const Event& event : lane.events) {
             if (event.kind == EventKind::mark) {
                 continue;
             }
             const Role role = trace.role(event);
             if (is_matched_collective(role)) {
-                calls.push_back({&event, role});
+                calls.push_back({&event, role, event.start_ns});
             }
         }
-        lanes_with_calls += calls.size() > before ? 1 : 0;
-    }
-    if (lanes_with_calls > 1) {  // each lane is in start order already
-        std::stable_sort(calls.begin(), calls.end(),
-                         [](const MatchedCall& a, const MatchedCall& b) {
-                             return a.event->start_ns < b.event->start_ns;
-                         });
+        if (sorted_end > 0 && calls.size() > sorted_end) {
+            std::inplace_merge(
+                calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(sorted_end), calls.end(),
+                [](const MatchedCall& a, const MatchedCall& b) { return a.start_ns < b.start_ns; });
+        }
+        sorted_end = calls.size();
     }
 }
 

@@ -210,9 +210,9 @@ std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64
 }
 
 // Lane, start, end descending; equal events keep their order, as merge's ORDER BY keeps the
-// rank file's. Events come lane after lane interleaved but each lane mostly in time order: a
-// counting pass puts each lane's events together, and only a lane found out of order is
-// sorted.
+// rank file's. Rows of a rank file come lane after lane interleaved but each lane mostly in
+// time order: a counting pass puts each lane's events together, and only a lane found out of
+// order is sorted.
 void sort_by_lane_and_time(std::vector<Event>& events) {
     std::vector<std::size_t> first;  // by lane id: where its events start, then go next
     for (const Event& e : events) {
@@ -499,18 +499,15 @@ Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inpu
 }
 
 // What every merged run gets once its events are in: the string index, the event indexes and
-// lane statistics, and for a run of rows the event pack; then the event count. `rows`, when
-// given, are the table's rows in order, written by a TraceWriter, which has built the indexes
-// and lane statistics already: the pack is made from them, and nothing is built twice.
-// `packed`: the pack was written with the rows. A run of blocks needs no pack: its blocks are
-// what loading reads (TraceReader::event_pack).
-Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows = nullptr,
-                                    bool packed = false) {
+// lane statistics, and for a run of rows the event pack (unless `packed`: it was written with
+// the rows); then the event count. A run of blocks needs no pack: its blocks are what loading
+// reads (TraceReader::event_pack).
+Result<std::int64_t> index_and_pack(Database& db, bool packed) {
     if (auto status = db.exec("CREATE INDEX IF NOT EXISTS string_by_value ON string (value)");
         !status) {
         return status.error();
     }
-    if (auto status = rows != nullptr ? Status() : create_indexes(db); !status) {
+    if (auto status = create_indexes(db); !status) {
         return status.error();
     }
     auto block_events = db.query_int("SELECT COALESCE(SUM(events), 0) FROM event_block");
@@ -519,10 +516,7 @@ Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows
     }
     // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
     // loads about ten times faster.
-    if (auto status = packed            ? Status()
-                      : rows != nullptr ? write_event_pack(db, *rows)
-                                        : write_event_pack(db);
-        !status) {
+    if (auto status = packed ? Status() : write_event_pack(db); !status) {
         return status.error();
     }
     return db.query_int("SELECT COUNT(*) FROM event");
@@ -623,7 +617,7 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
     }
     pack.reset();
     blocks.reset();
-    auto events = index_and_pack(db, nullptr, pack_while_copying);
+    auto events = index_and_pack(db, pack_while_copying);
     if (!events) {
         return fail(events.error());
     }
@@ -690,148 +684,6 @@ Result<std::int64_t> write_rows_copy(const std::string& input, const std::string
     rows.events = WriterOptions::EventStorage::rows;
     return write_run({std::move(*source)}, 0, output, rows, RankClock::as_is,
                      RunRow{"", "", reader->run().start_utc_ns});
-}
-
-struct SingleRankRun::Parts {
-    PartialDatabase target;
-    std::unique_ptr<TraceWriter> writer;  // declared after target: closed before it goes
-    std::map<std::int32_t, std::int64_t> utc_offsets;  // rank -> its last row's offset
-    std::vector<Event> events;
-    std::vector<CounterSample> counters;
-    StringId sync_mark;  // kClockSyncMark's id, once interned
-};
-
-Result<std::unique_ptr<SingleRankRun>> SingleRankRun::create(const std::string& output, RunInfo run,
-                                                             bool overwrite) {
-    auto target = PartialDatabase::prepare(output, overwrite);
-    if (!target) {
-        return target.error();
-    }
-    WriterOptions options;
-    options.overwrite = true;  // the partial file of an earlier attempt
-    options.durable = false;   // a failure removes the partial file
-    options.events = WriterOptions::EventStorage::blocks;
-    auto writer = TraceWriter::create(target->partial_path(), run, options);
-    if (!writer) {
-        return Error{ErrorCode::io, "cannot write '" + output + "': " + writer.error().message};
-    }
-    auto parts = std::make_unique<Parts>(
-        Parts{std::move(*target), std::move(*writer), {}, {}, {}, StringId{}});
-    return std::unique_ptr<SingleRankRun>(new SingleRankRun(std::move(parts)));
-}
-
-SingleRankRun::SingleRankRun(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
-SingleRankRun::~SingleRankRun() = default;
-
-void SingleRankRun::add_rank(const RankInfo& rank) {
-    parts_->utc_offsets[rank.rank] = rank.utc_offset_ns;
-    parts_->writer->add_rank(rank);
-}
-LaneId SingleRankRun::add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
-                               std::int64_t native_id) {
-    return parts_->writer->add_lane(rank, kind, name, native_id);
-}
-void SingleRankRun::rename_lane(LaneId lane, std::string_view name) {
-    parts_->writer->rename_lane(lane, name);
-}
-void SingleRankRun::set_run_config(std::string config_json) {
-    parts_->writer->set_run_config(std::move(config_json));
-}
-StringId SingleRankRun::intern(std::string_view text) {
-    const StringId id = parts_->writer->intern(text);
-    if (text == kClockSyncMark) {
-        parts_->sync_mark = id;
-    }
-    return id;
-}
-void SingleRankRun::add_events(const Event* events, std::size_t count) {
-    parts_->events.insert(parts_->events.end(), events, events + count);
-}
-void SingleRankRun::add_workload(const WorkloadEntry& entry) {
-    parts_->writer->add_workload(entry);
-}
-void SingleRankRun::add_counter(const CounterSample& sample) {
-    parts_->counters.push_back(sample);
-}
-void SingleRankRun::add_import_log(const ImportLogEntry& entry) {
-    parts_->writer->add_import_log(entry);
-}
-
-// merge_rank_files' steps for one source, on rows held in memory: the source's clock is its
-// lowest rank's UTC offset (inspect), the run's zero its earliest event (the origin), and
-// clock-sync marks, compared with themselves, make the alignment `barrier_marks` and move
-// nothing (choose_shifts); events go in lane, start, end-descending order (copy_source_sql).
-Result<MergeReport> SingleRankRun::finish(const std::function<void(double)>& progress) {
-    Parts& p = *parts_;
-    MergeReport report;
-    const std::int64_t utc_offset = p.utc_offsets.empty() ? 0 : p.utc_offsets.begin()->second;
-    std::int64_t first_start = std::numeric_limits<std::int64_t>::max();
-    bool sync_marks = false;
-    for (const Event& e : p.events) {
-        first_start = std::min(first_start, e.start_ns);
-        sync_marks = sync_marks ||
-                     (e.kind == EventKind::mark && p.sync_mark.valid() && e.name == p.sync_mark);
-    }
-    const std::int64_t origin = p.events.empty() ? utc_offset : first_start + utc_offset;
-    const std::int64_t shift = utc_offset - origin;
-    sort_by_lane_and_time(p.events);
-    constexpr std::size_t kChunk = 16384;
-    for (std::size_t i = 0; i < p.events.size(); i += kChunk) {
-        const std::size_t n = std::min(kChunk, p.events.size() - i);
-        for (std::size_t k = i; k < i + n; ++k) {
-            p.events[k].start_ns += shift;
-            p.events[k].end_ns += shift;
-        }
-        p.writer->add_events(p.events.data() + i, n);
-        if (progress) {
-            progress(0.5 * double(i + n) / double(p.events.size()));
-        }
-    }
-    for (CounterSample sample : p.counters) {
-        sample.time_ns += shift;
-        p.writer->add_counter(sample);
-    }
-    report.events = static_cast<std::int64_t>(p.events.size());
-    report.start_utc_ns = origin;
-    p.counters = {};
-    if (auto status = p.writer->close(); !status) {
-        return status.error();
-    }
-    p.writer.reset();
-    {
-        auto db = Database::open(p.target.partial_path(), Database::Mode::read_write);
-        if (!db) {
-            return db.error();
-        }
-        if (auto status =
-                db->exec("PRAGMA synchronous = OFF; PRAGMA journal_mode = OFF; "
-                         "UPDATE run SET start_utc_ns = " +
-                         std::to_string(origin) + "; UPDATE rank SET clock_alignment = '" +
-                         std::string(to_string(sync_marks ? ClockAlignment::barrier_marks
-                                                          : ClockAlignment::utc_offset)) +
-                         "', clock_shift_ns = " + std::to_string(shift) + ";");
-            !status) {
-            return status.error();
-        }
-        if (progress) {
-            progress(0.6);
-        }
-        auto events = index_and_pack(*db, &p.events);
-        if (!events) {
-            return events.error();
-        }
-        p.events = {};
-    }
-    if (auto status = p.target.commit("the imported run"); !status) {
-        return status.error();
-    }
-    if (auto status = read_merged_ranks(p.target.path(), report); !status) {
-        return status.error();
-    }
-    if (progress) {
-        progress(1.0);
-    }
-    return report;
 }
 
 }  // namespace fulcrum::store

@@ -296,11 +296,19 @@ std::vector<LaneId> lanes_in_order(const TraceReader& reader) {
     return lanes;
 }
 
+// Said after each lane a source's events are copied for, with the fraction of its lanes done;
+// false cancels the merge.
+using LaneProgress = std::function<bool(double)>;
+
+Status cancelled_merge() {
+    return Error{ErrorCode::cancelled, "merge cancelled"};
+}
+
 // The events of a rank file kept in blocks, as rows of the merged run in the order
 // copy_source_sql writes rows: lane by lane, by start time, end descending. `pack`, when given,
 // gets each row too: the event pack made as the rows go in, not read back from them after.
 Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventMapping& mapping,
-                           EventPackWriter* pack) {
+                           EventPackWriter* pack, const LaneProgress& progress) {
     EventInserter inserter;
     if (auto status = inserter.prepare(db); !status) {
         return status;
@@ -311,8 +319,9 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
         ok = ok && inserter.insert(rows);
         rows.clear();
     };
-    for (const LaneId lane : lanes_in_order(reader)) {
-        auto status = reader.for_each_event(lane, [&](const Event& e) {
+    const std::vector<LaneId> lanes = lanes_in_order(reader);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        auto status = reader.for_each_event(lanes[i], [&](const Event& e) {
             const Event& row = rows.emplace_back(mapping(e));
             ok = ok && (pack == nullptr || pack->add(row));
             if (rows.size() == EventInserter::kEventsPerInsert) {
@@ -329,6 +338,9 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
         if (!ok) {
             return db.error_for("cannot write");
         }
+        if (!progress(double(i + 1) / double(lanes.size()))) {
+            return cancelled_merge();
+        }
     }
     return {};
 }
@@ -339,7 +351,7 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
 // in rowid order and sorted once: ~5x faster than a sorted query per lane, and a file whose
 // writer was killed has no index for those.
 Status copy_events_as_blocks(Database& db, const TraceReader& reader, const EventMapping& mapping,
-                             EventBlockWriter& blocks) {
+                             EventBlockWriter& blocks, const LaneProgress& progress) {
     std::vector<Event> block;
     bool ok = true;
     const auto add = [&](const Event& e) {
@@ -383,12 +395,16 @@ Status copy_events_as_blocks(Database& db, const TraceReader& reader, const Even
         }
         return end_lane();
     }
-    for (const LaneId lane : lanes_in_order(reader)) {
-        if (auto status = reader.for_each_event(lane, add); !status) {
+    const std::vector<LaneId> lanes = lanes_in_order(reader);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        if (auto status = reader.for_each_event(lanes[i], add); !status) {
             return status;
         }
         if (auto status = end_lane(); !status) {
             return status;
+        }
+        if (!progress(double(i + 1) / double(lanes.size()))) {
+            return cancelled_merge();
         }
     }
     return {};
@@ -412,7 +428,7 @@ struct EventOutput {
 // Attaches one rank file, copies it in (copy_source_sql and the events' copy), with the run row
 // from it when `run_row` is given, and detaches it.
 Status copy_source(Database& db, const Source& source, std::int64_t shift, std::int64_t lane_offset,
-                   const RunRow* run_row, const EventOutput& output) {
+                   const RunRow* run_row, const EventOutput& output, const LaneProgress& progress) {
     auto attach = db.prepare("ATTACH DATABASE ?1 AS src");
     if (!attach) {
         return attach.error();
@@ -436,8 +452,8 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
             }
             const EventMapping mapping(std::move(*strings), shift, lane_offset);
             return output.blocks != nullptr
-                       ? copy_events_as_blocks(db, *reader, mapping, *output.blocks)
-                       : copy_events_as_rows(db, *reader, mapping, output.pack);
+                       ? copy_events_as_blocks(db, *reader, mapping, *output.blocks, progress)
+                       : copy_events_as_rows(db, *reader, mapping, output.pack, progress);
         }();
     }
     if (copied) {
@@ -598,11 +614,16 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
     std::int64_t lane_offset = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
         const Source& source = sources[i];
-        if (options.progress && !options.progress(static_cast<double>(i) / sources.size())) {
-            return fail(Error{ErrorCode::cancelled, "merge cancelled"});
+        // Each source is an equal share of the bar; its lanes move it within the share.
+        const LaneProgress progress = [&](double lanes_done) {
+            return !options.progress ||
+                   options.progress((static_cast<double>(i) + lanes_done) / sources.size());
+        };
+        if (!progress(0.0)) {
+            return fail(cancelled_merge().error());
         }
         if (auto status = copy_source(db, source, source.shift_ns - origin, lane_offset,
-                                      i == 0 ? &run_row : nullptr, event_output);
+                                      i == 0 ? &run_row : nullptr, event_output, progress);
             !status) {
             return fail(status.error());
         }

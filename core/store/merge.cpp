@@ -210,9 +210,9 @@ std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64
 }
 
 // Lane, start, end descending; equal events keep their order, as merge's ORDER BY keeps the
-// rank file's. Events come lane after lane interleaved but each lane mostly in time order: a
-// counting pass puts each lane's events together, and only a lane found out of order is
-// sorted.
+// rank file's. Rows of a rank file come lane after lane interleaved but each lane mostly in
+// time order: a counting pass puts each lane's events together, and only a lane found out of
+// order is sorted.
 void sort_by_lane_and_time(std::vector<Event>& events) {
     std::vector<std::size_t> first;  // by lane id: where its events start, then go next
     for (const Event& e : events) {
@@ -296,11 +296,19 @@ std::vector<LaneId> lanes_in_order(const TraceReader& reader) {
     return lanes;
 }
 
+// Said after each lane a source's events are copied for, with the fraction of its lanes done;
+// false cancels the merge.
+using LaneProgress = std::function<bool(double)>;
+
+Status cancelled_merge() {
+    return Error{ErrorCode::cancelled, "merge cancelled"};
+}
+
 // The events of a rank file kept in blocks, as rows of the merged run in the order
 // copy_source_sql writes rows: lane by lane, by start time, end descending. `pack`, when given,
 // gets each row too: the event pack made as the rows go in, not read back from them after.
 Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventMapping& mapping,
-                           EventPackWriter* pack) {
+                           EventPackWriter* pack, const LaneProgress& progress) {
     EventInserter inserter;
     if (auto status = inserter.prepare(db); !status) {
         return status;
@@ -311,8 +319,9 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
         ok = ok && inserter.insert(rows);
         rows.clear();
     };
-    for (const LaneId lane : lanes_in_order(reader)) {
-        auto status = reader.for_each_event(lane, [&](const Event& e) {
+    const std::vector<LaneId> lanes = lanes_in_order(reader);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        auto status = reader.for_each_event(lanes[i], [&](const Event& e) {
             const Event& row = rows.emplace_back(mapping(e));
             ok = ok && (pack == nullptr || pack->add(row));
             if (rows.size() == EventInserter::kEventsPerInsert) {
@@ -329,6 +338,9 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
         if (!ok) {
             return db.error_for("cannot write");
         }
+        if (!progress(double(i + 1) / double(lanes.size()))) {
+            return cancelled_merge();
+        }
     }
     return {};
 }
@@ -339,7 +351,7 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
 // in rowid order and sorted once: ~5x faster than a sorted query per lane, and a file whose
 // writer was killed has no index for those.
 Status copy_events_as_blocks(Database& db, const TraceReader& reader, const EventMapping& mapping,
-                             EventBlockWriter& blocks) {
+                             EventBlockWriter& blocks, const LaneProgress& progress) {
     std::vector<Event> block;
     bool ok = true;
     const auto add = [&](const Event& e) {
@@ -383,12 +395,16 @@ Status copy_events_as_blocks(Database& db, const TraceReader& reader, const Even
         }
         return end_lane();
     }
-    for (const LaneId lane : lanes_in_order(reader)) {
-        if (auto status = reader.for_each_event(lane, add); !status) {
+    const std::vector<LaneId> lanes = lanes_in_order(reader);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        if (auto status = reader.for_each_event(lanes[i], add); !status) {
             return status;
         }
         if (auto status = end_lane(); !status) {
             return status;
+        }
+        if (!progress(double(i + 1) / double(lanes.size()))) {
+            return cancelled_merge();
         }
     }
     return {};
@@ -412,7 +428,7 @@ struct EventOutput {
 // Attaches one rank file, copies it in (copy_source_sql and the events' copy), with the run row
 // from it when `run_row` is given, and detaches it.
 Status copy_source(Database& db, const Source& source, std::int64_t shift, std::int64_t lane_offset,
-                   const RunRow* run_row, const EventOutput& output) {
+                   const RunRow* run_row, const EventOutput& output, const LaneProgress& progress) {
     auto attach = db.prepare("ATTACH DATABASE ?1 AS src");
     if (!attach) {
         return attach.error();
@@ -436,8 +452,8 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
             }
             const EventMapping mapping(std::move(*strings), shift, lane_offset);
             return output.blocks != nullptr
-                       ? copy_events_as_blocks(db, *reader, mapping, *output.blocks)
-                       : copy_events_as_rows(db, *reader, mapping, output.pack);
+                       ? copy_events_as_blocks(db, *reader, mapping, *output.blocks, progress)
+                       : copy_events_as_rows(db, *reader, mapping, output.pack, progress);
         }();
     }
     if (copied) {
@@ -499,18 +515,15 @@ Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inpu
 }
 
 // What every merged run gets once its events are in: the string index, the event indexes and
-// lane statistics, and for a run of rows the event pack; then the event count. `rows`, when
-// given, are the table's rows in order, written by a TraceWriter, which has built the indexes
-// and lane statistics already: the pack is made from them, and nothing is built twice.
-// `packed`: the pack was written with the rows. A run of blocks needs no pack: its blocks are
-// what loading reads (TraceReader::event_pack).
-Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows = nullptr,
-                                    bool packed = false) {
+// lane statistics, and for a run of rows the event pack (unless `packed`: it was written with
+// the rows); then the event count. A run of blocks needs no pack: its blocks are what loading
+// reads (TraceReader::event_pack).
+Result<std::int64_t> index_and_pack(Database& db, bool packed) {
     if (auto status = db.exec("CREATE INDEX IF NOT EXISTS string_by_value ON string (value)");
         !status) {
         return status.error();
     }
-    if (auto status = rows != nullptr ? Status() : create_indexes(db); !status) {
+    if (auto status = create_indexes(db); !status) {
         return status.error();
     }
     auto block_events = db.query_int("SELECT COALESCE(SUM(events), 0) FROM event_block");
@@ -519,10 +532,7 @@ Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows
     }
     // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
     // loads about ten times faster.
-    if (auto status = packed            ? Status()
-                      : rows != nullptr ? write_event_pack(db, *rows)
-                                        : write_event_pack(db);
-        !status) {
+    if (auto status = packed ? Status() : write_event_pack(db); !status) {
         return status.error();
     }
     return db.query_int("SELECT COUNT(*) FROM event");
@@ -604,11 +614,16 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
     std::int64_t lane_offset = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
         const Source& source = sources[i];
-        if (options.progress && !options.progress(static_cast<double>(i) / sources.size())) {
-            return fail(Error{ErrorCode::cancelled, "merge cancelled"});
+        // Each source is an equal share of the bar; its lanes move it within the share.
+        const LaneProgress progress = [&](double lanes_done) {
+            return !options.progress ||
+                   options.progress((static_cast<double>(i) + lanes_done) / sources.size());
+        };
+        if (!progress(0.0)) {
+            return fail(cancelled_merge().error());
         }
         if (auto status = copy_source(db, source, source.shift_ns - origin, lane_offset,
-                                      i == 0 ? &run_row : nullptr, event_output);
+                                      i == 0 ? &run_row : nullptr, event_output, progress);
             !status) {
             return fail(status.error());
         }
@@ -623,7 +638,7 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
     }
     pack.reset();
     blocks.reset();
-    auto events = index_and_pack(db, nullptr, pack_while_copying);
+    auto events = index_and_pack(db, pack_while_copying);
     if (!events) {
         return fail(events.error());
     }
@@ -690,148 +705,6 @@ Result<std::int64_t> write_rows_copy(const std::string& input, const std::string
     rows.events = WriterOptions::EventStorage::rows;
     return write_run({std::move(*source)}, 0, output, rows, RankClock::as_is,
                      RunRow{"", "", reader->run().start_utc_ns});
-}
-
-struct SingleRankRun::Parts {
-    PartialDatabase target;
-    std::unique_ptr<TraceWriter> writer;  // declared after target: closed before it goes
-    std::map<std::int32_t, std::int64_t> utc_offsets;  // rank -> its last row's offset
-    std::vector<Event> events;
-    std::vector<CounterSample> counters;
-    StringId sync_mark;  // kClockSyncMark's id, once interned
-};
-
-Result<std::unique_ptr<SingleRankRun>> SingleRankRun::create(const std::string& output, RunInfo run,
-                                                             bool overwrite) {
-    auto target = PartialDatabase::prepare(output, overwrite);
-    if (!target) {
-        return target.error();
-    }
-    WriterOptions options;
-    options.overwrite = true;  // the partial file of an earlier attempt
-    options.durable = false;   // a failure removes the partial file
-    options.events = WriterOptions::EventStorage::blocks;
-    auto writer = TraceWriter::create(target->partial_path(), run, options);
-    if (!writer) {
-        return Error{ErrorCode::io, "cannot write '" + output + "': " + writer.error().message};
-    }
-    auto parts = std::make_unique<Parts>(
-        Parts{std::move(*target), std::move(*writer), {}, {}, {}, StringId{}});
-    return std::unique_ptr<SingleRankRun>(new SingleRankRun(std::move(parts)));
-}
-
-SingleRankRun::SingleRankRun(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
-SingleRankRun::~SingleRankRun() = default;
-
-void SingleRankRun::add_rank(const RankInfo& rank) {
-    parts_->utc_offsets[rank.rank] = rank.utc_offset_ns;
-    parts_->writer->add_rank(rank);
-}
-LaneId SingleRankRun::add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
-                               std::int64_t native_id) {
-    return parts_->writer->add_lane(rank, kind, name, native_id);
-}
-void SingleRankRun::rename_lane(LaneId lane, std::string_view name) {
-    parts_->writer->rename_lane(lane, name);
-}
-void SingleRankRun::set_run_config(std::string config_json) {
-    parts_->writer->set_run_config(std::move(config_json));
-}
-StringId SingleRankRun::intern(std::string_view text) {
-    const StringId id = parts_->writer->intern(text);
-    if (text == kClockSyncMark) {
-        parts_->sync_mark = id;
-    }
-    return id;
-}
-void SingleRankRun::add_events(const Event* events, std::size_t count) {
-    parts_->events.insert(parts_->events.end(), events, events + count);
-}
-void SingleRankRun::add_workload(const WorkloadEntry& entry) {
-    parts_->writer->add_workload(entry);
-}
-void SingleRankRun::add_counter(const CounterSample& sample) {
-    parts_->counters.push_back(sample);
-}
-void SingleRankRun::add_import_log(const ImportLogEntry& entry) {
-    parts_->writer->add_import_log(entry);
-}
-
-// merge_rank_files' steps for one source, on rows held in memory: the source's clock is its
-// lowest rank's UTC offset (inspect), the run's zero its earliest event (the origin), and
-// clock-sync marks, compared with themselves, make the alignment `barrier_marks` and move
-// nothing (choose_shifts); events go in lane, start, end-descending order (copy_source_sql).
-Result<MergeReport> SingleRankRun::finish(const std::function<void(double)>& progress) {
-    Parts& p = *parts_;
-    MergeReport report;
-    const std::int64_t utc_offset = p.utc_offsets.empty() ? 0 : p.utc_offsets.begin()->second;
-    std::int64_t first_start = std::numeric_limits<std::int64_t>::max();
-    bool sync_marks = false;
-    for (const Event& e : p.events) {
-        first_start = std::min(first_start, e.start_ns);
-        sync_marks = sync_marks ||
-                     (e.kind == EventKind::mark && p.sync_mark.valid() && e.name == p.sync_mark);
-    }
-    const std::int64_t origin = p.events.empty() ? utc_offset : first_start + utc_offset;
-    const std::int64_t shift = utc_offset - origin;
-    sort_by_lane_and_time(p.events);
-    constexpr std::size_t kChunk = 16384;
-    for (std::size_t i = 0; i < p.events.size(); i += kChunk) {
-        const std::size_t n = std::min(kChunk, p.events.size() - i);
-        for (std::size_t k = i; k < i + n; ++k) {
-            p.events[k].start_ns += shift;
-            p.events[k].end_ns += shift;
-        }
-        p.writer->add_events(p.events.data() + i, n);
-        if (progress) {
-            progress(0.5 * double(i + n) / double(p.events.size()));
-        }
-    }
-    for (CounterSample sample : p.counters) {
-        sample.time_ns += shift;
-        p.writer->add_counter(sample);
-    }
-    report.events = static_cast<std::int64_t>(p.events.size());
-    report.start_utc_ns = origin;
-    p.counters = {};
-    if (auto status = p.writer->close(); !status) {
-        return status.error();
-    }
-    p.writer.reset();
-    {
-        auto db = Database::open(p.target.partial_path(), Database::Mode::read_write);
-        if (!db) {
-            return db.error();
-        }
-        if (auto status =
-                db->exec("PRAGMA synchronous = OFF; PRAGMA journal_mode = OFF; "
-                         "UPDATE run SET start_utc_ns = " +
-                         std::to_string(origin) + "; UPDATE rank SET clock_alignment = '" +
-                         std::string(to_string(sync_marks ? ClockAlignment::barrier_marks
-                                                          : ClockAlignment::utc_offset)) +
-                         "', clock_shift_ns = " + std::to_string(shift) + ";");
-            !status) {
-            return status.error();
-        }
-        if (progress) {
-            progress(0.6);
-        }
-        auto events = index_and_pack(*db, &p.events);
-        if (!events) {
-            return events.error();
-        }
-        p.events = {};
-    }
-    if (auto status = p.target.commit("the imported run"); !status) {
-        return status.error();
-    }
-    if (auto status = read_merged_ranks(p.target.path(), report); !status) {
-        return status.error();
-    }
-    if (progress) {
-        progress(1.0);
-    }
-    return report;
 }
 
 }  // namespace fulcrum::store

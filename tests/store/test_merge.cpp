@@ -301,6 +301,33 @@ private slots:
         QVERIFY(!std::filesystem::exists(output));
         QVERIFY(!std::filesystem::exists(output + ".partial"));
     }
+
+    // One rank file is one source: progress moves lane by lane within it, rising and ending at
+    // 1, and a cancel inside it stops the merge there.
+    void progressMovesWithinOneSource() {
+        QTemporaryDir dir;
+        SyntheticRunOptions options;
+        options.kernels_per_layer = 2;  // a host lane and a stream lane per rank
+        const auto inputs = synthetic(dir, options);
+        const std::string output = dir.filePath("run.fulcrum").toStdString();
+        MergeOptions merge;
+        std::vector<double> seen;
+        merge.progress = [&](double fraction) {
+            seen.push_back(fraction);
+            return true;
+        };
+        QVERIFY(merge_rank_files({inputs.front()}, output, merge).ok());
+        QVERIFY(std::is_sorted(seen.begin(), seen.end()));
+        QVERIFY(std::any_of(seen.begin(), seen.end(), [](double f) { return f > 0 && f < 1; }));
+        QCOMPARE(seen.back(), 1.0);
+        merge.overwrite = true;
+        merge.progress = [](double fraction) { return fraction < 0.3; };
+        auto cancelled = merge_rank_files({inputs.front()}, output, merge);
+        QVERIFY(!cancelled.ok());
+        QCOMPARE(cancelled.error().code, ErrorCode::cancelled);
+        QVERIFY(!std::filesystem::exists(output + ".partial"));
+        QVERIFY(TraceReader::open(output).ok());  // the run merged before is still there
+    }
 };
 
 QTEST_GUILESS_MAIN(MergeTest)

@@ -413,7 +413,9 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOpti
     for (const LaneInfo& info : reader.lanes()) {
         max_lane = std::max(max_lane, info.id.value);
     }
-    auto buckets = EventLoader(reader, options, max_lane).run();
+    auto buckets = options.read_events
+                       ? EventLoader(reader, options, max_lane).run()
+                       : Result<std::vector<LaneBuckets>>(std::vector<LaneBuckets>{});
     if (!buckets) {
         return buckets.error();
     }

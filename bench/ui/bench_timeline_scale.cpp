@@ -1,0 +1,382 @@
+// bench_timeline_scale: the timeline of a 1024-rank, 100 M-event run (issue 18: open to first
+// frame ≤ 5 s, resident memory ≤ 3 GB, frames ≤ 16 ms at every zoom, on this 2-core machine).
+//
+// The run is bench/common/block_run.h's, in event blocks, with lane summaries (made once,
+// cached). Measured in this process through the path the GUI takes: views::open_run (paged,
+// since the run is over paged_event_threshold()), TimelineView::set_run and the first frame
+// painted at 1920×1080. Then at three zooms (whole run, one step, 1 ms): frames drawn from the
+// summaries while the detail is read (the event loop is not run, so none is adopted), the time
+// until the window's detail arrives, and frames with it. Peak RSS is this process's: the run
+// and the baseline are made in child processes.
+//
+// Baseline, in a child process on the same machine: the in-memory path (load_run_trace +
+// build_layout + first frame, what bench_timeline measures) on a --baseline-events run of the
+// same shape, and its frames at the same zooms.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <QApplication>
+#include <QImage>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "bench/common/bench_support.h"
+#include "bench/common/block_run.h"
+#include "core/store/lane_summary.h"
+#include "core/store/trace_reader.h"
+#include "core/util/text_table.h"
+#include "views/common/opened_run.h"
+#include "views/timeline/lane_tree_model.h"
+#include "views/timeline/paged_timeline.h"
+#include "views/timeline/timeline_canvas.h"
+#include "views/timeline/timeline_layout.h"
+#include "views/timeline/timeline_view.h"
+
+using namespace fulcrum;
+using namespace fulcrum::views::timeline;
+using bench::cell;
+using bench::Clock;
+using bench::seconds_since;
+
+namespace {
+
+constexpr int kWidth = 1920, kHeight = 1080;
+
+double cpu_seconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+           static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+double peak_rss_gb() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_maxrss) / (1024.0 * 1024.0);  // KiB on Linux
+}
+
+double rss_gb() {
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) /
+           (1024.0 * 1024.0 * 1024.0);
+}
+
+struct Timing {
+    double median_ms = 0, p90_ms = 0;
+    int frames = 0;
+};
+
+template <typename Paint>
+Timing time_frames(int frames, Paint paint) {
+    std::vector<double> ms;
+    for (int i = 0; i < frames; ++i) {
+        const auto start = Clock::now();
+        paint();
+        ms.push_back(seconds_since(start) * 1e3);
+    }
+    std::sort(ms.begin(), ms.end());
+    Timing t;
+    t.frames = static_cast<int>(ms.size());
+    t.median_ms = ms[ms.size() / 2];
+    t.p90_ms = ms[std::min(ms.size() - 1, static_cast<std::size_t>(ms.size() * 0.9))];
+    return t;
+}
+
+struct Zoom {
+    const char* name;
+    std::int64_t start, end;
+};
+
+std::vector<Zoom> zooms_of(const bench::BlockRunShape& shape, std::int64_t run_start,
+                           std::int64_t run_end) {
+    const std::int64_t middle = (run_start + run_end) / 2;
+    return {{"whole run", run_start, run_end},
+            {"one step", shape.step_ns, 2 * shape.step_ns},
+            {"1 ms", middle - 500'000, middle + 500'000}};
+}
+
+// Runs `work` in a child process; its exit status is the result (0 ok). Keeps the child's
+// memory out of this process's peak RSS.
+template <typename Work>
+int in_child(Work work) {
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int status = work();
+        std::fflush(stdout);
+        _exit(status);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+}
+
+std::int64_t events_in(const std::string& path) {
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        return 0;
+    }
+    auto pack = reader->event_pack();
+    return pack && *pack ? (*pack)->events : 0;
+}
+
+bool has_summaries(const std::string& path) {
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        return false;
+    }
+    auto summaries = reader->lane_summaries();
+    return summaries && *summaries;
+}
+
+// Makes the run (and its summaries) unless the cached file already is it. Prints what it took.
+int prepare(const std::string& path, const bench::BlockRunShape& shape) {
+    if (events_in(path) != shape.events()) {
+        const auto start = Clock::now();
+        auto written = bench::make_block_run(path, shape);
+        if (!written) {
+            std::fprintf(stderr, "bench_timeline_scale: %s\n", written.error().message.c_str());
+            return 2;
+        }
+        const double took = seconds_since(start);
+        std::printf("made %s: %lld events, %d ranks in %.1f s (%.2f M events/s), %.0f MB\n",
+                    path.c_str(), static_cast<long long>(*written), shape.ranks, took,
+                    static_cast<double>(*written) / took / 1e6,
+                    static_cast<double>(std::filesystem::file_size(path)) / 1e6);
+    }
+    if (!has_summaries(path)) {
+        const auto start = Clock::now();
+        const double cpu = cpu_seconds();
+        if (auto built = store::build_lane_summaries(path); !built) {
+            std::fprintf(stderr, "bench_timeline_scale: %s\n", built.error().message.c_str());
+            return 2;
+        }
+        std::printf("build_lane_summaries %s: %.1f s (%.1f CPU s), file now %.0f MB\n",
+                    path.c_str(), seconds_since(start), cpu_seconds() - cpu,
+                    static_cast<double>(std::filesystem::file_size(path)) / 1e6);
+    }
+    return 0;
+}
+
+// What the baseline child reports back through a pipe.
+struct BaselineFigures {
+    double open_s = 0, open_cpu_s = 0, peak_rss_gb = 0;
+    std::int64_t events = 0;
+    Timing frames[3];
+};
+
+BaselineFigures run_baseline(const std::string& path, const bench::BlockRunShape& shape,
+                             int frames) {
+    BaselineFigures figures;
+    const auto start = Clock::now();
+    const double cpu = cpu_seconds();
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        return figures;
+    }
+    auto trace = analysis::load_run_trace(*reader);
+    if (!trace) {
+        return figures;
+    }
+    const Layout layout = build_layout(*trace);
+    LaneTreeModel model;
+    TimelineCanvas canvas;
+    canvas.resize(kWidth, kHeight);
+    model.set_run(&*trace, &layout);
+    canvas.set_data(&*trace, &layout, &model);
+    QImage image(kWidth, kHeight, QImage::Format_RGB32);
+    canvas.render(&image);
+    figures.open_s = seconds_since(start);
+    figures.open_cpu_s = cpu_seconds() - cpu;
+    figures.events = layout.events;
+    const auto zooms = zooms_of(shape, layout.start_ns, layout.end_ns);
+    for (std::size_t z = 0; z < zooms.size(); ++z) {
+        canvas.set_window(zooms[z].start, zooms[z].end);
+        figures.frames[z] = time_frames(frames, [&] { canvas.render(&image); });
+    }
+    figures.peak_rss_gb = peak_rss_gb();
+    return figures;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"bench_timeline_scale: the paged timeline of a 1024-rank, 100M-event run"};
+    const auto tmp = std::filesystem::temp_directory_path();
+    std::string run_path = (tmp / "fulcrum-bench-timeline-scale.fulcrum").string();
+    std::string baseline_path = (tmp / "fulcrum-bench-timeline-scale-baseline.fulcrum").string();
+    std::int64_t target = 100'000'000;
+    std::int64_t baseline_target = 10'000'000;
+    std::int32_t ranks = 1024;
+    int frames = 30;
+    app.add_option("--run", run_path, "The run; made (and kept) when it is not the one asked for")
+        ->capture_default_str();
+    app.add_option("--events", target, "Events of the run")->capture_default_str();
+    app.add_option("--ranks", ranks, "Ranks of the run (3 lanes each)")->capture_default_str();
+    app.add_option("--baseline-run", baseline_path, "The baseline's run")->capture_default_str();
+    app.add_option("--baseline-events", baseline_target,
+                   "Events of the baseline run, held whole in memory (0: no baseline)")
+        ->capture_default_str();
+    app.add_option("--frames", frames, "Frames per zoom level")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    }
+
+    const bench::BlockRunShape shape = bench::block_run_shape(ranks, target);
+    const bench::BlockRunShape baseline_shape = bench::block_run_shape(ranks, baseline_target);
+    if (in_child([&] { return prepare(run_path, shape); }) != 0) {
+        return 2;
+    }
+    if (baseline_target > 0 && in_child([&] { return prepare(baseline_path, baseline_shape); })) {
+        return 2;
+    }
+
+    // The baseline first, in a child, so that its memory is not this process's.
+    BaselineFigures baseline;
+    if (baseline_target > 0) {
+        int fds[2];
+        if (pipe(fds) != 0) {
+            return 2;
+        }
+        const int status = in_child([&] {
+            QApplication qt(argc, argv);
+            const BaselineFigures figures = run_baseline(baseline_path, baseline_shape, frames);
+            const bool ok = write(fds[1], &figures, sizeof figures) == sizeof figures;
+            return ok && figures.events > 0 ? 0 : 3;
+        });
+        if (status != 0 || read(fds[0], &baseline, sizeof baseline) != sizeof baseline) {
+            std::fprintf(stderr, "bench_timeline_scale: the baseline failed (%d)\n", status);
+            return 2;
+        }
+        close(fds[0]);
+        close(fds[1]);
+    }
+
+    QApplication qt(argc, argv);
+    const auto start = Clock::now();
+    const double cpu = cpu_seconds();
+    auto opened = views::open_run(QString::fromStdString(run_path));
+    if (!opened) {
+        std::fprintf(stderr, "bench_timeline_scale: %s\n", opened.error().message.c_str());
+        return 2;
+    }
+    const double open_run_s = seconds_since(start);
+    views::TimelineView view;
+    view.resize(kWidth, kHeight);
+    view.set_run(*opened);
+    TimelineCanvas& canvas = *view.canvas();
+    canvas.resize(kWidth, kHeight);
+    QImage image(kWidth, kHeight, QImage::Format_RGB32);
+    canvas.render(&image);
+    const double first_frame_s = seconds_since(start);
+    const double first_frame_cpu = cpu_seconds() - cpu;
+    const double rss_at_first_frame = rss_gb();
+    const std::int64_t first_bins = canvas.painted_bins();
+    if (!(*opened)->paged() || view.paged() == nullptr) {
+        std::fprintf(stderr, "bench_timeline_scale: the run did not open paged (%s)\n",
+                     qPrintable((*opened)->notice));
+        return 2;
+    }
+    PagedTimeline& paged = *view.paged();
+
+    // Until a frame draws every visible row from detail (0 when it already does).
+    auto wait_for_detail = [&] {
+        const auto begin = Clock::now();
+        for (;;) {
+            canvas.render(&image);
+            if (canvas.painted_bins() == 0 || seconds_since(begin) > 60) {
+                break;
+            }
+            paged.wait_idle();
+            QCoreApplication::processEvents();
+        }
+        return seconds_since(begin);
+    };
+
+    // Frames from the summaries alone, at every zoom, before any detail is adopted (the
+    // event loop has not run): what the user sees while the detail is read.
+    const auto zooms =
+        zooms_of(shape, paged.skeleton_layout().start_ns, paged.skeleton_layout().end_ns);
+    std::vector<Timing> summary_frames;
+    std::vector<std::int64_t> summary_bins;
+    for (const Zoom& zoom : zooms) {
+        canvas.set_window(zoom.start, zoom.end);
+        summary_frames.push_back(time_frames(frames, [&] { canvas.render(&image); }));
+        summary_bins.push_back(canvas.painted_bins());
+    }
+    canvas.set_window(zooms[0].start, zooms[0].end);
+    const double first_detail_s = seconds_since(start) + wait_for_detail();
+
+    using Align = TextTable::Align;
+    TextTable table({"measurement", "median", "p90", "vs baseline", "target"},
+                    {Align::left, Align::right, Align::right, Align::right, Align::left});
+    if (baseline_target > 0) {
+        table.add_row({"baseline: in-memory open to first frame, " +
+                           std::to_string(baseline.events / 1'000'000) + "M events (" +
+                           cell(baseline.open_cpu_s, "%.1f") + " CPU s)",
+                       cell(baseline.open_s, "%.2f s"), "", "1.00x", ""});
+        table.add_row({"baseline: in-memory peak RSS", cell(baseline.peak_rss_gb, "%.2f GiB"), "",
+                       "1.00x", ""});
+    }
+    const double open_ratio = baseline_target > 0 ? first_frame_s / baseline.open_s : 0;
+    table.add_row({"paged: open_run (summaries + metadata)", cell(open_run_s, "%.2f s"), "", "",
+                   ""});
+    table.add_row({"paged: open to first frame (" + cell(first_frame_cpu, "%.1f") + " CPU s, " +
+                       std::to_string(first_bins) + " bins)",
+                   cell(first_frame_s, "%.2f s"), "", cell(open_ratio, "%.2fx"), "<= 5 s"});
+    table.add_row({"paged: open to first detail (visible rows, whole run; after the summary "
+                   "frames below)",
+                   cell(first_detail_s, "%.2f s"), "", "", ""});
+
+    for (std::size_t z = 0; z < zooms.size(); ++z) {
+        const Zoom& zoom = zooms[z];
+        canvas.set_window(zoom.start, zoom.end);
+        const Timing& summary = summary_frames[z];
+        const std::int64_t bins = summary_bins[z];
+        const double arrival = wait_for_detail();
+        const Timing detail = time_frames(frames, [&] { canvas.render(&image); });
+        const std::string loaded =
+            paged.detail() ? std::to_string(paged.detail()->events) + " events loaded" : "none";
+        table.add_row({std::string("paged frame, summaries: ") + zoom.name + " (" +
+                           std::to_string(bins) + " bins)",
+                       cell(summary.median_ms, "%.1f ms"), cell(summary.p90_ms, "%.1f ms"),
+                       baseline_target > 0
+                           ? cell(summary.median_ms / baseline.frames[z].median_ms, "%.2fx")
+                           : "",
+                       "<= 16 ms"});
+        table.add_row({std::string("paged: detail arrives, ") + zoom.name + " (" + loaded + ")",
+                       cell(arrival * 1e3, "%.0f ms"), "", "", ""});
+        table.add_row({std::string("paged frame, detail: ") + zoom.name + " (" +
+                           std::to_string(canvas.painted_boxes()) + " boxes, " +
+                           std::to_string(canvas.painted_folds()) + " folds, " +
+                           std::to_string(canvas.painted_bins()) + " bins)",
+                       cell(detail.median_ms, "%.1f ms"), cell(detail.p90_ms, "%.1f ms"),
+                       baseline_target > 0
+                           ? cell(detail.median_ms / baseline.frames[z].median_ms, "%.2fx")
+                           : "",
+                       "<= 16 ms"});
+        if (baseline_target > 0) {
+            table.add_row({std::string("baseline frame, in-memory: ") + zoom.name,
+                           cell(baseline.frames[z].median_ms, "%.1f ms"),
+                           cell(baseline.frames[z].p90_ms, "%.1f ms"), "1.00x", ""});
+        }
+    }
+    const double peak = peak_rss_gb();
+    table.add_row({"paged: RSS at first frame", cell(rss_at_first_frame, "%.2f GiB"), "", "", ""});
+    table.add_row({"paged: peak RSS (whole bench process)", cell(peak, "%.2f GiB"), "",
+                   baseline_target > 0 ? cell(peak / baseline.peak_rss_gb, "%.2fx") : "",
+                   "<= 3 GB"});
+    std::printf("\n%lld events, %d ranks, %zu rows, 1920x1080 frames; detail reads: %llu\n%s",
+                static_cast<long long>((*opened)->events), shape.ranks,
+                paged.skeleton_layout().rows.size(),
+                static_cast<unsigned long long>(paged.loads()), table.render().c_str());
+    return 0;
+}

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "bench/common/scale_run.h"  // make_scale_run: the 1024-rank run of issue 18
 #include "core/util/result.h"
 
 namespace fulcrum::bench {

@@ -1,0 +1,235 @@
+// bench_scale: `fulcrum analyze` and `fulcrum report` on issue 18's cluster-scale run (1024
+// ranks, 100 M events: bench/common/scale_run.h), against one plain decode of every event block
+// of the same file through TraceReader, the least any reader of the run must do.
+//
+// Each measured command runs as a child process, the real `fulcrum` binary, so that its peak
+// resident memory (wait4's ru_maxrss of that child) is its own; the decode baseline runs in a
+// forked child for the same reason. Targets (issue 18): analyze ≤ 30 s, report ≤ 60 s on this
+// 2-core machine.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "bench/common/bench_support.h"
+#include "bench/common/scale_run.h"
+#include "core/store/trace_reader.h"
+#include "core/util/text_table.h"
+
+using namespace fulcrum;
+using bench::Clock;
+using bench::seconds_since;
+
+namespace {
+
+struct Measured {
+    double wall_s = 0;
+    double cpu_s = 0;  // user + system
+    double peak_mb = 0;
+    int exit_code = 0;
+};
+
+Measured finished(pid_t pid, Clock::time_point start) {
+    Measured m;
+    int status = 0;
+    rusage usage{};
+    if (wait4(pid, &status, 0, &usage) < 0) {
+        m.exit_code = -1;
+        return m;
+    }
+    m.wall_s = seconds_since(start);
+    m.cpu_s = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+              static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    m.peak_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // kB on Linux
+    m.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return m;
+}
+
+// Runs `argv` with its standard output and error into `log`.
+Measured run_command(const std::vector<std::string>& argv, const std::string& log) {
+    const auto start = Clock::now();
+    const pid_t pid = fork();
+    if (pid == 0) {
+        std::FILE* out = std::fopen(log.c_str(), "w");
+        if (out != nullptr) {
+            dup2(fileno(out), STDOUT_FILENO);
+            dup2(fileno(out), STDERR_FILENO);
+        }
+        std::vector<char*> args;
+        for (const std::string& arg : argv) {
+            args.push_back(const_cast<char*>(arg.c_str()));
+        }
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        std::perror("execv");
+        _exit(127);
+    }
+    return finished(pid, start);
+}
+
+// Decodes every block of the file once, keeping no event past its block.
+int decode_every_block(const std::string& path) {
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        std::fprintf(stderr, "bench_scale: %s\n", reader.error().message.c_str());
+        return 1;
+    }
+    auto pack = reader->event_pack();
+    if (!pack || !pack->has_value()) {
+        std::fprintf(stderr, "bench_scale: '%s' has no event blocks\n", path.c_str());
+        return 1;
+    }
+    std::vector<Event> block;
+    std::int64_t events = 0, checksum = 0;
+    auto consume = [&] {
+        events += static_cast<std::int64_t>(block.size());
+        for (const Event& event : block) {
+            checksum += event.start_ns ^ event.end_ns;
+        }
+        block.clear();
+    };
+    // Each block is decoded into `block`; the one before it is consumed first.
+    auto status = reader->scan_event_pack((*pack)->first_block, (*pack)->end_block,
+                                          [&](LaneId) {
+                                              consume();
+                                              return &block;
+                                          },
+                                          {});
+    consume();
+    if (!status) {
+        std::fprintf(stderr, "bench_scale: %s\n", status.error().message.c_str());
+        return 1;
+    }
+    if (events != (*pack)->events) {
+        std::fprintf(stderr, "bench_scale: decoded %lld events of %lld\n",
+                     static_cast<long long>(events), static_cast<long long>((*pack)->events));
+        return 1;
+    }
+    return checksum == 42 ? 3 : 0;  // uses the sum, so the decode cannot be optimised away
+}
+
+Measured decode_baseline(const std::string& path) {
+    const auto start = Clock::now();
+    const pid_t pid = fork();
+    if (pid == 0) {
+        _exit(decode_every_block(path));
+    }
+    return finished(pid, start);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"bench_scale: fulcrum analyze and report on a 1024-rank, 100 M-event run"};
+    int ranks = 1024;
+    std::int64_t events = 100'000'000;
+    std::string run_path;
+    std::string fulcrum = FULCRUM_BINARY;
+    bool json = false;
+    bool remake = false;
+    app.add_option("--ranks", ranks, "Ranks of the run (a multiple of 64)")->capture_default_str();
+    app.add_option("--events", events, "Events of the run")->capture_default_str();
+    app.add_option("--run", run_path,
+                   "The run file (default /tmp/fulcrum-scale-RANKS-EVENTS.fulcrum); made when "
+                   "missing, kept when made alike before");
+    app.add_option("--fulcrum", fulcrum, "The fulcrum binary to measure")->capture_default_str();
+    app.add_flag("--json", json, "Measure fulcrum analyze --json too");
+    app.add_flag("--remake", remake, "Write the run even when one made alike is there");
+    CLI11_PARSE(app, argc, argv);
+    if (run_path.empty()) {
+        run_path =
+            (std::filesystem::temp_directory_path() /
+             ("fulcrum-scale-" + std::to_string(ranks) + "-" + std::to_string(events) + ".fulcrum"))
+                .string();
+    }
+
+    auto options = bench::scale_run_options(ranks, events);
+    if (!options) {
+        std::fprintf(stderr, "bench_scale: %s\n", options.error().message.c_str());
+        return 2;
+    }
+    std::printf("making %s (%d ranks, %lld events)...\n", run_path.c_str(), ranks,
+                static_cast<long long>(events));
+    std::fflush(stdout);
+    auto file = bench::make_scale_run(run_path, *options, remake);
+    if (!file) {
+        std::fprintf(stderr, "bench_scale: %s\n", file.error().message.c_str());
+        return 2;
+    }
+    const double mb = static_cast<double>(file->bytes) / 1e6;
+    std::printf(
+        "run: %lld events, %d steps, %.1f MB, %.2f bytes an event, %s\n",
+        static_cast<long long>(file->events), file->steps, mb,
+        static_cast<double>(file->bytes) / static_cast<double>(file->events),
+        file->kept ? "kept from an earlier run"
+                   : ("written in " + bench::cell(file->seconds, "%.1f") + " s (" +
+                      bench::cell(static_cast<double>(file->events) / file->seconds / 1e6, "%.2f") +
+                      " M events/s)")
+                         .c_str());
+    std::fflush(stdout);
+
+    const std::string logs = run_path + ".bench";
+    std::filesystem::create_directories(logs);
+    struct Row {
+        std::string what;
+        Measured measured;
+        std::string target;
+        double target_s = 0;
+    };
+    std::vector<Row> rows;
+    auto measure = [&](const std::string& what, const std::vector<std::string>& argv,
+                       const std::string& log, const std::string& target, double target_s) {
+        std::printf("%s...\n", what.c_str());
+        std::fflush(stdout);
+        Measured m = run_command(argv, logs + "/" + log);
+        if (m.exit_code != 0) {
+            std::fprintf(stderr, "bench_scale: '%s' exited with %d; see %s/%s\n", what.c_str(),
+                         m.exit_code, logs.c_str(), log.c_str());
+        }
+        rows.push_back({what, m, target, target_s});
+    };
+    std::printf("decode baseline...\n");
+    std::fflush(stdout);
+    rows.push_back({"decode every block (baseline)", decode_baseline(run_path), "", 0});
+    measure("fulcrum analyze", {fulcrum, "analyze", run_path}, "analyze.txt", "≤ 30 s", 30);
+    if (json) {
+        measure("fulcrum analyze --json", {fulcrum, "analyze", run_path, "--json"}, "analyze.json",
+                "", 0);
+    }
+    measure("fulcrum report", {fulcrum, "report", run_path, "-o", logs + "/report.html", "--force"},
+            "report.txt", "≤ 60 s", 60);
+
+    const Measured& base = rows.front().measured;
+    TextTable table({"step", "wall s", "CPU s", "peak RSS MB", "× decode (wall)", "× decode (CPU)",
+                     "target", "exit"},
+                    {TextTable::Align::left, TextTable::Align::right, TextTable::Align::right,
+                     TextTable::Align::right, TextTable::Align::right, TextTable::Align::right,
+                     TextTable::Align::left, TextTable::Align::right});
+    for (const Row& row : rows) {
+        const Measured& m = row.measured;
+        std::string target = row.target;
+        if (row.target_s > 0) {
+            target += m.wall_s <= row.target_s ? " (met)" : " (missed)";
+        }
+        table.add_row({row.what, bench::cell(m.wall_s, "%.2f"), bench::cell(m.cpu_s, "%.2f"),
+                       bench::cell(m.peak_mb, "%.0f"), bench::cell(m.wall_s / base.wall_s, "%.1f"),
+                       bench::cell(m.cpu_s / std::max(base.cpu_s, 1e-3), "%.1f"), target,
+                       std::to_string(m.exit_code)});
+    }
+    std::printf("\n%lld events, %d ranks, %.1f MB (outputs and logs in %s)\n",
+                static_cast<long long>(file->events), ranks, mb, logs.c_str());
+    std::printf("%s", table.render("").c_str());
+    for (const Row& row : rows) {
+        if (row.measured.exit_code != 0) {
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -1,13 +1,14 @@
 // bench_timeline_scale: the timeline of a 1024-rank, 100 M-event run (issue 18: open to first
 // frame ≤ 5 s, resident memory ≤ 3 GB, frames ≤ 16 ms at every zoom, on this 2-core machine).
 //
-// The run is bench/common/block_run.h's, in event blocks, with lane summaries (made once,
-// cached). Measured in this process through the path the GUI takes: views::open_run (paged,
-// since the run is over paged_event_threshold()), TimelineView::set_run and the first frame
-// painted at 1920×1080. Then at three zooms (whole run, one step, 1 ms): frames drawn from the
-// summaries while the detail is read (the event loop is not run, so none is adopted), the time
-// until the window's detail arrives, and frames with it. Peak RSS is this process's: the run
-// and the baseline are made in child processes.
+// The run is make_scale_run's (bench/common/scale_run.h: a 4D job of dp 16 × tp 4 × pp 8 × cp 2
+// in event blocks), given lane summaries once (store::build_lane_summaries, timed); both kept.
+// Measured in this process through the path the GUI takes: views::open_run (paged, since the run is
+// over paged_event_threshold()), TimelineView::set_run and the first frame painted at 1920×1080.
+// Then at three zooms (whole run, one step, 1 ms): frames drawn from the summaries while the detail
+// is read (the event loop is not run, so none is adopted), the time until the window's detail
+// arrives, and frames with it. Peak RSS is this process's: the run and the baseline are made in
+// child processes.
 //
 // Baseline, in a child process on the same machine: the in-memory path (load_run_trace +
 // build_layout + first frame, what bench_timeline measures) on a --baseline-events run of the
@@ -26,7 +27,7 @@
 #include <fstream>
 
 #include "bench/common/bench_support.h"
-#include "bench/common/block_run.h"
+#include "bench/common/scale_run.h"
 #include "core/store/lane_summary.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
@@ -68,24 +69,35 @@ double rss_gb() {
            (1024.0 * 1024.0 * 1024.0);
 }
 
+double thread_cpu_ms() {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+// Wall time per frame, and the painting thread's CPU time (steadier on a shared machine).
 struct Timing {
-    double median_ms = 0, p90_ms = 0;
+    double median_ms = 0, p90_ms = 0, cpu_median_ms = 0;
     int frames = 0;
 };
 
 template <typename Paint>
 Timing time_frames(int frames, Paint paint) {
-    std::vector<double> ms;
+    std::vector<double> ms, cpu;
     for (int i = 0; i < frames; ++i) {
         const auto start = Clock::now();
+        const double cpu_start = thread_cpu_ms();
         paint();
         ms.push_back(seconds_since(start) * 1e3);
+        cpu.push_back(thread_cpu_ms() - cpu_start);
     }
     std::sort(ms.begin(), ms.end());
+    std::sort(cpu.begin(), cpu.end());
     Timing t;
     t.frames = static_cast<int>(ms.size());
     t.median_ms = ms[ms.size() / 2];
     t.p90_ms = ms[std::min(ms.size() - 1, static_cast<std::size_t>(ms.size() * 0.9))];
+    t.cpu_median_ms = cpu[cpu.size() / 2];
     return t;
 }
 
@@ -94,37 +106,43 @@ struct Zoom {
     std::int64_t start, end;
 };
 
-std::vector<Zoom> zooms_of(const bench::BlockRunShape& shape, std::int64_t run_start,
-                           std::int64_t run_end) {
+// The whole run, about its second step (the run's span over its steps), 1 ms in the middle.
+std::vector<Zoom> zooms_of(int steps, std::int64_t run_start, std::int64_t run_end) {
     const std::int64_t middle = (run_start + run_end) / 2;
+    const std::int64_t step = (run_end - run_start) / std::max(1, steps);
+    const std::int64_t second = steps > 1 ? run_start + step : run_start;
     return {{"whole run", run_start, run_end},
-            {"one step", shape.step_ns, 2 * shape.step_ns},
+            {"one step", second, second + step},
             {"1 ms", middle - 500'000, middle + 500'000}};
 }
 
-// Runs `work` in a child process; its exit status is the result (0 ok). Keeps the child's
-// memory out of this process's peak RSS.
-template <typename Work>
-int in_child(Work work) {
+// Runs `work` in a child process, which hands back a plain struct through a pipe; nullopt
+// when it failed. Keeps the child's memory out of this process's peak RSS.
+template <typename Figures, typename Work>
+std::optional<Figures> in_child(Work work) {
     std::fflush(stdout);
+    int fds[2];
+    if (pipe(fds) != 0) {
+        return std::nullopt;
+    }
     const pid_t pid = fork();
     if (pid == 0) {
-        const int status = work();
+        close(fds[0]);
+        const std::optional<Figures> figures = work();
         std::fflush(stdout);
-        _exit(status);
+        const bool sent = figures && write(fds[1], &*figures, sizeof(Figures)) == sizeof(Figures);
+        _exit(sent ? 0 : 3);
     }
+    close(fds[1]);
+    Figures figures{};
+    const bool got = read(fds[0], &figures, sizeof figures) == sizeof figures;
+    close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 99;
-}
-
-std::int64_t events_in(const std::string& path) {
-    auto reader = store::TraceReader::open(path);
-    if (!reader) {
-        return 0;
+    if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        return std::nullopt;
     }
-    auto pack = reader->event_pack();
-    return pack && *pack ? (*pack)->events : 0;
+    return figures;
 }
 
 bool has_summaries(const std::string& path) {
@@ -136,33 +154,47 @@ bool has_summaries(const std::string& path) {
     return summaries && *summaries;
 }
 
-// Makes the run (and its summaries) unless the cached file already is it. Prints what it took.
-int prepare(const std::string& path, const bench::BlockRunShape& shape) {
-    if (events_in(path) != shape.events()) {
-        const auto start = Clock::now();
-        auto written = bench::make_block_run(path, shape);
-        if (!written) {
-            std::fprintf(stderr, "bench_timeline_scale: %s\n", written.error().message.c_str());
-            return 2;
-        }
-        const double took = seconds_since(start);
-        std::printf("made %s: %lld events, %d ranks in %.1f s (%.2f M events/s), %.0f MB\n",
-                    path.c_str(), static_cast<long long>(*written), shape.ranks, took,
-                    static_cast<double>(*written) / took / 1e6,
-                    static_cast<double>(std::filesystem::file_size(path)) / 1e6);
+struct Prepared {
+    int steps = 0;
+    std::int64_t events = 0;
+};
+
+// Makes the run unless the file already is it, then its summaries unless it has them.
+// Prints what each took.
+std::optional<Prepared> prepare(const std::string& path, int ranks, std::int64_t events) {
+    auto options = bench::scale_run_options(ranks, events);
+    if (!options) {
+        std::fprintf(stderr, "bench_timeline_scale: %s\n", options.error().message.c_str());
+        return std::nullopt;
+    }
+    auto file = bench::make_scale_run(path, *options);
+    if (!file) {
+        std::fprintf(stderr, "bench_timeline_scale: %s\n", file.error().message.c_str());
+        return std::nullopt;
+    }
+    if (!file->kept) {
+        std::printf(
+            "make_scale_run %s: %lld events, %d ranks, %d steps in %.1f s (%.2f M "
+            "events/s), %.0f MB\n",
+            path.c_str(), static_cast<long long>(file->events), ranks, file->steps, file->seconds,
+            static_cast<double>(file->events) / file->seconds / 1e6,
+            static_cast<double>(file->bytes) / 1e6);
     }
     if (!has_summaries(path)) {
         const auto start = Clock::now();
         const double cpu = cpu_seconds();
         if (auto built = store::build_lane_summaries(path); !built) {
             std::fprintf(stderr, "bench_timeline_scale: %s\n", built.error().message.c_str());
-            return 2;
+            return std::nullopt;
         }
-        std::printf("build_lane_summaries %s: %.1f s (%.1f CPU s), file now %.0f MB\n",
-                    path.c_str(), seconds_since(start), cpu_seconds() - cpu,
-                    static_cast<double>(std::filesystem::file_size(path)) / 1e6);
+        std::printf(
+            "build_lane_summaries %s (%lld events): %.1f s (%.1f CPU s), file %.0f → "
+            "%.0f MB\n",
+            path.c_str(), static_cast<long long>(file->events), seconds_since(start),
+            cpu_seconds() - cpu, static_cast<double>(file->bytes) / 1e6,
+            static_cast<double>(std::filesystem::file_size(path)) / 1e6);
     }
-    return 0;
+    return Prepared{file->steps, file->events};
 }
 
 // What the baseline child reports back through a pipe.
@@ -172,8 +204,7 @@ struct BaselineFigures {
     Timing frames[3];
 };
 
-BaselineFigures run_baseline(const std::string& path, const bench::BlockRunShape& shape,
-                             int frames) {
+BaselineFigures run_baseline(const std::string& path, int steps, int frames) {
     BaselineFigures figures;
     const auto start = Clock::now();
     const double cpu = cpu_seconds();
@@ -196,7 +227,7 @@ BaselineFigures run_baseline(const std::string& path, const bench::BlockRunShape
     figures.open_s = seconds_since(start);
     figures.open_cpu_s = cpu_seconds() - cpu;
     figures.events = layout.events;
-    const auto zooms = zooms_of(shape, layout.start_ns, layout.end_ns);
+    const auto zooms = zooms_of(steps, layout.start_ns, layout.end_ns);
     for (std::size_t z = 0; z < zooms.size(); ++z) {
         canvas.set_window(zooms[z].start, zooms[z].end);
         figures.frames[z] = time_frames(frames, [&] { canvas.render(&image); });
@@ -219,7 +250,7 @@ int main(int argc, char** argv) {
     app.add_option("--run", run_path, "The run; made (and kept) when it is not the one asked for")
         ->capture_default_str();
     app.add_option("--events", target, "Events of the run")->capture_default_str();
-    app.add_option("--ranks", ranks, "Ranks of the run (3 lanes each)")->capture_default_str();
+    app.add_option("--ranks", ranks, "Ranks of the run (a multiple of 64)")->capture_default_str();
     app.add_option("--baseline-run", baseline_path, "The baseline's run")->capture_default_str();
     app.add_option("--baseline-events", baseline_target,
                    "Events of the baseline run, held whole in memory (0: no baseline)")
@@ -230,34 +261,28 @@ int main(int argc, char** argv) {
         qputenv("QT_QPA_PLATFORM", "offscreen");
     }
 
-    const bench::BlockRunShape shape = bench::block_run_shape(ranks, target);
-    const bench::BlockRunShape baseline_shape = bench::block_run_shape(ranks, baseline_target);
-    if (in_child([&] { return prepare(run_path, shape); }) != 0) {
+    const auto run = in_child<Prepared>([&] { return prepare(run_path, ranks, target); });
+    if (!run) {
         return 2;
     }
-    if (baseline_target > 0 && in_child([&] { return prepare(baseline_path, baseline_shape); })) {
-        return 2;
-    }
-
     // The baseline first, in a child, so that its memory is not this process's.
     BaselineFigures baseline;
     if (baseline_target > 0) {
-        int fds[2];
-        if (pipe(fds) != 0) {
+        const auto made =
+            in_child<Prepared>([&] { return prepare(baseline_path, ranks, baseline_target); });
+        if (!made) {
             return 2;
         }
-        const int status = in_child([&] {
+        const auto figures = in_child<BaselineFigures>([&]() -> std::optional<BaselineFigures> {
             QApplication qt(argc, argv);
-            const BaselineFigures figures = run_baseline(baseline_path, baseline_shape, frames);
-            const bool ok = write(fds[1], &figures, sizeof figures) == sizeof figures;
-            return ok && figures.events > 0 ? 0 : 3;
+            BaselineFigures measured = run_baseline(baseline_path, made->steps, frames);
+            return measured.events > 0 ? std::optional(measured) : std::nullopt;
         });
-        if (status != 0 || read(fds[0], &baseline, sizeof baseline) != sizeof baseline) {
-            std::fprintf(stderr, "bench_timeline_scale: the baseline failed (%d)\n", status);
+        if (!figures) {
+            std::fprintf(stderr, "bench_timeline_scale: the baseline failed\n");
             return 2;
         }
-        close(fds[0]);
-        close(fds[1]);
+        baseline = *figures;
     }
 
     QApplication qt(argc, argv);
@@ -304,7 +329,7 @@ int main(int argc, char** argv) {
     // Frames from the summaries alone, at every zoom, before any detail is adopted (the
     // event loop has not run): what the user sees while the detail is read.
     const auto zooms =
-        zooms_of(shape, paged.skeleton_layout().start_ns, paged.skeleton_layout().end_ns);
+        zooms_of(run->steps, paged.skeleton_layout().start_ns, paged.skeleton_layout().end_ns);
     std::vector<Timing> summary_frames;
     std::vector<std::int64_t> summary_bins;
     for (const Zoom& zoom : zooms) {
@@ -327,14 +352,15 @@ int main(int argc, char** argv) {
                        "1.00x", ""});
     }
     const double open_ratio = baseline_target > 0 ? first_frame_s / baseline.open_s : 0;
-    table.add_row({"paged: open_run (summaries + metadata)", cell(open_run_s, "%.2f s"), "", "",
-                   ""});
+    table.add_row(
+        {"paged: open_run (summaries + metadata)", cell(open_run_s, "%.2f s"), "", "", ""});
     table.add_row({"paged: open to first frame (" + cell(first_frame_cpu, "%.1f") + " CPU s, " +
                        std::to_string(first_bins) + " bins)",
                    cell(first_frame_s, "%.2f s"), "", cell(open_ratio, "%.2fx"), "<= 5 s"});
-    table.add_row({"paged: open to first detail (visible rows, whole run; after the summary "
-                   "frames below)",
-                   cell(first_detail_s, "%.2f s"), "", "", ""});
+    table.add_row(
+        {"paged: open to first detail (visible rows, whole run; after the summary "
+         "frames below)",
+         cell(first_detail_s, "%.2f s"), "", "", ""});
 
     for (std::size_t z = 0; z < zooms.size(); ++z) {
         const Zoom& zoom = zooms[z];
@@ -345,26 +371,27 @@ int main(int argc, char** argv) {
         const Timing detail = time_frames(frames, [&] { canvas.render(&image); });
         const std::string loaded =
             paged.detail() ? std::to_string(paged.detail()->events) + " events loaded" : "none";
-        table.add_row({std::string("paged frame, summaries: ") + zoom.name + " (" +
-                           std::to_string(bins) + " bins)",
-                       cell(summary.median_ms, "%.1f ms"), cell(summary.p90_ms, "%.1f ms"),
-                       baseline_target > 0
-                           ? cell(summary.median_ms / baseline.frames[z].median_ms, "%.2fx")
-                           : "",
-                       "<= 16 ms"});
+        table.add_row(
+            {std::string("paged frame, summaries: ") + zoom.name + " (" + std::to_string(bins) +
+                 " bins; " + cell(summary.cpu_median_ms, "%.1f") + " ms CPU)",
+             cell(summary.median_ms, "%.1f ms"), cell(summary.p90_ms, "%.1f ms"),
+             baseline_target > 0 ? cell(summary.median_ms / baseline.frames[z].median_ms, "%.2fx")
+                                 : "",
+             "<= 16 ms"});
         table.add_row({std::string("paged: detail arrives, ") + zoom.name + " (" + loaded + ")",
                        cell(arrival * 1e3, "%.0f ms"), "", "", ""});
         table.add_row({std::string("paged frame, detail: ") + zoom.name + " (" +
                            std::to_string(canvas.painted_boxes()) + " boxes, " +
-                           std::to_string(canvas.painted_folds()) + " folds, " +
-                           std::to_string(canvas.painted_bins()) + " bins)",
+                           std::to_string(canvas.painted_folds()) + " folds; " +
+                           cell(detail.cpu_median_ms, "%.1f") + " ms CPU)",
                        cell(detail.median_ms, "%.1f ms"), cell(detail.p90_ms, "%.1f ms"),
                        baseline_target > 0
                            ? cell(detail.median_ms / baseline.frames[z].median_ms, "%.2fx")
                            : "",
                        "<= 16 ms"});
         if (baseline_target > 0) {
-            table.add_row({std::string("baseline frame, in-memory: ") + zoom.name,
+            table.add_row({std::string("baseline frame, in-memory: ") + zoom.name + " (" +
+                               cell(baseline.frames[z].cpu_median_ms, "%.1f") + " ms CPU)",
                            cell(baseline.frames[z].median_ms, "%.1f ms"),
                            cell(baseline.frames[z].p90_ms, "%.1f ms"), "1.00x", ""});
         }
@@ -375,8 +402,8 @@ int main(int argc, char** argv) {
                    baseline_target > 0 ? cell(peak / baseline.peak_rss_gb, "%.2fx") : "",
                    "<= 3 GB"});
     std::printf("\n%lld events, %d ranks, %zu rows, 1920x1080 frames; detail reads: %llu\n%s",
-                static_cast<long long>((*opened)->events), shape.ranks,
-                paged.skeleton_layout().rows.size(),
-                static_cast<unsigned long long>(paged.loads()), table.render().c_str());
+                static_cast<long long>((*opened)->events), ranks,
+                paged.skeleton_layout().rows.size(), static_cast<unsigned long long>(paged.loads()),
+                table.render().c_str());
     return 0;
 }

@@ -423,11 +423,13 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOpti
     if (options.progress) {
         options.progress(0.95);
     }
-    auto workload = reader.workload();
-    if (!workload) {
-        return workload.error();
+    if (options.read_events) {
+        auto workload = reader.workload();
+        if (!workload) {
+            return workload.error();
+        }
+        trace.workload = std::move(*workload);
     }
-    trace.workload = std::move(*workload);
     trace.config = parse_run_config(trace.run.config_json, reader.ranks());
     if (options.progress) {
         options.progress(1.0);

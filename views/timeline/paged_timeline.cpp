@@ -33,8 +33,6 @@ Result<std::unique_ptr<PagedTimeline>> PagedTimeline::open(
     }
     std::unique_ptr<PagedTimeline> paged(new PagedTimeline);
     paged->skeleton_ = &skeleton;
-    paged->bare_ = skeleton;
-    paged->bare_.workload.clear();
     paged->summaries_ = std::move(summaries);
     paged->reader_.emplace(std::move(*reader));
     paged->skeleton_layout_ = build_layout(skeleton, 1);
@@ -197,8 +195,9 @@ Result<std::shared_ptr<PagedDetail>> PagedTimeline::load(const Request& request)
     detail->serial = request.serial;
     detail->start_ns = request.t0;
     detail->end_ns = request.t1;
-    // The skeleton's names, ranks and lanes; no workload (the canvas does not draw it).
-    detail->trace = bare_;
+    // The skeleton's ranks and lanes (no events: a cheap copy). Names stay the skeleton's:
+    // a run's strings can be millions of args texts, and the canvas reads names from there.
+    detail->trace.ranks = skeleton_->ranks;
     detail->loaded.assign(skeleton_layout_.rows.size(), 0);
     for (std::uint32_t row : request.rows) {
         if (row >= skeleton_layout_.rows.size()) {

@@ -33,7 +33,7 @@ inline constexpr std::int64_t kDetailEventBudget = 4'000'000;
 
 // The events of some rows over [start_ns, end_ns), laid out like a whole run: `trace` has
 // every rank and lane of the run, empty where not loaded, so rows index the same lanes as
-// the skeleton's layout.
+// the skeleton's layout. It has no names: those are the skeleton's (same ids).
 struct PagedDetail {
     analysis::RunTrace trace;
     Layout layout;
@@ -98,7 +98,6 @@ private:
                     const std::vector<std::uint32_t>& rows) const;
 
     const analysis::RunTrace* skeleton_ = nullptr;
-    analysis::RunTrace bare_;  // the skeleton without its workload: what a detail starts from
     std::optional<store::TraceReader> reader_;  // the worker's
     std::shared_ptr<const std::vector<store::LaneSummary>> summaries_;
     std::vector<const store::LaneSummary*> by_row_;

@@ -146,8 +146,8 @@ void TimelineCanvas::adopt_detail() {
     if (paged_ == nullptr || paged_->detail() == nullptr) {
         return;
     }
+    // trace_ stays the skeleton: the detail's events carry the same name ids.
     detail_ = paged_->detail();
-    trace_ = &detail_->trace;
     layout_ = &detail_->layout;
     const std::optional<EventRef> old_selected = selected_;
     if (selected_ && selected_event_) {
@@ -674,17 +674,19 @@ std::pair<const store::SummaryBin*, const store::SummaryBin*> bins_in(
 
 }  // namespace
 
-// A row of a paged run before its detail arrives: per bin of the summary level nearest a
-// pixel, the top row filled in the colour of what covered most of the bin, more opaque the
-// busier it was, and the sub-rows down to the deepest nesting shaded grey. Adjacent bins that
-// look the same are one rectangle, so a frame costs rows × distinct runs, not rows × pixels.
+// A row of a paged run before its detail arrives: per bin of the coarsest summary level whose
+// bins are at most kFoldPx wide, the top row filled in the colour of what covered most of the
+// bin, stronger the busier it was, and the sub-rows down to the deepest nesting shaded grey.
+// Adjacent bins that look the same are one rectangle, so a frame costs rows × distinct runs, not
+// rows × pixels.
 void TimelineCanvas::paint_lane_bins(QPainter& painter, const Band& band) {
     const store::LaneSummary* summary = paged_->summary(static_cast<std::uint32_t>(band.lane_row));
     if (summary == nullptr) {
         return;
     }
     const double ns_per_px = static_cast<double>(window_end_ - window_start_) / time_area_width();
-    const store::SummaryLevel* level = summary->level_for(ns_per_px);
+    // Bins up to the fold width: what plan_row would fold into blocks anyway.
+    const store::SummaryLevel* level = summary->level_for(kFoldPx * ns_per_px);
     if (level == nullptr) {
         return;
     }
@@ -694,9 +696,12 @@ void TimelineCanvas::paint_lane_bins(QPainter& painter, const Band& band) {
     const double right = width() + 1;
     const auto [from, to] = bins_in(*level, window_start_, window_end_);
     const double bin_ns = static_cast<double>(level->bin_ns());
+    // A run of adjacent bins that look the same: one rectangle, one colour look-up.
     struct Run {
         double x0 = 0, x1 = 0;
-        QColor fill;
+        StringId name;
+        Category category = Category::other;
+        int opacity = -1;  // -1: the top sub-row is empty
         int depth = 0;
     };
     std::optional<Run> run;
@@ -706,12 +711,22 @@ void TimelineCanvas::paint_lane_bins(QPainter& painter, const Band& band) {
         }
         const int x0 = static_cast<int>(std::floor(run->x0));
         const int w = std::max(1, static_cast<int>(std::floor(run->x1)) - x0);
-        if (run->fill.isValid()) {
-            painter.fillRect(QRect(x0, top, w, h), run->fill);
+        if (run->opacity >= 0) {
+            Event shown;
+            shown.name = run->name;
+            shown.category = run->category;
+            // Washed towards the background by idleness; opaque, so the fill is a plain copy.
+            const QColor colour = event_colour(shown);
+            const QColor back = background();
+            const int a = 95 + 20 * run->opacity;
+            const QColor fill((colour.red() * a + back.red() * (255 - a)) / 255,
+                              (colour.green() * a + back.green() * (255 - a)) / 255,
+                              (colour.blue() * a + back.blue() * (255 - a)) / 255);
+            painter.fillRect(QRect(x0, top, w, h), fill);
         }
         if (run->depth > 0) {
             painter.fillRect(QRect(x0, top + kDepthHeight, w, run->depth * kDepthHeight - 1),
-                             QColor(0x8a, 0x8f, 0x99, 110));
+                             QColor(0xd2, 0xd4, 0xd8));  // fold grey at 43% on white
         }
         run.reset();
     };
@@ -720,23 +735,18 @@ void TimelineCanvas::paint_lane_bins(QPainter& painter, const Band& band) {
         const std::int64_t start = bin->index << level->shift;
         const double x0 = std::clamp(x_of(start), left, right);
         const double x1 = std::clamp(x_of(start + level->bin_ns()), left, right);
-        QColor fill;
-        if (bin->busy_ns > 0 || bin->name.valid()) {
-            Event shown;
-            shown.name = bin->name;
-            shown.category = bin->category;
-            fill = event_colour(shown);
-            // Eight steps of opacity by how busy the bin was: runs of equal bins merge.
-            const double busy = std::min(1.0, static_cast<double>(bin->busy_ns) / bin_ns);
-            fill.setAlpha(95 + 20 * static_cast<int>(std::lround(busy * 8)));
-        }
+        // Eight steps of opacity by how busy the bin was, so that runs of equal bins merge.
+        const double busy = std::min(1.0, static_cast<double>(bin->busy_ns) / bin_ns);
+        const int opacity =
+            bin->busy_ns > 0 || bin->name.valid() ? static_cast<int>(std::lround(busy * 8)) : -1;
         const int depth = std::min<int>(bin->max_depth, std::max(0, summary->depths - 1));
-        if (run && run->fill == fill && run->depth == depth && x0 <= run->x1 + 0.5) {
+        if (run && run->opacity == opacity && run->depth == depth && run->name == bin->name &&
+            run->category == bin->category && x0 <= run->x1 + 0.5) {
             run->x1 = x1;
             continue;
         }
         flush();
-        run = Run{x0, x1, fill, depth};
+        run = Run{x0, x1, bin->name, bin->category, opacity, depth};
     }
     flush();
 }

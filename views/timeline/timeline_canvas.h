@@ -46,7 +46,8 @@ public:
     // source must outlive the canvas or the next set_data.
     void set_paged(PagedTimeline* paged);
     PagedTimeline* paged() const { return paged_; }
-    // What is drawn now: for a paged run, the latest detail (its rows index the same lanes).
+    // What is drawn now: the run's names and roles (a paged run's skeleton), and the layout
+    // whose rows hold the events (a paged run's latest detail: its rows index the same lanes).
     const analysis::RunTrace* trace() const { return trace_; }
     const Layout* layout() const { return layout_; }
     // Whether `row` is drawn event by event in the current window (always, unless paged).

@@ -1,4 +1,5 @@
-// The paged timeline (issue 18) on a real block file (bench/common/block_run.h, 16 ranks):
+// The paged timeline (issue 18) on a block file of make_scale_run's 4D job (bench/common/
+// scale_run.h, 64 ranks, one step):
 // the stored lane summaries against the in-memory layout's depths and events, the paged view
 // against the in-memory view pixel for pixel at detail zooms, and damaged or missing summary
 // tables, which must fall back to loading the run whole with a message.
@@ -11,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "bench/common/block_run.h"
+#include "bench/common/scale_run.h"
 #include "core/store/lane_summary.h"
 #include "core/store/trace_reader.h"
 #include "views/common/opened_run.h"
@@ -25,17 +26,6 @@ using namespace fulcrum;
 using namespace fulcrum::views::timeline;
 
 namespace {
-
-// 16 ranks × 3 lanes, 3 steps of 80 ms: level 0 has to coarsen from 1 µs bins to keep 240 ms
-// within 1,024 bins, so merged bins are checked too.
-bench::BlockRunShape small_shape() {
-    bench::BlockRunShape shape;
-    shape.ranks = 16;
-    shape.steps = 3;
-    shape.microbatches = 4;
-    shape.layers = 4;
-    return shape;
-}
 
 void exec_sql(const QString& path, const char* sql) {
     sqlite3* db = nullptr;
@@ -100,9 +90,10 @@ private slots:
     void initTestCase() {
         QVERIFY(dir_.isValid());
         run_ = dir_.filePath("blocks.fulcrum");
-        auto written = bench::make_block_run(run_.toStdString(), small_shape());
+        // One step of 64 ranks (~0.5 M events): a step is far longer than 1,024 µs, so level 0
+        // has to coarsen from its 1 µs bins and merged bins are checked too.
+        auto written = bench::make_scale_run(run_.toStdString(), 64, 1);
         QVERIFY2(bool(written), written ? "" : written.error().message.c_str());
-        QCOMPARE(*written, small_shape().events());
         auto built = store::build_lane_summaries(run_.toStdString());
         QVERIFY2(bool(built), built ? "" : built.error().message.c_str());
         auto reader = store::TraceReader::open(run_.toStdString());
@@ -110,6 +101,7 @@ private slots:
         auto trace = analysis::load_run_trace(*reader);
         QVERIFY(bool(trace));
         whole_ = std::move(*trace);
+        QCOMPARE(whole_.event_count(), written->events);
     }
 
     void summaries_match_the_in_memory_layout() {
@@ -154,18 +146,21 @@ private slots:
 
     // At a detail zoom the paged canvas, once its detail has arrived, paints exactly what the
     // in-memory canvas paints: the same boxes, folds and pixels.
+    // Windows as fractions of the run: a quarter of it, 1 ms and 20 µs in the middle.
     void paged_view_draws_the_same_boxes_data() {
-        QTest::addColumn<qint64>("start");
-        QTest::addColumn<qint64>("end");
-        const std::int64_t step = small_shape().step_ns;
-        QTest::newRow("one step") << qint64(step) << qint64(2 * step);
-        QTest::newRow("1 ms") << qint64(step + step / 2) << qint64(step + step / 2 + 1'000'000);
-        QTest::newRow("20 us") << qint64(step + 12'345'678) << qint64(step + 12'365'678);
+        QTest::addColumn<double>("from");
+        QTest::addColumn<qint64>("width");
+        QTest::newRow("quarter") << 0.25 << qint64(-1);
+        QTest::newRow("1 ms") << 0.5 << qint64(1'000'000);
+        QTest::newRow("20 us") << 0.5 << qint64(20'000);
     }
     void paged_view_draws_the_same_boxes() {
-        QFETCH(qint64, start);
-        QFETCH(qint64, end);
+        QFETCH(double, from);
+        QFETCH(qint64, width);
         const Layout layout = build_layout(whole_, 1);
+        const std::int64_t span = layout.end_ns - layout.start_ns;
+        const std::int64_t start = layout.start_ns + static_cast<std::int64_t>(from * span);
+        const std::int64_t end = start + (width > 0 ? width : span / 4);
         LaneTreeModel whole_model;
         TimelineCanvas whole_canvas;
         whole_canvas.resize(1200, 900);

@@ -249,6 +249,36 @@ LaneSummary LaneSummaryBuilder::finish() && {
     return std::move(summary_);
 }
 
+void RunSummaryBuilder::add(const Event& event) {
+    const std::size_t lane = event.lane.value;
+    if (lane >= by_lane_.size()) {
+        by_lane_.resize(lane + 1);
+    }
+    if (!by_lane_[lane]) {
+        by_lane_[lane].emplace(event.lane);
+    }
+    by_lane_[lane]->add(event);
+}
+
+std::vector<LaneSummary> RunSummaryBuilder::finish(const std::vector<LaneId>& every_lane) && {
+    for (const LaneId lane : every_lane) {
+        if (lane.value >= by_lane_.size()) {
+            by_lane_.resize(lane.value + 1);
+        }
+        if (!by_lane_[lane.value]) {
+            by_lane_[lane.value].emplace(lane);
+        }
+    }
+    std::vector<LaneSummary> summaries;
+    for (std::optional<LaneSummaryBuilder>& builder : by_lane_) {
+        if (builder) {
+            summaries.push_back(std::move(*builder).finish());
+        }
+    }
+    by_lane_.clear();
+    return summaries;
+}
+
 Status write_lane_summaries(Database& db, const std::vector<LaneSummary>& summaries) {
     auto created = db.exec(R"(
         CREATE TABLE IF NOT EXISTS lane_summary (

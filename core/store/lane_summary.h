@@ -82,6 +82,24 @@ private:
     std::int64_t first_start_ = 0;
 };
 
+// Every lane of a file at once, for a writer that goes through lanes interleaved (merge copying
+// blocks): events of different lanes may come in any order, each lane's own in store order.
+class RunSummaryBuilder {
+public:
+    void add(const Event& event);
+    void add(const std::vector<Event>& events) {
+        for (const Event& event : events) {
+            add(event);
+        }
+    }
+    // By lane id. A reader needs a row for every lane (one missing reads as damaged), so
+    // `every_lane` names the file's lanes: those that had no events get an empty summary.
+    std::vector<LaneSummary> finish(const std::vector<LaneId>& every_lane = {}) &&;
+
+private:
+    std::vector<std::optional<LaneSummaryBuilder>> by_lane_;  // index: lane id
+};
+
 // Replaces the lane_summary rows of these lanes (creating the table when the file has none).
 // Call inside the caller's transaction, if it has one.
 Status write_lane_summaries(Database& db, const std::vector<LaneSummary>& summaries);

@@ -3,6 +3,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <cstdlib>
+#include <set>
 
 #include "core/import/importer.h"
 #include "core/store/trace_reader.h"
@@ -126,6 +127,21 @@ Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
             } else {
                 run->notice = QStringLiteral("could not add timeline summaries (%1); loaded whole")
                                   .arg(QString::fromStdString(built.error().message));
+            }
+        }
+    }
+    if (summaries && *summaries) {
+        // Every lane needs its summary: a lane without one would look empty.
+        std::set<std::uint32_t> summarized;
+        for (const store::LaneSummary& summary : **summaries) {
+            summarized.insert(summary.lane.value);
+        }
+        for (const LaneInfo& lane : reader->lanes()) {
+            if (summarized.count(lane.id.value) == 0) {
+                summaries = Error{ErrorCode::corrupt,
+                                  "the timeline summaries of '" + reader->path() + "' miss lane " +
+                                      std::to_string(lane.id.value) + " (damaged)"};
+                break;
             }
         }
     }

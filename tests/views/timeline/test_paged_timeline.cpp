@@ -255,6 +255,54 @@ private slots:
         QCOMPARE((*small)->trace->event_count(), whole_.event_count());
     }
 
+    // The multi-lane builder a writer going through lanes interleaved uses (merge) gives the
+    // same summaries as reading each lane through once.
+    void run_builder_equals_the_one_pass_build() {
+        auto reader = store::TraceReader::open(run_.toStdString());
+        QVERIFY(bool(reader));
+        auto stored = reader->lane_summaries();
+        QVERIFY(bool(stored) && stored->has_value());
+        store::RunSummaryBuilder builder;
+        std::vector<LaneId> lanes;
+        std::vector<const std::vector<Event>*> by_lane;
+        for (const analysis::RankTrace& rank : whole_.ranks) {
+            for (const analysis::LaneTrace& lane : rank.lanes) {
+                lanes.push_back(lane.info.id);
+                by_lane.push_back(&lane.events);
+            }
+        }
+        // Round robin over the lanes, 1000 events at a time.
+        for (std::size_t at = 0;; at += 1000) {
+            bool any = false;
+            for (const std::vector<Event>* events : by_lane) {
+                for (std::size_t i = at; i < std::min(events->size(), at + 1000); ++i) {
+                    builder.add((*events)[i]);
+                    any = true;
+                }
+            }
+            if (!any) {
+                break;
+            }
+        }
+        lanes.push_back(LaneId{9999});  // a lane without events still gets its row
+        const std::vector<store::LaneSummary> built = std::move(builder).finish(lanes);
+        QCOMPARE(built.size(), (*stored)->size() + 1);
+        for (std::size_t i = 0; i < (*stored)->size(); ++i) {
+            const store::LaneSummary& a = built[i];
+            const store::LaneSummary& b = (**stored)[i];
+            QCOMPARE(a.lane, b.lane);
+            QCOMPARE(a.events, b.events);
+            QCOMPARE(a.depths, b.depths);
+            QCOMPARE(a.levels.size(), b.levels.size());
+            for (std::size_t l = 0; l < a.levels.size(); ++l) {
+                QCOMPARE(a.levels[l].shift, b.levels[l].shift);
+                QVERIFY(a.levels[l].bins == b.levels[l].bins);
+            }
+        }
+        QCOMPARE(built.back().lane, LaneId{9999});
+        QCOMPARE(built.back().events, std::int64_t{0});
+    }
+
     void damaged_summaries_fall_back_with_a_message() {
         const QString path = copy_of_run("damaged.fulcrum");
         QVERIFY(!path.isEmpty());
@@ -275,6 +323,18 @@ private slots:
         QCOMPARE((*run)->trace->event_count(), whole_.event_count());
         QVERIFY2((*run)->notice.contains(QStringLiteral("damaged")), qPrintable((*run)->notice));
         QVERIFY((*run)->notice.contains(QStringLiteral("loaded the run whole")));
+
+        // So does a lane without its row.
+        exec_sql(path,
+                 "UPDATE lane_summary SET data = (SELECT data FROM lane_summary WHERE lane = 1) "
+                 "WHERE lane = 2; DELETE FROM lane_summary WHERE lane = 3");
+        qputenv("FULCRUM_PAGED_EVENTS", "0");
+        auto missing_lane = views::open_run(path);
+        qunsetenv("FULCRUM_PAGED_EVENTS");
+        QVERIFY(bool(missing_lane));
+        QVERIFY(!(*missing_lane)->paged());
+        QVERIFY2((*missing_lane)->notice.contains(QStringLiteral("miss lane 3")),
+                 qPrintable((*missing_lane)->notice));
 
         // A format from a newer build reads as damaged too, not as garbage.
         exec_sql(path, "UPDATE lane_summary SET format = 99");

@@ -80,6 +80,7 @@ public:
     void set_highlight(int step, int microbatch);
     void set_measure(std::int64_t start_ns, std::int64_t end_ns);  // end < start clears
     void set_search_hit(std::optional<EventRef> ref);
+    std::optional<EventRef> search_hit() const { return search_hit_; }
     // Passes on a step's critical path, outlined in palette::critical() (pass_marks.h).
     void set_critical_passes(std::set<PassKey> keys);
     const std::set<PassKey>& critical_passes() const { return critical_; }

@@ -151,11 +151,22 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
             &TimelineView::show_details);
     connect(canvas_, &timeline::TimelineCanvas::status_message, this,
             &TimelineView::status_message);
-    // A paged run's new detail renumbers events: search hits are found again on demand.
+    // A paged run's new detail renumbers events: the hits are found again in it, and the one
+    // shown by value (the canvas found it again, when it is still loaded).
     connect(canvas_, &timeline::TimelineCanvas::detail_changed, this, [this] {
-        hits_.clear();
-        hit_ = -1;
-        hit_label_->clear();
+        if (hits_.empty()) {
+            return;
+        }
+        hits_ = timeline::find_by_name(*canvas_->trace(), *canvas_->layout(),
+                                       search_->text().toStdString());
+        const auto shown = canvas_->search_hit();
+        const auto it = shown ? std::find(hits_.begin(), hits_.end(), *shown) : hits_.end();
+        hit_ = it != hits_.end() ? static_cast<int>(it - hits_.begin()) : -1;
+        hit_label_->setText(
+            hits_.empty() ? tr("no hits")
+                          : QStringLiteral("%1 / %2")
+                                .arg(hit_ >= 0 ? QString::number(hit_ + 1) : QStringLiteral("–"))
+                                .arg(hits_.size()));
     });
 }
 

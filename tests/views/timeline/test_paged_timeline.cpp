@@ -7,6 +7,7 @@
 
 #include <QImage>
 #include <QTemporaryDir>
+#include <QTextBrowser>
 #include <QtTest>
 #include <map>
 
@@ -247,6 +248,19 @@ private slots:
         view.canvas()->render(&image);
         // The whole run fits the detail budget for the rows in view: drawn event by event.
         QVERIFY(view.canvas()->painted_boxes() + view.canvas()->painted_folds() > 0);
+
+        // Search finds what is loaded, shows the first hit (zooming in) and names it in the
+        // details; the hit survives the detail that zoom brings.
+        QVERIFY(view.search(QStringLiteral("forward")) > 0);
+        QVERIFY(view.canvas()->selected().has_value());
+        QVERIFY(view.details()->toPlainText().contains(QStringLiteral("forward")));
+        view.canvas()->render(&image);
+        view.paged()->wait_idle();
+        QCoreApplication::processEvents();
+        view.canvas()->render(&image);
+        QVERIFY(view.canvas()->selected().has_value());
+        QVERIFY(view.details()->toPlainText().contains(QStringLiteral("forward")));
+        QVERIFY(!view.hits().empty());
 
         // Below the threshold the same file loads whole, as before.
         auto small = views::open_run(run_);

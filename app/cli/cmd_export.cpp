@@ -1,4 +1,4 @@
-// fulcrum export RUN --format chrome|csv [--per-rank] [-o FILE|FOLDER]
+// fulcrum export RUN --format chrome|csv|sqlite [--per-rank] [-o FILE|FOLDER]
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -7,6 +7,7 @@
 #include "app/cli/commands.h"
 #include "core/export/chrome_trace.h"
 #include "core/export/csv.h"
+#include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 
 namespace fulcrum::cli {
@@ -32,7 +33,29 @@ std::string default_output(const std::string& run, const std::string& format, bo
     if (per_rank) {
         return base + "-ranks";
     }
+    if (format == "sqlite") {
+        return base + "-rows.fulcrum";
+    }
     return base + (format == "csv" ? ".csv" : ".json");
+}
+
+// The run as a Fulcrum file whose events are rows of the event table, for sqlite3 and SQL.
+int export_rows(const ExportArgs& args, const std::string& output) {
+    store::MergeOptions options;
+    options.overwrite = args.force;
+    options.progress = progress_line("exporting");
+    auto events = store::write_rows_copy(args.run, output, options);
+    finish_progress_line();
+    if (!events) {
+        return report_error(events.error());
+    }
+    std::printf("wrote %lld events as rows of the event table to %s\n",
+                static_cast<long long>(*events), output.c_str());
+    std::printf(
+        "query it with sqlite3 (docs/schema.md), e.g. sqlite3 %s \"SELECT COUNT(*) FROM "
+        "event\"\n",
+        output.c_str());
+    return kExitOk;
 }
 
 int run_export(const ExportArgs& args) {
@@ -48,6 +71,9 @@ int run_export(const ExportArgs& args) {
     }
     const std::string output =
         args.output.empty() ? default_output(args.run, args.format, args.per_rank) : args.output;
+    if (args.format == "sqlite") {
+        return export_rows(args, output);
+    }
     ExportOptions options;
     options.overwrite = args.force;
     options.per_rank = args.per_rank;
@@ -88,15 +114,19 @@ int run_export(const ExportArgs& args) {
 
 Command add_export_command(CLI::App& app) {
     auto* sub = app.add_subcommand(
-        "export", "Export a run as Chrome trace JSON (Perfetto, chrome://tracing) or CSV");
+        "export",
+        "Export a run as Chrome trace JSON (Perfetto, chrome://tracing), CSV, or a Fulcrum file "
+        "whose events are SQL rows (sqlite)");
     auto args = std::make_shared<ExportArgs>();
     sub->add_option("run", args->run, "A run database or per-rank file")->required();
-    sub->add_option("--format", args->format, "chrome or csv")
-        ->check(CLI::IsMember({"chrome", "csv"}))
+    sub->add_option("--format", args->format,
+                    "chrome, csv, or sqlite (the run with its events as rows of the event table, "
+                    "for sqlite3: runs keep them in compressed blocks)")
+        ->check(CLI::IsMember({"chrome", "csv", "sqlite"}))
         ->capture_default_str();
     sub->add_option("-o,--output", args->output,
-                    "Where to write (default: the run's name with .json or .csv; with --per-rank, "
-                    "the folder NAME-ranks)");
+                    "Where to write (default: the run's name with .json, .csv or -rows.fulcrum; "
+                    "with --per-rank, the folder NAME-ranks)");
     sub->add_flag(
         "--per-rank", args->per_rank,
         "One Kineto-style trace per rank (rank-N.json, as the PyTorch profiler writes "

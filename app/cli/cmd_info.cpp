@@ -41,7 +41,12 @@ int run_info(const std::string& path) {
     out += "start    " + format_utc(run.start_utc_ns) + "\n";
     out += "span     " + format_duration(summary->end_ns - summary->start_ns) + "\n";
     out += "steps    " + steps_text(summary->steps) + "\n";
-    out += "events   " + std::to_string(summary->event_count) + "\n";
+    out += "events   " + std::to_string(summary->event_count) +
+           (trace->events_in_blocks()
+                ? " in compressed blocks (sqlite3 sees no rows: `fulcrum export --format sqlite` "
+                  "writes them)"
+                : " as rows of the event table") +
+           "\n";
 
     std::map<std::int32_t, std::pair<int, std::int64_t>> per_rank;  // lanes, events
     std::map<std::uint32_t, std::int64_t> per_lane;

@@ -17,6 +17,7 @@ struct MergeArgs {
     std::string output;
     std::string name;
     bool force = false;
+    bool rows = false;
 };
 
 // A directory stands for the rank files a capture left in it (rank-N.sqlite).
@@ -54,6 +55,9 @@ int run_merge(const MergeArgs& args) {
     options.overwrite = args.force;
     options.run_name = args.name;
     options.progress = progress_line("merging");
+    if (args.rows) {
+        options.events = store::WriterOptions::EventStorage::rows;
+    }
     auto report = store::merge_rank_files(*inputs, args.output, options);
     finish_progress_line();
     if (!report) {
@@ -91,6 +95,9 @@ Command add_merge_command(CLI::App& app) {
     sub->add_option("-o,--output", args->output, "The run database to write")->required();
     sub->add_option("--name", args->name, "Name of the merged run (default: the first file's)");
     sub->add_flag("--force", args->force, "Replace the output if it exists");
+    sub->add_flag("--rows", args->rows,
+                  "Keep the events as rows of the event table, for SQL (sqlite3), instead of "
+                  "compressed blocks: about 10x the file and several times slower to write");
     return [args] { return run_merge(*args); };
 }
 

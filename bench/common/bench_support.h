@@ -28,7 +28,7 @@ void remove_run_file(const std::string& path);
 std::int64_t count_events(const std::string& path);
 
 // The synthetic run of dp 4 × pp 4 × cp 2 × tp 2, 16 micro-batches, 8 layers of 12 kernels,
-// with as many steps as `target_events` needs, merged into `run_path`.
+// with as many steps as `target_events` needs, merged into `run_path` as rows (with the pack).
 Status make_synthetic_run(const std::string& run_path, std::int64_t target_events);
 
 // The baseline of loading: every event row, every column the analyses read, in one statement.

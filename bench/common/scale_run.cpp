@@ -724,14 +724,15 @@ std::optional<ScaleRunFile> existing(const std::string& path, const ScaleRunOpti
     if (!reader || reader->incomplete() || reader->run().command != command_of(o)) {
         return std::nullopt;
     }
-    auto summary = reader->summary();
-    if (!summary || summary->event_count == 0) {
+    // From the blocks' rows: summary() would decode every block for its kinds and steps.
+    auto pack = reader->event_pack();
+    if (!pack || !pack->has_value() || (*pack)->events == 0) {
         return std::nullopt;
     }
     ScaleRunFile file;
-    file.events = summary->event_count;
+    file.events = (*pack)->events;
     file.bytes = file_bytes(path);
-    file.steps = static_cast<int>(summary->steps.size());
+    file.steps = parse_run_config(reader->run().config_json, reader->ranks()).steps;
     file.kept = true;
     return file;
 }

@@ -1,8 +1,8 @@
 // bench_kineto: the Kineto JSON importer's throughput (issue 18: >= 300 MB/s for one file,
 // >= 200 MB/s for the whole `fulcrum import`) and memory, against a baseline in the same run:
 // reading the same bytes through zlib's gzread without parsing anything. Wall and CPU seconds
-// of each stage: the parser alone, import_file (a rank file), `fulcrum import` through a rank
-// file and merge, and `fulcrum import` as it runs (one input written straight into the run).
+// of each stage: the parser alone, import_file (a rank file), and the whole `fulcrum import`
+// (a rank file, then merge into the run).
 //
 //   bench_kineto [--mb 200] [--file /tmp/fulcrum-bench-kineto-200mb.json] [--parse-only]
 //
@@ -188,18 +188,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "import_files failed: %s\n", run.error().message.c_str());
         return 1;
     }
-    run_options.hold_single_input = false;
-    Result<importer::ImportReport> merged_run = importer::ImportReport{};
-    const Timing through_merge = timed([&] {
-        merged_run = importer::import_files({file}, (dir / "merged.fulcrum").string(), run_options);
-    });
-    if (!merged_run) {
-        std::fprintf(stderr, "import_files failed: %s\n", merged_run.error().message.c_str());
-        return 1;
-    }
     print_row("import_file (2 passes + writer)", import, size_mb, read);
-    print_row("import_files, rank file + merge", through_merge, size_mb, read);
-    print_row("import_files (fulcrum import)", whole, size_mb, read);
+    print_row("fulcrum import (rank file + merge)", whole, size_mb, read);
     std::printf(
         "file %.1f MB, %lld events; peak RSS %.1f MB before, %.1f MB after import_file, %.1f MB at "
         "end\n",

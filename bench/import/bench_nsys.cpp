@@ -214,25 +214,17 @@ int main(int argc, char** argv) {
     fs::create_directories(dir);
     importer::ImportOptions options;
     options.overwrite = true;
-    options.hold_single_input = false;
-    Result<importer::ImportReport> merged = importer::ImportReport{};
-    const Timing through_merge = timed([&] {
-        merged = importer::import_files({file}, (dir / "merged.fulcrum").string(), options);
-    });
-    options.hold_single_input = true;
     Result<importer::ImportReport> run = importer::ImportReport{};
     const Timing whole = timed(
         [&] { run = importer::import_files({file}, (dir / "run.fulcrum").string(), options); });
-    if (!merged || !run) {
-        std::fprintf(stderr, "import_files failed: %s\n",
-                     (!merged ? merged.error() : run.error()).message.c_str());
+    if (!run) {
+        std::fprintf(stderr, "import_files failed: %s\n", run.error().message.c_str());
         return 1;
     }
     print_header();
     print_row("baseline: SQLite scan of the rows", scan, size_mb, scan);
     print_row("read (no store)", parse, size_mb, scan);
-    print_row("import_files, rank file + merge", through_merge, size_mb, scan);
-    print_row("import_files (fulcrum import)", whole, size_mb, scan);
+    print_row("fulcrum import (rank file + merge)", whole, size_mb, scan);
     const double events_imported = double(run->events);
     std::printf(
         "file %.1f MB, %lld rows, %lld events: %.2f M events/s read, %.2f M events/s "

@@ -20,6 +20,19 @@
 
 #include "bench/common/bench_support.h"
 #include "bench/common/scale_run.h"
+#include "core/analysis/bubbles.h"
+#include "core/analysis/collectives.h"
+#include "core/analysis/communication.h"
+#include "core/analysis/cost_model.h"
+#include "core/analysis/cp_load.h"
+#include "core/analysis/critical_path.h"
+#include "core/analysis/hot_switch.h"
+#include "core/analysis/imbalance.h"
+#include "core/analysis/kernels.h"
+#include "core/analysis/offload.h"
+#include "core/analysis/passes.h"
+#include "core/analysis/run_analysis.h"
+#include "core/analysis/step_breakdown.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
 
@@ -124,6 +137,61 @@ Measured decode_baseline(const std::string& path) {
     return finished(pid, start);
 }
 
+// --stages: where analyze's time goes, each analysis of analyze_run alone and in turn on one
+// thread (analyze_run runs two chains at once), in a forked child; printed as it goes.
+int time_stages(const std::string& path, bool load_only) {
+    auto at = Clock::now();
+    auto lap = [&](const char* what) {
+        std::printf("  %-28s %8.2f s\n", what, seconds_since(at));
+        std::fflush(stdout);
+        at = Clock::now();
+    };
+    auto reader = store::TraceReader::open(path);
+    if (!reader) {
+        std::fprintf(stderr, "bench_scale: %s\n", reader.error().message.c_str());
+        return 1;
+    }
+    auto trace = analysis::load_run_trace(*reader);
+    if (!trace) {
+        std::fprintf(stderr, "bench_scale: %s\n", trace.error().message.c_str());
+        return 1;
+    }
+    lap("load_run_trace");
+    if (load_only) {
+        return 0;
+    }
+    const auto passes = analysis::find_passes(*trace);
+    lap("find_passes");
+    const auto collectives = analysis::match_collectives(*trace);
+    lap("match_collectives");
+    auto model = analysis::fit_cost_model(*trace, passes, &collectives);
+    lap("fit_cost_model");
+    const analysis::CostModel* cost = model ? &*model : nullptr;
+    const auto imbalance = analysis::analyze_imbalance(*trace, passes, collectives, cost);
+    lap("analyze_imbalance");
+    const auto offload = analysis::analyze_offload(*trace, cost, 2);
+    lap("analyze_offload");
+    const auto communication = analysis::summarize_collectives(*trace, collectives);
+    lap("summarize_collectives");
+    const auto paths = analysis::critical_paths(*trace, passes, &collectives);
+    lap("critical_paths");
+    const auto breakdown = analysis::step_breakdown(*trace);
+    lap("step_breakdown");
+    const auto bubbles = analysis::analyze_bubbles(*trace, passes);
+    lap("analyze_bubbles");
+    const auto cp_load = analysis::analyze_cp_load(*trace, passes);
+    lap("analyze_cp_load");
+    const auto kernels = analysis::analyze_kernels(*trace);
+    lap("analyze_kernels");
+    const auto hot = analysis::analyze_hot_switch(*trace);
+    lap("analyze_hot_switch");
+    auto whole = analysis::analyze_run(*trace);
+    lap("analyze_run (all, 2 threads)");
+    const std::string json = whole ? analysis::analysis_json(*whole) : std::string();
+    lap("analysis_json");
+    return json.empty() ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +202,8 @@ int main(int argc, char** argv) {
     std::string fulcrum = FULCRUM_BINARY;
     bool json = false;
     bool remake = false;
+    bool stages = false;
+    bool load_only = false;
     app.add_option("--ranks", ranks, "Ranks of the run (a multiple of 64)")->capture_default_str();
     app.add_option("--events", events, "Events of the run")->capture_default_str();
     app.add_option("--run", run_path,
@@ -142,6 +212,9 @@ int main(int argc, char** argv) {
     app.add_option("--fulcrum", fulcrum, "The fulcrum binary to measure")->capture_default_str();
     app.add_flag("--json", json, "Measure fulcrum analyze --json too");
     app.add_flag("--remake", remake, "Write the run even when one made alike is there");
+    app.add_flag("--stages", stages,
+                 "Time load_run_trace and each analysis of analyze_run alone, in a child");
+    app.add_flag("--load-only", load_only, "With --stages: stop after load_run_trace");
     CLI11_PARSE(app, argc, argv);
     if (run_path.empty()) {
         run_path =
@@ -175,6 +248,19 @@ int main(int argc, char** argv) {
                          .c_str());
     std::fflush(stdout);
 
+    if (stages) {
+        std::printf("stages of fulcrum analyze, one at a time:\n");
+        std::fflush(stdout);
+        const auto start = Clock::now();
+        const pid_t pid = fork();
+        if (pid == 0) {
+            _exit(time_stages(run_path, load_only));
+        }
+        const Measured m = finished(pid, start);
+        std::printf("  %-28s %8.2f s wall, %.2f s CPU, peak RSS %.0f MB\n", "all", m.wall_s,
+                    m.cpu_s, m.peak_mb);
+        return m.exit_code;
+    }
     const std::string logs = run_path + ".bench";
     std::filesystem::create_directories(logs);
     struct Row {

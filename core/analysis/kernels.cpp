@@ -1,5 +1,6 @@
 #include "core/analysis/kernels.h"
 
+#include "core/analysis/correlation_map.h"
 #include "core/analysis/intervals.h"
 
 #include <algorithm>
@@ -32,19 +33,20 @@ struct Launch {
     std::int64_t start_ns, duration_ns;
 };
 
-// The rank's launch calls by correlation id.
-std::unordered_map<std::int64_t, Launch> launches_of(const RankTrace& rank) {
-    std::unordered_map<std::int64_t, Launch> launches;
+// The rank's launch calls by correlation id (the first call of an id, should one repeat).
+CorrelationMap<Launch> launches_of(const RankTrace& rank) {
+    std::vector<std::pair<std::int64_t, Launch>> launches;
     for (const LaneTrace& lane : rank.lanes) {
         if (lane.info.kind != LaneKind::host_thread)
             continue;
         for (const Event& event : lane.events) {
             if (event.kind == EventKind::api && event.correlation >= 0) {
-                launches.emplace(event.correlation, Launch{event.start_ns, event.duration_ns()});
+                launches.emplace_back(event.correlation,
+                                      Launch{event.start_ns, event.duration_ns()});
             }
         }
     }
-    return launches;
+    return CorrelationMap<Launch>(std::move(launches), [](Launch&, const Launch&) {});
 }
 
 // The rank's kernels as one union per type, then every combination by inclusion–exclusion:
@@ -88,8 +90,7 @@ KernelTimeByType time_by_type(const RankTrace& rank) {
 
 // Gaps before each kernel of one stream, by cause, and its queue length.
 StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
-                       const std::unordered_map<std::int64_t, Launch>& launches,
-                       const KernelOptions& options) {
+                       const CorrelationMap<Launch>& launches, const KernelOptions& options) {
     StreamIdle idle;
     idle.rank = rank.info.rank;
     idle.lane = lane.info.name;
@@ -100,15 +101,13 @@ StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
         if (!kernel_type_of(event, type))
             continue;
         ++idle.kernels;
-        const auto launch =
-            event.correlation >= 0 ? launches.find(event.correlation) : launches.end();
-        queued.push_back(launch != launches.end()
-                             ? std::min(launch->second.start_ns, event.start_ns)
-                             : event.start_ns);
+        const Launch* launch = event.correlation >= 0 ? launches.find(event.correlation) : nullptr;
+        queued.push_back(launch != nullptr ? std::min(launch->start_ns, event.start_ns)
+                                           : event.start_ns);
         finished.push_back(event.end_ns);
         if (previous_end != INT64_MIN && event.start_ns > previous_end) {
             const std::int64_t gap = event.start_ns - previous_end;
-            if (launch != launches.end() && launch->second.start_ns > previous_end) {
+            if (launch != nullptr && launch->start_ns > previous_end) {
                 idle.host_wait_ns += gap;
             } else if (gap < options.kernel_wait_threshold_ns) {
                 idle.kernel_wait_ns += gap;
@@ -192,12 +191,12 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
                 *cached_rank_total += event.duration_ns();
                 if (event.correlation < 0)
                     continue;
-                const auto launch = launches.find(event.correlation);
-                if (launch == launches.end())
+                const Launch* launch = launches.find(event.correlation);
+                if (launch == nullptr)
                     continue;
-                const std::int64_t cpu = launch->second.duration_ns, gpu = event.duration_ns();
+                const std::int64_t cpu = launch->duration_ns, gpu = event.duration_ns();
                 const std::int64_t delay =
-                    std::max<std::int64_t>(0, event.start_ns - (launch->second.start_ns + cpu));
+                    std::max<std::int64_t>(0, event.start_ns - (launch->start_ns + cpu));
                 ++launch_stats.launches;
                 launch_stats.cpu_total_ns += cpu;
                 launch_stats.gpu_total_ns += gpu;

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
-#include <unordered_map>
 
+#include "core/analysis/correlation_map.h"
 #include "core/analysis/intervals.h"
 #include "core/balance/cp_shard.h"
 #include "core/trace/annotations.h"
@@ -15,8 +15,8 @@ namespace {
 
 // The device work of a rank by correlation id: the span of every kernel, copy, memset and
 // collective that one launch started.
-std::unordered_map<std::int64_t, Interval> device_work_by_launch(const RankTrace& rank) {
-    std::unordered_map<std::int64_t, Interval> spans;
+CorrelationMap<Interval> device_work_by_launch(const RankTrace& rank) {
+    std::vector<std::pair<std::int64_t, Interval>> spans;
     for (const LaneTrace& lane : rank.lanes) {
         if (lane.info.kind != LaneKind::gpu_stream) {
             continue;
@@ -25,26 +25,22 @@ std::unordered_map<std::int64_t, Interval> device_work_by_launch(const RankTrace
             const bool work = event.kind == EventKind::kernel || event.kind == EventKind::memcpy ||
                               event.kind == EventKind::memset ||
                               event.kind == EventKind::collective;
-            if (!work || event.correlation < 0) {
-                continue;
-            }
-            auto [at, added] =
-                spans.try_emplace(event.correlation, Interval{event.start_ns, event.end_ns});
-            if (!added) {
-                at->second.start = std::min(at->second.start, event.start_ns);
-                at->second.end = std::max(at->second.end, event.end_ns);
+            if (work && event.correlation >= 0) {
+                spans.emplace_back(event.correlation, Interval{event.start_ns, event.end_ns});
             }
         }
     }
-    return spans;
+    return CorrelationMap<Interval>(std::move(spans), [](Interval& span, const Interval& more) {
+        span.start = std::min(span.start, more.start);
+        span.end = std::max(span.end, more.end);
+    });
 }
 
 // The GPU projection of each event of a host lane (as Nsight Systems projects NVTX ranges):
 // from the start of the first device operation launched inside the range to the end of the
 // last. A launch is an API event with a correlation id; it projects onto every range open
 // around it. Events that launched nothing project to an empty interval.
-std::vector<Interval> project_on_device(const LaneTrace& lane,
-                                        const std::unordered_map<std::int64_t, Interval>& work,
+std::vector<Interval> project_on_device(const LaneTrace& lane, const CorrelationMap<Interval>& work,
                                         std::int64_t& linked) {
     constexpr Interval kNothing{INT64_MAX, INT64_MIN};
     std::vector<Interval> projection(lane.events.size(), kNothing);
@@ -55,8 +51,8 @@ std::vector<Interval> project_on_device(const LaneTrace& lane,
             open.pop_back();
         }
         if (event.kind == EventKind::api && event.correlation >= 0) {
-            auto launched = work.find(event.correlation);
-            if (launched == work.end()) {
+            const Interval* launched = work.find(event.correlation);
+            if (launched == nullptr) {
                 continue;
             }
             ++linked;
@@ -64,8 +60,8 @@ std::vector<Interval> project_on_device(const LaneTrace& lane,
                 // A range below the top may have ended already (ranges that overlap without
                 // nesting stay on the stack until they surface).
                 if (lane.events[j].end_ns > event.start_ns) {
-                    projection[j].start = std::min(projection[j].start, launched->second.start);
-                    projection[j].end = std::max(projection[j].end, launched->second.end);
+                    projection[j].start = std::min(projection[j].start, launched->start);
+                    projection[j].end = std::max(projection[j].end, launched->end);
                 }
             }
             continue;

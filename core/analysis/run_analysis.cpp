@@ -281,8 +281,57 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     analysis.config = trace.config;
     analysis.events = trace.event_count();
 
+    // Two chains, one on another thread: collectives → cost model → imbalance and offload
+    // there; passes, breakdown, bubbles, CP load, kernels, then the collectives' summary and the
+    // critical path here. Each reads the trace only. Matching collectives needs no passes, so it
+    // starts while they are found; on a 1024-rank run each step is seconds (bench/README.md,
+    // issue 18), and this split gives the two threads about equal shares.
+    struct ModelChain {
+        std::optional<CostModel> cost_model;
+        std::string cost_model_error;
+        ImbalanceAnalysis imbalance;
+        OffloadAnalysis offload;
+    };
+    // Declared before the chain, so that on any return they outlive the thread using them.
+    std::vector<Pass> passes;
+    std::vector<CollectiveInstance> collectives;
+    std::promise<void> passes_found, collectives_matched;
+    std::future<void> matched = collectives_matched.get_future();
+    auto chain =
+        std::async(std::launch::async, [&trace, &passes, &collectives, &collectives_matched,
+                                        found = passes_found.get_future()]() mutable {
+            ModelChain out;
+            try {
+                collectives = match_collectives(trace);
+            } catch (...) {
+                collectives_matched.set_exception(std::current_exception());
+                throw;
+            }
+            collectives_matched.set_value();
+            found.get();  // rethrows what find_passes threw
+            if (!passes.empty() && !trace.workload.empty()) {
+                auto fitted = fit_cost_model(trace, passes, &collectives);
+                if (fitted) {
+                    out.cost_model = std::move(*fitted);
+                } else {
+                    out.cost_model_error = fitted.error().message;
+                }
+            }
+            const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
+            out.imbalance = analyze_imbalance(trace, passes, collectives, model);
+            const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
+            out.offload = analyze_offload(trace, model, element_bytes);
+            return out;
+        });
     report("passes", 0.0);
-    const std::vector<Pass> passes = find_passes(trace);
+    try {
+        passes = find_passes(trace);
+    } catch (...) {
+        // The chain waits for the passes; it must not wait for ever while this unwinds.
+        passes_found.set_exception(std::current_exception());
+        throw;
+    }
+    passes_found.set_value();
     analysis.passes = static_cast<std::int64_t>(passes.size());
     if (passes.empty()) {
         analysis.notes.push_back(
@@ -295,37 +344,8 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
             "and no cost model; the program must emit fulcrum.workload marks");
     }
     if (auto status = check_cancel(options); !status) {
-        return status.error();
+        return status.error();  // after the chain has finished (its future waits)
     }
-    // Two independent chains, one on another thread: collectives → cost model → imbalance
-    // and offload there; breakdown, bubbles and CP load here. Each reads the trace only.
-    struct ModelChain {
-        std::optional<CostModel> cost_model;
-        std::string cost_model_error;
-        ImbalanceAnalysis imbalance;
-        OffloadAnalysis offload;
-        std::vector<CollectiveSummary> communication;
-        std::vector<CriticalPath> critical_paths;
-    };
-    auto chain = std::async(std::launch::async, [&trace, &passes]() {
-        ModelChain out;
-        const std::vector<CollectiveInstance> collectives = match_collectives(trace);
-        if (!passes.empty() && !trace.workload.empty()) {
-            auto fitted = fit_cost_model(trace, passes, &collectives);
-            if (fitted) {
-                out.cost_model = std::move(*fitted);
-            } else {
-                out.cost_model_error = fitted.error().message;
-            }
-        }
-        const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
-        out.imbalance = analyze_imbalance(trace, passes, collectives, model);
-        const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
-        out.offload = analyze_offload(trace, model, element_bytes);
-        out.communication = summarize_collectives(trace, collectives);
-        out.critical_paths = critical_paths(trace, passes, &collectives);
-        return out;
-    });
     report("step breakdown", 0.15);
     analysis.breakdown = step_breakdown(trace);
     if (analysis.breakdown.empty()) {
@@ -343,6 +363,9 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     report("kernels", 0.6);
     analyze_device(trace, analysis);
     report("cost model, imbalance and critical path", 0.8);
+    matched.get();  // rethrows what match_collectives threw
+    analysis.communication = summarize_collectives(trace, collectives);
+    analysis.critical_paths = critical_paths(trace, passes, &collectives);
     ModelChain models = chain.get();
     analysis.cost_model = std::move(models.cost_model);
     if (!models.cost_model_error.empty()) {
@@ -350,8 +373,6 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     }
     analysis.imbalance = std::move(models.imbalance);
     analysis.offload = std::move(models.offload);
-    analysis.communication = std::move(models.communication);
-    analysis.critical_paths = std::move(models.critical_paths);
     analysis.hot_switch = analyze_hot_switch(trace);
     add_notes_on_missing_figures(trace, passes, analysis);
     if (auto status = check_cancel(options); !status) {

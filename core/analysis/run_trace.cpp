@@ -51,19 +51,10 @@ Role role_of_name_only(std::string_view name) {
     return Role::other;
 }
 
-// A name the engine does not use is still communication when its category or kind says so.
-Role with_category(Role named, Category category, EventKind kind) {
-    if (named == Role::other &&
-        (category == Category::communication || kind == EventKind::collective)) {
-        return Role::collective;
-    }
-    return named;
-}
-
 }  // namespace
 
 Role role_of_name(std::string_view name, Category category, EventKind kind) {
-    return with_category(role_of_name_only(name), category, kind);
+    return role_with_category(role_of_name_only(name), category, kind);
 }
 
 bool is_communication(Role role) {
@@ -116,11 +107,6 @@ StringId RunTrace::intern(std::string_view text) {
 
 std::string_view RunTrace::name(StringId id) const {
     return id.value < strings_.size() ? std::string_view(strings_[id.value]) : std::string_view();
-}
-
-Role RunTrace::role(const Event& event) const {
-    const Role named = event.name.value < roles_.size() ? roles_[event.name.value] : Role::other;
-    return with_category(named, event.category, event.kind);
 }
 
 const RankTrace* RunTrace::find_rank(std::int32_t rank) const {

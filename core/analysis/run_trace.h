@@ -47,6 +47,15 @@ enum class Role : std::uint8_t {
 
 Role role_of_name(std::string_view name, Category category, EventKind kind);
 
+// A name the engine does not use is still communication when its category or kind says so.
+constexpr Role role_with_category(Role named, Category category, EventKind kind) {
+    if (named == Role::other &&
+        (category == Category::communication || kind == EventKind::collective)) {
+        return Role::collective;
+    }
+    return named;
+}
+
 // Any communication: pipeline send/receive and every collective.
 bool is_communication(Role role);
 
@@ -77,7 +86,12 @@ public:
     // Interned names; the same ids as the store's when loaded from a file.
     StringId intern(std::string_view text);
     std::string_view name(StringId id) const;
-    Role role(const Event& event) const;
+    // Inline: every analysis asks it of every event (100 M on a 1024-rank run).
+    Role role(const Event& event) const {
+        const Role named =
+            event.name.value < roles_.size() ? roles_[event.name.value] : Role::other;
+        return role_with_category(named, event.category, event.kind);
+    }
 
     const RankTrace* find_rank(std::int32_t rank) const;
     RankTrace* find_rank(std::int32_t rank);

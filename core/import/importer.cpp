@@ -138,40 +138,10 @@ std::string supported_formats() {
     return text;
 }
 
-// The one input, held in memory and written once as the run (store::SingleRankRun), when
-// its events fit: 64 bytes an event, about a sixth of the JSON they come from.
-Result<store::MergeReport> import_held(const Importer& format, const std::string& input,
-                                       const std::string& output, const ImportOptions& options,
-                                       const std::function<void(std::string_view, double)>& report,
-                                       std::vector<std::string>& warnings) {
-    RunInfo run;
-    run.name = options.run_name.empty() ? std::filesystem::path(input).filename().string()
-                                        : options.run_name;
-    run.command = "fulcrum import " + input;
-    run.origin = RunOrigin::imported;
-    run.producer = "fulcrum import (" + std::string(format.name()) + ")";
-    auto sink = store::SingleRankRun::create(output, run, options.overwrite);
-    if (!sink) {
-        return sink.error();
-    }
-    const std::string stage = "reading " + std::filesystem::path(input).filename().string();
-    ImportFileOptions file_options;
-    file_options.cancel = options.cancel;
-    file_options.warnings = &warnings;
-    file_options.progress = [&](double fraction) { report(stage, 0.8 * fraction); };
-    report(stage, 0.0);
-    if (auto status = format.read(ImportInput{input}, **sink, file_options); !status) {
-        return status.error();
-    }
-    if (options.cancel != nullptr && options.cancel->load()) {
-        return Error{ErrorCode::cancelled, "import cancelled"};
-    }
-    return (*sink)->finish([&](double fraction) { report("writing", 0.8 + 0.2 * fraction); });
-}
-
-// Each input into a rank file in a scratch folder beside the output, then one merge: several
-// inputs, or one too large to hold. Longer than most (about 100 lines) on purpose: the
-// imports and the merge read best in one place, under the one guard that removes the scratch
+// Each input into a rank file in a scratch folder beside the output, then one merge (a rank
+// file and a merge of blocks cost less than holding one input's events and writing them once:
+// docs/decisions.md, "Merged runs keep blocks too"). Longer than most (about 100 lines) on purpose:
+// the imports and the merge read best in one place, under the one guard that removes the scratch
 // folder whatever happens.
 Result<store::MergeReport> import_through_rank_files(
     const Importer& format, const std::vector<std::string>& inputs, const std::string& output,
@@ -247,22 +217,6 @@ Result<store::MergeReport> import_through_rank_files(
     return store::merge_rank_files(rank_files, output, merge);
 }
 
-// Whether one input's events are held in memory rather than written to a rank file first:
-// up to about 2 M events (128 MB held, as much again while they are sorted), judged from the
-// file's size (a gzip file counted at ten times its own) and the format's bytes per event.
-bool fits_in_memory(const Importer& format, const std::string& input) {
-    constexpr double kHeldEvents = 2e6;
-    std::error_code ec;
-    const std::uintmax_t size = std::filesystem::file_size(input, ec);
-    if (ec) {
-        return false;
-    }
-    auto head = file_head(input, 2);
-    const bool gzip = head && head->size() == 2 && static_cast<unsigned char>((*head)[0]) == 0x1f &&
-                      static_cast<unsigned char>((*head)[1]) == 0x8b;
-    return double(gzip ? size * 10 : size) / format.bytes_per_event() <= kHeldEvents;
-}
-
 }  // namespace
 
 Result<ImportReport> import_files(const std::vector<std::string>& inputs, const std::string& output,
@@ -303,9 +257,7 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
     ImportReport result;
     result.format = std::string(format->name());
     auto merged =
-        inputs.size() == 1 && options.hold_single_input && fits_in_memory(*format, inputs[0])
-            ? import_held(*format, inputs[0], output, options, report, result.warnings)
-            : import_through_rank_files(*format, inputs, output, options, report, result.warnings);
+        import_through_rank_files(*format, inputs, output, options, report, result.warnings);
     if (!merged) {
         return merged.error();
     }

@@ -53,9 +53,6 @@ public:
     // Whether a file starting with `head` (its first bytes, up to 4096; already gunzipped for
     // a .gz file) is in this format.
     virtual bool sniff(std::string_view head) const = 0;
-    // About how many bytes of input (uncompressed) one event takes, at the least: what
-    // import_files holds in memory for one input is judged from it.
-    virtual double bytes_per_event() const = 0;
     // Reads one input into `sink`: its ranks, lanes, events, counters and import_log rows.
     // Writes no file. An error means the input could not be read at all (or the import was
     // cancelled); what was put into the sink before it is to be thrown away.
@@ -111,11 +108,6 @@ struct ImportOptions {
     // Called with a stage ("reading FILE", "merging") and the overall fraction done.
     std::function<void(std::string_view stage, double fraction)> progress;
     const std::atomic<bool>* cancel = nullptr;
-    // One input of up to about 2 M events (128 MB held, judged from its size) is held in
-    // memory and written once as the run (store::SingleRankRun) instead of into a rank file
-    // that is then merged; false takes the rank-file path, which gives the same run (tests
-    // compare the two).
-    bool hold_single_input = true;
 };
 
 struct ImportReport {

@@ -156,7 +156,7 @@ bool EventBlockWriter::add(const std::vector<Event>& events) {
         std::vector<Event>& lane = lane_events(event.lane);
         lane.push_back(event);
         ++pending_events_;
-        if (lane.size() >= kEventsPerBlock && !write_block(lane)) {
+        if (lane.size() >= kEventsPerBlock && !write_staged(lane)) {
             return false;
         }
     }
@@ -165,12 +165,12 @@ bool EventBlockWriter::add(const std::vector<Event>& events) {
 
 bool EventBlockWriter::write_pending() {
     for (auto& lane : lanes_) {
-        if (!lane.empty() && !write_block(lane)) {
+        if (!lane.empty() && !write_staged(lane)) {
             return false;
         }
     }
     for (auto& [id, lane] : far_lanes_) {
-        if (!lane.empty() && !write_block(lane)) {
+        if (!lane.empty() && !write_staged(lane)) {
             return false;
         }
     }
@@ -196,6 +196,11 @@ bool EventBlockWriter::write_block(std::vector<Event>& events) {
     insert_.bind(9, std::int64_t{block.format});
     insert_.bind(10, static_cast<std::int64_t>(block.codec));
     insert_.bind_blob(11, block.data);
+    return insert_.run();
+}
+
+bool EventBlockWriter::write_staged(std::vector<Event>& events) {
+    const bool written = write_block(events);
     pending_events_ -= events.size();
     // A busy lane keeps its buffer (a megabyte allocated again for every block was a third of
     // the writer's time, in page faults); a quiet one gives it back, so that many quiet lanes
@@ -205,7 +210,7 @@ bool EventBlockWriter::write_block(std::vector<Event>& events) {
     } else {
         std::vector<Event>().swap(events);
     }
-    return insert_.run();
+    return written;
 }
 
 }  // namespace fulcrum::store

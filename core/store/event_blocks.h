@@ -72,10 +72,14 @@ public:
     bool has_pending() const { return pending_events_ > 0; }
     // After a failed write: what was staged is lost with the recording.
     void discard();
+    // Writes `events` (all of one lane, at most kEventsPerBlock) as one block at once, past the
+    // staging: merge, which hands over each lane whole and in order. Sorts them in place.
+    bool write_block(std::vector<Event>& events);
 
 private:
     std::vector<Event>& lane_events(LaneId lane);
-    bool write_block(std::vector<Event>& events);
+    // write_block of a lane's staged events, which it empties.
+    bool write_staged(std::vector<Event>& events);
 
     Statement insert_;
     EventBlockEncoder encoder_;

@@ -292,17 +292,4 @@ Status write_event_pack(Database& db, const std::function<void(double)>& progres
     return pack.commit();
 }
 
-Status write_event_pack(Database& db, const std::vector<Event>& events) {
-    PackWriter pack(db);
-    if (auto status = pack.begin(); !status) {
-        return status;
-    }
-    for (const Event& event : events) {
-        if (!pack.add(event)) {
-            return pack.fail("cannot write the event pack of");
-        }
-    }
-    return pack.commit();
-}
-
 }  // namespace fulcrum::store

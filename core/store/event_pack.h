@@ -63,8 +63,5 @@ private:
 // (Re)writes the pack of an open, writable run database from its event table (rowid order,
 // which merge makes lane by lane in time order). `progress` may be empty.
 Status write_event_pack(Database& db, const std::function<void(double)>& progress = {});
-// The same from `events`, which must be the event table's rows exactly, in rowid order (what
-// SingleRankRun has just written): no read back through SQLite.
-Status write_event_pack(Database& db, const std::vector<Event>& events);
 
 }  // namespace fulcrum::store

@@ -36,9 +36,10 @@ std::int64_t median(std::vector<std::int64_t> values) {
     return values[values.size() / 2];
 }
 
-// The clock-sync marks and the earliest start of a file whose events are in blocks: one pass
-// over its events, which no SQL can look into.
-Status inspect_blocks(const TraceReader& reader, Source& source) {
+// The clock-sync marks and the earliest start of a file whose events are in blocks. The start
+// is in the blocks' bounds; the marks, which the engine's threads emit, are looked for on host
+// lanes only, so that the GPU streams' kernels (most of a capture) are not decoded for them.
+Status inspect_blocks(const TraceReader& reader, Database& db, Source& source) {
     StringId sync_mark;
     for (std::size_t id = 1; id < reader.string_count(); ++id) {
         const StringId string{static_cast<std::uint32_t>(id)};
@@ -46,24 +47,31 @@ Status inspect_blocks(const TraceReader& reader, Source& source) {
             sync_mark = string;
         }
     }
-    auto blocks = reader.event_rowids();
-    if (!blocks) {
-        return blocks.error();
+    auto first = db.query_int("SELECT MIN(start_min) FROM event_block",
+                              std::numeric_limits<std::int64_t>::min());
+    if (!first) {
+        return first.error();
     }
-    std::int64_t first = std::numeric_limits<std::int64_t>::max();
-    auto status = reader.scan_events(blocks->first, blocks->second, [&](const Event& e) {
-        first = std::min(first, e.start_ns);
-        source.has_events = true;
-        if (sync_mark.valid() && e.kind == EventKind::mark && e.name == sync_mark) {
-            source.sync_marks.push_back(e.start_ns + source.utc_offset_ns);
+    source.has_events = *first != std::numeric_limits<std::int64_t>::min();
+    source.first_start_ns = source.has_events ? *first : 0;
+    if (!sync_mark.valid()) {
+        return {};
+    }
+    for (const LaneInfo& lane : reader.lanes()) {
+        if (lane.kind != LaneKind::host_thread) {
+            continue;
         }
-        return true;
-    });
-    if (!status) {
-        return status;
+        auto status = reader.for_each_event(lane.id, [&](const Event& e) {
+            if (e.kind == EventKind::mark && e.name == sync_mark) {
+                source.sync_marks.push_back(e.start_ns + source.utc_offset_ns);
+            }
+            return true;
+        });
+        if (!status) {
+            return status;
+        }
     }
     std::sort(source.sync_marks.begin(), source.sync_marks.end());
-    source.first_start_ns = source.has_events ? first : 0;
     return {};
 }
 
@@ -79,16 +87,16 @@ Result<Source> inspect(const std::string& path) {
     if (!source.ranks.empty()) {
         source.utc_offset_ns = source.ranks.front().utc_offset_ns;
     }
-    if (reader->events_in_blocks()) {
-        source.events_in_blocks = true;
-        if (auto status = inspect_blocks(*reader, source); !status) {
-            return status.error();
-        }
-        return source;
-    }
     auto db = Database::open(path, Database::Mode::read_only);
     if (!db) {
         return db.error();
+    }
+    if (reader->events_in_blocks()) {
+        source.events_in_blocks = true;
+        if (auto status = inspect_blocks(*reader, *db, source); !status) {
+            return status.error();
+        }
+        return source;
     }
     auto marks = db->prepare(
         "SELECT e.start_ns FROM event e JOIN string s ON s.id = e.name "
@@ -141,16 +149,40 @@ void choose_shifts(std::vector<Source>& sources, std::vector<std::string>& warni
     }
 }
 
+// How copy_source_sql writes rank rows: with the clock alignment merge chose, or as the source
+// has them (a copy of a run that was merged already).
+enum class RankClock { aligned, as_is };
+
 // The start of one transaction that copies an attached rank file (`src`) into the merged run:
-// its strings (deduplicated), lanes (ids after `lane_offset`), events (times shifted by `shift`,
-// names and args mapped to the merged strings, in lane and time order), ranks, workload,
-// counters and import log. It leaves the transaction open and temp.string_map (source string
-// id -> merged id) for the events of a file that keeps them in blocks (copy_block_events).
-std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64_t lane_offset) {
+// its strings (deduplicated), lanes (ids after `lane_offset`), event rows when `event_rows`
+// (times shifted by `shift`, names and args mapped to the merged strings, in lane and time
+// order), ranks, workload, counters and import log. It leaves the transaction open and
+// temp.string_map (source string id -> merged id) for the events it did not copy
+// (copy_events_as_rows, copy_events_as_blocks).
+std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64_t lane_offset,
+                            bool event_rows, RankClock rank_clock) {
     const std::string shift_sql = std::to_string(shift);
     const std::string lane_sql = std::to_string(lane_offset);
     const std::string memory_sql =
         source.schema_version >= 2 ? "e.src_memory, e.dst_memory" : "NULL, NULL";
+    const std::string events_sql =
+        !event_rows ? ""
+                    : "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, "
+                      "  microbatch, stage, phase, bytes, copy_kind, correlation, args, "
+                      "  src_memory, dst_memory) "
+                      "  SELECT e.lane + " +
+                          lane_sql + ", e.start_ns + " + shift_sql + ", e.end_ns + " + shift_sql +
+                          ", e.kind, n.new, e.category, e.step, e.microbatch, e.stage, e.phase, "
+                          "  e.bytes, e.copy_kind, e.correlation, a.new, " +
+                          memory_sql +
+                          " FROM src.event e "
+                          "  LEFT JOIN string_map n ON n.old = e.name "
+                          "  LEFT JOIN string_map a ON a.old = e.args "
+                          "  ORDER BY e.lane, e.start_ns, e.end_ns DESC;";
+    const std::string clock_sql =
+        rank_clock == RankClock::as_is
+            ? std::string("clock_alignment, clock_shift_ns")
+            : "'" + std::string(to_string(source.alignment)) + "', " + shift_sql;
     return "BEGIN;"
            "INSERT INTO string (value) SELECT DISTINCT value FROM src.string s "
            "  WHERE NOT EXISTS (SELECT 1 FROM main.string m WHERE m.value = s.value);"
@@ -159,23 +191,12 @@ std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64
            "  JOIN main.string m ON m.value = s.value;"
            "INSERT INTO lane (id, rank, kind, name, native_id) "
            "  SELECT id + " +
-           lane_sql +
-           ", rank, kind, name, native_id FROM src.lane;"
-           "INSERT INTO event (lane, start_ns, end_ns, kind, name, category, step, microbatch, "
-           "  stage, phase, bytes, copy_kind, correlation, args, src_memory, dst_memory) "
-           "  SELECT e.lane + " +
-           lane_sql + ", e.start_ns + " + shift_sql + ", e.end_ns + " + shift_sql +
-           ", e.kind, n.new, e.category, e.step, e.microbatch, e.stage, e.phase, "
-           "  e.bytes, e.copy_kind, e.correlation, a.new, " +
-           memory_sql +
-           " FROM src.event e "
-           "  LEFT JOIN string_map n ON n.old = e.name LEFT JOIN string_map a ON a.old = e.args "
-           "  ORDER BY e.lane, e.start_ns, e.end_ns DESC;"
+           lane_sql + ", rank, kind, name, native_id FROM src.lane;" + events_sql +
            "INSERT INTO rank (rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
            "  dropped_records, clock_alignment, clock_shift_ns) "
            "  SELECT rank, host, pid, device, dp, pp, cp, tp, utc_offset_ns, complete, "
-           "  dropped_records, '" +
-           std::string(to_string(source.alignment)) + "', " + shift_sql +
+           "  dropped_records, " +
+           clock_sql +
            "  FROM src.rank;"
            "INSERT INTO workload SELECT * FROM src.workload;"
            "INSERT INTO counter (rank, name, time_ns, value) "
@@ -188,12 +209,43 @@ std::string copy_source_sql(const Source& source, std::int64_t shift, std::int64
            " FROM src.import_log ORDER BY id;";
 }
 
-// The events of a rank file kept in blocks, as rows of the merged run in the order
-// copy_source_sql writes rows: lane by lane, by start time, end descending. `pack`, when given,
-// gets each row too: the event pack made as the rows go in, not read back from them after.
-Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
-                         std::int64_t lane_offset, EventPackWriter* pack) {
-    std::vector<StringId> merged_string;  // by the source's string id
+// Lane, start, end descending; equal events keep their order, as merge's ORDER BY keeps the
+// rank file's. Rows of a rank file come lane after lane interleaved but each lane mostly in
+// time order: a counting pass puts each lane's events together, and only a lane found out of
+// order is sorted.
+void sort_by_lane_and_time(std::vector<Event>& events) {
+    std::vector<std::size_t> first;  // by lane id: where its events start, then go next
+    for (const Event& e : events) {
+        if (e.lane.value >= first.size()) {
+            first.resize(e.lane.value + 1);
+        }
+        ++first[e.lane.value];
+    }
+    std::size_t at = 0;
+    for (std::size_t& lane : first) {
+        at += std::exchange(lane, at);
+    }
+    const std::vector<std::size_t> starts = first;
+    std::vector<Event> by_lane(events.size());
+    for (const Event& e : events) {
+        by_lane[first[e.lane.value]++] = e;
+    }
+    events = std::move(by_lane);
+    const auto earlier = [](const Event& a, const Event& b) {
+        return a.start_ns < b.start_ns || (a.start_ns == b.start_ns && a.end_ns > b.end_ns);
+    };
+    for (std::size_t lane = 0; lane < starts.size(); ++lane) {
+        const auto begin = events.begin() + static_cast<std::ptrdiff_t>(starts[lane]);
+        const auto end = events.begin() + static_cast<std::ptrdiff_t>(first[lane]);
+        if (!std::is_sorted(begin, end, earlier)) {
+            std::stable_sort(begin, end, earlier);
+        }
+    }
+}
+
+// temp.string_map as a table by the source's string id: the merged run's id of each.
+Result<std::vector<StringId>> read_string_map(Database& db) {
+    std::vector<StringId> merged;
     auto string_map = db.prepare("SELECT old, new FROM temp.string_map");
     if (!string_map) {
         return string_map.error();
@@ -201,20 +253,62 @@ Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
     while (string_map->step()) {
         const std::int64_t old_id = string_map->column_int64(0);
         if (old_id > 0 && old_id <= std::numeric_limits<std::uint32_t>::max()) {
-            if (static_cast<std::size_t>(old_id) >= merged_string.size()) {
-                merged_string.resize(static_cast<std::size_t>(old_id) + 1);
+            if (static_cast<std::size_t>(old_id) >= merged.size()) {
+                merged.resize(static_cast<std::size_t>(old_id) + 1);
             }
-            merged_string[static_cast<std::size_t>(old_id)] =
+            merged[static_cast<std::size_t>(old_id)] =
                 StringId{static_cast<std::uint32_t>(string_map->column_int64(1))};
         }
     }
-    const auto merged = [&](StringId id) {
-        return id.value < merged_string.size() ? merged_string[id.value] : StringId{};
-    };
-    auto reader = TraceReader::open(source.path);
-    if (!reader) {
-        return reader.error();
+    return merged;
+}
+
+// A source's event as the merged run has it: on its lane and clock, with its strings.
+class EventMapping {
+public:
+    EventMapping(std::vector<StringId> strings, std::int64_t shift, std::int64_t lane_offset)
+        : strings_(std::move(strings)), shift_(shift), lane_offset_(lane_offset) {}
+
+    Event operator()(Event e) const {
+        e.lane = LaneId{static_cast<std::uint32_t>(e.lane.value + lane_offset_)};
+        e.start_ns += shift_;
+        e.end_ns += shift_;
+        e.name = string(e.name);
+        e.args = string(e.args);
+        return e;
     }
+
+private:
+    StringId string(StringId id) const {
+        return id.value < strings_.size() ? strings_[id.value] : StringId{};
+    }
+    std::vector<StringId> strings_;
+    std::int64_t shift_, lane_offset_;
+};
+
+// The source's lanes, lowest id first: the order its events go into the merged run.
+std::vector<LaneId> lanes_in_order(const TraceReader& reader) {
+    std::vector<LaneId> lanes;
+    for (const LaneInfo& lane : reader.lanes()) {
+        lanes.push_back(lane.id);
+    }
+    std::sort(lanes.begin(), lanes.end());
+    return lanes;
+}
+
+// Said after each lane a source's events are copied for, with the fraction of its lanes done;
+// false cancels the merge.
+using LaneProgress = std::function<bool(double)>;
+
+Status cancelled_merge() {
+    return Error{ErrorCode::cancelled, "merge cancelled"};
+}
+
+// The events of a rank file kept in blocks, as rows of the merged run in the order
+// copy_source_sql writes rows: lane by lane, by start time, end descending. `pack`, when given,
+// gets each row too: the event pack made as the rows go in, not read back from them after.
+Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventMapping& mapping,
+                           EventPackWriter* pack, const LaneProgress& progress) {
     EventInserter inserter;
     if (auto status = inserter.prepare(db); !status) {
         return status;
@@ -225,19 +319,10 @@ Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
         ok = ok && inserter.insert(rows);
         rows.clear();
     };
-    std::vector<LaneId> lanes;
-    for (const LaneInfo& lane : reader->lanes()) {
-        lanes.push_back(lane.id);
-    }
-    std::sort(lanes.begin(), lanes.end());
-    for (const LaneId lane : lanes) {
-        auto status = reader->for_each_event(lane, [&](const Event& e) {
-            Event& row = rows.emplace_back(e);
-            row.lane = LaneId{static_cast<std::uint32_t>(e.lane.value + lane_offset)};
-            row.start_ns += shift;
-            row.end_ns += shift;
-            row.name = merged(e.name);
-            row.args = merged(e.args);
+    const std::vector<LaneId> lanes = lanes_in_order(reader);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        auto status = reader.for_each_event(lanes[i], [&](const Event& e) {
+            const Event& row = rows.emplace_back(mapping(e));
             ok = ok && (pack == nullptr || pack->add(row));
             if (rows.size() == EventInserter::kEventsPerInsert) {
                 write_rows();
@@ -253,6 +338,74 @@ Status copy_block_events(Database& db, const Source& source, std::int64_t shift,
         if (!ok) {
             return db.error_for("cannot write");
         }
+        if (!progress(double(i + 1) / double(lanes.size()))) {
+            return cancelled_merge();
+        }
+    }
+    return {};
+}
+
+// Every event of a source as blocks of the merged run: lane by lane, each lane's events in
+// store order cut into full blocks, so that a lane's blocks follow each other in time (a rank
+// file's overlap, and its last ones are often short). A file of rows (schema 2) is read whole
+// in rowid order and sorted once: ~5x faster than a sorted query per lane, and a file whose
+// writer was killed has no index for those.
+Status copy_events_as_blocks(Database& db, const TraceReader& reader, const EventMapping& mapping,
+                             EventBlockWriter& blocks, const LaneProgress& progress) {
+    std::vector<Event> block;
+    bool ok = true;
+    const auto add = [&](const Event& e) {
+        block.push_back(mapping(e));
+        if (block.size() == kEventsPerBlock) {
+            ok = blocks.write_block(block);
+            block.clear();
+        }
+        return ok;
+    };
+    const auto end_lane = [&] {
+        if (ok && !block.empty()) {
+            ok = blocks.write_block(block);
+        }
+        block.clear();
+        return ok ? Status() : db.error_for("cannot write");
+    };
+    if (!reader.events_in_blocks()) {
+        std::vector<Event> events;
+        auto rowids = reader.event_rowids();
+        if (!rowids) {
+            return rowids.error();
+        }
+        auto status = reader.scan_events(rowids->first, rowids->second, [&](const Event& e) {
+            events.push_back(e);
+            return true;
+        });
+        if (!status) {
+            return status;
+        }
+        sort_by_lane_and_time(events);
+        for (std::size_t i = 0; i < events.size(); ++i) {
+            if (!add(events[i])) {
+                break;
+            }
+            if (i + 1 == events.size() || events[i + 1].lane != events[i].lane) {
+                if (auto ended = end_lane(); !ended) {
+                    return ended;
+                }
+            }
+        }
+        return end_lane();
+    }
+    const std::vector<LaneId> lanes = lanes_in_order(reader);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        if (auto status = reader.for_each_event(lanes[i], add); !status) {
+            return status;
+        }
+        if (auto status = end_lane(); !status) {
+            return status;
+        }
+        if (!progress(double(i + 1) / double(lanes.size()))) {
+            return cancelled_merge();
+        }
     }
     return {};
 }
@@ -264,10 +417,18 @@ struct RunRow {
     std::int64_t start_utc_ns = 0;
 };
 
-// Attaches one rank file, copies it in (copy_source_sql), with the run row from it when
-// `run_row` is given, and detaches it. `pack`: as copy_block_events.
+// Where copy_source puts a source's events: in blocks, or as rows (by SQL, or from a source's
+// blocks, each row also to `pack` when given).
+struct EventOutput {
+    EventBlockWriter* blocks = nullptr;  // not null: the run keeps blocks
+    EventPackWriter* pack = nullptr;
+    RankClock rank_clock = RankClock::aligned;
+};
+
+// Attaches one rank file, copies it in (copy_source_sql and the events' copy), with the run row
+// from it when `run_row` is given, and detaches it.
 Status copy_source(Database& db, const Source& source, std::int64_t shift, std::int64_t lane_offset,
-                   const RunRow* run_row, EventPackWriter* pack) {
+                   const RunRow* run_row, const EventOutput& output, const LaneProgress& progress) {
     auto attach = db.prepare("ATTACH DATABASE ?1 AS src");
     if (!attach) {
         return attach.error();
@@ -276,9 +437,24 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
     if (!attach->run()) {
         return db.error_for("cannot read");
     }
-    Status copied = db.exec(copy_source_sql(source, shift, lane_offset));
-    if (copied && source.events_in_blocks) {
-        copied = copy_block_events(db, source, shift, lane_offset, pack);
+    const bool rows_by_sql = output.blocks == nullptr && !source.events_in_blocks;
+    Status copied =
+        db.exec(copy_source_sql(source, shift, lane_offset, rows_by_sql, output.rank_clock));
+    if (copied && !rows_by_sql) {
+        copied = [&]() -> Status {
+            auto strings = read_string_map(db);
+            if (!strings) {
+                return strings.error();
+            }
+            auto reader = TraceReader::open(source.path);
+            if (!reader) {
+                return reader.error();
+            }
+            const EventMapping mapping(std::move(*strings), shift, lane_offset);
+            return output.blocks != nullptr
+                       ? copy_events_as_blocks(db, *reader, mapping, *output.blocks, progress)
+                       : copy_events_as_rows(db, *reader, mapping, output.pack, progress);
+        }();
     }
     if (copied) {
         copied = db.exec("DROP TABLE temp.string_map; COMMIT;");
@@ -338,25 +514,25 @@ Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inpu
     return sources;
 }
 
-// What every merged run gets once its rows are in: the indexes, the lane statistics and the
-// event pack; then the event count. `rows`, when given, are the table's rows in order, written
-// by a TraceWriter, which has built the event indexes and lane statistics already: the pack
-// is made from them, and nothing is built twice. `packed`: the pack was written with the rows.
-Result<std::int64_t> index_and_pack(Database& db, const std::vector<Event>* rows = nullptr,
-                                    bool packed = false) {
+// What every merged run gets once its events are in: the string index, the event indexes and
+// lane statistics, and for a run of rows the event pack (unless `packed`: it was written with
+// the rows); then the event count. A run of blocks needs no pack: its blocks are what loading
+// reads (TraceReader::event_pack).
+Result<std::int64_t> index_and_pack(Database& db, bool packed) {
     if (auto status = db.exec("CREATE INDEX IF NOT EXISTS string_by_value ON string (value)");
         !status) {
         return status.error();
     }
-    if (auto status = rows != nullptr ? Status() : create_indexes(db); !status) {
+    if (auto status = create_indexes(db); !status) {
         return status.error();
+    }
+    auto block_events = db.query_int("SELECT COALESCE(SUM(events), 0) FROM event_block");
+    if (!block_events || *block_events > 0) {
+        return block_events;
     }
     // The compact copy of the events that loading reads (event_pack.h): ~20% more file for
     // loads about ten times faster.
-    if (auto status = packed            ? Status()
-                      : rows != nullptr ? write_event_pack(db, *rows)
-                                        : write_event_pack(db);
-        !status) {
+    if (auto status = packed ? Status() : write_event_pack(db); !status) {
         return status.error();
     }
     return db.query_int("SELECT COUNT(*) FROM event");
@@ -377,6 +553,100 @@ Status read_merged_ranks(const std::string& output, MergeReport& report) {
         }
     }
     return {};
+}
+
+// Writes the run of `sources` at `output`: each source's events shifted by its shift_ns − `origin`,
+// its lanes after the ones before it, the run row from the first. Returns the event count.
+Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t origin,
+                               const std::string& output, const MergeOptions& options,
+                               RankClock rank_clock, const RunRow& run_row) {
+    // Build next to the target and rename at the end: a failed or cancelled merge never
+    // leaves a half-written run where a good one was expected.
+    auto target = PartialDatabase::prepare(output, options.overwrite);
+    if (!target) {
+        return target.error();
+    }
+    auto db_result = Database::open(target->partial_path(), Database::Mode::create);
+    if (!db_result) {
+        return Error{ErrorCode::io, "cannot write '" + output + "': " + db_result.error().message};
+    }
+    Database db = std::move(*db_result);
+    // Hold statements on `db`: go first.
+    std::optional<EventPackWriter> pack;
+    std::optional<EventBlockWriter> blocks;
+    auto fail = [&](const Error& error) -> Result<std::int64_t> {
+        pack.reset();
+        blocks.reset();
+        db = Database();
+        return error;  // the partial file goes with `target`
+    };
+    // No journal: a failed merge is deleted, never recovered. Events go in lane by lane in
+    // time order, so that a lane's events share pages and a window query reads few of them.
+    if (auto status = configure_for_bulk(db); !status) {
+        return fail(status.error());
+    }
+    if (auto status = create_schema(db); !status) {
+        return fail(status.error());
+    }
+    if (auto status = db.exec("CREATE INDEX string_by_value ON string (value)"); !status) {
+        return fail(status.error());
+    }
+
+    // Rows from rank files in blocks are decoded in C++ on their way in, so the event pack is
+    // made then; rows copied by SQL are packed after, read back (write_event_pack).
+    const bool in_blocks = options.events == WriterOptions::EventStorage::blocks;
+    const bool pack_while_copying =
+        !in_blocks && std::all_of(sources.begin(), sources.end(),
+                                  [](const Source& s) { return s.events_in_blocks; });
+    if (in_blocks) {
+        blocks.emplace();
+        if (auto status = blocks->prepare(db); !status) {
+            return fail(status.error());
+        }
+    } else if (pack_while_copying) {
+        pack.emplace(db);
+        if (auto status = pack->create_table(); !status) {
+            return fail(status.error());
+        }
+    }
+    const EventOutput event_output{blocks ? &*blocks : nullptr, pack ? &*pack : nullptr,
+                                   rank_clock};
+    std::int64_t lane_offset = 0;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        const Source& source = sources[i];
+        // Each source is an equal share of the bar; its lanes move it within the share.
+        const LaneProgress progress = [&](double lanes_done) {
+            return !options.progress ||
+                   options.progress((static_cast<double>(i) + lanes_done) / sources.size());
+        };
+        if (!progress(0.0)) {
+            return fail(cancelled_merge().error());
+        }
+        if (auto status = copy_source(db, source, source.shift_ns - origin, lane_offset,
+                                      i == 0 ? &run_row : nullptr, event_output, progress);
+            !status) {
+            return fail(status.error());
+        }
+        auto max_lane = db.query_int("SELECT MAX(id) FROM lane", lane_offset);
+        if (!max_lane) {
+            return fail(max_lane.error());
+        }
+        lane_offset = *max_lane;
+    }
+    if (pack && !pack->flush()) {
+        return fail(db.error_for("cannot write the event pack of"));
+    }
+    pack.reset();
+    blocks.reset();
+    auto events = index_and_pack(db, pack_while_copying);
+    if (!events) {
+        return fail(events.error());
+    }
+    db = Database();
+    if (auto status = target->commit("the merged run"); !status) {
+        return status.error();
+    }
+    return events;
 }
 
 }  // namespace
@@ -404,78 +674,13 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         origin = sources.front().utc_offset_ns;
     }
 
-    // Build next to the target and rename at the end: a failed or cancelled merge never
-    // leaves a half-written run where a good one was expected.
-    auto target = PartialDatabase::prepare(output, options.overwrite);
-    if (!target) {
-        return target.error();
-    }
-    auto db_result = Database::open(target->partial_path(), Database::Mode::create);
-    if (!db_result) {
-        return Error{ErrorCode::io, "cannot write '" + output + "': " + db_result.error().message};
-    }
-    Database db = std::move(*db_result);
-    std::optional<EventPackWriter> pack;  // holds a statement on `db`: goes first
-    auto fail = [&](const Error& error) -> Result<MergeReport> {
-        pack.reset();
-        db = Database();
-        return error;  // the partial file goes with `target`
-    };
-    // No journal: a failed merge is deleted, never recovered. Rows go in lane by lane in time
-    // order, so that a lane's events share pages and a window query reads few of them.
-    if (auto status = configure_for_bulk(db); !status) {
-        return fail(status.error());
-    }
-    if (auto status = create_schema(db); !status) {
-        return fail(status.error());
-    }
-    if (auto status = db.exec("CREATE INDEX string_by_value ON string (value)"); !status) {
-        return fail(status.error());
-    }
-
-    // Rank files in blocks are decoded in C++ on their way in, so the event pack is made then;
-    // rows copied by SQL are packed after, read back (write_event_pack).
-    const bool pack_while_copying = std::all_of(sources.begin(), sources.end(),
-                                                [](const Source& s) { return s.events_in_blocks; });
-    if (pack_while_copying) {
-        pack.emplace(db);
-        if (auto status = pack->create_table(); !status) {
-            return fail(status.error());
-        }
-    }
-    const RunRow run_row{options.run_name, options.command, origin};
-    std::int64_t lane_offset = 0;
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-        const Source& source = sources[i];
-        if (options.progress && !options.progress(static_cast<double>(i) / sources.size())) {
-            return fail(Error{ErrorCode::cancelled, "merge cancelled"});
-        }
-        if (auto status = copy_source(db, source, source.shift_ns - origin, lane_offset,
-                                      i == 0 ? &run_row : nullptr, pack ? &*pack : nullptr);
-            !status) {
-            return fail(status.error());
-        }
-        auto max_lane = db.query_int("SELECT MAX(id) FROM lane", lane_offset);
-        if (!max_lane) {
-            return fail(max_lane.error());
-        }
-        lane_offset = *max_lane;
-    }
-    if (pack && !pack->flush()) {
-        return fail(db.error_for("cannot write the event pack of"));
-    }
-    pack.reset();
-    auto events = index_and_pack(db, nullptr, pack_while_copying);
+    auto events = write_run(sources, origin, output, options, RankClock::aligned,
+                            RunRow{options.run_name, options.command, origin});
     if (!events) {
-        return fail(events.error());
+        return events.error();
     }
     report.events = *events;
     report.start_utc_ns = origin;
-    db = Database();
-    if (auto status = target->commit("the merged run"); !status) {
-        return status.error();
-    }
-
     if (auto status = read_merged_ranks(output, report); !status) {
         return status.error();
     }
@@ -485,179 +690,21 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
     return report;
 }
 
-struct SingleRankRun::Parts {
-    PartialDatabase target;
-    std::unique_ptr<TraceWriter> writer;  // declared after target: closed before it goes
-    std::map<std::int32_t, std::int64_t> utc_offsets;  // rank -> its last row's offset
-    std::vector<Event> events;
-    std::vector<CounterSample> counters;
-    StringId sync_mark;  // kClockSyncMark's id, once interned
-};
-
-Result<std::unique_ptr<SingleRankRun>> SingleRankRun::create(const std::string& output, RunInfo run,
-                                                             bool overwrite) {
-    auto target = PartialDatabase::prepare(output, overwrite);
-    if (!target) {
-        return target.error();
+Result<std::int64_t> write_rows_copy(const std::string& input, const std::string& output,
+                                     const MergeOptions& options) {
+    auto reader = TraceReader::open(input);
+    if (!reader) {
+        return reader.error();
     }
-    WriterOptions options;
-    options.overwrite = true;  // the partial file of an earlier attempt
-    options.durable = false;   // a failure removes the partial file
-    auto writer = TraceWriter::create(target->partial_path(), run, options);
-    if (!writer) {
-        return Error{ErrorCode::io, "cannot write '" + output + "': " + writer.error().message};
+    auto source = inspect(input);
+    if (!source) {
+        return source.error();
     }
-    auto parts = std::make_unique<Parts>(
-        Parts{std::move(*target), std::move(*writer), {}, {}, {}, StringId{}});
-    return std::unique_ptr<SingleRankRun>(new SingleRankRun(std::move(parts)));
-}
-
-SingleRankRun::SingleRankRun(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
-SingleRankRun::~SingleRankRun() = default;
-
-void SingleRankRun::add_rank(const RankInfo& rank) {
-    parts_->utc_offsets[rank.rank] = rank.utc_offset_ns;
-    parts_->writer->add_rank(rank);
-}
-LaneId SingleRankRun::add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
-                               std::int64_t native_id) {
-    return parts_->writer->add_lane(rank, kind, name, native_id);
-}
-void SingleRankRun::rename_lane(LaneId lane, std::string_view name) {
-    parts_->writer->rename_lane(lane, name);
-}
-void SingleRankRun::set_run_config(std::string config_json) {
-    parts_->writer->set_run_config(std::move(config_json));
-}
-StringId SingleRankRun::intern(std::string_view text) {
-    const StringId id = parts_->writer->intern(text);
-    if (text == kClockSyncMark) {
-        parts_->sync_mark = id;
-    }
-    return id;
-}
-void SingleRankRun::add_events(const Event* events, std::size_t count) {
-    parts_->events.insert(parts_->events.end(), events, events + count);
-}
-void SingleRankRun::add_workload(const WorkloadEntry& entry) {
-    parts_->writer->add_workload(entry);
-}
-void SingleRankRun::add_counter(const CounterSample& sample) {
-    parts_->counters.push_back(sample);
-}
-void SingleRankRun::add_import_log(const ImportLogEntry& entry) {
-    parts_->writer->add_import_log(entry);
-}
-
-// Lane, start, end descending; equal events keep their order, as merge's ORDER BY keeps the
-// rank file's. Events come lane after lane interleaved but each lane mostly in time order: a
-// counting pass puts each lane's events together, and only a lane found out of order is
-// sorted.
-void sort_by_lane_and_time(std::vector<Event>& events) {
-    std::vector<std::size_t> first;  // by lane id: where its events start, then go next
-    for (const Event& e : events) {
-        if (e.lane.value >= first.size()) {
-            first.resize(e.lane.value + 1);
-        }
-        ++first[e.lane.value];
-    }
-    std::size_t at = 0;
-    for (std::size_t& lane : first) {
-        at += std::exchange(lane, at);
-    }
-    const std::vector<std::size_t> starts = first;
-    std::vector<Event> by_lane(events.size());
-    for (const Event& e : events) {
-        by_lane[first[e.lane.value]++] = e;
-    }
-    events = std::move(by_lane);
-    const auto earlier = [](const Event& a, const Event& b) {
-        return a.start_ns < b.start_ns || (a.start_ns == b.start_ns && a.end_ns > b.end_ns);
-    };
-    for (std::size_t lane = 0; lane < starts.size(); ++lane) {
-        const auto begin = events.begin() + static_cast<std::ptrdiff_t>(starts[lane]);
-        const auto end = events.begin() + static_cast<std::ptrdiff_t>(first[lane]);
-        if (!std::is_sorted(begin, end, earlier)) {
-            std::stable_sort(begin, end, earlier);
-        }
-    }
-}
-
-// merge_rank_files' steps for one source, on rows held in memory: the source's clock is its
-// lowest rank's UTC offset (inspect), the run's zero its earliest event (the origin), and
-// clock-sync marks, compared with themselves, make the alignment `barrier_marks` and move
-// nothing (choose_shifts); events go in lane, start, end-descending order (copy_source_sql).
-Result<MergeReport> SingleRankRun::finish(const std::function<void(double)>& progress) {
-    Parts& p = *parts_;
-    MergeReport report;
-    const std::int64_t utc_offset = p.utc_offsets.empty() ? 0 : p.utc_offsets.begin()->second;
-    std::int64_t first_start = std::numeric_limits<std::int64_t>::max();
-    bool sync_marks = false;
-    for (const Event& e : p.events) {
-        first_start = std::min(first_start, e.start_ns);
-        sync_marks = sync_marks ||
-                     (e.kind == EventKind::mark && p.sync_mark.valid() && e.name == p.sync_mark);
-    }
-    const std::int64_t origin = p.events.empty() ? utc_offset : first_start + utc_offset;
-    const std::int64_t shift = utc_offset - origin;
-    sort_by_lane_and_time(p.events);
-    constexpr std::size_t kChunk = 16384;
-    for (std::size_t i = 0; i < p.events.size(); i += kChunk) {
-        const std::size_t n = std::min(kChunk, p.events.size() - i);
-        for (std::size_t k = i; k < i + n; ++k) {
-            p.events[k].start_ns += shift;
-            p.events[k].end_ns += shift;
-        }
-        p.writer->add_events(p.events.data() + i, n);
-        if (progress) {
-            progress(0.5 * double(i + n) / double(p.events.size()));
-        }
-    }
-    for (CounterSample sample : p.counters) {
-        sample.time_ns += shift;
-        p.writer->add_counter(sample);
-    }
-    report.events = static_cast<std::int64_t>(p.events.size());
-    report.start_utc_ns = origin;
-    p.counters = {};
-    if (auto status = p.writer->close(); !status) {
-        return status.error();
-    }
-    p.writer.reset();
-    {
-        auto db = Database::open(p.target.partial_path(), Database::Mode::read_write);
-        if (!db) {
-            return db.error();
-        }
-        if (auto status =
-                db->exec("PRAGMA synchronous = OFF; PRAGMA journal_mode = OFF; "
-                         "UPDATE run SET start_utc_ns = " +
-                         std::to_string(origin) + "; UPDATE rank SET clock_alignment = '" +
-                         std::string(to_string(sync_marks ? ClockAlignment::barrier_marks
-                                                          : ClockAlignment::utc_offset)) +
-                         "', clock_shift_ns = " + std::to_string(shift) + ";");
-            !status) {
-            return status.error();
-        }
-        if (progress) {
-            progress(0.6);
-        }
-        auto events = index_and_pack(*db, &p.events);
-        if (!events) {
-            return events.error();
-        }
-        p.events = {};
-    }
-    if (auto status = p.target.commit("the imported run"); !status) {
-        return status.error();
-    }
-    if (auto status = read_merged_ranks(p.target.path(), report); !status) {
-        return status.error();
-    }
-    if (progress) {
-        progress(1.0);
-    }
-    return report;
+    source->shift_ns = 0;
+    MergeOptions rows = options;
+    rows.events = WriterOptions::EventStorage::rows;
+    return write_run({std::move(*source)}, 0, output, rows, RankClock::as_is,
+                     RunRow{"", "", reader->run().start_utc_ns});
 }
 
 }  // namespace fulcrum::store

@@ -10,12 +10,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/store/trace_writer.h"
 #include "core/trace/model.h"
-#include "core/trace/trace_sink.h"
 #include "core/util/result.h"
 
 namespace fulcrum::store {
@@ -24,6 +23,10 @@ struct MergeOptions {
     bool overwrite = false;
     std::string run_name;  // empty: the first file's run name
     std::string command;   // empty: the first file's command
+    // How the run keeps its events: compressed blocks as rank files do (the default: ~9 bytes
+    // an event, written at several million events a second), or rows of the event table with
+    // the event pack, for SQL (`fulcrum merge --rows`, `fulcrum export --format sqlite`).
+    WriterOptions::EventStorage events = WriterOptions::EventStorage::blocks;
     // Called with the fraction done, 0..1; return false to cancel.
     std::function<bool(double)> progress;
 };
@@ -38,38 +41,11 @@ struct MergeReport {
 Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
                                      const std::string& output, const MergeOptions& options = {});
 
-// The run merge_rank_files would make of the one rank file a TraceWriter would write from
-// these calls, written once instead of twice (the rank file, then its copy): `fulcrum import`
-// of one input. Everything but events and counters goes to a TraceWriter on the output's
-// partial file at once; events and counters (64 bytes an event) are held until finish(),
-// which puts them on the run's clock, writes the events lane by lane in time order, and builds
-// the indexes and the event pack. The run has the same rows as the merged one; only the
-// string ids may differ (merge renumbers them). Destroyed without finish(): no output.
-class SingleRankRun final : public TraceSink {
-public:
-    // `run` is the run row; its start_utc_ns is set by finish().
-    static Result<std::unique_ptr<SingleRankRun>> create(const std::string& output, RunInfo run,
-                                                         bool overwrite);
-    ~SingleRankRun() override;
-
-    void add_rank(const RankInfo& rank) override;
-    LaneId add_lane(std::int32_t rank, LaneKind kind, std::string_view name,
-                    std::int64_t native_id = -1) override;
-    void rename_lane(LaneId lane, std::string_view name) override;
-    void set_run_config(std::string config_json) override;
-    StringId intern(std::string_view text) override;
-    void add_events(const Event* events, std::size_t count) override;
-    void add_workload(const WorkloadEntry& entry) override;
-    void add_counter(const CounterSample& sample) override;
-    void add_import_log(const ImportLogEntry& entry) override;
-
-    // Writes the held rows and renames the partial file into place. `progress` may be empty.
-    Result<MergeReport> finish(const std::function<void(double)>& progress = {});
-
-private:
-    struct Parts;
-    explicit SingleRankRun(std::unique_ptr<Parts> parts);
-    std::unique_ptr<Parts> parts_;
-};
+// A copy of a Fulcrum file (a run or a rank file, its events in blocks or rows) that holds its
+// events as rows of the event table, with the event pack and indexes: for SQL, `fulcrum export
+// --format sqlite` (docs/schema.md). Times, the ranks' clock columns and the run row stay as
+// they are; `options.events` is ignored. Returns the event count.
+Result<std::int64_t> write_rows_copy(const std::string& input, const std::string& output,
+                                     const MergeOptions& options = {});
 
 }  // namespace fulcrum::store

@@ -4,6 +4,7 @@
 // 2 ms; CPU ranks keep their host times. Figures worked out in each test.
 #include <QtTest>
 
+#include "core/analysis/correlation_map.h"
 #include "core/analysis/passes.h"
 
 using namespace fulcrum;
@@ -38,25 +39,26 @@ Event& kernel(RunTrace& trace, LaneTrace& stream, std::string_view name, std::in
 // Stream 13: the NCCL receive [2200, 2700) µs.
 //   forward:  [5, 2105) µs = 2100 µs of wall, all compute.
 //   backward: [2200, 3700) µs = 1500 µs; pipeline wait 500 µs (the receive); compute 1000 µs.
-RunTrace gpu_rank(bool with_streams) {
+// `id_stride` spreads the correlation ids apart (1: dense, as CUPTI numbers them).
+RunTrace gpu_rank(bool with_streams, std::int64_t id_stride = 1) {
     RunTrace trace;
     auto& host = trace.add_lane(0, LaneKind::host_thread, "main");
     trace.add_range(host, "forward", Category::compute, 0, 10 * us, 0, 0, 0, Phase::forward);
-    launch(trace, host, 2 * us, 1);
-    launch(trace, host, 4 * us, 2);
+    launch(trace, host, 2 * us, 1 * id_stride);
+    launch(trace, host, 4 * us, 2 * id_stride);
     trace.add_range(host, "backward", Category::compute, 20 * us, 30 * us, 0, 0, 0,
                     Phase::backward);
     trace.add_range(host, "recv gradients", Category::communication, 21 * us, 23 * us, 0, 0, 0);
-    launch(trace, host, 22 * us, 3);
-    launch(trace, host, 25 * us, 4);
+    launch(trace, host, 22 * us, 3 * id_stride);
+    launch(trace, host, 25 * us, 4 * id_stride);
     if (with_streams) {
         auto& compute = trace.add_lane(0, LaneKind::gpu_stream, "stream 7");
         auto& nccl = trace.add_lane(0, LaneKind::gpu_stream, "stream 13");
-        kernel(trace, compute, "gemm", 5 * us, 2005 * us, 1);
-        kernel(trace, compute, "gelu", 2005 * us, 2105 * us, 2);
-        kernel(trace, nccl, "ncclDevKernel_SendRecv", 2200 * us, 2700 * us, 3,
+        kernel(trace, compute, "gemm", 5 * us, 2005 * us, 1 * id_stride);
+        kernel(trace, compute, "gelu", 2005 * us, 2105 * us, 2 * id_stride);
+        kernel(trace, nccl, "ncclDevKernel_SendRecv", 2200 * us, 2700 * us, 3 * id_stride,
                EventKind::collective);
-        kernel(trace, compute, "gemm", 2700 * us, 3700 * us, 4);
+        kernel(trace, compute, "gemm", 2700 * us, 3700 * us, 4 * id_stride);
     }
     trace.finish();
     return trace;
@@ -68,6 +70,38 @@ class GpuPassesTest : public QObject {
     Q_OBJECT
 
 private slots:
+    // Ids far apart (an importer keeps whatever ids it read) take CorrelationMap's sorted
+    // path instead of its table; the passes must not change.
+    void sparseCorrelationIdsGiveTheSamePasses() {
+        const auto dense = find_passes(gpu_rank(true));
+        const auto sparse = find_passes(gpu_rank(true, 1'000'000'007));
+        QCOMPARE(sparse.size(), dense.size());
+        for (std::size_t i = 0; i < dense.size(); ++i) {
+            QCOMPARE(sparse[i].start_ns, dense[i].start_ns);
+            QCOMPARE(sparse[i].end_ns, dense[i].end_ns);
+            QCOMPARE(sparse[i].pipeline_wait_ns, dense[i].pipeline_wait_ns);
+            QCOMPARE(sparse[i].compute_ns, dense[i].compute_ns);
+        }
+    }
+
+    // Both of CorrelationMap's layouts: a repeated id is folded into the first, absent ids
+    // (below, between and above the ones there) are not found.
+    void correlationMapFoldsRepeatsAndFindsOnlyWhatIsThere() {
+        for (const std::int64_t stride : {std::int64_t{1}, std::int64_t{1} << 40}) {
+            const CorrelationMap<std::int64_t> map(
+                {{3 * stride, 10}, {1 * stride, 5}, {3 * stride, 7}},
+                [](std::int64_t& kept, std::int64_t more) { kept += more; });
+            QVERIFY(map.find(1 * stride) != nullptr);
+            QCOMPARE(*map.find(1 * stride), std::int64_t{5});
+            QCOMPARE(*map.find(3 * stride), std::int64_t{17});
+            QVERIFY(map.find(2 * stride) == nullptr);
+            QVERIFY(map.find(0) == nullptr);
+            QVERIFY(map.find(4 * stride) == nullptr);
+        }
+        const CorrelationMap<int> empty({}, [](int&, int) {});
+        QVERIFY(empty.find(1) == nullptr);
+    }
+
     void passesAreTimedByTheirKernels() {
         const auto passes = find_passes(gpu_rank(true));
         QCOMPARE(passes.size(), std::size_t(2));

@@ -143,7 +143,25 @@ private slots:
         text += transcript({"info", "ranks/rank-3.sqlite"});
         text += transcript({"export", "run.fulcrum", "--format", "csv", "-o", "events.csv"});
         text += transcript({"export", "run.fulcrum", "--format", "chrome"});
+        // Rows for SQL: the run copied as rows, and merged straight into rows; both hold the
+        // events the run of blocks holds, which plain sqlite3 can count.
+        text += transcript({"export", "run.fulcrum", "--format", "sqlite"});
+        text += transcript({"merge", "--rows", "-o", "rows.fulcrum", "ranks"});
+        text += transcript({"export", "rows.fulcrum", "--format", "csv", "-o", "rows.csv"});
+        text += transcript({"export", "run-rows.fulcrum", "--format", "csv", "-o", "copy.csv"});
         expect_golden("merge-info-export.txt", text);
+        const auto read_all = [&](const char* name) {
+            QFile file(work_.filePath(name));
+            return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+        };
+        QVERIFY(!read_all("events.csv").isEmpty());
+        QCOMPARE(read_all("rows.csv"), read_all("events.csv"));
+        QCOMPARE(read_all("copy.csv"), read_all("events.csv"));
+        const Outcome counted =
+            run("sqlite3", {"run-rows.fulcrum", "SELECT COUNT(*) FROM event"}, work_.path());
+        QCOMPARE(counted.exit_code, 0);
+        QCOMPARE(counted.output.trimmed().toLongLong(),
+                 static_cast<long long>(read_all("events.csv").count('\n') - 1));
 
         QFile csv(work_.filePath("events.csv"));
         QVERIFY(csv.open(QIODevice::ReadOnly));

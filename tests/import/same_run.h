@@ -1,8 +1,7 @@
 // Whether two runs hold the same content: the run row, ranks, lanes, every event (names and
 // args compared as text, since merge renumbers strings), counters, workload and import log;
-// and whether each run's event pack decodes to exactly its event rows. Used to check that one
-// input imported straight into the run (store::SingleRankRun) gives the run that the rank file
-// and merge give.
+// and whether each run's event pack decodes to exactly its event rows. Used to check that an
+// imported run (events in blocks) and its copy as rows (store::write_rows_copy) are one run.
 #pragma once
 
 #include <algorithm>

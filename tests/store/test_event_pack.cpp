@@ -65,7 +65,9 @@ std::string merged_synthetic_run(const QTemporaryDir& dir) {
         qFatal("%s", inputs.error().message.c_str());
     }
     const std::string path = dir.filePath("run.fulcrum").toStdString();
-    auto merged = merge_rank_files(*inputs, path);
+    MergeOptions rows;  // the pack is the cache of a run of rows
+    rows.events = WriterOptions::EventStorage::rows;
+    auto merged = merge_rank_files(*inputs, path, rows);
     if (!merged) {
         qFatal("%s", merged.error().message.c_str());
     }

@@ -133,9 +133,12 @@ private slots:
         QVERIFY(any_difference);
     }
 
-    // Rank files with their events in blocks merge into the run their rows would make: the
-    // same events, in the same order (lane by lane, by start, end descending), as rows.
-    void blockRankFilesMergeAsRowsDo() {
+    // Rank files with their events in blocks or in rows merge into the same run: the same
+    // events, in the same order (lane by lane, by start, end descending), kept in blocks whose
+    // lanes follow each other in time. Merged as rows (--rows), or copied to rows afterwards
+    // (export --format sqlite), the run has the same events as rows, and the same event pack
+    // whichever way its rows came.
+    void blockAndRowRankFilesMergeToOneRun() {
         QTemporaryDir dir;
         SyntheticRunOptions options;
         options.dp = 2;
@@ -147,36 +150,71 @@ private slots:
         QVERIFY(blocks.ok() && rows.ok());
         QVERIFY(TraceReader::open(blocks->front())->events_in_blocks());
         QVERIFY(!TraceReader::open(rows->front())->events_in_blocks());
-        const std::string from_blocks = dir.filePath("blocks.fulcrum").toStdString();
-        const std::string from_rows = dir.filePath("rows.fulcrum").toStdString();
-        auto blocks_report = merge_rank_files(*blocks, from_blocks);
-        auto rows_report = merge_rank_files(*rows, from_rows);
-        QVERIFY2(blocks_report.ok(),
-                 blocks_report.ok() ? "" : blocks_report.error().message.c_str());
-        QVERIFY(rows_report.ok());
-        QCOMPARE(blocks_report->events, rows_report->events);
-        QCOMPARE(blocks_report->start_utc_ns, rows_report->start_utc_ns);
-        for (std::size_t i = 0; i < blocks_report->ranks.size(); ++i) {
-            QCOMPARE(blocks_report->ranks[i].alignment, ClockAlignment::barrier_marks);
-            QCOMPARE(blocks_report->ranks[i].clock_shift_ns, rows_report->ranks[i].clock_shift_ns);
+        const auto merge = [&](const std::vector<std::string>& inputs, const char* name,
+                               WriterOptions::EventStorage storage) {
+            const std::string path = dir.filePath(name).toStdString();
+            MergeOptions merge_options;
+            merge_options.events = storage;
+            auto report = merge_rank_files(inputs, path, merge_options);
+            if (!report) {
+                qFatal("%s", report.error().message.c_str());
+            }
+            return std::pair{path, *report};
+        };
+        using Storage = WriterOptions::EventStorage;
+        const auto [from_blocks, blocks_report] = merge(*blocks, "blocks.fulcrum", Storage::blocks);
+        const auto [from_rows, rows_report] = merge(*rows, "rows.fulcrum", Storage::blocks);
+        const auto [blocks_as_rows, unused_a] = merge(*blocks, "b-rows.fulcrum", Storage::rows);
+        const auto [rows_as_rows, unused_b] = merge(*rows, "r-rows.fulcrum", Storage::rows);
+        QCOMPARE(blocks_report.events, rows_report.events);
+        QCOMPARE(blocks_report.start_utc_ns, rows_report.start_utc_ns);
+        for (std::size_t i = 0; i < blocks_report.ranks.size(); ++i) {
+            QCOMPARE(blocks_report.ranks[i].alignment, ClockAlignment::barrier_marks);
+            QCOMPARE(blocks_report.ranks[i].clock_shift_ns, rows_report.ranks[i].clock_shift_ns);
         }
-        auto a = TraceReader::open(from_blocks);
-        auto b = TraceReader::open(from_rows);
-        QVERIFY(!a->events_in_blocks());
-        QVERIFY(a->event_pack()->has_value());
-        const auto rows_of = [](const TraceReader& trace) {
+        const auto events_of = [](const std::string& path) {
+            auto trace = TraceReader::open(path);
             std::vector<std::tuple<std::uint32_t, std::int64_t, std::int64_t, std::string,
                                    std::int32_t, std::int64_t>>
                 events;
-            auto range = trace.event_rowids();
-            (void)trace.scan_events(range->first, range->second, [&](const Event& e) {
+            auto range = trace->event_rowids();
+            (void)trace->scan_events(range->first, range->second, [&](const Event& e) {
                 events.emplace_back(e.lane.value, e.start_ns, e.end_ns,
-                                    std::string(trace.string(e.name)), e.step, e.correlation);
+                                    std::string(trace->string(e.name)), e.step, e.correlation);
                 return true;
             });
             return events;
         };
-        QCOMPARE(rows_of(*a), rows_of(*b));
+        const auto expected = events_of(from_rows);
+        QCOMPARE(static_cast<std::int64_t>(expected.size()), rows_report.events);
+        QVERIFY(std::is_sorted(expected.begin(), expected.end(), [](const auto& a, const auto& b) {
+            return std::get<0>(a) != std::get<0>(b)   ? std::get<0>(a) < std::get<0>(b)
+                   : std::get<1>(a) != std::get<1>(b) ? std::get<1>(a) < std::get<1>(b)
+                                                      : std::get<2>(a) > std::get<2>(b);
+        }));
+        QCOMPARE(events_of(from_blocks), expected);
+        QCOMPARE(events_of(blocks_as_rows), expected);
+        QCOMPARE(events_of(rows_as_rows), expected);
+        QVERIFY(TraceReader::open(from_blocks)->events_in_blocks());
+        QVERIFY(TraceReader::open(from_rows)->events_in_blocks());
+        QVERIFY(!TraceReader::open(blocks_as_rows)->events_in_blocks());
+        QVERIFY(TraceReader::open(blocks_as_rows)->event_pack()->has_value());
+
+        // A copy of the run of blocks as rows: the same events, and ranks and run row as they
+        // were (no second clock shift).
+        const std::string copy = dir.filePath("copy.fulcrum").toStdString();
+        auto copied = write_rows_copy(from_blocks, copy);
+        QVERIFY2(copied.ok(), copied.ok() ? "" : copied.error().message.c_str());
+        QCOMPARE(*copied, blocks_report.events);
+        QCOMPARE(events_of(copy), expected);
+        auto copy_trace = TraceReader::open(copy);
+        QVERIFY(!copy_trace->events_in_blocks());
+        QVERIFY(copy_trace->has_indexes());
+        QCOMPARE(copy_trace->run().start_utc_ns, blocks_report.start_utc_ns);
+        for (std::size_t i = 0; i < blocks_report.ranks.size(); ++i) {
+            QCOMPARE(copy_trace->ranks()[i].clock_shift_ns, blocks_report.ranks[i].clock_shift_ns);
+            QCOMPARE(copy_trace->ranks()[i].alignment, ClockAlignment::barrier_marks);
+        }
         // The pack merge makes while decoding blocks is the one it makes by reading rows back.
         const auto pack_of = [](const std::string& path) {
             std::vector<std::tuple<std::int64_t, std::int64_t, std::string>> blocks;
@@ -188,8 +226,16 @@ private slots:
             }
             return blocks;
         };
-        QVERIFY(!pack_of(from_blocks).empty());
-        QVERIFY(pack_of(from_blocks) == pack_of(from_rows));
+        QVERIFY(!pack_of(blocks_as_rows).empty());
+        QVERIFY(pack_of(blocks_as_rows) == pack_of(rows_as_rows));
+        QVERIFY(copy_trace->event_pack()->has_value());  // names may have other ids: not equal
+        // A lane's blocks in the merged run follow each other: each starts at or after the
+        // last start of the one before.
+        auto db = Database::open(from_blocks, Database::Mode::read_only);
+        QCOMPARE(*db->query_int("SELECT COUNT(*) FROM event_block b JOIN event_block p "
+                                "ON p.lane = b.lane AND p.rowid < b.rowid "
+                                "WHERE b.start_min < p.start_max"),
+                 std::int64_t{0});
     }
 
     void incompleteRankIsKeptAndReported() {
@@ -254,6 +300,33 @@ private slots:
         QCOMPARE(report.error().code, ErrorCode::cancelled);
         QVERIFY(!std::filesystem::exists(output));
         QVERIFY(!std::filesystem::exists(output + ".partial"));
+    }
+
+    // One rank file is one source: progress moves lane by lane within it, rising and ending at
+    // 1, and a cancel inside it stops the merge there.
+    void progressMovesWithinOneSource() {
+        QTemporaryDir dir;
+        SyntheticRunOptions options;
+        options.kernels_per_layer = 2;  // a host lane and a stream lane per rank
+        const auto inputs = synthetic(dir, options);
+        const std::string output = dir.filePath("run.fulcrum").toStdString();
+        MergeOptions merge;
+        std::vector<double> seen;
+        merge.progress = [&](double fraction) {
+            seen.push_back(fraction);
+            return true;
+        };
+        QVERIFY(merge_rank_files({inputs.front()}, output, merge).ok());
+        QVERIFY(std::is_sorted(seen.begin(), seen.end()));
+        QVERIFY(std::any_of(seen.begin(), seen.end(), [](double f) { return f > 0 && f < 1; }));
+        QCOMPARE(seen.back(), 1.0);
+        merge.overwrite = true;
+        merge.progress = [](double fraction) { return fraction < 0.3; };
+        auto cancelled = merge_rank_files({inputs.front()}, output, merge);
+        QVERIFY(!cancelled.ok());
+        QCOMPARE(cancelled.error().code, ErrorCode::cancelled);
+        QVERIFY(!std::filesystem::exists(output + ".partial"));
+        QVERIFY(TraceReader::open(output).ok());  // the run merged before is still there
     }
 };
 

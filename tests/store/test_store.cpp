@@ -718,13 +718,14 @@ private slots:
         QCOMPARE(before_kill, std::int64_t{80000});
         auto window = trace->events_in_window(trace->lanes()[0].id, 1000, 2000);
         QCOMPARE(window->size(), 50u);
-        // And it merges into a run with rows, marked incomplete.
+        // And it merges into a run, marked incomplete.
         const std::string run = dir.filePath("run.fulcrum").toStdString();
         auto merged = merge_rank_files({path}, run);
         QVERIFY2(merged.ok(), merged.ok() ? "" : merged.error().message.c_str());
         QCOMPARE(merged->events, summary->event_count);
         auto merged_trace = TraceReader::open(run);
-        QVERIFY(!merged_trace->events_in_blocks());
+        QVERIFY(merged_trace->events_in_blocks());
+        QVERIFY(merged_trace->has_indexes());
         QVERIFY(merged_trace->incomplete());
     }
 

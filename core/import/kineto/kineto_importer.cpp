@@ -1187,7 +1187,6 @@ public:
     }
     // Kineto's events are 200-400 bytes of JSON each (name, ids, args); flows and metadata
     // take bytes without becoming events.
-    double bytes_per_event() const override { return 150; }
     bool sniff(std::string_view head) const override {
         std::size_t i = 0;
         if (head.substr(0, 3) == "\xEF\xBB\xBF")

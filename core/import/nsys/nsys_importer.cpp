@@ -896,7 +896,6 @@ public:
     // import_file then checks for the export's tables.
     // A CUPTI activity row of an export is ~40 bytes with its share of the pages; runtime
     // calls and NVTX ranges are as small.
-    double bytes_per_event() const override { return 32; }
     bool sniff(std::string_view head) const override {
         static constexpr std::string_view kMagic{"SQLite format 3\0", 16};
         if (head.substr(0, kMagic.size()) != kMagic) {

@@ -11,6 +11,7 @@
 #include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
 #include "core/import/importer.h"
+#include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "core/trace/memory_sink.h"
 #include "tests/import/same_run.h"
@@ -352,38 +353,39 @@ private slots:
         }
     }
 
-    // One input is written straight into the run (store::SingleRankRun); the run must be the
-    // one its rank file and merge give, row for row, with an event pack that is its rows.
-    void held_input_is_the_merged_run_data() {
+    // An imported run keeps its events in blocks; its copy as rows for SQL (`fulcrum export
+    // --format sqlite`) is the same run, row for row: run and rank rows, lanes, every event with
+    // its names and args, counters, workload and import log, with an event pack that is its rows.
+    void rows_copy_is_the_imported_run_data() {
         QTest::addColumn<QString>("input");
         QTest::newRow("rank0") << QString::fromStdString(kData + "rank0.json");
         QTest::newRow("simple_add.gz") << QString::fromStdString(kData + "hta/simple_add.json.gz");
         QTest::newRow("mtia_small.gz") << QString::fromStdString(kData + "hta/mtia_small.json.gz");
         QTest::newRow("bad records") << QString::fromStdString(kData + "bad.json");
     }
-    void held_input_is_the_merged_run() {
+    void rows_copy_is_the_imported_run() {
         QFETCH(QString, input);
-        const std::string held = (dir_ / "held.fulcrum").string();
-        const std::string merged = (dir_ / "merged.fulcrum").string();
+        const std::string run = (dir_ / "blocks.fulcrum").string();
+        const std::string rows = (dir_ / "rows.fulcrum").string();
         importer::ImportOptions options;
         options.overwrite = true;
-        auto a = importer::import_files({input.toStdString()}, held, options);
-        options.hold_single_input = false;
-        auto b = importer::import_files({input.toStdString()}, merged, options);
-        QVERIFY2(a, a ? "" : a.error().message.c_str());
-        QVERIFY2(b, b ? "" : b.error().message.c_str());
-        QCOMPARE(a->events, b->events);
-        QCOMPARE(a->skipped, b->skipped);
-        QCOMPARE(a->notes, b->notes);
-        QCOMPARE(a->ranks, b->ranks);
-        QVERIFY(a->events > 0);
-        const std::string difference = test::run_difference(held, merged);
+        auto report = importer::import_files({input.toStdString()}, run, options);
+        QVERIFY2(report, report ? "" : report.error().message.c_str());
+        QVERIFY(report->events > 0);
+        QVERIFY(store::TraceReader::open(run)->events_in_blocks());
+        store::MergeOptions overwrite;
+        overwrite.overwrite = true;
+        auto copied = store::write_rows_copy(run, rows, overwrite);
+        QVERIFY2(copied, copied ? "" : copied.error().message.c_str());
+        QCOMPARE(*copied, report->events);
+        QVERIFY(!store::TraceReader::open(rows)->events_in_blocks());
+        const std::string difference = test::run_difference(run, rows);
         QVERIFY2(difference.empty(), difference.c_str());
-        QVERIFY(!fs::exists(held + ".partial"));
+        QVERIFY(!fs::exists(run + ".partial"));
     }
 
-    // A held import that is cancelled (or fails) leaves neither the run nor its partial file.
-    void cancelled_held_import_leaves_nothing() {
+    // An import that is cancelled (or fails) leaves neither the run nor its partial file.
+    void cancelled_import_leaves_nothing() {
         const std::string out = (dir_ / "cancelled.fulcrum").string();
         std::atomic<bool> cancel{true};
         importer::ImportOptions options;

@@ -287,7 +287,9 @@ void MainWindow::add_run(const views::RunPtr& run, const OpenRequest& request) {
     if (request.show_compare) {
         show_view(View::compare);
     }
-    if (!run->analysis_error.isEmpty()) {
+    if (!run->notice.isEmpty()) {
+        statusBar()->showMessage(tr("%1: %2").arg(run->title, run->notice));
+    } else if (!run->analysis_error.isEmpty()) {
         statusBar()->showMessage(
             tr("%1: analyses unavailable: %2").arg(run->title, run->analysis_error));
     } else {

@@ -399,7 +399,9 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOpti
     for (const LaneInfo& info : reader.lanes()) {
         max_lane = std::max(max_lane, info.id.value);
     }
-    auto buckets = EventLoader(reader, options, max_lane).run();
+    auto buckets = options.read_events
+                       ? EventLoader(reader, options, max_lane).run()
+                       : Result<std::vector<LaneBuckets>>(std::vector<LaneBuckets>{});
     if (!buckets) {
         return buckets.error();
     }
@@ -407,11 +409,13 @@ Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOpti
     if (options.progress) {
         options.progress(0.95);
     }
-    auto workload = reader.workload();
-    if (!workload) {
-        return workload.error();
+    if (options.read_events) {
+        auto workload = reader.workload();
+        if (!workload) {
+            return workload.error();
+        }
+        trace.workload = std::move(*workload);
     }
-    trace.workload = std::move(*workload);
     trace.config = parse_run_config(trace.run.config_json, reader.ranks());
     if (options.progress) {
         options.progress(1.0);

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/store/lane_summary.h"
 #include "core/store/sqlite_handle.h"
 #include "core/trace/model.h"
 #include "core/util/result.h"
@@ -81,6 +82,11 @@ public:
                            const std::function<bool()>& keep_going) const;
 
     Result<TraceSummary> summary() const;
+    // The timeline's level-of-detail tables (lane_summary.h); nullopt when the file has none
+    // (build_lane_summaries adds them).
+    Result<std::optional<std::vector<LaneSummary>>> lane_summaries() const {
+        return read_lane_summaries(db_);
+    }
     Result<std::vector<WorkloadEntry>> workload() const;
     Result<std::vector<CounterSample>> counters() const;
     Result<std::vector<ImportLogEntry>> import_log() const;

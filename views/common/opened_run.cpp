@@ -2,6 +2,8 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <cstdlib>
+#include <set>
 
 #include "core/import/importer.h"
 #include "core/store/trace_reader.h"
@@ -72,6 +74,17 @@ return target;
 
 }  // namespace
 
+std::int64_t paged_event_threshold() {
+    if (const char* text = std::getenv("FULCRUM_PAGED_EVENTS"); text != nullptr && *text) {
+        char* end = nullptr;
+        const long long value = std::strtoll(text, &end, 10);
+        if (end != text && *end == '\0' && value >= 0) {
+            return value;
+        }
+    }
+    return 20'000'000;
+}
+
 Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
     auto given = resolve_run_path(path);
     if (!given) {
@@ -92,6 +105,77 @@ Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
     if (!reader) {
         return reader.error();
     }
+    auto run = std::make_shared<OpenedRun>();
+    run->path = *resolved;
+    const QFileInfo file(*resolved);
+    run->title = file.fileName() == QLatin1String("run.fulcrum") ? file.dir().dirName()
+                                                                 : file.completeBaseName();
+    // A large run opens from its summaries (docs/gui-timeline.md, "Paged runs"). A file
+    // without them gets them once, when it can be written; damaged ones, or a file that
+    // cannot be written, load the run whole as before, and the window says why.
+    const std::int64_t threshold = paged_event_threshold();
+    auto summaries = reader->lane_summaries();
+    if (summaries && !*summaries && reader->events_in_blocks()) {
+        auto pack = reader->event_pack();
+        if (pack && *pack && (*pack)->events >= threshold) {
+            report(QStringLiteral("summarizing the timeline (once)"), 0.0);
+            auto built = store::build_lane_summaries(resolved->toStdString(), [&](double fraction) {
+                report(QStringLiteral("summarizing the timeline (once)"), fraction);
+            });
+            if (built) {
+                summaries = reader->lane_summaries();
+            } else {
+                run->notice = QStringLiteral("could not add timeline summaries (%1); loaded whole")
+                                  .arg(QString::fromStdString(built.error().message));
+            }
+        }
+    }
+    if (summaries && *summaries) {
+        // Every lane needs its summary: a lane without one would look empty.
+        std::set<std::uint32_t> summarized;
+        for (const store::LaneSummary& summary : **summaries) {
+            summarized.insert(summary.lane.value);
+        }
+        for (const LaneInfo& lane : reader->lanes()) {
+            if (summarized.count(lane.id.value) == 0) {
+                summaries = Error{ErrorCode::corrupt,
+                                  "the timeline summaries of '" + reader->path() + "' miss lane " +
+                                      std::to_string(lane.id.value) + " (damaged)"};
+                break;
+            }
+        }
+    }
+    if (!summaries) {
+        run->notice = QStringLiteral("%1; loaded the run whole")
+                          .arg(QString::fromStdString(summaries.error().message));
+    } else if (*summaries) {
+        std::int64_t events = 0;
+        for (const store::LaneSummary& summary : **summaries) {
+            events += summary.events;
+        }
+        if (events >= threshold) {
+            analysis::LoadOptions metadata;
+            metadata.read_events = false;
+            auto skeleton = analysis::load_run_trace(*reader, metadata);
+            if (!skeleton) {
+                return skeleton.error();
+            }
+            run->trace = std::make_shared<const analysis::RunTrace>(std::move(*skeleton));
+            run->summaries =
+                std::make_shared<const std::vector<store::LaneSummary>>(std::move(**summaries));
+            run->events = events;
+            run->analysis_error =
+                QStringLiteral(
+                    "not run in the window for a run of %1 M events (the timeline "
+                    "pages events in from the file); `fulcrum analyze %2` computes "
+                    "them")
+                    .arg(static_cast<double>(events) / 1e6, 0, 'f', 1)
+                    .arg(*resolved);
+            report(QStringLiteral("done"), 1.0);
+            return RunPtr(std::move(run));
+        }
+    }
+
     analysis::LoadOptions load_progress;
     load_progress.cancel = options.cancel;
     load_progress.progress = [&](double fraction) {
@@ -102,12 +186,8 @@ Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
         return trace.error();
     }
 
-    auto run = std::make_shared<OpenedRun>();
-    run->path = *resolved;
-    const QFileInfo file(*resolved);
-    run->title = file.fileName() == QLatin1String("run.fulcrum") ? file.dir().dirName()
-                                                                 : file.completeBaseName();
     run->trace = std::make_shared<const analysis::RunTrace>(std::move(*trace));
+    run->events = run->trace->event_count();
 
     analysis::AnalyzeOptions analyze_options;
     analyze_options.cancel = options.cancel;

@@ -9,6 +9,7 @@
 
 #include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
+#include "core/store/lane_summary.h"
 #include "core/util/result.h"
 
 namespace fulcrum::views {
@@ -20,6 +21,17 @@ struct OpenedRun {
     // Null when the analyses failed; `analysis_error` then says why and the timeline still works.
     std::shared_ptr<const analysis::RunAnalysis> analysis;
     QString analysis_error;
+    // A run of at least paged_event_threshold() events whose file has lane summaries: `trace`
+    // holds its ranks, lanes and names but no events, the timeline pages them in from the
+    // file (views/timeline/paged_timeline.h), and the analyses are not run in the window
+    // (`analysis` null, `analysis_error` says so and what to run). Null for a run held whole.
+    std::shared_ptr<const std::vector<store::LaneSummary>> summaries;
+    std::int64_t events = 0;
+    // Something the user should know about how the run was opened (summaries that were
+    // damaged, so the run was loaded whole); empty when nothing.
+    QString notice;
+
+    bool paged() const { return summaries != nullptr; }
 
     bool rerunnable_here() const;  // captured (not imported or simulated) by fulcrum-train
 };
@@ -40,5 +52,10 @@ Result<QString> resolve_run_path(const QString& path);
 // `PATH.fulcrum` beside it (reused while newer than the trace). Returns ErrorCode::cancelled
 // when `cancel` turns true.
 Result<RunPtr> open_run(const QString& path, const OpenOptions& options = {});
+
+// Runs of at least this many events open paged (OpenedRun::summaries): 20 M events held whole
+// is ~1.7 GB with the analyses. FULCRUM_PAGED_EVENTS overrides it (0: page every run that has
+// summaries; tests and the bench use it).
+std::int64_t paged_event_threshold();
 
 }  // namespace fulcrum::views

@@ -77,6 +77,13 @@ void TimelineCanvas::set_data(const analysis::RunTrace* trace, const Layout* lay
     if (model_ != nullptr) {
         disconnect(model_, nullptr, this, nullptr);
     }
+    if (paged_ != nullptr) {
+        disconnect(paged_, nullptr, this, nullptr);
+    }
+    paged_ = nullptr;
+    detail_.reset();
+    selected_event_.reset();
+    search_hit_event_.reset();
     trace_ = trace;
     layout_ = layout;
     model_ = model;
@@ -95,6 +102,65 @@ void TimelineCanvas::set_data(const analysis::RunTrace* trace, const Layout* lay
     }
     rebuild_bands();
     show_all();
+}
+
+void TimelineCanvas::set_paged(PagedTimeline* paged) {
+    if (paged_ != nullptr) {
+        disconnect(paged_, nullptr, this, nullptr);
+    }
+    paged_ = paged;
+    detail_.reset();
+    if (paged_ != nullptr) {
+        connect(paged_, &PagedTimeline::detail_ready, this, &TimelineCanvas::adopt_detail);
+        if (paged_->detail() != nullptr) {
+            adopt_detail();
+        }
+    }
+    update();
+}
+
+bool TimelineCanvas::row_has_detail(std::uint32_t row) const {
+    return paged_ == nullptr ||
+           (detail_ != nullptr && detail_->covers(row, window_start_, window_end_));
+}
+
+std::optional<EventRef> TimelineCanvas::find_in_detail(std::uint32_t row,
+                                                       const Event& event) const {
+    if (row >= layout_->rows.size()) {
+        return std::nullopt;
+    }
+    const std::vector<Event>& events = layout_->rows[row].lane->events;
+    auto it = std::lower_bound(events.begin(), events.end(), event.start_ns,
+                               [](const Event& e, std::int64_t t) { return e.start_ns < t; });
+    for (; it != events.end() && it->start_ns == event.start_ns; ++it) {
+        if (*it == event) {
+            return EventRef{row, static_cast<std::uint32_t>(it - events.begin())};
+        }
+    }
+    return std::nullopt;
+}
+
+// A new detail of a paged run: its rows index the same lanes, but events by new positions;
+// the selection and the search hit are found again by value (dropped when not loaded).
+void TimelineCanvas::adopt_detail() {
+    if (paged_ == nullptr || paged_->detail() == nullptr) {
+        return;
+    }
+    // trace_ stays the skeleton: the detail's events carry the same name ids.
+    detail_ = paged_->detail();
+    layout_ = &detail_->layout;
+    const std::optional<EventRef> old_selected = selected_;
+    if (selected_ && selected_event_) {
+        selected_ = find_in_detail(selected_->row, *selected_event_);
+    }
+    if (search_hit_ && search_hit_event_) {
+        search_hit_ = find_in_detail(search_hit_->row, *search_hit_event_);
+    }
+    emit detail_changed();
+    if (selected_ != old_selected) {
+        emit selection_changed();
+    }
+    update();
 }
 
 void TimelineCanvas::rebuild_bands() {
@@ -209,6 +275,9 @@ QRectF TimelineCanvas::event_rect(EventRef ref) const {
         return {};
     }
     const LaneRow& row = layout_->rows[ref.row];
+    if (ref.event >= row.depth.size() || !row_has_detail(ref.row)) {
+        return {};
+    }
     const int depth = row.depth[ref.event];
     if (depth >= row.depths()) {
         return {};
@@ -229,6 +298,9 @@ std::optional<PlanItem> TimelineCanvas::item_at_point(QPointF point, std::uint32
         return std::nullopt;
     }
     const LaneRow& row = layout_->rows[band->lane_row];
+    if (!row_has_detail(static_cast<std::uint32_t>(band->lane_row))) {
+        return std::nullopt;  // drawn from its summary: no event to point at yet
+    }
     const int depth =
         static_cast<int>(std::floor((point.y() - screen_y(band->y) - kLanePadding) / kDepthHeight));
     if (depth < 0 || depth >= row.depths()) {
@@ -296,6 +368,11 @@ void TimelineCanvas::select(std::optional<EventRef> ref) {
         return;
     }
     selected_ = ref;
+    selected_event_.reset();
+    if (ref && layout_ != nullptr && ref->row < layout_->rows.size() &&
+        ref->event < layout_->rows[ref->row].lane->events.size()) {
+        selected_event_ = layout_->rows[ref->row].lane->events[ref->event];
+    }
     emit selection_changed();
     update();
 }
@@ -319,6 +396,11 @@ void TimelineCanvas::set_measure(std::int64_t start_ns, std::int64_t end_ns) {
 
 void TimelineCanvas::set_search_hit(std::optional<EventRef> ref) {
     search_hit_ = ref;
+    search_hit_event_.reset();
+    if (ref && layout_ != nullptr && ref->row < layout_->rows.size() &&
+        ref->event < layout_->rows[ref->row].lane->events.size()) {
+        search_hit_event_ = layout_->rows[ref->row].lane->events[ref->event];
+    }
     update();
 }
 
@@ -348,6 +430,7 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
     painted_folds_ = 0;
     painted_critical_ = 0;
     painted_switches_ = 0;
+    painted_bins_ = 0;
     if (layout_ == nullptr) {
         painter.setPen(palette::faint_ink());
         painter.drawText(rect(), Qt::AlignCenter, tr("No run open"));
@@ -386,6 +469,24 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
     }
     paint_switches(painter);
     paint_flows(painter);
+    if (paged_ != nullptr) {
+        // Ask for the detail of every visible row at once (a detail replaces the last).
+        wanted_rows_.clear();
+        bool missing = false;
+        for (const Band* band : visible) {
+            if (band->lane_row >= 0) {
+                wanted_rows_.push_back(static_cast<std::uint32_t>(band->lane_row));
+            }
+            wanted_rows_.insert(wanted_rows_.end(), band->summary_rows.begin(),
+                                band->summary_rows.end());
+        }
+        for (std::uint32_t row : wanted_rows_) {
+            missing |= !row_has_detail(row);
+        }
+        if (missing) {
+            paged_->request(window_start_, window_end_, wanted_rows_);
+        }
+    }
 
     auto outline = [&](std::optional<EventRef> ref, const QColor& colour) {
         if (!ref) {
@@ -462,6 +563,10 @@ void TimelineCanvas::paintEvent(QPaintEvent* event) {
 }
 
 void TimelineCanvas::paint_lane(QPainter& painter, const Band& band, const QRect&) {
+    if (!row_has_detail(static_cast<std::uint32_t>(band.lane_row))) {
+        paint_lane_bins(painter, band);
+        return;
+    }
     const LaneRow& row = layout_->rows[band.lane_row];
     const std::vector<Event>& events = row.lane->events;
     const double area = time_area_width();
@@ -527,6 +632,10 @@ void TimelineCanvas::paint_summary(QPainter& painter, const Band& band) {
     const double area = time_area_width();
     const int y = static_cast<int>(screen_y(band.y)) + 4;
     for (std::uint32_t r : band.summary_rows) {
+        if (!row_has_detail(r)) {
+            paint_header_bins(painter, r, y);
+            continue;
+        }
         const LaneRow& row = layout_->rows[r];
         if (row.depths() == 0) {
             continue;
@@ -542,6 +651,128 @@ void TimelineCanvas::paint_summary(QPainter& painter, const Band& band) {
                                     : palette::category(row.lane->events[item.first].category);
             painter.fillRect(QRectF(x0, y, std::max(1.0, x1 - x0), kHeaderHeight - 8), fill);
         }
+    }
+}
+
+namespace {
+
+// The bins of a summary level that overlap [t0, t1).
+std::pair<const store::SummaryBin*, const store::SummaryBin*> bins_in(
+    const store::SummaryLevel& level, std::int64_t t0, std::int64_t t1) {
+    const std::int64_t first = t0 >> level.shift;
+    const std::int64_t last = (t1 - 1) >> level.shift;
+    const auto* begin = level.bins.data();
+    const auto* end = begin + level.bins.size();
+    const auto* from = std::lower_bound(
+        begin, end, first,
+        [](const store::SummaryBin& bin, std::int64_t i) { return bin.index < i; });
+    const auto* to = std::upper_bound(
+        from, end, last,
+        [](std::int64_t i, const store::SummaryBin& bin) { return i < bin.index; });
+    return {from, to};
+}
+
+}  // namespace
+
+// A row of a paged run before its detail arrives: per bin of the coarsest summary level whose
+// bins are at most kFoldPx wide, the top row filled in the colour of what covered most of the
+// bin, stronger the busier it was, and the sub-rows down to the deepest nesting shaded grey.
+// Adjacent bins that look the same are one rectangle, so a frame costs rows × distinct runs, not
+// rows × pixels.
+void TimelineCanvas::paint_lane_bins(QPainter& painter, const Band& band) {
+    const store::LaneSummary* summary = paged_->summary(static_cast<std::uint32_t>(band.lane_row));
+    if (summary == nullptr) {
+        return;
+    }
+    const double ns_per_px = static_cast<double>(window_end_ - window_start_) / time_area_width();
+    // Bins up to the fold width: what plan_row would fold into blocks anyway.
+    const store::SummaryLevel* level = summary->level_for(kFoldPx * ns_per_px);
+    if (level == nullptr) {
+        return;
+    }
+    const int top = static_cast<int>(screen_y(band.y)) + kLanePadding;
+    const int h = kDepthHeight - 1;
+    const double left = kGutterWidth - 1;
+    const double right = width() + 1;
+    const auto [from, to] = bins_in(*level, window_start_, window_end_);
+    const double bin_ns = static_cast<double>(level->bin_ns());
+    // A run of adjacent bins that look the same: one rectangle, one colour look-up.
+    struct Run {
+        double x0 = 0, x1 = 0;
+        StringId name;
+        Category category = Category::other;
+        int opacity = -1;  // -1: the top sub-row is empty
+        int depth = 0;
+    };
+    std::optional<Run> run;
+    auto flush = [&] {
+        if (!run) {
+            return;
+        }
+        const int x0 = static_cast<int>(std::floor(run->x0));
+        const int w = std::max(1, static_cast<int>(std::floor(run->x1)) - x0);
+        if (run->opacity >= 0) {
+            Event shown;
+            shown.name = run->name;
+            shown.category = run->category;
+            // Washed towards the background by idleness; opaque, so the fill is a plain copy.
+            const QColor colour = event_colour(shown);
+            const QColor back = background();
+            const int a = 95 + 20 * run->opacity;
+            const QColor fill((colour.red() * a + back.red() * (255 - a)) / 255,
+                              (colour.green() * a + back.green() * (255 - a)) / 255,
+                              (colour.blue() * a + back.blue() * (255 - a)) / 255);
+            painter.fillRect(QRect(x0, top, w, h), fill);
+        }
+        if (run->depth > 0) {
+            painter.fillRect(QRect(x0, top + kDepthHeight, w, run->depth * kDepthHeight - 1),
+                             QColor(0xd2, 0xd4, 0xd8));  // fold grey at 43% on white
+        }
+        run.reset();
+    };
+    for (const store::SummaryBin* bin = from; bin != to; ++bin) {
+        ++painted_bins_;
+        const std::int64_t start = bin->index << level->shift;
+        const double x0 = std::clamp(x_of(start), left, right);
+        const double x1 = std::clamp(x_of(start + level->bin_ns()), left, right);
+        // Eight steps of opacity by how busy the bin was, so that runs of equal bins merge.
+        const double busy = std::min(1.0, static_cast<double>(bin->busy_ns) / bin_ns);
+        const int opacity =
+            bin->busy_ns > 0 || bin->name.valid() ? static_cast<int>(std::lround(busy * 8)) : -1;
+        const int depth = std::min<int>(bin->max_depth, std::max(0, summary->depths - 1));
+        if (run && run->opacity == opacity && run->depth == depth && run->name == bin->name &&
+            run->category == bin->category && x0 <= run->x1 + 0.5) {
+            run->x1 = x1;
+            continue;
+        }
+        flush();
+        run = Run{x0, x1, bin->name, bin->category, opacity, depth};
+    }
+    flush();
+}
+
+// A collapsed rank's header, for a lane of a paged run without detail: its busy bins, thinly.
+void TimelineCanvas::paint_header_bins(QPainter& painter, std::uint32_t row, int y) {
+    const store::LaneSummary* summary = paged_->summary(row);
+    if (summary == nullptr) {
+        return;
+    }
+    const double ns_per_px = static_cast<double>(window_end_ - window_start_) / time_area_width();
+    const store::SummaryLevel* level = summary->level_for(ns_per_px);
+    if (level == nullptr) {
+        return;
+    }
+    const auto [from, to] = bins_in(*level, window_start_, window_end_);
+    for (const store::SummaryBin* bin = from; bin != to; ++bin) {
+        if (bin->busy_ns == 0) {
+            continue;
+        }
+        ++painted_bins_;
+        const std::int64_t start = bin->index << level->shift;
+        const double x0 = std::max<double>(kGutterWidth - 1, x_of(start));
+        const double x1 = std::min<double>(width() + 1, x_of(start + level->bin_ns()));
+        painter.fillRect(QRectF(x0, y, std::max(1.0, x1 - x0), kHeaderHeight - 8),
+                         palette::category(bin->category));
     }
 }
 

@@ -19,6 +19,7 @@
 
 #include "views/common/pass_marks.h"
 #include "views/timeline/lane_tree_model.h"
+#include "views/timeline/paged_timeline.h"
 #include "views/timeline/timeline_layout.h"
 
 namespace fulcrum::views::timeline {
@@ -39,6 +40,18 @@ public:
 
     // The trace, layout and model must outlive the canvas or the next set_data.
     void set_data(const analysis::RunTrace* trace, const Layout* layout, LaneTreeModel* model);
+    // A run too large to hold: after set_data with the skeleton's trace and layout
+    // (PagedTimeline::skeleton_layout), rows are drawn from their summaries until the detail
+    // of the window arrives, then event by event (paged_timeline.h). Null: not paged. The
+    // source must outlive the canvas or the next set_data.
+    void set_paged(PagedTimeline* paged);
+    PagedTimeline* paged() const { return paged_; }
+    // What is drawn now: the run's names and roles (a paged run's skeleton), and the layout
+    // whose rows hold the events (a paged run's latest detail: its rows index the same lanes).
+    const analysis::RunTrace* trace() const { return trace_; }
+    const Layout* layout() const { return layout_; }
+    // Whether `row` is drawn event by event in the current window (always, unless paged).
+    bool row_has_detail(std::uint32_t row) const;
 
     // The visible time window; kept at least 10 ns wide.
     std::int64_t window_start() const { return window_start_; }
@@ -67,6 +80,7 @@ public:
     void set_highlight(int step, int microbatch);
     void set_measure(std::int64_t start_ns, std::int64_t end_ns);  // end < start clears
     void set_search_hit(std::optional<EventRef> ref);
+    std::optional<EventRef> search_hit() const { return search_hit_; }
     // Passes on a step's critical path, outlined in palette::critical() (pass_marks.h).
     void set_critical_passes(std::set<PassKey> keys);
     const std::set<PassKey>& critical_passes() const { return critical_; }
@@ -96,6 +110,8 @@ public:
     // What the last paint drew: boxes (single events) and folded blocks.
     std::int64_t painted_boxes() const { return painted_boxes_; }
     std::int64_t painted_folds() const { return painted_folds_; }
+    // Summary bins the last paint drew for rows whose detail was not there (paged runs).
+    std::int64_t painted_bins() const { return painted_bins_; }
 
 signals:
     void window_changed(std::int64_t start_ns, std::int64_t end_ns);
@@ -103,6 +119,8 @@ signals:
     void scroll_range_changed(int maximum, int page);
     void scroll_changed(int value);
     void status_message(const QString& text);
+    // A paged run's detail was replaced (event references from before no longer hold).
+    void detail_changed();
 
 protected:
     bool event(QEvent* event) override;
@@ -132,6 +150,10 @@ private:
     double screen_y(int content_y) const { return kAxisHeight + content_y - scroll_; }
     void paint_lane(QPainter& painter, const Band& band, const QRect& clip);
     void paint_summary(QPainter& painter, const Band& band);
+    void paint_lane_bins(QPainter& painter, const Band& band);
+    void paint_header_bins(QPainter& painter, std::uint32_t row, int y);
+    void adopt_detail();
+    std::optional<EventRef> find_in_detail(std::uint32_t row, const Event& event) const;
     void paint_highlight(QPainter& painter, const Band& band, bool outline);
     void paint_flows(QPainter& painter);
     void paint_switches(QPainter& painter);
@@ -143,6 +165,10 @@ private:
 
     const analysis::RunTrace* trace_ = nullptr;
     const Layout* layout_ = nullptr;
+    PagedTimeline* paged_ = nullptr;
+    std::shared_ptr<const PagedDetail> detail_;               // what trace_ and layout_ point into
+    std::optional<Event> selected_event_, search_hit_event_;  // to find them in a new detail
+    std::vector<std::uint32_t> wanted_rows_;  // reused: rows a paint asked detail for
     LaneTreeModel* model_ = nullptr;
     std::vector<Band> bands_;
     std::vector<int> band_of_row_;  // layout row → band index, -1 when hidden
@@ -168,6 +194,7 @@ private:
     std::vector<PlanItem> plan_;  // reused across rows
     std::int64_t painted_boxes_ = 0, painted_folds_ = 0, painted_critical_ = 0;
     std::int64_t painted_switches_ = 0;
+    std::int64_t painted_bins_ = 0;
 };
 
 }  // namespace fulcrum::views::timeline

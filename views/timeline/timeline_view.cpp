@@ -151,6 +151,23 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
             &TimelineView::show_details);
     connect(canvas_, &timeline::TimelineCanvas::status_message, this,
             &TimelineView::status_message);
+    // A paged run's new detail renumbers events: the hits are found again in it, and the one
+    // shown by value (the canvas found it again, when it is still loaded).
+    connect(canvas_, &timeline::TimelineCanvas::detail_changed, this, [this] {
+        if (hits_.empty()) {
+            return;
+        }
+        hits_ = timeline::find_by_name(*canvas_->trace(), *canvas_->layout(),
+                                       search_->text().toStdString());
+        const auto shown = canvas_->search_hit();
+        const auto it = shown ? std::find(hits_.begin(), hits_.end(), *shown) : hits_.end();
+        hit_ = it != hits_.end() ? static_cast<int>(it - hits_.begin()) : -1;
+        hit_label_->setText(
+            hits_.empty() ? tr("no hits")
+                          : QStringLiteral("%1 / %2")
+                                .arg(hit_ >= 0 ? QString::number(hit_ + 1) : QStringLiteral("–"))
+                                .arg(hits_.size()));
+    });
 }
 
 TimelineView::~TimelineView() {
@@ -168,13 +185,34 @@ void TimelineView::set_run(RunPtr run) {
     hit_label_->clear();
     run_ = std::move(run);
     layout_.reset();
+    paged_.reset();
     if (run_ == nullptr || run_->trace == nullptr) {
         show_details();
         return;
     }
-    layout_ = std::make_unique<timeline::Layout>(timeline::build_layout(*run_->trace));
-    model_->set_run(run_->trace.get(), layout_.get());
-    canvas_->set_data(run_->trace.get(), layout_.get(), model_);
+    if (run_->paged()) {
+        auto paged =
+            timeline::PagedTimeline::open(run_->path.toStdString(), *run_->trace, run_->summaries);
+        if (!paged) {
+            emit status_message(
+                tr("Cannot page the timeline of %1: %2")
+                    .arg(run_->path, QString::fromStdString(paged.error().message)));
+            show_details();
+            return;
+        }
+        paged_ = std::move(*paged);
+        connect(paged_.get(), &timeline::PagedTimeline::detail_failed, this,
+                [this](const QString& message) {
+                    emit status_message(tr("Cannot read events: %1").arg(message));
+                });
+        model_->set_run(run_->trace.get(), &paged_->skeleton_layout());
+        canvas_->set_data(run_->trace.get(), &paged_->skeleton_layout(), model_);
+        canvas_->set_paged(paged_.get());
+    } else {
+        layout_ = std::make_unique<timeline::Layout>(timeline::build_layout(*run_->trace));
+        model_->set_run(run_->trace.get(), layout_.get());
+        canvas_->set_data(run_->trace.get(), layout_.get(), model_);
+    }
     canvas_->set_highlight(step_->value(), microbatch_->value());
     canvas_->set_critical_passes(run_->analysis ? critical_pass_keys(*run_->analysis)
                                                 : std::set<PassKey>{});
@@ -195,20 +233,21 @@ void TimelineView::set_grouping(Grouping grouping) {
 void TimelineView::show_place(const Place& place) {
     highlight_step(place.step);
     highlight_microbatch(place.microbatch);
-    if (layout_ == nullptr) {
+    const timeline::Layout* shown = layout();
+    if (shown == nullptr) {
         return;
     }
     std::int64_t start = std::numeric_limits<std::int64_t>::max();
     std::int64_t end = std::numeric_limits<std::int64_t>::min();
     int first_row = -1;
-    for (std::uint32_t r = 0; r < layout_->rows.size(); ++r) {
-        if (place.rank >= 0 && layout_->rows[r].rank != place.rank) {
+    for (std::uint32_t r = 0; r < shown->rows.size(); ++r) {
+        if (place.rank >= 0 && shown->rows[r].rank != place.rank) {
             continue;
         }
         if (first_row < 0) {
             first_row = static_cast<int>(r);
         }
-        for (const timeline::WorkSpan& span : layout_->spans[r]) {
+        for (const timeline::WorkSpan& span : shown->spans[r]) {
             if ((place.step >= 0 && span.step != place.step) ||
                 (place.microbatch >= 0 && span.microbatch != place.microbatch)) {
                 continue;
@@ -256,8 +295,9 @@ void TimelineView::select_event(std::optional<EventRef> ref) {
 int TimelineView::search(const QString& text) {
     hits_.clear();
     hit_ = -1;
-    if (layout_ != nullptr && !text.isEmpty()) {
-        hits_ = timeline::find_by_name(*run_->trace, *layout_, text.toStdString());
+    // A paged run searches the events loaded now (the visible window's).
+    if (layout() != nullptr && !text.isEmpty()) {
+        hits_ = timeline::find_by_name(*canvas_->trace(), *layout(), text.toStdString());
     }
     if (hits_.empty()) {
         canvas_->set_search_hit(std::nullopt);
@@ -284,7 +324,7 @@ void TimelineView::previous_hit() {
 void TimelineView::show_hit(int index) {
     hit_ = index;
     const EventRef ref = hits_[index];
-    const timeline::LaneRow& row = layout_->rows[ref.row];
+    const timeline::LaneRow& row = layout()->rows[ref.row];
     const Event& event = row.lane->events[ref.event];
     model_->reveal_rank(row.rank);
     canvas_->scroll_to_row(ref.row);
@@ -298,12 +338,13 @@ void TimelineView::show_hit(int index) {
 
 void TimelineView::show_details() {
     const auto ref = canvas_->selected();
-    if (!ref || layout_ == nullptr) {
+    if (!ref || layout() == nullptr || ref->row >= layout()->rows.size() ||
+        ref->event >= layout()->rows[ref->row].lane->events.size()) {
         details_->clear();
         return;
     }
-    const analysis::RunTrace& trace = *run_->trace;
-    const timeline::LaneRow& row = layout_->rows[ref->row];
+    const analysis::RunTrace& trace = *canvas_->trace();
+    const timeline::LaneRow& row = layout()->rows[ref->row];
     const Event& event = row.lane->events[ref->event];
     QString html = QStringLiteral("<h3>%1</h3><table cellspacing=2>")
                        .arg(text_of(trace.name(event.name)).toHtmlEscaped());

@@ -14,6 +14,7 @@
 #include "views/common/opened_run.h"
 #include "views/common/place.h"
 #include "views/timeline/lane_tree_model.h"
+#include "views/timeline/paged_timeline.h"
 #include "views/timeline/timeline_canvas.h"
 #include "views/timeline/timeline_layout.h"
 
@@ -42,7 +43,10 @@ public:
     // For tests, the bench and the main window's menus.
     timeline::TimelineCanvas* canvas() const { return canvas_; }
     timeline::LaneTreeModel* lane_model() const { return model_; }
-    const timeline::Layout* layout() const { return layout_.get(); }
+    // What the canvas draws now: for a paged run, the latest detail's layout.
+    const timeline::Layout* layout() const { return canvas_->layout(); }
+    // Null unless the run is paged (OpenedRun::paged).
+    timeline::PagedTimeline* paged() const { return paged_.get(); }
     QTextBrowser* details() const { return details_; }
     void set_grouping(timeline::Grouping grouping);
     void select_event(std::optional<timeline::EventRef> ref);
@@ -63,6 +67,7 @@ private:
 
     RunPtr run_;
     std::unique_ptr<timeline::Layout> layout_;
+    std::unique_ptr<timeline::PagedTimeline> paged_;
     timeline::LaneTreeModel* model_ = nullptr;
     timeline::TimelineCanvas* canvas_ = nullptr;
     QScrollBar* scroll_ = nullptr;

@@ -10,6 +10,7 @@
 
 #include "core/store/event_pack.h"
 #include "core/store/event_rows.h"
+#include "core/store/lane_summary.h"
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
 #include "core/store/trace_writer.h"
@@ -347,15 +348,17 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
 
 // Every event of a source as blocks of the merged run: lane by lane, each lane's events in
 // store order cut into full blocks, so that a lane's blocks follow each other in time (a rank
-// file's overlap, and its last ones are often short). A file of rows (schema 2) is read whole
+// file's overlap, and its last ones are often short); and into the timeline's lane summaries
+// as they pass (lane_summary.h). A file of rows (schema 2) is read whole
 // in rowid order and sorted once: ~5x faster than a sorted query per lane, and a file whose
 // writer was killed has no index for those.
 Status copy_events_as_blocks(Database& db, const TraceReader& reader, const EventMapping& mapping,
-                             EventBlockWriter& blocks, const LaneProgress& progress) {
+                             EventBlockWriter& blocks, RunSummaryBuilder& summaries,
+                             const LaneProgress& progress) {
     std::vector<Event> block;
     bool ok = true;
     const auto add = [&](const Event& e) {
-        block.push_back(mapping(e));
+        summaries.add(block.emplace_back(mapping(e)));
         if (block.size() == kEventsPerBlock) {
             ok = blocks.write_block(block);
             block.clear();
@@ -420,7 +423,8 @@ struct RunRow {
 // Where copy_source puts a source's events: in blocks, or as rows (by SQL, or from a source's
 // blocks, each row also to `pack` when given).
 struct EventOutput {
-    EventBlockWriter* blocks = nullptr;  // not null: the run keeps blocks
+    EventBlockWriter* blocks = nullptr;      // not null: the run keeps blocks
+    RunSummaryBuilder* summaries = nullptr;  // with blocks
     EventPackWriter* pack = nullptr;
     RankClock rank_clock = RankClock::aligned;
 };
@@ -452,7 +456,8 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
             }
             const EventMapping mapping(std::move(*strings), shift, lane_offset);
             return output.blocks != nullptr
-                       ? copy_events_as_blocks(db, *reader, mapping, *output.blocks, progress)
+                       ? copy_events_as_blocks(db, *reader, mapping, *output.blocks,
+                                               *output.summaries, progress)
                        : copy_events_as_rows(db, *reader, mapping, output.pack, progress);
         }();
     }
@@ -555,6 +560,25 @@ Status read_merged_ranks(const std::string& output, MergeReport& report) {
     return {};
 }
 
+// Every lane's summary, an empty one for lanes without events.
+Status write_summaries(Database& db, RunSummaryBuilder summaries) {
+    std::vector<LaneId> lanes;
+    auto lane_ids = db.prepare("SELECT id FROM lane ORDER BY id");
+    if (!lane_ids) {
+        return lane_ids.error();
+    }
+    while (lane_ids->step()) {
+        lanes.push_back(LaneId{static_cast<std::uint32_t>(lane_ids->column_int64(0))});
+    }
+    if (auto status = db.exec("BEGIN"); !status) {
+        return status;
+    }
+    if (auto status = write_lane_summaries(db, std::move(summaries).finish(lanes)); !status) {
+        return status;
+    }
+    return db.exec("COMMIT");
+}
+
 // Writes the run of `sources` at `output`: each source's events shifted by its shift_ns − `origin`,
 // its lanes after the ones before it, the run row from the first. Returns the event count.
 Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t origin,
@@ -574,6 +598,7 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
     // Hold statements on `db`: go first.
     std::optional<EventPackWriter> pack;
     std::optional<EventBlockWriter> blocks;
+    RunSummaryBuilder summaries;
     auto fail = [&](const Error& error) -> Result<std::int64_t> {
         pack.reset();
         blocks.reset();
@@ -609,7 +634,7 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
             return fail(status.error());
         }
     }
-    const EventOutput event_output{blocks ? &*blocks : nullptr, pack ? &*pack : nullptr,
+    const EventOutput event_output{blocks ? &*blocks : nullptr, &summaries, pack ? &*pack : nullptr,
                                    rank_clock};
     std::int64_t lane_offset = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -638,6 +663,13 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
     }
     pack.reset();
     blocks.reset();
+    if (in_blocks) {
+        // The summaries the GUI opens a large run from (views/timeline/paged_timeline.h), made
+        // as the events went by: reading them back would decode every block again.
+        if (auto status = write_summaries(db, std::move(summaries)); !status) {
+            return fail(status.error());
+        }
+    }
     auto events = index_and_pack(db, pack_while_copying);
     if (!events) {
         return fail(events.error());

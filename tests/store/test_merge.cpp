@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/store/lane_summary.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "core/store/trace_writer.h"
@@ -229,6 +230,35 @@ private slots:
         QVERIFY(!pack_of(blocks_as_rows).empty());
         QVERIFY(pack_of(blocks_as_rows) == pack_of(rows_as_rows));
         QVERIFY(copy_trace->event_pack()->has_value());  // names may have other ids: not equal
+        // The timeline's lane summaries, made as the events went in: one per lane, the same as
+        // summarizing the merged file afresh.
+        {
+            const std::string fresh = dir.filePath("fresh.fulcrum").toStdString();
+            std::filesystem::copy_file(from_blocks, fresh);
+            QVERIFY(Database::open(fresh, Database::Mode::read_write)
+                        ->exec("DROP TABLE lane_summary")
+                        .ok());
+            QVERIFY(build_lane_summaries(fresh).ok());
+            auto merged = TraceReader::open(from_blocks);
+            auto stored = merged->lane_summaries();
+            auto rebuilt = TraceReader::open(fresh)->lane_summaries();
+            QVERIFY(stored.ok() && stored->has_value() && rebuilt.ok() && rebuilt->has_value());
+            QCOMPARE((*stored)->size(), merged->lanes().size());
+            QCOMPARE((*stored)->size(), (*rebuilt)->size());
+            for (std::size_t i = 0; i < (*stored)->size(); ++i) {
+                const LaneSummary& a = (**stored)[i];
+                const LaneSummary& b = (**rebuilt)[i];
+                QCOMPARE(a.lane, b.lane);
+                QCOMPARE(a.events, b.events);
+                QVERIFY(a.events > 0);
+                QCOMPARE(a.depths, b.depths);
+                QCOMPARE(a.levels.size(), b.levels.size());
+                for (std::size_t level = 0; level < a.levels.size(); ++level) {
+                    QCOMPARE(a.levels[level].shift, b.levels[level].shift);
+                    QVERIFY(a.levels[level].bins == b.levels[level].bins);
+                }
+            }
+        }
         // A lane's blocks in the merged run follow each other: each starts at or after the
         // last start of the one before.
         auto db = Database::open(from_blocks, Database::Mode::read_only);

@@ -15,6 +15,7 @@
 #include "core/trace/annotations.h"
 #include "core/trace/run_config.h"
 #include "core/trace/trace_sink.h"
+#include "tests/support/synthetic_run.h"
 
 namespace fulcrum::bench {
 namespace {
@@ -88,25 +89,7 @@ static_assert(std::size(kBackwardLayer) == kLayerSegments);
 // backward layer's mlp range is [0, 5), its attention range the rest.
 constexpr std::size_t kForwardAttentionEnd = 6, kBackwardMlpEnd = 5;
 
-double uniform(std::mt19937_64& rng) {
-    return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
-}
-
-// Lognormal document lengths, median 1900 tokens (docs/sources.md, "Document lengths"), as
-// tests/support/synthetic_run.cpp draws them.
-std::vector<std::int32_t> document_lengths(std::mt19937_64& rng, int tokens) {
-    std::vector<std::int32_t> lengths;
-    int used = 0;
-    while (used < tokens) {
-        const double u1 = std::max(uniform(rng), 1e-12), u2 = uniform(rng);
-        const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-        int length = static_cast<int>(std::exp(7.55 + 0.9 * normal));
-        length = std::clamp(length, std::min(16, tokens - used), tokens - used);
-        lengths.push_back(length);
-        used += length;
-    }
-    return lengths;
-}
+using testing::document_lengths;
 
 // One micro-batch of one DP replica and step: its documents, and what each CP rank holds of
 // them under contiguous sharding (CP rank c the c-th slice of the packed sequence).

@@ -39,12 +39,12 @@ std::vector<Op> one_f_one_b(int stage, int stages, int microbatches) {
     return ops;
 }
 
+}  // namespace
+
 double uniform(std::mt19937_64& rng) {
     return (rng() >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Lognormal document lengths, median 1900 tokens (docs/sources.md, "Document lengths"), Box-Muller
-// on our own uniform so the lengths are the same with every standard library.
 std::vector<std::int32_t> document_lengths(std::mt19937_64& rng, int tokens) {
     std::vector<std::int32_t> lengths;
     int used = 0;
@@ -58,8 +58,6 @@ std::vector<std::int32_t> document_lengths(std::mt19937_64& rng, int tokens) {
     }
     return lengths;
 }
-
-}  // namespace
 
 Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& directory,
                                                             const SyntheticRunOptions& o) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,14 @@ struct SyntheticRunOptions {
     // As a capture writes rank files (docs/schema.md); false writes the events as rows.
     bool event_blocks = true;
 };
+
+// A uniform draw in [0, 1) from 53 bits of `rng`.
+double uniform(std::mt19937_64& rng);
+
+// Lognormal document lengths, median 1900 tokens (docs/sources.md, "Document lengths"), summing
+// to `tokens`: Box-Muller on our own uniform, so the lengths are the same with every standard
+// library. bench/common/scale_run.cpp draws its micro-batches with it too.
+std::vector<std::int32_t> document_lengths(std::mt19937_64& rng, int tokens);
 
 // Writes DIR/rank-N.sqlite for every rank; returns their paths in rank order.
 Result<std::vector<std::string>> write_synthetic_rank_files(const std::string& directory,

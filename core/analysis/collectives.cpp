@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
+
+#include "core/analysis/correlation_map.h"
+#include "core/analysis/intervals.h"
 
 namespace fulcrum::analysis {
 
@@ -95,32 +99,154 @@ namespace {
 struct MatchedCall {
     const Event* event;
     Role role;
-    std::int64_t start_ns;  // the event's, here so that ordering reads no event
+    std::int64_t order_ns;  // where the rank issued it: the event's start, for ordering
+    std::int64_t start_ns;  // when it ran: the event's times, or on a GPU its kernels'
+    std::int64_t end_ns;
 };
 
-// A rank's matched collectives in start order (k counts in start order over its lanes). Each
-// lane is in start order already, so the lanes' runs are merged, stably, in lane order: the
-// order a stable sort of their concatenation gives, without sorting a 1024-rank run's 20K calls
-// a rank from scratch twice.
+// The GPU side of a rank's engine collectives (docs/analyses.md, "Stragglers"). On a rank with
+// device work an engine range ("tp all-reduce") times the host call that enqueued NCCL's
+// kernel, not the collective; the kernel, launched inside it (joined by correlation id), is
+// the collective as it ran. So a range takes the span of the collective kernels it launched,
+// as find_passes projects a pass onto its kernels, and those kernels are not matched again
+// under their own names. Kernels launched inside a pipeline send or receive belong to it
+// (point to point, passes/bubbles); kernels whose launch no engine range holds (a foreign
+// program) stay calls of their own.
+class DeviceCollectives {
+public:
+    explicit DeviceCollectives(const RankTrace& rank) {
+        if (!rank.has_device_lanes()) {
+            return;
+        }
+        std::vector<std::pair<std::int64_t, Interval>> spans;
+        for (const LaneTrace& lane : rank.lanes) {
+            if (lane.info.kind != LaneKind::gpu_stream) {
+                continue;
+            }
+            for (const Event& event : lane.events) {
+                if (event.kind == EventKind::collective && event.correlation >= 0) {
+                    spans.emplace_back(event.correlation, Interval{event.start_ns, event.end_ns});
+                }
+            }
+        }
+        kernels_ = CorrelationMap<Interval>(std::move(spans), [](Interval& a, const Interval& b) {
+            a.start = std::min(a.start, b.start);
+            a.end = std::max(a.end, b.end);
+        });
+        present_ = true;
+    }
+
+    bool present() const { return present_; }
+    const Interval* launched(std::int64_t correlation) const { return kernels_.find(correlation); }
+    // Called for every launch inside an engine communication range.
+    void take(std::int64_t correlation) { taken_.push_back(correlation); }
+    // After the host lanes: whether a kernel was launched inside an engine range.
+    bool taken(std::int64_t correlation) {
+        if (!taken_sorted_) {
+            std::sort(taken_.begin(), taken_.end());
+            taken_sorted_ = true;
+        }
+        return std::binary_search(taken_.begin(), taken_.end(), correlation);
+    }
+
+private:
+    bool present_ = false;
+    CorrelationMap<Interval> kernels_{{}, [](Interval&, const Interval&) {}};
+    std::vector<std::int64_t> taken_;
+    bool taken_sorted_ = false;
+};
+
+// One host lane's matched collectives, appended to `calls`; on a rank with device work each
+// engine range takes the span of the kernels it launched.
+void host_lane_calls(const RunTrace& trace, const LaneTrace& lane, DeviceCollectives& device,
+                     std::vector<MatchedCall>& calls) {
+    struct Open {
+        std::int64_t end_ns;
+        std::int64_t call;  // index into calls; -1 for a pipeline send or receive
+    };
+    std::vector<Open> open;  // the engine communication ranges around the event, innermost last
+    const std::size_t first = calls.size();
+    std::vector<Interval> ran;  // the kernels' span of calls[first + i]
+    constexpr Interval kNothing{INT64_MAX, INT64_MIN};
+    for (const Event& event : lane.events) {
+        while (!open.empty() && open.back().end_ns <= event.start_ns) {
+            open.pop_back();
+        }
+        if (event.kind == EventKind::mark) {
+            continue;
+        }
+        if (event.kind == EventKind::api) {
+            if (device.present() && !open.empty() && event.correlation >= 0) {
+                device.take(event.correlation);
+                const Interval* kernel = device.launched(event.correlation);
+                if (kernel != nullptr && open.back().call >= 0) {
+                    Interval& span = ran[static_cast<std::size_t>(open.back().call) - first];
+                    span.start = std::min(span.start, kernel->start);
+                    span.end = std::max(span.end, kernel->end);
+                }
+            }
+            continue;
+        }
+        const Role role = trace.role(event);
+        const bool engine = is_communication(role) && role != Role::collective;
+        if (is_matched_collective(role)) {
+            if (engine) {
+                open.push_back({event.end_ns, static_cast<std::int64_t>(calls.size())});
+            }
+            calls.push_back({&event, role, event.start_ns, event.start_ns, event.end_ns});
+            ran.push_back(kNothing);
+        } else if (engine) {
+            open.push_back({event.end_ns, -1});
+        }
+    }
+    for (std::size_t i = 0; i < ran.size(); ++i) {
+        if (ran[i].start <= ran[i].end) {  // it launched kernels: they are its times
+            calls[first + i].start_ns = ran[i].start;
+            calls[first + i].end_ns = ran[i].end;
+        }
+    }
+}
+
+// A rank's matched collectives in the order it issued them (k counts in that order over its
+// lanes). Each lane is in start order already, so the lanes' runs are merged, stably, in lane
+// order: the order a stable sort of their concatenation gives, without sorting a 1024-rank
+// run's 20K calls a rank from scratch twice. Host lanes go first, so that the kernels their
+// engine ranges launched are known before the device lanes are read.
 void matched_calls(const RunTrace& trace, const RankTrace& rank, std::vector<MatchedCall>& calls) {
     calls.clear();
+    DeviceCollectives device(rank);
     std::size_t sorted_end = 0;
+    const auto merge_lane = [&] {
+        if (sorted_end > 0 && calls.size() > sorted_end) {
+            std::inplace_merge(
+                calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(sorted_end), calls.end(),
+                [](const MatchedCall& a, const MatchedCall& b) { return a.order_ns < b.order_ns; });
+        }
+        sorted_end = calls.size();
+    };
     for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::gpu_stream) {
+            host_lane_calls(trace, lane, device, calls);
+            merge_lane();
+        }
+    }
+    for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::gpu_stream) {
+            continue;
+        }
         for (const Event& event : lane.events) {
             if (event.kind == EventKind::mark) {
                 continue;
             }
             const Role role = trace.role(event);
-            if (is_matched_collective(role)) {
-                calls.push_back({&event, role, event.start_ns});
+            if (!is_matched_collective(role) ||
+                (event.kind == EventKind::collective && event.correlation >= 0 &&
+                 device.taken(event.correlation))) {
+                continue;
             }
+            calls.push_back({&event, role, event.start_ns, event.start_ns, event.end_ns});
         }
-        if (sorted_end > 0 && calls.size() > sorted_end) {
-            std::inplace_merge(
-                calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(sorted_end), calls.end(),
-                [](const MatchedCall& a, const MatchedCall& b) { return a.start_ns < b.start_ns; });
-        }
-        sorted_end = calls.size();
+        merge_lane();
     }
 }
 
@@ -173,12 +299,12 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
             std::vector<std::uint32_t>& by_k = instances_of_id[it->second];
             if (static_cast<std::size_t>(k) == by_k.size()) {
                 by_k.push_back(static_cast<std::uint32_t>(found.size()));
-                found.push_back({&event, call.role, k, 0, event.start_ns});
+                found.push_back({&event, call.role, k, 0, call.start_ns});
             }
             const std::uint32_t index = by_k[static_cast<std::size_t>(k)];
             Instance& instance = found[index];
             ++instance.participants;
-            instance.first_start = std::min(instance.first_start, event.start_ns);
+            instance.first_start = std::min(instance.first_start, call.start_ns);
             instance_of_call.push_back(index);
         }
     }
@@ -201,7 +327,7 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
     std::sort(order.begin(), order.end(), [](const Order& a, const Order& b) {
         return std::tie(a.step, a.first_start, a.index) < std::tie(b.step, b.first_start, b.index);
     });
-    constexpr std::uint32_t kDropped = ~std::uint32_t{0};
+    constexpr std::uint32_t kDropped = ~std::uint32_t{0};  // an instance of one participant
     std::vector<std::uint32_t> position(found.size(), kDropped);
     std::vector<CollectiveInstance> instances(order.size());
     for (std::size_t p = 0; p < order.size(); ++p) {
@@ -225,7 +351,7 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
             if (p != kDropped) {
                 const Event& event = *call.event;
                 instances[p].participants.push_back(
-                    {rank.info.rank, event.start_ns, event.end_ns, event.bytes, event.args});
+                    {rank.info.rank, call.start_ns, call.end_ns, event.bytes, event.args});
             }
         }
     }

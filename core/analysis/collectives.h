@@ -7,6 +7,11 @@
 // and cp; "cp …": same dp, pp, tp; "tp …": same dp, pp, cp; "pp all-reduce embedding": same
 // dp, cp, tp, which only the first and last stage emit; anything else: all ranks). k counts a
 // rank's events of one key in start order over all its lanes.
+// On a rank with device work an engine range takes the times of the collective kernels it
+// launched (joined by correlation id): the range timed only the host call that enqueued them.
+// Those kernels, and the ones a pipeline send or receive launched, are not matched on their
+// own; a kernel no engine range launched (a foreign program) is, across all ranks, since its
+// name ("ncclDevKernel_AllReduce_…") says the algorithm, not the communicator.
 // Pipeline point-to-point is not a collective; a receive is matched to its send by
 // passes/bubbles.
 #pragma once

@@ -236,6 +236,80 @@ private slots:
         QCOMPARE(instances[1].last_arrival().rank, 0);
         QCOMPARE(instances[1].total_wait_ns(), 20);
     }
+
+    // A captured GPU run. An engine range ("tp all-reduce") times the host call that enqueued
+    // NCCL's kernel; the kernel it launched (joined by correlation id) is the collective as it
+    // ran, and its name ("ncclDevKernel_AllReduce_…") does not say its group.
+    // tp = 2, pp = 2; rank = 2·pp + tp; TP groups {0,1} (stage 0) and {2,3} (stage 1). On each
+    // rank, in forward of step 0 mb 0: "tp all-reduce" [100, 200) launches an AllReduce kernel
+    // (id 1), "send activations" launches a SendRecv kernel (id 2), a launch outside any
+    // engine range starts a Broadcast kernel (id 3), and "pp all-reduce embedding" (first and
+    // last stage) launches nothing (an MPI collective: its host times stand).
+    //   tp all-reduce at the kernels' times: {0,1} 1000, 1040 → last 1, wait 40, ran 500;
+    //     {2,3} 5000, 5010 → last 3, wait 10 (host times would say a tie, wait 0)
+    //   the AllReduce kernels are those ranges, not instances of their own (one group of all
+    //     four would say last 3, wait 4010 + 3970 + 10 = 7990); SendRecv is point to point
+    //   Broadcast: nothing says its group, so all four ranks, wait 3 + 2 + 1
+    //   pp all-reduce embedding: {0,2} at 900, 902 → last 2, wait 2
+    void gpuCollectivesAreTheKernelsTheirRangesLaunched() {
+        RunTrace trace;
+        const std::int64_t all_reduce_start[] = {1000, 1040, 5000, 5010};
+        for (int r = 0; r < 4; ++r) {
+            add_rank(trace, r, 0, r % 2, r / 2, 0);
+        }
+        for (int r = 0; r < 4; ++r) {
+            LaneTrace& cpu = host(trace, r);
+            LaneTrace& nccl = trace.add_lane(r, LaneKind::gpu_stream, "stream 13");
+            const auto launch = [&](std::int64_t at, std::int64_t correlation) {
+                Event& call =
+                    trace.add_range(cpu, "cudaLaunchKernel", Category::runtime, at, at + 5, 0, 0);
+                call.kind = EventKind::api;
+                call.correlation = correlation;
+            };
+            const auto kernel = [&](std::string_view name, std::int64_t start,
+                                    std::int64_t correlation) {
+                Event& work = trace.add_range(nccl, name, Category::communication, start,
+                                              start + 500, 0, 0, -1, Phase::forward);
+                work.kind = EventKind::collective;
+                work.correlation = correlation;
+            };
+            collective(trace, r, "tp all-reduce", 100, 200, 0, 0, Phase::forward);
+            launch(110, 1);
+            collective(trace, r, "send activations", 300, 400, 0, 0, Phase::forward);
+            launch(310, 2);
+            launch(600, 3);
+            collective(trace, r, "pp all-reduce embedding", 900 + r, 950, 0, -1, Phase::none);
+            kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", all_reduce_start[r], 1);
+            kernel("ncclDevKernel_SendRecv", 7000, 2);
+            kernel("ncclDevKernel_Broadcast_RING_LL", 8000 + r, 3);
+        }
+        trace.finish();
+        const auto instances = match_collectives(trace);
+        // tp all-reduce in each TP group, the embedding's in {0,2} and {1,3}, one Broadcast
+        QCOMPARE(instances.size(), 5u);
+        const auto* stage0 = find(trace, instances, "tp all-reduce", 0, 0);
+        const auto* stage1 = find(trace, instances, "tp all-reduce", 0, 2);
+        QVERIFY(stage0 && stage1);
+        QCOMPARE(ranks_of(*stage0), (std::vector<std::int32_t>{0, 1}));
+        QCOMPARE(stage0->participants[0].start_ns, 1000);
+        QCOMPARE(stage0->participants[0].end_ns, 1500);
+        QCOMPARE(stage0->last_arrival().rank, 1);
+        QCOMPARE(stage0->total_wait_ns(), 40);
+        QCOMPARE(ranks_of(*stage1), (std::vector<std::int32_t>{2, 3}));
+        QCOMPARE(stage1->last_arrival().rank, 3);
+        QCOMPARE(stage1->total_wait_ns(), 10);
+        QVERIFY(!find(trace, instances, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 0, 0));
+        QVERIFY(!find(trace, instances, "ncclDevKernel_SendRecv", 0, 0));
+        const auto* broadcast = find(trace, instances, "ncclDevKernel_Broadcast_RING_LL", 0, 0);
+        QVERIFY(broadcast);
+        QCOMPARE(ranks_of(*broadcast), (std::vector<std::int32_t>{0, 1, 2, 3}));
+        QCOMPARE(broadcast->total_wait_ns(), 3 + 2 + 1);
+        const auto* embedding = find(trace, instances, "pp all-reduce embedding", 0, 0);
+        QVERIFY(embedding);
+        QCOMPARE(ranks_of(*embedding), (std::vector<std::int32_t>{0, 2}));
+        QCOMPARE(embedding->participants[1].start_ns, 902);
+        QCOMPARE(embedding->total_wait_ns(), 2);
+    }
 };
 
 QTEST_GUILESS_MAIN(CollectivesTest)

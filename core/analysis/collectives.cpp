@@ -1,6 +1,8 @@
 #include "core/analysis/collectives.h"
 
 #include <algorithm>
+#include <functional>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -61,6 +63,40 @@ std::uint64_t communicator_of(Role role, const RankInfo& r) {
         default:
             return pack(role, -1, -1, -1);
     }
+}
+
+// The process group a PyTorch trace names in a collective kernel's args: Kineto writes
+// "Process Group Name" ("0", "1", ...: numbered in creation order, which every rank shares)
+// with "Collective name" on NCCL kernels (docs/import.md). Empty when the args have none.
+std::string_view process_group_of(std::string_view args) {
+    constexpr std::string_view kKey = "\"Process Group Name\"";
+    const std::size_t key = args.find(kKey);
+    if (key == std::string_view::npos) {
+        return {};
+    }
+    std::size_t at = args.find_first_not_of(" \t\n\r", key + kKey.size());
+    if (at == std::string_view::npos || args[at] != ':') {
+        return {};
+    }
+    at = args.find_first_not_of(" \t\n\r", at + 1);
+    if (at == std::string_view::npos || args[at] != '"') {
+        return {};
+    }
+    const std::size_t end = args.find('"', at + 1);
+    return end == std::string_view::npos ? std::string_view{} : args.substr(at + 1, end - at - 1);
+}
+
+// A collective of no engine dimension: its process group's when the trace names one (the top
+// bit keeps it apart from pack()'s values), else one group of all ranks.
+std::uint64_t communicator_of_unknown(const RunTrace& trace, const Event& event) {
+    if (event.args.value == 0) {
+        return pack(Role::collective, -1, -1, -1);
+    }
+    const std::string_view group = process_group_of(trace.name(event.args));
+    if (group.empty()) {
+        return pack(Role::collective, -1, -1, -1);
+    }
+    return (std::uint64_t{1} << 63) | (std::hash<std::string_view>{}(group) >> 1);
 }
 
 // Pipeline send/receive are point-to-point, matched by the cost model's receive rule.
@@ -284,8 +320,10 @@ std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
         used.clear();
         for (const MatchedCall& call : calls) {
             const Event& event = *call.event;
-            const CallKey key{communicator_of(call.role, rank.info), event.name, event.step,
-                              event.microbatch, event.phase};
+            const std::uint64_t communicator = call.role == Role::collective
+                                                   ? communicator_of_unknown(trace, event)
+                                                   : communicator_of(call.role, rank.info);
+            const CallKey key{communicator, event.name, event.step, event.microbatch, event.phase};
             const auto [it, added] =
                 call_ids.try_emplace(key, static_cast<std::uint32_t>(instances_of_id.size()));
             if (added) {

@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <string>
 
 #include "core/analysis/collectives.h"
 #include "tests/analysis/trace_builders.h"
@@ -309,6 +310,52 @@ private slots:
         QCOMPARE(ranks_of(*embedding), (std::vector<std::int32_t>{0, 2}));
         QCOMPARE(embedding->participants[1].start_ns, 902);
         QCOMPARE(embedding->total_wait_ns(), 2);
+    }
+
+    // A PyTorch trace imported without coordinates: its NCCL kernels name their process group
+    // in the args (Kineto's "Process Group Name"), and ranks in different groups must not be
+    // matched together. Groups "1" = {0,1} and "2" = {2,3}, then "0" = all four:
+    //   "1": 100, 130 → last 1, wait 30     "2": 200, 210 → last 3, wait 10
+    //   "0": 500 + r → last 3, wait 3 + 2 + 1
+    // (without the groups, the first kernel of each rank would form one instance of four)
+    void importedKernelsMatchWithinTheirProcessGroup() {
+        RunTrace trace;
+        for (int r = 0; r < 4; ++r) {
+            RankInfo info;
+            info.rank = r;
+            trace.add_rank(info);
+        }
+        const auto kernel = [&](int rank, std::string_view group, std::int64_t start) {
+            RankTrace& r = *trace.find_rank(rank);
+            LaneTrace& stream = r.lanes.empty()
+                                    ? trace.add_lane(rank, LaneKind::gpu_stream, "stream 20")
+                                    : r.lanes.front();
+            Event& work = trace.add_range(stream, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                                          Category::communication, start, start + 50, 0);
+            work.kind = EventKind::collective;
+            work.args = trace.intern(
+                "{\"External id\": 12, \"Collective name\": \"allreduce\", \"Group size\": 2, "
+                "\"Process Group Name\": \"" +
+                std::string(group) + "\", \"Process Group Ranks\": \"[...]\"}");
+        };
+        kernel(0, "1", 100);
+        kernel(1, "1", 130);
+        kernel(2, "2", 200);
+        kernel(3, "2", 210);
+        for (int r = 0; r < 4; ++r) {
+            kernel(r, "0", 500 + r);
+        }
+        trace.finish();
+        const auto instances = match_collectives(trace);
+        QCOMPARE(instances.size(), 3u);
+        QCOMPARE(ranks_of(instances[0]), (std::vector<std::int32_t>{0, 1}));
+        QCOMPARE(instances[0].last_arrival().rank, 1);
+        QCOMPARE(instances[0].total_wait_ns(), 30);
+        QCOMPARE(ranks_of(instances[1]), (std::vector<std::int32_t>{2, 3}));
+        QCOMPARE(instances[1].total_wait_ns(), 10);
+        QCOMPARE(ranks_of(instances[2]), (std::vector<std::int32_t>{0, 1, 2, 3}));
+        QCOMPARE(instances[2].occurrence, 0);
+        QCOMPARE(instances[2].total_wait_ns(), 3 + 2 + 1);
     }
 };
 

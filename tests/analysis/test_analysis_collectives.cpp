@@ -22,6 +22,15 @@ void collective(RunTrace& trace, int rank, std::string_view name, std::int64_t s
     e.bytes = bytes;
 }
 
+// Ranks 0..n-1 of an imported trace: no 4D coordinates (all -1).
+void add_ranks_without_coordinates(RunTrace& trace, int n) {
+    for (int r = 0; r < n; ++r) {
+        RankInfo info;
+        info.rank = r;
+        trace.add_rank(info);
+    }
+}
+
 std::vector<std::int32_t> ranks_of(const CollectiveInstance& instance) {
     std::vector<std::int32_t> ranks;
     for (const auto& p : instance.participants) {
@@ -211,11 +220,7 @@ private slots:
     //   k1: rank 0 at 500 (lane a), rank 1 at 480 → last 0, wait 20
     void occurrencesAcrossLanesWithoutCoordinates() {
         RunTrace trace;
-        for (int r = 0; r < 2; ++r) {
-            RankInfo info;
-            info.rank = r;
-            trace.add_rank(info);
-        }
+        add_ranks_without_coordinates(trace, 2);
         trace.add_lane(0, LaneKind::host_thread, "a");
         trace.add_lane(0, LaneKind::host_thread, "b");
         trace.add_lane(1, LaneKind::host_thread, "main");
@@ -320,11 +325,7 @@ private slots:
     // (without the groups, the first kernel of each rank would form one instance of four)
     void importedKernelsMatchWithinTheirProcessGroup() {
         RunTrace trace;
-        for (int r = 0; r < 4; ++r) {
-            RankInfo info;
-            info.rank = r;
-            trace.add_rank(info);
-        }
+        add_ranks_without_coordinates(trace, 4);
         const auto kernel = [&](int rank, std::string_view group, std::int64_t start) {
             RankTrace& r = *trace.find_rank(rank);
             LaneTrace& stream = r.lanes.empty()

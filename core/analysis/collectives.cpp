@@ -5,9 +5,8 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
-#include <utility>
 
-#include "core/analysis/correlation_map.h"
+#include "core/analysis/device_work.h"
 #include "core/analysis/intervals.h"
 
 namespace fulcrum::analysis {
@@ -150,27 +149,10 @@ struct MatchedCall {
 // program) stay calls of their own.
 class DeviceCollectives {
 public:
-    explicit DeviceCollectives(const RankTrace& rank) {
-        if (!rank.has_device_lanes()) {
-            return;
-        }
-        std::vector<std::pair<std::int64_t, Interval>> spans;
-        for (const LaneTrace& lane : rank.lanes) {
-            if (lane.info.kind != LaneKind::gpu_stream) {
-                continue;
-            }
-            for (const Event& event : lane.events) {
-                if (event.kind == EventKind::collective && event.correlation >= 0) {
-                    spans.emplace_back(event.correlation, Interval{event.start_ns, event.end_ns});
-                }
-            }
-        }
-        kernels_ = CorrelationMap<Interval>(std::move(spans), [](Interval& a, const Interval& b) {
-            a.start = std::min(a.start, b.start);
-            a.end = std::max(a.end, b.end);
-        });
-        present_ = true;
-    }
+    explicit DeviceCollectives(const RankTrace& rank)
+        : present_(rank.has_device_lanes()),
+          kernels_(device_work_by_launch(
+              rank, [](const Event& event) { return event.kind == EventKind::collective; })) {}
 
     bool present() const { return present_; }
     const Interval* launched(std::int64_t correlation) const { return kernels_.find(correlation); }
@@ -186,8 +168,8 @@ public:
     }
 
 private:
-    bool present_ = false;
-    CorrelationMap<Interval> kernels_{{}, [](Interval&, const Interval&) {}};
+    bool present_;
+    CorrelationMap<Interval> kernels_;
     std::vector<std::int64_t> taken_;
     bool taken_sorted_ = false;
 };

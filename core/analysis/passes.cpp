@@ -4,7 +4,7 @@
 #include <map>
 #include <tuple>
 
-#include "core/analysis/correlation_map.h"
+#include "core/analysis/device_work.h"
 #include "core/analysis/intervals.h"
 #include "core/balance/cp_shard.h"
 #include "core/trace/annotations.h"
@@ -13,27 +13,10 @@ namespace fulcrum::analysis {
 
 namespace {
 
-// The device work of a rank by correlation id: the span of every kernel, copy, memset and
-// collective that one launch started.
-CorrelationMap<Interval> device_work_by_launch(const RankTrace& rank) {
-    std::vector<std::pair<std::int64_t, Interval>> spans;
-    for (const LaneTrace& lane : rank.lanes) {
-        if (lane.info.kind != LaneKind::gpu_stream) {
-            continue;
-        }
-        for (const Event& event : lane.events) {
-            const bool work = event.kind == EventKind::kernel || event.kind == EventKind::memcpy ||
-                              event.kind == EventKind::memset ||
-                              event.kind == EventKind::collective;
-            if (work && event.correlation >= 0) {
-                spans.emplace_back(event.correlation, Interval{event.start_ns, event.end_ns});
-            }
-        }
-    }
-    return CorrelationMap<Interval>(std::move(spans), [](Interval& span, const Interval& more) {
-        span.start = std::min(span.start, more.start);
-        span.end = std::max(span.end, more.end);
-    });
+// Device work a pass is timed by: every kernel, copy, memset and collective.
+bool is_device_work(const Event& event) {
+    return event.kind == EventKind::kernel || event.kind == EventKind::memcpy ||
+           event.kind == EventKind::memset || event.kind == EventKind::collective;
 }
 
 // The GPU projection of each event of a host lane (as Nsight Systems projects NVTX ranges):
@@ -235,7 +218,7 @@ std::vector<Pass> find_passes(const RunTrace& trace) {
         // streams but no launch records (no runtime API tracing) keeps its host times.
         std::vector<std::vector<Interval>> projections(rank.lanes.size());
         if (rank.has_device_lanes()) {
-            const auto work = device_work_by_launch(rank);
+            const auto work = device_work_by_launch(rank, is_device_work);
             std::int64_t linked = 0;
             for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
                 if (rank.lanes[l].info.kind == LaneKind::host_thread) {

@@ -92,6 +92,7 @@ struct CuptiApi {
     decltype(&cuptiGetResultString) result_string = nullptr;
     decltype(&cuptiGetCallbackName) callback_name = nullptr;
     decltype(&cuptiGetStreamIdEx) stream_id = nullptr;
+    decltype(&cuptiSetThreadIdType) thread_id_type = nullptr;
 
     bool load() {
         void* library = nullptr;
@@ -135,6 +136,7 @@ struct CuptiApi {
         bind(result_string, "cuptiGetResultString");
         bind(callback_name, "cuptiGetCallbackName");
         bind(stream_id, "cuptiGetStreamIdEx");
+        bind(thread_id_type, "cuptiSetThreadIdType");
         return complete;
     }
 };
@@ -556,6 +558,11 @@ GpuStart start_gpu_tracing() {
     // The timestamp callback first, before any kind is enabled, so that every GPU record is
     // on the host ranges' clock (docs/sources.md, "CUDA, CUPTI, NVTX").
     CUptiResult status = g_cupti.register_timestamp(host_timestamp);
+    // API records carry gettid() like the NVTX lanes (nvtx_injection.cpp), not CUPTI's
+    // default pthread_self(), so a runtime call lands on its thread's lane inside its ranges.
+    if (status == CUPTI_SUCCESS) {
+        status = g_cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    }
     if (status == CUPTI_SUCCESS) {
         status = g_cupti.register_callbacks(buffer_requested, buffer_completed);
     }

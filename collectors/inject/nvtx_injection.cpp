@@ -21,7 +21,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -31,6 +33,7 @@
 
 #include "collectors/inject/gpu_tracer.h"
 #include "collectors/inject/immortal.h"
+#include "collectors/inject/rank_environment.h"
 #include "collectors/inject/recorder.h"
 #include "collectors/inject/wide_text.h"
 #include "core/trace/annotations.h"
@@ -673,6 +676,13 @@ bool set_up_process() {
         if (Recorder::instance().declined()) {
             say("FULCRUM_CAPTURE_DIR is not set; not recording (run the program under "
                 "`fulcrum capture`)");
+            return;
+        }
+        // mpirun's daemons are not ranks (rank_environment.h); they are left alone quietly.
+        std::error_code ec;
+        const std::string executable =
+            std::filesystem::read_symlink("/proc/self/exe", ec).filename().string();
+        if (is_launcher_program(program_invocation_short_name) || is_launcher_program(executable)) {
             return;
         }
         pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);

@@ -38,4 +38,15 @@ LauncherRank rank_from_environment(const std::function<const char*(const char*)>
     return {};
 }
 
+bool is_launcher_program(std::string_view name) {
+    for (const std::string_view launcher :
+         {"orted", "prted", "orterun", "mpirun", "mpiexec", "prterun", "prun", "srun", "slurmstepd",
+          "hydra_pmi_proxy", "mpiexec.hydra"}) {
+        if (name == launcher) {
+            return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace fulcrum::collect

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace fulcrum::collect {
 
@@ -22,5 +23,12 @@ LauncherRank rank_from_environment(const std::function<const char*(const char*)>
                                        [](const char* name) {
                                            return static_cast<const char*>(std::getenv(name));
                                        });
+
+// Whether a program of this name (its executable's file name) is a launcher or one of its
+// daemons rather than a rank: Open MPI's orted, PRRTE's prted, mpirun itself, SLURM's step
+// daemon, MPICH's Hydra proxy. They inherit the capture's environment and may initialise CUDA
+// (Open MPI's CUDA support, hwloc probing the GPUs), which loads the injection library through
+// CUDA_INJECTION64_PATH; recorded, they would take a rank's number before the rank does.
+bool is_launcher_program(std::string_view name);
 
 }  // namespace fulcrum::collect

@@ -1,6 +1,6 @@
 // A little CUDA work for the GPU tests: copies both ways, a memset, and cuBLAS kernels on a
-// named stream inside a `fulcrum` range of step 7, so that test_collectors can check what
-// CUPTI delivers. Exits 3 without a GPU.
+// named stream inside a `fulcrum` range of step 7 and micro-batch 2, so that test_collectors can
+// check what CUPTI delivers. Exits 3 without a GPU.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -34,7 +34,7 @@ int main() {
     attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
     attributes.category = 1;
     attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
-    attributes.message.ascii = "forward step=7 mb=0 stage=0 phase=fwd";
+    attributes.message.ascii = "forward step=7 mb=2 stage=0 phase=fwd";
     nvtxDomainRangePushEx(domain, &attributes);
     cudaMemcpyAsync(a, host.data(), sizeof(float) * n * n, cudaMemcpyHostToDevice, stream);
     cudaMemcpyAsync(b, host.data(), sizeof(float) * n * n, cudaMemcpyHostToDevice, stream);

@@ -181,6 +181,16 @@ private slots:
         QCOMPARE(QString::fromStdString(found.variable), source);
     }
 
+    // mpirun and its daemons inherit the capture's environment but are not ranks.
+    void launchersAreNotRanks() {
+        for (const char* launcher : {"orted", "prted", "mpirun", "orterun", "slurmstepd"}) {
+            QVERIFY2(is_launcher_program(launcher), launcher);
+        }
+        for (const char* program : {"fulcrum-train", "python3", "orted2", ""}) {
+            QVERIFY2(!is_launcher_program(program), program);
+        }
+    }
+
     // The engine writes range messages with format_range_message; what it writes is read back
     // whole, and keys not set are left out.
     void rangeMessagesRoundTrip() {

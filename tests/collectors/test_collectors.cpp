@@ -9,6 +9,7 @@
 #include <QDir>
 #include <QProcess>
 #include <QScopeGuard>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -51,6 +52,10 @@ struct Outcome {
 QProcessEnvironment clean_environment() {
     QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
     for (const QString& name : environment.keys()) {
+        // Kept: how mpirun starts its daemons is the machine's, not a rank's, setting.
+        if (name == "OMPI_MCA_plm_rsh_agent") {
+            continue;
+        }
         if (name.startsWith("OMPI_") || name.startsWith("PMI") || name.startsWith("SLURM_") ||
             name.startsWith("FULCRUM_") || name == "RANK" || name == "WORLD_SIZE" ||
             name == "NVTX_INJECTION64_PATH" || name == "CUDA_INJECTION64_PATH") {
@@ -63,6 +68,13 @@ QProcessEnvironment clean_environment() {
     environment.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     environment.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
     environment.insert("OMPI_MCA_mpi_yield_when_idle", "1");
+    // A machine without ssh or rsh (a container, the GPU machines): mpirun refuses to start
+    // even one-node jobs unless its remote-start agent exists, and never calls it for them.
+    if (!environment.contains("OMPI_MCA_plm_rsh_agent") &&
+        QStandardPaths::findExecutable("ssh").isEmpty() &&
+        QStandardPaths::findExecutable("rsh").isEmpty()) {
+        environment.insert("OMPI_MCA_plm_rsh_agent", "false");
+    }
     return environment;
 }
 
@@ -634,10 +646,24 @@ private slots:
         std::map<EventKind, int> kinds;
         bool kernel_has_step = false;
         bool stream_named = false;
+        const SeenEvent* range = nullptr;
+        for (const auto& e : captured->events) {
+            if (e.event.kind == EventKind::range && e.event.step == 7) {
+                range = &e;
+            }
+        }
+        QVERIFY2(range != nullptr, "the NVTX range of step 7 was not recorded");
+        bool api_inside_range = false;
         for (const auto& e : captured->events) {
             ++kinds[e.event.kind];
             if (e.event.kind == EventKind::kernel && e.event.step == 7) {
                 kernel_has_step = true;
+                QCOMPARE(e.event.microbatch, std::int32_t(2));
+            }
+            // CUPTI's thread ids are the NVTX lanes' (gettid), so a runtime call made inside
+            // the range sits on the range's lane, nested in it.
+            if (e.event.kind == EventKind::api && e.name == "cudaMemcpyAsync") {
+                api_inside_range |= e.lane == range->lane && e.parent == range->name;
             }
             if (e.event.kind == EventKind::memcpy) {
                 QVERIFY(e.event.bytes > 0);
@@ -653,6 +679,7 @@ private slots:
         QVERIFY2(kinds[EventKind::memset] >= 1, "no memset");
         QVERIFY2(kinds[EventKind::api] > 0, "no runtime/driver API records");
         QVERIFY2(kernel_has_step, "kernels did not get step 7 through external correlation");
+        QVERIFY2(api_inside_range, "cudaMemcpyAsync is not on the NVTX range's thread lane");
         QVERIFY2(stream_named, "nvtxNameCudaStreamA did not name the stream's lane");
     }
 

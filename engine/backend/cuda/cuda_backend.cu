@@ -95,7 +95,7 @@ public:
                         tiles.size() * sizeof(cuda::AttentionTile));
         if (const auto found = entries_.find(key); found != entries_.end())
             return found->second;
-        const std::size_t bytes = (key.size() + kAlign - 1) / kAlign * kAlign;
+        const std::size_t bytes = padded_bytes(tiles);
         if (used_ + bytes > kCapacity)
             release();
         if (blocks_.empty() || block_used_ + bytes > block_bytes_) {
@@ -118,6 +118,17 @@ public:
         return entry->second;
     }
 
+    // Two lists that one kernel reads together: a cache that starts over between the two
+    // uploads would free the first list's block under it, so the room for both is made first.
+    std::pair<Tiles, Tiles> upload_pair(const std::vector<cuda::AttentionTile>& first,
+                                        const std::vector<cuda::AttentionTile>& second,
+                                        cudaStream_t stream) {
+        if (used_ + padded_bytes(first) + padded_bytes(second) > kCapacity)
+            release();
+        Tiles a = upload(first, stream);
+        return {a, upload(second, stream)};
+    }
+
     void release() {
         if (blocks_.empty())
             return;
@@ -130,6 +141,10 @@ public:
     }
 
 private:
+    static std::size_t padded_bytes(const std::vector<cuda::AttentionTile>& tiles) {
+        return (tiles.size() * sizeof(cuda::AttentionTile) + kAlign - 1) / kAlign * kAlign;
+    }
+
     static constexpr std::size_t kAlign = 256;
     static constexpr std::size_t kBlock = std::size_t(1) << 20;
     static constexpr std::size_t kCapacity = std::size_t(64) << 20;
@@ -538,8 +553,8 @@ void CudaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dou
     views.dv_stride = dv.row_stride();
     float* delta = static_cast<float*>(
         s.delta.reserve(std::size_t(std::max<std::int64_t>(tq, 1) * n_head) * sizeof(float)));
-    const TileCache::Tiles q_tiles = s.tiles.upload(cuda::query_tiles(spans), s.compute());
-    const TileCache::Tiles k_tiles = s.tiles.upload(cuda::key_tiles(spans), s.compute());
+    const auto [q_tiles, k_tiles] =
+        s.tiles.upload_pair(cuda::query_tiles(spans), cuda::key_tiles(spans), s.compute());
     cuda::attention_backward(views, cf(lse), delta, tq, q_tiles.data, q_tiles.count, k_tiles.data,
                              k_tiles.count, n_head, hs, s.compute());
 }

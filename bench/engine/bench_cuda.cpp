@@ -6,10 +6,13 @@
 //      difference) on 4096-token micro-batches, bf16 and fp32 GEMMs. FLOPs per docs/sources.md,
 //      "FLOPs": per layer 72·S·h² + 6·h·Σdᵢ², plus the LM head 6·S·h·V; MFU against the H100/H200
 //      dense bf16 peak, 989 TFLOP/s.
-//   2. The attention forward kernel at 16 K tokens (one document, so Σd² = 16384²; FLOPs
-//      2·h·Σd², causal) against the cuBLAS rate of the QKV-projection-shaped GEMM
-//      [16384, 768]·[2304, 768]ᵀ on the same device: the ratio says how far the simple fp32
-//      tiled kernel is from the GEMMs that FlashAttention-class kernels roughly match.
+//      The bf16 model runs twice: attention in the tiled fp32 kernels (the baseline) and on the
+//      cuBLAS path (dense_attention.cuh, the default for spans of 128 rows or more).
+//   2. Attention at 16 K tokens (one document, so Σd² = 16384²; FLOPs 2·h·Σd², causal),
+//      forward and forward + backward, tiled kernels against the cuBLAS path, and against the
+//      cuBLAS rate of the QKV-projection-shaped GEMM [16384, 768]·[2304, 768]ᵀ on the same
+//      device: the ratio says how far each is from the GEMMs that FlashAttention-class kernels
+//      roughly match.
 //   3. FPDT-style chunked attention (chunked_attention.h) on one 32 K-token document in 4 K
 //      chunks, forward + backward, with the K/V offload (pinned host memory, double-buffered
 //      prefetch) and without it, against whole-document attention in the same run: the time
@@ -54,8 +57,10 @@ std::string document(int length, int seed) {
     return text;
 }
 
-void bench_training(Precision precision) {
+// dense_rows: CudaBackend::set_dense_attention_rows (0: the tiled kernels for every span).
+void bench_training(Precision precision, int dense_rows) {
     CudaBackend backend(precision);
+    backend.set_dense_attention_rows(dense_rows);
     GptConfig config;
     config.n_layer = 12;
     config.channels = 768;
@@ -80,8 +85,9 @@ void bench_training(Precision precision) {
     const double S = context, h = config.channels, V = 256, L = config.n_layer;
     const double sum_d2 = S * S;
     const double flops = L * (72 * S * h * h + 6 * h * sum_d2) + 6 * S * h * V;
-    std::printf("%-6s | %8.0f tokens/s | %7.1f ms/step | %7.1f TFLOP/s | MFU %5.1f%%\n",
-                precision_name(precision), S / seconds, seconds * 1e3, flops / seconds / 1e12,
+    std::printf("%-6s %-16s | %8.0f tokens/s | %7.1f ms/step | %7.1f TFLOP/s | MFU %5.1f%%\n",
+                precision_name(precision), dense_rows > 0 ? "cuBLAS attention" : "tiled attention",
+                S / seconds, seconds * 1e3, flops / seconds / 1e12,
                 100 * flops / seconds / kPeakBf16);
 }
 
@@ -105,23 +111,50 @@ void bench_attention() {
         backend.synchronize(kComputeStream);
         return seconds_since(start) / repeats;
     };
-    const double attention_s = time([&] {
-        backend.attention_forward(out.f32(0, {tokens, c}), lse.f32(0, {tokens, n_head}),
-                                  qkv_t.columns(0, c), qkv_t.columns(c, c), qkv_t.columns(2 * c, c),
-                                  spans, n_head);
-    });
+    DeviceBuffer dqkv = backend.allocate(std::size_t(tokens) * 3 * c * sizeof(float));
+    DeviceBuffer dout = backend.allocate(std::size_t(tokens) * c * sizeof(float));
+    const Tensor dqkv_t = dqkv.f32(0, {tokens, 3 * c});
+    const Tensor out_t = out.f32(0, {tokens, c}), lse_t = lse.f32(0, {tokens, n_head});
+    auto forward = [&] {
+        backend.attention_forward(out_t, lse_t, qkv_t.columns(0, c), qkv_t.columns(c, c),
+                                  qkv_t.columns(2 * c, c), spans, n_head);
+    };
+    auto backward = [&] {
+        backend.attention_backward(dqkv_t.columns(0, c), dqkv_t.columns(c, c),
+                                   dqkv_t.columns(2 * c, c), dout.f32(0, {tokens, c}),
+                                   qkv_t.columns(0, c), qkv_t.columns(c, c),
+                                   qkv_t.columns(2 * c, c), out_t, lse_t, spans, n_head);
+    };
     const double gemm_s = time([&] {
         backend.matmul_forward(out.f32(0, {tokens, 3 * c}), inp.f32(0, {tokens, c}),
                                weight.f32(0, {3 * c, c}), Tensor{});
     });
-    const double attention_flops = 2.0 * c * double(tokens) * tokens;
-    const double gemm_flops = 2.0 * tokens * c * 3.0 * c;
-    const double attention_rate = attention_flops / attention_s, gemm_rate = gemm_flops / gemm_s;
-    std::printf("attention forward, 16K tokens | %7.2f ms | %7.1f TFLOP/s\n", attention_s * 1e3,
-                attention_rate / 1e12);
+    const double gemm_rate = 2.0 * tokens * c * 3.0 * c / gemm_s;
+    // Causal FLOPs (the masked half of the scores the cuBLAS path also computes not counted):
+    // forward 2·h·Σd², backward 2.5 times that (five products of seven, the recomputed S).
+    const double forward_flops = 2.0 * c * double(tokens) * tokens;
+    std::printf(
+        "attention, one 16K-token document | forward ms | TFLOP/s | vs GEMM rate | "
+        "fwd+bwd ms | TFLOP/s\n");
+    double tiled_s = 0;
+    for (const auto& [label, rows] :
+         {std::pair{"tiled kernels (fp32 cores)", 0},
+          std::pair{"cuBLAS over score blocks", CudaBackend::kDenseAttentionRows}}) {
+        backend.set_dense_attention_rows(rows);
+        const double forward_s = time(forward);
+        const double both_s = time([&] {
+            forward();
+            backward();
+        });
+        if (rows == 0)
+            tiled_s = both_s;
+        std::printf("%-33s | %10.2f | %7.1f | %12.3f | %10.2f | %7.1f (%.1fx the tiled)\n", label,
+                    forward_s * 1e3, forward_flops / forward_s / 1e12,
+                    forward_flops / forward_s / gemm_rate, both_s * 1e3,
+                    3.5 * forward_flops / both_s / 1e12, tiled_s / both_s);
+    }
     std::printf("cuBLAS bf16 GEMM [16K,768]x[2304,768]^T | %7.2f ms | %7.1f TFLOP/s\n",
                 gemm_s * 1e3, gemm_rate / 1e12);
-    std::printf("attention / GEMM rate: %.3f\n", attention_rate / gemm_rate);
 }
 
 // One block's QKV projection and attention, forward and backward, on one long document:
@@ -204,8 +237,9 @@ int main() {
         std::printf("device: %s\n", probe.description().c_str());
     }
     std::printf("GPT 12 x 768, 12 heads, 4096-token micro-batch, one document\n");
-    bench_training(Precision::bf16);
-    bench_training(Precision::fp32);
+    bench_training(Precision::bf16, 0);
+    bench_training(Precision::bf16, CudaBackend::kDenseAttentionRows);
+    bench_training(Precision::fp32, CudaBackend::kDenseAttentionRows);
     bench_attention();
     bench_chunked_attention();
     return 0;

@@ -395,18 +395,26 @@ inline void attention_forward(const AttentionViews& views, float* lse, const Att
     FULCRUM_CUDA_CHECK_LAUNCH();
 }
 
-// `delta` is scratch of rows·n_head floats; `q_tiles`/`k_tiles` device arrays.
-inline void attention_backward(const AttentionViews& views, const float* lse, float* delta,
-                               long long rows, const AttentionTile* q_tiles, int n_q_tiles,
+// D = dout · out per query row and head, into `delta` (rows·n_head floats), for the backward
+// of both paths (this file's kernels and dense_attention.cuh).
+inline void attention_delta(const AttentionViews& views, float* delta, long long rows, int n_head,
+                            int hs, cudaStream_t stream) {
+    if (rows == 0)
+        return;
+    attention_delta_kernel<<<ceil_div(rows * n_head * kWarpSize, 256), 256, 0, stream>>>(
+        delta, views, rows, n_head, hs);
+    FULCRUM_CUDA_CHECK_LAUNCH();
+}
+
+// `delta` holds D (attention_delta); `q_tiles`/`k_tiles` are device arrays.
+inline void attention_backward(const AttentionViews& views, const float* lse, const float* delta,
+                               const AttentionTile* q_tiles, int n_q_tiles,
                                const AttentionTile* k_tiles, int n_k_tiles, int n_head, int hs,
                                cudaStream_t stream) {
     NvtxRange range("attention_backward");
     if (n_q_tiles == 0)
         return;
     const float scale = 1.0f / sqrtf(float(hs));
-    attention_delta_kernel<<<ceil_div(rows * n_head * kWarpSize, 256), 256, 0, stream>>>(
-        delta, views, rows, n_head, hs);
-    FULCRUM_CUDA_CHECK_LAUNCH();
     const dim3 q_grid{unsigned(n_q_tiles), unsigned(n_head)};
     const dim3 k_grid{unsigned(n_k_tiles), unsigned(n_head)};
     switch (padded_head_size(hs)) {

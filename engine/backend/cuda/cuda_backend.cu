@@ -12,6 +12,7 @@
 #include "engine/backend/cuda/attention.cuh"
 #include "engine/backend/cuda/common.cuh"
 #include "engine/backend/cuda/crossentropy.cuh"
+#include "engine/backend/cuda/dense_attention.cuh"
 #include "engine/backend/cuda/embedding.cuh"
 #include "engine/backend/cuda/gelu.cuh"
 #include "engine/backend/cuda/layernorm.cuh"
@@ -70,6 +71,7 @@ struct Scratch {
         if (data != nullptr)
             cudaFree(data);
         data = nullptr;
+        bytes = 0;
     }
 };
 
@@ -190,11 +192,31 @@ struct CudaBackend::State {
     cudaDeviceProp properties{};
     cublasHandle_t cublas = nullptr;
     cublasComputeType_t gemm_compute = CUBLAS_COMPUTE_32F;
+    // dense_attention.cuh's GEMMs: fp32 in both modes (its "Precision").
+    cublasComputeType_t attention_compute = CUBLAS_COMPUTE_32F;
     std::vector<cudaStream_t> streams;
     std::vector<std::string> stream_names;
     std::vector<cudaEvent_t> events;
     TileCache tiles;  // query and key tiles of attention calls
     Scratch delta, sum;
+    Scratch dense_scores, dense_gradients;  // dense_attention.cuh's S and G
+    int dense_min_rows = CudaBackend::kDenseAttentionRows;
+
+    // The dense path's blocks of `spans`, the rest into `tiled`; the workspace made to fit.
+    std::vector<cuda::DenseBlock> split(std::span<const AttentionSpan> spans, int n_head,
+                                        std::vector<AttentionSpan>& tiled, bool backward) {
+        std::vector<cuda::DenseBlock> blocks = cuda::split_dense(spans, dense_min_rows, tiled);
+        std::size_t floats = 0;
+        for (const cuda::DenseBlock& b : blocks)
+            floats = std::max(floats, std::size_t(cuda::dense_head_group(b, n_head)) *
+                                          std::size_t(b.rows) * std::size_t(b.keys));
+        if (floats > 0) {
+            dense_scores.reserve(floats * sizeof(float));
+            if (backward)
+                dense_gradients.reserve(floats * sizeof(float));
+        }
+        return blocks;
+    }
 
     cudaStream_t stream(StreamId id) const {
         FULCRUM_CHECK(id.index < streams.size(), "no such stream");
@@ -221,6 +243,8 @@ CudaBackend::~CudaBackend() {
     s.tiles.release();
     s.delta.release();
     s.sum.release();
+    s.dense_scores.release();
+    s.dense_gradients.release();
     for (cudaEvent_t e : s.events)
         cudaEventDestroy(e);
     for (cudaStream_t stream : s.streams)
@@ -501,8 +525,19 @@ void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, 
     views.k_stride = k.row_stride();
     views.v_stride = v.row_stride();
     views.o_stride = out.row_stride();
-    const TileCache::Tiles tiles = s.tiles.upload(cuda::query_tiles(spans), s.compute());
+    std::vector<AttentionSpan> tiled;
+    const std::vector<cuda::DenseBlock> blocks = s.split(spans, n_head, tiled, false);
+    const TileCache::Tiles tiles = s.tiles.upload(cuda::query_tiles(tiled), s.compute());
     cuda::attention_forward(views, mf(lse), tiles.data, tiles.count, n_head, hs, s.compute());
+    if (!blocks.empty()) {
+        cuda::dense_attention_forward(s.cublas, s.attention_compute, views, mf(lse), blocks,
+                                      static_cast<float*>(s.dense_scores.data), n_head, hs,
+                                      s.compute());
+    }
+}
+
+void CudaBackend::set_dense_attention_rows(int min_rows) {
+    state_->dense_min_rows = min_rows;
 }
 
 void CudaBackend::attention_merge(Tensor out, Tensor lse, Tensor part_out, Tensor part_lse,
@@ -553,10 +588,19 @@ void CudaBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dou
     views.dv_stride = dv.row_stride();
     float* delta = static_cast<float*>(
         s.delta.reserve(std::size_t(std::max<std::int64_t>(tq, 1) * n_head) * sizeof(float)));
+    cuda::attention_delta(views, delta, tq, n_head, hs, s.compute());
+    std::vector<AttentionSpan> tiled;
+    const std::vector<cuda::DenseBlock> blocks = s.split(spans, n_head, tiled, true);
     const auto [q_tiles, k_tiles] =
-        s.tiles.upload_pair(cuda::query_tiles(spans), cuda::key_tiles(spans), s.compute());
-    cuda::attention_backward(views, cf(lse), delta, tq, q_tiles.data, q_tiles.count, k_tiles.data,
+        s.tiles.upload_pair(cuda::query_tiles(tiled), cuda::key_tiles(tiled), s.compute());
+    cuda::attention_backward(views, cf(lse), delta, q_tiles.data, q_tiles.count, k_tiles.data,
                              k_tiles.count, n_head, hs, s.compute());
+    if (!blocks.empty()) {
+        cuda::dense_attention_backward(s.cublas, s.attention_compute, views, cf(lse), delta, blocks,
+                                       static_cast<float*>(s.dense_scores.data),
+                                       static_cast<float*>(s.dense_gradients.data), n_head, hs,
+                                       s.compute());
+    }
 }
 
 void CudaBackend::gelu_forward(Tensor out, Tensor inp) {

@@ -48,6 +48,11 @@ public:
     CudaBackend& operator=(const CudaBackend&) = delete;
 
     Precision precision() const { return precision_; }
+    // Spans of at least this many query rows run attention as cuBLAS GEMMs over materialised
+    // scores (dense_attention.cuh), shorter ones in the tiled kernels (attention.cuh); 0 sends
+    // every span to the tiled kernels. Tests set it to run each path.
+    static constexpr int kDenseAttentionRows = 128;
+    void set_dense_attention_rows(int min_rows);
     int device_index() const;
     // The cudaStream_t behind `stream`, for libraries that enqueue on it (NCCL).
     void* native_stream(StreamId stream) const;

@@ -293,6 +293,11 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
             if (mine == instance.participants.end() || mine->end_ns > cursor + 1)
                 continue;
             const CollectiveParticipant& last = instance.last_arrival();
+            // On a GPU rank the optimizer's first kernel starts a little after the host's
+            // all-reduce returned: that launch gap is the step's too.
+            if (mine->end_ns < cursor) {
+                add(rank, "other", mine->end_ns, cursor);
+            }
             add(last.rank, std::string(trace.name(instance.name)), last.start_ns,
                 std::min(cursor, mine->end_ns));
             rank = last.rank;
@@ -310,6 +315,17 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
     std::vector<const Pass*> critical;
     for (std::size_t guard = 0; pass != nullptr && guard <= passes.size(); ++guard) {
         const Pass* slowest = step.slowest_in_lockstep(*pass);
+        // GPU-true passes of one lockstep group end apart (each at its own last kernel): what
+        // follows the end of the member that held the group up is still this pass's own.
+        if (slowest != pass && slowest->end_ns < cursor) {
+            const std::int64_t begin = std::max(slowest->end_ns, pass->start_ns);
+            add(pass->rank, phase_name(pass->phase), begin, cursor, pass->microbatch,
+                static_cast<std::int16_t>(coordinates_of(trace, *pass).pp), pass);
+            if (begin > slowest->end_ns) {
+                add(pass->rank, "other", slowest->end_ns, begin);
+            }
+            cursor = slowest->end_ns;
+        }
         pass = slowest;
         const Pass* previous = step.previous_on_rank(*pass);
         const Pass* input = step.pipeline_input(*pass);

@@ -159,6 +159,12 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
 void render_offload(const RunAnalysis& a, std::string& out) {
     const auto& o = a.offload;
     if (o.ranks.empty()) {
+        if (o.pageable_copies > 0) {
+            out += "\noffload copies: none (" + std::to_string(o.pageable_copies) +
+                   (o.pageable_copies == 1 ? " host/device copy" : " host/device copies") +
+                   " of pageable memory, " + format_duration(o.pageable_copy_ns) +
+                   ": data loads and read-backs, not offload)\n";
+        }
         return;
     }
     out += "\noffload copies: " + format_duration(o.copy_ns) + ", " +
@@ -170,6 +176,11 @@ void render_offload(const RunAnalysis& a, std::string& out) {
            (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
                                       : std::string("unknown")) +
            " (" + o.chunk_note + ")\n";
+    if (o.pageable_copies > 0) {
+        out += "  left out: " + std::to_string(o.pageable_copies) +
+               " copies of pageable host memory, " + format_duration(o.pageable_copy_ns) +
+               " (synchronous: data loads, read-backs, staging; not offload)\n";
+    }
 }
 
 void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string& out) {

@@ -6,9 +6,18 @@
 
 namespace fulcrum::analysis {
 
+bool is_pageable_host_copy(const Event& event) {
+    if (event.kind != EventKind::memcpy || !crosses_host_and_device(event.copy_kind)) {
+        return false;
+    }
+    const bool to_device =
+        event.copy_kind == CopyKind::host_to_device || event.copy_kind == CopyKind::host_to_array;
+    return (to_device ? event.src_memory : event.dst_memory) == MemoryKind::pageable;
+}
+
 bool is_offload_copy(const Event& event) {
     if (event.kind == EventKind::memcpy && event.copy_kind != CopyKind::none) {
-        return crosses_host_and_device(event.copy_kind);
+        return crosses_host_and_device(event.copy_kind) && !is_pageable_host_copy(event);
     }
     // A copy of no known direction, or a range around one (the CPU backend's copy threads),
     // is offload when whoever recorded it said so.
@@ -26,6 +35,11 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         IntervalSet copies;
         for (const LaneTrace& lane : rank.lanes) {
             for (const Event& event : lane.events) {
+                if (is_pageable_host_copy(event)) {
+                    ++result.pageable_copies;
+                    result.pageable_copy_ns += event.duration_ns();
+                    continue;
+                }
                 if (!is_offload_copy(event)) {
                     continue;
                 }
@@ -64,7 +78,10 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
     }
 
     if (result.ranks.empty()) {
-        result.chunk_note = "the run has no host/device copies";
+        result.chunk_note = result.pageable_copies > 0
+                                ? "the run's host/device copies all use pageable host memory "
+                                  "(data loads, read-backs): no offload"
+                                : "the run has no host/device copies";
         return result;
     }
     if (!result.bandwidth_gb_s || *result.bandwidth_gb_s <= 0) {

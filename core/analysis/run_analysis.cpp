@@ -504,6 +504,8 @@ json offload_json(const OffloadAnalysis& offload) {
             {"bandwidth_gb_s", optional_json(offload.bandwidth_gb_s)},
             {"min_hidden_chunk_tokens", optional_json(offload.min_hidden_chunk_tokens)},
             {"chunk_note", offload.chunk_note},
+            {"pageable_copies", offload.pageable_copies},
+            {"pageable_copy_ns", offload.pageable_copy_ns},
             {"ranks", std::move(offload_ranks)}};
 }
 

@@ -570,8 +570,14 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
 void section_offload(const ReportRun& run, int index, std::string& out) {
     const auto& o = run.analysis.offload;
     out += heading(index, "offload", "Offload overlap") + "\n";
+    const std::string pageable =
+        o.pageable_copies > 0
+            ? " " + std::to_string(o.pageable_copies) + " copies of pageable host memory (" +
+                  html_escape(duration_text(double(o.pageable_copy_ns))) +
+                  ": data loads, read-backs, staging) are synchronous and not counted as offload."
+            : "";
     if (o.ranks.empty()) {
-        out += "<p class=\"empty\">No host↔device copies recorded.</p>\n";
+        out += "<p class=\"empty\">No offload copies recorded." + pageable + "</p>\n";
         return;
     }
     out += "<p>Copies " + html_escape(duration_text(double(o.copy_ns))) + ", " +
@@ -582,7 +588,8 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
            ". Smallest chunk that hides its copy: " +
            (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
                                       : std::string("unknown")) +
-           (o.chunk_note.empty() ? "" : " (" + html_escape(o.chunk_note) + ")") + ".</p>\n";
+           (o.chunk_note.empty() ? "" : " (" + html_escape(o.chunk_note) + ")") + "." + pageable +
+           "</p>\n";
     BarSeries bars;
     bars.series = {"overlapped with compute", "exposed"};
     for (const auto& r : o.ranks) {

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "core/parallel/schedule.h"
@@ -553,6 +555,56 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
     passes[1].phase = Phase::backward;
 }
 
+// Notes that differ only in their stage ("stage 3 forward: from the fit of stage 0 (…)") are
+// said once for all those stages ("stages 1-31 forward: …"): a 32-stage plan printed 32
+// lines for one fact. Other notes stay as they are, in order.
+void fold_stage_notes(std::vector<std::string>& notes) {
+    std::map<std::string, std::vector<int>> stages;  // by what the note says of them
+    std::vector<std::string> folded;
+    std::map<std::string, std::size_t> slot;  // where in `folded` each one goes
+    for (const std::string& note : notes) {
+        int stage = -1;
+        std::size_t rest_at = 0;
+        if (note.rfind("stage ", 0) == 0) {
+            const char* begin = note.c_str() + 6;
+            char* end = nullptr;
+            const long value = std::strtol(begin, &end, 10);
+            if (end != begin && *end == ' ') {
+                stage = static_cast<int>(value);
+                rest_at = static_cast<std::size_t>(end - note.c_str()) + 1;
+            }
+        }
+        if (stage < 0) {
+            folded.push_back(note);
+            continue;
+        }
+        const std::string rest = note.substr(rest_at);
+        if (slot.emplace(rest, folded.size()).second) {
+            folded.emplace_back();
+        }
+        stages[rest].push_back(stage);
+    }
+    for (const auto& [rest, list] : stages) {
+        std::vector<int> sorted = list;
+        std::sort(sorted.begin(), sorted.end());
+        sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+        std::string which;
+        if (sorted.size() == 1) {
+            which = "stage " + std::to_string(sorted[0]);
+        } else if (sorted.back() - sorted.front() + 1 == static_cast<int>(sorted.size())) {
+            which =
+                "stages " + std::to_string(sorted.front()) + "-" + std::to_string(sorted.back());
+        } else {
+            which = "stages ";
+            for (std::size_t k = 0; k < sorted.size(); ++k) {
+                which += (k > 0 ? ", " : "") + std::to_string(sorted[k]);
+            }
+        }
+        folded[slot.at(rest)] = which + " " + rest;
+    }
+    notes = std::move(folded);
+}
+
 }  // namespace
 
 StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const ModelShape& shape,
@@ -674,6 +726,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
             costs.notes.push_back("optimizer: not in the cost model; " + analytic.source);
         }
     }
+    fold_stage_notes(costs.notes);
     return costs;
 }
 

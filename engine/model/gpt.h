@@ -39,8 +39,10 @@
 // every GEMM and LayerNorm (the B pass), and keep the gradient at every GEMM's and
 // LayerNorm's output in the Activations (output_gradients); backward_weights_blocks/_head
 // later turn those and the forward's activations into the weight and bias gradients (the W
-// pass). B then W gives exactly the gradients of the whole backward. The embedding's gradient
-// (a scatter-add, no GEMM) stays in B.
+// pass). B then W gives the gradients of the whole backward: every one bit for bit but the
+// tied wte's, which sums the LM head's part (now in W) and the embedding's (in B) in the other
+// order, one rounding apart per element (test_engine_model compares it norm-wise). The
+// embedding's gradient (a scatter-add, no GEMM) stays in B.
 #pragma once
 
 #include <cstdint>

@@ -104,6 +104,11 @@ bool is_host_device_copy(const Event& event) {
                                                event.copy_kind == CopyKind::device_to_host);
 }
 
+// The host side of a host↔device copy (CUPTI records both memories).
+MemoryKind host_memory(const Event& event) {
+    return event.copy_kind == CopyKind::host_to_device ? event.src_memory : event.dst_memory;
+}
+
 const LaneTrace* lane_named(const RankTrace& rank, std::string_view name) {
     for (const LaneTrace& lane : rank.lanes) {
         if (lane.info.name == name) {
@@ -272,6 +277,7 @@ private slots:
         const OffloadAnalysis& offload = offload_analysis(which).offload;
         QCOMPARE(offload.ranks.size(), trace.ranks.size());
         std::int64_t copy_total = 0, bytes_total = 0, timed_total = 0;
+        std::int64_t pageable_count = 0, pageable_ns = 0;
         for (const RankOffload& row : offload.ranks) {
             const RankTrace* rank = trace.find_rank(row.rank);
             QVERIFY(rank != nullptr);
@@ -285,6 +291,15 @@ private slots:
                     if (!is_host_device_copy(event)) {
                         continue;
                     }
+                    // Pageable copies (the staged communicator, uploads, read-backs, all on
+                    // the compute stream) are counted apart; FPDT's are pinned.
+                    if (host_memory(event) == MemoryKind::pageable) {
+                        QCOMPARE(lane.info.name, std::string("compute"));
+                        ++pageable_count;
+                        pageable_ns += event.duration_ns();
+                        continue;
+                    }
+                    QCOMPARE(host_memory(event), MemoryKind::pinned);
                     ++count;
                     copies.push_back({event.start_ns, event.end_ns});
                     if (lane.info.name != "compute") {
@@ -310,18 +325,40 @@ private slots:
             QVERIFY(row.exposed_ns > 0);
             // A copy on the compute stream waits for the kernels before it on that stream, so
             // only the offload and prefetch streams' copies can hide.
-            QVERIFY(row.overlapped_ns <= length(side_copies));
+            QCOMPARE(length(side_copies), row.copy_ns);
             QVERIFY(overlap(side_copies, kernels) == row.overlapped_ns);
             copy_total += row.copy_ns;
             bytes_total += bytes;
             timed_total += timed;
         }
         QCOMPARE(offload.copy_ns, copy_total);
+        QVERIFY(pageable_count > 0);
+        QCOMPARE(offload.pageable_copies, pageable_count);
+        QCOMPARE(offload.pageable_copy_ns, pageable_ns);
         QCOMPARE(offload.overlapped_ns + offload.exposed_ns, offload.copy_ns);
         const double hidden = double(offload.overlapped_ns) / double(offload.copy_ns);
         QVERIFY2(hidden > 0 && hidden < 1, qPrintable(QString::number(hidden)));
         QVERIFY(offload.bandwidth_gb_s.has_value());
         QCOMPARE(*offload.bandwidth_gb_s, double(bytes_total) / double(timed_total));
+    }
+
+    // The 125M run has no offload: its copies (weights up, losses down) are all pageable.
+    void profileHasNoOffload() {
+        const OffloadAnalysis& offload = profile_analysis_.offload;
+        QVERIFY(offload.ranks.empty());
+        QCOMPARE(offload.copy_ns, std::int64_t{0});
+        std::int64_t copies = 0;
+        for (const RankTrace& rank : profile_.ranks) {
+            for (const LaneTrace& lane : rank.lanes) {
+                for (const Event& event : lane.events) {
+                    copies += is_host_device_copy(event) ? 1 : 0;
+                }
+            }
+        }
+        QVERIFY(copies > 0);
+        QCOMPARE(offload.pageable_copies, copies);
+        QVERIFY(!offload.min_hidden_chunk_tokens.has_value());
+        QVERIFY(offload.chunk_note.find("pageable") != std::string::npos);
     }
 
     // Kernel time by type is the union of each rank's device work, split by type; the idle

@@ -251,14 +251,17 @@ private slots:
                                                 {"imbalance", "compute_imbalance"},
                                                 {"imbalance", "predicted_imbalance"},
                                                 {"cost_model"},
-                                                {"offload", "min_hidden_chunk_tokens"}}) {
+                                                {"offload", "min_hidden_chunk_tokens"},
+                                                {"offload", "bandwidth_gb_s"}}) {
             QVERIFY2(at(path).isNull(), qPrintable(path.join('.') + " is not null"));
         }
-        // Known: the step windows (ProfilerStep#N), the copies, the stragglers of the
-        // all-reduce both ranks ran.
+        // Known: the step windows (ProfilerStep#N), the copies (from pageable memory, so not
+        // offload: the bandwidth above is null), the stragglers of the all-reduce both ranks
+        // ran.
         QCOMPARE(at({"step_breakdown", "0", "step"}).toInt(-1), 0);
         QCOMPARE(at({"step_breakdown", "0", "whole_trace"}).toBool(true), false);
-        QVERIFY(at({"offload", "bandwidth_gb_s"}).toDouble() > 0);
+        QCOMPARE(at({"offload", "pageable_copies"}).toInt(), 2);
+        QCOMPARE(at({"offload", "pageable_copy_ns"}).toInt(), 80000);
         QCOMPARE(at({"imbalance", "stragglers"}).toArray().size(), 1);
     }
 

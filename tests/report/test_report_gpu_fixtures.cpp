@@ -121,8 +121,8 @@ class ReportGpuFixturesTest : public QObject {
     Q_OBJECT
 
 private slots:
-    // The 125M profile: its kernels section leads with the three attention kernels; the
-    // copies (all on the compute stream) are in the offload section, none hidden.
+    // The 125M profile: its kernels section leads with the three attention kernels; its
+    // copies are pageable, so the offload section says there is no offload and why.
     void profileReport() {
         auto run = load_report_run(fixture("gpu-profile-125m.fulcrum"));
         QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
@@ -137,8 +137,11 @@ private slots:
         QVERIFY(top[2][0].html.contains("attention_forward_kernel&lt;"));
         // Kernel names are escaped everywhere: no template argument opens a tag.
         QVERIFY(!html.contains("attention_forward_kernel<"));
-        check_offload(html, 0, analysis.offload);
-        QCOMPARE(analysis.offload.overlapped_ns, 0);
+        QVERIFY(analysis.offload.ranks.empty());
+        const QString offload = section_of(html, 0, "offload");
+        QVERIFY(offload.contains("No offload copies recorded."));
+        QVERIFY(offload.contains(
+            QString("%1 copies of pageable host memory").arg(analysis.offload.pageable_copies)));
         // A single run has no diff section.
         QVERIFY(section_of(html, 0, "diff").isEmpty());
     }

@@ -52,8 +52,13 @@ void OverlapView::set_run(RunPtr run) {
     const auto& offload = run_->analysis->offload;
     if (offload.ranks.empty()) {
         stack_->show_message(
-            tr("No host↔device copies in this run: there is no offload "
-               "overlap to show."));
+            offload.pageable_copies > 0
+                ? tr("No offload copies in this run: its %1 host↔device copies use pageable "
+                     "host memory (data loads, read-backs), which cannot overlap as an offload "
+                     "does.")
+                      .arg(offload.pageable_copies)
+                : tr("No host↔device copies in this run: there is no offload "
+                     "overlap to show."));
         return;
     }
 

@@ -10,6 +10,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "tests/views/pixels.h"
 #include "views/charts/chart_common.h"
 #include "views/charts/hta_table_model.h"
 #include "views/charts/kernels_view.h"
@@ -51,17 +52,6 @@ QString colour_at(const QImage& image, QPoint point, QColor expected) {
                                             .arg(point.x())
                                             .arg(point.y())
                                             .arg(got.name(), expected.name());
-}
-
-int count_colour(const QImage& image, const QRect& box, const QColor& colour) {
-    int n = 0;
-    const QRect clipped = box.intersected(image.rect());
-    for (int y = clipped.top(); y <= clipped.bottom(); ++y) {
-        for (int x = clipped.left(); x <= clipped.right(); ++x) {
-            n += image.pixelColor(x, y).rgb() == colour.rgb();
-        }
-    }
-    return n;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <QtTest>
 
 #include "core/trace/annotations.h"
+#include "tests/views/pixels.h"
 #include "views/common/palette.h"
 #include "views/common/pass_marks.h"
 #include "views/timeline/timeline_view.h"
@@ -27,18 +28,6 @@ RunPtr open_fixture(const char* name) {
         qFatal("cannot open %s: %s", qPrintable(path), run.error().message.c_str());
     }
     return *run;
-}
-
-// Pixels of `box` (clipped to the image) whose colour is exactly `colour`.
-int count_colour(const QImage& image, const QRect& box, const QColor& colour) {
-    int n = 0;
-    const QRect clipped = box.intersected(image.rect());
-    for (int y = clipped.top(); y <= clipped.bottom(); ++y) {
-        for (int x = clipped.left(); x <= clipped.right(); ++x) {
-            n += image.pixelColor(x, y).rgb() == colour.rgb();
-        }
-    }
-    return n;
 }
 
 }  // namespace

@@ -173,8 +173,10 @@ void render_offload(const RunAnalysis& a, std::string& out) {
            (o.bandwidth_gb_s ? format_fixed(*o.bandwidth_gb_s, 2) + " GB/s" : "bandwidth unknown") +
            "\n";
     out += "  smallest chunk that hides its copy: " +
-           (o.min_hidden_chunk_tokens ? std::to_string(*o.min_hidden_chunk_tokens) + " tokens"
-                                      : std::string("unknown")) +
+           (!o.min_hidden_chunk_tokens ? std::string("unknown")
+            : *o.min_hidden_chunk_tokens <= 1
+                ? std::string("any size")
+                : std::to_string(*o.min_hidden_chunk_tokens) + " tokens") +
            " (" + o.chunk_note + ")\n";
     if (o.pageable_copies > 0) {
         out += "  left out: " + std::to_string(o.pageable_copies) +

@@ -973,9 +973,11 @@ int main(int argc, char** argv) {
                     std::to_string(trained.zigzag_microbatches - before.zigzag_microbatches) + "}");
         }
         losses.push_back(report->loss);
+        // The packer's prediction: max / mean Σd² over the step's micro-batches (step_planner.h),
+        // not the measured compute imbalance that `fulcrum analyze` and the views report.
         if (rank == 0) {
             std::printf(
-                "step %4d | epoch %d | loss %.4f | grad norm %.3f | imbalance %.2f | "
+                "step %4d | epoch %d | loss %.4f | grad norm %.3f | attention work max/mean %.2f | "
                 "%lld tokens | %.1f ms | %.0f tokens/s\n",
                 plan->step, plan->epoch, report->loss, report->grad_norm, plan->imbalance,
                 static_cast<long long>(step_tokens), seconds * 1e3, step_tokens / seconds);

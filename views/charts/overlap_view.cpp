@@ -120,8 +120,11 @@ void OverlapView::set_run(RunPtr run) {
             .arg(charts::format_ms(static_cast<double>(offload.exposed_ns)))
             .arg(offload.bandwidth_gb_s ? tr("%1 GB/s").arg(*offload.bandwidth_gb_s, 0, 'f', 2)
                                         : tr("%1 (no copy gave its bytes)").arg(charts::kUnknown));
-    if (offload.min_hidden_chunk_tokens) {
-        text += tr(" Copies hide behind attention from chunks of %1 tokens.")
+    if (offload.min_hidden_chunk_tokens && *offload.min_hidden_chunk_tokens <= 1) {
+        // A token's K/V copies faster than one token attends to one (the CPU backend).
+        text += tr(" Copies hide behind attention at any chunk size.");
+    } else if (offload.min_hidden_chunk_tokens) {
+        text += tr(" Copies hide behind attention in chunks of %1 tokens or more.")
                     .arg(*offload.min_hidden_chunk_tokens);
     } else if (!offload.chunk_note.empty()) {
         text += tr(" Chunk size: %1.").arg(QString::fromStdString(offload.chunk_note));

@@ -368,6 +368,22 @@ private slots:
         render(view);
     }
 
+    // The chunk size that hides the copies, in words: "any" where one token's copy is faster
+    // than its attention (the CPU backend: "from chunks of 1 tokens" read as a limit).
+    void overlapViewSaysWhichChunksHide() {
+        for (const auto& [tokens, words] :
+             {std::pair{std::int64_t{1}, QStringLiteral("at any chunk size")},
+              std::pair{std::int64_t{300}, QStringLiteral("in chunks of 300 tokens or more")}}) {
+            auto run = std::make_shared<OpenedRun>(*copies_);
+            auto analysed = std::make_shared<analysis::RunAnalysis>(*copies_->analysis);
+            analysed->offload.min_hidden_chunk_tokens = tokens;
+            run->analysis = analysed;
+            OverlapView view;
+            view.set_run(run);
+            QVERIFY2(view.summary().contains(words), qPrintable(view.summary()));
+        }
+    }
+
     // The hand-built rank: 50 ns overlapped under 60 ns exposed, 10 GB/s.
     void overlapViewDrawsHiddenAndExposedCopies() {
         OverlapView view;

@@ -198,6 +198,18 @@ std::string knobs_text(const plan::Candidate& c) {
     return text;
 }
 
+// "-" without CP; "per-doc", or "per-doc = zigzag" where other shardings played the same.
+std::string sharding_text(const plan::Candidate& c) {
+    if (c.grid.cp <= 1) {
+        return "-";
+    }
+    std::string text = balance::cp_sharding_name(c.sharding);
+    for (const balance::CpSharding same : c.equal_shardings) {
+        text += std::string(" = ") + balance::cp_sharding_name(same);
+    }
+    return text;
+}
+
 // With several world sizes: each one's best candidate, and its tokens/s per GPU against the
 // smallest world's (the scaling efficiency).
 void print_per_world(const PlanArgs& args, const plan::PlanResult& result) {
@@ -243,8 +255,7 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
         const std::string schedule = report::schedule_text(c);
         table.add_row({std::to_string(i + 1), grid_text(c), std::to_string(c.microbatches),
                        schedule, knobs_text(c), balance::balancer_name(c.balancer),
-                       c.grid.cp > 1 ? balance::cp_sharding_name(c.sharding) : "-",
-                       format_duration(static_cast<std::int64_t>(c.step_ns)),
+                       sharding_text(c), format_duration(static_cast<std::int64_t>(c.step_ns)),
                        format_fixed(c.tokens_per_second, 0), format_percent(c.mfu, 1.0),
                        c.memory.total_gib >= 1 ? format_fixed(c.memory.total_gib, 1)
                                                : significant(c.memory.total_gib),

@@ -801,6 +801,34 @@ Result<std::optional<std::vector<std::int64_t>>> tune_thresholds(const PlanReque
     return result->packing.wlb_thresholds;
 }
 
+// The same layout under another CP sharding that plays to the same step time (a sharding that
+// changes nothing for these documents) is one row, not one per sharding: the later twins leave
+// `ranked` and are named in the first one's `equal_shardings`.
+bool same_but_sharding(const Candidate& a, const Candidate& b) {
+    return a.grid == b.grid && a.microbatches == b.microbatches && a.schedule == b.schedule &&
+           a.virtual_stages == b.virtual_stages && a.recompute == b.recompute &&
+           a.sequence_parallel == b.sequence_parallel && a.balancer == b.balancer &&
+           a.attention_chunk == b.attention_chunk && a.offload == b.offload &&
+           a.stage_layers == b.stage_layers && a.sharding != b.sharding;
+}
+
+void fold_equal_shardings(PlanResult& result) {
+    std::vector<std::size_t> kept;
+    for (const std::size_t index : result.ranked) {
+        Candidate& candidate = result.candidates[index];
+        const auto twin = std::find_if(kept.begin(), kept.end(), [&](std::size_t k) {
+            const Candidate& first = result.candidates[k];
+            return same_but_sharding(first, candidate) && first.step_ns == candidate.step_ns;
+        });
+        if (twin == kept.end()) {
+            kept.push_back(index);
+        } else {
+            result.candidates[*twin].equal_shardings.push_back(candidate.sharding);
+        }
+    }
+    result.ranked = std::move(kept);
+}
+
 // Which layouts (sorted best estimate first) to play in full: each world size's best
 // `refine_layouts` (default max(4 · top, 32)), so that a smaller world is ranked too.
 std::vector<bool> layouts_to_play(const PlanRequest& request, const std::vector<Layout>& layouts) {
@@ -962,6 +990,7 @@ Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) 
     std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](std::size_t a, std::size_t b) {
         return result.candidates[a].tokens_per_second > result.candidates[b].tokens_per_second;
     });
+    fold_equal_shardings(result);
     count(result);
     for (std::size_t k = 0; k < result.ranked.size() && k < std::size_t(request.top_k); ++k) {
         for (const std::string& note : result.candidates[result.ranked[k]].cost_notes) {
@@ -1015,6 +1044,13 @@ nlohmann::json candidate_json(const Candidate& c) {
     };
     if (c.wlb_thresholds) {
         json["wlb_thresholds"] = *c.wlb_thresholds;
+    }
+    if (!c.equal_shardings.empty()) {
+        nlohmann::json names = nlohmann::json::array();
+        for (const balance::CpSharding sharding : c.equal_shardings) {
+            names.push_back(balance::cp_sharding_name(sharding));
+        }
+        json["equal_cp_shardings"] = std::move(names);
     }
     return json;
 }
@@ -1130,6 +1166,14 @@ Result<Candidate> candidate_from_json(const nlohmann::json& j) {
     c.cost_source = j.value("cost_source", "");
     if (j.contains("wlb_thresholds")) {
         c.wlb_thresholds = j.at("wlb_thresholds").get<std::vector<std::int64_t>>();
+    }
+    for (const std::string& name : j.value("equal_cp_shardings", std::vector<std::string>{})) {
+        auto sharding = balance::parse_cp_sharding(name);
+        if (!sharding) {
+            throw nlohmann::json::other_error::create(
+                501, "equal_cp_shardings: " + sharding.error().message, &j);
+        }
+        c.equal_shardings.push_back(*sharding);
     }
     return c;
 }

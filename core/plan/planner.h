@@ -167,6 +167,10 @@ struct Candidate {
     double imbalance = 1;
     MemoryBreakdown memory;
 
+    // Other CP shardings of this same layout that played to exactly its step time: folded
+    // into this candidate so that the top list shows the layout once (`ranked` holds it alone).
+    std::vector<balance::CpSharding> equal_shardings;
+
     std::string train_command;     // mpirun -np W fulcrum-train ...
     std::string simulate_command;  // fulcrum simulate ... (the same candidate)
     // Costs the simulator derived rather than took from the cost model (sim::SimulationResult

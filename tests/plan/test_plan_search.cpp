@@ -231,6 +231,45 @@ private slots:
         }
     }
 
+    // A layout whose CP shardings play to the same step time is one row: the twins leave the
+    // ranking and are named on it (the CLI prints "zigzag = adaptive"), and they survive JSON.
+    void equalShardingsAreOneRow() {
+        PlanRequest request = tiny_request(8);
+        request.gpus_per_node = 8;
+        request.global_batch = 16;
+        request.top_k = 20;
+        auto result = plan::plan(request);
+        QVERIFY2(result, result ? "" : result.error().message.c_str());
+        int folded = 0;
+        for (std::size_t i = 0; i < result->ranked.size(); ++i) {
+            const Candidate& a = result->candidates[result->ranked[i]];
+            folded += int(a.equal_shardings.size());
+            for (const balance::CpSharding same : a.equal_shardings) {
+                QVERIFY(same != a.sharding);
+                QVERIFY(a.grid.cp > 1);
+            }
+            for (std::size_t j = i + 1; j < result->ranked.size(); ++j) {
+                const Candidate& b = result->candidates[result->ranked[j]];
+                const bool twins = a.grid == b.grid && a.microbatches == b.microbatches &&
+                                   a.schedule == b.schedule &&
+                                   a.virtual_stages == b.virtual_stages &&
+                                   a.recompute == b.recompute && a.balancer == b.balancer &&
+                                   a.stage_layers == b.stage_layers &&
+                                   a.sequence_parallel == b.sequence_parallel &&
+                                   a.attention_chunk == b.attention_chunk;
+                QVERIFY2(!(twins && a.step_ns == b.step_ns), qPrintable(QString::number(i)));
+            }
+        }
+        QVERIFY(folded > 0);  // this workload has such twins (cp2 at 8 GPUs)
+        const auto parsed = plan::parse_plan_json(plan::plan_json(request, *result, 0));
+        QVERIFY2(parsed, parsed ? "" : parsed.error().message.c_str());
+        int parsed_folded = 0;
+        for (const std::size_t index : parsed->result.ranked) {
+            parsed_folded += int(parsed->result.candidates[index].equal_shardings.size());
+        }
+        QCOMPARE(parsed_folded, folded);
+    }
+
     // The simulator plays uneven stages: moving a layer off the last stage (which holds the LM
     // head) changes the step, and a split that does not sum to the layers is refused.
     void simulatorPlaysStageLayers() {

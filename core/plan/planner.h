@@ -132,6 +132,10 @@ enum class CandidateStatus {
 };
 const char* candidate_status_name(CandidateStatus status);
 
+// Documents to sample when the request leaves it to the planner (documents 0): enough for the
+// steps played and one more global batch, at least 4096 (fulcrum-train's default).
+std::int64_t resolved_documents(const PlanRequest& request);
+
 struct Candidate {
     parallel::GridShape grid;
     int microbatches = 1;  // per DP replica and step

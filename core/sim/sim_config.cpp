@@ -1,0 +1,321 @@
+// The simulation's settings: the documents it trains, the packer's options, what it checks
+// before it plays (validate), the run.config it writes, and the costs it plays by. The step
+// player is simulator.cpp.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "core/balance/lengths.h"
+#include "core/balance/step_planner.h"
+#include "core/plan/memory_model.h"
+#include "core/sim/simulator.h"
+#include "core/trace/run_config.h"
+
+namespace fulcrum::sim {
+namespace {
+
+Error invalid(std::string message) {
+    return Error{ErrorCode::invalid_input, std::move(message)};
+}
+
+std::string shortest(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g", value);
+    return text;
+}
+
+}  // namespace
+
+Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& config) {
+    if (!config.document_lengths.empty()) {
+        return config.document_lengths;
+    }
+    auto distribution = balance::parse_length_spec(config.lengths);
+    if (!distribution) {
+        return distribution.error();
+    }
+    auto count = static_cast<std::size_t>(config.documents);
+    if (const auto* file = std::get_if<balance::LengthFile>(&*distribution)) {
+        auto lengths = balance::read_length_file(file->path);
+        if (!lengths) {
+            return lengths.error();
+        }
+        for (std::size_t line = 0; line < lengths->size(); ++line) {
+            if ((*lengths)[line] > config.model.context) {
+                return invalid("'" + file->path + "' asks for a document of " +
+                               std::to_string((*lengths)[line]) + " tokens (entry " +
+                               std::to_string(line + 1) +
+                               "), longer than any micro-batch can hold (--context " +
+                               std::to_string(config.model.context) +
+                               "); raise --context or shorten the entry");
+            }
+        }
+        count = lengths->size();
+    }
+    return balance::sample_lengths(*distribution, count, config.seed, config.model.context);
+}
+
+std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
+    plan::MemoryShape shape;
+    shape.layers = config.model.layers;
+    shape.hidden = config.model.hidden;
+    shape.heads = config.model.heads;
+    shape.vocab = config.model.vocab;
+    shape.dp = config.grid.dp;
+    shape.tp = config.grid.tp;
+    shape.pp = config.grid.pp;
+    shape.cp = config.grid.cp;
+    shape.virtual_stages = config.virtual_stages;
+    shape.schedule = config.schedule;
+    shape.microbatches = config.microbatches;
+    shape.stage_layers = config.stage_layers;
+    shape.recompute = config.recompute;
+    shape.sequence_parallel = config.sequence_parallel;
+    shape.flash_attention = true;
+    shape.precision.distributed_optimizer = true;
+    const double budget = config.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0;
+    const std::int64_t context = config.model.context;
+    std::int64_t best = context;
+    for (std::int64_t eighths = 9; eighths <= 64; ++eighths) {
+        const std::int64_t tokens = context * eighths / 8;
+        shape.sequence = static_cast<int>(std::min<std::int64_t>(tokens, 1 << 30));
+        if (plan::peak_stage_memory(shape).total_bytes() > budget) {
+            break;
+        }
+        best = tokens;
+    }
+    return best;
+}
+
+balance::PlannerOptions planner_options(const SimulationConfig& config) {
+    balance::PlannerOptions options;
+    options.packing.balancer = config.balancer;
+    options.packing.microbatches = config.microbatches;
+    options.packing.capacity = config.model.context;
+    options.packing.ilp_time_limit_s = config.ilp_time_limit_s;
+    options.dp = config.grid.dp;
+    options.cp = config.grid.cp;
+    options.sharding = config.sharding;
+    options.seed = config.seed;
+    options.ilp_window = config.ilp_window;
+    options.epochs = config.epochs;
+    options.packing.cost = config.packing_cost
+                               ? *config.packing_cost
+                               : balance::PackingCost::from_model(
+                                     config.model.layers, config.model.hidden, config.model.vocab);
+    options.packing.wlb_max_tokens =
+        config.wlb_max_tokens > 0 ? config.wlb_max_tokens : wlb_max_tokens_from_memory(config);
+    options.packing.wlb_max_delay = config.wlb_max_delay;
+    options.packing.wlb_thresholds = config.wlb_thresholds;
+    options.tune_wlb_thresholds = true;
+    if (auto kernel = balance::attention_kernel_model(config.attention_kernel)) {
+        options.attention_kernel = *kernel;
+    }
+    return options;
+}
+
+Status validate(const SimulationConfig& config) {
+    const parallel::GridShape& grid = config.grid;
+    const ModelShape& model = config.model;
+    if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1 || grid.cp < 1) {
+        return invalid("--dp, --tp, --pp and --cp must be at least 1");
+    }
+    std::vector<std::string> unknown;
+    if (model.layers < 1) {
+        unknown.push_back("--layers");
+    }
+    if (model.hidden < 1) {
+        unknown.push_back("--hidden");
+    }
+    if (model.context < 1) {
+        unknown.push_back("--context");
+    }
+    if (config.microbatches < 1) {
+        unknown.push_back("--micro-batches");
+    }
+    if (config.lengths.empty() && config.document_lengths.empty()) {
+        unknown.push_back("--lengths");
+    }
+    if (!unknown.empty()) {
+        std::string list;
+        for (const auto& option : unknown) {
+            list += (list.empty() ? "" : ", ") + option;
+        }
+        // Only a calibration run that does not record them leaves these unset.
+        return invalid("the simulation needs " + list +
+                       ", which the calibration run does not record; give them on the command "
+                       "line (a run trained on text has no length spec: give e.g. --lengths "
+                       "long-tail:context=N or file:PATH)");
+    }
+    if (config.steps < 1) {
+        return invalid("--steps must be at least 1");
+    }
+    if (config.epochs < 0) {
+        return invalid("--epochs must be at least 1");
+    }
+    if (config.wlb_max_tokens != 0 && config.wlb_max_tokens < config.model.context) {
+        return invalid("--wlb-max-tokens " + std::to_string(config.wlb_max_tokens) +
+                       " is less than --context " + std::to_string(config.model.context) +
+                       "; S_max is at least the fixed micro-batch's tokens");
+    }
+    if (config.wlb_max_delay && *config.wlb_max_delay < 0) {
+        return invalid("--wlb-max-delay must be at least 0 steps");
+    }
+    if (auto kernel = balance::attention_kernel_model(config.attention_kernel); !kernel) {
+        return invalid("--attention-kernel: " + kernel.error().message);
+    }
+    if (!(config.gpu_memory_gib > 0)) {
+        return invalid("--gpu-memory-gib must be positive");
+    }
+    if (model.context < 2) {
+        return invalid("--context must be at least 2");
+    }
+    if (grid.pp > model.layers) {
+        return invalid("--pp " + std::to_string(grid.pp) +
+                       " is more pipeline stages than --layers " + std::to_string(model.layers) +
+                       "; every stage needs a layer");
+    }
+    if (model.heads < 1 || model.hidden % model.heads != 0) {
+        return invalid("--heads " + std::to_string(model.heads) + " must divide --hidden " +
+                       std::to_string(model.hidden));
+    }
+    if (model.hidden % grid.tp != 0 || model.heads % grid.tp != 0) {
+        return invalid("--tp " + std::to_string(grid.tp) + " must divide --heads " +
+                       std::to_string(model.heads) + " (each TP rank holds whole heads)");
+    }
+    if (model.vocab < 1) {
+        return invalid("--vocab must be at least 1");
+    }
+    if (config.document_lengths.empty() && config.documents < 1) {
+        return invalid("--documents must be at least 1");
+    }
+    if (config.ilp_window < 1 || config.ilp_window > 64) {
+        return invalid("--ilp-window must be between 1 and 64");
+    }
+    if (config.ilp_time_limit_s <= 0) {
+        return invalid("--ilp-time-limit must be positive");
+    }
+    if (auto status = parallel::check_pipeline(
+            config.schedule, {grid.pp, config.microbatches, config.virtual_stages});
+        !status) {
+        return status;
+    }
+    if (config.schedule == parallel::PipelineSchedule::interleaved && grid.pp < 2) {
+        return invalid("the interleaved schedule needs at least 2 pipeline stages (--pp)");
+    }
+    if (grid.pp * config.virtual_stages > model.layers) {
+        return invalid("--pp " + std::to_string(grid.pp) + " x --virtual-stages " +
+                       std::to_string(config.virtual_stages) +
+                       " is more model chunks than --layers " + std::to_string(model.layers) +
+                       "; every chunk needs a layer");
+    }
+    if (!config.stage_layers.empty()) {
+        // One count per model chunk (p, or p·v interleaved), as fulcrum-train takes them.
+        if (auto status = parallel::check_stage_layers(
+                config.stage_layers, grid.pp * std::max(config.virtual_stages, 1), model.layers);
+            !status) {
+            return status;
+        }
+    }
+    if (config.sequence_parallel && grid.tp < 2) {
+        return invalid(
+            "--sequence-parallel splits TP's LayerNorm and residual work over the TP "
+            "ranks; it needs --tp 2 or more");
+    }
+    const HardwareAssumptions& hardware = config.hardware;
+    // Checked with a given model too: what it lacks comes from the analytic one.
+    if (hardware.tflops <= 0 || hardware.nvlink_gbs <= 0 || hardware.network_gbs <= 0 ||
+        hardware.hbm_gbs <= 0 || hardware.collective_latency_us < 0 ||
+        hardware.p2p_latency_us < 0 || hardware.layer_overhead_us < 0 ||
+        hardware.gpus_per_node < 1) {
+        return invalid("--tflops and the bandwidths must be positive, the latencies not negative");
+    }
+    return {};
+}
+
+std::string run_config_json(const SimulationConfig& config, const std::string& source) {
+    const bool given_lengths = !config.document_lengths.empty();
+    RunConfig run;
+    run.dp = config.grid.dp;
+    run.tp = config.grid.tp;
+    run.pp = config.grid.pp;
+    run.cp = config.grid.cp;
+    run.layers = config.model.layers;
+    run.hidden = config.model.hidden;
+    run.heads = config.model.heads;
+    run.context = config.model.context;
+    run.vocab = config.model.vocab;
+    run.schedule = parallel::schedule_name(config.schedule);
+    run.virtual_stages = config.virtual_stages;
+    run.recompute = plan::recompute_name(config.recompute);
+    run.sequence_parallel = config.sequence_parallel;
+    run.overlap_grad_reduce = config.overlap_grad_reduce;
+    run.dtype = dtype_name(config.dtype);
+    run.balancer = balance::balancer_name(config.balancer);
+    run.cp_shard = balance::cp_sharding_name(config.sharding);
+    run.microbatches = config.microbatches;
+    run.stage_layers = config.stage_layers;
+    run.steps = config.epochs > 0 ? 0 : config.steps;
+    run.epochs = config.epochs;
+    run.seed = config.seed;
+    run.ilp_window = config.ilp_window;
+    run.wlb_max_tokens =
+        config.wlb_max_tokens > 0 ? config.wlb_max_tokens : wlb_max_tokens_from_memory(config);
+    run.wlb_max_delay = config.wlb_max_delay ? *config.wlb_max_delay : -1;
+    run.wlb_thresholds = balance::wlb_thresholds_text(config.wlb_thresholds);
+    run.packing_cost = config.packing_cost_source;
+    run.attention_kernel = config.attention_kernel;
+    run.documents = given_lengths ? static_cast<std::int64_t>(config.document_lengths.size())
+                                  : config.documents;
+    run.lengths = given_lengths ? "" : config.lengths;
+    run.data = given_lengths ? std::to_string(run.documents) + " given document lengths"
+                             : std::to_string(run.documents) + " synthetic documents, lengths " +
+                                   config.lengths;
+    run.backend = "simulated";
+    // The cores the simulated ranks shared, where they outnumbered them.
+    if (core_sharing(config).shared()) {
+        run.host_cores = config.host_cores.value_or(config.cost_origin.host_cores);
+    }
+    run.simulated = true;
+    run.cost_model = source;
+    if (config.hot_switch) {
+        run.hot_switch = plan::hot_switch_spec_string(*config.hot_switch);
+    }
+    return fulcrum::run_config_json(run);
+}
+
+CoreSharing core_sharing(const SimulationConfig& config) {
+    const int cores = config.host_cores.value_or(config.cost_origin.host_cores);
+    const int world = config.grid.world();
+    const int per_host = config.ranks_per_host > 0 ? std::min(config.ranks_per_host, world) : world;
+    if (cores <= 0 || per_host <= cores) {
+        return {};
+    }
+    const int hosts = (world + per_host - 1) / per_host;
+    return {static_cast<double>(cores) * hosts,
+            static_cast<double>(per_host) / static_cast<double>(cores)};
+}
+
+StageCosts config_costs(const SimulationConfig& config) {
+    StageCosts costs =
+        resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
+                      config.model, config.grid, config.hardware, config.knobs());
+    // The passes share cores in the replay; the gradients' reduction and the optimizer run on
+    // every rank at once, each at its share of a core (docs/simulate.md, "Ranks that share
+    // cores").
+    if (const CoreSharing sharing = core_sharing(config); sharing.shared()) {
+        const double x = sharing.oversubscription;
+        costs.optimizer_ns *= x;
+        costs.notes.push_back("ranks share cores: " + std::to_string(config.grid.world()) +
+                              " ranks on " + std::to_string(std::llround(sharing.cores)) +
+                              " cores; passes compute at min(1, cores / computing ranks) of a "
+                              "core, the optimizer " +
+                              shortest(x) + "× as long; collectives and transfers as fitted");
+    }
+    return costs;
+}
+
+}  // namespace fulcrum::sim

@@ -30,14 +30,15 @@
 #include <string_view>
 #include <vector>
 
+#include "core/parallel/recompute.h"
 #include "core/parallel/schedule.h"
 #include "core/util/result.h"
 
 namespace fulcrum::plan {
 
-enum class Recompute { none, selective, full };
-Result<Recompute> parse_recompute(std::string_view name);  // "none", "selective", "full"
-const char* recompute_name(Recompute recompute);
+using parallel::parse_recompute;
+using parallel::Recompute;
+using parallel::recompute_name;
 
 // What one parameter costs in bytes, by where it is kept.
 struct Precision {

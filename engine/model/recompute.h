@@ -32,13 +32,13 @@
 // the same bits as without recomputation.
 #pragma once
 
-#include "core/plan/memory_model.h"
+#include "core/parallel/recompute.h"
 
 namespace fulcrum::engine {
 
 // One enum and one parser for the engine, the simulator and the planner.
-using plan::parse_recompute;
-using plan::Recompute;
-using plan::recompute_name;
+using parallel::parse_recompute;
+using parallel::Recompute;
+using parallel::recompute_name;
 
 }  // namespace fulcrum::engine

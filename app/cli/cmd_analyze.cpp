@@ -158,12 +158,14 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
 
 void render_offload(const RunAnalysis& a, std::string& out) {
     const auto& o = a.offload;
+    const std::string pageable =
+        std::to_string(o.pageable_copies) +
+        (o.pageable_copies == 1 ? " host/device copy" : " host/device copies") +
+        " of pageable memory, " + format_duration(o.pageable_copy_ns) +
+        ": data loads, read-backs, staging; synchronous, not offload";
     if (o.ranks.empty()) {
         if (o.pageable_copies > 0) {
-            out += "\noffload copies: none (" + std::to_string(o.pageable_copies) +
-                   (o.pageable_copies == 1 ? " host/device copy" : " host/device copies") +
-                   " of pageable memory, " + format_duration(o.pageable_copy_ns) +
-                   ": data loads and read-backs, not offload)\n";
+            out += "\noffload copies: none (" + pageable + ")\n";
         }
         return;
     }
@@ -172,16 +174,10 @@ void render_offload(const RunAnalysis& a, std::string& out) {
            format_duration(o.exposed_ns) + " exposed, " +
            (o.bandwidth_gb_s ? format_fixed(*o.bandwidth_gb_s, 2) + " GB/s" : "bandwidth unknown") +
            "\n";
-    out += "  smallest chunk that hides its copy: " +
-           (!o.min_hidden_chunk_tokens ? std::string("unknown")
-            : *o.min_hidden_chunk_tokens <= 1
-                ? std::string("any size")
-                : std::to_string(*o.min_hidden_chunk_tokens) + " tokens") +
-           " (" + o.chunk_note + ")\n";
+    out += "  smallest chunk that hides its copy: " + analysis::chunk_size_text(o) + " (" +
+           o.chunk_note + ")\n";
     if (o.pageable_copies > 0) {
-        out += "  left out: " + std::to_string(o.pageable_copies) +
-               " copies of pageable host memory, " + format_duration(o.pageable_copy_ns) +
-               " (synchronous: data loads, read-backs, staging; not offload)\n";
+        out += "  left out: " + pageable + "\n";
     }
 }
 

@@ -25,6 +25,16 @@ bool is_offload_copy(const Event& event) {
            event.category == Category::offload;
 }
 
+std::string chunk_size_text(const OffloadAnalysis& offload) {
+    if (!offload.min_hidden_chunk_tokens) {
+        return "unknown";
+    }
+    if (*offload.min_hidden_chunk_tokens <= 1) {
+        return "any size";
+    }
+    return std::to_string(*offload.min_hidden_chunk_tokens) + " tokens";
+}
+
 OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes) {
     OffloadAnalysis result;
     std::int64_t bytes_total = 0, timed_total = 0;

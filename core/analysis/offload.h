@@ -64,6 +64,10 @@ bool is_pageable_host_copy(const Event& event);
 // be pageable, or (when the kind is not recorded) a copy or range of category offload.
 bool is_offload_copy(const Event& event);
 
+// The smallest hidden chunk in words, as the CLI and the report print it: "unknown", "any
+// size" (a token's K/V copies faster than a token attends to one: the CPU backend), "N tokens".
+std::string chunk_size_text(const OffloadAnalysis& offload);
+
 // `cost` may be null (no chunk size then). `element_bytes` is the size of one K/V element
 // (4 for the CPU backend's fp32, 2 for bf16).
 OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes);

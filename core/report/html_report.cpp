@@ -585,11 +585,7 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
            html_escape(duration_text(double(o.exposed_ns))) + " exposed, " +
            (o.bandwidth_gb_s ? format_fixed(*o.bandwidth_gb_s, 2) + " GB/s"
                              : std::string("bandwidth unknown")) +
-           ". Smallest chunk that hides its copy: " +
-           (!o.min_hidden_chunk_tokens ? std::string("unknown")
-            : *o.min_hidden_chunk_tokens <= 1
-                ? std::string("any size")
-                : std::to_string(*o.min_hidden_chunk_tokens) + " tokens") +
+           ". Smallest chunk that hides its copy: " + analysis::chunk_size_text(o) +
            (o.chunk_note.empty() ? "" : " (" + html_escape(o.chunk_note) + ")") + "." + pageable +
            "</p>\n";
     BarSeries bars;

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -347,6 +346,57 @@ CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape
 
 namespace {
 
+// What resolve_costs derived rather than took as given, in order. A note about one stage
+// ("stage 3 forward: from the fit of stage 0 (…)") joins the same note about other stages, so
+// that it is said once for them all ("stages 1-31 forward: …"): a 32-stage plan printed 32
+// lines for one fact.
+class DerivedNotes {
+public:
+    void add(std::string note) { entries_.push_back({std::move(note), {}}); }
+    void add(int stage, std::string what) {
+        for (Entry& entry : entries_) {
+            if (!entry.stages.empty() && entry.what == what) {
+                entry.stages.push_back(stage);
+                return;
+            }
+        }
+        entries_.push_back({std::move(what), {stage}});
+    }
+
+    std::vector<std::string> lines() const {
+        std::vector<std::string> lines;
+        for (const Entry& entry : entries_) {
+            lines.push_back(entry.stages.empty() ? entry.what
+                                                 : stages_text(entry.stages) + " " + entry.what);
+        }
+        return lines;
+    }
+
+private:
+    struct Entry {
+        std::string what;
+        std::vector<int> stages;  // empty: a note about no one stage
+    };
+
+    // "stage 3", "stages 0-2" or "stages 0, 2, 5"; stages come in the order they were played.
+    static std::string stages_text(std::vector<int> stages) {
+        std::sort(stages.begin(), stages.end());
+        if (stages.size() == 1) {
+            return "stage " + std::to_string(stages[0]);
+        }
+        if (stages.back() - stages.front() + 1 == static_cast<int>(stages.size())) {
+            return "stages " + std::to_string(stages.front()) + "-" + std::to_string(stages.back());
+        }
+        std::string text = "stages ";
+        for (std::size_t k = 0; k < stages.size(); ++k) {
+            text += (k > 0 ? ", " : "") + std::to_string(stages[k]);
+        }
+        return text;
+    }
+
+    std::vector<Entry> entries_;
+};
+
 PassCost combine(PassCost a, const PassCost& b, double factor) {
     a.fixed_ns += factor * b.fixed_ns;
     a.per_token_ns += factor * b.per_token_ns;
@@ -400,7 +450,7 @@ double head_per_token(const CostModel& model, const PassCost& fitted, int source
 std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& origin,
                                     const ModelShape& shape, const parallel::GridShape& grid,
                                     const TrainingKnobs& knobs, int stage, Phase phase,
-                                    std::vector<std::string>& notes) {
+                                    DerivedNotes& notes) {
     const int source_pp = origin.pp > 0 ? origin.pp : grid.pp;
     const int source_layers = origin.layers > 0 ? origin.layers : shape.layers;
     const int source_hidden = origin.hidden > 0 ? origin.hidden : shape.hidden;
@@ -450,10 +500,9 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     resolved.fixed_ns *= static_cast<double>(std::max(knobs.virtual_stages, 1));
     const bool same_stage = fitted_stage == stage && source_pp == grid.pp;
     if (!same_stage || layer_scale != 1.0 || tp_scale != 1.0 || hidden_scale != 1.0) {
-        std::string note = "stage " + std::to_string(stage) + " " + std::string(to_string(phase)) +
-                           ": from the fit of stage " + std::to_string(fitted_stage) + " (" +
-                           format_number(layers_there) + " -> " + std::to_string(layers_here) +
-                           " layers";
+        std::string note = std::string(to_string(phase)) + ": from the fit of stage " +
+                           std::to_string(fitted_stage) + " (" + format_number(layers_there) +
+                           " -> " + std::to_string(layers_here) + " layers";
         if (head_there > 0 && last_here != last_there) {
             note += last_here ? ", + the LM head" : ", - the LM head";
         }
@@ -464,7 +513,7 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
         if (tp_scale != 1.0) {
             note += ", tp " + std::to_string(source_tp) + " -> " + std::to_string(grid.tp);
         }
-        notes.push_back(note + ")");
+        notes.add(stage, note + ")");
     }
     return resolved;
 }
@@ -500,14 +549,14 @@ double weight_gradient_flops_per_token(const ModelShape& shape, const parallel::
 // measured that rate too (gemm_gflops_cold), W is the same FLOPs at it (set_stage_passes), so
 // B + W is more than the whole backward, as the CPU engine measures it.
 PassCost weight_gradient_part(const PassCost& base, double gemm_per_token_ns, std::string_view how,
-                              int stage, std::vector<std::string>& notes) {
+                              int stage, DerivedNotes& notes) {
     PassCost w = base;
     w.fixed_ns *= 0.5;
     w.per_pair_ns = 0;
     w.per_token_ns = gemm_per_token_ns >= 0 ? std::min(gemm_per_token_ns, base.per_token_ns)
                                             : 0.5 * base.per_token_ns;
     w.phase = Phase::weight_grad;
-    notes.push_back("stage " + std::to_string(stage) + " wgrad: " + std::string(how));
+    notes.add(stage, "wgrad: " + std::string(how));
     return w;
 }
 
@@ -520,7 +569,7 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
                       const PassCost& backward, bool backward_fitted,
                       const std::optional<PassCost>& weight, double gemm_per_token_ns,
                       double deferred_scale, std::string_view how, const CostOrigin& origin,
-                      const TrainingKnobs& knobs) {
+                      const TrainingKnobs& knobs, DerivedNotes& notes) {
     const bool split = parallel::splits_backward(knobs.schedule);
     // The backward without recomputation: a fitted one holds its run's (in B and in W
     // when that run split them), the analytic one none.
@@ -538,7 +587,7 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
     if (split) {
         PassCost taken = w;  // what W's work took inside the whole backward
         if (!weight) {
-            taken = weight_gradient_part(base, gemm_per_token_ns, how, stage, costs.notes);
+            taken = weight_gradient_part(base, gemm_per_token_ns, how, stage, notes);
             w = taken;
             w.per_token_ns *= deferred_scale;
         }
@@ -555,56 +604,6 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
     passes[1].phase = Phase::backward;
 }
 
-// Notes that differ only in their stage ("stage 3 forward: from the fit of stage 0 (…)") are
-// said once for all those stages ("stages 1-31 forward: …"): a 32-stage plan printed 32
-// lines for one fact. Other notes stay as they are, in order.
-void fold_stage_notes(std::vector<std::string>& notes) {
-    std::map<std::string, std::vector<int>> stages;  // by what the note says of them
-    std::vector<std::string> folded;
-    std::map<std::string, std::size_t> slot;  // where in `folded` each one goes
-    for (const std::string& note : notes) {
-        int stage = -1;
-        std::size_t rest_at = 0;
-        if (note.rfind("stage ", 0) == 0) {
-            const char* begin = note.c_str() + 6;
-            char* end = nullptr;
-            const long value = std::strtol(begin, &end, 10);
-            if (end != begin && *end == ' ') {
-                stage = static_cast<int>(value);
-                rest_at = static_cast<std::size_t>(end - note.c_str()) + 1;
-            }
-        }
-        if (stage < 0) {
-            folded.push_back(note);
-            continue;
-        }
-        const std::string rest = note.substr(rest_at);
-        if (slot.emplace(rest, folded.size()).second) {
-            folded.emplace_back();
-        }
-        stages[rest].push_back(stage);
-    }
-    for (const auto& [rest, list] : stages) {
-        std::vector<int> sorted = list;
-        std::sort(sorted.begin(), sorted.end());
-        sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-        std::string which;
-        if (sorted.size() == 1) {
-            which = "stage " + std::to_string(sorted[0]);
-        } else if (sorted.back() - sorted.front() + 1 == static_cast<int>(sorted.size())) {
-            which =
-                "stages " + std::to_string(sorted.front()) + "-" + std::to_string(sorted.back());
-        } else {
-            which = "stages ";
-            for (std::size_t k = 0; k < sorted.size(); ++k) {
-                which += (k > 0 ? ", " : "") + std::to_string(sorted[k]);
-            }
-        }
-        folded[slot.at(rest)] = which + " " + rest;
-    }
-    notes = std::move(folded);
-}
-
 }  // namespace
 
 StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const ModelShape& shape,
@@ -612,6 +611,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                          const TrainingKnobs& knobs) {
     const CostModel analytic = analytic_cost_model(shape, grid, hardware, knobs);
     StageCosts costs;
+    DerivedNotes notes;
     costs.source = model != nullptr ? model->source : analytic.source;
     if (costs.source.empty()) {
         costs.source = "given";
@@ -621,13 +621,12 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     for (int stage = 0; stage < grid.pp; ++stage) {
         const auto resolve = [&](Phase phase) -> std::pair<PassCost, bool> {
             if (model != nullptr) {
-                if (auto fitted = fitted_pass(*model, origin, shape, grid, knobs, stage, phase,
-                                              costs.notes)) {
+                if (auto fitted =
+                        fitted_pass(*model, origin, shape, grid, knobs, stage, phase, notes)) {
                     return {*fitted, true};
                 }
-                costs.notes.push_back("stage " + std::to_string(stage) + " " +
-                                      std::string(to_string(phase)) +
-                                      ": no fitted pass of that phase; " + analytic.source);
+                notes.add(stage, std::string(to_string(phase)) +
+                                     ": no fitted pass of that phase; " + analytic.source);
             }
             return {*find_pass(analytic, stage, phase), false};
         };
@@ -635,8 +634,8 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
         const auto [backward, backward_fitted] = resolve(Phase::backward);
         std::optional<PassCost> weight;
         if (model != nullptr && backward_fitted) {
-            weight = fitted_pass(*model, origin, shape, grid, knobs, stage, Phase::weight_grad,
-                                 costs.notes);
+            weight =
+                fitted_pass(*model, origin, shape, grid, knobs, stage, Phase::weight_grad, notes);
         }
         // W's per-token time where something measured or modelled it (weight_gradient_part).
         double gemm_per_token_ns = -1;
@@ -671,7 +670,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                 forward.per_token_ns * head_flops / (24.0 * h * h * layers + head_flops);
         }
         set_stage_passes(costs, stage, forward, head, backward, backward_fitted, weight,
-                         gemm_per_token_ns, deferred_scale, how, origin, knobs);
+                         gemm_per_token_ns, deferred_scale, how, origin, knobs, notes);
     }
 
     // Only the collectives this grid runs need a cost, so only those earn a note.
@@ -683,26 +682,25 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                     // Measured at one size only: other sizes scale with the analytic bandwidth.
                     cost.per_byte_ns = find_collective(analytic, name)->per_byte_ns;
                     if (needed) {
-                        costs.notes.push_back(
-                            std::string(name) + ": per-byte cost not fitted (every sample moved " +
-                            std::to_string(cost.fitted_bytes) +
-                            " bytes); other sizes scale by the analytic bandwidth");
+                        notes.add(std::string(name) +
+                                  ": per-byte cost not fitted (every sample moved " +
+                                  std::to_string(cost.fitted_bytes) +
+                                  " bytes); other sizes scale by the analytic bandwidth");
                     }
                 }
                 return cost;
             }
             if (const CollectiveCost* other = find_collective(*model, stand_in)) {
                 if (needed) {
-                    costs.notes.push_back(std::string(name) + ": not in the cost model; using " +
-                                          std::string(stand_in) + "'s");
+                    notes.add(std::string(name) + ": not in the cost model; using " +
+                              std::string(stand_in) + "'s");
                 }
                 CollectiveCost cost = *other;
                 cost.name = std::string(name);
                 return cost;
             }
             if (needed) {
-                costs.notes.push_back(std::string(name) + ": not in the cost model; " +
-                                      analytic.source);
+                notes.add(std::string(name) + ": not in the cost model; " + analytic.source);
             }
         }
         return *find_collective(analytic, name);
@@ -723,10 +721,10 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     } else {
         costs.optimizer_ns = analytic.optimizer_ns;
         if (model != nullptr) {
-            costs.notes.push_back("optimizer: not in the cost model; " + analytic.source);
+            notes.add("optimizer: not in the cost model; " + analytic.source);
         }
     }
-    fold_stage_notes(costs.notes);
+    costs.notes = notes.lines();
     return costs;
 }
 

@@ -107,8 +107,8 @@ Status build_space(PlanArgs& args) {
         parse_names<balance::Balancer>(args.balancers, "--balancers", balance::parse_balancer);
     auto shardings =
         parse_names<balance::CpSharding>(args.shardings, "--cp-shards", balance::parse_cp_sharding);
-    auto recomputes =
-        parse_names<plan::Recompute>(args.recomputes, "--recomputes", plan::parse_recompute);
+    auto recomputes = parse_names<parallel::Recompute>(args.recomputes, "--recomputes",
+                                                       parallel::parse_recompute);
     auto virtual_stages = parse_int_list(args.virtual_stages, "--virtual-stages", "2,4");
     auto dtype = sim::parse_dtype(args.dtype);
     if (!schedules || !balancers || !shardings || !recomputes || !virtual_stages || !dtype) {
@@ -355,7 +355,7 @@ void print_hot_switch(const plan::PlanResult& result,
             continue;
         }
         const plan::HotSwitchChoice& chosen = search.best();
-        std::printf("  chosen:  %s\n", plan::hot_switch_spec_string(chosen.spec).c_str());
+        std::printf("  chosen:  %s\n", parallel::hot_switch_spec_string(chosen.spec).c_str());
         std::printf(
             "  predicted %s tokens/s (switching %s of the time) against %s tokens/s of "
             "the best static layout (%s): %sx\n",

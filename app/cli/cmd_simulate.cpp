@@ -102,7 +102,7 @@ std::string fixed(double value, int decimals) {
 // preset, then every analytic option given on the command line over it).
 Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationConfig& config) {
     if (!calibrated || given(args, "--recompute")) {
-        auto recompute = plan::parse_recompute(args.recompute);
+        auto recompute = parallel::parse_recompute(args.recompute);
         if (!recompute) {
             return Error{ErrorCode::invalid_input, "--recompute: " + recompute.error().message};
         }
@@ -233,9 +233,10 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         config.stage_layers = std::move(*split);
     }
     if (!args.hot_switch.empty()) {
-        auto spec = plan::parse_hot_switch_spec(args.hot_switch, {.world = config.grid.world(),
-                                                                  .heads = config.model.heads,
-                                                                  .layers = config.model.layers});
+        auto spec =
+            parallel::parse_hot_switch_spec(args.hot_switch, {.world = config.grid.world(),
+                                                              .heads = config.model.heads,
+                                                              .layers = config.model.layers});
         if (!spec) {
             return spec.error();
         }
@@ -365,7 +366,7 @@ Result<std::vector<Variant>> variants_to_play(const SimulateArgs& args,
             return Error{ErrorCode::invalid_input,
                          "--hot-switch compares against the static layout; leave out --compare"};
         }
-        Variant fixed_layout{config, "static " + plan::layout_string(config.grid)};
+        Variant fixed_layout{config, "static " + parallel::layout_string(config.grid)};
         fixed_layout.config.hot_switch.reset();
         return std::vector<Variant>{std::move(fixed_layout), {config, "hot-switch"}};
     }
@@ -412,8 +413,8 @@ nlohmann::json steps_json(const sim::SimulationResult& result) {
 nlohmann::json hot_switch_json(const sim::SimulationResult& result) {
     nlohmann::json buckets = nlohmann::json::array();
     for (const sim::SimulatedBucket& b : result.buckets) {
-        buckets.push_back({{"bounds", plan::bucket_bounds_string(b.bucket)},
-                           {"layout", plan::layout_string(b.bucket.layout)},
+        buckets.push_back({{"bounds", parallel::bucket_bounds_string(b.bucket)},
+                           {"layout", parallel::layout_string(b.bucket.layout)},
                            {"documents", b.documents},
                            {"tokens", b.tokens},
                            {"microbatches", b.microbatches},
@@ -422,8 +423,8 @@ nlohmann::json hot_switch_json(const sim::SimulationResult& result) {
     }
     nlohmann::json switches = nlohmann::json::array();
     for (const sim::SimulatedSwitch& c : result.switches) {
-        switches.push_back({{"from", plan::layout_string(c.from)},
-                            {"to", plan::layout_string(c.to)},
+        switches.push_back({{"from", parallel::layout_string(c.from)},
+                            {"to", parallel::layout_string(c.to)},
                             {"count", c.count},
                             {"bytes", c.bytes},
                             {"largest_send_bytes", c.largest_send_bytes},
@@ -608,8 +609,8 @@ void print_hot_switch(const sim::SimulationResult& result) {
                       {Align::left, Align::left, Align::right, Align::right, Align::right,
                        Align::right, Align::right});
     for (const sim::SimulatedBucket& bucket : result.buckets) {
-        buckets.add_row({plan::bucket_bounds_string(bucket.bucket),
-                         plan::layout_string(bucket.bucket.layout),
+        buckets.add_row({parallel::bucket_bounds_string(bucket.bucket),
+                         parallel::layout_string(bucket.bucket.layout),
                          std::to_string(bucket.documents), std::to_string(bucket.tokens),
                          std::to_string(bucket.microbatches),
                          format_duration(std::llround(bucket.ns)), share(bucket.ns)});
@@ -629,7 +630,7 @@ void print_hot_switch(const sim::SimulationResult& result) {
     for (const sim::SimulatedSwitch& change : result.switches) {
         const double count = std::max(change.count, 1);
         switches.add_row(
-            {plan::layout_string(change.from) + " -> " + plan::layout_string(change.to),
+            {parallel::layout_string(change.from) + " -> " + parallel::layout_string(change.to),
              std::to_string(change.count), format_bytes(std::llround(change.bytes / count)),
              format_bytes(std::llround(change.largest_send_bytes)),
              format_duration(std::llround(change.ns / count))});

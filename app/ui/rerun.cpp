@@ -194,7 +194,7 @@ CandidateRerun candidate_rerun(const plan::Candidate& c, const RerunPlan& plan,
                      "--micro-batches",
                      QString::number(c.microbatches),
                      "--recompute",
-                     plan::recompute_name(c.recompute)};
+                     parallel::recompute_name(c.recompute)};
     if (c.virtual_stages > 1) {
         choice.layout << "--virtual-stages" << QString::number(c.virtual_stages);
     }

@@ -4,7 +4,7 @@
 // parallelism + selective recomputation; A100 80 GB, 8 GPUs a node, fp16, sequence 2048, no
 // data parallelism), each played event by event by `simulate` on the `a100` hardware preset
 // (core/sim/hardware.cpp: the device's efficiencies, stated once, not per row), and the
-// per-GPU memory of the same layouts from core/plan/memory_model. Prints predicted against
+// per-GPU memory of the same layouts from core/parallel/memory_model. Prints predicted against
 // published with the error of every row and the mean; bench/sim/published.md records a run.
 #include <CLI/CLI.hpp>
 
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/plan/memory_model.h"
+#include "core/parallel/memory_model.h"
 #include "core/sim/hardware.h"
 #include "core/sim/simulator.h"
 #include "core/util/text_table.h"
@@ -46,7 +46,7 @@ const std::vector<PublishedRun> kRuns = {
 
 struct Variant {
     const char* name;
-    plan::Recompute recompute;
+    parallel::Recompute recompute;
     bool sequence_parallel;
 };
 
@@ -71,9 +71,9 @@ sim::SimulationConfig config_for(const PublishedRun& run, const Variant& variant
     return config;
 }
 
-plan::MemoryShape memory_shape(const PublishedRun& run, plan::Recompute recompute,
-                               bool sequence_parallel) {
-    plan::MemoryShape shape;
+parallel::MemoryShape memory_shape(const PublishedRun& run, parallel::Recompute recompute,
+                                   bool sequence_parallel) {
+    parallel::MemoryShape shape;
     shape.layers = run.layers;
     shape.hidden = run.hidden;
     shape.heads = run.heads;
@@ -88,7 +88,7 @@ plan::MemoryShape memory_shape(const PublishedRun& run, plan::Recompute recomput
     shape.microbatches = run.global_batch / run.microbatch_size;
     shape.recompute = recompute;
     shape.sequence_parallel = sequence_parallel;
-    shape.precision = plan::Precision::megatron_mixed();
+    shape.precision = parallel::Precision::megatron_mixed();
     return shape;
 }
 
@@ -120,8 +120,8 @@ int main(int argc, char** argv) {
     std::printf("hardware: %s\n\n", sim::describe(*hardware).c_str());
 
     const std::vector<Variant> variants = {
-        {"full recompute", plan::Recompute::full, false},
-        {"SP + selective", plan::Recompute::selective, true},
+        {"full recompute", parallel::Recompute::full, false},
+        {"SP + selective", parallel::Recompute::selective, true},
     };
     using Align = TextTable::Align;
     TextTable times(
@@ -168,10 +168,10 @@ int main(int argc, char** argv) {
          Align::right, Align::right, Align::right, Align::right});
     for (const PublishedRun& run : kRuns) {
         // The first stage: it holds the embedding and the most micro-batches in flight.
-        const plan::StageMemory none =
-            plan::stage_memory(memory_shape(run, plan::Recompute::none, false), 0);
-        const plan::StageMemory selective =
-            plan::stage_memory(memory_shape(run, plan::Recompute::selective, true), 0);
+        const parallel::StageMemory none =
+            parallel::stage_memory(memory_shape(run, parallel::Recompute::none, false), 0);
+        const parallel::StageMemory selective =
+            parallel::stage_memory(memory_shape(run, parallel::Recompute::selective, true), 0);
         const double state = none.model_state_bytes() / kGiB;
         const double act_none = none.activations_bytes / kGiB;
         const double act_selective = selective.activations_bytes / kGiB;
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
                         fixed(run.activations_selective_sp_gib, 1), fixed(act_selective, 1),
                         percent(act_selective, run.activations_selective_sp_gib)});
     }
-    std::printf("Memory per GPU, GiB (first pipeline stage; core/plan/memory_model)\n%s",
+    std::printf("Memory per GPU, GiB (first pipeline stage; core/parallel/memory_model)\n%s",
                 memory.render().c_str());
     return 0;
 }

@@ -152,7 +152,7 @@ public:
     }
 
 private:
-    bool fits(const HotSwitchBucket& bucket) const {
+    bool fits(const parallel::HotSwitchBucket& bucket) const {
         PlanRequest shorter = request_;
         if (bucket.max_length > 0 && bucket.max_length < request_.model.context) {
             shorter.model.context = static_cast<int>(bucket.max_length);
@@ -160,10 +160,11 @@ private:
         Candidate c = candidate_;
         c.grid = bucket.layout;
         c.sequence_parallel = c.sequence_parallel && bucket.layout.tp > 1;
-        return peak_stage_memory(memory_shape(shorter, c)).total_bytes() <= usable_bytes(request_);
+        return parallel::peak_stage_memory(memory_shape(shorter, c)).total_bytes() <=
+               usable_bytes(request_);
     }
 
-    double price_bucket(const HotSwitchBucket& bucket) const {
+    double price_bucket(const parallel::HotSwitchBucket& bucket) const {
         if (!fits(bucket)) {
             return kNever;
         }
@@ -216,9 +217,9 @@ std::vector<parallel::GridShape> layouts_of(const PlanRequest& request, const Pl
             std::find(layouts.begin(), layouts.end(), c.grid) != layouts.end()) {
             continue;
         }
-        const HotSwitchLimits limits{
+        const parallel::HotSwitchLimits limits{
             .world = world, .heads = request.model.heads, .layers = request.model.layers};
-        if (parse_hot_switch_spec("0-:" + layout_string(c.grid), limits)) {
+        if (parallel::parse_hot_switch_spec("0-:" + parallel::layout_string(c.grid), limits)) {
             layouts.push_back(c.grid);
         }
     }
@@ -231,8 +232,8 @@ struct Estimated {
     std::vector<std::size_t> layouts;
     double ns = 0;
 
-    HotSwitchSpec spec(const std::vector<parallel::GridShape>& grids) const {
-        HotSwitchSpec spec;
+    parallel::HotSwitchSpec spec(const std::vector<parallel::GridShape>& grids) const {
+        parallel::HotSwitchSpec spec;
         for (std::size_t b = 0; b < bounds.size(); ++b) {
             spec.buckets.push_back({bounds[b].first, bounds[b].second, grids[layouts[b]]});
         }
@@ -326,7 +327,7 @@ std::string hot_command(std::string line, const HotSwitchChoice& choice, bool tr
         line = without(line, option, true);
     }
     line = without(line, "--sequence-parallel", false);
-    line += std::string(" --recompute ") + recompute_name(choice.recompute);
+    line += std::string(" --recompute ") + parallel::recompute_name(choice.recompute);
     if (choice.sequence_parallel) {
         line += " --sequence-parallel";
     }
@@ -341,7 +342,7 @@ std::string hot_command(std::string line, const HotSwitchChoice& choice, bool tr
         }
         line += " --overlap-grad-reduce off";
     }
-    return line + " --hot-switch '" + hot_switch_spec_string(choice.spec) + "'";
+    return line + " --hot-switch '" + parallel::hot_switch_spec_string(choice.spec) + "'";
 }
 
 // The specs of one recomputation level: estimated over every cut set, the best played.
@@ -359,7 +360,7 @@ Status search_level(const PlanRequest& request, const PlanResult& result,
     const std::vector<parallel::GridShape> layouts = layouts_of(request, result, search.world);
     search.layouts.clear();
     for (const parallel::GridShape& layout : layouts) {
-        search.layouts.push_back(layout_string(layout));
+        search.layouts.push_back(parallel::layout_string(layout));
     }
     Pricing pricing(request, base_candidate, base, *steps, layouts);
     const auto sets = cut_sets(search.cut_points, std::max(1, options.max_buckets - 1));
@@ -426,7 +427,8 @@ Result<HotSwitchSearch> search_world(const PlanRequest& request, const PlanResul
         if (sequence_parallel && !best.sequence_parallel) {
             continue;
         }
-        for (Recompute level : {Recompute::none, Recompute::selective, Recompute::full}) {
+        for (parallel::Recompute level : {parallel::Recompute::none, parallel::Recompute::selective,
+                                          parallel::Recompute::full}) {
             if (level >= best.recompute) {
                 Candidate base = switchable(best);
                 base.recompute = level;
@@ -506,7 +508,7 @@ std::string hot_switch_search_json(const PlanResult& result,
         nlohmann::json world = {
             {"world", search.world},
             {"static",
-             {{"layout", layout_string(best.grid)},
+             {{"layout", parallel::layout_string(best.grid)},
               {"tokens_per_s", search.static_tokens_per_second}}},
             {"cut_points", search.cut_points},
             {"layouts", search.layouts},
@@ -514,11 +516,11 @@ std::string hot_switch_search_json(const PlanResult& result,
             {"found", search.found()},
         };
         if (search.found()) {
-            world["spec"] = hot_switch_spec_string(search.best().spec);
+            world["spec"] = parallel::hot_switch_spec_string(search.best().spec);
             world["tokens_per_s"] = search.best().tokens_per_second;
             world["step_ns"] = search.best().step_ns;
             world["speedup"] = search.speedup();
-            world["recompute"] = recompute_name(search.best().recompute);
+            world["recompute"] = parallel::recompute_name(search.best().recompute);
             world["sequence_parallel"] = search.best().sequence_parallel;
             world["switching_share"] = search.best().switching_share;
             world["train_command"] = search.train_command;
@@ -526,10 +528,10 @@ std::string hot_switch_search_json(const PlanResult& result,
         }
         nlohmann::json played = nlohmann::json::array();
         for (const HotSwitchChoice& choice : search.played) {
-            played.push_back({{"spec", hot_switch_spec_string(choice.spec)},
+            played.push_back({{"spec", parallel::hot_switch_spec_string(choice.spec)},
                               {"estimated_step_ns", choice.estimated_step_ns},
                               {"step_ns", choice.step_ns},
-                              {"recompute", recompute_name(choice.recompute)},
+                              {"recompute", parallel::recompute_name(choice.recompute)},
                               {"sequence_parallel", choice.sequence_parallel},
                               {"tokens_per_s", choice.tokens_per_second},
                               {"switching_share", choice.switching_share}});

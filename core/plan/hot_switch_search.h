@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "core/plan/hot_switch_spec.h"
+#include "core/parallel/hot_switch_spec.h"
 #include "core/plan/planner.h"
 
 namespace fulcrum::plan {
@@ -38,8 +38,9 @@ struct HotSwitchSearchOptions {
 Status validate(const HotSwitchSearchOptions& options);
 
 struct HotSwitchChoice {
-    HotSwitchSpec spec;
-    Recompute recompute = Recompute::none;  // of every bucket (the static best's, or more)
+    parallel::HotSwitchSpec spec;
+    parallel::Recompute recompute =
+        parallel::Recompute::none;  // of every bucket (the static best's, or more)
     // Where a bucket's layout has TP; fulcrum-train --hot-switch does not take it.
     bool sequence_parallel = false;
     double estimated_step_ns = 0;  // buckets' pipelines and switches, summed over the steps

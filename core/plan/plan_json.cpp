@@ -19,7 +19,7 @@ nlohmann::json candidate_json(const Candidate& c) {
         {"microbatches", c.microbatches},
         {"schedule", parallel::schedule_name(c.schedule)},
         {"virtual_stages", c.virtual_stages},
-        {"recompute", recompute_name(c.recompute)},
+        {"recompute", parallel::recompute_name(c.recompute)},
         {"sequence_parallel", c.sequence_parallel},
         {"balancer", balance::balancer_name(c.balancer)},
         {"cp_shard", balance::cp_sharding_name(c.sharding)},
@@ -131,7 +131,7 @@ Result<Candidate> candidate_from_json(const nlohmann::json& j) {
               .cp = j.at("cp").get<int>()};
     c.microbatches = j.at("microbatches").get<int>();
     auto schedule = parallel::parse_schedule(j.at("schedule").get<std::string>());
-    auto recompute = parse_recompute(j.at("recompute").get<std::string>());
+    auto recompute = parallel::parse_recompute(j.at("recompute").get<std::string>());
     auto balancer = balance::parse_balancer(j.at("balancer").get<std::string>());
     auto sharding = balance::parse_cp_sharding(j.at("cp_shard").get<std::string>());
     if (!schedule || !recompute || !balancer || !sharding) {

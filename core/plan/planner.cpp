@@ -72,7 +72,7 @@ std::string shell_word(const std::string& word) {
     return quoted + "'";
 }
 
-MemoryBreakdown breakdown(const StageMemory& memory) {
+MemoryBreakdown breakdown(const parallel::StageMemory& memory) {
     MemoryBreakdown out;
     out.stage = memory.stage;
     out.weights_gib = memory.weights_bytes / kGiB;
@@ -196,8 +196,8 @@ std::int64_t resolved_documents(const PlanRequest& request) {
     return std::max<std::int64_t>(4096, static_cast<std::int64_t>(std::ceil(tokens / mean)));
 }
 
-MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate) {
-    MemoryShape shape;
+parallel::MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate) {
+    parallel::MemoryShape shape;
     shape.layers = request.model.layers;
     shape.hidden = request.model.hidden;
     shape.heads = request.model.heads;
@@ -382,11 +382,11 @@ namespace {
 // The memory a stage needs with `layers` layers on it, memoised per (stage, layers).
 class StageMemoryTable {
 public:
-    StageMemoryTable(const MemoryShape& shape) : shape_(shape) {
+    StageMemoryTable(const parallel::MemoryShape& shape) : shape_(shape) {
         table_.resize(static_cast<std::size_t>(std::max(shape.pp, 1)) *
                       static_cast<std::size_t>(shape.layers + 1));
     }
-    const StageMemory& at(int stage, int layers) {
+    const parallel::StageMemory& at(int stage, int layers) {
         auto& cell =
             table_[static_cast<std::size_t>(stage) * static_cast<std::size_t>(shape_.layers + 1) +
                    static_cast<std::size_t>(layers)];
@@ -394,7 +394,7 @@ public:
             // A whole split that gives `stage` its layers and the rest to the other stages
             // (as evenly as they go, each at least one: the DP asks for no more), so the
             // shape stays valid; a stage's memory depends on its own layers alone.
-            MemoryShape shape = shape_;
+            parallel::MemoryShape shape = shape_;
             const int p = shape.pp, rest = shape.layers - layers;
             shape.stage_layers.assign(static_cast<std::size_t>(p), 0);
             for (int s = 0, other = 0; s < p; ++s) {
@@ -406,17 +406,17 @@ public:
                     rest / (p - 1) + (other < rest % (p - 1) ? 1 : 0);
                 ++other;
             }
-            cell = stage_memory(shape, stage);
+            cell = parallel::stage_memory(shape, stage);
         }
         return *cell;
     }
 
 private:
-    MemoryShape shape_;
-    std::vector<std::optional<StageMemory>> table_;
+    parallel::MemoryShape shape_;
+    std::vector<std::optional<parallel::StageMemory>> table_;
 };
 
-std::string memory_reason(const StageMemory& peak, double usable) {
+std::string memory_reason(const parallel::StageMemory& peak, double usable) {
     return "needs " + format_bytes(std::llround(peak.total_bytes())) + " on stage " +
            std::to_string(peak.stage) + " (model state " +
            format_bytes(std::llround(peak.model_state_bytes())) + " + activations " +
@@ -429,10 +429,10 @@ std::string memory_reason(const StageMemory& peak, double usable) {
 // with L/p layers a stage, whose stage times price a layer and the LM head.
 bool place_layers(const PlanRequest& request, Candidate& candidate,
                   const sim::StepEstimate& equal) {
-    const MemoryShape shape = memory_shape(request, candidate);
+    const parallel::MemoryShape shape = memory_shape(request, candidate);
     const double usable = usable_bytes(request);
     const int p = candidate.grid.pp;
-    const StageMemory equal_peak = peak_stage_memory(shape);
+    const parallel::StageMemory equal_peak = parallel::peak_stage_memory(shape);
     if (p > 1 && candidate.virtual_stages == 1 && request.space.exact_layer_split) {
         StageMemoryTable table(shape);
         const int first_layers = request.model.layers / p + (request.model.layers % p > 0);
@@ -461,9 +461,10 @@ bool place_layers(const PlanRequest& request, Candidate& candidate,
             if (equal_fits && equal_worst <= worst * (1 + 1e-12)) {
                 split = equal_split;
             }
-            StageMemory peak = table.at(0, split[0]);
+            parallel::StageMemory peak = table.at(0, split[0]);
             for (int s = 1; s < p; ++s) {
-                const StageMemory& memory = table.at(s, split[static_cast<std::size_t>(s)]);
+                const parallel::StageMemory& memory =
+                    table.at(s, split[static_cast<std::size_t>(s)]);
                 if (memory.total_bytes() > peak.total_bytes()) {
                     peak = memory;
                 }
@@ -553,7 +554,7 @@ std::vector<std::pair<parallel::PipelineSchedule, int>> schedules_for(const Plan
 // `layout` estimated with them, when they make it fit.
 bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, Layout& layout) {
     Candidate& c = layout.candidate;
-    if (!request.space.offload || c.recompute != Recompute::none ||
+    if (!request.space.offload || c.recompute != parallel::Recompute::none ||
         c.reason_kind != "activations exceed memory") {
         return false;
     }
@@ -593,7 +594,7 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
         out.rejected.push_back(std::move(base));
         return;
     }
-    std::vector<Recompute> recomputes = request.space.recomputes;
+    std::vector<parallel::Recompute> recomputes = request.space.recomputes;
     std::sort(recomputes.begin(), recomputes.end());
     recomputes.erase(std::unique(recomputes.begin(), recomputes.end()), recomputes.end());
     for (const auto& [schedule, v] : schedules_for(request, grid.pp)) {
@@ -613,7 +614,7 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
                 continue;
             }
             std::string fitted;  // the least recomputation that fits, as the reason names it
-            for (const Recompute& recompute : recomputes) {
+            for (const parallel::Recompute& recompute : recomputes) {
                 Layout layout{scheduled};
                 Candidate& c = layout.candidate;
                 c.sequence_parallel = sp;
@@ -625,7 +626,7 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
                     out.rejected.push_back(std::move(c));
                 } else if (estimate_layout(request, mean, layout)) {
                     c.status = CandidateStatus::estimated;
-                    fitted = std::string("recompute ") + recompute_name(recompute);
+                    fitted = std::string("recompute ") + parallel::recompute_name(recompute);
                     out.layouts.push_back(std::move(layout));
                 } else {
                     Candidate refused = c;
@@ -653,7 +654,7 @@ std::string layout_options(const Candidate& c) {
     if (!c.stage_layers.empty()) {
         line += " --stage-layers " + join(c.stage_layers);
     }
-    line += std::string(" --recompute ") + recompute_name(c.recompute);
+    line += std::string(" --recompute ") + parallel::recompute_name(c.recompute);
     if (c.sequence_parallel) {
         line += " --sequence-parallel";
     }

@@ -1,7 +1,7 @@
 // `fulcrum plan`: which layout to run. Searches every DP × TP × PP × CP factorisation of the
 // world size (TP within a node), with the pipeline schedule, activation recomputation,
 // sequence parallelism, balancer, CP sharding and the layer split across stages, drops what
-// does not fit in GPU memory (core/plan/memory_model.h) with the reason, and ranks the rest by
+// does not fit in GPU memory (core/parallel/memory_model.h) with the reason, and ranks the rest by
 // tokens/s as the simulator (core/sim/simulator.h) plays them. docs/plan.md, "Searching
 // layouts", says what is exhaustive, what is pruned and why the pruning is safe.
 //
@@ -26,8 +26,8 @@
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
 #include "core/parallel/grid.h"
+#include "core/parallel/memory_model.h"
 #include "core/parallel/schedule.h"
-#include "core/plan/memory_model.h"
 #include "core/sim/simulator.h"
 #include "core/sim/stage_costs.h"
 #include "core/util/result.h"
@@ -45,7 +45,8 @@ struct PlanSpace {
     std::vector<balance::CpSharding> shardings = {balance::CpSharding::per_document,
                                                   balance::CpSharding::zigzag,
                                                   balance::CpSharding::adaptive};
-    std::vector<Recompute> recomputes = {Recompute::none, Recompute::selective, Recompute::full};
+    std::vector<parallel::Recompute> recomputes = {
+        parallel::Recompute::none, parallel::Recompute::selective, parallel::Recompute::full};
     bool sequence_parallel = true;  // try it (when tp > 1) besides plain TP
     // Where activations do not fit without recomputation: try chunked attention with Q, K and
     // V offloaded to host memory (fulcrum-train --attention-chunk --offload on) before
@@ -95,8 +96,8 @@ struct PlanRequest {
     // the analytic model; with --calibrate, the run's own kernel (its backend's).
     std::string attention_kernel = "cuda";
     sim::DType dtype = sim::DType::bf16;
-    Precision precision = [] {
-        Precision p = Precision::megatron_mixed();
+    parallel::Precision precision = [] {
+        parallel::Precision p = parallel::Precision::megatron_mixed();
         p.distributed_optimizer = true;
         return p;
     }();
@@ -141,7 +142,7 @@ struct Candidate {
     int microbatches = 1;  // per DP replica and step
     parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
     int virtual_stages = 1;
-    Recompute recompute = Recompute::none;
+    parallel::Recompute recompute = parallel::Recompute::none;
     bool sequence_parallel = false;
     balance::Balancer balancer = balance::Balancer::fixed;
     balance::CpSharding sharding = balance::CpSharding::per_document;
@@ -220,7 +221,7 @@ Result<PlanResult> plan(const PlanRequest& request, const PlanProgress& progress
 
 // The memory model's shape of `candidate` (its sequence the request's context), and the bytes
 // a layout may fill: what the search checks candidates against (the hot-switch search too).
-MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate);
+parallel::MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate);
 double usable_bytes(const PlanRequest& request);
 
 // The simulation settings that play `candidate` (for `fulcrum simulate -o` of the top k).

@@ -211,7 +211,7 @@ std::string schedule_text(const Candidate& c) {
 }
 
 std::string knobs_text(const Candidate& c) {
-    std::string text = plan::recompute_name(c.recompute);
+    std::string text = parallel::recompute_name(c.recompute);
     if (c.sequence_parallel) {
         text += ", sp";
     }

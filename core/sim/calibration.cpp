@@ -1,6 +1,8 @@
 // Taking a simulation's settings and costs from a captured run. Kept apart from the
 // simulator itself, which needs neither the pass finder nor the fit.
 
+#include "core/sim/calibration.h"
+
 #include <algorithm>
 #include <array>
 #include <compare>
@@ -8,8 +10,7 @@
 
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
-#include "core/plan/memory_model.h"
-#include "core/sim/simulator.h"
+#include "core/parallel/memory_model.h"
 
 namespace fulcrum::sim {
 
@@ -122,7 +123,8 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     // fulcrum-train's knobs (RunConfig); a run that does not say them ran without
     // them, and in fp32 (the CPU engine's; only the simulator writes a dtype).
     config.virtual_stages = std::max(1, run.virtual_stages);
-    if (auto recompute = plan::parse_recompute(run.recompute.empty() ? "none" : run.recompute)) {
+    if (auto recompute =
+            parallel::parse_recompute(run.recompute.empty() ? "none" : run.recompute)) {
         config.recompute = *recompute;
     }
     config.sequence_parallel = run.sequence_parallel;

@@ -5,8 +5,11 @@
 #include <cmath>
 #include <map>
 
+#include "core/sim/calibration.h"
 #include "core/sim/grad_reduction.h"
 #include "core/sim/layer_costs.h"
+#include "core/sim/run_play.h"
+#include "core/sim/sim_trace.h"
 #include "core/store/trace_writer.h"
 #include "core/trace/annotations.h"
 #include "core/util/json_text.h"
@@ -22,19 +25,19 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
         return {};
     }
     const double element = static_cast<double>(element_bytes(config.dtype)) * copies;
-    plan::SwitchModel switched;
+    parallel::SwitchModel switched;
     switched.layers = model.layers;
     switched.layer_bytes = (12 * h * h + 13 * h) * element;
     switched.embedding_bytes = (model.vocab + model.context) * h * element;
     const int per_node = std::max(config.hardware.gpus_per_node, 1);
-    SwitchCost cost{plan::plan_switch(switched, from, to, per_node), 0};
+    SwitchCost cost{parallel::plan_switch(switched, from, to, per_node), 0};
     if (cost.plan.transfers.empty()) {
         return cost;
     }
     const auto world = static_cast<std::size_t>(from.world());
     // [rank]: NVLink sent, received; network sent, received.
     std::vector<std::array<double, 4>> moved(world, {0, 0, 0, 0});
-    for (const plan::SwitchTransfer& transfer : cost.plan.transfers) {
+    for (const parallel::SwitchTransfer& transfer : cost.plan.transfers) {
         const bool network = transfer.source / per_node != transfer.destination / per_node;
         moved[static_cast<std::size_t>(transfer.source)][network ? 2 : 0] += transfer.bytes;
         moved[static_cast<std::size_t>(transfer.destination)][network ? 3 : 1] += transfer.bytes;
@@ -64,7 +67,8 @@ SimulationConfig under_layout(const SimulationConfig& config, const parallel::Gr
     return played;
 }
 
-SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
+SimulationConfig bucket_config(const SimulationConfig& config,
+                               const parallel::HotSwitchBucket& bucket,
                                std::vector<std::int64_t> lengths) {
     SimulationConfig played = under_layout(config, bucket.layout);
     played.hot_switch.reset();
@@ -97,16 +101,16 @@ Status check_buckets(const SimulationConfig& config) {
     if (!config.stage_layers.empty()) {
         return invalid("--hot-switch: --stage-layers names one layout's stages; leave it out");
     }
-    auto checked = plan::parse_hot_switch_spec(
-        plan::hot_switch_spec_string(*config.hot_switch),
+    auto checked = parallel::parse_hot_switch_spec(
+        parallel::hot_switch_spec_string(*config.hot_switch),
         {.world = config.grid.world(), .heads = config.model.heads, .layers = config.model.layers});
     if (!checked) {
         return checked.error();
     }
-    for (const plan::HotSwitchBucket& bucket : config.hot_switch->buckets) {
+    for (const parallel::HotSwitchBucket& bucket : config.hot_switch->buckets) {
         if (auto status = validate(bucket_config(config, bucket, {1})); !status) {
-            return invalid("--hot-switch bucket " + plan::bucket_bounds_string(bucket) + " (" +
-                           plan::layout_string(bucket.layout) + "): " + status.error().message);
+            return invalid("--hot-switch bucket " + parallel::bucket_bounds_string(bucket) + " (" +
+                           parallel::layout_string(bucket.layout) + "): " + status.error().message);
         }
     }
     return {};
@@ -122,7 +126,7 @@ struct Segment {
     parallel::GridShape from, to;  // a reduction or an update: `to` is the layout it runs under
     bool gradients = false;
     bool parameters = true;
-    plan::SwitchPlan plan;
+    parallel::SwitchPlan plan;
     std::vector<std::int64_t> stage_end, stage_bytes;  // a reduction: by stage of `to`
 };
 
@@ -179,7 +183,7 @@ std::int64_t bucket_reduction_ns(const SimulationConfig& config, const parallel:
 
 namespace {
 
-std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec, int rank) {
+std::string segment_args(const Segment& segment, const parallel::HotSwitchSpec& spec, int rank) {
     // Bytes and counts, whole: a slice's bytes can be a fraction of a byte.
     const auto whole = [](double value) { return std::to_string(std::llround(value)); };
     std::string args = "{";
@@ -191,11 +195,11 @@ std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec
         append_json_string(args, value);
     };
     if (segment.kind == Segment::Kind::bucket) {
-        const plan::HotSwitchBucket& bucket =
+        const parallel::HotSwitchBucket& bucket =
             spec.buckets[static_cast<std::size_t>(segment.bucket)];
         number("bucket", segment.bucket, false);
-        text("layout", plan::layout_string(bucket.layout));
-        text("bounds", plan::bucket_bounds_string(bucket));
+        text("layout", parallel::layout_string(bucket.layout));
+        text("bounds", parallel::bucket_bounds_string(bucket));
         number("min_length", static_cast<double>(bucket.min_length));
         number("max_length", static_cast<double>(bucket.max_length));
         number("documents", static_cast<double>(segment.documents));
@@ -205,8 +209,8 @@ std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec
     }
     number("from_bucket", segment.from_bucket, false);
     number("to_bucket", segment.bucket);
-    text("from", plan::layout_string(segment.from));
-    text("to", plan::layout_string(segment.to));
+    text("from", parallel::layout_string(segment.from));
+    text("to", parallel::layout_string(segment.to));
     args += std::string(",\"gradients\":") + (segment.gradients ? "true" : "false");
     args += std::string(",\"parameters\":") + (segment.parameters ? "true" : "false");
     number("sent", segment.plan.sent[static_cast<std::size_t>(rank)]);
@@ -215,7 +219,7 @@ std::string segment_args(const Segment& segment, const plan::HotSwitchSpec& spec
     number("largest_send_bytes", segment.plan.largest_send_bytes);
     number("inter_node_bytes", segment.plan.inter_node_bytes);
     std::map<int, double> sent_to;
-    for (const plan::SwitchTransfer& transfer : segment.plan.transfers) {
+    for (const parallel::SwitchTransfer& transfer : segment.plan.transfers) {
         if (transfer.source == rank) {
             sent_to[transfer.destination] += transfer.bytes;
         }
@@ -241,7 +245,7 @@ struct HotSwitchNames {
 // "Hot switching"), the DP reduction and the optimizer. Returns the events written.
 std::int64_t write_step(store::TraceWriter& out, const std::vector<LaneId>& lanes,
                         const HotSwitchNames& names, const std::vector<Segment>& segments,
-                        const plan::HotSwitchSpec& spec, std::int32_t step, std::int64_t start,
+                        const parallel::HotSwitchSpec& spec, std::int32_t step, std::int64_t start,
                         std::int64_t end) {
     std::vector<Event> events;
     const auto range = [&](StringId name, Category category, std::int64_t from, std::int64_t to,
@@ -297,7 +301,7 @@ namespace {
 // segments of the step being played.
 struct HotSwitchPlay {
     const SimulationConfig& config;
-    const plan::HotSwitchSpec& spec;
+    const parallel::HotSwitchSpec& spec;
     SimulationResult result;
     parallel::GridShape current;
     int current_bucket = 0;
@@ -416,7 +420,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     if (!planner) {
         return planner.error();
     }
-    const plan::HotSwitchSpec& spec = *config.hot_switch;
+    const parallel::HotSwitchSpec& spec = *config.hot_switch;
     const StageCosts costs = config_costs(config);
     HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0, {}, {}};
     play.result.packing = planner->packing();
@@ -424,7 +428,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     play.result.ranks = config.grid.world();
     play.result.cost_source = costs.source;
     play.result.notes = costs.notes;
-    for (const plan::HotSwitchBucket& bucket : spec.buckets) {
+    for (const parallel::HotSwitchBucket& bucket : spec.buckets) {
         play.result.buckets.push_back({.bucket = bucket});
     }
     std::vector<LaneId> lanes;

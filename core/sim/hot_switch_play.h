@@ -2,15 +2,19 @@
 // each bucket packed and played under its own layout on the same ranks, one after another,
 // its gradients then summed over its layout's DP × CP groups, gradients accumulating across
 // buckets; between layouts the parameters (once a step into each) and the gradients so far
-// move point to point as core/plan/hot_switch.h plans it; after the last bucket only the
+// move point to point as core/parallel/switch_plan.h plans it; after the last bucket only the
 // gradients go home (the first bucket's layout) and the optimizer steps there, as
 // fulcrum-train --hot-switch runs it. docs/simulate.md, "Hot switching", says what is modelled.
 #pragma once
 
 #include <cstdint>
 
-#include "core/plan/hot_switch.h"
-#include "core/sim/simulator.h"
+#include "core/parallel/switch_plan.h"
+#include "core/sim/sim_config.h"
+
+namespace fulcrum::store {
+class TraceWriter;
+}
 
 namespace fulcrum::sim {
 
@@ -23,7 +27,7 @@ namespace fulcrum::sim {
 // gradient accumulators; the gradients alone (`parameters` false: the switch home at the end
 // of a step) once.
 struct SwitchCost {
-    plan::SwitchPlan plan;
+    parallel::SwitchPlan plan;
     std::int64_t ns = 0;
 };
 SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape& from,
@@ -49,7 +53,8 @@ SimulationConfig under_layout(const SimulationConfig& config, const parallel::Gr
 // The config a bucket is played with (under_layout): its layout, its documents, the bucket's upper
 // bound (or the context) as the micro-batch capacity, micro-batches per replica max(1, ⌈tokens /
 // (capacity · dp)⌉), one epoch of them, gradients only accumulated.
-SimulationConfig bucket_config(const SimulationConfig& config, const plan::HotSwitchBucket& bucket,
+SimulationConfig bucket_config(const SimulationConfig& config,
+                               const parallel::HotSwitchBucket& bucket,
                                std::vector<std::int64_t> lengths);
 
 }  // namespace fulcrum::sim

@@ -49,16 +49,16 @@ TpCollectives tp_collectives_per_layer(PassPhase phase, bool split_backward,
     return {};
 }
 
-TpCollectives tp_recompute_collectives_per_layer(plan::Recompute recompute,
+TpCollectives tp_recompute_collectives_per_layer(parallel::Recompute recompute,
                                                  bool sequence_parallel) {
-    if (recompute != plan::Recompute::full) {
+    if (recompute != parallel::Recompute::full) {
         return {};
     }
     return tp_collectives_per_layer(PassPhase::forward, false, sequence_parallel);
 }
 
-bool recomputes(PassPhase phase, plan::Recompute recompute) {
-    return recompute != plan::Recompute::none && phase != PassPhase::forward;
+bool recomputes(PassPhase phase, parallel::Recompute recompute) {
+    return recompute != parallel::Recompute::none && phase != PassPhase::forward;
 }
 
 }  // namespace fulcrum::sim

@@ -22,8 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/parallel/memory_model.h"
 #include "core/parallel/schedule.h"
-#include "core/plan/memory_model.h"
 #include "core/util/result.h"
 
 namespace fulcrum::sim {
@@ -40,7 +40,7 @@ std::int64_t element_bytes(DType dtype);
 struct TrainingKnobs {
     parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
     int virtual_stages = 1;  // model chunks per stage (interleaved)
-    plan::Recompute recompute = plan::Recompute::none;
+    parallel::Recompute recompute = parallel::Recompute::none;
     bool sequence_parallel = false;
     DType dtype = DType::fp32;  // fulcrum-train's CPU backend computes in fp32
     // Layers per pipeline stage (fulcrum-train --stage-layers); empty: L/p each.
@@ -63,10 +63,11 @@ TpCollectives tp_collectives_per_layer(PassPhase phase, bool split_backward,
                                        bool sequence_parallel);
 // The collectives full recomputation adds to each pass that recomputes (those of a forward);
 // none for selective or no recomputation.
-TpCollectives tp_recompute_collectives_per_layer(plan::Recompute recompute, bool sequence_parallel);
+TpCollectives tp_recompute_collectives_per_layer(parallel::Recompute recompute,
+                                                 bool sequence_parallel);
 
 // Passes that recompute: the backward, and under a split backward also W (fulcrum-train
 // recomputes a layer before each of its B and W, engine/model/gpt.cpp).
-bool recomputes(PassPhase phase, plan::Recompute recompute);
+bool recomputes(PassPhase phase, parallel::Recompute recompute);
 
 }  // namespace fulcrum::sim

@@ -1,6 +1,5 @@
-// The simulation's settings: the documents it trains, the packer's options, what it checks
-// before it plays (validate), the run.config it writes, and the costs it plays by. The step
-// player is simulator.cpp.
+#include "core/sim/sim_config.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,8 +9,8 @@
 
 #include "core/balance/lengths.h"
 #include "core/balance/step_planner.h"
-#include "core/plan/memory_model.h"
-#include "core/sim/simulator.h"
+#include "core/parallel/memory_model.h"
+
 #include "core/trace/run_config.h"
 
 namespace fulcrum::sim {
@@ -59,7 +58,7 @@ Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& confi
 }
 
 std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
-    plan::MemoryShape shape;
+    parallel::MemoryShape shape;
     shape.layers = config.model.layers;
     shape.hidden = config.model.hidden;
     shape.heads = config.model.heads;
@@ -82,7 +81,7 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     for (std::int64_t eighths = 9; eighths <= 64; ++eighths) {
         const std::int64_t tokens = context * eighths / 8;
         shape.sequence = static_cast<int>(std::min<std::int64_t>(tokens, 1 << 30));
-        if (plan::peak_stage_memory(shape).total_bytes() > budget) {
+        if (parallel::peak_stage_memory(shape).total_bytes() > budget) {
             break;
         }
         best = tokens;
@@ -250,7 +249,7 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.vocab = config.model.vocab;
     run.schedule = parallel::schedule_name(config.schedule);
     run.virtual_stages = config.virtual_stages;
-    run.recompute = plan::recompute_name(config.recompute);
+    run.recompute = parallel::recompute_name(config.recompute);
     run.sequence_parallel = config.sequence_parallel;
     run.overlap_grad_reduce = config.overlap_grad_reduce;
     run.dtype = dtype_name(config.dtype);
@@ -282,7 +281,7 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.simulated = true;
     run.cost_model = source;
     if (config.hot_switch) {
-        run.hot_switch = plan::hot_switch_spec_string(*config.hot_switch);
+        run.hot_switch = parallel::hot_switch_spec_string(*config.hot_switch);
     }
     return fulcrum::run_config_json(run);
 }

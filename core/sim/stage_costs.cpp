@@ -407,15 +407,16 @@ PassCost combine(PassCost a, const PassCost& b, double factor) {
 // What recomputation re-runs of a forward pass: full, the layers' forward, all but `head` (the
 // LM head and loss on the last stage, which Megatron-LM does not checkpoint); selective, the
 // attention core (the per-pair term).
-PassCost recompute_part(const PassCost& forward, plan::Recompute recompute, const PassCost& head) {
+PassCost recompute_part(const PassCost& forward, parallel::Recompute recompute,
+                        const PassCost& head) {
     PassCost part;
     part.stage = forward.stage;
     part.phase = Phase::backward;
-    if (recompute == plan::Recompute::full) {
+    if (recompute == parallel::Recompute::full) {
         part.fixed_ns = forward.fixed_ns - head.fixed_ns;
         part.per_token_ns = forward.per_token_ns - head.per_token_ns;
     }
-    if (recompute != plan::Recompute::none) {
+    if (recompute != parallel::Recompute::none) {
         part.per_pair_ns = forward.per_pair_ns;
     }
     return part;
@@ -573,8 +574,8 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
     const bool split = parallel::splits_backward(knobs.schedule);
     // The backward without recomputation: a fitted one holds its run's (in B and in W
     // when that run split them), the analytic one none.
-    const PassCost fitted_recompute =
-        recompute_part(forward, backward_fitted ? origin.recompute : plan::Recompute::none, head);
+    const PassCost fitted_recompute = recompute_part(
+        forward, backward_fitted ? origin.recompute : parallel::Recompute::none, head);
     PassCost base = combine(backward, fitted_recompute, -1);
     PassCost w;
     if (weight) {

@@ -86,7 +86,7 @@ struct CostOrigin {
     int layers = 0, pp = 0, hidden = 0, tp = 0;
     // How the fitted run trained (its run.config): its backward passes include its
     // recomputation, and a split-backward run's W passes are fitted apart.
-    plan::Recompute recompute = plan::Recompute::none;
+    parallel::Recompute recompute = parallel::Recompute::none;
     int virtual_stages = 1;
     // The run's measured rate on weight-gradient GEMMs (RunConfig::gemm_gflops); 0: unknown.
     double gemm_gflops = 0;

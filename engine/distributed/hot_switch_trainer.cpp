@@ -141,9 +141,9 @@ std::string number_text(double value) {
 
 }  // namespace
 
-Status HotSwitchTrainer::check(const plan::HotSwitchSpec& spec, const GptConfig& model) {
-    for (const plan::HotSwitchBucket& a : spec.buckets) {
-        for (const plan::HotSwitchBucket& b : spec.buckets) {
+Status HotSwitchTrainer::check(const parallel::HotSwitchSpec& spec, const GptConfig& model) {
+    for (const parallel::HotSwitchBucket& a : spec.buckets) {
+        for (const parallel::HotSwitchBucket& b : spec.buckets) {
             const int pieces = std::lcm(a.layout.tp, b.layout.tp);
             if (model.n_head % pieces != 0) {
                 return Error{ErrorCode::invalid_input,
@@ -164,7 +164,7 @@ HotSwitchTrainer::HotSwitchTrainer(Backend& backend, Communicator& world,
                                    HotSwitchConfig config)
     : world_(world), documents_(documents), config_(std::move(config)) {
     traffic_.sent_to.assign(static_cast<std::size_t>(world.size()), 0.0);
-    for (const plan::HotSwitchBucket& bucket : config_.spec.buckets) {
+    for (const parallel::HotSwitchBucket& bucket : config_.spec.buckets) {
         const auto same = std::find_if(layouts_.begin(), layouts_.end(), [&](const auto& layout) {
             return layout->shape == bucket.layout;
         });
@@ -210,16 +210,16 @@ HotSwitchTrainer::SwitchWork HotSwitchTrainer::prepare(const LayoutEngine& from,
     struct Planned {
         Part part;
         int pieces;
-        plan::SwitchPlan plan;
+        parallel::SwitchPlan plan;
         parallel::GridShape from, to;
     };
     const std::vector<Planned> plans = {
         {Part::split, std::lcm(from.shape.tp, to.shape.tp),
-         plan::plan_switch({.layers = layers, .layer_bytes = split_layer, .embedding_bytes = 0},
-                           from.shape, to.shape, config_.gpus_per_node),
+         parallel::plan_switch({.layers = layers, .layer_bytes = split_layer, .embedding_bytes = 0},
+                               from.shape, to.shape, config_.gpus_per_node),
          from.shape, to.shape},
         {Part::replicated, 1,
-         plan::plan_switch(
+         parallel::plan_switch(
              {.layers = layers, .layer_bytes = replicated_layer, .embedding_bytes = wte},
              folded(from.shape), folded(to.shape), config_.gpus_per_node),
          folded(from.shape), folded(to.shape)},
@@ -246,7 +246,7 @@ HotSwitchTrainer::SwitchWork HotSwitchTrainer::prepare(const LayoutEngine& from,
                 }
             }
         }
-        for (const plan::SwitchTransfer& transfer : planned.plan.transfers) {
+        for (const parallel::SwitchTransfer& transfer : planned.plan.transfers) {
             const int piece = static_cast<int>(std::lround(transfer.begin * planned.pieces));
             // The same on every rank: a piece's size does not depend on who holds it.
             const double bytes =
@@ -357,8 +357,8 @@ void HotSwitchTrainer::switch_layout(int from_bucket, int to_bucket, LayoutEngin
         std::string name(range_name::kHotSwitch);
         name += " from_bucket=" + std::to_string(from_bucket) +
                 " to_bucket=" + std::to_string(to_bucket) +
-                " from=" + plan::layout_string(from.shape) +
-                " to=" + plan::layout_string(to.shape) +
+                " from=" + parallel::layout_string(from.shape) +
+                " to=" + parallel::layout_string(to.shape) +
                 " gradients=" + (gradients ? "true" : "false") +
                 " parameters=" + (parameters ? "true" : "false") + " sent=" + number_text(sent) +
                 " received=" + number_text(work.received) +
@@ -388,7 +388,7 @@ void HotSwitchTrainer::switch_layout(int from_bucket, int to_bucket, LayoutEngin
 Status HotSwitchTrainer::run_bucket(int b, const std::vector<balance::Document>& documents,
                                     int step, float loss_scale, StepReport& report,
                                     double& loss_sum) {
-    const plan::HotSwitchBucket& bucket = config_.spec.buckets[std::size_t(b)];
+    const parallel::HotSwitchBucket& bucket = config_.spec.buckets[std::size_t(b)];
     LayoutEngine& layout = layout_of(b);
     // The bucket's packing, as core/sim/hot_switch_play.h (bucket_config) plays it: capacity
     // its upper bound (the context for the open one), max(1, ⌈tokens / (capacity · dp)⌉)
@@ -438,8 +438,8 @@ Status HotSwitchTrainer::run_bucket(int b, const std::vector<balance::Document>&
     std::optional<instrument::Range> range;
     if (annotate_ && instrument::active()) {
         range.emplace(std::string(range_name::kHotSwitchBucket) + " bucket=" + std::to_string(b) +
-                          " layout=" + plan::layout_string(bucket.layout) +
-                          " bounds=" + plan::bucket_bounds_string(bucket) +
+                          " layout=" + parallel::layout_string(bucket.layout) +
+                          " bounds=" + parallel::bucket_bounds_string(bucket) +
                           " min_length=" + std::to_string(bucket.min_length) +
                           " max_length=" + std::to_string(bucket.max_length) + " documents=" +
                           std::to_string(documents.size()) + " tokens=" + std::to_string(tokens) +
@@ -486,7 +486,7 @@ Result<StepReport> HotSwitchTrainer::step(const StepPlan& global) {
     for (const auto& replica : global.replicas) {
         for (const PlannedMicroBatch& planned : replica) {
             for (const balance::Document& document : planned.packed.documents) {
-                const int b = plan::bucket_of(config_.spec, document.length);
+                const int b = parallel::bucket_of(config_.spec, document.length);
                 FULCRUM_CHECK(b >= 0, "a spec covers every length from 0 (checked first)");
                 by_bucket[std::size_t(b)].push_back(document);
             }

@@ -12,7 +12,7 @@
 //              every pass scaled by 1/N_step of the whole step; after a bucket its gradients
 //              are reduced over its layout's groups, so that every holder of a parameter holds
 //              the whole sum so far and the sum moves like the parameter itself.
-//   switches:  core/plan/hot_switch.h plans them (HotSPa's Algorithm 1) twice: once for the
+//   switches:  core/parallel/switch_plan.h plans them (HotSPa's Algorithm 1) twice: once for the
 //              TP-split tensors of each layer (a TP rank holds its slice), once for the
 //              TP-replicated ones (LayerNorms, the row-parallel biases, wpe with layer 0, lnf
 //              with the last, the tied wte), which every TP rank holds whole: that is the
@@ -31,14 +31,14 @@
 #include <utility>
 #include <vector>
 
-#include "core/plan/hot_switch.h"
-#include "core/plan/hot_switch_spec.h"
+#include "core/parallel/hot_switch_spec.h"
+#include "core/parallel/switch_plan.h"
 #include "engine/distributed/parallel_trainer.h"
 
 namespace fulcrum::engine {
 
 struct HotSwitchConfig {
-    plan::HotSwitchSpec spec;
+    parallel::HotSwitchSpec spec;
     GptConfig model;
     std::uint64_t seed = 1;
     ChunkedAttentionOptions attention;
@@ -70,7 +70,7 @@ class HotSwitchTrainer {
 public:
     // Checks what a spec needs of this model beyond parse_hot_switch_spec: lcm of any two TP
     // degrees divides the heads (a switch cuts every split tensor into that many pieces).
-    static Status check(const plan::HotSwitchSpec& spec, const GptConfig& model);
+    static Status check(const parallel::HotSwitchSpec& spec, const GptConfig& model);
 
     // `world`: host MPI, for plans and the switches' host buffers; `device_world`: what the
     // layouts' groups are split from (the world itself on the CPU).

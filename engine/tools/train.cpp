@@ -30,8 +30,8 @@
 #if FULCRUM_HAVE_NCCL
 #include "engine/comm/nccl_communicator.h"
 #endif
+#include "core/parallel/hot_switch_spec.h"
 #include "core/parallel/schedule.h"
-#include "core/plan/hot_switch_spec.h"
 #include "core/trace/annotations.h"
 #include "core/trace/run_config.h"
 #include "engine/data/step_plan.h"
@@ -210,7 +210,7 @@ std::vector<double> peaks_by_rank(Communicator& world, const MemoryUse& use) {
 
 // --hot-switch's spec, checked against the model and the world, and against the options it
 // cannot go with: each bucket names a whole layout, split evenly over the stages.
-Result<plan::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Options& o, int world) {
+Result<parallel::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Options& o, int world) {
     const auto invalid = [](std::string message) {
         return Error{ErrorCode::invalid_input, std::move(message)};
     };
@@ -239,8 +239,8 @@ Result<plan::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Options&
             "--hot-switch does not take --sequence-parallel (its layouts' TP degrees "
             "differ, and some have none)");
     }
-    auto spec = plan::parse_hot_switch_spec(o.hot_switch,
-                                            {.world = world, .heads = o.heads, .layers = o.layers});
+    auto spec = parallel::parse_hot_switch_spec(
+        o.hot_switch, {.world = world, .heads = o.heads, .layers = o.layers});
     if (!spec) {
         return spec.error();
     }
@@ -635,7 +635,7 @@ int main(int argc, char** argv) {
     }
 
     // Everything is checked before any work, the same way on every rank.
-    std::optional<plan::HotSwitchSpec> hot_switch;
+    std::optional<parallel::HotSwitchSpec> hot_switch;
     if (!o.hot_switch.empty()) {
         auto spec = check_hot_switch(app, o, world->size());
         if (!spec) {
@@ -643,7 +643,7 @@ int main(int argc, char** argv) {
         }
         hot_switch = std::move(*spec);
         o.grid = hot_switch->buckets.front().layout;  // home: the global batch is planned here
-        o.hot_switch = plan::hot_switch_spec_string(*hot_switch);
+        o.hot_switch = parallel::hot_switch_spec_string(*hot_switch);
     } else if (o.hot_switch_check) {
         return fail(rank, "--hot-switch-check checks the layouts of --hot-switch; give one");
     }
@@ -914,7 +914,7 @@ int main(int argc, char** argv) {
                                                  std::move(hot_config));
         if (rank == 0) {
             std::printf("hot switch %s: home layout %s\n", o.hot_switch.c_str(),
-                        plan::layout_string(o.grid).c_str());
+                        parallel::layout_string(o.grid).c_str());
             std::fflush(stdout);
         }
         if (o.hot_switch_check) {

@@ -11,6 +11,7 @@
 
 using namespace fulcrum;
 using namespace fulcrum::plan;
+using namespace fulcrum::parallel;
 
 namespace {
 

@@ -2,11 +2,11 @@
 // when a step switches from one layout to another over the same ranks.
 #include <QtTest>
 
-#include "core/plan/hot_switch.h"
-#include "core/plan/hot_switch_spec.h"
+#include "core/parallel/hot_switch_spec.h"
+#include "core/parallel/switch_plan.h"
 
 using namespace fulcrum;
-using namespace fulcrum::plan;
+using namespace fulcrum::parallel;
 using parallel::GridShape;
 
 namespace {

@@ -1,4 +1,4 @@
-// The memory model (core/plan/memory_model.h) against what Korthikanti et al. 2022 ("Reducing
+// The memory model (core/parallel/memory_model.h) against what Korthikanti et al. 2022 ("Reducing
 // Activation Recomputation in Large Transformer Models", Table 3 and §6) report per A100 for
 // Megatron-LM's 22B, 175B, 530B and 1T runs: model state (weights, fp32 gradients and Adam's
 // state: 18 bytes a parameter) and activations without recomputation and with sequence
@@ -6,10 +6,10 @@
 // in the first test.
 #include <QtTest>
 
-#include "core/plan/memory_model.h"
+#include "core/parallel/memory_model.h"
 
 using namespace fulcrum;
-using namespace fulcrum::plan;
+using namespace fulcrum::parallel;
 
 namespace {
 

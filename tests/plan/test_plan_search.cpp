@@ -15,6 +15,7 @@
 
 using namespace fulcrum;
 using namespace fulcrum::plan;
+using namespace fulcrum::parallel;
 
 namespace {
 

@@ -59,7 +59,7 @@ private slots:
     void reportShowsBreakdownAndMatrix() {
         QTemporaryDir dir;
         sim::SimulationConfig config = test::hot_switch_workload();
-        auto spec = plan::parse_hot_switch_spec(test::kHotSwitchSpec, {.world = 4});
+        auto spec = parallel::parse_hot_switch_spec(test::kHotSwitchSpec, {.world = 4});
         QVERIFY(spec.ok());
         config.hot_switch = *spec;
         const std::string path = dir.filePath("hot.fulcrum").toStdString();
@@ -101,8 +101,8 @@ private slots:
                 const QString& cell = matrix[i][j + 1];
                 const sim::SimulatedSwitch* made = nullptr;
                 for (const sim::SimulatedSwitch& s : played->switches) {
-                    if (QString::fromStdString(plan::layout_string(s.from)) == layouts[i] &&
-                        QString::fromStdString(plan::layout_string(s.to)) == layouts[j]) {
+                    if (QString::fromStdString(parallel::layout_string(s.from)) == layouts[i] &&
+                        QString::fromStdString(parallel::layout_string(s.to)) == layouts[j]) {
                         made = &s;
                     }
                 }

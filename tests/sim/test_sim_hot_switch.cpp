@@ -30,9 +30,9 @@ RankInfo rank_info(int rank) {
     return info;
 }
 
-plan::HotSwitchSpec spec(const std::string& text) {
-    auto parsed = plan::parse_hot_switch_spec(text, {.world = 4});
-    return parsed.ok() ? *parsed : plan::HotSwitchSpec{};
+parallel::HotSwitchSpec spec(const std::string& text) {
+    auto parsed = parallel::parse_hot_switch_spec(text, {.world = 4});
+    return parsed.ok() ? *parsed : parallel::HotSwitchSpec{};
 }
 
 // A simulated run written at `path` and read back as the analyses read it.
@@ -387,12 +387,13 @@ private slots:
             QCOMPARE(hot.buckets[b].tokens, played->buckets[b].tokens);
             QCOMPARE(hot.buckets[b].documents, played->buckets[b].documents);
             QCOMPARE(static_cast<double>(hot.buckets[b].ns), played->buckets[b].ns);
-            QCOMPARE(hot.buckets[b].layout, plan::layout_string(played->buckets[b].bucket.layout));
+            QCOMPARE(hot.buckets[b].layout,
+                     parallel::layout_string(played->buckets[b].bucket.layout));
         }
         QCOMPARE(hot.switches.size(), played->switches.size());
         for (const SimulatedSwitch& change : played->switches) {
             const analysis::HotSwitchCost* cell =
-                hot.cost(plan::layout_string(change.from), plan::layout_string(change.to));
+                hot.cost(parallel::layout_string(change.from), parallel::layout_string(change.to));
             QVERIFY(cell != nullptr);
             QCOMPARE(cell->count, change.count);
             QCOMPARE(static_cast<double>(cell->ns), change.ns);
@@ -436,7 +437,7 @@ private slots:
                         continue;
                     }
                     const auto args = nlohmann::json::parse(trace->name(event.args));
-                    auto parsed = plan::parse_hot_switch_spec(
+                    auto parsed = parallel::parse_hot_switch_spec(
                         "0-:" + args["layout"].get<std::string>(), {.world = 4});
                     QVERIFY(parsed.ok());
                     windows.push_back(

@@ -206,9 +206,9 @@ private slots:
         QTest::addColumn<int>("schedule");
         QTest::addColumn<int>("recompute");
         QTest::newRow("zb-h1, full recomputation")
-            << int(parallel::PipelineSchedule::zero_bubble_h1) << int(plan::Recompute::full);
+            << int(parallel::PipelineSchedule::zero_bubble_h1) << int(parallel::Recompute::full);
         QTest::newRow("interleaved v2, selective recomputation")
-            << int(parallel::PipelineSchedule::interleaved) << int(plan::Recompute::selective);
+            << int(parallel::PipelineSchedule::interleaved) << int(parallel::Recompute::selective);
     }
     void otherSchedulesCalibrate() {
         QFETCH(int, schedule);
@@ -216,7 +216,7 @@ private slots:
         SimulationConfig config = played_config();
         config.grid.pp = 2;
         config.balancer = balance::Balancer::fixed;
-        config.recompute = static_cast<plan::Recompute>(recompute);
+        config.recompute = static_cast<parallel::Recompute>(recompute);
         SimulationConfig other = config;
         other.schedule = static_cast<parallel::PipelineSchedule>(schedule);
         other.virtual_stages = other.schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;

@@ -130,7 +130,7 @@ const Event* find_event(const Found& found, std::string_view name, int step, int
 
 Q_DECLARE_METATYPE(fulcrum::parallel::PipelineSchedule)
 Q_DECLARE_METATYPE(fulcrum::sim::DType)
-Q_DECLARE_METATYPE(fulcrum::plan::Recompute)
+Q_DECLARE_METATYPE(fulcrum::parallel::Recompute)
 
 class SimulatorTest : public QObject {
     Q_OBJECT
@@ -410,12 +410,13 @@ private slots:
     void collectiveBytes_data() {
         QTest::addColumn<bool>("sequence_parallel");
         QTest::addColumn<DType>("dtype");
-        QTest::addColumn<plan::Recompute>("recompute");
+        QTest::addColumn<parallel::Recompute>("recompute");
         for (bool sp : {false, true}) {
             for (DType dtype : {DType::fp32, DType::bf16}) {
-                for (plan::Recompute recompute : {plan::Recompute::none, plan::Recompute::full}) {
+                for (parallel::Recompute recompute :
+                     {parallel::Recompute::none, parallel::Recompute::full}) {
                     QTest::addRow("%s %s recompute %s", sp ? "sp" : "tp", dtype_name(dtype),
-                                  plan::recompute_name(recompute))
+                                  parallel::recompute_name(recompute))
                         << sp << dtype << recompute;
                 }
             }
@@ -424,7 +425,7 @@ private slots:
     void collectiveBytes() {
         QFETCH(bool, sequence_parallel);
         QFETCH(DType, dtype);
-        QFETCH(plan::Recompute, recompute);
+        QFETCH(parallel::Recompute, recompute);
         SimulationConfig config;
         config.model = {.layers = 4, .hidden = 64, .heads = 2, .context = 64, .vocab = 16};
         config.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 1};
@@ -450,7 +451,7 @@ private slots:
         const std::int64_t e = element_bytes(dtype);
         const std::int64_t call = 64 * 64 * e;    // T·h·e
         const std::int64_t layer_passes = 2 * 2;  // micro-batches × the stage's layers
-        const std::int64_t again = recompute == plan::Recompute::full ? 1 : 0;
+        const std::int64_t again = recompute == parallel::Recompute::full ? 1 : 0;
         if (sequence_parallel) {
             QCOMPARE(bytes["tp all-gather"], layer_passes * (2 + 4 + 2 * again) * call);
             QCOMPARE(bytes["tp reduce-scatter"], layer_passes * (2 + 2 + 2 * again) * call);
@@ -476,14 +477,14 @@ private slots:
         const double layer_share = layers / (layers + 2.0 * 64 * 256);
 
         TrainingKnobs full;
-        full.recompute = plan::Recompute::full;
+        full.recompute = parallel::Recompute::full;
         const StageCosts recomputed = resolve_costs(nullptr, {}, shape, grid, hardware, full);
         QVERIFY(std::abs(recomputed.passes[0][1].per_token_ns -
                          (2 + layer_share) * forward.per_token_ns) < 1e-9);
         QCOMPARE(recomputed.passes[0][1].per_pair_ns, 3 * forward.per_pair_ns);
 
         TrainingKnobs selective;
-        selective.recompute = plan::Recompute::selective;
+        selective.recompute = parallel::Recompute::selective;
         const StageCosts core = resolve_costs(nullptr, {}, shape, grid, hardware, selective);
         QCOMPARE(core.passes[0][1].per_token_ns, 2 * forward.per_token_ns);
         QCOMPARE(core.passes[0][1].per_pair_ns, 3 * forward.per_pair_ns);

@@ -1,4 +1,4 @@
-// The memory model's prediction of fulcrum-train's own count (core/plan/memory_model.h,
+// The memory model's prediction of fulcrum-train's own count (core/parallel/memory_model.h,
 // engine_stage_memory) against real runs under mpirun: for a matrix of layouts, the peak of
 // the backend's counted allocations that fulcrum-train reports for rank 0 and for the first
 // rank of the last stage is within 2% of the prediction, and so is the pinned host memory of
@@ -18,8 +18,8 @@
 #include <map>
 #include <set>
 
+#include "core/parallel/memory_model.h"
 #include "core/parallel/schedule.h"
-#include "core/plan/memory_model.h"
 #include "tests/train/mpi_environment.h"
 
 using namespace fulcrum;
@@ -59,9 +59,9 @@ std::map<int, RankPeak> peaks_of(const QString& output) {
 }
 
 // The layout fulcrum-train runs, as the memory model's shape: the same arguments, read once.
-plan::MemoryShape shape_of(const QStringList& args) {
-    plan::MemoryShape shape;
-    shape.precision = plan::Precision::fp32();
+parallel::MemoryShape shape_of(const QStringList& args) {
+    parallel::MemoryShape shape;
+    shape.precision = parallel::Precision::fp32();
     shape.vocab = 256;
     shape.microbatches = 4;
     auto value = [&](const char* option) { return args[args.indexOf(option) + 1]; };
@@ -85,7 +85,7 @@ plan::MemoryShape shape_of(const QStringList& args) {
         shape.schedule = *parallel::parse_schedule(value("--schedule").toStdString());
     }
     if (args.contains("--recompute")) {
-        shape.recompute = *plan::parse_recompute(value("--recompute").toStdString());
+        shape.recompute = *parallel::parse_recompute(value("--recompute").toStdString());
     }
     if (args.contains("--stage-layers")) {
         shape.stage_layers = *parallel::parse_stage_layers(value("--stage-layers").toStdString());
@@ -178,14 +178,14 @@ private slots:
         const std::map<int, RankPeak> peaks = peaks_of(output);
         QCOMPARE(int(peaks.size()), ranks);
 
-        const plan::MemoryShape shape = shape_of(args);
+        const parallel::MemoryShape shape = shape_of(args);
         for (const int stage : std::set<int>{0, shape.pp - 1}) {
             const auto measured = std::find_if(peaks.begin(), peaks.end(), [&](const auto& peak) {
                 const RankPeak& r = peak.second;
                 return r.pp == stage && r.dp == 0 && r.cp == 0 && r.tp == 0;
             });
             QVERIFY(measured != peaks.end());
-            const plan::EngineMemory predicted = plan::engine_stage_memory(shape, stage);
+            const parallel::EngineMemory predicted = parallel::engine_stage_memory(shape, stage);
             const RankPeak& engine = measured->second;
             const QString figures =
                 QString(

@@ -40,7 +40,7 @@ private slots:
         static_path_ = dir_.filePath("static.fulcrum");
         auto played = test::simulate_run(config, static_path_.toStdString());
         QVERIFY2(played.ok(), played.ok() ? "" : played.error().message.c_str());
-        auto spec = plan::parse_hot_switch_spec(test::kHotSwitchSpec, {.world = 4});
+        auto spec = parallel::parse_hot_switch_spec(test::kHotSwitchSpec, {.world = 4});
         QVERIFY(spec.ok());
         config.hot_switch = *spec;
         hot_path_ = dir_.filePath("hot.fulcrum");
@@ -114,8 +114,8 @@ private slots:
                 const QModelIndex cell = model->index(i, j);
                 const sim::SimulatedSwitch* made = nullptr;
                 for (const sim::SimulatedSwitch& s : hot_result_.switches) {
-                    if (QString::fromStdString(plan::layout_string(s.from)) == layouts[i] &&
-                        QString::fromStdString(plan::layout_string(s.to)) == layouts[j]) {
+                    if (QString::fromStdString(parallel::layout_string(s.from)) == layouts[i] &&
+                        QString::fromStdString(parallel::layout_string(s.to)) == layouts[j]) {
                         made = &s;
                     }
                 }

@@ -87,7 +87,7 @@ private slots:
         QCOMPARE(c.grid.world(), 8);
         plan::Candidate fits = c;
         fits.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 1};
-        fits.recompute = plan::Recompute::selective;
+        fits.recompute = parallel::Recompute::selective;
         fits.sequence_parallel = true;
         const CandidateRerun rerun = candidate_rerun(fits, dialog.plan(), 4);
         QVERIFY2(rerun.why_not.isEmpty(), qPrintable(rerun.why_not));

@@ -1,11 +1,11 @@
-#include "core/plan/hot_switch.h"
+#include "core/parallel/switch_plan.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "core/parallel/schedule.h"
 
-namespace fulcrum::plan {
+namespace fulcrum::parallel {
 
 namespace {
 
@@ -98,4 +98,4 @@ SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from
     return plan;
 }
 
-}  // namespace fulcrum::plan
+}  // namespace fulcrum::parallel

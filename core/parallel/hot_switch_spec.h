@@ -18,7 +18,7 @@
 #include "core/parallel/grid.h"
 #include "core/util/result.h"
 
-namespace fulcrum::plan {
+namespace fulcrum::parallel {
 
 struct HotSwitchBucket {
     std::int64_t min_length = 0;   // inclusive
@@ -58,4 +58,4 @@ std::string bucket_bounds_string(const HotSwitchBucket& bucket);
 // The bucket a document of `length` tokens falls in; −1 when none does.
 int bucket_of(const HotSwitchSpec& spec, std::int64_t length);
 
-}  // namespace fulcrum::plan
+}  // namespace fulcrum::parallel

@@ -1,11 +1,11 @@
-#include "core/plan/memory_model.h"
+#include "core/parallel/memory_model.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
 
-namespace fulcrum::plan {
+namespace fulcrum::parallel {
 
 Precision Precision::megatron_mixed() {
     return {};
@@ -130,11 +130,11 @@ StageMemory peak_stage_memory(const MemoryShape& shape) {
     return peak;
 }
 
-}  // namespace fulcrum::plan
+}  // namespace fulcrum::parallel
 
 // ---- fulcrum-train's counted memory (docs/plan.md, "The engine's own count") ----------------
 
-namespace fulcrum::plan {
+namespace fulcrum::parallel {
 namespace {
 
 constexpr double kFloatBytes = 4;  // the engine's tensors are fp32 (and its int32 token ids)
@@ -332,4 +332,4 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
     return memory;
 }
 
-}  // namespace fulcrum::plan
+}  // namespace fulcrum::parallel

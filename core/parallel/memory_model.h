@@ -34,11 +34,7 @@
 #include "core/parallel/schedule.h"
 #include "core/util/result.h"
 
-namespace fulcrum::plan {
-
-using parallel::parse_recompute;
-using parallel::Recompute;
-using parallel::recompute_name;
+namespace fulcrum::parallel {
 
 // What one parameter costs in bytes, by where it is kept.
 struct Precision {
@@ -136,4 +132,4 @@ struct EngineMemory {
 // shape must pass fulcrum-train's checks, with stage_layers empty or one count per model chunk.
 EngineMemory engine_stage_memory(const MemoryShape& shape, int stage);
 
-}  // namespace fulcrum::plan
+}  // namespace fulcrum::parallel

@@ -17,7 +17,7 @@
 
 #include "core/parallel/grid.h"
 
-namespace fulcrum::plan {
+namespace fulcrum::parallel {
 
 struct SwitchModel {
     int layers = 1;
@@ -46,4 +46,4 @@ struct SwitchPlan {
 SwitchPlan plan_switch(const SwitchModel& model, const parallel::GridShape& from,
                        const parallel::GridShape& to, int gpus_per_node);
 
-}  // namespace fulcrum::plan
+}  // namespace fulcrum::parallel

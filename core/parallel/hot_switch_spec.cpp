@@ -1,8 +1,8 @@
-#include "core/plan/hot_switch_spec.h"
+#include "core/parallel/hot_switch_spec.h"
 
 #include <charconv>
 
-namespace fulcrum::plan {
+namespace fulcrum::parallel {
 namespace {
 
 Error bad_spec(std::string_view spec, const std::string& problem) {
@@ -164,4 +164,4 @@ Result<HotSwitchSpec> parse_hot_switch_spec(std::string_view spec, const HotSwit
     return parsed;
 }
 
-}  // namespace fulcrum::plan
+}  // namespace fulcrum::parallel

@@ -1,0 +1,218 @@
+#include "core/sim/pass_pricing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/sim/layer_costs.h"
+
+namespace fulcrum::sim {
+
+using analysis::CollectiveCost;
+using analysis::PassCost;
+
+std::size_t group_index(int stage, int microbatch, int microbatches, PassPhase phase) {
+    return (static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) +
+            static_cast<std::size_t>(microbatch)) *
+               kPassPhases +
+           static_cast<std::size_t>(phase);
+}
+
+PassPhase pass_phase(parallel::PassKind kind) {
+    switch (kind) {
+        case parallel::PassKind::forward:
+            return PassPhase::forward;
+        case parallel::PassKind::backward:
+            return PassPhase::backward;
+        case parallel::PassKind::weight:
+            return PassPhase::weight;
+    }
+    return PassPhase::forward;
+}
+
+int layers_of(int stage, const SimulationConfig& config) {
+    return parallel::stage_layer_total(stage, config.grid.pp, config.virtual_stages,
+                                       config.model.layers, config.stage_layers);
+}
+
+// Bytes of one pipeline send of a rank holding `tokens`: the [T, h] boundary activation, its
+// rows' share under sequence parallelism or with Megatron-LM's scatter/gather.
+std::int64_t p2p_bytes(const SimulationConfig& config, std::int64_t tokens) {
+    const bool split = config.sequence_parallel || config.pipeline_scatter_gather;
+    return tokens * config.model.hidden * element_bytes(config.dtype) /
+           (split ? config.grid.tp : 1);
+}
+
+// Sends of a stage's passes in one phase over its v chunks: a forward sends unless its model
+// chunk is the last, a backward unless it is the first; W sends nothing.
+int sends_of(int stage, PassPhase phase, const SimulationConfig& config) {
+    const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
+    if (phase == PassPhase::weight || p == 1) {
+        return 0;
+    }
+    const bool forward = phase == PassPhase::forward;
+    return v - ((forward ? stage == p - 1 : stage == 0) ? 1 : 0);
+}
+
+// Receives of a stage's passes in one phase: a forward receives unless its model chunk is the
+// first, a backward unless it is the last; W receives nothing.
+int receives_of(int stage, PassPhase phase, const SimulationConfig& config) {
+    const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
+    if (phase == PassPhase::weight || p == 1) {
+        return 0;
+    }
+    const bool forward = phase == PassPhase::forward;
+    return v - ((forward ? stage == 0 : stage == p - 1) ? 1 : 0);
+}
+
+// Whether a receiver all-gathers what it received over TP: Megatron-LM's scatter/gather of
+// pipeline sends, when the next stage needs the whole activation (not under sequence
+// parallelism, whose layers start from a rank's rows).
+bool gathers_received(const SimulationConfig& config) {
+    return config.pipeline_scatter_gather && !config.sequence_parallel && config.grid.tp > 1;
+}
+
+namespace {
+
+// The attention block's share of a layer's linear work: QKV (6h²) and the output projection
+// (2h²) of 24h² FLOPs per token (the MLP's two 4h GEMMs are the other 16h²).
+constexpr std::pair<std::int64_t, std::int64_t> kAttentionBlockLinearShare = {8, 24};
+
+// One CP rank's compute and TP collectives of one pass (docs/simulate.md, "One pass").
+RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& recompute,
+                   const StageCosts& costs, const SimulationConfig& config, PassPhase phase,
+                   std::int64_t layers, std::int64_t tokens, std::int64_t pairs) {
+    RankPass rank;
+    rank.tokens = tokens;
+    const std::int64_t own = predict_pass_ns(cost, tokens, pairs);
+    const bool recomputing = recomputes(phase, config.recompute);
+    rank.recompute_ns = recomputing ? std::min(own, predict_pass_ns(recompute, tokens, pairs)) : 0;
+    const double per_pair = cost.per_pair_ns - (recomputing ? recompute.per_pair_ns : 0.0);
+    const std::int64_t rest = own - rank.recompute_ns;
+    // The `attention` range is the engine's: a layer's whole attention block (docs/analyses.md,
+    // "Attention time"), so besides the core (per_pair · pairs) it holds the block's GEMMs, QKV
+    // and the output projection: 8h² of a layer's 24h² linear FLOPs per token.
+    const std::int64_t core = std::clamp<std::int64_t>(
+        std::llround(std::max(per_pair * static_cast<double>(pairs), 0.0)), 0, rest);
+    rank.attention_ns =
+        core + (rest - core) * kAttentionBlockLinearShare.first / kAttentionBlockLinearShare.second;
+    rank.mlp_ns = rest - rank.attention_ns;
+    if (config.grid.tp > 1) {
+        const bool sp = config.sequence_parallel;
+        const std::int64_t bytes = tokens * config.model.hidden * element_bytes(config.dtype);
+        const std::array<const CollectiveCost*, 3> kind_costs = {
+            &costs.tp_all_reduce, &costs.tp_all_gather, &costs.tp_reduce_scatter};
+        const auto fill = [&](const TpCollectives& per_layer, TpByKind& ns, TpByKind& calls) {
+            const std::array<int, 3> counts = {per_layer.all_reduce, per_layer.all_gather,
+                                               per_layer.reduce_scatter};
+            for (std::size_t k = 0; k < 3; ++k) {
+                calls[k] = counts[k] * layers;
+                ns[k] = calls[k] * predict_collective_ns(*kind_costs[k], bytes);
+            }
+        };
+        fill(tp_collectives_per_layer(phase, parallel::splits_backward(config.schedule), sp),
+             rank.tp_ns, rank.tp_calls);
+        if (recomputing) {
+            fill(tp_recompute_collectives_per_layer(config.recompute, sp), rank.recompute_tp_ns,
+                 rank.recompute_tp_calls);
+        }
+    }
+    return rank;
+}
+
+}  // namespace
+
+// One pass of one micro-batch on one stage for the whole CP group (docs/simulate.md, "One
+// pass"); fills the group's cp RankPasses.
+GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassPhase phase,
+                     const SimulationConfig& config, const StageCosts& costs, RankPass* ranks) {
+    const parallel::GridShape& grid = config.grid;
+    const std::int64_t hidden = config.model.hidden;
+    const std::int64_t element = element_bytes(config.dtype);
+    const std::int64_t layers = layers_of(stage, config);
+    const auto& stage_passes = costs.passes[static_cast<std::size_t>(stage)];
+    const PassCost& recompute = costs.recompute[static_cast<std::size_t>(stage)];
+    const bool forward = phase == PassPhase::forward;
+    const CollectiveCost& p2p = forward ? costs.recv_activations : costs.recv_gradients;
+    GroupPass group;
+    std::int64_t slowest = 0;
+    std::int64_t largest_send = 0;
+    std::int64_t largest_gather = 0;
+    for (int c = 0; c < grid.cp; ++c) {
+        const balance::CpShard& shard = planned.cp.ranks[static_cast<std::size_t>(c)];
+        // attention_work is Σ causal_pair_work, twice the pairs; always even.
+        ranks[c] = rank_pass(stage_passes[static_cast<std::size_t>(phase)], recompute, costs,
+                             config, phase, layers, shard.tokens, shard.attention_work / 2);
+        slowest = std::max(slowest, ranks[c].own_total());
+        const double send =
+            std::max(p2p.per_byte_ns, 0.0) * static_cast<double>(p2p_bytes(config, shard.tokens));
+        largest_send = std::max<std::int64_t>(largest_send, std::llround(send));
+        if (gathers_received(config)) {
+            largest_gather = std::max(
+                largest_gather,
+                predict_collective_ns(costs.tp_all_gather, shard.tokens * hidden * element));
+        }
+    }
+    for (int c = 0; c < grid.cp; ++c) {
+        ranks[c].wait_ns = slowest - ranks[c].own_total();
+    }
+    if (grid.cp > 1 && phase != PassPhase::weight) {
+        // K and V of every token of the micro-batch, this rank's heads (h/tp); full
+        // recomputation gathers them again in the backward pass.
+        const std::int64_t bytes_per_layer =
+            planned.packed.tokens * 2 * (hidden / grid.tp) * element;
+        group.exchange_bytes = bytes_per_layer * layers;
+        group.exchange_ns =
+            layers * predict_collective_ns(forward ? costs.cp_all_gather : costs.cp_reduce_scatter,
+                                           bytes_per_layer);
+        if (phase == PassPhase::backward && config.recompute == parallel::Recompute::full) {
+            group.regather_bytes = bytes_per_layer * layers;
+            group.regather_ns =
+                layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
+        }
+    }
+    group.send_ns = largest_send;
+    group.gather_ns = largest_gather;
+    group.duration_ns = slowest + group.exchange_ns + group.regather_ns +
+                        sends_of(stage, phase, config) * group.send_ns +
+                        receives_of(stage, phase, config) * group.gather_ns;
+    return group;
+}
+
+std::vector<PassPhase> phases_of(const SimulationConfig& config) {
+    std::vector<PassPhase> phases = {PassPhase::forward, PassPhase::backward};
+    if (parallel::splits_backward(config.schedule)) {
+        phases.push_back(PassPhase::weight);
+    }
+    return phases;
+}
+
+// One latency for both pipeline directions (replay_pipeline takes one): their mean.
+std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& costs) {
+    return config.grid.pp > 1 ? std::llround((std::max(costs.recv_activations.latency_ns, 0.0) +
+                                              std::max(costs.recv_gradients.latency_ns, 0.0)) /
+                                             2)
+                              : 0;
+}
+
+// The reduction of `stage`'s gradients (grad_reduction.h): one layer's gradients,
+// (12h² + 13h)/tp elements, as a bucket.
+GradientReductionInput gradient_reduction(const SimulationConfig& config, int stage,
+                                          std::int64_t step_start) {
+    const std::int64_t h = config.model.hidden;
+    GradientReductionInput input;
+    input.stage = stage;
+    input.stages = config.grid.pp;
+    input.virtual_stages = std::max(config.virtual_stages, 1);
+    input.layers = config.model.layers;
+    input.stage_layers = config.stage_layers;
+    input.overlap = config.overlap_grad_reduce;
+    input.writes_weights = parallel::splits_backward(config.schedule)
+                               ? parallel::PassKind::weight
+                               : parallel::PassKind::backward;
+    input.layer_bytes = (12 * h * h + 13 * h) / config.grid.tp * element_bytes(config.dtype);
+    input.step_start_ns = step_start;
+    return input;
+}
+
+}  // namespace fulcrum::sim

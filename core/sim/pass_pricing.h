@@ -1,0 +1,85 @@
+// Pricing one pass of one micro-batch on one stage (docs/simulate.md, "One pass"): each CP
+// rank's compute and TP collectives from the cost model, and the group's time with its K/V
+// exchange and pipeline send. The step player (step_play.h) and the closed-form estimate
+// (step_estimate.h) both price passes here, so they agree by construction.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/balance/step_planner.h"
+#include "core/parallel/schedule.h"
+#include "core/sim/grad_reduction.h"
+#include "core/sim/sim_config.h"
+
+namespace fulcrum::sim {
+
+// One pass (one micro-batch, one phase) of one replica's stage, for the whole CP group:
+// what the pipeline replay sees. For a stage of v model chunks, the whole stage's share of
+// the model (the replay gives each chunk's pass 1/v of it).
+struct GroupPass {
+    std::int64_t duration_ns = 0;  // slowest member's compute + CP exchange + sends
+    std::int64_t exchange_ns = 0;  // the CP collective's transfer, every layer together
+    std::int64_t exchange_bytes = 0;
+    std::int64_t send_ns = 0;  // one send of one chunk's boundary activation
+    // Full recomputation's second K/V all-gather in the backward pass, every layer together.
+    std::int64_t regather_ns = 0;
+    std::int64_t regather_bytes = 0;
+    // With Megatron-LM's scatter/gather sends, the receiver's all-gather of the activation
+    // over TP, one receive.
+    std::int64_t gather_ns = 0;
+};
+
+// TP collectives by kind: all-reduce, all-gather, reduce-scatter (layer_costs.h).
+using TpByKind = std::array<std::int64_t, 3>;
+
+// The same pass as one CP rank spends it.
+struct RankPass {
+    std::int64_t attention_ns = 0;  // its attention blocks: per_pair · pairs + a third of the rest
+    std::int64_t mlp_ns = 0;        // its other compute: the rest of fixed + per_token · tokens
+    std::int64_t recompute_ns = 0;  // recomputation before it (not in the two above)
+    TpByKind tp_ns{};               // its TP collectives, every layer, by kind
+    TpByKind tp_calls{};            // how many, every layer
+    TpByKind recompute_tp_ns{};     // those recomputation re-runs
+    TpByKind recompute_tp_calls{};
+    std::int64_t wait_ns = 0;  // for the CP group's slowest rank
+    std::int64_t tokens = 0;
+
+    std::int64_t tp_total() const {
+        return tp_ns[0] + tp_ns[1] + tp_ns[2] + recompute_tp_ns[0] + recompute_tp_ns[1] +
+               recompute_tp_ns[2];
+    }
+    std::int64_t own_total() const { return attention_ns + mlp_ns + recompute_ns + tp_total(); }
+};
+
+// Index of a pass in a replica's [(stage · m + j) · kPassPhases + phase] tables.
+std::size_t group_index(int stage, int microbatch, int microbatches, PassPhase phase);
+PassPhase pass_phase(parallel::PassKind kind);
+
+// Layers stage `stage` holds under `config` (every model chunk of it).
+int layers_of(int stage, const SimulationConfig& config);
+
+// Bytes of one pipeline send of a rank holding `tokens`.
+std::int64_t p2p_bytes(const SimulationConfig& config, std::int64_t tokens);
+
+// Sends and receives of a stage's passes in one phase, over its v chunks.
+int sends_of(int stage, PassPhase phase, const SimulationConfig& config);
+int receives_of(int stage, PassPhase phase, const SimulationConfig& config);
+
+// One pass of `planned` on `stage` for the whole CP group; fills the group's cp `ranks`.
+GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassPhase phase,
+                     const SimulationConfig& config, const StageCosts& costs, RankPass* ranks);
+
+// The phases a step runs: F and B, and W when the schedule splits the backward pass.
+std::vector<PassPhase> phases_of(const SimulationConfig& config);
+
+// The pipeline's point-to-point latency, one for both directions.
+std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& costs);
+
+// The reduction of `stage`'s gradients (grad_reduction.h), one layer's gradients a bucket.
+GradientReductionInput gradient_reduction(const SimulationConfig& config, int stage,
+                                          std::int64_t step_start);
+
+}  // namespace fulcrum::sim

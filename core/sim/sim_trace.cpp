@@ -1,0 +1,369 @@
+#include "core/sim/sim_trace.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/parallel/grid.h"
+#include "core/trace/annotations.h"
+
+namespace fulcrum::sim {
+namespace {
+
+// Writes the ranges of one chunk's pass: its share (1/v) of the stage's times, the calls of
+// the chunk's layers.
+struct ChunkRanges {
+    RankEvents& out;
+    std::int32_t step, microbatch;
+    std::int16_t stage;
+    Phase phase;
+    int v;
+    std::int64_t chunk_layers, stage_layers;
+    std::int64_t tp_call_bytes;
+    std::array<StringId, 3> tp_names;
+
+    std::int64_t share(std::int64_t ns) const { return ns / v; }
+    std::int64_t calls(std::int64_t all) const { return all * chunk_layers / stage_layers; }
+    void range(StringId name, Category category, std::int64_t begin, std::int64_t end,
+               std::int64_t bytes = -1, StringId args = {}) {
+        out.range(name, category, begin, end, step, microbatch, stage, phase, bytes, args);
+    }
+    // Half 0 or 1 of the TP collectives `ns`, `all_calls` by kind, back to back from t.
+    std::int64_t tp_half_ns(const TpByKind& ns, int half) const {
+        std::int64_t total = 0;
+        for (std::size_t k = 0; k < 3; ++k) {
+            total += half == 0 ? share(ns[k]) / 2 : share(ns[k]) - share(ns[k]) / 2;
+        }
+        return total;
+    }
+    std::int64_t tp_ranges(std::int64_t t, const TpByKind& ns, const TpByKind& all_calls,
+                           int half) {
+        for (std::size_t k = 0; k < 3; ++k) {
+            const std::int64_t chunk_calls = calls(all_calls[k]);
+            const std::int64_t count = half == 0 ? chunk_calls / 2 : chunk_calls - chunk_calls / 2;
+            const std::int64_t first_ns = share(ns[k]) / 2;
+            const std::int64_t length = half == 0 ? first_ns : share(ns[k]) - first_ns;
+            if (count > 0) {
+                range(tp_names[k], Category::communication, t, t + length, count * tp_call_bytes,
+                      out.calls(count));
+            }
+            t += length;
+        }
+        return t;
+    }
+    // The recomputation a backward or W pass starts with, from t; its end.
+    std::int64_t recompute(std::int64_t t, const RankPass& rank, const GroupPass& group,
+                           bool backward) {
+        const TpByKind& ns = rank.recompute_tp_ns;
+        if (rank.recompute_ns + ns[0] + ns[1] + ns[2] == 0) {
+            return t;
+        }
+        const std::int64_t regather = backward ? share(group.regather_ns) : 0;
+        const std::int64_t compute_end = t + share(rank.recompute_ns);
+        const std::int64_t end = compute_end + tp_half_ns(ns, 0) + tp_half_ns(ns, 1) + regather;
+        range(out.names().recompute, Category::compute, t, end);
+        std::int64_t u = tp_ranges(compute_end, ns, rank.recompute_tp_calls, 0);
+        u = tp_ranges(u, ns, rank.recompute_tp_calls, 1);
+        if (regather > 0) {
+            range(out.names().cp_all_gather, Category::communication, u, u + regather,
+                  calls(group.regather_bytes), out.calls(chunk_layers));
+        }
+        return end;
+    }
+};
+
+// The ranges of one pass on one CP rank, nested as the engine nests them
+// (engine/distributed/parallel_trainer.cpp, engine/model/gpt.cpp):
+//   forward:  [recv activations] attention{cp all-gather kv, tp ...} mlp{tp ...}
+//             [send activations]
+//   backward: [recv gradients] [recompute{tp ..., cp all-gather kv}] mlp{tp ...}
+//             attention{tp ..., cp reduce-scatter dkv} [send gradients]
+//   weight gradients (W of a split backward): [recompute{...}] mlp{tp all-gather}
+// where "tp ..." is a tp all-reduce, or under sequence parallelism a tp all-gather and a tp
+// reduce-scatter; a pass's TP collectives are split evenly between its attention and mlp.
+// One range stands for every layer of the chunk; the collectives in them carry the bytes of
+// all their calls and args {"calls": N}; passes carry {"chunk": c}. The wait for the CP
+// group's slowest rank is inside the CP collective, as a blocking collective would show it.
+// Under interleaving a chunk's pass takes 1/v of the stage's times.
+void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64_t offset,
+                     const GroupPass& group, const RankPass& rank, const SimulationConfig& config,
+                     int step, int stage) {
+    const EventNames& n = out.names();
+    const parallel::GridShape& grid = config.grid;
+    const int v = std::max(config.virtual_stages, 1);
+    const PassPhase kind = pass_phase(op.kind);
+    const bool forward = kind == PassPhase::forward;
+    const Phase phase = forward                       ? Phase::forward
+                        : kind == PassPhase::backward ? Phase::backward
+                                                      : Phase::weight_grad;
+    const int model_chunk = op.chunk * grid.pp + stage;
+    const parallel::LayerRange chunk_range = parallel::model_chunk_layers(
+        model_chunk, grid.pp * v, config.model.layers, config.stage_layers);
+    ChunkRanges r{out,
+                  step,
+                  op.microbatch,
+                  static_cast<std::int16_t>(stage),
+                  phase,
+                  v,
+                  chunk_range.last - chunk_range.first,
+                  std::max(layers_of(stage, config), 1),
+                  rank.tokens * config.model.hidden * element_bytes(config.dtype),
+                  {n.tp_all_reduce, n.tp_all_gather, n.tp_reduce_scatter}};
+    const std::int64_t start = offset + op.start_ns;
+    const std::int64_t end = offset + op.end_ns;
+    const bool receives =
+        forward ? model_chunk > 0 : kind == PassPhase::backward && model_chunk < grid.pp * v - 1;
+    const bool sends =
+        forward ? model_chunk < grid.pp * v - 1 : kind == PassPhase::backward && model_chunk > 0;
+    const std::int64_t begin = receives ? start - op.wait_ns : start;
+    const std::int64_t exchange = grid.cp > 1 ? r.share(rank.wait_ns + group.exchange_ns) : 0;
+
+    r.range(forward                       ? n.forward
+            : kind == PassPhase::backward ? n.backward
+                                          : n.weight_gradients,
+            Category::compute, begin, end, -1, out.chunk(op.chunk));
+    if (receives) {
+        r.range(forward ? n.recv_activations : n.recv_gradients, Category::communication, begin,
+                start, p2p_bytes(config, rank.tokens));
+    }
+    std::int64_t t = start;
+    if (receives && group.gather_ns > 0) {
+        // The scatter/gather send's other half: the whole activation from the TP ranks' parts.
+        r.range(n.tp_all_gather, Category::communication, t, t + group.gather_ns, r.tp_call_bytes,
+                out.calls(1));
+        t += group.gather_ns;
+    }
+    if (!forward) {
+        t = r.recompute(t, rank, group, kind == PassPhase::backward);
+    }
+    if (forward) {
+        const std::int64_t compute_end = t + exchange + r.share(rank.attention_ns);
+        const std::int64_t attention_end = compute_end + r.tp_half_ns(rank.tp_ns, 0);
+        r.range(n.attention, Category::attention, t, attention_end);
+        if (grid.cp > 1) {
+            r.range(n.cp_all_gather, Category::communication, t, t + exchange,
+                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
+        }
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0);
+        const std::int64_t mlp_compute_end = attention_end + r.share(rank.mlp_ns);
+        const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 1);
+        r.range(n.mlp, Category::compute, attention_end, mlp_end);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 1);
+        t = mlp_end;
+    } else if (kind == PassPhase::backward) {
+        const std::int64_t mlp_compute_end = t + r.share(rank.mlp_ns);
+        const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 0);
+        r.range(n.mlp, Category::compute, t, mlp_end);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 0);
+        const std::int64_t compute_end = mlp_end + r.share(rank.attention_ns);
+        const std::int64_t tp_end = compute_end + r.tp_half_ns(rank.tp_ns, 1);
+        const std::int64_t attention_end = tp_end + exchange;
+        r.range(n.attention, Category::attention, mlp_end, attention_end);
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 1);
+        if (grid.cp > 1) {
+            r.range(n.cp_reduce_scatter, Category::communication, tp_end, attention_end,
+                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
+        }
+        t = attention_end;
+    } else {
+        // W: the weight gradients of every GEMM (the attention core has none); a faster CP
+        // rank, which nothing synchronises here, is done early.
+        const std::int64_t compute_end = t + r.share(rank.mlp_ns + rank.attention_ns);
+        const std::int64_t mlp_end =
+            compute_end + r.tp_half_ns(rank.tp_ns, 0) + r.tp_half_ns(rank.tp_ns, 1);
+        r.range(n.mlp, Category::compute, t, mlp_end);
+        r.tp_ranges(r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0), rank.tp_ns,
+                    rank.tp_calls, 1);
+        t = mlp_end;
+    }
+    if (sends) {
+        r.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,
+                std::max(t, end), p2p_bytes(config, rank.tokens));
+    }
+}
+
+// A bucket's events and workload rows as parts of the hot-switched step (RunOutput). A bucket
+// only accumulates: its `dp all-reduce` range would be a replica waiting for the slowest, which
+// the step's one reduction after the last bucket already shows.
+void place_in_bucket(const RunOutput& output, std::vector<Event>& events,
+                     std::vector<WorkloadEntry>& workload) {
+    std::erase_if(events, [&](const Event& e) {
+        return e.name == output.names.step || e.name == output.names.dp_all_reduce ||
+               e.name == output.names.optimizer || e.end_ns <= e.start_ns;
+    });
+    for (Event& event : events) {
+        event.step = *output.bucket_step;
+        if (event.microbatch >= 0) {
+            event.microbatch += output.first_microbatch;
+        }
+    }
+    for (WorkloadEntry& entry : workload) {
+        entry.step = *output.bucket_step;
+        entry.microbatch += output.first_microbatch;
+    }
+}
+
+}  // namespace
+
+RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) {
+    RunOutput output;
+    output.writer = out;
+    if (out == nullptr) {
+        return output;
+    }
+    output.lanes = add_simulated_ranks(*out, grid);
+    intern_names(output);
+    return output;
+}
+
+void intern_names(RunOutput& output) {
+    store::TraceWriter* out = output.writer;
+    EventNames& names = output.names;
+    names.step = out->intern(range_name::kStep);
+    names.forward = out->intern(range_name::kForward);
+    names.backward = out->intern(range_name::kBackward);
+    names.weight_gradients = out->intern(range_name::kWeightGradients);
+    names.recompute = out->intern(range_name::kRecompute);
+    names.tp_all_gather = out->intern(kTpAllGather);
+    names.tp_reduce_scatter = out->intern(kTpReduceScatter);
+    names.attention = out->intern(range_name::kAttention);
+    names.mlp = out->intern(range_name::kMlp);
+    names.recv_activations = out->intern(kRecvActivations);
+    names.send_activations = out->intern(range_name::kSendActivations);
+    names.recv_gradients = out->intern(kRecvGradients);
+    names.send_gradients = out->intern(range_name::kSendGradients);
+    names.cp_all_gather = out->intern(kCpAllGather);
+    names.cp_reduce_scatter = out->intern(kCpReduceScatter);
+    names.tp_all_reduce = out->intern(kTpAllReduce);
+    names.dp_all_reduce = out->intern(kDpAllReduce);
+    names.optimizer = out->intern(range_name::kOptimizer);
+    names.embedding_all_reduce = out->intern(kEmbeddingAllReduce);
+    output.events = std::make_unique<RankEvents>(output.names, *out);
+}
+
+// What CP rank `c` of a replica holds in every micro-batch of the step: its workload rows
+// (the same on every stage and TP rank; `rank` filled by the caller).
+std::vector<WorkloadEntry> cp_rank_workload(const std::vector<balance::PlannedMicroBatch>& replica,
+                                            int c, int step, const std::string& balancer) {
+    std::vector<WorkloadEntry> workload;
+    for (std::size_t j = 0; j < replica.size(); ++j) {
+        const auto& planned = replica[j];
+        for (const auto& range : planned.cp.ranks[static_cast<std::size_t>(c)].ranges) {
+            std::int64_t length = 0;
+            for (const auto& document : planned.packed.documents) {
+                if (document.id == range.document_id) {
+                    length = document.length;
+                    break;
+                }
+            }
+            WorkloadEntry entry;
+            entry.step = step;
+            entry.microbatch = static_cast<std::int32_t>(j);
+            entry.doc_id = static_cast<std::int64_t>(range.document_id);
+            entry.doc_length = static_cast<std::int32_t>(length);
+            entry.token_begin = static_cast<std::int32_t>(range.begin);
+            entry.token_end = static_cast<std::int32_t>(range.end);
+            entry.balancer = balancer;
+            workload.push_back(std::move(entry));
+        }
+    }
+    return workload;
+}
+
+// Writes one CP rank's stage of one replica for the step: its passes, DP reduction and
+// optimizer, copied onto each of its TP ranks' lanes with the rank's workload rows.
+void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedStep& played, int d,
+                 int c, int s, const std::vector<WorkloadEntry>& workload,
+                 const SimulationConfig& config, const std::vector<std::int64_t>& dp_bytes,
+                 std::int64_t optimizer_ns, SimulationResult& result) {
+    const parallel::GridShape& grid = config.grid;
+    const EventNames& names = output.names;
+    RankEvents& events = *output.events;
+    const ReplicaPlay& play = played.plays[static_cast<std::size_t>(d)];
+    const std::int64_t step_start = played.step.start_ns;
+    const auto stage = static_cast<std::int16_t>(s);
+    events.events.clear();
+    events.range(names.step, Category::schedule, step_start, played.end_ns, plan.step, -1, stage,
+                 Phase::none);
+    for (const parallel::ReplayedOp& op : play.replay.stages[static_cast<std::size_t>(s)]) {
+        const std::size_t index =
+            group_index(s, op.microbatch, play.microbatches, pass_phase(op.kind));
+        add_pass_events(
+            events, op, step_start, play.groups[index],
+            play.ranks[index * static_cast<std::size_t>(grid.cp) + static_cast<std::size_t>(c)],
+            config, plan.step, s);
+    }
+    const std::int64_t pipeline_end =
+        step_start + play.replay.stage_end_ns[static_cast<std::size_t>(s)];
+    const std::int64_t reduced = played.reduce_end[static_cast<std::size_t>(s)];
+    if (grid.dp * grid.cp > 1) {
+        events.range(names.dp_all_reduce, Category::communication, pipeline_end, reduced, plan.step,
+                     -1, stage, Phase::none, dp_bytes[static_cast<std::size_t>(s)]);
+    }
+    const UpdateStart& update = played.update;
+    const bool holds_embedding = grid.pp > 1 && (s == 0 || s == grid.pp - 1);
+    if (!config.accumulate_gradients && holds_embedding) {
+        events.range(names.embedding_all_reduce, Category::communication, update.embedding_start,
+                     update.embedding_end, plan.step, -1, stage, Phase::none,
+                     embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+    }
+    if (!config.accumulate_gradients) {
+        events.range(names.optimizer, Category::optimizer, update.start,
+                     update.start + optimizer_ns, plan.step, -1, stage, Phase::none);
+    }
+    std::vector<WorkloadEntry> placed = workload;
+    if (output.bucket_step) {
+        place_in_bucket(output, events.events, placed);
+    }
+    for (int t = 0; t < grid.tp; ++t) {
+        const int rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
+        const LaneId lane = output.lanes[static_cast<std::size_t>(rank)];
+        for (Event& event : events.events) {
+            event.lane = lane;
+        }
+        output.writer->add_events(events.events.data(), events.events.size());
+        result.events += static_cast<std::int64_t>(events.events.size());
+        for (WorkloadEntry entry : placed) {
+            entry.rank = rank;
+            output.writer->add_workload(entry);
+        }
+        result.workload_rows += static_cast<std::int64_t>(placed.size());
+    }
+}
+
+std::vector<LaneId> add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid) {
+    std::vector<LaneId> lanes(static_cast<std::size_t>(grid.world()));
+    for (int rank = 0; rank < grid.world(); ++rank) {
+        const parallel::GridCoordinates c = parallel::coordinates_of(grid, rank);
+        RankInfo info;
+        info.rank = rank;
+        info.host = "simulated";
+        info.dp = c.dp;
+        info.tp = c.tp;
+        info.pp = c.pp;
+        info.cp = c.cp;
+        info.complete = true;
+        out.add_rank(info);
+        lanes[static_cast<std::size_t>(rank)] = out.add_lane(rank, LaneKind::host_thread, "main");
+    }
+    return lanes;
+}
+
+Event simulated_range(StringId name, Category category, std::int64_t start, std::int64_t end,
+                      std::int32_t step, std::int32_t microbatch, std::int16_t stage, Phase phase,
+                      std::int64_t bytes, StringId args) {
+    Event event;
+    event.start_ns = start;
+    event.end_ns = end;
+    event.bytes = bytes;
+    event.name = name;
+    event.args = args;
+    event.step = step;
+    event.microbatch = microbatch;
+    event.stage = stage;
+    event.phase = phase;
+    event.category = category;
+    event.kind = category == Category::communication ? EventKind::collective : EventKind::range;
+    return event;
+}
+
+}  // namespace fulcrum::sim

@@ -1,0 +1,203 @@
+#include "core/sim/step_play.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace fulcrum::sim {
+namespace {
+
+// A replica's passes and the replay input they make; with shared cores, each pass's work per
+// CP rank too (replay.h, replay_on_shared_cores).
+ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& replica,
+                            const SimulationConfig& config, const StageCosts& costs,
+                            bool shared_cores, parallel::ReplayInput& input) {
+    const parallel::GridShape& grid = config.grid;
+    const bool split = parallel::splits_backward(config.schedule);
+    const int m = static_cast<int>(replica.size());
+    ReplicaPlay play;
+    play.microbatches = m;
+    if (m == 0) {
+        return play;
+    }
+    play.groups.resize(static_cast<std::size_t>(grid.pp) * static_cast<std::size_t>(m) *
+                       kPassPhases);
+    play.ranks.resize(play.groups.size() * static_cast<std::size_t>(grid.cp));
+
+    input.schedule = config.schedule;
+    input.stages = grid.pp;
+    input.microbatches = m;
+    input.virtual_stages = std::max(config.virtual_stages, 1);
+    input.as_engine_runs = true;
+    input.forward_ns.assign(static_cast<std::size_t>(grid.pp),
+                            std::vector<std::int64_t>(static_cast<std::size_t>(m)));
+    input.backward_ns = input.forward_ns;
+    if (split) {
+        input.weight_ns = input.forward_ns;
+    }
+    input.p2p_latency_ns = p2p_latency_ns(config, costs);
+    if (shared_cores) {
+        input.forward_work.assign(
+            static_cast<std::size_t>(grid.pp),
+            std::vector<std::vector<std::int64_t>>(
+                static_cast<std::size_t>(m),
+                std::vector<std::int64_t>(static_cast<std::size_t>(grid.cp))));
+        input.backward_work = input.forward_work;
+        if (split) {
+            input.weight_work = input.forward_work;
+        }
+        input.work_copies = grid.tp;
+    }
+    const std::vector<PassPhase> phases = phases_of(config);
+    for (int stage = 0; stage < grid.pp; ++stage) {
+        for (int j = 0; j < m; ++j) {
+            for (PassPhase phase : phases) {
+                const std::size_t index = group_index(stage, j, m, phase);
+                RankPass* ranks = &play.ranks[index * static_cast<std::size_t>(grid.cp)];
+                play.groups[index] = play_group(replica[static_cast<std::size_t>(j)], stage, phase,
+                                                config, costs, ranks);
+                const bool forward = phase == PassPhase::forward;
+                const bool backward = phase == PassPhase::backward;
+                auto& table = forward    ? input.forward_ns
+                              : backward ? input.backward_ns
+                                         : input.weight_ns;
+                const auto s = static_cast<std::size_t>(stage);
+                const auto mb = static_cast<std::size_t>(j);
+                table[s][mb] = play.groups[index].duration_ns;
+                if (shared_cores) {
+                    // A member's compute shares the cores; its TP collectives, like the CP
+                    // exchange and the sends, keep their fitted time (docs/simulate.md, "Ranks
+                    // that share cores").
+                    auto& work = forward    ? input.forward_work
+                                 : backward ? input.backward_work
+                                            : input.weight_work;
+                    for (int c = 0; c < grid.cp; ++c) {
+                        work[s][mb][static_cast<std::size_t>(c)] =
+                            ranks[c].own_total() - ranks[c].tp_total();
+                    }
+                }
+            }
+        }
+    }
+    return play;
+}
+
+// A replica that runs no pass: the last global batch of an epoch with fewer documents than
+// replicas (as fulcrum-train's, it only joins the DP reduction).
+void play_nothing(ReplicaPlay& play, int stages) {
+    play.replay.stages.resize(static_cast<std::size_t>(stages));
+    play.replay.stage_end_ns.assign(static_cast<std::size_t>(stages), 0);
+}
+
+// Every replica of the step, each replayed alone, or all together on shared cores.
+Result<std::vector<ReplicaPlay>> play_replicas(const balance::StepPlan& plan,
+                                               const SimulationConfig& config,
+                                               const StageCosts& costs,
+                                               const SimulationProgress& progress) {
+    const CoreSharing sharing = core_sharing(config);
+    std::vector<ReplicaPlay> plays;
+    std::vector<parallel::ReplayInput> inputs;
+    std::vector<std::size_t> replayed;  // the plays `inputs` are for
+    for (const auto& replica : plan.replicas) {
+        if (progress.cancel != nullptr && progress.cancel->load()) {
+            return Error{ErrorCode::cancelled, "the simulation was cancelled"};
+        }
+        parallel::ReplayInput input;
+        plays.push_back(prepare_replica(replica, config, costs, sharing.shared(), input));
+        if (replica.empty()) {
+            play_nothing(plays.back(), config.grid.pp);
+        } else if (sharing.shared()) {
+            inputs.push_back(std::move(input));
+            replayed.push_back(plays.size() - 1);
+        } else {
+            auto replay = parallel::replay_pipeline(input);
+            if (!replay) {
+                return replay.error();
+            }
+            plays.back().replay = std::move(*replay);
+        }
+    }
+    if (!inputs.empty()) {
+        auto replays = parallel::replay_on_shared_cores(inputs, sharing.cores);
+        if (!replays) {
+            return replays.error();
+        }
+        for (std::size_t i = 0; i < replayed.size(); ++i) {
+            plays[replayed[i]].replay = std::move((*replays)[i]);
+        }
+    }
+    return plays;
+}
+
+}  // namespace
+
+Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConfig& config,
+                             const StageCosts& costs, const std::vector<std::int64_t>& dp_bytes,
+                             std::int64_t optimizer_ns, std::int64_t step_start,
+                             const SimulationProgress& progress) {
+    const parallel::GridShape& grid = config.grid;
+    PlayedStep played;
+    SimulatedStep& step = played.step;
+    step.step = plan.step;
+    step.epoch = plan.epoch;
+    step.start_ns = step_start;
+    step.imbalance = plan.imbalance;
+    auto plays = play_replicas(plan, config, costs, progress);
+    if (!plays) {
+        return plays.error();
+    }
+    played.plays = std::move(*plays);
+    double fraction_sum = 0;
+    int pipelines = 0;  // replicas that ran a pass
+    for (std::size_t d = 0; d < plan.replicas.size(); ++d) {
+        const auto& replica = plan.replicas[d];
+        const parallel::ReplayResult& replay = played.plays[d].replay;
+        std::int64_t busy = 0, bubble = 0;
+        for (int s = 0; s < grid.pp; ++s) {
+            busy += replay.makespan_ns - replay.bubble_ns(s);
+            bubble += replay.bubble_ns(s);
+        }
+        fraction_sum += busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
+        pipelines += replica.empty() ? 0 : 1;
+        for (const auto& planned : replica) {
+            step.tokens += planned.packed.tokens;
+        }
+        step.microbatches += static_cast<int>(replica.size());
+    }
+    // One definition with the analysis (docs/analyses.md §2): Σ bubble / Σ busy over a
+    // pipeline's stages, the convention of (p−1)/m; the mean over the step's pipelines.
+    step.bubble_fraction = pipelines == 0 ? 0.0 : fraction_sum / static_cast<double>(pipelines);
+
+    // Each stage all-reduces over its DP × CP group when its slowest replica is done.
+    const bool reduces = grid.dp * grid.cp > 1 && !config.accumulate_gradients;
+    const std::int64_t update_ns = config.accumulate_gradients ? 0 : optimizer_ns;
+    played.reduce_end.resize(static_cast<std::size_t>(grid.pp));
+    played.end_ns = step_start;
+    std::vector<const parallel::ReplayResult*> replays;
+    for (const auto& play : played.plays) {
+        replays.push_back(&play.replay);
+    }
+    for (int s = 0; s < grid.pp; ++s) {
+        GradientReductionInput reduction = gradient_reduction(config, s, step_start);
+        reduction.stage_bytes = dp_bytes[static_cast<std::size_t>(s)];
+        if (!reduces) {
+            reduction.overlap = false;
+            reduction.stage_bytes = 0;
+        }
+        const std::int64_t end =
+            reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
+                    : gradient_reduction_end(reduction, replays, {});
+        played.reduce_end[static_cast<std::size_t>(s)] = end;
+        played.end_ns = std::max(played.end_ns, end);
+    }
+    // An accumulating step neither sums the embedding nor updates (accumulate_gradients).
+    if (!config.accumulate_gradients) {
+        played.update =
+            update_start(played.reduce_end, costs,
+                         embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+        played.end_ns = std::max(played.end_ns, played.update.start + update_ns);
+    }
+    step.duration_ns = played.end_ns - step_start;
+    return played;
+}
+
+}  // namespace fulcrum::sim

@@ -29,6 +29,7 @@
 #include "bench/common/bench_support.h"
 #include "bench/common/scale_run.h"
 #include "core/store/lane_summary.h"
+#include "core/store/lane_summary_file.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
 #include "views/common/opened_run.h"

@@ -3,7 +3,9 @@
 #include <atomic>
 
 #include "collectors/inject/immortal.h"
-#include "collectors/inject/recorder.h"
+#include "collectors/inject/say.h"
+#include "collectors/inject/tsc_clock.h"
+#include "core/store/trace_writer.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::collect {
@@ -48,7 +50,7 @@ void turn_gpu_tracing_off() {
 
 namespace fulcrum::collect {
 
-GpuStart start_gpu_tracing() {
+GpuStart start_gpu_tracing(GpuRecordTarget&) {
     GpuState expected = GpuState::pending;
     g_state.compare_exchange_strong(expected, GpuState::unavailable);
     return {GpuState::unavailable,
@@ -142,6 +144,8 @@ struct CuptiApi {
 };
 
 CuptiApi g_cupti;
+// The recorder records go to: set before CUPTI can deliver any (start_gpu_tracing).
+GpuRecordTarget* g_target = nullptr;
 std::mutex g_start_mutex;
 
 constexpr std::size_t kBufferBytes = 8 << 20;
@@ -210,7 +214,7 @@ LaneId RecordSink::stream_lane(std::uint32_t context, std::uint32_t stream, std:
     const std::string name = named != stream_names_.end() ? named->second
                                                           : "GPU " + std::to_string(device) +
                                                                 " stream " + std::to_string(stream);
-    Recorder& recorder = Recorder::instance();
+    GpuRecordTarget& recorder = *g_target;
     const LaneId lane =
         recorder.writer().add_lane(recorder.rank(), LaneKind::gpu_stream, name, stream);
     stream_lanes_.emplace(key, lane);
@@ -228,7 +232,7 @@ LaneId RecordSink::context_lane(std::uint32_t context) {
         (device != context_devices_.end() ? std::to_string(device->second)
                                           : "context " + std::to_string(context)) +
         " synchronize";
-    Recorder& recorder = Recorder::instance();
+    GpuRecordTarget& recorder = *g_target;
     const LaneId lane = recorder.writer().add_lane(recorder.rank(), LaneKind::gpu_stream, name);
     context_lanes_.emplace(context, lane);
     return lane;
@@ -248,7 +252,7 @@ KernelName RecordSink::kernel_name(const char* mangled) {
     // NCCL's device kernels (docs/sources.md, "CUDA, CUPTI, NVTX"): the GPU time of a collective.
     const bool collective = name.find("ncclDevKernel_") != std::string::npos ||
                             name.find("ncclKernel_") != std::string::npos;
-    const KernelName entry{Recorder::instance().writer().intern(name), collective};
+    const KernelName entry{g_target->writer().intern(name), collective};
     kernel_names_.emplace(mangled, entry);
     return entry;
 }
@@ -272,7 +276,7 @@ StringId RecordSink::api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid
         name = (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "runtime API " : "driver API ") +
                std::to_string(cbid);
     }
-    const StringId id = Recorder::instance().writer().intern(name);
+    const StringId id = g_target->writer().intern(name);
     api_names_.emplace(key, id);
     return id;
 }
@@ -296,7 +300,7 @@ void RecordSink::add(const Event& event) {
         ++unusable_records_;
         return;
     }
-    Recorder::instance().writer().add_event(event);
+    g_target->writer().add_event(event);
 }
 
 void RecordSink::on_kernel(const CUpti_ActivityKernel10& record) {
@@ -341,7 +345,7 @@ const char* copy_kind_name(std::uint8_t kind) {
 }
 
 void RecordSink::on_memcpy(const CUpti_ActivityMemcpy6& record) {
-    store::TraceWriter& writer = Recorder::instance().writer();
+    store::TraceWriter& writer = g_target->writer();
     Event event;
     event.lane = stream_lane(record.contextId, record.streamId, record.deviceId);
     event.start_ns = static_cast<std::int64_t>(record.start);
@@ -371,7 +375,7 @@ void RecordSink::on_memset(const CUpti_ActivityMemset4& record) {
     event.lane = stream_lane(record.contextId, record.streamId, record.deviceId);
     event.start_ns = static_cast<std::int64_t>(record.start);
     event.end_ns = static_cast<std::int64_t>(record.end);
-    event.name = Recorder::instance().writer().intern("Memset");
+    event.name = g_target->writer().intern("Memset");
     event.kind = EventKind::memset;
     event.category = Category::memory;
     event.bytes = static_cast<std::int64_t>(record.bytes);
@@ -408,7 +412,7 @@ void RecordSink::on_synchronization(const CUpti_ActivitySynchronization2& record
     }
     event.start_ns = static_cast<std::int64_t>(record.start);
     event.end_ns = static_cast<std::int64_t>(record.end);
-    event.name = Recorder::instance().writer().intern(name);
+    event.name = g_target->writer().intern(name);
     event.kind = EventKind::sync;
     event.category = Category::runtime;
     event.correlation = record.correlationId;
@@ -418,7 +422,7 @@ void RecordSink::on_synchronization(const CUpti_ActivitySynchronization2& record
 void RecordSink::on_api(const CUpti_ActivityAPI& record, CUpti_CallbackDomain domain) {
     Event event;
     // API calls go on the host lane of the calling thread, inside its NVTX ranges.
-    event.lane = Recorder::instance().thread_lane(record.threadId);
+    event.lane = g_target->thread_lane(record.threadId);
     event.start_ns = static_cast<std::int64_t>(record.start);
     event.end_ns = static_cast<std::int64_t>(record.end);
     event.name = api_name(domain, record.cbid);
@@ -430,9 +434,8 @@ void RecordSink::on_api(const CUpti_ActivityAPI& record, CUpti_CallbackDomain do
 
 void RecordSink::take(std::uint8_t* buffer, std::size_t valid_bytes) {
     std::lock_guard lock(mutex_);
-    Recorder& recorder = Recorder::instance();
-    if (recorder.state() != Recorder::State::recording &&
-        recorder.state() != Recorder::State::stopped) {
+    GpuRecordTarget& recorder = *g_target;
+    if (!recorder.takes_records()) {
         return;
     }
     CUpti_Activity* record = nullptr;
@@ -485,7 +488,7 @@ void RecordSink::name_stream(std::uint32_t stream, std::string name) {
     std::lock_guard lock(mutex_);
     for (const auto& [key, lane] : stream_lanes_) {
         if (key.stream == stream) {
-            Recorder::instance().writer().rename_lane(lane, name);
+            g_target->writer().rename_lane(lane, name);
         }
     }
     stream_names_[stream] = std::move(name);
@@ -505,7 +508,7 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
     }
     std::size_t dropped = 0;
     if (g_cupti.dropped_records(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0) {
-        Recorder::instance().add_dropped(static_cast<std::int64_t>(dropped));
+        g_target->add_dropped(static_cast<std::int64_t>(dropped));
     }
     std::free(buffer);
 }
@@ -542,8 +545,9 @@ GpuStart refused(CUptiResult result) {
 
 }  // namespace
 
-GpuStart start_gpu_tracing() {
+GpuStart start_gpu_tracing(GpuRecordTarget& target) {
     std::lock_guard lock(g_start_mutex);
+    g_target = &target;
     if (g_state.load() != GpuState::pending) {
         return {g_state.load(), ""};
     }

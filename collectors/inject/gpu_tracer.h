@@ -13,7 +13,29 @@
 #include <string>
 #include <string_view>
 
+#include "core/trace/model.h"
+
+namespace fulcrum::store {
+class TraceWriter;
+}
+
 namespace fulcrum::collect {
+
+// Where GPU records go: the rank's recorder (recorder.h), which starts the tracer with itself.
+// An interface, so that the tracer does not reach back into the recorder that owns it.
+class GpuRecordTarget {
+public:
+    virtual store::TraceWriter& writer() = 0;
+    virtual std::int32_t rank() const = 0;
+    // The lane of a host thread (for API records), by its system thread id.
+    virtual LaneId thread_lane(std::int64_t tid) = 0;
+    // Records arrive until the recorder has stopped; after that they are dropped.
+    virtual bool takes_records() const = 0;
+    virtual void add_dropped(std::int64_t count) = 0;
+
+protected:
+    ~GpuRecordTarget() = default;
+};
 
 enum class GpuState {
     pending,         // not tried yet
@@ -32,7 +54,7 @@ struct GpuStart {
     GpuState state = GpuState::pending;
     std::string message;
 };
-GpuStart start_gpu_tracing();
+GpuStart start_gpu_tracing(GpuRecordTarget& target);
 // FULCRUM_GPU=off: CUPTI is never loaded.
 void turn_gpu_tracing_off();
 GpuState gpu_state();

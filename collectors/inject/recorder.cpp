@@ -13,7 +13,6 @@
 #include <optional>
 #include <system_error>
 
-#include "collectors/inject/gpu_tracer.h"
 #include "collectors/inject/rank_environment.h"
 
 #ifndef FULCRUM_VERSION
@@ -22,9 +21,6 @@
 
 namespace fulcrum::collect {
 namespace {
-
-// Rank of the lines we print, -1 until known; read by say() from any thread.
-std::atomic<std::int32_t> g_rank_for_messages{-1};
 
 const char* env(const char* name) {
     const char* value = std::getenv(name);
@@ -86,17 +82,6 @@ GpuMode gpu_mode_from_environment() {
 
 }  // namespace
 
-void say(std::string_view line) {
-    std::string text = "fulcrum: ";
-    if (const std::int32_t rank = g_rank_for_messages.load(); rank >= 0) {
-        text += "rank " + std::to_string(rank) + ": ";
-    }
-    text += line;
-    text += '\n';
-    ssize_t ignored = write(STDERR_FILENO, text.data(), text.size());
-    (void)ignored;
-}
-
 // Never destroyed: threads of the traced program may call in while it exits.
 Recorder* const Recorder::instance_ = new Recorder();
 
@@ -124,7 +109,7 @@ bool Recorder::start(std::int32_t rank_hint) {
     if (gpu_mode_ == GpuMode::off) {
         turn_gpu_tracing_off();
     } else {
-        const GpuStart gpu = start_gpu_tracing();
+        const GpuStart gpu = start_gpu_tracing(*this);
         // Under `fulcrum capture` the launcher reads the status files and says this once
         // for all ranks.
         if (!gpu.message.empty() &&
@@ -194,7 +179,7 @@ bool Recorder::open_writer(std::int32_t rank_hint) {
     }
     writer_ = std::move(*writer);
     writer_->add_rank(rank_);
-    g_rank_for_messages.store(rank);
+    set_say_rank(rank);
     return true;
 }
 

@@ -36,21 +36,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectors/inject/gpu_tracer.h"
+#include "collectors/inject/say.h"
 #include "collectors/inject/tsc_clock.h"
 #include "core/store/trace_writer.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::collect {
-
-// One clock for host ranges and GPU records, on the CLOCK_REALTIME timeline (tsc_clock.h);
-// also registered as CUPTI's timestamp callback. Its offset to UTC is therefore 0.
-inline std::int64_t host_clock_ns() {
-    return TscClock::instance().now_ns();
-}
-
-// One line on stderr, "fulcrum: ..." (with the rank when known), written in one write(2)
-// so that ranks' lines do not interleave and the program's stdio buffers are not touched.
-void say(std::string_view line);
 
 enum class GpuMode { off, automatic, on };
 
@@ -130,7 +122,7 @@ private:
     std::int64_t dropped_reported_ = 0;
 };
 
-class Recorder {
+class Recorder : public GpuRecordTarget {
 public:
     enum class State : int {
         idle,  // nothing recorded yet; the writer opens at the first event
@@ -152,18 +144,21 @@ public:
     State state() const { return state_.load(std::memory_order_acquire); }
     bool declined() const;  // true when FULCRUM_CAPTURE_DIR is not set
 
-    store::TraceWriter& writer() { return *writer_; }
-    std::int32_t rank() const { return rank_.rank; }
+    store::TraceWriter& writer() override { return *writer_; }
+    std::int32_t rank() const override { return rank_.rank; }
+    bool takes_records() const override {
+        return state() == State::recording || state() == State::stopped;
+    }
     GpuMode gpu_mode() const { return gpu_mode_; }
 
     // Host lanes by OS thread id, created at a thread's first event.
-    LaneId thread_lane(std::int64_t tid);
+    LaneId thread_lane(std::int64_t tid) override;
     void name_thread(std::int64_t tid, std::string name);
 
     // From the `fulcrum.rank` mark.
     void set_coordinates(const RankMark& mark);
     void log_problem(std::string reason, std::string record);
-    void add_dropped(std::int64_t count);
+    void add_dropped(std::int64_t count) override;
     // A buffer for the calling thread's events, drained by the housekeeper and at exit.
     EventBuffer* new_event_buffer();
     // Asks the housekeeper to drain now (a buffer is filling up); never blocks.

@@ -123,4 +123,10 @@ private:
     Segment segments_[kSegments];
 };
 
+// One clock for host ranges and GPU records, on the CLOCK_REALTIME timeline (tsc_clock.h);
+// also registered as CUPTI's timestamp callback. Its offset to UTC is therefore 0.
+inline std::int64_t host_clock_ns() {
+    return TscClock::instance().now_ns();
+}
+
 }  // namespace fulcrum::collect

@@ -398,4 +398,19 @@ PackedBatch pack_ilp(std::span<const Document> documents, const PackingOptions& 
     return finish(IlpSolve::Outcome::solver_no_better, incumbent);
 }
 
+std::vector<MicroBatch> next_fit(std::span<const Document> documents, int min_microbatches,
+                                 std::int64_t capacity, const PackingCost& cost) {
+    std::vector<MicroBatch> microbatches(1);
+    for (const auto& document : documents) {
+        if (microbatches.back().tokens + document.length > capacity) {
+            microbatches.emplace_back();
+        }
+        microbatches.back().add(document, cost);
+    }
+    if (microbatches.size() < static_cast<std::size_t>(min_microbatches)) {
+        microbatches.resize(min_microbatches);
+    }
+    return microbatches;
+}
+
 }  // namespace fulcrum::balance::detail

@@ -1,7 +1,11 @@
-// Internal to core/balance: the pieces packing.cpp and ilp_packing.cpp share.
+// Internal to core/balance: the pieces of ilp_packing.cpp that packing.cpp uses.
 #pragma once
 
-#include "core/balance/packing.h"
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/balance/packed_batch.h"
 
 namespace fulcrum::balance::detail {
 

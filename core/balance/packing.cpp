@@ -134,27 +134,6 @@ PackedBatch pack_wlb(std::span<const Document> documents, const PackingOptions& 
 
 }  // namespace
 
-void MicroBatch::add(const Document& document, const PackingCost& cost) {
-    documents.push_back(document);
-    tokens += document.length;
-    attention_work += document.length * document.length;
-    predicted_cost = cost.predict(tokens, attention_work);
-}
-
-PackingCost PackingCost::from_model(int layers, int hidden, int vocab) {
-    const double h = hidden;
-    const double linear = layers * 72.0 * h * h + 6.0 * h * vocab;
-    return PackingCost{1.0, layers * 6.0 * h / linear};
-}
-
-PackingCost PackingCost::from_fit(double per_token_ns, double per_pair_ns) {
-    if (per_token_ns <= 0) {
-        // Only attention measured: predict in its units, one token of linear work ≈ 0.
-        return PackingCost{0.0, 1.0};
-    }
-    return PackingCost{1.0, 0.5 * std::max(per_pair_ns, 0.0) / per_token_ns};
-}
-
 Result<Balancer> parse_balancer(std::string_view name) {
     if (name == "fixed") {
         return Balancer::fixed;
@@ -443,24 +422,5 @@ Result<std::vector<std::vector<Document>>> split_into_global_batches(
     }
     return batches;
 }
-
-namespace detail {
-
-std::vector<MicroBatch> next_fit(std::span<const Document> documents, int min_microbatches,
-                                 std::int64_t capacity, const PackingCost& cost) {
-    std::vector<MicroBatch> microbatches(1);
-    for (const auto& document : documents) {
-        if (microbatches.back().tokens + document.length > capacity) {
-            microbatches.emplace_back();
-        }
-        microbatches.back().add(document, cost);
-    }
-    if (microbatches.size() < static_cast<std::size_t>(min_microbatches)) {
-        microbatches.resize(min_microbatches);
-    }
-    return microbatches;
-}
-
-}  // namespace detail
 
 }  // namespace fulcrum::balance

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "core/report/html_report.h"
 #include "core/report/report_html.h"
 #include "core/util/text_table.h"
 

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <map>
 
-#include "core/report/html_report.h"
 #include "core/report/report_html.h"
 #include "core/util/text_table.h"
 

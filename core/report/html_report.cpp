@@ -20,33 +20,6 @@ namespace fulcrum::report {
 using analysis::Matrix;
 using analysis::RunAnalysis;
 
-std::string html_escape(std::string_view text) {
-    std::string out;
-    out.reserve(text.size() + text.size() / 8);
-    for (const char c : text) {
-        switch (c) {
-            case '&':
-                out += "&amp;";
-                break;
-            case '<':
-                out += "&lt;";
-                break;
-            case '>':
-                out += "&gt;";
-                break;
-            case '"':
-                out += "&quot;";
-                break;
-            case '\'':
-                out += "&#39;";
-                break;
-            default:
-                out += c;
-        }
-    }
-    return out;
-}
-
 ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
                           analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log) {
     ReportRun run;

@@ -53,10 +53,6 @@ struct ReportOptions {
     const plan::PlanFile* plan = nullptr;
 };
 
-// Text and attribute contexts alike: & < > " ' become entities, so a name from a trace can
-// never open a tag, close an attribute or start a script.
-std::string html_escape(std::string_view text);
-
 // A ReportRun from a trace already loaded and analysed (the GUI has both).
 ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
                           analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log);

@@ -4,11 +4,37 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/report/html_report.h"
 #include "core/report/report_assets.h"
 #include "core/util/text_table.h"
 
 namespace fulcrum::report {
+
+std::string html_escape(std::string_view text) {
+    std::string out;
+    out.reserve(text.size() + text.size() / 8);
+    for (const char c : text) {
+        switch (c) {
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            case '\'':
+                out += "&#39;";
+                break;
+            default:
+                out += c;
+        }
+    }
+    return out;
+}
 
 // ---------------------------------------------------------------------------------------
 // Formatting

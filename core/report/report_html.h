@@ -16,6 +16,10 @@
 
 namespace fulcrum::report {
 
+// Text and attribute contexts alike: & < > " ' become entities, so a name from a trace can
+// never open a tag, close an attribute or start a script.
+std::string html_escape(std::string_view text);
+
 // ---- Figures ----
 
 // A duration as format_duration writes it; kUnknownFigure when not finite.

@@ -6,7 +6,7 @@
 #include <set>
 #include <utility>
 
-#include "core/report/html_report.h"
+#include "core/report/report_html.h"
 #include "core/util/text_table.h"
 
 namespace fulcrum::report {

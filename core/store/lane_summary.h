@@ -108,11 +108,4 @@ Status write_lane_summaries(Database& db, const std::vector<LaneSummary>& summar
 // in a format this build does not know is an error naming the lane.
 Result<std::optional<std::vector<LaneSummary>>> read_lane_summaries(Database& db);
 
-// Gives a file without summaries (rank files, runs merged before summaries existed) its
-// lane_summary table: every lane's events read once in store order (each event block decoded
-// once) through TraceReader, then the table written in one transaction. `progress` gets the
-// fraction of lanes done.
-Status build_lane_summaries(const std::string& path,
-                            const std::function<void(double)>& progress = {});
-
 }  // namespace fulcrum::store

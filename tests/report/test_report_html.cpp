@@ -8,6 +8,7 @@
 
 #include "core/import/importer.h"
 #include "core/report/html_report.h"
+#include "core/report/report_html.h"
 #include "core/util/text_table.h"
 #include "tests/report/chromium.h"
 

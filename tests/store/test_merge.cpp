@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/store/lane_summary.h"
+#include "core/store/lane_summary_file.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "core/store/trace_writer.h"

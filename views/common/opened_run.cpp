@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/import/importer.h"
+#include "core/store/lane_summary_file.h"
 #include "core/store/trace_reader.h"
 
 namespace fulcrum::views {

@@ -15,6 +15,7 @@
 
 #include "bench/common/scale_run.h"
 #include "core/store/lane_summary.h"
+#include "core/store/lane_summary_file.h"
 #include "core/store/trace_reader.h"
 #include "views/common/opened_run.h"
 #include "views/timeline/lane_tree_model.h"

@@ -12,6 +12,7 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "app/launch/command_line.h"
 #include "collectors/capture/capture.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
@@ -192,7 +193,7 @@ int run_capture(const CaptureArgs& args, bool separator_given) {
     const GpuRequest gpu = args.gpu == "off"  ? GpuRequest::off
                            : args.gpu == "on" ? GpuRequest::on
                                               : GpuRequest::automatic;
-    const std::string command_line = collect::shell_quote(args.command);
+    const std::string command_line = launch::shell_quote(args.command);
     if (auto executable = collect::find_executable(args.command.front()); !executable) {
         return report_error(executable.error());
     }

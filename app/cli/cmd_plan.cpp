@@ -10,6 +10,7 @@
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
+#include "app/launch/command_line.h"
 #include "core/analysis/run_trace.h"
 #include "core/plan/hot_switch_search.h"
 #include "core/plan/planner.h"
@@ -440,6 +441,7 @@ int run_plan(PlanArgs& args) {
     if (!result) {
         return report_error(result.error());
     }
+    launch::write_commands(args.request, *result);
     std::vector<plan::HotSwitchSearch> searches;
     if (!args.hot_switch.empty()) {
         plan::HotSwitchSearchProgress searching;
@@ -452,6 +454,7 @@ int run_plan(PlanArgs& args) {
             return report_error(found.error());
         }
         searches = std::move(*found);
+        launch::write_commands(args.request, *result, searches);
     }
     if (args.json) {
         std::string json = plan::plan_json(args.request, *result, args.request.top_k);

@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include "app/launch/command_line.h"
 #include "core/sim/hardware.h"
 
 namespace fulcrum::ui {
@@ -49,6 +50,7 @@ void search(plan::PlanRequest request, views::RunPtr calibrate_on, const std::at
         *error = QString::fromStdString(result.error().message);
         return;
     }
+    launch::write_commands(request, *result);
     out->request = std::move(request);
     out->result = std::move(*result);
 }

@@ -6,6 +6,8 @@
 #include <QSet>
 #include <QStandardPaths>
 
+#include "app/launch/command_line.h"
+
 namespace fulcrum::ui {
 
 QStringList balancer_names() {
@@ -183,30 +185,17 @@ CandidateRerun candidate_rerun(const plan::Candidate& c, const RerunPlan& plan,
     choice.cp_shard = balance::cp_sharding_name(c.sharding);
     choice.schedule = parallel::schedule_name(c.schedule);
     choice.world = world;
-    choice.layout = {"--dp",
-                     QString::number(c.grid.dp),
-                     "--tp",
-                     QString::number(c.grid.tp),
-                     "--pp",
-                     QString::number(c.grid.pp),
-                     "--cp",
-                     QString::number(c.grid.cp),
-                     "--micro-batches",
-                     QString::number(c.microbatches),
-                     "--recompute",
-                     parallel::recompute_name(c.recompute)};
-    if (c.virtual_stages > 1) {
-        choice.layout << "--virtual-stages" << QString::number(c.virtual_stages);
-    }
-    if (!c.stage_layers.empty()) {
-        QStringList layers;
-        for (const int n : c.stage_layers) {
-            layers << QString::number(n);
+    // The plan's own layout flags (app/launch/command_line.h) but the schedule, which the
+    // re-run sets apart (RerunChoice::schedule).
+    std::vector<std::string> layout = launch::layout_arguments(c);
+    for (auto at = layout.begin(); at + 1 < layout.end(); ++at) {
+        if (*at == "--schedule") {
+            layout.erase(at, at + 2);
+            break;
         }
-        choice.layout << "--stage-layers" << layers.join(',');
     }
-    if (c.sequence_parallel) {
-        choice.layout << "--sequence-parallel";
+    for (const std::string& word : layout) {
+        choice.layout << QString::fromStdString(word);
     }
     return rerun;
 }

@@ -34,7 +34,7 @@ QStringList cp_shard_names();
 QStringList schedule_names();
 
 // Splits a command line that `fulcrum capture` recorded with POSIX shell quoting
-// (collect::shell_quote: plain words bare, others in single quotes with '\'' for a quote).
+// (launch::shell_quote: plain words bare, others in single quotes with '\'' for a quote).
 QStringList split_shell_words(const QString& command);
 
 // Sets `--option value`: replaces the value of every `--option value` / `--option=value`

@@ -210,33 +210,6 @@ std::vector<std::pair<std::string, std::string>> capture_environment(
     return environment;
 }
 
-std::string shell_quote(const std::vector<std::string>& command) {
-    std::string text;
-    for (const auto& word : command) {
-        if (!text.empty()) {
-            text += ' ';
-        }
-        const bool plain =
-            !word.empty() && word.find_first_not_of(
-                                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                 "0123456789-_./=:,+@%") == std::string::npos;
-        if (plain) {
-            text += word;
-            continue;
-        }
-        text += '\'';
-        for (char c : word) {
-            if (c == '\'') {
-                text += "'\\''";
-            } else {
-                text += c;
-            }
-        }
-        text += '\'';
-    }
-    return text;
-}
-
 bool gpu_present() {
     void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (driver == nullptr) {

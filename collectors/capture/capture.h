@@ -47,9 +47,6 @@ std::vector<std::pair<std::string, std::string>> capture_environment(
 // Names only, for the `-x` hint.
 std::vector<std::string> capture_variable_names(bool cuda_injection);
 
-// "mpirun -np 4 './my prog'": for run.command and messages.
-std::string shell_quote(const std::vector<std::string>& command);
-
 // Whether this machine has a GPU a CUDA program could use (libcuda loads, cuInit succeeds,
 // at least one device). Only for --gpu on, which insists on one.
 bool gpu_present();

@@ -302,49 +302,6 @@ void combine(Pricing& pricing, const std::vector<std::int64_t>& cuts, std::size_
     }
 }
 
-// Drops ` OPTION [VALUE]` from a command line.
-std::string without(std::string line, const std::string& option, bool takes_value) {
-    const std::string key = " " + option;
-    for (std::size_t at = line.find(key); at != std::string::npos; at = line.find(key, at)) {
-        const std::size_t after = at + key.size();
-        if (after != line.size() && line[after] != ' ') {
-            at = after;
-            continue;
-        }
-        std::size_t end = after;
-        if (takes_value && end < line.size()) {
-            end = line.find(' ', end + 1);
-            end = end == std::string::npos ? line.size() : end;
-        }
-        line.erase(at, end - at);
-    }
-    return line;
-}
-
-// The static best's command lines with the hot-switch spec in place of what it cannot take.
-std::string hot_command(std::string line, const HotSwitchChoice& choice, bool train) {
-    for (const char* option : {"--stage-layers", "--virtual-stages", "--recompute"}) {
-        line = without(line, option, true);
-    }
-    line = without(line, "--sequence-parallel", false);
-    line += std::string(" --recompute ") + parallel::recompute_name(choice.recompute);
-    if (choice.sequence_parallel) {
-        line += " --sequence-parallel";
-    }
-    if (const std::size_t at = line.find(" --schedule interleaved"); at != std::string::npos) {
-        line.replace(at, std::string(" --schedule interleaved").size(), " --schedule 1f1b");
-    }
-    if (train) {
-        // fulcrum-train takes the layouts from the spec alone, and reduces each bucket's
-        // gradients after its passes (no overlap).
-        for (const char* option : {"--dp", "--tp", "--pp", "--cp", "--overlap-grad-reduce"}) {
-            line = without(line, option, true);
-        }
-        line += " --overlap-grad-reduce off";
-    }
-    return line + " --hot-switch '" + parallel::hot_switch_spec_string(choice.spec) + "'";
-}
-
 // The specs of one recomputation level: estimated over every cut set, the best played.
 Status search_level(const PlanRequest& request, const PlanResult& result,
                     const Candidate& base_candidate, const HotSwitchSearchOptions& options,
@@ -450,12 +407,6 @@ Result<HotSwitchSearch> search_world(const PlanRequest& request, const PlanResul
                      [](const HotSwitchChoice& a, const HotSwitchChoice& b) {
                          return a.tokens_per_second > b.tokens_per_second;
                      });
-    if (search.found()) {
-        search.simulate_command = hot_command(best.simulate_command, search.best(), false);
-    }
-    if (const HotSwitchChoice* runnable = search.best_runnable()) {
-        search.train_command = hot_command(best.train_command, *runnable, true);
-    }
     return search;
 }
 

@@ -62,9 +62,10 @@ struct HotSwitchSearch {
     std::vector<std::string> layouts;  // tried, in the spec's notation
     std::int64_t specs_estimated = 0;
     std::vector<HotSwitchChoice> played;  // best tokens/s first
-    std::string simulate_command;         // of the best spec
-    // Of the best spec without sequence parallelism (what fulcrum-train --hot-switch runs); ""
-    // when none was played.
+    // Of the best spec, and of the best without sequence parallelism (what fulcrum-train
+    // --hot-switch runs; "" when none was played): written outside core by
+    // app/launch/command_line.h (write_commands); empty from search_hot_switch alone.
+    std::string simulate_command;
     std::string train_command;
 
     bool found() const { return !played.empty(); }

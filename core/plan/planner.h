@@ -176,8 +176,10 @@ struct Candidate {
     // into this candidate so that the top list shows the layout once (`ranked` holds it alone).
     std::vector<balance::CpSharding> equal_shardings;
 
-    std::string train_command;     // mpirun -np W fulcrum-train ...
-    std::string simulate_command;  // fulcrum simulate ... (the same candidate)
+    // mpirun -np W fulcrum-train ... and fulcrum simulate ... of the same candidate, written
+    // outside core by app/launch/command_line.h (write_commands); empty from plan() alone.
+    std::string train_command;
+    std::string simulate_command;
     // Costs the simulator derived rather than took from the cost model (sim::SimulationResult
     // notes): with --calibrate, what no calibration run ran.
     std::vector<std::string> cost_notes;
@@ -226,6 +228,12 @@ double usable_bytes(const PlanRequest& request);
 
 // The simulation settings that play `candidate` (for `fulcrum simulate -o` of the top k).
 sim::SimulationConfig simulation_config(const PlanRequest& request, const Candidate& candidate);
+
+// Places `candidate`'s layers (the exact split when the request asks for it, else L/p) so
+// that every stage fits, and fills its memory figures; false, with the reason, when no
+// placement fits. `equal` is the layout's estimate with L/p layers a stage, whose stage times
+// price a layer and the LM head (layer_placement.cpp).
+bool place_layers(const PlanRequest& request, Candidate& candidate, const sim::StepEstimate& equal);
 
 // Layers per stage minimising the slowest stage's time, each stage within its memory budget:
 // dynamic programming over prefixes of the layers (exact). `layer_ns` the time of one layer,

@@ -5,6 +5,7 @@
 // no spec beats is reported as such; bad options are refused with the option's name.
 #include <QtTest>
 
+#include "app/launch/command_line.h"
 #include "core/plan/hot_switch_search.h"
 #include "core/sim/hardware.h"
 #include "core/sim/simulator.h"
@@ -45,6 +46,8 @@ private slots:
         QVERIFY(!planned->ranked.empty());
         auto searched = search_hot_switch(request, *planned);
         QVERIFY2(searched.ok(), searched.ok() ? "" : searched.error().message.c_str());
+        launch::write_commands(request, *planned);
+        launch::write_commands(request, *planned, *searched);
         QCOMPARE(searched->size(), std::size_t(1));
         const HotSwitchSearch& search = searched->front();
         QCOMPARE(search.static_candidate, planned->ranked.front());

@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "app/launch/command_line.h"
 #include "core/plan/planner.h"
 #include "core/sim/simulator.h"
 
@@ -215,6 +216,7 @@ private slots:
         request.gpus_per_node = 8;
         auto result = plan::plan(request);
         QVERIFY2(result, result ? "" : result.error().message.c_str());
+        launch::write_commands(request, *result);
         QVERIFY(result->ranked.size() >= 3);
         double previous = std::numeric_limits<double>::infinity();
         for (std::size_t i = 0; i < 3; ++i) {
@@ -364,6 +366,7 @@ private slots:
         request.calibration_runs = names;
         auto all = plan::plan(request);
         QVERIFY2(all, all ? "" : all.error().message.c_str());
+        launch::write_commands(request, *all);
         for (const std::string& note : all->notes) {
             QVERIFY2(note.find("not in the cost model") == std::string::npos, note.c_str());
         }
@@ -401,6 +404,7 @@ private slots:
             request.gpu_memory_gib = budget;
             auto result = plan::plan(request);
             QVERIFY2(result, result ? "" : result.error().message.c_str());
+            launch::write_commands(request, *result);
             for (std::size_t i : result->ranked) {
                 if (result->candidates[i].offload) {
                     offloaded = result->candidates[i];

@@ -98,8 +98,8 @@ private slots:
         const QString command = dialog.arguments().join(' ');
         for (const char* expected :
              {"-np 4 ",
-              "--dp 1 --tp 2 --pp 2 --cp 1 --micro-batches 8 --recompute selective "
-              "--virtual-stages 2 --stage-layers 1,1,1,1 --sequence-parallel",
+              "--dp 1 --tp 2 --pp 2 --cp 1 --micro-batches 8 --virtual-stages 2 "
+              "--stage-layers 1,1,1,1 --recompute selective --sequence-parallel",
               "--balancer wlb", "--schedule interleaved", "--layers 4", "--steps 3"})
             QVERIFY2(command.contains(expected), qPrintable(command + " lacks " + expected));
         // The run's own degrees are gone, not repeated.

@@ -1,0 +1,236 @@
+#include "app/launch/command_line.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string_view>
+
+#include "core/balance/cp_shard.h"
+#include "core/balance/packing.h"
+#include "core/parallel/hot_switch_spec.h"
+#include "core/sim/simulator.h"
+
+namespace fulcrum::launch {
+namespace {
+
+using Words = std::vector<std::string>;
+
+// "4,8,8,4", as fulcrum-train's list options take them.
+template <typename Integer>
+std::string join(const std::vector<Integer>& values) {
+    std::string text;
+    for (Integer value : values) {
+        text += (text.empty() ? "" : ",") + std::to_string(value);
+    }
+    return text;
+}
+
+std::string general(double value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%g", value);
+    return buffer;
+}
+
+void append(Words& words, std::initializer_list<std::string> more) {
+    words.insert(words.end(), more);
+}
+
+// The packing's flags, the same for both command lines. wlb's S_max and thresholds are given,
+// so that simulate --calibrate does not take the run's own.
+void append_packing(Words& words, const plan::Candidate& c, const sim::SimulationConfig& config) {
+    append(words, {"--balancer", balance::balancer_name(c.balancer), "--cp-shard",
+                   balance::cp_sharding_name(c.sharding)});
+    if (c.balancer == balance::Balancer::wlb) {
+        append(words,
+               {"--wlb-max-tokens", std::to_string(sim::wlb_max_tokens_from_memory(config))});
+        if (c.wlb_thresholds) {
+            append(words, {"--wlb-thresholds",
+                           c.wlb_thresholds->empty() ? "none" : join(*c.wlb_thresholds)});
+        }
+    }
+}
+
+void append_model(Words& words, const sim::ModelShape& model) {
+    append(words,
+           {"--layers", std::to_string(model.layers), "--hidden", std::to_string(model.hidden),
+            "--heads", std::to_string(model.heads), "--context", std::to_string(model.context)});
+}
+
+void append_documents(Words& words, const plan::PlanRequest& request,
+                      const sim::SimulationConfig& config) {
+    append(words,
+           {"--lengths", request.lengths, "--documents", std::to_string(config.documents), "--seed",
+            std::to_string(request.seed), "--steps", std::to_string(request.steps)});
+}
+
+// Drops OPTION and, when it takes one, its value.
+void drop(Words& words, std::string_view option, bool takes_value) {
+    for (auto at = words.begin(); at != words.end();) {
+        if (*at != option) {
+            ++at;
+            continue;
+        }
+        const auto end = takes_value && at + 1 != words.end() ? at + 2 : at + 1;
+        at = words.erase(at, end);
+    }
+}
+
+// The static best's command line with the hot-switch spec in place of what it cannot take
+// (stage layers, virtual stages, interleaving; for fulcrum-train also the degrees, which
+// come from the spec, and the overlapped reduction, which it does not do).
+Words hot_switch_words(Words words, const plan::HotSwitchChoice& choice, bool train) {
+    for (const char* option : {"--stage-layers", "--virtual-stages", "--recompute"}) {
+        drop(words, option, true);
+    }
+    drop(words, "--sequence-parallel", false);
+    append(words, {"--recompute", parallel::recompute_name(choice.recompute)});
+    if (choice.sequence_parallel) {
+        words.emplace_back("--sequence-parallel");
+    }
+    for (std::size_t i = 0; i + 1 < words.size(); ++i) {
+        if (words[i] == "--schedule" && words[i + 1] == "interleaved") {
+            words[i + 1] = "1f1b";
+        }
+    }
+    if (train) {
+        for (const char* option : {"--dp", "--tp", "--pp", "--cp", "--overlap-grad-reduce"}) {
+            drop(words, option, true);
+        }
+        append(words, {"--overlap-grad-reduce", "off"});
+    }
+    append(words, {"--hot-switch", parallel::hot_switch_spec_string(choice.spec)});
+    return words;
+}
+
+}  // namespace
+
+std::string shell_quote(const std::vector<std::string>& command) {
+    std::string text;
+    for (const auto& word : command) {
+        if (!text.empty()) {
+            text += ' ';
+        }
+        const bool plain =
+            !word.empty() && word.find_first_not_of(
+                                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "0123456789-_./=:,+@%") == std::string::npos;
+        if (plain) {
+            text += word;
+            continue;
+        }
+        text += '\'';
+        for (char c : word) {
+            if (c == '\'') {
+                text += "'\\''";
+            } else {
+                text += c;
+            }
+        }
+        text += '\'';
+    }
+    return text;
+}
+
+std::vector<std::string> layout_arguments(const plan::Candidate& c) {
+    Words words = {"--dp",
+                   std::to_string(c.grid.dp),
+                   "--tp",
+                   std::to_string(c.grid.tp),
+                   "--pp",
+                   std::to_string(c.grid.pp),
+                   "--cp",
+                   std::to_string(c.grid.cp),
+                   "--micro-batches",
+                   std::to_string(c.microbatches),
+                   "--schedule",
+                   parallel::schedule_name(c.schedule)};
+    if (c.virtual_stages > 1) {
+        append(words, {"--virtual-stages", std::to_string(c.virtual_stages)});
+    }
+    if (!c.stage_layers.empty()) {
+        append(words, {"--stage-layers", join(c.stage_layers)});
+    }
+    append(words, {"--recompute", parallel::recompute_name(c.recompute)});
+    if (c.sequence_parallel) {
+        words.emplace_back("--sequence-parallel");
+    }
+    return words;
+}
+
+std::vector<std::string> train_arguments(const plan::PlanRequest& request,
+                                         const plan::Candidate& c) {
+    const sim::SimulationConfig config = plan::simulation_config(request, c);
+    Words words = {"mpirun", "-np", std::to_string(c.grid.world()), "fulcrum-train"};
+    const Words layout = layout_arguments(c);
+    words.insert(words.end(), layout.begin(), layout.end());
+    append_packing(words, c, config);
+    append_model(words, request.model);
+    append_documents(words, request, config);
+    append(words, {"--overlap-grad-reduce", request.overlap_grad_reduce ? "on" : "off"});
+    if (c.offload) {
+        append(words, {"--attention-chunk", std::to_string(c.attention_chunk), "--offload", "on"});
+    }
+    return words;
+}
+
+std::vector<std::string> simulate_arguments(const plan::PlanRequest& request,
+                                            const plan::Candidate& c) {
+    const sim::SimulationConfig config = plan::simulation_config(request, c);
+    const sim::HardwareAssumptions& hw = request.hardware;
+    Words words = {"fulcrum", "simulate"};
+    for (const std::string& run : request.calibration_runs) {
+        append(words, {"--calibrate", run});
+    }
+    const bool fitted = !request.calibration_runs.empty() || !request.cost_model_file.empty();
+    if (!request.cost_model_file.empty()) {
+        append(words, {"--cost-model", request.cost_model_file});
+    }
+    // With fits, the analytic model prices only what they lack: the same system as here
+    // (simulate's default is h100's).
+    if (!hw.preset.empty() && !(fitted && hw.preset == "h100")) {
+        append(words, {"--hardware", hw.preset});
+    } else if (!fitted) {
+        append(words, {"--tflops", general(hw.tflops), "--nvlink-gbs", general(hw.nvlink_gbs),
+                       "--network-gbs", general(hw.network_gbs), "--latency-us",
+                       general(hw.collective_latency_us)});
+    }
+    append(words, {"--gpus-per-node", std::to_string(request.gpus_per_node)});
+    append_model(words, request.model);
+    append(words, {"--vocab", std::to_string(request.model.vocab)});
+    const Words layout = layout_arguments(c);
+    words.insert(words.end(), layout.begin(), layout.end());
+    append(words, {"--dtype", sim::dtype_name(request.dtype), "--overlap-grad-reduce",
+                   request.overlap_grad_reduce ? "on" : "off"});
+    append_packing(words, c, config);
+    if (!request.calibration_runs.empty()) {
+        append(words, {"--attention-kernel", config.attention_kernel});
+    }
+    append(words, {"--gpu-memory-gib", general(request.gpu_memory_gib)});
+    append_documents(words, request, config);
+    return words;
+}
+
+void write_commands(const plan::PlanRequest& request, plan::PlanResult& result) {
+    for (plan::Candidate& c : result.candidates) {
+        if (c.status == plan::CandidateStatus::ranked) {
+            c.train_command = shell_quote(train_arguments(request, c));
+            c.simulate_command = shell_quote(simulate_arguments(request, c));
+        }
+    }
+}
+
+void write_commands(const plan::PlanRequest& request, const plan::PlanResult& result,
+                    std::vector<plan::HotSwitchSearch>& searches) {
+    for (plan::HotSwitchSearch& search : searches) {
+        const plan::Candidate& best = result.candidates[search.static_candidate];
+        if (search.found()) {
+            search.simulate_command = shell_quote(
+                hot_switch_words(simulate_arguments(request, best), search.best(), false));
+        }
+        if (const plan::HotSwitchChoice* runnable = search.best_runnable()) {
+            search.train_command =
+                shell_quote(hot_switch_words(train_arguments(request, best), *runnable, true));
+        }
+    }
+}
+
+}  // namespace fulcrum::launch

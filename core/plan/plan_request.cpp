@@ -1,0 +1,179 @@
+// A plan request's settings resolved and checked, and what a candidate of it means to the
+// memory model and the simulator. Declared in planner.h.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "core/balance/lengths.h"
+#include "core/parallel/memory_model.h"
+#include "core/plan/planner.h"
+
+namespace fulcrum::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+Error invalid(std::string message) {
+    return Error{ErrorCode::invalid_input, std::move(message)};
+}
+
+}  // namespace
+
+std::int64_t resolved_documents(const PlanRequest& request) {
+    if (request.documents > 0 || !request.document_lengths.empty()) {
+        return request.documents;
+    }
+    sim::SimulationConfig probe;
+    probe.model = request.model;
+    probe.lengths = request.lengths;
+    probe.documents = 4096;
+    probe.seed = request.seed;
+    auto lengths = sim::training_lengths(probe);
+    if (!lengths || lengths->empty()) {
+        return 4096;
+    }
+    const double mean = std::accumulate(lengths->begin(), lengths->end(), 0.0) /
+                        static_cast<double>(lengths->size());
+    const double tokens = static_cast<double>(request.steps + 1) * request.global_batch *
+                          static_cast<double>(request.model.context);
+    return std::max<std::int64_t>(4096, static_cast<std::int64_t>(std::ceil(tokens / mean)));
+}
+
+parallel::MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate) {
+    parallel::MemoryShape shape;
+    shape.layers = request.model.layers;
+    shape.hidden = request.model.hidden;
+    shape.heads = request.model.heads;
+    shape.vocab = request.model.vocab;
+    shape.sequence = request.model.context;
+    shape.dp = candidate.grid.dp;
+    shape.tp = candidate.grid.tp;
+    shape.pp = candidate.grid.pp;
+    shape.cp = candidate.grid.cp;
+    shape.virtual_stages = candidate.virtual_stages;
+    shape.schedule = candidate.schedule;
+    shape.microbatches = candidate.microbatches;
+    shape.stage_layers = candidate.stage_layers;
+    shape.recompute = candidate.recompute;
+    shape.sequence_parallel = candidate.sequence_parallel;
+    shape.flash_attention = request.flash_attention;
+    shape.attention_chunk = candidate.attention_chunk;
+    shape.offload = candidate.offload;
+    shape.precision = request.precision;
+    return shape;
+}
+
+double usable_bytes(const PlanRequest& request) {
+    return request.gpu_memory_gib * request.usable_memory_fraction * kGiB;
+}
+
+const char* candidate_status_name(CandidateStatus status) {
+    switch (status) {
+        case CandidateStatus::ranked:
+            return "ranked";
+        case CandidateStatus::estimated:
+            return "estimated";
+        case CandidateStatus::dominated:
+            return "dominated";
+        case CandidateStatus::infeasible:
+            return "infeasible";
+    }
+    return "infeasible";
+}
+
+Status validate(const PlanRequest& request) {
+    const sim::ModelShape& model = request.model;
+    if (request.world_sizes.empty()) {
+        return invalid("--world needs at least one world size, e.g. --world 1024 or 256-4096");
+    }
+    for (int world : request.world_sizes) {
+        if (world < 1) {
+            return invalid("--world " + std::to_string(world) + ": a world has at least 1 GPU");
+        }
+    }
+    if (request.gpus_per_node < 1) {
+        return invalid("--gpus-per-node must be at least 1");
+    }
+    if (!(request.gpu_memory_gib > 0)) {
+        return invalid("--gpu-memory-gib must be positive");
+    }
+    if (!(request.usable_memory_fraction > 0) || request.usable_memory_fraction > 1) {
+        return invalid("the usable share of GPU memory must be in (0, 1]");
+    }
+    if (model.layers < 1 || model.hidden < 1 || model.heads < 1 || model.vocab < 1) {
+        return invalid("--layers, --hidden, --heads and --vocab must be at least 1");
+    }
+    if (model.hidden % model.heads != 0) {
+        return invalid("--heads " + std::to_string(model.heads) + " must divide --hidden " +
+                       std::to_string(model.hidden));
+    }
+    if (model.context < 2) {
+        return invalid("--context must be at least 2");
+    }
+    if (request.global_batch < 1) {
+        return invalid("--global-batch must be at least 1 sequence");
+    }
+    if (request.lengths.empty() && request.document_lengths.empty()) {
+        return invalid("--lengths is needed, e.g. long-tail:context=N or file:PATH");
+    }
+    if (request.top_k < 1 || request.steps < 1 || request.refine_layouts < 0) {
+        return invalid("--top and --steps must be at least 1");
+    }
+    const PlanSpace& space = request.space;
+    if (space.schedules.empty() || space.balancers.empty() || space.shardings.empty() ||
+        space.recomputes.empty()) {
+        return invalid("--schedules, --balancers, --cp-shards and --recomputes need a value");
+    }
+    for (int v : space.virtual_stages) {
+        if (v < 2) {
+            return invalid("--virtual-stages takes counts of at least 2");
+        }
+    }
+    if (auto lengths = balance::parse_length_spec(request.lengths);
+        request.document_lengths.empty() && !lengths) {
+        return invalid("--lengths: " + lengths.error().message);
+    }
+    return {};
+}
+
+sim::SimulationConfig simulation_config(const PlanRequest& request, const Candidate& candidate) {
+    sim::SimulationConfig config;
+    config.model = request.model;
+    config.grid = candidate.grid;
+    config.schedule = candidate.schedule;
+    config.virtual_stages = candidate.virtual_stages;
+    config.balancer = candidate.balancer;
+    config.sharding = candidate.sharding;
+    config.microbatches = candidate.microbatches;
+    config.steps = request.steps;
+    config.recompute = candidate.recompute;
+    config.sequence_parallel = candidate.sequence_parallel;
+    config.dtype = request.dtype;
+    config.overlap_grad_reduce = request.overlap_grad_reduce;
+    config.stage_layers = candidate.stage_layers;
+    config.lengths = request.lengths;
+    config.documents = resolved_documents(request);
+    config.document_lengths = request.document_lengths;
+    config.seed = request.seed;
+    config.gpu_memory_gib = request.gpu_memory_gib;
+    config.wlb_thresholds = candidate.wlb_thresholds;
+    if (request.cost_model) {
+        config.cost_model = request.cost_model;
+    } else if (!request.calibrations.empty()) {
+        sim::Calibration merged =
+            sim::merge_calibrations(request.calibrations, request.calibration_runs, candidate.grid,
+                                    candidate.sequence_parallel);
+        config.cost_model = std::move(merged.model);
+        config.cost_origin = merged.origin;
+    }
+    config.hardware = request.hardware;
+    config.hardware.gpus_per_node = request.gpus_per_node;
+    config.host_cores = request.host_cores;
+    config.ranks_per_host = request.gpus_per_node;
+    config.attention_kernel = request.attention_kernel;
+    return config;
+}
+
+}  // namespace fulcrum::plan

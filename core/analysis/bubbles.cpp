@@ -201,9 +201,7 @@ StageBubble stage_row(const PipelineKey& key, int s, const StagePasses& stages, 
     row.window_ns = window;
     row.busy_ns = measured.busy[s];
     row.bubble_ns = std::max<std::int64_t>(0, window - row.busy_ns);
-    if (row.busy_ns > 0) {
-        row.bubble_fraction = double(row.bubble_ns) / double(row.busy_ns);
-    }
+    row.bubble_fraction = parallel::bubble_fraction(double(row.bubble_ns), double(row.busy_ns));
     std::int64_t schedule_part =
         split.split ? std::max<std::int64_t>(0, split.uniform.bubble_ns(s)) : 0;
     std::int64_t unequal_part = split.unequal_ns;
@@ -274,12 +272,14 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
             replay_bubble_sum += split.split ? split.measured.bubble_ns(s) : 0;
             result.stages.push_back(row);
         }
-        if (busy_sum > 0) {
-            pipeline.measured_fraction = double(bubble_sum) / double(busy_sum);
+        pipeline.measured_fraction =
+            parallel::bubble_fraction(double(bubble_sum), double(busy_sum));
+        if (pipeline.measured_fraction) {
             fraction_sum += *pipeline.measured_fraction;
             ++measured_pipelines;
             if (split.split) {
-                pipeline.replay_fraction = double(replay_bubble_sum) / double(busy_sum);
+                pipeline.replay_fraction =
+                    parallel::bubble_fraction(double(replay_bubble_sum), double(busy_sum));
             }
         }
         microbatches_seen = std::max(microbatches_seen, m);

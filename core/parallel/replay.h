@@ -63,6 +63,8 @@ struct ReplayResult {
 
     // makespan − Σ durations on the stage: the stage's bubble inside [0, makespan].
     std::int64_t bubble_ns(int stage) const;
+    // bubble_fraction (schedule.h) of the replayed pipeline, every stage inside [0, makespan].
+    std::optional<double> bubble_fraction() const;
 };
 
 // Errors when the shape does not suit the schedule (check_pipeline) or the durations do not

@@ -193,6 +193,13 @@ std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage,
     return {};
 }
 
+std::optional<double> bubble_fraction(double bubble, double busy) {
+    if (!(busy > 0)) {
+        return std::nullopt;
+    }
+    return bubble / busy;
+}
+
 double theory_bubble_fraction(PipelineSchedule schedule, const PipelineShape& shape,
                               const PassTimes& times) {
     const double p = shape.stages, m = shape.microbatches, v = shape.virtual_stages;

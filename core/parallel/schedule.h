@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,11 @@ struct PassTimes {
 };
 double theory_bubble_fraction(PipelineSchedule schedule, const PipelineShape& shape,
                               const PassTimes& times = {});
+
+// The one bubble fraction, measured, replayed or estimated (docs/analyses.md §2): a pipeline's
+// idle time against its busy time, Σ bubble / Σ busy over its stages, the convention of
+// theory_bubble_fraction's (p−1)/m. nullopt when nothing was busy.
+std::optional<double> bubble_fraction(double bubble, double busy);
 
 // Layers [first, last) of a stage: L/p each, the first L mod p stages one more.
 struct LayerRange {

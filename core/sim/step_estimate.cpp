@@ -100,7 +100,7 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
                                                 last_backward[static_cast<std::size_t>(stage)]));
     }
     estimate.bubble_fraction =
-        busy_sum > 0 ? (estimate.pipeline_ns * grid.pp - busy_sum) / busy_sum : 0.0;
+        parallel::bubble_fraction(estimate.pipeline_ns * grid.pp - busy_sum, busy_sum).value_or(0.0);
     const UpdateStart update =
         update_start(reduce_end, costs,
                      embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));

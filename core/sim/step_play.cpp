@@ -150,21 +150,15 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     int pipelines = 0;  // replicas that ran a pass
     for (std::size_t d = 0; d < plan.replicas.size(); ++d) {
         const auto& replica = plan.replicas[d];
-        const parallel::ReplayResult& replay = played.plays[d].replay;
-        std::int64_t busy = 0, bubble = 0;
-        for (int s = 0; s < grid.pp; ++s) {
-            busy += replay.makespan_ns - replay.bubble_ns(s);
-            bubble += replay.bubble_ns(s);
-        }
-        fraction_sum += busy > 0 ? static_cast<double>(bubble) / static_cast<double>(busy) : 0.0;
+        fraction_sum += played.plays[d].replay.bubble_fraction().value_or(0.0);
         pipelines += replica.empty() ? 0 : 1;
         for (const auto& planned : replica) {
             step.tokens += planned.packed.tokens;
         }
         step.microbatches += static_cast<int>(replica.size());
     }
-    // One definition with the analysis (docs/analyses.md §2): Σ bubble / Σ busy over a
-    // pipeline's stages, the convention of (p−1)/m; the mean over the step's pipelines.
+    // One definition with the analysis (parallel::bubble_fraction); the mean over the step's
+    // pipelines.
     step.bubble_fraction = pipelines == 0 ? 0.0 : fraction_sum / static_cast<double>(pipelines);
 
     // Each stage all-reduces over its DP × CP group when its slowest replica is done.

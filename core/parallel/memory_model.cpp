@@ -274,12 +274,14 @@ std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
     for (const parallel::PipelineOp& op : parallel::step_ops(shape.schedule, stage, pipeline)) {
         const ChunkElements& e = chunks[std::size_t(op.chunk)];
         switch (op.kind) {
-            case parallel::PassKind::forward:
+            case Phase::none:  // not a pass
+                break;
+            case Phase::forward:
                 device += (chunks_held[std::size_t(op.microbatch)]++ == 0 ? inputs : 0) + e.kept +
                           e.until_input_gradients;
                 pinned += e.pinned_kept + e.pinned_until_input_gradients;
                 break;
-            case parallel::PassKind::backward:
+            case Phase::backward:
                 if (parallel::splits_backward(shape.schedule)) {
                     device += e.output_gradients;
                     device_peak = std::max(device_peak, device);
@@ -291,7 +293,7 @@ std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
                     release_chunk(op.microbatch);
                 }
                 break;
-            case parallel::PassKind::weight:
+            case Phase::weight_grad:
                 device -= e.kept + e.output_gradients;
                 pinned -= e.pinned_kept;
                 release_chunk(op.microbatch);

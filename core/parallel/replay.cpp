@@ -84,20 +84,22 @@ public:
     std::optional<std::int64_t> input_ready(int s) const {
         const PipelineOp& op = ops_[s][next_[s]];
         const int p = input_->stages, j = op.microbatch, c = op.chunk * p + s;
-        const auto ended = [&](PassKind kind, int chunk,
+        const auto ended = [&](Phase kind, int chunk,
                                std::int64_t latency) -> std::optional<std::int64_t> {
             const std::int64_t end = end_of(kind, chunk, j);
             return end == kNotDone ? std::nullopt : std::optional(end + latency);
         };
         switch (op.kind) {
-            case PassKind::forward:
-                return c > 0 ? ended(PassKind::forward, c - 1, input_->p2p_latency_ns)
+            case Phase::none:  // not a pass
+                break;
+            case Phase::forward:
+                return c > 0 ? ended(Phase::forward, c - 1, input_->p2p_latency_ns)
                              : std::optional<std::int64_t>(0);
-            case PassKind::backward:
-                return c < chunks_ - 1 ? ended(PassKind::backward, c + 1, input_->p2p_latency_ns)
-                                       : ended(PassKind::forward, c, 0);
-            case PassKind::weight:
-                return ended(PassKind::backward, c, 0);
+            case Phase::backward:
+                return c < chunks_ - 1 ? ended(Phase::backward, c + 1, input_->p2p_latency_ns)
+                                       : ended(Phase::forward, c, 0);
+            case Phase::weight_grad:
+                return ended(Phase::backward, c, 0);
         }
         return std::nullopt;
     }
@@ -111,9 +113,9 @@ public:
     // What each member of the next pass computes, its chunk's 1/v; empty without work tables.
     std::vector<double> work(int s) const {
         const PipelineOp& op = ops_[s][next_[s]];
-        const WorkTable& all = op.kind == PassKind::forward    ? input_->forward_work
-                               : op.kind == PassKind::backward ? input_->backward_work
-                                                               : input_->weight_work;
+        const WorkTable& all = op.kind == Phase::forward    ? input_->forward_work
+                               : op.kind == Phase::backward ? input_->backward_work
+                                                            : input_->weight_work;
         std::vector<double> out;
         if (!all.empty()) {
             for (std::int64_t ns : all[s][op.microbatch]) {
@@ -164,15 +166,15 @@ private:
         result_.stage_end_ns.assign(p, 0);
     }
 
-    const Table& table(PassKind kind) const {
-        return kind == PassKind::forward    ? input_->forward_ns
-               : kind == PassKind::backward ? input_->backward_ns
-                                            : input_->weight_ns;
+    const Table& table(Phase kind) const {
+        return kind == Phase::forward    ? input_->forward_ns
+               : kind == Phase::backward ? input_->backward_ns
+                                         : input_->weight_ns;
     }
-    std::int64_t& end_of(PassKind kind, int chunk, int j) {
+    std::int64_t& end_of(Phase kind, int chunk, int j) {
         return done_[static_cast<std::size_t>(kind)][chunk][j];
     }
-    std::int64_t end_of(PassKind kind, int chunk, int j) const {
+    std::int64_t end_of(Phase kind, int chunk, int j) const {
         return done_[static_cast<std::size_t>(kind)][chunk][j];
     }
 

@@ -49,7 +49,7 @@ struct ReplayInput {
 
 struct ReplayedOp {
     int microbatch = 0;
-    PassKind kind = PassKind::forward;
+    Phase kind = Phase::forward;
     int chunk = 0;
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;

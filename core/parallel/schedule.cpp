@@ -70,9 +70,9 @@ namespace {
 std::vector<PipelineOp> gpipe_ops(int m) {
     std::vector<PipelineOp> ops;
     for (int j = 0; j < m; ++j)
-        ops.push_back({j, PassKind::forward});
+        ops.push_back({j, Phase::forward});
     for (int j = 0; j < m; ++j)
-        ops.push_back({j, PassKind::backward});
+        ops.push_back({j, Phase::backward});
     return ops;
 }
 
@@ -81,11 +81,11 @@ std::vector<PipelineOp> one_f_one_b_ops(int stage, int p, int m) {
     const int warmup = std::min(p - stage - 1, m);
     int next_forward = 0;
     for (; next_forward < warmup; ++next_forward)
-        ops.push_back({next_forward, PassKind::forward});
+        ops.push_back({next_forward, Phase::forward});
     for (int next_backward = 0; next_backward < m; ++next_backward) {
         if (next_forward < m)
-            ops.push_back({next_forward++, PassKind::forward});
-        ops.push_back({next_backward, PassKind::backward});
+            ops.push_back({next_forward++, Phase::forward});
+        ops.push_back({next_backward, Phase::backward});
     }
     return ops;
 }
@@ -96,21 +96,21 @@ std::vector<PipelineOp> one_f_one_b_ops(int stage, int p, int m) {
 std::vector<PipelineOp> interleaved_ops(int stage, int p, int m, int v) {
     const int total = m * v;
     const int warmup = m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * p, total);
-    auto at = [&](int k, PassKind kind) {
+    auto at = [&](int k, Phase kind) {
         const int chunk = (k % (p * v)) / p;
         return PipelineOp{(k / (p * v)) * p + k % p, kind,
-                          kind == PassKind::forward ? chunk : v - 1 - chunk};
+                          kind == Phase::forward ? chunk : v - 1 - chunk};
     };
     std::vector<PipelineOp> ops;
     for (int k = 0; k < warmup; ++k)
-        ops.push_back(at(k, PassKind::forward));
+        ops.push_back(at(k, Phase::forward));
     const int steady = total - warmup;
     for (int i = 0; i < steady; ++i) {
-        ops.push_back(at(warmup + i, PassKind::forward));
-        ops.push_back(at(i, PassKind::backward));
+        ops.push_back(at(warmup + i, Phase::forward));
+        ops.push_back(at(i, Phase::backward));
     }
     for (int i = steady; i < total; ++i)
-        ops.push_back(at(i, PassKind::backward));
+        ops.push_back(at(i, Phase::backward));
     return ops;
 }
 
@@ -129,31 +129,31 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
     std::vector<std::size_t> next(p, 0);
     std::vector<int> in_flight(p, 0);  // forwards run whose W has not
     std::vector<std::deque<int>> pending(p);
-    std::map<std::tuple<PassKind, int, int>, int> done_at;  // (kind, stage, micro-batch) -> end
+    std::map<std::tuple<Phase, int, int>, int> done_at;  // (kind, stage, micro-batch) -> end
     auto finished = [&](int s) { return next[s] >= order[s].size() && pending[s].empty(); };
     for (int time = 0;; ++time) {
         bool all = true;
-        std::vector<std::tuple<PassKind, int, int>> ended;
+        std::vector<std::tuple<Phase, int, int>> ended;
         for (int s = 0; s < p; ++s) {
             if (finished(s))
                 continue;
             all = false;
             if (next[s] < order[s].size()) {
                 const PipelineOp op = order[s][next[s]];
-                std::tuple<PassKind, int, int> needs{PassKind::forward, -1, -1};
-                if (op.kind == PassKind::forward && s > 0)
-                    needs = {PassKind::forward, s - 1, op.microbatch};
-                if (op.kind == PassKind::backward) {
-                    needs = s < p - 1 ? std::tuple{PassKind::backward, s + 1, op.microbatch}
-                                      : std::tuple{PassKind::forward, s, op.microbatch};
+                std::tuple<Phase, int, int> needs{Phase::forward, -1, -1};
+                if (op.kind == Phase::forward && s > 0)
+                    needs = {Phase::forward, s - 1, op.microbatch};
+                if (op.kind == Phase::backward) {
+                    needs = s < p - 1 ? std::tuple{Phase::backward, s + 1, op.microbatch}
+                                      : std::tuple{Phase::forward, s, op.microbatch};
                 }
                 const bool ready = std::get<1>(needs) < 0 ||
                                    (done_at.count(needs) != 0 && done_at.at(needs) <= time);
-                const bool room = op.kind != PassKind::forward || in_flight[s] < p;
+                const bool room = op.kind != Phase::forward || in_flight[s] < p;
                 if (ready && room) {
                     out[s].push_back(op);
                     ended.push_back({op.kind, s, op.microbatch});
-                    if (op.kind == PassKind::backward)
+                    if (op.kind == Phase::backward)
                         pending[s].push_back(op.microbatch);
                     else
                         ++in_flight[s];
@@ -162,7 +162,7 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1_ops(int p, int m) {
                 }
             }
             if (!pending[s].empty()) {
-                out[s].push_back({pending[s].front(), PassKind::weight});
+                out[s].push_back({pending[s].front(), Phase::weight_grad});
                 pending[s].pop_front();
                 --in_flight[s];
             }
@@ -301,12 +301,12 @@ std::vector<PipelineOp> step_ops(PipelineSchedule schedule, int stage, const Pip
     std::vector<PipelineOp> ops;
     for (int k = 0; k < shape.virtual_stages; ++k) {
         for (int j = 0; j < shape.microbatches; ++j) {
-            ops.push_back({j, PassKind::forward, k});
+            ops.push_back({j, Phase::forward, k});
         }
     }
     for (int k = shape.virtual_stages - 1; k >= 0; --k) {
         for (int j = 0; j < shape.microbatches; ++j) {
-            ops.push_back({j, PassKind::backward, k});
+            ops.push_back({j, Phase::backward, k});
         }
     }
     return ops;

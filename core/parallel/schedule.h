@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/trace/model.h"
 #include "core/util/result.h"
 
 namespace fulcrum::parallel {
@@ -44,10 +45,9 @@ constexpr bool splits_backward(PipelineSchedule schedule) {
     return schedule == PipelineSchedule::zero_bubble_h1;
 }
 
-// A pass of one micro-batch through one model chunk of a stage. `backward` is the whole
-// backward pass, or only its input-gradient half (B) when the schedule splits it off `weight`
-// (W).
-enum class PassKind : std::uint8_t { forward, backward, weight };
+// A pass of one micro-batch through one model chunk of a stage is a Phase (core/trace/model.h,
+// the phase its events carry): forward, backward (the whole backward pass, or only its
+// input-gradient half B when the schedule splits it off) or weight_grad (W).
 
 struct PipelineShape {
     int stages = 1;          // p
@@ -61,7 +61,7 @@ Status check_pipeline(PipelineSchedule schedule, const PipelineShape& shape);
 
 struct PipelineOp {
     int microbatch = 0;
-    PassKind kind = PassKind::forward;
+    Phase kind = Phase::forward;
     int chunk = 0;  // which of the stage's v model chunks: model chunk chunk·p + stage
     friend bool operator==(const PipelineOp&, const PipelineOp&) = default;
 };

@@ -34,7 +34,7 @@ struct MeanMicroBatch {
 // The layout part of a candidate: everything but the balancer and CP sharding, which only
 // change which documents go where (so the estimate, from a mean micro-batch, cannot tell them
 // apart).
-struct Layout {
+struct EstimatedLayout {
     Candidate candidate;
     double estimated_tokens_per_second = 0;
 };
@@ -149,7 +149,8 @@ double peak_tflops(const PlanRequest& request) {
 }
 
 // Estimates one layout (a candidate that fits): its layer placement, then the step.
-bool estimate_layout(const PlanRequest& request, const MeanMicroBatch& mean, Layout& layout) {
+bool estimate_layout(const PlanRequest& request, const MeanMicroBatch& mean,
+                     EstimatedLayout& layout) {
     Candidate& c = layout.candidate;
     sim::SimulationConfig config = simulation_config(request, c);
     const sim::StageCosts equal_costs = sim::config_costs(config);
@@ -200,13 +201,13 @@ std::vector<std::pair<parallel::PipelineSchedule, int>> schedules_for(const Plan
 // K and V offloaded to host memory (FPDT), tried before recomputing, which adds work where
 // offload's copies overlap compute (bench/README.md: 91–93% hidden on the CPU engine). True,
 // `layout` estimated with them, when they make it fit.
-bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, Layout& layout) {
+bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, EstimatedLayout& layout) {
     Candidate& c = layout.candidate;
     if (!request.space.offload || c.recompute != parallel::Recompute::none ||
         c.reason_kind != "activations exceed memory") {
         return false;
     }
-    Layout offloaded{layout.candidate};
+    EstimatedLayout offloaded{layout.candidate};
     Candidate& o = offloaded.candidate;
     o.reason.clear();
     o.reason_kind.clear();
@@ -223,8 +224,8 @@ bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, Layout&
 }
 
 struct Enumeration {
-    std::vector<Candidate> rejected;  // infeasible and dominated
-    std::vector<Layout> layouts;      // fit, not dominated
+    std::vector<Candidate> rejected;       // infeasible and dominated
+    std::vector<EstimatedLayout> layouts;  // fit, not dominated
 };
 
 // Every knob of one grid: schedules, sequence parallelism, recomputation (the least that fits).
@@ -263,7 +264,7 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
             }
             std::string fitted;  // the least recomputation that fits, as the reason names it
             for (const parallel::Recompute& recompute : recomputes) {
-                Layout layout{scheduled};
+                EstimatedLayout layout{scheduled};
                 Candidate& c = layout.candidate;
                 c.sequence_parallel = sp;
                 c.recompute = recompute;
@@ -380,7 +381,8 @@ void fold_equal_shardings(PlanResult& result) {
 
 // Which layouts (sorted best estimate first) to play in full: each world size's best
 // `refine_layouts` (default max(4 · top, 32)), so that a smaller world is ranked too.
-std::vector<bool> layouts_to_play(const PlanRequest& request, const std::vector<Layout>& layouts) {
+std::vector<bool> layouts_to_play(const PlanRequest& request,
+                                  const std::vector<EstimatedLayout>& layouts) {
     const int per_world =
         request.refine_layouts > 0 ? request.refine_layouts : std::max(4 * request.top_k, 32);
     std::map<int, int> taken;
@@ -500,10 +502,11 @@ Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) 
     }
     PlanResult result;
     result.candidates = std::move(enumeration.rejected);
-    std::vector<Layout>& layouts = enumeration.layouts;
-    std::stable_sort(layouts.begin(), layouts.end(), [](const Layout& a, const Layout& b) {
-        return a.estimated_tokens_per_second > b.estimated_tokens_per_second;
-    });
+    std::vector<EstimatedLayout>& layouts = enumeration.layouts;
+    std::stable_sort(layouts.begin(), layouts.end(),
+                     [](const EstimatedLayout& a, const EstimatedLayout& b) {
+                         return a.estimated_tokens_per_second > b.estimated_tokens_per_second;
+                     });
     // 3: the best layouts in full, every balancer and sharding.
     // 3: each world's best layouts in full, every balancer and sharding.
     const std::vector<bool> refined = layouts_to_play(request, layouts);

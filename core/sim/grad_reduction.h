@@ -28,9 +28,9 @@ struct GradientReductionInput {
     int layers = 1;                 // of the whole model
     std::vector<int> stage_layers;  // layers per model chunk (p·v); empty: the even split
     bool overlap = false;
-    parallel::PassKind writes_weights = parallel::PassKind::backward;  // weight under ZB-H1
-    std::int64_t layer_bytes = 0;  // one layer's gradients on one rank of the stage
-    std::int64_t stage_bytes = 0;  // all the stage's gradients on one rank
+    Phase writes_weights = Phase::backward;  // weight under ZB-H1
+    std::int64_t layer_bytes = 0;            // one layer's gradients on one rank of the stage
+    std::int64_t stage_bytes = 0;            // all the stage's gradients on one rank
     std::int64_t step_start_ns = 0;
 };
 

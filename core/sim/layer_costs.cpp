@@ -31,19 +31,20 @@ std::int64_t element_bytes(DType dtype) {
     return dtype == DType::fp32 ? 4 : 2;
 }
 
-TpCollectives tp_collectives_per_layer(PassPhase phase, bool split_backward,
-                                       bool sequence_parallel) {
+TpCollectives tp_collectives_per_layer(Phase phase, bool split_backward, bool sequence_parallel) {
     switch (phase) {
-        case PassPhase::forward:
+        case Phase::none:  // not a pass
+            return {};
+        case Phase::forward:
             return sequence_parallel ? TpCollectives{0, 2, 2} : TpCollectives{2, 0, 0};
-        case PassPhase::backward:
+        case Phase::backward:
             if (!sequence_parallel) {
                 return {2, 0, 0};
             }
             // g backward gathers the output gradient (2), the weight gradients gather the
             // LayerNorm outputs again (2, left to W when split), f backward reduce-scatters (2).
             return split_backward ? TpCollectives{0, 2, 2} : TpCollectives{0, 4, 2};
-        case PassPhase::weight:
+        case Phase::weight_grad:
             return split_backward && sequence_parallel ? TpCollectives{0, 2, 0} : TpCollectives{};
     }
     return {};
@@ -54,11 +55,11 @@ TpCollectives tp_recompute_collectives_per_layer(parallel::Recompute recompute,
     if (recompute != parallel::Recompute::full) {
         return {};
     }
-    return tp_collectives_per_layer(PassPhase::forward, false, sequence_parallel);
+    return tp_collectives_per_layer(Phase::forward, false, sequence_parallel);
 }
 
-bool recomputes(PassPhase phase, parallel::Recompute recompute) {
-    return recompute != parallel::Recompute::none && phase != PassPhase::forward;
+bool recomputes(Phase phase, parallel::Recompute recompute) {
+    return recompute != parallel::Recompute::none && phase != Phase::forward;
 }
 
 }  // namespace fulcrum::sim

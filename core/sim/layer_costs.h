@@ -47,9 +47,8 @@ struct TrainingKnobs {
     std::vector<int> stage_layers;
 };
 
-// The passes of a simulated pipeline: forward, backward (the whole one, or B when the schedule
-// splits off W) and the weight-gradient pass W.
-enum class PassPhase : int { forward = 0, backward = 1, weight = 2 };
+// The passes of a simulated pipeline, Phase's forward, backward (the whole one, or B when the
+// schedule splits off W) and weight_grad (W): tables of passes are indexed by them.
 inline constexpr int kPassPhases = 3;
 
 // TP collectives one layer runs in one pass (the table above); recompute's are counted apart.
@@ -59,8 +58,7 @@ struct TpCollectives {
     int reduce_scatter = 0;
     friend bool operator==(const TpCollectives&, const TpCollectives&) = default;
 };
-TpCollectives tp_collectives_per_layer(PassPhase phase, bool split_backward,
-                                       bool sequence_parallel);
+TpCollectives tp_collectives_per_layer(Phase phase, bool split_backward, bool sequence_parallel);
 // The collectives full recomputation adds to each pass that recomputes (those of a forward);
 // none for selective or no recomputation.
 TpCollectives tp_recompute_collectives_per_layer(parallel::Recompute recompute,
@@ -68,6 +66,6 @@ TpCollectives tp_recompute_collectives_per_layer(parallel::Recompute recompute,
 
 // Passes that recompute: the backward, and under a split backward also W (fulcrum-train
 // recomputes a layer before each of its B and W, engine/model/gpt.cpp).
-bool recomputes(PassPhase phase, parallel::Recompute recompute);
+bool recomputes(Phase phase, parallel::Recompute recompute);
 
 }  // namespace fulcrum::sim

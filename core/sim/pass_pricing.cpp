@@ -11,23 +11,11 @@ namespace fulcrum::sim {
 using analysis::CollectiveCost;
 using analysis::PassCost;
 
-std::size_t group_index(int stage, int microbatch, int microbatches, PassPhase phase) {
+std::size_t group_index(int stage, int microbatch, int microbatches, Phase phase) {
     return (static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) +
             static_cast<std::size_t>(microbatch)) *
                kPassPhases +
            static_cast<std::size_t>(phase);
-}
-
-PassPhase pass_phase(parallel::PassKind kind) {
-    switch (kind) {
-        case parallel::PassKind::forward:
-            return PassPhase::forward;
-        case parallel::PassKind::backward:
-            return PassPhase::backward;
-        case parallel::PassKind::weight:
-            return PassPhase::weight;
-    }
-    return PassPhase::forward;
 }
 
 int layers_of(int stage, const SimulationConfig& config) {
@@ -45,23 +33,23 @@ std::int64_t p2p_bytes(const SimulationConfig& config, std::int64_t tokens) {
 
 // Sends of a stage's passes in one phase over its v chunks: a forward sends unless its model
 // chunk is the last, a backward unless it is the first; W sends nothing.
-int sends_of(int stage, PassPhase phase, const SimulationConfig& config) {
+int sends_of(int stage, Phase phase, const SimulationConfig& config) {
     const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
-    if (phase == PassPhase::weight || p == 1) {
+    if (phase == Phase::weight_grad || p == 1) {
         return 0;
     }
-    const bool forward = phase == PassPhase::forward;
+    const bool forward = phase == Phase::forward;
     return v - ((forward ? stage == p - 1 : stage == 0) ? 1 : 0);
 }
 
 // Receives of a stage's passes in one phase: a forward receives unless its model chunk is the
 // first, a backward unless it is the last; W receives nothing.
-int receives_of(int stage, PassPhase phase, const SimulationConfig& config) {
+int receives_of(int stage, Phase phase, const SimulationConfig& config) {
     const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
-    if (phase == PassPhase::weight || p == 1) {
+    if (phase == Phase::weight_grad || p == 1) {
         return 0;
     }
-    const bool forward = phase == PassPhase::forward;
+    const bool forward = phase == Phase::forward;
     return v - ((forward ? stage == 0 : stage == p - 1) ? 1 : 0);
 }
 
@@ -80,7 +68,7 @@ constexpr std::pair<std::int64_t, std::int64_t> kAttentionBlockLinearShare = {8,
 
 // One CP rank's compute and TP collectives of one pass (docs/simulate.md, "One pass").
 RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& recompute,
-                   const StageCosts& costs, const SimulationConfig& config, PassPhase phase,
+                   const StageCosts& costs, const SimulationConfig& config, Phase phase,
                    std::int64_t layers, std::int64_t tokens, std::int64_t pairs) {
     RankPass rank;
     rank.tokens = tokens;
@@ -124,7 +112,7 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
 
 // One pass of one micro-batch on one stage for the whole CP group (docs/simulate.md, "One
 // pass"); fills the group's cp RankPasses.
-GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassPhase phase,
+GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase phase,
                      const SimulationConfig& config, const StageCosts& costs, RankPass* ranks) {
     const parallel::GridShape& grid = config.grid;
     const std::int64_t hidden = config.model.hidden;
@@ -132,7 +120,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassP
     const std::int64_t layers = layers_of(stage, config);
     const auto& stage_passes = costs.passes[static_cast<std::size_t>(stage)];
     const PassCost& recompute = costs.recompute[static_cast<std::size_t>(stage)];
-    const bool forward = phase == PassPhase::forward;
+    const bool forward = phase == Phase::forward;
     const CollectiveCost& p2p = forward ? costs.recv_activations : costs.recv_gradients;
     GroupPass group;
     std::int64_t slowest = 0;
@@ -156,7 +144,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassP
     for (int c = 0; c < grid.cp; ++c) {
         ranks[c].wait_ns = slowest - ranks[c].own_total();
     }
-    if (grid.cp > 1 && phase != PassPhase::weight) {
+    if (grid.cp > 1 && phase != Phase::weight_grad) {
         // K and V of every token of the micro-batch, this rank's heads (h/tp); full
         // recomputation gathers them again in the backward pass.
         const std::int64_t bytes_per_layer =
@@ -165,7 +153,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassP
         group.exchange_ns =
             layers * predict_collective_ns(forward ? costs.cp_all_gather : costs.cp_reduce_scatter,
                                            bytes_per_layer);
-        if (phase == PassPhase::backward && config.recompute == parallel::Recompute::full) {
+        if (phase == Phase::backward && config.recompute == parallel::Recompute::full) {
             group.regather_bytes = bytes_per_layer * layers;
             group.regather_ns =
                 layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
@@ -179,10 +167,10 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassP
     return group;
 }
 
-std::vector<PassPhase> phases_of(const SimulationConfig& config) {
-    std::vector<PassPhase> phases = {PassPhase::forward, PassPhase::backward};
+std::vector<Phase> phases_of(const SimulationConfig& config) {
+    std::vector<Phase> phases = {Phase::forward, Phase::backward};
     if (parallel::splits_backward(config.schedule)) {
-        phases.push_back(PassPhase::weight);
+        phases.push_back(Phase::weight_grad);
     }
     return phases;
 }
@@ -207,9 +195,8 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     input.layers = config.model.layers;
     input.stage_layers = config.stage_layers;
     input.overlap = config.overlap_grad_reduce;
-    input.writes_weights = parallel::splits_backward(config.schedule)
-                               ? parallel::PassKind::weight
-                               : parallel::PassKind::backward;
+    input.writes_weights =
+        parallel::splits_backward(config.schedule) ? Phase::weight_grad : Phase::backward;
     input.layer_bytes = (12 * h * h + 13 * h) / config.grid.tp * element_bytes(config.dtype);
     input.step_start_ns = step_start;
     return input;

@@ -55,8 +55,7 @@ struct RankPass {
 };
 
 // Index of a pass in a replica's [(stage · m + j) · kPassPhases + phase] tables.
-std::size_t group_index(int stage, int microbatch, int microbatches, PassPhase phase);
-PassPhase pass_phase(parallel::PassKind kind);
+std::size_t group_index(int stage, int microbatch, int microbatches, Phase phase);
 
 // Layers stage `stage` holds under `config` (every model chunk of it).
 int layers_of(int stage, const SimulationConfig& config);
@@ -65,15 +64,15 @@ int layers_of(int stage, const SimulationConfig& config);
 std::int64_t p2p_bytes(const SimulationConfig& config, std::int64_t tokens);
 
 // Sends and receives of a stage's passes in one phase, over its v chunks.
-int sends_of(int stage, PassPhase phase, const SimulationConfig& config);
-int receives_of(int stage, PassPhase phase, const SimulationConfig& config);
+int sends_of(int stage, Phase phase, const SimulationConfig& config);
+int receives_of(int stage, Phase phase, const SimulationConfig& config);
 
 // One pass of `planned` on `stage` for the whole CP group; fills the group's cp `ranks`.
-GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, PassPhase phase,
+GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase phase,
                      const SimulationConfig& config, const StageCosts& costs, RankPass* ranks);
 
 // The phases a step runs: F and B, and W when the schedule splits the backward pass.
-std::vector<PassPhase> phases_of(const SimulationConfig& config);
+std::vector<Phase> phases_of(const SimulationConfig& config);
 
 // The pipeline's point-to-point latency, one for both directions.
 std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& costs);

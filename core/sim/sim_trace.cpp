@@ -90,11 +90,8 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
     const EventNames& n = out.names();
     const parallel::GridShape& grid = config.grid;
     const int v = std::max(config.virtual_stages, 1);
-    const PassPhase kind = pass_phase(op.kind);
-    const bool forward = kind == PassPhase::forward;
-    const Phase phase = forward                       ? Phase::forward
-                        : kind == PassPhase::backward ? Phase::backward
-                                                      : Phase::weight_grad;
+    const Phase phase = op.kind;
+    const bool forward = phase == Phase::forward;
     const int model_chunk = op.chunk * grid.pp + stage;
     const parallel::LayerRange chunk_range = parallel::model_chunk_layers(
         model_chunk, grid.pp * v, config.model.layers, config.stage_layers);
@@ -111,15 +108,15 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
     const std::int64_t start = offset + op.start_ns;
     const std::int64_t end = offset + op.end_ns;
     const bool receives =
-        forward ? model_chunk > 0 : kind == PassPhase::backward && model_chunk < grid.pp * v - 1;
+        forward ? model_chunk > 0 : phase == Phase::backward && model_chunk < grid.pp * v - 1;
     const bool sends =
-        forward ? model_chunk < grid.pp * v - 1 : kind == PassPhase::backward && model_chunk > 0;
+        forward ? model_chunk < grid.pp * v - 1 : phase == Phase::backward && model_chunk > 0;
     const std::int64_t begin = receives ? start - op.wait_ns : start;
     const std::int64_t exchange = grid.cp > 1 ? r.share(rank.wait_ns + group.exchange_ns) : 0;
 
-    r.range(forward                       ? n.forward
-            : kind == PassPhase::backward ? n.backward
-                                          : n.weight_gradients,
+    r.range(forward                    ? n.forward
+            : phase == Phase::backward ? n.backward
+                                       : n.weight_gradients,
             Category::compute, begin, end, -1, out.chunk(op.chunk));
     if (receives) {
         r.range(forward ? n.recv_activations : n.recv_gradients, Category::communication, begin,
@@ -133,7 +130,7 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         t += group.gather_ns;
     }
     if (!forward) {
-        t = r.recompute(t, rank, group, kind == PassPhase::backward);
+        t = r.recompute(t, rank, group, phase == Phase::backward);
     }
     if (forward) {
         const std::int64_t compute_end = t + exchange + r.share(rank.attention_ns);
@@ -149,7 +146,7 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         r.range(n.mlp, Category::compute, attention_end, mlp_end);
         r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 1);
         t = mlp_end;
-    } else if (kind == PassPhase::backward) {
+    } else if (phase == Phase::backward) {
         const std::int64_t mlp_compute_end = t + r.share(rank.mlp_ns);
         const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 0);
         r.range(n.mlp, Category::compute, t, mlp_end);
@@ -285,8 +282,7 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
     events.range(names.step, Category::schedule, step_start, played.end_ns, plan.step, -1, stage,
                  Phase::none);
     for (const parallel::ReplayedOp& op : play.replay.stages[static_cast<std::size_t>(s)]) {
-        const std::size_t index =
-            group_index(s, op.microbatch, play.microbatches, pass_phase(op.kind));
+        const std::size_t index = group_index(s, op.microbatch, play.microbatches, op.kind);
         add_pass_events(
             events, op, step_start, play.groups[index],
             play.ranks[index * static_cast<std::size_t>(grid.cp) + static_cast<std::size_t>(c)],

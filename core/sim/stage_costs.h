@@ -135,7 +135,7 @@ std::string describe(const HardwareAssumptions& hardware);
 
 // Every cost the simulation of one grid needs, resolved once.
 struct StageCosts {
-    // [stage][PassPhase], for the stage's whole share of the model (all its chunks); backward
+    // [stage][Phase], for the stage's whole share of the model (all its chunks); backward
     // includes recomputation, and is only B when the schedule splits off W (weight).
     std::vector<std::array<analysis::PassCost, kPassPhases>> passes;
     // [stage]: what recomputation adds to each backward (and W) pass, included above; the

@@ -63,7 +63,7 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     double core_ns = 0;  // what every rank computes, at a whole core
     for (int stage = 0; stage < grid.pp; ++stage) {
         std::array<double, kPassPhases> ns{};
-        for (PassPhase phase : phases_of(config)) {
+        for (Phase phase : phases_of(config)) {
             const GroupPass group = play_group(mean, stage, phase, config, costs, ranks.data());
             ns[static_cast<std::size_t>(phase)] = static_cast<double>(group.duration_ns);
             for (const RankPass& rank : ranks) {
@@ -100,7 +100,8 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
                                                 last_backward[static_cast<std::size_t>(stage)]));
     }
     estimate.bubble_fraction =
-        parallel::bubble_fraction(estimate.pipeline_ns * grid.pp - busy_sum, busy_sum).value_or(0.0);
+        parallel::bubble_fraction(estimate.pipeline_ns * grid.pp - busy_sum, busy_sum)
+            .value_or(0.0);
     const UpdateStart update =
         update_start(reduce_end, costs,
                      embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));

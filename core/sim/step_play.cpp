@@ -47,16 +47,16 @@ ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& repli
         }
         input.work_copies = grid.tp;
     }
-    const std::vector<PassPhase> phases = phases_of(config);
+    const std::vector<Phase> phases = phases_of(config);
     for (int stage = 0; stage < grid.pp; ++stage) {
         for (int j = 0; j < m; ++j) {
-            for (PassPhase phase : phases) {
+            for (Phase phase : phases) {
                 const std::size_t index = group_index(stage, j, m, phase);
                 RankPass* ranks = &play.ranks[index * static_cast<std::size_t>(grid.cp)];
                 play.groups[index] = play_group(replica[static_cast<std::size_t>(j)], stage, phase,
                                                 config, costs, ranks);
-                const bool forward = phase == PassPhase::forward;
-                const bool backward = phase == PassPhase::backward;
+                const bool forward = phase == Phase::forward;
+                const bool backward = phase == Phase::backward;
                 auto& table = forward    ? input.forward_ns
                               : backward ? input.backward_ns
                                          : input.weight_ns;

@@ -177,7 +177,7 @@ void ParallelTrainer::run_forward(int step, const PipelineOp& op, const LocalBat
 }
 
 bool ParallelTrainer::overlaps_reduction() const {
-    return config_.overlap_reduction && groups_.dp_cp->size() > 1;
+    return config_.overlap_grad_reduce && groups_.dp_cp->size() > 1;
 }
 
 template <typename Pass>
@@ -195,9 +195,8 @@ void ParallelTrainer::layer_by_layer_with_reduction(int chunk, Pass pass) {
 }
 
 std::vector<std::size_t> ParallelTrainer::last_writers(const std::vector<PipelineOp>& ops) const {
-    const parallel::PassKind writes_weights = parallel::splits_backward(config_.schedule)
-                                                  ? parallel::PassKind::weight
-                                                  : parallel::PassKind::backward;
+    const Phase writes_weights =
+        parallel::splits_backward(config_.schedule) ? Phase::weight_grad : Phase::backward;
     std::vector<std::size_t> last_writer(chunk_layers_.size(), ops.size());
     for (std::size_t i = 0; i < ops.size(); ++i) {
         if (ops[i].kind == writes_weights) {
@@ -455,14 +454,16 @@ Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan
         auto& acts = *activations_[static_cast<std::size_t>(op.microbatch)];
         const bool reduce_layers = i == last_writer[static_cast<std::size_t>(op.chunk)];
         switch (op.kind) {
-            case parallel::PassKind::forward:
+            case Phase::none:  // not a pass
+                break;
+            case Phase::forward:
                 run_forward(plan.step, op, batches[static_cast<std::size_t>(op.microbatch)], acts,
                             loss_sum);
                 break;
-            case parallel::PassKind::backward:
+            case Phase::backward:
                 run_backward(plan.step, op, acts, loss_scale, reduce_layers);
                 break;
-            case parallel::PassKind::weight:
+            case Phase::weight_grad:
                 run_weight_gradients(plan.step, op, acts, reduce_layers);
                 break;
         }

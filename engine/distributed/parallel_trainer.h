@@ -75,7 +75,7 @@ struct ParallelTrainConfig {
     // Reduce each layer's gradients over DP × CP as soon as the step's last backward pass is
     // done with the layer (Communicator::start_all_reduce_sum), overlapping the layers below;
     // the rest of the model and the wait follow the pipeline. Off: one all-reduce after it.
-    bool overlap_reduction = false;
+    bool overlap_grad_reduce = false;
 };
 
 class ParallelTrainer {

@@ -81,7 +81,7 @@ struct Options {
     std::string comm = "auto";
     std::string rendezvous;
     int attention_chunk = 0;
-    std::string overlap_reduce = "auto";
+    std::string overlap_grad_reduce = "auto";
     std::string mpi_wait = "auto";
     std::string offload = "on";
     std::string dump_parameters;
@@ -95,6 +95,14 @@ int fail(int rank, const std::string& message) {
         std::fprintf(stderr, "fulcrum-train: error: %s\n", message.c_str());
     }
     return 2;
+}
+
+// Whether gradients are reduced layer by layer during the last backward pass: asked for, or by
+// default with NCCL (whose collectives run beside compute); never under --hot-switch, whose
+// buckets reduce after their passes (a bucket may take several rounds over one buffer).
+bool overlaps_grad_reduce(const Options& o, const std::string& comm) {
+    return o.hot_switch.empty() &&
+           (o.overlap_grad_reduce == "on" || (o.overlap_grad_reduce == "auto" && comm == "nccl"));
 }
 
 // run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
@@ -117,9 +125,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.stage_layers.assign(stage_layers.begin(), stage_layers.end());  // empty: even
     config.recompute = o.recompute;
     config.sequence_parallel = o.sequence_parallel;
-    config.overlap_grad_reduce =
-        o.hot_switch.empty() &&
-        (o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl"));
+    config.overlap_grad_reduce = overlaps_grad_reduce(o, comm);
     config.dtype = "fp32";
     config.balancer = o.balancer;
     config.cp_shard = o.cp_shard;
@@ -229,7 +235,7 @@ Result<parallel::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Opti
             "--hot-switch splits each layout's layers evenly over its stages, one model chunk "
             "each; leave out --stage-layers, --virtual-stages and the interleaved schedule");
     }
-    if (o.overlap_reduce == "on") {
+    if (o.overlap_grad_reduce == "on") {
         return invalid(
             "--hot-switch reduces each bucket's gradients after its passes; leave "
             "out --overlap-grad-reduce on");
@@ -577,7 +583,7 @@ void add_options(CLI::App& app, Options& o) {
     app.add_option("--rendezvous", o.rendezvous,
                    "With NCCL: hand its unique id over file:PATH or tcp:HOST:PORT instead of MPI "
                    "(ranks from the launcher's variables: Open MPI, torchrun or SLURM)");
-    app.add_option("--overlap-grad-reduce", o.overlap_reduce,
+    app.add_option("--overlap-grad-reduce", o.overlap_grad_reduce,
                    "Reduce each layer's gradients over DP x CP during the last backward pass "
                    "(on), or all at once after it (off); auto: on with NCCL")
         ->capture_default_str()
@@ -885,9 +891,8 @@ int main(int argc, char** argv) {
     train_config.virtual_stages = o.virtual_stages;
     train_config.stage_layers = stage_layers;
     train_config.balancer = checked.balancer;
-    train_config.overlap_reduction =
-        o.overlap_reduce == "on" || (o.overlap_reduce == "auto" && comm == "nccl");
-    if (rank == 0 && train_config.overlap_reduction && o.grid.dp * o.grid.cp > 1 && !hot_switch) {
+    train_config.overlap_grad_reduce = overlaps_grad_reduce(o, comm);
+    if (rank == 0 && train_config.overlap_grad_reduce && o.grid.dp * o.grid.cp > 1) {
         std::printf("gradient reduction: layer by layer during the last backward pass\n");
         std::fflush(stdout);
     }
@@ -904,9 +909,6 @@ int main(int argc, char** argv) {
         hot_config.attention = {o.attention_chunk, o.offload == "on"};
         hot_config.recompute = checked.recompute;
         hot_config.train = train_config;
-        // A bucket may take several rounds of passes over one gradient buffer, which a
-        // reduction in flight from the round before would still be reading.
-        hot_config.train.overlap_reduction = false;
         hot_config.packing = planner_options;
         hot_config.gpus_per_node = node.local_size;
         hot = std::make_unique<HotSwitchTrainer>(*backend, *world,

@@ -66,8 +66,8 @@ RunTrace replayed_run(parallel::PipelineSchedule schedule, int p, int m, int v, 
         trace.add_rank(info);
         auto& lane = trace.add_lane(stage, LaneKind::host_thread, "main");
         for (const parallel::ReplayedOp& op : replay->stages[static_cast<std::size_t>(stage)]) {
-            const bool forward = op.kind == parallel::PassKind::forward;
-            const bool weight = op.kind == parallel::PassKind::weight;
+            const bool forward = op.kind == Phase::forward;
+            const bool weight = op.kind == Phase::weight_grad;
             const auto stage16 = static_cast<std::int16_t>(stage);
             Event& range = trace.add_range(lane,
                                            forward  ? "forward"

@@ -72,13 +72,13 @@ private slots:
                 QVERIFY(seen.insert({static_cast<int>(op.kind), op.microbatch, op.chunk}).second);
                 QVERIFY(op.microbatch >= 0 && op.microbatch < m && op.chunk >= 0 && op.chunk < v);
                 // On one stage: a chunk's backward after its forward, W after B.
-                if (op.kind == PassKind::backward) {
-                    QVERIFY(seen.count({static_cast<int>(PassKind::forward), op.microbatch,
-                                        op.chunk}) == 1);
+                if (op.kind == Phase::backward) {
+                    QVERIFY(seen.count(
+                                {static_cast<int>(Phase::forward), op.microbatch, op.chunk}) == 1);
                 }
-                if (op.kind == PassKind::weight) {
-                    QVERIFY(seen.count({static_cast<int>(PassKind::backward), op.microbatch,
-                                        op.chunk}) == 1);
+                if (op.kind == Phase::weight_grad) {
+                    QVERIFY(seen.count(
+                                {static_cast<int>(Phase::backward), op.microbatch, op.chunk}) == 1);
                 }
             }
         }
@@ -166,9 +166,9 @@ private slots:
                 int in_flight = 0, most = 0;
                 for (const PipelineOp& op :
                      stage_ops(PipelineSchedule::zero_bubble_h1, s, {p, m, 1})) {
-                    in_flight += op.kind == PassKind::forward  ? 1
-                                 : op.kind == PassKind::weight ? -1
-                                                               : 0;
+                    in_flight += op.kind == Phase::forward       ? 1
+                                 : op.kind == Phase::weight_grad ? -1
+                                                                 : 0;
                     most = std::max(most, in_flight);
                 }
                 QVERIFY2(
@@ -181,7 +181,7 @@ private slots:
         }
         const std::vector<PipelineOp> stage0 =
             stage_ops(PipelineSchedule::zero_bubble_h1, 0, {2, 4, 1});
-        const auto F = PassKind::forward, B = PassKind::backward, W = PassKind::weight;
+        const auto F = Phase::forward, B = Phase::backward, W = Phase::weight_grad;
         const std::vector<PipelineOp> expected = {{0, F}, {1, F}, {0, B}, {0, W}, {2, F}, {1, B},
                                                   {1, W}, {3, F}, {2, B}, {2, W}, {3, B}, {3, W}};
         QCOMPARE(stage0, expected);
@@ -199,12 +199,12 @@ private slots:
         const std::vector<std::tuple<int, int, std::int64_t>> forwards = {
             {0, 0, 0}, {1, 0, 100}, {0, 1, 200}, {1, 1, 300}};
         for (std::size_t i = 0; i < forwards.size(); ++i) {
-            QCOMPARE(stage0[i].kind, PassKind::forward);
+            QCOMPARE(stage0[i].kind, Phase::forward);
             QCOMPARE(stage0[i].microbatch, std::get<0>(forwards[i]));
             QCOMPARE(stage0[i].chunk, std::get<1>(forwards[i]));
             QCOMPARE(stage0[i].start_ns, std::get<2>(forwards[i]));
         }
-        QCOMPARE(stage0[4].kind, PassKind::backward);
+        QCOMPARE(stage0[4].kind, Phase::backward);
         QCOMPARE(stage0[4].chunk, 1);  // backwards go through the chunks in reverse
     }
 

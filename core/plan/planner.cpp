@@ -162,6 +162,15 @@ bool estimate_layout(const PlanRequest& request, const MeanMicroBatch& mean,
     sim::StepEstimate estimate = equal;
     if (!c.stage_layers.empty()) {
         config.stage_layers = c.stage_layers;
+    }
+    // What the search let through must be what fulcrum-train and the simulator accept (the one
+    // check they make); the search's own filters above give the reasons of the rejected.
+    if (auto status = parallel::check_layout(sim::layout_of(config), request.model); !status) {
+        c.reason_kind = "layout refused";
+        c.reason = status.error().message;
+        return false;
+    }
+    if (!c.stage_layers.empty()) {
         estimate = sim::estimate_step(config, sim::config_costs(config), mean.tokens, mean.pairs);
     }
     const double tokens = static_cast<double>(c.grid.dp) * c.microbatches * mean.tokens;

@@ -116,12 +116,18 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     return options;
 }
 
+parallel::Layout layout_of(const SimulationConfig& config) {
+    return {.grid = config.grid,
+            .microbatches = config.microbatches,
+            .schedule = config.schedule,
+            .virtual_stages = config.virtual_stages,
+            .stage_layers = config.stage_layers,
+            .recompute = config.recompute,
+            .sequence_parallel = config.sequence_parallel};
+}
+
 Status validate(const SimulationConfig& config) {
-    const parallel::GridShape& grid = config.grid;
     const ModelShape& model = config.model;
-    if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1 || grid.cp < 1) {
-        return invalid("--dp, --tp, --pp and --cp must be at least 1");
-    }
     std::vector<std::string> unknown;
     if (model.layers < 1) {
         unknown.push_back("--layers");
@@ -172,18 +178,8 @@ Status validate(const SimulationConfig& config) {
     if (model.context < 2) {
         return invalid("--context must be at least 2");
     }
-    if (grid.pp > model.layers) {
-        return invalid("--pp " + std::to_string(grid.pp) +
-                       " is more pipeline stages than --layers " + std::to_string(model.layers) +
-                       "; every stage needs a layer");
-    }
-    if (model.heads < 1 || model.hidden % model.heads != 0) {
-        return invalid("--heads " + std::to_string(model.heads) + " must divide --hidden " +
-                       std::to_string(model.hidden));
-    }
-    if (model.hidden % grid.tp != 0 || model.heads % grid.tp != 0) {
-        return invalid("--tp " + std::to_string(grid.tp) + " must divide --heads " +
-                       std::to_string(model.heads) + " (each TP rank holds whole heads)");
+    if (auto status = parallel::check_layout(layout_of(config), model); !status) {
+        return status;
     }
     if (model.vocab < 1) {
         return invalid("--vocab must be at least 1");
@@ -196,33 +192,6 @@ Status validate(const SimulationConfig& config) {
     }
     if (config.ilp_time_limit_s <= 0) {
         return invalid("--ilp-time-limit must be positive");
-    }
-    if (auto status = parallel::check_pipeline(
-            config.schedule, {grid.pp, config.microbatches, config.virtual_stages});
-        !status) {
-        return status;
-    }
-    if (config.schedule == parallel::PipelineSchedule::interleaved && grid.pp < 2) {
-        return invalid("the interleaved schedule needs at least 2 pipeline stages (--pp)");
-    }
-    if (grid.pp * config.virtual_stages > model.layers) {
-        return invalid("--pp " + std::to_string(grid.pp) + " x --virtual-stages " +
-                       std::to_string(config.virtual_stages) +
-                       " is more model chunks than --layers " + std::to_string(model.layers) +
-                       "; every chunk needs a layer");
-    }
-    if (!config.stage_layers.empty()) {
-        // One count per model chunk (p, or p·v interleaved), as fulcrum-train takes them.
-        if (auto status = parallel::check_stage_layers(
-                config.stage_layers, grid.pp * std::max(config.virtual_stages, 1), model.layers);
-            !status) {
-            return status;
-        }
-    }
-    if (config.sequence_parallel && grid.tp < 2) {
-        return invalid(
-            "--sequence-parallel splits TP's LayerNorm and residual work over the TP "
-            "ranks; it needs --tp 2 or more");
     }
     const HardwareAssumptions& hardware = config.hardware;
     // Checked with a given model too: what it lacks comes from the analytic one.

@@ -141,6 +141,9 @@ CoreSharing core_sharing(const SimulationConfig& config);
 // context and at most 8 times it. The context itself when even that does not fit.
 std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config);
 
+// The layout `config` plays (check_layout's view of it).
+parallel::Layout layout_of(const SimulationConfig& config);
+
 // Says what is wrong with the options that name it (--pp, --lengths, ...), as fulcrum-train
 // would refuse them, plus what only the simulator needs.
 Status validate(const SimulationConfig& config);

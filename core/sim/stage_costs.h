@@ -28,20 +28,15 @@
 
 #include "core/analysis/cost_model.h"
 #include "core/parallel/grid.h"
+#include "core/parallel/layout.h"
 #include "core/parallel/schedule.h"
 #include "core/sim/layer_costs.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::sim {
 
-// The model's shape, with fulcrum-train's defaults.
-struct ModelShape {
-    int layers = 2;
-    int hidden = 64;
-    int heads = 4;
-    int context = 256;  // tokens of one fixed-length micro-batch; no document is longer
-    int vocab = 256;    // fulcrum-train models bytes
-};
+// The model's shape (core/parallel/layout.h), as the costs are priced for it.
+using parallel::ModelShape;
 
 // What the analytic cost model assumes about the hardware. The defaults stand for H100 SXM
 // nodes of 8 GPUs: 400 TFLOP/s sustained is ~40% of the 989 TFLOP/s dense bf16 peak

@@ -31,6 +31,7 @@
 #include "engine/comm/nccl_communicator.h"
 #endif
 #include "core/parallel/hot_switch_spec.h"
+#include "core/parallel/layout.h"
 #include "core/parallel/schedule.h"
 #include "core/trace/annotations.h"
 #include "core/trace/run_config.h"
@@ -380,18 +381,6 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
         return schedule.error();
     }
     c.schedule = *schedule;
-    if (*schedule == PipelineSchedule::interleaved && o.grid.pp < 2) {
-        return invalid(
-            "the interleaved schedule needs --pp 2 or more (its model chunks "
-            "take turns between pipeline stages)");
-    }
-    if (o.microbatches >= 1) {
-        if (auto shape =
-                parallel::check_pipeline(*schedule, {o.grid.pp, o.microbatches, o.virtual_stages});
-            !shape) {
-            return shape.error();
-        }
-    }
     auto recompute = parse_recompute(o.recompute);
     if (!recompute) {
         return recompute.error();
@@ -402,11 +391,6 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
             "--recompute selective re-runs attention on the Q, K and V a layer "
             "keeps on the device, but chunked attention (--attention-chunk) keeps "
             "them by chunk, in host memory; use --recompute full or none with it");
-    }
-    if (o.sequence_parallel && o.grid.tp < 2) {
-        return invalid(
-            "--sequence-parallel splits TP's LayerNorm and residual work over "
-            "the TP ranks: it needs --tp 2 or more");
     }
     auto balancer = balance::parse_balancer(o.balancer);
     if (!balancer) {
@@ -680,39 +664,27 @@ int main(int argc, char** argv) {
     if (app.get_option("--epochs")->count() > 0 && o.epochs < 1) {
         return fail(rank, "--epochs must be at least 1, not " + std::to_string(o.epochs));
     }
-    if (o.grid.pp > o.layers) {
-        return fail(rank, "--pp " + std::to_string(o.grid.pp) +
-                              " is more pipeline stages than "
-                              "--layers " +
-                              std::to_string(o.layers) + "; every stage needs a layer");
-    }
-    if (o.grid.pp * o.virtual_stages > o.layers) {
-        return fail(rank, "--pp " + std::to_string(o.grid.pp) + " × --virtual-stages " +
-                              std::to_string(o.virtual_stages) +
-                              " is more model chunks than "
-                              "--layers " +
-                              std::to_string(o.layers) + "; every model chunk needs a layer");
-    }
     std::vector<int> stage_layers;
     if (!o.stage_layers.empty()) {
         auto parsed = parallel::parse_stage_layers(o.stage_layers);
         if (!parsed) {
             return fail(rank, parsed.error().message);
         }
-        if (auto valid =
-                parallel::check_stage_layers(*parsed, o.grid.pp * o.virtual_stages, o.layers);
-            !valid) {
-            return fail(rank, valid.error().message);
-        }
         stage_layers = std::move(*parsed);
     }
-    if (o.heads < 1 || o.hidden % o.heads != 0) {
-        return fail(rank, "--heads " + std::to_string(o.heads) + " must divide --hidden " +
-                              std::to_string(o.hidden));
-    }
-    if (o.hidden % o.grid.tp != 0 || o.heads % o.grid.tp != 0) {
-        return fail(rank, "--tp " + std::to_string(o.grid.tp) + " must divide --heads " +
-                              std::to_string(o.heads) + " (each TP rank holds whole heads)");
+    // The layout against the model, as the simulator and the planner check it.
+    const parallel::Layout layout{.grid = o.grid,
+                                  .microbatches = o.microbatches,
+                                  .schedule = checked.schedule,
+                                  .virtual_stages = o.virtual_stages,
+                                  .stage_layers = stage_layers,
+                                  .recompute = checked.recompute,
+                                  .sequence_parallel = o.sequence_parallel};
+    if (auto status = parallel::check_layout(
+            layout,
+            {.layers = o.layers, .hidden = o.hidden, .heads = o.heads, .context = o.context});
+        !status) {
+        return fail(rank, status.error().message);
     }
     GptConfig model_config;
     model_config.n_layer = o.layers;

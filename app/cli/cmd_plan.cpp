@@ -12,6 +12,7 @@
 #include "app/cli/commands.h"
 #include "app/launch/command_line.h"
 #include "core/analysis/run_trace.h"
+#include "core/parallel/layout_flags.h"
 #include "core/plan/hot_switch_search.h"
 #include "core/plan/planner.h"
 #include "core/report/plan_section.h"
@@ -534,13 +535,7 @@ Command add_plan_command(CLI::App& app) {
                     "Peak dense TFLOP/s of a GPU for MFU (default: 989 for h100, 312 for a100)")
         ->group("Cluster");
 
-    sub->add_option("--layers", r.model.layers)->capture_default_str()->group("Model");
-    sub->add_option("--hidden", r.model.hidden)->capture_default_str()->group("Model");
-    sub->add_option("--heads", r.model.heads)->capture_default_str()->group("Model");
-    sub->add_option("--context", r.model.context, "Tokens of one sequence (micro-batch)")
-        ->capture_default_str()
-        ->group("Model");
-    sub->add_option("--vocab", r.model.vocab)->capture_default_str()->group("Model");
+    parallel::add_model_flags(*sub, r.model, /*vocab=*/true, "Model");
     sub->add_option("--dtype", args->dtype, "Activations and gradients: bf16, fp16 or fp32")
         ->capture_default_str()
         ->group("Model");

@@ -19,6 +19,7 @@
 #include "app/cli/commands.h"
 #include "core/analysis/cost_model.h"
 #include "core/analysis/run_trace.h"
+#include "core/parallel/layout_flags.h"
 #include "core/sim/hardware.h"
 #include "core/sim/simulator.h"
 #include "core/store/trace_reader.h"
@@ -838,59 +839,24 @@ void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
 }
 
 void add_model_options(CLI::App* sub, sim::SimulationConfig& d) {
-    sub->add_option("--layers", d.model.layers)->capture_default_str()->group("Model");
-    sub->add_option("--hidden", d.model.hidden)->capture_default_str()->group("Model");
-    sub->add_option("--heads", d.model.heads)->capture_default_str()->group("Model");
-    sub->add_option("--context", d.model.context,
-                    "Tokens of one fixed-length micro-batch; no document is longer")
-        ->capture_default_str()
-        ->group("Model");
-    sub->add_option("--vocab", d.model.vocab)->capture_default_str()->group("Model");
+    parallel::add_model_flags(*sub, d.model, /*vocab=*/true, "Model");
 }
 
 void add_grid_options(CLI::App* sub, SimulateArgs* args) {
     sim::SimulationConfig& d = args->defaults;
-    sub->add_option("--dp", d.grid.dp, "Data-parallel degree")
-        ->capture_default_str()
-        ->group("Grid");
-    sub->add_option("--tp", d.grid.tp, "Tensor-parallel degree")
-        ->capture_default_str()
-        ->group("Grid");
-    sub->add_option("--pp", d.grid.pp, "Pipeline-parallel degree (stages)")
-        ->capture_default_str()
-        ->group("Grid");
-    sub->add_option("--cp", d.grid.cp, "Context-parallel degree")
-        ->capture_default_str()
-        ->group("Grid");
-    sub->add_option("--schedule", args->schedule,
-                    "Pipeline schedule: gpipe, 1f1b, interleaved (1F1B over --virtual-stages "
-                    "model chunks per stage; --micro-batches a multiple of --pp) or zb-h1 (Zero "
-                    "Bubble: backward split into input- and weight-gradient passes)")
-        ->capture_default_str()
-        ->group("Grid");
-    sub->add_option("--virtual-stages", d.virtual_stages,
-                    "Model chunks per pipeline stage for --schedule interleaved (at least 2)")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber)
-        ->group("Grid");
-    sub->add_option("--stage-layers", args->stage_layers,
-                    "Layers per pipeline stage, e.g. 7,9,9,7, summing to --layers; interleaved: "
-                    "one per model chunk, --pp x --virtual-stages of them (stage s's chunk k is "
-                    "the (k*pp + s)-th), as fulcrum-train takes them; default: L/p each")
-        ->group("Grid");
+    parallel::add_grid_flags(*sub, d.grid, "Grid");
+    parallel::add_pipeline_flags(*sub,
+                                 {.microbatches = d.microbatches,
+                                  .schedule = args->schedule,
+                                  .virtual_stages = d.virtual_stages,
+                                  .stage_layers = args->stage_layers,
+                                  .recompute = args->recompute,
+                                  .sequence_parallel = d.sequence_parallel},
+                                 "Grid");
     sub->add_option("--compare-schedules", args->compare_schedules,
                     "Simulate each of these pipeline schedules with otherwise identical settings, "
                     "e.g. 1f1b,interleaved,zb-h1 (interleaved with --virtual-stages, 2 if not "
                     "given); the first is the baseline of the 'vs' column")
-        ->group("Grid");
-    sub->add_option("--recompute", args->recompute,
-                    "Activation recomputation: none, selective (the attention core re-run in "
-                    "backward) or full (the layer's forward re-run)")
-        ->capture_default_str()
-        ->group("Grid");
-    sub->add_flag("--sequence-parallel", d.sequence_parallel,
-                  "With --tp > 1: TP's all-reduces become reduce-scatters and all-gathers, "
-                  "pipeline sends carry a TP rank's rows")
         ->group("Grid");
     sub->add_flag("--pipeline-scatter-gather", d.pipeline_scatter_gather,
                   "Megatron-LM's pipeline sends: each TP rank sends 1/tp of the boundary "
@@ -907,9 +873,6 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
                     "after the stage's last pass (off)")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}))
-        ->group("Grid");
-    sub->add_option("--micro-batches", d.microbatches, "Micro-batches per DP replica and step")
-        ->capture_default_str()
         ->group("Grid");
 }
 

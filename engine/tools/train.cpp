@@ -32,6 +32,7 @@
 #endif
 #include "core/parallel/hot_switch_spec.h"
 #include "core/parallel/layout.h"
+#include "core/parallel/layout_flags.h"
 #include "core/parallel/schedule.h"
 #include "core/trace/annotations.h"
 #include "core/trace/run_config.h"
@@ -65,10 +66,7 @@ struct Options {
     int epochs = 0;  // > 0: train this many whole epochs instead of --steps
     std::uint64_t seed = 1;
     int microbatches = 4;
-    int layers = 2;
-    int hidden = 64;
-    int heads = 4;
-    int context = 256;
+    parallel::ModelShape model;  // --vocab is not an option: fulcrum-train models bytes
     float learning_rate = 1e-3f;
     int warmup = 0;
     double ilp_time_limit = 1.0;
@@ -119,7 +117,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.layers = model.n_layer;
     config.hidden = model.channels;
     config.heads = model.n_head;
-    config.context = o.context;
+    config.context = o.model.context;
     config.vocab = 256;
     config.schedule = o.schedule;
     config.virtual_stages = o.virtual_stages;
@@ -135,7 +133,7 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.epochs = o.epochs;
     config.seed = o.seed;
     config.ilp_window = o.ilp_window;
-    config.wlb_max_tokens = o.wlb_max_tokens > 0 ? o.wlb_max_tokens : o.context;
+    config.wlb_max_tokens = o.wlb_max_tokens > 0 ? o.wlb_max_tokens : o.model.context;
     config.wlb_max_delay = o.wlb_max_delay;
     config.wlb_thresholds = o.wlb_thresholds;
     config.packing_cost = o.packing_cost;
@@ -247,13 +245,13 @@ Result<parallel::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Opti
             "differ, and some have none)");
     }
     auto spec = parallel::parse_hot_switch_spec(
-        o.hot_switch, {.world = world, .heads = o.heads, .layers = o.layers});
+        o.hot_switch, {.world = world, .heads = o.model.heads, .layers = o.model.layers});
     if (!spec) {
         return spec.error();
     }
     GptConfig model;
-    model.n_layer = o.layers;
-    model.n_head = o.heads;
+    model.n_layer = o.model.layers;
+    model.n_head = o.model.heads;
     if (auto status = HotSwitchTrainer::check(*spec, model); !status) {
         return status.error();
     }
@@ -407,9 +405,9 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
         return wlb_thresholds.error();
     }
     c.wlb_thresholds = std::move(*wlb_thresholds);
-    if (o.wlb_max_tokens != 0 && o.wlb_max_tokens < o.context) {
+    if (o.wlb_max_tokens != 0 && o.wlb_max_tokens < o.model.context) {
         return invalid("--wlb-max-tokens " + std::to_string(o.wlb_max_tokens) +
-                       " is less than --context " + std::to_string(o.context) +
+                       " is less than --context " + std::to_string(o.model.context) +
                        "; S_max is at least the fixed micro-batch's tokens");
     }
     if (app.get_option("--wlb-max-delay")->count() > 0 && o.wlb_max_delay < 0) {
@@ -475,31 +473,13 @@ void print_memory(const MemoryUse& use, bool use_cuda, const Topology& topology,
 
 // fulcrum-train's options, into `o` (docs/cli.md lists them).
 void add_options(CLI::App& app, Options& o) {
-    app.add_option("--dp", o.grid.dp, "Data-parallel degree")->capture_default_str();
-    app.add_option("--tp", o.grid.tp, "Tensor-parallel degree")->capture_default_str();
-    app.add_option("--pp", o.grid.pp, "Pipeline-parallel degree (stages)")->capture_default_str();
-    app.add_option("--cp", o.grid.cp, "Context-parallel degree")->capture_default_str();
-    app.add_option("--schedule", o.schedule,
-                   "Pipeline schedule: gpipe, 1f1b, interleaved (1F1B over --virtual-stages "
-                   "model chunks per stage; --micro-batches a multiple of --pp) or zb-h1 (Zero "
-                   "Bubble: backward split into input- and weight-gradient passes)")
-        ->capture_default_str();
-    app.add_option("--virtual-stages", o.virtual_stages,
-                   "Model chunks per pipeline stage for --schedule interleaved (at least 2)")
-        ->capture_default_str();
-    app.add_option("--stage-layers", o.stage_layers,
-                   "Layers of each pipeline stage, e.g. 3,5 (the first stage also runs the "
-                   "embedding and the last the head, so equal counts are not equal work); "
-                   "interleaved: one count per model chunk, --pp x --virtual-stages of them, "
-                   "stage s's chunk k being the (k*pp + s)-th. Each at least 1, summing to "
-                   "--layers (default: equal, the first layers mod pp stages one more)");
-    app.add_option("--recompute", o.recompute,
-                   "Activation recomputation: none, selective (the attention core re-run in "
-                   "backward) or full (only each layer's input kept, its forward re-run)")
-        ->capture_default_str();
-    app.add_flag("--sequence-parallel", o.sequence_parallel,
-                 "With --tp > 1: LayerNorm and residual activations split over the TP ranks by "
-                 "token; TP's all-reduces become reduce-scatters and all-gathers");
+    parallel::add_grid_flags(app, o.grid);
+    parallel::add_pipeline_flags(app, {.microbatches = o.microbatches,
+                                       .schedule = o.schedule,
+                                       .virtual_stages = o.virtual_stages,
+                                       .stage_layers = o.stage_layers,
+                                       .recompute = o.recompute,
+                                       .sequence_parallel = o.sequence_parallel});
     app.add_option("--balancer", o.balancer, "Packing: fixed, ilp or wlb")->capture_default_str();
     app.add_option("--cp-shard", o.cp_shard, "CP sharding: contiguous, zigzag, per-doc, adaptive")
         ->capture_default_str();
@@ -520,14 +500,7 @@ void add_options(CLI::App& app, Options& o) {
                    "epoch, whatever the balancer delayed trained before the epoch ends")
         ->excludes(steps_option);
     app.add_option("--seed", o.seed)->capture_default_str();
-    app.add_option("--micro-batches", o.microbatches, "Micro-batches per DP replica and step")
-        ->capture_default_str();
-    app.add_option("--layers", o.layers)->capture_default_str();
-    app.add_option("--hidden", o.hidden)->capture_default_str();
-    app.add_option("--heads", o.heads)->capture_default_str();
-    app.add_option("--context", o.context,
-                   "Tokens of one fixed-length micro-batch; no document is longer")
-        ->capture_default_str();
+    parallel::add_model_flags(app, o.model, /*vocab=*/false);
     app.add_option("--lr", o.learning_rate)->capture_default_str();
     app.add_option("--warmup", o.warmup, "Linear learning-rate warm-up steps")
         ->capture_default_str();
@@ -658,7 +631,7 @@ int main(int argc, char** argv) {
     MpiCommunicator::nap_while_waiting(
         o.mpi_wait == "nap" ||
         (o.mpi_wait == "auto" && !use_cuda && node.cores > 0 && node.local_size > node.cores));
-    if (o.steps < 1 || o.microbatches < 1 || o.context < 2) {
+    if (o.steps < 1 || o.microbatches < 1 || o.model.context < 2) {
         return fail(rank, "--steps and --micro-batches must be at least 1, --context at least 2");
     }
     if (app.get_option("--epochs")->count() > 0 && o.epochs < 1) {
@@ -680,17 +653,14 @@ int main(int argc, char** argv) {
                                   .stage_layers = stage_layers,
                                   .recompute = checked.recompute,
                                   .sequence_parallel = o.sequence_parallel};
-    if (auto status = parallel::check_layout(
-            layout,
-            {.layers = o.layers, .hidden = o.hidden, .heads = o.heads, .context = o.context});
-        !status) {
+    if (auto status = parallel::check_layout(layout, o.model); !status) {
         return fail(rank, status.error().message);
     }
     GptConfig model_config;
-    model_config.n_layer = o.layers;
-    model_config.n_head = o.heads;
-    model_config.channels = o.hidden;
-    model_config.max_context = o.context;
+    model_config.n_layer = o.model.layers;
+    model_config.n_head = o.model.heads;
+    model_config.channels = o.model.hidden;
+    model_config.max_context = o.model.context;
     if (auto status = validate(model_config); !status) {
         return fail(rank, status.error().message);
     }
@@ -699,7 +669,7 @@ int main(int argc, char** argv) {
     data_options.split = o.split == "file" ? DocumentSplit::file : DocumentSplit::blank_line;
     data_options.lengths_spec = o.lengths;
     data_options.synthetic_documents = o.documents;
-    data_options.max_length = o.context;
+    data_options.max_length = o.model.context;
     data_options.seed = o.seed;
     auto documents = load_training_documents(data_options);
     if (!documents) {
@@ -708,7 +678,7 @@ int main(int argc, char** argv) {
     PlannerOptions planner_options;
     planner_options.packing.balancer = checked.balancer;
     planner_options.packing.microbatches = o.microbatches;
-    planner_options.packing.capacity = o.context;
+    planner_options.packing.capacity = o.model.context;
     planner_options.packing.ilp_time_limit_s = o.ilp_time_limit;
     planner_options.dp = o.grid.dp;
     planner_options.cp = o.grid.cp;
@@ -716,7 +686,8 @@ int main(int argc, char** argv) {
     planner_options.seed = o.seed;
     planner_options.ilp_window = o.ilp_window;
     planner_options.epochs = o.epochs;
-    planner_options.packing.cost = balance::PackingCost::from_model(o.layers, o.hidden, 256);
+    planner_options.packing.cost =
+        balance::PackingCost::from_model(o.model.layers, o.model.hidden, 256);
     planner_options.packing.wlb_max_tokens = o.wlb_max_tokens;
     if (o.wlb_max_delay >= 0) {
         planner_options.packing.wlb_max_delay = o.wlb_max_delay;
@@ -805,7 +776,7 @@ int main(int argc, char** argv) {
         backend = std::make_unique<CpuBackend>(1);
     }
     instrument::mark(kRankMark, rank_mark_json(rank_mark));
-    const std::int64_t probe_rows = o.context / (o.grid.cp * o.grid.tp);
+    const std::int64_t probe_rows = o.model.context / (o.grid.cp * o.grid.tp);
     const double gemm_gflops[] = {
         weight_gradient_gemm_gflops(*backend, model_config, probe_rows, o.grid.tp, false),
         weight_gradient_gemm_gflops(*backend, model_config, probe_rows, o.grid.tp, true)};

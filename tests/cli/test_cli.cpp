@@ -45,6 +45,14 @@ QJsonObject read_json(const QString& path) {
     return QJsonDocument::fromJson(file.readAll()).object();
 }
 
+// The help line of `flag` in a tool's --help ("  --context INT=256   Tokens of ..."), trimmed;
+// empty when the tool has no such flag.
+QString help_line(const QString& help, const QString& flag) {
+    const QRegularExpression line("^\\s+" + QRegularExpression::escape(flag) + "(\\s.*)?$",
+                                  QRegularExpression::MultilineOption);
+    return line.match(help).captured(0).trimmed();
+}
+
 // The value at a path of member names and array indices ("0").
 QJsonValue at(const QJsonObject& root, const QStringList& path) {
     QJsonValue value = root;
@@ -128,6 +136,30 @@ class CliTest : public QObject {
     }
 
 private slots:
+    // One flag table (core/parallel/layout_flags.h): fulcrum-train and fulcrum simulate show
+    // each layout and model flag alike, name, default and help; fulcrum plan the model's.
+    void oneFlagTable() {
+        QTemporaryDir dir;
+        const Outcome train = run(kBinaryDir + "/engine/fulcrum-train", {"--help"}, dir.path());
+        const Outcome simulate = run(fulcrum(), {"simulate", "--help"}, dir.path());
+        const Outcome plan = run(fulcrum(), {"plan", "--help"}, dir.path());
+        QCOMPARE(train.exit_code, 0);
+        QCOMPARE(simulate.exit_code, 0);
+        QCOMPARE(plan.exit_code, 0);
+        for (const QString flag :
+             {"--dp", "--tp", "--pp", "--cp", "--micro-batches", "--schedule", "--virtual-stages",
+              "--stage-layers", "--recompute", "--sequence-parallel", "--layers", "--hidden",
+              "--heads", "--context"}) {
+            const QString line = help_line(train.output, flag);
+            QVERIFY2(!line.isEmpty(), qPrintable(flag));
+            QCOMPARE(help_line(simulate.output, flag), line);
+        }
+        const QString context = help_line(plan.output, "--context");
+        QVERIFY2(context.endsWith("Tokens of one fixed-length micro-batch; no document is longer"),
+                 qPrintable(context));
+        QVERIFY(!help_line(plan.output, "--vocab").isEmpty());
+        QVERIFY(help_line(train.output, "--vocab").isEmpty());  // fulcrum-train models bytes
+    }
     void initTestCase() {
         QVERIFY(work_.isValid());
         const Outcome synth =

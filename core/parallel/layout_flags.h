@@ -1,0 +1,114 @@
+// The one table of a model's and a layout's flags, from which fulcrum-train, `fulcrum simulate`
+// and `fulcrum plan` register them: the same names, help and defaults in all three (the
+// defaults are the bound values'). Header-only and for command lines alone: core's libraries
+// do not use it, so they need no CLI11.
+//
+// Choices the tools parse themselves (--schedule, --recompute, --stage-layers) are bound as
+// text, so each tool keeps its own words for a bad value; a tool adds checks of its own to the
+// options these return (CLI::App::get_option).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <string_view>
+
+#include "core/parallel/grid.h"
+#include "core/parallel/layout.h"
+
+namespace fulcrum::parallel {
+
+namespace flag_help {
+inline constexpr const char* kContext =
+    "Tokens of one fixed-length micro-batch; no document is longer";
+inline constexpr const char* kSchedule =
+    "Pipeline schedule: gpipe, 1f1b, interleaved (1F1B over --virtual-stages model chunks per "
+    "stage; --micro-batches a multiple of --pp) or zb-h1 (Zero Bubble: backward split into "
+    "input- and weight-gradient passes)";
+inline constexpr const char* kVirtualStages =
+    "Model chunks per pipeline stage for --schedule interleaved (at least 2)";
+inline constexpr const char* kStageLayers =
+    "Layers of each pipeline stage, e.g. 3,5, summing to --layers (the first stage also runs the "
+    "embedding and the last the head, so equal counts are not equal work); interleaved: one "
+    "count per model chunk, --pp x --virtual-stages of them, stage s's chunk k being the "
+    "(k*pp + s)-th (default: equal, the first layers mod pp stages one more)";
+inline constexpr const char* kRecompute =
+    "Activation recomputation: none, selective (the attention core re-run in backward) or full "
+    "(only each layer's input kept, its forward re-run)";
+inline constexpr const char* kSequenceParallel =
+    "With --tp > 1: LayerNorm and residual activations split over the TP ranks by token; TP's "
+    "all-reduces become reduce-scatters and all-gathers, pipeline sends carry a TP rank's rows";
+}  // namespace flag_help
+
+namespace detail {
+inline CLI::Option* in_group(CLI::Option* option, std::string_view group) {
+    if (!group.empty()) {
+        option->group(std::string(group));
+    }
+    return option;
+}
+}  // namespace detail
+
+// --layers, --hidden, --heads, --context, and --vocab where the tool takes it (fulcrum-train
+// models bytes: 256).
+inline void add_model_flags(CLI::App& app, ModelShape& model, bool vocab,
+                            std::string_view group = {}) {
+    using detail::in_group;
+    in_group(app.add_option("--layers", model.layers)->capture_default_str(), group);
+    in_group(app.add_option("--hidden", model.hidden)->capture_default_str(), group);
+    in_group(app.add_option("--heads", model.heads)->capture_default_str(), group);
+    in_group(app.add_option("--context", model.context, flag_help::kContext)->capture_default_str(),
+             group);
+    if (vocab) {
+        in_group(app.add_option("--vocab", model.vocab)->capture_default_str(), group);
+    }
+}
+
+// --dp, --tp, --pp, --cp.
+inline void add_grid_flags(CLI::App& app, GridShape& grid, std::string_view group = {}) {
+    using detail::in_group;
+    in_group(app.add_option("--dp", grid.dp, "Data-parallel degree")->capture_default_str(), group);
+    in_group(app.add_option("--tp", grid.tp, "Tensor-parallel degree")->capture_default_str(),
+             group);
+    in_group(
+        app.add_option("--pp", grid.pp, "Pipeline-parallel degree (stages)")->capture_default_str(),
+        group);
+    in_group(app.add_option("--cp", grid.cp, "Context-parallel degree")->capture_default_str(),
+             group);
+}
+
+// Where a tool keeps the layout flags that are not the grid's.
+struct LayoutFlagTargets {
+    int& microbatches;
+    std::string& schedule;
+    int& virtual_stages;
+    std::string& stage_layers;
+    std::string& recompute;
+    bool& sequence_parallel;
+};
+
+// --micro-batches, --schedule, --virtual-stages, --stage-layers, --recompute,
+// --sequence-parallel.
+inline void add_pipeline_flags(CLI::App& app, const LayoutFlagTargets& to,
+                               std::string_view group = {}) {
+    using detail::in_group;
+    in_group(
+        app.add_option("--micro-batches", to.microbatches, "Micro-batches per DP replica and step")
+            ->capture_default_str(),
+        group);
+    in_group(app.add_option("--schedule", to.schedule, flag_help::kSchedule)->capture_default_str(),
+             group);
+    in_group(app.add_option("--virtual-stages", to.virtual_stages, flag_help::kVirtualStages)
+                 ->capture_default_str()
+                 ->check(CLI::PositiveNumber),
+             group);
+    in_group(app.add_option("--stage-layers", to.stage_layers, flag_help::kStageLayers), group);
+    in_group(
+        app.add_option("--recompute", to.recompute, flag_help::kRecompute)->capture_default_str(),
+        group);
+    in_group(
+        app.add_flag("--sequence-parallel", to.sequence_parallel, flag_help::kSequenceParallel),
+        group);
+}
+
+}  // namespace fulcrum::parallel

@@ -183,16 +183,16 @@ std::string significant(double value) {
 
 // "dp2 tp1 pp2 cp1": the CLI's way of writing a candidate's grid.
 std::string grid_text(const plan::Candidate& c) {
-    return "dp" + std::to_string(c.grid.dp) + " tp" + std::to_string(c.grid.tp) + " pp" +
-           std::to_string(c.grid.pp) + " cp" + std::to_string(c.grid.cp);
+    return "dp" + std::to_string(c.layout.grid.dp) + " tp" + std::to_string(c.layout.grid.tp) +
+           " pp" + std::to_string(c.layout.grid.pp) + " cp" + std::to_string(c.layout.grid.cp);
 }
 
 // The report's knobs (recomputation, sequence parallelism) and, in the table, an uneven split.
 std::string knobs_text(const plan::Candidate& c) {
     std::string text = report::knobs_text(c);
-    if (!c.stage_layers.empty()) {
+    if (!c.layout.stage_layers.empty()) {
         std::string split;
-        for (int layers : c.stage_layers) {
+        for (int layers : c.layout.stage_layers) {
             split += (split.empty() ? "" : "/") + std::to_string(layers);
         }
         text += ", layers " + split;
@@ -202,7 +202,7 @@ std::string knobs_text(const plan::Candidate& c) {
 
 // "-" without CP; "per-doc", or "per-doc = zigzag" where other shardings played the same.
 std::string sharding_text(const plan::Candidate& c) {
-    if (c.grid.cp <= 1) {
+    if (c.layout.grid.cp <= 1) {
         return "-";
     }
     std::string text = balance::cp_sharding_name(c.sharding);
@@ -226,7 +226,7 @@ void print_per_world(const PlanArgs& args, const plan::PlanResult& result) {
     double first_per_gpu = 0;
     for (int world : args.request.world_sizes) {
         const auto best = std::find_if(result.ranked.begin(), result.ranked.end(), [&](auto i) {
-            return result.candidates[i].grid.world() == world;
+            return result.candidates[i].layout.grid.world() == world;
         });
         if (best == result.ranked.end()) {
             table.add_row({std::to_string(world), "nothing fits", "", "", "", "", "", "", ""});
@@ -235,10 +235,11 @@ void print_per_world(const PlanArgs& args, const plan::PlanResult& result) {
         const plan::Candidate& c = result.candidates[*best];
         const double per_gpu = c.tokens_per_second / world;
         first_per_gpu = first_per_gpu > 0 ? first_per_gpu : per_gpu;
-        table.add_row({std::to_string(world), grid_text(c), std::to_string(c.microbatches),
-                       parallel::schedule_name(c.schedule), balance::balancer_name(c.balancer),
-                       format_fixed(c.tokens_per_second, 0), format_fixed(per_gpu, 0),
-                       format_percent(c.mfu, 1.0), format_percent(per_gpu, first_per_gpu)});
+        table.add_row({std::to_string(world), grid_text(c), std::to_string(c.layout.microbatches),
+                       parallel::schedule_name(c.layout.schedule),
+                       balance::balancer_name(c.balancer), format_fixed(c.tokens_per_second, 0),
+                       format_fixed(per_gpu, 0), format_percent(c.mfu, 1.0),
+                       format_percent(per_gpu, first_per_gpu)});
     }
     std::printf("\nBest per world size:\n");
     std::fputs(table.render("  ").c_str(), stdout);
@@ -255,7 +256,7 @@ void print_table(const PlanArgs& args, const plan::PlanResult& result) {
     for (std::size_t i = 0; i < shown; ++i) {
         const plan::Candidate& c = result.candidates[result.ranked[i]];
         const std::string schedule = report::schedule_text(c);
-        table.add_row({std::to_string(i + 1), grid_text(c), std::to_string(c.microbatches),
+        table.add_row({std::to_string(i + 1), grid_text(c), std::to_string(c.layout.microbatches),
                        schedule, knobs_text(c), balance::balancer_name(c.balancer),
                        sharding_text(c), format_duration(static_cast<std::int64_t>(c.step_ns)),
                        format_fixed(c.tokens_per_second, 0), format_percent(c.mfu, 1.0),

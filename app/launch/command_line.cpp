@@ -132,25 +132,25 @@ std::string shell_quote(const std::vector<std::string>& command) {
 
 std::vector<std::string> layout_arguments(const plan::Candidate& c) {
     Words words = {"--dp",
-                   std::to_string(c.grid.dp),
+                   std::to_string(c.layout.grid.dp),
                    "--tp",
-                   std::to_string(c.grid.tp),
+                   std::to_string(c.layout.grid.tp),
                    "--pp",
-                   std::to_string(c.grid.pp),
+                   std::to_string(c.layout.grid.pp),
                    "--cp",
-                   std::to_string(c.grid.cp),
+                   std::to_string(c.layout.grid.cp),
                    "--micro-batches",
-                   std::to_string(c.microbatches),
+                   std::to_string(c.layout.microbatches),
                    "--schedule",
-                   parallel::schedule_name(c.schedule)};
-    if (c.virtual_stages > 1) {
-        append(words, {"--virtual-stages", std::to_string(c.virtual_stages)});
+                   parallel::schedule_name(c.layout.schedule)};
+    if (c.layout.virtual_stages > 1) {
+        append(words, {"--virtual-stages", std::to_string(c.layout.virtual_stages)});
     }
-    if (!c.stage_layers.empty()) {
-        append(words, {"--stage-layers", join(c.stage_layers)});
+    if (!c.layout.stage_layers.empty()) {
+        append(words, {"--stage-layers", join(c.layout.stage_layers)});
     }
-    append(words, {"--recompute", parallel::recompute_name(c.recompute)});
-    if (c.sequence_parallel) {
+    append(words, {"--recompute", parallel::recompute_name(c.layout.recompute)});
+    if (c.layout.sequence_parallel) {
         words.emplace_back("--sequence-parallel");
     }
     return words;
@@ -159,7 +159,7 @@ std::vector<std::string> layout_arguments(const plan::Candidate& c) {
 std::vector<std::string> train_arguments(const plan::PlanRequest& request,
                                          const plan::Candidate& c) {
     const sim::SimulationConfig config = plan::simulation_config(request, c);
-    Words words = {"mpirun", "-np", std::to_string(c.grid.world()), "fulcrum-train"};
+    Words words = {"mpirun", "-np", std::to_string(c.layout.grid.world()), "fulcrum-train"};
     const Words layout = layout_arguments(c);
     words.insert(words.end(), layout.begin(), layout.end());
     append_packing(words, c, config);

@@ -173,7 +173,7 @@ int layout_value(const QStringList& layout, const QString& option, int fallback)
 CandidateRerun candidate_rerun(const plan::Candidate& c, const RerunPlan& plan,
                                int recorded_world) {
     CandidateRerun rerun;
-    const int world = c.grid.world();
+    const int world = c.layout.grid.world();
     if (!plan.capture_here) {
         rerun.why_not = QString("the open run cannot be captured again here: %1").arg(plan.why_not);
     } else if (world > recorded_world) {
@@ -183,7 +183,7 @@ CandidateRerun candidate_rerun(const plan::Candidate& c, const RerunPlan& plan,
     RerunChoice& choice = rerun.choice;
     choice.balancer = balance::balancer_name(c.balancer);
     choice.cp_shard = balance::cp_sharding_name(c.sharding);
-    choice.schedule = parallel::schedule_name(c.schedule);
+    choice.schedule = parallel::schedule_name(c.layout.schedule);
     choice.world = world;
     // The plan's own layout flags (app/launch/command_line.h) but the schedule, which the
     // re-run sets apart (RerunChoice::schedule).

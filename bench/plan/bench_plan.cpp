@@ -32,14 +32,14 @@ namespace {
 using Key = std::tuple<int, int, int, int, int, int, int, bool, int, int>;
 
 Key key_of(const plan::Candidate& c) {
-    return {c.grid.dp,
-            c.grid.tp,
-            c.grid.pp,
-            c.grid.cp,
-            static_cast<int>(c.schedule),
-            c.virtual_stages,
-            static_cast<int>(c.recompute),
-            c.sequence_parallel,
+    return {c.layout.grid.dp,
+            c.layout.grid.tp,
+            c.layout.grid.pp,
+            c.layout.grid.cp,
+            static_cast<int>(c.layout.schedule),
+            c.layout.virtual_stages,
+            static_cast<int>(c.layout.recompute),
+            c.layout.sequence_parallel,
             static_cast<int>(c.balancer),
             static_cast<int>(c.sharding)};
 }

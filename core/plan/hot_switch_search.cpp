@@ -24,11 +24,11 @@ Error invalid(std::string message) {
 // (no interleaving) and an even layer split, as fulcrum-train --hot-switch and the
 // simulator's buckets take them.
 Candidate switchable(Candidate c) {
-    if (c.schedule == parallel::PipelineSchedule::interleaved) {
-        c.schedule = parallel::PipelineSchedule::one_f_one_b;
+    if (c.layout.schedule == parallel::PipelineSchedule::interleaved) {
+        c.layout.schedule = parallel::PipelineSchedule::one_f_one_b;
     }
-    c.virtual_stages = 1;
-    c.stage_layers.clear();
+    c.layout.virtual_stages = 1;
+    c.layout.stage_layers.clear();
     return c;
 }
 
@@ -158,8 +158,8 @@ private:
             shorter.model.context = static_cast<int>(bucket.max_length);
         }
         Candidate c = candidate_;
-        c.grid = bucket.layout;
-        c.sequence_parallel = c.sequence_parallel && bucket.layout.tp > 1;
+        c.layout.grid = bucket.layout;
+        c.layout.sequence_parallel = c.layout.sequence_parallel && bucket.layout.tp > 1;
         return parallel::peak_stage_memory(memory_shape(shorter, c)).total_bytes() <=
                usable_bytes(request_);
     }
@@ -213,14 +213,15 @@ std::vector<parallel::GridShape> layouts_of(const PlanRequest& request, const Pl
                                             int world) {
     std::vector<parallel::GridShape> layouts;
     for (const Candidate& c : result.candidates) {
-        if (c.grid.world() != world ||
-            std::find(layouts.begin(), layouts.end(), c.grid) != layouts.end()) {
+        if (c.layout.grid.world() != world ||
+            std::find(layouts.begin(), layouts.end(), c.layout.grid) != layouts.end()) {
             continue;
         }
         const parallel::HotSwitchLimits limits{
             .world = world, .heads = request.model.heads, .layers = request.model.layers};
-        if (parallel::parse_hot_switch_spec("0-:" + parallel::layout_string(c.grid), limits)) {
-            layouts.push_back(c.grid);
+        if (parallel::parse_hot_switch_spec("0-:" + parallel::layout_string(c.layout.grid),
+                                            limits)) {
+            layouts.push_back(c.layout.grid);
         }
     }
     return layouts;
@@ -338,8 +339,8 @@ Status search_level(const PlanRequest& request, const PlanResult& result,
     for (std::size_t i = 0; i < estimated.size(); ++i) {
         HotSwitchChoice choice;
         choice.spec = estimated[i].spec(layouts);
-        choice.recompute = base_candidate.recompute;
-        choice.sequence_parallel = base_candidate.sequence_parallel;
+        choice.recompute = base_candidate.layout.recompute;
+        choice.sequence_parallel = base_candidate.layout.sequence_parallel;
         choice.estimated_step_ns = estimated[i].ns / std::max(base.steps, 1);
         sim::SimulationConfig config = base;
         config.hot_switch = choice.spec;
@@ -376,20 +377,20 @@ Result<HotSwitchSearch> search_world(const PlanRequest& request, const PlanResul
                                      double share) {
     HotSwitchSearch search;
     const Candidate& best = result.candidates[best_index];
-    search.world = best.grid.world();
+    search.world = best.layout.grid.world();
     search.static_candidate = best_index;
     search.static_tokens_per_second = best.tokens_per_second;
     std::vector<Candidate> bases;
     for (bool sequence_parallel : {true, false}) {
-        if (sequence_parallel && !best.sequence_parallel) {
+        if (sequence_parallel && !best.layout.sequence_parallel) {
             continue;
         }
         for (parallel::Recompute level : {parallel::Recompute::none, parallel::Recompute::selective,
                                           parallel::Recompute::full}) {
-            if (level >= best.recompute) {
+            if (level >= best.layout.recompute) {
                 Candidate base = switchable(best);
-                base.recompute = level;
-                base.sequence_parallel = sequence_parallel;
+                base.layout.recompute = level;
+                base.layout.sequence_parallel = sequence_parallel;
                 bases.push_back(std::move(base));
             }
         }
@@ -432,7 +433,7 @@ Result<std::vector<HotSwitchSearch>> search_hot_switch(const PlanRequest& reques
     std::vector<std::size_t> bests;  // each world's best ranked candidate
     for (int world : request.world_sizes) {
         const auto found = std::find_if(result.ranked.begin(), result.ranked.end(), [&](auto i) {
-            return result.candidates[i].grid.world() == world;
+            return result.candidates[i].layout.grid.world() == world;
         });
         if (found != result.ranked.end()) {
             bests.push_back(*found);
@@ -459,7 +460,7 @@ std::string hot_switch_search_json(const PlanResult& result,
         nlohmann::json world = {
             {"world", search.world},
             {"static",
-             {{"layout", parallel::layout_string(best.grid)},
+             {{"layout", parallel::layout_string(best.layout.grid)},
               {"tokens_per_s", search.static_tokens_per_second}}},
             {"cut_points", search.cut_points},
             {"layouts", search.layouts},

@@ -126,9 +126,9 @@ bool place_layers(const PlanRequest& request, Candidate& candidate,
                   const sim::StepEstimate& equal) {
     const parallel::MemoryShape shape = memory_shape(request, candidate);
     const double usable = usable_bytes(request);
-    const int p = candidate.grid.pp;
+    const int p = candidate.layout.grid.pp;
     const parallel::StageMemory equal_peak = parallel::peak_stage_memory(shape);
-    if (p > 1 && candidate.virtual_stages == 1 && request.space.exact_layer_split) {
+    if (p > 1 && candidate.layout.virtual_stages == 1 && request.space.exact_layer_split) {
         StageMemoryTable table(shape);
         const int first_layers = request.model.layers / p + (request.model.layers % p > 0);
         const double layer_ns = equal.stage_ns.front() / first_layers;
@@ -165,7 +165,7 @@ bool place_layers(const PlanRequest& request, Candidate& candidate,
                 }
             }
             if (split != equal_split) {
-                candidate.stage_layers = std::move(split);
+                candidate.layout.stage_layers = std::move(split);
             }
             candidate.memory = breakdown(peak);
             return true;

@@ -12,20 +12,20 @@ namespace {
 
 nlohmann::json candidate_json(const Candidate& c) {
     nlohmann::json json = {
-        {"dp", c.grid.dp},
-        {"tp", c.grid.tp},
-        {"pp", c.grid.pp},
-        {"cp", c.grid.cp},
-        {"microbatches", c.microbatches},
-        {"schedule", parallel::schedule_name(c.schedule)},
-        {"virtual_stages", c.virtual_stages},
-        {"recompute", parallel::recompute_name(c.recompute)},
-        {"sequence_parallel", c.sequence_parallel},
+        {"dp", c.layout.grid.dp},
+        {"tp", c.layout.grid.tp},
+        {"pp", c.layout.grid.pp},
+        {"cp", c.layout.grid.cp},
+        {"microbatches", c.layout.microbatches},
+        {"schedule", parallel::schedule_name(c.layout.schedule)},
+        {"virtual_stages", c.layout.virtual_stages},
+        {"recompute", parallel::recompute_name(c.layout.recompute)},
+        {"sequence_parallel", c.layout.sequence_parallel},
         {"balancer", balance::balancer_name(c.balancer)},
         {"cp_shard", balance::cp_sharding_name(c.sharding)},
         {"attention_chunk", c.attention_chunk},
         {"offload", c.offload},
-        {"stage_layers", c.stage_layers},
+        {"stage_layers", c.layout.stage_layers},
         {"status", candidate_status_name(c.status)},
         {"step_ns", c.step_ns},
         {"estimated_step_ns", c.estimated_step_ns},
@@ -77,7 +77,8 @@ std::string plan_json(const PlanRequest& request, const PlanResult& result, int 
         for (const Candidate& c : result.candidates) {
             if (c.status == CandidateStatus::infeasible && c.reason_kind == kind) {
                 example = c.reason;
-                example_grid = {c.grid.dp, c.grid.tp, c.grid.pp, c.grid.cp};
+                example_grid = {c.layout.grid.dp, c.layout.grid.tp, c.layout.grid.pp,
+                                c.layout.grid.cp};
                 break;
             }
         }
@@ -125,11 +126,11 @@ namespace {
 // One ranked candidate of plan_json; the parse errors name the key.
 Result<Candidate> candidate_from_json(const nlohmann::json& j) {
     Candidate c;
-    c.grid = {.dp = j.at("dp").get<int>(),
-              .tp = j.at("tp").get<int>(),
-              .pp = j.at("pp").get<int>(),
-              .cp = j.at("cp").get<int>()};
-    c.microbatches = j.at("microbatches").get<int>();
+    c.layout.grid = {.dp = j.at("dp").get<int>(),
+                     .tp = j.at("tp").get<int>(),
+                     .pp = j.at("pp").get<int>(),
+                     .cp = j.at("cp").get<int>()};
+    c.layout.microbatches = j.at("microbatches").get<int>();
     auto schedule = parallel::parse_schedule(j.at("schedule").get<std::string>());
     auto recompute = parallel::parse_recompute(j.at("recompute").get<std::string>());
     auto balancer = balance::parse_balancer(j.at("balancer").get<std::string>());
@@ -140,15 +141,15 @@ Result<Candidate> candidate_from_json(const nlohmann::json& j) {
                : !balancer  ? balancer.error()
                             : sharding.error();
     }
-    c.schedule = *schedule;
-    c.recompute = *recompute;
+    c.layout.schedule = *schedule;
+    c.layout.recompute = *recompute;
     c.balancer = *balancer;
     c.sharding = *sharding;
-    c.virtual_stages = j.at("virtual_stages").get<int>();
-    c.sequence_parallel = j.at("sequence_parallel").get<bool>();
+    c.layout.virtual_stages = j.at("virtual_stages").get<int>();
+    c.layout.sequence_parallel = j.at("sequence_parallel").get<bool>();
     c.attention_chunk = j.value("attention_chunk", 0);
     c.offload = j.value("offload", false);
-    c.stage_layers = j.at("stage_layers").get<std::vector<int>>();
+    c.layout.stage_layers = j.at("stage_layers").get<std::vector<int>>();
     c.status = CandidateStatus::ranked;
     c.step_ns = j.at("step_ns").get<double>();
     c.estimated_step_ns = j.value("estimated_step_ns", 0.0);
@@ -223,7 +224,7 @@ Result<PlanFile> plan_from_json(const nlohmann::json& json) {
         example.reason = entry.value("example", "");
         const auto grid = entry.value("example_grid", std::vector<int>{});
         if (grid.size() == 4) {
-            example.grid = {.dp = grid[0], .tp = grid[1], .pp = grid[2], .cp = grid[3]};
+            example.layout.grid = {.dp = grid[0], .tp = grid[1], .pp = grid[2], .cp = grid[3]};
         }
         result.counts.infeasible_by_reason.emplace_back(example.reason_kind,
                                                         entry.at("candidates").get<std::int64_t>());

@@ -48,16 +48,16 @@ parallel::MemoryShape memory_shape(const PlanRequest& request, const Candidate& 
     shape.heads = request.model.heads;
     shape.vocab = request.model.vocab;
     shape.sequence = request.model.context;
-    shape.dp = candidate.grid.dp;
-    shape.tp = candidate.grid.tp;
-    shape.pp = candidate.grid.pp;
-    shape.cp = candidate.grid.cp;
-    shape.virtual_stages = candidate.virtual_stages;
-    shape.schedule = candidate.schedule;
-    shape.microbatches = candidate.microbatches;
-    shape.stage_layers = candidate.stage_layers;
-    shape.recompute = candidate.recompute;
-    shape.sequence_parallel = candidate.sequence_parallel;
+    shape.dp = candidate.layout.grid.dp;
+    shape.tp = candidate.layout.grid.tp;
+    shape.pp = candidate.layout.grid.pp;
+    shape.cp = candidate.layout.grid.cp;
+    shape.virtual_stages = candidate.layout.virtual_stages;
+    shape.schedule = candidate.layout.schedule;
+    shape.microbatches = candidate.layout.microbatches;
+    shape.stage_layers = candidate.layout.stage_layers;
+    shape.recompute = candidate.layout.recompute;
+    shape.sequence_parallel = candidate.layout.sequence_parallel;
     shape.flash_attention = request.flash_attention;
     shape.attention_chunk = candidate.attention_chunk;
     shape.offload = candidate.offload;
@@ -141,18 +141,18 @@ Status validate(const PlanRequest& request) {
 sim::SimulationConfig simulation_config(const PlanRequest& request, const Candidate& candidate) {
     sim::SimulationConfig config;
     config.model = request.model;
-    config.grid = candidate.grid;
-    config.schedule = candidate.schedule;
-    config.virtual_stages = candidate.virtual_stages;
+    config.grid = candidate.layout.grid;
+    config.schedule = candidate.layout.schedule;
+    config.virtual_stages = candidate.layout.virtual_stages;
     config.balancer = candidate.balancer;
     config.sharding = candidate.sharding;
-    config.microbatches = candidate.microbatches;
+    config.microbatches = candidate.layout.microbatches;
     config.steps = request.steps;
-    config.recompute = candidate.recompute;
-    config.sequence_parallel = candidate.sequence_parallel;
+    config.recompute = candidate.layout.recompute;
+    config.sequence_parallel = candidate.layout.sequence_parallel;
     config.dtype = request.dtype;
     config.overlap_grad_reduce = request.overlap_grad_reduce;
-    config.stage_layers = candidate.stage_layers;
+    config.stage_layers = candidate.layout.stage_layers;
     config.lengths = request.lengths;
     config.documents = resolved_documents(request);
     config.document_lengths = request.document_lengths;
@@ -163,8 +163,8 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
         config.cost_model = request.cost_model;
     } else if (!request.calibrations.empty()) {
         sim::Calibration merged =
-            sim::merge_calibrations(request.calibrations, request.calibration_runs, candidate.grid,
-                                    candidate.sequence_parallel);
+            sim::merge_calibrations(request.calibrations, request.calibration_runs,
+                                    candidate.layout.grid, candidate.layout.sequence_parallel);
         config.cost_model = std::move(merged.model);
         config.cost_origin = merged.origin;
     }

@@ -160,8 +160,8 @@ bool estimate_layout(const PlanRequest& request, const MeanMicroBatch& mean,
         return false;
     }
     sim::StepEstimate estimate = equal;
-    if (!c.stage_layers.empty()) {
-        config.stage_layers = c.stage_layers;
+    if (!c.layout.stage_layers.empty()) {
+        config.stage_layers = c.layout.stage_layers;
     }
     // What the search let through must be what fulcrum-train and the simulator accept (the one
     // check they make); the search's own filters above give the reasons of the rejected.
@@ -170,17 +170,18 @@ bool estimate_layout(const PlanRequest& request, const MeanMicroBatch& mean,
         c.reason = status.error().message;
         return false;
     }
-    if (!c.stage_layers.empty()) {
+    if (!c.layout.stage_layers.empty()) {
         estimate = sim::estimate_step(config, sim::config_costs(config), mean.tokens, mean.pairs);
     }
-    const double tokens = static_cast<double>(c.grid.dp) * c.microbatches * mean.tokens;
+    const double tokens =
+        static_cast<double>(c.layout.grid.dp) * c.layout.microbatches * mean.tokens;
     c.estimated_step_ns = estimate.step_ns;
     c.step_ns = estimate.step_ns;
     c.bubble_fraction = estimate.bubble_fraction;
     c.tokens_per_second = estimate.step_ns > 0 ? tokens / (estimate.step_ns * 1e-9) : 0.0;
     c.mfu = c.tokens_per_second *
             model_flops(request.model, 1.0, static_cast<double>(mean.pairs) / mean.tokens) /
-            (c.grid.world() * peak_tflops(request) * 1e12);
+            (c.layout.grid.world() * peak_tflops(request) * 1e12);
     layout.estimated_tokens_per_second = c.tokens_per_second;
     return true;
 }
@@ -212,7 +213,7 @@ std::vector<std::pair<parallel::PipelineSchedule, int>> schedules_for(const Plan
 // `layout` estimated with them, when they make it fit.
 bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, EstimatedLayout& layout) {
     Candidate& c = layout.candidate;
-    if (!request.space.offload || c.recompute != parallel::Recompute::none ||
+    if (!request.space.offload || c.layout.recompute != parallel::Recompute::none ||
         c.reason_kind != "activations exceed memory") {
         return false;
     }
@@ -222,7 +223,7 @@ bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, Estimat
     o.reason_kind.clear();
     o.attention_chunk = request.space.attention_chunk > 0
                             ? request.space.attention_chunk
-                            : std::max(1, std::min(4096, request.model.context / c.grid.cp));
+                            : std::max(1, std::min(4096, request.model.context / c.layout.grid.cp));
     o.offload = true;
     if (!estimate_layout(request, mean, offloaded)) {
         return false;
@@ -241,8 +242,8 @@ struct Enumeration {
 void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
                     const parallel::GridShape& grid, Enumeration& out) {
     Candidate base;
-    base.grid = grid;
-    base.microbatches = std::max(1, request.global_batch / grid.dp);
+    base.layout.grid = grid;
+    base.layout.microbatches = std::max(1, request.global_batch / grid.dp);
     base.balancer = request.space.balancers.front();
     base.sharding =
         grid.cp > 1 ? request.space.shardings.front() : balance::CpSharding::per_document;
@@ -257,9 +258,10 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
     recomputes.erase(std::unique(recomputes.begin(), recomputes.end()), recomputes.end());
     for (const auto& [schedule, v] : schedules_for(request, grid.pp)) {
         Candidate scheduled = base;
-        scheduled.schedule = schedule;
-        scheduled.virtual_stages = v;
-        if (auto status = parallel::check_pipeline(schedule, {grid.pp, base.microbatches, v});
+        scheduled.layout.schedule = schedule;
+        scheduled.layout.virtual_stages = v;
+        if (auto status =
+                parallel::check_pipeline(schedule, {grid.pp, base.layout.microbatches, v});
             !status || grid.pp * v > request.model.layers) {
             scheduled.reason_kind = "schedule does not fit the layout";
             scheduled.reason =
@@ -275,8 +277,8 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
             for (const parallel::Recompute& recompute : recomputes) {
                 EstimatedLayout layout{scheduled};
                 Candidate& c = layout.candidate;
-                c.sequence_parallel = sp;
-                c.recompute = recompute;
+                c.layout.sequence_parallel = sp;
+                c.layout.recompute = recompute;
                 if (!fitted.empty()) {
                     c.status = CandidateStatus::dominated;
                     c.reason_kind = "more recomputation than needed";
@@ -323,7 +325,7 @@ Status simulate_candidate(const PlanRequest& request, const MeanMicroBatch& mean
     c.imbalance = result->mean_imbalance;
     c.mfu = c.tokens_per_second *
             model_flops(request.model, 1.0, static_cast<double>(mean.pairs) / mean.tokens) /
-            (c.grid.world() * peak_tflops(request) * 1e12);
+            (c.layout.grid.world() * peak_tflops(request) * 1e12);
     c.cost_notes = result->notes;
     c.cost_source = result->cost_source;
     return {};
@@ -342,7 +344,10 @@ Result<std::optional<std::vector<std::int64_t>>> tune_thresholds(const PlanReque
     sim::SimulationConfig config = simulation_config(request, layout);
     config.wlb_max_tokens = sim::wlb_max_tokens_from_memory(config);
     const int batch = std::min(request.global_batch, kTuningBatch);
-    config.grid = {.dp = 1, .tp = layout.grid.tp, .pp = layout.grid.pp, .cp = layout.grid.cp};
+    config.grid = {.dp = 1,
+                   .tp = layout.layout.grid.tp,
+                   .pp = layout.layout.grid.pp,
+                   .cp = layout.layout.grid.cp};
     config.microbatches = batch;
     config.schedule = parallel::PipelineSchedule::one_f_one_b;
     config.virtual_stages = 1;
@@ -364,11 +369,13 @@ Result<std::optional<std::vector<std::int64_t>>> tune_thresholds(const PlanReque
 // changes nothing for these documents) is one row, not one per sharding: the later twins leave
 // `ranked` and are named in the first one's `equal_shardings`.
 bool same_but_sharding(const Candidate& a, const Candidate& b) {
-    return a.grid == b.grid && a.microbatches == b.microbatches && a.schedule == b.schedule &&
-           a.virtual_stages == b.virtual_stages && a.recompute == b.recompute &&
-           a.sequence_parallel == b.sequence_parallel && a.balancer == b.balancer &&
+    return a.layout.grid == b.layout.grid && a.layout.microbatches == b.layout.microbatches &&
+           a.layout.schedule == b.layout.schedule &&
+           a.layout.virtual_stages == b.layout.virtual_stages &&
+           a.layout.recompute == b.layout.recompute &&
+           a.layout.sequence_parallel == b.layout.sequence_parallel && a.balancer == b.balancer &&
            a.attention_chunk == b.attention_chunk && a.offload == b.offload &&
-           a.stage_layers == b.stage_layers && a.sharding != b.sharding;
+           a.layout.stage_layers == b.layout.stage_layers && a.sharding != b.sharding;
 }
 
 void fold_equal_shardings(PlanResult& result) {
@@ -397,7 +404,7 @@ std::vector<bool> layouts_to_play(const PlanRequest& request,
     std::map<int, int> taken;
     std::vector<bool> play(layouts.size());
     for (std::size_t i = 0; i < layouts.size(); ++i) {
-        int& n = taken[layouts[i].candidate.grid.world()];
+        int& n = taken[layouts[i].candidate.layout.grid.world()];
         play[i] = n < per_world;
         n += play[i] ? 1 : 0;
     }
@@ -409,7 +416,7 @@ Status play_layout(const PlanRequest& request, const MeanMicroBatch& mean,
                    const std::optional<std::vector<std::int64_t>>& thresholds,
                    const std::atomic<bool>* cancel, const Candidate& layout,
                    std::vector<Candidate>& out) {
-    const bool sharded = layout.grid.cp > 1;
+    const bool sharded = layout.layout.grid.cp > 1;
     for (balance::Balancer balancer : request.space.balancers) {
         for (balance::CpSharding sharding : request.space.shardings) {
             Candidate c = layout;

@@ -26,6 +26,7 @@
 #include "core/balance/cp_shard.h"
 #include "core/balance/packing.h"
 #include "core/parallel/grid.h"
+#include "core/parallel/layout.h"
 #include "core/parallel/memory_model.h"
 #include "core/parallel/schedule.h"
 #include "core/sim/simulator.h"
@@ -138,12 +139,13 @@ const char* candidate_status_name(CandidateStatus status);
 std::int64_t resolved_documents(const PlanRequest& request);
 
 struct Candidate {
-    parallel::GridShape grid;
-    int microbatches = 1;  // per DP replica and step
-    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
-    int virtual_stages = 1;
-    parallel::Recompute recompute = parallel::Recompute::none;
-    bool sequence_parallel = false;
+    // The grid, micro-batches (per DP replica and step), schedule, virtual stages, layers per
+    // pipeline stage (empty: L/p each), recomputation and sequence parallelism.
+    parallel::Layout layout = [] {
+        parallel::Layout one_microbatch;
+        one_microbatch.microbatches = 1;
+        return one_microbatch;
+    }();
     balance::Balancer balancer = balance::Balancer::fixed;
     balance::CpSharding sharding = balance::CpSharding::per_document;
     // FPDT-style attention chunks with Q/K/V offload (fulcrum-train --attention-chunk,
@@ -152,7 +154,6 @@ struct Candidate {
     // compute, as the engine overlaps them: docs/plan.md).
     int attention_chunk = 0;
     bool offload = false;
-    std::vector<int> stage_layers;  // layers per pipeline stage; empty: L/p each
     // wlb's queue thresholds: tuned once on the first wlb candidate played and given to the
     // others, so that every wlb candidate (and its command line) packs alike.
     std::optional<std::vector<std::int64_t>> wlb_thresholds;

@@ -28,9 +28,9 @@ std::size_t schedule_color(const plan::PlanRequest& request, parallel::PipelineS
 }
 
 std::string point_tip(const Candidate& c, std::size_t rank) {
-    std::string tip = "dp×tp×pp×cp " + layout_text(c) + ", m " + std::to_string(c.microbatches) +
-                      ", " + schedule_text(c) + ", " + knobs_text(c) + ", " +
-                      balance::balancer_name(c.balancer) + "\n" +
+    std::string tip = "dp×tp×pp×cp " + layout_text(c) + ", m " +
+                      std::to_string(c.layout.microbatches) + ", " + schedule_text(c) + ", " +
+                      knobs_text(c) + ", " + balance::balancer_name(c.balancer) + "\n" +
                       plan::candidate_status_name(c.status);
     if (rank > 0) {
         tip += " #" + std::to_string(rank);
@@ -125,15 +125,16 @@ void plan_chart(const plan::PlanRequest& request, const plan::PlanResult& result
                 continue;
             }
             const bool fits = status != CandidateStatus::infeasible;
-            point(out, axes, c, 0,
-                  fits ? kSeriesColors[schedule_color(request, c.schedule)] : kInfeasibleGrey, 2.5,
-                  fits ? 0.35 : 0.6);
+            point(
+                out, axes, c, 0,
+                fits ? kSeriesColors[schedule_color(request, c.layout.schedule)] : kInfeasibleGrey,
+                2.5, fits ? 0.35 : 0.6);
         }
     }
     for (std::size_t i = result.ranked.size(); i-- > 0;) {
         const Candidate& c = result.candidates[result.ranked[i]];
         const bool top = i < static_cast<std::size_t>(request.top_k);
-        point(out, axes, c, i + 1, kSeriesColors[schedule_color(request, c.schedule)],
+        point(out, axes, c, i + 1, kSeriesColors[schedule_color(request, c.layout.schedule)],
               top ? 5 : 3.5, top ? 1.0 : 0.7);
     }
     const double budget = request.gpu_memory_gib * request.usable_memory_fraction;
@@ -164,9 +165,9 @@ void top_table(const plan::PlanRequest& request, const plan::PlanResult& result,
     for (std::size_t i = 0; i < shown; ++i) {
         const Candidate& c = result.candidates[result.ranked[i]];
         table.add({int_cell(static_cast<std::int64_t>(i + 1)), text_cell(layout_text(c)),
-                   int_cell(c.microbatches), text_cell(schedule_text(c)), text_cell(knobs_text(c)),
-                   text_cell(balance::balancer_name(c.balancer)),
-                   text_cell(c.grid.cp > 1 ? balance::cp_sharding_name(c.sharding) : "-"),
+                   int_cell(c.layout.microbatches), text_cell(schedule_text(c)),
+                   text_cell(knobs_text(c)), text_cell(balance::balancer_name(c.balancer)),
+                   text_cell(c.layout.grid.cp > 1 ? balance::cp_sharding_name(c.sharding) : "-"),
                    duration_cell(c.step_ns), fixed_cell(c.tokens_per_second, 0),
                    percent_cell(c.mfu, 1.0),
                    Cell{gib_text(c.memory.total_gib), format_fixed(c.memory.total_gib, 6)},
@@ -202,16 +203,16 @@ void infeasible_table(const plan::PlanResult& result, std::string& out) {
 }  // namespace
 
 std::string schedule_text(const Candidate& c) {
-    std::string text = parallel::schedule_name(c.schedule);
-    if (c.virtual_stages > 1) {
-        text += " x" + std::to_string(c.virtual_stages);
+    std::string text = parallel::schedule_name(c.layout.schedule);
+    if (c.layout.virtual_stages > 1) {
+        text += " x" + std::to_string(c.layout.virtual_stages);
     }
     return text;
 }
 
 std::string knobs_text(const Candidate& c) {
-    std::string text = parallel::recompute_name(c.recompute);
-    if (c.sequence_parallel) {
+    std::string text = parallel::recompute_name(c.layout.recompute);
+    if (c.layout.sequence_parallel) {
         text += ", sp";
     }
     if (c.offload) {
@@ -221,8 +222,8 @@ std::string knobs_text(const Candidate& c) {
 }
 
 std::string layout_text(const Candidate& c) {
-    return std::to_string(c.grid.dp) + "×" + std::to_string(c.grid.tp) + "×" +
-           std::to_string(c.grid.pp) + "×" + std::to_string(c.grid.cp);
+    return std::to_string(c.layout.grid.dp) + "×" + std::to_string(c.layout.grid.tp) + "×" +
+           std::to_string(c.layout.grid.pp) + "×" + std::to_string(c.layout.grid.cp);
 }
 
 void plan_section(const plan::PlanRequest& request, const plan::PlanResult& result,

@@ -70,12 +70,12 @@ private slots:
             QVERIFY(search.played[i - 1].tokens_per_second >= search.played[i].tokens_per_second);
         }
         Candidate base = planned->candidates[search.static_candidate];
-        base.stage_layers.clear();
-        base.virtual_stages = 1;
-        base.recompute = best.recompute;
-        base.sequence_parallel = best.sequence_parallel;
-        if (base.schedule == parallel::PipelineSchedule::interleaved) {
-            base.schedule = parallel::PipelineSchedule::one_f_one_b;
+        base.layout.stage_layers.clear();
+        base.layout.virtual_stages = 1;
+        base.layout.recompute = best.recompute;
+        base.layout.sequence_parallel = best.sequence_parallel;
+        if (base.layout.schedule == parallel::PipelineSchedule::interleaved) {
+            base.layout.schedule = parallel::PipelineSchedule::one_f_one_b;
         }
         sim::SimulationConfig config = simulation_config(request, base);
         config.hot_switch = best.spec;
@@ -117,7 +117,7 @@ private slots:
             QCOMPARE(choice.spec.buckets.size(), std::size_t(2));
             QVERIFY(choice.tokens_per_second > 0);
         }
-        QCOMPARE(layout_string(best.grid), std::string("dp4"));
+        QCOMPARE(layout_string(best.layout.grid), std::string("dp4"));
         QVERIFY(!search.found() || search.speedup() < 1.05);
     }
 

@@ -122,8 +122,8 @@ private slots:
         QVERIFY2(result, result ? "" : result.error().message.c_str());
         std::set<std::tuple<int, int, int, int>> grids;
         for (const Candidate& c : result->candidates) {
-            grids.insert({c.grid.dp, c.grid.tp, c.grid.pp, c.grid.cp});
-            QCOMPARE(c.grid.world(), 4);
+            grids.insert({c.layout.grid.dp, c.layout.grid.tp, c.layout.grid.pp, c.layout.grid.cp});
+            QCOMPARE(c.layout.grid.world(), 4);
             if (c.status == CandidateStatus::infeasible || c.status == CandidateStatus::dominated) {
                 QVERIFY(!c.reason.empty());
                 QVERIFY(!c.reason_kind.empty());
@@ -137,7 +137,7 @@ private slots:
         QVERIFY(result->counts.simulated > 0);
         for (const Candidate& c : result->candidates) {
             if (c.status == CandidateStatus::dominated) {
-                QVERIFY(c.recompute != Recompute::none);
+                QVERIFY(c.layout.recompute != Recompute::none);
             }
         }
     }
@@ -227,9 +227,10 @@ private slots:
             QVERIFY2(played, played ? "" : played.error().message.c_str());
             QCOMPARE(played->tokens_per_second, c.tokens_per_second);
             QCOMPARE(played->mean_step_ns, c.step_ns);
-            QVERIFY(c.train_command.find("fulcrum-train --dp " + std::to_string(c.grid.dp)) !=
-                    std::string::npos);
-            QVERIFY(c.simulate_command.find("--micro-batches " + std::to_string(c.microbatches)) !=
+            QVERIFY(c.train_command.find("fulcrum-train --dp " +
+                                         std::to_string(c.layout.grid.dp)) != std::string::npos);
+            QVERIFY(c.simulate_command.find("--micro-batches " +
+                                            std::to_string(c.layout.microbatches)) !=
                     std::string::npos);
         }
     }
@@ -249,16 +250,18 @@ private slots:
             folded += int(a.equal_shardings.size());
             for (const balance::CpSharding same : a.equal_shardings) {
                 QVERIFY(same != a.sharding);
-                QVERIFY(a.grid.cp > 1);
+                QVERIFY(a.layout.grid.cp > 1);
             }
             for (std::size_t j = i + 1; j < result->ranked.size(); ++j) {
                 const Candidate& b = result->candidates[result->ranked[j]];
-                const bool twins = a.grid == b.grid && a.microbatches == b.microbatches &&
-                                   a.schedule == b.schedule &&
-                                   a.virtual_stages == b.virtual_stages &&
-                                   a.recompute == b.recompute && a.balancer == b.balancer &&
-                                   a.stage_layers == b.stage_layers &&
-                                   a.sequence_parallel == b.sequence_parallel &&
+                const bool twins = a.layout.grid == b.layout.grid &&
+                                   a.layout.microbatches == b.layout.microbatches &&
+                                   a.layout.schedule == b.layout.schedule &&
+                                   a.layout.virtual_stages == b.layout.virtual_stages &&
+                                   a.layout.recompute == b.layout.recompute &&
+                                   a.balancer == b.balancer &&
+                                   a.layout.stage_layers == b.layout.stage_layers &&
+                                   a.layout.sequence_parallel == b.layout.sequence_parallel &&
                                    a.attention_chunk == b.attention_chunk;
                 QVERIFY2(!(twins && a.step_ns == b.step_ns), qPrintable(QString::number(i)));
             }
@@ -414,7 +417,7 @@ private slots:
             }
         }
         QVERIFY2(offloaded, "no memory budget made offload the way to fit");
-        QCOMPARE(offloaded->recompute, Recompute::none);
+        QCOMPARE(offloaded->layout.recompute, Recompute::none);
         QCOMPARE(offloaded->attention_chunk, 256);
         QVERIFY(offloaded->train_command.find("--attention-chunk 256 --offload on") !=
                 std::string::npos);
@@ -436,7 +439,7 @@ private slots:
         QVERIFY(without);
         for (std::size_t i : without->ranked) {
             QVERIFY(!without->candidates[i].offload);
-            QVERIFY(without->candidates[i].recompute != Recompute::none);
+            QVERIFY(without->candidates[i].layout.recompute != Recompute::none);
         }
     }
 

@@ -15,9 +15,9 @@ struct HandPlan {
 inline plan::Candidate hand_candidate(parallel::GridShape grid, plan::CandidateStatus status,
                                       double gib, double tokens_per_second) {
     plan::Candidate c;
-    c.grid = grid;
+    c.layout.grid = grid;
     c.status = status;
-    c.microbatches = 8;
+    c.layout.microbatches = 8;
     c.memory.total_gib = gib;
     c.tokens_per_second = tokens_per_second;
     c.step_ns = tokens_per_second > 0 ? 1e9 * 65536 / tokens_per_second : 0;
@@ -44,9 +44,9 @@ inline HandPlan hand_plan() {
         hand_candidate({.dp = 4, .tp = 2, .pp = 1, .cp = 1}, CandidateStatus::ranked, 40, 1000));
     c.push_back(
         hand_candidate({.dp = 2, .tp = 2, .pp = 2, .cp = 1}, CandidateStatus::ranked, 60, 1200));
-    c[1].schedule = parallel::PipelineSchedule::interleaved;
-    c[1].virtual_stages = 2;
-    c[1].stage_layers = {1, 1, 1, 1};
+    c[1].layout.schedule = parallel::PipelineSchedule::interleaved;
+    c[1].layout.virtual_stages = 2;
+    c[1].layout.stage_layers = {1, 1, 1, 1};
     c[1].balancer = balance::Balancer::wlb;
     c.push_back(
         hand_candidate({.dp = 1, .tp = 2, .pp = 2, .cp = 2}, CandidateStatus::ranked, 30, 800));

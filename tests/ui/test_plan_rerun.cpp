@@ -84,11 +84,11 @@ private slots:
         QVERIFY2(dialog.plan().capture_here, qPrintable(dialog.plan().why_not));
         // 1×2×2×1 interleaved x2, wlb, stage layers 1/1/1/1: world 4 fits the run's 4 ranks.
         const plan::Candidate c = test::hand_plan().result.candidates[1];
-        QCOMPARE(c.grid.world(), 8);
+        QCOMPARE(c.layout.grid.world(), 8);
         plan::Candidate fits = c;
-        fits.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 1};
-        fits.recompute = parallel::Recompute::selective;
-        fits.sequence_parallel = true;
+        fits.layout.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 1};
+        fits.layout.recompute = parallel::Recompute::selective;
+        fits.layout.sequence_parallel = true;
         const CandidateRerun rerun = candidate_rerun(fits, dialog.plan(), 4);
         QVERIFY2(rerun.why_not.isEmpty(), qPrintable(rerun.why_not));
         dialog.set_simulate(false);

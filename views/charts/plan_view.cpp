@@ -47,7 +47,7 @@ QString tip(const Candidate& c, int rank) {
     QString text =
         QStringLiteral("dp×tp×pp×cp %1, m %2, %3, %4, %5")
             .arg(QString::fromStdString(report::layout_text(c)))
-            .arg(c.microbatches)
+            .arg(c.layout.microbatches)
             .arg(QString::fromStdString(report::schedule_text(c)),
                  QString::fromStdString(report::knobs_text(c)), balance::balancer_name(c.balancer));
     text += QStringLiteral("\n%1").arg(plan::candidate_status_name(c.status));
@@ -130,7 +130,7 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
         case layout:
             return QString::fromStdString(report::layout_text(*c));
         case microbatches:
-            return c->microbatches;
+            return c->layout.microbatches;
         case schedule:
             return QString::fromStdString(report::schedule_text(*c));
         case knobs:
@@ -138,7 +138,8 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
         case balancer:
             return QString(balance::balancer_name(c->balancer));
         case sharding:
-            return c->grid.cp > 1 ? QString(balance::cp_sharding_name(c->sharding)) : QString("-");
+            return c->layout.grid.cp > 1 ? QString(balance::cp_sharding_name(c->sharding))
+                                         : QString("-");
         case step:
             return value ? QVariant(c->step_ns) : QVariant(charts::format_ms(c->step_ns));
         case tokens_per_second:
@@ -287,7 +288,7 @@ void PlanView::draw() {
         const auto at = drawn_at(c, request);
         if (!at)
             continue;
-        const auto s = static_cast<std::size_t>(schedule_index(request, c.schedule));
+        const auto s = static_cast<std::size_t>(schedule_index(request, c.layout.schedule));
         QCPGraph* graph = c.status == CandidateStatus::infeasible  ? infeasible
                           : c.status == CandidateStatus::dominated ? dominated[s]
                           : c.status == CandidateStatus::estimated ? estimated[s]

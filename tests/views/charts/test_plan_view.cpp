@@ -137,10 +137,10 @@ private slots:
         QVERIFY2(static_cast<bool>(data), data ? "" : data.error().message.c_str());
         QCOMPARE(data->result.ranked.size(), std::size_t{3});
         const plan::Candidate& best = data->result.candidates[data->result.ranked[0]];
-        QCOMPARE(best.grid.pp, 2);
-        QCOMPARE(best.schedule, parallel::PipelineSchedule::interleaved);
-        QCOMPARE(best.virtual_stages, 2);
-        QCOMPARE(best.stage_layers.size(), std::size_t{4});
+        QCOMPARE(best.layout.grid.pp, 2);
+        QCOMPARE(best.layout.schedule, parallel::PipelineSchedule::interleaved);
+        QCOMPARE(best.layout.virtual_stages, 2);
+        QCOMPARE(best.layout.stage_layers.size(), std::size_t{4});
         QCOMPARE(best.balancer, balance::Balancer::wlb);
         QCOMPARE(best.memory.total_gib, 60.0);
         QCOMPARE(data->result.counts.infeasible_by_reason.size(), std::size_t{2});
@@ -160,7 +160,7 @@ private slots:
         view.rerun_button()->click();
         QCOMPARE(spy.count(), 1);
         const auto candidate = spy.front().front().value<plan::Candidate>();
-        QCOMPARE(candidate.grid.dp, 4);
+        QCOMPARE(candidate.layout.grid.dp, 4);
     }
 };
 

@@ -107,7 +107,7 @@ Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationCon
         if (!recompute) {
             return Error{ErrorCode::invalid_input, "--recompute: " + recompute.error().message};
         }
-        config.recompute = *recompute;
+        config.layout.recompute = *recompute;
     }
     if (!calibrated || given(args, "--dtype")) {
         auto dtype = sim::parse_dtype(args.dtype);
@@ -161,11 +161,11 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--heads", config.model.heads, run.model.heads);
         keep("--context", config.model.context, run.model.context);
         keep("--vocab", config.model.vocab, run.model.vocab);
-        keep("--dp", config.grid.dp, run.grid.dp);
-        keep("--tp", config.grid.tp, run.grid.tp);
-        keep("--pp", config.grid.pp, run.grid.pp);
-        keep("--cp", config.grid.cp, run.grid.cp);
-        keep("--micro-batches", config.microbatches, run.microbatches);
+        keep("--dp", config.layout.grid.dp, run.layout.grid.dp);
+        keep("--tp", config.layout.grid.tp, run.layout.grid.tp);
+        keep("--pp", config.layout.grid.pp, run.layout.grid.pp);
+        keep("--cp", config.layout.grid.cp, run.layout.grid.cp);
+        keep("--micro-batches", config.layout.microbatches, run.layout.microbatches);
         if (!given(args, "--steps") && !given(args, "--epochs")) {
             config.steps = run.steps;
             config.epochs = run.epochs;
@@ -178,12 +178,12 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         config.wlb_max_delay = run.wlb_max_delay;    // --wlb-max-delay and --wlb-thresholds,
         config.wlb_thresholds = run.wlb_thresholds;  // when given, win in run_simulate
         keep("--ilp-window", config.ilp_window, run.ilp_window);
-        config.schedule = run.schedule;
+        config.layout.schedule = run.layout.schedule;
         config.balancer = run.balancer;
         config.sharding = run.sharding;
-        keep("--virtual-stages", config.virtual_stages, run.virtual_stages);
-        keep("--sequence-parallel", config.sequence_parallel, run.sequence_parallel);
-        config.recompute = run.recompute;
+        keep("--virtual-stages", config.layout.virtual_stages, run.layout.virtual_stages);
+        keep("--sequence-parallel", config.layout.sequence_parallel, run.layout.sequence_parallel);
+        config.layout.recompute = run.layout.recompute;
         config.dtype = run.dtype;
         config.overlap_grad_reduce = run.overlap_grad_reduce;
         // Required settings it lacks are validate()'s to name; the rest fall back, and say so.
@@ -221,7 +221,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         if (!schedule) {
             return schedule.error();
         }
-        config.schedule = *schedule;
+        config.layout.schedule = *schedule;
     }
     if (auto status = apply_knobs(args, trace != nullptr, config); !status) {
         return status.error();
@@ -231,11 +231,11 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         if (!split) {
             return split.error();
         }
-        config.stage_layers = std::move(*split);
+        config.layout.stage_layers = std::move(*split);
     }
     if (!args.hot_switch.empty()) {
         auto spec =
-            parallel::parse_hot_switch_spec(args.hot_switch, {.world = config.grid.world(),
+            parallel::parse_hot_switch_spec(args.hot_switch, {.world = config.layout.grid.world(),
                                                               .heads = config.model.heads,
                                                               .layers = config.model.layers});
         if (!spec) {
@@ -340,9 +340,10 @@ Result<std::vector<Variant>> schedules_to_play(const SimulateArgs& args,
                 return schedule.error();
             }
             Variant variant{config, parallel::schedule_name(*schedule)};
-            variant.config.schedule = *schedule;
+            variant.config.layout.schedule = *schedule;
             const bool interleaved = *schedule == parallel::PipelineSchedule::interleaved;
-            variant.config.virtual_stages = interleaved ? std::max(config.virtual_stages, 2) : 1;
+            variant.config.layout.virtual_stages =
+                interleaved ? std::max(config.layout.virtual_stages, 2) : 1;
             if (auto status = sim::validate(variant.config); !status) {
                 return Error{ErrorCode::invalid_input,
                              variant.label + ": " + status.error().message};
@@ -367,7 +368,7 @@ Result<std::vector<Variant>> variants_to_play(const SimulateArgs& args,
             return Error{ErrorCode::invalid_input,
                          "--hot-switch compares against the static layout; leave out --compare"};
         }
-        Variant fixed_layout{config, "static " + parallel::layout_string(config.grid)};
+        Variant fixed_layout{config, "static " + parallel::layout_string(config.layout.grid)};
         fixed_layout.config.hot_switch.reset();
         return std::vector<Variant>{std::move(fixed_layout), {config, "hot-switch"}};
     }
@@ -444,9 +445,9 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
         nlohmann::json::parse(sim::run_config_json(config, played.front().result.cost_source));
     out["config"].erase("balancer");
     const analysis::CostModel model =
-        config.cost_model
-            ? *config.cost_model
-            : sim::analytic_cost_model(config.model, config.grid, config.hardware, config.knobs());
+        config.cost_model ? *config.cost_model
+                          : sim::analytic_cost_model(config.model, config.layout.grid,
+                                                     config.hardware, config.knobs());
     out["cost_model"] = nlohmann::json::parse(analysis::cost_model_json(model));
     out["notes"] = played.front().result.notes;
     nlohmann::json results = nlohmann::json::array();
@@ -502,8 +503,9 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
     const std::string length = config.epochs > 0 ? std::to_string(config.epochs) + " epoch(s)"
                                                  : std::to_string(config.steps) + " steps";
     std::printf("simulated %s = %d ranks, %s, %d micro-batches per replica, %s\n",
-                parallel::describe(config.grid).c_str(), config.grid.world(),
-                parallel::schedule_name(config.schedule), config.microbatches, length.c_str());
+                parallel::describe(config.layout.grid).c_str(), config.layout.grid.world(),
+                parallel::schedule_name(config.layout.schedule), config.layout.microbatches,
+                length.c_str());
     std::printf("model: %d layers, hidden %d, %d heads, context %d, vocab %d\n",
                 config.model.layers, config.model.hidden, config.model.heads, config.model.context,
                 config.model.vocab);
@@ -558,7 +560,7 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
         config.packing_cost_source.c_str(),
         head.packing.cost.attention > 0 ? head.packing.cost.linear / head.packing.cost.attention
                                         : 0.0);
-    if (config.sharding == balance::CpSharding::adaptive && config.grid.cp > 1) {
+    if (config.sharding == balance::CpSharding::adaptive && config.layout.grid.cp > 1) {
         for (const Played& run : played) {
             std::printf(
                 "adaptive cp sharding, %s (%s kernel model): %lld micro-batches per "
@@ -692,8 +694,8 @@ int run_simulate(const SimulateArgs& args) {
             return report_error(calibrations.error());
         }
         // Several runs: each cost from the one nearest this grid that ran it.
-        sim::Calibration merged = sim::merge_calibrations(*calibrations, args.calibrate,
-                                                          config->grid, config->sequence_parallel);
+        sim::Calibration merged = sim::merge_calibrations(
+            *calibrations, args.calibrate, config->layout.grid, config->layout.sequence_parallel);
         config->cost_model = std::move(merged.model);
         config->cost_origin = merged.origin;
         config->calibrations = std::move(*calibrations);
@@ -753,7 +755,7 @@ int run_simulate(const SimulateArgs& args) {
             return report_error(result.error());
         }
         played.push_back({run.balancer, std::move(*result), outputs[i], (*variants)[i].label,
-                          run.schedule, run.virtual_stages});
+                          run.layout.schedule, run.layout.virtual_stages});
     }
     if (args.json) {
         print_json(*config, played);
@@ -844,14 +846,14 @@ void add_model_options(CLI::App* sub, sim::SimulationConfig& d) {
 
 void add_grid_options(CLI::App* sub, SimulateArgs* args) {
     sim::SimulationConfig& d = args->defaults;
-    parallel::add_grid_flags(*sub, d.grid, "Grid");
+    parallel::add_grid_flags(*sub, d.layout.grid, "Grid");
     parallel::add_pipeline_flags(*sub,
-                                 {.microbatches = d.microbatches,
+                                 {.microbatches = d.layout.microbatches,
                                   .schedule = args->schedule,
-                                  .virtual_stages = d.virtual_stages,
+                                  .virtual_stages = d.layout.virtual_stages,
                                   .stage_layers = args->stage_layers,
                                   .recompute = args->recompute,
-                                  .sequence_parallel = d.sequence_parallel},
+                                  .sequence_parallel = d.layout.sequence_parallel},
                                  "Grid");
     sub->add_option("--compare-schedules", args->compare_schedules,
                     "Simulate each of these pipeline schedules with otherwise identical settings, "

@@ -54,16 +54,16 @@ sim::SimulationConfig config_for(const PublishedRun& run, const Variant& variant
                                  const sim::HardwareAssumptions& hardware) {
     sim::SimulationConfig config;
     config.model = {run.layers, run.hidden, run.heads, kSequence * run.microbatch_size, kVocab};
-    config.grid = {.dp = 1, .tp = run.tp, .pp = run.pp, .cp = 1};
-    config.virtual_stages = run.virtual_stages;
-    config.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
-                                             : parallel::PipelineSchedule::one_f_one_b;
-    config.microbatches = run.global_batch / run.microbatch_size;  // DP = 1
+    config.layout.grid = {.dp = 1, .tp = run.tp, .pp = run.pp, .cp = 1};
+    config.layout.virtual_stages = run.virtual_stages;
+    config.layout.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
+                                                    : parallel::PipelineSchedule::one_f_one_b;
+    config.layout.microbatches = run.global_batch / run.microbatch_size;  // DP = 1
     config.steps = 1;
     // b sequences of s tokens a micro-batch: documents of exactly s, packed b at a time.
     config.document_lengths.assign(static_cast<std::size_t>(run.global_batch), kSequence);
-    config.recompute = variant.recompute;
-    config.sequence_parallel = variant.sequence_parallel;
+    config.layout.recompute = variant.recompute;
+    config.layout.sequence_parallel = variant.sequence_parallel;
     config.dtype = sim::DType::fp16;
     // Megatron-LM sends 1/tp of a boundary activation and all-gathers it (SC'21, §4.1).
     config.pipeline_scatter_gather = true;
@@ -146,9 +146,9 @@ int main(int argc, char** argv) {
             sum_abs += error;
             max_abs = std::max(max_abs, error);
             ++rows;
-            std::string schedule = parallel::schedule_name(config.schedule);
-            if (config.virtual_stages > 1) {
-                schedule += " v" + std::to_string(config.virtual_stages);
+            std::string schedule = parallel::schedule_name(config.layout.schedule);
+            if (config.layout.virtual_stages > 1) {
+                schedule += " v" + std::to_string(config.layout.virtual_stages);
             }
             times.add_row(
                 {run.model, std::to_string(run.tp * run.pp),

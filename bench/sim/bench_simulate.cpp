@@ -98,19 +98,19 @@ int main(int argc, char** argv) {
     bool skip_db = false;
     sim::SimulationConfig config;
     config.model = {.layers = 32, .hidden = 4096, .heads = 32, .context = 32768, .vocab = 256};
-    config.grid = {.dp = 32, .tp = 4, .pp = 8, .cp = 4};
-    config.microbatches = 64;
+    config.layout.grid = {.dp = 32, .tp = 4, .pp = 8, .cp = 4};
+    config.layout.microbatches = 64;
     config.lengths = "long-tail:context=32768";
     config.documents = 100000;
     app.add_option("--steps", steps, "Steps per simulation")->capture_default_str();
     app.add_option("--repeats", repeats, "Runs of the simulation without a database (median)")
         ->capture_default_str();
     app.add_option("--balancers", balancers)->capture_default_str();
-    app.add_option("--dp", config.grid.dp)->capture_default_str();
-    app.add_option("--pp", config.grid.pp)->capture_default_str();
-    app.add_option("--cp", config.grid.cp)->capture_default_str();
-    app.add_option("--tp", config.grid.tp)->capture_default_str();
-    app.add_option("--micro-batches", config.microbatches)->capture_default_str();
+    app.add_option("--dp", config.layout.grid.dp)->capture_default_str();
+    app.add_option("--pp", config.layout.grid.pp)->capture_default_str();
+    app.add_option("--cp", config.layout.grid.cp)->capture_default_str();
+    app.add_option("--tp", config.layout.grid.tp)->capture_default_str();
+    app.add_option("--micro-batches", config.layout.microbatches)->capture_default_str();
     app.add_option("--dir", folder, "Where the databases are written (and removed)")
         ->capture_default_str();
     app.add_flag("--no-db", skip_db, "Only the simulation without a database");
@@ -120,9 +120,9 @@ int main(int argc, char** argv) {
     std::printf(
         "grid dp%d x pp%d x cp%d x tp%d = %d ranks, %d micro-batches per replica, "
         "%d step(s); model L%d h%d, context %d, %s\n\n",
-        config.grid.dp, config.grid.pp, config.grid.cp, config.grid.tp, config.grid.world(),
-        config.microbatches, steps, config.model.layers, config.model.hidden, config.model.context,
-        config.lengths.c_str());
+        config.layout.grid.dp, config.layout.grid.pp, config.layout.grid.cp, config.layout.grid.tp,
+        config.layout.grid.world(), config.layout.microbatches, steps, config.model.layers,
+        config.model.hidden, config.model.context, config.lengths.c_str());
     using Align = TextTable::Align;
     TextTable table({"balancer", "simulate", "step (predicted)", "with DB", "events",
                      "workload rows", "store baseline", "with DB / baseline"},
@@ -170,9 +170,9 @@ int main(int argc, char** argv) {
             return 2;
         }
         const std::size_t block = static_cast<std::size_t>(
-            written->events / (static_cast<std::int64_t>(config.grid.world()) * steps));
+            written->events / (static_cast<std::int64_t>(config.layout.grid.world()) * steps));
         const double baseline_s =
-            write_baseline(folder + "/bench_simulate_baseline.fulcrum", config.grid.world(),
+            write_baseline(folder + "/bench_simulate_baseline.fulcrum", config.layout.grid.world(),
                            written->events, written->workload_rows, block);
         bench::remove_run_file(path);
         bench::remove_run_file(folder + "/bench_simulate_baseline.fulcrum");

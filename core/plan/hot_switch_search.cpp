@@ -187,7 +187,8 @@ private:
                 return kNever;
             }
             // The closed form prices micro-batches alike: the bucket's mean one.
-            const double microbatches = static_cast<double>(played.microbatches) * bucket.layout.dp;
+            const double microbatches =
+                static_cast<double>(played.layout.microbatches) * bucket.layout.dp;
             total += sim::estimate_step(played, sim::config_costs(played),
                                         std::llround(tokens / microbatches),
                                         std::llround(pairs / microbatches))

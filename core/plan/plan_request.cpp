@@ -141,18 +141,18 @@ Status validate(const PlanRequest& request) {
 sim::SimulationConfig simulation_config(const PlanRequest& request, const Candidate& candidate) {
     sim::SimulationConfig config;
     config.model = request.model;
-    config.grid = candidate.layout.grid;
-    config.schedule = candidate.layout.schedule;
-    config.virtual_stages = candidate.layout.virtual_stages;
+    config.layout.grid = candidate.layout.grid;
+    config.layout.schedule = candidate.layout.schedule;
+    config.layout.virtual_stages = candidate.layout.virtual_stages;
     config.balancer = candidate.balancer;
     config.sharding = candidate.sharding;
-    config.microbatches = candidate.layout.microbatches;
+    config.layout.microbatches = candidate.layout.microbatches;
     config.steps = request.steps;
-    config.recompute = candidate.layout.recompute;
-    config.sequence_parallel = candidate.layout.sequence_parallel;
+    config.layout.recompute = candidate.layout.recompute;
+    config.layout.sequence_parallel = candidate.layout.sequence_parallel;
     config.dtype = request.dtype;
     config.overlap_grad_reduce = request.overlap_grad_reduce;
-    config.stage_layers = candidate.layout.stage_layers;
+    config.layout.stage_layers = candidate.layout.stage_layers;
     config.lengths = request.lengths;
     config.documents = resolved_documents(request);
     config.document_lengths = request.document_lengths;

@@ -161,11 +161,11 @@ bool estimate_layout(const PlanRequest& request, const MeanMicroBatch& mean,
     }
     sim::StepEstimate estimate = equal;
     if (!c.layout.stage_layers.empty()) {
-        config.stage_layers = c.layout.stage_layers;
+        config.layout.stage_layers = c.layout.stage_layers;
     }
     // What the search let through must be what fulcrum-train and the simulator accept (the one
     // check they make); the search's own filters above give the reasons of the rejected.
-    if (auto status = parallel::check_layout(sim::layout_of(config), request.model); !status) {
+    if (auto status = parallel::check_layout(config.layout, request.model); !status) {
         c.reason_kind = "layout refused";
         c.reason = status.error().message;
         return false;
@@ -344,13 +344,13 @@ Result<std::optional<std::vector<std::int64_t>>> tune_thresholds(const PlanReque
     sim::SimulationConfig config = simulation_config(request, layout);
     config.wlb_max_tokens = sim::wlb_max_tokens_from_memory(config);
     const int batch = std::min(request.global_batch, kTuningBatch);
-    config.grid = {.dp = 1,
-                   .tp = layout.layout.grid.tp,
-                   .pp = layout.layout.grid.pp,
-                   .cp = layout.layout.grid.cp};
-    config.microbatches = batch;
-    config.schedule = parallel::PipelineSchedule::one_f_one_b;
-    config.virtual_stages = 1;
+    config.layout.grid = {.dp = 1,
+                          .tp = layout.layout.grid.tp,
+                          .pp = layout.layout.grid.pp,
+                          .cp = layout.layout.grid.cp};
+    config.layout.microbatches = batch;
+    config.layout.schedule = parallel::PipelineSchedule::one_f_one_b;
+    config.layout.virtual_stages = 1;
     if (config.document_lengths.empty()) {
         config.documents = std::max<std::int64_t>(
             4096, config.documents * batch / std::max(request.global_batch, 1));

@@ -28,12 +28,12 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
                          "not know which stage each pass ran on. Calibrate on a Fulcrum capture, "
                          "or simulate without --calibrate"};
     }
-    config.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = run.cp};
+    config.layout.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = run.cp};
 
     if (run.schedule.empty()) {
         settings.unknown.push_back("schedule");
     } else if (auto schedule = parallel::parse_schedule(run.schedule)) {
-        config.schedule = *schedule;
+        config.layout.schedule = *schedule;
     } else {
         return Error{ErrorCode::invalid_input,
                      name + " ran the pipeline schedule '" + run.schedule +
@@ -74,7 +74,7 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     take(run.layers, config.model.layers, "layers", true);
     take(run.hidden, config.model.hidden, "hidden", true);
     take(run.context, config.model.context, "context", true);
-    take(run.microbatches, config.microbatches, "microbatches", true);
+    take(run.microbatches, config.layout.microbatches, "microbatches", true);
     take(run.vocab, config.model.vocab, "vocab", false);
     if (run.epochs > 0) {
         config.epochs = run.epochs;
@@ -85,7 +85,7 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
         config.model.heads = run.heads;
     } else {
         // Heads only constrain TP; one head per TP rank is always a valid split.
-        config.model.heads = config.grid.tp;
+        config.model.heads = config.layout.grid.tp;
         settings.unknown.push_back("heads");
     }
     config.lengths = run.lengths;
@@ -122,12 +122,12 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
     // fulcrum-train's knobs (RunConfig); a run that does not say them ran without
     // them, and in fp32 (the CPU engine's; only the simulator writes a dtype).
-    config.virtual_stages = std::max(1, run.virtual_stages);
+    config.layout.virtual_stages = std::max(1, run.virtual_stages);
     if (auto recompute =
             parallel::parse_recompute(run.recompute.empty() ? "none" : run.recompute)) {
-        config.recompute = *recompute;
+        config.layout.recompute = *recompute;
     }
-    config.sequence_parallel = run.sequence_parallel;
+    config.layout.sequence_parallel = run.sequence_parallel;
     config.overlap_grad_reduce = run.overlap_grad_reduce;
     if (auto dtype = parse_dtype(run.dtype.empty() ? "fp32" : run.dtype)) {
         config.dtype = *dtype;
@@ -172,13 +172,13 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                           run.pp,
                           run.hidden,
                           run.tp,
-                          settings->config.recompute,
-                          settings->config.virtual_stages,
+                          settings->config.layout.recompute,
+                          settings->config.layout.virtual_stages,
                           run.gemm_gflops,
                           run.gemm_gflops_cold,
                           run.host_cores};
-    calibration.grid = settings->config.grid;
-    calibration.sequence_parallel = settings->config.sequence_parallel && run.tp > 1;
+    calibration.grid = settings->config.layout.grid;
+    calibration.sequence_parallel = settings->config.layout.sequence_parallel && run.tp > 1;
     return calibration;
 }
 

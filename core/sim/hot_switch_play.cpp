@@ -54,13 +54,13 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
 
 SimulationConfig under_layout(const SimulationConfig& config, const parallel::GridShape& grid) {
     SimulationConfig played = config;
-    played.grid = grid;
-    played.stage_layers.clear();
+    played.layout.grid = grid;
+    played.layout.stage_layers.clear();
     // Sequence parallelism splits what TP replicates: a layout without TP has none to split.
-    played.sequence_parallel = config.sequence_parallel && grid.tp > 1;
+    played.layout.sequence_parallel = config.layout.sequence_parallel && grid.tp > 1;
     if (!config.calibrations.empty()) {
         Calibration merged = merge_calibrations(config.calibrations, config.calibration_names, grid,
-                                                played.sequence_parallel);
+                                                played.layout.sequence_parallel);
         played.cost_model = std::move(merged.model);
         played.cost_origin = merged.origin;
     }
@@ -82,7 +82,7 @@ SimulationConfig bucket_config(const SimulationConfig& config,
     }
     const std::int64_t per_microbatch =
         static_cast<std::int64_t>(played.model.context) * bucket.layout.dp;
-    played.microbatches =
+    played.layout.microbatches =
         static_cast<int>(std::max<std::int64_t>(1, (tokens + per_microbatch - 1) / per_microbatch));
     played.document_lengths = std::move(lengths);
     played.lengths.clear();
@@ -98,12 +98,13 @@ Error invalid(std::string message) {
 
 // Every bucket's config must be one the simulator plays: checked before any work.
 Status check_buckets(const SimulationConfig& config) {
-    if (!config.stage_layers.empty()) {
+    if (!config.layout.stage_layers.empty()) {
         return invalid("--hot-switch: --stage-layers names one layout's stages; leave it out");
     }
     auto checked = parallel::parse_hot_switch_spec(
-        parallel::hot_switch_spec_string(*config.hot_switch),
-        {.world = config.grid.world(), .heads = config.model.heads, .layers = config.model.layers});
+        parallel::hot_switch_spec_string(*config.hot_switch), {.world = config.layout.grid.world(),
+                                                               .heads = config.model.heads,
+                                                               .layers = config.model.layers});
     if (!checked) {
         return checked.error();
     }
@@ -387,7 +388,7 @@ struct HotSwitchPlay {
         segment.end += now;
         // Then its gradients are summed over its DP × CP groups, inside the bucket (as the
         // engine's bucket range holds its reduce_gradients).
-        Segment reduced = reduction(config, played.grid, segment.end);
+        Segment reduced = reduction(config, played.layout.grid, segment.end);
         segment.end = reduced.end;
         segment.documents = static_cast<std::int64_t>(played.document_lengths.size());
         segment.tokens = bucket->tokens;
@@ -425,7 +426,7 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     HotSwitchPlay play{config, spec, {}, spec.buckets.front().layout, 0, {}, 0, {}, {}};
     play.result.packing = planner->packing();
     play.result.wlb_tuning = planner->wlb_tuning();
-    play.result.ranks = config.grid.world();
+    play.result.ranks = config.layout.grid.world();
     play.result.cost_source = costs.source;
     play.result.notes = costs.notes;
     for (const parallel::HotSwitchBucket& bucket : spec.buckets) {

@@ -19,22 +19,22 @@ std::size_t group_index(int stage, int microbatch, int microbatches, Phase phase
 }
 
 int layers_of(int stage, const SimulationConfig& config) {
-    return parallel::stage_layer_total(stage, config.grid.pp, config.virtual_stages,
-                                       config.model.layers, config.stage_layers);
+    return parallel::stage_layer_total(stage, config.layout.grid.pp, config.layout.virtual_stages,
+                                       config.model.layers, config.layout.stage_layers);
 }
 
 // Bytes of one pipeline send of a rank holding `tokens`: the [T, h] boundary activation, its
 // rows' share under sequence parallelism or with Megatron-LM's scatter/gather.
 std::int64_t p2p_bytes(const SimulationConfig& config, std::int64_t tokens) {
-    const bool split = config.sequence_parallel || config.pipeline_scatter_gather;
+    const bool split = config.layout.sequence_parallel || config.pipeline_scatter_gather;
     return tokens * config.model.hidden * element_bytes(config.dtype) /
-           (split ? config.grid.tp : 1);
+           (split ? config.layout.grid.tp : 1);
 }
 
 // Sends of a stage's passes in one phase over its v chunks: a forward sends unless its model
 // chunk is the last, a backward unless it is the first; W sends nothing.
 int sends_of(int stage, Phase phase, const SimulationConfig& config) {
-    const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
+    const int p = config.layout.grid.pp, v = std::max(config.layout.virtual_stages, 1);
     if (phase == Phase::weight_grad || p == 1) {
         return 0;
     }
@@ -45,7 +45,7 @@ int sends_of(int stage, Phase phase, const SimulationConfig& config) {
 // Receives of a stage's passes in one phase: a forward receives unless its model chunk is the
 // first, a backward unless it is the last; W receives nothing.
 int receives_of(int stage, Phase phase, const SimulationConfig& config) {
-    const int p = config.grid.pp, v = std::max(config.virtual_stages, 1);
+    const int p = config.layout.grid.pp, v = std::max(config.layout.virtual_stages, 1);
     if (phase == Phase::weight_grad || p == 1) {
         return 0;
     }
@@ -57,7 +57,8 @@ int receives_of(int stage, Phase phase, const SimulationConfig& config) {
 // pipeline sends, when the next stage needs the whole activation (not under sequence
 // parallelism, whose layers start from a rank's rows).
 bool gathers_received(const SimulationConfig& config) {
-    return config.pipeline_scatter_gather && !config.sequence_parallel && config.grid.tp > 1;
+    return config.pipeline_scatter_gather && !config.layout.sequence_parallel &&
+           config.layout.grid.tp > 1;
 }
 
 namespace {
@@ -73,7 +74,7 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
     RankPass rank;
     rank.tokens = tokens;
     const std::int64_t own = predict_pass_ns(cost, tokens, pairs);
-    const bool recomputing = recomputes(phase, config.recompute);
+    const bool recomputing = recomputes(phase, config.layout.recompute);
     rank.recompute_ns = recomputing ? std::min(own, predict_pass_ns(recompute, tokens, pairs)) : 0;
     const double per_pair = cost.per_pair_ns - (recomputing ? recompute.per_pair_ns : 0.0);
     const std::int64_t rest = own - rank.recompute_ns;
@@ -85,8 +86,8 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
     rank.attention_ns =
         core + (rest - core) * kAttentionBlockLinearShare.first / kAttentionBlockLinearShare.second;
     rank.mlp_ns = rest - rank.attention_ns;
-    if (config.grid.tp > 1) {
-        const bool sp = config.sequence_parallel;
+    if (config.layout.grid.tp > 1) {
+        const bool sp = config.layout.sequence_parallel;
         const std::int64_t bytes = tokens * config.model.hidden * element_bytes(config.dtype);
         const std::array<const CollectiveCost*, 3> kind_costs = {
             &costs.tp_all_reduce, &costs.tp_all_gather, &costs.tp_reduce_scatter};
@@ -98,11 +99,11 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
                 ns[k] = calls[k] * predict_collective_ns(*kind_costs[k], bytes);
             }
         };
-        fill(tp_collectives_per_layer(phase, parallel::splits_backward(config.schedule), sp),
+        fill(tp_collectives_per_layer(phase, parallel::splits_backward(config.layout.schedule), sp),
              rank.tp_ns, rank.tp_calls);
         if (recomputing) {
-            fill(tp_recompute_collectives_per_layer(config.recompute, sp), rank.recompute_tp_ns,
-                 rank.recompute_tp_calls);
+            fill(tp_recompute_collectives_per_layer(config.layout.recompute, sp),
+                 rank.recompute_tp_ns, rank.recompute_tp_calls);
         }
     }
     return rank;
@@ -114,7 +115,7 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
 // pass"); fills the group's cp RankPasses.
 GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase phase,
                      const SimulationConfig& config, const StageCosts& costs, RankPass* ranks) {
-    const parallel::GridShape& grid = config.grid;
+    const parallel::GridShape& grid = config.layout.grid;
     const std::int64_t hidden = config.model.hidden;
     const std::int64_t element = element_bytes(config.dtype);
     const std::int64_t layers = layers_of(stage, config);
@@ -153,7 +154,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         group.exchange_ns =
             layers * predict_collective_ns(forward ? costs.cp_all_gather : costs.cp_reduce_scatter,
                                            bytes_per_layer);
-        if (phase == Phase::backward && config.recompute == parallel::Recompute::full) {
+        if (phase == Phase::backward && config.layout.recompute == parallel::Recompute::full) {
             group.regather_bytes = bytes_per_layer * layers;
             group.regather_ns =
                 layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
@@ -169,7 +170,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
 
 std::vector<Phase> phases_of(const SimulationConfig& config) {
     std::vector<Phase> phases = {Phase::forward, Phase::backward};
-    if (parallel::splits_backward(config.schedule)) {
+    if (parallel::splits_backward(config.layout.schedule)) {
         phases.push_back(Phase::weight_grad);
     }
     return phases;
@@ -177,10 +178,11 @@ std::vector<Phase> phases_of(const SimulationConfig& config) {
 
 // One latency for both pipeline directions (replay_pipeline takes one): their mean.
 std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& costs) {
-    return config.grid.pp > 1 ? std::llround((std::max(costs.recv_activations.latency_ns, 0.0) +
-                                              std::max(costs.recv_gradients.latency_ns, 0.0)) /
-                                             2)
-                              : 0;
+    return config.layout.grid.pp > 1
+               ? std::llround((std::max(costs.recv_activations.latency_ns, 0.0) +
+                               std::max(costs.recv_gradients.latency_ns, 0.0)) /
+                              2)
+               : 0;
 }
 
 // The reduction of `stage`'s gradients (grad_reduction.h): one layer's gradients,
@@ -190,14 +192,14 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     const std::int64_t h = config.model.hidden;
     GradientReductionInput input;
     input.stage = stage;
-    input.stages = config.grid.pp;
-    input.virtual_stages = std::max(config.virtual_stages, 1);
+    input.stages = config.layout.grid.pp;
+    input.virtual_stages = std::max(config.layout.virtual_stages, 1);
     input.layers = config.model.layers;
-    input.stage_layers = config.stage_layers;
+    input.stage_layers = config.layout.stage_layers;
     input.overlap = config.overlap_grad_reduce;
     input.writes_weights =
-        parallel::splits_backward(config.schedule) ? Phase::weight_grad : Phase::backward;
-    input.layer_bytes = (12 * h * h + 13 * h) / config.grid.tp * element_bytes(config.dtype);
+        parallel::splits_backward(config.layout.schedule) ? Phase::weight_grad : Phase::backward;
+    input.layer_bytes = (12 * h * h + 13 * h) / config.layout.grid.tp * element_bytes(config.dtype);
     input.step_start_ns = step_start;
     return input;
 }

@@ -52,7 +52,7 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
     if (!planner) {
         return planner.error();
     }
-    const parallel::GridShape& grid = config.grid;
+    const parallel::GridShape& grid = config.layout.grid;
     const StageCosts costs = config_costs(config);
 
     SimulationResult result;
@@ -65,7 +65,8 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
     std::vector<std::int64_t> dp_bytes(static_cast<std::size_t>(grid.pp));
     for (int s = 0; s < grid.pp; ++s) {
         dp_bytes[static_cast<std::size_t>(s)] =
-            stage_parameters(config.model, grid, s, config.stage_layers, config.virtual_stages) *
+            stage_parameters(config.model, grid, s, config.layout.stage_layers,
+                             config.layout.virtual_stages) *
             element_bytes(config.dtype);
     }
     const std::int64_t optimizer_ns = std::llround(std::max(costs.optimizer_ns, 0.0));
@@ -122,7 +123,7 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
 
 Result<SimulationResult> play_run(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress) {
-    RunOutput output = open_output(out, config.grid);
+    RunOutput output = open_output(out, config.layout.grid);
     return play_into(config, output, 0, progress);
 }
 

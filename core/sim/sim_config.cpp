@@ -63,16 +63,16 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     shape.hidden = config.model.hidden;
     shape.heads = config.model.heads;
     shape.vocab = config.model.vocab;
-    shape.dp = config.grid.dp;
-    shape.tp = config.grid.tp;
-    shape.pp = config.grid.pp;
-    shape.cp = config.grid.cp;
-    shape.virtual_stages = config.virtual_stages;
-    shape.schedule = config.schedule;
-    shape.microbatches = config.microbatches;
-    shape.stage_layers = config.stage_layers;
-    shape.recompute = config.recompute;
-    shape.sequence_parallel = config.sequence_parallel;
+    shape.dp = config.layout.grid.dp;
+    shape.tp = config.layout.grid.tp;
+    shape.pp = config.layout.grid.pp;
+    shape.cp = config.layout.grid.cp;
+    shape.virtual_stages = config.layout.virtual_stages;
+    shape.schedule = config.layout.schedule;
+    shape.microbatches = config.layout.microbatches;
+    shape.stage_layers = config.layout.stage_layers;
+    shape.recompute = config.layout.recompute;
+    shape.sequence_parallel = config.layout.sequence_parallel;
     shape.flash_attention = true;
     shape.precision.distributed_optimizer = true;
     const double budget = config.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0;
@@ -92,11 +92,11 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
 balance::PlannerOptions planner_options(const SimulationConfig& config) {
     balance::PlannerOptions options;
     options.packing.balancer = config.balancer;
-    options.packing.microbatches = config.microbatches;
+    options.packing.microbatches = config.layout.microbatches;
     options.packing.capacity = config.model.context;
     options.packing.ilp_time_limit_s = config.ilp_time_limit_s;
-    options.dp = config.grid.dp;
-    options.cp = config.grid.cp;
+    options.dp = config.layout.grid.dp;
+    options.cp = config.layout.grid.cp;
     options.sharding = config.sharding;
     options.seed = config.seed;
     options.ilp_window = config.ilp_window;
@@ -116,16 +116,6 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     return options;
 }
 
-parallel::Layout layout_of(const SimulationConfig& config) {
-    return {.grid = config.grid,
-            .microbatches = config.microbatches,
-            .schedule = config.schedule,
-            .virtual_stages = config.virtual_stages,
-            .stage_layers = config.stage_layers,
-            .recompute = config.recompute,
-            .sequence_parallel = config.sequence_parallel};
-}
-
 Status validate(const SimulationConfig& config) {
     const ModelShape& model = config.model;
     std::vector<std::string> unknown;
@@ -138,7 +128,7 @@ Status validate(const SimulationConfig& config) {
     if (model.context < 1) {
         unknown.push_back("--context");
     }
-    if (config.microbatches < 1) {
+    if (config.layout.microbatches < 1) {
         unknown.push_back("--micro-batches");
     }
     if (config.lengths.empty() && config.document_lengths.empty()) {
@@ -178,7 +168,7 @@ Status validate(const SimulationConfig& config) {
     if (model.context < 2) {
         return invalid("--context must be at least 2");
     }
-    if (auto status = parallel::check_layout(layout_of(config), model); !status) {
+    if (auto status = parallel::check_layout(config.layout, model); !status) {
         return status;
     }
     if (model.vocab < 1) {
@@ -207,25 +197,25 @@ Status validate(const SimulationConfig& config) {
 std::string run_config_json(const SimulationConfig& config, const std::string& source) {
     const bool given_lengths = !config.document_lengths.empty();
     RunConfig run;
-    run.dp = config.grid.dp;
-    run.tp = config.grid.tp;
-    run.pp = config.grid.pp;
-    run.cp = config.grid.cp;
+    run.dp = config.layout.grid.dp;
+    run.tp = config.layout.grid.tp;
+    run.pp = config.layout.grid.pp;
+    run.cp = config.layout.grid.cp;
     run.layers = config.model.layers;
     run.hidden = config.model.hidden;
     run.heads = config.model.heads;
     run.context = config.model.context;
     run.vocab = config.model.vocab;
-    run.schedule = parallel::schedule_name(config.schedule);
-    run.virtual_stages = config.virtual_stages;
-    run.recompute = parallel::recompute_name(config.recompute);
-    run.sequence_parallel = config.sequence_parallel;
+    run.schedule = parallel::schedule_name(config.layout.schedule);
+    run.virtual_stages = config.layout.virtual_stages;
+    run.recompute = parallel::recompute_name(config.layout.recompute);
+    run.sequence_parallel = config.layout.sequence_parallel;
     run.overlap_grad_reduce = config.overlap_grad_reduce;
     run.dtype = dtype_name(config.dtype);
     run.balancer = balance::balancer_name(config.balancer);
     run.cp_shard = balance::cp_sharding_name(config.sharding);
-    run.microbatches = config.microbatches;
-    run.stage_layers = config.stage_layers;
+    run.microbatches = config.layout.microbatches;
+    run.stage_layers = config.layout.stage_layers;
     run.steps = config.epochs > 0 ? 0 : config.steps;
     run.epochs = config.epochs;
     run.seed = config.seed;
@@ -257,7 +247,7 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
 
 CoreSharing core_sharing(const SimulationConfig& config) {
     const int cores = config.host_cores.value_or(config.cost_origin.host_cores);
-    const int world = config.grid.world();
+    const int world = config.layout.grid.world();
     const int per_host = config.ranks_per_host > 0 ? std::min(config.ranks_per_host, world) : world;
     if (cores <= 0 || per_host <= cores) {
         return {};
@@ -270,14 +260,14 @@ CoreSharing core_sharing(const SimulationConfig& config) {
 StageCosts config_costs(const SimulationConfig& config) {
     StageCosts costs =
         resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
-                      config.model, config.grid, config.hardware, config.knobs());
+                      config.model, config.layout.grid, config.hardware, config.knobs());
     // The passes share cores in the replay; the gradients' reduction and the optimizer run on
     // every rank at once, each at its share of a core (docs/simulate.md, "Ranks that share
     // cores").
     if (const CoreSharing sharing = core_sharing(config); sharing.shared()) {
         const double x = sharing.oversubscription;
         costs.optimizer_ns *= x;
-        costs.notes.push_back("ranks share cores: " + std::to_string(config.grid.world()) +
+        costs.notes.push_back("ranks share cores: " + std::to_string(config.layout.grid.world()) +
                               " ranks on " + std::to_string(std::llround(sharing.cores)) +
                               " cores; passes compute at min(1, cores / computing ranks) of a "
                               "core, the optimizer " +

@@ -38,23 +38,21 @@ struct Calibration {
 // alone means what it means to the engine.
 struct SimulationConfig {
     ModelShape model;
-    parallel::GridShape grid;
-    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
+    // The grid, micro-batches per DP replica and step, the schedule, model chunks per stage
+    // under the interleaved schedule, layers per model chunk (fulcrum-train --stage-layers: p
+    // counts, or p·v interleaved, stage s's chunk k being model chunk k·p + s; empty: L/p a
+    // stage, the first L mod p one more), activation recomputation and sequence parallelism.
+    parallel::Layout layout;
     balance::Balancer balancer = balance::Balancer::fixed;
     balance::CpSharding sharding = balance::CpSharding::per_document;
-    int microbatches = 4;  // per DP replica and step
     int steps = 10;
     // > 0: play this many whole epochs instead of `steps` (every document once per epoch,
     // the balancer's delayed documents drained at the end), as fulcrum-train --epochs does.
     int epochs = 0;
 
-    // fulcrum-train's knobs that change what a pass computes and moves (layer_costs.h,
-    // docs/simulate.md "Knobs"): model chunks per stage under the interleaved schedule,
-    // activation recomputation, sequence parallelism, the element type of activations and
-    // gradients (fp32: the CPU engine's).
-    int virtual_stages = 1;
-    parallel::Recompute recompute = parallel::Recompute::none;
-    bool sequence_parallel = false;
+    // The element type of activations and gradients (fp32: the CPU engine's); with the
+    // layout's knobs, what changes what a pass computes and moves (layer_costs.h,
+    // docs/simulate.md "Knobs").
     DType dtype = DType::fp32;
     // Reduce each layer's gradients over DP × CP once its last backward (or W) pass of the
     // step has written them, while the passes after it run (fulcrum-train and Megatron-LM
@@ -64,11 +62,6 @@ struct SimulationConfig {
     // rank sends 1/tp of the boundary activation and the next stage all-gathers it over
     // NVLink. fulcrum-train sends the whole activation (its rows under sequence parallelism).
     bool pipeline_scatter_gather = false;
-
-    // Layers per model chunk (fulcrum-train --stage-layers: p counts, or p·v interleaved, stage
-    // s's chunk k being model chunk k·p + s; parallel::check_stage_layers), summing to the
-    // model's layers; empty: L/p a stage, the first L mod p one more.
-    std::vector<int> stage_layers;
 
     // HotSPa's hot switching (SOSP'24, §4): each step's documents (the global batch `grid`,
     // `microbatches` and the balancer make) are split into the spec's length buckets, each
@@ -80,7 +73,8 @@ struct SimulationConfig {
     bool accumulate_gradients = false;
 
     TrainingKnobs knobs() const {
-        return {schedule, virtual_stages, recompute, sequence_parallel, dtype, stage_layers};
+        return {layout.schedule, layout.virtual_stages, layout.recompute, layout.sequence_parallel,
+                dtype,           layout.stage_layers};
     }
 
     // Documents: a length spec (core/balance/lengths.h) sampled as fulcrum-train samples it
@@ -140,9 +134,6 @@ CoreSharing core_sharing(const SimulationConfig& config);
 // precision, a distributed optimizer, flash attention), in steps of context/8, at least the
 // context and at most 8 times it. The context itself when even that does not fit.
 std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config);
-
-// The layout `config` plays (check_layout's view of it).
-parallel::Layout layout_of(const SimulationConfig& config);
 
 // Says what is wrong with the options that name it (--pp, --lengths, ...), as fulcrum-train
 // would refuse them, plus what only the simulator needs.

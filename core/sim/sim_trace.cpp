@@ -88,13 +88,13 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                      const GroupPass& group, const RankPass& rank, const SimulationConfig& config,
                      int step, int stage) {
     const EventNames& n = out.names();
-    const parallel::GridShape& grid = config.grid;
-    const int v = std::max(config.virtual_stages, 1);
+    const parallel::GridShape& grid = config.layout.grid;
+    const int v = std::max(config.layout.virtual_stages, 1);
     const Phase phase = op.kind;
     const bool forward = phase == Phase::forward;
     const int model_chunk = op.chunk * grid.pp + stage;
     const parallel::LayerRange chunk_range = parallel::model_chunk_layers(
-        model_chunk, grid.pp * v, config.model.layers, config.stage_layers);
+        model_chunk, grid.pp * v, config.model.layers, config.layout.stage_layers);
     ChunkRanges r{out,
                   step,
                   op.microbatch,
@@ -272,7 +272,7 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
                  int c, int s, const std::vector<WorkloadEntry>& workload,
                  const SimulationConfig& config, const std::vector<std::int64_t>& dp_bytes,
                  std::int64_t optimizer_ns, SimulationResult& result) {
-    const parallel::GridShape& grid = config.grid;
+    const parallel::GridShape& grid = config.layout.grid;
     const EventNames& names = output.names;
     RankEvents& events = *output.events;
     const ReplicaPlay& play = played.plays[static_cast<std::size_t>(d)];

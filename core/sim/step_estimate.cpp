@@ -14,10 +14,11 @@ namespace {
 // the last backward pass (`last_backward_ns`), then what no layer holds.
 double estimate_reduction_end(const SimulationConfig& config, const StageCosts& costs, int stage,
                               double pipeline_ns, double last_backward_ns) {
-    const parallel::GridShape& grid = config.grid;
+    const parallel::GridShape& grid = config.layout.grid;
     const std::int64_t element = element_bytes(config.dtype);
     const std::int64_t bytes =
-        stage_parameters(config.model, grid, stage, config.stage_layers, config.virtual_stages) *
+        stage_parameters(config.model, grid, stage, config.layout.stage_layers,
+                         config.layout.virtual_stages) *
         element;
     if (grid.dp * grid.cp <= 1) {
         return pipeline_ns;
@@ -42,7 +43,7 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
 
 StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& costs,
                            std::int64_t tokens, std::int64_t pairs) {
-    const parallel::GridShape& grid = config.grid;
+    const parallel::GridShape& grid = config.layout.grid;
     balance::PlannedMicroBatch mean;
     mean.packed.tokens = tokens;
     mean.cp.ranks.resize(static_cast<std::size_t>(grid.cp));
@@ -52,9 +53,9 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
         shard.attention_work = 2 * pairs / grid.cp;
     }
     std::vector<RankPass> ranks(static_cast<std::size_t>(grid.cp));
-    const double v = std::max(config.virtual_stages, 1);
-    const double m = std::max(config.microbatches, 1);
-    const bool split = parallel::splits_backward(config.schedule);
+    const double v = std::max(config.layout.virtual_stages, 1);
+    const double m = std::max(config.layout.microbatches, 1);
+    const bool split = parallel::splits_backward(config.layout.schedule);
     StepEstimate estimate;
     estimate.stage_ns.resize(static_cast<std::size_t>(grid.pp));
     std::vector<double> busy(static_cast<std::size_t>(grid.pp));

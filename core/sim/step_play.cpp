@@ -11,8 +11,8 @@ namespace {
 ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& replica,
                             const SimulationConfig& config, const StageCosts& costs,
                             bool shared_cores, parallel::ReplayInput& input) {
-    const parallel::GridShape& grid = config.grid;
-    const bool split = parallel::splits_backward(config.schedule);
+    const parallel::GridShape& grid = config.layout.grid;
+    const bool split = parallel::splits_backward(config.layout.schedule);
     const int m = static_cast<int>(replica.size());
     ReplicaPlay play;
     play.microbatches = m;
@@ -23,10 +23,10 @@ ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& repli
                        kPassPhases);
     play.ranks.resize(play.groups.size() * static_cast<std::size_t>(grid.cp));
 
-    input.schedule = config.schedule;
+    input.schedule = config.layout.schedule;
     input.stages = grid.pp;
     input.microbatches = m;
-    input.virtual_stages = std::max(config.virtual_stages, 1);
+    input.virtual_stages = std::max(config.layout.virtual_stages, 1);
     input.as_engine_runs = true;
     input.forward_ns.assign(static_cast<std::size_t>(grid.pp),
                             std::vector<std::int64_t>(static_cast<std::size_t>(m)));
@@ -104,7 +104,7 @@ Result<std::vector<ReplicaPlay>> play_replicas(const balance::StepPlan& plan,
         parallel::ReplayInput input;
         plays.push_back(prepare_replica(replica, config, costs, sharing.shared(), input));
         if (replica.empty()) {
-            play_nothing(plays.back(), config.grid.pp);
+            play_nothing(plays.back(), config.layout.grid.pp);
         } else if (sharing.shared()) {
             inputs.push_back(std::move(input));
             replayed.push_back(plays.size() - 1);
@@ -134,7 +134,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
                              const StageCosts& costs, const std::vector<std::int64_t>& dp_bytes,
                              std::int64_t optimizer_ns, std::int64_t step_start,
                              const SimulationProgress& progress) {
-    const parallel::GridShape& grid = config.grid;
+    const parallel::GridShape& grid = config.layout.grid;
     PlayedStep played;
     SimulatedStep& step = played.step;
     step.step = plan.step;

@@ -83,12 +83,12 @@ private slots:
         // The simulator refuses the same layout with the same words.
         sim::SimulationConfig config;
         config.model = shape;
-        config.grid = layout.grid;
-        config.microbatches = layout.microbatches;
-        config.schedule = layout.schedule;
-        config.virtual_stages = layout.virtual_stages;
-        config.stage_layers = layout.stage_layers;
-        config.sequence_parallel = layout.sequence_parallel;
+        config.layout.grid = layout.grid;
+        config.layout.microbatches = layout.microbatches;
+        config.layout.schedule = layout.schedule;
+        config.layout.virtual_stages = layout.virtual_stages;
+        config.layout.stage_layers = layout.stage_layers;
+        config.layout.sequence_parallel = layout.sequence_parallel;
         config.lengths = "long-tail:context=256";
         const Status simulated = sim::validate(config);
         QVERIFY(!simulated);
@@ -124,7 +124,7 @@ private slots:
             if (c.status == plan::CandidateStatus::ranked ||
                 c.status == plan::CandidateStatus::estimated) {
                 const Status status = parallel::check_layout(
-                    sim::layout_of(plan::simulation_config(request, c)), request.model);
+                    plan::simulation_config(request, c).layout, request.model);
                 QVERIFY2(status, status ? "" : status.error().message.c_str());
                 ++checked;
             }

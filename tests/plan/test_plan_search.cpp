@@ -281,39 +281,39 @@ private slots:
     void simulatorPlaysStageLayers() {
         sim::SimulationConfig config;
         config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 256, .vocab = 4096};
-        config.grid = {.dp = 1, .tp = 1, .pp = 2, .cp = 1};
+        config.layout.grid = {.dp = 1, .tp = 1, .pp = 2, .cp = 1};
         config.lengths = "long-tail:context=256,median=32";
         config.documents = 200;
         config.steps = 1;
         auto equal = sim::simulate(config, nullptr);
         QVERIFY(equal);
-        config.stage_layers = {3, 1};
+        config.layout.stage_layers = {3, 1};
         auto uneven = sim::simulate(config, nullptr);
         QVERIFY2(uneven, uneven ? "" : uneven.error().message.c_str());
         QVERIFY(uneven->mean_step_ns != equal->mean_step_ns);
-        config.stage_layers = {2, 1};
+        config.layout.stage_layers = {2, 1};
         QVERIFY(!sim::validate(config));
-        config.stage_layers = {2, 2};
+        config.layout.stage_layers = {2, 2};
         auto same = sim::simulate(config, nullptr);
         QVERIFY(same);
         QCOMPARE(same->mean_step_ns, equal->mean_step_ns);
 
         // Interleaved: one count per model chunk (p·v), as fulcrum-train takes them; the even
         // split given explicitly plays the same step, a stage's chunks summing to its layers.
-        config.schedule = parallel::PipelineSchedule::interleaved;
-        config.virtual_stages = 2;
-        config.microbatches = 4;
-        config.stage_layers = {};
+        config.layout.schedule = parallel::PipelineSchedule::interleaved;
+        config.layout.virtual_stages = 2;
+        config.layout.microbatches = 4;
+        config.layout.stage_layers = {};
         auto interleaved = sim::simulate(config, nullptr);
         QVERIFY2(interleaved, interleaved ? "" : interleaved.error().message.c_str());
-        config.stage_layers = {1, 1, 1, 1};
+        config.layout.stage_layers = {1, 1, 1, 1};
         auto explicit_even = sim::simulate(config, nullptr);
         QVERIFY(explicit_even);
         QCOMPARE(explicit_even->mean_step_ns, interleaved->mean_step_ns);
-        config.stage_layers = {2, 2};  // one count a stage is not one a model chunk
+        config.layout.stage_layers = {2, 2};  // one count a stage is not one a model chunk
         QVERIFY(!sim::validate(config));
-        QCOMPARE(sim::stage_parameters(config.model, config.grid, 0, {1, 1, 1, 1}, 2),
-                 sim::stage_parameters(config.model, config.grid, 0, {}, 2));
+        QCOMPARE(sim::stage_parameters(config.model, config.layout.grid, 0, {1, 1, 1, 1}, 2),
+                 sim::stage_parameters(config.model, config.layout.grid, 0, {}, 2));
     }
 
     // Several calibration runs (fulcrum plan --calibrate A --calibrate B ...): each layout takes
@@ -449,13 +449,13 @@ private slots:
     void estimateMatchesAlikeMicroBatches() {
         sim::SimulationConfig config;
         config.model = {.layers = 8, .hidden = 256, .heads = 4, .context = 512, .vocab = 256};
-        config.grid = {.dp = 2, .tp = 2, .pp = 1, .cp = 2};
-        config.microbatches = 8;
+        config.layout.grid = {.dp = 2, .tp = 2, .pp = 1, .cp = 2};
+        config.layout.microbatches = 8;
         config.steps = 1;
         config.document_lengths.assign(64, 512);
         const std::int64_t pairs = 512 * 513 / 2;
         for (int pp : {1, 4}) {
-            config.grid.pp = pp;
+            config.layout.grid.pp = pp;
             auto played = sim::simulate(config, nullptr);
             QVERIFY2(played, played ? "" : played.error().message.c_str());
             const sim::StepEstimate estimate =

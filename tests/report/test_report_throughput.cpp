@@ -23,9 +23,9 @@ class ReportThroughputTest : public QObject {
     Played play(balance::Balancer balancer, int epochs, const QString& name) {
         sim::SimulationConfig config;
         config.model = {.layers = 2, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
-        config.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 2};
+        config.layout.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 2};
         config.balancer = balancer;
-        config.microbatches = 4;
+        config.layout.microbatches = 4;
         config.steps = 3;
         config.epochs = epochs;
         config.lengths = "long-tail:context=256,median=32";

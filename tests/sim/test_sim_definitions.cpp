@@ -65,10 +65,10 @@ private slots:
         QFETCH(QString, lengths);
         SimulationConfig config;
         config.model = {.layers = 8, .hidden = 64, .heads = 4, .context = 2048, .vocab = 256};
-        config.grid = {.dp = 2, .tp = 1, .pp = stages, .cp = 1};
-        config.schedule = schedule;
-        config.virtual_stages = schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
-        config.microbatches = 8;
+        config.layout.grid = {.dp = 2, .tp = 1, .pp = stages, .cp = 1};
+        config.layout.schedule = schedule;
+        config.layout.virtual_stages = schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
+        config.layout.microbatches = 8;
         config.steps = 4;
         config.lengths = lengths.toStdString();
         config.documents = 2048;
@@ -104,7 +104,7 @@ private slots:
         QFETCH(double, share);
         SimulationConfig config;
         config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 1024, .vocab = 256};
-        config.microbatches = 2;
+        config.layout.microbatches = 2;
         config.steps = 2;
         config.lengths = "long-tail:context=1024";
         config.documents = 256;

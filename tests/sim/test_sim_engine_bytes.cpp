@@ -105,8 +105,8 @@ private slots:
         QVERIFY(trace.ok());
         auto settings = sim::config_from_run(*trace);
         QVERIFY2(settings.ok(), settings.ok() ? "" : settings.error().message.c_str());
-        QVERIFY(settings->config.sequence_parallel);
-        QCOMPARE(settings->config.schedule, parallel::PipelineSchedule::zero_bubble_h1);
+        QVERIFY(settings->config.layout.sequence_parallel);
+        QCOMPARE(settings->config.layout.schedule, parallel::PipelineSchedule::zero_bubble_h1);
         sim::SimulationOutput output;
         output.path = work_.filePath("simulated.fulcrum").toStdString();
         auto simulated = sim::simulate_to_file(settings->config, output);

@@ -117,10 +117,10 @@ private slots:
 
         sim::SimulationConfig config;
         config.model = {.layers = 2, .hidden = 64, .heads = 4, .context = kContext, .vocab = 256};
-        config.grid = {.dp = dp, .tp = 2, .pp = 2, .cp = cp};
+        config.layout.grid = {.dp = dp, .tp = 2, .pp = 2, .cp = cp};
         config.balancer = options.packing.balancer;
         config.sharding = options.sharding;
-        config.microbatches = kMicrobatches;
+        config.layout.microbatches = kMicrobatches;
         config.steps = kSteps;
         config.lengths = lengths.toStdString();
         config.documents = 600;

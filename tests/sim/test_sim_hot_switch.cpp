@@ -141,7 +141,7 @@ private slots:
         // Bytes and time of each layout's reduction (one stage each: every rank alike).
         const auto expected = [&](const GridShape& grid) {
             SimulationConfig under = config;
-            under.grid = grid;
+            under.layout.grid = grid;
             const std::int64_t bytes =
                 stage_parameters(config.model, grid, 0) * element_bytes(config.dtype);
             return std::pair{bytes,
@@ -218,12 +218,12 @@ private slots:
     // (the static step's one, and one extra) and one optimizer step, and nothing switches.
     void staticLayoutBucketsPlayTheStaticStep() {
         SimulationConfig config = test::hot_switch_workload();
-        config.grid = GridShape{.dp = 4};
+        config.layout.grid = GridShape{.dp = 4};
         config.steps = 2;
         auto fixed_layout = simulate(config, nullptr);
         QVERIFY(fixed_layout.ok());
         const std::int64_t bytes =
-            stage_parameters(config.model, config.grid, 0) * element_bytes(config.dtype);
+            stage_parameters(config.model, config.layout.grid, 0) * element_bytes(config.dtype);
         const std::int64_t reduce_ns =
             predict_collective_ns(config_costs(config).dp_all_reduce, bytes);
         QVERIFY(reduce_ns > 0);
@@ -269,11 +269,11 @@ private slots:
             return run;
         };
         SimulationConfig config = test::hot_switch_workload();
-        config.grid = GridShape{.dp = 4};
+        config.layout.grid = GridShape{.dp = 4};
         config.calibrations = {run_of(GridShape{.dp = 4}, 10), run_of(GridShape{.tp = 4}, 500)};
         config.calibration_names = {"dp4", "tp4"};
-        Calibration merged =
-            merge_calibrations(config.calibrations, config.calibration_names, config.grid, false);
+        Calibration merged = merge_calibrations(config.calibrations, config.calibration_names,
+                                                config.layout.grid, false);
         config.cost_model = merged.model;
         config.cost_origin = merged.origin;
         QCOMPARE(under_layout(config, GridShape{.dp = 4}).cost_model->passes.front().per_token_ns,

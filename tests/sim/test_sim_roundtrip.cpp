@@ -56,9 +56,9 @@ analysis::CostModel given_model() {
 SimulationConfig played_config() {
     SimulationConfig config;
     config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 1024, .vocab = 256};
-    config.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 2};
+    config.layout.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 2};
     config.balancer = balance::Balancer::wlb;
-    config.microbatches = 6;
+    config.layout.microbatches = 6;
     config.steps = 3;
     config.lengths = "long-tail:context=1024,median=128";
     config.documents = 2000;
@@ -163,14 +163,14 @@ private slots:
         QCOMPARE(back.model.hidden, played.model.hidden);
         QCOMPARE(back.model.heads, played.model.heads);
         QCOMPARE(back.model.context, played.model.context);
-        QCOMPARE(back.grid.dp, played.grid.dp);
-        QCOMPARE(back.grid.pp, played.grid.pp);
-        QCOMPARE(back.grid.cp, played.grid.cp);
-        QCOMPARE(back.grid.tp, played.grid.tp);
-        QCOMPARE(back.schedule, played.schedule);
+        QCOMPARE(back.layout.grid.dp, played.layout.grid.dp);
+        QCOMPARE(back.layout.grid.pp, played.layout.grid.pp);
+        QCOMPARE(back.layout.grid.cp, played.layout.grid.cp);
+        QCOMPARE(back.layout.grid.tp, played.layout.grid.tp);
+        QCOMPARE(back.layout.schedule, played.layout.schedule);
         QCOMPARE(back.balancer, played.balancer);
         QCOMPARE(back.sharding, played.sharding);
-        QCOMPARE(back.microbatches, played.microbatches);
+        QCOMPARE(back.layout.microbatches, played.layout.microbatches);
         QCOMPARE(back.steps, played.steps);
         QCOMPARE(back.lengths, played.lengths);
         QCOMPARE(back.documents, played.documents);
@@ -214,12 +214,13 @@ private slots:
         QFETCH(int, schedule);
         QFETCH(int, recompute);
         SimulationConfig config = played_config();
-        config.grid.pp = 2;
+        config.layout.grid.pp = 2;
         config.balancer = balance::Balancer::fixed;
-        config.recompute = static_cast<parallel::Recompute>(recompute);
+        config.layout.recompute = static_cast<parallel::Recompute>(recompute);
         SimulationConfig other = config;
-        other.schedule = static_cast<parallel::PipelineSchedule>(schedule);
-        other.virtual_stages = other.schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
+        other.layout.schedule = static_cast<parallel::PipelineSchedule>(schedule);
+        other.layout.virtual_stages =
+            other.layout.schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
         SimulationOutput output;
         output.path = work_.filePath(QString("other-%1.fulcrum").arg(schedule)).toStdString();
         QVERIFY(simulate_to_file(other, output).ok());
@@ -230,10 +231,10 @@ private slots:
         auto settings = config_from_run(*trace);
         auto calibration = calibrate(*trace);
         QVERIFY(settings.ok() && calibration.ok());
-        QCOMPARE(settings->config.schedule, other.schedule);
-        QCOMPARE(settings->config.virtual_stages, other.virtual_stages);
-        QCOMPARE(settings->config.recompute, other.recompute);
-        QCOMPARE(calibration->origin.recompute, other.recompute);
+        QCOMPARE(settings->config.layout.schedule, other.layout.schedule);
+        QCOMPARE(settings->config.layout.virtual_stages, other.layout.virtual_stages);
+        QCOMPARE(settings->config.layout.recompute, other.layout.recompute);
+        QCOMPARE(calibration->origin.recompute, other.layout.recompute);
 
         const SimulationResult direct = *simulate(config, nullptr);
         SimulationConfig predicted = config;

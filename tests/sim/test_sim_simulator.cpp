@@ -63,9 +63,9 @@ analysis::CostModel round_cost_model(int stages, double p2p_latency = 50, double
 SimulationConfig hand_config(parallel::PipelineSchedule schedule) {
     SimulationConfig config;
     config.model = {.layers = 2, .hidden = 4, .heads = 1, .context = 8, .vocab = 16};
-    config.grid = {.dp = 1, .tp = 1, .pp = 2, .cp = 1};
-    config.schedule = schedule;
-    config.microbatches = 2;
+    config.layout.grid = {.dp = 1, .tp = 1, .pp = 2, .cp = 1};
+    config.layout.schedule = schedule;
+    config.layout.microbatches = 2;
     config.steps = 2;
     config.document_lengths = {8, 8, 8, 8, 8, 8, 8, 8};
     config.cost_model = round_cost_model(2);
@@ -84,9 +84,9 @@ SimulationResult must(Result<SimulationResult> result) {
 SimulationConfig skewed_config(balance::Balancer balancer) {
     SimulationConfig config;
     config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 4096, .vocab = 256};
-    config.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 2};
+    config.layout.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 2};
     config.balancer = balancer;
-    config.microbatches = 8;
+    config.layout.microbatches = 8;
     config.steps = 8;
     config.lengths = "long-tail:context=4096";
     config.documents = 4096;
@@ -171,8 +171,8 @@ private slots:
     void replicaWithoutMicroBatch() {
         sim::SimulationConfig config;
         config.model = {.layers = 4, .hidden = 64, .heads = 4, .context = 512, .vocab = 256};
-        config.grid = {.dp = 2, .pp = 2};
-        config.microbatches = 2;
+        config.layout.grid = {.dp = 2, .pp = 2};
+        config.layout.microbatches = 2;
         config.lengths = "long-tail:context=512,median=64";
         config.documents = 200;
         config.seed = 3;
@@ -181,7 +181,7 @@ private slots:
         auto result = sim::simulate(config, nullptr);
         QVERIFY2(result, result ? "" : result.error().message.c_str());
         QCOMPARE(result->documents, std::int64_t(200));
-        QVERIFY(result->steps.back().microbatches < 2 * config.microbatches);
+        QVERIFY(result->steps.back().microbatches < 2 * config.layout.microbatches);
         QVERIFY(result->steps.back().duration_ns > 0);
     }
 
@@ -212,7 +212,7 @@ private slots:
     // slower than the step and never faster than the core can do its work.
     void sharedCoresPlayProcessorSharing() {
         SimulationConfig dp4 = hand_config(parallel::PipelineSchedule::one_f_one_b);
-        dp4.grid = {.dp = 4, .tp = 1, .pp = 1, .cp = 1};
+        dp4.layout.grid = {.dp = 4, .tp = 1, .pp = 1, .cp = 1};
         dp4.cost_model = round_cost_model(1);
         // A free reduction, so that only compute and the update are left to share.
         dp4.cost_model->collectives.push_back(collective_cost(kDpAllReduce, 0, 0));
@@ -321,9 +321,9 @@ private slots:
         QFETCH(int, microbatches);
         SimulationConfig config;
         config.model = {.layers = stages, .hidden = 4, .heads = 1, .context = 8, .vocab = 16};
-        config.grid.pp = stages;
-        config.schedule = schedule;
-        config.microbatches = microbatches;
+        config.layout.grid.pp = stages;
+        config.layout.schedule = schedule;
+        config.layout.microbatches = microbatches;
         config.steps = 1;
         config.document_lengths.assign(static_cast<std::size_t>(microbatches) * 2, 8);
         config.cost_model = round_cost_model(stages, 0, 0);
@@ -358,10 +358,10 @@ private slots:
         const int v = schedule == parallel::PipelineSchedule::interleaved ? 2 : 1;
         SimulationConfig config;
         config.model = {.layers = stages * v, .hidden = 4, .heads = 1, .context = 8, .vocab = 16};
-        config.grid.pp = stages;
-        config.schedule = schedule;
-        config.virtual_stages = v;
-        config.microbatches = microbatches;
+        config.layout.grid.pp = stages;
+        config.layout.schedule = schedule;
+        config.layout.virtual_stages = v;
+        config.layout.microbatches = microbatches;
         config.steps = 1;
         config.document_lengths.assign(static_cast<std::size_t>(microbatches), 8);
         analysis::CostModel model = round_cost_model(stages, 0, 0);
@@ -386,10 +386,10 @@ private slots:
     void interleavedOddStepRunsDepthFirst() {
         SimulationConfig config;
         config.model = {.layers = 4, .hidden = 32, .heads = 4, .context = 128, .vocab = 256};
-        config.grid.pp = 2;
-        config.schedule = parallel::PipelineSchedule::interleaved;
-        config.virtual_stages = 2;
-        config.microbatches = 4;
+        config.layout.grid.pp = 2;
+        config.layout.schedule = parallel::PipelineSchedule::interleaved;
+        config.layout.virtual_stages = 2;
+        config.layout.microbatches = 4;
         config.steps = 3;
         config.lengths = "lognormal:median=40,sigma=0.9";
         config.documents = 20;
@@ -428,13 +428,13 @@ private slots:
         QFETCH(parallel::Recompute, recompute);
         SimulationConfig config;
         config.model = {.layers = 4, .hidden = 64, .heads = 2, .context = 64, .vocab = 16};
-        config.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 1};
-        config.microbatches = 2;
+        config.layout.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 1};
+        config.layout.microbatches = 2;
         config.steps = 1;
         config.document_lengths.assign(4, 64);
-        config.sequence_parallel = sequence_parallel;
+        config.layout.sequence_parallel = sequence_parallel;
         config.dtype = dtype;
-        config.recompute = recompute;
+        config.layout.recompute = recompute;
         const QString path =
             work_.filePath(QString("bytes-%1.fulcrum").arg(QTest::currentDataTag()));
         SimulationOutput output;
@@ -596,17 +596,17 @@ private slots:
     void overlappedGradientReduction() {
         SimulationConfig config;
         config.model = {.layers = 8, .hidden = 1024, .heads = 8, .context = 2048, .vocab = 256};
-        config.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 1};
-        config.microbatches = 4;
+        config.layout.grid = {.dp = 2, .tp = 1, .pp = 2, .cp = 1};
+        config.layout.microbatches = 4;
         config.steps = 1;
         config.document_lengths.assign(16, 2048);
         const double off = must(simulate(config, nullptr)).mean_step_ns;
         config.overlap_grad_reduce = true;
         const double on = must(simulate(config, nullptr)).mean_step_ns;
-        const StageCosts costs =
-            resolve_costs(nullptr, {}, config.model, config.grid, config.hardware, config.knobs());
+        const StageCosts costs = resolve_costs(nullptr, {}, config.model, config.layout.grid,
+                                               config.hardware, config.knobs());
         const double reduction = static_cast<double>(predict_collective_ns(
-            costs.dp_all_reduce, stage_parameters(config.model, config.grid, 0) * 4));
+            costs.dp_all_reduce, stage_parameters(config.model, config.layout.grid, 0) * 4));
         QVERIFY2(on < off, qPrintable(QString("on %1, off %2").arg(on).arg(off)));
         QVERIFY(on >= off - reduction);
     }
@@ -721,7 +721,7 @@ private slots:
 
     void deterministic() {
         SimulationConfig config = skewed_config(balance::Balancer::wlb);
-        config.grid.tp = 2;
+        config.layout.grid.tp = 2;
         config.steps = 3;
         const SimulationResult a = must(simulate(config, nullptr));
         const SimulationResult b = must(simulate(config, nullptr));
@@ -760,7 +760,7 @@ private slots:
     // lane each, properly nested ranges inside each step, the CP shards in the workload table.
     void writtenRun() {
         SimulationConfig config = skewed_config(balance::Balancer::wlb);
-        config.grid = {.dp = 2, .tp = 2, .pp = 2, .cp = 2};
+        config.layout.grid = {.dp = 2, .tp = 2, .pp = 2, .cp = 2};
         config.steps = 2;
         const std::string path = work_.filePath("written.fulcrum").toStdString();
         SimulationOutput output;
@@ -916,9 +916,9 @@ private slots:
         QFETCH(QString, message);
         SimulationConfig config = skewed_config(balance::Balancer::fixed);
         if (change == "pp") {
-            config.grid.pp = 8;
+            config.layout.grid.pp = 8;
         } else if (change == "tp") {
-            config.grid.tp = 3;
+            config.layout.grid.tp = 3;
         } else if (change == "lengths") {
             config.lengths.clear();
         } else if (change == "spec") {

@@ -13,8 +13,8 @@ inline constexpr const char* kHotSwitchSpec = "0-1024:dp4;1024-2048:dp2,tp2;2048
 inline sim::SimulationConfig hot_switch_workload() {
     sim::SimulationConfig config;
     config.model = {.layers = 4, .hidden = 256, .heads = 8, .context = 4096, .vocab = 256};
-    config.grid = parallel::GridShape{.tp = 4};
-    config.microbatches = 4;
+    config.layout.grid = parallel::GridShape{.tp = 4};
+    config.layout.microbatches = 4;
     config.lengths = "long-tail:context=4096,median=512";
     config.documents = 256;
     config.steps = 3;

@@ -562,7 +562,7 @@ private slots:
         for (auto balancer : {balance::Balancer::fixed, balance::Balancer::wlb}) {
             sim::SimulationConfig config;
             config.balancer = balancer;
-            config.grid.pp = 2;
+            config.layout.grid.pp = 2;
             config.epochs = 1;
             config.documents = 100;
             config.lengths = "long-tail:context=256,median=32";

@@ -156,9 +156,12 @@ std::vector<std::string> layout_arguments(const plan::Candidate& c) {
     return words;
 }
 
-std::vector<std::string> train_arguments(const plan::PlanRequest& request,
-                                         const plan::Candidate& c) {
-    const sim::SimulationConfig config = plan::simulation_config(request, c);
+namespace {
+
+// train_arguments and simulate_arguments with the candidate's simulation config already made
+// (it merges calibrations and sizes wlb's S_max from memory: made once for both lines).
+Words train_words(const plan::PlanRequest& request, const plan::Candidate& c,
+                  const sim::SimulationConfig& config) {
     Words words = {"mpirun", "-np", std::to_string(c.layout.grid.world()), "fulcrum-train"};
     const Words layout = layout_arguments(c);
     words.insert(words.end(), layout.begin(), layout.end());
@@ -172,9 +175,8 @@ std::vector<std::string> train_arguments(const plan::PlanRequest& request,
     return words;
 }
 
-std::vector<std::string> simulate_arguments(const plan::PlanRequest& request,
-                                            const plan::Candidate& c) {
-    const sim::SimulationConfig config = plan::simulation_config(request, c);
+Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
+                     const sim::SimulationConfig& config) {
     const sim::HardwareAssumptions& hw = request.hardware;
     Words words = {"fulcrum", "simulate"};
     for (const std::string& run : request.calibration_runs) {
@@ -209,11 +211,24 @@ std::vector<std::string> simulate_arguments(const plan::PlanRequest& request,
     return words;
 }
 
+}  // namespace
+
+std::vector<std::string> train_arguments(const plan::PlanRequest& request,
+                                         const plan::Candidate& c) {
+    return train_words(request, c, plan::simulation_config(request, c));
+}
+
+std::vector<std::string> simulate_arguments(const plan::PlanRequest& request,
+                                            const plan::Candidate& c) {
+    return simulate_words(request, c, plan::simulation_config(request, c));
+}
+
 void write_commands(const plan::PlanRequest& request, plan::PlanResult& result) {
     for (plan::Candidate& c : result.candidates) {
         if (c.status == plan::CandidateStatus::ranked) {
-            c.train_command = shell_quote(train_arguments(request, c));
-            c.simulate_command = shell_quote(simulate_arguments(request, c));
+            const sim::SimulationConfig config = plan::simulation_config(request, c);
+            c.train_command = shell_quote(train_words(request, c, config));
+            c.simulate_command = shell_quote(simulate_words(request, c, config));
         }
     }
 }

@@ -20,6 +20,26 @@ Precision Precision::fp32() {
     return precision;
 }
 
+MemoryShape memory_shape(const ModelShape& model, const Layout& layout) {
+    MemoryShape shape;
+    shape.layers = model.layers;
+    shape.hidden = model.hidden;
+    shape.heads = model.heads;
+    shape.vocab = model.vocab;
+    shape.sequence = model.context;
+    shape.dp = layout.grid.dp;
+    shape.tp = layout.grid.tp;
+    shape.pp = layout.grid.pp;
+    shape.cp = layout.grid.cp;
+    shape.virtual_stages = layout.virtual_stages;
+    shape.schedule = layout.schedule;
+    shape.microbatches = layout.microbatches;
+    shape.stage_layers = layout.stage_layers;
+    shape.recompute = layout.recompute;
+    shape.sequence_parallel = layout.sequence_parallel;
+    return shape;
+}
+
 double layer_parameters(const MemoryShape& shape) {
     const double h = shape.hidden;
     const double f = shape.ffn_hidden > 0 ? shape.ffn_hidden : 4.0 * h;

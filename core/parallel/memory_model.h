@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/parallel/layout.h"
 #include "core/parallel/recompute.h"
 #include "core/parallel/schedule.h"
 #include "core/util/result.h"
@@ -90,6 +91,10 @@ struct StageMemory {
     double model_state_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes; }
     double total_bytes() const { return model_state_bytes() + activations_bytes; }
 };
+
+// The shape of `model` under `layout`: one sequence of the context a micro-batch, the other
+// knobs (attention, offload, precision) at their defaults for the caller to set.
+MemoryShape memory_shape(const ModelShape& model, const Layout& layout);
 
 // Parameters of one transformer layer: 4h² + 4h (QKV and output projection with biases),
 // 2h·f + f + h (the MLP), 4h (two LayerNorms).

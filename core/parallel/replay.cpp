@@ -18,8 +18,9 @@ std::int64_t ReplayResult::bubble_ns(int stage) const {
 std::optional<double> ReplayResult::bubble_fraction() const {
     std::int64_t busy = 0, bubble = 0;
     for (std::size_t s = 0; s < stages.size(); ++s) {
-        busy += makespan_ns - bubble_ns(static_cast<int>(s));
-        bubble += bubble_ns(static_cast<int>(s));
+        const std::int64_t idle = bubble_ns(static_cast<int>(s));
+        busy += makespan_ns - idle;
+        bubble += idle;
     }
     return parallel::bubble_fraction(static_cast<double>(bubble), static_cast<double>(busy));
 }

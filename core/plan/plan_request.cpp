@@ -42,22 +42,7 @@ std::int64_t resolved_documents(const PlanRequest& request) {
 }
 
 parallel::MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate) {
-    parallel::MemoryShape shape;
-    shape.layers = request.model.layers;
-    shape.hidden = request.model.hidden;
-    shape.heads = request.model.heads;
-    shape.vocab = request.model.vocab;
-    shape.sequence = request.model.context;
-    shape.dp = candidate.layout.grid.dp;
-    shape.tp = candidate.layout.grid.tp;
-    shape.pp = candidate.layout.grid.pp;
-    shape.cp = candidate.layout.grid.cp;
-    shape.virtual_stages = candidate.layout.virtual_stages;
-    shape.schedule = candidate.layout.schedule;
-    shape.microbatches = candidate.layout.microbatches;
-    shape.stage_layers = candidate.layout.stage_layers;
-    shape.recompute = candidate.layout.recompute;
-    shape.sequence_parallel = candidate.layout.sequence_parallel;
+    parallel::MemoryShape shape = parallel::memory_shape(request.model, candidate.layout);
     shape.flash_attention = request.flash_attention;
     shape.attention_chunk = candidate.attention_chunk;
     shape.offload = candidate.offload;
@@ -141,18 +126,12 @@ Status validate(const PlanRequest& request) {
 sim::SimulationConfig simulation_config(const PlanRequest& request, const Candidate& candidate) {
     sim::SimulationConfig config;
     config.model = request.model;
-    config.layout.grid = candidate.layout.grid;
-    config.layout.schedule = candidate.layout.schedule;
-    config.layout.virtual_stages = candidate.layout.virtual_stages;
+    config.layout = candidate.layout;
     config.balancer = candidate.balancer;
     config.sharding = candidate.sharding;
-    config.layout.microbatches = candidate.layout.microbatches;
     config.steps = request.steps;
-    config.layout.recompute = candidate.layout.recompute;
-    config.layout.sequence_parallel = candidate.layout.sequence_parallel;
     config.dtype = request.dtype;
     config.overlap_grad_reduce = request.overlap_grad_reduce;
-    config.layout.stage_layers = candidate.layout.stage_layers;
     config.lengths = request.lengths;
     config.documents = resolved_documents(request);
     config.document_lengths = request.document_lengths;

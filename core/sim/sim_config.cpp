@@ -58,21 +58,7 @@ Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& confi
 }
 
 std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
-    parallel::MemoryShape shape;
-    shape.layers = config.model.layers;
-    shape.hidden = config.model.hidden;
-    shape.heads = config.model.heads;
-    shape.vocab = config.model.vocab;
-    shape.dp = config.layout.grid.dp;
-    shape.tp = config.layout.grid.tp;
-    shape.pp = config.layout.grid.pp;
-    shape.cp = config.layout.grid.cp;
-    shape.virtual_stages = config.layout.virtual_stages;
-    shape.schedule = config.layout.schedule;
-    shape.microbatches = config.layout.microbatches;
-    shape.stage_layers = config.layout.stage_layers;
-    shape.recompute = config.layout.recompute;
-    shape.sequence_parallel = config.layout.sequence_parallel;
+    parallel::MemoryShape shape = parallel::memory_shape(config.model, config.layout);
     shape.flash_attention = true;
     shape.precision.distributed_optimizer = true;
     const double budget = config.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0;

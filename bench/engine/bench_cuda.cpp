@@ -61,11 +61,11 @@ std::string document(int length, int seed) {
 void bench_training(Precision precision, int dense_rows) {
     CudaBackend backend(precision);
     backend.set_dense_attention_rows(dense_rows);
-    GptConfig config;
-    config.n_layer = 12;
-    config.channels = 768;
-    config.n_head = 12;
-    config.max_context = 4096;
+    ModelShape config;
+    config.layers = 12;
+    config.hidden = 768;
+    config.heads = 12;
+    config.context = 4096;
     GptModel model(backend, config);
     model.initialize(1);
     TrainConfig train;
@@ -82,7 +82,7 @@ void bench_training(Precision precision, int dense_rows) {
         trainer.step(batches);  // the gradient norm waits for the device every step
     backend.synchronize(kComputeStream);
     const double seconds = seconds_since(start) / steps;
-    const double S = context, h = config.channels, V = 256, L = config.n_layer;
+    const double S = context, h = config.hidden, V = 256, L = config.layers;
     const double sum_d2 = S * S;
     const double flops = L * (72 * S * h * h + 6 * h * sum_d2) + 6 * S * h * V;
     std::printf("%-6s %-16s | %8.0f tokens/s | %7.1f ms/step | %7.1f TFLOP/s | MFU %5.1f%%\n",

@@ -42,23 +42,23 @@ double time_sgemm(int m, int n, int k, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    GptConfig config;
-    config.n_layer = 4;
-    config.channels = 256;
-    config.n_head = 8;
-    config.max_context = 1024;
+    ModelShape config;
+    config.layers = 4;
+    config.hidden = 256;
+    config.heads = 8;
+    config.context = 1024;
     int tokens = 2048;
     int document_length = 256;
     int repeats = 5;
     CLI::App app{"CPU engine throughput against OpenBLAS sgemm on the same shapes"};
-    app.add_option("--layers", config.n_layer)->capture_default_str();
-    app.add_option("--hidden", config.channels)->capture_default_str();
-    app.add_option("--heads", config.n_head)->capture_default_str();
+    app.add_option("--layers", config.layers)->capture_default_str();
+    app.add_option("--hidden", config.hidden)->capture_default_str();
+    app.add_option("--heads", config.heads)->capture_default_str();
     app.add_option("--tokens", tokens, "Tokens per micro-batch")->capture_default_str();
     app.add_option("--document-length", document_length)->capture_default_str();
     app.add_option("--repeats", repeats)->capture_default_str();
     CLI11_PARSE(app, argc, argv);
-    config.max_context = std::max(config.max_context, document_length);
+    config.context = std::max(config.context, document_length);
 
     CpuBackend backend(1);
     GptModel model(backend, config);
@@ -84,17 +84,17 @@ int main(int argc, char** argv) {
 
     // Training FLOPs (docs/sources.md, "FLOPs"): per layer 72·S·C² + 6·C·Σd², plus the LM head
     // 6·S·C·V.
-    const double s = tokens, c = config.channels, v = config.vocab_size;
+    const double s = tokens, c = config.hidden, v = config.vocab;
     double sum_d2 = 0;
     for (const auto& d : documents) {
         sum_d2 += double(d.size()) * double(d.size());
     }
     // Causal attention does half of the d² pairs: 6·C·Σd²/2·... docs/sources.md counts ≈ 6h·Σd².
-    const double flops = config.n_layer * (72.0 * s * c * c + 6.0 * c * sum_d2) + 6.0 * s * c * v;
+    const double flops = config.layers * (72.0 * s * c * c + 6.0 * c * sum_d2) + 6.0 * s * c * v;
     const double model_rate = flops / best_step;
 
     // sgemm on the model's shapes: the forward GEMMs of one layer, as FLOP-weighted rate.
-    const int t = tokens, ch = config.channels;
+    const int t = tokens, ch = config.hidden;
     struct Shape {
         const char* name;
         int m, n, k;
@@ -122,9 +122,9 @@ int main(int argc, char** argv) {
     }
     const double gemm_rate = gemm_flops / gemm_seconds;
 
-    std::printf("model %s, %d tokens in documents of %d, BLAS %s\n\n%s\n",
-                config.describe().c_str(), tokens, document_length,
-                CpuBackend::blas_description().c_str(), gemm_table.render().c_str());
+    std::printf("model %s, %d tokens in documents of %d, BLAS %s\n\n%s\n", describe(config).c_str(),
+                tokens, document_length, CpuBackend::blas_description().c_str(),
+                gemm_table.render().c_str());
     TextTable table({"figure", "value", "vs sgemm"}, {Align::left, Align::right, Align::right});
     char buffer[4][48];
     std::snprintf(buffer[0], 48, "%.0f", tokens / best_step);

@@ -81,7 +81,7 @@ void append_piece(const ParameterTensor& tensor, int tp_size, int tp_rank, int p
 std::vector<ElementRange> unit_elements(const ParameterLayout& layout, int tp_rank, int unit,
                                         Part part, int piece, int pieces) {
     std::vector<ElementRange> ranges;
-    const int layers = layout.config().n_layer;
+    const int layers = layout.config().layers;
     for (const ParameterTensor& tensor : layout.tensors()) {
         if (!in_unit(tensor, unit, part, layers)) {
             continue;
@@ -141,17 +141,17 @@ std::string number_text(double value) {
 
 }  // namespace
 
-Status HotSwitchTrainer::check(const parallel::HotSwitchSpec& spec, const GptConfig& model) {
+Status HotSwitchTrainer::check(const parallel::HotSwitchSpec& spec, const ModelShape& model) {
     for (const parallel::HotSwitchBucket& a : spec.buckets) {
         for (const parallel::HotSwitchBucket& b : spec.buckets) {
             const int pieces = std::lcm(a.layout.tp, b.layout.tp);
-            if (model.n_head % pieces != 0) {
+            if (model.heads % pieces != 0) {
                 return Error{ErrorCode::invalid_input,
                              "--hot-switch: switching between tp" + std::to_string(a.layout.tp) +
                                  " and tp" + std::to_string(b.layout.tp) +
                                  " cuts each layer's tensors into " + std::to_string(pieces) +
                                  " pieces of whole heads, but --heads is " +
-                                 std::to_string(model.n_head) + "; use TP degrees whose " +
+                                 std::to_string(model.heads) + "; use TP degrees whose " +
                                  "least common multiple divides the heads"};
             }
         }
@@ -194,7 +194,7 @@ HotSwitchTrainer::HotSwitchTrainer(Backend& backend, Communicator& world,
 HotSwitchTrainer::SwitchWork HotSwitchTrainer::prepare(const LayoutEngine& from,
                                                        const LayoutEngine& to, bool parameters,
                                                        bool gradients) const {
-    const int me = world_.rank(), world = world_.size(), layers = config_.model.n_layer;
+    const int me = world_.rank(), world = world_.size(), layers = config_.model.layers;
     const ParameterLayout& from_layout = from.model->layout();
     const ParameterLayout& to_layout = to.model->layout();
     const int from_tp = from.topology->coordinates().tp, to_tp = to.topology->coordinates().tp;
@@ -394,7 +394,7 @@ Status HotSwitchTrainer::run_bucket(int b, const std::vector<balance::Document>&
     // its upper bound (the context for the open one), max(1, ⌈tokens / (capacity · dp)⌉)
     // micro-batches per replica, one epoch of its documents (another round of passes when
     // packing leaves some over).
-    const std::int64_t context = config_.model.max_context;
+    const std::int64_t context = config_.model.context;
     const std::int64_t capacity =
         bucket.max_length > 0 && bucket.max_length < context ? bucket.max_length : context;
     std::vector<std::int64_t> lengths(documents_.texts.size(), 0);

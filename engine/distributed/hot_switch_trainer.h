@@ -39,7 +39,7 @@ namespace fulcrum::engine {
 
 struct HotSwitchConfig {
     parallel::HotSwitchSpec spec;
-    GptConfig model;
+    ModelShape model;
     std::uint64_t seed = 1;
     ChunkedAttentionOptions attention;
     Recompute recompute = Recompute::none;
@@ -70,7 +70,7 @@ class HotSwitchTrainer {
 public:
     // Checks what a spec needs of this model beyond parse_hot_switch_spec: lcm of any two TP
     // degrees divides the heads (a switch cuts every split tensor into that many pieces).
-    static Status check(const parallel::HotSwitchSpec& spec, const GptConfig& model);
+    static Status check(const parallel::HotSwitchSpec& spec, const ModelShape& model);
 
     // `world`: host MPI, for plans and the switches' host buffers; `device_world`: what the
     // layouts' groups are split from (the world itself on the CPU).

@@ -67,23 +67,23 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
     const int p = topology.shape().pp, v = config.virtual_stages;
     FULCRUM_CHECK(v == 1 || config.schedule == PipelineSchedule::interleaved,
                   "virtual stages are for the interleaved schedule");
-    FULCRUM_CHECK(p * v <= model.config().n_layer, "every model chunk needs a layer");
+    FULCRUM_CHECK(p * v <= model.config().layers, "every model chunk needs a layer");
     FULCRUM_CHECK(
         config.stage_layers.empty() ||
-            parallel::check_stage_layers(config.stage_layers, p * v, model.config().n_layer).ok(),
+            parallel::check_stage_layers(config.stage_layers, p * v, model.config().layers).ok(),
         "stage_layers: one count of at least 1 per model chunk, summing to the layers");
     FULCRUM_CHECK(config.schedule != PipelineSchedule::interleaved || p >= 2,
                   "the interleaved schedule needs at least 2 pipeline stages");
     for (int k = 0; k < v; ++k) {
         chunk_layers_.push_back(engine::chunk_layers(topology.coordinates().pp, k, p, v,
-                                                     model.config().n_layer, config_.stage_layers));
+                                                     model.config().layers, config_.stage_layers));
     }
     // The Activations made in step() keep what W passes need when the schedule splits them off.
     model_.set_split_backward(parallel::splits_backward(config.schedule));
 }
 
 std::vector<bool> ParallelTrainer::blocks_held() const {
-    std::vector<bool> held(std::size_t(model_.config().n_layer), false);
+    std::vector<bool> held(std::size_t(model_.config().layers), false);
     for (const LayerRange& layers : chunk_layers_) {
         for (int l = layers.first; l < layers.last; ++l) {
             held[std::size_t(l)] = true;
@@ -503,7 +503,7 @@ std::vector<float> ParallelTrainer::gather_parameters() {
             continue;  // world rank 0's own
         }
         const LayerRange layers =
-            engine::chunk_layers(stage, c / p, p, v, model_.config().n_layer, config_.stage_layers);
+            engine::chunk_layers(stage, c / p, p, v, model_.config().layers, config_.stage_layers);
         ElementRange range = layout.block_range(layers.first, layers.last);
         if (c == p * v - 1) {
             range.count = layout.total() - range.offset;  // blocks and lnf, which follow them

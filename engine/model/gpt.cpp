@@ -48,7 +48,7 @@ Tensor cp_local_kv(const Tensor& qkv) {
 }
 
 // The layout is built in the constructor's initialiser list: the config is checked first.
-const GptConfig& validated(const GptConfig& config) {
+const ModelShape& validated(const ModelShape& config) {
     const Status valid = validate(config);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
     return config;
@@ -74,25 +74,25 @@ constexpr std::int64_t kIntsPerToken = 3;  // tokens, targets, positions
 
 // ---- Activations --------------------------------------------------------------------------
 
-Activations::Activations(Backend& backend, const GptConfig& config, int tp_size)
+Activations::Activations(Backend& backend, const ModelShape& config, int tp_size)
     : backend_(backend), config_(config), tp_size_(tp_size) {
     const Status valid = validate_tensor_parallel(config, tp_size);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
-    blocks.resize(std::size_t(config_.n_layer));
+    blocks.resize(std::size_t(config_.layers));
     Run whole;
-    whole.last = config_.n_layer;
+    whole.last = config_.layers;
     runs_.push_back(std::move(whole));
-    held_runs_.assign(std::size_t(config_.n_layer), 0);
+    held_runs_.assign(std::size_t(config_.layers), 0);
 }
 
 Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
     : Activations(model.backend(), model.config(), model.parallel().tp_size()) {
-    FULCRUM_CHECK(blocks_held.empty() || int(blocks_held.size()) == config_.n_layer,
+    FULCRUM_CHECK(blocks_held.empty() || int(blocks_held.size()) == config_.layers,
                   "one flag per block");
     if (!blocks_held.empty()) {
         runs_.clear();
-        held_runs_.assign(std::size_t(config_.n_layer), -1);
-        for (int l = 0; l < config_.n_layer; ++l) {
+        held_runs_.assign(std::size_t(config_.layers), -1);
+        for (int l = 0; l < config_.layers; ++l) {
             if (!blocks_held[std::size_t(l)]) {
                 continue;
             }
@@ -112,7 +112,7 @@ Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
     recompute_ = model.recompute();
     keeps_output_gradients_ = model.splits_backward();
     if (keeps_output_gradients_) {
-        output_gradients.resize(std::size_t(config_.n_layer));
+        output_gradients.resize(std::size_t(config_.layers));
     }
 }
 
@@ -129,17 +129,17 @@ Activations::Run& Activations::run_of(int first, int last) {
 float* Activations::host_q(int layer) const {
     const Run& run = runs_[std::size_t(held_runs_[std::size_t(layer)])];
     return run.host_q.get() +
-           std::int64_t(layer - run.first) * run.q_rows * (config_.channels / tp_size_);
+           std::int64_t(layer - run.first) * run.q_rows * (config_.hidden / tp_size_);
 }
 
 float* Activations::host_kv(int layer) const {
     const Run& run = runs_[std::size_t(held_runs_[std::size_t(layer)])];
     return run.host_kv.get() +
-           std::int64_t(layer - run.first) * run.kv_rows * 2 * (config_.channels / tp_size_);
+           std::int64_t(layer - run.first) * run.kv_rows * 2 * (config_.hidden / tp_size_);
 }
 
 QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const {
-    FULCRUM_CHECK(layer >= 0 && layer < config_.n_layer, "no such block");
+    FULCRUM_CHECK(layer >= 0 && layer < config_.layers, "no such block");
     if (offload_qkv_) {
         FULCRUM_CHECK(held_runs_[std::size_t(layer)] >= 0 && host_q(layer) != nullptr,
                       "block's Q, K and V have no host memory: not held, or released");
@@ -150,7 +150,7 @@ QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const 
 }
 
 Tensor Activations::block_input(int layer) const {
-    FULCRUM_CHECK(layer >= 0 && layer <= config_.n_layer, "no such block");
+    FULCRUM_CHECK(layer >= 0 && layer <= config_.layers, "no such block");
     return layer == 0 ? encoded : blocks[layer - 1].residual3;
 }
 
@@ -167,7 +167,7 @@ bool Activations::output_gradients_in_forward_rows() const {
 
 void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gradients,
                             std::int64_t n, std::int64_t gathered_rows) {
-    const std::int64_t c = config_.channels;
+    const std::int64_t c = config_.hidden;
     const std::int64_t cl = c / tp_size_;
     const std::int64_t ns = shard_.rows;  // rows of the residual stream: n, or a TP shard
     Carver& f = kept;
@@ -200,7 +200,7 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
             }
             if (recompute_ == Recompute::none) {
                 b.atty = f.take({n, cl});
-                b.att_lse = b_only.take({n, config_.n_head / tp_size_});
+                b.att_lse = b_only.take({n, config_.heads / tp_size_});
             }
             b.residual2 = residual.take({ns, c});
             b.ln2 = f.take({ns, c});
@@ -211,17 +211,17 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
         }
         b.residual3 = residual.take({ns, c});
     }
-    if (run.last == config_.n_layer) {
+    if (run.last == config_.layers) {
         lnf = f.take({ns, c});
         lnf_mean = f.take({ns});
         lnf_rstd = f.take({ns});
-        probs = probabilities.take({ns, config_.vocab_size});
+        probs = probabilities.take({ns, config_.vocab});
         losses = b_only.take({ns});
     }
 }
 
 void Activations::carve_output_gradients(const Run& run, Carver& d, std::int64_t n) {
-    const std::int64_t c = config_.channels;
+    const std::int64_t c = config_.hidden;
     const std::int64_t cl = c / tp_size_;
     const std::int64_t ns = shard_.rows;
     const bool in_rows = output_gradients_in_forward_rows();
@@ -234,8 +234,8 @@ void Activations::carve_output_gradients(const Run& run, Carver& d, std::int64_t
         o.attn_proj_out = in_residual ? b.residual2 : d.take({n, c});
         o.qkv = in_rows && !offload_qkv_ ? b.qkv : d.take({n, 3 * cl});
     }
-    if (run.last == config_.n_layer) {
-        head_output_gradients.logits = in_rows ? probs : d.take({ns, config_.vocab_size});
+    if (run.last == config_.layers) {
+        head_output_gradients.logits = in_rows ? probs : d.take({ns, config_.vocab});
     }
 }
 
@@ -255,7 +255,7 @@ void Activations::allocate_run(Run& run, bool output_gradients_buffer) {
     reserve(backend_, run.kept, count_kept);
     reserve(backend_, run.until_input_gradients, count_until);
     if (offload_qkv_) {
-        const std::int64_t cl = config_.channels / tp_size_, blocks_in_run = run.last - run.first;
+        const std::int64_t cl = config_.hidden / tp_size_, blocks_in_run = run.last - run.first;
         // K/V rows: the query rows' own serially, the gathered ones under CP.
         const std::int64_t kv_rows = gathered_rows > 0 ? gathered_rows : n;
         if (n > run.q_rows) {
@@ -316,7 +316,7 @@ void Activations::allocate_output_gradients(int first, int last) {
 }
 
 void Activations::empty_views(const Run& run, Part part) {
-    const bool head = run.last == config_.n_layer;
+    const bool head = run.last == config_.layers;
     if (part == Part::until_input_gradients) {
         const bool in_rows = output_gradients_in_forward_rows();
         if (in_rows) {
@@ -385,7 +385,7 @@ void Activations::release_blocks(int first, int last) {
 
 // ---- GptModel -----------------------------------------------------------------------------
 
-GptModel::GptModel(Backend& backend, const GptConfig& config, ModelParallel parallel)
+GptModel::GptModel(Backend& backend, const ModelShape& config, ModelParallel parallel)
     : backend_(backend),
       config_(config),
       parallel_(parallel),
@@ -405,8 +405,8 @@ void GptModel::set_attention_chunking(ChunkedAttentionOptions options) {
                   "selective recomputation needs the attention's Q, K, V on the device: not "
                   "with chunked attention");
     const int tp = parallel_.tp_size();
-    attention_ = std::make_unique<ChunkedAttention>(backend_, int(config_.channels / tp),
-                                                    config_.n_head / tp, options);
+    attention_ = std::make_unique<ChunkedAttention>(backend_, int(config_.hidden / tp),
+                                                    config_.heads / tp, options);
 }
 
 void GptModel::set_recompute(Recompute recompute) {
@@ -501,7 +501,7 @@ void GptModel::begin_backward(const Activations& acts) {
     check_activations(acts);
     const std::int64_t n = acts.n_tokens();
     const std::int64_t ns = acts.sequence_shard().rows;
-    const std::int64_t c = config_.channels;
+    const std::int64_t c = config_.hidden;
     const std::int64_t cl = c / parallel_.tp_size();
     auto carve = [&](Carver& f) {
         scratch_.dresidual = f.take({ns, c});
@@ -511,7 +511,7 @@ void GptModel::begin_backward(const Activations& acts) {
         scratch_.dqkv = f.take({n, 3 * cl});
         scratch_.dfch = f.take({n, 4 * cl});
         scratch_.dfch_gelu = f.take({n, 4 * cl});
-        scratch_.dlogits = f.take({ns, config_.vocab_size});
+        scratch_.dlogits = f.take({ns, config_.vocab});
     };
     Carver count(nullptr, DType::f32);
     carve(count);
@@ -564,20 +564,20 @@ void GptModel::load_micro_batch(const ContextShard& shard, Activations& acts) {
 double GptModel::forward(const TokenBatch& batch, Activations& acts) {
     load_micro_batch(batch, acts);
     forward_embedding(acts);
-    forward_blocks(0, config_.n_layer, acts);
+    forward_blocks(0, config_.layers, acts);
     return forward_head(acts);
 }
 
 double GptModel::forward(const ContextShard& shard, Activations& acts) {
     load_micro_batch(shard, acts);
     forward_embedding(acts);
-    forward_blocks(0, config_.n_layer, acts);
+    forward_blocks(0, config_.layers, acts);
     return forward_head(acts);
 }
 
 void GptModel::backward(Activations& acts, float loss_scale) {
     backward_head(acts, loss_scale);
-    backward_blocks(0, config_.n_layer, acts);
+    backward_blocks(0, config_.layers, acts);
     backward_embedding(acts);
 }
 
@@ -591,7 +591,7 @@ void GptModel::forward_embedding(Activations& acts) {
 // ---- sequence parallelism (tensor_parallel.h) ----------------------------------------------
 
 Tensor GptModel::sequence_buffer(const Activations& acts) {
-    const std::int64_t n = acts.n_tokens(), c = config_.channels;
+    const std::int64_t n = acts.n_tokens(), c = config_.hidden;
     reserve(backend_, sequence_storage_, sequence_capacity_, n * c);
     return sequence_storage_.f32(0, {n, c});
 }
@@ -644,7 +644,7 @@ BlockActivations GptModel::block_activations(const Activations& acts, int layer)
     // The recompute workspace: one block's worth of what the Activations do not keep
     // (recompute.h), in the same shapes.
     const std::int64_t n = acts.n_tokens(), ns = acts.sequence_shard().rows;
-    const std::int64_t c = config_.channels, cl = c / parallel_.tp_size();
+    const std::int64_t c = config_.hidden, cl = c / parallel_.tp_size();
     const bool full = recompute_ == Recompute::full;
     const std::int64_t gathered =
         full && acts.context_parallel() && !acts.offloads_qkv() ? acts.exchange.total_rows() : 0;
@@ -678,7 +678,7 @@ BlockActivations GptModel::block_activations(const Activations& acts, int layer)
 }
 
 void GptModel::forward_blocks(int first, int last, Activations& acts) {
-    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
+    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.layers, "bad block range");
     check_activations(acts);
     for (int l = first; l < last; ++l) {
         forward_block(l, acts, block_activations(acts, l), false);
@@ -687,7 +687,7 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
 
 void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a,
                              bool for_backward) {
-    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    const std::int64_t cl = config_.hidden / parallel_.tp_size();
     // Row-parallel biases are added once, by TP rank 0, before the all-reduce (tensor_parallel.h).
     const bool adds_row_parallel_bias = parallel_.tp_rank() == 0;
     Backend& be = backend_;
@@ -767,7 +767,7 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
 double GptModel::forward_head(Activations& acts) {
     Backend& be = backend_;
     const SequenceShard rows = acts.sequence_shard();
-    be.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, acts.block_input(config_.n_layer),
+    be.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, acts.block_input(config_.layers),
                          weights_.lnf_weight, weights_.lnf_bias);
     be.matmul_forward(acts.probs, acts.lnf, weights_.wte, Tensor{});  // logits
     be.crossentropy_forward(acts.losses, acts.probs, acts.probs,
@@ -798,7 +798,7 @@ void GptModel::backward_head(Activations& acts, float loss_scale, BackwardPart p
     }
     // The final LayerNorm's weight gradients in B too (backward_block says why).
     be.layernorm_backward(scratch_.dresidual, weight_grads_.lnf_weight, weight_grads_.lnf_bias, dln,
-                          acts.block_input(config_.n_layer), weights_.lnf_weight, acts.lnf_mean,
+                          acts.block_input(config_.layers), weights_.lnf_weight, acts.lnf_mean,
                           acts.lnf_rstd);
 }
 
@@ -812,7 +812,7 @@ void GptModel::backward_weights_head(Activations& acts) {
 }
 
 void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardPart part) {
-    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
+    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.layers, "bad block range");
     check_activations(acts);
     FULCRUM_CHECK(part == BackwardPart::whole || acts.keeps_output_gradients(),
                   "a split backward needs Activations made after set_split_backward(true)");
@@ -830,7 +830,7 @@ void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardP
 }
 
 void GptModel::backward_weights_blocks(int first, int last, Activations& acts) {
-    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
+    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.layers, "bad block range");
     check_activations(acts);
     FULCRUM_CHECK(acts.keeps_output_gradients(),
                   "a split backward needs Activations made after set_split_backward(true)");
@@ -852,7 +852,7 @@ void GptModel::recompute_block(int l, Activations& acts, const BlockActivations&
     }
     // Selective: only the attention core, from the kept Q, K and V (this rank's queries and
     // the gathered K|V under CP).
-    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    const std::int64_t cl = config_.hidden / parallel_.tp_size();
     instrument::Range attention_range(range_name::kAttention, Category::attention);
     if (acts.context_parallel()) {
         backend_.attention_forward(a.atty, a.att_lse, cp_queries(a.qkv), a.kv.columns(0, cl),
@@ -865,7 +865,7 @@ void GptModel::recompute_block(int l, Activations& acts, const BlockActivations&
 
 void GptModel::backward_block(int l, Activations& acts, const BlockActivations& a,
                               BackwardPart part) {
-    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    const std::int64_t cl = config_.hidden / parallel_.tp_size();
     Backend& be = backend_;
     BackwardScratch& s = scratch_;
     const BlockWeights& w = weights_.blocks[l];
@@ -964,7 +964,7 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
 }
 
 void GptModel::backward_weights_block(int l, Activations& acts, const BlockActivations& a) {
-    const std::int64_t cl = config_.channels / parallel_.tp_size();
+    const std::int64_t cl = config_.hidden / parallel_.tp_size();
     Backend& be = backend_;
     const BlockWeights& w = weights_.blocks[l];
     const BlockWeights& g = weight_grads_.blocks[l];
@@ -992,13 +992,13 @@ void GptModel::backward_weights_block(int l, Activations& acts, const BlockActiv
 }
 
 Tensor GptModel::exchange_staging(std::int64_t rows) {
-    const std::int64_t width = 2 * (config_.channels / parallel_.tp_size());
+    const std::int64_t width = 2 * (config_.hidden / parallel_.tp_size());
     reserve(backend_, staging_storage_, staging_capacity_, rows * width);
     return staging_storage_.f32(0, {rows, width});
 }
 
 std::pair<Tensor, Tensor> GptModel::offload_kv_scratch(const Activations& acts) {
-    const std::int64_t width = 2 * (config_.channels / parallel_.tp_size());
+    const std::int64_t width = 2 * (config_.hidden / parallel_.tp_size());
     const std::int64_t local = acts.n_tokens(), total = acts.exchange.total_rows();
     reserve(backend_, offload_kv_storage_, offload_kv_capacity_, (local + total) * width);
     return {offload_kv_storage_.f32(0, {local, width}),
@@ -1010,7 +1010,7 @@ std::int64_t GptModel::kv_rows(const Activations& acts) const {
 }
 
 int GptModel::n_head_local() const {
-    return config_.n_head / parallel_.tp_size();
+    return config_.heads / parallel_.tp_size();
 }
 
 void GptModel::backward_embedding(Activations& acts) {

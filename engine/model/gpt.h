@@ -116,7 +116,7 @@ class Activations {
 public:
     // tp_size: the TP degree of the model that will use it (GptModel checks); no
     // recomputation, sequence parallelism or split backward.
-    Activations(Backend& backend, const GptConfig& config, int tp_size = 1);
+    Activations(Backend& backend, const ModelShape& config, int tp_size = 1);
     // For `model`: its backend, config, TP degree and its settings of offload, recomputation,
     // sequence parallelism and split backward at this point (set them first). `blocks_held`
     // (one flag per block; empty: all) are the blocks a pipeline stage runs: only they get
@@ -230,7 +230,7 @@ private:
     void allocate_run(Run& run, bool output_gradients);
 
     Backend& backend_;
-    GptConfig config_;
+    ModelShape config_;
     int tp_size_ = 1;
     int tp_rank_ = 0;
     std::int64_t n_tokens_ = 0;
@@ -252,10 +252,10 @@ class GptModel {
 public:
     // `config` describes the whole model; with parallel.tp the parameters are that TP rank's
     // local layout (params.h). Aborts when TP does not divide the heads.
-    GptModel(Backend& backend, const GptConfig& config, ModelParallel parallel = {});
+    GptModel(Backend& backend, const ModelShape& config, ModelParallel parallel = {});
 
     Backend& backend() const { return backend_; }
-    const GptConfig& config() const { return config_; }
+    const ModelShape& config() const { return config_; }
     const ModelParallel& parallel() const { return parallel_; }
     const ParameterLayout& layout() const { return layout_; }  // the local layout
 
@@ -387,7 +387,7 @@ private:
     int n_head_local() const;
 
     Backend& backend_;
-    GptConfig config_;
+    ModelShape config_;
     ModelParallel parallel_;
     ParameterLayout layout_;
     DeviceBuffer param_storage_;

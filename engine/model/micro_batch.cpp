@@ -65,7 +65,7 @@ TokenBatch concatenate(std::span<const TokenBatch> parts) {
     return out;
 }
 
-Status validate(const TokenBatch& batch, const GptConfig& config) {
+Status validate(const TokenBatch& batch, const ModelShape& config) {
     auto invalid = [](std::string message) {
         return Status(Error{ErrorCode::invalid_input, "micro-batch: " + std::move(message)});
     };
@@ -76,27 +76,27 @@ Status validate(const TokenBatch& batch, const GptConfig& config) {
     for (std::int32_t length : batch.doc_lengths) {
         if (length < 1)
             return invalid("empty document");
-        if (length > config.max_context) {
+        if (length > config.context) {
             return invalid("a document of " + std::to_string(length) +
-                           " tokens is longer than max_context " +
-                           std::to_string(config.max_context) + "; pack with a smaller context");
+                           " tokens is longer than max_context " + std::to_string(config.context) +
+                           "; pack with a smaller context");
         }
         total += length;
     }
     if (total != batch.size())
         return invalid("document lengths do not add up to the tokens");
     for (std::size_t i = 0; i < batch.tokens.size(); ++i) {
-        if (batch.tokens[i] < 0 || batch.tokens[i] >= config.vocab_size) {
+        if (batch.tokens[i] < 0 || batch.tokens[i] >= config.vocab) {
             return invalid("token " + std::to_string(i) + " outside the vocabulary");
         }
-        if (batch.targets[i] < kernels::kNoTarget || batch.targets[i] >= config.vocab_size) {
+        if (batch.targets[i] < kernels::kNoTarget || batch.targets[i] >= config.vocab) {
             return invalid("target " + std::to_string(i) + " outside the vocabulary");
         }
     }
     return {};
 }
 
-Status validate(const ContextShard& shard, const GptConfig& config) {
+Status validate(const ContextShard& shard, const ModelShape& config) {
     auto invalid = [](std::string message) {
         return Status(Error{ErrorCode::invalid_input, "CP shard: " + std::move(message)});
     };
@@ -107,15 +107,15 @@ Status validate(const ContextShard& shard, const GptConfig& config) {
         return invalid("tokens, targets and positions differ in length");
     }
     for (std::size_t i = 0; i < n; ++i) {
-        if (shard.tokens[i] < 0 || shard.tokens[i] >= config.vocab_size) {
+        if (shard.tokens[i] < 0 || shard.tokens[i] >= config.vocab) {
             return invalid("token " + std::to_string(i) + " outside the vocabulary");
         }
-        if (shard.targets[i] < kernels::kNoTarget || shard.targets[i] >= config.vocab_size) {
+        if (shard.targets[i] < kernels::kNoTarget || shard.targets[i] >= config.vocab) {
             return invalid("target " + std::to_string(i) + " outside the vocabulary");
         }
-        if (shard.positions[i] < 0 || shard.positions[i] >= config.max_context) {
+        if (shard.positions[i] < 0 || shard.positions[i] >= config.context) {
             return invalid("position " + std::to_string(shard.positions[i]) +
-                           " is past max_context " + std::to_string(config.max_context) +
+                           " is past max_context " + std::to_string(config.context) +
                            "; pack with a smaller context");
         }
     }

@@ -48,6 +48,6 @@ TokenBatch concatenate(std::span<const TokenBatch> parts);
 
 // invalid_input when the batch is inconsistent or does not fit the model (a document longer
 // than max_context, a token outside the vocabulary, targets of the wrong size).
-Status validate(const TokenBatch& batch, const GptConfig& config);
+Status validate(const TokenBatch& batch, const ModelShape& config);
 
 }  // namespace fulcrum::engine

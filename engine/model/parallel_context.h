@@ -93,6 +93,6 @@ struct ContextShard {
 
 // invalid_input when the shard is inconsistent or does not fit the model (a token outside the
 // vocabulary, a position past max_context, an exchange that does not add up).
-Status validate(const ContextShard& shard, const GptConfig& config);
+Status validate(const ContextShard& shard, const ModelShape& config);
 
 }  // namespace fulcrum::engine

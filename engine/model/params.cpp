@@ -7,58 +7,58 @@
 
 namespace fulcrum::engine {
 
-std::int64_t GptConfig::parameter_count() const {
-    const std::int64_t c = channels;
-    return std::int64_t(vocab_size) * c + std::int64_t(max_context) * c +
-           std::int64_t(n_layer) * (12 * c * c + 13 * c) + 2 * c;
+std::int64_t parameter_count(const ModelShape& model) {
+    const std::int64_t c = model.hidden;
+    return std::int64_t(model.vocab) * c + std::int64_t(model.context) * c +
+           std::int64_t(model.layers) * (12 * c * c + 13 * c) + 2 * c;
 }
 
-std::string GptConfig::describe() const {
+std::string describe(const ModelShape& model) {
     std::ostringstream out;
-    out << "L" << n_layer << " C" << channels << " H" << n_head << " ctx" << max_context << " V"
-        << vocab_size << " (" << parameter_count() << " params)";
+    out << "L" << model.layers << " C" << model.hidden << " H" << model.heads << " ctx"
+        << model.context << " V" << model.vocab << " (" << parameter_count(model) << " params)";
     return out.str();
 }
 
-Status validate(const GptConfig& config) {
+Status validate(const ModelShape& model) {
     auto invalid = [](std::string message) {
         return Status(Error{ErrorCode::invalid_input, std::move(message)});
     };
-    if (config.vocab_size != 256) {
-        return invalid("vocab_size must be 256: the engine trains on raw bytes");
+    if (model.vocab != 256) {
+        return invalid("the vocabulary must be 256: the engine trains on raw bytes");
     }
-    if (config.n_layer < 1)
-        return invalid("n_layer must be at least 1");
-    if (config.max_context < 2)
-        return invalid("max_context must be at least 2 tokens");
-    if (config.channels < 1 || config.n_head < 1) {
-        return invalid("channels and n_head must be positive");
+    if (model.layers < 1)
+        return invalid("layers must be at least 1");
+    if (model.context < 2)
+        return invalid("context must be at least 2 tokens");
+    if (model.hidden < 1 || model.heads < 1) {
+        return invalid("hidden and heads must be positive");
     }
-    if (config.channels % config.n_head != 0) {
-        return invalid("channels (" + std::to_string(config.channels) +
-                       ") must be a multiple of n_head (" + std::to_string(config.n_head) + ")");
+    if (model.hidden % model.heads != 0) {
+        return invalid("hidden (" + std::to_string(model.hidden) +
+                       ") must be a multiple of heads (" + std::to_string(model.heads) + ")");
     }
     return {};
 }
 
-Status validate_tensor_parallel(const GptConfig& config, int tp_size) {
+Status validate_tensor_parallel(const ModelShape& config, int tp_size) {
     if (tp_size < 1) {
         return Error{ErrorCode::invalid_input, "the TP degree must be at least 1"};
     }
-    if (config.n_head % tp_size != 0) {
+    if (config.heads % tp_size != 0) {
         return Error{ErrorCode::invalid_input,
                      "TP " + std::to_string(tp_size) + " does not divide the " +
-                         std::to_string(config.n_head) +
+                         std::to_string(config.heads) +
                          " attention heads; tensor parallelism splits whole heads"};
     }
     return {};
 }
 
-ParameterLayout::ParameterLayout(const GptConfig& config, int tp_size)
+ParameterLayout::ParameterLayout(const ModelShape& config, int tp_size)
     : config_(config), tp_size_(tp_size) {
     const Status valid = validate_tensor_parallel(config, tp_size);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
-    const std::int64_t c = config.channels;
+    const std::int64_t c = config.hidden;
     const std::int64_t cl = c / tp_size;  // this rank's share of C (whole heads) and of 4C
     auto add = [&](ParameterKind kind, int layer, std::string name, std::int64_t rows,
                    std::int64_t cols, InitKind init, TpSplit split = TpSplit::replicated) {
@@ -69,9 +69,9 @@ ParameterLayout::ParameterLayout(const GptConfig& config, int tp_size)
     using S = TpSplit;
     using K = ParameterKind;
     using I = InitKind;
-    add(K::token_embedding, -1, "wte", config.vocab_size, c, I::normal);
-    add(K::position_embedding, -1, "wpe", config.max_context, c, I::normal);
-    for (int l = 0; l < config.n_layer; ++l) {
+    add(K::token_embedding, -1, "wte", config.vocab, c, I::normal);
+    add(K::position_embedding, -1, "wpe", config.context, c, I::normal);
+    for (int l = 0; l < config.layers; ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
         add(K::ln1_weight, l, p + "ln1.weight", c, 0, I::ones);
         add(K::ln1_bias, l, p + "ln1.bias", c, 0, I::zeros);
@@ -92,8 +92,8 @@ ParameterLayout::ParameterLayout(const GptConfig& config, int tp_size)
     add(K::lnf_bias, -1, "lnf.bias", c, 0, I::zeros);
     // The split tensors hold 12C² + 7C per block in the serial layout; a TP rank has 1/tp.
     const std::int64_t split_per_block = 12 * c * c + 7 * c;
-    FULCRUM_CHECK(total_ == config.parameter_count() -
-                                config.n_layer * (split_per_block - split_per_block / tp_size),
+    FULCRUM_CHECK(total_ == parameter_count(config) -
+                                config.layers * (split_per_block - split_per_block / tp_size),
                   "layout disagrees with parameter_count");
 }
 
@@ -107,7 +107,7 @@ const ParameterTensor& ParameterLayout::find(ParameterKind kind, int layer) cons
 }
 
 ElementRange ParameterLayout::block_range(int first, int last) const {
-    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.n_layer, "bad block range");
+    FULCRUM_CHECK(0 <= first && first <= last && last <= config_.layers, "bad block range");
     if (first == last)
         return {find(ParameterKind::lnf_weight).offset, 0};
     const std::int64_t begin = find(ParameterKind::ln1_weight, first).offset;
@@ -128,7 +128,7 @@ GptWeights map_weights(const ParameterLayout& layout, Tensor flat) {
     GptWeights w;
     w.wte = get(K::token_embedding);
     w.wpe = get(K::position_embedding);
-    for (int l = 0; l < layout.config().n_layer; ++l) {
+    for (int l = 0; l < layout.config().layers; ++l) {
         w.blocks.push_back({get(K::ln1_weight, l), get(K::ln1_bias, l), get(K::qkv_weight, l),
                             get(K::qkv_bias, l), get(K::attn_proj_weight, l),
                             get(K::attn_proj_bias, l), get(K::ln2_weight, l), get(K::ln2_bias, l),
@@ -146,7 +146,7 @@ void initialize_parameters(const ParameterLayout& layout, std::uint64_t seed,
     FULCRUM_CHECK(layout.tp_size() == 1,
                   "initialise the serial layout, then shard it (tensor_parallel.h)");
     constexpr double kStd = 0.02;
-    const double residual_std = kStd / std::sqrt(2.0 * layout.config().n_layer);
+    const double residual_std = kStd / std::sqrt(2.0 * layout.config().layers);
     const auto tensors = layout.tensors();
     for (std::size_t index = 0; index < tensors.size(); ++index) {
         const ParameterTensor& t = tensors[index];

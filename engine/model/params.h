@@ -106,9 +106,9 @@ class ParameterLayout {
 public:
     // The layout of one TP rank out of tp_size (1: the serial layout); aborts when
     // validate_tensor_parallel(config, tp_size) fails.
-    explicit ParameterLayout(const GptConfig& config, int tp_size = 1);
+    explicit ParameterLayout(const ModelShape& config, int tp_size = 1);
 
-    const GptConfig& config() const { return config_; }  // the whole model's sizes
+    const ModelShape& config() const { return config_; }  // the whole model's sizes
     int tp_size() const { return tp_size_; }
     std::span<const ParameterTensor> tensors() const { return tensors_; }
     std::int64_t total() const { return total_; }
@@ -117,7 +117,7 @@ public:
     ElementRange block_range(int first, int last) const;
 
 private:
-    GptConfig config_;
+    ModelShape config_;
     int tp_size_ = 1;
     std::vector<ParameterTensor> tensors_;
     std::int64_t total_ = 0;
@@ -145,7 +145,7 @@ Tensor view_of(const ParameterTensor& tensor, Tensor flat);
 
 // invalid_input unless heads (and so the QKV, MLP and projection splits) divide evenly over
 // tp_size ranks.
-Status validate_tensor_parallel(const GptConfig& config, int tp_size);
+Status validate_tensor_parallel(const ModelShape& config, int tp_size);
 
 // Deterministic initial values for `seed`, written to host memory (layout.total() floats).
 // Every tensor draws from its own generator, seeded by derive_seed(seed, tensor index), so a

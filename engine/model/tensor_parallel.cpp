@@ -58,7 +58,7 @@ std::vector<ElementRun> shard_runs(const ParameterLayout& serial, const Paramete
 
 }  // namespace
 
-std::vector<float> shard_parameters(std::span<const float> full, const GptConfig& config,
+std::vector<float> shard_parameters(std::span<const float> full, const ModelShape& config,
                                     int tp_size, int tp_rank) {
     const ParameterLayout serial(config);
     const ParameterLayout local(config, tp_size);
@@ -72,7 +72,7 @@ std::vector<float> shard_parameters(std::span<const float> full, const GptConfig
 }
 
 std::vector<float> gather_parameters(std::span<const std::vector<float>> locals,
-                                     const GptConfig& config) {
+                                     const ModelShape& config) {
     const int tp_size = int(locals.size());
     FULCRUM_CHECK(tp_size >= 1, "no TP rank to gather from");
     const ParameterLayout serial(config);
@@ -89,7 +89,7 @@ std::vector<float> gather_parameters(std::span<const std::vector<float>> locals,
     return full;
 }
 
-std::vector<float> gather_parameters(std::span<const float> local, const GptConfig& config,
+std::vector<float> gather_parameters(std::span<const float> local, const ModelShape& config,
                                      Communicator& tp) {
     const int n = int(local.size());
     std::vector<float> all(std::size_t(n) * std::size_t(tp.size()));

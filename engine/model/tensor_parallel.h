@@ -61,19 +61,19 @@
 namespace fulcrum::engine {
 
 // TP rank tp_rank's local buffer (ParameterLayout(config, tp_size).total() floats) cut out of
-// a serial one (config.parameter_count() floats). Works for parameters, gradients and AdamW
+// a serial one (parameter_count(config) floats). Works for parameters, gradients and AdamW
 // moments alike.
-std::vector<float> shard_parameters(std::span<const float> full, const GptConfig& config,
+std::vector<float> shard_parameters(std::span<const float> full, const ModelShape& config,
                                     int tp_size, int tp_rank);
 
 // The inverse: every TP rank's local buffer (index = TP rank) → the serial buffer. Replicated
 // tensors are taken from rank 0.
 std::vector<float> gather_parameters(std::span<const std::vector<float>> locals,
-                                     const GptConfig& config);
+                                     const ModelShape& config);
 
 // The same through the TP communicator: every member passes its local buffer and gets the
 // serial one back (an all-gather; for tests and checkpoints, not for the training loop).
-std::vector<float> gather_parameters(std::span<const float> local, const GptConfig& config,
+std::vector<float> gather_parameters(std::span<const float> local, const ModelShape& config,
                                      Communicator& tp);
 
 // The local element ranges of `layout` that are replicated across the TP group. A gradient

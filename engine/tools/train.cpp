@@ -105,7 +105,7 @@ bool overlaps_grad_reduce(const Options& o, const std::string& comm) {
 }
 
 // run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
-std::string run_config_json(const Options& o, const GptConfig& model, const std::string& data,
+std::string run_config_json(const Options& o, const ModelShape& model, const std::string& data,
                             const std::string& backend, const std::string& comm,
                             std::span<const int> stage_layers, const double (&gemm_gflops)[2],
                             int host_cores) {
@@ -114,9 +114,9 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
     config.tp = o.grid.tp;
     config.pp = o.grid.pp;
     config.cp = o.grid.cp;
-    config.layers = model.n_layer;
-    config.hidden = model.channels;
-    config.heads = model.n_head;
+    config.layers = model.layers;
+    config.hidden = model.hidden;
+    config.heads = model.heads;
     config.context = o.model.context;
     config.vocab = 256;
     config.schedule = o.schedule;
@@ -161,13 +161,13 @@ std::string run_config_json(const Options& o, const GptConfig& model, const std:
 // `cold`: with the caches emptied before each try (64 MiB written over, more than this class
 // of machine's last-level cache), the rate of ZB-H1's W, which runs long after B read the
 // layer's activations; measured here at about 0.73× the hot rate (bench/README.md).
-double weight_gradient_gemm_gflops(Backend& backend, const GptConfig& model, std::int64_t rows,
+double weight_gradient_gemm_gflops(Backend& backend, const ModelShape& model, std::int64_t rows,
                                    int tp, bool cold) {
     if (backend.device() != Device::cpu) {
         return 0;
     }
     std::vector<unsigned char> eviction(cold ? std::size_t{64} << 20 : 0);
-    const std::int64_t c = model.channels, cl = c / tp;
+    const std::int64_t c = model.hidden, cl = c / tp;
     rows = std::max<std::int64_t>(rows, 1);
     struct Gemm {
         std::int64_t in, out;
@@ -249,10 +249,7 @@ Result<parallel::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Opti
     if (!spec) {
         return spec.error();
     }
-    GptConfig model;
-    model.n_layer = o.model.layers;
-    model.n_head = o.model.heads;
-    if (auto status = HotSwitchTrainer::check(*spec, model); !status) {
+    if (auto status = HotSwitchTrainer::check(*spec, o.model); !status) {
         return status.error();
     }
     return spec;
@@ -656,12 +653,7 @@ int main(int argc, char** argv) {
     if (auto status = parallel::check_layout(layout, o.model); !status) {
         return fail(rank, status.error().message);
     }
-    GptConfig model_config;
-    model_config.n_layer = o.model.layers;
-    model_config.n_head = o.model.heads;
-    model_config.channels = o.model.hidden;
-    model_config.max_context = o.model.context;
-    if (auto status = validate(model_config); !status) {
+    if (auto status = validate(o.model); !status) {
         return fail(rank, status.error().message);
     }
     DataOptions data_options;
@@ -718,7 +710,7 @@ int main(int argc, char** argv) {
         std::printf(
             "model %s\ndata %s\nbalancer %s, cp sharding %s, schedule %s, %d micro-batches "
             "per replica\n",
-            model_config.describe().c_str(), documents->description.c_str(), o.balancer.c_str(),
+            describe(o.model).c_str(), documents->description.c_str(), o.balancer.c_str(),
             o.cp_shard.c_str(), schedule_text.c_str(), o.microbatches);
         if (checked.balancer == balance::Balancer::wlb) {
             const balance::PackingOptions& packing = planner->packing();
@@ -778,11 +770,11 @@ int main(int argc, char** argv) {
     instrument::mark(kRankMark, rank_mark_json(rank_mark));
     const std::int64_t probe_rows = o.model.context / (o.grid.cp * o.grid.tp);
     const double gemm_gflops[] = {
-        weight_gradient_gemm_gflops(*backend, model_config, probe_rows, o.grid.tp, false),
-        weight_gradient_gemm_gflops(*backend, model_config, probe_rows, o.grid.tp, true)};
-    instrument::mark(kRunMark, run_config_json(o, model_config, documents->description,
-                                               use_cuda ? "cuda" : "cpu", comm, stage_layers,
-                                               gemm_gflops, use_cuda ? 0 : node.cores));
+        weight_gradient_gemm_gflops(*backend, o.model, probe_rows, o.grid.tp, false),
+        weight_gradient_gemm_gflops(*backend, o.model, probe_rows, o.grid.tp, true)};
+    instrument::mark(kRunMark,
+                     run_config_json(o, o.model, documents->description, use_cuda ? "cuda" : "cpu",
+                                     comm, stage_layers, gemm_gflops, use_cuda ? 0 : node.cores));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");
@@ -847,7 +839,7 @@ int main(int argc, char** argv) {
     if (hot_switch) {
         HotSwitchConfig hot_config;
         hot_config.spec = *hot_switch;
-        hot_config.model = model_config;
+        hot_config.model = o.model;
         hot_config.seed = o.seed;
         hot_config.attention = {o.attention_chunk, o.offload == "on"};
         hot_config.recompute = checked.recompute;
@@ -879,7 +871,7 @@ int main(int argc, char** argv) {
     } else {
         groups.emplace(ParallelGroups::create(device_world ? *device_world : *world, *topology));
         static_model = std::make_unique<GptModel>(
-            *backend, model_config, ModelParallel{groups->tp.get(), groups->cp.get()});
+            *backend, o.model, ModelParallel{groups->tp.get(), groups->cp.get()});
         static_model->initialize(o.seed);
         static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
         static_model->set_recompute(checked.recompute);

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     int micro_batches = 1;
     int blas_threads = 1;  // tiny GEMMs: more threads cost more than they save
     std::uint64_t seed = 1;
-    GptConfig model;
+    ModelShape model;
     PackingConfig packing;
     TrainConfig train;
     train.adamw.learning_rate = 1e-3f;
@@ -32,9 +32,9 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"file", "blank"}))
         ->capture_default_str();
     app.add_option("--steps", steps)->capture_default_str();
-    app.add_option("--layers", model.n_layer)->capture_default_str();
-    app.add_option("--hidden", model.channels)->capture_default_str();
-    app.add_option("--heads", model.n_head)->capture_default_str();
+    app.add_option("--layers", model.layers)->capture_default_str();
+    app.add_option("--hidden", model.hidden)->capture_default_str();
+    app.add_option("--heads", model.heads)->capture_default_str();
     app.add_option("--context", packing.context, "tokens per packed sequence")
         ->capture_default_str();
     app.add_option("--sequences", packing.sequences_per_micro_batch, "sequences per micro-batch")
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     app.add_option("--blas-threads", blas_threads, "0: OpenBLAS default")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    model.max_context = packing.context;
+    model.context = packing.context;
     packing.seed = seed;
     if (const auto valid = validate(model); !valid) {
         std::fprintf(stderr, "fulcrum-train-serial: %s\n", valid.error().message.c_str());
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     SerialTrainer trainer(gpt, train);
     MicroBatchSampler sampler(*corpus, packing);
     std::printf("model %s\nbackend %s: %s\ncorpus %s: %zu documents, %lld bytes\n",
-                model.describe().c_str(), std::string(backend.name()).c_str(),
+                describe(model).c_str(), std::string(backend.name()).c_str(),
                 CpuBackend::blas_description().c_str(), data_dir.c_str(), corpus->documents.size(),
                 static_cast<long long>(corpus->total_bytes()));
 

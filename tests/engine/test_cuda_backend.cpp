@@ -588,11 +588,11 @@ void CudaBackendTest::modelTrainsLikeCpu() {
     REQUIRE_GPU();
     auto corpus = load_text_corpus("/usr/share/common-licenses", DocumentSplit::file);
     QVERIFY(corpus.ok());
-    GptConfig config;
-    config.n_layer = 2;
-    config.channels = 64;
-    config.n_head = 4;
-    config.max_context = 128;
+    ModelShape config;
+    config.layers = 2;
+    config.hidden = 64;
+    config.heads = 4;
+    config.context = 128;
     TrainConfig train;
     train.adamw.learning_rate = 1e-3f;
     GptModel cpu_model(cpu_, config), gpu_model(*cuda_, config);
@@ -636,11 +636,11 @@ void CudaBackendTest::modelPassesLikeCpu() {
     QFETCH(int, chunk);
     auto corpus = load_text_corpus("/usr/share/common-licenses", DocumentSplit::file);
     QVERIFY(corpus.ok());
-    GptConfig config;
-    config.n_layer = 2;
-    config.channels = 64;
-    config.n_head = 4;
-    config.max_context = 128;
+    ModelShape config;
+    config.layers = 2;
+    config.hidden = 64;
+    config.heads = 4;
+    config.context = 128;
     MicroBatchSampler sampler(*corpus, PackingConfig{128, 1, 5});
     const TokenBatch batch = sampler.next();
     auto gradients = [&](Backend& backend) {
@@ -655,9 +655,9 @@ void CudaBackendTest::modelPassesLikeCpu() {
         const float scale = 1.0f / float(batch.target_count());
         if (split) {
             model.backward_head(acts, scale, BackwardPart::input_gradients);
-            model.backward_blocks(0, config.n_layer, acts, BackwardPart::input_gradients);
+            model.backward_blocks(0, config.layers, acts, BackwardPart::input_gradients);
             model.backward_embedding(acts);
-            model.backward_weights_blocks(0, config.n_layer, acts);
+            model.backward_weights_blocks(0, config.layers, acts);
             model.backward_weights_head(acts);
         } else {
             model.backward(acts, scale);

@@ -176,8 +176,8 @@ void EngineDataTest::packingLaysDocumentsEndToEnd() {
 void EngineDataTest::packedBatchesFitTheModel() {
     auto corpus = load_text_corpus(kLicences, DocumentSplit::file);
     QVERIFY(corpus.ok());
-    GptConfig config;
-    config.max_context = 128;
+    ModelShape config;
+    config.context = 128;
     MicroBatchSampler sampler(*corpus, PackingConfig{128, 4, 1});
     for (int i = 0; i < 20; ++i) {
         const TokenBatch batch = sampler.next();

@@ -38,7 +38,7 @@ TokenBatch documents(std::initializer_list<std::pair<int, int>> ranges) {
 // reference the fp32 engine is compared with, and itself checked by finite differences.
 class ReferenceGpt {
 public:
-    explicit ReferenceGpt(const GptConfig& config)
+    explicit ReferenceGpt(const ModelShape& config)
         : config_(config),
           layout_(config),
           params(std::size_t(layout_.total())),
@@ -48,8 +48,8 @@ public:
     double run(const TokenBatch& batch, double loss_scale, bool backward) {
         using K = ParameterKind;
         const std::int64_t t = batch.size();
-        const int c = config_.channels, v = config_.vocab_size, nh = config_.n_head;
-        const int hs = config_.head_size();
+        const int c = config_.hidden, v = config_.vocab, nh = config_.heads;
+        const int hs = head_size(config_);
         auto p = [&](K kind, int layer = -1) {
             return params.data() + layout_.find(kind, layer).offset;
         };
@@ -66,9 +66,9 @@ public:
         std::vector<double> x0 = zeros(t * c);
         kernels::embedding_forward(x0.data(), batch.tokens.data(), positions.data(),
                                    p(K::token_embedding), p(K::position_embedding), t, c);
-        std::vector<Block> blocks(std::size_t(config_.n_layer));
+        std::vector<Block> blocks(std::size_t(config_.layers));
         const double* x = x0.data();
-        for (int l = 0; l < config_.n_layer; ++l) {
+        for (int l = 0; l < config_.layers; ++l) {
             Block& a = blocks[std::size_t(l)];
             a.ln1 = zeros(t * c), a.m1 = zeros(t), a.r1 = zeros(t), a.qkv = zeros(t * 3 * c);
             a.atty = zeros(t * c), a.lse = zeros(t * nh), a.res2 = zeros(t * c);
@@ -115,7 +115,7 @@ public:
                                          v, lnf.data(), c, p(K::token_embedding), t, c, v);
         kernels::layernorm_backward(dres.data(), g(K::lnf_weight), g(K::lnf_bias), dln.data(), x,
                                     p(K::lnf_weight), mf.data(), rf.data(), t, c);
-        for (int l = config_.n_layer - 1; l >= 0; --l) {
+        for (int l = config_.layers - 1; l >= 0; --l) {
             const Block& a = blocks[std::size_t(l)];
             const double* xin = l == 0 ? x0.data() : blocks[std::size_t(l - 1)].res3.data();
             std::vector<double> dfchg = zeros(t * 4 * c), dfch = zeros(t * 4 * c);
@@ -151,7 +151,7 @@ public:
     }
 
 private:
-    GptConfig config_;
+    ModelShape config_;
     ParameterLayout layout_;
 
 public:
@@ -172,12 +172,12 @@ std::vector<double> lively_parameters(const ParameterLayout& layout, std::uint64
     return params;
 }
 
-GptConfig tiny_config() {
-    GptConfig c;
-    c.n_layer = 2;
-    c.channels = 8;
-    c.n_head = 2;
-    c.max_context = 16;
+ModelShape tiny_config() {
+    ModelShape c;
+    c.layers = 2;
+    c.hidden = 8;
+    c.heads = 2;
+    c.context = 16;
     return c;
 }
 
@@ -206,11 +206,12 @@ private:
 };
 
 void EngineModelTest::parameterLayout() {
-    GptConfig config;
-    config.n_layer = 3;
+    ModelShape config;
+    config.layers = 3;
+    config.context = 128;
     const ParameterLayout layout(config);
-    const std::int64_t c = config.channels;
-    QCOMPARE(layout.total(), 256 * c + config.max_context * c + 3 * (12 * c * c + 13 * c) + 2 * c);
+    const std::int64_t c = config.hidden;
+    QCOMPARE(layout.total(), 256 * c + config.context * c + 3 * (12 * c * c + 13 * c) + 2 * c);
     // Tensors tile the buffer in order, with no gaps.
     std::int64_t next = 0;
     for (const ParameterTensor& t : layout.tensors()) {
@@ -230,7 +231,8 @@ void EngineModelTest::parameterLayout() {
 }
 
 void EngineModelTest::initializationIsDeterministic() {
-    GptConfig config;
+    ModelShape config;
+    config.context = 128;
     const ParameterLayout layout(config);
     std::vector<float> a(std::size_t(layout.total())), b(a.size()), c(a.size());
     initialize_parameters(layout, 42, a);
@@ -240,8 +242,8 @@ void EngineModelTest::initializationIsDeterministic() {
     QVERIFY(a != c);
     // Each tensor has its own stream: a deeper model starts with the same embeddings and
     // the same first block.
-    GptConfig deeper = config;
-    deeper.n_layer = 4;
+    ModelShape deeper = config;
+    deeper.layers = 4;
     const ParameterLayout deep_layout(deeper);
     std::vector<float> d(std::size_t(deep_layout.total()));
     initialize_parameters(deep_layout, 42, d);
@@ -255,7 +257,7 @@ void EngineModelTest::initializationIsDeterministic() {
         return std::sqrt(s / double(t.numel()));
     };
     QVERIFY(std::abs(stddev(layout.find(ParameterKind::token_embedding)) - 0.02) < 0.001);
-    const double residual = 0.02 / std::sqrt(2.0 * config.n_layer);
+    const double residual = 0.02 / std::sqrt(2.0 * config.layers);
     QVERIFY(std::abs(stddev(layout.find(ParameterKind::fc_proj_weight, 1)) - residual) <
             0.05 * residual);
     QCOMPARE(a[std::size_t(layout.find(ParameterKind::ln1_weight, 0).offset)], 1.0f);
@@ -267,7 +269,8 @@ void EngineModelTest::initialLossIsUniform() {
     // exactly: the tied head gives the current byte a logit of about ‖wte[x]‖²/σ ≈ 0.9
     // (C = 64), which moves the loss by up to ~0.2 nats depending on how often the text
     // repeats a byte; for this text it is within 0.1.
-    GptConfig config;
+    ModelShape config;
+    config.context = 128;
     GptModel model(backend_, config);
     model.initialize(7);
     Activations acts(backend_, config);
@@ -277,7 +280,7 @@ void EngineModelTest::initialLossIsUniform() {
 }
 
 void EngineModelTest::referenceGradientMatchesFiniteDifferences() {
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const ParameterLayout layout(config);
     ReferenceGpt ref(config);
     ref.params = lively_parameters(layout, 5);
@@ -300,7 +303,7 @@ void EngineModelTest::referenceGradientMatchesFiniteDifferences() {
 // ~7 digits; through two blocks, softmaxes and a mean over ~40 tokens we measure at most
 // 6e-7 relative error per gradient tensor, and bound it at 1e-5: wiring errors are O(1).
 void EngineModelTest::engineMatchesReference() {
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     GptModel model(backend_, config);
     ReferenceGpt ref(config);
     ref.params = lively_parameters(model.layout(), 5);
@@ -334,7 +337,7 @@ void EngineModelTest::engineMatchesReference() {
 // ‖g‖ ≥ 0.06 for every tensor of this model. A 1e-2 bound still separates a correct
 // gradient from a wrong one, which is off by O(1).
 void EngineModelTest::engineDirectionalDerivative() {
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     GptModel model(backend_, config);
     const std::vector<double> params = lively_parameters(model.layout(), 5);
     model.set_parameters(to_float(params));
@@ -384,9 +387,9 @@ void EngineModelTest::documentsDoNotSeeEachOther_data() {
 // alone (to fp32 rounding: the GEMMs see a different row count).
 void EngineModelTest::documentsDoNotSeeEachOther() {
     QFETCH(int, changed);
-    GptConfig config;
-    config.channels = 32;
-    config.max_context = 32;
+    ModelShape config;
+    config.hidden = 32;
+    config.context = 32;
     GptModel model(backend_, config);
     model.set_parameters(to_float(lively_parameters(model.layout(), 9)));
     const std::string a = "Everyone is permitted to copy", b = "and distribute verbatim",
@@ -434,9 +437,9 @@ void EngineModelTest::documentsDoNotSeeEachOther() {
 // micro-batch holding both. Only the summation order differs (fp32 GEMM reductions over
 // tokens), so the agreement is ~1e-7 relative; 1e-5 is the bound.
 void EngineModelTest::accumulationEqualsOneBatch() {
-    GptConfig config;
-    config.channels = 32;
-    config.max_context = 32;
+    ModelShape config;
+    config.hidden = 32;
+    config.context = 32;
     GptModel model(backend_, config);
     model.initialize(3);
     SerialTrainer trainer(model, TrainConfig{});
@@ -488,11 +491,11 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
     QFETCH(bool, long_documents);
     QFETCH(bool, context_parallel);
     QFETCH(int, chunk);
-    GptConfig config;
-    config.n_layer = 5;
-    config.channels = 32;
-    config.n_head = 4;
-    config.max_context = 64;
+    ModelShape config;
+    config.layers = 5;
+    config.hidden = 32;
+    config.heads = 4;
+    config.context = 64;
     // Two micro-batches of equal size, so that no buffer grows between them (a growing
     // buffer briefly holds old and new, which would move the peak).
     const std::vector<std::pair<int, int>> first_documents =
@@ -569,9 +572,8 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
 
     // Per block and micro-batch, Q [T, C] and K|V [T_kv, 2C] go to pinned memory (T_kv = T:
     // the shard holds every row).
-    const std::int64_t floats = sizeof(float), c = config.channels;
-    const std::int64_t offloaded_bytes =
-        2 * config.n_layer * (tokens * c + tokens * 2 * c) * floats;
+    const std::int64_t floats = sizeof(float), c = config.hidden;
+    const std::int64_t offloaded_bytes = 2 * config.layers * (tokens * c + tokens * 2 * c) * floats;
     QCOMPARE(resident.memory.peak_pinned_bytes, 0);
     QCOMPARE(offloaded.memory.peak_pinned_bytes, offloaded_bytes);
     const std::int64_t double_buffers = 2 * chunk * 3 * c * floats;
@@ -579,7 +581,7 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
     if (context_parallel) {
         // Resident: each block also keeps its gathered K|V [T, 2C]. Offloading: one buffer of
         // this rank's K|V and the gathered K|V [T + T, 2C] for all blocks.
-        fall += 2 * config.n_layer * tokens * 2 * c * floats - (tokens + tokens) * 2 * c * floats;
+        fall += 2 * config.layers * tokens * 2 * c * floats - (tokens + tokens) * 2 * c * floats;
     }
     QCOMPARE(resident.memory.peak_device_bytes - offloaded.memory.peak_device_bytes, fall);
 }
@@ -617,11 +619,11 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
     QFETCH(bool, split);
     QFETCH(bool, context_parallel);
     QFETCH(int, chunk);
-    GptConfig config;
-    config.n_layer = 3;
-    config.channels = 32;
-    config.n_head = 4;
-    config.max_context = 64;
+    ModelShape config;
+    config.layers = 3;
+    config.hidden = 32;
+    config.heads = 4;
+    config.context = 64;
     // Two micro-batches of equal size: no buffer grows between them (see above).
     const std::vector<std::vector<std::pair<int, int>>> documents = {{{0, 40}, {40, 24}},
                                                                      {{10, 50}, {60, 14}}};
@@ -680,11 +682,11 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
         if (split_backward) {
             for (Activations* acts : {&b, &a}) {
                 model.backward_head(*acts, scale, BackwardPart::input_gradients);
-                model.backward_blocks(0, config.n_layer, *acts, BackwardPart::input_gradients);
+                model.backward_blocks(0, config.layers, *acts, BackwardPart::input_gradients);
                 model.backward_embedding(*acts);
             }
             for (Activations* acts : {&b, &a}) {
-                model.backward_weights_blocks(0, config.n_layer, *acts);
+                model.backward_weights_blocks(0, config.layers, *acts);
                 model.backward_weights_head(*acts);
             }
         } else {
@@ -720,7 +722,7 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
     // The memory model (recompute.h, gpt.h), per token in floats. Two micro-batches of
     // `tokens` rows are held, each keeping L blocks; recomputation drops a block's tensors
     // from both and the model's workspace holds them once.
-    const std::int64_t c = config.channels, h = config.n_head, layers = config.n_layer;
+    const std::int64_t c = config.hidden, h = config.heads, layers = config.layers;
     const std::int64_t bytes = sizeof(float);
     const bool resident_qkv = chunk == 0;  // with offload Q/K/V are in host memory anyway
     std::int64_t dropped = 0;              // per token and block
@@ -742,7 +744,7 @@ void EngineModelTest::recomputationAndSplitBackwardGiveTheSameGradients() {
         const bool in_rows = Recompute(recompute) == Recompute::none;
         const std::int64_t per_block =
             (in_rows ? 0 : 2 * c + 4 * c) + (in_rows && resident_qkv ? 0 : 3 * c);
-        fall -= 2 * tokens * (layers * per_block + (in_rows ? 0 : config.vocab_size)) * bytes;
+        fall -= 2 * tokens * (layers * per_block + (in_rows ? 0 : config.vocab)) * bytes;
     }
     QCOMPARE(reference.memory.peak_device_bytes - tested.memory.peak_device_bytes, fall);
 }

@@ -89,11 +89,11 @@ void EngineTrainingTest::clipCoefficient() {
 void EngineTrainingTest::lossFallsOnRealText() {
     auto corpus = load_text_corpus("/usr/share/common-licenses", DocumentSplit::file);
     QVERIFY(corpus.ok());
-    GptConfig config;
-    config.n_layer = 2;
-    config.channels = 64;
-    config.n_head = 4;
-    config.max_context = 128;
+    ModelShape config;
+    config.layers = 2;
+    config.hidden = 64;
+    config.heads = 4;
+    config.context = 128;
     GptModel model(backend_, config);
     model.initialize(1);
     TrainConfig train;

@@ -65,12 +65,12 @@ inline void add_sharding_rows() {
     QTest::newRow("per-doc") << balance::CpSharding::per_document;
 }
 
-inline GptConfig tiny_config() {
-    GptConfig c;
-    c.n_layer = 2;
-    c.channels = 32;
-    c.n_head = 4;
-    c.max_context = 32;
+inline ModelShape tiny_config() {
+    ModelShape c;
+    c.layers = 2;
+    c.hidden = 32;
+    c.heads = 4;
+    c.context = 32;
     return c;
 }
 
@@ -115,7 +115,7 @@ inline TokenBatch full_micro_batch() {
 
 // Far from GPT-2's N(0, 0.02) start so that attention is far from uniform and every path
 // carries a gradient well above rounding (as in test_engine_model).
-inline std::vector<float> lively_parameters(const GptConfig& config, std::uint64_t seed) {
+inline std::vector<float> lively_parameters(const ModelShape& config, std::uint64_t seed) {
     const ParameterLayout layout(config);
     std::vector<float> params(std::size_t(layout.total()));
     Random random(seed);
@@ -134,7 +134,7 @@ struct SerialRun {
     std::vector<float> output;     // the residual stream entering the head [T, C]
 };
 
-inline SerialRun run_serial(Backend& backend, const GptConfig& config,
+inline SerialRun run_serial(Backend& backend, const ModelShape& config,
                             const std::vector<float>& params, const TokenBatch& batch) {
     GptModel model(backend, config);
     model.set_parameters(params);
@@ -145,7 +145,7 @@ inline SerialRun run_serial(Backend& backend, const GptConfig& config,
     run.loss = model.forward(batch, acts);
     model.backward(acts, float(1.0 / double(run.targets)));
     run.gradients = model.gradients_to_host();
-    const Tensor out = acts.block_input(config.n_layer);
+    const Tensor out = acts.block_input(config.layers);
     run.output.resize(std::size_t(out.numel()));
     backend.download(run.output.data(), out, kComputeStream);
     return run;
@@ -182,7 +182,7 @@ inline void compare_range(Comparison& c, const std::string& name, const float* a
 }
 
 // Per tensor of the serial layout.
-inline Comparison compare_parameters(const GptConfig& config, const std::vector<float>& got,
+inline Comparison compare_parameters(const ModelShape& config, const std::vector<float>& got,
                                      const std::vector<float>& reference) {
     Comparison c;
     const ParameterLayout layout(config);

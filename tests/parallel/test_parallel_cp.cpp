@@ -163,7 +163,7 @@ void ParallelCpTest::contextShardRejectsBadPlans() {
 // The CP code path (split Q and K|V GEMMs, exchange, document-ordered K/V) without any
 // communication: a plan of one rank on a model without a CP communicator.
 void ParallelCpTest::contextPathOnOneRankEqualsSerial() {
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
     const SerialRun serial = run_serial(backend_, config, params, full_micro_batch());
     const ContextShard shard = shard_for(plan_for(balance::CpSharding::contiguous, 1), 0);
@@ -191,7 +191,7 @@ void ParallelCpTest::matchesSerial() {
     if (world().size() != 2)
         QSKIP("needs mpirun -np 2");
     Communicator& cp = world();
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
     const SerialRun serial = run_serial(backend_, config, params, full_micro_batch());
     const ContextShard shard = shard_for(plan_for(sharding, cp.size()), cp.rank());
@@ -206,8 +206,8 @@ void ParallelCpTest::matchesSerial() {
     const double targets = sum_over(&cp, double(shard.target_count()));
     std::vector<float> grads = model.gradients_to_host();
     cp.all_reduce_sum(std::span<float>(grads));
-    std::vector<float> output(std::size_t(acts.block_input(config.n_layer).numel()));
-    backend_.download(output.data(), acts.block_input(config.n_layer), kComputeStream);
+    std::vector<float> output(std::size_t(acts.block_input(config.layers).numel()));
+    backend_.download(output.data(), acts.block_input(config.layers), kComputeStream);
 
     QCOMPARE(targets, double(serial.targets));
     QVERIFY2(std::abs(loss - serial.loss) <= kRelativeTolerance * serial.loss,
@@ -217,7 +217,7 @@ void ParallelCpTest::matchesSerial() {
     FULCRUM_VERIFY_COMPARISON(gradients, "CP=2 gradients");
     // Local row i of span s is serial row kv_begin + prefix + i.
     std::vector<float> expected;
-    const std::int64_t c = config.channels;
+    const std::int64_t c = config.hidden;
     for (const AttentionSpan& span : shard.spans) {
         const auto begin = serial.output.begin() + (span.kv_begin + span.prefix) * c;
         expected.insert(expected.end(), begin, begin + span.length * c);

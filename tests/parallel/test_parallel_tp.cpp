@@ -68,7 +68,7 @@ void ParallelTpTest::shardGatherRoundTrip_data() {
 // Pure host functions; every rank checks the same thing.
 void ParallelTpTest::shardGatherRoundTrip() {
     QFETCH(int, tp);
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const ParameterLayout serial(config), local(config, tp);
     const std::vector<float> full = lively_parameters(config, 11);
     std::vector<std::vector<float>> locals;
@@ -98,7 +98,7 @@ void ParallelTpTest::shardGatherRoundTrip() {
     // of fc, and its input columns of both projections.
     const int r = tp - 1;
     const std::vector<float>& mine = locals.back();
-    const std::int64_t c = config.channels, cl = c / tp;
+    const std::int64_t c = config.hidden, cl = c / tp;
     const int l = 1;
     auto at = [](const std::vector<float>& v, const ParameterTensor& t, std::int64_t row,
                  std::int64_t col) { return v[std::size_t(t.offset + row * t.cols + col)]; };
@@ -123,7 +123,7 @@ void ParallelTpTest::shardGatherRoundTrip() {
 }
 
 void ParallelTpTest::initializeGivesTheSerialWeights() {
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     GptModel serial(backend_, config);
     serial.initialize(2024);
     GptModel sharded(backend_, config, ModelParallel{&world(), nullptr});
@@ -137,7 +137,7 @@ void ParallelTpTest::initializeGivesTheSerialWeights() {
 void ParallelTpTest::matchesSerial() {
     if (world().size() != 2)
         QSKIP("needs mpirun -np 2");
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
     const TokenBatch batch = full_micro_batch();
     const SerialRun serial = run_serial(backend_, config, params, batch);
@@ -151,8 +151,8 @@ void ParallelTpTest::matchesSerial() {
     model.backward(acts, float(1.0 / double(serial.targets)));
     const std::vector<float> local_grads = model.gradients_to_host();
     const std::vector<float> grads = gather_parameters(local_grads, config, tp);
-    std::vector<float> output(std::size_t(acts.block_input(config.n_layer).numel()));
-    backend_.download(output.data(), acts.block_input(config.n_layer), kComputeStream);
+    std::vector<float> output(std::size_t(acts.block_input(config.layers).numel()));
+    backend_.download(output.data(), acts.block_input(config.layers), kComputeStream);
     // What every TP rank must hold bit for bit: the loss, the residual stream, and the
     // gradients of the replicated parameters.
     const std::vector<float> losses = all_gathered(tp, bytes_of(loss));
@@ -204,7 +204,7 @@ void ParallelTpTest::sequenceParallelMatchesSerial() {
         QSKIP("needs mpirun -np 2");
     QFETCH(bool, split);
     QFETCH(int, recompute);
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
     const TokenBatch batch = full_micro_batch();
     const SerialRun serial = run_serial(backend_, config, params, batch);
@@ -229,9 +229,9 @@ void ParallelTpTest::sequenceParallelMatchesSerial() {
         const float scale = float(1.0 / double(serial.targets));
         if (split) {
             model.backward_head(acts, scale, BackwardPart::input_gradients);
-            model.backward_blocks(0, config.n_layer, acts, BackwardPart::input_gradients);
+            model.backward_blocks(0, config.layers, acts, BackwardPart::input_gradients);
             model.backward_embedding(acts);
-            model.backward_weights_blocks(0, config.n_layer, acts);
+            model.backward_weights_blocks(0, config.layers, acts);
             model.backward_weights_head(acts);
         } else {
             model.backward(acts, scale);
@@ -259,10 +259,10 @@ void ParallelTpTest::sequenceParallelMatchesSerial() {
             tp_replicated_ranges(GptModel(backend_, config, ModelParallel{&tp, nullptr}).layout())),
         "a replicated parameter's gradient differs between TP ranks");
 
-    const std::int64_t t = batch.size(), c = config.channels, v = config.vocab_size;
+    const std::int64_t t = batch.size(), c = config.hidden, v = config.vocab;
     const std::int64_t n = sequence_shard(t, tp.size(), tp.rank()).rows;
     QCOMPARE(t, 101);
-    std::int64_t per_row = c + config.n_layer * (4 * c + 4) + c + 2 + v + 1;  // activations
+    std::int64_t per_row = c + config.layers * (4 * c + 4) + c + 2 + v + 1;  // activations
     per_row += c + v;  // the backward's residual gradient and ∂L/∂logits
     // A split backward keeps for W ∂L/∂ of each GEMM's output (gpt.h, BlockOutputGradients).
     // The blocks' are [T, ·] with and without sequence parallelism, so they cancel, but for
@@ -275,14 +275,14 @@ void ParallelTpTest::sequenceParallelMatchesSerial() {
     std::int64_t split_gathered = 0;  // [T, C] tensors kept only with sequence parallelism
     if (split) {
         if (Recompute(recompute) == Recompute::none) {
-            split_gathered = config.n_layer * 2;
+            split_gathered = config.layers * 2;
         } else {
             per_row += v;
         }
     }
     if (Recompute(recompute) == Recompute::full) {
         // The Activations keep residual3 only; the workspace's one block keeps 3C + 4 of them.
-        per_row -= config.n_layer * (3 * c + 4) - (3 * c + 4);
+        per_row -= config.layers * (3 * c + 4) - (3 * c + 4);
     }
     const std::int64_t fall =
         ((t - n) * per_row - n * c - t * c - split_gathered * t * c) * std::int64_t(sizeof(float));

@@ -41,7 +41,7 @@ std::vector<float> download(Backend& backend, const Tensor& t) {
 ParallelRun run_in_pieces(GptModel& model, Activations& acts, const ContextShard& shard,
                           float loss_scale) {
     Backend& backend = model.backend();
-    const int layers = model.config().n_layer;
+    const int layers = model.config().layers;
     ParallelRun run;
     model.zero_gradients();
     model.load_micro_batch(shard, acts);
@@ -66,7 +66,7 @@ ParallelRun run_whole(GptModel& model, Activations& acts, const ContextShard& sh
     run.loss = model.forward(shard, acts);
     model.backward(acts, loss_scale);
     run.gradients = model.gradients_to_host();
-    run.output = download(model.backend(), acts.block_input(model.config().n_layer));
+    run.output = download(model.backend(), acts.block_input(model.config().layers));
     run.first_output = download(model.backend(), acts.block_input(1));
     return run;
 }
@@ -102,7 +102,7 @@ void ParallelTpCpTest::matchesSerial() {
     const TpCpGroups grid = make_tp_cp_groups(GridShape{.tp = 2, .cp = 2});
     Communicator& tp = *grid.tp;
     Communicator& cp = *grid.cp;
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
     const SerialRun serial = run_serial(backend_, config, params, full_micro_batch());
     const ContextShard shard = shard_for(sharding, cp.size(), cp.rank());
@@ -133,7 +133,7 @@ void ParallelTpCpTest::matchesSerial() {
                  "a replicated parameter's gradient differs between TP ranks");
     }
     std::vector<float> expected;
-    const std::int64_t c = config.channels;
+    const std::int64_t c = config.hidden;
     for (const AttentionSpan& span : shard.spans) {
         const auto begin = serial.output.begin() + (span.kv_begin + span.prefix) * c;
         expected.insert(expected.end(), begin, begin + span.length * c);
@@ -150,7 +150,7 @@ void ParallelTpCpTest::piecesEqualWholePasses() {
     if (world().size() != 4)
         QSKIP("needs mpirun -np 4");
     const TpCpGroups grid = make_tp_cp_groups(GridShape{.tp = 2, .cp = 2});
-    const GptConfig config = tiny_config();
+    const ModelShape config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 8);
     const ContextShard shard =
         shard_for(balance::CpSharding::per_document, grid.cp->size(), grid.cp->rank());

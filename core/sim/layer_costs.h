@@ -36,17 +36,6 @@ inline constexpr std::string_view kDTypeNames = "bf16, fp16, fp32";
 // Bytes of one element: 2 for bf16 and fp16, 4 for fp32.
 std::int64_t element_bytes(DType dtype);
 
-// The knobs of a training run that change what a pass computes and moves.
-struct TrainingKnobs {
-    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
-    int virtual_stages = 1;  // model chunks per stage (interleaved)
-    parallel::Recompute recompute = parallel::Recompute::none;
-    bool sequence_parallel = false;
-    DType dtype = DType::fp32;  // fulcrum-train's CPU backend computes in fp32
-    // Layers per pipeline stage (fulcrum-train --stage-layers); empty: L/p each.
-    std::vector<int> stage_layers;
-};
-
 // The passes of a simulated pipeline, Phase's forward, backward (the whole one, or B when the
 // schedule splits off W) and weight_grad (W): tables of passes are indexed by them.
 inline constexpr int kPassPhases = 3;

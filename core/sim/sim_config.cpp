@@ -246,7 +246,7 @@ CoreSharing core_sharing(const SimulationConfig& config) {
 StageCosts config_costs(const SimulationConfig& config) {
     StageCosts costs =
         resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
-                      config.model, config.layout.grid, config.hardware, config.knobs());
+                      config.model, config.layout, config.hardware, config.dtype);
     // The passes share cores in the replay; the gradients' reduction and the optimizer run on
     // every rank at once, each at its share of a core (docs/simulate.md, "Ranks that share
     // cores").

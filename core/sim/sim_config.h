@@ -72,11 +72,6 @@ struct SimulationConfig {
     // hot-switched step's buckets; hot_switch_play.cpp plays each bucket's reduction after it).
     bool accumulate_gradients = false;
 
-    TrainingKnobs knobs() const {
-        return {layout.schedule, layout.virtual_stages, layout.recompute, layout.sequence_parallel,
-                dtype,           layout.stage_layers};
-    }
-
     // Documents: a length spec (core/balance/lengths.h) sampled as fulcrum-train samples it
     // (`documents` of them, or every line of a file: spec, clamped to the context), or, when
     // `document_lengths` is not empty, exactly those lengths (document id = index).

@@ -147,22 +147,21 @@ namespace {
 // a described system each GEMM at its size's efficiency, for a micro-batch of `context` tokens
 // split over CP, the head vocabulary-parallel over TP (Megatron-LM). The dW GEMMs of the
 // backward are the same FLOPs at the same sizes, so this is also W's per-token time.
-double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::GridShape& grid,
-                                  const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
-                                  int stage) {
+double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layout& layout,
+                                  const HardwareAssumptions& hardware, DType dtype, int stage) {
+    const parallel::GridShape& grid = layout.grid;
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
     const double layers =
-        layers_of(stage, grid.pp, model.layers, knobs.stage_layers, knobs.virtual_stages);
+        layers_of(stage, grid.pp, model.layers, layout.stage_layers, layout.virtual_stages);
     const bool last = stage == grid.pp - 1;
     if (hardware.gemm_efficiency.empty()) {
         const double head = last ? 2.0 * h * model.vocab : 0.0;
         return (24.0 * h * h * layers / tp + head) / (hardware.tflops * 1e3);
     }
-    const double peak =
-        (knobs.dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
-                                                                : hardware.tflops) *
-        1e3;
+    const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
+                                                                          : hardware.tflops) *
+                        1e3;
     const double tokens = std::max(1.0, static_cast<double>(model.context) / grid.cp);
     const auto gemm_ns = [&](double flops_per_token) {
         return flops_per_token / (peak * gemm_efficiency(hardware, flops_per_token * tokens));
@@ -199,9 +198,9 @@ CrossEntropy cross_entropy(const ModelShape& model, const parallel::GridShape& g
 
 // The part of `stage`'s analytic forward that recomputation does not re-run: the LM head's
 // GEMM and the cross-entropy on the last stage (Megatron-LM checkpoints the layers only).
-PassCost analytic_head_forward(const ModelShape& model, const parallel::GridShape& grid,
-                               const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
-                               int stage) {
+PassCost analytic_head_forward(const ModelShape& model, const parallel::Layout& layout,
+                               const HardwareAssumptions& hardware, DType dtype, int stage) {
+    const parallel::GridShape& grid = layout.grid;
     PassCost head;
     head.stage = static_cast<std::int16_t>(stage);
     head.phase = Phase::forward;
@@ -210,43 +209,42 @@ PassCost analytic_head_forward(const ModelShape& model, const parallel::GridShap
     }
     ModelShape head_only = model;  // the GEMMs of no layer: the LM head's alone
     head_only.layers = 0;
-    TrainingKnobs whole = knobs;
+    parallel::Layout whole = layout;
     whole.stage_layers.clear();
     whole.virtual_stages = 1;
     const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
-    head.per_token_ns = analytic_gemm_per_token_ns(head_only, grid, hardware, whole, stage) +
+    head.per_token_ns = analytic_gemm_per_token_ns(head_only, whole, hardware, dtype, stage) +
                         loss.forward_per_token_ns;
     head.fixed_ns = loss.forward_fixed_ns;
     return head;
 }
 
 // The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
-PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& grid,
-                          const HardwareAssumptions& hardware, const TrainingKnobs& knobs,
-                          int stage) {
+PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layout,
+                          const HardwareAssumptions& hardware, DType dtype, int stage) {
+    const parallel::GridShape& grid = layout.grid;
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
     const double layers =
-        layers_of(stage, grid.pp, model.layers, knobs.stage_layers, knobs.virtual_stages);
+        layers_of(stage, grid.pp, model.layers, layout.stage_layers, layout.virtual_stages);
     PassCost forward;
     forward.stage = static_cast<std::int16_t>(stage);
     forward.phase = Phase::forward;
     forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
-    forward.per_token_ns = analytic_gemm_per_token_ns(model, grid, hardware, knobs, stage);
+    forward.per_token_ns = analytic_gemm_per_token_ns(model, layout, hardware, dtype, stage);
     if (hardware.gemm_efficiency.empty()) {
         const double flops_per_ns = hardware.tflops * 1e3;
         forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
         return forward;
     }
-    const double peak =
-        (knobs.dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
-                                                                : hardware.tflops) *
-        1e3;
+    const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
+                                                                          : hardware.tflops) *
+                        1e3;
     // Elementwise work reads and writes what a layer keeps for its backward pass (Korthikanti
     // et al. 2022, Table 2, in 16-bit bytes: (10 + 24/t)·h a token, 34·h/t with sequence
     // parallelism), at the activations' element size.
-    const double kept = knobs.sequence_parallel ? 34.0 * h / tp : (10.0 + 24.0 / tp) * h;
-    const double scale = static_cast<double>(element_bytes(knobs.dtype)) / 2.0;
+    const double kept = layout.sequence_parallel ? 34.0 * h / tp : (10.0 + 24.0 / tp) * h;
+    const double scale = static_cast<double>(element_bytes(dtype)) / 2.0;
     forward.per_token_ns += layers * 2.0 * kept * scale / hardware.hbm_gbs;
     const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
     forward.per_token_ns += loss.forward_per_token_ns;
@@ -264,12 +262,13 @@ PassCost analytic_forward(const ModelShape& model, const parallel::GridShape& gr
 
 }  // namespace
 
-CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape& grid,
-                              const HardwareAssumptions& hardware, const TrainingKnobs& knobs) {
+CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& layout,
+                              const HardwareAssumptions& hardware, DType dtype) {
+    const parallel::GridShape& grid = layout.grid;
     CostModel cost;
     cost.source = describe(hardware);
     for (int stage = 0; stage < grid.pp; ++stage) {
-        const PassCost forward = analytic_forward(model, grid, hardware, knobs, stage);
+        const PassCost forward = analytic_forward(model, layout, hardware, dtype, stage);
         // Twice the forward's work (dX and dW), but the cross-entropy's own backward.
         const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
         PassCost backward = forward;
@@ -326,17 +325,17 @@ CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape
     // weights the fp32 master is copied into them (4 + 2), and fp16's loss scale is taken off
     // the gradients with a check for inf and NaN (4 + 4).
     double bytes_per_parameter = 28 + 4 + 4;
-    if (knobs.dtype != DType::fp32) {
+    if (dtype != DType::fp32) {
         bytes_per_parameter += 6;
     }
-    if (knobs.dtype == DType::fp16) {
+    if (dtype == DType::fp16) {
         bytes_per_parameter += 8;
     }
     std::int64_t largest_stage = 0;
     for (int stage = 0; stage < grid.pp; ++stage) {
         largest_stage = std::max(
             largest_stage,
-            stage_parameters(model, grid, stage, knobs.stage_layers, knobs.virtual_stages));
+            stage_parameters(model, grid, stage, layout.stage_layers, layout.virtual_stages));
     }
     // And the gradient norm's all-reduce of one float over every stage first: its latency.
     cost.optimizer_ns =
@@ -449,9 +448,9 @@ double head_per_token(const CostModel& model, const PassCost& fitted, int source
 // The fitted pass standing for (stage, phase) of the simulated grid, scaled to its layers,
 // hidden size and TP degree (the rule in stage_costs.h); nullopt when the model has none.
 std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& origin,
-                                    const ModelShape& shape, const parallel::GridShape& grid,
-                                    const TrainingKnobs& knobs, int stage, Phase phase,
-                                    DerivedNotes& notes) {
+                                    const ModelShape& shape, const parallel::Layout& layout,
+                                    int stage, Phase phase, DerivedNotes& notes) {
+    const parallel::GridShape& grid = layout.grid;
     const int source_pp = origin.pp > 0 ? origin.pp : grid.pp;
     const int source_layers = origin.layers > 0 ? origin.layers : shape.layers;
     const int source_hidden = origin.hidden > 0 ? origin.hidden : shape.hidden;
@@ -474,7 +473,7 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
         return std::nullopt;
     }
     const int layers_here =
-        layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
+        layers_of(stage, grid.pp, shape.layers, layout.stage_layers, layout.virtual_stages);
     // A pass of a run with v model chunks a stage holds a chunk: 1/v of the stage's layers.
     const double layers_there =
         static_cast<double>(layers_of(fitted_stage, source_pp, source_layers)) / source_v;
@@ -498,7 +497,7 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
     resolved.per_pair_ns *= layer_scale * tp_scale * hidden_scale;
     // The fixed term is per pass (per chunk's pass on an interleaved run): a stage of v chunks
     // runs v passes a micro-batch.
-    resolved.fixed_ns *= static_cast<double>(std::max(knobs.virtual_stages, 1));
+    resolved.fixed_ns *= static_cast<double>(std::max(layout.virtual_stages, 1));
     const bool same_stage = fitted_stage == stage && source_pp == grid.pp;
     if (!same_stage || layer_scale != 1.0 || tp_scale != 1.0 || hidden_scale != 1.0) {
         std::string note = std::string(to_string(phase)) + ": from the fit of stage " +
@@ -522,11 +521,12 @@ std::optional<PassCost> fitted_pass(const CostModel& model, const CostOrigin& or
 // The FLOPs of one token's weight-gradient GEMMs on `stage`, per rank: dW of QKV, the
 // projection and the MLP's two, 24·h²/tp a layer, and of the LM head, 2·h·V/tp, on the last
 // stage (fulcrum-train's W computes the tied embedding's head gradient, engine/model/gpt.cpp).
-double weight_gradient_flops_per_token(const ModelShape& shape, const parallel::GridShape& grid,
-                                       const TrainingKnobs& knobs, int stage) {
+double weight_gradient_flops_per_token(const ModelShape& shape, const parallel::Layout& layout,
+                                       int stage) {
+    const parallel::GridShape& grid = layout.grid;
     const double h = shape.hidden, tp = std::max(grid.tp, 1);
     const double layers =
-        layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
+        layers_of(stage, grid.pp, shape.layers, layout.stage_layers, layout.virtual_stages);
     const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab / tp : 0.0;
     return 24.0 * h * h * layers / tp + head;
 }
@@ -570,8 +570,8 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
                       const PassCost& backward, bool backward_fitted,
                       const std::optional<PassCost>& weight, double gemm_per_token_ns,
                       double deferred_scale, std::string_view how, const CostOrigin& origin,
-                      const TrainingKnobs& knobs, DerivedNotes& notes) {
-    const bool split = parallel::splits_backward(knobs.schedule);
+                      const parallel::Layout& layout, DerivedNotes& notes) {
+    const bool split = parallel::splits_backward(layout.schedule);
     // The backward without recomputation: a fitted one holds its run's (in B and in W
     // when that run split them), the analytic one none.
     const PassCost fitted_recompute = recompute_part(
@@ -596,7 +596,7 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
         passes[1] = combine(base, taken, -1);
         passes[2] = w;
     }
-    const PassCost recompute = recompute_part(forward, knobs.recompute, head);
+    const PassCost recompute = recompute_part(forward, layout.recompute, head);
     costs.recompute[static_cast<std::size_t>(stage)] = recompute;
     passes[1] = combine(passes[1], recompute, 1);
     if (split) {
@@ -608,9 +608,10 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
 }  // namespace
 
 StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const ModelShape& shape,
-                         const parallel::GridShape& grid, const HardwareAssumptions& hardware,
-                         const TrainingKnobs& knobs) {
-    const CostModel analytic = analytic_cost_model(shape, grid, hardware, knobs);
+                         const parallel::Layout& layout, const HardwareAssumptions& hardware,
+                         DType dtype) {
+    const parallel::GridShape& grid = layout.grid;
+    const CostModel analytic = analytic_cost_model(shape, layout, hardware, dtype);
     StageCosts costs;
     DerivedNotes notes;
     costs.source = model != nullptr ? model->source : analytic.source;
@@ -622,8 +623,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     for (int stage = 0; stage < grid.pp; ++stage) {
         const auto resolve = [&](Phase phase) -> std::pair<PassCost, bool> {
             if (model != nullptr) {
-                if (auto fitted =
-                        fitted_pass(*model, origin, shape, grid, knobs, stage, phase, notes)) {
+                if (auto fitted = fitted_pass(*model, origin, shape, layout, stage, phase, notes)) {
                     return {*fitted, true};
                 }
                 notes.add(stage, std::string(to_string(phase)) +
@@ -635,8 +635,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
         const auto [backward, backward_fitted] = resolve(Phase::backward);
         std::optional<PassCost> weight;
         if (model != nullptr && backward_fitted) {
-            weight =
-                fitted_pass(*model, origin, shape, grid, knobs, stage, Phase::weight_grad, notes);
+            weight = fitted_pass(*model, origin, shape, layout, stage, Phase::weight_grad, notes);
         }
         // W's per-token time where something measured or modelled it (weight_gradient_part).
         double gemm_per_token_ns = -1;
@@ -644,9 +643,9 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
         std::string how = "half the backward's per-token and fixed terms (dX and dW FLOPs alike)";
         if (backward_fitted && origin.gemm_gflops > 0) {
             gemm_per_token_ns =
-                weight_gradient_flops_per_token(shape, grid, knobs, stage) / origin.gemm_gflops;
+                weight_gradient_flops_per_token(shape, layout, stage) / origin.gemm_gflops;
             how = "the dW GEMMs' " +
-                  format_number(weight_gradient_flops_per_token(shape, grid, knobs, stage)) +
+                  format_number(weight_gradient_flops_per_token(shape, layout, stage)) +
                   " FLOPs a token at the run's measured " + format_number(origin.gemm_gflops) +
                   " GFLOP/s, half the fixed term";
             if (origin.gemm_gflops_cold > 0) {
@@ -655,23 +654,23 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                        " GFLOP/s";
             }
         } else if (!backward_fitted) {
-            gemm_per_token_ns = analytic_gemm_per_token_ns(shape, grid, hardware, knobs, stage);
+            gemm_per_token_ns = analytic_gemm_per_token_ns(shape, layout, hardware, dtype, stage);
             how = "the forward's GEMM time (the dW GEMMs' FLOPs and sizes)";
         }
         // What recomputation does not re-run: the analytic head and loss, or a fitted
         // forward's FLOPs share of the LM head, 2hV against 24h² a layer.
-        PassCost head = analytic_head_forward(shape, grid, hardware, knobs, stage);
+        PassCost head = analytic_head_forward(shape, layout, hardware, dtype, stage);
         if (forward_fitted) {
             const double h = shape.hidden;
             const double layers =
-                layers_of(stage, grid.pp, shape.layers, knobs.stage_layers, knobs.virtual_stages);
+                layers_of(stage, grid.pp, shape.layers, layout.stage_layers, layout.virtual_stages);
             const double head_flops = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
             head = PassCost{};
             head.per_token_ns =
                 forward.per_token_ns * head_flops / (24.0 * h * h * layers + head_flops);
         }
         set_stage_passes(costs, stage, forward, head, backward, backward_fitted, weight,
-                         gemm_per_token_ns, deferred_scale, how, origin, knobs, notes);
+                         gemm_per_token_ns, deferred_scale, how, origin, layout, notes);
     }
 
     // Only the collectives this grid runs need a cost, so only those earn a note.
@@ -709,7 +708,7 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     const bool pipelined = grid.pp > 1;
     costs.cp_all_gather = take(kCpAllGather, grid.cp > 1, kCpReduceScatter);
     costs.cp_reduce_scatter = take(kCpReduceScatter, grid.cp > 1, kCpAllGather);
-    const bool sequence_parallel = knobs.sequence_parallel && grid.tp > 1;
+    const bool sequence_parallel = layout.sequence_parallel && grid.tp > 1;
     costs.tp_all_reduce = take(kTpAllReduce, grid.tp > 1 && !sequence_parallel, kTpAllReduce);
     costs.tp_all_gather = take(kTpAllGather, sequence_parallel, kTpReduceScatter);
     costs.tp_reduce_scatter = take(kTpReduceScatter, sequence_parallel, kTpAllGather);

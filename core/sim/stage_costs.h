@@ -121,9 +121,9 @@ std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape
 // node, else over the network, the tied embedding's all-reduce between the first and last
 // stage included; the optimizer is the gradient norm's all-reduce and 36–50 bytes a
 // parameter through HBM by the dtype (docs/simulate.md).
-analysis::CostModel analytic_cost_model(const ModelShape& model, const parallel::GridShape& grid,
+analysis::CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& layout,
                                         const HardwareAssumptions& hardware,
-                                        const TrainingKnobs& knobs = {});
+                                        DType dtype = DType::fp32);
 
 // A short description of the analytic model's assumptions, for notes and run.config.
 std::string describe(const HardwareAssumptions& hardware);
@@ -172,8 +172,8 @@ std::int64_t embedding_gradient_bytes(const ModelShape& model, const parallel::G
 
 // `model` null: everything analytic.
 StageCosts resolve_costs(const analysis::CostModel* model, const CostOrigin& origin,
-                         const ModelShape& shape, const parallel::GridShape& grid,
-                         const HardwareAssumptions& hardware, const TrainingKnobs& knobs = {});
+                         const ModelShape& shape, const parallel::Layout& layout,
+                         const HardwareAssumptions& hardware, DType dtype = DType::fp32);
 
 // t = fixed + per_token·T + per_pair·P, never negative, in whole ns.
 std::int64_t predict_pass_ns(const analysis::PassCost& cost, std::int64_t tokens,

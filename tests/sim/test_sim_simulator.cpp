@@ -468,30 +468,30 @@ private slots:
     // backward; a split backward gives W half the per-token and fixed work and no attention.
     void knobsOnPassCosts() {
         const ModelShape shape{.layers = 2, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
-        const parallel::GridShape grid{};
+        const parallel::Layout layout{};
         const HardwareAssumptions hardware;
-        const StageCosts plain = resolve_costs(nullptr, {}, shape, grid, hardware, {});
+        const StageCosts plain = resolve_costs(nullptr, {}, shape, layout, hardware);
         const analysis::PassCost forward = plain.passes[0][0];
         QCOMPARE(plain.passes[0][1].per_token_ns, 2 * forward.per_token_ns);
         const double layers = 24.0 * 64 * 64 * 2;
         const double layer_share = layers / (layers + 2.0 * 64 * 256);
 
-        TrainingKnobs full;
+        parallel::Layout full;
         full.recompute = parallel::Recompute::full;
-        const StageCosts recomputed = resolve_costs(nullptr, {}, shape, grid, hardware, full);
+        const StageCosts recomputed = resolve_costs(nullptr, {}, shape, full, hardware);
         QVERIFY(std::abs(recomputed.passes[0][1].per_token_ns -
                          (2 + layer_share) * forward.per_token_ns) < 1e-9);
         QCOMPARE(recomputed.passes[0][1].per_pair_ns, 3 * forward.per_pair_ns);
 
-        TrainingKnobs selective;
+        parallel::Layout selective;
         selective.recompute = parallel::Recompute::selective;
-        const StageCosts core = resolve_costs(nullptr, {}, shape, grid, hardware, selective);
+        const StageCosts core = resolve_costs(nullptr, {}, shape, selective, hardware);
         QCOMPARE(core.passes[0][1].per_token_ns, 2 * forward.per_token_ns);
         QCOMPARE(core.passes[0][1].per_pair_ns, 3 * forward.per_pair_ns);
 
-        TrainingKnobs split;
+        parallel::Layout split;
         split.schedule = parallel::PipelineSchedule::zero_bubble_h1;
-        const StageCosts zb = resolve_costs(nullptr, {}, shape, grid, hardware, split);
+        const StageCosts zb = resolve_costs(nullptr, {}, shape, split, hardware);
         QCOMPARE(zb.passes[0][2].per_token_ns, forward.per_token_ns);
         QCOMPARE(zb.passes[0][2].per_pair_ns, 0.0);
         QCOMPARE(zb.passes[0][1].per_token_ns, forward.per_token_ns);
@@ -512,12 +512,12 @@ private slots:
         model.passes.push_back(pass_cost(1, Phase::forward, 100, 30000, 150));
         model.passes.push_back(pass_cost(1, Phase::backward, 200, 40000, 300));
         const ModelShape shape{.layers = 4, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
-        const parallel::GridShape grid{.dp = 1, .tp = 1, .pp = 2, .cp = 1};
-        TrainingKnobs split;
+        parallel::Layout split;
+        split.grid = {.dp = 1, .tp = 1, .pp = 2, .cp = 1};
         split.schedule = parallel::PipelineSchedule::zero_bubble_h1;
         CostOrigin origin{.layers = 4, .pp = 2, .hidden = 64, .tp = 1};
         origin.gemm_gflops = 20;  // 20 FLOP a ns
-        const StageCosts measured = resolve_costs(&model, origin, shape, grid, {}, split);
+        const StageCosts measured = resolve_costs(&model, origin, shape, split, {});
         QCOMPARE(measured.passes[0][2].per_token_ns, 196608.0 / 20);
         QCOMPARE(measured.passes[1][2].per_token_ns, (196608.0 + 32768) / 20);
         for (int s = 0; s < 2; ++s) {
@@ -530,17 +530,17 @@ private slots:
         // With the cold-cache rate too (10 FLOP a ns): B still loses the dW GEMMs at the hot
         // rate, while W takes them at the cold one, so B + W is more than the backward.
         origin.gemm_gflops_cold = 10;
-        const StageCosts deferred = resolve_costs(&model, origin, shape, grid, {}, split);
+        const StageCosts deferred = resolve_costs(&model, origin, shape, split, {});
         QCOMPARE(deferred.passes[0][2].per_token_ns, 196608.0 / 10);
         QCOMPARE(deferred.passes[0][1].per_token_ns, 40000.0 - 196608.0 / 20);
         QCOMPARE(deferred.passes[0][1].fixed_ns + deferred.passes[0][2].fixed_ns, 200.0);
         origin.gemm_gflops_cold = 0;
         origin.gemm_gflops = 0;
-        const StageCosts halves = resolve_costs(&model, origin, shape, grid, {}, split);
+        const StageCosts halves = resolve_costs(&model, origin, shape, split, {});
         QCOMPARE(halves.passes[0][2].per_token_ns, 20000.0);
         QCOMPARE(halves.passes[0][1].per_token_ns, 20000.0);
         origin.gemm_gflops = 1;  // a rate so slow that the dW FLOPs exceed the whole backward
-        const StageCosts capped = resolve_costs(&model, origin, shape, grid, {}, split);
+        const StageCosts capped = resolve_costs(&model, origin, shape, split, {});
         QCOMPARE(capped.passes[0][2].per_token_ns, 40000.0);
         QCOMPARE(capped.passes[0][1].per_token_ns, 0.0);
     }
@@ -558,9 +558,8 @@ private slots:
         const ModelShape shape{
             .layers = 4, .hidden = 256, .heads = 4, .context = 1024, .vocab = 512};
         const parallel::GridShape grid{.dp = 1, .tp = 2, .pp = 2, .cp = 1};
-        TrainingKnobs knobs;
-        knobs.dtype = DType::fp16;
-        const StageCosts costs = resolve_costs(nullptr, {}, shape, grid, *a100, knobs);
+        const parallel::Layout layout{.grid = grid};
+        const StageCosts costs = resolve_costs(nullptr, {}, shape, layout, *a100, DType::fp16);
         const auto gap = [&](int s) {
             return costs.passes[std::size_t(s)][1].per_token_ns -
                    2 * costs.passes[std::size_t(s)][0].per_token_ns;
@@ -581,9 +580,7 @@ private slots:
         QCOMPARE(alone.start, std::int64_t(5000));
 
         const auto optimizer = [&](DType dtype) {
-            TrainingKnobs with = knobs;
-            with.dtype = dtype;
-            return resolve_costs(nullptr, {}, shape, grid, *a100, with).optimizer_ns;
+            return resolve_costs(nullptr, {}, shape, layout, *a100, dtype).optimizer_ns;
         };
         const double norm = a100->collective_latency_us * 1e3;  // the norm's all-reduce
         QVERIFY(std::abs((optimizer(DType::bf16) - norm) / (optimizer(DType::fp32) - norm) -
@@ -603,8 +600,8 @@ private slots:
         const double off = must(simulate(config, nullptr)).mean_step_ns;
         config.overlap_grad_reduce = true;
         const double on = must(simulate(config, nullptr)).mean_step_ns;
-        const StageCosts costs = resolve_costs(nullptr, {}, config.model, config.layout.grid,
-                                               config.hardware, config.knobs());
+        const StageCosts costs =
+            resolve_costs(nullptr, {}, config.model, config.layout, config.hardware, config.dtype);
         const double reduction = static_cast<double>(predict_collective_ns(
             costs.dp_all_reduce, stage_parameters(config.model, config.layout.grid, 0) * 4));
         QVERIFY2(on < off, qPrintable(QString("on %1, off %2").arg(on).arg(off)));
@@ -638,7 +635,7 @@ private slots:
         const CostOrigin origin{.layers = 4, .pp = 2, .hidden = 64, .tp = 1};
         const ModelShape shape{.layers = 4, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
         const parallel::GridShape grid{.dp = 1, .tp = 1, .pp = 4, .cp = 1};
-        const StageCosts costs = resolve_costs(&model, origin, shape, grid, {});
+        const StageCosts costs = resolve_costs(&model, origin, shape, {.grid = grid}, {});
         QCOMPARE(costs.passes.size(), std::size_t(4));
         const auto& forward = [&](int s) { return costs.passes[std::size_t(s)][0]; };
         QCOMPARE(forward(0).per_token_ns, 4.0);
@@ -663,8 +660,8 @@ private slots:
                 costs.notes.end());
 
         // pp1: stage 0's fit scaled 2 → 4 layers, plus the head it lacked.
-        const StageCosts one =
-            resolve_costs(&model, origin, shape, {.dp = 1, .tp = 1, .pp = 1, .cp = 1}, {});
+        const StageCosts one = resolve_costs(&model, origin, shape,
+                                             {.grid = {.dp = 1, .tp = 1, .pp = 1, .cp = 1}}, {});
         QCOMPARE(one.passes[0][0].per_token_ns, 8.0 * 2 + 4);
         QCOMPARE(one.passes[0][1].per_token_ns, 16.0 * 2 + 8);
         QVERIFY(std::find(one.notes.begin(), one.notes.end(),
@@ -674,8 +671,8 @@ private slots:
         // Twice the hidden size and TP 2: per token × 4 / 2, per pair × 2 / 2.
         const ModelShape wider{
             .layers = 4, .hidden = 128, .heads = 4, .context = 256, .vocab = 256};
-        const StageCosts scaled =
-            resolve_costs(&model, origin, wider, {.dp = 1, .tp = 2, .pp = 2, .cp = 2}, {});
+        const StageCosts scaled = resolve_costs(&model, origin, wider,
+                                                {.grid = {.dp = 1, .tp = 2, .pp = 2, .cp = 2}}, {});
         QCOMPARE(scaled.passes[0][0].per_token_ns, 16.0);
         QCOMPARE(scaled.passes[0][0].per_pair_ns, 2.0);
         // The fitted run had no CP: its exchanges are analytic, and said to be.
@@ -695,7 +692,7 @@ private slots:
             .layers = 2, .hidden = 4096, .heads = 32, .context = 8192, .vocab = 32000};
         const HardwareAssumptions hardware;
         const analysis::CostModel model =
-            analytic_cost_model(shape, {.dp = 2, .tp = 2, .pp = 2, .cp = 2}, hardware);
+            analytic_cost_model(shape, {.grid = {.dp = 2, .tp = 2, .pp = 2, .cp = 2}}, hardware);
         QCOMPARE(model.passes.size(), std::size_t(4));
         const analysis::PassCost& first = model.passes[0];
         QCOMPARE(first.phase, Phase::forward);

@@ -74,20 +74,20 @@ sim::SimulationConfig config_for(const PublishedRun& run, const Variant& variant
 parallel::MemoryShape memory_shape(const PublishedRun& run, parallel::Recompute recompute,
                                    bool sequence_parallel) {
     parallel::MemoryShape shape;
-    shape.layers = run.layers;
-    shape.hidden = run.hidden;
-    shape.heads = run.heads;
-    shape.vocab = kVocab;
-    shape.sequence = kSequence;
+    shape.model.layers = run.layers;
+    shape.model.hidden = run.hidden;
+    shape.model.heads = run.heads;
+    shape.model.vocab = kVocab;
+    shape.model.context = kSequence;
     shape.microbatch_size = run.microbatch_size;
-    shape.tp = run.tp;
-    shape.pp = run.pp;
-    shape.virtual_stages = run.virtual_stages;
-    shape.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
-                                            : parallel::PipelineSchedule::one_f_one_b;
-    shape.microbatches = run.global_batch / run.microbatch_size;
-    shape.recompute = recompute;
-    shape.sequence_parallel = sequence_parallel;
+    shape.layout.grid.tp = run.tp;
+    shape.layout.grid.pp = run.pp;
+    shape.layout.virtual_stages = run.virtual_stages;
+    shape.layout.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
+                                                   : parallel::PipelineSchedule::one_f_one_b;
+    shape.layout.microbatches = run.global_batch / run.microbatch_size;
+    shape.layout.recompute = recompute;
+    shape.layout.sequence_parallel = sequence_parallel;
     shape.precision = parallel::Precision::megatron_mixed();
     return shape;
 }

@@ -20,40 +20,21 @@ Precision Precision::fp32() {
     return precision;
 }
 
-MemoryShape memory_shape(const ModelShape& model, const Layout& layout) {
-    MemoryShape shape;
-    shape.layers = model.layers;
-    shape.hidden = model.hidden;
-    shape.heads = model.heads;
-    shape.vocab = model.vocab;
-    shape.sequence = model.context;
-    shape.dp = layout.grid.dp;
-    shape.tp = layout.grid.tp;
-    shape.pp = layout.grid.pp;
-    shape.cp = layout.grid.cp;
-    shape.virtual_stages = layout.virtual_stages;
-    shape.schedule = layout.schedule;
-    shape.microbatches = layout.microbatches;
-    shape.stage_layers = layout.stage_layers;
-    shape.recompute = layout.recompute;
-    shape.sequence_parallel = layout.sequence_parallel;
-    return shape;
-}
-
 double layer_parameters(const MemoryShape& shape) {
-    const double h = shape.hidden;
+    const double h = shape.model.hidden;
     const double f = shape.ffn_hidden > 0 ? shape.ffn_hidden : 4.0 * h;
     return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;
 }
 
 double stage_layer_count(const MemoryShape& shape, int stage) {
-    const int p = std::max(shape.pp, 1);
-    if (shape.stage_layers.empty()) {
-        return double(shape.layers) / p;
+    const int p = std::max(shape.layout.grid.pp, 1);
+    if (shape.layout.stage_layers.empty()) {
+        return double(shape.model.layers) / p;
     }
     double layers = 0;
-    for (std::size_t c = std::size_t(stage); c < shape.stage_layers.size(); c += std::size_t(p)) {
-        layers += shape.stage_layers[c];
+    for (std::size_t c = std::size_t(stage); c < shape.layout.stage_layers.size();
+         c += std::size_t(p)) {
+        layers += shape.layout.stage_layers[c];
     }
     return layers;
 }
@@ -62,10 +43,10 @@ namespace {
 
 // Forwards a stage has run and not yet backpropagated at its peak, in layers' worth.
 double layers_in_flight(const MemoryShape& shape, int stage) {
-    const int p = std::max(shape.pp, 1), m = std::max(shape.microbatches, 1);
-    const int v = std::max(shape.virtual_stages, 1);
+    const int p = std::max(shape.layout.grid.pp, 1), m = std::max(shape.layout.microbatches, 1);
+    const int v = std::max(shape.layout.virtual_stages, 1);
     const double stage_layers = stage_layer_count(shape, stage);
-    switch (shape.schedule) {
+    switch (shape.layout.schedule) {
         case parallel::PipelineSchedule::gpipe:
             return stage_layers * m;
         case parallel::PipelineSchedule::one_f_one_b:
@@ -81,22 +62,23 @@ double layers_in_flight(const MemoryShape& shape, int stage) {
 
 // Korthikanti et al. 2022, Table 2: bytes of 16-bit activations; see the header.
 double activations_per_layer(const MemoryShape& shape) {
-    const double s = shape.sequence, b = shape.microbatch_size, h = shape.hidden, a = shape.heads;
-    const double t = std::max(shape.tp, 1), c = std::max(shape.cp, 1);
+    const double s = shape.model.context, b = shape.microbatch_size, h = shape.model.hidden,
+                 a = shape.model.heads;
+    const double t = std::max(shape.layout.grid.tp, 1), c = std::max(shape.layout.grid.cp, 1);
     const double local = s / c;  // tokens this rank holds
     const double sbh = local * b * h;
-    if (shape.recompute == Recompute::full) {
-        return 2 * sbh / (shape.sequence_parallel ? t : 1.0);
+    if (shape.layout.recompute == Recompute::full) {
+        return 2 * sbh / (shape.layout.sequence_parallel ? t : 1.0);
     }
-    double linear = shape.sequence_parallel ? 34 / t : 10 + 24 / t;
+    double linear = shape.layout.sequence_parallel ? 34 / t : 10 + 24 / t;
     // Offloaded (fulcrum-train --attention-chunk --offload on, no recomputation): Q, K and V,
     // 6/t of those bytes (Table 2: QKᵀ's inputs 4sbh/t, V 2sbh/t), wait in pinned host memory.
-    if (shape.offload && shape.attention_chunk > 0 && shape.recompute == Recompute::none) {
+    if (shape.offload && shape.attention_chunk > 0 && shape.layout.recompute == Recompute::none) {
         linear -= 6 / t;
     }
     // Chunked attention scores a chunk at a time and keeps no score matrix, as flash does.
-    const bool scores =
-        shape.recompute == Recompute::none && !shape.flash_attention && shape.attention_chunk == 0;
+    const bool scores = shape.layout.recompute == Recompute::none && !shape.flash_attention &&
+                        shape.attention_chunk == 0;
     const double score_elements = scores ? 5 * a * local * s * b / t : 0.0;
     return sbh * linear + score_elements;
 }
@@ -104,44 +86,45 @@ double activations_per_layer(const MemoryShape& shape) {
 }  // namespace
 
 StageMemory stage_memory(const MemoryShape& shape, int stage) {
-    const int p = std::max(shape.pp, 1);
-    const double t = std::max(shape.tp, 1);
+    const int p = std::max(shape.layout.grid.pp, 1);
+    const double t = std::max(shape.layout.grid.tp, 1);
     const Precision& precision = shape.precision;
     StageMemory memory;
     memory.stage = stage;
     double parameters = layer_parameters(shape) * stage_layer_count(shape, stage);
-    const double embedding =
-        double(shape.vocab) * shape.hidden + double(shape.sequence) * shape.hidden;
+    const double embedding = double(shape.model.vocab) * shape.model.hidden +
+                             double(shape.model.context) * shape.model.hidden;
     if (stage == 0) {
         parameters += embedding;
     }
     if (stage == p - 1) {
-        parameters += 2.0 * shape.hidden;  // the final LayerNorm
+        parameters += 2.0 * shape.model.hidden;  // the final LayerNorm
         if (!shape.tied_embedding || p > 1) {
             // The output layer; with PP a tied embedding is copied to the last stage.
-            parameters += double(shape.vocab) * shape.hidden;
+            parameters += double(shape.model.vocab) * shape.model.hidden;
         }
     }
     memory.parameters = parameters / t;
     memory.weights_bytes = memory.parameters * precision.weight_bytes;
     memory.gradients_bytes = memory.parameters * precision.gradient_bytes;
-    memory.optimizer_bytes = memory.parameters * precision.optimizer_bytes /
-                             (precision.distributed_optimizer ? std::max(shape.dp, 1) : 1);
+    memory.optimizer_bytes =
+        memory.parameters * precision.optimizer_bytes /
+        (precision.distributed_optimizer ? std::max(shape.layout.grid.dp, 1) : 1);
     memory.activations_per_layer_bytes =
         activations_per_layer(shape) * precision.activation_bytes / 2;
     memory.layers_in_flight = layers_in_flight(shape, stage);
     memory.activations_bytes = memory.activations_per_layer_bytes * memory.layers_in_flight;
-    if (shape.offload && shape.attention_chunk > 0 && shape.recompute == Recompute::none) {
+    if (shape.offload && shape.attention_chunk > 0 && shape.layout.recompute == Recompute::none) {
         // The two device slots the copies double-buffer through: [chunk, 3h/t] each.
         memory.activations_bytes +=
-            2.0 * shape.attention_chunk * 3 * shape.hidden / t * precision.activation_bytes;
+            2.0 * shape.attention_chunk * 3 * shape.model.hidden / t * precision.activation_bytes;
     }
     return memory;
 }
 
 StageMemory peak_stage_memory(const MemoryShape& shape) {
     StageMemory peak = stage_memory(shape, 0);
-    for (int stage = 1; stage < std::max(shape.pp, 1); ++stage) {
+    for (int stage = 1; stage < std::max(shape.layout.grid.pp, 1); ++stage) {
         const StageMemory memory = stage_memory(shape, stage);
         if (memory.total_bytes() > peak.total_bytes()) {
             peak = memory;
@@ -169,15 +152,15 @@ struct EngineRows {
 
 EngineRows engine_rows(const MemoryShape& shape) {
     EngineRows r;
-    const double t = std::max(shape.tp, 1), cp = std::max(shape.cp, 1);
-    const double tokens = double(shape.sequence) * std::max(shape.microbatch_size, 1);
+    const double t = std::max(shape.layout.grid.tp, 1), cp = std::max(shape.layout.grid.cp, 1);
+    const double tokens = double(shape.model.context) * std::max(shape.microbatch_size, 1);
     r.n = std::ceil(tokens / cp);
-    r.ns = shape.sequence_parallel ? std::ceil(r.n / t) : r.n;
+    r.ns = shape.layout.sequence_parallel ? std::ceil(r.n / t) : r.n;
     r.g = cp > 1 ? tokens : 0;
-    r.c = shape.hidden;
-    r.cl = shape.hidden / t;
-    r.hl = shape.heads / t;
-    r.v = shape.vocab;
+    r.c = shape.model.hidden;
+    r.cl = shape.model.hidden / t;
+    r.hl = shape.model.heads / t;
+    r.v = shape.model.vocab;
     return r;
 }
 
@@ -195,9 +178,9 @@ struct ChunkElements {
 
 ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, double layers,
                              bool head) {
-    const bool split = parallel::splits_backward(shape.schedule);
-    const bool none = shape.recompute == Recompute::none;
-    const bool full = shape.recompute == Recompute::full;
+    const bool split = parallel::splits_backward(shape.layout.schedule);
+    const bool none = shape.layout.recompute == Recompute::none;
+    const bool full = shape.layout.recompute == Recompute::full;
     const bool offload = offloads(shape);
     // A split backward without recomputation writes its output gradients over what B has
     // read, which then lives until W: dfch and dQKV over fch and qkv, ∂L/∂ the row-parallel
@@ -205,7 +188,7 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
     // [n, C] too), ∂L/∂logits over probs; it frees the chunk's input, the LayerNorm statistics,
     // lse, CP's K|V and the losses after B (Activations::output_gradients_in_forward_rows).
     const bool in_rows = split && none;
-    const bool in_residual = in_rows && !shape.sequence_parallel;
+    const bool in_residual = in_rows && !shape.layout.sequence_parallel;
     ChunkElements e;
     double kept = 0, until = 0;
     double& stream = in_rows ? until : kept;
@@ -256,19 +239,19 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
 double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
     const bool offload = offloads(shape);
     // dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits (on every stage)
-    double w = r.ns * r.c + r.n * r.c + (shape.sequence_parallel ? r.ns * r.c : 0) +
+    double w = r.ns * r.c + r.n * r.c + (shape.layout.sequence_parallel ? r.ns * r.c : 0) +
                12 * r.n * r.cl + r.ns * r.v;
     if (r.g > 0) {
         w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
         w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V
     }
-    if (shape.recompute == Recompute::selective) {
+    if (shape.layout.recompute == Recompute::selective) {
         w += r.n * r.cl + r.n * r.hl;
-    } else if (shape.recompute == Recompute::full) {
+    } else if (shape.layout.recompute == Recompute::full) {
         w += 3 * r.ns * r.c + 4 * r.ns + r.n * r.cl + r.n * r.hl + 8 * r.n * r.cl;
         w += offload ? 0 : 3 * r.n * r.cl + 2 * r.g * r.cl;
     }
-    if (shape.sequence_parallel) {
+    if (shape.layout.sequence_parallel) {
         w += r.n * r.c;  // all-gathered rows and row-parallel products
     }
     if (shape.attention_chunk > 0) {
@@ -282,7 +265,7 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
 // the peak of what the micro-batches in flight hold, device and pinned, in elements.
 std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
                                          const std::vector<ChunkElements>& chunks, double inputs) {
-    const int p = std::max(shape.pp, 1), m = std::max(shape.microbatches, 1);
+    const int p = std::max(shape.layout.grid.pp, 1), m = std::max(shape.layout.microbatches, 1);
     const parallel::PipelineShape pipeline{p, m, int(chunks.size())};
     std::vector<int> chunks_held(std::size_t(m), 0);
     double device = 0, pinned = 0, device_peak = 0, pinned_peak = 0;
@@ -291,7 +274,8 @@ std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
             device -= inputs;  // tokens, targets, positions
         }
     };
-    for (const parallel::PipelineOp& op : parallel::step_ops(shape.schedule, stage, pipeline)) {
+    for (const parallel::PipelineOp& op :
+         parallel::step_ops(shape.layout.schedule, stage, pipeline)) {
         const ChunkElements& e = chunks[std::size_t(op.chunk)];
         switch (op.kind) {
             case Phase::none:  // not a pass
@@ -302,7 +286,7 @@ std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
                 pinned += e.pinned_kept + e.pinned_until_input_gradients;
                 break;
             case Phase::backward:
-                if (parallel::splits_backward(shape.schedule)) {
+                if (parallel::splits_backward(shape.layout.schedule)) {
                     device += e.output_gradients;
                     device_peak = std::max(device_peak, device);
                     device -= e.until_input_gradients;
@@ -328,21 +312,22 @@ std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
 }  // namespace
 
 EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
-    const int p = std::max(shape.pp, 1), v = std::max(shape.virtual_stages, 1);
+    const int p = std::max(shape.layout.grid.pp, 1), v = std::max(shape.layout.virtual_stages, 1);
     const EngineRows r = engine_rows(shape);
     EngineMemory memory;
     memory.stage = stage;
     // P_local = V·C + S·C + L·(12·C·C_l + 7C_l + 6C) + 2C (engine/model/params.h), fp32
     // weights, gradients and two moments.
-    const double local_parameters = r.v * r.c + double(shape.sequence) * r.c +
-                                    shape.layers * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) + 2 * r.c;
+    const double local_parameters = r.v * r.c + double(shape.model.context) * r.c +
+                                    shape.model.layers * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) +
+                                    2 * r.c;
     memory.model_state_bytes = 4 * local_parameters * kFloatBytes;
     memory.workspace_bytes = workspace_elements(shape, r) * kFloatBytes;
     std::vector<ChunkElements> chunks;
     for (int k = 0; k < v; ++k) {
         const int model_chunk = k * p + stage;
-        const parallel::LayerRange layers =
-            parallel::model_chunk_layers(model_chunk, p * v, shape.layers, shape.stage_layers);
+        const parallel::LayerRange layers = parallel::model_chunk_layers(
+            model_chunk, p * v, shape.model.layers, shape.layout.stage_layers);
         chunks.push_back(
             chunk_elements(shape, r, layers.last - layers.first, model_chunk == p * v - 1));
         memory.activations_per_microbatch_bytes +=

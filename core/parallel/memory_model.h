@@ -49,27 +49,14 @@ struct Precision {
     static Precision fp32();            // fulcrum-train's CPU backend: 4 + 4 + 8 (AdamW moments)
 };
 
+// A model and its layout as the memory model takes them, with what else changes a rank's
+// memory. The defaults: one sequence of 2048 tokens a micro-batch, one micro-batch a step.
 struct MemoryShape {
-    // Model
-    int layers = 2;
-    int hidden = 64;
-    int heads = 4;
-    int ffn_hidden = 0;  // 0: 4 · hidden
-    int vocab = 256;
-    int sequence = 2048;      // s: tokens of one sequence
-    int microbatch_size = 1;  // b: sequences per micro-batch
+    ModelShape model{.context = 2048};  // context: s, the tokens of one sequence
+    Layout layout{.microbatches = 1};   // microbatches: m, per step and DP replica
+    int ffn_hidden = 0;                 // 0: 4 · hidden
+    int microbatch_size = 1;            // b: sequences per micro-batch
     bool tied_embedding = true;
-    // Layout
-    int dp = 1, tp = 1, pp = 1, cp = 1;
-    int virtual_stages = 1;
-    // Layers of each model chunk (p of them, or p·v interleaved: stage s's chunk k is model
-    // chunk k·p + s), as fulcrum-train --stage-layers takes them; empty: L/p a stage.
-    std::vector<int> stage_layers;
-    parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
-    int microbatches = 1;  // m, per step and DP replica
-    // Memory knobs
-    Recompute recompute = Recompute::none;
-    bool sequence_parallel = false;
     bool flash_attention = false;  // no attention score matrix kept
     // FPDT's chunked attention (fulcrum-train --attention-chunk): QKV projection and attention
     // in chunks of this many rows; 0: whole documents. `offload`: Q, K, V wait in pinned host
@@ -94,7 +81,9 @@ struct StageMemory {
 
 // The shape of `model` under `layout`: one sequence of the context a micro-batch, the other
 // knobs (attention, offload, precision) at their defaults for the caller to set.
-MemoryShape memory_shape(const ModelShape& model, const Layout& layout);
+inline MemoryShape memory_shape(const ModelShape& model, const Layout& layout) {
+    return {.model = model, .layout = layout};
+}
 
 // Parameters of one transformer layer: 4h² + 4h (QKV and output projection with biases),
 // 2h·f + f + h (the MLP), 4h (two LayerNorms).

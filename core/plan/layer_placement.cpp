@@ -33,26 +33,26 @@ MemoryBreakdown breakdown(const parallel::StageMemory& memory) {
 class StageMemoryTable {
 public:
     StageMemoryTable(const parallel::MemoryShape& shape) : shape_(shape) {
-        table_.resize(static_cast<std::size_t>(std::max(shape.pp, 1)) *
-                      static_cast<std::size_t>(shape.layers + 1));
+        table_.resize(static_cast<std::size_t>(std::max(shape.layout.grid.pp, 1)) *
+                      static_cast<std::size_t>(shape.model.layers + 1));
     }
     const parallel::StageMemory& at(int stage, int layers) {
-        auto& cell =
-            table_[static_cast<std::size_t>(stage) * static_cast<std::size_t>(shape_.layers + 1) +
-                   static_cast<std::size_t>(layers)];
+        auto& cell = table_[static_cast<std::size_t>(stage) *
+                                static_cast<std::size_t>(shape_.model.layers + 1) +
+                            static_cast<std::size_t>(layers)];
         if (!cell) {
             // A whole split that gives `stage` its layers and the rest to the other stages
             // (as evenly as they go, each at least one: the DP asks for no more), so the
             // shape stays valid; a stage's memory depends on its own layers alone.
             parallel::MemoryShape shape = shape_;
-            const int p = shape.pp, rest = shape.layers - layers;
-            shape.stage_layers.assign(static_cast<std::size_t>(p), 0);
+            const int p = shape.layout.grid.pp, rest = shape.model.layers - layers;
+            shape.layout.stage_layers.assign(static_cast<std::size_t>(p), 0);
             for (int s = 0, other = 0; s < p; ++s) {
                 if (s == stage) {
-                    shape.stage_layers[static_cast<std::size_t>(s)] = layers;
+                    shape.layout.stage_layers[static_cast<std::size_t>(s)] = layers;
                     continue;
                 }
-                shape.stage_layers[static_cast<std::size_t>(s)] =
+                shape.layout.stage_layers[static_cast<std::size_t>(s)] =
                     rest / (p - 1) + (other < rest % (p - 1) ? 1 : 0);
                 ++other;
             }

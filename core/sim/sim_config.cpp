@@ -66,7 +66,7 @@ std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     std::int64_t best = context;
     for (std::int64_t eighths = 9; eighths <= 64; ++eighths) {
         const std::int64_t tokens = context * eighths / 8;
-        shape.sequence = static_cast<int>(std::min<std::int64_t>(tokens, 1 << 30));
+        shape.model.context = static_cast<int>(std::min<std::int64_t>(tokens, 1 << 30));
         if (parallel::peak_stage_memory(shape).total_bytes() > budget) {
             break;
         }

@@ -184,7 +184,6 @@ HotSwitchTrainer::HotSwitchTrainer(Backend& backend, Communicator& world,
         // Every layout starts from the serial initial values: all of them are current.
         layout->model->initialize(config_.seed);
         layout->model->set_attention_chunking(config_.attention);
-        layout->model->set_recompute(config_.recompute);
         layout->trainer = std::make_unique<ParallelTrainer>(
             *layout->model, *layout->topology, layout->groups, documents, config_.train);
         layouts_.push_back(std::move(layout));

@@ -42,10 +42,11 @@ struct HotSwitchConfig {
     ModelShape model;
     std::uint64_t seed = 1;
     ChunkedAttentionOptions attention;
-    Recompute recompute = Recompute::none;
-    ParallelTrainConfig train;  // schedule, balancer, optimizer (stage_layers must be empty)
-    PlannerOptions packing;     // the run's planner options; dp, cp, capacity set per bucket
-    int gpus_per_node = 1;      // ranks in rank order that share a node (Algorithm 1's links)
+    // The schedule, recomputation, balancer and optimizer (the layout's stage_layers must be
+    // empty; its grid is each bucket's own).
+    ParallelTrainConfig train;
+    PlannerOptions packing;  // the run's planner options; dp, cp, capacity set per bucket
+    int gpus_per_node = 1;   // ranks in rank order that share a node (Algorithm 1's links)
 };
 
 // What one rank moved over the run, in bytes.

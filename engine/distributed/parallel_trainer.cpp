@@ -64,22 +64,26 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
       documents_(documents),
       config_(config),
       optimizer_(model.backend(), model.layout(), config.train.adamw) {
-    const int p = topology.shape().pp, v = config.virtual_stages;
-    FULCRUM_CHECK(v == 1 || config.schedule == PipelineSchedule::interleaved,
+    config_.layout.grid = topology.shape();
+    const parallel::Layout& layout = config_.layout;
+    const int p = topology.shape().pp, v = layout.virtual_stages;
+    FULCRUM_CHECK(v == 1 || layout.schedule == PipelineSchedule::interleaved,
                   "virtual stages are for the interleaved schedule");
     FULCRUM_CHECK(p * v <= model.config().layers, "every model chunk needs a layer");
     FULCRUM_CHECK(
-        config.stage_layers.empty() ||
-            parallel::check_stage_layers(config.stage_layers, p * v, model.config().layers).ok(),
+        layout.stage_layers.empty() ||
+            parallel::check_stage_layers(layout.stage_layers, p * v, model.config().layers).ok(),
         "stage_layers: one count of at least 1 per model chunk, summing to the layers");
-    FULCRUM_CHECK(config.schedule != PipelineSchedule::interleaved || p >= 2,
+    FULCRUM_CHECK(layout.schedule != PipelineSchedule::interleaved || p >= 2,
                   "the interleaved schedule needs at least 2 pipeline stages");
     for (int k = 0; k < v; ++k) {
         chunk_layers_.push_back(engine::chunk_layers(topology.coordinates().pp, k, p, v,
-                                                     model.config().layers, config_.stage_layers));
+                                                     model.config().layers, layout.stage_layers));
     }
     // The Activations made in step() keep what W passes need when the schedule splits them off.
-    model_.set_split_backward(parallel::splits_backward(config.schedule));
+    model_.set_split_backward(parallel::splits_backward(layout.schedule));
+    model_.set_recompute(layout.recompute);
+    model_.set_sequence_parallel(layout.sequence_parallel);
 }
 
 std::vector<bool> ParallelTrainer::blocks_held() const {
@@ -97,7 +101,7 @@ int ParallelTrainer::model_chunk(int chunk) const {
 }
 
 bool ParallelTrainer::holds_head(int chunk) const {
-    return model_chunk(chunk) == topology_.shape().pp * config_.virtual_stages - 1;
+    return model_chunk(chunk) == topology_.shape().pp * config_.layout.virtual_stages - 1;
 }
 
 Result<ParallelTrainer::LocalBatch> ParallelTrainer::local_micro_batch(
@@ -196,7 +200,7 @@ void ParallelTrainer::layer_by_layer_with_reduction(int chunk, Pass pass) {
 
 std::vector<std::size_t> ParallelTrainer::last_writers(const std::vector<PipelineOp>& ops) const {
     const Phase writes_weights =
-        parallel::splits_backward(config_.schedule) ? Phase::weight_grad : Phase::backward;
+        parallel::splits_backward(config_.layout.schedule) ? Phase::weight_grad : Phase::backward;
     std::vector<std::size_t> last_writer(chunk_layers_.size(), ops.size());
     for (std::size_t i = 0; i < ops.size(); ++i) {
         if (ops[i].kind == writes_weights) {
@@ -237,7 +241,7 @@ void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& 
     const int stage = topology_.coordinates().pp, p = topology_.shape().pp;
     const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
     // Split off W (ZB-H1): this is B, which computes only what the previous stage waits for.
-    const BackwardPart part = parallel::splits_backward(config_.schedule)
+    const BackwardPart part = parallel::splits_backward(config_.layout.schedule)
                                   ? BackwardPart::input_gradients
                                   : BackwardPart::whole;
     instrument::KeyScope keys(
@@ -386,9 +390,10 @@ double ParallelTrainer::gradient_norm() {
 // parallel::step_ops: interleaved 1F1B, or depth-first over the model chunks for a step whose
 // micro-batch count is not a multiple of p.
 std::vector<PipelineOp> ParallelTrainer::step_ops(int microbatches) const {
-    const parallel::PipelineShape shape{topology_.shape().pp, microbatches, config_.virtual_stages};
+    const parallel::PipelineShape shape{topology_.shape().pp, microbatches,
+                                        config_.layout.virtual_stages};
     FULCRUM_CHECK(microbatches >= 1, "a step needs a micro-batch");
-    return parallel::step_ops(config_.schedule, topology_.coordinates().pp, shape);
+    return parallel::step_ops(config_.layout.schedule, topology_.coordinates().pp, shape);
 }
 
 Result<StepReport> ParallelTrainer::step(const StepPlan& plan) {
@@ -496,14 +501,14 @@ std::vector<float> ParallelTrainer::gather_parameters() {
     // ...then each model chunk's blocks from its stage's (dp 0, cp 0, tp 0) rank, lnf with
     // the last chunk's.
     const ParameterLayout layout(model_.config());
-    const int p = topology_.shape().pp, v = config_.virtual_stages;
+    const int p = topology_.shape().pp, v = config_.layout.virtual_stages;
     for (int c = 0; c < p * v; ++c) {
         const int stage = c % p;
         if (stage == 0) {
             continue;  // world rank 0's own
         }
-        const LayerRange layers =
-            engine::chunk_layers(stage, c / p, p, v, model_.config().layers, config_.stage_layers);
+        const LayerRange layers = engine::chunk_layers(stage, c / p, p, v, model_.config().layers,
+                                                       config_.layout.stage_layers);
         ElementRange range = layout.block_range(layers.first, layers.last);
         if (c == p * v - 1) {
             range.count = layout.total() - range.offset;  // blocks and lnf, which follow them

@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/parallel/layout.h"
 #include "core/parallel/schedule.h"
 #include "core/util/result.h"
 #include "engine/comm/communicator.h"
@@ -66,11 +67,11 @@ struct ParallelGroups {
 
 struct ParallelTrainConfig {
     TrainConfig train;
-    PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-    int virtual_stages = 1;  // model chunks per stage (interleaved)
-    // Layers of each model chunk (p·v, model chunk k·p + s is stage s's chunk k), as
-    // fulcrum-train --stage-layers gives them; empty: the even split (parallel::stage_layers).
-    std::vector<int> stage_layers;
+    // The schedule, virtual stages, stage layers (p·v counts, model chunk k·p + s being stage
+    // s's chunk k; empty: the even split), recomputation and sequence parallelism, as
+    // fulcrum-train checked them (parallel::check_layout). Its grid is the topology's: the
+    // trainer sets it.
+    parallel::Layout layout;
     balance::Balancer balancer = balance::Balancer::fixed;  // named in the workload manifest
     // Reduce each layer's gradients over DP × CP as soon as the step's last backward pass is
     // done with the layer (Communicator::start_all_reduce_sum), overlapping the layers below;
@@ -80,6 +81,8 @@ struct ParallelTrainConfig {
 
 class ParallelTrainer {
 public:
+    // Sets the model's split backward, recomputation and sequence parallelism from the
+    // config's layout, whose grid becomes the topology's.
     ParallelTrainer(GptModel& model, const Topology& topology, ParallelGroups& groups,
                     const TrainingDocuments& documents, ParallelTrainConfig config);
 

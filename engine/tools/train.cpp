@@ -822,9 +822,7 @@ int main(int argc, char** argv) {
     ParallelTrainConfig train_config;
     train_config.train.adamw.learning_rate = o.learning_rate;
     train_config.train.warmup_steps = o.warmup;
-    train_config.schedule = checked.schedule;
-    train_config.virtual_stages = o.virtual_stages;
-    train_config.stage_layers = stage_layers;
+    train_config.layout = layout;
     train_config.balancer = checked.balancer;
     train_config.overlap_grad_reduce = overlaps_grad_reduce(o, comm);
     if (rank == 0 && train_config.overlap_grad_reduce && o.grid.dp * o.grid.cp > 1) {
@@ -842,7 +840,6 @@ int main(int argc, char** argv) {
         hot_config.model = o.model;
         hot_config.seed = o.seed;
         hot_config.attention = {o.attention_chunk, o.offload == "on"};
-        hot_config.recompute = checked.recompute;
         hot_config.train = train_config;
         hot_config.packing = planner_options;
         hot_config.gpus_per_node = node.local_size;
@@ -874,8 +871,6 @@ int main(int argc, char** argv) {
             *backend, o.model, ModelParallel{groups->tp.get(), groups->cp.get()});
         static_model->initialize(o.seed);
         static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
-        static_model->set_recompute(checked.recompute);
-        static_model->set_sequence_parallel(o.sequence_parallel);
         trainer = std::make_unique<ParallelTrainer>(*static_model, *topology, *groups, *documents,
                                                     train_config);
     }

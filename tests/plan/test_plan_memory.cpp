@@ -32,20 +32,20 @@ constexpr Published kPublished[] = {
 
 MemoryShape shape_of(const Published& run, bool seq_sel) {
     MemoryShape shape;
-    shape.layers = run.layers;
-    shape.hidden = run.hidden;
-    shape.heads = run.heads;
-    shape.vocab = 51200;
-    shape.sequence = 2048;
+    shape.model.layers = run.layers;
+    shape.model.hidden = run.hidden;
+    shape.model.heads = run.heads;
+    shape.model.vocab = 51200;
+    shape.model.context = 2048;
     shape.microbatch_size = run.microbatch_size;
-    shape.tp = run.tp;
-    shape.pp = run.pp;
-    shape.virtual_stages = run.virtual_stages;
-    shape.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
-                                            : parallel::PipelineSchedule::one_f_one_b;
-    shape.microbatches = std::max(run.pp * 8, 1);
-    shape.recompute = seq_sel ? Recompute::selective : Recompute::none;
-    shape.sequence_parallel = seq_sel;
+    shape.layout.grid.tp = run.tp;
+    shape.layout.grid.pp = run.pp;
+    shape.layout.virtual_stages = run.virtual_stages;
+    shape.layout.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
+                                                   : parallel::PipelineSchedule::one_f_one_b;
+    shape.layout.microbatches = std::max(run.pp * 8, 1);
+    shape.layout.recompute = seq_sel ? Recompute::selective : Recompute::none;
+    shape.layout.sequence_parallel = seq_sel;
     return shape;
 }
 
@@ -108,16 +108,16 @@ private slots:
     void inFlightByScheduleAndRecompute() {
         MemoryShape shape = shape_of(kPublished[1], false);  // 96 layers, p 8, v 3
         QCOMPARE(stage_memory(shape, 0).layers_in_flight, 96.0 * (1 + 7.0 / 24));
-        shape.schedule = parallel::PipelineSchedule::one_f_one_b;
-        shape.virtual_stages = 1;
+        shape.layout.schedule = parallel::PipelineSchedule::one_f_one_b;
+        shape.layout.virtual_stages = 1;
         QCOMPARE(stage_memory(shape, 0).layers_in_flight, 96.0);
         QCOMPARE(stage_memory(shape, 7).layers_in_flight, 12.0);
-        shape.schedule = parallel::PipelineSchedule::gpipe;
-        QCOMPARE(stage_memory(shape, 7).layers_in_flight, 12.0 * shape.microbatches);
-        shape.recompute = Recompute::full;
+        shape.layout.schedule = parallel::PipelineSchedule::gpipe;
+        QCOMPARE(stage_memory(shape, 7).layers_in_flight, 12.0 * shape.layout.microbatches);
+        shape.layout.recompute = Recompute::full;
         QCOMPARE(stage_memory(shape, 0).activations_per_layer_bytes, 2.0 * 2048 * 12288);
         shape.precision.distributed_optimizer = true;
-        shape.dp = 4;
+        shape.layout.grid.dp = 4;
         const StageMemory sharded = stage_memory(shape, 1);
         QCOMPARE(sharded.optimizer_bytes, sharded.parameters * 12 / 4);
     }
@@ -129,39 +129,39 @@ private slots:
     // Uneven stage_layers move parameters and activations with the layers.
     void engineReplayCountsTheScheduleInFlight() {
         MemoryShape shape;
-        shape.layers = 8;
-        shape.hidden = 64;
-        shape.heads = 4;
-        shape.sequence = 1024;
-        shape.pp = 4;
-        shape.microbatches = 8;
+        shape.model.layers = 8;
+        shape.model.hidden = 64;
+        shape.model.heads = 4;
+        shape.model.context = 1024;
+        shape.layout.grid.pp = 4;
+        shape.layout.microbatches = 8;
         shape.precision = Precision::fp32();
         auto chunks_in_flight = [&](int stage) {
             const EngineMemory memory = engine_stage_memory(shape, stage);
-            return memory.activations_bytes /
-                   (memory.activations_per_microbatch_bytes / std::max(shape.virtual_stages, 1));
+            return memory.activations_bytes / (memory.activations_per_microbatch_bytes /
+                                               std::max(shape.layout.virtual_stages, 1));
         };
         auto near = [](double value, double expected) {
             return std::abs(value - expected) < 0.01 * expected;
         };
-        shape.schedule = parallel::PipelineSchedule::gpipe;
+        shape.layout.schedule = parallel::PipelineSchedule::gpipe;
         QVERIFY(near(chunks_in_flight(1), 8));
-        shape.schedule = parallel::PipelineSchedule::one_f_one_b;
+        shape.layout.schedule = parallel::PipelineSchedule::one_f_one_b;
         QVERIFY(near(chunks_in_flight(0), 4));
         QVERIFY(near(chunks_in_flight(2), 2));
-        shape.schedule = parallel::PipelineSchedule::interleaved;
-        shape.virtual_stages = 2;
+        shape.layout.schedule = parallel::PipelineSchedule::interleaved;
+        shape.layout.virtual_stages = 2;
         QVERIFY2(near(chunks_in_flight(0), 3 * 2 + 1 * 4 + 1),
                  qPrintable(QString::number(chunks_in_flight(0))));
         QVERIFY(near(chunks_in_flight(1), 2 * 2 + 1 * 4 + 1));
 
         shape = MemoryShape{};
-        shape.layers = 8;
-        shape.pp = 2;
-        shape.stage_layers = {2, 6};
+        shape.model.layers = 8;
+        shape.layout.grid.pp = 2;
+        shape.layout.stage_layers = {2, 6};
         QCOMPARE(stage_layer_count(shape, 0), 2.0);
         QCOMPARE(stage_memory(shape, 1).parameters - stage_memory(shape, 0).parameters,
-                 4 * layer_parameters(shape) + 2.0 * shape.hidden + 64.0 * 256 -
+                 4 * layer_parameters(shape) + 2.0 * shape.model.hidden + 64.0 * 256 -
                      (256.0 * 64 + 2048.0 * 64));
         QVERIFY(engine_stage_memory(shape, 1).activations_per_microbatch_bytes >
                 2.5 * engine_stage_memory(shape, 0).activations_per_microbatch_bytes);

@@ -424,10 +424,10 @@ private slots:
         // The memory model: Q, K, V (6 bytes a token and hidden unit in 16 bits, tp 1) off, the
         // two [chunk, 3h] slots on.
         MemoryShape shape;
-        shape.layers = 4;
-        shape.hidden = 64;
-        shape.heads = 4;
-        shape.sequence = 2048;
+        shape.model.layers = 4;
+        shape.model.hidden = 64;
+        shape.model.heads = 4;
+        shape.model.context = 2048;
         shape.flash_attention = true;
         const double kept = stage_memory(shape, 0).activations_bytes;
         shape.attention_chunk = 256;

@@ -62,19 +62,19 @@ std::map<int, RankPeak> peaks_of(const QString& output) {
 parallel::MemoryShape shape_of(const QStringList& args) {
     parallel::MemoryShape shape;
     shape.precision = parallel::Precision::fp32();
-    shape.vocab = 256;
-    shape.microbatches = 4;
+    shape.model.vocab = 256;
+    shape.layout.microbatches = 4;
     auto value = [&](const char* option) { return args[args.indexOf(option) + 1]; };
-    const std::map<QString, int*> integers = {{"--layers", &shape.layers},
-                                              {"--hidden", &shape.hidden},
-                                              {"--heads", &shape.heads},
-                                              {"--context", &shape.sequence},
-                                              {"--dp", &shape.dp},
-                                              {"--tp", &shape.tp},
-                                              {"--pp", &shape.pp},
-                                              {"--cp", &shape.cp},
-                                              {"--virtual-stages", &shape.virtual_stages},
-                                              {"--micro-batches", &shape.microbatches},
+    const std::map<QString, int*> integers = {{"--layers", &shape.model.layers},
+                                              {"--hidden", &shape.model.hidden},
+                                              {"--heads", &shape.model.heads},
+                                              {"--context", &shape.model.context},
+                                              {"--dp", &shape.layout.grid.dp},
+                                              {"--tp", &shape.layout.grid.tp},
+                                              {"--pp", &shape.layout.grid.pp},
+                                              {"--cp", &shape.layout.grid.cp},
+                                              {"--virtual-stages", &shape.layout.virtual_stages},
+                                              {"--micro-batches", &shape.layout.microbatches},
                                               {"--attention-chunk", &shape.attention_chunk}};
     for (const auto& [option, field] : integers) {
         if (args.contains(option)) {
@@ -82,15 +82,16 @@ parallel::MemoryShape shape_of(const QStringList& args) {
         }
     }
     if (args.contains("--schedule")) {
-        shape.schedule = *parallel::parse_schedule(value("--schedule").toStdString());
+        shape.layout.schedule = *parallel::parse_schedule(value("--schedule").toStdString());
     }
     if (args.contains("--recompute")) {
-        shape.recompute = *parallel::parse_recompute(value("--recompute").toStdString());
+        shape.layout.recompute = *parallel::parse_recompute(value("--recompute").toStdString());
     }
     if (args.contains("--stage-layers")) {
-        shape.stage_layers = *parallel::parse_stage_layers(value("--stage-layers").toStdString());
+        shape.layout.stage_layers =
+            *parallel::parse_stage_layers(value("--stage-layers").toStdString());
     }
-    shape.sequence_parallel = args.contains("--sequence-parallel");
+    shape.layout.sequence_parallel = args.contains("--sequence-parallel");
     shape.offload =
         shape.attention_chunk > 0 && (!args.contains("--offload") || value("--offload") == "on");
     return shape;
@@ -179,7 +180,7 @@ private slots:
         QCOMPARE(int(peaks.size()), ranks);
 
         const parallel::MemoryShape shape = shape_of(args);
-        for (const int stage : std::set<int>{0, shape.pp - 1}) {
+        for (const int stage : std::set<int>{0, shape.layout.grid.pp - 1}) {
             const auto measured = std::find_if(peaks.begin(), peaks.end(), [&](const auto& peak) {
                 const RankPeak& r = peak.second;
                 return r.pp == stage && r.dp == 0 && r.cp == 0 && r.tp == 0;

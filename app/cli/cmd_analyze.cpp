@@ -54,13 +54,13 @@ void render_summary(const RunAnalysis& a, std::string& out) {
     const auto& c = a.config;
     out += "run      " + a.run.name + " (" + std::string(to_string(a.run.origin)) + ")\n";
     out += "grid     " + describe_grid(c) + "\n";
-    out += "setup    schedule " + text_or_unknown(c.schedule) + ", balancer " +
+    out += "setup    schedule " + text_or_unknown(schedule_text(c)) + ", balancer " +
            text_or_unknown(c.balancer) + ", cp sharding " + text_or_unknown(c.cp_shard) + ", " +
-           (c.microbatches > 0 ? std::to_string(c.microbatches) + " micro-batches"
-                               : std::string("micro-batches ") + kUnknownFigure) +
+           (c.layout.microbatches > 0 ? std::to_string(c.layout.microbatches) + " micro-batches"
+                                      : std::string("micro-batches ") + kUnknownFigure) +
            "\n";
     out += "events   " + std::to_string(a.events) + " (" + std::to_string(a.passes) + " passes)\n";
-    const int world = c.dp * c.tp * c.pp * c.cp;
+    const int world = c.layout.grid.world();
     if (c.host_cores > 0 && world > c.host_cores) {
         out += "cores    " + std::to_string(c.host_cores) + " a host, shared by its ranks (" +
                std::to_string(world) +

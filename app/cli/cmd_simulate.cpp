@@ -59,7 +59,7 @@ bool given(const SimulateArgs& args, const std::string& option) {
     return found != nullptr && found->count() > 0;
 }
 
-// The option that gives a run.config key (core/trace/run_config.h): "cp_shard" → "--cp-shard".
+// The option that gives a run.config key (core/parallel/run_config.h): "cp_shard" → "--cp-shard".
 std::string option_for_key(const std::string& key) {
     if (key == "microbatches") {
         return "--micro-batches";

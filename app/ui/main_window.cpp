@@ -472,8 +472,8 @@ RerunDialog* MainWindow::rerun_candidate(const plan::Candidate& candidate, QStri
     QString why = tr("no run is open to take the model, documents and command from");
     if (dialog != nullptr && run && run->analysis) {
         const RunConfig& config = run->analysis->config;
-        const CandidateRerun rerun = candidate_rerun(candidate, dialog->plan(),
-                                                     config.dp * config.tp * config.pp * config.cp);
+        const CandidateRerun rerun =
+            candidate_rerun(candidate, dialog->plan(), config.layout.grid.world());
         if (rerun.why_not.isEmpty()) {
             dialog->set_simulate(false);
             dialog->set_choice(rerun.choice);

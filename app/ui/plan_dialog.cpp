@@ -89,16 +89,16 @@ PlanDialog::PlanDialog(views::RunPtr run, QWidget* parent)
     const analysis::RunAnalysis* analysis = run_ ? run_->analysis.get() : nullptr;
     if (analysis != nullptr && analysis->config.has_model()) {
         const RunConfig& config = analysis->config;
-        for (auto [box, value] : {std::pair{layers_, config.layers},
-                                  {hidden_, config.hidden},
-                                  {heads_, config.heads},
-                                  {context_, config.context},
-                                  {vocab_, config.vocab}}) {
+        for (auto [box, value] : {std::pair{layers_, config.model.layers},
+                                  {hidden_, config.model.hidden},
+                                  {heads_, config.model.heads},
+                                  {context_, config.model.context},
+                                  {vocab_, config.model.vocab}}) {
             if (value > 0)
                 box->setValue(value);
         }
         lengths_->setText(QString::fromStdString(config.lengths));
-        worlds_->setText(QString::number(config.dp * config.tp * config.pp * config.cp));
+        worlds_->setText(QString::number(config.layout.grid.world()));
     }
     const bool calibratable =
         run_ && run_->trace && analysis != nullptr && !analysis->config.simulated;

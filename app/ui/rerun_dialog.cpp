@@ -66,15 +66,15 @@ RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
 
     auto* layout = new QVBoxLayout(this);
     const QString grid = config.grid_known ? tr("DP %1 × TP %2 × PP %3 × CP %4")
-                                                 .arg(config.dp)
-                                                 .arg(config.tp)
-                                                 .arg(config.pp)
-                                                 .arg(config.cp)
+                                                 .arg(config.layout.grid.dp)
+                                                 .arg(config.layout.grid.tp)
+                                                 .arg(config.layout.grid.pp)
+                                                 .arg(config.layout.grid.cp)
                                            : tr("grid unknown (no DP/TP/PP/CP coordinates)");
     auto* summary = new QLabel(
         tr("<b>%1</b>: %2; balancer %3, CP sharding %4, schedule %5")
             .arg(run_->title.toHtmlEscaped(), grid.toHtmlEscaped(), or_unknown(config.balancer),
-                 or_unknown(config.cp_shard), or_unknown(config.schedule)),
+                 or_unknown(config.cp_shard), or_unknown(schedule_text(config))),
         this);
     summary->setWordWrap(true);
     layout->addWidget(summary);
@@ -92,13 +92,15 @@ RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
     cp_shard_ = new QComboBox(this);
     cp_shard_->addItems(cp_shard_names());
     cp_shard_->setCurrentText(QString::fromStdString(config.cp_shard));
-    cp_shard_->setEnabled(config.cp > 1);
-    cp_shard_->setToolTip(config.cp > 1 ? QString() : tr("The run has no context parallelism"));
+    cp_shard_->setEnabled(config.layout.grid.cp > 1);
+    cp_shard_->setToolTip(config.layout.grid.cp > 1 ? QString()
+                                                    : tr("The run has no context parallelism"));
     schedule_ = new QComboBox(this);
     schedule_->addItems(schedule_names());
-    schedule_->setCurrentText(QString::fromStdString(config.schedule));
-    schedule_->setEnabled(config.pp > 1);
-    schedule_->setToolTip(config.pp > 1 ? QString() : tr("The run has no pipeline stages"));
+    schedule_->setCurrentText(QString::fromStdString(schedule_text(config)));
+    schedule_->setEnabled(config.layout.grid.pp > 1);
+    schedule_->setToolTip(config.layout.grid.pp > 1 ? QString()
+                                                    : tr("The run has no pipeline stages"));
     form->addRow(tr("&Balancer:"), balancer_);
     form->addRow(tr("CP &sharding:"), cp_shard_);
     form->addRow(tr("&Schedule:"), schedule_);
@@ -250,13 +252,14 @@ QStringList RerunDialog::arguments_for(const RerunChoice& choice) const {
     if (simulate()) {
         const QString out =
             output_.isEmpty() ? unique_output_path(run_->path, stem, suffix_for(choice)) : output_;
-        return simulate_arguments(run_->path, choice, config.pp, config.cp, out);
+        return simulate_arguments(run_->path, choice, config.layout.grid.pp, config.layout.grid.cp,
+                                  out);
     }
     const QString dir = output_dir_.isEmpty()
                             ? unique_output_path(run_->path, stem, suffix_for(choice))
                             : output_dir_;
-    return capture_arguments(dir,
-                             rerun_argv(plan_.argv, choice, config.pp, config.cp, plan_.engine));
+    return capture_arguments(dir, rerun_argv(plan_.argv, choice, config.layout.grid.pp,
+                                             config.layout.grid.cp, plan_.engine));
 }
 
 void RerunDialog::update_command() {
@@ -432,8 +435,8 @@ void RerunDialog::set_state(State state, const QString& text) {
         w->setEnabled(!running);
     }
     capture_button_->setEnabled(!running && plan_.capture_here);
-    cp_shard_->setEnabled(!running && run_->trace->config.cp > 1);
-    schedule_->setEnabled(!running && run_->trace->config.pp > 1);
+    cp_shard_->setEnabled(!running && run_->trace->config.layout.grid.cp > 1);
+    schedule_->setEnabled(!running && run_->trace->config.layout.grid.pp > 1);
     if (running) {
         tick_->start();
     } else {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "bench/common/bench_support.h"
+#include "core/parallel/run_config.h"
 #include "core/store/trace_reader.h"
 #include "core/store/trace_writer.h"
 #include "core/trace/annotations.h"
-#include "core/trace/run_config.h"
 #include "core/trace/trace_sink.h"
 #include "tests/support/synthetic_run.h"
 
@@ -209,20 +209,17 @@ public:
 
     std::string config_json() const {
         RunConfig c;
-        c.dp = o_.dp;
-        c.tp = o_.tp;
-        c.pp = o_.pp;
-        c.cp = o_.cp;
-        c.layers = o_.layers;
-        c.hidden = kHidden;
-        c.heads = kHeads;
-        c.context = o_.tokens_per_microbatch;
-        c.vocab = kVocab;
-        c.schedule = "1f1b";
+        c.model = {.layers = o_.layers,
+                   .hidden = kHidden,
+                   .heads = kHeads,
+                   .context = o_.tokens_per_microbatch,
+                   .vocab = kVocab};
+        c.layout.grid = {.dp = o_.dp, .tp = o_.tp, .pp = o_.pp, .cp = o_.cp};
+        c.layout.schedule = parallel::PipelineSchedule::one_f_one_b;
         c.dtype = "bf16";
         c.balancer = "fixed";
         c.cp_shard = "contiguous";
-        c.microbatches = o_.microbatches;
+        c.layout.microbatches = o_.microbatches;
         c.steps = steps_;
         c.seed = o_.seed;
         c.data = "synthetic documents (bench/common/scale_run.cpp)";

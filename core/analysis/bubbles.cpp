@@ -65,12 +65,9 @@ struct ReplayedSchedule {
 
 ReplayedSchedule replayed_schedule(const RunConfig& config) {
     ReplayedSchedule replayed;
-    if (auto parsed =
-            parallel::parse_schedule(config.schedule.empty() ? "1f1b" : config.schedule)) {
-        replayed.schedule = *parsed;
-    }
+    replayed.schedule = config.layout.schedule;  // 1F1B when the run does not say
     if (replayed.schedule == parallel::PipelineSchedule::interleaved) {
-        replayed.virtual_stages = std::max(1, config.virtual_stages);
+        replayed.virtual_stages = std::max(1, config.layout.virtual_stages);
     }
     replayed.split_backward = parallel::splits_backward(replayed.schedule);
     return replayed;
@@ -79,7 +76,7 @@ ReplayedSchedule replayed_schedule(const RunConfig& config) {
 // Passes of each pipeline and step, by stage.
 std::map<PipelineKey, StagePasses> passes_by_pipeline(const RunTrace& trace,
                                                       const std::vector<Pass>& passes) {
-    const int p = trace.config.pp;
+    const int p = trace.config.layout.grid.pp;
     std::map<PipelineKey, StagePasses> pipelines;
     for (const Pass& pass : passes) {
         const RankTrace* rank = trace.find_rank(pass.rank);
@@ -226,10 +223,11 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     BubbleAnalysis result;
     // A hot-switched step's buckets run pipelines of different shapes on the same ranks, which
     // the ranks' one set of coordinates does not describe (run_analysis.cpp notes it).
-    if (!trace.config.grid_known || trace.config.pp <= 1 || !trace.config.hot_switch.empty()) {
+    if (!trace.config.grid_known || trace.config.layout.grid.pp <= 1 ||
+        !trace.config.hot_switch.empty()) {
         return result;
     }
-    const int p = trace.config.pp;
+    const int p = trace.config.layout.grid.pp;
     const ReplayedSchedule replayed = replayed_schedule(trace.config);
     result.schedule = parallel::schedule_name(replayed.schedule);
     PassSums run_sums;  // ZB-H1's theory depends on the pass times: the run's mean F, B and W
@@ -285,7 +283,8 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
         microbatches_seen = std::max(microbatches_seen, m);
         result.pipelines.push_back(pipeline);
     }
-    const int m = trace.config.microbatches > 0 ? trace.config.microbatches : microbatches_seen;
+    const int m =
+        trace.config.layout.microbatches > 0 ? trace.config.layout.microbatches : microbatches_seen;
     if (m > 0) {
         result.theory_fraction = parallel::theory_bubble_fraction(
             replayed.schedule, {p, m, replayed.virtual_stages}, run_sums.times());

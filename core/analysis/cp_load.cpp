@@ -369,8 +369,8 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     if (!trace.config.grid_known) {
         return result;
     }
-    result.cp = trace.config.cp;
-    const int cp = trace.config.cp;
+    result.cp = trace.config.layout.grid.cp;
+    const int cp = trace.config.layout.grid.cp;
     if (cp <= 1) {
         return result;
     }

@@ -71,7 +71,7 @@ public:
         if (pass.phase == Phase::weight_grad)
             return nullptr;
         const GridCoordinates c = coordinates_of(trace_, pass);
-        const int stages = std::max(trace_.config.pp, 1);
+        const int stages = std::max(trace_.config.layout.grid.pp, 1);
         int from = pass.phase == Phase::forward ? c.pp - 1 : c.pp + 1;
         int chunk = pass.chunk;
         if (from < 0) {
@@ -178,9 +178,8 @@ const StepTails* tails_of(const TailIndex& tails, std::int32_t rank, std::int32_
 // its stage and phase's mean: how much that pass costs the step.
 void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& path,
                  const std::vector<const Pass*>& critical) {
-    auto schedule =
-        parallel::parse_schedule(trace.config.schedule.empty() ? "1f1b" : trace.config.schedule);
-    const int p = std::max(trace.config.pp, 1);
+    const parallel::PipelineSchedule schedule = trace.config.layout.schedule;
+    const int p = std::max(trace.config.layout.grid.pp, 1);
     for (const Pass* pass : critical) {
         const auto members = step.pipeline_of(*pass);
         int m = 0;
@@ -189,7 +188,7 @@ void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& pa
         if (m == 0 || pass->microbatch < 0)
             continue;
         parallel::ReplayInput input;
-        input.schedule = schedule ? *schedule : parallel::PipelineSchedule::one_f_one_b;
+        input.schedule = schedule;
         if (input.schedule != parallel::PipelineSchedule::gpipe &&
             input.schedule != parallel::PipelineSchedule::one_f_one_b) {
             continue;  // the engine's captures run these two; replaying others needs their chunks

@@ -99,16 +99,16 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, in
         return result;
     }
     const PassCost* forward = cost != nullptr ? cost->pass(0, Phase::forward) : nullptr;
-    const int layers = trace.config.layers > 0 ? stage_layer_count(trace.config, 0) : 0;
+    const int layers = trace.config.model.layers > 0 ? stage_layer_count(trace.config, 0) : 0;
     if (forward == nullptr || forward->per_pair_ns <= 0 || layers <= 0 ||
-        trace.config.hidden <= 0) {
+        trace.config.model.hidden <= 0) {
         result.chunk_note =
             "no attention cost per pair (needs a cost model with a per-pair term, and the "
             "model's layers and hidden size in the run's config)";
         return result;
     }
     const double per_pair_per_layer = forward->per_pair_ns / double(layers);
-    const double bytes_per_token = 2.0 * trace.config.hidden * element_bytes;
+    const double bytes_per_token = 2.0 * trace.config.model.hidden * element_bytes;
     result.min_hidden_chunk_tokens = static_cast<std::int64_t>(
         std::ceil(bytes_per_token / (*result.bandwidth_gb_s * per_pair_per_layer)));
     result.chunk_note = "from " + std::to_string(*result.bandwidth_gb_s) + " GB/s and " +

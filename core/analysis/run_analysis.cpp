@@ -391,14 +391,15 @@ json run_json(const RunAnalysis& analysis) {
             {"origin", std::string(to_string(analysis.run.origin))},
             {"events", analysis.events},
             {"passes", analysis.passes},
-            {"dp", degree(config.dp)},
-            {"tp", degree(config.tp)},
-            {"pp", degree(config.pp)},
-            {"cp", degree(config.cp)},
-            {"schedule", text_or_null(config.schedule)},
+            {"dp", degree(config.layout.grid.dp)},
+            {"tp", degree(config.layout.grid.tp)},
+            {"pp", degree(config.layout.grid.pp)},
+            {"cp", degree(config.layout.grid.cp)},
+            {"schedule", text_or_null(schedule_text(config))},
             {"balancer", text_or_null(config.balancer)},
             {"cp_shard", text_or_null(config.cp_shard)},
-            {"microbatches", config.microbatches > 0 ? json(config.microbatches) : json(nullptr)}};
+            {"microbatches",
+             config.layout.microbatches > 0 ? json(config.layout.microbatches) : json(nullptr)}};
 }
 
 json breakdown_json(const std::vector<StepBreakdown>& rows) {

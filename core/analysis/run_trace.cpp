@@ -79,11 +79,13 @@ bool RankTrace::has_device_lanes() const {
 }
 
 int stage_layer_count(const RunConfig& config, int stage) {
-    const int p = std::max(config.pp, 1), v = std::max(config.virtual_stages, 1);
-    const bool given = parallel::check_stage_layers(config.stage_layers, p * v, config.layers).ok();
+    const parallel::Layout& layout = config.layout;
+    const int p = std::max(layout.grid.pp, 1), v = std::max(layout.virtual_stages, 1);
+    const int layers = config.model.layers;
+    const bool given = parallel::check_stage_layers(layout.stage_layers, p * v, layers).ok();
     return parallel::stage_layer_total(
-        stage, p, v, config.layers,
-        given ? std::span<const int>(config.stage_layers) : std::span<const int>{});
+        stage, p, v, layers,
+        given ? std::span<const int>(layout.stage_layers) : std::span<const int>{});
 }
 
 void RunTrace::set_string(StringId id, std::string text) {

@@ -18,8 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/parallel/run_config.h"
 #include "core/trace/model.h"
-#include "core/trace/run_config.h"
 #include "core/util/result.h"
 
 namespace fulcrum::store {

@@ -24,11 +24,11 @@ struct ModelShape {
 // A layout: the grid, the pipeline's schedule over its micro-batches and model chunks, the
 // layers of each chunk, and the memory knobs that change what a rank holds.
 struct Layout {
-    GridShape grid;
+    GridShape grid{};
     int microbatches = 4;  // per DP replica and step
     PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
     int virtual_stages = 1;
-    std::vector<int> stage_layers;  // one count per model chunk; empty: L/p each
+    std::vector<int> stage_layers{};  // one count per model chunk; empty: L/p each
     Recompute recompute = Recompute::none;
     bool sequence_parallel = false;
 };

@@ -146,9 +146,10 @@ std::string model_text(const RunConfig& c) {
     const auto part = [](const char* name, int value) {
         return std::string(name) + " " + (value > 0 ? std::to_string(value) : kUnknownFigure);
     };
-    return part("layers", c.layers) + ", " + part("hidden", c.hidden) + ", " +
-           part("heads", c.heads) + ", " + part("context", c.context) + ", " +
-           part("vocab", c.vocab);
+    const parallel::ModelShape& m = c.model;
+    return part("layers", m.layers) + ", " + part("hidden", m.hidden) + ", " +
+           part("heads", m.heads) + ", " + part("context", m.context) + ", " +
+           part("vocab", m.vocab);
 }
 
 std::string data_text(const RunConfig& c) {
@@ -210,13 +211,13 @@ void section_config(const ReportRun& run, int index, std::string& out) {
     }
     row("grid", describe_grid(c) + (c.grid_known ? " = " : "; ") +
                     std::to_string(run.ranks.size()) + " ranks");
-    row("schedule", text_or_unknown(c.schedule));
+    row("schedule", text_or_unknown(schedule_text(c)));
     row("balancer",
         text_or_unknown(c.balancer) +
             (c.balancer == "ilp" ? " (window " + std::to_string(c.ilp_window) + ")" : ""));
     row("CP sharding", text_or_unknown(c.cp_shard));
-    row("micro-batches", c.microbatches > 0
-                             ? std::to_string(c.microbatches) + " per replica and step"
+    row("micro-batches", c.layout.microbatches > 0
+                             ? std::to_string(c.layout.microbatches) + " per replica and step"
                              : kUnknownFigure);
     row("model", model_text(c));
     row("data", data_text(c));
@@ -400,8 +401,9 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
             : !a.config.hot_switch.empty()
                 ? "Hot-switched: each length bucket ran its own pipeline shape, which the ranks' "
                   "coordinates do not describe; see Hot switching for each bucket's time."
-            : a.config.pp <= 1 ? "No pipeline (pp = 1)."
-                               : "No passes with a step and a stage to measure the pipeline by.";
+            : a.config.layout.grid.pp <= 1
+                ? "No pipeline (pp = 1)."
+                : "No passes with a step and a stage to measure the pipeline by.";
         out += "<p class=\"empty\">" + why + "</p>\n";
         return;
     }
@@ -802,7 +804,7 @@ void section_comparison(const std::vector<ReportRun>& runs, std::string& out) {
         bars.values.push_back({step_ns, measured, predicted});
         table.add({text_cell(label), text_cell(text_or_unknown(a.config.balancer)),
                    text_cell(text_or_unknown(a.config.cp_shard)),
-                   text_cell(text_or_unknown(a.config.schedule)),
+                   text_cell(text_or_unknown(schedule_text(a.config))),
                    text_cell(describe_grid(a.config)), duration_cell(step_ns),
                    duration_cell(measured), duration_cell(predicted), percent_cell(error, 1),
                    figure_cell(a.imbalance.compute_imbalance, 3),

@@ -28,17 +28,13 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
                          "not know which stage each pass ran on. Calibrate on a Fulcrum capture, "
                          "or simulate without --calibrate"};
     }
-    config.layout.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = run.cp};
+    config.layout.grid = run.layout.grid;
 
-    if (run.schedule.empty()) {
-        settings.unknown.push_back("schedule");
-    } else if (auto schedule = parallel::parse_schedule(run.schedule)) {
-        config.layout.schedule = *schedule;
+    // A schedule the run does not say, or names in words no Fulcrum tool reads (run_config.h).
+    if (run.says("schedule")) {
+        config.layout.schedule = run.layout.schedule;
     } else {
-        return Error{ErrorCode::invalid_input,
-                     name + " ran the pipeline schedule '" + run.schedule +
-                         "', which the simulator does not play (" +
-                         std::string(parallel::kScheduleNames) + "); choose one"};
+        settings.unknown.push_back("schedule");
     }
     if (run.balancer.empty()) {
         settings.unknown.push_back("balancer");
@@ -71,18 +67,18 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
             }
         }
     };
-    take(run.layers, config.model.layers, "layers", true);
-    take(run.hidden, config.model.hidden, "hidden", true);
-    take(run.context, config.model.context, "context", true);
-    take(run.microbatches, config.layout.microbatches, "microbatches", true);
-    take(run.vocab, config.model.vocab, "vocab", false);
+    take(run.model.layers, config.model.layers, "layers", true);
+    take(run.model.hidden, config.model.hidden, "hidden", true);
+    take(run.model.context, config.model.context, "context", true);
+    take(run.layout.microbatches, config.layout.microbatches, "microbatches", true);
+    take(run.model.vocab, config.model.vocab, "vocab", false);
     if (run.epochs > 0) {
         config.epochs = run.epochs;
     } else {
         take(run.steps, config.steps, "steps", false);
     }
-    if (run.heads > 0) {
-        config.model.heads = run.heads;
+    if (run.model.heads > 0) {
+        config.model.heads = run.model.heads;
     } else {
         // Heads only constrain TP; one head per TP rank is always a valid split.
         config.model.heads = config.layout.grid.tp;
@@ -122,12 +118,9 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     config.ilp_window = run.ilp_window > 0 ? run.ilp_window : config.ilp_window;
     // fulcrum-train's knobs (RunConfig); a run that does not say them ran without
     // them, and in fp32 (the CPU engine's; only the simulator writes a dtype).
-    config.layout.virtual_stages = std::max(1, run.virtual_stages);
-    if (auto recompute =
-            parallel::parse_recompute(run.recompute.empty() ? "none" : run.recompute)) {
-        config.layout.recompute = *recompute;
-    }
-    config.layout.sequence_parallel = run.sequence_parallel;
+    config.layout.virtual_stages = std::max(1, run.layout.virtual_stages);
+    config.layout.recompute = run.layout.recompute;  // none when not said
+    config.layout.sequence_parallel = run.layout.sequence_parallel;
     config.overlap_grad_reduce = run.overlap_grad_reduce;
     if (auto dtype = parse_dtype(run.dtype.empty() ? "fp32" : run.dtype)) {
         config.dtype = *dtype;
@@ -168,17 +161,18 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
         return settings.error();
     }
     const RunConfig& run = trace.config;
-    calibration.origin = {run.layers,
-                          run.pp,
-                          run.hidden,
-                          run.tp,
+    calibration.origin = {run.model.layers,
+                          run.layout.grid.pp,
+                          run.model.hidden,
+                          run.layout.grid.tp,
                           settings->config.layout.recompute,
                           settings->config.layout.virtual_stages,
                           run.gemm_gflops,
                           run.gemm_gflops_cold,
                           run.host_cores};
     calibration.grid = settings->config.layout.grid;
-    calibration.sequence_parallel = settings->config.layout.sequence_parallel && run.tp > 1;
+    calibration.sequence_parallel =
+        settings->config.layout.sequence_parallel && run.layout.grid.tp > 1;
     return calibration;
 }
 

@@ -18,7 +18,7 @@ namespace fulcrum::sim {
 struct RunSettings {
     SimulationConfig config;
     // Settings the run does not say, by their run.config key ("schedule", "cp_shard",
-    // core/trace/run_config.h);
+    // core/parallel/run_config.h);
     // they keep SimulationConfig's defaults, except the model shape, micro-batches and
     // lengths, which are left 0 / empty so validate() asks for them.
     std::vector<std::string> unknown;

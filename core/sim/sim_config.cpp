@@ -11,7 +11,7 @@
 #include "core/balance/step_planner.h"
 #include "core/parallel/memory_model.h"
 
-#include "core/trace/run_config.h"
+#include "core/parallel/run_config.h"
 
 namespace fulcrum::sim {
 namespace {
@@ -183,25 +183,12 @@ Status validate(const SimulationConfig& config) {
 std::string run_config_json(const SimulationConfig& config, const std::string& source) {
     const bool given_lengths = !config.document_lengths.empty();
     RunConfig run;
-    run.dp = config.layout.grid.dp;
-    run.tp = config.layout.grid.tp;
-    run.pp = config.layout.grid.pp;
-    run.cp = config.layout.grid.cp;
-    run.layers = config.model.layers;
-    run.hidden = config.model.hidden;
-    run.heads = config.model.heads;
-    run.context = config.model.context;
-    run.vocab = config.model.vocab;
-    run.schedule = parallel::schedule_name(config.layout.schedule);
-    run.virtual_stages = config.layout.virtual_stages;
-    run.recompute = parallel::recompute_name(config.layout.recompute);
-    run.sequence_parallel = config.layout.sequence_parallel;
+    run.model = config.model;
+    run.layout = config.layout;
     run.overlap_grad_reduce = config.overlap_grad_reduce;
     run.dtype = dtype_name(config.dtype);
     run.balancer = balance::balancer_name(config.balancer);
     run.cp_shard = balance::cp_sharding_name(config.sharding);
-    run.microbatches = config.layout.microbatches;
-    run.stage_layers = config.layout.stage_layers;
     run.steps = config.epochs > 0 ? 0 : config.steps;
     run.epochs = config.epochs;
     run.seed = config.seed;

@@ -33,9 +33,9 @@
 #include "core/parallel/hot_switch_spec.h"
 #include "core/parallel/layout.h"
 #include "core/parallel/layout_flags.h"
+#include "core/parallel/run_config.h"
 #include "core/parallel/schedule.h"
 #include "core/trace/annotations.h"
-#include "core/trace/run_config.h"
 #include "engine/data/step_plan.h"
 #include "engine/distributed/hot_switch_trainer.h"
 #include "engine/distributed/parallel_trainer.h"
@@ -104,31 +104,19 @@ bool overlaps_grad_reduce(const Options& o, const std::string& comm) {
            (o.overlap_grad_reduce == "on" || (o.overlap_grad_reduce == "auto" && comm == "nccl"));
 }
 
-// run.config (core/trace/run_config.h): how this run trains, in the keys every reader knows.
-std::string run_config_json(const Options& o, const ModelShape& model, const std::string& data,
-                            const std::string& backend, const std::string& comm,
-                            std::span<const int> stage_layers, const double (&gemm_gflops)[2],
+// run.config (core/parallel/run_config.h): how this run trains, in the keys every reader knows.
+// `layout`: the one fulcrum-train checked (its stage_layers empty for the even split).
+std::string run_config_json(const Options& o, const parallel::Layout& layout,
+                            const std::string& data, const std::string& backend,
+                            const std::string& comm, const double (&gemm_gflops)[2],
                             int host_cores) {
     RunConfig config;
-    config.dp = o.grid.dp;
-    config.tp = o.grid.tp;
-    config.pp = o.grid.pp;
-    config.cp = o.grid.cp;
-    config.layers = model.layers;
-    config.hidden = model.hidden;
-    config.heads = model.heads;
-    config.context = o.model.context;
-    config.vocab = 256;
-    config.schedule = o.schedule;
-    config.virtual_stages = o.virtual_stages;
-    config.stage_layers.assign(stage_layers.begin(), stage_layers.end());  // empty: even
-    config.recompute = o.recompute;
-    config.sequence_parallel = o.sequence_parallel;
+    config.model = o.model;
+    config.layout = layout;
     config.overlap_grad_reduce = overlaps_grad_reduce(o, comm);
     config.dtype = "fp32";
     config.balancer = o.balancer;
     config.cp_shard = o.cp_shard;
-    config.microbatches = o.microbatches;
     config.steps = o.epochs > 0 ? 0 : o.steps;
     config.epochs = o.epochs;
     config.seed = o.seed;
@@ -773,8 +761,8 @@ int main(int argc, char** argv) {
         weight_gradient_gemm_gflops(*backend, o.model, probe_rows, o.grid.tp, false),
         weight_gradient_gemm_gflops(*backend, o.model, probe_rows, o.grid.tp, true)};
     instrument::mark(kRunMark,
-                     run_config_json(o, o.model, documents->description, use_cuda ? "cuda" : "cpu",
-                                     comm, stage_layers, gemm_gflops, use_cuda ? 0 : node.cores));
+                     run_config_json(o, layout, documents->description, use_cuda ? "cuda" : "cpu",
+                                     comm, gemm_gflops, use_cuda ? 0 : node.cores));
     for (int i = 0; i < 2; ++i) {
         world->barrier();
         instrument::mark("fulcrum.clock_sync");

@@ -190,12 +190,12 @@ private slots:
     void gridAndLanesAreReadBack() {
         QFETCH(int, which);
         const RunTrace& trace = offload_trace(which);
-        QCOMPARE(trace.config.dp, 1);
-        QCOMPARE(trace.config.pp, 2);
-        QCOMPARE(trace.config.cp, 2);
-        QCOMPARE(trace.config.tp, 1);
-        QCOMPARE(trace.config.microbatches, kOffloadMicrobatches);
-        QCOMPARE(trace.config.schedule, std::string("1f1b"));
+        QCOMPARE(trace.config.layout.grid.dp, 1);
+        QCOMPARE(trace.config.layout.grid.pp, 2);
+        QCOMPARE(trace.config.layout.grid.cp, 2);
+        QCOMPARE(trace.config.layout.grid.tp, 1);
+        QCOMPARE(trace.config.layout.microbatches, kOffloadMicrobatches);
+        QCOMPARE(schedule_text(trace.config), std::string("1f1b"));
         QCOMPARE(trace.config.balancer, std::string(which == 0 ? "fixed" : "wlb"));
         QCOMPARE(trace.ranks.size(), std::size_t{4});
         for (const RankTrace& rank : trace.ranks) {
@@ -222,11 +222,12 @@ private slots:
 
     void profileGridAndModel() {
         QCOMPARE(profile_.ranks.size(), std::size_t{1});
-        QCOMPARE(profile_.config.dp * profile_.config.pp * profile_.config.cp * profile_.config.tp,
+        QCOMPARE(profile_.config.layout.grid.dp * profile_.config.layout.grid.pp *
+                     profile_.config.layout.grid.cp * profile_.config.layout.grid.tp,
                  1);
-        QCOMPARE(profile_.config.layers, 12);
-        QCOMPARE(profile_.config.hidden, 768);
-        QCOMPARE(profile_.config.microbatches, kProfileMicrobatches);
+        QCOMPARE(profile_.config.model.layers, 12);
+        QCOMPARE(profile_.config.model.hidden, 768);
+        QCOMPARE(profile_.config.layout.microbatches, kProfileMicrobatches);
         // fp32 (no --dtype): cuBLAS ran its GEMMs as TF32 (sm90_xmma_gemm_f32f32_tf32f32_*).
         QCOMPARE(profile_.config.dtype, std::string("fp32"));
         const RankTrace& rank = profile_.ranks[0];
@@ -651,8 +652,8 @@ private slots:
     // each row's per-step counts and times are the events' own, and the diff of a run with
     // itself is empty.
     void fixedAgainstWlbDiff() {
-        QCOMPARE(fixed_analysis_.config.pp, wlb_analysis_.config.pp);
-        QCOMPARE(fixed_analysis_.config.cp, wlb_analysis_.config.cp);
+        QCOMPARE(fixed_analysis_.config.layout.grid.pp, wlb_analysis_.config.layout.grid.pp);
+        QCOMPARE(fixed_analysis_.config.layout.grid.cp, wlb_analysis_.config.layout.grid.cp);
         QVERIFY(fixed_analysis_.config.balancer != wlb_analysis_.config.balancer);
         const RunDiff diff = diff_runs({&fixed_, std::nullopt}, {&wlb_, std::nullopt});
         QCOMPARE(diff.steps_a, kSteps);

@@ -80,7 +80,7 @@ private slots:
         const std::string uneven =
             R"({"pp":2,"dp":1,"tp":1,"cp":1,"stage_layers":[1,3],"model":{"layers":4,"hidden":64}})";
         const RunTrace trace = offloading_rank(uneven);
-        QCOMPARE(trace.config.stage_layers, std::vector<int>({1, 3}));
+        QCOMPARE(trace.config.layout.stage_layers, std::vector<int>({1, 3}));
         QCOMPARE(stage_layer_count(trace.config, 1), 3);
         QCOMPARE(*analyze_offload(trace, &cost, 4).min_hidden_chunk_tokens, 2560);
         const std::string wrong =

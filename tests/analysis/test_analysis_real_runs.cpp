@@ -86,9 +86,9 @@ private slots:
     }
 
     void configAndPassesAreComplete() {
-        QCOMPARE(trace_.config.pp, kStages);
-        QCOMPARE(trace_.config.schedule, std::string("gpipe"));
-        QCOMPARE(trace_.config.microbatches, kMicrobatches);
+        QCOMPARE(trace_.config.layout.grid.pp, kStages);
+        QCOMPARE(schedule_text(trace_.config), std::string("gpipe"));
+        QCOMPARE(trace_.config.layout.microbatches, kMicrobatches);
         // The CPU backend's dW GEMM rates, hot and with cold caches (ZB-H1's W, simulated).
         QVERIFY(trace_.config.gemm_gflops > 0);
         QVERIFY(trace_.config.gemm_gflops_cold > 0);

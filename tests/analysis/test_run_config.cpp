@@ -1,11 +1,11 @@
-// run.config's one reader and one writer (core/trace/run_config.h): everything written is read
-// back, fields missing or of the wrong type keep their defaults, and a foreign run's grid comes
-// from its ranks' coordinates.
+// run.config's one reader and one writer (core/parallel/run_config.h): everything written is read
+// back, fields missing or of the wrong type keep their defaults and are unsaid (and a writer
+// leaves out what is unsaid), and a foreign run's grid comes from its ranks' coordinates.
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
 
-#include "core/trace/run_config.h"
+#include "core/parallel/run_config.h"
 
 using namespace fulcrum;
 
@@ -14,18 +14,18 @@ namespace {
 // A configuration in which every field differs from its default.
 RunConfig every_field_set() {
     RunConfig c;
-    c.dp = 2, c.tp = 3, c.pp = 4, c.cp = 5;
-    c.layers = 6, c.hidden = 64, c.heads = 8, c.context = 1024, c.vocab = 512;
-    c.schedule = "interleaved";
-    c.virtual_stages = 2;
-    c.recompute = "selective";
-    c.sequence_parallel = true;
+    c.layout.grid = {.dp = 2, .tp = 3, .pp = 4, .cp = 5};
+    c.model = {.layers = 6, .hidden = 64, .heads = 8, .context = 1024, .vocab = 512};
+    c.layout.schedule = parallel::PipelineSchedule::interleaved;
+    c.layout.virtual_stages = 2;
+    c.layout.recompute = parallel::Recompute::selective;
+    c.layout.sequence_parallel = true;
     c.overlap_grad_reduce = true;
     c.dtype = "bf16";
     c.balancer = "wlb";
     c.cp_shard = "zigzag";
-    c.microbatches = 8;
-    c.stage_layers = {1, 2, 2, 1};
+    c.layout.microbatches = 8;
+    c.layout.stage_layers = {1, 2, 2, 1};
     c.steps = 0;
     c.epochs = 3;
     c.seed = 42;
@@ -62,11 +62,14 @@ private slots:
         const RunConfig read = parse_run_config(json, {});
         // The same text again: no field is written and not read, or read into another.
         QCOMPARE(run_config_json(read), json);
-        QCOMPARE(read.tp, 3);
-        QCOMPARE(read.cp, 5);
-        QCOMPARE(read.hidden, 64);
+        QCOMPARE(read.layout.grid.tp, 3);
+        QCOMPARE(read.layout.grid.cp, 5);
+        QCOMPARE(read.model.hidden, 64);
+        QCOMPARE(read.layout.schedule, parallel::PipelineSchedule::interleaved);
+        QCOMPARE(read.layout.recompute, parallel::Recompute::selective);
+        QVERIFY(read.unsaid.empty());
         QCOMPARE(read.wlb_max_delay, 2);
-        QCOMPARE(read.stage_layers, (std::vector<int>{1, 2, 2, 1}));
+        QCOMPARE(read.layout.stage_layers, (std::vector<int>{1, 2, 2, 1}));
         QCOMPARE(read.cost_model, std::string("analytic"));
         QCOMPARE(read.hot_switch, std::string("0-2048:dp2;2048-:pp2"));
         QCOMPARE(read.gemm_gflops, 75.5);
@@ -87,25 +90,40 @@ private slots:
         QCOMPARE(set["model"]["layers"].get<int>(), 6);
     }
 
-    void emptyStringsAreLeftOut() {
+    void emptyStringsAndUnsaidKeysAreLeftOut() {
         const auto json = nlohmann::json::parse(run_config_json(RunConfig{}));
-        QVERIFY(!json.contains("schedule"));
+        QCOMPARE(json["schedule"].get<std::string>(), std::string("1f1b"));
+        QVERIFY(!json.contains("balancer"));
         QVERIFY(!json.contains("cost_model"));
         QVERIFY(!json.contains("gemm_gflops"));  // not measured
         QCOMPARE(json["dp"].get<int>(), 1);
         QCOMPARE(json["simulated"].get<bool>(), false);
+        RunConfig unsaid;
+        unsaid.unsaid = {"schedule", "dp"};
+        const auto without = nlohmann::json::parse(run_config_json(unsaid));
+        QVERIFY(!without.contains("schedule"));
+        QVERIFY(!without.contains("dp"));
+        QVERIFY(without.contains("tp"));
     }
 
     void wrongTypesKeepTheirDefaults() {
         const RunConfig read = parse_run_config(
             R"({"pp": "two", "tp": 2, "schedule": 3, "offload": 1, "model": [1, 2], "stage_layers": [1, "x"]})",
             {});
-        QCOMPARE(read.pp, 1);
-        QCOMPARE(read.tp, 2);
-        QCOMPARE(read.schedule, std::string());
+        QCOMPARE(read.layout.grid.pp, 1);
+        QCOMPARE(read.layout.grid.tp, 2);
+        QVERIFY(!read.says("schedule"));  // a number is no schedule: 1F1B, unsaid
+        QCOMPARE(read.layout.schedule, parallel::PipelineSchedule::one_f_one_b);
+        QCOMPARE(schedule_text(read), std::string());
+        QVERIFY(!read.says("pp"));
+        QVERIFY(read.says("tp"));
         QCOMPARE(read.offload, false);
         QVERIFY(!read.has_model());
-        QVERIFY(read.stage_layers.empty());
+        QVERIFY(read.layout.stage_layers.empty());
+        // A schedule named in words no Fulcrum tool reads is unsaid too.
+        const RunConfig foreign = parse_run_config(R"({"schedule": "1F1B-interleaved"})", {});
+        QVERIFY(!foreign.says("schedule"));
+        QVERIFY(!foreign.says("recompute"));  // not there at all
     }
 
     void aForeignRunTakesItsGridFromItsRanks() {
@@ -115,9 +133,9 @@ private slots:
         b.dp = 1, b.pp = 1;
         const RunConfig read = parse_run_config("not json", {a, b});
         QVERIFY(read.grid_known);
-        QCOMPARE(read.dp, 2);
-        QCOMPARE(read.pp, 2);
-        QCOMPARE(read.tp, 1);
+        QCOMPARE(read.layout.grid.dp, 2);
+        QCOMPARE(read.layout.grid.pp, 2);
+        QCOMPARE(read.layout.grid.tp, 1);
         QCOMPARE(describe_grid(read), std::string("dp 2 × tp 1 × pp 2 × cp 1"));
 
         const RunConfig unknown = parse_run_config("{}", {});

@@ -139,8 +139,8 @@ private slots:
             const auto& run = runs_[i];
             const auto& a = run.analysis;
             const int index = static_cast<int>(i);
-            QCOMPARE(a.config.pp, 2);
-            QCOMPARE(a.config.cp, 2);
+            QCOMPARE(a.config.layout.grid.pp, 2);
+            QCOMPARE(a.config.layout.grid.cp, 2);
             QCOMPARE(chart_marks(dom, "grid", index), int(run.ranks.size()));
             QCOMPARE(int(run.ranks.size()), 4);
             const int steps = distinct(a.breakdown, [](const auto& r) { return r.step; });

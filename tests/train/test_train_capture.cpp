@@ -85,7 +85,7 @@ private slots:
         QVERIFY(trace->run().config_json.find("\"balancer\":\"wlb\"") != std::string::npos);
         // No --stage-layers: no split in the configuration, and the analyses take the even one.
         const RunConfig config = parse_run_config(trace->run().config_json, trace->ranks());
-        QVERIFY(config.stage_layers.empty());
+        QVERIFY(config.layout.stage_layers.empty());
         QCOMPARE(analysis::stage_layer_count(config, 1), 1);
     }
 

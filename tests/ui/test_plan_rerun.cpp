@@ -41,14 +41,14 @@ std::shared_ptr<views::OpenedRun> captured_here(const QString& engine) {
         trace->add_rank(info);
     }
     auto analysis = std::make_shared<analysis::RunAnalysis>();
-    analysis->config.dp = 1;
-    analysis->config.pp = 2;
-    analysis->config.cp = 2;
-    analysis->config.layers = 4;
-    analysis->config.hidden = 64;
-    analysis->config.heads = 4;
-    analysis->config.context = 256;
-    analysis->config.vocab = 256;
+    analysis->config.layout.grid.dp = 1;
+    analysis->config.layout.grid.pp = 2;
+    analysis->config.layout.grid.cp = 2;
+    analysis->config.model.layers = 4;
+    analysis->config.model.hidden = 64;
+    analysis->config.model.heads = 4;
+    analysis->config.model.context = 256;
+    analysis->config.model.vocab = 256;
     auto run = std::make_shared<views::OpenedRun>();
     run->trace = trace;
     run->analysis = analysis;

@@ -131,8 +131,8 @@ private slots:
         const views::RunPtr rerun = window_->runs()[1];
         QCOMPARE(rerun->path, copy_->filePath("fixed-rerun-wlb/run.fulcrum"));
         QCOMPARE(rerun->trace->config.balancer, std::string("wlb"));
-        QCOMPARE(rerun->trace->config.pp, 2);
-        QCOMPARE(rerun->trace->config.cp, 2);
+        QCOMPARE(rerun->trace->config.layout.grid.pp, 2);
+        QCOMPARE(rerun->trace->config.layout.grid.cp, 2);
         QCOMPARE(rerun->trace->run.origin, RunOrigin::captured);
         QCOMPARE(window_->current_view(), View::compare);
         QCOMPARE(window_->reference_run(), original);

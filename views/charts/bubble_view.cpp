@@ -141,7 +141,7 @@ void BubbleView::set_run(RunPtr run) {
                 ? tr("This run is hot-switched: each length bucket ran its own pipeline shape, "
                      "which the ranks' coordinates do not describe. The Hot switch tab has each "
                      "bucket's time; the Timeline has its passes.")
-            : config.pp <= 1
+            : config.layout.grid.pp <= 1
                 ? tr("This run has no pipeline (pp = 1): there are no pipeline bubbles.")
                 : tr("This run has no pipeline passes to chart (no forward/backward ranges "
                      "with a step and a stage)."));

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/parallel/layout.h"
 #include "core/trace/model.h"
 
 namespace fulcrum {
@@ -17,26 +18,26 @@ namespace fulcrum {
 // Fields a foreign run does not give stay at their defaults, and the grid falls back to the
 // ranks' coordinates. Strings are "" when not said.
 struct RunConfig {
-    int dp = 1, tp = 1, pp = 1, cp = 1;
+    // The model's shape; 0 where unknown (has_model() says whether any is known).
+    parallel::ModelShape model{.layers = 0, .hidden = 0, .heads = 0, .context = 0, .vocab = 0};
+    // The layout: grid, micro-batches per DP replica and step (0 when unknown), schedule,
+    // model chunks per stage, layers per model chunk (fulcrum-train --stage-layers: one per
+    // stage, p·v interleaved, model chunk k·pp + s being stage s's chunk k; empty: as equal as
+    // they go), recomputation and sequence parallelism. A schedule or recomputation the run
+    // does not say (or names in words no Fulcrum tool reads) keeps its default and is unsaid.
+    parallel::Layout layout{.microbatches = 0};
     // False for a foreign run that says neither its degrees nor its ranks' coordinates (an
-    // imported trace): the degrees above are then placeholders, not a 1×1×1×1 grid.
+    // imported trace): the grid's degrees are then placeholders, not a 1×1×1×1 grid.
     bool grid_known = true;
-    // The model's shape; 0 when unknown (has_model() says whether any is known).
-    int layers = 0, hidden = 0, heads = 0, context = 0, vocab = 0;
-    std::string schedule;    // "gpipe", "1f1b", "interleaved", "zb-h1"
-    int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B)
-    std::string recompute;   // "none", "selective", "full"
-    bool sequence_parallel = false;
+    // The run.config keys the record does not say: those parse_run_config found missing or
+    // unreadable, and those a writer leaves out (run_config_json writes none of them).
+    std::vector<std::string> unsaid;
     bool overlap_grad_reduce = false;
     std::string dtype;     // "fp32", "bf16", "fp16"; "" in runs older than the key (fp32)
     std::string balancer;  // "fixed", "ilp", "wlb"
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive"
-    int microbatches = 0;  // per DP replica and step; 0 when unknown
-    // Layers per model chunk (fulcrum-train --stage-layers: one per stage, p·v interleaved,
-    // model chunk k·pp + s being stage s's chunk k); empty: as equal as they go.
-    std::vector<int> stage_layers;
-    int steps = 0;   // 0 when unknown, or with epochs
-    int epochs = 0;  // > 0: the run trained this many whole epochs
+    int steps = 0;         // 0 when unknown, or with epochs
+    int epochs = 0;        // > 0: the run trained this many whole epochs
     std::uint64_t seed = 1;
     int ilp_window = 1;
     // How wlb packed; 0 and −1 when not said.
@@ -76,8 +77,11 @@ struct RunConfig {
     std::string hot_switch;
 
     bool has_model() const {
-        return layers > 0 || hidden > 0 || heads > 0 || context > 0 || vocab > 0;
+        return model.layers > 0 || model.hidden > 0 || model.heads > 0 || model.context > 0 ||
+               model.vocab > 0;
     }
+    // Whether the record says `key` (a run.config key: "schedule", "recompute", ...).
+    bool says(std::string_view key) const;
 };
 
 // Reads run.config; a field missing or of the wrong type keeps its default. Without degrees,
@@ -87,6 +91,9 @@ RunConfig parse_run_config(std::string_view config_json, const std::vector<RankI
 // The JSON of `config` (docs/simulate.md lists the keys): every field, strings and lists only
 // when not empty, the model as an object {layers, hidden, heads, context, vocab}.
 std::string run_config_json(const RunConfig& config);
+
+// The schedule's name ("1f1b", ...), "" when the run does not say it.
+std::string schedule_text(const RunConfig& config);
 
 // "dp 2 × tp 1 × pp 2 × cp 2", or what is known when the grid is not.
 std::string describe_grid(const RunConfig& config);

@@ -4,10 +4,14 @@
 // parallelism + selective recomputation; A100 80 GB, 8 GPUs a node, fp16, sequence 2048, no
 // data parallelism), each played event by event by `simulate` on the `a100` hardware preset
 // (core/sim/hardware.cpp: the device's efficiencies, stated once, not per row), and the
-// per-GPU memory of the same layouts from core/parallel/memory_model. Prints predicted against
-// published with the error of every row and the mean; bench/sim/published.md records a run.
+// per-GPU memory of the same layouts from core/parallel/memory_model. Then the validation set
+// (validation_set.h): 34 more runs from Narayanan et al. SC'21, MegaScale, Megatron-LM's README
+// (H100) and BLOOM, each on its GPU's preset. Prints predicted against published with the
+// error of every row, the mean and worst |error| and the signs by source; bench/sim/published.md
+// records a run.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -17,6 +21,7 @@
 #include "core/sim/hardware.h"
 #include "core/sim/simulator.h"
 #include "core/util/text_table.h"
+#include "validation_set.h"
 
 using namespace fulcrum;
 
@@ -103,12 +108,126 @@ std::string percent(double predicted, double published) {
     return (error >= 0 ? "+" : "") + fixed(error, 1) + "%";
 }
 
+// A validation row as the simulator plays it: b sequences of s tokens a micro-batch (documents
+// of exactly s, packed b at a time), the global batch over DP, Megatron-LM's pipeline sends.
+sim::SimulationConfig config_for(const bench::ValidationRun& run,
+                                 const sim::HardwareAssumptions& hardware) {
+    sim::SimulationConfig config;
+    config.model = {run.layers, run.hidden, run.heads, run.sequence * run.microbatch_size,
+                    run.vocab};
+    config.layout.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = 1};
+    config.layout.virtual_stages = run.virtual_stages;
+    config.layout.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
+                                                    : parallel::PipelineSchedule::one_f_one_b;
+    config.layout.microbatches = run.global_batch / (run.dp * run.microbatch_size);
+    config.layout.recompute = run.recompute;
+    config.layout.sequence_parallel = run.sequence_parallel;
+    config.steps = 1;
+    config.document_lengths.assign(static_cast<std::size_t>(run.global_batch), run.sequence);
+    config.dtype = run.bf16 ? sim::DType::bf16 : sim::DType::fp16;
+    config.overlap_grad_reduce = run.overlap_grad_reduce;
+    config.pipeline_scatter_gather = true;
+    config.hardware = hardware;
+    return config;
+}
+
+// The published step time: the source's, or its TFLOP/s per GPU through its own FLOP count.
+double published_seconds(const bench::ValidationRun& run) {
+    const double b = run.global_batch, s = run.sequence, l = run.layers, h = run.hidden,
+                 v = run.vocab;
+    const double gpus = static_cast<double>(run.tp) * run.pp * run.dp;
+    switch (run.flops) {
+        case bench::FlopCount::narayanan:
+            return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)) /
+                   (run.figure * 1e12 * gpus);
+        case bench::FlopCount::megatron:
+            return 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h)) /
+                   (run.figure * 1e12 * gpus);
+        case bench::FlopCount::none:
+            break;
+    }
+    return run.figure;
+}
+
+// The validation set (validation_set.h) on each row's preset: published against simulated
+// step time, the error of every row, then the mean and worst |error| and the signs, by source
+// and over all.
+int play_validation_set() {
+    using Align = TextTable::Align;
+    TextTable table(
+        {"row", "source", "GPU", "GPUs", "layout", "m", "published", "simulated", "error"},
+        {Align::left, Align::left, Align::left, Align::right, Align::left, Align::right,
+         Align::right, Align::right, Align::right});
+    struct Tally {
+        int rows = 0, high = 0, within_10 = 0;
+        double sum_abs = 0, max_abs = 0;
+        void add(double error) {
+            ++rows;
+            high += error > 0;
+            within_10 += std::abs(error) <= 0.10;
+            sum_abs += std::abs(error);
+            max_abs = std::max(max_abs, std::abs(error));
+        }
+    };
+    std::vector<std::pair<std::string, Tally>> by_source;
+    Tally all;
+    for (const bench::ValidationRun& run : bench::kValidationSet) {
+        auto hardware = sim::hardware_preset(run.gpu);
+        if (!hardware) {
+            std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
+            return 1;
+        }
+        const sim::SimulationConfig config = config_for(run, *hardware);
+        auto result = sim::simulate(config, nullptr);
+        if (!result) {
+            std::fprintf(stderr, "bench_published: %s: %s\n", run.id,
+                         result.error().message.c_str());
+            return 1;
+        }
+        const double simulated = result->mean_step_ns * 1e-9;
+        const double published = published_seconds(run);
+        const double error = (simulated - published) / published;
+        all.add(error);
+        auto found = std::find_if(by_source.begin(), by_source.end(),
+                                  [&](const auto& entry) { return entry.first == run.source; });
+        if (found == by_source.end()) {
+            by_source.emplace_back(run.source, Tally{});
+            found = by_source.end() - 1;
+        }
+        found->second.add(error);
+        std::string layout = "tp" + std::to_string(run.tp) + " pp" + std::to_string(run.pp);
+        if (run.virtual_stages > 1) {
+            layout += " v" + std::to_string(run.virtual_stages);
+        }
+        layout += " dp" + std::to_string(run.dp);
+        table.add_row({run.id, run.source, run.gpu, std::to_string(run.tp * run.pp * run.dp),
+                       layout, std::to_string(config.layout.microbatches),
+                       fixed(published, 2) + " s", fixed(simulated, 2) + " s",
+                       percent(simulated, published)});
+    }
+    std::printf("\nThe validation set (bench/sim/validation_set.h)\n%s", table.render().c_str());
+    TextTable summary(
+        {"source", "rows", "mean |error|", "max |error|", "within 10%", "high"},
+        {Align::left, Align::right, Align::right, Align::right, Align::right, Align::right});
+    by_source.emplace_back("all", all);
+    for (const auto& [source, tally] : by_source) {
+        summary.add_row({source, std::to_string(tally.rows),
+                         fixed(100 * tally.sum_abs / tally.rows, 1) + "%",
+                         fixed(100 * tally.max_abs, 1) + "%",
+                         std::to_string(tally.within_10) + "/" + std::to_string(tally.rows),
+                         std::to_string(tally.high) + "/" + std::to_string(tally.rows)});
+    }
+    std::printf("\n%s", summary.render().c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{
-        "bench_published: simulate Korthikanti et al. 2022's eight A100 runs and compare "
-        "iteration time and memory with the published figures"};
+        "bench_published: simulate Korthikanti et al. 2022's eight A100 runs and the validation "
+        "set's 34 (A100 and H100), and compare iteration time and memory with the published "
+        "figures"};
     std::string preset = "a100";
     app.add_option("--hardware", preset, "Hardware preset")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
@@ -183,5 +302,5 @@ int main(int argc, char** argv) {
     }
     std::printf("Memory per GPU, GiB (first pipeline stage; core/parallel/memory_model)\n%s",
                 memory.render().c_str());
-    return 0;
+    return play_validation_set();
 }

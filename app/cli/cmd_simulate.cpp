@@ -130,6 +130,11 @@ Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationCon
                 field = value;
             }
         };
+        // Links given as flat bandwidths and a latency describe no network for NCCL's model.
+        if (given(args, "--nvlink-gbs") || given(args, "--network-gbs") ||
+            given(args, "--latency-us")) {
+            preset->network.reset();
+        }
         keep("--tflops", preset->tflops, options.tflops);
         keep("--nvlink-gbs", preset->nvlink_gbs, options.nvlink_gbs);
         keep("--network-gbs", preset->network_gbs, options.network_gbs);
@@ -222,6 +227,9 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
             return schedule.error();
         }
         config.layout.schedule = *schedule;
+    }
+    if (trace == nullptr || given(args, "--rank-order")) {
+        config.layout.rank_order = args.defaults.layout.rank_order;
     }
     if (auto status = apply_knobs(args, trace != nullptr, config); !status) {
         return status.error();
@@ -820,6 +828,19 @@ void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
     sub->add_option("--latency-us", d.hardware.collective_latency_us,
                     "Analytic model: latency of one collective call, in microseconds")
         ->capture_default_str()
+        ->group("Cost model");
+    sub->add_option_function<std::string>(
+           "--rank-order",
+           [&d](const std::string& text) {
+               auto order = parallel::parse_rank_order(text);
+               if (!order) {
+                   throw CLI::ValidationError(order.error().message);
+               }
+               d.layout.rank_order = *order;
+           },
+           "How the framework numbers ranks, " + std::string(parallel::kRankOrderHelp) +
+               "; with --hardware it decides which groups leave a node (default: "
+               "tp-cp-dp-pp, or the calibration run's)")
         ->group("Cost model");
     sub->add_option("--gpus-per-node", d.hardware.gpus_per_node,
                     "Analytic model: GPUs per node (groups within one use NVLink)")

@@ -186,9 +186,8 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     if (!request.cost_model_file.empty()) {
         append(words, {"--cost-model", request.cost_model_file});
     }
-    // With fits, the analytic model prices only what they lack: the same system as here
-    // (simulate's default is h100's).
-    if (!hw.preset.empty() && !(fitted && hw.preset == "h100")) {
+    // With fits, the analytic model prices only what they lack: the same system as here.
+    if (!hw.preset.empty()) {
         append(words, {"--hardware", hw.preset});
     } else if (!fitted) {
         append(words, {"--tflops", general(hw.tflops), "--nvlink-gbs", general(hw.nvlink_gbs),
@@ -200,6 +199,9 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     append(words, {"--vocab", std::to_string(request.model.vocab)});
     const Words layout = layout_arguments(c);
     words.insert(words.end(), layout.begin(), layout.end());
+    if (request.rank_order != parallel::kMegatronOrder) {
+        append(words, {"--rank-order", parallel::rank_order_name(request.rank_order)});
+    }
     append(words, {"--dtype", sim::dtype_name(request.dtype), "--overlap-grad-reduce",
                    request.overlap_grad_reduce ? "on" : "off"});
     append_packing(words, c, config);

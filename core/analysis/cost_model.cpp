@@ -441,6 +441,11 @@ double PassCost::predict(std::int64_t tokens, std::int64_t pairs) const {
 }
 
 double CollectiveCost::predict(std::int64_t bytes) const {
+    if (nccl) {
+        return 1e3 * parallel::nccl_time(nccl->collective, static_cast<double>(std::max<std::int64_t>(bytes, 0)),
+                                         nccl->group, nccl->network)
+                         .time_us;
+    }
     const std::int64_t moved =
         std::max<std::int64_t>(bytes, 0) - std::max<std::int64_t>(fitted_bytes, 0);
     return std::max(0.0, latency_ns + per_byte_ns * static_cast<double>(moved));

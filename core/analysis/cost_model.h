@@ -23,6 +23,7 @@
 #include "core/analysis/collectives.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
+#include "core/parallel/nccl_model.h"
 #include "core/util/result.h"
 
 namespace fulcrum::analysis {
@@ -52,6 +53,10 @@ struct CollectiveCost {
     // −1 when per_byte was fitted; else the bytes every sample moved (see above).
     std::int64_t fitted_bytes = -1;
     FitQuality fit;
+
+    // An analytic collective priced as NCCL prices it (core/parallel/nccl_model.h), by its
+    // size: latency_ns and per_byte_ns then describe its large-message ring, for display.
+    std::optional<parallel::NcclCall> nccl;
 
     bool per_byte_fitted() const { return fitted_bytes < 0; }
     double predict(std::int64_t bytes) const;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel/grid.h"
+#include "core/parallel/placement.h"
 #include "core/parallel/recompute.h"
 #include "core/parallel/schedule.h"
 #include "core/util/result.h"
@@ -31,6 +32,9 @@ struct Layout {
     std::vector<int> stage_layers{};  // one count per model chunk; empty: L/p each
     Recompute recompute = Recompute::none;
     bool sequence_parallel = false;
+    // How the framework numbers the ranks, which places the groups on nodes (placement.h):
+    // Megatron-LM's by default; fulcrum-train's runs say theirs.
+    RankOrder rank_order = kMegatronOrder;
 };
 
 // Whether `layout` can run `model`, naming the options as the command lines spell them: every

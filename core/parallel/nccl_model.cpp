@@ -187,6 +187,14 @@ NcclGraphs nccl_graphs(const GroupPlacement& group, const ClusterNetwork& networ
     return graphs;
 }
 
+double send_gbs(const GroupPlacement& pair, const ClusterNetwork& network) {
+    if (!pair.leaves_node()) {
+        return network.nvlink_links * network.nvlink_link_gbs;
+    }
+    return static_cast<double>(network.nics_per_node) / std::max(pair.groups_per_node, 1) *
+           std::min(network.nic_gbs, network.nic_path_gbs);
+}
+
 NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
                      const ClusterNetwork& network, NcclAlgorithm algorithm,
                      NcclProtocol protocol) {

@@ -96,6 +96,18 @@ struct NcclEstimate {
 NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
                      const ClusterNetwork& network, NcclAlgorithm algorithm, NcclProtocol protocol);
 
+// A send from one rank to another placed as `pair` is (placement.h's place_pipeline_pair): a
+// GPU's NVLinks within a node; across nodes the pair's share of the node's NICs (all ranks of
+// a stage send at once), at the slower of NIC and PCIe path. GB/s.
+double send_gbs(const GroupPlacement& pair, const ClusterNetwork& network);
+
+// One collective of one kind of group as NCCL runs it: what nccl_time needs besides the bytes.
+struct NcclCall {
+    Collective collective = Collective::all_reduce;
+    GroupPlacement group;
+    ClusterNetwork network;
+};
+
 // The time of one call moving `bytes`, as NCCL's tuner picks it: the lowest time over ring and
 // tree and the three protocols, with tree all-reduce's bandwidth correction by size and the
 // ring's latency plateau across nodes (tuning.cc, ncclTopoGetAlgoTime). A group of one rank

@@ -158,9 +158,9 @@ GroupPlacement place_group(const GridShape& grid, const RankOrder& order,
 }
 
 GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order,
-                                   int gpus_per_node) {
+                                   int gpus_per_node, int stages_apart) {
     GroupPlacement pair;
-    if (grid.pp < 2) {
+    if (grid.pp < 2 || stages_apart < 1 || stages_apart >= grid.pp) {
         return pair;
     }
     const int per_node = std::max(gpus_per_node, 1);
@@ -169,16 +169,16 @@ GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order
     int leaving = 0;
     for (int rank = 0; rank < std::min(per_node, grid.world()); ++rank) {
         GridCoordinates c = coordinates_in_order(grid, order, rank);
-        if (c.pp + 1 >= grid.pp) {
+        if (c.pp + stages_apart >= grid.pp) {
             continue;
         }
-        ++c.pp;
+        c.pp += stages_apart;
         if (rank_in_order(grid, order, c) / per_node != rank / per_node) {
             ++leaving;
         }
     }
     GridCoordinates next;
-    next.pp = 1;
+    next.pp = stages_apart;
     const bool crosses = rank_in_order(grid, order, next) / per_node != 0;
     pair.nodes = crosses ? 2 : 1;
     pair.ranks_per_node = crosses ? 1 : 2;

@@ -64,10 +64,11 @@ struct GroupPlacement {
 GroupPlacement place_group(const GridShape& grid, const RankOrder& order,
                            std::initializer_list<Dimension> dimensions, int gpus_per_node);
 
-// The pipeline's sends between neighbouring stages: two ranks, stage 0's and stage 1's (the
-// first boundary; every boundary is laid out alike when pp divides evenly), and how many such
+// Two ranks `stages_apart` pipeline stages apart, stage 0's and its partner's: a pipeline
+// boundary's sends (1: every boundary is laid out alike when pp divides evenly), or the tied
+// embedding's all-reduce between the first and the last stage (pp − 1); and how many such
 // pairs leave one node at once (every rank of a stage sends at the same time).
 GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order,
-                                   int gpus_per_node);
+                                   int gpus_per_node, int stages_apart = 1);
 
 }  // namespace fulcrum::parallel

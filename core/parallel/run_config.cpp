@@ -24,6 +24,7 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("virtual_stages", c.layout.virtual_stages);
     visit("recompute", c.layout.recompute);
     visit("sequence_parallel", c.layout.sequence_parallel);
+    visit("rank_order", c.layout.rank_order);
     visit("overlap_grad_reduce", c.overlap_grad_reduce);
     visit("dtype", c.dtype);
     visit("balancer", c.balancer);
@@ -98,6 +99,13 @@ struct FieldReader {
                 return false;
             }
             value = *parsed;
+        } else if constexpr (std::is_same_v<T, parallel::RankOrder>) {
+            auto parsed =
+                parallel::parse_rank_order(field.is_string() ? field.get<std::string>() : "");
+            if (!parsed) {
+                return false;
+            }
+            value = *parsed;
         } else if constexpr (std::is_same_v<T, bool>) {
             if (!field.is_boolean()) {
                 return false;
@@ -145,6 +153,8 @@ struct FieldWriter {
             object[key] = parallel::schedule_name(value);
         } else if constexpr (std::is_same_v<T, parallel::Recompute>) {
             object[key] = parallel::recompute_name(value);
+        } else if constexpr (std::is_same_v<T, parallel::RankOrder>) {
+            object[key] = parallel::rank_order_name(value);
         } else {
             object[key] = value;
         }

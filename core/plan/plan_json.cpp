@@ -99,6 +99,7 @@ std::string plan_json(const PlanRequest& request, const PlanResult& result, int 
             {"vocab", request.model.vocab}}},
           {"world_sizes", request.world_sizes},
           {"gpus_per_node", request.gpus_per_node},
+          {"rank_order", parallel::rank_order_name(request.rank_order)},
           {"gpu_memory_gib", request.gpu_memory_gib},
           {"usable_memory_fraction", request.usable_memory_fraction},
           {"global_batch", request.global_batch},
@@ -192,6 +193,10 @@ Result<PlanFile> plan_from_json(const nlohmann::json& json) {
                      model.at("vocab").get<int>()};
     request.world_sizes = r.at("world_sizes").get<std::vector<int>>();
     request.gpus_per_node = r.at("gpus_per_node").get<int>();
+    // Plans written before the key: Megatron-LM's order, the default.
+    if (auto order = parallel::parse_rank_order(r.value("rank_order", "tp-cp-dp-pp"))) {
+        request.rank_order = *order;
+    }
     request.gpu_memory_gib = r.at("gpu_memory_gib").get<double>();
     request.usable_memory_fraction = r.at("usable_memory_fraction").get<double>();
     request.global_batch = r.at("global_batch").get<int>();

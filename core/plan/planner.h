@@ -64,6 +64,9 @@ struct PlanRequest {
     sim::ModelShape model;
     std::vector<int> world_sizes;  // GPUs; each is searched
     int gpus_per_node = 8;
+    // How the framework numbers ranks, which places each layout's groups on the nodes
+    // (core/parallel/placement.h); Megatron-LM's by default.
+    parallel::RankOrder rank_order = parallel::kMegatronOrder;
     double gpu_memory_gib = 80;
     // Cores a node's ranks (gpus_per_node of them) share, the CPU backend's way
     // (sim::SimulationConfig::host_cores); nullopt: the calibration runs'; 0: a device a rank.

@@ -29,6 +29,13 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
                          "or simulate without --calibrate"};
     }
     config.layout.grid = run.layout.grid;
+    // How its ranks were numbered: as it says, else fulcrum-train's when it ran on the engine
+    // (runs older than the key), else the default (Megatron-LM's).
+    if (run.says("rank_order")) {
+        config.layout.rank_order = run.layout.rank_order;
+    } else if (run.backend == "cpu" || run.backend == "cuda") {
+        config.layout.rank_order = parallel::kFulcrumOrder;
+    }
 
     // A schedule the run does not say, or names in words no Fulcrum tool reads (run_config.h).
     if (run.says("schedule")) {

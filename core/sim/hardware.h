@@ -12,8 +12,9 @@ namespace fulcrum::sim {
 
 inline constexpr std::string_view kHardwarePresets = "h100, a100";
 
-// "h100": the flat defaults of HardwareAssumptions (400 TFLOP/s sustained, no table).
-// "a100": an A100 80 GB SXM in 8-GPU DGX nodes, described (see the .cpp).
+// "h100": the flat defaults of HardwareAssumptions for compute (400 TFLOP/s sustained, no
+// table) on DGX H100's network. "a100": an A100 80 GB SXM in 8-GPU DGX nodes, described (see
+// the .cpp). Both price collectives as NCCL does (HardwareAssumptions::network).
 Result<HardwareAssumptions> hardware_preset(std::string_view name);
 
 }  // namespace fulcrum::sim

@@ -101,7 +101,38 @@ std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape
     return parameters;
 }
 
+namespace {
+
+// "; NCCL's collectives on 8-GPU nodes of 12 NVLinks x 20 GB/s, 8 NICs x 25 GB/s", or "".
+std::string describe_network(const HardwareAssumptions& hardware) {
+    if (!hardware.network) {
+        return "";
+    }
+    const parallel::ClusterNetwork& network = *hardware.network;
+    return "; NCCL's collectives on " + std::to_string(hardware.gpus_per_node) +
+           "-GPU nodes of " + std::to_string(network.nvlink_links) + " NVLinks x " +
+           format_number(network.nvlink_link_gbs) + " GB/s" + (network.nvls ? " (NVLS)" : "") +
+           ", " + std::to_string(network.nics_per_node) + " NICs x " +
+           format_number(std::min(network.nic_gbs, network.nic_path_gbs)) + " GB/s";
+}
+
+}  // namespace
+
 std::string describe(const HardwareAssumptions& hardware) {
+    if (hardware.network) {
+        const std::string compute =
+            hardware.gemm_efficiency.empty()
+                ? format_number(hardware.tflops) + " TFLOP/s per GPU"
+                : format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
+                      format_number(gemm_efficiency(hardware, 0)) + "-" +
+                      format_number(hardware.gemm_efficiency.back().efficiency) +
+                      " of it by size, attention at " +
+                      format_number(hardware.attention_efficiency) + ", HBM " +
+                      format_number(hardware.hbm_gbs) + " GB/s";
+        return "analytic: " +
+               (hardware.preset.empty() ? std::string("described system") : hardware.preset) +
+               ", " + compute + describe_network(hardware);
+    }
     if (!hardware.gemm_efficiency.empty()) {
         return "analytic: " +
                (hardware.preset.empty() ? std::string("described system") : hardware.preset) +
@@ -260,27 +291,13 @@ PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layou
     return forward;
 }
 
-}  // namespace
-
-CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& layout,
-                              const HardwareAssumptions& hardware, DType dtype) {
-    const parallel::GridShape& grid = layout.grid;
-    CostModel cost;
-    cost.source = describe(hardware);
-    for (int stage = 0; stage < grid.pp; ++stage) {
-        const PassCost forward = analytic_forward(model, layout, hardware, dtype, stage);
-        // Twice the forward's work (dX and dW), but the cross-entropy's own backward.
-        const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
-        PassCost backward = forward;
-        backward.phase = Phase::backward;
-        backward.fixed_ns = 2 * (forward.fixed_ns - loss.forward_fixed_ns);
-        backward.per_token_ns =
-            2 * (forward.per_token_ns - loss.forward_per_token_ns) + loss.backward_per_token_ns;
-        backward.per_pair_ns *= 2;
-        cost.passes.push_back(forward);
-        cost.passes.push_back(backward);
-    }
-
+// The collectives of `grid` as rings on a flat system (no described network): an all-reduce
+// moves 2(n−1)/n of its bytes, an all-gather or reduce-scatter (n−1)/n of the gathered bytes,
+// at NVLink's bandwidth when the group lies within one node (ranks numbered TP fastest, then
+// CP, PP, DP, as fulcrum-train numbers them), else at the network's per GPU, a call's latency
+// apart.
+void add_ring_collectives(CostModel& cost, const parallel::GridShape& grid,
+                          const HardwareAssumptions& hardware) {
     const double latency_ns = hardware.collective_latency_us * 1e3;
     const auto bandwidth = [&](std::int64_t span) {
         return within_one_node(span, hardware) ? hardware.nvlink_gbs : hardware.network_gbs;
@@ -317,6 +334,88 @@ CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& l
         static_cast<std::int64_t>(grid.pp - 1) * grid.tp * grid.cp + 1;
     cost.collectives.push_back(collective(Role::embedding_collective, kEmbeddingAllReduce,
                                           latency_ns, 1.0 / bandwidth(embedding_span)));
+
+}
+
+// The collectives of `layout` as NCCL prices them on the described network
+// (core/parallel/nccl_model.h), each kind of group placed on the nodes by the layout's rank
+// order; pipeline sends at a GPU's NVLinks within a node, or at their share of the node's NICs
+// across, after the hand-over's latency. Each cost also keeps its large-message ring (Simple)
+// as latency and per-byte terms, for display.
+void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
+                          const HardwareAssumptions& hardware) {
+    using parallel::Collective;
+    using parallel::Dimension;
+    parallel::ClusterNetwork network = *hardware.network;
+    network.gpus_per_node = hardware.gpus_per_node;
+    const parallel::GridShape& grid = layout.grid;
+    const auto group = [&](std::initializer_list<Dimension> dimensions) {
+        return parallel::place_group(grid, layout.rank_order, dimensions, network.gpus_per_node);
+    };
+    const auto priced = [&](Role role, std::string_view name, Collective kind,
+                            const parallel::GroupPlacement& placement) {
+        const parallel::NcclPrice ring =
+            parallel::nccl_price(kind, placement, network, parallel::NcclAlgorithm::ring,
+                                 parallel::NcclProtocol::simple);
+        CollectiveCost priced_cost = collective(
+            role, name, ring.latency_us * 1e3,
+            ring.algorithm_gbs > 0 && placement.ranks > 1 ? 1.0 / ring.algorithm_gbs : 0.0);
+        priced_cost.nccl = parallel::NcclCall{kind, placement, network};
+        return priced_cost;
+    };
+    const parallel::GroupPlacement cp = group({Dimension::cp}), tp = group({Dimension::tp});
+    cost.collectives.push_back(priced(Role::cp_collective, kCpAllGather, Collective::all_gather, cp));
+    cost.collectives.push_back(
+        priced(Role::cp_collective, kCpReduceScatter, Collective::reduce_scatter, cp));
+    cost.collectives.push_back(priced(Role::tp_collective, kTpAllReduce, Collective::all_reduce, tp));
+    // Sequence parallelism's halves of an all-reduce; bytes are the gathered tensor's.
+    cost.collectives.push_back(priced(Role::tp_collective, kTpAllGather, Collective::all_gather, tp));
+    cost.collectives.push_back(
+        priced(Role::tp_collective, kTpReduceScatter, Collective::reduce_scatter, tp));
+    const parallel::GroupPlacement pair =
+        parallel::place_pipeline_pair(grid, layout.rank_order, network.gpus_per_node);
+    const double p2p_latency_ns = hardware.p2p_latency_us * 1e3;
+    const double send_ns_per_byte = 1.0 / parallel::send_gbs(pair, network);
+    cost.collectives.push_back(
+        collective(Role::pipeline_recv, kRecvActivations, p2p_latency_ns, send_ns_per_byte));
+    cost.collectives.push_back(
+        collective(Role::pipeline_recv, kRecvGradients, p2p_latency_ns, send_ns_per_byte));
+    cost.collectives.push_back(priced(Role::dp_collective, kDpAllReduce, Collective::all_reduce,
+                                      group({Dimension::dp, Dimension::cp})));
+    // The tied embedding between stage 0 and stage p − 1 (each TP rank its V/t rows).
+    cost.collectives.push_back(priced(
+        Role::embedding_collective, kEmbeddingAllReduce, Collective::all_reduce,
+        parallel::place_pipeline_pair(grid, layout.rank_order, network.gpus_per_node,
+                                      grid.pp - 1)));
+}
+
+}  // namespace
+
+CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& layout,
+                              const HardwareAssumptions& hardware, DType dtype) {
+    const parallel::GridShape& grid = layout.grid;
+    CostModel cost;
+    cost.source = describe(hardware);
+    for (int stage = 0; stage < grid.pp; ++stage) {
+        const PassCost forward = analytic_forward(model, layout, hardware, dtype, stage);
+        // Twice the forward's work (dX and dW), but the cross-entropy's own backward.
+        const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
+        PassCost backward = forward;
+        backward.phase = Phase::backward;
+        backward.fixed_ns = 2 * (forward.fixed_ns - loss.forward_fixed_ns);
+        backward.per_token_ns =
+            2 * (forward.per_token_ns - loss.forward_per_token_ns) + loss.backward_per_token_ns;
+        backward.per_pair_ns *= 2;
+        cost.passes.push_back(forward);
+        cost.passes.push_back(backward);
+    }
+
+    if (hardware.network) {
+        add_nccl_collectives(cost, layout, hardware);
+    } else {
+        add_ring_collectives(cost, grid, hardware);
+    }
+    const double latency_ns = hardware.collective_latency_us * 1e3;
 
     // The update streams, per parameter of the largest stage (Megatron-LM's mixed-precision
     // optimizer, megatron/optimizer/optimizer.py; fulcrum-train's AdamW at fp32): AdamW reads
@@ -757,7 +856,8 @@ std::int64_t predict_pass_ns(const PassCost& cost, std::int64_t tokens, std::int
 }
 
 std::int64_t predict_collective_ns(const CollectiveCost& cost, std::int64_t bytes) {
-    const double ns = cost.latency_ns + cost.per_byte_ns * static_cast<double>(bytes);
+    const double ns = cost.nccl ? cost.predict(bytes)
+                                : cost.latency_ns + cost.per_byte_ns * static_cast<double>(bytes);
     return ns > 0 ? std::llround(ns) : 0;
 }
 

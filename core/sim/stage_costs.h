@@ -70,6 +70,12 @@ struct HardwareAssumptions {
     // (Megatron-LM in 2022) rather than only the causal pairs, and keep the scores in memory.
     bool attention_full_square = false;
     double fp32_tflops = 0;  // peak of fp32 GEMMs; 0: `tflops`
+    // A described network (hardware.h's presets): its collectives priced as NCCL prices them
+    // (core/parallel/nccl_model.h) for each group placed on the nodes by the layout's rank
+    // order (core/parallel/placement.h), pipeline sends at NVLink's or their NIC share's
+    // bandwidth; `gpus_per_node` above is its node. None: rings at nvlink_gbs and network_gbs
+    // a call's latency apart.
+    std::optional<parallel::ClusterNetwork> network;
 };
 
 // The efficiency of a GEMM of `flops` FLOPs in the table; 1 when it is empty.

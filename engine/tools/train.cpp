@@ -637,7 +637,8 @@ int main(int argc, char** argv) {
                                   .virtual_stages = o.virtual_stages,
                                   .stage_layers = stage_layers,
                                   .recompute = checked.recompute,
-                                  .sequence_parallel = o.sequence_parallel};
+                                  .sequence_parallel = o.sequence_parallel,
+                                  .rank_order = parallel::kFulcrumOrder};
     if (auto status = parallel::check_layout(layout, o.model); !status) {
         return fail(rank, status.error().message);
     }

@@ -20,6 +20,7 @@ RunConfig every_field_set() {
     c.layout.virtual_stages = 2;
     c.layout.recompute = parallel::Recompute::selective;
     c.layout.sequence_parallel = true;
+    c.layout.rank_order = parallel::kFulcrumOrder;
     c.overlap_grad_reduce = true;
     c.dtype = "bf16";
     c.balancer = "wlb";

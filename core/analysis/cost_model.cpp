@@ -442,7 +442,8 @@ double PassCost::predict(std::int64_t tokens, std::int64_t pairs) const {
 
 double CollectiveCost::predict(std::int64_t bytes) const {
     if (nccl) {
-        return 1e3 * parallel::nccl_time(nccl->collective, static_cast<double>(std::max<std::int64_t>(bytes, 0)),
+        return 1e3 * parallel::nccl_time(nccl->collective,
+                                         static_cast<double>(std::max<std::int64_t>(bytes, 0)),
                                          nccl->group, nccl->network)
                          .time_us;
     }

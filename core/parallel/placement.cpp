@@ -157,8 +157,8 @@ GroupPlacement place_group(const GridShape& grid, const RankOrder& order,
     return placement;
 }
 
-GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order,
-                                   int gpus_per_node, int stages_apart) {
+GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order, int gpus_per_node,
+                                   int stages_apart) {
     GroupPlacement pair;
     if (grid.pp < 2 || stages_apart < 1 || stages_apart >= grid.pp) {
         return pair;

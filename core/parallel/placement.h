@@ -68,7 +68,7 @@ GroupPlacement place_group(const GridShape& grid, const RankOrder& order,
 // boundary's sends (1: every boundary is laid out alike when pp divides evenly), or the tied
 // embedding's all-reduce between the first and the last stage (pp − 1); and how many such
 // pairs leave one node at once (every rank of a stage sends at the same time).
-GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order,
-                                   int gpus_per_node, int stages_apart = 1);
+GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order, int gpus_per_node,
+                                   int stages_apart = 1);
 
 }  // namespace fulcrum::parallel

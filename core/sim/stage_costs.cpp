@@ -109,8 +109,8 @@ std::string describe_network(const HardwareAssumptions& hardware) {
         return "";
     }
     const parallel::ClusterNetwork& network = *hardware.network;
-    return "; NCCL's collectives on " + std::to_string(hardware.gpus_per_node) +
-           "-GPU nodes of " + std::to_string(network.nvlink_links) + " NVLinks x " +
+    return "; NCCL's collectives on " + std::to_string(hardware.gpus_per_node) + "-GPU nodes of " +
+           std::to_string(network.nvlink_links) + " NVLinks x " +
            format_number(network.nvlink_link_gbs) + " GB/s" + (network.nvls ? " (NVLS)" : "") +
            ", " + std::to_string(network.nics_per_node) + " NICs x " +
            format_number(std::min(network.nic_gbs, network.nic_path_gbs)) + " GB/s";
@@ -334,7 +334,6 @@ void add_ring_collectives(CostModel& cost, const parallel::GridShape& grid,
         static_cast<std::int64_t>(grid.pp - 1) * grid.tp * grid.cp + 1;
     cost.collectives.push_back(collective(Role::embedding_collective, kEmbeddingAllReduce,
                                           latency_ns, 1.0 / bandwidth(embedding_span)));
-
 }
 
 // The collectives of `layout` as NCCL prices them on the described network
@@ -364,12 +363,15 @@ void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
         return priced_cost;
     };
     const parallel::GroupPlacement cp = group({Dimension::cp}), tp = group({Dimension::tp});
-    cost.collectives.push_back(priced(Role::cp_collective, kCpAllGather, Collective::all_gather, cp));
+    cost.collectives.push_back(
+        priced(Role::cp_collective, kCpAllGather, Collective::all_gather, cp));
     cost.collectives.push_back(
         priced(Role::cp_collective, kCpReduceScatter, Collective::reduce_scatter, cp));
-    cost.collectives.push_back(priced(Role::tp_collective, kTpAllReduce, Collective::all_reduce, tp));
+    cost.collectives.push_back(
+        priced(Role::tp_collective, kTpAllReduce, Collective::all_reduce, tp));
     // Sequence parallelism's halves of an all-reduce; bytes are the gathered tensor's.
-    cost.collectives.push_back(priced(Role::tp_collective, kTpAllGather, Collective::all_gather, tp));
+    cost.collectives.push_back(
+        priced(Role::tp_collective, kTpAllGather, Collective::all_gather, tp));
     cost.collectives.push_back(
         priced(Role::tp_collective, kTpReduceScatter, Collective::reduce_scatter, tp));
     const parallel::GroupPlacement pair =
@@ -383,10 +385,10 @@ void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
     cost.collectives.push_back(priced(Role::dp_collective, kDpAllReduce, Collective::all_reduce,
                                       group({Dimension::dp, Dimension::cp})));
     // The tied embedding between stage 0 and stage p − 1 (each TP rank its V/t rows).
-    cost.collectives.push_back(priced(
-        Role::embedding_collective, kEmbeddingAllReduce, Collective::all_reduce,
-        parallel::place_pipeline_pair(grid, layout.rank_order, network.gpus_per_node,
-                                      grid.pp - 1)));
+    cost.collectives.push_back(
+        priced(Role::embedding_collective, kEmbeddingAllReduce, Collective::all_reduce,
+               parallel::place_pipeline_pair(grid, layout.rank_order, network.gpus_per_node,
+                                             grid.pp - 1)));
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ private slots:
         QCOMPARE(read.model.hidden, 64);
         QCOMPARE(read.layout.schedule, parallel::PipelineSchedule::interleaved);
         QCOMPARE(read.layout.recompute, parallel::Recompute::selective);
+        QVERIFY(read.layout.rank_order == parallel::kFulcrumOrder);
         QVERIFY(read.unsaid.empty());
         QCOMPARE(read.wlb_max_delay, 2);
         QCOMPARE(read.layout.stage_layers, (std::vector<int>{1, 2, 2, 1}));

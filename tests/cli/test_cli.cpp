@@ -706,6 +706,14 @@ private slots:
             fulcrum(), plan.mid(0, plan.size() - 1) + QStringList{"bad-costs.json"}, work_.path());
         QCOMPARE(refused.exit_code, 2);
         QVERIFY2(refused.output.contains("bad-costs.json"), qPrintable(refused.output));
+        // A rank order that is not one of the four dimensions each once is refused, naming it.
+        for (const QStringList& command :
+             {QStringList{"simulate"}, QStringList{"plan", "--world", "8"}}) {
+            const Outcome order =
+                run(fulcrum(), command + QStringList{"--rank-order", "tp-dp-pp"}, work_.path());
+            QCOMPARE(order.exit_code, 2);
+            QVERIFY2(order.output.contains("--rank-order 'tp-dp-pp'"), qPrintable(order.output));
+        }
     }
 
     // fulcrum report RUN --plan PLAN.json: the run's report with the plan's chart and top k

@@ -589,6 +589,66 @@ private slots:
                          50.0 / 36) < 1e-12);
     }
 
+    // On a described network every collective is priced as NCCL prices it for its group as the
+    // layout's rank order places it (docs/simulate.md, "Collectives as NCCL prices them"): a
+    // TP group of 16 leaving its two DGX A100 nodes alone gets all eight NICs, where the flat
+    // rings gave it one NIC's share a GPU; 8 DP groups leaving a node together get one NIC
+    // each; and a stage boundary leaves the node under Megatron-LM's order but not under
+    // fulcrum-train's.
+    void collectivesAsNcclPricesThem() {
+        auto a100 = hardware_preset("a100");
+        QVERIFY(a100.ok() && a100->network.has_value());
+        const ModelShape shape{
+            .layers = 4, .hidden = 1024, .heads = 16, .context = 2048, .vocab = 256};
+        const auto find = [](const analysis::CostModel& model, std::string_view name) {
+            const analysis::CollectiveCost* found = model.collective(name);
+            return found != nullptr ? *found : analysis::CollectiveCost{};
+        };
+        const std::int64_t gib = std::int64_t(1) << 30;
+
+        const analysis::CostModel tp16 =
+            analytic_cost_model(shape, {.grid = {.dp = 2, .tp = 16}}, *a100);
+        const analysis::CollectiveCost tp_all_reduce = find(tp16, kTpAllReduce);
+        QVERIFY(tp_all_reduce.nccl.has_value());
+        QCOMPARE(tp_all_reduce.nccl->group.nodes, 2);
+        QCOMPARE(tp_all_reduce.nccl->group.groups_per_node, 1);
+        const double nccl_ns = static_cast<double>(predict_collective_ns(tp_all_reduce, gib));
+        QCOMPARE(nccl_ns,
+                 std::round(1e3 * parallel::nccl_time(parallel::Collective::all_reduce, double(gib),
+                                                      tp_all_reduce.nccl->group,
+                                                      tp_all_reduce.nccl->network)
+                                      .time_us));
+        HardwareAssumptions flat = *a100;
+        flat.network.reset();
+        const analysis::CollectiveCost ring =
+            find(analytic_cost_model(shape, {.grid = {.dp = 2, .tp = 16}}, flat), kTpAllReduce);
+        QVERIFY(!ring.nccl.has_value());
+        QVERIFY2(static_cast<double>(predict_collective_ns(ring, gib)) > 5 * nccl_ns,
+                 qPrintable(QString("rings %1 ns, NCCL %2 ns")
+                                .arg(predict_collective_ns(ring, gib))
+                                .arg(nccl_ns)));
+
+        const analysis::CollectiveCost dp =
+            find(analytic_cost_model(shape, {.grid = {.dp = 16, .tp = 8}}, *a100), kDpAllReduce);
+        QVERIFY(dp.nccl.has_value());
+        QCOMPARE(dp.nccl->group,
+                 (parallel::GroupPlacement{
+                     .ranks = 16, .nodes = 16, .ranks_per_node = 1, .groups_per_node = 8}));
+
+        HardwareAssumptions four = *a100;  // nodes of 4 GPUs and 4 NICs
+        four.gpus_per_node = 4;
+        four.network->nics_per_node = 4;
+        parallel::Layout megatron{.grid = {.dp = 2, .tp = 2, .pp = 2}};
+        parallel::Layout engine = megatron;
+        engine.rank_order = parallel::kFulcrumOrder;
+        const double across =
+            find(analytic_cost_model(shape, megatron, four), kRecvActivations).per_byte_ns;
+        const double within =
+            find(analytic_cost_model(shape, engine, four), kRecvActivations).per_byte_ns;
+        QCOMPARE(within, 1.0 / (12 * 20.0));  // a GPU's NVLinks
+        QCOMPARE(across, 1.0 / 24.0);         // the 4 sends leaving a node share its 4 NICs
+    }
+
     // Overlapping the DP reduction with the backward hides part of it, never more than all.
     void overlappedGradientReduction() {
         SimulationConfig config;

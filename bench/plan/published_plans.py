@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""fulcrum plan on published setups (issue 35): for each run of the validation set that chose
+its own layout at scale (bench/sim/validation_set.h), plan the same model, world, global batch
+and knobs the paper fixed (recomputation, no CP, fixed packing of whole sequences) on the run's
+GPU preset, and print where the published grid (TP x PP x DP) ranks among the plan's, its
+simulated step time against the plan's first choice, and that choice.
+
+    bench/plan/published_plans.py --build build [--top 32]
+
+The plan ranks the layouts it plays in full (max(4 x --top, 32) of them); a published grid
+outside those is reported as not played. bench/README.md records a run.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+# id, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, global batch, recompute, sp, dtype
+RUNS = [
+    ("N4", "a100", 40, 6144, 48, 51200, 2048, 8, 1, 1, 32, 1024, "full", False, "fp16"),
+    ("N5", "a100", 48, 8192, 64, 51200, 2048, 8, 2, 1, 32, 1536, "full", False, "fp16"),
+    ("N6", "a100", 60, 10240, 80, 51200, 2048, 8, 4, 3, 32, 1792, "full", False, "fp16"),
+    ("N7", "a100", 80, 12288, 96, 51200, 2048, 8, 8, 2, 24, 2304, "full", False, "fp16"),
+    ("S1", "a100", 96, 12288, 128, 64000, 2048, 8, 8, 6, 4, 768, "selective", True, "bf16"),
+    ("M5", "h100", 84, 8192, 64, 131072, 4096, 8, 2, 1, 48, 384, "none", True, "bf16"),
+    ("M6", "h100", 92, 10240, 80, 131072, 4096, 8, 4, 1, 48, 768, "none", True, "bf16"),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build", help="the build directory")
+    parser.add_argument("--top", type=int, default=32, help="layouts printed by each plan")
+    args = parser.parse_args()
+    fulcrum = os.path.join(args.build, "app", "fulcrum")
+    if not os.access(fulcrum, os.X_OK):
+        sys.exit(f"published_plans.py: no {fulcrum}; build first (cmake --build {args.build})")
+    print(f"{'run':4} {'GPUs':>5} {'published grid':22} {'rank':>9} {'published s':>11} "
+          f"{'first s':>8} {'ratio':>6}  first choice")
+    with tempfile.TemporaryDirectory() as tmp:
+        for (name, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, batch, recompute, sp,
+             dtype) in RUNS:
+            lengths = os.path.join(tmp, f"{seq}.txt")
+            with open(lengths, "w") as out:
+                out.write(f"{seq}\n" * batch)
+            world = tp * pp * dp
+            command = [fulcrum, "plan", "--hardware", gpu, "--world", str(world), "--layers",
+                       str(layers), "--hidden", str(hidden), "--heads", str(heads), "--context",
+                       str(seq), "--vocab", str(vocab), "--dtype", dtype, "--global-batch",
+                       str(batch), "--lengths", f"file:{lengths}", "--documents", str(batch),
+                       "--balancers", "fixed", "--max-cp", "1", "--recomputes", recompute,
+                       "--schedules", "1f1b,interleaved", "--top", str(args.top), "--json"]
+            if not sp:
+                command.append("--no-sequence-parallel")
+            started = time.time()
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                print(f"{name}: fulcrum plan failed: {result.stderr.strip()}")
+                continue
+            ranked = json.loads(result.stdout)["ranked"]
+            first = ranked[0]
+            match = next((c for c in ranked
+                          if (c["tp"], c["pp"], c["dp"], c["cp"]) == (tp, pp, dp, 1)), None)
+            grid = f"tp{tp} pp{pp}{f' v{v}' if v > 1 else ''} dp{dp}"
+            choice = (f"tp{first['tp']} pp{first['pp']} dp{first['dp']} {first['schedule']}"
+                      f"{' x' + str(first.get('virtual_stages', 1)) if first['schedule'] == 'interleaved' else ''}"
+                      f" m{first['microbatches']}")
+            if match is None:
+                print(f"{name:4} {world:5} {grid:22} {'not played':>9} {'—':>11} "
+                      f"{first['step_ns'] / 1e9:8.2f} {'—':>6}  {choice}  ({time.time() - started:.0f} s)")
+                continue
+            ratio = match["step_ns"] / first["step_ns"]
+            print(f"{name:4} {world:5} {grid:22} {match['rank']:>4} of {len(ranked):<3}"
+                  f"{match['step_ns'] / 1e9:11.2f} {first['step_ns'] / 1e9:8.2f} {ratio:6.2f}  "
+                  f"{choice}  ({time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -47,8 +47,8 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
         // A described network (docs/simulate.md): a GPU's NVLinks; across nodes every rank
         // moves at once, so a node's NICs carry what all its ranks send and receive.
         const double nvlink_gbs = network->nvlink_links * network->nvlink_link_gbs;
-        const double node_gbs = network->nics_per_node * std::min(network->nic_gbs,
-                                                                  network->nic_path_gbs);
+        const double node_gbs =
+            network->nics_per_node * std::min(network->nic_gbs, network->nic_path_gbs);
         std::vector<std::array<double, 2>> node(world / static_cast<std::size_t>(per_node) + 1,
                                                 {0, 0});
         for (std::size_t rank = 0; rank < world; ++rank) {
@@ -61,9 +61,9 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
         }
     } else {
         for (const auto& rank : moved) {
-            slowest = std::max(
-                slowest, std::max(std::max(rank[0], rank[1]) / config.hardware.nvlink_gbs,
-                                  std::max(rank[2], rank[3]) / config.hardware.network_gbs));
+            slowest = std::max(slowest,
+                               std::max(std::max(rank[0], rank[1]) / config.hardware.nvlink_gbs,
+                                        std::max(rank[2], rank[3]) / config.hardware.network_gbs));
         }
     }
     cost.ns = std::llround(slowest + config.hardware.p2p_latency_us * 1e3);

@@ -532,7 +532,8 @@ Command add_plan_command(CLI::App& app) {
         ->capture_default_str()
         ->group("Cluster");
     sub->add_option("--hardware", args->hardware,
-                    "The analytic cost model's system: h100 or a100 (docs/simulate.md)")
+                    "The analytic cost model's system: h100, a100, or a JSON file of your own "
+                    "(docs/simulate.md, \"A system of your own\")")
         ->capture_default_str()
         ->group("Cluster");
     sub->add_option("--calibrate", args->calibrate,

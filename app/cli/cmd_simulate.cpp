@@ -807,10 +807,11 @@ void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
                     "docs/analyses.md); overrides the fit of --calibrate")
         ->group("Cost model");
     sub->add_option("--hardware", args->hardware,
-                    "A system description for the analytic model: h100 (the flat defaults below) "
-                    "or a100 (312 TFLOP/s peak, GEMM efficiency by size, NVLink 300 GB/s in "
-                    "8-GPU nodes, 25 GB/s a GPU between them; docs/simulate.md); the options "
-                    "below override its values")
+                    "A system description for the analytic model: h100 (the flat defaults below "
+                    "for compute, DGX H100's links), a100 (312 TFLOP/s peak, GEMM efficiency by "
+                    "size, DGX A100's links), or a JSON file of your system (docs/simulate.md, "
+                    "\"A system of your own\"); collectives priced as NCCL prices them; the "
+                    "options below override its values")
         ->group("Cost model");
     sub->add_option("--tflops", d.hardware.tflops,
                     "Analytic model: sustained TFLOP/s per GPU (used when no cost model is "

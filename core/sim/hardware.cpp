@@ -1,6 +1,12 @@
 #include "core/sim/hardware.h"
 
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace fulcrum::sim {
 namespace {
@@ -47,6 +53,148 @@ HardwareAssumptions a100() {
     return a100;
 }
 
+// A system of the user's own (docs/simulate.md, "A system of your own"): a JSON object that may
+// start from a preset ("base") and sets fields by name; every key is checked, so a misspelt
+// one is an error rather than a default silently kept.
+Result<HardwareAssumptions> hardware_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) {
+        return Error{ErrorCode::invalid_input,
+                     "--hardware '" + path + "': no such preset (h100, a100) or readable file"};
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    const auto invalid = [&](const std::string& what) {
+        return Error{ErrorCode::invalid_input, "--hardware " + path + ": " + what +
+                                                   " (docs/simulate.md, \"A system of your "
+                                                   "own\")"};
+    };
+    if (!json.is_object()) {
+        return invalid("not a JSON object");
+    }
+    HardwareAssumptions hardware;
+    if (const auto base = json.find("base"); base != json.end()) {
+        if (*base != "h100" && *base != "a100") {
+            return invalid("\"base\" must name a preset (" + std::string(kHardwarePresets) + ")");
+        }
+        hardware = *hardware_preset(base->get<std::string>());
+    }
+    hardware.preset = path;
+    using Setter = std::function<bool(const nlohmann::json&)>;
+    const auto number = [](double& field) {
+        return Setter([&field](const nlohmann::json& value) {
+            if (!value.is_number() || value.get<double>() < 0) {
+                return false;
+            }
+            field = value.get<double>();
+            return true;
+        });
+    };
+    const auto count = [](int& field) {
+        return Setter([&field](const nlohmann::json& value) {
+            if (!value.is_number_integer() || value.get<int>() < 1) {
+                return false;
+            }
+            field = value.get<int>();
+            return true;
+        });
+    };
+    const auto flag = [](bool& field) {
+        return Setter([&field](const nlohmann::json& value) {
+            if (!value.is_boolean()) {
+                return false;
+            }
+            field = value.get<bool>();
+            return true;
+        });
+    };
+    const std::map<std::string, Setter> top = {
+        {"tflops", number(hardware.tflops)},
+        {"fp32_tflops", number(hardware.fp32_tflops)},
+        {"hbm_gbs", number(hardware.hbm_gbs)},
+        {"nvlink_gbs", number(hardware.nvlink_gbs)},
+        {"network_gbs", number(hardware.network_gbs)},
+        {"collective_latency_us", number(hardware.collective_latency_us)},
+        {"p2p_latency_us", number(hardware.p2p_latency_us)},
+        {"layer_overhead_us", number(hardware.layer_overhead_us)},
+        {"gpus_per_node", count(hardware.gpus_per_node)},
+        {"attention_efficiency", number(hardware.attention_efficiency)},
+        {"attention_full_square", flag(hardware.attention_full_square)},
+        {"gemm_efficiency", Setter([&hardware](const nlohmann::json& value) {
+             if (!value.is_array() || value.empty()) {
+                 return false;
+             }
+             std::vector<GemmEfficiencyPoint> table;
+             for (const auto& point : value) {
+                 if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
+                     !point[1].is_number() || point[0].get<double>() <= 0 ||
+                     point[1].get<double>() <= 0 || point[1].get<double>() > 1 ||
+                     (!table.empty() && point[0].get<double>() <= table.back().gflops)) {
+                     return false;
+                 }
+                 table.push_back({point[0].get<double>(), point[1].get<double>()});
+             }
+             hardware.gemm_efficiency = std::move(table);
+             return true;
+         })},
+    };
+    for (const auto& [key, value] : json.items()) {
+        if (key == "base" || key == "network") {
+            continue;
+        }
+        const auto setter = top.find(key);
+        if (setter == top.end()) {
+            return invalid("unknown key \"" + key + "\"");
+        }
+        if (!setter->second(value)) {
+            return invalid("\"" + key + "\" has a value of the wrong kind or range");
+        }
+    }
+    if (const auto network = json.find("network"); network != json.end()) {
+        if (network->is_null()) {
+            hardware.network.reset();  // flat rings at nvlink_gbs and network_gbs
+        } else if (!network->is_object()) {
+            return invalid("\"network\" must be an object, or null for flat rings");
+        } else {
+            parallel::ClusterNetwork links = hardware.network.value_or(parallel::ClusterNetwork{});
+            const std::map<std::string, Setter> parts = {
+                {"nvlink_links", count(links.nvlink_links)},
+                {"nvlink_link_gbs", number(links.nvlink_link_gbs)},
+                {"nics_per_node", count(links.nics_per_node)},
+                {"nic_gbs", number(links.nic_gbs)},
+                {"nic_path_gbs", number(links.nic_path_gbs)},
+                {"amd_host", flag(links.amd_host)},
+                {"nvls", flag(links.nvls)},
+                {"gpu", Setter([&links](const nlohmann::json& value) {
+                     if (value == "ampere" || value == "hopper") {
+                         links.generation = value == "hopper" ? parallel::GpuGeneration::hopper
+                                                              : parallel::GpuGeneration::ampere;
+                         return true;
+                     }
+                     return false;
+                 })},
+            };
+            for (const auto& [key, value] : network->items()) {
+                const auto setter = parts.find(key);
+                if (setter == parts.end()) {
+                    return invalid("unknown key \"network." + key + "\"");
+                }
+                if (!setter->second(value)) {
+                    return invalid("\"network." + key +
+                                   "\" has a value of the wrong kind or range" +
+                                   (key == "gpu" ? " (ampere or hopper)" : ""));
+                }
+            }
+            hardware.network = links;
+        }
+    }
+    if (hardware.network) {
+        hardware.network->gpus_per_node = hardware.gpus_per_node;
+    }
+    return hardware;
+}
+
 }  // namespace
 
 Result<HardwareAssumptions> hardware_preset(std::string_view name) {
@@ -61,8 +209,12 @@ Result<HardwareAssumptions> hardware_preset(std::string_view name) {
     if (name == "a100") {
         return a100();
     }
+    if (name.ends_with(".json") || name.find('/') != std::string_view::npos) {
+        return hardware_file(std::string(name));
+    }
     return Error{ErrorCode::invalid_input, "unknown --hardware '" + std::string(name) +
-                                               "' (choose " + std::string(kHardwarePresets) + ")"};
+                                               "' (choose " + std::string(kHardwarePresets) +
+                                               ", or a JSON file of your system)"};
 }
 
 }  // namespace fulcrum::sim

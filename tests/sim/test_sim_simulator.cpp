@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -647,6 +648,44 @@ private slots:
             find(analytic_cost_model(shape, engine, four), kRecvActivations).per_byte_ns;
         QCOMPARE(within, 1.0 / (12 * 20.0));  // a GPU's NVLinks
         QCOMPARE(across, 1.0 / 24.0);         // the 4 sends leaving a node share its 4 NICs
+    }
+
+    // A system of the user's own (--hardware FILE.json): a preset's fields overridden by name,
+    // the network's parts too; a misspelt key, a wrong kind or a base that is not a preset is
+    // refused naming the file and the key.
+    void systemOfYourOwn() {
+        QTemporaryDir dir;
+        const auto write = [&](const char* name, const char* text) {
+            const std::string path = dir.filePath(name).toStdString();
+            std::ofstream(path) << text;
+            return path;
+        };
+        auto mine = hardware_preset(
+            write("mine.json", R"({"base": "a100", "tflops": 300, "gpus_per_node": 4,
+                                   "network": {"nics_per_node": 4, "nic_gbs": 12.5}})"));
+        QVERIFY2(mine.ok(), mine.ok() ? "" : mine.error().message.c_str());
+        QCOMPARE(mine->tflops, 300.0);
+        QCOMPARE(mine->gemm_efficiency.size(), std::size_t(5));  // the a100 table kept
+        QVERIFY(mine->network.has_value());
+        QCOMPARE(mine->network->nics_per_node, 4);
+        QCOMPARE(mine->network->nic_gbs, 12.5);
+        QCOMPARE(mine->network->nvlink_links, 12);  // a100's
+        QCOMPARE(mine->network->gpus_per_node, 4);
+        auto flat = hardware_preset(write("flat.json", R"({"base": "h100", "network": null})"));
+        QVERIFY(flat.ok() && !flat->network.has_value());
+        for (const auto& [name, text, words] :
+             std::initializer_list<std::tuple<const char*, const char*, const char*>>{
+                 {"typo.json", R"({"tflop": 300})", "unknown key \"tflop\""},
+                 {"kind.json", R"({"network": {"gpu": "volta"}})", "network.gpu"},
+                 {"base.json", R"({"base": "base.json"})", "\"base\""},
+                 {"list.json", "[1, 2]", "not a JSON object"}}) {
+            auto refused = hardware_preset(write(name, text));
+            QVERIFY(!refused.ok());
+            QVERIFY2(refused.error().message.find(words) != std::string::npos &&
+                         refused.error().message.find(name) != std::string::npos,
+                     refused.error().message.c_str());
+        }
+        QVERIFY(!hardware_preset(dir.filePath("missing.json").toStdString()).ok());
     }
 
     // Overlapping the DP reduction with the backward hides part of it, never more than all.

@@ -505,18 +505,7 @@ Command add_plan_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber)
         ->group("Cluster");
-    sub->add_option_function<std::string>(
-           "--rank-order",
-           [&r](const std::string& text) {
-               auto order = parallel::parse_rank_order(text);
-               if (!order) {
-                   throw CLI::ValidationError(order.error().message);
-               }
-               r.rank_order = *order;
-           },
-           "How the framework numbers ranks, " + std::string(parallel::kRankOrderHelp) +
-               "; it decides which groups leave a node (default: tp-cp-dp-pp)")
-        ->group("Cluster");
+    parallel::add_rank_order_flag(*sub, r.rank_order, {}, "Cluster");
     sub->add_option("--gpu-memory-gib", r.gpu_memory_gib, "Memory of one GPU")
         ->capture_default_str()
         ->group("Cluster");

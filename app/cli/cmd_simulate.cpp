@@ -830,19 +830,8 @@ void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
                     "Analytic model: latency of one collective call, in microseconds")
         ->capture_default_str()
         ->group("Cost model");
-    sub->add_option_function<std::string>(
-           "--rank-order",
-           [&d](const std::string& text) {
-               auto order = parallel::parse_rank_order(text);
-               if (!order) {
-                   throw CLI::ValidationError(order.error().message);
-               }
-               d.layout.rank_order = *order;
-           },
-           "How the framework numbers ranks, " + std::string(parallel::kRankOrderHelp) +
-               "; with --hardware it decides which groups leave a node (default: "
-               "tp-cp-dp-pp, or the calibration run's)")
-        ->group("Cost model");
+    parallel::add_rank_order_flag(*sub, d.layout.rank_order, ", or the calibration run's",
+                                  "Cost model");
     sub->add_option("--gpus-per-node", d.hardware.gpus_per_node,
                     "Analytic model: GPUs per node (groups within one use NVLink)")
         ->capture_default_str()

@@ -93,30 +93,17 @@ constexpr Point k_d2_all_reduce[] = {
     {1073741824, 5808.8},
 };
 
-// DGX A100 and its like: 8 A100 on NVSwitch (12 NVLinks of NCCL's 20 GB/s), 8 HDR NICs of
-// 25 GB/s behind PCIe Gen4 (24), AMD EPYC hosts. Azure's NDv4 is built alike.
-constexpr ClusterNetwork kDgxA100{.generation = GpuGeneration::ampere,
-                                  .gpus_per_node = 8,
-                                  .nvlink_links = 12,
-                                  .nvlink_link_gbs = 20,
-                                  .nics_per_node = 8,
-                                  .nic_gbs = 25,
-                                  .nic_path_gbs = 24,
-                                  .amd_host = true,
-                                  .nvls = false};
-// OCI's BM.GPU4.8: the same GPUs with 16 RoCE NICs of 100 Gb/s (12.5 GB/s).
-constexpr ClusterNetwork kOciA100{.generation = GpuGeneration::ampere,
-                                  .gpus_per_node = 8,
-                                  .nvlink_links = 12,
-                                  .nvlink_link_gbs = 20,
-                                  .nics_per_node = 16,
-                                  .nic_gbs = 12.5,
-                                  .nic_path_gbs = 24,
-                                  .amd_host = true,
-                                  .nvls = false};
-// DGX H100 and HGX H100 servers: 18 NVLinks of 20.6 GB/s, NVLink SHARP, 8 NDR NICs of 50 GB/s
-// behind PCIe Gen5 (48), Intel Xeon hosts.
-constexpr ClusterNetwork kDgxH100{};
+// DGX A100 and its like (Azure's NDv4 is built alike), and DGX H100 and HGX H100 servers: the
+// presets' links (core/parallel/nccl_model.h).
+using parallel::kDgxA100Network;
+using parallel::kDgxH100Network;
+// OCI's BM.GPU4.8: DGX A100's GPUs with 16 RoCE NICs of 100 Gb/s (12.5 GB/s).
+constexpr ClusterNetwork kOciA100 = [] {
+    ClusterNetwork oci = kDgxA100Network;
+    oci.nics_per_node = 16;
+    oci.nic_gbs = 12.5;
+    return oci;
+}();
 
 struct Curve {
     const char* name;
@@ -133,15 +120,20 @@ std::vector<Point> points(const Point (&rows)[N]) {
     return {rows, rows + N};
 }
 
-// The simulator's collective before issue 35 (core/sim/stage_costs.cpp as it was): the ring's
-// bytes at the preset's NVLink bandwidth within a node, or its per-GPU network bandwidth
-// across, plus a fixed latency a call.
-double baseline_us(const Curve& curve, double bytes, const sim::HardwareAssumptions& hardware) {
-    const double n = curve.group.ranks;
-    const double factor =
-        curve.collective == Collective::all_reduce ? 2 * (n - 1) / n : (n - 1) / n;
-    const double gbs = curve.group.leaves_node() ? hardware.network_gbs : hardware.nvlink_gbs;
-    return hardware.collective_latency_us + bytes * factor / (1000 * gbs);
+// The simulator's price before issue 35, as it still plays a flat system: the collective of a
+// TP group of the curve's ranks on the preset's links without their NCCL description, rings at
+// its NVLink bandwidth within a node or its per-GPU network bandwidth across, plus a fixed
+// latency a call (core/sim/stage_costs.cpp, the flat rings).
+analysis::CollectiveCost baseline_cost(const Curve& curve, sim::HardwareAssumptions hardware) {
+    hardware.network.reset();
+    const int ranks = curve.group.ranks;
+    const analysis::CostModel model = sim::analytic_cost_model(
+        {.hidden = 64 * ranks, .heads = ranks}, {.grid = {.tp = ranks}}, hardware);
+    const std::string_view name = curve.collective == Collective::all_reduce ? sim::kTpAllReduce
+                                  : curve.collective == Collective::all_gather
+                                      ? sim::kTpAllGather
+                                      : sim::kTpReduceScatter;
+    return *model.collective(name);
 }
 
 std::string fixed(double value, int decimals) {
@@ -174,19 +166,19 @@ int main() {
     const GroupPlacement four_nodes{.ranks = 32, .nodes = 4, .ranks_per_node = 8};
     const std::vector<Curve> curves = {
         {"A2 all-reduce", "8 A100 (Azure NDv4), one process", "a100", Collective::all_reduce,
-         one_node, &kDgxA100, points(k_a2_all_reduce)},
+         one_node, &kDgxA100Network, points(k_a2_all_reduce)},
         {"A2 all-gather", "8 A100 (Azure NDv4), one process", "a100", Collective::all_gather,
-         one_node, &kDgxA100, points(k_a2_all_gather)},
+         one_node, &kDgxA100Network, points(k_a2_all_gather)},
         {"A2 reduce-scatter", "8 A100 (Azure NDv4), one process", "a100",
-         Collective::reduce_scatter, one_node, &kDgxA100, points(k_a2_reduce_scatter)},
+         Collective::reduce_scatter, one_node, &kDgxA100Network, points(k_a2_reduce_scatter)},
         {"B3 all-reduce", "2 x 8 A100 (OCI, 16 x 100G RoCE)", "a100", Collective::all_reduce,
          two_nodes, &kOciA100, points(k_b3_all_reduce)},
         {"C0 all-reduce", "8 H100 (NVIDIA's recipe)", "h100", Collective::all_reduce, one_node,
-         &kDgxH100, points(k_c0_all_reduce)},
+         &kDgxH100Network, points(k_c0_all_reduce)},
         {"D1 all-reduce", "2 x 8 H100 (8 x NDR)", "h100", Collective::all_reduce, two_nodes,
-         &kDgxH100, points(k_d1_all_reduce)},
+         &kDgxH100Network, points(k_d1_all_reduce)},
         {"D2 all-reduce", "4 x 8 H100 (8 x NDR)", "h100", Collective::all_reduce, four_nodes,
-         &kDgxH100, points(k_d2_all_reduce)},
+         &kDgxH100Network, points(k_d2_all_reduce)},
     };
     const std::vector<double> shown = {1 << 10, 1 << 13, 1 << 16, 1 << 20,
                                        1 << 23, 1 << 26, 1 << 28, 1 << 30};
@@ -202,6 +194,7 @@ int main() {
             std::fprintf(stderr, "bench_collectives: %s\n", hardware.error().message.c_str());
             return 1;
         }
+        const analysis::CollectiveCost baseline = baseline_cost(curve, *hardware);
         TextTable table(
             {"size", "published us", "NCCL model", "choice", "error", "baseline", "error"},
             {Align::right, Align::right, Align::right, Align::left, Align::right, Align::right,
@@ -211,7 +204,8 @@ int main() {
         for (const Point& point : curve.points) {
             const parallel::NcclEstimate model =
                 parallel::nccl_time(curve.collective, point.bytes, curve.group, *curve.network);
-            const double base = baseline_us(curve, point.bytes, *hardware);
+            const double base = 1e-3 * static_cast<double>(sim::predict_collective_ns(
+                                           baseline, static_cast<std::int64_t>(point.bytes)));
             const double error = std::abs(model.time_us - point.time_us) / point.time_us;
             const double base_error = std::abs(base - point.time_us) / point.time_us;
             within += error <= 0.15;

@@ -55,25 +55,52 @@ struct Variant {
     bool sequence_parallel;
 };
 
-sim::SimulationConfig config_for(const PublishedRun& run, const Variant& variant,
+// A validation row as the simulator plays it: b sequences of s tokens a micro-batch (documents
+// of exactly s, packed b at a time), the global batch over DP, Megatron-LM's pipeline sends.
+sim::SimulationConfig config_for(const bench::ValidationRun& run,
                                  const sim::HardwareAssumptions& hardware) {
     sim::SimulationConfig config;
-    config.model = {run.layers, run.hidden, run.heads, kSequence * run.microbatch_size, kVocab};
-    config.layout.grid = {.dp = 1, .tp = run.tp, .pp = run.pp, .cp = 1};
+    config.model = {run.layers, run.hidden, run.heads, run.sequence * run.microbatch_size,
+                    run.vocab};
+    config.layout.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = 1};
     config.layout.virtual_stages = run.virtual_stages;
     config.layout.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
                                                     : parallel::PipelineSchedule::one_f_one_b;
-    config.layout.microbatches = run.global_batch / run.microbatch_size;  // DP = 1
+    config.layout.microbatches = run.global_batch / (run.dp * run.microbatch_size);
+    config.layout.recompute = run.recompute;
+    config.layout.sequence_parallel = run.sequence_parallel;
     config.steps = 1;
-    // b sequences of s tokens a micro-batch: documents of exactly s, packed b at a time.
-    config.document_lengths.assign(static_cast<std::size_t>(run.global_batch), kSequence);
-    config.layout.recompute = variant.recompute;
-    config.layout.sequence_parallel = variant.sequence_parallel;
-    config.dtype = sim::DType::fp16;
+    config.document_lengths.assign(static_cast<std::size_t>(run.global_batch), run.sequence);
+    config.dtype = run.bf16 ? sim::DType::bf16 : sim::DType::fp16;
+    config.overlap_grad_reduce = run.overlap_grad_reduce;
     // Megatron-LM sends 1/tp of a boundary activation and all-gathers it (SC'21, §4.1).
     config.pipeline_scatter_gather = true;
     config.hardware = hardware;
     return config;
+}
+
+// One of Korthikanti's runs under a variant, as a row of the same shape (DP 1, fp16).
+bench::ValidationRun korthikanti_row(const PublishedRun& run, const Variant& variant) {
+    return {run.model,
+            "Korthikanti",
+            "a100",
+            run.layers,
+            run.hidden,
+            run.heads,
+            kVocab,
+            kSequence,
+            run.tp,
+            run.pp,
+            run.virtual_stages,
+            1,
+            run.global_batch,
+            run.microbatch_size,
+            variant.recompute,
+            variant.sequence_parallel,
+            false,
+            false,
+            bench::FlopCount::none,
+            variant.sequence_parallel ? run.selective_sp_s : run.full_recompute_s};
 }
 
 parallel::MemoryShape memory_shape(const PublishedRun& run, parallel::Recompute recompute,
@@ -106,29 +133,6 @@ std::string fixed(double value, int decimals) {
 std::string percent(double predicted, double published) {
     const double error = 100.0 * (predicted - published) / published;
     return (error >= 0 ? "+" : "") + fixed(error, 1) + "%";
-}
-
-// A validation row as the simulator plays it: b sequences of s tokens a micro-batch (documents
-// of exactly s, packed b at a time), the global batch over DP, Megatron-LM's pipeline sends.
-sim::SimulationConfig config_for(const bench::ValidationRun& run,
-                                 const sim::HardwareAssumptions& hardware) {
-    sim::SimulationConfig config;
-    config.model = {run.layers, run.hidden, run.heads, run.sequence * run.microbatch_size,
-                    run.vocab};
-    config.layout.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = 1};
-    config.layout.virtual_stages = run.virtual_stages;
-    config.layout.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
-                                                    : parallel::PipelineSchedule::one_f_one_b;
-    config.layout.microbatches = run.global_batch / (run.dp * run.microbatch_size);
-    config.layout.recompute = run.recompute;
-    config.layout.sequence_parallel = run.sequence_parallel;
-    config.steps = 1;
-    config.document_lengths.assign(static_cast<std::size_t>(run.global_batch), run.sequence);
-    config.dtype = run.bf16 ? sim::DType::bf16 : sim::DType::fp16;
-    config.overlap_grad_reduce = run.overlap_grad_reduce;
-    config.pipeline_scatter_gather = true;
-    config.hardware = hardware;
-    return config;
 }
 
 // The published step time: the source's, or its TFLOP/s per GPU through its own FLOP count.
@@ -251,7 +255,8 @@ int main(int argc, char** argv) {
     int rows = 0;
     for (const PublishedRun& run : kRuns) {
         for (const Variant& variant : variants) {
-            const sim::SimulationConfig config = config_for(run, variant, *hardware);
+            const sim::SimulationConfig config =
+                config_for(korthikanti_row(run, variant), *hardware);
             auto result = sim::simulate(config, nullptr);
             if (!result) {
                 std::fprintf(stderr, "bench_published: %s %s: %s\n", run.model, variant.name,

@@ -15,6 +15,7 @@
 
 #include "core/parallel/grid.h"
 #include "core/parallel/layout.h"
+#include "core/parallel/placement.h"
 
 namespace fulcrum::parallel {
 
@@ -108,6 +109,27 @@ inline void add_pipeline_flags(CLI::App& app, const LayoutFlagTargets& to,
         group);
     in_group(
         app.add_flag("--sequence-parallel", to.sequence_parallel, flag_help::kSequenceParallel),
+        group);
+}
+
+// --rank-order into `order` (placement.h), refused in parse_rank_order's words. `default_note`
+// says where the default comes from besides Megatron-LM's order.
+inline void add_rank_order_flag(CLI::App& app, RankOrder& order, std::string_view default_note = {},
+                                std::string_view group = {}) {
+    detail::in_group(
+        app.add_option_function<std::string>(
+            "--rank-order",
+            [&order](const std::string& text) {
+                auto parsed = parse_rank_order(text);
+                if (!parsed) {
+                    throw CLI::ValidationError(parsed.error().message);
+                }
+                order = *parsed;
+            },
+            "How the framework numbers ranks, " + std::string(kRankOrderHelp) +
+                "; with a described network (--hardware) it decides which groups leave a node "
+                "(default: tp-cp-dp-pp" +
+                std::string(default_note) + ")"),
         group);
 }
 

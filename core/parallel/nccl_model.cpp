@@ -88,8 +88,7 @@ NcclPrice nvls_price(Collective collective, const GroupPlacement& group,
     constexpr double kAcrossLatency = 20.9;  // hwLat[NET][NVLSTree][Simple]
     constexpr double kTreeCap[2] = {57.7, 45.5};
     const int ranks = std::max(group.ranks, 1), nodes = std::max(group.nodes, 1);
-    const double speed = search_speed(kHopperIntraSpeeds,
-                                      network.nvlink_links * network.nvlink_link_gbs / kChannels);
+    const double speed = search_speed(kHopperIntraSpeeds, network.nvlink_gbs() / kChannels);
     double bandwidth = speed * kEfficiency * (kChannels - 1) / kChannels * 2;
     double latency = 25;  // hwLat[NVLINK][NVLS][Simple]; NVLS has no base latency
     if (nodes > 1) {
@@ -149,7 +148,7 @@ NcclGraphs nccl_graphs(const GroupPlacement& group, const ClusterNetwork& networ
         hopper ? std::span<const double>(kHopperIntraSpeeds) : kAmpereIntraSpeeds;
     const std::span<const double> inter_speeds =
         hopper ? std::span<const double>(kHopperInterSpeeds) : kAmpereInterSpeeds;
-    const double nvlink_gbs = network.nvlink_links * network.nvlink_link_gbs;
+    const double nvlink_gbs = network.nvlink_gbs();
     NcclGraphs graphs;
     NcclGraph& ring = graphs.ring;
     if (!group.leaves_node()) {
@@ -162,7 +161,7 @@ NcclGraphs nccl_graphs(const GroupPlacement& group, const ClusterNetwork& networ
         // a share when others leave at once; a channel runs at the slower of NIC and path.
         const double nics =
             static_cast<double>(network.nics_per_node) / std::max(group.groups_per_node, 1);
-        const double path = std::min(network.nic_gbs, network.nic_path_gbs);
+        const double path = network.nic_channel_gbs();
         ring.channels = std::clamp(static_cast<int>(nics), 1, kMaxRingChannels);
         ring.bw_inter = search_speed(inter_speeds, nics >= 1 ? path : path * nics);
         ring.bw_intra = ring.bw_inter;
@@ -189,10 +188,10 @@ NcclGraphs nccl_graphs(const GroupPlacement& group, const ClusterNetwork& networ
 
 double send_gbs(const GroupPlacement& pair, const ClusterNetwork& network) {
     if (!pair.leaves_node()) {
-        return network.nvlink_links * network.nvlink_link_gbs;
+        return network.nvlink_gbs();
     }
     return static_cast<double>(network.nics_per_node) / std::max(pair.groups_per_node, 1) *
-           std::min(network.nic_gbs, network.nic_path_gbs);
+           network.nic_channel_gbs();
 }
 
 NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
@@ -267,38 +266,53 @@ NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
     return price;
 }
 
-NcclEstimate nccl_time(Collective collective, double bytes, const GroupPlacement& group,
-                       const ClusterNetwork& network) {
-    NcclEstimate best{.time_us = std::numeric_limits<double>::infinity()};
+NcclCall nccl_call(Collective collective, const GroupPlacement& group,
+                   const ClusterNetwork& network) {
+    NcclCall call{.collective = collective, .group = group};
     if (group.ranks <= 1) {
-        return {.time_us = 0};
+        return call;
     }
-    const int runtime_channels = nccl_graphs(group, network).runtime_channels;
+    call.runtime_channels = nccl_graphs(group, network).runtime_channels;
     for (NcclAlgorithm algorithm :
          {NcclAlgorithm::tree, NcclAlgorithm::ring, NcclAlgorithm::nvls}) {
         for (NcclProtocol protocol :
              {NcclProtocol::ll, NcclProtocol::ll128, NcclProtocol::simple}) {
             const NcclPrice price = nccl_price(collective, group, network, algorithm, protocol);
-            if (price.algorithm_gbs <= 0) {
-                continue;
-            }
-            double bandwidth = price.algorithm_gbs, latency = price.latency_us;
-            const int log_size = log2_floor(std::floor(bytes / 64));
-            if (algorithm == NcclAlgorithm::tree && log_size >= 0 && log_size < 23) {
-                bandwidth *= kTreeCorrection[static_cast<int>(protocol)][log_size];
-            }
-            if (algorithm == NcclAlgorithm::ring && protocol == NcclProtocol::simple &&
-                group.nodes > 1 && collective == Collective::all_reduce &&
-                bytes / (static_cast<double>(runtime_channels) * group.ranks) >= 64) {
-                latency *= 1.4;  // the ring's plateau across nodes, sm80 and later
-            }
-            const double time = latency + bytes / (1000 * bandwidth);
-            if (time < best.time_us) {
-                best = {algorithm, protocol, time};
+            if (price.algorithm_gbs > 0) {
+                call.prices.push_back(price);
             }
         }
     }
+    return call;
+}
+
+NcclEstimate nccl_time(const NcclCall& call, double bytes) {
+    if (call.prices.empty()) {
+        return {.time_us = 0};
+    }
+    NcclEstimate best{.time_us = std::numeric_limits<double>::infinity()};
+    const int log_size = log2_floor(std::floor(bytes / 64));
+    for (const NcclPrice& price : call.prices) {
+        double bandwidth = price.algorithm_gbs, latency = price.latency_us;
+        if (price.algorithm == NcclAlgorithm::tree && log_size >= 0 && log_size < 23) {
+            bandwidth *= kTreeCorrection[static_cast<int>(price.protocol)][log_size];
+        }
+        if (price.algorithm == NcclAlgorithm::ring && price.protocol == NcclProtocol::simple &&
+            call.group.nodes > 1 && call.collective == Collective::all_reduce &&
+            bytes / (static_cast<double>(call.runtime_channels) * call.group.ranks) >= 64) {
+            latency *= 1.4;  // the ring's plateau across nodes, sm80 and later
+        }
+        const double time = latency + bytes / (1000 * bandwidth);
+        if (time < best.time_us) {
+            best = {price.algorithm, price.protocol, time};
+        }
+    }
     return best;
+}
+
+NcclEstimate nccl_time(Collective collective, double bytes, const GroupPlacement& group,
+                       const ClusterNetwork& network) {
+    return nccl_time(nccl_call(collective, group, network), bytes);
 }
 
 }  // namespace fulcrum::parallel

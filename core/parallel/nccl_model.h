@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/parallel/placement.h"
 
@@ -56,7 +57,25 @@ struct ClusterNetwork {
     // NVSwitches that reduce (NVLink SHARP, Hopper's third-generation NVSwitch), which NCCL uses
     // by default where the driver offers it.
     bool nvls = true;
+
+    double nvlink_gbs() const { return nvlink_links * nvlink_link_gbs; }  // a GPU's, all links
+    // What one channel through a NIC carries: the slower of the NIC and its PCIe path.
+    double nic_channel_gbs() const { return nic_gbs < nic_path_gbs ? nic_gbs : nic_path_gbs; }
 };
+
+// DGX H100 (and HGX H100 servers): ClusterNetwork's defaults.
+inline constexpr ClusterNetwork kDgxH100Network{};
+// DGX A100: 12 NVLinks of 20 GB/s to the NVSwitches, 8 HDR NICs of 25 GB/s behind PCIe Gen4
+// x16 (24 GB/s), AMD EPYC hosts, no NVLink SHARP.
+inline constexpr ClusterNetwork kDgxA100Network{.generation = GpuGeneration::ampere,
+                                                .gpus_per_node = 8,
+                                                .nvlink_links = 12,
+                                                .nvlink_link_gbs = 20,
+                                                .nics_per_node = 8,
+                                                .nic_gbs = 25,
+                                                .nic_path_gbs = 24,
+                                                .amd_host = true,
+                                                .nvls = false};
 
 // The channels and per-channel bandwidths (GB/s) of one NCCL graph, as the search finds them.
 struct NcclGraph {
@@ -101,17 +120,22 @@ NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
 // a stage send at once), at the slower of NIC and PCIe path. GB/s.
 double send_gbs(const GroupPlacement& pair, const ClusterNetwork& network);
 
-// One collective of one kind of group as NCCL runs it: what nccl_time needs besides the bytes.
+// One collective of one kind of group as NCCL runs it, priced once (as NCCL's tuner fills its
+// table when the communicator is made) for every algorithm and protocol it offers; each call
+// then only chooses by its size.
 struct NcclCall {
     Collective collective = Collective::all_reduce;
     GroupPlacement group;
-    ClusterNetwork network;
+    std::vector<NcclPrice> prices{};  // those NCCL offers this group; none for one rank
+    int runtime_channels = 2;         // NcclGraphs::runtime_channels
 };
+NcclCall nccl_call(Collective collective, const GroupPlacement& group,
+                   const ClusterNetwork& network);
 
-// The time of one call moving `bytes`, as NCCL's tuner picks it: the lowest time over ring and
-// tree and the three protocols, with tree all-reduce's bandwidth correction by size and the
-// ring's latency plateau across nodes (tuning.cc, ncclTopoGetAlgoTime). A group of one rank
-// costs nothing.
+// The time of one call moving `bytes`, as NCCL's tuner picks it: the lowest time over the
+// call's prices, with tree all-reduce's bandwidth correction by size and the ring's latency
+// plateau across nodes (tuning.cc, ncclTopoGetAlgoTime). A group of one rank costs nothing.
+NcclEstimate nccl_time(const NcclCall& call, double bytes);
 NcclEstimate nccl_time(Collective collective, double bytes, const GroupPlacement& group,
                        const ClusterNetwork& network);
 

@@ -64,6 +64,30 @@ void visit_model(Config& c, Visit&& visit) {
     visit("vocab", c.model.vocab);
 }
 
+// The values run.config holds by name: each read with its parser, written by its name.
+template <typename T>
+constexpr bool kNamed =
+    std::is_same_v<T, parallel::PipelineSchedule> || std::is_same_v<T, parallel::Recompute> ||
+    std::is_same_v<T, parallel::RankOrder>;
+Result<parallel::PipelineSchedule> parse_named(std::string_view text, parallel::PipelineSchedule) {
+    return parallel::parse_schedule(text);
+}
+Result<parallel::Recompute> parse_named(std::string_view text, parallel::Recompute) {
+    return parallel::parse_recompute(text);
+}
+Result<parallel::RankOrder> parse_named(std::string_view text, const parallel::RankOrder&) {
+    return parallel::parse_rank_order(text);
+}
+std::string name_of(parallel::PipelineSchedule schedule) {
+    return parallel::schedule_name(schedule);
+}
+std::string name_of(parallel::Recompute recompute) {
+    return parallel::recompute_name(recompute);
+}
+std::string name_of(const parallel::RankOrder& order) {
+    return parallel::rank_order_name(order);
+}
+
 // Reads `key` into `value` when it is there with the value's type (a schedule or a
 // recomputation by its name); otherwise the value keeps its default and the key is unsaid.
 struct FieldReader {
@@ -85,23 +109,8 @@ struct FieldReader {
                 return false;
             }
             value = field.get<std::string>();
-        } else if constexpr (std::is_same_v<T, parallel::PipelineSchedule>) {
-            auto parsed =
-                parallel::parse_schedule(field.is_string() ? field.get<std::string>() : "");
-            if (!parsed) {
-                return false;
-            }
-            value = *parsed;
-        } else if constexpr (std::is_same_v<T, parallel::Recompute>) {
-            auto parsed =
-                parallel::parse_recompute(field.is_string() ? field.get<std::string>() : "");
-            if (!parsed) {
-                return false;
-            }
-            value = *parsed;
-        } else if constexpr (std::is_same_v<T, parallel::RankOrder>) {
-            auto parsed =
-                parallel::parse_rank_order(field.is_string() ? field.get<std::string>() : "");
+        } else if constexpr (kNamed<T>) {
+            auto parsed = parse_named(field.is_string() ? field.get<std::string>() : "", value);
             if (!parsed) {
                 return false;
             }
@@ -149,12 +158,8 @@ struct FieldWriter {
                 return;  // a measurement not made
             }
         }
-        if constexpr (std::is_same_v<T, parallel::PipelineSchedule>) {
-            object[key] = parallel::schedule_name(value);
-        } else if constexpr (std::is_same_v<T, parallel::Recompute>) {
-            object[key] = parallel::recompute_name(value);
-        } else if constexpr (std::is_same_v<T, parallel::RankOrder>) {
-            object[key] = parallel::rank_order_name(value);
+        if constexpr (kNamed<T>) {
+            object[key] = name_of(value);
         } else {
             object[key] = value;
         }

@@ -39,17 +39,7 @@ HardwareAssumptions a100() {
     a100.p2p_latency_us = 10;
     a100.layer_overhead_us = 10;
     a100.gpus_per_node = 8;
-    // DGX A100 as NCCL sees it (core/parallel/nccl_model.h): 12 NVLinks of 20 GB/s to the
-    // NVSwitches, 8 HDR NICs of 25 GB/s behind PCIe Gen4 x16 (24 GB/s), AMD EPYC hosts.
-    a100.network = parallel::ClusterNetwork{.generation = parallel::GpuGeneration::ampere,
-                                            .gpus_per_node = 8,
-                                            .nvlink_links = 12,
-                                            .nvlink_link_gbs = 20,
-                                            .nics_per_node = 8,
-                                            .nic_gbs = 25,
-                                            .nic_path_gbs = 24,
-                                            .amd_host = true,
-                                            .nvls = false};
+    a100.network = parallel::kDgxA100Network;  // its links as NCCL sees them
     return a100;
 }
 
@@ -201,9 +191,9 @@ Result<HardwareAssumptions> hardware_preset(std::string_view name) {
     if (name == "h100") {
         HardwareAssumptions h100;
         h100.preset = "h100";
-        // DGX H100 as NCCL sees it: 18 NVLinks of 20.6 GB/s with NVLink SHARP, 8 NDR NICs of
-        // 50 GB/s behind PCIe Gen5 x16 (48 GB/s), Intel Xeon hosts (ClusterNetwork's defaults).
-        h100.network = parallel::ClusterNetwork{};
+        // DGX H100's links as NCCL sees them: 18 NVLinks of 20.6 GB/s with NVLink SHARP, 8 NDR
+        // NICs of 50 GB/s behind PCIe Gen5 x16 (48 GB/s), Intel Xeon hosts.
+        h100.network = parallel::kDgxH100Network;
         return h100;
     }
     if (name == "a100") {

@@ -46,9 +46,8 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
     if (const auto& network = config.hardware.network) {
         // A described network (docs/simulate.md): a GPU's NVLinks; across nodes every rank
         // moves at once, so a node's NICs carry what all its ranks send and receive.
-        const double nvlink_gbs = network->nvlink_links * network->nvlink_link_gbs;
-        const double node_gbs =
-            network->nics_per_node * std::min(network->nic_gbs, network->nic_path_gbs);
+        const double nvlink_gbs = network->nvlink_gbs();
+        const double node_gbs = network->nics_per_node * network->nic_channel_gbs();
         std::vector<std::array<double, 2>> node(world / static_cast<std::size_t>(per_node) + 1,
                                                 {0, 0});
         for (std::size_t rank = 0; rank < world; ++rank) {

@@ -101,55 +101,34 @@ std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape
     return parameters;
 }
 
-namespace {
-
-// "; NCCL's collectives on 8-GPU nodes of 12 NVLinks x 20 GB/s, 8 NICs x 25 GB/s", or "".
-std::string describe_network(const HardwareAssumptions& hardware) {
-    if (!hardware.network) {
-        return "";
-    }
-    const parallel::ClusterNetwork& network = *hardware.network;
-    return "; NCCL's collectives on " + std::to_string(hardware.gpus_per_node) + "-GPU nodes of " +
-           std::to_string(network.nvlink_links) + " NVLinks x " +
-           format_number(network.nvlink_link_gbs) + " GB/s" + (network.nvls ? " (NVLS)" : "") +
-           ", " + std::to_string(network.nics_per_node) + " NICs x " +
-           format_number(std::min(network.nic_gbs, network.nic_path_gbs)) + " GB/s";
-}
-
-}  // namespace
-
 std::string describe(const HardwareAssumptions& hardware) {
-    if (hardware.network) {
-        const std::string compute =
-            hardware.gemm_efficiency.empty()
-                ? format_number(hardware.tflops) + " TFLOP/s per GPU"
-                : format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
-                      format_number(gemm_efficiency(hardware, 0)) + "-" +
-                      format_number(hardware.gemm_efficiency.back().efficiency) +
-                      " of it by size, attention at " +
-                      format_number(hardware.attention_efficiency) + ", HBM " +
-                      format_number(hardware.hbm_gbs) + " GB/s";
-        return "analytic: " +
-               (hardware.preset.empty() ? std::string("described system") : hardware.preset) +
-               ", " + compute + describe_network(hardware);
+    const bool described = !hardware.gemm_efficiency.empty() || hardware.network;
+    const std::string name = !described                ? ""
+                             : hardware.preset.empty() ? "described system, "
+                                                       : hardware.preset + ", ";
+    const std::string compute =
+        hardware.gemm_efficiency.empty()
+            ? format_number(hardware.tflops) + " TFLOP/s per GPU"
+            : format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
+                  format_number(gemm_efficiency(hardware, 0)) + "-" +
+                  format_number(hardware.gemm_efficiency.back().efficiency) +
+                  " of it by size, attention at " + format_number(hardware.attention_efficiency) +
+                  ", HBM " + format_number(hardware.hbm_gbs) + " GB/s";
+    const std::string nodes = std::to_string(hardware.gpus_per_node);
+    if (const auto& network = hardware.network) {
+        return "analytic: " + name + compute + "; NCCL's collectives on " + nodes +
+               "-GPU nodes of " + std::to_string(network->nvlink_links) + " NVLinks x " +
+               format_number(network->nvlink_link_gbs) + " GB/s" +
+               (network->nvls ? " (NVLS)" : "") + ", " + std::to_string(network->nics_per_node) +
+               " NICs x " + format_number(network->nic_channel_gbs()) + " GB/s";
     }
-    if (!hardware.gemm_efficiency.empty()) {
-        return "analytic: " +
-               (hardware.preset.empty() ? std::string("described system") : hardware.preset) +
-               ", " + format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
-               format_number(gemm_efficiency(hardware, 0)) + "-" +
-               format_number(hardware.gemm_efficiency.back().efficiency) +
-               " of it by size, attention at " + format_number(hardware.attention_efficiency) +
-               ", HBM " + format_number(hardware.hbm_gbs) + " GB/s, NVLink " +
-               format_number(hardware.nvlink_gbs) + " GB/s, network " +
-               format_number(hardware.network_gbs) + " GB/s, " +
-               std::to_string(hardware.gpus_per_node) + " GPUs per node";
-    }
-    return "analytic: " + format_number(hardware.tflops) + " TFLOP/s per GPU, NVLink " +
-           format_number(hardware.nvlink_gbs) + " GB/s, network " +
-           format_number(hardware.network_gbs) + " GB/s, collective latency " +
-           format_number(hardware.collective_latency_us) + " us, " +
-           std::to_string(hardware.gpus_per_node) + " GPUs per node";
+    const std::string latency =
+        hardware.gemm_efficiency.empty()
+            ? "collective latency " + format_number(hardware.collective_latency_us) + " us, "
+            : "";
+    return "analytic: " + name + compute + ", NVLink " + format_number(hardware.nvlink_gbs) +
+           " GB/s, network " + format_number(hardware.network_gbs) + " GB/s, " + latency + nodes +
+           " GPUs per node";
 }
 
 double gemm_efficiency(const HardwareAssumptions& hardware, double flops) {
@@ -359,7 +338,7 @@ void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
         CollectiveCost priced_cost = collective(
             role, name, ring.latency_us * 1e3,
             ring.algorithm_gbs > 0 && placement.ranks > 1 ? 1.0 / ring.algorithm_gbs : 0.0);
-        priced_cost.nccl = parallel::NcclCall{kind, placement, network};
+        priced_cost.nccl = parallel::nccl_call(kind, placement, network);
         return priced_cost;
     };
     const parallel::GroupPlacement cp = group({Dimension::cp}), tp = group({Dimension::tp});

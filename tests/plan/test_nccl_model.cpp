@@ -13,16 +13,10 @@ using namespace fulcrum::parallel;
 
 namespace {
 
-const ClusterNetwork kDgxA100{.generation = GpuGeneration::ampere,
-                              .gpus_per_node = 8,
-                              .nvlink_links = 12,
-                              .nvlink_link_gbs = 20,
-                              .nics_per_node = 8,
-                              .nic_gbs = 25,
-                              .nic_path_gbs = 24,
-                              .amd_host = true,
-                              .nvls = false};
-const ClusterNetwork kDgxH100{};
+// The presets' links (DGX A100: 12 × 20 GB/s NVLink, 8 HDR NICs behind PCIe Gen4, AMD; DGX
+// H100: 18 × 20.6 with NVLS, 8 NDR NICs behind Gen5, Intel): the topologies NCCL was run on.
+const ClusterNetwork& kDgxA100 = kDgxA100Network;
+const ClusterNetwork& kDgxH100 = kDgxH100Network;
 
 constexpr GroupPlacement kOneNode{.ranks = 8, .nodes = 1, .ranks_per_node = 8};
 constexpr GroupPlacement kTwoNodes{.ranks = 16, .nodes = 2, .ranks_per_node = 8};

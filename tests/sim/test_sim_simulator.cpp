@@ -616,8 +616,7 @@ private slots:
         const double nccl_ns = static_cast<double>(predict_collective_ns(tp_all_reduce, gib));
         QCOMPARE(nccl_ns,
                  std::round(1e3 * parallel::nccl_time(parallel::Collective::all_reduce, double(gib),
-                                                      tp_all_reduce.nccl->group,
-                                                      tp_all_reduce.nccl->network)
+                                                      tp_all_reduce.nccl->group, *a100->network)
                                       .time_us));
         HardwareAssumptions flat = *a100;
         flat.network.reset();

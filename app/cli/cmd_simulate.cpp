@@ -38,6 +38,7 @@ struct SimulateArgs {
     std::string dtype = "fp32";
     std::string overlap_grad_reduce = "off";
     std::string hardware;
+    std::string attention_backend = "flash";
     std::string compare_schedules;
     std::string stage_layers;
     std::string balancer = "fixed";
@@ -141,6 +142,9 @@ Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationCon
         keep("--latency-us", preset->collective_latency_us, options.collective_latency_us);
         keep("--gpus-per-node", preset->gpus_per_node, options.gpus_per_node);
         config.hardware = *preset;
+    }
+    if (given(args, "--attention-backend")) {
+        config.hardware.unfused_attention = args.attention_backend == "unfused";
     }
     return {};
 }
@@ -875,6 +879,22 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
                   "Megatron-LM's pipeline sends: each TP rank sends 1/tp of the boundary "
                   "activation (fulcrum-train sends it whole)")
         ->group("Grid");
+    sub->add_flag("--tp-comm-overlap", d.tp_comm_overlap,
+                  "Megatron-LM's --tp-comm-overlap: sequence parallelism's all-gathers and "
+                  "reduce-scatters chunked and sent while the GEMMs beside them compute (needs "
+                  "--sequence-parallel)")
+        ->group("Grid");
+    sub->add_flag("--distributed-optimizer", d.distributed_optimizer,
+                  "Megatron-LM's --use-distributed-optimizer (ZeRO-1): each rank updates "
+                  "1/(dp x cp) of its stage's parameters")
+        ->group("Grid");
+    sub->add_option("--attention-backend", args->attention_backend,
+                    "The attention kernel the run uses, priced by --hardware's device: flash "
+                    "(fused, the causal pairs only) or unfused (Megatron-LM's kernels of 2022: "
+                    "the whole square, scores through HBM)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"flash", "unfused"}))
+        ->group("Cost model");
     sub->add_option("--dtype", args->dtype,
                     "Element type of activations and gradients: bf16, fp16 (2 bytes) or fp32 "
                     "(4, the CPU engine's)")

@@ -204,6 +204,12 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     }
     append(words, {"--dtype", sim::dtype_name(request.dtype), "--overlap-grad-reduce",
                    request.overlap_grad_reduce ? "on" : "off"});
+    if (config.distributed_optimizer) {
+        append(words, {"--distributed-optimizer"});
+    }
+    if (config.hardware.unfused_attention) {
+        append(words, {"--attention-backend", "unfused"});
+    }
     append_packing(words, c, config);
     if (!request.calibration_runs.empty()) {
         append(words, {"--attention-kernel", config.attention_kernel});

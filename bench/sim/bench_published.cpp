@@ -75,7 +75,10 @@ sim::SimulationConfig config_for(const bench::ValidationRun& run,
     config.overlap_grad_reduce = run.overlap_grad_reduce;
     // Megatron-LM sends 1/tp of a boundary activation and all-gathers it (SC'21, §4.1).
     config.pipeline_scatter_gather = true;
+    config.tp_comm_overlap = run.tp_comm_overlap;
+    config.distributed_optimizer = run.distributed_optimizer;
     config.hardware = hardware;
+    config.hardware.unfused_attention = !run.flash_attention;
     return config;
 }
 

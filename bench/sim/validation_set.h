@@ -30,6 +30,12 @@ struct ValidationRun {
     bool overlap_grad_reduce;  // torch DDP and Megatron-Core's --overlap-grad-reduce
     FlopCount flops;           // how the figure below becomes a step time
     double figure;             // TFLOP/s per GPU, or the step time in seconds (FlopCount::none)
+    // The software the run had beyond the layout (sim::SimulationConfig): FlashAttention
+    // (else Megatron-LM's unfused kernels of 2021–22), --tp-comm-overlap and the distributed
+    // optimizer.
+    bool flash_attention = false;
+    bool tp_comm_overlap = false;
+    bool distributed_optimizer = false;
 };
 
 using parallel::Recompute;
@@ -41,11 +47,14 @@ using parallel::Recompute;
 // paper's rule; virtual stages assumed: 4 for 175B as its Figure 12 scripts, 3 for 530B as
 // N9). A100 80 GB, DGX A100 (Selene), s = 2048, V = 51200.
 // MegaScale (Jiang et al., NSDI'24), Table 2's Megatron-LM baseline (S1–S8): 175B with 128
-// heads, V = 64000, s = 2048, TP 8, PP 8, v = 6, reported iteration times; micro-batch 1,
+// heads, V = 64000, s = 2048, TP 8, PP 8, v = 6, reported iteration times, FlashAttention
+// (the baseline is Megatron-LM commit 285068c8, the merge of FlashAttention); micro-batch 1,
 // bf16, selective recomputation with sequence parallelism assumed (not stated).
 // Megatron-LM's README, "Training Speed and Scalability" (Megatron-Core r0.8.0, H100, M1–M9):
-// s = 4096, V = 131072, sequence parallelism and the overlapped gradient reduction (its flags),
-// bf16, micro-batch 1, no recomputation and no interleaving assumed.
+// s = 4096, V = 131072, its flags --overlap-grad-reduce --overlap-param-gather
+// --tp-comm-overlap (so sequence parallelism and the distributed optimizer, which they need),
+// Transformer Engine's fused attention; bf16, micro-batch 1, no recomputation and no
+// interleaving assumed.
 // BLOOM-176B (BigScience tr11-176B-ml, B1): 384 A100 80 GB, TP 4, PP 12, DP 8, micro-batch 2,
 // batch 2048, bf16, full recomputation, 104.70 s an iteration (its log, iteration 85,376).
 inline constexpr ValidationRun kValidationSet[] = {
@@ -389,7 +398,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     40.0},
+     40.0,
+     true},
     {"S2",
      "MegaScale T2",
      "a100",
@@ -409,7 +419,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     21.2},
+     21.2,
+     true},
     {"S3",
      "MegaScale T2",
      "a100",
@@ -429,7 +440,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     15.2},
+     15.2,
+     true},
     {"S4",
      "MegaScale T2",
      "a100",
@@ -449,7 +461,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     11.9},
+     11.9,
+     true},
     {"S5",
      "MegaScale T2",
      "a100",
@@ -469,7 +482,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     29.02},
+     29.02,
+     true},
     {"S6",
      "MegaScale T2",
      "a100",
@@ -489,7 +503,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     14.78},
+     14.78,
+     true},
     {"S7",
      "MegaScale T2",
      "a100",
@@ -509,7 +524,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     12.24},
+     12.24,
+     true},
     {"S8",
      "MegaScale T2",
      "a100",
@@ -529,7 +545,8 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     8.57},
+     8.57,
+     true},
     {"M1",
      "Megatron-LM README",
      "h100",
@@ -549,7 +566,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     408.8},
+     408.8,
+     true,
+     true,
+     true},
     {"M2",
      "Megatron-LM README",
      "h100",
@@ -569,7 +589,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     465.9},
+     465.9,
+     true,
+     true,
+     true},
     {"M3",
      "Megatron-LM README",
      "h100",
@@ -589,7 +612,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     489.1},
+     489.1,
+     true,
+     true,
+     true},
     {"M4",
      "Megatron-LM README",
      "h100",
@@ -609,7 +635,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     459.6},
+     459.6,
+     true,
+     true,
+     true},
     {"M5",
      "Megatron-LM README",
      "h100",
@@ -629,7 +658,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     419.7},
+     419.7,
+     true,
+     true,
+     true},
     {"M6",
      "Megatron-LM README",
      "h100",
@@ -649,7 +681,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     420.5},
+     420.5,
+     true,
+     true,
+     true},
     {"M7",
      "Megatron-LM README",
      "h100",
@@ -669,7 +704,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     432.8},
+     432.8,
+     true,
+     true,
+     true},
     {"M8",
      "Megatron-LM README",
      "h100",
@@ -689,7 +727,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     474.4},
+     474.4,
+     true,
+     true,
+     true},
     {"M9",
      "Megatron-LM README",
      "h100",
@@ -709,7 +750,10 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      true,
      FlopCount::megatron,
-     459.9},
+     459.9,
+     true,
+     true,
+     true},
     {"B1",
      "BLOOM-176B",
      "a100",

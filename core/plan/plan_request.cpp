@@ -147,8 +147,11 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
         config.cost_model = std::move(merged.model);
         config.cost_origin = merged.origin;
     }
+    // Priced as the memory model counts it: the optimizer sharded over DP, fused attention.
+    config.distributed_optimizer = request.precision.distributed_optimizer;
     config.hardware = request.hardware;
     config.hardware.gpus_per_node = request.gpus_per_node;
+    config.hardware.unfused_attention = !request.flash_attention;
     config.layout.rank_order = request.rank_order;
     config.host_cores = request.host_cores;
     config.ranks_per_host = request.gpus_per_node;

@@ -17,7 +17,9 @@ namespace {
 //             launch- and wave-quantisation-bound, large ones reach ~85% (NVIDIA's "Matrix
 //             Multiplication Background" guide: A100 fp16 GEMMs of 8192³ sustain ~270 of 312
 //             TFLOP/s; 1024³, ~2 GFLOP, about half). Stated once for the device, not per run;
-//   attention the unfused Megatron-LM kernels of 2022 (QKᵀ and score·V as batched GEMMs of
+//   attention FlashAttention-2 (Dao 2023, §4: forward and backward together 50–73% of peak on
+//             A100, causal head size 128 near the low end): 0.6 of peak on the causal pairs;
+//             the unfused Megatron-LM kernels of 2022 (QKᵀ and score·V as batched GEMMs of
 //             head size 128, full s × s square, fused softmax): half of peak;
 //   HBM2e     2039 GB/s, 80% achieved by elementwise kernels;
 //   NVLink 3  300 GB/s a direction per GPU, collectives 80% of it (NCCL's bus bandwidth on a
@@ -30,8 +32,8 @@ HardwareAssumptions a100() {
     a100.tflops = 312;
     a100.fp32_tflops = 19.5;
     a100.gemm_efficiency = {{0.1, 0.15}, {1, 0.45}, {10, 0.70}, {100, 0.80}, {1000, 0.85}};
-    a100.attention_efficiency = 0.5;
-    a100.attention_full_square = true;
+    a100.attention_efficiency = 0.6;
+    a100.unfused_attention_efficiency = 0.5;
     a100.hbm_gbs = 2039 * 0.8;
     a100.nvlink_gbs = 300 * 0.8;
     a100.network_gbs = 25 * 0.8;
@@ -41,6 +43,48 @@ HardwareAssumptions a100() {
     a100.gpus_per_node = 8;
     a100.network = parallel::kDgxA100Network;  // its links as NCCL sees them
     return a100;
+}
+
+// NVIDIA H100 80 GB SXM in DGX H100 nodes (8 GPUs on NVSwitch with NVLink SHARP, 8 × 400 Gb/s
+// NDR InfiniBand):
+//   peak      989 TFLOP/s dense bf16/fp16 on tensor cores, 67 TFLOP/s fp32 (H100 datasheet);
+//   GEMMs     the A100 table carried over by two published facts, not fitted: the largest
+//             cuBLAS GEMMs reach 80% of peak on H100 against 87% on A100 (Bekman, "Machine
+//             Learning Engineering", accelerator chapter, Maximum Achievable Matmul FLOPS:
+//             794.5 of 989 and 271.2 of 312 TFLOP/s), so each point's efficiency × 0.80/0.85
+//             (the A100 table's top); and a GEMM fills the larger, faster device as a GEMM of
+//             989/312 = 3.17× fewer FLOPs fills an A100 (the same time a kernel: launch, tail
+//             and wave quantisation), so each point's size × 3.17 (a table is its own device's
+//             measurement; there was no H100 here to take one on);
+//   attention fused kernels (cuDNN's and FlashAttention-3's on Hopper, Shah et al. 2024, §4.1:
+//             causal head size 128 at 4K–16K tokens, forward 500–660 and backward 450–550
+//             TFLOP/s): half of peak; FlashAttention-2's unfused predecessors as on A100, half
+//             of the fused kernel's rate;
+//   HBM3      3350 GB/s, 80% achieved by elementwise kernels;
+//   NVLink 4  450 GB/s a direction per GPU, 80% of it on flat rings; network 50 GB/s a GPU
+//             (one 400 Gb/s NDR NIC each), 80% of it; the described network below prices both;
+//   latency   10 µs a collective call, a pipeline hand-over and a layer's launches.
+HardwareAssumptions h100() {
+    HardwareAssumptions h100;
+    h100.preset = "h100";
+    h100.tflops = 989;
+    h100.fp32_tflops = 67;
+    // The a100 table's points (0.1, 0.15) (1, 0.45) (10, 0.70) (100, 0.80) (1000, 0.85),
+    // sizes × 3.17 and efficiencies × 0.80/0.85, rounded.
+    h100.gemm_efficiency = {{0.32, 0.14}, {3.2, 0.42}, {32, 0.66}, {320, 0.75}, {3200, 0.80}};
+    h100.attention_efficiency = 0.5;
+    h100.unfused_attention_efficiency = 0.25;
+    h100.hbm_gbs = 3350 * 0.8;
+    h100.nvlink_gbs = 450 * 0.8;
+    h100.network_gbs = 50 * 0.8;
+    h100.collective_latency_us = 10;
+    h100.p2p_latency_us = 10;
+    h100.layer_overhead_us = 10;
+    h100.gpus_per_node = 8;
+    // DGX H100's links as NCCL sees them: 18 NVLinks of 20.6 GB/s with NVLink SHARP, 8 NDR
+    // NICs of 50 GB/s behind PCIe Gen5 x16 (48 GB/s), Intel Xeon hosts.
+    h100.network = parallel::kDgxH100Network;
+    return h100;
 }
 
 // A system of the user's own (docs/simulate.md, "A system of your own"): a JSON object that may
@@ -110,7 +154,14 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
         {"layer_overhead_us", number(hardware.layer_overhead_us)},
         {"gpus_per_node", count(hardware.gpus_per_node)},
         {"attention_efficiency", number(hardware.attention_efficiency)},
-        {"attention_full_square", flag(hardware.attention_full_square)},
+        {"unfused_attention_efficiency", number(hardware.unfused_attention_efficiency)},
+        {"attention_backend", Setter([&hardware](const nlohmann::json& value) {
+             if (value != "flash" && value != "unfused") {
+                 return false;
+             }
+             hardware.unfused_attention = value == "unfused";
+             return true;
+         })},
         {"gemm_efficiency", Setter([&hardware](const nlohmann::json& value) {
              if (!value.is_array() || value.empty()) {
                  return false;
@@ -138,7 +189,8 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
             return invalid("unknown key \"" + key + "\"");
         }
         if (!setter->second(value)) {
-            return invalid("\"" + key + "\" has a value of the wrong kind or range");
+            return invalid("\"" + key + "\" has a value of the wrong kind or range" +
+                           (key == "attention_backend" ? " (flash or unfused)" : ""));
         }
     }
     if (const auto network = json.find("network"); network != json.end()) {
@@ -189,12 +241,7 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
 
 Result<HardwareAssumptions> hardware_preset(std::string_view name) {
     if (name == "h100") {
-        HardwareAssumptions h100;
-        h100.preset = "h100";
-        // DGX H100's links as NCCL sees them: 18 NVLinks of 20.6 GB/s with NVLink SHARP, 8 NDR
-        // NICs of 50 GB/s behind PCIe Gen5 x16 (48 GB/s), Intel Xeon hosts.
-        h100.network = parallel::kDgxH100Network;
-        return h100;
+        return h100();
     }
     if (name == "a100") {
         return a100();

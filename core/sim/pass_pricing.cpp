@@ -61,6 +61,28 @@ bool gathers_received(const SimulationConfig& config) {
            config.layout.grid.tp > 1;
 }
 
+// Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers; Wang et al., ASPLOS'23,
+// "Overlap Communication with Dependent Computation via Decomposition"): each all-gather or
+// reduce-scatter of sequence parallelism is cut into tp chunks that pass around the ring
+// while the GEMM beside it computes on the chunks already there. Of T ns of collectives beside
+// G ns of linear work, the first chunk (T/tp) waits, and the other (tp − 1)/tp of T runs under
+// the GEMMs' (tp − 1)/tp of G; what does not fit stays exposed. Each kind keeps its share.
+void hide_behind_gemms(RankPass& rank, std::int64_t gemm_ns, int tp) {
+    const double total = static_cast<double>(rank.tp_total());
+    if (total <= 0 || tp < 2) {
+        return;
+    }
+    const double hidden_share = (tp - 1.0) / tp;
+    const double exposed =
+        total / tp + std::max(0.0, hidden_share * (total - static_cast<double>(gemm_ns)));
+    const double keep = std::min(1.0, exposed / total);
+    for (auto* kinds : {&rank.tp_ns, &rank.recompute_tp_ns}) {
+        for (std::int64_t& ns : *kinds) {
+            ns = std::llround(static_cast<double>(ns) * keep);
+        }
+    }
+}
+
 namespace {
 
 // The attention block's share of a layer's linear work: QKV (6h²) and the output projection
@@ -104,6 +126,9 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
         if (recomputing) {
             fill(tp_recompute_collectives_per_layer(config.layout.recompute, sp),
                  rank.recompute_tp_ns, rank.recompute_tp_calls);
+        }
+        if (config.tp_comm_overlap) {
+            hide_behind_gemms(rank, rest - core, config.layout.grid.tp);
         }
     }
     return rank;

@@ -54,6 +54,10 @@ struct RankPass {
     std::int64_t own_total() const { return attention_ns + mlp_ns + recompute_ns + tp_total(); }
 };
 
+// Megatron-LM's --tp-comm-overlap on one rank's pass: its TP collectives cut to what stays
+// exposed beside `gemm_ns` of linear work (pass_pricing.cpp).
+void hide_behind_gemms(RankPass& rank, std::int64_t gemm_ns, int tp);
+
 // Index of a pass in a replica's [(stage · m + j) · kPassPhases + phase] tables.
 std::size_t group_index(int stage, int microbatch, int microbatches, Phase phase);
 

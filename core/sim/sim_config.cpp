@@ -148,6 +148,11 @@ Status validate(const SimulationConfig& config) {
     if (auto kernel = balance::attention_kernel_model(config.attention_kernel); !kernel) {
         return invalid("--attention-kernel: " + kernel.error().message);
     }
+    if (config.tp_comm_overlap && config.layout.grid.tp > 1 && !config.layout.sequence_parallel) {
+        return invalid(
+            "--tp-comm-overlap overlaps sequence parallelism's all-gathers and reduce-scatters "
+            "with the GEMMs beside them; add --sequence-parallel (as Megatron-LM requires)");
+    }
     if (!(config.gpu_memory_gib > 0)) {
         return invalid("--gpu-memory-gib must be positive");
     }
@@ -234,6 +239,10 @@ StageCosts config_costs(const SimulationConfig& config) {
     StageCosts costs =
         resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
                       config.model, config.layout, config.hardware, config.dtype);
+    // The distributed optimizer updates a rank's 1/(dp·cp) of the parameters (sim_config.h).
+    if (config.distributed_optimizer) {
+        costs.optimizer_ns /= std::max(config.layout.grid.dp * config.layout.grid.cp, 1);
+    }
     // The passes share cores in the replay; the gradients' reduction and the optimizer run on
     // every rank at once, each at its share of a core (docs/simulate.md, "Ranks that share
     // cores").

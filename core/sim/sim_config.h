@@ -62,6 +62,15 @@ struct SimulationConfig {
     // rank sends 1/tp of the boundary activation and the next stage all-gathers it over
     // NVLink. fulcrum-train sends the whole activation (its rows under sequence parallelism).
     bool pipeline_scatter_gather = false;
+    // Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers): sequence
+    // parallelism's all-gathers and reduce-scatters split into tp chunks, each sent while the
+    // GEMM beside it computes another; only the first chunk and what the GEMMs cannot cover
+    // stay on the critical path (pass_pricing.cpp). Needs sequence parallelism.
+    bool tp_comm_overlap = false;
+    // Megatron-LM's --use-distributed-optimizer (ZeRO-1 over DP × CP): each rank updates its
+    // 1/(dp·cp) of the stage's parameters; the reduce-scatter before and the all-gather after
+    // move a ring all-reduce's bytes, priced as the all-reduce they replace.
+    bool distributed_optimizer = false;
 
     // HotSPa's hot switching (SOSP'24, §4): each step's documents (the global batch `grid`,
     // `microbatches` and the balancer make) are split into the spec's length buckets, each

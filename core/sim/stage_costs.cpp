@@ -111,8 +111,11 @@ std::string describe(const HardwareAssumptions& hardware) {
             ? format_number(hardware.tflops) + " TFLOP/s per GPU"
             : format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
                   format_number(gemm_efficiency(hardware, 0)) + "-" +
-                  format_number(hardware.gemm_efficiency.back().efficiency) +
-                  " of it by size, attention at " + format_number(hardware.attention_efficiency) +
+                  format_number(hardware.gemm_efficiency.back().efficiency) + " of it by size, " +
+                  (hardware.unfused_attention
+                       ? "unfused attention at " +
+                             format_number(hardware.unfused_attention_efficiency)
+                       : "flash attention at " + format_number(hardware.attention_efficiency)) +
                   ", HBM " + format_number(hardware.hbm_gbs) + " GB/s";
     const std::string nodes = std::to_string(hardware.gpus_per_node);
     if (const auto& network = hardware.network) {
@@ -166,8 +169,8 @@ double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layou
         layers_of(stage, grid.pp, model.layers, layout.stage_layers, layout.virtual_stages);
     const bool last = stage == grid.pp - 1;
     if (hardware.gemm_efficiency.empty()) {
-        const double head = last ? 2.0 * h * model.vocab : 0.0;
-        return (24.0 * h * h * layers / tp + head) / (hardware.tflops * 1e3);
+        const double head = last ? 2.0 * h * model.vocab : 0.0;  // vocabulary-parallel
+        return (24.0 * h * h * layers + head) / tp / (hardware.tflops * 1e3);
     }
     const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
                                                                           : hardware.tflops) *
@@ -259,11 +262,15 @@ PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layou
     const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
     forward.per_token_ns += loss.forward_per_token_ns;
     forward.fixed_ns += loss.forward_fixed_ns;
-    // The attention core: 4h/tp FLOPs a query·key pair; a full-square kernel computes twice the
-    // causal pairs and streams 5a/t bytes of scores, softmax and dropout mask a pair, twice.
-    const double square = hardware.attention_full_square ? 2.0 : 1.0;
-    double per_pair = square * 4.0 * h / tp / (peak * hardware.attention_efficiency);
-    if (hardware.attention_full_square) {
+    // The attention core: 4h/tp FLOPs a query·key pair; an unfused kernel computes the whole
+    // square, twice the causal pairs, and streams 5a/t bytes of scores, softmax and dropout
+    // mask a pair, twice.
+    const bool unfused = hardware.unfused_attention;
+    const double square = unfused ? 2.0 : 1.0;
+    const double efficiency =
+        unfused ? hardware.unfused_attention_efficiency : hardware.attention_efficiency;
+    double per_pair = square * 4.0 * h / tp / (peak * efficiency);
+    if (unfused) {
         per_pair += square * 2.0 * 5.0 * model.heads / tp * scale / hardware.hbm_gbs;
     }
     forward.per_pair_ns = layers * per_pair;

@@ -61,14 +61,20 @@ struct HardwareAssumptions {
 
     // A described system (hardware.h's presets): with a table, `tflops` is the dense 16-bit
     // peak and every GEMM runs at peak × efficiency(its FLOPs), interpolated in log FLOPs and
-    // clamped at the ends; the attention core at peak × attention_efficiency; the elementwise
-    // work (LayerNorm, GeLU, dropout, softmax, residuals) streams its activations through HBM
-    // at hbm_gbs. Empty: every FLOP at the flat sustained `tflops`, as above.
+    // clamped at the ends; the attention core at peak × the efficiency of the run's attention
+    // kernel (below); the elementwise work (LayerNorm, GeLU, dropout, softmax, residuals)
+    // streams its activations through HBM at hbm_gbs. Empty: every FLOP at the flat sustained
+    // `tflops`, as above.
     std::vector<GemmEfficiencyPoint> gemm_efficiency;
+    // The device's attention kernels: a fused one (FlashAttention: the causal pairs only, no
+    // scores in HBM) at peak × attention_efficiency; Megatron-LM's unfused kernels of 2022
+    // (every score of the s × s square with the upper half masked, scores, softmax and dropout
+    // mask through HBM) at peak × unfused_attention_efficiency.
     double attention_efficiency = 1;
-    // Attention kernels that compute every score of the s × s square and mask the upper half
-    // (Megatron-LM in 2022) rather than only the causal pairs, and keep the scores in memory.
-    bool attention_full_square = false;
+    double unfused_attention_efficiency = 1;
+    // Which one the run uses: its software's choice (`--attention-backend flash|unfused`,
+    // Megatron-LM's flag), not the device's.
+    bool unfused_attention = false;
     double fp32_tflops = 0;  // peak of fp32 GEMMs; 0: `tflops`
     // A described network (hardware.h's presets): its collectives priced as NCCL prices them
     // (core/parallel/nccl_model.h) for each group placed on the nodes by the layout's rank

@@ -1,5 +1,5 @@
 // fulcrum plan --hot-switch auto (core/plan/hot_switch_search.h): on a long-tailed workload
-// whose long documents need TP and CP while short ones run best under DP, the search returns a
+// whose long documents need TP while short ones run best under DP, the search returns a
 // valid spec at least as fast as the best static layout, whose tokens/s the simulator
 // reproduces from the printed settings; its command lines carry the spec; a static best that
 // no spec beats is reported as such; bad options are refused with the option's name.
@@ -16,16 +16,16 @@ using namespace fulcrum::parallel;
 
 namespace {
 
-// A 7B-like model at a 64K context on one node of 8 H100s: the best static layout is TP × CP
-// (a 64K sequence does not fit under DP), which the many short documents do not need.
+// A 7B-like model at a 128K context on one node of 8 H100s: the best static layout needs TP
+// (a 128K sequence does not fit under pure DP), which the many short documents do not need.
 PlanRequest long_context_request() {
     PlanRequest request;
-    request.model = {.layers = 32, .hidden = 4096, .heads = 32, .context = 65536, .vocab = 32000};
+    request.model = {.layers = 32, .hidden = 4096, .heads = 32, .context = 131072, .vocab = 32000};
     request.world_sizes = {8};
     request.gpus_per_node = 8;
     request.global_batch = 8;
     request.steps = 2;
-    request.lengths = "long-tail:context=65536,median=1900";
+    request.lengths = "long-tail:context=131072,median=1900";
     request.top_k = 1;
     auto hardware = sim::hardware_preset("h100");
     request.hardware = hardware.ok() ? *hardware : sim::HardwareAssumptions{};
@@ -61,7 +61,7 @@ private slots:
             text, {.world = 8, .heads = request.model.heads, .layers = request.model.layers});
         QVERIFY2(parsed.ok(), text.c_str());
         QVERIFY(best.spec.buckets.size() >= 2 && best.spec.buckets.size() <= 3);
-        // At least as fast as the best static layout (here faster: the short buckets drop CP).
+        // At least as fast as the best static layout (here faster: the short buckets drop TP).
         QVERIFY2(search.speedup() >= 1.0, qPrintable(QString::number(search.speedup())));
         QVERIFY(best.tokens_per_second >= search.static_tokens_per_second);
         // The played list is best first, and the winner is what the simulator plays from the

@@ -18,6 +18,7 @@
 
 #include "core/balance/cp_shard.h"
 #include "core/sim/hardware.h"
+#include "core/sim/pass_pricing.h"
 #include "core/store/trace_reader.h"
 
 using namespace fulcrum;
@@ -73,7 +74,8 @@ SimulationConfig hand_config(parallel::PipelineSchedule schedule) {
     return config;
 }
 
-SimulationResult must(Result<SimulationResult> result) {
+template <typename T>
+T must(Result<T> result) {
     if (!result) {
         qFatal("%s", result.error().message.c_str());
     }
@@ -706,6 +708,86 @@ private slots:
         QVERIFY(on >= off - reduction);
     }
 
+    // Megatron-LM's --tp-comm-overlap: of T ns of TP collectives beside G ns of GEMMs, the
+    // first of tp chunks stays exposed and the rest hides under the GEMMs as far as they last.
+    void tpCommOverlap() {
+        RankPass covered;
+        covered.tp_ns = {0, 800, 800};
+        hide_behind_gemms(covered, 10000, 8);
+        QCOMPARE(covered.tp_total(), std::int64_t(200));  // T/tp
+        QCOMPARE(covered.tp_ns[1], std::int64_t(100));
+        RankPass bare;
+        bare.tp_ns = {0, 800, 800};
+        hide_behind_gemms(bare, 0, 8);  // nothing to hide under: all of it
+        QCOMPARE(bare.tp_total(), std::int64_t(1600));
+        RankPass partly;
+        partly.tp_ns = {0, 800, 800};
+        hide_behind_gemms(partly, 800, 8);  // 200 + 7/8 · (1600 − 800)
+        QCOMPARE(partly.tp_total(), std::int64_t(900));
+
+        SimulationConfig config;
+        config.model = {.layers = 4, .hidden = 4096, .heads = 32, .context = 4096, .vocab = 256};
+        config.layout.grid = {.dp = 1, .tp = 8, .pp = 1, .cp = 1};
+        config.layout.microbatches = 2;
+        config.layout.sequence_parallel = true;
+        config.steps = 1;
+        config.dtype = DType::bf16;
+        config.document_lengths.assign(2, 4096);
+        config.hardware = must(hardware_preset("h100"));
+        const double off = must(simulate(config, nullptr)).mean_step_ns;
+        config.tp_comm_overlap = true;
+        const double on = must(simulate(config, nullptr)).mean_step_ns;
+        QVERIFY2(on < off, qPrintable(QString("on %1, off %2").arg(on).arg(off)));
+        // It needs sequence parallelism's halves, as Megatron-LM does; TP 1 has nothing to hide.
+        config.layout.sequence_parallel = false;
+        auto refused = simulate(config, nullptr);
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.find("--sequence-parallel") != std::string::npos);
+        config.layout.grid = {.dp = 8, .tp = 1, .pp = 1, .cp = 1};
+        config.document_lengths.assign(16, 4096);
+        QVERIFY(simulate(config, nullptr).ok());
+    }
+
+    // The distributed optimizer: each of dp·cp ranks updates its share of the parameters.
+    void distributedOptimizer() {
+        SimulationConfig config;
+        config.model = {.layers = 4, .hidden = 1024, .heads = 8, .context = 2048, .vocab = 256};
+        config.layout.grid = {.dp = 4, .tp = 1, .pp = 1, .cp = 2};
+        config.hardware = must(hardware_preset("a100"));
+        const double whole = config_costs(config).optimizer_ns;
+        config.distributed_optimizer = true;
+        QCOMPARE(config_costs(config).optimizer_ns, whole / 8);
+    }
+
+    // The attention kernel is the run's: unfused kernels compute the whole square at their own
+    // efficiency and stream the scores through HBM; FlashAttention the causal pairs only.
+    void attentionBackend() {
+        const ModelShape shape{
+            .layers = 2, .hidden = 4096, .heads = 32, .context = 2048, .vocab = 256};
+        HardwareAssumptions a100 = must(hardware_preset("a100"));
+        QVERIFY(!a100.unfused_attention);  // flash unless the run says otherwise
+        const double flash =
+            analytic_cost_model(shape, {}, a100, DType::bf16).passes[0].per_pair_ns;
+        QCOMPARE(flash, 2 * 4.0 * 4096 / (312e3 * 0.6));
+        a100.unfused_attention = true;
+        const double unfused =
+            analytic_cost_model(shape, {}, a100, DType::bf16).passes[0].per_pair_ns;
+        QVERIFY(unfused > flash * 2 * 0.6 / 0.5);  // twice the pairs, slower, and HBM besides
+        QVERIFY(describe(a100).find("unfused attention at 0.5") != std::string::npos);
+        // The h100 preset is a described device too: its own peak, table and network.
+        const HardwareAssumptions h100 = must(hardware_preset("h100"));
+        QCOMPARE(h100.tflops, 989.0);
+        QCOMPARE(h100.gemm_efficiency.size(), std::size_t(5));
+        QVERIFY(h100.gemm_efficiency.back().efficiency < a100.gemm_efficiency.back().efficiency);
+        QVERIFY(h100.network.has_value() && h100.network->nvls);
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("kernel.json").toStdString();
+        std::ofstream(path) << R"({"base": "h100", "attention_backend": "triton"})";
+        auto refused = hardware_preset(path);
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.find("flash or unfused") != std::string::npos);
+    }
+
     // The a100 preset's GEMM efficiency: the table's points, log-linear between them.
     void gemmEfficiency() {
         auto a100 = hardware_preset("a100");
@@ -798,8 +880,10 @@ private slots:
         QCOMPARE(first.per_pair_ns, 4.0 * 4096 / 2 / 4e5);
         const analysis::PassCost& last_backward = model.passes[3];
         QCOMPARE(last_backward.phase, Phase::backward);
+        // The LM head is vocabulary-parallel over TP as the layers are (it was once priced
+        // whole on every TP rank).
         QCOMPARE(last_backward.per_token_ns,
-                 2 * (24.0 * 4096 * 4096 / 2 + 2.0 * 4096 * 32000) / 4e5);
+                 2 * (24.0 * 4096 * 4096 / 2 + 2.0 * 4096 * 32000 / 2) / 4e5);
         // TP 2 within a node: a ring all-reduce moves 2(n−1)/n of the bytes over NVLink.
         for (const auto& collective : model.collectives) {
             if (collective.name == kTpAllReduce) {

@@ -37,6 +37,8 @@ struct PlanArgs {
     std::string recomputes = "none,selective,full";
     bool no_sequence_parallel = false;
     bool no_offload = false;
+    bool no_distributed_optimizer = false;
+    std::string attention_backend = "flash";
     bool equal_split = false;
     int host_cores = -1;  // -1: not given
     std::string output;
@@ -45,6 +47,7 @@ struct PlanArgs {
     bool json = false;
     bool progress = false;
     std::string hot_switch;  // "auto": choose a hot-switch spec too (hot_switch_search.h)
+    std::string rank_orders = "tp-cp-dp-pp,tp-cp-pp-dp";
     plan::HotSwitchSearchOptions hot_switch_options;
 };
 
@@ -112,6 +115,12 @@ Status build_space(PlanArgs& args) {
     auto recomputes = parse_names<parallel::Recompute>(args.recomputes, "--recomputes",
                                                        parallel::parse_recompute);
     auto virtual_stages = parse_int_list(args.virtual_stages, "--virtual-stages", "2,4");
+    auto rank_orders = parse_names<parallel::RankOrder>(args.rank_orders, "--rank-orders",
+                                                        parallel::parse_rank_order);
+    if (!rank_orders) {
+        return rank_orders.error();
+    }
+    space.rank_orders = *rank_orders;
     auto dtype = sim::parse_dtype(args.dtype);
     if (!schedules || !balancers || !shardings || !recomputes || !virtual_stages || !dtype) {
         return !schedules        ? schedules.error()
@@ -128,6 +137,8 @@ Status build_space(PlanArgs& args) {
     space.virtual_stages = *virtual_stages;
     space.sequence_parallel = !args.no_sequence_parallel;
     space.offload = !args.no_offload;
+    args.request.precision.distributed_optimizer = !args.no_distributed_optimizer;
+    args.request.flash_attention = args.attention_backend == "flash";
     space.exact_layer_split = !args.equal_split;
     args.request.dtype = *dtype;
     return {};
@@ -505,7 +516,14 @@ Command add_plan_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::PositiveNumber)
         ->group("Cluster");
-    parallel::add_rank_order_flag(*sub, r.rank_order, {}, "Cluster");
+    sub->add_option("--rank-orders", args->rank_orders,
+                    "How the framework may number ranks, each " +
+                        std::string(parallel::kRankOrderHelp) +
+                        ", the default first: a layout is also played under each other order "
+                        "that places its groups differently (Megatron-LM runs tp-cp-pp-dp with "
+                        "--use-tp-pp-dp-mapping)")
+        ->capture_default_str()
+        ->group("Cluster");
     sub->add_option("--gpu-memory-gib", r.gpu_memory_gib, "Memory of one GPU")
         ->capture_default_str()
         ->group("Cluster");
@@ -580,6 +598,16 @@ Command add_plan_command(CLI::App& app) {
         ->group("Search");
     sub->add_flag("--no-sequence-parallel", args->no_sequence_parallel,
                   "Do not try sequence parallelism")
+        ->group("Search");
+    sub->add_flag("--no-distributed-optimizer", args->no_distributed_optimizer,
+                  "Plan for a framework without Megatron-LM's distributed optimizer (ZeRO-1): "
+                  "every rank holds and updates the whole optimizer state of its stage")
+        ->group("Search");
+    sub->add_option("--attention-backend", args->attention_backend,
+                    "The attention kernel the runs use: flash (no score matrix kept) or unfused "
+                    "(Megatron-LM's kernels of 2021-22: the scores kept and streamed)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"flash", "unfused"}))
         ->group("Search");
     sub->add_flag("--no-offload", args->no_offload,
                   "Do not try chunked attention with Q, K and V offloaded to host memory where "

@@ -457,9 +457,9 @@ void print_json(const sim::SimulationConfig& config, const std::vector<Played>& 
         nlohmann::json::parse(sim::run_config_json(config, played.front().result.cost_source));
     out["config"].erase("balancer");
     const analysis::CostModel model =
-        config.cost_model
-            ? *config.cost_model
-            : sim::analytic_cost_model(config.model, config.layout, config.hardware, config.dtype);
+        config.cost_model ? *config.cost_model
+                          : sim::analytic_cost_model(config.model, config.layout, config.hardware,
+                                                     config.dtype, sim::gemm_chunks(config));
     out["cost_model"] = nlohmann::json::parse(analysis::cost_model_json(model));
     out["notes"] = played.front().result.notes;
     nlohmann::json results = nlohmann::json::array();

@@ -199,8 +199,8 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     append(words, {"--vocab", std::to_string(request.model.vocab)});
     const Words layout = layout_arguments(c);
     words.insert(words.end(), layout.begin(), layout.end());
-    if (request.rank_order != parallel::kMegatronOrder) {
-        append(words, {"--rank-order", parallel::rank_order_name(request.rank_order)});
+    if (c.layout.rank_order != parallel::kMegatronOrder) {
+        append(words, {"--rank-order", parallel::rank_order_name(c.layout.rank_order)});
     }
     append(words, {"--dtype", sim::dtype_name(request.dtype), "--overlap-grad-reduce",
                    request.overlap_grad_reduce ? "on" : "off"});

@@ -18,15 +18,17 @@ import sys
 import tempfile
 import time
 
-# id, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, global batch, recompute, sp, dtype
+# id, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, global batch, recompute, sp,
+# dtype, and the software the run had: Megatron-LM of 2021 had neither FlashAttention nor the
+# distributed optimizer (the plan searches what that software could run)
 RUNS = [
-    ("N4", "a100", 40, 6144, 48, 51200, 2048, 8, 1, 1, 32, 1024, "full", False, "fp16"),
-    ("N5", "a100", 48, 8192, 64, 51200, 2048, 8, 2, 1, 32, 1536, "full", False, "fp16"),
-    ("N6", "a100", 60, 10240, 80, 51200, 2048, 8, 4, 3, 32, 1792, "full", False, "fp16"),
-    ("N7", "a100", 80, 12288, 96, 51200, 2048, 8, 8, 2, 24, 2304, "full", False, "fp16"),
-    ("S1", "a100", 96, 12288, 128, 64000, 2048, 8, 8, 6, 4, 768, "selective", True, "bf16"),
-    ("M5", "h100", 84, 8192, 64, 131072, 4096, 8, 2, 1, 48, 384, "none", True, "bf16"),
-    ("M6", "h100", 92, 10240, 80, 131072, 4096, 8, 4, 1, 48, 768, "none", True, "bf16"),
+    ("N4", "a100", 40, 6144, 48, 51200, 2048, 8, 1, 1, 32, 1024, "full", False, "fp16", "2021"),
+    ("N5", "a100", 48, 8192, 64, 51200, 2048, 8, 2, 1, 32, 1536, "full", False, "fp16", "2021"),
+    ("N6", "a100", 60, 10240, 80, 51200, 2048, 8, 4, 3, 32, 1792, "full", False, "fp16", "2021"),
+    ("N7", "a100", 80, 12288, 96, 51200, 2048, 8, 8, 2, 24, 2304, "full", False, "fp16", "2021"),
+    ("S1", "a100", 96, 12288, 128, 64000, 2048, 8, 8, 6, 4, 768, "selective", True, "bf16", ""),
+    ("M5", "h100", 84, 8192, 64, 131072, 4096, 8, 2, 1, 48, 384, "none", True, "bf16", ""),
+    ("M6", "h100", 92, 10240, 80, 131072, 4096, 8, 4, 1, 48, 768, "none", True, "bf16", ""),
 ]
 
 
@@ -42,7 +44,7 @@ def main():
           f"{'first s':>8} {'ratio':>6}  first choice")
     with tempfile.TemporaryDirectory() as tmp:
         for (name, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, batch, recompute, sp,
-             dtype) in RUNS:
+             dtype, software) in RUNS:
             lengths = os.path.join(tmp, f"{seq}.txt")
             with open(lengths, "w") as out:
                 out.write(f"{seq}\n" * batch)
@@ -55,6 +57,8 @@ def main():
                        "--schedules", "1f1b,interleaved", "--top", str(args.top), "--json"]
             if not sp:
                 command.append("--no-sequence-parallel")
+            if software == "2021":
+                command += ["--no-distributed-optimizer", "--attention-backend", "unfused"]
             started = time.time()
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:

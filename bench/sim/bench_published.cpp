@@ -55,10 +55,19 @@ struct Variant {
     bool sequence_parallel;
 };
 
+// What part of the model to leave out of the validation set's rows (--without), to show what
+// each changes (bench/README.md).
+struct Ablation {
+    bool flash_attention = false;  // every row on the unfused kernels
+    bool tp_comm_overlap = false;
+    bool distributed_optimizer = false;
+};
+
 // A validation row as the simulator plays it: b sequences of s tokens a micro-batch (documents
 // of exactly s, packed b at a time), the global batch over DP, Megatron-LM's pipeline sends.
 sim::SimulationConfig config_for(const bench::ValidationRun& run,
-                                 const sim::HardwareAssumptions& hardware) {
+                                 const sim::HardwareAssumptions& hardware,
+                                 const Ablation& without = {}) {
     sim::SimulationConfig config;
     config.model = {run.layers, run.hidden, run.heads, run.sequence * run.microbatch_size,
                     run.vocab};
@@ -75,10 +84,10 @@ sim::SimulationConfig config_for(const bench::ValidationRun& run,
     config.overlap_grad_reduce = run.overlap_grad_reduce;
     // Megatron-LM sends 1/tp of a boundary activation and all-gathers it (SC'21, §4.1).
     config.pipeline_scatter_gather = true;
-    config.tp_comm_overlap = run.tp_comm_overlap;
-    config.distributed_optimizer = run.distributed_optimizer;
+    config.tp_comm_overlap = run.tp_comm_overlap && !without.tp_comm_overlap;
+    config.distributed_optimizer = run.distributed_optimizer && !without.distributed_optimizer;
     config.hardware = hardware;
-    config.hardware.unfused_attention = !run.flash_attention;
+    config.hardware.unfused_attention = !run.flash_attention || without.flash_attention;
     return config;
 }
 
@@ -159,7 +168,7 @@ double published_seconds(const bench::ValidationRun& run) {
 // The validation set (validation_set.h) on each row's preset: published against simulated
 // step time, the error of every row, then the mean and worst |error| and the signs, by source
 // and over all.
-int play_validation_set() {
+int play_validation_set(const Ablation& without) {
     using Align = TextTable::Align;
     TextTable table(
         {"row", "source", "GPU", "GPUs", "layout", "m", "published", "simulated", "error"},
@@ -184,7 +193,7 @@ int play_validation_set() {
             std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
             return 1;
         }
-        const sim::SimulationConfig config = config_for(run, *hardware);
+        const sim::SimulationConfig config = config_for(run, *hardware, without);
         auto result = sim::simulate(config, nullptr);
         if (!result) {
             std::fprintf(stderr, "bench_published: %s: %s\n", run.id,
@@ -237,7 +246,19 @@ int main(int argc, char** argv) {
         "figures"};
     std::string preset = "a100";
     app.add_option("--hardware", preset, "Hardware preset")->capture_default_str();
+    std::vector<std::string> left_out;
+    app.add_option("--without", left_out,
+                   "Play the validation set without a part of the model, to see what it changes: "
+                   "flash (every row on unfused attention kernels), tp-comm-overlap, "
+                   "distributed-optimizer")
+        ->check(CLI::IsMember({"flash", "tp-comm-overlap", "distributed-optimizer"}));
     CLI11_PARSE(app, argc, argv);
+    Ablation without;
+    for (const std::string& part : left_out) {
+        without.flash_attention |= part == "flash";
+        without.tp_comm_overlap |= part == "tp-comm-overlap";
+        without.distributed_optimizer |= part == "distributed-optimizer";
+    }
     auto hardware = sim::hardware_preset(preset);
     if (!hardware) {
         std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
@@ -310,5 +331,5 @@ int main(int argc, char** argv) {
     }
     std::printf("Memory per GPU, GiB (first pipeline stage; core/parallel/memory_model)\n%s",
                 memory.render().c_str());
-    return play_validation_set();
+    return play_validation_set(without);
 }

@@ -10,6 +10,14 @@ namespace fulcrum::plan {
 
 namespace {
 
+std::vector<std::string> rank_order_names(const std::vector<parallel::RankOrder>& orders) {
+    std::vector<std::string> names;
+    for (const parallel::RankOrder& order : orders) {
+        names.push_back(parallel::rank_order_name(order));
+    }
+    return names;
+}
+
 nlohmann::json candidate_json(const Candidate& c) {
     nlohmann::json json = {
         {"dp", c.layout.grid.dp},
@@ -26,6 +34,7 @@ nlohmann::json candidate_json(const Candidate& c) {
         {"attention_chunk", c.attention_chunk},
         {"offload", c.offload},
         {"stage_layers", c.layout.stage_layers},
+        {"rank_order", parallel::rank_order_name(c.layout.rank_order)},
         {"status", candidate_status_name(c.status)},
         {"step_ns", c.step_ns},
         {"estimated_step_ns", c.estimated_step_ns},
@@ -99,7 +108,7 @@ std::string plan_json(const PlanRequest& request, const PlanResult& result, int 
             {"vocab", request.model.vocab}}},
           {"world_sizes", request.world_sizes},
           {"gpus_per_node", request.gpus_per_node},
-          {"rank_order", parallel::rank_order_name(request.rank_order)},
+          {"rank_orders", rank_order_names(request.space.rank_orders)},
           {"gpu_memory_gib", request.gpu_memory_gib},
           {"usable_memory_fraction", request.usable_memory_fraction},
           {"global_batch", request.global_batch},
@@ -151,6 +160,9 @@ Result<Candidate> candidate_from_json(const nlohmann::json& j) {
     c.attention_chunk = j.value("attention_chunk", 0);
     c.offload = j.value("offload", false);
     c.layout.stage_layers = j.at("stage_layers").get<std::vector<int>>();
+    if (auto order = parallel::parse_rank_order(j.value("rank_order", "tp-cp-dp-pp"))) {
+        c.layout.rank_order = *order;  // plans written before the key: Megatron-LM's
+    }
     c.status = CandidateStatus::ranked;
     c.step_ns = j.at("step_ns").get<double>();
     c.estimated_step_ns = j.value("estimated_step_ns", 0.0);
@@ -193,9 +205,16 @@ Result<PlanFile> plan_from_json(const nlohmann::json& json) {
                      model.at("vocab").get<int>()};
     request.world_sizes = r.at("world_sizes").get<std::vector<int>>();
     request.gpus_per_node = r.at("gpus_per_node").get<int>();
-    // Plans written before the key: Megatron-LM's order, the default.
-    if (auto order = parallel::parse_rank_order(r.value("rank_order", "tp-cp-dp-pp"))) {
-        request.rank_order = *order;
+    // Plans written before the key searched Megatron-LM's order alone ("rank_order" once).
+    request.space.rank_orders.clear();
+    for (const std::string& name :
+         r.value("rank_orders", std::vector<std::string>{r.value("rank_order", "tp-cp-dp-pp")})) {
+        if (auto order = parallel::parse_rank_order(name)) {
+            request.space.rank_orders.push_back(*order);
+        }
+    }
+    if (request.space.rank_orders.empty()) {
+        request.space.rank_orders.push_back(parallel::kMegatronOrder);
     }
     request.gpu_memory_gib = r.at("gpu_memory_gib").get<double>();
     request.usable_memory_fraction = r.at("usable_memory_fraction").get<double>();

@@ -152,7 +152,6 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
     config.hardware = request.hardware;
     config.hardware.gpus_per_node = request.gpus_per_node;
     config.hardware.unfused_attention = !request.flash_attention;
-    config.layout.rank_order = request.rank_order;
     config.host_cores = request.host_cores;
     config.ranks_per_host = request.gpus_per_node;
     config.attention_kernel = request.attention_kernel;

@@ -243,6 +243,7 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
                     const parallel::GridShape& grid, Enumeration& out) {
     Candidate base;
     base.layout.grid = grid;
+    base.layout.rank_order = request.space.rank_orders.front();
     base.layout.microbatches = std::max(1, request.global_batch / grid.dp);
     base.balancer = request.space.balancers.front();
     base.sharding =
@@ -411,11 +412,12 @@ std::vector<bool> layouts_to_play(const PlanRequest& request,
     return play;
 }
 
-// Plays one layout for every balancer and (cp > 1) CP sharding, appending the candidates.
-Status play_layout(const PlanRequest& request, const MeanMicroBatch& mean,
-                   const std::optional<std::vector<std::int64_t>>& thresholds,
-                   const std::atomic<bool>* cancel, const Candidate& layout,
-                   std::vector<Candidate>& out) {
+// Plays one placed layout for every balancer and (cp > 1) CP sharding, appending the
+// candidates.
+Status play_balancers(const PlanRequest& request, const MeanMicroBatch& mean,
+                      const std::optional<std::vector<std::int64_t>>& thresholds,
+                      const std::atomic<bool>* cancel, const Candidate& layout,
+                      std::vector<Candidate>& out) {
     const bool sharded = layout.layout.grid.cp > 1;
     for (balance::Balancer balancer : request.space.balancers) {
         for (balance::CpSharding sharding : request.space.shardings) {
@@ -432,6 +434,53 @@ Status play_layout(const PlanRequest& request, const MeanMicroBatch& mean,
             if (!sharded) {
                 break;
             }
+        }
+    }
+    return {};
+}
+
+// The orders of request.space.rank_orders worth playing `grid` under: the first, and, on a
+// described network, each other that places one of its kinds of group (TP, CP, the gradient
+// reduction's DP × CP, a pipeline boundary's pair, the tied embedding's) differently from
+// every order before it.
+std::vector<parallel::RankOrder> orders_that_matter(const PlanRequest& request,
+                                                    const parallel::GridShape& grid) {
+    using parallel::Dimension;
+    const auto placements = [&](const parallel::RankOrder& order) {
+        const int node = request.gpus_per_node;
+        return std::array<parallel::GroupPlacement, 5>{
+            parallel::place_group(grid, order, {Dimension::tp}, node),
+            parallel::place_group(grid, order, {Dimension::cp}, node),
+            parallel::place_group(grid, order, {Dimension::dp, Dimension::cp}, node),
+            parallel::place_pipeline_pair(grid, order, node),
+            parallel::place_pipeline_pair(grid, order, node, std::max(grid.pp - 1, 1))};
+    };
+    std::vector<parallel::RankOrder> orders;
+    std::vector<std::array<parallel::GroupPlacement, 5>> seen;
+    for (const parallel::RankOrder& order : request.space.rank_orders) {
+        if (!orders.empty() && !request.hardware.network) {
+            break;  // flat rings price every placement alike
+        }
+        auto placed = placements(order);
+        if (std::find(seen.begin(), seen.end(), placed) == seen.end()) {
+            orders.push_back(order);
+            seen.push_back(std::move(placed));
+        }
+    }
+    return orders;
+}
+
+// Plays one layout for every rank order that places it differently, balancer and (cp > 1) CP
+// sharding, appending the candidates.
+Status play_layout(const PlanRequest& request, const MeanMicroBatch& mean,
+                   const std::optional<std::vector<std::int64_t>>& thresholds,
+                   const std::atomic<bool>* cancel, const Candidate& layout,
+                   std::vector<Candidate>& out) {
+    for (const parallel::RankOrder& order : orders_that_matter(request, layout.layout.grid)) {
+        Candidate placed = layout;
+        placed.layout.rank_order = order;
+        if (auto status = play_balancers(request, mean, thresholds, cancel, placed, out); !status) {
+            return status;
         }
     }
     return {};

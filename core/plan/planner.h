@@ -58,15 +58,18 @@ struct PlanSpace {
     int max_tp = 0;                 // 0: GPUs per node
     int max_pp = 0;                 // 0: layers
     int max_cp = 0;                 // 0: no limit beyond the context
+    // How the framework may number the ranks (core/parallel/placement.h), its default first:
+    // each layout is played under every order that places its groups differently from the
+    // first's. Megatron-LM runs either of these two: tp-cp-dp-pp by default, tp-cp-pp-dp with
+    // --use-tp-pp-dp-mapping (megatron/training/initialize.py), fulcrum-train's own.
+    std::vector<parallel::RankOrder> rank_orders = {parallel::kMegatronOrder,
+                                                    parallel::kFulcrumOrder};
 };
 
 struct PlanRequest {
     sim::ModelShape model;
     std::vector<int> world_sizes;  // GPUs; each is searched
     int gpus_per_node = 8;
-    // How the framework numbers ranks, which places each layout's groups on the nodes
-    // (core/parallel/placement.h); Megatron-LM's by default.
-    parallel::RankOrder rank_order = parallel::kMegatronOrder;
     double gpu_memory_gib = 80;
     // Cores a node's ranks (gpus_per_node of them) share, the CPU backend's way
     // (sim::SimulationConfig::host_cores); nullopt: the calibration runs'; 0: a device a rank.

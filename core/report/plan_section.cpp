@@ -218,6 +218,9 @@ std::string knobs_text(const Candidate& c) {
     if (c.offload) {
         text += ", offload (chunks of " + std::to_string(c.attention_chunk) + ")";
     }
+    if (c.layout.rank_order != parallel::kMegatronOrder) {
+        text += ", ranks " + parallel::rank_order_name(c.layout.rank_order);
+    }
     return text;
 }
 

@@ -235,10 +235,14 @@ CoreSharing core_sharing(const SimulationConfig& config) {
             static_cast<double>(per_host) / static_cast<double>(cores)};
 }
 
+int gemm_chunks(const SimulationConfig& config) {
+    return config.tp_comm_overlap && config.layout.sequence_parallel ? config.layout.grid.tp : 1;
+}
+
 StageCosts config_costs(const SimulationConfig& config) {
-    StageCosts costs =
-        resolve_costs(config.cost_model ? &*config.cost_model : nullptr, config.cost_origin,
-                      config.model, config.layout, config.hardware, config.dtype);
+    StageCosts costs = resolve_costs(config.cost_model ? &*config.cost_model : nullptr,
+                                     config.cost_origin, config.model, config.layout,
+                                     config.hardware, config.dtype, gemm_chunks(config));
     // The distributed optimizer updates a rank's 1/(dp·cp) of the parameters (sim_config.h).
     if (config.distributed_optimizer) {
         costs.optimizer_ns /= std::max(config.layout.grid.dp * config.layout.grid.cp, 1);

@@ -232,4 +232,8 @@ balance::PlannerOptions planner_options(const SimulationConfig& config);
 // analytic one).
 StageCosts config_costs(const SimulationConfig& config);
 
+// Pieces a layer's GEMMs are computed in: tp under --tp-comm-overlap (Transformer Engine's
+// ring exchange cuts each GEMM beside a collective into tp chunks, one a step), else 1.
+int gemm_chunks(const SimulationConfig& config);
+
 }  // namespace fulcrum::sim

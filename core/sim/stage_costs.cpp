@@ -161,7 +161,8 @@ namespace {
 // split over CP, the head vocabulary-parallel over TP (Megatron-LM). The dW GEMMs of the
 // backward are the same FLOPs at the same sizes, so this is also W's per-token time.
 double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layout& layout,
-                                  const HardwareAssumptions& hardware, DType dtype, int stage) {
+                                  const HardwareAssumptions& hardware, DType dtype, int stage,
+                                  int gemm_chunks = 1) {
     const parallel::GridShape& grid = layout.grid;
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
@@ -176,11 +177,15 @@ double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layou
                                                                           : hardware.tflops) *
                         1e3;
     const double tokens = std::max(1.0, static_cast<double>(model.context) / grid.cp);
-    const auto gemm_ns = [&](double flops_per_token) {
-        return flops_per_token / (peak * gemm_efficiency(hardware, flops_per_token * tokens));
+    const auto gemm_ns = [&](double flops_per_token, double chunks = 1) {
+        return flops_per_token /
+               (peak * gemm_efficiency(hardware, flops_per_token * tokens / chunks));
     };
-    double per_token =
-        layers * (gemm_ns(6 * h * h / tp) + gemm_ns(2 * h * h / tp) + 2 * gemm_ns(8 * h * h / tp));
+    // A layer's GEMMs computed in `gemm_chunks` pieces each (--tp-comm-overlap's), each piece
+    // at its own size's efficiency.
+    const double chunks = std::max(gemm_chunks, 1);
+    double per_token = layers * (gemm_ns(6 * h * h / tp, chunks) + gemm_ns(2 * h * h / tp, chunks) +
+                                 2 * gemm_ns(8 * h * h / tp, chunks));
     if (last) {
         per_token += gemm_ns(2 * h * model.vocab / tp);
     }
@@ -234,7 +239,8 @@ PassCost analytic_head_forward(const ModelShape& model, const parallel::Layout& 
 
 // The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
 PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layout,
-                          const HardwareAssumptions& hardware, DType dtype, int stage) {
+                          const HardwareAssumptions& hardware, DType dtype, int stage,
+                          int gemm_chunks) {
     const parallel::GridShape& grid = layout.grid;
     const double h = model.hidden;
     const double tp = std::max(grid.tp, 1);
@@ -244,7 +250,8 @@ PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layou
     forward.stage = static_cast<std::int16_t>(stage);
     forward.phase = Phase::forward;
     forward.fixed_ns = layers * hardware.layer_overhead_us * 1e3;
-    forward.per_token_ns = analytic_gemm_per_token_ns(model, layout, hardware, dtype, stage);
+    forward.per_token_ns =
+        analytic_gemm_per_token_ns(model, layout, hardware, dtype, stage, gemm_chunks);
     if (hardware.gemm_efficiency.empty()) {
         const double flops_per_ns = hardware.tflops * 1e3;
         forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
@@ -380,12 +387,13 @@ void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
 }  // namespace
 
 CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& layout,
-                              const HardwareAssumptions& hardware, DType dtype) {
+                              const HardwareAssumptions& hardware, DType dtype, int gemm_chunks) {
     const parallel::GridShape& grid = layout.grid;
     CostModel cost;
     cost.source = describe(hardware);
     for (int stage = 0; stage < grid.pp; ++stage) {
-        const PassCost forward = analytic_forward(model, layout, hardware, dtype, stage);
+        const PassCost forward =
+            analytic_forward(model, layout, hardware, dtype, stage, gemm_chunks);
         // Twice the forward's work (dX and dW), but the cross-entropy's own backward.
         const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
         PassCost backward = forward;
@@ -696,9 +704,9 @@ void set_stage_passes(StageCosts& costs, int stage, const PassCost& forward, con
 
 StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const ModelShape& shape,
                          const parallel::Layout& layout, const HardwareAssumptions& hardware,
-                         DType dtype) {
+                         DType dtype, int gemm_chunks) {
     const parallel::GridShape& grid = layout.grid;
-    const CostModel analytic = analytic_cost_model(shape, layout, hardware, dtype);
+    const CostModel analytic = analytic_cost_model(shape, layout, hardware, dtype, gemm_chunks);
     StageCosts costs;
     DerivedNotes notes;
     costs.source = model != nullptr ? model->source : analytic.source;
@@ -741,7 +749,8 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                        " GFLOP/s";
             }
         } else if (!backward_fitted) {
-            gemm_per_token_ns = analytic_gemm_per_token_ns(shape, layout, hardware, dtype, stage);
+            gemm_per_token_ns =
+                analytic_gemm_per_token_ns(shape, layout, hardware, dtype, stage, gemm_chunks);
             how = "the forward's GEMM time (the dW GEMMs' FLOPs and sizes)";
         }
         // What recomputation does not re-run: the analytic head and loss, or a fitted

@@ -132,10 +132,11 @@ std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape
 // (n−1)/n (all-gather, reduce-scatter) of their bytes over NVLink when the group fits in one
 // node, else over the network, the tied embedding's all-reduce between the first and last
 // stage included; the optimizer is the gradient norm's all-reduce and 36–50 bytes a
-// parameter through HBM by the dtype (docs/simulate.md).
+// parameter through HBM by the dtype (docs/simulate.md). `gemm_chunks`: a layer's GEMMs
+// computed in that many pieces, each at its own size's efficiency (--tp-comm-overlap's tp).
 analysis::CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& layout,
                                         const HardwareAssumptions& hardware,
-                                        DType dtype = DType::fp32);
+                                        DType dtype = DType::fp32, int gemm_chunks = 1);
 
 // A short description of the analytic model's assumptions, for notes and run.config.
 std::string describe(const HardwareAssumptions& hardware);
@@ -185,7 +186,8 @@ std::int64_t embedding_gradient_bytes(const ModelShape& model, const parallel::G
 // `model` null: everything analytic.
 StageCosts resolve_costs(const analysis::CostModel* model, const CostOrigin& origin,
                          const ModelShape& shape, const parallel::Layout& layout,
-                         const HardwareAssumptions& hardware, DType dtype = DType::fp32);
+                         const HardwareAssumptions& hardware, DType dtype = DType::fp32,
+                         int gemm_chunks = 1);
 
 // t = fixed + per_token·T + per_pair·P, never negative, in whole ns.
 std::int64_t predict_pass_ns(const analysis::PassCost& cost, std::int64_t tokens,

@@ -707,10 +707,9 @@ private slots:
         QCOMPARE(refused.exit_code, 2);
         QVERIFY2(refused.output.contains("bad-costs.json"), qPrintable(refused.output));
         // A rank order that is not one of the four dimensions each once is refused, naming it.
-        for (const QStringList& command :
-             {QStringList{"simulate"}, QStringList{"plan", "--world", "8"}}) {
-            const Outcome order =
-                run(fulcrum(), command + QStringList{"--rank-order", "tp-dp-pp"}, work_.path());
+        for (const QStringList& command : {QStringList{"simulate", "--rank-order"},
+                                           QStringList{"plan", "--world", "8", "--rank-orders"}}) {
+            const Outcome order = run(fulcrum(), command + QStringList{"tp-dp-pp"}, work_.path());
             QCOMPARE(order.exit_code, 2);
             QVERIFY2(order.output.contains("--rank-order 'tp-dp-pp'"), qPrintable(order.output));
         }

@@ -12,6 +12,7 @@
 
 #include "app/launch/command_line.h"
 #include "core/plan/planner.h"
+#include "core/sim/hardware.h"
 #include "core/sim/simulator.h"
 
 using namespace fulcrum;
@@ -19,6 +20,14 @@ using namespace fulcrum::plan;
 using namespace fulcrum::parallel;
 
 namespace {
+
+sim::HardwareAssumptions must_preset(const char* name) {
+    auto preset = sim::hardware_preset(name);
+    if (!preset) {
+        qFatal("%s", preset.error().message.c_str());
+    }
+    return *preset;
+}
 
 // A 4-layer model small enough to simulate in milliseconds.
 PlanRequest tiny_request(int world) {
@@ -206,6 +215,64 @@ private slots:
                 QVERIFY(c.reason.find("iB usable") != std::string::npos);
                 QVERIFY(c.memory.total_gib > 0);
             }
+        }
+    }
+
+    // Placement is searched where it matters: on a described network a layout whose DP and
+    // pipeline groups both leave the node is played under Megatron-LM's order and under
+    // tp-cp-pp-dp, each at its own price; one that places its groups alike either way, and any
+    // layout on flat rings, under the first order alone.
+    void rankOrdersWhereTheyMatter() {
+        PlanRequest request;
+        request.model = {.layers = 8, .hidden = 2048, .heads = 16, .context = 2048, .vocab = 1024};
+        request.world_sizes = {32};
+        request.gpus_per_node = 8;
+        request.global_batch = 64;
+        request.lengths = "long-tail:context=2048,median=512";
+        request.documents = 400;
+        request.steps = 1;
+        request.top_k = 5;
+        request.refine_layouts = 400;
+        request.space.balancers = {balance::Balancer::fixed};
+        request.space.schedules = {PipelineSchedule::one_f_one_b};
+        request.space.recomputes = {Recompute::none};
+        request.space.sequence_parallel = false;
+        request.hardware = must_preset("h100");
+        auto planned = plan::plan(request);
+        QVERIFY2(planned.ok(), planned.ok() ? "" : planned.error().message.c_str());
+        std::map<std::string, std::set<std::string>> orders_of;  // grid → orders played
+        std::map<std::pair<std::string, std::string>, double> speed;
+        for (const std::size_t i : planned->ranked) {
+            const Candidate& c = planned->candidates[i];
+            const std::string grid = layout_string(c.layout.grid);
+            orders_of[grid].insert(rank_order_name(c.layout.rank_order));
+            speed[{grid, rank_order_name(c.layout.rank_order)}] = c.tokens_per_second;
+        }
+        // dp 2 × tp 4 × pp 4: DP pairs two ranks of one node under tp-cp-dp-pp, of two nodes
+        // under tp-cp-pp-dp, and the pipeline the other way round.
+        QCOMPARE(orders_of["dp2,tp4,pp4"], (std::set<std::string>{"tp-cp-dp-pp", "tp-cp-pp-dp"}));
+        const double megatron = speed[{"dp2,tp4,pp4", "tp-cp-dp-pp"}];
+        const double pipeline_first = speed[{"dp2,tp4,pp4", "tp-cp-pp-dp"}];
+        QVERIFY(megatron > 0 && pipeline_first > 0 && megatron != pipeline_first);
+        // No pipeline, or no data parallelism: both orders place alike.
+        QCOMPARE(orders_of["dp4,tp8"], std::set<std::string>{"tp-cp-dp-pp"});
+        QCOMPARE(orders_of["tp8,pp4"], std::set<std::string>{"tp-cp-dp-pp"});
+        // The printed simulate line names the order it was played under.
+        for (const std::size_t i : planned->ranked) {
+            const Candidate& c = planned->candidates[i];
+            if (c.layout.rank_order == kFulcrumOrder) {
+                const std::string line =
+                    launch::shell_quote(launch::simulate_arguments(request, c));
+                QVERIFY2(line.find("--rank-order tp-cp-pp-dp") != std::string::npos, line.c_str());
+                break;
+            }
+        }
+        // Flat rings: one order for every layout.
+        request.hardware = sim::HardwareAssumptions{};
+        auto flat = plan::plan(request);
+        QVERIFY(flat.ok());
+        for (const Candidate& c : flat->candidates) {
+            QVERIFY(c.layout.rank_order == kMegatronOrder);
         }
     }
 

@@ -740,8 +740,10 @@ void section_gaps(const ReportRun& run, int index, const ReportOptions& options,
             if (content.size() < e.record.size()) {
                 content += "…";
             }
-            table.add({text_cell(e.source), int_cell(e.record_index), text_cell(e.reason),
-                       text_cell(content)});
+            // A note stands for no record: no index to show.
+            table.add({text_cell(e.source),
+                       e.record_index >= 0 ? int_cell(e.record_index) : text_cell("—"),
+                       text_cell(e.reason), text_cell(content)});
         }
         out += "<p>Import log" +
                std::string(run.import_log.size() > options.max_import_log_rows

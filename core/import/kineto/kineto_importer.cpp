@@ -10,15 +10,19 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/import/importer.h"
 #include "core/import/kineto/json_stream.h"
+#include "core/import/kineto/structure.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::importer {
@@ -374,10 +378,12 @@ struct TopLevel {
     std::vector<StepWindow> steps;
     FulcrumExport fulcrum;
     bool fulcrum_damaged = false;
+    std::string distributed_info;  // the member's text, for its process groups
 };
 
 void read_top_member(std::string_view key, std::string_view value, TopLevel& top) {
     if (key == "distributedInfo") {
+        top.distributed_info = value;
         for_each_member(value, [&](std::string_view k, std::string_view v) {
             std::int64_t n = 0;
             if (k == "rank" && kineto::json_int(v, n) && n >= 0 && n < INT32_MAX) {
@@ -552,7 +558,8 @@ private:
                     progress(0.25 * double(last_report) / input_size_);
                 }
                 const bool labels = kineto::contains(raw, "process_labels");
-                if (!labels && !kineto::contains(raw, "ProfilerStep#"))
+                const bool structural = might_be_structure(raw);
+                if (!labels && !structural && !kineto::contains(raw, "ProfilerStep#"))
                     return;
                 e = RawEvent{};
                 if (!parse_event(raw, e))
@@ -563,6 +570,8 @@ private:
                 }
                 if (e.ph != "X" || is_device_cat(e.cat))
                     return;
+                if (structural)
+                    collect_structure(e);
                 std::int32_t step = 0;
                 std::int64_t ts = 0, dur = 0;
                 if (profiler_step(e.name, step) && kineto::json_us_to_ns(e.ts, ts) &&
@@ -577,7 +586,113 @@ private:
             return not_json(stream);
         std::sort(top_.steps.begin(), top_.steps.end(),
                   [](const StepWindow& a, const StepWindow& b) { return a.start < b.start; });
+        recover_structure();
         return {};
+    }
+
+    // Structure recovery (structure.h): what a host event of pass 1 tells about the pipeline.
+    static bool might_be_structure(std::string_view raw) {
+        return kineto::contains(raw, "c10d::") || kineto::contains(raw, "autograd::engine") ||
+               kineto::contains(raw, "Optimizer.") || kineto::contains(raw, "\"PP:") ||
+               kineto::contains(raw, "\"Forward ") || kineto::contains(raw, "\"Backward ");
+    }
+
+    void collect_structure(const RawEvent& e) {
+        if (e.cat != "cpu_op" && e.cat != "user_annotation")
+            return;
+        if (const auto action = structure::parse_pipeline_action(e.name)) {
+            has_pipeline_labels_ = true;
+            using Kind = structure::PipelineAction::Kind;
+            gpipe_labels_ |= action->stage_index < 0;
+            split_backward_ |=
+                action->kind == Kind::backward_input || action->kind == Kind::backward_weight;
+            max_stage_index_ = std::max(max_stage_index_, action->stage_index);
+            max_microbatch_ = std::max(max_microbatch_, action->microbatch);
+            return;
+        }
+        std::int64_t ts = 0, dur = 0;
+        if (!kineto::json_us_to_ns(e.ts, ts) || !kineto::json_us_to_ns(e.dur, dur) || dur < 0)
+            return;
+        structure::HostOp op;
+        op.start_ns = ts;
+        op.end_ns = ts + dur;
+        op.kind = structure::host_op_kind(e.name);
+        if (op.kind == structure::HostOp::Kind::send || op.kind == structure::HostOp::Kind::recv) {
+            // c10d::send(tensors, group, dstRank, tag), recv_(…, srcRank, tag): the peer's rank
+            // within the group.
+            for_each_arg(e, [&](std::string_view k, std::string_view v) {
+                if (k != "Concrete Inputs")
+                    return;
+                const auto inputs = nlohmann::json::parse(v, nullptr, false);
+                if (inputs.is_array() && inputs.size() > 2 && inputs[2].is_string()) {
+                    const std::string text = inputs[2].get<std::string>();
+                    std::int32_t peer = -1;
+                    const auto [end, ec] =
+                        std::from_chars(text.data(), text.data() + text.size(), peer);
+                    if (ec == std::errc{} && end == text.data() + text.size())
+                        op.peer = peer;
+                }
+            });
+            ++sends_by_thread_[{ids_.of(e.pid), ids_.of(e.tid)}];
+        }
+        host_ops_.push_back({ids_.of(e.pid), ids_.of(e.tid), op});
+    }
+
+    // The grid from the process groups, and, where the schedule wrote no labels, the passes
+    // of the thread that sent and received the most, step by step (structure.h).
+    void recover_structure() {
+        if (top_.fulcrum.present)
+            return;  // Fulcrum's own export says it all
+        const std::int32_t rank = top_.has_rank ? top_.rank : options_.input_index;
+        grid_ = structure::recover_grid(rank, top_.world_size,
+                                        structure::parse_process_groups(top_.distributed_info),
+                                        !sends_by_thread_.empty());
+        if (!grid_.found || grid_.grid.pp < 2 || has_pipeline_labels_ || sends_by_thread_.empty())
+            return;
+        const auto busiest =
+            std::max_element(sends_by_thread_.begin(), sends_by_thread_.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; });
+        schedule_thread_ = busiest->first;
+        const int stage = grid_.coordinates.pp, stages = grid_.grid.pp;
+        const std::int32_t prev = stage > 0 ? stage - 1 : -1;
+        const std::int32_t next = stage + 1 < stages ? stage + 1 : -1;
+        std::vector<StepWindow> windows = top_.steps;
+        if (windows.empty())
+            windows.push_back({INT64_MIN, INT64_MAX, 0});
+        for (const StepWindow& window : windows) {
+            std::vector<structure::HostOp> ops;
+            for (const ThreadOp& op : host_ops_) {
+                if (std::pair{op.pid, op.tid} == schedule_thread_ &&
+                    op.op.start_ns >= window.start && op.op.start_ns < window.end)
+                    ops.push_back(op.op);
+            }
+            structure::StepPasses passes =
+                structure::passes_from_sends(std::move(ops), prev, next, window.start);
+            if (!passes.consistent) {
+                ++inconsistent_steps_;
+                continue;
+            }
+            std::int64_t last_forward = INT64_MIN, first_backward = INT64_MAX;
+            for (const structure::RecoveredRange& range : passes.ranges) {
+                if (range.kind == structure::PipelineAction::Kind::forward)
+                    last_forward = std::max(last_forward, range.start_ns);
+                if (range.kind == structure::PipelineAction::Kind::backward)
+                    first_backward = std::min(first_backward, range.start_ns);
+                max_microbatch_ = std::max(max_microbatch_, range.microbatch);
+            }
+            // GPipe runs every forward before the first backward; 1F1B does not (with more
+            // than one micro-batch).
+            one_f_one_b_ |= passes.forwards > 1 && first_backward < last_forward;
+            for (const structure::RecoveredRange& range : passes.ranges) {
+                recovered_.push_back({range, window.step});
+                if (structure::action_is_communication(range.kind)) {
+                    recovered_comm_[{schedule_thread_.first, schedule_thread_.second,
+                                     range.start_ns}] = range;
+                }
+            }
+        }
+        host_ops_.clear();
+        host_ops_.shrink_to_fit();
     }
 
     // The rank rows: the export's own, else the one rank of distributedInfo (else the
@@ -595,6 +710,12 @@ private:
             rank.rank = top_.has_rank ? top_.rank : options_.input_index;
             rank.utc_offset_ns = utc_offset;
             rank.alignment = ClockAlignment::utc_offset;
+            if (grid_.found) {
+                rank.dp = grid_.coordinates.dp;
+                rank.tp = grid_.coordinates.tp;
+                rank.pp = grid_.coordinates.pp;
+                rank.cp = grid_.coordinates.cp;
+            }
             ranks_.push_back(rank);
         }
         for (const RankInfo& rank : ranks_)
@@ -619,6 +740,19 @@ private:
         }
         if (top_.world_size > 0)
             config += ",\"world_size\":" + std::to_string(top_.world_size);
+        if (grid_.found) {
+            const parallel::GridShape& grid = grid_.grid;
+            config += ",\"dp\":" + std::to_string(grid.dp) + ",\"tp\":" + std::to_string(grid.tp) +
+                      ",\"pp\":" + std::to_string(grid.pp) + ",\"cp\":" + std::to_string(grid.cp);
+            if (const std::string schedule = recovered_schedule(); !schedule.empty()) {
+                config += ",\"schedule\":\"" + schedule + "\"";
+                if (schedule == "interleaved")
+                    config +=
+                        ",\"virtual_stages\":" + std::to_string(max_stage_index_ / grid.pp + 1);
+            }
+            if (max_microbatch_ >= 0)
+                config += ",\"microbatches\":" + std::to_string(max_microbatch_ + 1);
+        }
         config += "}";
         sink_.set_run_config(top_.fulcrum.present && !top_.fulcrum.config_json.empty()
                                  ? top_.fulcrum.config_json
@@ -639,6 +773,52 @@ private:
             log_.note(
                 "the `fulcrum` member is not one this version wrote; read as a plain "
                 "Kineto trace");
+        }
+        note_structure();
+    }
+
+    // Which structure rules fired, and how sure each is (docs/import.md).
+    void note_structure() {
+        if (top_.fulcrum.present)
+            return;
+        if (!grid_.found) {
+            log_.note(
+                "structure: no 4D grid: no process group named as a parallel dimension "
+                "(torch DeviceMesh mesh_*, Megatron-LM *_PARALLEL_GROUP) and no pipeline sends; "
+                "stages, micro-batches and bubbles are not derived");
+            return;
+        }
+        const parallel::GridShape& g = grid_.grid;
+        const parallel::GridCoordinates& at = grid_.coordinates;
+        log_.note("structure: grid dp" + std::to_string(g.dp) + " tp" + std::to_string(g.tp) +
+                  " pp" + std::to_string(g.pp) + " cp" + std::to_string(g.cp) +
+                  ", this rank at dp " + std::to_string(at.dp) + " tp " + std::to_string(at.tp) +
+                  " pp " + std::to_string(at.pp) + " cp " + std::to_string(at.cp) + ", from " +
+                  grid_.rule);
+        if (g.pp < 2)
+            return;
+        if (has_pipeline_labels_) {
+            log_.note(
+                "structure: passes and hand-overs from torch.distributed.pipelining's action "
+                "labels (PP:<stage><action><micro-batch>, or ScheduleGPipe's Forward N / "
+                "Backward N): exact");
+        } else if (!recovered_.empty() || inconsistent_steps_ > 0) {
+            std::int64_t passes = 0;
+            for (const RecoveredStepRange& r : recovered_)
+                passes += !structure::action_is_communication(r.range.kind);
+            log_.note("structure: " + std::to_string(passes) +
+                      " passes from the pipeline sends and the autograd work between them (the "
+                      "schedule wrote no labels: GPipe or 1F1B order assumed, micro-batches "
+                      "numbered in the order the stage ran them; inferred)" +
+                      (inconsistent_steps_ > 0
+                           ? "; " + std::to_string(inconsistent_steps_) +
+                                 " step(s) left without passes: their forward and backward "
+                                 "counts differ"
+                           : ""));
+        } else {
+            log_.note(
+                "structure: a pipeline stage, but no labels and no sends to its neighbours "
+                "on one thread: its passes are not derived");
         }
     }
 
@@ -715,6 +895,11 @@ private:
         const bool device = where == Where::device;
         // The CUPTI range profiler's replayed kernels get a lane of their own per device.
         const bool profiler = cat == "cuda_profiler_range";
+        // gloo's point-to-point requests start inside their c10d::send or recv_ and end when
+        // the request is waited on, across the thread's later ranges: not nested, so a lane of
+        // their own per thread keeps the thread's ranges nested.
+        const bool requests =
+            !device && cat == "user_annotation" && (e.name == "gloo:send" || e.name == "gloo:recv");
         // A device lane is a stream: CUDA's tid is the stream; MTIA's tid is one of several
         // threads of a stream, which args.stream (or stream_id) names.
         std::int64_t native = tid;
@@ -725,8 +910,8 @@ private:
                     native = stream;
             });
         }
-        auto [it, added] =
-            lanes_.try_emplace(LaneKey{device, profiler, pid, device ? native : tid}, LaneId{});
+        auto [it, added] = lanes_.try_emplace(
+            LaneKey{device, profiler, pid, device ? native : tid, requests}, LaneId{});
         if (!added)
             return it->second;
         std::string name;
@@ -737,6 +922,8 @@ private:
             name = "stream " + std::to_string(native) + " (device " + std::to_string(pid) + ")";
             if (first_device_ < 0 && pid >= 0 && pid < (1 << 20))
                 first_device_ = static_cast<std::int32_t>(pid);
+        } else if (requests) {
+            name = "gloo requests (thread " + std::to_string(tid) + ")";
         } else {
             auto named = thread_names_.find({pid, tid});
             name = named != thread_names_.end() ? named->second : "thread " + std::to_string(tid);
@@ -1001,7 +1188,42 @@ private:
             map_fulcrum_args(e.args, event);
             return;
         }
+        if (where == Where::host && grid_.found && grid_.grid.pp > 1)
+            map_structure(e, event);
         event.step = step >= 0 ? step : step_of(where, event);
+    }
+
+    // A pipeline action label, or a send or receive the passes were recovered from, as the
+    // range Fulcrum's own annotations would have written (docs/annotations.md).
+    void map_structure(const RawEvent& e, Event& event) {
+        std::optional<structure::PipelineAction> action = structure::parse_pipeline_action(e.name);
+        if (!action && !recovered_comm_.empty()) {
+            const auto found = recovered_comm_.find(
+                {ids_.of(e.pid.empty() ? std::string_view("0") : e.pid),
+                 ids_.of(e.tid.empty() ? std::string_view("0") : e.tid), event.start_ns});
+            if (found != recovered_comm_.end())
+                action =
+                    structure::PipelineAction{found->second.kind, -1, found->second.microbatch};
+        }
+        if (!action)
+            return;
+        set_structure(*action, e.name, event);
+    }
+
+    void set_structure(const structure::PipelineAction& action, std::string_view original,
+                       Event& event) {
+        const bool communication = structure::action_is_communication(action.kind);
+        event.kind = communication ? EventKind::collective : EventKind::range;
+        event.category = communication ? Category::communication : Category::compute;
+        event.name = sink_.intern(structure::action_range_name(action.kind));
+        event.stage = static_cast<std::int16_t>(grid_.coordinates.pp);
+        event.microbatch = action.microbatch;
+        event.phase = structure::action_phase(action.kind);
+        const int chunk = action.stage_index >= 0 ? action.stage_index / grid_.grid.pp : 0;
+        nlohmann::json args = {{"chunk", chunk}};
+        args["kineto_name"] = std::string(original);
+        event.args = sink_.intern(args.dump());
+        labelled_passes_ += communication ? 0 : 1;
     }
 
     // MTIA's command processor: DMA requests are copies (direction and size in the args),
@@ -1126,6 +1348,7 @@ private:
             log_.note("unknown category \"" + cat + "\" on a device's pid: " + std::to_string(n) +
                       " events imported as device work (kernels)");
         }
+        add_recovered_passes();
         log_.finish();
         for (RankInfo& rank : ranks_) {
             if (top_.fulcrum.present)
@@ -1140,12 +1363,34 @@ private:
         progress(1.0);
     }
 
+    // The passes recovered from the sends, as ranges on the thread that ran them.
+    void add_recovered_passes() {
+        const auto lane =
+            lanes_.find(LaneKey{false, false, schedule_thread_.first, schedule_thread_.second});
+        if (lane == lanes_.end())
+            return;
+        for (const RecoveredStepRange& recovered : recovered_) {
+            if (structure::action_is_communication(recovered.range.kind))
+                continue;
+            Event event;
+            event.lane = lane->second;
+            event.start_ns = recovered.range.start_ns;
+            event.end_ns = recovered.range.end_ns;
+            event.step = recovered.step;
+            set_structure({recovered.range.kind, -1, recovered.range.microbatch},
+                          "recovered from the pipeline sends", event);
+            add(event);
+        }
+        flush();
+    }
+
     struct LaneKey {
         bool device, profiler;
         std::int64_t pid, tid;
+        bool requests = false;  // gloo's point-to-point requests of the thread
         bool operator<(const LaneKey& o) const {
-            return std::tie(device, profiler, pid, tid) <
-                   std::tie(o.device, o.profiler, o.pid, o.tid);
+            return std::tie(device, profiler, pid, tid, requests) <
+                   std::tie(o.device, o.profiler, o.pid, o.tid, o.requests);
         }
     };
     struct OpenKey {
@@ -1156,9 +1401,47 @@ private:
         }
     };
 
+    struct ThreadOp {
+        std::int64_t pid = 0, tid = 0;
+        structure::HostOp op;
+    };
+    struct RecoveredStepRange {
+        structure::RecoveredRange range;
+        std::int32_t step = -1;
+    };
+
     const ImportInput& input_;
     TraceSink& sink_;
     const ImportFileOptions& options_;
+    // Structure recovery: pass 1's operators of interest, the grid, the passes recovered from
+    // the sends (with no labels to read) and the thread they ran on.
+    std::vector<ThreadOp> host_ops_;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> sends_by_thread_;
+    bool has_pipeline_labels_ = false;
+    structure::RecoveredGrid grid_;
+    std::pair<std::int64_t, std::int64_t> schedule_thread_{-1, -1};
+    std::vector<RecoveredStepRange> recovered_;
+    std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, structure::RecoveredRange>
+        recovered_comm_;  // (pid, tid, start) of a send or receive -> what it handed over
+    std::int64_t inconsistent_steps_ = 0, labelled_passes_ = 0;
+    // What the labels or the recovered passes say of the schedule.
+    bool gpipe_labels_ = false, split_backward_ = false, one_f_one_b_ = false;
+    std::int32_t max_stage_index_ = -1, max_microbatch_ = -1;
+
+    // The schedule in run.config's names, where it can be told; "" otherwise.
+    std::string recovered_schedule() const {
+        if (has_pipeline_labels_) {
+            if (gpipe_labels_)
+                return "gpipe";
+            const int chunks = grid_.grid.pp > 0 ? max_stage_index_ / grid_.grid.pp + 1 : 1;
+            if (split_backward_)
+                return "";  // zero bubble: ZB-H1 or ZBV, which the labels do not tell apart
+            return chunks > 1 ? "interleaved" : "1f1b";
+        }
+        if (recovered_.empty())
+            return "";
+        return one_f_one_b_ ? "1f1b" : "gpipe";
+    }
     ImportLog log_;
     double input_size_ = 1;
     TopLevel top_;

@@ -1,0 +1,399 @@
+#include "core/import/kineto/structure.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+
+namespace fulcrum::importer::structure {
+
+std::vector<ProcessGroup> parse_process_groups(std::string_view distributed_info) {
+    std::vector<ProcessGroup> groups;
+    const auto info = nlohmann::json::parse(distributed_info, nullptr, false);
+    if (!info.is_object()) {
+        return groups;
+    }
+    const auto config = info.find("pg_config");
+    if (config == info.end() || !config->is_array()) {
+        return groups;
+    }
+    for (const auto& entry : *config) {
+        if (!entry.is_object()) {
+            continue;
+        }
+        ProcessGroup group;
+        if (const auto name = entry.find("pg_name"); name != entry.end() && name->is_string()) {
+            group.name = name->get<std::string>();
+        }
+        if (const auto desc = entry.find("pg_desc"); desc != entry.end() && desc->is_string()) {
+            group.desc = desc->get<std::string>();
+        }
+        const auto ranks = entry.find("ranks");
+        if (ranks == entry.end() || !ranks->is_array()) {
+            continue;
+        }
+        for (const auto& rank : *ranks) {
+            if (rank.is_number_integer()) {
+                group.ranks.push_back(rank.get<std::int32_t>());
+            }
+        }
+        if (!group.ranks.empty()) {
+            groups.push_back(std::move(group));
+        }
+    }
+    return groups;
+}
+
+namespace {
+
+enum class Dim { dp, tp, pp, cp, dp_shard, dp_replicate };
+
+// A group's dimension by the name its framework gives it.
+std::optional<Dim> dimension_of(std::string_view desc) {
+    struct Name {
+        std::string_view desc;
+        Dim dim;
+    };
+    static constexpr std::array<Name, 10> kNames = {{
+        // torch's DeviceMesh (torchtitan): "mesh_" and the mesh dimension's name.
+        {"mesh_pp", Dim::pp},
+        {"mesh_dp", Dim::dp},
+        {"mesh_tp", Dim::tp},
+        {"mesh_cp", Dim::cp},
+        {"mesh_dp_shard", Dim::dp_shard},
+        {"mesh_dp_replicate", Dim::dp_replicate},
+        // Megatron-LM (megatron/core/parallel_state.py, group_desc).
+        {"PIPELINE_MODEL_PARALLEL_GROUP", Dim::pp},
+        {"DATA_PARALLEL_GROUP", Dim::dp},
+        {"TENSOR_MODEL_PARALLEL_GROUP", Dim::tp},
+        {"CONTEXT_PARALLEL_GROUP", Dim::cp},
+    }};
+    for (const Name& name : kNames) {
+        if (desc == name.desc) {
+            return name.dim;
+        }
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+RecoveredGrid recover_grid(std::int32_t rank, std::int32_t world_size,
+                           const std::vector<ProcessGroup>& groups, bool sends_to_others) {
+    RecoveredGrid out;
+    const ProcessGroup* found[6] = {};
+    std::string names;
+    for (const ProcessGroup& group : groups) {
+        const auto dim = dimension_of(group.desc);
+        if (!dim || std::find(group.ranks.begin(), group.ranks.end(), rank) == group.ranks.end() ||
+            found[static_cast<int>(*dim)] != nullptr) {
+            continue;
+        }
+        found[static_cast<int>(*dim)] = &group;
+        names += (names.empty() ? "" : ", ") + group.desc;
+    }
+    const auto degree_and_index = [&](Dim dim, int& degree, int& index) {
+        const ProcessGroup* group = found[static_cast<int>(dim)];
+        if (group == nullptr) {
+            return false;
+        }
+        degree = static_cast<int>(group->ranks.size());
+        index = static_cast<int>(std::find(group->ranks.begin(), group->ranks.end(), rank) -
+                                 group->ranks.begin());
+        return true;
+    };
+    parallel::GridShape& grid = out.grid;
+    parallel::GridCoordinates& at = out.coordinates;
+    bool any = degree_and_index(Dim::pp, grid.pp, at.pp);
+    any |= degree_and_index(Dim::tp, grid.tp, at.tp);
+    any |= degree_and_index(Dim::cp, grid.cp, at.cp);
+    if (!degree_and_index(Dim::dp, grid.dp, at.dp)) {
+        // FSDP2's hybrid sharding: the replicas of shards; DP is both together.
+        int shard = 1, shard_at = 0, replicas = 1, replica_at = 0;
+        const bool sharded = degree_and_index(Dim::dp_shard, shard, shard_at);
+        const bool replicated = degree_and_index(Dim::dp_replicate, replicas, replica_at);
+        if (sharded || replicated) {
+            grid.dp = shard * replicas;
+            at.dp = replica_at * shard + shard_at;
+            any = true;
+        }
+    } else {
+        any = true;
+    }
+    if (any) {
+        out.found = true;
+        out.rule = "process groups " + names;
+        if (const ProcessGroup* pipeline = found[static_cast<int>(Dim::pp)]) {
+            out.pipeline = pipeline->ranks;
+        } else {
+            out.pipeline = {rank};
+        }
+        return out;
+    }
+    // No group names a dimension: a world that sends to itself is one pipeline, stage = rank.
+    if (sends_to_others && world_size > 1 && rank < world_size) {
+        out.found = true;
+        grid.pp = world_size;
+        at.pp = rank;
+        for (std::int32_t r = 0; r < world_size; ++r) {
+            out.pipeline.push_back(r);
+        }
+        out.rule =
+            "no group names a dimension; pipeline sends between the ranks of the world: one "
+            "pipeline over it, stage = rank (torch.distributed.pipelining's default; inferred)";
+    }
+    return out;
+}
+
+namespace {
+
+bool read_int(std::string_view& text, std::int32_t& value) {
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc{} || end == text.data() || value < 0) {
+        return false;
+    }
+    text.remove_prefix(static_cast<std::size_t>(end - text.data()));
+    return true;
+}
+
+}  // namespace
+
+std::optional<PipelineAction> parse_pipeline_action(std::string_view name) {
+    PipelineAction action;
+    // ScheduleGPipe's record_function labels: "Forward 3", "Backward 3", the stage its own.
+    for (const auto& [label, kind] :
+         {std::pair{std::string_view("Forward "), PipelineAction::Kind::forward},
+          std::pair{std::string_view("Backward "), PipelineAction::Kind::backward}}) {
+        if (name.starts_with(label)) {
+            std::string_view rest = name.substr(label.size());
+            if (!read_int(rest, action.microbatch) || !rest.empty()) {
+                return std::nullopt;
+            }
+            action.kind = kind;
+            action.stage_index = -1;
+            return action;
+        }
+    }
+    constexpr std::string_view prefix = "PP:";
+    if (!name.starts_with(prefix)) {
+        return std::nullopt;
+    }
+    name.remove_prefix(prefix.size());
+    if (!read_int(name, action.stage_index)) {
+        return std::nullopt;
+    }
+    struct Code {
+        std::string_view text;
+        PipelineAction::Kind kind;
+    };
+    // Longest first: SEND_F before F.
+    static constexpr std::array<Code, 8> kCodes = {{
+        {"SEND_F", PipelineAction::Kind::send_activations},
+        {"RECV_F", PipelineAction::Kind::recv_activations},
+        {"SEND_B", PipelineAction::Kind::send_gradients},
+        {"RECV_B", PipelineAction::Kind::recv_gradients},
+        {"F", PipelineAction::Kind::forward},
+        {"B", PipelineAction::Kind::backward},
+        {"I", PipelineAction::Kind::backward_input},
+        {"W", PipelineAction::Kind::backward_weight},
+    }};
+    for (const Code& code : kCodes) {
+        if (!name.starts_with(code.text)) {
+            continue;
+        }
+        std::string_view rest = name.substr(code.text.size());
+        if (!read_int(rest, action.microbatch) || !rest.empty()) {
+            return std::nullopt;
+        }
+        action.kind = code.kind;
+        return action;
+    }
+    return std::nullopt;  // UNSHARD, RESHARD, REDUCE_GRAD, WAIT_…: not a pass or a hand-over
+}
+
+std::string_view action_range_name(PipelineAction::Kind kind) {
+    using Kind = PipelineAction::Kind;
+    switch (kind) {
+        case Kind::forward:
+            return "forward";
+        case Kind::backward:
+        case Kind::backward_input:
+            return "backward";
+        case Kind::backward_weight:
+            return "weight gradients";
+        case Kind::send_activations:
+            return "send activations";
+        case Kind::recv_activations:
+            return "recv activations";
+        case Kind::send_gradients:
+            return "send gradients";
+        case Kind::recv_gradients:
+            return "recv gradients";
+    }
+    return "forward";
+}
+
+Phase action_phase(PipelineAction::Kind kind) {
+    using Kind = PipelineAction::Kind;
+    switch (kind) {
+        case Kind::forward:
+        case Kind::send_activations:
+        case Kind::recv_activations:
+            return Phase::forward;
+        case Kind::backward_weight:
+            return Phase::weight_grad;
+        default:
+            return Phase::backward;
+    }
+}
+
+bool action_is_communication(PipelineAction::Kind kind) {
+    using Kind = PipelineAction::Kind;
+    return kind == Kind::send_activations || kind == Kind::recv_activations ||
+           kind == Kind::send_gradients || kind == Kind::recv_gradients;
+}
+
+HostOp::Kind host_op_kind(std::string_view name) {
+    if (name == "c10d::send") {
+        return HostOp::Kind::send;
+    }
+    if (name == "c10d::recv_") {
+        return HostOp::Kind::recv;
+    }
+    if (name.starts_with("autograd::engine::evaluate_function")) {
+        return HostOp::Kind::autograd;
+    }
+    if (name.starts_with("c10d::") || name.starts_with("_c10d_functional::") ||
+        name.starts_with("nccl:") || name.starts_with("gloo:")) {
+        return HostOp::Kind::collective;
+    }
+    if (name.starts_with("Optimizer.")) {
+        return HostOp::Kind::optimizer;
+    }
+    return HostOp::Kind::compute;
+}
+
+StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::int32_t next,
+                             std::int64_t window_start) {
+    using Kind = PipelineAction::Kind;
+    std::sort(ops.begin(), ops.end(), [](const HostOp& a, const HostOp& b) {
+        return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+    });
+    // The top-level operators: those no earlier one contains.
+    std::vector<HostOp> top;
+    std::int64_t covered_until = INT64_MIN;
+    for (const HostOp& op : ops) {
+        if (op.start_ns >= covered_until) {
+            top.push_back(op);
+            covered_until = op.end_ns;
+        }
+    }
+    StepPasses out;
+    std::int32_t counts[8] = {};
+    const auto numbered = [&](Kind kind) { return counts[static_cast<int>(kind)]++; };
+    // The run of passes' work being gathered: its kind, extent, and whether it may be a pass
+    // (a forward on a stage with a previous one needs its activations received first).
+    bool open = false, autograd = false;
+    std::int64_t run_start = 0, run_end = 0;
+    bool activations_in = prev < 0;  // received since the last forward
+    // A forward on a stage with a next one is a pass only once its activations are sent.
+    std::optional<RecoveredRange> pending;
+    const auto add_forward = [&](std::int64_t start, std::int64_t end) {
+        out.ranges.push_back({start, end, Kind::forward, numbered(Kind::forward)});
+        ++out.forwards;
+        activations_in = prev < 0;
+    };
+    const auto close = [&] {
+        if (!open) {
+            return;
+        }
+        open = false;
+        if (autograd) {
+            out.ranges.push_back({run_start, run_end, Kind::backward, numbered(Kind::backward)});
+            ++out.backwards;
+        } else if (activations_in) {
+            if (next < 0) {
+                add_forward(run_start, run_end);
+            } else {
+                pending = RecoveredRange{run_start, run_end, Kind::forward, 0};
+            }
+        }
+    };
+    // The time between operators the trace names is the thread's own work (Python, and the
+    // operators left out of `ops`): forward work, except between two autograd operators.
+    std::int64_t last_end = window_start;
+    HostOp::Kind last_kind = HostOp::Kind::optimizer;
+    std::vector<HostOp> walk;
+    for (const HostOp& op : top) {
+        const bool inside_backward =
+            last_kind == HostOp::Kind::autograd && op.kind == HostOp::Kind::autograd;
+        if (last_end != INT64_MIN && op.start_ns > last_end && !inside_backward &&
+            op.kind != HostOp::Kind::collective) {
+            walk.push_back({last_end, op.start_ns, HostOp::Kind::compute, -1});
+        }
+        walk.push_back(op);
+        last_end = std::max(last_end, op.end_ns);
+        if (op.kind != HostOp::Kind::collective) {
+            last_kind = op.kind;
+        }
+    }
+    for (const HostOp& op : walk) {
+        switch (op.kind) {
+            case HostOp::Kind::collective:
+                continue;  // a DP or TP collective inside the passes: neither part nor boundary
+            case HostOp::Kind::optimizer:
+                close();
+                pending.reset();
+                continue;
+            case HostOp::Kind::send:
+            case HostOp::Kind::recv: {
+                close();
+                const bool to_prev = op.peer >= 0 && op.peer == prev;
+                const bool to_next = op.peer >= 0 && op.peer == next;
+                if (!to_prev && !to_next) {
+                    continue;
+                }
+                const bool send = op.kind == HostOp::Kind::send;
+                const Kind kind = send ? (to_next ? Kind::send_activations : Kind::send_gradients)
+                                       : (to_prev ? Kind::recv_activations : Kind::recv_gradients);
+                if (pending && kind == Kind::send_activations) {
+                    add_forward(pending->start_ns, pending->end_ns);
+                }
+                pending.reset();
+                if (kind == Kind::recv_activations) {
+                    activations_in = true;
+                }
+                out.ranges.push_back({op.start_ns, op.end_ns, kind, numbered(kind)});
+                continue;
+            }
+            case HostOp::Kind::autograd:
+            case HostOp::Kind::compute: {
+                const bool is_autograd = op.kind == HostOp::Kind::autograd;
+                if (open && autograd != is_autograd) {
+                    // Forward work after autograd work starts a new pass; a few operators
+                    // before the first autograd one (the loss's gradient seed) stay in the
+                    // forward.
+                    close();
+                }
+                if (!open) {
+                    pending.reset();  // work between a forward and its send: not a pass
+                    open = true;
+                    autograd = is_autograd;
+                    run_start = op.start_ns;
+                    run_end = op.end_ns;
+                }
+                run_end = std::max(run_end, op.end_ns);
+                continue;
+            }
+        }
+    }
+    close();
+    out.consistent = out.forwards == out.backwards && out.forwards > 0;
+    if (!out.consistent) {
+        out.ranges.clear();
+    }
+    return out;
+}
+
+}  // namespace fulcrum::importer::structure

@@ -1,0 +1,123 @@
+// Structure recovery for PyTorch profiler traces (docs/import.md, "The 4D structure of a
+// PyTorch run"): what Fulcrum's own annotations say outright — each rank's place in the
+// DP × TP × PP × CP grid, and which host time was which micro-batch's forward or backward pass
+// on which stage — read from what a torch.distributed run's trace carries anyway:
+//   - the grid from `distributedInfo.pg_config`, the process groups a rank belongs to, by the
+//     names frameworks give them: torch's DeviceMesh (torchtitan) `mesh_pp`, `mesh_dp`,
+//     `mesh_tp`, `mesh_cp`, `mesh_dp_shard`, `mesh_dp_replicate`; Megatron-LM's
+//     `PIPELINE_MODEL_PARALLEL_GROUP`, `DATA_PARALLEL_GROUP`, `TENSOR_MODEL_PARALLEL_GROUP`,
+//     `CONTEXT_PARALLEL_GROUP` (megatron/core/parallel_state.py). Without such names, a run
+//     whose only group is the world and whose ranks send to each other is one pipeline over
+//     the world, stage = rank (torch.distributed.pipelining's default);
+//   - the passes from torch.distributed.pipelining's action labels (`PP:1F0`: stage 1's
+//     forward of micro-batch 0; B, I and W its full, input-gradient and weight-gradient
+//     backward; SEND_F, RECV_F, SEND_B, RECV_B its hand-overs), which its schedule runtime
+//     (the interleaved and zero-bubble schedules) records; and, where a schedule records none
+//     (GPipe, 1F1B), from the pipeline sends and receives (`c10d::send`, `c10d::recv_` with
+//     their peer) and the autograd engine's work (`autograd::engine::evaluate_function: …`)
+//     between them, micro-batches numbered in the order each stage runs them.
+// Each rule that fires is said in the import log with how sure it is; when none does, the run
+// imports as before and says what could not be derived.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/parallel/grid.h"
+#include "core/trace/model.h"
+
+namespace fulcrum::importer::structure {
+
+// One process group of `distributedInfo.pg_config`: its name, description and member ranks.
+struct ProcessGroup {
+    std::string name;
+    std::string desc;
+    std::vector<std::int32_t> ranks;
+};
+
+// The pg_config array of a distributedInfo member's text; groups that do not parse are left out.
+std::vector<ProcessGroup> parse_process_groups(std::string_view distributed_info);
+
+// A rank's place in the grid, and how it was found.
+struct RecoveredGrid {
+    bool found = false;
+    parallel::GridShape grid;
+    parallel::GridCoordinates coordinates;
+    // The pipeline group's ranks in stage order (one rank when pp = 1).
+    std::vector<std::int32_t> pipeline;
+    std::string rule;  // for the import log: which groups, named how
+};
+
+// `rank`'s grid from its process groups; `sends_to_others`: its trace holds pipeline sends or
+// receives (the fallback of one pipeline over the world needs them).
+RecoveredGrid recover_grid(std::int32_t rank, std::int32_t world_size,
+                           const std::vector<ProcessGroup>& groups, bool sends_to_others);
+
+// One of torch.distributed.pipelining's action labels, `PP:<stage><action><micro-batch>`
+// (torch/distributed/pipelining/schedules.py, _Action's text, recorded by the schedule runtime
+// of the multi-stage schedules), or ScheduleGPipe's `Forward <micro-batch>` and
+// `Backward <micro-batch>`.
+struct PipelineAction {
+    enum class Kind {
+        forward,
+        backward,         // B: the whole backward
+        backward_input,   // I: the input gradients (a zero-bubble schedule's B)
+        backward_weight,  // W: the weight gradients
+        send_activations,
+        recv_activations,
+        send_gradients,
+        recv_gradients,
+    };
+    Kind kind = Kind::forward;
+    // The model chunk's global stage, as torch numbers it; -1: the rank's own (GPipe's labels).
+    std::int32_t stage_index = 0;
+    std::int32_t microbatch = 0;
+};
+std::optional<PipelineAction> parse_pipeline_action(std::string_view name);
+
+// The Fulcrum range an action becomes (docs/annotations.md's names) and its phase.
+std::string_view action_range_name(PipelineAction::Kind kind);
+Phase action_phase(PipelineAction::Kind kind);
+bool action_is_communication(PipelineAction::Kind kind);
+
+// A host operator of the thread that runs the schedule, as pass recovery sees it.
+struct HostOp {
+    enum class Kind { compute, autograd, send, recv, collective, optimizer };
+    std::int64_t start_ns = 0, end_ns = 0;
+    Kind kind = Kind::compute;
+    std::int32_t peer = -1;  // send and recv: the other rank
+};
+
+// What a cpu_op or user_annotation of that name is to pass recovery; `peer_input` is the third
+// of its "Concrete Inputs" (c10d::send's dstRank, c10d::recv_'s srcRank).
+HostOp::Kind host_op_kind(std::string_view name);
+
+// A pass or hand-over found from the sends and the autograd work (no labels).
+struct RecoveredRange {
+    std::int64_t start_ns = 0, end_ns = 0;
+    PipelineAction::Kind kind = PipelineAction::Kind::forward;
+    std::int32_t microbatch = 0;
+};
+
+// The passes of one step on one stage from its thread's operators (any order, nested or not),
+// `prev` and `next` the neighbour stages' ranks as the sends name them (-1: none): the
+// top-level operators, and the thread's time between them from `window_start` (INT64_MIN: the
+// first operator), split into runs of forward work (neither autograd nor communication) and
+// of autograd work. An autograd run is a backward pass; a forward run is a pass when its
+// activations were received (a stage with a previous one) and it ends in their send (a stage
+// with a next one). Passes are numbered in order per phase (GPipe and 1F1B run the
+// micro-batches in order); a receive from `prev` hands over activations, a send to it
+// gradients, `next` the other way round, numbered likewise. `consistent` is false when the
+// forward and backward counts differ (then nothing is kept).
+struct StepPasses {
+    std::vector<RecoveredRange> ranges;
+    std::int32_t forwards = 0, backwards = 0;
+    bool consistent = true;
+};
+StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::int32_t next,
+                             std::int64_t window_start = INT64_MIN);
+
+}  // namespace fulcrum::importer::structure

@@ -741,7 +741,7 @@ private:
         if (top_.world_size > 0)
             config += ",\"world_size\":" + std::to_string(top_.world_size);
         if (grid_.found) {
-            const parallel::GridShape& grid = grid_.grid;
+            const structure::Degrees& grid = grid_.grid;
             config += ",\"dp\":" + std::to_string(grid.dp) + ",\"tp\":" + std::to_string(grid.tp) +
                       ",\"pp\":" + std::to_string(grid.pp) + ",\"cp\":" + std::to_string(grid.cp);
             if (const std::string schedule = recovered_schedule(); !schedule.empty()) {
@@ -788,8 +788,8 @@ private:
                 "stages, micro-batches and bubbles are not derived");
             return;
         }
-        const parallel::GridShape& g = grid_.grid;
-        const parallel::GridCoordinates& at = grid_.coordinates;
+        const structure::Degrees& g = grid_.grid;
+        const structure::Coordinates& at = grid_.coordinates;
         log_.note("structure: grid dp" + std::to_string(g.dp) + " tp" + std::to_string(g.tp) +
                   " pp" + std::to_string(g.pp) + " cp" + std::to_string(g.cp) +
                   ", this rank at dp " + std::to_string(at.dp) + " tp " + std::to_string(at.tp) +

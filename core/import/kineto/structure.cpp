@@ -103,8 +103,8 @@ RecoveredGrid recover_grid(std::int32_t rank, std::int32_t world_size,
                                  group->ranks.begin());
         return true;
     };
-    parallel::GridShape& grid = out.grid;
-    parallel::GridCoordinates& at = out.coordinates;
+    Degrees& grid = out.grid;
+    Coordinates& at = out.coordinates;
     bool any = degree_and_index(Dim::pp, grid.pp, at.pp);
     any |= degree_and_index(Dim::tp, grid.tp, at.tp);
     any |= degree_and_index(Dim::cp, grid.cp, at.cp);

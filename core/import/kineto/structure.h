@@ -26,7 +26,6 @@
 #include <string_view>
 #include <vector>
 
-#include "core/parallel/grid.h"
 #include "core/trace/model.h"
 
 namespace fulcrum::importer::structure {
@@ -41,11 +40,22 @@ struct ProcessGroup {
 // The pg_config array of a distributedInfo member's text; groups that do not parse are left out.
 std::vector<ProcessGroup> parse_process_groups(std::string_view distributed_info);
 
+// Degrees of the four dimensions, and a rank's index along each (core/parallel/grid.h's
+// GridShape and GridCoordinates, which this layer does not see: scripts/check-layers).
+struct Degrees {
+    int dp = 1, tp = 1, pp = 1, cp = 1;
+    friend bool operator==(const Degrees&, const Degrees&) = default;
+};
+struct Coordinates {
+    int dp = 0, tp = 0, pp = 0, cp = 0;
+    friend bool operator==(const Coordinates&, const Coordinates&) = default;
+};
+
 // A rank's place in the grid, and how it was found.
 struct RecoveredGrid {
     bool found = false;
-    parallel::GridShape grid;
-    parallel::GridCoordinates coordinates;
+    Degrees grid;
+    Coordinates coordinates;
     // The pipeline group's ranks in stage order (one rank when pp = 1).
     std::vector<std::int32_t> pipeline;
     std::string rule;  // for the import log: which groups, named how

@@ -239,8 +239,8 @@ private slots:
         };
         const RecoveredGrid grid = recover_grid(5, 8, megatron, true);
         QVERIFY(grid.found);
-        QCOMPARE(grid.grid, (parallel::GridShape{.dp = 2, .tp = 2, .pp = 2, .cp = 1}));
-        QCOMPARE(grid.coordinates, (parallel::GridCoordinates{.dp = 0, .tp = 1, .pp = 1, .cp = 0}));
+        QCOMPARE(grid.grid, (Degrees{.dp = 2, .tp = 2, .pp = 2, .cp = 1}));
+        QCOMPARE(grid.coordinates, (Coordinates{.dp = 0, .tp = 1, .pp = 1, .cp = 0}));
         QCOMPARE(grid.pipeline, (std::vector<std::int32_t>{1, 5}));
         // FSDP2's hybrid sharding: DP is the replicas of the shards.
         const RecoveredGrid hybrid = recover_grid(

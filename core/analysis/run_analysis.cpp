@@ -336,7 +336,9 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     if (passes.empty()) {
         analysis.notes.push_back(
             "no forward/backward ranges: pipeline bubbles, CP load, imbalance, the cost model "
-            "and the critical path need the fulcrum annotations (docs/annotations.md)");
+            "and the critical path need the fulcrum annotations (docs/annotations.md) or a "
+            "pipeline the importer recognises (docs/import.md, \"The 4D structure of a "
+            "PyTorch run\")");
     }
     if (trace.workload.empty()) {
         analysis.notes.push_back(

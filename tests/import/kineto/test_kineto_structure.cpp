@@ -15,6 +15,7 @@
 
 #include "core/analysis/bubbles.h"
 #include "core/analysis/passes.h"
+#include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
 #include "core/import/importer.h"
 #include "core/import/kineto/structure.h"
@@ -191,6 +192,43 @@ private slots:
             QVERIFY(stage.bubble_fraction.has_value());
             QCOMPARE(*stage.bubble_fraction, double(stage.bubble_ns) / double(busy));
         }
+    }
+
+    // What `fulcrum analyze` prints of an imported pipeline, as it does of fulcrum-train's
+    // runs: the bubble table for every stage and step, the rank × micro-batch heatmap with a
+    // column per micro-batch, the critical path of each step through the stages, and the
+    // comparison of two such runs by name.
+    void analysesOfImportedPipelines() {
+        const nlohmann::json fixtures = truth().at("fixtures");
+        QTemporaryDir dir;
+        const Imported gpipe = import_fixture(dir, "gpipe-pp4", fixtures.at("gpipe-pp4"));
+        const Imported one_f_one_b = import_fixture(dir, "1f1b-pp4", fixtures.at("1f1b-pp4"));
+        for (const Imported* imported : {&gpipe, &one_f_one_b}) {
+            auto analysis = analysis::analyze_run(imported->trace);
+            QVERIFY(analysis.ok());
+            QCOMPARE(analysis->bubbles.stages.size(), std::size_t(4 * 2));
+            QVERIFY(analysis->bubbles.theory_fraction.has_value());
+            QCOMPARE(analysis->imbalance.by_microbatch.size(), std::size_t(2));
+            const analysis::Matrix& heatmap = analysis->imbalance.by_microbatch[0].compute_ns;
+            QCOMPARE(heatmap.rows.size(), std::size_t(4));
+            QCOMPARE(int(heatmap.columns.size()), imported->trace.config.layout.microbatches);
+            QCOMPARE(analysis->critical_paths.size(), std::size_t(2));
+            for (const analysis::CriticalPath& path : analysis->critical_paths) {
+                QVERIFY(!path.by_stage.empty());
+                QVERIFY(path.end_ns > path.start_ns);
+            }
+        }
+        const analysis::RunDiff diff =
+            analysis::diff_runs({&gpipe.trace, std::nullopt}, {&one_f_one_b.trace, std::nullopt});
+        bool forward = false;
+        for (const analysis::NameDiff& row : diff.rows) {
+            if (row.name == "forward") {
+                forward = true;
+                QCOMPARE(row.count_a, 4.0 * 4);  // per step: 4 stages × 4 micro-batches
+                QCOMPARE(row.count_b, 4.0 * 8);  // 4 stages × 8
+            }
+        }
+        QVERIFY(forward);
     }
 
     // A mesh without a pipeline: the grid from DeviceMesh's groups, no passes, and a note.

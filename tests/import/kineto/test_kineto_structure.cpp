@@ -231,6 +231,39 @@ private slots:
         QVERIFY(forward);
     }
 
+    // Megatron-LM's group names (a fixture built from them: make_megatron_like.py gives the
+    // real pp2-dp2 traces Megatron-LM's TP 2 × PP 2 × DP 2 groups, tp-cp-dp-pp order): each
+    // rank's coordinates from TENSOR_/DATA_/PIPELINE_MODEL_PARALLEL_GROUP, the groups that
+    // name no dimension ignored, and the passes of the rank it copies.
+    void megatronGroupNames() {
+        std::ifstream in(kTorch / "megatron-like.json");
+        const nlohmann::json made = nlohmann::json::parse(in);
+        nlohmann::json job;
+        for (const auto& rank : made.at("ranks")) {
+            job["files"].push_back(rank.at("file"));
+        }
+        QTemporaryDir dir;
+        const Imported imported = import_fixture(dir, "megatron-like", job);
+        QCOMPARE(imported.trace.config.layout.grid,
+                 (parallel::GridShape{.dp = 2, .tp = 2, .pp = 2, .cp = 1}));
+        const std::vector<analysis::Pass> passes = analysis::find_passes(imported.trace);
+        for (const auto& expected : made.at("ranks")) {
+            const int r = expected.at("rank").get<int>();
+            for (const analysis::RankTrace& rank : imported.trace.ranks) {
+                if (rank.info.rank != r) {
+                    continue;
+                }
+                QCOMPARE(rank.info.tp, expected.at("tp").get<int>());
+                QCOMPARE(rank.info.dp, expected.at("dp").get<int>());
+                QCOMPARE(rank.info.pp, expected.at("pp").get<int>());
+            }
+            const auto count = std::count_if(passes.begin(), passes.end(),
+                                             [&](const analysis::Pass& p) { return p.rank == r; });
+            QCOMPARE(count, std::ptrdiff_t(4 * 2 * 2));  // micro-batches × phases × steps
+        }
+        QVERIFY(any_note(imported, "TENSOR_MODEL_PARALLEL_GROUP"));
+    }
+
     // A mesh without a pipeline: the grid from DeviceMesh's groups, no passes, and a note.
     void meshWithoutPipeline() {
         const nlohmann::json job = truth().at("fixtures").at("tp2-dp2");

@@ -1,0 +1,73 @@
+// The views on an imported PyTorch pipeline (tests/data/torch: Schedule1F1B over 4 ranks, no
+// labels, its passes recovered from the sends; docs/import.md, "The 4D structure of a PyTorch
+// run"): the timeline groups the ranks by stage as it does fulcrum-train's runs, and the bubble
+// view draws every stage's recovered passes with the bubble table beside them.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <set>
+
+#include "core/import/importer.h"
+#include "views/charts/bubble_stage_model.h"
+#include "views/charts/bubble_view.h"
+#include "views/timeline/lane_tree_model.h"
+#include "views/timeline/timeline_canvas.h"
+
+using namespace fulcrum;
+using namespace fulcrum::views;
+using namespace fulcrum::views::timeline;
+
+class TorchFixtureViewsTest : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir dir_;
+    RunPtr run_;
+
+private slots:
+    void initTestCase() {
+        QVERIFY(dir_.isValid());
+        std::vector<std::string> inputs;
+        for (int r = 0; r < 4; ++r) {
+            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/1f1b-pp4-rank") +
+                             std::to_string(r) + ".json.gz");
+        }
+        const QString path = dir_.filePath("1f1b.fulcrum");
+        auto imported = importer::import_files(inputs, path.toStdString());
+        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
+        auto run = open_run(path);
+        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
+        run_ = *run;
+        QVERIFY2(run_->analysis != nullptr, qPrintable(run_->analysis_error));
+    }
+
+    void laneTreeGroupsByStage() {
+        const Layout layout = build_layout(*run_->trace);
+        LaneTreeModel model;
+        model.set_run(run_->trace.get(), &layout);
+        model.set_grouping(Grouping::pp);
+        QCOMPARE(model.rowCount(), 4);  // PP stages 0–3
+        for (int stage = 0; stage < 4; ++stage) {
+            QCOMPARE(model.rowCount(model.index(stage, 0)), 1);  // one rank each
+        }
+    }
+
+    void bubbleViewDrawsTheRecoveredPasses() {
+        BubbleView view;
+        view.resize(1200, 800);
+        view.set_run(run_);
+        QVERIFY2(view.message().isEmpty(), qPrintable(view.message()));
+        QVERIFY(view.select_pipeline(1, 0, 0, 0));
+        // Step 1 of 4 stages × 8 micro-batches, forward and backward.
+        QCOMPARE(view.shown_passes().size(), std::size_t(4 * 8 * 2));
+        std::set<int> stages;
+        for (const analysis::Pass& pass : view.shown_passes()) {
+            stages.insert(pass.stage);
+            QVERIFY(pass.microbatch >= 0 && pass.microbatch < 8);
+        }
+        QCOMPARE(stages, (std::set<int>{0, 1, 2, 3}));
+        QCOMPARE(view.stage_model()->rowCount(), 4);
+    }
+};
+
+QTEST_MAIN(TorchFixtureViewsTest)
+#include "test_views_torch_fixtures.moc"

@@ -2,6 +2,8 @@
 // labels, its passes recovered from the sends; docs/import.md, "The 4D structure of a PyTorch
 // run"): the timeline groups the ranks by stage as it does fulcrum-train's runs, and the bubble
 // view draws every stage's recovered passes with the bubble table beside them.
+#include <qcustomplot.h>
+
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -10,6 +12,7 @@
 #include "core/import/importer.h"
 #include "views/charts/bubble_stage_model.h"
 #include "views/charts/bubble_view.h"
+#include "views/charts/heatmap_view.h"
 #include "views/timeline/lane_tree_model.h"
 #include "views/timeline/timeline_canvas.h"
 
@@ -66,6 +69,20 @@ private slots:
         }
         QCOMPARE(stages, (std::set<int>{0, 1, 2, 3}));
         QCOMPARE(view.stage_model()->rowCount(), 4);
+        // The step's critical path is drawn over the passes.
+        QVERIFY(!view.shown_critical().empty());
+    }
+
+    // The rank × micro-batch map: a cell per rank and micro-batch of the step.
+    void heatmapHasRanksByMicrobatches() {
+        HeatmapView view;
+        view.resize(1200, 800);
+        view.set_run(run_);
+        QVERIFY2(view.message().isEmpty(), qPrintable(view.message()));
+        view.set_step(1);
+        QCPColorMapData* data = view.microbatch_map()->data();
+        QCOMPARE(data->keySize(), 8);    // micro-batches
+        QCOMPARE(data->valueSize(), 4);  // ranks
     }
 };
 

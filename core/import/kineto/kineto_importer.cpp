@@ -635,7 +635,20 @@ private:
             });
             ++sends_by_thread_[{ids_.of(e.pid), ids_.of(e.tid)}];
         }
-        host_ops_.push_back({ids_.of(e.pid), ids_.of(e.tid), op});
+        const std::pair thread{ids_.of(e.pid), ids_.of(e.tid)};
+        // A thread's consecutive autograd operators are one run of backward work: kept as one,
+        // so memory follows the passes, not the operators.
+        auto [last, added] = last_op_of_thread_.try_emplace(thread, host_ops_.size());
+        if (!added && op.kind == structure::HostOp::Kind::autograd) {
+            structure::HostOp& previous = host_ops_[last->second].op;
+            if (previous.kind == structure::HostOp::Kind::autograd &&
+                op.start_ns >= previous.start_ns) {
+                previous.end_ns = std::max(previous.end_ns, op.end_ns);
+                return;
+            }
+        }
+        last->second = host_ops_.size();
+        host_ops_.push_back({thread.first, thread.second, op});
     }
 
     // The grid from the process groups, and, where the schedule wrote no labels, the passes
@@ -1416,6 +1429,7 @@ private:
     // Structure recovery: pass 1's operators of interest, the grid, the passes recovered from
     // the sends (with no labels to read) and the thread they ran on.
     std::vector<ThreadOp> host_ops_;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> last_op_of_thread_;
     std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> sends_by_thread_;
     bool has_pipeline_labels_ = false;
     structure::RecoveredGrid grid_;

@@ -1,5 +1,7 @@
 #include "app/cli/cli_common.h"
 
+#include <CLI/CLI.hpp>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,6 +84,17 @@ void install_interrupt_handler() {
     action.sa_handler = on_interrupt;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
+}
+
+void add_attention_backend_option(CLI::App& app, std::string& backend, const std::string& group) {
+    app.add_option("--attention-backend", backend,
+                   "The attention kernel the runs use, priced by --hardware's device: flash "
+                   "(fused: the causal pairs only, no score matrix kept) or unfused (Megatron-LM's "
+                   "kernels of 2021-22: the whole square, the scores kept and streamed through "
+                   "HBM)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"flash", "unfused"}))
+        ->group(group);
 }
 
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,

@@ -11,6 +11,10 @@
 #include "core/sim/simulator.h"
 #include "core/util/result.h"
 
+namespace CLI {
+class App;
+}
+
 namespace fulcrum::cli {
 
 // Exit codes, documented in `fulcrum --help` and docs/cli.md.
@@ -34,6 +38,10 @@ void finish_progress_line();
 std::function<void(double)> progress_for(const std::string& label, bool forced,
                                          std::atomic<bool>& cancel);
 void install_interrupt_handler();
+
+// --attention-backend flash|unfused into `backend`, in `group`: the one definition fulcrum
+// simulate and fulcrum plan share (sim::HardwareAssumptions::unfused_attention).
+void add_attention_backend_option(CLI::App& app, std::string& backend, const std::string& group);
 
 // "7,9,9,7" → {7, 9, 9, 7}; the error names `option` and shows `example`.
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,

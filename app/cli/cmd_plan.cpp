@@ -603,12 +603,7 @@ Command add_plan_command(CLI::App& app) {
                   "Plan for a framework without Megatron-LM's distributed optimizer (ZeRO-1): "
                   "every rank holds and updates the whole optimizer state of its stage")
         ->group("Search");
-    sub->add_option("--attention-backend", args->attention_backend,
-                    "The attention kernel the runs use: flash (no score matrix kept) or unfused "
-                    "(Megatron-LM's kernels of 2021-22: the scores kept and streamed)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"flash", "unfused"}))
-        ->group("Search");
+    add_attention_backend_option(*sub, args->attention_backend, "Search");
     sub->add_flag("--no-offload", args->no_offload,
                   "Do not try chunked attention with Q, K and V offloaded to host memory where "
                   "activations do not fit without recomputation")

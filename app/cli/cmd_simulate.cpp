@@ -811,9 +811,10 @@ void add_cost_model_options(CLI::App* sub, SimulateArgs* args) {
                     "docs/analyses.md); overrides the fit of --calibrate")
         ->group("Cost model");
     sub->add_option("--hardware", args->hardware,
-                    "A system description for the analytic model: h100 (the flat defaults below "
-                    "for compute, DGX H100's links), a100 (312 TFLOP/s peak, GEMM efficiency by "
-                    "size, DGX A100's links), or a JSON file of your system (docs/simulate.md, "
+                    "A system description for the analytic model: h100 (989 TFLOP/s peak, GEMM "
+                    "efficiency by size, DGX H100's links), a100 (312 TFLOP/s peak, GEMM "
+                    "efficiency by size, DGX A100's links), or a JSON file of your system "
+                    "(docs/simulate.md, "
                     "\"A system of your own\"); collectives priced as NCCL prices them; the "
                     "options below override its values")
         ->group("Cost model");
@@ -888,13 +889,7 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
                   "Megatron-LM's --use-distributed-optimizer (ZeRO-1): each rank updates "
                   "1/(dp x cp) of its stage's parameters")
         ->group("Grid");
-    sub->add_option("--attention-backend", args->attention_backend,
-                    "The attention kernel the run uses, priced by --hardware's device: flash "
-                    "(fused, the causal pairs only) or unfused (Megatron-LM's kernels of 2022: "
-                    "the whole square, scores through HBM)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"flash", "unfused"}))
-        ->group("Cost model");
+    add_attention_backend_option(*sub, args->attention_backend, "Cost model");
     sub->add_option("--dtype", args->dtype,
                     "Element type of activations and gradients: bf16, fp16 (2 bytes) or fp32 "
                     "(4, the CPU engine's)")

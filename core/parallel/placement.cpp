@@ -157,6 +157,14 @@ GroupPlacement place_group(const GridShape& grid, const RankOrder& order,
     return placement;
 }
 
+LayoutPlacement place_layout(const GridShape& grid, const RankOrder& order, int gpus_per_node) {
+    return {.tp = place_group(grid, order, {Dimension::tp}, gpus_per_node),
+            .cp = place_group(grid, order, {Dimension::cp}, gpus_per_node),
+            .dp_cp = place_group(grid, order, {Dimension::dp, Dimension::cp}, gpus_per_node),
+            .pipeline_pair = place_pipeline_pair(grid, order, gpus_per_node),
+            .embedding_pair = place_pipeline_pair(grid, order, gpus_per_node, grid.pp - 1)};
+}
+
 GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order, int gpus_per_node,
                                    int stages_apart) {
     GroupPlacement pair;

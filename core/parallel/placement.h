@@ -71,4 +71,15 @@ GroupPlacement place_group(const GridShape& grid, const RankOrder& order,
 GroupPlacement place_pipeline_pair(const GridShape& grid, const RankOrder& order, int gpus_per_node,
                                    int stages_apart = 1);
 
+// Every kind of group a layout's collectives run over, placed under `order`: what the
+// simulator prices (core/sim/stage_costs.cpp) and the planner compares orders by.
+struct LayoutPlacement {
+    GroupPlacement tp, cp;
+    GroupPlacement dp_cp;           // the gradient reduction's DP × CP group
+    GroupPlacement pipeline_pair;   // a pipeline boundary's sends
+    GroupPlacement embedding_pair;  // the tied embedding's all-reduce, first and last stage
+    friend bool operator==(const LayoutPlacement&, const LayoutPlacement&) = default;
+};
+LayoutPlacement place_layout(const GridShape& grid, const RankOrder& order, int gpus_per_node);
+
 }  // namespace fulcrum::parallel

@@ -445,26 +445,17 @@ Status play_balancers(const PlanRequest& request, const MeanMicroBatch& mean,
 // every order before it.
 std::vector<parallel::RankOrder> orders_that_matter(const PlanRequest& request,
                                                     const parallel::GridShape& grid) {
-    using parallel::Dimension;
-    const auto placements = [&](const parallel::RankOrder& order) {
-        const int node = request.gpus_per_node;
-        return std::array<parallel::GroupPlacement, 5>{
-            parallel::place_group(grid, order, {Dimension::tp}, node),
-            parallel::place_group(grid, order, {Dimension::cp}, node),
-            parallel::place_group(grid, order, {Dimension::dp, Dimension::cp}, node),
-            parallel::place_pipeline_pair(grid, order, node),
-            parallel::place_pipeline_pair(grid, order, node, std::max(grid.pp - 1, 1))};
-    };
     std::vector<parallel::RankOrder> orders;
-    std::vector<std::array<parallel::GroupPlacement, 5>> seen;
+    std::vector<parallel::LayoutPlacement> seen;
     for (const parallel::RankOrder& order : request.space.rank_orders) {
         if (!orders.empty() && !request.hardware.network) {
             break;  // flat rings price every placement alike
         }
-        auto placed = placements(order);
+        parallel::LayoutPlacement placed =
+            parallel::place_layout(grid, order, request.gpus_per_node);
         if (std::find(seen.begin(), seen.end(), placed) == seen.end()) {
             orders.push_back(order);
-            seen.push_back(std::move(placed));
+            seen.push_back(placed);
         }
     }
     return orders;

@@ -337,13 +337,10 @@ void add_ring_collectives(CostModel& cost, const parallel::GridShape& grid,
 void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
                           const HardwareAssumptions& hardware) {
     using parallel::Collective;
-    using parallel::Dimension;
     parallel::ClusterNetwork network = *hardware.network;
     network.gpus_per_node = hardware.gpus_per_node;
-    const parallel::GridShape& grid = layout.grid;
-    const auto group = [&](std::initializer_list<Dimension> dimensions) {
-        return parallel::place_group(grid, layout.rank_order, dimensions, network.gpus_per_node);
-    };
+    const parallel::LayoutPlacement placed =
+        parallel::place_layout(layout.grid, layout.rank_order, network.gpus_per_node);
     const auto priced = [&](Role role, std::string_view name, Collective kind,
                             const parallel::GroupPlacement& placement) {
         const parallel::NcclPrice ring =
@@ -355,7 +352,7 @@ void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
         priced_cost.nccl = parallel::nccl_call(kind, placement, network);
         return priced_cost;
     };
-    const parallel::GroupPlacement cp = group({Dimension::cp}), tp = group({Dimension::tp});
+    const parallel::GroupPlacement &cp = placed.cp, &tp = placed.tp;
     cost.collectives.push_back(
         priced(Role::cp_collective, kCpAllGather, Collective::all_gather, cp));
     cost.collectives.push_back(
@@ -367,21 +364,17 @@ void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
         priced(Role::tp_collective, kTpAllGather, Collective::all_gather, tp));
     cost.collectives.push_back(
         priced(Role::tp_collective, kTpReduceScatter, Collective::reduce_scatter, tp));
-    const parallel::GroupPlacement pair =
-        parallel::place_pipeline_pair(grid, layout.rank_order, network.gpus_per_node);
     const double p2p_latency_ns = hardware.p2p_latency_us * 1e3;
-    const double send_ns_per_byte = 1.0 / parallel::send_gbs(pair, network);
+    const double send_ns_per_byte = 1.0 / parallel::send_gbs(placed.pipeline_pair, network);
     cost.collectives.push_back(
         collective(Role::pipeline_recv, kRecvActivations, p2p_latency_ns, send_ns_per_byte));
     cost.collectives.push_back(
         collective(Role::pipeline_recv, kRecvGradients, p2p_latency_ns, send_ns_per_byte));
-    cost.collectives.push_back(priced(Role::dp_collective, kDpAllReduce, Collective::all_reduce,
-                                      group({Dimension::dp, Dimension::cp})));
-    // The tied embedding between stage 0 and stage p − 1 (each TP rank its V/t rows).
     cost.collectives.push_back(
-        priced(Role::embedding_collective, kEmbeddingAllReduce, Collective::all_reduce,
-               parallel::place_pipeline_pair(grid, layout.rank_order, network.gpus_per_node,
-                                             grid.pp - 1)));
+        priced(Role::dp_collective, kDpAllReduce, Collective::all_reduce, placed.dp_cp));
+    // The tied embedding between stage 0 and stage p − 1 (each TP rank its V/t rows).
+    cost.collectives.push_back(priced(Role::embedding_collective, kEmbeddingAllReduce,
+                                      Collective::all_reduce, placed.embedding_pair));
 }
 
 }  // namespace

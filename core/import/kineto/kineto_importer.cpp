@@ -1210,7 +1210,11 @@ private:
     // range Fulcrum's own annotations would have written (docs/annotations.md).
     void map_structure(const RawEvent& e, Event& event) {
         std::optional<structure::PipelineAction> action = structure::parse_pipeline_action(e.name);
-        if (!action && !recovered_comm_.empty()) {
+        const bool send_or_recv = [&] {
+            const auto kind = structure::host_op_kind(e.name);
+            return kind == structure::HostOp::Kind::send || kind == structure::HostOp::Kind::recv;
+        }();
+        if (!action && send_or_recv && !recovered_comm_.empty()) {
             const auto found = recovered_comm_.find(
                 {ids_.of(e.pid.empty() ? std::string_view("0") : e.pid),
                  ids_.of(e.tid.empty() ? std::string_view("0") : e.tid), event.start_ns});

@@ -38,6 +38,7 @@ struct PlanArgs {
     bool no_sequence_parallel = false;
     bool no_offload = false;
     bool no_distributed_optimizer = false;
+    int zero_stage = 1;
     std::string attention_backend = "flash";
     bool equal_split = false;
     int host_cores = -1;  // -1: not given
@@ -137,7 +138,7 @@ Status build_space(PlanArgs& args) {
     space.virtual_stages = *virtual_stages;
     space.sequence_parallel = !args.no_sequence_parallel;
     space.offload = !args.no_offload;
-    args.request.precision.distributed_optimizer = !args.no_distributed_optimizer;
+    args.request.zero_stage = args.no_distributed_optimizer ? 0 : args.zero_stage;
     args.request.flash_attention = args.attention_backend == "flash";
     space.exact_layer_split = !args.equal_split;
     args.request.dtype = *dtype;
@@ -599,9 +600,18 @@ Command add_plan_command(CLI::App& app) {
     sub->add_flag("--no-sequence-parallel", args->no_sequence_parallel,
                   "Do not try sequence parallelism")
         ->group("Search");
+    CLI::Option* zero =
+        sub->add_option("--zero", args->zero_stage,
+                        "ZeRO stage of every layout over its DP x CP ranks: 1 (Megatron-LM's "
+                        "distributed optimizer) shards the optimizer state, 2 also the gradients, "
+                        "3 also the parameters")
+            ->capture_default_str()
+            ->check(CLI::Range(0, 3))
+            ->group("Search");
     sub->add_flag("--no-distributed-optimizer", args->no_distributed_optimizer,
-                  "Plan for a framework without Megatron-LM's distributed optimizer (ZeRO-1): "
+                  "Plan for a framework without Megatron-LM's distributed optimizer: --zero 0, "
                   "every rank holds and updates the whole optimizer state of its stage")
+        ->excludes(zero)
         ->group("Search");
     add_attention_backend_option(*sub, args->attention_backend, "Search");
     sub->add_flag("--no-offload", args->no_offload,

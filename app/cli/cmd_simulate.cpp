@@ -518,9 +518,7 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
                 parallel::describe(config.layout.grid).c_str(), config.layout.grid.world(),
                 parallel::schedule_name(config.layout.schedule), config.layout.microbatches,
                 length.c_str());
-    std::printf("model: %d layers, hidden %d, %d heads, context %d, vocab %d\n",
-                config.model.layers, config.model.hidden, config.model.heads, config.model.context,
-                config.model.vocab);
+    std::printf("model: %s\n", parallel::describe_model(config.model).c_str());
     std::printf("documents: %s, %lld documents, seed %llu; CP sharding %s\n",
                 config.lengths.c_str(), static_cast<long long>(config.documents),
                 static_cast<unsigned long long>(config.seed),
@@ -885,10 +883,7 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
                   "reduce-scatters chunked and sent while the GEMMs beside them compute (needs "
                   "--sequence-parallel)")
         ->group("Grid");
-    sub->add_flag("--distributed-optimizer", d.distributed_optimizer,
-                  "Megatron-LM's --use-distributed-optimizer (ZeRO-1): each rank updates "
-                  "1/(dp x cp) of its stage's parameters")
-        ->group("Grid");
+    parallel::add_memory_technique_flags(*sub, d.layout, "Grid");
     add_attention_backend_option(*sub, args->attention_backend, "Cost model");
     sub->add_option("--dtype", args->dtype,
                     "Element type of activations and gradients: bf16, fp16 (2 bytes) or fp32 "

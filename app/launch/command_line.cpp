@@ -55,6 +55,19 @@ void append_model(Words& words, const sim::ModelShape& model) {
             "--heads", std::to_string(model.heads), "--context", std::to_string(model.context)});
 }
 
+// The shape fulcrum-train does not take: simulate's and plan's.
+void append_model_beyond_gpt(Words& words, const sim::ModelShape& model) {
+    if (model.architecture != parallel::Architecture::gpt) {
+        append(words, {"--architecture", parallel::architecture_name(model.architecture)});
+    }
+    if (model.kv_heads > 0 && model.kv_heads != model.heads) {
+        append(words, {"--kv-heads", std::to_string(model.kv_heads)});
+    }
+    if (model.ffn_hidden > 0 && model.ffn_hidden != 4 * model.hidden) {
+        append(words, {"--ffn-hidden", std::to_string(model.ffn_hidden)});
+    }
+}
+
 void append_documents(Words& words, const plan::PlanRequest& request,
                       const sim::SimulationConfig& config) {
     append(words,
@@ -197,6 +210,7 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     append(words, {"--gpus-per-node", std::to_string(request.gpus_per_node)});
     append_model(words, request.model);
     append(words, {"--vocab", std::to_string(request.model.vocab)});
+    append_model_beyond_gpt(words, request.model);
     const Words layout = layout_arguments(c);
     words.insert(words.end(), layout.begin(), layout.end());
     if (c.layout.rank_order != parallel::kMegatronOrder) {
@@ -204,8 +218,17 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     }
     append(words, {"--dtype", sim::dtype_name(request.dtype), "--overlap-grad-reduce",
                    request.overlap_grad_reduce ? "on" : "off"});
-    if (config.distributed_optimizer) {
+    if (c.layout.zero_stage == 1) {
         append(words, {"--distributed-optimizer"});
+    } else if (c.layout.zero_stage > 1) {
+        append(words, {"--zero", std::to_string(c.layout.zero_stage)});
+    }
+    if (c.layout.context_parallelism != parallel::ContextParallelism::all_gather) {
+        append(words,
+               {"--cp-impl", parallel::context_parallelism_name(c.layout.context_parallelism)});
+    }
+    if (c.layout.offload_checkpoints) {
+        append(words, {"--offload-checkpoints"});
     }
     if (config.hardware.unfused_attention) {
         append(words, {"--attention-backend", "unfused"});

@@ -85,7 +85,7 @@ sim::SimulationConfig config_for(const bench::ValidationRun& run,
     // Megatron-LM sends 1/tp of a boundary activation and all-gathers it (SC'21, §4.1).
     config.pipeline_scatter_gather = true;
     config.tp_comm_overlap = run.tp_comm_overlap && !without.tp_comm_overlap;
-    config.distributed_optimizer = run.distributed_optimizer && !without.distributed_optimizer;
+    config.layout.zero_stage = run.distributed_optimizer && !without.distributed_optimizer ? 1 : 0;
     config.hardware = hardware;
     config.hardware.unfused_attention = !run.flash_attention || without.flash_attention;
     return config;

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -50,8 +51,8 @@ inline CLI::Option* in_group(CLI::Option* option, std::string_view group) {
 }
 }  // namespace detail
 
-// --layers, --hidden, --heads, --context, and --vocab where the tool takes it (fulcrum-train
-// models bytes: 256).
+// --layers, --hidden, --heads, --context, and where the tool takes them (fulcrum-train trains
+// GPT on bytes) --vocab, --architecture, --kv-heads and --ffn-hidden.
 inline void add_model_flags(CLI::App& app, ModelShape& model, bool vocab,
                             std::string_view group = {}) {
     using detail::in_group;
@@ -62,6 +63,22 @@ inline void add_model_flags(CLI::App& app, ModelShape& model, bool vocab,
              group);
     if (vocab) {
         in_group(app.add_option("--vocab", model.vocab)->capture_default_str(), group);
+        // Beyond fulcrum-train's GPT: the shapes of the models the simulator and planner price.
+        const std::map<std::string, Architecture> architectures = {{"gpt", Architecture::gpt},
+                                                                   {"llama", Architecture::llama}};
+        in_group(app.add_option("--architecture", model.architecture,
+                                "The layer's family: gpt (LayerNorm, biases, learned positions, "
+                                "GeLU MLP, tied LM head) or llama (RMSNorm, no biases, rotary "
+                                "positions, SwiGLU MLP of three matrices, untied LM head)")
+                     ->transform(CLI::CheckedTransformer(architectures, CLI::ignore_case))
+                     ->default_str("gpt"),
+                 group);
+        in_group(app.add_option("--kv-heads", model.kv_heads,
+                                "Key-value heads of grouped-query attention (default: --heads)"),
+                 group);
+        in_group(app.add_option("--ffn-hidden", model.ffn_hidden,
+                                "The MLP's inner width (default: 4 x --hidden)"),
+                 group);
     }
 }
 
@@ -110,6 +127,40 @@ inline void add_pipeline_flags(CLI::App& app, const LayoutFlagTargets& to,
     in_group(
         app.add_flag("--sequence-parallel", to.sequence_parallel, flag_help::kSequenceParallel),
         group);
+}
+
+// The memory techniques of FPDT's comparison (Yao et al. 2024) beyond the pipeline's:
+// --cp-impl, --zero, --offload-checkpoints, and Megatron-LM's name for ZeRO-1,
+// --distributed-optimizer. For the simulator and the planner; fulcrum-train has none yet.
+inline void add_memory_technique_flags(CLI::App& app, Layout& layout, std::string_view group = {}) {
+    using detail::in_group;
+    const std::map<std::string, ContextParallelism> impls = {
+        {"all-gather", ContextParallelism::all_gather}, {"ulysses", ContextParallelism::ulysses}};
+    in_group(app.add_option("--cp-impl", layout.context_parallelism,
+                            "How context parallelism splits attention: all-gather (each rank's "
+                            "queries meet every rank's keys and values) or ulysses "
+                            "(DeepSpeed-Ulysses: all-to-all to whole sequences of heads/cp heads "
+                            "and back; --tp x --cp must divide --heads)")
+                 ->transform(CLI::CheckedTransformer(impls, CLI::ignore_case))
+                 ->default_str("all-gather"),
+             group);
+    CLI::Option* zero =
+        app.add_option("--zero", layout.zero_stage,
+                       "ZeRO stage over the DP x CP ranks: 1 shards the optimizer state, 2 also "
+                       "the gradients (reduce-scattered), 3 also the parameters (all-gathered "
+                       "layer by layer in forward and backward)")
+            ->capture_default_str()
+            ->check(CLI::Range(0, 3));
+    in_group(zero, group);
+    in_group(app.add_flag_callback(
+                    "--distributed-optimizer", [&layout] { layout.zero_stage = 1; },
+                    "Megatron-LM's --use-distributed-optimizer: --zero 1")
+                 ->excludes(zero),
+             group);
+    in_group(app.add_flag("--offload-checkpoints", layout.offload_checkpoints,
+                          "With --recompute full: each layer's checkpointed input copied to host "
+                          "memory after its forward and back before its backward (FPDT)"),
+             group);
 }
 
 // --rank-order into `order` (placement.h), refused in parse_rank_order's words. `default_note`

@@ -20,12 +20,6 @@ Precision Precision::fp32() {
     return precision;
 }
 
-double layer_parameters(const MemoryShape& shape) {
-    const double h = shape.model.hidden;
-    const double f = shape.ffn_hidden > 0 ? shape.ffn_hidden : 4.0 * h;
-    return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;
-}
-
 double stage_layer_count(const MemoryShape& shape, int stage) {
     const int p = std::max(shape.layout.grid.pp, 1);
     if (shape.layout.stage_layers.empty()) {
@@ -37,6 +31,15 @@ double stage_layer_count(const MemoryShape& shape, int stage) {
         layers += shape.layout.stage_layers[c];
     }
     return layers;
+}
+
+double kept_bytes_per_token(const ModelShape& model, int tp, bool sequence_parallel) {
+    const double h = model.hidden, f = ffn_hidden_of(model), t = std::max(tp, 1);
+    const double h_kv = h * kv_heads_of(model) / std::max(model.heads, 1);
+    const bool llama = model.architecture == Architecture::llama;
+    const double replicated = 8 * h + (llama ? 0 : 2 * h);
+    const double split = 2 * h + 4 * h_kv + 2 * h + (llama ? 3 : 2) * 2 * f;
+    return (sequence_parallel ? replicated / t : replicated) + split / t;
 }
 
 namespace {
@@ -60,25 +63,34 @@ double layers_in_flight(const MemoryShape& shape, int stage) {
     return stage_layers;
 }
 
-// Korthikanti et al. 2022, Table 2: bytes of 16-bit activations; see the header.
-double activations_per_layer(const MemoryShape& shape) {
+// Korthikanti et al. 2022, Table 2: bytes of 16-bit activations one layer keeps under
+// `recompute`; see the header.
+double activations_per_layer(const MemoryShape& shape, Recompute recompute) {
     const double s = shape.model.context, b = shape.microbatch_size, h = shape.model.hidden,
                  a = shape.model.heads;
     const double t = std::max(shape.layout.grid.tp, 1), c = std::max(shape.layout.grid.cp, 1);
     const double local = s / c;  // tokens this rank holds
     const double sbh = local * b * h;
-    if (shape.layout.recompute == Recompute::full) {
+    if (recompute == Recompute::full) {
         return 2 * sbh / (shape.layout.sequence_parallel ? t : 1.0);
     }
-    double linear = shape.layout.sequence_parallel ? 34 / t : 10 + 24 / t;
+    double linear =
+        kept_bytes_per_token(shape.model, shape.layout.grid.tp, shape.layout.sequence_parallel) / h;
     // Offloaded (fulcrum-train --attention-chunk --offload on, no recomputation): Q, K and V,
-    // 6/t of those bytes (Table 2: QKᵀ's inputs 4sbh/t, V 2sbh/t), wait in pinned host memory.
-    if (shape.offload && shape.attention_chunk > 0 && shape.layout.recompute == Recompute::none) {
-        linear -= 6 / t;
+    // (2h + 4·h_kv)/t of those bytes (6h/t without grouped-query attention: Table 2's QKᵀ
+    // inputs 4sbh/t and V 2sbh/t), wait in pinned host memory.
+    if (shape.offload && shape.attention_chunk > 0 && recompute == Recompute::none) {
+        const double h_kv = h * kv_heads_of(shape.model) / a;
+        linear -= (2 * h + 4 * h_kv) / (h * t);
+    }
+    // Ulysses keeps the attention's output twice: in head shards for the attention's backward
+    // and, after the all-to-all back, in token shards as the projection's input.
+    if (shape.layout.context_parallelism == ContextParallelism::ulysses && c > 1) {
+        linear += 2 / t;
     }
     // Chunked attention scores a chunk at a time and keeps no score matrix, as flash does.
-    const bool scores = shape.layout.recompute == Recompute::none && !shape.flash_attention &&
-                        shape.attention_chunk == 0;
+    const bool scores =
+        recompute == Recompute::none && !shape.flash_attention && shape.attention_chunk == 0;
     const double score_elements = scores ? 5 * a * local * s * b / t : 0.0;
     return sbh * linear + score_elements;
 }
@@ -91,33 +103,63 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
     const Precision& precision = shape.precision;
     StageMemory memory;
     memory.stage = stage;
-    double parameters = layer_parameters(shape) * stage_layer_count(shape, stage);
-    const double embedding = double(shape.model.vocab) * shape.model.hidden +
-                             double(shape.model.context) * shape.model.hidden;
+    double parameters = layer_parameters(shape.model) * stage_layer_count(shape, stage);
     if (stage == 0) {
-        parameters += embedding;
+        parameters += embedding_parameters(shape.model);
     }
     if (stage == p - 1) {
-        parameters += 2.0 * shape.model.hidden;  // the final LayerNorm
-        if (!shape.tied_embedding || p > 1) {
-            // The output layer; with PP a tied embedding is copied to the last stage.
+        parameters += head_parameters(shape.model);
+        if (tied_embedding(shape.model) && p > 1) {
+            // With PP a tied embedding is copied to the last stage as its output layer.
             parameters += double(shape.model.vocab) * shape.model.hidden;
         }
     }
     memory.parameters = parameters / t;
-    memory.weights_bytes = memory.parameters * precision.weight_bytes;
-    memory.gradients_bytes = memory.parameters * precision.gradient_bytes;
+    // ZeRO shards over the ranks that hold the same parameters: DP × CP.
+    const int zero = shape.layout.zero_stage;
+    const double shards =
+        double(std::max(shape.layout.grid.dp, 1)) * std::max(shape.layout.grid.cp, 1);
+    memory.weights_bytes = memory.parameters * precision.weight_bytes / (zero >= 3 ? shards : 1);
+    memory.gradients_bytes =
+        memory.parameters * precision.gradient_bytes / (zero >= 2 ? shards : 1);
     memory.optimizer_bytes =
-        memory.parameters * precision.optimizer_bytes /
-        (precision.distributed_optimizer ? std::max(shape.layout.grid.dp, 1) : 1);
-    memory.activations_per_layer_bytes =
-        activations_per_layer(shape) * precision.activation_bytes / 2;
+        memory.parameters * precision.optimizer_bytes / (zero >= 1 ? shards : 1);
+    const double layer_local = layer_parameters(shape.model) / t;
+    if (zero >= 3) {
+        // The layer being computed gathered whole, and the next one prefetched.
+        memory.buffers_bytes += 2 * layer_local * precision.weight_bytes;
+    }
+    if (zero >= 2) {
+        // A layer's gradients whole until their reduce-scatter is done.
+        memory.buffers_bytes += layer_local * precision.gradient_bytes;
+    }
+    const double scale = precision.activation_bytes / 2;
+    const Recompute recompute = shape.layout.recompute;
+    memory.activations_per_layer_bytes = activations_per_layer(shape, recompute) * scale;
     memory.layers_in_flight = layers_in_flight(shape, stage);
-    memory.activations_bytes = memory.activations_per_layer_bytes * memory.layers_in_flight;
-    if (shape.offload && shape.attention_chunk > 0 && shape.layout.recompute == Recompute::none) {
+    // Offloaded checkpoints: the device holds the one being copied and the one being made
+    // (or, in the backward, the one in use and the one prefetched); the rest wait on the host.
+    const double on_device = shape.layout.offload_checkpoints
+                                 ? std::min(2.0, memory.layers_in_flight)
+                                 : memory.layers_in_flight;
+    memory.activations_bytes = memory.activations_per_layer_bytes * on_device;
+    memory.host_bytes = memory.activations_per_layer_bytes * (memory.layers_in_flight - on_device);
+    if (recompute == Recompute::full) {
+        // The layer whose backward runs holds its whole forward again (Korthikanti et al.
+        // 2022, §4: recomputation's working set, one layer's activations without it).
+        memory.activations_bytes += activations_per_layer(shape, Recompute::none) * scale;
+    }
+    if (shape.offload && shape.attention_chunk > 0 && recompute == Recompute::none) {
         // The two device slots the copies double-buffer through: [chunk, 3h/t] each.
         memory.activations_bytes +=
             2.0 * shape.attention_chunk * 3 * shape.model.hidden / t * precision.activation_bytes;
+    }
+    if (stage == p - 1) {
+        // The cross-entropy's fp32 softmax over the vocabulary-parallel logits, kept for its
+        // backward (Korthikanti et al. 2022, §4.3: 4·s·b·V/t bytes).
+        memory.logits_bytes = 4.0 * shape.model.context / std::max(shape.layout.grid.cp, 1) *
+                              shape.microbatch_size * shape.model.vocab / t;
+        memory.activations_bytes += memory.logits_bytes;
     }
     return memory;
 }

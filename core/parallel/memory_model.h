@@ -1,25 +1,35 @@
-// The memory one rank needs to train a GPT layout: model state (weights, gradients, optimizer
-// state) and the activations it keeps for the micro-batches in flight. The planner drops the
-// layouts that do not fit with it; docs/plan.md gives every formula.
+// The memory one rank needs to train a GPT or Llama layout: model state (weights, gradients,
+// optimizer state) and the activations it keeps for the micro-batches in flight. The planner
+// drops the layouts that do not fit with it; docs/plan.md gives every formula.
 //
-// Model state, for the P parameters a rank holds (its stage's layers, split over TP):
-//   weights + gradients = P · (weight bytes + gradient bytes)
-//   optimizer state     = P · optimizer bytes, over DP with a distributed optimizer (ZeRO-1)
+// Model state, for the P parameters a rank holds (its stage's layers, split over TP), with
+// ZeRO (Rajbhandari et al. 2020, §5) over the d = DP × CP ranks that hold the same ones:
+//   weights     = P · weight bytes,    / d at stage 3, plus the two layers gathered whole
+//   gradients   = P · gradient bytes,  / d at stage 2 and 3, plus a layer's before its
+//                                         reduce-scatter
+//   optimizer   = P · optimizer bytes, / d at stage 1 (Megatron-LM's distributed optimizer) on
 // Mixed precision with Adam (Rajbhandari et al., ZeRO, §3.1) is 2 + 2 + 12 = 16 bytes a
 // parameter; Megatron-LM keeps fp32 gradients for its accumulation, 2 + 4 + 12 = 18.
 //
 // Activations of one transformer layer for one micro-batch of b sequences of s tokens, h
 // hidden, a heads, tensor parallelism t, 16-bit (Korthikanti et al., "Reducing Activation
-// Recomputation in Large Transformer Models", 2022, Table 2):
+// Recomputation in Large Transformer Models", 2022, Table 2; kept_bytes_per_token generalises
+// its terms to grouped-query attention and Llama's SwiGLU MLP):
 //   no recompute              s·b·h·(10 + 24/t + 5·a·s/(h·t))
 //   + sequence parallelism    s·b·h·(34/t + 5·a·s/(h·t))
 //   selective recompute       the 5·a·s/(h·t) term (the attention core's score matrices) goes
-//   full recompute            2·s·b·h (the layer's input only; /t with sequence parallelism)
+//   full recompute            2·s·b·h (the layer's input only; /t with sequence parallelism),
+//                             plus one layer without recomputation for the backward that
+//                             re-runs it; with offloaded checkpoints two layers' inputs on the
+//                             device, the rest in pinned host memory (FPDT, Yao et al. 2024)
 // Flash-style attention keeps no score matrix either, nor does chunked attention
 // (`attention_chunk`). Offloading Q, K and V to pinned host memory (`offload`, with chunks and
-// no recomputation) takes their 6·s·b·h/t bytes off and adds the two device slots the copies
-// pass through, 2·chunk·3h/t elements. With context parallelism c a rank
-// holds s/c of the tokens, whose queries meet all s keys: the score term is 5·a·(s/c)·s·b/t.
+// no recomputation) takes their (2h + 4·h_kv)·s·b/t bytes off and adds the two device slots the
+// copies pass through, 2·chunk·3h/t elements. With context parallelism c a rank holds s/c of
+// the tokens, whose queries meet all s keys: the score term is 5·a·(s/c)·s·b/t; under Ulysses
+// the same count, heads/c of them for all s queries, and the attention's output kept twice
+// (2·s·b·h/(c·t) more). The last stage keeps the cross-entropy's fp32 softmax, 4·s·b·V/t
+// (Korthikanti et al. 2022, §4.3).
 // A stage keeps one micro-batch's activations for each forward it has run and not yet
 // backpropagated: m under GPipe, min(p − stage, m) under 1F1B and ZB-H1, and under
 // interleaved 1F1B min((p − stage − 1)·2 + (v − 1)·p + 1, m·v) chunks of L/(p·v) layers
@@ -39,11 +49,10 @@ namespace fulcrum::parallel {
 
 // What one parameter costs in bytes, by where it is kept.
 struct Precision {
-    double weight_bytes = 2;             // the working copy the GEMMs read
-    double gradient_bytes = 4;           // Megatron-LM accumulates gradients in fp32
-    double optimizer_bytes = 12;         // fp32 master weights and Adam's two moments
-    double activation_bytes = 2;         // per element of a kept activation
-    bool distributed_optimizer = false;  // optimizer state sharded over data parallelism
+    double weight_bytes = 2;      // the working copy the GEMMs read
+    double gradient_bytes = 4;    // Megatron-LM accumulates gradients in fp32
+    double optimizer_bytes = 12;  // fp32 master weights and Adam's two moments
+    double activation_bytes = 2;  // per element of a kept activation
 
     static Precision megatron_mixed();  // 2 + 4 + 12 = 18 bytes a parameter, 16-bit activations
     static Precision fp32();            // fulcrum-train's CPU backend: 4 + 4 + 8 (AdamW moments)
@@ -54,10 +63,8 @@ struct Precision {
 struct MemoryShape {
     ModelShape model{.context = 2048};  // context: s, the tokens of one sequence
     Layout layout{.microbatches = 1};   // microbatches: m, per step and DP replica
-    int ffn_hidden = 0;                 // 0: 4 · hidden
     int microbatch_size = 1;            // b: sequences per micro-batch
-    bool tied_embedding = true;
-    bool flash_attention = false;  // no attention score matrix kept
+    bool flash_attention = false;       // no attention score matrix kept
     // FPDT's chunked attention (fulcrum-train --attention-chunk): QKV projection and attention
     // in chunks of this many rows; 0: whole documents. `offload`: Q, K, V wait in pinned host
     // memory between a block's forward and backward pass.
@@ -73,9 +80,16 @@ struct StageMemory {
     double gradients_bytes = 0;
     double optimizer_bytes = 0;
     double activations_per_layer_bytes = 0;  // one layer, one micro-batch
-    double layers_in_flight = 0;  // layers' worth of micro-batch activations kept at the peak
-    double activations_bytes = 0;
-    double model_state_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes; }
+    double layers_in_flight = 0;   // layers' worth of micro-batch activations kept at the peak
+    double activations_bytes = 0;  // with the logits and recomputation's working set
+    double logits_bytes = 0;       // the last stage's
+    // ZeRO's whole copies of sharded state: stage 3's gathered layers, stage 2's gradients
+    // of a layer before their reduce-scatter.
+    double buffers_bytes = 0;
+    double host_bytes = 0;  // checkpoints offloaded to pinned host memory, at the peak
+    double model_state_bytes() const {
+        return weights_bytes + gradients_bytes + optimizer_bytes + buffers_bytes;
+    }
     double total_bytes() const { return model_state_bytes() + activations_bytes; }
 };
 
@@ -85,12 +99,17 @@ inline MemoryShape memory_shape(const ModelShape& model, const Layout& layout) {
     return {.model = model, .layout = layout};
 }
 
-// Parameters of one transformer layer: 4h² + 4h (QKV and output projection with biases),
-// 2h·f + f + h (the MLP), 4h (two LayerNorms).
-double layer_parameters(const MemoryShape& shape);
-
 // Layers stage `stage` holds: the sum of its model chunks' stage_layers, or L/p.
 double stage_layer_count(const MemoryShape& shape, int stage);
+
+// The 16-bit bytes one token leaves in one layer for its backward pass, besides the attention
+// core's scores (Korthikanti et al. 2022, Table 2, its terms generalised): replicated over TP,
+// the two norms' inputs 4h, the two linear inputs 4h (QKV's, the MLP's) and GPT's two dropout
+// masks 2h; split over TP, Q 2h, K and V 4·h_kv, the projection's input 2h, and the MLP's
+// kept 2f per matrix-wide tensor, two for GPT (the first GEMM's output and GeLU's) and three
+// for Llama (gate, up and their product). GPT: (10 + 24/t)·h. With sequence parallelism the
+// replicated part is split over TP too: 34·h/t for GPT.
+double kept_bytes_per_token(const ModelShape& model, int tp, bool sequence_parallel);
 
 // One rank of `stage`. The shape must be a valid layout (layers ≥ p·v, t divides the heads,
 // stage_layers empty or passing parallel::check_stage_layers).

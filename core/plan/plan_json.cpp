@@ -105,7 +105,10 @@ std::string plan_json(const PlanRequest& request, const PlanResult& result, int 
             {"hidden", request.model.hidden},
             {"heads", request.model.heads},
             {"context", request.model.context},
-            {"vocab", request.model.vocab}}},
+            {"vocab", request.model.vocab},
+            {"architecture", parallel::architecture_name(request.model.architecture)},
+            {"kv_heads", parallel::kv_heads_of(request.model)},
+            {"ffn_hidden", parallel::ffn_hidden_of(request.model)}}},
           {"world_sizes", request.world_sizes},
           {"gpus_per_node", request.gpus_per_node},
           {"rank_orders", rank_order_names(request.space.rank_orders)},
@@ -203,6 +206,16 @@ Result<PlanFile> plan_from_json(const nlohmann::json& json) {
     request.model = {model.at("layers").get<int>(), model.at("hidden").get<int>(),
                      model.at("heads").get<int>(), model.at("context").get<int>(),
                      model.at("vocab").get<int>()};
+    // Plans written before these keys priced GPT shapes alone.
+    if (auto architecture =
+            parallel::parse_architecture(model.value("architecture", std::string("gpt")));
+        architecture) {
+        request.model.architecture = *architecture;
+    } else {
+        return architecture.error();
+    }
+    request.model.kv_heads = model.value("kv_heads", 0);
+    request.model.ffn_hidden = model.value("ffn_hidden", 0);
     request.world_sizes = r.at("world_sizes").get<std::vector<int>>();
     request.gpus_per_node = r.at("gpus_per_node").get<int>();
     // Plans written before the key searched Megatron-LM's order alone ("rank_order" once).

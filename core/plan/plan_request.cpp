@@ -147,8 +147,7 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
         config.cost_model = std::move(merged.model);
         config.cost_origin = merged.origin;
     }
-    // Priced as the memory model counts it: the optimizer sharded over DP, fused attention.
-    config.distributed_optimizer = request.precision.distributed_optimizer;
+    // Priced as the memory model counts it: the candidate's ZeRO stage, fused attention.
     config.hardware = request.hardware;
     config.hardware.gpus_per_node = request.gpus_per_node;
     config.hardware.unfused_attention = !request.flash_attention;

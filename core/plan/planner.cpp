@@ -138,7 +138,8 @@ namespace {
 // of one causal pair (3 × 4h a layer): Narayanan et al., SC'21, §5.1, without recomputation.
 double model_flops(const sim::ModelShape& model, double tokens, double pairs) {
     const double h = model.hidden, layers = model.layers;
-    return 6.0 * (12.0 * layers * h * h + h * model.vocab) * tokens + 12.0 * layers * h * pairs;
+    return 6.0 * (layers * parallel::layer_gemm_weights(model) + h * model.vocab) * tokens +
+           12.0 * layers * h * pairs;
 }
 
 double peak_tflops(const PlanRequest& request) {
@@ -244,6 +245,7 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
     Candidate base;
     base.layout.grid = grid;
     base.layout.rank_order = request.space.rank_orders.front();
+    base.layout.zero_stage = request.zero_stage;
     base.layout.microbatches = std::max(1, request.global_batch / grid.dp);
     base.balancer = request.space.balancers.front();
     base.sharding =

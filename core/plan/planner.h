@@ -103,11 +103,10 @@ struct PlanRequest {
     // the analytic model; with --calibrate, the run's own kernel (its backend's).
     std::string attention_kernel = "cuda";
     sim::DType dtype = sim::DType::bf16;
-    parallel::Precision precision = [] {
-        parallel::Precision p = parallel::Precision::megatron_mixed();
-        p.distributed_optimizer = true;
-        return p;
-    }();
+    parallel::Precision precision = parallel::Precision::megatron_mixed();
+    // Every candidate's ZeRO stage (parallel::Layout::zero_stage): 1 is Megatron-LM's
+    // distributed optimizer, the default; --no-distributed-optimizer 0.
+    int zero_stage = 1;
     bool flash_attention = true;
     bool overlap_grad_reduce = true;
     // Peak dense TFLOP/s of one GPU for MFU; 0: the hardware preset's (989 for h100).

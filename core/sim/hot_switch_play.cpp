@@ -19,7 +19,6 @@ namespace fulcrum::sim {
 SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape& from,
                        const parallel::GridShape& to, bool with_gradients, bool parameters) {
     const ModelShape& model = config.model;
-    const double h = model.hidden;
     const double copies = (parameters ? 1.0 : 0.0) + (with_gradients ? 1.0 : 0.0);
     if (copies == 0) {
         return {};
@@ -27,8 +26,8 @@ SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape
     const double element = static_cast<double>(element_bytes(config.dtype)) * copies;
     parallel::SwitchModel switched;
     switched.layers = model.layers;
-    switched.layer_bytes = (12 * h * h + 13 * h) * element;
-    switched.embedding_bytes = (model.vocab + model.context) * h * element;
+    switched.layer_bytes = parallel::layer_parameters(model) * element;
+    switched.embedding_bytes = parallel::embedding_parameters(model) * element;
     const int per_node = std::max(config.hardware.gpus_per_node, 1);
     SwitchCost cost{parallel::plan_switch(switched, from, to, per_node), 0};
     if (cost.plan.transfers.empty()) {

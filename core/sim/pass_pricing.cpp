@@ -214,7 +214,6 @@ std::int64_t p2p_latency_ns(const SimulationConfig& config, const StageCosts& co
 // (12h² + 13h)/tp elements, as a bucket.
 GradientReductionInput gradient_reduction(const SimulationConfig& config, int stage,
                                           std::int64_t step_start) {
-    const std::int64_t h = config.model.hidden;
     GradientReductionInput input;
     input.stage = stage;
     input.stages = config.layout.grid.pp;
@@ -224,7 +223,8 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     input.overlap = config.overlap_grad_reduce;
     input.writes_weights =
         parallel::splits_backward(config.layout.schedule) ? Phase::weight_grad : Phase::backward;
-    input.layer_bytes = (12 * h * h + 13 * h) / config.layout.grid.tp * element_bytes(config.dtype);
+    input.layer_bytes = static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
+                        config.layout.grid.tp * element_bytes(config.dtype);
     input.step_start_ns = step_start;
     return input;
 }

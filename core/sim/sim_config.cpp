@@ -60,7 +60,7 @@ Result<std::vector<std::int64_t>> training_lengths(const SimulationConfig& confi
 std::int64_t wlb_max_tokens_from_memory(const SimulationConfig& config) {
     parallel::MemoryShape shape = parallel::memory_shape(config.model, config.layout);
     shape.flash_attention = true;
-    shape.precision.distributed_optimizer = true;
+    shape.layout.zero_stage = std::max(shape.layout.zero_stage, 1);
     const double budget = config.gpu_memory_gib * 1024.0 * 1024.0 * 1024.0;
     const std::int64_t context = config.model.context;
     std::int64_t best = context;
@@ -243,8 +243,10 @@ StageCosts config_costs(const SimulationConfig& config) {
     StageCosts costs = resolve_costs(config.cost_model ? &*config.cost_model : nullptr,
                                      config.cost_origin, config.model, config.layout,
                                      config.hardware, config.dtype, gemm_chunks(config));
-    // The distributed optimizer updates a rank's 1/(dp·cp) of the parameters (sim_config.h).
-    if (config.distributed_optimizer) {
+    // Under ZeRO (Megatron-LM's distributed optimizer is stage 1) a rank updates its 1/(dp·cp)
+    // of the parameters; the reduce-scatter before and the all-gather after move a ring
+    // all-reduce's bytes, priced as the all-reduce they replace.
+    if (config.layout.zero_stage >= 1) {
         costs.optimizer_ns /= std::max(config.layout.grid.dp * config.layout.grid.cp, 1);
     }
     // The passes share cores in the replay; the gradients' reduction and the optimizer run on

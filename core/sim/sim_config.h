@@ -67,10 +67,6 @@ struct SimulationConfig {
     // GEMM beside it computes another; only the first chunk and what the GEMMs cannot cover
     // stay on the critical path (pass_pricing.cpp). Needs sequence parallelism.
     bool tp_comm_overlap = false;
-    // Megatron-LM's --use-distributed-optimizer (ZeRO-1 over DP × CP): each rank updates its
-    // 1/(dp·cp) of the stage's parameters; the reduce-scatter before and the all-gather after
-    // move a ring all-reduce's bytes, priced as the all-reduce they replace.
-    bool distributed_optimizer = false;
 
     // HotSPa's hot switching (SOSP'24, §4): each step's documents (the global batch `grid`,
     // `microbatches` and the balancer make) are split into the spec's length buckets, each

@@ -87,16 +87,15 @@ int source_stage(int stage, int stages, int source_stages) {
 
 std::int64_t stage_parameters(const ModelShape& model, const parallel::GridShape& grid, int stage,
                               const std::vector<int>& stage_layers, int virtual_stages) {
-    const std::int64_t h = model.hidden;
-    const std::int64_t per_layer = (12 * h * h + 13 * h) / std::max(grid.tp, 1);
+    const std::int64_t per_layer =
+        static_cast<std::int64_t>(parallel::layer_parameters(model)) / std::max(grid.tp, 1);
     std::int64_t parameters =
         per_layer * layers_of(stage, grid.pp, model.layers, stage_layers, virtual_stages);
     if (stage == 0) {
-        parameters += static_cast<std::int64_t>(model.vocab) * h +
-                      static_cast<std::int64_t>(model.context) * h;
+        parameters += static_cast<std::int64_t>(parallel::embedding_parameters(model));
     }
     if (stage == grid.pp - 1) {
-        parameters += 2 * h;
+        parameters += static_cast<std::int64_t>(parallel::head_parameters(model));
     }
     return parameters;
 }
@@ -155,8 +154,10 @@ double gemm_efficiency(const HardwareAssumptions& hardware, double flops) {
 
 namespace {
 
-// The GEMMs of one token's forward pass on `stage` for one rank: QKV (h → 3h/tp), projection
-// (h/tp → h), MLP (h → 4h/tp → h), 24·h²/tp a layer, and the LM head on the last stage; with
+// The GEMMs of one token's forward pass on `stage` for one rank: QKV (h → (h + 2·h_kv)/tp),
+// projection (h/tp → h), MLP (h → f/tp → h, Llama's gate and up both h → f/tp), twice
+// parallel::layer_gemm_weights over tp a layer (24·h²/tp for GPT), and the LM head on the last
+// stage; with
 // a described system each GEMM at its size's efficiency, for a micro-batch of `context` tokens
 // split over CP, the head vocabulary-parallel over TP (Megatron-LM). The dW GEMMs of the
 // backward are the same FLOPs at the same sizes, so this is also W's per-token time.
@@ -171,7 +172,8 @@ double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layou
     const bool last = stage == grid.pp - 1;
     if (hardware.gemm_efficiency.empty()) {
         const double head = last ? 2.0 * h * model.vocab : 0.0;  // vocabulary-parallel
-        return (24.0 * h * h * layers + head) / tp / (hardware.tflops * 1e3);
+        return (2.0 * parallel::layer_gemm_weights(model) * layers + head) / tp /
+               (hardware.tflops * 1e3);
     }
     const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
                                                                           : hardware.tflops) *
@@ -184,8 +186,12 @@ double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layou
     // A layer's GEMMs computed in `gemm_chunks` pieces each (--tp-comm-overlap's), each piece
     // at its own size's efficiency.
     const double chunks = std::max(gemm_chunks, 1);
-    double per_token = layers * (gemm_ns(6 * h * h / tp, chunks) + gemm_ns(2 * h * h / tp, chunks) +
-                                 2 * gemm_ns(8 * h * h / tp, chunks));
+    const double h_kv = h * parallel::kv_heads_of(model) / model.heads;
+    const double f = parallel::ffn_hidden_of(model);
+    const double mlp_matrices = model.architecture == parallel::Architecture::llama ? 3 : 2;
+    double per_token =
+        layers * (gemm_ns(2 * h * (h + 2 * h_kv) / tp, chunks) + gemm_ns(2 * h * h / tp, chunks) +
+                  mlp_matrices * gemm_ns(2 * h * f / tp, chunks));
     if (last) {
         per_token += gemm_ns(2 * h * model.vocab / tp);
     }
@@ -261,9 +267,9 @@ PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layou
                                                                           : hardware.tflops) *
                         1e3;
     // Elementwise work reads and writes what a layer keeps for its backward pass (Korthikanti
-    // et al. 2022, Table 2, in 16-bit bytes: (10 + 24/t)·h a token, 34·h/t with sequence
-    // parallelism), at the activations' element size.
-    const double kept = layout.sequence_parallel ? 34.0 * h / tp : (10.0 + 24.0 / tp) * h;
+    // et al. 2022, Table 2, in 16-bit bytes: (10 + 24/t)·h a token for GPT, 34·h/t with
+    // sequence parallelism; parallel::kept_bytes_per_token), at the activations' element size.
+    const double kept = parallel::kept_bytes_per_token(model, grid.tp, layout.sequence_parallel);
     const double scale = static_cast<double>(element_bytes(dtype)) / 2.0;
     forward.per_token_ns += layers * 2.0 * kept * scale / hardware.hbm_gbs;
     const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
@@ -616,7 +622,7 @@ double weight_gradient_flops_per_token(const ModelShape& shape, const parallel::
     const double layers =
         layers_of(stage, grid.pp, shape.layers, layout.stage_layers, layout.virtual_stages);
     const double head = stage == grid.pp - 1 ? 2.0 * h * shape.vocab / tp : 0.0;
-    return 24.0 * h * h * layers / tp + head;
+    return 2.0 * parallel::layer_gemm_weights(shape) * layers / tp + head;
 }
 
 // W of `stage` (Zero Bubble, Qi et al., ICLR'24, §2: the weight gradients, dW of every GEMM;
@@ -755,8 +761,8 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
                 layers_of(stage, grid.pp, shape.layers, layout.stage_layers, layout.virtual_stages);
             const double head_flops = stage == grid.pp - 1 ? 2.0 * h * shape.vocab : 0.0;
             head = PassCost{};
-            head.per_token_ns =
-                forward.per_token_ns * head_flops / (24.0 * h * h * layers + head_flops);
+            head.per_token_ns = forward.per_token_ns * head_flops /
+                                (2.0 * parallel::layer_gemm_weights(shape) * layers + head_flops);
         }
         set_stage_passes(costs, stage, forward, head, backward, backward_fitted, weight,
                          gemm_per_token_ns, deferred_scale, how, origin, layout, notes);

@@ -26,8 +26,8 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
     if (!config.overlap_grad_reduce) {
         return pipeline_ns + static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bytes));
     }
-    const std::int64_t h = config.model.hidden;
-    const std::int64_t bucket = (12 * h * h + 13 * h) / grid.tp * element;
+    const std::int64_t bucket =
+        static_cast<std::int64_t>(parallel::layer_parameters(config.model)) / grid.tp * element;
     const std::int64_t layers = layers_of(stage, config);
     const auto bucket_ns = static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bucket));
     double end = std::max(pipeline_ns + bucket_ns,

@@ -24,6 +24,12 @@ Status validate(const ModelShape& model) {
     auto invalid = [](std::string message) {
         return Status(Error{ErrorCode::invalid_input, std::move(message)});
     };
+    if (model.architecture != parallel::Architecture::gpt || model.kv_heads != 0 ||
+        model.ffn_hidden != 0) {
+        return invalid(
+            "the engine trains GPT layers (4 x hidden MLP, one key-value head per head); "
+            "Llama shapes are for fulcrum simulate and fulcrum plan");
+    }
     if (model.vocab != 256) {
         return invalid("the vocabulary must be 256: the engine trains on raw bytes");
     }

@@ -6,6 +6,7 @@
 // in the first test.
 #include <QtTest>
 
+#include "core/parallel/layout.h"
 #include "core/parallel/memory_model.h"
 
 using namespace fulcrum;
@@ -62,16 +63,18 @@ private slots:
     // 22B: s·b·h = 2048 · 4 · 6144 = 50,331,648. Per layer without recompute, TP 8:
     // 10 + 24/8 + 5·64·2048/(6144·8) = 26.33 bytes per s·b·h → 1,325,400,064 bytes; 48 layers
     // → 59.25 GiB (published 59.3). With sequence parallelism and selective recompute 34/8 =
-    // 4.25 → 213,909,504 bytes a layer, 9.56 GiB (published 9.6).
+    // 4.25 → 213,909,504 bytes a layer, 9.56 GiB (published 9.6). The one stage is also the
+    // last, which keeps the fp32 softmax of its logits: 4·s·b·V/t = 4·2048·4·51200/8 bytes.
     void handArithmeticOf22B() {
         const StageMemory none = stage_memory(shape_of(kPublished[0], false), 0);
         QCOMPARE(none.activations_per_layer_bytes,
                  50331648.0 * (10 + 3 + 5.0 * 64 * 2048 / (6144 * 8)));
         QCOMPARE(none.layers_in_flight, 48.0);
-        QVERIFY(std::abs(none.activations_bytes / kGiB - 59.25) < 0.01);
+        QCOMPARE(none.logits_bytes, 4.0 * 2048 * 4 * 51200 / 8);
+        QVERIFY(std::abs((none.activations_bytes - none.logits_bytes) / kGiB - 59.25) < 0.01);
         const StageMemory seq_sel = stage_memory(shape_of(kPublished[0], true), 0);
         QCOMPARE(seq_sel.activations_per_layer_bytes, 50331648.0 * 4.25);
-        QVERIFY(std::abs(seq_sel.activations_bytes / kGiB - 9.56) < 0.01);
+        QVERIFY(std::abs((seq_sel.activations_bytes - seq_sel.logits_bytes) / kGiB - 9.56) < 0.01);
     }
 
     void publishedRunsWithinTenPercent_data() {
@@ -116,7 +119,7 @@ private slots:
         QCOMPARE(stage_memory(shape, 7).layers_in_flight, 12.0 * shape.layout.microbatches);
         shape.layout.recompute = Recompute::full;
         QCOMPARE(stage_memory(shape, 0).activations_per_layer_bytes, 2.0 * 2048 * 12288);
-        shape.precision.distributed_optimizer = true;
+        shape.layout.zero_stage = 1;
         shape.layout.grid.dp = 4;
         const StageMemory sharded = stage_memory(shape, 1);
         QCOMPARE(sharded.optimizer_bytes, sharded.parameters * 12 / 4);
@@ -161,10 +164,117 @@ private slots:
         shape.layout.stage_layers = {2, 6};
         QCOMPARE(stage_layer_count(shape, 0), 2.0);
         QCOMPARE(stage_memory(shape, 1).parameters - stage_memory(shape, 0).parameters,
-                 4 * layer_parameters(shape) + 2.0 * shape.model.hidden + 64.0 * 256 -
+                 4 * layer_parameters(shape.model) + 2.0 * shape.model.hidden + 64.0 * 256 -
                      (256.0 * 64 + 2048.0 * 64));
         QVERIFY(engine_stage_memory(shape, 1).activations_per_microbatch_bytes >
                 2.5 * engine_stage_memory(shape, 0).activations_per_microbatch_bytes);
+    }
+
+    // Llama 3 8B (Dubey et al. 2024, Table 3: 32 layers, 4096 wide, 32 heads of which 8 key-value,
+    // a SwiGLU MLP of 14336, vocabulary 128256): 8,030,261,248 parameters, as its released
+    // checkpoint has. GPT's layer is 12h² + 13h, and keeps Korthikanti's (10 + 24/t)·h bytes a
+    // token, 34·h/t with sequence parallelism.
+    void modelShapesCountTheirParameters() {
+        const ModelShape llama{.layers = 32,
+                               .hidden = 4096,
+                               .heads = 32,
+                               .context = 8192,
+                               .vocab = 128256,
+                               .architecture = Architecture::llama,
+                               .kv_heads = 8,
+                               .ffn_hidden = 14336};
+        QCOMPARE(model_parameters(llama), 8030261248.0);
+        QCOMPARE(layer_gemm_weights(llama),
+                 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3 * 4096.0 * 14336);
+        QCOMPARE(parallel::embedding_parameters(llama), 128256.0 * 4096);
+        QVERIFY(!tied_embedding(llama));
+        const ModelShape gpt{.layers = 2, .hidden = 64, .heads = 4, .context = 256, .vocab = 256};
+        QCOMPARE(layer_parameters(gpt), 12.0 * 64 * 64 + 13 * 64);
+        QCOMPARE(kept_bytes_per_token(gpt, 8, false), (10 + 24.0 / 8) * 64);
+        QCOMPARE(kept_bytes_per_token(gpt, 8, true), 34.0 * 64 / 8);
+        // Llama, no TP: norms' and linears' inputs 8h, Q 2h, K and V 4·h_kv, the projection's
+        // input 2h, the MLP's gate, up and product 6f.
+        QCOMPARE(kept_bytes_per_token(llama, 1, false),
+                 8 * 4096.0 + 2 * 4096 + 4 * 1024 + 2 * 4096 + 6 * 14336);
+        // A layout checks the key-value heads as it checks the heads.
+        Layout tp16{.grid = {.tp = 16}};
+        const Status refused = check_layout(tp16, llama);
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.find("--kv-heads 8") != std::string::npos);
+    }
+
+    // ZeRO over DP × CP: stage 1 the optimizer state, 2 also the gradients (with one layer's
+    // whole until reduce-scattered), 3 also the weights (with two layers gathered whole).
+    void zeroStagesShardOverDataAndContextRanks() {
+        MemoryShape shape = shape_of(kPublished[0], false);
+        shape.layout.grid.dp = 4;
+        shape.layout.grid.cp = 2;
+        const StageMemory none = stage_memory(shape, 0);
+        QCOMPARE(none.optimizer_bytes, none.parameters * 12);
+        QCOMPARE(none.buffers_bytes, 0.0);
+        const double layer = layer_parameters(shape.model) / 8;  // TP 8
+        shape.layout.zero_stage = 1;
+        const StageMemory one = stage_memory(shape, 0);
+        QCOMPARE(one.optimizer_bytes, none.optimizer_bytes / 8);
+        QCOMPARE(one.gradients_bytes, none.gradients_bytes);
+        shape.layout.zero_stage = 2;
+        const StageMemory two = stage_memory(shape, 0);
+        QCOMPARE(two.gradients_bytes, none.gradients_bytes / 8);
+        QCOMPARE(two.buffers_bytes, layer * 4);
+        QCOMPARE(two.weights_bytes, none.weights_bytes);
+        shape.layout.zero_stage = 3;
+        const StageMemory three = stage_memory(shape, 0);
+        QCOMPARE(three.weights_bytes, none.weights_bytes / 8);
+        QCOMPARE(three.buffers_bytes, layer * 4 + 2 * layer * 2);
+        QCOMPARE(three.activations_bytes, none.activations_bytes);
+        shape.layout.zero_stage = 4;
+        QVERIFY(!check_layout(shape.layout, shape.model).ok());
+    }
+
+    // Full recomputation keeps each layer's input plus one layer's whole forward for the
+    // backward that re-runs it; offloaded, two inputs stay on the device and the rest wait in
+    // host memory.
+    void offloadedCheckpointsLeaveTwoOnTheDevice() {
+        MemoryShape shape = shape_of(kPublished[0], false);  // 48 layers, one stage
+        const double whole = stage_memory(shape, 0).activations_per_layer_bytes;
+        shape.layout.recompute = Recompute::full;
+        const StageMemory full = stage_memory(shape, 0);
+        const double input = 2.0 * 2048 * 4 * 6144;
+        QCOMPARE(full.activations_per_layer_bytes, input);
+        QCOMPARE(full.activations_bytes, 48 * input + whole + full.logits_bytes);
+        QCOMPARE(full.host_bytes, 0.0);
+        shape.layout.offload_checkpoints = true;
+        QVERIFY(check_layout(shape.layout, shape.model).ok());
+        const StageMemory offloaded = stage_memory(shape, 0);
+        QCOMPARE(offloaded.activations_bytes, 2 * input + whole + offloaded.logits_bytes);
+        QCOMPARE(offloaded.host_bytes, 46 * input);
+        shape.layout.recompute = Recompute::selective;
+        const Status refused = check_layout(shape.layout, shape.model);
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.find("--recompute full") != std::string::npos);
+    }
+
+    // Ulysses holds the same tokens a rank as all-gather CP, with the attention's output kept
+    // twice, and needs whole heads on every TP × CP rank.
+    void ulyssesKeepsTheOutputTwiceAndWholeHeads() {
+        MemoryShape shape = shape_of(kPublished[0], false);  // 64 heads, TP 8
+        shape.flash_attention = true;
+        shape.layout.grid.cp = 4;
+        const double all_gather = stage_memory(shape, 0).activations_per_layer_bytes;
+        shape.layout.context_parallelism = ContextParallelism::ulysses;
+        QVERIFY(check_layout(shape.layout, shape.model).ok());
+        const double ulysses = stage_memory(shape, 0).activations_per_layer_bytes;
+        QCOMPARE(ulysses - all_gather, 2.0 * 2048 / 4 * 4 * 6144 / 8);
+        shape.layout.grid.cp = 16;  // 8 × 16 = 128 ranks for 64 heads
+        const Status refused = check_layout(shape.layout, shape.model);
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.find("whole heads") != std::string::npos);
+        for (const char* name : {"all-gather", "ulysses"}) {
+            auto parsed = parse_context_parallelism(name);
+            QVERIFY(parsed);
+            QCOMPARE(std::string(context_parallelism_name(*parsed)), std::string(name));
+        }
+        QVERIFY(!parse_context_parallelism("ring"));
     }
 
     void recomputeNames() {

@@ -755,7 +755,7 @@ private slots:
         config.layout.grid = {.dp = 4, .tp = 1, .pp = 1, .cp = 2};
         config.hardware = must(hardware_preset("a100"));
         const double whole = config_costs(config).optimizer_ns;
-        config.distributed_optimizer = true;
+        config.layout.zero_stage = 1;
         QCOMPARE(config_costs(config).optimizer_ns, whole / 8);
     }
 

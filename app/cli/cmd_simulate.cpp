@@ -884,6 +884,19 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
                   "--sequence-parallel)")
         ->group("Grid");
     parallel::add_memory_technique_flags(*sub, d.layout, "Grid");
+    sub->add_option("--attention-chunk", d.attention_chunk,
+                    "FPDT's chunked attention: each layer's sequence in chunks of this many "
+                    "tokens (0: whole)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
+        ->group("Grid");
+    sub->add_option_function<std::string>(
+           "--offload", [&d](const std::string& value) { d.offload = value == "on"; },
+           "With --attention-chunk: each chunk's Q, K and V to pinned host memory and the "
+           "earlier chunks' K and V back for each chunk's attention (on), priced over the "
+           "hardware's host link; or kept on the device (off, the default)")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->group("Grid");
     add_attention_backend_option(*sub, args->attention_backend, "Cost model");
     sub->add_option("--dtype", args->dtype,
                     "Element type of activations and gradients: bf16, fp16 (2 bytes) or fp32 "

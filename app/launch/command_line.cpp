@@ -230,6 +230,9 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     if (c.layout.offload_checkpoints) {
         append(words, {"--offload-checkpoints"});
     }
+    if (c.offload) {
+        append(words, {"--attention-chunk", std::to_string(c.attention_chunk), "--offload", "on"});
+    }
     if (config.hardware.unfused_attention) {
         append(words, {"--attention-backend", "unfused"});
     }

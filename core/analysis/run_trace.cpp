@@ -36,8 +36,11 @@ constexpr std::array kEngineNames = {
     NamedRole{range_name::kSendGradients, Role::pipeline_send},
     NamedRole{range_name::kCpAllGather, Role::cp_collective},
     NamedRole{range_name::kCpReduceScatter, Role::cp_collective},
+    NamedRole{range_name::kCpAllToAll, Role::cp_collective},
     NamedRole{range_name::kTpAllReduce, Role::tp_collective},
     NamedRole{range_name::kDpAllReduce, Role::dp_collective},
+    NamedRole{range_name::kZeroAllGather, Role::dp_collective},
+    NamedRole{range_name::kZeroReduceScatter, Role::dp_collective},
     NamedRole{range_name::kEmbeddingAllReduce, Role::embedding_collective},
     NamedRole{range_name::kOptimizer, Role::optimizer},
 };

@@ -144,21 +144,28 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
                                  : memory.layers_in_flight;
     memory.activations_bytes = memory.activations_per_layer_bytes * on_device;
     memory.host_bytes = memory.activations_per_layer_bytes * (memory.layers_in_flight - on_device);
+    const double local_tokens =
+        double(shape.model.context) / std::max(shape.layout.grid.cp, 1) * shape.microbatch_size;
     if (recompute == Recompute::full) {
         // The layer whose backward runs holds its whole forward again (Korthikanti et al.
-        // 2022, §4: recomputation's working set, one layer's activations without it).
-        memory.activations_bytes += activations_per_layer(shape, Recompute::none) * scale;
+        // 2022, §4: recomputation's working set, one layer's activations without it); FPDT
+        // (Yao et al. 2024, §4) runs the recomputed layer a chunk of the sequence at a time.
+        const double share =
+            shape.attention_chunk > 0 ? std::min(1.0, shape.attention_chunk / local_tokens) : 1.0;
+        memory.activations_bytes += activations_per_layer(shape, Recompute::none) * scale * share;
     }
-    if (shape.offload && shape.attention_chunk > 0 && recompute == Recompute::none) {
-        // The two device slots the copies double-buffer through: [chunk, 3h/t] each.
+    if (shape.offload && shape.attention_chunk > 0) {
+        // The two device slots the copies double-buffer through: [chunk, 3h/t] each (during
+        // the recomputed layer's attention under full recomputation).
         memory.activations_bytes +=
             2.0 * shape.attention_chunk * 3 * shape.model.hidden / t * precision.activation_bytes;
     }
     if (stage == p - 1) {
         // The cross-entropy's fp32 softmax over the vocabulary-parallel logits, kept for its
         // backward (Korthikanti et al. 2022, §4.3: 4·s·b·V/t bytes).
-        memory.logits_bytes = 4.0 * shape.model.context / std::max(shape.layout.grid.cp, 1) *
-                              shape.microbatch_size * shape.model.vocab / t;
+        const double tokens =
+            shape.loss_chunk > 0 ? std::min<double>(shape.loss_chunk, local_tokens) : local_tokens;
+        memory.logits_bytes = 4.0 * tokens * shape.model.vocab / t;
         memory.activations_bytes += memory.logits_bytes;
     }
     return memory;

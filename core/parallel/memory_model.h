@@ -70,6 +70,9 @@ struct MemoryShape {
     // memory between a block's forward and backward pass.
     int attention_chunk = 0;
     bool offload = false;
+    // Tokens the LM head and the loss take at a time (FPDT's and ALST's tiled loss); 0: the
+    // whole micro-batch at once, as Megatron-LM does.
+    int loss_chunk = 0;
     Precision precision = Precision::megatron_mixed();
 };
 

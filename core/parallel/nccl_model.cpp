@@ -194,6 +194,23 @@ double send_gbs(const GroupPlacement& pair, const ClusterNetwork& network) {
            network.nic_channel_gbs();
 }
 
+double all_to_all_ns_per_byte(const GroupPlacement& group, const ClusterNetwork& network) {
+    const double n = std::max(group.ranks, 1);
+    if (n <= 1) {
+        return 0;
+    }
+    const double local = std::min<double>(std::max(group.ranks_per_node, 1), n);
+    const double nvlink_share = (local - 1) / n, network_share = (n - local) / n;
+    double ns = nvlink_share / network.nvlink_gbs();
+    if (network_share > 0) {
+        const double senders = local * std::max(group.groups_per_node, 1);
+        const double nic_gbs =
+            static_cast<double>(network.nics_per_node) / senders * network.nic_channel_gbs();
+        ns = std::max(ns, network_share / nic_gbs);
+    }
+    return ns;
+}
+
 NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
                      const ClusterNetwork& network, NcclAlgorithm algorithm,
                      NcclProtocol protocol) {

@@ -120,6 +120,12 @@ NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
 // a stage send at once), at the slower of NIC and PCIe path. GB/s.
 double send_gbs(const GroupPlacement& pair, const ClusterNetwork& network);
 
+// An all-to-all over `group` (NCCL runs it as grouped sends and receives, one to each peer at
+// once): each rank sends (n − 1)/n of its buffer, the share for peers on its node over its
+// NVLinks and the rest through its share of the node's NICs (every rank of the node's groups
+// sends at once), both at the same time. Nanoseconds a byte of the buffer; 0 for one rank.
+double all_to_all_ns_per_byte(const GroupPlacement& group, const ClusterNetwork& network);
+
 // One collective of one kind of group as NCCL runs it, priced once (as NCCL's tuner fills its
 // table when the communicator is made) for every algorithm and protocol it offers; each call
 // then only chooses by its size.

@@ -25,6 +25,9 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("recompute", c.layout.recompute);
     visit("sequence_parallel", c.layout.sequence_parallel);
     visit("rank_order", c.layout.rank_order);
+    visit("cp_impl", c.layout.context_parallelism);
+    visit("zero_stage", c.layout.zero_stage);
+    visit("offload_checkpoints", c.layout.offload_checkpoints);
     visit("overlap_grad_reduce", c.overlap_grad_reduce);
     visit("dtype", c.dtype);
     visit("balancer", c.balancer);
@@ -62,13 +65,17 @@ void visit_model(Config& c, Visit&& visit) {
     visit("heads", c.model.heads);
     visit("context", c.model.context);
     visit("vocab", c.model.vocab);
+    visit("architecture", c.model.architecture);
+    visit("kv_heads", c.model.kv_heads);
+    visit("ffn_hidden", c.model.ffn_hidden);
 }
 
 // The values run.config holds by name: each read with its parser, written by its name.
 template <typename T>
 constexpr bool kNamed =
     std::is_same_v<T, parallel::PipelineSchedule> || std::is_same_v<T, parallel::Recompute> ||
-    std::is_same_v<T, parallel::RankOrder>;
+    std::is_same_v<T, parallel::RankOrder> || std::is_same_v<T, parallel::ContextParallelism> ||
+    std::is_same_v<T, parallel::Architecture>;
 Result<parallel::PipelineSchedule> parse_named(std::string_view text, parallel::PipelineSchedule) {
     return parallel::parse_schedule(text);
 }
@@ -77,6 +84,19 @@ Result<parallel::Recompute> parse_named(std::string_view text, parallel::Recompu
 }
 Result<parallel::RankOrder> parse_named(std::string_view text, const parallel::RankOrder&) {
     return parallel::parse_rank_order(text);
+}
+Result<parallel::ContextParallelism> parse_named(std::string_view text,
+                                                 parallel::ContextParallelism) {
+    return parallel::parse_context_parallelism(text);
+}
+Result<parallel::Architecture> parse_named(std::string_view text, parallel::Architecture) {
+    return parallel::parse_architecture(text);
+}
+std::string name_of(parallel::ContextParallelism cp) {
+    return parallel::context_parallelism_name(cp);
+}
+std::string name_of(parallel::Architecture architecture) {
+    return parallel::architecture_name(architecture);
 }
 std::string name_of(parallel::PipelineSchedule schedule) {
     return parallel::schedule_name(schedule);

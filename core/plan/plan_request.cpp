@@ -147,7 +147,10 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
         config.cost_model = std::move(merged.model);
         config.cost_origin = merged.origin;
     }
-    // Priced as the memory model counts it: the candidate's ZeRO stage, fused attention.
+    // Priced as the memory model counts it: the candidate's ZeRO stage, fused attention, its
+    // offloaded chunks.
+    config.attention_chunk = candidate.offload ? candidate.attention_chunk : 0;
+    config.offload = candidate.offload;
     config.hardware = request.hardware;
     config.hardware.gpus_per_node = request.gpus_per_node;
     config.hardware.unfused_attention = !request.flash_attention;

@@ -41,6 +41,7 @@ HardwareAssumptions a100() {
     a100.p2p_latency_us = 10;
     a100.layer_overhead_us = 10;
     a100.gpus_per_node = 8;
+    a100.host_link_gbs = 24;                   // PCIe Gen4 x16
     a100.network = parallel::kDgxA100Network;  // its links as NCCL sees them
     return a100;
 }
@@ -81,6 +82,7 @@ HardwareAssumptions h100() {
     h100.p2p_latency_us = 10;
     h100.layer_overhead_us = 10;
     h100.gpus_per_node = 8;
+    h100.host_link_gbs = 48;  // PCIe Gen5 x16
     // DGX H100's links as NCCL sees them: 18 NVLinks of 20.6 GB/s with NVLink SHARP, 8 NDR
     // NICs of 50 GB/s behind PCIe Gen5 x16 (48 GB/s), Intel Xeon hosts.
     h100.network = parallel::kDgxH100Network;
@@ -153,6 +155,7 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
         {"p2p_latency_us", number(hardware.p2p_latency_us)},
         {"layer_overhead_us", number(hardware.layer_overhead_us)},
         {"gpus_per_node", count(hardware.gpus_per_node)},
+        {"host_link_gbs", number(hardware.host_link_gbs)},
         {"attention_efficiency", number(hardware.attention_efficiency)},
         {"unfused_attention_efficiency", number(hardware.unfused_attention_efficiency)},
         {"attention_backend", Setter([&hardware](const nlohmann::json& value) {

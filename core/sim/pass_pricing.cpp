@@ -136,6 +136,46 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
 
 }  // namespace
 
+namespace {
+
+// Bytes one rank copies between device and pinned host memory in one pass of `layers` layers
+// holding `tokens` (attending over `attended` tokens: its own under all-gather CP's K and V
+// stream, the whole micro-batch's under Ulysses): offloaded checkpoints go out after each
+// layer's forward and come back before its backward ([T, h], /tp under sequence
+// parallelism); FPDT's chunks (Yao et al. 2024, §4) send Q, K and V of each chunk out in the
+// forward and fetch every earlier chunk's K and V for each chunk's attention, u(u − 1)/2
+// chunks of u, and in the backward fetch Q, K, V and again the earlier K and V, returning
+// their gradients (twice the forward's fetches). Not W: it reuses what B fetched.
+std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int64_t layers,
+                           std::int64_t tokens, std::int64_t attended) {
+    if (phase == Phase::weight_grad) {
+        return 0;
+    }
+    const parallel::GridShape& grid = config.layout.grid;
+    const std::int64_t h = config.model.hidden;
+    const std::int64_t element = element_bytes(config.dtype);
+    std::int64_t bytes = 0;
+    if (config.layout.offload_checkpoints) {
+        bytes += tokens * h / (config.layout.sequence_parallel ? grid.tp : 1) * element;
+    }
+    if (config.offload && config.attention_chunk > 0) {
+        const std::int64_t h_kv = h * parallel::kv_heads_of(config.model) / config.model.heads;
+        const bool ulysses =
+            config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
+        const std::int64_t heads_share = grid.tp * (ulysses ? grid.cp : 1);
+        const std::int64_t chunks =
+            (attended + config.attention_chunk - 1) / config.attention_chunk;
+        const std::int64_t chunk_kv = std::min<std::int64_t>(config.attention_chunk, attended) * 2 *
+                                      h_kv / heads_share * element;
+        const std::int64_t qkv = attended * (h + 2 * h_kv) / heads_share * element;
+        const std::int64_t earlier = chunks * (chunks - 1) / 2 * chunk_kv;
+        bytes += phase == Phase::forward ? qkv + earlier : 2 * qkv + 2 * earlier;
+    }
+    return bytes * layers;
+}
+
+}  // namespace
+
 // One pass of one micro-batch on one stage for the whole CP group (docs/simulate.md, "One
 // pass"); fills the group's cp RankPasses.
 GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase phase,
@@ -152,11 +192,24 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
     std::int64_t slowest = 0;
     std::int64_t largest_send = 0;
     std::int64_t largest_gather = 0;
+    std::int64_t largest_shard = 0;
+    // Ulysses: every rank attends over the whole micro-batch with its cp-th of the heads, so
+    // each computes an equal share of the causal pairs (DeepSpeed-Ulysses, Jacobs et al. 2023,
+    // §3); all-gather CP: its own queries' pairs.
+    const bool ulysses =
+        config.layout.context_parallelism == parallel::ContextParallelism::ulysses && grid.cp > 1;
+    std::int64_t ulysses_pairs = 0;
+    for (int c = 0; ulysses && c < grid.cp; ++c) {
+        ulysses_pairs += planned.cp.ranks[static_cast<std::size_t>(c)].attention_work / 2;
+    }
+    ulysses_pairs = (ulysses_pairs + grid.cp - 1) / std::max(grid.cp, 1);
     for (int c = 0; c < grid.cp; ++c) {
         const balance::CpShard& shard = planned.cp.ranks[static_cast<std::size_t>(c)];
+        largest_shard = std::max(largest_shard, shard.tokens);
         // attention_work is Σ causal_pair_work, twice the pairs; always even.
         ranks[c] = rank_pass(stage_passes[static_cast<std::size_t>(phase)], recompute, costs,
-                             config, phase, layers, shard.tokens, shard.attention_work / 2);
+                             config, phase, layers, shard.tokens,
+                             ulysses ? ulysses_pairs : shard.attention_work / 2);
         slowest = std::max(slowest, ranks[c].own_total());
         const double send =
             std::max(p2p.per_byte_ns, 0.0) * static_cast<double>(p2p_bytes(config, shard.tokens));
@@ -170,25 +223,59 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
     for (int c = 0; c < grid.cp; ++c) {
         ranks[c].wait_ns = slowest - ranks[c].own_total();
     }
-    if (grid.cp > 1 && phase != Phase::weight_grad) {
+    const bool full_recompute = config.layout.recompute == parallel::Recompute::full;
+    const std::int64_t h_kv = hidden * parallel::kv_heads_of(config.model) / config.model.heads;
+    if (ulysses && phase != Phase::weight_grad) {
+        // Per layer, Q, K and V of the rank's tokens to head shards and the attention's output
+        // back (the backward: the output's gradient, then Q's, K's and V's); each rank's
+        // buffer its tokens' (the largest shard's, which the others wait for), its TP heads.
+        // Full recomputation's forward runs both again.
+        const std::int64_t qkv = largest_shard * (hidden + 2 * h_kv) / grid.tp * element;
+        const std::int64_t out = largest_shard * hidden / grid.tp * element;
+        const std::int64_t per_layer = predict_collective_ns(costs.cp_all_to_all, qkv) +
+                                       predict_collective_ns(costs.cp_all_to_all, out);
+        group.exchange_bytes = (qkv + out) * layers;
+        group.exchange_ns = layers * per_layer;
+        if (phase == Phase::backward && full_recompute) {
+            group.regather_bytes = group.exchange_bytes;
+            group.regather_ns = group.exchange_ns;
+        }
+    } else if (grid.cp > 1 && phase != Phase::weight_grad) {
         // K and V of every token of the micro-batch, this rank's heads (h/tp); full
         // recomputation gathers them again in the backward pass.
-        const std::int64_t bytes_per_layer =
-            planned.packed.tokens * 2 * (hidden / grid.tp) * element;
+        const std::int64_t bytes_per_layer = planned.packed.tokens * 2 * (h_kv / grid.tp) * element;
         group.exchange_bytes = bytes_per_layer * layers;
         group.exchange_ns =
             layers * predict_collective_ns(forward ? costs.cp_all_gather : costs.cp_reduce_scatter,
                                            bytes_per_layer);
-        if (phase == Phase::backward && config.layout.recompute == parallel::Recompute::full) {
+        if (phase == Phase::backward && full_recompute) {
             group.regather_bytes = bytes_per_layer * layers;
             group.regather_ns =
                 layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
         }
     }
+    if (config.layout.zero_stage >= 3 && grid.dp * grid.cp > 1 && phase != Phase::weight_grad) {
+        // ZeRO-3 gathers each layer's parameters before its forward and before its backward,
+        // the next layer's while this one computes (DeepSpeed's prefetch): the first layer's
+        // gather waits, the rest hide behind the pass's compute where it is long enough.
+        const std::int64_t layer_bytes =
+            static_cast<std::int64_t>(parallel::layer_parameters(config.model)) / grid.tp * element;
+        const std::int64_t one = predict_collective_ns(costs.zero_all_gather, layer_bytes);
+        group.param_gather_bytes = layer_bytes * layers;
+        group.param_gather_ns = one + std::max<std::int64_t>(0, (layers - 1) * one - slowest);
+    }
+    group.offload_bytes = offload_bytes(config, phase, layers, largest_shard,
+                                        ulysses ? planned.packed.tokens : largest_shard);
+    if (group.offload_bytes > 0) {
+        const double copy_ns =
+            static_cast<double>(group.offload_bytes) / config.hardware.host_link_gbs;
+        group.offload_wait_ns =
+            std::max<std::int64_t>(0, std::llround(copy_ns) - slowest - group.exchange_ns);
+    }
     group.send_ns = largest_send;
     group.gather_ns = largest_gather;
-    group.duration_ns = slowest + group.exchange_ns + group.regather_ns +
-                        sends_of(stage, phase, config) * group.send_ns +
+    group.duration_ns = slowest + group.exchange_ns + group.regather_ns + group.param_gather_ns +
+                        group.offload_wait_ns + sends_of(stage, phase, config) * group.send_ns +
                         receives_of(stage, phase, config) * group.gather_ns;
     return group;
 }

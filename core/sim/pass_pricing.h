@@ -30,6 +30,14 @@ struct GroupPass {
     // With Megatron-LM's scatter/gather sends, the receiver's all-gather of the activation
     // over TP, one receive.
     std::int64_t gather_ns = 0;
+    // ZeRO-3's gathers of the stage's layers over DP × CP, what prefetching behind the pass's
+    // compute leaves exposed (the first layer's, and any excess), and their bytes.
+    std::int64_t param_gather_ns = 0;
+    std::int64_t param_gather_bytes = 0;
+    // Copies to and from host memory (offloaded checkpoints, FPDT's chunks) beyond what the
+    // pass's compute hides, and their bytes.
+    std::int64_t offload_wait_ns = 0;
+    std::int64_t offload_bytes = 0;
 };
 
 // TP collectives by kind: all-reduce, all-gather, reduce-scatter (layer_costs.h).

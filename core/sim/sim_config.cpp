@@ -156,6 +156,11 @@ Status validate(const SimulationConfig& config) {
     if (!(config.gpu_memory_gib > 0)) {
         return invalid("--gpu-memory-gib must be positive");
     }
+    if (config.attention_chunk < 0 || (config.offload && config.attention_chunk == 0)) {
+        return invalid(
+            "--offload on sends chunks of Q, K and V to host memory: give --attention-chunk N "
+            "(tokens a chunk, e.g. 65536)");
+    }
     if (model.context < 2) {
         return invalid("--context must be at least 2");
     }
@@ -179,7 +184,7 @@ Status validate(const SimulationConfig& config) {
     if (hardware.tflops <= 0 || hardware.nvlink_gbs <= 0 || hardware.network_gbs <= 0 ||
         hardware.hbm_gbs <= 0 || hardware.collective_latency_us < 0 ||
         hardware.p2p_latency_us < 0 || hardware.layer_overhead_us < 0 ||
-        hardware.gpus_per_node < 1) {
+        hardware.gpus_per_node < 1 || hardware.host_link_gbs <= 0) {
         return invalid("--tflops and the bandwidths must be positive, the latencies not negative");
     }
     return {};
@@ -191,6 +196,8 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.model = config.model;
     run.layout = config.layout;
     run.overlap_grad_reduce = config.overlap_grad_reduce;
+    run.attention_chunk = config.attention_chunk;
+    run.offload = config.offload;
     run.dtype = dtype_name(config.dtype);
     run.balancer = balance::balancer_name(config.balancer);
     run.cp_shard = balance::cp_sharding_name(config.sharding);
@@ -248,6 +255,11 @@ StageCosts config_costs(const SimulationConfig& config) {
     // all-reduce's bytes, priced as the all-reduce they replace.
     if (config.layout.zero_stage >= 1) {
         costs.optimizer_ns /= std::max(config.layout.grid.dp * config.layout.grid.cp, 1);
+    }
+    // ZeRO-3 keeps the parameters sharded after the update: the step's reduction is the
+    // gradients' reduce-scatter alone, no all-gather after it.
+    if (config.layout.zero_stage >= 3) {
+        costs.dp_all_reduce = costs.zero_reduce_scatter;
     }
     // The passes share cores in the replay; the gradients' reduction and the optimizer run on
     // every rank at once, each at its share of a core (docs/simulate.md, "Ranks that share

@@ -67,6 +67,13 @@ struct SimulationConfig {
     // GEMM beside it computes another; only the first chunk and what the GEMMs cannot cover
     // stay on the critical path (pass_pricing.cpp). Needs sequence parallelism.
     bool tp_comm_overlap = false;
+    // FPDT's chunked attention (fulcrum-train --attention-chunk): a layer's sequence in chunks
+    // of this many tokens; `offload`: each chunk's Q, K and V go to pinned host memory after
+    // its projection and every earlier chunk's K and V come back for each later chunk's
+    // attention (Yao et al. 2024, §4), over HardwareAssumptions::host_link_gbs, hidden behind
+    // the pass's compute where it can be (pass_pricing.cpp).
+    int attention_chunk = 0;
+    bool offload = false;
 
     // HotSPa's hot switching (SOSP'24, §4): each step's documents (the global batch `grid`,
     // `microbatches` and the balancer make) are split into the spec's length buckets, each

@@ -20,6 +20,7 @@ struct ChunkRanges {
     std::int64_t chunk_layers, stage_layers;
     std::int64_t tp_call_bytes;
     std::array<StringId, 3> tp_names;
+    bool ulysses = false;  // CP's exchanges are Ulysses' all-to-alls
 
     std::int64_t share(std::int64_t ns) const { return ns / v; }
     std::int64_t calls(std::int64_t all) const { return all * chunk_layers / stage_layers; }
@@ -64,8 +65,9 @@ struct ChunkRanges {
         std::int64_t u = tp_ranges(compute_end, ns, rank.recompute_tp_calls, 0);
         u = tp_ranges(u, ns, rank.recompute_tp_calls, 1);
         if (regather > 0) {
-            range(out.names().cp_all_gather, Category::communication, u, u + regather,
-                  calls(group.regather_bytes), out.calls(chunk_layers));
+            range(ulysses ? out.names().cp_all_to_all : out.names().cp_all_gather,
+                  Category::communication, u, u + regather, calls(group.regather_bytes),
+                  out.calls(chunk_layers));
         }
         return end;
     }
@@ -104,7 +106,9 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                   chunk_range.last - chunk_range.first,
                   std::max(layers_of(stage, config), 1),
                   rank.tokens * config.model.hidden * element_bytes(config.dtype),
-                  {n.tp_all_reduce, n.tp_all_gather, n.tp_reduce_scatter}};
+                  {n.tp_all_reduce, n.tp_all_gather, n.tp_reduce_scatter},
+                  config.layout.context_parallelism == parallel::ContextParallelism::ulysses};
+    const bool ulysses = r.ulysses;
     const std::int64_t start = offset + op.start_ns;
     const std::int64_t end = offset + op.end_ns;
     const bool receives =
@@ -137,8 +141,8 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         const std::int64_t attention_end = compute_end + r.tp_half_ns(rank.tp_ns, 0);
         r.range(n.attention, Category::attention, t, attention_end);
         if (grid.cp > 1) {
-            r.range(n.cp_all_gather, Category::communication, t, t + exchange,
-                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
+            r.range(ulysses ? n.cp_all_to_all : n.cp_all_gather, Category::communication, t,
+                    t + exchange, r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
         }
         r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0);
         const std::int64_t mlp_compute_end = attention_end + r.share(rank.mlp_ns);
@@ -157,8 +161,9 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         r.range(n.attention, Category::attention, mlp_end, attention_end);
         r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 1);
         if (grid.cp > 1) {
-            r.range(n.cp_reduce_scatter, Category::communication, tp_end, attention_end,
-                    r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
+            r.range(ulysses ? n.cp_all_to_all : n.cp_reduce_scatter, Category::communication,
+                    tp_end, attention_end, r.calls(group.exchange_bytes),
+                    out.calls(r.chunk_layers));
         }
         t = attention_end;
     } else {
@@ -171,6 +176,19 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         r.tp_ranges(r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0), rank.tp_ns,
                     rank.tp_calls, 1);
         t = mlp_end;
+    }
+    // ZeRO-3's exposed parameter gathers and the copies the compute did not hide, after the
+    // pass's work (play_group adds both to its length).
+    if (group.param_gather_ns > 0) {
+        const std::int64_t gather = r.share(group.param_gather_ns);
+        r.range(n.zero_all_gather, Category::communication, t, t + gather,
+                r.calls(group.param_gather_bytes), out.calls(r.chunk_layers));
+        t += gather;
+    }
+    if (group.offload_wait_ns > 0) {
+        const std::int64_t wait = r.share(group.offload_wait_ns);
+        r.range(n.offload_wait, Category::communication, t, t + wait, r.calls(group.offload_bytes));
+        t += wait;
     }
     if (sends) {
         r.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,
@@ -234,6 +252,9 @@ void intern_names(RunOutput& output) {
     names.dp_all_reduce = out->intern(kDpAllReduce);
     names.optimizer = out->intern(range_name::kOptimizer);
     names.embedding_all_reduce = out->intern(kEmbeddingAllReduce);
+    names.cp_all_to_all = out->intern(kCpAllToAll);
+    names.zero_all_gather = out->intern(kZeroAllGather);
+    names.offload_wait = out->intern(range_name::kOffloadWait);
     output.events = std::make_unique<RankEvents>(output.names, *out);
 }
 

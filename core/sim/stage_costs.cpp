@@ -313,6 +313,8 @@ void add_ring_collectives(CostModel& cost, const parallel::GridShape& grid,
     cost.collectives.push_back(collective(Role::cp_collective, kCpAllGather, latency_ns, gather));
     cost.collectives.push_back(
         collective(Role::cp_collective, kCpReduceScatter, latency_ns, gather));
+    // An all-to-all: each rank sends (n − 1)/n of its buffer.
+    cost.collectives.push_back(collective(Role::cp_collective, kCpAllToAll, latency_ns, gather));
     cost.collectives.push_back(collective(Role::tp_collective, kTpAllReduce, latency_ns,
                                           2 * (tp_n - 1) / tp_n / bandwidth(tp_span)));
     // Sequence parallelism's halves of an all-reduce; bytes are the gathered tensor's.
@@ -327,6 +329,10 @@ void add_ring_collectives(CostModel& cost, const parallel::GridShape& grid,
         collective(Role::pipeline_recv, kRecvGradients, p2p_latency_ns, 1.0 / bandwidth(pp_span)));
     cost.collectives.push_back(collective(Role::dp_collective, kDpAllReduce, latency_ns,
                                           2 * (dp_n - 1) / dp_n / bandwidth(dp_span)));
+    cost.collectives.push_back(collective(Role::dp_collective, kZeroAllGather, latency_ns,
+                                          (dp_n - 1) / dp_n / bandwidth(dp_span)));
+    cost.collectives.push_back(collective(Role::dp_collective, kZeroReduceScatter, latency_ns,
+                                          (dp_n - 1) / dp_n / bandwidth(dp_span)));
     // The tied embedding between stage 0 and stage p − 1 (each TP rank its V/t rows): an
     // all-reduce of two ranks moves the bytes once, 2·(2 − 1)/2.
     const std::int64_t embedding_span =
@@ -378,6 +384,14 @@ void add_nccl_collectives(CostModel& cost, const parallel::Layout& layout,
         collective(Role::pipeline_recv, kRecvGradients, p2p_latency_ns, send_ns_per_byte));
     cost.collectives.push_back(
         priced(Role::dp_collective, kDpAllReduce, Collective::all_reduce, placed.dp_cp));
+    cost.collectives.push_back(
+        priced(Role::dp_collective, kZeroAllGather, Collective::all_gather, placed.dp_cp));
+    cost.collectives.push_back(
+        priced(Role::dp_collective, kZeroReduceScatter, Collective::reduce_scatter, placed.dp_cp));
+    // Ulysses' all-to-all as grouped sends (nccl_model.h), a call's latency apart.
+    cost.collectives.push_back(collective(Role::cp_collective, kCpAllToAll,
+                                          hardware.collective_latency_us * 1e3,
+                                          parallel::all_to_all_ns_per_byte(cp, network)));
     // The tied embedding between stage 0 and stage p − 1 (each TP rank its V/t rows).
     cost.collectives.push_back(priced(Role::embedding_collective, kEmbeddingAllReduce,
                                       Collective::all_reduce, placed.embedding_pair));
@@ -811,6 +825,11 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     costs.recv_gradients = take(kRecvGradients, pipelined, kRecvActivations);
     costs.dp_all_reduce = take(kDpAllReduce, grid.dp * grid.cp > 1, kDpAllReduce);
     costs.embedding_all_reduce = take(kEmbeddingAllReduce, pipelined, kDpAllReduce);
+    const bool ulysses = layout.context_parallelism == parallel::ContextParallelism::ulysses;
+    costs.cp_all_to_all = take(kCpAllToAll, ulysses && grid.cp > 1, kCpAllToAll);
+    const bool zero3 = layout.zero_stage >= 3 && grid.dp * grid.cp > 1;
+    costs.zero_all_gather = take(kZeroAllGather, zero3, kZeroAllGather);
+    costs.zero_reduce_scatter = take(kZeroReduceScatter, zero3, kZeroReduceScatter);
     if (model != nullptr && model->optimizer_ns > 0) {
         costs.optimizer_ns = model->optimizer_ns;
     } else {

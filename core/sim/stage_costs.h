@@ -58,6 +58,9 @@ struct HardwareAssumptions {
     double p2p_latency_us = 5;          // pipeline send → receive
     double layer_overhead_us = 10;      // launches and syncs per layer and forward; 2× backward
     int gpus_per_node = 8;
+    // A GPU's link to pinned host memory (PCIe Gen4 x16 ~24 GB/s a direction, Gen5 ~48), for
+    // offloaded activations.
+    double host_link_gbs = 24;
 
     // A described system (hardware.h's presets): with a table, `tflops` is the dense 16-bit
     // peak and every GEMM runs at peak × efficiency(its FLOPs), interpolated in log FLOPs and
@@ -116,6 +119,9 @@ inline constexpr std::string_view kRecvActivations = range_name::kRecvActivation
 inline constexpr std::string_view kRecvGradients = range_name::kRecvGradients;
 inline constexpr std::string_view kDpAllReduce = range_name::kDpAllReduce;
 inline constexpr std::string_view kEmbeddingAllReduce = range_name::kEmbeddingAllReduce;
+inline constexpr std::string_view kCpAllToAll = range_name::kCpAllToAll;
+inline constexpr std::string_view kZeroAllGather = range_name::kZeroAllGather;
+inline constexpr std::string_view kZeroReduceScatter = range_name::kZeroReduceScatter;
 
 // Parameters one rank of `stage` holds (so the bytes / 4 its DP all-reduce moves): per layer
 // 12h² + 13h split over TP (QKV, projection and the 4h MLP with their biases, two LayerNorms);
@@ -159,6 +165,11 @@ struct StageCosts {
     analysis::CollectiveCost dp_all_reduce;
     // The tied embedding's gradient, summed between the first and the last stage (pp > 1).
     analysis::CollectiveCost embedding_all_reduce;
+    // Ulysses' all-to-alls over CP; ZeRO-3's layer gathers and gradient reduce-scatter over
+    // DP × CP (bytes: the gathered or reduced buffer, as nccl-tests' size).
+    analysis::CollectiveCost cp_all_to_all;
+    analysis::CollectiveCost zero_all_gather;
+    analysis::CollectiveCost zero_reduce_scatter;
     // The update, from the gradient norm's all-reduce over every stage (Megatron-LM and
     // fulcrum-train clip by the global norm; fulcrum-train's `optimizer` range holds it) to the
     // last parameter written.

@@ -74,11 +74,21 @@ inline constexpr std::string_view kSendActivations = "send activations";
 inline constexpr std::string_view kSendGradients = "send gradients";
 inline constexpr std::string_view kCpAllGather = "cp all-gather kv";
 inline constexpr std::string_view kCpReduceScatter = "cp reduce-scatter dkv";
+// DeepSpeed-Ulysses' all-to-alls: Q, K and V from token shards to head shards and the
+// attention's output back (and their gradients the other way).
+inline constexpr std::string_view kCpAllToAll = "cp all-to-all";
 inline constexpr std::string_view kTpAllReduce = "tp all-reduce";
 // Sequence parallelism's collectives in place of TP's all-reduce.
 inline constexpr std::string_view kTpAllGather = "tp all-gather";
 inline constexpr std::string_view kTpReduceScatter = "tp reduce-scatter";
 inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
+// ZeRO-3: a layer's parameters gathered over DP × CP before its forward and its backward,
+// and the gradients reduce-scattered instead of all-reduced.
+inline constexpr std::string_view kZeroAllGather = "zero all-gather params";
+inline constexpr std::string_view kZeroReduceScatter = "zero reduce-scatter grads";
+// Copies to or from pinned host memory that the compute beside them could not hide
+// (offloaded activation checkpoints, FPDT's chunks).
+inline constexpr std::string_view kOffloadWait = "offload wait";
 inline constexpr std::string_view kEmbeddingAllReduce = "pp all-reduce embedding";
 inline constexpr std::string_view kOptimizer = "optimizer";
 // Hot switching (HotSPa, SOSP'24): a length bucket played under its layout, and a switch of

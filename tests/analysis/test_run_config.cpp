@@ -15,12 +15,22 @@ namespace {
 RunConfig every_field_set() {
     RunConfig c;
     c.layout.grid = {.dp = 2, .tp = 3, .pp = 4, .cp = 5};
-    c.model = {.layers = 6, .hidden = 64, .heads = 8, .context = 1024, .vocab = 512};
+    c.model = {.layers = 6,
+               .hidden = 64,
+               .heads = 8,
+               .context = 1024,
+               .vocab = 512,
+               .architecture = parallel::Architecture::llama,
+               .kv_heads = 2,
+               .ffn_hidden = 160};
     c.layout.schedule = parallel::PipelineSchedule::interleaved;
     c.layout.virtual_stages = 2;
     c.layout.recompute = parallel::Recompute::selective;
     c.layout.sequence_parallel = true;
     c.layout.rank_order = parallel::kFulcrumOrder;
+    c.layout.context_parallelism = parallel::ContextParallelism::ulysses;
+    c.layout.zero_stage = 3;
+    c.layout.offload_checkpoints = true;
     c.overlap_grad_reduce = true;
     c.dtype = "bf16";
     c.balancer = "wlb";
@@ -77,6 +87,11 @@ private slots:
         QCOMPARE(read.gemm_gflops, 75.5);
         QCOMPARE(read.gemm_gflops_cold, 55.25);
         QCOMPARE(read.host_cores, 2);
+        QCOMPARE(read.layout.context_parallelism, parallel::ContextParallelism::ulysses);
+        QCOMPARE(read.layout.zero_stage, 3);
+        QVERIFY(read.layout.offload_checkpoints);
+        QCOMPARE(read.model.architecture, parallel::Architecture::llama);
+        QCOMPARE(read.model.kv_heads, 2);
         QVERIFY(read.grid_known);
         // Every field set is a key of its own: a default configuration writes each of them
         // with another value, or (an empty string) not at all.

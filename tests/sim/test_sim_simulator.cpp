@@ -759,6 +759,111 @@ private slots:
         QCOMPARE(config_costs(config).optimizer_ns, whole / 8);
     }
 
+    // One causal document of 4096 tokens over CP 4, contiguous shards, the a100 preset in
+    // bf16: one pass of it on stage 0 under the config's techniques.
+    static GroupPass one_document_pass(const SimulationConfig& config, Phase phase,
+                                       std::array<RankPass, 4>& ranks) {
+        balance::MicroBatch batch;
+        batch.documents = {{.id = 0, .length = 4096}};
+        batch.tokens = 4096;
+        batch.attention_work = 4096LL * 4096;
+        balance::PlannedMicroBatch planned{
+            batch, must(balance::shard_microbatch(batch, 4, balance::CpSharding::contiguous))};
+        return play_group(planned, 0, phase, config, config_costs(config), ranks.data());
+    }
+
+    static SimulationConfig technique_config() {
+        SimulationConfig config;
+        config.model = {.layers = 4, .hidden = 1024, .heads = 8, .context = 4096, .vocab = 256};
+        config.layout.grid = {.dp = 2, .tp = 1, .pp = 1, .cp = 4};
+        config.dtype = DType::bf16;
+        config.hardware = must(hardware_preset("a100"));
+        config.document_lengths.assign(8, 4096);
+        return config;
+    }
+
+    // Ulysses: every CP rank computes a quarter of the causal pairs (all-gather CP's last
+    // contiguous shard has seven sixteenths of them), and each layer moves Q, K, V and the
+    // output through two all-to-alls instead of gathering K and V.
+    void ulyssesBalancesPairsAndPaysAllToAlls() {
+        SimulationConfig config = technique_config();
+        std::array<RankPass, 4> ranks;
+        one_document_pass(config, Phase::forward, ranks);
+        const std::int64_t gathered_last = ranks[3].attention_ns,
+                           gathered_first = ranks[0].attention_ns;
+        QVERIFY(gathered_last > gathered_first);
+        config.layout.context_parallelism = parallel::ContextParallelism::ulysses;
+        const GroupPass group = one_document_pass(config, Phase::forward, ranks);
+        QCOMPARE(ranks[0].attention_ns, ranks[3].attention_ns);
+        QVERIFY(ranks[3].attention_ns < gathered_last);
+        const StageCosts costs = config_costs(config);
+        const std::int64_t qkv = 1024LL * 3 * 1024 * 2, out = 1024LL * 1024 * 2;
+        QCOMPARE(group.exchange_bytes, 4 * (qkv + out));
+        QCOMPARE(group.exchange_ns, 4 * (predict_collective_ns(costs.cp_all_to_all, qkv) +
+                                         predict_collective_ns(costs.cp_all_to_all, out)));
+        // Within one node, an all-to-all's bytes go over NVLink: (n − 1)/n of the buffer.
+        QCOMPARE(costs.cp_all_to_all.per_byte_ns, 3.0 / 4 / (12 * 20.0));
+        // A whole run plays them.
+        config.layout.grid.dp = 1;
+        QVERIFY(must(simulate(config, nullptr)).mean_step_ns > 0);
+    }
+
+    // ZeRO-3 gathers a layer's parameters before its forward and its backward, the next while
+    // this one computes: the first gather waits, the rest hide behind compute; the step's
+    // reduction is a reduce-scatter.
+    void zeroThreeGathersLayersBehindCompute() {
+        SimulationConfig config = technique_config();
+        std::array<RankPass, 4> ranks;
+        const GroupPass plain = one_document_pass(config, Phase::forward, ranks);
+        QCOMPARE(plain.param_gather_ns, std::int64_t(0));
+        config.layout.zero_stage = 3;
+        const StageCosts costs = config_costs(config);
+        const GroupPass group = one_document_pass(config, Phase::forward, ranks);
+        const std::int64_t layer_bytes = (12LL * 1024 * 1024 + 13 * 1024) * 2;
+        const std::int64_t one = predict_collective_ns(costs.zero_all_gather, layer_bytes);
+        QCOMPARE(group.param_gather_bytes, 4 * layer_bytes);
+        std::int64_t slowest = 0;
+        for (const RankPass& rank : ranks) {
+            slowest = std::max(slowest, rank.own_total());
+        }
+        QCOMPARE(group.param_gather_ns, one + std::max<std::int64_t>(0, 3 * one - slowest));
+        QCOMPARE(group.duration_ns, plain.duration_ns + group.param_gather_ns);
+        QCOMPARE(costs.dp_all_reduce.name, std::string(kZeroReduceScatter));
+    }
+
+    // Offloaded checkpoints: each layer's [T, h] input out in the forward, back in the
+    // backward, over the host link; only what the pass's compute cannot hide is added.
+    void offloadedCopiesWaitOnlyBeyondCompute() {
+        SimulationConfig config = technique_config();
+        config.layout.recompute = parallel::Recompute::full;
+        config.layout.offload_checkpoints = true;
+        std::array<RankPass, 4> ranks;
+        const GroupPass fast = one_document_pass(config, Phase::forward, ranks);
+        QCOMPARE(fast.offload_bytes, 4 * 1024LL * 1024 * 2);
+        QCOMPARE(fast.offload_wait_ns, std::int64_t(0));  // 8 MB over 24 GB/s hides
+        config.hardware.host_link_gbs = 0.01;
+        const GroupPass slow = one_document_pass(config, Phase::forward, ranks);
+        std::int64_t slowest = 0;
+        for (const RankPass& rank : ranks) {
+            slowest = std::max(slowest, rank.own_total());
+        }
+        QCOMPARE(slow.offload_wait_ns,
+                 std::llround(static_cast<double>(slow.offload_bytes) / 0.01) - slowest -
+                     slow.exchange_ns);
+        // FPDT's chunks: Q, K and V out, and for 4096 tokens in chunks of 1024 the 4·3/2
+        // earlier K|V chunks back, a layer, in the forward.
+        config.layout.offload_checkpoints = false;
+        config.layout.recompute = parallel::Recompute::none;
+        config.layout.context_parallelism = parallel::ContextParallelism::ulysses;
+        config.attention_chunk = 1024;
+        config.offload = true;
+        const GroupPass chunks = one_document_pass(config, Phase::forward, ranks);
+        const std::int64_t per_layer = 4096LL * 3 * 1024 / 4 * 2 + 6 * 1024LL * 2 * 1024 / 4 * 2;
+        QCOMPARE(chunks.offload_bytes, 4 * per_layer);
+        config.attention_chunk = 0;
+        QVERIFY(!validate(config).ok());
+    }
+
     // The attention kernel is the run's: unfused kernels compute the whole square at their own
     // efficiency and stream the scores through HBM; FlashAttention the causal pairs only.
     void attentionBackend() {

@@ -1,0 +1,233 @@
+// bench_fpdt: FPDT's comparison of training strategies (Yao et al. 2024, "Training Ultra Long
+// Context Language Model with Fully Pipelined Distributed Transformer", arXiv 2408.16978: the
+// 8B Llama 3 on 8 A100 80 GB of one node) replayed by Fulcrum's memory model and simulator.
+// For each strategy: the longest context of the form 2^k that fits in 80 GiB by
+// core/parallel/memory_model, the memory at the published context, and the MFU `simulate`
+// plays on the `a100` preset (core/sim/hardware.cpp) at that context, each beside the
+// published figure. bench/README.md records a run and what each row assumes.
+//
+// What the paper leaves unsaid, and what is assumed (bench/README.md repeats it):
+//   precision  bf16 weights and gradients, fp32 master weights and Adam's moments: 2 + 2 + 12
+//              bytes a parameter (ZeRO §3.1), DeepSpeed's;
+//   attention  FlashAttention (fused, no score matrix);
+//   batch      one sequence a step, one micro-batch;
+//   TP rows    Megatron-DeepSpeed's tensor parallelism of 8 without sequence parallelism;
+//   Ulysses    sequence parallelism of 8, ZeRO over the same 8 ranks;
+//   FPDT       chunks of 64K tokens (the paper's balance of PCIe and compute), Q, K, V and
+//              the checkpoints offloaded, the loss taken a chunk at a time;
+//   memory     the published GB read as GiB (PyTorch's max_memory_allocated / 2^30); a
+//              context fits when the device holds it in 80 GiB and the node's 2 TB of host
+//              memory (DGX A100 80 GB's) holds the 8 ranks' offloaded checkpoints;
+//   MFU        model FLOPs (6 · the layers' GEMM weights and the LM head a token, 12·L·h a
+//              causal pair: planner.cpp's count) over 8 × 312 TFLOP/s.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/parallel/memory_model.h"
+#include "core/sim/hardware.h"
+#include "core/sim/simulator.h"
+#include "core/util/text_table.h"
+
+using namespace fulcrum;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kDeviceGiB = 80;
+constexpr double kHostBytes = 2e12;  // a DGX A100 80 GB node's system memory
+constexpr int kGpus = 8;
+constexpr int kFpdtChunk = 65536;
+
+// Llama 3 8B (Dubey et al. 2024, Table 3).
+parallel::ModelShape llama3_8b(int context) {
+    return {.layers = 32,
+            .hidden = 4096,
+            .heads = 32,
+            .context = context,
+            .vocab = 128256,
+            .architecture = parallel::Architecture::llama,
+            .kv_heads = 8,
+            .ffn_hidden = 14336};
+}
+
+// One strategy of FPDT's table and what it published.
+struct Strategy {
+    const char* name;
+    bool ulysses;  // else TP 8
+    int zero;
+    parallel::Recompute recompute;
+    bool offload_checkpoints;
+    bool fpdt;  // FPDT's chunks of Q, K, V offloaded, the loss in chunks
+    int published_context;
+    double published_gib;
+    double published_mfu;  // percent
+};
+
+using parallel::Recompute;
+const std::vector<Strategy> kStrategies = {
+    {"TP", false, 0, Recompute::none, false, false, 32 << 10, 64.3, 9.4},
+    {"TP + AC", false, 0, Recompute::full, false, false, 128 << 10, 61.2, 19.4},
+    {"TP + AC + OC", false, 0, Recompute::full, true, false, 512 << 10, 78.7, 32.7},
+    {"Ulysses + ZeRO-1", true, 1, Recompute::none, false, false, 64 << 10, 58.9, 15.3},
+    {"Ulysses + ZeRO-2", true, 2, Recompute::none, false, false, 64 << 10, 54.5, 15.3},
+    {"Ulysses + ZeRO-3", true, 3, Recompute::none, false, false, 64 << 10, 52.3, 21.0},
+    {"AC + OC + Ulysses + ZeRO-1", true, 1, Recompute::full, true, false, 512 << 10, 65.5, 46.8},
+    {"AC + OC + Ulysses + ZeRO-2", true, 2, Recompute::full, true, false, 512 << 10, 65.5, 46.8},
+    {"AC + OC + Ulysses + ZeRO-3", true, 3, Recompute::full, true, false, 512 << 10, 60.1, 47.2},
+    {"FPDT + ZeRO-3 + AC + OC", true, 3, Recompute::full, true, true, 4 << 20, 68.0, 55.7},
+};
+
+parallel::Layout layout_of(const Strategy& strategy) {
+    parallel::Layout layout;
+    layout.grid =
+        strategy.ulysses ? parallel::GridShape{.cp = kGpus} : parallel::GridShape{.tp = kGpus};
+    layout.microbatches = 1;
+    layout.recompute = strategy.recompute;
+    layout.offload_checkpoints = strategy.offload_checkpoints;
+    layout.zero_stage = strategy.zero;
+    layout.context_parallelism = strategy.ulysses ? parallel::ContextParallelism::ulysses
+                                                  : parallel::ContextParallelism::all_gather;
+    return layout;
+}
+
+parallel::MemoryShape memory_of(const Strategy& strategy, int context) {
+    parallel::MemoryShape shape = parallel::memory_shape(llama3_8b(context), layout_of(strategy));
+    shape.flash_attention = true;
+    shape.precision = parallel::Precision::megatron_mixed();
+    shape.precision.gradient_bytes = 2;  // DeepSpeed's bf16 gradients
+    if (strategy.fpdt) {
+        shape.attention_chunk = kFpdtChunk;
+        shape.offload = true;
+        shape.loss_chunk = kFpdtChunk;
+    }
+    return shape;
+}
+
+double peak_gib(const Strategy& strategy, int context) {
+    return parallel::peak_stage_memory(memory_of(strategy, context)).total_bytes() / kGiB;
+}
+
+bool fits(const Strategy& strategy, int context) {
+    const parallel::StageMemory peak = parallel::peak_stage_memory(memory_of(strategy, context));
+    return peak.total_bytes() <= kDeviceGiB * kGiB && peak.host_bytes * kGpus <= kHostBytes;
+}
+
+// The longest 2^k tokens (8K to 16M) that fit; 0 when none does.
+int longest_context(const Strategy& strategy) {
+    int longest = 0;
+    for (int context = 8 << 10; context <= 16 << 20; context *= 2) {
+        if (!fits(strategy, context)) {
+            break;
+        }
+        longest = context;
+    }
+    return longest;
+}
+
+// The step `simulate` plays for one sequence of `context` tokens; its MFU in percent.
+Result<double> simulated_mfu(const Strategy& strategy, int context,
+                             const sim::HardwareAssumptions& hardware) {
+    sim::SimulationConfig config;
+    config.model = llama3_8b(context);
+    config.layout = layout_of(strategy);
+    config.sharding = balance::CpSharding::contiguous;
+    config.steps = 1;
+    config.document_lengths = {context};
+    config.dtype = sim::DType::bf16;
+    config.hardware = hardware;
+    config.gpu_memory_gib = kDeviceGiB;
+    if (strategy.fpdt) {
+        config.attention_chunk = kFpdtChunk;
+        config.offload = true;
+    }
+    auto result = sim::simulate(config, nullptr);
+    if (!result) {
+        return result.error();
+    }
+    const parallel::ModelShape& model = config.model;
+    const double tokens = context, pairs = tokens * (tokens + 1) / 2;
+    const double flops = 6.0 *
+                             (model.layers * parallel::layer_gemm_weights(model) +
+                              double(model.hidden) * model.vocab) *
+                             tokens +
+                         12.0 * model.layers * model.hidden * pairs;
+    return 100 * flops / (result->mean_step_ns * 1e-9) / (kGpus * hardware.tflops * 1e12);
+}
+
+std::string context_text(int tokens) {
+    if (tokens == 0) {
+        return "none";
+    }
+    return tokens >= (1 << 20) ? std::to_string(tokens >> 20) + "M"
+                               : std::to_string(tokens >> 10) + "K";
+}
+
+std::string fixed(double value, int decimals) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+    return buffer;
+}
+
+std::string signed_percent(double predicted, double published) {
+    const double error = 100.0 * (predicted - published) / published;
+    return (error >= 0 ? "+" : "") + fixed(error, 1) + "%";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "bench_fpdt: FPDT's table of training strategies (8B Llama 3 on 8 A100 80 GB) by the "
+        "memory model and the simulator, beside the published longest context, memory and MFU"};
+    CLI11_PARSE(app, argc, argv);
+    auto hardware = sim::hardware_preset("a100");
+    if (!hardware) {
+        std::fprintf(stderr, "bench_fpdt: %s\n", hardware.error().message.c_str());
+        return 2;
+    }
+    std::printf("hardware: %s\n", sim::describe(*hardware).c_str());
+    std::printf("model: %s, %.3g B parameters\n\n",
+                parallel::describe_model(llama3_8b(8192)).c_str(),
+                parallel::model_parameters(llama3_8b(8192)) / 1e9);
+    using Align = TextTable::Align;
+    TextTable table({"strategy", "longest", "published", "GiB there", "published", "error",
+                     "MFU there", "published", "error"},
+                    {Align::left, Align::right, Align::right, Align::right, Align::right,
+                     Align::right, Align::right, Align::right, Align::right});
+    int contexts_equal = 0, memory_within = 0, mfu_within = 0;
+    double memory_error_sum = 0, mfu_error_sum = 0;
+    for (const Strategy& strategy : kStrategies) {
+        const int longest = longest_context(strategy);
+        const double gib = peak_gib(strategy, strategy.published_context);
+        auto mfu = simulated_mfu(strategy, strategy.published_context, *hardware);
+        if (!mfu) {
+            std::fprintf(stderr, "bench_fpdt: %s: %s\n", strategy.name,
+                         mfu.error().message.c_str());
+            return 1;
+        }
+        contexts_equal += longest == strategy.published_context ? 1 : 0;
+        const double memory_error = std::abs(gib - strategy.published_gib) / strategy.published_gib;
+        const double mfu_error = std::abs(*mfu - strategy.published_mfu) / strategy.published_mfu;
+        memory_within += memory_error <= 0.10 ? 1 : 0;
+        mfu_within += mfu_error <= 0.15 ? 1 : 0;
+        memory_error_sum += memory_error;
+        mfu_error_sum += mfu_error;
+        table.add_row(
+            {strategy.name, context_text(longest), context_text(strategy.published_context),
+             fixed(gib, 1), fixed(strategy.published_gib, 1),
+             signed_percent(gib, strategy.published_gib), fixed(*mfu, 1) + "%",
+             fixed(strategy.published_mfu, 1) + "%", signed_percent(*mfu, strategy.published_mfu)});
+    }
+    std::fputs(table.render().c_str(), stdout);
+    const double rows = static_cast<double>(kStrategies.size());
+    std::printf(
+        "\nlongest context equal to the published: %d of %zu; memory within 10%%: %d of %zu "
+        "(mean |error| %.1f%%); MFU within 15%%: %d of %zu (mean |error| %.1f%%)\n",
+        contexts_equal, kStrategies.size(), memory_within, kStrategies.size(),
+        100 * memory_error_sum / rows, mfu_within, kStrategies.size(), 100 * mfu_error_sum / rows);
+    return 0;
+}

@@ -38,7 +38,8 @@ struct PlanArgs {
     bool no_sequence_parallel = false;
     bool no_offload = false;
     bool no_distributed_optimizer = false;
-    int zero_stage = 1;
+    std::string zero_stages = "1";
+    std::string cp_impls = "all-gather";
     std::string attention_backend = "flash";
     bool equal_split = false;
     int host_cores = -1;  // -1: not given
@@ -49,6 +50,8 @@ struct PlanArgs {
     bool progress = false;
     std::string hot_switch;  // "auto": choose a hot-switch spec too (hot_switch_search.h)
     std::string rank_orders = "tp-cp-dp-pp,tp-cp-pp-dp";
+    bool longest_context = false;
+    int max_context = 16 << 20;
     plan::HotSwitchSearchOptions hot_switch_options;
 };
 
@@ -138,7 +141,24 @@ Status build_space(PlanArgs& args) {
     space.virtual_stages = *virtual_stages;
     space.sequence_parallel = !args.no_sequence_parallel;
     space.offload = !args.no_offload;
-    args.request.zero_stage = args.no_distributed_optimizer ? 0 : args.zero_stage;
+    auto zero_stages = parse_int_list(args.no_distributed_optimizer ? "0" : args.zero_stages,
+                                      "--zero", "1 or 1,2,3");
+    if (!zero_stages) {
+        return zero_stages.error();
+    }
+    space.zero_stages.assign(zero_stages->begin(), zero_stages->end());
+    for (const int zero : space.zero_stages) {
+        if (zero < 0 || zero > 3) {
+            return Error{ErrorCode::invalid_input,
+                         "--zero takes stages from 0 to 3, not " + std::to_string(zero)};
+        }
+    }
+    auto cp_impls = parse_names<parallel::ContextParallelism>(args.cp_impls, "--cp-impls",
+                                                              parallel::parse_context_parallelism);
+    if (!cp_impls) {
+        return cp_impls.error();
+    }
+    space.cp_impls = *cp_impls;
     args.request.flash_attention = args.attention_backend == "flash";
     space.exact_layer_split = !args.equal_split;
     args.request.dtype = *dtype;
@@ -401,6 +421,52 @@ void print_hot_switch(const plan::PlanResult& result,
     }
 }
 
+// --longest-context: the plan at --context · 2^k up to --max-context, one row a context, until
+// none fits (plan::plan_contexts).
+int run_longest_context(PlanArgs& args, std::atomic<bool>& cancel) {
+    plan::PlanProgress progress;
+    progress.progress = progress_for("planning contexts", args.progress, cancel);
+    progress.cancel = &cancel;
+    auto plans = plan::plan_contexts(args.request, args.max_context, progress);
+    finish_progress_line();
+    if (!plans) {
+        return report_error(plans.error());
+    }
+    const auto R = TextTable::Align::right;
+    const auto L = TextTable::Align::left;
+    TextTable table(
+        {"context", "best layout", "m", "schedule", "knobs", "step", "tokens/s", "MFU", "peak GiB"},
+        {R, L, R, L, L, R, R, R, R});
+    int longest = 0;
+    for (const plan::ContextPlan& row : *plans) {
+        if (!row.best) {
+            table.add_row({std::to_string(row.context), "none fits", "", "", "", "", "", "", ""});
+            continue;
+        }
+        const plan::Candidate& c = *row.best;
+        longest = row.context;
+        table.add_row({std::to_string(row.context), grid_text(c),
+                       std::to_string(c.layout.microbatches), report::schedule_text(c),
+                       knobs_text(c), format_duration(static_cast<std::int64_t>(c.step_ns)),
+                       format_fixed(c.tokens_per_second, 0), format_percent(c.mfu, 1.0),
+                       format_fixed(c.memory.total_gib, 1)});
+    }
+    std::printf("fulcrum plan --longest-context: %s on %s GPUs of %s GiB (%s)\n\n",
+                parallel::describe_model(args.request.model).c_str(), args.world.c_str(),
+                significant(args.request.gpu_memory_gib).c_str(),
+                sim::describe(args.request.hardware).c_str());
+    std::fputs(table.render().c_str(), stdout);
+    if (longest == 0) {
+        std::printf("\nNo layout fits even %d tokens.\n", args.request.model.context);
+    } else if (plans->back().best) {
+        std::printf("\nLongest that fits: %d tokens or more (--max-context %d reached).\n", longest,
+                    args.max_context);
+    } else {
+        std::printf("\nLongest that fits: %d tokens.\n", longest);
+    }
+    return kExitOk;
+}
+
 int run_plan(PlanArgs& args) {
     std::atomic<bool> cancel{false};
     auto worlds = parse_worlds(args.world);
@@ -437,6 +503,9 @@ int run_plan(PlanArgs& args) {
     }
     if (auto status = build_costs(args, cancel); !status) {
         return report_error(status.error());
+    }
+    if (args.longest_context) {
+        return run_longest_context(args, cancel);
     }
     if (!args.output.empty() && !args.force) {
         const std::string first = (std::filesystem::path(args.output) / "rank-1.fulcrum").string();
@@ -539,6 +608,12 @@ Command add_plan_command(CLI::App& app) {
                     "logits, buffers and fragmentation)")
         ->capture_default_str()
         ->group("Cluster");
+    sub->add_option("--host-memory-gib", r.host_memory_gib,
+                    "A node's host memory, which offloaded activations (checkpoints, FPDT's "
+                    "chunks) must fit in")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->group("Cluster");
     sub->add_option("--hardware", args->hardware,
                     "The analytic cost model's system: h100, a100, or a JSON file of your own "
                     "(docs/simulate.md, \"A system of your own\")")
@@ -566,6 +641,17 @@ Command add_plan_command(CLI::App& app) {
                     "Sequences of --context tokens per step over all DP replicas; micro-batches "
                     "per replica = this / dp")
         ->capture_default_str()
+        ->group("Data");
+    sub->add_flag("--longest-context", args->longest_context,
+                  "FPDT's question: plan at --context, twice it, four times ... up to "
+                  "--max-context, each step whole sequences of the context, and say the longest "
+                  "that some layout fits and its best layout's tokens/s (try --zero 1,2,3 "
+                  "--cp-impls all-gather,ulysses)")
+        ->group("Data");
+    sub->add_option("--max-context", args->max_context,
+                    "With --longest-context: the longest context tried")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
         ->group("Data");
     sub->add_option("--lengths", r.lengths,
                     "Document lengths: lognormal:median=M,sigma=S, long-tail:context=N, file:PATH "
@@ -601,13 +687,17 @@ Command add_plan_command(CLI::App& app) {
                   "Do not try sequence parallelism")
         ->group("Search");
     CLI::Option* zero =
-        sub->add_option("--zero", args->zero_stage,
-                        "ZeRO stage of every layout over its DP x CP ranks: 1 (Megatron-LM's "
-                        "distributed optimizer) shards the optimizer state, 2 also the gradients, "
-                        "3 also the parameters")
+        sub->add_option("--zero", args->zero_stages,
+                        "ZeRO stages to try over each layout's DP x CP ranks, the least that fits "
+                        "kept: 1 (Megatron-LM's distributed optimizer) shards the optimizer "
+                        "state, 2 also the gradients, 3 also the parameters; e.g. 1,2,3")
             ->capture_default_str()
-            ->check(CLI::Range(0, 3))
             ->group("Search");
+    sub->add_option("--cp-impls", args->cp_impls,
+                    "How CP may split attention, each tried where cp > 1: all-gather, ulysses "
+                    "(DeepSpeed-Ulysses' all-to-alls, where tp x cp divides the heads)")
+        ->capture_default_str()
+        ->group("Search");
     sub->add_flag("--no-distributed-optimizer", args->no_distributed_optimizer,
                   "Plan for a framework without Megatron-LM's distributed optimizer: --zero 0, "
                   "every rank holds and updates the whole optimizer state of its stage")
@@ -619,7 +709,8 @@ Command add_plan_command(CLI::App& app) {
                   "activations do not fit without recomputation")
         ->group("Search");
     sub->add_option("--attention-chunk", r.space.attention_chunk,
-                    "The attention chunk offload is tried with (default min(4096, context / cp))")
+                    "The attention chunk offload is tried with (default min(65536, context / cp), "
+                    "FPDT's balance of copies and compute on A100)")
         ->check(CLI::NonNegativeNumber)
         ->group("Search");
     sub->add_flag("--equal-split", args->equal_split,

@@ -257,11 +257,38 @@ std::vector<std::string> simulate_arguments(const plan::PlanRequest& request,
     return simulate_words(request, c, plan::simulation_config(request, c));
 }
 
+// What fulcrum-train cannot run of a candidate (a model or memory technique the engine has
+// not got yet); empty when it runs it all.
+std::string beyond_the_engine(const plan::PlanRequest& request, const plan::Candidate& c) {
+    std::vector<std::string> missing;
+    if (request.model.architecture != parallel::Architecture::gpt || request.model.kv_heads > 0 ||
+        request.model.ffn_hidden > 0) {
+        missing.push_back("Llama shapes");
+    }
+    if (c.layout.context_parallelism == parallel::ContextParallelism::ulysses) {
+        missing.push_back("Ulysses");
+    }
+    if (c.layout.zero_stage >= 2) {
+        missing.push_back("ZeRO-" + std::to_string(c.layout.zero_stage));
+    }
+    if (c.layout.offload_checkpoints) {
+        missing.push_back("offloaded checkpoints");
+    }
+    std::string text;
+    for (std::size_t i = 0; i < missing.size(); ++i) {
+        text += (i == 0 ? "" : i + 1 == missing.size() ? " or " : ", ") + missing[i];
+    }
+    return text;
+}
+
 void write_commands(const plan::PlanRequest& request, plan::PlanResult& result) {
     for (plan::Candidate& c : result.candidates) {
         if (c.status == plan::CandidateStatus::ranked) {
             const sim::SimulationConfig config = plan::simulation_config(request, c);
-            c.train_command = shell_quote(train_words(request, c, config));
+            const std::string missing = beyond_the_engine(request, c);
+            c.train_command = missing.empty()
+                                  ? shell_quote(train_words(request, c, config))
+                                  : "# fulcrum-train has no " + missing + " yet; simulate it:";
             c.simulate_command = shell_quote(simulate_words(request, c, config));
         }
     }
@@ -275,7 +302,9 @@ void write_commands(const plan::PlanRequest& request, const plan::PlanResult& re
             search.simulate_command = shell_quote(
                 hot_switch_words(simulate_arguments(request, best), search.best(), false));
         }
-        if (const plan::HotSwitchChoice* runnable = search.best_runnable()) {
+        if (const std::string missing = beyond_the_engine(request, best); !missing.empty()) {
+            search.train_command = "# fulcrum-train has no " + missing + " yet";
+        } else if (const plan::HotSwitchChoice* runnable = search.best_runnable()) {
             search.train_command =
                 shell_quote(hot_switch_words(train_arguments(request, best), *runnable, true));
         }

@@ -38,7 +38,7 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kDeviceGiB = 80;
-constexpr double kHostBytes = 2e12;  // a DGX A100 80 GB node's system memory
+constexpr double kHostGiB = 2048;  // a DGX A100 80 GB node's 2 TB, as fulcrum plan assumes
 constexpr int kGpus = 8;
 constexpr int kFpdtChunk = 65536;
 
@@ -113,7 +113,7 @@ double peak_gib(const Strategy& strategy, int context) {
 
 bool fits(const Strategy& strategy, int context) {
     const parallel::StageMemory peak = parallel::peak_stage_memory(memory_of(strategy, context));
-    return peak.total_bytes() <= kDeviceGiB * kGiB && peak.host_bytes * kGpus <= kHostBytes;
+    return peak.total_bytes() <= kDeviceGiB * kGiB && peak.host_bytes * kGpus <= kHostGiB * kGiB;
 }
 
 // The longest 2^k tokens (8K to 16M) that fit; 0 when none does.

@@ -154,6 +154,13 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
             shape.attention_chunk > 0 ? std::min(1.0, shape.attention_chunk / local_tokens) : 1.0;
         memory.activations_bytes += activations_per_layer(shape, Recompute::none) * scale * share;
     }
+    if (shape.offload && shape.attention_chunk > 0 && recompute == Recompute::none) {
+        // Q, K and V of every layer in flight wait on the host.
+        const double h = shape.model.hidden;
+        const double h_kv = h * kv_heads_of(shape.model) / std::max(shape.model.heads, 1);
+        memory.host_bytes +=
+            local_tokens * (2 * h + 4 * h_kv) / t * scale * memory.layers_in_flight;
+    }
     if (shape.offload && shape.attention_chunk > 0) {
         // The two device slots the copies double-buffer through: [chunk, 3h/t] each (during
         // the recomputed layer's attention under full recomputation).

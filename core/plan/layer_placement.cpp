@@ -128,6 +128,19 @@ bool place_layers(const PlanRequest& request, Candidate& candidate,
     const double usable = usable_bytes(request);
     const int p = candidate.layout.grid.pp;
     const parallel::StageMemory equal_peak = parallel::peak_stage_memory(shape);
+    double host_peak = 0;
+    for (int stage = 0; stage < p; ++stage) {
+        host_peak = std::max(host_peak, parallel::stage_memory(shape, stage).host_bytes);
+    }
+    if (host_peak * request.gpus_per_node > request.host_memory_gib * kGiB) {
+        candidate.memory = breakdown(equal_peak);
+        candidate.reason =
+            "offloads " + format_bytes(std::llround(host_peak)) + " a GPU to host memory, " +
+            format_bytes(std::llround(host_peak * request.gpus_per_node)) + " a node of " +
+            format_bytes(std::llround(request.host_memory_gib * kGiB));
+        candidate.reason_kind = "offloads exceed host memory";
+        return false;
+    }
     if (p > 1 && candidate.layout.virtual_stages == 1 && request.space.exact_layer_split) {
         StageMemoryTable table(shape);
         const int first_layers = request.model.layers / p + (request.model.layers % p > 0);

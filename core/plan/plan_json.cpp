@@ -35,6 +35,9 @@ nlohmann::json candidate_json(const Candidate& c) {
         {"offload", c.offload},
         {"stage_layers", c.layout.stage_layers},
         {"rank_order", parallel::rank_order_name(c.layout.rank_order)},
+        {"zero_stage", c.layout.zero_stage},
+        {"cp_impl", parallel::context_parallelism_name(c.layout.context_parallelism)},
+        {"offload_checkpoints", c.layout.offload_checkpoints},
         {"status", candidate_status_name(c.status)},
         {"step_ns", c.step_ns},
         {"estimated_step_ns", c.estimated_step_ns},
@@ -166,6 +169,12 @@ Result<Candidate> candidate_from_json(const nlohmann::json& j) {
     if (auto order = parallel::parse_rank_order(j.value("rank_order", "tp-cp-dp-pp"))) {
         c.layout.rank_order = *order;  // plans written before the key: Megatron-LM's
     }
+    // Plans written before these keys: the distributed optimizer, all-gather CP, no offload.
+    c.layout.zero_stage = j.value("zero_stage", 1);
+    if (auto impl = parallel::parse_context_parallelism(j.value("cp_impl", "all-gather"))) {
+        c.layout.context_parallelism = *impl;
+    }
+    c.layout.offload_checkpoints = j.value("offload_checkpoints", false);
     c.status = CandidateStatus::ranked;
     c.step_ns = j.at("step_ns").get<double>();
     c.estimated_step_ns = j.value("estimated_step_ns", 0.0);

@@ -46,6 +46,10 @@ parallel::MemoryShape memory_shape(const PlanRequest& request, const Candidate& 
     shape.flash_attention = request.flash_attention;
     shape.attention_chunk = candidate.attention_chunk;
     shape.offload = candidate.offload;
+    // FPDT's design takes the loss a chunk at a time as well (the chunks with recomputation).
+    if (candidate.offload && candidate.layout.recompute == parallel::Recompute::full) {
+        shape.loss_chunk = candidate.attention_chunk;
+    }
     shape.precision = request.precision;
     return shape;
 }

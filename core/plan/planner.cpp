@@ -208,30 +208,55 @@ std::vector<std::pair<parallel::PipelineSchedule, int>> schedules_for(const Plan
     return out;
 }
 
-// Where a layout's activations do not fit without recomputation: chunked attention with Q,
-// K and V offloaded to host memory (FPDT), tried before recomputing, which adds work where
-// offload's copies overlap compute (bench/README.md: 91–93% hidden on the CPU engine). True,
-// `layout` estimated with them, when they make it fit.
-bool try_offload(const PlanRequest& request, const MeanMicroBatch& mean, EstimatedLayout& layout) {
-    Candidate& c = layout.candidate;
-    if (!request.space.offload || c.layout.recompute != parallel::Recompute::none ||
-        c.reason_kind != "activations exceed memory") {
-        return false;
+// The chunk FPDT's offloaded attention is tried with: --attention-chunk, or min(64K, the
+// rank's tokens): FPDT's chunk where PCIe time and compute balance on A100 (Yao et al. 2024).
+int offload_chunk(const PlanRequest& request, const Candidate& c) {
+    return request.space.attention_chunk > 0
+               ? request.space.attention_chunk
+               : std::max(1, std::min(65536, request.model.context / c.layout.grid.cp));
+}
+
+// The memory techniques of one layout, cheapest first: each recomputation level in the
+// request's order; without recomputation, Q, K and V offloaded in chunks before recomputing
+// (bench/README.md: 91–93% of the copies hidden on the CPU engine); after full recomputation,
+// its checkpoints offloaded, then FPDT's whole design (checkpoints, chunks and a chunked loss).
+// The offloads only where --no-offload does not forbid them.
+std::vector<Candidate> memory_rungs(const PlanRequest& request, const Candidate& base,
+                                    const std::vector<parallel::Recompute>& recomputes) {
+    std::vector<Candidate> rungs;
+    for (const parallel::Recompute recompute : recomputes) {
+        Candidate c = base;
+        c.layout.recompute = recompute;
+        rungs.push_back(c);
+        if (!request.space.offload) {
+            continue;
+        }
+        if (recompute == parallel::Recompute::none) {
+            c.attention_chunk = offload_chunk(request, c);
+            c.offload = true;
+            rungs.push_back(c);
+        } else if (recompute == parallel::Recompute::full) {
+            c.layout.offload_checkpoints = true;
+            rungs.push_back(c);
+            c.attention_chunk = offload_chunk(request, c);
+            c.offload = true;
+            rungs.push_back(c);
+        }
     }
-    EstimatedLayout offloaded{layout.candidate};
-    Candidate& o = offloaded.candidate;
-    o.reason.clear();
-    o.reason_kind.clear();
-    o.attention_chunk = request.space.attention_chunk > 0
-                            ? request.space.attention_chunk
-                            : std::max(1, std::min(4096, request.model.context / c.layout.grid.cp));
-    o.offload = true;
-    if (!estimate_layout(request, mean, offloaded)) {
-        return false;
+    return rungs;
+}
+
+// What a rung adds beside its recomputation, as the dominated candidates' reason names it.
+std::string rung_text(const Candidate& c) {
+    std::string text = std::string("recompute ") + parallel::recompute_name(c.layout.recompute);
+    if (c.layout.offload_checkpoints) {
+        text += " with checkpoints offloaded";
     }
-    o.status = CandidateStatus::estimated;
-    layout = std::move(offloaded);
-    return true;
+    if (c.offload) {
+        text += c.layout.offload_checkpoints ? " and FPDT's offloaded chunks"
+                                             : " with Q, K and V offloaded";
+    }
+    return text;
 }
 
 struct Enumeration {
@@ -239,13 +264,13 @@ struct Enumeration {
     std::vector<EstimatedLayout> layouts;  // fit, not dominated
 };
 
-// Every knob of one grid: schedules, sequence parallelism, recomputation (the least that fits).
+// Every knob of one grid: schedules, sequence parallelism, CP's implementation, and of the ZeRO
+// stages and memory techniques (memory_rungs) the least that fits.
 void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
                     const parallel::GridShape& grid, Enumeration& out) {
     Candidate base;
     base.layout.grid = grid;
     base.layout.rank_order = request.space.rank_orders.front();
-    base.layout.zero_stage = request.zero_stage;
     base.layout.microbatches = std::max(1, request.global_batch / grid.dp);
     base.balancer = request.space.balancers.front();
     base.sharding =
@@ -272,32 +297,39 @@ void enumerate_grid(const PlanRequest& request, const MeanMicroBatch& mean,
             out.rejected.push_back(std::move(scheduled));
             continue;
         }
-        for (bool sp : {false, true}) {
-            if (sp && (grid.tp < 2 || !request.space.sequence_parallel)) {
-                continue;
+        for (const parallel::ContextParallelism cp_impl : request.space.cp_impls) {
+            if (cp_impl != parallel::ContextParallelism::all_gather &&
+                (grid.cp < 2 || request.model.heads % (grid.tp * grid.cp) != 0)) {
+                continue;  // Ulysses needs CP, and whole heads a rank
             }
-            std::string fitted;  // the least recomputation that fits, as the reason names it
-            for (const parallel::Recompute& recompute : recomputes) {
-                EstimatedLayout layout{scheduled};
-                Candidate& c = layout.candidate;
-                c.layout.sequence_parallel = sp;
-                c.layout.recompute = recompute;
-                if (!fitted.empty()) {
-                    c.status = CandidateStatus::dominated;
-                    c.reason_kind = "more recomputation than needed";
-                    c.reason = fitted + " fits and recomputes less";
-                    out.rejected.push_back(std::move(c));
-                } else if (estimate_layout(request, mean, layout)) {
-                    c.status = CandidateStatus::estimated;
-                    fitted = std::string("recompute ") + parallel::recompute_name(recompute);
-                    out.layouts.push_back(std::move(layout));
-                } else {
-                    Candidate refused = c;
-                    if (try_offload(request, mean, layout)) {
-                        fitted = "offloading Q, K and V";
-                        out.layouts.push_back(std::move(layout));
+            for (bool sp : {false, true}) {
+                if (sp && (grid.tp < 2 || !request.space.sequence_parallel)) {
+                    continue;
+                }
+                Candidate split = scheduled;
+                split.layout.context_parallelism = cp_impl;
+                split.layout.sequence_parallel = sp;
+                std::string fitted;  // the cheapest ZeRO stage and rung that fit
+                for (const int zero : request.space.zero_stages) {
+                    split.layout.zero_stage = zero;
+                    for (Candidate& rung : memory_rungs(request, split, recomputes)) {
+                        EstimatedLayout layout{std::move(rung)};
+                        Candidate& c = layout.candidate;
+                        if (!fitted.empty()) {
+                            c.status = CandidateStatus::dominated;
+                            c.reason_kind = "more recomputation than needed";
+                            c.reason = fitted + " fits and costs less";
+                            out.rejected.push_back(std::move(c));
+                        } else if (estimate_layout(request, mean, layout)) {
+                            c.status = CandidateStatus::estimated;
+                            fitted = rung_text(c) + (request.space.zero_stages.size() > 1
+                                                         ? " at ZeRO " + std::to_string(zero)
+                                                         : "");
+                            out.layouts.push_back(std::move(layout));
+                        } else {
+                            out.rejected.push_back(std::move(c));
+                        }
                     }
-                    out.rejected.push_back(std::move(refused));
                 }
             }
         }
@@ -614,6 +646,49 @@ Result<PlanResult> plan(const PlanRequest& given, const PlanProgress& progress) 
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     report(1.0);
     return result;
+}
+
+Result<std::vector<ContextPlan>> plan_contexts(const PlanRequest& request, int max_context,
+                                               const PlanProgress& progress) {
+    if (request.model.context < 2 || max_context < request.model.context) {
+        return Error{ErrorCode::invalid_input, "--max-context " + std::to_string(max_context) +
+                                                   " must be at least --context " +
+                                                   std::to_string(request.model.context) +
+                                                   " (the first context tried)"};
+    }
+    int steps = 0;
+    for (std::int64_t context = request.model.context; context <= max_context; context *= 2) {
+        ++steps;
+    }
+    std::vector<ContextPlan> plans;
+    int done = 0;
+    for (std::int64_t context = request.model.context; context <= max_context; context *= 2) {
+        PlanRequest at = request;
+        at.model.context = static_cast<int>(context);
+        at.lengths.clear();
+        at.document_lengths.assign(static_cast<std::size_t>(std::max(request.global_batch, 1)),
+                                   context);
+        at.documents = 0;
+        PlanProgress part;
+        part.cancel = progress.cancel;
+        if (progress.progress) {
+            part.progress = [&](double fraction) { progress.progress((done + fraction) / steps); };
+        }
+        auto result = plan(at, part);
+        if (!result) {
+            return result.error();
+        }
+        ContextPlan row{.context = static_cast<int>(context), .best = {}, .counts = result->counts};
+        if (!result->ranked.empty()) {
+            row.best = result->candidates[result->ranked.front()];
+        }
+        plans.push_back(std::move(row));
+        ++done;
+        if (!plans.back().best) {
+            break;
+        }
+    }
+    return plans;
 }
 
 }  // namespace fulcrum::plan

@@ -51,9 +51,18 @@ struct PlanSpace {
     bool sequence_parallel = true;  // try it (when tp > 1) besides plain TP
     // Where activations do not fit without recomputation: try chunked attention with Q, K and
     // V offloaded to host memory (fulcrum-train --attention-chunk --offload on) before
-    // recomputing. `attention_chunk` the chunk it is tried with; 0: min(4096, context / cp).
+    // recomputing. `attention_chunk` the chunk it is tried with; 0: min(65536, context / cp).
+    // Where even full recomputation does not fit, the same switch tries its checkpoints
+    // offloaded to host memory, then FPDT's whole design: those, the chunks' Q, K and V
+    // offloaded and the loss a chunk at a time (Yao et al. 2024).
     bool offload = true;
     int attention_chunk = 0;
+    // ZeRO stages over DP × CP (parallel::Layout::zero_stage), the least that fits kept: 1 is
+    // Megatron-LM's distributed optimizer, the default.
+    std::vector<int> zero_stages = {1};
+    // How CP splits attention, each tried where cp > 1 (Ulysses where TP × CP divides the
+    // heads).
+    std::vector<parallel::ContextParallelism> cp_impls = {parallel::ContextParallelism::all_gather};
     bool exact_layer_split = true;  // false: L/p layers a stage, as fulcrum-train splits by default
     int max_tp = 0;                 // 0: GPUs per node
     int max_pp = 0;                 // 0: layers
@@ -77,6 +86,9 @@ struct PlanRequest {
     // The memory model leaves out the logits, communication buffers and the allocator's
     // fragmentation (docs/plan.md): a layout must fit in this share of the GPU.
     double usable_memory_fraction = 0.9;
+    // A node's host memory, which offloaded activations fill (every GPU of the node at its
+    // stage's peak): 2 TB, DGX A100 80 GB's and DGX H100's.
+    double host_memory_gib = 2048;
     // Sequences of `model.context` tokens per step over every DP replica: micro-batches per
     // replica = global_batch / dp. The batch is a training choice, not a layout's: tokens/s is
     // only comparable at the same batch.
@@ -104,9 +116,6 @@ struct PlanRequest {
     std::string attention_kernel = "cuda";
     sim::DType dtype = sim::DType::bf16;
     parallel::Precision precision = parallel::Precision::megatron_mixed();
-    // Every candidate's ZeRO stage (parallel::Layout::zero_stage): 1 is Megatron-LM's
-    // distributed optimizer, the default; --no-distributed-optimizer 0.
-    int zero_stage = 1;
     bool flash_attention = true;
     bool overlap_grad_reduce = true;
     // Peak dense TFLOP/s of one GPU for MFU; 0: the hardware preset's (989 for h100).
@@ -154,9 +163,9 @@ struct Candidate {
     balance::Balancer balancer = balance::Balancer::fixed;
     balance::CpSharding sharding = balance::CpSharding::per_document;
     // FPDT-style attention chunks with Q/K/V offload (fulcrum-train --attention-chunk,
-    // --offload on): tried where activations do not fit without recomputation. The memory
-    // model prices them; the simulator does not play the copies (taken as hidden behind
-    // compute, as the engine overlaps them: docs/plan.md).
+    // --offload on): tried where activations do not fit without recomputation, and with full
+    // recomputation's checkpoints offloaded as FPDT's own design. The memory model prices
+    // them, the simulator plays the copies over the host link (docs/plan.md).
     int attention_chunk = 0;
     bool offload = false;
     // wlb's queue thresholds: tuned once on the first wlb candidate played and given to the
@@ -226,6 +235,18 @@ struct PlanProgress {
 Status validate(const PlanRequest& request);
 
 Result<PlanResult> plan(const PlanRequest& request, const PlanProgress& progress = {});
+
+// FPDT's question (Yao et al. 2024, its table of strategies): how long a context fits, and how
+// fast. Plans the request at contexts of `request.model.context` · 2^k up to `max_context`,
+// each step's documents whole sequences of the context (`global_batch` of them), and stops
+// after the first context no layout fits. A context's `best` is its plan's first choice.
+struct ContextPlan {
+    int context = 0;
+    std::optional<Candidate> best;
+    PlanCounts counts;
+};
+Result<std::vector<ContextPlan>> plan_contexts(const PlanRequest& request, int max_context,
+                                               const PlanProgress& progress = {});
 
 // The memory model's shape of `candidate` (its sequence the request's context), and the bytes
 // a layout may fill: what the search checks candidates against (the hot-switch search too).

@@ -215,8 +215,17 @@ std::string knobs_text(const Candidate& c) {
     if (c.layout.sequence_parallel) {
         text += ", sp";
     }
+    if (c.layout.offload_checkpoints) {
+        text += ", checkpoints offloaded";
+    }
     if (c.offload) {
         text += ", offload (chunks of " + std::to_string(c.attention_chunk) + ")";
+    }
+    if (c.layout.context_parallelism == parallel::ContextParallelism::ulysses) {
+        text += ", ulysses";
+    }
+    if (c.layout.zero_stage >= 2) {
+        text += ", zero " + std::to_string(c.layout.zero_stage);
     }
     if (c.layout.rank_order != parallel::kMegatronOrder) {
         text += ", ranks " + parallel::rank_order_name(c.layout.rank_order);

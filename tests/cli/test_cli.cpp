@@ -505,6 +505,25 @@ private slots:
         text += transcript({"plan", "--gpu-memory-gib", "0"});
         text += transcript({"plan", "--heads", "3"});
         text += transcript({"plan", "--stage-layers", "1,1"});
+        // FPDT's question on Llama 3 8B over one A100 node, and a context past the last.
+        const QStringList llama = {"plan",           "--longest-context",
+                                   "--world",        "8",
+                                   "--hardware",     "a100",
+                                   "--layers",       "32",
+                                   "--hidden",       "4096",
+                                   "--heads",        "32",
+                                   "--kv-heads",     "8",
+                                   "--ffn-hidden",   "14336",
+                                   "--vocab",        "128256",
+                                   "--architecture", "llama",
+                                   "--context",      "65536",
+                                   "--global-batch", "8",
+                                   "--zero",         "1,2,3",
+                                   "--cp-impls",     "all-gather,ulysses",
+                                   "--balancers",    "fixed"};
+        text += transcript(llama);
+        text += transcript(llama + QStringList{"--max-context", "1024"});
+        text += transcript({"plan", "--zero", "4"});
         text.replace(QRegularExpression("candidates in [0-9.]+ s"), "candidates in X s");
         expect_golden("plan.txt", text);
     }

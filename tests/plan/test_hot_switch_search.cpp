@@ -18,6 +18,8 @@ namespace {
 
 // A 7B-like model at a 128K context on one node of 8 H100s: the best static layout needs TP
 // (a 128K sequence does not fit under pure DP), which the many short documents do not need.
+// Without offloading: checkpoints offloaded to host memory let the long sequences fit under
+// DP and CP alone, and then no layout is worth switching to.
 PlanRequest long_context_request() {
     PlanRequest request;
     request.model = {.layers = 32, .hidden = 4096, .heads = 32, .context = 131072, .vocab = 32000};
@@ -27,6 +29,7 @@ PlanRequest long_context_request() {
     request.steps = 2;
     request.lengths = "long-tail:context=131072,median=1900";
     request.top_k = 1;
+    request.space.offload = false;
     auto hardware = sim::hardware_preset("h100");
     request.hardware = hardware.ok() ? *hardware : sim::HardwareAssumptions{};
     request.hardware.gpus_per_node = request.gpus_per_node;

@@ -144,9 +144,10 @@ private slots:
                                                 result->counts.estimated +
                                                 result->counts.simulated);
         QVERIFY(result->counts.simulated > 0);
+        // A dominated candidate costs more than the rung that fits: it recomputes, or offloads.
         for (const Candidate& c : result->candidates) {
             if (c.status == CandidateStatus::dominated) {
-                QVERIFY(c.layout.recompute != Recompute::none);
+                QVERIFY(c.layout.recompute != Recompute::none || c.offload);
             }
         }
     }
@@ -216,6 +217,75 @@ private slots:
                 QVERIFY(c.memory.total_gib > 0);
             }
         }
+    }
+
+    // FPDT's question on Llama 3 8B over one A100 node: contexts double until none fits; the
+    // short ones fit without recomputation, the long ones only with full recomputation's
+    // checkpoints offloaded (and, from some length, FPDT's chunks), and the longest stops where
+    // the offloads no longer fit the node's host memory.
+    void longestContextFollowsTheMemoryTechniques() {
+        PlanRequest request;
+        request.model = {.layers = 32,
+                         .hidden = 4096,
+                         .heads = 32,
+                         .context = 32768,
+                         .vocab = 128256,
+                         .architecture = parallel::Architecture::llama,
+                         .kv_heads = 8,
+                         .ffn_hidden = 14336};
+        request.world_sizes = {8};
+        request.global_batch = 8;
+        request.gpu_memory_gib = 80;
+        request.hardware = must_preset("a100");
+        request.space.balancers = {balance::Balancer::fixed};
+        request.space.zero_stages = {1, 2, 3};
+        request.space.cp_impls = {parallel::ContextParallelism::all_gather,
+                                  parallel::ContextParallelism::ulysses};
+        request.top_k = 1;
+        auto plans = plan::plan_contexts(request, 64 << 20);
+        QVERIFY2(plans, plans ? "" : plans.error().message.c_str());
+        QVERIFY(plans->size() >= 3);
+        QCOMPARE(plans->front().context, 32768);
+        QVERIFY(plans->front().best);
+        QCOMPARE(plans->front().best->layout.recompute, Recompute::none);
+        QVERIFY(!plans->back().best);  // it stopped at the first that did not fit
+        const plan::ContextPlan& longest = (*plans)[plans->size() - 2];
+        QVERIFY(longest.best);
+        QVERIFY(longest.best->layout.offload_checkpoints);
+        QVERIFY(longest.context < (64 << 20));
+        for (std::size_t i = 1; i < plans->size(); ++i) {
+            QCOMPARE((*plans)[i].context, 2 * (*plans)[i - 1].context);
+        }
+        // fulcrum-train has neither Llama's layer nor offloaded checkpoints: the plan says so
+        // where a command line would go, and gives the simulate line.
+        PlanRequest at_longest = request;
+        at_longest.model.context = longest.context;
+        at_longest.document_lengths.assign(8, longest.context);
+        auto planned = plan::plan(at_longest);
+        QVERIFY(planned && !planned->ranked.empty());
+        launch::write_commands(at_longest, *planned);
+        const Candidate& top = planned->candidates[planned->ranked.front()];
+        QVERIFY2(top.train_command.starts_with("# fulcrum-train has no Llama shapes"),
+                 top.train_command.c_str());
+        QVERIFY(top.train_command.find("offloaded checkpoints") != std::string::npos);
+        QVERIFY(top.simulate_command.find("--offload-checkpoints") != std::string::npos);
+        QVERIFY(top.simulate_command.find("--architecture llama") != std::string::npos);
+        // Half the host memory: a shorter longest context, refused for its offloads.
+        request.host_memory_gib /= 2;
+        auto halved = plan::plan_contexts(request, 64 << 20);
+        QVERIFY(halved);
+        QCOMPARE(halved->size(), plans->size() - 1);
+        request.model.context = (*halved).back().context;
+        request.world_sizes = {8};
+        request.document_lengths.assign(8, request.model.context);
+        auto refused = plan::plan(request);
+        QVERIFY(refused);
+        QVERIFY(refused->ranked.empty());
+        std::map<std::string, std::int64_t> reasons(refused->counts.infeasible_by_reason.begin(),
+                                                    refused->counts.infeasible_by_reason.end());
+        QVERIFY(reasons.count("offloads exceed host memory") == 1);
+        // A first context past the last is refused with both named.
+        QVERIFY(!plan::plan_contexts(request, 1024));
     }
 
     // Placement is searched where it matters: on a described network a layout whose DP and

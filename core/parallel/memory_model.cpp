@@ -373,11 +373,19 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
     EngineMemory memory;
     memory.stage = stage;
     // P_local = V·C + S·C + L·(12·C·C_l + 7C_l + 6C) + 2C (engine/model/params.h), fp32
-    // weights, gradients and two moments.
+    // weights, gradients and two moments. Under ZeRO-1 and -2 a rank keeps the moments of its
+    // shard of the d = DP × CP ranks' (the first P mod d shards one element longer: rank 0's
+    // is ⌈P/d⌉) and a staging copy of it for the all-gather (parallel_trainer.h).
     const double local_parameters = r.v * r.c + double(shape.model.context) * r.c +
                                     shape.model.layers * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) +
                                     2 * r.c;
-    memory.model_state_bytes = 4 * local_parameters * kFloatBytes;
+    const int shards = std::max(shape.layout.grid.dp, 1) * std::max(shape.layout.grid.cp, 1);
+    if (shape.layout.zero_stage >= 1 && shards > 1) {
+        const double shard = std::ceil(local_parameters / shards);
+        memory.model_state_bytes = (2 * local_parameters + 3 * shard) * kFloatBytes;
+    } else {
+        memory.model_state_bytes = 4 * local_parameters * kFloatBytes;
+    }
     memory.workspace_bytes = workspace_elements(shape, r) * kFloatBytes;
     std::vector<ChunkElements> chunks;
     for (int k = 0; k < v; ++k) {

@@ -128,7 +128,9 @@ StageMemory peak_stage_memory(const MemoryShape& shape);
 struct EngineMemory {
     int stage = 0;
     // Parameters, gradients and AdamW's two moments. The engine keeps the whole model's
-    // (its TP shard) on every stage, the other stages' blocks idle: 4 · P_local floats.
+    // (its TP shard) on every stage, the other stages' blocks idle: 4 · P_local floats; under
+    // ZeRO-1 or -2 over d = DP × CP ranks 2 · P_local + 3 · ⌈P_local / d⌉ (the shard's
+    // moments and its staging copy; fulcrum-train's gradient buffer stays whole).
     double model_state_bytes = 0;
     // Buffers of the model sized for one micro-batch and shared by all: the backward scratch,
     // the recompute workspace, the sequence-parallel buffer, CP's K|V exchange staging and

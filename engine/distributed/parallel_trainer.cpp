@@ -26,6 +26,30 @@ int lone_color(const Topology& topology) {
     return topology.shape().world() + topology.rank();
 }
 
+// ZeRO's shards of the flat buffer of `total` elements over `ranks` DP × CP ranks: equal
+// counts, the first total mod ranks one more (Rajbhandari et al. 2020, §5).
+std::vector<int> zero_counts(std::int64_t total, int ranks) {
+    std::vector<int> counts(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+        counts[static_cast<std::size_t>(r)] =
+            static_cast<int>(total / ranks + (r < total % ranks ? 1 : 0));
+    }
+    return counts;
+}
+
+// The range of the flat buffer the optimizer of this rank updates: its ZeRO shard, or all.
+ElementRange optimizer_range(const GptModel& model, const ParallelGroups& groups, int zero_stage) {
+    const int ranks = groups.dp_cp ? groups.dp_cp->size() : 1;
+    if (zero_stage < 1 || ranks <= 1) {
+        return {0, model.layout().total()};
+    }
+    const std::vector<int> counts = zero_counts(model.layout().total(), ranks);
+    const int me = groups.dp_cp->rank();
+    const std::int64_t offset =
+        std::accumulate(counts.begin(), counts.begin() + me, std::int64_t{0});
+    return {offset, counts[static_cast<std::size_t>(me)]};
+}
+
 }  // namespace
 
 LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers,
@@ -63,8 +87,19 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
       groups_(groups),
       documents_(documents),
       config_(config),
-      optimizer_(model.backend(), model.layout(), config.train.adamw) {
+      optimizer_(model.backend(), model.layout(), config.train.adamw,
+                 optimizer_range(model, groups, config.layout.zero_stage)) {
     config_.layout.grid = topology.shape();
+    FULCRUM_CHECK(config_.layout.zero_stage >= 0 && config_.layout.zero_stage <= 2,
+                  "fulcrum-train shards the optimizer state (ZeRO-1) and the gradients (ZeRO-2)");
+    FULCRUM_CHECK(config_.layout.zero_stage < 2 || !config.overlap_grad_reduce,
+                  "ZeRO-2 reduce-scatters the gradients after the passes");
+    if (shards_optimizer()) {
+        // The shard's copy the all-gather of the updated parameters sends from (and, under
+        // ZeRO-2, the reduce-scatter receives into): the largest shard, rank 0's.
+        zero_counts_ = zero_counts(model.layout().total(), groups.dp_cp->size());
+        zero_staging_ = model.backend().allocate(std::size_t(zero_counts_.front()) * sizeof(float));
+    }
     const parallel::Layout& layout = config_.layout;
     const int p = topology.shape().pp, v = layout.virtual_stages;
     FULCRUM_CHECK(v == 1 || layout.schedule == PipelineSchedule::interleaved,
@@ -329,6 +364,19 @@ void ParallelTrainer::reduce_over_data_parallel() {
     if (groups_.dp_cp->size() <= 1) {
         return;
     }
+    if (config_.layout.zero_stage >= 2) {
+        // ZeRO-2: each rank keeps the sums of its shard only; the rest of the buffer is left
+        // unreduced and read by nothing (gradient_norm and the update take the shard).
+        const ElementRange shard = optimizer_.owned();
+        const Tensor staging = zero_staging_.f32(0, {std::max<std::int64_t>(shard.count, 1)});
+        instrument::Range range(range_name::kZeroReduceScatter, Category::communication,
+                                instrument::with_bytes(bytes_of(grads)));
+        groups_.dp_cp->reduce_scatter_sum(span_of(grads), span_of(staging.slice(0, shard.count)),
+                                          zero_counts_);
+        model_.backend().copy(grads.slice(shard.offset, shard.count),
+                              staging.slice(0, shard.count));
+        return;
+    }
     instrument::Range range("dp all-reduce gradients", Category::communication,
                             instrument::with_bytes(bytes_of(grads)));
     if (!overlaps_reduction()) {
@@ -362,10 +410,15 @@ void ParallelTrainer::reduce_over_data_parallel() {
 // gradients, so only dp = cp = 0 contributes; a TP-split tensor's parts are summed over the
 // TP ranks, a TP-replicated one counted on TP rank 0 only. Σg² runs on the backend, so the
 // gradients never leave the device.
+// Under ZeRO-2 each DP × CP rank holds the sums of its shard only, so every one of them counts
+// the owned tensors' elements in its shard.
 double ParallelTrainer::gradient_norm() {
     const GridCoordinates me = topology_.coordinates();
+    const bool sharded = config_.layout.zero_stage >= 2 && shards_optimizer();
+    const ElementRange counted =
+        sharded ? optimizer_.owned() : ElementRange{0, model_.layout().total()};
     double sum = 0;
-    if (me.dp == 0 && me.cp == 0) {
+    if (sharded || (me.dp == 0 && me.cp == 0)) {
         const Tensor grads = model_.gradients();
         for (const auto& tensor : model_.layout().tensors()) {
             bool owned =
@@ -379,7 +432,12 @@ double ParallelTrainer::gradient_norm() {
             if (!owned || (tensor.tp_replicated() && me.tp != 0)) {
                 continue;
             }
-            sum += model_.backend().sum_of_squares(grads.slice(tensor.offset, tensor.numel()));
+            const std::int64_t begin = std::max(tensor.offset, counted.offset);
+            const std::int64_t end =
+                std::min(tensor.offset + tensor.numel(), counted.offset + counted.count);
+            if (begin < end) {
+                sum += model_.backend().sum_of_squares(grads.slice(begin, end - begin));
+            }
         }
     }
     double total[1] = {sum};
@@ -490,6 +548,22 @@ void ParallelTrainer::update(StepReport& report) {
     report.learning_rate = learning_rate_at(config_.train, report.step);
     optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
                       report.learning_rate);
+    if (shards_optimizer()) {
+        // Every rank updated its shard: gather the others' (ZeRO-1 and -2).
+        const Tensor params = model_.parameters();
+        const ElementRange shard = optimizer_.owned();
+        const Tensor staging = zero_staging_.f32(0, {std::max<std::int64_t>(shard.count, 1)});
+        model_.backend().copy(staging.slice(0, shard.count),
+                              params.slice(shard.offset, shard.count));
+        instrument::Range range(range_name::kZeroAllGather, Category::communication,
+                                instrument::with_bytes(bytes_of(params)));
+        groups_.dp_cp->all_gather(span_of(staging.slice(0, shard.count)), span_of(params),
+                                  zero_counts_);
+    }
+}
+
+bool ParallelTrainer::shards_optimizer() const {
+    return config_.layout.zero_stage >= 1 && groups_.dp_cp && groups_.dp_cp->size() > 1;
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {

@@ -18,6 +18,11 @@
 //          gradient over the DP×CP group (same parameters, different tokens), under sequence
 //          parallelism the LayerNorm and embedding gradients over TP, the global gradient norm
 //          is formed counting every parameter once, then AdamW.
+//   ZeRO:  (layout.zero_stage, Rajbhandari et al. 2020, §5) stage 1 gives each DP×CP rank the
+//          optimizer state of one shard of the flat buffer: it updates that shard and the
+//          updated parameters are all-gathered; stage 2 also reduce-scatters the gradients
+//          into the shards instead of all-reducing them (the gradient buffer stays whole: the
+//          backward writes all of it). Stage 3 is not in the engine.
 //
 // The step's loss is the mean over all its target tokens, so every backward pass scales by
 // 1/N_step with N_step counted over the whole step (all replicas and CP ranks); the summed
@@ -144,6 +149,7 @@ private:
     bool holds_embedding(int chunk) const { return model_chunk(chunk) == 0; }
     bool holds_head(int chunk) const;
     bool overlaps_reduction() const;
+    bool shards_optimizer() const;     // ZeRO-1 or -2 over more than one DP × CP rank
     void reduce_over_data_parallel();  // the DP × CP part of reduce_gradients
     double gradient_norm();
 
@@ -158,6 +164,9 @@ private:
     std::vector<std::unique_ptr<Activations>> activations_;
     std::int64_t steps_taken_ = 0;
     int first_microbatch_ = 0;  // run_passes'
+    // ZeRO: every DP × CP rank's shard length, and the staging of this rank's shard.
+    std::vector<int> zero_counts_;
+    DeviceBuffer zero_staging_;
 };
 
 }  // namespace fulcrum::engine

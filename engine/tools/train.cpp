@@ -87,6 +87,7 @@ struct Options {
     std::string losses_file;
     std::string hot_switch;  // empty: the one layout of --dp, --tp, --pp, --cp
     bool hot_switch_check = false;
+    int zero_stage = 0;  // ZeRO over DP × CP: 1 the optimizer state, 2 the gradients too
 };
 
 int fail(int rank, const std::string& message) {
@@ -100,7 +101,7 @@ int fail(int rank, const std::string& message) {
 // default with NCCL (whose collectives run beside compute); never under --hot-switch, whose
 // buckets reduce after their passes (a bucket may take several rounds over one buffer).
 bool overlaps_grad_reduce(const Options& o, const std::string& comm) {
-    return o.hot_switch.empty() &&
+    return o.hot_switch.empty() && o.zero_stage < 2 &&
            (o.overlap_grad_reduce == "on" || (o.overlap_grad_reduce == "auto" && comm == "nccl"));
 }
 
@@ -226,6 +227,9 @@ Result<parallel::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Opti
         return invalid(
             "--hot-switch reduces each bucket's gradients after its passes; leave "
             "out --overlap-grad-reduce on");
+    }
+    if (o.zero_stage > 0) {
+        return invalid("--hot-switch moves whole parameters between layouts; leave out --zero");
     }
     if (o.sequence_parallel) {
         return invalid(
@@ -530,6 +534,11 @@ void add_options(CLI::App& app, Options& o) {
                    "(on), or all at once after it (off); auto: on with NCCL")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "on", "off"}));
+    app.add_option("--zero", o.zero_stage,
+                   "ZeRO over the DP x CP ranks: 1 shards the optimizer state (each rank "
+                   "updates its shard of the parameters, then they are all-gathered), 2 also "
+                   "reduce-scatters the gradients into the shards; 0: neither")
+        ->capture_default_str();
     app.add_option("--mpi-wait", o.mpi_wait,
                    "How a rank waits in MPI: spin (Open MPI polls), nap (test, then sleep 50 us, "
                    "so a waiting rank leaves its core to the others); auto: nap on the CPU "
@@ -638,9 +647,20 @@ int main(int argc, char** argv) {
                                   .stage_layers = stage_layers,
                                   .recompute = checked.recompute,
                                   .sequence_parallel = o.sequence_parallel,
-                                  .rank_order = parallel::kFulcrumOrder};
+                                  .rank_order = parallel::kFulcrumOrder,
+                                  .zero_stage = o.zero_stage};
     if (auto status = parallel::check_layout(layout, o.model); !status) {
         return fail(rank, status.error().message);
+    }
+    if (o.zero_stage == 3) {
+        return fail(rank,
+                    "--zero 3 (parameters gathered a layer at a time) is not in fulcrum-train "
+                    "yet; fulcrum simulate --zero 3 and fulcrum plan price it");
+    }
+    if (o.zero_stage == 2 && o.overlap_grad_reduce == "on") {
+        return fail(rank,
+                    "--zero 2 reduce-scatters the gradients after the passes; leave out "
+                    "--overlap-grad-reduce on");
     }
     if (auto status = validate(o.model); !status) {
         return fail(rank, status.error().message);
@@ -816,6 +836,12 @@ int main(int argc, char** argv) {
     train_config.overlap_grad_reduce = overlaps_grad_reduce(o, comm);
     if (rank == 0 && train_config.overlap_grad_reduce && o.grid.dp * o.grid.cp > 1) {
         std::printf("gradient reduction: layer by layer during the last backward pass\n");
+        std::fflush(stdout);
+    }
+    if (rank == 0 && o.zero_stage > 0 && o.grid.dp * o.grid.cp > 1) {
+        std::printf("ZeRO-%d: the optimizer state%s sharded over the %d DP x CP ranks\n",
+                    o.zero_stage, o.zero_stage >= 2 ? " and the gradients" : "",
+                    o.grid.dp * o.grid.cp);
         std::fflush(stdout);
     }
     // One layout, or one per bucket of --hot-switch (hot_switch_trainer.h).

@@ -14,7 +14,8 @@
 // The coefficient is folded into the update rather than applied in a separate pass.
 //
 // Memory layout: m and v are flat fp32 buffers with the parameter buffer's layout (params.h),
-// so a sharded optimizer (ZeRO-1) can own any range of all three at once.
+// so a sharded optimizer (ZeRO-1) owns one range of all three at once: its moments are that
+// range's, and an update writes only the parameters in it.
 #pragma once
 
 #include <cmath>
@@ -55,25 +56,27 @@ struct AdamWConfig {
 // The clipping coefficient c above; max_norm <= 0 disables clipping.
 float clip_coefficient(double grad_norm, float max_norm);
 
-// Owns the moment buffers m and v (same layout as the parameters) and the step counter.
+// Owns the moment buffers m and v of the parameters in `owned` (every one by default; under
+// ZeRO, the rank's shard of the flat buffer) and the step counter.
 class AdamW {
 public:
-    AdamW(Backend& backend, const ParameterLayout& layout, AdamWConfig config);
+    AdamW(Backend& backend, const ParameterLayout& layout, AdamWConfig config,
+          ElementRange owned = {0, -1});
 
     const AdamWConfig& config() const { return config_; }
     std::int64_t steps_taken() const { return steps_taken_; }
-    Tensor first_moment() const { return m_; }
-    Tensor second_moment() const { return v_; }
+    ElementRange owned() const { return owned_; }
 
-    // One update of every parameter: params and grads are flat buffers in `layout` order.
-    // `grad_scale` is the clipping coefficient; `learning_rate` overrides the config's (for a
-    // schedule) when positive.
+    // One update of the owned parameters: params and grads are flat buffers in `layout`
+    // order, of which only the owned range is read or written. `grad_scale` is the clipping
+    // coefficient; `learning_rate` overrides the config's (for a schedule) when positive.
     void update(Tensor params, Tensor grads, float grad_scale, float learning_rate = -1.0f);
 
 private:
     Backend& backend_;
     const ParameterLayout& layout_;
     AdamWConfig config_;
+    ElementRange owned_;
     DeviceBuffer state_;
     Tensor m_, v_;
     std::int64_t steps_taken_ = 0;

@@ -72,6 +72,18 @@ private slots:
         QTest::newRow("pp2 gpipe") << 2 << QStringList{"--pp", "2", "--schedule", "gpipe"} << fixed;
         QTest::newRow("pp4 1f1b wlb") << 4 << QStringList{"--pp", "4"} << wlb;
         QTest::newRow("dp2 pp2 wlb") << 4 << QStringList{"--dp", "2", "--pp", "2"} << wlb;
+        // ZeRO: each DP × CP rank updates its shard and the shards are all-gathered (1); the
+        // gradients reduce-scattered into the shards and the norm summed over them (2).
+        QTest::newRow("dp2 zero 1") << 2 << QStringList{"--dp", "2", "--zero", "1"} << fixed;
+        QTest::newRow("dp2 pp2 zero 1 overlapped reduction")
+            << 4
+            << QStringList{"--dp", "2", "--pp", "2", "--zero", "1", "--overlap-grad-reduce", "on"}
+            << wlb;
+        QTest::newRow("dp2 cp2 zero 2")
+            << 4 << QStringList{"--dp", "2", "--cp", "2", "--zero", "2"} << fixed;
+        QTest::newRow("tp2 dp2 zero 2 sequence parallel")
+            << 4 << QStringList{"--tp", "2", "--dp", "2", "--zero", "2", "--sequence-parallel"}
+            << fixed;
         QTest::newRow("tp2") << 2 << QStringList{"--tp", "2"} << fixed;
         for (const char* sharding : {"contiguous", "zigzag", "per-doc", "adaptive"}) {
             QTest::newRow(qPrintable(QString("cp2 ") + sharding))
@@ -244,6 +256,19 @@ private slots:
             QVERIFY2(parallel.output.contains("gradient reduction: layer by layer"),
                      qPrintable(parallel.output));
         }
+        // ZeRO sharded what its stage says, over every DP × CP rank.
+        if (const auto at = layout.indexOf("--zero"); at >= 0) {
+            const QString stage = layout[at + 1];
+            const auto degree = [&](const char* option) {
+                const auto i = layout.indexOf(option);
+                return i >= 0 ? layout[i + 1].toInt() : 1;
+            };
+            const QString said = "ZeRO-" + stage + ": the optimizer state" +
+                                 (stage == "2" ? " and the gradients" : "") + " sharded over the " +
+                                 QString::number(degree("--dp") * degree("--cp")) +
+                                 " DP x CP ranks";
+            QVERIFY2(parallel.output.contains(said), qPrintable(parallel.output));
+        }
         // The knobs said what they do.
         if (layout.contains("--recompute") || layout.contains("--sequence-parallel")) {
             static const QRegularExpression activations("activations: recompute (\\w+)");
@@ -279,6 +304,12 @@ private slots:
             << 1 << QStringList{"--lengths", "file:LONG", "--context", "64"}
             << "longer than any micro-batch can hold";
         QTest::newRow("unknown balancer") << 1 << QStringList{"--balancer", "magic"} << "magic";
+        QTest::newRow("zero 3") << 2 << QStringList{"--dp", "2", "--zero", "3"}
+                                << "is not in fulcrum-train yet";
+        QTest::newRow("zero 2 with overlapped reduction")
+            << 2 << QStringList{"--dp", "2", "--zero", "2", "--overlap-grad-reduce", "on"}
+            << "reduce-scatters the gradients after the passes";
+        QTest::newRow("zero 5") << 1 << QStringList{"--zero", "5"} << "from 0 to 3";
         QTest::newRow("unknown schedule")
             << 1 << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
         QTest::newRow("interleaved, micro-batches not a multiple of the stages")

@@ -75,6 +75,7 @@ parallel::MemoryShape shape_of(const QStringList& args) {
                                               {"--cp", &shape.layout.grid.cp},
                                               {"--virtual-stages", &shape.layout.virtual_stages},
                                               {"--micro-batches", &shape.layout.microbatches},
+                                              {"--zero", &shape.layout.zero_stage},
                                               {"--attention-chunk", &shape.attention_chunk}};
     for (const auto& [option, field] : integers) {
         if (args.contains(option)) {
@@ -117,6 +118,9 @@ private slots:
         };
         row("1 rank", 1, {"--micro-batches", "2"});
         row("dp2", 2, {"--dp", "2"});
+        // ZeRO over DP × CP: each rank keeps the moments of its shard (and a staging copy).
+        row("dp2 zero 1", 2, {"--dp", "2", "--zero", "1"});
+        row("dp2 cp2 zero 2", 4, {"--dp", "2", "--cp", "2", "--zero", "2"});
         row("tp2", 2, {"--tp", "2"});
         row("tp2 sequence parallel", 2, {"--tp", "2", "--sequence-parallel"});
         row("cp2", 2, {"--cp", "2"});

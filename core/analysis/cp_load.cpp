@@ -4,6 +4,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <queue>
 #include <tuple>
@@ -181,6 +182,9 @@ using RankMb = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, s
 // its workload rows.
 struct CpLoadInputs {
     int cp = 1;
+    // DeepSpeed-Ulysses (run.config cp_impl): every rank attends over the whole micro-batch
+    // with its cp-th of the heads, so each is predicted an equal share of the group's pairs.
+    bool ulysses = false;
     // The CP groups: ranks that share dp, pp and tp, by their cp coordinate (nullptr: a CP
     // rank missing from the run).
     std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
@@ -263,6 +267,16 @@ GroupFigures group_figures(const CpLoadInputs& in, const GroupKey& key) {
             pairs.push_back(it->second.pairs);
         }
         group.ranks.push_back(load);
+    }
+    if (in.ulysses && !pairs.empty()) {
+        const std::int64_t total = std::accumulate(pairs.begin(), pairs.end(), std::int64_t{0});
+        const std::int64_t share = total / static_cast<std::int64_t>(pairs.size());
+        std::fill(pairs.begin(), pairs.end(), share);
+        for (CpRankLoad& load : group.ranks) {
+            if (load.pairs) {
+                load.pairs = share;
+            }
+        }
     }
     out.time_spread = spread_of(times);
     out.pair_spread = spread_of(pairs);
@@ -374,7 +388,8 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     if (cp <= 1) {
         return result;
     }
-    const CpLoadInputs in = gather_inputs(trace, passes, cp);
+    CpLoadInputs in = gather_inputs(trace, passes, cp);
+    in.ulysses = trace.config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
 
     // Each group's spreads, once: its own degrees, and its weight in the headline figures
     // (Σ max / Σ mean over the groups, docs/analyses.md §5).

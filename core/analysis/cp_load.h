@@ -9,6 +9,8 @@
 // The documents and their packed order are rebuilt from the CP ranks' workload rows (every
 // sharding keeps a rank's rows in packed order; zigzag's two chunks per rank are recognised),
 // and per-doc's leftover rotation is carried over the run's micro-batches as the engine does.
+// Under Ulysses (run.config cp_impl) the heads, not the tokens, are split for attention: each
+// rank is predicted the group's mean pairs, so a measured spread is not the sharding's.
 #pragma once
 
 #include <cstdint>

@@ -203,7 +203,8 @@ void place_in_bucket(const RunOutput& output, std::vector<Event>& events,
                      std::vector<WorkloadEntry>& workload) {
     std::erase_if(events, [&](const Event& e) {
         return e.name == output.names.step || e.name == output.names.dp_all_reduce ||
-               e.name == output.names.optimizer || e.end_ns <= e.start_ns;
+               e.name == output.names.zero_reduce_scatter || e.name == output.names.optimizer ||
+               e.end_ns <= e.start_ns;
     });
     for (Event& event : events) {
         event.step = *output.bucket_step;
@@ -254,6 +255,7 @@ void intern_names(RunOutput& output) {
     names.embedding_all_reduce = out->intern(kEmbeddingAllReduce);
     names.cp_all_to_all = out->intern(kCpAllToAll);
     names.zero_all_gather = out->intern(kZeroAllGather);
+    names.zero_reduce_scatter = out->intern(kZeroReduceScatter);
     names.offload_wait = out->intern(range_name::kOffloadWait);
     output.events = std::make_unique<RankEvents>(output.names, *out);
 }
@@ -313,8 +315,11 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         step_start + play.replay.stage_end_ns[static_cast<std::size_t>(s)];
     const std::int64_t reduced = played.reduce_end[static_cast<std::size_t>(s)];
     if (grid.dp * grid.cp > 1) {
-        events.range(names.dp_all_reduce, Category::communication, pipeline_end, reduced, plan.step,
-                     -1, stage, Phase::none, dp_bytes[static_cast<std::size_t>(s)]);
+        // ZeRO-3's reduction is a reduce-scatter (sim_config.cpp, config_costs).
+        events.range(
+            config.layout.zero_stage >= 3 ? names.zero_reduce_scatter : names.dp_all_reduce,
+            Category::communication, pipeline_end, reduced, plan.step, -1, stage, Phase::none,
+            dp_bytes[static_cast<std::size_t>(s)]);
     }
     const UpdateStart& update = played.update;
     const bool holds_embedding = grid.pp > 1 && (s == 0 || s == grid.pp - 1);

@@ -33,7 +33,7 @@ struct EventNames {
     StringId recv_activations, send_activations, recv_gradients, send_gradients;
     StringId cp_all_gather, cp_reduce_scatter, tp_all_reduce, dp_all_reduce, optimizer;
     StringId embedding_all_reduce;
-    StringId cp_all_to_all, zero_all_gather, offload_wait;
+    StringId cp_all_to_all, zero_all_gather, zero_reduce_scatter, offload_wait;
 };
 
 // Writes one CP rank's events of one replica's stage for one step; TP peers get copies.

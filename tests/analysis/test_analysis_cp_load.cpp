@@ -111,6 +111,31 @@ private slots:
         QCOMPARE(analysis.mean_predicted_by_sharding[1].second, 1.5);
     }
 
+    // The same group under Ulysses (run.config cp_impl): the heads are split for attention, so
+    // each rank is predicted the group's mean, (10 + 14)/2 = 12 pairs, and the predicted
+    // imbalance is 1; the measured 1.5 stays what it was.
+    void ulyssesPredictsEqualShares() {
+        RunTrace trace;
+        trace.run.config_json = R"({"cp_shard":"contiguous","cp_impl":"ulysses"})";
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 0, 0, 0, 1);
+        pass_with_attention(trace, 0, 0, 0, 0, Phase::forward, 15'000'000);
+        pass_with_attention(trace, 0, 50'000'000, 0, 0, Phase::backward, 15'000'000);
+        pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 5'000'000);
+        pass_with_attention(trace, 1, 50'000'000, 0, 0, Phase::backward, 5'000'000);
+        row(trace, 0, 0, 0, 7, 6, 0, 4);
+        row(trace, 1, 0, 0, 7, 6, 4, 6);
+        row(trace, 1, 0, 0, 9, 2, 0, 2);
+        trace.finish();
+        const auto analysis = analyze_cp_load(trace, find_passes(trace));
+        QCOMPARE(analysis.groups.size(), 1u);
+        const CpGroupLoad& group = analysis.groups[0];
+        QCOMPARE(group.ranks[0].pairs.value(), 12);
+        QCOMPARE(group.ranks[1].pairs.value(), 12);
+        QCOMPARE(group.predicted_imbalance.value(), 1.0);
+        QCOMPARE(group.measured_imbalance.value(), 1.5);
+    }
+
     // A zigzag run whose chunk boundaries fall between documents, so nothing links rank 0's
     // two chunks to rank 1's: reading the ranks in order (A F G H I B C D E) gets the packed
     // order wrong. Packed A B C D E F G H I, lengths 4 | 1 3 | 2 2 | 1 1 1 1, T = 16, chunks of

@@ -864,6 +864,37 @@ private slots:
         QVERIFY(!validate(config).ok());
     }
 
+    // A simulated run under FPDT's techniques names their ranges as the engine's vocabulary
+    // does (docs/annotations.md): Ulysses' all-to-alls, ZeRO-3's gathers and its step-end
+    // reduce-scatter, and copies the compute did not hide.
+    void fpdtTechniquesAreNamedInTheTrace() {
+        SimulationConfig config = technique_config();
+        config.layout.context_parallelism = parallel::ContextParallelism::ulysses;
+        config.layout.zero_stage = 3;
+        config.layout.recompute = parallel::Recompute::full;
+        config.layout.offload_checkpoints = true;
+        config.hardware.host_link_gbs = 0.05;  // slow enough to wait on
+        config.steps = 1;
+        const std::string path = work_.filePath("fpdt.fulcrum").toStdString();
+        SimulationOutput output;
+        output.path = path;
+        output.start_utc_ns = 0;
+        must(simulate_to_file(config, output));
+        auto reader = store::TraceReader::open(path);
+        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
+        const Found rank = events_of_rank(*reader, 0);
+        std::map<std::string, int> counts;
+        for (const Event& event : rank.events) {
+            ++counts[rank.name(event)];
+        }
+        QVERIFY(counts["cp all-to-all"] > 0);
+        QCOMPARE(counts["cp all-gather kv"], 0);
+        QVERIFY(counts["zero all-gather params"] > 0);
+        QCOMPARE(counts["zero reduce-scatter grads"], 1);
+        QCOMPARE(counts["dp all-reduce gradients"], 0);
+        QVERIFY(counts["offload wait"] > 0);
+    }
+
     // The attention kernel is the run's: unfused kernels compute the whole square at their own
     // efficiency and stream the scores through HBM; FlashAttention the causal pairs only.
     void attentionBackend() {

@@ -166,17 +166,6 @@ std::string context_text(int tokens) {
                                : std::to_string(tokens >> 10) + "K";
 }
 
-std::string fixed(double value, int decimals) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-    return buffer;
-}
-
-std::string signed_percent(double predicted, double published) {
-    const double error = 100.0 * (predicted - published) / published;
-    return (error >= 0 ? "+" : "") + fixed(error, 1) + "%";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,11 +205,12 @@ int main(int argc, char** argv) {
         mfu_within += mfu_error <= 0.15 ? 1 : 0;
         memory_error_sum += memory_error;
         mfu_error_sum += mfu_error;
-        table.add_row(
-            {strategy.name, context_text(longest), context_text(strategy.published_context),
-             fixed(gib, 1), fixed(strategy.published_gib, 1),
-             signed_percent(gib, strategy.published_gib), fixed(*mfu, 1) + "%",
-             fixed(strategy.published_mfu, 1) + "%", signed_percent(*mfu, strategy.published_mfu)});
+        table.add_row({strategy.name, context_text(longest),
+                       context_text(strategy.published_context), format_fixed(gib, 1),
+                       format_fixed(strategy.published_gib, 1),
+                       format_relative_error(gib, strategy.published_gib),
+                       format_fixed(*mfu, 1) + "%", format_fixed(strategy.published_mfu, 1) + "%",
+                       format_relative_error(*mfu, strategy.published_mfu)});
     }
     std::fputs(table.render().c_str(), stdout);
     const double rows = static_cast<double>(kStrategies.size());

@@ -136,17 +136,6 @@ parallel::MemoryShape memory_shape(const PublishedRun& run, parallel::Recompute 
     return shape;
 }
 
-std::string fixed(double value, int decimals) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-    return buffer;
-}
-
-std::string percent(double predicted, double published) {
-    const double error = 100.0 * (predicted - published) / published;
-    return (error >= 0 ? "+" : "") + fixed(error, 1) + "%";
-}
-
 // The published step time: the source's, or its TFLOP/s per GPU through its own FLOP count.
 double published_seconds(const bench::ValidationRun& run) {
     const double b = run.global_batch, s = run.sequence, l = run.layers, h = run.hidden,
@@ -218,8 +207,8 @@ int play_validation_set(const Ablation& without) {
         layout += " dp" + std::to_string(run.dp);
         table.add_row({run.id, run.source, run.gpu, std::to_string(run.tp * run.pp * run.dp),
                        layout, std::to_string(config.layout.microbatches),
-                       fixed(published, 2) + " s", fixed(simulated, 2) + " s",
-                       percent(simulated, published)});
+                       format_fixed(published, 2) + " s", format_fixed(simulated, 2) + " s",
+                       format_relative_error(simulated, published)});
     }
     std::printf("\nThe validation set (bench/sim/validation_set.h)\n%s", table.render().c_str());
     TextTable summary(
@@ -228,8 +217,8 @@ int play_validation_set(const Ablation& without) {
     by_source.emplace_back("all", all);
     for (const auto& [source, tally] : by_source) {
         summary.add_row({source, std::to_string(tally.rows),
-                         fixed(100 * tally.sum_abs / tally.rows, 1) + "%",
-                         fixed(100 * tally.max_abs, 1) + "%",
+                         format_fixed(100 * tally.sum_abs / tally.rows, 1) + "%",
+                         format_fixed(100 * tally.max_abs, 1) + "%",
                          std::to_string(tally.within_10) + "/" + std::to_string(tally.rows),
                          std::to_string(tally.high) + "/" + std::to_string(tally.rows)});
     }
@@ -301,8 +290,9 @@ int main(int argc, char** argv) {
             times.add_row(
                 {run.model, std::to_string(run.tp * run.pp),
                  "tp" + std::to_string(run.tp) + " pp" + std::to_string(run.pp) + " " + schedule,
-                 variant.name, fixed(published, 2) + " s", fixed(seconds, 2) + " s",
-                 percent(seconds, published), fixed(100 * result->mean_bubble_fraction, 1) + "%"});
+                 variant.name, format_fixed(published, 2) + " s", format_fixed(seconds, 2) + " s",
+                 format_relative_error(seconds, published),
+                 format_fixed(100 * result->mean_bubble_fraction, 1) + "%"});
         }
     }
     std::printf("Iteration time\n%s", times.render().c_str());
@@ -323,11 +313,13 @@ int main(int argc, char** argv) {
         const double state = none.model_state_bytes() / kGiB;
         const double act_none = none.activations_bytes / kGiB;
         const double act_selective = selective.activations_bytes / kGiB;
-        memory.add_row({run.model, fixed(run.model_state_gib, 1), fixed(state, 1),
-                        percent(state, run.model_state_gib), fixed(run.activations_none_gib, 1),
-                        fixed(act_none, 1), percent(act_none, run.activations_none_gib),
-                        fixed(run.activations_selective_sp_gib, 1), fixed(act_selective, 1),
-                        percent(act_selective, run.activations_selective_sp_gib)});
+        memory.add_row({run.model, format_fixed(run.model_state_gib, 1), format_fixed(state, 1),
+                        format_relative_error(state, run.model_state_gib),
+                        format_fixed(run.activations_none_gib, 1), format_fixed(act_none, 1),
+                        format_relative_error(act_none, run.activations_none_gib),
+                        format_fixed(run.activations_selective_sp_gib, 1),
+                        format_fixed(act_selective, 1),
+                        format_relative_error(act_selective, run.activations_selective_sp_gib)});
     }
     std::printf("Memory per GPU, GiB (first pipeline stage; core/parallel/memory_model)\n%s",
                 memory.render().c_str());

@@ -90,6 +90,11 @@ std::string format_utc(std::int64_t utc_ns) {
     return buffer;
 }
 
+std::string format_relative_error(double value, double reference) {
+    const double error = 100.0 * (value - reference) / reference;
+    return (error >= 0 ? "+" : "") + format_fixed(error, 1) + "%";
+}
+
 std::string format_fixed(double value, int decimals) {
     if (!std::isfinite(value)) {
         return kUnknownFigure;

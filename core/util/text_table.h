@@ -33,6 +33,8 @@ std::string format_utc(std::int64_t utc_ns);
 inline constexpr const char* kUnknownFigure = "—";
 // "12.35" with `decimals` places; kUnknownFigure when `value` is not finite.
 std::string format_fixed(double value, int decimals = 2);
+// "+1.2%" or "-0.4%": how far `value` lies from `reference`, in percent of it, one decimal.
+std::string format_relative_error(double value, double reference);
 // format_fixed of a figure that may be unknown.
 std::string format_figure(const std::optional<double>& value, int decimals = 2);
 // `text`, or kUnknownFigure when it is empty.

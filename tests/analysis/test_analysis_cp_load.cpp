@@ -31,6 +31,16 @@ void row(RunTrace& trace, int rank, int step, int mb, std::int64_t doc, int leng
     trace.workload.push_back({rank, step, mb, doc, length, begin, end, balancer});
 }
 
+// measuredAndPredictedByHand's group: rank 1's passes (5 ms of attention each way), and the
+// rows of A[0,4) on rank 0, A[4,6) and B[0,2) on rank 1.
+void add_hand_group_rank1_and_rows(RunTrace& trace) {
+    pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 5'000'000);
+    pass_with_attention(trace, 1, 50'000'000, 0, 0, Phase::backward, 5'000'000);
+    row(trace, 0, 0, 0, 7, 6, 0, 4);
+    row(trace, 1, 0, 0, 7, 6, 4, 6);
+    row(trace, 1, 0, 0, 9, 2, 0, 2);
+}
+
 double predicted_for(const CpGroupLoad& group, const std::string& sharding) {
     for (const auto& [name, value] : group.predicted_by_sharding) {
         if (name == sharding) {
@@ -75,11 +85,7 @@ private slots:
                         0, Phase::backward);
         trace.add_range(host(trace, 0), "attention", Category::attention, 50'000'000, 65'000'000, 0,
                         0, 0, Phase::backward);
-        pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 5'000'000);
-        pass_with_attention(trace, 1, 50'000'000, 0, 0, Phase::backward, 5'000'000);
-        row(trace, 0, 0, 0, 7, 6, 0, 4);
-        row(trace, 1, 0, 0, 7, 6, 4, 6);
-        row(trace, 1, 0, 0, 9, 2, 0, 2);
+        add_hand_group_rank1_and_rows(trace);
         trace.finish();
 
         const auto analysis = analyze_cp_load(trace, find_passes(trace));
@@ -121,11 +127,7 @@ private slots:
         add_rank(trace, 1, 0, 0, 0, 1);
         pass_with_attention(trace, 0, 0, 0, 0, Phase::forward, 15'000'000);
         pass_with_attention(trace, 0, 50'000'000, 0, 0, Phase::backward, 15'000'000);
-        pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 5'000'000);
-        pass_with_attention(trace, 1, 50'000'000, 0, 0, Phase::backward, 5'000'000);
-        row(trace, 0, 0, 0, 7, 6, 0, 4);
-        row(trace, 1, 0, 0, 7, 6, 4, 6);
-        row(trace, 1, 0, 0, 9, 2, 0, 2);
+        add_hand_group_rank1_and_rows(trace);
         trace.finish();
         const auto analysis = analyze_cp_load(trace, find_passes(trace));
         QCOMPARE(analysis.groups.size(), 1u);

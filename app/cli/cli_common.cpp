@@ -91,7 +91,7 @@ void add_attention_backend_option(CLI::App& app, std::string& backend, const std
                    "The attention kernel the runs use, priced by --hardware's device: flash "
                    "(fused: the causal pairs only, no score matrix kept) or unfused (Megatron-LM's "
                    "kernels of 2021-22: the whole square, the scores kept and streamed through "
-                   "HBM)")
+                   "HBM); default: --hardware's (flash unless a system file says unfused)")
         ->capture_default_str()
         ->check(CLI::IsMember({"flash", "unfused"}))
         ->group(group);

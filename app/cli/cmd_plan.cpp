@@ -40,7 +40,7 @@ struct PlanArgs {
     bool no_distributed_optimizer = false;
     std::string zero_stages = "1";
     std::string cp_impls = "all-gather";
-    std::string attention_backend = "flash";
+    std::string attention_backend;  // empty: the --hardware system's (flash unless it says)
     bool equal_split = false;
     int host_cores = -1;  // -1: not given
     std::string output;
@@ -159,7 +159,6 @@ Status build_space(PlanArgs& args) {
         return cp_impls.error();
     }
     space.cp_impls = *cp_impls;
-    args.request.flash_attention = args.attention_backend == "flash";
     space.exact_layer_split = !args.equal_split;
     args.request.dtype = *dtype;
     return {};
@@ -174,6 +173,10 @@ Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
     }
     request.hardware = *preset;
     request.hardware.gpus_per_node = request.gpus_per_node;
+    // The run's kernel, which the memory model and the simulator both take from here.
+    if (!args.attention_backend.empty()) {
+        request.hardware.unfused_attention = args.attention_backend == "unfused";
+    }
     std::vector<analysis::RunTrace> traces;
     for (const std::string& path : args.calibrate) {
         auto trace = load_calibration_run(path, args.progress, cancel);

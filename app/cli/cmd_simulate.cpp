@@ -170,6 +170,16 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--heads", config.model.heads, run.model.heads);
         keep("--context", config.model.context, run.model.context);
         keep("--vocab", config.model.vocab, run.model.vocab);
+        keep("--architecture", config.model.architecture, run.model.architecture);
+        keep("--kv-heads", config.model.kv_heads, run.model.kv_heads);
+        keep("--ffn-hidden", config.model.ffn_hidden, run.model.ffn_hidden);
+        if (!given(args, "--zero") && !given(args, "--distributed-optimizer")) {
+            config.layout.zero_stage = run.layout.zero_stage;
+        }
+        keep("--cp-impl", config.layout.context_parallelism, run.layout.context_parallelism);
+        keep("--offload-checkpoints", config.layout.offload_checkpoints,
+             run.layout.offload_checkpoints);
+        keep("--tp-comm-overlap", config.tp_comm_overlap, run.tp_comm_overlap);
         keep("--dp", config.layout.grid.dp, run.layout.grid.dp);
         keep("--tp", config.layout.grid.tp, run.layout.grid.tp);
         keep("--pp", config.layout.grid.pp, run.layout.grid.pp);

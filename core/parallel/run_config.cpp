@@ -45,6 +45,8 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("attention_kernel", c.attention_kernel);
     visit("attention_chunk", c.attention_chunk);
     visit("offload", c.offload);
+    visit("tp_comm_overlap", c.tp_comm_overlap);
+    visit("attention_backend", c.attention_backend);
     visit("data", c.data);
     visit("lengths", c.lengths);
     visit("documents", c.documents);

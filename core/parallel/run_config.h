@@ -48,6 +48,10 @@ struct RunConfig {
     std::string attention_kernel;     // the kernel model adaptive CP sharding weighed
     int attention_chunk = 0;          // FPDT chunk in tokens; 0: whole sequences
     bool offload = false;             // chunks' Q, K, V offloaded to pinned host memory
+    // Megatron-LM's settings a simulated run played (sim::SimulationConfig): SP's collectives
+    // chunked under the GEMMs, and the attention kernel ("flash", "unfused"; "" unsaid).
+    bool tp_comm_overlap = false;
+    std::string attention_backend;
     // The documents: what they were (fulcrum-train's description), the length spec of
     // synthetic ones ("" for text) and how many.
     std::string data;

@@ -43,7 +43,7 @@ std::int64_t resolved_documents(const PlanRequest& request) {
 
 parallel::MemoryShape memory_shape(const PlanRequest& request, const Candidate& candidate) {
     parallel::MemoryShape shape = parallel::memory_shape(request.model, candidate.layout);
-    shape.flash_attention = request.flash_attention;
+    shape.flash_attention = !request.hardware.unfused_attention;
     shape.attention_chunk = candidate.attention_chunk;
     shape.offload = candidate.offload;
     // FPDT's design takes the loss a chunk at a time as well (the chunks with recomputation).
@@ -157,7 +157,6 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
     config.offload = candidate.offload;
     config.hardware = request.hardware;
     config.hardware.gpus_per_node = request.gpus_per_node;
-    config.hardware.unfused_attention = !request.flash_attention;
     config.host_cores = request.host_cores;
     config.ranks_per_host = request.gpus_per_node;
     config.attention_kernel = request.attention_kernel;

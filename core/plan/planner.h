@@ -115,8 +115,9 @@ struct PlanRequest {
     // the analytic model; with --calibrate, the run's own kernel (its backend's).
     std::string attention_kernel = "cuda";
     sim::DType dtype = sim::DType::bf16;
+    // The attention kernel is `hardware.unfused_attention` (the run's choice, flash by
+    // default): the memory model keeps no score matrix under flash, and the simulator prices it.
     parallel::Precision precision = parallel::Precision::megatron_mixed();
-    bool flash_attention = true;
     bool overlap_grad_reduce = true;
     // Peak dense TFLOP/s of one GPU for MFU; 0: the hardware preset's (989 for h100).
     double peak_tflops = 0;

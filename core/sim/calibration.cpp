@@ -128,6 +128,13 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     config.layout.virtual_stages = std::max(1, run.layout.virtual_stages);
     config.layout.recompute = run.layout.recompute;  // none when not said
     config.layout.sequence_parallel = run.layout.sequence_parallel;
+    config.layout.zero_stage = run.layout.zero_stage;
+    config.layout.context_parallelism = run.layout.context_parallelism;
+    config.layout.offload_checkpoints = run.layout.offload_checkpoints;
+    config.model.architecture = run.model.architecture;
+    config.model.kv_heads = run.model.kv_heads;
+    config.model.ffn_hidden = run.model.ffn_hidden;
+    config.tp_comm_overlap = run.tp_comm_overlap;
     config.overlap_grad_reduce = run.overlap_grad_reduce;
     if (auto dtype = parse_dtype(run.dtype.empty() ? "fp32" : run.dtype)) {
         config.dtype = *dtype;

@@ -198,6 +198,8 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.overlap_grad_reduce = config.overlap_grad_reduce;
     run.attention_chunk = config.attention_chunk;
     run.offload = config.offload;
+    run.tp_comm_overlap = config.tp_comm_overlap;
+    run.attention_backend = config.hardware.unfused_attention ? "unfused" : "flash";
     run.dtype = dtype_name(config.dtype);
     run.balancer = balance::balancer_name(config.balancer);
     run.cp_shard = balance::cp_sharding_name(config.sharding);

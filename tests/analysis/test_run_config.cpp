@@ -48,6 +48,8 @@ RunConfig every_field_set() {
     c.attention_kernel = "cuda";
     c.attention_chunk = 128;
     c.offload = true;
+    c.tp_comm_overlap = true;
+    c.attention_backend = "unfused";
     c.data = "200 synthetic documents";
     c.lengths = "long-tail:context=1024";
     c.documents = 200;

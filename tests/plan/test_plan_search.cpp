@@ -535,7 +535,7 @@ private slots:
         PlanRequest request = tiny_request(1);
         request.model.context = 2048;
         request.lengths = "long-tail:context=2048,median=256";
-        request.flash_attention = true;
+        request.hardware.unfused_attention = false;
         request.space.attention_chunk = 256;
         request.space.balancers = {balance::Balancer::fixed};
         std::optional<Candidate> offloaded;

@@ -393,6 +393,76 @@ private slots:
                  qPrintable(deeper.out));
     }
 
+    // A run played with FPDT's techniques on a Llama shape says so in run.config, and
+    // --calibrate on it plays them again unless the command line says otherwise.
+    void fpdtSettingsRoundTrip() {
+        const QStringList llama = {"--layers",
+                                   "2",
+                                   "--hidden",
+                                   "256",
+                                   "--heads",
+                                   "8",
+                                   "--kv-heads",
+                                   "2",
+                                   "--ffn-hidden",
+                                   "704",
+                                   "--architecture",
+                                   "llama",
+                                   "--vocab",
+                                   "1024",
+                                   "--context",
+                                   "2048",
+                                   "--dp",
+                                   "2",
+                                   "--cp",
+                                   "2",
+                                   "--cp-impl",
+                                   "ulysses",
+                                   "--zero",
+                                   "3",
+                                   "--recompute",
+                                   "full",
+                                   "--offload-checkpoints",
+                                   "--dtype",
+                                   "bf16",
+                                   "--hardware",
+                                   "a100",
+                                   "--lengths",
+                                   "long-tail:context=2048",
+                                   "--documents",
+                                   "64",
+                                   "--steps",
+                                   "1",
+                                   "-o",
+                                   "fpdt.fulcrum"};
+        const Outcome played = simulate(llama);
+        QVERIFY2(played.exit_code == 0, qPrintable(played.err));
+        QVERIFY2(played.out.contains("model: llama, 2 layers, hidden 256, 8 heads (2 key-value), "
+                                     "MLP 704"),
+                 qPrintable(played.out));
+        auto reader = store::TraceReader::open(path("fpdt.fulcrum").toStdString());
+        QVERIFY(reader.ok());
+        const auto config =
+            QJsonDocument::fromJson(QByteArray::fromStdString(reader->run().config_json)).object();
+        QCOMPARE(config["cp_impl"].toString(), QString("ulysses"));
+        QCOMPARE(config["zero_stage"].toInt(), 3);
+        QVERIFY(config["offload_checkpoints"].toBool());
+        QCOMPARE(config["attention_backend"].toString(), QString("flash"));
+        QCOMPARE(config["model"].toObject()["architecture"].toString(), QString("llama"));
+        QCOMPARE(config["model"].toObject()["kv_heads"].toInt(), 2);
+        QCOMPARE(config["model"].toObject()["ffn_hidden"].toInt(), 704);
+        const Outcome again = simulate({"--calibrate", "fpdt.fulcrum", "--zero", "1"});
+        QVERIFY2(again.exit_code == 0, qPrintable(again.err));
+        QVERIFY2(again.out.contains("model: llama, 2 layers, hidden 256, 8 heads (2 key-value)"),
+                 qPrintable(again.out));
+        // Refused with the option named: Ulysses needs whole heads on every TP × CP rank.
+        const Outcome refused = simulate({"--layers", "2", "--heads", "4", "--cp", "8", "--cp-impl",
+                                          "ulysses", "--lengths", "long-tail:context=256"});
+        QCOMPARE(refused.exit_code, 2);
+        QVERIFY2(refused.err.contains("--cp-impl ulysses gives each CP rank whole heads"),
+                 qPrintable(refused.err));
+    }
+
     // --calibrate packs as the run did: its S_max, delay bound and thresholds, unless given.
     void calibrateKeepsTheRunsWlbSettings() {
         QCOMPARE(simulate(kSmall + QStringList{"--balancer", "wlb", "--wlb-max-tokens", "300",

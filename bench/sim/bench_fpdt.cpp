@@ -19,7 +19,7 @@
 //              context fits when the device holds it in 80 GiB and the node's 2 TB of host
 //              memory (DGX A100 80 GB's) holds the 8 ranks' offloaded checkpoints;
 //   MFU        model FLOPs (6 · the layers' GEMM weights and the LM head a token, 12·L·h a
-//              causal pair: planner.cpp's count) over 8 × 312 TFLOP/s.
+//              causal pair: parallel::training_flops, the planner's) over 8 × 312 TFLOP/s.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -148,13 +148,8 @@ Result<double> simulated_mfu(const Strategy& strategy, int context,
     if (!result) {
         return result.error();
     }
-    const parallel::ModelShape& model = config.model;
-    const double tokens = context, pairs = tokens * (tokens + 1) / 2;
-    const double flops = 6.0 *
-                             (model.layers * parallel::layer_gemm_weights(model) +
-                              double(model.hidden) * model.vocab) *
-                             tokens +
-                         12.0 * model.layers * model.hidden * pairs;
+    const double tokens = context;
+    const double flops = parallel::training_flops(config.model, tokens, tokens * (tokens + 1) / 2);
     return 100 * flops / (result->mean_step_ns * 1e-9) / (kGpus * hardware.tflops * 1e12);
 }
 

@@ -29,6 +29,11 @@ int kv_heads_of(const ModelShape& model) {
     return model.kv_heads > 0 ? model.kv_heads : model.heads;
 }
 
+int kv_hidden_of(const ModelShape& model) {
+    return static_cast<int>(std::int64_t(model.hidden) * kv_heads_of(model) /
+                            std::max(model.heads, 1));
+}
+
 int ffn_hidden_of(const ModelShape& model) {
     return model.ffn_hidden > 0 ? model.ffn_hidden : 4 * model.hidden;
 }
@@ -38,8 +43,7 @@ bool tied_embedding(const ModelShape& model) {
 }
 
 double layer_gemm_weights(const ModelShape& model) {
-    const double h = model.hidden, f = ffn_hidden_of(model);
-    const double h_kv = h * kv_heads_of(model) / std::max(model.heads, 1);
+    const double h = model.hidden, f = ffn_hidden_of(model), h_kv = kv_hidden_of(model);
     const double mlp_matrices = model.architecture == Architecture::llama ? 3 : 2;
     return h * (h + 2 * h_kv) + h * h + mlp_matrices * h * f;
 }
@@ -49,7 +53,7 @@ double layer_parameters(const ModelShape& model) {
     if (model.architecture == Architecture::llama) {
         return layer_gemm_weights(model) + 2 * h;
     }
-    const double h_kv = h * kv_heads_of(model) / std::max(model.heads, 1);
+    const double h_kv = kv_hidden_of(model);
     return layer_gemm_weights(model) + (h + 2 * h_kv) + h + f + h + 4 * h;
 }
 
@@ -82,6 +86,12 @@ Result<ContextParallelism> parse_context_parallelism(std::string_view name) {
 
 const char* context_parallelism_name(ContextParallelism cp) {
     return cp == ContextParallelism::ulysses ? "ulysses" : "all-gather";
+}
+
+double training_flops(const ModelShape& model, double tokens, double pairs) {
+    const double h = model.hidden, layers = model.layers;
+    return 6.0 * (layers * layer_gemm_weights(model) + h * model.vocab) * tokens +
+           12.0 * layers * h * pairs;
 }
 
 std::string describe_model(const ModelShape& model) {

@@ -45,6 +45,9 @@ struct ModelShape {
 // What the shape's zeros stand for.
 int kv_heads_of(const ModelShape& model);
 int ffn_hidden_of(const ModelShape& model);
+// h_kv: the width of the key (or value) heads, hidden · kv_heads / heads (hidden without
+// grouped-query attention).
+int kv_hidden_of(const ModelShape& model);
 bool tied_embedding(const ModelShape& model);  // GPT's: the token embedding is the LM head
 
 // The weights of one layer's GEMMs, the whole layer's (not a TP rank's): QKV h·(h + 2·h_kv)
@@ -62,6 +65,11 @@ double embedding_parameters(const ModelShape& model);  // the first stage's: tok
 double head_parameters(const ModelShape& model);       // the last stage's: final norm (+ output)
 // Every parameter of the model.
 double model_parameters(const ModelShape& model);
+// Model FLOPs of training on `tokens` tokens whose attention meets `pairs` causal query·key
+// pairs: forward and backward, 3× the forward's 2 FLOPs a GEMM weight and the LM head's 2hV a
+// token, and 3 × 4h a pair a layer (Narayanan et al., SC'21, §5.1, without recomputation).
+// MFU's numerator, for the planner and the benches alike.
+double training_flops(const ModelShape& model, double tokens, double pairs);
 // "32 layers, hidden 4096, 32 heads, context 2048, vocab 51200", with the architecture, the
 // key-value heads and the MLP's width where they are not GPT's defaults.
 std::string describe_model(const ModelShape& model);

@@ -35,7 +35,7 @@ double stage_layer_count(const MemoryShape& shape, int stage) {
 
 double kept_bytes_per_token(const ModelShape& model, int tp, bool sequence_parallel) {
     const double h = model.hidden, f = ffn_hidden_of(model), t = std::max(tp, 1);
-    const double h_kv = h * kv_heads_of(model) / std::max(model.heads, 1);
+    const double h_kv = kv_hidden_of(model);
     const bool llama = model.architecture == Architecture::llama;
     const double replicated = 8 * h + (llama ? 0 : 2 * h);
     const double split = 2 * h + 4 * h_kv + 2 * h + (llama ? 3 : 2) * 2 * f;
@@ -43,6 +43,12 @@ double kept_bytes_per_token(const ModelShape& model, int tp, bool sequence_paral
 }
 
 namespace {
+
+// The 16-bit bytes of Q, K and V one token keeps a layer on a TP rank, (2h + 4·h_kv)/t: what
+// offloading them moves to host memory (Korthikanti et al. 2022, Table 2: QKᵀ's inputs and V).
+double qkv_bytes_per_token(const ModelShape& model, int tp) {
+    return (2.0 * model.hidden + 4.0 * kv_hidden_of(model)) / std::max(tp, 1);
+}
 
 // Forwards a stage has run and not yet backpropagated at its peak, in layers' worth.
 double layers_in_flight(const MemoryShape& shape, int stage) {
@@ -80,8 +86,7 @@ double activations_per_layer(const MemoryShape& shape, Recompute recompute) {
     // (2h + 4·h_kv)/t of those bytes (6h/t without grouped-query attention: Table 2's QKᵀ
     // inputs 4sbh/t and V 2sbh/t), wait in pinned host memory.
     if (shape.offload && shape.attention_chunk > 0 && recompute == Recompute::none) {
-        const double h_kv = h * kv_heads_of(shape.model) / a;
-        linear -= (2 * h + 4 * h_kv) / (h * t);
+        linear -= qkv_bytes_per_token(shape.model, shape.layout.grid.tp) / h;
     }
     // Ulysses keeps the attention's output twice: in head shards for the attention's backward
     // and, after the all-to-all back, in token shards as the projection's input.
@@ -156,10 +161,8 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
     }
     if (shape.offload && shape.attention_chunk > 0 && recompute == Recompute::none) {
         // Q, K and V of every layer in flight wait on the host.
-        const double h = shape.model.hidden;
-        const double h_kv = h * kv_heads_of(shape.model) / std::max(shape.model.heads, 1);
-        memory.host_bytes +=
-            local_tokens * (2 * h + 4 * h_kv) / t * scale * memory.layers_in_flight;
+        memory.host_bytes += local_tokens * qkv_bytes_per_token(shape.model, shape.layout.grid.tp) *
+                             scale * memory.layers_in_flight;
     }
     if (shape.offload && shape.attention_chunk > 0) {
         // The two device slots the copies double-buffer through: [chunk, 3h/t] each (during

@@ -134,14 +134,6 @@ std::pair<std::string, std::string> grid_problem(const parallel::GridShape& grid
 
 namespace {
 
-// Model FLOPs of training one token (forward and backward, 3× the forward's 2·parameters) and
-// of one causal pair (3 × 4h a layer): Narayanan et al., SC'21, §5.1, without recomputation.
-double model_flops(const sim::ModelShape& model, double tokens, double pairs) {
-    const double h = model.hidden, layers = model.layers;
-    return 6.0 * (layers * parallel::layer_gemm_weights(model) + h * model.vocab) * tokens +
-           12.0 * layers * h * pairs;
-}
-
 double peak_tflops(const PlanRequest& request) {
     if (request.peak_tflops > 0) {
         return request.peak_tflops;
@@ -181,7 +173,8 @@ bool estimate_layout(const PlanRequest& request, const MeanMicroBatch& mean,
     c.bubble_fraction = estimate.bubble_fraction;
     c.tokens_per_second = estimate.step_ns > 0 ? tokens / (estimate.step_ns * 1e-9) : 0.0;
     c.mfu = c.tokens_per_second *
-            model_flops(request.model, 1.0, static_cast<double>(mean.pairs) / mean.tokens) /
+            parallel::training_flops(request.model, 1.0,
+                                     static_cast<double>(mean.pairs) / mean.tokens) /
             (c.layout.grid.world() * peak_tflops(request) * 1e12);
     layout.estimated_tokens_per_second = c.tokens_per_second;
     return true;
@@ -359,7 +352,8 @@ Status simulate_candidate(const PlanRequest& request, const MeanMicroBatch& mean
     c.bubble_fraction = result->mean_bubble_fraction;
     c.imbalance = result->mean_imbalance;
     c.mfu = c.tokens_per_second *
-            model_flops(request.model, 1.0, static_cast<double>(mean.pairs) / mean.tokens) /
+            parallel::training_flops(request.model, 1.0,
+                                     static_cast<double>(mean.pairs) / mean.tokens) /
             (c.layout.grid.world() * peak_tflops(request) * 1e12);
     c.cost_notes = result->notes;
     c.cost_source = result->cost_source;
@@ -656,13 +650,14 @@ Result<std::vector<ContextPlan>> plan_contexts(const PlanRequest& request, int m
                                                    std::to_string(request.model.context) +
                                                    " (the first context tried)"};
     }
-    int steps = 0;
+    std::vector<std::int64_t> contexts;
     for (std::int64_t context = request.model.context; context <= max_context; context *= 2) {
-        ++steps;
+        contexts.push_back(context);
     }
+    const double steps = static_cast<double>(contexts.size());
     std::vector<ContextPlan> plans;
     int done = 0;
-    for (std::int64_t context = request.model.context; context <= max_context; context *= 2) {
+    for (const std::int64_t context : contexts) {
         PlanRequest at = request;
         at.model.context = static_cast<int>(context);
         at.lengths.clear();

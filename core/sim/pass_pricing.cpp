@@ -159,7 +159,7 @@ std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int
         bytes += tokens * h / (config.layout.sequence_parallel ? grid.tp : 1) * element;
     }
     if (config.offload && config.attention_chunk > 0) {
-        const std::int64_t h_kv = h * parallel::kv_heads_of(config.model) / config.model.heads;
+        const std::int64_t h_kv = parallel::kv_hidden_of(config.model);
         const bool ulysses =
             config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
         const std::int64_t heads_share = grid.tp * (ulysses ? grid.cp : 1);
@@ -224,7 +224,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         ranks[c].wait_ns = slowest - ranks[c].own_total();
     }
     const bool full_recompute = config.layout.recompute == parallel::Recompute::full;
-    const std::int64_t h_kv = hidden * parallel::kv_heads_of(config.model) / config.model.heads;
+    const std::int64_t h_kv = parallel::kv_hidden_of(config.model);
     if (ulysses && phase != Phase::weight_grad) {
         // Per layer, Q, K and V of the rank's tokens to head shards and the attention's output
         // back (the backward: the output's gradient, then Q's, K's and V's); each rank's

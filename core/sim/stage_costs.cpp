@@ -186,7 +186,7 @@ double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layou
     // A layer's GEMMs computed in `gemm_chunks` pieces each (--tp-comm-overlap's), each piece
     // at its own size's efficiency.
     const double chunks = std::max(gemm_chunks, 1);
-    const double h_kv = h * parallel::kv_heads_of(model) / model.heads;
+    const double h_kv = parallel::kv_hidden_of(model);
     const double f = parallel::ffn_hidden_of(model);
     const double mlp_matrices = model.architecture == parallel::Architecture::llama ? 3 : 2;
     double per_token =

@@ -26,9 +26,14 @@ int lone_color(const Topology& topology) {
     return topology.shape().world() + topology.rank();
 }
 
-// ZeRO's shards of the flat buffer of `total` elements over `ranks` DP × CP ranks: equal
-// counts, the first total mod ranks one more (Rajbhandari et al. 2020, §5).
-std::vector<int> zero_counts(std::int64_t total, int ranks) {
+// ZeRO's shards of the flat buffer of `total` elements over the DP × CP ranks: equal counts,
+// the first total mod ranks one more (Rajbhandari et al. 2020, §5); none without ZeRO or with
+// one rank.
+std::vector<int> zero_counts(std::int64_t total, const ParallelGroups& groups, int zero_stage) {
+    const int ranks = groups.dp_cp ? groups.dp_cp->size() : 1;
+    if (zero_stage < 1 || ranks <= 1) {
+        return {};
+    }
     std::vector<int> counts(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {
         counts[static_cast<std::size_t>(r)] =
@@ -37,13 +42,12 @@ std::vector<int> zero_counts(std::int64_t total, int ranks) {
     return counts;
 }
 
-// The range of the flat buffer the optimizer of this rank updates: its ZeRO shard, or all.
-ElementRange optimizer_range(const GptModel& model, const ParallelGroups& groups, int zero_stage) {
-    const int ranks = groups.dp_cp ? groups.dp_cp->size() : 1;
-    if (zero_stage < 1 || ranks <= 1) {
-        return {0, model.layout().total()};
+// The range of the flat buffer this rank's optimizer updates: its shard of `counts`, or all.
+ElementRange optimizer_range(const std::vector<int>& counts, const ParallelGroups& groups,
+                             std::int64_t total) {
+    if (counts.empty()) {
+        return {0, total};
     }
-    const std::vector<int> counts = zero_counts(model.layout().total(), ranks);
     const int me = groups.dp_cp->rank();
     const std::int64_t offset =
         std::accumulate(counts.begin(), counts.begin() + me, std::int64_t{0});
@@ -87,8 +91,9 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
       groups_(groups),
       documents_(documents),
       config_(config),
+      zero_counts_(zero_counts(model.layout().total(), groups, config.layout.zero_stage)),
       optimizer_(model.backend(), model.layout(), config.train.adamw,
-                 optimizer_range(model, groups, config.layout.zero_stage)) {
+                 optimizer_range(zero_counts_, groups, model.layout().total())) {
     config_.layout.grid = topology.shape();
     FULCRUM_CHECK(config_.layout.zero_stage >= 0 && config_.layout.zero_stage <= 2,
                   "fulcrum-train shards the optimizer state (ZeRO-1) and the gradients (ZeRO-2)");
@@ -97,7 +102,6 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
     if (shards_optimizer()) {
         // The shard's copy the all-gather of the updated parameters sends from (and, under
         // ZeRO-2, the reduce-scatter receives into): the largest shard, rank 0's.
-        zero_counts_ = zero_counts(model.layout().total(), groups.dp_cp->size());
         zero_staging_ = model.backend().allocate(std::size_t(zero_counts_.front()) * sizeof(float));
     }
     const parallel::Layout& layout = config_.layout;
@@ -563,7 +567,7 @@ void ParallelTrainer::update(StepReport& report) {
 }
 
 bool ParallelTrainer::shards_optimizer() const {
-    return config_.layout.zero_stage >= 1 && groups_.dp_cp && groups_.dp_cp->size() > 1;
+    return !zero_counts_.empty();
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {

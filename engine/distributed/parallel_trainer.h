@@ -158,15 +158,16 @@ private:
     ParallelGroups& groups_;
     const TrainingDocuments& documents_;
     ParallelTrainConfig config_;
+    // ZeRO: every DP × CP rank's shard length (empty: no sharding), before the optimizer that
+    // owns this rank's shard, and the staging of that shard.
+    std::vector<int> zero_counts_;
+    DeviceBuffer zero_staging_;
     AdamW optimizer_;
     std::vector<LayerRange> chunk_layers_;
     // One per micro-batch of the step, holding device memory only while in flight.
     std::vector<std::unique_ptr<Activations>> activations_;
     std::int64_t steps_taken_ = 0;
     int first_microbatch_ = 0;  // run_passes'
-    // ZeRO: every DP × CP rank's shard length, and the staging of this rank's shard.
-    std::vector<int> zero_counts_;
-    DeviceBuffer zero_staging_;
 };
 
 }  // namespace fulcrum::engine

@@ -181,7 +181,15 @@ Words train_words(const plan::PlanRequest& request, const plan::Candidate& c,
     append_packing(words, c, config);
     append_model(words, request.model);
     append_documents(words, request, config);
-    append(words, {"--overlap-grad-reduce", request.overlap_grad_reduce ? "on" : "off"});
+    // ZeRO-2 reduce-scatters after the passes: fulcrum-train takes no overlapped reduction.
+    const bool overlap = request.overlap_grad_reduce && c.layout.zero_stage < 2;
+    append(words, {"--overlap-grad-reduce", overlap ? "on" : "off"});
+    if (c.layout.zero_stage > 0) {
+        append(words, {"--zero", std::to_string(c.layout.zero_stage)});
+    }
+    if (c.layout.context_parallelism == parallel::ContextParallelism::ulysses) {
+        append(words, {"--cp-impl", "ulysses"});
+    }
     if (c.offload) {
         append(words, {"--attention-chunk", std::to_string(c.attention_chunk), "--offload", "on"});
     }
@@ -265,11 +273,11 @@ std::string beyond_the_engine(const plan::PlanRequest& request, const plan::Cand
         request.model.ffn_hidden > 0) {
         missing.push_back("Llama shapes");
     }
-    if (c.layout.context_parallelism == parallel::ContextParallelism::ulysses) {
-        missing.push_back("Ulysses");
+    if (c.layout.context_parallelism == parallel::ContextParallelism::ulysses && c.offload) {
+        missing.push_back("chunked attention over Ulysses");
     }
-    if (c.layout.zero_stage >= 2) {
-        missing.push_back("ZeRO-" + std::to_string(c.layout.zero_stage));
+    if (c.layout.zero_stage >= 3) {
+        missing.push_back("ZeRO-3");
     }
     if (c.layout.offload_checkpoints) {
         missing.push_back("offloaded checkpoints");

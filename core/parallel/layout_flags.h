@@ -129,21 +129,32 @@ inline void add_pipeline_flags(CLI::App& app, const LayoutFlagTargets& to,
         group);
 }
 
+// --cp-impl: how context parallelism splits attention (fulcrum-train, simulate, plan's runs).
+inline void add_cp_impl_flag(CLI::App& app, ContextParallelism& impl, std::string_view group = {}) {
+    detail::in_group(app.add_option_function<std::string>(
+                            "--cp-impl",
+                            [&impl](const std::string& text) {
+                                auto parsed = parse_context_parallelism(text);
+                                if (!parsed) {
+                                    throw CLI::ValidationError(parsed.error().message);
+                                }
+                                impl = *parsed;
+                            },
+                            "How context parallelism splits attention: all-gather (each "
+                            "rank's queries meet every rank's keys and values) or ulysses "
+                            "(DeepSpeed-Ulysses: all-to-all to whole sequences of heads/cp "
+                            "heads and back; --tp x --cp must divide --heads)")
+                         ->default_str("all-gather"),
+                     group);
+}
+
 // The memory techniques of FPDT's comparison (Yao et al. 2024) beyond the pipeline's:
 // --cp-impl, --zero, --offload-checkpoints, and Megatron-LM's name for ZeRO-1,
-// --distributed-optimizer. For the simulator and the planner; fulcrum-train has none yet.
+// --distributed-optimizer. For the simulator and the planner (fulcrum-train has its own --zero,
+// which stops at 2, and --cp-impl).
 inline void add_memory_technique_flags(CLI::App& app, Layout& layout, std::string_view group = {}) {
     using detail::in_group;
-    const std::map<std::string, ContextParallelism> impls = {
-        {"all-gather", ContextParallelism::all_gather}, {"ulysses", ContextParallelism::ulysses}};
-    in_group(app.add_option("--cp-impl", layout.context_parallelism,
-                            "How context parallelism splits attention: all-gather (each rank's "
-                            "queries meet every rank's keys and values) or ulysses "
-                            "(DeepSpeed-Ulysses: all-to-all to whole sequences of heads/cp heads "
-                            "and back; --tp x --cp must divide --heads)")
-                 ->transform(CLI::CheckedTransformer(impls, CLI::ignore_case))
-                 ->default_str("all-gather"),
-             group);
+    add_cp_impl_flag(app, layout.context_parallelism, group);
     CLI::Option* zero =
         app.add_option("--zero", layout.zero_stage,
                        "ZeRO stage over the DP x CP ranks: 1 shards the optimizer state, 2 also "

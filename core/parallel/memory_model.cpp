@@ -207,6 +207,16 @@ struct EngineRows {
     double ns = 0;  // rows of the residual stream: n, or tp rank 0's ⌈n/t⌉ sequence-parallel
     double g = 0;   // gathered K|V rows under CP (all s), else none
     double c = 0, cl = 0, hl = 0, v = 0;  // C, C/t, heads/t, vocabulary
+    // Ulysses (cp > 1): the head shard's width C/(t·cp) and heads, and the cp ranks' rows
+    // its staging sends (context_parallel.h).
+    bool ulysses = false;
+    double w = 0, hs = 0, cp = 1;
+
+    // Per block, what attention keeps of the whole micro-batch's rows: CP's gathered K|V, or
+    // Ulysses' head shard of Q, K, V.
+    double gathered_qkv() const { return ulysses ? 3 * g * w : 2 * g * cl; }
+    // The attention's output and lse the backward reads: this rank's rows, or the head shard's.
+    double attention_saved() const { return ulysses ? g * w + g * hs : n * hl; }
 };
 
 EngineRows engine_rows(const MemoryShape& shape) {
@@ -220,6 +230,10 @@ EngineRows engine_rows(const MemoryShape& shape) {
     r.cl = shape.model.hidden / t;
     r.hl = shape.model.heads / t;
     r.v = shape.model.vocab;
+    r.ulysses = cp > 1 && shape.layout.context_parallelism == ContextParallelism::ulysses;
+    r.cp = cp;
+    r.w = r.cl / cp;
+    r.hs = r.hl / cp;
     return r;
 }
 
@@ -261,10 +275,10 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
         kept += 4 * r.n * r.cl;                      // GELU's output, the MLP projection's input
         (in_rows ? kept : until) += 4 * r.n * r.cl;  // fch, GELU's input (dfch after B)
         qkv = offload ? 0 : 3 * r.n * r.cl;          // Q|K|V
-        kv = offload ? 0 : 2 * r.g * r.cl;           // CP's gathered K|V
+        kv = offload ? 0 : r.gathered_qkv();         // CP's gathered K|V, Ulysses' Q|K|V
         if (none) {
-            kept += r.n * r.cl;   // the attention output
-            until += r.n * r.hl;  // its log-sum-exp
+            kept += r.n * r.cl;            // the attention output
+            until += r.attention_saved();  // its log-sum-exp (and Ulysses' head-shard output)
         }
     }
     // B frees Q, K, V only when W does not recompute from them: with offload; without, dQKV
@@ -300,15 +314,18 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
     // dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits (on every stage)
     double w = r.ns * r.c + r.n * r.c + (shape.layout.sequence_parallel ? r.ns * r.c : 0) +
                12 * r.n * r.cl + r.ns * r.v;
-    if (r.g > 0) {
+    if (r.ulysses) {
+        w += 4 * r.g * r.w;                     // ∂L/∂ the head shard's output and Q|K|V
+        w += (r.cp * r.n + r.g) * 3 * r.w;      // all-to-all staging (context_parallel.h)
+    } else if (r.g > 0) {
         w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
         w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V
     }
     if (shape.layout.recompute == Recompute::selective) {
-        w += r.n * r.cl + r.n * r.hl;
+        w += r.n * r.cl + r.attention_saved();
     } else if (shape.layout.recompute == Recompute::full) {
-        w += 3 * r.ns * r.c + 4 * r.ns + r.n * r.cl + r.n * r.hl + 8 * r.n * r.cl;
-        w += offload ? 0 : 3 * r.n * r.cl + 2 * r.g * r.cl;
+        w += 3 * r.ns * r.c + 4 * r.ns + r.n * r.cl + r.attention_saved() + 8 * r.n * r.cl;
+        w += offload ? 0 : 3 * r.n * r.cl + r.gathered_qkv();
     }
     if (shape.layout.sequence_parallel) {
         w += r.n * r.c;  // all-gathered rows and row-parallel products

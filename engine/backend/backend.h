@@ -203,7 +203,7 @@ public:
     // compute stream: then it is asynchronous like `upload`, ordered by events.
     virtual void upload(Tensor dst, const void* host, StreamId stream) = 0;
     virtual void download(void* host, Tensor src, StreamId stream) = 0;
-    virtual void copy(Tensor dst, Tensor src) = 0;  // same shape, both contiguous
+    virtual void copy(Tensor dst, Tensor src) = 0;  // same shape; 2-D views may be row-strided
     virtual void fill_zero(Tensor t) = 0;
 
     // ---- streams and events -------------------------------------------------------------

@@ -246,8 +246,13 @@ void CpuBackend::copy(Tensor dst, Tensor src) {
     require_cpu(dst);
     require_cpu(src);
     FULCRUM_CHECK(dst.same_shape(src) && dst.dtype() == src.dtype(), "copy between shapes");
-    FULCRUM_CHECK(dst.contiguous() && src.contiguous(), "copy of a strided view");
-    std::memmove(dst.raw(), src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
+    if (dst.contiguous() && src.contiguous()) {
+        std::memmove(dst.raw(), src.raw(), std::size_t(src.numel()) * dtype_size(src.dtype()));
+        return;
+    }
+    const std::size_t row_bytes = std::size_t(src.cols()) * dtype_size(src.dtype());
+    for (std::int64_t r = 0; r < src.rows(); ++r)
+        std::memmove(dst.slice(r, 1).raw(), src.slice(r, 1).raw(), row_bytes);
 }
 
 void CpuBackend::fill_zero(Tensor t) {

@@ -40,6 +40,12 @@ public:
     // member's `in`.
     virtual void reduce_scatter_sum(std::span<const float> in, std::span<float> out,
                                     const std::vector<int>& counts) = 0;
+    // Member i's `in` holds send_counts[j] elements for each member j, in member order; `out`
+    // receives recv_counts[i] from each member i, in member order (MPI_Alltoallv without
+    // displacements: every block follows the one before). DeepSpeed-Ulysses' exchange of
+    // sequence shards for head shards (engine/model/context_parallel.h).
+    virtual void all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                            std::span<float> out, const std::vector<int>& recv_counts) = 0;
     virtual void send(std::span<const float> values, int peer) = 0;
     // A send that returns at once: `values` is copied, and the transfer completes while the
     // caller goes on; wait_sends() waits for every posted send. Pipeline stages post their
@@ -70,6 +76,16 @@ inline bool counts_match(const std::vector<int>& counts, int rank, int size, std
     return static_cast<int>(counts.size()) == size &&
            counts[static_cast<std::size_t>(rank)] == static_cast<int>(own) &&
            std::accumulate(counts.begin(), counts.end(), std::size_t{0}) == total;
+}
+
+// Whether an all-to-all's counts (one per member of a group of `size`) add up to its buffers.
+inline bool all_to_all_counts_match(const std::vector<int>& send_counts, std::size_t in,
+                                    const std::vector<int>& recv_counts, std::size_t out,
+                                    int size) {
+    return static_cast<int>(send_counts.size()) == size &&
+           static_cast<int>(recv_counts.size()) == size &&
+           std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0}) == in &&
+           std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}) == out;
 }
 
 }  // namespace fulcrum::engine

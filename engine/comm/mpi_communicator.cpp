@@ -152,6 +152,19 @@ void MpiCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<fl
     });
 }
 
+void MpiCommunicator::all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                                 std::span<float> out, const std::vector<int>& recv_counts) {
+    FULCRUM_CHECK(
+        all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
+        "all_to_all: counts do not match the buffers");
+    const auto send_offsets = displacements(send_counts);
+    const auto recv_offsets = displacements(recv_counts);
+    collective(comm_, [&] {
+        MPI_Alltoallv(in.data(), send_counts.data(), send_offsets.data(), MPI_FLOAT, out.data(),
+                      recv_counts.data(), recv_offsets.data(), MPI_FLOAT, comm_);
+    });
+}
+
 void MpiCommunicator::send(std::span<const float> values, int peer) {
     const int n = static_cast<int>(values.size());
     point_to_point(

@@ -458,6 +458,42 @@ void NcclCommunicator::all_gather(std::span<const float> local, std::span<float>
     staging.finish();
 }
 
+void NcclCommunicator::all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                                  std::span<float> out, const std::vector<int>& recv_counts) {
+    FULCRUM_CHECK(
+        all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
+        "all_to_all: counts do not match the buffers");
+    if (in.empty() && out.empty()) {
+        return;
+    }
+    State& s = *state_;
+    State::Staging staging(s);
+    const auto* send = static_cast<const float*>(staging.in(in.data(), in.size_bytes()));
+    auto* recv = static_cast<float*>(staging.out(out.data(), out.size_bytes(), false));
+    // NCCL has no all-to-all: one send and one receive per member, in one group (NCCL's
+    // documentation, "Point-to-point communication", all-to-all example), sends to itself
+    // included. The held sends go in the same group.
+    s.grouped_with_deferred_sends([&] {
+        std::size_t sent = 0, received = 0;
+        for (int member = 0; member < size_; ++member) {
+            const auto to = static_cast<std::size_t>(send_counts[static_cast<std::size_t>(member)]);
+            const auto from =
+                static_cast<std::size_t>(recv_counts[static_cast<std::size_t>(member)]);
+            if (to > 0) {
+                FULCRUM_NCCL_CHECK(
+                    ncclSend(send + sent, to, ncclFloat, member, s.comm, s.stream));
+            }
+            if (from > 0) {
+                FULCRUM_NCCL_CHECK(
+                    ncclRecv(recv + received, from, ncclFloat, member, s.comm, s.stream));
+            }
+            sent += to;
+            received += from;
+        }
+    });
+    staging.finish();
+}
+
 void NcclCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<float> out,
                                           const std::vector<int>& counts) {
     FULCRUM_CHECK(counts_match(counts, rank_, size_, out.size(), in.size()),

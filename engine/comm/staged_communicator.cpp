@@ -88,6 +88,14 @@ void StagedCommunicator::reduce_scatter_sum(std::span<const float> in, std::span
     to_device(out, host_out);
 }
 
+void StagedCommunicator::all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                                    std::span<float> out, const std::vector<int>& recv_counts) {
+    const std::span<float> host_in = to_host(in, staging_in_, true);
+    const std::span<float> host_out = to_host(out, staging_out_, false);
+    host_->all_to_all(host_in, send_counts, host_out, recv_counts);
+    to_device(out, host_out);
+}
+
 void StagedCommunicator::send(std::span<const float> values, int peer) {
     host_->send(to_host(values, staging_in_, true), peer);
 }

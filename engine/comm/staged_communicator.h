@@ -51,6 +51,8 @@ public:
                     const std::vector<int>& counts) override;
     void reduce_scatter_sum(std::span<const float> in, std::span<float> out,
                             const std::vector<int>& counts) override;
+    void all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                    std::span<float> out, const std::vector<int>& recv_counts) override;
     void send(std::span<const float> values, int peer) override;
     void post_send(std::span<const float> values, int peer) override;
     void wait_sends() override;

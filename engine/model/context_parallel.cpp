@@ -1,5 +1,6 @@
 #include "engine/model/context_parallel.h"
 
+#include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
 #include <unordered_map>
@@ -129,6 +130,10 @@ Result<ContextShard> make_context_shard(std::span<const std::string_view> docume
         exchange.rows_per_rank.push_back(int(rows));
     }
     for (std::size_t i = 0; i < documents.size(); ++i) {
+        exchange.document_spans.push_back({std::int32_t(start[i]), std::int32_t(start[i]), 0,
+                                           std::int32_t(documents[i].length)});
+    }
+    for (std::size_t i = 0; i < documents.size(); ++i) {
         for (std::int64_t p = 0; p < documents[i].length; ++p) {
             if (covered[std::size_t(start[i] + p)] == 0) {
                 return invalid("token " + std::to_string(p) + " of document " +
@@ -150,7 +155,7 @@ void gather_context_rows(Backend& backend, Communicator* cp, const ContextExchan
         backend.copy(staging, local);
     } else {
         instrument::Range range(
-            "cp all-gather kv", Category::communication,
+            range_name::kCpAllGather, Category::communication,
             instrument::with_bytes(staging.numel() * std::int64_t(sizeof(float))));
         cp->all_gather(floats_of(local), floats_of(staging),
                        element_counts(exchange, local.cols()));
@@ -173,10 +178,113 @@ void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
         backend.copy(local, staging);
     } else {
         instrument::Range range(
-            "cp reduce-scatter dkv", Category::communication,
+            range_name::kCpReduceScatter, Category::communication,
             instrument::with_bytes(staging.numel() * std::int64_t(sizeof(float))));
         cp->reduce_scatter_sum(floats_of(staging), floats_of(local),
                                element_counts(exchange, local.cols()));
+    }
+}
+
+// ---- DeepSpeed-Ulysses ------------------------------------------------------------------------
+
+namespace {
+
+struct HeadsExchange {
+    int size = 1, rank = 0;
+    std::int64_t local_rows = 0, total = 0, width = 0, block = 0;  // width k·w, block w
+    Tensor token_major;  // [P·T_local, k·w]: rank j's rows to send (or received from j)
+    Tensor rank_major;   // [T_total, k·w]: every rank's rows, rank after rank
+};
+
+HeadsExchange heads_exchange(Communicator* cp, const ContextExchange& exchange,
+                             std::span<const Tensor> local, const Tensor& staging,
+                             const Tensor& heads) {
+    HeadsExchange x;
+    x.size = cp == nullptr ? 1 : cp->size();
+    x.rank = cp == nullptr ? 0 : cp->rank();
+    FULCRUM_CHECK(int(exchange.rows_per_rank.size()) == x.size,
+                  "the context shard was made for another CP degree");
+    FULCRUM_CHECK(!local.empty(), "an exchange of no tensors");
+    x.local_rows = exchange.rows_per_rank[std::size_t(x.rank)];
+    x.total = exchange.total_rows();
+    x.width = heads.cols();
+    x.block = x.width / std::int64_t(local.size());
+    FULCRUM_CHECK(heads.rows() == x.total && heads.contiguous() &&
+                      x.block * std::int64_t(local.size()) == x.width,
+                  "head shard [total, k·H/P]");
+    for (const Tensor& t : local) {
+        FULCRUM_CHECK(t.rows() == x.local_rows && t.cols() == x.block * x.size,
+                      "local blocks [T_local, H] with H = P · the head shard's block");
+    }
+    const std::int64_t send = x.size * x.local_rows * x.width;
+    FULCRUM_CHECK(staging.contiguous() && staging.numel() >= send + x.total * x.width,
+                  "Ulysses staging too small");
+    const Tensor flat = staging.reshaped({staging.numel()});
+    x.token_major = flat.slice(0, send).reshaped({x.size * x.local_rows, x.width});
+    x.rank_major = flat.slice(send, x.total * x.width).reshaped({x.total, x.width});
+    return x;
+}
+
+// The all-to-all between the two staging halves: token-major out, rank-major in (forward) or
+// the reverse.
+void exchange_heads(Communicator* cp, const ContextExchange& exchange, const HeadsExchange& x,
+                    bool to_heads, Backend& backend) {
+    if (x.size == 1) {
+        to_heads ? backend.copy(x.rank_major, x.token_major)
+                 : backend.copy(x.token_major, x.rank_major);
+        return;
+    }
+    instrument::Range range(
+        range_name::kCpAllToAll, Category::communication,
+        instrument::with_bytes(x.token_major.numel() * std::int64_t(sizeof(float))));
+    const std::vector<int> mine(std::size_t(x.size), int(x.local_rows * x.width));
+    const std::vector<int> theirs = element_counts(exchange, x.width);
+    if (to_heads) {
+        cp->all_to_all(floats_of(x.token_major), mine, floats_of(x.rank_major), theirs);
+    } else {
+        cp->all_to_all(floats_of(x.rank_major), theirs, floats_of(x.token_major), mine);
+    }
+}
+
+}  // namespace
+
+std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank,
+                                    std::int64_t width) {
+    const std::int64_t size = std::int64_t(exchange.rows_per_rank.size());
+    return (size * exchange.rows_per_rank[std::size_t(cp_rank)] + exchange.total_rows()) * width;
+}
+
+void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                   std::span<const Tensor> local, Tensor staging, Tensor heads) {
+    const HeadsExchange x = heads_exchange(cp, exchange, local, staging, heads);
+    for (int j = 0; j < x.size; ++j) {
+        const Tensor to_rank = x.token_major.slice(j * x.local_rows, x.local_rows);
+        for (std::size_t i = 0; i < local.size(); ++i) {
+            backend.copy(to_rank.columns(std::int64_t(i) * x.block, x.block),
+                         local[i].columns(j * x.block, x.block));
+        }
+    }
+    exchange_heads(cp, exchange, x, true, backend);
+    for (const RowRun& run : exchange.runs) {
+        backend.copy(heads.slice(run.document_row, run.count),
+                     x.rank_major.slice(run.gathered_row, run.count));
+    }
+}
+
+void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                  Tensor heads, Tensor staging, std::span<const Tensor> local) {
+    const HeadsExchange x = heads_exchange(cp, exchange, local, staging, heads);
+    for (const RowRun& run : exchange.runs) {
+        backend.copy(x.rank_major.slice(run.gathered_row, run.count),
+                     heads.slice(run.document_row, run.count));
+    }
+    exchange_heads(cp, exchange, x, false, backend);
+    for (int j = 0; j < x.size; ++j) {
+        const Tensor from_rank = x.token_major.slice(j * x.local_rows, x.local_rows);
+        for (std::size_t i = 0; i < local.size(); ++i) {
+            backend.copy(local[i].columns(j * x.block, x.block),
+                         from_rank.columns(std::int64_t(i) * x.block, x.block));
+        }
     }
 }
 

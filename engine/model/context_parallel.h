@@ -52,4 +52,37 @@ void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
                                  const ContextExchange& exchange, Tensor gathered_grad,
                                  Tensor staging, Tensor local);
 
+// ---- DeepSpeed-Ulysses (Jacobs et al. 2023, §3) --------------------------------------------
+//
+// The other way to split attention over CP: instead of gathering K/V, each rank trades its
+// token shard of Q, K and V for a HEAD shard of the whole micro-batch — an all-to-all — runs
+// attention for its H/P heads over every token (balanced by construction: the causal work of
+// each head is the same on every rank), and trades the output back:
+//     forward   [Q|K|V]_heads = AllToAll_cp(q, k, v local)   [T_total, 3·H/P], document order
+//               o_heads = Attention(Q_heads, K_heads, V_heads)   spans: ContextExchange::
+//               o_local = AllToAll_cp(o_heads)                   document_spans; [T_local, H]
+//     backward  do_heads = AllToAll_cp(do_local); attention backward on the head shard;
+//               dq, dk, dv local = AllToAll_cp(d[Q|K|V]_heads)
+// No sum across ranks anywhere: every element of the attention is computed once, by the rank
+// that holds its head. H is this TP rank's columns (heads/tp · head size), so P must divide
+// heads/tp. The all-to-all moves (P−1)/P of the rank's rows each way, whatever the sharding.
+//
+// Layouts. The local tensors are k column blocks (views) [T_local, H]; block i's columns
+// [j·H/P, (j+1)·H/P) are rank j's heads. The head shard [T_total, k·H/P] holds block i's
+// columns of this rank's heads at columns [i·H/P, (i+1)·H/P). `staging` (heads_staging_
+// elements floats, contiguous) holds the rank-major blocks the collective reads and writes.
+
+// Floats of staging an exchange of `width` head-shard columns needs: P·T_local rows to send
+// (or receive) and T_total rows in rank-major order.
+std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank,
+                                    std::int64_t width);
+
+// Token shard → head shard (the forward's Q, K, V; the backward's ∂L/∂o). cp null means a
+// group of one.
+void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                   std::span<const Tensor> local, Tensor staging, Tensor heads);
+// Head shard → token shard (the forward's o; the backward's dQ, dK, dV): overwrites `local`.
+void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                  Tensor heads, Tensor staging, std::span<const Tensor> local);
+
 }  // namespace fulcrum::engine

@@ -108,6 +108,8 @@ Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
     }
     tp_rank_ = model.parallel().tp_rank();
     offload_qkv_ = model.offloads_qkv();
+    ulysses_ = model.parallel().ulysses();
+    cp_size_ = model.parallel().cp_size();
     sequence_parallel_ = model.sequence_parallel();
     recompute_ = model.recompute();
     keeps_output_gradients_ = model.splits_backward();
@@ -170,6 +172,9 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
     const std::int64_t c = config_.hidden;
     const std::int64_t cl = c / tp_size_;
     const std::int64_t ns = shard_.rows;  // rows of the residual stream: n, or a TP shard
+    // Ulysses: the head shard's rows and width (gpt.h, BlockActivations).
+    const bool heads = ulysses_ && gathered_rows > 0;
+    const std::int64_t w = cl / cp_size_;
     Carver& f = kept;
     Carver& b_only = until_input_gradients;
     Carver& q = qkv_freed_after_input_gradients() ? b_only : kept;
@@ -196,11 +201,16 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
             b.ln1_rstd = stream.take({ns});
             if (!offload_qkv_) {  // else in pinned host memory: host_q / host_kv
                 b.qkv = q.take({n, 3 * cl});
-                b.kv = gathered_rows > 0 ? kv.take({gathered_rows, 2 * cl}) : Tensor{};
+                b.kv = gathered_rows > 0 ? kv.take({gathered_rows, heads ? 3 * w : 2 * cl})
+                                         : Tensor{};
             }
             if (recompute_ == Recompute::none) {
                 b.atty = f.take({n, cl});
-                b.att_lse = b_only.take({n, config_.heads / tp_size_});
+                // Under Ulysses the attention's output and lse are the head shard's, which
+                // only B reads.
+                b.heads_out = heads ? b_only.take({gathered_rows, w}) : Tensor{};
+                b.att_lse = heads ? b_only.take({gathered_rows, config_.heads / tp_size_ / cp_size_})
+                                  : b_only.take({n, config_.heads / tp_size_});
             }
             b.residual2 = residual.take({ns, c});
             b.ln2 = f.take({ns, c});
@@ -324,7 +334,7 @@ void Activations::empty_views(const Run& run, Part part) {
         }
         for (int l = run.first; l < run.last; ++l) {
             BlockActivations& b = blocks[std::size_t(l)];
-            b.att_lse = Tensor{};
+            b.att_lse = b.heads_out = Tensor{};
             if (in_rows) {  // fch and qkv hold the output gradients now (output_gradients)
                 b.ln1_mean = b.ln1_rstd = b.ln2_mean = b.ln2_rstd = Tensor{};
                 b.residual2 = b.residual3 = b.kv = b.fch = b.qkv = Tensor{};
@@ -397,6 +407,9 @@ GptModel::GptModel(Backend& backend, const ModelShape& config, ModelParallel par
     grads_ = grad_storage_.f32(0, {n});
     weights_ = map_weights(layout_, params_);
     weight_grads_ = map_weights(layout_, grads_);
+    FULCRUM_CHECK(!parallel_.ulysses() ||
+                      (config_.heads / parallel_.tp_size()) % parallel_.cp_size() == 0,
+                  "Ulysses gives each CP rank whole heads: TP x CP must divide the heads");
     set_attention_chunking({});
 }
 
@@ -404,6 +417,8 @@ void GptModel::set_attention_chunking(ChunkedAttentionOptions options) {
     FULCRUM_CHECK(options.chunk == 0 || recompute_ != Recompute::selective,
                   "selective recomputation needs the attention's Q, K, V on the device: not "
                   "with chunked attention");
+    FULCRUM_CHECK(options.chunk == 0 || !parallel_.ulysses(),
+                  "chunked attention runs on all-gather context parallelism, not Ulysses");
     const int tp = parallel_.tp_size();
     attention_ = std::make_unique<ChunkedAttention>(backend_, int(config_.hidden / tp),
                                                     config_.heads / tp, options);
@@ -495,6 +510,9 @@ void GptModel::check_activations(const Activations& acts) const {
                   "Activations made before the model's recomputation was set");
     FULCRUM_CHECK(acts.sequence_parallel() == sequence_parallel_,
                   "Activations made before the model's sequence parallelism was set");
+    FULCRUM_CHECK(acts.ulysses_ == parallel_.ulysses() && acts.cp_size_ == parallel_.cp_size(),
+                  "Activations made for another context parallelism than the model's "
+                  "(make them from the model)");
 }
 
 void GptModel::begin_backward(const Activations& acts) {
@@ -518,8 +536,13 @@ void GptModel::begin_backward(const Activations& acts) {
     reserve(backend_, scratch_storage_, scratch_capacity_, count.used());
     Carver f(&scratch_storage_, DType::f32);
     carve(f);
-    scratch_.dkv = Tensor{};
-    if (acts.context_parallel()) {
+    scratch_.dkv = scratch_.dheads_out = scratch_.dheads_qkv = Tensor{};
+    if (acts.ulysses()) {
+        const std::int64_t rows = acts.exchange.total_rows(), w = cl / parallel_.cp_size();
+        reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * 4 * w);
+        scratch_.dheads_out = gathered_scratch_storage_.f32(0, {rows, w});
+        scratch_.dheads_qkv = gathered_scratch_storage_.f32(rows * w, {rows, 3 * w});
+    } else if (acts.context_parallel()) {
         const std::int64_t rows = acts.exchange.total_rows();
         reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * 2 * cl);
         scratch_.dkv = gathered_scratch_storage_.f32(0, {rows, 2 * cl});
@@ -648,6 +671,8 @@ BlockActivations GptModel::block_activations(const Activations& acts, int layer)
     const bool full = recompute_ == Recompute::full;
     const std::int64_t gathered =
         full && acts.context_parallel() && !acts.offloads_qkv() ? acts.exchange.total_rows() : 0;
+    const bool heads = acts.ulysses();  // gpt.h, BlockActivations
+    const std::int64_t total = acts.exchange.total_rows(), w = cl / parallel_.cp_size();
     auto carve = [&](Carver& f) {
         if (full) {
             a.ln1 = f.take({ns, c});
@@ -655,11 +680,16 @@ BlockActivations GptModel::block_activations(const Activations& acts, int layer)
             a.ln1_rstd = f.take({ns});
             if (!acts.offloads_qkv()) {
                 a.qkv = f.take({n, 3 * cl});
-                a.kv = gathered > 0 ? f.take({gathered, 2 * cl}) : Tensor{};
+                a.kv = gathered > 0 ? f.take({gathered, heads ? 3 * w : 2 * cl}) : Tensor{};
             }
         }
         a.atty = f.take({n, cl});
-        a.att_lse = f.take({n, n_head_local()});
+        if (heads) {
+            a.heads_out = f.take({total, w});
+            a.att_lse = f.take({total, n_head_shard()});
+        } else {
+            a.att_lse = f.take({n, n_head_local()});
+        }
         if (full) {
             a.residual2 = f.take({ns, c});
             a.ln2 = f.take({ns, c});
@@ -724,6 +754,13 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
         }
         attention_->forward(projection, gathered, acts.qkv_store(l, a), a.atty, a.att_lse,
                             acts.spans);
+    } else if (acts.ulysses()) {
+        // Serial Q|K|V rows of this rank's tokens, traded for the head shard (all-to-all).
+        be.matmul_forward(a.qkv, ln1, w.qkv_weight, w.qkv_bias);
+        const Tensor local[] = {a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                                a.qkv.columns(2 * cl, cl)};
+        scatter_heads(be, parallel_.cp, acts.exchange, local, heads_staging(acts, 3), a.kv);
+        ulysses_attention_forward(acts, a);
     } else if (acts.context_parallel()) {
         // Q and this rank's K|V as two GEMMs into contiguous blocks, K|V gathered over CP.
         const Tensor q = cp_queries(a.qkv), kv_local = cp_local_kv(a.qkv);
@@ -820,7 +857,9 @@ void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardP
     FULCRUM_CHECK(
         s.dresidual.rows() == acts.sequence_shard().rows && s.dln.rows() == acts.n_tokens(),
         "begin_backward() not called");
-    FULCRUM_CHECK(!acts.context_parallel() || s.dkv.rows() == acts.exchange.total_rows(),
+    FULCRUM_CHECK(!acts.context_parallel() ||
+                      (acts.ulysses() ? s.dheads_out.rows() : s.dkv.rows()) ==
+                          acts.exchange.total_rows(),
                   "begin_backward() not called for this micro-batch");
     for (int l = last - 1; l >= first; --l) {
         const BlockActivations a = block_activations(acts, l);
@@ -854,7 +893,9 @@ void GptModel::recompute_block(int l, Activations& acts, const BlockActivations&
     // the gathered K|V under CP).
     const std::int64_t cl = config_.hidden / parallel_.tp_size();
     instrument::Range attention_range(range_name::kAttention, Category::attention);
-    if (acts.context_parallel()) {
+    if (acts.ulysses()) {
+        ulysses_attention_forward(acts, a);
+    } else if (acts.context_parallel()) {
         backend_.attention_forward(a.atty, a.att_lse, cp_queries(a.qkv), a.kv.columns(0, cl),
                                    a.kv.columns(cl, cl), acts.spans, n_head_local());
     } else {
@@ -918,7 +959,27 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
     be.fill_zero(dqkv);
     const Tensor dln1_partial = s.dln;
     be.fill_zero(dln1_partial);
-    if (attention_->enabled() || acts.context_parallel()) {
+    if (acts.ulysses()) {
+        // ∂L/∂o to the head shard, the attention backward there, dQ|dK|dV back to this rank's
+        // tokens (context_parallel.h): no sum across ranks.
+        const std::int64_t hw = cl / parallel_.cp_size();
+        const Tensor dout[] = {s.datty};
+        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts, 1),
+                      s.dheads_out);
+        be.fill_zero(s.dheads_qkv);
+        be.attention_backward(s.dheads_qkv.columns(0, hw), s.dheads_qkv.columns(hw, hw),
+                              s.dheads_qkv.columns(2 * hw, hw), s.dheads_out,
+                              a.kv.columns(0, hw), a.kv.columns(hw, hw), a.kv.columns(2 * hw, hw),
+                              a.heads_out, a.att_lse, acts.exchange.document_spans,
+                              n_head_shard());
+        const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
+                                 dqkv.columns(2 * cl, cl)};
+        gather_heads(be, parallel_.cp, acts.exchange, s.dheads_qkv, heads_staging(acts, 3),
+                     dlocal);
+        const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
+        be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
+                           w.qkv_weight);
+    } else if (attention_->enabled() || acts.context_parallel()) {
         // dQ into the Q block of dqkv; dK|dV into its K|V block (serial) or into the gathered
         // rows (CP), which are then summed over CP onto the ranks that own them: the one
         // cross-rank sum of CP (context_parallel.h).
@@ -981,7 +1042,7 @@ void GptModel::backward_weights_block(int l, Activations& acts, const BlockActiv
     be.matmul_backward(Tensor{}, g.attn_proj_weight, g.attn_proj_bias, o.attn_proj_out, a.atty,
                        w.attn_proj_weight);
     const Tensor ln1 = gather_rows(a.ln1, acts);
-    if (attention_->enabled() || acts.context_parallel()) {
+    if (split_qkv_layout(acts)) {
         be.matmul_backward(Tensor{}, g.qkv_weight.slice(0, cl), g.qkv_bias.slice(0, cl),
                            cp_queries(o.qkv), ln1, w.qkv_weight.slice(0, cl));
         be.matmul_backward(Tensor{}, g.qkv_weight.slice(cl, 2 * cl), g.qkv_bias.slice(cl, 2 * cl),
@@ -995,6 +1056,30 @@ Tensor GptModel::exchange_staging(std::int64_t rows) {
     const std::int64_t width = 2 * (config_.hidden / parallel_.tp_size());
     reserve(backend_, staging_storage_, staging_capacity_, rows * width);
     return staging_storage_.f32(0, {rows, width});
+}
+
+Tensor GptModel::heads_staging(const Activations& acts, int blocks) {
+    const std::int64_t width = blocks * (config_.hidden / parallel_.tp_size() / parallel_.cp_size());
+    const std::int64_t floats = heads_staging_elements(acts.exchange, parallel_.cp_rank(), width);
+    reserve(backend_, staging_storage_, staging_capacity_, floats);
+    return staging_storage_.f32(0, {floats});
+}
+
+void GptModel::ulysses_attention_forward(const Activations& acts, const BlockActivations& a) {
+    const std::int64_t w = config_.hidden / parallel_.tp_size() / parallel_.cp_size();
+    backend_.attention_forward(a.heads_out, a.att_lse, a.kv.columns(0, w), a.kv.columns(w, w),
+                               a.kv.columns(2 * w, w), acts.exchange.document_spans,
+                               n_head_shard());
+    const Tensor out[] = {a.atty};
+    gather_heads(backend_, parallel_.cp, acts.exchange, a.heads_out, heads_staging(acts, 1), out);
+}
+
+bool GptModel::split_qkv_layout(const Activations& acts) const {
+    return attention_->enabled() || (acts.context_parallel() && !acts.ulysses());
+}
+
+int GptModel::n_head_shard() const {
+    return config_.heads / parallel_.tp_size() / parallel_.cp_size();
 }
 
 std::pair<Tensor, Tensor> GptModel::offload_kv_scratch(const Activations& acts) {

@@ -74,10 +74,15 @@ namespace fulcrum::engine {
 // [T_total, 2C_l] (saved for the backward pass, which needs the gathered keys again;
 // re-gathering would trade that memory for traffic). With chunked attention and offload, qkv
 // and kv are empty: the block's Q and K|V wait in pinned host memory (Activations::qkv_store).
+// Under DeepSpeed-Ulysses (context_parallel.h; P = the CP degree, w = C_l/P) qkv is the serial
+// [T, 3C_l] of this rank's tokens, kv the head shard [T_total, 3w] (Q|K|V of this rank's heads
+// over every token, document order), heads_out the attention's output there [T_total, w] and
+// att_lse [T_total, n_head/(tp·P)]; atty is the output brought back to this rank's tokens.
 struct BlockActivations {
     Tensor ln1, ln1_mean, ln1_rstd;
     Tensor qkv;
     Tensor kv;  // CP only
+    Tensor heads_out;  // Ulysses only
     Tensor atty, att_lse;
     Tensor residual2;  // x after the attention branch
     Tensor ln2, ln2_mean, ln2_rstd;
@@ -142,6 +147,8 @@ public:
     // Set when a ContextShard was loaded (empty rows_per_rank: a whole micro-batch).
     ContextExchange exchange;
     bool context_parallel() const { return !exchange.rows_per_rank.empty(); }
+    // A ContextShard loaded into Activations of a model with Ulysses' context parallelism.
+    bool ulysses() const { return ulysses_ && context_parallel(); }
 
     Tensor encoded;  // x⁰ [T, C]
     std::vector<BlockActivations> blocks;
@@ -242,6 +249,8 @@ private:
     std::vector<Run> runs_;
     std::vector<int> held_runs_;  // per held block, its run's index; -1 elsewhere
     bool offload_qkv_ = false;
+    bool ulysses_ = false;
+    int cp_size_ = 1;
     bool sequence_parallel_ = false;
     Recompute recompute_ = Recompute::none;
     bool keeps_output_gradients_ = false;
@@ -346,9 +355,12 @@ private:
     // BlockActivations), and dkv is ∂L/∂(gathered K|V) [T_total, 2C_l] in document order.
     // Under sequence parallelism dresidual and dlogits hold the TP rank's rows, dln the whole
     // [T, C] partial sums and dln_shard their reduce-scattered rows.
+    // Under Ulysses dqkv is serial [T, 3C_l], and dheads_out [T_total, w], dheads_qkv
+    // [T_total, 3w] are the head shard's (BlockActivations).
     struct BackwardScratch {
         Tensor dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits;
         Tensor dkv;
+        Tensor dheads_out, dheads_qkv;
     };
 
     void check_activations(const Activations& acts) const;
@@ -380,6 +392,14 @@ private:
     Tensor row_parallel_output_gradient(const Activations& acts, Tensor keep);
     // Rank-major K|V rows of every CP rank [T_total, 2C_l], for the collectives.
     Tensor exchange_staging(std::int64_t rows);
+    // Ulysses: the staging of an exchange of `blocks` column blocks (context_parallel.h).
+    Tensor heads_staging(const Activations& acts, int blocks);
+    // Ulysses: the attention core on the head shard, and its output back to this rank's rows.
+    void ulysses_attention_forward(const Activations& acts, const BlockActivations& a);
+    // Whether qkv and dqkv hold Q [T, C_l] then K|V [T, 2C_l] (chunked attention, all-gather
+    // CP) rather than the serial [T, 3C_l] rows.
+    bool split_qkv_layout(const Activations& acts) const;
+    int n_head_shard() const;  // Ulysses: the heads of this rank's shard, n_head/(tp·P)
     // CP with offload: this rank's K|V [T, 2C_l] and the gathered K|V [T_total, 2C_l] of the
     // block being computed, one buffer for all blocks (each block's go to the host).
     std::pair<Tensor, Tensor> offload_kv_scratch(const Activations& acts);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/parallel/layout.h"
 #include "core/util/result.h"
 #include "engine/comm/communicator.h"
 #include "engine/model/attention.h"
@@ -25,9 +26,14 @@
 namespace fulcrum::engine {
 
 // Null communicators mean size 1. The model keeps the pointers; they must outlive it.
+// `context_parallelism` says how a loaded ContextShard's attention is split: K/V all-gathered
+// (the default) or DeepSpeed-Ulysses' head shards (context_parallel.h).
 struct ModelParallel {
     Communicator* tp = nullptr;
     Communicator* cp = nullptr;
+    parallel::ContextParallelism context_parallelism = parallel::ContextParallelism::all_gather;
+
+    bool ulysses() const { return context_parallelism == parallel::ContextParallelism::ulysses; }
 
     int tp_size() const { return tp == nullptr ? 1 : tp->size(); }
     int tp_rank() const { return tp == nullptr ? 0 : tp->rank(); }
@@ -62,6 +68,9 @@ struct RowRun {
 struct ContextExchange {
     std::vector<int> rows_per_rank;  // index = CP rank: its local token count
     std::vector<RowRun> runs;        // cover all rows once, in gathered order
+    // Attention over the whole micro-batch in document order, one span per document: what a
+    // rank computes for its heads under DeepSpeed-Ulysses (context_parallel.h).
+    std::vector<AttentionSpan> document_spans;
 
     std::int64_t total_rows() const {
         std::int64_t n = 0;

@@ -88,6 +88,7 @@ struct Options {
     std::string hot_switch;  // empty: the one layout of --dp, --tp, --pp, --cp
     bool hot_switch_check = false;
     int zero_stage = 0;  // ZeRO over DP × CP: 1 the optimizer state, 2 the gradients too
+    parallel::ContextParallelism cp_impl = parallel::ContextParallelism::all_gather;
 };
 
 int fail(int rank, const std::string& message) {
@@ -230,6 +231,10 @@ Result<parallel::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Opti
     }
     if (o.zero_stage > 0) {
         return invalid("--hot-switch moves whole parameters between layouts; leave out --zero");
+    }
+    if (o.cp_impl != parallel::ContextParallelism::all_gather) {
+        return invalid("--hot-switch's layouts use all-gather context parallelism; leave out "
+                       "--cp-impl");
     }
     if (o.sequence_parallel) {
         return invalid(
@@ -378,6 +383,12 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
             "--recompute selective re-runs attention on the Q, K and V a layer "
             "keeps on the device, but chunked attention (--attention-chunk) keeps "
             "them by chunk, in host memory; use --recompute full or none with it");
+    }
+    if (o.cp_impl == parallel::ContextParallelism::ulysses && o.attention_chunk > 0) {
+        return invalid(
+            "--attention-chunk runs on all-gather context parallelism; FPDT's chunks over "
+            "Ulysses' head shards are not in fulcrum-train yet (fulcrum simulate and fulcrum "
+            "plan price them); leave out --cp-impl ulysses or --attention-chunk");
     }
     auto balancer = balance::parse_balancer(o.balancer);
     if (!balancer) {
@@ -539,6 +550,7 @@ void add_options(CLI::App& app, Options& o) {
                    "updates its shard of the parameters, then they are all-gathered), 2 also "
                    "reduce-scatters the gradients into the shards; 0: neither")
         ->capture_default_str();
+    parallel::add_cp_impl_flag(app, o.cp_impl);
     app.add_option("--mpi-wait", o.mpi_wait,
                    "How a rank waits in MPI: spin (Open MPI polls), nap (test, then sleep 50 us, "
                    "so a waiting rank leaves its core to the others); auto: nap on the CPU "
@@ -585,10 +597,13 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        if (rank == 0) {
-            app.exit(e);
+        if (e.get_exit_code() == 0) {  // --help
+            if (rank == 0) {
+                app.exit(e);
+            }
+            return 0;
         }
-        return e.get_exit_code() == 0 ? 0 : 2;
+        return fail(rank, std::string(e.what()) + " (fulcrum-train --help lists the options)");
     }
 
     // Everything is checked before any work, the same way on every rank.
@@ -648,6 +663,7 @@ int main(int argc, char** argv) {
                                   .recompute = checked.recompute,
                                   .sequence_parallel = o.sequence_parallel,
                                   .rank_order = parallel::kFulcrumOrder,
+                                  .context_parallelism = o.cp_impl,
                                   .zero_stage = o.zero_stage};
     if (auto status = parallel::check_layout(layout, o.model); !status) {
         return fail(rank, status.error().message);
@@ -844,6 +860,12 @@ int main(int argc, char** argv) {
                     o.grid.dp * o.grid.cp);
         std::fflush(stdout);
     }
+    if (rank == 0 && o.cp_impl == parallel::ContextParallelism::ulysses && o.grid.cp > 1) {
+        std::printf("context parallelism: Ulysses, %d heads a CP rank (all-to-all of Q, K, V "
+                    "and the attention's output)\n",
+                    o.model.heads / o.grid.tp / o.grid.cp);
+        std::fflush(stdout);
+    }
     // One layout, or one per bucket of --hot-switch (hot_switch_trainer.h).
     std::optional<ParallelGroups> groups;
     std::unique_ptr<GptModel> static_model;
@@ -883,7 +905,7 @@ int main(int argc, char** argv) {
     } else {
         groups.emplace(ParallelGroups::create(device_world ? *device_world : *world, *topology));
         static_model = std::make_unique<GptModel>(
-            *backend, o.model, ModelParallel{groups->tp.get(), groups->cp.get()});
+            *backend, o.model, ModelParallel{groups->tp.get(), groups->cp.get(), o.cp_impl});
         static_model->initialize(o.seed);
         static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
         trainer = std::make_unique<ParallelTrainer>(*static_model, *topology, *groups, *documents,

@@ -114,6 +114,10 @@ public:
                             const std::vector<int>&) override {
         std::copy(in.begin(), in.end(), out.begin());
     }
+    void all_to_all(std::span<const float> in, const std::vector<int>&, std::span<float> out,
+                    const std::vector<int>&) override {
+        std::copy(in.begin(), in.end(), out.begin());
+    }
     void send(std::span<const float>, int) override {}
     void post_send(std::span<const float>, int) override {}
     void wait_sends() override {}
@@ -152,6 +156,8 @@ private slots:
     void allGather();
     void reduceScatter_data() { memories(); }
     void reduceScatter();
+    void allToAll_data() { memories(); }
+    void allToAll();
     void broadcast_data() { memories(); }
     void broadcast();
     void broadcastBytes();
@@ -303,6 +309,17 @@ void NcclCommunicatorTest::reduceScatter() {
     Buffer in(memory, in_values, stream_);
     Buffer out(memory, std::vector<float>(257, -1.0f), stream_);
     solo_->reduce_scatter_sum(in.span(), out.span(), {257});
+    QCOMPARE(out.read(), in_values);
+}
+
+// One member's all-to-all is a copy: its one block to itself.
+void NcclCommunicatorTest::allToAll() {
+    REQUIRE_GPU();
+    QFETCH(Memory, memory);
+    const auto in_values = ramp(129, -1.5f);
+    Buffer in(memory, in_values, stream_);
+    Buffer out(memory, std::vector<float>(129, 0.0f), stream_);
+    solo_->all_to_all(in.span(), {129}, out.span(), {129});
     QCOMPARE(out.read(), in_values);
 }
 

@@ -11,7 +11,11 @@
 using namespace fulcrum::engine;
 using namespace fulcrum::engine::test;
 namespace balance = fulcrum::balance;
+namespace parallel = fulcrum::parallel;
 using fulcrum::Result;
+
+Q_DECLARE_METATYPE(fulcrum::parallel::ContextParallelism)
+Q_DECLARE_METATYPE(fulcrum::parallel::Recompute)
 
 namespace {
 
@@ -51,9 +55,11 @@ private slots:
     void contextShardRows_data();
     void contextShardRows();
     void contextShardRejectsBadPlans();
+    void contextPathOnOneRankEqualsSerial_data();
     void contextPathOnOneRankEqualsSerial();
     void matchesSerial_data();
     void matchesSerial();
+    void ulyssesExchangeRoundTrips();
 
 private:
     CpuBackend backend_{1};
@@ -160,16 +166,24 @@ void ParallelCpTest::contextShardRejectsBadPlans() {
              1);
 }
 
-// The CP code path (split Q and K|V GEMMs, exchange, document-ordered K/V) without any
-// communication: a plan of one rank on a model without a CP communicator.
+void ParallelCpTest::contextPathOnOneRankEqualsSerial_data() {
+    QTest::addColumn<parallel::ContextParallelism>("implementation");
+    QTest::newRow("all-gather") << parallel::ContextParallelism::all_gather;
+    QTest::newRow("ulysses") << parallel::ContextParallelism::ulysses;
+}
+
+// The CP code path (split Q and K|V GEMMs, exchange, document-ordered K/V; or Ulysses' head
+// shard and its attention over document spans) without any communication: a plan of one rank
+// on a model without a CP communicator.
 void ParallelCpTest::contextPathOnOneRankEqualsSerial() {
+    QFETCH(parallel::ContextParallelism, implementation);
     const ModelShape config = tiny_config();
     const std::vector<float> params = lively_parameters(config, 5);
     const SerialRun serial = run_serial(backend_, config, params, full_micro_batch());
     const ContextShard shard = shard_for(plan_for(balance::CpSharding::contiguous, 1), 0);
-    GptModel model(backend_, config);
+    GptModel model(backend_, config, ModelParallel{nullptr, nullptr, implementation});
     model.set_parameters(params);
-    Activations acts(backend_, config);
+    Activations acts(model);
     model.zero_gradients();
     const double loss = model.forward(shard, acts);
     QVERIFY(acts.context_parallel());
@@ -180,7 +194,25 @@ void ParallelCpTest::contextPathOnOneRankEqualsSerial() {
 }
 
 void ParallelCpTest::matchesSerial_data() {
-    contextShardRows_data();
+    QTest::addColumn<balance::CpSharding>("sharding");
+    QTest::addColumn<parallel::ContextParallelism>("implementation");
+    QTest::addColumn<Recompute>("recompute");
+    using CP = parallel::ContextParallelism;
+    const std::pair<const char*, balance::CpSharding> shardings[] = {
+        {"contiguous", balance::CpSharding::contiguous},
+        {"zigzag", balance::CpSharding::zigzag},
+        {"per-doc", balance::CpSharding::per_document}};
+    for (const auto& [name, sharding] : shardings) {
+        QTest::newRow(name) << sharding << CP::all_gather << Recompute::none;
+        QTest::newRow((std::string("ulysses ") + name).c_str())
+            << sharding << CP::ulysses << Recompute::none;
+    }
+    // Ulysses' attention recomputed from the kept head shard (its all-to-all back again), and
+    // the whole block recomputed (both all-to-alls again).
+    QTest::newRow("ulysses zigzag selective")
+        << balance::CpSharding::zigzag << CP::ulysses << Recompute::selective;
+    QTest::newRow("ulysses per-doc full")
+        << balance::CpSharding::per_document << CP::ulysses << Recompute::full;
 }
 
 // One forward and backward pass with CP = 2. As the trainer will, the test adds the local
@@ -188,6 +220,8 @@ void ParallelCpTest::matchesSerial_data() {
 // micro-batch's targets. Communication first, checks after.
 void ParallelCpTest::matchesSerial() {
     QFETCH(balance::CpSharding, sharding);
+    QFETCH(parallel::ContextParallelism, implementation);
+    QFETCH(Recompute, recompute);
     if (world().size() != 2)
         QSKIP("needs mpirun -np 2");
     Communicator& cp = world();
@@ -196,9 +230,10 @@ void ParallelCpTest::matchesSerial() {
     const SerialRun serial = run_serial(backend_, config, params, full_micro_batch());
     const ContextShard shard = shard_for(plan_for(sharding, cp.size()), cp.rank());
 
-    GptModel model(backend_, config, ModelParallel{nullptr, &cp});
+    GptModel model(backend_, config, ModelParallel{nullptr, &cp, implementation});
+    model.set_recompute(recompute);
     model.set_parameters(params);
-    Activations acts(backend_, config);
+    Activations acts(model);
     model.zero_gradients();
     const double local_loss = model.forward(shard, acts);
     model.backward(acts, float(1.0 / double(serial.targets)));
@@ -225,6 +260,58 @@ void ParallelCpTest::matchesSerial() {
     Comparison rows;
     compare_range(rows, "head input", output.data(), expected.data(), std::int64_t(output.size()));
     FULCRUM_VERIFY_COMPARISON(rows, "CP=2 residual stream rows");
+}
+
+// Ulysses' two exchanges are inverses: token shards to head shards and back give the same
+// columns, and each rank's head shard holds every token's columns of its heads, in document
+// order (checked against values that name their own row and column).
+void ParallelCpTest::ulyssesExchangeRoundTrips() {
+    if (world().size() != 2)
+        QSKIP("needs mpirun -np 2");
+    Communicator& cp = world();
+    const ContextShard shard = shard_for(plan_for(balance::CpSharding::zigzag, 2), cp.rank());
+    const ContextExchange& exchange = shard.exchange;
+    const std::int64_t n = shard.size(), total = exchange.total_rows(), h = 6, w = h / 2;
+    // The local block b's element (row, column) is 1000·(document row) + 10·column + b.
+    std::vector<std::int64_t> document_row(static_cast<std::size_t>(n));
+    for (const RowRun& run : exchange.runs) {
+        std::int64_t local = run.gathered_row;
+        for (int r = 0; r < cp.rank(); ++r)
+            local -= exchange.rows_per_rank[std::size_t(r)];
+        for (std::int64_t i = 0; i < run.count; ++i)
+            if (local + i >= 0 && local + i < n)
+                document_row[std::size_t(local + i)] = run.document_row + i;
+    }
+    auto value = [](std::int64_t row, std::int64_t column, int block) {
+        return float(1000 * row + 10 * column + block);
+    };
+    const std::int64_t staging = heads_staging_elements(exchange, cp.rank(), 2 * w);
+    DeviceBuffer storage =
+        backend_.allocate(std::size_t(4 * n * h + 2 * total * w + staging) * sizeof(float));
+    const Tensor local = storage.f32(0, {n, 2 * h});  // two blocks side by side: strided views
+    const Tensor back = storage.f32(2 * n * h, {n, 2 * h});
+    const Tensor heads = storage.f32(4 * n * h, {total, 2 * w});
+    const Tensor scratch = storage.f32(4 * n * h + 2 * total * w, {staging});
+    std::vector<float> host(std::size_t(2 * n * h));
+    for (std::int64_t r = 0; r < n; ++r)
+        for (int b = 0; b < 2; ++b)
+            for (std::int64_t c = 0; c < h; ++c)
+                host[std::size_t(r * 2 * h + b * h + c)] = value(document_row[std::size_t(r)], c, b);
+    backend_.upload(local, host.data(), kComputeStream);
+    const Tensor blocks[] = {local.columns(0, h), local.columns(h, h)};
+    scatter_heads(backend_, &cp, exchange, blocks, scratch, heads);
+    const Tensor returned[] = {back.columns(0, h), back.columns(h, h)};
+    gather_heads(backend_, &cp, exchange, heads, scratch, returned);
+
+    std::vector<float> shard_values(std::size_t(total * 2 * w)), round_trip(host.size());
+    backend_.download(shard_values.data(), heads, kComputeStream);
+    backend_.download(round_trip.data(), back, kComputeStream);
+    for (std::int64_t r = 0; r < total; ++r)
+        for (int b = 0; b < 2; ++b)
+            for (std::int64_t c = 0; c < w; ++c)
+                QCOMPARE(shard_values[std::size_t(r * 2 * w + b * w + c)],
+                         value(r, cp.rank() * w + c, b));
+    QCOMPARE(round_trip, host);
 }
 
 FULCRUM_MPI_TEST_MAIN(ParallelCpTest)

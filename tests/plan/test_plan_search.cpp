@@ -372,6 +372,31 @@ private slots:
         }
     }
 
+    // The train command runs what the candidate is: Ulysses and ZeRO-2 are fulcrum-train's
+    // too (--cp-impl, --zero, and no overlapped reduction beside ZeRO-2's reduce-scatter).
+    void trainCommandCarriesUlyssesAndZero() {
+        PlanRequest request = tiny_request(4);
+        request.overlap_grad_reduce = true;
+        request.space.zero_stages = {2};
+        request.space.cp_impls = {parallel::ContextParallelism::ulysses};
+        auto result = plan::plan(request);
+        QVERIFY2(result, result ? "" : result.error().message.c_str());
+        launch::write_commands(request, *result);
+        int ulysses = 0;
+        for (std::size_t i : result->ranked) {
+            const Candidate& c = result->candidates[i];
+            QVERIFY2(!c.train_command.starts_with("#"), c.train_command.c_str());
+            QVERIFY(c.train_command.find("--zero 2") != std::string::npos);
+            QVERIFY(c.train_command.find("--overlap-grad-reduce off") != std::string::npos);
+            if (c.layout.grid.cp > 1) {
+                ++ulysses;
+                QVERIFY2(c.train_command.find("--cp-impl ulysses") != std::string::npos,
+                         c.train_command.c_str());
+            }
+        }
+        QVERIFY(ulysses > 0);
+    }
+
     // A layout whose CP shardings play to the same step time is one row: the twins leave the
     // ranking and are named on it (the CLI prints "zigzag = adaptive"), and they survive JSON.
     void equalShardingsAreOneRow() {

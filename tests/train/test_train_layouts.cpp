@@ -85,6 +85,29 @@ private slots:
             << 4 << QStringList{"--tp", "2", "--dp", "2", "--zero", "2", "--sequence-parallel"}
             << fixed;
         QTest::newRow("tp2") << 2 << QStringList{"--tp", "2"} << fixed;
+        // DeepSpeed-Ulysses (context_parallel.h): token shards traded for head shards and
+        // back. With TP one head a rank, staged through host memory; with ZeRO-2; under ZB-H1
+        // (the head shard freed after B, the serial dQKV kept for W) with the overlapped
+        // reduction; and recomputed whole, both all-to-alls again.
+        QTest::newRow("cp2 ulysses zigzag")
+            << 2 << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--cp-shard", "zigzag"}
+            << fixed;
+        QTest::newRow("tp2 cp2 ulysses staged")
+            << 4 << QStringList{"--tp", "2", "--cp", "2", "--cp-impl", "ulysses", "--comm", "staged"}
+            << fixed;
+        QTest::newRow("dp2 cp2 ulysses zero 2")
+            << 4 << QStringList{"--dp", "2", "--cp", "2", "--cp-impl", "ulysses", "--zero", "2"}
+            << wlb;
+        QTest::newRow("pp2 cp2 ulysses zb-h1 overlapped reduction")
+            << 4
+            << QStringList{"--pp", "2", "--cp", "2", "--cp-impl", "ulysses", "--schedule", "zb-h1",
+                           "--overlap-grad-reduce", "on"}
+            << fixed;
+        QTest::newRow("cp2 ulysses per-doc recompute full")
+            << 2
+            << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--cp-shard", "per-doc",
+                           "--recompute", "full"}
+            << fixed;
         for (const char* sharding : {"contiguous", "zigzag", "per-doc", "adaptive"}) {
             QTest::newRow(qPrintable(QString("cp2 ") + sharding))
                 << 2 << QStringList{"--cp", "2", "--cp-shard", sharding} << fixed;
@@ -310,6 +333,15 @@ private slots:
             << 2 << QStringList{"--dp", "2", "--zero", "2", "--overlap-grad-reduce", "on"}
             << "reduce-scatters the gradients after the passes";
         QTest::newRow("zero 5") << 1 << QStringList{"--zero", "5"} << "from 0 to 3";
+        QTest::newRow("ulysses with more CP ranks than heads")
+            << 4 << QStringList{"--tp", "2", "--cp", "2", "--heads", "2", "--hidden", "32",
+                                "--cp-impl", "ulysses"}
+            << "--cp-impl ulysses gives each CP rank whole heads";
+        QTest::newRow("ulysses with chunked attention")
+            << 2 << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--attention-chunk", "16"}
+            << "leave out --cp-impl ulysses or --attention-chunk";
+        QTest::newRow("unknown cp implementation")
+            << 2 << QStringList{"--cp", "2", "--cp-impl", "ring"} << "ring";
         QTest::newRow("unknown schedule")
             << 1 << QStringList{"--schedule", "zb"} << "gpipe, 1f1b, interleaved, zb-h1";
         QTest::newRow("interleaved, micro-batches not a multiple of the stages")

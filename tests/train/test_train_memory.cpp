@@ -93,6 +93,10 @@ parallel::MemoryShape shape_of(const QStringList& args) {
             *parallel::parse_stage_layers(value("--stage-layers").toStdString());
     }
     shape.layout.sequence_parallel = args.contains("--sequence-parallel");
+    if (args.contains("--cp-impl")) {
+        shape.layout.context_parallelism =
+            *parallel::parse_context_parallelism(value("--cp-impl").toStdString());
+    }
     shape.offload =
         shape.attention_chunk > 0 && (!args.contains("--offload") || value("--offload") == "on");
     return shape;
@@ -124,6 +128,13 @@ private slots:
         row("tp2", 2, {"--tp", "2"});
         row("tp2 sequence parallel", 2, {"--tp", "2", "--sequence-parallel"});
         row("cp2", 2, {"--cp", "2"});
+        // Ulysses: the head shard of Q, K, V and the attention's output kept per block in
+        // place of the gathered K|V; selective recomputation keeps only the head shard.
+        row("cp2 ulysses", 2, {"--cp", "2", "--cp-impl", "ulysses"});
+        row("tp2 cp2 ulysses recompute selective", 4,
+            {"--tp", "2", "--cp", "2", "--cp-impl", "ulysses", "--recompute", "selective"});
+        row("pp2 cp2 ulysses zb-h1", 4,
+            {"--pp", "2", "--cp", "2", "--cp-impl", "ulysses", "--schedule", "zb-h1"});
         row("pp2 gpipe", 2, {"--pp", "2", "--schedule", "gpipe"});
         row("pp2 1f1b", 2, {"--pp", "2", "--schedule", "1f1b"});
         row("pp2 1f1b one micro-batch", 2, {"--pp", "2", "--micro-batches", "1"});

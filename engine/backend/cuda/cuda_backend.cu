@@ -338,10 +338,18 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
     require_cuda(dst);
     require_cuda(src);
     FULCRUM_CHECK(dst.same_shape(src) && dst.dtype() == src.dtype(), "copy between shapes");
-    FULCRUM_CHECK(dst.contiguous() && src.contiguous(), "copy of a strided view");
-    FULCRUM_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(),
-                                       std::size_t(src.numel()) * dtype_size(src.dtype()),
-                                       cudaMemcpyDeviceToDevice, state_->compute()));
+    if (src.empty())
+        return;
+    const std::size_t element = dtype_size(src.dtype());
+    if (dst.contiguous() && src.contiguous()) {
+        FULCRUM_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), std::size_t(src.numel()) * element,
+                                           cudaMemcpyDeviceToDevice, state_->compute()));
+        return;
+    }
+    FULCRUM_CUDA_CHECK(cudaMemcpy2DAsync(
+        dst.raw(), std::size_t(dst.row_stride()) * element, src.raw(),
+        std::size_t(src.row_stride()) * element, std::size_t(src.cols()) * element,
+        std::size_t(src.rows()), cudaMemcpyDeviceToDevice, state_->compute()));
 }
 
 void CudaBackend::fill_zero(Tensor t) {

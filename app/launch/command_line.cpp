@@ -190,6 +190,9 @@ Words train_words(const plan::PlanRequest& request, const plan::Candidate& c,
     if (c.layout.context_parallelism == parallel::ContextParallelism::ulysses) {
         append(words, {"--cp-impl", "ulysses"});
     }
+    if (c.layout.offload_checkpoints) {
+        words.emplace_back("--offload-checkpoints");
+    }
     if (c.offload) {
         append(words, {"--attention-chunk", std::to_string(c.attention_chunk), "--offload", "on"});
     }
@@ -279,8 +282,8 @@ std::string beyond_the_engine(const plan::PlanRequest& request, const plan::Cand
     if (c.layout.zero_stage >= 3) {
         missing.push_back("ZeRO-3");
     }
-    if (c.layout.offload_checkpoints) {
-        missing.push_back("offloaded checkpoints");
+    if (c.layout.offload_checkpoints && parallel::splits_backward(c.layout.schedule)) {
+        missing.push_back("offloaded checkpoints under zb-h1");
     }
     std::string text;
     for (std::size_t i = 0; i < missing.size(); ++i) {

@@ -285,6 +285,12 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
     // takes their rows.
     const bool qkv_until = split && none && offload;
     e.kept = layers * (kept + (qkv_until ? 0 : qkv) + (in_rows ? 0 : kv));
+    if (full && shape.layout.offload_checkpoints) {
+        // Every block's output but the chunk's last in pinned host memory
+        // (engine/model/checkpoint_offload.h).
+        e.kept -= (layers - 1) * r.ns * r.c;
+        e.pinned_kept += (layers - 1) * r.ns * r.c;
+    }
     e.until_input_gradients = layers * (until + (qkv_until ? qkv : 0) + (in_rows ? kv : 0));
     (in_rows ? e.until_input_gradients : e.kept) += r.ns * r.c;  // the chunk's input
     if (head) {
@@ -302,7 +308,7 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
     }
     if (offload) {
         const double pinned = layers * (r.n * r.cl + (r.g > 0 ? r.g : r.n) * 2 * r.cl);
-        (qkv_until ? e.pinned_until_input_gradients : e.pinned_kept) = pinned;
+        (qkv_until ? e.pinned_until_input_gradients : e.pinned_kept) += pinned;
     }
     return e;
 }
@@ -315,8 +321,8 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
     double w = r.ns * r.c + r.n * r.c + (shape.layout.sequence_parallel ? r.ns * r.c : 0) +
                12 * r.n * r.cl + r.ns * r.v;
     if (r.ulysses) {
-        w += 4 * r.g * r.w;                     // ∂L/∂ the head shard's output and Q|K|V
-        w += (r.cp * r.n + r.g) * 3 * r.w;      // all-to-all staging (context_parallel.h)
+        w += 4 * r.g * r.w;                 // ∂L/∂ the head shard's output and Q|K|V
+        w += (r.cp * r.n + r.g) * 3 * r.w;  // all-to-all staging (context_parallel.h)
     } else if (r.g > 0) {
         w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
         w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V
@@ -329,6 +335,9 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
     }
     if (shape.layout.sequence_parallel) {
         w += r.n * r.c;  // all-gathered rows and row-parallel products
+    }
+    if (shape.layout.offload_checkpoints && shape.layout.recompute == Recompute::full) {
+        w += 2 * r.ns * r.c;  // the two checkpoint slots
     }
     if (shape.attention_chunk > 0) {
         const double chunk = shape.attention_chunk;

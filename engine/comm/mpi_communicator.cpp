@@ -154,9 +154,8 @@ void MpiCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<fl
 
 void MpiCommunicator::all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
                                  std::span<float> out, const std::vector<int>& recv_counts) {
-    FULCRUM_CHECK(
-        all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
-        "all_to_all: counts do not match the buffers");
+    FULCRUM_CHECK(all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
+                  "all_to_all: counts do not match the buffers");
     const auto send_offsets = displacements(send_counts);
     const auto recv_offsets = displacements(recv_counts);
     collective(comm_, [&] {

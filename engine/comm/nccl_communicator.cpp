@@ -460,9 +460,8 @@ void NcclCommunicator::all_gather(std::span<const float> local, std::span<float>
 
 void NcclCommunicator::all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
                                   std::span<float> out, const std::vector<int>& recv_counts) {
-    FULCRUM_CHECK(
-        all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
-        "all_to_all: counts do not match the buffers");
+    FULCRUM_CHECK(all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
+                  "all_to_all: counts do not match the buffers");
     if (in.empty() && out.empty()) {
         return;
     }
@@ -480,8 +479,7 @@ void NcclCommunicator::all_to_all(std::span<const float> in, const std::vector<i
             const auto from =
                 static_cast<std::size_t>(recv_counts[static_cast<std::size_t>(member)]);
             if (to > 0) {
-                FULCRUM_NCCL_CHECK(
-                    ncclSend(send + sent, to, ncclFloat, member, s.comm, s.stream));
+                FULCRUM_NCCL_CHECK(ncclSend(send + sent, to, ncclFloat, member, s.comm, s.stream));
             }
             if (from > 0) {
                 FULCRUM_NCCL_CHECK(

@@ -122,6 +122,7 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
     // The Activations made in step() keep what W passes need when the schedule splits them off.
     model_.set_split_backward(parallel::splits_backward(layout.schedule));
     model_.set_recompute(layout.recompute);
+    model_.set_offload_checkpoints(layout.offload_checkpoints);
     model_.set_sequence_parallel(layout.sequence_parallel);
 }
 

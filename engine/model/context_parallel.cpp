@@ -130,8 +130,8 @@ Result<ContextShard> make_context_shard(std::span<const std::string_view> docume
         exchange.rows_per_rank.push_back(int(rows));
     }
     for (std::size_t i = 0; i < documents.size(); ++i) {
-        exchange.document_spans.push_back({std::int32_t(start[i]), std::int32_t(start[i]), 0,
-                                           std::int32_t(documents[i].length)});
+        exchange.document_spans.push_back(
+            {std::int32_t(start[i]), std::int32_t(start[i]), 0, std::int32_t(documents[i].length)});
     }
     for (std::size_t i = 0; i < documents.size(); ++i) {
         for (std::int64_t p = 0; p < documents[i].length; ++p) {
@@ -271,8 +271,8 @@ void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& ex
     }
 }
 
-void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
-                  Tensor heads, Tensor staging, std::span<const Tensor> local) {
+void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange, Tensor heads,
+                  Tensor staging, std::span<const Tensor> local) {
     const HeadsExchange x = heads_exchange(cp, exchange, local, staging, heads);
     for (const RowRun& run : exchange.runs) {
         backend.copy(x.rank_major.slice(run.gathered_row, run.count),

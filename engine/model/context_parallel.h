@@ -82,7 +82,7 @@ std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank
 void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
                    std::span<const Tensor> local, Tensor staging, Tensor heads);
 // Head shard → token shard (the forward's o; the backward's dQ, dK, dV): overwrites `local`.
-void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
-                  Tensor heads, Tensor staging, std::span<const Tensor> local);
+void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange, Tensor heads,
+                  Tensor staging, std::span<const Tensor> local);
 
 }  // namespace fulcrum::engine

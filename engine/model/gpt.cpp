@@ -108,6 +108,7 @@ Activations::Activations(const GptModel& model, std::vector<bool> blocks_held)
     }
     tp_rank_ = model.parallel().tp_rank();
     offload_qkv_ = model.offloads_qkv();
+    offload_checkpoints_ = model.offloads_checkpoints();
     ulysses_ = model.parallel().ulysses();
     cp_size_ = model.parallel().cp_size();
     sequence_parallel_ = model.sequence_parallel();
@@ -149,6 +150,23 @@ QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const 
     }
     return {cp_queries(block.qkv), context_parallel() ? block.kv : cp_local_kv(block.qkv), nullptr,
             nullptr};
+}
+
+float* Activations::host_checkpoint(int layer) const {
+    if (!offload_checkpoints_) {
+        return nullptr;
+    }
+    const int held = layer >= 0 ? held_runs_[std::size_t(layer)] : -1;
+    if (held < 0) {
+        return nullptr;  // another stage's block, or the embedding
+    }
+    const Run& run = runs_[std::size_t(held)];
+    if (layer == run.last - 1) {
+        return nullptr;  // the model chunk's output stays on the device
+    }
+    FULCRUM_CHECK(run.host_checkpoints != nullptr, "checkpoints not allocated, or released");
+    return run.host_checkpoints.get() +
+           std::int64_t(layer - run.first) * run.checkpoint_rows * config_.hidden;
 }
 
 Tensor Activations::block_input(int layer) const {
@@ -201,16 +219,17 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
             b.ln1_rstd = stream.take({ns});
             if (!offload_qkv_) {  // else in pinned host memory: host_q / host_kv
                 b.qkv = q.take({n, 3 * cl});
-                b.kv = gathered_rows > 0 ? kv.take({gathered_rows, heads ? 3 * w : 2 * cl})
-                                         : Tensor{};
+                b.kv =
+                    gathered_rows > 0 ? kv.take({gathered_rows, heads ? 3 * w : 2 * cl}) : Tensor{};
             }
             if (recompute_ == Recompute::none) {
                 b.atty = f.take({n, cl});
                 // Under Ulysses the attention's output and lse are the head shard's, which
                 // only B reads.
                 b.heads_out = heads ? b_only.take({gathered_rows, w}) : Tensor{};
-                b.att_lse = heads ? b_only.take({gathered_rows, config_.heads / tp_size_ / cp_size_})
-                                  : b_only.take({n, config_.heads / tp_size_});
+                b.att_lse = heads
+                                ? b_only.take({gathered_rows, config_.heads / tp_size_ / cp_size_})
+                                : b_only.take({n, config_.heads / tp_size_});
             }
             b.residual2 = residual.take({ns, c});
             b.ln2 = f.take({ns, c});
@@ -219,7 +238,9 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
             b.fch = fch.take({n, 4 * cl});
             b.fch_gelu = f.take({n, 4 * cl});
         }
-        b.residual3 = residual.take({ns, c});
+        // Offloaded checkpoints: only the chunk's output has device rows of its own.
+        const bool offloaded = offload_checkpoints_ && l < run.last - 1;
+        b.residual3 = offloaded ? Tensor{} : residual.take({ns, c});
     }
     if (run.last == config_.layers) {
         lnf = f.take({ns, c});
@@ -276,6 +297,11 @@ void Activations::allocate_run(Run& run, bool output_gradients_buffer) {
             run.host_kv = backend_.allocate_pinned(std::size_t(blocks_in_run * kv_rows * 2 * cl));
             run.kv_rows = kv_rows;
         }
+    }
+    if (offload_checkpoints_ && run.last - run.first > 1 && shard_.rows > run.checkpoint_rows) {
+        run.host_checkpoints = backend_.allocate_pinned(
+            std::size_t((run.last - run.first - 1) * shard_.rows * config_.hidden));
+        run.checkpoint_rows = shard_.rows;
     }
     Carver kept(&run.kept, DType::f32), until(&run.until_input_gradients, DType::f32);
     carve_run(run, kept, until, n, gathered_rows);
@@ -385,6 +411,8 @@ void Activations::release_blocks(int first, int last) {
     run.host_q.reset();
     run.host_kv.reset();
     run.q_rows = run.kv_rows = 0;
+    run.host_checkpoints.reset();
+    run.checkpoint_rows = 0;
     run.live = false;
     if (std::none_of(runs_.begin(), runs_.end(), [](const Run& r) { return r.live; })) {
         tokens = targets = positions = Tensor{};
@@ -407,9 +435,9 @@ GptModel::GptModel(Backend& backend, const ModelShape& config, ModelParallel par
     grads_ = grad_storage_.f32(0, {n});
     weights_ = map_weights(layout_, params_);
     weight_grads_ = map_weights(layout_, grads_);
-    FULCRUM_CHECK(!parallel_.ulysses() ||
-                      (config_.heads / parallel_.tp_size()) % parallel_.cp_size() == 0,
-                  "Ulysses gives each CP rank whole heads: TP x CP must divide the heads");
+    FULCRUM_CHECK(
+        !parallel_.ulysses() || (config_.heads / parallel_.tp_size()) % parallel_.cp_size() == 0,
+        "Ulysses gives each CP rank whole heads: TP x CP must divide the heads");
     set_attention_chunking({});
 }
 
@@ -428,7 +456,21 @@ void GptModel::set_recompute(Recompute recompute) {
     FULCRUM_CHECK(recompute != Recompute::selective || !attention_->enabled(),
                   "selective recomputation needs the attention's Q, K, V on the device: not "
                   "with chunked attention");
+    FULCRUM_CHECK(recompute == Recompute::full || !checkpoints_,
+                  "offloaded checkpoints are full recomputation's");
     recompute_ = recompute;
+}
+
+void GptModel::set_offload_checkpoints(bool on) {
+    FULCRUM_CHECK(!on || (recompute_ == Recompute::full && !split_backward_),
+                  "offloaded checkpoints need full recomputation and no split backward");
+    checkpoints_ = on ? std::make_unique<CheckpointOffload>(backend_) : nullptr;
+}
+
+void GptModel::set_split_backward(bool on) {
+    FULCRUM_CHECK(!on || !checkpoints_,
+                  "a split backward recomputes twice from checkpoints: not with them offloaded");
+    split_backward_ = on;
 }
 
 void GptModel::set_sequence_parallel(bool on) {
@@ -510,6 +552,8 @@ void GptModel::check_activations(const Activations& acts) const {
                   "Activations made before the model's recomputation was set");
     FULCRUM_CHECK(acts.sequence_parallel() == sequence_parallel_,
                   "Activations made before the model's sequence parallelism was set");
+    FULCRUM_CHECK(acts.offloads_checkpoints() == offloads_checkpoints(),
+                  "Activations made before the model's checkpoint offload was set");
     FULCRUM_CHECK(acts.ulysses_ == parallel_.ulysses() && acts.cp_size_ == parallel_.cp_size(),
                   "Activations made for another context parallelism than the model's "
                   "(make them from the model)");
@@ -710,8 +754,21 @@ BlockActivations GptModel::block_activations(const Activations& acts, int layer)
 void GptModel::forward_blocks(int first, int last, Activations& acts) {
     FULCRUM_CHECK(0 <= first && first <= last && last <= config_.layers, "bad block range");
     check_activations(acts);
+    const std::int64_t ns = acts.sequence_shard().rows, c = config_.hidden;
     for (int l = first; l < last; ++l) {
+        float* host = acts.host_checkpoint(l);  // null: the output stays on the device
+        if (host != nullptr) {
+            acts.blocks[std::size_t(l)].residual3 = checkpoints_->output_rows(l, ns, c);
+        }
         forward_block(l, acts, block_activations(acts, l), false);
+        if (host != nullptr) {
+            checkpoints_->offload(l, acts.blocks[std::size_t(l)].residual3, host);
+        }
+    }
+    for (int l = first; l < last; ++l) {
+        if (acts.host_checkpoint(l) != nullptr) {
+            acts.blocks[std::size_t(l)].residual3 = Tensor{};  // the slot is the next block's
+        }
     }
 }
 
@@ -857,14 +914,36 @@ void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardP
     FULCRUM_CHECK(
         s.dresidual.rows() == acts.sequence_shard().rows && s.dln.rows() == acts.n_tokens(),
         "begin_backward() not called");
-    FULCRUM_CHECK(!acts.context_parallel() ||
-                      (acts.ulysses() ? s.dheads_out.rows() : s.dkv.rows()) ==
-                          acts.exchange.total_rows(),
-                  "begin_backward() not called for this micro-batch");
+    FULCRUM_CHECK(
+        !acts.context_parallel() ||
+            (acts.ulysses() ? s.dheads_out.rows() : s.dkv.rows()) == acts.exchange.total_rows(),
+        "begin_backward() not called for this micro-batch");
+    // Offloaded checkpoints: block l's input, checkpoint l − 1, fetched while block l + 1's
+    // backward runs (checkpoint_offload.h), or now when no block before asked for it (the
+    // chunk's last block, or the first of a call that runs one block).
+    const std::int64_t ns = acts.sequence_shard().rows, c = config_.hidden;
+    auto offloaded = [&](int layer) { return acts.host_checkpoint(layer) != nullptr; };
+    if (acts.offloads_checkpoints()) {
+        checkpoints_->begin_backward();
+    }
     for (int l = last - 1; l >= first; --l) {
+        if (offloaded(l - 1)) {
+            float* host = acts.host_checkpoint(l - 1);
+            if (!checkpoints_->prefetched(l - 1, host)) {
+                checkpoints_->prefetch(l - 1, host, ns, c);
+            }
+            acts.blocks[std::size_t(l - 1)].residual3 = checkpoints_->fetched(l - 1, ns, c);
+            if (offloaded(l - 2)) {
+                checkpoints_->prefetch(l - 2, acts.host_checkpoint(l - 2), ns, c);
+            }
+        }
         const BlockActivations a = block_activations(acts, l);
         recompute_block(l, acts, a);
         backward_block(l, acts, a, part);
+        if (offloaded(l - 1)) {
+            checkpoints_->release(l - 1);
+            acts.blocks[std::size_t(l - 1)].residual3 = Tensor{};
+        }
     }
 }
 
@@ -964,18 +1043,15 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
         // tokens (context_parallel.h): no sum across ranks.
         const std::int64_t hw = cl / parallel_.cp_size();
         const Tensor dout[] = {s.datty};
-        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts, 1),
-                      s.dheads_out);
+        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts, 1), s.dheads_out);
         be.fill_zero(s.dheads_qkv);
         be.attention_backward(s.dheads_qkv.columns(0, hw), s.dheads_qkv.columns(hw, hw),
-                              s.dheads_qkv.columns(2 * hw, hw), s.dheads_out,
-                              a.kv.columns(0, hw), a.kv.columns(hw, hw), a.kv.columns(2 * hw, hw),
-                              a.heads_out, a.att_lse, acts.exchange.document_spans,
-                              n_head_shard());
+                              s.dheads_qkv.columns(2 * hw, hw), s.dheads_out, a.kv.columns(0, hw),
+                              a.kv.columns(hw, hw), a.kv.columns(2 * hw, hw), a.heads_out,
+                              a.att_lse, acts.exchange.document_spans, n_head_shard());
         const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
                                  dqkv.columns(2 * cl, cl)};
-        gather_heads(be, parallel_.cp, acts.exchange, s.dheads_qkv, heads_staging(acts, 3),
-                     dlocal);
+        gather_heads(be, parallel_.cp, acts.exchange, s.dheads_qkv, heads_staging(acts, 3), dlocal);
         const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
         be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
                            w.qkv_weight);
@@ -1059,7 +1135,8 @@ Tensor GptModel::exchange_staging(std::int64_t rows) {
 }
 
 Tensor GptModel::heads_staging(const Activations& acts, int blocks) {
-    const std::int64_t width = blocks * (config_.hidden / parallel_.tp_size() / parallel_.cp_size());
+    const std::int64_t width =
+        blocks * (config_.hidden / parallel_.tp_size() / parallel_.cp_size());
     const std::int64_t floats = heads_staging_elements(acts.exchange, parallel_.cp_rank(), width);
     reserve(backend_, staging_storage_, staging_capacity_, floats);
     return staging_storage_.f32(0, {floats});

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/model/checkpoint_offload.h"
 #include "engine/model/chunked_attention.h"
 #include "engine/model/config.h"
 #include "engine/model/micro_batch.h"
@@ -81,7 +82,7 @@ namespace fulcrum::engine {
 struct BlockActivations {
     Tensor ln1, ln1_mean, ln1_rstd;
     Tensor qkv;
-    Tensor kv;  // CP only
+    Tensor kv;         // CP only
     Tensor heads_out;  // Ulysses only
     Tensor atty, att_lse;
     Tensor residual2;  // x after the attention branch
@@ -199,6 +200,12 @@ public:
     // Where block l's Q and K|V are kept: the device views of `block`'s qkv (and kv under CP),
     // or with offload block l's pinned host rows.
     QkvStore qkv_store(int layer, const BlockActivations& block) const;
+    // Offloaded checkpoints (a model with set_offload_checkpoints): the pinned host rows
+    // [n_s, C] where block l's output waits between its passes, or null when it stays on the
+    // device (the last block of a model chunk; checkpoint_offload.h). Between the passes such
+    // a block's residual3 is empty; GptModel points it at a device slot while it is needed.
+    float* host_checkpoint(int layer) const;
+    bool offloads_checkpoints() const { return offload_checkpoints_; }
 
 private:
     friend class GptModel;
@@ -212,6 +219,8 @@ private:
         DeviceBuffer kept, until_input_gradients, gradients;
         PinnedBuffer host_q, host_kv;
         std::int64_t q_rows = 0, kv_rows = 0;
+        PinnedBuffer host_checkpoints;  // [last − first − 1][checkpoint_rows, C]
+        std::int64_t checkpoint_rows = 0;
         bool live = false;  // allocated (always, unless by the schedule)
     };
     Run& run_of(int first, int last);
@@ -249,6 +258,7 @@ private:
     std::vector<Run> runs_;
     std::vector<int> held_runs_;  // per held block, its run's index; -1 elsewhere
     bool offload_qkv_ = false;
+    bool offload_checkpoints_ = false;
     bool ulysses_ = false;
     int cp_size_ = 1;
     bool sequence_parallel_ = false;
@@ -285,9 +295,20 @@ public:
     // Sequence parallelism (tensor_parallel.h); needs a TP group of more than one rank.
     void set_sequence_parallel(bool on);
     bool sequence_parallel() const { return sequence_parallel_; }
+    // Offloaded activation checkpoints (checkpoint_offload.h): under full recomputation every
+    // block's output but a model chunk's last waits in pinned host memory between its forward
+    // and backward pass, two on the device at a time. Needs Recompute::full and no split
+    // backward (whose W pass would recompute from them a second time); aborts otherwise
+    // (fulcrum-train refuses first).
+    void set_offload_checkpoints(bool on);
+    bool offloads_checkpoints() const { return checkpoints_ != nullptr; }
+    // Null without offloaded checkpoints.
+    const CheckpointMemory* checkpoint_memory() const {
+        return checkpoints_ ? &checkpoints_->memory() : nullptr;
+    }
     // Whether Activations made for this model keep the output gradients that a split
     // backward's W pass needs (BackwardPart::input_gradients).
-    void set_split_backward(bool on) { split_backward_ = on; }
+    void set_split_backward(bool on);
     bool splits_backward() const { return split_backward_; }
     // Under sequence parallelism the gradients that each TP rank holds only its rows' share
     // of (the LayerNorms, lnf, wte, wpe), as element ranges of the local layout; empty
@@ -428,6 +449,7 @@ private:
     std::int64_t sequence_capacity_ = 0;
     BackwardScratch scratch_;
     std::unique_ptr<ChunkedAttention> attention_;
+    std::unique_ptr<CheckpointOffload> checkpoints_;
     Recompute recompute_ = Recompute::none;
     bool sequence_parallel_ = false;
     bool split_backward_ = false;

@@ -89,6 +89,7 @@ struct Options {
     bool hot_switch_check = false;
     int zero_stage = 0;  // ZeRO over DP × CP: 1 the optimizer state, 2 the gradients too
     parallel::ContextParallelism cp_impl = parallel::ContextParallelism::all_gather;
+    bool offload_checkpoints = false;  // with --recompute full: block outputs in host memory
 };
 
 int fail(int rank, const std::string& message) {
@@ -233,8 +234,14 @@ Result<parallel::HotSwitchSpec> check_hot_switch(const CLI::App& app, const Opti
         return invalid("--hot-switch moves whole parameters between layouts; leave out --zero");
     }
     if (o.cp_impl != parallel::ContextParallelism::all_gather) {
-        return invalid("--hot-switch's layouts use all-gather context parallelism; leave out "
-                       "--cp-impl");
+        return invalid(
+            "--hot-switch's layouts use all-gather context parallelism; leave out "
+            "--cp-impl");
+    }
+    if (o.offload_checkpoints) {
+        return invalid(
+            "--hot-switch does not offload checkpoints; leave out "
+            "--offload-checkpoints");
     }
     if (o.sequence_parallel) {
         return invalid(
@@ -389,6 +396,12 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
             "--attention-chunk runs on all-gather context parallelism; FPDT's chunks over "
             "Ulysses' head shards are not in fulcrum-train yet (fulcrum simulate and fulcrum "
             "plan price them); leave out --cp-impl ulysses or --attention-chunk");
+    }
+    if (o.offload_checkpoints && parallel::splits_backward(c.schedule)) {
+        return invalid(
+            "--offload-checkpoints: zb-h1's weight-gradient pass would recompute from the "
+            "checkpoints a second time, after they went back to the host; use 1f1b, gpipe or "
+            "interleaved with it");
     }
     auto balancer = balance::parse_balancer(o.balancer);
     if (!balancer) {
@@ -551,6 +564,10 @@ void add_options(CLI::App& app, Options& o) {
                    "reduce-scatters the gradients into the shards; 0: neither")
         ->capture_default_str();
     parallel::add_cp_impl_flag(app, o.cp_impl);
+    app.add_flag("--offload-checkpoints", o.offload_checkpoints,
+                 "With --recompute full: every block's output but a pipeline stage's last (the "
+                 "checkpoint its backward recomputes from) waits in pinned host memory between "
+                 "the passes, two on the device at a time, copies on their own streams (FPDT)");
     app.add_option("--mpi-wait", o.mpi_wait,
                    "How a rank waits in MPI: spin (Open MPI polls), nap (test, then sleep 50 us, "
                    "so a waiting rank leaves its core to the others); auto: nap on the CPU "
@@ -664,7 +681,8 @@ int main(int argc, char** argv) {
                                   .sequence_parallel = o.sequence_parallel,
                                   .rank_order = parallel::kFulcrumOrder,
                                   .context_parallelism = o.cp_impl,
-                                  .zero_stage = o.zero_stage};
+                                  .zero_stage = o.zero_stage,
+                                  .offload_checkpoints = o.offload_checkpoints};
     if (auto status = parallel::check_layout(layout, o.model); !status) {
         return fail(rank, status.error().message);
     }
@@ -861,9 +879,10 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
     }
     if (rank == 0 && o.cp_impl == parallel::ContextParallelism::ulysses && o.grid.cp > 1) {
-        std::printf("context parallelism: Ulysses, %d heads a CP rank (all-to-all of Q, K, V "
-                    "and the attention's output)\n",
-                    o.model.heads / o.grid.tp / o.grid.cp);
+        std::printf(
+            "context parallelism: Ulysses, %d heads a CP rank (all-to-all of Q, K, V "
+            "and the attention's output)\n",
+            o.model.heads / o.grid.tp / o.grid.cp);
         std::fflush(stdout);
     }
     // One layout, or one per bucket of --hot-switch (hot_switch_trainer.h).
@@ -994,6 +1013,14 @@ int main(int argc, char** argv) {
                 o.attention_chunk, o.offload.c_str(), mib(memory.double_buffer_bytes),
                 mib(memory.partial_bytes), mib(memory.offloaded_bytes),
                 mib(memory.prefetched_bytes));
+        }
+        if (const CheckpointMemory* checkpoints = model.checkpoint_memory()) {
+            const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };
+            std::printf(
+                "checkpoints offloaded: %.2f MiB of device slots; %.2f MiB offloaded, %.2f MiB "
+                "prefetched (rank 0)\n",
+                mib(checkpoints->slot_bytes), mib(checkpoints->offloaded_bytes),
+                mib(checkpoints->prefetched_bytes));
         }
         if (hot) {
             print_traffic(traffic, world->size(), hot->traffic().switches);

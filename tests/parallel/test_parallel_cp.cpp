@@ -296,7 +296,8 @@ void ParallelCpTest::ulyssesExchangeRoundTrips() {
     for (std::int64_t r = 0; r < n; ++r)
         for (int b = 0; b < 2; ++b)
             for (std::int64_t c = 0; c < h; ++c)
-                host[std::size_t(r * 2 * h + b * h + c)] = value(document_row[std::size_t(r)], c, b);
+                host[std::size_t(r * 2 * h + b * h + c)] =
+                    value(document_row[std::size_t(r)], c, b);
     backend_.upload(local, host.data(), kComputeStream);
     const Tensor blocks[] = {local.columns(0, h), local.columns(h, h)};
     scatter_heads(backend_, &cp, exchange, blocks, scratch, heads);

@@ -256,8 +256,8 @@ private slots:
         for (std::size_t i = 1; i < plans->size(); ++i) {
             QCOMPARE((*plans)[i].context, 2 * (*plans)[i - 1].context);
         }
-        // fulcrum-train has neither Llama's layer nor offloaded checkpoints: the plan says so
-        // where a command line would go, and gives the simulate line.
+        // fulcrum-train has no Llama layer: the plan says so where a command line would go (not
+        // the offloaded checkpoints, which it has), and gives the simulate line.
         PlanRequest at_longest = request;
         at_longest.model.context = longest.context;
         at_longest.document_lengths.assign(8, longest.context);
@@ -267,7 +267,9 @@ private slots:
         const Candidate& top = planned->candidates[planned->ranked.front()];
         QVERIFY2(top.train_command.starts_with("# fulcrum-train has no Llama shapes"),
                  top.train_command.c_str());
-        QVERIFY(top.train_command.find("offloaded checkpoints") != std::string::npos);
+        QVERIFY(top.layout.offload_checkpoints);
+        QCOMPARE(top.train_command,
+                 std::string("# fulcrum-train has no Llama shapes yet; simulate it:"));
         QVERIFY(top.simulate_command.find("--offload-checkpoints") != std::string::npos);
         QVERIFY(top.simulate_command.find("--architecture llama") != std::string::npos);
         // Half the host memory: a shorter longest context, refused for its offloads.

@@ -93,20 +93,21 @@ private slots:
             << 2 << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--cp-shard", "zigzag"}
             << fixed;
         QTest::newRow("tp2 cp2 ulysses staged")
-            << 4 << QStringList{"--tp", "2", "--cp", "2", "--cp-impl", "ulysses", "--comm", "staged"}
+            << 4
+            << QStringList{"--tp", "2", "--cp", "2", "--cp-impl", "ulysses", "--comm", "staged"}
             << fixed;
         QTest::newRow("dp2 cp2 ulysses zero 2")
             << 4 << QStringList{"--dp", "2", "--cp", "2", "--cp-impl", "ulysses", "--zero", "2"}
             << wlb;
         QTest::newRow("pp2 cp2 ulysses zb-h1 overlapped reduction")
-            << 4
-            << QStringList{"--pp", "2", "--cp", "2", "--cp-impl", "ulysses", "--schedule", "zb-h1",
-                           "--overlap-grad-reduce", "on"}
+            << 4 << QStringList{"--pp",       "2",         "--cp",
+                                "2",          "--cp-impl", "ulysses",
+                                "--schedule", "zb-h1",     "--overlap-grad-reduce",
+                                "on"}
             << fixed;
         QTest::newRow("cp2 ulysses per-doc recompute full")
-            << 2
-            << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--cp-shard", "per-doc",
-                           "--recompute", "full"}
+            << 2 << QStringList{"--cp",       "2",       "--cp-impl",   "ulysses",
+                                "--cp-shard", "per-doc", "--recompute", "full"}
             << fixed;
         for (const char* sharding : {"contiguous", "zigzag", "per-doc", "adaptive"}) {
             QTest::newRow(qPrintable(QString("cp2 ") + sharding))
@@ -216,6 +217,32 @@ private slots:
         QTest::newRow("tp2 recompute full fpdt chunk 16")
             << 2 << QStringList{"--tp", "2", "--recompute", "full", "--attention-chunk", "16"}
             << fixed;
+        // Offloaded checkpoints (checkpoint_offload.h): block outputs through pinned memory
+        // between the passes; with FPDT's chunks too, and over CP under Ulysses with the
+        // layer-by-layer reduction.
+        QTest::newRow("recompute full offload checkpoints")
+            << 1 << QStringList{"--recompute", "full", "--offload-checkpoints"} << fixed;
+        QTest::newRow("pp2 recompute full offload checkpoints fpdt chunk 16")
+            << 2 << QStringList{"--pp",
+                                "2",
+                                "--recompute",
+                                "full",
+                                "--offload-checkpoints",
+                                "--attention-chunk",
+                                "16"}
+            << fixed;
+        QTest::newRow("pp2 cp2 ulysses interleaved v2 8 layers recompute full offload checkpoints")
+            << 4
+            << interleaved + QStringList{"--cp",
+                                         "2",
+                                         "--cp-impl",
+                                         "ulysses",
+                                         "--recompute",
+                                         "full",
+                                         "--offload-checkpoints",
+                                         "--overlap-grad-reduce",
+                                         "on"}
+            << wlb + QStringList{"--layers", "8"};
         QTest::newRow("tp2 cp2 recompute selective wlb")
             << 4 << QStringList{"--tp", "2", "--cp", "2", "--recompute", "selective"} << wlb;
         // Sequence parallelism.
@@ -310,6 +337,16 @@ private slots:
             QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
             QCOMPARE(match.captured(2).toDouble() > 0, match.captured(1) == "on");
         }
+        // Offloaded checkpoints went out and came back, the same bytes each way.
+        if (layout.contains("--offload-checkpoints")) {
+            static const QRegularExpression offloaded(
+                "checkpoints offloaded: [0-9.]+ MiB of device slots; ([0-9.]+) MiB offloaded, "
+                "([0-9.]+) MiB prefetched");
+            const auto match = offloaded.match(parallel.output);
+            QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
+            QVERIFY(match.captured(1).toDouble() > 0);
+            QCOMPARE(match.captured(2), match.captured(1));
+        }
     }
 
     void badOptionsFailBeforeAnyWork_data() {
@@ -334,12 +371,18 @@ private slots:
             << "reduce-scatters the gradients after the passes";
         QTest::newRow("zero 5") << 1 << QStringList{"--zero", "5"} << "from 0 to 3";
         QTest::newRow("ulysses with more CP ranks than heads")
-            << 4 << QStringList{"--tp", "2", "--cp", "2", "--heads", "2", "--hidden", "32",
-                                "--cp-impl", "ulysses"}
+            << 4 << QStringList{"--tp", "2",        "--cp", "2",         "--heads",
+                                "2",    "--hidden", "32",   "--cp-impl", "ulysses"}
             << "--cp-impl ulysses gives each CP rank whole heads";
         QTest::newRow("ulysses with chunked attention")
             << 2 << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--attention-chunk", "16"}
             << "leave out --cp-impl ulysses or --attention-chunk";
+        QTest::newRow("offloaded checkpoints without full recomputation")
+            << 1 << QStringList{"--offload-checkpoints"} << "--recompute full";
+        QTest::newRow("offloaded checkpoints under zb-h1")
+            << 2 << QStringList{"--pp",        "2",    "--schedule",           "zb-h1",
+                                "--recompute", "full", "--offload-checkpoints"}
+            << "use 1f1b, gpipe or interleaved with it";
         QTest::newRow("unknown cp implementation")
             << 2 << QStringList{"--cp", "2", "--cp-impl", "ring"} << "ring";
         QTest::newRow("unknown schedule")

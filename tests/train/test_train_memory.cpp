@@ -93,6 +93,7 @@ parallel::MemoryShape shape_of(const QStringList& args) {
             *parallel::parse_stage_layers(value("--stage-layers").toStdString());
     }
     shape.layout.sequence_parallel = args.contains("--sequence-parallel");
+    shape.layout.offload_checkpoints = args.contains("--offload-checkpoints");
     if (args.contains("--cp-impl")) {
         shape.layout.context_parallelism =
             *parallel::parse_context_parallelism(value("--cp-impl").toStdString());
@@ -149,6 +150,16 @@ private slots:
         row("pp2 gpipe recompute full", 2,
             {"--pp", "2", "--schedule", "gpipe", "--recompute", "full"});
         row("pp2 1f1b recompute selective", 2, {"--pp", "2", "--recompute", "selective"});
+        // Offloaded checkpoints: a chunk's block outputs but its last in pinned memory, two
+        // device slots for all; with FPDT's chunks (both offloads at once) and interleaved.
+        row("recompute full offload checkpoints", 1,
+            {"--micro-batches", "2", "--recompute", "full", "--offload-checkpoints"});
+        row("pp2 1f1b recompute full offload checkpoints chunk 32", 2,
+            {"--pp", "2", "--recompute", "full", "--offload-checkpoints", "--attention-chunk",
+             "32"});
+        row("pp2 interleaved v2 recompute full offload checkpoints", 2,
+            {"--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2", "--layers", "8",
+             "--recompute", "full", "--offload-checkpoints"});
         row("chunk 32 offload", 1, {"--attention-chunk", "32"});
         row("chunk 32 no offload", 1, {"--attention-chunk", "32", "--offload", "off"});
         row("cp2 chunk 32 offload", 2, {"--cp", "2", "--attention-chunk", "32"});

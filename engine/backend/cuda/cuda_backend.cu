@@ -346,10 +346,10 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
                                            cudaMemcpyDeviceToDevice, state_->compute()));
         return;
     }
-    FULCRUM_CUDA_CHECK(cudaMemcpy2DAsync(
-        dst.raw(), std::size_t(dst.row_stride()) * element, src.raw(),
-        std::size_t(src.row_stride()) * element, std::size_t(src.cols()) * element,
-        std::size_t(src.rows()), cudaMemcpyDeviceToDevice, state_->compute()));
+    FULCRUM_CUDA_CHECK(cudaMemcpy2DAsync(dst.raw(), std::size_t(dst.row_stride()) * element,
+                                         src.raw(), std::size_t(src.row_stride()) * element,
+                                         std::size_t(src.cols()) * element, std::size_t(src.rows()),
+                                         cudaMemcpyDeviceToDevice, state_->compute()));
 }
 
 void CudaBackend::fill_zero(Tensor t) {

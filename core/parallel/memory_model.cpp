@@ -401,13 +401,22 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
     const EngineRows r = engine_rows(shape);
     EngineMemory memory;
     memory.stage = stage;
-    // P_local = V·C + S·C + L·(12·C·C_l + 7C_l + 6C) + 2C (engine/model/params.h), fp32
-    // weights, gradients and two moments. Under ZeRO-1 and -2 a rank keeps the moments of its
-    // shard of the d = DP × CP ranks' (the first P mod d shards one element longer: rank 0's
-    // is ⌈P/d⌉) and a staging copy of it for the all-gather (parallel_trainer.h).
-    const double local_parameters = r.v * r.c + double(shape.model.context) * r.c +
-                                    shape.model.layers * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) +
-                                    2 * r.c;
+    // What the stage holds (engine/model/params.h, StageParameters): its blocks' 12·C·C_l +
+    // 7C_l + 6C each, wte (V·C) on the first and the last stage, wpe (S·C) on the first, lnf
+    // (2C) on the last; fp32 weights, gradients and two moments. Under ZeRO-1 and -2 a rank
+    // keeps the moments of its shard of the d = DP × CP ranks' (the first P mod d shards one
+    // element longer: rank 0's is ⌈P/d⌉) and a staging copy of it for the all-gather
+    // (parallel_trainer.h).
+    double stage_blocks = 0;
+    for (int k = 0; k < v; ++k) {
+        const parallel::LayerRange layers = parallel::model_chunk_layers(
+            k * p + stage, p * v, shape.model.layers, shape.layout.stage_layers);
+        stage_blocks += layers.last - layers.first;
+    }
+    const bool first = stage == 0, last = stage == p - 1;
+    const double local_parameters =
+        (first || last ? r.v * r.c : 0) + (first ? double(shape.model.context) * r.c : 0) +
+        stage_blocks * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) + (last ? 2 * r.c : 0);
     const int shards = std::max(shape.layout.grid.dp, 1) * std::max(shape.layout.grid.cp, 1);
     if (shape.layout.zero_stage >= 1 && shards > 1) {
         const double shard = std::ceil(local_parameters / shards);

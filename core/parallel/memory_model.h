@@ -127,10 +127,11 @@ StageMemory peak_stage_memory(const MemoryShape& shape);
 // rows a rank and, under sequence parallelism, the residual stream over TP.
 struct EngineMemory {
     int stage = 0;
-    // Parameters, gradients and AdamW's two moments. The engine keeps the whole model's
-    // (its TP shard) on every stage, the other stages' blocks idle: 4 · P_local floats; under
-    // ZeRO-1 or -2 over d = DP × CP ranks 2 · P_local + 3 · ⌈P_local / d⌉ (the shard's
-    // moments and its staging copy; fulcrum-train's gradient buffer stays whole).
+    // Parameters, gradients and AdamW's two moments of what the stage holds (its blocks, wte
+    // on the first and last stage, wpe on the first, lnf on the last; its TP shard of them):
+    // 4 · P_local floats; under ZeRO-1 or -2 over d = DP × CP ranks 2 · P_local + 3 ·
+    // ⌈P_local / d⌉ (the shard's moments and its staging copy; fulcrum-train's gradient
+    // buffer stays whole).
     double model_state_bytes = 0;
     // Buffers of the model sized for one micro-batch and shared by all: the backward scratch,
     // the recompute workspace, the sequence-parallel buffer, CP's K|V exchange staging and

@@ -62,6 +62,23 @@ LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, in
                                         stage_layers);
 }
 
+StageParameters stage_parameters(int stage, int stages, const parallel::Layout& layout,
+                                 int layers) {
+    StageParameters held;
+    held.blocks.assign(std::size_t(layers), false);
+    const int v = std::max(layout.virtual_stages, 1);
+    for (int k = 0; k < v; ++k) {
+        const LayerRange range = chunk_layers(stage, k, stages, v, layers, layout.stage_layers);
+        for (int l = range.first; l < range.last; ++l) {
+            held.blocks[std::size_t(l)] = true;
+        }
+    }
+    held.token_embedding = stage == 0 || stage == stages - 1;
+    held.position_embedding = stage == 0;
+    held.final_norm = stage == stages - 1;
+    return held;
+}
+
 ParallelGroups ParallelGroups::create(Communicator& world, const Topology& topology) {
     ParallelGroups groups;
     groups.world = &world;
@@ -118,6 +135,19 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
     for (int k = 0; k < v; ++k) {
         chunk_layers_.push_back(engine::chunk_layers(topology.coordinates().pp, k, p, v,
                                                      model.config().layers, layout.stage_layers));
+    }
+    {
+        const StageParameters expected =
+            stage_parameters(topology.coordinates().pp, p, config_.layout, model.config().layers);
+        const StageParameters& held = model.layout().held();
+        for (int l = 0; l < model.config().layers; ++l) {
+            FULCRUM_CHECK(!expected.holds_block(l) || held.holds_block(l),
+                          "the model does not hold a block of this stage");
+        }
+        FULCRUM_CHECK((!expected.token_embedding || held.token_embedding) &&
+                          (!expected.position_embedding || held.position_embedding) &&
+                          (!expected.final_norm || held.final_norm),
+                      "the model does not hold this stage's embedding or head");
     }
     // The Activations made in step() keep what W passes need when the schedule splits them off.
     model_.set_split_backward(parallel::splits_backward(layout.schedule));
@@ -572,8 +602,9 @@ bool ParallelTrainer::shards_optimizer() const {
 }
 
 std::vector<float> ParallelTrainer::gather_parameters() {
-    const std::vector<float> local = model_.parameters_to_host();
-    // First the TP shards of this stage into the serial layout (every TP rank gets it)...
+    // The stage's tensors in the whole TP-local layout (zeros for the other stages')...
+    const std::vector<float> local = expand_held(model_.layout(), model_.parameters_to_host());
+    // ...the TP shards of this stage into the serial layout (every TP rank gets it)...
     std::vector<float> full = topology_.shape().tp > 1
                                   ? engine::gather_parameters(local, model_.config(), *groups_.tp)
                                   : local;

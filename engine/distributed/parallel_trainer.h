@@ -59,6 +59,12 @@ using parallel::stage_ops;
 LayerRange chunk_layers(int stage, int chunk, int stages, int virtual_stages, int layers,
                         std::span<const int> stage_layers = {});
 
+// The parameters stage `stage` of `stages` holds under `layout` (its virtual stages and layer
+// split): its model chunks' blocks, wte where it embeds (the first) or runs the tied LM head
+// (the last), wpe on the first, lnf on the last. ParallelTrainer's model must hold exactly
+// these.
+StageParameters stage_parameters(int stage, int stages, const parallel::Layout& layout, int layers);
+
 // The communicators of this rank's groups, split once from the world.
 struct ParallelGroups {
     Communicator* world = nullptr;

@@ -423,11 +423,12 @@ void Activations::release_blocks(int first, int last) {
 
 // ---- GptModel -----------------------------------------------------------------------------
 
-GptModel::GptModel(Backend& backend, const ModelShape& config, ModelParallel parallel)
+GptModel::GptModel(Backend& backend, const ModelShape& config, ModelParallel parallel,
+                   StageParameters held)
     : backend_(backend),
       config_(config),
       parallel_(parallel),
-      layout_(validated(config), parallel.tp_size()) {
+      layout_(validated(config), parallel.tp_size(), std::move(held)) {
     const std::int64_t n = layout_.total();
     param_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
     grad_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
@@ -510,11 +511,10 @@ void GptModel::initialize(std::uint64_t seed) {
     const ParameterLayout serial(config_);
     std::vector<float> host(std::size_t(serial.total()));
     initialize_parameters(serial, seed, host);
-    if (parallel_.tp_size() == 1) {
-        set_parameters(host);
-    } else {
-        set_parameters(shard_parameters(host, config_, parallel_.tp_size(), parallel_.tp_rank()));
+    if (parallel_.tp_size() > 1) {
+        host = shard_parameters(host, config_, parallel_.tp_size(), parallel_.tp_rank());
     }
+    set_parameters(layout_.total() == std::int64_t(host.size()) ? host : take_held(layout_, host));
 }
 
 void GptModel::set_parameters(std::span<const float> host) {

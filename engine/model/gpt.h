@@ -271,7 +271,10 @@ class GptModel {
 public:
     // `config` describes the whole model; with parallel.tp the parameters are that TP rank's
     // local layout (params.h). Aborts when TP does not divide the heads.
-    GptModel(Backend& backend, const ModelShape& config, ModelParallel parallel = {});
+    // `held`: the tensors a pipeline stage holds (params.h, StageParameters); its parameters,
+    // gradients and the optimizer state over them are those alone, packed. Default: all.
+    GptModel(Backend& backend, const ModelShape& config, ModelParallel parallel = {},
+             StageParameters held = {});
 
     Backend& backend() const { return backend_; }
     const ModelShape& config() const { return config_; }

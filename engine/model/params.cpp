@@ -1,5 +1,6 @@
 #include "engine/model/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -60,17 +61,30 @@ Status validate_tensor_parallel(const ModelShape& config, int tp_size) {
     return {};
 }
 
-ParameterLayout::ParameterLayout(const ModelShape& config, int tp_size)
-    : config_(config), tp_size_(tp_size) {
+ParameterLayout::ParameterLayout(const ModelShape& config, int tp_size, StageParameters held)
+    : config_(config), tp_size_(tp_size), held_(std::move(held)) {
+    FULCRUM_CHECK(held_.blocks.empty() || int(held_.blocks.size()) == config.layers,
+                  "one held flag per block");
     const Status valid = validate_tensor_parallel(config, tp_size);
     FULCRUM_CHECK(valid.ok(), valid.ok() ? "" : valid.error().message.c_str());
     const std::int64_t c = config.hidden;
     const std::int64_t cl = c / tp_size;  // this rank's share of C (whole heads) and of 4C
+    // Every tensor counts toward the whole model's check below; only the held are laid out.
+    std::int64_t whole = 0;
     auto add = [&](ParameterKind kind, int layer, std::string name, std::int64_t rows,
                    std::int64_t cols, InitKind init, TpSplit split = TpSplit::replicated) {
+        const std::int64_t numel = cols == 0 ? rows : rows * cols;
+        whole += numel;
+        const bool held = layer >= 0                                  ? held_.holds_block(layer)
+                          : kind == ParameterKind::token_embedding    ? held_.token_embedding
+                          : kind == ParameterKind::position_embedding ? held_.position_embedding
+                                                                      : held_.final_norm;
+        if (!held) {
+            return;
+        }
         const bool decay = cols != 0;
         tensors_.push_back({kind, layer, std::move(name), total_, rows, cols, decay, init, split});
-        total_ += cols == 0 ? rows : rows * cols;
+        total_ += numel;
     };
     using S = TpSplit;
     using K = ParameterKind;
@@ -98,9 +112,15 @@ ParameterLayout::ParameterLayout(const ModelShape& config, int tp_size)
     add(K::lnf_bias, -1, "lnf.bias", c, 0, I::zeros);
     // The split tensors hold 12C² + 7C per block in the serial layout; a TP rank has 1/tp.
     const std::int64_t split_per_block = 12 * c * c + 7 * c;
-    FULCRUM_CHECK(total_ == parameter_count(config) -
-                                config.layers * (split_per_block - split_per_block / tp_size),
+    FULCRUM_CHECK(whole == parameter_count(config) -
+                               config.layers * (split_per_block - split_per_block / tp_size),
                   "layout disagrees with parameter_count");
+}
+
+bool ParameterLayout::holds(ParameterKind kind, int layer) const {
+    return std::any_of(tensors_.begin(), tensors_.end(), [&](const ParameterTensor& t) {
+        return t.kind == kind && t.layer == layer;
+    });
 }
 
 const ParameterTensor& ParameterLayout::find(ParameterKind kind, int layer) const {
@@ -108,8 +128,31 @@ const ParameterTensor& ParameterLayout::find(ParameterKind kind, int layer) cons
         if (t.kind == kind && t.layer == layer)
             return t;
     }
-    FULCRUM_CHECK(false, "no such parameter tensor");
+    FULCRUM_CHECK(false, "no such parameter tensor, or not held by this stage");
     return tensors_.front();
+}
+
+std::vector<float> expand_held(const ParameterLayout& held, std::span<const float> values) {
+    FULCRUM_CHECK(std::int64_t(values.size()) == held.total(), "values do not match the layout");
+    const ParameterLayout whole(held.config(), held.tp_size());
+    std::vector<float> out(std::size_t(whole.total()), 0.0f);
+    for (const ParameterTensor& t : held.tensors()) {
+        const ParameterTensor& to = whole.find(t.kind, t.layer);
+        std::copy_n(values.begin() + t.offset, t.numel(), out.begin() + to.offset);
+    }
+    return out;
+}
+
+std::vector<float> take_held(const ParameterLayout& held, std::span<const float> whole_values) {
+    const ParameterLayout whole(held.config(), held.tp_size());
+    FULCRUM_CHECK(std::int64_t(whole_values.size()) == whole.total(),
+                  "values do not match the whole layout");
+    std::vector<float> out(std::size_t(held.total()));
+    for (const ParameterTensor& t : held.tensors()) {
+        const ParameterTensor& from = whole.find(t.kind, t.layer);
+        std::copy_n(whole_values.begin() + from.offset, t.numel(), out.begin() + t.offset);
+    }
+    return out;
 }
 
 ElementRange ParameterLayout::block_range(int first, int last) const {
@@ -130,7 +173,9 @@ GptWeights map_weights(const ParameterLayout& layout, Tensor flat) {
     FULCRUM_CHECK(flat.rank() == 1 && flat.numel() == layout.total(),
                   "flat buffer does not match the layout");
     using K = ParameterKind;
-    auto get = [&](K kind, int layer = -1) { return view_of(layout.find(kind, layer), flat); };
+    auto get = [&](K kind, int layer = -1) {
+        return layout.holds(kind, layer) ? view_of(layout.find(kind, layer), flat) : Tensor{};
+    };
     GptWeights w;
     w.wte = get(K::token_embedding);
     w.wpe = get(K::position_embedding);

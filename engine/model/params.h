@@ -100,30 +100,57 @@ struct ParameterTensor {
 struct ElementRange {
     std::int64_t offset = 0;
     std::int64_t count = 0;
+
+    friend bool operator==(const ElementRange&, const ElementRange&) = default;
+};
+
+// Which tensors a pipeline stage holds (Megatron-LM's stages hold their own layers): its
+// blocks, wte where it embeds or (tied) where it runs the LM head, wpe where it embeds, lnf
+// where it runs the head. The default holds the whole model.
+struct StageParameters {
+    std::vector<bool> blocks;  // one flag per block; empty: all
+    bool token_embedding = true;
+    bool position_embedding = true;
+    bool final_norm = true;
+
+    bool holds_block(int layer) const {
+        return blocks.empty() || blocks[static_cast<std::size_t>(layer)];
+    }
 };
 
 class ParameterLayout {
 public:
-    // The layout of one TP rank out of tp_size (1: the serial layout); aborts when
-    // validate_tensor_parallel(config, tp_size) fails.
-    explicit ParameterLayout(const ModelShape& config, int tp_size = 1);
+    // The layout of one TP rank out of tp_size (1: the serial layout) holding `held`: the same
+    // tensors in the same order, less those not held, packed (so a stage's buffers, and its
+    // optimizer state, are only what it owns). Aborts when validate_tensor_parallel(config,
+    // tp_size) fails.
+    explicit ParameterLayout(const ModelShape& config, int tp_size = 1, StageParameters held = {});
 
     const ModelShape& config() const { return config_; }  // the whole model's sizes
     int tp_size() const { return tp_size_; }
+    const StageParameters& held() const { return held_; }
     std::span<const ParameterTensor> tensors() const { return tensors_; }
     std::int64_t total() const { return total_; }
-    const ParameterTensor& find(ParameterKind kind, int layer = -1) const;
-    // The contiguous slice of blocks [first, last).
+    bool holds(ParameterKind kind, int layer = -1) const;
+    const ParameterTensor& find(ParameterKind kind, int layer = -1) const;  // aborts if not held
+    // The contiguous slice of blocks [first, last), all held.
     ElementRange block_range(int first, int last) const;
 
 private:
     ModelShape config_;
     int tp_size_ = 1;
+    StageParameters held_;
     std::vector<ParameterTensor> tensors_;
     std::int64_t total_ = 0;
 };
 
-// Tensor views of one flat buffer laid out as above: parameters, gradients, or moments.
+// A held layout's values placed into the whole layout of the same TP degree (zeros where
+// nothing is held), and the whole layout's values of the tensors `held` holds.
+std::vector<float> expand_held(const ParameterLayout& held, std::span<const float> values);
+std::vector<float> take_held(const ParameterLayout& held, std::span<const float> whole);
+
+// Tensor views of one flat buffer laid out as above: parameters, gradients, or moments. A
+// tensor the layout does not hold is an empty view.
 struct BlockWeights {
     Tensor ln1_weight, ln1_bias;
     Tensor qkv_weight, qkv_bias;

@@ -924,7 +924,8 @@ int main(int argc, char** argv) {
     } else {
         groups.emplace(ParallelGroups::create(device_world ? *device_world : *world, *topology));
         static_model = std::make_unique<GptModel>(
-            *backend, o.model, ModelParallel{groups->tp.get(), groups->cp.get(), o.cp_impl});
+            *backend, o.model, ModelParallel{groups->tp.get(), groups->cp.get(), o.cp_impl},
+            stage_parameters(topology->coordinates().pp, o.grid.pp, layout, o.model.layers));
         static_model->initialize(o.seed);
         static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
         trainer = std::make_unique<ParallelTrainer>(*static_model, *topology, *groups, *documents,

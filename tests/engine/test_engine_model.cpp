@@ -188,6 +188,7 @@ class EngineModelTest : public QObject {
 
 private slots:
     void parameterLayout();
+    void stageHoldsItsOwnParameters();
     void initializationIsDeterministic();
     void initialLossIsUniform();
     void referenceGradientMatchesFiniteDifferences();
@@ -228,6 +229,47 @@ void EngineModelTest::parameterLayout() {
     QCOMPARE(middle.count, 12 * c * c + 13 * c);
     const ElementRange all = layout.block_range(0, 3);
     QCOMPARE(all.offset + all.count, layout.find(ParameterKind::lnf_weight).offset);
+}
+
+// A pipeline stage's layout holds its tensors alone, packed in the whole layout's order; a
+// stage's model initialises them to the whole model's values, and expand_held puts them back.
+void EngineModelTest::stageHoldsItsOwnParameters() {
+    ModelShape config;
+    config.layers = 4;
+    config.context = 64;
+    const std::int64_t c = config.hidden, block = 12 * c * c + 13 * c;
+    // The last of two stages: blocks 2 and 3, the tied wte and lnf; no wpe.
+    const StageParameters last{.blocks = {false, false, true, true},
+                               .token_embedding = true,
+                               .position_embedding = false,
+                               .final_norm = true};
+    const ParameterLayout held(config, 1, last);
+    QCOMPARE(held.total(), 256 * c + 2 * block + 2 * c);
+    QVERIFY(!held.holds(ParameterKind::position_embedding));
+    QVERIFY(!held.holds(ParameterKind::ln1_weight, 1));
+    QCOMPARE(held.block_range(2, 4), (ElementRange{256 * c, 2 * block}));
+    std::int64_t next = 0;
+    for (const ParameterTensor& t : held.tensors()) {
+        QCOMPARE(t.offset, next);
+        next += t.numel();
+    }
+    // The stage's model starts from the whole model's values of its tensors.
+    GptModel whole(backend_, config), stage(backend_, config, {}, last);
+    whole.initialize(7);
+    stage.initialize(7);
+    QVERIFY(stage.weights().wpe.empty() && stage.weights().blocks[0].qkv_weight.empty());
+    const std::vector<float> all = whole.parameters_to_host();
+    const std::vector<float> own = stage.parameters_to_host();
+    QCOMPARE(own, take_held(held, all));
+    const std::vector<float> expanded = expand_held(held, own);
+    const ParameterLayout layout(config);
+    for (const ParameterTensor& t : layout.tensors()) {
+        const bool kept = held.holds(t.kind, t.layer);
+        for (std::int64_t i = 0; i < t.numel(); i += 97) {
+            const auto at = std::size_t(t.offset + i);
+            QCOMPARE(expanded[at], kept ? all[at] : 0.0f);
+        }
+    }
 }
 
 void EngineModelTest::initializationIsDeterministic() {

@@ -33,6 +33,7 @@
 #include "core/parallel/hot_switch_spec.h"
 #include "core/parallel/layout.h"
 #include "core/parallel/layout_flags.h"
+#include "core/parallel/memory_model.h"
 #include "core/parallel/run_config.h"
 #include "core/parallel/schedule.h"
 #include "core/trace/annotations.h"
@@ -469,9 +470,25 @@ Status write_outputs(const Options& o, const std::vector<float>& parameters,
     return {};
 }
 
-// Rank 0's peak and every rank's (`peaks`: device and pinned bytes by rank, peaks_by_rank).
+// The memory model's shape of this run (docs/plan.md, "The engine's own count"): fp32, the
+// layout fulcrum-train checked, its chunking. It predicts the CPU backend's count for micro-
+// batches of a full context, a bound for the shorter ones a run packs.
+parallel::MemoryShape engine_memory_shape(const Options& o, const parallel::Layout& layout) {
+    parallel::MemoryShape shape;
+    shape.precision = parallel::Precision::fp32();
+    shape.model = o.model;
+    shape.layout = layout;
+    shape.layout.grid = o.grid;
+    shape.attention_chunk = o.attention_chunk;
+    shape.offload = o.attention_chunk > 0 && o.offload == "on";
+    return shape;
+}
+
+// Rank 0's peak and every rank's (`peaks`: device and pinned bytes by rank, peaks_by_rank),
+// each beside the memory model's prediction for its stage where there is one (`shape`: the
+// CPU backend's runs without --hot-switch).
 void print_memory(const MemoryUse& use, bool use_cuda, const Topology& topology,
-                  const std::vector<double>& peaks) {
+                  const std::vector<double>& peaks, const parallel::MemoryShape* shape) {
     std::printf("memory on rank 0: peak %.2f MiB on the %s, %.2f MiB pinned host memory\n",
                 double(use.peak_device_bytes) / (1 << 20), use_cuda ? "GPU" : "CPU backend",
                 double(use.peak_pinned_bytes) / (1 << 20));
@@ -479,8 +496,14 @@ void print_memory(const MemoryUse& use, bool use_cuda, const Topology& topology,
         const GridCoordinates at = topology.coordinates_of(static_cast<int>(r));
         std::printf(
             "memory by rank: rank %zu (dp %d, tp %d, pp %d, cp %d): peak %.3f MiB, %.3f MiB "
-            "pinned\n",
+            "pinned",
             r, at.dp, at.tp, at.pp, at.cp, peaks[2 * r] / (1 << 20), peaks[2 * r + 1] / (1 << 20));
+        if (shape != nullptr) {
+            const parallel::EngineMemory predicted = parallel::engine_stage_memory(*shape, at.pp);
+            std::printf("; predicted for full micro-batches %.3f MiB, %.3f MiB pinned",
+                        predicted.peak_bytes() / (1 << 20), predicted.pinned_bytes / (1 << 20));
+        }
+        std::printf("\n");
     }
 }
 
@@ -1003,7 +1026,9 @@ int main(int argc, char** argv) {
                 static_cast<long long>(trained.per_document_microbatches),
                 static_cast<long long>(trained.zigzag_microbatches));
         }
-        print_memory(backend->memory_use(), use_cuda, *topology, peaks);
+        const parallel::MemoryShape shape = engine_memory_shape(o, layout);
+        print_memory(backend->memory_use(), use_cuda, *topology, peaks,
+                     use_cuda || hot ? nullptr : &shape);
         if (o.attention_chunk > 0) {
             const AttentionMemory& memory = model.attention_memory();
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };

@@ -181,6 +181,42 @@ void render_offload(const RunAnalysis& a, std::string& out) {
     }
 }
 
+// Memory per pipeline stage: the fullest rank's measured peak beside the memory model's
+// prediction for the stage, in parts (core/analysis/memory.h).
+void render_memory(const RunAnalysis& a, std::string& out) {
+    const analysis::MemoryAnalysis& memory = a.memory;
+    if (memory.ranks.empty()) {
+        return;
+    }
+    constexpr double kMiB = 1024.0 * 1024.0;
+    auto mib = [&](const auto& bytes) {
+        return bytes ? format_fixed(double(*bytes) / kMiB, 2) : std::string(kUnknownFigure);
+    };
+    out += "\nmemory per rank (" + memory.techniques +
+           "; predicted: the memory model's count for full micro-batches)\n";
+    TextTable table({"stage", "ranks", "fullest rank", "peak MiB", "predicted", "error",
+                     "model state", "workspace", "activations", "pinned MiB", "predicted pinned"},
+                    std::vector<Align>(11, Align::right));
+    for (const analysis::StageMemoryRow& row : analysis::memory_by_stage(memory)) {
+        const analysis::RankMemory& r = row.fullest;
+        const bool both = r.peak_bytes && r.predicted_bytes;
+        const bool predicted = r.predicted_bytes.has_value();
+        table.add_row({row.stage >= 0 ? std::to_string(row.stage) : kUnknownFigure,
+                       std::to_string(row.ranks), std::to_string(r.rank), mib(r.peak_bytes),
+                       mib(r.predicted_bytes),
+                       both ? format_relative_error(*r.predicted_bytes, double(*r.peak_bytes))
+                            : kUnknownFigure,
+                       predicted ? format_fixed(r.model_state_bytes / kMiB, 2) : kUnknownFigure,
+                       predicted ? format_fixed(r.workspace_bytes / kMiB, 2) : kUnknownFigure,
+                       predicted ? format_fixed(r.activations_bytes / kMiB, 2) : kUnknownFigure,
+                       mib(r.peak_pinned_bytes), mib(r.predicted_pinned_bytes)});
+    }
+    out += table.render("  ");
+    if (!memory.note.empty()) {
+        out += "  " + memory.note + "\n";
+    }
+}
+
 void render_imbalance(const RunAnalysis& a, const AnalyzeArgs& args, std::string& out) {
     const auto& im = a.imbalance;
     const auto& matrix = im.compute_by_step;
@@ -375,6 +411,7 @@ int run_analyze(const AnalyzeArgs& args) {
         render_bubbles(*result, out);
         render_cp_load(*result, out);
         render_offload(*result, out);
+        render_memory(*result, out);
         render_imbalance(*result, args, out);
         render_stragglers(*result, out);
         render_cost_model(*result, out);

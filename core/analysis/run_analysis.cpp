@@ -376,6 +376,7 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     analysis.imbalance = std::move(models.imbalance);
     analysis.offload = std::move(models.offload);
     analysis.hot_switch = analyze_hot_switch(trace);
+    analysis.memory = analyze_memory(trace);
     add_notes_on_missing_figures(trace, passes, analysis);
     if (auto status = check_cancel(options); !status) {
         return status.error();
@@ -573,6 +574,23 @@ json hot_switch_json(const HotSwitchAnalysis& hot) {
             {"switches", std::move(switches)}};
 }
 
+json memory_json(const MemoryAnalysis& memory) {
+    json ranks = json::array();
+    auto optional = [](const auto& value) { return value ? json(*value) : json(nullptr); };
+    for (const RankMemory& r : memory.ranks) {
+        ranks.push_back({{"rank", r.rank},
+                         {"stage", r.stage},
+                         {"peak_bytes", optional(r.peak_bytes)},
+                         {"peak_pinned_bytes", optional(r.peak_pinned_bytes)},
+                         {"predicted_bytes", optional(r.predicted_bytes)},
+                         {"predicted_pinned_bytes", optional(r.predicted_pinned_bytes)},
+                         {"model_state_bytes", r.model_state_bytes},
+                         {"workspace_bytes", r.workspace_bytes},
+                         {"activations_bytes", r.activations_bytes}});
+    }
+    return {{"techniques", memory.techniques}, {"ranks", std::move(ranks)}, {"note", memory.note}};
+}
+
 }  // namespace
 
 std::string analysis_json(const RunAnalysis& analysis) {
@@ -591,6 +609,9 @@ std::string analysis_json(const RunAnalysis& analysis) {
     root["critical_paths"] = critical_paths_json(analysis.critical_paths);
     if (!analysis.hot_switch.empty()) {
         root["hot_switch"] = hot_switch_json(analysis.hot_switch);
+    }
+    if (!analysis.memory.ranks.empty()) {
+        root["memory"] = memory_json(analysis.memory);
     }
     root["notes"] = analysis.notes;
     // One line: a 10M-event run's matrices make tens of MB, which indentation would double;

@@ -17,6 +17,7 @@
 #include "core/analysis/hot_switch.h"
 #include "core/analysis/imbalance.h"
 #include "core/analysis/kernels.h"
+#include "core/analysis/memory.h"
 #include "core/analysis/offload.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_diff.h"
@@ -48,6 +49,8 @@ struct RunAnalysis {
     // HotSPa's buckets and switches (docs/analyses.md, "Hot switching"); empty on a run
     // without hot switching.
     HotSwitchAnalysis hot_switch;
+    // Each rank's measured peak memory beside the memory model's prediction (memory.h).
+    MemoryAnalysis memory;
     // What could not be analysed and why (e.g. "no workload table: no predicted work").
     std::vector<std::string> notes;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -583,6 +584,52 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
     table.render(out);
 }
 
+// Memory per rank (core/analysis/memory.h): each rank's measured peak against the memory
+// model's prediction for its stage, and per stage the prediction's parts.
+void section_memory(const ReportRun& run, int index, std::string& out) {
+    const analysis::MemoryAnalysis& memory = run.analysis.memory;
+    if (memory.ranks.empty()) {
+        return;  // no fulcrum-train peak and no prediction: nothing to say
+    }
+    constexpr double kMiB = 1024.0 * 1024.0;
+    out += heading(index, "memory", "Memory per rank") + "\n";
+    out += "<p>Techniques: " + html_escape(memory.techniques) +
+           ". Measured: the backend's counted allocations at their peak (fulcrum-train's "
+           "<code>fulcrum.memory</code> mark); predicted: the memory model's count for this "
+           "layout with full micro-batches (docs/plan.md, \"The engine's own count\")." +
+           (memory.note.empty() ? "" : " " + html_escape(memory.note) + ".") + "</p>\n";
+    auto mib = [&](const auto& bytes) {
+        return bytes ? double(*bytes) / kMiB : std::numeric_limits<double>::quiet_NaN();
+    };
+    BarSeries bars;
+    bars.series = {"measured", "predicted"};
+    bars.stacked = false;
+    for (const analysis::RankMemory& r : memory.ranks) {
+        bars.categories.push_back("rank " + std::to_string(r.rank));
+        bars.values.push_back({mib(r.peak_bytes), mib(r.predicted_bytes)});
+    }
+    bar_chart(out, "memory", index, "peak memory by rank (MiB)", bars,
+              [](double v) { return format_fixed(v, 2) + " MiB"; });
+    Table table("memory",
+                {"stage", "ranks", "fullest rank", "peak MiB", "predicted MiB", "model state",
+                 "workspace", "activations", "pinned MiB", "predicted pinned"});
+    for (const analysis::StageMemoryRow& row : analysis::memory_by_stage(memory)) {
+        const analysis::RankMemory& r = row.fullest;
+        const bool predicted = r.predicted_bytes.has_value();
+        auto part = [&](double bytes) {
+            return predicted ? fixed_cell(bytes / kMiB, 2) : figure_cell(std::nullopt, 2);
+        };
+        auto optional_mib = [&](const auto& bytes) {
+            return bytes ? fixed_cell(double(*bytes) / kMiB, 2) : figure_cell(std::nullopt, 2);
+        };
+        table.add({coordinate_cell(row.stage), int_cell(row.ranks), int_cell(r.rank),
+                   optional_mib(r.peak_bytes), optional_mib(r.predicted_bytes),
+                   part(r.model_state_bytes), part(r.workspace_bytes), part(r.activations_bytes),
+                   optional_mib(r.peak_pinned_bytes), optional_mib(r.predicted_pinned_bytes)});
+    }
+    table.render(out);
+}
+
 void section_imbalance(const ReportRun& run, int index, const ReportOptions& options,
                        std::string& out) {
     const auto& im = run.analysis.imbalance;
@@ -871,6 +918,7 @@ std::string html_report(const std::vector<ReportRun>& runs, const ReportOptions&
         section_bubbles(runs[i], index, out);
         section_cp_load(runs[i], index, out);
         section_offload(runs[i], index, out);
+        section_memory(runs[i], index, out);
         section_imbalance(runs[i], index, options, out);
         section_cost_model(runs[i], index, out);
         hot_switch_section(runs[i].analysis.hot_switch, runs[i].analysis.config.hot_switch, index,

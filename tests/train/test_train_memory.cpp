@@ -49,16 +49,15 @@ std::map<int, RankPeak> peaks_of(const QString& output) {
     std::map<int, RankPeak> peaks;
     for (auto it = line.globalMatch(output); it.hasNext();) {
         const auto match = it.next();
-        peaks[match.captured(1).toInt()] = {.dp = match.captured(2).toInt(),
-                                            .tp = match.captured(3).toInt(),
-                                            .pp = match.captured(4).toInt(),
-                                            .cp = match.captured(5).toInt(),
-                                            .device_bytes = match.captured(6).toDouble() * kMiB,
-                                            .pinned_bytes = match.captured(7).toDouble() * kMiB,
-                                            .predicted_bytes =
-                                                match.captured(9).isEmpty()
-                                                    ? -1
-                                                    : match.captured(9).toDouble() * kMiB};
+        peaks[match.captured(1).toInt()] = {
+            .dp = match.captured(2).toInt(),
+            .tp = match.captured(3).toInt(),
+            .pp = match.captured(4).toInt(),
+            .cp = match.captured(5).toInt(),
+            .device_bytes = match.captured(6).toDouble() * kMiB,
+            .pinned_bytes = match.captured(7).toDouble() * kMiB,
+            .predicted_bytes =
+                match.captured(9).isEmpty() ? -1 : match.captured(9).toDouble() * kMiB};
     }
     return peaks;
 }

@@ -34,6 +34,7 @@
 #include "views/charts/heatmap_view.h"
 #include "views/charts/hot_switch_view.h"
 #include "views/charts/kernels_view.h"
+#include "views/charts/memory_view.h"
 #include "views/charts/overlap_view.h"
 #include "views/charts/plan_view.h"
 #include "views/timeline/timeline_view.h"
@@ -57,8 +58,8 @@ QStringList existing(const QStringList& paths) {
 }  // namespace
 
 QStringList view_keys() {
-    return {"timeline", "bubbles", "cp-load", "overlap",   "heatmap",
-            "compare",  "kernels", "plan",    "hot-switch"};
+    return {"timeline", "bubbles", "cp-load", "overlap", "memory",
+            "heatmap",  "compare", "kernels", "plan",    "hot-switch"};
 }
 
 std::optional<View> view_from_key(const QString& key) {
@@ -78,6 +79,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     bubbles_ = new views::BubbleView(tabs_);
     cp_load_ = new views::CpLoadView(tabs_);
     overlap_ = new views::OverlapView(tabs_);
+    memory_ = new views::MemoryView(tabs_);
     heatmaps_ = new views::HeatmapView(tabs_);
     compare_ = new views::CompareView(tabs_);
     kernels_ = new views::KernelsView(tabs_);
@@ -88,6 +90,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     tabs_->addTab(bubbles_, tr("Bubbles"));
     tabs_->addTab(cp_load_, tr("CP load"));
     tabs_->addTab(overlap_, tr("Overlap"));
+    tabs_->addTab(memory_, tr("Memory"));
     tabs_->addTab(heatmaps_, tr("Heatmaps"));
     tabs_->addTab(compare_, tr("Compare"));
     tabs_->addTab(kernels_, tr("Kernels"));
@@ -207,7 +210,11 @@ void MainWindow::build_menus() {
                 tabs_->setCurrentIndex(i);
             }
         });
-        action->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
+        // Ctrl+1 … Ctrl+9, then Ctrl+0 for the tenth.
+        if (i < 10) {
+            action->setShortcut(
+                QKeySequence(Qt::CTRL | Qt::Key(i < 9 ? Qt::Key_1 + i : Qt::Key_0)));
+        }
     }
 }
 
@@ -304,6 +311,7 @@ void MainWindow::refresh_views() {
     bubbles_->set_run(run);
     cp_load_->set_run(run);
     overlap_->set_run(run);
+    memory_->set_run(run);
     heatmaps_->set_run(run);
     kernels_->set_run(run);
     hot_switch_->set_run(run);

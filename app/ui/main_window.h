@@ -22,6 +22,7 @@ namespace fulcrum::views {
 class TimelineView;
 class BubbleView;
 class CpLoadView;
+class MemoryView;
 class OverlapView;
 class HeatmapView;
 class CompareView;
@@ -41,6 +42,7 @@ enum class View {
     bubbles,
     cp_load,
     overlap,
+    memory,
     heatmap,
     compare,
     kernels,
@@ -141,6 +143,7 @@ private:
     views::BubbleView* bubbles_ = nullptr;
     views::CpLoadView* cp_load_ = nullptr;
     views::OverlapView* overlap_ = nullptr;
+    views::MemoryView* memory_ = nullptr;
     views::HeatmapView* heatmaps_ = nullptr;
     views::CompareView* compare_ = nullptr;
     views::KernelsView* kernels_ = nullptr;

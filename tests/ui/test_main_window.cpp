@@ -10,6 +10,7 @@
 
 #include "app/ui/main_window.h"
 #include "views/charts/heatmap_view.h"
+#include "views/charts/memory_view.h"
 
 using namespace fulcrum;
 using namespace fulcrum::ui;
@@ -55,8 +56,11 @@ private slots:
         for (int i = 0; i < window.tabs()->count(); ++i) {
             tabs << window.tabs()->tabText(i);
         }
-        QCOMPARE(tabs, (QStringList{"Timeline", "Bubbles", "CP load", "Overlap", "Heatmaps",
-                                    "Compare", "Kernels", "Plan", "Hot switch"}));
+        QCOMPARE(tabs, (QStringList{"Timeline", "Bubbles", "CP load", "Overlap", "Memory",
+                                    "Heatmaps", "Compare", "Kernels", "Plan", "Hot switch"}));
+        // Both are fulcrum-train runs on the CPU: the Memory tab has a bar per rank.
+        QVERIFY2(window.findChild<views::MemoryView*>()->message().isEmpty(),
+                 qPrintable(window.findChild<views::MemoryView*>()->message()));
         // Neither run switched layouts, so the Hot switch tab stays hidden.
         QVERIFY(!window.tabs()->isTabVisible(int(View::hot_switch)));
         QCOMPARE(window.run_selector()->count(), 2);
@@ -237,7 +241,8 @@ private slots:
     }
 
     void view_keys_match_tabs() {
-        QCOMPARE(view_keys().size(), 9);
+        QCOMPARE(view_keys().size(), 10);
+        QCOMPARE(view_from_key("memory"), std::optional<View>(View::memory));
         QCOMPARE(view_from_key("hot-switch"), std::optional<View>(View::hot_switch));
         QCOMPARE(view_from_key("plan"), std::optional<View>(View::plan));
         QCOMPARE(view_from_key("kernels"), std::optional<View>(View::kernels));

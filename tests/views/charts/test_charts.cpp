@@ -21,6 +21,7 @@
 #include "views/charts/heatmap_view.h"
 #include "views/charts/hta_table_model.h"
 #include "views/charts/kernels_view.h"
+#include "views/charts/memory_view.h"
 #include "views/charts/overlap_view.h"
 #include "views/common/palette.h"
 #include "views/common/pass_marks.h"
@@ -405,6 +406,56 @@ private slots:
                        palette::category(Category::offload));
         QVERIFY_COLOUR(image, pixel(view, plot, {x, (overlapped_top + exposed_top) / 2}),
                        palette::bubble());
+    }
+
+    // Memory per rank: a bar per rank for the measured peak beside one for the prediction,
+    // a gap where a figure is missing, the techniques and the prediction's parts in words.
+    void memoryViewDrawsMeasuredBesidePredicted() {
+        auto run = std::make_shared<OpenedRun>(*copies_);
+        auto analysed = std::make_shared<analysis::RunAnalysis>(*copies_->analysis);
+        constexpr double kMiB = 1024.0 * 1024.0;
+        analysis::RankMemory first;
+        first.stage = 0;
+        first.peak_bytes = std::int64_t(3 * kMiB);
+        first.predicted_bytes = 4 * kMiB;
+        first.predicted_pinned_bytes = kMiB;
+        first.model_state_bytes = 2 * kMiB;
+        first.workspace_bytes = 1.5 * kMiB;
+        first.activations_bytes = 0.5 * kMiB;
+        analysis::RankMemory second;
+        second.rank = second.stage = 1;
+        second.peak_bytes = std::int64_t(2 * kMiB);  // no prediction for it
+        analysed->memory.ranks = {first, second};
+        analysed->memory.techniques = "recompute full, offloaded checkpoints";
+        analysed->memory.note.clear();
+        run->analysis = analysed;
+        MemoryView view;
+        view.set_run(run);
+        QVERIFY2(view.message().isEmpty(), qPrintable(view.message()));
+        QCOMPARE(view.measured_bars()->data()->size(), 2);
+        QCOMPARE(view.measured_bars()->data()->at(0)->value, 3.0);
+        QCOMPARE(view.predicted_bars()->data()->at(0)->value, 4.0);
+        QVERIFY(std::isnan(view.predicted_bars()->data()->at(1)->value));
+        QVERIFY2(view.summary().contains(QStringLiteral("recompute full, offloaded checkpoints")) &&
+                     view.summary().contains(
+                         QStringLiteral("Stage 0: model state 2.00 MiB, workspace 1.50 MiB, "
+                                        "activations 0.50 MiB, 1.00 MiB pinned")),
+                 qPrintable(view.summary()));
+        const QImage image = render(view);
+        const QCustomPlot* plot = view.plot();
+        const double y = plot->yAxis->coordToPixel(1.0);
+        const double bar = plot->xAxis->coordToPixel(0);
+        const double half = std::abs(plot->xAxis->coordToPixel(0.35) - bar) / 2;
+        QVERIFY_COLOUR(image, pixel(view, plot, {bar - half, y}), palette::measured());
+        QVERIFY_COLOUR(image, pixel(view, plot, {bar + half, y}), palette::predicted());
+    }
+
+    void memoryViewSaysWhenThereIsNothingToShow() {
+        MemoryView view;
+        view.set_run(copies_);  // hand-built: no fulcrum-train peak, no prediction
+        QVERIFY2(view.message().contains(QStringLiteral("No memory figures")),
+                 qPrintable(view.message()));
+        render(view);
     }
 
     // Cells carry the analysis' values; their colours follow the gradient; hover and click

@@ -64,6 +64,7 @@ private slots:
     void modelPassesLikeCpu();
     void autoFallsBackToCpu();
     void cudaWithoutGpuFails();
+    void ranksSharingTheGpuTrainLikeCpu_data();
     void ranksSharingTheGpuTrainLikeCpu();
     void bf16LossTracksFp32();
 
@@ -715,18 +716,40 @@ void CudaBackendTest::cudaWithoutGpuFails() {
     QCOMPARE(run.output.count("fulcrum-train: error: --backend cuda: no usable GPU"), 1);
 }
 
-// Two pipeline stages on one GPU, device buffers staged through host memory over MPI (NCCL
-// refuses two ranks on one GPU), in fp32 against the same layout on the CPU: the same losses.
+void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu_data() {
+    QTest::addColumn<QStringList>("layout");
+    QTest::newRow("pp2") << QStringList{"--pp", "2"};
+    // Ulysses' all-to-alls (strided copies into the staging: cudaMemcpy2DAsync) and the
+    // checkpoints' copies on their own streams, each waiting on the compute stream's events.
+    QTest::newRow("cp2 ulysses, offloaded checkpoints")
+        << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--recompute", "full",
+                       "--offload-checkpoints", "--layers", "4"};
+}
+
+// Two ranks on one GPU, device buffers staged through host memory over MPI (NCCL refuses two
+// ranks on one GPU), in fp32 against the same layout on the CPU: the same losses.
 void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu() {
     REQUIRE_GPU();
-    auto losses = [](const QStringList& args) {
+    QFETCH(QStringList, layout);
+    // The row's options replace the common ones they name: fulcrum-train refuses one twice.
+    QStringList common = {"--steps", "3",   "--layers",  "2",   "--hidden",    "64",
+                          "--heads", "2",   "--context", "128", "--documents", "256"};
+    for (qsizetype i = 0; i < layout.size(); ++i) {
+        const bool flag = i + 1 == layout.size() || layout[i + 1].startsWith("--");
+        if (flag) {
+            common << layout[i];
+        } else if (const auto at = common.indexOf(layout[i]); at >= 0) {
+            common[at + 1] = layout[++i];
+        } else {
+            common << layout[i] << layout[i + 1];
+            ++i;
+        }
+    }
+    auto losses = [&](const QStringList& args) {
         QProcess process;
         process.setProcessEnvironment(mpi_environment());
         process.setProcessChannelMode(QProcess::MergedChannels);
-        process.start(FULCRUM_MPIRUN, QStringList{"-np", "2", kTrain, "--pp", "2", "--steps", "3",
-                                                  "--layers", "2", "--hidden", "64", "--heads", "2",
-                                                  "--context", "128", "--documents", "256"} +
-                                          args);
+        process.start(FULCRUM_MPIRUN, QStringList{"-np", "2", kTrain} + common + args);
         process.waitForFinished(300000);
         const QString output = QString::fromUtf8(process.readAll());
         std::vector<double> values;

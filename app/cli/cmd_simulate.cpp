@@ -180,6 +180,10 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--offload-checkpoints", config.layout.offload_checkpoints,
              run.layout.offload_checkpoints);
         keep("--tp-comm-overlap", config.tp_comm_overlap, run.tp_comm_overlap);
+        if (!given(args, "--attention-chunk") && !given(args, "--offload")) {
+            config.attention_chunk = run.attention_chunk;
+            config.offload = run.offload;
+        }
         keep("--dp", config.layout.grid.dp, run.layout.grid.dp);
         keep("--tp", config.layout.grid.tp, run.layout.grid.tp);
         keep("--pp", config.layout.grid.pp, run.layout.grid.pp);

@@ -131,6 +131,9 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     config.layout.zero_stage = run.layout.zero_stage;
     config.layout.context_parallelism = run.layout.context_parallelism;
     config.layout.offload_checkpoints = run.layout.offload_checkpoints;
+    // FPDT's chunks as the run had them (a run that does not say ran whole attention).
+    config.attention_chunk = run.attention_chunk;
+    config.offload = run.attention_chunk > 0 && run.offload;
     config.model.architecture = run.model.architecture;
     config.model.kv_heads = run.model.kv_heads;
     config.model.ffn_hidden = run.model.ffn_hidden;

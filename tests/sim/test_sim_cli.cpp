@@ -423,6 +423,10 @@ private slots:
                                    "--recompute",
                                    "full",
                                    "--offload-checkpoints",
+                                   "--attention-chunk",
+                                   "512",
+                                   "--offload",
+                                   "on",
                                    "--dtype",
                                    "bf16",
                                    "--hardware",
@@ -451,10 +455,22 @@ private slots:
         QCOMPARE(config["model"].toObject()["architecture"].toString(), QString("llama"));
         QCOMPARE(config["model"].toObject()["kv_heads"].toInt(), 2);
         QCOMPARE(config["model"].toObject()["ffn_hidden"].toInt(), 704);
-        const Outcome again = simulate({"--calibrate", "fpdt.fulcrum", "--zero", "1"});
+        QCOMPARE(config["attention_chunk"].toInt(), 512);
+        QVERIFY(config["offload"].toBool());
+        const Outcome again =
+            simulate({"--calibrate", "fpdt.fulcrum", "--zero", "1", "-o", "again.fulcrum"});
         QVERIFY2(again.exit_code == 0, qPrintable(again.err));
         QVERIFY2(again.out.contains("model: llama, 2 layers, hidden 256, 8 heads (2 key-value)"),
                  qPrintable(again.out));
+        // The run's chunks and their offload are replayed unless the command line says.
+        auto replayed = store::TraceReader::open(path("again.fulcrum").toStdString());
+        QVERIFY(replayed.ok());
+        const auto again_config =
+            QJsonDocument::fromJson(QByteArray::fromStdString(replayed->run().config_json))
+                .object();
+        QCOMPARE(again_config["attention_chunk"].toInt(), 512);
+        QVERIFY(again_config["offload"].toBool());
+        QCOMPARE(again_config["zero_stage"].toInt(), 1);
         // Refused with the option named: Ulysses needs whole heads on every TP × CP rank.
         const Outcome refused = simulate({"--layers", "2", "--heads", "4", "--cp", "8", "--cp-impl",
                                           "ulysses", "--lengths", "long-tail:context=256"});

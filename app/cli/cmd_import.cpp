@@ -16,6 +16,7 @@ struct ImportArgs {
     std::string output;
     std::string name;
     bool force = false;
+    int threads = 0;
 };
 
 int run_import(const ImportArgs& args) {
@@ -26,6 +27,7 @@ int run_import(const ImportArgs& args) {
     options.overwrite = args.force;
     options.run_name = args.name;
     options.cancel = &cancel;
+    options.threads = args.threads;
     options.progress = [&](std::string_view, double fraction) {
         if (!line(fraction)) {
             cancel.store(true);
@@ -70,6 +72,10 @@ Command add_import_command(CLI::App& app) {
     sub->add_option("-o,--output", args->output, "The run database to write")->required();
     sub->add_option("--name", args->name, "Name of the run (default: the first file's name)");
     sub->add_flag("--force", args->force, "Replace the output if it exists");
+    sub->add_option("--threads", args->threads,
+                    "Files read side by side, each into its own rank file (default 0: one per "
+                    "core)")
+        ->check(CLI::NonNegativeNumber);
     return [args] { return run_import(*args); };
 }
 

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/import/importer.h"
@@ -28,11 +29,13 @@ using namespace fulcrum::bench;
 namespace fs = std::filesystem;
 
 namespace {
-void generate(const std::string& path, std::size_t target_bytes) {
+void generate(const std::string& path, std::size_t target_bytes, int rank = 0) {
     std::ofstream out(path, std::ios::binary);
     out << "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [{\"id\": 0, \"name\": \"NVIDIA "
            "H100\"}],\n"
-           "  \"distributedInfo\": {\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 8},\n  "
+           "  \"distributedInfo\": {\"backend\": \"nccl\", \"rank\": "
+        << rank
+        << ", \"world_size\": 8},\n  "
            "\"traceEvents\": [\n";
     std::size_t written = 0;
     long long corr = 1;
@@ -111,6 +114,54 @@ void generate(const std::string& path, std::size_t target_bytes) {
         << "}\n  ],\n  \"traceName\": \"bench\",\n  \"displayTimeUnit\": \"ms\",\n  "
            "\"baseTimeNanoseconds\": 1700000000000000000\n}\n";
 }
+// `fulcrum import` of `files` rank files of `mb` MB each: one worker (the baseline) against
+// one per core, in the same run; the ratio is the speedup.
+int import_side_by_side(int files, int mb) {
+    std::vector<std::string> inputs;
+    double total_mb = 0;
+    for (int rank = 0; rank < files; ++rank) {
+        const std::string path = "/tmp/fulcrum-bench-kineto-" + std::to_string(mb) + "mb-rank" +
+                                 std::to_string(rank) + ".json";
+        std::error_code ec;
+        if (!fs::exists(path, ec) || fs::file_size(path, ec) < std::uintmax_t(mb) * 1000000) {
+            std::printf("generating %s ...\n", path.c_str());
+            generate(path, std::size_t(mb) * 1000000, rank);
+        }
+        inputs.push_back(path);
+        total_mb += double(fs::file_size(path)) / 1e6;
+    }
+    const fs::path dir = fs::temp_directory_path() / "fulcrum-bench-kineto-files";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto import_with = [&](int threads) {
+        importer::ImportOptions options;
+        options.overwrite = true;
+        options.threads = threads;
+        Result<importer::ImportReport> run = importer::ImportReport{};
+        const Timing t = timed(
+            [&] { run = importer::import_files(inputs, (dir / "run.fulcrum").string(), options); });
+        if (!run) {
+            std::fprintf(stderr, "import_files failed: %s\n", run.error().message.c_str());
+            std::exit(1);
+        }
+        return std::pair{t, run->events};
+    };
+    const auto [one, events] = import_with(1);
+    const auto [all, all_events] = import_with(0);
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    print_header();
+    print_row("fulcrum import, 1 worker (baseline)", one, total_mb, one);
+    const std::string label = "fulcrum import, " +
+                              std::to_string(std::min<unsigned>(cores, unsigned(files))) +
+                              " workers";
+    print_row(label.c_str(), all, total_mb, one);
+    std::printf("%d files, %.1f MB, %lld events (%s); %u cores\n", files, total_mb,
+                static_cast<long long>(all_events),
+                all_events == events ? "the same in both" : "DIFFERENT", cores);
+    fs::remove_all(dir);
+    return all_events == events ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,7 +175,14 @@ int main(int argc, char** argv) {
     app.add_option("--file", file, "a Kineto JSON to import instead (plain or .gz)");
     app.add_flag("--parse-only", parse_only,
                  "only the baseline and the parser into a counting sink");
+    int files = 0;
+    app.add_option("--files", files,
+                   "instead: `fulcrum import` of this many rank files of --mb MB each, one "
+                   "worker against one per core (issue 37)");
     CLI11_PARSE(app, argc, argv);
+    if (files > 0) {
+        return import_side_by_side(files, mb);
+    }
     if (file.empty()) {
         file = "/tmp/fulcrum-bench-kineto-" + std::to_string(mb) + "mb.json";
         std::error_code ec;

@@ -2,9 +2,12 @@
 
 #include <zlib.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
@@ -163,25 +166,73 @@ Result<store::MergeReport> import_through_rank_files(
         }
     } guard{scratch};
 
-    // Reading is most of the work; merging is the last tenth.
-    std::vector<std::string> rank_files;
-    std::map<std::int32_t, std::string> rank_owner;
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-        const std::string stage = "reading " + std::filesystem::path(inputs[i]).filename().string();
-        ImportFileOptions file_options;
-        file_options.input_index = static_cast<int>(i);
-        file_options.indexes = false;
-        file_options.cancel = options.cancel;
-        file_options.warnings = &warnings;
-        file_options.progress = [&](double fraction) {
-            report(stage, 0.9 * (double(i) + fraction) / double(inputs.size()));
-        };
-        report(stage, 0.9 * double(i) / double(inputs.size()));
-        const std::string file = (scratch / ("input-" + std::to_string(i) + ".sqlite")).string();
-        if (auto status = import_file(format, inputs[i], file, file_options); !status) {
-            return status.error();
+    // Reading is most of the work; merging is the last tenth. The inputs are read side by
+    // side, one per worker (each into its own rank file, so they share nothing), and checked
+    // after in input order, so messages and warnings do not depend on which finished first.
+    const std::size_t n = inputs.size();
+    std::vector<std::string> rank_files(n);
+    std::vector<Status> read(n);
+    std::vector<std::vector<std::string>> file_warnings(n);
+    std::vector<double> done(n, 0.0);
+    std::mutex progress_mutex;  // the caller's callback is never run by two workers at once
+    std::atomic<bool> stop{false};
+    auto stopped = [&] {
+        if (options.cancel != nullptr && options.cancel->load()) {
+            stop = true;
         }
-        auto reader = store::TraceReader::open(file);
+        return stop.load();
+    };
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+        for (std::size_t i = next++; i < n && !stopped(); i = next++) {
+            ImportFileOptions file_options;
+            file_options.input_index = static_cast<int>(i);
+            file_options.indexes = false;
+            file_options.cancel = &stop;
+            file_options.warnings = &file_warnings[i];
+            const std::string stage =
+                n == 1 ? "reading " + std::filesystem::path(inputs[i]).filename().string()
+                       : "reading " + std::to_string(n) + " files";
+            file_options.progress = [&, i, stage](double fraction) {
+                stopped();
+                const std::lock_guard lock(progress_mutex);
+                done[i] = fraction;
+                double sum = 0;
+                for (double d : done) {
+                    sum += d;
+                }
+                report(stage, 0.9 * sum / double(n));
+            };
+            rank_files[i] = (scratch / ("input-" + std::to_string(i) + ".sqlite")).string();
+            read[i] = import_file(format, inputs[i], rank_files[i], file_options);
+            if (!read[i]) {
+                stop = true;  // the others need not finish: the import fails
+            }
+        }
+    };
+    const std::size_t workers = std::min<std::size_t>(
+        n, options.threads > 0 ? std::size_t(options.threads)
+                               : std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (std::size_t w = 1; w < workers; ++w) {
+        pool.emplace_back(work);
+    }
+    work();  // the calling thread is a worker too
+    for (std::thread& thread : pool) {
+        thread.join();
+    }
+    std::map<std::int32_t, std::string> rank_owner;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!read[i] && read[i].error().code != ErrorCode::cancelled) {
+            return read[i].error();  // the first input that failed, not one a failure stopped
+        }
+    }
+    if (stopped()) {
+        return Error{ErrorCode::cancelled, "import cancelled"};
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        warnings.insert(warnings.end(), file_warnings[i].begin(), file_warnings[i].end());
+        auto reader = store::TraceReader::open(rank_files[i]);
         if (!reader) {
             return reader.error();
         }
@@ -195,10 +246,6 @@ Result<store::MergeReport> import_through_rank_files(
                                  "rank's file once: they may come from two runs"};
             }
         }
-        rank_files.push_back(file);
-    }
-    if (options.cancel != nullptr && options.cancel->load()) {
-        return Error{ErrorCode::cancelled, "import cancelled"};
     }
 
     store::MergeOptions merge;

@@ -105,9 +105,14 @@ Result<const Importer*> find_importer(const std::string& path);
 struct ImportOptions {
     bool overwrite = false;
     std::string run_name;  // empty: the first input's file name
-    // Called with a stage ("reading FILE", "merging") and the overall fraction done.
+    // Called with a stage ("reading FILE", "reading N files", "merging") and the overall
+    // fraction done. With several inputs it is called from the workers' threads, never by two
+    // at once.
     std::function<void(std::string_view stage, double fraction)> progress;
     const std::atomic<bool>* cancel = nullptr;
+    // Inputs read side by side, each into its own rank file: at most this many at once; 0: one
+    // per core (std::thread::hardware_concurrency). The merge that follows is one pass.
+    int threads = 0;
 };
 
 struct ImportReport {

@@ -721,9 +721,9 @@ void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu_data() {
     QTest::newRow("pp2") << QStringList{"--pp", "2"};
     // Ulysses' all-to-alls (strided copies into the staging: cudaMemcpy2DAsync) and the
     // checkpoints' copies on their own streams, each waiting on the compute stream's events.
-    QTest::newRow("cp2 ulysses, offloaded checkpoints")
-        << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--recompute", "full",
-                       "--offload-checkpoints", "--layers", "4"};
+    QTest::newRow("cp2 ulysses, offloaded checkpoints") << QStringList{
+        "--cp",     "2", "--cp-impl", "ulysses", "--recompute", "full", "--offload-checkpoints",
+        "--layers", "4"};
 }
 
 // Two ranks on one GPU, device buffers staged through host memory over MPI (NCCL refuses two
@@ -732,8 +732,8 @@ void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu() {
     REQUIRE_GPU();
     QFETCH(QStringList, layout);
     // The row's options replace the common ones they name: fulcrum-train refuses one twice.
-    QStringList common = {"--steps", "3",   "--layers",  "2",   "--hidden",    "64",
-                          "--heads", "2",   "--context", "128", "--documents", "256"};
+    QStringList common = {"--steps", "3", "--layers",  "2",   "--hidden",    "64",
+                          "--heads", "2", "--context", "128", "--documents", "256"};
     for (qsizetype i = 0; i < layout.size(); ++i) {
         const bool flag = i + 1 == layout.size() || layout[i + 1].startsWith("--");
         if (flag) {

@@ -199,6 +199,7 @@ private slots:
     void accumulationEqualsOneBatch();
     void offloadedQkvGivesTheSameGradients_data();
     void offloadedQkvGivesTheSameGradients();
+    void offloadedCheckpointsGiveTheSameGradients();
     void recomputationAndSplitBackwardGiveTheSameGradients_data();
     void recomputationAndSplitBackwardGiveTheSameGradients();
 
@@ -626,6 +627,80 @@ void EngineModelTest::offloadedQkvGivesTheSameGradients() {
         fall += 2 * config.layers * tokens * 2 * c * floats - (tokens + tokens) * 2 * c * floats;
     }
     QCOMPARE(resident.memory.peak_device_bytes - offloaded.memory.peak_device_bytes, fall);
+}
+
+// Offloaded checkpoints (checkpoint_offload.h) under full recomputation: the same loss and
+// gradients bit for bit, two micro-batches in flight, the copies lagging so that a missing
+// event would race (and TSan, scripts/test, sees the copy threads); the device peak falls by
+// the block outputs that went to the host less the two slots, and each went out and came back
+// once. Also a backward run one block per call, as the overlapped gradient reduction does.
+void EngineModelTest::offloadedCheckpointsGiveTheSameGradients() {
+    ModelShape config;
+    config.layers = 5;
+    config.hidden = 32;
+    config.heads = 4;
+    config.context = 64;
+    std::vector<TokenBatch> batches(2);
+    for (int b = 0; b < 2; ++b) {
+        batches[std::size_t(b)].append_document(
+            std::string_view(kLicenceExcerpt).substr(std::size_t(b * 7), 40));
+        batches[std::size_t(b)].append_document(
+            std::string_view(kLicenceExcerpt).substr(std::size_t(50 + b * 5), 24));
+    }
+    const std::int64_t tokens = batches[0].size();
+    struct Outcome {
+        double loss = 0;
+        std::vector<float> gradients;
+        MemoryUse memory;
+        CheckpointMemory checkpoints;
+    };
+    auto run = [&](bool offload, bool block_by_block) {
+        CpuBackend backend(1);
+        backend.set_copy_delay(std::chrono::milliseconds(2));  // copies lag: races show
+        GptModel model(backend, config);
+        model.initialize(5);
+        model.set_recompute(Recompute::full);
+        model.set_offload_checkpoints(offload);
+        model.zero_gradients();
+        Activations a(model), b(model);
+        QTEST_ASSERT(a.offloads_checkpoints() == offload);
+        Outcome result;
+        const float scale =
+            1.0f / float(batches[0].target_count() + batches[1].target_count());
+        result.loss = model.forward(batches[0], a) + model.forward(batches[1], b);
+        for (Activations* acts : {&b, &a}) {
+            if (!block_by_block) {
+                model.backward(*acts, scale);
+                continue;
+            }
+            model.backward_head(*acts, scale);
+            for (int l = config.layers - 1; l >= 0; --l) {
+                model.backward_blocks(l, l + 1, *acts);
+            }
+            model.backward_embedding(*acts);
+        }
+        result.gradients = model.gradients_to_host();
+        result.memory = backend.memory_use();
+        if (offload) {
+            result.checkpoints = *model.checkpoint_memory();
+        }
+        return result;
+    };
+    const Outcome resident = run(false, false);
+    for (bool block_by_block : {false, true}) {
+        const Outcome offloaded = run(true, block_by_block);
+        QCOMPARE(offloaded.loss, resident.loss);
+        QVERIFY(offloaded.gradients == resident.gradients);
+        // Every block's output but the last, [T, C], per micro-batch.
+        const std::int64_t floats = sizeof(float), c = config.hidden;
+        const std::int64_t out_bytes = 2 * (config.layers - 1) * tokens * c * floats;
+        QCOMPARE(offloaded.memory.peak_pinned_bytes, out_bytes);
+        QCOMPARE(offloaded.checkpoints.offloaded_bytes, out_bytes);
+        QCOMPARE(offloaded.checkpoints.prefetched_bytes, out_bytes);
+        QCOMPARE(offloaded.checkpoints.slot_bytes, 2 * tokens * c * floats);
+        QCOMPARE(resident.memory.peak_device_bytes - offloaded.memory.peak_device_bytes,
+                 out_bytes - offloaded.checkpoints.slot_bytes);
+    }
 }
 
 // Activation recomputation (recompute.h) and Zero Bubble's split backward (gpt.h): the same

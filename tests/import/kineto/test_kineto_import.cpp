@@ -219,6 +219,32 @@ private slots:
         }
     }
 
+    // Files read side by side (ImportOptions::threads) make the run one worker makes: the
+    // same rows, and the same warnings in input order, whichever file finished first.
+    void files_read_side_by_side_make_the_same_run() {
+        const std::vector<std::string> inputs = {kData + "rank1.json", kData + "rank0.json"};
+        importer::ImportOptions options;
+        options.run_name = "two ranks";
+        options.threads = 1;
+        const std::string serial = (dir_ / "serial.fulcrum").string();
+        const std::string parallel = (dir_ / "parallel.fulcrum").string();
+        auto one = importer::import_files(inputs, serial, options);
+        QVERIFY2(one, one ? "" : one.error().message.c_str());
+        options.threads = 2;
+        std::vector<double> fractions;
+        options.progress = [&](std::string_view, double fraction) {
+            fractions.push_back(fraction);
+        };
+        auto two = importer::import_files(inputs, parallel, options);
+        QVERIFY2(two, two ? "" : two.error().message.c_str());
+        QCOMPARE(two->warnings, one->warnings);
+        QCOMPARE(two->events, one->events);
+        // The command lines are equal too: both name the inputs in the order given.
+        const std::string difference = test::run_difference(serial, parallel);
+        QVERIFY2(difference.empty(), difference.c_str());
+        QVERIFY(!fractions.empty() && fractions.back() <= 1.0);
+    }
+
     void bad_records_logged() {
         const std::string out = (dir_ / "bad.fulcrum").string();
         auto result = importer::import_files({kData + "bad.json"}, out);

@@ -665,8 +665,7 @@ void EngineModelTest::offloadedCheckpointsGiveTheSameGradients() {
         Activations a(model), b(model);
         QTEST_ASSERT(a.offloads_checkpoints() == offload);
         Outcome result;
-        const float scale =
-            1.0f / float(batches[0].target_count() + batches[1].target_count());
+        const float scale = 1.0f / float(batches[0].target_count() + batches[1].target_count());
         result.loss = model.forward(batches[0], a) + model.forward(batches[1], b);
         for (Activations* acts : {&b, &a}) {
             if (!block_by_block) {

@@ -1,5 +1,9 @@
 #include "views/charts/chart_common.h"
 
+#include <qcustomplot.h>
+
+#include <QVBoxLayout>
+
 namespace fulcrum::views::charts {
 
 QString missing_analysis(const RunPtr& run) {
@@ -54,6 +58,36 @@ QString format_percent(const std::optional<double>& fraction) {
 
 QString format_fixed(const std::optional<double>& value, int decimals) {
     return value ? QString::number(*value, 'f', decimals) : kUnknown;
+}
+
+MessageStack* stack_summary_and_plot(QWidget* owner, QLabel* summary, QCustomPlot* plot) {
+    summary->setWordWrap(true);
+    summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* content = new QWidget;
+    auto* layout = new QVBoxLayout(content);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(summary);
+    layout->addWidget(plot, 1);
+    auto* stack = new MessageStack(content, owner);
+    auto* outer = new QVBoxLayout(owner);
+    outer->setContentsMargins(0, 0, 0, 0);
+    outer->addWidget(stack);
+    return stack;
+}
+
+QCPBars* add_bars(QCustomPlot* plot, const QString& name, const QVector<double>& keys,
+                  const QVector<double>& values, const QColor& colour, double width,
+                  QCPBarsGroup* group) {
+    auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
+    bars->setName(name);
+    bars->setData(keys, values, true);
+    bars->setBrush(colour);
+    bars->setPen(QPen(colour.darker(130)));
+    bars->setWidth(width);
+    if (group != nullptr) {
+        bars->setBarsGroup(group);
+    }
+    return bars;
 }
 
 QString no_grid_reason() {

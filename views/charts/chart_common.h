@@ -1,11 +1,17 @@
 // What every chart shares: a message in place of an empty plot, and how figures are written.
 #pragma once
 
+#include <QColor>
 #include <QLabel>
 #include <QStackedWidget>
 #include <QString>
+#include <QVector>
 #include <cstdint>
 #include <optional>
+
+class QCPBars;
+class QCPBarsGroup;
+class QCustomPlot;
 
 #include "views/common/opened_run.h"
 
@@ -27,6 +33,16 @@ private:
     QWidget* content_;
     QLabel* label_;
 };
+
+// The layout of a chart view with a summary: `summary` (wrapped, selectable) above `plot`, the
+// two in a MessageStack that fills `owner`; returns the stack.
+MessageStack* stack_summary_and_plot(QWidget* owner, QLabel* summary, QCustomPlot* plot);
+
+// Bars of `values` at `keys` in one colour, outlined a shade darker; in `group` when given
+// (bars side by side).
+QCPBars* add_bars(QCustomPlot* plot, const QString& name, const QVector<double>& keys,
+                  const QVector<double>& values, const QColor& colour, double width,
+                  QCPBarsGroup* group = nullptr);
 
 // What a figure shows where nothing was measured or predicted
 // (docs/analyses.md, "Unknown figures").

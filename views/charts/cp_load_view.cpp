@@ -157,22 +157,13 @@ void CpLoadView::draw() {
     }
 
     auto* bars_group = new QCPBarsGroup(plot_);
-    auto make_bars = [&](const QString& name, const QVector<double>& values, const QColor& colour) {
-        auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
-        bars->setName(name);
-        bars->setData(keys, values, true);
-        bars->setBrush(colour);
-        bars->setPen(QPen(colour.darker(130)));
-        bars->setWidth(0.35);
-        bars->setBarsGroup(bars_group);
-        return bars;
-    };
     if (!measured_share.isEmpty()) {
-        measured_ = make_bars(tr("measured attention time"), measured_share, palette::measured());
+        measured_ = charts::add_bars(plot_, tr("measured attention time"), keys, measured_share,
+                                     palette::measured(), 0.35, bars_group);
     }
     if (!predicted_share.isEmpty()) {
-        predicted_ =
-            make_bars(tr("predicted work (causal pairs)"), predicted_share, palette::predicted());
+        predicted_ = charts::add_bars(plot_, tr("predicted work (causal pairs)"), keys,
+                                      predicted_share, palette::predicted(), 0.35, bars_group);
     }
     auto* even = new QCPItemStraightLine(plot_);
     even->point1->setCoords(0, 1.0 / cp);

@@ -3,7 +3,6 @@
 #include <qcustomplot.h>
 
 #include <QLabel>
-#include <QVBoxLayout>
 
 #include "views/charts/chart_common.h"
 #include "views/common/palette.h"
@@ -21,19 +20,9 @@ QString mib(double bytes) {
 
 MemoryView::MemoryView(QWidget* parent)
     : QWidget(parent), summary_(new QLabel), plot_(new QCustomPlot) {
-    auto* content = new QWidget;
-    summary_->setWordWrap(true);
-    summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     plot_->yAxis->setLabel(tr("peak memory (MiB)"));
     plot_->legend->setVisible(true);
-    auto* layout = new QVBoxLayout(content);
-    layout->setContentsMargins(0, 0, 0, 0);
-    layout->addWidget(summary_);
-    layout->addWidget(plot_, 1);
-    stack_ = new charts::MessageStack(content, this);
-    auto* outer = new QVBoxLayout(this);
-    outer->setContentsMargins(0, 0, 0, 0);
-    outer->addWidget(stack_);
+    stack_ = charts::stack_summary_and_plot(this, summary_, plot_);
     set_run(nullptr);
 }
 
@@ -86,18 +75,10 @@ void MemoryView::set_run(RunPtr run) {
                         r.predicted_bytes ? *r.predicted_bytes / kMiB : 0.0});
     }
     auto* group = new QCPBarsGroup(plot_);
-    auto make_bars = [&](const QString& name, const QVector<double>& values, const QColor& colour) {
-        auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
-        bars->setName(name);
-        bars->setData(keys, values, true);
-        bars->setBrush(colour);
-        bars->setPen(QPen(colour.darker(130)));
-        bars->setWidth(0.35);
-        bars->setBarsGroup(group);
-        return bars;
-    };
-    measured_ = make_bars(tr("measured peak"), measured, palette::measured());
-    predicted_ = make_bars(tr("predicted (memory model)"), predicted, palette::predicted());
+    measured_ = charts::add_bars(plot_, tr("measured peak"), keys, measured, palette::measured(),
+                                 0.35, group);
+    predicted_ = charts::add_bars(plot_, tr("predicted (memory model)"), keys, predicted,
+                                  palette::predicted(), 0.35, group);
     plot_->xAxis->setTicker(ticker);
     plot_->xAxis->setRange(-0.6, static_cast<double>(memory.ranks.size()) - 0.4);
     plot_->yAxis->setRange(0, top * 1.2 + 1e-9);

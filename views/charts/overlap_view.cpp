@@ -3,7 +3,6 @@
 #include <qcustomplot.h>
 
 #include <QLabel>
-#include <QVBoxLayout>
 
 #include "views/charts/chart_common.h"
 #include "views/common/palette.h"
@@ -12,19 +11,9 @@ namespace fulcrum::views {
 
 OverlapView::OverlapView(QWidget* parent)
     : QWidget(parent), summary_(new QLabel), plot_(new QCustomPlot) {
-    auto* content = new QWidget;
-    summary_->setWordWrap(true);
-    summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     plot_->yAxis->setLabel(tr("copy time (ms)"));
     plot_->legend->setVisible(true);
-    auto* layout = new QVBoxLayout(content);
-    layout->setContentsMargins(0, 0, 0, 0);
-    layout->addWidget(summary_);
-    layout->addWidget(plot_, 1);
-    stack_ = new charts::MessageStack(content, this);
-    auto* outer = new QVBoxLayout(this);
-    outer->setContentsMargins(0, 0, 0, 0);
-    outer->addWidget(stack_);
+    stack_ = charts::stack_summary_and_plot(this, summary_, plot_);
     set_run(nullptr);
 }
 
@@ -73,18 +62,10 @@ void OverlapView::set_run(RunPtr run) {
         ticker->addTick(static_cast<double>(i), tr("rank %1").arg(r.rank));
         top = std::max(top, static_cast<double>(r.copy_ns) / 1e6);
     }
-    auto make_bars = [&](const QString& name, const QVector<double>& values, const QColor& colour) {
-        auto* bars = new QCPBars(plot_->xAxis, plot_->yAxis);
-        bars->setName(name);
-        bars->setData(keys, values, true);
-        bars->setBrush(colour);
-        bars->setPen(QPen(colour.darker(130)));
-        bars->setWidth(0.6);
-        return bars;
-    };
-    overlapped_ =
-        make_bars(tr("overlapped with compute"), overlapped, palette::category(Category::offload));
-    exposed_ = make_bars(tr("exposed (not hidden by compute)"), exposed, palette::bubble());
+    overlapped_ = charts::add_bars(plot_, tr("overlapped with compute"), keys, overlapped,
+                                   palette::category(Category::offload), 0.6);
+    exposed_ = charts::add_bars(plot_, tr("exposed (not hidden by compute)"), keys, exposed,
+                                palette::bubble(), 0.6);
     exposed_->moveAbove(overlapped_);
     // The overlap percentage above each rank's bar.
     for (std::size_t i = 0; i < offload.ranks.size(); ++i) {

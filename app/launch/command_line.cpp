@@ -276,9 +276,6 @@ std::string beyond_the_engine(const plan::PlanRequest& request, const plan::Cand
         request.model.ffn_hidden > 0) {
         missing.push_back("Llama shapes");
     }
-    if (c.layout.context_parallelism == parallel::ContextParallelism::ulysses && c.offload) {
-        missing.push_back("chunked attention over Ulysses");
-    }
     if (c.layout.zero_stage >= 3) {
         missing.push_back("ZeRO-3");
     }

@@ -4,7 +4,7 @@
 # (core/parallel/memory_model.h, engine_stage_memory, which fulcrum-train prints beside the
 # peak), and against the run without the technique in the same script: ZeRO 0-2 over DP, a
 # pipeline stage holding only its own layers, offloaded checkpoints, Ulysses against
-# all-gather CP, and FPDT's whole engine design (chunks, Q/K/V and checkpoint offload).
+# all-gather CP, and FPDT's engine design (chunks, Q/K/V and checkpoint offload) over both.
 # Documents are exactly the context long, so every micro-batch is full and the prediction is
 # for the micro-batches the run packs. "max" is the largest rank's; "pinned" the host memory
 # the offloads use. ZeRO-3 is not in fulcrum-train (docs/engine.md): no row.
@@ -81,3 +81,7 @@ emit "cp4 ulysses" 4 "$cp_base"
 # the checkpoints offloaded, ZeRO-2 over the CP ranks.
 measure 2 --cp 2 --recompute full --offload-checkpoints --attention-chunk 128 --zero 2
 emit "cp2 full + OC + chunks 128 + zero 2" 2 "$cp_base"
+# The same over Ulysses' head shard: FPDT's own design, short of ZeRO-3.
+measure 2 --cp 2 --cp-impl ulysses --recompute full --offload-checkpoints --attention-chunk 128 \
+    --zero 2
+emit "cp2 ulysses full + OC + chunks 128 + zero 2" 2 "$cp_base"

@@ -307,7 +307,10 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
             (head && !in_rows ? r.ns * r.v : 0);
     }
     if (offload) {
-        const double pinned = layers * (r.n * r.cl + (r.g > 0 ? r.g : r.n) * 2 * r.cl);
+        // Q and K|V in pinned host memory: this rank's queries and the gathered or own K|V,
+        // or under Ulysses the head shard's Q, K, V over every token.
+        const double pinned = r.ulysses ? layers * 3 * r.g * r.w
+                                        : layers * (r.n * r.cl + (r.g > 0 ? r.g : r.n) * 2 * r.cl);
         (qkv_until ? e.pinned_until_input_gradients : e.pinned_kept) += pinned;
     }
     return e;
@@ -323,6 +326,8 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
     if (r.ulysses) {
         w += 4 * r.g * r.w;                 // ∂L/∂ the head shard's output and Q|K|V
         w += (r.cp * r.n + r.g) * 3 * r.w;  // all-to-all staging (context_parallel.h)
+        // With offload: this rank's Q|K|V and the head shard of the block being computed.
+        w += offload ? 3 * r.n * r.cl + 3 * r.g * r.w : 0;
     } else if (r.g > 0) {
         w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
         w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V
@@ -340,8 +345,10 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
         w += 2 * r.ns * r.c;  // the two checkpoint slots
     }
     if (shape.attention_chunk > 0) {
+        // The chunks' width and heads: the head shard's under Ulysses.
         const double chunk = shape.attention_chunk;
-        w += chunk * (r.cl + r.hl) + (offload ? 2 * chunk * 3 * r.cl : 0);
+        const double width = r.ulysses ? r.w : r.cl, heads = r.ulysses ? r.hs : r.hl;
+        w += chunk * (width + heads) + (offload ? 2 * chunk * 3 * width : 0);
     }
     return w;
 }

@@ -267,7 +267,11 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
             q = store.q.slice(first, rows);
             own_kv = own_keys ? store.kv.slice(first, rows) : Tensor{};
         }
-        backend_.matmul_forward(q, input, projection.q_weight, projection.q_bias);
+        if (projection.q_weight.empty()) {
+            backend_.copy(q, input);  // Q given (Ulysses' head shard)
+        } else {
+            backend_.matmul_forward(q, input, projection.q_weight, projection.q_bias);
+        }
         if (own_keys) {
             backend_.matmul_forward(own_kv, input, projection.kv_weight, projection.kv_bias);
         }

@@ -74,7 +74,8 @@ struct ChunkedAttentionOptions {
 };
 
 // The QKV projection of a block: q = input · q_weightᵀ + q_bias, and serially
-// k|v = input · kv_weightᵀ + kv_bias. Under CP kv_weight is empty: K/V come gathered.
+// k|v = input · kv_weightᵀ + kv_bias. Under CP kv_weight is empty: K/V come gathered. Under
+// Ulysses q_weight is empty too: `input` is Q itself [T, C], projected before the all-to-all.
 struct QkvProjection {
     Tensor input;               // LN₁(x) [T, C]
     Tensor q_weight, q_bias;    // [C_l, C], [C_l]

@@ -198,7 +198,7 @@ struct HeadsExchange {
 
 HeadsExchange heads_exchange(Communicator* cp, const ContextExchange& exchange,
                              std::span<const Tensor> local, const Tensor& staging,
-                             const Tensor& heads) {
+                             std::span<const Tensor> heads) {
     HeadsExchange x;
     x.size = cp == nullptr ? 1 : cp->size();
     x.rank = cp == nullptr ? 0 : cp->rank();
@@ -207,11 +207,12 @@ HeadsExchange heads_exchange(Communicator* cp, const ContextExchange& exchange,
     FULCRUM_CHECK(!local.empty(), "an exchange of no tensors");
     x.local_rows = exchange.rows_per_rank[std::size_t(x.rank)];
     x.total = exchange.total_rows();
-    x.width = heads.cols();
-    x.block = x.width / std::int64_t(local.size());
-    FULCRUM_CHECK(heads.rows() == x.total && heads.contiguous() &&
-                      x.block * std::int64_t(local.size()) == x.width,
-                  "head shard [total, k·H/P]");
+    FULCRUM_CHECK(heads.size() == local.size(), "one head-shard block per local block");
+    x.block = heads.front().cols();
+    x.width = x.block * std::int64_t(local.size());
+    for (const Tensor& t : heads) {
+        FULCRUM_CHECK(t.rows() == x.total && t.cols() == x.block, "head-shard blocks [total, H/P]");
+    }
     for (const Tensor& t : local) {
         FULCRUM_CHECK(t.rows() == x.local_rows && t.cols() == x.block * x.size,
                       "local blocks [T_local, H] with H = P · the head shard's block");
@@ -255,7 +256,7 @@ std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank
 }
 
 void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
-                   std::span<const Tensor> local, Tensor staging, Tensor heads) {
+                   std::span<const Tensor> local, Tensor staging, std::span<const Tensor> heads) {
     const HeadsExchange x = heads_exchange(cp, exchange, local, staging, heads);
     for (int j = 0; j < x.size; ++j) {
         const Tensor to_rank = x.token_major.slice(j * x.local_rows, x.local_rows);
@@ -266,17 +267,23 @@ void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& ex
     }
     exchange_heads(cp, exchange, x, true, backend);
     for (const RowRun& run : exchange.runs) {
-        backend.copy(heads.slice(run.document_row, run.count),
-                     x.rank_major.slice(run.gathered_row, run.count));
+        const Tensor rows = x.rank_major.slice(run.gathered_row, run.count);
+        for (std::size_t i = 0; i < heads.size(); ++i) {
+            backend.copy(heads[i].slice(run.document_row, run.count),
+                         rows.columns(std::int64_t(i) * x.block, x.block));
+        }
     }
 }
 
-void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange, Tensor heads,
-                  Tensor staging, std::span<const Tensor> local) {
+void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                  std::span<const Tensor> heads, Tensor staging, std::span<const Tensor> local) {
     const HeadsExchange x = heads_exchange(cp, exchange, local, staging, heads);
     for (const RowRun& run : exchange.runs) {
-        backend.copy(x.rank_major.slice(run.gathered_row, run.count),
-                     heads.slice(run.document_row, run.count));
+        const Tensor rows = x.rank_major.slice(run.gathered_row, run.count);
+        for (std::size_t i = 0; i < heads.size(); ++i) {
+            backend.copy(rows.columns(std::int64_t(i) * x.block, x.block),
+                         heads[i].slice(run.document_row, run.count));
+        }
     }
     exchange_heads(cp, exchange, x, false, backend);
     for (int j = 0; j < x.size; ++j) {

@@ -68,9 +68,11 @@ void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
 // heads/tp. The all-to-all moves (P−1)/P of the rank's rows each way, whatever the sharding.
 //
 // Layouts. The local tensors are k column blocks (views) [T_local, H]; block i's columns
-// [j·H/P, (j+1)·H/P) are rank j's heads. The head shard [T_total, k·H/P] holds block i's
-// columns of this rank's heads at columns [i·H/P, (i+1)·H/P). `staging` (heads_staging_
-// elements floats, contiguous) holds the rank-major blocks the collective reads and writes.
+// [j·H/P, (j+1)·H/P) are rank j's heads. The head shard is k blocks (views) [T_total, H/P],
+// block i holding local block i's columns of this rank's heads, in document order: the model
+// lays them out as Q [T_total, H/P], then K|V [T_total, 2H/P], each contiguous, as chunked
+// attention stores them. `staging` (heads_staging_elements floats, contiguous) holds the
+// rank-major rows the collective reads and writes.
 
 // Floats of staging an exchange of `width` head-shard columns needs: P·T_local rows to send
 // (or receive) and T_total rows in rank-major order.
@@ -80,9 +82,9 @@ std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank
 // Token shard → head shard (the forward's Q, K, V; the backward's ∂L/∂o). cp null means a
 // group of one.
 void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
-                   std::span<const Tensor> local, Tensor staging, Tensor heads);
+                   std::span<const Tensor> local, Tensor staging, std::span<const Tensor> heads);
 // Head shard → token shard (the forward's o; the backward's dQ, dK, dV): overwrites `local`.
-void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange, Tensor heads,
-                  Tensor staging, std::span<const Tensor> local);
+void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                  std::span<const Tensor> heads, Tensor staging, std::span<const Tensor> local);
 
 }  // namespace fulcrum::engine

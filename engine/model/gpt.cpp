@@ -47,6 +47,17 @@ Tensor cp_local_kv(const Tensor& qkv) {
     return qkv.reshaped({t * 3 * cl}).slice(t * cl, 2 * t * cl).reshaped({t, 2 * cl});
 }
 
+// Ulysses' head shard in a [T_total, 3w] buffer (context_parallel.h): Q [T_total, w], then
+// K|V [T_total, 2w], each contiguous; its three blocks Q, K, V as the exchange takes them.
+struct HeadBlocks {
+    Tensor blocks[3];
+};
+HeadBlocks head_blocks(const Tensor& heads) {
+    const Tensor kv = cp_local_kv(heads);
+    const std::int64_t w = kv.cols() / 2;
+    return {{cp_queries(heads), kv.columns(0, w), kv.columns(w, w)}};
+}
+
 // The layout is built in the constructor's initialiser list: the config is checked first.
 const ModelShape& validated(const ModelShape& config) {
     const Status valid = validate(config);
@@ -129,16 +140,20 @@ Activations::Run& Activations::run_of(int first, int last) {
     return runs_.front();
 }
 
+std::int64_t Activations::attention_width() const {
+    const std::int64_t cl = config_.hidden / tp_size_;
+    return ulysses() ? cl / cp_size_ : cl;
+}
+
 float* Activations::host_q(int layer) const {
     const Run& run = runs_[std::size_t(held_runs_[std::size_t(layer)])];
-    return run.host_q.get() +
-           std::int64_t(layer - run.first) * run.q_rows * (config_.hidden / tp_size_);
+    return run.host_q.get() + std::int64_t(layer - run.first) * run.q_rows * attention_width();
 }
 
 float* Activations::host_kv(int layer) const {
     const Run& run = runs_[std::size_t(held_runs_[std::size_t(layer)])];
     return run.host_kv.get() +
-           std::int64_t(layer - run.first) * run.kv_rows * 2 * (config_.hidden / tp_size_);
+           std::int64_t(layer - run.first) * run.kv_rows * 2 * attention_width();
 }
 
 QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const {
@@ -147,6 +162,9 @@ QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const 
         FULCRUM_CHECK(held_runs_[std::size_t(layer)] >= 0 && host_q(layer) != nullptr,
                       "block's Q, K and V have no host memory: not held, or released");
         return {Tensor{}, Tensor{}, host_q(layer), host_kv(layer)};
+    }
+    if (ulysses()) {  // the head shard: Q, then K|V (context_parallel.h)
+        return {cp_queries(block.kv), cp_local_kv(block.kv), nullptr, nullptr};
     }
     return {cp_queries(block.qkv), context_parallel() ? block.kv : cp_local_kv(block.qkv), nullptr,
             nullptr};
@@ -286,15 +304,18 @@ void Activations::allocate_run(Run& run, bool output_gradients_buffer) {
     reserve(backend_, run.kept, count_kept);
     reserve(backend_, run.until_input_gradients, count_until);
     if (offload_qkv_) {
-        const std::int64_t cl = config_.hidden / tp_size_, blocks_in_run = run.last - run.first;
-        // K/V rows: the query rows' own serially, the gathered ones under CP.
+        const std::int64_t width = attention_width(), blocks_in_run = run.last - run.first;
+        // K/V rows: the query rows' own serially, the gathered ones under CP; Q rows: this
+        // rank's, or under Ulysses every token's (its heads').
         const std::int64_t kv_rows = gathered_rows > 0 ? gathered_rows : n;
-        if (n > run.q_rows) {
-            run.host_q = backend_.allocate_pinned(std::size_t(blocks_in_run * n * cl));
-            run.q_rows = n;
+        const std::int64_t q_rows = ulysses() ? gathered_rows : n;
+        if (q_rows > run.q_rows) {
+            run.host_q = backend_.allocate_pinned(std::size_t(blocks_in_run * q_rows * width));
+            run.q_rows = q_rows;
         }
         if (kv_rows > run.kv_rows) {
-            run.host_kv = backend_.allocate_pinned(std::size_t(blocks_in_run * kv_rows * 2 * cl));
+            run.host_kv =
+                backend_.allocate_pinned(std::size_t(blocks_in_run * kv_rows * 2 * width));
             run.kv_rows = kv_rows;
         }
     }
@@ -446,11 +467,10 @@ void GptModel::set_attention_chunking(ChunkedAttentionOptions options) {
     FULCRUM_CHECK(options.chunk == 0 || recompute_ != Recompute::selective,
                   "selective recomputation needs the attention's Q, K, V on the device: not "
                   "with chunked attention");
-    FULCRUM_CHECK(options.chunk == 0 || !parallel_.ulysses(),
-                  "chunked attention runs on all-gather context parallelism, not Ulysses");
-    const int tp = parallel_.tp_size();
-    attention_ = std::make_unique<ChunkedAttention>(backend_, int(config_.hidden / tp),
-                                                    config_.heads / tp, options);
+    // Under Ulysses the attention runs on the head shard: C/(tp·cp) columns, heads/(tp·cp).
+    const int split = parallel_.tp_size() * (parallel_.ulysses() ? parallel_.cp_size() : 1);
+    attention_ = std::make_unique<ChunkedAttention>(backend_, int(config_.hidden / split),
+                                                    config_.heads / split, options);
 }
 
 void GptModel::set_recompute(Recompute recompute) {
@@ -785,7 +805,20 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
     // Column-parallel QKV (Megatron's f: identity forward; all-gather of the rows under
     // sequence parallelism).
     const Tensor ln1 = gather_rows(a.ln1, acts);
-    if (attention_->enabled()) {
+    if (acts.ulysses()) {
+        // Serial Q|K|V rows of this rank's tokens, traded for the head shard (all-to-all);
+        // with offload both live in one buffer for all blocks, not in the block's own.
+        Tensor qkv = a.qkv, heads = a.kv;
+        if (acts.offloads_qkv()) {
+            std::tie(qkv, heads) = ulysses_offload_scratch(acts);
+            attention_->await_gathered_offload();  // the last block's K/V have left it
+        }
+        be.matmul_forward(qkv, ln1, w.qkv_weight, w.qkv_bias);
+        const Tensor local[] = {qkv.columns(0, cl), qkv.columns(cl, cl), qkv.columns(2 * cl, cl)};
+        scatter_heads(be, parallel_.cp, acts.exchange, local, heads_staging(acts, 3),
+                      head_blocks(heads).blocks);
+        ulysses_attention_forward(l, acts, a, heads);
+    } else if (attention_->enabled()) {
         // FPDT: Q (and serially K|V) projected chunk by chunk inside the attention;
         // under CP this rank's K|V first, whole, for the all-gather.
         QkvProjection projection{ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl), Tensor{},
@@ -811,13 +844,6 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
         }
         attention_->forward(projection, gathered, acts.qkv_store(l, a), a.atty, a.att_lse,
                             acts.spans);
-    } else if (acts.ulysses()) {
-        // Serial Q|K|V rows of this rank's tokens, traded for the head shard (all-to-all).
-        be.matmul_forward(a.qkv, ln1, w.qkv_weight, w.qkv_bias);
-        const Tensor local[] = {a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
-                                a.qkv.columns(2 * cl, cl)};
-        scatter_heads(be, parallel_.cp, acts.exchange, local, heads_staging(acts, 3), a.kv);
-        ulysses_attention_forward(acts, a);
     } else if (acts.context_parallel()) {
         // Q and this rank's K|V as two GEMMs into contiguous blocks, K|V gathered over CP.
         const Tensor q = cp_queries(a.qkv), kv_local = cp_local_kv(a.qkv);
@@ -973,7 +999,7 @@ void GptModel::recompute_block(int l, Activations& acts, const BlockActivations&
     const std::int64_t cl = config_.hidden / parallel_.tp_size();
     instrument::Range attention_range(range_name::kAttention, Category::attention);
     if (acts.ulysses()) {
-        ulysses_attention_forward(acts, a);
+        ulysses_attention_forward(l, acts, a, a.kv);
     } else if (acts.context_parallel()) {
         backend_.attention_forward(a.atty, a.att_lse, cp_queries(a.qkv), a.kv.columns(0, cl),
                                    a.kv.columns(cl, cl), acts.spans, n_head_local());
@@ -999,8 +1025,8 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
     auto grad = [split](const Tensor& t) { return split ? Tensor{} : t; };
     if (acts.offloads_qkv()) {
         // The attention backward's first K/V and Q chunks come in while the MLP computes.
-        attention_->prefetch_backward(acts.qkv_store(l, a), acts.n_tokens(), kv_rows(acts),
-                                      acts.spans);
+        attention_->prefetch_backward(acts.qkv_store(l, a), query_rows(acts), kv_rows(acts),
+                                      acts.ulysses() ? acts.exchange.document_spans : acts.spans);
     }
     // dresidual holds ∂L/∂residual3. MLP branch; its LayerNorm adds into dresidual,
     // which then holds ∂L/∂residual2 (identity path + branch). Under TP the row-parallel
@@ -1041,17 +1067,24 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
     if (acts.ulysses()) {
         // ∂L/∂o to the head shard, the attention backward there, dQ|dK|dV back to this rank's
         // tokens (context_parallel.h): no sum across ranks.
-        const std::int64_t hw = cl / parallel_.cp_size();
-        const Tensor dout[] = {s.datty};
-        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts, 1), s.dheads_out);
+        const Tensor dout[] = {s.datty}, dout_heads[] = {s.dheads_out};
+        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts, 1), dout_heads);
         be.fill_zero(s.dheads_qkv);
-        be.attention_backward(s.dheads_qkv.columns(0, hw), s.dheads_qkv.columns(hw, hw),
-                              s.dheads_qkv.columns(2 * hw, hw), s.dheads_out, a.kv.columns(0, hw),
-                              a.kv.columns(hw, hw), a.kv.columns(2 * hw, hw), a.heads_out,
-                              a.att_lse, acts.exchange.document_spans, n_head_shard());
+        const HeadBlocks d = head_blocks(s.dheads_qkv);
+        if (attention_->enabled()) {
+            // K/V chunks outer, Q chunks inner (chunked_attention.h), on the head shard.
+            attention_->backward(acts.qkv_store(l, a), d.blocks[0], d.blocks[1], d.blocks[2],
+                                 s.dheads_out, a.heads_out, a.att_lse,
+                                 acts.exchange.document_spans);
+        } else {
+            const HeadBlocks h = head_blocks(a.kv);
+            be.attention_backward(d.blocks[0], d.blocks[1], d.blocks[2], s.dheads_out, h.blocks[0],
+                                  h.blocks[1], h.blocks[2], a.heads_out, a.att_lse,
+                                  acts.exchange.document_spans, n_head_shard());
+        }
         const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
                                  dqkv.columns(2 * cl, cl)};
-        gather_heads(be, parallel_.cp, acts.exchange, s.dheads_qkv, heads_staging(acts, 3), dlocal);
+        gather_heads(be, parallel_.cp, acts.exchange, d.blocks, heads_staging(acts, 3), dlocal);
         const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
         be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
                            w.qkv_weight);
@@ -1142,17 +1175,36 @@ Tensor GptModel::heads_staging(const Activations& acts, int blocks) {
     return staging_storage_.f32(0, {floats});
 }
 
-void GptModel::ulysses_attention_forward(const Activations& acts, const BlockActivations& a) {
-    const std::int64_t w = config_.hidden / parallel_.tp_size() / parallel_.cp_size();
-    backend_.attention_forward(a.heads_out, a.att_lse, a.kv.columns(0, w), a.kv.columns(w, w),
-                               a.kv.columns(2 * w, w), acts.exchange.document_spans,
-                               n_head_shard());
-    const Tensor out[] = {a.atty};
-    gather_heads(backend_, parallel_.cp, acts.exchange, a.heads_out, heads_staging(acts, 1), out);
+void GptModel::ulysses_attention_forward(int layer, Activations& acts, const BlockActivations& a,
+                                         Tensor heads) {
+    if (attention_->enabled()) {
+        // FPDT's chunks over the head shard: Q given (no projection), K|V as CP's gathered.
+        const QkvProjection projection{cp_queries(heads), Tensor{}, Tensor{}, Tensor{}, Tensor{}};
+        attention_->forward(projection, cp_local_kv(heads), acts.qkv_store(layer, a), a.heads_out,
+                            a.att_lse, acts.exchange.document_spans);
+    } else {
+        const HeadBlocks h = head_blocks(heads);
+        backend_.attention_forward(a.heads_out, a.att_lse, h.blocks[0], h.blocks[1], h.blocks[2],
+                                   acts.exchange.document_spans, n_head_shard());
+    }
+    const Tensor out[] = {a.atty}, out_heads[] = {a.heads_out};
+    gather_heads(backend_, parallel_.cp, acts.exchange, out_heads, heads_staging(acts, 1), out);
+}
+
+std::pair<Tensor, Tensor> GptModel::ulysses_offload_scratch(const Activations& acts) {
+    const std::int64_t cl = config_.hidden / parallel_.tp_size(), w = cl / parallel_.cp_size();
+    const std::int64_t local = acts.n_tokens(), total = acts.exchange.total_rows();
+    reserve(backend_, offload_kv_storage_, offload_kv_capacity_, local * 3 * cl + total * 3 * w);
+    return {offload_kv_storage_.f32(0, {local, 3 * cl}),
+            offload_kv_storage_.f32(local * 3 * cl, {total, 3 * w})};
+}
+
+std::int64_t GptModel::query_rows(const Activations& acts) const {
+    return acts.ulysses() ? acts.exchange.total_rows() : acts.n_tokens();
 }
 
 bool GptModel::split_qkv_layout(const Activations& acts) const {
-    return attention_->enabled() || (acts.context_parallel() && !acts.ulysses());
+    return !acts.ulysses() && (attention_->enabled() || acts.context_parallel());
 }
 
 int GptModel::n_head_shard() const {

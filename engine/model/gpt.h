@@ -224,9 +224,11 @@ private:
         bool live = false;  // allocated (always, unless by the schedule)
     };
     Run& run_of(int first, int last);
-    // Pinned host copies of block l's Q [q_rows, C_l] and K|V [kv_rows, 2C_l].
+    // Pinned host copies of block l's Q [q_rows, W] and K|V [kv_rows, 2W], W the attention's
+    // width: C_l, or the head shard's C_l/cp under Ulysses.
     float* host_q(int layer) const;
     float* host_kv(int layer) const;
+    std::int64_t attention_width() const;
     // Whether a split backward frees the blocks' qkv, K|V and their pinned copies after B:
     // not when W recomputes from them.
     bool qkv_freed_after_input_gradients() const;
@@ -418,8 +420,15 @@ private:
     Tensor exchange_staging(std::int64_t rows);
     // Ulysses: the staging of an exchange of `blocks` column blocks (context_parallel.h).
     Tensor heads_staging(const Activations& acts, int blocks);
-    // Ulysses: the attention core on the head shard, and its output back to this rank's rows.
-    void ulysses_attention_forward(const Activations& acts, const BlockActivations& a);
+    // Ulysses: the attention core on the head shard `heads` [T_total, 3w] (block l's own, or
+    // with offload the shared scratch), whole or in FPDT's chunks, and its output back to this
+    // rank's rows.
+    void ulysses_attention_forward(int layer, Activations& acts, const BlockActivations& a,
+                                   Tensor heads);
+    // Ulysses with offload: this rank's serial Q|K|V [T, 3C_l] and the head shard
+    // [T_total, 3w] of the block being computed, one buffer for all blocks.
+    std::pair<Tensor, Tensor> ulysses_offload_scratch(const Activations& acts);
+    std::int64_t query_rows(const Activations& acts) const;  // rows of Q attention sees
     // Whether qkv and dqkv hold Q [T, C_l] then K|V [T, 2C_l] (chunked attention, all-gather
     // CP) rather than the serial [T, 3C_l] rows.
     bool split_qkv_layout(const Activations& acts) const;

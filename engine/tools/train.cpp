@@ -392,18 +392,6 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
             "keeps on the device, but chunked attention (--attention-chunk) keeps "
             "them by chunk, in host memory; use --recompute full or none with it");
     }
-    if (o.cp_impl == parallel::ContextParallelism::ulysses && o.attention_chunk > 0) {
-        return invalid(
-            "--attention-chunk runs on all-gather context parallelism; FPDT's chunks over "
-            "Ulysses' head shards are not in fulcrum-train yet (fulcrum simulate and fulcrum "
-            "plan price them); leave out --cp-impl ulysses or --attention-chunk");
-    }
-    if (o.offload_checkpoints && parallel::splits_backward(c.schedule)) {
-        return invalid(
-            "--offload-checkpoints: zb-h1's weight-gradient pass would recompute from the "
-            "checkpoints a second time, after they went back to the host; use 1f1b, gpipe or "
-            "interleaved with it");
-    }
     auto balancer = balance::parse_balancer(o.balancer);
     if (!balancer) {
         return balancer.error();

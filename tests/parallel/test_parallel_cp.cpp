@@ -300,9 +300,10 @@ void ParallelCpTest::ulyssesExchangeRoundTrips() {
                     value(document_row[std::size_t(r)], c, b);
     backend_.upload(local, host.data(), kComputeStream);
     const Tensor blocks[] = {local.columns(0, h), local.columns(h, h)};
-    scatter_heads(backend_, &cp, exchange, blocks, scratch, heads);
+    const Tensor head_blocks[] = {heads.columns(0, w), heads.columns(w, w)};
+    scatter_heads(backend_, &cp, exchange, blocks, scratch, head_blocks);
     const Tensor returned[] = {back.columns(0, h), back.columns(h, h)};
-    gather_heads(backend_, &cp, exchange, heads, scratch, returned);
+    gather_heads(backend_, &cp, exchange, head_blocks, scratch, returned);
 
     std::vector<float> shard_values(std::size_t(total * 2 * w)), round_trip(host.size());
     backend_.download(shard_values.data(), heads, kComputeStream);

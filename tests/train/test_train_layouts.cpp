@@ -105,6 +105,38 @@ private slots:
                                 "--schedule", "zb-h1",     "--overlap-grad-reduce",
                                 "on"}
             << fixed;
+        // FPDT's own design: Ulysses' head shard in chunks with Q, K, V offloaded; with full
+        // recomputation and offloaded checkpoints too, under ZB-H1 and the layer-by-layer
+        // reduction.
+        QTest::newRow("cp2 ulysses fpdt chunk 16")
+            << 2 << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--attention-chunk", "16"}
+            << fixed;
+        QTest::newRow("cp2 ulysses fpdt chunk 16 no offload")
+            << 2 << QStringList{"--cp", "2",         "--cp-impl", "ulysses", "--attention-chunk",
+                                "16",   "--offload", "off"}
+            << fixed;
+        QTest::newRow("pp2 cp2 ulysses fpdt chunk 16 recompute full offload checkpoints")
+            << 4
+            << QStringList{"--pp",
+                           "2",
+                           "--cp",
+                           "2",
+                           "--cp-impl",
+                           "ulysses",
+                           "--attention-chunk",
+                           "16",
+                           "--recompute",
+                           "full",
+                           "--offload-checkpoints",
+                           "--overlap-grad-reduce",
+                           "on"}
+            << wlb;
+        QTest::newRow("pp2 cp2 ulysses zb-h1 fpdt chunk 16")
+            << 4 << QStringList{"--pp",       "2",         "--cp",
+                                "2",          "--cp-impl", "ulysses",
+                                "--schedule", "zb-h1",     "--attention-chunk",
+                                "16"}
+            << fixed;
         QTest::newRow("cp2 ulysses per-doc recompute full")
             << 2 << QStringList{"--cp",       "2",       "--cp-impl",   "ulysses",
                                 "--cp-shard", "per-doc", "--recompute", "full"}
@@ -374,15 +406,6 @@ private slots:
             << 4 << QStringList{"--tp", "2",        "--cp", "2",         "--heads",
                                 "2",    "--hidden", "32",   "--cp-impl", "ulysses"}
             << "--cp-impl ulysses gives each CP rank whole heads";
-        QTest::newRow("ulysses with chunked attention")
-            << 2 << QStringList{"--cp", "2", "--cp-impl", "ulysses", "--attention-chunk", "16"}
-            << "leave out --cp-impl ulysses or --attention-chunk";
-        QTest::newRow("offloaded checkpoints without full recomputation")
-            << 1 << QStringList{"--offload-checkpoints"} << "--recompute full";
-        QTest::newRow("offloaded checkpoints under zb-h1")
-            << 2 << QStringList{"--pp",        "2",    "--schedule",           "zb-h1",
-                                "--recompute", "full", "--offload-checkpoints"}
-            << "use 1f1b, gpipe or interleaved with it";
         QTest::newRow("unknown cp implementation")
             << 2 << QStringList{"--cp", "2", "--cp-impl", "ring"} << "ring";
         QTest::newRow("unknown schedule")

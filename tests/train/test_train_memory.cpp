@@ -140,6 +140,14 @@ private slots:
             {"--tp", "2", "--cp", "2", "--cp-impl", "ulysses", "--recompute", "selective"});
         row("pp2 cp2 ulysses zb-h1", 4,
             {"--pp", "2", "--cp", "2", "--cp-impl", "ulysses", "--schedule", "zb-h1"});
+        // FPDT's design: the head shard's Q, K, V in pinned memory, chunks of it on the device.
+        row("cp2 ulysses chunk 32 offload", 2,
+            {"--cp", "2", "--cp-impl", "ulysses", "--attention-chunk", "32"});
+        row("cp2 ulysses chunk 32 no offload", 2,
+            {"--cp", "2", "--cp-impl", "ulysses", "--attention-chunk", "32", "--offload", "off"});
+        row("pp2 cp2 ulysses zb-h1 recompute full chunk 32", 4,
+            {"--pp", "2", "--cp", "2", "--cp-impl", "ulysses", "--schedule", "zb-h1", "--recompute",
+             "full", "--attention-chunk", "32"});
         row("pp2 gpipe", 2, {"--pp", "2", "--schedule", "gpipe"});
         row("pp2 1f1b", 2, {"--pp", "2", "--schedule", "1f1b"});
         row("pp2 1f1b one micro-batch", 2, {"--pp", "2", "--micro-batches", "1"});

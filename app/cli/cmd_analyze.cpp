@@ -121,8 +121,16 @@ void render_cp_load(const RunAnalysis& a, std::string& out) {
            text_or_unknown(cp.sharding) + ")\n";
     out += "  imbalance max/mean: measured " + format_figure(cp.mean_measured_imbalance, 3) +
            ", predicted " + format_figure(cp.mean_predicted_imbalance, 3) + "\n";
+    const bool ulysses =
+        a.config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
+    if (ulysses) {
+        out +=
+            "  Ulysses splits the heads: attention is even whatever the sharding; below, what "
+            "the same documents would give under all-gather CP\n";
+    }
     if (!cp.mean_predicted_by_sharding.empty()) {
-        TextTable table({"sharding", "predicted imbalance"}, {Align::left, Align::right});
+        TextTable table({ulysses ? "sharding (all-gather CP)" : "sharding", "predicted imbalance"},
+                        {Align::left, Align::right});
         for (const auto& [name, value] : cp.mean_predicted_by_sharding) {
             table.add_row({name + (name == cp.sharding ? " (used)" : ""), format_fixed(value, 3)});
         }

@@ -534,7 +534,14 @@ void section_cp_load(const ReportRun& run, int index, std::string& out) {
     }
     ranks.render(out);
     if (!cp.mean_predicted_by_sharding.empty()) {
-        Table shardings("cp_shardings", {"sharding", "predicted imbalance (max/mean pairs)"});
+        // Under Ulysses attention is even whatever the sharding: the alternatives are what the
+        // same documents would give under all-gather CP.
+        const bool ulysses =
+            run.analysis.config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
+        Table shardings(
+            "cp_shardings",
+            {ulysses ? "sharding (under all-gather CP; Ulysses splits the heads)" : "sharding",
+             "predicted imbalance (max/mean pairs)"});
         for (const auto& [name, value] : cp.mean_predicted_by_sharding) {
             shardings.add(
                 {text_cell(name + (name == cp.sharding ? " (used)" : "")), fixed_cell(value, 3)});

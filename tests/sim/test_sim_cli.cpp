@@ -471,6 +471,16 @@ private slots:
         QCOMPARE(again_config["attention_chunk"].toInt(), 512);
         QVERIFY(again_config["offload"].toBool());
         QCOMPARE(again_config["zero_stage"].toInt(), 1);
+        // fulcrum analyze says what the CP load's alternatives are under Ulysses.
+        QProcess analyze;
+        analyze.start(kBinaryDir + "/app/fulcrum", {"analyze", path("fpdt.fulcrum")});
+        QVERIFY(analyze.waitForFinished(120'000));
+        const QString analysed = QString::fromUtf8(analyze.readAllStandardOutput());
+        QVERIFY2(analyze.exitCode() == 0 &&
+                     analysed.contains("Ulysses splits the heads: attention is even whatever "
+                                       "the sharding") &&
+                     analysed.contains("sharding (all-gather CP)"),
+                 qPrintable(analysed));
         // Refused with the option named: Ulysses needs whole heads on every TP × CP rank.
         const Outcome refused = simulate({"--layers", "2", "--heads", "4", "--cp", "8", "--cp-impl",
                                           "ulysses", "--lengths", "long-tail:context=256"});

@@ -182,13 +182,20 @@ void CpLoadView::draw() {
 
     const QString sharding =
         cp_load.sharding.empty() ? tr("unknown") : QString::fromStdString(cp_load.sharding);
+    // Under Ulysses attention is even whatever the sharding; the alternatives are what the
+    // same documents would give under all-gather CP.
+    const bool ulysses =
+        run_->analysis->config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
     QString text = tr("Imbalance (max/mean over the CP group, mean over micro-batches): "
                       "measured %1, predicted %2 with the run's sharding (%3). Predicted "
-                      "under each sharding: %4.")
+                      "under each sharding%5: %4.")
                        .arg(charts::format_fixed(cp_load.mean_measured_imbalance, 3))
                        .arg(charts::format_fixed(cp_load.mean_predicted_imbalance, 3))
                        .arg(sharding)
-                       .arg(shardings_text(cp_load.mean_predicted_by_sharding));
+                       .arg(shardings_text(cp_load.mean_predicted_by_sharding))
+                       .arg(ulysses ? tr(" with all-gather CP (Ulysses splits the heads, so its "
+                                         "attention is even under any)")
+                                    : QString());
     if (group >= 0) {
         const auto& g = cp_load.groups[static_cast<std::size_t>(group)];
         text += tr("\nThis micro-batch: measured %1, predicted %2; under each sharding: %3.")

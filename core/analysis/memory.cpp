@@ -86,12 +86,9 @@ MemoryAnalysis analyze_memory(const RunTrace& trace) {
     MemoryAnalysis out;
     out.techniques = memory_techniques(trace.config);
     const std::string reason = no_prediction_reason(trace);
-    parallel::MemoryShape shape;
-    shape.precision = parallel::Precision::fp32();
-    shape.model = trace.config.model;
-    shape.layout = trace.config.layout;
-    shape.attention_chunk = trace.config.attention_chunk;
-    shape.offload = trace.config.offload;
+    const parallel::MemoryShape shape =
+        parallel::engine_memory_shape(trace.config.model, trace.config.layout,
+                                      trace.config.attention_chunk, trace.config.offload);
     bool measured_all = true;
     for (const RankTrace& rank : trace.ranks) {
         RankMemory row;

@@ -403,6 +403,17 @@ std::pair<double, double> in_flight_peak(const MemoryShape& shape, int stage,
 
 }  // namespace
 
+MemoryShape engine_memory_shape(const ModelShape& model, const Layout& layout, int attention_chunk,
+                                bool offload) {
+    MemoryShape shape;
+    shape.precision = Precision::fp32();
+    shape.model = model;
+    shape.layout = layout;
+    shape.attention_chunk = attention_chunk;
+    shape.offload = attention_chunk > 0 && offload;
+    return shape;
+}
+
 EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
     const int p = std::max(shape.layout.grid.pp, 1), v = std::max(shape.layout.virtual_stages, 1);
     const EngineRows r = engine_rows(shape);

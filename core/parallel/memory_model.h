@@ -143,12 +143,20 @@ struct EngineMemory {
     // dfch and dQKV in the rows of fch and qkv without recomputation).
     double activations_per_microbatch_bytes = 0;
     double activations_bytes = 0;
-    double pinned_bytes = 0;  // offloaded Q, K, V of the passes in flight, at their peak
+    // Offloaded Q, K, V and checkpoints of the passes in flight, at their peak.
+    double pinned_bytes = 0;
     double peak_bytes() const { return model_state_bytes + workspace_bytes + activations_bytes; }
 };
 
 // The engine's peak on a rank of `stage` (tp rank 0, cp rank 0), from the second step on: the
 // shape must pass fulcrum-train's checks, with stage_layers empty or one count per model chunk.
 EngineMemory engine_stage_memory(const MemoryShape& shape, int stage);
+
+// The shape engine_stage_memory takes for a fulcrum-train run: fp32 (the engine's tensors), its
+// model, its layout (grid included) and FPDT's chunking (`offload` only with a chunk). The
+// prediction holds for micro-batches that all fill the context: where they vary, a buffer that
+// grows for a longer one is briefly held twice, so a run may measure more or less.
+MemoryShape engine_memory_shape(const ModelShape& model, const Layout& layout, int attention_chunk,
+                                bool offload);
 
 }  // namespace fulcrum::parallel

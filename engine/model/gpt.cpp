@@ -602,7 +602,7 @@ void GptModel::begin_backward(const Activations& acts) {
     carve(f);
     scratch_.dkv = scratch_.dheads_out = scratch_.dheads_qkv = Tensor{};
     if (acts.ulysses()) {
-        const std::int64_t rows = acts.exchange.total_rows(), w = cl / parallel_.cp_size();
+        const std::int64_t rows = acts.exchange.total_rows(), w = head_shard_width();
         reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * 4 * w);
         scratch_.dheads_out = gathered_scratch_storage_.f32(0, {rows, w});
         scratch_.dheads_qkv = gathered_scratch_storage_.f32(rows * w, {rows, 3 * w});
@@ -736,7 +736,7 @@ BlockActivations GptModel::block_activations(const Activations& acts, int layer)
     const std::int64_t gathered =
         full && acts.context_parallel() && !acts.offloads_qkv() ? acts.exchange.total_rows() : 0;
     const bool heads = acts.ulysses();  // gpt.h, BlockActivations
-    const std::int64_t total = acts.exchange.total_rows(), w = cl / parallel_.cp_size();
+    const std::int64_t total = acts.exchange.total_rows(), w = head_shard_width();
     auto carve = [&](Carver& f) {
         if (full) {
             a.ln1 = f.take({ns, c});
@@ -1168,8 +1168,7 @@ Tensor GptModel::exchange_staging(std::int64_t rows) {
 }
 
 Tensor GptModel::heads_staging(const Activations& acts, int blocks) {
-    const std::int64_t width =
-        blocks * (config_.hidden / parallel_.tp_size() / parallel_.cp_size());
+    const std::int64_t width = blocks * head_shard_width();
     const std::int64_t floats = heads_staging_elements(acts.exchange, parallel_.cp_rank(), width);
     reserve(backend_, staging_storage_, staging_capacity_, floats);
     return staging_storage_.f32(0, {floats});
@@ -1192,7 +1191,7 @@ void GptModel::ulysses_attention_forward(int layer, Activations& acts, const Blo
 }
 
 std::pair<Tensor, Tensor> GptModel::ulysses_offload_scratch(const Activations& acts) {
-    const std::int64_t cl = config_.hidden / parallel_.tp_size(), w = cl / parallel_.cp_size();
+    const std::int64_t cl = config_.hidden / parallel_.tp_size(), w = head_shard_width();
     const std::int64_t local = acts.n_tokens(), total = acts.exchange.total_rows();
     reserve(backend_, offload_kv_storage_, offload_kv_capacity_, local * 3 * cl + total * 3 * w);
     return {offload_kv_storage_.f32(0, {local, 3 * cl}),
@@ -1209,6 +1208,10 @@ bool GptModel::split_qkv_layout(const Activations& acts) const {
 
 int GptModel::n_head_shard() const {
     return config_.heads / parallel_.tp_size() / parallel_.cp_size();
+}
+
+std::int64_t GptModel::head_shard_width() const {
+    return config_.hidden / parallel_.tp_size() / parallel_.cp_size();
 }
 
 std::pair<Tensor, Tensor> GptModel::offload_kv_scratch(const Activations& acts) {

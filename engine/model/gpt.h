@@ -433,6 +433,7 @@ private:
     // CP) rather than the serial [T, 3C_l] rows.
     bool split_qkv_layout(const Activations& acts) const;
     int n_head_shard() const;  // Ulysses: the heads of this rank's shard, n_head/(tp·P)
+    std::int64_t head_shard_width() const;  // Ulysses: its columns w = C/(tp·P)
     // CP with offload: this rank's K|V [T, 2C_l] and the gathered K|V [T_total, 2C_l] of the
     // block being computed, one buffer for all blocks (each block's go to the host).
     std::pair<Tensor, Tensor> offload_kv_scratch(const Activations& acts);

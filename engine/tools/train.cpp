@@ -458,20 +458,6 @@ Status write_outputs(const Options& o, const std::vector<float>& parameters,
     return {};
 }
 
-// The memory model's shape of this run (docs/plan.md, "The engine's own count"): fp32, the
-// layout fulcrum-train checked, its chunking. It predicts the CPU backend's count for micro-
-// batches of a full context, a bound for the shorter ones a run packs.
-parallel::MemoryShape engine_memory_shape(const Options& o, const parallel::Layout& layout) {
-    parallel::MemoryShape shape;
-    shape.precision = parallel::Precision::fp32();
-    shape.model = o.model;
-    shape.layout = layout;
-    shape.layout.grid = o.grid;
-    shape.attention_chunk = o.attention_chunk;
-    shape.offload = o.attention_chunk > 0 && o.offload == "on";
-    return shape;
-}
-
 // Rank 0's peak and every rank's (`peaks`: device and pinned bytes by rank, peaks_by_rank),
 // each beside the memory model's prediction for its stage where there is one (`shape`: the
 // CPU backend's runs without --hot-switch).
@@ -1014,7 +1000,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(trained.per_document_microbatches),
                 static_cast<long long>(trained.zigzag_microbatches));
         }
-        const parallel::MemoryShape shape = engine_memory_shape(o, layout);
+        const parallel::MemoryShape shape =
+            parallel::engine_memory_shape(o.model, layout, o.attention_chunk, o.offload == "on");
         print_memory(backend->memory_use(), use_cuda, *topology, peaks,
                      use_cuda || hot ? nullptr : &shape);
         if (o.attention_chunk > 0) {

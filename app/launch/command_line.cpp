@@ -181,7 +181,8 @@ Words train_words(const plan::PlanRequest& request, const plan::Candidate& c,
     append_packing(words, c, config);
     append_model(words, request.model);
     append_documents(words, request, config);
-    // ZeRO-2 reduce-scatters after the passes: fulcrum-train takes no overlapped reduction.
+    // ZeRO-2 and -3 reduce-scatter after the passes: fulcrum-train takes no overlapped
+    // reduction.
     const bool overlap = request.overlap_grad_reduce && c.layout.zero_stage < 2;
     append(words, {"--overlap-grad-reduce", overlap ? "on" : "off"});
     if (c.layout.zero_stage > 0) {
@@ -275,9 +276,6 @@ std::string beyond_the_engine(const plan::PlanRequest& request, const plan::Cand
     if (request.model.architecture != parallel::Architecture::gpt || request.model.kv_heads > 0 ||
         request.model.ffn_hidden > 0) {
         missing.push_back("Llama shapes");
-    }
-    if (c.layout.zero_stage >= 3) {
-        missing.push_back("ZeRO-3");
     }
     if (c.layout.offload_checkpoints && parallel::splits_backward(c.layout.schedule)) {
         missing.push_back("offloaded checkpoints under zb-h1");

@@ -2,12 +2,12 @@
 # FPDT's memory techniques in fulcrum-train (issue 38): each rank's measured peak of the CPU
 # backend's counted allocations against the memory model's prediction for the same run
 # (core/parallel/memory_model.h, engine_stage_memory, which fulcrum-train prints beside the
-# peak), and against the run without the technique in the same script: ZeRO 0-2 over DP, a
+# peak), and against the run without the technique in the same script: ZeRO 0-3 over DP, a
 # pipeline stage holding only its own layers, offloaded checkpoints, Ulysses against
 # all-gather CP, and FPDT's engine design (chunks, Q/K/V and checkpoint offload) over both.
 # Documents are exactly the context long, so every micro-batch is full and the prediction is
 # for the micro-batches the run packs. "max" is the largest rank's; "pinned" the host memory
-# the offloads use. ZeRO-3 is not in fulcrum-train (docs/engine.md): no row.
+# the offloads use.
 # Usage: bench/engine/fpdt_memory.sh [BUILD_DIR]   (~1 min on 2 cores)
 set -euo pipefail
 build="${1:-build}"
@@ -46,10 +46,16 @@ emit() {  # NAME RANKS BASE_MEASURED
 measure 2 --dp 2
 dp_base="$measured"
 emit "dp2 (base)" 2 "$dp_base"
-for zero in 1 2; do
+for zero in 1 2 3; do
     measure 2 --dp 2 --zero "$zero"
     emit "dp2 zero $zero" 2 "$dp_base"
 done
+# ZeRO-3 over four ranks, where the parameters' shard is a quarter.
+measure 4 --dp 4
+dp4_base="$measured"
+emit "dp4 (base)" 4 "$dp4_base"
+measure 4 --dp 4 --zero 3
+emit "dp4 zero 3" 4 "$dp4_base"
 # A stage's own layers: pp2 and pp4 against one rank holding all 8.
 measure 1
 one_base="$measured"
@@ -81,7 +87,9 @@ emit "cp4 ulysses" 4 "$cp_base"
 # the checkpoints offloaded, ZeRO-2 over the CP ranks.
 measure 2 --cp 2 --recompute full --offload-checkpoints --attention-chunk 128 --zero 2
 emit "cp2 full + OC + chunks 128 + zero 2" 2 "$cp_base"
-# The same over Ulysses' head shard: FPDT's own design, short of ZeRO-3.
-measure 2 --cp 2 --cp-impl ulysses --recompute full --offload-checkpoints --attention-chunk 128 \
-    --zero 2
-emit "cp2 ulysses full + OC + chunks 128 + zero 2" 2 "$cp_base"
+# The same over Ulysses' head shard, with ZeRO-2 and with ZeRO-3: FPDT's own design.
+for zero in 2 3; do
+    measure 2 --cp 2 --cp-impl ulysses --recompute full --offload-checkpoints \
+        --attention-chunk 128 --zero "$zero"
+    emit "cp2 ulysses full + OC + chunks 128 + zero $zero" 2 "$cp_base"
+done

@@ -424,7 +424,7 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
     // (2C) on the last; fp32 weights, gradients and two moments. Under ZeRO-1 and -2 a rank
     // keeps the moments of its shard of the d = DP × CP ranks' (the first P mod d shards one
     // element longer: rank 0's is ⌈P/d⌉) and a staging copy of it for the all-gather
-    // (parallel_trainer.h).
+    // (parallel_trainer.h); under ZeRO-3 the shard instead of the whole parameters.
     double stage_blocks = 0;
     for (int k = 0; k < v; ++k) {
         const parallel::LayerRange layers = parallel::model_chunk_layers(
@@ -436,7 +436,18 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
         (first || last ? r.v * r.c : 0) + (first ? double(shape.model.context) * r.c : 0) +
         stage_blocks * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) + (last ? 2 * r.c : 0);
     const int shards = std::max(shape.layout.grid.dp, 1) * std::max(shape.layout.grid.cp, 1);
-    if (shape.layout.zero_stage >= 1 && shards > 1) {
+    if (shape.layout.zero_stage == 3 && shards > 1) {
+        // ZeRO-3 (engine/distributed/zero_parameters.h): the whole gradients, the shard of the
+        // parameters, its moments and the reduce-scatter's staging, and one buffer each for a
+        // block, the tensors before the blocks (wte, wpe) and those after (lnf) gathered whole.
+        const double shard = std::ceil(local_parameters / shards);
+        const double block = 12 * r.c * r.cl + 7 * r.cl + 6 * r.c;
+        const double before =
+            (first || last ? r.v * r.c : 0) + (first ? double(shape.model.context) * r.c : 0);
+        const double after = last ? 2 * r.c : 0;
+        memory.model_state_bytes =
+            (local_parameters + 4 * shard + block + before + after) * kFloatBytes;
+    } else if (shape.layout.zero_stage >= 1 && shards > 1) {
         const double shard = std::ceil(local_parameters / shards);
         memory.model_state_bytes = (2 * local_parameters + 3 * shard) * kFloatBytes;
     } else {

@@ -131,7 +131,8 @@ struct EngineMemory {
     // on the first and last stage, wpe on the first, lnf on the last; its TP shard of them):
     // 4 · P_local floats; under ZeRO-1 or -2 over d = DP × CP ranks 2 · P_local + 3 ·
     // ⌈P_local / d⌉ (the shard's moments and its staging copy; fulcrum-train's gradient
-    // buffer stays whole).
+    // buffer stays whole); under ZeRO-3 P_local + 4 · ⌈P_local / d⌉ (the parameters are the
+    // shard) and the three gather buffers: one block, wte and wpe, lnf.
     double model_state_bytes = 0;
     // Buffers of the model sized for one micro-batch and shared by all: the backward scratch,
     // the recompute workspace, the sequence-parallel buffer, CP's K|V exchange staging and

@@ -1,5 +1,7 @@
 #include "engine/distributed/parallel_trainer.h"
 
+#include "engine/distributed/zero_parameters.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -26,20 +28,14 @@ int lone_color(const Topology& topology) {
     return topology.shape().world() + topology.rank();
 }
 
-// ZeRO's shards of the flat buffer of `total` elements over the DP × CP ranks: equal counts,
-// the first total mod ranks one more (Rajbhandari et al. 2020, §5); none without ZeRO or with
-// one rank.
+// ZeRO's shards of the stage's flat buffer over the DP × CP ranks (zero_parameters.h); none
+// without ZeRO or with one rank.
 std::vector<int> zero_counts(std::int64_t total, const ParallelGroups& groups, int zero_stage) {
     const int ranks = groups.dp_cp ? groups.dp_cp->size() : 1;
     if (zero_stage < 1 || ranks <= 1) {
         return {};
     }
-    std::vector<int> counts(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) {
-        counts[static_cast<std::size_t>(r)] =
-            static_cast<int>(total / ranks + (r < total % ranks ? 1 : 0));
-    }
-    return counts;
+    return zero_shard_counts(total, ranks);
 }
 
 // The range of the flat buffer this rank's optimizer updates: its shard of `counts`, or all.
@@ -112,13 +108,20 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
       optimizer_(model.backend(), model.layout(), config.train.adamw,
                  optimizer_range(zero_counts_, groups, model.layout().total())) {
     config_.layout.grid = topology.shape();
-    FULCRUM_CHECK(config_.layout.zero_stage >= 0 && config_.layout.zero_stage <= 2,
-                  "fulcrum-train shards the optimizer state (ZeRO-1) and the gradients (ZeRO-2)");
+    FULCRUM_CHECK(config_.layout.zero_stage >= 0 && config_.layout.zero_stage <= 3,
+                  "ZeRO stages are 0 to 3");
     FULCRUM_CHECK(config_.layout.zero_stage < 2 || !config.overlap_grad_reduce,
-                  "ZeRO-2 reduce-scatters the gradients after the passes");
+                  "ZeRO-2 and -3 reduce-scatter the gradients after the passes");
+    FULCRUM_CHECK((config_.layout.zero_stage == 3 && shards_optimizer()) ==
+                      (model.sharded_parameters() != nullptr),
+                  "ZeRO-3 over more than one DP x CP rank needs the model's parameters sharded");
+    if (const ShardedParameters* sharded = model.sharded_parameters()) {
+        FULCRUM_CHECK(sharded->shard_range() == optimizer_.owned(),
+                      "the parameters' shard is not the optimizer's");
+    }
     if (shards_optimizer()) {
-        // The shard's copy the all-gather of the updated parameters sends from (and, under
-        // ZeRO-2, the reduce-scatter receives into): the largest shard, rank 0's.
+        // The shard's copy the all-gather of the updated parameters sends from (ZeRO-1, -2)
+        // and the reduce-scatter receives into (ZeRO-2, -3): the largest shard, rank 0's.
         zero_staging_ = model.backend().allocate(std::size_t(zero_counts_.front()) * sizeof(float));
     }
     const parallel::Layout& layout = config_.layout;
@@ -304,6 +307,14 @@ void ParallelTrainer::start_reductions_without_passes(const StepPlan& plan) {
     for (int chunk : chunks) {
         layer_by_layer_with_reduction(chunk, [](int) {});
     }
+}
+
+void ParallelTrainer::gather_as_pass(int step, const PipelineOp& op) {
+    instrument::KeyScope keys({step, first_microbatch_ + op.microbatch, topology_.coordinates().pp,
+                               op.kind, -1, op.chunk});
+    const LayerRange layers = chunk_layers_[static_cast<std::size_t>(op.chunk)];
+    model_.gather_as_pass(op.kind != Phase::forward, layers.first, layers.last,
+                          holds_embedding(op.chunk), holds_head(op.chunk));
 }
 
 void ParallelTrainer::run_backward(int step, const PipelineOp& op, Activations& acts,
@@ -538,10 +549,21 @@ Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan
         activations_.back()->allocate_by_schedule();
     }
     double loss_sum = 0;
-    // A replica may have no micro-batch (the last global batch of an epoch with fewer
-    // documents than replicas): it runs no pass and takes part in the reductions with zeros.
+    // A replica may have fewer micro-batches than another, or none (the last global batch of
+    // an epoch with fewer documents than replicas): it runs the passes it has and takes part
+    // in the reductions with zeros. Under ZeRO-3 the passes gather parameters from every
+    // replica's shards, so each replica runs the longest replica's schedule, and the passes
+    // of micro-batches it lacks make their gathers alone; the passes it has keep their order,
+    // so the pipeline's transfers still meet.
+    const int scheduled =
+        model_.sharded_parameters() != nullptr
+            ? static_cast<int>(
+                  std::max_element(plan.replicas.begin(), plan.replicas.end(),
+                                   [](const auto& a, const auto& b) { return a.size() < b.size(); })
+                      ->size())
+            : microbatches;
     const std::vector<PipelineOp> ops =
-        microbatches > 0 ? step_ops(microbatches) : std::vector<PipelineOp>{};
+        scheduled > 0 ? step_ops(scheduled) : std::vector<PipelineOp>{};
     // Per chunk, the last pass that writes its weight gradients: after it they are final.
     const std::vector<std::size_t> last_writer = last_writers(ops);
     if (ops.empty()) {
@@ -549,6 +571,12 @@ Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan
     }
     for (std::size_t i = 0; i < ops.size(); ++i) {
         const PipelineOp& op = ops[i];
+        if (op.microbatch >= microbatches) {
+            if (op.kind != Phase::none) {
+                gather_as_pass(plan.step, op);
+            }
+            continue;
+        }
         auto& acts = *activations_[static_cast<std::size_t>(op.microbatch)];
         const bool reduce_layers = i == last_writer[static_cast<std::size_t>(op.chunk)];
         switch (op.kind) {
@@ -581,6 +609,12 @@ void ParallelTrainer::update(StepReport& report) {
     report.grad_norm = gradient_norm();
     report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);
     report.learning_rate = learning_rate_at(config_.train, report.step);
+    if (const ShardedParameters* sharded = model_.sharded_parameters()) {
+        // ZeRO-3: the shard is the parameters; passes gather what they read from it.
+        optimizer_.update_owned(sharded->shard(), model_.gradients(), report.clip_coefficient,
+                                report.learning_rate);
+        return;
+    }
     optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
                       report.learning_rate);
     if (shards_optimizer()) {

@@ -22,7 +22,11 @@
 //          optimizer state of one shard of the flat buffer: it updates that shard and the
 //          updated parameters are all-gathered; stage 2 also reduce-scatters the gradients
 //          into the shards instead of all-reducing them (the gradient buffer stays whole: the
-//          backward writes all of it). Stage 3 is not in the engine.
+//          backward writes all of it); stage 3 also keeps only the shard of the parameters,
+//          which the optimizer updates in place, and each pass all-gathers the ranges it reads
+//          (a block, the embedding's and head's tensors) and frees them after
+//          (zero_parameters.h). A replica short of micro-batches in a step runs the longest
+//          replica's schedule, making only the gathers of the passes it lacks.
 //
 // The step's loss is the mean over all its target tokens, so every backward pass scales by
 // 1/N_step with N_step counted over the whole step (all replicas and CP ranks); the summed
@@ -139,6 +143,9 @@ private:
     // A replica without a micro-batch this step (an epoch's last global batch with fewer
     // documents than replicas): with overlapped reduction, starts what the others start.
     void start_reductions_without_passes(const StepPlan& plan);
+    // Under ZeRO-3, for a micro-batch this replica lacks: the parameter gathers of the pass
+    // `op`, which the replicas that have it make, without the pass.
+    void gather_as_pass(int step, const PipelineOp& op);
     void run_backward(int step, const PipelineOp& op, Activations& acts, float loss_scale,
                       bool reduce_layers);
     void run_weight_gradients(int step, const PipelineOp& op, Activations& acts,
@@ -155,7 +162,7 @@ private:
     bool holds_embedding(int chunk) const { return model_chunk(chunk) == 0; }
     bool holds_head(int chunk) const;
     bool overlaps_reduction() const;
-    bool shards_optimizer() const;     // ZeRO-1 or -2 over more than one DP × CP rank
+    bool shards_optimizer() const;     // ZeRO-1, -2 or -3 over more than one DP × CP rank
     void reduce_over_data_parallel();  // the DP × CP part of reduce_gradients
     double gradient_norm();
 

@@ -451,12 +451,19 @@ GptModel::GptModel(Backend& backend, const ModelShape& config, ModelParallel par
       parallel_(parallel),
       layout_(validated(config), parallel.tp_size(), std::move(held)) {
     const std::int64_t n = layout_.total();
-    param_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
     grad_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
-    params_ = param_storage_.f32(0, {n});
     grads_ = grad_storage_.f32(0, {n});
-    weights_ = map_weights(layout_, params_);
     weight_grads_ = map_weights(layout_, grads_);
+    if (parallel_.sharded != nullptr) {
+        FULCRUM_CHECK(
+            parallel_.sharded->shard_range().offset + parallel_.sharded->shard_range().count <= n,
+            "sharded parameters of another layout");
+        weights_.blocks.resize(std::size_t(config_.layers));  // empty until a pass acquires
+    } else {
+        param_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
+        params_ = param_storage_.f32(0, {n});
+        weights_ = map_weights(layout_, params_);
+    }
     FULCRUM_CHECK(
         !parallel_.ulysses() || (config_.heads / parallel_.tp_size()) % parallel_.cp_size() == 0,
         "Ulysses gives each CP rank whole heads: TP x CP must divide the heads");
@@ -539,6 +546,10 @@ void GptModel::initialize(std::uint64_t seed) {
 
 void GptModel::set_parameters(std::span<const float> host) {
     FULCRUM_CHECK(std::int64_t(host.size()) == layout_.total(), "wrong parameter count");
+    if (parallel_.sharded != nullptr) {
+        parallel_.sharded->set_whole(host);
+        return;
+    }
     backend_.upload(params_, host.data(), kComputeStream);
 }
 
@@ -548,6 +559,9 @@ void GptModel::set_gradients(std::span<const float> host) {
 }
 
 std::vector<float> GptModel::parameters_to_host() const {
+    if (parallel_.sharded != nullptr) {
+        return parallel_.sharded->whole_to_host();
+    }
     std::vector<float> host(std::size_t(layout_.total()));
     backend_.download(host.data(), params_, kComputeStream);
     return host;
@@ -668,7 +682,58 @@ void GptModel::backward(Activations& acts, float loss_scale) {
     backward_embedding(acts);
 }
 
+GptModel::WeightsInUse::WeightsInUse(GptModel& model, ElementRange first, ElementRange second)
+    : model_(model), ranges_{first, second} {
+    ShardedParameters* sharded = model_.parallel_.sharded;
+    if (sharded == nullptr) {
+        return;
+    }
+    for (const ElementRange& range : ranges_) {
+        if (range.count > 0) {
+            map_weights_in(model_.layout_, range, sharded->acquire(range), model_.weights_);
+        }
+    }
+}
+
+GptModel::WeightsInUse::~WeightsInUse() {
+    ShardedParameters* sharded = model_.parallel_.sharded;
+    if (sharded == nullptr) {
+        return;
+    }
+    for (const ElementRange& range : ranges_) {
+        if (range.count > 0) {
+            map_weights_in(model_.layout_, range, Tensor{}, model_.weights_);
+            sharded->release(range);
+        }
+    }
+}
+
+void GptModel::gather_as_pass(bool backward, int first, int last, bool embedding, bool head) {
+    if (parallel_.sharded == nullptr) {
+        return;
+    }
+    if (!backward) {
+        if (embedding) {
+            const WeightsInUse outer = outer_weights();
+        }
+        for (int l = first; l < last; ++l) {
+            const WeightsInUse block = block_weights(l);
+        }
+        if (head) {
+            const WeightsInUse outer = outer_weights();
+        }
+        return;
+    }
+    if (head) {
+        const WeightsInUse outer = outer_weights();
+    }
+    for (int l = last - 1; l >= first; --l) {
+        const WeightsInUse block = block_weights(l);
+    }
+}
+
 void GptModel::forward_embedding(Activations& acts) {
+    const WeightsInUse outer = outer_weights();
     const SequenceShard rows = acts.sequence_shard();
     backend_.embedding_forward(acts.encoded, acts.tokens.slice(rows.begin, rows.rows),
                                acts.positions.slice(rows.begin, rows.rows), weights_.wte,
@@ -780,7 +845,10 @@ void GptModel::forward_blocks(int first, int last, Activations& acts) {
         if (host != nullptr) {
             acts.blocks[std::size_t(l)].residual3 = checkpoints_->output_rows(l, ns, c);
         }
-        forward_block(l, acts, block_activations(acts, l), false);
+        {
+            const WeightsInUse weights = block_weights(l);
+            forward_block(l, acts, block_activations(acts, l), false);
+        }
         if (host != nullptr) {
             checkpoints_->offload(l, acts.blocks[std::size_t(l)].residual3, host);
         }
@@ -885,6 +953,7 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
 }
 
 double GptModel::forward_head(Activations& acts) {
+    const WeightsInUse outer = outer_weights();
     Backend& be = backend_;
     const SequenceShard rows = acts.sequence_shard();
     be.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, acts.block_input(config_.layers),
@@ -899,6 +968,7 @@ double GptModel::forward_head(Activations& acts) {
 }
 
 void GptModel::backward_head(Activations& acts, float loss_scale, BackwardPart part) {
+    const WeightsInUse outer = outer_weights();
     Backend& be = backend_;
     begin_backward(acts);
     const bool split = part == BackwardPart::input_gradients;
@@ -927,6 +997,7 @@ void GptModel::backward_weights_head(Activations& acts) {
     FULCRUM_CHECK(acts.keeps_output_gradients(),
                   "a split backward needs Activations made after set_split_backward(true)");
     const HeadOutputGradients& o = acts.head_output_gradients;
+    const WeightsInUse outer = outer_weights();
     backend_.matmul_backward(Tensor{}, weight_grads_.wte, Tensor{}, o.logits, acts.lnf,
                              weights_.wte);
 }
@@ -964,8 +1035,11 @@ void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardP
             }
         }
         const BlockActivations a = block_activations(acts, l);
-        recompute_block(l, acts, a);
-        backward_block(l, acts, a, part);
+        {
+            const WeightsInUse weights = block_weights(l);
+            recompute_block(l, acts, a);
+            backward_block(l, acts, a, part);
+        }
         if (offloaded(l - 1)) {
             checkpoints_->release(l - 1);
             acts.blocks[std::size_t(l - 1)].residual3 = Tensor{};
@@ -980,6 +1054,7 @@ void GptModel::backward_weights_blocks(int first, int last, Activations& acts) {
                   "a split backward needs Activations made after set_split_backward(true)");
     for (int l = last - 1; l >= first; --l) {
         const BlockActivations a = block_activations(acts, l);
+        const WeightsInUse weights = block_weights(l);
         recompute_block(l, acts, a);
         backward_weights_block(l, acts, a);
     }

@@ -323,16 +323,20 @@ public:
     }
     void reduce_sequence_parallel_gradients();
 
-    // Flat 1-D buffers in the layout order, and structured views of them.
+    // Flat 1-D buffers in the layout order, and structured views of them. With sharded
+    // parameters (ModelParallel::sharded) parameters() is empty and weights() holds only what
+    // a pass is using.
     Tensor parameters() const { return params_; }
     Tensor gradients() const { return grads_; }
     const GptWeights& weights() const { return weights_; }
     const GptWeights& weight_gradients() const { return weight_grads_; }
+    ShardedParameters* sharded_parameters() const { return parallel_.sharded; }
 
     // The serial initial values for `seed`; under TP this rank's part of them.
     void initialize(std::uint64_t seed);
     void set_parameters(std::span<const float> host);  // local layout
     void set_gradients(std::span<const float> host);   // local layout
+    // With sharded parameters a collective over the ranks that share them.
     std::vector<float> parameters_to_host() const;
     std::vector<float> gradients_to_host() const;
     void zero_gradients();
@@ -369,6 +373,12 @@ public:
     // and of the head (lnf, the tied wte), from what backward_*(…, input_gradients) kept.
     void backward_weights_blocks(int first, int last, Activations& acts);
     void backward_weights_head(Activations& acts);
+    // The gathers of sharded parameters a pass makes, without the pass: a forward gathers the
+    // embedding's tensors (`embedding`), blocks first … last−1, the head's (`head`); a backward
+    // or W pass (`backward`) the head's, then blocks last−1 … first (backward_embedding reads
+    // no weights). A DP replica with no micro-batch in a step makes them for the others'
+    // passes, whose gathers wait for its shards. Nothing without sharded parameters.
+    void gather_as_pass(bool backward, int first, int last, bool embedding, bool head);
     // ∂L/∂(residual stream) at the current point of the backward pass, [n_tokens, C] (a TP
     // rank's rows under sequence parallelism). backward_blocks(first, last) turns ∂L/∂(output
     // of block last−1) into ∂L/∂(input of block first); backward_embedding consumes it.
@@ -388,6 +398,27 @@ private:
         Tensor dkv;
         Tensor dheads_out, dheads_qkv;
     };
+
+    // Sharded parameters: a range's weights whole while a pass reads them, from acquire to the
+    // end of the object's life (release). Empty without sharding, or for an empty range.
+    class WeightsInUse {
+    public:
+        WeightsInUse(GptModel& model, ElementRange first, ElementRange second = {});
+        ~WeightsInUse();
+        WeightsInUse(const WeightsInUse&) = delete;
+        WeightsInUse& operator=(const WeightsInUse&) = delete;
+
+    private:
+        GptModel& model_;
+        ElementRange ranges_[2];
+    };
+    WeightsInUse block_weights(int layer) {
+        return WeightsInUse(*this, layout_.block_range(layer, layer + 1));
+    }
+    // wte, wpe and lnf: the embedding's and the head's.
+    WeightsInUse outer_weights() {
+        return WeightsInUse(*this, layout_.before_blocks(), layout_.after_blocks());
+    }
 
     void check_activations(const Activations& acts) const;
     // Block l's activations: the Activations' own, and where recomputation dropped some, views

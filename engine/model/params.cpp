@@ -164,6 +164,25 @@ ElementRange ParameterLayout::block_range(int first, int last) const {
     return {begin, end.offset + end.numel() - begin};
 }
 
+ElementRange ParameterLayout::before_blocks() const {
+    for (const ParameterTensor& t : tensors_) {
+        if (t.layer >= 0 || t.kind == ParameterKind::lnf_weight) {
+            return {0, t.offset};
+        }
+    }
+    return {0, total_};
+}
+
+ElementRange ParameterLayout::after_blocks() const {
+    std::int64_t end = before_blocks().count;
+    for (const ParameterTensor& t : tensors_) {
+        if (t.layer >= 0) {
+            end = t.offset + t.numel();
+        }
+    }
+    return {end, total_ - end};
+}
+
 Tensor view_of(const ParameterTensor& tensor, Tensor flat) {
     Tensor slice = flat.slice(tensor.offset, tensor.numel());
     return tensor.cols == 0 ? slice : slice.reshaped({tensor.rows, tensor.cols});
@@ -172,23 +191,80 @@ Tensor view_of(const ParameterTensor& tensor, Tensor flat) {
 GptWeights map_weights(const ParameterLayout& layout, Tensor flat) {
     FULCRUM_CHECK(flat.rank() == 1 && flat.numel() == layout.total(),
                   "flat buffer does not match the layout");
-    using K = ParameterKind;
-    auto get = [&](K kind, int layer = -1) {
-        return layout.holds(kind, layer) ? view_of(layout.find(kind, layer), flat) : Tensor{};
-    };
     GptWeights w;
-    w.wte = get(K::token_embedding);
-    w.wpe = get(K::position_embedding);
-    for (int l = 0; l < layout.config().layers; ++l) {
-        w.blocks.push_back({get(K::ln1_weight, l), get(K::ln1_bias, l), get(K::qkv_weight, l),
-                            get(K::qkv_bias, l), get(K::attn_proj_weight, l),
-                            get(K::attn_proj_bias, l), get(K::ln2_weight, l), get(K::ln2_bias, l),
-                            get(K::fc_weight, l), get(K::fc_bias, l), get(K::fc_proj_weight, l),
-                            get(K::fc_proj_bias, l)});
-    }
-    w.lnf_weight = get(K::lnf_weight);
-    w.lnf_bias = get(K::lnf_bias);
+    w.blocks.resize(std::size_t(layout.config().layers));
+    map_weights_in(layout, {0, layout.total()}, flat, w);
     return w;
+}
+
+void map_weights_in(const ParameterLayout& layout, ElementRange range, Tensor part,
+                    GptWeights& weights) {
+    FULCRUM_CHECK(part.numel() == 0 || (part.rank() == 1 && part.numel() == range.count),
+                  "the part does not hold the range");
+    FULCRUM_CHECK(std::ssize(weights.blocks) == layout.config().layers, "weights of another model");
+    using K = ParameterKind;
+    for (const ParameterTensor& t : layout.tensors()) {
+        if (t.offset < range.offset || t.offset + t.numel() > range.offset + range.count) {
+            continue;
+        }
+        Tensor view;
+        if (part.numel() > 0) {
+            ParameterTensor local = t;
+            local.offset -= range.offset;
+            view = view_of(local, part);
+        }
+        BlockWeights* b = t.layer >= 0 ? &weights.blocks[std::size_t(t.layer)] : nullptr;
+        switch (t.kind) {
+            case K::token_embedding:
+                weights.wte = view;
+                break;
+            case K::position_embedding:
+                weights.wpe = view;
+                break;
+            case K::lnf_weight:
+                weights.lnf_weight = view;
+                break;
+            case K::lnf_bias:
+                weights.lnf_bias = view;
+                break;
+            case K::ln1_weight:
+                b->ln1_weight = view;
+                break;
+            case K::ln1_bias:
+                b->ln1_bias = view;
+                break;
+            case K::qkv_weight:
+                b->qkv_weight = view;
+                break;
+            case K::qkv_bias:
+                b->qkv_bias = view;
+                break;
+            case K::attn_proj_weight:
+                b->attn_proj_weight = view;
+                break;
+            case K::attn_proj_bias:
+                b->attn_proj_bias = view;
+                break;
+            case K::ln2_weight:
+                b->ln2_weight = view;
+                break;
+            case K::ln2_bias:
+                b->ln2_bias = view;
+                break;
+            case K::fc_weight:
+                b->fc_weight = view;
+                break;
+            case K::fc_bias:
+                b->fc_bias = view;
+                break;
+            case K::fc_proj_weight:
+                b->fc_proj_weight = view;
+                break;
+            case K::fc_proj_bias:
+                b->fc_proj_bias = view;
+                break;
+        }
+    }
 }
 
 void initialize_parameters(const ParameterLayout& layout, std::uint64_t seed,

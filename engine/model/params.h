@@ -135,6 +135,10 @@ public:
     const ParameterTensor& find(ParameterKind kind, int layer = -1) const;  // aborts if not held
     // The contiguous slice of blocks [first, last), all held.
     ElementRange block_range(int first, int last) const;
+    // What lies outside the held blocks: wte and wpe before them, lnf after (empty where none
+    // is held).
+    ElementRange before_blocks() const;
+    ElementRange after_blocks() const;
 
 private:
     ModelShape config_;
@@ -169,6 +173,32 @@ struct GptWeights {
 // `flat` is a 1-D f32 tensor of layout.total() elements.
 GptWeights map_weights(const ParameterLayout& layout, Tensor flat);
 Tensor view_of(const ParameterTensor& tensor, Tensor flat);
+// The tensors of `layout` that lie in `range` (whole tensors: a block's range, or one outside
+// the blocks) as views of `part`, which holds that range alone (range.count elements); with
+// an empty `part`, empty views. The other tensors of `weights` are left as they are.
+void map_weights_in(const ParameterLayout& layout, ElementRange range, Tensor part,
+                    GptWeights& weights);
+
+// Parameters no rank holds whole between uses (ZeRO-3, Rajbhandari et al. 2020, §5.3;
+// engine/distributed/zero_parameters.h). A model given one (ModelParallel::sharded) allocates
+// no parameter buffer: it acquires a range — a block's, before_blocks() or after_blocks() —
+// just before a pass reads it and releases it after. Each acquire is a collective over the
+// ranks that share the shards, so every one of them makes the same calls in the same order.
+class ShardedParameters {
+public:
+    virtual ~ShardedParameters() = default;
+    // The layout's values, the same on every member: each keeps its shard.
+    virtual void set_whole(std::span<const float> host) = 0;
+    // The whole layout's values on every member, a range at a time.
+    virtual std::vector<float> whole_to_host() = 0;
+    // `range` whole on the device until release(range); at most one block's at a time.
+    virtual Tensor acquire(ElementRange range) = 0;
+    virtual void release(ElementRange range) = 0;
+    // This member's shard: the range of the layout it keeps (and its optimizer updates), and
+    // its values.
+    virtual ElementRange shard_range() const = 0;
+    virtual Tensor shard() const = 0;
+};
 
 // invalid_input unless heads (and so the QKV, MLP and projection splits) divide evenly over
 // tp_size ranks.

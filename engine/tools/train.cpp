@@ -41,6 +41,7 @@
 #include "engine/distributed/hot_switch_trainer.h"
 #include "engine/distributed/parallel_trainer.h"
 #include "engine/distributed/topology.h"
+#include "engine/distributed/zero_parameters.h"
 #include "engine/instrument/annotations.h"
 #include "engine/model/gpt.h"
 #include "engine/train/trainer.h"
@@ -558,7 +559,9 @@ void add_options(CLI::App& app, Options& o) {
     app.add_option("--zero", o.zero_stage,
                    "ZeRO over the DP x CP ranks: 1 shards the optimizer state (each rank "
                    "updates its shard of the parameters, then they are all-gathered), 2 also "
-                   "reduce-scatters the gradients into the shards; 0: neither")
+                   "reduce-scatters the gradients into the shards, 3 keeps only the shard of the "
+                   "parameters too and gathers a layer's just before each pass that reads it; "
+                   "0: none")
         ->capture_default_str();
     parallel::add_cp_impl_flag(app, o.cp_impl);
     app.add_flag("--offload-checkpoints", o.offload_checkpoints,
@@ -683,15 +686,10 @@ int main(int argc, char** argv) {
     if (auto status = parallel::check_layout(layout, o.model); !status) {
         return fail(rank, status.error().message);
     }
-    if (o.zero_stage == 3) {
-        return fail(rank,
-                    "--zero 3 (parameters gathered a layer at a time) is not in fulcrum-train "
-                    "yet; fulcrum simulate --zero 3 and fulcrum plan price it");
-    }
-    if (o.zero_stage == 2 && o.overlap_grad_reduce == "on") {
-        return fail(rank,
-                    "--zero 2 reduce-scatters the gradients after the passes; leave out "
-                    "--overlap-grad-reduce on");
+    if (o.zero_stage >= 2 && o.overlap_grad_reduce == "on") {
+        return fail(rank, "--zero " + std::to_string(o.zero_stage) +
+                              " reduce-scatters the gradients after the passes; leave out "
+                              "--overlap-grad-reduce on");
     }
     if (auto status = validate(o.model); !status) {
         return fail(rank, status.error().message);
@@ -871,7 +869,10 @@ int main(int argc, char** argv) {
     }
     if (rank == 0 && o.zero_stage > 0 && o.grid.dp * o.grid.cp > 1) {
         std::printf("ZeRO-%d: the optimizer state%s sharded over the %d DP x CP ranks\n",
-                    o.zero_stage, o.zero_stage >= 2 ? " and the gradients" : "",
+                    o.zero_stage,
+                    o.zero_stage == 3   ? ", the gradients and the parameters"
+                    : o.zero_stage == 2 ? " and the gradients"
+                                        : "",
                     o.grid.dp * o.grid.cp);
         std::fflush(stdout);
     }
@@ -884,6 +885,7 @@ int main(int argc, char** argv) {
     }
     // One layout, or one per bucket of --hot-switch (hot_switch_trainer.h).
     std::optional<ParallelGroups> groups;
+    std::unique_ptr<ZeroParameters> zero_parameters;  // ZeRO-3's; before the model using it
     std::unique_ptr<GptModel> static_model;
     std::unique_ptr<ParallelTrainer> trainer;
     std::unique_ptr<HotSwitchTrainer> hot;
@@ -920,9 +922,16 @@ int main(int argc, char** argv) {
         }
     } else {
         groups.emplace(ParallelGroups::create(device_world ? *device_world : *world, *topology));
+        StageParameters held =
+            stage_parameters(topology->coordinates().pp, o.grid.pp, layout, o.model.layers);
+        if (o.zero_stage == 3 && groups->dp_cp->size() > 1) {
+            zero_parameters = std::make_unique<ZeroParameters>(
+                *backend, ParameterLayout(o.model, o.grid.tp, held), *groups->dp_cp);
+        }
         static_model = std::make_unique<GptModel>(
-            *backend, o.model, ModelParallel{groups->tp.get(), groups->cp.get(), o.cp_impl},
-            stage_parameters(topology->coordinates().pp, o.grid.pp, layout, o.model.layers));
+            *backend, o.model,
+            ModelParallel{groups->tp.get(), groups->cp.get(), o.cp_impl, zero_parameters.get()},
+            std::move(held));
         static_model->initialize(o.seed);
         static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
         trainer = std::make_unique<ParallelTrainer>(*static_model, *topology, *groups, *documents,

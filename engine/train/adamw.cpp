@@ -27,6 +27,16 @@ AdamW::AdamW(Backend& backend, const ParameterLayout& layout, AdamWConfig config
 }
 
 void AdamW::update(Tensor params, Tensor grads, float grad_scale, float learning_rate) {
+    update_from(params, 0, grads, grad_scale, learning_rate);
+}
+
+void AdamW::update_owned(Tensor owned_params, Tensor grads, float grad_scale, float learning_rate) {
+    FULCRUM_CHECK(owned_params.numel() == owned_.count, "not the owned range's parameters");
+    update_from(owned_params, owned_.offset, grads, grad_scale, learning_rate);
+}
+
+void AdamW::update_from(Tensor params, std::int64_t params_offset, Tensor grads, float grad_scale,
+                        float learning_rate) {
     ++steps_taken_;
     AdamWStep step;
     step.learning_rate = learning_rate > 0.0f ? learning_rate : config_.learning_rate;
@@ -45,8 +55,8 @@ void AdamW::update(Tensor params, Tensor grads, float grad_scale, float learning
             continue;
         }
         step.weight_decay = t.weight_decay ? config_.weight_decay : 0.0f;
-        backend_.adamw_update(params.slice(begin, end - begin), grads.slice(begin, end - begin),
-                              m_.slice(begin - first, end - begin),
+        backend_.adamw_update(params.slice(begin - params_offset, end - begin),
+                              grads.slice(begin, end - begin), m_.slice(begin - first, end - begin),
                               v_.slice(begin - first, end - begin), step);
     }
 }

@@ -71,8 +71,16 @@ public:
     // order, of which only the owned range is read or written. `grad_scale` is the clipping
     // coefficient; `learning_rate` overrides the config's (for a schedule) when positive.
     void update(Tensor params, Tensor grads, float grad_scale, float learning_rate = -1.0f);
+    // The same where the parameters are the owned range alone (ZeRO-3's shard: owned().count
+    // elements); `grads` is still the whole flat buffer.
+    void update_owned(Tensor owned_params, Tensor grads, float grad_scale,
+                      float learning_rate = -1.0f);
 
 private:
+    // `params_offset`: the layout offset of params' first element (0, or owned().offset).
+    void update_from(Tensor params, std::int64_t params_offset, Tensor grads, float grad_scale,
+                     float learning_rate);
+
     Backend& backend_;
     const ParameterLayout& layout_;
     AdamWConfig config_;

@@ -720,10 +720,11 @@ void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu_data() {
     QTest::addColumn<QStringList>("layout");
     QTest::newRow("pp2") << QStringList{"--pp", "2"};
     // Ulysses' all-to-alls (strided copies into the staging: cudaMemcpy2DAsync) and the
-    // checkpoints' copies on their own streams, each waiting on the compute stream's events.
-    QTest::newRow("cp2 ulysses, offloaded checkpoints") << QStringList{
+    // checkpoints' copies on their own streams, each waiting on the compute stream's events;
+    // ZeRO-3's gathers of unequal parts into the buffers the next pass reads.
+    QTest::newRow("cp2 ulysses, offloaded checkpoints, zero 3") << QStringList{
         "--cp",     "2", "--cp-impl", "ulysses", "--recompute", "full", "--offload-checkpoints",
-        "--layers", "4"};
+        "--layers", "4", "--zero",    "3"};
 }
 
 // Two ranks on one GPU, device buffers staged through host memory over MPI (NCCL refuses two

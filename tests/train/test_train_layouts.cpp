@@ -79,8 +79,16 @@ private slots:
             << 4
             << QStringList{"--dp", "2", "--pp", "2", "--zero", "1", "--overlap-grad-reduce", "on"}
             << wlb;
-        QTest::newRow("dp2 cp2 zero 2")
-            << 4 << QStringList{"--dp", "2", "--cp", "2", "--zero", "2"} << fixed;
+        // ZeRO-3 (zero_parameters.h): only the shard of the parameters kept, a block's gathered
+        // before each pass (under ZB-H1 its W gathers again). An epoch of 20 documents ends
+        // in a step of 1 and 0 micro-batches, one of 45 in 3 and 2: the replica short of
+        // micro-batches makes the gathers of the passes it lacks in the longer one's schedule.
+        QTest::newRow("dp2 cp2 zero 3, 1 and 0 micro-batches at an epoch's end")
+            << 4 << QStringList{"--dp", "2", "--cp", "2", "--zero", "3"}
+            << fixed + QStringList{"--documents", "20"};
+        QTest::newRow("dp2 pp2 zero 3 zb-h1, 3 and 2 micro-batches at an epoch's end")
+            << 4 << QStringList{"--dp", "2", "--pp", "2", "--zero", "3", "--schedule", "zb-h1"}
+            << fixed + QStringList{"--documents", "45"};
         QTest::newRow("tp2 dp2 zero 2 sequence parallel")
             << 4 << QStringList{"--tp", "2", "--dp", "2", "--zero", "2", "--sequence-parallel"}
             << fixed;
@@ -130,6 +138,22 @@ private slots:
                            "--offload-checkpoints",
                            "--overlap-grad-reduce",
                            "on"}
+            << wlb;
+        // All of FPDT's design at once (its table's last row): Ulysses, chunks offloaded,
+        // checkpoints offloaded, ZeRO-3.
+        QTest::newRow("cp2 ulysses fpdt chunk 16 offload checkpoints zero 3")
+            << 2
+            << QStringList{"--cp",
+                           "2",
+                           "--cp-impl",
+                           "ulysses",
+                           "--attention-chunk",
+                           "16",
+                           "--recompute",
+                           "full",
+                           "--offload-checkpoints",
+                           "--zero",
+                           "3"}
             << wlb;
         QTest::newRow("pp2 cp2 ulysses zb-h1 fpdt chunk 16")
             << 4 << QStringList{"--pp",       "2",         "--cp",
@@ -345,10 +369,12 @@ private slots:
                 const auto i = layout.indexOf(option);
                 return i >= 0 ? layout[i + 1].toInt() : 1;
             };
-            const QString said = "ZeRO-" + stage + ": the optimizer state" +
-                                 (stage == "2" ? " and the gradients" : "") + " sharded over the " +
-                                 QString::number(degree("--dp") * degree("--cp")) +
-                                 " DP x CP ranks";
+            const QString sharded = stage == "3"   ? ", the gradients and the parameters"
+                                    : stage == "2" ? " and the gradients"
+                                                   : "";
+            const QString said =
+                "ZeRO-" + stage + ": the optimizer state" + sharded + " sharded over the " +
+                QString::number(degree("--dp") * degree("--cp")) + " DP x CP ranks";
             QVERIFY2(parallel.output.contains(said), qPrintable(parallel.output));
         }
         // The knobs said what they do.
@@ -396,8 +422,9 @@ private slots:
             << 1 << QStringList{"--lengths", "file:LONG", "--context", "64"}
             << "longer than any micro-batch can hold";
         QTest::newRow("unknown balancer") << 1 << QStringList{"--balancer", "magic"} << "magic";
-        QTest::newRow("zero 3") << 2 << QStringList{"--dp", "2", "--zero", "3"}
-                                << "is not in fulcrum-train yet";
+        QTest::newRow("zero 3 with overlapped reduction")
+            << 2 << QStringList{"--dp", "2", "--zero", "3", "--overlap-grad-reduce", "on"}
+            << "--zero 3 reduce-scatters the gradients after the passes";
         QTest::newRow("zero 2 with overlapped reduction")
             << 2 << QStringList{"--dp", "2", "--zero", "2", "--overlap-grad-reduce", "on"}
             << "reduce-scatters the gradients after the passes";

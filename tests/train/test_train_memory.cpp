@@ -130,6 +130,10 @@ private slots:
         // ZeRO over DP × CP: each rank keeps the moments of its shard (and a staging copy).
         row("dp2 zero 1", 2, {"--dp", "2", "--zero", "1"});
         row("dp2 cp2 zero 2", 4, {"--dp", "2", "--cp", "2", "--zero", "2"});
+        // ZeRO-3: the shard of the parameters in place of all of them, and a block, wte and wpe,
+        // lnf gathered whole (wte and wpe on the first stage, wte and lnf on the last).
+        row("dp2 zero 3", 2, {"--dp", "2", "--zero", "3"});
+        row("dp2 pp2 zero 3", 4, {"--dp", "2", "--pp", "2", "--zero", "3"});
         row("tp2", 2, {"--tp", "2"});
         row("tp2 sequence parallel", 2, {"--tp", "2", "--sequence-parallel"});
         row("cp2", 2, {"--cp", "2"});

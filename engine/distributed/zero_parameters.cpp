@@ -1,0 +1,125 @@
+#include "engine/distributed/zero_parameters.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/trace/annotations.h"
+#include "engine/instrument/annotations.h"
+
+namespace fulcrum::engine {
+namespace {
+
+Tensor allocated(Backend& backend, DeviceBuffer& storage, std::int64_t elements) {
+    const std::int64_t n = std::max<std::int64_t>(elements, 1);
+    storage = backend.allocate(std::size_t(n) * sizeof(float));
+    return storage.f32(0, {n});
+}
+
+}  // namespace
+
+std::vector<int> zero_shard_counts(std::int64_t total, int ranks) {
+    std::vector<int> counts(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+        counts[static_cast<std::size_t>(r)] =
+            static_cast<int>(total / ranks + (r < total % ranks ? 1 : 0));
+    }
+    return counts;
+}
+
+ZeroParameters::ZeroParameters(Backend& backend, const ParameterLayout& layout, Communicator& group)
+    : backend_(backend),
+      layout_(layout),
+      group_(group),
+      counts_(zero_shard_counts(layout.total(), group.size())) {
+    const int me = group_.rank();
+    shard_range_ = {std::accumulate(counts_.begin(), counts_.begin() + me, std::int64_t{0}),
+                    counts_[static_cast<std::size_t>(me)]};
+    shard_ = allocated(backend_, shard_storage_, shard_range_.count).slice(0, shard_range_.count);
+    // Every block of a stage has the same size; one buffer serves them in turn.
+    const auto held = layout_.held();
+    std::int64_t block = 0;
+    for (int l = 0; l < layout_.config().layers; ++l) {
+        if (held.holds_block(l)) {
+            block = std::max(block, layout_.block_range(l, l + 1).count);
+        }
+    }
+    for (auto [slot, count] :
+         {std::pair{&before_blocks_, layout_.before_blocks().count}, std::pair{&block_, block},
+          std::pair{&after_blocks_, layout_.after_blocks().count}}) {
+        if (count > 0) {
+            allocated(backend_, slot->storage, count);
+            slot->capacity = count;
+        }
+    }
+}
+
+void ZeroParameters::set_whole(std::span<const float> host) {
+    FULCRUM_CHECK(std::int64_t(host.size()) == layout_.total(), "wrong parameter count");
+    if (shard_range_.count > 0) {
+        backend_.upload(shard_, host.data() + shard_range_.offset, kComputeStream);
+    }
+}
+
+std::vector<float> ZeroParameters::whole_to_host() {
+    std::vector<float> host(std::size_t(layout_.total()));
+    std::vector<ElementRange> ranges = {layout_.before_blocks()};
+    for (int l = 0; l < layout_.config().layers; ++l) {
+        if (layout_.held().holds_block(l)) {
+            ranges.push_back(layout_.block_range(l, l + 1));
+        }
+    }
+    ranges.push_back(layout_.after_blocks());
+    for (const ElementRange& range : ranges) {
+        if (range.count == 0) {
+            continue;
+        }
+        const Tensor whole = acquire(range);
+        backend_.download(host.data() + range.offset, whole, kComputeStream);
+        release(range);
+    }
+    return host;
+}
+
+ZeroParameters::Slot& ZeroParameters::slot_for(ElementRange range) {
+    Slot& slot = range == layout_.before_blocks()  ? before_blocks_
+                 : range == layout_.after_blocks() ? after_blocks_
+                                                   : block_;
+    FULCRUM_CHECK(range.count <= slot.capacity && range.offset >= 0 &&
+                      range.offset + range.count <= layout_.total(),
+                  "ZeRO-3: a range that is neither a block nor the tensors around the blocks");
+    return slot;
+}
+
+Tensor ZeroParameters::acquire(ElementRange range) {
+    Slot& slot = slot_for(range);
+    FULCRUM_CHECK(!slot.in_use, "ZeRO-3: a range acquired twice before its release");
+    slot.in_use = true;
+    const Tensor whole = slot.storage.f32(0, {range.count});
+    // Each rank sends its shard's part of the range; in rank order the parts are the range.
+    std::vector<int> counts(counts_.size());
+    std::int64_t begin = 0;
+    for (std::size_t r = 0; r < counts_.size(); ++r) {
+        const std::int64_t end = begin + counts_[r];
+        const std::int64_t from = std::max(begin, range.offset);
+        const std::int64_t to = std::min(end, range.offset + range.count);
+        counts[r] = static_cast<int>(std::max<std::int64_t>(to - from, 0));
+        begin = end;
+    }
+    const int me = group_.rank();
+    const std::int64_t own = counts[static_cast<std::size_t>(me)];
+    const std::int64_t from = std::max(shard_range_.offset, range.offset) - shard_range_.offset;
+    const Tensor part = own > 0 ? shard_.slice(from, own) : Tensor{};
+    instrument::Range gather(range_name::kZeroAllGather, Category::communication,
+                             instrument::with_bytes(range.count * std::int64_t(sizeof(float))));
+    group_.all_gather(std::span<const float>(own > 0 ? part.f32() : nullptr, std::size_t(own)),
+                      std::span<float>(whole.f32(), std::size_t(range.count)), counts);
+    return whole;
+}
+
+void ZeroParameters::release(ElementRange range) {
+    Slot& slot = slot_for(range);
+    FULCRUM_CHECK(slot.in_use, "ZeRO-3: a range released that was not acquired");
+    slot.in_use = false;
+}
+
+}  // namespace fulcrum::engine

@@ -383,19 +383,6 @@ int run_analyze(const AnalyzeArgs& args) {
     }
     install_interrupt_handler();
     std::atomic<bool> cancel{false};
-    auto line = progress_line("loading");
-    analysis::LoadOptions load;
-    load.progress = [&](double fraction) {
-        if (!line(fraction)) {
-            cancel.store(true);
-        }
-    };
-    load.cancel = &cancel;
-    auto trace = analysis::load_run_trace(*reader, load);
-    finish_progress_line();
-    if (!trace) {
-        return report_error(trace.error());
-    }
     auto analyzing = progress_line("analysing");
     analysis::AnalyzeOptions options;
     options.progress = [&](std::string_view, double fraction) {
@@ -404,7 +391,9 @@ int run_analyze(const AnalyzeArgs& args) {
         }
     };
     options.cancel = &cancel;
-    auto result = analysis::analyze_run(*trace, options);
+    // A rank at a time from the file: the run is never in memory whole.
+    analysis::RunTrace metadata;
+    auto result = analysis::analyze_run_file(*reader, metadata, options);
     finish_progress_line();
     if (!result) {
         return report_error(result.error());

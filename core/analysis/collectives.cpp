@@ -13,31 +13,6 @@ namespace fulcrum::analysis {
 
 namespace {
 
-// What identifies a collective on each of its ranks, except the occurrence k.
-struct CallKey {
-    std::uint64_t communicator = 0;
-    StringId name;
-    std::int32_t step = -1;
-    std::int32_t microbatch = -1;
-    Phase phase = Phase::none;
-
-    friend bool operator==(const CallKey&, const CallKey&) = default;
-};
-
-struct CallKeyHash {
-    std::size_t operator()(const CallKey& key) const {
-        std::uint64_t h = key.communicator * 0x9e3779b97f4a7c15ULL;
-        h ^= (static_cast<std::uint64_t>(key.name.value) << 32 |
-              static_cast<std::uint32_t>(key.step)) +
-             0xbf58476d1ce4e5b9ULL + (h << 6) + (h >> 2);
-        h ^= (static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.microbatch)) << 8 |
-              static_cast<std::uint8_t>(key.phase)) +
-             0x94d049bb133111ebULL + (h << 6) + (h >> 2);
-        h ^= h >> 31;
-        return static_cast<std::size_t>(h);
-    }
-};
-
 // Coordinates are -1 when unknown; +1 keeps them non-negative, 16 bits each is a 65535-wide
 // grid dimension.
 std::uint64_t pack(Role role, std::int32_t a, std::int32_t b, std::int32_t c) {
@@ -270,112 +245,90 @@ void matched_calls(const RunTrace& trace, const RankTrace& rank, std::vector<Mat
 
 }  // namespace
 
-std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
-    // Two passes over the events, hashing instead of sorting them (a 10M-event run has
-    // millions of collective calls). The first gives every call its instance: each (communicator,
-    // name, step, micro-batch, phase) gets a dense id, each id a list of instances indexed by k,
-    // and a rank's k-th call of an id joins instance [id][k]. The second copies the calls into
-    // their instances, allocated once at their final size and place. Ranks are visited in
-    // ascending order, so participants come out sorted by rank.
+std::vector<CollectiveCall> collective_calls(const RunTrace& trace, const RankTrace& rank) {
     std::vector<MatchedCall> calls;
-
-    struct Instance {
-        const Event* first;  // name, step, micro-batch, phase
-        Role role;
-        std::int32_t occurrence;
-        std::uint32_t participants = 0;
-        std::int64_t first_start;
-    };
-    std::vector<Instance> found;
-    std::vector<std::uint32_t> instance_of_call;
-    std::unordered_map<CallKey, std::uint32_t, CallKeyHash> call_ids;
-    std::vector<std::vector<std::uint32_t>> instances_of_id;  // [id][k] → instance
-    std::vector<std::int32_t> next_k;                         // this rank's, by id
-    // The ids this rank used, to reset next_k: a 1024-rank run has hundreds of thousands of
-    // ids (communicators × steps × micro-batches), each rank a few thousand of them.
-    std::vector<std::uint32_t> used;
-    for (const RankTrace& rank : trace.ranks) {
-        matched_calls(trace, rank, calls);
-        for (const std::uint32_t id : used) {
-            next_k[id] = 0;
-        }
-        used.clear();
-        for (const MatchedCall& call : calls) {
-            const Event& event = *call.event;
-            const std::uint64_t communicator = call.role == Role::collective
-                                                   ? communicator_of_unknown(trace, event)
-                                                   : communicator_of(call.role, rank.info);
-            const CallKey key{communicator, event.name, event.step, event.microbatch, event.phase};
-            const auto [it, added] =
-                call_ids.try_emplace(key, static_cast<std::uint32_t>(instances_of_id.size()));
-            if (added) {
-                instances_of_id.emplace_back();
-                next_k.push_back(0);
-            }
-            if (next_k[it->second] == 0) {
-                used.push_back(it->second);
-            }
-            const std::int32_t k = next_k[it->second]++;
-            std::vector<std::uint32_t>& by_k = instances_of_id[it->second];
-            if (static_cast<std::size_t>(k) == by_k.size()) {
-                by_k.push_back(static_cast<std::uint32_t>(found.size()));
-                found.push_back({&event, call.role, k, 0, call.start_ns});
-            }
-            const std::uint32_t index = by_k[static_cast<std::size_t>(k)];
-            Instance& instance = found[index];
-            ++instance.participants;
-            instance.first_start = std::min(instance.first_start, call.start_ns);
-            instance_of_call.push_back(index);
-        }
+    matched_calls(trace, rank, calls);
+    std::vector<CollectiveCall> out;
+    out.reserve(calls.size());
+    for (const MatchedCall& call : calls) {
+        const Event& event = *call.event;
+        const std::uint64_t communicator = call.role == Role::collective
+                                               ? communicator_of_unknown(trace, event)
+                                               : communicator_of(call.role, rank.info);
+        out.push_back({communicator, event.name, event.args, event.step, event.microbatch,
+                       event.phase, call.role, call.start_ns, call.end_ns, event.bytes});
     }
+    return out;
+}
 
-    // Instances with at least two participants, in order of (step, first start). The sort
-    // carries what the output needs, so that it is then read in order.
+// Hashing instead of sorting (a 10M-event run has millions of collective calls): every
+// (communicator, name, step, micro-batch, phase) gets a dense id, each id a list of instances
+// indexed by k, and a rank's k-th call of an id joins instance [id][k]. Ranks come in
+// ascending order, so participants come out sorted by rank.
+void CollectiveMatcher::add(std::int32_t rank, std::span<const CollectiveCall> calls) {
+    for (const std::uint32_t id : used_) {
+        next_k_[id] = 0;
+    }
+    used_.clear();
+    for (const CollectiveCall& call : calls) {
+        const Key key{call.communicator, call.name, call.step, call.microbatch, call.phase};
+        const auto [it, added] =
+            call_ids_.try_emplace(key, static_cast<std::uint32_t>(instances_of_id_.size()));
+        if (added) {
+            instances_of_id_.emplace_back();
+            next_k_.push_back(0);
+        }
+        if (next_k_[it->second] == 0) {
+            used_.push_back(it->second);
+        }
+        const std::int32_t k = next_k_[it->second]++;
+        std::vector<std::uint32_t>& by_k = instances_of_id_[it->second];
+        if (static_cast<std::size_t>(k) == by_k.size()) {
+            by_k.push_back(static_cast<std::uint32_t>(found_.size()));
+            Found instance;
+            instance.instance = {call.name,  call.role, call.step, call.microbatch,
+                                 call.phase, k,         {}};
+            instance.first_start = call.start_ns;
+            found_.push_back(std::move(instance));
+        }
+        Found& instance = found_[by_k[static_cast<std::size_t>(k)]];
+        instance.first_start = std::min(instance.first_start, call.start_ns);
+        instance.instance.participants.push_back(
+            {rank, call.start_ns, call.end_ns, call.bytes, call.args});
+    }
+}
+
+std::vector<CollectiveInstance> CollectiveMatcher::finish() && {
+    // Instances with at least two participants, in order of (step, first start).
     struct Order {
         std::int32_t step;
         std::int64_t first_start;
         std::uint32_t index;
-        const Instance* instance;
     };
     std::vector<Order> order;
-    for (std::size_t i = 0; i < found.size(); ++i) {
-        if (found[i].participants >= 2) {
-            order.push_back({found[i].first->step, found[i].first_start,
-                             static_cast<std::uint32_t>(i), &found[i]});
+    for (std::size_t i = 0; i < found_.size(); ++i) {
+        if (found_[i].instance.participants.size() >= 2) {
+            order.push_back(
+                {found_[i].instance.step, found_[i].first_start, static_cast<std::uint32_t>(i)});
         }
     }
     std::sort(order.begin(), order.end(), [](const Order& a, const Order& b) {
         return std::tie(a.step, a.first_start, a.index) < std::tie(b.step, b.first_start, b.index);
     });
-    constexpr std::uint32_t kDropped = ~std::uint32_t{0};  // an instance of one participant
-    std::vector<std::uint32_t> position(found.size(), kDropped);
-    std::vector<CollectiveInstance> instances(order.size());
-    for (std::size_t p = 0; p < order.size(); ++p) {
-        const Instance& from = *order[p].instance;
-        CollectiveInstance& to = instances[p];
-        to.name = from.first->name;
-        to.role = from.role;
-        to.step = from.first->step;
-        to.microbatch = from.first->microbatch;
-        to.phase = from.first->phase;
-        to.occurrence = from.occurrence;
-        to.participants.reserve(from.participants);
-        position[order[p].index] = static_cast<std::uint32_t>(p);
-    }
-
-    std::size_t next_call = 0;
-    for (const RankTrace& rank : trace.ranks) {
-        matched_calls(trace, rank, calls);
-        for (const MatchedCall& call : calls) {
-            const std::uint32_t p = position[instance_of_call[next_call++]];
-            if (p != kDropped) {
-                const Event& event = *call.event;
-                instances[p].participants.push_back(
-                    {rank.info.rank, call.start_ns, call.end_ns, event.bytes, event.args});
-            }
-        }
+    std::vector<CollectiveInstance> instances;
+    instances.reserve(order.size());
+    for (const Order& o : order) {
+        instances.push_back(std::move(found_[o.index].instance));
     }
     return instances;
+}
+
+std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
+    CollectiveMatcher matcher;
+    for (const RankTrace& rank : trace.ranks) {
+        matcher.add(rank.info.rank, collective_calls(trace, rank));
+    }
+    return std::move(matcher).finish();
 }
 
 }  // namespace fulcrum::analysis

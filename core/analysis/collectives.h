@@ -18,7 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/analysis/run_trace.h"
@@ -51,5 +53,64 @@ struct CollectiveInstance {
 
 // Instances with at least two participants, in order of (step, first start).
 std::vector<CollectiveInstance> match_collectives(const RunTrace& trace);
+
+// match_collectives a rank at a time (run_analysis.h): each rank's calls, in the order it
+// issued them, with the communicator each ran on; then the matching, fed ranks in ascending
+// order.
+struct CollectiveCall {
+    std::uint64_t communicator = 0;
+    StringId name;
+    StringId args;
+    std::int32_t step = -1;
+    std::int32_t microbatch = -1;
+    Phase phase = Phase::none;
+    Role role = Role::collective;
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+    std::int64_t bytes = -1;
+};
+std::vector<CollectiveCall> collective_calls(const RunTrace& trace, const RankTrace& rank);
+
+class CollectiveMatcher {
+public:
+    void add(std::int32_t rank, std::span<const CollectiveCall> calls);
+    std::vector<CollectiveInstance> finish() &&;
+
+private:
+    // What identifies a collective on each of its ranks, except the occurrence k.
+    struct Key {
+        std::uint64_t communicator = 0;
+        StringId name;
+        std::int32_t step = -1;
+        std::int32_t microbatch = -1;
+        Phase phase = Phase::none;
+
+        friend bool operator==(const Key&, const Key&) = default;
+    };
+    struct KeyHash {
+        std::size_t operator()(const Key& key) const {
+            std::uint64_t h = key.communicator * 0x9e3779b97f4a7c15ULL;
+            h ^= (static_cast<std::uint64_t>(key.name.value) << 32 |
+                  static_cast<std::uint32_t>(key.step)) +
+                 0xbf58476d1ce4e5b9ULL + (h << 6) + (h >> 2);
+            h ^= (static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.microbatch)) << 8 |
+                  static_cast<std::uint8_t>(key.phase)) +
+                 0x94d049bb133111ebULL + (h << 6) + (h >> 2);
+            h ^= h >> 31;
+            return static_cast<std::size_t>(h);
+        }
+    };
+    struct Found {
+        CollectiveInstance instance;
+        std::int64_t first_start = 0;
+    };
+    std::vector<Found> found_;
+    std::unordered_map<Key, std::uint32_t, KeyHash> call_ids_;
+    std::vector<std::vector<std::uint32_t>> instances_of_id_;  // [id][k] → index in found_
+    std::vector<std::int32_t> next_k_;                         // this rank's, by id
+    // The ids this rank used, to reset next_k_: a 1024-rank run has hundreds of thousands of
+    // ids (communicators × steps × micro-batches), each rank a few thousand of them.
+    std::vector<std::uint32_t> used_;
+};
 
 }  // namespace fulcrum::analysis

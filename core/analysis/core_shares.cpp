@@ -5,6 +5,12 @@
 namespace fulcrum::analysis {
 
 CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes) {
+    const int cores = trace.config.host_cores;
+    return of(trace, passes, cores > 0 ? rank_ranges(trace) : std::vector<RankRanges>{});
+}
+
+CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes,
+                          const std::vector<RankRanges>& ranges) {
     CoreShares shares;
     const int cores = trace.config.host_cores;
     if (cores <= 0) {
@@ -40,13 +46,9 @@ CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes
         const auto [start, end] = computing(pass);
         add(pass.rank, start, end);
     }
-    for (const RankTrace& rank : trace.ranks) {
-        for (const LaneTrace& lane : rank.lanes) {
-            for (const Event& event : lane.events) {
-                if (event.kind != EventKind::mark && trace.role(event) == Role::optimizer) {
-                    add(rank.info.rank, event.start_ns, event.end_ns);
-                }
-            }
+    for (const RankRanges& rank : ranges) {
+        for (const RankRanges::Range& optimizer : rank.optimizers) {
+            add(rank.rank, optimizer.start_ns, optimizer.end_ns);
         }
     }
     for (std::size_t h = 0; h < shares.hosts_.size(); ++h) {

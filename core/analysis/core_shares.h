@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/host_ranges.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 
@@ -27,6 +28,9 @@ class CoreShares {
 public:
     // Empty (every share 1) when the run does not say its cores, or no host has more ranks.
     static CoreShares of(const RunTrace& trace, const std::vector<Pass>& passes);
+    // The same from the ranks' host ranges (host_ranges.h), for a run read a rank at a time.
+    static CoreShares of(const RunTrace& trace, const std::vector<Pass>& passes,
+                         const std::vector<RankRanges>& ranges);
 
     // The mean share of a core `rank` had over [start, end] while computing in it.
     double share(std::int32_t rank, std::int64_t start, std::int64_t end) const;

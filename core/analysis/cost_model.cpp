@@ -312,7 +312,8 @@ CollectiveCost fit_collective(std::string name, Role role,
 // transfer. "recv X" on stage s is matched with "send X" on the neighbour that sends it (s − 1
 // for activations, s + 1 for gradients), on the rank with the same dp, cp and tp, by (step,
 // micro-batch, k).
-void pipeline_samples(const RunTrace& trace, const CoreShares& shares,
+void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& ranges,
+                      const CoreShares& shares,
                       std::map<std::string, std::vector<TransferSample>>& by_name) {
     struct Key {
         std::int32_t dp, cp, tp, stage, step, microbatch, occurrence;
@@ -330,15 +331,16 @@ void pipeline_samples(const RunTrace& trace, const CoreShares& shares,
     };
     std::map<Key, std::pair<std::int64_t, std::int64_t>> sends;  // → start, bytes
     std::vector<Recv> recvs;
-    for (const RankTrace& rank : trace.ranks) {
-        const RankInfo& r = rank.info;
+    for (const RankRanges& ranked : ranges) {
+        const RankTrace* rank = trace.find_rank(ranked.rank);
+        if (rank == nullptr) {
+            continue;
+        }
+        const RankInfo& r = rank->info;
         std::map<std::tuple<StringId, std::int32_t, std::int32_t>, std::int32_t> seen;
-        for (const LaneTrace& lane : rank.lanes) {
-            for (const Event& event : lane.events) {
-                const Role role = trace.role(event);
-                if (role != Role::pipeline_send && role != Role::pipeline_recv) {
-                    continue;
-                }
+        {
+            for (const RankRanges::Transfer& event : ranked.transfers) {
+                const Role role = event.role;
                 const std::string_view name = trace.name(event.name);
                 const std::size_t space = name.find(' ');
                 if (space == std::string_view::npos) {
@@ -393,7 +395,7 @@ void pipeline_samples(const RunTrace& trace, const CoreShares& shares,
 // last rank's end, a whole core's time where ranks shared cores (the CPU the last rank's
 // update used, where the engine marked it, else that time × its share); the mean over steps.
 // The mean of every rank's range would count the earlier ranks' wait for the last as update.
-double optimizer_ns(const RunTrace& trace, const CoreShares& shares) {
+double optimizer_ns(const std::vector<RankRanges>& ranges, const CoreShares& shares) {
     struct Arrivals {
         std::int64_t last_start = 0, last_end = 0;
         std::int64_t last_cpu = -1;
@@ -402,25 +404,16 @@ double optimizer_ns(const RunTrace& trace, const CoreShares& shares) {
     };
     std::map<std::int64_t, Arrivals> steps;  // by step; a range without one alone
     std::int64_t unnamed = -1;
-    for (const RankTrace& rank : trace.ranks) {
-        for (const LaneTrace& lane : rank.lanes) {
-            std::optional<CpuMarks> marks;
-            for (const Event& event : lane.events) {
-                if (event.kind == EventKind::mark || trace.role(event) != Role::optimizer) {
-                    continue;
-                }
-                Arrivals& step = steps[event.step >= 0 ? event.step : unnamed--];
-                if (!step.any || event.start_ns > step.last_start) {
-                    step.last_start = event.start_ns;
-                    step.last_rank = rank.info.rank;
-                    if (shares.shared() && !marks) {
-                        marks.emplace(trace, lane);
-                    }
-                    step.last_cpu = marks ? marks->after(event.end_ns) : -1;
-                }
-                step.last_end = step.any ? std::max(step.last_end, event.end_ns) : event.end_ns;
-                step.any = true;
+    for (const RankRanges& rank : ranges) {
+        for (const RankRanges::Range& event : rank.optimizers) {
+            Arrivals& step = steps[event.step >= 0 ? event.step : unnamed--];
+            if (!step.any || event.start_ns > step.last_start) {
+                step.last_start = event.start_ns;
+                step.last_rank = rank.rank;
+                step.last_cpu = shares.shared() ? event.cpu_ns : -1;
             }
+            step.last_end = step.any ? std::max(step.last_end, event.end_ns) : event.end_ns;
+            step.any = true;
         }
     }
     long double total = 0;
@@ -470,7 +463,8 @@ const CollectiveCost* CostModel::collective(std::string_view name) const {
 }
 
 Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
-                                 const std::vector<CollectiveInstance>* collectives) {
+                                 const std::vector<CollectiveInstance>* collectives,
+                                 const std::vector<RankRanges>* ranges) {
     const std::string run = "run '" + trace.run.name + "'";
     if (passes.empty()) {
         return Error{ErrorCode::invalid_input,
@@ -487,8 +481,13 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
     CostModel model;
     model.source = trace.run.name;
 
+    std::vector<RankRanges> read;
+    if (ranges == nullptr) {
+        read = rank_ranges(trace);
+        ranges = &read;
+    }
     const std::vector<HeldWork> held = held_work(trace);
-    const CoreShares shares = CoreShares::of(trace, passes);
+    const CoreShares shares = CoreShares::of(trace, passes, *ranges);
     const auto held_of = [&](const Pass& pass) -> const HeldWork* {
         const auto it = std::lower_bound(held.begin(), held.end(),
                                          std::tie(pass.rank, pass.step, pass.microbatch),
@@ -573,7 +572,7 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         transfers[std::string(trace.name(StringId{id}))] = std::move(samples);
     }
     std::map<std::string, std::vector<TransferSample>> receives;
-    pipeline_samples(trace, shares, receives);
+    pipeline_samples(trace, *ranges, shares, receives);
     for (auto& [name, list] : receives) {
         roles[name] = Role::pipeline_recv;
         transfers[name] = std::move(list);
@@ -582,7 +581,7 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         model.collectives.push_back(fit_collective(name, roles[name], list));
     }
 
-    model.optimizer_ns = optimizer_ns(trace, shares);
+    model.optimizer_ns = optimizer_ns(*ranges, shares);
     return model;
 }
 

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "core/analysis/collectives.h"
+#include "core/analysis/host_ranges.h"
 #include "core/parallel/grid.h"
 #include "core/parallel/replay.h"
 #include "core/trace/annotations.h"
@@ -137,9 +138,9 @@ private:
 struct TailEvent {
     std::int64_t start_ns = 0, end_ns = 0;
     bool found = false;
-    void take(const Event& event) {
-        if (!found || event.end_ns > end_ns)
-            *this = {event.start_ns, event.end_ns, true};
+    void take(const RankRanges::Range& range) {
+        if (!found || range.end_ns > end_ns)
+            *this = {range.start_ns, range.end_ns, true};
     }
 };
 
@@ -149,20 +150,17 @@ struct StepTails {
 };
 using TailIndex = std::map<std::pair<std::int32_t, std::int32_t>, StepTails>;  // (rank, step)
 
-TailIndex index_tails(const RunTrace& trace) {
+TailIndex index_tails(const std::vector<RankRanges>& ranges) {
     TailIndex tails;
-    for (const RankTrace& rank : trace.ranks) {
-        for (const LaneTrace& lane : rank.lanes) {
-            if (lane.info.kind != LaneKind::host_thread)
-                continue;
-            for (const Event& event : lane.events) {
-                if (event.step < 0 || event.kind == EventKind::mark)
-                    continue;
-                const Role role = trace.role(event);
-                if (role == Role::step)
-                    tails[{rank.info.rank, event.step}].step.take(event);
-                if (role == Role::optimizer)
-                    tails[{rank.info.rank, event.step}].optimizer.take(event);
+    for (const RankRanges& rank : ranges) {
+        for (const RankRanges::Range& range : rank.steps) {
+            if (range.host_lane && range.step >= 0) {
+                tails[{rank.rank, range.step}].step.take(range);
+            }
+        }
+        for (const RankRanges::Range& range : rank.optimizers) {
+            if (range.host_lane && range.step >= 0) {
+                tails[{rank.rank, range.step}].optimizer.take(range);
             }
         }
     }
@@ -373,7 +371,8 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
 }  // namespace
 
 std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
-                                         const std::vector<CollectiveInstance>* collectives) {
+                                         const std::vector<CollectiveInstance>* collectives,
+                                         const std::vector<RankRanges>* ranges) {
     std::map<std::int32_t, std::vector<const Pass*>> by_step;
     for (const Pass& pass : passes) {
         if (pass.step >= 0)
@@ -391,7 +390,7 @@ std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vecto
         if (instance.role == Role::dp_collective)
             dp_by_step[instance.step].push_back(&instance);
     }
-    const TailIndex tails = index_tails(trace);
+    const TailIndex tails = index_tails(ranges != nullptr ? *ranges : rank_ranges(trace));
     std::vector<CriticalPath> paths;
     for (const auto& [step, list] : by_step) {
         paths.push_back(walk_step(trace, step, list, dp_by_step[step], tails));

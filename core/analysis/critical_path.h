@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/analysis/collectives.h"
+#include "core/analysis/host_ranges.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 
@@ -73,10 +74,12 @@ struct CriticalPath {
 };
 
 // One path per step that has passes (forward/backward ranges); empty without them.
-// `collectives` is match_collectives(trace) when the caller has it (matching is the costly
-// part); null: matched here.
+// `collectives` is match_collectives(trace) and `ranges` rank_ranges(trace) when the caller
+// has them (matching is the costly part; a run read a rank at a time has no events to read
+// them from); null: read from the trace here.
 std::vector<CriticalPath> critical_paths(
     const RunTrace& trace, const std::vector<Pass>& passes,
-    const std::vector<CollectiveInstance>* collectives = nullptr);
+    const std::vector<CollectiveInstance>* collectives = nullptr,
+    const std::vector<RankRanges>* ranges = nullptr);
 
 }  // namespace fulcrum::analysis

@@ -148,12 +148,38 @@ std::vector<HotSwitchBreakdownRow> breakdown_rows(const HotSwitchAnalysis& analy
     return rows;
 }
 
-HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace) {
-    HotSwitchAnalysis analysis;
-    if (trace.ranks.empty()) {
-        return analysis;
+RankHotSwitch rank_hot_switch(const RunTrace& trace, const RankTrace& rank, bool first) {
+    RankHotSwitch out;
+    if (first) {
+        out.first.emplace();
+        read_first_rank(trace, rank, *out.first);
     }
-    read_first_rank(trace, trace.ranks.front(), analysis);
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            if (trace.name(event.name) != range_name::kHotSwitch) {
+                continue;
+            }
+            const json args = args_of(trace, event);
+            out.moves.push_back({text_of(args, "from"), text_of(args, "to"),
+                                 number_of(args, "sent"), number_of(args, "received")});
+        }
+    }
+    return out;
+}
+
+HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace) {
+    std::vector<RankHotSwitch> ranks;
+    for (std::size_t r = 0; r < trace.ranks.size(); ++r) {
+        ranks.push_back(rank_hot_switch(trace, trace.ranks[r], r == 0));
+    }
+    return analyze_hot_switch(trace, std::move(ranks));
+}
+
+HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace, std::vector<RankHotSwitch> ranks) {
+    if (ranks.empty() || !ranks.front().first) {
+        return {};
+    }
+    HotSwitchAnalysis analysis = std::move(*ranks.front().first);
     std::erase_if(analysis.buckets, [](const HotSwitchBucketTime& b) { return b.steps == 0; });
     if (analysis.buckets.empty()) {
         analysis.switches.clear();
@@ -164,18 +190,11 @@ HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace) {
         analysis.spans.begin(), analysis.spans.end(),
         [](const HotSwitchSpan& a, const HotSwitchSpan& b) { return a.start_ns < b.start_ns; });
     // Every rank's own bytes.
-    for (std::size_t r = 0; r < trace.ranks.size(); ++r) {
-        for (const LaneTrace& lane : trace.ranks[r].lanes) {
-            for (const Event& event : lane.events) {
-                if (trace.name(event.name) != range_name::kHotSwitch) {
-                    continue;
-                }
-                const json args = args_of(trace, event);
-                HotSwitchCost& cell = cost_cell(analysis, text_of(args, "from"),
-                                                text_of(args, "to"), trace.ranks.size());
-                cell.sent[r] += number_of(args, "sent");
-                cell.received[r] += number_of(args, "received");
-            }
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+        for (const RankHotSwitch::Move& move : ranks[r].moves) {
+            HotSwitchCost& cell = cost_cell(analysis, move.from, move.to, trace.ranks.size());
+            cell.sent[r] += move.sent;
+            cell.received[r] += move.received;
         }
     }
     std::int64_t buckets_ns = 0;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,5 +78,18 @@ std::vector<HotSwitchBreakdownRow> breakdown_rows(const HotSwitchAnalysis& analy
 
 // Empty on a run without hot switching.
 HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace);
+
+// The same a rank at a time (run_analysis.h): the first rank's buckets and switches and every
+// rank's bytes moved, then the analysis from every rank's, in rank order.
+struct RankHotSwitch {
+    struct Move {
+        std::string from, to;
+        double sent = 0, received = 0;
+    };
+    std::optional<HotSwitchAnalysis> first;  // the first rank's: its buckets and switches
+    std::vector<Move> moves;                 // this rank's `hot switch` ranges
+};
+RankHotSwitch rank_hot_switch(const RunTrace& trace, const RankTrace& rank, bool first);
+HotSwitchAnalysis analyze_hot_switch(const RunTrace& trace, std::vector<RankHotSwitch> ranks);
 
 }  // namespace fulcrum::analysis

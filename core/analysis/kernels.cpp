@@ -146,71 +146,83 @@ StreamIdle stream_idle(const RankTrace& rank, const LaneTrace& lane,
 
 }  // namespace
 
-KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& options) {
-    KernelAnalysis result;
-    struct Total {
-        KernelType type = KernelType::computation;
-        std::int64_t count = 0, total = 0, min = INT64_MAX, max = 0;
-        std::unordered_map<std::int32_t, std::int64_t> by_rank;
-    };
-    std::unordered_map<std::uint32_t, Total> by_name;
-    for (const RankTrace& rank : trace.ranks) {
-        if (!rank.has_device_lanes())
+void RankKernels::add(const RankTrace& rank, const KernelOptions& options) {
+    rank_ = rank.info.rank;
+    if (!rank.has_device_lanes())
+        return;
+    const auto launches = launches_of(rank);
+    KernelTimeByType by_type = time_by_type(rank);
+    if (by_type.kernel_span_ns > 0 || by_type.busy_ns() > 0)
+        time_by_type_ = by_type;
+    LaunchStats launch_stats;
+    launch_stats.rank = rank.info.rank;
+    for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::gpu_stream)
             continue;
-        const auto launches = launches_of(rank);
-        KernelTimeByType by_type = time_by_type(rank);
-        if (by_type.kernel_span_ns > 0 || by_type.busy_ns() > 0)
-            result.time_by_type.push_back(by_type);
-        LaunchStats launch_stats;
-        launch_stats.rank = rank.info.rank;
-        for (const LaneTrace& lane : rank.lanes) {
-            if (lane.info.kind != LaneKind::gpu_stream)
+        StreamIdle idle = stream_idle(rank, lane, launches, options);
+        if (idle.kernels > 0)
+            idle_.push_back(std::move(idle));
+        std::uint32_t cached_name = 0;
+        NameTotal* cached = nullptr;
+        for (const Event& event : lane.events) {
+            KernelType type;
+            if (!kernel_type_of(event, type))
                 continue;
-            StreamIdle idle = stream_idle(rank, lane, launches, options);
-            if (idle.kernels > 0)
-                result.idle.push_back(std::move(idle));
-            std::uint32_t cached_name = 0;
-            Total* cached = nullptr;
-            std::int64_t* cached_rank_total = nullptr;
-            for (const Event& event : lane.events) {
-                KernelType type;
-                if (!kernel_type_of(event, type))
-                    continue;
-                if (cached == nullptr || event.name.value != cached_name) {
-                    // Kernels of one name come in runs; one look-up per run.
-                    cached_name = event.name.value;
-                    cached = &by_name[cached_name];
-                    cached_rank_total = &cached->by_rank[rank.info.rank];
-                }
-                Total& total = *cached;
-                total.type = type;
-                ++total.count;
-                total.total += event.duration_ns();
-                total.min = std::min(total.min, event.duration_ns());
-                total.max = std::max(total.max, event.duration_ns());
-                *cached_rank_total += event.duration_ns();
-                if (event.correlation < 0)
-                    continue;
-                const Launch* launch = launches.find(event.correlation);
-                if (launch == nullptr)
-                    continue;
-                const std::int64_t cpu = launch->duration_ns, gpu = event.duration_ns();
-                const std::int64_t delay =
-                    std::max<std::int64_t>(0, event.start_ns - (launch->start_ns + cpu));
-                ++launch_stats.launches;
-                launch_stats.cpu_total_ns += cpu;
-                launch_stats.gpu_total_ns += gpu;
-                launch_stats.delay_total_ns += delay;
-                launch_stats.delay_max_ns = std::max(launch_stats.delay_max_ns, delay);
-                launch_stats.short_kernels += cpu <= options.runtime_cutoff_ns && gpu < cpu;
-                launch_stats.slow_calls += cpu > options.runtime_cutoff_ns;
-                launch_stats.delay_outliers += delay > options.launch_delay_cutoff_ns;
+            if (cached == nullptr || event.name.value != cached_name) {
+                // Kernels of one name come in runs; one look-up per run.
+                cached_name = event.name.value;
+                cached = &by_name_[cached_name];
             }
+            NameTotal& total = *cached;
+            total.type = type;
+            ++total.count;
+            total.total += event.duration_ns();
+            total.min = std::min(total.min, event.duration_ns());
+            total.max = std::max(total.max, event.duration_ns());
+            if (event.correlation < 0)
+                continue;
+            const Launch* launch = launches.find(event.correlation);
+            if (launch == nullptr)
+                continue;
+            const std::int64_t cpu = launch->duration_ns, gpu = event.duration_ns();
+            const std::int64_t delay =
+                std::max<std::int64_t>(0, event.start_ns - (launch->start_ns + cpu));
+            ++launch_stats.launches;
+            launch_stats.cpu_total_ns += cpu;
+            launch_stats.gpu_total_ns += gpu;
+            launch_stats.delay_total_ns += delay;
+            launch_stats.delay_max_ns = std::max(launch_stats.delay_max_ns, delay);
+            launch_stats.short_kernels += cpu <= options.runtime_cutoff_ns && gpu < cpu;
+            launch_stats.slow_calls += cpu > options.runtime_cutoff_ns;
+            launch_stats.delay_outliers += delay > options.launch_delay_cutoff_ns;
         }
-        if (launch_stats.launches > 0)
-            result.launches.push_back(launch_stats);
     }
-    for (auto& [name, total] : by_name) {
+    if (launch_stats.launches > 0)
+        launches_ = launch_stats;
+}
+
+void KernelTotals::add(RankKernels&& rank) {
+    if (rank.time_by_type_)
+        result_.time_by_type.push_back(*rank.time_by_type_);
+    for (StreamIdle& idle : rank.idle_)
+        result_.idle.push_back(std::move(idle));
+    if (rank.launches_)
+        result_.launches.push_back(*rank.launches_);
+    for (const auto& [name, from] : rank.by_name_) {
+        Total& total = by_name_[name];
+        // The last rank's type of a name, as one walk over every rank's kernels gives it.
+        total.type = from.type;
+        total.count += from.count;
+        total.total += from.total;
+        total.min = std::min(total.min, from.min);
+        total.max = std::max(total.max, from.max);
+        total.by_rank[rank.rank_] += from.total;
+    }
+}
+
+KernelAnalysis KernelTotals::finish(const RunTrace& trace, const KernelOptions& options) && {
+    KernelAnalysis result = std::move(result_);
+    for (auto& [name, total] : by_name_) {
         KernelStats stats;
         stats.name = std::string(trace.name(StringId{name}));
         stats.type = total.type;
@@ -237,6 +249,16 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
     if (result.top_kernels.size() > options.top)
         result.top_kernels.resize(options.top);
     return result;
+}
+
+KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& options) {
+    KernelTotals totals;
+    for (const RankTrace& rank : trace.ranks) {
+        RankKernels kernels;
+        kernels.add(rank, options);
+        totals.add(std::move(kernels));
+    }
+    return std::move(totals).finish(trace, options);
 }
 
 }  // namespace fulcrum::analysis

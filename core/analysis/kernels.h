@@ -27,7 +27,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/analysis/run_trace.h"
@@ -125,5 +127,39 @@ struct KernelOptions {
 };
 
 KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& options = {});
+
+// analyze_kernels a rank at a time (run_analysis.h): each rank's figures, then their totals
+// over the ranks, added in rank order.
+class RankKernels {
+public:
+    void add(const RankTrace& rank, const KernelOptions& options);
+
+private:
+    friend class KernelTotals;
+    struct NameTotal {
+        KernelType type = KernelType::computation;
+        std::int64_t count = 0, total = 0, min = INT64_MAX, max = 0;
+    };
+    std::int32_t rank_ = 0;
+    std::optional<KernelTimeByType> time_by_type_;
+    std::vector<StreamIdle> idle_;
+    std::optional<LaunchStats> launches_;
+    std::unordered_map<std::uint32_t, NameTotal> by_name_;
+};
+
+class KernelTotals {
+public:
+    void add(RankKernels&& rank);
+    KernelAnalysis finish(const RunTrace& trace, const KernelOptions& options) &&;
+
+private:
+    struct Total {
+        KernelType type = KernelType::computation;
+        std::int64_t count = 0, total = 0, min = INT64_MAX, max = 0;
+        std::unordered_map<std::int32_t, std::int64_t> by_rank;
+    };
+    KernelAnalysis result_;
+    std::unordered_map<std::uint32_t, Total> by_name_;
+};
 
 }  // namespace fulcrum::analysis

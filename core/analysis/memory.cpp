@@ -82,7 +82,27 @@ std::string memory_techniques(const RunConfig& config) {
     return text.empty() ? "none" : text;
 }
 
+MeasuredMemory measured_memory(const RunTrace& trace, const RankTrace& rank) {
+    MeasuredMemory out;
+    out.row.rank = rank.info.rank;
+    out.row.stage = rank.info.pp;
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            out.measured = read_memory_mark(trace, event, out.row) || out.measured;
+        }
+    }
+    return out;
+}
+
 MemoryAnalysis analyze_memory(const RunTrace& trace) {
+    std::vector<MeasuredMemory> ranks;
+    for (const RankTrace& rank : trace.ranks) {
+        ranks.push_back(measured_memory(trace, rank));
+    }
+    return analyze_memory(trace, std::move(ranks));
+}
+
+MemoryAnalysis analyze_memory(const RunTrace& trace, std::vector<MeasuredMemory> ranks) {
     MemoryAnalysis out;
     out.techniques = memory_techniques(trace.config);
     const std::string reason = no_prediction_reason(trace);
@@ -90,17 +110,9 @@ MemoryAnalysis analyze_memory(const RunTrace& trace) {
         parallel::engine_memory_shape(trace.config.model, trace.config.layout,
                                       trace.config.attention_chunk, trace.config.offload);
     bool measured_all = true;
-    for (const RankTrace& rank : trace.ranks) {
-        RankMemory row;
-        row.rank = rank.info.rank;
-        row.stage = rank.info.pp;
-        bool measured = false;
-        for (const LaneTrace& lane : rank.lanes) {
-            for (const Event& event : lane.events) {
-                measured = read_memory_mark(trace, event, row) || measured;
-            }
-        }
-        measured_all = measured_all && measured;
+    for (MeasuredMemory& rank : ranks) {
+        RankMemory& row = rank.row;
+        measured_all = measured_all && rank.measured;
         if (reason.empty() && row.stage >= 0 && row.stage < std::max(shape.layout.grid.pp, 1)) {
             const parallel::EngineMemory predicted =
                 parallel::engine_stage_memory(shape, row.stage);

@@ -42,6 +42,15 @@ struct MemoryAnalysis {
 
 MemoryAnalysis analyze_memory(const RunTrace& trace);
 
+// The same a rank at a time (run_analysis.h): each rank's measured peak, then the analysis
+// from every rank's, in rank order.
+struct MeasuredMemory {
+    RankMemory row;  // rank, stage and the measured peaks
+    bool measured = false;
+};
+MeasuredMemory measured_memory(const RunTrace& trace, const RankTrace& rank);
+MemoryAnalysis analyze_memory(const RunTrace& trace, std::vector<MeasuredMemory> ranks);
+
 // One row per pipeline stage, for tables that must stay short at a thousand ranks: the
 // stage's fullest rank (its measured peak, or the first rank where none is measured) with
 // the stage's prediction, and how many ranks the stage has.

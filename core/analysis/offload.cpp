@@ -35,52 +35,71 @@ std::string chunk_size_text(const OffloadAnalysis& offload) {
     return std::to_string(*offload.min_hidden_chunk_tokens) + " tokens";
 }
 
-OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes) {
-    OffloadAnalysis result;
-    std::int64_t bytes_total = 0, timed_total = 0;
-    for (const RankTrace& rank : trace.ranks) {
-        RankOffload row;
-        row.rank = rank.info.rank;
-        std::int64_t timed_ns = 0;
-        IntervalSet copies;
-        for (const LaneTrace& lane : rank.lanes) {
-            for (const Event& event : lane.events) {
-                if (is_pageable_host_copy(event)) {
-                    ++result.pageable_copies;
-                    result.pageable_copy_ns += event.duration_ns();
-                    continue;
-                }
-                if (!is_offload_copy(event)) {
-                    continue;
-                }
-                copies.add(event.start_ns, event.end_ns);
-                ++row.copies;
-                if (event.copy_kind == CopyKind::host_to_device) {
-                    row.host_to_device_ns += event.duration_ns();
-                } else if (event.copy_kind == CopyKind::device_to_host) {
-                    row.device_to_host_ns += event.duration_ns();
-                }
-                if (event.bytes > 0 && event.duration_ns() > 0) {
-                    row.bytes += event.bytes;
-                    timed_ns += event.duration_ns();
-                }
+RankOffloadFigures rank_offload(const RankTrace& rank, const RankActivity& activity) {
+    RankOffloadFigures out;
+    RankOffload row;
+    row.rank = rank.info.rank;
+    IntervalSet copies;
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            if (is_pageable_host_copy(event)) {
+                ++out.pageable_copies;
+                out.pageable_copy_ns += event.duration_ns();
+                continue;
+            }
+            if (!is_offload_copy(event)) {
+                continue;
+            }
+            copies.add(event.start_ns, event.end_ns);
+            ++row.copies;
+            if (event.copy_kind == CopyKind::host_to_device) {
+                row.host_to_device_ns += event.duration_ns();
+            } else if (event.copy_kind == CopyKind::device_to_host) {
+                row.device_to_host_ns += event.duration_ns();
+            }
+            if (event.bytes > 0 && event.duration_ns() > 0) {
+                row.bytes += event.bytes;
+                out.timed_ns += event.duration_ns();
             }
         }
-        if (row.copies == 0) {
+    }
+    if (row.copies == 0) {
+        return out;
+    }
+    row.copy_ns = copies.total();
+    row.overlapped_ns = copies.overlap(activity.compute);
+    row.exposed_ns = row.copy_ns - row.overlapped_ns;
+    if (out.timed_ns > 0) {
+        row.bandwidth_gb_s = double(row.bytes) / double(out.timed_ns);  // B/ns = GB/s
+    }
+    out.row = row;
+    return out;
+}
+
+OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes) {
+    std::vector<RankOffloadFigures> ranks;
+    for (const RankTrace& rank : trace.ranks) {
+        ranks.push_back(rank_offload(rank, rank_activity(rank)));
+    }
+    return analyze_offload(trace, ranks, cost, element_bytes);
+}
+
+OffloadAnalysis analyze_offload(const RunTrace& trace, const std::vector<RankOffloadFigures>& ranks,
+                                const CostModel* cost, int element_bytes) {
+    OffloadAnalysis result;
+    std::int64_t bytes_total = 0, timed_total = 0;
+    for (const RankOffloadFigures& figures : ranks) {
+        result.pageable_copies += figures.pageable_copies;
+        result.pageable_copy_ns += figures.pageable_copy_ns;
+        if (!figures.row) {
             continue;
         }
-        const RankActivity activity = rank_activity(rank);
-        row.copy_ns = copies.total();
-        row.overlapped_ns = copies.overlap(activity.compute);
-        row.exposed_ns = row.copy_ns - row.overlapped_ns;
-        if (timed_ns > 0) {
-            row.bandwidth_gb_s = double(row.bytes) / double(timed_ns);  // B/ns = GB/s
-        }
+        const RankOffload& row = *figures.row;
         result.copy_ns += row.copy_ns;
         result.overlapped_ns += row.overlapped_ns;
         result.exposed_ns += row.exposed_ns;
         bytes_total += row.bytes;
-        timed_total += timed_ns;
+        timed_total += figures.timed_ns;
         result.ranks.push_back(row);
     }
     if (timed_total > 0) {

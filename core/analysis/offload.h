@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/activity.h"
 #include "core/analysis/cost_model.h"
 #include "core/analysis/run_trace.h"
 
@@ -71,5 +72,17 @@ std::string chunk_size_text(const OffloadAnalysis& offload);
 // `cost` may be null (no chunk size then). `element_bytes` is the size of one K/V element
 // (4 for the CPU backend's fp32, 2 for bf16).
 OffloadAnalysis analyze_offload(const RunTrace& trace, const CostModel* cost, int element_bytes);
+
+// The same a rank at a time (run_analysis.h): each rank's copies, then the run's figures from
+// every rank's, in rank order.
+struct RankOffloadFigures {
+    std::optional<RankOffload> row;  // absent without offload copies
+    std::int64_t timed_ns = 0;       // Σ durations of the copies that gave their bytes
+    std::int64_t pageable_copies = 0;
+    std::int64_t pageable_copy_ns = 0;
+};
+RankOffloadFigures rank_offload(const RankTrace& rank, const RankActivity& activity);
+OffloadAnalysis analyze_offload(const RunTrace& trace, const std::vector<RankOffloadFigures>& ranks,
+                                const CostModel* cost, int element_bytes);
 
 }  // namespace fulcrum::analysis

@@ -211,38 +211,44 @@ std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length) {
     return balance::causal_pair_work(prefix, length) / 2;  // always even: (2p + 1 + ℓ)·ℓ
 }
 
+void find_rank_passes(const RunTrace& trace, const RankTrace& rank, std::vector<Pass>& passes) {
+    const std::size_t first = passes.size();
+    // Device times where launches link host ranges to device work; a rank whose trace has
+    // streams but no launch records (no runtime API tracing) keeps its host times.
+    std::vector<std::vector<Interval>> projections(rank.lanes.size());
+    if (rank.has_device_lanes()) {
+        const auto work = device_work_by_launch(rank, is_device_work);
+        std::int64_t linked = 0;
+        for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
+            if (rank.lanes[l].info.kind == LaneKind::host_thread) {
+                projections[l] = project_on_device(rank.lanes[l], work, linked);
+            }
+        }
+        if (linked == 0) {
+            projections.assign(rank.lanes.size(), {});
+        }
+    }
+    for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
+        if (rank.lanes[l].info.kind == LaneKind::host_thread) {
+            walk_lane(trace, rank.lanes[l], projections[l], passes);
+        }
+    }
+    const auto mine = passes.begin() + static_cast<std::ptrdiff_t>(first);
+    for (auto pass = mine; pass != passes.end(); ++pass) {
+        pass->attention_ns = std::max<std::int64_t>(pass->attention_ns, 0);
+        pass->compute_ns = std::max<std::int64_t>(
+            0, pass->wall_ns() - pass->pipeline_wait_ns - pass->collective_ns);
+    }
+    std::stable_sort(mine, passes.end(), [](const Pass& a, const Pass& b) {
+        return std::tie(a.step, a.start_ns) < std::tie(b.step, b.start_ns);
+    });
+}
+
 std::vector<Pass> find_passes(const RunTrace& trace) {
     std::vector<Pass> passes;
     for (const RankTrace& rank : trace.ranks) {
-        // Device times where launches link host ranges to device work; a rank whose trace has
-        // streams but no launch records (no runtime API tracing) keeps its host times.
-        std::vector<std::vector<Interval>> projections(rank.lanes.size());
-        if (rank.has_device_lanes()) {
-            const auto work = device_work_by_launch(rank, is_device_work);
-            std::int64_t linked = 0;
-            for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
-                if (rank.lanes[l].info.kind == LaneKind::host_thread) {
-                    projections[l] = project_on_device(rank.lanes[l], work, linked);
-                }
-            }
-            if (linked == 0) {
-                projections.assign(rank.lanes.size(), {});
-            }
-        }
-        for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
-            if (rank.lanes[l].info.kind == LaneKind::host_thread) {
-                walk_lane(trace, rank.lanes[l], projections[l], passes);
-            }
-        }
+        find_rank_passes(trace, rank, passes);
     }
-    for (Pass& pass : passes) {
-        pass.attention_ns = std::max<std::int64_t>(pass.attention_ns, 0);
-        pass.compute_ns =
-            std::max<std::int64_t>(0, pass.wall_ns() - pass.pipeline_wait_ns - pass.collective_ns);
-    }
-    std::stable_sort(passes.begin(), passes.end(), [](const Pass& a, const Pass& b) {
-        return std::tie(a.rank, a.step, a.start_ns) < std::tie(b.rank, b.step, b.start_ns);
-    });
     return passes;
 }
 

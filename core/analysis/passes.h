@@ -64,6 +64,10 @@ private:
 
 // Every pass of the run, ordered by (rank, step, start).
 std::vector<Pass> find_passes(const RunTrace& trace);
+// One rank's, appended to `passes` in (step, start) order: find_passes rank by rank, for a run
+// read a rank at a time (run_analysis.h). `rank` need not be one of trace.ranks; `trace`
+// gives the names.
+void find_rank_passes(const RunTrace& trace, const RankTrace& rank, std::vector<Pass>& passes);
 
 // What a rank held in one micro-batch of one step, from the workload table: tokens and the
 // causal q·k pairs its attention computes (WLB-LLM, docs/sources.md, "Workload balancing": a shard

@@ -2,10 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <functional>
 #include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
+
+#include "core/analysis/host_ranges.h"
+#include "core/store/trace_reader.h"
 
 namespace fulcrum::analysis {
 
@@ -105,18 +113,6 @@ void add_notes_on_missing_figures(const RunTrace& trace, const std::vector<Pass>
                 "marks), so who arrived last is only as certain as the hosts' clock "
                 "synchronisation");
         }
-    }
-}
-
-// HTA's kernel answers, where there is device activity to give them. A CPU run lacks nothing,
-// as a run with pp = 1 lacks no bubble: no note; the kernel sections say "no device activity"
-// where they would be.
-void analyze_device(const RunTrace& trace, RunAnalysis& analysis) {
-    analysis.has_device_activity =
-        std::any_of(trace.ranks.begin(), trace.ranks.end(),
-                    [](const RankTrace& rank) { return rank.has_device_lanes(); });
-    if (analysis.has_device_activity) {
-        analysis.kernels = analyze_kernels(trace);
     }
 }
 
@@ -270,7 +266,148 @@ json critical_paths_json(const std::vector<CriticalPath>& paths) {
 
 }  // namespace
 
-Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
+namespace {
+
+// What the analyses read of one rank's events, in one visit of them (on any thread): the
+// rank's passes and step rows, its kernels' figures, its collective calls, the host ranges the
+// analyses across ranks need, its copies, memory and hot switches. The events themselves are
+// not kept, so that a run read from a file a rank at a time is never held whole.
+struct RankFindings {
+    std::int64_t events = 0;
+    bool device_lanes = false;
+    std::vector<Pass> passes;
+    std::vector<StepBreakdown> breakdown;
+    RankKernels kernels;
+    std::vector<CollectiveCall> calls;
+    RankRanges ranges;
+    RankOffloadFigures offload;
+    MeasuredMemory memory;
+    RankHotSwitch hot_switch;
+};
+
+RankFindings read_rank(const RunTrace& trace, const RankTrace& rank, bool first) {
+    RankFindings out;
+    for (const LaneTrace& lane : rank.lanes) {
+        out.events += static_cast<std::int64_t>(lane.events.size());
+    }
+    out.device_lanes = rank.has_device_lanes();
+    find_rank_passes(trace, rank, out.passes);
+    const RankActivity activity = rank_activity(rank);
+    rank_step_breakdown(trace, rank, activity, out.breakdown);
+    if (out.device_lanes) {
+        out.kernels.add(rank, KernelOptions{});
+    }
+    out.calls = collective_calls(trace, rank);
+    out.ranges = RankRanges::of(trace, rank);
+    out.offload = rank_offload(rank, activity);
+    out.memory = measured_memory(trace, rank);
+    out.hot_switch = rank_hot_switch(trace, rank, first);
+    return out;
+}
+
+// Every rank's findings, put together in rank order.
+struct RunFindings {
+    std::int64_t events = 0;
+    bool device_lanes = false;
+    std::vector<Pass> passes;
+    std::vector<StepBreakdown> breakdown;
+    KernelTotals kernels;
+    CollectiveMatcher matcher;
+    std::vector<RankRanges> ranges;
+    std::vector<RankOffloadFigures> offload;
+    std::vector<MeasuredMemory> memory;
+    std::vector<RankHotSwitch> hot_switch;
+
+    void add(std::int32_t rank, RankFindings&& found) {
+        events += found.events;
+        device_lanes = device_lanes || found.device_lanes;
+        passes.insert(passes.end(), found.passes.begin(), found.passes.end());
+        breakdown.insert(breakdown.end(), found.breakdown.begin(), found.breakdown.end());
+        if (found.device_lanes) {
+            kernels.add(std::move(found.kernels));
+        }
+        matcher.add(rank, found.calls);
+        ranges.push_back(std::move(found.ranges));
+        offload.push_back(std::move(found.offload));
+        memory.push_back(std::move(found.memory));
+        hot_switch.push_back(std::move(found.hot_switch));
+    }
+};
+
+using RankReader = std::function<Result<RankFindings>(int worker, std::size_t index)>;
+
+// Reads the ranks [0, count) on `workers` threads, `read(worker, index)` each, and hands the
+// findings to `add` on this thread in rank order, at most 2 × workers ranks ahead of it.
+Status read_ranks_in_order(std::size_t count, int workers, const RankReader& read,
+                           const std::function<Status(std::size_t, RankFindings&&)>& add,
+                           const std::atomic<bool>* cancel) {
+    if (count == 0) {
+        return {};
+    }
+    workers = std::max(1, std::min<int>(workers, static_cast<int>(count)));
+    const std::size_t window = 2 * static_cast<std::size_t>(workers);
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::optional<Result<RankFindings>>> slots(count);
+    std::size_t next = 0, consumed = 0;
+    bool stop = false;
+    auto work = [&](int worker) {
+        for (;;) {
+            std::size_t index;
+            {
+                std::unique_lock lock(mutex);
+                changed.wait(lock,
+                             [&] { return stop || next >= count || next < consumed + window; });
+                if (stop || next >= count) {
+                    return;
+                }
+                index = next++;
+            }
+            Result<RankFindings> found =
+                cancel != nullptr && cancel->load()
+                    ? Result<RankFindings>(Error{ErrorCode::cancelled, "cancelled"})
+                    : read(worker, index);
+            {
+                std::lock_guard lock(mutex);
+                slots[index] = std::move(found);
+            }
+            changed.notify_all();
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int w = 0; w < workers; ++w) {
+        pool.emplace_back(work, w);
+    }
+    Status status;
+    for (std::size_t i = 0; i < count && status; ++i) {
+        std::optional<Result<RankFindings>> found;
+        {
+            std::unique_lock lock(mutex);
+            changed.wait(lock, [&] { return slots[i].has_value(); });
+            found = std::move(slots[i]);
+            slots[i].reset();
+            consumed = i + 1;
+        }
+        changed.notify_all();
+        if (!*found) {
+            status = found->error();
+            break;
+        }
+        status = add(i, std::move(**found));
+    }
+    {
+        std::lock_guard lock(mutex);
+        stop = true;
+    }
+    changed.notify_all();
+    for (std::thread& thread : pool) {
+        thread.join();
+    }
+    return status;
+}
+
+Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read, int workers,
+                                  const AnalyzeOptions& options) {
     auto report = [&](std::string_view stage, double fraction) {
         if (options.progress) {
             options.progress(stage, fraction);
@@ -279,59 +416,50 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     RunAnalysis analysis;
     analysis.run = trace.run;
     analysis.config = trace.config;
-    analysis.events = trace.event_count();
 
-    // Two chains, one on another thread: collectives → cost model → imbalance and offload
-    // there; passes, breakdown, bubbles, CP load, kernels, then the collectives' summary and the
-    // critical path here. Each reads the trace only. Matching collectives needs no passes, so it
-    // starts while they are found; on a 1024-rank run each step is seconds (bench/README.md,
-    // issue 18), and this split gives the two threads about equal shares.
+    // Every rank's events once, on every core; what the analyses across ranks need is kept.
+    report("ranks", 0.0);
+    RunFindings found;
+    const std::size_t ranks = trace.ranks.size();
+    const Status read_all = read_ranks_in_order(
+        ranks, workers, read,
+        [&](std::size_t index, RankFindings&& rank) -> Status {
+            found.add(trace.ranks[index].info.rank, std::move(rank));
+            report("ranks", 0.7 * double(index + 1) / double(ranks));
+            return check_cancel(options);
+        },
+        options.cancel);
+    if (!read_all) {
+        return read_all.error();
+    }
+    analysis.events = found.events;
+    const std::vector<Pass>& passes = found.passes;
+    const std::vector<CollectiveInstance> collectives = std::move(found.matcher).finish();
+
+    // The cost model, then imbalance and offload, on another thread; bubbles, CP load, the
+    // collectives' summary and the critical path here. Each reads the findings only.
     struct ModelChain {
         std::optional<CostModel> cost_model;
         std::string cost_model_error;
         ImbalanceAnalysis imbalance;
         OffloadAnalysis offload;
     };
-    // Declared before the chain, so that on any return they outlive the thread using them.
-    std::vector<Pass> passes;
-    std::vector<CollectiveInstance> collectives;
-    std::promise<void> passes_found, collectives_matched;
-    std::future<void> matched = collectives_matched.get_future();
-    auto chain =
-        std::async(std::launch::async, [&trace, &passes, &collectives, &collectives_matched,
-                                        found = passes_found.get_future()]() mutable {
-            ModelChain out;
-            try {
-                collectives = match_collectives(trace);
-            } catch (...) {
-                collectives_matched.set_exception(std::current_exception());
-                throw;
+    auto chain = std::async(std::launch::async, [&] {
+        ModelChain out;
+        if (!passes.empty() && !trace.workload.empty()) {
+            auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges);
+            if (fitted) {
+                out.cost_model = std::move(*fitted);
+            } else {
+                out.cost_model_error = fitted.error().message;
             }
-            collectives_matched.set_value();
-            found.get();  // rethrows what find_passes threw
-            if (!passes.empty() && !trace.workload.empty()) {
-                auto fitted = fit_cost_model(trace, passes, &collectives);
-                if (fitted) {
-                    out.cost_model = std::move(*fitted);
-                } else {
-                    out.cost_model_error = fitted.error().message;
-                }
-            }
-            const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
-            out.imbalance = analyze_imbalance(trace, passes, collectives, model);
-            const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
-            out.offload = analyze_offload(trace, model, element_bytes);
-            return out;
-        });
-    report("passes", 0.0);
-    try {
-        passes = find_passes(trace);
-    } catch (...) {
-        // The chain waits for the passes; it must not wait for ever while this unwinds.
-        passes_found.set_exception(std::current_exception());
-        throw;
-    }
-    passes_found.set_value();
+        }
+        const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
+        out.imbalance = analyze_imbalance(trace, passes, collectives, model);
+        const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
+        out.offload = analyze_offload(trace, found.offload, model, element_bytes);
+        return out;
+    });
     analysis.passes = static_cast<std::int64_t>(passes.size());
     if (passes.empty()) {
         analysis.notes.push_back(
@@ -345,11 +473,7 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
             "no workload table: no predicted work (tokens, causal pairs, predicted imbalance) "
             "and no cost model; the program must emit fulcrum.workload marks");
     }
-    if (auto status = check_cancel(options); !status) {
-        return status.error();  // after the chain has finished (its future waits)
-    }
-    report("step breakdown", 0.15);
-    analysis.breakdown = step_breakdown(trace);
+    analysis.breakdown = std::move(found.breakdown);
     if (analysis.breakdown.empty()) {
         analysis.notes.push_back("no events that span time: no step breakdown");
     } else if (std::any_of(analysis.breakdown.begin(), analysis.breakdown.end(),
@@ -358,16 +482,20 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
             "no step ranges (ProfilerStep#N or the fulcrum `step` annotation): the step "
             "breakdown is one window over each such rank's whole trace, without a step number");
     }
-    report("bubbles", 0.35);
+    report("bubbles", 0.75);
     analysis.bubbles = analyze_bubbles(trace, passes);
-    report("CP load", 0.5);
+    report("CP load", 0.8);
     analysis.cp_load = analyze_cp_load(trace, passes);
-    report("kernels", 0.6);
-    analyze_device(trace, analysis);
-    report("cost model, imbalance and critical path", 0.8);
-    matched.get();  // rethrows what match_collectives threw
+    // HTA's kernel answers, where there is device activity to give them. A CPU run lacks
+    // nothing, as a run with pp = 1 lacks no bubble: no note; the kernel sections say "no
+    // device activity" where they would be.
+    analysis.has_device_activity = found.device_lanes;
+    if (analysis.has_device_activity) {
+        analysis.kernels = std::move(found.kernels).finish(trace, KernelOptions{});
+    }
+    report("cost model, imbalance and critical path", 0.85);
     analysis.communication = summarize_collectives(trace, collectives);
-    analysis.critical_paths = critical_paths(trace, passes, &collectives);
+    analysis.critical_paths = critical_paths(trace, passes, &collectives, &found.ranges);
     ModelChain models = chain.get();
     analysis.cost_model = std::move(models.cost_model);
     if (!models.cost_model_error.empty()) {
@@ -375,14 +503,67 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
     }
     analysis.imbalance = std::move(models.imbalance);
     analysis.offload = std::move(models.offload);
-    analysis.hot_switch = analyze_hot_switch(trace);
-    analysis.memory = analyze_memory(trace);
+    analysis.hot_switch = analyze_hot_switch(trace, std::move(found.hot_switch));
+    analysis.memory = analyze_memory(trace, std::move(found.memory));
     add_notes_on_missing_figures(trace, passes, analysis);
     if (auto status = check_cancel(options); !status) {
         return status.error();
     }
     report("done", 1.0);
     return analysis;
+}
+
+int analysis_threads() {
+    return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64));
+}
+
+}  // namespace
+
+Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
+    return analyze_ranks(
+        trace,
+        [&trace](int, std::size_t index) -> Result<RankFindings> {
+            return read_rank(trace, trace.ranks[index], index == 0);
+        },
+        analysis_threads(), options);
+}
+
+Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace& metadata,
+                                     const AnalyzeOptions& options) {
+    LoadOptions load;
+    load.read_events = false;
+    auto loaded = load_run_trace(reader, load);
+    if (!loaded) {
+        return loaded.error();
+    }
+    auto workload = reader.workload();
+    if (!workload) {
+        return workload.error();
+    }
+    metadata = std::move(*loaded);
+    metadata.workload = std::move(*workload);
+    // One connection a worker: SQLite connections are not shared between threads.
+    const int workers = analysis_threads();
+    std::vector<std::optional<store::TraceReader>> readers(static_cast<std::size_t>(workers));
+    const RunTrace& trace = metadata;
+    return analyze_ranks(
+        trace,
+        [&](int worker, std::size_t index) -> Result<RankFindings> {
+            auto& own = readers[static_cast<std::size_t>(worker)];
+            if (!own) {
+                auto opened = store::TraceReader::open(reader.path());
+                if (!opened) {
+                    return opened.error();
+                }
+                own.emplace(std::move(*opened));
+            }
+            auto rank = load_rank_trace(*own, trace.ranks[index]);
+            if (!rank) {
+                return rank.error();
+            }
+            return read_rank(trace, *rank, index == 0);
+        },
+        workers, options);
 }
 
 namespace {

@@ -60,7 +60,16 @@ struct AnalyzeOptions {
     const std::atomic<bool>* cancel = nullptr;
 };
 
+// Every analysis of a run in memory. Ranks are read side by side on every core, each once;
+// what the analyses across ranks need of each is kept, as analyze_run_file does.
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options = {});
+
+// The same of a run file read a rank at a time (issue 37, docs/analyses.md, "Runs larger than
+// memory"): its events are never all in memory, only each rank's while it is read, on every
+// core. `metadata` receives the run without its events (ranks, lanes, names, config,
+// workload), for what else the caller shows of it.
+Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace& metadata,
+                                     const AnalyzeOptions& options = {});
 
 std::string analysis_json(const RunAnalysis& analysis);
 

@@ -136,4 +136,8 @@ struct LoadOptions {
 
 Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options = {});
 
+// The events of one rank of a run loaded without them (LoadOptions::read_events false): its
+// lanes, each in the store's order, for what reads a run a rank at a time (run_analysis.h).
+Result<RankTrace> load_rank_trace(const store::TraceReader& reader, const RankTrace& rank);
+
 }  // namespace fulcrum::analysis

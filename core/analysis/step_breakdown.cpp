@@ -33,53 +33,57 @@ std::optional<StepBreakdown> whole_trace_window(const RankTrace& rank) {
 
 }  // namespace
 
+void rank_step_breakdown(const RunTrace& trace, const RankTrace& rank, const RankActivity& activity,
+                         std::vector<StepBreakdown>& rows) {
+    std::vector<StepBreakdown> steps;
+    for (const LaneTrace& lane : rank.lanes) {
+        if (lane.info.kind != LaneKind::host_thread) {
+            continue;
+        }
+        for (const Event& event : lane.events) {
+            if (trace.role(event) == Role::step && event.kind == EventKind::range) {
+                StepBreakdown row;
+                row.rank = rank.info.rank;
+                if (event.step >= 0) {
+                    row.step = event.step;
+                }
+                row.start_ns = event.start_ns;
+                row.end_ns = event.end_ns;
+                steps.push_back(row);
+            }
+        }
+    }
+    if (steps.empty()) {
+        const auto whole = whole_trace_window(rank);
+        if (!whole) {
+            return;
+        }
+        steps.push_back(*whole);
+    }
+    for (StepBreakdown& row : steps) {
+        const IntervalSet compute = activity.compute.clipped(row.start_ns, row.end_ns);
+        const IntervalSet communication = activity.communication.clipped(row.start_ns, row.end_ns);
+        const IntervalSet other =
+            activity.other.united(activity.copy).clipped(row.start_ns, row.end_ns);
+        row.compute_ns = compute.total();
+        row.overlapped_communication_ns = communication.overlap(compute);
+        row.exposed_communication_ns = communication.total() - row.overlapped_communication_ns;
+        const IntervalSet busy = compute.united(communication);
+        row.other_ns = other.total() - other.overlap(busy);
+        row.idle_ns = row.wall_ns() - busy.total() - row.other_ns;
+    }
+    std::stable_sort(steps.begin(), steps.end(),
+                     [](const StepBreakdown& a, const StepBreakdown& b) {
+                         return std::tie(a.step, a.start_ns) < std::tie(b.step, b.start_ns);
+                     });
+    rows.insert(rows.end(), steps.begin(), steps.end());
+}
+
 std::vector<StepBreakdown> step_breakdown(const RunTrace& trace) {
     std::vector<StepBreakdown> rows;
     for (const RankTrace& rank : trace.ranks) {
-        std::vector<StepBreakdown> steps;
-        for (const LaneTrace& lane : rank.lanes) {
-            if (lane.info.kind != LaneKind::host_thread) {
-                continue;
-            }
-            for (const Event& event : lane.events) {
-                if (trace.role(event) == Role::step && event.kind == EventKind::range) {
-                    StepBreakdown row;
-                    row.rank = rank.info.rank;
-                    if (event.step >= 0) {
-                        row.step = event.step;
-                    }
-                    row.start_ns = event.start_ns;
-                    row.end_ns = event.end_ns;
-                    steps.push_back(row);
-                }
-            }
-        }
-        if (steps.empty()) {
-            const auto whole = whole_trace_window(rank);
-            if (!whole) {
-                continue;
-            }
-            steps.push_back(*whole);
-        }
-        const RankActivity activity = rank_activity(rank);
-        for (StepBreakdown& row : steps) {
-            const IntervalSet compute = activity.compute.clipped(row.start_ns, row.end_ns);
-            const IntervalSet communication =
-                activity.communication.clipped(row.start_ns, row.end_ns);
-            const IntervalSet other =
-                activity.other.united(activity.copy).clipped(row.start_ns, row.end_ns);
-            row.compute_ns = compute.total();
-            row.overlapped_communication_ns = communication.overlap(compute);
-            row.exposed_communication_ns = communication.total() - row.overlapped_communication_ns;
-            const IntervalSet busy = compute.united(communication);
-            row.other_ns = other.total() - other.overlap(busy);
-            row.idle_ns = row.wall_ns() - busy.total() - row.other_ns;
-        }
-        rows.insert(rows.end(), steps.begin(), steps.end());
+        rank_step_breakdown(trace, rank, rank_activity(rank), rows);
     }
-    std::stable_sort(rows.begin(), rows.end(), [](const StepBreakdown& a, const StepBreakdown& b) {
-        return std::tie(a.rank, a.step, a.start_ns) < std::tie(b.rank, b.step, b.start_ns);
-    });
     return rows;
 }
 

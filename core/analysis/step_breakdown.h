@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/analysis/activity.h"
 #include "core/analysis/run_trace.h"
 
 namespace fulcrum::analysis {
@@ -44,6 +45,10 @@ struct StepBreakdown {
 // One row per (rank, step range), or one whole-trace row for a rank without step ranges;
 // ordered by rank then step.
 std::vector<StepBreakdown> step_breakdown(const RunTrace& trace);
+// One rank's rows, appended in step order (step_breakdown rank by rank), with the rank's
+// activity (rank_activity) computed once for every analysis that needs it.
+void rank_step_breakdown(const RunTrace& trace, const RankTrace& rank, const RankActivity& activity,
+                         std::vector<StepBreakdown>& rows);
 
 // Rows added up over ranks (or steps): what `fulcrum analyze`, the report and the GUI show
 // per step, from this one place.

@@ -39,15 +39,6 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
     if (!reader) {
         return reader.error();
     }
-    analysis::LoadOptions load;
-    if (options.progress) {
-        load.progress = [&](double fraction) { options.progress("loading", fraction); };
-    }
-    load.cancel = options.cancel;
-    auto trace = analysis::load_run_trace(*reader, load);
-    if (!trace) {
-        return trace.error();
-    }
     auto log = reader->import_log();
     if (!log) {
         return log.error();
@@ -59,6 +50,27 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
         };
     }
     analyze.cancel = options.cancel;
+    if (options.diff_against == nullptr && options.keep_trace == nullptr) {
+        // One run: read a rank at a time, never whole (analyze_run_file).
+        analysis::RunTrace metadata;
+        auto result = analysis::analyze_run_file(*reader, metadata, analyze);
+        if (!result) {
+            return result.error();
+        }
+        ReportRun run = make_report_run(path, metadata, std::move(*result), std::move(*log));
+        run.ranks = reader->ranks();
+        return run;
+    }
+    // A comparison diffs the runs' events (diff_runs): each is loaded whole.
+    analysis::LoadOptions load;
+    if (options.progress) {
+        load.progress = [&](double fraction) { options.progress("loading", fraction); };
+    }
+    load.cancel = options.cancel;
+    auto trace = analysis::load_run_trace(*reader, load);
+    if (!trace) {
+        return trace.error();
+    }
     auto result = analysis::analyze_run(*trace, analyze);
     if (!result) {
         return result.error();

@@ -423,7 +423,7 @@ Status TraceReader::for_each_event(LaneId lane_id,
         return for_each_block_event(lane_id, visit);
     }
     auto stmt = db_.prepare("SELECT " + event_columns(schema_version_) +
-                            " FROM event WHERE lane = ?1 ORDER BY start_ns, end_ns DESC");
+                            " FROM event WHERE lane = ?1 ORDER BY start_ns, end_ns DESC, rowid");
     if (!stmt) {
         return stmt.error();
     }

@@ -175,6 +175,29 @@ class GpuFixturesTest : public QObject {
     }
 
 private slots:
+    // analyze_run_file reads a rank at a time (issue 37) and must say exactly what the run
+    // held whole says: every figure of the JSON, on each capture.
+    void fileReadARankAtATimeEqualsTheRunInMemory_data() {
+        QTest::addColumn<QString>("name");
+        QTest::newRow("pp2 cp2 offload fixed") << "gpu-pp2cp2-offload-fixed.fulcrum";
+        QTest::newRow("pp2 cp2 offload wlb") << "gpu-pp2cp2-offload-wlb.fulcrum";
+        QTest::newRow("125m profile") << "gpu-profile-125m.fulcrum";
+    }
+    void fileReadARankAtATimeEqualsTheRunInMemory() {
+        QFETCH(QString, name);
+        const std::string path = fixture(qPrintable(name));
+        const std::string held = analysis_json(analyse(load(qPrintable(name))));
+        auto reader = store::TraceReader::open(path);
+        QVERIFY(reader.ok());
+        RunTrace metadata;
+        auto streamed = analyze_run_file(*reader, metadata);
+        QVERIFY2(streamed.ok(), streamed.ok() ? "" : streamed.error().message.c_str());
+        QCOMPARE(analysis_json(*streamed), held);
+        QVERIFY(streamed->events > 0);
+        QCOMPARE(metadata.event_count(), std::int64_t{0});  // its events were never kept
+        QCOMPARE(metadata.ranks.size(), reader->ranks().size());
+    }
+
     void initTestCase() {
         fixed_ = load("gpu-pp2cp2-offload-fixed.fulcrum");
         wlb_ = load("gpu-pp2cp2-offload-wlb.fulcrum");

@@ -85,6 +85,17 @@ private slots:
         analysis_ = std::move(*analysis);
     }
 
+    // The same capture read a rank at a time (analyze_run_file, issue 37): the same JSON.
+    void fileReadARankAtATimeEqualsTheRunInMemory() {
+        auto reader = store::TraceReader::open(run_path_);
+        QVERIFY(reader.ok());
+        RunTrace metadata;
+        auto streamed = analyze_run_file(*reader, metadata);
+        QVERIFY2(streamed.ok(), streamed.ok() ? "" : streamed.error().message.c_str());
+        QCOMPARE(analysis_json(*streamed), analysis_json(analysis_));
+        QCOMPARE(metadata.event_count(), std::int64_t{0});
+    }
+
     void configAndPassesAreComplete() {
         QCOMPARE(trace_.config.layout.grid.pp, kStages);
         QCOMPARE(schedule_text(trace_.config), std::string("gpipe"));

@@ -120,6 +120,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             [this](const QString& text) { statusBar()->showMessage(text); });
 
     connect(&loader_, &RunLoader::opened, this, &MainWindow::add_run);
+    connect(&loader_, &RunLoader::analysed, this, &MainWindow::replace_run);
     connect(&loader_, &RunLoader::failed, this,
             [this](const QString& path, const QString& message) {
                 // Messages from core usually name the file already; the path leads either way.
@@ -305,9 +306,33 @@ void MainWindow::add_run(const views::RunPtr& run, const OpenRequest& request) {
     emit run_opened(run);
 }
 
-void MainWindow::refresh_views() {
+void MainWindow::replace_run(const views::RunPtr& run, const views::RunPtr& analysed) {
+    const int at = runs_.indexOf(run);
+    if (at < 0) {
+        return;  // closed meanwhile
+    }
+    runs_[at] = analysed;
+    if (reference_ == run) {
+        reference_ = analysed;
+    }
+    refresh_compare();
+    if (current_run() == analysed) {
+        // The timeline keeps the view the user has; the others show the analyses.
+        refresh_views(false);
+    }
+    statusBar()->showMessage(
+        analysed->analysis != nullptr
+            ? tr("Analysed %1").arg(analysed->path)
+            : tr("%1: analyses unavailable: %2").arg(analysed->title, analysed->analysis_error),
+        10000);
+    emit run_analysed(analysed);
+}
+
+void MainWindow::refresh_views(bool timeline) {
     const views::RunPtr run = current_run();
-    timeline_->set_run(run);
+    if (timeline) {
+        timeline_->set_run(run);
+    }
     bubbles_->set_run(run);
     cp_load_->set_run(run);
     overlap_->set_run(run);

@@ -108,6 +108,8 @@ public:
 
 signals:
     void run_opened(const fulcrum::views::RunPtr& run);
+    // A paged run's analyses arrived (RunLoader::analysed): `run` replaced the run it was.
+    void run_analysed(const fulcrum::views::RunPtr& run);
     void error_reported(const QString& message);
     void load_cancelled(const QString& path);
     void loading_idle();
@@ -120,7 +122,10 @@ private:
     void build_menus();
     void build_status_bar();
     void add_run(const views::RunPtr& run, const OpenRequest& request);
-    void refresh_views();
+    // `analysed` in place of `run` wherever the window holds it.
+    void replace_run(const views::RunPtr& run, const views::RunPtr& analysed);
+    // `timeline` false: every view but the timeline, which keeps its place.
+    void refresh_views(bool timeline = true);
     void refresh_compare();
     void report_error(const QString& message);
     void remember_recent(const QString& path);

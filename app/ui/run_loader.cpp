@@ -2,6 +2,7 @@
 
 #include <QPointer>
 #include <QtConcurrent/QtConcurrentRun>
+#include <utility>
 
 namespace fulcrum::ui {
 
@@ -66,18 +67,56 @@ void RunLoader::start_next() {
     watcher_.setFuture(QtConcurrent::run(work));
 }
 
+void RunLoader::start_analysis(const views::RunPtr& run) {
+    analysing_ = run;
+    current_ = OpenRequest{run->path};
+    cancel_ = std::make_shared<std::atomic<bool>>(false);
+    QPointer<RunLoader> self(this);
+    auto cancel = cancel_;
+    const QString path = run->path;
+    auto work = [self, cancel, path, run]() -> Result<views::RunPtr> {
+        views::OpenOptions options;
+        options.cancel = cancel.get();
+        options.progress = [self, path](const QString& stage, double fraction) {
+            QMetaObject::invokeMethod(
+                self.data(),
+                [self, path, stage, fraction] {
+                    if (self) {
+                        emit self->progress(path, stage, fraction);
+                    }
+                },
+                Qt::QueuedConnection);
+        };
+        return views::analyse_paged_run(run, options);
+    };
+    watcher_.setFuture(QtConcurrent::run(work));
+}
+
 void RunLoader::finish() {
     const OpenRequest request = *current_;
     const bool was_cancelled = cancel_->load();
     Result<views::RunPtr> result = watcher_.future().result();
     current_.reset();
     cancel_.reset();
+    const views::RunPtr analysed_run = std::exchange(analysing_, nullptr);
+    if (analysed_run != nullptr) {
+        // A paged run's analyses: cancelled leaves the run open as it was.
+        if (!was_cancelled && result) {
+            emit analysed(analysed_run, *result);
+        }
+        start_next();
+        return;
+    }
     if (was_cancelled || (!result && result.error().code == ErrorCode::cancelled)) {
         emit cancelled(request.path);
     } else if (!result) {
         emit failed(request.path, QString::fromStdString(result.error().message));
     } else {
         emit opened(*result, request);
+        if ((*result)->paged() && (*result)->analysis == nullptr) {
+            start_analysis(*result);
+            return;
+        }
     }
     start_next();
 }

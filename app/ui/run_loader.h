@@ -39,6 +39,9 @@ public:
 signals:
     void progress(const QString& path, const QString& stage, double fraction);
     void opened(const fulcrum::views::RunPtr& run, const fulcrum::ui::OpenRequest& request);
+    // A paged run's analyses, read after it opened (views::analyse_paged_run): `analysed` is
+    // `run` with them. Cancelling stops them; the run stays open without.
+    void analysed(const fulcrum::views::RunPtr& run, const fulcrum::views::RunPtr& analysed);
     void failed(const QString& path, const QString& message);
     void cancelled(const QString& path);
     void idle();  // nothing loading, nothing queued
@@ -46,9 +49,12 @@ signals:
 private:
     void start_next();
     void finish();
+    // After a paged run opens: its analyses, as the loader's next work.
+    void start_analysis(const views::RunPtr& run);
 
     QQueue<OpenRequest> queue_;
     std::optional<OpenRequest> current_;
+    views::RunPtr analysing_;  // the paged run whose analyses are being read
     std::shared_ptr<std::atomic<bool>> cancel_;
     QFutureWatcher<Result<views::RunPtr>> watcher_;
 };

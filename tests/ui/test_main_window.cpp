@@ -77,6 +77,38 @@ private slots:
         QVERIFY(!window.loading());
     }
 
+    // A run large enough to page (here every run: FULCRUM_PAGED_EVENTS=0) opens with its
+    // timeline at once and its analyses after, read from the file a rank at a time (issue
+    // 37): the run is replaced by one with them, equal to the analyses of the run held whole.
+    void paged_run_is_analysed_after_it_opens() {
+        QTemporaryDir dir;
+        const QString copy = dir.filePath("run.fulcrum");
+        QVERIFY(QFile::copy(fixed_run(), copy));  // opening a paged run may add summaries
+        qputenv("FULCRUM_PAGED_EVENTS", "0");
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QSignalSpy analysed(&window, &MainWindow::run_analysed);
+        window.open_path(copy);
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 1, kLoadMs);
+        qunsetenv("FULCRUM_PAGED_EVENTS");
+        QVERIFY(window.runs()[0]->paged());
+        QTRY_COMPARE_WITH_TIMEOUT(analysed.size(), 1, kLoadMs);
+        const views::RunPtr run = window.runs()[0];
+        QVERIFY2(run->analysis != nullptr, qPrintable(run->analysis_error));
+        QVERIFY(run->paged());
+        QCOMPARE(window.current_run(), run);
+        QCOMPARE(window.reference_run(), run);
+        QVERIFY(!run->trace->workload.empty());  // read with the analyses
+        auto held = views::open_run(fixed_run());
+        QVERIFY(held.ok() && (*held)->analysis != nullptr);
+        QCOMPARE(analysis::analysis_json(*run->analysis),
+                 analysis::analysis_json(*(*held)->analysis));
+        QTRY_VERIFY_WITH_TIMEOUT(!window.loading(), kLoadMs);
+        // The Memory tab shows the paged run's bars now that it has analyses.
+        QVERIFY2(window.findChild<views::MemoryView*>()->message().isEmpty(),
+                 qPrintable(window.findChild<views::MemoryView*>()->message()));
+    }
+
     // File > Export Report writes what `fulcrum report` writes: one file, both runs compared.
     void exports_the_comparison_as_a_report() {
         MainWindow window;

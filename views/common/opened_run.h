@@ -23,8 +23,9 @@ struct OpenedRun {
     QString analysis_error;
     // A run of at least paged_event_threshold() events whose file has lane summaries: `trace`
     // holds its ranks, lanes and names but no events, the timeline pages them in from the
-    // file (views/timeline/paged_timeline.h), and the analyses are not run in the window
-    // (`analysis` null, `analysis_error` says so and what to run). Null for a run held whole.
+    // file (views/timeline/paged_timeline.h), and the analyses come after it opens
+    // (analyse_paged_run, read from the file a rank at a time: `analysis` null and
+    // `analysis_error` saying so until then). Null for a run held whole.
     std::shared_ptr<const std::vector<store::LaneSummary>> summaries;
     std::int64_t events = 0;
     // Something the user should know about how the run was opened (summaries that were
@@ -52,6 +53,11 @@ Result<QString> resolve_run_path(const QString& path);
 // `PATH.fulcrum` beside it (reused while newer than the trace). Returns ErrorCode::cancelled
 // when `cancel` turns true.
 Result<RunPtr> open_run(const QString& path, const OpenOptions& options = {});
+
+// The analyses of a paged run, read from its file a rank at a time (analysis::analyze_run_file,
+// in bounded memory): the run again with `analysis` (or `analysis_error`) set and its trace's
+// workload table read. Blocking; ErrorCode::cancelled when `cancel` turns true.
+Result<RunPtr> analyse_paged_run(const RunPtr& run, const OpenOptions& options = {});
 
 // Runs of at least this many events open paged (OpenedRun::summaries): 20 M events held whole
 // is ~1.7 GB with the analyses. FULCRUM_PAGED_EVENTS overrides it (0: page every run that has

@@ -234,8 +234,16 @@ private slots:
         QCOMPARE((*run)->events, whole_.event_count());
         QCOMPARE((*run)->trace->event_count(), std::int64_t{0});
         QVERIFY((*run)->analysis == nullptr);
-        QVERIFY2((*run)->analysis_error.contains(QStringLiteral("fulcrum analyze")),
+        QVERIFY2((*run)->analysis_error.contains(QStringLiteral("a rank at a time")),
                  qPrintable((*run)->analysis_error));
+        // Then read a rank at a time: the analyses of the run held whole.
+        auto analysed = views::analyse_paged_run(*run);
+        QVERIFY2(bool(analysed), analysed ? "" : analysed.error().message.c_str());
+        QVERIFY((*analysed)->analysis != nullptr);
+        QVERIFY((*analysed)->paged());
+        auto held = analysis::analyze_run(whole_);
+        QVERIFY(bool(held));
+        QCOMPARE(analysis::analysis_json(*(*analysed)->analysis), analysis::analysis_json(*held));
 
         views::TimelineView view;
         view.resize(1400, 900);

@@ -2,6 +2,7 @@
 
 #include <QPointer>
 #include <QtConcurrent/QtConcurrentRun>
+#include <functional>
 #include <utility>
 
 namespace fulcrum::ui {
@@ -38,15 +39,29 @@ void RunLoader::start_next() {
         return;
     }
     current_ = queue_.dequeue();
+    emit progress(current_->path, tr("opening"), 0.0);
+    run_in_background([](const QString& path, const views::OpenOptions& options) {
+        return views::open_run(path, options);
+    });
+}
+
+void RunLoader::start_analysis(const views::RunPtr& run) {
+    analysing_ = run;
+    current_ = OpenRequest{run->path};
+    run_in_background([run](const QString&, const views::OpenOptions& options) {
+        return views::analyse_paged_run(run, options);
+    });
+}
+
+void RunLoader::run_in_background(
+    std::function<Result<views::RunPtr>(const QString&, const views::OpenOptions&)> task) {
     cancel_ = std::make_shared<std::atomic<bool>>(false);
     const QString path = current_->path;
-    emit progress(path, tr("opening"), 0.0);
-
     // The thread reports through queued calls on `self`: once the loader is gone they are
     // dropped, and the destructor waits for the thread anyway.
     QPointer<RunLoader> self(this);
     auto cancel = cancel_;
-    auto work = [self, cancel, path]() -> Result<views::RunPtr> {
+    auto work = [self, cancel, path, task = std::move(task)]() -> Result<views::RunPtr> {
         if (cancel->load()) {
             return Error{ErrorCode::cancelled, "cancelled"};
         }
@@ -62,32 +77,7 @@ void RunLoader::start_next() {
                 },
                 Qt::QueuedConnection);
         };
-        return views::open_run(path, options);
-    };
-    watcher_.setFuture(QtConcurrent::run(work));
-}
-
-void RunLoader::start_analysis(const views::RunPtr& run) {
-    analysing_ = run;
-    current_ = OpenRequest{run->path};
-    cancel_ = std::make_shared<std::atomic<bool>>(false);
-    QPointer<RunLoader> self(this);
-    auto cancel = cancel_;
-    const QString path = run->path;
-    auto work = [self, cancel, path, run]() -> Result<views::RunPtr> {
-        views::OpenOptions options;
-        options.cancel = cancel.get();
-        options.progress = [self, path](const QString& stage, double fraction) {
-            QMetaObject::invokeMethod(
-                self.data(),
-                [self, path, stage, fraction] {
-                    if (self) {
-                        emit self->progress(path, stage, fraction);
-                    }
-                },
-                Qt::QueuedConnection);
-        };
-        return views::analyse_paged_run(run, options);
+        return task(path, options);
     };
     watcher_.setFuture(QtConcurrent::run(work));
 }

@@ -7,6 +7,7 @@
 #include <QObject>
 #include <QQueue>
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "core/util/result.h"
@@ -51,6 +52,9 @@ private:
     void finish();
     // After a paged run opens: its analyses, as the loader's next work.
     void start_analysis(const views::RunPtr& run);
+    // `task` for current_'s path on a pool thread, with progress and cancel; finish() after.
+    void run_in_background(
+        std::function<Result<views::RunPtr>(const QString&, const views::OpenOptions&)> task);
 
     QQueue<OpenRequest> queue_;
     std::optional<OpenRequest> current_;

@@ -47,7 +47,9 @@ void RunLoader::start_next() {
 
 void RunLoader::start_analysis(const views::RunPtr& run) {
     analysing_ = run;
-    current_ = OpenRequest{run->path};
+    OpenRequest request;
+    request.path = run->path;
+    current_ = request;
     run_in_background([run](const QString&, const views::OpenOptions& options) {
         return views::analyse_paged_run(run, options);
     });

@@ -338,27 +338,23 @@ void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& rang
         }
         const RankInfo& r = rank->info;
         std::map<std::tuple<StringId, std::int32_t, std::int32_t>, std::int32_t> seen;
-        {
-            for (const RankRanges::Transfer& event : ranked.transfers) {
-                const Role role = event.role;
-                const std::string_view name = trace.name(event.name);
-                const std::size_t space = name.find(' ');
-                if (space == std::string_view::npos) {
-                    continue;
-                }
-                const std::string_view what = name.substr(space + 1);
-                const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
-                const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
-                if (role == Role::pipeline_send) {
-                    sends[{r.dp, r.cp, r.tp, stage, event.step, event.microbatch, k, what}] = {
-                        event.start_ns, event.bytes};
-                } else {
-                    const bool backward = what.find("gradient") != std::string_view::npos;
-                    const std::int32_t from = backward ? stage + 1 : stage - 1;
-                    const Key sender{r.dp, r.cp, r.tp, from, event.step, event.microbatch, k, what};
-                    recvs.push_back(
-                        {sender, name, r.rank, event.start_ns, event.end_ns, event.bytes});
-                }
+        for (const RankRanges::Transfer& event : ranked.transfers) {
+            const std::string_view name = trace.name(event.name);
+            const std::size_t space = name.find(' ');
+            if (space == std::string_view::npos) {
+                continue;
+            }
+            const std::string_view what = name.substr(space + 1);
+            const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
+            const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
+            if (event.role == Role::pipeline_send) {
+                sends[{r.dp, r.cp, r.tp, stage, event.step, event.microbatch, k, what}] = {
+                    event.start_ns, event.bytes};
+            } else {
+                const bool backward = what.find("gradient") != std::string_view::npos;
+                const std::int32_t from = backward ? stage + 1 : stage - 1;
+                const Key sender{r.dp, r.cp, r.tp, from, event.step, event.microbatch, k, what};
+                recvs.push_back({sender, name, r.rank, event.start_ns, event.end_ns, event.bytes});
             }
         }
     }

@@ -390,7 +390,12 @@ std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vecto
         if (instance.role == Role::dp_collective)
             dp_by_step[instance.step].push_back(&instance);
     }
-    const TailIndex tails = index_tails(ranges != nullptr ? *ranges : rank_ranges(trace));
+    std::vector<RankRanges> read;
+    if (ranges == nullptr) {
+        read = rank_ranges(trace);
+        ranges = &read;
+    }
+    const TailIndex tails = index_tails(*ranges);
     std::vector<CriticalPath> paths;
     for (const auto& [step, list] : by_step) {
         paths.push_back(walk_step(trace, step, list, dp_by_step[step], tails));

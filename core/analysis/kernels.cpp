@@ -211,11 +211,11 @@ void KernelTotals::add(RankKernels&& rank) {
     for (const auto& [name, from] : rank.by_name_) {
         Total& total = by_name_[name];
         // The last rank's type of a name, as one walk over every rank's kernels gives it.
-        total.type = from.type;
-        total.count += from.count;
-        total.total += from.total;
-        total.min = std::min(total.min, from.min);
-        total.max = std::max(total.max, from.max);
+        total.sum.type = from.type;
+        total.sum.count += from.count;
+        total.sum.total += from.total;
+        total.sum.min = std::min(total.sum.min, from.min);
+        total.sum.max = std::max(total.sum.max, from.max);
         total.by_rank[rank.rank_] += from.total;
     }
 }
@@ -225,11 +225,11 @@ KernelAnalysis KernelTotals::finish(const RunTrace& trace, const KernelOptions& 
     for (auto& [name, total] : by_name_) {
         KernelStats stats;
         stats.name = std::string(trace.name(StringId{name}));
-        stats.type = total.type;
-        stats.count = total.count;
-        stats.total_ns = total.total;
-        stats.min_ns = total.min;
-        stats.max_ns = total.max;
+        stats.type = total.sum.type;
+        stats.count = total.sum.count;
+        stats.total_ns = total.sum.total;
+        stats.min_ns = total.sum.min;
+        stats.max_ns = total.sum.max;
         stats.ranks = static_cast<int>(total.by_rank.size());
         stats.rank_total_min_ns = INT64_MAX;
         for (const auto& [rank, ns] : total.by_rank) {

@@ -132,6 +132,7 @@ KernelAnalysis analyze_kernels(const RunTrace& trace, const KernelOptions& optio
 // over the ranks, added in rank order.
 class RankKernels {
 public:
+    // Nothing for a rank without device lanes.
     void add(const RankTrace& rank, const KernelOptions& options);
 
 private:
@@ -154,8 +155,7 @@ public:
 
 private:
     struct Total {
-        KernelType type = KernelType::computation;
-        std::int64_t count = 0, total = 0, min = INT64_MAX, max = 0;
+        RankKernels::NameTotal sum;
         std::unordered_map<std::int32_t, std::int64_t> by_rank;
     };
     KernelAnalysis result_;

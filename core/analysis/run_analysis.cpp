@@ -294,9 +294,7 @@ RankFindings read_rank(const RunTrace& trace, const RankTrace& rank, bool first)
     find_rank_passes(trace, rank, out.passes);
     const RankActivity activity = rank_activity(rank);
     rank_step_breakdown(trace, rank, activity, out.breakdown);
-    if (out.device_lanes) {
-        out.kernels.add(rank, KernelOptions{});
-    }
+    out.kernels.add(rank, KernelOptions{});
     out.calls = collective_calls(trace, rank);
     out.ranges = RankRanges::of(trace, rank);
     out.offload = rank_offload(rank, activity);
@@ -323,9 +321,7 @@ struct RunFindings {
         device_lanes = device_lanes || found.device_lanes;
         passes.insert(passes.end(), found.passes.begin(), found.passes.end());
         breakdown.insert(breakdown.end(), found.breakdown.begin(), found.breakdown.end());
-        if (found.device_lanes) {
-            kernels.add(std::move(found.kernels));
-        }
+        kernels.add(std::move(found.kernels));
         matcher.add(rank, found.calls);
         ranges.push_back(std::move(found.ranges));
         offload.push_back(std::move(found.offload));

@@ -1,13 +1,12 @@
 #include "engine/distributed/parallel_trainer.h"
 
-#include "engine/distributed/zero_parameters.h"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
 
 #include "core/trace/annotations.h"
+#include "engine/distributed/zero_parameters.h"
 #include "engine/instrument/annotations.h"
 #include "engine/model/context_parallel.h"
 #include "engine/model/tensor_parallel.h"
@@ -44,10 +43,16 @@ ElementRange optimizer_range(const std::vector<int>& counts, const ParallelGroup
     if (counts.empty()) {
         return {0, total};
     }
-    const int me = groups.dp_cp->rank();
-    const std::int64_t offset =
-        std::accumulate(counts.begin(), counts.begin() + me, std::int64_t{0});
-    return {offset, counts[static_cast<std::size_t>(me)]};
+    return zero_shard(counts, groups.dp_cp->rank());
+}
+
+// The most micro-batches any DP replica has in the step.
+int longest_replica(const StepPlan& plan) {
+    std::size_t longest = 0;
+    for (const auto& replica : plan.replicas) {
+        longest = std::max(longest, replica.size());
+    }
+    return static_cast<int>(longest);
 }
 
 }  // namespace
@@ -290,14 +295,11 @@ void ParallelTrainer::start_reductions_without_passes(const StepPlan& plan) {
     // The other replicas start each chunk's layer reductions after the pass that last writes
     // the chunk's gradients, in schedule order; this one has no pass, so it starts the same
     // reductions (of its zeros) in the same order, or every replica would wait for it.
-    std::size_t reference = 0;
-    for (const auto& replica : plan.replicas) {
-        reference = std::max(reference, replica.size());
-    }
+    const int reference = longest_replica(plan);
     if (reference == 0) {
         return;
     }
-    const std::vector<PipelineOp> ops = step_ops(static_cast<int>(reference));
+    const std::vector<PipelineOp> ops = step_ops(reference);
     const std::vector<std::size_t> last_writer = last_writers(ops);
     std::vector<int> chunks(chunk_layers_.size());
     std::iota(chunks.begin(), chunks.end(), 0);
@@ -556,12 +558,7 @@ Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan
     // of micro-batches it lacks make their gathers alone; the passes it has keep their order,
     // so the pipeline's transfers still meet.
     const int scheduled =
-        model_.sharded_parameters() != nullptr
-            ? static_cast<int>(
-                  std::max_element(plan.replicas.begin(), plan.replicas.end(),
-                                   [](const auto& a, const auto& b) { return a.size() < b.size(); })
-                      ->size())
-            : microbatches;
+        model_.sharded_parameters() != nullptr ? longest_replica(plan) : microbatches;
     const std::vector<PipelineOp> ops =
         scheduled > 0 ? step_ops(scheduled) : std::vector<PipelineOp>{};
     // Per chunk, the last pass that writes its weight gradients: after it they are final.

@@ -26,14 +26,17 @@ std::vector<int> zero_shard_counts(std::int64_t total, int ranks) {
     return counts;
 }
 
+ElementRange zero_shard(const std::vector<int>& counts, int member) {
+    return {std::accumulate(counts.begin(), counts.begin() + member, std::int64_t{0}),
+            counts[static_cast<std::size_t>(member)]};
+}
+
 ZeroParameters::ZeroParameters(Backend& backend, const ParameterLayout& layout, Communicator& group)
     : backend_(backend),
       layout_(layout),
       group_(group),
       counts_(zero_shard_counts(layout.total(), group.size())) {
-    const int me = group_.rank();
-    shard_range_ = {std::accumulate(counts_.begin(), counts_.begin() + me, std::int64_t{0}),
-                    counts_[static_cast<std::size_t>(me)]};
+    shard_range_ = zero_shard(counts_, group_.rank());
     shard_ = allocated(backend_, shard_storage_, shard_range_.count).slice(0, shard_range_.count);
     // Every block of a stage has the same size; one buffer serves them in turn.
     const auto held = layout_.held();

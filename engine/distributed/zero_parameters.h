@@ -28,6 +28,8 @@ namespace fulcrum::engine {
 // ZeRO's shards of a flat buffer of `total` elements over `ranks` ranks: equal counts, the
 // first total mod ranks one element longer.
 std::vector<int> zero_shard_counts(std::int64_t total, int ranks);
+// Member `member`'s shard of `counts`: the range of the flat buffer it keeps.
+ElementRange zero_shard(const std::vector<int>& counts, int member);
 
 class ZeroParameters final : public ShardedParameters {
 public:

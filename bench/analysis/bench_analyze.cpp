@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
         // HTA's answers and the critical path (issue 20: < 2 s together on this run).
         const auto hta_start = Clock::now();
         const auto kernels = analysis::analyze_kernels(*trace);
-        const auto matched = analysis::match_collectives(*trace);
+        const auto matched = analysis::matched_collectives(*trace);
         const auto collectives = analysis::summarize_collectives(*trace, matched);
         const auto paths =
             analysis::critical_paths(*trace, analysis::find_passes(*trace), &matched);

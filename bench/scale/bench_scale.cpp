@@ -163,8 +163,8 @@ int time_stages(const std::string& path, bool load_only) {
     }
     const auto passes = analysis::find_passes(*trace);
     lap("find_passes");
-    const auto collectives = analysis::match_collectives(*trace);
-    lap("match_collectives");
+    const auto collectives = analysis::matched_collectives(*trace);
+    lap("matched_collectives");
     auto model = analysis::fit_cost_model(*trace, passes, &collectives);
     lap("fit_cost_model");
     const analysis::CostModel* cost = model ? &*model : nullptr;

@@ -261,74 +261,100 @@ std::vector<CollectiveCall> collective_calls(const RunTrace& trace, const RankTr
     return out;
 }
 
-// Hashing instead of sorting (a 10M-event run has millions of collective calls): every
-// (communicator, name, step, micro-batch, phase) gets a dense id, each id a list of instances
-// indexed by k, and a rank's k-th call of an id joins instance [id][k]. Ranks come in
-// ascending order, so participants come out sorted by rank.
-void CollectiveMatcher::add(std::int32_t rank, std::span<const CollectiveCall> calls) {
-    for (const std::uint32_t id : used_) {
-        next_k_[id] = 0;
+CollectiveMatcher::CollectiveMatcher(const RunTrace& trace, Closed closed)
+    : closed_(std::move(closed)) {
+    constexpr Role kEngineRoles[] = {Role::dp_collective, Role::cp_collective, Role::tp_collective,
+                                     Role::embedding_collective};
+    std::unordered_map<std::uint64_t, std::int32_t> last_rank;
+    for (const RankTrace& rank : trace.ranks) {
+        for (const Role role : kEngineRoles) {
+            std::int32_t& last =
+                last_rank.try_emplace(communicator_of(role, rank.info), 0).first->second;
+            last = std::max(last, rank.info.rank);
+        }
     }
-    used_.clear();
-    for (const CollectiveCall& call : calls) {
-        const Key key{call.communicator, call.name, call.step, call.microbatch, call.phase};
-        const auto [it, added] =
-            call_ids_.try_emplace(key, static_cast<std::uint32_t>(instances_of_id_.size()));
-        if (added) {
-            instances_of_id_.emplace_back();
-            next_k_.push_back(0);
-        }
-        if (next_k_[it->second] == 0) {
-            used_.push_back(it->second);
-        }
-        const std::int32_t k = next_k_[it->second]++;
-        std::vector<std::uint32_t>& by_k = instances_of_id_[it->second];
-        if (static_cast<std::size_t>(k) == by_k.size()) {
-            by_k.push_back(static_cast<std::uint32_t>(found_.size()));
-            Found instance;
-            instance.instance = {call.name,  call.role, call.step, call.microbatch,
-                                 call.phase, k,         {}};
-            instance.first_start = call.start_ns;
-            found_.push_back(std::move(instance));
-        }
-        Found& instance = found_[by_k[static_cast<std::size_t>(k)]];
-        instance.first_start = std::min(instance.first_start, call.start_ns);
-        instance.instance.participants.push_back(
-            {rank, call.start_ns, call.end_ns, call.bytes, call.args});
+    for (const auto& [communicator, rank] : last_rank) {
+        closing_at_[rank].push_back(communicator);
     }
 }
 
-std::vector<CollectiveInstance> CollectiveMatcher::finish() && {
-    // Instances with at least two participants, in order of (step, first start).
-    struct Order {
-        std::int32_t step;
-        std::int64_t first_start;
-        std::uint32_t index;
-    };
-    std::vector<Order> order;
-    for (std::size_t i = 0; i < found_.size(); ++i) {
-        if (found_[i].instance.participants.size() >= 2) {
-            order.push_back(
-                {found_[i].instance.step, found_[i].first_start, static_cast<std::uint32_t>(i)});
+// Hashing instead of sorting (a 10M-event run has millions of collective calls): every
+// (communicator, name, step, micro-batch, phase) has its open instances indexed by k, and a
+// rank's k-th call of that key joins instance k. Ranks come in ascending order, so
+// participants come out sorted by rank.
+void CollectiveMatcher::add(std::int32_t rank, std::span<const CollectiveCall> calls) {
+    for (const CollectiveCall& call : calls) {
+        const Key key{call.communicator, call.name, call.step, call.microbatch, call.phase};
+        const auto [it, added] = open_.try_emplace(key);
+        Open& open = it->second;
+        if (added) {
+            keys_of_[key.communicator].push_back(key);
+        }
+        if (open.next_k == 0) {
+            used_.push_back(&open);
+        }
+        const std::int32_t k = open.next_k++;
+        if (static_cast<std::size_t>(k) == open.by_k.size()) {
+            CollectiveInstance instance{call.name,  call.role, call.step, call.microbatch,
+                                        call.phase, k,         {}};
+            instance.first_start_ns = call.start_ns;
+            instance.sequence = sequence_++;
+            open.by_k.push_back(std::move(instance));
+        }
+        CollectiveInstance& instance = open.by_k[static_cast<std::size_t>(k)];
+        instance.first_start_ns = std::min(instance.first_start_ns, call.start_ns);
+        instance.participants.push_back({rank, call.start_ns, call.end_ns, call.bytes, call.args});
+    }
+    for (Open* open : used_) {
+        open->next_k = 0;
+    }
+    used_.clear();
+    if (const auto closing = closing_at_.find(rank); closing != closing_at_.end()) {
+        for (const std::uint64_t communicator : closing->second) {
+            close(communicator);
         }
     }
-    std::sort(order.begin(), order.end(), [](const Order& a, const Order& b) {
-        return std::tie(a.step, a.first_start, a.index) < std::tie(b.step, b.first_start, b.index);
-    });
-    std::vector<CollectiveInstance> instances;
-    instances.reserve(order.size());
-    for (const Order& o : order) {
-        instances.push_back(std::move(found_[o.index].instance));
+}
+
+void CollectiveMatcher::close(std::uint64_t communicator) {
+    const auto keys = keys_of_.find(communicator);
+    if (keys == keys_of_.end()) {
+        return;
     }
-    return instances;
+    for (const Key& key : keys->second) {
+        const auto open = open_.find(key);
+        for (CollectiveInstance& instance : open->second.by_k) {
+            if (instance.participants.size() >= 2) {
+                closed_(std::move(instance));
+            }
+        }
+        open_.erase(open);
+    }
+    keys_of_.erase(keys);
+}
+
+void CollectiveMatcher::finish() {
+    std::vector<std::uint64_t> left;
+    for (const auto& [communicator, keys] : keys_of_) {
+        left.push_back(communicator);
+    }
+    // In a fixed order, so that whoever folds the instances sees the same order every time.
+    std::sort(left.begin(), left.end());
+    for (const std::uint64_t communicator : left) {
+        close(communicator);
+    }
 }
 
 std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
-    CollectiveMatcher matcher;
+    std::vector<CollectiveInstance> instances;
+    CollectiveMatcher matcher(
+        trace, [&](CollectiveInstance&& instance) { instances.push_back(std::move(instance)); });
     for (const RankTrace& rank : trace.ranks) {
         matcher.add(rank.info.rank, collective_calls(trace, rank));
     }
-    return std::move(matcher).finish();
+    matcher.finish();
+    std::sort(instances.begin(), instances.end(), in_run_order);
+    return instances;
 }
 
 }  // namespace fulcrum::analysis

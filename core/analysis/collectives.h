@@ -18,8 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -43,6 +45,10 @@ struct CollectiveInstance {
     Phase phase = Phase::none;
     std::int32_t occurrence = 0;                      // k
     std::vector<CollectiveParticipant> participants;  // by rank
+    // Where it falls among the run's instances: (step, first start, sequence), the sequence
+    // numbering instances as the matcher first met them.
+    std::int64_t first_start_ns = 0;
+    std::uint32_t sequence = 0;
 
     // The participant with the latest start (the lowest rank on ties); its duration is the
     // transfer time.
@@ -51,12 +57,18 @@ struct CollectiveInstance {
     std::int64_t total_wait_ns() const;
 };
 
-// Instances with at least two participants, in order of (step, first start).
+inline bool in_run_order(const CollectiveInstance& a, const CollectiveInstance& b) {
+    return std::tie(a.step, a.first_start_ns, a.sequence) <
+           std::tie(b.step, b.first_start_ns, b.sequence);
+}
+
+// Instances with at least two participants, in run order (in_run_order), held whole: for tests
+// and tools that look at single instances. The analyses fold them as they close
+// (matched_collectives.h).
 std::vector<CollectiveInstance> match_collectives(const RunTrace& trace);
 
-// match_collectives a rank at a time (run_analysis.h): each rank's calls, in the order it
-// issued them, with the communicator each ran on; then the matching, fed ranks in ascending
-// order.
+// The matching a rank at a time (run_analysis.h): each rank's calls, in the order it issued
+// them, with the communicator each ran on; then the matcher, fed ranks in ascending order.
 struct CollectiveCall {
     std::uint64_t communicator = 0;
     StringId name;
@@ -71,10 +83,18 @@ struct CollectiveCall {
 };
 std::vector<CollectiveCall> collective_calls(const RunTrace& trace, const RankTrace& rank);
 
+// An instance is complete once the last rank of its communicator has been added: the matcher
+// then hands it to `closed` (when it has two participants or more) and forgets it, so what it
+// holds is the instances still open, not the run's. The members of the engine's communicators
+// follow from the ranks' coordinates; a process group a foreign trace names, or one of all
+// ranks, closes at finish().
 class CollectiveMatcher {
 public:
+    using Closed = std::function<void(CollectiveInstance&&)>;
+    CollectiveMatcher(const RunTrace& trace, Closed closed);
+
     void add(std::int32_t rank, std::span<const CollectiveCall> calls);
-    std::vector<CollectiveInstance> finish() &&;
+    void finish();
 
 private:
     // What identifies a collective on each of its ranks, except the occurrence k.
@@ -100,17 +120,22 @@ private:
             return static_cast<std::size_t>(h);
         }
     };
-    struct Found {
-        CollectiveInstance instance;
-        std::int64_t first_start = 0;
+    // A key's instances, by k.
+    struct Open {
+        std::vector<CollectiveInstance> by_k;
+        std::int32_t next_k = 0;  // the current rank's
     };
-    std::vector<Found> found_;
-    std::unordered_map<Key, std::uint32_t, KeyHash> call_ids_;
-    std::vector<std::vector<std::uint32_t>> instances_of_id_;  // [id][k] → index in found_
-    std::vector<std::int32_t> next_k_;                         // this rank's, by id
-    // The ids this rank used, to reset next_k_: a 1024-rank run has hundreds of thousands of
-    // ids (communicators × steps × micro-batches), each rank a few thousand of them.
-    std::vector<std::uint32_t> used_;
+    void close(std::uint64_t communicator);
+
+    Closed closed_;
+    std::unordered_map<Key, Open, KeyHash> open_;
+    std::unordered_map<std::uint64_t, std::vector<Key>> keys_of_;  // by communicator
+    // The communicators whose last member each rank is.
+    std::unordered_map<std::int32_t, std::vector<std::uint64_t>> closing_at_;
+    // The keys the current rank used, to reset their next_k: a 1024-rank run has hundreds of
+    // thousands of keys (communicators × steps × micro-batches), each rank a few thousand.
+    std::vector<Open*> used_;
+    std::uint32_t sequence_ = 0;
 };
 
 }  // namespace fulcrum::analysis

@@ -69,36 +69,24 @@ double bus_bandwidth_factor(CollectiveKind kind, int n) {
     }
 }
 
-std::vector<CollectiveSummary> summarize_collectives(
-    const RunTrace& trace, const std::vector<CollectiveInstance>& instances) {
+std::vector<CollectiveSummary> summarize_collectives(const RunTrace& trace,
+                                                     const MatchedCollectives& collectives) {
     std::vector<CollectiveSummary> rows;
-    std::map<std::pair<std::uint32_t, std::vector<std::int32_t>>, std::size_t> index;
-    for (const CollectiveInstance& instance : instances) {
-        std::vector<std::int32_t> ranks;
-        for (const CollectiveParticipant& p : instance.participants)
-            ranks.push_back(p.rank);
-        std::sort(ranks.begin(), ranks.end());
-        auto [at, added] = index.try_emplace({instance.name.value, ranks}, rows.size());
-        if (added) {
-            CollectiveSummary row;
-            row.name = std::string(trace.name(instance.name));
-            row.kind = collective_kind_of(row.name);
-            row.ranks = ranks;
-            rows.push_back(std::move(row));
-        }
-        CollectiveSummary& row = rows[at->second];
-        const CollectiveParticipant& last = instance.last_arrival();
-        ++row.calls;
-        row.bytes += std::max<std::int64_t>(last.bytes, 0);
-        row.transfer_ns += last.end_ns - last.start_ns;
-        row.wait_ns += instance.total_wait_ns();
-    }
-    for (CollectiveSummary& row : rows) {
+    for (const MatchedCollectives::Group& group : collectives.groups()) {
+        CollectiveSummary row;
+        row.name = std::string(trace.name(group.name));
+        row.kind = collective_kind_of(row.name);
+        row.ranks = group.ranks;
+        row.calls = group.calls;
+        row.bytes = group.bytes;
+        row.transfer_ns = group.transfer_ns;
+        row.wait_ns = group.wait_ns;
         if (row.bytes > 0 && row.transfer_ns > 0) {
             row.algbw_gb_s = double(row.bytes) / double(row.transfer_ns);
             row.busbw_gb_s =
                 row.algbw_gb_s * bus_bandwidth_factor(row.kind, static_cast<int>(row.ranks.size()));
         }
+        rows.push_back(std::move(row));
     }
     return rows;
 }

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/analysis/collectives.h"
+#include "core/analysis/matched_collectives.h"
 
 namespace fulcrum::analysis {
 
@@ -51,7 +51,7 @@ struct CollectiveSummary {
 };
 
 // By name, then group, in the order of the first call.
-std::vector<CollectiveSummary> summarize_collectives(
-    const RunTrace& trace, const std::vector<CollectiveInstance>& instances);
+std::vector<CollectiveSummary> summarize_collectives(const RunTrace& trace,
+                                                     const MatchedCollectives& collectives);
 
 }  // namespace fulcrum::analysis

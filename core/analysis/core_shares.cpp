@@ -9,6 +9,31 @@ CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes
     return of(trace, passes, cores > 0 ? rank_ranges(trace) : std::vector<RankRanges>{});
 }
 
+namespace {
+
+std::map<std::string, std::vector<std::int32_t>> ranks_by_host(const RunTrace& trace) {
+    std::map<std::string, std::vector<std::int32_t>> ranks;
+    for (const RankTrace& rank : trace.ranks) {
+        ranks[rank.info.host].push_back(rank.info.rank);
+    }
+    return ranks;
+}
+
+}  // namespace
+
+bool CoreShares::any_shared(const RunTrace& trace) {
+    const int cores = trace.config.host_cores;
+    if (cores <= 0) {
+        return false;
+    }
+    for (const auto& [host, ranks] : ranks_by_host(trace)) {
+        if (static_cast<int>(ranks.size()) > cores) {
+            return true;
+        }
+    }
+    return false;
+}
+
 CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes,
                           const std::vector<RankRanges>& ranges) {
     CoreShares shares;
@@ -16,12 +41,8 @@ CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes
     if (cores <= 0) {
         return shares;
     }
-    std::map<std::string, std::vector<std::int32_t>> ranks_by_host;
-    for (const RankTrace& rank : trace.ranks) {
-        ranks_by_host[rank.info.host].push_back(rank.info.rank);
-    }
     std::map<std::string, std::size_t> host_index;
-    for (const auto& [host, ranks] : ranks_by_host) {
+    for (const auto& [host, ranks] : ranks_by_host(trace)) {
         if (static_cast<int>(ranks.size()) <= cores) {
             continue;  // a core a rank: every share is 1
         }

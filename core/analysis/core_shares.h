@@ -36,6 +36,9 @@ public:
     double share(std::int32_t rank, std::int64_t start, std::int64_t end) const;
 
     bool shared() const { return !hosts_.empty(); }
+    // Whether of() will find shared cores: from the run's description alone, before any event
+    // is read.
+    static bool any_shared(const RunTrace& trace);
 
     // The interval of a pass in which its rank computes (after its pipeline receive).
     static std::pair<std::int64_t, std::int64_t> computing(const Pass& pass) {

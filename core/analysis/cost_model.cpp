@@ -459,7 +459,7 @@ const CollectiveCost* CostModel::collective(std::string_view name) const {
 }
 
 Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
-                                 const std::vector<CollectiveInstance>* collectives,
+                                 const MatchedCollectives* collectives,
                                  const std::vector<RankRanges>* ranges) {
     const std::string run = "run '" + trace.run.name + "'";
     if (passes.empty()) {
@@ -532,49 +532,47 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
                          " has 3 passes with a workload row (rank, step, micro-batch)"};
     }
 
-    std::vector<CollectiveInstance> matched;
+    std::optional<MatchedCollectives> matched;
     if (collectives == nullptr) {
-        matched = match_collectives(trace);
-        collectives = &matched;
+        matched = matched_collectives(trace);
+        collectives = &*matched;
     }
-    std::unordered_map<std::uint32_t, std::vector<TransferSample>> by_name_id;
-    std::unordered_map<std::uint32_t, std::int64_t> calls_cache;
-    std::map<std::string, std::vector<TransferSample>> transfers;
-    std::map<std::string, Role> roles;
-    for (const CollectiveInstance& instance : *collectives) {
-        const CollectiveParticipant& last = instance.last_arrival();
-        auto& samples = by_name_id[instance.name.value];
-        if (samples.empty()) {
-            roles[std::string(trace.name(instance.name))] = instance.role;
-        }
-        // The last member's time: the others' wait for it is the imbalance the replay plays.
-        // Where ranks shared cores, the members of a TP or CP collective, which syncs every
-        // layer, reach it a time slice apart (the scheduler runs some to the collective while
-        // the others wait for a core), which the fluid replay of the passes does not play
-        // (core_shares.h): such a collective keeps its members' mean.
-        std::int64_t transfer = last.end_ns - last.start_ns;
-        const bool in_pass =
-            instance.role == Role::tp_collective || instance.role == Role::cp_collective;
-        if (shares.shared() && in_pass) {
-            std::int64_t total = 0;
-            for (const CollectiveParticipant& member : instance.participants) {
-                total += member.end_ns - member.start_ns;
-            }
-            transfer = total / static_cast<std::int64_t>(instance.participants.size());
-        }
-        samples.push_back({last.bytes, transfer, calls_of(trace, last.args, calls_cache)});
-    }
-    for (auto& [id, samples] : by_name_id) {
-        transfers[std::string(trace.name(StringId{id}))] = std::move(samples);
-    }
+    // Each instance's time is its last member's: the others' wait for it is the imbalance the
+    // replay plays. Where ranks shared cores, the members of a TP or CP collective, which syncs
+    // every layer, reach it a time slice apart (the scheduler runs some to the collective while
+    // the others wait for a core), which the fluid replay of the passes does not play
+    // (core_shares.h): such a collective keeps its members' mean (matched_collectives.h).
+    // One name at a time, in the order of the names (a pipeline receive's own rule wins over
+    // a collective of the same name): a 1 B-event run has millions of instances of one name,
+    // unpacked only while that name is fitted.
     std::map<std::string, std::vector<TransferSample>> receives;
     pipeline_samples(trace, *ranges, shares, receives);
-    for (auto& [name, list] : receives) {
-        roles[name] = Role::pipeline_recv;
-        transfers[name] = std::move(list);
+    std::map<std::string, const MatchedCollectives::Transfers*> kept_by_name;
+    for (const auto& [id, kept] : collectives->transfers()) {
+        kept_by_name.emplace(trace.name(StringId{id}), &kept);
     }
-    for (const auto& [name, list] : transfers) {
-        model.collectives.push_back(fit_collective(name, roles[name], list));
+    for (auto& [name, list] : receives) {
+        kept_by_name.emplace(name, nullptr);
+    }
+    std::unordered_map<std::uint32_t, std::int64_t> calls_cache;
+    for (const auto& [name, kept] : kept_by_name) {
+        if (const auto receive = receives.find(name); receive != receives.end()) {
+            model.collectives.push_back(fit_collective(name, Role::pipeline_recv, receive->second));
+            continue;
+        }
+        std::vector<TransferSample> samples;
+        for (const auto& [bytes_args, times] : kept->by_bytes) {
+            const std::int64_t calls = calls_of(trace, StringId{bytes_args.second}, calls_cache);
+            for (const std::int64_t transfer : times) {
+                samples.push_back({bytes_args.first, transfer, calls});
+            }
+        }
+        std::sort(samples.begin(), samples.end(),
+                  [](const TransferSample& a, const TransferSample& b) {
+                      return std::tie(a.bytes, a.calls, a.transfer_ns) <
+                             std::tie(b.bytes, b.calls, b.transfer_ns);
+                  });
+        model.collectives.push_back(fit_collective(name, kept->role, samples));
     }
 
     model.optimizer_ns = optimizer_ns(*ranges, shares);

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/analysis/collectives.h"
 #include "core/analysis/host_ranges.h"
+#include "core/analysis/matched_collectives.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 #include "core/parallel/nccl_model.h"
@@ -77,11 +77,13 @@ struct CostModel {
 // Fits every (stage, phase) with at least 3 passes. Pairs and tokens come from the workload
 // table (held_work); passes without a workload row are skipped. Errors when nothing could be
 // fitted (no passes, or no workload table), saying which. `collectives` is
-// match_collectives(trace) and `ranges` rank_ranges(trace) when the caller has them already
+// matched_collectives(trace) and `ranges` rank_ranges(trace) when the caller has them already
 // (matching is the costly part; a run read a rank at a time has no events to read them from);
-// null: read from the trace here.
+// null: read from the trace here. A collective's samples are fitted in the order of their
+// (bytes, calls, time), not the run's: the fit does not depend on the order the matcher closed
+// the instances in.
 Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
-                                 const std::vector<CollectiveInstance>* collectives = nullptr,
+                                 const MatchedCollectives* collectives = nullptr,
                                  const std::vector<RankRanges>* ranges = nullptr);
 
 // The model as JSON, the format of `fulcrum simulate --cost-model FILE` and of the

@@ -1,6 +1,7 @@
 #include "core/analysis/critical_path.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "core/analysis/collectives.h"
@@ -236,7 +237,7 @@ void add_what_if(const RunTrace& trace, const StepPasses& step, CriticalPath& pa
 
 CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
                        const std::vector<const Pass*>& passes,
-                       const std::vector<const CollectiveInstance*>& collectives,
+                       const std::vector<const CollectiveInstance*>& dp_collectives,
                        const TailIndex& tails) {
     const StepPasses step(trace, passes);
     CriticalPath path;
@@ -280,10 +281,8 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
             add(rank, std::string(range_name::kOptimizer), tail->optimizer.start_ns, cursor);
             cursor = tail->optimizer.start_ns;
         }
-        for (const CollectiveInstance* found : collectives) {
+        for (const CollectiveInstance* found : dp_collectives) {
             const CollectiveInstance& instance = *found;
-            if (instance.role != Role::dp_collective)
-                continue;
             auto mine =
                 std::find_if(instance.participants.begin(), instance.participants.end(),
                              [&](const CollectiveParticipant& p) { return p.rank == rank; });
@@ -371,7 +370,7 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
 }  // namespace
 
 std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
-                                         const std::vector<CollectiveInstance>* collectives,
+                                         const MatchedCollectives* collectives,
                                          const std::vector<RankRanges>* ranges) {
     std::map<std::int32_t, std::vector<const Pass*>> by_step;
     for (const Pass& pass : passes) {
@@ -380,15 +379,14 @@ std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vecto
     }
     if (by_step.empty())
         return {};
-    std::vector<CollectiveInstance> matched;
+    std::optional<MatchedCollectives> matched;
     if (collectives == nullptr) {
-        matched = match_collectives(trace);
-        collectives = &matched;
+        matched = matched_collectives(trace);
+        collectives = &*matched;
     }
     std::map<std::int32_t, std::vector<const CollectiveInstance*>> dp_by_step;
-    for (const CollectiveInstance& instance : *collectives) {
-        if (instance.role == Role::dp_collective)
-            dp_by_step[instance.step].push_back(&instance);
+    for (const CollectiveInstance& instance : collectives->dp_instances()) {
+        dp_by_step[instance.step].push_back(&instance);
     }
     std::vector<RankRanges> read;
     if (ranges == nullptr) {

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "core/analysis/collectives.h"
 #include "core/analysis/host_ranges.h"
+#include "core/analysis/matched_collectives.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 
@@ -74,12 +74,11 @@ struct CriticalPath {
 };
 
 // One path per step that has passes (forward/backward ranges); empty without them.
-// `collectives` is match_collectives(trace) and `ranges` rank_ranges(trace) when the caller
+// `collectives` is matched_collectives(trace) and `ranges` rank_ranges(trace) when the caller
 // has them (matching is the costly part; a run read a rank at a time has no events to read
 // them from); null: read from the trace here.
-std::vector<CriticalPath> critical_paths(
-    const RunTrace& trace, const std::vector<Pass>& passes,
-    const std::vector<CollectiveInstance>* collectives = nullptr,
-    const std::vector<RankRanges>* ranges = nullptr);
+std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
+                                         const MatchedCollectives* collectives = nullptr,
+                                         const std::vector<RankRanges>* ranges = nullptr);
 
 }  // namespace fulcrum::analysis

@@ -42,12 +42,6 @@ std::optional<double> weighted_imbalance(const Matrix& m) {
 }
 
 // At least two distinct ranks took part: only then did anyone wait for someone.
-bool matched_across_ranks(const CollectiveInstance& instance) {
-    const auto& all = instance.participants;
-    return std::any_of(all.begin(), all.end(),
-                       [&](const CollectiveParticipant& p) { return p.rank != all.front().rank; });
-}
-
 }  // namespace
 
 std::vector<double> Matrix::column_values(std::size_t column) const {
@@ -76,8 +70,7 @@ std::vector<double> Matrix::column_imbalance() const {
 }
 
 ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
-                                    const std::vector<CollectiveInstance>& collectives,
-                                    const CostModel* cost) {
+                                    const MatchedCollectives& collectives, const CostModel* cost) {
     ImbalanceAnalysis result;
     result.predicted_is_time = cost != nullptr;
 
@@ -156,28 +149,11 @@ ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pas
     result.compute_imbalance = weighted_imbalance(result.compute_by_step);
     result.predicted_imbalance = weighted_imbalance(result.predicted_by_step);
 
-    // Stragglers. An instance where everyone started together (no one waited) has no last
-    // arrival worth the name, so it counts only towards `instances`.
-    std::map<std::int32_t, Straggler> by_rank;
-    for (const CollectiveInstance& instance : collectives) {
-        if (!matched_across_ranks(instance)) {
-            continue;
-        }
-        for (const CollectiveParticipant& p : instance.participants) {
-            Straggler& s = by_rank[p.rank];
-            s.rank = p.rank;
-            ++s.instances;
-        }
-        const std::int64_t wait = instance.total_wait_ns();
-        if (wait > 0) {
-            Straggler& s = by_rank[instance.last_arrival().rank];
-            ++s.last_arrivals;
-            s.caused_wait_ns += wait;
-        }
-    }
-    for (const auto& [rank, straggler] : by_rank) {
-        if (straggler.last_arrivals > 0) {
-            result.stragglers.push_back(straggler);
+    // Stragglers (matched_collectives.h counts each rank's arrivals).
+    for (const auto& [rank, arrivals] : collectives.arrivals()) {
+        if (arrivals.last_arrivals > 0) {
+            result.stragglers.push_back(
+                {rank, arrivals.last_arrivals, arrivals.instances, arrivals.caused_wait_ns});
         }
     }
     std::sort(result.stragglers.begin(), result.stragglers.end(),

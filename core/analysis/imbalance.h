@@ -10,9 +10,9 @@
 #include <optional>
 #include <vector>
 
-#include "core/analysis/collectives.h"
 #include "core/analysis/cost_model.h"
 #include "core/analysis/imbalance_degree.h"
+#include "core/analysis/matched_collectives.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
 
@@ -72,7 +72,6 @@ inline constexpr const char* kImbalanceOverSteps = "Σ max / Σ mean over steps"
 
 // `cost` may be null: the predicted matrices are then causal pairs.
 ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
-                                    const std::vector<CollectiveInstance>& collectives,
-                                    const CostModel* cost);
+                                    const MatchedCollectives& collectives, const CostModel* cost);
 
 }  // namespace fulcrum::analysis

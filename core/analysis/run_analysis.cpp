@@ -305,11 +305,19 @@ RankFindings read_rank(const RunTrace& trace, const RankTrace& rank, bool first)
 
 // Every rank's findings, put together in rank order.
 struct RunFindings {
+    explicit RunFindings(const RunTrace& trace)
+        : collectives(trace), matcher(trace, [this](CollectiveInstance&& instance) {
+              collectives.add(std::move(instance));
+          }) {}
+    RunFindings(const RunFindings&) = delete;  // the matcher holds `this`
+    RunFindings& operator=(const RunFindings&) = delete;
+
     std::int64_t events = 0;
     bool device_lanes = false;
     std::vector<Pass> passes;
     std::vector<StepBreakdown> breakdown;
     KernelTotals kernels;
+    MatchedCollectives collectives;
     CollectiveMatcher matcher;
     std::vector<RankRanges> ranges;
     std::vector<RankOffloadFigures> offload;
@@ -415,7 +423,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
 
     // Every rank's events once, on every core; what the analyses across ranks need is kept.
     report("ranks", 0.0);
-    RunFindings found;
+    RunFindings found(trace);
     const std::size_t ranks = trace.ranks.size();
     const Status read_all = read_ranks_in_order(
         ranks, workers, read,
@@ -430,7 +438,9 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     }
     analysis.events = found.events;
     const std::vector<Pass>& passes = found.passes;
-    const std::vector<CollectiveInstance> collectives = std::move(found.matcher).finish();
+    found.matcher.finish();
+    found.collectives.finish();
+    const MatchedCollectives& collectives = found.collectives;
 
     // The cost model, then imbalance and offload, on another thread; bubbles, CP load, the
     // collectives' summary and the critical path here. Each reads the findings only.

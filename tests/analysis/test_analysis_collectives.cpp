@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/analysis/collectives.h"
+#include "core/analysis/matched_collectives.h"
 #include "tests/analysis/trace_builders.h"
 
 using namespace fulcrum;
@@ -357,6 +358,74 @@ private slots:
         QCOMPARE(ranks_of(instances[2]), (std::vector<std::int32_t>{0, 1, 2, 3}));
         QCOMPARE(instances[2].occurrence, 0);
         QCOMPARE(instances[2].total_wait_ns(), 3 + 2 + 1);
+    }
+
+    // The matcher holds only open instances: it hands one over as soon as the last rank of its
+    // communicator has been added (tp groups {0,1} {2,3}, cp groups {0,2} {1,3} as above; rank
+    // 1 closes tp {0,1}, rank 2 cp {0,2}, rank 3 the rest), and the folded totals equal those
+    // of the instances held whole, whatever order they are folded in.
+    void instancesCloseWithTheirCommunicatorsLastRank() {
+        RunTrace trace;
+        for (int r = 0; r < 4; ++r) {
+            add_rank(trace, r, 0, r % 2, 0, r / 2);
+        }
+        for (int r = 0; r < 4; ++r) {
+            collective(trace, r, "cp all-gather kv", 50 + r, 80, 0, 0, Phase::forward, 4096);
+            for (int k = 0; k < 2; ++k) {
+                collective(trace, r, "tp all-reduce", 100 + 200 * k + 10 * r, 150 + 200 * k, 0, 0,
+                           Phase::forward, 1024);
+            }
+        }
+        trace.finish();
+        std::vector<std::string> closed;
+        CollectiveMatcher matcher(trace, [&](CollectiveInstance&& instance) {
+            std::string group;
+            for (const auto& p : instance.participants) {
+                group += std::to_string(p.rank);
+            }
+            closed.push_back(std::string(trace.name(instance.name)) + " " + group);
+        });
+        const std::vector<std::vector<std::string>> expected = {
+            {},
+            {"tp all-reduce 01", "tp all-reduce 01"},
+            {"tp all-reduce 01", "tp all-reduce 01", "cp all-gather kv 02"},
+        };
+        for (int r = 0; r < 4; ++r) {
+            matcher.add(r, collective_calls(trace, trace.ranks[static_cast<std::size_t>(r)]));
+            if (r < 3) {
+                QCOMPARE(closed, expected[static_cast<std::size_t>(r)]);
+            }
+        }
+        QCOMPARE(closed.size(), 6u);
+        matcher.finish();
+        QCOMPARE(closed.size(), 6u);
+
+        std::vector<CollectiveInstance> held = match_collectives(trace);
+        const MatchedCollectives folded = matched_collectives(trace);
+        std::reverse(held.begin(), held.end());
+        const MatchedCollectives reversed(trace, held);
+        QCOMPARE(folded.groups().size(), 4u);
+        QCOMPARE(reversed.groups().size(), folded.groups().size());
+        for (std::size_t i = 0; i < folded.groups().size(); ++i) {
+            const auto& a = folded.groups()[i];
+            const auto& b = reversed.groups()[i];
+            QCOMPARE(trace.name(a.name), trace.name(b.name));
+            QCOMPARE(a.ranks, b.ranks);
+            QCOMPARE(a.calls, b.calls);
+            QCOMPARE(a.transfer_ns, b.transfer_ns);
+            QCOMPARE(a.wait_ns, b.wait_ns);
+        }
+        // In the order of the first call: cp {0,2} at 50, cp {1,3} at 51, tp {0,1} at 100, tp
+        // {2,3} at 120.
+        QCOMPARE(folded.groups()[0].ranks, (std::vector<std::int32_t>{0, 2}));
+        QCOMPARE(folded.groups()[1].ranks, (std::vector<std::int32_t>{1, 3}));
+        QCOMPARE(folded.groups()[2].ranks, (std::vector<std::int32_t>{0, 1}));
+        QCOMPARE(folded.groups()[3].ranks, (std::vector<std::int32_t>{2, 3}));
+        // Rank 1 arrives 10 ns after rank 0 at both tp all-reduces; rank 3 after rank 2.
+        QCOMPARE(folded.arrivals().at(1).last_arrivals, 2);
+        QCOMPARE(folded.arrivals().at(1).caused_wait_ns, 20);
+        QCOMPARE(folded.arrivals().at(1).instances, 3);
+        QCOMPARE(reversed.arrivals().at(1).caused_wait_ns, 20);
     }
 };
 

@@ -61,7 +61,7 @@ class CommunicationTest : public QObject {
 private slots:
     void perCollectiveAndGroup() {
         const RunTrace trace = hand_trace();
-        const auto rows = summarize_collectives(trace, match_collectives(trace));
+        const auto rows = summarize_collectives(trace, matched_collectives(trace));
         QCOMPARE(rows.size(), std::size_t(3));
         const CollectiveSummary& tp01 = row(rows, "tp all-reduce", {0, 1});
         QCOMPARE(tp01.kind, CollectiveKind::all_reduce);

@@ -4,6 +4,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "core/analysis/cost_model.h"
@@ -484,6 +486,15 @@ private slots:
         QVERIFY(model->collective("send activations") == nullptr);
 
         QCOMPARE(model->optimizer_ns, 400.0);
+
+        // The fit does not depend on the order the instances were folded in (the matcher
+        // closes them by communicator, not in run order): bit for bit.
+        auto instances = match_collectives(trace);
+        std::reverse(instances.begin(), instances.end());
+        const MatchedCollectives reversed(trace, std::move(instances));
+        auto refit = fit_cost_model(trace, find_passes(trace), &reversed);
+        QVERIFY(refit.ok());
+        QCOMPARE(cost_model_json(*refit), cost_model_json(*model));
     }
 
     // Forward ranges without a stage (a foreign trace that names its passes but not their

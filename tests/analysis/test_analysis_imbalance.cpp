@@ -72,7 +72,8 @@ private slots:
         whole_document(trace, 0, 1, 0, 3, 1);
         whole_document(trace, 1, 1, 0, 4, 1);
         trace.finish();
-        const auto result = analyze_imbalance(trace, find_passes(trace), {}, nullptr);
+        const auto result =
+            analyze_imbalance(trace, find_passes(trace), MatchedCollectives(trace), nullptr);
         QCOMPARE(result.compute_by_step.column_imbalance(), (std::vector<double>{1.5, 1.0}));
         QCOMPARE(result.compute_imbalance.value(), 1030.0 / 1020.0);
         QCOMPARE(result.predicted_imbalance.value(), 11.0 / 7.5);
@@ -83,7 +84,8 @@ private slots:
     //   by step: 450 vs 180 → 450/315; predicted pairs by step 13 vs 7 → 13/10
     void matricesWithoutACostModel() {
         const RunTrace trace = two_ranks();
-        const auto result = analyze_imbalance(trace, find_passes(trace), {}, nullptr);
+        const auto result =
+            analyze_imbalance(trace, find_passes(trace), MatchedCollectives(trace), nullptr);
         QVERIFY(!result.predicted_is_time);
         QCOMPARE(result.by_microbatch.size(), 1u);
         const StepMatrices& step = result.by_microbatch[0];
@@ -133,7 +135,8 @@ private slots:
         backward.per_token_ns = 2;
         backward.per_pair_ns = 1;
         cost.passes = {forward, backward};
-        const auto result = analyze_imbalance(trace, find_passes(trace), {}, &cost);
+        const auto result =
+            analyze_imbalance(trace, find_passes(trace), MatchedCollectives(trace), &cost);
         QVERIFY(result.predicted_is_time);
         const Matrix& predicted = result.by_microbatch[0].predicted;
         QCOMPARE(predicted.at(0, 0), 37.0);
@@ -148,7 +151,8 @@ private slots:
         for (PassCost& p : other_stage.passes) {
             p.stage = 3;
         }
-        const auto unfitted = analyze_imbalance(trace, find_passes(trace), {}, &other_stage);
+        const auto unfitted =
+            analyze_imbalance(trace, find_passes(trace), MatchedCollectives(trace), &other_stage);
         QVERIFY(std::isnan(unfitted.by_microbatch[0].predicted.at(0, 0)));
         QVERIFY(std::isnan(unfitted.predicted_by_step.at(1, 0)));
         QVERIFY(!unfitted.predicted_imbalance);
@@ -176,7 +180,8 @@ private slots:
         trace.finish();
         const auto collectives = match_collectives(trace);
         QCOMPARE(collectives.size(), 4u);
-        const auto result = analyze_imbalance(trace, find_passes(trace), collectives, nullptr);
+        const auto result = analyze_imbalance(trace, find_passes(trace),
+                                              MatchedCollectives(trace, collectives), nullptr);
         QCOMPARE(result.stragglers.size(), 2u);
         QCOMPARE(result.stragglers[0].rank, 2);
         QCOMPARE(result.stragglers[0].last_arrivals, 2);
@@ -210,7 +215,8 @@ private slots:
         const auto collectives = match_collectives(*trace);
         // dp = 1: each stage's dp all-reduce has no peer, so nothing to match.
         QVERIFY(collectives.empty());
-        const auto result = analyze_imbalance(*trace, passes, collectives, nullptr);
+        const auto result =
+            analyze_imbalance(*trace, passes, MatchedCollectives(*trace, collectives), nullptr);
         QCOMPARE(int(result.by_microbatch.size()), options.steps);
         for (const StepMatrices& step : result.by_microbatch) {
             QCOMPARE(step.compute_ns.rows, (std::vector<std::int32_t>{0, 1}));

@@ -372,9 +372,11 @@ private slots:
         alone.participants = {{0, 0, 100, -1, {}}, {0, 50, 100, -1, {}}};
         CollectiveInstance together;
         together.participants = {{0, 0, 100, -1, {}}, {1, 40, 100, -1, {}}};
-        const auto only_alone = analyze_imbalance(trace, {}, {alone}, nullptr);
+        const auto only_alone =
+            analyze_imbalance(trace, {}, MatchedCollectives(trace, {alone}), nullptr);
         QVERIFY(only_alone.stragglers.empty());
-        const auto result = analyze_imbalance(trace, {}, {alone, together}, nullptr);
+        const auto result =
+            analyze_imbalance(trace, {}, MatchedCollectives(trace, {alone, together}), nullptr);
         QCOMPARE(result.stragglers.size(), std::size_t{1});
         QCOMPARE(result.stragglers[0].rank, 1);
         QCOMPARE(result.stragglers[0].instances, 1);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <optional>
 #include <span>
@@ -156,30 +157,39 @@ LinearFit non_negative_fit(const std::vector<Row>& x, const std::vector<double>&
     return best;  // all zero when nothing was feasible (only for negative times)
 }
 
-FitQuality quality(const std::vector<double>& measured, const std::vector<double>& predicted) {
+// `measured(i)` and `predicted(i)` for i < n.
+template <typename Measured, typename Predicted>
+FitQuality quality(std::size_t n, Measured measured, Predicted predicted) {
     FitQuality q;
-    q.samples = static_cast<int>(measured.size());
-    if (measured.empty()) {
+    q.samples = static_cast<int>(n);
+    if (n == 0) {
         return q;
     }
     long double mean = 0;
-    for (double v : measured) {
-        mean += v;
+    for (std::size_t i = 0; i < n; ++i) {
+        mean += measured(i);
     }
-    mean /= static_cast<long double>(measured.size());
+    mean /= static_cast<long double>(n);
     long double ss_tot = 0, ss_res = 0, rel = 0;
     int rel_samples = 0;
-    for (std::size_t i = 0; i < measured.size(); ++i) {
-        ss_tot += (measured[i] - mean) * (measured[i] - mean);
-        ss_res += (measured[i] - predicted[i]) * (measured[i] - predicted[i]);
-        if (measured[i] > 0) {
-            rel += std::fabs(predicted[i] - measured[i]) / measured[i];
+    for (std::size_t i = 0; i < n; ++i) {
+        const double m = measured(i), p = predicted(i);
+        ss_tot += (m - mean) * (m - mean);
+        ss_res += (m - p) * (m - p);
+        if (m > 0) {
+            rel += std::fabs(p - m) / m;
             ++rel_samples;
         }
     }
     q.r_squared = ss_tot > 0 ? static_cast<double>(1 - ss_res / ss_tot) : 0.0;
     q.mean_abs_rel_error = rel_samples > 0 ? static_cast<double>(rel / rel_samples) : 0.0;
     return q;
+}
+
+FitQuality quality(const std::vector<double>& measured, const std::vector<double>& predicted) {
+    return quality(
+        measured.size(), [&](std::size_t i) { return measured[i]; },
+        [&](std::size_t i) { return predicted[i]; });
 }
 
 // Columns: 1, tokens, pairs. Preference on ties: work terms before the fixed term.
@@ -308,6 +318,29 @@ CollectiveCost fit_collective(std::string name, Role role,
     return cost;
 }
 
+// What fit_collective finds for samples that all moved `bytes` in one call each, from their
+// times in ascending order, without unpacking them: a 1 B-event run has millions.
+CollectiveCost fit_collective_of_one_size(std::string name, Role role, std::int64_t bytes,
+                                          const std::deque<std::int64_t>& times) {
+    CollectiveCost cost;
+    cost.name = std::move(name);
+    cost.role = role;
+    if (times.empty()) {
+        return cost;
+    }
+    const std::size_t mid = times.size() / 2;
+    const double upper = static_cast<double>(times[mid]);
+    const double median =
+        times.size() % 2 == 1 ? upper : (static_cast<double>(times[mid - 1]) + upper) / 2;
+    const double moved = static_cast<double>(std::max<std::int64_t>(bytes, 0));
+    cost.latency_ns = std::max(0.0, median);
+    cost.fitted_bytes = static_cast<std::int64_t>(moved);
+    cost.fit = quality(
+        times.size(), [&](std::size_t i) { return static_cast<double>(times[i]); },
+        [&](std::size_t) { return 1.0 * cost.latency_ns + cost.per_byte_ns * moved; });
+    return cost;
+}
+
 // A pipeline receive waits for its sender; only the time after the matching send began is the
 // transfer. "recv X" on stage s is matched with "send X" on the neighbour that sends it (s − 1
 // for activations, s + 1 for gradients), on the rank with the same dp, cp and tp, by (step,
@@ -315,26 +348,26 @@ CollectiveCost fit_collective(std::string name, Role role,
 void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& ranges,
                       const CoreShares& shares,
                       std::map<std::string, std::vector<TransferSample>>& by_name) {
+    // Sends in a sorted array rather than a tree, and receives matched in a second visit
+    // rather than held: a 1 B-event run has millions of each.
     struct Key {
-        std::int32_t dp, cp, tp, stage, step, microbatch, occurrence;
-        std::string_view what;  // "activations", "gradients"
+        std::int32_t dp, cp, tp, stage, step, microbatch, occurrence, what;
         auto tied() const {
             return std::tie(dp, cp, tp, stage, step, microbatch, occurrence, what);
         }
         bool operator<(const Key& other) const { return tied() < other.tied(); }
     };
-    struct Recv {
-        Key sender;
-        std::string_view name;
-        std::int32_t rank;
-        std::int64_t start_ns, end_ns, bytes;
+    struct Send {
+        Key key;
+        std::int64_t start_ns, bytes;
     };
-    std::map<Key, std::pair<std::int64_t, std::int64_t>> sends;  // → start, bytes
-    std::vector<Recv> recvs;
-    for (const RankRanges& ranked : ranges) {
+    std::map<std::string_view, std::int32_t> what_ids;  // "activations", "gradients"
+    // Each pipeline transfer of `ranked` with its key: its own for a send, its sender's for a
+    // receive; k counts a rank's transfers of one (name, step, micro-batch).
+    const auto visit = [&](const RankRanges& ranked, const auto& take) {
         const RankTrace* rank = trace.find_rank(ranked.rank);
         if (rank == nullptr) {
-            continue;
+            return;
         }
         const RankInfo& r = rank->info;
         std::map<std::tuple<StringId, std::int32_t, std::int32_t>, std::int32_t> seen;
@@ -345,44 +378,68 @@ void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& rang
                 continue;
             }
             const std::string_view what = name.substr(space + 1);
+            const std::int32_t what_id =
+                what_ids.try_emplace(what, static_cast<std::int32_t>(what_ids.size()))
+                    .first->second;
             const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
             const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
             if (event.role == Role::pipeline_send) {
-                sends[{r.dp, r.cp, r.tp, stage, event.step, event.microbatch, k, what}] = {
-                    event.start_ns, event.bytes};
+                take(event, name,
+                     Key{r.dp, r.cp, r.tp, stage, event.step, event.microbatch, k, what_id});
             } else {
                 const bool backward = what.find("gradient") != std::string_view::npos;
                 const std::int32_t from = backward ? stage + 1 : stage - 1;
-                const Key sender{r.dp, r.cp, r.tp, from, event.step, event.microbatch, k, what};
-                recvs.push_back({sender, name, r.rank, event.start_ns, event.end_ns, event.bytes});
+                take(event, name,
+                     Key{r.dp, r.cp, r.tp, from, event.step, event.microbatch, k, what_id});
             }
         }
+    };
+    std::vector<Send> sends;
+    for (const RankRanges& ranked : ranges) {
+        visit(ranked, [&](const RankRanges::Transfer& event, std::string_view, const Key& key) {
+            if (event.role == Role::pipeline_send) {
+                sends.push_back({key, event.start_ns, event.bytes});
+            }
+        });
     }
-    for (const Recv& recv : recvs) {
-        const auto send = sends.find(recv.sender);
-        if (send == sends.end()) {
-            continue;
-        }
-        const std::int64_t began = send->second.first;
-        std::int64_t transfer = recv.end_ns - began;
-        if (!shares.shared()) {
-            // Only a receive that was waiting when the send began saw the whole transfer; one
-            // that started later found part or all of it done (posted sends are buffered).
-            if (recv.start_ns > began || began > recv.end_ns) {
-                continue;
-            }
-        } else {
-            // On shared cores a receiver that waited wakes up when it gets a core, which is
-            // the replay's sharing, not the transfer (core_shares.h); one that came after the
-            // send times the copy itself, which the receiver makes (a posted send waits in
-            // the sender's buffer).
-            if (recv.start_ns < began) {
-                continue;
-            }
-            transfer = recv.end_ns - recv.start_ns;
-        }
-        by_name[std::string(recv.name)].push_back(
-            {recv.bytes >= 0 ? recv.bytes : send->second.second, transfer});
+    // Stable: where two sends have one key (ranks without coordinates), the later rank's wins.
+    std::stable_sort(sends.begin(), sends.end(),
+                     [](const Send& a, const Send& b) { return a.key < b.key; });
+    for (const RankRanges& ranked : ranges) {
+        visit(ranked,
+              [&](const RankRanges::Transfer& recv, std::string_view name, const Key& sender) {
+                  if (recv.role == Role::pipeline_send) {
+                      return;
+                  }
+                  const auto after = std::upper_bound(
+                      sends.begin(), sends.end(), sender,
+                      [](const Key& key, const Send& send) { return key < send.key; });
+                  if (after == sends.begin() || (after - 1)->key < sender) {
+                      return;
+                  }
+                  const Send& send = *(after - 1);
+                  const std::int64_t began = send.start_ns;
+                  std::int64_t transfer = recv.end_ns - began;
+                  if (!shares.shared()) {
+                      // Only a receive that was waiting when the send began saw the whole transfer;
+                      // one that started later found part or all of it done (posted sends are
+                      // buffered).
+                      if (recv.start_ns > began || began > recv.end_ns) {
+                          return;
+                      }
+                  } else {
+                      // On shared cores a receiver that waited wakes up when it gets a core, which
+                      // is the replay's sharing, not the transfer (core_shares.h); one that came
+                      // after the send times the copy itself, which the receiver makes (a posted
+                      // send waits in the sender's buffer).
+                      if (recv.start_ns < began) {
+                          return;
+                      }
+                      transfer = recv.end_ns - recv.start_ns;
+                  }
+                  by_name[std::string(name)].push_back(
+                      {recv.bytes >= 0 ? recv.bytes : send.bytes, transfer});
+              });
     }
 }
 
@@ -559,6 +616,19 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         if (const auto receive = receives.find(name); receive != receives.end()) {
             model.collectives.push_back(fit_collective(name, Role::pipeline_recv, receive->second));
             continue;
+        }
+        // Samples without a byte count join only when none has one (fit_collective).
+        const bool any_bytes =
+            std::any_of(kept->by_bytes.begin(), kept->by_bytes.end(),
+                        [](const auto& group) { return group.first.first >= 0; });
+        const auto joins = [&](const auto& group) { return !any_bytes || group.first.first >= 0; };
+        if (std::count_if(kept->by_bytes.begin(), kept->by_bytes.end(), joins) == 1) {
+            const auto& group = *std::find_if(kept->by_bytes.begin(), kept->by_bytes.end(), joins);
+            if (calls_of(trace, StringId{group.first.second}, calls_cache) == 1) {
+                model.collectives.push_back(
+                    fit_collective_of_one_size(name, kept->role, group.first.first, group.second));
+                continue;
+            }
         }
         std::vector<TransferSample> samples;
         for (const auto& [bytes_args, times] : kept->by_bytes) {

@@ -112,6 +112,11 @@ void MatchedCollectives::finish() {
               [](const Group& a, const Group& b) { return in_run_order(a.first, b.first); });
     group_index_.clear();
     std::sort(dp_.begin(), dp_.end(), in_run_order);
+    for (auto& [id, kept] : transfers_) {
+        for (auto& [bytes_args, times] : kept.by_bytes) {
+            std::sort(times.begin(), times.end());
+        }
+    }
 }
 
 MatchedCollectives matched_collectives(const RunTrace& trace) {

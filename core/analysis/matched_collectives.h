@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -52,11 +53,12 @@ public:
 
     // Each instance's transfer time, by name: the last arrival's duration, or where ranks
     // shared cores the members' mean for a collective inside a pass (cost_model.h says why).
-    // Kept by (bytes, args) — a name has one or a few — so an instance costs 8 bytes.
+    // Kept by (bytes, args) — a name has one or a few — so an instance costs 8 bytes (in
+    // blocks, not a vector grown by doubling); each list ascending after finish().
     struct Transfers {
         Role role = Role::collective;  // of the name's first instance in run order
         CollectiveInstance first;      // its order fields
-        std::map<std::pair<std::int64_t, std::uint32_t>, std::vector<std::int64_t>> by_bytes;
+        std::map<std::pair<std::int64_t, std::uint32_t>, std::deque<std::int64_t>> by_bytes;
     };
     const std::unordered_map<std::uint32_t, Transfers>& transfers() const { return transfers_; }
 

@@ -303,15 +303,33 @@ RankFindings read_rank(const RunTrace& trace, const RankTrace& rank, bool first)
     return out;
 }
 
+// `more` appended to `all`, the ranks' rows so far, `added` of `ranks` ranks in: grown to what
+// the ranks so far project for all of them rather than by doubling, which would hold up to
+// three times a 1 B-event run's millions of passes while it moves them.
+template <typename T>
+void append_projected(std::vector<T>& all, const std::vector<T>& more, std::size_t added,
+                      std::size_t ranks) {
+    const std::size_t needed = all.size() + more.size();
+    if (needed > all.capacity()) {
+        const std::size_t projected = needed * std::max(ranks, added + 1) / (added + 1);
+        all.reserve(std::max(needed, projected + projected / 16));
+    }
+    all.insert(all.end(), more.begin(), more.end());
+}
+
 // Every rank's findings, put together in rank order.
 struct RunFindings {
     explicit RunFindings(const RunTrace& trace)
-        : collectives(trace), matcher(trace, [this](CollectiveInstance&& instance) {
-              collectives.add(std::move(instance));
-          }) {}
+        : ranks(trace.ranks.size()),
+          collectives(trace),
+          matcher(trace,
+                  [this](CollectiveInstance&& instance) { collectives.add(std::move(instance)); }) {
+    }
     RunFindings(const RunFindings&) = delete;  // the matcher holds `this`
     RunFindings& operator=(const RunFindings&) = delete;
 
+    std::size_t ranks = 0;
+    std::size_t added = 0;  // ranks so far
     std::int64_t events = 0;
     bool device_lanes = false;
     std::vector<Pass> passes;
@@ -327,8 +345,9 @@ struct RunFindings {
     void add(std::int32_t rank, RankFindings&& found) {
         events += found.events;
         device_lanes = device_lanes || found.device_lanes;
-        passes.insert(passes.end(), found.passes.begin(), found.passes.end());
-        breakdown.insert(breakdown.end(), found.breakdown.begin(), found.breakdown.end());
+        append_projected(passes, found.passes, added, ranks);
+        append_projected(breakdown, found.breakdown, added, ranks);
+        ++added;
         kernels.add(std::move(found.kernels));
         matcher.add(rank, found.calls);
         ranges.push_back(std::move(found.ranges));

@@ -642,13 +642,18 @@ Result<TraceSummary> TraceReader::summary() const {
 }
 
 Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
+    // Counted first: a 1 B-event run has ten million rows, and a vector grown by doubling
+    // would hold up to three times them while it moves.
+    std::vector<WorkloadEntry> entries;
+    if (auto count = db_.prepare("SELECT COUNT(*) FROM workload"); count && count->step()) {
+        entries.reserve(static_cast<std::size_t>(count->column_int64(0)));
+    }
     auto stmt = db_.prepare(
         "SELECT rank, step, microbatch, doc_id, doc_length, token_begin, token_end, balancer "
         "FROM workload ORDER BY step, microbatch, rank, doc_id, token_begin");
     if (!stmt) {
         return stmt.error();
     }
-    std::vector<WorkloadEntry> entries;
     while (stmt->step()) {
         WorkloadEntry w;
         w.rank = static_cast<std::int32_t>(stmt->column_int64(0));

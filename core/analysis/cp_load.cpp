@@ -177,9 +177,24 @@ constexpr std::array kAlternatives = {balance::CpSharding::contiguous, balance::
 
 using RankMb = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, mb
 
+// (rank, step, micro-batch) of a pass, held work or workload row.
+template <typename T>
+RankMb rank_mb_of(const T& x) {
+    return {x.rank, x.step, x.microbatch};
+}
+
+// The element of `sorted` (ascending by `key_of`) whose key is `key`, or null.
+template <typename T, typename KeyOf>
+const T* find_sorted(const std::vector<T>& sorted, const RankMb& key, KeyOf key_of) {
+    const auto it = std::lower_bound(sorted.begin(), sorted.end(), key,
+                                     [&](const T& x, const RankMb& k) { return key_of(x) < k; });
+    return it != sorted.end() && key_of(*it) == key ? &*it : nullptr;
+}
+
 // What a run holds about its CP groups, keyed for the analysis: each group's members by cp
 // coordinate, and per rank and micro-batch its measured attention time, the work it held and
-// its workload rows.
+// its workload rows. Sorted arrays rather than trees: a 1 B-event run has millions of
+// (rank, step, micro-batch).
 struct CpLoadInputs {
     int cp = 1;
     // DeepSpeed-Ulysses (run.config cp_impl): every rank attends over the whole micro-batch
@@ -188,10 +203,26 @@ struct CpLoadInputs {
     // The CP groups: ranks that share dp, pp and tp, by their cp coordinate (nullptr: a CP
     // rank missing from the run).
     std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
-    std::map<GroupKey, bool> keys;  // every (step, micro-batch, group) with a figure
-    std::map<RankMb, std::int64_t> attention;
-    std::map<RankMb, HeldWork> held;
-    std::map<RankMb, RankRows> rows;
+    std::vector<GroupKey> keys;  // every (step, micro-batch, group) with a figure, ascending
+    std::vector<std::pair<RankMb, std::int64_t>> attention;  // Σ over the passes, by key
+    std::vector<HeldWork> held;                              // by (rank, step, micro-batch)
+    std::vector<const WorkloadEntry*> rows;  // by (rank, step, micro-batch), then table order
+
+    const std::int64_t* attention_of(const RankMb& at) const {
+        const auto* found = find_sorted(attention, at, [](const auto& item) { return item.first; });
+        return found != nullptr ? &found->second : nullptr;
+    }
+    const HeldWork* held_of(const RankMb& at) const {
+        return find_sorted(held, at, [](const HeldWork& work) { return rank_mb_of(work); });
+    }
+    RankRows rows_of(const RankMb& at) const {
+        const auto [first, last] = std::equal_range(
+            rows.begin(), rows.end(), at,
+            [](const auto& a, const auto& b) { return key_of_row(a) < key_of_row(b); });
+        return RankRows(first, last);
+    }
+    static RankMb key_of_row(const WorkloadEntry* row) { return rank_mb_of(*row); }
+    static const RankMb& key_of_row(const RankMb& key) { return key; }
 
     const std::vector<const RankInfo*>& members_of(int dp, int pp, int tp) const {
         return members.at({dp, pp, tp});
@@ -217,20 +248,43 @@ CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passe
         if (it == info_of.end()) {
             continue;
         }
-        in.attention[{pass.rank, pass.step, pass.microbatch}] += pass.attention_ns;
-        in.keys[{pass.step, pass.microbatch, it->second->dp, it->second->pp, it->second->tp}];
+        in.attention.emplace_back(rank_mb_of(pass), pass.attention_ns);
+        in.keys.push_back(
+            {pass.step, pass.microbatch, it->second->dp, it->second->pp, it->second->tp});
     }
+    std::sort(in.attention.begin(), in.attention.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::size_t summed = 0;
+    for (const auto& [key, ns] : in.attention) {
+        if (summed > 0 && in.attention[summed - 1].first == key) {
+            in.attention[summed - 1].second += ns;
+        } else {
+            in.attention[summed++] = {key, ns};
+        }
+    }
+    in.attention.resize(summed);
     for (const HeldWork& work : held_work(trace)) {
         const auto it = info_of.find(work.rank);
         if (it == info_of.end()) {
             continue;
         }
-        in.held[{work.rank, work.step, work.microbatch}] = work;
-        in.keys[{work.step, work.microbatch, it->second->dp, it->second->pp, it->second->tp}];
+        in.held.push_back(work);
+        in.keys.push_back(
+            {work.step, work.microbatch, it->second->dp, it->second->pp, it->second->tp});
     }
+    std::sort(in.keys.begin(), in.keys.end());
+    in.keys.erase(
+        std::unique(in.keys.begin(), in.keys.end(),
+                    [](const GroupKey& a, const GroupKey& b) { return a.tied() == b.tied(); }),
+        in.keys.end());
+    in.rows.reserve(trace.workload.size());
     for (const WorkloadEntry& entry : trace.workload) {
-        in.rows[{entry.rank, entry.step, entry.microbatch}].push_back(&entry);
+        in.rows.push_back(&entry);
     }
+    std::stable_sort(in.rows.begin(), in.rows.end(),
+                     [](const WorkloadEntry* a, const WorkloadEntry* b) {
+                         return rank_mb_of(*a) < rank_mb_of(*b);
+                     });
     return in;
 }
 
@@ -257,14 +311,14 @@ GroupFigures group_figures(const CpLoadInputs& in, const GroupKey& key) {
         load.rank = member->rank;
         load.cp_rank = member->cp;
         const RankMb at{member->rank, key.step, key.microbatch};
-        if (const auto it = in.attention.find(at); it != in.attention.end()) {
-            load.attention_ns = it->second;
-            times.push_back(it->second);
+        if (const std::int64_t* attention = in.attention_of(at)) {
+            load.attention_ns = *attention;
+            times.push_back(*attention);
         }
-        if (const auto it = in.held.find(at); it != in.held.end()) {
-            load.tokens = it->second.tokens;
-            load.pairs = it->second.pairs;
-            pairs.push_back(it->second.pairs);
+        if (const HeldWork* held = in.held_of(at)) {
+            load.tokens = held->tokens;
+            load.pairs = held->pairs;
+            pairs.push_back(held->pairs);
         }
         group.ranks.push_back(load);
     }
@@ -299,9 +353,9 @@ std::vector<std::pair<std::string, double>> alternatives_for(const CpLoadInputs&
         if (member == nullptr) {
             continue;
         }
-        if (const auto it = in.rows.find({member->rank, group.step, group.microbatch});
-            it != in.rows.end()) {
-            by_cp_rank[static_cast<std::size_t>(member->cp)] = it->second;
+        RankRows rows = in.rows_of({member->rank, group.step, group.microbatch});
+        if (!rows.empty()) {
+            by_cp_rank[static_cast<std::size_t>(member->cp)] = std::move(rows);
             any = true;
         }
     }
@@ -395,7 +449,7 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     // (Σ max / Σ mean over the groups, docs/analyses.md §5).
     WeightedImbalance measured, predicted;
     std::vector<std::optional<double>> pair_means;  // by group: its mean pairs, the weight
-    for (const auto& [key, unused] : in.keys) {
+    for (const GroupKey& key : in.keys) {
         GroupFigures figures = group_figures(in, key);
         measured.add(figures.time_spread);
         predicted.add(figures.pair_spread);

@@ -119,15 +119,19 @@ Result<std::vector<int>> parse_int_list(const std::string& text, const std::stri
 }
 
 Status write_output(const std::string& path, bool force, std::string_view text) {
+    return write_output(path, force, [&](const auto& write) { write(text); });
+}
+
+Status write_output(const std::string& path, bool force, const OutputPieces& produce) {
     if (path.empty()) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
+        produce([](std::string_view piece) { std::fwrite(piece.data(), 1, piece.size(), stdout); });
         return {};
     }
     auto file = OutputFile::create(path, force);
     if (!file) {
         return file.error();
     }
-    file->write(text);
+    produce([&](std::string_view piece) { file->write(piece); });
     return file->commit();
 }
 

@@ -28,6 +28,9 @@ void warn(const std::string& message);
 // A command's output: to stdout when `path` is empty, else to the file, which appears only
 // when complete and replaces an existing one only with `force` (core/util/output_file.h).
 Status write_output(const std::string& path, bool force, std::string_view text);
+// The same of output made a piece at a time: `produce` hands each piece to its argument.
+using OutputPieces = std::function<void(const std::function<void(std::string_view)>&)>;
+Status write_output(const std::string& path, bool force, const OutputPieces& produce);
 
 // A progress callback that redraws one line on stderr when it is a terminal, and stays
 // silent otherwise (logs, tests). Also stops the work when the user pressed Ctrl-C.

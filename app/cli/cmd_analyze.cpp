@@ -399,10 +399,12 @@ int run_analyze(const AnalyzeArgs& args) {
         return report_error(result.error());
     }
 
+    // The JSON is written as it is made: a 1 B-event run's is hundreds of MB.
+    const auto write_json = [&](const auto& write) {
+        analysis::write_analysis_json(*result, write);
+    };
     std::string out;
-    if (args.json) {
-        out = analysis::analysis_json(*result);
-    } else {
+    if (!args.json) {
         render_summary(*result, out);
         render_breakdown(*result, out);
         render_bubbles(*result, out);
@@ -421,7 +423,9 @@ int run_analyze(const AnalyzeArgs& args) {
             }
         }
     }
-    if (auto status = write_output(args.output, args.force, out); !status) {
+    if (auto status = args.json ? write_output(args.output, args.force, write_json)
+                                : write_output(args.output, args.force, out);
+        !status) {
         return report_error(status.error());
     }
     if (reader->incomplete()) {

@@ -627,25 +627,72 @@ json breakdown_json(const std::vector<StepBreakdown>& rows) {
     return breakdown;
 }
 
-json bubbles_json(const BubbleAnalysis& bubbles) {
-    json stages = json::array();
-    for (const StageBubble& row : bubbles.stages) {
-        stages.push_back({{"step", row.step},
-                          {"dp", row.dp},
-                          {"cp", row.cp},
-                          {"tp", row.tp},
-                          {"stage", row.stage},
-                          {"rank", optional_json(row.rank)},
-                          {"window_ns", row.window_ns},
-                          {"busy_ns", row.busy_ns},
-                          {"bubble_ns", row.bubble_ns},
-                          {"bubble_fraction", optional_json(row.bubble_fraction)},
-                          {"warmup_cooldown_ns", row.warmup_cooldown_ns},
-                          {"unequal_microbatch_ns", row.unequal_microbatch_ns},
-                          {"other_ns", row.other_ns},
-                          {"wait_on_previous_ns", row.wait_on_previous_ns},
-                          {"wait_on_next_ns", row.wait_on_next_ns}});
+// A JSON object written a member at a time, the way json::dump writes it (members in the
+// order they were added, no spaces), so that its largest arrays are written an element at a
+// time instead of being built whole: a 1 B-event run has a million CP groups, and a tree of
+// them takes gigabytes.
+struct Member {
+    json value;                                      // dumped whole, unless
+    std::function<void(const JsonWriter&)> written;  // it is written piece by piece
+};
+class Members {
+public:
+    Member& add(std::string key) { return members_.emplace_back(std::move(key), Member{}).second; }
+    auto begin() const { return members_.begin(); }
+    auto end() const { return members_.end(); }
+
+private:
+    std::vector<std::pair<std::string, Member>> members_;
+};
+
+void write_object(const Members& members, const JsonWriter& write) {
+    write("{");
+    bool first = true;
+    for (const auto& [key, member] : members) {
+        write(first ? "" : ",");
+        first = false;
+        write(json(key).dump());
+        write(":");
+        if (member.written) {
+            member.written(write);
+        } else {
+            write(member.value.dump());
+        }
     }
+    write("}");
+}
+
+template <typename T, typename ToJson>
+Member array_member(const std::vector<T>& rows, ToJson to_json) {
+    return {json(), [&rows, to_json](const JsonWriter& write) {
+                write("[");
+                for (std::size_t i = 0; i < rows.size(); ++i) {
+                    write(i == 0 ? "" : ",");
+                    write(to_json(rows[i]).dump());
+                }
+                write("]");
+            }};
+}
+
+json stage_bubble_json(const StageBubble& row) {
+    return {{"step", row.step},
+            {"dp", row.dp},
+            {"cp", row.cp},
+            {"tp", row.tp},
+            {"stage", row.stage},
+            {"rank", optional_json(row.rank)},
+            {"window_ns", row.window_ns},
+            {"busy_ns", row.busy_ns},
+            {"bubble_ns", row.bubble_ns},
+            {"bubble_fraction", optional_json(row.bubble_fraction)},
+            {"warmup_cooldown_ns", row.warmup_cooldown_ns},
+            {"unequal_microbatch_ns", row.unequal_microbatch_ns},
+            {"other_ns", row.other_ns},
+            {"wait_on_previous_ns", row.wait_on_previous_ns},
+            {"wait_on_next_ns", row.wait_on_next_ns}};
+}
+
+Member bubbles_member(const BubbleAnalysis& bubbles) {
     json pipelines = json::array();
     for (const PipelineBubble& row : bubbles.pipelines) {
         pipelines.push_back({{"step", row.step},
@@ -659,40 +706,48 @@ json bubbles_json(const BubbleAnalysis& bubbles) {
                              {"measured_fraction", optional_json(row.measured_fraction)},
                              {"replay_fraction", optional_json(row.replay_fraction)}});
     }
-    return {{"schedule", text_or_null(bubbles.schedule)},
-            {"theory_fraction", optional_json(bubbles.theory_fraction)},
-            {"mean_measured_fraction", optional_json(bubbles.mean_measured_fraction)},
-            {"pipelines", std::move(pipelines)},
-            {"stages", std::move(stages)}};
+    Members members;
+    members.add("schedule").value = text_or_null(bubbles.schedule);
+    members.add("theory_fraction").value = optional_json(bubbles.theory_fraction);
+    members.add("mean_measured_fraction").value = optional_json(bubbles.mean_measured_fraction);
+    members.add("pipelines").value = std::move(pipelines);
+    members.add("stages") = array_member(bubbles.stages, stage_bubble_json);
+    return {json(), [members = std::move(members)](const JsonWriter& write) {
+                write_object(members, write);
+            }};
 }
 
-json cp_load_json(const CpLoadAnalysis& cp) {
-    json groups = json::array();
-    for (const CpGroupLoad& group : cp.groups) {
-        json ranks = json::array();
-        for (const CpRankLoad& rank : group.ranks) {
-            ranks.push_back({{"rank", rank.rank},
-                             {"cp_rank", rank.cp_rank},
-                             {"attention_ns", optional_json(rank.attention_ns)},
-                             {"tokens", optional_json(rank.tokens)},
-                             {"pairs", optional_json(rank.pairs)}});
-        }
-        groups.push_back({{"step", group.step},
-                          {"microbatch", group.microbatch},
-                          {"dp", group.dp},
-                          {"pp", group.pp},
-                          {"tp", group.tp},
-                          {"measured_imbalance", optional_json(group.measured_imbalance)},
-                          {"predicted_imbalance", optional_json(group.predicted_imbalance)},
-                          {"predicted_by_sharding", sharding_json(group.predicted_by_sharding)},
-                          {"ranks", std::move(ranks)}});
+json cp_group_json(const CpGroupLoad& group) {
+    json ranks = json::array();
+    for (const CpRankLoad& rank : group.ranks) {
+        ranks.push_back({{"rank", rank.rank},
+                         {"cp_rank", rank.cp_rank},
+                         {"attention_ns", optional_json(rank.attention_ns)},
+                         {"tokens", optional_json(rank.tokens)},
+                         {"pairs", optional_json(rank.pairs)}});
     }
-    return {{"sharding", text_or_null(cp.sharding)},
-            {"cp", optional_json(cp.cp)},
-            {"mean_measured_imbalance", optional_json(cp.mean_measured_imbalance)},
-            {"mean_predicted_imbalance", optional_json(cp.mean_predicted_imbalance)},
-            {"mean_predicted_by_sharding", sharding_json(cp.mean_predicted_by_sharding)},
-            {"groups", std::move(groups)}};
+    return {{"step", group.step},
+            {"microbatch", group.microbatch},
+            {"dp", group.dp},
+            {"pp", group.pp},
+            {"tp", group.tp},
+            {"measured_imbalance", optional_json(group.measured_imbalance)},
+            {"predicted_imbalance", optional_json(group.predicted_imbalance)},
+            {"predicted_by_sharding", sharding_json(group.predicted_by_sharding)},
+            {"ranks", std::move(ranks)}};
+}
+
+Member cp_load_member(const CpLoadAnalysis& cp) {
+    Members members;
+    members.add("sharding").value = text_or_null(cp.sharding);
+    members.add("cp").value = optional_json(cp.cp);
+    members.add("mean_measured_imbalance").value = optional_json(cp.mean_measured_imbalance);
+    members.add("mean_predicted_imbalance").value = optional_json(cp.mean_predicted_imbalance);
+    members.add("mean_predicted_by_sharding").value = sharding_json(cp.mean_predicted_by_sharding);
+    members.add("groups") = array_member(cp.groups, cp_group_json);
+    return {json(), [members = std::move(members)](const JsonWriter& write) {
+                write_object(members, write);
+            }};
 }
 
 json offload_json(const OffloadAnalysis& offload) {
@@ -719,13 +774,7 @@ json offload_json(const OffloadAnalysis& offload) {
             {"ranks", std::move(offload_ranks)}};
 }
 
-json imbalance_json(const ImbalanceAnalysis& imbalance) {
-    json by_microbatch = json::array();
-    for (const StepMatrices& step : imbalance.by_microbatch) {
-        by_microbatch.push_back({{"step", step.step},
-                                 {"compute_ns", matrix_json(step.compute_ns)},
-                                 {"predicted", matrix_json(step.predicted)}});
-    }
+Member imbalance_member(const ImbalanceAnalysis& imbalance) {
     json stragglers = json::array();
     for (const Straggler& row : imbalance.stragglers) {
         stragglers.push_back({{"rank", row.rank},
@@ -736,13 +785,22 @@ json imbalance_json(const ImbalanceAnalysis& imbalance) {
     const json predicted_unit = !imbalance.has_prediction     ? json(nullptr)
                                 : imbalance.predicted_is_time ? json("ns")
                                                               : json("pairs");
-    return {{"predicted_unit", predicted_unit},
-            {"compute_imbalance", optional_json(imbalance.compute_imbalance)},
-            {"predicted_imbalance", optional_json(imbalance.predicted_imbalance)},
-            {"compute_by_step", matrix_json(imbalance.compute_by_step)},
-            {"predicted_by_step", matrix_json(imbalance.predicted_by_step)},
-            {"by_microbatch", std::move(by_microbatch)},
-            {"stragglers", std::move(stragglers)}};
+    Members members;
+    members.add("predicted_unit").value = predicted_unit;
+    members.add("compute_imbalance").value = optional_json(imbalance.compute_imbalance);
+    members.add("predicted_imbalance").value = optional_json(imbalance.predicted_imbalance);
+    members.add("compute_by_step").value = matrix_json(imbalance.compute_by_step);
+    members.add("predicted_by_step").value = matrix_json(imbalance.predicted_by_step);
+    members.add("by_microbatch") =
+        array_member(imbalance.by_microbatch, [](const StepMatrices& step) {
+            return json{{"step", step.step},
+                        {"compute_ns", matrix_json(step.compute_ns)},
+                        {"predicted", matrix_json(step.predicted)}};
+        });
+    members.add("stragglers").value = std::move(stragglers);
+    return {json(), [members = std::move(members)](const JsonWriter& write) {
+                write_object(members, write);
+            }};
 }
 
 json hot_switch_json(const HotSwitchAnalysis& hot) {
@@ -799,30 +857,37 @@ json memory_json(const MemoryAnalysis& memory) {
 
 }  // namespace
 
-std::string analysis_json(const RunAnalysis& analysis) {
-    json root;
-    root["version"] = kAnalysisJsonVersion;
-    root["run"] = run_json(analysis);
-    root["step_breakdown"] = breakdown_json(analysis.breakdown);
-    root["bubbles"] = bubbles_json(analysis.bubbles);
-    root["cp_load"] = cp_load_json(analysis.cp_load);
-    root["offload"] = offload_json(analysis.offload);
-    root["imbalance"] = imbalance_json(analysis.imbalance);
-    root["cost_model"] =
+void write_analysis_json(const RunAnalysis& analysis, const JsonWriter& write) {
+    Members root;
+    root.add("version").value = kAnalysisJsonVersion;
+    root.add("run").value = run_json(analysis);
+    root.add("step_breakdown").value = breakdown_json(analysis.breakdown);
+    root.add("bubbles") = bubbles_member(analysis.bubbles);
+    root.add("cp_load") = cp_load_member(analysis.cp_load);
+    root.add("offload").value = offload_json(analysis.offload);
+    root.add("imbalance") = imbalance_member(analysis.imbalance);
+    root.add("cost_model").value =
         analysis.cost_model ? json::parse(cost_model_json(*analysis.cost_model)) : json(nullptr);
-    root["kernels"] = kernels_json(analysis);
-    root["communication"] = communication_json(analysis.communication);
-    root["critical_paths"] = critical_paths_json(analysis.critical_paths);
+    root.add("kernels").value = kernels_json(analysis);
+    root.add("communication").value = communication_json(analysis.communication);
+    root.add("critical_paths").value = critical_paths_json(analysis.critical_paths);
     if (!analysis.hot_switch.empty()) {
-        root["hot_switch"] = hot_switch_json(analysis.hot_switch);
+        root.add("hot_switch").value = hot_switch_json(analysis.hot_switch);
     }
     if (!analysis.memory.ranks.empty()) {
-        root["memory"] = memory_json(analysis.memory);
+        root.add("memory").value = memory_json(analysis.memory);
     }
-    root["notes"] = analysis.notes;
+    root.add("notes").value = analysis.notes;
     // One line: a 10M-event run's matrices make tens of MB, which indentation would double;
     // `jq .` pretty-prints it.
-    return root.dump() + "\n";
+    write_object(root, write);
+    write("\n");
+}
+
+std::string analysis_json(const RunAnalysis& analysis) {
+    std::string out;
+    write_analysis_json(analysis, [&](std::string_view piece) { out += piece; });
+    return out;
 }
 
 std::string diff_json(const RunDiff& diff, std::string_view a, std::string_view b) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/analysis/bubbles.h"
@@ -71,6 +72,11 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
 Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace& metadata,
                                      const AnalyzeOptions& options = {});
 
+// The analysis as `fulcrum analyze --json` writes it (docs/analyses.md), handed to `write` a
+// piece at a time: its largest arrays (CP groups, per-step matrices, stage bubbles) are never
+// built whole. analysis_json collects the pieces.
+using JsonWriter = std::function<void(std::string_view)>;
+void write_analysis_json(const RunAnalysis& analysis, const JsonWriter& write);
 std::string analysis_json(const RunAnalysis& analysis);
 
 // The diff of two runs or steps as `fulcrum diff --json` writes it (docs/analyses.md, "Diff of

@@ -662,6 +662,13 @@ void write_object(const Members& members, const JsonWriter& write) {
     write("}");
 }
 
+// A member whose value is an object of streamed members.
+Member object_member(Members members) {
+    return {json(), [members = std::move(members)](const JsonWriter& write) {
+                write_object(members, write);
+            }};
+}
+
 template <typename T, typename ToJson>
 Member array_member(const std::vector<T>& rows, ToJson to_json) {
     return {json(), [&rows, to_json](const JsonWriter& write) {
@@ -712,9 +719,7 @@ Member bubbles_member(const BubbleAnalysis& bubbles) {
     members.add("mean_measured_fraction").value = optional_json(bubbles.mean_measured_fraction);
     members.add("pipelines").value = std::move(pipelines);
     members.add("stages") = array_member(bubbles.stages, stage_bubble_json);
-    return {json(), [members = std::move(members)](const JsonWriter& write) {
-                write_object(members, write);
-            }};
+    return object_member(std::move(members));
 }
 
 json cp_group_json(const CpGroupLoad& group) {
@@ -745,9 +750,7 @@ Member cp_load_member(const CpLoadAnalysis& cp) {
     members.add("mean_predicted_imbalance").value = optional_json(cp.mean_predicted_imbalance);
     members.add("mean_predicted_by_sharding").value = sharding_json(cp.mean_predicted_by_sharding);
     members.add("groups") = array_member(cp.groups, cp_group_json);
-    return {json(), [members = std::move(members)](const JsonWriter& write) {
-                write_object(members, write);
-            }};
+    return object_member(std::move(members));
 }
 
 json offload_json(const OffloadAnalysis& offload) {
@@ -798,9 +801,7 @@ Member imbalance_member(const ImbalanceAnalysis& imbalance) {
                         {"predicted", matrix_json(step.predicted)}};
         });
     members.add("stragglers").value = std::move(stragglers);
-    return {json(), [members = std::move(members)](const JsonWriter& write) {
-                write_object(members, write);
-            }};
+    return object_member(std::move(members));
 }
 
 json hot_switch_json(const HotSwitchAnalysis& hot) {

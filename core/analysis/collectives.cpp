@@ -345,14 +345,18 @@ void CollectiveMatcher::finish() {
     }
 }
 
+void CollectiveMatcher::add_run(const RunTrace& trace) {
+    for (const RankTrace& rank : trace.ranks) {
+        add(rank.info.rank, collective_calls(trace, rank));
+    }
+    finish();
+}
+
 std::vector<CollectiveInstance> match_collectives(const RunTrace& trace) {
     std::vector<CollectiveInstance> instances;
-    CollectiveMatcher matcher(
-        trace, [&](CollectiveInstance&& instance) { instances.push_back(std::move(instance)); });
-    for (const RankTrace& rank : trace.ranks) {
-        matcher.add(rank.info.rank, collective_calls(trace, rank));
-    }
-    matcher.finish();
+    CollectiveMatcher(trace, [&](CollectiveInstance&& instance) {
+        instances.push_back(std::move(instance));
+    }).add_run(trace);
     std::sort(instances.begin(), instances.end(), in_run_order);
     return instances;
 }

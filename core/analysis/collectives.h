@@ -95,6 +95,8 @@ public:
 
     void add(std::int32_t rank, std::span<const CollectiveCall> calls);
     void finish();
+    // Every rank of a run held whole, then finish().
+    void add_run(const RunTrace& trace);
 
 private:
     // What identifies a collective on each of its ranks, except the occurrence k.

@@ -263,7 +263,8 @@ CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passe
         }
     }
     in.attention.resize(summed);
-    for (const HeldWork& work : held_work(trace)) {
+    in.rows = workload_by_rank(trace);
+    for (const HeldWork& work : held_work(in.rows)) {
         const auto it = info_of.find(work.rank);
         if (it == info_of.end()) {
             continue;
@@ -277,14 +278,6 @@ CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passe
         std::unique(in.keys.begin(), in.keys.end(),
                     [](const GroupKey& a, const GroupKey& b) { return a.tied() == b.tied(); }),
         in.keys.end());
-    in.rows.reserve(trace.workload.size());
-    for (const WorkloadEntry& entry : trace.workload) {
-        in.rows.push_back(&entry);
-    }
-    std::stable_sort(in.rows.begin(), in.rows.end(),
-                     [](const WorkloadEntry* a, const WorkloadEntry* b) {
-                         return rank_mb_of(*a) < rank_mb_of(*b);
-                     });
     return in;
 }
 

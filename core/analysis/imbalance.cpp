@@ -41,7 +41,6 @@ std::optional<double> weighted_imbalance(const Matrix& m) {
     return result.value();
 }
 
-// At least two distinct ranks took part: only then did anyone wait for someone.
 }  // namespace
 
 std::vector<double> Matrix::column_values(std::size_t column) const {

@@ -121,12 +121,9 @@ void MatchedCollectives::finish() {
 
 MatchedCollectives matched_collectives(const RunTrace& trace) {
     MatchedCollectives kept(trace);
-    CollectiveMatcher matcher(
-        trace, [&](CollectiveInstance&& instance) { kept.add(std::move(instance)); });
-    for (const RankTrace& rank : trace.ranks) {
-        matcher.add(rank.info.rank, collective_calls(trace, rank));
-    }
-    matcher.finish();
+    CollectiveMatcher(trace, [&](CollectiveInstance&& instance) {
+        kept.add(std::move(instance));
+    }).add_run(trace);
     kept.finish();
     return kept;
 }

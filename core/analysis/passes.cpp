@@ -252,24 +252,35 @@ std::vector<Pass> find_passes(const RunTrace& trace) {
     return passes;
 }
 
-std::vector<HeldWork> held_work(const RunTrace& trace) {
-    // The rows in (rank, step, micro-batch) order by a sort of pointers, not a tree: a 1 B-event
-    // run has millions of them.
+namespace {
+
+auto rank_key(const WorkloadEntry* entry) {
+    return std::tie(entry->rank, entry->step, entry->microbatch);
+}
+
+}  // namespace
+
+std::vector<const WorkloadEntry*> workload_by_rank(const RunTrace& trace) {
     std::vector<const WorkloadEntry*> rows;
     rows.reserve(trace.workload.size());
     for (const WorkloadEntry& entry : trace.workload) {
         rows.push_back(&entry);
     }
-    const auto key = [](const WorkloadEntry* entry) {
-        return std::tie(entry->rank, entry->step, entry->microbatch);
-    };
-    std::stable_sort(rows.begin(), rows.end(), [&](const WorkloadEntry* a, const WorkloadEntry* b) {
-        return key(a) < key(b);
+    std::stable_sort(rows.begin(), rows.end(), [](const WorkloadEntry* a, const WorkloadEntry* b) {
+        return rank_key(a) < rank_key(b);
     });
+    return rows;
+}
+
+std::vector<HeldWork> held_work(const RunTrace& trace) {
+    return held_work(workload_by_rank(trace));
+}
+
+std::vector<HeldWork> held_work(const std::vector<const WorkloadEntry*>& by_rank) {
     std::vector<HeldWork> result;
-    for (const WorkloadEntry* entry : rows) {
+    for (const WorkloadEntry* entry : by_rank) {
         if (result.empty() || std::tie(result.back().rank, result.back().step,
-                                       result.back().microbatch) != key(entry)) {
+                                       result.back().microbatch) != rank_key(entry)) {
             result.push_back({entry->rank, entry->step, entry->microbatch, 0, 0, 0});
         }
         HeldWork& row = result.back();

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -395,6 +396,13 @@ void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& rang
         }
     };
     std::vector<Send> sends;
+    std::size_t send_count = 0;  // counted first: millions at 1 B events, no doubling's slack
+    for (const RankRanges& ranked : ranges) {
+        send_count += static_cast<std::size_t>(
+            std::count_if(ranked.transfers.begin(), ranked.transfers.end(),
+                          [](const auto& event) { return event.role == Role::pipeline_send; }));
+    }
+    sends.reserve(send_count);
     for (const RankRanges& ranked : ranges) {
         visit(ranked, [&](const RankRanges::Transfer& event, std::string_view, const Key& key) {
             if (event.role == Role::pipeline_send) {
@@ -517,7 +525,8 @@ const CollectiveCost* CostModel::collective(std::string_view name) const {
 
 Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
                                  const MatchedCollectives* collectives,
-                                 const std::vector<RankRanges>* ranges) {
+                                 const std::vector<RankRanges>* ranges,
+                                 const WorkloadByRank* workload) {
     const std::string run = "run '" + trace.run.name + "'";
     if (passes.empty()) {
         return Error{ErrorCode::invalid_input,
@@ -539,7 +548,11 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         read = rank_ranges(trace);
         ranges = &read;
     }
-    const std::vector<HeldWork> held = held_work(trace);
+    std::vector<HeldWork> own_held;
+    if (workload == nullptr) {
+        own_held = held_work(trace);
+    }
+    const std::vector<HeldWork>& held = workload != nullptr ? workload->held : own_held;
     const CoreShares shares = CoreShares::of(trace, passes, *ranges);
     const auto held_of = [&](const Pass& pass) -> const HeldWork* {
         const auto it = std::lower_bound(held.begin(), held.end(),
@@ -552,35 +565,46 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
                    ? &*it
                    : nullptr;
     };
-    std::map<std::pair<std::int16_t, Phase>, std::pair<std::vector<Row>, std::vector<double>>>
-        samples;
-    for (const Pass& pass : passes) {
-        const HeldWork* work = held_of(pass);
-        if (work == nullptr) {
-            continue;
-        }
-        // A pass without a stage (a foreign trace) is fitted under its rank's pipeline
-        // coordinate, or stage 0: the JSON format and the simulator know stages ≥ 0 only.
+    // A pass without a stage (a foreign trace) is fitted under its rank's pipeline
+    // coordinate, or stage 0: the JSON format and the simulator know stages ≥ 0 only.
+    const auto fitted_as = [&](const Pass& pass) {
         std::int16_t stage = pass.stage;
         if (stage < 0) {
             const RankTrace* rank = trace.find_rank(pass.rank);
             stage = static_cast<std::int16_t>(rank != nullptr ? std::max(rank->info.pp, 0) : 0);
         }
-        auto& [x, y] = samples[{stage, pass.phase}];
-        x.push_back({1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
-        // Its time at a whole core where its rank shared one: the CPU it used where the run
-        // says (the engine's `fulcrum.cpu` marks), else its compute time × the share of a core
-        // it had (core_shares.h).
-        if (shares.shared() && pass.cpu_ns >= 0) {
-            y.push_back(static_cast<double>(pass.cpu_ns));
-        } else {
-            const auto [start, end] = CoreShares::computing(pass);
-            y.push_back(static_cast<double>(pass.compute_ns) * shares.share(pass.rank, start, end));
-        }
+        return std::pair(stage, pass.phase);
+    };
+    std::set<std::pair<std::int16_t, Phase>> fits;
+    for (const Pass& pass : passes) {
+        fits.insert(fitted_as(pass));
     }
-    for (const auto& [key, xy] : samples) {
-        if (xy.second.size() >= 3) {
-            model.passes.push_back(fit_pass(key.first, key.second, xy.first, xy.second));
+    // One (stage, phase) at a time, its samples in run order: a 1 B-event run has millions.
+    for (const auto& fit : fits) {
+        std::vector<Row> x;
+        std::vector<double> y;
+        for (const Pass& pass : passes) {
+            if (fitted_as(pass) != fit) {
+                continue;
+            }
+            const HeldWork* work = held_of(pass);
+            if (work == nullptr) {
+                continue;
+            }
+            x.push_back({1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
+            // Its time at a whole core where its rank shared one: the CPU it used where the run
+            // says (the engine's `fulcrum.cpu` marks), else its compute time × the share of a
+            // core it had (core_shares.h).
+            if (shares.shared() && pass.cpu_ns >= 0) {
+                y.push_back(static_cast<double>(pass.cpu_ns));
+            } else {
+                const auto [start, end] = CoreShares::computing(pass);
+                y.push_back(static_cast<double>(pass.compute_ns) *
+                            shares.share(pass.rank, start, end));
+            }
+        }
+        if (y.size() >= 3) {
+            model.passes.push_back(fit_pass(fit.first, fit.second, x, y));
         }
     }
     if (model.passes.empty()) {

@@ -174,6 +174,7 @@ struct GroupKey {
 
 constexpr std::array kAlternatives = {balance::CpSharding::contiguous, balance::CpSharding::zigzag,
                                       balance::CpSharding::per_document};
+static_assert(kAlternatives.size() == ShardingPrediction::kShardings);
 
 using RankMb = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, mb
 
@@ -205,8 +206,10 @@ struct CpLoadInputs {
     std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
     std::vector<GroupKey> keys;  // every (step, micro-batch, group) with a figure, ascending
     std::vector<std::pair<RankMb, std::int64_t>> attention;  // Σ over the passes, by key
-    std::vector<HeldWork> held;                              // by (rank, step, micro-batch)
-    std::vector<const WorkloadEntry*> rows;  // by (rank, step, micro-batch), then table order
+    // WorkloadByRank's: what each (rank, step, micro-batch) held, and the rows by
+    // (rank, step, micro-batch), then table order.
+    const std::vector<HeldWork>& held;
+    const std::vector<const WorkloadEntry*>& rows;
 
     const std::int64_t* attention_of(const RankMb& at) const {
         const auto* found = find_sorted(attention, at, [](const auto& item) { return item.first; });
@@ -229,8 +232,9 @@ struct CpLoadInputs {
     }
 };
 
-CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passes, int cp) {
-    CpLoadInputs in;
+CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passes, int cp,
+                           const WorkloadByRank& workload) {
+    CpLoadInputs in{.held = workload.held, .rows = workload.rows};
     in.cp = cp;
     std::unordered_map<std::int32_t, const RankInfo*> info_of;
     for (const RankTrace& rank : trace.ranks) {
@@ -243,14 +247,11 @@ CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passe
         group[static_cast<std::size_t>(r.cp)] = &r;
         info_of[r.rank] = &r;
     }
+    in.attention.reserve(passes.size());
     for (const Pass& pass : passes) {
-        const auto it = info_of.find(pass.rank);
-        if (it == info_of.end()) {
-            continue;
+        if (info_of.contains(pass.rank)) {
+            in.attention.emplace_back(rank_mb_of(pass), pass.attention_ns);
         }
-        in.attention.emplace_back(rank_mb_of(pass), pass.attention_ns);
-        in.keys.push_back(
-            {pass.step, pass.microbatch, it->second->dp, it->second->pp, it->second->tp});
     }
     std::sort(in.attention.begin(), in.attention.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -263,15 +264,20 @@ CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passe
         }
     }
     in.attention.resize(summed);
-    in.rows = workload_by_rank(trace);
-    for (const HeldWork& work : held_work(in.rows)) {
-        const auto it = info_of.find(work.rank);
-        if (it == info_of.end()) {
-            continue;
+    in.attention.shrink_to_fit();
+    // A key for every (rank, step, micro-batch) that was measured or held, then each once.
+    in.keys.reserve(in.attention.size() + in.held.size());
+    const auto add_key = [&](const RankMb& at) {
+        const auto& [rank, step, microbatch] = at;
+        if (const auto it = info_of.find(rank); it != info_of.end()) {
+            in.keys.push_back({step, microbatch, it->second->dp, it->second->pp, it->second->tp});
         }
-        in.held.push_back(work);
-        in.keys.push_back(
-            {work.step, work.microbatch, it->second->dp, it->second->pp, it->second->tp});
+    };
+    for (const auto& [at, ns] : in.attention) {
+        add_key(at);
+    }
+    for (const HeldWork& work : in.held) {
+        add_key(rank_mb_of(work));
     }
     std::sort(in.keys.begin(), in.keys.end());
     in.keys.erase(
@@ -335,11 +341,10 @@ GroupFigures group_figures(const CpLoadInputs& in, const GroupKey& key) {
 }
 
 // The imbalance each alternative sharding would give the group's documents, in kAlternatives'
-// order; empty when the rows cannot say (a document without tokens, no attention work).
+// order; not known when the rows cannot say (a document without tokens, no attention work).
 // `rotation` is per-doc's leftover rotation for the group's (pp, tp).
-std::vector<std::pair<std::string, double>> alternatives_for(const CpLoadInputs& in,
-                                                             const CpGroupLoad& group,
-                                                             balance::CpShardingState& rotation) {
+ShardingPrediction alternatives_for(const CpLoadInputs& in, const CpGroupLoad& group,
+                                    balance::CpShardingState& rotation) {
     std::vector<RankRows> by_cp_rank(static_cast<std::size_t>(in.cp));
     bool any = false;
     for (const RankInfo* member : in.members_of(group.dp, group.pp, group.tp)) {
@@ -356,8 +361,9 @@ std::vector<std::pair<std::string, double>> alternatives_for(const CpLoadInputs&
         return {};
     }
     const std::vector<balance::Document> documents = packed_documents(by_cp_rank);
-    std::vector<std::pair<std::string, double>> predicted;
-    for (const balance::CpSharding sharding : kAlternatives) {
+    ShardingPrediction predicted;
+    for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
+        const balance::CpSharding sharding = kAlternatives[i];
         balance::CpShardingState scratch;
         balance::CpShardingState& state =
             sharding == balance::CpSharding::per_document ? rotation : scratch;
@@ -373,8 +379,9 @@ std::vector<std::pair<std::string, double>> alternatives_for(const CpLoadInputs&
         if (!imbalance) {
             return {};
         }
-        predicted.emplace_back(balance::cp_sharding_name(sharding), *imbalance);
+        predicted.imbalance[i] = *imbalance;
     }
+    predicted.known = true;
     return predicted;
 }
 
@@ -407,9 +414,9 @@ void weigh_alternatives(const std::vector<std::optional<double>>& pair_means,
     double weight = 0;
     for (std::size_t g = 0; g < result.groups.size(); ++g) {
         const CpGroupLoad& group = result.groups[g];
-        if (pair_means[g] && group.predicted_by_sharding.size() == kAlternatives.size()) {
+        if (pair_means[g] && group.predicted_by_sharding.known) {
             for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
-                by_sharding[i] += group.predicted_by_sharding[i].second * *pair_means[g];
+                by_sharding[i] += group.predicted_by_sharding.imbalance[i] * *pair_means[g];
             }
             weight += *pair_means[g];
         }
@@ -424,7 +431,18 @@ void weigh_alternatives(const std::vector<std::optional<double>>& pair_means,
 
 }  // namespace
 
-CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes) {
+std::vector<std::pair<std::string, double>> ShardingPrediction::named() const {
+    std::vector<std::pair<std::string, double>> out;
+    if (known) {
+        for (std::size_t i = 0; i < kAlternatives.size(); ++i) {
+            out.emplace_back(balance::cp_sharding_name(kAlternatives[i]), imbalance[i]);
+        }
+    }
+    return out;
+}
+
+CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
+                               const WorkloadByRank* workload) {
     CpLoadAnalysis result;
     result.sharding = trace.config.cp_shard;
     if (!trace.config.grid_known) {
@@ -435,7 +453,11 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     if (cp <= 1) {
         return result;
     }
-    CpLoadInputs in = gather_inputs(trace, passes, cp);
+    WorkloadByRank own;
+    if (workload == nullptr) {
+        own = WorkloadByRank::of(trace);
+    }
+    CpLoadInputs in = gather_inputs(trace, passes, cp, workload != nullptr ? *workload : own);
     in.ulysses = trace.config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
 
     // Each group's spreads, once: its own degrees, and its weight in the headline figures

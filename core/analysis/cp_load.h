@@ -13,6 +13,7 @@
 // rank is predicted the group's mean pairs, so a measured spread is not the sharding's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +34,19 @@ struct CpRankLoad {
     std::optional<std::int64_t> pairs;
 };
 
+// Predicted max/mean pairs had a micro-batch been sharded each way: contiguous, zigzag and
+// per-doc, in that order; all or none (the documents not known). Held inline, not as named
+// pairs: a 1 B-event run has a million groups.
+struct ShardingPrediction {
+    static constexpr std::size_t kShardings = 3;
+    std::array<double, kShardings> imbalance{};
+    bool known = false;
+
+    // (name, max/mean) in that order, as balance::cp_sharding_name spells them; empty when not
+    // known.
+    std::vector<std::pair<std::string, double>> named() const;
+};
+
 struct CpGroupLoad {
     std::int32_t step = 0;
     std::int32_t microbatch = 0;
@@ -43,9 +57,7 @@ struct CpGroupLoad {
     std::optional<double> measured_imbalance;
     // max/mean pairs over the CP ranks that held work; absent when fewer than two did.
     std::optional<double> predicted_imbalance;
-    // Predicted max/mean pairs had the micro-batch been sharded each way, by name
-    // ("contiguous", "zigzag", "per-doc"); empty when the documents are not known.
-    std::vector<std::pair<std::string, double>> predicted_by_sharding;
+    ShardingPrediction predicted_by_sharding;
 };
 
 struct CpLoadAnalysis {
@@ -59,7 +71,9 @@ struct CpLoadAnalysis {
     std::vector<std::pair<std::string, double>> mean_predicted_by_sharding;
 };
 
-// No groups when cp = 1 or the grid is unknown.
-CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes);
+// No groups when cp = 1 or the grid is unknown. `workload` is WorkloadByRank::of(trace) when
+// the caller has it; null: made here.
+CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
+                               const WorkloadByRank* workload = nullptr);
 
 }  // namespace fulcrum::analysis

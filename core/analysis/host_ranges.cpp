@@ -15,8 +15,8 @@ RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
         for (const Event& event : lane.events) {
             const Role role = trace.role(event);
             if (role == Role::pipeline_send || role == Role::pipeline_recv) {
-                out.transfers.push_back({event.name, role, event.step, event.microbatch,
-                                         event.stage, event.start_ns, event.end_ns, event.bytes});
+                out.transfers.push_back({event.name, event.step, event.microbatch, event.stage,
+                                         role, event.start_ns, event.end_ns, event.bytes});
                 continue;
             }
             if (event.kind == EventKind::mark) {
@@ -33,6 +33,10 @@ RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
             }
         }
     }
+    // Kept until every rank is read: no slack from growing by doubling.
+    out.transfers.shrink_to_fit();
+    out.steps.shrink_to_fit();
+    out.optimizers.shrink_to_fit();
     return out;
 }
 

@@ -19,12 +19,12 @@ struct RankRanges {
         std::int64_t cpu_ns = -1;
         bool host_lane = false;  // on a host thread (not a device stream)
     };
-    struct Transfer {
+    struct Transfer {  // 40 bytes: a 1 B-event run has ~9 M
         StringId name;
-        Role role = Role::pipeline_send;  // or pipeline_recv
         std::int32_t step = -1;
         std::int32_t microbatch = -1;
         std::int16_t stage = -1;
+        Role role = Role::pipeline_send;  // or pipeline_recv
         std::int64_t start_ns = 0;
         std::int64_t end_ns = 0;
         std::int64_t bytes = -1;

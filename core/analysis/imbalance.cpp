@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
-#include <set>
 #include <tuple>
 
 namespace fulcrum::analysis {
@@ -12,24 +10,6 @@ namespace fulcrum::analysis {
 namespace {
 
 constexpr double kMissing = std::numeric_limits<double>::quiet_NaN();
-
-using RankColumn = std::pair<std::int32_t, std::int32_t>;
-
-Matrix build(const std::vector<std::int32_t>& rows, const std::vector<std::int32_t>& columns,
-             const std::map<RankColumn, double>& cells) {
-    Matrix m;
-    m.rows = rows;
-    m.columns = columns;
-    m.values.assign(rows.size() * columns.size(), kMissing);
-    for (std::size_t r = 0; r < rows.size(); ++r) {
-        for (std::size_t c = 0; c < columns.size(); ++c) {
-            if (const auto it = cells.find({rows[r], columns[c]}); it != cells.end()) {
-                m.values[r * columns.size() + c] = it->second;
-            }
-        }
-    }
-    return m;
-}
 
 // Σ max / Σ mean over the columns that have a degree (two values or more; docs/analyses.md
 // §5); none when no column has.
@@ -69,36 +49,61 @@ std::vector<double> Matrix::column_imbalance() const {
 }
 
 ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
-                                    const MatchedCollectives& collectives, const CostModel* cost) {
+                                    const MatchedCollectives& collectives, const CostModel* cost,
+                                    const WorkloadByRank* workload) {
     ImbalanceAnalysis result;
     result.predicted_is_time = cost != nullptr;
 
-    using Cell = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, mb
-    std::set<std::int32_t> ranks;
-    std::map<std::int32_t, std::set<std::int32_t>> microbatches_of_step;
-    std::map<Cell, double> compute;
-    std::map<Cell, std::int16_t> stage_of;
+    // One cell per (rank, step, micro-batch) with a pass or held work, in that order: a sorted
+    // array, not trees, for a 1 B-event run's millions of cells. A cell's compute sums its
+    // passes in run order.
+    struct Cell {
+        std::int32_t rank = 0, step = 0, microbatch = 0;
+        std::int16_t stage = -1;  // its first pass's
+        bool measured = false, predicted_known = false;
+        double compute = 0, predicted = 0;
+        auto key() const { return std::tie(rank, step, microbatch); }
+    };
+    const auto by_key = [](const Cell& a, const Cell& b) { return a.key() < b.key(); };
+    std::vector<Cell> cells;
+    cells.reserve(passes.size());
     for (const Pass& pass : passes) {
-        ranks.insert(pass.rank);
-        microbatches_of_step[pass.step].insert(pass.microbatch);
-        compute[{pass.rank, pass.step, pass.microbatch}] += static_cast<double>(pass.compute_ns);
-        stage_of.emplace(Cell{pass.rank, pass.step, pass.microbatch}, pass.stage);
+        cells.push_back({pass.rank, pass.step, pass.microbatch, pass.stage, true, false,
+                         static_cast<double>(pass.compute_ns), 0.0});
     }
+    std::stable_sort(cells.begin(), cells.end(), by_key);
+    std::size_t folded = 0;
+    for (const Cell& cell : cells) {
+        if (folded > 0 && cells[folded - 1].key() == cell.key()) {
+            cells[folded - 1].compute += cell.compute;
+        } else {
+            cells[folded++] = cell;
+        }
+    }
+    cells.resize(folded);
 
     // Held work predicted as time: the forward and backward fits of the stage that ran it (the
     // pass's stage, or the rank's pp coordinate when it has no pass there).
-    std::map<Cell, double> predicted;
-    for (const HeldWork& work : held_work(trace)) {
-        ranks.insert(work.rank);
-        microbatches_of_step[work.step].insert(work.microbatch);
-        const Cell cell{work.rank, work.step, work.microbatch};
+    WorkloadByRank own;
+    if (workload == nullptr) {
+        own.held = held_work(trace);
+    }
+    const std::vector<HeldWork>& held = workload != nullptr ? workload->held : own.held;
+    std::vector<Cell> unmeasured;  // held work without a pass
+    for (const HeldWork& work : held) {
+        const Cell probe{work.rank, work.step, work.microbatch};
+        const auto found = std::lower_bound(cells.begin(), cells.begin() + folded, probe, by_key);
+        Cell* cell = found != cells.begin() + folded && found->key() == probe.key()
+                         ? &*found
+                         : &unmeasured.emplace_back(probe);
         if (cost == nullptr) {
-            predicted[cell] = static_cast<double>(work.pairs);
+            cell->predicted = static_cast<double>(work.pairs);
+            cell->predicted_known = true;
             continue;
         }
         std::int16_t stage = 0;  // as fit_cost_model files a pass without one
-        if (const auto it = stage_of.find(cell); it != stage_of.end() && it->second >= 0) {
-            stage = it->second;
+        if (cell->stage >= 0) {
+            stage = cell->stage;
         } else if (const RankTrace* rank = trace.find_rank(work.rank);
                    rank != nullptr && rank->info.pp >= 0) {
             stage = static_cast<std::int16_t>(rank->info.pp);
@@ -113,38 +118,94 @@ ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pas
             }
         }
         if (fitted) {
-            predicted[cell] = time;
+            cell->predicted = time;
+            cell->predicted_known = true;
         }
     }
+    cells.insert(cells.end(), unmeasured.begin(), unmeasured.end());
+    std::inplace_merge(cells.begin(), cells.begin() + static_cast<std::ptrdiff_t>(folded),
+                       cells.end(), by_key);
+    unmeasured = {};
 
-    const std::vector<std::int32_t> rows(ranks.begin(), ranks.end());
+    // Rows: every rank with a cell; columns: each step's micro-batches with a cell.
+    std::vector<std::int32_t> rows;
+    std::vector<std::pair<std::int32_t, std::int32_t>> step_microbatches;
+    step_microbatches.reserve(cells.size());
+    for (const Cell& cell : cells) {
+        if (rows.empty() || rows.back() != cell.rank) {
+            rows.push_back(cell.rank);
+        }
+        step_microbatches.emplace_back(cell.step, cell.microbatch);
+        result.has_prediction = result.has_prediction || cell.predicted_known;
+    }
+    std::sort(step_microbatches.begin(), step_microbatches.end());
+    step_microbatches.erase(std::unique(step_microbatches.begin(), step_microbatches.end()),
+                            step_microbatches.end());
     std::vector<std::int32_t> steps;
-    std::map<RankColumn, double> compute_by_step, predicted_by_step;
-    for (const auto& [step, microbatch_set] : microbatches_of_step) {
-        steps.push_back(step);
-        const std::vector<std::int32_t> columns(microbatch_set.begin(), microbatch_set.end());
-        std::map<RankColumn, double> compute_cells, predicted_cells;
-        for (const std::int32_t rank : rows) {
-            for (const std::int32_t mb : columns) {
-                if (const auto it = compute.find({rank, step, mb}); it != compute.end()) {
-                    compute_cells[{rank, mb}] = it->second;
-                    compute_by_step[{rank, step}] += it->second;
-                }
-                if (const auto it = predicted.find({rank, step, mb}); it != predicted.end()) {
-                    predicted_cells[{rank, mb}] = it->second;
-                    predicted_by_step[{rank, step}] += it->second;
-                }
+    for (const auto& [step, microbatch] : step_microbatches) {
+        if (steps.empty() || steps.back() != step) {
+            steps.push_back(step);
+            result.by_microbatch.push_back({});
+            StepMatrices& matrices = result.by_microbatch.back();
+            matrices.step = step;
+            for (Matrix* m : {&matrices.compute_ns, &matrices.predicted}) {
+                m->rows = rows;
             }
         }
-        StepMatrices matrices;
-        matrices.step = step;
-        matrices.compute_ns = build(rows, columns, compute_cells);
-        matrices.predicted = build(rows, columns, predicted_cells);
-        result.by_microbatch.push_back(std::move(matrices));
+        for (Matrix* m :
+             {&result.by_microbatch.back().compute_ns, &result.by_microbatch.back().predicted}) {
+            m->columns.push_back(microbatch);
+        }
     }
-    result.compute_by_step = build(rows, steps, compute_by_step);
-    result.predicted_by_step = build(rows, steps, predicted_by_step);
-    result.has_prediction = !predicted.empty();
+    step_microbatches = {};
+    for (StepMatrices& matrices : result.by_microbatch) {
+        for (Matrix* m : {&matrices.compute_ns, &matrices.predicted}) {
+            m->values.assign(rows.size() * m->columns.size(), kMissing);
+        }
+    }
+    for (Matrix* m : {&result.compute_by_step, &result.predicted_by_step}) {
+        m->rows = rows;
+        m->columns = steps;
+        m->values.assign(rows.size() * steps.size(), kMissing);
+    }
+    const auto index_of = [](const std::vector<std::int32_t>& sorted, std::int32_t value) {
+        return static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), value) -
+                                        sorted.begin());
+    };
+    // A (rank, step)'s sums run over its micro-batches in ascending order.
+    std::size_t row = 0;
+    for (std::size_t i = 0; i < cells.size();) {
+        const Cell& first = cells[i];
+        if (rows[row] != first.rank) {
+            ++row;
+        }
+        const std::size_t s = index_of(steps, first.step);
+        StepMatrices& matrices = result.by_microbatch[s];
+        double compute_sum = 0, predicted_sum = 0;
+        bool any_measured = false, any_predicted = false;
+        for (; i < cells.size() && cells[i].rank == first.rank && cells[i].step == first.step;
+             ++i) {
+            const Cell& cell = cells[i];
+            const std::size_t column = index_of(matrices.compute_ns.columns, cell.microbatch);
+            const std::size_t at = row * matrices.compute_ns.columns.size() + column;
+            if (cell.measured) {
+                matrices.compute_ns.values[at] = cell.compute;
+                compute_sum += cell.compute;
+                any_measured = true;
+            }
+            if (cell.predicted_known) {
+                matrices.predicted.values[at] = cell.predicted;
+                predicted_sum += cell.predicted;
+                any_predicted = true;
+            }
+        }
+        if (any_measured) {
+            result.compute_by_step.values[row * steps.size() + s] = compute_sum;
+        }
+        if (any_predicted) {
+            result.predicted_by_step.values[row * steps.size() + s] = predicted_sum;
+        }
+    }
     result.compute_imbalance = weighted_imbalance(result.compute_by_step);
     result.predicted_imbalance = weighted_imbalance(result.predicted_by_step);
 

@@ -70,8 +70,10 @@ struct ImbalanceAnalysis {
 // How the headlines are taken over steps, for labels (imbalance_degree.h).
 inline constexpr const char* kImbalanceOverSteps = "Σ max / Σ mean over steps";
 
-// `cost` may be null: the predicted matrices are then causal pairs.
+// `cost` may be null: the predicted matrices are then causal pairs. `workload` is
+// WorkloadByRank::of(trace) when the caller has it; null: made here.
 ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
-                                    const MatchedCollectives& collectives, const CostModel* cost);
+                                    const MatchedCollectives& collectives, const CostModel* cost,
+                                    const WorkloadByRank* workload = nullptr);
 
 }  // namespace fulcrum::analysis

@@ -272,6 +272,13 @@ std::vector<const WorkloadEntry*> workload_by_rank(const RunTrace& trace) {
     return rows;
 }
 
+WorkloadByRank WorkloadByRank::of(const RunTrace& trace) {
+    WorkloadByRank out;
+    out.rows = workload_by_rank(trace);
+    out.held = held_work(out.rows);
+    return out;
+}
+
 std::vector<HeldWork> held_work(const RunTrace& trace) {
     return held_work(workload_by_rank(trace));
 }

@@ -90,6 +90,15 @@ std::vector<const WorkloadEntry*> workload_by_rank(const RunTrace& trace);
 std::vector<HeldWork> held_work(const RunTrace& trace);
 std::vector<HeldWork> held_work(const std::vector<const WorkloadEntry*>& by_rank);
 
+// Both, made once for the analyses that read them (the cost model, imbalance, CP load), which
+// make their own when given none: at 1 B events each is a few hundred megabytes.
+struct WorkloadByRank {
+    std::vector<const WorkloadEntry*> rows;  // workload_by_rank
+    std::vector<HeldWork> held;              // held_work(rows)
+
+    static WorkloadByRank of(const RunTrace& trace);
+};
+
 std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length);
 
 }  // namespace fulcrum::analysis

@@ -460,6 +460,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     found.matcher.finish();
     found.collectives.finish();
     const MatchedCollectives& collectives = found.collectives;
+    const WorkloadByRank workload = WorkloadByRank::of(trace);
 
     // The cost model, then imbalance and offload, on another thread; bubbles, CP load, the
     // collectives' summary and the critical path here. Each reads the findings only.
@@ -472,7 +473,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     auto chain = std::async(std::launch::async, [&] {
         ModelChain out;
         if (!passes.empty() && !trace.workload.empty()) {
-            auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges);
+            auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges, &workload);
             if (fitted) {
                 out.cost_model = std::move(*fitted);
             } else {
@@ -480,7 +481,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
             }
         }
         const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
-        out.imbalance = analyze_imbalance(trace, passes, collectives, model);
+        out.imbalance = analyze_imbalance(trace, passes, collectives, model, &workload);
         const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
         out.offload = analyze_offload(trace, found.offload, model, element_bytes);
         return out;
@@ -510,7 +511,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     report("bubbles", 0.75);
     analysis.bubbles = analyze_bubbles(trace, passes);
     report("CP load", 0.8);
-    analysis.cp_load = analyze_cp_load(trace, passes);
+    analysis.cp_load = analyze_cp_load(trace, passes, &workload);
     // HTA's kernel answers, where there is device activity to give them. A CPU run lacks
     // nothing, as a run with pp = 1 lacks no bubble: no note; the kernel sections say "no
     // device activity" where they would be.
@@ -738,7 +739,7 @@ json cp_group_json(const CpGroupLoad& group) {
             {"tp", group.tp},
             {"measured_imbalance", optional_json(group.measured_imbalance)},
             {"predicted_imbalance", optional_json(group.predicted_imbalance)},
-            {"predicted_by_sharding", sharding_json(group.predicted_by_sharding)},
+            {"predicted_by_sharding", sharding_json(group.predicted_by_sharding.named())},
             {"ranks", std::move(ranks)}};
 }
 

@@ -276,7 +276,7 @@ std::string fulcrum_member(const store::TraceReader& trace, const std::vector<Ra
     for (const WorkloadEntry& w : workload) {
         if (wanted.count(w.rank) != 0) {
             workload_rows.push_back({w.rank, w.step, w.microbatch, w.doc_id, w.doc_length,
-                                     w.token_begin, w.token_end, w.balancer});
+                                     w.token_begin, w.token_end, w.balancer.str()});
         }
     }
     member["workload"] = std::move(workload_rows);

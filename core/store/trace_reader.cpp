@@ -654,6 +654,7 @@ Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
     if (!stmt) {
         return stmt.error();
     }
+    InternedText balancer;  // the last row's: runs of rows share one, skip the lookup
     while (stmt->step()) {
         WorkloadEntry w;
         w.rank = static_cast<std::int32_t>(stmt->column_int64(0));
@@ -663,7 +664,11 @@ Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
         w.doc_length = static_cast<std::int32_t>(stmt->column_int64(4));
         w.token_begin = static_cast<std::int32_t>(stmt->column_int64(5));
         w.token_end = static_cast<std::int32_t>(stmt->column_int64(6));
-        w.balancer = stmt->column_text(7);
+        const std::string text = stmt->column_text(7);
+        if (balancer.str() != text) {
+            balancer = text;
+        }
+        w.balancer = balancer;
         entries.push_back(std::move(w));
     }
     if (stmt->last_result() != SQLITE_DONE) {

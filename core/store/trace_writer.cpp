@@ -383,7 +383,7 @@ Status TraceWriter::write_batches(std::deque<Batch>& batches, Statements& st,
             st.workload.bind(5, std::int64_t{w.doc_length});
             st.workload.bind(6, std::int64_t{w.token_begin});
             st.workload.bind(7, std::int64_t{w.token_end});
-            st.workload.bind(8, w.balancer);
+            st.workload.bind(8, w.balancer.str());
             ok = ok && st.workload.run();
         }
         for (const auto& c : batch.counters) {

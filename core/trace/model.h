@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/util/interned_text.h"
+
 namespace fulcrum {
 
 // Strongly typed ids (heaptrack's Index<Tag>): a lane id cannot be passed where a string id
@@ -168,7 +170,7 @@ struct WorkloadEntry {
     std::int32_t doc_length = 0;   // tokens in the whole document
     std::int32_t token_begin = 0;  // [begin, end) of the document held by this rank
     std::int32_t token_end = 0;
-    std::string balancer;
+    InternedText balancer;  // one copy a distinct name: ~9 M rows at 1 B events
 };
 
 struct CounterSample {

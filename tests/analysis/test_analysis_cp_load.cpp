@@ -42,7 +42,7 @@ void add_hand_group_rank1_and_rows(RunTrace& trace) {
 }
 
 double predicted_for(const CpGroupLoad& group, const std::string& sharding) {
-    for (const auto& [name, value] : group.predicted_by_sharding) {
+    for (const auto& [name, value] : group.predicted_by_sharding.named()) {
         if (name == sharding) {
             return value;
         }
@@ -106,7 +106,7 @@ private slots:
         QCOMPARE(group.ranks[1].pairs.value(), 14);
         QCOMPARE(group.measured_imbalance.value(), 1.5);
         QCOMPARE(group.predicted_imbalance.value(), 14.0 / 12);
-        QCOMPARE(group.predicted_by_sharding.size(), 3u);
+        QCOMPARE(group.predicted_by_sharding.named().size(), 3u);
         QCOMPARE(predicted_for(group, "contiguous"), 28.0 / 24);
         QCOMPARE(predicted_for(group, "zigzag"), 1.5);
         QCOMPARE(predicted_for(group, "per-doc"), 26.0 / 24);

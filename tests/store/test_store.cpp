@@ -241,6 +241,8 @@ private slots:
         (*writer)->add_event(full);
         (*writer)->add_event(make_event(host, (*writer)->intern("step"), 0, 1000));
         (*writer)->add_workload({3, 2, 3, 11, 4096, 1024, 2048, "wlb"});
+        (*writer)->add_workload({3, 2, 4, 12, 10, 0, 10, "fixed"});
+        (*writer)->add_workload({3, 3, 0, 13, 20, 0, 20, std::string("wl") + "b"});
         (*writer)->add_counter({3, "memory", 500, 1.5e9});
         (*writer)->add_import_log({"x.json", 12, "negative duration", "{\"dur\":-1}"});
         QVERIFY((*writer)->close().ok());
@@ -285,9 +287,20 @@ private slots:
         QCOMPARE(host_events->front().phase, Phase::none);
 
         auto workload = trace->workload();
-        QCOMPARE(workload->size(), 1u);
+        QCOMPARE(workload->size(), 3u);
         QCOMPARE(workload->front().token_end, 2048);
-        QCOMPARE(workload->front().balancer, std::string("wlb"));
+        QCOMPARE(workload->front().balancer.str(), std::string("wlb"));
+        // A balancer's name is one copy for every row that names it (InternedText): the
+        // workload table of a 1 B-event run has millions of rows.
+        const WorkloadEntry& fixed = (*workload)[1];
+        const WorkloadEntry& later = (*workload)[2];
+        QCOMPARE(fixed.balancer.str(), std::string("fixed"));
+        QCOMPARE(later.balancer.str(), std::string("wlb"));
+        QVERIFY(&later.balancer.str() == &workload->front().balancer.str());
+        QVERIFY(&fixed.balancer.str() != &workload->front().balancer.str());
+        QVERIFY(later.balancer == InternedText("wlb"));
+        QVERIFY(InternedText().empty());
+        QCOMPARE(sizeof(InternedText), sizeof(void*));
         QCOMPARE(trace->counters()->front().value, 1.5e9);
         QCOMPARE(trace->import_log()->front().reason, std::string("negative duration"));
         // A closed file stands alone: no -wal beside it.

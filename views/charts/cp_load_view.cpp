@@ -201,7 +201,7 @@ void CpLoadView::draw() {
         text += tr("\nThis micro-batch: measured %1, predicted %2; under each sharding: %3.")
                     .arg(charts::format_fixed(g.measured_imbalance, 3))
                     .arg(charts::format_fixed(g.predicted_imbalance, 3))
-                    .arg(shardings_text(g.predicted_by_sharding));
+                    .arg(shardings_text(g.predicted_by_sharding.named()));
     }
     if (!measured_) {
         text += tr("\nNo attention time was measured (no attention ranges in the passes).");

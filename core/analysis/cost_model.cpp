@@ -322,7 +322,7 @@ CollectiveCost fit_collective(std::string name, Role role,
 // What fit_collective finds for samples that all moved `bytes` in one call each, from their
 // times in ascending order, without unpacking them: a 1 B-event run has millions.
 CollectiveCost fit_collective_of_one_size(std::string name, Role role, std::int64_t bytes,
-                                          const std::deque<std::int64_t>& times) {
+                                          const MatchedCollectives::Times& times) {
     CollectiveCost cost;
     cost.name = std::move(name);
     cost.role = role;
@@ -657,8 +657,8 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         std::vector<TransferSample> samples;
         for (const auto& [bytes_args, times] : kept->by_bytes) {
             const std::int64_t calls = calls_of(trace, StringId{bytes_args.second}, calls_cache);
-            for (const std::int64_t transfer : times) {
-                samples.push_back({bytes_args.first, transfer, calls});
+            for (std::size_t i = 0; i < times.size(); ++i) {
+                samples.push_back({bytes_args.first, times[i], calls});
             }
         }
         std::sort(samples.begin(), samples.end(),

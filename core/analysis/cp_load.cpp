@@ -302,6 +302,7 @@ GroupFigures group_figures(const CpLoadInputs& in, const GroupKey& key) {
     group.pp = key.pp;
     group.tp = key.tp;
     std::vector<std::int64_t> times, pairs;
+    group.ranks.reserve(static_cast<std::size_t>(in.cp));
     for (const RankInfo* member : in.members_of(key.dp, key.pp, key.tp)) {
         if (member == nullptr) {
             continue;
@@ -464,6 +465,8 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     // (Σ max / Σ mean over the groups, docs/analyses.md §5).
     WeightedImbalance measured, predicted;
     std::vector<std::optional<double>> pair_means;  // by group: its mean pairs, the weight
+    pair_means.reserve(in.keys.size());
+    result.groups.reserve(in.keys.size());  // a million at 1 B events: no doubling's slack
     for (const GroupKey& key : in.keys) {
         GroupFigures figures = group_figures(in, key);
         measured.add(figures.time_spread);

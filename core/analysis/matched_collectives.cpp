@@ -1,6 +1,7 @@
 #include "core/analysis/matched_collectives.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/analysis/core_shares.h"
 
@@ -107,6 +108,25 @@ void MatchedCollectives::add(CollectiveInstance&& instance) {
     }
 }
 
+void MatchedCollectives::Times::push_back(std::int64_t ns) {
+    const bool fits = ns >= std::numeric_limits<std::int32_t>::min() &&
+                      ns <= std::numeric_limits<std::int32_t>::max();
+    if (wide_.empty() && fits) {
+        narrow_.push_back(static_cast<std::int32_t>(ns));
+        return;
+    }
+    if (wide_.empty()) {
+        wide_.assign(narrow_.begin(), narrow_.end());
+        narrow_ = {};
+    }
+    wide_.push_back(ns);
+}
+
+void MatchedCollectives::Times::sort() {
+    std::sort(narrow_.begin(), narrow_.end());
+    std::sort(wide_.begin(), wide_.end());
+}
+
 void MatchedCollectives::finish() {
     std::sort(groups_.begin(), groups_.end(),
               [](const Group& a, const Group& b) { return in_run_order(a.first, b.first); });
@@ -114,7 +134,7 @@ void MatchedCollectives::finish() {
     std::sort(dp_.begin(), dp_.end(), in_run_order);
     for (auto& [id, kept] : transfers_) {
         for (auto& [bytes_args, times] : kept.by_bytes) {
-            std::sort(times.begin(), times.end());
+            times.sort();
         }
     }
 }

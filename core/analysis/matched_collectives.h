@@ -53,12 +53,27 @@ public:
 
     // Each instance's transfer time, by name: the last arrival's duration, or where ranks
     // shared cores the members' mean for a collective inside a pass (cost_model.h says why).
-    // Kept by (bytes, args) — a name has one or a few — so an instance costs 8 bytes (in
-    // blocks, not a vector grown by doubling); each list ascending after finish().
+    // Kept by (bytes, args) — a name has one or a few — so an instance costs 4 bytes (in
+    // blocks, not a vector grown by doubling; 8 for a list with a time beyond 2^31 ns); each
+    // list ascending after finish().
+    class Times {
+    public:
+        void push_back(std::int64_t ns);
+        void sort();
+        std::size_t size() const { return wide_.empty() ? narrow_.size() : wide_.size(); }
+        bool empty() const { return size() == 0; }
+        std::int64_t operator[](std::size_t i) const {
+            return wide_.empty() ? std::int64_t{narrow_[i]} : wide_[i];
+        }
+
+    private:
+        std::deque<std::int32_t> narrow_;  // while every time fits
+        std::deque<std::int64_t> wide_;    // every time, once one does not
+    };
     struct Transfers {
         Role role = Role::collective;  // of the name's first instance in run order
         CollectiveInstance first;      // its order fields
-        std::map<std::pair<std::int64_t, std::uint32_t>, std::deque<std::int64_t>> by_bytes;
+        std::map<std::pair<std::int64_t, std::uint32_t>, Times> by_bytes;
     };
     const std::unordered_map<std::uint32_t, Transfers>& transfers() const { return transfers_; }
 

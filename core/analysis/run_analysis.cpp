@@ -12,6 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "core/analysis/host_ranges.h"
 #include "core/store/trace_reader.h"
 
@@ -357,6 +361,14 @@ struct RunFindings {
     }
 };
 
+// The ranks' events were decoded on the workers, whose malloc arenas keep the freed pages;
+// give them back before the analyses across ranks allocate theirs (glibc only).
+void release_free_memory() {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+}
+
 using RankReader = std::function<Result<RankFindings>(int worker, std::size_t index)>;
 
 // Reads the ranks [0, count) on `workers` threads, `read(worker, index)` each, and hands the
@@ -458,29 +470,40 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     analysis.events = found.events;
     const std::vector<Pass>& passes = found.passes;
     found.matcher.finish();
+    release_free_memory();
     found.collectives.finish();
     const MatchedCollectives& collectives = found.collectives;
     const WorkloadByRank workload = WorkloadByRank::of(trace);
 
-    // The cost model, then imbalance and offload, on another thread; bubbles, CP load, the
-    // collectives' summary and the critical path here. Each reads the findings only.
-    struct ModelChain {
+    // The cost model, then imbalance and offload, on another thread; bubbles, the collectives'
+    // summary, the critical path and CP load here. Each reads the findings only. CP load waits
+    // for the cost model: the two hold the most besides the findings (the pipeline's sends,
+    // the CP groups), and a 1 B-event run's peak was the two side by side.
+    struct ModelFit {
         std::optional<CostModel> cost_model;
         std::string cost_model_error;
+    };
+    struct ModelChain {
         ImbalanceAnalysis imbalance;
         OffloadAnalysis offload;
     };
+    const std::shared_future<ModelFit> fit =
+        std::async(std::launch::async, [&] {
+            ModelFit out;
+            if (!passes.empty() && !trace.workload.empty()) {
+                auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges, &workload);
+                if (fitted) {
+                    out.cost_model = std::move(*fitted);
+                } else {
+                    out.cost_model_error = fitted.error().message;
+                }
+            }
+            return out;
+        }).share();
     auto chain = std::async(std::launch::async, [&] {
         ModelChain out;
-        if (!passes.empty() && !trace.workload.empty()) {
-            auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges, &workload);
-            if (fitted) {
-                out.cost_model = std::move(*fitted);
-            } else {
-                out.cost_model_error = fitted.error().message;
-            }
-        }
-        const CostModel* model = out.cost_model ? &*out.cost_model : nullptr;
+        const ModelFit& fitted = fit.get();
+        const CostModel* model = fitted.cost_model ? &*fitted.cost_model : nullptr;
         out.imbalance = analyze_imbalance(trace, passes, collectives, model, &workload);
         const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
         out.offload = analyze_offload(trace, found.offload, model, element_bytes);
@@ -510,8 +533,6 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     }
     report("bubbles", 0.75);
     analysis.bubbles = analyze_bubbles(trace, passes);
-    report("CP load", 0.8);
-    analysis.cp_load = analyze_cp_load(trace, passes, &workload);
     // HTA's kernel answers, where there is device activity to give them. A CPU run lacks
     // nothing, as a run with pp = 1 lacks no bubble: no note; the kernel sections say "no
     // device activity" where they would be.
@@ -522,10 +543,14 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     report("cost model, imbalance and critical path", 0.85);
     analysis.communication = summarize_collectives(trace, collectives);
     analysis.critical_paths = critical_paths(trace, passes, &collectives, &found.ranges);
+    report("CP load", 0.9);
+    fit.wait();
+    analysis.cp_load = analyze_cp_load(trace, passes, &workload);
     ModelChain models = chain.get();
-    analysis.cost_model = std::move(models.cost_model);
-    if (!models.cost_model_error.empty()) {
-        analysis.notes.push_back("no cost model: " + models.cost_model_error);
+    const ModelFit& fitted = fit.get();
+    analysis.cost_model = fitted.cost_model;
+    if (!fitted.cost_model_error.empty()) {
+        analysis.notes.push_back("no cost model: " + fitted.cost_model_error);
     }
     analysis.imbalance = std::move(models.imbalance);
     analysis.offload = std::move(models.offload);

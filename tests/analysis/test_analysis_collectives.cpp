@@ -364,6 +364,32 @@ private slots:
     // communicator has been added (tp groups {0,1} {2,3}, cp groups {0,2} {1,3} as above; rank
     // 1 closes tp {0,1}, rank 2 cp {0,2}, rank 3 the rest), and the folded totals equal those
     // of the instances held whole, whatever order they are folded in.
+    // The cost model's transfer times are kept in 4 bytes each while they fit, and every one
+    // is kept exactly once one does not (a collective slower than 2.1 s).
+    void transferTimesKeepEveryValueExactly() {
+        MatchedCollectives::Times narrow;
+        for (const std::int64_t ns : {900, -3, 2'000'000'000, 5}) {
+            narrow.push_back(ns);
+        }
+        narrow.sort();
+        QCOMPARE(narrow.size(), 4u);
+        QCOMPARE(narrow[0], std::int64_t{-3});
+        QCOMPARE(narrow[3], std::int64_t{2'000'000'000});
+
+        MatchedCollectives::Times wide;
+        const std::int64_t slow = std::int64_t{1} << 40;
+        for (const std::int64_t ns : {std::int64_t{7}, slow, std::int64_t{-1}, std::int64_t{3}}) {
+            wide.push_back(ns);
+        }
+        wide.sort();
+        QCOMPARE(wide.size(), 4u);
+        QCOMPARE(wide[0], std::int64_t{-1});
+        QCOMPARE(wide[1], std::int64_t{3});
+        QCOMPARE(wide[2], std::int64_t{7});
+        QCOMPARE(wide[3], slow);
+        QVERIFY(MatchedCollectives::Times().empty());
+    }
+
     void instancesCloseWithTheirCommunicatorsLastRank() {
         RunTrace trace;
         for (int r = 0; r < 4; ++r) {

@@ -1,7 +1,7 @@
 // A short text that millions of rows repeat, such as a workload row's balancer: the process
 // keeps one copy of each distinct text and a row holds a pointer to it, 8 bytes where a
 // std::string takes 32. The workload table of a 1 B-event run has ~9 M rows
-// (docs/decisions.md, "Workload rows name their balancer by an interned text").
+// (docs/decisions.md, "What is kept per pass and per document is kept compact").
 #pragma once
 
 #include <compare>

@@ -1,5 +1,6 @@
 // fulcrum diff A [B]: what ran more, less, or only on one side, by name, between two runs or
 // two steps of one run (docs/analyses.md, "Diff of two runs").
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -23,48 +24,42 @@ struct DiffArgs {
     int top = 30;
 };
 
-Result<analysis::RunTrace> load(const std::string& path) {
+// One side of the diff: the run's metadata, and its events tallied by name over every step
+// or one, read a rank at a time (never the whole run in memory).
+struct Side {
+    analysis::RunTrace names;
+    analysis::NameTally tally;
+};
+
+Result<Side> tally(const std::string& path, std::optional<std::int32_t> step) {
     auto reader = store::TraceReader::open(path);
     if (!reader) {
         return reader.error();
     }
-    auto line = progress_line("loading " + path);
-    analysis::LoadOptions options;
-    options.progress = [&](double fraction) { line(fraction); };
-    auto trace = analysis::load_run_trace(*reader, options);
+    analysis::LoadOptions metadata;
+    metadata.read_events = false;
+    auto names = analysis::load_run_trace(*reader, metadata);
+    if (!names) {
+        return names.error();
+    }
+    auto line = progress_line("reading " + path);
+    std::atomic<bool> cancel{false};  // Ctrl-C, through the progress line
+    auto counted = analysis::tally_run_file(
+        *reader, *names, step, [&](double f) { cancel.store(cancel.load() || !line(f)); }, &cancel);
     finish_progress_line();
-    return trace;
-}
-
-std::set<std::int32_t> steps_of(const analysis::RunTrace& trace) {
-    std::set<std::int32_t> steps;
-    for (const auto& rank : trace.ranks) {
-        for (const auto& lane : rank.lanes) {
-            for (const Event& event : lane.events) {
-                if (event.step >= 0) {
-                    steps.insert(event.step);
-                }
-            }
-        }
+    if (!counted) {
+        return counted.error();
     }
-    return steps;
-}
-
-// A step the run does not have would diff against nothing: refused, naming the steps it has.
-Status check_step(const analysis::RunTrace& trace, const std::string& path,
-                  std::optional<std::int32_t> step) {
-    if (!step) {
-        return {};
+    // A step the run does not have would diff against nothing: refused, naming its steps.
+    const std::set<std::int32_t>& steps = counted->steps_present();
+    if (step && steps.count(*step) == 0) {
+        const std::string have = steps.empty() ? "it has no step numbers"
+                                               : "its steps are " + std::to_string(*steps.begin()) +
+                                                     " to " + std::to_string(*steps.rbegin());
+        return Error{ErrorCode::invalid_input,
+                     "'" + path + "' has no step " + std::to_string(*step) + "; " + have};
     }
-    const auto steps = steps_of(trace);
-    if (steps.count(*step) > 0) {
-        return {};
-    }
-    const std::string have = steps.empty() ? "it has no step numbers"
-                                           : "its steps are " + std::to_string(*steps.begin()) +
-                                                 " to " + std::to_string(*steps.rbegin());
-    return Error{ErrorCode::invalid_input,
-                 "'" + path + "' has no step " + std::to_string(*step) + "; " + have};
+    return Side{std::move(*names), std::move(*counted)};
 }
 
 std::string side_name(const std::string& path, std::optional<std::int32_t> step) {
@@ -79,28 +74,17 @@ int run_diff(const DiffArgs& args) {
                   "(or a second run)"});
     }
     install_interrupt_handler();
-    auto first = load(args.runs.front());
-    if (!first) {
-        return report_error(first.error());
+    auto a = tally(args.runs.front(), args.step_a);
+    if (!a) {
+        return report_error(a.error());
     }
-    std::optional<analysis::RunTrace> second;
-    if (args.runs.size() > 1) {
-        auto loaded = load(args.runs.back());
-        if (!loaded) {
-            return report_error(loaded.error());
-        }
-        second = std::move(*loaded);
+    auto b = tally(args.runs.back(), args.step_b);
+    if (!b) {
+        return report_error(b.error());
     }
-    const analysis::RunTrace& b_trace = second ? *second : *first;
     const std::string& b_path = args.runs.back();
-    if (auto status = check_step(*first, args.runs.front(), args.step_a); !status) {
-        return report_error(status.error());
-    }
-    if (auto status = check_step(b_trace, b_path, args.step_b); !status) {
-        return report_error(status.error());
-    }
     const analysis::RunDiff diff =
-        analysis::diff_runs({&*first, args.step_a}, {&b_trace, args.step_b});
+        analysis::diff_tallies({&a->tally, &a->names}, {&b->tally, &b->names});
     const std::string a_name = side_name(args.runs.front(), args.step_a);
     const std::string b_name = side_name(b_path, args.step_b);
     const std::string out = args.json ? analysis::diff_json(diff, a_name, b_name)

@@ -18,6 +18,7 @@ struct MergeArgs {
     std::string name;
     bool force = false;
     bool rows = false;
+    int threads = 0;
 };
 
 // A directory stands for the rank files a capture left in it (rank-N.sqlite).
@@ -54,6 +55,7 @@ int run_merge(const MergeArgs& args) {
     store::MergeOptions options;
     options.overwrite = args.force;
     options.run_name = args.name;
+    options.threads = args.threads;
     options.progress = progress_line("merging");
     if (args.rows) {
         options.events = store::WriterOptions::EventStorage::rows;
@@ -98,6 +100,10 @@ Command add_merge_command(CLI::App& app) {
     sub->add_flag("--rows", args->rows,
                   "Keep the events as rows of the event table, for SQL (sqlite3), instead of "
                   "compressed blocks: about 10x the file and several times slower to write");
+    sub->add_option("--threads", args->threads,
+                    "Lanes decoded and compressed side by side (default 0: one per core); the "
+                    "run is the same whatever the number")
+        ->check(CLI::NonNegativeNumber);
     return [args] { return run_merge(*args); };
 }
 

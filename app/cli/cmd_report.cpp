@@ -37,8 +37,8 @@ int run_report(const ReportArgs& args) {
     install_interrupt_handler();
     std::atomic<bool> cancel{false};
     std::vector<report::ReportRun> runs;
-    // The first run's trace, kept while the others load: each is diffed against it by name.
-    std::optional<analysis::RunTrace> first;
+    // The first run's tally by name, kept while the others load: each is diffed against it.
+    std::optional<report::DiffBase> first;
     bool incomplete = false;
     for (std::size_t i = 0; i < args.runs.size(); ++i) {
         const std::string& path = args.runs[i];
@@ -50,7 +50,7 @@ int run_report(const ReportArgs& args) {
         report::LoadReportOptions options;
         options.cancel = &cancel;
         if (args.runs.size() > 1) {
-            options.keep_trace = i == 0 ? &first : nullptr;
+            options.keep_tally = i == 0 ? &first : nullptr;
             options.diff_against = i > 0 && first ? &*first : nullptr;
         }
         options.progress = [&](std::string_view stage, double fraction) {

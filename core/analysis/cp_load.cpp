@@ -203,9 +203,9 @@ struct CpLoadInputs {
     bool ulysses = false;
     // The CP groups: ranks that share dp, pp and tp, by their cp coordinate (nullptr: a CP
     // rank missing from the run).
-    std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
-    std::vector<GroupKey> keys;  // every (step, micro-batch, group) with a figure, ascending
-    std::vector<std::pair<RankMb, std::int64_t>> attention;  // Σ over the passes, by key
+    std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members{};
+    std::vector<GroupKey> keys{};  // every (step, micro-batch, group) with a figure, ascending
+    std::vector<std::pair<RankMb, std::int64_t>> attention{};  // Σ over the passes, by key
     // WorkloadByRank's: what each (rank, step, micro-batch) held, and the rows by
     // (rank, step, micro-batch), then table order.
     const std::vector<HeldWork>& held;

@@ -1,6 +1,8 @@
 #include "core/analysis/critical_path.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -119,12 +121,18 @@ public:
         return last;
     }
 
+    // The passes of `pass`'s pipeline (its dp, cp and tp), in key order: one range of
+    // pipeline_, whose keys lead with them.
     std::vector<const Pass*> pipeline_of(const Pass& pass) const {
         const GridCoordinates c = coordinates_of(trace_, pass);
+        constexpr int kLeast = std::numeric_limits<int>::min();
         std::vector<const Pass*> members;
-        for (const auto& [key, p] : pipeline_) {
-            if (std::get<0>(key) == c.dp && std::get<1>(key) == c.cp && std::get<2>(key) == c.tp)
-                members.push_back(p);
+        for (auto at = pipeline_.lower_bound(
+                 {c.dp, c.cp, c.tp, kLeast, kLeast, kLeast, static_cast<Phase>(INT8_MIN)});
+             at != pipeline_.end() && std::get<0>(at->first) == c.dp &&
+             std::get<1>(at->first) == c.cp && std::get<2>(at->first) == c.tp;
+             ++at) {
+            members.push_back(at->second);
         }
         return members;
     }

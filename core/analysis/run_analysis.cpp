@@ -2,12 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <optional>
-#include <thread>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +15,7 @@
 
 #include "core/analysis/host_ranges.h"
 #include "core/store/trace_reader.h"
+#include "core/util/ordered_pool.h"
 
 namespace fulcrum::analysis {
 
@@ -371,76 +369,6 @@ void release_free_memory() {
 
 using RankReader = std::function<Result<RankFindings>(int worker, std::size_t index)>;
 
-// Reads the ranks [0, count) on `workers` threads, `read(worker, index)` each, and hands the
-// findings to `add` on this thread in rank order, at most 2 × workers ranks ahead of it.
-Status read_ranks_in_order(std::size_t count, int workers, const RankReader& read,
-                           const std::function<Status(std::size_t, RankFindings&&)>& add,
-                           const std::atomic<bool>* cancel) {
-    if (count == 0) {
-        return {};
-    }
-    workers = std::max(1, std::min<int>(workers, static_cast<int>(count)));
-    const std::size_t window = 2 * static_cast<std::size_t>(workers);
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::vector<std::optional<Result<RankFindings>>> slots(count);
-    std::size_t next = 0, consumed = 0;
-    bool stop = false;
-    auto work = [&](int worker) {
-        for (;;) {
-            std::size_t index;
-            {
-                std::unique_lock lock(mutex);
-                changed.wait(lock,
-                             [&] { return stop || next >= count || next < consumed + window; });
-                if (stop || next >= count) {
-                    return;
-                }
-                index = next++;
-            }
-            Result<RankFindings> found =
-                cancel != nullptr && cancel->load()
-                    ? Result<RankFindings>(Error{ErrorCode::cancelled, "cancelled"})
-                    : read(worker, index);
-            {
-                std::lock_guard lock(mutex);
-                slots[index] = std::move(found);
-            }
-            changed.notify_all();
-        }
-    };
-    std::vector<std::thread> pool;
-    for (int w = 0; w < workers; ++w) {
-        pool.emplace_back(work, w);
-    }
-    Status status;
-    for (std::size_t i = 0; i < count && status; ++i) {
-        std::optional<Result<RankFindings>> found;
-        {
-            std::unique_lock lock(mutex);
-            changed.wait(lock, [&] { return slots[i].has_value(); });
-            found = std::move(slots[i]);
-            slots[i].reset();
-            consumed = i + 1;
-        }
-        changed.notify_all();
-        if (!*found) {
-            status = found->error();
-            break;
-        }
-        status = add(i, std::move(**found));
-    }
-    {
-        std::lock_guard lock(mutex);
-        stop = true;
-    }
-    changed.notify_all();
-    for (std::thread& thread : pool) {
-        thread.join();
-    }
-    return status;
-}
-
 Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read, int workers,
                                   const AnalyzeOptions& options) {
     auto report = [&](std::string_view stage, double fraction) {
@@ -456,8 +384,9 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     report("ranks", 0.0);
     RunFindings found(trace);
     const std::size_t ranks = trace.ranks.size();
-    const Status read_all = read_ranks_in_order(
-        ranks, workers, read,
+    // At most two ranks a worker ahead of the one whose findings are added.
+    const Status read_all = produce_in_order<RankFindings>(
+        ranks, workers, 2 * static_cast<std::size_t>(std::max(workers, 1)), read,
         [&](std::size_t index, RankFindings&& rank) -> Status {
             found.add(trace.ranks[index].info.rank, std::move(rank));
             report("ranks", 0.7 * double(index + 1) / double(ranks));
@@ -564,10 +493,6 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     return analysis;
 }
 
-int analysis_threads() {
-    return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64));
-}
-
 }  // namespace
 
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
@@ -576,7 +501,7 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
         [&trace](int, std::size_t index) -> Result<RankFindings> {
             return read_rank(trace, trace.ranks[index], index == 0);
         },
-        analysis_threads(), options);
+        worker_threads(), options);
 }
 
 Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace& metadata,
@@ -594,7 +519,7 @@ Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace&
     metadata = std::move(*loaded);
     metadata.workload = std::move(*workload);
     // One connection a worker: SQLite connections are not shared between threads.
-    const int workers = analysis_threads();
+    const int workers = worker_threads();
     std::vector<std::optional<store::TraceReader>> readers(static_cast<std::size_t>(workers));
     const RunTrace& trace = metadata;
     return analyze_ranks(
@@ -608,11 +533,14 @@ Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace&
                 }
                 own.emplace(std::move(*opened));
             }
-            auto rank = load_rank_trace(*own, trace.ranks[index]);
-            if (!rank) {
-                return rank.error();
+            // Refilled rank after rank, keeping its arrays' pages. A worker is a thread of
+            // produce_in_order's pool, which ends once the ranks are read: the arrays go
+            // with it, before the analyses across ranks allocate theirs.
+            thread_local RankTrace rank;
+            if (auto status = load_rank_trace(*own, trace.ranks[index], rank); !status) {
+                return status.error();
             }
-            return read_rank(trace, *rank, index == 0);
+            return read_rank(trace, rank, index == 0);
         },
         workers, options);
 }

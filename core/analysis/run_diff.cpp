@@ -6,72 +6,78 @@
 #include <set>
 #include <unordered_map>
 
+#include "core/store/trace_reader.h"
+#include "core/util/ordered_pool.h"
+
 namespace fulcrum::analysis {
 
-namespace {
-
-struct Tally {
-    std::int64_t count = 0, total_ns = 0;
-    EventKind kind = EventKind::range;
-};
-
-// Totals by (kind, name) over the chosen steps, and how many steps they cover. Counted by
-// interned name first (one hash look-up per event, no string built), then keyed by text once
-// per name, since the two sides intern names apart.
-std::map<std::pair<EventKind, std::string>, Tally> tally(const DiffSide& side, int& steps) {
-    std::unordered_map<std::uint64_t, Tally> by_id;
-    std::set<std::int32_t> seen;
-    for (const RankTrace& rank : side.run->ranks) {
-        for (const LaneTrace& lane : rank.lanes) {
-            for (const Event& event : lane.events) {
-                if (event.kind == EventKind::mark || event.category == Category::schedule)
-                    continue;
-                if (side.step && event.step != *side.step)
-                    continue;
-                if (event.step >= 0)
-                    seen.insert(event.step);
-                Tally& t =
-                    by_id[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
-                t.kind = event.kind;
-                ++t.count;
-                t.total_ns += event.duration_ns();
-            }
+void NameTally::add(const RankTrace& rank) {
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            if (event.step >= 0)
+                present_.insert(event.step);
+            if (event.kind == EventKind::mark || event.category == Category::schedule)
+                continue;
+            if (step_ && event.step != *step_)
+                continue;
+            if (event.step >= 0)
+                counted_.insert(event.step);
+            Tally& t = by_id_[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
+            t.kind = event.kind;
+            ++t.count;
+            t.total_ns += event.duration_ns();
         }
     }
-    std::map<std::pair<EventKind, std::string>, Tally> by_name;
-    for (const auto& [id, t] : by_id) {
-        Tally& named =
-            by_name[{t.kind, std::string(side.run->name(StringId{std::uint32_t(id >> 8)}))}];
-        named.kind = t.kind;
-        named.count += t.count;
-        named.total_ns += t.total_ns;
-    }
-    steps = std::max<int>(1, static_cast<int>(seen.size()));
-    return by_name;
 }
 
-}  // namespace
+void NameTally::add(const NameTally& other) {
+    for (const auto& [id, from] : other.by_id_) {
+        Tally& t = by_id_[id];
+        t.kind = from.kind;
+        t.count += from.count;
+        t.total_ns += from.total_ns;
+    }
+    counted_.insert(other.counted_.begin(), other.counted_.end());
+    present_.insert(other.present_.begin(), other.present_.end());
+}
 
-RunDiff diff_runs(const DiffSide& a, const DiffSide& b) {
+// (count, total ns) by (kind, name) and the steps they cover: counted by interned name first
+// (one hash look-up per event, no string built), then keyed by text once per name, since the
+// two sides intern names apart.
+TalliedRun::Named TalliedRun::named() const {
+    Named out;
+    for (const auto& [id, t] : tally->by_id_) {
+        auto& named =
+            out.totals[{t.kind, std::string(names->name(StringId{std::uint32_t(id >> 8)}))}];
+        named.first += t.count;
+        named.second += t.total_ns;
+    }
+    out.steps = std::max<int>(1, static_cast<int>(tally->counted_.size()));
+    return out;
+}
+
+RunDiff diff_tallies(const TalliedRun& a, const TalliedRun& b) {
     RunDiff diff;
-    const auto left = tally(a, diff.steps_a);
-    const auto right = tally(b, diff.steps_b);
+    const TalliedRun::Named left = a.named();
+    const TalliedRun::Named right = b.named();
+    diff.steps_a = left.steps;
+    diff.steps_b = right.steps;
     std::set<std::pair<EventKind, std::string>> keys;
-    for (const auto& [key, t] : left)
+    for (const auto& [key, t] : left.totals)
         keys.insert(key);
-    for (const auto& [key, t] : right)
+    for (const auto& [key, t] : right.totals)
         keys.insert(key);
     for (const auto& key : keys) {
         NameDiff row;
         row.kind = key.first;
         row.name = key.second;
-        if (auto at = left.find(key); at != left.end()) {
-            row.count_a = double(at->second.count) / diff.steps_a;
-            row.total_ns_a = double(at->second.total_ns) / diff.steps_a;
+        if (auto at = left.totals.find(key); at != left.totals.end()) {
+            row.count_a = double(at->second.first) / diff.steps_a;
+            row.total_ns_a = double(at->second.second) / diff.steps_a;
         }
-        if (auto at = right.find(key); at != right.end()) {
-            row.count_b = double(at->second.count) / diff.steps_b;
-            row.total_ns_b = double(at->second.total_ns) / diff.steps_b;
+        if (auto at = right.totals.find(key); at != right.totals.end()) {
+            row.count_b = double(at->second.first) / diff.steps_b;
+            row.total_ns_b = double(at->second.second) / diff.steps_b;
         }
         diff.rows.push_back(std::move(row));
     }
@@ -79,6 +85,57 @@ RunDiff diff_runs(const DiffSide& a, const DiffSide& b) {
         return std::abs(x.delta_ns()) > std::abs(y.delta_ns());
     });
     return diff;
+}
+
+RunDiff diff_runs(const DiffSide& a, const DiffSide& b) {
+    NameTally left(a.step), right(b.step);
+    for (const RankTrace& rank : a.run->ranks)
+        left.add(rank);
+    for (const RankTrace& rank : b.run->ranks)
+        right.add(rank);
+    return diff_tallies({&left, a.run}, {&right, b.run});
+}
+
+Result<NameTally> tally_run_file(const store::TraceReader& reader, const RunTrace& metadata,
+                                 std::optional<std::int32_t> step,
+                                 const std::function<void(double)>& progress,
+                                 const std::atomic<bool>* cancel) {
+    // One connection a worker: SQLite connections are not shared between threads.
+    const int workers = worker_threads();
+    std::vector<std::optional<store::TraceReader>> readers(static_cast<std::size_t>(workers));
+    NameTally total(step);
+    const std::size_t ranks = metadata.ranks.size();
+    auto status = produce_in_order<NameTally>(
+        ranks, workers, 2 * static_cast<std::size_t>(workers),
+        [&](int worker, std::size_t index) -> Result<NameTally> {
+            auto& own = readers[static_cast<std::size_t>(worker)];
+            if (!own) {
+                auto opened = store::TraceReader::open(reader.path());
+                if (!opened) {
+                    return opened.error();
+                }
+                own.emplace(std::move(*opened));
+            }
+            thread_local RankTrace rank;  // as analyze_run_file's workers keep theirs
+            if (auto loaded = load_rank_trace(*own, metadata.ranks[index], rank); !loaded) {
+                return loaded.error();
+            }
+            NameTally part(step);
+            part.add(rank);
+            return part;
+        },
+        [&](std::size_t index, NameTally&& part) -> Status {
+            total.add(part);
+            if (progress) {
+                progress(double(index + 1) / double(ranks));
+            }
+            return {};
+        },
+        cancel);
+    if (!status) {
+        return status.error();
+    }
+    return total;
 }
 
 }  // namespace fulcrum::analysis

@@ -4,9 +4,14 @@
 // docs/analyses.md, "Diff of two runs".
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/analysis/run_trace.h"
@@ -30,14 +35,57 @@ struct RunDiff {
     std::vector<NameDiff> rows;    // by |delta| descending
 };
 
-// Which part of a run to compare: every step, or one.
+// What a diff counts of one side, added a rank at a time: events of every kind but marks and
+// schedule containers, by (name, kind), over every step or one. Counts and times are integers,
+// so the order the ranks come in does not matter.
+class NameTally {
+public:
+    explicit NameTally(std::optional<std::int32_t> step = std::nullopt) : step_(step) {}
+    void add(const RankTrace& rank);
+    void add(const NameTally& other);  // another part of the same run, the same step
+    // Every step number the run's events carry, counted or not (to refuse a step it lacks).
+    const std::set<std::int32_t>& steps_present() const { return present_; }
+
+private:
+    friend struct TalliedRun;
+    struct Tally {
+        std::int64_t count = 0, total_ns = 0;
+        EventKind kind = EventKind::range;
+    };
+    std::optional<std::int32_t> step_;
+    std::unordered_map<std::uint64_t, Tally> by_id_;  // (name id << 8) | kind
+    std::set<std::int32_t> counted_, present_;
+};
+
+// A tally and the run whose names it counted by id (a run read without its events will do).
+struct TalliedRun {
+    const NameTally* tally = nullptr;
+    const RunTrace* names = nullptr;
+
+    struct Named;
+    Named named() const;
+};
+struct TalliedRun::Named {
+    std::map<std::pair<EventKind, std::string>, std::pair<std::int64_t, std::int64_t>>
+        totals;     // (count, total ns) by (kind, name)
+    int steps = 1;  // the steps they cover, at least one
+};
+
+// Which part of a run in memory to compare: every step, or one.
 struct DiffSide {
     const RunTrace* run = nullptr;
     std::optional<std::int32_t> step;
 };
 
-// Events of every kind but marks and schedule containers, over every rank. A run without step
-// numbers counts as one step.
+// A run without step numbers counts as one step.
+RunDiff diff_tallies(const TalliedRun& a, const TalliedRun& b);
 RunDiff diff_runs(const DiffSide& a, const DiffSide& b);
+
+// The tally of a run file read a rank at a time on every core, as analyze_run_file reads it:
+// memory is one rank a worker, never the run. `metadata` is the run loaded without events.
+Result<NameTally> tally_run_file(const store::TraceReader& reader, const RunTrace& metadata,
+                                 std::optional<std::int32_t> step,
+                                 const std::function<void(double)>& progress = {},
+                                 const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace fulcrum::analysis

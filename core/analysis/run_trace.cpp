@@ -390,25 +390,19 @@ void join_lanes(RunTrace& trace, const store::TraceReader& reader,
 
 }  // namespace
 
-Result<RankTrace> load_rank_trace(const store::TraceReader& reader, const RankTrace& rank) {
-    RankTrace loaded;
-    loaded.info = rank.info;
-    for (const LaneTrace& from : rank.lanes) {
-        LaneTrace& lane = loaded.lanes.emplace_back();
-        lane.info = from.info;
-        auto status = reader.for_each_event(from.info.id, [&lane](const Event& event) {
-            lane.events.push_back(event);
-            return true;
-        });
-        if (!status) {
-            return status.error();
-        }
-        // As load_run_trace orders a lane that is not in the store's order.
-        if (!std::is_sorted(lane.events.begin(), lane.events.end(), in_store_order)) {
-            std::stable_sort(lane.events.begin(), lane.events.end(), in_store_order);
+Status load_rank_trace(const store::TraceReader& reader, const RankTrace& rank, RankTrace& into) {
+    into.info = rank.info;
+    into.lanes.resize(rank.lanes.size());
+    for (std::size_t i = 0; i < rank.lanes.size(); ++i) {
+        LaneTrace& lane = into.lanes[i];
+        lane.info = rank.lanes[i].info;
+        lane.events.clear();
+        // In the store's order, as load_run_trace orders a lane.
+        if (auto status = reader.read_lane(lane.info.id, lane.events); !status) {
+            return status;
         }
     }
-    return loaded;
+    return {};
 }
 
 Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options) {

@@ -136,8 +136,11 @@ struct LoadOptions {
 
 Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options = {});
 
-// The events of one rank of a run loaded without them (LoadOptions::read_events false): its
-// lanes, each in the store's order, for what reads a run a rank at a time (run_analysis.h).
-Result<RankTrace> load_rank_trace(const store::TraceReader& reader, const RankTrace& rank);
+// The events of one rank of a run loaded without them (LoadOptions::read_events false) into
+// `into`: its lanes, each in the store's order, for what reads a run a rank at a time
+// (run_analysis.h). `into`'s event arrays are refilled, not replaced, so that a worker reading
+// rank after rank keeps their memory instead of taking fresh pages from the system for each
+// rank (a 1 B-event run's lanes are tens of MB, which glibc maps and unmaps every time).
+Status load_rank_trace(const store::TraceReader& reader, const RankTrace& rank, RankTrace& into);
 
 }  // namespace fulcrum::analysis

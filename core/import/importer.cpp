@@ -253,6 +253,7 @@ Result<store::MergeReport> import_through_rank_files(
     merge.run_name = options.run_name.empty()
                          ? std::filesystem::path(inputs.front()).filename().string()
                          : options.run_name;
+    merge.threads = options.threads;
     merge.command = "fulcrum import";
     for (const std::string& input : inputs) {
         merge.command += " " + input;

@@ -111,7 +111,8 @@ struct ImportOptions {
     std::function<void(std::string_view stage, double fraction)> progress;
     const std::atomic<bool>* cancel = nullptr;
     // Inputs read side by side, each into its own rank file: at most this many at once; 0: one
-    // per core (std::thread::hardware_concurrency). The merge that follows is one pass.
+    // per core (std::thread::hardware_concurrency). The merge that follows compresses lanes
+    // on as many threads (MergeOptions::threads).
     int threads = 0;
 };
 

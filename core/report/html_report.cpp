@@ -50,40 +50,36 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
         };
     }
     analyze.cancel = options.cancel;
-    if (options.diff_against == nullptr && options.keep_trace == nullptr) {
-        // One run: read a rank at a time, never whole (analyze_run_file).
-        analysis::RunTrace metadata;
-        auto result = analysis::analyze_run_file(*reader, metadata, analyze);
-        if (!result) {
-            return result.error();
-        }
-        ReportRun run = make_report_run(path, metadata, std::move(*result), std::move(*log));
-        run.ranks = reader->ranks();
-        return run;
-    }
-    // A comparison diffs the runs' events (diff_runs): each is loaded whole.
-    analysis::LoadOptions load;
-    if (options.progress) {
-        load.progress = [&](double fraction) { options.progress("loading", fraction); };
-    }
-    load.cancel = options.cancel;
-    auto trace = analysis::load_run_trace(*reader, load);
-    if (!trace) {
-        return trace.error();
-    }
-    auto result = analysis::analyze_run(*trace, analyze);
+    // Read a rank at a time, never whole (analyze_run_file); a comparison reads the ranks
+    // again for the diff's tally.
+    analysis::RunTrace metadata;
+    auto result = analysis::analyze_run_file(*reader, metadata, analyze);
     if (!result) {
         return result.error();
     }
-    ReportRun run = make_report_run(path, *trace, std::move(*result), std::move(*log));
+    ReportRun run = make_report_run(path, metadata, std::move(*result), std::move(*log));
     // The reader's rank table is the recording's own account (complete, dropped records).
     run.ranks = reader->ranks();
-    if (options.diff_against != nullptr) {
-        run.diff =
-            analysis::diff_runs({options.diff_against, std::nullopt}, {&*trace, std::nullopt});
+    if (options.diff_against == nullptr && options.keep_tally == nullptr) {
+        return run;
     }
-    if (options.keep_trace != nullptr) {
-        *options.keep_trace = std::move(*trace);
+    auto tally = analysis::tally_run_file(
+        *reader, metadata, std::nullopt,
+        [&](double fraction) {
+            if (options.progress) {
+                options.progress("comparing", fraction);
+            }
+        },
+        options.cancel);
+    if (!tally) {
+        return tally.error();
+    }
+    if (options.diff_against != nullptr) {
+        run.diff = analysis::diff_tallies(
+            {&options.diff_against->tally, &options.diff_against->names}, {&*tally, &metadata});
+    }
+    if (options.keep_tally != nullptr) {
+        options.keep_tally->emplace(DiffBase{std::move(metadata), std::move(*tally)});
     }
     return run;
 }

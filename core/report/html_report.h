@@ -57,14 +57,22 @@ struct ReportOptions {
 ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
                           analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log);
 
+// What a comparison keeps of its first run to diff the others against: the tally of its events
+// by name and the names it counted (the run's metadata, no events).
+struct DiffBase {
+    analysis::RunTrace names;
+    analysis::NameTally tally;
+};
+
 struct LoadReportOptions {
     // Called with a stage ("loading", "analysing") and the fraction done; may be empty.
     std::function<void(std::string_view stage, double fraction)> progress;
     const std::atomic<bool>* cancel = nullptr;
     // The first run of a comparison: the loaded run is diffed against it (ReportRun::diff).
-    const analysis::RunTrace* diff_against = nullptr;
-    // Where to keep the loaded trace (the first run of a comparison, to diff the others with).
-    std::optional<analysis::RunTrace>* keep_trace = nullptr;
+    const DiffBase* diff_against = nullptr;
+    // Where to keep the loaded run's tally (the first run of a comparison, to diff the others
+    // with).
+    std::optional<DiffBase>* keep_tally = nullptr;
 };
 
 // Opens, loads and analyses a run database; errors name the file.

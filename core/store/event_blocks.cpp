@@ -184,7 +184,10 @@ void EventBlockWriter::discard() {
 }
 
 bool EventBlockWriter::write_block(std::vector<Event>& events) {
-    const EventBlock block = encoder_.encode(events);
+    return insert(encoder_.encode(events));
+}
+
+bool EventBlockWriter::insert(const EventBlock& block) {
     insert_.bind(1, std::int64_t{block.lane.value});
     insert_.bind(2, block.start_min);
     insert_.bind(3, block.start_max);

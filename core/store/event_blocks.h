@@ -75,6 +75,8 @@ public:
     // Writes `events` (all of one lane, at most kEventsPerBlock) as one block at once, past the
     // staging: merge, which hands over each lane whole and in order. Sorts them in place.
     bool write_block(std::vector<Event>& events);
+    // Inserts a block an encoder of its own made (merge's workers).
+    bool insert(const EventBlock& block);
 
 private:
     std::vector<Event>& lane_events(LaneId lane);

@@ -258,6 +258,18 @@ void RunSummaryBuilder::add(const Event& event) {
     by_lane_[lane]->add(event);
 }
 
+void RunSummaryBuilder::take(RunSummaryBuilder&& other) {
+    if (other.by_lane_.size() > by_lane_.size()) {
+        by_lane_.resize(other.by_lane_.size());
+    }
+    for (std::size_t lane = 0; lane < other.by_lane_.size(); ++lane) {
+        if (other.by_lane_[lane]) {
+            by_lane_[lane] = std::move(other.by_lane_[lane]);
+        }
+    }
+    other.by_lane_.clear();
+}
+
 std::vector<LaneSummary> RunSummaryBuilder::finish(const std::vector<LaneId>& every_lane) && {
     for (const LaneId lane : every_lane) {
         if (lane.value >= by_lane_.size()) {

@@ -92,6 +92,9 @@ public:
             add(event);
         }
     }
+    // The lanes `other` summarised, which this one must not have (merge: each lane is
+    // summarised on one worker).
+    void take(RunSummaryBuilder&& other);
     // By lane id. A reader needs a row for every lane (one missing reads as damaged), so
     // `every_lane` names the file's lanes: those that had no events get an empty summary.
     std::vector<LaneSummary> finish(const std::vector<LaneId>& every_lane = {}) &&;

@@ -4,16 +4,19 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <system_error>
 #include <utility>
 
+#include "core/store/event_blocks.h"
 #include "core/store/event_pack.h"
 #include "core/store/event_rows.h"
 #include "core/store/lane_summary.h"
 #include "core/store/schema.h"
 #include "core/store/trace_reader.h"
 #include "core/store/trace_writer.h"
+#include "core/util/ordered_pool.h"
 #include "core/util/output_file.h"
 
 namespace fulcrum::store {
@@ -352,8 +355,79 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
 // as they pass (lane_summary.h). A file of rows (schema 2) is read whole
 // in rowid order and sorted once: ~5x faster than a sorted query per lane, and a file whose
 // writer was killed has no index for those.
+// One lane of a rank file made ready on a worker: its events re-timed and renamed, cut into
+// blocks, encoded and compressed, and summarised.
+struct EncodedLane {
+    std::vector<EventBlock> blocks;  // `data` left empty: the bytes are in `bytes`
+    std::vector<std::string> bytes;
+    RunSummaryBuilder summaries;
+};
+
+// A rank file in blocks into the run's blocks, its lanes side by side on `threads` workers
+// (each with its own connection and encoder) and inserted here in lane order, a few lanes
+// ahead at most: the blocks, their order and so the file are what one thread makes.
+Status copy_lanes_as_blocks(Database& db, const TraceReader& reader, const EventMapping& mapping,
+                            EventBlockWriter& blocks, RunSummaryBuilder& summaries, int threads,
+                            const LaneProgress& progress) {
+    const std::vector<LaneId> lanes = lanes_in_order(reader);
+    const int workers = threads > 0 ? threads : worker_threads();
+    std::vector<std::optional<TraceReader>> readers(static_cast<std::size_t>(workers));
+    std::vector<std::unique_ptr<EventBlockEncoder>> encoders(static_cast<std::size_t>(workers));
+    const auto encode_lane = [&](int worker, std::size_t index) -> Result<EncodedLane> {
+        auto& own = readers[static_cast<std::size_t>(worker)];
+        if (!own) {
+            auto opened = TraceReader::open(reader.path());
+            if (!opened) {
+                return opened.error();
+            }
+            own.emplace(std::move(*opened));
+            encoders[static_cast<std::size_t>(worker)] = std::make_unique<EventBlockEncoder>();
+        }
+        EventBlockEncoder& encoder = *encoders[static_cast<std::size_t>(worker)];
+        EncodedLane lane;
+        std::vector<Event> block;
+        const auto encode_block = [&] {
+            EventBlock encoded = encoder.encode(block);
+            lane.bytes.emplace_back(encoded.data);
+            encoded.data = {};
+            lane.blocks.push_back(encoded);
+            block.clear();
+        };
+        auto status = own->for_each_event(lanes[index], [&](const Event& e) {
+            lane.summaries.add(block.emplace_back(mapping(e)));
+            if (block.size() == kEventsPerBlock) {
+                encode_block();
+            }
+            return true;
+        });
+        if (!status) {
+            return status.error();
+        }
+        if (!block.empty()) {
+            encode_block();
+        }
+        return lane;
+    };
+    const auto insert_lane = [&](std::size_t index, EncodedLane&& lane) -> Status {
+        for (std::size_t i = 0; i < lane.blocks.size(); ++i) {
+            EventBlock& block = lane.blocks[i];
+            block.data = lane.bytes[i];
+            if (!blocks.insert(block)) {
+                return db.error_for("cannot write");
+            }
+        }
+        summaries.take(std::move(lane.summaries));
+        if (!progress(double(index + 1) / double(lanes.size()))) {
+            return cancelled_merge();
+        }
+        return {};
+    };
+    return produce_in_order<EncodedLane>(
+        lanes.size(), workers, 2 * static_cast<std::size_t>(workers), encode_lane, insert_lane);
+}
+
 Status copy_events_as_blocks(Database& db, const TraceReader& reader, const EventMapping& mapping,
-                             EventBlockWriter& blocks, RunSummaryBuilder& summaries,
+                             EventBlockWriter& blocks, RunSummaryBuilder& summaries, int threads,
                              const LaneProgress& progress) {
     std::vector<Event> block;
     bool ok = true;
@@ -398,19 +472,7 @@ Status copy_events_as_blocks(Database& db, const TraceReader& reader, const Even
         }
         return end_lane();
     }
-    const std::vector<LaneId> lanes = lanes_in_order(reader);
-    for (std::size_t i = 0; i < lanes.size(); ++i) {
-        if (auto status = reader.for_each_event(lanes[i], add); !status) {
-            return status;
-        }
-        if (auto status = end_lane(); !status) {
-            return status;
-        }
-        if (!progress(double(i + 1) / double(lanes.size()))) {
-            return cancelled_merge();
-        }
-    }
-    return {};
+    return copy_lanes_as_blocks(db, reader, mapping, blocks, summaries, threads, progress);
 }
 
 // The merged run's row, from the first source's with these in place of its own.
@@ -427,6 +489,7 @@ struct EventOutput {
     RunSummaryBuilder* summaries = nullptr;  // with blocks
     EventPackWriter* pack = nullptr;
     RankClock rank_clock = RankClock::aligned;
+    int threads = 0;  // MergeOptions::threads
 };
 
 // Attaches one rank file, copies it in (copy_source_sql and the events' copy), with the run row
@@ -457,7 +520,7 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
             const EventMapping mapping(std::move(*strings), shift, lane_offset);
             return output.blocks != nullptr
                        ? copy_events_as_blocks(db, *reader, mapping, *output.blocks,
-                                               *output.summaries, progress)
+                                               *output.summaries, output.threads, progress)
                        : copy_events_as_rows(db, *reader, mapping, output.pack, progress);
         }();
     }
@@ -635,7 +698,7 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
         }
     }
     const EventOutput event_output{blocks ? &*blocks : nullptr, &summaries, pack ? &*pack : nullptr,
-                                   rank_clock};
+                                   rank_clock, options.threads};
     std::int64_t lane_offset = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
         const Source& source = sources[i];

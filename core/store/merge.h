@@ -27,6 +27,10 @@ struct MergeOptions {
     // an event, written at several million events a second), or rows of the event table with
     // the event pack, for SQL (`fulcrum merge --rows`, `fulcrum export --format sqlite`).
     WriterOptions::EventStorage events = WriterOptions::EventStorage::blocks;
+    // Threads that decode, re-time and compress a rank file's lanes side by side for a run in
+    // blocks (0: one per core); the writer inserts them in lane order, so the run is the same
+    // byte for byte whatever the number.
+    int threads = 0;
     // Called with the fraction done, 0..1; return false to cancel.
     std::function<bool(double)> progress;
 };

@@ -431,6 +431,61 @@ Status TraceReader::for_each_event(LaneId lane_id,
     return visit_event_rows(db_, *stmt, visit);
 }
 
+Status TraceReader::read_lane(LaneId lane_id, std::vector<Event>& out) const {
+    if (!events_in_blocks_) {
+        return for_each_event(lane_id, [&out](const Event& event) {
+            out.push_back(event);
+            return true;
+        });
+    }
+    auto count = db_.prepare("SELECT SUM(events) FROM event_block WHERE lane = ?1");
+    if (!count) {
+        return count.error();
+    }
+    count->bind(1, std::int64_t{lane_id.value});
+    if (!count->step()) {
+        return query_failed(db_, *count);
+    }
+    // A damaged count is found at its block; it only must not reserve without bound first.
+    constexpr std::int64_t kLargestReserve = std::int64_t{1} << 26;
+    const std::int64_t events = count->column_int64(0);
+    if (events > 0 && events <= kLargestReserve) {
+        out.reserve(out.size() + static_cast<std::size_t>(events));
+    }
+    auto stmt = select_blocks("WHERE lane = ?1 ORDER BY start_min, rowid");
+    if (!stmt) {
+        return stmt.error();
+    }
+    stmt->bind(1, std::int64_t{lane_id.value});
+    const std::size_t first = out.size();
+    while (stmt->step()) {
+        const std::int64_t block_events = stmt->column_int64(1);
+        const std::size_t middle = out.size();
+        if (block_events < 0 ||
+            !decode_stored_block(stmt->column_blob(4), static_cast<std::size_t>(block_events),
+                                 lane_id, static_cast<int>(stmt->column_int64(2)),
+                                 static_cast<int>(stmt->column_int64(3)), out)) {
+            out.resize(middle);
+            return damaged_block(lane_id, stmt->column_int64(5));
+        }
+        const auto begin = out.begin() + static_cast<std::ptrdiff_t>(first);
+        const auto block = out.begin() + static_cast<std::ptrdiff_t>(middle);
+        // As visit_blocks: a block edited by hand is sorted; then blocks that overlap are
+        // merged, earlier blocks first on ties (as for_each_block_event merges them).
+        if (!std::is_sorted(block, out.end(), in_store_order)) {
+            std::stable_sort(block, out.end(), in_store_order);
+        }
+        if (block != begin && block != out.end() && in_store_order(*block, *(block - 1))) {
+            std::inplace_merge(std::upper_bound(begin, block, *block, in_store_order), block,
+                               out.end(), in_store_order);
+        }
+    }
+    if (stmt->last_result() != SQLITE_DONE) {
+        return query_failed(db_, *stmt);
+    }
+    return {};
+}
+
 Result<std::pair<std::int64_t, std::int64_t>> TraceReader::event_rowids() const {
     auto stmt = db_.prepare(events_in_blocks_ ? "SELECT MIN(rowid), MAX(rowid) FROM event_block"
                                               : "SELECT MIN(rowid), MAX(rowid) FROM event");

@@ -58,6 +58,10 @@ public:
     // Streams every event of a lane by start time (end time descending on ties, so a parent
     // comes before the children that start with it). Return false to stop early.
     Status for_each_event(LaneId lane, const std::function<bool(const Event&)>& visit) const;
+    // Appends every event of a lane to `out` in the order for_each_event visits them: a
+    // block's events are decoded straight into `out` (sized once from the blocks' counts), not
+    // handed over one at a time.
+    Status read_lane(LaneId lane, std::vector<Event>& out) const;
 
     // The whole event table in storage order, a slice of rowids at a time: a sequential read
     // with no sort, the fastest way to load a run. Rows [begin, end) of event_rowids(); for a

@@ -5,8 +5,10 @@
 #include <QRegularExpression>
 #include <QtTest>
 
+#include "core/analysis/run_diff.h"
 #include "core/report/html_report.h"
 #include "core/report/report_html.h"
+#include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
 
 using namespace fulcrum;
@@ -149,9 +151,9 @@ private slots:
     // Fixed against WLB-LLM: both runs' offload and kernel sections with their own figures,
     // the comparison's table with both balancers, and the second run's diff against the first.
     void comparisonReport() {
-        std::optional<analysis::RunTrace> first;
+        std::optional<DiffBase> first;
         LoadReportOptions keep;
-        keep.keep_trace = &first;
+        keep.keep_tally = &first;
         auto fixed = load_report_run(fixture("gpu-pp2cp2-offload-fixed.fulcrum"), keep);
         QVERIFY2(fixed.ok(), fixed.ok() ? "" : fixed.error().message.c_str());
         QVERIFY(first.has_value());
@@ -160,6 +162,29 @@ private slots:
         auto wlb = load_report_run(fixture("gpu-pp2cp2-offload-wlb.fulcrum"), against);
         QVERIFY2(wlb.ok(), wlb.ok() ? "" : wlb.error().message.c_str());
         QVERIFY(wlb->diff.has_value());
+        // Tallied a rank at a time from the files, the diff is the one of the runs held whole.
+        {
+            const auto whole = [](const std::string& path) {
+                auto reader = store::TraceReader::open(path);
+                return std::move(*analysis::load_run_trace(*reader));
+            };
+            const analysis::RunTrace a = whole(fixture("gpu-pp2cp2-offload-fixed.fulcrum"));
+            const analysis::RunTrace b = whole(fixture("gpu-pp2cp2-offload-wlb.fulcrum"));
+            const analysis::RunDiff held =
+                analysis::diff_runs({&a, std::nullopt}, {&b, std::nullopt});
+            QVERIFY(!held.rows.empty());
+            QCOMPARE(wlb->diff->steps_a, held.steps_a);
+            QCOMPARE(wlb->diff->steps_b, held.steps_b);
+            QCOMPARE(wlb->diff->rows.size(), held.rows.size());
+            for (std::size_t i = 0; i < held.rows.size(); ++i) {
+                QCOMPARE(wlb->diff->rows[i].name, held.rows[i].name);
+                QCOMPARE(wlb->diff->rows[i].kind, held.rows[i].kind);
+                QCOMPARE(wlb->diff->rows[i].count_a, held.rows[i].count_a);
+                QCOMPARE(wlb->diff->rows[i].count_b, held.rows[i].count_b);
+                QCOMPARE(wlb->diff->rows[i].total_ns_a, held.rows[i].total_ns_a);
+                QCOMPARE(wlb->diff->rows[i].total_ns_b, held.rows[i].total_ns_b);
+            }
+        }
 
         const QString html = QString::fromStdString(html_report({*fixed, *wlb}));
         QVERIFY(html.contains("<section id=\"comparison\"><h2>Balancer comparison</h2>"));

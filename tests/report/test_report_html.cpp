@@ -255,16 +255,20 @@ private slots:
         const std::string data = FULCRUM_SOURCE_DIR "/tests/import/kineto/data/";
         auto imported = importer::import_files({data + "rank0.json", data + "rank1.json"}, path);
         QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
-        std::optional<RunTrace> first;
+        std::optional<report::DiffBase> first;
         report::LoadReportOptions options;
-        options.keep_trace = &first;
+        options.keep_tally = &first;
         auto gpu = report::load_report_run(path, options);
         QVERIFY2(gpu.ok(), gpu.ok() ? "" : gpu.error().message.c_str());
         QVERIFY(first.has_value());
         QVERIFY(!gpu->diff);
         report::ReportRun cpu = hostile_report_run();
         const RunTrace cpu_trace = hostile_run();
-        cpu.diff = diff_runs({&*first, std::nullopt}, {&cpu_trace, std::nullopt});
+        NameTally cpu_tally;
+        for (const RankTrace& rank : cpu_trace.ranks) {
+            cpu_tally.add(rank);
+        }
+        cpu.diff = diff_tallies({&first->tally, &first->names}, {&cpu_tally, &cpu_trace});
         const std::string html = report::html_report({*gpu, cpu});
 
         // Rank 0 of rank0.json: kernels from 1050 µs to 2650 µs.

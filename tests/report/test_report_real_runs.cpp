@@ -73,10 +73,10 @@ private slots:
         fixed_ = work_.filePath("runs/fixed/run.fulcrum");
         wlb_ = work_.filePath("runs/wlb/run.fulcrum");
         // As `fulcrum report` loads a comparison: the second run diffed against the first.
-        std::optional<analysis::RunTrace> first;
+        std::optional<report::DiffBase> first;
         for (const QString& path : {fixed_, wlb_}) {
             report::LoadReportOptions options;
-            options.keep_trace = runs_.empty() ? &first : nullptr;
+            options.keep_tally = runs_.empty() ? &first : nullptr;
             options.diff_against = !runs_.empty() && first ? &*first : nullptr;
             auto run = report::load_report_run(path.toStdString(), options);
             QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());

@@ -657,6 +657,19 @@ private slots:
                 return true;
             }));
             QCOMPARE(by_blocks, by_rows);
+            // read_lane gives what for_each_event visits, event for event and in its order,
+            // merging the blocks that overlap; appended after what `out` holds.
+            for (const auto* reader : {&*rows, &*blocks}) {
+                std::vector<Event> visited_events;
+                QVERIFY(reader->for_each_event(lane, [&](const Event& e) {
+                    visited_events.push_back(e);
+                    return true;
+                }));
+                std::vector<Event> read{visited_events.front()};
+                QVERIFY(reader->read_lane(lane, read));
+                QCOMPARE(read.size(), visited_events.size() + 1);
+                QVERIFY(std::equal(read.begin() + 1, read.end(), visited_events.begin()));
+            }
             int visited = 0;
             QVERIFY(blocks->for_each_event(lane, [&](const Event&) { return ++visited < 10; }));
             QCOMPARE(visited, 10);

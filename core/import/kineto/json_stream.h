@@ -1,8 +1,9 @@
-// Streaming JSON for the Kineto importer: no DOM. JsonStream reads a (possibly gzipped) file
-// through zlib in bounded chunks and hands out one top-level member or one array element at a
-// time as a view of its raw text; JsonCursor parses such a small view (one trace event) in
-// place. Memory is the chunk buffer plus the largest single element; a file's next few chunks
-// are read (and gunzipped) ahead on a second thread.
+// Streaming JSON for the Kineto importer: no DOM. JsonStream reads a file and hands out one
+// top-level member or one array element at a time as a view of its raw text; JsonCursor parses
+// such a small view (one trace event) in place. A plain file is mapped and read where it lies
+// (the pages behind the parser are let go, so memory stays bounded); a gzipped one is gunzipped
+// in bounded chunks a few ahead on a second thread. Memory is then the chunk buffer plus the
+// largest single element.
 #pragma once
 
 #include <zlib.h>
@@ -42,7 +43,9 @@ public:
 private:
     bool fill();            // reads more, keeping [pos_, end_); false when nothing more came
     bool fill_from_file();  // fill() for a file: the next chunk read ahead
-    void stop_at_end();     // the input ended: eof_, and the problem placed
+    bool map_plain_file(const std::string& path);  // false: not a plain, regular, non-empty file
+    void let_go_behind();  // a mapped file's pages before pos_ returned to the system
+    void stop_at_end();    // the input ended: eof_, and the problem placed
     int read_more(char* into, std::size_t room);  // bytes read; <= 0 at the end or on an error
 
     class ReadAhead;  // a file's reads and gunzipping, on their own thread
@@ -54,6 +57,10 @@ private:
     bool inflating_ = false;
     bool inflate_done_ = false;
     std::vector<char> buf_;
+    const char* data_ = nullptr;  // the bytes [0, end_): buf_'s, or a mapped file's
+    void* mapped_ = nullptr;      // a plain file's mapping (munmap'd with the stream)
+    std::size_t mapped_size_ = 0;
+    std::size_t let_go_ = 0;  // a mapped file's bytes before this are given back
     std::size_t pos_ = 0, end_ = 0;
     std::uint64_t base_ = 0;
     std::int64_t file_offset_ = 0;  // of a file: file_offset() at the last chunk taken

@@ -326,36 +326,42 @@ private slots:
         QVERIFY(reader->summary() && reader->summary()->event_count > 0);
     }
 
-    // A file is read ahead on a thread, in 1 MiB chunks the parser takes whole
-    // (core/import/kineto/json_stream.cpp); the importer must make of it what it makes of the
-    // same bytes read in place from memory: events across chunk boundaries, one event longer
-    // than a chunk's headroom across a boundary, gzip, and a gzip file cut short.
+    // A gzip file is read ahead on a thread, in 1 MiB chunks the parser takes whole, and a
+    // plain one is mapped, its pages let go every 16 MiB behind the parser
+    // (core/import/kineto/json_stream.cpp); the importer must make of either what it makes of
+    // the same bytes read in place from memory: events across chunk boundaries, one event
+    // longer than a chunk's headroom across a boundary, gzip, and files cut short.
     void read_ahead_reads_what_memory_reads() {
-        std::string text = "{\"traceEvents\": [\n";
-        char line[256];
-        for (int i = 0; text.size() < (3u << 20); ++i) {
-            if (text.size() > (1u << 20) - (100u << 10) && text.size() < (1u << 20)) {
-                text += "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"" +
-                        std::string(300000, 'n') +
-                        "\", \"pid\": 1, \"tid\": 1, \"ts\": 5, \"dur\": 1},\n";
+        const auto trace_text = [](std::size_t size) {
+            std::string text = "{\"traceEvents\": [\n";
+            char line[256];
+            for (int i = 0; text.size() < size; ++i) {
+                if (text.size() > (1u << 20) - (100u << 10) && text.size() < (1u << 20)) {
+                    text += "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"" +
+                            std::string(300000, 'n') +
+                            "\", \"pid\": 1, \"tid\": 1, \"ts\": 5, \"dur\": 1},\n";
+                }
+                std::snprintf(line, sizeof line,
+                              "{\"ph\": \"X\", \"cat\": \"%s\", \"name\": \"op%d\", \"pid\": %d, "
+                              "\"tid\": %d, \"ts\": %d.5, \"dur\": 1.25, \"args\": {\"stream\": 7, "
+                              "\"correlation\": %d}},\n",
+                              i % 3 == 0 ? "kernel" : "cpu_op", i % 100, i % 3 == 0 ? 0 : 1,
+                              i % 3 == 0 ? 7 : 1, 10 + i * 2, i);
+                text += line;
             }
-            std::snprintf(line, sizeof line,
-                          "{\"ph\": \"X\", \"cat\": \"%s\", \"name\": \"op%d\", \"pid\": %d, "
-                          "\"tid\": %d, \"ts\": %d.5, \"dur\": 1.25, \"args\": {\"stream\": 7, "
-                          "\"correlation\": %d}},\n",
-                          i % 3 == 0 ? "kernel" : "cpu_op", i % 100, i % 3 == 0 ? 0 : 1,
-                          i % 3 == 0 ? 7 : 1, 10 + i * 2, i);
-            text += line;
-        }
-        text +=
-            "{\"ph\": \"i\", \"s\": \"t\", \"name\": \"last\", \"pid\": 1, \"tid\": 1, "
-            "\"ts\": 1}\n], \"baseTimeNanoseconds\": 1700000000000000000}\n";
-        spit((dir_ / "big.json").string(), text);
-        gzip_to((dir_ / "big.json.gz").string(), text);
+            text +=
+                "{\"ph\": \"i\", \"s\": \"t\", \"name\": \"last\", \"pid\": 1, \"tid\": 1, "
+                "\"ts\": 1}\n], \"baseTimeNanoseconds\": 1700000000000000000}\n";
+            return text;
+        };
+        const std::string plain = trace_text(40u << 20);  // past two let-go windows
+        spit((dir_ / "big.json").string(), plain);
+        spit((dir_ / "big-cut.json").string(), std::string_view(plain).substr(0, plain.size() / 2));
+        gzip_to((dir_ / "big.json.gz").string(), trace_text(3u << 20));
         const std::string gz = slurp((dir_ / "big.json.gz").string());
         spit((dir_ / "big-cut.json.gz").string(), std::string_view(gz).substr(0, gz.size() / 2));
         auto kineto = importer::make_kineto_importer();
-        for (const char* name : {"big.json", "big.json.gz", "big-cut.json.gz"}) {
+        for (const char* name : {"big.json", "big-cut.json", "big.json.gz", "big-cut.json.gz"}) {
             const std::string path = (dir_ / name).string();
             const std::string bytes = slurp(path);
             MemorySink from_file, from_memory;
@@ -375,7 +381,7 @@ private slots:
                 const std::string head = reason.substr(0, reason.find(" (gzip"));
                 QCOMPARE(head, from_memory.import_log()[i].reason.substr(0, head.size()));
             }
-            QCOMPARE(cut, std::string_view(name) == "big-cut.json.gz");
+            QCOMPARE(cut, std::string_view(name).starts_with("big-cut"));
         }
     }
 

@@ -518,29 +518,17 @@ Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace&
     }
     metadata = std::move(*loaded);
     metadata.workload = std::move(*workload);
-    // One connection a worker: SQLite connections are not shared between threads.
     const int workers = worker_threads();
-    std::vector<std::optional<store::TraceReader>> readers(static_cast<std::size_t>(workers));
     const RunTrace& trace = metadata;
+    RankLoader ranks(reader, trace, workers);
     return analyze_ranks(
         trace,
         [&](int worker, std::size_t index) -> Result<RankFindings> {
-            auto& own = readers[static_cast<std::size_t>(worker)];
-            if (!own) {
-                auto opened = store::TraceReader::open(reader.path());
-                if (!opened) {
-                    return opened.error();
-                }
-                own.emplace(std::move(*opened));
+            auto rank = ranks.load(worker, index);
+            if (!rank) {
+                return rank.error();
             }
-            // Refilled rank after rank, keeping its arrays' pages. A worker is a thread of
-            // produce_in_order's pool, which ends once the ranks are read: the arrays go
-            // with it, before the analyses across ranks allocate theirs.
-            thread_local RankTrace rank;
-            if (auto status = load_rank_trace(*own, trace.ranks[index], rank); !status) {
-                return status.error();
-            }
-            return read_rank(trace, rank, index == 0);
+            return read_rank(trace, **rank, index == 0);
         },
         workers, options);
 }

@@ -100,28 +100,19 @@ Result<NameTally> tally_run_file(const store::TraceReader& reader, const RunTrac
                                  std::optional<std::int32_t> step,
                                  const std::function<void(double)>& progress,
                                  const std::atomic<bool>* cancel) {
-    // One connection a worker: SQLite connections are not shared between threads.
     const int workers = worker_threads();
-    std::vector<std::optional<store::TraceReader>> readers(static_cast<std::size_t>(workers));
+    RankLoader loader(reader, metadata, workers);
     NameTally total(step);
     const std::size_t ranks = metadata.ranks.size();
     auto status = produce_in_order<NameTally>(
         ranks, workers, 2 * static_cast<std::size_t>(workers),
         [&](int worker, std::size_t index) -> Result<NameTally> {
-            auto& own = readers[static_cast<std::size_t>(worker)];
-            if (!own) {
-                auto opened = store::TraceReader::open(reader.path());
-                if (!opened) {
-                    return opened.error();
-                }
-                own.emplace(std::move(*opened));
-            }
-            thread_local RankTrace rank;  // as analyze_run_file's workers keep theirs
-            if (auto loaded = load_rank_trace(*own, metadata.ranks[index], rank); !loaded) {
-                return loaded.error();
+            auto rank = loader.load(worker, index);
+            if (!rank) {
+                return rank.error();
             }
             NameTally part(step);
-            part.add(rank);
+            part.add(**rank);
             return part;
         },
         [&](std::size_t index, NameTally&& part) -> Status {

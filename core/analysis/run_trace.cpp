@@ -390,7 +390,22 @@ void join_lanes(RunTrace& trace, const store::TraceReader& reader,
 
 }  // namespace
 
-Status load_rank_trace(const store::TraceReader& reader, const RankTrace& rank, RankTrace& into) {
+RankLoader::RankLoader(const store::TraceReader& reader, const RunTrace& metadata, int workers)
+    : reader_(reader), metadata_(metadata), readers_(static_cast<std::size_t>(workers)) {}
+
+RankLoader::~RankLoader() = default;
+
+Result<const RankTrace*> RankLoader::load(int worker, std::size_t index) {
+    auto& own = readers_[static_cast<std::size_t>(worker)];
+    if (!own) {
+        auto opened = store::TraceReader::open(reader_.path());
+        if (!opened) {
+            return opened.error();
+        }
+        own = std::make_unique<store::TraceReader>(std::move(*opened));
+    }
+    thread_local RankTrace into;
+    const RankTrace& rank = metadata_.ranks[index];
     into.info = rank.info;
     into.lanes.resize(rank.lanes.size());
     for (std::size_t i = 0; i < rank.lanes.size(); ++i) {
@@ -398,11 +413,11 @@ Status load_rank_trace(const store::TraceReader& reader, const RankTrace& rank, 
         lane.info = rank.lanes[i].info;
         lane.events.clear();
         // In the store's order, as load_run_trace orders a lane.
-        if (auto status = reader.read_lane(lane.info.id, lane.events); !status) {
-            return status;
+        if (auto status = own->read_lane(lane.info.id, lane.events); !status) {
+            return status.error();
         }
     }
-    return {};
+    return &into;
 }
 
 Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -136,11 +137,28 @@ struct LoadOptions {
 
 Result<RunTrace> load_run_trace(const store::TraceReader& reader, const LoadOptions& options = {});
 
-// The events of one rank of a run loaded without them (LoadOptions::read_events false) into
-// `into`: its lanes, each in the store's order, for what reads a run a rank at a time
-// (run_analysis.h). `into`'s event arrays are refilled, not replaced, so that a worker reading
-// rank after rank keeps their memory instead of taking fresh pages from the system for each
-// rank (a 1 B-event run's lanes are tens of MB, which glibc maps and unmaps every time).
-Status load_rank_trace(const store::TraceReader& reader, const RankTrace& rank, RankTrace& into);
+// Reads a run file's ranks, one at a time on each worker of a produce_in_order pool
+// (core/util/ordered_pool.h), for what reads a run a rank at a time (analyze_run_file,
+// tally_run_file): each worker opens its own connection to the file (SQLite connections are
+// not shared between threads) and refills one rank's event arrays rank after rank instead of
+// taking fresh pages from the system for each (a 1 B-event run's lanes are tens of MB, which
+// glibc maps and unmaps every time). The arrays are thread_local: they go when the pool's
+// threads end, before what comes after the ranks allocates.
+class RankLoader {
+public:
+    // `metadata`: the run loaded without its events (LoadOptions::read_events false).
+    RankLoader(const store::TraceReader& reader, const RunTrace& metadata, int workers);
+    ~RankLoader();
+    RankLoader(const RankLoader&) = delete;
+    RankLoader& operator=(const RankLoader&) = delete;
+    // Rank `index` of the metadata, its lanes each in the store's order; valid until this
+    // worker's next load.
+    Result<const RankTrace*> load(int worker, std::size_t index);
+
+private:
+    const store::TraceReader& reader_;
+    const RunTrace& metadata_;
+    std::vector<std::unique_ptr<store::TraceReader>> readers_;  // by worker, opened on first use
+};
 
 }  // namespace fulcrum::analysis

@@ -349,12 +349,6 @@ Status copy_events_as_rows(Database& db, const TraceReader& reader, const EventM
     return {};
 }
 
-// Every event of a source as blocks of the merged run: lane by lane, each lane's events in
-// store order cut into full blocks, so that a lane's blocks follow each other in time (a rank
-// file's overlap, and its last ones are often short); and into the timeline's lane summaries
-// as they pass (lane_summary.h). A file of rows (schema 2) is read whole
-// in rowid order and sorted once: ~5x faster than a sorted query per lane, and a file whose
-// writer was killed has no index for those.
 // One lane of a rank file made ready on a worker: its events re-timed and renamed, cut into
 // blocks, encoded and compressed, and summarised.
 struct EncodedLane {
@@ -426,6 +420,13 @@ Status copy_lanes_as_blocks(Database& db, const TraceReader& reader, const Event
         lanes.size(), workers, 2 * static_cast<std::size_t>(workers), encode_lane, insert_lane);
 }
 
+// Every event of a source as blocks of the merged run: lane by lane, each lane's events in
+// store order cut into full blocks, so that a lane's blocks follow each other in time (a rank
+// file's overlap, and its last ones are often short); and into the timeline's lane summaries
+// as they pass (lane_summary.h). A file of rows (schema 2) is read whole
+// in rowid order and sorted once: ~5x faster than a sorted query per lane, and a file whose
+// writer was killed has no index for those. A file of blocks goes lane by lane through
+// copy_lanes_as_blocks.
 Status copy_events_as_blocks(Database& db, const TraceReader& reader, const EventMapping& mapping,
                              EventBlockWriter& blocks, RunSummaryBuilder& summaries, int threads,
                              const LaneProgress& progress) {

@@ -135,28 +135,34 @@ Status write_output(const std::string& path, bool force, const OutputPieces& pro
     return file->commit();
 }
 
-Result<analysis::RunTrace> load_calibration_run(const std::string& path, bool progress,
-                                                std::atomic<bool>& cancel) {
+Result<CalibrationRun> load_calibration_run(const std::string& path, bool progress,
+                                            std::atomic<bool>& cancel) {
     auto reader = store::TraceReader::open(path);
     if (!reader) {
         return reader.error();
     }
-    analysis::LoadOptions load;
-    load.progress = progress_for("loading " + path, progress, cancel);
-    load.cancel = &cancel;
-    auto trace = analysis::load_run_trace(*reader, load);
+    analysis::AnalyzeOptions analyze;
+    const auto shown = progress_for("analysing " + path, progress, cancel);
+    analyze.progress = [&](std::string_view, double fraction) { shown(fraction); };
+    analyze.cancel = &cancel;
+    CalibrationRun loaded;
+    auto result = analysis::analyze_run_file(*reader, loaded.run, analyze);
     finish_progress_line();
-    return trace;
+    if (!result) {
+        return result.error();
+    }
+    loaded.analysis = std::move(*result);
+    return loaded;
 }
 
-Result<std::vector<sim::Calibration>> calibrate_runs(const std::vector<analysis::RunTrace>& traces,
+Result<std::vector<sim::Calibration>> calibrate_runs(const std::vector<CalibrationRun>& runs,
                                                      const std::vector<std::string>& paths) {
     std::vector<sim::Calibration> calibrations;
-    for (std::size_t i = 0; i < traces.size(); ++i) {
-        auto calibration = sim::calibrate(traces[i]);
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        auto calibration = sim::calibrate(runs[i].run, runs[i].analysis);
         if (!calibration) {
             Error error = calibration.error();
-            if (traces.size() > 1) {
+            if (runs.size() > 1) {
                 error.message = "--calibrate " + paths[i] + ": " + error.message;
             }
             error.message += " (--cost-model FILE)";

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
 #include "core/sim/simulator.h"
 #include "core/util/result.h"
@@ -50,11 +51,16 @@ void add_attention_backend_option(CLI::App& app, std::string& backend, const std
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
                                         const std::string& example);
 
-// --calibrate RUN of fulcrum simulate and fulcrum plan: the run loaded (with a progress line),
-// and each run's cost model fitted, the error naming the run that could not be fitted.
-Result<analysis::RunTrace> load_calibration_run(const std::string& path, bool progress,
-                                                std::atomic<bool>& cancel);
-Result<std::vector<sim::Calibration>> calibrate_runs(const std::vector<analysis::RunTrace>& traces,
+// --calibrate RUN of fulcrum simulate and fulcrum plan: the run analysed a rank at a time (with
+// a progress line; analyze_run_file, so a run of any size fits), and each run's cost model
+// taken from its analysis, the error naming the run that could not be fitted.
+struct CalibrationRun {
+    analysis::RunTrace run;  // without its events: its config and workload table
+    analysis::RunAnalysis analysis;
+};
+Result<CalibrationRun> load_calibration_run(const std::string& path, bool progress,
+                                            std::atomic<bool>& cancel);
+Result<std::vector<sim::Calibration>> calibrate_runs(const std::vector<CalibrationRun>& runs,
                                                      const std::vector<std::string>& paths);
 // --cost-model FILE: a cost model as JSON (analysis::cost_model_json), its source "given: FILE"
 // unless it names one.

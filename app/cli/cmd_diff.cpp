@@ -24,14 +24,15 @@ struct DiffArgs {
     int top = 30;
 };
 
-// One side of the diff: the run's metadata, and its events tallied by name over every step
-// or one, read a rank at a time (never the whole run in memory).
-struct Side {
+// A run's metadata and its events tallied by name, one tally per step asked for (every step,
+// or one), all in one read a rank at a time (never the whole run in memory).
+struct Tallied {
     analysis::RunTrace names;
-    analysis::NameTally tally;
+    std::vector<analysis::NameTally> tallies;
 };
 
-Result<Side> tally(const std::string& path, std::optional<std::int32_t> step) {
+Result<Tallied> tally(const std::string& path,
+                      const std::vector<std::optional<std::int32_t>>& steps) {
     auto reader = store::TraceReader::open(path);
     if (!reader) {
         return reader.error();
@@ -45,21 +46,25 @@ Result<Side> tally(const std::string& path, std::optional<std::int32_t> step) {
     auto line = progress_line("reading " + path);
     std::atomic<bool> cancel{false};  // Ctrl-C, through the progress line
     auto counted = analysis::tally_run_file(
-        *reader, *names, step, [&](double f) { cancel.store(cancel.load() || !line(f)); }, &cancel);
+        *reader, *names, steps, [&](double f) { cancel.store(cancel.load() || !line(f)); },
+        &cancel);
     finish_progress_line();
     if (!counted) {
         return counted.error();
     }
     // A step the run does not have would diff against nothing: refused, naming its steps.
-    const std::set<std::int32_t>& steps = counted->steps_present();
-    if (step && steps.count(*step) == 0) {
-        const std::string have = steps.empty() ? "it has no step numbers"
-                                               : "its steps are " + std::to_string(*steps.begin()) +
-                                                     " to " + std::to_string(*steps.rbegin());
-        return Error{ErrorCode::invalid_input,
-                     "'" + path + "' has no step " + std::to_string(*step) + "; " + have};
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        const std::set<std::int32_t>& present = (*counted)[i].steps_present();
+        if (steps[i] && present.count(*steps[i]) == 0) {
+            const std::string have = present.empty()
+                                         ? "it has no step numbers"
+                                         : "its steps are " + std::to_string(*present.begin()) +
+                                               " to " + std::to_string(*present.rbegin());
+            return Error{ErrorCode::invalid_input,
+                         "'" + path + "' has no step " + std::to_string(*steps[i]) + "; " + have};
+        }
     }
-    return Side{std::move(*names), std::move(*counted)};
+    return Tallied{std::move(*names), std::move(*counted)};
 }
 
 std::string side_name(const std::string& path, std::optional<std::int32_t> step) {
@@ -74,17 +79,25 @@ int run_diff(const DiffArgs& args) {
                   "(or a second run)"});
     }
     install_interrupt_handler();
-    auto a = tally(args.runs.front(), args.step_a);
+    // Two steps of one run: both tallied in one read of it.
+    const bool one_run = args.runs.size() == 1;
+    auto a = one_run ? tally(args.runs.front(), {args.step_a, args.step_b})
+                     : tally(args.runs.front(), {args.step_a});
     if (!a) {
         return report_error(a.error());
     }
-    auto b = tally(args.runs.back(), args.step_b);
-    if (!b) {
-        return report_error(b.error());
+    std::optional<Tallied> other;
+    if (!one_run) {
+        auto b = tally(args.runs.back(), {args.step_b});
+        if (!b) {
+            return report_error(b.error());
+        }
+        other = std::move(*b);
     }
+    const Tallied& b = one_run ? *a : *other;
     const std::string& b_path = args.runs.back();
-    const analysis::RunDiff diff =
-        analysis::diff_tallies({&a->tally, &a->names}, {&b->tally, &b->names});
+    const analysis::RunDiff diff = analysis::diff_tallies(
+        {&a->tallies.front(), &a->names}, {&b.tallies.back(), &b.names});
     const std::string a_name = side_name(args.runs.front(), args.step_a);
     const std::string b_name = side_name(b_path, args.step_b);
     const std::string out = args.json ? analysis::diff_json(diff, a_name, b_name)

@@ -177,17 +177,17 @@ Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
     if (!args.attention_backend.empty()) {
         request.hardware.unfused_attention = args.attention_backend == "unfused";
     }
-    std::vector<analysis::RunTrace> traces;
+    std::vector<CalibrationRun> runs;
     for (const std::string& path : args.calibrate) {
-        auto trace = load_calibration_run(path, args.progress, cancel);
-        if (!trace) {
-            return trace.error();
+        auto run = load_calibration_run(path, args.progress, cancel);
+        if (!run) {
+            return run.error();
         }
-        traces.push_back(std::move(*trace));
+        runs.push_back(std::move(*run));
     }
-    if (!traces.empty()) {
+    if (!runs.empty()) {
         // Adaptive CP sharding weighs the first run's kernel (its backend's).
-        if (auto settings = sim::config_from_run(traces.front())) {
+        if (auto settings = sim::config_from_run(runs.front().run)) {
             request.attention_kernel = settings->config.attention_kernel;
         }
     }
@@ -201,7 +201,7 @@ Status build_costs(PlanArgs& args, std::atomic<bool>& cancel) {
         request.calibration_runs = args.calibrate;  // settings only, as in fulcrum simulate
         return {};
     }
-    auto calibrations = calibrate_runs(traces, args.calibrate);
+    auto calibrations = calibrate_runs(runs, args.calibrate);
     if (!calibrations) {
         return calibrations.error();
     }

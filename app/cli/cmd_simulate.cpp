@@ -680,15 +680,15 @@ int run_simulate(const SimulateArgs& args) {
     if (!thresholds) {
         return report_error(thresholds.error());
     }
-    std::vector<analysis::RunTrace> traces;
+    std::vector<CalibrationRun> runs;
     for (const std::string& path : args.calibrate) {
         auto loaded = load_calibration_run(path, args.progress, cancel);
         if (!loaded) {
             return report_error(loaded.error());
         }
-        traces.push_back(std::move(*loaded));
+        runs.push_back(std::move(*loaded));
     }
-    const analysis::RunTrace* trace = traces.empty() ? nullptr : &traces.front();
+    const analysis::RunTrace* trace = runs.empty() ? nullptr : &runs.front().run;
     auto config = build_config(args, trace);
     if (!config) {
         return report_error(config.error());
@@ -712,8 +712,8 @@ int run_simulate(const SimulateArgs& args) {
             return report_error(model.error());
         }
         config->cost_model = std::move(*model);
-    } else if (!traces.empty()) {
-        auto calibrations = calibrate_runs(traces, args.calibrate);
+    } else if (!runs.empty()) {
+        auto calibrations = calibrate_runs(runs, args.calibrate);
         if (!calibrations) {
             return report_error(calibrations.error());
         }

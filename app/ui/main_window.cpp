@@ -573,10 +573,12 @@ bool MainWindow::export_report(const QString& path) {
         }
         inputs.push_back(report::make_report_run(run->path.toStdString(), *run->trace,
                                                  *run->analysis, std::move(import_log)));
-        if (inputs.size() > 1) {
-            // As `fulcrum report` does: each run against the first, by name.
-            inputs.back().diff = analysis::diff_runs({runs.front()->trace.get(), std::nullopt},
-                                                     {run->trace.get(), std::nullopt});
+        const analysis::RunAnalysis& first = *runs.front()->analysis;
+        if (inputs.size() > 1 && first.names && run->analysis->names) {
+            // As `fulcrum report` does: each run against the first, by name (the analyses'
+            // tallies; a paged run holds no events to count).
+            inputs.back().diff = analysis::diff_tallies({&*first.names, runs.front()->trace.get()},
+                                                        {&*run->analysis->names, run->trace.get()});
         }
     }
     if (inputs.empty()) {

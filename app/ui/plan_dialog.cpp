@@ -32,8 +32,9 @@ QSpinBox* spin(int low, int high, int value) {
 void search(plan::PlanRequest request, views::RunPtr calibrate_on, const std::atomic<bool>* cancel,
             std::atomic<double>* progress, std::shared_ptr<views::PlanData> out, QString* error,
             bool* cancelled) {
-    if (calibrate_on && calibrate_on->trace) {
-        auto calibration = sim::calibrate(*calibrate_on->trace);
+    if (calibrate_on && calibrate_on->trace && calibrate_on->analysis) {
+        // The cost model the run's analysis fitted, held or paged alike.
+        auto calibration = sim::calibrate(*calibrate_on->trace, *calibrate_on->analysis);
         if (!calibration) {
             *error = QString::fromStdString(calibration.error().message);
             return;

@@ -6,7 +6,9 @@
 // resident memory (wait4's ru_maxrss of that child) is its own; the decode baseline runs in a
 // forked child for the same reason. Targets (issue 37, on this 2-core machine): analyze and
 // report each within 5 × the decode's wall time and 2 GB of peak memory, whatever the events
-// (and ≤ 12 s at 100 M events; issue 18's were 30 s and 60 s).
+// (and ≤ 12 s at 100 M events; issue 18's were 30 s and 60 s). --calibrate and --compare add
+// the other commands that read a whole run: `fulcrum simulate --calibrate` and a comparison
+// report, untargeted (run with --fulcrum OLD and NEW for a before and after).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -202,6 +204,8 @@ int main(int argc, char** argv) {
     std::string run_path;
     std::string fulcrum = FULCRUM_BINARY;
     bool json = false;
+    bool calibrate = false;
+    bool compare = false;
     bool remake = false;
     bool stages = false;
     bool load_only = false;
@@ -212,6 +216,12 @@ int main(int argc, char** argv) {
                    "missing, kept when made alike before");
     app.add_option("--fulcrum", fulcrum, "The fulcrum binary to measure")->capture_default_str();
     app.add_flag("--json", json, "Measure fulcrum analyze --json too");
+    app.add_flag("--calibrate", calibrate,
+                 "Measure fulcrum simulate --calibrate RUN --steps 1 too (the run's analysis "
+                 "and one simulated step)");
+    app.add_flag("--compare", compare,
+                 "Measure fulcrum report RUN RUN too (a comparison: two analyses and the diff "
+                 "by name)");
     app.add_flag("--remake", remake, "Write the run even when one made alike is there");
     app.add_flag("--stages", stages,
                  "Time load_run_trace and each analysis of analyze_run alone, in a child");
@@ -291,6 +301,16 @@ int main(int argc, char** argv) {
     }
     measure("fulcrum report", {fulcrum, "report", run_path, "-o", logs + "/report.html", "--force"},
             "report.txt", true);
+    if (calibrate) {
+        measure("fulcrum simulate --calibrate",
+                {fulcrum, "simulate", "--calibrate", run_path, "--steps", "1"}, "calibrate.txt",
+                false);
+    }
+    if (compare) {
+        measure("fulcrum report (comparison)",
+                {fulcrum, "report", run_path, run_path, "-o", logs + "/compare.html", "--force"},
+                "compare.txt", false);
+    }
 
     const Measured& base = rows.front().measured;
     TextTable table({"step", "wall s", "CPU s", "peak RSS MB", "× decode (wall)", "× decode (CPU)",

@@ -285,9 +285,10 @@ struct RankFindings {
     RankOffloadFigures offload;
     MeasuredMemory memory;
     RankHotSwitch hot_switch;
+    std::optional<NameTally> names;
 };
 
-RankFindings read_rank(const RunTrace& trace, const RankTrace& rank, bool first) {
+RankFindings read_rank(const RunTrace& trace, const RankTrace& rank, bool first, bool tally_names) {
     RankFindings out;
     for (const LaneTrace& lane : rank.lanes) {
         out.events += static_cast<std::int64_t>(lane.events.size());
@@ -302,6 +303,9 @@ RankFindings read_rank(const RunTrace& trace, const RankTrace& rank, bool first)
     out.offload = rank_offload(rank, activity);
     out.memory = measured_memory(trace, rank);
     out.hot_switch = rank_hot_switch(trace, rank, first);
+    if (tally_names) {
+        out.names.emplace().add(rank);
+    }
     return out;
 }
 
@@ -343,6 +347,7 @@ struct RunFindings {
     std::vector<RankOffloadFigures> offload;
     std::vector<MeasuredMemory> memory;
     std::vector<RankHotSwitch> hot_switch;
+    std::optional<NameTally> names;
 
     void add(std::int32_t rank, RankFindings&& found) {
         events += found.events;
@@ -356,6 +361,13 @@ struct RunFindings {
         offload.push_back(std::move(found.offload));
         memory.push_back(std::move(found.memory));
         hot_switch.push_back(std::move(found.hot_switch));
+        if (found.names) {
+            if (names) {
+                names->add(*found.names);
+            } else {
+                names = std::move(found.names);
+            }
+        }
     }
 };
 
@@ -478,8 +490,13 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     ModelChain models = chain.get();
     const ModelFit& fitted = fit.get();
     analysis.cost_model = fitted.cost_model;
+    analysis.cost_model_error = fitted.cost_model_error;
     if (!fitted.cost_model_error.empty()) {
         analysis.notes.push_back("no cost model: " + fitted.cost_model_error);
+    }
+    analysis.names = std::move(found.names);
+    if (options.tally_names && !analysis.names) {
+        analysis.names.emplace();  // a run without ranks: nothing to count
     }
     analysis.imbalance = std::move(models.imbalance);
     analysis.offload = std::move(models.offload);
@@ -498,8 +515,8 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
     return analyze_ranks(
         trace,
-        [&trace](int, std::size_t index) -> Result<RankFindings> {
-            return read_rank(trace, trace.ranks[index], index == 0);
+        [&trace, &options](int, std::size_t index) -> Result<RankFindings> {
+            return read_rank(trace, trace.ranks[index], index == 0, options.tally_names);
         },
         worker_threads(), options);
 }
@@ -528,7 +545,7 @@ Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace&
             if (!rank) {
                 return rank.error();
             }
-            return read_rank(trace, **rank, index == 0);
+            return read_rank(trace, **rank, index == 0, options.tally_names);
         },
         workers, options);
 }

@@ -41,6 +41,9 @@ struct RunAnalysis {
     OffloadAnalysis offload;
     ImbalanceAnalysis imbalance;
     std::optional<CostModel> cost_model;
+    // Why there is no cost model, where the run had passes and a workload table to fit it on
+    // (the fit's own message); empty otherwise.
+    std::string cost_model_error;
     // HTA's answers (docs/analyses.md §7–10). `kernels` is empty and `has_device_activity`
     // false on a run without device lanes (a CPU run): nothing there was a kernel.
     bool has_device_activity = false;
@@ -54,11 +57,17 @@ struct RunAnalysis {
     MemoryAnalysis memory;
     // What could not be analysed and why (e.g. "no workload table: no predicted work").
     std::vector<std::string> notes;
+    // Every name's count and time (run_diff.h), for a diff against another run without reading
+    // the run again; only when AnalyzeOptions::tally_names asked for it.
+    std::optional<NameTally> names;
 };
 
 struct AnalyzeOptions {
     std::function<void(std::string_view stage, double fraction)> progress;
     const std::atomic<bool>* cancel = nullptr;
+    // Also tally the events by name as each rank is read (RunAnalysis::names): what a
+    // comparison diffs by name, at the cost of a hash lookup an event.
+    bool tally_names = false;
 };
 
 // Every analysis of a run in memory. Ranks are read side by side on every core, each once;

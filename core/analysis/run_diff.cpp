@@ -96,27 +96,39 @@ RunDiff diff_runs(const DiffSide& a, const DiffSide& b) {
     return diff_tallies({&left, a.run}, {&right, b.run});
 }
 
-Result<NameTally> tally_run_file(const store::TraceReader& reader, const RunTrace& metadata,
-                                 std::optional<std::int32_t> step,
-                                 const std::function<void(double)>& progress,
-                                 const std::atomic<bool>* cancel) {
+Result<std::vector<NameTally>> tally_run_file(const store::TraceReader& reader,
+                                              const RunTrace& metadata,
+                                              const std::vector<std::optional<std::int32_t>>& steps,
+                                              const std::function<void(double)>& progress,
+                                              const std::atomic<bool>* cancel) {
+    const auto tallies = [&steps] {
+        std::vector<NameTally> out;
+        for (const std::optional<std::int32_t>& step : steps) {
+            out.emplace_back(step);
+        }
+        return out;
+    };
     const int workers = worker_threads();
     RankLoader loader(reader, metadata, workers);
-    NameTally total(step);
+    std::vector<NameTally> total = tallies();
     const std::size_t ranks = metadata.ranks.size();
-    auto status = produce_in_order<NameTally>(
+    auto status = produce_in_order<std::vector<NameTally>>(
         ranks, workers, 2 * static_cast<std::size_t>(workers),
-        [&](int worker, std::size_t index) -> Result<NameTally> {
+        [&](int worker, std::size_t index) -> Result<std::vector<NameTally>> {
             auto rank = loader.load(worker, index);
             if (!rank) {
                 return rank.error();
             }
-            NameTally part(step);
-            part.add(**rank);
-            return part;
+            std::vector<NameTally> parts = tallies();
+            for (NameTally& part : parts) {
+                part.add(**rank);
+            }
+            return parts;
         },
-        [&](std::size_t index, NameTally&& part) -> Status {
-            total.add(part);
+        [&](std::size_t index, std::vector<NameTally>&& parts) -> Status {
+            for (std::size_t i = 0; i < parts.size(); ++i) {
+                total[i].add(parts[i]);
+            }
             if (progress) {
                 progress(double(index + 1) / double(ranks));
             }

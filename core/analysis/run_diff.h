@@ -81,11 +81,14 @@ struct DiffSide {
 RunDiff diff_tallies(const TalliedRun& a, const TalliedRun& b);
 RunDiff diff_runs(const DiffSide& a, const DiffSide& b);
 
-// The tally of a run file read a rank at a time on every core, as analyze_run_file reads it:
-// memory is one rank a worker, never the run. `metadata` is the run loaded without events.
-Result<NameTally> tally_run_file(const store::TraceReader& reader, const RunTrace& metadata,
-                                 std::optional<std::int32_t> step,
-                                 const std::function<void(double)>& progress = {},
-                                 const std::atomic<bool>* cancel = nullptr);
+// The tallies of a run file read a rank at a time on every core, as analyze_run_file reads it:
+// memory is one rank a worker, never the run. One tally per entry of `steps` (every step, or
+// one), all from one read, so two steps of one run cost one pass over it. `metadata` is the run
+// loaded without events.
+Result<std::vector<NameTally>> tally_run_file(const store::TraceReader& reader,
+                                              const RunTrace& metadata,
+                                              const std::vector<std::optional<std::int32_t>>& steps,
+                                              const std::function<void(double)>& progress = {},
+                                              const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace fulcrum::analysis

@@ -50,29 +50,21 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
         };
     }
     analyze.cancel = options.cancel;
-    // Read a rank at a time, never whole (analyze_run_file); a comparison reads the ranks
-    // again for the diff's tally.
+    // A comparison diffs its runs by name: the tally is taken as the ranks are read, so each
+    // run is read once, a rank at a time, never whole (analyze_run_file).
+    analyze.tally_names = options.diff_against != nullptr || options.keep_tally != nullptr;
     analysis::RunTrace metadata;
     auto result = analysis::analyze_run_file(*reader, metadata, analyze);
     if (!result) {
         return result.error();
     }
+    std::optional<analysis::NameTally> tally = std::move(result->names);
+    result->names.reset();
     ReportRun run = make_report_run(path, metadata, std::move(*result), std::move(*log));
     // The reader's rank table is the recording's own account (complete, dropped records).
     run.ranks = reader->ranks();
-    if (options.diff_against == nullptr && options.keep_tally == nullptr) {
-        return run;
-    }
-    auto tally = analysis::tally_run_file(
-        *reader, metadata, std::nullopt,
-        [&](double fraction) {
-            if (options.progress) {
-                options.progress("comparing", fraction);
-            }
-        },
-        options.cancel);
     if (!tally) {
-        return tally.error();
+        return run;
     }
     if (options.diff_against != nullptr) {
         run.diff = analysis::diff_tallies(

@@ -8,7 +8,7 @@
 #include <compare>
 #include <string>
 
-#include "core/analysis/passes.h"
+#include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
 #include "core/parallel/memory_model.h"
 
@@ -145,7 +145,8 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     return settings;
 }
 
-Result<Calibration> calibrate(const analysis::RunTrace& trace) {
+Result<Calibration> calibrate(const analysis::RunTrace& trace,
+                              const analysis::RunAnalysis& analysis) {
     const std::string name = trace.run.name.empty() ? "the run" : "'" + trace.run.name + "'";
     if (trace.workload.empty()) {
         return Error{ErrorCode::invalid_input,
@@ -156,21 +157,19 @@ Result<Calibration> calibrate(const analysis::RunTrace& trace) {
                          "capture (or a job that emits fulcrum.workload marks, "
                          "docs/annotations.md), or give a cost model file"};
     }
-    const std::vector<analysis::Pass> passes = analysis::find_passes(trace);
-    if (passes.empty()) {
+    if (analysis.passes == 0) {
         return Error{ErrorCode::invalid_input,
                      name +
                          " has no forward or backward passes (ranges named forward and "
                          "backward with step, mb and stage keys, docs/annotations.md), so "
                          "there is nothing to fit; give a cost model file instead"};
     }
-    auto model = analysis::fit_cost_model(trace, passes);
-    if (!model) {
-        return Error{model.error().code,
-                     "cannot fit a cost model on " + name + ": " + model.error().message};
+    if (!analysis.cost_model) {
+        return Error{ErrorCode::invalid_input,
+                     "cannot fit a cost model on " + name + ": " + analysis.cost_model_error};
     }
     Calibration calibration;
-    calibration.model = std::move(*model);
+    calibration.model = *analysis.cost_model;
     // fit_cost_model names the run; say what was done with it.
     calibration.model.source = "fitted on " + name;
     auto settings = config_from_run(trace);

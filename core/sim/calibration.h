@@ -10,7 +10,8 @@
 
 namespace fulcrum::analysis {
 class RunTrace;
-}
+struct RunAnalysis;
+}  // namespace fulcrum::analysis
 
 namespace fulcrum::sim {
 
@@ -25,8 +26,11 @@ struct RunSettings {
 };
 Result<RunSettings> config_from_run(const analysis::RunTrace& trace);
 
-// Errors say what the run lacks (passes, the workload table) and what to do instead.
-Result<Calibration> calibrate(const analysis::RunTrace& trace);
+// The run's settings and the cost model its analysis fitted (analyze_run or, for a run read a
+// rank at a time, analyze_run_file: `run` need not hold its events, only its config and
+// workload table). Errors say what the run lacks (passes, the workload table) and what to do
+// instead.
+Result<Calibration> calibrate(const analysis::RunTrace& run, const analysis::RunAnalysis& analysis);
 
 // The costs of several calibration runs (`--calibrate A --calibrate B ...`) for one simulated
 // grid, as one Calibration for resolve_costs: the passes and the optimizer from the run whose

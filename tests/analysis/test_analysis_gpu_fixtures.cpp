@@ -745,6 +745,36 @@ private slots:
         QCOMPARE(steps.steps_a, 1);
         QCOMPARE(steps.steps_b, 1);
         QVERIFY(!steps.rows.empty());
+
+        // The file read a rank at a time, both steps in one read (`fulcrum diff RUN --step-a 1
+        // --step-b 2`), and the tally the analysis takes as it reads the ranks (a comparison
+        // report, the GUI): the same rows as the run held whole.
+        const auto same_rows = [](const RunDiff& got, const RunDiff& want) {
+            QCOMPARE(got.steps_a, want.steps_a);
+            QCOMPARE(got.rows.size(), want.rows.size());
+            for (std::size_t i = 0; i < want.rows.size(); ++i) {
+                QCOMPARE(got.rows[i].name, want.rows[i].name);
+                QCOMPARE(got.rows[i].count_a, want.rows[i].count_a);
+                QCOMPARE(got.rows[i].count_b, want.rows[i].count_b);
+                QCOMPARE(got.rows[i].total_ns_a, want.rows[i].total_ns_a);
+                QCOMPARE(got.rows[i].total_ns_b, want.rows[i].total_ns_b);
+            }
+        };
+        auto reader = store::TraceReader::open(fixture("gpu-pp2cp2-offload-fixed.fulcrum"));
+        QVERIFY(reader.ok());
+        LoadOptions metadata;
+        metadata.read_events = false;
+        auto names = load_run_trace(*reader, metadata);
+        QVERIFY(names.ok());
+        auto tallied = tally_run_file(*reader, *names, {1, 2, std::nullopt});
+        QVERIFY(tallied.ok());
+        QCOMPARE(tallied->size(), std::size_t(3));
+        same_rows(diff_tallies({&(*tallied)[0], &*names}, {&(*tallied)[1], &*names}), steps);
+        AnalyzeOptions tally_names;
+        tally_names.tally_names = true;
+        auto analysed = analyze_run(wlb_, tally_names);
+        QVERIFY(analysed.ok() && analysed->names);
+        same_rows(diff_tallies({&(*tallied)[2], &*names}, {&*analysed->names, &wlb_}), diff);
     }
 };
 

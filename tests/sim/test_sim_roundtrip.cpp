@@ -8,6 +8,7 @@
 
 #include "core/analysis/cost_model.h"
 #include "core/analysis/passes.h"
+#include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
 #include "core/sim/simulator.h"
 #include "core/store/trace_reader.h"
@@ -65,6 +66,15 @@ SimulationConfig played_config() {
     config.seed = 7;
     config.cost_model = given_model();
     return config;
+}
+
+// As the GUI calibrates on a run it holds: its analysis's fit.
+Result<Calibration> calibrate_held(const analysis::RunTrace& trace) {
+    auto analysed = analysis::analyze_run(trace);
+    if (!analysed) {
+        return analysed.error();
+    }
+    return calibrate(trace, *analysed);
 }
 
 }  // namespace
@@ -125,7 +135,7 @@ private slots:
     }
 
     void fitRecoversTheModel() {
-        auto calibration = calibrate(*trace_);
+        auto calibration = calibrate_held(*trace_);
         QVERIFY2(calibration.ok(), calibration.ok() ? "" : calibration.error().message.c_str());
         QCOMPARE(calibration->origin.layers, 4);
         QCOMPARE(calibration->origin.pp, 2);
@@ -150,6 +160,33 @@ private slots:
             }
         }
         QCOMPARE(calibration->model.optimizer_ns, given.optimizer_ns);
+    }
+
+    // `--calibrate RUN` reads the run a rank at a time (analyze_run_file, no events held): the
+    // same settings and the same fitted model, to the byte, as the run held whole.
+    void calibrationFromTheFileIsTheHeldOne() {
+        auto reader = store::TraceReader::open(work_.filePath("played.fulcrum").toStdString());
+        QVERIFY(reader.ok());
+        analysis::RunTrace metadata;
+        auto analysed = analysis::analyze_run_file(*reader, metadata);
+        QVERIFY2(analysed.ok(), analysed.ok() ? "" : analysed.error().message.c_str());
+        QCOMPARE(metadata.event_count(), std::int64_t(0));
+        auto from_file = calibrate(metadata, *analysed);
+        auto held = calibrate_held(*trace_);
+        QVERIFY(from_file.ok() && held.ok());
+        QCOMPARE(analysis::cost_model_json(from_file->model),
+                 analysis::cost_model_json(held->model));
+        QCOMPARE(from_file->origin.layers, held->origin.layers);
+        QCOMPARE(from_file->grid.pp, held->grid.pp);
+        QCOMPARE(from_file->sequence_parallel, held->sequence_parallel);
+
+        // A run without passes says so, whichever way it was read.
+        analysis::RunAnalysis none = *analysed;
+        none.passes = 0;
+        none.cost_model.reset();
+        auto refused = calibrate(metadata, none);
+        QVERIFY(!refused.ok());
+        QVERIFY(refused.error().message.find("no forward or backward passes") != std::string::npos);
     }
 
     void settingsComeBack() {
@@ -182,7 +219,7 @@ private slots:
     // times within 2% (the fitted pipeline receives see only part of some transfers).
     void replayFromTheRun() {
         auto settings = config_from_run(*trace_);
-        auto calibration = calibrate(*trace_);
+        auto calibration = calibrate_held(*trace_);
         QVERIFY(settings.ok() && calibration.ok());
         SimulationConfig config = settings->config;
         config.cost_model = calibration->model;
@@ -229,7 +266,7 @@ private slots:
         auto trace = analysis::load_run_trace(*reader);
         QVERIFY(trace.ok());
         auto settings = config_from_run(*trace);
-        auto calibration = calibrate(*trace);
+        auto calibration = calibrate_held(*trace);
         QVERIFY(settings.ok() && calibration.ok());
         QCOMPARE(settings->config.layout.schedule, other.layout.schedule);
         QCOMPARE(settings->config.layout.virtual_stages, other.layout.virtual_stages);

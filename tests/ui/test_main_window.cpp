@@ -9,6 +9,7 @@
 #include <QtTest>
 
 #include "app/ui/main_window.h"
+#include "views/charts/compare_view.h"
 #include "views/charts/heatmap_view.h"
 #include "views/charts/memory_view.h"
 
@@ -107,6 +108,22 @@ private slots:
         // The Memory tab shows the paged run's bars now that it has analyses.
         QVERIFY2(window.findChild<views::MemoryView*>()->message().isEmpty(),
                  qPrintable(window.findChild<views::MemoryView*>()->message()));
+
+        // Compare diffs it by name against a second run though it holds no events: the
+        // analyses tallied them as the ranks were read.
+        QCOMPARE(run->trace->event_count(), std::int64_t(0));
+        window.open_path(wlb_run());
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 2, kLoadMs);
+        QTRY_VERIFY_WITH_TIMEOUT(!window.loading(), kLoadMs);
+        auto wlb = views::open_run(wlb_run());
+        QVERIFY(wlb.ok());
+        const analysis::RunDiff counted = analysis::diff_runs({(*held)->trace.get(), std::nullopt},
+                                                              {(*wlb)->trace.get(), std::nullopt});
+        const analysis::RunDiff& shown = window.compare()->op_diff();
+        QVERIFY(!counted.rows.empty());
+        QCOMPARE(shown.rows.size(), counted.rows.size());
+        QCOMPARE(shown.rows[0].name, counted.rows[0].name);
+        QCOMPARE(shown.rows[0].delta_ns(), counted.rows[0].delta_ns());
     }
 
     // File > Export Report writes what `fulcrum report` writes: one file, both runs compared.

@@ -232,14 +232,18 @@ void CompareView::fill_diff() {
     diff_ = {};
     const int index =
         difference_box_->currentIndex() >= 0 ? difference_box_->currentData().toInt() : 1;
-    if (runs_.size() < 2 || index >= runs_.size() || !runs_[0]->trace || !runs_[index]->trace) {
+    const auto tallied = [](const RunPtr& run) {
+        return run->trace && run->analysis && run->analysis->names;
+    };
+    if (runs_.size() < 2 || index >= runs_.size() || !tallied(runs_[0]) || !tallied(runs_[index])) {
         diff_title_->setText(
             tr("Operators and kernels: open a second run to compare them with the reference."));
         diff_model_->set_diff(nullptr);
         return;
     }
-    diff_ = analysis::diff_runs({runs_[0]->trace.get(), std::nullopt},
-                                {runs_[index]->trace.get(), std::nullopt});
+    // The analyses' tallies by name: a paged run holds no events to count.
+    diff_ = analysis::diff_tallies({&*runs_[0]->analysis->names, runs_[0]->trace.get()},
+                                   {&*runs_[index]->analysis->names, runs_[index]->trace.get()});
     diff_title_->setText(
         tr("Operators and kernels, per step: %1 against the reference %2 (largest change in time "
            "first)")

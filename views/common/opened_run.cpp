@@ -190,6 +190,7 @@ Result<RunPtr> open_run(const QString& path, const OpenOptions& options) {
 
     analysis::AnalyzeOptions analyze_options;
     analyze_options.cancel = options.cancel;
+    analyze_options.tally_names = true;  // for Compare's diff by name
     analyze_options.progress = [&](std::string_view stage, double fraction) {
         report(QStringLiteral("analysing: %1")
                    .arg(QString::fromUtf8(stage.data(), qsizetype(stage.size()))),
@@ -214,6 +215,7 @@ Result<RunPtr> analyse_paged_run(const RunPtr& run, const OpenOptions& options) 
     }
     analysis::AnalyzeOptions analyze;
     analyze.cancel = options.cancel;
+    analyze.tally_names = true;  // for Compare's diff by name: the events are not held
     analyze.progress = [&](std::string_view, double fraction) {
         if (options.progress) {
             options.progress(QStringLiteral("analysing, a rank at a time"), fraction);

@@ -705,6 +705,15 @@ private slots:
         view.set_runs({fixed_, wlb_});
         const auto& diff = view.op_diff();
         QVERIFY(!diff.rows.empty());
+        // Taken from the analyses' tallies, which count what the held events count.
+        const analysis::RunDiff held = analysis::diff_runs({fixed_->trace.get(), std::nullopt},
+                                                           {wlb_->trace.get(), std::nullopt});
+        QCOMPARE(diff.rows.size(), held.rows.size());
+        for (std::size_t i = 0; i < held.rows.size(); ++i) {
+            QCOMPARE(diff.rows[i].name, held.rows[i].name);
+            QCOMPARE(diff.rows[i].count_b, held.rows[i].count_b);
+            QCOMPARE(diff.rows[i].total_ns_a, held.rows[i].total_ns_a);
+        }
         HtaTableModel* model = view.diff_model();
         QAbstractItemModelTester tester(model,
                                         QAbstractItemModelTester::FailureReportingMode::QtTest);

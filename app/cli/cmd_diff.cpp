@@ -96,8 +96,8 @@ int run_diff(const DiffArgs& args) {
     }
     const Tallied& b = one_run ? *a : *other;
     const std::string& b_path = args.runs.back();
-    const analysis::RunDiff diff = analysis::diff_tallies(
-        {&a->tallies.front(), &a->names}, {&b.tallies.back(), &b.names});
+    const analysis::RunDiff diff =
+        analysis::diff_tallies({&a->tallies.front(), &a->names}, {&b.tallies.back(), &b.names});
     const std::string a_name = side_name(args.runs.front(), args.step_a);
     const std::string b_name = side_name(b_path, args.step_b);
     const std::string out = args.json ? analysis::diff_json(diff, a_name, b_name)

@@ -223,7 +223,9 @@ public:
         c.steps = steps_;
         c.seed = o_.seed;
         c.data = "synthetic documents (bench/common/scale_run.cpp)";
-        c.lengths = "lognormal(7.55, 0.9)";
+        // The draw of tests/support/synthetic_run.cpp, exp(7.55 + 0.9 N), as the simulator spells
+        // it, so that `fulcrum simulate --calibrate` plays these documents.
+        c.lengths = kLengths;
         c.backend = "cuda";
         c.comm = "nccl";
         // Labelled synthetic, as tests/support/synthetic_run.cpp labels its runs.

@@ -20,6 +20,9 @@
 
 namespace fulcrum::bench {
 
+// Its documents' lengths in the simulator's spelling (run.config's `lengths`).
+inline constexpr const char* kLengths = "lognormal:median=1901,sigma=0.9";
+
 struct ScaleRunOptions {
     // The grid, in the order DP × TP × PP × CP (core/parallel/grid.h).
     int dp = 16, tp = 4, pp = 8, cp = 2;

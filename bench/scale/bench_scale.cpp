@@ -303,8 +303,10 @@ int main(int argc, char** argv) {
             "report.txt", true);
     if (calibrate) {
         measure("fulcrum simulate --calibrate",
-                {fulcrum, "simulate", "--calibrate", run_path, "--steps", "1"}, "calibrate.txt",
-                false);
+                // The lengths as a run made before its config spelled them for the simulator.
+                {fulcrum, "simulate", "--calibrate", run_path, "--steps", "1", "--lengths",
+                 bench::kLengths},
+                "calibrate.txt", false);
     }
     if (compare) {
         measure("fulcrum report (comparison)",

@@ -11,23 +11,69 @@
 
 namespace fulcrum::analysis {
 
+namespace {
+
+// One thread's counts of the rank being tallied, by name id × kind: an array index an event
+// instead of a hash look-up (and the steps' sets touched once per run of one step, not once an
+// event), put into the tally's map once per name at the rank's end. Interned ids are dense, so
+// the array is the names' count × 8 slots, kept by the thread from rank to rank.
+struct RankCounts {
+    std::vector<std::pair<std::int64_t, std::int64_t>> slots;  // (count, total ns)
+    std::vector<std::size_t> touched;
+};
+
+}  // namespace
+
 void NameTally::add(const RankTrace& rank) {
+    thread_local RankCounts counts;
+    std::int32_t last_present = -1, last_counted = -1;
     for (const LaneTrace& lane : rank.lanes) {
         for (const Event& event : lane.events) {
-            if (event.step >= 0)
+            if (event.step >= 0 && event.step != last_present) {
                 present_.insert(event.step);
+                last_present = event.step;
+            }
             if (event.kind == EventKind::mark || event.category == Category::schedule)
                 continue;
             if (step_ && event.step != *step_)
                 continue;
-            if (event.step >= 0)
+            if (event.step >= 0 && event.step != last_counted) {
                 counted_.insert(event.step);
-            Tally& t = by_id_[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
-            t.kind = event.kind;
-            ++t.count;
-            t.total_ns += event.duration_ns();
+                last_counted = event.step;
+            }
+            if (std::size_t(event.kind) >= kEventKindCount) {
+                // No kind the store writes (a damaged block): counted as it is, apart.
+                Tally& t =
+                    by_id_[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
+                t.kind = event.kind;
+                ++t.count;
+                t.total_ns += event.duration_ns();
+                continue;
+            }
+            const std::size_t key =
+                std::size_t(event.name.value) * kEventKindCount + std::size_t(event.kind);
+            if (key >= counts.slots.size()) {
+                counts.slots.resize(std::max(key + 1, 2 * counts.slots.size()));
+            }
+            auto& slot = counts.slots[key];
+            if (slot.first == 0) {
+                counts.touched.push_back(key);
+            }
+            ++slot.first;
+            slot.second += event.duration_ns();
         }
     }
+    for (const std::size_t key : counts.touched) {
+        auto& slot = counts.slots[key];
+        const std::uint64_t name = key / kEventKindCount;
+        const auto kind = static_cast<EventKind>(key % kEventKindCount);
+        Tally& t = by_id_[(name << 8) | std::uint64_t(kind)];
+        t.kind = kind;
+        t.count += slot.first;
+        t.total_ns += slot.second;
+        slot = {0, 0};
+    }
+    counts.touched.clear();
 }
 
 void NameTally::add(const NameTally& other) {

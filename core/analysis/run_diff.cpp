@@ -26,6 +26,13 @@ struct RankCounts {
 
 void NameTally::add(const RankTrace& rank) {
     thread_local RankCounts counts;
+    const auto count = [this](std::uint64_t name, EventKind kind, std::int64_t times,
+                              std::int64_t ns) {
+        Tally& t = by_id_[(name << 8) | std::uint64_t(kind)];
+        t.kind = kind;
+        t.count += times;
+        t.total_ns += ns;
+    };
     std::int32_t last_present = -1, last_counted = -1;
     for (const LaneTrace& lane : rank.lanes) {
         for (const Event& event : lane.events) {
@@ -43,11 +50,7 @@ void NameTally::add(const RankTrace& rank) {
             }
             if (std::size_t(event.kind) >= kEventKindCount) {
                 // No kind the store writes (a damaged block): counted as it is, apart.
-                Tally& t =
-                    by_id_[(std::uint64_t(event.name.value) << 8) | std::uint64_t(event.kind)];
-                t.kind = event.kind;
-                ++t.count;
-                t.total_ns += event.duration_ns();
+                count(event.name.value, event.kind, 1, event.duration_ns());
                 continue;
             }
             const std::size_t key =
@@ -65,12 +68,8 @@ void NameTally::add(const RankTrace& rank) {
     }
     for (const std::size_t key : counts.touched) {
         auto& slot = counts.slots[key];
-        const std::uint64_t name = key / kEventKindCount;
-        const auto kind = static_cast<EventKind>(key % kEventKindCount);
-        Tally& t = by_id_[(name << 8) | std::uint64_t(kind)];
-        t.kind = kind;
-        t.count += slot.first;
-        t.total_ns += slot.second;
+        count(key / kEventKindCount, static_cast<EventKind>(key % kEventKindCount), slot.first,
+              slot.second);
         slot = {0, 0};
     }
     counts.touched.clear();

@@ -2,7 +2,7 @@
 // (Kineto rounds to the microsecond; graph replays) count whole, as unions; host ranges that
 // overlap without nesting keep their whole durations; synchronisation is not device work;
 // only host↔device copies are offload. Figures worked out by hand in each test.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/activity.h"
 #include "core/analysis/offload.h"

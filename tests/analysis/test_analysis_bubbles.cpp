@@ -1,5 +1,5 @@
 // Pipeline bubbles on hand-built GPipe traces, p = 2, m = 2; every value is worked out below.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/bubbles.h"
 #include "core/parallel/replay.h"

@@ -1,7 +1,7 @@
 // Matching collectives across ranks on hand-built traces: which ranks form a communicator for
 // each dimension, the k-th occurrence, who arrived last and how long the others waited. Every
 // expected value is worked out in the comment above its test.
-#include <QtTest>
+#include <QTest>
 
 #include <algorithm>
 #include <string>

@@ -1,7 +1,7 @@
 // Communication by collective on a hand-built 4-rank trace (tp = rank mod 2, cp = rank / 2):
 // calls, bytes, transfer and wait per name and group, and NCCL-tests' bandwidths. Figures in µs
 // and bytes, worked out in each test.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/communication.h"
 #include "tests/analysis/trace_builders.h"

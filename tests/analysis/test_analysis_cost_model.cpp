@@ -2,7 +2,8 @@
 // degenerate cases that must not produce NaN, collective and pipeline transfer fits, the JSON
 // format and its errors, and a fit on a merged run database.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
+#include <QVector>
 
 #include <algorithm>
 

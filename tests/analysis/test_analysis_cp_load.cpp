@@ -2,7 +2,7 @@
 // their imbalance, and what the other shardings would have predicted. Work in comments is
 // causal pairs doubled, (2p + 1 + ℓ)·ℓ, as core/balance/cp_shard.h counts it; max/mean is the
 // same either way.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/cp_load.h"
 #include "core/balance/cp_shard.h"

@@ -1,6 +1,6 @@
 // The critical path of a pp2 1F1B step on a hand-built trace, its shares, and the what-if of
 // its passes. Times in µs, worked out below.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/critical_path.h"
 #include "tests/analysis/trace_builders.h"

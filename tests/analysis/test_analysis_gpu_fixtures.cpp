@@ -11,7 +11,7 @@
 // The files are fixed, so nothing here is timing noise; still, the checks are what must hold
 // on any GPU capture, each figure recomputed here from the raw events (kernels, copies) and
 // compared with what the analysis reports, rather than the printed numbers pasted in.
-#include <QtTest>
+#include <QTest>
 #include <algorithm>
 #include <map>
 #include <set>

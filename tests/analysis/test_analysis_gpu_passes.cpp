@@ -2,7 +2,7 @@
 // is timed by the kernels it launched (joined by correlation id, as Nsight Systems projects
 // NVTX ranges onto the GPU). Hand-built traces where a host range is 10 µs and its kernels
 // 2 ms; CPU ranks keep their host times. Figures worked out in each test.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/correlation_map.h"
 #include "core/analysis/passes.h"

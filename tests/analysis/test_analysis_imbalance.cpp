@@ -1,6 +1,6 @@
 // Imbalance matrices and stragglers on hand-built traces, and on a merged run database.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <cmath>
 

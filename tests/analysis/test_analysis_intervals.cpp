@@ -1,5 +1,5 @@
 // Interval arithmetic and the pipeline replay, on cases small enough to check by hand.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/intervals.h"
 #include "core/parallel/replay.h"

@@ -1,7 +1,7 @@
 // HTA's kernel answers on a hand-built trace: time by kernel type and their overlaps, top
 // kernels with their spread over ranks, idle time by cause per stream with the queue length,
 // and launch statistics. Every figure worked out below, in µs.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/kernels.h"
 

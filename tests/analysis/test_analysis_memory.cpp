@@ -1,7 +1,7 @@
 // Memory per rank (core/analysis/memory.h) on hand-built runs: the fulcrum.memory marks read
 // as each rank's measured peak, the prediction that of the memory model for the rank's stage
 // under the run's layout, and the notes where either is missing.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/memory.h"
 #include "core/parallel/memory_model.h"

@@ -1,5 +1,5 @@
 // Offload overlap on a hand-built GPU rank.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/offload.h"
 

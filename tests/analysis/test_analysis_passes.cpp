@@ -1,6 +1,6 @@
 // Passes and the step breakdown on hand-built traces; every expected value is worked out
 // in the comment above its test.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/passes.h"
 #include "core/analysis/step_breakdown.h"

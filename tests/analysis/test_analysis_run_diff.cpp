@@ -1,5 +1,5 @@
 // The diff of two runs and of two steps by name, per step, on hand-built runs.
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/run_diff.h"
 

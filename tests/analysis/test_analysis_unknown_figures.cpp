@@ -3,7 +3,7 @@
 // parallelism, step ranges, coordinates). Each row is a run, a JSON pointer into
 // analysis_json and the exact JSON expected there; a missing figure is `null`, and the notes
 // say why.
-#include <QtTest>
+#include <QTest>
 
 #include <map>
 #include <nlohmann/json.hpp>

@@ -4,7 +4,7 @@
 //   GPipe, 1F1B      (p−1)/m of the busy time                       (GPipe; Narayanan et al. SC'21)
 //   interleaved 1F1B (p−1)/(v·m)                                     (Narayanan et al. SC'21
 //   §2.2.2) ZB-H1            (p−1)(F + B − W) per stage, 1F1B's (p−1)(F+B+W) (Qi et al. ICLR'24 §2)
-#include <QtTest>
+#include <QTest>
 
 #include <map>
 #include <set>

@@ -1,7 +1,7 @@
 // run.config's one reader and one writer (core/parallel/run_config.h): everything written is read
 // back, fields missing or of the wrong type keep their defaults and are unsaid (and a writer
 // leaves out what is unsaid), and a foreign run's grid comes from its ranks' coordinates.
-#include <QtTest>
+#include <QTest>
 
 #include <nlohmann/json.hpp>
 

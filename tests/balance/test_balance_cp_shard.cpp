@@ -3,7 +3,7 @@
 #include "core/balance/cp_shard.h"
 #include "core/balance/lengths.h"
 
-#include <QtTest>
+#include <QTest>
 
 #include <algorithm>
 #include <map>

@@ -4,7 +4,7 @@
 #include "core/balance/lengths.h"
 
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include "core/balance/packing.h"
 #include "core/balance/wlb_tuning.h"
 
-#include <QtTest>
+#include <QTest>
 
 #include <algorithm>
 #include <map>

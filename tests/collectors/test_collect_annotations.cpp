@@ -1,6 +1,6 @@
 // The `fulcrum` NVTX annotation scheme (docs/annotations.md) on plain strings: messages to
 // semantic columns, metadata marks to rows, launcher variables to a rank.
-#include <QtTest>
+#include <QTest>
 
 #include <map>
 

@@ -14,7 +14,8 @@
 //      terms, so the typical (√K·u) error is ~1e-6; the tolerance is stated where used.
 #pragma once
 
-#include <QtTest>
+#include <QtTest/qtestassert.h>
+#include <QTest>
 
 #include <algorithm>
 #include <cmath>

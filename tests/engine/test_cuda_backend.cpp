@@ -5,7 +5,7 @@
 // only the fulcrum-train backend-selection tests run everywhere.
 #include <QRegularExpression>
 #include <QScopeGuard>
-#include <QtTest>
+#include <QTest>
 
 #include <QProcess>
 

@@ -1,5 +1,5 @@
 // Loading text corpora and packing them into micro-batches.
-#include <QtTest>
+#include <QTest>
 
 #include <QTemporaryDir>
 

@@ -1,7 +1,7 @@
 // Each layer's backward pass against finite differences of its forward pass (in double), and
 // the CPU backend's fp32 forward and backward against the same layer in double.
 // gradient_check.h explains both tolerances.
-#include <QtTest>
+#include <QTest>
 
 #include <algorithm>
 #include <cstdlib>

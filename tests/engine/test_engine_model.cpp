@@ -1,6 +1,7 @@
 // The whole GPT: its gradient against finite differences, document isolation inside packed
 // micro-batches, gradient accumulation, and the parameter layout and initialisation.
-#include <QtTest>
+#include <QtTest/qtestassert.h>
+#include <QTest>
 
 #include <cstring>
 

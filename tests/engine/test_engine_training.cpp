@@ -1,5 +1,5 @@
 // The optimizer, and the serial engine learning real text.
-#include <QtTest>
+#include <QTest>
 
 #include <QElapsedTimer>
 

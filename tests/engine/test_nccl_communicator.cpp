@@ -5,7 +5,7 @@
 // the operation is ordered before later work on that stream. Without a GPU the tests that
 // need one skip with the reason CUDA gave; what needs none runs everywhere: rank checks,
 // rendezvous errors, unique ids, and the bootstraps up to the Error that names CUDA's reason.
-#include <QtTest>
+#include <QTest>
 
 #include <QTemporaryDir>
 

@@ -2,7 +2,7 @@
 // blob handed from rank 0 to every rank through a real file and a real TCP socket by real
 // processes (fork), plus the errors a user meets — a rank 0 that never comes, a foreign file or
 // server, a stale file, ranks of two launches, specs that make no sense.
-#include <QtTest>
+#include <QTest>
 
 #include <QTemporaryDir>
 

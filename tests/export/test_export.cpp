@@ -1,7 +1,7 @@
 // Chrome trace and CSV export: valid files whatever the names, ranges nest per thread as
 // Perfetto requires, and overlapping ranges survive as async events.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <nlohmann/json.hpp>
 

@@ -7,7 +7,7 @@
 // HTA runs from the virtual environment scripts/test makes in build/hta-venv when pip can reach
 // PyPI (or FULCRUM_HTA_PYTHON); without it the test skips and says why.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <nlohmann/json.hpp>
 

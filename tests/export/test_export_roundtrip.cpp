@@ -5,7 +5,7 @@
 // stream, marks, odd names, epoch-sized times), and a property test over random runs; both
 // through one file and through one file per rank (the Kineto layout HTA reads).
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <nlohmann/json.hpp>
 
@@ -85,8 +85,8 @@ void compare_runs(const store::TraceReader& a, const store::TraceReader& b) {
         QCOMPARE(std::tie(y.dp, y.pp, y.cp, y.tp), std::tie(x.dp, x.pp, x.cp, x.tp));
     }
     QCOMPARE(b.run().start_utc_ns, a.run().start_utc_ns);
-    QCOMPARE(nlohmann::json::parse(b.run().config_json),
-             nlohmann::json::parse(a.run().config_json));
+    QCOMPARE(nlohmann::json::parse(b.run().config_json).dump(),
+             nlohmann::json::parse(a.run().config_json).dump());
     QCOMPARE(b.lanes().size(), a.lanes().size());
     const auto x = rows_of(a), y = rows_of(b);
     QCOMPARE(y.size(), x.size());

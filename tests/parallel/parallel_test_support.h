@@ -20,7 +20,8 @@
 // |a − b| ≤ 1e-4 · max|b| over the tensor, so one wrong element cannot hide in a big norm.
 #pragma once
 
-#include <QtTest>
+#include <QtTest/qtestassert.h>
+#include <QTest>
 
 #include <algorithm>
 #include <cmath>

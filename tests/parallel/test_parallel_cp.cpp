@@ -2,7 +2,8 @@
 // micro-batch a CP rank builds from a balance::CpPlan, and one forward and backward pass under
 // each sharding — the summed loss, the summed gradients, and every local row of the residual
 // stream against the serial row of the same token.
-#include <QtTest>
+#include <QtTest/qtestassert.h>
+#include <QTest>
 
 #include <set>
 

@@ -2,7 +2,7 @@
 // mapping between the serial and the local layouts, the initial weights, and one forward and
 // backward pass — loss, every gathered gradient, and the replication of everything that TP
 // does not split.
-#include <QtTest>
+#include <QTest>
 
 #include "parallel_test_support.h"
 

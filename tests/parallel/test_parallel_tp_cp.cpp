@@ -1,7 +1,8 @@
 // TP = 2 × CP = 2 on 4 ranks (mpirun -np 4) against the serial model, with the grid built by
 // Topology as the trainer builds it: loss and gradients under each CP sharding, replication
 // across TP, and the pipeline-stage pieces of the passes giving exactly the whole passes.
-#include <QtTest>
+#include <QtTest/qtestassert.h>
+#include <QTest>
 
 #include "parallel_test_support.h"
 

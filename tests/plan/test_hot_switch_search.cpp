@@ -3,7 +3,7 @@
 // valid spec at least as fast as the best static layout, whose tokens/s the simulator
 // reproduces from the printed settings; its command lines carry the spec; a static best that
 // no spec beats is reported as such; bad options are refused with the option's name.
-#include <QtTest>
+#include <QTest>
 
 #include "app/launch/command_line.h"
 #include "core/plan/hot_switch_search.h"

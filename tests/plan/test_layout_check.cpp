@@ -1,7 +1,7 @@
 // The one layout check (core/parallel/layout.h): each rule's words, and the simulator and the
 // planner saying the same as fulcrum-train does (tests/train/test_train_layouts checks the
 // engine's command line against the same words).
-#include <QtTest>
+#include <QTest>
 
 #include "core/parallel/layout.h"
 #include "core/plan/planner.h"

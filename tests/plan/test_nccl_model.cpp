@@ -2,7 +2,7 @@
 // expected times are what NCCL's ncclTopoGetAlgoTime printed, linked against NCCL's host
 // objects, for DGX A100 and DGX H100 topologies (one node and two; docs/simulate.md), and the
 // algorithm and protocol its tuner chose. Then what placement does to a group's network share.
-#include <QtTest>
+#include <QTest>
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 // Ranks on nodes (core/parallel/placement.h): the orders frameworks number ranks in, and which
 // groups leave a node, over how many nodes, with how many others leaving it at once.
-#include <QtTest>
+#include <QTest>
 
 #include "core/parallel/placement.h"
 

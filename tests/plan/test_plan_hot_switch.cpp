@@ -1,6 +1,6 @@
 // HotSPa's switch planner on layouts small enough to work out by hand: who sends what to whom
 // when a step switches from one layout to another over the same ranks.
-#include <QtTest>
+#include <QTest>
 
 #include "core/parallel/hot_switch_spec.h"
 #include "core/parallel/switch_plan.h"

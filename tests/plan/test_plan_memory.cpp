@@ -4,7 +4,7 @@
 // state: 18 bytes a parameter) and activations without recomputation and with sequence
 // parallelism plus selective recompute. Each within 10%; the hand arithmetic for the 22B row is
 // in the first test.
-#include <QtTest>
+#include <QTest>
 
 #include "core/parallel/layout.h"
 #include "core/parallel/memory_model.h"

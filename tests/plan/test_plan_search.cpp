@@ -1,7 +1,7 @@
 // fulcrum plan's search (core/plan/planner.h) on cases checkable by hand: every factorisation
 // of a tiny world, the exact layer split against brute force, the reasons a layout is
 // dropped, and the ranking against the simulator playing the same candidates.
-#include <QtTest>
+#include <QTest>
 
 #include <functional>
 #include <map>

@@ -5,7 +5,7 @@
 // report has no such section.
 #include <QRegularExpression>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 #include <cmath>
 
 #include "core/report/html_report.h"

@@ -3,7 +3,7 @@
 // grey, the ranked ones numbered, the budget line at the usable memory, the top k in order,
 // the infeasible ones counted by reason, and the reason escaped.
 #include <QRegularExpression>
-#include <QtTest>
+#include <QTest>
 
 #include "core/report/plan_section.h"
 #include "tests/support/hand_plan.h"

@@ -3,7 +3,7 @@
 // against WLB-LLM, as a comparison. The kernel and offload sections must be there with the
 // analysis's figures: the tables' sort values are read back and compared with the structs.
 #include <QRegularExpression>
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/run_diff.h"
 #include "core/report/html_report.h"

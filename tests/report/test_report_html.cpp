@@ -4,7 +4,7 @@
 // measured for, and the caps that keep a large run's report small.
 #include <QRegularExpression>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include "core/import/importer.h"
 #include "core/report/html_report.h"

@@ -2,7 +2,7 @@
 // epoch of the same documents give the simulator's own tokens and tokens/s and a ratio
 // against the first; runs by steps trained different documents, and get no ratio.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include "core/report/html_report.h"
 #include "core/report/run_throughput.h"

@@ -3,7 +3,7 @@
 // over a pipeline's stages in both; a simulated run fed to the analyses gives the simulator's
 // figure within 0.01.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/passes.h"
 #include "core/analysis/run_analysis.h"

@@ -8,7 +8,7 @@
 // each), so every TP rank holds whole rows.
 #include <QProcess>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <map>
 

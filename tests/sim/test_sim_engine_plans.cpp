@@ -3,7 +3,7 @@
 // holds exactly the CP shards of the engine's step plans, step by step, for every balancer,
 // sharding and length source.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <fstream>
 #include <set>

@@ -2,7 +2,7 @@
 // links, a step as its buckets (each with its gradient reduction), switches and one update
 // at home, and bad specs refused before any work.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include "core/analysis/hot_switch.h"
 #include "core/analysis/run_analysis.h"

@@ -2,7 +2,7 @@
 // the compute the cost model predicted; the cost model fitted on the run is the one it was
 // played with; and the run's settings and fitted costs play the same steps again.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <cmath>
 

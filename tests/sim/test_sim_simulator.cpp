@@ -5,7 +5,7 @@
 #include "core/sim/simulator.h"
 
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <atomic>
 #include <cmath>

@@ -1,7 +1,7 @@
 // The event pack: a compact copy of the event table that loading reads instead of the rows.
 // It must give back exactly what the rows give, and never be trusted when it disagrees.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <limits>
 

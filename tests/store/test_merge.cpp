@@ -1,6 +1,6 @@
 // Merge: rank files on skewed clocks become one run on one clock.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <sqlite3.h>
 

@@ -1,7 +1,7 @@
 // The trace store: what goes in comes out, the indexed queries answer like a full scan, a
 // killed writer's file keeps its last commit, and every kind of bad file gets its own message.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <sqlite3.h>
 #include <sys/mount.h>

@@ -1,7 +1,7 @@
 // The step planner: every document trained exactly once per epoch whatever the balancer,
 // the same plan for the same seed, and bad data refused before any work.
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <fstream>
 #include <map>

@@ -4,7 +4,7 @@
 // pass says its model chunk and its kind (F, B, W), and the analyses find them.
 #include <QProcess>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <map>
 #include <set>

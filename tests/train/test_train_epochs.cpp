@@ -4,7 +4,7 @@
 // documents back report a delay.
 #include <QProcess>
 #include <QRegularExpression>
-#include <QtTest>
+#include <QTest>
 
 #include "tests/train/mpi_environment.h"
 

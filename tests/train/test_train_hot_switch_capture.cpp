@@ -5,7 +5,7 @@
 // switching"); and the switch ranges carry the bytes every rank sent to each peer.
 #include <QProcess>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <nlohmann/json.hpp>
 

@@ -5,7 +5,7 @@
 
 #include <QProcess>
 #include <QStringList>
-#include <QtTest>
+#include <QTest>
 
 #include <cmath>
 #include <fstream>

@@ -6,7 +6,7 @@
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include "app/ui/main_window.h"
 #include "views/charts/compare_view.h"

@@ -2,8 +2,9 @@
 // or schedule; the tools found; where the new run goes; progress read from the tools' output.
 #include <unistd.h>
 #include <QFile>
+#include <QStandardPaths>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include "app/ui/rerun.h"
 

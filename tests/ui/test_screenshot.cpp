@@ -2,9 +2,10 @@
 // requested size with content in it, without a display; bad input exits 2 with a message.
 #include <QImage>
 #include <QProcess>
+#include <QProcessEnvironment>
 #include <QSet>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 namespace {
 

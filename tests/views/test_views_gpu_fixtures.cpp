@@ -8,7 +8,7 @@
 #include <QAbstractItemModelTester>
 #include <QFile>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include "tests/views/pixels.h"
 #include "views/charts/chart_common.h"

@@ -5,7 +5,7 @@
 #include <qcustomplot.h>
 
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
 
 #include <set>
 

@@ -1,5 +1,5 @@
 // Diff tests of the Kineto importer on small hand-made fixtures (tests/import/kineto/data).
-#include <QtTest>
+#include <QTest>
 
 #include <zlib.h>
 

@@ -4,7 +4,7 @@
 // stages, micro-batches, phases and schedule checked against what ran; the bubble table
 // against the same figures worked out here from the recovered passes; the rules' pieces on
 // their own; and a trace with nothing to recognise saying so.
-#include <QtTest>
+#include <QTest>
 
 #include <nlohmann/json.hpp>
 

@@ -2,7 +2,7 @@
 // read straight into a MemorySink (no file, no SQLite), the figures worked out by hand in each
 // test, and two of HTA's own test traces (tests/import/kineto/data/hta, MIT licence) imported
 // and analysed whole.
-#include <QtTest>
+#include <QTest>
 
 #include <filesystem>
 #include <fstream>

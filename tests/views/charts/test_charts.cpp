@@ -10,7 +10,8 @@
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
-#include <QtTest>
+#include <QTest>
+#include <QVector>
 
 #include "core/analysis/run_analysis.h"
 #include "core/sim/simulator.h"

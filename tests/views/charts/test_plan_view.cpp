@@ -7,7 +7,7 @@
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTableView>
-#include <QtTest>
+#include <QTest>
 
 #include "tests/support/hand_plan.h"
 #include "views/charts/plan_view.h"

@@ -7,8 +7,8 @@
 
 #include <QImage>
 #include <QTemporaryDir>
+#include <QTest>
 #include <QTextBrowser>
-#include <QtTest>
 #include <map>
 
 #include <unistd.h>

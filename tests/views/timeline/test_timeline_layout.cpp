@@ -1,7 +1,7 @@
 // The timeline's layout and level of detail on hand-built traces: nesting depths, the sorted
 // per-depth index, folding of sub-pixel runs, flows, search, and the lane tree model.
 #include <QAbstractItemModelTester>
-#include <QtTest>
+#include <QTest>
 
 #include "views/timeline/lane_tree_model.h"
 #include "views/timeline/timeline_layout.h"

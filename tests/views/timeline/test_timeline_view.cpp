@@ -5,9 +5,10 @@
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QImage>
+#include <QSignalSpy>
+#include <QTest>
 #include <QTextBrowser>
 #include <QWheelEvent>
-#include <QtTest>
 
 #include "core/trace/annotations.h"
 #include "tests/views/pixels.h"

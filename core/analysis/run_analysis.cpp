@@ -486,6 +486,10 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     analysis.critical_paths = critical_paths(trace, passes, &collectives, &found.ranges);
     report("CP load", 0.9);
     fit.wait();
+    // The host ranges were the cost model's and the critical path's, both done: CP load, where
+    // a 1 B-event run peaked, need not hold them beside its groups (a third of a gigabyte).
+    std::vector<RankRanges>().swap(found.ranges);
+    release_free_memory();  // CP load's largest arrays are mapped apart, not from these pages
     analysis.cp_load = analyze_cp_load(trace, passes, &workload);
     ModelChain models = chain.get();
     const ModelFit& fitted = fit.get();

@@ -188,8 +188,9 @@ void infeasible_table(const plan::PlanResult& result, std::string& out) {
     out += "<h3>Not feasible, by reason</h3>\n";
     Table table("plan_infeasible", {"reason", "candidates", "for example"});
     for (const auto& [kind, n] : result.counts.infeasible_by_reason) {
-        const auto example =
-            std::find_if(result.candidates.begin(), result.candidates.end(), [&](const auto& c) {
+        // An init capture: Clang 14 (the sanitizer build) cannot capture a structured binding.
+        const auto example = std::find_if(
+            result.candidates.begin(), result.candidates.end(), [&kind = kind](const auto& c) {
                 return c.status == CandidateStatus::infeasible && c.reason_kind == kind;
             });
         table.add({text_cell(kind), int_cell(n),

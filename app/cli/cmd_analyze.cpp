@@ -90,6 +90,9 @@ void render_breakdown(const RunAnalysis& a, std::string& out) {
 void render_bubbles(const RunAnalysis& a, std::string& out) {
     const auto& b = a.bubbles;
     if (b.stages.empty()) {
+        if (a.config.grid_known && a.config.layout.grid.pp == 1 && a.passes > 0) {
+            out += "\npipeline bubbles: none (pp 1: no pipeline)\n";
+        }
         return;
     }
     out += "\npipeline bubbles (" + b.schedule + ", theory " + theory_formula(b) + " = " +

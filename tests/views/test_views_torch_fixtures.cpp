@@ -84,6 +84,32 @@ private slots:
         QCOMPARE(data->keySize(), 8);    // micro-batches
         QCOMPARE(data->valueSize(), 4);  // ranks
     }
+
+    // The DP × TP mesh without a pipeline (FSDP2 and DTensor): its recovered passes fill the
+    // heatmap, a micro-batch column by 4 ranks; the bubble view says why it has nothing to draw.
+    void meshWithoutPipeline() {
+        std::vector<std::string> inputs;
+        for (int r = 0; r < 4; ++r) {
+            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/tp2-dp2-rank") +
+                             std::to_string(r) + ".json.gz");
+        }
+        const QString path = dir_.filePath("tp2-dp2.fulcrum");
+        auto imported = importer::import_files(inputs, path.toStdString());
+        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
+        auto run = open_run(path);
+        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
+        HeatmapView heatmap;
+        heatmap.resize(1200, 800);
+        heatmap.set_run(*run);
+        QVERIFY2(heatmap.message().isEmpty(), qPrintable(heatmap.message()));
+        heatmap.set_step(1);
+        QCOMPARE(heatmap.microbatch_values().columns, std::vector<std::int32_t>{0});
+        QCOMPARE(heatmap.microbatch_values().rows.size(), std::size_t(4));
+        BubbleView bubbles;
+        bubbles.resize(1200, 800);
+        bubbles.set_run(*run);
+        QVERIFY2(bubbles.message().contains("no pipeline (pp = 1)"), qPrintable(bubbles.message()));
+    }
 };
 
 QTEST_MAIN(TorchFixtureViewsTest)

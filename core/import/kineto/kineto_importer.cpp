@@ -591,10 +591,16 @@ private:
     }
 
     // Structure recovery (structure.h): what a host event of pass 1 tells about the pipeline.
+    // The data-parallel wrappers' forward labels (DDP's and FSDP's record_function ranges)
+    // mark where a forward starts: between two backwards of gradient accumulation they are
+    // what tells the second micro-batch from the first (structure.h).
     static bool might_be_structure(std::string_view raw) {
         return kineto::contains(raw, "c10d::") || kineto::contains(raw, "autograd::engine") ||
                kineto::contains(raw, "Optimizer.") || kineto::contains(raw, "\"PP:") ||
-               kineto::contains(raw, "\"Forward ") || kineto::contains(raw, "\"Backward ");
+               kineto::contains(raw, "\"Forward ") || kineto::contains(raw, "\"Backward ") ||
+               kineto::contains(raw, "DataParallel.forward") ||
+               kineto::contains(raw, "FSDP::pre_forward") ||
+               kineto::contains(raw, "FSDP::root_pre_forward");
     }
 
     void collect_structure(const RawEvent& e) {
@@ -636,6 +642,8 @@ private:
             ++sends_by_thread_[{ids_.of(e.pid), ids_.of(e.tid)}];
         }
         const std::pair thread{ids_.of(e.pid), ids_.of(e.tid)};
+        if (op.kind == structure::HostOp::Kind::autograd)
+            ++autograd_by_thread_[thread];
         // A thread's consecutive autograd operators are one run of backward work: kept as one,
         // so memory follows the passes, not the operators.
         auto [last, added] = last_op_of_thread_.try_emplace(thread, host_ops_.size());
@@ -652,7 +660,9 @@ private:
     }
 
     // The grid from the process groups, and, where the schedule wrote no labels, the passes
-    // of the thread that sent and received the most, step by step (structure.h).
+    // step by step (structure.h): a pipeline stage's from the thread that sent and received
+    // the most; a rank without a pipeline (pp 1: DP, TP, FSDP) from the thread that ran the
+    // most autograd work, each backward one micro-batch and the work before it its forward.
     void recover_structure() {
         if (top_.fulcrum.present)
             return;  // Fulcrum's own export says it all
@@ -660,15 +670,19 @@ private:
         grid_ = structure::recover_grid(rank, top_.world_size,
                                         structure::parse_process_groups(top_.distributed_info),
                                         !sends_by_thread_.empty());
-        if (!grid_.found || grid_.grid.pp < 2 || has_pipeline_labels_ || sends_by_thread_.empty())
+        if (!grid_.found || has_pipeline_labels_)
+            return;
+        const bool pipeline = grid_.grid.pp > 1;
+        const auto& by_thread = pipeline ? sends_by_thread_ : autograd_by_thread_;
+        if (by_thread.empty())
             return;
         const auto busiest =
-            std::max_element(sends_by_thread_.begin(), sends_by_thread_.end(),
+            std::max_element(by_thread.begin(), by_thread.end(),
                              [](const auto& a, const auto& b) { return a.second < b.second; });
         schedule_thread_ = busiest->first;
         const int stage = grid_.coordinates.pp, stages = grid_.grid.pp;
-        const std::int32_t prev = stage > 0 ? stage - 1 : -1;
-        const std::int32_t next = stage + 1 < stages ? stage + 1 : -1;
+        const std::int32_t prev = pipeline && stage > 0 ? stage - 1 : -1;
+        const std::int32_t next = pipeline && stage + 1 < stages ? stage + 1 : -1;
         std::vector<StepWindow> windows = top_.steps;
         if (windows.empty())
             windows.push_back({INT64_MIN, INT64_MAX, 0});
@@ -808,8 +822,17 @@ private:
                   ", this rank at dp " + std::to_string(at.dp) + " tp " + std::to_string(at.tp) +
                   " pp " + std::to_string(at.pp) + " cp " + std::to_string(at.cp) + ", from " +
                   grid_.rule);
-        if (g.pp < 2)
+        if (g.pp < 2) {
+            if (!recovered_.empty() || inconsistent_steps_ > 0) {
+                log_.note("structure: " + std::to_string(recovered_.size()) +
+                          " passes from the autograd work (no pipeline: each run of autograd "
+                          "work a backward, the work before it back to the step's start or "
+                          "the last backward its forward, micro-batches numbered in order; "
+                          "inferred)" +
+                          inconsistent_note());
+            }
             return;
+        }
         if (has_pipeline_labels_) {
             log_.note(
                 "structure: passes and hand-overs from torch.distributed.pipelining's action "
@@ -823,16 +846,19 @@ private:
                       " passes from the pipeline sends and the autograd work between them (the "
                       "schedule wrote no labels: GPipe or 1F1B order assumed, micro-batches "
                       "numbered in the order the stage ran them; inferred)" +
-                      (inconsistent_steps_ > 0
-                           ? "; " + std::to_string(inconsistent_steps_) +
-                                 " step(s) left without passes: their forward and backward "
-                                 "counts differ"
-                           : ""));
+                      inconsistent_note());
         } else {
             log_.note(
                 "structure: a pipeline stage, but no labels and no sends to its neighbours "
                 "on one thread: its passes are not derived");
         }
+    }
+
+    std::string inconsistent_note() const {
+        if (inconsistent_steps_ == 0)
+            return "";
+        return "; " + std::to_string(inconsistent_steps_) +
+               " step(s) left without passes: their forward and backward counts differ";
     }
 
     std::int32_t step_at(std::int64_t t) const {
@@ -1395,7 +1421,9 @@ private:
             event.end_ns = recovered.range.end_ns;
             event.step = recovered.step;
             set_structure({recovered.range.kind, -1, recovered.range.microbatch},
-                          "recovered from the pipeline sends", event);
+                          grid_.grid.pp > 1 ? "recovered from the pipeline sends"
+                                            : "recovered from the autograd work",
+                          event);
             add(event);
         }
         flush();
@@ -1435,6 +1463,7 @@ private:
     std::vector<ThreadOp> host_ops_;
     std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> last_op_of_thread_;
     std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> sends_by_thread_;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> autograd_by_thread_;
     bool has_pipeline_labels_ = false;
     structure::RecoveredGrid grid_;
     std::pair<std::int64_t, std::int64_t> schedule_thread_{-1, -1};
@@ -1456,8 +1485,8 @@ private:
                 return "";  // zero bubble: ZB-H1 or ZBV, which the labels do not tell apart
             return chunks > 1 ? "interleaved" : "1f1b";
         }
-        if (recovered_.empty())
-            return "";
+        if (recovered_.empty() || grid_.grid.pp < 2)
+            return "";  // no pipeline, no pipeline schedule
         return one_f_one_b_ ? "1f1b" : "gpipe";
     }
     ImportLog log_;

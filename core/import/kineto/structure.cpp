@@ -297,7 +297,10 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
     bool open = false, autograd = false;
     std::int64_t run_start = 0, run_end = 0;
     bool activations_in = prev < 0;  // received since the last forward
-    // A forward on a stage with a next one is a pass only once its activations are sent.
+    // A forward on a stage with a next one is a pass only once its activations are sent; on
+    // a rank without a pipeline, only once its backward follows (the work after the last
+    // backward, such as FSDP's post-backward callback, is no pass).
+    const bool alone = prev < 0 && next < 0;
     std::optional<RecoveredRange> pending;
     const auto add_forward = [&](std::int64_t start, std::int64_t end) {
         out.ranges.push_back({start, end, Kind::forward, numbered(Kind::forward)});
@@ -313,7 +316,7 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
             out.ranges.push_back({run_start, run_end, Kind::backward, numbered(Kind::backward)});
             ++out.backwards;
         } else if (activations_in) {
-            if (next < 0) {
+            if (next < 0 && !alone) {
                 add_forward(run_start, run_end);
             } else {
                 pending = RecoveredRange{run_start, run_end, Kind::forward, 0};
@@ -321,15 +324,18 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
         }
     };
     // The time between operators the trace names is the thread's own work (Python, and the
-    // operators left out of `ops`): forward work, except between two autograd operators.
+    // operators left out of `ops`): forward work, except between two autograd operators and
+    // between an autograd operator and a collective (a gradient reduction inside the
+    // backward). Before a collective in the forward (FSDP's all-gathers, TP's all-reduces)
+    // it is forward work like any other.
     std::int64_t last_end = window_start;
     HostOp::Kind last_kind = HostOp::Kind::optimizer;
     std::vector<HostOp> walk;
     for (const HostOp& op : top) {
         const bool inside_backward =
-            last_kind == HostOp::Kind::autograd && op.kind == HostOp::Kind::autograd;
-        if (last_end != INT64_MIN && op.start_ns > last_end && !inside_backward &&
-            op.kind != HostOp::Kind::collective) {
+            last_kind == HostOp::Kind::autograd &&
+            (op.kind == HostOp::Kind::autograd || op.kind == HostOp::Kind::collective);
+        if (last_end != INT64_MIN && op.start_ns > last_end && !inside_backward) {
             walk.push_back({last_end, op.start_ns, HostOp::Kind::compute, -1});
         }
         walk.push_back(op);
@@ -377,6 +383,9 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
                     close();
                 }
                 if (!open) {
+                    if (pending && alone && is_autograd) {
+                        add_forward(pending->start_ns, pending->end_ns);
+                    }
                     pending.reset();  // work between a forward and its send: not a pass
                     open = true;
                     autograd = is_autograd;

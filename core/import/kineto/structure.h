@@ -15,7 +15,9 @@
 //     (the interleaved and zero-bubble schedules) records; and, where a schedule records none
 //     (GPipe, 1F1B), from the pipeline sends and receives (`c10d::send`, `c10d::recv_` with
 //     their peer) and the autograd engine's work (`autograd::engine::evaluate_function: …`)
-//     between them, micro-batches numbered in the order each stage runs them.
+//     between them, micro-batches numbered in the order each stage runs them;
+//   - a rank without a pipeline (pp 1) from its autograd work alone: each backward a
+//     micro-batch, the work before it its forward.
 // Each rule that fires is said in the import log with how sure it is; when none does, the run
 // imports as before and says what could not be derived.
 #pragma once
@@ -118,7 +120,8 @@ struct RecoveredRange {
 // first operator), split into runs of forward work (neither autograd nor communication) and
 // of autograd work. An autograd run is a backward pass; a forward run is a pass when its
 // activations were received (a stage with a previous one) and it ends in their send (a stage
-// with a next one). Passes are numbered in order per phase (GPipe and 1F1B run the
+// with a next one); without either neighbour (no pipeline), when a backward follows it.
+// Passes are numbered in order per phase (GPipe and 1F1B run the
 // micro-batches in order); a receive from `prev` hands over activations, a send to it
 // gradients, `next` the other way round, numbered likewise. `consistent` is false when the
 // forward and backward counts differ (then nothing is kept).

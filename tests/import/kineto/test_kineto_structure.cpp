@@ -6,6 +6,7 @@
 // their own; and a trace with nothing to recognise saying so.
 #include <QTest>
 
+#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -67,6 +68,21 @@ Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
         }
     }
     return imported;
+}
+
+std::string read_gzip(const fs::path& path) {
+    gzFile file = gzopen(path.c_str(), "rb");
+    if (file == nullptr) {
+        qFatal("cannot open %s", path.c_str());
+    }
+    std::string text;
+    char buffer[1 << 16];
+    int n = 0;
+    while ((n = gzread(file, buffer, sizeof buffer)) > 0) {
+        text.append(buffer, static_cast<std::size_t>(n));
+    }
+    gzclose(file);
+    return text;
 }
 
 bool any_note(const Imported& imported, std::string_view words) {
@@ -264,7 +280,12 @@ private slots:
         QVERIFY(any_note(imported, "TENSOR_MODEL_PARALLEL_GROUP"));
     }
 
-    // A mesh without a pipeline: the grid from DeviceMesh's groups, no passes, and a note.
+    // A mesh without a pipeline (FSDP2 over dp, DTensor TP): the grid from DeviceMesh's
+    // groups, and each step's one forward and one backward per rank, micro-batch 0 on stage 0
+    // (the job runs one batch a step). The backward is exactly the rank's autograd work of the
+    // step, from the first autograd operator's start to the last one's end, read here from the
+    // trace itself; the forward runs from the end of zero_grad to the backward. No pipeline,
+    // so no bubble table; the critical path and the heatmap's one micro-batch column are there.
     void meshWithoutPipeline() {
         const nlohmann::json job = truth().at("fixtures").at("tp2-dp2");
         QTemporaryDir dir;
@@ -279,8 +300,79 @@ private slots:
                 }
             }
         }
-        QVERIFY(analysis::find_passes(imported.trace).empty());
         QVERIFY(any_note(imported, "mesh_dp, mesh_tp") || any_note(imported, "mesh_tp, mesh_dp"));
+        QVERIFY(any_note(imported, "passes from the autograd work (no pipeline"));
+
+        const std::vector<analysis::Pass> passes = analysis::find_passes(imported.trace);
+        const int steps = job.at("steps_profiled").get<int>();
+        QCOMPARE(passes.size(), std::size_t(4 * steps * 2));  // ranks × steps × (F, B)
+        for (const auto& file : job.at("files")) {
+            // The trace's own autograd extent and zero_grad's end, per step, on the thread that
+            // ran the step (µs in the file; the importer's nanoseconds are the same instants).
+            const nlohmann::json raw =
+                nlohmann::json::parse(read_gzip(kTorch / file.get<std::string>()));
+            const int r = raw.at("distributedInfo").at("rank").get<int>();
+            std::map<int, std::pair<double, double>> autograd;  // step -> first start, last end
+            std::map<int, double> zero_grad_end;
+            std::vector<std::tuple<int, double, double>> step_windows;
+            for (const auto& e : raw.at("traceEvents")) {
+                const std::string name = e.value("name", "");
+                if (e.value("ph", "") == "X" && name.starts_with("ProfilerStep#")) {
+                    step_windows.emplace_back(std::stoi(name.substr(13)), e.at("ts").get<double>(),
+                                              e.at("ts").get<double>() + e.at("dur").get<double>());
+                }
+            }
+            for (const auto& e : raw.at("traceEvents")) {
+                const std::string name = e.value("name", "");
+                if (e.value("ph", "") != "X") {
+                    continue;
+                }
+                const double start = e.at("ts").get<double>(),
+                             end = start + e.at("dur").get<double>();
+                for (const auto& [step, from, to] : step_windows) {
+                    if (start < from || start >= to) {
+                        continue;
+                    }
+                    if (name.starts_with("autograd::engine::evaluate_function")) {
+                        auto [it, added] = autograd.try_emplace(step, start, end);
+                        it->second.first = std::min(it->second.first, start);
+                        it->second.second = std::max(it->second.second, end);
+                    } else if (name.starts_with("Optimizer.zero_grad")) {
+                        zero_grad_end[step] = end;
+                    }
+                }
+            }
+            QCOMPARE(int(autograd.size()), steps);
+            for (const auto& [step, extent] : autograd) {
+                std::map<Phase, const analysis::Pass*> found;
+                for (const analysis::Pass& pass : passes) {
+                    if (pass.rank == r && pass.step == step) {
+                        QCOMPARE(pass.stage, 0);
+                        QCOMPARE(pass.microbatch, 0);
+                        found[pass.phase] = &pass;
+                    }
+                }
+                QCOMPARE(found.size(), std::size_t(2));
+                const analysis::Pass& backward = *found.at(Phase::backward);
+                const analysis::Pass& forward = *found.at(Phase::forward);
+                // The importer's time origin is its own: compare lengths and offsets.
+                const auto ns = [](double us) { return std::llround(us * 1e3); };
+                QVERIFY(std::abs(backward.wall_ns() - ns(extent.second - extent.first)) <= 1);
+                QVERIFY(std::abs(backward.start_ns - forward.start_ns -
+                                 ns(extent.first - zero_grad_end.at(step))) <= 1);
+                QCOMPARE(forward.end_ns, backward.start_ns);
+            }
+        }
+
+        const auto result = analysis::analyze_run(imported.trace);
+        QVERIFY(result);
+        const analysis::RunAnalysis& analysed = *result;
+        QVERIFY(analysed.bubbles.stages.empty());
+        QCOMPARE(int(analysed.critical_paths.size()), steps);
+        QCOMPARE(int(analysed.imbalance.by_microbatch.size()), steps);
+        for (const analysis::StepMatrices& step : analysed.imbalance.by_microbatch) {
+            QCOMPARE(step.compute_ns.columns, std::vector<std::int32_t>{0});
+        }
     }
 
     // The rules' pieces.
@@ -370,6 +462,36 @@ private slots:
         // A backward without its forward: the counts differ, nothing is kept.
         const StepPasses odd = passes_from_sends({{0, 5, K::autograd, -1}}, 0, 2, 0);
         QVERIFY(!odd.consistent && odd.ranges.empty());
+    }
+
+    // A rank without a pipeline (no neighbours): each autograd run is a backward and the work
+    // before it its forward, all-gathers inside that forward included; a reduction inside the
+    // backward does not split it, a forward label between two backwards does; the work after
+    // the last backward (FSDP's post-backward callback) is no forward. So two micro-batches of
+    // gradient accumulation give F0 B0 F1 B1.
+    void passesWithoutPipeline() {
+        using K = HostOp::Kind;
+        const std::vector<HostOp> ops = {
+            {5, 8, K::optimizer, -1},     // zero_grad
+            {10, 12, K::collective, -1},  // an FSDP all-gather in the forward
+            {20, 22, K::collective, -1},  // another one
+            {30, 40, K::autograd, -1},    // B0
+            {40, 42, K::collective, -1},  // a gradient reduction inside B0
+            {42, 50, K::autograd, -1},    // B0, continued
+            {52, 58, K::compute, -1},     // DDP's forward label: F1 (50–60)
+            {60, 70, K::autograd, -1},    // B1
+            {75, 78, K::collective, -1},  // the last reduction
+            {90, 99, K::optimizer, -1},   // step, after the post-backward callback (78–90)
+        };
+        const StepPasses step = passes_from_sends(ops, -1, -1, 0);
+        QVERIFY(step.consistent);
+        std::vector<std::string> passes;
+        for (const RecoveredRange& range : step.ranges) {
+            passes.push_back((range.kind == PipelineAction::Kind::forward ? "F" : "B") +
+                             std::to_string(range.microbatch) + "@" +
+                             std::to_string(range.start_ns) + "-" + std::to_string(range.end_ns));
+        }
+        QCOMPARE(passes, (std::vector<std::string>{"F0@8-30", "B0@30-50", "F1@50-60", "B1@60-70"}));
     }
 };
 

@@ -613,6 +613,8 @@ private:
             split_backward_ |=
                 action->kind == Kind::backward_input || action->kind == Kind::backward_weight;
             max_stage_index_ = std::max(max_stage_index_, action->stage_index);
+            if (action->stage_index >= 0)
+                stage_indices_.insert(action->stage_index);
             max_microbatch_ = std::max(max_microbatch_, action->microbatch);
             return;
         }
@@ -838,6 +840,14 @@ private:
                 "structure: passes and hand-overs from torch.distributed.pipelining's action "
                 "labels (PP:<stage><action><micro-batch>, or ScheduleGPipe's Forward N / "
                 "Backward N): exact");
+            if (split_backward_ && recovered_schedule().empty()) {
+                log_.note(std::string("structure: a zero-bubble schedule over ") +
+                          std::to_string(stage_indices_.size()) + " model chunks a stage (" +
+                          (v_placement() ? "V placement, as ScheduleZBVZeroBubble's"
+                                         : "loop placement, as ScheduleInterleavedZeroBubble's") +
+                          "); Fulcrum's schedules have ZB-H1 only (one chunk a stage), so the "
+                          "run's schedule is left unset and the bubble theory is not drawn");
+            }
         } else if (!recovered_.empty() || inconsistent_steps_ > 0) {
             std::int64_t passes = 0;
             for (const RecoveredStepRange& r : recovered_)
@@ -1474,6 +1484,13 @@ private:
     // What the labels or the recovered passes say of the schedule.
     bool gpipe_labels_ = false, split_backward_ = false, one_f_one_b_ = false;
     std::int32_t max_stage_index_ = -1, max_microbatch_ = -1;
+    std::set<std::int32_t> stage_indices_;  // the labels' model chunks (global stage indices)
+
+    // The rank's chunks placed as a V: stage s and 2p − 1 − s (ZBV), not s and s + p (a loop).
+    bool v_placement() const {
+        const int p = grid_.grid.pp, s = grid_.coordinates.pp;
+        return stage_indices_ == std::set<std::int32_t>{s, 2 * p - 1 - s};
+    }
 
     // The schedule in run.config's names, where it can be told; "" otherwise.
     std::string recovered_schedule() const {
@@ -1481,8 +1498,8 @@ private:
             if (gpipe_labels_)
                 return "gpipe";
             const int chunks = grid_.grid.pp > 0 ? max_stage_index_ / grid_.grid.pp + 1 : 1;
-            if (split_backward_)
-                return "";  // zero bubble: ZB-H1 or ZBV, which the labels do not tell apart
+            if (split_backward_)  // zero bubble: ZB-H1 with one chunk a stage, else ZBV and kin
+                return chunks == 1 ? "zb-h1" : "";
             return chunks > 1 ? "interleaved" : "1f1b";
         }
         if (recovered_.empty() || grid_.grid.pp < 2)

@@ -280,6 +280,61 @@ private slots:
         QVERIFY(any_note(imported, "TENSOR_MODEL_PARALLEL_GROUP"));
     }
 
+    // Zero-bubble labels (I and W): one model chunk a stage is ZB-H1, which the run's
+    // schedule says; ScheduleZBVZeroBubble's two chunks a stage in a V (the zb-pp2 fixture)
+    // are no schedule of Fulcrum's, said in the log with the placement.
+    void zeroBubbleSchedules() {
+        QTemporaryDir dir;
+        std::vector<std::string> inputs;
+        for (int rank = 0; rank < 2; ++rank) {
+            nlohmann::json events = nlohmann::json::array();
+            const auto range = [&](const std::string& name, double ts, double dur) {
+                events.push_back({{"ph", "X"},
+                                  {"cat", "user_annotation"},
+                                  {"name", name},
+                                  {"pid", 1},
+                                  {"tid", 1},
+                                  {"ts", ts},
+                                  {"dur", dur}});
+            };
+            range("ProfilerStep#1", 0, 1000);
+            const std::string stage = "PP:" + std::to_string(rank);
+            double t = 10;
+            for (const std::string action : {"F0", "F1", "I0", "W0", "I1", "W1"}) {
+                range(stage + action, t, 8);
+                t += 10;
+            }
+            const nlohmann::json trace = {{"schemaVersion", 1},
+                                          {"baseTimeNanoseconds", 0},
+                                          {"distributedInfo",
+                                           {{"backend", "gloo"},
+                                            {"rank", rank},
+                                            {"world_size", 2},
+                                            {"pg_config",
+                                             {{{"pg_name", "1"},
+                                               {"pg_desc", "mesh_pp"},
+                                               {"pg_size", 2},
+                                               {"ranks", {0, 1}}}}}}},
+                                          {"traceEvents", events}};
+            const std::string path =
+                dir.filePath(QString("zbh1-rank%1.json").arg(rank)).toStdString();
+            std::ofstream(path) << trace.dump();
+            inputs.push_back(path);
+        }
+        const std::string out = dir.filePath("zbh1.fulcrum").toStdString();
+        QVERIFY(importer::import_files(inputs, out));
+        auto reader = store::TraceReader::open(out);
+        QVERIFY(reader);
+        auto trace = analysis::load_run_trace(*reader);
+        QVERIFY(trace);
+        QCOMPARE(trace->config.layout.schedule, parallel::PipelineSchedule::zero_bubble_h1);
+        QCOMPARE(trace->config.layout.microbatches, 2);
+
+        const nlohmann::json job = truth().at("fixtures").at("zb-pp2");
+        const Imported zbv = import_fixture(dir, "zb-pp2", job);
+        QVERIFY(any_note(zbv, "a zero-bubble schedule over 2 model chunks a stage (V placement"));
+    }
+
     // A mesh without a pipeline (FSDP2 over dp, DTensor TP): the grid from DeviceMesh's
     // groups, and each step's one forward and one backward per rank, micro-batch 0 on stage 0
     // (the job runs one batch a step). The backward is exactly the rank's autograd work of the

@@ -1,7 +1,8 @@
 // The views on an imported PyTorch pipeline (tests/data/torch: Schedule1F1B over 4 ranks, no
 // labels, its passes recovered from the sends; docs/import.md, "The 4D structure of a PyTorch
 // run"): the timeline groups the ranks by stage as it does fulcrum-train's runs, and the bubble
-// view draws every stage's recovered passes with the bubble table beside them.
+// view draws every stage's recovered passes with the bubble table beside them; and on the
+// DP × TP mesh without a pipeline, the heatmap of its recovered passes.
 #include <qcustomplot.h>
 
 #include <QTemporaryDir>
@@ -26,20 +27,29 @@ class TorchFixtureViewsTest : public QObject {
     QTemporaryDir dir_;
     RunPtr run_;
 
+    // The fixture `job`'s four rank traces imported into one run and opened as the GUI does.
+    RunPtr import_and_open(const std::string& job) {
+        std::vector<std::string> inputs;
+        for (int r = 0; r < 4; ++r) {
+            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/") + job + "-rank" +
+                             std::to_string(r) + ".json.gz");
+        }
+        const QString path = dir_.filePath(QString::fromStdString(job + ".fulcrum"));
+        auto imported = importer::import_files(inputs, path.toStdString());
+        if (!imported) {
+            qFatal("%s: %s", job.c_str(), imported.error().message.c_str());
+        }
+        auto run = open_run(path);
+        if (!run) {
+            qFatal("%s: %s", job.c_str(), run.error().message.c_str());
+        }
+        return *run;
+    }
+
 private slots:
     void initTestCase() {
         QVERIFY(dir_.isValid());
-        std::vector<std::string> inputs;
-        for (int r = 0; r < 4; ++r) {
-            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/1f1b-pp4-rank") +
-                             std::to_string(r) + ".json.gz");
-        }
-        const QString path = dir_.filePath("1f1b.fulcrum");
-        auto imported = importer::import_files(inputs, path.toStdString());
-        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
-        auto run = open_run(path);
-        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
-        run_ = *run;
+        run_ = import_and_open("1f1b-pp4");
         QVERIFY2(run_->analysis != nullptr, qPrintable(run_->analysis_error));
     }
 
@@ -88,26 +98,17 @@ private slots:
     // The DP × TP mesh without a pipeline (FSDP2 and DTensor): its recovered passes fill the
     // heatmap, a micro-batch column by 4 ranks; the bubble view says why it has nothing to draw.
     void meshWithoutPipeline() {
-        std::vector<std::string> inputs;
-        for (int r = 0; r < 4; ++r) {
-            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/tp2-dp2-rank") +
-                             std::to_string(r) + ".json.gz");
-        }
-        const QString path = dir_.filePath("tp2-dp2.fulcrum");
-        auto imported = importer::import_files(inputs, path.toStdString());
-        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
-        auto run = open_run(path);
-        QVERIFY2(run.ok(), run.ok() ? "" : run.error().message.c_str());
+        const RunPtr run = import_and_open("tp2-dp2");
         HeatmapView heatmap;
         heatmap.resize(1200, 800);
-        heatmap.set_run(*run);
+        heatmap.set_run(run);
         QVERIFY2(heatmap.message().isEmpty(), qPrintable(heatmap.message()));
         heatmap.set_step(1);
         QCOMPARE(heatmap.microbatch_values().columns, std::vector<std::int32_t>{0});
         QCOMPARE(heatmap.microbatch_values().rows.size(), std::size_t(4));
         BubbleView bubbles;
         bubbles.resize(1200, 800);
-        bubbles.set_run(*run);
+        bubbles.set_run(run);
         QVERIFY2(bubbles.message().contains("no pipeline (pp = 1)"), qPrintable(bubbles.message()));
     }
 };

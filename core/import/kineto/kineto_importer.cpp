@@ -577,6 +577,7 @@ private:
                 if (profiler_step(e.name, step) && kineto::json_us_to_ns(e.ts, ts) &&
                     kineto::json_us_to_ns(e.dur, dur) && dur >= 0) {
                     top_.steps.push_back({ts, ts + dur, step});
+                    step_thread_ = {ids_.of(e.pid), ids_.of(e.tid)};
                 }
             },
             truncated, options_.cancel, cancelled);
@@ -647,13 +648,18 @@ private:
         if (op.kind == structure::HostOp::Kind::autograd)
             ++autograd_by_thread_[thread];
         // A thread's consecutive autograd operators are one run of backward work: kept as one,
-        // so memory follows the passes, not the operators.
-        auto [last, added] = last_op_of_thread_.try_emplace(thread, host_ops_.size());
+        // so memory follows the passes, not the operators. Consecutive in the process: an
+        // operator of another thread in between (the Python thread's send while the autograd
+        // thread runs the backwards of a 1F1B stage) ends the run. The profiler writes the
+        // operators in order of their start, so this sees them as they ran; a file in
+        // another order only merges less.
+        auto [last, added] = last_op_of_process_.try_emplace(thread.first, host_ops_.size());
         if (!added && op.kind == structure::HostOp::Kind::autograd) {
-            structure::HostOp& previous = host_ops_[last->second].op;
-            if (previous.kind == structure::HostOp::Kind::autograd &&
-                op.start_ns >= previous.start_ns) {
-                previous.end_ns = std::max(previous.end_ns, op.end_ns);
+            ThreadOp& previous = host_ops_[last->second];
+            if (previous.tid == thread.second &&
+                previous.op.kind == structure::HostOp::Kind::autograd &&
+                op.start_ns >= previous.op.start_ns) {
+                previous.op.end_ns = std::max(previous.op.end_ns, op.end_ns);
                 return;
             }
         }
@@ -664,7 +670,10 @@ private:
     // The grid from the process groups, and, where the schedule wrote no labels, the passes
     // step by step (structure.h): a pipeline stage's from the thread that sent and received
     // the most; a rank without a pipeline (pp 1: DP, TP, FSDP) from the thread that ran the
-    // most autograd work, each backward one micro-batch and the work before it its forward.
+    // steps (ProfilerStep#), else the one that ran the most autograd work, each backward one
+    // micro-batch and the work before it its forward. The autograd work of the process's
+    // other threads joins that thread's: on a GPU the autograd engine runs the backward on a
+    // thread of its own per device while the Python thread waits in loss.backward().
     void recover_structure() {
         if (top_.fulcrum.present)
             return;  // Fulcrum's own export says it all
@@ -682,6 +691,8 @@ private:
             std::max_element(by_thread.begin(), by_thread.end(),
                              [](const auto& a, const auto& b) { return a.second < b.second; });
         schedule_thread_ = busiest->first;
+        if (!pipeline && step_thread_.first == schedule_thread_.first)
+            schedule_thread_ = step_thread_;
         const int stage = grid_.coordinates.pp, stages = grid_.grid.pp;
         const std::int32_t prev = pipeline && stage > 0 ? stage - 1 : -1;
         const std::int32_t next = pipeline && stage + 1 < stages ? stage + 1 : -1;
@@ -691,8 +702,10 @@ private:
         for (const StepWindow& window : windows) {
             std::vector<structure::HostOp> ops;
             for (const ThreadOp& op : host_ops_) {
-                if (std::pair{op.pid, op.tid} == schedule_thread_ &&
-                    op.op.start_ns >= window.start && op.op.start_ns < window.end)
+                const bool own = std::pair{op.pid, op.tid} == schedule_thread_ ||
+                                 (op.pid == schedule_thread_.first &&
+                                  op.op.kind == structure::HostOp::Kind::autograd);
+                if (own && op.op.start_ns >= window.start && op.op.start_ns < window.end)
                     ops.push_back(op.op);
             }
             structure::StepPasses passes =
@@ -1471,12 +1484,13 @@ private:
     // Structure recovery: pass 1's operators of interest, the grid, the passes recovered from
     // the sends (with no labels to read) and the thread they ran on.
     std::vector<ThreadOp> host_ops_;
-    std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> last_op_of_thread_;
+    std::map<std::int64_t, std::size_t> last_op_of_process_;  // pid -> its last in host_ops_
     std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> sends_by_thread_;
     std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> autograd_by_thread_;
     bool has_pipeline_labels_ = false;
     structure::RecoveredGrid grid_;
     std::pair<std::int64_t, std::int64_t> schedule_thread_{-1, -1};
+    std::pair<std::int64_t, std::int64_t> step_thread_{-1, -1};  // where ProfilerStep#N ran
     std::vector<RecoveredStepRange> recovered_;
     std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, structure::RecoveredRange>
         recovered_comm_;  // (pid, tid, start) of a send or receive -> what it handed over

@@ -40,11 +40,37 @@ struct Imported {
     std::vector<std::string> notes;
 };
 
+std::string read_gzip(const fs::path& path);
+
+// The fixture's traces as a GPU run records them: the autograd engine's operators on a thread
+// of their own (its device thread), not on the Python thread that called backward.
+std::vector<std::string> autograd_on_own_thread(const QTemporaryDir& dir,
+                                                const nlohmann::json& fixture) {
+    std::vector<std::string> inputs;
+    for (const auto& file : fixture.at("files")) {
+        nlohmann::json trace = nlohmann::json::parse(read_gzip(kTorch / file.get<std::string>()));
+        for (auto& e : trace.at("traceEvents")) {
+            if (e.value("name", "").starts_with("autograd::engine::evaluate_function")) {
+                e["tid"] = 999999;
+            }
+        }
+        const std::string path =
+            dir.filePath(QString::fromStdString("own-thread-" + file.get<std::string>() + ".json"))
+                .toStdString();
+        std::ofstream(path) << trace.dump();
+        inputs.push_back(path);
+    }
+    return inputs;
+}
+
 Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
-                        const nlohmann::json& fixture) {
+                        const nlohmann::json& fixture, bool autograd_thread = false) {
     std::vector<std::string> inputs;
     for (const auto& file : fixture.at("files")) {
         inputs.push_back((kTorch / file.get<std::string>()).string());
+    }
+    if (autograd_thread) {
+        inputs = autograd_on_own_thread(dir, fixture);
     }
     const std::string out = dir.filePath(QString::fromStdString(name + ".fulcrum")).toStdString();
     auto report = importer::import_files(inputs, out);
@@ -103,27 +129,34 @@ private slots:
     // Every pipeline fixture: each rank's coordinates are the job's, and its passes are
     // exactly the schedule's actions: per step, the (stage chunk, phase, micro-batch) of each
     // pass in the order the rank ran them (truth.json's compute_order).
+    // The unlabelled ones again with the autograd work on a thread of its own, as on a GPU.
     void recoversWhatRan_data() {
         QTest::addColumn<QString>("fixture");
         QTest::addColumn<QString>("schedule");
+        QTest::addColumn<bool>("autograd_thread");
         QTest::newRow("gpipe") << "gpipe-pp4"
-                               << "gpipe";
+                               << "gpipe" << false;
         QTest::newRow("1f1b") << "1f1b-pp4"
-                              << "1f1b";
+                              << "1f1b" << false;
         QTest::newRow("interleaved") << "interleaved-pp2"
-                                     << "interleaved";
+                                     << "interleaved" << false;
         QTest::newRow("zero bubble") << "zb-pp2"
-                                     << "";
+                                     << "" << false;
         QTest::newRow("pp x dp") << "pp2-dp2"
-                                 << "1f1b";
+                                 << "1f1b" << false;
+        QTest::newRow("1f1b, autograd on its own thread") << "1f1b-pp4"
+                                                          << "1f1b" << true;
+        QTest::newRow("pp x dp, autograd on its own thread") << "pp2-dp2"
+                                                             << "1f1b" << true;
     }
     void recoversWhatRan() {
         QFETCH(QString, fixture);
         QFETCH(QString, schedule);
+        QFETCH(bool, autograd_thread);
         const std::string name = fixture.toStdString();
         const nlohmann::json job = truth().at("fixtures").at(name);
         QTemporaryDir dir;
-        const Imported imported = import_fixture(dir, name, job);
+        const Imported imported = import_fixture(dir, name, job, autograd_thread);
         const int pp = job.at("degrees").at("pp").get<int>();
         const int steps = job.at("steps_profiled").get<int>();
         std::map<int, const analysis::RankTrace*> by_rank;
@@ -341,10 +374,17 @@ private slots:
     // step, from the first autograd operator's start to the last one's end, read here from the
     // trace itself; the forward runs from the end of zero_grad to the backward. No pipeline,
     // so no bubble table; the critical path and the heatmap's one micro-batch column are there.
+    // Again with the autograd work on a thread of its own, as on a GPU.
+    void meshWithoutPipeline_data() {
+        QTest::addColumn<bool>("autograd_thread");
+        QTest::newRow("cpu") << false;
+        QTest::newRow("autograd on its own thread") << true;
+    }
     void meshWithoutPipeline() {
+        QFETCH(bool, autograd_thread);
         const nlohmann::json job = truth().at("fixtures").at("tp2-dp2");
         QTemporaryDir dir;
-        const Imported imported = import_fixture(dir, "tp2-dp2", job);
+        const Imported imported = import_fixture(dir, "tp2-dp2", job, autograd_thread);
         for (const auto& expected : job.at("per_rank")) {
             const int r = expected.at("rank").get<int>();
             for (const analysis::RankTrace& rank : imported.trace.ranks) {

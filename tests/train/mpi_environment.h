@@ -12,3 +12,12 @@ inline QProcessEnvironment mpi_environment() {
     env.insert("OMPI_MCA_mpi_yield_when_idle", "1");
     return env;
 }
+
+// For a job whose ranks all refuse their options and exit: Open MPI then stops the job at once
+// instead of granting each rank a second between SIGTERM and SIGKILL (odls_base_sigkill_timeout,
+// 2 s of each such launch). Not for a job where a rank dies and the others must end cleanly.
+inline QProcessEnvironment mpi_environment_failing_fast() {
+    auto env = mpi_environment();
+    env.insert("OMPI_MCA_odls_base_sigkill_timeout", "0");
+    return env;
+}

@@ -118,7 +118,7 @@ private slots:
     void badSpecsFailBeforeAnyWork() {
         QFETCH(QStringList, args);
         QFETCH(QString, message);
-        const Run run = train(2, kModel + args, work_.path(), "bad");
+        const Run run = train(2, kModel + args, work_.path(), "bad", true);
         QVERIFY2(run.exit_code == 2, qPrintable(run.output));
         QVERIFY2(run.output.contains(message), qPrintable(run.output));
         QCOMPARE(run.output.count("fulcrum-train: error:"), 1);

@@ -510,7 +510,7 @@ private slots:
         lengths.close();
         args.replaceInStrings("EMPTY", work_.filePath("empty"));
         args.replaceInStrings("file:LONG", "file:" + work_.filePath("long.txt"));
-        const Run run = train(ranks, args, work_.path(), "bad");
+        const Run run = train(ranks, args, work_.path(), "bad", true);
         QVERIFY2(run.exit_code == 2, qPrintable(run.output));
         QVERIFY2(run.output.contains(message), qPrintable(run.output));
         // One message, from rank 0, not one per rank; and no step ran.

@@ -23,14 +23,16 @@ struct TrainRun {
 };
 
 // `args` on `ranks` ranks (mpirun for more than one); the losses and parameters written to
-// `directory` under `tag`.
-inline TrainRun train(int ranks, QStringList args, const QString& directory, const QString& tag) {
+// `directory` under `tag`. `refused`: every rank is expected to refuse its options and exit
+// (mpi_environment_failing_fast).
+inline TrainRun train(int ranks, QStringList args, const QString& directory, const QString& tag,
+                      bool refused = false) {
     const QString train_binary = QStringLiteral(FULCRUM_BINARY_DIR "/engine/fulcrum-train");
     const QString losses = directory + "/" + tag + ".losses";
     const QString parameters = directory + "/" + tag + ".params";
     args << "--losses" << losses << "--dump-parameters" << parameters;
     QProcess process;
-    process.setProcessEnvironment(mpi_environment());
+    process.setProcessEnvironment(refused ? mpi_environment_failing_fast() : mpi_environment());
     process.setProcessChannelMode(QProcess::MergedChannels);
     if (ranks == 1) {
         process.start(train_binary, args);

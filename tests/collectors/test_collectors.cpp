@@ -53,8 +53,9 @@ struct Outcome {
 QProcessEnvironment clean_environment() {
     QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
     for (const QString& name : environment.keys()) {
-        // Kept: how mpirun starts its daemons is the machine's, not a rank's, setting.
-        if (name == "OMPI_MCA_plm_rsh_agent") {
+        // Kept: how mpirun starts its daemons and where it keeps its session files are the
+        // machine's settings, not a rank's.
+        if (name == "OMPI_MCA_plm_rsh_agent" || name == "OMPI_MCA_orte_tmpdir_base") {
             continue;
         }
         if (name.startsWith("OMPI_") || name.startsWith("PMI") || name.startsWith("SLURM_") ||

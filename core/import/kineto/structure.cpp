@@ -307,11 +307,13 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
         ++out.forwards;
         activations_in = prev < 0;
     };
+    bool last_run_backward = false;  // the last run of work closed was autograd work
     const auto close = [&] {
         if (!open) {
             return;
         }
         open = false;
+        last_run_backward = autograd;
         if (autograd) {
             out.ranges.push_back({run_start, run_end, Kind::backward, numbered(Kind::backward)});
             ++out.backwards;
@@ -344,7 +346,27 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
             last_kind = op.kind;
         }
     }
-    for (const HostOp& op : walk) {
+    // Whether autograd work (a backward) follows walk[i] before the next send, receive or
+    // optimizer step: the time between a receive and a backward (the Python that calls it)
+    // does not count, a forward's sends end it.
+    const auto backward_follows = [&](std::size_t i) {
+        for (std::size_t j = i + 1; j < walk.size(); ++j) {
+            switch (walk[j].kind) {
+                case HostOp::Kind::autograd:
+                    return true;
+                case HostOp::Kind::send:
+                case HostOp::Kind::recv:
+                case HostOp::Kind::optimizer:
+                    return false;
+                case HostOp::Kind::compute:
+                case HostOp::Kind::collective:
+                    continue;
+            }
+        }
+        return false;
+    };
+    for (std::size_t i = 0; i < walk.size(); ++i) {
+        const HostOp& op = walk[i];
         switch (op.kind) {
             case HostOp::Kind::collective:
                 continue;  // a DP or TP collective inside the passes: neither part nor boundary
@@ -355,12 +377,25 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
             case HostOp::Kind::send:
             case HostOp::Kind::recv: {
                 close();
-                const bool to_prev = op.peer >= 0 && op.peer == prev;
-                const bool to_next = op.peer >= 0 && op.peer == next;
+                const bool send = op.kind == HostOp::Kind::send;
+                bool to_prev = op.peer >= 0 && op.peer == prev;
+                bool to_next = op.peer >= 0 && op.peer == next;
+                if (op.peer < 0 && (prev >= 0 || next >= 0)) {
+                    // No peer in the trace (recorded without record_shapes, so without
+                    // "Concrete Inputs"): the direction from the work around it. A stage with
+                    // one neighbour has one; otherwise a send follows a forward (activations,
+                    // to the next stage) or a backward (gradients, to the previous), and a
+                    // receive comes before a forward (activations) or a backward (gradients).
+                    const bool towards_next = prev < 0   ? true
+                                              : next < 0 ? false
+                                              : send ? (pending.has_value() || !last_run_backward)
+                                                     : backward_follows(i);
+                    to_next = towards_next;
+                    to_prev = !towards_next;
+                }
                 if (!to_prev && !to_next) {
                     continue;
                 }
-                const bool send = op.kind == HostOp::Kind::send;
                 const Kind kind = send ? (to_next ? Kind::send_activations : Kind::send_gradients)
                                        : (to_prev ? Kind::recv_activations : Kind::recv_gradients);
                 if (pending && kind == Kind::send_activations) {

@@ -123,7 +123,10 @@ struct RecoveredRange {
 // with a next one); without either neighbour (no pipeline), when a backward follows it.
 // Passes are numbered in order per phase (GPipe and 1F1B run the
 // micro-batches in order); a receive from `prev` hands over activations, a send to it
-// gradients, `next` the other way round, numbered likewise. `consistent` is false when the
+// gradients, `next` the other way round, numbered likewise. An operator without its peer (-1:
+// a profile without record_shapes) goes to the stage's one neighbour, or on a middle stage
+// by the work around it: a send after a forward to `next`, after a backward to `prev`; a
+// receive before a backward from `next`, else from `prev`. `consistent` is false when the
 // forward and backward counts differ (then nothing is kept).
 struct StepPasses {
     std::vector<RecoveredRange> ranges;

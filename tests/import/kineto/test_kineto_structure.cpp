@@ -42,20 +42,30 @@ struct Imported {
 
 std::string read_gzip(const fs::path& path);
 
-// The fixture's traces as a GPU run records them: the autograd engine's operators on a thread
-// of their own (its device thread), not on the Python thread that called backward.
-std::vector<std::string> autograd_on_own_thread(const QTemporaryDir& dir,
-                                                const nlohmann::json& fixture) {
+// The fixture's traces as other runs record them. kAutogradThread: a GPU run's, the autograd
+// engine's operators on a thread of their own (its device thread), not on the Python thread
+// that called backward. kNoShapes: a profile taken without record_shapes (torch.profiler's
+// default), so with no "Concrete Inputs" and no peer for a send or receive.
+enum Variant { kAsRecorded = 0, kAutogradThread = 1, kNoShapes = 2 };
+
+std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::json& fixture,
+                                    int variant) {
     std::vector<std::string> inputs;
     for (const auto& file : fixture.at("files")) {
         nlohmann::json trace = nlohmann::json::parse(read_gzip(kTorch / file.get<std::string>()));
         for (auto& e : trace.at("traceEvents")) {
-            if (e.value("name", "").starts_with("autograd::engine::evaluate_function")) {
+            if ((variant & kAutogradThread) != 0 &&
+                e.value("name", "").starts_with("autograd::engine::evaluate_function")) {
                 e["tid"] = 999999;
+            }
+            if ((variant & kNoShapes) != 0 && e.contains("args")) {
+                e["args"].erase("Concrete Inputs");
+                e["args"].erase("Input Dims");
             }
         }
         const std::string path =
-            dir.filePath(QString::fromStdString("own-thread-" + file.get<std::string>() + ".json"))
+            dir.filePath(QString("variant-%1-").arg(variant) +
+                         QString::fromStdString(file.get<std::string>() + ".json"))
                 .toStdString();
         std::ofstream(path) << trace.dump();
         inputs.push_back(path);
@@ -64,13 +74,13 @@ std::vector<std::string> autograd_on_own_thread(const QTemporaryDir& dir,
 }
 
 Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
-                        const nlohmann::json& fixture, bool autograd_thread = false) {
+                        const nlohmann::json& fixture, int variant = kAsRecorded) {
     std::vector<std::string> inputs;
     for (const auto& file : fixture.at("files")) {
         inputs.push_back((kTorch / file.get<std::string>()).string());
     }
-    if (autograd_thread) {
-        inputs = autograd_on_own_thread(dir, fixture);
+    if (variant != kAsRecorded) {
+        inputs = variant_of(dir, fixture, variant);
     }
     const std::string out = dir.filePath(QString::fromStdString(name + ".fulcrum")).toStdString();
     auto report = importer::import_files(inputs, out);
@@ -129,34 +139,39 @@ private slots:
     // Every pipeline fixture: each rank's coordinates are the job's, and its passes are
     // exactly the schedule's actions: per step, the (stage chunk, phase, micro-batch) of each
     // pass in the order the rank ran them (truth.json's compute_order).
-    // The unlabelled ones again with the autograd work on a thread of its own, as on a GPU.
+    // The unlabelled ones again as a GPU run records them (the autograd work on a thread of
+    // its own) and as a profile without record_shapes does (no peer for a send), and both.
     void recoversWhatRan_data() {
         QTest::addColumn<QString>("fixture");
         QTest::addColumn<QString>("schedule");
-        QTest::addColumn<bool>("autograd_thread");
+        QTest::addColumn<int>("variant");
         QTest::newRow("gpipe") << "gpipe-pp4"
-                               << "gpipe" << false;
+                               << "gpipe" << int(kAsRecorded);
         QTest::newRow("1f1b") << "1f1b-pp4"
-                              << "1f1b" << false;
+                              << "1f1b" << int(kAsRecorded);
         QTest::newRow("interleaved") << "interleaved-pp2"
-                                     << "interleaved" << false;
+                                     << "interleaved" << int(kAsRecorded);
         QTest::newRow("zero bubble") << "zb-pp2"
-                                     << "" << false;
+                                     << "" << int(kAsRecorded);
         QTest::newRow("pp x dp") << "pp2-dp2"
-                                 << "1f1b" << false;
-        QTest::newRow("1f1b, autograd on its own thread") << "1f1b-pp4"
-                                                          << "1f1b" << true;
-        QTest::newRow("pp x dp, autograd on its own thread") << "pp2-dp2"
-                                                             << "1f1b" << true;
+                                 << "1f1b" << int(kAsRecorded);
+        for (const std::string fixture : {"1f1b-pp4", "pp2-dp2"}) {
+            QTest::addRow("%s, autograd on its own thread", fixture.c_str())
+                << QString::fromStdString(fixture) << "1f1b" << int(kAutogradThread);
+            QTest::addRow("%s, no shapes", fixture.c_str())
+                << QString::fromStdString(fixture) << "1f1b" << int(kNoShapes);
+            QTest::addRow("%s, both", fixture.c_str())
+                << QString::fromStdString(fixture) << "1f1b" << int(kAutogradThread | kNoShapes);
+        }
     }
     void recoversWhatRan() {
         QFETCH(QString, fixture);
         QFETCH(QString, schedule);
-        QFETCH(bool, autograd_thread);
+        QFETCH(int, variant);
         const std::string name = fixture.toStdString();
         const nlohmann::json job = truth().at("fixtures").at(name);
         QTemporaryDir dir;
-        const Imported imported = import_fixture(dir, name, job, autograd_thread);
+        const Imported imported = import_fixture(dir, name, job, variant);
         const int pp = job.at("degrees").at("pp").get<int>();
         const int steps = job.at("steps_profiled").get<int>();
         std::map<int, const analysis::RankTrace*> by_rank;
@@ -376,15 +391,15 @@ private slots:
     // so no bubble table; the critical path and the heatmap's one micro-batch column are there.
     // Again with the autograd work on a thread of its own, as on a GPU.
     void meshWithoutPipeline_data() {
-        QTest::addColumn<bool>("autograd_thread");
-        QTest::newRow("cpu") << false;
-        QTest::newRow("autograd on its own thread") << true;
+        QTest::addColumn<int>("variant");
+        QTest::newRow("cpu") << int(kAsRecorded);
+        QTest::newRow("autograd on its own thread") << int(kAutogradThread);
     }
     void meshWithoutPipeline() {
-        QFETCH(bool, autograd_thread);
+        QFETCH(int, variant);
         const nlohmann::json job = truth().at("fixtures").at("tp2-dp2");
         QTemporaryDir dir;
-        const Imported imported = import_fixture(dir, "tp2-dp2", job, autograd_thread);
+        const Imported imported = import_fixture(dir, "tp2-dp2", job, variant);
         for (const auto& expected : job.at("per_rank")) {
             const int r = expected.at("rank").get<int>();
             for (const analysis::RankTrace& rank : imported.trace.ranks) {

@@ -599,9 +599,10 @@ private:
         return kineto::contains(raw, "c10d::") || kineto::contains(raw, "autograd::engine") ||
                kineto::contains(raw, "Optimizer.") || kineto::contains(raw, "\"PP:") ||
                kineto::contains(raw, "\"Forward ") || kineto::contains(raw, "\"Backward ") ||
-               kineto::contains(raw, "DataParallel.forward") ||
-               kineto::contains(raw, "FSDP::pre_forward") ||
-               kineto::contains(raw, "FSDP::root_pre_forward");
+               (kineto::contains(raw, "forward") &&  // one scan of most events, not three
+                (kineto::contains(raw, "DataParallel.forward") ||
+                 kineto::contains(raw, "FSDP::pre_forward") ||
+                 kineto::contains(raw, "FSDP::root_pre_forward")));
     }
 
     void collect_structure(const RawEvent& e) {

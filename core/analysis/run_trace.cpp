@@ -51,6 +51,14 @@ Role role_of_name_only(std::string_view name) {
             return entry.role;
         }
     }
+    // PyTorch's attention operators in an imported trace (Kineto, or nsys with emit_nvtx):
+    // scaled_dot_product_attention and the kernels' own operators it dispatches to (flash,
+    // efficient, cuDNN, math, and their backwards), so CP load measures a PyTorch run's
+    // attention as it does the engine's (docs/import.md).
+    if (name.starts_with("aten::scaled_dot_product_attention") ||
+        name.starts_with("aten::_scaled_dot_product_")) {
+        return Role::attention;
+    }
     return Role::other;
 }
 

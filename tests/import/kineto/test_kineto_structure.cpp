@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/analysis/bubbles.h"
+#include "core/analysis/cp_load.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
@@ -46,7 +47,9 @@ std::string read_gzip(const fs::path& path);
 // engine's operators on a thread of their own (its device thread), not on the Python thread
 // that called backward. kNoShapes: a profile taken without record_shapes (torch.profiler's
 // default), so with no "Concrete Inputs" and no peer for a send or receive.
-enum Variant { kAsRecorded = 0, kAutogradThread = 1, kNoShapes = 2 };
+// kContextParallel (tp2-dp2 only): its TP mesh named cp, and each aten::relu renamed as the
+// flash attention operator, so a dp2 × cp2 grid with "attention" inside its forwards.
+enum Variant { kAsRecorded = 0, kAutogradThread = 1, kNoShapes = 2, kContextParallel = 4 };
 
 std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::json& fixture,
                                     int variant) {
@@ -61,6 +64,16 @@ std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::js
             if ((variant & kNoShapes) != 0 && e.contains("args")) {
                 e["args"].erase("Concrete Inputs");
                 e["args"].erase("Input Dims");
+            }
+            if ((variant & kContextParallel) != 0 && e.value("name", "") == "aten::relu") {
+                e["name"] = "aten::_scaled_dot_product_flash_attention";
+            }
+        }
+        if ((variant & kContextParallel) != 0) {
+            for (auto& group : trace.at("distributedInfo").at("pg_config")) {
+                if (group.value("pg_desc", "") == "mesh_tp") {
+                    group["pg_desc"] = "mesh_cp";
+                }
             }
         }
         const std::string path =
@@ -389,6 +402,65 @@ private slots:
     // step, from the first autograd operator's start to the last one's end, read here from the
     // trace itself; the forward runs from the end of zero_grad to the backward. No pipeline,
     // so no bubble table; the critical path and the heatmap's one micro-batch column are there.
+    // PyTorch's attention operators are attention to the analyses: the tp2-dp2 fixture made
+    // a dp2 × cp2 run whose forwards hold two flash attention operators each (its ReLUs,
+    // renamed), so CP load has a group per DP replica and step, each rank's attention the sum
+    // of those operators' time in its forward, read here from the trace.
+    void cpLoadFromAttentionOperators() {
+        const nlohmann::json job = truth().at("fixtures").at("tp2-dp2");
+        QTemporaryDir dir;
+        const Imported imported = import_fixture(dir, "tp2-dp2", job, kContextParallel);
+        QCOMPARE(imported.trace.config.layout.grid.cp, 2);
+        QCOMPARE(imported.trace.config.layout.grid.tp, 1);
+        // Each rank's attention per step: the renamed operators' time inside its forward.
+        const std::vector<analysis::Pass> passes = analysis::find_passes(imported.trace);
+        std::map<std::pair<int, int>, std::int64_t> expected;  // (rank, step) -> ns
+        for (const auto& file : job.at("files")) {
+            const nlohmann::json raw =
+                nlohmann::json::parse(read_gzip(kTorch / file.get<std::string>()));
+            const int r = raw.at("distributedInfo").at("rank").get<int>();
+            std::vector<std::tuple<int, double, double>> windows;
+            for (const auto& e : raw.at("traceEvents")) {
+                const std::string name = e.value("name", "");
+                if (e.value("ph", "") == "X" && name.starts_with("ProfilerStep#")) {
+                    windows.emplace_back(std::stoi(name.substr(13)), e.at("ts").get<double>(),
+                                         e.at("ts").get<double>() + e.at("dur").get<double>());
+                }
+            }
+            for (const auto& e : raw.at("traceEvents")) {
+                if (e.value("name", "") != "aten::relu") {
+                    continue;
+                }
+                const double start = e.at("ts").get<double>();
+                for (const auto& [step, from, to] : windows) {
+                    if (start >= from && start < to) {
+                        expected[{r, step}] += std::llround(e.at("dur").get<double>() * 1e3);
+                    }
+                }
+            }
+        }
+        QCOMPARE(expected.size(), std::size_t(4 * 2));
+        for (const analysis::Pass& pass : passes) {
+            const std::int64_t want =
+                pass.phase == Phase::forward ? expected.at({pass.rank, pass.step}) : 0;
+            QVERIFY2(std::abs(pass.attention_ns - want) <= 2,
+                     qPrintable(QString("rank %1 step %2: %3 ns, expected %4")
+                                    .arg(pass.rank)
+                                    .arg(pass.step)
+                                    .arg(pass.attention_ns)
+                                    .arg(want)));
+        }
+        const auto result = analysis::analyze_run(imported.trace);
+        QVERIFY(result);
+        QCOMPARE(result->cp_load.cp, 2);
+        QCOMPARE(result->cp_load.groups.size(), std::size_t(2 * 2));  // DP replicas × steps
+        for (const analysis::CpGroupLoad& group : result->cp_load.groups) {
+            QCOMPARE(group.ranks.size(), std::size_t(2));
+            QVERIFY(group.measured_imbalance.has_value());
+            QVERIFY(!group.predicted_imbalance.has_value());  // no workload table
+        }
+    }
+
     // Again with the autograd work on a thread of its own, as on a GPU.
     void meshWithoutPipeline_data() {
         QTest::addColumn<int>("variant");

@@ -648,6 +648,8 @@ private:
         const std::pair thread{ids_.of(e.pid), ids_.of(e.tid)};
         if (op.kind == structure::HostOp::Kind::autograd)
             ++autograd_by_thread_[thread];
+        if (op.kind == structure::HostOp::Kind::optimizer && e.name.starts_with("Optimizer.step"))
+            optimizer_steps_[thread].push_back({op.start_ns, op.end_ns});
         // A thread's consecutive autograd operators are one run of backward work: kept as one,
         // so memory follows the passes, not the operators. Consecutive in the process: an
         // operator of another thread in between (the Python thread's send while the autograd
@@ -678,6 +680,7 @@ private:
     void recover_structure() {
         if (top_.fulcrum.present)
             return;  // Fulcrum's own export says it all
+        infer_steps();
         const std::int32_t rank = top_.has_rank ? top_.rank : options_.input_index;
         grid_ = structure::recover_grid(rank, top_.world_size,
                                         structure::parse_process_groups(top_.distributed_info),
@@ -824,6 +827,12 @@ private:
     void note_structure() {
         if (top_.fulcrum.present)
             return;
+        if (inferred_steps_) {
+            log_.note("structure: no ProfilerStep# ranges (the profiler was not stepped): " +
+                      std::to_string(top_.steps.size()) +
+                      " steps from the optimizer's (Optimizer.step#), each ending with one; "
+                      "inferred");
+        }
         if (!grid_.found) {
             log_.note(
                 "structure: no 4D grid: no process group named as a parallel dimension "
@@ -876,6 +885,32 @@ private:
                 "structure: a pipeline stage, but no labels and no sends to its neighbours "
                 "on one thread: its passes are not derived");
         }
+    }
+
+    // A trace of a profiler that was never stepped has no ProfilerStep#N: its steps are then
+    // the optimizer's (`Optimizer.step#…`, one a training step) on the thread that ran the
+    // most, each from the end of the one before (the first from that thread's first operator
+    // of pass 1) to its own end, numbered from 1; what follows the last is in none.
+    void infer_steps() {
+        if (!top_.steps.empty() || optimizer_steps_.empty())
+            return;
+        const auto busiest = std::max_element(
+            optimizer_steps_.begin(), optimizer_steps_.end(),
+            [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+        std::vector<std::pair<std::int64_t, std::int64_t>> updates = busiest->second;
+        std::sort(updates.begin(), updates.end());
+        std::int64_t start = updates.front().first;
+        for (const ThreadOp& op : host_ops_) {
+            if (std::pair{op.pid, op.tid} == busiest->first)
+                start = std::min(start, op.op.start_ns);
+        }
+        std::int32_t step = 1;
+        for (const auto& [update_start, update_end] : updates) {
+            top_.steps.push_back({start, update_end, step++});
+            start = update_end;
+        }
+        step_thread_ = busiest->first;
+        inferred_steps_ = true;
     }
 
     std::string inconsistent_note() const {
@@ -1416,6 +1451,7 @@ private:
                       " events imported as device work (kernels)");
         }
         add_recovered_passes();
+        add_inferred_steps();
         log_.finish();
         for (RankInfo& rank : ranks_) {
             if (top_.fulcrum.present)
@@ -1428,6 +1464,30 @@ private:
             sink_.add_rank(rank);
         }
         progress(1.0);
+    }
+
+    // Steps inferred from the optimizer's (infer_steps), as the step ranges a stepped
+    // profiler's ProfilerStep#N become, on the thread that ran them.
+    void add_inferred_steps() {
+        if (!inferred_steps_)
+            return;
+        const auto lane =
+            lanes_.find(LaneKey{false, false, step_thread_.first, step_thread_.second});
+        if (lane == lanes_.end())
+            return;
+        for (const StepWindow& window : top_.steps) {
+            Event event;
+            event.lane = lane->second;
+            event.kind = EventKind::range;
+            event.category = Category::schedule;
+            event.name = step_name();
+            event.start_ns = window.start;
+            event.end_ns = window.end;
+            event.step = window.step;
+            event.args = sink_.intern("{\"inferred_from\":\"Optimizer.step\"}");
+            add(event);
+        }
+        flush();
     }
 
     // The passes recovered from the sends, as ranges on the thread that ran them.
@@ -1491,7 +1551,12 @@ private:
     bool has_pipeline_labels_ = false;
     structure::RecoveredGrid grid_;
     std::pair<std::int64_t, std::int64_t> schedule_thread_{-1, -1};
-    std::pair<std::int64_t, std::int64_t> step_thread_{-1, -1};  // where ProfilerStep#N ran
+    std::pair<std::int64_t, std::int64_t> step_thread_{-1, -1};  // where the steps ran
+    // Each thread's optimizer steps (start, end), for a trace without ProfilerStep#N.
+    std::map<std::pair<std::int64_t, std::int64_t>,
+             std::vector<std::pair<std::int64_t, std::int64_t>>>
+        optimizer_steps_;
+    bool inferred_steps_ = false;
     std::vector<RecoveredStepRange> recovered_;
     std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, structure::RecoveredRange>
         recovered_comm_;  // (pid, tid, start) of a send or receive -> what it handed over

@@ -9,6 +9,7 @@
 #include <zlib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -49,7 +50,14 @@ std::string read_gzip(const fs::path& path);
 // default), so with no "Concrete Inputs" and no peer for a send or receive.
 // kContextParallel (tp2-dp2 only): its TP mesh named cp, and each aten::relu renamed as the
 // flash attention operator, so a dp2 × cp2 grid with "attention" inside its forwards.
-enum Variant { kAsRecorded = 0, kAutogradThread = 1, kNoShapes = 2, kContextParallel = 4 };
+// kNotStepped: a profile whose profiler was never stepped, so without ProfilerStep#N.
+enum Variant {
+    kAsRecorded = 0,
+    kAutogradThread = 1,
+    kNoShapes = 2,
+    kContextParallel = 4,
+    kNotStepped = 8
+};
 
 std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::json& fixture,
                                     int variant) {
@@ -68,6 +76,14 @@ std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::js
             if ((variant & kContextParallel) != 0 && e.value("name", "") == "aten::relu") {
                 e["name"] = "aten::_scaled_dot_product_flash_attention";
             }
+        }
+        if ((variant & kNotStepped) != 0) {
+            auto& events = trace.at("traceEvents");
+            events.erase(std::remove_if(events.begin(), events.end(),
+                                        [](const nlohmann::json& e) {
+                                            return e.value("name", "").starts_with("ProfilerStep#");
+                                        }),
+                         events.end());
         }
         if ((variant & kContextParallel) != 0) {
             for (auto& group : trace.at("distributedInfo").at("pg_config")) {
@@ -175,6 +191,8 @@ private slots:
                 << QString::fromStdString(fixture) << "1f1b" << int(kNoShapes);
             QTest::addRow("%s, both", fixture.c_str())
                 << QString::fromStdString(fixture) << "1f1b" << int(kAutogradThread | kNoShapes);
+            QTest::addRow("%s, profiler not stepped", fixture.c_str())
+                << QString::fromStdString(fixture) << "1f1b" << int(kNotStepped);
         }
     }
     void recoversWhatRan() {
@@ -466,6 +484,7 @@ private slots:
         QTest::addColumn<int>("variant");
         QTest::newRow("cpu") << int(kAsRecorded);
         QTest::newRow("autograd on its own thread") << int(kAutogradThread);
+        QTest::newRow("profiler not stepped") << int(kNotStepped);
     }
     void meshWithoutPipeline() {
         QFETCH(int, variant);
@@ -484,6 +503,9 @@ private slots:
         }
         QVERIFY(any_note(imported, "mesh_dp, mesh_tp") || any_note(imported, "mesh_tp, mesh_dp"));
         QVERIFY(any_note(imported, "passes from the autograd work (no pipeline"));
+        if ((variant & kNotStepped) != 0) {
+            QVERIFY(any_note(imported, "2 steps from the optimizer's (Optimizer.step#)"));
+        }
 
         const std::vector<analysis::Pass> passes = analysis::find_passes(imported.trace);
         const int steps = job.at("steps_profiled").get<int>();

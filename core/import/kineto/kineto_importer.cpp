@@ -906,9 +906,13 @@ private:
         }
         std::int32_t step = 1;
         for (const auto& [update_start, update_end] : updates) {
+            if (update_end <= start)
+                continue;  // inside the step before (a malformed or nested record)
             top_.steps.push_back({start, update_end, step++});
             start = update_end;
         }
+        if (top_.steps.empty())
+            return;
         step_thread_ = busiest->first;
         inferred_steps_ = true;
     }

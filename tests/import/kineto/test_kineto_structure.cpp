@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/analysis/bubbles.h"
@@ -149,6 +150,37 @@ std::string read_gzip(const fs::path& path) {
     gzclose(file);
     return text;
 }
+
+// The ProfilerStep#N step a raw trace's event starting at `ts` (µs, as in the file) is in, if
+// any.
+class RawSteps {
+public:
+    explicit RawSteps(const nlohmann::json& raw) {
+        for (const auto& e : raw.at("traceEvents")) {
+            const std::string name = e.value("name", "");
+            if (e.value("ph", "") == "X" && name.starts_with("ProfilerStep#")) {
+                const double ts = e.at("ts").get<double>();
+                windows_.push_back(
+                    {std::stoi(name.substr(13)), ts, ts + e.at("dur").get<double>()});
+            }
+        }
+    }
+    std::optional<int> step_at(double ts) const {
+        for (const Window& window : windows_) {
+            if (ts >= window.from && ts < window.to) {
+                return window.step;
+            }
+        }
+        return std::nullopt;
+    }
+
+private:
+    struct Window {
+        int step;
+        double from, to;
+    };
+    std::vector<Window> windows_;
+};
 
 bool any_note(const Imported& imported, std::string_view words) {
     for (const std::string& note : imported.notes) {
@@ -437,23 +469,13 @@ private slots:
             const nlohmann::json raw =
                 nlohmann::json::parse(read_gzip(kTorch / file.get<std::string>()));
             const int r = raw.at("distributedInfo").at("rank").get<int>();
-            std::vector<std::tuple<int, double, double>> windows;
-            for (const auto& e : raw.at("traceEvents")) {
-                const std::string name = e.value("name", "");
-                if (e.value("ph", "") == "X" && name.starts_with("ProfilerStep#")) {
-                    windows.emplace_back(std::stoi(name.substr(13)), e.at("ts").get<double>(),
-                                         e.at("ts").get<double>() + e.at("dur").get<double>());
-                }
-            }
+            const RawSteps steps(raw);
             for (const auto& e : raw.at("traceEvents")) {
                 if (e.value("name", "") != "aten::relu") {
                     continue;
                 }
-                const double start = e.at("ts").get<double>();
-                for (const auto& [step, from, to] : windows) {
-                    if (start >= from && start < to) {
-                        expected[{r, step}] += std::llround(e.at("dur").get<double>() * 1e3);
-                    }
+                if (const auto step = steps.step_at(e.at("ts").get<double>())) {
+                    expected[{r, *step}] += std::llround(e.at("dur").get<double>() * 1e3);
                 }
             }
         }
@@ -518,14 +540,7 @@ private slots:
             const int r = raw.at("distributedInfo").at("rank").get<int>();
             std::map<int, std::pair<double, double>> autograd;  // step -> first start, last end
             std::map<int, double> zero_grad_end;
-            std::vector<std::tuple<int, double, double>> step_windows;
-            for (const auto& e : raw.at("traceEvents")) {
-                const std::string name = e.value("name", "");
-                if (e.value("ph", "") == "X" && name.starts_with("ProfilerStep#")) {
-                    step_windows.emplace_back(std::stoi(name.substr(13)), e.at("ts").get<double>(),
-                                              e.at("ts").get<double>() + e.at("dur").get<double>());
-                }
-            }
+            const RawSteps steps_of_file(raw);
             for (const auto& e : raw.at("traceEvents")) {
                 const std::string name = e.value("name", "");
                 if (e.value("ph", "") != "X") {
@@ -533,17 +548,16 @@ private slots:
                 }
                 const double start = e.at("ts").get<double>(),
                              end = start + e.at("dur").get<double>();
-                for (const auto& [step, from, to] : step_windows) {
-                    if (start < from || start >= to) {
-                        continue;
-                    }
-                    if (name.starts_with("autograd::engine::evaluate_function")) {
-                        auto [it, added] = autograd.try_emplace(step, start, end);
-                        it->second.first = std::min(it->second.first, start);
-                        it->second.second = std::max(it->second.second, end);
-                    } else if (name.starts_with("Optimizer.zero_grad")) {
-                        zero_grad_end[step] = end;
-                    }
+                const auto step = steps_of_file.step_at(start);
+                if (!step) {
+                    continue;
+                }
+                if (name.starts_with("autograd::engine::evaluate_function")) {
+                    auto [it, added] = autograd.try_emplace(*step, start, end);
+                    it->second.first = std::min(it->second.first, start);
+                    it->second.second = std::max(it->second.second, end);
+                } else if (name.starts_with("Optimizer.zero_grad")) {
+                    zero_grad_end[*step] = end;
                 }
             }
             QCOMPARE(int(autograd.size()), steps);

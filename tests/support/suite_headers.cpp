@@ -1,0 +1,1 @@
+// Compiles the suites' precompiled header (tests/CMakeLists.txt, FULCRUM_PCH); no code.

@@ -1,0 +1,1 @@
+// Compiles the GUI libraries' precompiled header (CMakeLists.txt, FULCRUM_PCH); no code.

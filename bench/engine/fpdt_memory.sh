@@ -8,7 +8,7 @@
 # Documents are exactly the context long, so every micro-batch is full and the prediction is
 # for the micro-batches the run packs. "max" is the largest rank's; "pinned" the host memory
 # the offloads use.
-# Usage: bench/engine/fpdt_memory.sh [BUILD_DIR]   (~1 min on 2 cores)
+# Usage: bench/engine/fpdt_memory.sh [BUILD_DIR]   (~2.5 min on 2 cores)
 set -euo pipefail
 build="${1:-build}"
 source "$(dirname "${BASH_SOURCE[0]}")/../common/runs.sh"
@@ -42,7 +42,8 @@ emit() {  # NAME RANKS BASE_MEASURED
     row "$1" "$2" "$measured" "$predicted" "$(error "$predicted" "$measured")" \
         "$(ratio "$measured" "$3")" "$pinned"
 }
-# ZeRO over DP: the optimizer state, then the gradients' reduction, sharded.
+# ZeRO over DP: the optimizer state, then the gradients (a block's buffer reduce-scattered
+# after its backward), then the parameters, sharded.
 measure 2 --dp 2
 dp_base="$measured"
 emit "dp2 (base)" 2 "$dp_base"
@@ -50,12 +51,14 @@ for zero in 1 2 3; do
     measure 2 --dp 2 --zero "$zero"
     emit "dp2 zero $zero" 2 "$dp_base"
 done
-# ZeRO-3 over four ranks, where the parameters' shard is a quarter.
+# The same over four ranks, where a shard is a quarter.
 measure 4 --dp 4
 dp4_base="$measured"
 emit "dp4 (base)" 4 "$dp4_base"
-measure 4 --dp 4 --zero 3
-emit "dp4 zero 3" 4 "$dp4_base"
+for zero in 1 2 3; do
+    measure 4 --dp 4 --zero "$zero"
+    emit "dp4 zero $zero" 4 "$dp4_base"
+done
 # A stage's own layers: pp2 and pp4 against one rank holding all 8.
 measure 1
 one_base="$measured"

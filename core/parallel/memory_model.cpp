@@ -421,10 +421,14 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
     memory.stage = stage;
     // What the stage holds (engine/model/params.h, StageParameters): its blocks' 12·C·C_l +
     // 7C_l + 6C each, wte (V·C) on the first and the last stage, wpe (S·C) on the first, lnf
-    // (2C) on the last; fp32 weights, gradients and two moments. Under ZeRO-1 and -2 a rank
-    // keeps the moments of its shard of the d = DP × CP ranks' (the first P mod d shards one
-    // element longer: rank 0's is ⌈P/d⌉) and a staging copy of it for the all-gather
-    // (parallel_trainer.h); under ZeRO-3 the shard instead of the whole parameters.
+    // (2C) on the last; fp32 weights, gradients and two moments. Under ZeRO over d = DP × CP
+    // ranks a rank keeps the moments of its shard (the first P mod d shards one element
+    // longer: rank 0's is ⌈P/d⌉); under ZeRO-1 a staging copy of it for the all-gather
+    // (parallel_trainer.h); under ZeRO-2 also only the shard of the gradients, besides one
+    // block's and the tensors' around the blocks (zero_gradients.h), or the whole gradients
+    // under a split backward;
+    // under ZeRO-3 also the shard instead of the whole parameters, besides one block and the
+    // tensors around the blocks gathered whole (zero_parameters.h).
     double stage_blocks = 0;
     for (int k = 0; k < v; ++k) {
         const parallel::LayerRange layers = parallel::model_chunk_layers(
@@ -432,27 +436,21 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
         stage_blocks += layers.last - layers.first;
     }
     const bool first = stage == 0, last = stage == p - 1;
-    const double local_parameters =
-        (first || last ? r.v * r.c : 0) + (first ? double(shape.model.context) * r.c : 0) +
-        stage_blocks * (12 * r.c * r.cl + 7 * r.cl + 6 * r.c) + (last ? 2 * r.c : 0);
+    const double block = 12 * r.c * r.cl + 7 * r.cl + 6 * r.c;
+    const double before =
+        (first || last ? r.v * r.c : 0) + (first ? double(shape.model.context) * r.c : 0);
+    const double after = last ? 2 * r.c : 0;
+    const double local_parameters = before + stage_blocks * block + after;
     const int shards = std::max(shape.layout.grid.dp, 1) * std::max(shape.layout.grid.cp, 1);
-    if (shape.layout.zero_stage == 3 && shards > 1) {
-        // ZeRO-3 (engine/distributed/zero_parameters.h): the whole gradients, the shard of the
-        // parameters, its moments and the reduce-scatter's staging, and one buffer each for a
-        // block, the tensors before the blocks (wte, wpe) and those after (lnf) gathered whole.
-        const double shard = std::ceil(local_parameters / shards);
-        const double block = 12 * r.c * r.cl + 7 * r.cl + 6 * r.c;
-        const double before =
-            (first || last ? r.v * r.c : 0) + (first ? double(shape.model.context) * r.c : 0);
-        const double after = last ? 2 * r.c : 0;
-        memory.model_state_bytes =
-            (local_parameters + 4 * shard + block + before + after) * kFloatBytes;
-    } else if (shape.layout.zero_stage >= 1 && shards > 1) {
-        const double shard = std::ceil(local_parameters / shards);
-        memory.model_state_bytes = (2 * local_parameters + 3 * shard) * kFloatBytes;
-    } else {
-        memory.model_state_bytes = 4 * local_parameters * kFloatBytes;
-    }
+    const int zero = shards > 1 ? shape.layout.zero_stage : 0;
+    const double shard = std::ceil(local_parameters / shards);
+    const bool sharded_gradients = zero >= 2 && !parallel::splits_backward(shape.layout.schedule);
+    // Parameters, gradients, moments, staging.
+    const double parameters = zero == 3 ? shard + block + before + after : local_parameters;
+    const double gradients = sharded_gradients ? shard + block + before + after : local_parameters;
+    const double moments = zero >= 1 ? 2 * shard : 2 * local_parameters;
+    const double staging = zero >= 1 && !(zero == 3 && sharded_gradients) ? shard : 0;
+    memory.model_state_bytes = (parameters + gradients + moments + staging) * kFloatBytes;
     memory.workspace_bytes = workspace_elements(shape, r) * kFloatBytes;
     std::vector<ChunkElements> chunks;
     for (int k = 0; k < v; ++k) {

@@ -129,10 +129,12 @@ struct EngineMemory {
     int stage = 0;
     // Parameters, gradients and AdamW's two moments of what the stage holds (its blocks, wte
     // on the first and last stage, wpe on the first, lnf on the last; its TP shard of them):
-    // 4 · P_local floats; under ZeRO-1 or -2 over d = DP × CP ranks 2 · P_local + 3 ·
-    // ⌈P_local / d⌉ (the shard's moments and its staging copy; fulcrum-train's gradient
-    // buffer stays whole); under ZeRO-3 P_local + 4 · ⌈P_local / d⌉ (the parameters are the
-    // shard) and the three gather buffers: one block, wte and wpe, lnf.
+    // 4 · P_local floats. Over d = DP × CP ranks, with S = ⌈P_local / d⌉ and O the tensors
+    // around the blocks (wte, wpe, lnf): ZeRO-1 2 · P_local + 3 · S (the shard's moments and
+    // its staging copy); ZeRO-2 P_local + 4 · S + block + O (the gradients' shard, and one
+    // block's and O's whole); ZeRO-3 4 · S + 2 · (block + O) (the parameters' shard too, one
+    // block and O gathered whole, and no staging). Under a split backward the gradients stay
+    // whole: ZeRO-2 as ZeRO-1, ZeRO-3 P_local + 4 · S + block + O.
     double model_state_bytes = 0;
     // Buffers of the model sized for one micro-batch and shared by all: the backward scratch,
     // the recompute workspace, the sequence-parallel buffer, CP's K|V exchange staging and

@@ -120,13 +120,24 @@ ParallelTrainer::ParallelTrainer(GptModel& model, const Topology& topology, Para
     FULCRUM_CHECK((config_.layout.zero_stage == 3 && shards_optimizer()) ==
                       (model.sharded_parameters() != nullptr),
                   "ZeRO-3 over more than one DP x CP rank needs the model's parameters sharded");
+    FULCRUM_CHECK((config_.layout.zero_stage >= 2 && shards_optimizer() &&
+                   !parallel::splits_backward(config_.layout.schedule)) ==
+                      (model.sharded_gradients() != nullptr),
+                  "ZeRO-2 and -3 over more than one DP x CP rank need the model's gradients "
+                  "sharded, unless the backward is split");
     if (const ShardedParameters* sharded = model.sharded_parameters()) {
         FULCRUM_CHECK(sharded->shard_range() == optimizer_.owned(),
                       "the parameters' shard is not the optimizer's");
     }
-    if (shards_optimizer()) {
-        // The shard's copy the all-gather of the updated parameters sends from (ZeRO-1, -2)
-        // and the reduce-scatter receives into (ZeRO-2, -3): the largest shard, rank 0's.
+    if (const ShardedGradients* sharded = model.sharded_gradients()) {
+        FULCRUM_CHECK(sharded->shard_range() == optimizer_.owned(),
+                      "the gradients' shard is not the optimizer's");
+    }
+    // The shard's copy the all-gather of the updated parameters sends from (ZeRO-1, -2) and
+    // the reduce-scatter of whole gradients receives into (ZeRO-2 and -3 under a split
+    // backward): the largest shard, rank 0's. ZeRO-3 with sharded gradients needs neither.
+    if (shards_optimizer() &&
+        (model.sharded_parameters() == nullptr || model.sharded_gradients() == nullptr)) {
         zero_staging_ = model.backend().allocate(std::size_t(zero_counts_.front()) * sizeof(float));
     }
     const parallel::Layout& layout = config_.layout;
@@ -385,20 +396,14 @@ void ParallelTrainer::run_weight_gradients(int step, const PipelineOp& op, Activ
 
 void ParallelTrainer::reduce_gradients(int step) {
     instrument::KeyScope keys({step, -1, topology_.coordinates().pp, Phase::none});
-    const auto tensors = model_.layout().tensors();
-    const Tensor grads = model_.gradients();
     // The tied embedding: the first stage's embedding and the last stage's LM head each hold
     // part of wte's gradient (Megatron's embedding group).
-    if (topology_.shape().pp > 1 && (topology_.first_stage() || topology_.last_stage())) {
-        for (const auto& tensor : tensors) {
-            if (tensor.name == "wte") {
-                std::span<float> wte(grads.f32() + tensor.offset,
-                                     static_cast<std::size_t>(tensor.numel()));
-                instrument::Range range("pp all-reduce embedding", Category::communication,
-                                        instrument::with_bytes(wte.size_bytes()));
-                groups_.embedding->all_reduce_sum(wte);
-            }
-        }
+    const Tensor wte = model_.weight_gradients().wte;
+    if (topology_.shape().pp > 1 && (topology_.first_stage() || topology_.last_stage()) &&
+        !wte.empty()) {
+        instrument::Range range("pp all-reduce embedding", Category::communication,
+                                instrument::with_bytes(bytes_of(wte)));
+        groups_.embedding->all_reduce_sum(span_of(wte));
     }
     reduce_over_data_parallel();
     // Sequence parallelism left each TP rank its rows' share of the LayerNorm and embedding
@@ -410,6 +415,12 @@ void ParallelTrainer::reduce_gradients(int step) {
 void ParallelTrainer::reduce_over_data_parallel() {
     const Tensor grads = model_.gradients();
     if (groups_.dp_cp->size() <= 1) {
+        return;
+    }
+    if (ShardedGradients* sharded = model_.sharded_gradients()) {
+        // ZeRO-2: the blocks' gradients were reduce-scattered by the passes; the embedding's
+        // and the head's now.
+        sharded->reduce_outer();
         return;
     }
     if (config_.layout.zero_stage >= 2) {
@@ -466,8 +477,13 @@ double ParallelTrainer::gradient_norm() {
     const ElementRange counted =
         sharded ? optimizer_.owned() : ElementRange{0, model_.layout().total()};
     double sum = 0;
+    // The gradients of [begin, begin + count): ZeRO-2's shard, or the whole buffer.
+    const ShardedGradients* shard = model_.sharded_gradients();
+    auto gradients_in = [&](std::int64_t begin, std::int64_t count) {
+        return shard != nullptr ? shard->shard().slice(begin - shard->shard_range().offset, count)
+                                : model_.gradients().slice(begin, count);
+    };
     if (sharded || (me.dp == 0 && me.cp == 0)) {
-        const Tensor grads = model_.gradients();
         for (const auto& tensor : model_.layout().tensors()) {
             bool owned =
                 tensor.name.starts_with("lnf") ? topology_.last_stage() : topology_.first_stage();
@@ -484,7 +500,7 @@ double ParallelTrainer::gradient_norm() {
             const std::int64_t end =
                 std::min(tensor.offset + tensor.numel(), counted.offset + counted.count);
             if (begin < end) {
-                sum += model_.backend().sum_of_squares(grads.slice(begin, end - begin));
+                sum += model_.backend().sum_of_squares(gradients_in(begin, end - begin));
             }
         }
     }
@@ -554,11 +570,13 @@ Result<ParallelTrainer::Passes> ParallelTrainer::run_passes(const StepPlan& plan
     // A replica may have fewer micro-batches than another, or none (the last global batch of
     // an epoch with fewer documents than replicas): it runs the passes it has and takes part
     // in the reductions with zeros. Under ZeRO-3 the passes gather parameters from every
-    // replica's shards, so each replica runs the longest replica's schedule, and the passes
-    // of micro-batches it lacks make their gathers alone; the passes it has keep their order,
+    // replica's shards, and under ZeRO-2 they reduce-scatter gradients into them, so each
+    // replica runs the longest replica's schedule, and the passes of micro-batches it lacks
+    // make their collectives alone (with zero gradients); the passes it has keep their order,
     // so the pipeline's transfers still meet.
-    const int scheduled =
-        model_.sharded_parameters() != nullptr ? longest_replica(plan) : microbatches;
+    const bool sharded =
+        model_.sharded_parameters() != nullptr || model_.sharded_gradients() != nullptr;
+    const int scheduled = sharded ? longest_replica(plan) : microbatches;
     const std::vector<PipelineOp> ops =
         scheduled > 0 ? step_ops(scheduled) : std::vector<PipelineOp>{};
     // Per chunk, the last pass that writes its weight gradients: after it they are final.
@@ -606,13 +624,16 @@ void ParallelTrainer::update(StepReport& report) {
     report.grad_norm = gradient_norm();
     report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);
     report.learning_rate = learning_rate_at(config_.train, report.step);
+    const Tensor gradients = model_.sharded_gradients() != nullptr
+                                 ? model_.sharded_gradients()->shard()
+                                 : model_.gradients();
     if (const ShardedParameters* sharded = model_.sharded_parameters()) {
         // ZeRO-3: the shard is the parameters; passes gather what they read from it.
-        optimizer_.update_owned(sharded->shard(), model_.gradients(), report.clip_coefficient,
-                                report.learning_rate);
+        optimizer_.update(sharded->shard(), gradients, report.clip_coefficient,
+                          report.learning_rate);
         return;
     }
-    optimizer_.update(model_.parameters(), model_.gradients(), report.clip_coefficient,
+    optimizer_.update(model_.parameters(), gradients, report.clip_coefficient,
                       report.learning_rate);
     if (shards_optimizer()) {
         // Every rank updated its shard: gather the others' (ZeRO-1 and -2).

@@ -20,13 +20,15 @@
 //          is formed counting every parameter once, then AdamW.
 //   ZeRO:  (layout.zero_stage, Rajbhandari et al. 2020, §5) stage 1 gives each DP×CP rank the
 //          optimizer state of one shard of the flat buffer: it updates that shard and the
-//          updated parameters are all-gathered; stage 2 also reduce-scatters the gradients
-//          into the shards instead of all-reducing them (the gradient buffer stays whole: the
-//          backward writes all of it); stage 3 also keeps only the shard of the parameters,
-//          which the optimizer updates in place, and each pass all-gathers the ranges it reads
-//          (a block, the embedding's and head's tensors) and frees them after
-//          (zero_parameters.h). A replica short of micro-batches in a step runs the longest
-//          replica's schedule, making only the gathers of the passes it lacks.
+//          updated parameters are all-gathered; stage 2 also keeps only the shard of the
+//          gradients: each block's backward writes a buffer that is then reduce-scattered
+//          into the shards, and the embedding's and head's gradients are reduce-scattered
+//          after the passes (zero_gradients.h; under a split backward the whole buffer is,
+//          after the passes); stage 3 also keeps only the shard of the parameters, which the
+//          optimizer updates in place, and each pass all-gathers the ranges it reads (a block,
+//          the embedding's and head's tensors) and frees them after (zero_parameters.h). A
+//          replica short of micro-batches in a step runs the longest replica's schedule,
+//          making only the collectives of the passes it lacks.
 //
 // The step's loss is the mean over all its target tokens, so every backward pass scales by
 // 1/N_step with N_step counted over the whole step (all replicas and CP ranks); the summed
@@ -143,8 +145,9 @@ private:
     // A replica without a micro-batch this step (an epoch's last global batch with fewer
     // documents than replicas): with overlapped reduction, starts what the others start.
     void start_reductions_without_passes(const StepPlan& plan);
-    // Under ZeRO-3, for a micro-batch this replica lacks: the parameter gathers of the pass
-    // `op`, which the replicas that have it make, without the pass.
+    // Under ZeRO-2 and -3, for a micro-batch this replica lacks: the parameter gathers and
+    // gradient reduce-scatters of the pass `op`, which the replicas that have it make, without
+    // the pass.
     void gather_as_pass(int step, const PipelineOp& op);
     void run_backward(int step, const PipelineOp& op, Activations& acts, float loss_scale,
                       bool reduce_layers);

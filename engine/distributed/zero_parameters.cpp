@@ -31,6 +31,19 @@ ElementRange zero_shard(const std::vector<int>& counts, int member) {
             counts[static_cast<std::size_t>(member)]};
 }
 
+std::vector<int> zero_counts_in(const std::vector<int>& counts, ElementRange range) {
+    std::vector<int> in(counts.size());
+    std::int64_t begin = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+        const std::int64_t end = begin + counts[r];
+        const std::int64_t from = std::max(begin, range.offset);
+        const std::int64_t to = std::min(end, range.offset + range.count);
+        in[r] = static_cast<int>(std::max<std::int64_t>(to - from, 0));
+        begin = end;
+    }
+    return in;
+}
+
 ZeroParameters::ZeroParameters(Backend& backend, const ParameterLayout& layout, Communicator& group)
     : backend_(backend),
       layout_(layout),
@@ -99,15 +112,7 @@ Tensor ZeroParameters::acquire(ElementRange range) {
     slot.in_use = true;
     const Tensor whole = slot.storage.f32(0, {range.count});
     // Each rank sends its shard's part of the range; in rank order the parts are the range.
-    std::vector<int> counts(counts_.size());
-    std::int64_t begin = 0;
-    for (std::size_t r = 0; r < counts_.size(); ++r) {
-        const std::int64_t end = begin + counts_[r];
-        const std::int64_t from = std::max(begin, range.offset);
-        const std::int64_t to = std::min(end, range.offset + range.count);
-        counts[r] = static_cast<int>(std::max<std::int64_t>(to - from, 0));
-        begin = end;
-    }
+    const std::vector<int> counts = zero_counts_in(counts_, range);
     const int me = group_.rank();
     const std::int64_t own = counts[static_cast<std::size_t>(me)];
     const std::int64_t from = std::max(shard_range_.offset, range.offset) - shard_range_.offset;

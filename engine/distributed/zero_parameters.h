@@ -11,8 +11,8 @@
 // the embedding's and head's tensors. The gathers are `zero all-gather params` ranges
 // (docs/annotations.md), inside the passes that make them.
 //
-// Gradients stay whole (the backward writes all of them) and are reduce-scattered into the
-// shards after the passes, as under ZeRO-2 (parallel_trainer.h).
+// Gradients are ZeRO-2's (zero_gradients.h), or, under a split backward, whole and
+// reduce-scattered into the shards after the passes (parallel_trainer.h).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,9 @@ namespace fulcrum::engine {
 std::vector<int> zero_shard_counts(std::int64_t total, int ranks);
 // Member `member`'s shard of `counts`: the range of the flat buffer it keeps.
 ElementRange zero_shard(const std::vector<int>& counts, int member);
+// How much of `range` each member's shard of `counts` holds, in member order (often nothing):
+// the counts of a gather into the range, or of a reduce-scatter out of it.
+std::vector<int> zero_counts_in(const std::vector<int>& counts, ElementRange range);
 
 class ZeroParameters final : public ShardedParameters {
 public:

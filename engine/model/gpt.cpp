@@ -451,9 +451,20 @@ GptModel::GptModel(Backend& backend, const ModelShape& config, ModelParallel par
       parallel_(parallel),
       layout_(validated(config), parallel.tp_size(), std::move(held)) {
     const std::int64_t n = layout_.total();
-    grad_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
-    grads_ = grad_storage_.f32(0, {n});
-    weight_grads_ = map_weights(layout_, grads_);
+    if (ShardedGradients* sharded = parallel_.sharded_gradients) {
+        FULCRUM_CHECK(sharded->shard_range().offset + sharded->shard_range().count <= n,
+                      "sharded gradients of another layout");
+        weight_grads_.blocks.resize(std::size_t(config_.layers));  // empty until a backward
+        for (const ElementRange range : {layout_.before_blocks(), layout_.after_blocks()}) {
+            if (range.count > 0) {
+                map_weights_in(layout_, range, sharded->outer(range), weight_grads_);
+            }
+        }
+    } else {
+        grad_storage_ = backend_.allocate(std::size_t(n) * sizeof(float));
+        grads_ = grad_storage_.f32(0, {n});
+        weight_grads_ = map_weights(layout_, grads_);
+    }
     if (parallel_.sharded != nullptr) {
         FULCRUM_CHECK(
             parallel_.sharded->shard_range().offset + parallel_.sharded->shard_range().count <= n,
@@ -498,6 +509,9 @@ void GptModel::set_offload_checkpoints(bool on) {
 void GptModel::set_split_backward(bool on) {
     FULCRUM_CHECK(!on || !checkpoints_,
                   "a split backward recomputes twice from checkpoints: not with them offloaded");
+    FULCRUM_CHECK(!on || parallel_.sharded_gradients == nullptr,
+                  "sharded gradients are reduced after each block's whole backward: not with a "
+                  "split backward");
     split_backward_ = on;
 }
 
@@ -529,8 +543,20 @@ void GptModel::set_sequence_parallel(bool on) {
 }
 
 void GptModel::reduce_sequence_parallel_gradients() {
+    const ShardedGradients* sharded = parallel_.sharded_gradients;
     for (const ElementRange& range : sequence_parallel_ranges_) {
-        all_reduce_sum(parallel_.tp, grads_.slice(range.offset, range.count));
+        if (sharded == nullptr) {
+            all_reduce_sum(parallel_.tp, grads_.slice(range.offset, range.count));
+            continue;
+        }
+        // The shard's part of the range: the TP ranks' layouts have the same size, so their
+        // shards are the same ranges.
+        const ElementRange shard = sharded->shard_range();
+        const std::int64_t begin = std::max(range.offset, shard.offset);
+        const std::int64_t end = std::min(range.offset + range.count, shard.offset + shard.count);
+        if (begin < end) {
+            all_reduce_sum(parallel_.tp, sharded->shard().slice(begin - shard.offset, end - begin));
+        }
     }
 }
 
@@ -554,6 +580,7 @@ void GptModel::set_parameters(std::span<const float> host) {
 }
 
 void GptModel::set_gradients(std::span<const float> host) {
+    FULCRUM_CHECK(parallel_.sharded_gradients == nullptr, "set_gradients: gradients sharded");
     FULCRUM_CHECK(std::int64_t(host.size()) == layout_.total(), "wrong gradient count");
     backend_.upload(grads_, host.data(), kComputeStream);
 }
@@ -568,12 +595,17 @@ std::vector<float> GptModel::parameters_to_host() const {
 }
 
 std::vector<float> GptModel::gradients_to_host() const {
+    FULCRUM_CHECK(parallel_.sharded_gradients == nullptr, "gradients_to_host: gradients sharded");
     std::vector<float> host(std::size_t(layout_.total()));
     backend_.download(host.data(), grads_, kComputeStream);
     return host;
 }
 
 void GptModel::zero_gradients() {
+    if (parallel_.sharded_gradients != nullptr) {
+        parallel_.sharded_gradients->zero();
+        return;
+    }
     backend_.fill_zero(grads_);
 }
 
@@ -708,8 +740,24 @@ GptModel::WeightsInUse::~WeightsInUse() {
     }
 }
 
+GptModel::GradientsInUse::GradientsInUse(GptModel& model, int layer)
+    : model_(model), layer_(layer) {
+    if (ShardedGradients* sharded = model_.parallel_.sharded_gradients) {
+        const ElementRange range = model_.layout_.block_range(layer, layer + 1);
+        map_weights_in(model_.layout_, range, sharded->acquire(range), model_.weight_grads_);
+    }
+}
+
+GptModel::GradientsInUse::~GradientsInUse() {
+    if (ShardedGradients* sharded = model_.parallel_.sharded_gradients) {
+        const ElementRange range = model_.layout_.block_range(layer_, layer_ + 1);
+        map_weights_in(model_.layout_, range, Tensor{}, model_.weight_grads_);
+        sharded->release(range);
+    }
+}
+
 void GptModel::gather_as_pass(bool backward, int first, int last, bool embedding, bool head) {
-    if (parallel_.sharded == nullptr) {
+    if (parallel_.sharded == nullptr && parallel_.sharded_gradients == nullptr) {
         return;
     }
     if (!backward) {
@@ -729,6 +777,7 @@ void GptModel::gather_as_pass(bool backward, int first, int last, bool embedding
     }
     for (int l = last - 1; l >= first; --l) {
         const WeightsInUse block = block_weights(l);
+        const GradientsInUse gradients(*this, l);
     }
 }
 
@@ -1037,6 +1086,7 @@ void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardP
         const BlockActivations a = block_activations(acts, l);
         {
             const WeightsInUse weights = block_weights(l);
+            const GradientsInUse gradients(*this, l);
             recompute_block(l, acts, a);
             backward_block(l, acts, a, part);
         }

@@ -325,20 +325,23 @@ public:
 
     // Flat 1-D buffers in the layout order, and structured views of them. With sharded
     // parameters (ModelParallel::sharded) parameters() is empty and weights() holds only what
-    // a pass is using.
+    // a pass is using; with sharded gradients (ModelParallel::sharded_gradients) gradients()
+    // is empty and weight_gradients() holds wte's, wpe's and lnf's, and a block's while its
+    // backward runs.
     Tensor parameters() const { return params_; }
     Tensor gradients() const { return grads_; }
     const GptWeights& weights() const { return weights_; }
     const GptWeights& weight_gradients() const { return weight_grads_; }
     ShardedParameters* sharded_parameters() const { return parallel_.sharded; }
+    ShardedGradients* sharded_gradients() const { return parallel_.sharded_gradients; }
 
     // The serial initial values for `seed`; under TP this rank's part of them.
     void initialize(std::uint64_t seed);
     void set_parameters(std::span<const float> host);  // local layout
-    void set_gradients(std::span<const float> host);   // local layout
+    void set_gradients(std::span<const float> host);   // local layout; not sharded
     // With sharded parameters a collective over the ranks that share them.
     std::vector<float> parameters_to_host() const;
-    std::vector<float> gradients_to_host() const;
+    std::vector<float> gradients_to_host() const;  // not with sharded gradients
     void zero_gradients();
 
     // The serial model. forward() returns Σ ℓ over the micro-batch's target tokens (the
@@ -373,11 +376,12 @@ public:
     // and of the head (lnf, the tied wte), from what backward_*(…, input_gradients) kept.
     void backward_weights_blocks(int first, int last, Activations& acts);
     void backward_weights_head(Activations& acts);
-    // The gathers of sharded parameters a pass makes, without the pass: a forward gathers the
-    // embedding's tensors (`embedding`), blocks first … last−1, the head's (`head`); a backward
-    // or W pass (`backward`) the head's, then blocks last−1 … first (backward_embedding reads
-    // no weights). A DP replica with no micro-batch in a step makes them for the others'
-    // passes, whose gathers wait for its shards. Nothing without sharded parameters.
+    // The collectives of sharded parameters and gradients a pass makes, without the pass: a
+    // forward gathers the embedding's tensors (`embedding`), blocks first … last−1, the
+    // head's (`head`); a backward or W pass (`backward`) the head's, then for blocks last−1 …
+    // first each block's and the reduce-scatter of its (zero) gradients (backward_embedding
+    // reads no weights). A DP replica with no micro-batch in a step makes them for the others'
+    // passes, which wait for its part. Nothing without sharded parameters or gradients.
     void gather_as_pass(bool backward, int first, int last, bool embedding, bool head);
     // ∂L/∂(residual stream) at the current point of the backward pass, [n_tokens, C] (a TP
     // rank's rows under sequence parallelism). backward_blocks(first, last) turns ∂L/∂(output
@@ -419,6 +423,20 @@ private:
     WeightsInUse outer_weights() {
         return WeightsInUse(*this, layout_.before_blocks(), layout_.after_blocks());
     }
+    // Sharded gradients: block l's gradients written into a zeroed buffer while its backward
+    // runs, reduce-scattered into the shards at the end of the object's life. Nothing without
+    // sharding.
+    class GradientsInUse {
+    public:
+        GradientsInUse(GptModel& model, int layer);
+        ~GradientsInUse();
+        GradientsInUse(const GradientsInUse&) = delete;
+        GradientsInUse& operator=(const GradientsInUse&) = delete;
+
+    private:
+        GptModel& model_;
+        int layer_;
+    };
 
     void check_activations(const Activations& acts) const;
     // Block l's activations: the Activations' own, and where recomputation dropped some, views

@@ -26,17 +26,20 @@
 namespace fulcrum::engine {
 
 class ShardedParameters;  // params.h
+class ShardedGradients;   // params.h
 
 // Null communicators mean size 1. The model keeps the pointers; they must outlive it.
 // `context_parallelism` says how a loaded ContextShard's attention is split: K/V all-gathered
 // (the default) or DeepSpeed-Ulysses' head shards (context_parallel.h). `sharded`: ZeRO-3's
 // parameters (params.h, ShardedParameters), gathered a range at a time; null: the model holds
-// its parameters whole.
+// its parameters whole. `sharded_gradients`: ZeRO-2's (params.h, ShardedGradients), a block's
+// reduce-scattered after each backward pass; null: the model holds its gradients whole.
 struct ModelParallel {
     Communicator* tp = nullptr;
     Communicator* cp = nullptr;
     parallel::ContextParallelism context_parallelism = parallel::ContextParallelism::all_gather;
     ShardedParameters* sharded = nullptr;
+    ShardedGradients* sharded_gradients = nullptr;
 
     bool ulysses() const { return context_parallelism == parallel::ContextParallelism::ulysses; }
 

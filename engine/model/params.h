@@ -200,6 +200,31 @@ public:
     virtual Tensor shard() const = 0;
 };
 
+// Gradients no rank holds whole (ZeRO-2, Rajbhandari et al. 2020, §5.2;
+// engine/distributed/zero_gradients.h). A model given one (ModelParallel::sharded_gradients)
+// allocates no gradient buffer for its blocks: a block's backward writes into a buffer
+// acquired for it, zeroed, and releasing it reduce-scatters it into the members' shards, where
+// the passes' sums accumulate. That is a collective over the ranks that share the shards, so
+// every one of them makes the same calls in the same order. The tensors around the blocks
+// (wte, wpe, lnf) keep whole gradients until the step's end: the first stage's embedding and
+// the last stage's head both write wte's, summed between the stages before they are reduced.
+class ShardedGradients {
+public:
+    virtual ~ShardedGradients() = default;
+    // The gradients of before_blocks() or after_blocks(), whole on the device for the step.
+    virtual Tensor outer(ElementRange range) = 0;
+    // One block's gradients, zeroed, on the device until release(range) reduce-scatters them.
+    virtual Tensor acquire(ElementRange range) = 0;
+    virtual void release(ElementRange range) = 0;
+    // Zeroes the shard and the outer gradients: a step's start.
+    virtual void zero() = 0;
+    // The step's end: the outer gradients reduce-scattered into the shards, which then hold
+    // every sum of this member's range.
+    virtual void reduce_outer() = 0;
+    virtual ElementRange shard_range() const = 0;
+    virtual Tensor shard() const = 0;  // shard_range().count elements
+};
+
 // invalid_input unless heads (and so the QKV, MLP and projection splits) divide evenly over
 // tp_size ranks.
 Status validate_tensor_parallel(const ModelShape& config, int tp_size);

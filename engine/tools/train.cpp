@@ -41,6 +41,7 @@
 #include "engine/distributed/hot_switch_trainer.h"
 #include "engine/distributed/parallel_trainer.h"
 #include "engine/distributed/topology.h"
+#include "engine/distributed/zero_gradients.h"
 #include "engine/distributed/zero_parameters.h"
 #include "engine/instrument/annotations.h"
 #include "engine/model/gpt.h"
@@ -559,9 +560,10 @@ void add_options(CLI::App& app, Options& o) {
     app.add_option("--zero", o.zero_stage,
                    "ZeRO over the DP x CP ranks: 1 shards the optimizer state (each rank "
                    "updates its shard of the parameters, then they are all-gathered), 2 also "
-                   "reduce-scatters the gradients into the shards, 3 keeps only the shard of the "
-                   "parameters too and gathers a layer's just before each pass that reads it; "
-                   "0: none")
+                   "keeps only the shard of the gradients (each layer's reduce-scattered after "
+                   "its backward; under zb-h1 all after the passes), 3 keeps only the shard of "
+                   "the parameters too and gathers a layer's just before each pass that reads "
+                   "it; 0: none")
         ->capture_default_str();
     parallel::add_cp_impl_flag(app, o.cp_impl);
     app.add_flag("--offload-checkpoints", o.offload_checkpoints,
@@ -868,12 +870,15 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
     }
     if (rank == 0 && o.zero_stage > 0 && o.grid.dp * o.grid.cp > 1) {
-        std::printf("ZeRO-%d: the optimizer state%s sharded over the %d DP x CP ranks\n",
+        std::printf("ZeRO-%d: the optimizer state%s sharded over the %d DP x CP ranks%s\n",
                     o.zero_stage,
                     o.zero_stage == 3   ? ", the gradients and the parameters"
                     : o.zero_stage == 2 ? " and the gradients"
                                         : "",
-                    o.grid.dp * o.grid.cp);
+                    o.grid.dp * o.grid.cp,
+                    o.zero_stage >= 2 && parallel::splits_backward(layout.schedule)
+                        ? " (the gradients whole until the passes end: a split backward)"
+                        : "");
         std::fflush(stdout);
     }
     if (rank == 0 && o.cp_impl == parallel::ContextParallelism::ulysses && o.grid.cp > 1) {
@@ -885,7 +890,9 @@ int main(int argc, char** argv) {
     }
     // One layout, or one per bucket of --hot-switch (hot_switch_trainer.h).
     std::optional<ParallelGroups> groups;
-    std::unique_ptr<ZeroParameters> zero_parameters;  // ZeRO-3's; before the model using it
+    // ZeRO-3's parameters and ZeRO-2's gradients; before the model using them.
+    std::unique_ptr<ZeroParameters> zero_parameters;
+    std::unique_ptr<ZeroGradients> zero_gradients;
     std::unique_ptr<GptModel> static_model;
     std::unique_ptr<ParallelTrainer> trainer;
     std::unique_ptr<HotSwitchTrainer> hot;
@@ -924,14 +931,21 @@ int main(int argc, char** argv) {
         groups.emplace(ParallelGroups::create(device_world ? *device_world : *world, *topology));
         StageParameters held =
             stage_parameters(topology->coordinates().pp, o.grid.pp, layout, o.model.layers);
+        const ParameterLayout held_layout(o.model, o.grid.tp, held);
         if (o.zero_stage == 3 && groups->dp_cp->size() > 1) {
-            zero_parameters = std::make_unique<ZeroParameters>(
-                *backend, ParameterLayout(o.model, o.grid.tp, held), *groups->dp_cp);
+            zero_parameters =
+                std::make_unique<ZeroParameters>(*backend, held_layout, *groups->dp_cp);
         }
-        static_model = std::make_unique<GptModel>(
-            *backend, o.model,
-            ModelParallel{groups->tp.get(), groups->cp.get(), o.cp_impl, zero_parameters.get()},
-            std::move(held));
+        // Under a split backward (ZB-H1) the gradients stay whole (zero_gradients.h).
+        if (o.zero_stage >= 2 && groups->dp_cp->size() > 1 &&
+            !parallel::splits_backward(layout.schedule)) {
+            zero_gradients = std::make_unique<ZeroGradients>(*backend, held_layout, *groups->dp_cp);
+        }
+        static_model =
+            std::make_unique<GptModel>(*backend, o.model,
+                                       ModelParallel{groups->tp.get(), groups->cp.get(), o.cp_impl,
+                                                     zero_parameters.get(), zero_gradients.get()},
+                                       std::move(held));
         static_model->initialize(o.seed);
         static_model->set_attention_chunking({o.attention_chunk, o.offload == "on"});
         trainer = std::make_unique<ParallelTrainer>(*static_model, *topology, *groups, *documents,

@@ -26,17 +26,17 @@ AdamW::AdamW(Backend& backend, const ParameterLayout& layout, AdamWConfig config
     v_ = state_.f32(n, {n});
 }
 
+std::int64_t AdamW::offset_of(const Tensor& flat) const {
+    if (flat.numel() == layout_.total()) {
+        return 0;
+    }
+    FULCRUM_CHECK(flat.numel() == owned_.count,
+                  "AdamW: a buffer that is neither the whole layout nor the owned range");
+    return owned_.offset;
+}
+
 void AdamW::update(Tensor params, Tensor grads, float grad_scale, float learning_rate) {
-    update_from(params, 0, grads, grad_scale, learning_rate);
-}
-
-void AdamW::update_owned(Tensor owned_params, Tensor grads, float grad_scale, float learning_rate) {
-    FULCRUM_CHECK(owned_params.numel() == owned_.count, "not the owned range's parameters");
-    update_from(owned_params, owned_.offset, grads, grad_scale, learning_rate);
-}
-
-void AdamW::update_from(Tensor params, std::int64_t params_offset, Tensor grads, float grad_scale,
-                        float learning_rate) {
+    const std::int64_t params_offset = offset_of(params), grads_offset = offset_of(grads);
     ++steps_taken_;
     AdamWStep step;
     step.learning_rate = learning_rate > 0.0f ? learning_rate : config_.learning_rate;
@@ -56,7 +56,8 @@ void AdamW::update_from(Tensor params, std::int64_t params_offset, Tensor grads,
         }
         step.weight_decay = t.weight_decay ? config_.weight_decay : 0.0f;
         backend_.adamw_update(params.slice(begin - params_offset, end - begin),
-                              grads.slice(begin, end - begin), m_.slice(begin - first, end - begin),
+                              grads.slice(begin - grads_offset, end - begin),
+                              m_.slice(begin - first, end - begin),
                               v_.slice(begin - first, end - begin), step);
     }
 }

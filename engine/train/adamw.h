@@ -67,19 +67,17 @@ public:
     std::int64_t steps_taken() const { return steps_taken_; }
     ElementRange owned() const { return owned_; }
 
-    // One update of the owned parameters: params and grads are flat buffers in `layout`
-    // order, of which only the owned range is read or written. `grad_scale` is the clipping
-    // coefficient; `learning_rate` overrides the config's (for a schedule) when positive.
+    // One update of the owned parameters. `params` and `grads` are each either the whole flat
+    // buffer in `layout` order, of which only the owned range is read or written, or the
+    // owned range alone (owned().count elements: ZeRO-3's parameter shard, ZeRO-2's gradient
+    // shard). `grad_scale` is the clipping coefficient; `learning_rate` overrides the config's
+    // (for a schedule) when positive.
     void update(Tensor params, Tensor grads, float grad_scale, float learning_rate = -1.0f);
-    // The same where the parameters are the owned range alone (ZeRO-3's shard: owned().count
-    // elements); `grads` is still the whole flat buffer.
-    void update_owned(Tensor owned_params, Tensor grads, float grad_scale,
-                      float learning_rate = -1.0f);
 
 private:
-    // `params_offset`: the layout offset of params' first element (0, or owned().offset).
-    void update_from(Tensor params, std::int64_t params_offset, Tensor grads, float grad_scale,
-                     float learning_rate);
+    // The layout offset of `flat`'s first element: 0 for the whole buffer, owned().offset for
+    // the owned range alone.
+    std::int64_t offset_of(const Tensor& flat) const;
 
     Backend& backend_;
     const ParameterLayout& layout_;

@@ -89,6 +89,15 @@ private slots:
         QTest::newRow("dp2 pp2 zero 3 zb-h1, 3 and 2 micro-batches at an epoch's end")
             << 4 << QStringList{"--dp", "2", "--pp", "2", "--zero", "3", "--schedule", "zb-h1"}
             << fixed + QStringList{"--documents", "45"};
+        // ZeRO-2 (zero_gradients.h): each block's gradients reduce-scattered into the shards
+        // after its backward; the replica short of micro-batches makes the reduce-scatters (of
+        // zeros) of the passes it lacks, or the other replica's would wait for ever.
+        QTest::newRow("dp2 pp2 zero 2, 3 and 2 micro-batches at an epoch's end")
+            << 4 << QStringList{"--dp", "2", "--pp", "2", "--zero", "2"}
+            << fixed + QStringList{"--documents", "45"};
+        QTest::newRow("dp2 cp2 zero 2, 1 and 0 micro-batches at an epoch's end")
+            << 4 << QStringList{"--dp", "2", "--cp", "2", "--zero", "2"}
+            << fixed + QStringList{"--documents", "20"};
         QTest::newRow("tp2 dp2 zero 2 sequence parallel")
             << 4 << QStringList{"--tp", "2", "--dp", "2", "--zero", "2", "--sequence-parallel"}
             << fixed;

@@ -289,24 +289,32 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
             add(rank, std::string(range_name::kOptimizer), tail->optimizer.start_ns, cursor);
             cursor = tail->optimizer.start_ns;
         }
+        // The rank's last one before the optimizer: under ZeRO-2 and -3 the passes make
+        // reduce-scatters and gathers of their own over the same ranks, earlier in the step.
+        const CollectiveInstance* reduction = nullptr;
+        const CollectiveParticipant* mine = nullptr;
         for (const CollectiveInstance* found : dp_collectives) {
-            const CollectiveInstance& instance = *found;
-            auto mine =
-                std::find_if(instance.participants.begin(), instance.participants.end(),
+            auto member =
+                std::find_if(found->participants.begin(), found->participants.end(),
                              [&](const CollectiveParticipant& p) { return p.rank == rank; });
-            if (mine == instance.participants.end() || mine->end_ns > cursor + 1)
+            if (member == found->participants.end() || member->end_ns > cursor + 1)
                 continue;
-            const CollectiveParticipant& last = instance.last_arrival();
+            if (mine == nullptr || member->end_ns > mine->end_ns) {
+                reduction = found;
+                mine = &*member;
+            }
+        }
+        if (reduction != nullptr) {
+            const CollectiveParticipant& last = reduction->last_arrival();
             // On a GPU rank the optimizer's first kernel starts a little after the host's
             // all-reduce returned: that launch gap is the step's too.
             if (mine->end_ns < cursor) {
                 add(rank, "other", mine->end_ns, cursor);
             }
-            add(last.rank, std::string(trace.name(instance.name)), last.start_ns,
+            add(last.rank, std::string(trace.name(reduction->name)), last.start_ns,
                 std::min(cursor, mine->end_ns));
             rank = last.rank;
             cursor = last.start_ns;
-            break;
         }
     }
 

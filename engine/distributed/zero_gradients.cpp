@@ -26,12 +26,7 @@ ZeroGradients::ZeroGradients(Backend& backend, const ParameterLayout& layout, Co
       group_(group),
       counts_(zero_shard_counts(layout.total(), group.size())) {
     shard_range_ = zero_shard(counts_, group_.rank());
-    // Every block of a stage has the same size; one buffer serves them in turn.
-    for (int l = 0; l < layout_.config().layers; ++l) {
-        if (layout_.held().holds_block(l)) {
-            block_capacity_ = std::max(block_capacity_, layout_.block_range(l, l + 1).count);
-        }
-    }
+    block_capacity_ = largest_block(layout_);
     shard_ = allocated(backend_, shard_storage_, shard_range_.count);
     allocated(backend_, block_storage_, block_capacity_);  // acquire() views it
     before_ = allocated(backend_, before_storage_, layout_.before_blocks().count);

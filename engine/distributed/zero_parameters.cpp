@@ -44,6 +44,16 @@ std::vector<int> zero_counts_in(const std::vector<int>& counts, ElementRange ran
     return in;
 }
 
+std::int64_t largest_block(const ParameterLayout& layout) {
+    std::int64_t block = 0;
+    for (int l = 0; l < layout.config().layers; ++l) {
+        if (layout.held().holds_block(l)) {
+            block = std::max(block, layout.block_range(l, l + 1).count);
+        }
+    }
+    return block;
+}
+
 ZeroParameters::ZeroParameters(Backend& backend, const ParameterLayout& layout, Communicator& group)
     : backend_(backend),
       layout_(layout),
@@ -51,14 +61,7 @@ ZeroParameters::ZeroParameters(Backend& backend, const ParameterLayout& layout, 
       counts_(zero_shard_counts(layout.total(), group.size())) {
     shard_range_ = zero_shard(counts_, group_.rank());
     shard_ = allocated(backend_, shard_storage_, shard_range_.count).slice(0, shard_range_.count);
-    // Every block of a stage has the same size; one buffer serves them in turn.
-    const auto held = layout_.held();
-    std::int64_t block = 0;
-    for (int l = 0; l < layout_.config().layers; ++l) {
-        if (held.holds_block(l)) {
-            block = std::max(block, layout_.block_range(l, l + 1).count);
-        }
-    }
+    const std::int64_t block = largest_block(layout_);
     for (auto [slot, count] :
          {std::pair{&before_blocks_, layout_.before_blocks().count}, std::pair{&block_, block},
           std::pair{&after_blocks_, layout_.after_blocks().count}}) {

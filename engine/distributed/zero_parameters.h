@@ -33,6 +33,9 @@ ElementRange zero_shard(const std::vector<int>& counts, int member);
 // How much of `range` each member's shard of `counts` holds, in member order (often nothing):
 // the counts of a gather into the range, or of a reduce-scatter out of it.
 std::vector<int> zero_counts_in(const std::vector<int>& counts, ElementRange range);
+// The elements of the largest block `layout` holds: one buffer of it serves every block in
+// turn (a stage's blocks all have the same size).
+std::int64_t largest_block(const ParameterLayout& layout);
 
 class ZeroParameters final : public ShardedParameters {
 public:

@@ -88,6 +88,40 @@ RunTrace interleaved_trace() {
     return trace;
 }
 
+// dp2 under ZeRO-2, one micro-batch (µs): each backward reduce-scatters a block's gradients
+// inside the pass, then the step ends with the reduce-scatter of the rest. Rank 0: F [0,100),
+// B [100,340) with its in-pass reduce-scatter [280,330) (rank 1 arrives at 320), step-end
+// reduce-scatter [340,360), optimizer [360,400). Rank 1: F [0,120), B [120,350) with its
+// in-pass reduce-scatter [320,330), step-end reduce-scatter [350,360) (the last arrival),
+// optimizer [360,390). Back from 400: the step-end reduce-scatter waited for rank 1, whose
+// backward ran to 350 — not the in-pass reduce-scatter, which ended well before.
+RunTrace zero_trace() {
+    RunTrace trace;
+    add_rank(trace, 0, 0, 0, 0, 0);
+    add_rank(trace, 1, 1, 0, 0, 0);
+    trace.run.config_json = R"({"dp":2,"tp":1,"pp":1,"cp":1,"zero_stage":2,"microbatches":1})";
+    auto collective = [&](int rank, std::int64_t start, std::int64_t end, int mb, Phase phase) {
+        trace
+            .add_range(host(trace, rank), "zero reduce-scatter grads", Category::communication,
+                       start * us, end * us, 0, mb, 0, phase)
+            .kind = EventKind::collective;
+    };
+    for (const auto& [rank, forward_end, backward_end, in_pass, step_end, optimizer_end] :
+         std::vector<
+             std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>>{
+             {0, 100, 340, 280, 340, 400}, {1, 120, 350, 320, 350, 390}}) {
+        trace.add_range(host(trace, rank), "step", Category::schedule, 0, optimizer_end * us, 0);
+        pass(trace, rank, Phase::forward, 0, 0, forward_end);
+        pass(trace, rank, Phase::backward, 0, forward_end, backward_end);
+        collective(rank, in_pass, 330, 0, Phase::backward);
+        collective(rank, step_end, 360, -1, Phase::none);
+        trace.add_range(host(trace, rank), "optimizer", Category::optimizer, 360 * us,
+                        optimizer_end * us, 0);
+    }
+    trace.finish();
+    return trace;
+}
+
 }  // namespace
 
 class CriticalPathTest : public QObject {
@@ -173,6 +207,30 @@ private slots:
         QCOMPARE(best.step_saving_ns, 50 * us);
         for (std::size_t i = 1; i < path.what_if.size(); ++i)
             QCOMPARE(path.what_if[i].step_saving_ns, 0 * us);
+    }
+
+    // The tail goes through the reduction before the optimizer, not through the first DP
+    // collective of the step (ZeRO's passes make their own).
+    void tailThroughTheStepEndReduction() {
+        const RunTrace trace = zero_trace();
+        const auto paths = critical_paths(trace, find_passes(trace));
+        QCOMPARE(paths.size(), std::size_t(1));
+        const CriticalPath& path = paths[0];
+        QCOMPARE(path.end_ns, 400 * us);
+        QVERIFY(!path.segments.empty());
+        const CriticalSegment& last = path.segments.back();
+        QCOMPARE(last.what, std::string("optimizer"));
+        QCOMPARE(last.rank, 0);
+        const CriticalSegment& reduction = path.segments[path.segments.size() - 2];
+        QCOMPARE(reduction.what, std::string("zero reduce-scatter grads"));
+        QCOMPARE(reduction.rank, 1);
+        QCOMPARE(reduction.start_ns, 350 * us);
+        QCOMPARE(reduction.end_ns, 360 * us);
+        QVERIFY(path.by_what.find("other") == path.by_what.end());
+        const CriticalSegment& before = path.segments[path.segments.size() - 3];
+        QCOMPARE(before.rank, 1);
+        QCOMPARE(before.what, std::string("backward"));
+        QCOMPARE(before.end_ns, 350 * us);
     }
 
     void noPassesNoPath() {

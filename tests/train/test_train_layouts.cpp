@@ -98,6 +98,10 @@ private slots:
         QTest::newRow("dp2 cp2 zero 2, 1 and 0 micro-batches at an epoch's end")
             << 4 << QStringList{"--dp", "2", "--cp", "2", "--zero", "2"}
             << fixed + QStringList{"--documents", "20"};
+        const QStringList interleaved_zero = {
+            "--dp", "2", "--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2"};
+        QTest::newRow("dp2 pp2 interleaved v2 zero 2")
+            << 4 << interleaved_zero + QStringList{"--zero", "2"} << fixed;
         QTest::newRow("tp2 dp2 zero 2 sequence parallel")
             << 4 << QStringList{"--tp", "2", "--dp", "2", "--zero", "2", "--sequence-parallel"}
             << fixed;

@@ -477,12 +477,6 @@ double ParallelTrainer::gradient_norm() {
     const ElementRange counted =
         sharded ? optimizer_.owned() : ElementRange{0, model_.layout().total()};
     double sum = 0;
-    // The gradients of [begin, begin + count): ZeRO-2's shard, or the whole buffer.
-    const ShardedGradients* shard = model_.sharded_gradients();
-    auto gradients_in = [&](std::int64_t begin, std::int64_t count) {
-        return shard != nullptr ? shard->shard().slice(begin - shard->shard_range().offset, count)
-                                : model_.gradients().slice(begin, count);
-    };
     if (sharded || (me.dp == 0 && me.cp == 0)) {
         for (const auto& tensor : model_.layout().tensors()) {
             bool owned =
@@ -496,11 +490,9 @@ double ParallelTrainer::gradient_norm() {
             if (!owned || (tensor.tp_replicated() && me.tp != 0)) {
                 continue;
             }
-            const std::int64_t begin = std::max(tensor.offset, counted.offset);
-            const std::int64_t end =
-                std::min(tensor.offset + tensor.numel(), counted.offset + counted.count);
-            if (begin < end) {
-                sum += model_.backend().sum_of_squares(gradients_in(begin, end - begin));
+            const ElementRange part = overlap({tensor.offset, tensor.numel()}, counted);
+            if (part.count > 0) {
+                sum += model_.backend().sum_of_squares(model_.gradients_in(part));
             }
         }
     }
@@ -624,9 +616,8 @@ void ParallelTrainer::update(StepReport& report) {
     report.grad_norm = gradient_norm();
     report.clip_coefficient = clip_coefficient(report.grad_norm, config_.train.max_grad_norm);
     report.learning_rate = learning_rate_at(config_.train, report.step);
-    const Tensor gradients = model_.sharded_gradients() != nullptr
-                                 ? model_.sharded_gradients()->shard()
-                                 : model_.gradients();
+    // The owned range's gradients: ZeRO-2's shard, or that part of the whole buffer.
+    const Tensor gradients = model_.gradients_in(optimizer_.owned());
     if (const ShardedParameters* sharded = model_.sharded_parameters()) {
         // ZeRO-3: the shard is the parameters; passes gather what they read from it.
         optimizer_.update(sharded->shard(), gradients, report.clip_coefficient,

@@ -74,15 +74,15 @@ void ZeroGradients::reduce_outer() {
 
 void ZeroGradients::reduce_into_shard(Tensor whole, ElementRange range) {
     const std::vector<int> counts = zero_counts_in(counts_, range);
-    const std::int64_t own = counts[static_cast<std::size_t>(group_.rank())];
+    const ElementRange mine = overlap(shard_range_, range);
+    const std::int64_t own = mine.count;
     Tensor sums;
     if (own > 0) {
         // This rank's earlier sums ride along in its own part of the buffer, so that the
         // reduce-scatter writes the shard's new sums over them: no staging buffer needed.
-        const std::int64_t at = std::max(range.offset, shard_range_.offset);
-        sums = shard_.slice(at - shard_range_.offset, own);
-        const Tensor mine = whole.slice(at - range.offset, own);
-        backend_.residual_forward(mine, mine, sums);
+        sums = shard_.slice(mine.offset - shard_range_.offset, own);
+        const Tensor part = whole.slice(mine.offset - range.offset, own);
+        backend_.residual_forward(part, part, sums);
     }
     instrument::Range reduce(range_name::kZeroReduceScatter, Category::communication,
                              instrument::with_bytes(range.count * std::int64_t(sizeof(float))));

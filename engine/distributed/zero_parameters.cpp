@@ -33,13 +33,8 @@ ElementRange zero_shard(const std::vector<int>& counts, int member) {
 
 std::vector<int> zero_counts_in(const std::vector<int>& counts, ElementRange range) {
     std::vector<int> in(counts.size());
-    std::int64_t begin = 0;
     for (std::size_t r = 0; r < counts.size(); ++r) {
-        const std::int64_t end = begin + counts[r];
-        const std::int64_t from = std::max(begin, range.offset);
-        const std::int64_t to = std::min(end, range.offset + range.count);
-        in[r] = static_cast<int>(std::max<std::int64_t>(to - from, 0));
-        begin = end;
+        in[r] = static_cast<int>(overlap(zero_shard(counts, int(r)), range).count);
     }
     return in;
 }
@@ -116,10 +111,9 @@ Tensor ZeroParameters::acquire(ElementRange range) {
     const Tensor whole = slot.storage.f32(0, {range.count});
     // Each rank sends its shard's part of the range; in rank order the parts are the range.
     const std::vector<int> counts = zero_counts_in(counts_, range);
-    const int me = group_.rank();
-    const std::int64_t own = counts[static_cast<std::size_t>(me)];
-    const std::int64_t from = std::max(shard_range_.offset, range.offset) - shard_range_.offset;
-    const Tensor part = own > 0 ? shard_.slice(from, own) : Tensor{};
+    const ElementRange mine = overlap(shard_range_, range);
+    const std::int64_t own = mine.count;
+    const Tensor part = own > 0 ? shard_.slice(mine.offset - shard_range_.offset, own) : Tensor{};
     instrument::Range gather(range_name::kZeroAllGather, Category::communication,
                              instrument::with_bytes(range.count * std::int64_t(sizeof(float))));
     group_.all_gather(std::span<const float>(own > 0 ? part.f32() : nullptr, std::size_t(own)),

@@ -551,11 +551,9 @@ void GptModel::reduce_sequence_parallel_gradients() {
         }
         // The shard's part of the range: the TP ranks' layouts have the same size, so their
         // shards are the same ranges.
-        const ElementRange shard = sharded->shard_range();
-        const std::int64_t begin = std::max(range.offset, shard.offset);
-        const std::int64_t end = std::min(range.offset + range.count, shard.offset + shard.count);
-        if (begin < end) {
-            all_reduce_sum(parallel_.tp, sharded->shard().slice(begin - shard.offset, end - begin));
+        const ElementRange part = overlap(range, sharded->shard_range());
+        if (part.count > 0) {
+            all_reduce_sum(parallel_.tp, gradients_in(part));
         }
     }
 }
@@ -592,6 +590,15 @@ std::vector<float> GptModel::parameters_to_host() const {
     std::vector<float> host(std::size_t(layout_.total()));
     backend_.download(host.data(), params_, kComputeStream);
     return host;
+}
+
+Tensor GptModel::gradients_in(ElementRange range) const {
+    if (const ShardedGradients* sharded = parallel_.sharded_gradients) {
+        const ElementRange shard = sharded->shard_range();
+        FULCRUM_CHECK(overlap(range, shard) == range, "gradients_in: a range outside the shard");
+        return sharded->shard().slice(range.offset - shard.offset, range.count);
+    }
+    return grads_.slice(range.offset, range.count);
 }
 
 std::vector<float> GptModel::gradients_to_host() const {

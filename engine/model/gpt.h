@@ -334,6 +334,9 @@ public:
     const GptWeights& weight_gradients() const { return weight_grads_; }
     ShardedParameters* sharded_parameters() const { return parallel_.sharded; }
     ShardedGradients* sharded_gradients() const { return parallel_.sharded_gradients; }
+    // The gradients of a range of the layout: a view of gradients(), or with sharded gradients
+    // of the shard, which must hold the range.
+    Tensor gradients_in(ElementRange range) const;
 
     // The serial initial values for `seed`; under TP this rank's part of them.
     void initialize(std::uint64_t seed);

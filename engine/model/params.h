@@ -40,6 +40,7 @@
 // four buffers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -101,8 +102,15 @@ struct ElementRange {
     std::int64_t offset = 0;
     std::int64_t count = 0;
 
+    std::int64_t end() const { return offset + count; }
     friend bool operator==(const ElementRange&, const ElementRange&) = default;
 };
+
+// The elements `a` and `b` share (count 0 where none).
+inline ElementRange overlap(ElementRange a, ElementRange b) {
+    const std::int64_t begin = std::max(a.offset, b.offset);
+    return {begin, std::max<std::int64_t>(std::min(a.end(), b.end()) - begin, 0)};
+}
 
 // Which tensors a pipeline stage holds (Megatron-LM's stages hold their own layers): its
 // blocks, wte where it embeds or (tied) where it runs the LM head, wpe where it embeds, lnf

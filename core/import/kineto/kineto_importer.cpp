@@ -703,7 +703,7 @@ private:
         std::vector<StepWindow> windows = top_.steps;
         if (windows.empty())
             windows.push_back({INT64_MIN, INT64_MAX, 0});
-        for (const StepWindow& window : windows) {
+        const auto ops_in = [&](const StepWindow& window) {
             std::vector<structure::HostOp> ops;
             for (const ThreadOp& op : host_ops_) {
                 const bool own = std::pair{op.pid, op.tid} == schedule_thread_ ||
@@ -712,8 +712,35 @@ private:
                 if (own && op.op.start_ns >= window.start && op.op.start_ns < window.end)
                     ops.push_back(op.op);
             }
-            structure::StepPasses passes =
-                structure::passes_from_sends(std::move(ops), prev, next, window.start);
+            return ops;
+        };
+        std::vector<structure::StepPasses> steps;
+        bool any_inconsistent = false;
+        for (const StepWindow& window : windows) {
+            steps.push_back(structure::passes_from_sends(ops_in(window), prev, next, window.start));
+            any_inconsistent |= !steps.back().consistent;
+        }
+        // Not GPipe's or 1F1B's order: an interleaved stage's, told by its order, which needs
+        // the thread's every operator (one more reading of the file, for such a trace only).
+        if (pipeline && any_inconsistent) {
+            const std::vector<std::int64_t> starts = operator_starts(schedule_thread_);
+            for (std::size_t i = 0; i < windows.size(); ++i) {
+                if (steps[i].consistent)
+                    continue;
+                structure::InterleavedPasses interleaved = structure::interleaved_passes(
+                    ops_in(windows[i]), starts, stage, stages, windows[i].start);
+                if (!interleaved.found)
+                    continue;
+                steps[i].ranges = std::move(interleaved.ranges);
+                steps[i].consistent = true;
+                interleaved_chunks_ = std::max(interleaved_chunks_, interleaved.chunks);
+                max_stage_index_ =
+                    std::max(max_stage_index_, (interleaved.chunks - 1) * stages + stage);
+                ++interleaved_steps_;
+            }
+        }
+        for (std::size_t i = 0; i < windows.size(); ++i) {
+            const structure::StepPasses& passes = steps[i];
             if (!passes.consistent) {
                 ++inconsistent_steps_;
                 continue;
@@ -730,7 +757,7 @@ private:
             // than one micro-batch).
             one_f_one_b_ |= passes.forwards > 1 && first_backward < last_forward;
             for (const structure::RecoveredRange& range : passes.ranges) {
-                recovered_.push_back({range, window.step});
+                recovered_.push_back({range, windows[i].step});
                 if (structure::action_is_communication(range.kind)) {
                     recovered_comm_[{schedule_thread_.first, schedule_thread_.second,
                                      range.start_ns}] = range;
@@ -739,6 +766,33 @@ private:
         }
         host_ops_.clear();
         host_ops_.shrink_to_fit();
+    }
+
+    // The start of every cpu_op `thread` ran, sorted (interleaved_passes counts them):
+    // one more reading of the file, keeping 8 bytes an operator of the one thread.
+    std::vector<std::int64_t> operator_starts(std::pair<std::int64_t, std::int64_t> thread) {
+        std::vector<std::int64_t> starts;
+        JsonStream stream;
+        if (!open_stream(stream, input_))
+            return starts;
+        bool truncated = false, cancelled = false;
+        RawEvent e;
+        walk(
+            stream, [](std::string_view, std::string_view) {},
+            [&](std::string_view raw, std::int64_t) {
+                if (!kineto::contains(raw, "cpu_op"))
+                    return;
+                e.clear();
+                std::int64_t ts = 0;
+                if (!parse_event(raw, e) || e.ph != "X" || e.cat != "cpu_op" ||
+                    !kineto::json_us_to_ns(e.ts, ts))
+                    return;
+                if (std::pair{ids_.of(e.pid), ids_.of(e.tid)} == thread)
+                    starts.push_back(ts);
+            },
+            truncated, options_.cancel, cancelled);
+        std::sort(starts.begin(), starts.end());
+        return starts;
     }
 
     // The rank rows: the export's own, else the one rank of distributedInfo (else the
@@ -871,6 +925,16 @@ private:
                           "); Fulcrum's schedules have ZB-H1 only (one chunk a stage), so the "
                           "run's schedule is left unset and the bubble theory is not drawn");
             }
+        } else if (interleaved_steps_ > 0) {
+            log_.note("structure: " + std::to_string(recovered_.size()) +
+                      " passes of an interleaved schedule of " +
+                      std::to_string(interleaved_chunks_) +
+                      " model chunks a stage, from the autograd work and the runs of "
+                      "operators between the pipeline sends, in the order of Megatron-LM's "
+                      "and torch's interleaved 1F1B (the schedule wrote no labels: the chunks "
+                      "from the forwards before the first backward; the sends and receives "
+                      "are not told apart, being posted ahead; inferred)" +
+                      inconsistent_note());
         } else if (!recovered_.empty() || inconsistent_steps_ > 0) {
             std::int64_t passes = 0;
             for (const RecoveredStepRange& r : recovered_)
@@ -1508,7 +1572,9 @@ private:
             event.start_ns = recovered.range.start_ns;
             event.end_ns = recovered.range.end_ns;
             event.step = recovered.step;
-            set_structure({recovered.range.kind, -1, recovered.range.microbatch},
+            const std::int32_t stage_index =
+                recovered.range.chunk * grid_.grid.pp + grid_.coordinates.pp;
+            set_structure({recovered.range.kind, stage_index, recovered.range.microbatch},
                           grid_.grid.pp > 1 ? "recovered from the pipeline sends"
                                             : "recovered from the autograd work",
                           event);
@@ -1565,6 +1631,8 @@ private:
     std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, structure::RecoveredRange>
         recovered_comm_;  // (pid, tid, start) of a send or receive -> what it handed over
     std::int64_t inconsistent_steps_ = 0, labelled_passes_ = 0;
+    std::int64_t interleaved_steps_ = 0;   // steps whose passes came in interleaved order
+    std::int32_t interleaved_chunks_ = 0;  // their model chunks a stage
     // What the labels or the recovered passes say of the schedule.
     bool gpipe_labels_ = false, split_backward_ = false, one_f_one_b_ = false;
     std::int32_t max_stage_index_ = -1, max_microbatch_ = -1;
@@ -1588,6 +1656,8 @@ private:
         }
         if (recovered_.empty() || grid_.grid.pp < 2)
             return "";  // no pipeline, no pipeline schedule
+        if (interleaved_chunks_ > 1)
+            return "interleaved";
         return one_f_one_b_ ? "1f1b" : "gpipe";
     }
     ImportLog log_;

@@ -274,21 +274,54 @@ HostOp::Kind host_op_kind(std::string_view name) {
     return HostOp::Kind::compute;
 }
 
-StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::int32_t next,
-                             std::int64_t window_start) {
-    using Kind = PipelineAction::Kind;
+namespace {
+
+// One step of a thread's walk through its time: a top-level operator the trace names, or the
+// time between two (`named` false).
+struct WalkStep {
+    HostOp op;
+    bool named = true;
+};
+
+// The thread's time in order from `window_start` (INT64_MIN: its first operator): the
+// top-level operators (those no earlier one contains), and the time between them as compute
+// work (Python, and the operators left out of `ops`), except between two autograd operators
+// and between an autograd operator and a collective (a gradient reduction inside the
+// backward). Before a collective in the forward (FSDP's all-gathers, TP's all-reduces) it is
+// forward work like any other.
+std::vector<WalkStep> walk_of(std::vector<HostOp> ops, std::int64_t window_start) {
     std::sort(ops.begin(), ops.end(), [](const HostOp& a, const HostOp& b) {
         return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
     });
-    // The top-level operators: those no earlier one contains.
-    std::vector<HostOp> top;
+    std::vector<WalkStep> walk;
     std::int64_t covered_until = INT64_MIN;
+    std::int64_t last_end = window_start;
+    HostOp::Kind last_kind = HostOp::Kind::optimizer;
     for (const HostOp& op : ops) {
-        if (op.start_ns >= covered_until) {
-            top.push_back(op);
-            covered_until = op.end_ns;
+        if (op.start_ns < covered_until) {
+            continue;  // inside an earlier operator
+        }
+        covered_until = op.end_ns;
+        const bool inside_backward =
+            last_kind == HostOp::Kind::autograd &&
+            (op.kind == HostOp::Kind::autograd || op.kind == HostOp::Kind::collective);
+        if (last_end != INT64_MIN && op.start_ns > last_end && !inside_backward) {
+            walk.push_back({{last_end, op.start_ns, HostOp::Kind::compute, -1}, false});
+        }
+        walk.push_back({op, true});
+        last_end = std::max(last_end, op.end_ns);
+        if (op.kind != HostOp::Kind::collective) {
+            last_kind = op.kind;
         }
     }
+    return walk;
+}
+
+}  // namespace
+
+StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::int32_t next,
+                             std::int64_t window_start) {
+    using Kind = PipelineAction::Kind;
     StepPasses out;
     std::int32_t counts[8] = {};
     const auto numbered = [&](Kind kind) { return counts[static_cast<int>(kind)]++; };
@@ -325,33 +358,13 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
             }
         }
     };
-    // The time between operators the trace names is the thread's own work (Python, and the
-    // operators left out of `ops`): forward work, except between two autograd operators and
-    // between an autograd operator and a collective (a gradient reduction inside the
-    // backward). Before a collective in the forward (FSDP's all-gathers, TP's all-reduces)
-    // it is forward work like any other.
-    std::int64_t last_end = window_start;
-    HostOp::Kind last_kind = HostOp::Kind::optimizer;
-    std::vector<HostOp> walk;
-    for (const HostOp& op : top) {
-        const bool inside_backward =
-            last_kind == HostOp::Kind::autograd &&
-            (op.kind == HostOp::Kind::autograd || op.kind == HostOp::Kind::collective);
-        if (last_end != INT64_MIN && op.start_ns > last_end && !inside_backward) {
-            walk.push_back({last_end, op.start_ns, HostOp::Kind::compute, -1});
-        }
-        walk.push_back(op);
-        last_end = std::max(last_end, op.end_ns);
-        if (op.kind != HostOp::Kind::collective) {
-            last_kind = op.kind;
-        }
-    }
+    const std::vector<WalkStep> walk = walk_of(std::move(ops), window_start);
     // Whether autograd work (a backward) follows walk[i] before the next send, receive or
     // optimizer step: the time between a receive and a backward (the Python that calls it)
     // does not count, a forward's sends end it.
     const auto backward_follows = [&](std::size_t i) {
         for (std::size_t j = i + 1; j < walk.size(); ++j) {
-            switch (walk[j].kind) {
+            switch (walk[j].op.kind) {
                 case HostOp::Kind::autograd:
                     return true;
                 case HostOp::Kind::send:
@@ -366,7 +379,7 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
         return false;
     };
     for (std::size_t i = 0; i < walk.size(); ++i) {
-        const HostOp& op = walk[i];
+        const HostOp& op = walk[i].op;
         switch (op.kind) {
             case HostOp::Kind::collective:
                 continue;  // a DP or TP collective inside the passes: neither part nor boundary
@@ -437,6 +450,169 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
     if (!out.consistent) {
         out.ranges.clear();
     }
+    return out;
+}
+
+std::vector<std::pair<std::int32_t, std::int32_t>> interleaved_forward_order(
+    std::int32_t microbatches, std::int32_t chunks, std::int32_t group) {
+    std::vector<std::pair<std::int32_t, std::int32_t>> order;
+    if (microbatches <= 0 || chunks <= 0 || group <= 0) {
+        return order;
+    }
+    order.reserve(static_cast<std::size_t>(microbatches) * static_cast<std::size_t>(chunks));
+    for (std::int32_t first = 0; first < microbatches; first += group) {
+        // The last group takes every micro-batch left.
+        const std::int32_t last = first + group >= microbatches ? microbatches : first + group;
+        for (std::int32_t chunk = 0; chunk < chunks; ++chunk) {
+            for (std::int32_t microbatch = first; microbatch < last; ++microbatch) {
+                order.emplace_back(microbatch, chunk);
+            }
+        }
+        if (last == microbatches) {
+            break;
+        }
+    }
+    return order;
+}
+
+InterleavedPasses interleaved_passes(std::vector<HostOp> ops,
+                                     const std::vector<std::int64_t>& operator_starts,
+                                     std::int32_t stage, std::int32_t stages,
+                                     std::int64_t window_start) {
+    using Kind = PipelineAction::Kind;
+    InterleavedPasses out;
+    if (stages < 2 || stage < 0 || stage >= stages) {
+        return out;
+    }
+    // Runs of work: consecutive compute (or autograd) steps of the walk, ended by a send, a
+    // receive, an optimizer step or work of the other kind; collectives are neither.
+    struct Run {
+        std::int64_t start_ns = 0, end_ns = 0;
+        bool autograd = false;
+        bool after_autograd = false;    // begun where a backward ended, with nothing between
+        bool before_optimizer = false;  // ended by an optimizer's operator (zero_grad, step)
+        std::int64_t operators = 0;     // the thread's operators that start in it
+    };
+    std::vector<Run> runs;
+    bool open = false;
+    for (const WalkStep& step : walk_of(std::move(ops), window_start)) {
+        const HostOp& op = step.op;
+        if (op.kind == HostOp::Kind::collective) {
+            continue;
+        }
+        if (op.kind != HostOp::Kind::compute && op.kind != HostOp::Kind::autograd) {
+            if (open && op.kind == HostOp::Kind::optimizer) {
+                runs.back().before_optimizer = true;
+            }
+            open = false;
+            continue;
+        }
+        const bool autograd = op.kind == HostOp::Kind::autograd;
+        if (!open || runs.back().autograd != autograd) {
+            const bool after_autograd = open && runs.back().autograd;
+            runs.push_back({op.start_ns, op.end_ns, autograd, after_autograd, false, 0});
+            open = true;
+        }
+        runs.back().end_ns = std::max(runs.back().end_ns, op.end_ns);
+    }
+    std::int64_t backwards = 0;
+    std::size_t last_backward = 0;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        if (runs[i].autograd) {
+            ++backwards;
+            last_backward = i;
+        }
+    }
+    if (backwards == 0) {
+        return out;
+    }
+    // The forwards: of the runs of other work before the last backward, those with the most
+    // operators (then the longest), as many as the backwards.
+    std::vector<std::size_t> candidates;
+    for (std::size_t i = 0; i < last_backward; ++i) {
+        Run& run = runs[i];
+        if (run.autograd || run.after_autograd || run.before_optimizer) {
+            continue;
+        }
+        run.operators =
+            std::lower_bound(operator_starts.begin(), operator_starts.end(), run.end_ns) -
+            std::lower_bound(operator_starts.begin(), operator_starts.end(), run.start_ns);
+        if (run.operators > 0) {
+            candidates.push_back(i);
+        }
+    }
+    if (static_cast<std::int64_t>(candidates.size()) < backwards) {
+        return out;
+    }
+    std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
+        const Run& x = runs[a];
+        const Run& y = runs[b];
+        return x.operators != y.operators ? x.operators > y.operators
+                                          : x.end_ns - x.start_ns > y.end_ns - y.start_ns;
+    });
+    std::vector<bool> forward(runs.size(), false);
+    for (std::int64_t k = 0; k < backwards; ++k) {
+        forward[candidates[static_cast<std::size_t>(k)]] = true;
+    }
+    std::vector<bool> seen;  // true: a forward; in the order the stage ran them
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        if (runs[i].autograd || forward[i]) {
+            seen.push_back(!runs[i].autograd);
+        }
+    }
+    // The order an interleaved stage runs `chunks` chunks of `microbatches` in: its warm-up
+    // forwards, then a forward and a backward at a time, then the rest of the backwards.
+    const auto order_of = [&](std::int32_t chunks, std::int32_t group) {
+        const std::int64_t total = backwards;
+        const std::int64_t warmup =
+            std::min<std::int64_t>(total, 2 * (stages - stage - 1) + (chunks - 1) * group);
+        std::vector<bool> order(static_cast<std::size_t>(warmup), true);
+        for (std::int64_t k = warmup; k < total; ++k) {
+            order.push_back(true);
+            order.push_back(false);
+        }
+        order.insert(order.end(), static_cast<std::size_t>(warmup), false);
+        return order;
+    };
+    std::int32_t found_chunks = 0, found_group = 0;
+    int matches = 0;  // numbers of chunks that give the order seen
+    for (std::int32_t chunks = 2; chunks <= backwards; ++chunks) {
+        if (backwards % chunks != 0) {
+            continue;
+        }
+        const auto microbatches = static_cast<std::int32_t>(backwards / chunks);
+        // Megatron-LM's group (microbatch_group_size_per_vp_stage, the stages by default),
+        // else torch's: its micro-batches a round, of max(1, micro-batches ÷ stages) rounds.
+        const std::int32_t torch_group = microbatches / std::max(1, microbatches / stages);
+        for (const std::int32_t group : {stages, torch_group}) {
+            if (order_of(chunks, group) == seen) {
+                ++matches;
+                found_chunks = chunks;
+                found_group = group;
+                break;
+            }
+        }
+    }
+    if (matches != 1) {
+        return out;  // not interleaved, or more than one number of chunks gives this order
+    }
+    const std::int32_t microbatches = static_cast<std::int32_t>(backwards / found_chunks);
+    const auto order = interleaved_forward_order(microbatches, found_chunks, found_group);
+    std::size_t forwards_seen = 0, backwards_seen = 0;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        const Run& run = runs[i];
+        if (run.autograd) {
+            const auto [microbatch, chunk] = order[backwards_seen++];
+            out.ranges.push_back(
+                {run.start_ns, run.end_ns, Kind::backward, microbatch, found_chunks - 1 - chunk});
+        } else if (forward[i]) {
+            const auto [microbatch, chunk] = order[forwards_seen++];
+            out.ranges.push_back({run.start_ns, run.end_ns, Kind::forward, microbatch, chunk});
+        }
+    }
+    out.chunks = found_chunks;
+    out.microbatches = microbatches;
+    out.found = true;
     return out;
 }
 

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/trace/model.h"
@@ -112,6 +113,7 @@ struct RecoveredRange {
     std::int64_t start_ns = 0, end_ns = 0;
     PipelineAction::Kind kind = PipelineAction::Kind::forward;
     std::int32_t microbatch = 0;
+    std::int32_t chunk = 0;  // the rank's model chunk (interleaved_passes), else 0
 };
 
 // The passes of one step on one stage from its thread's operators (any order, nested or not),
@@ -135,5 +137,39 @@ struct StepPasses {
 };
 StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::int32_t next,
                              std::int64_t window_start = INT64_MIN);
+
+// The (micro-batch, model chunk) of each forward of an interleaved 1F1B stage, in the order it
+// runs them: micro-batches in groups of `group` a chunk, chunk after chunk (Megatron-LM's
+// get_schedule_table, megatron/core/pipeline_parallel/schedules.py; torch's
+// ScheduleInterleaved1F1B runs the same order with groups of its micro-batches a round). The
+// k-th backward is the k-th forward's micro-batch on chunk chunks − 1 − its chunk.
+std::vector<std::pair<std::int32_t, std::int32_t>> interleaved_forward_order(
+    std::int32_t microbatches, std::int32_t chunks, std::int32_t group);
+
+// The passes of one step of an interleaved 1F1B stage that wrote no labels (Megatron-LM's
+// forward_backward_pipelining_with_interleaving, whose passes carry no record_function; its
+// sends are posted in batches after both passes of a steady-state pair, so they do not mark
+// the forwards as 1F1B's do), `stage` of `stages`: each run of autograd work a backward; of
+// the runs of other work before the last backward, those holding the most of the thread's
+// operators (`operator_starts`, sorted: every cpu_op the thread ran, nested or not), as many
+// as the backwards, its forwards: what lies between a pass and a send or receive is an
+// operator or two (the receive's buffer), a forward every layer's. Neither the tail of a
+// backward (from its last operator to its send) nor the work before an optimizer's operator
+// (zero_grad) is a forward. The order of forwards and backwards then tells the chunks: an
+// interleaved stage runs 2 (stages − stage − 1) + (chunks − 1) · group forwards before its
+// first backward (Megatron-LM's get_pp_rank_microbatches), with `group` the stages
+// (Megatron-LM's default) or torch's micro-batches a round, then a forward and a backward at
+// a time, then the rest of the backwards. Found when exactly one number of chunks (2 or more)
+// gives the order seen; the passes then carry their micro-batch and chunk by
+// interleaved_forward_order. The hand-overs are not told apart (`ranges` holds passes only).
+struct InterleavedPasses {
+    std::vector<RecoveredRange> ranges;
+    std::int32_t chunks = 0, microbatches = 0;
+    bool found = false;
+};
+InterleavedPasses interleaved_passes(std::vector<HostOp> ops,
+                                     const std::vector<std::int64_t>& operator_starts,
+                                     std::int32_t stage, std::int32_t stages,
+                                     std::int64_t window_start = INT64_MIN);
 
 }  // namespace fulcrum::importer::structure

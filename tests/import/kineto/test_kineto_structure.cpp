@@ -52,12 +52,15 @@ std::string read_gzip(const fs::path& path);
 // kContextParallel (tp2-dp2 only): its TP mesh named cp, and each aten::relu renamed as the
 // flash attention operator, so a dp2 × cp2 grid with "attention" inside its forwards.
 // kNotStepped: a profile whose profiler was never stepped, so without ProfilerStep#N.
+// kUnlabelled: without torch.distributed.pipelining's action labels (PP:…), as Megatron-LM's
+// interleaved schedule records none.
 enum Variant {
     kAsRecorded = 0,
     kAutogradThread = 1,
     kNoShapes = 2,
     kContextParallel = 4,
-    kNotStepped = 8
+    kNotStepped = 8,
+    kUnlabelled = 16
 };
 
 std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::json& fixture,
@@ -77,6 +80,14 @@ std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::js
             if ((variant & kContextParallel) != 0 && e.value("name", "") == "aten::relu") {
                 e["name"] = "aten::_scaled_dot_product_flash_attention";
             }
+        }
+        if ((variant & kUnlabelled) != 0) {
+            auto& events = trace.at("traceEvents");
+            events.erase(std::remove_if(events.begin(), events.end(),
+                                        [](const nlohmann::json& e) {
+                                            return e.value("name", "").starts_with("PP:");
+                                        }),
+                         events.end());
         }
         if ((variant & kNotStepped) != 0) {
             auto& events = trace.at("traceEvents");
@@ -216,6 +227,12 @@ private slots:
                                      << "" << int(kAsRecorded);
         QTest::newRow("pp x dp") << "pp2-dp2"
                                  << "1f1b" << int(kAsRecorded);
+        // The interleaved schedule without its labels: its passes from their order.
+        QTest::newRow("interleaved, unlabelled") << "interleaved-pp2"
+                                                 << "interleaved" << int(kUnlabelled);
+        QTest::newRow("interleaved, unlabelled, autograd on its own thread, no shapes")
+            << "interleaved-pp2"
+            << "interleaved" << int(kUnlabelled | kAutogradThread | kNoShapes);
         for (const std::string fixture : {"1f1b-pp4", "pp2-dp2"}) {
             QTest::addRow("%s, autograd on its own thread", fixture.c_str())
                 << QString::fromStdString(fixture) << "1f1b" << int(kAutogradThread);
@@ -294,6 +311,10 @@ private slots:
         QVERIFY(any_note(imported, "structure: grid"));
         QVERIFY(any_note(imported, "structure: ") &&
                 (any_note(imported, "action labels") || any_note(imported, "pipeline sends")));
+        if ((variant & kUnlabelled) != 0) {
+            QVERIFY(any_note(imported, "interleaved schedule of 2 model chunks"));
+            QCOMPARE(config.layout.virtual_stages, 2);
+        }
     }
 
     // The bubble table is the passes': per stage and step, busy is the union of its passes'
@@ -680,6 +701,81 @@ private slots:
         // A backward without its forward: the counts differ, nothing is kept.
         const StepPasses odd = passes_from_sends({{0, 5, K::autograd, -1}}, 0, 2, 0);
         QVERIFY(!odd.consistent && odd.ranges.empty());
+    }
+
+    // Megatron-LM's own example of its schedule table (schedules.py, PP2 N3M5 with VP2: five
+    // micro-batches in groups of three, two chunks).
+    void interleavedForwardOrder() {
+        std::vector<std::pair<std::int32_t, std::int32_t>> expected;
+        const int microbatch[] = {0, 1, 2, 0, 1, 2, 3, 4, 3, 4};
+        const int chunk[] = {0, 0, 0, 1, 1, 1, 0, 0, 1, 1};
+        for (int k = 0; k < 10; ++k) {
+            expected.emplace_back(microbatch[k], chunk[k]);
+        }
+        QCOMPARE(interleaved_forward_order(5, 2, 3), expected);
+        QVERIFY(interleaved_forward_order(0, 2, 2).empty());
+    }
+
+    // The last of two stages of Megatron-LM's interleaved schedule, two chunks and two
+    // micro-batches, by hand: two warm-up forwards, each followed by its send and the next
+    // receive; two steady pairs of a forward and a backward with the four hand-overs batched
+    // after both; two cool-down backwards. The forwards' operators are in `starts` only, as
+    // pass 1 keeps no compute operator; the gaps between the batched hand-overs hold none.
+    void interleavedPasses() {
+        using K = HostOp::Kind;
+        const std::vector<HostOp> ops = {
+            {0, 5, K::optimizer, -1},                              // zero_grad
+            {22, 24, K::send, -1},       {24, 26, K::recv, -1},    // after F (5–22)
+            {42, 44, K::send, -1},       {44, 46, K::recv, -1},    // after F (26–42)
+            {60, 70, K::autograd, -1},                             // F (46–60), then B
+            {72, 74, K::send, -1},       {74, 76, K::recv, -1},    // batched
+            {76, 78, K::send, -1},       {78, 80, K::recv, -1},    //
+            {94, 104, K::autograd, -1},                            // F (80–94), then B
+            {106, 108, K::send, -1},     {108, 110, K::recv, -1},  // batched
+            {110, 112, K::send, -1},     {112, 114, K::recv, -1},  //
+            {114, 124, K::autograd, -1},                           // cool-down B
+            {126, 128, K::send, -1},     {128, 130, K::recv, -1},  //
+            {130, 140, K::autograd, -1},                           // cool-down B
+            {142, 144, K::send, -1},     {150, 160, K::optimizer, -1},
+        };
+        std::vector<std::int64_t> starts;
+        for (const std::int64_t first : {10, 28, 48, 82}) {  // five operators a forward
+            for (int k = 0; k < 5; ++k) {
+                starts.push_back(first + 2 * k);
+            }
+        }
+        // A receive's buffer: an operator alone between a send and a receive.
+        starts.push_back(21);
+        std::sort(starts.begin(), starts.end());
+        const InterleavedPasses step = interleaved_passes(ops, starts, 1, 2, 0);
+        QVERIFY(step.found);
+        QCOMPARE(step.chunks, 2);
+        QCOMPARE(step.microbatches, 2);
+        std::vector<std::string> passes;
+        for (const RecoveredRange& range : step.ranges) {
+            passes.push_back((range.kind == PipelineAction::Kind::forward ? "F" : "B") +
+                             std::to_string(range.microbatch) + "." + std::to_string(range.chunk) +
+                             "@" + std::to_string(range.start_ns) + "-" +
+                             std::to_string(range.end_ns));
+        }
+        QCOMPARE(passes, (std::vector<std::string>{"F0.0@5-22", "F1.0@26-42", "F0.1@46-60",
+                                                   "B0.1@60-70", "F1.1@80-94", "B1.1@94-104",
+                                                   "B0.0@114-124", "B1.0@130-140"}));
+        // Four forwards before any backward: on the first of two stages, two chunks of two
+        // micro-batches and four chunks of one give that order alike, so nothing is found; on
+        // the last stage only four chunks do (two would start alternating after two).
+        const std::vector<HostOp> warmup_only = {
+            {10, 12, K::send, -1},      {30, 32, K::send, -1},       {50, 52, K::send, -1},
+            {70, 72, K::send, -1},      {72, 80, K::autograd, -1},   {80, 90, K::recv, -1},
+            {90, 100, K::autograd, -1}, {100, 110, K::recv, -1},     {110, 120, K::autograd, -1},
+            {120, 130, K::recv, -1},    {130, 140, K::autograd, -1},
+        };
+        const std::vector<std::int64_t> one_each = {1, 21, 41, 61};
+        const InterleavedPasses last = interleaved_passes(warmup_only, one_each, 1, 2, 0);
+        QVERIFY(last.found);
+        QCOMPARE(last.chunks, 4);
+        const InterleavedPasses ambiguous = interleaved_passes(warmup_only, one_each, 0, 2, 0);
+        QVERIFY(!ambiguous.found && ambiguous.ranges.empty());
     }
 
     // A rank without a pipeline (no neighbours): each autograd run is a backward and the work

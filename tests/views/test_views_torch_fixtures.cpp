@@ -2,15 +2,21 @@
 // labels, its passes recovered from the sends; docs/import.md, "The 4D structure of a PyTorch
 // run"): the timeline groups the ranks by stage as it does fulcrum-train's runs, and the bubble
 // view draws every stage's recovered passes with the bubble table beside them; and on the
-// DP × TP mesh without a pipeline, the heatmap of its recovered passes.
+// DP × TP mesh without a pipeline, the heatmap of its recovered passes; and the interleaved
+// pipeline with its labels taken out (as Megatron-LM's records none), its chunks drawn.
 #include <qcustomplot.h>
 
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "core/import/importer.h"
+#include "tests/support/gzip_file.h"
 #include "views/charts/bubble_stage_model.h"
 #include "views/charts/bubble_view.h"
 #include "views/charts/heatmap_view.h"
@@ -42,6 +48,35 @@ class TorchFixtureViewsTest : public QObject {
         auto run = open_run(path);
         if (!run) {
             qFatal("%s: %s", job.c_str(), run.error().message.c_str());
+        }
+        return *run;
+    }
+
+    // The interleaved fixture's two ranks without torch.distributed.pipelining's PP: labels,
+    // imported and opened.
+    RunPtr import_unlabelled_interleaved() {
+        std::vector<std::string> inputs;
+        for (int r = 0; r < 2; ++r) {
+            nlohmann::json trace = nlohmann::json::parse(test::read_gzip(
+                std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/interleaved-pp2-rank") +
+                std::to_string(r) + ".json.gz"));
+            auto& events = trace.at("traceEvents");
+            events.erase(std::remove_if(events.begin(), events.end(),
+                                        [](const nlohmann::json& e) {
+                                            return e.value("name", "").starts_with("PP:");
+                                        }),
+                         events.end());
+            inputs.push_back(dir_.filePath(QString("unlabelled-rank%1.json").arg(r)).toStdString());
+            std::ofstream(inputs.back()) << trace.dump();
+        }
+        const QString path = dir_.filePath("unlabelled.fulcrum");
+        auto imported = importer::import_files(inputs, path.toStdString());
+        if (!imported) {
+            qFatal("%s", imported.error().message.c_str());
+        }
+        auto run = open_run(path);
+        if (!run) {
+            qFatal("%s", run.error().message.c_str());
         }
         return *run;
     }
@@ -110,6 +145,34 @@ private slots:
         bubbles.resize(1200, 800);
         bubbles.set_run(run);
         QVERIFY2(bubbles.message().contains("no pipeline (pp = 1)"), qPrintable(bubbles.message()));
+    }
+
+    // The interleaved pipeline without labels: the bubble view draws both chunks' passes of
+    // each stage, with the critical path over them; the heatmap a cell per rank and
+    // micro-batch.
+    void interleavedWithoutLabels() {
+        const RunPtr run = import_unlabelled_interleaved();
+        QVERIFY2(run->analysis != nullptr, qPrintable(run->analysis_error));
+        BubbleView bubbles;
+        bubbles.resize(1200, 800);
+        bubbles.set_run(run);
+        QVERIFY2(bubbles.message().isEmpty(), qPrintable(bubbles.message()));
+        QVERIFY(bubbles.select_pipeline(1, 0, 0, 0));
+        // Step 1 of 2 stages × 2 chunks × 4 micro-batches, forward and backward.
+        QCOMPARE(bubbles.shown_passes().size(), std::size_t(2 * 2 * 4 * 2));
+        std::set<std::pair<int, int>> stage_chunks;
+        for (const analysis::Pass& pass : bubbles.shown_passes()) {
+            stage_chunks.insert({pass.stage, pass.chunk});
+        }
+        QCOMPARE(stage_chunks, (std::set<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}));
+        QVERIFY(!bubbles.shown_critical().empty());
+        HeatmapView heatmap;
+        heatmap.resize(1200, 800);
+        heatmap.set_run(run);
+        heatmap.set_step(1);
+        QCPColorMapData* data = heatmap.microbatch_map()->data();
+        QCOMPARE(data->keySize(), 4);    // micro-batches
+        QCOMPARE(data->valueSize(), 2);  // ranks
     }
 };
 

@@ -6,7 +6,6 @@
 // their own; and a trace with nothing to recognise saying so.
 #include <QTest>
 
-#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -24,9 +23,11 @@
 #include "core/import/importer.h"
 #include "core/import/kineto/structure.h"
 #include "core/store/trace_reader.h"
+#include "tests/support/gzip_file.h"
 
 using namespace fulcrum;
 using namespace fulcrum::importer::structure;
+using fulcrum::test::read_gzip;
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,8 +43,6 @@ struct Imported {
     analysis::RunTrace trace;
     std::vector<std::string> notes;
 };
-
-std::string read_gzip(const fs::path& path);
 
 // The fixture's traces as other runs record them. kAutogradThread: a GPU run's, the autograd
 // engine's operators on a thread of their own (its device thread), not on the Python thread
@@ -145,21 +144,6 @@ Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
         }
     }
     return imported;
-}
-
-std::string read_gzip(const fs::path& path) {
-    gzFile file = gzopen(path.c_str(), "rb");
-    if (file == nullptr) {
-        qFatal("cannot open %s", path.c_str());
-    }
-    std::string text;
-    char buffer[1 << 16];
-    int n = 0;
-    while ((n = gzread(file, buffer, sizeof buffer)) > 0) {
-        text.append(buffer, static_cast<std::size_t>(n));
-    }
-    gzclose(file);
-    return text;
 }
 
 // The ProfilerStep#N step a raw trace's event starting at `ts` (µs, as in the file) is in, if

@@ -909,4 +909,33 @@ bool json_string(std::string_view raw, std::string& out) {
     return decode_string(p, raw.data() + raw.size(), out) && p == raw.data() + raw.size();
 }
 
+std::optional<std::string_view> leading_name(std::string_view event) {
+    constexpr std::string_view kKey = "\"name\"";
+    const std::size_t key = event.find(kKey);
+    if (key == std::string_view::npos || event.find('{', 1) < key) {
+        return std::nullopt;
+    }
+    std::size_t at = key + kKey.size();
+    while (at < event.size() &&
+           (event[at] == ' ' || event[at] == '\t' || event[at] == '\n' || event[at] == '\r')) {
+        ++at;
+    }
+    if (at >= event.size() || event[at] != ':') {
+        return std::nullopt;  // "name" was a value, not the key
+    }
+    ++at;
+    while (at < event.size() &&
+           (event[at] == ' ' || event[at] == '\t' || event[at] == '\n' || event[at] == '\r')) {
+        ++at;
+    }
+    if (at >= event.size() || event[at] != '"') {
+        return std::nullopt;
+    }
+    const std::size_t close = event.find_first_of("\"\\", at + 1);
+    if (close == std::string_view::npos || event[close] != '"') {
+        return std::nullopt;  // an escape inside: read in full
+    }
+    return event.substr(at, close - at + 1);
+}
+
 }  // namespace fulcrum::importer::kineto

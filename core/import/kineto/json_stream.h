@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -109,5 +110,10 @@ bool json_us_to_ns(std::string_view raw, std::int64_t& out);
 bool contains(std::string_view text, std::string_view needle);
 // A string value decoded, or false when raw is not a string.
 bool json_string(std::string_view raw, std::string& out);
+// The raw text of an event object's "name" value, quotes included, when it comes before any
+// nested object and holds no escape (as Kineto writes every event: ph, cat, name, …, args
+// last); nullopt otherwise, and the caller looks at the whole event. One search where testing
+// the whole event for each of several words would scan it once per word.
+std::optional<std::string_view> leading_name(std::string_view event);
 
 }  // namespace fulcrum::importer::kineto

@@ -557,9 +557,12 @@ private:
                     last_report = stream.file_offset();
                     progress(0.25 * double(last_report) / input_size_);
                 }
-                const bool labels = kineto::contains(raw, "process_labels");
-                const bool structural = might_be_structure(raw);
-                if (!labels && !structural && !kineto::contains(raw, "ProfilerStep#"))
+                // The words pass 1 looks for are in the name: looked for there alone when
+                // the name is found cheaply, else in the whole event.
+                const std::string_view text = kineto::leading_name(raw).value_or(raw);
+                const bool labels = kineto::contains(text, "process_labels");
+                const bool structural = might_be_structure(text);
+                if (!labels && !structural && !kineto::contains(text, "ProfilerStep#"))
                     return;
                 e = RawEvent{};
                 if (!parse_event(raw, e))

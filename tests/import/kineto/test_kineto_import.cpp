@@ -11,6 +11,7 @@
 #include "core/analysis/run_analysis.h"
 #include "core/analysis/run_trace.h"
 #include "core/import/importer.h"
+#include "core/import/kineto/json_stream.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "core/trace/memory_sink.h"
@@ -383,6 +384,24 @@ private slots:
             }
             QCOMPARE(cut, std::string_view(name).starts_with("big-cut"));
         }
+    }
+
+    // Pass 1 looks for its words in the event's name alone when the name comes first and plain
+    // (as Kineto writes it), and in the whole event otherwise.
+    void leading_name_is_the_name_or_nothing() {
+        using importer::kineto::leading_name;
+        const auto name = [](std::string_view event) {
+            return leading_name(event).value_or("(none)");
+        };
+        QCOMPARE(name(R"({"ph": "X", "cat": "cpu_op", "name": "c10d::send", "args": {"a": 1}})"),
+                 std::string_view(R"("c10d::send")"));
+        QCOMPARE(name(R"({"name"  :  "PP:1F0", "ph": "X"})"), std::string_view(R"("PP:1F0")"));
+        QCOMPARE(name(R"({"ph": "X", "args": {"name": "inner"}, "name": "outer"})"),
+                 std::string_view("(none)"));  // a nested object first
+        QCOMPARE(name(R"({"name": "a\"b", "ph": "X"})"), std::string_view("(none)"));  // escape
+        QCOMPARE(name(R"({"label": "name", "name": "z"})"), std::string_view("(none)"));
+        QCOMPARE(name(R"({"ph": "X", "name": 7})"), std::string_view("(none)"));
+        QCOMPARE(name(R"({"ph": "X", "name": "unterminated)"), std::string_view("(none)"));
     }
 
     // An imported run keeps its events in blocks; its copy as rows for SQL (`fulcrum export

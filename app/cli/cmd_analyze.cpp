@@ -95,8 +95,9 @@ void render_bubbles(const RunAnalysis& a, std::string& out) {
         }
         return;
     }
-    out += "\npipeline bubbles (" + b.schedule + ", theory " + theory_formula(b) + " = " +
-           format_figure(b.theory_fraction, 3) + ", measured " +
+    out += "\npipeline bubbles (" + b.schedule +
+           (b.schedule_assumed ? " assumed: the run does not say its schedule" : "") + ", theory " +
+           theory_formula(b) + " = " + format_figure(b.theory_fraction, 3) + ", measured " +
            format_figure(b.mean_measured_fraction, 3) + " of busy time)\n";
     TextTable table({"stage", "busy", "bubble", "fraction", "warm-up/cool-down", "unequal mbs",
                      "other", "wait prev", "wait next"},

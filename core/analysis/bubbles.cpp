@@ -230,6 +230,7 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     const int p = trace.config.layout.grid.pp;
     const ReplayedSchedule replayed = replayed_schedule(trace.config);
     result.schedule = parallel::schedule_name(replayed.schedule);
+    result.schedule_assumed = !trace.config.says("schedule");
     PassSums run_sums;  // ZB-H1's theory depends on the pass times: the run's mean F, B and W
     double fraction_sum = 0;
     int measured_pipelines = 0;

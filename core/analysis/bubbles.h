@@ -70,6 +70,9 @@ struct PipelineBubble {
 struct BubbleAnalysis {
     std::string schedule;  // the schedule replayed ("1f1b" when the run does not say); ""
                            // when there is no pipeline
+    // The run does not say its schedule (an imported trace whose schedule could not be told,
+    // docs/import.md): `schedule` is 1F1B by assumption, and so is the theory.
+    bool schedule_assumed = false;
     std::vector<StageBubble> stages;        // by (step, dp, cp, tp, stage)
     std::vector<PipelineBubble> pipelines;  // by (step, dp, cp, tp)
     // The schedule's theory for the run; absent without a pipeline or without micro-batches.

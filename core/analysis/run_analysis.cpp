@@ -678,6 +678,7 @@ Member bubbles_member(const BubbleAnalysis& bubbles) {
     }
     Members members;
     members.add("schedule").value = text_or_null(bubbles.schedule);
+    members.add("schedule_assumed").value = bubbles.schedule_assumed;
     members.add("theory_fraction").value = optional_json(bubbles.theory_fraction);
     members.add("mean_measured_fraction").value = optional_json(bubbles.mean_measured_fraction);
     members.add("pipelines").value = std::move(pipelines);

@@ -409,6 +409,7 @@ void section_bubbles(const ReportRun& run, int index, std::string& out) {
         return;
     }
     out += "<p>Schedule " + html_escape(b.schedule) +
+           (b.schedule_assumed ? " (assumed: the run does not say its schedule)" : "") +
            "; bubble as a fraction of busy time: theory " + theory_formula(b) + " = " +
            format_figure(b.theory_fraction, 3) + ", measured " +
            format_figure(b.mean_measured_fraction, 3) + " (mean over pipelines and steps).</p>\n";

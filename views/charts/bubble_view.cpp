@@ -235,7 +235,8 @@ void BubbleView::draw() {
                          "%5 in theory (%6)")
                           .arg(pipeline->stages)
                           .arg(pipeline->microbatches)
-                          .arg(QString::fromStdString(bubbles.schedule))
+                          .arg(QString::fromStdString(bubbles.schedule) +
+                               (bubbles.schedule_assumed ? tr(" (assumed)") : QString()))
                           .arg(charts::format_percent(pipeline->measured_fraction))
                           .arg(charts::format_percent(pipeline->theory_fraction))
                           .arg(QString::fromUtf8(analysis::theory_formula(bubbles))));

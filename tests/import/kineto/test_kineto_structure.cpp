@@ -340,6 +340,7 @@ private slots:
             QVERIFY(analysis.ok());
             QCOMPARE(analysis->bubbles.stages.size(), std::size_t(4 * 2));
             QVERIFY(analysis->bubbles.theory_fraction.has_value());
+            QVERIFY(!analysis->bubbles.schedule_assumed);  // told from labels or sends
             QCOMPARE(analysis->imbalance.by_microbatch.size(), std::size_t(2));
             const analysis::Matrix& heatmap = analysis->imbalance.by_microbatch[0].compute_ns;
             QCOMPARE(heatmap.rows.size(), std::size_t(4));
@@ -449,6 +450,12 @@ private slots:
         const nlohmann::json job = truth().at("fixtures").at("zb-pp2");
         const Imported zbv = import_fixture(dir, "zb-pp2", job);
         QVERIFY(any_note(zbv, "a zero-bubble schedule over 2 model chunks a stage (V placement"));
+        // Its bubbles are replayed as 1F1B, and say that this is an assumption.
+        auto analysis = analysis::analyze_run(zbv.trace);
+        QVERIFY(analysis.ok());
+        QVERIFY(!analysis->bubbles.stages.empty());
+        QCOMPARE(analysis->bubbles.schedule, std::string("1f1b"));
+        QVERIFY(analysis->bubbles.schedule_assumed);
     }
 
     // A mesh without a pipeline (FSDP2 over dp, DTensor TP): the grid from DeviceMesh's

@@ -600,8 +600,9 @@ private:
     // what tells the second micro-batch from the first (structure.h).
     static bool might_be_structure(std::string_view raw) {
         return kineto::contains(raw, "c10d::") || kineto::contains(raw, "autograd::engine") ||
-               kineto::contains(raw, "Optimizer.") || kineto::contains(raw, "\"PP:") ||
-               kineto::contains(raw, "\"Forward ") || kineto::contains(raw, "\"Backward ") ||
+               kineto::contains(raw, "gloo:recv") || kineto::contains(raw, "Optimizer.") ||
+               kineto::contains(raw, "\"PP:") || kineto::contains(raw, "\"Forward ") ||
+               kineto::contains(raw, "\"Backward ") ||
                (kineto::contains(raw, "forward") &&  // one scan of most events, not three
                 (kineto::contains(raw, "DataParallel.forward") ||
                  kineto::contains(raw, "FSDP::pre_forward") ||
@@ -626,6 +627,12 @@ private:
         std::int64_t ts = 0, dur = 0;
         if (!kineto::json_us_to_ns(e.ts, ts) || !kineto::json_us_to_ns(e.dur, dur) || dur < 0)
             return;
+        if (e.name == "gloo:recv") {
+            // A receive's request: from inside its c10d::recv_ to the end of the wait on it.
+            if (e.cat == "user_annotation")
+                gloo_recvs_.push_back({ids_.of(e.pid), ids_.of(e.tid), {ts, ts + dur}});
+            return;
+        }
         structure::HostOp op;
         op.start_ns = ts;
         op.end_ns = ts + dur;
@@ -719,9 +726,17 @@ private:
         };
         std::vector<structure::StepPasses> steps;
         bool any_inconsistent = false;
+        std::vector<std::pair<std::int64_t, std::int64_t>> requests;  // the thread's, by start
+        for (const ThreadRequest& request : gloo_recvs_) {
+            if (std::pair{request.pid, request.tid} == schedule_thread_)
+                requests.push_back(request.span);
+        }
+        std::sort(requests.begin(), requests.end());
         for (const StepWindow& window : windows) {
             steps.push_back(structure::passes_from_sends(ops_in(window), prev, next, window.start));
             any_inconsistent |= !steps.back().consistent;
+            if (steps.back().consistent)
+                waited_receives_ += structure::wait_for_receives(steps.back(), requests);
         }
         // Not GPipe's or 1F1B's order: an interleaved stage's, told by its order, which needs
         // the thread's every operator (one more reading of the file, for such a trace only).
@@ -769,6 +784,8 @@ private:
         }
         host_ops_.clear();
         host_ops_.shrink_to_fit();
+        gloo_recvs_.clear();
+        gloo_recvs_.shrink_to_fit();
     }
 
     // The start of every cpu_op `thread` ran, sorted (interleaved_passes counts them):
@@ -947,6 +964,11 @@ private:
                       "schedule wrote no labels: GPipe or 1F1B order assumed, micro-batches "
                       "numbered in the order the stage ran them; inferred)" +
                       inconsistent_note());
+            if (waited_receives_ > 0) {
+                log_.note("structure: " + std::to_string(waited_receives_) +
+                          " receives last until their gloo request's wait returns, and the pass "
+                          "each feeds starts with it: the wait is the pass's pipeline wait");
+            }
         } else {
             log_.note(
                 "structure: a pipeline stage, but no labels and no sends to its neighbours "
@@ -1374,9 +1396,11 @@ private:
             const auto found = recovered_comm_.find(
                 {ids_.of(e.pid.empty() ? std::string_view("0") : e.pid),
                  ids_.of(e.tid.empty() ? std::string_view("0") : e.tid), event.start_ns});
-            if (found != recovered_comm_.end())
+            if (found != recovered_comm_.end()) {
                 action =
                     structure::PipelineAction{found->second.kind, -1, found->second.microbatch};
+                event.end_ns = std::max(event.end_ns, found->second.end_ns);  // and its wait
+            }
         }
         if (!action)
             return;
@@ -1634,6 +1658,14 @@ private:
     std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, structure::RecoveredRange>
         recovered_comm_;  // (pid, tid, start) of a send or receive -> what it handed over
     std::int64_t inconsistent_steps_ = 0, labelled_passes_ = 0;
+    // gloo's receive requests of pass 1 (pid, tid, [start, end]), and how many receives the
+    // recovered passes wait in (structure::wait_for_receives).
+    struct ThreadRequest {
+        std::int64_t pid = 0, tid = 0;
+        std::pair<std::int64_t, std::int64_t> span;
+    };
+    std::vector<ThreadRequest> gloo_recvs_;
+    std::int64_t waited_receives_ = 0;
     std::int64_t interleaved_steps_ = 0;   // steps whose passes came in interleaved order
     std::int32_t interleaved_chunks_ = 0;  // their model chunks a stage
     // What the labels or the recovered passes say of the schedule.

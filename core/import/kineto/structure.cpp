@@ -453,6 +453,44 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
     return out;
 }
 
+std::int64_t wait_for_receives(StepPasses& step,
+                               const std::vector<std::pair<std::int64_t, std::int64_t>>& requests) {
+    using Kind = PipelineAction::Kind;
+    std::vector<RecoveredRange>& ranges = step.ranges;
+    std::stable_sort(
+        ranges.begin(), ranges.end(),
+        [](const RecoveredRange& a, const RecoveredRange& b) { return a.start_ns < b.start_ns; });
+    std::int64_t extended = 0;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+        RecoveredRange& recv = ranges[i];
+        if (recv.kind != Kind::recv_activations && recv.kind != Kind::recv_gradients) {
+            continue;
+        }
+        // The request that starts inside the receive.
+        const auto request =
+            std::lower_bound(requests.begin(), requests.end(), std::pair{recv.start_ns, INT64_MIN});
+        if (request == requests.end() || request->first > recv.end_ns ||
+            request->second <= recv.end_ns) {
+            continue;
+        }
+        const Kind fed = recv.kind == Kind::recv_activations ? Kind::forward : Kind::backward;
+        std::size_t j = i + 1;
+        while (j < ranges.size() && action_is_communication(ranges[j].kind)) {
+            ++j;
+        }
+        if (j == ranges.size() || ranges[j].kind != fed || request->second > ranges[j].end_ns) {
+            continue;
+        }
+        recv.end_ns = request->second;
+        ranges[j].start_ns = std::min(ranges[j].start_ns, recv.start_ns);
+        ++extended;
+    }
+    std::stable_sort(
+        ranges.begin(), ranges.end(),
+        [](const RecoveredRange& a, const RecoveredRange& b) { return a.start_ns < b.start_ns; });
+    return extended;
+}
+
 std::vector<std::pair<std::int32_t, std::int32_t>> interleaved_forward_order(
     std::int32_t microbatches, std::int32_t chunks, std::int32_t group) {
     std::vector<std::pair<std::int32_t, std::int32_t>> order;

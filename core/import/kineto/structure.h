@@ -138,6 +138,17 @@ struct StepPasses {
 StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::int32_t next,
                              std::int64_t window_start = INT64_MIN);
 
+// gloo's receives wait where the trace shows no operator: `c10d::recv_` only posts the receive,
+// and its request (`gloo:recv`, a user_annotation that starts inside it) ends when the wait on
+// it returns. Each receive of `step` whose request (`requests`: the thread's [start, end], by
+// start) outlasts it is extended to the request's end, and the pass it feeds — the next pass,
+// a forward after activations, a backward after gradients — starts with it, so that the wait
+// is the pass's pipeline wait as fulcrum-train's receives are (docs/analyses.md §2). A
+// receive whose request ends after that pass, or that feeds no pass, is left as it is.
+// Returns how many receives were extended; the ranges end sorted by start.
+std::int64_t wait_for_receives(StepPasses& step,
+                               const std::vector<std::pair<std::int64_t, std::int64_t>>& requests);
+
 // The (micro-batch, model chunk) of each forward of an interleaved 1F1B stage, in the order it
 // runs them: micro-batches in groups of `group` a chunk, chunk after chunk (Megatron-LM's
 // get_schedule_table, megatron/core/pipeline_parallel/schedules.py; torch's

@@ -301,9 +301,11 @@ private slots:
         }
     }
 
-    // The bubble table is the passes': per stage and step, busy is the union of its passes'
-    // time (inside the step's window) and the bubble the rest of the window, as worked out
-    // here from the recovered passes.
+    // The bubble table is the passes': per stage and step, busy is its passes' time less their
+    // pipeline waits (inside the step's window) and the bubble the rest of the window, as
+    // worked out here from the recovered passes. A gloo receive lasts until the wait on its
+    // request returns, inside the pass it feeds: the first stage waits only on the next, the
+    // last only on the previous, the middle ones on both.
     void bubblesFromRecoveredPasses() {
         const nlohmann::json job = truth().at("fixtures").at("1f1b-pp4");
         QTemporaryDir dir;
@@ -312,14 +314,22 @@ private slots:
         const analysis::BubbleAnalysis bubbles = analysis::analyze_bubbles(imported.trace, passes);
         QCOMPARE(bubbles.schedule, std::string("1f1b"));
         QCOMPARE(bubbles.stages.size(), std::size_t(4 * 2));
+        QVERIFY(any_note(imported, "receives last until their gloo request's wait returns"));
         for (const analysis::StageBubble& stage : bubbles.stages) {
-            std::int64_t busy = 0;
+            std::int64_t busy = 0, wait_previous = 0, wait_next = 0;
             for (const analysis::Pass& pass : passes) {
                 if (pass.step == stage.step && pass.stage == stage.stage) {
-                    busy += pass.wall_ns();  // a rank's passes do not overlap
+                    // A rank's passes do not overlap.
+                    busy += pass.wall_ns() - pass.pipeline_wait_ns;
+                    (pass.phase == Phase::forward ? wait_previous : wait_next) +=
+                        pass.pipeline_wait_ns;
                 }
             }
             QCOMPARE(stage.busy_ns, busy);
+            QCOMPARE(stage.wait_on_previous_ns, wait_previous);
+            QCOMPARE(stage.wait_on_next_ns, wait_next);
+            QCOMPARE(wait_previous > 0, stage.stage > 0);
+            QCOMPARE(wait_next > 0, stage.stage < 3);
             QCOMPARE(stage.bubble_ns, stage.window_ns - busy);
             QVERIFY(stage.bubble_fraction.has_value());
             QCOMPARE(*stage.bubble_fraction, double(stage.bubble_ns) / double(busy));
@@ -692,6 +702,35 @@ private slots:
         // A backward without its forward: the counts differ, nothing is kept.
         const StepPasses odd = passes_from_sends({{0, 5, K::autograd, -1}}, 0, 2, 0);
         QVERIFY(!odd.consistent && odd.ranges.empty());
+    }
+
+    // A gloo receive posted at 0–10 whose request is waited on until 40: the receive lasts
+    // until 40 and its forward starts with it; a receive whose request ends after the pass it
+    // feeds, or whose request started elsewhere, stays as it was.
+    void receivesWaitOnTheirRequests() {
+        using Kind = PipelineAction::Kind;
+        StepPasses step;
+        step.ranges = {
+            {50, 60, Kind::send_activations, 0},  // out of order: sorted by the call
+            {0, 10, Kind::recv_activations, 0},  {42, 50, Kind::forward, 0},
+            {60, 62, Kind::recv_gradients, 0},   {70, 80, Kind::backward, 0},
+            {80, 82, Kind::recv_activations, 1}, {90, 95, Kind::forward, 1},
+        };
+        const std::vector<std::pair<std::int64_t, std::int64_t>> requests = {
+            {5, 40},   // inside the first receive, waited on until 40
+            {61, 99},  // the gradients' request outlasts their backward
+            {85, 89},  // starts after the third receive: not its request
+        };
+        QCOMPARE(wait_for_receives(step, requests), std::int64_t(1));
+        std::vector<std::string> found;
+        for (const RecoveredRange& range : step.ranges) {
+            found.push_back(std::string(action_range_name(range.kind)) + "@" +
+                            std::to_string(range.start_ns) + "-" + std::to_string(range.end_ns));
+        }
+        QCOMPARE(found, (std::vector<std::string>{"recv activations@0-40", "forward@0-50",
+                                                  "send activations@50-60", "recv gradients@60-62",
+                                                  "backward@70-80", "recv activations@80-82",
+                                                  "forward@90-95"}));
     }
 
     // Megatron-LM's own example of its schedule table (schedules.py, PP2 N3M5 with VP2: five

@@ -264,6 +264,17 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         group.param_gather_bytes = layer_bytes * layers;
         group.param_gather_ns = one + std::max<std::int64_t>(0, (layers - 1) * one - slowest);
     }
+    if (phase == Phase::backward && scatters_gradients_per_pass(config)) {
+        // Each layer's gradients reduce-scattered once its backward is done: one after the
+        // other on the pass's end (fulcrum-train), or with --overlap-grad-reduce each behind
+        // the next layer's compute (DeepSpeed's overlap_comm), the last one exposed.
+        const std::int64_t layer_bytes = layer_gradient_bytes(config);
+        const std::int64_t one = predict_collective_ns(costs.zero_reduce_scatter, layer_bytes);
+        group.grad_scatter_bytes = layer_bytes * layers;
+        group.grad_scatter_ns = config.overlap_grad_reduce
+                                    ? one + std::max<std::int64_t>(0, (layers - 1) * one - slowest)
+                                    : layers * one;
+    }
     group.offload_bytes = offload_bytes(config, phase, layers, largest_shard,
                                         ulysses ? planned.packed.tokens : largest_shard);
     if (group.offload_bytes > 0) {
@@ -275,7 +286,8 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
     group.send_ns = largest_send;
     group.gather_ns = largest_gather;
     group.duration_ns = slowest + group.exchange_ns + group.regather_ns + group.param_gather_ns +
-                        group.offload_wait_ns + sends_of(stage, phase, config) * group.send_ns +
+                        group.grad_scatter_ns + group.offload_wait_ns +
+                        sends_of(stage, phase, config) * group.send_ns +
                         receives_of(stage, phase, config) * group.gather_ns;
     return group;
 }
@@ -310,10 +322,34 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     input.overlap = config.overlap_grad_reduce;
     input.writes_weights =
         parallel::splits_backward(config.layout.schedule) ? Phase::weight_grad : Phase::backward;
-    input.layer_bytes = static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
-                        config.layout.grid.tp * element_bytes(config.dtype);
+    input.layer_bytes = layer_gradient_bytes(config);
     input.step_start_ns = step_start;
     return input;
+}
+
+bool scatters_gradients_per_pass(const SimulationConfig& config) {
+    return config.layout.zero_stage >= 2 && config.layout.grid.dp * config.layout.grid.cp > 1 &&
+           !parallel::splits_backward(config.layout.schedule) && !config.accumulate_gradients;
+}
+
+StepEndReduction step_end_reduction(const SimulationConfig& config, int stage,
+                                    std::int64_t stage_bytes) {
+    StepEndReduction rest;
+    rest.reduced_bytes = stage_bytes;
+    if (!scatters_gradients_per_pass(config)) {
+        return rest;
+    }
+    const std::int64_t layers = std::min<std::int64_t>(
+        stage_bytes, layers_of(stage, config) * layer_gradient_bytes(config));
+    rest.per_pass = true;
+    rest.reduced_bytes = stage_bytes - layers;
+    rest.gathered_bytes = config.layout.zero_stage == 2 ? layers : 0;
+    return rest;
+}
+
+std::int64_t layer_gradient_bytes(const SimulationConfig& config) {
+    return static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
+           config.layout.grid.tp * element_bytes(config.dtype);
 }
 
 }  // namespace fulcrum::sim

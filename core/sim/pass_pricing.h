@@ -34,6 +34,13 @@ struct GroupPass {
     // compute leaves exposed (the first layer's, and any excess), and their bytes.
     std::int64_t param_gather_ns = 0;
     std::int64_t param_gather_bytes = 0;
+    // ZeRO-2's and -3's reduce-scatter of the stage's layers' gradients after each backward
+    // pass (scatters_gradients_per_pass), what is exposed of it, and its bytes.
+    std::int64_t grad_scatter_ns = 0;
+    std::int64_t grad_scatter_bytes = 0;
+    // Under ZeRO-2 and -3, the wait in the pass's DP collective for the slowest replica's same
+    // pass (step_play.cpp, meet_in_pass_collectives); in duration_ns.
+    std::int64_t dp_wait_ns = 0;
     // Copies to and from host memory (offloaded checkpoints, FPDT's chunks) beyond what the
     // pass's compute hides, and their bytes.
     std::int64_t offload_wait_ns = 0;
@@ -71,6 +78,27 @@ std::size_t group_index(int stage, int microbatch, int microbatches, Phase phase
 
 // Layers stage `stage` holds under `config` (every model chunk of it).
 int layers_of(int stage, const SimulationConfig& config);
+
+// Whether the layers' gradients are reduce-scattered over DP × CP after every backward pass
+// rather than reduced once a step: ZeRO-2 and -3 keep only a shard of them, as fulcrum-train
+// and DeepSpeed do (docs/engine.md, "ZeRO"); not under a split backward (ZB-H1), whose weight
+// gradients fulcrum-train reduces at the step's end.
+bool scatters_gradients_per_pass(const SimulationConfig& config);
+
+// One layer's gradients on one rank of a stage: (12h² + 13h)/tp elements.
+std::int64_t layer_gradient_bytes(const SimulationConfig& config);
+
+// What stage `stage`'s reduction at the step's end moves, of its `stage_bytes` of gradients:
+// all of them reduced, unless its backward passes reduce-scattered the layers' gradients
+// (`per_pass`): then the rest (embeddings, the final LayerNorm) reduced, and under ZeRO-2 the
+// layers' updated parameters gathered (ZeRO-3 gathers them before each layer instead).
+struct StepEndReduction {
+    bool per_pass = false;
+    std::int64_t reduced_bytes = 0;
+    std::int64_t gathered_bytes = 0;
+};
+StepEndReduction step_end_reduction(const SimulationConfig& config, int stage,
+                                    std::int64_t stage_bytes);
 
 // Bytes of one pipeline send of a rank holding `tokens`.
 std::int64_t p2p_bytes(const SimulationConfig& config, std::int64_t tokens);

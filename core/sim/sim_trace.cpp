@@ -177,13 +177,24 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                     rank.tp_calls, 1);
         t = mlp_end;
     }
-    // ZeRO-3's exposed parameter gathers and the copies the compute did not hide, after the
-    // pass's work (play_group adds both to its length).
+    // ZeRO-3's exposed parameter gathers, ZeRO-2's and -3's gradient reduce-scatters and the
+    // copies the compute did not hide, after the pass's work (play_group adds them to its
+    // length).
+    // The wait for the slowest DP replica is inside the pass's DP collective: the gradients'
+    // scatter in a backward that has one, else the parameters' gather.
+    const bool waits_in_scatter = group.grad_scatter_ns > 0;
     if (group.param_gather_ns > 0) {
-        const std::int64_t gather = r.share(group.param_gather_ns);
+        const std::int64_t gather =
+            r.share(group.param_gather_ns + (waits_in_scatter ? 0 : group.dp_wait_ns));
         r.range(n.zero_all_gather, Category::communication, t, t + gather,
                 r.calls(group.param_gather_bytes), out.calls(r.chunk_layers));
         t += gather;
+    }
+    if (group.grad_scatter_ns > 0) {
+        const std::int64_t scatter = r.share(group.grad_scatter_ns + group.dp_wait_ns);
+        r.range(n.zero_reduce_scatter, Category::communication, t, t + scatter,
+                r.calls(group.grad_scatter_bytes), out.calls(r.chunk_layers));
+        t += scatter;
     }
     if (group.offload_wait_ns > 0) {
         const std::int64_t wait = r.share(group.offload_wait_ns);

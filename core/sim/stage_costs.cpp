@@ -827,9 +827,11 @@ StageCosts resolve_costs(const CostModel* model, const CostOrigin& origin, const
     costs.embedding_all_reduce = take(kEmbeddingAllReduce, pipelined, kDpAllReduce);
     const bool ulysses = layout.context_parallelism == parallel::ContextParallelism::ulysses;
     costs.cp_all_to_all = take(kCpAllToAll, ulysses && grid.cp > 1, kCpAllToAll);
-    const bool zero3 = layout.zero_stage >= 3 && grid.dp * grid.cp > 1;
-    costs.zero_all_gather = take(kZeroAllGather, zero3, kZeroAllGather);
-    costs.zero_reduce_scatter = take(kZeroReduceScatter, zero3, kZeroReduceScatter);
+    // ZeRO-2 reduce-scatters the gradients after each backward and gathers the updated
+    // parameters at the step's end; ZeRO-3 gathers them before every layer too.
+    const bool zero2 = layout.zero_stage >= 2 && grid.dp * grid.cp > 1;
+    costs.zero_all_gather = take(kZeroAllGather, zero2, kZeroAllGather);
+    costs.zero_reduce_scatter = take(kZeroReduceScatter, zero2, kZeroReduceScatter);
     if (model != nullptr && model->optimizer_ns > 0) {
         costs.optimizer_ns = model->optimizer_ns;
     } else {

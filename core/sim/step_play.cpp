@@ -88,6 +88,79 @@ void play_nothing(ReplicaPlay& play, int stages) {
     play.replay.stage_end_ns.assign(static_cast<std::size_t>(stages), 0);
 }
 
+// Under ZeRO-2 and -3 the DP replicas meet in a collective inside each pass: the gradients'
+// reduce-scatter at each backward's end, ZeRO-3's parameter gathers in each forward and
+// backward. A replica that gets there first waits for the slowest (the wait in `dp_wait_ns`,
+// inside the collective). Without a pipeline (pp = 1) a replica's passes follow each other
+// in its schedule's order, so each such pass ends on every replica when the latest replica's
+// own would: exact. With a pipeline, where the passes' starts depend on the neighbours too,
+// each such pass lasts as long as the slowest replica's, and the replays keep their own
+// starts; so on cores the ranks share. Replicas that run different numbers of micro-batches
+// are left alone.
+void meet_in_pass_collectives(std::vector<ReplicaPlay>& plays,
+                              std::vector<parallel::ReplayInput>& inputs,
+                              const SimulationConfig& config) {
+    const parallel::GridShape& grid = config.layout.grid;
+    std::vector<Phase> phases;
+    if (config.layout.zero_stage >= 3 && grid.dp * grid.cp > 1) {
+        phases = {Phase::forward, Phase::backward};
+    } else if (scatters_gradients_per_pass(config)) {
+        phases = {Phase::backward};
+    }
+    if (phases.empty() || plays.size() < 2) {
+        return;
+    }
+    const int m = plays.front().microbatches;
+    for (const ReplicaPlay& play : plays) {
+        if (play.microbatches != m || m == 0) {
+            return;
+        }
+    }
+    const auto wait = [&](std::size_t d, std::size_t index, int stage, int j, Phase phase,
+                          std::int64_t waited) {
+        GroupPass& group = plays[d].groups[index];
+        group.dp_wait_ns = waited;
+        group.duration_ns += waited;
+        auto& table = phase == Phase::forward ? inputs[d].forward_ns : inputs[d].backward_ns;
+        table[static_cast<std::size_t>(stage)][static_cast<std::size_t>(j)] = group.duration_ns;
+    };
+    if (grid.pp == 1 && !core_sharing(config).shared()) {
+        auto order = parallel::replay_pipeline(inputs.front());  // the passes' order
+        if (!order) {
+            return;
+        }
+        std::vector<std::int64_t> clock(plays.size(), 0);
+        for (const parallel::ReplayedOp& op : order->stages.front()) {
+            const std::size_t index = group_index(0, op.microbatch, m, op.kind);
+            const bool meets = std::find(phases.begin(), phases.end(), op.kind) != phases.end();
+            std::int64_t end = 0;
+            for (std::size_t d = 0; d < plays.size(); ++d) {
+                clock[d] += plays[d].groups[index].duration_ns;
+                end = std::max(end, clock[d]);
+            }
+            for (std::size_t d = 0; meets && d < plays.size(); ++d) {
+                wait(d, index, 0, op.microbatch, op.kind, end - clock[d]);
+                clock[d] = end;
+            }
+        }
+        return;
+    }
+    for (int stage = 0; stage < grid.pp; ++stage) {
+        for (int j = 0; j < m; ++j) {
+            for (const Phase phase : phases) {
+                const std::size_t index = group_index(stage, j, m, phase);
+                std::int64_t slowest = 0;
+                for (const ReplicaPlay& play : plays) {
+                    slowest = std::max(slowest, play.groups[index].duration_ns);
+                }
+                for (std::size_t d = 0; d < plays.size(); ++d) {
+                    wait(d, index, stage, j, phase, slowest - plays[d].groups[index].duration_ns);
+                }
+            }
+        }
+    }
+}
+
 // Every replica of the step, each replayed alone, or all together on shared cores.
 Result<std::vector<ReplicaPlay>> play_replicas(const balance::StepPlan& plan,
                                                const SimulationConfig& config,
@@ -96,28 +169,32 @@ Result<std::vector<ReplicaPlay>> play_replicas(const balance::StepPlan& plan,
     const CoreSharing sharing = core_sharing(config);
     std::vector<ReplicaPlay> plays;
     std::vector<parallel::ReplayInput> inputs;
-    std::vector<std::size_t> replayed;  // the plays `inputs` are for
     for (const auto& replica : plan.replicas) {
         if (progress.cancel != nullptr && progress.cancel->load()) {
             return Error{ErrorCode::cancelled, "the simulation was cancelled"};
         }
-        parallel::ReplayInput input;
-        plays.push_back(prepare_replica(replica, config, costs, sharing.shared(), input));
-        if (replica.empty()) {
-            play_nothing(plays.back(), config.layout.grid.pp);
+        inputs.emplace_back();
+        plays.push_back(prepare_replica(replica, config, costs, sharing.shared(), inputs.back()));
+    }
+    meet_in_pass_collectives(plays, inputs, config);
+    std::vector<parallel::ReplayInput> shared;
+    std::vector<std::size_t> replayed;  // the plays `shared` are for
+    for (std::size_t d = 0; d < plays.size(); ++d) {
+        if (plan.replicas[d].empty()) {
+            play_nothing(plays[d], config.layout.grid.pp);
         } else if (sharing.shared()) {
-            inputs.push_back(std::move(input));
-            replayed.push_back(plays.size() - 1);
+            shared.push_back(std::move(inputs[d]));
+            replayed.push_back(d);
         } else {
-            auto replay = parallel::replay_pipeline(input);
+            auto replay = parallel::replay_pipeline(inputs[d]);
             if (!replay) {
                 return replay.error();
             }
-            plays.back().replay = std::move(*replay);
+            plays[d].replay = std::move(*replay);
         }
     }
-    if (!inputs.empty()) {
-        auto replays = parallel::replay_on_shared_cores(inputs, sharing.cores);
+    if (!shared.empty()) {
+        auto replays = parallel::replay_on_shared_cores(shared, sharing.cores);
         if (!replays) {
             return replays.error();
         }
@@ -177,9 +254,21 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             reduction.overlap = false;
             reduction.stage_bytes = 0;
         }
+        // Under ZeRO-2 and -3 the backward passes reduce-scattered the layers' gradients:
+        // what is left is the rest (embeddings, the final LayerNorm), and under ZeRO-2 the
+        // updated layers' gather.
+        const StepEndReduction rest = step_end_reduction(config, s, reduction.stage_bytes);
+        if (rest.per_pass) {
+            reduction.overlap = false;
+            reduction.stage_bytes = rest.reduced_bytes;
+        }
         const std::int64_t end =
-            reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
-                    : gradient_reduction_end(reduction, replays, {});
+            (reduces && reduction.stage_bytes > 0
+                 ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
+                 : gradient_reduction_end(reduction, replays, {})) +
+            (rest.gathered_bytes > 0
+                 ? predict_collective_ns(costs.zero_all_gather, rest.gathered_bytes)
+                 : 0);
         played.reduce_end[static_cast<std::size_t>(s)] = end;
         played.end_ns = std::max(played.end_ns, end);
     }

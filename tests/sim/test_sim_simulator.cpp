@@ -19,6 +19,7 @@
 #include "core/balance/cp_shard.h"
 #include "core/sim/hardware.h"
 #include "core/sim/pass_pricing.h"
+#include "core/sim/step_play.h"
 #include "core/store/trace_reader.h"
 
 using namespace fulcrum;
@@ -831,6 +832,110 @@ private slots:
         QCOMPARE(costs.dp_all_reduce.name, std::string(kZeroReduceScatter));
     }
 
+    // ZeRO-2 and -3 reduce-scatter the layers' gradients after every backward pass, a layer
+    // after the other, or with --overlap-grad-reduce each behind the next layer's compute; the
+    // step's end then reduces the rest (the embeddings, the final LayerNorm) and under ZeRO-2
+    // gathers the updated layers. ZeRO-1, and a split backward (ZB-H1), reduce once a step.
+    void zeroTwoScattersGradientsAfterEveryBackward() {
+        SimulationConfig config = technique_config();
+        std::array<RankPass, 4> ranks;
+        const GroupPass plain = one_document_pass(config, Phase::backward, ranks);
+        QCOMPARE(plain.grad_scatter_ns, std::int64_t(0));
+        config.layout.zero_stage = 1;
+        QVERIFY(!scatters_gradients_per_pass(config));
+        config.layout.zero_stage = 2;
+        QVERIFY(scatters_gradients_per_pass(config));
+        const StageCosts costs = config_costs(config);
+        QCOMPARE(one_document_pass(config, Phase::forward, ranks).grad_scatter_ns, std::int64_t(0));
+        const GroupPass backward = one_document_pass(config, Phase::backward, ranks);
+        const std::int64_t layer_bytes = (12LL * 1024 * 1024 + 13 * 1024) * 2;
+        QCOMPARE(layer_gradient_bytes(config), layer_bytes);
+        const std::int64_t one = predict_collective_ns(costs.zero_reduce_scatter, layer_bytes);
+        QCOMPARE(backward.grad_scatter_bytes, 4 * layer_bytes);
+        QCOMPARE(backward.grad_scatter_ns, 4 * one);
+        QCOMPARE(backward.duration_ns, plain.duration_ns + 4 * one);
+        config.overlap_grad_reduce = true;
+        std::int64_t slowest = 0;
+        const GroupPass overlapped = one_document_pass(config, Phase::backward, ranks);
+        for (const RankPass& rank : ranks) {
+            slowest = std::max(slowest, rank.own_total());
+        }
+        QCOMPARE(overlapped.grad_scatter_ns, one + std::max<std::int64_t>(0, 3 * one - slowest));
+        // The step's end: of all the stage's gradients, the layers' were scattered already.
+        const std::int64_t stage_bytes = 10 * layer_bytes;
+        const StepEndReduction two = step_end_reduction(config, 0, stage_bytes);
+        QVERIFY(two.per_pass);
+        QCOMPARE(two.reduced_bytes, 6 * layer_bytes);
+        QCOMPARE(two.gathered_bytes, 4 * layer_bytes);
+        config.layout.zero_stage = 3;
+        QCOMPARE(step_end_reduction(config, 0, stage_bytes).gathered_bytes, std::int64_t(0));
+        config.layout.schedule = parallel::PipelineSchedule::zero_bubble_h1;
+        QVERIFY(!scatters_gradients_per_pass(config));
+        QCOMPARE(step_end_reduction(config, 0, stage_bytes).reduced_bytes, stage_bytes);
+        // Over four micro-batches ZeRO-2 moves 4 × ½ + ½ of an all-reduce's bytes (a scatter
+        // each backward, the gather at the end), ZeRO-1 one all-reduce's: its step is longer.
+        config = technique_config();
+        config.layout.zero_stage = 2;
+        config.layout.microbatches = 4;
+        config.steps = 1;
+        const double four = must(simulate(config, nullptr)).mean_step_ns;
+        config.layout.zero_stage = 1;
+        QVERIFY(four > must(simulate(config, nullptr)).mean_step_ns);
+    }
+
+    // Under ZeRO-2 the DP replicas meet in every backward's scatter, under ZeRO-3 in every
+    // pass's gathers too: a replica of short micro-batches waits there for the replica of long
+    // ones, so that (pp = 1: one pass after another, F0 B0 F1 B1) each such pass ends on both
+    // at once. ZeRO-1 meets once, at the end.
+    void replicasMeetInEveryPassCollective() {
+        SimulationConfig config = technique_config();
+        config.layout.microbatches = 2;
+        const auto planned = [](std::int64_t tokens) {
+            balance::MicroBatch batch;
+            batch.documents = {{.id = 0, .length = tokens}};
+            batch.tokens = tokens;
+            batch.attention_work = tokens * tokens;
+            return balance::PlannedMicroBatch{
+                batch, must(balance::shard_microbatch(batch, 4, balance::CpSharding::contiguous))};
+        };
+        balance::StepPlan plan;
+        plan.replicas = {{planned(4096), planned(4096)}, {planned(1024), planned(1024)}};
+        const auto played = [&](int zero) {
+            config.layout.zero_stage = zero;
+            return must(play_step(plan, config, config_costs(config), {1 << 20}, 0, 0, {}));
+        };
+        const auto pass = [](const PlayedStep& step, std::size_t d, int j, Phase phase) {
+            return step.plays[d].groups[group_index(0, j, 2, phase)];
+        };
+        const PlayedStep one = played(1);
+        for (int j = 0; j < 2; ++j) {
+            for (const Phase phase : {Phase::forward, Phase::backward}) {
+                QVERIFY(pass(one, 0, j, phase).duration_ns > pass(one, 1, j, phase).duration_ns);
+                QCOMPARE(pass(one, 1, j, phase).dp_wait_ns, std::int64_t(0));
+            }
+        }
+        const PlayedStep two = played(2);
+        std::int64_t long_end = 0, short_end = 0;
+        for (int j = 0; j < 2; ++j) {
+            const GroupPass long_backward = pass(two, 0, j, Phase::backward);
+            const GroupPass short_backward = pass(two, 1, j, Phase::backward);
+            long_end += pass(two, 0, j, Phase::forward).duration_ns + long_backward.duration_ns;
+            short_end += pass(two, 1, j, Phase::forward).duration_ns + short_backward.duration_ns;
+            QCOMPARE(short_end, long_end);
+            QCOMPARE(long_backward.dp_wait_ns, std::int64_t(0));
+            QVERIFY(short_backward.dp_wait_ns > 0);
+            QCOMPARE(short_backward.duration_ns - short_backward.dp_wait_ns,
+                     pass(one, 1, j, Phase::backward).duration_ns + short_backward.grad_scatter_ns);
+            QCOMPARE(pass(two, 1, j, Phase::forward).dp_wait_ns, std::int64_t(0));
+        }
+        QCOMPARE(two.plays[1].replay.stage_end_ns[0], two.plays[0].replay.stage_end_ns[0]);
+        QCOMPARE(two.plays[0].replay.stage_end_ns[0], long_end);
+        const PlayedStep three = played(3);
+        QCOMPARE(pass(three, 1, 0, Phase::forward).duration_ns,
+                 pass(three, 0, 0, Phase::forward).duration_ns);
+        QVERIFY(pass(three, 1, 0, Phase::forward).dp_wait_ns > 0);
+    }
+
     // Offloaded checkpoints: each layer's [T, h] input out in the forward, back in the
     // backward, over the host link; only what the pass's compute cannot hide is added.
     void offloadedCopiesWaitOnlyBeyondCompute() {
@@ -890,7 +995,10 @@ private slots:
         QVERIFY(counts["cp all-to-all"] > 0);
         QCOMPARE(counts["cp all-gather kv"], 0);
         QVERIFY(counts["zero all-gather params"] > 0);
-        QCOMPARE(counts["zero reduce-scatter grads"], 1);
+        // One after each backward pass (the layers' gradients), one at the step's end (the
+        // rest).
+        QVERIFY(counts["backward"] > 0);
+        QCOMPARE(counts["zero reduce-scatter grads"], counts["backward"] + 1);
         QCOMPARE(counts["dp all-reduce gradients"], 0);
         QVERIFY(counts["offload wait"] > 0);
     }

@@ -773,6 +773,15 @@ private slots:
         return play_group(planned, 0, phase, config, config_costs(config), ranks.data());
     }
 
+    // The CP group's slowest member's own time: what a pass's collectives hide behind.
+    static std::int64_t slowest_of(const std::array<RankPass, 4>& ranks) {
+        std::int64_t slowest = 0;
+        for (const RankPass& rank : ranks) {
+            slowest = std::max(slowest, rank.own_total());
+        }
+        return slowest;
+    }
+
     static SimulationConfig technique_config() {
         SimulationConfig config;
         config.model = {.layers = 4, .hidden = 1024, .heads = 8, .context = 4096, .vocab = 256};
@@ -823,10 +832,7 @@ private slots:
         const std::int64_t layer_bytes = (12LL * 1024 * 1024 + 13 * 1024) * 2;
         const std::int64_t one = predict_collective_ns(costs.zero_all_gather, layer_bytes);
         QCOMPARE(group.param_gather_bytes, 4 * layer_bytes);
-        std::int64_t slowest = 0;
-        for (const RankPass& rank : ranks) {
-            slowest = std::max(slowest, rank.own_total());
-        }
+        const std::int64_t slowest = slowest_of(ranks);
         QCOMPARE(group.param_gather_ns, one + std::max<std::int64_t>(0, 3 * one - slowest));
         QCOMPARE(group.duration_ns, plain.duration_ns + group.param_gather_ns);
         QCOMPARE(costs.dp_all_reduce.name, std::string(kZeroReduceScatter));
@@ -855,12 +861,9 @@ private slots:
         QCOMPARE(backward.grad_scatter_ns, 4 * one);
         QCOMPARE(backward.duration_ns, plain.duration_ns + 4 * one);
         config.overlap_grad_reduce = true;
-        std::int64_t slowest = 0;
         const GroupPass overlapped = one_document_pass(config, Phase::backward, ranks);
-        for (const RankPass& rank : ranks) {
-            slowest = std::max(slowest, rank.own_total());
-        }
-        QCOMPARE(overlapped.grad_scatter_ns, one + std::max<std::int64_t>(0, 3 * one - slowest));
+        QCOMPARE(overlapped.grad_scatter_ns,
+                 one + std::max<std::int64_t>(0, 3 * one - slowest_of(ranks)));
         // The step's end: of all the stage's gradients, the layers' were scattered already.
         const std::int64_t stage_bytes = 10 * layer_bytes;
         const StepEndReduction two = step_end_reduction(config, 0, stage_bytes);
@@ -948,10 +951,7 @@ private slots:
         QCOMPARE(fast.offload_wait_ns, std::int64_t(0));  // 8 MB over 24 GB/s hides
         config.hardware.host_link_gbs = 0.01;
         const GroupPass slow = one_document_pass(config, Phase::forward, ranks);
-        std::int64_t slowest = 0;
-        for (const RankPass& rank : ranks) {
-            slowest = std::max(slowest, rank.own_total());
-        }
+        const std::int64_t slowest = slowest_of(ranks);
         QCOMPARE(slow.offload_wait_ns,
                  std::llround(static_cast<double>(slow.offload_bytes) / 0.01) - slowest -
                      slow.exchange_ns);

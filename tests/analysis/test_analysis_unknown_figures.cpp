@@ -192,7 +192,8 @@ private slots:
         // pp = 1 and cp = 1: no pipeline and no CP group, so none of their figures.
         QTest::newRow("no pp: bubbles")
             << no_workload << "/bubbles"
-            << R"({"schedule":null,"theory_fraction":null,"mean_measured_fraction":null,)"
+            << R"({"schedule":null,"schedule_assumed":false,"theory_fraction":null,)"
+               R"("mean_measured_fraction":null,)"
                R"("pipelines":[],"stages":[]})";
         QTest::newRow("no cp: CP load")
             << no_workload << "/cp_load"
@@ -205,7 +206,8 @@ private slots:
         const QString no_grid = "two ranks without coordinates";
         QTest::newRow("no grid: bubbles")
             << no_grid << "/bubbles"
-            << R"({"schedule":null,"theory_fraction":null,"mean_measured_fraction":null,)"
+            << R"({"schedule":null,"schedule_assumed":false,"theory_fraction":null,)"
+               R"("mean_measured_fraction":null,)"
                R"("pipelines":[],"stages":[]})";
         QTest::newRow("no grid: CP load")
             << no_grid << "/cp_load"

@@ -36,6 +36,7 @@
 // (stage 0: L·(1 + (p − 1)/(p·v)) layers' worth, Megatron-LM's interleaving factor).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,13 @@ struct MemoryShape {
     // Tokens the LM head and the loss take at a time (FPDT's and ALST's tiled loss); 0: the
     // whole micro-batch at once, as Megatron-LM does.
     int loss_chunk = 0;
+    // Whether the backward allocates each gradient as it first writes it (PyTorch's `.grad`,
+    // which DeepSpeed's ZeRO-1 keeps: deepspeed/runtime/zero/stage_1_and_2.py reduces them
+    // at the accumulation boundary) rather than holding a gradient buffer from the start
+    // (Megatron-LM's, fulcrum-train's). Whole gradients then fill as the activations are
+    // freed, layer by layer: the peak holds the larger of the two, not both. Only for
+    // gradients kept whole (ZeRO below 2).
+    bool gradients_as_written = false;
     Precision precision = Precision::megatron_mixed();
 };
 
@@ -90,10 +98,17 @@ struct StageMemory {
     // of a layer before their reduce-scatter.
     double buffers_bytes = 0;
     double host_bytes = 0;  // checkpoints offloaded to pinned host memory, at the peak
+    // MemoryShape::gradients_as_written: the gradients and the activations are not held at
+    // once; the peak is the larger.
+    bool gradients_replace_activations = false;
     double model_state_bytes() const {
         return weights_bytes + gradients_bytes + optimizer_bytes + buffers_bytes;
     }
-    double total_bytes() const { return model_state_bytes() + activations_bytes; }
+    double total_bytes() const {
+        return gradients_replace_activations ? model_state_bytes() - gradients_bytes +
+                                                   std::max(gradients_bytes, activations_bytes)
+                                             : model_state_bytes() + activations_bytes;
+    }
 };
 
 // The shape of `model` under `layout`: one sequence of the context a micro-batch, the other

@@ -231,6 +231,32 @@ private slots:
         QVERIFY(!check_layout(shape.layout, shape.model).ok());
     }
 
+    // Gradients the backward allocates as it writes them (PyTorch's .grad, DeepSpeed's
+    // ZeRO-1) fill as the activations are freed: the peak holds the larger of the two, not
+    // both; a buffer held from the start (Megatron-LM's) holds both. Sharded gradients
+    // (ZeRO-2 and -3) are buffers either way.
+    void gradientsWrittenByTheBackwardTakeTheActivationsPlace() {
+        MemoryShape shape;
+        shape.model = {.layers = 8, .hidden = 4096, .heads = 32, .context = 8192};
+        shape.layout.grid = {.dp = 8, .tp = 1, .pp = 1, .cp = 1};
+        shape.layout.zero_stage = 1;
+        const StageMemory held = stage_memory(shape, 0);
+        QVERIFY(!held.gradients_replace_activations);
+        QCOMPARE(held.total_bytes(), held.model_state_bytes() + held.activations_bytes);
+        shape.gradients_as_written = true;
+        const StageMemory written = stage_memory(shape, 0);
+        QVERIFY(written.gradients_replace_activations);
+        QCOMPARE(written.gradients_bytes, held.gradients_bytes);
+        QVERIFY(written.activations_bytes > written.gradients_bytes);  // 8K tokens, 8 layers
+        QCOMPARE(written.total_bytes(), held.total_bytes() - held.gradients_bytes);
+        shape.model.context = 512;  // now the gradients are the larger
+        const StageMemory few = stage_memory(shape, 0);
+        QVERIFY(few.gradients_bytes > few.activations_bytes);
+        QCOMPARE(few.total_bytes(), few.model_state_bytes());
+        shape.layout.zero_stage = 2;
+        QVERIFY(!stage_memory(shape, 0).gradients_replace_activations);
+    }
+
     // Full recomputation keeps each layer's input plus one layer's whole forward for the
     // backward that re-runs it; offloaded, two inputs stay on the device and the rest wait in
     // host memory.

@@ -13,7 +13,7 @@ std::int64_t gradient_reduction_end(const GradientReductionInput& input,
         pipeline_end = std::max(pipeline_end, input.step_start_ns + replay->stage_end_ns[s]);
     }
     if (!input.overlap) {
-        return pipeline_end + predict_collective_ns(all_reduce, input.stage_bytes);
+        return pipeline_end + predict_moved_ns(all_reduce, input.stage_bytes);
     }
     const int v = std::max(input.virtual_stages, 1);
     // When each layer's gradients are final: the latest over the replicas.
@@ -54,10 +54,7 @@ std::int64_t gradient_reduction_end(const GradientReductionInput& input,
     }
     const std::int64_t rest = input.stage_bytes - layer_count * input.layer_bytes;
     stream = std::max(stream, pipeline_end);
-    if (rest > 0) {
-        stream += predict_collective_ns(all_reduce, rest);
-    }
-    return stream;
+    return stream + predict_moved_ns(all_reduce, rest);
 }
 
 }  // namespace fulcrum::sim

@@ -2,7 +2,7 @@
 // "The end of the step").
 //
 // Without overlap: one all-reduce of all the stage's gradients once its slowest replica's last
-// pass has ended.
+// pass has ended (none when there are no bytes: ZeRO-2 and -3 scattered them in the passes).
 // With --overlap-grad-reduce, as fulcrum-train and Megatron-LM do it: a layer's gradients are
 // final once the last pass of the step that writes them (its chunk's last backward, or last W
 // under a split backward) has computed that layer; each layer is then all-reduced as one

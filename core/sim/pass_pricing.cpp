@@ -254,7 +254,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
                 layers * predict_collective_ns(costs.cp_all_gather, bytes_per_layer);
         }
     }
-    if (config.layout.zero_stage >= 3 && grid.dp * grid.cp > 1 && phase != Phase::weight_grad) {
+    if (gathers_parameters_per_pass(config) && phase != Phase::weight_grad) {
         // ZeRO-3 gathers each layer's parameters before its forward and before its backward,
         // the next layer's while this one computes (DeepSpeed's prefetch): the first layer's
         // gather waits, the rest hide behind the pass's compute where it is long enough.
@@ -330,6 +330,10 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
 bool scatters_gradients_per_pass(const SimulationConfig& config) {
     return config.layout.zero_stage >= 2 && config.layout.grid.dp * config.layout.grid.cp > 1 &&
            !parallel::splits_backward(config.layout.schedule) && !config.accumulate_gradients;
+}
+
+bool gathers_parameters_per_pass(const SimulationConfig& config) {
+    return config.layout.zero_stage >= 3 && config.layout.grid.dp * config.layout.grid.cp > 1;
 }
 
 StepEndReduction step_end_reduction(const SimulationConfig& config, int stage,

@@ -85,6 +85,9 @@ int layers_of(int stage, const SimulationConfig& config);
 // gradients fulcrum-train reduces at the step's end.
 bool scatters_gradients_per_pass(const SimulationConfig& config);
 
+// Whether each forward and backward pass gathers its layers' parameters over DP × CP (ZeRO-3).
+bool gathers_parameters_per_pass(const SimulationConfig& config);
+
 // One layer's gradients on one rank of a stage: (12h² + 13h)/tp elements.
 std::int64_t layer_gradient_bytes(const SimulationConfig& config);
 

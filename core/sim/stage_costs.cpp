@@ -872,6 +872,10 @@ std::int64_t predict_pass_ns(const PassCost& cost, std::int64_t tokens, std::int
     return ns > 0 ? std::llround(ns) : 0;
 }
 
+std::int64_t predict_moved_ns(const CollectiveCost& cost, std::int64_t bytes) {
+    return bytes > 0 ? predict_collective_ns(cost, bytes) : 0;
+}
+
 std::int64_t predict_collective_ns(const CollectiveCost& cost, std::int64_t bytes) {
     const double ns = cost.nccl ? cost.predict(bytes)
                                 : cost.latency_ns + cost.per_byte_ns * static_cast<double>(bytes);

@@ -205,5 +205,7 @@ std::int64_t predict_pass_ns(const analysis::PassCost& cost, std::int64_t tokens
                              std::int64_t pairs);
 // t = latency + per_byte·B, never negative, in whole ns.
 std::int64_t predict_collective_ns(const analysis::CollectiveCost& cost, std::int64_t bytes);
+// The same, and 0 where nothing is moved (no collective is called, so no latency either).
+std::int64_t predict_moved_ns(const analysis::CollectiveCost& cost, std::int64_t bytes);
 
 }  // namespace fulcrum::sim

@@ -25,11 +25,9 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
     }
     // Under ZeRO-2 and -3 the backward passes reduce-scattered the layers' gradients.
     if (const StepEndReduction rest = step_end_reduction(config, stage, bytes); rest.per_pass) {
-        const auto priced = [](const analysis::CollectiveCost& cost, std::int64_t moved) {
-            return moved > 0 ? static_cast<double>(predict_collective_ns(cost, moved)) : 0.0;
-        };
-        return pipeline_ns + priced(costs.dp_all_reduce, rest.reduced_bytes) +
-               priced(costs.zero_all_gather, rest.gathered_bytes);
+        return pipeline_ns +
+               static_cast<double>(predict_moved_ns(costs.dp_all_reduce, rest.reduced_bytes) +
+                                   predict_moved_ns(costs.zero_all_gather, rest.gathered_bytes));
     }
     if (!config.overlap_grad_reduce) {
         return pipeline_ns + static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bytes));

@@ -102,7 +102,7 @@ void meet_in_pass_collectives(std::vector<ReplicaPlay>& plays,
                               const SimulationConfig& config) {
     const parallel::GridShape& grid = config.layout.grid;
     std::vector<Phase> phases;
-    if (config.layout.zero_stage >= 3 && grid.dp * grid.cp > 1) {
+    if (gathers_parameters_per_pass(config)) {
         phases = {Phase::forward, Phase::backward};
     } else if (scatters_gradients_per_pass(config)) {
         phases = {Phase::backward};
@@ -116,9 +116,8 @@ void meet_in_pass_collectives(std::vector<ReplicaPlay>& plays,
             return;
         }
     }
-    const auto wait = [&](std::size_t d, std::size_t index, int stage, int j, Phase phase,
-                          std::int64_t waited) {
-        GroupPass& group = plays[d].groups[index];
+    const auto wait = [&](std::size_t d, int stage, int j, Phase phase, std::int64_t waited) {
+        GroupPass& group = plays[d].groups[group_index(stage, j, m, phase)];
         group.dp_wait_ns = waited;
         group.duration_ns += waited;
         auto& table = phase == Phase::forward ? inputs[d].forward_ns : inputs[d].backward_ns;
@@ -139,7 +138,7 @@ void meet_in_pass_collectives(std::vector<ReplicaPlay>& plays,
                 end = std::max(end, clock[d]);
             }
             for (std::size_t d = 0; meets && d < plays.size(); ++d) {
-                wait(d, index, 0, op.microbatch, op.kind, end - clock[d]);
+                wait(d, 0, op.microbatch, op.kind, end - clock[d]);
                 clock[d] = end;
             }
         }
@@ -154,7 +153,7 @@ void meet_in_pass_collectives(std::vector<ReplicaPlay>& plays,
                     slowest = std::max(slowest, play.groups[index].duration_ns);
                 }
                 for (std::size_t d = 0; d < plays.size(); ++d) {
-                    wait(d, index, stage, j, phase, slowest - plays[d].groups[index].duration_ns);
+                    wait(d, stage, j, phase, slowest - plays[d].groups[index].duration_ns);
                 }
             }
         }
@@ -263,12 +262,9 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             reduction.stage_bytes = rest.reduced_bytes;
         }
         const std::int64_t end =
-            (reduces && reduction.stage_bytes > 0
-                 ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
-                 : gradient_reduction_end(reduction, replays, {})) +
-            (rest.gathered_bytes > 0
-                 ? predict_collective_ns(costs.zero_all_gather, rest.gathered_bytes)
-                 : 0);
+            (reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
+                     : gradient_reduction_end(reduction, replays, {})) +
+            predict_moved_ns(costs.zero_all_gather, rest.gathered_bytes);
         played.reduce_end[static_cast<std::size_t>(s)] = end;
         played.end_ns = std::max(played.end_ns, end);
     }

@@ -916,18 +916,17 @@ std::optional<std::string_view> leading_name(std::string_view event) {
         return std::nullopt;
     }
     std::size_t at = key + kKey.size();
-    while (at < event.size() &&
-           (event[at] == ' ' || event[at] == '\t' || event[at] == '\n' || event[at] == '\r')) {
-        ++at;
-    }
+    const auto skip_ws = [&] {
+        while (at < event.size() && is_ws(event[at])) {
+            ++at;
+        }
+    };
+    skip_ws();
     if (at >= event.size() || event[at] != ':') {
         return std::nullopt;  // "name" was a value, not the key
     }
     ++at;
-    while (at < event.size() &&
-           (event[at] == ' ' || event[at] == '\t' || event[at] == '\n' || event[at] == '\r')) {
-        ++at;
-    }
+    skip_ws();
     if (at >= event.size() || event[at] != '"') {
         return std::nullopt;
     }

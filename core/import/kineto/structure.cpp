@@ -276,24 +276,17 @@ HostOp::Kind host_op_kind(std::string_view name) {
 
 namespace {
 
-// One step of a thread's walk through its time: a top-level operator the trace names, or the
-// time between two (`named` false).
-struct WalkStep {
-    HostOp op;
-    bool named = true;
-};
-
 // The thread's time in order from `window_start` (INT64_MIN: its first operator): the
 // top-level operators (those no earlier one contains), and the time between them as compute
 // work (Python, and the operators left out of `ops`), except between two autograd operators
 // and between an autograd operator and a collective (a gradient reduction inside the
 // backward). Before a collective in the forward (FSDP's all-gathers, TP's all-reduces) it is
 // forward work like any other.
-std::vector<WalkStep> walk_of(std::vector<HostOp> ops, std::int64_t window_start) {
+std::vector<HostOp> walk_of(std::vector<HostOp> ops, std::int64_t window_start) {
     std::sort(ops.begin(), ops.end(), [](const HostOp& a, const HostOp& b) {
         return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
     });
-    std::vector<WalkStep> walk;
+    std::vector<HostOp> walk;
     std::int64_t covered_until = INT64_MIN;
     std::int64_t last_end = window_start;
     HostOp::Kind last_kind = HostOp::Kind::optimizer;
@@ -306,9 +299,9 @@ std::vector<WalkStep> walk_of(std::vector<HostOp> ops, std::int64_t window_start
             last_kind == HostOp::Kind::autograd &&
             (op.kind == HostOp::Kind::autograd || op.kind == HostOp::Kind::collective);
         if (last_end != INT64_MIN && op.start_ns > last_end && !inside_backward) {
-            walk.push_back({{last_end, op.start_ns, HostOp::Kind::compute, -1}, false});
+            walk.push_back({last_end, op.start_ns, HostOp::Kind::compute, -1});
         }
-        walk.push_back({op, true});
+        walk.push_back(op);
         last_end = std::max(last_end, op.end_ns);
         if (op.kind != HostOp::Kind::collective) {
             last_kind = op.kind;
@@ -358,13 +351,13 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
             }
         }
     };
-    const std::vector<WalkStep> walk = walk_of(std::move(ops), window_start);
+    const std::vector<HostOp> walk = walk_of(std::move(ops), window_start);
     // Whether autograd work (a backward) follows walk[i] before the next send, receive or
     // optimizer step: the time between a receive and a backward (the Python that calls it)
     // does not count, a forward's sends end it.
     const auto backward_follows = [&](std::size_t i) {
         for (std::size_t j = i + 1; j < walk.size(); ++j) {
-            switch (walk[j].op.kind) {
+            switch (walk[j].kind) {
                 case HostOp::Kind::autograd:
                     return true;
                 case HostOp::Kind::send:
@@ -379,7 +372,7 @@ StepPasses passes_from_sends(std::vector<HostOp> ops, std::int32_t prev, std::in
         return false;
     };
     for (std::size_t i = 0; i < walk.size(); ++i) {
-        const HostOp& op = walk[i].op;
+        const HostOp& op = walk[i];
         switch (op.kind) {
             case HostOp::Kind::collective:
                 continue;  // a DP or TP collective inside the passes: neither part nor boundary
@@ -457,9 +450,13 @@ std::int64_t wait_for_receives(StepPasses& step,
                                const std::vector<std::pair<std::int64_t, std::int64_t>>& requests) {
     using Kind = PipelineAction::Kind;
     std::vector<RecoveredRange>& ranges = step.ranges;
-    std::stable_sort(
-        ranges.begin(), ranges.end(),
-        [](const RecoveredRange& a, const RecoveredRange& b) { return a.start_ns < b.start_ns; });
+    const auto by_start = [&ranges] {
+        std::stable_sort(ranges.begin(), ranges.end(),
+                         [](const RecoveredRange& a, const RecoveredRange& b) {
+                             return a.start_ns < b.start_ns;
+                         });
+    };
+    by_start();
     std::int64_t extended = 0;
     for (std::size_t i = 0; i < ranges.size(); ++i) {
         RecoveredRange& recv = ranges[i];
@@ -485,9 +482,7 @@ std::int64_t wait_for_receives(StepPasses& step,
         ranges[j].start_ns = std::min(ranges[j].start_ns, recv.start_ns);
         ++extended;
     }
-    std::stable_sort(
-        ranges.begin(), ranges.end(),
-        [](const RecoveredRange& a, const RecoveredRange& b) { return a.start_ns < b.start_ns; });
+    by_start();  // a pass that starts with its receive moved earlier
     return extended;
 }
 
@@ -533,8 +528,7 @@ InterleavedPasses interleaved_passes(std::vector<HostOp> ops,
     };
     std::vector<Run> runs;
     bool open = false;
-    for (const WalkStep& step : walk_of(std::move(ops), window_start)) {
-        const HostOp& op = step.op;
+    for (const HostOp& op : walk_of(std::move(ops), window_start)) {
         if (op.kind == HostOp::Kind::collective) {
             continue;
         }

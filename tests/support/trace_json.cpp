@@ -1,6 +1,8 @@
-#include "tests/support/gzip_file.h"
+#include "tests/support/trace_json.h"
 
 #include <zlib.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,15 @@ std::string read_gzip(const std::filesystem::path& path) {
     }
     gzclose(file);
     return text;
+}
+
+void drop_events(nlohmann::json& trace, std::string_view prefix) {
+    auto& events = trace.at("traceEvents");
+    events.erase(std::remove_if(events.begin(), events.end(),
+                                [prefix](const nlohmann::json& e) {
+                                    return e.value("name", "").starts_with(prefix);
+                                }),
+                 events.end());
 }
 
 }  // namespace fulcrum::test

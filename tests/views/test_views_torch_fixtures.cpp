@@ -11,12 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <fstream>
 #include <set>
 
 #include "core/import/importer.h"
-#include "tests/support/gzip_file.h"
+#include "tests/support/trace_json.h"
 #include "views/charts/bubble_stage_model.h"
 #include "views/charts/bubble_view.h"
 #include "views/charts/heatmap_view.h"
@@ -60,12 +59,7 @@ class TorchFixtureViewsTest : public QObject {
             nlohmann::json trace = nlohmann::json::parse(test::read_gzip(
                 std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/interleaved-pp2-rank") +
                 std::to_string(r) + ".json.gz"));
-            auto& events = trace.at("traceEvents");
-            events.erase(std::remove_if(events.begin(), events.end(),
-                                        [](const nlohmann::json& e) {
-                                            return e.value("name", "").starts_with("PP:");
-                                        }),
-                         events.end());
+            test::drop_events(trace, "PP:");
             inputs.push_back(dir_.filePath(QString("unlabelled-rank%1.json").arg(r)).toStdString());
             std::ofstream(inputs.back()) << trace.dump();
         }

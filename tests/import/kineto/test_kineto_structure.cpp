@@ -23,10 +23,11 @@
 #include "core/import/importer.h"
 #include "core/import/kineto/structure.h"
 #include "core/store/trace_reader.h"
-#include "tests/support/gzip_file.h"
+#include "tests/support/trace_json.h"
 
 using namespace fulcrum;
 using namespace fulcrum::importer::structure;
+using fulcrum::test::drop_events;
 using fulcrum::test::read_gzip;
 namespace fs = std::filesystem;
 
@@ -81,20 +82,10 @@ std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::js
             }
         }
         if ((variant & kUnlabelled) != 0) {
-            auto& events = trace.at("traceEvents");
-            events.erase(std::remove_if(events.begin(), events.end(),
-                                        [](const nlohmann::json& e) {
-                                            return e.value("name", "").starts_with("PP:");
-                                        }),
-                         events.end());
+            drop_events(trace, "PP:");
         }
         if ((variant & kNotStepped) != 0) {
-            auto& events = trace.at("traceEvents");
-            events.erase(std::remove_if(events.begin(), events.end(),
-                                        [](const nlohmann::json& e) {
-                                            return e.value("name", "").starts_with("ProfilerStep#");
-                                        }),
-                         events.end());
+            drop_events(trace, "ProfilerStep#");
         }
         if ((variant & kContextParallel) != 0) {
             for (auto& group : trace.at("distributedInfo").at("pg_config")) {

@@ -268,9 +268,10 @@ CollectiveMatcher::CollectiveMatcher(const RunTrace& trace, Closed closed)
     std::unordered_map<std::uint64_t, std::int32_t> last_rank;
     for (const RankTrace& rank : trace.ranks) {
         for (const Role role : kEngineRoles) {
-            std::int32_t& last =
-                last_rank.try_emplace(communicator_of(role, rank.info), 0).first->second;
+            const std::uint64_t communicator = communicator_of(role, rank.info);
+            std::int32_t& last = last_rank.try_emplace(communicator, 0).first->second;
             last = std::max(last, rank.info.rank);
+            ++members_[communicator];
         }
     }
     for (const auto& [communicator, rank] : last_rank) {
@@ -299,6 +300,10 @@ void CollectiveMatcher::add(std::int32_t rank, std::span<const CollectiveCall> c
                                         call.phase, k,         {}};
             instance.first_start_ns = call.start_ns;
             instance.sequence = sequence_++;
+            // Its participants in one allocation, not one per doubling (millions of instances).
+            if (const auto members = members_.find(call.communicator); members != members_.end()) {
+                instance.participants.reserve(static_cast<std::size_t>(members->second));
+            }
             open.by_k.push_back(std::move(instance));
         }
         CollectiveInstance& instance = open.by_k[static_cast<std::size_t>(k)];

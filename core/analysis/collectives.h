@@ -132,6 +132,8 @@ private:
     Closed closed_;
     std::unordered_map<Key, Open, KeyHash> open_;
     std::unordered_map<std::uint64_t, std::vector<Key>> keys_of_;  // by communicator
+    // The engine's communicators' members, by communicator.
+    std::unordered_map<std::uint64_t, std::int32_t> members_;
     // The communicators whose last member each rank is.
     std::unordered_map<std::int32_t, std::vector<std::uint64_t>> closing_at_;
     // The keys the current rank used, to reset their next_k: a 1024-rank run has hundreds of

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "core/store/event_blocks.h"
 #include "core/store/event_pack.h"
@@ -703,9 +704,12 @@ Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
     if (auto count = db_.prepare("SELECT COUNT(*) FROM workload"); count && count->step()) {
         entries.reserve(static_cast<std::size_t>(count->column_int64(0)));
     }
+    // Read in the table's order and sorted here: SQLite's ORDER BY walks workload_by_step and
+    // looks every row up in the table, then sorts each group on the rest of the key, ~8× the
+    // time of one plain scan (1.7 s against 0.2 s at 905 K rows).
     auto stmt = db_.prepare(
         "SELECT rank, step, microbatch, doc_id, doc_length, token_begin, token_end, balancer "
-        "FROM workload ORDER BY step, microbatch, rank, doc_id, token_begin");
+        "FROM workload");
     if (!stmt) {
         return stmt.error();
     }
@@ -729,6 +733,14 @@ Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
     if (stmt->last_result() != SQLITE_DONE) {
         return query_failed(db_, *stmt);
     }
+    // In place (a stable sort's buffer would be half a gigabyte at 1 B events), on every field:
+    // rows it cannot order are the same row to any reader.
+    auto key = [](const WorkloadEntry& w) {
+        return std::tie(w.step, w.microbatch, w.rank, w.doc_id, w.token_begin, w.token_end,
+                        w.doc_length, w.balancer);
+    };
+    std::sort(entries.begin(), entries.end(),
+              [&](const WorkloadEntry& a, const WorkloadEntry& b) { return key(a) < key(b); });
     return entries;
 }
 

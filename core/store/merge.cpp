@@ -364,20 +364,34 @@ Status copy_lanes_as_blocks(Database& db, const TraceReader& reader, const Event
                             EventBlockWriter& blocks, RunSummaryBuilder& summaries, int threads,
                             const LaneProgress& progress) {
     const std::vector<LaneId> lanes = lanes_in_order(reader);
-    const int workers = threads > 0 ? threads : worker_threads();
-    std::vector<std::optional<TraceReader>> readers(static_cast<std::size_t>(workers));
+    // A lane a worker at most, and a worker for each block's worth of events at most: an import
+    // of 1024 small rank files spent more opening a connection a worker than encoding.
+    const auto pack = reader.event_pack();
+    const std::int64_t events = pack && pack->has_value() ? (*pack)->events : kEventsPerBlock;
+    const int workers = static_cast<int>(std::clamp<std::int64_t>(
+        std::min<std::int64_t>(threads > 0 ? threads : worker_threads(),
+                               events / static_cast<std::int64_t>(kEventsPerBlock)),
+        1, std::max<std::int64_t>(1, static_cast<std::int64_t>(lanes.size()))));
+    // The first worker reads through the caller's connection, which nothing else uses
+    // meanwhile; the others open their own.
+    std::vector<std::optional<TraceReader>> opened(static_cast<std::size_t>(workers));
+    std::vector<const TraceReader*> readers(static_cast<std::size_t>(workers), nullptr);
+    readers[0] = &reader;
     std::vector<std::unique_ptr<EventBlockEncoder>> encoders(static_cast<std::size_t>(workers));
     const auto encode_lane = [&](int worker, std::size_t index) -> Result<EncodedLane> {
-        auto& own = readers[static_cast<std::size_t>(worker)];
-        if (!own) {
-            auto opened = TraceReader::open(reader.path());
-            if (!opened) {
-                return opened.error();
+        const auto w = static_cast<std::size_t>(worker);
+        if (readers[w] == nullptr) {
+            auto open = TraceReader::open(reader.path());
+            if (!open) {
+                return open.error();
             }
-            own.emplace(std::move(*opened));
-            encoders[static_cast<std::size_t>(worker)] = std::make_unique<EventBlockEncoder>();
+            readers[w] = &opened[w].emplace(std::move(*open));
         }
-        EventBlockEncoder& encoder = *encoders[static_cast<std::size_t>(worker)];
+        if (encoders[w] == nullptr) {
+            encoders[w] = std::make_unique<EventBlockEncoder>();
+        }
+        const TraceReader* own = readers[w];
+        EventBlockEncoder& encoder = *encoders[w];
         EncodedLane lane;
         std::vector<Event> block;
         const auto encode_block = [&] {
@@ -553,24 +567,31 @@ Status copy_source(Database& db, const Source& source, std::int64_t shift, std::
 }
 
 // Every input, read for its ranks and clock, the lowest rank first (the reference clock). Two
-// inputs holding one rank are refused.
-Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inputs) {
+// inputs holding one rank are refused. The inputs are read side by side on `threads` (0: every
+// core): each is opened and its clock-sync marks decoded, which for an import of 1024 small
+// rank files was two thirds of the merge on one core.
+Result<std::vector<Source>> inspect_sources(const std::vector<std::string>& inputs, int threads) {
     std::vector<Source> sources;
     std::map<std::int32_t, std::string> rank_owner;
-    for (const auto& path : inputs) {
-        auto source = inspect(path);
-        if (!source) {
-            return source.error();
-        }
-        for (const auto& rank : source->ranks) {
-            auto [it, inserted] = rank_owner.emplace(rank.rank, path);
-            if (!inserted) {
-                return Error{ErrorCode::invalid_input,
-                             "rank " + std::to_string(rank.rank) + " is in both '" + it->second +
-                                 "' and '" + path + "'; merge the files of one run only"};
+    const int workers = threads > 0 ? threads : worker_threads();
+    auto inspected = produce_in_order<Source>(
+        inputs.size(), workers, 4 * static_cast<std::size_t>(workers),
+        [&](int, std::size_t index) { return inspect(inputs[index]); },
+        [&](std::size_t index, Source&& source) -> Status {
+            for (const auto& rank : source.ranks) {
+                auto [it, inserted] = rank_owner.emplace(rank.rank, inputs[index]);
+                if (!inserted) {
+                    return Error{ErrorCode::invalid_input,
+                                 "rank " + std::to_string(rank.rank) + " is in both '" +
+                                     it->second + "' and '" + inputs[index] +
+                                     "'; merge the files of one run only"};
+                }
             }
-        }
-        sources.push_back(std::move(*source));
+            sources.push_back(std::move(source));
+            return {};
+        });
+    if (!inspected) {
+        return inspected.error();
     }
     // The lowest rank is the reference clock.
     std::stable_sort(sources.begin(), sources.end(), [](const Source& a, const Source& b) {
@@ -753,7 +774,7 @@ Result<MergeReport> merge_rank_files(const std::vector<std::string>& inputs,
         return Error{ErrorCode::invalid_input, "nothing to merge: give at least one rank file"};
     }
     MergeReport report;
-    auto inspected = inspect_sources(inputs);
+    auto inspected = inspect_sources(inputs, options.threads);
     if (!inspected) {
         return inspected.error();
     }

@@ -8,13 +8,16 @@
 // report each within 5 × the decode's wall time and 2 GB of peak memory, whatever the events
 // (and ≤ 12 s at 100 M events; issue 18's were 30 s and 60 s). --calibrate and --compare add
 // the other commands that read a whole run: `fulcrum simulate --calibrate` and a comparison
-// report, untargeted (run with --fulcrum OLD and NEW for a before and after).
+// report, untargeted (run with --fulcrum OLD and NEW for a before and after). --import exports
+// the run's ranks as Kineto files and times `fulcrum import` of them, one worker against one
+// per core (issue 37: ≥ 0.9 × cores), for runs of up to 20 M events.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -209,6 +212,7 @@ int main(int argc, char** argv) {
     bool remake = false;
     bool stages = false;
     bool load_only = false;
+    bool import = false;
     app.add_option("--ranks", ranks, "Ranks of the run (a multiple of 64)")->capture_default_str();
     app.add_option("--events", events, "Events of the run")->capture_default_str();
     app.add_option("--run", run_path,
@@ -226,7 +230,18 @@ int main(int argc, char** argv) {
     app.add_flag("--stages", stages,
                  "Time load_run_trace and each analysis of analyze_run alone, in a child");
     app.add_flag("--load-only", load_only, "With --stages: stop after load_run_trace");
+    app.add_flag("--import", import,
+                 "Measure fulcrum import of the run's ranks as Kineto files too (fulcrum export "
+                 "--per-rank, made once): one worker against one per core. About 230 bytes of "
+                 "JSON an event, so for runs of up to 20 M events (--events 5000000: 7.3 M)");
     CLI11_PARSE(app, argc, argv);
+    if (import && events > 20'000'000) {
+        std::fprintf(stderr,
+                     "bench_scale: --import writes ~230 bytes of JSON an event (%.0f GB here); "
+                     "give --events 20000000 or fewer\n",
+                     static_cast<double>(events) * 230 / 1e9);
+        return 2;
+    }
     if (run_path.empty()) {
         run_path =
             (std::filesystem::temp_directory_path() /
@@ -314,6 +329,41 @@ int main(int argc, char** argv) {
                 "compare.txt", false);
     }
 
+    // The run's ranks as the PyTorch profiler's files, imported back: the many-files case of
+    // `fulcrum import`, where the merge of a thousand small rank files is a large share.
+    std::string import_ratio;
+    if (import) {
+        const std::filesystem::path ranks_dir = logs + "/ranks";
+        if (!std::filesystem::exists(ranks_dir / "rank-0.json")) {
+            measure("fulcrum export --per-rank (once)",
+                    {fulcrum, "export", "--per-rank", run_path, "-o", ranks_dir.string(), "--force"},
+                    "export.txt", false);
+        }
+        std::vector<std::string> files;
+        for (const auto& entry : std::filesystem::directory_iterator(ranks_dir)) {
+            if (entry.path().extension() == ".json") {
+                files.push_back(entry.path().string());
+            }
+        }
+        std::sort(files.begin(), files.end());
+        const auto import_argv = [&](const char* threads) {
+            std::vector<std::string> argv = {fulcrum, "import",  "--threads",
+                                             threads, "--force", "-o",
+                                             logs + "/import.fulcrum"};
+            argv.insert(argv.end(), files.begin(), files.end());
+            return argv;
+        };
+        const std::string n = std::to_string(files.size());
+        measure("fulcrum import of " + n + " files, 1 worker", import_argv("1"), "import-1.txt",
+                false);
+        const double one = rows.back().measured.wall_s;
+        measure("fulcrum import of " + n + " files, every core", import_argv("0"), "import.txt",
+                false);
+        import_ratio = "import: every core " +
+                       bench::cell(one / std::max(rows.back().measured.wall_s, 1e-9), "%.2f") +
+                       "x one worker's rate (issue 37: >= 0.9 x cores)\n";
+    }
+
     const Measured& base = rows.front().measured;
     TextTable table({"step", "wall s", "CPU s", "peak RSS MB", "× decode (wall)", "× decode (CPU)",
                      "target", "exit"},
@@ -334,7 +384,7 @@ int main(int argc, char** argv) {
     }
     std::printf("\n%lld events, %d ranks, %.1f MB (outputs and logs in %s)\n",
                 static_cast<long long>(file->events), ranks, mb, logs.c_str());
-    std::printf("%s", table.render("").c_str());
+    std::printf("%s%s", table.render("").c_str(), import_ratio.c_str());
     for (const Row& row : rows) {
         if (row.measured.exit_code != 0) {
             return 1;

@@ -335,9 +335,10 @@ int main(int argc, char** argv) {
     if (import) {
         const std::filesystem::path ranks_dir = logs + "/ranks";
         if (!std::filesystem::exists(ranks_dir / "rank-0.json")) {
-            measure("fulcrum export --per-rank (once)",
-                    {fulcrum, "export", "--per-rank", run_path, "-o", ranks_dir.string(), "--force"},
-                    "export.txt", false);
+            measure(
+                "fulcrum export --per-rank (once)",
+                {fulcrum, "export", "--per-rank", run_path, "-o", ranks_dir.string(), "--force"},
+                "export.txt", false);
         }
         std::vector<std::string> files;
         for (const auto& entry : std::filesystem::directory_iterator(ranks_dir)) {
@@ -347,9 +348,8 @@ int main(int argc, char** argv) {
         }
         std::sort(files.begin(), files.end());
         const auto import_argv = [&](const char* threads) {
-            std::vector<std::string> argv = {fulcrum, "import",  "--threads",
-                                             threads, "--force", "-o",
-                                             logs + "/import.fulcrum"};
+            std::vector<std::string> argv = {
+                fulcrum, "import", "--threads", threads, "--force", "-o", logs + "/import.fulcrum"};
             argv.insert(argv.end(), files.begin(), files.end());
             return argv;
         };

@@ -590,6 +590,7 @@ private:
             return not_json(stream);
         std::sort(top_.steps.begin(), top_.steps.end(),
                   [](const StepWindow& a, const StepWindow& b) { return a.start < b.start; });
+        truncated_ = truncated;
         recover_structure();
         return {};
     }
@@ -732,9 +733,12 @@ private:
                 requests.push_back(request.span);
         }
         std::sort(requests.begin(), requests.end());
+        // A file cut short stops inside its last step, whose passes are partly missing: it is
+        // left without passes as cut, not taken for another schedule's order.
+        const std::size_t cut = truncated_ ? windows.size() - 1 : windows.size();
         for (const StepWindow& window : windows) {
             steps.push_back(structure::passes_from_sends(ops_in(window), prev, next, window.start));
-            any_inconsistent |= !steps.back().consistent;
+            any_inconsistent |= !steps.back().consistent && steps.size() - 1 != cut;
             if (steps.back().consistent)
                 waited_receives_ += structure::wait_for_receives(steps.back(), requests);
         }
@@ -743,7 +747,7 @@ private:
         if (pipeline && any_inconsistent) {
             const std::vector<std::int64_t> starts = operator_starts(schedule_thread_);
             for (std::size_t i = 0; i < windows.size(); ++i) {
-                if (steps[i].consistent)
+                if (steps[i].consistent || i == cut)
                     continue;
                 structure::InterleavedPasses interleaved = structure::interleaved_passes(
                     ops_in(windows[i]), starts, stage, stages, windows[i].start);
@@ -760,7 +764,7 @@ private:
         for (std::size_t i = 0; i < windows.size(); ++i) {
             const structure::StepPasses& passes = steps[i];
             if (!passes.consistent) {
-                ++inconsistent_steps_;
+                ++(i == cut ? cut_steps_ : inconsistent_steps_);
                 continue;
             }
             std::int64_t last_forward = INT64_MIN, first_backward = INT64_MAX;
@@ -955,7 +959,7 @@ private:
                       "from the forwards before the first backward; the sends and receives "
                       "are not told apart, being posted ahead; inferred)" +
                       inconsistent_note());
-        } else if (!recovered_.empty() || inconsistent_steps_ > 0) {
+        } else if (!recovered_.empty() || inconsistent_steps_ > 0 || cut_steps_ > 0) {
             std::int64_t passes = 0;
             for (const RecoveredStepRange& r : recovered_)
                 passes += !structure::action_is_communication(r.range.kind);
@@ -1007,10 +1011,13 @@ private:
     }
 
     std::string inconsistent_note() const {
-        if (inconsistent_steps_ == 0)
-            return "";
-        return "; " + std::to_string(inconsistent_steps_) +
-               " step(s) left without passes: their forward and backward counts differ";
+        std::string note;
+        if (inconsistent_steps_ > 0)
+            note += "; " + std::to_string(inconsistent_steps_) +
+                    " step(s) left without passes: their forward and backward counts differ";
+        if (cut_steps_ > 0)
+            note += "; the last step left without passes: the file ends inside it";
+        return note;
     }
 
     std::int32_t step_at(std::int64_t t) const {
@@ -1658,6 +1665,8 @@ private:
     std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, structure::RecoveredRange>
         recovered_comm_;  // (pid, tid, start) of a send or receive -> what it handed over
     std::int64_t inconsistent_steps_ = 0, labelled_passes_ = 0;
+    std::int64_t cut_steps_ = 0;  // 1 when the file ends inside its last step's passes
+    bool truncated_ = false;      // pass 1 stopped before the end of the JSON
     // gloo's receive requests of pass 1 (pid, tid, [start, end]), and how many receives the
     // recovered passes wait in (structure::wait_for_receives).
     struct ThreadRequest {

@@ -327,6 +327,52 @@ private slots:
         }
     }
 
+    // A rank's file cut short (the profiler killed, a disk full) ends inside its last step:
+    // that step is left without passes and said to be cut, and the steps before it keep the
+    // passes the whole file gives; the cut is not taken for an interleaved order.
+    void aFileCutShortKeepsItsWholeSteps() {
+        const nlohmann::json job = truth().at("fixtures").at("1f1b-pp4");
+        QTemporaryDir dir;
+        const Imported whole = import_fixture(dir, "1f1b-pp4", job);
+        std::vector<std::string> inputs = variant_of(dir, job, kAsRecorded);
+        std::string text;
+        {
+            std::ifstream in(inputs[1], std::ios::binary);
+            text.assign(std::istreambuf_iterator<char>(in), {});
+        }
+        std::ofstream(inputs[1], std::ios::binary | std::ios::trunc)
+            << text.substr(0, text.size() * 4 / 5);
+        auto report = importer::import_files(inputs, dir.filePath("cut.fulcrum").toStdString());
+        QVERIFY2(bool(report), report ? "" : report.error().message.c_str());
+        auto reader = store::TraceReader::open(dir.filePath("cut.fulcrum").toStdString());
+        QVERIFY(bool(reader));
+        auto trace = analysis::load_run_trace(*reader);
+        QVERIFY(bool(trace));
+        Imported cut{std::move(*trace), {}};
+        const auto log = reader->import_log();
+        QVERIFY(bool(log));
+        for (const ImportLogEntry& entry : *log) {
+            cut.notes.push_back(entry.reason);
+        }
+        QVERIFY(any_note(cut, "the last step left without passes: the file ends inside it"));
+        QVERIFY(!any_note(cut, "forward and backward counts differ"));
+        QVERIFY(!any_note(cut, "interleaved"));
+        const auto passes_of = [](const Imported& imported, std::int32_t rank) {
+            std::map<std::int32_t, std::vector<std::tuple<Phase, std::int32_t, std::int64_t>>>
+                by_step;
+            for (const analysis::Pass& pass : analysis::find_passes(imported.trace)) {
+                if (pass.rank == rank) {
+                    by_step[pass.step].emplace_back(pass.phase, pass.microbatch, pass.start_ns);
+                }
+            }
+            return by_step;
+        };
+        const auto cut_passes = passes_of(cut, 1), whole_passes = passes_of(whole, 1);
+        QCOMPARE(whole_passes.size(), std::size_t(2));
+        QCOMPARE(cut_passes.size(), std::size_t(1));  // the first step's, the second cut
+        QCOMPARE(cut_passes.begin()->second, whole_passes.begin()->second);
+    }
+
     // What `fulcrum analyze` prints of an imported pipeline, as it does of fulcrum-train's
     // runs: the bubble table for every stage and step, the rank × micro-batch heatmap with a
     // column per micro-batch, the critical path of each step through the stages, and the

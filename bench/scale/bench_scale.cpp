@@ -213,8 +213,14 @@ int main(int argc, char** argv) {
     bool stages = false;
     bool load_only = false;
     bool import = false;
+    int layers = bench::ScaleRunOptions{}.layers;
     app.add_option("--ranks", ranks, "Ranks of the run (a multiple of 64)")->capture_default_str();
     app.add_option("--events", events, "Events of the run")->capture_default_str();
+    app.add_option("--layers", layers,
+                   "Layers a pipeline stage: more make more events a step, so the same events "
+                   "in fewer steps (memory against the events at a fixed number of steps)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
     app.add_option("--run", run_path,
                    "The run file (default /tmp/fulcrum-scale-RANKS-EVENTS.fulcrum); made when "
                    "missing, kept when made alike before");
@@ -245,7 +251,10 @@ int main(int argc, char** argv) {
     if (run_path.empty()) {
         run_path =
             (std::filesystem::temp_directory_path() /
-             ("fulcrum-scale-" + std::to_string(ranks) + "-" + std::to_string(events) + ".fulcrum"))
+             ("fulcrum-scale-" + std::to_string(ranks) + "-" + std::to_string(events) +
+              (layers == bench::ScaleRunOptions{}.layers ? ""
+                                                         : "-layers" + std::to_string(layers)) +
+              ".fulcrum"))
                 .string();
     }
 
@@ -254,6 +263,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_scale: %s\n", options.error().message.c_str());
         return 2;
     }
+    options->layers = layers;
     std::printf("making %s (%d ranks, %lld events)...\n", run_path.c_str(), ranks,
                 static_cast<long long>(events));
     std::fflush(stdout);

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     std::int64_t events = 100'000'000;
     std::string output = "/tmp/fulcrum-scale-100M.fulcrum";
     std::uint64_t seed = 1;
+    int layers = bench::ScaleRunOptions{}.layers;
     bool force = false;
     app.add_option("--ranks", ranks, "Ranks: dp × tp 4 × pp 8 × cp 2, a multiple of 64")
         ->capture_default_str();
@@ -22,6 +23,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("-o,--output", output, "The run file")->capture_default_str();
     app.add_option("--seed", seed, "Seed of the documents")->capture_default_str();
+    app.add_option("--layers", layers,
+                   "Layers a pipeline stage: more make more events a step, so fewer steps for "
+                   "the same events")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000));
     app.add_flag("--force", force, "Write the file even when one made alike is there");
     CLI11_PARSE(app, argc, argv);
 
@@ -31,6 +37,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     options->seed = seed;
+    options->layers = layers;
     auto file = bench::make_scale_run(output, *options, force);
     if (!file) {
         std::fprintf(stderr, "make_scale_run: %s\n", file.error().message.c_str());

@@ -313,16 +313,26 @@ int main(int argc, char** argv) {
     }
     PagedTimeline& paged = *view.paged();
 
-    // Until a frame draws every visible row from detail (0 when it already does).
+    // Until a frame draws every visible row from detail (0 when it already does), or until no
+    // read is coming: a window whose detail would exceed kDetailEventBudget stays drawn from
+    // the summaries (`over_budget`), and waiting for it would only run into the 60 s guard.
+    bool over_budget = false;
     auto wait_for_detail = [&] {
         const auto begin = Clock::now();
+        over_budget = false;
         for (;;) {
             canvas.render(&image);
             if (canvas.painted_bins() == 0 || seconds_since(begin) > 60) {
                 break;
             }
+            const std::uint64_t reads = paged.loads();
             paged.wait_idle();
             QCoreApplication::processEvents();
+            if (paged.loads() == reads) {  // nothing was read: adopted already, or never
+                canvas.render(&image);
+                over_budget = canvas.painted_bins() > 0;
+                break;
+            }
         }
         return seconds_since(begin);
     };
@@ -340,6 +350,7 @@ int main(int argc, char** argv) {
     }
     canvas.set_window(zooms[0].start, zooms[0].end);
     const double first_detail_s = seconds_since(start) + wait_for_detail();
+    const bool first_over_budget = over_budget;
 
     using Align = TextTable::Align;
     TextTable table({"measurement", "median", "p90", "vs baseline", "target"},
@@ -361,7 +372,9 @@ int main(int argc, char** argv) {
     table.add_row(
         {"paged: open to first detail (visible rows, whole run; after the summary "
          "frames below)",
-         cell(first_detail_s, "%.2f s"), "", "", ""});
+         first_over_budget ? "none: over the detail budget, summaries drawn"
+                           : cell(first_detail_s, "%.2f s"),
+         "", "", ""});
 
     for (std::size_t z = 0; z < zooms.size(); ++z) {
         const Zoom& zoom = zooms[z];
@@ -373,9 +386,10 @@ int main(int argc, char** argv) {
         const bool read = paged.loads() > reads;
         const Timing detail = time_frames(frames, [&] { canvas.render(&image); });
         const std::string loaded =
-            !paged.detail() ? "none"
-            : read          ? "read " + std::to_string(paged.detail()->events) + " events"
-                            : "no read: the last detail covers it";
+            over_budget       ? "none: over the detail budget, summaries drawn"
+            : !paged.detail() ? "none"
+            : read            ? "read " + std::to_string(paged.detail()->events) + " events"
+                              : "no read: the last detail covers it";
         table.add_row(
             {std::string("paged frame, summaries: ") + zoom.name + " (" + std::to_string(bins) +
                  " bins; " + cell(summary.cpu_median_ms, "%.1f") + " ms CPU)",

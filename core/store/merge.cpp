@@ -364,14 +364,14 @@ Status copy_lanes_as_blocks(Database& db, const TraceReader& reader, const Event
                             EventBlockWriter& blocks, RunSummaryBuilder& summaries, int threads,
                             const LaneProgress& progress) {
     const std::vector<LaneId> lanes = lanes_in_order(reader);
-    // A lane a worker at most, and a worker for each block's worth of events at most: an import
-    // of 1024 small rank files spent more opening a connection a worker than encoding.
+    // A worker for each block's worth of events at most (and a lane, produce_in_order's own
+    // bound): an import of 1024 small rank files spent more opening a connection a worker than
+    // encoding.
     const auto pack = reader.event_pack();
-    const std::int64_t events = pack && pack->has_value() ? (*pack)->events : kEventsPerBlock;
-    const int workers = static_cast<int>(std::clamp<std::int64_t>(
-        std::min<std::int64_t>(threads > 0 ? threads : worker_threads(),
-                               events / static_cast<std::int64_t>(kEventsPerBlock)),
-        1, std::max<std::int64_t>(1, static_cast<std::int64_t>(lanes.size()))));
+    const std::int64_t blocks_of_events =
+        pack && pack->has_value() ? (*pack)->events / std::int64_t{kEventsPerBlock} : 1;
+    const int workers = static_cast<int>(std::max<std::int64_t>(
+        1, std::min<std::int64_t>(threads > 0 ? threads : worker_threads(), blocks_of_events)));
     // The first worker reads through the caller's connection, which nothing else uses
     // meanwhile; the others open their own.
     std::vector<std::optional<TraceReader>> opened(static_cast<std::size_t>(workers));

@@ -590,8 +590,7 @@ private:
             return not_json(stream);
         std::sort(top_.steps.begin(), top_.steps.end(),
                   [](const StepWindow& a, const StepWindow& b) { return a.start < b.start; });
-        truncated_ = truncated;
-        recover_structure();
+        recover_structure(truncated);
         return {};
     }
 
@@ -688,7 +687,8 @@ private:
     // micro-batch and the work before it its forward. The autograd work of the process's
     // other threads joins that thread's: on a GPU the autograd engine runs the backward on a
     // thread of its own per device while the Python thread waits in loss.backward().
-    void recover_structure() {
+    // `truncated`: pass 1 stopped before the end of the JSON.
+    void recover_structure(bool truncated) {
         if (top_.fulcrum.present)
             return;  // Fulcrum's own export says it all
         infer_steps();
@@ -735,7 +735,7 @@ private:
         std::sort(requests.begin(), requests.end());
         // A file cut short stops inside its last step, whose passes are partly missing: it is
         // left without passes as cut, not taken for another schedule's order.
-        const std::size_t cut = truncated_ ? windows.size() - 1 : windows.size();
+        const std::size_t cut = truncated ? windows.size() - 1 : windows.size();
         for (const StepWindow& window : windows) {
             steps.push_back(structure::passes_from_sends(ops_in(window), prev, next, window.start));
             any_inconsistent |= !steps.back().consistent && steps.size() - 1 != cut;
@@ -1666,7 +1666,6 @@ private:
         recovered_comm_;  // (pid, tid, start) of a send or receive -> what it handed over
     std::int64_t inconsistent_steps_ = 0, labelled_passes_ = 0;
     std::int64_t cut_steps_ = 0;  // 1 when the file ends inside its last step's passes
-    bool truncated_ = false;      // pass 1 stopped before the end of the JSON
     // gloo's receive requests of pass 1 (pid, tid, [start, end]), and how many receives the
     // recovered passes wait in (structure::wait_for_receives).
     struct ThreadRequest {

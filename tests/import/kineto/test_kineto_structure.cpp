@@ -104,15 +104,9 @@ std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::js
     return inputs;
 }
 
-Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
-                        const nlohmann::json& fixture, int variant = kAsRecorded) {
-    std::vector<std::string> inputs;
-    for (const auto& file : fixture.at("files")) {
-        inputs.push_back((kTorch / file.get<std::string>()).string());
-    }
-    if (variant != kAsRecorded) {
-        inputs = variant_of(dir, fixture, variant);
-    }
+// `inputs` imported into the run NAME.fulcrum in `dir`, with its import log's notes.
+Imported import_inputs(const QTemporaryDir& dir, const std::string& name,
+                       const std::vector<std::string>& inputs) {
     const std::string out = dir.filePath(QString::fromStdString(name + ".fulcrum")).toStdString();
     auto report = importer::import_files(inputs, out);
     if (!report) {
@@ -135,6 +129,18 @@ Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
         }
     }
     return imported;
+}
+
+Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
+                        const nlohmann::json& fixture, int variant = kAsRecorded) {
+    std::vector<std::string> inputs;
+    for (const auto& file : fixture.at("files")) {
+        inputs.push_back((kTorch / file.get<std::string>()).string());
+    }
+    if (variant != kAsRecorded) {
+        inputs = variant_of(dir, fixture, variant);
+    }
+    return import_inputs(dir, name, inputs);
 }
 
 // The ProfilerStep#N step a raw trace's event starting at `ts` (µs, as in the file) is in, if
@@ -342,18 +348,7 @@ private slots:
         }
         std::ofstream(inputs[1], std::ios::binary | std::ios::trunc)
             << text.substr(0, text.size() * 4 / 5);
-        auto report = importer::import_files(inputs, dir.filePath("cut.fulcrum").toStdString());
-        QVERIFY2(bool(report), report ? "" : report.error().message.c_str());
-        auto reader = store::TraceReader::open(dir.filePath("cut.fulcrum").toStdString());
-        QVERIFY(bool(reader));
-        auto trace = analysis::load_run_trace(*reader);
-        QVERIFY(bool(trace));
-        Imported cut{std::move(*trace), {}};
-        const auto log = reader->import_log();
-        QVERIFY(bool(log));
-        for (const ImportLogEntry& entry : *log) {
-            cut.notes.push_back(entry.reason);
-        }
+        const Imported cut = import_inputs(dir, "cut", inputs);
         QVERIFY(any_note(cut, "the last step left without passes: the file ends inside it"));
         QVERIFY(!any_note(cut, "forward and backward counts differ"));
         QVERIFY(!any_note(cut, "interleaved"));

@@ -10,10 +10,12 @@
 // error of every row, the mean and worst |error| and the signs by source; bench/sim/published.md
 // records a run.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -226,6 +228,126 @@ int play_validation_set(const Ablation& without) {
     return 0;
 }
 
+// The GEMMs a validation row's layers and LM head run on one rank, as the simulator prices them
+// (core/sim/stage_costs.cpp, analytic_gemm_per_token_ns): a micro-batch's tokens times each
+// weight's slice on a TP rank, in tp pieces under --tp-comm-overlap. One JSON object a line,
+// {row, gpu, name, tokens, out, in, pieces, and the row's shape}, for
+// bench/sim/measure_gpu_kernels.py to time on a GPU in the forward's, the input gradient's and the
+// weight gradient's layouts.
+int write_gemm_shapes(const std::string& path) {
+    std::FILE* file = std::fopen(path.c_str(), "w");
+    if (file == nullptr) {
+        std::fprintf(stderr, "bench_published: cannot write %s\n", path.c_str());
+        return 2;
+    }
+    for (const bench::ValidationRun& run : bench::kValidationSet) {
+        const long tokens = static_cast<long>(run.sequence) * run.microbatch_size;
+        const long h = run.hidden, tp = run.tp;
+        const int pieces = run.tp_comm_overlap ? run.tp : 1;
+        const struct {
+            const char* name;
+            long out, in;
+            int pieces;
+        } gemms[] = {{"qkv", 3 * h / tp, h, pieces},
+                     {"proj", h, h / tp, pieces},
+                     {"fc1", 4 * h / tp, h, pieces},
+                     {"fc2", h, 4 * h / tp, pieces},
+                     {"head", run.vocab / tp, h, 1}};
+        for (const auto& gemm : gemms) {
+            std::fprintf(file,
+                         "{\"row\": \"%s\", \"gpu\": \"%s\", \"name\": \"%s\", "
+                         "\"tokens\": %ld, \"out\": %ld, \"in\": %ld, \"pieces\": %d, "
+                         "\"hidden\": %d, \"heads\": %d, \"tp\": %d, \"sequence\": %d, "
+                         "\"microbatch\": %d}\n",
+                         run.id, run.gpu, gemm.name, tokens, gemm.out, gemm.in, gemm.pieces,
+                         run.hidden, run.heads, run.tp, run.sequence, run.microbatch_size);
+        }
+    }
+    const bool written = std::fclose(file) == 0;
+    std::printf("bench_published: the validation set's GEMMs in %s\n", path.c_str());
+    return written ? 0 : 2;
+}
+
+// One layer of each measured row (bench/sim/measure_gpu_kernels.py --parts layers: a GPT
+// layer's forward and backward on one TP rank, communication left out, on the GPU it ran on)
+// against the analytic model's forward and backward pass of one layer on `preset`: stage 0 of
+// two, one layer each, so no embedding or LM head; the same tokens and causal pairs; no
+// recomputation, sequence parallelism as the row, each GEMM whole (the measured layer does not
+// cut them for --tp-comm-overlap). Compute alone, the step's other parts aside.
+int compare_measured_layers(const std::string& path, const std::string& preset) {
+    std::ifstream in(path);
+    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!in || json.is_discarded() || !json.contains("layers")) {
+        std::fprintf(stderr,
+                     "bench_published: %s is not measure_gpu_kernels.py's output with "
+                     "\"layers\"\n",
+                     path.c_str());
+        return 2;
+    }
+    auto hardware = sim::hardware_preset(preset);
+    if (!hardware) {
+        std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
+        return 2;
+    }
+    using Align = TextTable::Align;
+    TextTable table({"row", "tp", "tokens", "h", "measured fwd", "model fwd", "error",
+                     "measured bwd", "model bwd", "error"},
+                    {Align::left, Align::right, Align::right, Align::right, Align::right,
+                     Align::right, Align::right, Align::right, Align::right, Align::right});
+    double sum_abs = 0;
+    int rows = 0;
+    for (const auto& layer : json["layers"]) {
+        const auto find =
+            std::find_if(std::begin(bench::kValidationSet), std::end(bench::kValidationSet),
+                         [&](const bench::ValidationRun& run) {
+                             return run.id == layer["row"].get<std::string>();
+                         });
+        if (find == std::end(bench::kValidationSet)) {
+            continue;
+        }
+        bench::ValidationRun run = *find;
+        run.layers = 2;
+        run.pp = 2;
+        run.virtual_stages = 1;
+        run.recompute = parallel::Recompute::none;
+        run.sequence_parallel = run.tp > 1;
+        run.flash_attention = true;
+        run.tp_comm_overlap = false;  // the measured layer's GEMMs are whole, not in tp pieces
+        const sim::SimulationConfig config = config_for(run, *hardware);
+        const analysis::CostModel costs =
+            sim::analytic_cost_model(config.model, config.layout, config.hardware, config.dtype);
+        const std::int64_t tokens = static_cast<std::int64_t>(run.sequence) * run.microbatch_size;
+        const std::int64_t pairs =
+            static_cast<std::int64_t>(run.microbatch_size) * run.sequence * (run.sequence + 1) / 2;
+        double predicted[2] = {0, 0};
+        for (const analysis::PassCost& pass : costs.passes) {
+            if (pass.stage == 0 &&
+                (pass.phase == Phase::forward || pass.phase == Phase::backward)) {
+                predicted[pass.phase == Phase::forward ? 0 : 1] =
+                    static_cast<double>(sim::predict_pass_ns(pass, tokens, pairs)) * 1e-6;
+            }
+        }
+        const double measured[2] = {layer["forward_s"].get<double>() * 1e3,
+                                    layer["backward_s"].get<double>() * 1e3};
+        for (int phase = 0; phase < 2; ++phase) {
+            sum_abs += std::abs(predicted[phase] - measured[phase]) / measured[phase];
+            ++rows;
+        }
+        table.add_row({run.id, std::to_string(run.tp), std::to_string(tokens),
+                       std::to_string(run.hidden), format_fixed(measured[0], 3) + " ms",
+                       format_fixed(predicted[0], 3) + " ms",
+                       format_relative_error(predicted[0], measured[0]),
+                       format_fixed(measured[1], 3) + " ms", format_fixed(predicted[1], 3) + " ms",
+                       format_relative_error(predicted[1], measured[1])});
+    }
+    std::printf("One layer's compute: measured on %s against the %s preset's analytic passes\n%s",
+                json.value("device", std::string("?")).c_str(), preset.c_str(),
+                table.render().c_str());
+    std::printf("mean |error| %.1f%% over %d passes\n", rows > 0 ? 100 * sum_abs / rows : 0.0,
+                rows);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -241,7 +363,23 @@ int main(int argc, char** argv) {
                    "flash (every row on unfused attention kernels), tp-comm-overlap, "
                    "distributed-optimizer")
         ->check(CLI::IsMember({"flash", "tp-comm-overlap", "distributed-optimizer"}));
+    std::string gemm_shapes;
+    app.add_option("--gemm-shapes", gemm_shapes,
+                   "Write the validation set's GEMM shapes (one JSON object a line) to this file "
+                   "for bench/sim/measure_gpu_kernels.py, and stop");
+    std::string measured_layers;
+    app.add_option("--measured-layers", measured_layers,
+                   "Compare one layer's analytic forward and backward on --hardware (default "
+                   "h100 here) with measure_gpu_kernels.py's measured layers in this JSON file, "
+                   "and stop");
     CLI11_PARSE(app, argc, argv);
+    if (!gemm_shapes.empty()) {
+        return write_gemm_shapes(gemm_shapes);
+    }
+    if (!measured_layers.empty()) {
+        return compare_measured_layers(measured_layers,
+                                       app.count("--hardware") > 0 ? preset : "h100");
+    }
     Ablation without;
     for (const std::string& part : left_out) {
         without.flash_attention |= part == "flash";

@@ -49,18 +49,21 @@ HardwareAssumptions a100() {
 // NVIDIA H100 80 GB SXM in DGX H100 nodes (8 GPUs on NVSwitch with NVLink SHARP, 8 × 400 Gb/s
 // NDR InfiniBand):
 //   peak      989 TFLOP/s dense bf16/fp16 on tensor cores, 67 TFLOP/s fp32 (H100 datasheet);
-//   GEMMs     the A100 table carried over by two published facts, not fitted: the largest
-//             cuBLAS GEMMs reach 80% of peak on H100 against 87% on A100 (Bekman, "Machine
-//             Learning Engineering", accelerator chapter, Maximum Achievable Matmul FLOPS:
-//             794.5 of 989 and 271.2 of 312 TFLOP/s), so each point's efficiency × 0.80/0.85
-//             (the A100 table's top); and a GEMM fills the larger, faster device as a GEMM of
-//             989/312 = 3.17× fewer FLOPs fills an A100 (the same time a kernel: launch, tail
-//             and wave quantisation), so each point's size × 3.17 (a table is its own device's
-//             measurement; there was no H100 here to take one on);
-//   attention fused kernels (cuDNN's and FlashAttention-3's on Hopper, Shah et al. 2024, §4.1:
-//             causal head size 128 at 4K–16K tokens, forward 500–660 and backward 450–550
-//             TFLOP/s): half of peak; FlashAttention-2's unfused predecessors as on A100, half
-//             of the fused kernel's rate;
+//   GEMMs     measured on an H200 (bench/sim/gpu_kernels_h200.json, 2026-11-30): the same
+//             GH100 chip, 132 SMs at the same 1980 MHz boost and the same 989 TFLOP/s, with
+//             faster HBM (4.8 against 3.35 TB/s), which compute-bound GEMMs do not use. cuBLAS
+//             bf16 GEMMs of the validation set's shapes in their forward, input-gradient and
+//             weight-gradient layouts, square ones and few-token ones, 370 in all, L2 flushed
+//             between calls; each half-decade of sizes at its median. The largest reach 0.70–
+//             0.73 of peak (Bekman, "Machine Learning Engineering", Maximum Achievable Matmul
+//             FLOPS, has 794.5 of 989 for the best shape found by a search; the shapes training
+//             runs have do less); a GEMM of 2 GFLOP 0.13, of 20 GFLOP 0.54;
+//   attention fused: cuDNN's causal kernel (Transformer Engine's) measured on that H200 from
+//             0.5 to 4,400 GFLOP a call, head sizes 64–160: forward 0.04–0.63 of peak, backward
+//             (2.5 forwards of FLOPs) 0.02–0.54, by the call's size (a call of one sequence of
+//             4K tokens and 16 heads of 128: 0.46 and 0.35; Shah et al. 2024, §4.1, report
+//             FlashAttention-3 at 500–660 TFLOP/s forward on calls of 16K tokens); the unfused
+//             kernels of 2022 half of the fused kernel's rate of 0.5;
 //   HBM3      3350 GB/s, 80% achieved by elementwise kernels;
 //   NVLink 4  450 GB/s a direction per GPU, 80% of it on flat rings; network 50 GB/s a GPU
 //             (one 400 Gb/s NDR NIC each), 80% of it; the described network below prices both;
@@ -70,10 +73,19 @@ HardwareAssumptions h100() {
     h100.preset = "h100";
     h100.tflops = 989;
     h100.fp32_tflops = 67;
-    // The a100 table's points (0.1, 0.15) (1, 0.45) (10, 0.70) (100, 0.80) (1000, 0.85),
-    // sizes × 3.17 and efficiencies × 0.80/0.85, rounded.
-    h100.gemm_efficiency = {{0.32, 0.14}, {3.2, 0.42}, {32, 0.66}, {320, 0.75}, {3200, 0.80}};
+    // Measured: bench/sim/fit_gpu_tables.py over bench/sim/gpu_kernels_h200.json.
+    h100.gemm_efficiency = {{0.0336, 0.006}, {0.268, 0.044}, {2.15, 0.134}, {8.59, 0.287},
+                            {19.3, 0.543},   {53.7, 0.678},  {137, 0.733},  {550, 0.709},
+                            {1340, 0.707},   {7370, 0.702}};
     h100.attention_efficiency = 0.5;
+    // Measured likewise: cuDNN's fused causal attention (Transformer Engine's kernel), the
+    // forward's and the backward's share of peak by the forward's GFLOP of one call.
+    h100.attention_forward_efficiency = {{0.537, 0.035}, {2.15, 0.088}, {8.59, 0.203},
+                                         {17.2, 0.321},  {51.5, 0.406}, {206, 0.444},
+                                         {550, 0.462},   {1100, 0.619}, {4400, 0.633}};
+    h100.attention_backward_efficiency = {{0.537, 0.016}, {2.15, 0.067}, {8.59, 0.176},
+                                          {17.2, 0.229},  {51.5, 0.309}, {206, 0.380},
+                                          {550, 0.440},   {1100, 0.510}, {4400, 0.540}};
     h100.unfused_attention_efficiency = 0.25;
     h100.hbm_gbs = 3350 * 0.8;
     h100.nvlink_gbs = 450 * 0.8;
@@ -136,6 +148,26 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
             return true;
         });
     };
+    // [[GFLOP, share of peak], ...], sizes increasing.
+    const auto efficiency_table = [](std::vector<GemmEfficiencyPoint>& field) {
+        return Setter([&field](const nlohmann::json& value) {
+            if (!value.is_array() || value.empty()) {
+                return false;
+            }
+            std::vector<GemmEfficiencyPoint> table;
+            for (const auto& point : value) {
+                if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
+                    !point[1].is_number() || point[0].get<double>() <= 0 ||
+                    point[1].get<double>() <= 0 || point[1].get<double>() > 1 ||
+                    (!table.empty() && point[0].get<double>() <= table.back().gflops)) {
+                    return false;
+                }
+                table.push_back({point[0].get<double>(), point[1].get<double>()});
+            }
+            field = std::move(table);
+            return true;
+        });
+    };
     const auto flag = [](bool& field) {
         return Setter([&field](const nlohmann::json& value) {
             if (!value.is_boolean()) {
@@ -165,23 +197,9 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
              hardware.unfused_attention = value == "unfused";
              return true;
          })},
-        {"gemm_efficiency", Setter([&hardware](const nlohmann::json& value) {
-             if (!value.is_array() || value.empty()) {
-                 return false;
-             }
-             std::vector<GemmEfficiencyPoint> table;
-             for (const auto& point : value) {
-                 if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
-                     !point[1].is_number() || point[0].get<double>() <= 0 ||
-                     point[1].get<double>() <= 0 || point[1].get<double>() > 1 ||
-                     (!table.empty() && point[0].get<double>() <= table.back().gflops)) {
-                     return false;
-                 }
-                 table.push_back({point[0].get<double>(), point[1].get<double>()});
-             }
-             hardware.gemm_efficiency = std::move(table);
-             return true;
-         })},
+        {"gemm_efficiency", efficiency_table(hardware.gemm_efficiency)},
+        {"attention_forward_efficiency", efficiency_table(hardware.attention_forward_efficiency)},
+        {"attention_backward_efficiency", efficiency_table(hardware.attention_backward_efficiency)},
     };
     for (const auto& [key, value] : json.items()) {
         if (key == "base" || key == "network") {
@@ -194,6 +212,16 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
         if (!setter->second(value)) {
             return invalid("\"" + key + "\" has a value of the wrong kind or range" +
                            (key == "attention_backend" ? " (flash or unfused)" : ""));
+        }
+    }
+    // A share of peak stated for the fused kernel replaces the base's tables of it, unless
+    // the file states those too.
+    if (json.contains("attention_efficiency")) {
+        if (!json.contains("attention_forward_efficiency")) {
+            hardware.attention_forward_efficiency.clear();
+        }
+        if (!json.contains("attention_backward_efficiency")) {
+            hardware.attention_backward_efficiency.clear();
         }
     }
     if (const auto network = json.find("network"); network != json.end()) {

@@ -105,17 +105,27 @@ std::string describe(const HardwareAssumptions& hardware) {
     const std::string name = !described                ? ""
                              : hardware.preset.empty() ? "described system, "
                                                        : hardware.preset + ", ";
-    const std::string compute =
-        hardware.gemm_efficiency.empty()
-            ? format_number(hardware.tflops) + " TFLOP/s per GPU"
-            : format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
-                  format_number(gemm_efficiency(hardware, 0)) + "-" +
-                  format_number(hardware.gemm_efficiency.back().efficiency) + " of it by size, " +
-                  (hardware.unfused_attention
-                       ? "unfused attention at " +
-                             format_number(hardware.unfused_attention_efficiency)
-                       : "flash attention at " + format_number(hardware.attention_efficiency)) +
-                  ", HBM " + format_number(hardware.hbm_gbs) + " GB/s";
+    // A table's lowest and highest share of peak, "0.15-0.85".
+    const auto span = [](const std::vector<GemmEfficiencyPoint>& table) {
+        const auto [low, high] = std::minmax_element(
+            table.begin(), table.end(),
+            [](const auto& a, const auto& b) { return a.efficiency < b.efficiency; });
+        return format_number(low->efficiency) + "-" + format_number(high->efficiency);
+    };
+    const std::string attention =
+        hardware.unfused_attention
+            ? "unfused attention at " + format_number(hardware.unfused_attention_efficiency)
+        : hardware.attention_forward_efficiency.empty() ||
+                hardware.attention_backward_efficiency.empty()
+            ? "flash attention at " + format_number(hardware.attention_efficiency)
+            : "flash attention at " + span(hardware.attention_forward_efficiency) + " forward, " +
+                  span(hardware.attention_backward_efficiency) + " backward by size";
+    const std::string compute = hardware.gemm_efficiency.empty()
+                                    ? format_number(hardware.tflops) + " TFLOP/s per GPU"
+                                    : format_number(hardware.tflops) + " TFLOP/s peak, GEMMs at " +
+                                          span(hardware.gemm_efficiency) + " of it by size, " +
+                                          attention + ", HBM " + format_number(hardware.hbm_gbs) +
+                                          " GB/s";
     const std::string nodes = std::to_string(hardware.gpus_per_node);
     if (const auto& network = hardware.network) {
         return "analytic: " + name + compute + "; NCCL's collectives on " + nodes +
@@ -134,9 +144,13 @@ std::string describe(const HardwareAssumptions& hardware) {
 }
 
 double gemm_efficiency(const HardwareAssumptions& hardware, double flops) {
-    const auto& table = hardware.gemm_efficiency;
+    return table_efficiency(hardware.gemm_efficiency, flops, 1.0);
+}
+
+double table_efficiency(const std::vector<GemmEfficiencyPoint>& table, double flops,
+                        double otherwise) {
     if (table.empty()) {
-        return 1.0;
+        return otherwise;
     }
     const double gflops = flops * 1e-9;
     if (gflops <= table.front().gflops) {
@@ -243,6 +257,42 @@ PassCost analytic_head_forward(const ModelShape& model, const parallel::Layout& 
     return head;
 }
 
+// The attention core's time a causal query·key pair on `stage` for one rank, in `phase`
+// (forward or backward), on a described system: 4h/tp FLOPs a pair forward; a fused kernel
+// computes the causal pairs only, its backward 2.5 times the forward's FLOPs, each at its
+// efficiency for a call of this layout's size (a micro-batch of `context` tokens over CP, its
+// heads over TP; HardwareAssumptions::attention_forward_efficiency); an unfused kernel
+// computes the whole square, twice the causal pairs, and streams 5a/t bytes of scores,
+// softmax and dropout mask a pair, twice, its backward twice the forward.
+double analytic_attention_per_pair_ns(const ModelShape& model, const parallel::Layout& layout,
+                                      const HardwareAssumptions& hardware, DType dtype, int stage,
+                                      Phase phase) {
+    const parallel::GridShape& grid = layout.grid;
+    const double h = model.hidden;
+    const double tp = std::max(grid.tp, 1);
+    const double layers =
+        layers_of(stage, grid.pp, model.layers, layout.stage_layers, layout.virtual_stages);
+    const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
+                                                                          : hardware.tflops) *
+                        1e3;
+    const bool backward = phase != Phase::forward;
+    if (hardware.unfused_attention) {
+        const double scale = static_cast<double>(element_bytes(dtype)) / 2.0;
+        const double per_pair =
+            2.0 * 4.0 * h / tp / (peak * hardware.unfused_attention_efficiency) +
+            2.0 * 2.0 * 5.0 * model.heads / tp * scale / hardware.hbm_gbs;
+        return layers * per_pair * (backward ? 2.0 : 1.0);
+    }
+    const double context = model.context;
+    const double call_flops = 4.0 * h / tp * context * context / 2.0 / std::max(grid.cp, 1);
+    const double efficiency = backward
+                                  ? table_efficiency(hardware.attention_backward_efficiency,
+                                                     call_flops, hardware.attention_efficiency)
+                                  : table_efficiency(hardware.attention_forward_efficiency,
+                                                     call_flops, hardware.attention_efficiency);
+    return layers * (backward ? 2.5 : 1.0) * 4.0 * h / tp / (peak * efficiency);
+}
+
 // The forward pass of `stage` for one rank (docs/simulate.md, "The analytic model").
 PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layout,
                           const HardwareAssumptions& hardware, DType dtype, int stage,
@@ -263,9 +313,6 @@ PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layou
         forward.per_pair_ns = 4.0 * h * layers / tp / flops_per_ns;
         return forward;
     }
-    const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
-                                                                          : hardware.tflops) *
-                        1e3;
     // Elementwise work reads and writes what a layer keeps for its backward pass (Korthikanti
     // et al. 2022, Table 2, in 16-bit bytes: (10 + 24/t)·h a token for GPT, 34·h/t with
     // sequence parallelism; parallel::kept_bytes_per_token), at the activations' element size.
@@ -275,18 +322,8 @@ PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layou
     const CrossEntropy loss = cross_entropy(model, grid, hardware, stage);
     forward.per_token_ns += loss.forward_per_token_ns;
     forward.fixed_ns += loss.forward_fixed_ns;
-    // The attention core: 4h/tp FLOPs a query·key pair; an unfused kernel computes the whole
-    // square, twice the causal pairs, and streams 5a/t bytes of scores, softmax and dropout
-    // mask a pair, twice.
-    const bool unfused = hardware.unfused_attention;
-    const double square = unfused ? 2.0 : 1.0;
-    const double efficiency =
-        unfused ? hardware.unfused_attention_efficiency : hardware.attention_efficiency;
-    double per_pair = square * 4.0 * h / tp / (peak * efficiency);
-    if (unfused) {
-        per_pair += square * 2.0 * 5.0 * model.heads / tp * scale / hardware.hbm_gbs;
-    }
-    forward.per_pair_ns = layers * per_pair;
+    forward.per_pair_ns =
+        analytic_attention_per_pair_ns(model, layout, hardware, dtype, stage, Phase::forward);
     return forward;
 }
 
@@ -414,7 +451,10 @@ CostModel analytic_cost_model(const ModelShape& model, const parallel::Layout& l
         backward.fixed_ns = 2 * (forward.fixed_ns - loss.forward_fixed_ns);
         backward.per_token_ns =
             2 * (forward.per_token_ns - loss.forward_per_token_ns) + loss.backward_per_token_ns;
-        backward.per_pair_ns *= 2;
+        backward.per_pair_ns = hardware.gemm_efficiency.empty()
+                                   ? 2 * forward.per_pair_ns
+                                   : analytic_attention_per_pair_ns(model, layout, hardware, dtype,
+                                                                    stage, Phase::backward);
         cost.passes.push_back(forward);
         cost.passes.push_back(backward);
     }

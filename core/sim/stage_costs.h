@@ -75,6 +75,14 @@ struct HardwareAssumptions {
     // mask through HBM) at peak × unfused_attention_efficiency.
     double attention_efficiency = 1;
     double unfused_attention_efficiency = 1;
+    // The fused kernel measured by size (a preset's own measurement, hardware.cpp): its
+    // forward's and its backward's share of peak by the forward's FLOPs of one call (a
+    // micro-batch's attention on one rank), interpolated as the GEMM table. Empty:
+    // attention_efficiency for both. The fused backward is 2.5 forwards of FLOPs (it recomputes
+    // the scores: five matrix products against two, FlashAttention-2, Dao 2023, §3.1); the
+    // unfused one twice the forward (it kept them).
+    std::vector<GemmEfficiencyPoint> attention_forward_efficiency;
+    std::vector<GemmEfficiencyPoint> attention_backward_efficiency;
     // Which one the run uses: its software's choice (`--attention-backend flash|unfused`,
     // Megatron-LM's flag), not the device's.
     bool unfused_attention = false;
@@ -87,6 +95,10 @@ struct HardwareAssumptions {
     std::optional<parallel::ClusterNetwork> network;
 };
 
+// The efficiency at `flops` FLOPs in a table of points, interpolated in log FLOPs and clamped
+// at its ends; `otherwise` when the table is empty.
+double table_efficiency(const std::vector<GemmEfficiencyPoint>& table, double flops,
+                        double otherwise);
 // The efficiency of a GEMM of `flops` FLOPs in the table; 1 when it is empty.
 double gemm_efficiency(const HardwareAssumptions& hardware, double flops);
 

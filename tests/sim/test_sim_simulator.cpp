@@ -675,9 +675,25 @@ private slots:
         QCOMPARE(mine->network->gpus_per_node, 4);
         auto flat = hardware_preset(write("flat.json", R"({"base": "h100", "network": null})"));
         QVERIFY(flat.ok() && !flat->network.has_value());
+        // A device's measured attention, by the forward's GFLOP of a call.
+        auto measured = hardware_preset(write("attention.json", R"({"base": "a100",
+            "attention_forward_efficiency": [[1, 0.2], [100, 0.5]],
+            "attention_backward_efficiency": [[1, 0.1], [100, 0.4]]})"));
+        QVERIFY2(measured.ok(), measured.ok() ? "" : measured.error().message.c_str());
+        QCOMPARE(table_efficiency(measured->attention_forward_efficiency, 10e9, 0), 0.35);
+        QCOMPARE(table_efficiency(measured->attention_backward_efficiency, 1e15, 0), 0.4);
+        // A flat share stated over a preset with tables replaces them.
+        auto flat_attention = hardware_preset(
+            write("flat-attention.json", R"({"base": "h100", "attention_efficiency": 0.7})"));
+        QVERIFY(flat_attention.ok());
+        QVERIFY(flat_attention->attention_forward_efficiency.empty());
+        QVERIFY(flat_attention->attention_backward_efficiency.empty());
+        QVERIFY(!must(hardware_preset("h100")).attention_forward_efficiency.empty());
         for (const auto& [name, text, words] :
              std::initializer_list<std::tuple<const char*, const char*, const char*>>{
                  {"typo.json", R"({"tflop": 300})", "unknown key \"tflop\""},
+                 {"order.json", R"({"attention_forward_efficiency": [[10, 0.2], [1, 0.5]]})",
+                  "\"attention_forward_efficiency\""},
                  {"kind.json", R"({"network": {"gpu": "volta"}})", "network.gpu"},
                  {"base.json", R"({"base": "base.json"})", "\"base\""},
                  {"list.json", "[1, 2]", "not a JSON object"}}) {
@@ -726,8 +742,11 @@ private slots:
         hide_behind_gemms(partly, 800, 8);  // 200 + 7/8 · (1600 − 800)
         QCOMPARE(partly.tp_total(), std::int64_t(900));
 
+        // A model of the size TP 8 is for (M7's layers: hidden 12288): its GEMMs in eighths
+        // of 4096 tokens still fill the device. At hidden 4096 they would not (0.25 of peak
+        // against 0.67 whole, the h100 table), and the chunks would cost more than they hide.
         SimulationConfig config;
-        config.model = {.layers = 4, .hidden = 4096, .heads = 32, .context = 4096, .vocab = 256};
+        config.model = {.layers = 4, .hidden = 12288, .heads = 96, .context = 4096, .vocab = 256};
         config.layout.grid = {.dp = 1, .tp = 8, .pp = 1, .cp = 1};
         config.layout.microbatches = 2;
         config.layout.sequence_parallel = true;
@@ -1018,12 +1037,38 @@ private slots:
             analytic_cost_model(shape, {}, a100, DType::bf16).passes[0].per_pair_ns;
         QVERIFY(unfused > flash * 2 * 0.6 / 0.5);  // twice the pairs, slower, and HBM besides
         QVERIFY(describe(a100).find("unfused attention at 0.5") != std::string::npos);
-        // The h100 preset is a described device too: its own peak, table and network.
+        // The fused backward recomputes the scores: 2.5 forwards of FLOPs; the unfused one
+        // kept them: twice the forward.
+        const auto passes = [&](const HardwareAssumptions& hardware) {
+            return analytic_cost_model(shape, {}, hardware, DType::bf16).passes;
+        };
+        QCOMPARE(passes(a100)[1].per_pair_ns, 2 * passes(a100)[0].per_pair_ns);
+        a100.unfused_attention = false;
+        QCOMPARE(passes(a100)[1].per_pair_ns, 2.5 * flash);
+        // The h100 preset is a described device too: its own peak, measured tables and
+        // network. Its fused attention by the call's size: this shape's call is
+        // 4·4096·2048²/2 FLOPs, 34.4 GFLOP, between the measured 17.2 and 51.5.
         const HardwareAssumptions h100 = must(hardware_preset("h100"));
         QCOMPARE(h100.tflops, 989.0);
-        QCOMPARE(h100.gemm_efficiency.size(), std::size_t(5));
+        QCOMPARE(h100.gemm_efficiency.size(), std::size_t(10));
         QVERIFY(h100.gemm_efficiency.back().efficiency < a100.gemm_efficiency.back().efficiency);
         QVERIFY(h100.network.has_value() && h100.network->nvls);
+        const double call = 4.0 * 4096 * 2048.0 * 2048 / 2;
+        const double forward_efficiency =
+            table_efficiency(h100.attention_forward_efficiency, call, 0);
+        const double backward_efficiency =
+            table_efficiency(h100.attention_backward_efficiency, call, 0);
+        QVERIFY(forward_efficiency > 0.321 && forward_efficiency < 0.406);
+        QVERIFY(backward_efficiency > 0.229 && backward_efficiency < 0.309);
+        QVERIFY(std::abs(passes(h100)[0].per_pair_ns -
+                         2 * 4.0 * 4096 / (989e3 * forward_efficiency)) < 1e-12);
+        QVERIFY(std::abs(passes(h100)[1].per_pair_ns -
+                         2.5 * 2 * 4.0 * 4096 / (989e3 * backward_efficiency)) < 1e-12);
+        // A longer context is a larger call, nearer the kernel's best.
+        ModelShape longer = shape;
+        longer.context = 32768;
+        QVERIFY(analytic_cost_model(longer, {}, h100, DType::bf16).passes[0].per_pair_ns <
+                passes(h100)[0].per_pair_ns / 1.3);
         QTemporaryDir dir;
         const std::string path = dir.filePath("kernel.json").toStdString();
         std::ofstream(path) << R"({"base": "h100", "attention_backend": "triton"})";

@@ -168,6 +168,90 @@ def measure_sustained(shapes, flush, dtype, seconds=20):
     return results
 
 
+def measure_step(spec, dtype, steps=6):
+    """A whole training step of a GPT on one GPU, as Megatron-LM's mixed precision runs it:
+    bf16 weights and gradients, an fp32 master copy updated by fused AdamW, `microbatches`
+    micro-batches of one sequence each accumulated, the untied LM head and the cross-entropy
+    on fp32 logits, cuDNN's fused attention, dropout 0.1 after attention and MLP. Timed per
+    part (the micro-batches' forward and backward, the update) over `steps` steps after two
+    warm-up steps. The layout's communication is absent: a step of DP 1, TP 1, PP 1."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    layers, h, heads = spec["layers"], spec["hidden"], spec["heads"]
+    s, vocab, microbatches = spec["sequence"], spec["vocab"], spec["microbatches"]
+    d = h // heads
+
+    def param(*shape, scale=0.02):
+        return (torch.randn(*shape, device="cuda", dtype=dtype) * scale).requires_grad_()
+
+    blocks = [{"ln1_w": param(h, scale=0) + 1, "ln1_b": param(h, scale=0),
+               "qkv": param(3 * h, h), "qkv_b": param(3 * h, scale=0),
+               "proj": param(h, h), "proj_b": param(h, scale=0),
+               "ln2_w": param(h, scale=0) + 1, "ln2_b": param(h, scale=0),
+               "fc1": param(4 * h, h), "fc1_b": param(4 * h, scale=0),
+               "fc2": param(h, 4 * h), "fc2_b": param(h, scale=0)} for _ in range(layers)]
+    for block in blocks:  # leaves: the "+ 1" made two of them results of an op
+        for key in ("ln1_w", "ln2_w"):
+            block[key] = block[key].detach().requires_grad_()
+    wte, wpe, head = param(vocab, h), param(s, h), param(vocab, h)
+    final_w = torch.ones(h, device="cuda", dtype=dtype, requires_grad=True)
+    final_b = torch.zeros(h, device="cuda", dtype=dtype, requires_grad=True)
+    params = [wte, wpe, head, final_w, final_b] + [p for b in blocks for p in b.values()]
+    masters = [p.detach().float().clone() for p in params]
+    optimizer = torch.optim.AdamW(masters, lr=1e-4, fused=True)
+    tokens = torch.randint(0, vocab, (microbatches, s + 1), device="cuda")
+
+    def forward(mb):
+        x = wte[tokens[mb, :s]] + wpe
+        for b in blocks:
+            a = F.layer_norm(x, (h,), b["ln1_w"], b["ln1_b"])
+            qkv = F.linear(a, b["qkv"], b["qkv_b"]).view(1, s, 3, heads, d)
+            q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            o = o.transpose(1, 2).reshape(s, h)
+            x = x + F.dropout(F.linear(o, b["proj"], b["proj_b"]), 0.1, True)
+            m = F.layer_norm(x, (h,), b["ln2_w"], b["ln2_b"])
+            m = F.gelu(F.linear(m, b["fc1"], b["fc1_b"]), approximate="tanh")
+            x = x + F.dropout(F.linear(m, b["fc2"], b["fc2_b"]), 0.1, True)
+        x = F.layer_norm(x, (h,), final_w, final_b)
+        logits = F.linear(x, head).float()
+        return F.cross_entropy(logits, tokens[mb, 1:s + 1])
+
+    def update():
+        for master, p in zip(masters, params):
+            master.grad = p.grad.float()
+            p.grad = None
+        optimizer.step()
+        for master, p in zip(masters, params):
+            p.data.copy_(master)
+
+    parts = {"microbatches": [], "update": [], "step": []}
+    for step in range(steps + 2):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for mb in range(microbatches):
+            forward(mb).backward()
+        torch.cuda.synchronize()
+        middle = time.perf_counter()
+        update()
+        torch.cuda.synchronize()
+        end = time.perf_counter()
+        if step >= 2:
+            parts["microbatches"].append(middle - start)
+            parts["update"].append(end - middle)
+            parts["step"].append(end - start)
+    result = {**spec, "parameters": sum(p.numel() for p in params),
+              **{f"{name}_s": statistics.median(values) for name, values in parts.items()},
+              "steps_s": parts["step"],
+              "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30}
+    print(f"step {spec}: {result['step_s']:.4f} s (micro-batches {result['microbatches_s']:.4f},"
+          f" update {result['update_s']:.4f}), {result['parameters'] / 1e9:.2f} B parameters, "
+          f"peak {result['peak_gib']:.1f} GiB", flush=True)
+    del blocks, params, masters, optimizer
+    torch.cuda.empty_cache()
+    return result
+
+
 def measure_layer(shape, flush, dtype, keep=False):
     """One GPT layer's forward and backward on one TP rank of a row, as Megatron-LM with
     sequence parallelism computes it, the communication left out: LayerNorm and dropout on
@@ -300,7 +384,8 @@ def main():
                         help="kernels (GEMMs, attention and elementwise at the rows' shapes), "
                         "layers (a whole layer of each row, GEMMs of few tokens, attention from "
                         "small to large), sustained (M1's and M8's layer back to back for 20 s each, "
-                        "with clocks and power); default kernels,layers")
+                        "with clocks and power), step (a whole step of M1's model on one GPU); "
+                        "default kernels,layers")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if not torch.cuda.is_available():
@@ -358,6 +443,13 @@ def main():
     if "kernels" in parts:
         section("attention", lambda: measure_attention(attention_shapes, flush, dtype))
         section("elementwise", lambda: measure_elementwise(elementwise_shapes, flush, dtype))
+    if "step" in parts:
+        # Megatron-LM README's M1 (24 layers of 2048, 16 heads, 4096 tokens, V = 131072, four
+        # micro-batches a step on each DP rank), and a shallower one to part layers from the rest.
+        m1 = {"layers": 24, "hidden": 2048, "heads": 16, "sequence": 4096, "vocab": 131072,
+              "microbatches": 4}
+        section("step", lambda: [measure_step(m1, dtype), measure_step({**m1, "layers": 12},
+                                                                       dtype)])
     if "sustained" in parts:
         section("sustained", lambda: measure_sustained(
             [rows[row] for row in ("M1", "M8") if row in rows], flush, dtype))

@@ -175,9 +175,18 @@ void render_offload(const RunAnalysis& a, std::string& out) {
         (o.pageable_copies == 1 ? " host/device copy" : " host/device copies") +
         " of pageable memory, " + format_duration(o.pageable_copy_ns) +
         ": data loads, read-backs, staging; synchronous, not offload";
+    const std::string uploads =
+        std::to_string(o.staging_copies) +
+        (o.staging_copies == 1 ? " pinned staging copy, " : " pinned staging copies, ") +
+        format_duration(o.staging_copy_ns) +
+        ": uploads of ranks that send nothing out, read-backs under a page; not offload";
     if (o.ranks.empty()) {
-        if (o.pageable_copies > 0) {
-            out += "\noffload copies: none (" + pageable + ")\n";
+        if (o.pageable_copies > 0 || o.staging_copies > 0) {
+            std::string left_out = o.pageable_copies > 0 ? pageable : "";
+            if (o.staging_copies > 0) {
+                left_out += (left_out.empty() ? "" : "; ") + uploads;
+            }
+            out += "\noffload copies: none (" + left_out + ")\n";
         }
         return;
     }
@@ -190,6 +199,9 @@ void render_offload(const RunAnalysis& a, std::string& out) {
            o.chunk_note + ")\n";
     if (o.pageable_copies > 0) {
         out += "  left out: " + pageable + "\n";
+    }
+    if (o.staging_copies > 0) {
+        out += "  left out: " + uploads + "\n";
     }
 }
 

@@ -23,7 +23,8 @@ RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
                 continue;
             }
             if (role == Role::step) {
-                out.steps.push_back({event.step, event.start_ns, event.end_ns, -1, host});
+                out.steps.push_back({step_of_range(event, trace.name(event.name)), event.start_ns,
+                                     event.end_ns, -1, host});
             } else if (role == Role::optimizer) {
                 if (!marks) {
                     marks.emplace(trace, lane);

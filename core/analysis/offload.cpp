@@ -35,11 +35,53 @@ std::string chunk_size_text(const OffloadAnalysis& offload) {
     return std::to_string(*offload.min_hidden_chunk_tokens) + " tokens";
 }
 
+namespace {
+
+bool is_upload_direction(CopyKind kind) {
+    return kind == CopyKind::host_to_device || kind == CopyKind::host_to_array;
+}
+
+// A host↔device memcpy whose host side CUPTI recorded as pinned memory. Only these are judged
+// by size and direction below; a copy of unrecorded memory stays offload, as before.
+bool is_pinned_host_copy(const Event& event) {
+    if (event.kind != EventKind::memcpy || !crosses_host_and_device(event.copy_kind)) {
+        return false;
+    }
+    return (is_upload_direction(event.copy_kind) ? event.src_memory : event.dst_memory) ==
+           MemoryKind::pinned;
+}
+
+// A device-to-host copy into pinned memory of less than a page: a loss, a norm or a flag read
+// back (PyTorch's `.item()` goes through a pinned buffer), not offloaded activations.
+constexpr std::int64_t kReadBackBytes = 4096;
+bool is_small_read_back(const Event& event) {
+    return is_pinned_host_copy(event) && !is_upload_direction(event.copy_kind) &&
+           event.bytes >= 0 && event.bytes < kReadBackBytes;
+}
+
+// Whether the rank sends anything larger to host memory that is not pageable: offload moves
+// data out before it brings it back, so a rank that never does has no offload, only uploads.
+bool sends_to_host(const RankTrace& rank) {
+    for (const LaneTrace& lane : rank.lanes) {
+        for (const Event& event : lane.events) {
+            if (event.kind == EventKind::memcpy && crosses_host_and_device(event.copy_kind) &&
+                !is_upload_direction(event.copy_kind) && !is_pageable_host_copy(event) &&
+                !is_small_read_back(event)) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
 RankOffloadFigures rank_offload(const RankTrace& rank, const RankActivity& activity) {
     RankOffloadFigures out;
     RankOffload row;
     row.rank = rank.info.rank;
     IntervalSet copies;
+    const bool sends = sends_to_host(rank);
     for (const LaneTrace& lane : rank.lanes) {
         for (const Event& event : lane.events) {
             if (is_pageable_host_copy(event)) {
@@ -48,6 +90,12 @@ RankOffloadFigures rank_offload(const RankTrace& rank, const RankActivity& activ
                 continue;
             }
             if (!is_offload_copy(event)) {
+                continue;
+            }
+            if (is_small_read_back(event) ||
+                (!sends && is_pinned_host_copy(event) && is_upload_direction(event.copy_kind))) {
+                ++out.staging_copies;
+                out.staging_copy_ns += event.duration_ns();
                 continue;
             }
             copies.add(event.start_ns, event.end_ns);
@@ -91,6 +139,8 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const std::vector<RankOff
     for (const RankOffloadFigures& figures : ranks) {
         result.pageable_copies += figures.pageable_copies;
         result.pageable_copy_ns += figures.pageable_copy_ns;
+        result.staging_copies += figures.staging_copies;
+        result.staging_copy_ns += figures.staging_copy_ns;
         if (!figures.row) {
             continue;
         }
@@ -107,10 +157,14 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const std::vector<RankOff
     }
 
     if (result.ranks.empty()) {
-        result.chunk_note = result.pageable_copies > 0
-                                ? "the run's host/device copies all use pageable host memory "
-                                  "(data loads, read-backs): no offload"
-                                : "the run has no host/device copies";
+        result.chunk_note =
+            result.staging_copies > 0
+                ? "the run's pinned copies are uploads and small read-backs (nothing larger "
+                  "than a page goes to the host first): no offload"
+            : result.pageable_copies > 0
+                ? "the run's host/device copies all use pageable host memory "
+                  "(data loads, read-backs): no offload"
+                : "the run has no host/device copies";
         return result;
     }
     if (!result.bandwidth_gb_s || *result.bandwidth_gb_s <= 0) {

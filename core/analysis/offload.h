@@ -5,7 +5,13 @@
 // offload does (CUDA's "API synchronization behavior"), so those — input uploads, loss
 // read-backs, a communicator staging through ordinary host buffers — are counted apart. On
 // the first GPU captures (tests/data) they were 27 of the 37 ms of copies and would have read
-// as offload hidden 14% where the offload streams' copies hid about half.
+// as offload hidden 14% where the offload streams' copies hid about half. Offload sends data to
+// the host before it brings it back: read-backs into pinned memory of less than a page (a
+// loss, a norm) are not offload, and on a rank that sends nothing larger to pinned host memory
+// its pinned host-to-device copies are uploads (a data loader's pinned batches); both are
+// counted apart as staging (tests/data/gpu-torch-train.fulcrum, a plain PyTorch loop, had its
+// batches read as offload). Only copies whose host memory CUPTI recorded as pinned are judged
+// so; a copy of unrecorded memory stays offload.
 //
 //   copy       = |K|          K: the union of copy intervals (memcpy events, offload ranges)
 //   overlapped = |K ∩ C|      C: the rank's compute (activity.h)
@@ -56,6 +62,10 @@ struct OffloadAnalysis {
     // Host↔device copies with pageable host memory, left out of the figures above.
     std::int64_t pageable_copies = 0;
     std::int64_t pageable_copy_ns = 0;  // Σ durations
+    // Pinned copies that are not offload, left out likewise: small read-backs, and the uploads
+    // of ranks that send nothing larger to the host.
+    std::int64_t staging_copies = 0;
+    std::int64_t staging_copy_ns = 0;  // Σ durations
 };
 
 // A host↔device memcpy whose host side is pageable memory (recorded by CUPTI).
@@ -80,6 +90,8 @@ struct RankOffloadFigures {
     std::int64_t timed_ns = 0;       // Σ durations of the copies that gave their bytes
     std::int64_t pageable_copies = 0;
     std::int64_t pageable_copy_ns = 0;
+    std::int64_t staging_copies = 0;
+    std::int64_t staging_copy_ns = 0;
 };
 RankOffloadFigures rank_offload(const RankTrace& rank, const RankActivity& activity);
 OffloadAnalysis analyze_offload(const RunTrace& trace, const std::vector<RankOffloadFigures>& ranks,

@@ -67,6 +67,7 @@ struct Open {
     Role role;
     std::int64_t pass = -1;         // index into the result when this range is a pass
     std::int64_t attention_ns = 0;  // attention ranges: time less nested communication
+    std::int32_t step = -1;         // step ranges: the step they stand for
 };
 
 // Gives each pass of `lane` (passes[first_pass...]) the CPU time its `fulcrum.cpu` mark says.
@@ -128,10 +129,18 @@ void walk_lane(const RunTrace& trace, const LaneTrace& lane,
             stack.push_back(open);
             continue;
         }
+        if (role == Role::step) {
+            open.step = step_of_range(event, trace.name(event.name));
+        }
         if (pass_range && current_pass < 0) {
             Pass pass;
             pass.rank = lane.info.rank;
             pass.step = event.step;
+            // A pass without a step of its own is in the step range around it (a program's
+            // hand-made "train_step 3", run_trace.h).
+            for (auto it = stack.rbegin(); it != stack.rend() && pass.step < 0; ++it) {
+                pass.step = it->role == Role::step ? it->step : pass.step;
+            }
             pass.microbatch = event.microbatch;
             pass.stage = event.stage;
             pass.chunk =

@@ -469,8 +469,9 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     } else if (std::any_of(analysis.breakdown.begin(), analysis.breakdown.end(),
                            [](const StepBreakdown& row) { return row.whole_trace; })) {
         analysis.notes.push_back(
-            "no step ranges (ProfilerStep#N or the fulcrum `step` annotation): the step "
-            "breakdown is one window over each such rank's whole trace, without a step number");
+            "no step ranges (ProfilerStep#N, the fulcrum `step` annotation, or a range named "
+            "like \"train_step N\"): the step breakdown is one window over each such rank's "
+            "whole trace, without a step number");
     }
     report("bubbles", 0.75);
     analysis.bubbles = analyze_bubbles(trace, passes);
@@ -738,6 +739,8 @@ json offload_json(const OffloadAnalysis& offload) {
             {"chunk_note", offload.chunk_note},
             {"pageable_copies", offload.pageable_copies},
             {"pageable_copy_ns", offload.pageable_copy_ns},
+            {"staging_copies", offload.staging_copies},
+            {"staging_copy_ns", offload.staging_copy_ns},
             {"ranks", std::move(offload_ranks)}};
 }
 

@@ -51,6 +51,9 @@ Role role_of_name_only(std::string_view name) {
             return entry.role;
         }
     }
+    if (hand_made_step(name)) {
+        return Role::step;
+    }
     // PyTorch's attention operators in an imported trace (Kineto, or nsys with emit_nvtx):
     // scaled_dot_product_attention and the kernels' own operators it dispatches to (flash,
     // efficient, cuDNN, math, and their backwards), so CP load measures a PyTorch run's
@@ -63,6 +66,42 @@ Role role_of_name_only(std::string_view name) {
 }
 
 }  // namespace
+
+std::optional<std::int32_t> hand_made_step(std::string_view name) {
+    constexpr std::array<std::string_view, 7> kWords = {
+        "train_step", "training_step", "train step", "training step", "step", "iteration", "iter"};
+    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
+    for (const std::string_view word : kWords) {
+        if (name.size() < word.size() + 2) {
+            continue;
+        }
+        bool same = true;
+        for (std::size_t i = 0; i < word.size() && same; ++i) {
+            same = lower(name[i]) == word[i];
+        }
+        const char separator = name[word.size()];
+        if (!same ||
+            (separator != ' ' && separator != '_' && separator != '#' && separator != ':')) {
+            continue;
+        }
+        const std::string_view digits = name.substr(word.size() + 1);
+        if (digits.empty() || digits.size() > 9 ||
+            !std::all_of(digits.begin(), digits.end(),
+                         [](char c) { return c >= '0' && c <= '9'; })) {
+            continue;
+        }
+        std::int32_t number = 0;
+        for (const char c : digits) {
+            number = number * 10 + (c - '0');
+        }
+        return number;
+    }
+    return std::nullopt;
+}
+
+std::int32_t step_of_range(const Event& event, std::string_view name) {
+    return event.step >= 0 ? event.step : hand_made_step(name).value_or(-1);
+}
 
 Role role_of_name(std::string_view name, Category category, EventKind kind) {
     return role_with_category(role_of_name_only(name), category, kind);

@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -47,6 +48,15 @@ enum class Role : std::uint8_t {
 };
 
 Role role_of_name(std::string_view name, Category category, EventKind kind);
+
+// A step range a program names by hand rather than with the fulcrum `step` annotation: "step
+// 3", "train_step 3", "Training step 3", "iteration 3", "iter_3" (a word, one separator of
+// space, '_', '#' or ':', then the number, the case ignored): its number. Such a range has the
+// step role, and the analyses take its number where the event carries none (docs/annotations.md,
+// "Other programs' ranges").
+std::optional<std::int32_t> hand_made_step(std::string_view name);
+// The step an event of the step role stands for: its own, else the one its name gives.
+std::int32_t step_of_range(const Event& event, std::string_view name);
 
 // A name the engine does not use is still communication when its category or kind says so.
 constexpr Role role_with_category(Role named, Category category, EventKind kind) {

@@ -44,8 +44,9 @@ void rank_step_breakdown(const RunTrace& trace, const RankTrace& rank, const Ran
             if (trace.role(event) == Role::step && event.kind == EventKind::range) {
                 StepBreakdown row;
                 row.rank = rank.info.rank;
-                if (event.step >= 0) {
-                    row.step = event.step;
+                if (const std::int32_t step = step_of_range(event, trace.name(event.name));
+                    step >= 0) {
+                    row.step = step;
                 }
                 row.start_ns = event.start_ns;
                 row.end_ns = event.end_ns;

@@ -7,6 +7,9 @@
 //                                    pinned host memory on the `offload` stream and fetches it
 //                                    back on `prefetch`; fixed and WLB-LLM packing
 //   gpu-profile-125m                 1 rank, the ~125M-parameter model, 2 micro-batches, 3 steps
+//   gpu-torch-train                  not ours: a plain PyTorch loop (tests/data/torch/
+//                                    cuda_train.py), 4 steps of 2 micro-batches, hand-made
+//                                    NVTX ranges, pinned batches uploaded
 //
 // The files are fixed, so nothing here is timing noise; still, the checks are what must hold
 // on any GPU capture, each figure recomputed here from the raw events (kernels, copies) and
@@ -29,6 +32,8 @@ namespace {
 constexpr int kSteps = 3;
 constexpr int kOffloadMicrobatches = 4;
 constexpr int kProfileMicrobatches = 2;
+constexpr int kTorchSteps = 4;
+constexpr int kTorchMicrobatches = 2;
 
 std::string fixture(const char* name) {
     return std::string(FULCRUM_SOURCE_DIR "/tests/data/") + name;
@@ -162,8 +167,8 @@ QString describe(const Pass& pass) {
 class GpuFixturesTest : public QObject {
     Q_OBJECT
 
-    RunTrace fixed_, wlb_, profile_;
-    RunAnalysis fixed_analysis_, wlb_analysis_, profile_analysis_;
+    RunTrace fixed_, wlb_, profile_, torch_;
+    RunAnalysis fixed_analysis_, wlb_analysis_, profile_analysis_, torch_analysis_;
 
     // Every check on the pp2 × cp2 captures holds for both balancers.
     void offload_runs_data() {
@@ -184,6 +189,7 @@ private slots:
         QTest::newRow("pp2 cp2 offload fixed") << "gpu-pp2cp2-offload-fixed.fulcrum";
         QTest::newRow("pp2 cp2 offload wlb") << "gpu-pp2cp2-offload-wlb.fulcrum";
         QTest::newRow("125m profile") << "gpu-profile-125m.fulcrum";
+        QTest::newRow("pytorch loop") << "gpu-torch-train.fulcrum";
     }
     void fileReadARankAtATimeEqualsTheRunInMemory() {
         QFETCH(QString, name);
@@ -210,9 +216,115 @@ private slots:
         fixed_ = load("gpu-pp2cp2-offload-fixed.fulcrum");
         wlb_ = load("gpu-pp2cp2-offload-wlb.fulcrum");
         profile_ = load("gpu-profile-125m.fulcrum");
+        torch_ = load("gpu-torch-train.fulcrum");
         fixed_analysis_ = analyse(fixed_);
         wlb_analysis_ = analyse(wlb_);
         profile_analysis_ = analyse(profile_);
+        torch_analysis_ = analyse(torch_);
+    }
+
+    // `fulcrum capture` of a program that is not fulcrum-train: PyTorch's own kernels (ATen's,
+    // cuDNN's fused attention, cuBLAS's) on its streams, each launched by a runtime call the
+    // collector correlates, the backward's from the autograd engine's thread; the user's
+    // hand-made NVTX ranges on the host, and the passes found from its `forward` and
+    // `backward` ranges.
+    void foreignPyTorchLoopIsTraced() {
+        QCOMPARE(torch_.ranks.size(), std::size_t{1});
+        const RankTrace& rank = torch_.ranks.front();
+        QVERIFY(rank.info.complete);
+        QCOMPARE(rank.info.dropped_records, 0);
+        std::map<std::string, int> ranges;
+        std::set<std::int64_t> launches;
+        std::vector<const Event*> kernels;
+        int host_threads = 0;
+        for (const LaneTrace& lane : rank.lanes) {
+            host_threads += lane.info.kind == LaneKind::host_thread ? 1 : 0;
+            for (const Event& event : lane.events) {
+                if (event.kind == EventKind::range) {
+                    std::string name(torch_.name(event.name));
+                    ++ranges[name.substr(0, name.find(' '))];
+                } else if (event.kind == EventKind::api && event.correlation >= 0) {
+                    launches.insert(event.correlation);
+                } else if (event.kind == EventKind::kernel) {
+                    QCOMPARE(lane.info.kind, LaneKind::gpu_stream);
+                    kernels.push_back(&event);
+                }
+            }
+        }
+        QCOMPARE(ranges["train_step"], kTorchSteps);
+        QCOMPARE(ranges["microbatch"], kTorchSteps * kTorchMicrobatches);
+        QCOMPARE(ranges["forward"], kTorchSteps * kTorchMicrobatches);
+        QCOMPARE(ranges["backward"], kTorchSteps * kTorchMicrobatches);
+        QCOMPARE(ranges["optimizer.step"], kTorchSteps);
+        QVERIFY(host_threads >= 2);  // the loop's thread and the autograd engine's
+        QVERIFY(kernels.size() > 1000);
+        int aten = 0, attention = 0;
+        for (const Event* kernel : kernels) {
+            QVERIFY(launches.count(kernel->correlation) == 1);
+            const std::string_view name = torch_.name(kernel->name);
+            aten += name.find("at::native") != std::string_view::npos ? 1 : 0;
+            attention += name.find("sdpa") != std::string_view::npos ? 1 : 0;
+        }
+        QVERIFY(aten > 0);
+        // cuDNN's fused attention: forward and backward, 4 layers, each micro-batch.
+        QCOMPARE(attention, 2 * 4 * kTorchSteps * kTorchMicrobatches);
+        const auto passes = find_passes(torch_);
+        QCOMPARE(torch_analysis_.passes, std::int64_t(passes.size()));
+        QCOMPARE(passes.size(), std::size_t{2 * kTorchSteps * kTorchMicrobatches});
+        std::map<int, int> passes_by_step;
+        for (const Pass& pass : passes) {
+            QVERIFY(pass.compute_ns > 0 && pass.compute_ns <= pass.wall_ns());
+            ++passes_by_step[pass.step];
+        }
+        // Its "train_step N" ranges are its steps: the breakdown a window each, N = 0..3, and
+        // each pass in the step around it.
+        for (int step = 0; step < kTorchSteps; ++step) {
+            QCOMPARE(passes_by_step[step], 2 * kTorchMicrobatches);
+        }
+        const auto& breakdown = torch_analysis_.breakdown;
+        QCOMPARE(breakdown.size(), std::size_t{kTorchSteps});
+        for (int step = 0; step < kTorchSteps; ++step) {
+            QCOMPARE(breakdown[step].step, step);
+            QVERIFY(!breakdown[step].whole_trace);
+            QVERIFY(breakdown[step].compute_ns > 0);
+        }
+    }
+
+    // Its batches go up from pinned memory, and only its losses come down to pinned memory
+    // (`.item()`, a few bytes each): neither is offload (a data loader's pinned batches once
+    // read as offload here).
+    void uploadsAreNotOffload() {
+        const OffloadAnalysis& offload = torch_analysis_.offload;
+        QVERIFY(offload.ranks.empty());
+        QCOMPARE(offload.copy_ns, std::int64_t{0});
+        std::int64_t uploads = 0, read_backs = 0, staging_ns = 0, pageable = 0;
+        for (const LaneTrace& lane : torch_.ranks.front().lanes) {
+            for (const Event& event : lane.events) {
+                if (!is_host_device_copy(event)) {
+                    continue;
+                }
+                if (host_memory(event) == MemoryKind::pageable) {
+                    ++pageable;
+                    continue;
+                }
+                if (event.copy_kind == CopyKind::host_to_device) {
+                    ++uploads;
+                } else {
+                    QVERIFY(event.bytes >= 0 && event.bytes < 4096);
+                    ++read_backs;
+                }
+                staging_ns += event.duration_ns();
+            }
+        }
+        QCOMPARE(uploads, std::int64_t{kTorchSteps * kTorchMicrobatches});  // a batch each
+        QCOMPARE(read_backs, std::int64_t{kTorchSteps});                    // a loss a step
+        QCOMPARE(offload.staging_copies, uploads + read_backs);
+        QCOMPARE(offload.staging_copy_ns, staging_ns);
+        QCOMPARE(offload.pageable_copies, pageable);
+        QVERIFY(offload.chunk_note.find("uploads and small read-backs") != std::string::npos);
+        // The offload runs send to the host first: their uploads are their prefetches.
+        QCOMPARE(fixed_analysis_.offload.staging_copies, std::int64_t{0});
+        QVERIFY(!fixed_analysis_.offload.ranks.empty());
     }
 
     // The grid the engine wrote is read back, each rank at its coordinates, with its host

@@ -38,6 +38,42 @@ class OffloadTest : public QObject {
     Q_OBJECT
 
 private slots:
+    // Pinned copies judged by what the rank sends out (offload.h): rank 0 only uploads from
+    // pinned memory [0,10) and reads 8 bytes back into pinned memory [20,21): both staging,
+    // no offload. Rank 1 sends 1 MiB out [0,10) and brings it back [20,30): offload, its
+    // 8-byte read-back [40,41) staging. A copy of unrecorded host memory stays offload.
+    void pinnedUploadsAndReadBacksAreStaging() {
+        RunTrace trace;
+        const auto pinned = [&](int rank, CopyKind kind, std::int64_t start, std::int64_t bytes) {
+            auto& lane =
+                trace.add_lane(rank, LaneKind::gpu_stream, "copy " + std::to_string(start));
+            Event& copy = trace.add_range(lane, "Memcpy", Category::offload, start, start + 10);
+            copy.kind = EventKind::memcpy;
+            copy.copy_kind = kind;
+            copy.bytes = bytes;
+            (kind == CopyKind::host_to_device ? copy.src_memory : copy.dst_memory) =
+                MemoryKind::pinned;
+            (kind == CopyKind::host_to_device ? copy.dst_memory : copy.src_memory) =
+                MemoryKind::device;
+            return &copy;
+        };
+        pinned(0, CopyKind::host_to_device, 0, 1 << 20);
+        pinned(0, CopyKind::device_to_host, 20, 8)->end_ns = 21;
+        pinned(1, CopyKind::device_to_host, 0, 1 << 20);
+        pinned(1, CopyKind::host_to_device, 20, 1 << 20);
+        pinned(1, CopyKind::device_to_host, 40, 8)->end_ns = 41;
+        trace.finish();
+        const auto result = analyze_offload(trace, nullptr, 2);
+        QCOMPARE(result.ranks.size(), 1u);
+        QCOMPARE(result.ranks[0].rank, 1);
+        QCOMPARE(result.ranks[0].copies, std::int64_t{2});
+        QCOMPARE(result.copy_ns, std::int64_t{20});
+        QCOMPARE(result.staging_copies, std::int64_t{3});
+        QCOMPARE(result.staging_copy_ns, std::int64_t{10 + 1 + 1});
+        // The hand-built rank below records no memory kinds: all its copies stay offload.
+        QCOMPARE(analyze_offload(offloading_rank(), nullptr, 2).staging_copies, std::int64_t{0});
+    }
+
     void copiesSplitIntoHiddenAndExposed() {
         const RunTrace trace = offloading_rank();
         const auto result = analyze_offload(trace, nullptr, 4);

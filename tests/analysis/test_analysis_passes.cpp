@@ -1,6 +1,7 @@
 // Passes and the step breakdown on hand-built traces; every expected value is worked out
 // in the comment above its test.
 #include <QTest>
+#include <optional>
 
 #include "core/analysis/passes.h"
 #include "core/analysis/step_breakdown.h"
@@ -160,6 +161,42 @@ private slots:
         QCOMPARE(row.exposed_communication_ns, 20);
         QCOMPARE(row.other_ns, 0);
         QCOMPARE(row.idle_ns, 15);
+    }
+
+    // A program's own step ranges (not the fulcrum annotation): "train_step 7" [0,50) and
+    // "Iteration 8" [50,100), each holding a forward and a backward with no step of their own.
+    // Each is a step window with its number, and its passes take that number. Names that only
+    // look alike are not steps.
+    void handMadeStepRangesAreSteps() {
+        QCOMPARE(hand_made_step("train_step 7"), std::optional<std::int32_t>(7));
+        QCOMPARE(hand_made_step("Training step 12"), std::optional<std::int32_t>(12));
+        QCOMPARE(hand_made_step("iter_3"), std::optional<std::int32_t>(3));
+        QCOMPARE(hand_made_step("step#0"), std::optional<std::int32_t>(0));
+        for (const char* other : {"step", "steps 3", "step 3a", "stepper 3", "train_step",
+                                  "step 1234567890", "optimizer.step", "step -1"}) {
+            QVERIFY2(!hand_made_step(other), other);
+        }
+        RunTrace trace;
+        auto& lane = trace.add_lane(0, LaneKind::host_thread, "main");
+        trace.add_range(lane, "train_step 7", Category::other, 0, 50);
+        trace.add_range(lane, "forward", Category::other, 0, 20);
+        trace.add_range(lane, "backward", Category::other, 20, 45);
+        trace.add_range(lane, "Iteration 8", Category::other, 50, 100);
+        trace.add_range(lane, "forward", Category::other, 50, 70);
+        trace.add_range(lane, "backward", Category::other, 70, 95);
+        trace.finish();
+        const auto rows = step_breakdown(trace);
+        QCOMPARE(rows.size(), 2u);
+        QCOMPARE(rows[0].step, 7);
+        QCOMPARE(rows[1].step, 8);
+        QCOMPARE(rows[1].start_ns, 50);
+        QCOMPARE(rows[0].wall_ns(), 50);
+        const auto passes = find_passes(trace);
+        QCOMPARE(passes.size(), 4u);
+        QCOMPARE(passes[0].step, 7);
+        QCOMPARE(passes[1].step, 7);
+        QCOMPARE(passes[2].step, 8);
+        QCOMPARE(passes[3].step, 8);
     }
 
     // GPU rank: host step [0,100); compute stream kernels [0,40) and [70,80);

@@ -41,7 +41,13 @@ void OverlapView::set_run(RunPtr run) {
     const auto& offload = run_->analysis->offload;
     if (offload.ranks.empty()) {
         stack_->show_message(
-            offload.pageable_copies > 0
+            offload.staging_copies > 0
+                ? tr("No offload copies in this run: its %1 pinned copies are uploads and "
+                     "small read-backs (nothing larger went to the host first), and %2 more "
+                     "use pageable host memory.")
+                      .arg(offload.staging_copies)
+                      .arg(offload.pageable_copies)
+            : offload.pageable_copies > 0
                 ? tr("No offload copies in this run: its %1 host↔device copies use pageable "
                      "host memory (data loads, read-backs), which cannot overlap as an offload "
                      "does.")

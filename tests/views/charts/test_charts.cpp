@@ -390,7 +390,7 @@ private slots:
     void overlapViewDrawsHiddenAndExposedCopies() {
         OverlapView view;
         view.set_run(copies_);
-        QVERIFY(view.message().isEmpty());
+        QVERIFY2(view.message().isEmpty(), qPrintable(view.message()));
         QCOMPARE(view.overlapped_bars()->data()->size(), 1);
         QCOMPARE(view.overlapped_bars()->data()->at(0)->value, 50 / 1e6);
         QCOMPARE(view.exposed_bars()->data()->at(0)->value, 60 / 1e6);

@@ -168,6 +168,24 @@ double table_efficiency(const std::vector<GemmEfficiencyPoint>& table, double fl
 
 namespace {
 
+// What a stage's analytic costs scale with: the hidden size, TP, and the layers it holds.
+struct StageShape {
+    double h, tp, layers;
+};
+StageShape stage_shape(const ModelShape& model, const parallel::Layout& layout, int stage) {
+    const parallel::GridShape& grid = layout.grid;
+    return {static_cast<double>(model.hidden), static_cast<double>(std::max(grid.tp, 1)),
+            static_cast<double>(layers_of(stage, grid.pp, model.layers, layout.stage_layers,
+                                          layout.virtual_stages))};
+}
+
+// The device's dense peak for `dtype`, in FLOPs a nanosecond (fp32 GEMMs at its fp32 peak).
+double peak_flops_per_ns(const HardwareAssumptions& hardware, DType dtype) {
+    return (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
+                                                             : hardware.tflops) *
+           1e3;
+}
+
 // The GEMMs of one token's forward pass on `stage` for one rank: QKV (h → (h + 2·h_kv)/tp),
 // projection (h/tp → h), MLP (h → f/tp → h, Llama's gate and up both h → f/tp), twice
 // parallel::layer_gemm_weights over tp a layer (24·h²/tp for GPT), and the LM head on the last
@@ -179,19 +197,14 @@ double analytic_gemm_per_token_ns(const ModelShape& model, const parallel::Layou
                                   const HardwareAssumptions& hardware, DType dtype, int stage,
                                   int gemm_chunks = 1) {
     const parallel::GridShape& grid = layout.grid;
-    const double h = model.hidden;
-    const double tp = std::max(grid.tp, 1);
-    const double layers =
-        layers_of(stage, grid.pp, model.layers, layout.stage_layers, layout.virtual_stages);
+    const auto [h, tp, layers] = stage_shape(model, layout, stage);
     const bool last = stage == grid.pp - 1;
     if (hardware.gemm_efficiency.empty()) {
         const double head = last ? 2.0 * h * model.vocab : 0.0;  // vocabulary-parallel
         return (2.0 * parallel::layer_gemm_weights(model) * layers + head) / tp /
                (hardware.tflops * 1e3);
     }
-    const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
-                                                                          : hardware.tflops) *
-                        1e3;
+    const double peak = peak_flops_per_ns(hardware, dtype);
     const double tokens = std::max(1.0, static_cast<double>(model.context) / grid.cp);
     const auto gemm_ns = [&](double flops_per_token, double chunks = 1) {
         return flops_per_token /
@@ -268,13 +281,8 @@ double analytic_attention_per_pair_ns(const ModelShape& model, const parallel::L
                                       const HardwareAssumptions& hardware, DType dtype, int stage,
                                       Phase phase) {
     const parallel::GridShape& grid = layout.grid;
-    const double h = model.hidden;
-    const double tp = std::max(grid.tp, 1);
-    const double layers =
-        layers_of(stage, grid.pp, model.layers, layout.stage_layers, layout.virtual_stages);
-    const double peak = (dtype == DType::fp32 && hardware.fp32_tflops > 0 ? hardware.fp32_tflops
-                                                                          : hardware.tflops) *
-                        1e3;
+    const auto [h, tp, layers] = stage_shape(model, layout, stage);
+    const double peak = peak_flops_per_ns(hardware, dtype);
     const bool backward = phase != Phase::forward;
     if (hardware.unfused_attention) {
         const double scale = static_cast<double>(element_bytes(dtype)) / 2.0;
@@ -298,10 +306,7 @@ PassCost analytic_forward(const ModelShape& model, const parallel::Layout& layou
                           const HardwareAssumptions& hardware, DType dtype, int stage,
                           int gemm_chunks) {
     const parallel::GridShape& grid = layout.grid;
-    const double h = model.hidden;
-    const double tp = std::max(grid.tp, 1);
-    const double layers =
-        layers_of(stage, grid.pp, model.layers, layout.stage_layers, layout.virtual_stages);
+    const auto [h, tp, layers] = stage_shape(model, layout, stage);
     PassCost forward;
     forward.stage = static_cast<std::int16_t>(stage);
     forward.phase = Phase::forward;

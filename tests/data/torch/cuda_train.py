@@ -6,8 +6,13 @@ to check that the collector traces a program that is not fulcrum-train: PyTorch'
 cuDNN and elementwise kernels, its copies, and the hand-made ranges on the host lane
 (tests/data/README.md, gpu-torch-train.fulcrum).
 
-  python3 tests/data/torch/cuda_train.py [--steps 4] [--microbatches 2]
+With --profile FILE the same loop runs under PyTorch's own profiler (Kineto: CPU and CUDA
+activities, one profiler step a training step) and writes its Chrome trace there: the same
+program traced by PyTorch, for `fulcrum import` (tests/data/torch/cuda-train-kineto.json.gz).
+
+  python3 tests/data/torch/cuda_train.py [--steps 4] [--microbatches 2] [--profile FILE]
 """
+import contextlib
 import argparse
 
 import torch
@@ -15,49 +20,68 @@ import torch.nn.functional as F
 from torch.cuda import nvtx
 
 
+class Model:
+    """An embedding, `layers` pre-norm transformer layers and an untied head, with AdamW."""
+
+    def __init__(self, hidden=512, heads=8, layers=4, tokens=1024, vocab=8192, device="cuda"):
+        self.tokens, self.vocab, self.device = tokens, vocab, device
+        self.embedding = torch.nn.Embedding(vocab, hidden).to(device)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(hidden, heads, 4 * hidden, dropout=0.1,
+                                             batch_first=True, norm_first=True)
+            for _ in range(layers)).to(device)
+        self.head = torch.nn.Linear(hidden, vocab, bias=False).to(device)
+        parameters = list(self.embedding.parameters()) + list(self.blocks.parameters()) + \
+            list(self.head.parameters())
+        self.optimizer = torch.optim.AdamW(parameters, lr=1e-4)
+        self.mask = torch.nn.Transformer.generate_square_subsequent_mask(tokens, device=device)
+
+    def train_step(self, step, microbatches):
+        nvtx.range_push(f"train_step {step}")
+        for micro in range(microbatches):
+            nvtx.range_push(f"microbatch {micro}")
+            # The batch comes from the host, as a data loader's does: a copy up.
+            batch = torch.randint(0, self.vocab, (2, self.tokens + 1)).pin_memory().to(
+                self.device, non_blocking=True)
+            nvtx.range_push("forward")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                x = self.embedding(batch[:, :self.tokens])
+                for block in self.blocks:
+                    x = block(x, src_mask=self.mask, is_causal=True)
+                loss = F.cross_entropy(self.head(x).float().flatten(0, 1),
+                                       batch[:, 1:].flatten())
+            nvtx.range_pop()
+            nvtx.range_push("backward")
+            (loss / microbatches).backward()
+            nvtx.range_pop()
+            nvtx.range_pop()
+        nvtx.range_push("optimizer.step")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        nvtx.range_pop()
+        print(f"step {step}: loss {loss.item():.4f}", flush=True)  # a sync and a copy down
+        nvtx.range_pop()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--microbatches", type=int, default=2)
+    parser.add_argument("--profile", help="write a PyTorch profiler trace of the steps here")
     args = parser.parse_args()
     torch.manual_seed(0)
-    device = "cuda"
-    hidden, heads, layers, tokens, vocab = 512, 8, 4, 1024, 8192
-    embedding = torch.nn.Embedding(vocab, hidden).to(device)
-    blocks = torch.nn.ModuleList(
-        torch.nn.TransformerEncoderLayer(hidden, heads, 4 * hidden, dropout=0.1,
-                                         batch_first=True, norm_first=True)
-        for _ in range(layers)).to(device)
-    head = torch.nn.Linear(hidden, vocab, bias=False).to(device)
-    parameters = list(embedding.parameters()) + list(blocks.parameters()) + \
-        list(head.parameters())
-    optimizer = torch.optim.AdamW(parameters, lr=1e-4)
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(tokens, device=device)
-    for step in range(args.steps):
-        nvtx.range_push(f"train_step {step}")
-        for micro in range(args.microbatches):
-            nvtx.range_push(f"microbatch {micro}")
-            # The batch comes from the host, as a data loader's does: a copy up.
-            batch = torch.randint(0, vocab, (2, tokens + 1)).pin_memory().to(device,
-                                                                             non_blocking=True)
-            nvtx.range_push("forward")
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                x = embedding(batch[:, :tokens])
-                for block in blocks:
-                    x = block(x, src_mask=mask, is_causal=True)
-                loss = F.cross_entropy(head(x).float().flatten(0, 1),
-                                       batch[:, 1:].flatten())
-            nvtx.range_pop()
-            nvtx.range_push("backward")
-            (loss / args.microbatches).backward()
-            nvtx.range_pop()
-            nvtx.range_pop()
-        nvtx.range_push("optimizer.step")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        nvtx.range_pop()
-        print(f"step {step}: loss {loss.item():.4f}", flush=True)  # a sync and a copy down
-        nvtx.range_pop()
+    model = Model()
+    profiler = contextlib.nullcontext()
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    with profiler as prof:
+        for step in range(args.steps):
+            model.train_step(step, args.microbatches)
+            if prof is not None:
+                prof.step()
+    if args.profile:
+        prof.export_chrome_trace(args.profile)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,65 @@ class KinetoStructureTest : public QObject {
     Q_OBJECT
 
 private slots:
+    // One plain PyTorch loop on a GPU (tests/data/torch/cuda_train.py), traced twice: by
+    // PyTorch's profiler (cuda-train-kineto.json.gz, imported here) and by fulcrum capture
+    // (tests/data/gpu-torch-train.fulcrum). Each kernel PyTorch saw, the collector saw as often,
+    // by name; the collector's only extra kernels are the two it saw before the loop, outside
+    // the profiler (the attention mask's). The import finds the loop's four steps from its
+    // optimizer steps, the profiler having been stepped without a schedule.
+    void aGpuLoopTracedTwiceHasTheSameKernels() {
+        QTemporaryDir dir;
+        const Imported imported =
+            import_inputs(dir, "kineto", {(kTorch / "cuda-train-kineto.json.gz").string()});
+        auto reader = store::TraceReader::open(
+            (kTorch.parent_path() / "gpu-torch-train.fulcrum").string());
+        QVERIFY(reader.ok());
+        auto captured = analysis::load_run_trace(*reader);
+        QVERIFY(captured.ok());
+        const auto kernels = [](const analysis::RunTrace& trace, std::int64_t from_ns) {
+            std::map<std::string, int> by_name;
+            for (const auto& rank : trace.ranks) {
+                for (const auto& lane : rank.lanes) {
+                    for (const Event& event : lane.events) {
+                        if (event.kind == EventKind::kernel && event.start_ns >= from_ns) {
+                            ++by_name[std::string(trace.name(event.name))];
+                        }
+                    }
+                }
+            }
+            return by_name;
+        };
+        std::int64_t loop_start = INT64_MAX;
+        for (const auto& lane : captured->ranks.front().lanes) {
+            for (const Event& event : lane.events) {
+                if (captured->name(event.name) == "train_step 0") {
+                    loop_start = event.start_ns;
+                }
+            }
+        }
+        QVERIFY(loop_start < INT64_MAX);
+        const auto seen_by_pytorch = kernels(imported.trace, INT64_MIN);
+        const auto seen_in_loop = kernels(*captured, loop_start);
+        const auto seen_by_collector = kernels(*captured, INT64_MIN);
+        int total = 0;
+        for (const auto& [name, count] : seen_by_pytorch) {
+            total += count;
+        }
+        QVERIFY(total > 2000);
+        QCOMPARE(seen_in_loop, seen_by_pytorch);
+        int extra = 0;
+        for (const auto& [name, count] : seen_by_collector) {
+            extra += count - (seen_in_loop.contains(name) ? seen_in_loop.at(name) : 0);
+        }
+        QCOMPARE(extra, 2);
+        const auto breakdown = analysis::analyze_run(imported.trace);
+        QVERIFY(breakdown.ok());
+        QCOMPARE(breakdown->breakdown.size(), std::size_t{4});
+        QVERIFY(std::any_of(imported.notes.begin(), imported.notes.end(), [](const auto& note) {
+            return note.find("from the optimizer's") != std::string::npos;
+        }));
+    }
+
     // Every pipeline fixture: each rank's coordinates are the job's, and its passes are
     // exactly the schedule's actions: per step, the (stage chunk, phase, micro-batch) of each
     // pass in the order the rank ran them (truth.json's compute_order).

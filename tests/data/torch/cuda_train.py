@@ -10,9 +10,16 @@ With --profile FILE the same loop runs under PyTorch's own profiler (Kineto: CPU
 activities, one profiler step a training step) and writes its Chrome trace there: the same
 program traced by PyTorch, for `fulcrum import` (tests/data/torch/cuda-train-kineto.json.gz).
 
+With --timing it prints the mean wall time of its steps after the first five (each step ends
+with the loss read back, so the GPU's work is in it): scripts/gpu-checks overhead-torch runs
+it plain, under fulcrum capture and under PyTorch's profiler, to compare what each costs.
+
   python3 tests/data/torch/cuda_train.py [--steps 4] [--microbatches 2] [--profile FILE]
+                                         [--timing]
 """
 import contextlib
+import statistics
+import time
 import argparse
 
 import torch
@@ -59,7 +66,9 @@ class Model:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         nvtx.range_pop()
-        print(f"step {step}: loss {loss.item():.4f}", flush=True)  # a sync and a copy down
+        loss_value = loss.item()  # a sync and a copy down
+        if step < 4:
+            print(f"step {step}: loss {loss_value:.4f}", flush=True)
         nvtx.range_pop()
 
 
@@ -68,6 +77,8 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--microbatches", type=int, default=2)
     parser.add_argument("--profile", help="write a PyTorch profiler trace of the steps here")
+    parser.add_argument("--timing", action="store_true",
+                        help="print the mean step time after the first five steps")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = Model()
@@ -75,11 +86,17 @@ def main():
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
         profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    seconds = []
     with profiler as prof:
         for step in range(args.steps):
+            start = time.perf_counter()
             model.train_step(step, args.microbatches)
+            seconds.append(time.perf_counter() - start)
             if prof is not None:
                 prof.step()
+    if args.timing and len(seconds) > 5:
+        print(f"timing: {len(seconds) - 5} steps, mean {1e3 * statistics.mean(seconds[5:]):.3f} ms",
+              flush=True)
     if args.profile:
         prof.export_chrome_trace(args.profile)
 

@@ -220,6 +220,65 @@ std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length) {
     return balance::causal_pair_work(prefix, length) / 2;  // always even: (2p + 1 + ℓ)·ℓ
 }
 
+// Whether `lane` holds a pass range (forward or backward).
+bool holds_passes(const RunTrace& trace, const LaneTrace& lane) {
+    return std::any_of(lane.events.begin(), lane.events.end(), [&](const Event& event) {
+        const Role role = trace.role(event);
+        return role == Role::forward || role == Role::backward;
+    });
+}
+
+// A pass also projects the launches that host threads without passes of their own made while
+// it ran: PyTorch's backward runs on the autograd engine's thread for a GPU, while the thread
+// whose `backward` range (NVTX, or the importer's recovered one) holds the pass waits
+// (tests/data/gpu-torch-train.fulcrum: without this its backwards were timed by the one
+// division kernel the main thread launched inside them).
+void add_helper_launches(const RunTrace& trace, const RankTrace& rank,
+                         const CorrelationMap<Interval>& work, const std::vector<bool>& helper,
+                         std::vector<std::vector<Interval>>& projections) {
+    std::vector<std::pair<std::int64_t, Interval>> launches;  // by launch start
+    for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
+        if (!helper[l]) {
+            continue;
+        }
+        for (const Event& event : rank.lanes[l].events) {
+            if (event.kind == EventKind::api && event.correlation >= 0) {
+                if (const Interval* launched = work.find(event.correlation)) {
+                    launches.push_back({event.start_ns, *launched});
+                }
+            }
+        }
+    }
+    if (launches.empty()) {
+        return;
+    }
+    std::sort(launches.begin(), launches.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
+        if (helper[l] || projections[l].empty()) {
+            continue;
+        }
+        const LaneTrace& lane = rank.lanes[l];
+        for (std::size_t i = 0; i < lane.events.size(); ++i) {
+            const Event& event = lane.events[i];
+            const Role role = trace.role(event);
+            if (role != Role::forward && role != Role::backward) {
+                continue;
+            }
+            auto it = std::lower_bound(
+                launches.begin(), launches.end(), event.start_ns,
+                [](const auto& launch, std::int64_t start) { return launch.first < start; });
+            Interval& projected = projections[l][i];
+            for (; it != launches.end() && it->first < event.end_ns; ++it) {
+                projected = projected == Interval{}  // launched nothing itself
+                                ? it->second
+                                : Interval{std::min(projected.start, it->second.start),
+                                           std::max(projected.end, it->second.end)};
+            }
+        }
+    }
+}
+
 void find_rank_passes(const RunTrace& trace, const RankTrace& rank, std::vector<Pass>& passes) {
     const std::size_t first = passes.size();
     // Device times where launches link host ranges to device work; a rank whose trace has
@@ -228,13 +287,17 @@ void find_rank_passes(const RunTrace& trace, const RankTrace& rank, std::vector<
     if (rank.has_device_lanes()) {
         const auto work = device_work_by_launch(rank, is_device_work);
         std::int64_t linked = 0;
+        std::vector<bool> helper(rank.lanes.size(), false);
         for (std::size_t l = 0; l < rank.lanes.size(); ++l) {
             if (rank.lanes[l].info.kind == LaneKind::host_thread) {
                 projections[l] = project_on_device(rank.lanes[l], work, linked);
+                helper[l] = !holds_passes(trace, rank.lanes[l]);
             }
         }
         if (linked == 0) {
             projections.assign(rank.lanes.size(), {});
+        } else {
+            add_helper_launches(trace, rank, work, helper, projections);
         }
     }
     for (std::size_t l = 0; l < rank.lanes.size(); ++l) {

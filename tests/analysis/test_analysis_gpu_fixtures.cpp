@@ -276,6 +276,26 @@ private slots:
             QVERIFY(pass.compute_ns > 0 && pass.compute_ns <= pass.wall_ns());
             ++passes_by_step[pass.step];
         }
+        // Each backward is timed by the kernels PyTorch's autograd thread launched while the
+        // loop's thread waited in its `backward` range: cuDNN's attention backward of each
+        // layer lies inside a backward pass, its forward inside a forward pass.
+        std::map<Phase, int> attention_inside;
+        for (const Event* kernel : kernels) {
+            const std::string_view name = torch_.name(kernel->name);
+            if (name.find("sdpa") == std::string_view::npos) {
+                continue;
+            }
+            const Phase phase =
+                name.find("bprop") != std::string_view::npos ? Phase::backward : Phase::forward;
+            for (const Pass& pass : passes) {
+                if (kernel->start_ns >= pass.start_ns && kernel->end_ns <= pass.end_ns) {
+                    QCOMPARE(pass.phase, phase);
+                    ++attention_inside[phase];
+                }
+            }
+        }
+        QCOMPARE(attention_inside[Phase::forward], 4 * kTorchSteps * kTorchMicrobatches);
+        QCOMPARE(attention_inside[Phase::backward], 4 * kTorchSteps * kTorchMicrobatches);
         // Its "train_step N" ranges are its steps: the breakdown a window each, N = 0..3, and
         // each pass in the step around it.
         for (int step = 0; step < kTorchSteps; ++step) {

@@ -29,6 +29,12 @@ namespace fulcrum::importer {
 
 namespace {
 
+// Two autograd operators of a thread are kept as one run when the second starts within this of
+// the first's end: a backward's operators follow each other within microseconds, and no
+// forward between two backwards is this short (the Python that calls a model's first layer
+// takes longer).
+constexpr std::int64_t kJoinedAutogradGapNs = 50'000;
+
 using kineto::JsonCursor;
 using kineto::JsonStream;
 
@@ -666,12 +672,17 @@ private:
         // thread runs the backwards of a 1F1B stage) ends the run. The profiler writes the
         // operators in order of their start, so this sees them as they ran; a file in
         // another order only merges less.
+        // Only operators that follow each other closely in time are joined: a file written
+        // thread by thread (the GPU profiler's, the autograd thread's operators in one block)
+        // has every backward of the trace consecutive, and the forwards between them, on
+        // another thread, are told from that thread's operators (recover_structure).
         auto [last, added] = last_op_of_process_.try_emplace(thread.first, host_ops_.size());
         if (!added && op.kind == structure::HostOp::Kind::autograd) {
             ThreadOp& previous = host_ops_[last->second];
             if (previous.tid == thread.second &&
                 previous.op.kind == structure::HostOp::Kind::autograd &&
-                op.start_ns >= previous.op.start_ns) {
+                op.start_ns >= previous.op.start_ns &&
+                op.start_ns <= previous.op.end_ns + kJoinedAutogradGapNs) {
                 previous.op.end_ns = std::max(previous.op.end_ns, op.end_ns);
                 return;
             }
@@ -725,6 +736,36 @@ private:
             }
             return ops;
         };
+        // Without a pipeline, backward work on a thread of its own (PyTorch's autograd thread
+        // for a GPU) is one run after another with nothing between them in the operators kept:
+        // the forwards run on the schedule thread, whose operators are not kept. A run of
+        // autograd work ends where the schedule thread starts an operator (one more reading
+        // of the file, for such a trace only).
+        std::vector<std::int64_t> schedule_starts;
+        if (!pipeline && std::any_of(host_ops_.begin(), host_ops_.end(), [&](const ThreadOp& op) {
+                return op.op.kind == structure::HostOp::Kind::autograd &&
+                       std::pair{op.pid, op.tid} != schedule_thread_;
+            }))
+            schedule_starts = operator_starts(schedule_thread_);
+        const auto split_backwards = [&](std::vector<structure::HostOp> ops) {
+            if (schedule_starts.empty())
+                return ops;
+            std::vector<structure::HostOp> autograd;
+            for (const structure::HostOp& op : ops) {
+                if (op.kind == structure::HostOp::Kind::autograd)
+                    autograd.push_back(op);
+            }
+            std::sort(autograd.begin(), autograd.end(),
+                      [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+            for (std::size_t i = 1; i < autograd.size(); ++i) {
+                const std::int64_t from = autograd[i - 1].end_ns, to = autograd[i].start_ns;
+                const auto between =
+                    std::lower_bound(schedule_starts.begin(), schedule_starts.end(), from);
+                if (from < to && between != schedule_starts.end() && *between < to)
+                    ops.push_back({from, to, structure::HostOp::Kind::compute, -1});
+            }
+            return ops;
+        };
         std::vector<structure::StepPasses> steps;
         bool any_inconsistent = false;
         std::vector<std::pair<std::int64_t, std::int64_t>> requests;  // the thread's, by start
@@ -737,7 +778,8 @@ private:
         // left without passes as cut, not taken for another schedule's order.
         const std::size_t cut = truncated ? windows.size() - 1 : windows.size();
         for (const StepWindow& window : windows) {
-            steps.push_back(structure::passes_from_sends(ops_in(window), prev, next, window.start));
+            steps.push_back(structure::passes_from_sends(split_backwards(ops_in(window)), prev,
+                                                         next, window.start));
             any_inconsistent |= !steps.back().consistent && steps.size() - 1 != cut;
             if (steps.back().consistent)
                 waited_receives_ += structure::wait_for_receives(steps.back(), requests);

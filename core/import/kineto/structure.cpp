@@ -142,6 +142,17 @@ RecoveredGrid recover_grid(std::int32_t rank, std::int32_t world_size,
         out.rule =
             "no group names a dimension; pipeline sends between the ranks of the world: one "
             "pipeline over it, stage = rank (torch.distributed.pipelining's default; inferred)";
+        return out;
+    }
+    // One process outside any distributed world (no process group, no world of more than
+    // one, no sends): the grid of one rank, whose passes the autograd work still tells. Only
+    // the first input: files of several such processes are not one run's ranks.
+    if (groups.empty() && world_size <= 1 && !sends_to_others && rank == 0) {
+        out.found = true;
+        out.pipeline = {rank};
+        out.rule =
+            "one process, in no distributed world (no process group, no world size "
+            "above 1): the grid of one rank";
     }
     return out;
 }

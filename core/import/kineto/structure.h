@@ -65,7 +65,8 @@ struct RecoveredGrid {
 };
 
 // `rank`'s grid from its process groups; `sends_to_others`: its trace holds pipeline sends or
-// receives (the fallback of one pipeline over the world needs them).
+// receives (the fallback of one pipeline over the world needs them). A process in no
+// distributed world (rank 0, no groups, world size unknown or 1, no sends) is the grid of one.
 RecoveredGrid recover_grid(std::int32_t rank, std::int32_t world_size,
                            const std::vector<ProcessGroup>& groups, bool sends_to_others);
 

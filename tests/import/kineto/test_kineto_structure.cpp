@@ -199,8 +199,8 @@ private slots:
         QTemporaryDir dir;
         const Imported imported =
             import_inputs(dir, "kineto", {(kTorch / "cuda-train-kineto.json.gz").string()});
-        auto reader = store::TraceReader::open(
-            (kTorch.parent_path() / "gpu-torch-train.fulcrum").string());
+        auto reader =
+            store::TraceReader::open((kTorch.parent_path() / "gpu-torch-train.fulcrum").string());
         QVERIFY(reader.ok());
         auto captured = analysis::load_run_trace(*reader);
         QVERIFY(captured.ok());
@@ -246,6 +246,35 @@ private slots:
         QVERIFY(std::any_of(imported.notes.begin(), imported.notes.end(), [](const auto& note) {
             return note.find("from the optimizer's") != std::string::npos;
         }));
+        // One process, so the grid of one; its passes from the autograd work, which ran on a
+        // thread of its own and is told apart by the forwards' operators on the loop's thread:
+        // two micro-batches' forward and backward in each step after the first (the first,
+        // with cuDNN's autotuning, is left without passes: its counts differ), each backward
+        // timed by the kernels the autograd thread launched (cuDNN's attention backward).
+        QCOMPARE(imported.trace.config.layout.grid.dp * imported.trace.config.layout.grid.pp, 1);
+        const auto passes = analysis::find_passes(imported.trace);
+        QCOMPARE(passes.size(), std::size_t{3 * 2 * 2});
+        std::vector<std::pair<std::int64_t, std::int64_t>> backward_kernels;
+        for (const auto& lane : imported.trace.ranks.front().lanes) {
+            for (const Event& event : lane.events) {
+                if (event.kind == EventKind::kernel &&
+                    imported.trace.name(event.name).find("sdpa") != std::string_view::npos &&
+                    imported.trace.name(event.name).find("bprop") != std::string_view::npos)
+                    backward_kernels.push_back({event.start_ns, event.end_ns});
+            }
+        }
+        int inside = 0;
+        for (const auto& pass : passes) {
+            QVERIFY(pass.step >= 2 && pass.step <= 4);
+            QVERIFY(pass.microbatch == 0 || pass.microbatch == 1);
+            for (const auto& [start, end] : backward_kernels) {
+                if (start >= pass.start_ns && end <= pass.end_ns) {
+                    QCOMPARE(pass.phase, Phase::backward);
+                    ++inside;
+                }
+            }
+        }
+        QCOMPARE(inside, 3 * 2 * 4);  // 3 steps, 2 micro-batches, 4 layers
     }
 
     // Every pipeline fixture: each rank's coordinates are the job's, and its passes are
@@ -749,6 +778,15 @@ private slots:
         QVERIFY(world.rule.find("inferred") != std::string::npos);
         // Only the world and no sends: nothing to go on.
         QVERIFY(!recover_grid(2, 4, {{"0", "default_pg", {0, 1, 2, 3}}}, false).found);
+        // One process in no distributed world: the grid of one rank; the second of several
+        // such files is no rank of one run.
+        const RecoveredGrid alone = recover_grid(0, -1, {}, false);
+        QVERIFY(alone.found);
+        QCOMPARE(alone.grid, (Degrees{1, 1, 1, 1}));
+        QCOMPARE(alone.pipeline, std::vector<std::int32_t>{0});
+        QVERIFY(recover_grid(0, 1, {}, false).found);
+        QVERIFY(!recover_grid(1, -1, {}, false).found);
+        QVERIFY(!recover_grid(0, 4, {}, false).found);
         QVERIFY(parse_process_groups("{\"pg_config\": [{\"pg_desc\": \"mesh_tp\", \"ranks\": "
                                      "[0, 1]}, 3, {\"ranks\": \"x\"}]}")
                     .size() == 1);

@@ -59,29 +59,46 @@ bool is_small_read_back(const Event& event) {
            event.bytes >= 0 && event.bytes < kReadBackBytes;
 }
 
-// Whether the rank sends anything larger to host memory that is not pageable: offload moves
-// data out before it brings it back, so a rank that never does has no offload, only uploads.
-bool sends_to_host(const RankTrace& rank) {
-    for (const LaneTrace& lane : rank.lanes) {
-        for (const Event& event : lane.events) {
-            if (event.kind == EventKind::memcpy && crosses_host_and_device(event.copy_kind) &&
-                !is_upload_direction(event.copy_kind) && !is_pageable_host_copy(event) &&
-                !is_small_read_back(event)) {
-                return true;
-            }
+// The offload copies of one rank, gathered as they come: pinned uploads wait apart until the
+// rank is known to send something out (offload) or not (staging).
+struct RankCopies {
+    IntervalSet intervals;
+    std::int64_t copies = 0, host_to_device_ns = 0, device_to_host_ns = 0, bytes = 0;
+    std::int64_t duration_ns = 0;  // Σ durations
+    std::int64_t timed_ns = 0;     // durations of the copies that gave their bytes
+
+    void add(const Event& event) {
+        intervals.add(event.start_ns, event.end_ns);
+        ++copies;
+        duration_ns += event.duration_ns();
+        if (event.copy_kind == CopyKind::host_to_device) {
+            host_to_device_ns += event.duration_ns();
+        } else if (event.copy_kind == CopyKind::device_to_host) {
+            device_to_host_ns += event.duration_ns();
+        }
+        if (event.bytes > 0 && event.duration_ns() > 0) {
+            bytes += event.bytes;
+            timed_ns += event.duration_ns();
         }
     }
-    return false;
-}
+    void add(const RankCopies& more) {
+        intervals = intervals.united(more.intervals);
+        copies += more.copies;
+        duration_ns += more.duration_ns;
+        host_to_device_ns += more.host_to_device_ns;
+        device_to_host_ns += more.device_to_host_ns;
+        bytes += more.bytes;
+        timed_ns += more.timed_ns;
+    }
+};
 
 }  // namespace
 
 RankOffloadFigures rank_offload(const RankTrace& rank, const RankActivity& activity) {
     RankOffloadFigures out;
-    RankOffload row;
-    row.rank = rank.info.rank;
-    IntervalSet copies;
-    const bool sends = sends_to_host(rank);
+    RankCopies offload, uploads;  // uploads: pinned host-to-device copies, judged at the end
+    std::int64_t staging_ns = 0, staging = 0;
+    bool sends = false;  // anything larger than a read-back to host memory that is not pageable
     for (const LaneTrace& lane : rank.lanes) {
         for (const Event& event : lane.events) {
             if (is_pageable_host_copy(event)) {
@@ -92,30 +109,41 @@ RankOffloadFigures rank_offload(const RankTrace& rank, const RankActivity& activ
             if (!is_offload_copy(event)) {
                 continue;
             }
-            if (is_small_read_back(event) ||
-                (!sends && is_pinned_host_copy(event) && is_upload_direction(event.copy_kind))) {
-                ++out.staging_copies;
-                out.staging_copy_ns += event.duration_ns();
-                continue;
-            }
-            copies.add(event.start_ns, event.end_ns);
-            ++row.copies;
-            if (event.copy_kind == CopyKind::host_to_device) {
-                row.host_to_device_ns += event.duration_ns();
-            } else if (event.copy_kind == CopyKind::device_to_host) {
-                row.device_to_host_ns += event.duration_ns();
-            }
-            if (event.bytes > 0 && event.duration_ns() > 0) {
-                row.bytes += event.bytes;
-                out.timed_ns += event.duration_ns();
+            if (is_small_read_back(event)) {
+                ++staging;
+                staging_ns += event.duration_ns();
+            } else if (is_pinned_host_copy(event) && is_upload_direction(event.copy_kind)) {
+                uploads.add(event);
+            } else {
+                sends |= event.kind == EventKind::memcpy &&
+                         crosses_host_and_device(event.copy_kind) &&
+                         !is_upload_direction(event.copy_kind);
+                offload.add(event);
             }
         }
     }
-    if (row.copies == 0) {
+    // Offload moves data out before it brings it back: a rank that never sends anything out
+    // has uploads only.
+    if (sends) {
+        offload.add(uploads);
+    } else {
+        staging += uploads.copies;
+        staging_ns += uploads.duration_ns;
+    }
+    out.staging_copies = staging;
+    out.staging_copy_ns = staging_ns;
+    if (offload.copies == 0) {
         return out;
     }
-    row.copy_ns = copies.total();
-    row.overlapped_ns = copies.overlap(activity.compute);
+    RankOffload row;
+    row.rank = rank.info.rank;
+    row.copies = offload.copies;
+    row.host_to_device_ns = offload.host_to_device_ns;
+    row.device_to_host_ns = offload.device_to_host_ns;
+    row.bytes = offload.bytes;
+    out.timed_ns = offload.timed_ns;
+    row.copy_ns = offload.intervals.total();
+    row.overlapped_ns = offload.intervals.overlap(activity.compute);
     row.exposed_ns = row.copy_ns - row.overlapped_ns;
     if (out.timed_ns > 0) {
         row.bandwidth_gb_s = double(row.bytes) / double(out.timed_ns);  // B/ns = GB/s

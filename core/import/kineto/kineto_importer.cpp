@@ -741,12 +741,15 @@ private:
         // the forwards run on the schedule thread, whose operators are not kept. A run of
         // autograd work ends where the schedule thread starts an operator (one more reading
         // of the file, for such a trace only).
-        std::vector<std::int64_t> schedule_starts;
-        if (!pipeline && std::any_of(host_ops_.begin(), host_ops_.end(), [&](const ThreadOp& op) {
-                return op.op.kind == structure::HostOp::Kind::autograd &&
-                       std::pair{op.pid, op.tid} != schedule_thread_;
-            }))
-            schedule_starts = operator_starts(schedule_thread_);
+        static const std::vector<std::int64_t> kNone;
+        const std::vector<std::int64_t>& schedule_starts =
+            !pipeline && std::any_of(host_ops_.begin(), host_ops_.end(),
+                                     [&](const ThreadOp& op) {
+                                         return op.op.kind == structure::HostOp::Kind::autograd &&
+                                                std::pair{op.pid, op.tid} != schedule_thread_;
+                                     })
+                ? thread_starts(schedule_thread_)
+                : kNone;
         const auto split_backwards = [&](std::vector<structure::HostOp> ops) {
             if (schedule_starts.empty())
                 return ops;
@@ -787,7 +790,7 @@ private:
         // Not GPipe's or 1F1B's order: an interleaved stage's, told by its order, which needs
         // the thread's every operator (one more reading of the file, for such a trace only).
         if (pipeline && any_inconsistent) {
-            const std::vector<std::int64_t> starts = operator_starts(schedule_thread_);
+            const std::vector<std::int64_t>& starts = thread_starts(schedule_thread_);
             for (std::size_t i = 0; i < windows.size(); ++i) {
                 if (steps[i].consistent || i == cut)
                     continue;
@@ -832,6 +835,15 @@ private:
         host_ops_.shrink_to_fit();
         gloo_recvs_.clear();
         gloo_recvs_.shrink_to_fit();
+    }
+
+    // operator_starts of `thread`, read once for the last thread asked.
+    const std::vector<std::int64_t>& thread_starts(std::pair<std::int64_t, std::int64_t> thread) {
+        if (!starts_thread_ || *starts_thread_ != thread) {
+            thread_starts_ = operator_starts(thread);
+            starts_thread_ = thread;
+        }
+        return thread_starts_;
     }
 
     // The start of every cpu_op `thread` ran, sorted (interleaved_passes counts them):
@@ -1038,6 +1050,13 @@ private:
         for (const ThreadOp& op : host_ops_) {
             if (std::pair{op.pid, op.tid} == busiest->first)
                 start = std::min(start, op.op.start_ns);
+        }
+        // Nothing of the thread kept before its first update (its backwards ran on the
+        // autograd thread, its forwards are no structure): its first operator of any kind.
+        if (start == updates.front().first) {
+            const std::vector<std::int64_t>& starts = thread_starts(busiest->first);
+            if (!starts.empty())
+                start = std::min(start, starts.front());
         }
         std::int32_t step = 1;
         for (const auto& [update_start, update_end] : updates) {
@@ -1680,6 +1699,9 @@ private:
         std::int64_t pid = 0, tid = 0;
         structure::HostOp op;
     };
+    // thread_starts' one thread and its operators' starts.
+    std::optional<std::pair<std::int64_t, std::int64_t>> starts_thread_;
+    std::vector<std::int64_t> thread_starts_;
     struct RecoveredStepRange {
         structure::RecoveredRange range;
         std::int32_t step = -1;

@@ -248,12 +248,13 @@ private slots:
         }));
         // One process, so the grid of one; its passes from the autograd work, which ran on a
         // thread of its own and is told apart by the forwards' operators on the loop's thread:
-        // two micro-batches' forward and backward in each step after the first (the first,
-        // with cuDNN's autotuning, is left without passes: its counts differ), each backward
-        // timed by the kernels the autograd thread launched (cuDNN's attention backward).
+        // two micro-batches' forward and backward in each of the four steps (the first from
+        // the loop thread's first operator, though nothing of that thread but its optimizer
+        // was kept), each backward timed by the kernels the autograd thread launched
+        // (cuDNN's attention backward).
         QCOMPARE(imported.trace.config.layout.grid.dp * imported.trace.config.layout.grid.pp, 1);
         const auto passes = analysis::find_passes(imported.trace);
-        QCOMPARE(passes.size(), std::size_t{3 * 2 * 2});
+        QCOMPARE(passes.size(), std::size_t{4 * 2 * 2});
         std::vector<std::pair<std::int64_t, std::int64_t>> backward_kernels;
         for (const auto& lane : imported.trace.ranks.front().lanes) {
             for (const Event& event : lane.events) {
@@ -265,7 +266,7 @@ private slots:
         }
         int inside = 0;
         for (const auto& pass : passes) {
-            QVERIFY(pass.step >= 2 && pass.step <= 4);
+            QVERIFY(pass.step >= 1 && pass.step <= 4);
             QVERIFY(pass.microbatch == 0 || pass.microbatch == 1);
             for (const auto& [start, end] : backward_kernels) {
                 if (start >= pass.start_ns && end <= pass.end_ns) {
@@ -274,7 +275,7 @@ private slots:
                 }
             }
         }
-        QCOMPARE(inside, 3 * 2 * 4);  // 3 steps, 2 micro-batches, 4 layers
+        QCOMPARE(inside, 4 * 2 * 4);  // 4 steps, 2 micro-batches, 4 layers
     }
 
     // Every pipeline fixture: each rank's coordinates are the job's, and its passes are

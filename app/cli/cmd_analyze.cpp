@@ -175,7 +175,7 @@ void render_offload(const RunAnalysis& a, std::string& out) {
         (o.pageable_copies == 1 ? " host/device copy" : " host/device copies") +
         " of pageable memory, " + format_duration(o.pageable_copy_ns) +
         ": data loads, read-backs, staging; synchronous, not offload";
-    const std::string uploads =
+    const std::string staging =
         std::to_string(o.staging_copies) +
         (o.staging_copies == 1 ? " pinned staging copy, " : " pinned staging copies, ") +
         format_duration(o.staging_copy_ns) +
@@ -184,7 +184,7 @@ void render_offload(const RunAnalysis& a, std::string& out) {
         if (o.pageable_copies > 0 || o.staging_copies > 0) {
             std::string left_out = o.pageable_copies > 0 ? pageable : "";
             if (o.staging_copies > 0) {
-                left_out += (left_out.empty() ? "" : "; ") + uploads;
+                left_out += (left_out.empty() ? "" : "; ") + staging;
             }
             out += "\noffload copies: none (" + left_out + ")\n";
         }
@@ -201,7 +201,7 @@ void render_offload(const RunAnalysis& a, std::string& out) {
         out += "  left out: " + pageable + "\n";
     }
     if (o.staging_copies > 0) {
-        out += "  left out: " + uploads + "\n";
+        out += "  left out: " + staging + "\n";
     }
 }
 

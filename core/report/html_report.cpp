@@ -560,7 +560,7 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
                   html_escape(duration_text(double(o.pageable_copy_ns))) +
                   ": data loads, read-backs, staging) are synchronous and not counted as offload."
             : "";
-    const std::string uploads =
+    const std::string staging =
         o.staging_copies > 0
             ? " " + std::to_string(o.staging_copies) + " pinned staging copies (" +
                   html_escape(duration_text(double(o.staging_copy_ns))) +
@@ -568,7 +568,7 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
                   "counted as offload either."
             : "";
     if (o.ranks.empty()) {
-        out += "<p class=\"empty\">No offload copies recorded." + pageable + uploads + "</p>\n";
+        out += "<p class=\"empty\">No offload copies recorded." + pageable + staging + "</p>\n";
         return;
     }
     out += "<p>Copies " + html_escape(duration_text(double(o.copy_ns))) + ", " +
@@ -578,7 +578,7 @@ void section_offload(const ReportRun& run, int index, std::string& out) {
                              : std::string("bandwidth unknown")) +
            ". Smallest chunk that hides its copy: " + analysis::chunk_size_text(o) +
            (o.chunk_note.empty() ? "" : " (" + html_escape(o.chunk_note) + ")") + "." + pageable +
-           uploads + "</p>\n";
+           staging + "</p>\n";
     BarSeries bars;
     bars.series = {"overlapped with compute", "exposed"};
     for (const auto& r : o.ranks) {

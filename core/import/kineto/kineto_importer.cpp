@@ -667,15 +667,13 @@ private:
         if (op.kind == structure::HostOp::Kind::optimizer && e.name.starts_with("Optimizer.step"))
             optimizer_steps_[thread].push_back({op.start_ns, op.end_ns});
         // A thread's consecutive autograd operators are one run of backward work: kept as one,
-        // so memory follows the passes, not the operators. Consecutive in the process: an
-        // operator of another thread in between (the Python thread's send while the autograd
-        // thread runs the backwards of a 1F1B stage) ends the run. The profiler writes the
-        // operators in order of their start, so this sees them as they ran; a file in
-        // another order only merges less.
-        // Only operators that follow each other closely in time are joined: a file written
-        // thread by thread (the GPU profiler's, the autograd thread's operators in one block)
-        // has every backward of the trace consecutive, and the forwards between them, on
-        // another thread, are told from that thread's operators (recover_structure).
+        // so memory follows the passes, not the operators. Consecutive in the process, and
+        // close in time: an operator of another thread in between (the Python thread's send
+        // while the autograd thread runs the backwards of a 1F1B stage) ends the run, and so
+        // does a gap of more than kJoinedAutogradGapNs, because a file written thread by
+        // thread (the GPU profiler's: the autograd thread's operators in one block) has every
+        // backward of the trace consecutive; the forwards between them, on another thread,
+        // are told from that thread's operators (recover_structure).
         auto [last, added] = last_op_of_process_.try_emplace(thread.first, host_ops_.size());
         if (!added && op.kind == structure::HostOp::Kind::autograd) {
             ThreadOp& previous = host_ops_[last->second];
@@ -835,6 +833,8 @@ private:
         host_ops_.shrink_to_fit();
         gloo_recvs_.clear();
         gloo_recvs_.shrink_to_fit();
+        thread_starts_ = {};
+        starts_thread_.reset();
     }
 
     // operator_starts of `thread`, read once for the last thread asked.

@@ -28,6 +28,7 @@ struct PlanArgs {
     std::string world = "8";
     std::string hardware = "h100";
     std::string dtype = "bf16";
+    std::string grad_reduce_dtype;  // "": fp16 under --dtype fp16, else fp32
     std::vector<std::string> calibrate;
     std::string cost_model;
     std::string schedules = "1f1b,interleaved,zb-h1,gpipe";
@@ -161,6 +162,13 @@ Status build_space(PlanArgs& args) {
     space.cp_impls = *cp_impls;
     space.exact_layer_split = !args.equal_split;
     args.request.dtype = *dtype;
+    if (!args.grad_reduce_dtype.empty()) {
+        auto reduced = sim::parse_dtype(args.grad_reduce_dtype);
+        if (!reduced) {
+            return reduced.error();
+        }
+        args.request.grad_reduce_dtype = *reduced;
+    }
     return {};
 }
 
@@ -636,8 +644,16 @@ Command add_plan_command(CLI::App& app) {
         ->group("Cluster");
 
     parallel::add_model_flags(*sub, r.model, /*vocab=*/true, "Model");
-    sub->add_option("--dtype", args->dtype, "Activations and gradients: bf16, fp16 or fp32")
+    sub->add_option(
+           "--dtype", args->dtype,
+           "Activations and parameters: bf16, fp16 or fp32 (gradients: --grad-reduce-dtype)")
         ->capture_default_str()
+        ->group("Model");
+    sub->add_option("--grad-reduce-dtype", args->grad_reduce_dtype,
+                    "Element type gradients are reduced in over DP x CP: fp32 (the default "
+                    "under bf16 and fp32, as Megatron-LM does), bf16 (--grad-reduce-in-bf16) or "
+                    "fp16 (the default under fp16)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->group("Model");
 
     sub->add_option("--global-batch", r.global_batch,

@@ -37,6 +37,7 @@ struct SimulateArgs {
     std::string recompute = "none";
     std::string dtype = "fp32";
     std::string overlap_grad_reduce = "off";
+    std::string grad_reduce_dtype;  // "": fp16 under --dtype fp16, else fp32
     std::string hardware;
     std::string attention_backend = "flash";
     std::string compare_schedules;
@@ -100,8 +101,9 @@ std::string fixed(double value, int decimals) {
     return buffer;
 }
 
-// --recompute, --dtype, --overlap-grad-reduce (the run's unless given) and --hardware (a
-// preset, then every analytic option given on the command line over it).
+// --recompute, --dtype, --overlap-grad-reduce (the run's unless given), --grad-reduce-dtype (the
+// run's or the dtype's rule unless given) and --hardware (a preset, then every analytic option
+// given on the command line over it).
 Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationConfig& config) {
     if (!calibrated || given(args, "--recompute")) {
         auto recompute = parallel::parse_recompute(args.recompute);
@@ -116,6 +118,13 @@ Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationCon
             return dtype.error();
         }
         config.dtype = *dtype;
+    }
+    if (given(args, "--grad-reduce-dtype")) {
+        auto dtype = sim::parse_dtype(args.grad_reduce_dtype);
+        if (!dtype) {
+            return dtype.error();
+        }
+        config.grad_reduce_dtype = *dtype;
     }
     if (!calibrated || given(args, "--overlap-grad-reduce")) {
         config.overlap_grad_reduce = args.overlap_grad_reduce == "on";
@@ -208,6 +217,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--sequence-parallel", config.layout.sequence_parallel, run.layout.sequence_parallel);
         config.layout.recompute = run.layout.recompute;
         config.dtype = run.dtype;
+        config.grad_reduce_dtype = run.grad_reduce_dtype;
         config.overlap_grad_reduce = run.overlap_grad_reduce;
         // Required settings it lacks are validate()'s to name; the rest fall back, and say so.
         std::string defaulted;
@@ -913,9 +923,15 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
         ->group("Grid");
     add_attention_backend_option(*sub, args->attention_backend, "Cost model");
     sub->add_option("--dtype", args->dtype,
-                    "Element type of activations and gradients: bf16, fp16 (2 bytes) or fp32 "
-                    "(4, the CPU engine's)")
+                    "Element type of activations and parameters: bf16, fp16 (2 bytes) or fp32 "
+                    "(4, the CPU engine's); gradients: --grad-reduce-dtype")
         ->capture_default_str()
+        ->group("Grid");
+    sub->add_option("--grad-reduce-dtype", args->grad_reduce_dtype,
+                    "Element type gradients are reduced in over DP x CP: fp32 (the default "
+                    "under bf16 and fp32, as Megatron-LM and fulcrum-train do), bf16 "
+                    "(Megatron-LM's --grad-reduce-in-bf16) or fp16 (the default under fp16)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
         ->group("Grid");
     sub->add_option("--overlap-grad-reduce", args->overlap_grad_reduce,
                     "Reduce each layer's gradients over DP x CP as soon as its last backward "

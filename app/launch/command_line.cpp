@@ -230,6 +230,9 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     }
     append(words, {"--dtype", sim::dtype_name(request.dtype), "--overlap-grad-reduce",
                    request.overlap_grad_reduce ? "on" : "off"});
+    if (request.grad_reduce_dtype) {
+        append(words, {"--grad-reduce-dtype", sim::dtype_name(*request.grad_reduce_dtype)});
+    }
     if (c.layout.zero_stage == 1) {
         append(words, {"--distributed-optimizer"});
     } else if (c.layout.zero_stage > 1) {

@@ -63,6 +63,8 @@ struct Ablation {
     bool flash_attention = false;  // every row on the unfused kernels
     bool tp_comm_overlap = false;
     bool distributed_optimizer = false;
+    // Gradients reduced in the compute type (2 bytes under bf16) instead of Megatron-LM's fp32.
+    bool fp32_gradients = false;
 };
 
 // A validation row as the simulator plays it: b sequences of s tokens a micro-batch (documents
@@ -84,6 +86,9 @@ sim::SimulationConfig config_for(const bench::ValidationRun& run,
     config.document_lengths.assign(static_cast<std::size_t>(run.global_batch), run.sequence);
     config.dtype = run.bf16 ? sim::DType::bf16 : sim::DType::fp16;
     config.overlap_grad_reduce = run.overlap_grad_reduce;
+    if (without.fp32_gradients) {
+        config.grad_reduce_dtype = config.dtype;
+    }
     // Megatron-LM sends 1/tp of a boundary activation and all-gathers it (SC'21, §4.1).
     config.pipeline_scatter_gather = true;
     config.tp_comm_overlap = run.tp_comm_overlap && !without.tp_comm_overlap;
@@ -361,8 +366,9 @@ int main(int argc, char** argv) {
     app.add_option("--without", left_out,
                    "Play the validation set without a part of the model, to see what it changes: "
                    "flash (every row on unfused attention kernels), tp-comm-overlap, "
-                   "distributed-optimizer")
-        ->check(CLI::IsMember({"flash", "tp-comm-overlap", "distributed-optimizer"}));
+                   "distributed-optimizer, fp32-gradients (bf16 rows' gradients reduced in bf16)")
+        ->check(
+            CLI::IsMember({"flash", "tp-comm-overlap", "distributed-optimizer", "fp32-gradients"}));
     std::string gemm_shapes;
     app.add_option("--gemm-shapes", gemm_shapes,
                    "Write the validation set's GEMM shapes (one JSON object a line) to this file "
@@ -385,6 +391,7 @@ int main(int argc, char** argv) {
         without.flash_attention |= part == "flash";
         without.tp_comm_overlap |= part == "tp-comm-overlap";
         without.distributed_optimizer |= part == "distributed-optimizer";
+        without.fp32_gradients |= part == "fp32-gradients";
     }
     auto hardware = sim::hardware_preset(preset);
     if (!hardware) {

@@ -33,7 +33,10 @@ struct RunConfig {
     // unreadable, and those a writer leaves out (run_config_json writes none of them).
     std::vector<std::string> unsaid;
     bool overlap_grad_reduce = false;
-    std::string dtype;     // "fp32", "bf16", "fp16"; "" in runs older than the key (fp32)
+    std::string dtype;  // "fp32", "bf16", "fp16"; "" in runs older than the key (fp32)
+    // The type gradients were reduced in over DP × CP; "": the dtype's rule (fp16 under fp16,
+    // else fp32: sim::SimulationConfig::grad_reduce_dtype).
+    std::string grad_reduce_dtype;
     std::string balancer;  // "fixed", "ilp", "wlb"
     std::string cp_shard;  // "contiguous", "zigzag", "per-doc", "adaptive"
     int steps = 0;         // 0 when unknown, or with epochs

@@ -135,6 +135,7 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
     config.sharding = candidate.sharding;
     config.steps = request.steps;
     config.dtype = request.dtype;
+    config.grad_reduce_dtype = request.grad_reduce_dtype;
     config.overlap_grad_reduce = request.overlap_grad_reduce;
     config.lengths = request.lengths;
     config.documents = resolved_documents(request);

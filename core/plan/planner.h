@@ -115,6 +115,7 @@ struct PlanRequest {
     // the analytic model; with --calibrate, the run's own kernel (its backend's).
     std::string attention_kernel = "cuda";
     sim::DType dtype = sim::DType::bf16;
+    std::optional<sim::DType> grad_reduce_dtype;  // nullopt: the dtype's rule (sim_config.h)
     // The attention kernel is `hardware.unfused_attention` (the run's choice, flash by
     // default): the memory model keeps no score matrix under flash, and the simulator prices it.
     parallel::Precision precision = parallel::Precision::megatron_mixed();

@@ -142,6 +142,12 @@ Result<RunSettings> config_from_run(const analysis::RunTrace& trace) {
     if (auto dtype = parse_dtype(run.dtype.empty() ? "fp32" : run.dtype)) {
         config.dtype = *dtype;
     }
+    config.grad_reduce_dtype.reset();
+    if (!run.grad_reduce_dtype.empty()) {
+        if (auto dtype = parse_dtype(run.grad_reduce_dtype)) {
+            config.grad_reduce_dtype = *dtype;
+        }
+    }
     return settings;
 }
 

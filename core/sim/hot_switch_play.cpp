@@ -8,6 +8,7 @@
 #include "core/sim/calibration.h"
 #include "core/sim/grad_reduction.h"
 #include "core/sim/layer_costs.h"
+#include "core/sim/pass_pricing.h"
 #include "core/sim/run_play.h"
 #include "core/sim/sim_trace.h"
 #include "core/store/trace_writer.h"
@@ -19,11 +20,13 @@ namespace fulcrum::sim {
 SwitchCost switch_cost(const SimulationConfig& config, const parallel::GridShape& from,
                        const parallel::GridShape& to, bool with_gradients, bool parameters) {
     const ModelShape& model = config.model;
-    const double copies = (parameters ? 1.0 : 0.0) + (with_gradients ? 1.0 : 0.0);
-    if (copies == 0) {
+    // A parameter in the compute type, its gradient accumulator in the reduction's.
+    const double element =
+        static_cast<double>((parameters ? element_bytes(config.dtype) : 0) +
+                            (with_gradients ? gradient_element_bytes(config) : 0));
+    if (element == 0) {
         return {};
     }
-    const double element = static_cast<double>(element_bytes(config.dtype)) * copies;
     parallel::SwitchModel switched;
     switched.layers = model.layers;
     switched.layer_bytes = parallel::layer_parameters(model) * element;
@@ -164,7 +167,8 @@ Segment reduction(const SimulationConfig& config, const parallel::GridShape& gri
         input.stage = s;
         input.stages = grid.pp;
         input.layers = config.model.layers;
-        input.stage_bytes = stage_parameters(config.model, grid, s) * element_bytes(config.dtype);
+        input.stage_bytes =
+            stage_parameters(config.model, grid, s) * reduction_element_bytes(config);
         input.step_start_ns = start;
         const std::int64_t end =
             grid.dp * grid.cp > 1 ? gradient_reduction_end(input, {}, costs.dp_all_reduce) : start;
@@ -187,7 +191,7 @@ Segment update(const SimulationConfig& config, const parallel::GridShape& home,
     segment.start = start;
     const UpdateStart begin =
         update_start(std::vector<std::int64_t>(static_cast<std::size_t>(home.pp), start), costs,
-                     embedding_gradient_bytes(config.model, home, element_bytes(config.dtype)));
+                     embedding_gradient_bytes(config.model, home, gradient_element_bytes(config)));
     segment.end = begin.start + std::llround(std::max(costs.optimizer_ns, 0.0));
     return segment;
 }

@@ -258,8 +258,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         // ZeRO-3 gathers each layer's parameters before its forward and before its backward,
         // the next layer's while this one computes (DeepSpeed's prefetch): the first layer's
         // gather waits, the rest hide behind the pass's compute where it is long enough.
-        const std::int64_t layer_bytes =
-            static_cast<std::int64_t>(parallel::layer_parameters(config.model)) / grid.tp * element;
+        const std::int64_t layer_bytes = layer_parameter_bytes(config);
         const std::int64_t one = predict_collective_ns(costs.zero_all_gather, layer_bytes);
         group.param_gather_bytes = layer_bytes * layers;
         group.param_gather_ns = one + std::max<std::int64_t>(0, (layers - 1) * one - slowest);
@@ -322,7 +321,8 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     input.overlap = config.overlap_grad_reduce;
     input.writes_weights =
         parallel::splits_backward(config.layout.schedule) ? Phase::weight_grad : Phase::backward;
-    input.layer_bytes = layer_gradient_bytes(config);
+    input.layer_bytes = static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
+                        config.layout.grid.tp * reduction_element_bytes(config);
     input.step_start_ns = step_start;
     return input;
 }
@@ -343,15 +343,34 @@ StepEndReduction step_end_reduction(const SimulationConfig& config, int stage,
     if (!scatters_gradients_per_pass(config)) {
         return rest;
     }
-    const std::int64_t layers = std::min<std::int64_t>(
-        stage_bytes, layers_of(stage, config) * layer_gradient_bytes(config));
+    const std::int64_t layers = layers_of(stage, config);
+    const std::int64_t scattered = std::min(stage_bytes, layers * layer_gradient_bytes(config));
     rest.per_pass = true;
-    rest.reduced_bytes = stage_bytes - layers;
-    rest.gathered_bytes = config.layout.zero_stage == 2 ? layers : 0;
+    rest.reduced_bytes = stage_bytes - scattered;
+    rest.gathered_bytes =
+        config.layout.zero_stage == 2 ? layers * layer_parameter_bytes(config) : 0;
     return rest;
 }
 
+std::int64_t gradient_element_bytes(const SimulationConfig& config) {
+    return element_bytes(
+        config.grad_reduce_dtype.value_or(config.dtype == DType::fp16 ? DType::fp16 : DType::fp32));
+}
+
+std::int64_t reduction_element_bytes(const SimulationConfig& config) {
+    const std::int64_t gradient = gradient_element_bytes(config);
+    if (config.layout.zero_stage >= 1 && !scatters_gradients_per_pass(config)) {
+        return (gradient + element_bytes(config.dtype)) / 2;
+    }
+    return gradient;
+}
+
 std::int64_t layer_gradient_bytes(const SimulationConfig& config) {
+    return static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
+           config.layout.grid.tp * gradient_element_bytes(config);
+}
+
+std::int64_t layer_parameter_bytes(const SimulationConfig& config) {
     return static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
            config.layout.grid.tp * element_bytes(config.dtype);
 }

@@ -88,13 +88,27 @@ bool scatters_gradients_per_pass(const SimulationConfig& config);
 // Whether each forward and backward pass gathers its layers' parameters over DP × CP (ZeRO-3).
 bool gathers_parameters_per_pass(const SimulationConfig& config);
 
-// One layer's gradients on one rank of a stage: (12h² + 13h)/tp elements.
-std::int64_t layer_gradient_bytes(const SimulationConfig& config);
+// Bytes of a gradient element as reduced over DP × CP (SimulationConfig::grad_reduce_dtype).
+std::int64_t gradient_element_bytes(const SimulationConfig& config);
 
-// What stage `stage`'s reduction at the step's end moves, of its `stage_bytes` of gradients:
-// all of them reduced, unless its backward passes reduce-scattered the layers' gradients
-// (`per_pass`): then the rest (embeddings, the final LayerNorm) reduced, and under ZeRO-2 the
-// layers' updated parameters gathered (ZeRO-3 gathers them before each layer instead).
+// Bytes an element of the parameters costs the step's DP × CP reduction, priced as an
+// all-reduce: a gradient's, or under ZeRO-1 (and ZeRO-2 or -3 where the gradients are reduced
+// once a step) the mean of a gradient's and a parameter's — the reduce-scatter of the
+// gradients and the all-gather of the updated parameters each move half an all-reduce's
+// bytes, as Megatron-LM's distributed optimizer does.
+std::int64_t reduction_element_bytes(const SimulationConfig& config);
+
+// One layer's gradients on one rank of a stage: (12h² + 13h)/tp elements of
+// gradient_element_bytes; layer_parameter_bytes: the same of the compute type (what ZeRO
+// gathers).
+std::int64_t layer_gradient_bytes(const SimulationConfig& config);
+std::int64_t layer_parameter_bytes(const SimulationConfig& config);
+
+// What stage `stage`'s reduction at the step's end moves, of its `stage_bytes`
+// (its parameters × reduction_element_bytes): all of them reduced, unless its backward passes
+// reduce-scattered the layers' gradients (`per_pass`): then the rest (embeddings, the final
+// LayerNorm) reduced, and under ZeRO-2 the layers' updated parameters gathered (ZeRO-3 gathers
+// them before each layer instead).
 struct StepEndReduction {
     bool per_pass = false;
     std::int64_t reduced_bytes = 0;

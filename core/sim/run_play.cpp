@@ -67,7 +67,7 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
         dp_bytes[static_cast<std::size_t>(s)] =
             stage_parameters(config.model, grid, s, config.layout.stage_layers,
                              config.layout.virtual_stages) *
-            element_bytes(config.dtype);
+            reduction_element_bytes(config);
     }
     const std::int64_t optimizer_ns = std::llround(std::max(costs.optimizer_ns, 0.0));
     const std::string balancer = balance::balancer_name(config.balancer);

@@ -201,6 +201,9 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.tp_comm_overlap = config.tp_comm_overlap;
     run.attention_backend = config.hardware.unfused_attention ? "unfused" : "flash";
     run.dtype = dtype_name(config.dtype);
+    if (config.grad_reduce_dtype) {
+        run.grad_reduce_dtype = dtype_name(*config.grad_reduce_dtype);
+    }
     run.balancer = balance::balancer_name(config.balancer);
     run.cp_shard = balance::cp_sharding_name(config.sharding);
     run.steps = config.epochs > 0 ? 0 : config.steps;

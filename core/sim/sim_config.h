@@ -54,6 +54,12 @@ struct SimulationConfig {
     // layout's knobs, what changes what a pass computes and moves (layer_costs.h,
     // docs/simulate.md "Knobs").
     DType dtype = DType::fp32;
+    // The element type gradients are reduced in over DP × CP (and ZeRO scatters them in).
+    // nullopt: fp16 under fp16, else fp32 — Megatron-LM accumulates and reduces bf16
+    // training's gradients in fp32 unless told --grad-reduce-in-bf16 (megatron/training/
+    // arguments.py, since 2021), fp16 training's in fp16; fulcrum-train keeps every gradient
+    // in fp32 (engine/backend/cuda/cuda_backend.h).
+    std::optional<DType> grad_reduce_dtype;
     // Reduce each layer's gradients over DP × CP once its last backward (or W) pass of the
     // step has written them, while the passes after it run (fulcrum-train and Megatron-LM
     // --overlap-grad-reduce); otherwise all at once after the stage's last pass.

@@ -15,7 +15,7 @@ namespace {
 double estimate_reduction_end(const SimulationConfig& config, const StageCosts& costs, int stage,
                               double pipeline_ns, double last_backward_ns) {
     const parallel::GridShape& grid = config.layout.grid;
-    const std::int64_t element = element_bytes(config.dtype);
+    const std::int64_t element = reduction_element_bytes(config);
     const std::int64_t bytes =
         stage_parameters(config.model, grid, stage, config.layout.stage_layers,
                          config.layout.virtual_stages) *
@@ -111,7 +111,7 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
             .value_or(0.0);
     const UpdateStart update =
         update_start(reduce_end, costs,
-                     embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+                     embedding_gradient_bytes(config.model, grid, gradient_element_bytes(config)));
     estimate.step_ns = static_cast<double>(update.start) + std::max(costs.optimizer_ns, 0.0);
     return estimate;
 }

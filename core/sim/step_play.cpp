@@ -270,9 +270,9 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     }
     // An accumulating step neither sums the embedding nor updates (accumulate_gradients).
     if (!config.accumulate_gradients) {
-        played.update =
-            update_start(played.reduce_end, costs,
-                         embedding_gradient_bytes(config.model, grid, element_bytes(config.dtype)));
+        played.update = update_start(
+            played.reduce_end, costs,
+            embedding_gradient_bytes(config.model, grid, gradient_element_bytes(config)));
         played.end_ns = std::max(played.end_ns, played.update.start + update_ns);
     }
     step.duration_ns = played.end_ns - step_start;

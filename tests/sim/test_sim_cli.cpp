@@ -78,6 +78,8 @@ private slots:
         QTest::newRow("sequence parallelism without TP")
             << QStringList{"--sequence-parallel"} << "--tp 2 or more";
         QTest::newRow("unknown dtype") << QStringList{"--dtype", "fp8"} << "bf16, fp16, fp32";
+        QTest::newRow("unknown gradient dtype")
+            << QStringList{"--grad-reduce-dtype", "fp8"} << "--grad-reduce-dtype";
         QTest::newRow("unknown recompute") << QStringList{"--recompute", "some"} << "--recompute:";
         QTest::newRow("unknown hardware") << QStringList{"--hardware", "tpu"} << "h100, a100";
         QTest::newRow("two comparisons")
@@ -430,6 +432,8 @@ private slots:
                                    "on",
                                    "--dtype",
                                    "bf16",
+                                   "--grad-reduce-dtype",
+                                   "bf16",
                                    "--hardware",
                                    "a100",
                                    "--lengths",
@@ -458,6 +462,7 @@ private slots:
         QCOMPARE(config["model"].toObject()["ffn_hidden"].toInt(), 704);
         QCOMPARE(config["attention_chunk"].toInt(), 512);
         QVERIFY(config["offload"].toBool());
+        QCOMPARE(config["grad_reduce_dtype"].toString(), QString("bf16"));
         const Outcome again =
             simulate({"--calibrate", "fpdt.fulcrum", "--zero", "1", "-o", "again.fulcrum"});
         QVERIFY2(again.exit_code == 0, qPrintable(again.err));
@@ -472,6 +477,7 @@ private slots:
         QCOMPARE(again_config["attention_chunk"].toInt(), 512);
         QVERIFY(again_config["offload"].toBool());
         QCOMPARE(again_config["zero_stage"].toInt(), 1);
+        QCOMPARE(again_config["grad_reduce_dtype"].toString(), QString("bf16"));
         // fulcrum analyze says what the CP load's alternatives are under Ulysses.
         QProcess analyze;
         analyze.start(kBinaryDir + "/app/fulcrum", {"analyze", path("fpdt.fulcrum")});

@@ -706,6 +706,45 @@ private slots:
         QVERIFY(!hardware_preset(dir.filePath("missing.json").toStdString()).ok());
     }
 
+    // bf16 training reduces its gradients in fp32 (Megatron-LM's rule; fulcrum-train keeps
+    // fp32 gradients), fp16 training in fp16, unless told otherwise; ZeRO-1's reduce-scatter of
+    // the gradients and all-gather of the bf16 parameters cost the all-reduce of their mean.
+    // A step without overlap pays exactly the larger all-reduce.
+    void gradientsReduceInTheirOwnType() {
+        SimulationConfig config;
+        config.model = {.layers = 4, .hidden = 1024, .heads = 8, .context = 2048, .vocab = 256};
+        config.layout.grid = {.dp = 4, .tp = 1, .pp = 1, .cp = 1};
+        config.hardware = must(hardware_preset("a100"));
+        config.document_lengths.assign(8, 2048);
+        config.steps = 1;
+        config.dtype = DType::bf16;
+        QCOMPARE(gradient_element_bytes(config), std::int64_t(4));
+        QCOMPARE(reduction_element_bytes(config), std::int64_t(4));
+        config.layout.zero_stage = 1;
+        QCOMPARE(reduction_element_bytes(config), std::int64_t(3));
+        config.layout.zero_stage = 0;
+        QVERIFY(run_config_json(config, "analytic").find("grad_reduce_dtype") == std::string::npos);
+        const double fp32 = must(simulate(config, nullptr)).mean_step_ns;
+
+        config.grad_reduce_dtype = DType::bf16;
+        QCOMPARE(gradient_element_bytes(config), std::int64_t(2));
+        QVERIFY(run_config_json(config, "analytic").find(R"("grad_reduce_dtype":"bf16")") !=
+                std::string::npos);
+        const double bf16 = must(simulate(config, nullptr)).mean_step_ns;
+        const auto all_reduce = config_costs(config).dp_all_reduce;
+        const std::int64_t parameters = stage_parameters(config.model, config.layout.grid, 0);
+        QCOMPARE(fp32 - bf16,
+                 static_cast<double>(predict_collective_ns(all_reduce, parameters * 4) -
+                                     predict_collective_ns(all_reduce, parameters * 2)));
+
+        config.grad_reduce_dtype.reset();
+        config.dtype = DType::fp16;
+        QCOMPARE(gradient_element_bytes(config), std::int64_t(2));
+        config.dtype = DType::fp32;
+        config.layout.zero_stage = 1;
+        QCOMPARE(reduction_element_bytes(config), std::int64_t(4));
+    }
+
     // Overlapping the DP reduction with the backward hides part of it, never more than all.
     void overlappedGradientReduction() {
         SimulationConfig config;
@@ -873,8 +912,10 @@ private slots:
         const StageCosts costs = config_costs(config);
         QCOMPARE(one_document_pass(config, Phase::forward, ranks).grad_scatter_ns, std::int64_t(0));
         const GroupPass backward = one_document_pass(config, Phase::backward, ranks);
-        const std::int64_t layer_bytes = (12LL * 1024 * 1024 + 13 * 1024) * 2;
+        // bf16 training's gradients are reduced in fp32, its parameters gathered in bf16.
+        const std::int64_t layer_bytes = (12LL * 1024 * 1024 + 13 * 1024) * 4;
         QCOMPARE(layer_gradient_bytes(config), layer_bytes);
+        QCOMPARE(layer_parameter_bytes(config), layer_bytes / 2);
         const std::int64_t one = predict_collective_ns(costs.zero_reduce_scatter, layer_bytes);
         QCOMPARE(backward.grad_scatter_bytes, 4 * layer_bytes);
         QCOMPARE(backward.grad_scatter_ns, 4 * one);
@@ -888,7 +929,7 @@ private slots:
         const StepEndReduction two = step_end_reduction(config, 0, stage_bytes);
         QVERIFY(two.per_pass);
         QCOMPARE(two.reduced_bytes, 6 * layer_bytes);
-        QCOMPARE(two.gathered_bytes, 4 * layer_bytes);
+        QCOMPARE(two.gathered_bytes, 4 * layer_bytes / 2);
         config.layout.zero_stage = 3;
         QCOMPARE(step_end_reduction(config, 0, stage_bytes).gathered_bytes, std::int64_t(0));
         config.layout.schedule = parallel::PipelineSchedule::zero_bubble_h1;

@@ -33,6 +33,7 @@ RunConfig every_field_set() {
     c.layout.offload_checkpoints = true;
     c.overlap_grad_reduce = true;
     c.dtype = "bf16";
+    c.grad_reduce_dtype = "fp32";
     c.balancer = "wlb";
     c.cp_shard = "zigzag";
     c.layout.microbatches = 8;
@@ -85,6 +86,7 @@ private slots:
         QCOMPARE(read.wlb_max_delay, 2);
         QCOMPARE(read.layout.stage_layers, (std::vector<int>{1, 2, 2, 1}));
         QCOMPARE(read.cost_model, std::string("analytic"));
+        QCOMPARE(read.grad_reduce_dtype, std::string("fp32"));
         QCOMPARE(read.hot_switch, std::string("0-2048:dp2;2048-:pp2"));
         QCOMPARE(read.gemm_gflops, 75.5);
         QCOMPARE(read.gemm_gflops_cold, 55.25);

@@ -272,6 +272,10 @@ int run_capture(const CaptureArgs& args, bool separator_given) {
     const std::string run_path = (std::filesystem::path(directory) / "run.fulcrum").string();
     store::MergeOptions options;
     options.overwrite = args.force;
+    // One process that no launcher placed, or whose launcher says the job is one rank, is the
+    // grid of one rank (MergeOptions::lone_process).
+    options.lone_process = files.size() == 1 && statuses.size() == 1 &&
+                           (statuses.front().launcher == "none" || statuses.front().world == 1);
     const bool terminal = isatty(STDERR_FILENO) != 0;
     options.progress = [terminal](double fraction) {
         if (terminal) {

@@ -261,6 +261,10 @@ std::vector<RankStatus> read_rank_statuses(const std::string& directory) {
                 number(status.dropped);
             } else if (key == "gpu") {
                 status.gpu = value;
+            } else if (key == "launcher") {
+                status.launcher = value;
+            } else if (key == "world") {
+                number(status.world);
             }
         }
         statuses.push_back(std::move(status));

@@ -59,6 +59,10 @@ struct RankStatus {
     std::int64_t events = 0;
     std::int64_t dropped = 0;
     std::string gpu;  // on, none, off, other-profiler, unavailable, failed, pending
+    // The launcher variable the rank came from (OMPI_COMM_WORLD_RANK, RANK, ...); "none" when
+    // no launcher said; empty from a status written before the rank was known.
+    std::string launcher;
+    std::int64_t world = -1;  // the ranks that launcher says the job has; -1: it does not say
 };
 std::vector<RankStatus> read_rank_statuses(const std::string& directory);
 std::vector<std::string> rank_files(const std::string& directory);

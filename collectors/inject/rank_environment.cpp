@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace fulcrum::collect {
 namespace {
@@ -24,8 +25,15 @@ std::int32_t parse_rank(const char* text) {
 }  // namespace
 
 LauncherRank rank_from_environment(const std::function<const char*(const char*)>& lookup) {
-    for (const char* variable :
-         {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    // Each launcher's rank variable and the one beside it that counts the ranks (PMIx says
+    // the size only through its API: Open MPI's own variable is read first).
+    constexpr std::pair<const char*, const char*> kVariables[] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        {"PMIX_RANK", nullptr},
+        {"RANK", "WORLD_SIZE"},
+        {"PMI_RANK", "PMI_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"}};
+    for (const auto& [variable, size_variable] : kVariables) {
         const std::int32_t rank = parse_rank(lookup(variable));
         if (rank < 0) {
             continue;
@@ -33,7 +41,9 @@ LauncherRank rank_from_environment(const std::function<const char*(const char*)>
         if (std::strcmp(variable, "RANK") == 0 && lookup("WORLD_SIZE") == nullptr) {
             continue;
         }
-        return {rank, variable};
+        const std::int32_t world =
+            size_variable != nullptr ? parse_rank(lookup(size_variable)) : -1;
+        return {rank, variable, world > 0 ? world : -1};
     }
     return {};
 }

@@ -12,6 +12,9 @@ namespace fulcrum::collect {
 struct LauncherRank {
     std::int32_t rank = -1;  // -1: no launcher said
     std::string variable;    // the variable it came from, for messages
+    // The ranks the same launcher says the job has (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+    // WORLD_SIZE, SLURM_NTASKS beside their rank variables); -1 when it does not say.
+    std::int32_t world_size = -1;
 };
 
 // Checked innermost launcher first: torchrun's RANK wins over SLURM_PROCID because

@@ -185,6 +185,10 @@ private:
     std::mutex start_mutex_;
     std::unique_ptr<store::TraceWriter> writer_;  // leaked at exit: other threads may still call it
     RankInfo rank_;
+    // The launcher variable the rank came from and the job's ranks it says
+    // (rank_environment.h); empty and -1 when none said.
+    std::string launcher_;
+    std::int32_t launcher_world_ = -1;
     GpuMode gpu_mode_ = GpuMode::automatic;
     std::string directory_;
     int status_fd_ = -1;

@@ -664,6 +664,28 @@ Status write_summaries(Database& db, RunSummaryBuilder summaries) {
     return db.exec("COMMIT");
 }
 
+// MergeOptions::lone_process: the run's only rank, without coordinates, placed on the grid of
+// one, and the import log says why.
+Status place_lone_process(Database& db) {
+    // A coordinate the rank does not know is NULL (docs/schema.md).
+    auto unplaced = db.query_int(
+        "SELECT COUNT(*) FROM rank WHERE COALESCE(dp, -1) < 0 AND COALESCE(tp, -1) < 0 AND "
+        "COALESCE(pp, -1) < 0 AND COALESCE(cp, -1) < 0");
+    auto ranks = db.query_int("SELECT COUNT(*) FROM rank");
+    if (!unplaced || !ranks) {
+        return !unplaced ? unplaced.error() : ranks.error();
+    }
+    if (*ranks != 1 || *unplaced != 1) {
+        return {};
+    }
+    return db.exec(
+        "UPDATE rank SET dp = 0, tp = 0, pp = 0, cp = 0;"
+        "INSERT INTO import_log (source, record_index, reason, record, skipped) VALUES "
+        "('capture', -1, 'note: structure: grid dp1 tp1 pp1 cp1, from one process that no "
+        "launcher placed (no rank variable of mpirun, torchrun or SLURM) and that marked no "
+        "coordinates: the grid of one rank', '', 0);");
+}
+
 // Writes the run of `sources` at `output`: each source's events shifted by its shift_ns − `origin`,
 // its lanes after the ones before it, the run row from the first. Returns the event count.
 Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t origin,
@@ -752,6 +774,11 @@ Result<std::int64_t> write_run(const std::vector<Source>& sources, std::int64_t 
         // The summaries the GUI opens a large run from (views/timeline/paged_timeline.h), made
         // as the events went by: reading them back would decode every block again.
         if (auto status = write_summaries(db, std::move(summaries)); !status) {
+            return fail(status.error());
+        }
+    }
+    if (options.lone_process && sources.size() == 1) {
+        if (auto status = place_lone_process(db); !status) {
             return fail(status.error());
         }
     }

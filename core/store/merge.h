@@ -33,6 +33,11 @@ struct MergeOptions {
     int threads = 0;
     // Called with the fraction done, 0..1; return false to cancel.
     std::function<bool(double)> progress;
+    // The input is one process that no launcher placed (`fulcrum capture` of a plain program):
+    // where it is the run's only rank and marked no coordinates, it is the grid of one rank
+    // (dp = tp = pp = cp = 0, said in the import log), as the Kineto importer takes a process
+    // in no distributed world (core/import/kineto/structure.h).
+    bool lone_process = false;
 };
 
 struct MergeReport {

@@ -232,6 +232,9 @@ private slots:
         QCOMPARE(torch_.ranks.size(), std::size_t{1});
         const RankTrace& rank = torch_.ranks.front();
         QVERIFY(rank.info.complete);
+        // One process that no launcher placed: the grid of one rank (MergeOptions::lone_process).
+        QVERIFY(torch_.config.grid_known);
+        QCOMPARE(torch_.config.layout.grid.world(), 1);
         QCOMPARE(rank.info.dropped_records, 0);
         std::map<std::string, int> ranges;
         std::set<std::int64_t> launches;

@@ -14,6 +14,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -257,6 +258,16 @@ private slots:
         QVERIFY2(captured->nesting_ok, captured->nesting_problem.c_str());
         QCOMPARE(captured->ranks.size(), std::size_t(1));
         QVERIFY(captured->ranks[0].complete);
+        // One process that no launcher placed: the grid of one rank, and the run says why.
+        const RankInfo& alone = captured->ranks[0];
+        QVERIFY(alone.dp == 0 && alone.tp == 0 && alone.pp == 0 && alone.cp == 0);
+        auto plain = store::TraceReader::open(path("plain/run.fulcrum").toStdString());
+        QVERIFY(plain.ok());
+        auto log = plain->import_log();
+        QVERIFY(log.ok());
+        QVERIFY(std::any_of(log->begin(), log->end(), [](const ImportLogEntry& entry) {
+            return entry.reason.find("the grid of one rank") != std::string::npos;
+        }));
 
         std::map<std::string, LaneKind> lanes;
         for (const auto& lane : captured->lanes) {
@@ -412,6 +423,8 @@ private slots:
         for (std::int32_t rank : {0, 1}) {
             QVERIFY(captured->rank(rank) != nullptr);
             QVERIFY(captured->rank(rank)->complete);
+            // Two processes without a launcher are not placed: which grid they form is unsaid.
+            QCOMPARE(captured->rank(rank)->dp, -1);
             QCOMPARE(captured->named("outer", rank).size(), std::size_t(2));
         }
     }

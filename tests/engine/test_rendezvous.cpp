@@ -219,6 +219,7 @@ void RendezvousTest::launchers() {
     QCOMPARE(QString::fromStdString(launch->source), source);
     const auto labelled = collect::rank_from_environment(lookup);
     QCOMPARE(labelled.rank, source == "no launcher" ? -1 : rank);
+    QCOMPARE(labelled.world_size, source == "no launcher" ? -1 : size);
 }
 
 void RendezvousTest::malformedLaunchers_data() {

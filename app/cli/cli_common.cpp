@@ -98,7 +98,7 @@ void add_attention_backend_option(CLI::App& app, std::string& backend, const std
 }
 
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
-                                        const std::string& example) {
+                                        const std::string& example, int minimum) {
     std::vector<int> values;
     std::size_t begin = 0;
     while (begin <= text.size()) {
@@ -106,11 +106,11 @@ Result<std::vector<int>> parse_int_list(const std::string& text, const std::stri
         const std::string item = text.substr(begin, end - begin);
         char* rest = nullptr;
         const long value = std::strtol(item.c_str(), &rest, 10);
-        if (item.empty() || *rest != '\0' || value < 1 || value > 1 << 30) {
+        if (item.empty() || *rest != '\0' || value < minimum || value > 1 << 30) {
             return Error{ErrorCode::invalid_input,
-                         option + " '" + text +
-                             "': expected positive whole numbers separated by commas, e.g. " +
-                             example};
+                         option + " '" + text + "': expected " +
+                             (minimum > 0 ? "positive " : "non-negative ") +
+                             "whole numbers separated by commas, e.g. " + example};
         }
         values.push_back(static_cast<int>(value));
         begin = end + 1;

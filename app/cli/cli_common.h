@@ -47,9 +47,10 @@ void install_interrupt_handler();
 // simulate and fulcrum plan share (sim::HardwareAssumptions::unfused_attention).
 void add_attention_backend_option(CLI::App& app, std::string& backend, const std::string& group);
 
-// "7,9,9,7" → {7, 9, 9, 7}; the error names `option` and shows `example`.
+// "7,9,9,7" → {7, 9, 9, 7}, each at least `minimum`; the error names `option` and shows
+// `example`.
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
-                                        const std::string& example);
+                                        const std::string& example, int minimum = 1);
 
 // --calibrate RUN of fulcrum simulate and fulcrum plan: the run analysed a rank at a time (with
 // a progress line; analyze_run_file, so a run of any size fits), and each run's cost model

@@ -143,7 +143,7 @@ Status build_space(PlanArgs& args) {
     space.sequence_parallel = !args.no_sequence_parallel;
     space.offload = !args.no_offload;
     auto zero_stages = parse_int_list(args.no_distributed_optimizer ? "0" : args.zero_stages,
-                                      "--zero", "1 or 1,2,3");
+                                      "--zero", "1 or 0,1,2,3", /*minimum=*/0);
     if (!zero_stages) {
         return zero_stages.error();
     }
@@ -708,8 +708,9 @@ Command add_plan_command(CLI::App& app) {
     CLI::Option* zero =
         sub->add_option("--zero", args->zero_stages,
                         "ZeRO stages to try over each layout's DP x CP ranks, the least that fits "
-                        "kept: 1 (Megatron-LM's distributed optimizer) shards the optimizer "
-                        "state, 2 also the gradients, 3 also the parameters; e.g. 1,2,3")
+                        "kept: 0 none, 1 (Megatron-LM's distributed optimizer) shards the "
+                        "optimizer state, 2 also the gradients, 3 also the parameters; e.g. "
+                        "1,2,3")
             ->capture_default_str()
             ->group("Search");
     sub->add_option("--cp-impls", args->cp_impls,

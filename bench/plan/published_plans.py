@@ -13,6 +13,7 @@ outside those is reported as not played. bench/README.md records a run.
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default="build", help="the build directory")
     parser.add_argument("--top", type=int, default=32, help="layouts printed by each plan")
+    parser.add_argument("--plan-args", default="",
+                        help="more options for every fulcrum plan, e.g. '--grad-reduce-dtype bf16' "
+                             "to play a part of the model the other way (a baseline in the same run)")
     args = parser.parse_args()
     fulcrum = os.path.join(args.build, "app", "fulcrum")
     if not os.access(fulcrum, os.X_OK):
@@ -59,6 +63,7 @@ def main():
                 command.append("--no-sequence-parallel")
             if software == "2021":
                 command += ["--no-distributed-optimizer", "--attention-backend", "unfused"]
+            command += shlex.split(args.plan_args)
             started = time.time()
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:

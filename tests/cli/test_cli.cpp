@@ -568,6 +568,26 @@ private slots:
         QCOMPARE(calibrated.exit_code, 0);
         QVERIFY2(calibrated.output.contains("(fitted on 'rank-1')"), qPrintable(calibrated.output));
         QVERIFY(calibrated.output.contains("fulcrum simulate --calibrate plans/rank-1.fulcrum"));
+        // Without the distributed optimizer (--zero 0 or its flag): every printed line says so
+        // by carrying no --distributed-optimizer, and the two spellings plan alike.
+        const Outcome unsharded = run(
+            fulcrum(), small + QStringList{"--no-distributed-optimizer", "--json"}, work_.path());
+        QVERIFY2(unsharded.exit_code == 0, qPrintable(unsharded.output));
+        const QJsonArray plain =
+            QJsonDocument::fromJson(unsharded.output.toUtf8()).object().value("ranked").toArray();
+        QCOMPARE(plain.size(), 2);
+        for (const auto& entry : plain) {
+            QVERIFY(!entry.toObject()
+                         .value("simulate_command")
+                         .toString()
+                         .contains("--distributed-optimizer"));
+        }
+        const Outcome zero =
+            run(fulcrum(), small + QStringList{"--zero", "0", "--json"}, work_.path());
+        QCOMPARE(zero.exit_code, 0);
+        QCOMPARE(QJsonDocument::fromJson(zero.output.toUtf8()).object().value("ranked"),
+                 QJsonValue(plain));
+        QCOMPARE(run(fulcrum(), small + QStringList{"--zero", "4"}, work_.path()).exit_code, 2);
     }
 
     // --report writes the plan as a page: the chart and the top k (core/report/plan_section.h);

@@ -13,7 +13,9 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
@@ -158,6 +160,32 @@ Status apply_knobs(const SimulateArgs& args, bool calibrated, sim::SimulationCon
     return {};
 }
 
+// The lengths of the documents a run trained, from its workload table: each (step, document)
+// once, in the order the run trained them (step, micro-batch, document); empty without one.
+std::vector<std::int64_t> trained_documents(const analysis::RunTrace& trace) {
+    struct Trained {
+        std::int32_t step, microbatch;
+        std::int64_t doc_id, length;
+    };
+    std::vector<Trained> documents;
+    for (const WorkloadEntry& row : trace.workload) {
+        if (row.doc_length > 0) {
+            documents.push_back({row.step, row.microbatch, row.doc_id, row.doc_length});
+        }
+    }
+    const auto key = [](const Trained& t) { return std::tie(t.step, t.microbatch, t.doc_id); };
+    std::sort(documents.begin(), documents.end(),
+              [&](const Trained& a, const Trained& b) { return key(a) < key(b); });
+    std::vector<std::int64_t> lengths;
+    std::set<std::pair<std::int32_t, std::int64_t>> seen;  // (step, document)
+    for (const Trained& t : documents) {
+        if (seen.emplace(t.step, t.doc_id).second) {
+            lengths.push_back(t.length);
+        }
+    }
+    return lengths;
+}
+
 // The settings: the calibration run's where it says them, the command line's where given,
 // fulcrum-train's defaults otherwise.
 Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
@@ -204,6 +232,15 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         }
         keep("--lengths", config.lengths, run.lengths);
         keep("--documents", config.documents, run.documents);
+        if (config.lengths.empty() && !given(args, "--lengths")) {
+            // A run trained on text records no length spec: replay the documents it trained.
+            config.document_lengths = trained_documents(*trace);
+            if (!config.document_lengths.empty()) {
+                warn("'" + args.calibrate.front() + "' records no --lengths; replaying the " +
+                     std::to_string(config.document_lengths.size()) +
+                     " documents it trained (its workload table), in the order it trained them");
+            }
+        }
         keep("--seed", config.seed, run.seed);
         keep("--attention-kernel", config.attention_kernel, run.attention_kernel);
         keep("--wlb-max-tokens", config.wlb_max_tokens, run.wlb_max_tokens);
@@ -543,10 +580,15 @@ void print_table(const sim::SimulationConfig& config, const std::vector<Played>&
                 parallel::schedule_name(config.layout.schedule), config.layout.microbatches,
                 length.c_str());
     std::printf("model: %s\n", parallel::describe_model(config.model).c_str());
-    std::printf("documents: %s, %lld documents, seed %llu; CP sharding %s\n",
-                config.lengths.c_str(), static_cast<long long>(config.documents),
-                static_cast<unsigned long long>(config.seed),
-                balance::cp_sharding_name(config.sharding));
+    if (!config.document_lengths.empty()) {
+        std::printf("documents: %zu of given lengths; CP sharding %s\n",
+                    config.document_lengths.size(), balance::cp_sharding_name(config.sharding));
+    } else {
+        std::printf("documents: %s, %lld documents, seed %llu; CP sharding %s\n",
+                    config.lengths.c_str(), static_cast<long long>(config.documents),
+                    static_cast<unsigned long long>(config.seed),
+                    balance::cp_sharding_name(config.sharding));
+    }
     std::printf("cost model: %s\n", head.cost_source.c_str());
     for (const std::string& note : head.notes) {
         std::printf("  derived: %s\n", note.c_str());

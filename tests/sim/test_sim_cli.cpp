@@ -2,6 +2,8 @@
 // do; --compare prints one row per balancer and writes one run per balancer; existing
 // outputs are refused; --json is machine-readable; --calibrate takes a run's settings and
 // costs, and says what a run lacks.
+#include <map>
+
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -374,6 +376,42 @@ private slots:
         QCOMPARE(results[0].toObject()["vs_first"].toDouble(), 1.0);
         QCOMPARE(results[1].toObject()["steps"].toArray().size(), 2);
         QVERIFY(results[1].toObject()["mean_step_ns"].toDouble() > 0);
+    }
+
+    // A run fulcrum-train trained on text records no length spec: --calibrate replays the
+    // documents it trained (its workload table), every one once, instead of refusing.
+    void calibrateOnATextRunReplaysItsDocuments() {
+        QProcess capture;
+        capture.setProcessChannelMode(QProcess::MergedChannels);
+        capture.start(kBinaryDir + "/app/fulcrum",
+                      {"capture", "-o", path("text"), "--", kBinaryDir + "/engine/fulcrum-train",
+                       "--layers", "2", "--steps", "3"});
+        QVERIFY(capture.waitForFinished(120'000));
+        QVERIFY2(capture.exitCode() == 0, capture.readAll().constData());
+        auto reader = store::TraceReader::open(path("text/run.fulcrum").toStdString());
+        QVERIFY(reader.ok());
+        auto workload = reader->workload();
+        QVERIFY(workload.ok() && !workload->empty());
+        std::map<std::pair<std::int32_t, std::int64_t>, std::int64_t> trained;
+        for (const auto& row : *workload) {
+            trained[{row.step, row.doc_id}] = row.doc_length;
+        }
+        std::int64_t tokens = 0;
+        for (const auto& [document, length] : trained) {
+            tokens += length;
+        }
+        const Outcome replayed = simulate({"--calibrate", "text/run.fulcrum", "--json"});
+        QVERIFY2(replayed.exit_code == 0, qPrintable(replayed.err));
+        QVERIFY2(replayed.err.contains(
+                     QString("replaying the %1 documents it trained").arg(trained.size())),
+                 qPrintable(replayed.err));
+        const QJsonObject result = QJsonDocument::fromJson(replayed.out.toUtf8())
+                                       .object()["results"]
+                                       .toArray()
+                                       .at(0)
+                                       .toObject();
+        QCOMPARE(result["tokens"].toInteger(), tokens);
+        QCOMPARE(result["documents"].toInteger(), static_cast<qint64>(trained.size()));
     }
 
     // --calibrate on a simulated run: its settings unless overridden, its fitted costs.

@@ -55,7 +55,13 @@ int run_import(const ImportArgs& args) {
     for (const auto& warning : report->warnings) {
         warn(warning);
     }
-    return kExitOk;
+    for (const auto& input : report->truncated) {
+        warn("'" + input +
+             "' ends early (cut short while it was written or copied?): the events before the "
+             "cut were imported, so the run is incomplete; `fulcrum info '" +
+             args.output + "'` says where it stops");
+    }
+    return report->truncated.empty() ? kExitOk : kExitIncomplete;
 }
 
 }  // namespace
@@ -64,7 +70,9 @@ Command add_import_command(CLI::App& app) {
     auto* sub = app.add_subcommand(
         "import",
         "Import Nsight Systems SQLite exports (nsys export --type sqlite) or PyTorch "
-        "profiler (Kineto) traces, plain or .gz, one file per rank, into one run");
+        "profiler (Kineto) traces, plain or .gz, one file per rank, into one run. Exit status: "
+        "0; 3 when an input ends early (what it held before the cut is imported); 2 when "
+        "nothing could be imported");
     auto args = std::make_shared<ImportArgs>();
     sub->add_option("files", args->inputs, "Trace files, one per rank (or one nsys report)")
         ->required()

@@ -320,9 +320,13 @@ Result<ImportReport> import_files(const std::vector<std::string>& inputs, const 
     if (!log) {
         return log.error();
     }
+    const std::string truncated = "note: " + std::string(kTruncatedNote);
     for (const ImportLogEntry& entry : *log) {
         result.skipped += entry.skipped;
         result.notes += entry.skipped == 0 ? 1 : 0;
+        if (entry.skipped == 0 && entry.reason.starts_with(truncated)) {
+            result.truncated.push_back(entry.source);
+        }
     }
     return result;
 }

@@ -123,7 +123,14 @@ struct ImportReport {
     std::int64_t notes = 0;    // import_log rows that skipped nothing
     int ranks = 0;
     std::vector<std::string> warnings;
+    // The inputs that end early (a job killed mid-write, a copy cut short): what they held
+    // before the cut is in the run, which is therefore incomplete. Their import_log notes
+    // start with kTruncatedNote.
+    std::vector<std::string> truncated;
 };
+
+// How an importer's note on an input that ends early begins (after "note: ").
+inline constexpr std::string_view kTruncatedNote = "truncated at byte ";
 
 // Imports every input (all of one format) into one run at `output`. A failed or cancelled
 // import leaves no output file.

@@ -258,6 +258,19 @@ private slots:
         text += transcript({"import", "nosteps.json", "-o", "nosteps.fulcrum"});
         text += transcript({"analyze", "nosteps.fulcrum"});
         expect_golden("analyze-imported.txt", text);
+        // A trace cut short imports what it holds, says so and exits 3: the run is incomplete.
+        QVERIFY(rank0.seek(0));
+        const QByteArray whole = rank0.readAll();
+        QFile cut(work_.filePath("cut.json"));
+        QVERIFY(cut.open(QIODevice::WriteOnly));
+        cut.write(whole.left(whole.size() / 2));
+        cut.close();
+        const Outcome cut_import =
+            run(fulcrum(), {"import", "cut.json", "-o", "cut.fulcrum"}, work_.path());
+        QCOMPARE(cut_import.exit_code, 3);
+        QVERIFY2(cut_import.output.contains("'cut.json' ends early"),
+                 qPrintable(cut_import.output));
+        QVERIFY(QFile::exists(work_.filePath("cut.fulcrum")));
         QVERIFY(!text.contains("imbalance 1.000"));
         QVERIFY(!text.contains("predicted 1.000"));
         QVERIFY(text.contains("setup    schedule —, balancer —, cp sharding —, micro-batches —"));

@@ -1216,7 +1216,7 @@ private:
         if (cancelled)
             return Error{ErrorCode::cancelled, "import cancelled"};
         if (truncated) {
-            std::string reason = "truncated at byte " + std::to_string(stream.offset()) +
+            std::string reason = std::string(kTruncatedNote) + std::to_string(stream.offset()) +
                                  " of the JSON: the events before it were imported, the rest of "
                                  "the file could not be read";
             if (!stream.problem().empty())

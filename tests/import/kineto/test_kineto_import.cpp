@@ -293,6 +293,9 @@ private slots:
         const std::string out = (dir_ / "cut.fulcrum").string();
         auto result = importer::import_files({(dir_ / "cut.json").string()}, out);
         QVERIFY2(result, result ? "" : result.error().message.c_str());
+        // Said in the report too, so the command can say the run is incomplete.
+        QCOMPARE(result->truncated.size(), std::size_t(1));
+        QVERIFY(result->truncated.front().find("cut.json") != std::string::npos);
         auto reader = store::TraceReader::open(out);
         QVERIFY(reader);
         QCOMPARE(find(*reader, "aten::mm", 0).size(), std::size_t(1));
@@ -316,6 +319,7 @@ private slots:
         const std::string out = (dir_ / "cutgz.fulcrum").string();
         auto result = importer::import_files({(dir_ / "cut.json.gz").string()}, out);
         QVERIFY2(result, result ? "" : result.error().message.c_str());
+        QCOMPARE(result->truncated.size(), std::size_t(1));
         auto reader = store::TraceReader::open(out);
         QVERIFY(reader);
         auto log = reader->import_log();

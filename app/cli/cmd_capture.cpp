@@ -254,9 +254,14 @@ int run_capture(const CaptureArgs& args, bool separator_given) {
 
     const auto files = collect::rank_files(directory);
     if (files.empty()) {
-        report_error({ErrorCode::invalid_input, "nothing was recorded: no process of `" +
-                                                    command_line + "` made an NVTX call" +
-                                                    (cuda_injection ? " or started CUDA" : "")});
+        const std::string none =
+            std::string("made an NVTX call") + (cuda_injection ? " or started CUDA" : "");
+        report_error({ErrorCode::invalid_input,
+                      command_status != 0
+                          ? "nothing was recorded: `" + command_line + "` exited with status " +
+                                std::to_string(command_status) + " before any of its processes " +
+                                none + " (its own messages above say why)"
+                          : "nothing was recorded: no process of `" + command_line + "` " + none});
         return failed(kExitError);
     }
     for (const auto& status : statuses) {

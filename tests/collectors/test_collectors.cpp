@@ -731,6 +731,10 @@ private slots:
         const Outcome silent = capture({"-o", "silent", "--", "sh", "-c", "exit 0"});
         QCOMPARE(silent.exit_code, 2);
         QCOMPARE(count_lines_containing(silent.err, "nothing was recorded"), 1);
+        // A command that fails before recording: its status, and the error says it failed.
+        const Outcome early = capture({"-o", "early", "--", "sh", "-c", "exit 7"});
+        QCOMPARE(early.exit_code, 7);
+        QCOMPARE(count_lines_containing(early.err, "exited with status 7 before any"), 1);
     }
 
     void badUsage_data() {

@@ -115,6 +115,9 @@ Status check_layout(const Layout& layout, const ModelShape& model) {
     if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1 || grid.cp < 1) {
         return invalid("--dp, --tp, --pp and --cp must be at least 1");
     }
+    if (model.layers < 1) {
+        return invalid("--layers must be at least 1, not " + std::to_string(model.layers));
+    }
     if (grid.pp > model.layers) {
         return invalid("--pp " + std::to_string(grid.pp) +
                        " is more pipeline stages than --layers " + std::to_string(model.layers) +

@@ -104,32 +104,36 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
 
 Status validate(const SimulationConfig& config) {
     const ModelShape& model = config.model;
-    std::vector<std::string> unknown;
+    std::vector<std::string> unset;
     if (model.layers < 1) {
-        unknown.push_back("--layers");
+        unset.push_back("--layers");
     }
     if (model.hidden < 1) {
-        unknown.push_back("--hidden");
+        unset.push_back("--hidden");
     }
     if (model.context < 1) {
-        unknown.push_back("--context");
+        unset.push_back("--context");
     }
     if (config.layout.microbatches < 1) {
-        unknown.push_back("--micro-batches");
+        unset.push_back("--micro-batches");
     }
-    if (config.lengths.empty() && config.document_lengths.empty()) {
-        unknown.push_back("--lengths");
-    }
-    if (!unknown.empty()) {
+    const bool no_lengths = config.lengths.empty() && config.document_lengths.empty();
+    if (!unset.empty() || no_lengths) {
+        // Given below 1, or left unset by a calibration run that does not record them: every
+        // one named at once.
         std::string list;
-        for (const auto& option : unknown) {
+        for (const auto& option : unset) {
             list += (list.empty() ? "" : ", ") + option;
         }
-        // Only a calibration run that does not record them leaves these unset.
-        return invalid("the simulation needs " + list +
-                       ", which the calibration run does not record; give them on the command "
-                       "line (a run trained on text has no length spec: give e.g. --lengths "
-                       "long-tail:context=N or file:PATH)");
+        std::string message = list.empty() ? "" : list + " must be at least 1";
+        if (no_lengths) {
+            message += std::string(list.empty() ? "" : "; ") +
+                       "the simulation needs --lengths (a run with neither a length spec nor a "
+                       "workload table: e.g. --lengths long-tail:context=N or file:PATH)";
+        }
+        return invalid(message +
+                       "; a calibration run that does not record a setting leaves it unset: "
+                       "give it on the command line");
     }
     if (config.steps < 1) {
         return invalid("--steps must be at least 1");

@@ -63,6 +63,7 @@ private slots:
         QTest::newRow("more stages than layers")
             << QStringList{"--pp", "4", "--layers", "2"}
             << "--pp 4 is more pipeline stages than --layers 2";
+        QTest::newRow("no layers") << QStringList{"--layers", "0"} << "--layers must be at least 1";
         QTest::newRow("unknown balancer") << QStringList{"--balancer", "greedy"} << "unknown";
         QTest::newRow("unknown balancer in --compare")
             << QStringList{"--compare", "fixed,best"} << "--compare:";

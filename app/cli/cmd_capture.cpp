@@ -27,6 +27,7 @@ using collect::RankStatus;
 struct CaptureArgs {
     std::string output;
     std::string gpu = "auto";
+    std::string gpu_api = "work";
     bool force = false;
     std::vector<std::string> command;
 };
@@ -237,8 +238,9 @@ int run_capture(const CaptureArgs& args, bool separator_given) {
     }
     hint_for_remote_mpi_ranks(args.command, cuda_injection);
 
-    const auto environment = collect::capture_environment(
-        *library, directory, cuda_injection ? gpu : GpuRequest::off, command_line, cuda_injection);
+    const auto environment =
+        collect::capture_environment(*library, directory, cuda_injection ? gpu : GpuRequest::off,
+                                     command_line, cuda_injection, args.gpu_api == "all");
     ProgressLine progress;
     auto outcome = collect::run_command(args.command, environment, [&](double seconds) {
         progress.show(seconds, collect::read_rank_statuses(directory));
@@ -328,6 +330,12 @@ Command add_capture_command(CLI::App& app) {
     sub->add_option("--gpu", args->gpu,
                     "GPU tracing: auto (when a GPU is found), on (refuse without one), off")
         ->check(CLI::IsMember({"auto", "on", "off"}));
+    sub->add_option("--gpu-api", args->gpu_api,
+                    "CUDA API calls recorded: work (launches, copies, synchronisation, "
+                    "allocation; not the queries that do none of these, such as "
+                    "cudaGetDevice) or all")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"work", "all"}));
     sub->add_flag("--force", args->force,
                   "Reuse a directory that holds an earlier capture, replacing it");
     sub->add_option("command", args->command, "The command to run, after `--`");

@@ -180,8 +180,9 @@ std::vector<OtherTool> other_tools_attached(const std::string& our_library) {
 
 std::vector<std::string> capture_variable_names(bool cuda_injection) {
     std::vector<std::string> names = {
-        "NVTX_INJECTION64_PATH", "FULCRUM_CAPTURE_DIR",     "FULCRUM_GPU",
-        "FULCRUM_RUN_NAME",      "FULCRUM_CAPTURE_COMMAND", "FULCRUM_CAPTURE_LAUNCHER"};
+        "NVTX_INJECTION64_PATH",   "FULCRUM_CAPTURE_DIR", "FULCRUM_GPU",
+        "FULCRUM_GPU_API",         "FULCRUM_RUN_NAME",    "FULCRUM_CAPTURE_COMMAND",
+        "FULCRUM_CAPTURE_LAUNCHER"};
     if (cuda_injection) {
         names.insert(names.begin() + 1, "CUDA_INJECTION64_PATH");
     }
@@ -190,7 +191,7 @@ std::vector<std::string> capture_variable_names(bool cuda_injection) {
 
 std::vector<std::pair<std::string, std::string>> capture_environment(
     const std::string& library, const std::string& directory, GpuRequest gpu,
-    const std::string& command_line, bool cuda_injection) {
+    const std::string& command_line, bool cuda_injection, bool all_api) {
     std::error_code ec;
     const std::string absolute = fs::absolute(directory, ec).lexically_normal().string();
     std::vector<std::pair<std::string, std::string>> environment = {
@@ -199,6 +200,7 @@ std::vector<std::pair<std::string, std::string>> capture_environment(
         {"FULCRUM_GPU", gpu == GpuRequest::off  ? "off"
                         : gpu == GpuRequest::on ? "on"
                                                 : "auto"},
+        {"FULCRUM_GPU_API", all_api ? "all" : "work"},
         {"FULCRUM_RUN_NAME", fs::path(absolute).filename().string()},
         {"FULCRUM_CAPTURE_COMMAND", command_line},
         // The injection leaves saying "no GPU" to us: one line for all ranks.

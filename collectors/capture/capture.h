@@ -41,9 +41,10 @@ std::vector<OtherTool> other_tools_attached(const std::string& our_library);
 
 // The variables each process of the command needs. Open MPI passes them to ranks on this
 // host; remote hosts need `mpirun -x NAME` (docs/capture.md), SLURM's srun forwards them.
+// `all_api`: every CUDA API call recorded, the queries of collectors/inject/quiet_api.h too.
 std::vector<std::pair<std::string, std::string>> capture_environment(
     const std::string& library, const std::string& directory, GpuRequest gpu,
-    const std::string& command_line, bool cuda_injection);
+    const std::string& command_line, bool cuda_injection, bool all_api = false);
 // Names only, for the `-x` hint.
 std::vector<std::string> capture_variable_names(bool cuda_injection);
 

@@ -77,6 +77,8 @@ void name_gpu_stream(void*, std::string_view) {}
 #include <unordered_map>
 #include <vector>
 
+#include "collectors/inject/quiet_api.h"
+
 namespace fulcrum::collect {
 namespace {
 
@@ -95,6 +97,9 @@ struct CuptiApi {
     decltype(&cuptiGetCallbackName) callback_name = nullptr;
     decltype(&cuptiGetStreamIdEx) stream_id = nullptr;
     decltype(&cuptiSetThreadIdType) thread_id_type = nullptr;
+    // Per-call control of API records (CUPTI 12.x and later); null where this CUPTI lacks it.
+    decltype(&cuptiActivityEnableRuntimeApi) enable_runtime_api = nullptr;
+    decltype(&cuptiActivityEnableDriverApi) enable_driver_api = nullptr;
 
     bool load() {
         void* library = nullptr;
@@ -138,6 +143,10 @@ struct CuptiApi {
         bind(result_string, "cuptiGetResultString");
         bind(callback_name, "cuptiGetCallbackName");
         bind(stream_id, "cuptiGetStreamIdEx");
+        enable_runtime_api = reinterpret_cast<decltype(enable_runtime_api)>(
+            dlsym(library, "cuptiActivityEnableRuntimeApi"));
+        enable_driver_api = reinterpret_cast<decltype(enable_driver_api)>(
+            dlsym(library, "cuptiActivityEnableDriverApi"));
         bind(thread_id_type, "cuptiSetThreadIdType");
         return complete;
     }
@@ -543,6 +552,33 @@ GpuStart refused(CUptiResult result) {
     }
 }
 
+// The queries of quiet_api.h left unrecorded, after the API kinds are enabled (enabling a kind
+// again would record them), unless FULCRUM_GPU_API=all (`fulcrum capture --gpu-api all`).
+void quiet_query_apis() {
+    const char* wanted = std::getenv("FULCRUM_GPU_API");
+    if (wanted != nullptr && std::strcmp(wanted, "all") == 0) {
+        return;
+    }
+    if (g_cupti.enable_runtime_api == nullptr || g_cupti.enable_driver_api == nullptr) {
+        say("this CUPTI cannot leave single API calls out; every query is recorded");
+        return;
+    }
+    CUptiResult failed = CUPTI_SUCCESS;
+    for (const QuietApi& api : kQuietRuntimeApis) {
+        if (const CUptiResult r = g_cupti.enable_runtime_api(api.cbid, 0); r != CUPTI_SUCCESS) {
+            failed = r;
+        }
+    }
+    for (const QuietApi& api : kQuietDriverApis) {
+        if (const CUptiResult r = g_cupti.enable_driver_api(api.cbid, 0); r != CUPTI_SUCCESS) {
+            failed = r;
+        }
+    }
+    if (failed != CUPTI_SUCCESS) {
+        say("CUPTI kept recording some query calls (" + result_text(failed) + ")");
+    }
+}
+
 }  // namespace
 
 GpuStart start_gpu_tracing(GpuRecordTarget& target) {
@@ -589,6 +625,7 @@ GpuStart start_gpu_tracing(GpuRecordTarget& target) {
                 " not recorded: " + result_text(enabled));
         }
     }
+    quiet_query_apis();
     // Full buffers reach the writer at least this often; the rest at exit.
     (void)g_cupti.flush_period(500);
     g_state.store(GpuState::on);

@@ -745,6 +745,8 @@ private slots:
         QTest::newRow("not found")
             << QStringList{"-o", "x", "--", "no-such-program-here"} << "not found in PATH";
         QTest::newRow("bad gpu") << QStringList{"--gpu", "maybe", "--", nvtx_threads()} << "maybe";
+        QTest::newRow("bad gpu api")
+            << QStringList{"--gpu-api", "some", "--", nvtx_threads()} << "some";
     }
 
     void badUsage() {

@@ -97,6 +97,15 @@ void add_attention_backend_option(CLI::App& app, std::string& backend, const std
         ->group(group);
 }
 
+void add_grad_reduce_dtype_option(CLI::App& app, std::string& dtype, const std::string& group) {
+    app.add_option("--grad-reduce-dtype", dtype,
+                   "Element type gradients are reduced in over DP x CP: fp32 (the default under "
+                   "bf16 and fp32, as Megatron-LM and fulcrum-train do), bf16 (Megatron-LM's "
+                   "--grad-reduce-in-bf16) or fp16 (the default under fp16)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+        ->group(group);
+}
+
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
                                         const std::string& example, int minimum) {
     std::vector<int> values;

@@ -47,6 +47,10 @@ void install_interrupt_handler();
 // simulate and fulcrum plan share (sim::HardwareAssumptions::unfused_attention).
 void add_attention_backend_option(CLI::App& app, std::string& backend, const std::string& group);
 
+// --grad-reduce-dtype fp32|bf16|fp16 into `dtype` ("" when not given), in `group`: fulcrum
+// simulate's and fulcrum plan's (sim::SimulationConfig::grad_reduce_dtype).
+void add_grad_reduce_dtype_option(CLI::App& app, std::string& dtype, const std::string& group);
+
 // "7,9,9,7" → {7, 9, 9, 7}, each at least `minimum`; the error names `option` and shows
 // `example`.
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,

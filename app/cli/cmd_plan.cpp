@@ -649,12 +649,7 @@ Command add_plan_command(CLI::App& app) {
            "Activations and parameters: bf16, fp16 or fp32 (gradients: --grad-reduce-dtype)")
         ->capture_default_str()
         ->group("Model");
-    sub->add_option("--grad-reduce-dtype", args->grad_reduce_dtype,
-                    "Element type gradients are reduced in over DP x CP: fp32 (the default "
-                    "under bf16 and fp32, as Megatron-LM does), bf16 (--grad-reduce-in-bf16) or "
-                    "fp16 (the default under fp16)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-        ->group("Model");
+    add_grad_reduce_dtype_option(*sub, args->grad_reduce_dtype, "Model");
 
     sub->add_option("--global-batch", r.global_batch,
                     "Sequences of --context tokens per step over all DP replicas; micro-batches "

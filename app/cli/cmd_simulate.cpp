@@ -969,12 +969,7 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
                     "(4, the CPU engine's); gradients: --grad-reduce-dtype")
         ->capture_default_str()
         ->group("Grid");
-    sub->add_option("--grad-reduce-dtype", args->grad_reduce_dtype,
-                    "Element type gradients are reduced in over DP x CP: fp32 (the default "
-                    "under bf16 and fp32, as Megatron-LM and fulcrum-train do), bf16 "
-                    "(Megatron-LM's --grad-reduce-in-bf16) or fp16 (the default under fp16)")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-        ->group("Grid");
+    add_grad_reduce_dtype_option(*sub, args->grad_reduce_dtype, "Grid");
     sub->add_option("--overlap-grad-reduce", args->overlap_grad_reduce,
                     "Reduce each layer's gradients over DP x CP as soon as its last backward "
                     "pass has written them, overlapped with the passes after (on), or all at once "

@@ -75,7 +75,13 @@ sim::SimulationConfig config_for(const bench::ValidationRun& run,
     sim::SimulationConfig config;
     config.model = {run.layers, run.hidden, run.heads, run.sequence * run.microbatch_size,
                     run.vocab};
-    config.layout.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = 1};
+    config.model.architecture = run.architecture;
+    config.model.kv_heads = run.kv_heads;
+    config.model.ffn_hidden = run.ffn_hidden;
+    config.layout.grid = {.dp = run.dp, .tp = run.tp, .pp = run.pp, .cp = run.cp};
+    // Megatron-Core's context parallelism splits each sequence into 2·cp chunks, rank r
+    // holding chunks r and 2·cp − 1 − r.
+    config.sharding = balance::CpSharding::zigzag;
     config.layout.virtual_stages = run.virtual_stages;
     config.layout.schedule = run.virtual_stages > 1 ? parallel::PipelineSchedule::interleaved
                                                     : parallel::PipelineSchedule::one_f_one_b;
@@ -147,7 +153,7 @@ parallel::MemoryShape memory_shape(const PublishedRun& run, parallel::Recompute 
 double published_seconds(const bench::ValidationRun& run) {
     const double b = run.global_batch, s = run.sequence, l = run.layers, h = run.hidden,
                  v = run.vocab;
-    const double gpus = static_cast<double>(run.tp) * run.pp * run.dp;
+    const double gpus = static_cast<double>(run.tp) * run.pp * run.dp * run.cp;
     switch (run.flops) {
         case bench::FlopCount::narayanan:
             return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)) /
@@ -211,11 +217,14 @@ int play_validation_set(const Ablation& without) {
         if (run.virtual_stages > 1) {
             layout += " v" + std::to_string(run.virtual_stages);
         }
+        if (run.cp > 1) {
+            layout += " cp" + std::to_string(run.cp);
+        }
         layout += " dp" + std::to_string(run.dp);
-        table.add_row({run.id, run.source, run.gpu, std::to_string(run.tp * run.pp * run.dp),
-                       layout, std::to_string(config.layout.microbatches),
-                       format_fixed(published, 2) + " s", format_fixed(simulated, 2) + " s",
-                       format_relative_error(simulated, published)});
+        table.add_row(
+            {run.id, run.source, run.gpu, std::to_string(run.tp * run.pp * run.dp * run.cp), layout,
+             std::to_string(config.layout.microbatches), format_fixed(published, 2) + " s",
+             format_fixed(simulated, 2) + " s", format_relative_error(simulated, published)});
     }
     std::printf("\nThe validation set (bench/sim/validation_set.h)\n%s", table.render().c_str());
     TextTable summary(
@@ -246,17 +255,27 @@ int write_gemm_shapes(const std::string& path) {
         return 2;
     }
     for (const bench::ValidationRun& run : bench::kValidationSet) {
-        const long tokens = static_cast<long>(run.sequence) * run.microbatch_size;
+        // A CP rank holds 1/cp of the micro-batch's tokens.
+        const long tokens = static_cast<long>(run.sequence) * run.microbatch_size / run.cp;
         const long h = run.hidden, tp = run.tp;
         const int pieces = run.tp_comm_overlap ? run.tp : 1;
+        // Llama's rows: grouped-query attention's narrower K and V, SwiGLU's gate and up
+        // projections in one GEMM (core/parallel/layout.h, layer_gemm_weights).
+        const parallel::ModelShape shape{.hidden = run.hidden,
+                                         .heads = run.heads,
+                                         .architecture = run.architecture,
+                                         .kv_heads = run.kv_heads,
+                                         .ffn_hidden = run.ffn_hidden};
+        const long kv = parallel::kv_hidden_of(shape), f = parallel::ffn_hidden_of(shape);
+        const long up = run.architecture == parallel::Architecture::llama ? 2 * f : f;
         const struct {
             const char* name;
             long out, in;
             int pieces;
-        } gemms[] = {{"qkv", 3 * h / tp, h, pieces},
+        } gemms[] = {{"qkv", (h + 2 * kv) / tp, h, pieces},
                      {"proj", h, h / tp, pieces},
-                     {"fc1", 4 * h / tp, h, pieces},
-                     {"fc2", h, 4 * h / tp, pieces},
+                     {"fc1", up / tp, h, pieces},
+                     {"fc2", h, f / tp, pieces},
                      {"head", run.vocab / tp, h, 1}};
         for (const auto& gemm : gemms) {
             std::fprintf(file,

@@ -82,8 +82,9 @@ using parallel::Recompute;
 // And its Nemotron-4 (nemotron/README.md, T1–T4): 15B (32 layers, h 6144, 48 heads, 8 KV heads,
 // MLP 24576) on 16 and 2048 H100, TP 2, micro-batch 2, global batch 64 and 8192; 340B (96, 18432,
 // 96, 8, 73728) on 256 and 2048, TP 8, PP 8, 12 virtual stages (its launch.sh; the README's
-// table says none), global batch 64 and 512; seq 4096, vocabulary 256000, BF16. Nemotron-4's MLP is not gated (squared ReLU): played as GPT's layer with those
-// widths and grouped-query attention; the same software as above.
+// table says none), global batch 64 and 512; seq 4096, vocabulary 256000, BF16. Nemotron-4's MLP is
+// not gated (squared ReLU): played as GPT's layer with those widths and grouped-query attention;
+// the same software as above.
 inline constexpr ValidationRun kValidationSet[] = {
     // id source gpu    l    h    a      V     s  tp  pp  v  dp   GBS mbs
     {"N1",

@@ -282,9 +282,12 @@ int write_gemm_shapes(const std::string& path) {
                          "{\"row\": \"%s\", \"gpu\": \"%s\", \"name\": \"%s\", "
                          "\"tokens\": %ld, \"out\": %ld, \"in\": %ld, \"pieces\": %d, "
                          "\"hidden\": %d, \"heads\": %d, \"tp\": %d, \"sequence\": %d, "
-                         "\"microbatch\": %d}\n",
+                         "\"microbatch\": %d, \"architecture\": \"%s\", \"kv_heads\": %d, "
+                         "\"ffn_hidden\": %ld, \"cp\": %d}\n",
                          run.id, run.gpu, gemm.name, tokens, gemm.out, gemm.in, gemm.pieces,
-                         run.hidden, run.heads, run.tp, run.sequence, run.microbatch_size);
+                         run.hidden, run.heads, run.tp, run.sequence, run.microbatch_size,
+                         parallel::architecture_name(run.architecture),
+                         parallel::kv_heads_of(shape), f, run.cp);
         }
     }
     const bool written = std::fclose(file) == 0;

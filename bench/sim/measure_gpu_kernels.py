@@ -429,7 +429,13 @@ def main():
     # Attention and elementwise work at the rows' shapes (one entry per distinct shape).
     rows = {}
     for shape in shapes:
-        rows.setdefault(shape["row"], shape)
+        # The layer, attention and elementwise parts build a GPT layer with every head its
+        # own K and V on the whole sequence: rows of another layer, grouped-query attention or
+        # context parallelism have their GEMMs timed above, not these.
+        plain = (shape.get("architecture", "gpt") == "gpt" and shape.get("cp", 1) == 1
+                 and shape.get("kv_heads", shape["heads"]) == shape["heads"])
+        if plain:
+            rows.setdefault(shape["row"], shape)
     attention_shapes, elementwise_shapes = [], []
     for shape in rows.values():
         hidden, heads = shape["hidden"], shape["heads"]

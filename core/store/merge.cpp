@@ -682,8 +682,9 @@ Status place_lone_process(Database& db) {
         "UPDATE rank SET dp = 0, tp = 0, pp = 0, cp = 0;"
         "INSERT INTO import_log (source, record_index, reason, record, skipped) VALUES "
         "('capture', -1, 'note: structure: grid dp1 tp1 pp1 cp1, from one process that no "
-        "launcher placed (no rank variable of mpirun, torchrun or SLURM) and that marked no "
-        "coordinates: the grid of one rank', '', 0);");
+        "launcher placed (no rank variable of mpirun, torchrun or SLURM) or whose launcher "
+        "says the job has one rank, and that marked no coordinates: the grid of one rank', '', "
+        "0);");
 }
 
 // Writes the run of `sources` at `output`: each source's events shifted by its shift_ns − `origin`,

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """fulcrum plan on published setups (issue 35): for each run of the validation set that chose
 its own layout at scale (bench/sim/validation_set.h), plan the same model, world, global batch
-and knobs the paper fixed (recomputation, no CP, fixed packing of whole sequences) on the run's
-GPU preset, and print where the published grid (TP x PP x DP) ranks among the plan's, its
-simulated step time against the plan's first choice, and that choice.
+and knobs the paper fixed (recomputation, the run's CP or none, fixed packing of whole
+sequences) on the run's GPU preset, and print where the published grid (TP x PP x CP x DP) ranks
+among the plan's, its simulated step time against the plan's first choice, and that choice.
 
     bench/plan/published_plans.py --build build [--top 32]
 
@@ -22,6 +22,7 @@ import time
 # id, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, global batch, recompute, sp,
 # dtype, and the software the run had: Megatron-LM of 2021 had neither FlashAttention nor the
 # distributed optimizer (the plan searches what that software could run)
+# The DGX Cloud rows (L, T) also carry their CP degree and their layer's flags.
 RUNS = [
     ("N4", "a100", 40, 6144, 48, 51200, 2048, 8, 1, 1, 32, 1024, "full", False, "fp16", "2021"),
     ("N5", "a100", 48, 8192, 64, 51200, 2048, 8, 2, 1, 32, 1536, "full", False, "fp16", "2021"),
@@ -30,6 +31,12 @@ RUNS = [
     ("S1", "a100", 96, 12288, 128, 64000, 2048, 8, 8, 6, 4, 768, "selective", True, "bf16", ""),
     ("M5", "h100", 84, 8192, 64, 131072, 4096, 8, 2, 1, 48, 384, "none", True, "bf16", ""),
     ("M6", "h100", 92, 10240, 80, 131072, 4096, 8, 4, 1, 48, 768, "none", True, "bf16", ""),
+    ("L3", "h100", 80, 8192, 64, 128256, 8192, 4, 4, 5, 2, 128, "none", True, "bf16", "", 2,
+     ["--architecture", "llama", "--kv-heads", "8", "--ffn-hidden", "28672"]),
+    ("L5", "h100", 126, 16384, 128, 128256, 8192, 8, 8, 8, 4, 256, "none", True, "bf16", "", 2,
+     ["--architecture", "llama", "--kv-heads", "8", "--ffn-hidden", "53248"]),
+    ("T3", "h100", 96, 18432, 96, 256000, 4096, 8, 8, 12, 4, 64, "none", True, "bf16", "", 1,
+     ["--kv-heads", "8", "--ffn-hidden", "73728"]),
 ]
 
 
@@ -47,18 +54,23 @@ def main():
     print(f"{'run':4} {'GPUs':>5} {'published grid':22} {'rank':>9} {'published s':>11} "
           f"{'first s':>8} {'ratio':>6}  first choice")
     with tempfile.TemporaryDirectory() as tmp:
-        for (name, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, batch, recompute, sp,
-             dtype, software) in RUNS:
+        for run in RUNS:
+            (name, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, batch, recompute, sp,
+             dtype, software) = run[:16]
+            cp, layer_flags = (run[16], run[17]) if len(run) > 16 else (1, [])
             lengths = os.path.join(tmp, f"{seq}.txt")
             with open(lengths, "w") as out:
                 out.write(f"{seq}\n" * batch)
-            world = tp * pp * dp
+            world = tp * pp * cp * dp
             command = [fulcrum, "plan", "--hardware", gpu, "--world", str(world), "--layers",
                        str(layers), "--hidden", str(hidden), "--heads", str(heads), "--context",
                        str(seq), "--vocab", str(vocab), "--dtype", dtype, "--global-batch",
                        str(batch), "--lengths", f"file:{lengths}", "--documents", str(batch),
-                       "--balancers", "fixed", "--max-cp", "1", "--recomputes", recompute,
+                       "--balancers", "fixed", "--max-cp", str(cp), "--recomputes", recompute,
                        "--schedules", "1f1b,interleaved", "--top", str(args.top), "--json"]
+            command += layer_flags
+            if v > 1:  # the published virtual stages among those the plan tries
+                command += ["--virtual-stages", ",".join(str(k) for k in sorted({2, 4, v}))]
             if not sp:
                 command.append("--no-sequence-parallel")
             if software == "2021":
@@ -72,9 +84,12 @@ def main():
             ranked = json.loads(result.stdout)["ranked"]
             first = ranked[0]
             match = next((c for c in ranked
-                          if (c["tp"], c["pp"], c["dp"], c["cp"]) == (tp, pp, dp, 1)), None)
-            grid = f"tp{tp} pp{pp}{f' v{v}' if v > 1 else ''} dp{dp}"
-            choice = (f"tp{first['tp']} pp{first['pp']} dp{first['dp']} {first['schedule']}"
+                          if (c["tp"], c["pp"], c["dp"], c["cp"]) == (tp, pp, dp, cp)), None)
+            grid = (f"tp{tp} pp{pp}{f' v{v}' if v > 1 else ''}{f' cp{cp}' if cp > 1 else ''}"
+                    f" dp{dp}")
+            choice = (f"tp{first['tp']} pp{first['pp']}"
+                      f"{' cp' + str(first['cp']) if first['cp'] > 1 else ''} dp{first['dp']}"
+                      f" {first['schedule']}"
                       f"{' x' + str(first.get('virtual_stages', 1)) if first['schedule'] == 'interleaved' else ''}"
                       f" m{first['microbatches']}")
             if match is None:

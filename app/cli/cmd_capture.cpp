@@ -14,6 +14,7 @@
 #include "app/cli/commands.h"
 #include "app/launch/command_line.h"
 #include "collectors/capture/capture.h"
+#include "core/parallel/run_config.h"
 #include "core/store/merge.h"
 #include "core/store/trace_reader.h"
 #include "core/util/text_table.h"
@@ -136,6 +137,9 @@ void print_summary(const std::string& run_path, const store::MergeReport& report
     out += "run      " + run_path + "\n";
     out += "ranks    " + std::to_string(report.ranks.size()) +
            (incomplete.empty() ? ", all complete" : ", incomplete: " + rank_list(incomplete)) +
+           "\n";
+    // The run's 4D grid: its config's, or what its ranks' coordinates span.
+    out += "grid     " + describe_grid(parse_run_config(trace->run().config_json, report.ranks)) +
            "\n";
     out += "span     " + format_duration(summary->end_ns - summary->start_ns) + "\n";
     out += "events   " + std::to_string(summary->event_count) +

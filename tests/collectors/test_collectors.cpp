@@ -251,6 +251,8 @@ private slots:
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
         QVERIFY(outcome.out.contains("done"));
         QVERIFY2(outcome.out.contains("ranks    1, all complete"), qPrintable(outcome.out));
+        QVERIFY2(outcome.out.contains(QString::fromUtf8("grid     dp 1 × tp 1 × pp 1 × cp 1")),
+                 qPrintable(outcome.out));
 
         const auto captured =
             read_run(path("plain/run.fulcrum"), {"handed over", "start-end range"});
@@ -417,6 +419,7 @@ private slots:
         const Outcome outcome =
             capture({"-o", "two", "--", "sh", "-c", program + " & " + program + "; wait"});
         QVERIFY2(outcome.exit_code == 0, qPrintable(describe(outcome)));
+        QVERIFY2(outcome.out.contains("grid     unknown"), qPrintable(outcome.out));
         const auto captured = read_run(path("two/run.fulcrum"), {"handed over", "start-end range"});
         QVERIFY(captured);
         QCOMPARE(captured->ranks.size(), std::size_t(2));

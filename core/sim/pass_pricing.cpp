@@ -321,8 +321,7 @@ GradientReductionInput gradient_reduction(const SimulationConfig& config, int st
     input.overlap = config.overlap_grad_reduce;
     input.writes_weights =
         parallel::splits_backward(config.layout.schedule) ? Phase::weight_grad : Phase::backward;
-    input.layer_bytes = static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
-                        config.layout.grid.tp * reduction_element_bytes(config);
+    input.layer_bytes = layer_reduction_bytes(config);
     input.step_start_ns = step_start;
     return input;
 }
@@ -365,14 +364,26 @@ std::int64_t reduction_element_bytes(const SimulationConfig& config) {
     return gradient;
 }
 
-std::int64_t layer_gradient_bytes(const SimulationConfig& config) {
+namespace {
+
+// One layer's parameters on one rank of a stage: (12h² + 13h)/tp for GPT.
+std::int64_t layer_elements(const SimulationConfig& config) {
     return static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
-           config.layout.grid.tp * gradient_element_bytes(config);
+           config.layout.grid.tp;
+}
+
+}  // namespace
+
+std::int64_t layer_gradient_bytes(const SimulationConfig& config) {
+    return layer_elements(config) * gradient_element_bytes(config);
 }
 
 std::int64_t layer_parameter_bytes(const SimulationConfig& config) {
-    return static_cast<std::int64_t>(parallel::layer_parameters(config.model)) /
-           config.layout.grid.tp * element_bytes(config.dtype);
+    return layer_elements(config) * element_bytes(config.dtype);
+}
+
+std::int64_t layer_reduction_bytes(const SimulationConfig& config) {
+    return layer_elements(config) * reduction_element_bytes(config);
 }
 
 }  // namespace fulcrum::sim

@@ -103,6 +103,8 @@ std::int64_t reduction_element_bytes(const SimulationConfig& config);
 // gathers).
 std::int64_t layer_gradient_bytes(const SimulationConfig& config);
 std::int64_t layer_parameter_bytes(const SimulationConfig& config);
+// The same of reduction_element_bytes: one layer's bucket of the step's DP × CP reduction.
+std::int64_t layer_reduction_bytes(const SimulationConfig& config);
 
 // What stage `stage`'s reduction at the step's end moves, of its `stage_bytes`
 // (its parameters × reduction_element_bytes): all of them reduced, unless its backward passes

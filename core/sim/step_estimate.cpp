@@ -32,8 +32,7 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
     if (!config.overlap_grad_reduce) {
         return pipeline_ns + static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bytes));
     }
-    const std::int64_t bucket =
-        static_cast<std::int64_t>(parallel::layer_parameters(config.model)) / grid.tp * element;
+    const std::int64_t bucket = layer_reduction_bytes(config);
     const std::int64_t layers = layers_of(stage, config);
     const auto bucket_ns = static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bucket));
     double end = std::max(pipeline_ns + bucket_ns,

@@ -152,8 +152,7 @@ bool Recorder::open_writer(std::int32_t rank_hint) {
     }
 
     rank_.rank = rank;
-    launcher_ = launcher.variable;
-    launcher_world_ = launcher.world_size;
+    launcher_ = launcher;
     rank_.host = host_name();
     rank_.pid = getpid();
     rank_.utc_offset_ns = 0;  // host_clock_ns() is on CLOCK_REALTIME's timeline
@@ -229,8 +228,8 @@ void Recorder::write_status(std::string_view state) {
         " state=" + std::string(state) + " events=" + std::to_string(stats.events_written) +
         " dropped=" + std::to_string(stats.events_dropped) +
         " gpu=" + std::string(to_string(gpu_state())) +
-        " launcher=" + (launcher_.empty() ? std::string("none") : launcher_) +
-        " world=" + std::to_string(launcher_world_) + "\n";
+        " launcher=" + (launcher_.variable.empty() ? std::string("none") : launcher_.variable) +
+        " world=" + std::to_string(launcher_.world_size) + "\n";
     if (pwrite(status_fd_, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size())) {
         (void)ftruncate(status_fd_, static_cast<off_t>(line.size()));
     }

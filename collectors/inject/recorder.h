@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "collectors/inject/gpu_tracer.h"
+#include "collectors/inject/rank_environment.h"
 #include "collectors/inject/say.h"
 #include "collectors/inject/tsc_clock.h"
 #include "core/store/trace_writer.h"
@@ -185,10 +186,8 @@ private:
     std::mutex start_mutex_;
     std::unique_ptr<store::TraceWriter> writer_;  // leaked at exit: other threads may still call it
     RankInfo rank_;
-    // The launcher variable the rank came from and the job's ranks it says
-    // (rank_environment.h); empty and -1 when none said.
-    std::string launcher_;
-    std::int32_t launcher_world_ = -1;
+    // What the launcher said of this process (rank_environment.h), for the status file.
+    LauncherRank launcher_;
     GpuMode gpu_mode_ = GpuMode::automatic;
     std::string directory_;
     int status_fd_ = -1;

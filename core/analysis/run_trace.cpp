@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <optional>
 #include <span>
 #include <thread>
@@ -84,17 +85,15 @@ std::optional<std::int32_t> hand_made_step(std::string_view name) {
             (separator != ' ' && separator != '_' && separator != '#' && separator != ':')) {
             continue;
         }
+        // Digits only, at most nine (from_chars into an unsigned takes no sign).
         const std::string_view digits = name.substr(word.size() + 1);
-        if (digits.empty() || digits.size() > 9 ||
-            !std::all_of(digits.begin(), digits.end(),
-                         [](char c) { return c >= '0' && c <= '9'; })) {
+        std::uint32_t number = 0;
+        const auto [end, error] =
+            std::from_chars(digits.data(), digits.data() + digits.size(), number);
+        if (digits.size() > 9 || error != std::errc() || end != digits.data() + digits.size()) {
             continue;
         }
-        std::int32_t number = 0;
-        for (const char c : digits) {
-            number = number * 10 + (c - '0');
-        }
-        return number;
+        return static_cast<std::int32_t>(number);
     }
     return std::nullopt;
 }

@@ -166,6 +166,16 @@ Result<store::MergeReport> import_through_rank_files(
         }
     } guard{scratch};
 
+    std::vector<ImportInput> job_inputs;
+    for (const std::string& input : inputs) {
+        job_inputs.push_back(ImportInput{input});
+    }
+    report("surveying " + std::to_string(inputs.size()) + " files", 0.0);
+    auto job = format.survey(job_inputs, options.cancel);
+    if (!job) {
+        return job.error();
+    }
+
     // Reading is most of the work; merging is the last tenth. The inputs are read side by
     // side, one per worker (each into its own rank file, so they share nothing), and checked
     // after in input order, so messages and warnings do not depend on which finished first.
@@ -190,6 +200,7 @@ Result<store::MergeReport> import_through_rank_files(
             file_options.indexes = false;
             file_options.cancel = &stop;
             file_options.warnings = &file_warnings[i];
+            file_options.job = &*job;
             const std::string stage =
                 n == 1 ? "reading " + std::filesystem::path(inputs[i]).filename().string()
                        : "reading " + std::to_string(n) + " files";

@@ -30,6 +30,24 @@ struct ImportInput {
     const std::string* bytes = nullptr;  // when set, the content; nothing is read from disk
 };
 
+// What the inputs of one job tell together that none of them tells alone, found by
+// Importer::survey before any input is read: a Megatron-LM rank's pipeline stage in an nsys
+// export follows from its warm-up only once the pipeline's depth is known, which the rank with
+// the most warm-up forwards gives (core/import/nsys/megatron.h, docs/import.md).
+struct JobStructure {
+    struct Place {
+        std::int32_t dp = 0, tp = 0, pp = 0, cp = 0;
+    };
+    bool found = false;  // the grid below holds
+    std::int32_t dp = 1, tp = 1, pp = 1, cp = 1;
+    std::string schedule;  // as run.config names it; empty when not told
+    std::int32_t microbatches = 0;
+    // Each placed process by (its input's index, the importer's key for the process).
+    std::map<std::pair<int, std::int64_t>, Place> places;
+    std::string rule;     // how the grid was found, for the import log
+    std::string problem;  // why there is none, when the inputs looked as if they could tell
+};
+
 struct ImportFileOptions {
     // The input's position among the files given: the rank to use when the file says none.
     int input_index = 0;
@@ -43,6 +61,9 @@ struct ImportFileOptions {
     // False for a scratch rank file that merge reads once (import_files): no indexes, which
     // merge builds for the run itself.
     bool indexes = true;
+    // What the survey of every input of the job found; null: this input is read alone (the
+    // importer surveys it by itself where it needs to).
+    const JobStructure* job = nullptr;
 };
 
 class Importer {
@@ -58,6 +79,15 @@ public:
     // cancelled); what was put into the sink before it is to be thrown away.
     virtual Status read(const ImportInput& input, TraceSink& sink,
                         const ImportFileOptions& options) const = 0;
+    // Reads what every input of the job says together, before any is read (import_files hands
+    // the result to each read). An input it cannot make sense of is left to its read to
+    // report. The default finds nothing.
+    virtual Result<JobStructure> survey(const std::vector<ImportInput>& inputs,
+                                        const std::atomic<bool>* cancel) const {
+        (void)inputs;
+        (void)cancel;
+        return JobStructure{};
+    }
 };
 
 // Reads one input file with `format` into the rank file `rank_file` (store::TraceWriter,

@@ -8,6 +8,7 @@
 // events on one lane per thread. NVTX in the `fulcrum` domain (a fulcrum-train run profiled by
 // nsys) is read with the collector's parser (core/trace/annotations.h) (docs/annotations.md).
 #include <sqlite3.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -19,6 +20,7 @@
 #include <unordered_map>
 
 #include "core/import/importer.h"
+#include "core/import/nsys/megatron.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::importer {
@@ -217,6 +219,174 @@ std::string_view copy_label(std::int64_t kind) {
     }
 }
 
+// Megatron-LM's pipeline hand-over ranges of each process (megatron.h), on the thread that made
+// the most of them: the schedule's.
+struct ProcessCalls {
+    std::int64_t global_tid = 0;
+    std::vector<megatron::P2pRange> calls;  // by start
+    std::vector<std::string> texts;         // each call's range text
+};
+
+Result<std::map<std::int64_t, ProcessCalls>> read_p2p_calls(Source& source) {
+    std::map<std::int64_t, ProcessCalls> found;
+    const std::string table = "NVTX_EVENTS";
+    if (!source.has_column(table, "start") || !source.has_column(table, "end") ||
+        !source.has_column(table, "eventType") || !source.has_column(table, "globalTid")) {
+        return found;
+    }
+    const bool text = source.has_column(table, "text");
+    const bool text_id = source.has_column(table, "textId") && source.has_table("StringIds");
+    if (!text && !text_id) {
+        return found;
+    }
+    const std::string registered = "(SELECT value FROM StringIds WHERE id = textId)";
+    const std::string name = text && text_id ? "COALESCE(text, " + registered + ")"
+                             : text          ? std::string("text")
+                                             : registered;
+    const std::string sql =
+        "SELECT globalTid, start, \"end\", " + name + " FROM NVTX_EVENTS WHERE eventType IN (" +
+        std::to_string(kNvtxPushPop) + ", " + std::to_string(kNvtxStartEnd) +
+        ") AND \"end\" >= start AND " + name + " LIKE '" + std::string(megatron::kP2pLike) + "'";
+    using Call = std::pair<megatron::P2pRange, std::string>;
+    std::map<std::int64_t, std::map<std::int64_t, std::vector<Call>>> by_thread;
+    auto status = source.query(sql, [&](sqlite3_stmt* stmt) {
+        std::string message = text_of(stmt, 3);
+        if (const auto call = megatron::parse_p2p_range(message)) {
+            const std::int64_t global_tid = int_or(stmt, 0, 0);
+            by_thread[process_key(global_tid)][global_tid].emplace_back(
+                megatron::P2pRange{int_or(stmt, 1, 0), int_or(stmt, 2, 0), *call},
+                std::move(message));
+        }
+        return true;
+    });
+    if (!status) {
+        return status.error();
+    }
+    for (auto& [process, threads] : by_thread) {
+        auto busiest = std::max_element(threads.begin(), threads.end(), [](auto& a, auto& b) {
+            return a.second.size() < b.second.size();
+        });
+        std::vector<Call>& calls = busiest->second;
+        std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) {
+            return std::tie(a.first.start_ns, a.first.end_ns) <
+                   std::tie(b.first.start_ns, b.first.end_ns);
+        });
+        ProcessCalls& process_calls = found[process];
+        process_calls.global_tid = busiest->first;
+        for (Call& call : calls) {
+            process_calls.calls.push_back(call.first);
+            process_calls.texts.push_back(std::move(call.second));
+        }
+    }
+    return found;
+}
+
+// The grid of a Megatron-LM job from its processes' hand-over ranges (megatron.h): the
+// pipeline's depth p is one more than the most warm-up forwards of any stage, each stage
+// s = p − 1 − W, and the ranks of one stage — DP, TP and CP replicas alike, which an nsys export
+// does not tell apart — are counted as DP in the order of the inputs. All or nothing: a stage
+// that is not told, or stages that hold unequal numbers of ranks, leave the job without a grid
+// and say why.
+JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron::Warmup>& warmups,
+                           int interleaved, int unordered) {
+    JobStructure job;
+    if (warmups.empty()) {
+        if (interleaved > 0) {
+            job.problem =
+                "Megatron-LM's pipeline hand-over ranges of its interleaved schedule "
+                "(send_forward_recv_forward and the like) in " +
+                std::to_string(interleaved) +
+                " processes: a forward and a backward lie between two of them, so its passes are "
+                "not derived from an nsys export";
+        } else if (unordered > 0) {
+            job.problem = "Megatron-LM's pipeline hand-over ranges in " +
+                          std::to_string(unordered) +
+                          " processes, but in no step in the order of its 1F1B schedule (or in "
+                          "steps whose warm-ups disagree): passes are not derived";
+        }
+        return job;
+    }
+    std::int32_t most = 0, microbatches = 0;
+    for (const auto& [process, warmup] : warmups) {
+        most = std::max(most, warmup.forwards);
+        microbatches = std::max(microbatches, warmup.microbatches);
+    }
+    const std::int32_t depth = most + 1;
+    std::map<std::int32_t, std::int32_t> ranks_of_stage;
+    for (const auto& [process, warmup] : warmups) {
+        if (warmup.saturated && warmup.forwards < most) {
+            job.problem = "a Megatron-LM stage ran all " + std::to_string(warmup.microbatches) +
+                          " micro-batches in its warm-up, so its place in a pipeline of " +
+                          std::to_string(depth) +
+                          " or more stages is not told: passes are not derived";
+            return job;
+        }
+        ++ranks_of_stage[depth - 1 - warmup.forwards];
+    }
+    const std::int32_t width = ranks_of_stage.begin()->second;
+    for (std::int32_t stage = 0; stage < depth; ++stage) {
+        if (ranks_of_stage[stage] != width) {
+            std::string counts;
+            for (const auto& [s, n] : ranks_of_stage) {
+                counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " at stage " +
+                          std::to_string(s);
+            }
+            job.problem = "Megatron-LM's hand-over ranges place the ranks unevenly over " +
+                          std::to_string(depth) + " pipeline stages (" + counts +
+                          "): is a rank's file missing? passes are not derived";
+            return job;
+        }
+    }
+    std::map<std::int32_t, std::int32_t> placed;
+    for (const auto& [process, warmup] : warmups) {
+        const std::int32_t stage = depth - 1 - warmup.forwards;
+        job.places[process] = JobStructure::Place{placed[stage]++, 0, stage, 0};
+    }
+    job.found = true;
+    job.dp = width;
+    job.pp = depth;
+    job.schedule = "1f1b";
+    job.microbatches = microbatches;
+    job.rule = "Megatron-LM's pipeline hand-over ranges (--nvtx-ranges): pp " +
+               std::to_string(depth) + ", one more than the most warm-up forwards of a stage (" +
+               std::to_string(most) + "), each stage p - 1 - its warm-up; the " +
+               std::to_string(width) +
+               " ranks of a stage counted as dp in the order of the files (an nsys export does "
+               "not tell DP, TP and CP replicas apart)";
+    return job;
+}
+
+// `first_index`: the first input's index among the job's (a lone read surveys its own input).
+Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
+                                     const std::atomic<bool>* cancel, int first_index = 0) {
+    std::map<std::pair<int, std::int64_t>, megatron::Warmup> warmups;
+    int interleaved = 0, unordered = 0;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        if (cancel != nullptr && cancel->load()) {
+            return Error{ErrorCode::cancelled, "import cancelled"};
+        }
+        Source source(inputs[i]);
+        if (!source.open() || !source.has_table("NVTX_EVENTS")) {
+            continue;  // its read says what is wrong with it
+        }
+        auto calls = read_p2p_calls(source);
+        if (!calls) {
+            continue;
+        }
+        for (const auto& [process, found] : *calls) {
+            const megatron::MegatronThread thread = megatron::megatron_1f1b(found.calls);
+            if (thread.interleaved) {
+                ++interleaved;
+            } else if (const auto warmup = megatron::warmup_of(thread)) {
+                warmups[{first_index + static_cast<int>(i), process}] = *warmup;
+            } else {
+                ++unordered;
+            }
+        }
+    }
+    return megatron_grid(warmups, interleaved, unordered);
+}
+
 struct Process {
     std::int64_t key = 0;
     std::int32_t rank = 0;
@@ -226,8 +396,13 @@ struct Process {
 
 class Import {
 public:
-    Import(Source& source, TraceSink& writer, const ImportFileOptions& options, std::string name)
-        : source_(source), writer_(writer), options_(options), log_(writer, std::move(name)) {}
+    Import(Source& source, TraceSink& writer, const ImportFileOptions& options, std::string name,
+           const JobStructure& job)
+        : source_(source),
+          writer_(writer),
+          options_(options),
+          log_(writer, std::move(name)),
+          job_(job) {}
 
     Status run(const std::string& input) {
         if (auto status = read_strings(); !status)
@@ -242,6 +417,12 @@ public:
             process.rank = options_.input_index;
             process.info.rank = process.rank;
             processes_.emplace(-1, process);
+        }
+        if (job_.found || !job_.problem.empty()) {
+            auto calls = read_p2p_calls(source_);
+            if (!calls)
+                return calls.error();
+            megatron_calls_ = std::move(*calls);
         }
         if (auto status = assign_ranks(input); !status)
             return status;
@@ -264,6 +445,8 @@ public:
                 options_.progress(std::min(done, 1.0));
             }
         }
+        add_megatron_structure();
+        flush_events();
         log_.finish();
         return {};
     }
@@ -482,6 +665,12 @@ private:
             info.device =
                 process.devices.empty() ? -1 : static_cast<std::int32_t>(*process.devices.begin());
             info.utc_offset_ns = utc_start;
+            if (const JobStructure::Place* place = megatron_place(key)) {
+                info.dp = place->dp;
+                info.tp = place->tp;
+                info.pp = place->pp;
+                info.cp = place->cp;
+            }
             if (auto mark = rank_marks_.find(key);
                 mark != rank_marks_.end() && used.count(mark->second.rank) == 0) {
                 info.rank = mark->second.rank;
@@ -741,6 +930,10 @@ private:
                 event.name = writer_.intern(name);
                 event.lane = thread_lane(*process, global_tid);
                 add_event(event);
+                if (megatron_place(process->key) != nullptr) {
+                    std::int64_t& last = last_call_end_[global_tid];
+                    last = std::max(last, event.end_ns);
+                }
             }
             return true;
         });
@@ -803,7 +996,12 @@ private:
                 skip(table, row, "no process", record);
                 return true;
             }
-            std::string args;
+            if (const auto calls = megatron_calls_.find(process->key);
+                calls != megatron_calls_.end() && calls->second.global_tid == global_tid &&
+                megatron_place(process->key) != nullptr &&
+                megatron::parse_p2p_range(message).has_value()) {
+                return true;  // a hand-over, added with the passes (add_megatron_structure)
+            }
             if (domain_name == "fulcrum") {
                 if (!fulcrum_event(stmt, *process, message, event, row, record)) {
                     return true;  // a metadata mark, consumed
@@ -868,6 +1066,116 @@ private:
         return true;
     }
 
+    // The place the job's survey gave the process, if any.
+    const JobStructure::Place* megatron_place(std::int64_t key) const {
+        if (!job_.found)
+            return nullptr;
+        const auto at = job_.places.find({options_.input_index, key});
+        return at != job_.places.end() ? &at->second : nullptr;
+    }
+
+    // Each placed process's schedule thread: its steps (a range from the step's first
+    // hand-over to the next step's, the last to the thread's last CUDA call), its passes and its
+    // hand-overs as fulcrum-train writes them (docs/annotations.md), numbered from step 1 in the
+    // order the thread ran them. A step whose calls are not in the 1F1B order keeps them as
+    // the ranges they were.
+    void add_megatron_structure() {
+        if (!job_.problem.empty() && !megatron_calls_.empty()) {
+            log_.note("structure: " + job_.problem);
+        }
+        bool placed_any = false;
+        for (const auto& [key, process] : processes_) {
+            const JobStructure::Place* place = megatron_place(key);
+            const auto calls = megatron_calls_.find(key);
+            if (place == nullptr || calls == megatron_calls_.end())
+                continue;
+            placed_any = true;
+            const ProcessCalls& found = calls->second;
+            const LaneId lane = thread_lane(process, found.global_tid);
+            const megatron::MegatronThread thread = megatron::megatron_1f1b(found.calls);
+            std::int64_t passes = 0;
+            std::int32_t unordered = 0;
+            std::size_t call_index = 0;
+            for (std::size_t i = 0; i < thread.steps.size(); ++i) {
+                const megatron::MegatronStep& step = thread.steps[i];
+                const std::int32_t number = static_cast<std::int32_t>(i) + 1;
+                Event window;
+                window.lane = lane;
+                window.kind = EventKind::range;
+                window.category = Category::schedule;
+                window.name = intern(std::string(range_name::kStep));
+                window.start_ns = step.start_ns;
+                window.end_ns = i + 1 < thread.steps.size()
+                                    ? thread.steps[i + 1].start_ns
+                                    : std::max(step.end_ns, last_call_end_[found.global_tid]);
+                window.step = number;
+                window.args = intern(R"({"inferred_from":"Megatron-LM's hand-over ranges"})");
+                add_event(window);
+                unordered += step.consistent ? 0 : 1;
+                for (const structure::RecoveredRange& handover : step.calls) {
+                    const std::string& text = found.texts[call_index++];
+                    Event event;
+                    event.lane = lane;
+                    event.start_ns = handover.start_ns;
+                    event.end_ns = handover.end_ns;
+                    event.kind = EventKind::range;
+                    event.category = Category::other;
+                    event.name = intern(text);
+                    if (step.consistent) {
+                        set_megatron_structure(event, handover, *place, number);
+                        event.args = intern(nlohmann::json({{"nvtx_name", text}}).dump());
+                    }
+                    add_event(event);
+                }
+                if (!step.consistent)
+                    continue;
+                for (const structure::RecoveredRange& pass : step.passes) {
+                    Event event;
+                    event.lane = lane;
+                    event.start_ns = pass.start_ns;
+                    event.end_ns = pass.end_ns;
+                    set_megatron_structure(event, pass, *place, number);
+                    event.args =
+                        intern(R"({"chunk":0,"recovered_from":"Megatron-LM's hand-over ranges"})");
+                    add_event(event);
+                    ++passes;
+                }
+            }
+            log_.note("structure: " + std::to_string(passes) + " passes of rank " +
+                      std::to_string(process.rank) +
+                      " from Megatron-LM's pipeline hand-over ranges, in the order of its 1F1B "
+                      "schedule (a forward from the call that receives its activations to the "
+                      "one that sends them, a backward likewise with the gradients; "
+                      "micro-batches numbered in the order the stage ran them; inferred)" +
+                      (unordered > 0 ? "; " + std::to_string(unordered) +
+                                           " steps whose calls are not in that order left "
+                                           "without passes"
+                                     : std::string()));
+        }
+        if (!placed_any)
+            return;
+        log_.note("structure: grid dp" + std::to_string(job_.dp) + " tp" + std::to_string(job_.tp) +
+                  " pp" + std::to_string(job_.pp) + " cp" + std::to_string(job_.cp) + ", from " +
+                  job_.rule);
+        writer_.set_run_config(
+            "{\"source\":\"nsys\",\"dp\":" + std::to_string(job_.dp) +
+            ",\"tp\":" + std::to_string(job_.tp) + ",\"pp\":" + std::to_string(job_.pp) +
+            ",\"cp\":" + std::to_string(job_.cp) + ",\"schedule\":\"" + job_.schedule +
+            "\",\"microbatches\":" + std::to_string(job_.microbatches) + "}");
+    }
+
+    void set_megatron_structure(Event& event, const structure::RecoveredRange& range,
+                                const JobStructure::Place& place, std::int32_t step) {
+        const bool communication = structure::action_is_communication(range.kind);
+        event.kind = communication ? EventKind::collective : EventKind::range;
+        event.category = communication ? Category::communication : Category::compute;
+        event.name = intern(std::string(structure::action_range_name(range.kind)));
+        event.stage = static_cast<std::int16_t>(place.pp);
+        event.microbatch = range.microbatch;
+        event.phase = structure::action_phase(range.kind);
+        event.step = step;
+    }
+
     Source& source_;
     TraceSink& writer_;
     std::vector<Event> batch_;
@@ -883,6 +1191,11 @@ private:
     std::unordered_map<std::int64_t, std::string> thread_names_;
     bool thread_names_loaded_ = false;
     std::string last_name_;
+    // Megatron-LM's pipeline (megatron.h): the job's grid and this input's hand-overs, and the
+    // end of each schedule thread's last CUDA call (the last step ends there).
+    const JobStructure& job_;
+    std::map<std::int64_t, ProcessCalls> megatron_calls_;
+    std::unordered_map<std::int64_t, std::int64_t> last_call_end_;
 };
 
 class NsysImporter final : public Importer {
@@ -930,8 +1243,24 @@ public:
                              "' is an SQLite database but not an Nsight Systems export (it has no "
                              "StringIds table with CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS tables)"};
         }
-        Import import(source, sink, options, std::filesystem::path(input.path).filename().string());
+        JobStructure alone;
+        const JobStructure* job = options.job;
+        if (job == nullptr) {
+            auto surveyed = survey_megatron({input}, options.cancel, options.input_index);
+            if (!surveyed) {
+                return surveyed.error();
+            }
+            alone = std::move(*surveyed);
+            job = &alone;
+        }
+        Import import(source, sink, options, std::filesystem::path(input.path).filename().string(),
+                      *job);
         return import.run(input.path);
+    }
+
+    Result<JobStructure> survey(const std::vector<ImportInput>& inputs,
+                                const std::atomic<bool>* cancel) const override {
+        return survey_megatron(inputs, cancel);
     }
 };
 

@@ -1,0 +1,355 @@
+// Megatron-LM's pipeline in Nsight Systems exports (core/import/nsys/megatron.h): the order of
+// its hand-over calls read by hand, then the committed exports of a pp 4 × dp 2 1F1B job
+// (tests/data/megatron, played from Megatron-LM's schedule by make_nsys_1f1b.py, with its
+// truth) imported as a user imports them: every rank's stage and DP place, every step's passes
+// in the order each rank ran them with the GPU time each spans, the bubble table worked out
+// from those passes, and what is said when a rank's file is missing or the schedule is the
+// interleaved one.
+#include <sqlite3.h>
+
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/analysis/bubbles.h"
+#include "core/analysis/passes.h"
+#include "core/analysis/run_analysis.h"
+#include "core/analysis/run_trace.h"
+#include "core/import/importer.h"
+#include "core/import/nsys/megatron.h"
+#include "core/store/trace_reader.h"
+
+using namespace fulcrum;
+using namespace fulcrum::importer::megatron;
+using Kind = fulcrum::importer::structure::PipelineAction::Kind;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kMegatron = fs::path(FULCRUM_SOURCE_DIR) / "tests" / "data" / "megatron";
+
+nlohmann::json truth() {
+    std::ifstream in(kMegatron / "truth.json");
+    return nlohmann::json::parse(in);
+}
+
+std::vector<std::string> rank_files(int ranks) {
+    std::vector<std::string> files;
+    for (int rank = 0; rank < ranks; ++rank) {
+        files.push_back((kMegatron / ("rank" + std::to_string(rank) + ".sqlite")).string());
+    }
+    return files;
+}
+
+struct Imported {
+    analysis::RunTrace trace;
+    std::vector<std::string> notes;
+};
+
+Imported import_inputs(const QTemporaryDir& dir, const std::string& name,
+                       const std::vector<std::string>& inputs) {
+    const std::string out = dir.filePath(QString::fromStdString(name + ".fulcrum")).toStdString();
+    auto report = importer::import_files(inputs, out);
+    if (!report) {
+        qFatal("%s: %s", name.c_str(), report.error().message.c_str());
+    }
+    auto reader = store::TraceReader::open(out);
+    if (!reader) {
+        qFatal("%s: %s", name.c_str(), reader.error().message.c_str());
+    }
+    Imported imported;
+    auto trace = analysis::load_run_trace(*reader);
+    if (!trace) {
+        qFatal("%s: %s", name.c_str(), trace.error().message.c_str());
+    }
+    imported.trace = std::move(*trace);
+    if (auto log = reader->import_log()) {
+        for (const ImportLogEntry& entry : *log) {
+            imported.notes.push_back(entry.reason);
+        }
+    }
+    return imported;
+}
+
+bool any_note(const Imported& imported, std::string_view part) {
+    for (const std::string& note : imported.notes) {
+        if (note.find(part) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Each call of a stage's step, 10 µs long, 1 ms apart.
+std::vector<P2pRange> calls_of(const std::vector<P2pCall>& order) {
+    std::vector<P2pRange> calls;
+    std::int64_t at = 0;
+    for (P2pCall call : order) {
+        calls.push_back({at, at + 10'000, call});
+        at += 1'000'000;
+    }
+    return calls;
+}
+
+// A copy of `from` whose hand-over ranges are renamed by `rename` (old function -> new).
+std::string renamed_copy(const QTemporaryDir& dir, const std::string& from,
+                         const std::string& old_function, const std::string& new_function) {
+    const std::string to =
+        dir.filePath(QString::fromStdString("renamed-" + fs::path(from).filename().string()))
+            .toStdString();
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+    sqlite3* db = nullptr;
+    sqlite3_open(to.c_str(), &db);
+    const std::string sql = "UPDATE NVTX_EVENTS SET text = replace(text, 'p2p_communication." +
+                            old_function + "', 'p2p_communication." + new_function + "')";
+    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+        qFatal("cannot rename: %s", sqlite3_errmsg(db));
+    }
+    sqlite3_close(db);
+    return to;
+}
+
+}  // namespace
+
+class NsysMegatronTest : public QObject {
+    Q_OBJECT
+
+private slots:
+    // The range names Megatron-LM's nvtx_decorator gives: the module's path and the
+    // function's, from the class methods of today as from the module functions before them.
+    void handOverNames() {
+        QCOMPARE(parse_p2p_range("megatron.core.pipeline_parallel.p2p_communication.recv_forward"),
+                 std::optional(P2pCall::recv_forward));
+        QCOMPARE(
+            parse_p2p_range(
+                "megatron.core.pipeline_parallel.p2p_communication.send_forward_recv_backward"),
+            std::optional(P2pCall::send_forward_recv_backward));
+        QCOMPARE(parse_p2p_range("p2p_communication.send_forward_backward_recv_forward_backward"),
+                 std::optional(P2pCall::send_forward_backward_recv_forward_backward));
+        QVERIFY(!parse_p2p_range("megatron.core.pipeline_parallel.p2p_communication._communicate"));
+        QVERIFY(!parse_p2p_range("recv_forward"));
+        QVERIFY(!parse_p2p_range("megatron.core.pipeline_parallel.schedules.forward_step"));
+    }
+
+    // Stage 1 of 4 with 4 micro-batches, by hand: two warm-up forwards, two steady pairs, two
+    // cool-down backwards; then the next step. Each pass lies between the call that feeds it
+    // and the next; each call is named for what it receives, else for what it sends.
+    void oneStepOfOneStageByHand() {
+        using C = P2pCall;
+        const std::vector<C> step = {
+            C::recv_forward,
+            C::send_forward,  // F0
+            C::recv_forward,
+            C::send_forward,                // F1
+            C::recv_forward,                // (steady) F2
+            C::send_forward_recv_backward,  // B0
+            C::send_backward_recv_forward,  // F3
+            C::send_forward_recv_backward,  // B1
+            C::send_backward,               // (cool-down)
+            C::recv_backward,
+            C::send_backward,  // B2
+            C::recv_backward,
+            C::send_backward,  // B3
+        };
+        std::vector<C> two = step;
+        two.insert(two.end(), step.begin(), step.end());
+        const MegatronThread thread = megatron_1f1b(calls_of(two));
+        QVERIFY(!thread.interleaved);
+        QCOMPARE(thread.steps.size(), std::size_t(2));
+        const MegatronStep& first = thread.steps[0];
+        QVERIFY(first.consistent);
+        QCOMPARE(first.warmup, 2);
+        QCOMPARE(first.microbatches, 4);
+        std::vector<std::pair<Kind, std::int32_t>> passes;
+        for (const auto& pass : first.passes) {
+            passes.emplace_back(pass.kind, pass.microbatch);
+        }
+        const std::vector<std::pair<Kind, std::int32_t>> expected = {
+            {Kind::forward, 0}, {Kind::forward, 1},  {Kind::forward, 2},  {Kind::backward, 0},
+            {Kind::forward, 3}, {Kind::backward, 1}, {Kind::backward, 2}, {Kind::backward, 3}};
+        QCOMPARE(passes, expected);
+        // F2 runs from its receive (call 4) to its send (call 5).
+        QCOMPARE(first.passes[2].start_ns, 4'000'000);
+        QCOMPARE(first.passes[2].end_ns, 5'000'000);
+        const std::vector<std::pair<Kind, std::int32_t>> handovers = {
+            {Kind::recv_activations, 0}, {Kind::send_activations, 0}, {Kind::recv_activations, 1},
+            {Kind::send_activations, 1}, {Kind::recv_activations, 2}, {Kind::recv_gradients, 0},
+            {Kind::recv_activations, 3}, {Kind::recv_gradients, 1},   {Kind::send_gradients, 1},
+            {Kind::recv_gradients, 2},   {Kind::send_gradients, 2},   {Kind::recv_gradients, 3},
+            {Kind::send_gradients, 3}};
+        std::vector<std::pair<Kind, std::int32_t>> calls;
+        for (const auto& call : first.calls) {
+            calls.emplace_back(call.kind, call.microbatch);
+        }
+        QCOMPARE(calls, handovers);
+        QCOMPARE(thread.steps[1].start_ns, std::int64_t(step.size()) * 1'000'000);
+        const auto warmup = warmup_of(thread);
+        QVERIFY(warmup.has_value());
+        QCOMPARE(warmup->forwards, 2);
+        QVERIFY(!warmup->saturated);
+    }
+
+    // What is not 1F1B is not read as it: the interleaved schedule's calls, a forward-only
+    // (evaluation) step, a call out of order.
+    void otherOrdersAreNotPasses() {
+        using C = P2pCall;
+        QVERIFY(
+            megatron_1f1b(calls_of({C::recv_forward, C::send_forward_recv_forward})).interleaved);
+        const MegatronThread eval = megatron_1f1b(
+            calls_of({C::recv_forward, C::send_forward, C::recv_forward, C::send_forward}));
+        QCOMPARE(eval.steps.size(), std::size_t(1));
+        QVERIFY(!eval.steps[0].consistent);  // forwards without backwards
+        QVERIFY(!warmup_of(eval).has_value());
+        const MegatronThread shuffled = megatron_1f1b(
+            calls_of({C::recv_forward, C::recv_backward, C::send_forward, C::send_backward}));
+        QVERIFY(!shuffled.steps.empty());
+        QVERIFY(!shuffled.steps[0].consistent);
+    }
+
+    // The job as a user imports it: one export per rank. Each rank's stage (from its warm-up)
+    // and DP place, the run's schedule and micro-batches, and every step's passes in the order
+    // the rank ran them, each spanning on the GPU from the first kernel its host window launched
+    // (the receive's SendRecv, where it moved anything) to the end of its last.
+    void recoversTheJobAsItRan() {
+        const nlohmann::json job = truth();
+        QTemporaryDir dir;
+        const Imported imported = import_inputs(dir, "megatron", rank_files(8));
+        const analysis::RunTrace& trace = imported.trace;
+        QCOMPARE(trace.config.layout.grid.pp, job.at("pp").get<int>());
+        QCOMPARE(trace.config.layout.grid.dp, job.at("dp").get<int>());
+        QCOMPARE(trace.config.layout.grid.tp, 1);
+        QCOMPARE(trace.config.layout.grid.cp, 1);
+        QCOMPARE(trace.config.layout.schedule, parallel::PipelineSchedule::one_f_one_b);
+        QCOMPARE(trace.config.layout.microbatches, job.at("microbatches").get<int>());
+        QVERIFY(any_note(imported, "structure: grid dp2 tp1 pp4 cp1, from Megatron-LM's"));
+        QVERIFY(any_note(imported, "structure: 32 passes of rank 0 from Megatron-LM's"));
+        QCOMPARE(trace.ranks.size(), std::size_t(8));
+        for (const auto& rank : trace.ranks) {
+            const nlohmann::json& expected = job.at("ranks").at(std::to_string(rank.info.rank));
+            QCOMPARE(rank.info.pp, expected.at("stage").get<int>());
+            QCOMPARE(rank.info.dp, expected.at("dp").get<int>());
+        }
+        // The run's clock: the exports' nanoseconds, every rank's session starting alike.
+        const std::vector<analysis::Pass> passes = analysis::find_passes(trace);
+        std::int64_t first_truth = INT64_MAX, first_pass = INT64_MAX;
+        for (const auto& [rank, expected] : job.at("ranks").items()) {
+            for (const auto& step : expected.at("steps")) {
+                for (const auto& pass : step) {
+                    first_truth = std::min(first_truth, pass.at(2).get<std::int64_t>());
+                }
+            }
+        }
+        for (const analysis::Pass& pass : passes) {
+            first_pass = std::min(first_pass, pass.start_ns);
+        }
+        QCOMPARE(passes.size(), std::size_t(8 * 2 * 16));
+        for (const auto& [rank_text, expected] : job.at("ranks").items()) {
+            const int rank = std::stoi(rank_text);
+            for (int step = 0; step < 2; ++step) {
+                std::vector<std::tuple<std::string, int, std::int64_t, std::int64_t>> want, got;
+                for (const auto& pass : expected.at("steps").at(step)) {
+                    want.emplace_back(pass.at(0).get<std::string>(), pass.at(1).get<int>(),
+                                      pass.at(2).get<std::int64_t>() - first_truth,
+                                      pass.at(3).get<std::int64_t>() - first_truth);
+                }
+                for (const analysis::Pass& pass : passes) {
+                    if (pass.rank == rank && pass.step == step + 1) {
+                        QCOMPARE(int(pass.stage), expected.at("stage").get<int>());
+                        got.emplace_back(pass.phase == Phase::forward ? "forward" : "backward",
+                                         pass.microbatch, pass.start_ns - first_pass,
+                                         pass.end_ns - first_pass);
+                    }
+                }
+                QCOMPARE(got, want);
+            }
+        }
+    }
+
+    // The bubble table of the recovered passes: per pipeline, stage and step, busy is the
+    // passes' time less their pipeline waits (the receives inside them) and the bubble the rest
+    // of the window; the first stage waits only on the next, the last only on the previous.
+    void bubblesFromRecoveredPasses() {
+        QTemporaryDir dir;
+        const Imported imported = import_inputs(dir, "megatron", rank_files(8));
+        const std::vector<analysis::Pass> passes = analysis::find_passes(imported.trace);
+        const analysis::BubbleAnalysis bubbles = analysis::analyze_bubbles(imported.trace, passes);
+        QCOMPARE(bubbles.schedule, std::string("1f1b"));
+        QVERIFY(!bubbles.schedule_assumed);
+        QCOMPARE(bubbles.stages.size(), std::size_t(4 * 2 * 2));  // stages × pipelines × steps
+        for (const analysis::StageBubble& stage : bubbles.stages) {
+            QVERIFY(stage.rank.has_value());
+            std::int64_t busy = 0, wait_previous = 0, wait_next = 0;
+            for (const analysis::Pass& pass : passes) {
+                if (pass.rank == *stage.rank && pass.step == stage.step) {
+                    busy += pass.wall_ns() - pass.pipeline_wait_ns;
+                    (pass.phase == Phase::forward ? wait_previous : wait_next) +=
+                        pass.pipeline_wait_ns;
+                }
+            }
+            QCOMPARE(stage.busy_ns, busy);
+            QCOMPARE(stage.wait_on_previous_ns, wait_previous);
+            QCOMPARE(stage.wait_on_next_ns, wait_next);
+            QCOMPARE(wait_previous > 0, stage.stage > 0);
+            QCOMPARE(wait_next > 0, stage.stage < 3);
+            QCOMPARE(stage.bubble_ns, stage.window_ns - busy);
+            QVERIFY(stage.bubble_fraction.has_value());
+            QCOMPARE(*stage.bubble_fraction, double(stage.bubble_ns) / double(busy));
+        }
+        // What `fulcrum analyze` prints beside it: a heatmap row per rank and column per
+        // micro-batch, a critical path through the stages for each step.
+        auto analysis = analysis::analyze_run(imported.trace);
+        QVERIFY(analysis.ok());
+        QVERIFY(analysis->bubbles.theory_fraction.has_value());
+        QCOMPARE(*analysis->bubbles.theory_fraction, 3.0 / 8.0);
+        QCOMPARE(analysis->imbalance.by_microbatch.size(), std::size_t(2));
+        const analysis::Matrix& heatmap = analysis->imbalance.by_microbatch[0].compute_ns;
+        QCOMPARE(heatmap.rows.size(), std::size_t(8));
+        QCOMPARE(heatmap.columns.size(), std::size_t(8));
+        QCOMPARE(analysis->critical_paths.size(), std::size_t(2));
+        for (const analysis::CriticalPath& path : analysis->critical_paths) {
+            QVERIFY(path.by_stage.size() >= 2);
+        }
+    }
+
+    // A rank's file missing leaves stages unevenly placed: the job gets no grid, says why in
+    // one line, and imports as a plain nsys export (the hand-overs kept as the ranges they were).
+    void aMissingRankIsSaid() {
+        QTemporaryDir dir;
+        std::vector<std::string> files = rank_files(8);
+        files.erase(files.begin() + 5);
+        const Imported imported = import_inputs(dir, "missing", files);
+        QVERIFY(any_note(imported,
+                         "place the ranks unevenly over 4 pipeline stages (2 at stage "
+                         "0, 2 at stage 1, 1 at stage 2, 2 at stage 3): is a rank's "
+                         "file missing?"));
+        QVERIFY(!any_note(imported, "structure: grid"));
+        QVERIFY(analysis::find_passes(imported.trace).empty());
+        QCOMPARE(imported.trace.config.layout.grid.pp, 1);
+        // One file read alone (its own survey) is the same: the first stage's says so.
+        const Imported alone = import_inputs(dir, "alone", {rank_files(1).front()});
+        QVERIFY(any_note(alone, "is a rank's file missing?"));
+    }
+
+    // The interleaved schedule's calls (a forward and a backward between two of them) are
+    // said, not read as 1F1B.
+    void theInterleavedScheduleIsSaid() {
+        QTemporaryDir dir;
+        std::vector<std::string> files;
+        for (const std::string& file : rank_files(2)) {
+            files.push_back(
+                renamed_copy(dir, file, "send_forward_recv_backward", "send_forward_recv_forward"));
+        }
+        const Imported imported = import_inputs(dir, "interleaved", files);
+        QVERIFY(any_note(imported,
+                         "of its interleaved schedule (send_forward_recv_forward and "
+                         "the like) in 2 processes"));
+        QVERIFY(analysis::find_passes(imported.trace).empty());
+    }
+};
+
+QTEST_MAIN(NsysMegatronTest)
+#include "test_nsys_megatron.moc"

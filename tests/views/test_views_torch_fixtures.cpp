@@ -3,7 +3,8 @@
 // run"): the timeline groups the ranks by stage as it does fulcrum-train's runs, and the bubble
 // view draws every stage's recovered passes with the bubble table beside them; and on the
 // DP × TP mesh without a pipeline, the heatmap of its recovered passes; and the interleaved
-// pipeline with its labels taken out (as Megatron-LM's records none), its chunks drawn.
+// pipeline with its labels taken out (as Megatron-LM's records none), its chunks drawn; and
+// Megatron-LM's 1F1B job in Nsight Systems exports (tests/data/megatron).
 #include <qcustomplot.h>
 
 #include <QTemporaryDir>
@@ -167,6 +168,54 @@ private slots:
         QCPColorMapData* data = heatmap.microbatch_map()->data();
         QCOMPARE(data->keySize(), 4);    // micro-batches
         QCOMPARE(data->valueSize(), 2);  // ranks
+    }
+
+    // Megatron-LM's pp 4 × dp 2 job in Nsight Systems exports (tests/data/megatron; its
+    // passes from its hand-over ranges, docs/import.md): the timeline groups its 8 ranks by
+    // stage, two a stage; the bubble view draws one pipeline's passes on their GPU times with
+    // the critical path over them; the heatmap a cell per rank and micro-batch.
+    void megatronInNsysExports() {
+        std::vector<std::string> inputs;
+        for (int r = 0; r < 8; ++r) {
+            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/megatron/rank") +
+                             std::to_string(r) + ".sqlite");
+        }
+        const QString path = dir_.filePath("megatron.fulcrum");
+        auto imported = importer::import_files(inputs, path.toStdString());
+        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
+        auto opened = open_run(path);
+        QVERIFY(opened.ok());
+        const RunPtr run = *opened;
+        QVERIFY2(run->analysis != nullptr, qPrintable(run->analysis_error));
+        const Layout layout = build_layout(*run->trace);
+        LaneTreeModel model;
+        model.set_run(run->trace.get(), &layout);
+        model.set_grouping(Grouping::pp);
+        QCOMPARE(model.rowCount(), 4);
+        for (int stage = 0; stage < 4; ++stage) {
+            QCOMPARE(model.rowCount(model.index(stage, 0)), 2);  // dp 2
+        }
+        BubbleView bubbles;
+        bubbles.resize(1200, 800);
+        bubbles.set_run(run);
+        QVERIFY2(bubbles.message().isEmpty(), qPrintable(bubbles.message()));
+        QVERIFY(bubbles.select_pipeline(1, 0, 0, 0));
+        // Step 1 of 4 stages × 8 micro-batches, forward and backward, of the dp 0 pipeline
+        // (the slower, which the step's critical path runs through).
+        QCOMPARE(bubbles.shown_passes().size(), std::size_t(4 * 8 * 2));
+        std::set<int> ranks;
+        for (const analysis::Pass& pass : bubbles.shown_passes()) {
+            ranks.insert(pass.rank);
+        }
+        QCOMPARE(ranks, (std::set<int>{0, 2, 4, 6}));
+        QVERIFY(!bubbles.shown_critical().empty());
+        HeatmapView heatmap;
+        heatmap.resize(1200, 800);
+        heatmap.set_run(run);
+        heatmap.set_step(2);
+        QCPColorMapData* data = heatmap.microbatch_map()->data();
+        QCOMPARE(data->keySize(), 8);    // micro-batches
+        QCOMPARE(data->valueSize(), 8);  // ranks
     }
 };
 

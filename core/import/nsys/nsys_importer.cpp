@@ -254,10 +254,10 @@ Result<std::map<std::int64_t, ProcessCalls>> read_p2p_calls(Source& source) {
         matches += (matches.empty() ? "" : " OR ") +
                    std::string("textId IN (SELECT id FROM StringIds WHERE value ") + like + ")";
     }
-    const std::string sql =
-        "SELECT globalTid, start, \"end\", " + name + " FROM NVTX_EVENTS WHERE eventType IN (" +
-        std::to_string(kNvtxPushPop) + ", " + std::to_string(kNvtxStartEnd) +
-        ") AND \"end\" >= start AND (" + matches + ")";
+    const std::string sql = "SELECT globalTid, start, \"end\", " + name +
+                            " FROM NVTX_EVENTS WHERE eventType IN (" +
+                            std::to_string(kNvtxPushPop) + ", " + std::to_string(kNvtxStartEnd) +
+                            ") AND \"end\" >= start AND (" + matches + ")";
     using Call = std::pair<megatron::P2pRange, std::string>;
     std::map<std::int64_t, std::map<std::int64_t, std::vector<Call>>> by_thread;
     auto status = source.query(sql, [&](sqlite3_stmt* stmt) {

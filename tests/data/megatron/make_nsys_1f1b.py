@@ -19,7 +19,8 @@ gradient all-reduce and the optimizer's kernel. The host launches each item 40 u
 GPU starts it.
 
 Writes rank0.sqlite ... rank7.sqlite (pp 4 x dp 2, Megatron-LM's default rank order tp-cp-dp-pp:
-rank = dp + 2 * stage; 8 micro-batches; 2 steps) and truth.json: the schedule, the grid, each
+rank = dp + 2 * stage; 8 micro-batches; 2 steps), job.sqlite (all eight processes in one export,
+as `nsys profile torchrun ...` writes it; process k is rank k) and truth.json: the schedule, the grid, each
 rank's stage and, per step, its passes in the order it ran them with the GPU time each spans
 (from the first kernel launched inside its recovered host window to the last one's end).
 
@@ -182,28 +183,39 @@ KERNELS = {
 }
 
 
-def write_rank(path, rank, played):
-    if os.path.exists(path):
-        os.remove(path)
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA page_size = 1024")
-    db.executescript(SCHEMA)
-    strings = {}
+class Export:
+    """One nsys export being written: its tables, and its string ids."""
 
-    def sid(text):
-        if text not in strings:
-            strings[text] = len(strings) + 1
-            db.execute("INSERT INTO StringIds VALUES (?, ?)", (strings[text], text))
-        return strings[text]
+    def __init__(self, path):
+        if os.path.exists(path):
+            os.remove(path)
+        self.db = sqlite3.connect(path)
+        self.db.execute("PRAGMA page_size = 1024")
+        self.db.executescript(SCHEMA)
+        self.strings = {}
+        self.db.execute("INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100 80GB HBM3', '0000:18:00.0')")
+        self.db.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1764547200000000000, 'x', 'y')")
+        self.db.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (0, '', 'Hostname', 0, 'node0')")
 
+    def sid(self, text):
+        if text not in self.strings:
+            self.strings[text] = len(self.strings) + 1
+            self.db.execute("INSERT INTO StringIds VALUES (?, ?)", (self.strings[text], text))
+        return self.strings[text]
+
+    def close(self):
+        self.db.commit()
+        self.db.execute("VACUUM")
+        self.db.close()
+
+
+def write_rank(export, rank, played):
+    db, sid = export.db, export.sid
     pid = 4100 + rank
     gpid = pid << 24
     main = gpid + pid
     db.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python')", (gpid, pid))
     db.execute("INSERT INTO ThreadNames VALUES (?, 0, ?)", (sid("pt_main_thread"), main))
-    db.execute("INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100 80GB HBM3', '0000:18:00.0')")
-    db.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1764547200000000000, 'x', 'y')")
-    db.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (0, '', 'Hostname', 0, 'node0')")
     launch = sid("cudaLaunchKernel_v7000")
     correlation = [rank * 100000]
     compute_stream, comm_stream = 7, 20
@@ -238,9 +250,6 @@ def write_rank(path, rank, played):
             kernel("allreduce", start, end, comm_stream, host + 5 * US)
         else:
             kernel("optimizer", start, end, compute_stream, host + 5 * US)
-    db.commit()
-    db.execute("VACUUM")
-    db.close()
 
 
 def truth_of(played_by_rank):
@@ -263,8 +272,13 @@ def truth_of(played_by_rank):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     played = play()
+    job = Export(os.path.join(out, "job.sqlite"))
     for rank, items in played.items():
-        write_rank(os.path.join(out, f"rank{rank}.sqlite"), rank, items)
+        export = Export(os.path.join(out, f"rank{rank}.sqlite"))
+        write_rank(export, rank, items)
+        export.close()
+        write_rank(job, rank, items)
+    job.close()
     with open(os.path.join(out, "truth.json"), "w") as f:
         json.dump(truth_of(played), f, indent=1)
         f.write("\n")

@@ -1,10 +1,10 @@
 // Megatron-LM's pipeline in Nsight Systems exports (core/import/nsys/megatron.h): the order of
 // its hand-over calls read by hand, then the committed exports of a pp 4 × dp 2 1F1B job
 // (tests/data/megatron, played from Megatron-LM's schedule by make_nsys_1f1b.py, with its
-// truth) imported as a user imports them: every rank's stage and DP place, every step's passes
-// in the order each rank ran them with the GPU time each spans, the bubble table worked out
-// from those passes, and what is said when a rank's file is missing or the schedule is the
-// interleaved one.
+// truth; an export per rank and one of every process) imported as a user imports them: every rank's
+// stage and DP place, every step's passes in the order each rank ran them with the GPU time each
+// spans, the bubble table worked out from those passes, and what is said when a rank's file is
+// missing or the schedule is the interleaved one.
 #include <sqlite3.h>
 
 #include <QTemporaryDir>
@@ -210,14 +210,25 @@ private slots:
         QVERIFY(!shuffled.steps[0].consistent);
     }
 
-    // The job as a user imports it: one export per rank. Each rank's stage (from its warm-up)
-    // and DP place, the run's schedule and micro-batches, and every step's passes in the order
-    // the rank ran them, each spanning on the GPU from the first kernel its host window launched
-    // (the receive's SendRecv, where it moved anything) to the end of its last.
+    // The job as a user imports it: one export per rank (`nsys profile -o rank%q{RANK}` under
+    // the launcher), or one export of every process (`nsys profile torchrun …`). Each rank's
+    // stage (from its warm-up) and DP place, the run's schedule and micro-batches, and every
+    // step's passes in the order the rank ran them, each spanning on the GPU from the first
+    // kernel its host window launched (the receive's SendRecv, where it moved anything) to the
+    // end of its last.
+    void recoversTheJobAsItRan_data() {
+        QTest::addColumn<bool>("one_export");
+        QTest::newRow("an export per rank") << false;
+        QTest::newRow("one export of every process") << true;
+    }
     void recoversTheJobAsItRan() {
+        QFETCH(bool, one_export);
         const nlohmann::json job = truth();
         QTemporaryDir dir;
-        const Imported imported = import_inputs(dir, "megatron", rank_files(8));
+        const Imported imported =
+            import_inputs(dir, "megatron",
+                          one_export ? std::vector<std::string>{(kMegatron / "job.sqlite").string()}
+                                     : rank_files(8));
         const analysis::RunTrace& trace = imported.trace;
         QCOMPARE(trace.config.layout.grid.pp, job.at("pp").get<int>());
         QCOMPARE(trace.config.layout.grid.dp, job.at("dp").get<int>());

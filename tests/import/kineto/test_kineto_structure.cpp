@@ -23,11 +23,15 @@
 #include "core/import/importer.h"
 #include "core/import/kineto/structure.h"
 #include "core/store/trace_reader.h"
+#include "tests/support/imported_run.h"
 #include "tests/support/trace_json.h"
 
 using namespace fulcrum;
 using namespace fulcrum::importer::structure;
+using fulcrum::test::any_note;
 using fulcrum::test::drop_events;
+using fulcrum::test::import_inputs;
+using fulcrum::test::Imported;
 using fulcrum::test::read_gzip;
 namespace fs = std::filesystem;
 
@@ -39,11 +43,6 @@ nlohmann::json truth() {
     std::ifstream in(kTorch / "truth.json");
     return nlohmann::json::parse(in);
 }
-
-struct Imported {
-    analysis::RunTrace trace;
-    std::vector<std::string> notes;
-};
 
 // The fixture's traces as other runs record them. kAutogradThread: a GPU run's, the autograd
 // engine's operators on a thread of their own (its device thread), not on the Python thread
@@ -104,33 +103,6 @@ std::vector<std::string> variant_of(const QTemporaryDir& dir, const nlohmann::js
     return inputs;
 }
 
-// `inputs` imported into the run NAME.fulcrum in `dir`, with its import log's notes.
-Imported import_inputs(const QTemporaryDir& dir, const std::string& name,
-                       const std::vector<std::string>& inputs) {
-    const std::string out = dir.filePath(QString::fromStdString(name + ".fulcrum")).toStdString();
-    auto report = importer::import_files(inputs, out);
-    if (!report) {
-        qFatal("%s: %s", name.c_str(), report.error().message.c_str());
-    }
-    auto reader = store::TraceReader::open(out);
-    if (!reader) {
-        qFatal("%s: %s", name.c_str(), reader.error().message.c_str());
-    }
-    Imported imported;
-    auto trace = analysis::load_run_trace(*reader);
-    if (!trace) {
-        qFatal("%s: %s", name.c_str(), trace.error().message.c_str());
-    }
-    imported.trace = std::move(*trace);
-    auto log = reader->import_log();
-    if (log) {
-        for (const ImportLogEntry& entry : *log) {
-            imported.notes.push_back(entry.reason);
-        }
-    }
-    return imported;
-}
-
 Imported import_fixture(const QTemporaryDir& dir, const std::string& name,
                         const nlohmann::json& fixture, int variant = kAsRecorded) {
     std::vector<std::string> inputs;
@@ -173,15 +145,6 @@ private:
     };
     std::vector<Window> windows_;
 };
-
-bool any_note(const Imported& imported, std::string_view words) {
-    for (const std::string& note : imported.notes) {
-        if (note.find(words) != std::string::npos) {
-            return true;
-        }
-    }
-    return false;
-}
 
 }  // namespace
 

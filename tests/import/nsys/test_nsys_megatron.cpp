@@ -21,10 +21,13 @@
 #include "core/analysis/run_trace.h"
 #include "core/import/importer.h"
 #include "core/import/nsys/megatron.h"
-#include "core/store/trace_reader.h"
+#include "tests/support/imported_run.h"
 
 using namespace fulcrum;
 using namespace fulcrum::importer::megatron;
+using fulcrum::test::any_note;
+using fulcrum::test::import_inputs;
+using fulcrum::test::Imported;
 using Kind = fulcrum::importer::structure::PipelineAction::Kind;
 namespace fs = std::filesystem;
 
@@ -43,45 +46,6 @@ std::vector<std::string> rank_files(int ranks) {
         files.push_back((kMegatron / ("rank" + std::to_string(rank) + ".sqlite")).string());
     }
     return files;
-}
-
-struct Imported {
-    analysis::RunTrace trace;
-    std::vector<std::string> notes;
-};
-
-Imported import_inputs(const QTemporaryDir& dir, const std::string& name,
-                       const std::vector<std::string>& inputs) {
-    const std::string out = dir.filePath(QString::fromStdString(name + ".fulcrum")).toStdString();
-    auto report = importer::import_files(inputs, out);
-    if (!report) {
-        qFatal("%s: %s", name.c_str(), report.error().message.c_str());
-    }
-    auto reader = store::TraceReader::open(out);
-    if (!reader) {
-        qFatal("%s: %s", name.c_str(), reader.error().message.c_str());
-    }
-    Imported imported;
-    auto trace = analysis::load_run_trace(*reader);
-    if (!trace) {
-        qFatal("%s: %s", name.c_str(), trace.error().message.c_str());
-    }
-    imported.trace = std::move(*trace);
-    if (auto log = reader->import_log()) {
-        for (const ImportLogEntry& entry : *log) {
-            imported.notes.push_back(entry.reason);
-        }
-    }
-    return imported;
-}
-
-bool any_note(const Imported& imported, std::string_view part) {
-    for (const std::string& note : imported.notes) {
-        if (note.find(part) != std::string::npos) {
-            return true;
-        }
-    }
-    return false;
 }
 
 // Each call of a stage's step, 10 µs long, 1 ms apart.

@@ -364,25 +364,7 @@ private slots:
         QCOMPARE(bubbles.schedule, std::string("1f1b"));
         QCOMPARE(bubbles.stages.size(), std::size_t(4 * 2));
         QVERIFY(any_note(imported, "receives last until their gloo request's wait returns"));
-        for (const analysis::StageBubble& stage : bubbles.stages) {
-            std::int64_t busy = 0, wait_previous = 0, wait_next = 0;
-            for (const analysis::Pass& pass : passes) {
-                if (pass.step == stage.step && pass.stage == stage.stage) {
-                    // A rank's passes do not overlap.
-                    busy += pass.wall_ns() - pass.pipeline_wait_ns;
-                    (pass.phase == Phase::forward ? wait_previous : wait_next) +=
-                        pass.pipeline_wait_ns;
-                }
-            }
-            QCOMPARE(stage.busy_ns, busy);
-            QCOMPARE(stage.wait_on_previous_ns, wait_previous);
-            QCOMPARE(stage.wait_on_next_ns, wait_next);
-            QCOMPARE(wait_previous > 0, stage.stage > 0);
-            QCOMPARE(wait_next > 0, stage.stage < 3);
-            QCOMPARE(stage.bubble_ns, stage.window_ns - busy);
-            QVERIFY(stage.bubble_fraction.has_value());
-            QCOMPARE(*stage.bubble_fraction, double(stage.bubble_ns) / double(busy));
-        }
+        fulcrum::test::compare_bubbles_with_passes(bubbles, passes, 3);
     }
 
     // A rank's file cut short (the profiler killed, a disk full) ends inside its last step:

@@ -255,25 +255,8 @@ private slots:
         QCOMPARE(bubbles.schedule, std::string("1f1b"));
         QVERIFY(!bubbles.schedule_assumed);
         QCOMPARE(bubbles.stages.size(), std::size_t(4 * 2 * 2));  // stages × pipelines × steps
-        for (const analysis::StageBubble& stage : bubbles.stages) {
-            QVERIFY(stage.rank.has_value());
-            std::int64_t busy = 0, wait_previous = 0, wait_next = 0;
-            for (const analysis::Pass& pass : passes) {
-                if (pass.rank == *stage.rank && pass.step == stage.step) {
-                    busy += pass.wall_ns() - pass.pipeline_wait_ns;
-                    (pass.phase == Phase::forward ? wait_previous : wait_next) +=
-                        pass.pipeline_wait_ns;
-                }
-            }
-            QCOMPARE(stage.busy_ns, busy);
-            QCOMPARE(stage.wait_on_previous_ns, wait_previous);
-            QCOMPARE(stage.wait_on_next_ns, wait_next);
-            QCOMPARE(wait_previous > 0, stage.stage > 0);
-            QCOMPARE(wait_next > 0, stage.stage < 3);
-            QCOMPARE(stage.bubble_ns, stage.window_ns - busy);
-            QVERIFY(stage.bubble_fraction.has_value());
-            QCOMPARE(*stage.bubble_fraction, double(stage.bubble_ns) / double(busy));
-        }
+        fulcrum::test::compare_bubbles_with_passes(bubbles, passes, 3);
+        QVERIFY(!QTest::currentTestFailed());
         // What `fulcrum analyze` prints beside it: a heatmap row per rank and column per
         // micro-batch, a critical path through the stages for each step.
         auto analysis = analysis::analyze_run(imported.trace);

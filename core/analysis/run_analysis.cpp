@@ -456,7 +456,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
             "no forward/backward ranges: pipeline bubbles, CP load, imbalance, the cost model "
             "and the critical path need the fulcrum annotations (docs/annotations.md) or a "
             "pipeline the importer recognises (docs/import.md, \"The 4D structure of a "
-            "PyTorch run\")");
+            "PyTorch run\" and \"The pipeline of a Megatron-LM run\")");
     }
     if (trace.workload.empty()) {
         analysis.notes.push_back(

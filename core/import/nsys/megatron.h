@@ -1,5 +1,5 @@
-// Megatron-LM's pipeline in an Nsight Systems export (docs/import.md, "The 4D structure of a
-// Megatron-LM run in an nsys export"). Run with `--nvtx-ranges`, Megatron-LM wraps each of its
+// Megatron-LM's pipeline in an Nsight Systems export (docs/import.md, "The pipeline of a
+// Megatron-LM run"). Run with `--nvtx-ranges`, Megatron-LM wraps each of its
 // pipeline hand-overs in an NVTX range named after the function
 // (megatron/core/pipeline_parallel/p2p_communication.py, `@nvtx_decorator()`: the module's path
 // and the function's name, `megatron.core.pipeline_parallel.p2p_communication.recv_forward`),

@@ -42,6 +42,8 @@ struct JobStructure {
     std::int32_t dp = 1, tp = 1, pp = 1, cp = 1;
     std::string schedule;  // as run.config names it; empty when not told
     std::int32_t microbatches = 0;
+    std::int32_t virtual_stages = 1;    // model chunks a stage (interleaved)
+    std::int32_t microbatch_group = 0;  // micro-batches a group of the interleaved order
     // Each placed process by (its input's index, the importer's key for the process).
     std::map<std::pair<int, std::int64_t>, Place> places;
     std::string rule;     // how the grid was found, for the import log

@@ -217,6 +217,37 @@ private slots:
         QCOMPARE(data->keySize(), 8);    // micro-batches
         QCOMPARE(data->valueSize(), 8);  // ranks
     }
+
+    // Megatron-LM's interleaved job in Nsight Systems exports (pp 4, 2 model chunks a stage):
+    // the bubble view draws both chunks' passes of every stage.
+    void megatronInterleavedInNsysExports() {
+        std::vector<std::string> inputs;
+        for (int r = 0; r < 4; ++r) {
+            inputs.push_back(
+                std::string(FULCRUM_SOURCE_DIR "/tests/data/megatron/interleaved-rank") +
+                std::to_string(r) + ".sqlite");
+        }
+        const QString path = dir_.filePath("megatron-interleaved.fulcrum");
+        auto imported = importer::import_files(inputs, path.toStdString());
+        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
+        auto opened = open_run(path);
+        QVERIFY(opened.ok());
+        const RunPtr run = *opened;
+        QVERIFY2(run->analysis != nullptr, qPrintable(run->analysis_error));
+        BubbleView bubbles;
+        bubbles.resize(1200, 800);
+        bubbles.set_run(run);
+        QVERIFY2(bubbles.message().isEmpty(), qPrintable(bubbles.message()));
+        QVERIFY(bubbles.select_pipeline(1, 0, 0, 0));
+        // Step 1 of 4 stages × 2 chunks × 8 micro-batches, forward and backward.
+        QCOMPARE(bubbles.shown_passes().size(), std::size_t(4 * 2 * 8 * 2));
+        std::set<std::pair<int, int>> stage_chunks;
+        for (const analysis::Pass& pass : bubbles.shown_passes()) {
+            stage_chunks.insert({pass.stage, pass.chunk});
+        }
+        QCOMPARE(stage_chunks.size(), std::size_t(4 * 2));
+        QVERIFY(!bubbles.shown_critical().empty());
+    }
 };
 
 QTEST_MAIN(TorchFixtureViewsTest)

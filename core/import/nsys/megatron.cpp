@@ -1,6 +1,8 @@
 #include "core/import/nsys/megatron.h"
 
+#include <algorithm>
 #include <array>
+#include <iterator>
 
 namespace fulcrum::importer::megatron {
 
@@ -87,6 +89,83 @@ MegatronStep step_of(const std::vector<P2pRange>& calls, std::size_t begin, std:
     return step;
 }
 
+// One step of the interleaved schedule with overlap_p2p_comm (megatron.h): each pass lies
+// between two calls, its kind told by the second; the first send_backward_recv_backward
+// followed by a send_forward_recv_forward only posts the first backward's receive at the end
+// of the warm-up. Passes run from the end of the call before (whose receive was posted without
+// waiting: the pass waits on its stream, where no range shows it) to the start of the next.
+MegatronStep interleaved_step_of(const std::vector<P2pRange>& calls, std::size_t begin,
+                                 std::size_t end, const std::vector<PhaseRange>& phases) {
+    MegatronStep step;
+    step.start_ns = calls[begin].start_ns;
+    // The phase the step's first call runs in begins the step.
+    for (const PhaseRange& phase : phases) {
+        if (phase.first <= step.start_ns && step.start_ns < phase.second) {
+            step.start_ns = phase.first;
+            break;
+        }
+    }
+    step.end_ns = calls[begin].end_ns;
+    std::int32_t forwards = 0, backwards = 0;
+    bool prefetched = false;
+    for (std::size_t i = begin; i < end; ++i) {
+        const P2pRange& call = calls[i];
+        step.end_ns = std::max(step.end_ns, call.end_ns);
+        structure::RecoveredRange handover{call.start_ns, call.end_ns, Kind::recv_activations, 0,
+                                           0};
+        bool closes = i > begin;  // a pass lies between the call before and this one
+        switch (call.call) {
+            case P2pCall::recv_forward:
+                handover.kind = Kind::recv_activations;
+                step.consistent = step.consistent && i == begin;
+                closes = false;
+                break;
+            case P2pCall::send_forward_recv_forward:
+                handover.kind = Kind::send_activations;
+                handover.microbatch = forwards;
+                break;
+            case P2pCall::send_backward_recv_backward:
+                if (!prefetched && i + 1 < end &&
+                    calls[i + 1].call == P2pCall::send_forward_recv_forward) {
+                    prefetched = true;
+                    step.warmup = forwards;
+                    handover.kind = Kind::recv_gradients;  // the first backward's
+                    closes = false;
+                } else {
+                    handover.kind = Kind::send_gradients;
+                    handover.microbatch = backwards;
+                }
+                break;
+            default:
+                step.consistent = false;
+                closes = false;
+                break;
+        }
+        if (closes) {
+            std::int64_t from = calls[i - 1].end_ns;
+            const std::int64_t to = std::max(from, call.start_ns);
+            // A phase that begins between the two calls holds the pass: it starts there.
+            const auto after = std::upper_bound(
+                phases.begin(), phases.end(), to,
+                [](std::int64_t at, const PhaseRange& phase) { return at < phase.first; });
+            if (after != phases.begin() && std::prev(after)->first > from)
+                from = std::prev(after)->first;
+            if (call.call == P2pCall::send_forward_recv_forward) {
+                step.passes.push_back({from, to, Kind::forward, forwards++, 0});
+            } else {
+                step.passes.push_back({from, to, Kind::backward, backwards++, 0});
+            }
+        }
+        step.calls.push_back(handover);
+    }
+    step.microbatches = forwards;
+    if (!prefetched)
+        step.warmup = forwards;
+    if (forwards == 0 || forwards != backwards || calls[begin].call != P2pCall::recv_forward)
+        step.consistent = false;
+    return step;
+}
+
 }  // namespace
 
 std::optional<P2pCall> parse_p2p_range(std::string_view text) {
@@ -118,22 +197,37 @@ std::optional<P2pCall> parse_p2p_range(std::string_view text) {
     return std::nullopt;
 }
 
-MegatronThread megatron_1f1b(const std::vector<P2pRange>& calls) {
+bool is_schedule_phase(std::string_view text) {
+    static constexpr std::string_view kSchedule = "forward_backward_pipelining_with_interleaving.";
+    const std::size_t at = text.rfind(kSchedule);
+    if (at == std::string_view::npos)
+        return false;
+    const std::string_view suffix = text.substr(at + kSchedule.size());
+    return suffix == "warmup" || suffix == "steady" || suffix == "cooldown" || suffix == "misc";
+}
+
+MegatronThread megatron_passes(const std::vector<P2pRange>& calls,
+                               const std::vector<PhaseRange>& phases) {
     MegatronThread thread;
     for (const P2pRange& call : calls) {
-        if (call.call == P2pCall::send_forward_recv_forward ||
-            call.call == P2pCall::send_backward_recv_backward ||
-            call.call == P2pCall::send_forward_backward_recv_forward_backward) {
-            thread.interleaved = true;
+        if (call.call == P2pCall::send_forward_backward_recv_forward_backward) {
+            thread.schedule = MegatronSchedule::interleaved_without_overlap;
             return thread;
         }
+        if (call.call == P2pCall::send_forward_recv_forward ||
+            call.call == P2pCall::send_backward_recv_backward) {
+            thread.schedule = MegatronSchedule::interleaved;
+        }
     }
+    const bool interleaved = thread.schedule == MegatronSchedule::interleaved;
     std::size_t begin = 0;
     for (std::size_t i = 1; i <= calls.size(); ++i) {
-        const bool starts_step = i == calls.size() || (calls[i].call == P2pCall::recv_forward &&
-                                                       calls[i - 1].call == P2pCall::send_backward);
+        const bool starts_step =
+            i == calls.size() || (calls[i].call == P2pCall::recv_forward &&
+                                  (interleaved || calls[i - 1].call == P2pCall::send_backward));
         if (starts_step && begin < i) {
-            thread.steps.push_back(step_of(calls, begin, i));
+            thread.steps.push_back(interleaved ? interleaved_step_of(calls, begin, i, phases)
+                                               : step_of(calls, begin, i));
             begin = i;
         }
     }
@@ -141,17 +235,33 @@ MegatronThread megatron_1f1b(const std::vector<P2pRange>& calls) {
 }
 
 std::optional<Warmup> warmup_of(const MegatronThread& thread) {
+    if (thread.schedule == MegatronSchedule::interleaved_without_overlap)
+        return std::nullopt;
     std::optional<Warmup> found;
     for (const MegatronStep& step : thread.steps) {
         if (!step.consistent)
             continue;
-        const Warmup warmup{step.warmup, step.microbatches, step.warmup == step.microbatches};
-        if (found && (found->forwards != warmup.forwards || found->saturated != warmup.saturated))
+        const Warmup warmup{step.warmup, step.microbatches, step.warmup == step.microbatches,
+                            thread.schedule};
+        if (found &&
+            (found->forwards != warmup.forwards || found->microbatches != warmup.microbatches))
             return std::nullopt;
         if (!found)
             found = warmup;
     }
     return found;
+}
+
+std::optional<std::pair<std::int32_t, std::int32_t>> interleaved_place(std::int32_t ordinal,
+                                                                       bool backward,
+                                                                       std::int32_t microbatches,
+                                                                       std::int32_t chunks,
+                                                                       std::int32_t group) {
+    const auto order = structure::interleaved_forward_order(microbatches, chunks, group);
+    if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= order.size())
+        return std::nullopt;
+    const auto [microbatch, chunk] = order[static_cast<std::size_t>(ordinal)];
+    return std::pair{microbatch, backward ? chunks - 1 - chunk : chunk};
 }
 
 }  // namespace fulcrum::importer::megatron

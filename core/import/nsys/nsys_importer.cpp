@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <set>
@@ -223,8 +224,9 @@ std::string_view copy_label(std::int64_t kind) {
 // the most of them: the schedule's.
 struct ProcessCalls {
     std::int64_t global_tid = 0;
-    std::vector<megatron::P2pRange> calls;  // by start
-    std::vector<std::string> texts;         // each call's range text
+    std::vector<megatron::P2pRange> calls;     // by start
+    std::vector<std::string> texts;            // each call's range text
+    std::vector<megatron::PhaseRange> phases;  // the interleaved schedule's, by start
 };
 
 Result<std::map<std::int64_t, ProcessCalls>> read_p2p_calls(Source& source) {
@@ -260,13 +262,16 @@ Result<std::map<std::int64_t, ProcessCalls>> read_p2p_calls(Source& source) {
                             ") AND \"end\" >= start AND (" + matches + ")";
     using Call = std::pair<megatron::P2pRange, std::string>;
     std::map<std::int64_t, std::map<std::int64_t, std::vector<Call>>> by_thread;
+    std::map<std::int64_t, std::vector<megatron::PhaseRange>> phases;  // by globalTid
     auto status = source.query(sql, [&](sqlite3_stmt* stmt) {
         std::string message = text_of(stmt, 3);
+        const std::int64_t global_tid = int_or(stmt, 0, 0);
         if (const auto call = megatron::parse_p2p_range(message)) {
-            const std::int64_t global_tid = int_or(stmt, 0, 0);
             by_thread[process_key(global_tid)][global_tid].emplace_back(
                 megatron::P2pRange{int_or(stmt, 1, 0), int_or(stmt, 2, 0), *call},
                 std::move(message));
+        } else if (megatron::is_schedule_phase(message)) {
+            phases[global_tid].emplace_back(int_or(stmt, 1, 0), int_or(stmt, 2, 0));
         }
         return true;
     });
@@ -284,6 +289,8 @@ Result<std::map<std::int64_t, ProcessCalls>> read_p2p_calls(Source& source) {
         });
         ProcessCalls& process_calls = found[process];
         process_calls.global_tid = busiest->first;
+        process_calls.phases = std::move(phases[busiest->first]);
+        std::sort(process_calls.phases.begin(), process_calls.phases.end());
         for (Call& call : calls) {
             process_calls.calls.push_back(call.first);
             process_calls.texts.push_back(std::move(call.second));
@@ -292,47 +299,80 @@ Result<std::map<std::int64_t, ProcessCalls>> read_p2p_calls(Source& source) {
     return found;
 }
 
-// The grid of a Megatron-LM job from its processes' hand-over ranges (megatron.h): the
-// pipeline's depth p is one more than the most warm-up forwards of any stage, each stage
-// s = p − 1 − W, and the ranks of one stage — DP, TP and CP replicas alike, which an nsys export
-// does not tell apart — are counted as DP in the order of the inputs. All or nothing: a stage
-// that is not told, or stages that hold unequal numbers of ranks, leave the job without a grid
-// and say why.
+// The grid of a Megatron-LM job from its processes' hand-over ranges (megatron.h), by each
+// stage's warm-up W. 1F1B: the pipeline's depth p is one more than the most warm-up forwards
+// of any stage, each stage s = p − 1 − W. Interleaved: W = 2 (p − s − 1) + (v − 1) · p, so the
+// warm-ups span 2 (p − 1), the last stage's is (v − 1) · p and the forwards of a step m · v. The
+// ranks of one stage — DP, TP and CP replicas alike, which an nsys export does not tell apart —
+// are counted as DP in the order of the inputs. All or nothing: a stage that is not told, or
+// stages that hold unequal numbers of ranks, leave the job without a grid and say why.
 JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron::Warmup>& warmups,
-                           int interleaved, int unordered) {
+                           int without_overlap, int unordered) {
+    using megatron::MegatronSchedule;
     JobStructure job;
     if (warmups.empty()) {
-        if (interleaved > 0) {
+        if (without_overlap > 0) {
             job.problem =
-                "Megatron-LM's pipeline hand-over ranges of its interleaved schedule "
-                "(send_forward_recv_forward and the like) in " +
-                std::to_string(interleaved) +
-                " processes: a forward and a backward lie between two of them, so its passes are "
-                "not derived from an nsys export";
+                "Megatron-LM's interleaved schedule without overlap_p2p_comm "
+                "(send_forward_backward_recv_forward_backward) in " +
+                std::to_string(without_overlap) +
+                " processes: a forward and a backward lie between two of its hand-over ranges, "
+                "so its passes are not derived from an nsys export";
         } else if (unordered > 0) {
             job.problem = "Megatron-LM's pipeline hand-over ranges in " +
                           std::to_string(unordered) +
-                          " processes, but in no step in the order of its 1F1B schedule (or in "
-                          "steps whose warm-ups disagree): passes are not derived";
+                          " processes, but in no step in the order of its 1F1B or interleaved "
+                          "schedule (or in steps whose warm-ups disagree): passes are not derived";
         }
         return job;
     }
-    std::int32_t most = 0, microbatches = 0;
+    const MegatronSchedule schedule = warmups.begin()->second.schedule;
+    std::int32_t most = 0, least = INT32_MAX, forwards = 0;
     for (const auto& [process, warmup] : warmups) {
+        if (warmup.schedule != schedule) {
+            job.problem =
+                "Megatron-LM's hand-over ranges of the 1F1B and the interleaved schedule in one "
+                "job: passes are not derived";
+            return job;
+        }
         most = std::max(most, warmup.forwards);
-        microbatches = std::max(microbatches, warmup.microbatches);
+        least = std::min(least, warmup.forwards);
+        forwards = std::max(forwards, warmup.microbatches);
     }
-    const std::int32_t depth = most + 1;
+    const bool interleaved = schedule == MegatronSchedule::interleaved;
+    std::int32_t depth = most + 1, chunks = 1;
+    std::function<std::int32_t(const megatron::Warmup&)> stage_of =
+        [&](const megatron::Warmup& warmup) { return depth - 1 - warmup.forwards; };
+    if (interleaved) {
+        depth = (most - least) / 2 + 1;
+        chunks = depth > 1 && least % depth == 0 ? least / depth + 1 : 0;
+        bool fits = (most - least) % 2 == 0 && depth > 1 && chunks >= 2 && forwards % chunks == 0;
+        for (const auto& [process, warmup] : warmups) {
+            fits = fits && !warmup.saturated && warmup.microbatches == forwards;
+        }
+        if (!fits) {
+            job.problem =
+                "Megatron-LM's interleaved schedule whose warm-ups (" + std::to_string(least) +
+                " to " + std::to_string(most) +
+                " forwards) are not those of its default groups of micro-batches "
+                "(microbatch_group_size_per_vp_stage = pp), or that ran every micro-batch in its "
+                "warm-up: stages and chunks are not told, passes are not derived";
+            return job;
+        }
+        stage_of = [&](const megatron::Warmup& warmup) {
+            return depth - 1 - (warmup.forwards - least) / 2;
+        };
+    }
     std::map<std::int32_t, std::int32_t> ranks_of_stage;
     for (const auto& [process, warmup] : warmups) {
-        if (warmup.saturated && warmup.forwards < most) {
+        if (!interleaved && warmup.saturated && warmup.forwards < most) {
             job.problem = "a Megatron-LM stage ran all " + std::to_string(warmup.microbatches) +
                           " micro-batches in its warm-up, so its place in a pipeline of " +
                           std::to_string(depth) +
                           " or more stages is not told: passes are not derived";
             return job;
         }
-        ++ranks_of_stage[depth - 1 - warmup.forwards];
+        ++ranks_of_stage[stage_of(warmup)];
     }
     const std::int32_t width = ranks_of_stage.begin()->second;
     for (std::int32_t stage = 0; stage < depth; ++stage) {
@@ -350,20 +390,33 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
     }
     std::map<std::int32_t, std::int32_t> placed;
     for (const auto& [process, warmup] : warmups) {
-        const std::int32_t stage = depth - 1 - warmup.forwards;
+        const std::int32_t stage = stage_of(warmup);
         job.places[process] = JobStructure::Place{placed[stage]++, 0, stage, 0};
     }
     job.found = true;
     job.dp = width;
     job.pp = depth;
-    job.schedule = "1f1b";
-    job.microbatches = microbatches;
-    job.rule = "Megatron-LM's pipeline hand-over ranges (--nvtx-ranges): pp " +
-               std::to_string(depth) + ", one more than the most warm-up forwards of a stage (" +
-               std::to_string(most) + "), each stage p - 1 - its warm-up; the " +
-               std::to_string(width) +
-               " ranks of a stage counted as dp in the order of the files (an nsys export does "
-               "not tell DP, TP and CP replicas apart)";
+    job.schedule = interleaved ? "interleaved" : "1f1b";
+    job.microbatches = forwards / chunks;
+    job.virtual_stages = chunks;
+    job.microbatch_group = depth;
+    const std::string counted =
+        "; the " + std::to_string(width) +
+        " ranks of a stage counted as dp in the order of the files (an nsys export does not "
+        "tell DP, TP and CP replicas apart)";
+    job.rule = interleaved
+                   ? "Megatron-LM's pipeline hand-over ranges (--nvtx-ranges) in the order of its "
+                     "interleaved schedule: pp " +
+                         std::to_string(depth) + " and " + std::to_string(chunks) +
+                         " model chunks a stage from the warm-ups (" + std::to_string(least) +
+                         " to " + std::to_string(most) +
+                         " forwards: 2 (p - s - 1) + (v - 1) p, Megatron-LM's default groups of "
+                         "p micro-batches)" +
+                         counted
+                   : "Megatron-LM's pipeline hand-over ranges (--nvtx-ranges): pp " +
+                         std::to_string(depth) +
+                         ", one more than the most warm-up forwards of a stage (" +
+                         std::to_string(most) + "), each stage p - 1 - its warm-up" + counted;
     return job;
 }
 
@@ -371,7 +424,7 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
 Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
                                      const std::atomic<bool>* cancel, int first_index = 0) {
     std::map<std::pair<int, std::int64_t>, megatron::Warmup> warmups;
-    int interleaved = 0, unordered = 0;
+    int without_overlap = 0, unordered = 0;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
         if (cancel != nullptr && cancel->load()) {
             return Error{ErrorCode::cancelled, "import cancelled"};
@@ -385,9 +438,10 @@ Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
             continue;
         }
         for (const auto& [process, found] : *calls) {
-            const megatron::MegatronThread thread = megatron::megatron_1f1b(found.calls);
-            if (thread.interleaved) {
-                ++interleaved;
+            const megatron::MegatronThread thread =
+                megatron::megatron_passes(found.calls, found.phases);
+            if (thread.schedule == megatron::MegatronSchedule::interleaved_without_overlap) {
+                ++without_overlap;
             } else if (const auto warmup = megatron::warmup_of(thread)) {
                 warmups[{first_index + static_cast<int>(i), process}] = *warmup;
             } else {
@@ -395,7 +449,7 @@ Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
             }
         }
     }
-    return megatron_grid(warmups, interleaved, unordered);
+    return megatron_grid(warmups, without_overlap, unordered);
 }
 
 struct Process {
@@ -1103,7 +1157,8 @@ private:
             placed_any = true;
             const ProcessCalls& found = calls->second;
             const LaneId lane = thread_lane(process, found.global_tid);
-            const megatron::MegatronThread thread = megatron::megatron_1f1b(found.calls);
+            const megatron::MegatronThread thread =
+                megatron::megatron_passes(found.calls, found.phases);
             std::int64_t passes = 0;
             std::int32_t unordered = 0;
             std::size_t call_index = 0;
@@ -1133,8 +1188,10 @@ private:
                     event.category = Category::other;
                     event.name = intern(text);
                     if (step.consistent) {
-                        set_megatron_structure(event, handover, *place, number);
-                        event.args = intern(nlohmann::json({{"nvtx_name", text}}).dump());
+                        const std::int32_t chunk =
+                            set_megatron_structure(event, handover, *place, number);
+                        event.args =
+                            intern(nlohmann::json({{"chunk", chunk}, {"nvtx_name", text}}).dump());
                     }
                     add_event(event);
                 }
@@ -1145,23 +1202,32 @@ private:
                     event.lane = lane;
                     event.start_ns = pass.start_ns;
                     event.end_ns = pass.end_ns;
-                    set_megatron_structure(event, pass, *place, number);
-                    event.args =
-                        intern(R"({"chunk":0,"recovered_from":"Megatron-LM's hand-over ranges"})");
+                    const std::int32_t chunk = set_megatron_structure(event, pass, *place, number);
+                    event.args = intern(
+                        nlohmann::json({{"chunk", chunk},
+                                        {"recovered_from", "Megatron-LM's hand-over ranges"}})
+                            .dump());
                     add_event(event);
                     ++passes;
                 }
             }
-            log_.note("structure: " + std::to_string(passes) + " passes of rank " +
-                      std::to_string(process.rank) +
-                      " from Megatron-LM's pipeline hand-over ranges, in the order of its 1F1B "
-                      "schedule (a forward from the call that receives its activations to the "
-                      "one that sends them, a backward likewise with the gradients; "
-                      "micro-batches numbered in the order the stage ran them; inferred)" +
-                      (unordered > 0 ? "; " + std::to_string(unordered) +
-                                           " steps whose calls are not in that order left "
-                                           "without passes"
-                                     : std::string()));
+            const bool interleaved = thread.schedule == megatron::MegatronSchedule::interleaved;
+            log_.note(
+                "structure: " + std::to_string(passes) + " passes of rank " +
+                std::to_string(process.rank) + " from Megatron-LM's pipeline hand-over " +
+                (interleaved
+                     ? std::string("ranges, in the order of its interleaved schedule (each pass "
+                                   "between two calls, a forward before send_forward_recv_forward, "
+                                   "a backward before send_backward_recv_backward; micro-batches "
+                                   "and chunks by its schedule table; inferred)")
+                     : std::string("ranges, in the order of its 1F1B schedule (a forward from the "
+                                   "call that receives its activations to the one that sends them, "
+                                   "a backward likewise with the gradients; micro-batches numbered "
+                                   "in the order the stage ran them; inferred)")) +
+                (unordered > 0 ? "; " + std::to_string(unordered) +
+                                     " steps whose calls are not in that order left "
+                                     "without passes"
+                               : std::string()));
         }
         if (!placed_any)
             return;
@@ -1172,11 +1238,16 @@ private:
             "{\"source\":\"nsys\",\"dp\":" + std::to_string(job_.dp) +
             ",\"tp\":" + std::to_string(job_.tp) + ",\"pp\":" + std::to_string(job_.pp) +
             ",\"cp\":" + std::to_string(job_.cp) + ",\"schedule\":\"" + job_.schedule +
-            "\",\"microbatches\":" + std::to_string(job_.microbatches) + "}");
+            "\",\"microbatches\":" + std::to_string(job_.microbatches) +
+            (job_.virtual_stages > 1 ? ",\"virtual_stages\":" + std::to_string(job_.virtual_stages)
+                                     : std::string()) +
+            "}");
     }
 
-    void set_megatron_structure(Event& event, const structure::RecoveredRange& range,
-                                const JobStructure::Place& place, std::int32_t step) {
+    // A pass or hand-over of a placed process as fulcrum-train writes it; returns its model
+    // chunk. Under the interleaved schedule its ordinal becomes a micro-batch and a chunk.
+    std::int32_t set_megatron_structure(Event& event, const structure::RecoveredRange& range,
+                                        const JobStructure::Place& place, std::int32_t step) {
         const bool communication = structure::action_is_communication(range.kind);
         event.kind = communication ? EventKind::collective : EventKind::range;
         event.category = communication ? Category::communication : Category::compute;
@@ -1185,6 +1256,17 @@ private:
         event.microbatch = range.microbatch;
         event.phase = structure::action_phase(range.kind);
         event.step = step;
+        std::int32_t chunk = 0;
+        if (job_.virtual_stages > 1) {
+            const auto at = megatron::interleaved_place(
+                range.microbatch, event.phase == Phase::backward, job_.microbatches,
+                job_.virtual_stages, job_.microbatch_group);
+            if (at) {
+                event.microbatch = at->first;
+                chunk = at->second;
+            }
+        }
+        return chunk;
     }
 
     Source& source_;

@@ -1,10 +1,11 @@
 // Megatron-LM's pipeline in Nsight Systems exports (core/import/nsys/megatron.h): the order of
-// its hand-over calls read by hand, then the committed exports of a pp 4 × dp 2 1F1B job
-// (tests/data/megatron, played from Megatron-LM's schedule by make_nsys_1f1b.py, with its
-// truth; an export per rank and one of every process) imported as a user imports them: every rank's
-// stage and DP place, every step's passes in the order each rank ran them with the GPU time each
+// its hand-over calls read by hand, then the committed exports of a pp 4 × dp 2 1F1B job and a
+// pp 4 interleaved one of 2 chunks a stage (tests/data/megatron, played from Megatron-LM's
+// schedules by make_nsys_megatron.py, with their truth; an export per rank, and one of every
+// process) imported as a user imports them: every rank's stage and DP place, every step's
+// passes in the order each rank ran them with their micro-batch, chunk and the GPU time each
 // spans, the bubble table worked out from those passes, and what is said when a rank's file is
-// missing or the schedule is the interleaved one.
+// missing or the schedule is one that is not read.
 #include <sqlite3.h>
 
 #include <QTemporaryDir>
@@ -121,8 +122,8 @@ private slots:
         };
         std::vector<C> two = step;
         two.insert(two.end(), step.begin(), step.end());
-        const MegatronThread thread = megatron_1f1b(calls_of(two));
-        QVERIFY(!thread.interleaved);
+        const MegatronThread thread = megatron_passes(calls_of(two));
+        QCOMPARE(thread.schedule, MegatronSchedule::one_f_one_b);
         QCOMPARE(thread.steps.size(), std::size_t(2));
         const MegatronStep& first = thread.steps[0];
         QVERIFY(first.consistent);
@@ -157,52 +158,115 @@ private slots:
         QVERIFY(!warmup->saturated);
     }
 
-    // What is not 1F1B is not read as it: the interleaved schedule's calls, a forward-only
-    // (evaluation) step, a call out of order.
+    // The last of 2 stages of an interleaved schedule, 2 chunks, 4 micro-batches in groups of
+    // 2, by hand: 2 warm-up forwards ((p − s − 1)·2 + (v − 1)·g), the first backward's receive
+    // posted, 6 steady pairs, 2 cool-down backwards; each pass between two calls, from the end
+    // of the one before; micro-batches and chunks by Megatron-LM's schedule table.
+    void interleavedStepByHand() {
+        using C = P2pCall;
+        std::vector<C> order = {C::recv_forward, C::send_forward_recv_forward,
+                                C::send_forward_recv_forward, C::send_backward_recv_backward};
+        for (int pair = 0; pair < 6; ++pair) {
+            order.push_back(C::send_forward_recv_forward);
+            order.push_back(C::send_backward_recv_backward);
+        }
+        order.push_back(C::send_backward_recv_backward);
+        order.push_back(C::send_backward_recv_backward);
+        const MegatronThread thread = megatron_passes(calls_of(order));
+        QCOMPARE(thread.schedule, MegatronSchedule::interleaved);
+        QCOMPARE(thread.steps.size(), std::size_t(1));
+        const MegatronStep& step = thread.steps[0];
+        QVERIFY(step.consistent);
+        QCOMPARE(step.warmup, 2);
+        QCOMPARE(step.microbatches, 8);
+        std::string kinds;
+        for (const auto& pass : step.passes) {
+            kinds += pass.kind == Kind::forward ? 'F' : 'B';
+        }
+        QCOMPARE(kinds, std::string("FFFBFBFBFBFBFBBB"));
+        // F0 from the end of recv_forward to the start of the first send_forward_recv_forward.
+        QCOMPARE(step.passes[0].start_ns, 10'000);
+        QCOMPARE(step.passes[0].end_ns, 1'000'000);
+        // The third forward follows the posted receive, not the second forward's send.
+        QCOMPARE(step.passes[2].start_ns, 3'010'000);
+        QCOMPARE(step.calls[3].kind, Kind::recv_gradients);
+        const auto warmup = warmup_of(thread);
+        QVERIFY(warmup.has_value());
+        QCOMPARE(warmup->forwards, 2);
+        QCOMPARE(warmup->microbatches, 8);
+        QVERIFY(!warmup->saturated);
+        // Forwards: (0,0) (1,0) (0,1) (1,1) (2,0) (3,0) (2,1) (3,1); backwards the chunks
+        // the other way round.
+        QCOMPARE(interleaved_place(2, false, 4, 2, 2), std::optional(std::pair{0, 1}));
+        QCOMPARE(interleaved_place(4, false, 4, 2, 2), std::optional(std::pair{2, 0}));
+        QCOMPARE(interleaved_place(2, true, 4, 2, 2), std::optional(std::pair{0, 0}));
+        QCOMPARE(interleaved_place(7, true, 4, 2, 2), std::optional(std::pair{3, 0}));
+        QVERIFY(!interleaved_place(8, false, 4, 2, 2));
+    }
+
+    // What is not read: the interleaved schedule without overlap_p2p_comm (a forward and a
+    // backward between two calls), a forward-only (evaluation) step, a call out of order.
     void otherOrdersAreNotPasses() {
         using C = P2pCall;
-        QVERIFY(
-            megatron_1f1b(calls_of({C::recv_forward, C::send_forward_recv_forward})).interleaved);
-        const MegatronThread eval = megatron_1f1b(
+        const MegatronThread combined = megatron_passes(
+            calls_of({C::recv_forward, C::send_forward_backward_recv_forward_backward}));
+        QCOMPARE(combined.schedule, MegatronSchedule::interleaved_without_overlap);
+        QVERIFY(combined.steps.empty());
+        QVERIFY(!warmup_of(combined).has_value());
+        const MegatronThread eval = megatron_passes(
             calls_of({C::recv_forward, C::send_forward, C::recv_forward, C::send_forward}));
         QCOMPARE(eval.steps.size(), std::size_t(1));
         QVERIFY(!eval.steps[0].consistent);  // forwards without backwards
         QVERIFY(!warmup_of(eval).has_value());
-        const MegatronThread shuffled = megatron_1f1b(
+        const MegatronThread shuffled = megatron_passes(
             calls_of({C::recv_forward, C::recv_backward, C::send_forward, C::send_backward}));
         QVERIFY(!shuffled.steps.empty());
         QVERIFY(!shuffled.steps[0].consistent);
     }
 
-    // The job as a user imports it: one export per rank (`nsys profile -o rank%q{RANK}` under
-    // the launcher), or one export of every process (`nsys profile torchrun …`). Each rank's
-    // stage (from its warm-up) and DP place, the run's schedule and micro-batches, and every
-    // step's passes in the order the rank ran them, each spanning on the GPU from the first
-    // kernel its host window launched (the receive's SendRecv, where it moved anything) to the
-    // end of its last.
+    // The jobs as a user imports them: one export per rank (`nsys profile -o rank%q{RANK}`
+    // under the launcher), or one export of every process (`nsys profile torchrun …`); the
+    // 1F1B job of pp 4 × dp 2 and the interleaved one of pp 4 with 2 chunks a stage. Each
+    // rank's stage (from its warm-up) and DP place, the run's schedule, chunks and
+    // micro-batches, and every step's passes in the order the rank ran them with their
+    // micro-batch and chunk, each spanning on the GPU from the first kernel its host window
+    // launched (under 1F1B the receive's SendRecv, where it moved anything) to the end of its
+    // last.
     void recoversTheJobAsItRan_data() {
+        QTest::addColumn<QString>("name");
         QTest::addColumn<bool>("one_export");
-        QTest::newRow("an export per rank") << false;
-        QTest::newRow("one export of every process") << true;
+        QTest::newRow("1F1B, an export per rank") << "1f1b-pp4-dp2" << false;
+        QTest::newRow("1F1B, one export of every process") << "1f1b-pp4-dp2" << true;
+        QTest::newRow("interleaved, an export per rank") << "interleaved-pp4-v2" << false;
     }
     void recoversTheJobAsItRan() {
+        QFETCH(QString, name);
         QFETCH(bool, one_export);
-        const nlohmann::json job = truth();
+        const nlohmann::json job = truth().at("jobs").at(name.toStdString());
+        const bool interleaved = job.at("schedule") == "interleaved";
+        std::vector<std::string> files;
+        for (const auto& file : job.at("files")) {
+            files.push_back((kMegatron / file.get<std::string>()).string());
+        }
+        if (one_export) {
+            files = {(kMegatron / "job.sqlite").string()};
+        }
         QTemporaryDir dir;
-        const Imported imported =
-            import_inputs(dir, "megatron",
-                          one_export ? std::vector<std::string>{(kMegatron / "job.sqlite").string()}
-                                     : rank_files(8));
+        const Imported imported = import_inputs(dir, "megatron", files);
         const analysis::RunTrace& trace = imported.trace;
-        QCOMPARE(trace.config.layout.grid.pp, job.at("pp").get<int>());
-        QCOMPARE(trace.config.layout.grid.dp, job.at("dp").get<int>());
+        const int pp = job.at("pp").get<int>(), dp = job.at("dp").get<int>();
+        QCOMPARE(trace.config.layout.grid.pp, pp);
+        QCOMPARE(trace.config.layout.grid.dp, dp);
         QCOMPARE(trace.config.layout.grid.tp, 1);
         QCOMPARE(trace.config.layout.grid.cp, 1);
-        QCOMPARE(trace.config.layout.schedule, parallel::PipelineSchedule::one_f_one_b);
+        QCOMPARE(trace.config.layout.schedule, interleaved
+                                                   ? parallel::PipelineSchedule::interleaved
+                                                   : parallel::PipelineSchedule::one_f_one_b);
+        QCOMPARE(trace.config.layout.virtual_stages, job.at("virtual_stages").get<int>());
         QCOMPARE(trace.config.layout.microbatches, job.at("microbatches").get<int>());
-        QVERIFY(any_note(imported, "structure: grid dp2 tp1 pp4 cp1, from Megatron-LM's"));
-        QVERIFY(any_note(imported, "structure: 32 passes of rank 0 from Megatron-LM's"));
-        QCOMPARE(trace.ranks.size(), std::size_t(8));
+        QVERIFY(any_note(imported, "structure: grid dp" + std::to_string(dp) + " tp1 pp" +
+                                       std::to_string(pp) + " cp1, from Megatron-LM's"));
+        QCOMPARE(trace.ranks.size(), std::size_t(pp * dp));
         for (const auto& rank : trace.ranks) {
             const nlohmann::json& expected = job.at("ranks").at(std::to_string(rank.info.rank));
             QCOMPARE(rank.info.pp, expected.at("stage").get<int>());
@@ -211,32 +275,36 @@ private slots:
         // The run's clock: the exports' nanoseconds, every rank's session starting alike.
         const std::vector<analysis::Pass> passes = analysis::find_passes(trace);
         std::int64_t first_truth = INT64_MAX, first_pass = INT64_MAX;
+        std::size_t truth_passes = 0;
         for (const auto& [rank, expected] : job.at("ranks").items()) {
             for (const auto& step : expected.at("steps")) {
                 for (const auto& pass : step) {
-                    first_truth = std::min(first_truth, pass.at(2).get<std::int64_t>());
+                    first_truth = std::min(first_truth, pass.at(3).get<std::int64_t>());
+                    ++truth_passes;
                 }
             }
         }
         for (const analysis::Pass& pass : passes) {
             first_pass = std::min(first_pass, pass.start_ns);
         }
-        QCOMPARE(passes.size(), std::size_t(8 * 2 * 16));
+        QCOMPARE(passes.size(), truth_passes);
+        using Row = std::tuple<std::string, int, int, std::int64_t, std::int64_t>;
         for (const auto& [rank_text, expected] : job.at("ranks").items()) {
             const int rank = std::stoi(rank_text);
-            for (int step = 0; step < 2; ++step) {
-                std::vector<std::tuple<std::string, int, std::int64_t, std::int64_t>> want, got;
+            for (int step = 0; step < job.at("steps").get<int>(); ++step) {
+                std::vector<Row> want, got;
                 for (const auto& pass : expected.at("steps").at(step)) {
                     want.emplace_back(pass.at(0).get<std::string>(), pass.at(1).get<int>(),
-                                      pass.at(2).get<std::int64_t>() - first_truth,
-                                      pass.at(3).get<std::int64_t>() - first_truth);
+                                      pass.at(2).get<int>(),
+                                      pass.at(3).get<std::int64_t>() - first_truth,
+                                      pass.at(4).get<std::int64_t>() - first_truth);
                 }
                 for (const analysis::Pass& pass : passes) {
                     if (pass.rank == rank && pass.step == step + 1) {
                         QCOMPARE(int(pass.stage), expected.at("stage").get<int>());
                         got.emplace_back(pass.phase == Phase::forward ? "forward" : "backward",
-                                         pass.microbatch, pass.start_ns - first_pass,
-                                         pass.end_ns - first_pass);
+                                         pass.microbatch, int(pass.chunk),
+                                         pass.start_ns - first_pass, pass.end_ns - first_pass);
                     }
                 }
                 QCOMPARE(got, want);
@@ -245,27 +313,46 @@ private slots:
     }
 
     // The bubble table of the recovered passes: per pipeline, stage and step, busy is the
-    // passes' time less their pipeline waits (the receives inside them) and the bubble the rest
-    // of the window; the first stage waits only on the next, the last only on the previous.
+    // passes' time less their pipeline waits and the bubble the rest of the window. Under 1F1B
+    // a pass holds the receive that feeds it, so the first stage waits only on the next and
+    // the last only on the previous; under the interleaved schedule the receive was posted
+    // ahead and the pass waits on its stream, where no range shows it (bubble, not wait).
+    void bubblesFromRecoveredPasses_data() {
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<int>("pipelines");
+        QTest::addColumn<double>("theory");
+        QTest::newRow("1F1B") << "1f1b-pp4-dp2" << 2 << 3.0 / 8.0;
+        QTest::newRow("interleaved") << "interleaved-pp4-v2" << 1 << 3.0 / (2 * 8);
+    }
     void bubblesFromRecoveredPasses() {
+        QFETCH(QString, name);
+        QFETCH(int, pipelines);
+        QFETCH(double, theory);
+        const nlohmann::json job = truth().at("jobs").at(name.toStdString());
+        const bool interleaved = job.at("schedule") == "interleaved";
+        std::vector<std::string> files;
+        for (const auto& file : job.at("files")) {
+            files.push_back((kMegatron / file.get<std::string>()).string());
+        }
         QTemporaryDir dir;
-        const Imported imported = import_inputs(dir, "megatron", rank_files(8));
+        const Imported imported = import_inputs(dir, "megatron", files);
         const std::vector<analysis::Pass> passes = analysis::find_passes(imported.trace);
         const analysis::BubbleAnalysis bubbles = analysis::analyze_bubbles(imported.trace, passes);
-        QCOMPARE(bubbles.schedule, std::string("1f1b"));
+        QCOMPARE(QString::fromStdString(bubbles.schedule),
+                 interleaved ? QString("interleaved") : QString("1f1b"));
         QVERIFY(!bubbles.schedule_assumed);
-        QCOMPARE(bubbles.stages.size(), std::size_t(4 * 2 * 2));  // stages × pipelines × steps
-        fulcrum::test::compare_bubbles_with_passes(bubbles, passes, 3);
+        QCOMPARE(bubbles.stages.size(), std::size_t(4 * pipelines * 2));  // × steps
+        fulcrum::test::compare_bubbles_with_passes(bubbles, passes, 3, !interleaved);
         QVERIFY(!QTest::currentTestFailed());
         // What `fulcrum analyze` prints beside it: a heatmap row per rank and column per
         // micro-batch, a critical path through the stages for each step.
         auto analysis = analysis::analyze_run(imported.trace);
         QVERIFY(analysis.ok());
         QVERIFY(analysis->bubbles.theory_fraction.has_value());
-        QCOMPARE(*analysis->bubbles.theory_fraction, 3.0 / 8.0);
+        QCOMPARE(*analysis->bubbles.theory_fraction, theory);
         QCOMPARE(analysis->imbalance.by_microbatch.size(), std::size_t(2));
         const analysis::Matrix& heatmap = analysis->imbalance.by_microbatch[0].compute_ns;
-        QCOMPARE(heatmap.rows.size(), std::size_t(8));
+        QCOMPARE(heatmap.rows.size(), std::size_t(4 * pipelines));
         QCOMPARE(heatmap.columns.size(), std::size_t(8));
         QCOMPARE(analysis->critical_paths.size(), std::size_t(2));
         for (const analysis::CriticalPath& path : analysis->critical_paths) {
@@ -292,19 +379,19 @@ private slots:
         QVERIFY(any_note(alone, "is a rank's file missing?"));
     }
 
-    // The interleaved schedule's calls (a forward and a backward between two of them) are
-    // said, not read as 1F1B.
-    void theInterleavedScheduleIsSaid() {
+    // The interleaved schedule without overlap_p2p_comm (a forward and a backward between two
+    // of its calls) is said, not read as another schedule.
+    void theInterleavedScheduleWithoutOverlapIsSaid() {
         QTemporaryDir dir;
         std::vector<std::string> files;
         for (const std::string& file : rank_files(2)) {
-            files.push_back(
-                renamed_copy(dir, file, "send_forward_recv_backward", "send_forward_recv_forward"));
+            files.push_back(renamed_copy(dir, file, "send_forward_recv_backward",
+                                         "send_forward_backward_recv_forward_backward"));
         }
         const Imported imported = import_inputs(dir, "interleaved", files);
         QVERIFY(any_note(imported,
-                         "of its interleaved schedule (send_forward_recv_forward and "
-                         "the like) in 2 processes"));
+                         "interleaved schedule without overlap_p2p_comm "
+                         "(send_forward_backward_recv_forward_backward) in 2 processes"));
         QVERIFY(analysis::find_passes(imported.trace).empty());
     }
 };

@@ -7,6 +7,8 @@
 #include "app/cli/cli_common.h"
 #include "app/cli/commands.h"
 #include "core/import/importer.h"
+#include "core/parallel/run_config.h"
+#include "core/store/trace_reader.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -42,6 +44,27 @@ int run_import(const ImportArgs& args) {
                 report->format.c_str(), args.inputs.size() == 1 ? "" : "s", report->ranks,
                 report->ranks == 1 ? "" : "s", static_cast<long long>(report->events),
                 args.output.c_str());
+    // The grid and schedule recovered (docs/import.md), or that none was: what the 4D analyses
+    // will have to work with.
+    if (auto reader = store::TraceReader::open(args.output)) {
+        const RunConfig config = parse_run_config(reader->run().config_json, reader->ranks());
+        std::string line = "grid " + describe_grid(config);
+        if (const std::string schedule = schedule_text(config); !schedule.empty()) {
+            line += ", schedule " + schedule;
+            if (config.layout.virtual_stages > 1) {
+                line += " (" + std::to_string(config.layout.virtual_stages) + " chunks a stage)";
+            }
+        }
+        if (config.says("microbatches") && config.layout.microbatches > 0) {
+            line += ", " + std::to_string(config.layout.microbatches) + " micro-batches";
+        }
+        if (!config.grid_known) {
+            line +=
+                ": stages, bubbles and CP load are not derived (docs/import.md says what is "
+                "recognised)";
+        }
+        std::printf("%s\n", line.c_str());
+    }
     if (report->skipped > 0) {
         std::printf(
             "%lld records could not be mapped and were skipped; see them with: "

@@ -8,6 +8,8 @@
 // missing or the schedule is one that is not read.
 #include <sqlite3.h>
 
+#include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -393,6 +395,41 @@ private slots:
                          "interleaved schedule without overlap_p2p_comm "
                          "(send_forward_backward_recv_forward_backward) in 2 processes"));
         QVERIFY(analysis::find_passes(imported.trace).empty());
+    }
+
+    // As a user runs it: `fulcrum import` says the grid and schedule it recovered, and
+    // `fulcrum analyze` prints the grid, the setup and the bubble table per stage.
+    void theCommandLine() {
+        QTemporaryDir dir;
+        const auto run = [&](const QStringList& arguments) {
+            QProcess process;
+            process.setWorkingDirectory(dir.path());
+            process.start(QStringLiteral(FULCRUM_BINARY_DIR) + "/app/fulcrum", arguments);
+            if (!process.waitForFinished(120'000) || process.exitCode() != 0) {
+                qFatal("fulcrum %s failed", qPrintable(arguments.join(' ')));
+            }
+            return QString::fromUtf8(process.readAllStandardOutput());
+        };
+        QStringList import = {"import"};
+        for (int stage = 0; stage < 4; ++stage) {
+            import << QString::fromStdString(
+                (kMegatron / ("interleaved-rank" + std::to_string(stage) + ".sqlite")).string());
+        }
+        import << "-o"
+               << "interleaved.fulcrum";
+        const QString imported = run(import);
+        QVERIFY2(imported.contains("grid dp 1 × tp 1 × pp 4 × cp 1, schedule interleaved (2 "
+                                   "chunks a stage), 8 micro-batches"),
+                 qPrintable(imported));
+        const QString analysed = run({"analyze", "interleaved.fulcrum"});
+        QVERIFY2(analysed.contains("grid     dp 1 × tp 1 × pp 4 × cp 1"), qPrintable(analysed));
+        QVERIFY2(analysed.contains("setup    schedule interleaved"), qPrintable(analysed));
+        QVERIFY2(analysed.contains("pipeline bubbles (interleaved, theory (p−1)/(v·m) = 0.188"),
+                 qPrintable(analysed));
+        for (int stage = 0; stage < 4; ++stage) {
+            QVERIFY(analysed.contains(QRegularExpression(
+                QString("\\n +%1 +[0-9.]+ ms +[0-9.]+ ms +[0-9.]+ ").arg(stage))));
+        }
     }
 };
 

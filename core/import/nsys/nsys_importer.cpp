@@ -1139,11 +1139,11 @@ private:
         return at != job_.places.end() ? &at->second : nullptr;
     }
 
-    // Each placed process's schedule thread: its steps (a range from the step's first
-    // hand-over to the next step's, the last to the thread's last CUDA call), its passes and its
-    // hand-overs as fulcrum-train writes them (docs/annotations.md), numbered from step 1 in the
-    // order the thread ran them. A step whose calls are not in the 1F1B order keeps them as
-    // the ranges they were.
+    // Each placed process's schedule thread: its steps (a range from the step's start to the
+    // next step's, the last to the thread's last CUDA call), its passes and its hand-overs as
+    // fulcrum-train writes them (docs/annotations.md), numbered from step 1 in the order the
+    // thread ran them. A step whose calls are not in its schedule's order keeps them as the
+    // ranges they were.
     void add_megatron_structure() {
         if (!job_.problem.empty() && !megatron_calls_.empty()) {
             log_.note("structure: " + job_.problem);

@@ -251,7 +251,10 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
         const std::int64_t window = window_end - window_start;
         const MeasuredPipeline measured = measure_pipeline(stages, replayed, m);
         run_sums.merge(measured.sums);
-        const BubbleSplit split = split_bubble(measured.input);
+        // The replay needs every stage: one without passes would play as taking no time.
+        const bool whole = std::all_of(stages.begin(), stages.end(),
+                                       [](const auto& list) { return !list.empty(); });
+        const BubbleSplit split = whole ? split_bubble(measured.input) : BubbleSplit{};
 
         PipelineBubble pipeline;
         pipeline.step = key.step;
@@ -266,9 +269,13 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
         std::int64_t bubble_sum = 0, busy_sum = 0, replay_bubble_sum = 0;
         for (int s = 0; s < p; ++s) {
             const StageBubble row = stage_row(key, s, stages, window, measured, split);
-            bubble_sum += row.bubble_ns;
-            busy_sum += row.busy_ns;
-            replay_bubble_sum += split.split ? split.measured.bubble_ns(s) : 0;
+            // A stage without a pass (a rank's file not given, a recording cut) measured
+            // nothing: its row says so, and it counts in no sum.
+            if (row.rank) {
+                bubble_sum += row.bubble_ns;
+                busy_sum += row.busy_ns;
+                replay_bubble_sum += split.split ? split.measured.bubble_ns(s) : 0;
+            }
             result.stages.push_back(row);
         }
         pipeline.measured_fraction =
@@ -315,6 +322,9 @@ std::optional<double> StageBubbleTotal::fraction() const {
 std::map<int, StageBubbleTotal> bubble_by_stage(const BubbleAnalysis& bubbles) {
     std::map<int, StageBubbleTotal> by_stage;
     for (const StageBubble& row : bubbles.stages) {
+        if (!row.rank) {
+            continue;  // measured nothing
+        }
         StageBubbleTotal& total = by_stage[row.stage];
         ++total.rows;
         total.busy_ns += row.busy_ns;

@@ -382,9 +382,11 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
                 counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " at stage " +
                           std::to_string(s);
             }
-            job.problem = "Megatron-LM's hand-over ranges place the ranks unevenly over " +
-                          std::to_string(depth) + " pipeline stages (" + counts +
-                          "): is a rank's file missing? passes are not derived";
+            job.problem =
+                "Megatron-LM's hand-over ranges place the ranks given unevenly over "
+                "the " +
+                std::to_string(depth) + " pipeline stages their warm-ups imply (" + counts +
+                "): is a rank's file missing? passes are not derived";
             return job;
         }
     }
@@ -420,6 +422,99 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
     return job;
 }
 
+// Whether no CUDA call of the schedule thread lies inside any of its recv_forward ranges, as on
+// the first stage, whose recv_forward receives nothing (schedules.py: the first stage's input
+// is None), while every other stage's launches NCCL's receive there. False where the export has
+// no CUDA calls of the thread to tell by.
+Result<bool> receives_nothing(Source& source, const ProcessCalls& found) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> receives;
+    for (const megatron::P2pRange& call : found.calls) {
+        if (call.call == megatron::P2pCall::recv_forward)
+            receives.emplace_back(call.start_ns, call.end_ns);
+    }
+    const std::string table = "CUPTI_ACTIVITY_KIND_RUNTIME";
+    if (receives.empty() || !source.has_column(table, "start") ||
+        !source.has_column(table, "globalTid")) {
+        return false;
+    }
+    std::int64_t calls = 0, inside = 0;
+    auto status = source.query(
+        "SELECT start FROM " + table + " WHERE globalTid = " + std::to_string(found.global_tid) +
+            " AND start BETWEEN " + std::to_string(found.calls.front().start_ns) + " AND " +
+            std::to_string(found.calls.back().end_ns),
+        [&](sqlite3_stmt* stmt) {
+            const std::int64_t at = int_or(stmt, 0, 0);
+            ++calls;
+            const auto after =
+                std::upper_bound(receives.begin(), receives.end(), at,
+                                 [](std::int64_t t, const auto& range) { return t < range.first; });
+            if (after != receives.begin() && at <= std::prev(after)->second)
+                ++inside;
+            return inside == 0;
+        });
+    if (!status)
+        return status.error();
+    return calls > 0 && inside == 0;
+}
+
+// A 1F1B job of which only some ranks' files were given (Megatron-LM profiles rank 0 alone
+// unless told otherwise, `--profile-ranks`): when a rank given is the first stage by its
+// receives (receives_nothing) and by the most warm-up forwards, the pipeline is one deeper than
+// its warm-up and every rank given is placed by its own; the DP degree counts the most ranks
+// given for a stage.
+JobStructure megatron_partial_grid(
+    const std::map<std::pair<int, std::int64_t>, megatron::Warmup>& warmups,
+    const std::set<std::pair<int, std::int64_t>>& first_stage, const std::string& why) {
+    JobStructure job;
+    std::int32_t first = -1;
+    for (const auto& process : first_stage) {
+        const megatron::Warmup& warmup = warmups.at(process);
+        if (warmup.saturated || (first >= 0 && warmup.forwards != first)) {
+            job.problem = why;
+            return job;
+        }
+        first = warmup.forwards;
+    }
+    const std::int32_t depth = first + 1;
+    std::map<std::int32_t, std::int32_t> placed;
+    int left_out = 0;
+    for (const auto& [process, warmup] : warmups) {
+        const bool told =
+            warmup.forwards <= first && (!warmup.saturated || warmup.forwards == first);
+        if (!told) {
+            ++left_out;
+            continue;
+        }
+        const std::int32_t stage = depth - 1 - warmup.forwards;
+        job.places[process] = JobStructure::Place{placed[stage]++, 0, stage, 0};
+        job.microbatches = std::max(job.microbatches, warmup.microbatches);
+    }
+    std::int32_t width = 0;
+    std::string stages;
+    for (const auto& [stage, count] : placed) {
+        width = std::max(width, count);
+        stages += (stages.empty() ? "" : ", ") + std::to_string(count) + " at stage " +
+                  std::to_string(stage);
+    }
+    job.found = true;
+    job.dp = width;
+    job.pp = depth;
+    job.schedule = "1f1b";
+    job.microbatch_group = depth;
+    job.rule =
+        "Megatron-LM's pipeline hand-over ranges (--nvtx-ranges) of the ranks given, "
+        "which are not the whole job (" +
+        stages + "): pp " + std::to_string(depth) +
+        ", one more than the warm-up forwards of the first stage's rank (told by its "
+        "recv_forward, which launches nothing), each rank's stage p - 1 - its warm-up, dp "
+        "the most ranks given for a stage" +
+        (left_out > 0 ? "; " + std::to_string(left_out) +
+                            " ranks that ran every micro-batch in their warm-up left "
+                            "unplaced"
+                      : std::string());
+    return job;
+}
+
 // `first_index`: the first input's index among the job's (a lone read surveys its own input).
 Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
                                      const std::atomic<bool>* cancel, int first_index = 0) {
@@ -449,7 +544,42 @@ Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
             }
         }
     }
-    return megatron_grid(warmups, without_overlap, unordered);
+    JobStructure job = megatron_grid(warmups, without_overlap, unordered);
+    if (job.found || warmups.empty() ||
+        warmups.begin()->second.schedule != megatron::MegatronSchedule::one_f_one_b) {
+        return job;
+    }
+    // Some of the job's files only: the ranks with the most warm-up forwards may be the first
+    // stage's, which their receives tell.
+    std::int32_t most = 0;
+    for (const auto& [process, warmup] : warmups) {
+        most = std::max(most, warmup.forwards);
+    }
+    std::set<std::pair<int, std::int64_t>> first_stage;
+    for (const auto& [process, warmup] : warmups) {
+        if (warmup.forwards != most) {
+            continue;
+        }
+        Source source(inputs[static_cast<std::size_t>(process.first - first_index)]);
+        if (!source.open()) {
+            continue;
+        }
+        auto calls = read_p2p_calls(source);
+        if (!calls || !calls->contains(process.second)) {
+            continue;
+        }
+        auto nothing = receives_nothing(source, calls->at(process.second));
+        if (nothing && *nothing) {
+            first_stage.insert(process);
+        }
+    }
+    if (first_stage.empty()) {
+        job.problem +=
+            "; no rank given is the first stage's (whose recv_forward receives "
+            "nothing), so the pipeline's depth is not told";
+        return job;
+    }
+    return megatron_partial_grid(warmups, first_stage, job.problem);
 }
 
 struct Process {

@@ -362,23 +362,57 @@ private slots:
         }
     }
 
-    // A rank's file missing leaves stages unevenly placed: the job gets no grid, says why in
-    // one line, and imports as a plain nsys export (the hand-overs kept as the ranges they were).
-    void aMissingRankIsSaid() {
+    // Part of the job: Megatron-LM profiles rank 0 alone unless told otherwise
+    // (--profile-ranks), and a file may be missing. A rank whose recv_forward launches nothing
+    // is the first stage, which with its warm-up tells the pipeline's depth: the ranks given
+    // are placed by their own warm-ups, and the log says the job is not whole. Without the
+    // first stage's file, the depth is not told: no grid, and the log says why in one line.
+    void partOfTheJob() {
         QTemporaryDir dir;
         std::vector<std::string> files = rank_files(8);
         files.erase(files.begin() + 5);
-        const Imported imported = import_inputs(dir, "missing", files);
-        QVERIFY(any_note(imported,
-                         "place the ranks unevenly over 4 pipeline stages (2 at stage "
-                         "0, 2 at stage 1, 1 at stage 2, 2 at stage 3): is a rank's "
-                         "file missing?"));
-        QVERIFY(!any_note(imported, "structure: grid"));
-        QVERIFY(analysis::find_passes(imported.trace).empty());
-        QCOMPARE(imported.trace.config.layout.grid.pp, 1);
-        // One file read alone (its own survey) is the same: the first stage's says so.
-        const Imported alone = import_inputs(dir, "alone", {rank_files(1).front()});
-        QVERIFY(any_note(alone, "is a rank's file missing?"));
+        const Imported seven = import_inputs(dir, "seven", files);
+        QVERIFY(any_note(seven,
+                         "of the ranks given, which are not the whole job (2 at stage 0, "
+                         "2 at stage 1, 1 at stage 2, 2 at stage 3): pp 4"));
+        QCOMPARE(seven.trace.config.layout.grid.pp, 4);
+        QCOMPARE(seven.trace.config.layout.grid.dp, 2);
+        QCOMPARE(analysis::find_passes(seven.trace).size(), std::size_t(7 * 2 * 16));
+
+        const Imported first = import_inputs(dir, "first", {rank_files(1).front()});
+        QCOMPARE(first.trace.config.layout.grid.pp, 4);
+        QCOMPARE(first.trace.config.layout.grid.dp, 1);
+        QCOMPARE(first.trace.ranks.size(), std::size_t(1));
+        QCOMPARE(first.trace.ranks[0].info.pp, 0);
+        const std::vector<analysis::Pass> passes = analysis::find_passes(first.trace);
+        QCOMPARE(passes.size(), std::size_t(2 * 16));
+        const analysis::BubbleAnalysis bubbles = analysis::analyze_bubbles(first.trace, passes);
+        QCOMPARE(bubbles.stages.size(), std::size_t(4 * 2));  // 4 stages a step, 3 without rank
+        int with_rank = 0;
+        for (const analysis::StageBubble& stage : bubbles.stages) {
+            with_rank += stage.rank.has_value() ? 1 : 0;
+            QCOMPARE(stage.rank.has_value(), stage.stage == 0);
+        }
+        QCOMPARE(with_rank, 2);
+        // The stages given no rank measured nothing: the table and the fraction are stage 0's.
+        const auto by_stage = analysis::bubble_by_stage(bubbles);
+        QCOMPARE(by_stage.size(), std::size_t(1));
+        QCOMPARE(by_stage.begin()->first, 0);
+        for (const analysis::PipelineBubble& pipeline : bubbles.pipelines) {
+            const analysis::StageBubble& stage0 = *std::find_if(
+                bubbles.stages.begin(), bubbles.stages.end(),
+                [&](const auto& row) { return row.step == pipeline.step && row.stage == 0; });
+            QVERIFY(pipeline.measured_fraction.has_value());
+            QCOMPARE(*pipeline.measured_fraction, *stage0.bubble_fraction);
+            QVERIFY(!pipeline.replay_fraction.has_value());  // the replay needs every stage
+        }
+
+        const Imported middle = import_inputs(dir, "middle", {rank_files(3).back()});
+        QVERIFY(any_note(middle,
+                         "no rank given is the first stage's (whose recv_forward "
+                         "receives nothing), so the pipeline's depth is not told"));
+        QVERIFY(analysis::find_passes(middle.trace).empty());
+        QCOMPARE(middle.trace.config.layout.grid.pp, 1);
     }
 
     // The interleaved schedule without overlap_p2p_comm (a forward and a backward between two

@@ -2,7 +2,10 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -132,6 +135,42 @@ Status import_file(const Importer& format, const std::string& input, const std::
 }
 
 namespace {
+
+// The inputs in rank order when their names say it: a file's rank, where the format has none
+// inside (nsys exports), is its position among the inputs, and a shell's `rank*.sqlite` puts
+// rank10 before rank2. When the last number in every file's name (`rank10.sqlite`,
+// `report_3.nsys.sqlite`) is distinct and together they are 0 … N − 1, the inputs are taken in
+// that order; otherwise as given (process ids, dates and node numbers do not make 0 … N − 1).
+std::vector<std::string> in_rank_order(const std::vector<std::string>& inputs) {
+    std::vector<std::pair<std::size_t, std::string>> numbered;
+    for (const std::string& input : inputs) {
+        const std::string name = std::filesystem::path(input).filename().string();
+        const std::size_t last = name.find_last_of("0123456789");
+        if (last == std::string::npos) {
+            return inputs;
+        }
+        std::size_t first = last;
+        while (first > 0 && std::isdigit(static_cast<unsigned char>(name[first - 1]))) {
+            --first;
+        }
+        std::size_t number = 0;
+        const auto [end, error] =
+            std::from_chars(name.data() + first, name.data() + last + 1, number);
+        if (error != std::errc{} || number >= inputs.size()) {
+            return inputs;
+        }
+        numbered.emplace_back(number, input);
+    }
+    std::sort(numbered.begin(), numbered.end());
+    std::vector<std::string> ordered;
+    for (std::size_t i = 0; i < numbered.size(); ++i) {
+        if (numbered[i].first != i) {
+            return inputs;  // a number twice, so another missing
+        }
+        ordered.push_back(numbered[i].second);
+    }
+    return ordered;
+}
 
 std::string supported_formats() {
     std::string text;
@@ -278,8 +317,9 @@ Result<store::MergeReport> import_through_rank_files(
 
 }  // namespace
 
-Result<ImportReport> import_files(const std::vector<std::string>& inputs, const std::string& output,
+Result<ImportReport> import_files(const std::vector<std::string>& given, const std::string& output,
                                   const ImportOptions& options) {
+    const std::vector<std::string> inputs = in_rank_order(given);
     if (inputs.empty()) {
         return Error{ErrorCode::invalid_input, "nothing to import: give one file per rank"};
     }

@@ -164,8 +164,10 @@ struct ImportReport {
 // How an importer's note on an input that ends early begins (after "note: ").
 inline constexpr std::string_view kTruncatedNote = "truncated at byte ";
 
-// Imports every input (all of one format) into one run at `output`. A failed or cancelled
-// import leaves no output file.
+// Imports every input (all of one format) into one run at `output`, in rank order where the
+// files' names number them 0 … N − 1 (`rank10.sqlite` after `rank9.sqlite`), else as given: an
+// input's position is its rank where the file says none. A failed or cancelled import leaves no
+// output file.
 Result<ImportReport> import_files(const std::vector<std::string>& inputs, const std::string& output,
                                   const ImportOptions& options = {});
 

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -413,6 +414,29 @@ private slots:
                          "receives nothing), so the pipeline's depth is not told"));
         QVERIFY(analysis::find_passes(middle.trace).empty());
         QCOMPARE(middle.trace.config.layout.grid.pp, 1);
+    }
+
+    // A shell's `rank*.sqlite` gives rank10 before rank2; the files' names number the ranks,
+    // so they are imported in that order whatever order they are given in. Names whose last
+    // numbers are not 0 … N − 1 (process ids here) keep the order given.
+    void filesInRankOrderByName() {
+        QTemporaryDir dir;
+        std::vector<std::string> reversed = rank_files(8);
+        std::reverse(reversed.begin(), reversed.end());
+        const Imported imported = import_inputs(dir, "reversed", reversed);
+        const nlohmann::json job = truth().at("jobs").at("1f1b-pp4-dp2");
+        for (const auto& rank : imported.trace.ranks) {
+            const nlohmann::json& expected = job.at("ranks").at(std::to_string(rank.info.rank));
+            QCOMPARE(rank.info.pp, expected.at("stage").get<int>());
+            QCOMPARE(rank.info.dp, expected.at("dp").get<int>());
+        }
+        std::vector<std::string> by_pid;
+        for (int rank = 0; rank < 2; ++rank) {
+            by_pid.push_back(dir.filePath(QString("pid%1.sqlite").arg(4101 - rank)).toStdString());
+            fs::copy_file(rank_files(2)[static_cast<std::size_t>(rank)], by_pid.back());
+        }
+        const Imported as_given = import_inputs(dir, "as-given", by_pid);
+        QCOMPARE(as_given.trace.ranks[0].info.pid, 4100);  // pid4101.sqlite holds rank 0's run
     }
 
     // The interleaved schedule without overlap_p2p_comm (a forward and a backward between two

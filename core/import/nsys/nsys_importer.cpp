@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <initializer_list>
 #include <map>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include "core/import/importer.h"
@@ -518,31 +520,62 @@ JobStructure megatron_partial_grid(
 // `first_index`: the first input's index among the job's (a lone read surveys its own input).
 Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
                                      const std::atomic<bool>* cancel, int first_index = 0) {
+    // Each input's processes' warm-ups, read side by side (a job's thousand exports would
+    // otherwise be opened one after the other before any is imported), then taken in input
+    // order.
+    struct Surveyed {
+        std::vector<std::pair<std::int64_t, megatron::Warmup>> warmups;
+        int without_overlap = 0, unordered = 0;
+    };
+    std::vector<Surveyed> surveyed(inputs.size());
+    std::atomic<std::size_t> next{0};
+    const auto work = [&] {
+        for (std::size_t i = next++; i < inputs.size(); i = next++) {
+            if (cancel != nullptr && cancel->load()) {
+                return;
+            }
+            Source source(inputs[i]);
+            if (!source.open() || !source.has_table("NVTX_EVENTS")) {
+                continue;  // its read says what is wrong with it
+            }
+            auto calls = read_p2p_calls(source);
+            if (!calls) {
+                continue;
+            }
+            for (const auto& [process, found] : *calls) {
+                const megatron::MegatronThread thread =
+                    megatron::megatron_passes(found.calls, found.phases);
+                if (thread.schedule == megatron::MegatronSchedule::interleaved_without_overlap) {
+                    ++surveyed[i].without_overlap;
+                } else if (const auto warmup = megatron::warmup_of(thread)) {
+                    surveyed[i].warmups.emplace_back(process, *warmup);
+                } else {
+                    ++surveyed[i].unordered;
+                }
+            }
+        }
+    };
+    const std::size_t workers =
+        std::min<std::size_t>(inputs.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (std::size_t w = 1; w < workers; ++w) {
+        pool.emplace_back(work);
+    }
+    work();
+    for (std::thread& thread : pool) {
+        thread.join();
+    }
+    if (cancel != nullptr && cancel->load()) {
+        return Error{ErrorCode::cancelled, "import cancelled"};
+    }
     std::map<std::pair<int, std::int64_t>, megatron::Warmup> warmups;
     int without_overlap = 0, unordered = 0;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-        if (cancel != nullptr && cancel->load()) {
-            return Error{ErrorCode::cancelled, "import cancelled"};
+        for (const auto& [process, warmup] : surveyed[i].warmups) {
+            warmups[{first_index + static_cast<int>(i), process}] = warmup;
         }
-        Source source(inputs[i]);
-        if (!source.open() || !source.has_table("NVTX_EVENTS")) {
-            continue;  // its read says what is wrong with it
-        }
-        auto calls = read_p2p_calls(source);
-        if (!calls) {
-            continue;
-        }
-        for (const auto& [process, found] : *calls) {
-            const megatron::MegatronThread thread =
-                megatron::megatron_passes(found.calls, found.phases);
-            if (thread.schedule == megatron::MegatronSchedule::interleaved_without_overlap) {
-                ++without_overlap;
-            } else if (const auto warmup = megatron::warmup_of(thread)) {
-                warmups[{first_index + static_cast<int>(i), process}] = *warmup;
-            } else {
-                ++unordered;
-            }
-        }
+        without_overlap += surveyed[i].without_overlap;
+        unordered += surveyed[i].unordered;
     }
     JobStructure job = megatron_grid(warmups, without_overlap, unordered);
     if (job.found || warmups.empty() ||

@@ -247,6 +247,11 @@ private slots:
         }
         QCOMPARE(stage_chunks.size(), std::size_t(4 * 2));
         QVERIFY(!bubbles.shown_critical().empty());
+        // The table's theory column names the interleaved schedule's formula.
+        QCOMPARE(bubbles.stage_model()
+                     ->headerData(BubbleStageModel::theory_fraction, Qt::Horizontal)
+                     .toString(),
+                 QString("Theory (p−1)/(v·m)"));
     }
 };
 

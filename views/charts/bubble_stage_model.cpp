@@ -7,11 +7,13 @@ namespace fulcrum::views {
 BubbleStageModel::BubbleStageModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 void BubbleStageModel::set_stages(std::vector<analysis::StageBubble> stages,
-                                  std::optional<double> theory) {
+                                  std::optional<double> theory, QString formula) {
     beginResetModel();
     stages_ = std::move(stages);
     theory_ = theory;
+    formula_ = std::move(formula);
     endResetModel();
+    emit headerDataChanged(Qt::Horizontal, theory_fraction, theory_fraction);
 }
 
 int BubbleStageModel::rowCount(const QModelIndex& parent) const {
@@ -96,7 +98,7 @@ QVariant BubbleStageModel::headerData(int section, Qt::Orientation orientation, 
         case measured_fraction:
             return tr("Bubble (measured)");
         case theory_fraction:
-            return tr("Theory (p−1)/m");
+            return tr("Theory %1").arg(formula_);
         case bubble:
             return tr("Bubble time");
         case warmup_cooldown:

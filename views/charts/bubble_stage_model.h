@@ -4,6 +4,7 @@
 #pragma once
 
 #include <QAbstractTableModel>
+#include <QString>
 #include <optional>
 #include <vector>
 
@@ -33,8 +34,10 @@ public:
 
     explicit BubbleStageModel(QObject* parent = nullptr);
 
-    // `stages` of one pipeline and step, by stage; `theory` is the pipeline's (p−1)/m.
-    void set_stages(std::vector<analysis::StageBubble> stages, std::optional<double> theory);
+    // `stages` of one pipeline and step, by stage; `theory` is the pipeline's theoretical
+    // bubble, `formula` the schedule's (analysis::theory_formula), named in its column's header.
+    void set_stages(std::vector<analysis::StageBubble> stages, std::optional<double> theory,
+                    QString formula = QStringLiteral("(p−1)/m"));
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
@@ -45,6 +48,7 @@ public:
 private:
     std::vector<analysis::StageBubble> stages_;
     std::optional<double> theory_;
+    QString formula_ = QStringLiteral("(p−1)/m");
 };
 
 }  // namespace fulcrum::views

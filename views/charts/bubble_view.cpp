@@ -223,7 +223,8 @@ void BubbleView::draw() {
     std::sort(stages.begin(), stages.end(),
               [](const auto& a, const auto& b) { return a.stage < b.stage; });
     model_->set_stages(
-        stages, pipeline ? std::optional(pipeline->theory_fraction) : bubbles.theory_fraction);
+        stages, pipeline ? std::optional(pipeline->theory_fraction) : bubbles.theory_fraction,
+        QString::fromUtf8(analysis::theory_formula(bubbles)));
     if (!pipeline) {
         summary_->setText(
             tr("No pipeline of step %1 at %2.").arg(step).arg(pipeline_label({dp, cp, tp})));

@@ -33,23 +33,37 @@ class TorchFixtureViewsTest : public QObject {
     QTemporaryDir dir_;
     RunPtr run_;
 
-    // The fixture `job`'s four rank traces imported into one run and opened as the GUI does.
-    RunPtr import_and_open(const std::string& job) {
-        std::vector<std::string> inputs;
-        for (int r = 0; r < 4; ++r) {
-            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/torch/") + job + "-rank" +
-                             std::to_string(r) + ".json.gz");
-        }
-        const QString path = dir_.filePath(QString::fromStdString(job + ".fulcrum"));
+    // `inputs` imported into the run NAME.fulcrum and opened as the GUI does.
+    RunPtr import_and_open(const std::vector<std::string>& inputs, const std::string& name) {
+        const QString path = dir_.filePath(QString::fromStdString(name + ".fulcrum"));
         auto imported = importer::import_files(inputs, path.toStdString());
         if (!imported) {
-            qFatal("%s: %s", job.c_str(), imported.error().message.c_str());
+            qFatal("%s: %s", name.c_str(), imported.error().message.c_str());
         }
         auto run = open_run(path);
         if (!run) {
-            qFatal("%s: %s", job.c_str(), run.error().message.c_str());
+            qFatal("%s: %s", name.c_str(), run.error().message.c_str());
+        }
+        if (!(*run)->analysis) {
+            qFatal("%s: %s", name.c_str(), qPrintable((*run)->analysis_error));
         }
         return *run;
+    }
+
+    // The files `tests/data/DIR/PREFIX<r>SUFFIX` of ranks 0 … ranks − 1.
+    static std::vector<std::string> rank_files(const std::string& dir, const std::string& prefix,
+                                               int ranks, const std::string& suffix) {
+        std::vector<std::string> files;
+        for (int r = 0; r < ranks; ++r) {
+            files.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/") + dir + "/" + prefix +
+                            std::to_string(r) + suffix);
+        }
+        return files;
+    }
+
+    // The torch fixture `job`'s four rank traces.
+    RunPtr import_and_open(const std::string& job) {
+        return import_and_open(rank_files("torch", job + "-rank", 4, ".json.gz"), job);
     }
 
     // The interleaved fixture's two ranks without torch.distributed.pipelining's PP: labels,
@@ -64,16 +78,7 @@ class TorchFixtureViewsTest : public QObject {
             inputs.push_back(dir_.filePath(QString("unlabelled-rank%1.json").arg(r)).toStdString());
             std::ofstream(inputs.back()) << trace.dump();
         }
-        const QString path = dir_.filePath("unlabelled.fulcrum");
-        auto imported = importer::import_files(inputs, path.toStdString());
-        if (!imported) {
-            qFatal("%s", imported.error().message.c_str());
-        }
-        auto run = open_run(path);
-        if (!run) {
-            qFatal("%s", run.error().message.c_str());
-        }
-        return *run;
+        return import_and_open(inputs, "unlabelled");
     }
 
 private slots:
@@ -175,18 +180,8 @@ private slots:
     // stage, two a stage; the bubble view draws one pipeline's passes on their GPU times with
     // the critical path over them; the heatmap a cell per rank and micro-batch.
     void megatronInNsysExports() {
-        std::vector<std::string> inputs;
-        for (int r = 0; r < 8; ++r) {
-            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/megatron/rank") +
-                             std::to_string(r) + ".sqlite");
-        }
-        const QString path = dir_.filePath("megatron.fulcrum");
-        auto imported = importer::import_files(inputs, path.toStdString());
-        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
-        auto opened = open_run(path);
-        QVERIFY(opened.ok());
-        const RunPtr run = *opened;
-        QVERIFY2(run->analysis != nullptr, qPrintable(run->analysis_error));
+        const RunPtr run =
+            import_and_open(rank_files("megatron", "rank", 8, ".sqlite"), "megatron");
         const Layout layout = build_layout(*run->trace);
         LaneTreeModel model;
         model.set_run(run->trace.get(), &layout);
@@ -221,19 +216,8 @@ private slots:
     // Megatron-LM's interleaved job in Nsight Systems exports (pp 4, 2 model chunks a stage):
     // the bubble view draws both chunks' passes of every stage.
     void megatronInterleavedInNsysExports() {
-        std::vector<std::string> inputs;
-        for (int r = 0; r < 4; ++r) {
-            inputs.push_back(
-                std::string(FULCRUM_SOURCE_DIR "/tests/data/megatron/interleaved-rank") +
-                std::to_string(r) + ".sqlite");
-        }
-        const QString path = dir_.filePath("megatron-interleaved.fulcrum");
-        auto imported = importer::import_files(inputs, path.toStdString());
-        QVERIFY2(imported.ok(), imported.ok() ? "" : imported.error().message.c_str());
-        auto opened = open_run(path);
-        QVERIFY(opened.ok());
-        const RunPtr run = *opened;
-        QVERIFY2(run->analysis != nullptr, qPrintable(run->analysis_error));
+        const RunPtr run = import_and_open(rank_files("megatron", "interleaved-rank", 4, ".sqlite"),
+                                           "megatron-interleaved");
         BubbleView bubbles;
         bubbles.resize(1200, 800);
         bubbles.set_run(run);

@@ -63,22 +63,39 @@ std::vector<P2pRange> calls_of(const std::vector<P2pCall>& order) {
     return calls;
 }
 
-// A copy of `from` whose hand-over ranges are renamed by `rename` (old function -> new).
-std::string renamed_copy(const QTemporaryDir& dir, const std::string& from,
-                         const std::string& old_function, const std::string& new_function) {
+// A copy of `from` in `dir`, named PREFIX-NAME, changed by `sql`.
+std::string edited_copy(const QTemporaryDir& dir, const std::string& from,
+                        const std::string& prefix, const std::string& sql) {
     const std::string to =
-        dir.filePath(QString::fromStdString("renamed-" + fs::path(from).filename().string()))
+        dir.filePath(QString::fromStdString(prefix + "-" + fs::path(from).filename().string()))
             .toStdString();
     fs::copy_file(from, to, fs::copy_options::overwrite_existing);
     sqlite3* db = nullptr;
     sqlite3_open(to.c_str(), &db);
-    const std::string sql = "UPDATE NVTX_EVENTS SET text = replace(text, 'p2p_communication." +
-                            old_function + "', 'p2p_communication." + new_function + "')";
     if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
-        qFatal("cannot rename: %s", sqlite3_errmsg(db));
+        qFatal("cannot edit %s: %s", to.c_str(), sqlite3_errmsg(db));
     }
     sqlite3_close(db);
     return to;
+}
+
+// A copy of `from` whose hand-over ranges are renamed (old function -> new).
+std::string renamed_copy(const QTemporaryDir& dir, const std::string& from,
+                         const std::string& old_function, const std::string& new_function) {
+    return edited_copy(dir, from, "renamed",
+                       "UPDATE NVTX_EVENTS SET text = replace(text, 'p2p_communication." +
+                           old_function + "', 'p2p_communication." + new_function + "')");
+}
+
+// A copy of `from` whose NVTX texts are registered strings (StringIds, by textId), as nsys
+// writes the names a program registered (nvtxDomainRegisterString).
+std::string registered_copy(const QTemporaryDir& dir, const std::string& from) {
+    return edited_copy(
+        dir, from, "registered",
+        "INSERT INTO StringIds (id, value) SELECT 100000 + row_number() OVER (), t FROM "
+        "(SELECT DISTINCT text AS t FROM NVTX_EVENTS WHERE text IS NOT NULL);"
+        "UPDATE NVTX_EVENTS SET textId = (SELECT id FROM StringIds WHERE value = "
+        "NVTX_EVENTS.text AND id > 100000), text = NULL WHERE text IS NOT NULL;");
 }
 
 }  // namespace
@@ -237,25 +254,29 @@ private slots:
     // last.
     void recoversTheJobAsItRan_data() {
         QTest::addColumn<QString>("name");
-        QTest::addColumn<bool>("one_export");
-        QTest::newRow("1F1B, an export per rank") << "1f1b-pp4-dp2" << false;
-        QTest::newRow("1F1B, one export of every process") << "1f1b-pp4-dp2" << true;
-        QTest::newRow("interleaved, an export per rank") << "interleaved-pp4-v2" << false;
+        QTest::addColumn<QString>("files");
+        QTest::newRow("1F1B, an export per rank") << "1f1b-pp4-dp2" << "per rank";
+        QTest::newRow("1F1B, one export of every process") << "1f1b-pp4-dp2" << "one";
+        QTest::newRow("1F1B, names as registered strings") << "1f1b-pp4-dp2" << "registered";
+        QTest::newRow("interleaved, an export per rank") << "interleaved-pp4-v2" << "per rank";
+        QTest::newRow("interleaved, names as registered strings")
+            << "interleaved-pp4-v2" << "registered";
     }
     void recoversTheJobAsItRan() {
         QFETCH(QString, name);
-        QFETCH(bool, one_export);
+        QFETCH(QString, files);
         const nlohmann::json job = truth().at("jobs").at(name.toStdString());
         const bool interleaved = job.at("schedule") == "interleaved";
-        std::vector<std::string> files;
-        for (const auto& file : job.at("files")) {
-            files.push_back((kMegatron / file.get<std::string>()).string());
-        }
-        if (one_export) {
-            files = {(kMegatron / "job.sqlite").string()};
-        }
         QTemporaryDir dir;
-        const Imported imported = import_inputs(dir, "megatron", files);
+        std::vector<std::string> inputs;
+        for (const auto& file : job.at("files")) {
+            const std::string path = (kMegatron / file.get<std::string>()).string();
+            inputs.push_back(files == "registered" ? registered_copy(dir, path) : path);
+        }
+        if (files == "one") {
+            inputs = {(kMegatron / "job.sqlite").string()};
+        }
+        const Imported imported = import_inputs(dir, "megatron", inputs);
         const analysis::RunTrace& trace = imported.trace;
         const int pp = job.at("pp").get<int>(), dp = job.at("dp").get<int>();
         QCOMPARE(trace.config.layout.grid.pp, pp);

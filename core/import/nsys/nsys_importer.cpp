@@ -459,11 +459,11 @@ Result<bool> receives_nothing(Source& source, const ProcessCalls& found) {
     return calls > 0 && inside == 0;
 }
 
-// A 1F1B job of which only some ranks' files were given (Megatron-LM profiles rank 0 alone
-// unless told otherwise, `--profile-ranks`): when a rank given is the first stage by its
-// receives (receives_nothing) and by the most warm-up forwards, the pipeline is one deeper than
-// its warm-up and every rank given is placed by its own; the DP degree counts the most ranks
-// given for a stage.
+// A 1F1B job of which only some ranks' files were given (Megatron-LM's releases core_r0.8 to
+// core_r0.12 profile rank 0 alone unless `--profile-ranks` says otherwise): when a rank given is
+// the first stage by its receives (receives_nothing) and by the most warm-up forwards, the pipeline
+// is one deeper than its warm-up and every rank given is placed by its own; the DP degree counts
+// the most ranks given for a stage.
 JobStructure megatron_partial_grid(
     const std::map<std::pair<int, std::int64_t>, megatron::Warmup>& warmups,
     const std::set<std::pair<int, std::int64_t>>& first_stage, const std::string& why) {

@@ -255,12 +255,16 @@ private slots:
     void recoversTheJobAsItRan_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<QString>("files");
-        QTest::newRow("1F1B, an export per rank") << "1f1b-pp4-dp2" << "per rank";
-        QTest::newRow("1F1B, one export of every process") << "1f1b-pp4-dp2" << "one";
-        QTest::newRow("1F1B, names as registered strings") << "1f1b-pp4-dp2" << "registered";
-        QTest::newRow("interleaved, an export per rank") << "interleaved-pp4-v2" << "per rank";
-        QTest::newRow("interleaved, names as registered strings")
-            << "interleaved-pp4-v2" << "registered";
+        QTest::newRow("1F1B, an export per rank") << "1f1b-pp4-dp2"
+                                                  << "per rank";
+        QTest::newRow("1F1B, one export of every process") << "1f1b-pp4-dp2"
+                                                           << "one";
+        QTest::newRow("1F1B, names as registered strings") << "1f1b-pp4-dp2"
+                                                           << "registered";
+        QTest::newRow("interleaved, an export per rank") << "interleaved-pp4-v2"
+                                                         << "per rank";
+        QTest::newRow("interleaved, names as registered strings") << "interleaved-pp4-v2"
+                                                                  << "registered";
     }
     void recoversTheJobAsItRan() {
         QFETCH(QString, name);
@@ -384,11 +388,11 @@ private slots:
         }
     }
 
-    // Part of the job: Megatron-LM profiles rank 0 alone unless told otherwise
-    // (--profile-ranks), and a file may be missing. A rank whose recv_forward launches nothing
-    // is the first stage, which with its warm-up tells the pipeline's depth: the ranks given
-    // are placed by their own warm-ups, and the log says the job is not whole. Without the
-    // first stage's file, the depth is not told: no grid, and the log says why in one line.
+    // Part of the job: Megatron-LM's releases core_r0.8 to 0.12 profile rank 0 alone unless
+    // told otherwise (--profile-ranks), and a file may be missing. A rank whose recv_forward
+    // launches nothing is the first stage, which with its warm-up tells the pipeline's depth: the
+    // ranks given are placed by their own warm-ups, and the log says the job is not whole. Without
+    // the first stage's file, the depth is not told: no grid, and the log says why in one line.
     void partOfTheJob() {
         QTemporaryDir dir;
         std::vector<std::string> files = rank_files(8);

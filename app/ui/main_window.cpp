@@ -200,6 +200,14 @@ void MainWindow::build_menus() {
         }
     });
     previous->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_BracketLeft));
+    run->addAction(tr("&Import Notes…"), this, [this] {
+        if (modal_dialogs_) {
+            QMessageBox box(QMessageBox::Information, tr("Import notes"), import_notes(),
+                            QMessageBox::Ok, this);
+            box.setTextInteractionFlags(Qt::TextSelectableByMouse);
+            box.exec();
+        }
+    });
     QAction* cancel = run->addAction(tr("&Cancel Loading"), this, &MainWindow::cancel_loading);
     cancel->setShortcut(QKeySequence(Qt::Key_Escape));
 
@@ -597,6 +605,36 @@ bool MainWindow::export_report(const QString& path) {
         return false;
     }
     return true;
+}
+
+QString MainWindow::import_notes() const {
+    const views::RunPtr run = current_run();
+    if (!run) {
+        return tr("Open a run first.");
+    }
+    // The import log is not kept in memory; it is small, so read it again.
+    std::vector<ImportLogEntry> log;
+    if (auto reader = store::TraceReader::open(run->path.toStdString())) {
+        if (auto entries = reader->import_log()) {
+            log = std::move(*entries);
+        }
+    }
+    if (log.empty()) {
+        return run->trace && run->trace->run.origin != RunOrigin::imported
+                   ? tr("%1 was recorded by Fulcrum, not imported: it has no import notes.")
+                         .arg(run->path)
+                   : tr("%1: the importer had nothing to say.").arg(run->path);
+    }
+    QStringList lines;
+    for (const ImportLogEntry& entry : log) {
+        QString line =
+            QString::fromStdString(entry.source) + ": " + QString::fromStdString(entry.reason);
+        if (entry.skipped > 0) {
+            line += tr(" (%1 records skipped)").arg(entry.skipped);
+        }
+        lines << line;
+    }
+    return tr("%1, as imported:\n\n%2").arg(run->path, lines.join("\n"));
 }
 
 void MainWindow::show_rerun_dialog() {

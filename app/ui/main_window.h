@@ -71,6 +71,10 @@ public:
     // there are several, else of the selected run. False, with the error reported, on failure.
     bool export_report(const QString& path);
     void set_current_run(int index);
+    // Run > Import Notes: what the importer said of the current run's inputs — the grid and
+    // passes it recovered and how sure each is, what it skipped (the import log, as `fulcrum
+    // info` lists it) — or why there is nothing to say.
+    QString import_notes() const;
     // Compare's reference: the first opened run until a re-run names its original.
     views::RunPtr reference_run() const { return reference_; }
     // What Compare shows, reference first.

@@ -9,6 +9,7 @@
 #include <QTest>
 
 #include "app/ui/main_window.h"
+#include "core/import/importer.h"
 #include "views/charts/compare_view.h"
 #include "views/charts/heatmap_view.h"
 #include "views/charts/memory_view.h"
@@ -124,6 +125,36 @@ private slots:
         QCOMPARE(shown.rows.size(), counted.rows.size());
         QCOMPARE(shown.rows[0].name, counted.rows[0].name);
         QCOMPARE(shown.rows[0].delta_ns(), counted.rows[0].delta_ns());
+    }
+
+    // Run > Import Notes: an imported run's import log — here how Megatron-LM's grid and
+    // passes were recovered from its nsys exports — and, for a captured run, that it has none.
+    void import_notes() {
+        QTemporaryDir dir;
+        std::vector<std::string> inputs;
+        for (int rank = 0; rank < 8; ++rank) {
+            inputs.push_back(std::string(FULCRUM_SOURCE_DIR "/tests/data/megatron/rank") +
+                             std::to_string(rank) + ".sqlite");
+        }
+        const QString imported = dir.filePath("megatron.fulcrum");
+        QVERIFY(importer::import_files(inputs, imported.toStdString()).ok());
+        MainWindow window;
+        window.set_modal_dialogs(false);
+        QCOMPARE(window.import_notes(), QString("Open a run first."));
+        window.open_path(imported);
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 1, kLoadMs);
+        QTRY_VERIFY_WITH_TIMEOUT(!window.loading(), kLoadMs);
+        const QString notes = window.import_notes();
+        QVERIFY2(notes.contains("rank0.sqlite: note: structure: grid dp2 tp1 pp4 cp1, from "
+                                "Megatron-LM's pipeline hand-over ranges"),
+                 qPrintable(notes));
+        QVERIFY2(notes.contains("32 passes of rank 7"), qPrintable(notes));
+        window.open_path(fixed_run());
+        QTRY_COMPARE_WITH_TIMEOUT(window.runs().size(), 2, kLoadMs);
+        QTRY_VERIFY_WITH_TIMEOUT(!window.loading(), kLoadMs);
+        window.set_current_run(1);
+        QVERIFY2(window.import_notes().contains("was recorded by Fulcrum, not imported"),
+                 qPrintable(window.import_notes()));
     }
 
     // File > Export Report writes what `fulcrum report` writes: one file, both runs compared.

@@ -15,16 +15,15 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <initializer_list>
 #include <map>
 #include <set>
-#include <thread>
 #include <unordered_map>
 
 #include "core/import/importer.h"
 #include "core/import/nsys/megatron.h"
 #include "core/trace/annotations.h"
+#include "core/util/ordered_pool.h"
 
 namespace fulcrum::importer {
 
@@ -301,6 +300,16 @@ Result<std::map<std::int64_t, ProcessCalls>> read_p2p_calls(Source& source) {
     return found;
 }
 
+// "2 at stage 0, 1 at stage 2": how many ranks each stage holds, for the import log.
+std::string stage_counts(const std::map<std::int32_t, std::int32_t>& ranks_of_stage) {
+    std::string text;
+    for (const auto& [stage, ranks] : ranks_of_stage) {
+        text += (text.empty() ? "" : ", ") + std::to_string(ranks) + " at stage " +
+                std::to_string(stage);
+    }
+    return text;
+}
+
 // The grid of a Megatron-LM job from its processes' hand-over ranges (megatron.h), by each
 // stage's warm-up W. 1F1B: the pipeline's depth p is one more than the most warm-up forwards
 // of any stage, each stage s = p − 1 − W. Interleaved: W = 2 (p − s − 1) + (v − 1) · p, so the
@@ -343,8 +352,11 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
     }
     const bool interleaved = schedule == MegatronSchedule::interleaved;
     std::int32_t depth = most + 1, chunks = 1;
-    std::function<std::int32_t(const megatron::Warmup&)> stage_of =
-        [&](const megatron::Warmup& warmup) { return depth - 1 - warmup.forwards; };
+    // A stage's warm-up falls by one forward a stage under 1F1B, by two from `least` interleaved.
+    const std::int32_t last_warmup = interleaved ? least : 0, spacing = interleaved ? 2 : 1;
+    const auto stage_of = [&](const megatron::Warmup& warmup) {
+        return depth - 1 - (warmup.forwards - last_warmup) / spacing;
+    };
     if (interleaved) {
         depth = (most - least) / 2 + 1;
         chunks = depth > 1 && least % depth == 0 ? least / depth + 1 : 0;
@@ -361,9 +373,6 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
                 "warm-up: stages and chunks are not told, passes are not derived";
             return job;
         }
-        stage_of = [&](const megatron::Warmup& warmup) {
-            return depth - 1 - (warmup.forwards - least) / 2;
-        };
     }
     std::map<std::int32_t, std::int32_t> ranks_of_stage;
     for (const auto& [process, warmup] : warmups) {
@@ -379,15 +388,11 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
     const std::int32_t width = ranks_of_stage.begin()->second;
     for (std::int32_t stage = 0; stage < depth; ++stage) {
         if (ranks_of_stage[stage] != width) {
-            std::string counts;
-            for (const auto& [s, n] : ranks_of_stage) {
-                counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " at stage " +
-                          std::to_string(s);
-            }
             job.problem =
                 "Megatron-LM's hand-over ranges place the ranks given unevenly over "
                 "the " +
-                std::to_string(depth) + " pipeline stages their warm-ups imply (" + counts +
+                std::to_string(depth) + " pipeline stages their warm-ups imply (" +
+                stage_counts(ranks_of_stage) +
                 "): is a rank's file missing? passes are not derived";
             return job;
         }
@@ -492,11 +497,8 @@ JobStructure megatron_partial_grid(
         job.microbatches = std::max(job.microbatches, warmup.microbatches);
     }
     std::int32_t width = 0;
-    std::string stages;
     for (const auto& [stage, count] : placed) {
         width = std::max(width, count);
-        stages += (stages.empty() ? "" : ", ") + std::to_string(count) + " at stage " +
-                  std::to_string(stage);
     }
     job.found = true;
     job.dp = width;
@@ -506,7 +508,7 @@ JobStructure megatron_partial_grid(
     job.rule =
         "Megatron-LM's pipeline hand-over ranges (--nvtx-ranges) of the ranks given, "
         "which are not the whole job (" +
-        stages + "): pp " + std::to_string(depth) +
+        stage_counts(placed) + "): pp " + std::to_string(depth) +
         ", one more than the warm-up forwards of the first stage's rank (told by its "
         "recv_forward, which launches nothing), each rank's stage p - 1 - its warm-up, dp "
         "the most ranks given for a stage" +
@@ -521,61 +523,52 @@ JobStructure megatron_partial_grid(
 Result<JobStructure> survey_megatron(const std::vector<ImportInput>& inputs,
                                      const std::atomic<bool>* cancel, int first_index = 0) {
     // Each input's processes' warm-ups, read side by side (a job's thousand exports would
-    // otherwise be opened one after the other before any is imported), then taken in input
-    // order.
+    // otherwise be opened one after the other before any is imported), taken in input order.
     struct Surveyed {
         std::vector<std::pair<std::int64_t, megatron::Warmup>> warmups;
         int without_overlap = 0, unordered = 0;
     };
-    std::vector<Surveyed> surveyed(inputs.size());
-    std::atomic<std::size_t> next{0};
-    const auto work = [&] {
-        for (std::size_t i = next++; i < inputs.size(); i = next++) {
-            if (cancel != nullptr && cancel->load()) {
-                return;
-            }
+    std::map<std::pair<int, std::int64_t>, megatron::Warmup> warmups;
+    int without_overlap = 0, unordered = 0;
+    const int workers = worker_threads();
+    const Status read = produce_in_order<Surveyed>(
+        inputs.size(), workers, 2 * static_cast<std::size_t>(workers),
+        [&](int, std::size_t i) -> Result<Surveyed> {
+            Surveyed surveyed;
             Source source(inputs[i]);
             if (!source.open() || !source.has_table("NVTX_EVENTS")) {
-                continue;  // its read says what is wrong with it
+                return surveyed;  // its read says what is wrong with it
             }
             auto calls = read_p2p_calls(source);
             if (!calls) {
-                continue;
+                return surveyed;
             }
             for (const auto& [process, found] : *calls) {
                 const megatron::MegatronThread thread =
                     megatron::megatron_passes(found.calls, found.phases);
                 if (thread.schedule == megatron::MegatronSchedule::interleaved_without_overlap) {
-                    ++surveyed[i].without_overlap;
+                    ++surveyed.without_overlap;
                 } else if (const auto warmup = megatron::warmup_of(thread)) {
-                    surveyed[i].warmups.emplace_back(process, *warmup);
+                    surveyed.warmups.emplace_back(process, *warmup);
                 } else {
-                    ++surveyed[i].unordered;
+                    ++surveyed.unordered;
                 }
             }
-        }
-    };
-    const std::size_t workers =
-        std::min<std::size_t>(inputs.size(), std::max(1u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (std::size_t w = 1; w < workers; ++w) {
-        pool.emplace_back(work);
-    }
-    work();
-    for (std::thread& thread : pool) {
-        thread.join();
-    }
-    if (cancel != nullptr && cancel->load()) {
-        return Error{ErrorCode::cancelled, "import cancelled"};
-    }
-    std::map<std::pair<int, std::int64_t>, megatron::Warmup> warmups;
-    int without_overlap = 0, unordered = 0;
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-        for (const auto& [process, warmup] : surveyed[i].warmups) {
-            warmups[{first_index + static_cast<int>(i), process}] = warmup;
-        }
-        without_overlap += surveyed[i].without_overlap;
-        unordered += surveyed[i].unordered;
+            return surveyed;
+        },
+        [&](std::size_t i, Surveyed&& surveyed) -> Status {
+            for (const auto& [process, warmup] : surveyed.warmups) {
+                warmups[{first_index + static_cast<int>(i), process}] = warmup;
+            }
+            without_overlap += surveyed.without_overlap;
+            unordered += surveyed.unordered;
+            return {};
+        },
+        cancel);
+    if (!read) {
+        return read.error().code == ErrorCode::cancelled
+                   ? Error{ErrorCode::cancelled, "import cancelled"}
+                   : read.error();
     }
     JobStructure job = megatron_grid(warmups, without_overlap, unordered);
     if (job.found || warmups.empty() ||

@@ -8,7 +8,6 @@
 #include "app/cli/commands.h"
 #include "core/import/importer.h"
 #include "core/parallel/run_config.h"
-#include "core/store/trace_reader.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -46,8 +45,8 @@ int run_import(const ImportArgs& args) {
                 args.output.c_str());
     // The grid and schedule recovered (docs/import.md), or that none was: what the 4D analyses
     // will have to work with.
-    if (auto reader = store::TraceReader::open(args.output)) {
-        const RunConfig config = parse_run_config(reader->run().config_json, reader->ranks());
+    {
+        const RunConfig config = parse_run_config(report->config_json, report->rank_rows);
         std::string line = "grid " + describe_grid(config);
         if (const std::string schedule = schedule_text(config); !schedule.empty()) {
             line += ", schedule " + schedule;

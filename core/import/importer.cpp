@@ -367,6 +367,8 @@ Result<ImportReport> import_files(const std::vector<std::string>& given, const s
     if (!reader) {
         return reader.error();
     }
+    result.config_json = reader->run().config_json;
+    result.rank_rows = reader->ranks();
     auto log = reader->import_log();
     if (!log) {
         return log.error();

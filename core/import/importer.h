@@ -154,6 +154,10 @@ struct ImportReport {
     std::int64_t skipped = 0;  // records not imported (Σ import_log.skipped)
     std::int64_t notes = 0;    // import_log rows that skipped nothing
     int ranks = 0;
+    // The run written: its config (run.config, with the grid and schedule recovered) and its
+    // rank rows (with their coordinates), for saying what was recovered.
+    std::string config_json;
+    std::vector<RankInfo> rank_rows;
     std::vector<std::string> warnings;
     // The inputs that end early (a job killed mid-write, a copy cut short): what they held
     // before the cut is in the run, which is therefore incomplete. Their import_log notes

@@ -561,6 +561,21 @@ void MainWindow::show_export_dialog() {
     }
 }
 
+namespace {
+
+// A run's import log, read from its file: it is small, and not kept in memory. Empty when the
+// file cannot be read.
+std::vector<ImportLogEntry> import_log_of(const QString& path) {
+    if (auto reader = store::TraceReader::open(path.toStdString())) {
+        if (auto log = reader->import_log()) {
+            return std::move(*log);
+        }
+    }
+    return {};
+}
+
+}  // namespace
+
 bool MainWindow::export_report(const QString& path) {
     const QVector<views::RunPtr> runs = compare_runs_.size() > 1 ? compare_runs_
                                         : current_run() ? QVector<views::RunPtr>{current_run()}
@@ -572,15 +587,8 @@ bool MainWindow::export_report(const QString& path) {
                              .arg(run->path, run->analysis_error));
             return false;
         }
-        // The import log is not kept in memory; it is small, so read it again.
-        std::vector<ImportLogEntry> import_log;
-        if (auto reader = store::TraceReader::open(run->path.toStdString())) {
-            if (auto log = reader->import_log()) {
-                import_log = std::move(*log);
-            }
-        }
         inputs.push_back(report::make_report_run(run->path.toStdString(), *run->trace,
-                                                 *run->analysis, std::move(import_log)));
+                                                 *run->analysis, import_log_of(run->path)));
         const analysis::RunAnalysis& first = *runs.front()->analysis;
         if (inputs.size() > 1 && first.names && run->analysis->names) {
             // As `fulcrum report` does: each run against the first, by name (the analyses'
@@ -612,13 +620,7 @@ QString MainWindow::import_notes() const {
     if (!run) {
         return tr("Open a run first.");
     }
-    // The import log is not kept in memory; it is small, so read it again.
-    std::vector<ImportLogEntry> log;
-    if (auto reader = store::TraceReader::open(run->path.toStdString())) {
-        if (auto entries = reader->import_log()) {
-            log = std::move(*entries);
-        }
-    }
+    const std::vector<ImportLogEntry> log = import_log_of(run->path);
     if (log.empty()) {
         return run->trace && run->trace->run.origin != RunOrigin::imported
                    ? tr("%1 was recorded by Fulcrum, not imported: it has no import notes.")

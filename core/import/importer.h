@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/import/kineto/structure.h"
 #include "core/trace/trace_sink.h"
 #include "core/util/result.h"
 
@@ -35,17 +36,14 @@ struct ImportInput {
 // export follows from its warm-up only once the pipeline's depth is known, which the rank with
 // the most warm-up forwards gives (core/import/nsys/megatron.h, docs/import.md).
 struct JobStructure {
-    struct Place {
-        std::int32_t dp = 0, tp = 0, pp = 0, cp = 0;
-    };
     bool found = false;  // the grid below holds
-    std::int32_t dp = 1, tp = 1, pp = 1, cp = 1;
+    structure::Degrees grid;
     std::string schedule;  // as run.config names it; empty when not told
     std::int32_t microbatches = 0;
     std::int32_t virtual_stages = 1;    // model chunks a stage (interleaved)
     std::int32_t microbatch_group = 0;  // micro-batches a group of the interleaved order
     // Each placed process by (its input's index, the importer's key for the process).
-    std::map<std::pair<int, std::int64_t>, Place> places;
+    std::map<std::pair<int, std::int64_t>, structure::Coordinates> places;
     std::string rule;     // how the grid was found, for the import log
     std::string problem;  // why there is none, when the inputs looked as if they could tell
 };

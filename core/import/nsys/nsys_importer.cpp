@@ -400,11 +400,11 @@ JobStructure megatron_grid(const std::map<std::pair<int, std::int64_t>, megatron
     std::map<std::int32_t, std::int32_t> placed;
     for (const auto& [process, warmup] : warmups) {
         const std::int32_t stage = stage_of(warmup);
-        job.places[process] = JobStructure::Place{placed[stage]++, 0, stage, 0};
+        job.places[process] = structure::Coordinates{placed[stage]++, 0, stage, 0};
     }
     job.found = true;
-    job.dp = width;
-    job.pp = depth;
+    job.grid.dp = width;
+    job.grid.pp = depth;
     job.schedule = interleaved ? "interleaved" : "1f1b";
     job.microbatches = forwards / chunks;
     job.virtual_stages = chunks;
@@ -493,7 +493,7 @@ JobStructure megatron_partial_grid(
             continue;
         }
         const std::int32_t stage = depth - 1 - warmup.forwards;
-        job.places[process] = JobStructure::Place{placed[stage]++, 0, stage, 0};
+        job.places[process] = structure::Coordinates{placed[stage]++, 0, stage, 0};
         job.microbatches = std::max(job.microbatches, warmup.microbatches);
     }
     std::int32_t width = 0;
@@ -501,8 +501,8 @@ JobStructure megatron_partial_grid(
         width = std::max(width, count);
     }
     job.found = true;
-    job.dp = width;
-    job.pp = depth;
+    job.grid.dp = width;
+    job.grid.pp = depth;
     job.schedule = "1f1b";
     job.microbatch_group = depth;
     job.rule =
@@ -886,7 +886,7 @@ private:
             info.device =
                 process.devices.empty() ? -1 : static_cast<std::int32_t>(*process.devices.begin());
             info.utc_offset_ns = utc_start;
-            if (const JobStructure::Place* place = megatron_place(key)) {
+            if (const structure::Coordinates* place = megatron_place(key)) {
                 info.dp = place->dp;
                 info.tp = place->tp;
                 info.pp = place->pp;
@@ -1288,7 +1288,7 @@ private:
     }
 
     // The place the job's survey gave the process, if any.
-    const JobStructure::Place* megatron_place(std::int64_t key) const {
+    const structure::Coordinates* megatron_place(std::int64_t key) const {
         if (!job_.found)
             return nullptr;
         const auto at = job_.places.find({options_.input_index, key});
@@ -1306,7 +1306,7 @@ private:
         }
         bool placed_any = false;
         for (const auto& [key, process] : processes_) {
-            const JobStructure::Place* place = megatron_place(key);
+            const structure::Coordinates* place = megatron_place(key);
             const auto calls = megatron_calls_.find(key);
             if (place == nullptr || calls == megatron_calls_.end())
                 continue;
@@ -1387,13 +1387,13 @@ private:
         }
         if (!placed_any)
             return;
-        log_.note("structure: grid dp" + std::to_string(job_.dp) + " tp" + std::to_string(job_.tp) +
-                  " pp" + std::to_string(job_.pp) + " cp" + std::to_string(job_.cp) + ", from " +
-                  job_.rule);
+        log_.note("structure: grid dp" + std::to_string(job_.grid.dp) + " tp" +
+                  std::to_string(job_.grid.tp) + " pp" + std::to_string(job_.grid.pp) + " cp" +
+                  std::to_string(job_.grid.cp) + ", from " + job_.rule);
         writer_.set_run_config(
-            "{\"source\":\"nsys\",\"dp\":" + std::to_string(job_.dp) +
-            ",\"tp\":" + std::to_string(job_.tp) + ",\"pp\":" + std::to_string(job_.pp) +
-            ",\"cp\":" + std::to_string(job_.cp) + ",\"schedule\":\"" + job_.schedule +
+            "{\"source\":\"nsys\",\"dp\":" + std::to_string(job_.grid.dp) +
+            ",\"tp\":" + std::to_string(job_.grid.tp) + ",\"pp\":" + std::to_string(job_.grid.pp) +
+            ",\"cp\":" + std::to_string(job_.grid.cp) + ",\"schedule\":\"" + job_.schedule +
             "\",\"microbatches\":" + std::to_string(job_.microbatches) +
             (job_.virtual_stages > 1 ? ",\"virtual_stages\":" + std::to_string(job_.virtual_stages)
                                      : std::string()) +
@@ -1403,7 +1403,7 @@ private:
     // A pass or hand-over of a placed process as fulcrum-train writes it; returns its model
     // chunk. Under the interleaved schedule its ordinal becomes a micro-batch and a chunk.
     std::int32_t set_megatron_structure(Event& event, const structure::RecoveredRange& range,
-                                        const JobStructure::Place& place, std::int32_t step) {
+                                        const structure::Coordinates& place, std::int32_t step) {
         const bool communication = structure::action_is_communication(range.kind);
         event.kind = communication ? EventKind::collective : EventKind::range;
         event.category = communication ? Category::communication : Category::compute;

@@ -407,6 +407,7 @@ int run_analyze(const AnalyzeArgs& args) {
         }
     };
     options.cancel = &cancel;
+    options.read_workload = false;  // the analyses read it a step at a time; nothing else shows it
     // A rank at a time from the file: the run is never in memory whole.
     analysis::RunTrace metadata;
     auto result = analysis::analyze_run_file(*reader, metadata, options);

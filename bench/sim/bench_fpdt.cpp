@@ -172,8 +172,10 @@ int main(int argc, char** argv) {
     CLI::App app{
         "bench_fpdt: FPDT's table of training strategies (8B Llama 3 on 8 A100 80 GB) by the "
         "memory model and the simulator, beside the published longest context, memory and MFU"};
+    std::string hardware_name = "a100";
+    app.add_option("--hardware", hardware_name, "a preset or a system file (docs/simulate.md)");
     CLI11_PARSE(app, argc, argv);
-    auto hardware = sim::hardware_preset("a100");
+    auto hardware = sim::hardware_preset(hardware_name);
     if (!hardware) {
         std::fprintf(stderr, "bench_fpdt: %s\n", hardware.error().message.c_str());
         return 2;

@@ -351,8 +351,12 @@ void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& rang
                       std::map<std::string, std::vector<TransferSample>>& by_name) {
     // Sends in a sorted array rather than a tree, and receives matched in a second visit
     // rather than held: a 1 B-event run has millions of each.
+    // Degrees and stages fit 16 bits (Pass::stage is one), so that a send with its place in
+    // the visit fits in 48 bytes.
     struct Key {
-        std::int32_t dp, cp, tp, stage, step, microbatch, occurrence, what;
+        std::int32_t dp;
+        std::int16_t cp, tp, stage, what;
+        std::int32_t step, microbatch, occurrence;
         auto tied() const {
             return std::tie(dp, cp, tp, stage, step, microbatch, occurrence, what);
         }
@@ -360,6 +364,7 @@ void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& rang
     };
     struct Send {
         Key key;
+        std::uint32_t order;  // its place in the visit: of two sends with one key, the later wins
         std::int64_t start_ns, bytes;
     };
     std::map<std::string_view, std::int32_t> what_ids;  // "activations", "gradients"
@@ -384,14 +389,21 @@ void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& rang
                     .first->second;
             const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
             const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
+            const auto key = [&](std::int32_t of_stage) {
+                return Key{r.dp,
+                           static_cast<std::int16_t>(r.cp),
+                           static_cast<std::int16_t>(r.tp),
+                           static_cast<std::int16_t>(of_stage),
+                           static_cast<std::int16_t>(what_id),
+                           event.step,
+                           event.microbatch,
+                           k};
+            };
             if (event.role == Role::pipeline_send) {
-                take(event, name,
-                     Key{r.dp, r.cp, r.tp, stage, event.step, event.microbatch, k, what_id});
+                take(event, name, key(stage));
             } else {
                 const bool backward = what.find("gradient") != std::string_view::npos;
-                const std::int32_t from = backward ? stage + 1 : stage - 1;
-                take(event, name,
-                     Key{r.dp, r.cp, r.tp, from, event.step, event.microbatch, k, what_id});
+                take(event, name, key(backward ? stage + 1 : stage - 1));
             }
         }
     };
@@ -414,16 +426,19 @@ void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& rang
     for (const RankRanges& ranked : ranges) {
         visit(ranked, [&](const RankRanges::Transfer& event, std::string_view, const Key& key) {
             if (event.role == Role::pipeline_send) {
-                sends.push_back({key, event.start_ns, event.bytes});
+                sends.push_back(
+                    {key, static_cast<std::uint32_t>(sends.size()), event.start_ns, event.bytes});
             }
         });
     }
     for (const auto& [id, count] : receive_count) {
         by_name[std::string(trace.name(id))].reserve(count);
     }
-    // Stable: where two sends have one key (ranks without coordinates), the later rank's wins.
-    std::stable_sort(sends.begin(), sends.end(),
-                     [](const Send& a, const Send& b) { return a.key < b.key; });
+    // Where two sends have one key (ranks without coordinates), the later rank's wins: the
+    // last of them in this order. In place (a stable sort's buffer is half the sends again).
+    std::sort(sends.begin(), sends.end(), [](const Send& a, const Send& b) {
+        return std::tie(a.key, a.order) < std::tie(b.key, b.order);
+    });
     for (const RankRanges& ranked : ranges) {
         visit(ranked,
               [&](const RankRanges::Transfer& recv, std::string_view name, const Key& sender) {
@@ -545,7 +560,12 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
                      "cannot fit a cost model: " + run +
                          " has no forward or backward ranges (docs/annotations.md)"};
     }
-    if (trace.workload.empty()) {
+    std::vector<HeldWork> own_held;
+    if (workload == nullptr) {
+        own_held = held_work(trace);
+    }
+    const std::vector<HeldWork>& held = workload != nullptr ? workload->held : own_held;
+    if (held.empty()) {
         return Error{ErrorCode::invalid_input,
                      "cannot fit a cost model: " + run +
                          " has no workload table (the fulcrum.workload marks), so the tokens "
@@ -560,11 +580,6 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         read = rank_ranges(trace);
         ranges = &read;
     }
-    std::vector<HeldWork> own_held;
-    if (workload == nullptr) {
-        own_held = held_work(trace);
-    }
-    const std::vector<HeldWork>& held = workload != nullptr ? workload->held : own_held;
     const CoreShares shares = CoreShares::of(trace, passes, *ranges);
     const auto held_of = [&](const Pass& pass) -> const HeldWork* {
         const auto it = std::lower_bound(held.begin(), held.end(),

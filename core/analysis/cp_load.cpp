@@ -206,10 +206,8 @@ struct CpLoadInputs {
     std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members{};
     std::vector<GroupKey> keys{};  // every (step, micro-batch, group) with a figure, ascending
     std::vector<std::pair<RankMb, std::int64_t>> attention{};  // Σ over the passes, by key
-    // WorkloadByRank's: what each (rank, step, micro-batch) held, and the rows by
-    // (rank, step, micro-batch), then table order.
+    // WorkloadByRank's: what each (rank, step, micro-batch) held.
     const std::vector<HeldWork>& held;
-    const std::vector<const WorkloadEntry*>& rows;
 
     const std::int64_t* attention_of(const RankMb& at) const {
         const auto* found = find_sorted(attention, at, [](const auto& item) { return item.first; });
@@ -218,15 +216,6 @@ struct CpLoadInputs {
     const HeldWork* held_of(const RankMb& at) const {
         return find_sorted(held, at, [](const HeldWork& work) { return rank_mb_of(work); });
     }
-    RankRows rows_of(const RankMb& at) const {
-        const auto [first, last] = std::equal_range(
-            rows.begin(), rows.end(), at,
-            [](const auto& a, const auto& b) { return key_of_row(a) < key_of_row(b); });
-        return RankRows(first, last);
-    }
-    static RankMb key_of_row(const WorkloadEntry* row) { return rank_mb_of(*row); }
-    static const RankMb& key_of_row(const RankMb& key) { return key; }
-
     const std::vector<const RankInfo*>& members_of(int dp, int pp, int tp) const {
         return members.at({dp, pp, tp});
     }
@@ -234,7 +223,7 @@ struct CpLoadInputs {
 
 CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passes, int cp,
                            const WorkloadByRank& workload) {
-    CpLoadInputs in{.held = workload.held, .rows = workload.rows};
+    CpLoadInputs in{.held = workload.held};
     in.cp = cp;
     std::unordered_map<std::int32_t, const RankInfo*> info_of;
     for (const RankTrace& rank : trace.ranks) {
@@ -286,6 +275,42 @@ CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passe
         in.keys.end());
     return in;
 }
+
+// One step's workload rows, each (rank, micro-batch)'s in the order the step gives them: what
+// the alternatives read, a step at a time (WorkloadByRank::step_rows).
+class StepRows {
+public:
+    Status load(const WorkloadByRank& workload, std::int32_t step) {
+        auto rows = workload.step_rows(step);
+        if (!rows) {
+            return rows.error();
+        }
+        rows_ = std::move(*rows);
+        by_rank_.clear();
+        by_rank_.reserve(rows_.size());
+        for (const WorkloadEntry& row : rows_) {
+            by_rank_.push_back(&row);
+        }
+        std::stable_sort(by_rank_.begin(), by_rank_.end(),
+                         [](const WorkloadEntry* a, const WorkloadEntry* b) {
+                             return rank_mb_of(*a) < rank_mb_of(*b);
+                         });
+        return {};
+    }
+    RankRows of(const RankMb& at) const {
+        const auto [first, last] =
+            std::equal_range(by_rank_.begin(), by_rank_.end(), at,
+                             [](const auto& a, const auto& b) { return key_of(a) < key_of(b); });
+        return RankRows(first, last);
+    }
+
+private:
+    static RankMb key_of(const WorkloadEntry* row) { return rank_mb_of(*row); }
+    static const RankMb& key_of(const RankMb& key) { return key; }
+
+    std::vector<WorkloadEntry> rows_;
+    std::vector<const WorkloadEntry*> by_rank_;  // by (rank, micro-batch), stably
+};
 
 // One group's ranks with what was measured and held, and the spreads of both.
 struct GroupFigures {
@@ -344,15 +369,15 @@ GroupFigures group_figures(const CpLoadInputs& in, const GroupKey& key) {
 // The imbalance each alternative sharding would give the group's documents, in kAlternatives'
 // order; not known when the rows cannot say (a document without tokens, no attention work).
 // `rotation` is per-doc's leftover rotation for the group's (pp, tp).
-ShardingPrediction alternatives_for(const CpLoadInputs& in, const CpGroupLoad& group,
-                                    balance::CpShardingState& rotation) {
+ShardingPrediction alternatives_for(const CpLoadInputs& in, const StepRows& step_rows,
+                                    const CpGroupLoad& group, balance::CpShardingState& rotation) {
     std::vector<RankRows> by_cp_rank(static_cast<std::size_t>(in.cp));
     bool any = false;
     for (const RankInfo* member : in.members_of(group.dp, group.pp, group.tp)) {
         if (member == nullptr) {
             continue;
         }
-        RankRows rows = in.rows_of({member->rank, group.step, group.microbatch});
+        RankRows rows = step_rows.of({member->rank, group.step, group.microbatch});
         if (!rows.empty()) {
             by_cp_rank[static_cast<std::size_t>(member->cp)] = std::move(rows);
             any = true;
@@ -388,8 +413,10 @@ ShardingPrediction alternatives_for(const CpLoadInputs& in, const CpGroupLoad& g
 
 // Fills every group's alternatives in the engine's order — step, DP replica, micro-batch — so
 // per-doc's leftover rotation (CpShardingState) advances as it did in the run; every (pp, tp)
-// sees the same micro-batches and keeps its own copy of the rotation.
-void predict_alternatives(const CpLoadInputs& in, std::vector<CpGroupLoad>& groups) {
+// sees the same micro-batches and keeps its own copy of the rotation. A step at a time, its
+// rows read once: each (pp, tp) still meets its groups in that order.
+Status predict_alternatives(const CpLoadInputs& in, const WorkloadByRank& workload,
+                            std::vector<CpGroupLoad>& groups) {
     std::vector<std::size_t> order(groups.size());
     for (std::size_t i = 0; i < order.size(); ++i) {
         order[i] = i;
@@ -397,14 +424,24 @@ void predict_alternatives(const CpLoadInputs& in, std::vector<CpGroupLoad>& grou
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         const CpGroupLoad& x = groups[a];
         const CpGroupLoad& y = groups[b];
-        return std::tie(x.pp, x.tp, x.step, x.dp, x.microbatch) <
-               std::tie(y.pp, y.tp, y.step, y.dp, y.microbatch);
+        return std::tie(x.step, x.pp, x.tp, x.dp, x.microbatch) <
+               std::tie(y.step, y.pp, y.tp, y.dp, y.microbatch);
     });
     std::map<std::pair<int, int>, balance::CpShardingState> rotation;
+    StepRows step_rows;
+    std::optional<std::int32_t> loaded;
     for (std::size_t index : order) {
         CpGroupLoad& group = groups[index];
-        group.predicted_by_sharding = alternatives_for(in, group, rotation[{group.pp, group.tp}]);
+        if (loaded != group.step) {
+            if (auto status = step_rows.load(workload, group.step); !status) {
+                return status;
+            }
+            loaded = group.step;
+        }
+        group.predicted_by_sharding =
+            alternatives_for(in, step_rows, group, rotation[{group.pp, group.tp}]);
     }
+    return {};
 }
 
 // The alternatives' headline figures. A micro-batch's total attention work does not depend
@@ -442,8 +479,14 @@ std::vector<std::pair<std::string, double>> ShardingPrediction::named() const {
     return out;
 }
 
-CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
-                               const WorkloadByRank* workload) {
+CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes) {
+    auto result = analyze_cp_load(trace, passes, WorkloadByRank::of(trace));
+    // Rows in memory cannot fail to read.
+    return result ? std::move(*result) : CpLoadAnalysis{};
+}
+
+Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
+                                       const WorkloadByRank& workload) {
     CpLoadAnalysis result;
     result.sharding = trace.config.cp_shard;
     if (!trace.config.grid_known) {
@@ -454,11 +497,7 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     if (cp <= 1) {
         return result;
     }
-    WorkloadByRank own;
-    if (workload == nullptr) {
-        own = WorkloadByRank::of(trace);
-    }
-    CpLoadInputs in = gather_inputs(trace, passes, cp, workload != nullptr ? *workload : own);
+    CpLoadInputs in = gather_inputs(trace, passes, cp, workload);
     in.ulysses = trace.config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
 
     // Each group's spreads, once: its own degrees, and its weight in the headline figures
@@ -477,7 +516,9 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
     }
     result.mean_measured_imbalance = measured.value();
     result.mean_predicted_imbalance = predicted.value();
-    predict_alternatives(in, result.groups);
+    if (auto status = predict_alternatives(in, workload, result.groups); !status) {
+        return status.error();
+    }
     weigh_alternatives(pair_means, result);
     return result;
 }

@@ -21,6 +21,7 @@
 
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
+#include "core/util/result.h"
 
 namespace fulcrum::analysis {
 
@@ -71,9 +72,11 @@ struct CpLoadAnalysis {
     std::vector<std::pair<std::string, double>> mean_predicted_by_sharding;
 };
 
-// No groups when cp = 1 or the grid is unknown. `workload` is WorkloadByRank::of(trace) when
-// the caller has it; null: made here.
-CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
-                               const WorkloadByRank* workload = nullptr);
+// No groups when cp = 1 or the grid is unknown. The workload from trace.workload.
+CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes);
+// The same with the workload as the caller reads it (WorkloadByRank: from memory, or from the
+// run's file a step at a time); fails only where reading a step's rows does.
+Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
+                                       const WorkloadByRank& workload);
 
 }  // namespace fulcrum::analysis

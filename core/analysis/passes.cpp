@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "core/analysis/device_work.h"
 #include "core/analysis/intervals.h"
 #include "core/balance/cp_shard.h"
+#include "core/store/trace_reader.h"
 #include "core/trace/annotations.h"
 
 namespace fulcrum::analysis {
@@ -326,6 +328,29 @@ std::vector<Pass> find_passes(const RunTrace& trace) {
 
 namespace {
 
+// A row's part of what its (rank, step, micro-batch) held (held_work).
+void add_row(HeldWork& held, const WorkloadEntry& entry) {
+    const std::int64_t length = std::max(0, entry.token_end - entry.token_begin);
+    held.tokens += length;
+    held.pairs += causal_pairs(entry.token_begin, length);
+    ++held.documents;
+}
+
+// The step of a row, its pointer, a run of rows, or a step itself (equal_range's two sides).
+std::int32_t step_of(std::int32_t step) {
+    return step;
+}
+std::int32_t step_of(const WorkloadEntry* entry) {
+    return entry->step;
+}
+template <typename Run>
+requires requires(const Run& run) {
+    run.first;
+}
+std::int32_t step_of(const Run& run) {
+    return run.step;
+}
+
 auto rank_key(const WorkloadEntry* entry) {
     return std::tie(entry->rank, entry->step, entry->microbatch);
 }
@@ -346,8 +371,98 @@ std::vector<const WorkloadEntry*> workload_by_rank(const RunTrace& trace) {
 
 WorkloadByRank WorkloadByRank::of(const RunTrace& trace) {
     WorkloadByRank out;
-    out.rows = workload_by_rank(trace);
-    out.held = held_work(out.rows);
+    out.held = held_work(trace);
+    // The rows by step, each step's in table order.
+    auto by_step = std::make_shared<std::vector<const WorkloadEntry*>>();
+    by_step->reserve(trace.workload.size());
+    for (const WorkloadEntry& entry : trace.workload) {
+        by_step->push_back(&entry);
+    }
+    std::stable_sort(
+        by_step->begin(), by_step->end(),
+        [](const WorkloadEntry* a, const WorkloadEntry* b) { return a->step < b->step; });
+    out.step_rows = [by_step](std::int32_t step) -> Result<std::vector<WorkloadEntry>> {
+        const auto [first, last] =
+            std::equal_range(by_step->begin(), by_step->end(), step,
+                             [](const auto& a, const auto& b) { return step_of(a) < step_of(b); });
+        std::vector<WorkloadEntry> rows;
+        rows.reserve(static_cast<std::size_t>(last - first));
+        for (auto it = first; it != last; ++it) {
+            rows.push_back(**it);
+        }
+        return rows;
+    };
+    return out;
+}
+
+Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
+    // One plain scan in the table's order (a merged run's: rank by rank, each rank's steps in
+    // order): the rows of one (rank, step, micro-batch) come together and are summed as they
+    // come; each run of rows of one step with consecutive rowids is remembered, for reading
+    // that step back by rowid (a range scan, ~8× faster than SQLite's walk of
+    // workload_by_step that looks every row up).
+    struct StepRun {
+        std::int32_t step;
+        std::int64_t first, last;  // rowids
+    };
+    std::vector<HeldWork> parts;
+    std::vector<StepRun> runs;
+    const auto same_key = [](const HeldWork& work, const WorkloadEntry& entry) {
+        return work.rank == entry.rank && work.step == entry.step &&
+               work.microbatch == entry.microbatch;
+    };
+    auto scanned = reader.scan_workload([&](std::int64_t rowid, const WorkloadEntry& entry) {
+        if (parts.empty() || !same_key(parts.back(), entry)) {
+            parts.push_back({entry.rank, entry.step, entry.microbatch, 0, 0, 0});
+        }
+        add_row(parts.back(), entry);
+        if (runs.empty() || runs.back().step != entry.step || runs.back().last + 1 != rowid) {
+            runs.push_back({entry.step, rowid, rowid});
+        } else {
+            runs.back().last = rowid;
+        }
+    });
+    if (!scanned) {
+        return scanned.error();
+    }
+    // Keys met more than once (rows of one micro-batch apart in the table) summed into one.
+    std::sort(parts.begin(), parts.end(), [](const HeldWork& a, const HeldWork& b) {
+        return std::tie(a.rank, a.step, a.microbatch) < std::tie(b.rank, b.step, b.microbatch);
+    });
+    WorkloadByRank out;
+    out.held.reserve(parts.size());
+    for (const HeldWork& part : parts) {
+        HeldWork* last = out.held.empty() ? nullptr : &out.held.back();
+        if (last != nullptr && std::tie(last->rank, last->step, last->microbatch) ==
+                                   std::tie(part.rank, part.step, part.microbatch)) {
+            last->tokens += part.tokens;
+            last->pairs += part.pairs;
+            last->documents += part.documents;
+        } else {
+            out.held.push_back(part);
+        }
+    }
+    std::vector<HeldWork>().swap(parts);
+    out.held.shrink_to_fit();
+    std::stable_sort(runs.begin(), runs.end(),
+                     [](const StepRun& a, const StepRun& b) { return a.step < b.step; });
+    auto shared_runs = std::make_shared<std::vector<StepRun>>(std::move(runs));
+    out.step_rows = [&reader,
+                     shared_runs](std::int32_t step) -> Result<std::vector<WorkloadEntry>> {
+        const auto [first, last] =
+            std::equal_range(shared_runs->begin(), shared_runs->end(), step,
+                             [](const auto& a, const auto& b) { return step_of(a) < step_of(b); });
+        std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+        for (auto it = first; it != last; ++it) {
+            ranges.emplace_back(it->first, it->last);
+        }
+        std::vector<WorkloadEntry> rows;
+        if (auto status = reader.workload_rows(ranges, rows); !status) {
+            return status.error();
+        }
+        store::sort_workload(rows);  // as TraceReader::workload orders the whole table
+        return rows;
+    };
     return out;
 }
 
@@ -369,11 +484,7 @@ std::vector<HeldWork> held_work(const std::vector<const WorkloadEntry*>& by_rank
                                        result.back().microbatch) != rank_key(entry)) {
             result.push_back({entry->rank, entry->step, entry->microbatch, 0, 0, 0});
         }
-        HeldWork& row = result.back();
-        const std::int64_t length = std::max(0, entry->token_end - entry->token_begin);
-        row.tokens += length;
-        row.pairs += causal_pairs(entry->token_begin, length);
-        ++row.documents;
+        add_row(result.back(), *entry);
     }
     return result;
 }

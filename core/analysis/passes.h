@@ -18,10 +18,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "core/analysis/run_trace.h"
+#include "core/util/result.h"
 
 namespace fulcrum::analysis {
 
@@ -90,13 +92,24 @@ std::vector<const WorkloadEntry*> workload_by_rank(const RunTrace& trace);
 std::vector<HeldWork> held_work(const RunTrace& trace);
 std::vector<HeldWork> held_work(const std::vector<const WorkloadEntry*>& by_rank);
 
-// Both, made once for the analyses that read them (the cost model, imbalance, CP load), which
-// make their own when given none: at 1 B events each is a few hundred megabytes.
+// The workload table as the analyses read it: what each (rank, step, micro-batch) held, for
+// every step at once (the cost model, imbalance and CP load look it up by pass), and the rows
+// themselves a step at a time (CP load's alternatives), so that a 1 B-event run's ten million
+// rows are never all in memory when they come from its file (issue 37, docs/analyses.md,
+// "Runs larger than memory").
 struct WorkloadByRank {
-    std::vector<const WorkloadEntry*> rows;  // workload_by_rank
-    std::vector<HeldWork> held;              // held_work(rows)
+    std::vector<HeldWork> held;  // held_work's
+    // The rows of one step in the order a reader of the run sees them (trace.workload's, or
+    // store::sort_workload's for a file: the same), none for a step without rows. Fails only
+    // where a file is read.
+    std::function<Result<std::vector<WorkloadEntry>>(std::int32_t step)> step_rows;
 
+    // From trace.workload, which must outlive it.
     static WorkloadByRank of(const RunTrace& trace);
+    // From the run's file, which `reader` must keep open while it is used: one plain scan of
+    // the table for the held work and where each step's rows lie, then each step's rows read
+    // back by rowid when asked.
+    static Result<WorkloadByRank> of(const store::TraceReader& reader);
 };
 
 std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length);

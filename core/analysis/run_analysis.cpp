@@ -381,7 +381,8 @@ void release_free_memory() {
 
 using RankReader = std::function<Result<RankFindings>(int worker, std::size_t index)>;
 
-Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read, int workers,
+Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& workload,
+                                  const RankReader& read, int workers,
                                   const AnalyzeOptions& options) {
     auto report = [&](std::string_view stage, double fraction) {
         if (options.progress) {
@@ -414,7 +415,6 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     release_free_memory();
     found.collectives.finish();
     const MatchedCollectives& collectives = found.collectives;
-    const WorkloadByRank workload = WorkloadByRank::of(trace);
 
     // The cost model, then imbalance and offload, on another thread; bubbles, the collectives'
     // summary, the critical path and CP load here. Each reads the findings only. CP load waits
@@ -431,7 +431,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     const std::shared_future<ModelFit> fit =
         std::async(std::launch::async, [&] {
             ModelFit out;
-            if (!passes.empty() && !trace.workload.empty()) {
+            if (!passes.empty() && !workload.held.empty()) {
                 auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges, &workload);
                 if (fitted) {
                     out.cost_model = std::move(*fitted);
@@ -458,7 +458,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
             "pipeline the importer recognises (docs/import.md, \"The 4D structure of a "
             "PyTorch run\" and \"The pipeline of a Megatron-LM run\")");
     }
-    if (trace.workload.empty()) {
+    if (workload.held.empty()) {
         analysis.notes.push_back(
             "no workload table: no predicted work (tokens, causal pairs, predicted imbalance) "
             "and no cost model; the program must emit fulcrum.workload marks");
@@ -491,8 +491,12 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
     // a 1 B-event run peaked, need not hold them beside its groups (a third of a gigabyte).
     std::vector<RankRanges>().swap(found.ranges);
     release_free_memory();  // CP load's largest arrays are mapped apart, not from these pages
-    analysis.cp_load = analyze_cp_load(trace, passes, &workload);
+    auto cp_load = analyze_cp_load(trace, passes, workload);
     ModelChain models = chain.get();
+    if (!cp_load) {
+        return cp_load.error();
+    }
+    analysis.cp_load = std::move(*cp_load);
     const ModelFit& fitted = fit.get();
     analysis.cost_model = fitted.cost_model;
     analysis.cost_model_error = fitted.cost_model_error;
@@ -519,7 +523,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const RankReader& read,
 
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
     return analyze_ranks(
-        trace,
+        trace, WorkloadByRank::of(trace),
         [&trace, &options](int, std::size_t index) -> Result<RankFindings> {
             return read_rank(trace, trace.ranks[index], index == 0, options.tally_names);
         },
@@ -534,17 +538,18 @@ Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace&
     if (!loaded) {
         return loaded.error();
     }
-    auto workload = reader.workload();
+    // The workload's rows are read a step at a time where they are needed (CP load), not held:
+    // ten million of them at 1 B events.
+    auto workload = WorkloadByRank::of(reader);
     if (!workload) {
         return workload.error();
     }
     metadata = std::move(*loaded);
-    metadata.workload = std::move(*workload);
     const int workers = worker_threads();
     const RunTrace& trace = metadata;
     RankLoader ranks(reader, trace, workers);
-    return analyze_ranks(
-        trace,
+    auto analysis = analyze_ranks(
+        trace, *workload,
         [&](int worker, std::size_t index) -> Result<RankFindings> {
             auto rank = ranks.load(worker, index);
             if (!rank) {
@@ -553,6 +558,16 @@ Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace&
             return read_rank(trace, **rank, index == 0, options.tally_names);
         },
         workers, options);
+    if (!analysis || !options.read_workload) {
+        return analysis;
+    }
+    // What the caller shows beside the analyses, read once they no longer hold their figures.
+    auto rows = reader.workload();
+    if (!rows) {
+        return rows.error();
+    }
+    metadata.workload = std::move(*rows);
+    return analysis;
 }
 
 namespace {

@@ -68,6 +68,11 @@ struct AnalyzeOptions {
     // Also tally the events by name as each rank is read (RunAnalysis::names): what a
     // comparison diffs by name, at the cost of a hash lookup an event.
     bool tally_names = false;
+    // analyze_run_file: also read the workload's rows into the metadata once the analyses are
+    // done (what the report's throughput, a calibration and the GUI show beside them). The
+    // analyses themselves read them a step at a time; false for a caller that needs only the
+    // analysis (`fulcrum analyze`).
+    bool read_workload = true;
 };
 
 // Every analysis of a run in memory. Ranks are read side by side on every core, each once;
@@ -76,8 +81,9 @@ Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& opt
 
 // The same of a run file read a rank at a time (issue 37, docs/analyses.md, "Runs larger than
 // memory"): its events are never all in memory, only each rank's while it is read, on every
-// core. `metadata` receives the run without its events (ranks, lanes, names, config,
-// workload), for what else the caller shows of it.
+// core, nor its workload's rows, read a step at a time. `metadata` receives the run without its
+// events (ranks, lanes, names, config, and the workload's rows unless
+// AnalyzeOptions::read_workload is false), for what else the caller shows of it.
 Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace& metadata,
                                      const AnalyzeOptions& options = {});
 

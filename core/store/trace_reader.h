@@ -91,7 +91,15 @@ public:
     Result<std::optional<std::vector<LaneSummary>>> lane_summaries() const {
         return read_lane_summaries(db_);
     }
+    // Every row of the workload table, in workload_order.
     Result<std::vector<WorkloadEntry>> workload() const;
+    // The table without holding it (issue 37, docs/analyses.md, "Runs larger than memory"):
+    // each row with its rowid, in the table's own order (a merged run's: rank by rank).
+    Status scan_workload(
+        const std::function<void(std::int64_t rowid, const WorkloadEntry&)>& visit) const;
+    // The rows whose rowids lie in the ranges [first, last], appended in the ranges' order.
+    Status workload_rows(const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges,
+                         std::vector<WorkloadEntry>& rows) const;
     Result<std::vector<CounterSample>> counters() const;
     Result<std::vector<ImportLogEntry>> import_log() const;
 
@@ -117,5 +125,10 @@ private:
     bool has_indexes_ = false;
     bool events_in_blocks_ = false;
 };
+
+// The order TraceReader::workload gives the rows: by step, micro-batch, rank, document and its
+// tokens, on every field (rows it cannot order are the same row to any reader). In place: a
+// stable sort's buffer would be half a gigabyte at 1 B events.
+void sort_workload(std::vector<WorkloadEntry>& rows);
 
 }  // namespace fulcrum::store

@@ -2,10 +2,13 @@
 // their imbalance, and what the other shardings would have predicted. Work in comments is
 // causal pairs doubled, (2p + 1 + ℓ)·ℓ, as core/balance/cp_shard.h counts it; max/mean is the
 // same either way.
+#include <QTemporaryDir>
 #include <QTest>
 
 #include "core/analysis/cp_load.h"
 #include "core/balance/cp_shard.h"
+#include "core/store/trace_reader.h"
+#include "core/store/trace_writer.h"
 #include "tests/analysis/trace_builders.h"
 
 using namespace fulcrum;
@@ -48,6 +51,48 @@ double predicted_for(const CpGroupLoad& group, const std::string& sharding) {
         }
     }
     return -1;
+}
+
+// `trace`'s ranks and workload written to a run file as a merge lays a run out: rank by rank,
+// and within a rank its rows in the order given, then read back.
+std::string write_workload_file(const QTemporaryDir& dir, const RunTrace& trace) {
+    const std::string path = dir.filePath("run.fulcrum").toStdString();
+    RunInfo run;
+    run.name = "cp-load-workload";
+    run.config_json = trace.run.config_json;
+    auto writer = store::TraceWriter::create(path, run);
+    if (!writer) {
+        return {};
+    }
+    std::vector<WorkloadEntry> rows = trace.workload;
+    std::stable_sort(rows.begin(), rows.end(), [](const WorkloadEntry& a, const WorkloadEntry& b) {
+        return a.rank < b.rank;
+    });
+    for (const RankTrace& rank : trace.ranks) {
+        (*writer)->add_rank(rank.info);
+    }
+    for (const WorkloadEntry& entry : rows) {
+        (*writer)->add_workload(entry);
+    }
+    return (*writer)->close() ? path : std::string();
+}
+
+bool same_held(const std::vector<HeldWork>& a, const std::vector<HeldWork>& b) {
+    return std::equal(
+        a.begin(), a.end(), b.begin(), b.end(), [](const HeldWork& x, const HeldWork& y) {
+            return std::tie(x.rank, x.step, x.microbatch, x.tokens, x.pairs, x.documents) ==
+                   std::tie(y.rank, y.step, y.microbatch, y.tokens, y.pairs, y.documents);
+        });
+}
+
+bool same_rows(const std::vector<WorkloadEntry>& a, const std::vector<WorkloadEntry>& b) {
+    return std::equal(
+        a.begin(), a.end(), b.begin(), b.end(), [](const WorkloadEntry& x, const WorkloadEntry& y) {
+            return std::tie(x.rank, x.step, x.microbatch, x.doc_id, x.doc_length, x.token_begin,
+                            x.token_end) == std::tie(y.rank, y.step, y.microbatch, y.doc_id,
+                                                     y.doc_length, y.token_begin, y.token_end) &&
+                   x.balancer.str() == y.balancer.str();
+        });
 }
 
 }  // namespace
@@ -245,6 +290,40 @@ private slots:
         const auto analysis = analyze_cp_load(trace, find_passes(trace));
         QCOMPARE(analysis.cp.value(), cp);
         QCOMPARE(int(analysis.groups.size()), kSteps * kReplicas * kMicrobatches);
+
+        // The same run read from its file (issue 37): the rows are never held, only summed in
+        // one scan and read back a step at a time; every figure as from the rows in memory.
+        QTemporaryDir dir;
+        const std::string path = write_workload_file(dir, trace);
+        QVERIFY(!path.empty());
+        auto reader = store::TraceReader::open(path);
+        QVERIFY(reader.ok());
+        auto from_file = WorkloadByRank::of(*reader);
+        QVERIFY2(from_file.ok(), from_file.ok() ? "" : from_file.error().message.c_str());
+        auto rows = reader->workload();
+        QVERIFY(rows.ok());
+        RunTrace loaded = trace;
+        loaded.workload = std::move(*rows);  // what analyze_run_file's caller gets back
+        const WorkloadByRank in_memory = WorkloadByRank::of(loaded);
+        QVERIFY(same_held(from_file->held, in_memory.held));
+        QVERIFY(same_held(from_file->held, held_work(trace)));
+        for (int step = 0; step <= kSteps; ++step) {  // kSteps has no rows
+            auto file_rows = from_file->step_rows(step);
+            auto memory_rows = in_memory.step_rows(step);
+            QVERIFY(file_rows.ok() && memory_rows.ok());
+            QCOMPARE(file_rows->empty(), step == kSteps);
+            QVERIFY2(same_rows(*file_rows, *memory_rows), qPrintable(QString("step %1").arg(step)));
+        }
+        const auto streamed = analyze_cp_load(trace, find_passes(trace), *from_file);
+        QVERIFY(streamed.ok());
+        QCOMPARE(streamed->groups.size(), analysis.groups.size());
+        for (std::size_t g = 0; g < analysis.groups.size(); ++g) {
+            QCOMPARE(streamed->groups[g].predicted_by_sharding.named(),
+                     analysis.groups[g].predicted_by_sharding.named());
+            QCOMPARE(streamed->groups[g].predicted_imbalance,
+                     analysis.groups[g].predicted_imbalance);
+        }
+        QCOMPARE(streamed->mean_predicted_by_sharding, analysis.mean_predicted_by_sharding);
         const std::string name = balance::cp_sharding_name(sharding);
         for (const CpGroupLoad& group : analysis.groups) {
             QCOMPARE(int(group.ranks.size()), cp);

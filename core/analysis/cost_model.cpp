@@ -343,137 +343,40 @@ CollectiveCost fit_collective_of_one_size(std::string name, Role role, std::int6
 }
 
 // A pipeline receive waits for its sender; only the time after the matching send began is the
-// transfer. "recv X" on stage s is matched with "send X" on the neighbour that sends it (s − 1
-// for activations, s + 1 for gradients), on the rank with the same dp, cp and tp, by (step,
-// micro-batch, k).
-void pipeline_samples(const RunTrace& trace, const std::vector<RankRanges>& ranges,
+// transfer (the pairs: PipelineMatcher, host_ranges.h).
+void pipeline_samples(const RunTrace& trace, const std::vector<PipelinePair>& pairs,
                       const CoreShares& shares,
                       std::map<std::string, std::vector<TransferSample>>& by_name) {
-    // Sends in a sorted array rather than a tree, and receives matched in a second visit
-    // rather than held: a 1 B-event run has millions of each.
-    // Degrees and stages fit 16 bits (Pass::stage is one), so that a send with its place in
-    // the visit fits in 48 bytes.
-    struct Key {
-        std::int32_t dp;
-        std::int16_t cp, tp, stage, what;
-        std::int32_t step, microbatch, occurrence;
-        auto tied() const {
-            return std::tie(dp, cp, tp, stage, step, microbatch, occurrence, what);
-        }
-        bool operator<(const Key& other) const { return tied() < other.tied(); }
-    };
-    struct Send {
-        Key key;
-        std::uint32_t order;  // its place in the visit: of two sends with one key, the later wins
-        std::int64_t start_ns, bytes;
-    };
-    std::map<std::string_view, std::int32_t> what_ids;  // "activations", "gradients"
-    // Each pipeline transfer of `ranked` with its key: its own for a send, its sender's for a
-    // receive; k counts a rank's transfers of one (name, step, micro-batch).
-    const auto visit = [&](const RankRanges& ranked, const auto& take) {
-        const RankTrace* rank = trace.find_rank(ranked.rank);
-        if (rank == nullptr) {
-            return;
-        }
-        const RankInfo& r = rank->info;
-        std::map<std::tuple<StringId, std::int32_t, std::int32_t>, std::int32_t> seen;
-        for (const RankRanges::Transfer& event : ranked.transfers) {
-            const std::string_view name = trace.name(event.name);
-            const std::size_t space = name.find(' ');
-            if (space == std::string_view::npos) {
+    // Each name's samples counted first: millions at 1 B events, which growth by doubling
+    // would hold with up to as much again unused while the cost model is fitted beside the
+    // other analyses.
+    std::map<StringId, std::size_t> count;
+    for (const PipelinePair& pair : pairs) {
+        ++count[pair.name];
+    }
+    for (const auto& [id, n] : count) {
+        by_name[std::string(trace.name(id))].reserve(n);
+    }
+    for (const PipelinePair& recv : pairs) {
+        const std::int64_t began = recv.send_start_ns;
+        std::int64_t transfer = recv.recv_end_ns - began;
+        if (!shares.shared()) {
+            // Only a receive that was waiting when the send began saw the whole transfer; one
+            // that started later found part or all of it done (posted sends are buffered).
+            if (recv.recv_start_ns > began || began > recv.recv_end_ns) {
                 continue;
             }
-            const std::string_view what = name.substr(space + 1);
-            const std::int32_t what_id =
-                what_ids.try_emplace(what, static_cast<std::int32_t>(what_ids.size()))
-                    .first->second;
-            const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
-            const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
-            const auto key = [&](std::int32_t of_stage) {
-                return Key{r.dp,
-                           static_cast<std::int16_t>(r.cp),
-                           static_cast<std::int16_t>(r.tp),
-                           static_cast<std::int16_t>(of_stage),
-                           static_cast<std::int16_t>(what_id),
-                           event.step,
-                           event.microbatch,
-                           k};
-            };
-            if (event.role == Role::pipeline_send) {
-                take(event, name, key(stage));
-            } else {
-                const bool backward = what.find("gradient") != std::string_view::npos;
-                take(event, name, key(backward ? stage + 1 : stage - 1));
+        } else {
+            // On shared cores a receiver that waited wakes up when it gets a core, which is the
+            // replay's sharing, not the transfer (core_shares.h); one that came after the send
+            // times the copy itself, which the receiver makes (a posted send waits in the
+            // sender's buffer).
+            if (recv.recv_start_ns < began) {
+                continue;
             }
+            transfer = recv.recv_end_ns - recv.recv_start_ns;
         }
-    };
-    // Sends and each name's receives counted first, in one visit: millions of each at 1 B
-    // events, which growth by doubling would hold with up to as much again unused while the
-    // cost model is fitted beside the other analyses.
-    std::size_t send_count = 0;
-    std::map<StringId, std::size_t> receive_count;
-    for (const RankRanges& ranked : ranges) {
-        for (const RankRanges::Transfer& event : ranked.transfers) {
-            if (event.role == Role::pipeline_send) {
-                ++send_count;
-            } else {
-                ++receive_count[event.name];
-            }
-        }
-    }
-    std::vector<Send> sends;
-    sends.reserve(send_count);
-    for (const RankRanges& ranked : ranges) {
-        visit(ranked, [&](const RankRanges::Transfer& event, std::string_view, const Key& key) {
-            if (event.role == Role::pipeline_send) {
-                sends.push_back(
-                    {key, static_cast<std::uint32_t>(sends.size()), event.start_ns, event.bytes});
-            }
-        });
-    }
-    for (const auto& [id, count] : receive_count) {
-        by_name[std::string(trace.name(id))].reserve(count);
-    }
-    // Where two sends have one key (ranks without coordinates), the later rank's wins: the
-    // last of them in this order. In place (a stable sort's buffer is half the sends again).
-    std::sort(sends.begin(), sends.end(), [](const Send& a, const Send& b) {
-        return std::tie(a.key, a.order) < std::tie(b.key, b.order);
-    });
-    for (const RankRanges& ranked : ranges) {
-        visit(ranked,
-              [&](const RankRanges::Transfer& recv, std::string_view name, const Key& sender) {
-                  if (recv.role == Role::pipeline_send) {
-                      return;
-                  }
-                  const auto after = std::upper_bound(
-                      sends.begin(), sends.end(), sender,
-                      [](const Key& key, const Send& send) { return key < send.key; });
-                  if (after == sends.begin() || (after - 1)->key < sender) {
-                      return;
-                  }
-                  const Send& send = *(after - 1);
-                  const std::int64_t began = send.start_ns;
-                  std::int64_t transfer = recv.end_ns - began;
-                  if (!shares.shared()) {
-                      // Only a receive that was waiting when the send began saw the whole transfer;
-                      // one that started later found part or all of it done (posted sends are
-                      // buffered).
-                      if (recv.start_ns > began || began > recv.end_ns) {
-                          return;
-                      }
-                  } else {
-                      // On shared cores a receiver that waited wakes up when it gets a core, which
-                      // is the replay's sharing, not the transfer (core_shares.h); one that came
-                      // after the send times the copy itself, which the receiver makes (a posted
-                      // send waits in the sender's buffer).
-                      if (recv.start_ns < began) {
-                          return;
-                      }
-                      transfer = recv.end_ns - recv.start_ns;
-                  }
-                  by_name[std::string(name)].push_back(
-                      {recv.bytes >= 0 ? recv.bytes : send.bytes, transfer});
-              });
+        by_name[std::string(trace.name(recv.name))].push_back({recv.bytes, transfer});
     }
     std::erase_if(by_name, [](const auto& named) { return named.second.empty(); });
 }
@@ -553,7 +456,8 @@ const CollectiveCost* CostModel::collective(std::string_view name) const {
 Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
                                  const MatchedCollectives* collectives,
                                  const std::vector<RankRanges>* ranges,
-                                 const WorkloadByRank* workload) {
+                                 const WorkloadByRank* workload,
+                                 const std::vector<PipelinePair>* pipeline) {
     const std::string run = "run '" + trace.run.name + "'";
     if (passes.empty()) {
         return Error{ErrorCode::invalid_input,
@@ -653,8 +557,13 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
     // One name at a time, in the order of the names (a pipeline receive's own rule wins over
     // a collective of the same name): a 1 B-event run has millions of instances of one name,
     // unpacked only while that name is fitted.
+    std::vector<PipelinePair> paired;
+    if (pipeline == nullptr) {
+        paired = pipeline_pairs(trace, *ranges);
+        pipeline = &paired;
+    }
     std::map<std::string, std::vector<TransferSample>> receives;
-    pipeline_samples(trace, *ranges, shares, receives);
+    pipeline_samples(trace, *pipeline, shares, receives);
     std::map<std::string, const MatchedCollectives::Transfers*> kept_by_name;
     for (const auto& [id, kept] : collectives->transfers()) {
         kept_by_name.emplace(trace.name(StringId{id}), &kept);

@@ -79,13 +79,16 @@ struct CostModel {
 // fitted (no passes, or no workload table), saying which. `collectives` is
 // matched_collectives(trace) and `ranges` rank_ranges(trace) when the caller has them already
 // (matching is the costly part; a run read a rank at a time has no events to read them from);
-// null: read from the trace here; `workload` likewise (WorkloadByRank::of). A collective's samples
+// null: read from the trace here; `workload` likewise (WorkloadByRank::of), and `pipeline`
+// (pipeline_pairs of the ranges; a run read a rank at a time pairs them as its ranks come in,
+// and its ranges then hold no transfers). A collective's samples
 // are fitted in the order of their (bytes, calls, time), not the run's: the fit does not depend on
 // the order the matcher closed the instances in.
 Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
                                  const MatchedCollectives* collectives = nullptr,
                                  const std::vector<RankRanges>* ranges = nullptr,
-                                 const WorkloadByRank* workload = nullptr);
+                                 const WorkloadByRank* workload = nullptr,
+                                 const std::vector<PipelinePair>* pipeline = nullptr);
 
 // The model as JSON, the format of `fulcrum simulate --cost-model FILE` and of the
 // "cost_model" member of `fulcrum analyze --json` (docs/analyses.md).

@@ -1,6 +1,12 @@
 #include "core/analysis/host_ranges.h"
 
+#include <algorithm>
+#include <limits>
+#include <map>
 #include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
 
 #include "core/analysis/passes.h"
 
@@ -23,8 +29,10 @@ RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
                 continue;
             }
             if (role == Role::step) {
-                out.steps.push_back({step_of_range(event, trace.name(event.name)), event.start_ns,
-                                     event.end_ns, -1, host});
+                if (host) {  // a device stream's step projections are no rank's step
+                    out.steps.push_back({step_of_range(event, trace.name(event.name)),
+                                         event.start_ns, event.end_ns, -1, host});
+                }
             } else if (role == Role::optimizer) {
                 if (!marks) {
                     marks.emplace(trace, lane);
@@ -48,6 +56,176 @@ std::vector<RankRanges> rank_ranges(const RunTrace& trace) {
         ranges.push_back(RankRanges::of(trace, rank));
     }
     return ranges;
+}
+
+namespace {
+
+// A transfer's key: its own for a send, its sender's for a receive. Degrees and stages fit 16
+// bits (Pass::stage is one).
+struct TransferKey {
+    std::int32_t dp;
+    std::int16_t cp, tp, stage, what;
+    std::int32_t step, microbatch, occurrence;
+    bool operator==(const TransferKey&) const = default;
+};
+
+struct TransferKeyHash {
+    std::size_t operator()(const TransferKey& k) const {
+        std::uint64_t h = 1469598103934665603ULL;
+        const auto mix = [&h](std::uint64_t value) {
+            h ^= value + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        };
+        mix(std::uint64_t(std::uint32_t(k.dp)));
+        mix(std::uint64_t(std::uint16_t(k.cp)) | std::uint64_t(std::uint16_t(k.tp)) << 16 |
+            std::uint64_t(std::uint16_t(k.stage)) << 32 |
+            std::uint64_t(std::uint16_t(k.what)) << 48);
+        mix(std::uint64_t(std::uint32_t(k.step)) | std::uint64_t(std::uint32_t(k.microbatch))
+                                                       << 32);
+        mix(std::uint64_t(std::uint32_t(k.occurrence)));
+        return static_cast<std::size_t>(h);
+    }
+};
+
+struct PendingSend {
+    std::int64_t start_ns, bytes;
+};
+
+}  // namespace
+
+struct PipelineMatcher::State {
+    const RunTrace& trace;
+    // Every rank has coordinates of its own: no two sends share a key, so a pair is final when
+    // made. Otherwise the last send of a key wins, known only once every rank is in.
+    bool unique_senders = true;
+    std::unordered_map<std::string, std::int16_t> what_ids;  // "activations", "gradients"
+    std::unordered_map<TransferKey, PendingSend, TransferKeyHash> sends;
+    // Receives waiting for their send, by the send's key: the slot of their pair.
+    std::unordered_map<TransferKey, std::size_t, TransferKeyHash> receives;
+    // A slot for every receive as it comes (its place in the run's order); `send_start_ns` of
+    // one never matched is kUnmatched.
+    std::vector<PipelinePair> pairs;
+    std::vector<std::pair<TransferKey, std::size_t>> deferred;  // !unique_senders: every receive
+
+    std::size_t ranks_in = 0;  // ranks added so far, for growing `pairs`
+
+    static constexpr std::int64_t kUnmatched = std::numeric_limits<std::int64_t>::min();
+
+    // A slot for a receive: `pairs` grown to what the ranks so far project for all of them
+    // rather than by doubling, which would hold up to twice a 1 B-event run's millions.
+    std::size_t slot_for(const PipelinePair& pair) {
+        if (pairs.size() == pairs.capacity()) {
+            const std::size_t ranks = std::max(trace.ranks.size(), ranks_in);
+            const std::size_t projected = (pairs.size() + 1) * ranks / ranks_in;
+            pairs.reserve(std::max(pairs.size() + 1, projected + projected / 16));
+        }
+        pairs.push_back(pair);
+        return pairs.size() - 1;
+    }
+
+    void fill(std::size_t slot, const PendingSend& send) {
+        PipelinePair& pair = pairs[slot];
+        pair.send_start_ns = send.start_ns;
+        if (pair.bytes < 0) {
+            pair.bytes = send.bytes;
+        }
+    }
+};
+
+PipelineMatcher::PipelineMatcher(const RunTrace& trace)
+    : state_(std::make_unique<State>(State{.trace = trace})) {
+    std::map<std::tuple<int, int, int, int>, int> seen;
+    for (const RankTrace& rank : trace.ranks) {
+        const RankInfo& r = rank.info;
+        if (r.dp < 0 || r.cp < 0 || r.tp < 0 || r.pp < 0 || ++seen[{r.dp, r.cp, r.tp, r.pp}] > 1) {
+            state_->unique_senders = false;
+        }
+    }
+}
+
+PipelineMatcher::~PipelineMatcher() = default;
+
+void PipelineMatcher::add(std::int32_t rank_id,
+                          const std::vector<RankRanges::Transfer>& transfers) {
+    State& s = *state_;
+    const RankTrace* rank = s.trace.find_rank(rank_id);
+    if (rank == nullptr) {
+        return;
+    }
+    const RankInfo& r = rank->info;
+    ++s.ranks_in;
+    std::map<std::tuple<StringId, std::int32_t, std::int32_t>, std::int32_t> seen;
+    for (const RankRanges::Transfer& event : transfers) {
+        const std::string_view name = s.trace.name(event.name);
+        const std::size_t space = name.find(' ');
+        if (space == std::string_view::npos) {
+            continue;
+        }
+        const std::string_view what = name.substr(space + 1);
+        const std::int16_t what_id =
+            s.what_ids.try_emplace(std::string(what), std::int16_t(s.what_ids.size()))
+                .first->second;
+        const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
+        const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
+        const auto key = [&](std::int32_t of_stage) {
+            return TransferKey{r.dp,
+                               static_cast<std::int16_t>(r.cp),
+                               static_cast<std::int16_t>(r.tp),
+                               static_cast<std::int16_t>(of_stage),
+                               what_id,
+                               event.step,
+                               event.microbatch,
+                               k};
+        };
+        if (event.role == Role::pipeline_send) {
+            const TransferKey own = key(stage);
+            const PendingSend send{event.start_ns, event.bytes};
+            if (s.unique_senders) {
+                if (const auto waiting = s.receives.find(own); waiting != s.receives.end()) {
+                    s.fill(waiting->second, send);
+                    s.receives.erase(waiting);
+                    continue;
+                }
+            }
+            s.sends.insert_or_assign(own, send);  // of two with one key, the later wins
+            continue;
+        }
+        const bool backward = what.find("gradient") != std::string_view::npos;
+        const TransferKey sender = key(backward ? stage + 1 : stage - 1);
+        const std::size_t slot =
+            s.slot_for({event.name, event.bytes, event.start_ns, event.end_ns, State::kUnmatched});
+        if (!s.unique_senders) {
+            s.deferred.emplace_back(sender, slot);
+        } else if (const auto sent = s.sends.find(sender); sent != s.sends.end()) {
+            s.fill(slot, sent->second);
+            s.sends.erase(sent);
+        } else {
+            s.receives.emplace(sender, slot);
+        }
+    }
+}
+
+std::vector<PipelinePair> PipelineMatcher::finish() {
+    State& s = *state_;
+    for (const auto& [sender, slot] : s.deferred) {
+        if (const auto sent = s.sends.find(sender); sent != s.sends.end()) {
+            s.fill(slot, sent->second);
+        }
+    }
+    std::vector<PipelinePair> pairs = std::move(s.pairs);
+    std::erase_if(pairs,
+                  [](const PipelinePair& pair) { return pair.send_start_ns == State::kUnmatched; });
+    pairs.shrink_to_fit();
+    state_ = std::make_unique<State>(State{.trace = s.trace});
+    return pairs;
+}
+
+std::vector<PipelinePair> pipeline_pairs(const RunTrace& trace,
+                                         const std::vector<RankRanges>& ranges) {
+    PipelineMatcher matcher(trace);
+    for (const RankRanges& rank : ranges) {
+        matcher.add(rank.rank, rank.transfers);
+    }
+    return matcher.finish();
 }
 
 }  // namespace fulcrum::analysis

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/analysis/run_trace.h"
@@ -31,8 +32,8 @@ struct RankRanges {
     };
 
     std::int32_t rank = 0;
-    // Each in lane order, then in the lane's order: `step` and `optimizer` ranges (not marks),
-    // pipeline sends and receives.
+    // Each in lane order, then in the lane's order: `step` ranges of host threads, `optimizer`
+    // ranges (not marks), pipeline sends and receives.
     std::vector<Range> steps;
     std::vector<Range> optimizers;
     std::vector<Transfer> transfers;
@@ -42,5 +43,44 @@ struct RankRanges {
 
 // Every rank's, in rank order.
 std::vector<RankRanges> rank_ranges(const RunTrace& trace);
+
+// A pipeline receive and the send it was matched with: "recv X" on stage s with "send X" on
+// the neighbour that sends it (s − 1 for activations, s + 1 for gradients), on the rank with
+// the same dp, cp and tp, by (step, micro-batch, k), k counting a rank's transfers of one
+// (name, step, micro-batch). What the cost model prices a pipeline transfer from
+// (cost_model.cpp).
+struct PipelinePair {
+    StringId name;            // the receive's
+    std::int64_t bytes = -1;  // the receive's, else the send's; -1 when neither says
+    std::int64_t recv_start_ns = 0, recv_end_ns = 0;
+    std::int64_t send_start_ns = 0;
+};
+
+// Pairs the ranks' pipeline transfers as the ranks come in (issue 37: an analysis that needs two
+// ranks at once keeps only what it matches on): a send waits for its receive and a receive
+// for its send, and each pair is kept once made, so the run's transfers are never all held —
+// only those whose partner is still to come (under Megatron-LM's rank order, about a stage's
+// worth). Where two ranks share their coordinates (a trace without them), a receive takes the
+// last of the sends with its key, so every receive waits until every rank is in.
+class PipelineMatcher {
+public:
+    explicit PipelineMatcher(const RunTrace& trace);
+    ~PipelineMatcher();
+    PipelineMatcher(const PipelineMatcher&) = delete;
+    PipelineMatcher& operator=(const PipelineMatcher&) = delete;
+
+    // One rank's transfers (RankRanges::transfers); the ranks in the run's order.
+    void add(std::int32_t rank, const std::vector<RankRanges::Transfer>& transfers);
+    // Every matched receive, in the order the ranks and each rank's transfers came in.
+    std::vector<PipelinePair> finish();
+
+private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
+
+// The pairs of ranges in memory, rank by rank.
+std::vector<PipelinePair> pipeline_pairs(const RunTrace& trace,
+                                         const std::vector<RankRanges>& ranges);
 
 }  // namespace fulcrum::analysis

@@ -329,8 +329,8 @@ struct RunFindings {
         : ranks(trace.ranks.size()),
           collectives(trace),
           matcher(trace,
-                  [this](CollectiveInstance&& instance) { collectives.add(std::move(instance)); }) {
-    }
+                  [this](CollectiveInstance&& instance) { collectives.add(std::move(instance)); }),
+          pipeline(trace) {}
     RunFindings(const RunFindings&) = delete;  // the matcher holds `this`
     RunFindings& operator=(const RunFindings&) = delete;
 
@@ -343,6 +343,8 @@ struct RunFindings {
     KernelTotals kernels;
     MatchedCollectives collectives;
     CollectiveMatcher matcher;
+    // The pipeline transfers paired as the ranks come in; `ranges` keep no transfers.
+    PipelineMatcher pipeline;
     std::vector<RankRanges> ranges;
     std::vector<RankOffloadFigures> offload;
     std::vector<MeasuredMemory> memory;
@@ -357,6 +359,8 @@ struct RunFindings {
         ++added;
         kernels.add(std::move(found.kernels));
         matcher.add(rank, found.calls);
+        pipeline.add(rank, found.ranges.transfers);
+        std::vector<RankRanges::Transfer>().swap(found.ranges.transfers);
         ranges.push_back(std::move(found.ranges));
         offload.push_back(std::move(found.offload));
         memory.push_back(std::move(found.memory));
@@ -412,6 +416,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     analysis.events = found.events;
     const std::vector<Pass>& passes = found.passes;
     found.matcher.finish();
+    std::vector<PipelinePair> pipeline = found.pipeline.finish();
     release_free_memory();
     found.collectives.finish();
     const MatchedCollectives& collectives = found.collectives;
@@ -432,7 +437,8 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
         std::async(std::launch::async, [&] {
             ModelFit out;
             if (!passes.empty() && !workload.held.empty()) {
-                auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges, &workload);
+                auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges, &workload,
+                                             &pipeline);
                 if (fitted) {
                     out.cost_model = std::move(*fitted);
                 } else {
@@ -487,9 +493,10 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     analysis.critical_paths = critical_paths(trace, passes, &collectives, &found.ranges);
     report("CP load", 0.9);
     fit.wait();
-    // The host ranges were the cost model's and the critical path's, both done: CP load, where
-    // a 1 B-event run peaked, need not hold them beside its groups (a third of a gigabyte).
+    // The host ranges and pipeline pairs were the cost model's and the critical path's, both
+    // done: CP load, where a 1 B-event run peaked, need not hold them beside its groups.
     std::vector<RankRanges>().swap(found.ranges);
+    std::vector<PipelinePair>().swap(pipeline);
     release_free_memory();  // CP load's largest arrays are mapped apart, not from these pages
     auto cp_load = analyze_cp_load(trace, passes, workload);
     ModelChain models = chain.get();

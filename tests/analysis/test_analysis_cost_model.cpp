@@ -395,6 +395,62 @@ private slots:
     //   arrives at 300 000 000 and waits for rank 1, which arrives 300 later and both end 500
     //   after rank 0's arrival → 200 (the wait is not update: the simulator plays it apart).
     //   The mean over the steps → 400.
+    // PipelineMatcher pairs a receive with its send whichever comes first in rank order, keeps
+    // the receives in the ranks' order, drops a receive without a send, and takes a send's
+    // bytes where the receive has none. Ranks 0 (stage 0) and 1 (stage 1) of one pipeline:
+    // rank 0's gradient receive comes before the send it waits for, rank 1's activation
+    // receives after theirs.
+    void pipelinePairsAsRanksComeIn() {
+        RunTrace trace;
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 0, 0, 1, 0);
+        auto range = [&](int rank, std::string_view name, std::int64_t start, std::int64_t end,
+                         int mb, std::int16_t stage, std::int64_t bytes) {
+            Event& e = trace.add_range(host(trace, rank), name, Category::communication, start, end,
+                                       0, mb, stage, Phase::forward);
+            e.bytes = bytes;
+        };
+        range(0, "send activations", 100, 110, 0, 0, 64);
+        range(0, "send activations", 200, 210, 1, 0, 64);
+        range(0, "recv gradients", 900, 1000, 0, 0, -1);
+        range(1, "recv activations", 50, 150, 0, 1, 64);
+        range(1, "recv activations", 220, 300, 1, 1, 32);
+        range(1, "recv activations", 400, 500, 2, 1, 64);  // no send: dropped
+        range(1, "send gradients", 950, 960, 0, 1, 128);
+        trace.finish();
+        const std::vector<PipelinePair> pairs = pipeline_pairs(trace, rank_ranges(trace));
+        QCOMPARE(pairs.size(), 3u);
+        QCOMPARE(trace.name(pairs[0].name), std::string_view("recv gradients"));
+        QCOMPARE(pairs[0].send_start_ns, 950);
+        QCOMPARE(pairs[0].bytes, 128);  // the send's: the receive says none
+        QCOMPARE(pairs[0].recv_start_ns, 900);
+        QCOMPARE(pairs[1].send_start_ns, 100);
+        QCOMPARE(pairs[1].recv_end_ns, 150);
+        QCOMPARE(pairs[2].send_start_ns, 200);
+        QCOMPARE(pairs[2].bytes, 32);  // the receive's own
+
+        // Without coordinates two ranks' sends can share a key: the later rank's wins, also
+        // for a receive of a rank read before it.
+        RunTrace foreign;
+        for (int r = 0; r < 3; ++r) {
+            RankInfo info;
+            info.rank = r;
+            foreign.add_rank(info);
+        }
+        auto foreign_range = [&](int rank, std::string_view name, std::int64_t start,
+                                 std::int16_t stage) {
+            foreign.add_range(host(foreign, rank), name, Category::communication, start,
+                              start + 100, 0, 0, stage, Phase::forward);
+        };
+        foreign_range(0, "send activations", 10, 0);
+        foreign_range(1, "recv activations", 5, 1);
+        foreign_range(2, "send activations", 20, 0);
+        foreign.finish();
+        const std::vector<PipelinePair> last = pipeline_pairs(foreign, rank_ranges(foreign));
+        QCOMPARE(last.size(), 1u);
+        QCOMPARE(last[0].send_start_ns, 20);
+    }
+
     void collectiveAndPipelineFits() {
         RunTrace trace;
         add_rank(trace, 0, 0, 0, 0, 0);

@@ -516,6 +516,10 @@ Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<
     }
     result.mean_measured_imbalance = measured.value();
     result.mean_predicted_imbalance = predicted.value();
+    // The alternatives read the groups and the documents only: the measured times and the
+    // keys (a few tens of megabytes at 1 B events) go first.
+    std::vector<std::pair<RankMb, std::int64_t>>().swap(in.attention);
+    std::vector<GroupKey>().swap(in.keys);
     if (auto status = predict_alternatives(in, workload, result.groups); !status) {
         return status.error();
     }

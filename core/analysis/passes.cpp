@@ -453,10 +453,13 @@ Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
             std::equal_range(shared_runs->begin(), shared_runs->end(), step,
                              [](const auto& a, const auto& b) { return step_of(a) < step_of(b); });
         std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+        std::size_t count = 0;  // exact: a range is rows of consecutive rowids
         for (auto it = first; it != last; ++it) {
             ranges.emplace_back(it->first, it->last);
+            count += static_cast<std::size_t>(it->last - it->first + 1);
         }
         std::vector<WorkloadEntry> rows;
+        rows.reserve(count);
         if (auto status = reader.workload_rows(ranges, rows); !status) {
             return status.error();
         }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -93,11 +94,21 @@ struct PendingSend {
 }  // namespace
 
 struct PipelineMatcher::State {
+    explicit State(const RunTrace& run) : trace(run) {}
+
     const RunTrace& trace;
     // Every rank has coordinates of its own: no two sends share a key, so a pair is final when
     // made. Otherwise the last send of a key wins, known only once every rank is in.
     bool unique_senders = true;
     std::unordered_map<std::string, std::int16_t> what_ids;  // "activations", "gradients"
+    // What a transfer's name says after its first space, by the name's id, worked out once a
+    // name rather than once a transfer: its what_ids entry (-1: the name has no space), and
+    // whether it moves gradients (a backward transfer, from the next stage).
+    struct NameWhat {
+        std::int16_t id = -2;  // not yet seen
+        bool backward = false;
+    };
+    std::vector<NameWhat> what_of_name;
     std::unordered_map<TransferKey, PendingSend, TransferKeyHash> sends;
     // Receives waiting for their send, by the send's key: the slot of their pair.
     std::unordered_map<TransferKey, std::size_t, TransferKeyHash> receives;
@@ -109,6 +120,25 @@ struct PipelineMatcher::State {
     std::size_t ranks_in = 0;  // ranks added so far, for growing `pairs`
 
     static constexpr std::int64_t kUnmatched = std::numeric_limits<std::int64_t>::min();
+
+    const NameWhat& what_of(StringId name) {
+        if (name.value >= what_of_name.size()) {
+            what_of_name.resize(name.value + 1);
+        }
+        NameWhat& known = what_of_name[name.value];
+        if (known.id == -2) {
+            const std::string_view text = trace.name(name);
+            const std::size_t space = text.find(' ');
+            known.id = -1;
+            if (space != std::string_view::npos) {
+                const std::string_view what = text.substr(space + 1);
+                known.id = what_ids.try_emplace(std::string(what), std::int16_t(what_ids.size()))
+                               .first->second;
+                known.backward = what.find("gradient") != std::string_view::npos;
+            }
+        }
+        return known;
+    }
 
     // A slot for a receive: `pairs` grown to what the ranks so far project for all of them
     // rather than by doubling, which would hold up to twice a 1 B-event run's millions.
@@ -131,8 +161,7 @@ struct PipelineMatcher::State {
     }
 };
 
-PipelineMatcher::PipelineMatcher(const RunTrace& trace)
-    : state_(std::make_unique<State>(State{.trace = trace})) {
+PipelineMatcher::PipelineMatcher(const RunTrace& trace) : state_(std::make_unique<State>(trace)) {
     std::map<std::tuple<int, int, int, int>, int> seen;
     for (const RankTrace& rank : trace.ranks) {
         const RankInfo& r = rank.info;
@@ -153,19 +182,38 @@ void PipelineMatcher::add(std::int32_t rank_id,
     }
     const RankInfo& r = rank->info;
     ++s.ranks_in;
-    std::map<std::tuple<StringId, std::int32_t, std::int32_t>, std::int32_t> seen;
-    for (const RankRanges::Transfer& event : transfers) {
-        const std::string_view name = s.trace.name(event.name);
-        const std::size_t space = name.find(' ');
-        if (space == std::string_view::npos) {
+    // Each transfer's occurrence among the rank's of its name, step and micro-batch (in the
+    // rank's order): the transfers sorted by those and then by place, two words each, and
+    // counted along each run.
+    struct Place {
+        std::uint64_t name_step, microbatch_index;
+        auto operator<=>(const Place&) const = default;
+    };
+    std::vector<Place> places(transfers.size());
+    for (std::size_t i = 0; i < transfers.size(); ++i) {
+        const RankRanges::Transfer& t = transfers[i];
+        places[i] = {std::uint64_t(t.name.value) << 32 | std::uint32_t(t.step),
+                     std::uint64_t(std::uint32_t(t.microbatch)) << 32 | i};
+    }
+    std::sort(places.begin(), places.end());
+    std::vector<std::int32_t> occurrence(transfers.size(), 0);
+    for (std::size_t i = 1; i < places.size(); ++i) {
+        const Place &before = places[i - 1], &place = places[i];
+        if (place.name_step == before.name_step &&
+            place.microbatch_index >> 32 == before.microbatch_index >> 32) {
+            occurrence[place.microbatch_index & 0xffffffffU] =
+                occurrence[before.microbatch_index & 0xffffffffU] + 1;
+        }
+    }
+    for (std::size_t index = 0; index < transfers.size(); ++index) {
+        const RankRanges::Transfer& event = transfers[index];
+        const State::NameWhat what = s.what_of(event.name);
+        if (what.id < 0) {
             continue;
         }
-        const std::string_view what = name.substr(space + 1);
-        const std::int16_t what_id =
-            s.what_ids.try_emplace(std::string(what), std::int16_t(s.what_ids.size()))
-                .first->second;
+        const std::int16_t what_id = what.id;
         const std::int32_t stage = event.stage >= 0 ? event.stage : r.pp;
-        const std::int32_t k = seen[{event.name, event.step, event.microbatch}]++;
+        const std::int32_t k = occurrence[index];
         const auto key = [&](std::int32_t of_stage) {
             return TransferKey{r.dp,
                                static_cast<std::int16_t>(r.cp),
@@ -189,8 +237,7 @@ void PipelineMatcher::add(std::int32_t rank_id,
             s.sends.insert_or_assign(own, send);  // of two with one key, the later wins
             continue;
         }
-        const bool backward = what.find("gradient") != std::string_view::npos;
-        const TransferKey sender = key(backward ? stage + 1 : stage - 1);
+        const TransferKey sender = key(what.backward ? stage + 1 : stage - 1);
         const std::size_t slot =
             s.slot_for({event.name, event.bytes, event.start_ns, event.end_ns, State::kUnmatched});
         if (!s.unique_senders) {
@@ -215,7 +262,7 @@ std::vector<PipelinePair> PipelineMatcher::finish() {
     std::erase_if(pairs,
                   [](const PipelinePair& pair) { return pair.send_start_ns == State::kUnmatched; });
     pairs.shrink_to_fit();
-    state_ = std::make_unique<State>(State{.trace = s.trace});
+    state_ = std::make_unique<State>(s.trace);
     return pairs;
 }
 

@@ -92,6 +92,8 @@ public:
     RunInfo run;
     RunConfig config;
     std::vector<RankTrace> ranks;  // by rank number
+    // In store::sort_workload's order as load_run_trace reads it; in the table's own from
+    // analyze_run_file (AnalyzeOptions::read_workload), for readers that only tally it.
     std::vector<WorkloadEntry> workload;
 
     // Interned names; the same ids as the store's when loaded from a file.

@@ -740,7 +740,7 @@ void sort_workload(std::vector<WorkloadEntry>& rows) {
               [&](const WorkloadEntry& a, const WorkloadEntry& b) { return key(a) < key(b); });
 }
 
-Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
+Result<std::vector<WorkloadEntry>> TraceReader::workload(WorkloadOrder order) const {
     // Counted first: a 1 B-event run has ten million rows, and a vector grown by doubling
     // would hold up to three times them while it moves.
     std::vector<WorkloadEntry> entries;
@@ -755,7 +755,9 @@ Result<std::vector<WorkloadEntry>> TraceReader::workload() const {
         !status) {
         return status.error();
     }
-    sort_workload(entries);
+    if (order == WorkloadOrder::sorted) {
+        sort_workload(entries);
+    }
     return entries;
 }
 

@@ -91,8 +91,11 @@ public:
     Result<std::optional<std::vector<LaneSummary>>> lane_summaries() const {
         return read_lane_summaries(db_);
     }
-    // Every row of the workload table, in workload_order.
-    Result<std::vector<WorkloadEntry>> workload() const;
+    // Every row of the workload table, in sort_workload's order; or, for a reader that only
+    // tallies them, in the table's own order, which spares the sort (a merged run's table is
+    // rank by rank).
+    enum class WorkloadOrder { sorted, table };
+    Result<std::vector<WorkloadEntry>> workload(WorkloadOrder order = WorkloadOrder::sorted) const;
     // The table without holding it (issue 37, docs/analyses.md, "Runs larger than memory"):
     // each row with its rowid, in the table's own order (a merged run's: rank by rank).
     Status scan_workload(

@@ -303,7 +303,7 @@ private slots:
         auto rows = reader->workload();
         QVERIFY(rows.ok());
         RunTrace loaded = trace;
-        loaded.workload = std::move(*rows);  // what analyze_run_file's caller gets back
+        loaded.workload = std::move(*rows);  // sorted, as load_run_trace holds them
         const WorkloadByRank in_memory = WorkloadByRank::of(loaded);
         QVERIFY(same_held(from_file->held, in_memory.held));
         QVERIFY(same_held(from_file->held, held_work(trace)));

@@ -54,6 +54,18 @@ std::function<bool(double)> progress_line(std::string label) {
     };
 }
 
+std::function<bool(std::string_view, double)> staged_progress_line(std::string suffix) {
+    return [suffix = std::move(suffix), shown = std::string(),
+            line = std::function<bool(double)>()](std::string_view stage, double fraction) mutable {
+        if (!line || stage != shown) {
+            finish_progress_line();
+            shown = std::string(stage);
+            line = progress_line(shown + suffix);
+        }
+        return line(fraction);
+    };
+}
+
 // The shared progress line (which also turns Ctrl-C
 // into a cancel), and with --progress when stderr is not a terminal, a line per 10%.
 std::function<void(double)> progress_for(const std::string& label, bool forced,

@@ -36,6 +36,10 @@ Status write_output(const std::string& path, bool force, const OutputPieces& pro
 // A progress callback that redraws one line on stderr when it is a terminal, and stays
 // silent otherwise (logs, tests). Also stops the work when the user pressed Ctrl-C.
 std::function<bool(double)> progress_line(std::string label);
+// The same for work told in stages (AnalyzeOptions::progress): a line a stage, named after it
+// and followed by `suffix`; a new stage clears the last one's line.
+std::function<bool(std::string_view stage, double fraction)> staged_progress_line(
+    std::string suffix = {});
 void finish_progress_line();
 // A progress callback for long work: the progress line, which also turns Ctrl-C into
 // `cancel`, and with `forced` (--progress) when stderr is not a terminal, a line per 10%.

@@ -399,10 +399,10 @@ int run_analyze(const AnalyzeArgs& args) {
     }
     install_interrupt_handler();
     std::atomic<bool> cancel{false};
-    auto analyzing = progress_line("analysing");
+    auto analyzing = staged_progress_line();
     analysis::AnalyzeOptions options;
-    options.progress = [&](std::string_view, double fraction) {
-        if (!analyzing(fraction)) {
+    options.progress = [&](std::string_view stage, double fraction) {
+        if (!analyzing("analysing: " + std::string(stage), fraction)) {
             cancel.store(true);
         }
     };

@@ -45,8 +45,7 @@ int run_report(const ReportArgs& args) {
         const std::string which = args.runs.size() > 1 ? " " + std::to_string(i + 1) + "/" +
                                                              std::to_string(args.runs.size())
                                                        : "";
-        std::string stage_shown;
-        std::function<bool(double)> line;
+        auto line = staged_progress_line(which);
         report::LoadReportOptions options;
         options.cancel = &cancel;
         if (args.runs.size() > 1) {
@@ -54,14 +53,7 @@ int run_report(const ReportArgs& args) {
             options.diff_against = i > 0 && first ? &*first : nullptr;
         }
         options.progress = [&](std::string_view stage, double fraction) {
-            if (stage != stage_shown) {
-                if (!stage_shown.empty()) {
-                    finish_progress_line();
-                }
-                stage_shown = std::string(stage);
-                line = progress_line(stage_shown + which);
-            }
-            if (!line(fraction)) {
+            if (!line(stage, fraction)) {
                 cancel.store(true);
             }
         };

@@ -45,8 +45,8 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
     }
     analysis::AnalyzeOptions analyze;
     if (options.progress) {
-        analyze.progress = [&](std::string_view, double fraction) {
-            options.progress("analysing", fraction);
+        analyze.progress = [&](std::string_view stage, double fraction) {
+            options.progress("analysing: " + std::string(stage), fraction);
         };
     }
     analyze.cancel = options.cancel;

@@ -65,7 +65,8 @@ struct DiffBase {
 };
 
 struct LoadReportOptions {
-    // Called with a stage ("loading", "analysing") and the fraction done; may be empty.
+    // Called with a stage ("loading", "analysing: ranks", "analysing: CP load", ...) and the
+    // fraction done; may be empty.
     std::function<void(std::string_view stage, double fraction)> progress;
     const std::atomic<bool>* cancel = nullptr;
     // The first run of a comparison: the loaded run is diffed against it (ReportRun::diff).

@@ -416,7 +416,8 @@ ShardingPrediction alternatives_for(const CpLoadInputs& in, const StepRows& step
 // sees the same micro-batches and keeps its own copy of the rotation. A step at a time, its
 // rows read once: each (pp, tp) still meets its groups in that order.
 Status predict_alternatives(const CpLoadInputs& in, const WorkloadByRank& workload,
-                            std::vector<CpGroupLoad>& groups) {
+                            std::vector<CpGroupLoad>& groups,
+                            const std::function<bool(double)>& steps_done) {
     std::vector<std::size_t> order(groups.size());
     for (std::size_t i = 0; i < order.size(); ++i) {
         order[i] = i;
@@ -430,9 +431,25 @@ Status predict_alternatives(const CpLoadInputs& in, const WorkloadByRank& worklo
     std::map<std::pair<int, int>, balance::CpShardingState> rotation;
     StepRows step_rows;
     std::optional<std::int32_t> loaded;
+    std::size_t steps = 0, done = 0;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+        steps += i == 0 || groups[order[i]].step != groups[order[i - 1]].step ? 1 : 0;
+    }
+    const auto tell = [&]() -> Status {
+        if (steps_done && !steps_done(static_cast<double>(done) / static_cast<double>(steps))) {
+            return Error{ErrorCode::cancelled, "the analysis was cancelled"};
+        }
+        return {};
+    };
     for (std::size_t index : order) {
         CpGroupLoad& group = groups[index];
         if (loaded != group.step) {
+            if (loaded) {
+                ++done;
+                if (auto status = tell(); !status) {
+                    return status;
+                }
+            }
             if (auto status = step_rows.load(workload, group.step); !status) {
                 return status;
             }
@@ -440,6 +457,10 @@ Status predict_alternatives(const CpLoadInputs& in, const WorkloadByRank& worklo
         }
         group.predicted_by_sharding =
             alternatives_for(in, step_rows, group, rotation[{group.pp, group.tp}]);
+    }
+    if (loaded) {
+        ++done;
+        return tell();
     }
     return {};
 }
@@ -486,7 +507,8 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
 }
 
 Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
-                                       const WorkloadByRank& workload) {
+                                       const WorkloadByRank& workload,
+                                       const std::function<bool(double)>& steps_done) {
     CpLoadAnalysis result;
     result.sharding = trace.config.cp_shard;
     if (!trace.config.grid_known) {
@@ -520,7 +542,7 @@ Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<
     // keys (a few tens of megabytes at 1 B events) go first.
     std::vector<std::pair<RankMb, std::int64_t>>().swap(in.attention);
     std::vector<GroupKey>().swap(in.keys);
-    if (auto status = predict_alternatives(in, workload, result.groups); !status) {
+    if (auto status = predict_alternatives(in, workload, result.groups, steps_done); !status) {
         return status.error();
     }
     weigh_alternatives(pair_means, result);

@@ -498,7 +498,10 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     std::vector<RankRanges>().swap(found.ranges);
     std::vector<PipelinePair>().swap(pipeline);
     release_free_memory();  // CP load's largest arrays are mapped apart, not from these pages
-    auto cp_load = analyze_cp_load(trace, passes, workload);
+    auto cp_load = analyze_cp_load(trace, passes, workload, [&](double steps) {
+        report("CP load", 0.9 + 0.09 * steps);
+        return !options.cancel || !options.cancel->load();
+    });
     ModelChain models = chain.get();
     if (!cp_load) {
         return cp_load.error();

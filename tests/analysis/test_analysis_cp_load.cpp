@@ -324,6 +324,18 @@ private slots:
                      analysis.groups[g].predicted_imbalance);
         }
         QCOMPARE(streamed->mean_predicted_by_sharding, analysis.mean_predicted_by_sharding);
+        // The predictions tell their progress a step at a time, and stop when told to.
+        std::vector<double> told;
+        const auto counted = analyze_cp_load(trace, find_passes(trace), *from_file, [&](double f) {
+            told.push_back(f);
+            return true;
+        });
+        QVERIFY(counted.ok());
+        QCOMPARE(told, (std::vector<double>{0.5, 1.0}));  // kSteps steps have groups
+        const auto stopped =
+            analyze_cp_load(trace, find_passes(trace), *from_file, [](double) { return false; });
+        QVERIFY(!stopped.ok());
+        QCOMPARE(int(stopped.error().code), int(ErrorCode::cancelled));
         const std::string name = balance::cp_sharding_name(sharding);
         for (const CpGroupLoad& group : analysis.groups) {
             QCOMPARE(int(group.ranks.size()), cp);

@@ -417,7 +417,7 @@ ShardingPrediction alternatives_for(const CpLoadInputs& in, const StepRows& step
 // rows read once: each (pp, tp) still meets its groups in that order.
 Status predict_alternatives(const CpLoadInputs& in, const WorkloadByRank& workload,
                             std::vector<CpGroupLoad>& groups,
-                            const std::function<bool(double)>& steps_done) {
+                            const std::function<Status(double)>& steps_done) {
     std::vector<std::size_t> order(groups.size());
     for (std::size_t i = 0; i < order.size(); ++i) {
         order[i] = i;
@@ -436,10 +436,8 @@ Status predict_alternatives(const CpLoadInputs& in, const WorkloadByRank& worklo
         steps += i == 0 || groups[order[i]].step != groups[order[i - 1]].step ? 1 : 0;
     }
     const auto tell = [&]() -> Status {
-        if (steps_done && !steps_done(static_cast<double>(done) / static_cast<double>(steps))) {
-            return Error{ErrorCode::cancelled, "the analysis was cancelled"};
-        }
-        return {};
+        return steps_done ? steps_done(static_cast<double>(done) / static_cast<double>(steps))
+                          : Status{};
     };
     for (std::size_t index : order) {
         CpGroupLoad& group = groups[index];
@@ -508,7 +506,7 @@ CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& p
 
 Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
                                        const WorkloadByRank& workload,
-                                       const std::function<bool(double)>& steps_done) {
+                                       const std::function<Status(double)>& steps_done) {
     CpLoadAnalysis result;
     result.sharding = trace.config.cp_shard;
     if (!trace.config.grid_known) {

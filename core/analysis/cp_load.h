@@ -76,11 +76,11 @@ struct CpLoadAnalysis {
 // No groups when cp = 1 or the grid is unknown. The workload from trace.workload.
 CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes);
 // The same with the workload as the caller reads it (WorkloadByRank: from memory, or from the
-// run's file a step at a time); fails only where reading a step's rows does, or when
+// run's file a step at a time); fails where reading a step's rows does, or with what
 // `steps_done` — told the fraction of the steps predicted as each is done (ten seconds of a
-// 1 B-event run's analysis) — returns false: ErrorCode::cancelled.
+// 1 B-event run's analysis) — returns when it fails (the caller's cancel).
 Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
                                        const WorkloadByRank& workload,
-                                       const std::function<bool(double)>& steps_done = {});
+                                       const std::function<Status(double)>& steps_done = {});
 
 }  // namespace fulcrum::analysis

@@ -328,46 +328,55 @@ std::vector<Pass> find_passes(const RunTrace& trace) {
 
 namespace {
 
-// A row's part of what its (rank, step, micro-batch) held (held_work).
-void add_row(HeldWork& held, const WorkloadEntry& entry) {
-    const std::int64_t length = std::max(0, entry.token_end - entry.token_begin);
-    held.tokens += length;
-    held.pairs += causal_pairs(entry.token_begin, length);
-    ++held.documents;
-}
+// What each (rank, step, micro-batch) held, from rows in any order (a file's table order, or a
+// run's in memory): each run of rows of one key is summed as it comes, then the runs are
+// ordered by key and those of one key (rows of a micro-batch apart in the table) added up.
+class HeldSums {
+public:
+    void add(const WorkloadEntry& entry) {
+        if (parts_.empty() ||
+            std::tie(parts_.back().rank, parts_.back().step, parts_.back().microbatch) !=
+                std::tie(entry.rank, entry.step, entry.microbatch)) {
+            parts_.push_back({entry.rank, entry.step, entry.microbatch, 0, 0, 0});
+        }
+        HeldWork& held = parts_.back();
+        const std::int64_t length = std::max(0, entry.token_end - entry.token_begin);
+        held.tokens += length;
+        held.pairs += causal_pairs(entry.token_begin, length);
+        ++held.documents;
+    }
 
-// The step of a row, its pointer, a run of rows, or a step itself (equal_range's two sides).
-std::int32_t step_of(std::int32_t step) {
-    return step;
-}
-std::int32_t step_of(const WorkloadEntry* entry) {
-    return entry->step;
-}
-template <typename Run>
-requires requires(const Run& run) {
-    run.first;
-}
-std::int32_t step_of(const Run& run) {
-    return run.step;
-}
+    // Exactly as long as the keys, with no growth's slack: millions at 1 B events.
+    std::vector<HeldWork> finish() && {
+        const auto key = [](const HeldWork& work) {
+            return std::tie(work.rank, work.step, work.microbatch);
+        };
+        std::sort(parts_.begin(), parts_.end(),
+                  [&](const HeldWork& a, const HeldWork& b) { return key(a) < key(b); });
+        std::size_t keys = 0;
+        for (std::size_t i = 0; i < parts_.size(); ++i) {
+            keys += i == 0 || key(parts_[i - 1]) != key(parts_[i]) ? 1 : 0;
+        }
+        std::vector<HeldWork> held;
+        held.reserve(keys);
+        for (const HeldWork& part : parts_) {
+            if (!held.empty() && key(held.back()) == key(part)) {
+                held.back().tokens += part.tokens;
+                held.back().pairs += part.pairs;
+                held.back().documents += part.documents;
+            } else {
+                held.push_back(part);
+            }
+        }
+        std::vector<HeldWork>().swap(parts_);
+        return held;
+    }
 
-auto rank_key(const WorkloadEntry* entry) {
-    return std::tie(entry->rank, entry->step, entry->microbatch);
-}
+private:
+    std::vector<HeldWork> parts_;
+};
 
 }  // namespace
-
-std::vector<const WorkloadEntry*> workload_by_rank(const RunTrace& trace) {
-    std::vector<const WorkloadEntry*> rows;
-    rows.reserve(trace.workload.size());
-    for (const WorkloadEntry& entry : trace.workload) {
-        rows.push_back(&entry);
-    }
-    std::stable_sort(rows.begin(), rows.end(), [](const WorkloadEntry* a, const WorkloadEntry* b) {
-        return rank_key(a) < rank_key(b);
-    });
-    return rows;
-}
 
 WorkloadByRank WorkloadByRank::of(const RunTrace& trace) {
     WorkloadByRank out;
@@ -378,13 +387,10 @@ WorkloadByRank WorkloadByRank::of(const RunTrace& trace) {
     for (const WorkloadEntry& entry : trace.workload) {
         by_step->push_back(&entry);
     }
-    std::stable_sort(
-        by_step->begin(), by_step->end(),
-        [](const WorkloadEntry* a, const WorkloadEntry* b) { return a->step < b->step; });
+    std::ranges::stable_sort(*by_step, {}, [](const WorkloadEntry* entry) { return entry->step; });
     out.step_rows = [by_step](std::int32_t step) -> Result<std::vector<WorkloadEntry>> {
-        const auto [first, last] =
-            std::equal_range(by_step->begin(), by_step->end(), step,
-                             [](const auto& a, const auto& b) { return step_of(a) < step_of(b); });
+        const auto [first, last] = std::ranges::equal_range(
+            *by_step, step, {}, [](const WorkloadEntry* entry) { return entry->step; });
         std::vector<WorkloadEntry> rows;
         rows.reserve(static_cast<std::size_t>(last - first));
         for (auto it = first; it != last; ++it) {
@@ -405,17 +411,10 @@ Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
         std::int32_t step;
         std::int64_t first, last;  // rowids
     };
-    std::vector<HeldWork> parts;
+    HeldSums sums;
     std::vector<StepRun> runs;
-    const auto same_key = [](const HeldWork& work, const WorkloadEntry& entry) {
-        return work.rank == entry.rank && work.step == entry.step &&
-               work.microbatch == entry.microbatch;
-    };
     auto scanned = reader.scan_workload([&](std::int64_t rowid, const WorkloadEntry& entry) {
-        if (parts.empty() || !same_key(parts.back(), entry)) {
-            parts.push_back({entry.rank, entry.step, entry.microbatch, 0, 0, 0});
-        }
-        add_row(parts.back(), entry);
+        sums.add(entry);
         if (runs.empty() || runs.back().step != entry.step || runs.back().last + 1 != rowid) {
             runs.push_back({entry.step, rowid, rowid});
         } else {
@@ -425,33 +424,13 @@ Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
     if (!scanned) {
         return scanned.error();
     }
-    // Keys met more than once (rows of one micro-batch apart in the table) summed into one.
-    std::sort(parts.begin(), parts.end(), [](const HeldWork& a, const HeldWork& b) {
-        return std::tie(a.rank, a.step, a.microbatch) < std::tie(b.rank, b.step, b.microbatch);
-    });
     WorkloadByRank out;
-    out.held.reserve(parts.size());
-    for (const HeldWork& part : parts) {
-        HeldWork* last = out.held.empty() ? nullptr : &out.held.back();
-        if (last != nullptr && std::tie(last->rank, last->step, last->microbatch) ==
-                                   std::tie(part.rank, part.step, part.microbatch)) {
-            last->tokens += part.tokens;
-            last->pairs += part.pairs;
-            last->documents += part.documents;
-        } else {
-            out.held.push_back(part);
-        }
-    }
-    std::vector<HeldWork>().swap(parts);
-    out.held.shrink_to_fit();
-    std::stable_sort(runs.begin(), runs.end(),
-                     [](const StepRun& a, const StepRun& b) { return a.step < b.step; });
+    out.held = std::move(sums).finish();
+    std::ranges::stable_sort(runs, {}, &StepRun::step);
     auto shared_runs = std::make_shared<std::vector<StepRun>>(std::move(runs));
     out.step_rows = [&reader,
                      shared_runs](std::int32_t step) -> Result<std::vector<WorkloadEntry>> {
-        const auto [first, last] =
-            std::equal_range(shared_runs->begin(), shared_runs->end(), step,
-                             [](const auto& a, const auto& b) { return step_of(a) < step_of(b); });
+        const auto [first, last] = std::ranges::equal_range(*shared_runs, step, {}, &StepRun::step);
         std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
         std::size_t count = 0;  // exact: a range is rows of consecutive rowids
         for (auto it = first; it != last; ++it) {
@@ -470,26 +449,11 @@ Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
 }
 
 std::vector<HeldWork> held_work(const RunTrace& trace) {
-    return held_work(workload_by_rank(trace));
-}
-
-std::vector<HeldWork> held_work(const std::vector<const WorkloadEntry*>& by_rank) {
-    // Counted first: millions of rows at 1 B events, which growth by doubling would hold with
-    // up to as much again unused while the analyses run.
-    std::size_t keys = 0;
-    for (std::size_t i = 0; i < by_rank.size(); ++i) {
-        keys += i == 0 || rank_key(by_rank[i - 1]) != rank_key(by_rank[i]) ? 1 : 0;
+    HeldSums sums;
+    for (const WorkloadEntry& entry : trace.workload) {
+        sums.add(entry);
     }
-    std::vector<HeldWork> result;
-    result.reserve(keys);
-    for (const WorkloadEntry* entry : by_rank) {
-        if (result.empty() || std::tie(result.back().rank, result.back().step,
-                                       result.back().microbatch) != rank_key(entry)) {
-            result.push_back({entry->rank, entry->step, entry->microbatch, 0, 0, 0});
-        }
-        add_row(result.back(), *entry);
-    }
-    return result;
+    return std::move(sums).finish();
 }
 
 }  // namespace fulcrum::analysis

@@ -83,14 +83,8 @@ struct HeldWork {
     std::int64_t documents = 0;
 };
 
-// The workload table's rows ordered by (rank, step, micro-batch), each key's rows in table
-// order: a sort of pointers, not a tree, for a 1 B-event run's millions of rows.
-std::vector<const WorkloadEntry*> workload_by_rank(const RunTrace& trace);
-
-// One row per (rank, step, micro-batch) that the workload table names, ordered that way; the
-// second from workload_by_rank's rows, for a caller that needs those too.
+// One row per (rank, step, micro-batch) that the workload table names, ordered that way.
 std::vector<HeldWork> held_work(const RunTrace& trace);
-std::vector<HeldWork> held_work(const std::vector<const WorkloadEntry*>& by_rank);
 
 // The workload table as the analyses read it: what each (rank, step, micro-batch) held, for
 // every step at once (the cost model, imbalance and CP load look it up by pass), and the rows

@@ -500,7 +500,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     release_free_memory();  // CP load's largest arrays are mapped apart, not from these pages
     auto cp_load = analyze_cp_load(trace, passes, workload, [&](double steps) {
         report("CP load", 0.9 + 0.09 * steps);
-        return !options.cancel || !options.cancel->load();
+        return check_cancel(options);
     });
     ModelChain models = chain.get();
     if (!cp_load) {

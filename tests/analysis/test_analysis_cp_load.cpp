@@ -328,12 +328,13 @@ private slots:
         std::vector<double> told;
         const auto counted = analyze_cp_load(trace, find_passes(trace), *from_file, [&](double f) {
             told.push_back(f);
-            return true;
+            return Status{};
         });
         QVERIFY(counted.ok());
         QCOMPARE(told, (std::vector<double>{0.5, 1.0}));  // kSteps steps have groups
-        const auto stopped =
-            analyze_cp_load(trace, find_passes(trace), *from_file, [](double) { return false; });
+        const auto stopped = analyze_cp_load(trace, find_passes(trace), *from_file, [](double) {
+            return Status(Error{ErrorCode::cancelled, "the analysis was cancelled"});
+        });
         QVERIFY(!stopped.ok());
         QCOMPARE(int(stopped.error().code), int(ErrorCode::cancelled));
         const std::string name = balance::cp_sharding_name(sharding);

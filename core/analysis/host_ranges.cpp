@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/analysis/passes.h"
+#include "core/util/random.h"
 
 namespace fulcrum::analysis {
 
@@ -71,18 +72,14 @@ struct TransferKey {
 
 struct TransferKeyHash {
     std::size_t operator()(const TransferKey& k) const {
-        std::uint64_t h = 1469598103934665603ULL;
-        const auto mix = [&h](std::uint64_t value) {
-            h ^= value + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-        };
-        mix(std::uint64_t(std::uint32_t(k.dp)));
-        mix(std::uint64_t(std::uint16_t(k.cp)) | std::uint64_t(std::uint16_t(k.tp)) << 16 |
-            std::uint64_t(std::uint16_t(k.stage)) << 32 |
-            std::uint64_t(std::uint16_t(k.what)) << 48);
-        mix(std::uint64_t(std::uint32_t(k.step)) | std::uint64_t(std::uint32_t(k.microbatch))
-                                                       << 32);
-        mix(std::uint64_t(std::uint32_t(k.occurrence)));
-        return static_cast<std::size_t>(h);
+        std::uint64_t h = splitmix64(std::uint32_t(k.dp));
+        h = splitmix64(h ^ (std::uint64_t(std::uint16_t(k.cp)) |
+                            std::uint64_t(std::uint16_t(k.tp)) << 16 |
+                            std::uint64_t(std::uint16_t(k.stage)) << 32 |
+                            std::uint64_t(std::uint16_t(k.what)) << 48));
+        h = splitmix64(h ^ (std::uint64_t(std::uint32_t(k.step)) |
+                            std::uint64_t(std::uint32_t(k.microbatch)) << 32));
+        return static_cast<std::size_t>(splitmix64(h ^ std::uint32_t(k.occurrence)));
     }
 };
 

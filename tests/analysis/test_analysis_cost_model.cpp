@@ -379,22 +379,6 @@ private slots:
                  qPrintable(QString::number(f->fit.mean_abs_rel_error)));
     }
 
-    // Two TP ranks (tp = 2) and two pipeline stages.
-    //   tp all-reduce, 3 instances, bytes 1000/2000/3000; the last arrival (rank 1) takes
-    //   1000 + 0.5·B = 1500, 2000, 2500; rank 0 arrives 300 earlier and so lasts 300 longer,
-    //   which must not enter the fit → latency 1000, per_byte 0.5.
-    //   "allreduce gradients" (an unknown name: one group of whoever emits it, ranks 2 and 3):
-    //   same bytes every time, last-arrival (rank 3) durations 100, 300, 200 → latency =
-    //   median 200, per_byte 0.
-    //   recv activations on stage 1 from stage 0 (ranks 2 ← 0 … both tp 0): mb0 recv
-    //   [500, 1800) with the send at 1000 → 800; mb1 recv [1900, 2500) with the send at 2000
-    //   → 500. Same bytes → latency = median(800, 500) = 650. mb2's recv [3050, 3100) began
-    //   after its send at 3000, so part of the transfer was already done: not a sample.
-    //   recv gradients on stage 0 from stage 1: send at 5000, recv [4000, 5300) → 300.
-    //   optimizer: step 0's ranks arrive together and the last ends 600 later; in step 1 rank 0
-    //   arrives at 300 000 000 and waits for rank 1, which arrives 300 later and both end 500
-    //   after rank 0's arrival → 200 (the wait is not update: the simulator plays it apart).
-    //   The mean over the steps → 400.
     // PipelineMatcher pairs a receive with its send whichever comes first in rank order, keeps
     // the receives in the ranks' order, drops a receive without a send, and takes a send's
     // bytes where the receive has none. Ranks 0 (stage 0) and 1 (stage 1) of one pipeline:
@@ -451,6 +435,22 @@ private slots:
         QCOMPARE(last[0].send_start_ns, 20);
     }
 
+    // Two TP ranks (tp = 2) and two pipeline stages.
+    //   tp all-reduce, 3 instances, bytes 1000/2000/3000; the last arrival (rank 1) takes
+    //   1000 + 0.5·B = 1500, 2000, 2500; rank 0 arrives 300 earlier and so lasts 300 longer,
+    //   which must not enter the fit → latency 1000, per_byte 0.5.
+    //   "allreduce gradients" (an unknown name: one group of whoever emits it, ranks 2 and 3):
+    //   same bytes every time, last-arrival (rank 3) durations 100, 300, 200 → latency =
+    //   median 200, per_byte 0.
+    //   recv activations on stage 1 from stage 0 (ranks 2 ← 0 … both tp 0): mb0 recv
+    //   [500, 1800) with the send at 1000 → 800; mb1 recv [1900, 2500) with the send at 2000
+    //   → 500. Same bytes → latency = median(800, 500) = 650. mb2's recv [3050, 3100) began
+    //   after its send at 3000, so part of the transfer was already done: not a sample.
+    //   recv gradients on stage 0 from stage 1: send at 5000, recv [4000, 5300) → 300.
+    //   optimizer: step 0's ranks arrive together and the last ends 600 later; in step 1 rank 0
+    //   arrives at 300 000 000 and waits for rank 1, which arrives 300 later and both end 500
+    //   after rank 0's arrival → 200 (the wait is not update: the simulator plays it apart).
+    //   The mean over the steps → 400.
     void collectiveAndPipelineFits() {
         RunTrace trace;
         add_rank(trace, 0, 0, 0, 0, 0);

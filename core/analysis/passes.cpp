@@ -387,10 +387,16 @@ WorkloadByRank WorkloadByRank::of(const RunTrace& trace) {
     for (const WorkloadEntry& entry : trace.workload) {
         by_step->push_back(&entry);
     }
-    std::ranges::stable_sort(*by_step, {}, [](const WorkloadEntry* entry) { return entry->step; });
+    std::stable_sort(
+        by_step->begin(), by_step->end(),
+        [](const WorkloadEntry* a, const WorkloadEntry* b) { return a->step < b->step; });
     out.step_rows = [by_step](std::int32_t step) -> Result<std::vector<WorkloadEntry>> {
-        const auto [first, last] = std::ranges::equal_range(
-            *by_step, step, {}, [](const WorkloadEntry* entry) { return entry->step; });
+        const auto first = std::lower_bound(
+            by_step->begin(), by_step->end(), step,
+            [](const WorkloadEntry* entry, std::int32_t at) { return entry->step < at; });
+        const auto last = std::upper_bound(
+            first, by_step->end(), step,
+            [](std::int32_t at, const WorkloadEntry* entry) { return at < entry->step; });
         std::vector<WorkloadEntry> rows;
         rows.reserve(static_cast<std::size_t>(last - first));
         for (auto it = first; it != last; ++it) {
@@ -426,11 +432,17 @@ Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
     }
     WorkloadByRank out;
     out.held = std::move(sums).finish();
-    std::ranges::stable_sort(runs, {}, &StepRun::step);
+    std::stable_sort(runs.begin(), runs.end(),
+                     [](const StepRun& a, const StepRun& b) { return a.step < b.step; });
     auto shared_runs = std::make_shared<std::vector<StepRun>>(std::move(runs));
     out.step_rows = [&reader,
                      shared_runs](std::int32_t step) -> Result<std::vector<WorkloadEntry>> {
-        const auto [first, last] = std::ranges::equal_range(*shared_runs, step, {}, &StepRun::step);
+        const auto first =
+            std::lower_bound(shared_runs->begin(), shared_runs->end(), step,
+                             [](const StepRun& run, std::int32_t at) { return run.step < at; });
+        const auto last =
+            std::upper_bound(first, shared_runs->end(), step,
+                             [](std::int32_t at, const StepRun& run) { return at < run.step; });
         std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
         std::size_t count = 0;  // exact: a range is rows of consecutive rowids
         for (auto it = first; it != last; ++it) {

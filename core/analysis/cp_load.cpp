@@ -9,6 +9,7 @@
 #include <queue>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/analysis/imbalance_degree.h"
 #include "core/balance/cp_shard.h"
@@ -176,7 +177,7 @@ constexpr std::array kAlternatives = {balance::CpSharding::contiguous, balance::
                                       balance::CpSharding::per_document};
 static_assert(kAlternatives.size() == ShardingPrediction::kShardings);
 
-using RankMb = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, mb
+using RankMb = MeasuredAttention::Key;
 
 // (rank, step, micro-batch) of a pass, held work or workload row.
 template <typename T>
@@ -221,39 +222,49 @@ struct CpLoadInputs {
     }
 };
 
-CpLoadInputs gather_inputs(const RunTrace& trace, const std::vector<Pass>& passes, int cp,
+// False where a rank's coordinates are unknown, or outside the configured grid.
+bool in_grid(const RankInfo& rank, int cp) {
+    return rank.cp >= 0 && rank.cp < cp;
+}
+
+// The CP groups of the run's grid: ranks that share dp, pp and tp, by their cp coordinate (a
+// rank without coordinates, or outside the grid, in none).
+std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> cp_members(const RunTrace& trace,
+                                                                             int cp) {
+    std::map<std::tuple<int, int, int>, std::vector<const RankInfo*>> members;
+    for (const RankTrace& rank : trace.ranks) {
+        const RankInfo& r = rank.info;
+        if (!in_grid(r, cp)) {
+            continue;
+        }
+        auto& group = members[{r.dp, r.pp, r.tp}];
+        group.resize(static_cast<std::size_t>(cp), nullptr);
+        group[static_cast<std::size_t>(r.cp)] = &r;
+    }
+    return members;
+}
+
+// The run's CP degree where it has CP groups to analyse; nothing when cp = 1 or the grid is
+// unknown.
+std::optional<int> cp_degree(const RunTrace& trace) {
+    if (!trace.config.grid_known || trace.config.layout.grid.cp <= 1) {
+        return std::nullopt;
+    }
+    return trace.config.layout.grid.cp;
+}
+
+CpLoadInputs gather_inputs(const RunTrace& trace, MeasuredAttention attention, int cp,
                            const WorkloadByRank& workload) {
     CpLoadInputs in{.held = workload.held};
     in.cp = cp;
+    in.members = cp_members(trace, cp);
     std::unordered_map<std::int32_t, const RankInfo*> info_of;
     for (const RankTrace& rank : trace.ranks) {
-        const RankInfo& r = rank.info;
-        if (r.cp < 0 || r.cp >= cp) {
-            continue;  // coordinates unknown, or outside the configured grid
-        }
-        auto& group = in.members[{r.dp, r.pp, r.tp}];
-        group.resize(static_cast<std::size_t>(cp), nullptr);
-        group[static_cast<std::size_t>(r.cp)] = &r;
-        info_of[r.rank] = &r;
-    }
-    in.attention.reserve(passes.size());
-    for (const Pass& pass : passes) {
-        if (info_of.contains(pass.rank)) {
-            in.attention.emplace_back(rank_mb_of(pass), pass.attention_ns);
+        if (in_grid(rank.info, cp)) {
+            info_of[rank.info.rank] = &rank.info;
         }
     }
-    std::sort(in.attention.begin(), in.attention.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::size_t summed = 0;
-    for (const auto& [key, ns] : in.attention) {
-        if (summed > 0 && in.attention[summed - 1].first == key) {
-            in.attention[summed - 1].second += ns;
-        } else {
-            in.attention[summed++] = {key, ns};
-        }
-    }
-    in.attention.resize(summed);
-    in.attention.shrink_to_fit();
+    in.attention = std::move(attention.ns);
     // A key for every (rank, step, micro-batch) that was measured or held, then each once.
     in.keys.reserve(in.attention.size() + in.held.size());
     const auto add_key = [&](const RankMb& at) {
@@ -498,13 +509,47 @@ std::vector<std::pair<std::string, double>> ShardingPrediction::named() const {
     return out;
 }
 
+MeasuredAttention measured_attention(const RunTrace& trace, const std::vector<Pass>& passes) {
+    MeasuredAttention out;
+    const std::optional<int> cp = cp_degree(trace);
+    if (!cp) {
+        return out;
+    }
+    std::unordered_set<std::int32_t> in_groups;
+    for (const RankTrace& rank : trace.ranks) {
+        if (in_grid(rank.info, *cp)) {
+            in_groups.insert(rank.info.rank);
+        }
+    }
+    auto& ns = out.ns;
+    ns.reserve(passes.size());
+    for (const Pass& pass : passes) {
+        if (in_groups.contains(pass.rank)) {
+            ns.emplace_back(rank_mb_of(pass), pass.attention_ns);
+        }
+    }
+    std::sort(ns.begin(), ns.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::size_t summed = 0;
+    for (const auto& [key, time] : ns) {
+        if (summed > 0 && ns[summed - 1].first == key) {
+            ns[summed - 1].second += time;
+        } else {
+            ns[summed++] = {key, time};
+        }
+    }
+    ns.resize(summed);
+    ns.shrink_to_fit();
+    return out;
+}
+
 CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes) {
-    auto result = analyze_cp_load(trace, passes, WorkloadByRank::of(trace));
+    auto result =
+        analyze_cp_load(trace, measured_attention(trace, passes), WorkloadByRank::of(trace));
     // Rows in memory cannot fail to read.
     return result ? std::move(*result) : CpLoadAnalysis{};
 }
 
-Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
+Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, MeasuredAttention attention,
                                        const WorkloadByRank& workload,
                                        const std::function<Status(double)>& steps_done) {
     CpLoadAnalysis result;
@@ -517,7 +562,7 @@ Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<
     if (cp <= 1) {
         return result;
     }
-    CpLoadInputs in = gather_inputs(trace, passes, cp, workload);
+    CpLoadInputs in = gather_inputs(trace, std::move(attention), cp, workload);
     in.ulysses = trace.config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
 
     // Each group's spreads, once: its own degrees, and its weight in the headline figures

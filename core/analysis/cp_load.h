@@ -18,6 +18,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/analysis/passes.h"
@@ -73,13 +75,24 @@ struct CpLoadAnalysis {
     std::vector<std::pair<std::string, double>> mean_predicted_by_sharding;
 };
 
+// All CP load measures of the passes: each (rank, step, micro-batch)'s attention time summed
+// over its passes, for the ranks of the run's CP groups, ascending and each once (none when
+// cp = 1 or the grid is unknown). Taken apart so that a run read a rank at a time frees its
+// passes before CP load builds its groups (analyze_run_file), not holding the two side by side.
+struct MeasuredAttention {
+    using Key = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, micro-batch
+    std::vector<std::pair<Key, std::int64_t>> ns;
+};
+MeasuredAttention measured_attention(const RunTrace& trace, const std::vector<Pass>& passes);
+
 // No groups when cp = 1 or the grid is unknown. The workload from trace.workload.
 CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes);
-// The same with the workload as the caller reads it (WorkloadByRank: from memory, or from the
-// run's file a step at a time); fails where reading a step's rows does, or with what
-// `steps_done` — told the fraction of the steps predicted as each is done (ten seconds of a
-// 1 B-event run's analysis) — returns when it fails (the caller's cancel).
-Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes,
+// The same from the passes' measured_attention, with the workload as the caller reads it
+// (WorkloadByRank: from memory, or from the run's file a step at a time); fails where reading a
+// step's rows does, or with what `steps_done` — told the fraction of the steps predicted as each
+// is done (ten seconds of a 1 B-event run's analysis) — returns when it fails (the caller's
+// cancel).
+Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, MeasuredAttention attention,
                                        const WorkloadByRank& workload,
                                        const std::function<Status(double)>& steps_done = {});
 

@@ -77,10 +77,9 @@ json sharding_json(const std::vector<std::pair<std::string, double>>& by_shardin
 // passes and the workload table already say, so that a "—" always has its reason. A run that
 // has no such dimension (pp = 1, cp = 1) lacks nothing: its bubble and CP sections say so
 // where they would be, and a complete run has no notes.
-void add_notes_on_missing_figures(const RunTrace& trace, const std::vector<Pass>& passes,
-                                  RunAnalysis& analysis) {
+void add_notes_on_missing_figures(const RunTrace& trace, bool any_passes, RunAnalysis& analysis) {
     const RunConfig& config = trace.config;
-    if (!passes.empty()) {
+    if (any_passes) {
         if (!config.hot_switch.empty()) {
             analysis.notes.push_back(
                 "hot-switched run: each length bucket ran its own pipeline shape, which the "
@@ -421,39 +420,26 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     found.collectives.finish();
     const MatchedCollectives& collectives = found.collectives;
 
-    // The cost model, then imbalance and offload, on another thread; bubbles, the collectives'
-    // summary, the critical path and CP load here. Each reads the findings only. CP load waits
-    // for the cost model: the two hold the most besides the findings (the pipeline's sends,
-    // the CP groups), and a 1 B-event run's peak was the two side by side.
+    // The cost model on another thread; bubbles, the collectives' summary and the critical path
+    // here meanwhile, then imbalance, offload and CP load, each once what it needs is there and
+    // what it does not is freed: the host ranges and pipeline pairs (the cost model's and the
+    // critical path's) before imbalance, the passes before CP load builds its groups. A run of
+    // many steps peaked with all of them side by side.
     struct ModelFit {
         std::optional<CostModel> cost_model;
         std::string cost_model_error;
     };
-    struct ModelChain {
-        ImbalanceAnalysis imbalance;
-        OffloadAnalysis offload;
-    };
-    const std::shared_future<ModelFit> fit =
-        std::async(std::launch::async, [&] {
-            ModelFit out;
-            if (!passes.empty() && !workload.held.empty()) {
-                auto fitted = fit_cost_model(trace, passes, &collectives, &found.ranges, &workload,
-                                             &pipeline);
-                if (fitted) {
-                    out.cost_model = std::move(*fitted);
-                } else {
-                    out.cost_model_error = fitted.error().message;
-                }
+    std::future<ModelFit> fit = std::async(std::launch::async, [&] {
+        ModelFit out;
+        if (!passes.empty() && !workload.held.empty()) {
+            auto fitted =
+                fit_cost_model(trace, passes, &collectives, &found.ranges, &workload, &pipeline);
+            if (fitted) {
+                out.cost_model = std::move(*fitted);
+            } else {
+                out.cost_model_error = fitted.error().message;
             }
-            return out;
-        }).share();
-    auto chain = std::async(std::launch::async, [&] {
-        ModelChain out;
-        const ModelFit& fitted = fit.get();
-        const CostModel* model = fitted.cost_model ? &*fitted.cost_model : nullptr;
-        out.imbalance = analyze_imbalance(trace, passes, collectives, model, &workload);
-        const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
-        out.offload = analyze_offload(trace, found.offload, model, element_bytes);
+        }
         return out;
     });
     analysis.passes = static_cast<std::int64_t>(passes.size());
@@ -491,23 +477,28 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     report("cost model, imbalance and critical path", 0.85);
     analysis.communication = summarize_collectives(trace, collectives);
     analysis.critical_paths = critical_paths(trace, passes, &collectives, &found.ranges);
-    report("CP load", 0.9);
-    fit.wait();
-    // The host ranges and pipeline pairs were the cost model's and the critical path's, both
-    // done: CP load, where a 1 B-event run peaked, need not hold them beside its groups.
+    const ModelFit fitted = fit.get();
     std::vector<RankRanges>().swap(found.ranges);
     std::vector<PipelinePair>().swap(pipeline);
+    release_free_memory();
+    const CostModel* model = fitted.cost_model ? &*fitted.cost_model : nullptr;
+    analysis.imbalance = analyze_imbalance(trace, passes, collectives, model, &workload);
+    const int element_bytes = trace.config.backend == "cuda" ? 2 : 4;
+    analysis.offload = analyze_offload(trace, found.offload, model, element_bytes);
+    report("CP load", 0.9);
+    // CP load needs only the passes' attention times.
+    MeasuredAttention attention = measured_attention(trace, passes);
+    const bool any_passes = !passes.empty();
+    std::vector<Pass>().swap(found.passes);
     release_free_memory();  // CP load's largest arrays are mapped apart, not from these pages
-    auto cp_load = analyze_cp_load(trace, passes, workload, [&](double steps) {
+    auto cp_load = analyze_cp_load(trace, std::move(attention), workload, [&](double steps) {
         report("CP load", 0.9 + 0.09 * steps);
         return check_cancel(options);
     });
-    ModelChain models = chain.get();
     if (!cp_load) {
         return cp_load.error();
     }
     analysis.cp_load = std::move(*cp_load);
-    const ModelFit& fitted = fit.get();
     analysis.cost_model = fitted.cost_model;
     analysis.cost_model_error = fitted.cost_model_error;
     if (!fitted.cost_model_error.empty()) {
@@ -517,11 +508,9 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     if (options.tally_names && !analysis.names) {
         analysis.names.emplace();  // a run without ranks: nothing to count
     }
-    analysis.imbalance = std::move(models.imbalance);
-    analysis.offload = std::move(models.offload);
     analysis.hot_switch = analyze_hot_switch(trace, std::move(found.hot_switch));
     analysis.memory = analyze_memory(trace, std::move(found.memory));
-    add_notes_on_missing_figures(trace, passes, analysis);
+    add_notes_on_missing_figures(trace, any_passes, analysis);
     if (auto status = check_cancel(options); !status) {
         return status.error();
     }

@@ -314,7 +314,8 @@ private slots:
             QCOMPARE(file_rows->empty(), step == kSteps);
             QVERIFY2(same_rows(*file_rows, *memory_rows), qPrintable(QString("step %1").arg(step)));
         }
-        const auto streamed = analyze_cp_load(trace, find_passes(trace), *from_file);
+        const auto streamed =
+            analyze_cp_load(trace, measured_attention(trace, find_passes(trace)), *from_file);
         QVERIFY(streamed.ok());
         QCOMPARE(streamed->groups.size(), analysis.groups.size());
         for (std::size_t g = 0; g < analysis.groups.size(); ++g) {
@@ -326,15 +327,17 @@ private slots:
         QCOMPARE(streamed->mean_predicted_by_sharding, analysis.mean_predicted_by_sharding);
         // The predictions tell their progress a step at a time, and stop when told to.
         std::vector<double> told;
-        const auto counted = analyze_cp_load(trace, find_passes(trace), *from_file, [&](double f) {
-            told.push_back(f);
-            return Status{};
-        });
+        const auto counted = analyze_cp_load(trace, measured_attention(trace, find_passes(trace)),
+                                             *from_file, [&](double f) {
+                                                 told.push_back(f);
+                                                 return Status{};
+                                             });
         QVERIFY(counted.ok());
         QCOMPARE(told, (std::vector<double>{0.5, 1.0}));  // kSteps steps have groups
-        const auto stopped = analyze_cp_load(trace, find_passes(trace), *from_file, [](double) {
-            return Status(Error{ErrorCode::cancelled, "the analysis was cancelled"});
-        });
+        const auto stopped = analyze_cp_load(
+            trace, measured_attention(trace, find_passes(trace)), *from_file, [](double) {
+                return Status(Error{ErrorCode::cancelled, "the analysis was cancelled"});
+            });
         QVERIFY(!stopped.ok());
         QCOMPARE(int(stopped.error().code), int(ErrorCode::cancelled));
         const std::string name = balance::cp_sharding_name(sharding);
@@ -354,6 +357,30 @@ private slots:
                                     .arg(predicted_for(group, name))
                                     .arg(*group.predicted_imbalance)));
         }
+    }
+
+    // What CP load measures of the passes: one time a (rank, step, micro-batch), its passes'
+    // attention summed, for the ranks in the CP grid only, ascending.
+    void measuredAttentionSumsEachRanksMicroBatch() {
+        RunTrace trace;
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 0, 0, 0, 1);
+        add_rank(trace, 2, 0, 0, 0, -1);  // no CP coordinate: in no group
+        pass_with_attention(trace, 1, 0, 0, 0, Phase::forward, 30);
+        pass_with_attention(trace, 1, 2000, 0, 0, Phase::backward, 70);
+        pass_with_attention(trace, 0, 0, 0, 1, Phase::forward, 5);
+        pass_with_attention(trace, 0, 2000, 0, 0, Phase::forward, 10);
+        pass_with_attention(trace, 2, 0, 0, 0, Phase::forward, 99);
+        trace.finish();
+        QVERIFY(trace.config.grid_known);
+        QCOMPARE(trace.config.layout.grid.cp, 2);
+        const MeasuredAttention measured = measured_attention(trace, find_passes(trace));
+        using Key = MeasuredAttention::Key;
+        const std::vector<std::pair<Key, std::int64_t>> expected = {
+            {Key{0, 0, 0}, 10}, {Key{0, 0, 1}, 5}, {Key{1, 0, 0}, 100}};
+        QCOMPARE(measured.ns, expected);
+        trace.config.layout.grid.cp = 1;
+        QVERIFY(measured_attention(trace, find_passes(trace)).ns.empty());
     }
 
     // cp = 1: no CP groups at all.

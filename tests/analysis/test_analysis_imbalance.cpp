@@ -116,6 +116,49 @@ private slots:
         QVERIFY(result.stragglers.empty());
     }
 
+    // A (rank, step)'s passes interleave micro-batches as 1F1B runs them (forward 0, forward 1,
+    // backward 0, backward 1, over two steps): each cell still sums its own passes. And passes
+    // handed over out of (rank, step) order, which the cells' fold a (rank, step) at a time
+    // does not expect, give the same matrices.
+    void cellsFoldInterleavedAndUnorderedPasses() {
+        RunTrace trace;
+        add_rank(trace, 0, 0, 0, 0, 0);
+        add_rank(trace, 1, 1, 0, 0, 0);
+        for (int step = 0; step < 2; ++step) {
+            const std::int64_t t = 1000 * step;
+            pass(trace, 0, t, 10, step, 0, Phase::forward);
+            pass(trace, 0, t + 10, 20, step, 1, Phase::forward);
+            pass(trace, 0, t + 30, 40, step, 0, Phase::backward);
+            pass(trace, 0, t + 70, 80, step, 1, Phase::backward);
+            pass(trace, 1, t, 5, step, 0, Phase::forward);
+            pass(trace, 1, t + 5, 7, step, 1, Phase::forward);
+            pass(trace, 1, t + 12, 11, step, 0, Phase::backward);
+            pass(trace, 1, t + 23, 13, step, 1, Phase::backward);
+        }
+        trace.finish();
+        const std::vector<Pass> passes = find_passes(trace);
+        const auto result = analyze_imbalance(trace, passes, MatchedCollectives(trace), nullptr);
+        QCOMPARE(result.by_microbatch.size(), 2u);
+        for (const StepMatrices& step : result.by_microbatch) {
+            QCOMPARE(step.compute_ns.at(0, 0), 50.0);
+            QCOMPARE(step.compute_ns.at(0, 1), 100.0);
+            QCOMPARE(step.compute_ns.at(1, 0), 16.0);
+            QCOMPARE(step.compute_ns.at(1, 1), 20.0);
+        }
+        QCOMPARE(result.compute_by_step.at(0, 1), 150.0);
+        QCOMPARE(result.compute_by_step.at(1, 1), 36.0);
+
+        const std::vector<Pass> reversed(passes.rbegin(), passes.rend());
+        const auto unordered =
+            analyze_imbalance(trace, reversed, MatchedCollectives(trace), nullptr);
+        QCOMPARE(unordered.compute_by_step.values, result.compute_by_step.values);
+        QCOMPARE(unordered.by_microbatch.size(), result.by_microbatch.size());
+        for (std::size_t s = 0; s < result.by_microbatch.size(); ++s) {
+            QCOMPARE(unordered.by_microbatch[s].compute_ns.values,
+                     result.by_microbatch[s].compute_ns.values);
+        }
+    }
+
     // With a cost model: forward 10 + T + 0.5·P, backward 2·T + P.
     //   rank 0 mb0 (T 4, P 10): 19 + 18 = 37;   mb1 (T 2, P 3): 13.5 + 7 = 20.5
     //   rank 1 mb0 (T 3, P 6):  16 + 12 = 28;   mb1 (T 1, P 1): 11.5 + 3 = 14.5

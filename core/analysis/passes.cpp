@@ -407,7 +407,8 @@ WorkloadByRank WorkloadByRank::of(const RunTrace& trace) {
     return out;
 }
 
-Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
+Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader,
+                                          const std::function<void(const WorkloadEntry&)>& also) {
     // One plain scan in the table's order (a merged run's: rank by rank, each rank's steps in
     // order): the rows of one (rank, step, micro-batch) come together and are summed as they
     // come; each run of rows of one step with consecutive rowids is remembered, for reading
@@ -421,6 +422,9 @@ Result<WorkloadByRank> WorkloadByRank::of(const store::TraceReader& reader) {
     std::vector<StepRun> runs;
     auto scanned = reader.scan_workload([&](std::int64_t rowid, const WorkloadEntry& entry) {
         sums.add(entry);
+        if (also) {
+            also(entry);
+        }
         if (runs.empty() || runs.back().step != entry.step || runs.back().last + 1 != rowid) {
             runs.push_back({entry.step, rowid, rowid});
         } else {

@@ -102,8 +102,9 @@ struct WorkloadByRank {
     static WorkloadByRank of(const RunTrace& trace);
     // From the run's file, which `reader` must keep open while it is used: one plain scan of
     // the table for the held work and where each step's rows lie, then each step's rows read
-    // back by rowid when asked.
-    static Result<WorkloadByRank> of(const store::TraceReader& reader);
+    // back by rowid when asked. `also`, when given, is handed every row the scan reads.
+    static Result<WorkloadByRank> of(const store::TraceReader& reader,
+                                     const std::function<void(const WorkloadEntry&)>& also = {});
 };
 
 std::int64_t causal_pairs(std::int64_t prefix, std::int64_t length);

@@ -521,6 +521,11 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
 }  // namespace
 
 Result<RunAnalysis> analyze_run(const RunTrace& trace, const AnalyzeOptions& options) {
+    if (options.visit_workload) {
+        for (const WorkloadEntry& row : trace.workload) {
+            options.visit_workload(row);
+        }
+    }
     return analyze_ranks(
         trace, WorkloadByRank::of(trace),
         [&trace, &options](int, std::size_t index) -> Result<RankFindings> {
@@ -539,7 +544,7 @@ Result<RunAnalysis> analyze_run_file(const store::TraceReader& reader, RunTrace&
     }
     // The workload's rows are read a step at a time where they are needed (CP load), not held:
     // ten million of them at 1 B events.
-    auto workload = WorkloadByRank::of(reader);
+    auto workload = WorkloadByRank::of(reader, options.visit_workload);
     if (!workload) {
         return workload.error();
     }

@@ -74,6 +74,10 @@ struct AnalyzeOptions {
     // analyses themselves read them a step at a time; false for a caller that needs only the
     // analysis (`fulcrum analyze`).
     bool read_workload = true;
+    // Handed each workload row as the analysis reads the table (analyze_run_file: its one scan
+    // of the file's table; analyze_run: trace.workload), for a caller that only tallies the
+    // rows and so need not read them again, nor hold them (a report's throughput).
+    std::function<void(const WorkloadEntry&)> visit_workload;
 };
 
 // Every analysis of a run in memory. Ranks are read side by side on every core, each once;

@@ -22,10 +22,11 @@ using analysis::Matrix;
 using analysis::RunAnalysis;
 
 ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
-                          analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log) {
+                          analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log,
+                          const TrainedTokens* tokens) {
     ReportRun run;
     run.path = std::move(path);
-    run.throughput = run_throughput(trace, analysis);
+    run.throughput = run_throughput(trace, analysis, tokens);
     run.analysis = std::move(analysis);
     for (const auto& rank : trace.ranks) {
         run.ranks.push_back(rank.info);
@@ -53,6 +54,11 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
     // A comparison diffs its runs by name: the tally is taken as the ranks are read, so each
     // run is read once, a rank at a time, never whole (analyze_run_file).
     analyze.tally_names = options.diff_against != nullptr || options.keep_tally != nullptr;
+    // The throughput's tokens are tallied as the analysis scans the workload table: its rows
+    // are neither read again nor held (ten million at 1 B events).
+    TrainedTokens tokens(reader->ranks());
+    analyze.read_workload = false;
+    analyze.visit_workload = [&tokens](const WorkloadEntry& row) { tokens.add(row); };
     analysis::RunTrace metadata;
     auto result = analysis::analyze_run_file(*reader, metadata, analyze);
     if (!result) {
@@ -60,7 +66,7 @@ Result<ReportRun> load_report_run(const std::string& path, const LoadReportOptio
     }
     std::optional<analysis::NameTally> tally = std::move(result->names);
     result->names.reset();
-    ReportRun run = make_report_run(path, metadata, std::move(*result), std::move(*log));
+    ReportRun run = make_report_run(path, metadata, std::move(*result), std::move(*log), &tokens);
     // The reader's rank table is the recording's own account (complete, dropped records).
     run.ranks = reader->ranks();
     if (!tally) {

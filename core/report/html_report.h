@@ -53,9 +53,11 @@ struct ReportOptions {
     const plan::PlanFile* plan = nullptr;
 };
 
-// A ReportRun from a trace already loaded and analysed (the GUI has both).
+// A ReportRun from a trace already loaded and analysed (the GUI has both); its tokens from
+// trace.workload, or from `tokens` where the rows were tallied as they were read.
 ReportRun make_report_run(std::string path, const analysis::RunTrace& trace,
-                          analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log);
+                          analysis::RunAnalysis analysis, std::vector<ImportLogEntry> import_log,
+                          const TrainedTokens* tokens = nullptr);
 
 // What a comparison keeps of its first run to diff the others against: the tally of its events
 // by name and the names it counted (the run's metadata, no events).

@@ -32,36 +32,54 @@ double RunThroughput::tokens_per_s() const {
                : 0.0;
 }
 
-RunThroughput run_throughput(const analysis::RunTrace& trace,
-                             const analysis::RunAnalysis& analysis) {
-    RunThroughput out;
-    out.epochs = analysis.config.epochs;
-    std::set<std::int32_t> counted;  // the first rank of each (dp, cp) group
-    {
-        std::set<std::pair<std::int32_t, std::int32_t>> groups;
-        for (const analysis::RankTrace& rank : trace.ranks) {
-            const RankInfo& info = rank.info;
-            if (info.pp <= 0 && info.tp <= 0 && groups.insert({info.dp, info.cp}).second) {
-                counted.insert(info.rank);
-            }
+TrainedTokens::TrainedTokens(std::vector<RankInfo> ranks) {
+    std::sort(ranks.begin(), ranks.end(),
+              [](const RankInfo& a, const RankInfo& b) { return a.rank < b.rank; });
+    std::set<std::pair<std::int32_t, std::int32_t>> groups;
+    for (const RankInfo& info : ranks) {
+        if (info.pp <= 0 && info.tp <= 0 && groups.insert({info.dp, info.cp}).second) {
+            counted_.insert(info.rank);
         }
     }
-    std::map<std::int64_t, std::int64_t> tokens_of;
-    for (const WorkloadEntry& entry : trace.workload) {
-        if (!counted.contains(entry.rank)) {
-            continue;
-        }
-        const std::int64_t tokens = std::max(0, entry.token_end - entry.token_begin);
-        out.tokens += tokens;
-        tokens_of[entry.doc_id] += tokens;
+}
+
+void TrainedTokens::add(const WorkloadEntry& row) {
+    if (!counted_.contains(row.rank)) {
+        return;
     }
-    out.documents = static_cast<std::int64_t>(tokens_of.size());
+    const std::int64_t tokens = std::max(0, row.token_end - row.token_begin);
+    tokens_ += tokens;
+    tokens_of_[row.doc_id] += tokens;
+}
+
+void TrainedTokens::fill(RunThroughput& out) const {
+    out.tokens = tokens_;
+    out.documents = static_cast<std::int64_t>(tokens_of_.size());
     std::uint64_t hash = 14695981039346656037ull;
-    for (const auto& [document, tokens] : tokens_of) {
+    for (const auto& [document, tokens] : tokens_of_) {
         mix(hash, static_cast<std::uint64_t>(document));
         mix(hash, static_cast<std::uint64_t>(tokens));
     }
     out.documents_fingerprint = hash;
+}
+
+RunThroughput run_throughput(const analysis::RunTrace& trace, const analysis::RunAnalysis& analysis,
+                             const TrainedTokens* tokens) {
+    RunThroughput out;
+    out.epochs = analysis.config.epochs;
+    if (tokens != nullptr) {
+        tokens->fill(out);
+    } else {
+        std::vector<RankInfo> ranks;
+        for (const analysis::RankTrace& rank : trace.ranks) {
+            ranks.push_back(rank.info);
+        }
+        TrainedTokens tally(std::move(ranks));
+        for (const WorkloadEntry& entry : trace.workload) {
+            tally.add(entry);
+        }
+        tally.fill(out);
+    }
 
     std::map<std::int32_t, std::pair<std::int64_t, std::int64_t>> spans;  // step: start, end
     for (const analysis::StepBreakdown& row : analysis.breakdown) {

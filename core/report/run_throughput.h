@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,10 +33,27 @@ struct RunThroughput {
     double tokens_per_s() const;
 };
 
-// Tokens from one rank per (DP replica, CP rank) — TP ranks and pipeline stages hold the
-// same tokens as their group's first — so each trained token counts once.
-RunThroughput run_throughput(const analysis::RunTrace& trace,
-                             const analysis::RunAnalysis& analysis);
+// The tokens and documents a run trained, tallied a workload row at a time: from one rank per
+// (DP replica, CP rank) — TP ranks and pipeline stages hold the same tokens as their group's
+// first — so each trained token counts once. A report tallies a run file's rows as the
+// analysis scans them (AnalyzeOptions::visit_workload), never holding them.
+class TrainedTokens {
+public:
+    explicit TrainedTokens(std::vector<RankInfo> ranks);
+    void add(const WorkloadEntry& row);
+    // Its tokens, documents and documents' fingerprint into `out`.
+    void fill(RunThroughput& out) const;
+
+private:
+    std::set<std::int32_t> counted_;                  // the first rank of each (dp, cp) group
+    std::map<std::int64_t, std::int64_t> tokens_of_;  // by document
+    std::int64_t tokens_ = 0;
+};
+
+// The run's tokens from trace.workload, or from `tokens` when given; its time from the
+// analysis's steps.
+RunThroughput run_throughput(const analysis::RunTrace& trace, const analysis::RunAnalysis& analysis,
+                             const TrainedTokens* tokens = nullptr);
 
 bool same_documents(const RunThroughput& a, const RunThroughput& b);
 

@@ -71,6 +71,17 @@ private slots:
         auto held_analysis = analysis::analyze_run(*held);
         QVERIFY(held_analysis.ok());
         const report::RunThroughput whole = report::run_throughput(*held, *held_analysis);
+        // The report tallied the rows as the analysis's one scan read them, holding none; the
+        // scan hands over every row of the table, once.
+        std::size_t visited = 0;
+        analysis::AnalyzeOptions counting;
+        counting.read_workload = false;
+        counting.visit_workload = [&visited](const WorkloadEntry&) { ++visited; };
+        analysis::RunTrace metadata;
+        QVERIFY(analysis::analyze_run_file(*reader, metadata, counting).ok());
+        QVERIFY(metadata.workload.empty());
+        QVERIFY(!held->workload.empty());
+        QCOMPARE(visited, held->workload.size());
         QCOMPARE(whole.tokens, b.tokens);
         QCOMPARE(whole.documents, b.documents);
         QCOMPARE(whole.documents_fingerprint, b.documents_fingerprint);

@@ -1,8 +1,16 @@
 #include "core/sim/grad_reduction.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fulcrum::sim {
+
+double nccl_sm_share(const HardwareAssumptions& hardware, const analysis::CollectiveCost& call) {
+    if (hardware.sms <= 0 || !call.nccl || call.nccl->prices.empty()) {
+        return 0;
+    }
+    return std::min(1.0, double(call.nccl->runtime_channels) / double(hardware.sms));
+}
 
 std::int64_t gradient_reduction_end(const GradientReductionInput& input,
                                     const std::vector<const parallel::ReplayResult*>& replays,
@@ -48,10 +56,19 @@ std::int64_t gradient_reduction_end(const GradientReductionInput& input,
         ready.insert(ready.end(), chunk_ready.begin(), chunk_ready.end());
     }
     std::sort(ready.begin(), ready.end());
+    // The passes lose sm_share of the time a bucket runs beside them: what comes after (the
+    // next layers' gradients, the stage's last pass) that much later.
     std::int64_t stream = input.step_start_ns;
+    std::int64_t overlapped = 0;  // of the buckets' time, what ran beside the passes
+    const auto delay = [&] {
+        return static_cast<std::int64_t>(std::llround(input.sm_share * double(overlapped)));
+    };
     for (std::int64_t at : ready) {
-        stream = std::max(stream, at) + predict_collective_ns(all_reduce, input.layer_bytes);
+        const std::int64_t start = std::max(stream, at + delay());
+        stream = start + predict_collective_ns(all_reduce, input.layer_bytes);
+        overlapped += std::max<std::int64_t>(0, std::min(stream, pipeline_end + delay()) - start);
     }
+    pipeline_end += delay();
     const std::int64_t rest = input.stage_bytes - layer_count * input.layer_bytes;
     stream = std::max(stream, pipeline_end);
     return stream + predict_moved_ns(all_reduce, rest);

@@ -9,7 +9,9 @@
 // bucket on one communication stream, in the order they become ready, while the passes after
 // go on. Layers run last to first inside a pass, each taking an even share of it. What no
 // layer holds (embeddings, the final LayerNorm) is reduced after the stage's last pass, and
-// the stage waits for the stream to drain: the reduction time the overlap did not hide.
+// the stage waits for the stream to drain: the reduction time the overlap did not hide. The
+// buckets' kernels hold `sm_share` of the SMs while they overlap the passes, so the passes end
+// later by that share of the time they overlapped (the compute they could not do then).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,15 @@ struct GradientReductionInput {
     std::int64_t layer_bytes = 0;            // one layer's gradients on one rank of the stage
     std::int64_t stage_bytes = 0;            // all the stage's gradients on one rank
     std::int64_t step_start_ns = 0;
+    // The share of a GPU's SMs the reduction's kernels hold (NCCL's channels of the all-reduce
+    // over the SMs, a CTA each); with overlap, the passes it runs beside compute on the rest.
+    double sm_share = 0;
 };
+
+// The share of a GPU's SMs an all-reduce's kernels hold while they run: NCCL's runtime
+// channels of its call (a CTA each) over the device's SMs; 0 where either is not described
+// (a fitted cost, a system without its SMs).
+double nccl_sm_share(const HardwareAssumptions& hardware, const analysis::CollectiveCost& call);
 
 // The end of the reduction; `replays` are the step's replicas (times from step_start_ns).
 std::int64_t gradient_reduction_end(const GradientReductionInput& input,

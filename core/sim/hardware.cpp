@@ -25,7 +25,8 @@ namespace {
 //   NVLink 3  300 GB/s a direction per GPU, collectives 80% of it (NCCL's bus bandwidth on a
 //             DGX A100 all-reduce is ~230–240 GB/s);
 //   network   25 GB/s a GPU (one 200 Gb/s HDR NIC each), 80% of it;
-//   latency   10 µs a collective call, 10 µs launches a layer and forward.
+//   latency   10 µs a collective call, 10 µs launches a layer and forward;
+//   SMs       108 (A100 datasheet), of which NCCL's kernels hold one a channel.
 HardwareAssumptions a100() {
     HardwareAssumptions a100;
     a100.preset = "a100";
@@ -41,7 +42,8 @@ HardwareAssumptions a100() {
     a100.p2p_latency_us = 10;
     a100.layer_overhead_us = 10;
     a100.gpus_per_node = 8;
-    a100.host_link_gbs = 24;                   // PCIe Gen4 x16
+    a100.host_link_gbs = 24;  // PCIe Gen4 x16
+    a100.sms = 108;
     a100.network = parallel::kDgxA100Network;  // its links as NCCL sees them
     return a100;
 }
@@ -67,7 +69,8 @@ HardwareAssumptions a100() {
 //   HBM3      3350 GB/s, 80% achieved by elementwise kernels;
 //   NVLink 4  450 GB/s a direction per GPU, 80% of it on flat rings; network 50 GB/s a GPU
 //             (one 400 Gb/s NDR NIC each), 80% of it; the described network below prices both;
-//   latency   10 µs a collective call, a pipeline hand-over and a layer's launches.
+//   latency   10 µs a collective call, a pipeline hand-over and a layer's launches;
+//   SMs       132 (H100 SXM5 datasheet).
 HardwareAssumptions h100() {
     HardwareAssumptions h100;
     h100.preset = "h100";
@@ -95,6 +98,7 @@ HardwareAssumptions h100() {
     h100.layer_overhead_us = 10;
     h100.gpus_per_node = 8;
     h100.host_link_gbs = 48;  // PCIe Gen5 x16
+    h100.sms = 132;
     // DGX H100's links as NCCL sees them: 18 NVLinks of 20.6 GB/s with NVLink SHARP, 8 NDR
     // NICs of 50 GB/s behind PCIe Gen5 x16 (48 GB/s), Intel Xeon hosts.
     h100.network = parallel::kDgxH100Network;
@@ -187,6 +191,7 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
         {"p2p_latency_us", number(hardware.p2p_latency_us)},
         {"layer_overhead_us", number(hardware.layer_overhead_us)},
         {"gpus_per_node", count(hardware.gpus_per_node)},
+        {"sms", count(hardware.sms)},
         {"host_link_gbs", number(hardware.host_link_gbs)},
         {"attention_efficiency", number(hardware.attention_efficiency)},
         {"unfused_attention_efficiency", number(hardware.unfused_attention_efficiency)},

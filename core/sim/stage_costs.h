@@ -61,6 +61,10 @@ struct HardwareAssumptions {
     // A GPU's link to pinned host memory (PCIe Gen4 x16 ~24 GB/s a direction, Gen5 ~48), for
     // offloaded activations.
     double host_link_gbs = 24;
+    // Streaming multiprocessors a GPU (A100 108, H100 SXM 132). An NCCL kernel holds one a
+    // channel while it runs, so the passes it overlaps run on the rest (docs/simulate.md,
+    // "The end of the step"). 0: not described, and overlapped communication takes nothing.
+    int sms = 0;
 
     // A described system (hardware.h's presets): with a table, `tflops` is the dense 16-bit
     // peak and every GEMM runs at peak × efficiency(its FLOPs), interpolated in log FLOPs and

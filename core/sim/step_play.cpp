@@ -249,6 +249,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     for (int s = 0; s < grid.pp; ++s) {
         GradientReductionInput reduction = gradient_reduction(config, s, step_start);
         reduction.stage_bytes = dp_bytes[static_cast<std::size_t>(s)];
+        reduction.sm_share = nccl_sm_share(config.hardware, costs.dp_all_reduce);
         if (!reduces) {
             reduction.overlap = false;
             reduction.stage_bytes = 0;

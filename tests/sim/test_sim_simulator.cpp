@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "core/balance/cp_shard.h"
+#include "core/sim/grad_reduction.h"
 #include "core/sim/hardware.h"
 #include "core/sim/pass_pricing.h"
 #include "core/sim/step_play.h"
@@ -142,6 +143,39 @@ class SimulatorTest : public QObject {
     QTemporaryDir work_;
 
 private slots:
+    // An overlapped reduction's kernels hold a share of the SMs (docs/simulate.md, "The end of
+    // the step"). Two layers written by one backward over [0, 1000], buckets of 400 ns: ready at
+    // 500 and 1000. Alone: 500–900, 1000–1400. With half the SMs held, the passes lose half of
+    // the 400 ns the first bucket ran beside them: the last layer is ready at 1200, the stage's
+    // last pass ends at 1200, the second bucket runs 1200–1600.
+    void overlappedReductionTakesSms() {
+        parallel::ReplayResult replay;
+        replay.stages = {
+            {parallel::ReplayedOp{.kind = Phase::backward, .start_ns = 0, .end_ns = 1000}}};
+        replay.stage_end_ns = {1000};
+        GradientReductionInput input;
+        input.layers = 2;
+        input.overlap = true;
+        input.layer_bytes = 64;
+        input.stage_bytes = 128;
+        analysis::CollectiveCost bucket;
+        bucket.latency_ns = 400;
+        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket), std::int64_t(1400));
+        input.sm_share = 0.5;
+        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket), std::int64_t(1600));
+        // NCCL's channels of the call over the device's SMs; none where either is unknown.
+        HardwareAssumptions h100 = *hardware_preset("h100");
+        analysis::CollectiveCost nccl;
+        nccl.nccl =
+            parallel::nccl_call(parallel::Collective::all_reduce,
+                                {.ranks = 16, .nodes = 2, .ranks_per_node = 8}, *h100.network);
+        QVERIFY(nccl.nccl->runtime_channels > 0);
+        QCOMPARE(nccl_sm_share(h100, nccl), double(nccl.nccl->runtime_channels) / 132.0);
+        QCOMPARE(nccl_sm_share(h100, bucket), 0.0);
+        h100.sms = 0;
+        QCOMPARE(nccl_sm_share(h100, nccl), 0.0);
+    }
+
     void initTestCase() { QVERIFY(work_.isValid()); }
 
     // Durations per pass (T = 8 tokens, P = 8·9/2 = 36 causal pairs):

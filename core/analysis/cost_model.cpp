@@ -426,9 +426,9 @@ double PassCost::predict(std::int64_t tokens, std::int64_t pairs) const {
 
 double CollectiveCost::predict(std::int64_t bytes) const {
     if (nccl) {
-        return 1e3 *
-               parallel::nccl_time(*nccl, static_cast<double>(std::max<std::int64_t>(bytes, 0)))
-                   .time_us;
+        return 1e3 * parallel::nccl_call_time(*nccl,
+                                              static_cast<double>(std::max<std::int64_t>(bytes, 0)))
+                         .time_us;
     }
     const std::int64_t moved =
         std::max<std::int64_t>(bytes, 0) - std::max<std::int64_t>(fitted_bytes, 0);

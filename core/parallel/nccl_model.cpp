@@ -285,7 +285,10 @@ NcclPrice nccl_price(Collective collective, const GroupPlacement& group,
 
 NcclCall nccl_call(Collective collective, const GroupPlacement& group,
                    const ClusterNetwork& network) {
-    NcclCall call{.collective = collective, .group = group};
+    NcclCall call{.collective = collective,
+                  .group = group,
+                  .call_overhead_us = network.call_overhead_us,
+                  .host_launch_us = network.host_launch_us};
     if (group.ranks <= 1) {
         return call;
     }
@@ -330,6 +333,16 @@ NcclEstimate nccl_time(const NcclCall& call, double bytes) {
 NcclEstimate nccl_time(Collective collective, double bytes, const GroupPlacement& group,
                        const ClusterNetwork& network) {
     return nccl_time(nccl_call(collective, group, network), bytes);
+}
+
+NcclEstimate nccl_call_time(const NcclCall& call, double bytes, int gpus_a_process) {
+    NcclEstimate estimate = nccl_time(call, bytes);
+    if (call.prices.empty()) {
+        return estimate;
+    }
+    estimate.time_us = std::max(estimate.time_us + call.call_overhead_us,
+                                std::max(gpus_a_process, 1) * call.host_launch_us);
+    return estimate;
 }
 
 }  // namespace fulcrum::parallel

@@ -57,6 +57,14 @@ struct ClusterNetwork {
     // NVSwitches that reduce (NVLink SHARP, Hopper's third-generation NVSwitch), which NCCL uses
     // by default where the driver offers it.
     bool nvls = true;
+    // What a call costs beyond the tuner's latency, as nccl-tests measures it at its smallest
+    // sizes (bench/sim/collectives.md): the collective kernel's start after the one before it
+    // on its stream (C0's 1 KiB, one process a GPU: 16.9 µs against the tuner's 15.0), and the
+    // host's launch of one GPU's kernel, which a process that drives several GPUs pays for
+    // each in turn (A2's 1 KiB: 36.1 µs for 8 GPUs from one process). Both measured on one
+    // system each and taken for both GPU generations.
+    double call_overhead_us = 1.9;
+    double host_launch_us = 4.5;
 
     double nvlink_gbs() const { return nvlink_links * nvlink_link_gbs; }  // a GPU's, all links
     // What one channel through a NIC carries: the slower of the NIC and its PCIe path.
@@ -134,6 +142,8 @@ struct NcclCall {
     GroupPlacement group;
     std::vector<NcclPrice> prices{};  // those NCCL offers this group; none for one rank
     int runtime_channels = 2;         // NcclGraphs::runtime_channels
+    double call_overhead_us = 0;      // the network's (ClusterNetwork)
+    double host_launch_us = 0;
 };
 NcclCall nccl_call(Collective collective, const GroupPlacement& group,
                    const ClusterNetwork& network);
@@ -144,5 +154,10 @@ NcclCall nccl_call(Collective collective, const GroupPlacement& group,
 NcclEstimate nccl_time(const NcclCall& call, double bytes);
 NcclEstimate nccl_time(Collective collective, double bytes, const GroupPlacement& group,
                        const ClusterNetwork& network);
+
+// The call's time as a run measures it: the tuner's (nccl_time) and the kernel's start; where
+// one process launches the kernels of `gpus_a_process` GPUs in turn (nccl-tests' -g), those
+// launches when they take longer. A group of one rank costs nothing.
+NcclEstimate nccl_call_time(const NcclCall& call, double bytes, int gpus_a_process = 1);
 
 }  // namespace fulcrum::parallel

@@ -651,10 +651,12 @@ private slots:
         QCOMPARE(tp_all_reduce.nccl->group.nodes, 2);
         QCOMPARE(tp_all_reduce.nccl->group.groups_per_node, 1);
         const double nccl_ns = static_cast<double>(predict_collective_ns(tp_all_reduce, gib));
-        QCOMPARE(nccl_ns,
-                 std::round(1e3 * parallel::nccl_time(parallel::Collective::all_reduce, double(gib),
-                                                      tp_all_reduce.nccl->group, *a100->network)
-                                      .time_us));
+        QCOMPARE(nccl_ns, std::round(1e3 * parallel::nccl_call_time(
+                                               parallel::nccl_call(parallel::Collective::all_reduce,
+                                                                   tp_all_reduce.nccl->group,
+                                                                   *a100->network),
+                                               double(gib))
+                                               .time_us));
         HardwareAssumptions flat = *a100;
         flat.network.reset();
         const analysis::CollectiveCost ring =

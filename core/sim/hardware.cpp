@@ -244,6 +244,8 @@ Result<HardwareAssumptions> hardware_file(const std::string& path) {
                 {"nic_path_gbs", number(links.nic_path_gbs)},
                 {"amd_host", flag(links.amd_host)},
                 {"nvls", flag(links.nvls)},
+                {"call_overhead_us", number(links.call_overhead_us)},
+                {"host_launch_us", number(links.host_launch_us)},
                 {"gpu", Setter([&links](const nlohmann::json& value) {
                      if (value == "ampere" || value == "hopper") {
                          links.generation = value == "hopper" ? parallel::GpuGeneration::hopper

@@ -699,8 +699,9 @@ private slots:
             return path;
         };
         auto mine = hardware_preset(
-            write("mine.json", R"({"base": "a100", "tflops": 300, "gpus_per_node": 4,
-                                   "network": {"nics_per_node": 4, "nic_gbs": 12.5}})"));
+            write("mine.json", R"({"base": "a100", "tflops": 300, "gpus_per_node": 4, "sms": 84,
+                                   "network": {"nics_per_node": 4, "nic_gbs": 12.5,
+                                               "call_overhead_us": 3.5}})"));
         QVERIFY2(mine.ok(), mine.ok() ? "" : mine.error().message.c_str());
         QCOMPARE(mine->tflops, 300.0);
         QCOMPARE(mine->gemm_efficiency.size(), std::size_t(5));  // the a100 table kept
@@ -709,6 +710,9 @@ private slots:
         QCOMPARE(mine->network->nic_gbs, 12.5);
         QCOMPARE(mine->network->nvlink_links, 12);  // a100's
         QCOMPARE(mine->network->gpus_per_node, 4);
+        QCOMPARE(mine->sms, 84);
+        QCOMPARE(mine->network->call_overhead_us, 3.5);
+        QCOMPARE(mine->network->host_launch_us, 4.5);  // the preset's
         auto flat = hardware_preset(write("flat.json", R"({"base": "h100", "network": null})"));
         QVERIFY(flat.ok() && !flat->network.has_value());
         // A device's measured attention, by the forward's GFLOP of a call.

@@ -1,15 +1,19 @@
-// bench_collectives: NCCL's own price of a collective (core/parallel/nccl_model.h) against
+// bench_collectives: NCCL's price of a collective (core/parallel/nccl_model.h) against
 // published nccl-tests curves of the same systems, one process per GPU or one per node as each
-// says, from 1 KiB to 1 GiB; beside it the simulator's price before issue 35 (the preset's
-// NVLink or per-GPU network bandwidth and a fixed 10 µs a call, ring bytes), the baseline.
-// Prints, for each curve, the published time, each model's and their errors at eight sizes,
-// then how many of the curve's 21 sizes each model has within 15% and the mean |error|.
+// says, from 1 KiB to 1 GiB: a call as a run measures it (nccl_call_time: the tuner's time, the
+// kernel's start, one process's launches), the tuner alone, and the simulator's price before
+// issue 35 (the preset's NVLink or per-GPU network bandwidth and a fixed 10 µs a call, ring
+// bytes), the baseline. Prints, for each curve, the published time, the call's and the
+// baseline's and their errors at eight sizes (every size with --all-sizes), then how many of the
+// curve's 21 sizes each model has within 15% and the mean |error|.
 // Sources: bench/sim/collectives.md (where each curve was published, and on what).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "core/parallel/nccl_model.h"
 #include "core/sim/hardware.h"
@@ -150,6 +154,27 @@ std::string percent(double predicted, double published) {
     return buffer;
 }
 
+// How many sizes of a curve one model prices within 15% of the published time, and the sum of
+// its |error|s.
+struct Tally {
+    int within = 0;
+    double error_sum = 0;
+
+    void add(double predicted, double published) {
+        const double error = std::abs(predicted - published) / published;
+        within += error <= 0.15;
+        error_sum += error;
+    }
+    void add(const Tally& other) {
+        within += other.within;
+        error_sum += other.error_sum;
+    }
+    std::string within_of(int sizes) const {
+        return std::to_string(within) + "/" + std::to_string(sizes);
+    }
+    std::string mean_of(int sizes) const { return fixed(100 * error_sum / sizes, 1) + "%"; }
+};
+
 std::string size_name(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB"};
     int unit = 0;
@@ -163,8 +188,13 @@ std::string size_name(double bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // --all-sizes: every size of each curve, not eight.
-    const bool all_sizes = argc > 1 && std::string(argv[1]) == "--all-sizes";
+    CLI::App app{
+        "bench_collectives: NCCL's price of a collective against seven published nccl-tests "
+        "curves (bench/sim/collectives.md), with NCCL's tuner alone and the simulator's price "
+        "before issue 35 beside it"};
+    bool all_sizes = false;
+    app.add_flag("--all-sizes", all_sizes, "Print every size of each curve, not eight");
+    CLI11_PARSE(app, argc, argv);
     const GroupPlacement one_node{.ranks = 8, .nodes = 1, .ranks_per_node = 8};
     const GroupPlacement two_nodes{.ranks = 16, .nodes = 2, .ranks_per_node = 8};
     const GroupPlacement four_nodes{.ranks = 32, .nodes = 4, .ranks_per_node = 8};
@@ -191,7 +221,8 @@ int main(int argc, char** argv) {
                        "tuner alone", "mean |error|", "baseline within 15%", "mean |error|"},
                       {Align::left, Align::left, Align::right, Align::right, Align::right,
                        Align::right, Align::right, Align::right, Align::right});
-    int all_points = 0, model_within = 0, tuner_within_all = 0, baseline_within = 0;
+    int all_points = 0;
+    Tally all_model, all_tuner, all_baseline;
     for (const Curve& curve : curves) {
         auto hardware = sim::hardware_preset(curve.preset);
         if (!hardware) {
@@ -203,27 +234,19 @@ int main(int argc, char** argv) {
             {"size", "published us", "NCCL model", "choice", "error", "baseline", "error"},
             {Align::right, Align::right, Align::right, Align::left, Align::right, Align::right,
              Align::right});
-        int within = 0, tuner_within = 0, base_within = 0;
-        double sum = 0, tuner_sum = 0, base_sum = 0;
+        Tally model_tally, tuner_tally, baseline_tally;
         const parallel::NcclCall call =
             parallel::nccl_call(curve.collective, curve.group, *curve.network);
         for (const Point& point : curve.points) {
-            // NCCL's tuner alone, and with what a run measures besides (the kernel's start,
-            // one process's launches): nccl_call_time.
-            const double tuner = parallel::nccl_time(call, point.bytes).time_us;
-            const double tuner_error = std::abs(tuner - point.time_us) / point.time_us;
-            tuner_within += tuner_error <= 0.15;
-            tuner_sum += tuner_error;
+            // A call as a run measures it (the kernel's start, one process's launches), and
+            // NCCL's tuner alone.
             const parallel::NcclEstimate model =
                 parallel::nccl_call_time(call, point.bytes, curve.gpus_a_process);
             const double base = 1e-3 * static_cast<double>(sim::predict_collective_ns(
                                            baseline, static_cast<std::int64_t>(point.bytes)));
-            const double error = std::abs(model.time_us - point.time_us) / point.time_us;
-            const double base_error = std::abs(base - point.time_us) / point.time_us;
-            within += error <= 0.15;
-            base_within += base_error <= 0.15;
-            sum += error;
-            base_sum += base_error;
+            model_tally.add(model.time_us, point.time_us);
+            tuner_tally.add(parallel::nccl_time(call, point.bytes).time_us, point.time_us);
+            baseline_tally.add(base, point.time_us);
             if (all_sizes || std::find(shown.begin(), shown.end(), point.bytes) != shown.end()) {
                 table.add_row({size_name(point.bytes), fixed(point.time_us, 1),
                                fixed(model.time_us, 1),
@@ -235,24 +258,20 @@ int main(int argc, char** argv) {
         }
         const int n = static_cast<int>(curve.points.size());
         all_points += n;
-        model_within += within;
-        tuner_within_all += tuner_within;
-        baseline_within += base_within;
+        all_model.add(model_tally);
+        all_tuner.add(tuner_tally);
+        all_baseline.add(baseline_tally);
         std::printf("%s: %s, %d ranks on %d node%s\n%s\n", curve.name, curve.system,
                     curve.group.ranks, curve.group.nodes, curve.group.nodes > 1 ? "s" : "",
                     table.render("  ").c_str());
-        summary.add_row({curve.name, curve.system, std::to_string(n),
-                         std::to_string(within) + "/" + std::to_string(n),
-                         fixed(100 * sum / n, 1) + "%",
-                         std::to_string(tuner_within) + "/" + std::to_string(n),
-                         fixed(100 * tuner_sum / n, 1) + "%",
-                         std::to_string(base_within) + "/" + std::to_string(n),
-                         fixed(100 * base_sum / n, 1) + "%"});
+        summary.add_row({curve.name, curve.system, std::to_string(n), model_tally.within_of(n),
+                         model_tally.mean_of(n), tuner_tally.within_of(n), tuner_tally.mean_of(n),
+                         baseline_tally.within_of(n), baseline_tally.mean_of(n)});
     }
     std::printf("%s", summary.render().c_str());
     std::printf(
         "all curves: NCCL model within 15%% at %d of %d sizes, NCCL's tuner alone at %d, "
         "baseline at %d\n",
-        model_within, all_points, tuner_within_all, baseline_within);
+        all_model.within, all_points, all_tuner.within, all_baseline.within);
     return 0;
 }

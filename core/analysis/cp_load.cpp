@@ -554,15 +554,14 @@ Result<CpLoadAnalysis> analyze_cp_load(const RunTrace& trace, MeasuredAttention 
                                        const std::function<Status(double)>& steps_done) {
     CpLoadAnalysis result;
     result.sharding = trace.config.cp_shard;
-    if (!trace.config.grid_known) {
+    if (trace.config.grid_known) {
+        result.cp = trace.config.layout.grid.cp;
+    }
+    const std::optional<int> cp = cp_degree(trace);
+    if (!cp) {
         return result;
     }
-    result.cp = trace.config.layout.grid.cp;
-    const int cp = trace.config.layout.grid.cp;
-    if (cp <= 1) {
-        return result;
-    }
-    CpLoadInputs in = gather_inputs(trace, std::move(attention), cp, workload);
+    CpLoadInputs in = gather_inputs(trace, std::move(attention), *cp, workload);
     in.ulysses = trace.config.layout.context_parallelism == parallel::ContextParallelism::ulysses;
 
     // Each group's spreads, once: its own degrees, and its weight in the headline figures

@@ -69,8 +69,8 @@ struct AnalyzeOptions {
     // comparison diffs by name, at the cost of a hash lookup an event.
     bool tally_names = false;
     // analyze_run_file: also read the workload's rows into the metadata once the analyses are
-    // done (what the report's throughput, a calibration and the GUI show beside them), in the
-    // table's order, not TraceReader::workload's sorted one: each of those tallies them. The
+    // done (what a calibration and the GUI show beside them), in the table's order, not
+    // TraceReader::workload's sorted one: each of those tallies them. The
     // analyses themselves read them a step at a time; false for a caller that needs only the
     // analysis (`fulcrum analyze`).
     bool read_workload = true;

@@ -219,7 +219,7 @@ StageBubble stage_row(const PipelineKey& key, int s, const StagePasses& stages, 
 
 }  // namespace
 
-BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes) {
+BubbleAnalysis analyze_bubbles(const RunTrace& trace, const PassTable& passes) {
     BubbleAnalysis result;
     // A hot-switched step's buckets run pipelines of different shapes on the same ranks, which
     // the ranks' one set of coordinates does not describe (run_analysis.cpp notes it).
@@ -235,62 +235,65 @@ BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& p
     double fraction_sum = 0;
     int measured_pipelines = 0;
     int microbatches_seen = 0;
-    for (const auto& [key, stages] : passes_by_pipeline(trace, passes)) {
-        std::int64_t window_start = INT64_MAX, window_end = INT64_MIN;
-        int m = 0;
-        for (const auto& list : stages) {
-            for (const Pass* pass : list) {
-                window_start = std::min(window_start, pass->start_ns);
-                window_end = std::max(window_end, pass->end_ns);
-                m = std::max(m, pass->microbatch + 1);
+    // Pipelines come by (step, dp, cp, tp): a window of steps at a time, in order.
+    passes.for_each_step_window([&](const std::vector<Pass>& steps) {
+        for (const auto& [key, stages] : passes_by_pipeline(trace, steps)) {
+            std::int64_t window_start = INT64_MAX, window_end = INT64_MIN;
+            int m = 0;
+            for (const auto& list : stages) {
+                for (const Pass* pass : list) {
+                    window_start = std::min(window_start, pass->start_ns);
+                    window_end = std::max(window_end, pass->end_ns);
+                    m = std::max(m, pass->microbatch + 1);
+                }
             }
-        }
-        if (m == 0 || window_end <= window_start) {
-            continue;
-        }
-        const std::int64_t window = window_end - window_start;
-        const MeasuredPipeline measured = measure_pipeline(stages, replayed, m);
-        run_sums.merge(measured.sums);
-        // The replay needs every stage: one without passes would play as taking no time.
-        const bool whole = std::all_of(stages.begin(), stages.end(),
-                                       [](const auto& list) { return !list.empty(); });
-        const BubbleSplit split = whole ? split_bubble(measured.input) : BubbleSplit{};
+            if (m == 0 || window_end <= window_start) {
+                continue;
+            }
+            const std::int64_t window = window_end - window_start;
+            const MeasuredPipeline measured = measure_pipeline(stages, replayed, m);
+            run_sums.merge(measured.sums);
+            // The replay needs every stage: one without passes would play as taking no time.
+            const bool whole = std::all_of(stages.begin(), stages.end(),
+                                           [](const auto& list) { return !list.empty(); });
+            const BubbleSplit split = whole ? split_bubble(measured.input) : BubbleSplit{};
 
-        PipelineBubble pipeline;
-        pipeline.step = key.step;
-        pipeline.dp = key.dp;
-        pipeline.cp = key.cp;
-        pipeline.tp = key.tp;
-        pipeline.stages = p;
-        pipeline.microbatches = m;
-        pipeline.window_ns = window;
-        pipeline.theory_fraction = parallel::theory_bubble_fraction(
-            replayed.schedule, {p, m, replayed.virtual_stages}, measured.sums.times());
-        std::int64_t bubble_sum = 0, busy_sum = 0, replay_bubble_sum = 0;
-        for (int s = 0; s < p; ++s) {
-            const StageBubble row = stage_row(key, s, stages, window, measured, split);
-            // A stage without a pass (a rank's file not given, a recording cut) measured
-            // nothing: its row says so, and it counts in no sum.
-            if (row.rank) {
-                bubble_sum += row.bubble_ns;
-                busy_sum += row.busy_ns;
-                replay_bubble_sum += split.split ? split.measured.bubble_ns(s) : 0;
+            PipelineBubble pipeline;
+            pipeline.step = key.step;
+            pipeline.dp = key.dp;
+            pipeline.cp = key.cp;
+            pipeline.tp = key.tp;
+            pipeline.stages = p;
+            pipeline.microbatches = m;
+            pipeline.window_ns = window;
+            pipeline.theory_fraction = parallel::theory_bubble_fraction(
+                replayed.schedule, {p, m, replayed.virtual_stages}, measured.sums.times());
+            std::int64_t bubble_sum = 0, busy_sum = 0, replay_bubble_sum = 0;
+            for (int s = 0; s < p; ++s) {
+                const StageBubble row = stage_row(key, s, stages, window, measured, split);
+                // A stage without a pass (a rank's file not given, a recording cut) measured
+                // nothing: its row says so, and it counts in no sum.
+                if (row.rank) {
+                    bubble_sum += row.bubble_ns;
+                    busy_sum += row.busy_ns;
+                    replay_bubble_sum += split.split ? split.measured.bubble_ns(s) : 0;
+                }
+                result.stages.push_back(row);
             }
-            result.stages.push_back(row);
-        }
-        pipeline.measured_fraction =
-            parallel::bubble_fraction(double(bubble_sum), double(busy_sum));
-        if (pipeline.measured_fraction) {
-            fraction_sum += *pipeline.measured_fraction;
-            ++measured_pipelines;
-            if (split.split) {
-                pipeline.replay_fraction =
-                    parallel::bubble_fraction(double(replay_bubble_sum), double(busy_sum));
+            pipeline.measured_fraction =
+                parallel::bubble_fraction(double(bubble_sum), double(busy_sum));
+            if (pipeline.measured_fraction) {
+                fraction_sum += *pipeline.measured_fraction;
+                ++measured_pipelines;
+                if (split.split) {
+                    pipeline.replay_fraction =
+                        parallel::bubble_fraction(double(replay_bubble_sum), double(busy_sum));
+                }
             }
+            microbatches_seen = std::max(microbatches_seen, m);
+            result.pipelines.push_back(pipeline);
         }
-        microbatches_seen = std::max(microbatches_seen, m);
-        result.pipelines.push_back(pipeline);
-    }
+    });
     const int m =
         trace.config.layout.microbatches > 0 ? trace.config.layout.microbatches : microbatches_seen;
     if (m > 0) {

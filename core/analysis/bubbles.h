@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "core/analysis/passes.h"
+#include "core/analysis/pass_table.h"
 #include "core/analysis/run_trace.h"
 
 namespace fulcrum::analysis {
@@ -81,7 +81,7 @@ struct BubbleAnalysis {
     std::optional<double> mean_measured_fraction;
 };
 
-BubbleAnalysis analyze_bubbles(const RunTrace& trace, const std::vector<Pass>& passes);
+BubbleAnalysis analyze_bubbles(const RunTrace& trace, const PassTable& passes);
 
 // The theory's formula for the schedule replayed ("(p−1)/m", "(p−1)/(v·m)", ...), for labels.
 const char* theory_formula(const BubbleAnalysis& bubbles);

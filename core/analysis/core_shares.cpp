@@ -4,7 +4,7 @@
 
 namespace fulcrum::analysis {
 
-CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes) {
+CoreShares CoreShares::of(const RunTrace& trace, const PassTable& passes) {
     const int cores = trace.config.host_cores;
     return of(trace, passes, cores > 0 ? rank_ranges(trace) : std::vector<RankRanges>{});
 }
@@ -34,7 +34,7 @@ bool CoreShares::any_shared(const RunTrace& trace) {
     return false;
 }
 
-CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes,
+CoreShares CoreShares::of(const RunTrace& trace, const PassTable& passes,
                           const std::vector<RankRanges>& ranges) {
     CoreShares shares;
     const int cores = trace.config.host_cores;
@@ -63,10 +63,12 @@ CoreShares CoreShares::of(const RunTrace& trace, const std::vector<Pass>& passes
             host_edges[host->second].push_back({end, -1});
         }
     };
-    for (const Pass& pass : passes) {
-        const auto [start, end] = computing(pass);
-        add(pass.rank, start, end);
-    }
+    passes.for_each([&](std::span<const Pass> run) {
+        for (const Pass& pass : run) {
+            const auto [start, end] = computing(pass);
+            add(pass.rank, start, end);
+        }
+    });
     for (const RankRanges& rank : ranges) {
         for (const RankRanges::Range& optimizer : rank.optimizers) {
             add(rank.rank, optimizer.start_ns, optimizer.end_ns);

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/analysis/host_ranges.h"
-#include "core/analysis/passes.h"
+#include "core/analysis/pass_table.h"
 #include "core/analysis/run_trace.h"
 
 namespace fulcrum::analysis {
@@ -27,9 +27,9 @@ namespace fulcrum::analysis {
 class CoreShares {
 public:
     // Empty (every share 1) when the run does not say its cores, or no host has more ranks.
-    static CoreShares of(const RunTrace& trace, const std::vector<Pass>& passes);
+    static CoreShares of(const RunTrace& trace, const PassTable& passes);
     // The same from the ranks' host ranges (host_ranges.h), for a run read a rank at a time.
-    static CoreShares of(const RunTrace& trace, const std::vector<Pass>& passes,
+    static CoreShares of(const RunTrace& trace, const PassTable& passes,
                          const std::vector<RankRanges>& ranges);
 
     // The mean share of a core `rank` had over [start, end] while computing in it.

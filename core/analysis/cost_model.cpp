@@ -453,7 +453,7 @@ const CollectiveCost* CostModel::collective(std::string_view name) const {
     return nullptr;
 }
 
-Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
+Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
                                  const MatchedCollectives* collectives,
                                  const std::vector<RankRanges>* ranges,
                                  const WorkloadByRank* workload,
@@ -507,33 +507,38 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>&
         return std::pair(stage, pass.phase);
     };
     std::set<std::pair<std::int16_t, Phase>> fits;
-    for (const Pass& pass : passes) {
-        fits.insert(fitted_as(pass));
-    }
+    passes.for_each([&](std::span<const Pass> run) {
+        for (const Pass& pass : run) {
+            fits.insert(fitted_as(pass));
+        }
+    });
     // One (stage, phase) at a time, its samples in run order: a 1 B-event run has millions.
     for (const auto& fit : fits) {
         std::vector<Row> x;
         std::vector<double> y;
-        for (const Pass& pass : passes) {
-            if (fitted_as(pass) != fit) {
-                continue;
+        passes.for_each([&](std::span<const Pass> run) {
+            for (const Pass& pass : run) {
+                if (fitted_as(pass) != fit) {
+                    continue;
+                }
+                const HeldWork* work = held_of(pass);
+                if (work == nullptr) {
+                    continue;
+                }
+                x.push_back(
+                    {1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
+                // Its time at a whole core where its rank shared one: the CPU it used where the
+                // run says (the engine's `fulcrum.cpu` marks), else its compute time × the share
+                // of a core it had (core_shares.h).
+                if (shares.shared() && pass.cpu_ns >= 0) {
+                    y.push_back(static_cast<double>(pass.cpu_ns));
+                } else {
+                    const auto [start, end] = CoreShares::computing(pass);
+                    y.push_back(static_cast<double>(pass.compute_ns) *
+                                shares.share(pass.rank, start, end));
+                }
             }
-            const HeldWork* work = held_of(pass);
-            if (work == nullptr) {
-                continue;
-            }
-            x.push_back({1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
-            // Its time at a whole core where its rank shared one: the CPU it used where the run
-            // says (the engine's `fulcrum.cpu` marks), else its compute time × the share of a
-            // core it had (core_shares.h).
-            if (shares.shared() && pass.cpu_ns >= 0) {
-                y.push_back(static_cast<double>(pass.cpu_ns));
-            } else {
-                const auto [start, end] = CoreShares::computing(pass);
-                y.push_back(static_cast<double>(pass.compute_ns) *
-                            shares.share(pass.rank, start, end));
-            }
-        }
+        });
         if (y.size() >= 3) {
             model.passes.push_back(fit_pass(fit.first, fit.second, x, y));
         }

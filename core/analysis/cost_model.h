@@ -22,7 +22,7 @@
 
 #include "core/analysis/host_ranges.h"
 #include "core/analysis/matched_collectives.h"
-#include "core/analysis/passes.h"
+#include "core/analysis/pass_table.h"
 #include "core/analysis/run_trace.h"
 #include "core/parallel/nccl_model.h"
 #include "core/util/result.h"
@@ -84,7 +84,7 @@ struct CostModel {
 // and its ranges then hold no transfers). A collective's samples
 // are fitted in the order of their (bytes, calls, time), not the run's: the fit does not depend on
 // the order the matcher closed the instances in.
-Result<CostModel> fit_cost_model(const RunTrace& trace, const std::vector<Pass>& passes,
+Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
                                  const MatchedCollectives* collectives = nullptr,
                                  const std::vector<RankRanges>* ranges = nullptr,
                                  const WorkloadByRank* workload = nullptr,

@@ -509,7 +509,7 @@ std::vector<std::pair<std::string, double>> ShardingPrediction::named() const {
     return out;
 }
 
-MeasuredAttention measured_attention(const RunTrace& trace, const std::vector<Pass>& passes) {
+MeasuredAttention measured_attention(const RunTrace& trace, const PassTable& passes) {
     MeasuredAttention out;
     const std::optional<int> cp = cp_degree(trace);
     if (!cp) {
@@ -523,11 +523,13 @@ MeasuredAttention measured_attention(const RunTrace& trace, const std::vector<Pa
     }
     auto& ns = out.ns;
     ns.reserve(passes.size());
-    for (const Pass& pass : passes) {
-        if (in_groups.contains(pass.rank)) {
-            ns.emplace_back(rank_mb_of(pass), pass.attention_ns);
+    passes.for_each([&](std::span<const Pass> run) {
+        for (const Pass& pass : run) {
+            if (in_groups.contains(pass.rank)) {
+                ns.emplace_back(rank_mb_of(pass), pass.attention_ns);
+            }
         }
-    }
+    });
     std::sort(ns.begin(), ns.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::size_t summed = 0;
     for (const auto& [key, time] : ns) {

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/analysis/passes.h"
+#include "core/analysis/pass_table.h"
 #include "core/analysis/run_trace.h"
 #include "core/util/result.h"
 
@@ -83,7 +83,7 @@ struct MeasuredAttention {
     using Key = std::tuple<std::int32_t, std::int32_t, std::int32_t>;  // rank, step, micro-batch
     std::vector<std::pair<Key, std::int64_t>> ns;
 };
-MeasuredAttention measured_attention(const RunTrace& trace, const std::vector<Pass>& passes);
+MeasuredAttention measured_attention(const RunTrace& trace, const PassTable& passes);
 
 // No groups when cp = 1 or the grid is unknown. The workload from trace.workload.
 CpLoadAnalysis analyze_cp_load(const RunTrace& trace, const std::vector<Pass>& passes);

@@ -385,35 +385,42 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
 
 }  // namespace
 
-std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
+std::vector<CriticalPath> critical_paths(const RunTrace& trace, const PassTable& passes,
                                          const MatchedCollectives* collectives,
                                          const std::vector<RankRanges>* ranges) {
-    std::map<std::int32_t, std::vector<const Pass*>> by_step;
-    for (const Pass& pass : passes) {
-        if (pass.step >= 0)
-            by_step[pass.step].push_back(&pass);
-    }
-    if (by_step.empty())
-        return {};
+    // What every step's walk looks up, made once a step with passes is found.
     std::optional<MatchedCollectives> matched;
-    if (collectives == nullptr) {
-        matched = matched_collectives(trace);
-        collectives = &*matched;
-    }
-    std::map<std::int32_t, std::vector<const CollectiveInstance*>> dp_by_step;
-    for (const CollectiveInstance& instance : collectives->dp_instances()) {
-        dp_by_step[instance.step].push_back(&instance);
-    }
     std::vector<RankRanges> read;
-    if (ranges == nullptr) {
-        read = rank_ranges(trace);
-        ranges = &read;
-    }
-    const TailIndex tails = index_tails(*ranges);
+    std::map<std::int32_t, std::vector<const CollectiveInstance*>> dp_by_step;
+    std::optional<TailIndex> tails;
     std::vector<CriticalPath> paths;
-    for (const auto& [step, list] : by_step) {
-        paths.push_back(walk_step(trace, step, list, dp_by_step[step], tails));
-    }
+    // A step at a time, in order: a window of steps at a time from the table.
+    passes.for_each_step_window([&](const std::vector<Pass>& window) {
+        std::map<std::int32_t, std::vector<const Pass*>> by_step;
+        for (const Pass& pass : window) {
+            if (pass.step >= 0)
+                by_step[pass.step].push_back(&pass);
+        }
+        if (by_step.empty())
+            return;
+        if (!tails) {
+            if (collectives == nullptr) {
+                matched = matched_collectives(trace);
+                collectives = &*matched;
+            }
+            for (const CollectiveInstance& instance : collectives->dp_instances()) {
+                dp_by_step[instance.step].push_back(&instance);
+            }
+            if (ranges == nullptr) {
+                read = rank_ranges(trace);
+                ranges = &read;
+            }
+            tails = index_tails(*ranges);
+        }
+        for (const auto& [step, list] : by_step) {
+            paths.push_back(walk_step(trace, step, list, dp_by_step[step], *tails));
+        }
+    });
     return paths;
 }
 

@@ -29,7 +29,7 @@
 
 #include "core/analysis/host_ranges.h"
 #include "core/analysis/matched_collectives.h"
-#include "core/analysis/passes.h"
+#include "core/analysis/pass_table.h"
 #include "core/analysis/run_trace.h"
 
 namespace fulcrum::analysis {
@@ -77,7 +77,7 @@ struct CriticalPath {
 // `collectives` is matched_collectives(trace) and `ranges` rank_ranges(trace) when the caller
 // has them (matching is the costly part; a run read a rank at a time has no events to read
 // them from); null: read from the trace here.
-std::vector<CriticalPath> critical_paths(const RunTrace& trace, const std::vector<Pass>& passes,
+std::vector<CriticalPath> critical_paths(const RunTrace& trace, const PassTable& passes,
                                          const MatchedCollectives* collectives = nullptr,
                                          const std::vector<RankRanges>* ranges = nullptr);
 

@@ -48,7 +48,7 @@ std::vector<double> Matrix::column_imbalance() const {
     return result;
 }
 
-ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
+ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const PassTable& passes,
                                     const MatchedCollectives& collectives, const CostModel* cost,
                                     const WorkloadByRank* workload) {
     ImbalanceAnalysis result;
@@ -69,38 +69,47 @@ ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pas
     {
         // The passes come by (rank, step) (find_passes; a run read a rank at a time appends its
         // ranks in order), so each (rank, step)'s few passes are sorted by micro-batch on their
-        // own and folded: the cells, sized exactly, are all that is held, not a cell a pass and a
-        // sort's buffer beside it (a tenth of a 90-step, 100 M-event run's peak).
+        // own and folded, a rank at a time: the cells, sized exactly, are all that is held, not a
+        // cell a pass and a sort's buffer beside it (a tenth of a 90-step, 100 M-event run's
+        // peak). Passes in another order are gathered and sorted as one.
         const auto by_step = [](const Pass& a, const Pass& b) {
             return std::tie(a.rank, a.step) < std::tie(b.rank, b.step);
         };
-        const bool by_rank_and_step = std::is_sorted(passes.begin(), passes.end(), by_step);
+        const bool by_rank_and_step = passes.sorted_by_rank_and_step();
+        std::vector<Pass> gathered;
+        if (!by_rank_and_step) {
+            gathered = passes.all();
+        }
+        const PassTable unordered(gathered);
+        const PassTable& table = by_rank_and_step ? passes : unordered;
         std::vector<Cell> chunk;
         // Folds each (rank, step)'s passes, in run order within a cell, and hands its cells on.
         const auto fold = [&](const auto& take) {
-            for (auto first = passes.begin(); first != passes.end();) {
-                const auto last = by_rank_and_step
-                                      ? std::upper_bound(first, passes.end(), *first, by_step)
-                                      : passes.end();
-                chunk.clear();
-                for (auto pass = first; pass != last; ++pass) {
-                    chunk.push_back({pass->rank, pass->step, pass->microbatch, pass->stage, true,
-                                     false, static_cast<double>(pass->compute_ns), 0.0});
-                }
-                std::stable_sort(chunk.begin(), chunk.end(), by_key);
-                for (std::size_t i = 0; i < chunk.size(); ++i) {
-                    if (i > 0 && chunk[i - 1].key() == chunk[i].key()) {
-                        continue;
+            table.for_each_rank([&](std::span<const Pass> rank) {
+                for (auto first = rank.begin(); first != rank.end();) {
+                    const auto last = by_rank_and_step
+                                          ? std::upper_bound(first, rank.end(), *first, by_step)
+                                          : rank.end();
+                    chunk.clear();
+                    for (auto pass = first; pass != last; ++pass) {
+                        chunk.push_back({pass->rank, pass->step, pass->microbatch, pass->stage,
+                                         true, false, static_cast<double>(pass->compute_ns), 0.0});
                     }
-                    Cell cell = chunk[i];
-                    for (std::size_t j = i + 1; j < chunk.size() && chunk[j].key() == cell.key();
-                         ++j) {
-                        cell.compute += chunk[j].compute;
+                    std::stable_sort(chunk.begin(), chunk.end(), by_key);
+                    for (std::size_t i = 0; i < chunk.size(); ++i) {
+                        if (i > 0 && chunk[i - 1].key() == chunk[i].key()) {
+                            continue;
+                        }
+                        Cell cell = chunk[i];
+                        for (std::size_t j = i + 1;
+                             j < chunk.size() && chunk[j].key() == cell.key(); ++j) {
+                            cell.compute += chunk[j].compute;
+                        }
+                        take(cell);
                     }
-                    take(cell);
+                    first = last;
                 }
-                first = last;
-            }
+            });
         };
         std::size_t count = 0;
         fold([&](const Cell&) { ++count; });

@@ -13,7 +13,7 @@
 #include "core/analysis/cost_model.h"
 #include "core/analysis/imbalance_degree.h"
 #include "core/analysis/matched_collectives.h"
-#include "core/analysis/passes.h"
+#include "core/analysis/pass_table.h"
 #include "core/analysis/run_trace.h"
 
 namespace fulcrum::analysis {
@@ -72,7 +72,7 @@ inline constexpr const char* kImbalanceOverSteps = "Σ max / Σ mean over steps"
 
 // `cost` may be null: the predicted matrices are then causal pairs. `workload` is
 // WorkloadByRank::of(trace) when the caller has it; null: made here.
-ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const std::vector<Pass>& passes,
+ImbalanceAnalysis analyze_imbalance(const RunTrace& trace, const PassTable& passes,
                                     const MatchedCollectives& collectives, const CostModel* cost,
                                     const WorkloadByRank* workload = nullptr);
 

@@ -324,8 +324,9 @@ void append_projected(std::vector<T>& all, const std::vector<T>& more, std::size
 
 // Every rank's findings, put together in rank order.
 struct RunFindings {
-    explicit RunFindings(const RunTrace& trace)
+    RunFindings(const RunTrace& trace, std::int64_t passes_in_memory)
         : ranks(trace.ranks.size()),
+          passes(passes_in_memory),
           collectives(trace),
           matcher(trace,
                   [this](CollectiveInstance&& instance) { collectives.add(std::move(instance)); }),
@@ -337,7 +338,7 @@ struct RunFindings {
     std::size_t added = 0;  // ranks so far
     std::int64_t events = 0;
     bool device_lanes = false;
-    std::vector<Pass> passes;
+    PassTable passes;  // in a temporary file past their budget: they grow with the steps
     std::vector<StepBreakdown> breakdown;
     KernelTotals kernels;
     MatchedCollectives collectives;
@@ -350,10 +351,12 @@ struct RunFindings {
     std::vector<RankHotSwitch> hot_switch;
     std::optional<NameTally> names;
 
-    void add(std::int32_t rank, RankFindings&& found) {
+    Status add(std::int32_t rank, RankFindings&& found) {
         events += found.events;
         device_lanes = device_lanes || found.device_lanes;
-        append_projected(passes, found.passes, added, ranks);
+        if (auto kept = passes.append(found.passes); !kept) {
+            return kept;
+        }
         append_projected(breakdown, found.breakdown, added, ranks);
         ++added;
         kernels.add(std::move(found.kernels));
@@ -371,6 +374,7 @@ struct RunFindings {
                 names = std::move(found.names);
             }
         }
+        return {};
     }
 };
 
@@ -398,13 +402,15 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
 
     // Every rank's events once, on every core; what the analyses across ranks need is kept.
     report("ranks", 0.0);
-    RunFindings found(trace);
+    RunFindings found(trace, options.passes_in_memory_bytes);
     const std::size_t ranks = trace.ranks.size();
     // At most two ranks a worker ahead of the one whose findings are added.
     const Status read_all = produce_in_order<RankFindings>(
         ranks, workers, 2 * static_cast<std::size_t>(std::max(workers, 1)), read,
         [&](std::size_t index, RankFindings&& rank) -> Status {
-            found.add(trace.ranks[index].info.rank, std::move(rank));
+            if (auto added = found.add(trace.ranks[index].info.rank, std::move(rank)); !added) {
+                return added;
+            }
             report("ranks", 0.7 * double(index + 1) / double(ranks));
             return check_cancel(options);
         },
@@ -413,7 +419,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
         return read_all.error();
     }
     analysis.events = found.events;
-    const std::vector<Pass>& passes = found.passes;
+    const PassTable& passes = found.passes;
     found.matcher.finish();
     std::vector<PipelinePair> pipeline = found.pipeline.finish();
     release_free_memory();
@@ -489,7 +495,10 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     // CP load needs only the passes' attention times.
     MeasuredAttention attention = measured_attention(trace, passes);
     const bool any_passes = !passes.empty();
-    std::vector<Pass>().swap(found.passes);
+    if (auto read = passes.read_status(); !read) {
+        return read.error();
+    }
+    found.passes = PassTable{};
     release_free_memory();  // CP load's largest arrays are mapped apart, not from these pages
     auto cp_load = analyze_cp_load(trace, std::move(attention), workload, [&](double steps) {
         report("CP load", 0.9 + 0.09 * steps);

@@ -78,6 +78,9 @@ struct AnalyzeOptions {
     // of the file's table; analyze_run: trace.workload), for a caller that only tallies the
     // rows and so need not read them again, nor hold them (a report's throughput).
     std::function<void(const WorkloadEntry&)> visit_workload;
+    // What the run's passes may take in memory before they go to a temporary file (PassTable):
+    // a run of many steps has millions. 0 spills from the first pass (tests).
+    std::int64_t passes_in_memory_bytes = PassTable::kDefaultMemoryBytes;
 };
 
 // Every analysis of a run in memory. Ranks are read side by side on every core, each once;

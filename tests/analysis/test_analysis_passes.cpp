@@ -1,8 +1,11 @@
 // Passes and the step breakdown on hand-built traces; every expected value is worked out
 // in the comment above its test.
+#include <QTemporaryDir>
 #include <QTest>
+#include <cstdlib>
 #include <optional>
 
+#include "core/analysis/pass_table.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/step_breakdown.h"
 #include "core/trace/annotations.h"
@@ -251,6 +254,110 @@ private slots:
             QCOMPARE(row.compute_ns, 390);
             QCOMPARE(row.exposed_communication_ns, 350 - row.rank * 50);
         }
+    }
+
+    // A table of three ranks' passes over steps −1 (no step), 0, 1 and 2 (rank 1 has no step 1),
+    // held and spilled from the first pass: both hand the same passes in the same order, whole
+    // and rank by rank; the spilled one by windows of steps that each hold its budget, one step
+    // at a time at budget 0, skipping the passes without a step.
+    void passTableReadsBackWhatItTook() {
+        std::vector<std::vector<Pass>> ranks;
+        std::int64_t start = 0;
+        for (std::int32_t rank = 0; rank < 3; ++rank) {
+            auto& list = ranks.emplace_back();
+            for (std::int32_t step : {-1, 0, 1, 2}) {
+                if (rank == 1 && step == 1) {
+                    continue;
+                }
+                for (std::int32_t mb = 0; mb < 2; ++mb) {
+                    Pass pass;
+                    pass.rank = rank;
+                    pass.step = step;
+                    pass.microbatch = mb;
+                    pass.start_ns = start;
+                    pass.end_ns = ++start;
+                    list.push_back(pass);
+                }
+            }
+        }
+        const auto starts = [](const std::vector<Pass>& passes) {
+            std::vector<std::int64_t> out;
+            for (const Pass& pass : passes) {
+                out.push_back(pass.start_ns);
+            }
+            return out;
+        };
+        std::vector<Pass> all;
+        for (const auto& list : ranks) {
+            all.insert(all.end(), list.begin(), list.end());
+        }
+        for (const std::int64_t budget : {std::int64_t{1} << 20, std::int64_t{0}}) {
+            PassTable table(budget);
+            for (const auto& list : ranks) {
+                QVERIFY(bool(table.append(list)));
+            }
+            QCOMPARE(table.spilled(), budget == 0);
+            QCOMPARE(table.size(), all.size());
+            QVERIFY(table.sorted_by_rank_and_step());
+            QCOMPARE(starts(table.all()), starts(all));
+            std::vector<std::vector<Pass>> by_rank;
+            table.for_each_rank([&](std::span<const Pass> rank) {
+                by_rank.emplace_back(rank.begin(), rank.end());
+            });
+            QCOMPARE(by_rank.size(), ranks.size());
+            for (std::size_t r = 0; r < ranks.size(); ++r) {
+                QCOMPARE(starts(by_rank[r]), starts(ranks[r]));
+            }
+            std::vector<std::vector<Pass>> windows;
+            table.for_each_step_window(
+                [&](const std::vector<Pass>& window) { windows.push_back(window); });
+            if (budget > 0) {  // held: the table whole, as the analyses took it before
+                QCOMPARE(windows.size(), 1u);
+                QCOMPARE(starts(windows[0]), starts(all));
+                continue;
+            }
+            QCOMPARE(windows.size(), 3u);  // steps 0, 1, 2
+            for (std::int32_t step = 0; step < 3; ++step) {
+                std::vector<Pass> expected;
+                for (const Pass& pass : all) {
+                    if (pass.step == step) {
+                        expected.push_back(pass);
+                    }
+                }
+                QCOMPARE(starts(windows[static_cast<std::size_t>(step)]), starts(expected));
+            }
+            QVERIFY(bool(table.read_status()));
+        }
+        // Ranks out of order are told, so that an analysis that folds a (rank, step) at a time
+        // gathers them instead.
+        PassTable reversed(0);
+        QVERIFY(bool(reversed.append(ranks[1])));
+        QVERIFY(bool(reversed.append(ranks[0])));
+        QVERIFY(!reversed.sorted_by_rank_and_step());
+    }
+
+    // Where the scratch file cannot be made, the error names the folder and what to do.
+    void passTableSaysWhereItCannotSpill() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QByteArray missing = (dir.path() + "/no-such-folder").toUtf8();
+        const char* before = std::getenv("TMPDIR");
+        const std::optional<std::string> kept =
+            before != nullptr ? std::optional<std::string>(before) : std::nullopt;
+        ::setenv("TMPDIR", missing.constData(), 1);
+        PassTable table(0);
+        const Pass pass;
+        const Status status = table.append(std::span<const Pass>(&pass, 1));
+        if (kept) {
+            ::setenv("TMPDIR", kept->c_str(), 1);
+        } else {
+            ::unsetenv("TMPDIR");
+        }
+        QVERIFY(!status);
+        QCOMPARE(status.error().code, ErrorCode::io);
+        QVERIFY2(status.error().message.find(missing.toStdString()) != std::string::npos,
+                 status.error().message.c_str());
+        QVERIFY(status.error().message.find("TMPDIR") != std::string::npos);
     }
 };
 

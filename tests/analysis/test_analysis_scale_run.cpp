@@ -2,7 +2,8 @@
 // scale_run.h; here TP 4 × PP 8 × CP 2, a few steps of 8 micro-batches) analysed held whole
 // (analyze_run on every event in memory) and read a rank at a time (analyze_run_file: the
 // workload summed in one scan and read back a step at a time, collectives and pipeline
-// transfers matched as the ranks come in) gives the same JSON, byte for byte.
+// transfers matched as the ranks come in) gives the same JSON, byte for byte; so does the
+// latter with its passes in a temporary file (PassTable), read back a window of steps at a time.
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -56,6 +57,13 @@ private slots:
 
         const std::string json = analysis::analysis_json(*held);
         QCOMPARE(analysis::analysis_json(*streamed), json);
+        // The passes in a temporary file from the first, read back a step at a time by the
+        // analyses that go by steps (bubbles, critical path), as a run of many steps has them.
+        analysis::AnalyzeOptions spilling;
+        spilling.passes_in_memory_bytes = 0;
+        auto spilled = analysis::analyze_run_file(*reader, metadata, spilling);
+        QVERIFY2(bool(spilled), spilled ? "" : spilled.error().message.c_str());
+        QCOMPARE(analysis::analysis_json(*spilled), json);
         // What the streamed path matches across ranks is there to compare: CP groups predicted
         // from the workload's rows, a cost model fitted with the pipeline's matched transfers,
         // and bubbles on every stage.

@@ -24,18 +24,20 @@
 
 #include "core/analysis/pass_table.h"
 #include "core/analysis/run_trace.h"
+#include "core/util/packed_optional.h"
 #include "core/util/result.h"
 
 namespace fulcrum::analysis {
 
+// A rank's part of a CP group: 32 bytes, a run of 1 B events has millions (PackedOptional).
 struct CpRankLoad {
     std::int32_t rank = 0;
     int cp_rank = 0;
     // Forward + backward; absent when the rank has no pass in this micro-batch.
-    std::optional<std::int64_t> attention_ns;
+    PackedOptional<std::int64_t> attention_ns;
     // The work it held (held_work); absent without a workload row for it.
-    std::optional<std::int64_t> tokens;
-    std::optional<std::int64_t> pairs;
+    PackedOptional<std::int64_t> tokens;
+    PackedOptional<std::int64_t> pairs;
 };
 
 // Predicted max/mean pairs had a micro-batch been sharded each way: contiguous, zigzag and
@@ -58,9 +60,9 @@ struct CpGroupLoad {
     std::vector<CpRankLoad> ranks;  // by cp_rank
     // max/mean attention_ns over the CP ranks that have one; absent when fewer than two
     // have, or none spent any time in attention (nothing was measured).
-    std::optional<double> measured_imbalance;
+    PackedOptional<double> measured_imbalance;
     // max/mean pairs over the CP ranks that held work; absent when fewer than two did.
-    std::optional<double> predicted_imbalance;
+    PackedOptional<double> predicted_imbalance;
     ShardingPrediction predicted_by_sharding;
 };
 

@@ -41,6 +41,11 @@ json optional_json(const std::optional<T>& value) {
     return value ? json(*value) : json(nullptr);
 }
 
+template <typename T>
+json optional_json(const PackedOptional<T>& value) {
+    return value ? json(*value) : json(nullptr);
+}
+
 // "" is how the structs spell an unknown name.
 json text_or_null(const std::string& text) {
     return text.empty() ? json(nullptr) : json(text);
@@ -486,6 +491,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     const ModelFit fitted = fit.get();
     std::vector<RankRanges>().swap(found.ranges);
     std::vector<PipelinePair>().swap(pipeline);
+    found.collectives.drop_transfers();
     release_free_memory();
     const CostModel* model = fitted.cost_model ? &*fitted.cost_model : nullptr;
     analysis.imbalance = analyze_imbalance(trace, passes, collectives, model, &workload);

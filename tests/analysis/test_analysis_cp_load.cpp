@@ -101,6 +101,29 @@ class CpLoadTest : public QObject {
     Q_OBJECT
 
 private slots:
+    // A CP group's figures take no flag beside them (a rank's part is 32 bytes, a run of 1 B
+    // events has millions), and still read as optionals: absent, present (0 and a NaN-free
+    // double included), converted, compared.
+    void packedFiguresReadAsOptionals() {
+        QCOMPARE(sizeof(CpRankLoad), 32u);
+        CpRankLoad load;
+        QVERIFY(!load.attention_ns);
+        QCOMPARE(load.attention_ns.value_or(-5), std::int64_t{-5});
+        QVERIFY(std::optional<std::int64_t>(load.tokens) == std::nullopt);
+        QVERIFY_THROWS_EXCEPTION(std::bad_optional_access, load.pairs.value());
+        load.pairs = 0;
+        QVERIFY(load.pairs.has_value());
+        QCOMPARE(*load.pairs, std::int64_t{0});
+        QVERIFY(load.pairs == PackedOptional<std::int64_t>(std::optional<std::int64_t>(0)));
+        QVERIFY(!(load.pairs == load.tokens));
+        CpGroupLoad group;
+        QVERIFY(!group.measured_imbalance);
+        group.measured_imbalance = 1.5;
+        QCOMPARE(std::optional<double>(group.measured_imbalance), std::optional<double>(1.5));
+        group.measured_imbalance.reset();
+        QVERIFY(group.measured_imbalance == std::nullopt);
+    }
+
     // cp = 2, contiguous. Documents A (id 7, 6 tokens) and B (id 9, 2 tokens) packed as A B,
     // T = 8: rank 0 holds A[0,4), rank 1 A[4,6) and B[0,2).
     //   measured: rank 0 forward attention 20 ms with a 5 ms cp all-gather inside (15 ms) and

@@ -7,7 +7,6 @@
 #include <deque>
 #include <map>
 #include <optional>
-#include <set>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -506,42 +505,64 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
         }
         return std::pair(stage, pass.phase);
     };
-    std::set<std::pair<std::int16_t, Phase>> fits;
+    using FitKey = std::pair<std::int16_t, Phase>;
+    std::map<FitKey, std::size_t> fits;  // passes of each (stage, phase)
     passes.for_each([&](std::span<const Pass> run) {
         for (const Pass& pass : run) {
-            fits.insert(fitted_as(pass));
+            ++fits[fitted_as(pass)];
         }
     });
-    // One (stage, phase) at a time, its samples in run order: a 1 B-event run has millions.
-    for (const auto& fit : fits) {
+    // A few (stage, phase)s at a time, as many as kFitSamples samples hold, each's samples in
+    // run order: a 1 B-event run has millions, and a table in a temporary file is read once a
+    // batch (pass_table.h), not once a (stage, phase).
+    constexpr std::size_t kFitSamples = 1 << 21;  // 64 MiB of rows and times
+    struct Samples {
         std::vector<Row> x;
         std::vector<double> y;
+    };
+    for (auto first = fits.begin(); first != fits.end();) {
+        std::map<FitKey, Samples> batch;
+        std::size_t held_samples = 0;
+        auto last = first;
+        do {
+            Samples& samples = batch[last->first];
+            samples.x.reserve(last->second);
+            samples.y.reserve(last->second);
+            held_samples += last->second;
+            ++last;
+        } while (last != fits.end() && held_samples + last->second <= kFitSamples);
         passes.for_each([&](std::span<const Pass> run) {
             for (const Pass& pass : run) {
-                if (fitted_as(pass) != fit) {
+                const auto in_batch = batch.find(fitted_as(pass));
+                if (in_batch == batch.end()) {
                     continue;
                 }
                 const HeldWork* work = held_of(pass);
                 if (work == nullptr) {
                     continue;
                 }
-                x.push_back(
+                Samples& samples = in_batch->second;
+                samples.x.push_back(
                     {1.0, static_cast<double>(work->tokens), static_cast<double>(work->pairs)});
                 // Its time at a whole core where its rank shared one: the CPU it used where the
                 // run says (the engine's `fulcrum.cpu` marks), else its compute time × the share
                 // of a core it had (core_shares.h).
                 if (shares.shared() && pass.cpu_ns >= 0) {
-                    y.push_back(static_cast<double>(pass.cpu_ns));
+                    samples.y.push_back(static_cast<double>(pass.cpu_ns));
                 } else {
                     const auto [start, end] = CoreShares::computing(pass);
-                    y.push_back(static_cast<double>(pass.compute_ns) *
-                                shares.share(pass.rank, start, end));
+                    samples.y.push_back(static_cast<double>(pass.compute_ns) *
+                                        shares.share(pass.rank, start, end));
                 }
             }
         });
-        if (y.size() >= 3) {
-            model.passes.push_back(fit_pass(fit.first, fit.second, x, y));
+        for (auto& [fit, samples] : batch) {
+            if (samples.y.size() >= 3) {
+                model.passes.push_back(fit_pass(fit.first, fit.second, samples.x, samples.y));
+            }
+            samples = Samples{};  // freed as soon as fitted
         }
+        first = last;
     }
     if (model.passes.empty()) {
         return Error{ErrorCode::invalid_input,

@@ -256,15 +256,30 @@ void PassTable::for_each_step_window(
         const std::int32_t high = std::prev(last)->first;
         window.clear();
         window.reserve(passes);
+        // The window's runs in table order, those that follow on one another (a rank's steps)
+        // read at once.
+        std::size_t begin = 0, end = 0;
+        const auto flush = [&] {
+            const std::size_t before = window.size();
+            if (end > begin) {
+                read(begin, end, window);
+            }
+            return window.size() - before == end - begin;
+        };
         for (const StepRun& run : step_runs_) {
             if (run.step < low || run.step > high) {
                 continue;
             }
-            const std::size_t before = window.size();
-            read(run.begin, run.end, window);
-            if (window.size() == before) {
-                return;  // a failed read: read_status says
+            if (run.begin != end) {
+                if (!flush()) {
+                    return;  // a failed read: read_status says
+                }
+                begin = run.begin;
             }
+            end = run.end;
+        }
+        if (!flush()) {
+            return;
         }
         visit(window);
         first = last;

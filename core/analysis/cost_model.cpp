@@ -343,40 +343,44 @@ CollectiveCost fit_collective_of_one_size(std::string name, Role role, std::int6
 
 // A pipeline receive waits for its sender; only the time after the matching send began is the
 // transfer (the pairs: PipelineMatcher, host_ranges.h).
-void pipeline_samples(const RunTrace& trace, const std::vector<PipelinePair>& pairs,
+void pipeline_samples(const RunTrace& trace, const ScratchTable<PipelinePair>& pairs,
                       const CoreShares& shares,
                       std::map<std::string, std::vector<TransferSample>>& by_name) {
     // Each name's samples counted first: millions at 1 B events, which growth by doubling
     // would hold with up to as much again unused while the cost model is fitted beside the
     // other analyses.
     std::map<StringId, std::size_t> count;
-    for (const PipelinePair& pair : pairs) {
-        ++count[pair.name];
-    }
+    pairs.for_each([&](std::span<const PipelinePair> run) {
+        for (const PipelinePair& pair : run) {
+            ++count[pair.name];
+        }
+    });
     for (const auto& [id, n] : count) {
         by_name[std::string(trace.name(id))].reserve(n);
     }
-    for (const PipelinePair& recv : pairs) {
-        const std::int64_t began = recv.send_start_ns;
-        std::int64_t transfer = recv.recv_end_ns - began;
-        if (!shares.shared()) {
-            // Only a receive that was waiting when the send began saw the whole transfer; one
-            // that started later found part or all of it done (posted sends are buffered).
-            if (recv.recv_start_ns > began || began > recv.recv_end_ns) {
-                continue;
+    pairs.for_each([&](std::span<const PipelinePair> run) {
+        for (const PipelinePair& recv : run) {
+            const std::int64_t began = recv.send_start_ns;
+            std::int64_t transfer = recv.recv_end_ns - began;
+            if (!shares.shared()) {
+                // Only a receive that was waiting when the send began saw the whole transfer; one
+                // that started later found part or all of it done (posted sends are buffered).
+                if (recv.recv_start_ns > began || began > recv.recv_end_ns) {
+                    continue;
+                }
+            } else {
+                // On shared cores a receiver that waited wakes up when it gets a core, which is the
+                // replay's sharing, not the transfer (core_shares.h); one that came after the send
+                // times the copy itself, which the receiver makes (a posted send waits in the
+                // sender's buffer).
+                if (recv.recv_start_ns < began) {
+                    continue;
+                }
+                transfer = recv.recv_end_ns - recv.recv_start_ns;
             }
-        } else {
-            // On shared cores a receiver that waited wakes up when it gets a core, which is the
-            // replay's sharing, not the transfer (core_shares.h); one that came after the send
-            // times the copy itself, which the receiver makes (a posted send waits in the
-            // sender's buffer).
-            if (recv.recv_start_ns < began) {
-                continue;
-            }
-            transfer = recv.recv_end_ns - recv.recv_start_ns;
+            by_name[std::string(trace.name(recv.name))].push_back({recv.bytes, transfer});
         }
-        by_name[std::string(trace.name(recv.name))].push_back({recv.bytes, transfer});
-    }
+    });
     std::erase_if(by_name, [](const auto& named) { return named.second.empty(); });
 }
 
@@ -456,7 +460,7 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
                                  const MatchedCollectives* collectives,
                                  const std::vector<RankRanges>* ranges,
                                  const WorkloadByRank* workload,
-                                 const std::vector<PipelinePair>* pipeline) {
+                                 const ScratchTable<PipelinePair>* pipeline) {
     const std::string run = "run '" + trace.run.name + "'";
     if (passes.empty()) {
         return Error{ErrorCode::invalid_input,
@@ -586,7 +590,10 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
     std::vector<PipelinePair> paired;
     if (pipeline == nullptr) {
         paired = pipeline_pairs(trace, *ranges);
-        pipeline = &paired;
+    }
+    const ScratchTable<PipelinePair> paired_view(paired);
+    if (pipeline == nullptr) {
+        pipeline = &paired_view;
     }
     std::map<std::string, std::vector<TransferSample>> receives;
     pipeline_samples(trace, *pipeline, shares, receives);

@@ -88,7 +88,7 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
                                  const MatchedCollectives* collectives = nullptr,
                                  const std::vector<RankRanges>* ranges = nullptr,
                                  const WorkloadByRank* workload = nullptr,
-                                 const std::vector<PipelinePair>* pipeline = nullptr);
+                                 const ScratchTable<PipelinePair>* pipeline = nullptr);
 
 // The model as JSON, the format of `fulcrum simulate --cost-model FILE` and of the
 // "cost_model" member of `fulcrum analyze --json` (docs/analyses.md).

@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -89,8 +90,16 @@ struct PendingSend {
 
 }  // namespace
 
+// Final pairs move to the table this many at a time (or a budget's worth, if less), not after
+// every rank.
+constexpr std::size_t kFinalPairsMoved = 1 << 16;
+
 struct PipelineMatcher::State {
-    explicit State(const RunTrace& run) : trace(run) {}
+    State(const RunTrace& run, std::int64_t memory_bytes)
+        : trace(run),
+          moved_at(std::clamp<std::size_t>(
+              static_cast<std::size_t>(memory_bytes) / sizeof(PipelinePair), 1, kFinalPairsMoved)),
+          done(memory_bytes, "pipeline pairs") {}
 
     const RunTrace& trace;
     // Every rank has coordinates of its own: no two sends share a key, so a pair is final when
@@ -106,11 +115,18 @@ struct PipelineMatcher::State {
     };
     std::vector<NameWhat> what_of_name;
     std::unordered_map<TransferKey, PendingSend, TransferKeyHash> sends;
-    // Receives waiting for their send, by the send's key: the slot of their pair.
+    // Receives waiting for their send, by the send's key: the slot of their pair; and the slots
+    // themselves, in order.
     std::unordered_map<TransferKey, std::size_t, TransferKeyHash> receives;
-    // A slot for every receive as it comes (its place in the run's order); `send_start_ns` of
-    // one never matched is kUnmatched.
+    std::set<std::size_t> waiting;
+    // A slot for every receive as it comes (its place in the run's order), from slot
+    // `first_slot` on; `send_start_ns` of one never matched is kUnmatched. Those before the
+    // first still waiting are final: they go to `done` (a temporary file past its budget,
+    // scratch_table.h), the matched ones, in order.
     std::vector<PipelinePair> pairs;
+    std::size_t first_slot = 0;
+    std::size_t moved_at;  // final slots that go to `done` at once
+    ScratchTable<PipelinePair> done;
     std::vector<std::pair<TransferKey, std::size_t>> deferred;  // !unique_senders: every receive
 
     std::size_t ranks_in = 0;  // ranks added so far, for growing `pairs`
@@ -139,17 +155,31 @@ struct PipelineMatcher::State {
     // A slot for a receive: `pairs` grown to what the ranks so far project for all of them
     // rather than by doubling, which would hold up to twice a 1 B-event run's millions.
     std::size_t slot_for(const PipelinePair& pair) {
-        if (pairs.size() == pairs.capacity()) {
+        if (pairs.size() == pairs.capacity() && !unique_senders) {
             const std::size_t ranks = std::max(trace.ranks.size(), ranks_in);
             const std::size_t projected = (pairs.size() + 1) * ranks / ranks_in;
             pairs.reserve(std::max(pairs.size() + 1, projected + projected / 16));
         }
         pairs.push_back(pair);
-        return pairs.size() - 1;
+        return first_slot + pairs.size() - 1;
+    }
+
+    // The first `count` slots, final, to `done`: the matched ones, in order.
+    Status move_final(std::size_t count) {
+        std::vector<PipelinePair> matched;
+        matched.reserve(count);
+        for (std::size_t i = 0; i < count; ++i) {
+            if (pairs[i].send_start_ns != kUnmatched) {
+                matched.push_back(pairs[i]);
+            }
+        }
+        pairs.erase(pairs.begin(), pairs.begin() + static_cast<std::ptrdiff_t>(count));
+        first_slot += count;
+        return done.append(matched);
     }
 
     void fill(std::size_t slot, const PendingSend& send) {
-        PipelinePair& pair = pairs[slot];
+        PipelinePair& pair = pairs[slot - first_slot];
         pair.send_start_ns = send.start_ns;
         if (pair.bytes < 0) {
             pair.bytes = send.bytes;
@@ -157,7 +187,8 @@ struct PipelineMatcher::State {
     }
 };
 
-PipelineMatcher::PipelineMatcher(const RunTrace& trace) : state_(std::make_unique<State>(trace)) {
+PipelineMatcher::PipelineMatcher(const RunTrace& trace, std::int64_t memory_bytes)
+    : state_(std::make_unique<State>(trace, memory_bytes)) {
     std::map<std::tuple<int, int, int, int>, int> seen;
     for (const RankTrace& rank : trace.ranks) {
         const RankInfo& r = rank.info;
@@ -169,12 +200,12 @@ PipelineMatcher::PipelineMatcher(const RunTrace& trace) : state_(std::make_uniqu
 
 PipelineMatcher::~PipelineMatcher() = default;
 
-void PipelineMatcher::add(std::int32_t rank_id,
-                          const std::vector<RankRanges::Transfer>& transfers) {
+Status PipelineMatcher::add(std::int32_t rank_id,
+                            const std::vector<RankRanges::Transfer>& transfers) {
     State& s = *state_;
     const RankTrace* rank = s.trace.find_rank(rank_id);
     if (rank == nullptr) {
-        return;
+        return {};
     }
     const RankInfo& r = rank->info;
     ++s.ranks_in;
@@ -226,6 +257,7 @@ void PipelineMatcher::add(std::int32_t rank_id,
             if (s.unique_senders) {
                 if (const auto waiting = s.receives.find(own); waiting != s.receives.end()) {
                     s.fill(waiting->second, send);
+                    s.waiting.erase(waiting->second);
                     s.receives.erase(waiting);
                     continue;
                 }
@@ -241,24 +273,34 @@ void PipelineMatcher::add(std::int32_t rank_id,
         } else if (const auto sent = s.sends.find(sender); sent != s.sends.end()) {
             s.fill(slot, sent->second);
             s.sends.erase(sent);
-        } else {
-            s.receives.emplace(sender, slot);
+        } else if (s.receives.emplace(sender, slot).second) {
+            s.waiting.insert(slot);
         }
     }
+    // The final slots, those before the first still waiting, on to `done` once there are
+    // enough of them (a receive whose sender will never come waits until finish).
+    if (s.unique_senders) {
+        const std::size_t final_slots =
+            (s.waiting.empty() ? s.first_slot + s.pairs.size() : *s.waiting.begin()) - s.first_slot;
+        if (final_slots >= s.moved_at) {
+            return s.move_final(final_slots);
+        }
+    }
+    return {};
 }
 
-std::vector<PipelinePair> PipelineMatcher::finish() {
+Result<ScratchTable<PipelinePair>> PipelineMatcher::finish() {
     State& s = *state_;
     for (const auto& [sender, slot] : s.deferred) {
         if (const auto sent = s.sends.find(sender); sent != s.sends.end()) {
             s.fill(slot, sent->second);
         }
     }
-    std::vector<PipelinePair> pairs = std::move(s.pairs);
-    std::erase_if(pairs,
-                  [](const PipelinePair& pair) { return pair.send_start_ns == State::kUnmatched; });
-    pairs.shrink_to_fit();
-    state_ = std::make_unique<State>(s.trace);
+    if (auto moved = s.move_final(s.pairs.size()); !moved) {
+        return moved.error();
+    }
+    ScratchTable<PipelinePair> pairs = std::move(s.done);
+    state_ = std::make_unique<State>(s.trace, pairs.memory_bytes());
     return pairs;
 }
 
@@ -266,9 +308,10 @@ std::vector<PipelinePair> pipeline_pairs(const RunTrace& trace,
                                          const std::vector<RankRanges>& ranges) {
     PipelineMatcher matcher(trace);
     for (const RankRanges& rank : ranges) {
-        matcher.add(rank.rank, rank.transfers);
+        (void)matcher.add(rank.rank, rank.transfers);  // in memory: a run held whole
     }
-    return matcher.finish();
+    auto pairs = matcher.finish();
+    return pairs ? pairs->all() : std::vector<PipelinePair>{};
 }
 
 }  // namespace fulcrum::analysis

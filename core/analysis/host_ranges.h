@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/analysis/run_trace.h"
+#include "core/analysis/scratch_table.h"
+#include "core/util/result.h"
 
 namespace fulcrum::analysis {
 
@@ -64,15 +66,20 @@ struct PipelinePair {
 // last of the sends with its key, so every receive waits until every rank is in.
 class PipelineMatcher {
 public:
-    explicit PipelineMatcher(const RunTrace& trace);
+    // `memory_bytes`: what the matched pairs may hold in memory before they spill.
+    explicit PipelineMatcher(
+        const RunTrace& trace,
+        std::int64_t memory_bytes = ScratchTable<PipelinePair>::kDefaultMemoryBytes);
     ~PipelineMatcher();
     PipelineMatcher(const PipelineMatcher&) = delete;
     PipelineMatcher& operator=(const PipelineMatcher&) = delete;
 
-    // One rank's transfers (RankRanges::transfers); the ranks in the run's order.
-    void add(std::int32_t rank, const std::vector<RankRanges::Transfer>& transfers);
+    // One rank's transfers (RankRanges::transfers); the ranks in the run's order. The pairs
+    // that are final go to a table that spills to a temporary file past 64 MiB (a run of many
+    // steps has millions): the error says where it could not be written.
+    Status add(std::int32_t rank, const std::vector<RankRanges::Transfer>& transfers);
     // Every matched receive, in the order the ranks and each rank's transfers came in.
-    std::vector<PipelinePair> finish();
+    Result<ScratchTable<PipelinePair>> finish();
 
 private:
     struct State;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/analysis/passes.h"
+#include "core/analysis/scratch_table.h"
 #include "core/util/result.h"
 
 namespace fulcrum::analysis {
@@ -32,32 +33,29 @@ class PassTable {
 public:
     // What an owning table holds in memory before it spills: a run of a few dozen steps on a
     // thousand ranks stays there.
-    static constexpr std::int64_t kDefaultMemoryBytes = 64LL << 20;
+    static constexpr std::int64_t kDefaultMemoryBytes = ScratchTable<Pass>::kDefaultMemoryBytes;
 
-    PassTable();  // owning, empty, kDefaultMemoryBytes
+    PassTable() : PassTable(kDefaultMemoryBytes) {}  // owning, empty
     // Owning, empty: its passes in memory up to `memory_bytes`, and no more than that read back
     // at once, but for one step's; 0 spills from the first pass and reads a step at a time.
-    explicit PassTable(std::int64_t memory_bytes);
+    explicit PassTable(std::int64_t memory_bytes) : rows_(memory_bytes, "passes") {}
     PassTable(const std::vector<Pass>& passes);  // NOLINT(google-explicit-constructor): a view
-    ~PassTable();
-    PassTable(PassTable&&) noexcept;
-    PassTable& operator=(PassTable&&) noexcept;
-    PassTable(const PassTable&) = delete;
-    PassTable& operator=(const PassTable&) = delete;
 
     // One rank's passes, after those of the ranks before (owning tables only). The error says
     // where the file could not be made or written, and what to do.
     Status append(std::span<const Pass> rank);
 
-    std::size_t size() const { return size_; }
-    bool empty() const { return size_ == 0; }
-    bool spilled() const;
+    std::size_t size() const { return rows_.size(); }
+    bool empty() const { return rows_.empty(); }
+    bool spilled() const { return rows_.spilled(); }
     // Ranks in ascending order, each rank's passes by step: what lets an analysis fold a
     // (rank, step) at a time.
     bool sorted_by_rank_and_step() const { return sorted_; }
 
     // Every pass in table order, handed a bounded run at a time.
-    void for_each(const std::function<void(std::span<const Pass>)>& visit) const;
+    void for_each(const std::function<void(std::span<const Pass>)>& visit) const {
+        rows_.for_each(visit);
+    }
     // Each appended rank's passes whole, in table order (a view: all of its passes at once).
     void for_each_rank(const std::function<void(std::span<const Pass>)>& visit) const;
     // The passes of steps ≥ 0, a window of consecutive steps at a time in ascending order, each
@@ -66,27 +64,21 @@ public:
     // spilled) hands all of its passes, any step, as one window.
     void for_each_step_window(const std::function<void(const std::vector<Pass>&)>& visit) const;
     // Every pass in table order, gathered into one vector.
-    std::vector<Pass> all() const;
+    std::vector<Pass> all() const { return rows_.all(); }
 
     // What a read of the file met, if anything: the visits above stop handing passes at the
     // first failed read, and the caller asks once it is done.
-    Status read_status() const;
+    Status read_status() const { return rows_.read_status(); }
 
 private:
-    struct Spill;
     // A run of one step's passes in the table, [begin, end).
     struct StepRun {
         std::int32_t step = 0;
         std::size_t begin = 0, end = 0;
     };
-    void read(std::size_t begin, std::size_t end, std::vector<Pass>& out) const;
-    std::span<const Pass> run(std::size_t begin, std::size_t end, std::vector<Pass>& buffer) const;
 
-    const std::vector<Pass>* view_ = nullptr;
-    std::int64_t memory_bytes_ = kDefaultMemoryBytes;
-    std::vector<Pass> held_;  // an owning table's, until it spills
-    std::unique_ptr<Spill> spill_;
-    std::size_t size_ = 0;
+    ScratchTable<Pass> rows_;
+    bool view_ = false;
     bool sorted_ = true;
     Pass last_;                             // the last appended, for `sorted_`
     std::vector<std::size_t> rank_begins_;  // where each appended rank's passes begin

@@ -329,13 +329,13 @@ void append_projected(std::vector<T>& all, const std::vector<T>& more, std::size
 
 // Every rank's findings, put together in rank order.
 struct RunFindings {
-    RunFindings(const RunTrace& trace, std::int64_t passes_in_memory)
+    RunFindings(const RunTrace& trace, std::int64_t scratch_memory)
         : ranks(trace.ranks.size()),
-          passes(passes_in_memory),
+          passes(scratch_memory),
           collectives(trace),
           matcher(trace,
                   [this](CollectiveInstance&& instance) { collectives.add(std::move(instance)); }),
-          pipeline(trace) {}
+          pipeline(trace, scratch_memory) {}
     RunFindings(const RunFindings&) = delete;  // the matcher holds `this`
     RunFindings& operator=(const RunFindings&) = delete;
 
@@ -366,7 +366,9 @@ struct RunFindings {
         ++added;
         kernels.add(std::move(found.kernels));
         matcher.add(rank, found.calls);
-        pipeline.add(rank, found.ranges.transfers);
+        if (auto paired = pipeline.add(rank, found.ranges.transfers); !paired) {
+            return paired;
+        }
         std::vector<RankRanges::Transfer>().swap(found.ranges.transfers);
         ranges.push_back(std::move(found.ranges));
         offload.push_back(std::move(found.offload));
@@ -407,7 +409,7 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
 
     // Every rank's events once, on every core; what the analyses across ranks need is kept.
     report("ranks", 0.0);
-    RunFindings found(trace, options.passes_in_memory_bytes);
+    RunFindings found(trace, options.scratch_memory_bytes);
     const std::size_t ranks = trace.ranks.size();
     // At most two ranks a worker ahead of the one whose findings are added.
     const Status read_all = produce_in_order<RankFindings>(
@@ -426,7 +428,11 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     analysis.events = found.events;
     const PassTable& passes = found.passes;
     found.matcher.finish();
-    std::vector<PipelinePair> pipeline = found.pipeline.finish();
+    auto paired = found.pipeline.finish();
+    if (!paired) {
+        return paired.error();
+    }
+    ScratchTable<PipelinePair> pipeline = std::move(*paired);
     release_free_memory();
     found.collectives.finish();
     const MatchedCollectives& collectives = found.collectives;
@@ -490,7 +496,10 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     analysis.critical_paths = critical_paths(trace, passes, &collectives, &found.ranges);
     const ModelFit fitted = fit.get();
     std::vector<RankRanges>().swap(found.ranges);
-    std::vector<PipelinePair>().swap(pipeline);
+    if (auto read = pipeline.read_status(); !read) {
+        return read.error();
+    }
+    pipeline = ScratchTable<PipelinePair>{};
     found.collectives.drop_transfers();
     release_free_memory();
     const CostModel* model = fitted.cost_model ? &*fitted.cost_model : nullptr;

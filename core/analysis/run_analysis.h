@@ -78,9 +78,11 @@ struct AnalyzeOptions {
     // of the file's table; analyze_run: trace.workload), for a caller that only tallies the
     // rows and so need not read them again, nor hold them (a report's throughput).
     std::function<void(const WorkloadEntry&)> visit_workload;
-    // What the run's passes may take in memory before they go to a temporary file (PassTable):
-    // a run of many steps has millions. 0 spills from the first pass (tests).
-    std::int64_t passes_in_memory_bytes = PassTable::kDefaultMemoryBytes;
+    // What each table that grows with the run's steps — its passes (PassTable), its pipeline
+    // pairs (PipelineMatcher) — may hold in memory before it goes to a temporary file
+    // (scratch_table.h): a run of many steps has millions of each. 0 spills from the first row
+    // and reads the passes back a step at a time (tests).
+    std::int64_t scratch_memory_bytes = ScratchTable<Pass>::kDefaultMemoryBytes;
 };
 
 // Every analysis of a run in memory. Ranks are read side by side on every core, each once;

@@ -412,6 +412,24 @@ private slots:
         QCOMPARE(pairs[1].recv_end_ns, 150);
         QCOMPARE(pairs[2].send_start_ns, 200);
         QCOMPARE(pairs[2].bytes, 32);  // the receive's own
+        // With no memory for them, the final pairs go to a temporary file after each rank and
+        // come back the same, in the same order.
+        PipelineMatcher spilling(trace, 0);
+        for (const RankRanges& rank : rank_ranges(trace)) {
+            QVERIFY(bool(spilling.add(rank.rank, rank.transfers)));
+        }
+        auto spilled = spilling.finish();
+        QVERIFY(bool(spilled));
+        QVERIFY(spilled->spilled());
+        const std::vector<PipelinePair> back = spilled->all();
+        QCOMPARE(back.size(), pairs.size());
+        for (std::size_t i = 0; i < pairs.size(); ++i) {
+            QCOMPARE(back[i].name.value, pairs[i].name.value);
+            QCOMPARE(back[i].recv_start_ns, pairs[i].recv_start_ns);
+            QCOMPARE(back[i].send_start_ns, pairs[i].send_start_ns);
+            QCOMPARE(back[i].bytes, pairs[i].bytes);
+        }
+        QVERIFY(bool(spilled->read_status()));
 
         // Without coordinates two ranks' sends can share a key: the later rank's wins, also
         // for a receive of a rank read before it.

@@ -57,10 +57,11 @@ private slots:
 
         const std::string json = analysis::analysis_json(*held);
         QCOMPARE(analysis::analysis_json(*streamed), json);
-        // The passes in a temporary file from the first, read back a step at a time by the
-        // analyses that go by steps (bubbles, critical path), as a run of many steps has them.
+        // The passes and the pipeline pairs in temporary files from the first, the passes read
+        // back a step at a time by the analyses that go by steps (bubbles, critical path), as a
+        // run of many steps has them.
         analysis::AnalyzeOptions spilling;
-        spilling.passes_in_memory_bytes = 0;
+        spilling.scratch_memory_bytes = 0;
         auto spilled = analysis::analyze_run_file(*reader, metadata, spilling);
         QVERIFY2(bool(spilled), spilled ? "" : spilled.error().message.c_str());
         QCOMPARE(analysis::analysis_json(*spilled), json);

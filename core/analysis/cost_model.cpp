@@ -525,16 +525,14 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
         std::vector<double> y;
     };
     for (auto first = fits.begin(); first != fits.end();) {
-        std::map<FitKey, Samples> batch;
         std::size_t held_samples = 0;
-        auto last = first;
-        do {
-            Samples& samples = batch[last->first];
-            samples.x.reserve(last->second);
-            samples.y.reserve(last->second);
-            held_samples += last->second;
-            ++last;
-        } while (last != fits.end() && held_samples + last->second <= kFitSamples);
+        const auto last = batch_end(first, fits.end(), kFitSamples, held_samples);
+        std::map<FitKey, Samples> batch;
+        for (auto fit = first; fit != last; ++fit) {
+            Samples& samples = batch[fit->first];
+            samples.x.reserve(fit->second);
+            samples.y.reserve(fit->second);
+        }
         passes.for_each([&](std::span<const Pass> run) {
             for (const Pass& pass : run) {
                 const auto in_batch = batch.find(fitted_as(pass));
@@ -587,10 +585,8 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
     // One name at a time, in the order of the names (a pipeline receive's own rule wins over
     // a collective of the same name): a 1 B-event run has millions of instances of one name,
     // unpacked only while that name is fitted.
-    std::vector<PipelinePair> paired;
-    if (pipeline == nullptr) {
-        paired = pipeline_pairs(trace, *ranges);
-    }
+    const std::vector<PipelinePair> paired =
+        pipeline == nullptr ? pipeline_pairs(trace, *ranges) : std::vector<PipelinePair>{};
     const ScratchTable<PipelinePair> paired_view(paired);
     if (pipeline == nullptr) {
         pipeline = &paired_view;

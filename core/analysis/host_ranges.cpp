@@ -306,12 +306,12 @@ Result<ScratchTable<PipelinePair>> PipelineMatcher::finish() {
 
 std::vector<PipelinePair> pipeline_pairs(const RunTrace& trace,
                                          const std::vector<RankRanges>& ranges) {
-    PipelineMatcher matcher(trace);
+    // Held in memory as the run is: a table that never spills cannot fail to take a pair.
+    PipelineMatcher matcher(trace, std::numeric_limits<std::int64_t>::max());
     for (const RankRanges& rank : ranges) {
-        (void)matcher.add(rank.rank, rank.transfers);  // in memory: a run held whole
+        (void)matcher.add(rank.rank, rank.transfers);
     }
-    auto pairs = matcher.finish();
-    return pairs ? pairs->all() : std::vector<PipelinePair>{};
+    return matcher.finish()->all();
 }
 
 }  // namespace fulcrum::analysis

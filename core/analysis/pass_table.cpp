@@ -6,7 +6,7 @@
 
 namespace fulcrum::analysis {
 
-PassTable::PassTable(const std::vector<Pass>& passes) : rows_(passes), view_(true) {
+PassTable::PassTable(const std::vector<Pass>& passes) : rows_(passes) {
     sorted_ = std::is_sorted(passes.begin(), passes.end(), [](const Pass& a, const Pass& b) {
         return std::tie(a.rank, a.step) < std::tie(b.rank, b.step);
     });
@@ -39,7 +39,7 @@ Status PassTable::append(std::span<const Pass> rank) {
 
 void PassTable::for_each_rank(const std::function<void(std::span<const Pass>)>& visit) const {
     std::vector<Pass> buffer;
-    if (view_) {
+    if (rank_begins_.empty()) {  // a view: its passes at once
         if (!rows_.empty()) {
             visit(rows_.run(0, rows_.size(), buffer));
         }
@@ -77,12 +77,8 @@ void PassTable::for_each_step_window(
     }
     const auto window_passes = static_cast<std::size_t>(rows_.memory_bytes()) / sizeof(Pass);
     for (auto first = step_sizes.begin(); first != step_sizes.end();) {
-        auto last = first;
         std::size_t passes = 0;
-        do {
-            passes += last->second;
-            ++last;
-        } while (last != step_sizes.end() && passes + last->second <= window_passes);
+        const auto last = batch_end(first, step_sizes.end(), window_passes, passes);
         const std::int32_t low = first->first;
         const std::int32_t high = std::prev(last)->first;
         window.clear();

@@ -78,7 +78,6 @@ private:
     };
 
     ScratchTable<Pass> rows_;
-    bool view_ = false;
     bool sorted_ = true;
     Pass last_;                             // the last appended, for `sorted_`
     std::vector<std::size_t> rank_begins_;  // where each appended rank's passes begin

@@ -36,13 +36,9 @@ json number_or_null(double value) {
     return std::isfinite(value) ? json(value) : json(nullptr);
 }
 
-template <typename T>
-json optional_json(const std::optional<T>& value) {
-    return value ? json(*value) : json(nullptr);
-}
-
-template <typename T>
-json optional_json(const PackedOptional<T>& value) {
+// A std::optional or a PackedOptional.
+template <typename Optional>
+json optional_json(const Optional& value) {
     return value ? json(*value) : json(nullptr);
 }
 

@@ -47,6 +47,19 @@ private:
     std::unique_ptr<ReadError> read_error_;
 };
 
+// Where a batch that starts at `first` ends, over a map of (key → rows) in key order: the keys
+// from `first` on while their rows together stay within `limit`, at least one; `rows` gets their
+// sum. How a reader of a table bounds what it holds at once (steps, fits).
+template <typename Iterator>
+Iterator batch_end(Iterator first, Iterator end, std::size_t limit, std::size_t& rows) {
+    rows = 0;
+    do {
+        rows += first->second;
+        ++first;
+    } while (first != end && rows + first->second <= limit);
+    return first;
+}
+
 template <typename T>
 class ScratchTable {
     static_assert(std::is_trivially_copyable_v<T>, "rows go to the file as their bytes");

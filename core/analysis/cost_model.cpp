@@ -157,39 +157,39 @@ LinearFit non_negative_fit(const std::vector<Row>& x, const std::vector<double>&
     return best;  // all zero when nothing was feasible (only for negative times)
 }
 
-// `measured(i)` and `predicted(i)` for i < n.
-template <typename Measured, typename Predicted>
-FitQuality quality(std::size_t n, Measured measured, Predicted predicted) {
+// The samples as `for_each(visit)` hands them over, visit(measured, predicted) in the same order
+// each time: it is called twice.
+template <typename ForEach>
+FitQuality quality_of(std::size_t n, const ForEach& for_each) {
     FitQuality q;
     q.samples = static_cast<int>(n);
     if (n == 0) {
         return q;
     }
     long double mean = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-        mean += measured(i);
-    }
+    for_each([&](double m, double) { mean += m; });
     mean /= static_cast<long double>(n);
     long double ss_tot = 0, ss_res = 0, rel = 0;
     int rel_samples = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-        const double m = measured(i), p = predicted(i);
+    for_each([&](double m, double p) {
         ss_tot += (m - mean) * (m - mean);
         ss_res += (m - p) * (m - p);
         if (m > 0) {
             rel += std::fabs(p - m) / m;
             ++rel_samples;
         }
-    }
+    });
     q.r_squared = ss_tot > 0 ? static_cast<double>(1 - ss_res / ss_tot) : 0.0;
     q.mean_abs_rel_error = rel_samples > 0 ? static_cast<double>(rel / rel_samples) : 0.0;
     return q;
 }
 
 FitQuality quality(const std::vector<double>& measured, const std::vector<double>& predicted) {
-    return quality(
-        measured.size(), [&](std::size_t i) { return measured[i]; },
-        [&](std::size_t i) { return predicted[i]; });
+    return quality_of(measured.size(), [&](const auto& visit) {
+        for (std::size_t i = 0; i < measured.size(); ++i) {
+            visit(measured[i], predicted[i]);
+        }
+    });
 }
 
 // Columns: 1, tokens, pairs. Preference on ties: work terms before the fixed term.
@@ -319,25 +319,51 @@ CollectiveCost fit_collective(std::string name, Role role,
 }
 
 // What fit_collective finds for samples that all moved `bytes` in one call each, from their
-// times in ascending order, without unpacking them: a 1 B-event run has millions.
-CollectiveCost fit_collective_of_one_size(std::string name, Role role, std::int64_t bytes,
-                                          const MatchedCollectives::Times& times) {
+// times in ascending order, without unpacking them: a 1 B-event run has millions, perhaps in a
+// temporary file (matched_collectives.h).
+Result<CollectiveCost> fit_collective_of_one_size(std::string name, Role role, std::int64_t bytes,
+                                                  const MatchedCollectives::Times& times) {
     CollectiveCost cost;
     cost.name = std::move(name);
     cost.role = role;
     if (times.empty()) {
         return cost;
     }
+    // The median: the middle one, or the two middle ones' mean.
     const std::size_t mid = times.size() / 2;
-    const double upper = static_cast<double>(times[mid]);
-    const double median =
-        times.size() % 2 == 1 ? upper : (static_cast<double>(times[mid - 1]) + upper) / 2;
+    std::size_t seen = 0;
+    double lower = 0, upper = 0;
+    Status read = times.for_each([&](std::span<const std::int64_t> run) {
+        for (const std::int64_t ns : run) {
+            if (seen + 1 == mid) {
+                lower = static_cast<double>(ns);
+            } else if (seen == mid) {
+                upper = static_cast<double>(ns);
+                return false;
+            }
+            ++seen;
+        }
+        return true;
+    });
+    const double median = times.size() % 2 == 1 ? upper : (lower + upper) / 2;
     const double moved = static_cast<double>(std::max<std::int64_t>(bytes, 0));
     cost.latency_ns = std::max(0.0, median);
     cost.fitted_bytes = static_cast<std::int64_t>(moved);
-    cost.fit = quality(
-        times.size(), [&](std::size_t i) { return static_cast<double>(times[i]); },
-        [&](std::size_t) { return 1.0 * cost.latency_ns + cost.per_byte_ns * moved; });
+    const double predicted = 1.0 * cost.latency_ns + cost.per_byte_ns * moved;
+    cost.fit = quality_of(times.size(), [&](const auto& visit) {
+        if (!read) {
+            return;
+        }
+        read = times.for_each([&](std::span<const std::int64_t> run) {
+            for (const std::int64_t ns : run) {
+                visit(static_cast<double>(ns), predicted);
+            }
+            return true;
+        });
+    });
+    if (!read) {
+        return read.error();
+    }
     return cost;
 }
 
@@ -614,16 +640,26 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
         if (std::count_if(kept->by_bytes.begin(), kept->by_bytes.end(), joins) == 1) {
             const auto& group = *std::find_if(kept->by_bytes.begin(), kept->by_bytes.end(), joins);
             if (calls_of(trace, StringId{group.first.second}, calls_cache) == 1) {
-                model.collectives.push_back(
-                    fit_collective_of_one_size(name, kept->role, group.first.first, group.second));
+                auto cost =
+                    fit_collective_of_one_size(name, kept->role, group.first.first, group.second);
+                if (!cost) {
+                    return cost.error();
+                }
+                model.collectives.push_back(std::move(*cost));
                 continue;
             }
         }
         std::vector<TransferSample> samples;
         for (const auto& [bytes_args, times] : kept->by_bytes) {
             const std::int64_t calls = calls_of(trace, StringId{bytes_args.second}, calls_cache);
-            for (std::size_t i = 0; i < times.size(); ++i) {
-                samples.push_back({bytes_args.first, times[i], calls});
+            const Status read = times.for_each([&](std::span<const std::int64_t> run) {
+                for (const std::int64_t ns : run) {
+                    samples.push_back({bytes_args.first, ns, calls});
+                }
+                return true;
+            });
+            if (!read) {
+                return read.error();
             }
         }
         std::sort(samples.begin(), samples.end(),

@@ -1,7 +1,9 @@
 #include "core/analysis/matched_collectives.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <queue>
 
 #include "core/analysis/core_shares.h"
 
@@ -28,16 +30,18 @@ bool matched_across_ranks(const CollectiveInstance& instance) {
 
 }  // namespace
 
-MatchedCollectives::MatchedCollectives(const RunTrace& trace)
-    : members_mean_(CoreShares::any_shared(trace)) {}
+MatchedCollectives::MatchedCollectives(const RunTrace& trace, std::int64_t memory_bytes)
+    : members_mean_(CoreShares::any_shared(trace)),
+      times_memory_bytes_(memory_bytes),
+      spilled_times_(std::make_unique<ScratchTable<std::int64_t>>(0, "collective times")) {}
 
 MatchedCollectives::MatchedCollectives(const RunTrace& trace,
                                        std::vector<CollectiveInstance> instances)
-    : MatchedCollectives(trace) {
+    : MatchedCollectives(trace, std::numeric_limits<std::int64_t>::max()) {
     for (CollectiveInstance& instance : instances) {
         add(std::move(instance));
     }
-    finish();
+    (void)finish();  // held in memory: nothing was written
 }
 
 void MatchedCollectives::add(CollectiveInstance&& instance) {
@@ -101,25 +105,37 @@ void MatchedCollectives::add(CollectiveInstance&& instance) {
         samples->second.role = instance.role;
         samples->second.first = order_of(instance);
     }
-    samples->second.by_bytes[{last.bytes, last.args.value}].push_back(transfer);
+    times_held_bytes_ += static_cast<std::int64_t>(
+        samples->second.by_bytes[{last.bytes, last.args.value}].push_back(transfer));
+    if (times_held_bytes_ > times_memory_bytes_ && times_written_) {
+        for (auto& [id, kept] : transfers_) {
+            for (auto& [bytes_args, times] : kept.by_bytes) {
+                if (auto spilled = times.spill(*spilled_times_); !spilled) {
+                    times_written_ = spilled;
+                }
+            }
+        }
+        times_held_bytes_ = 0;
+    }
 
     if (instance.role == Role::dp_collective) {
         dp_.push_back(std::move(instance));
     }
 }
 
-void MatchedCollectives::Times::push_back(std::int64_t ns) {
+std::size_t MatchedCollectives::Times::push_back(std::int64_t ns) {
     const bool fits = ns >= std::numeric_limits<std::int32_t>::min() &&
                       ns <= std::numeric_limits<std::int32_t>::max();
     if (wide_.empty() && fits) {
         narrow_.push_back(static_cast<std::int32_t>(ns));
-        return;
+        return sizeof(std::int32_t);
     }
     if (wide_.empty()) {
         wide_.assign(narrow_.begin(), narrow_.end());
         narrow_ = {};
     }
     wide_.push_back(ns);
+    return sizeof(std::int64_t);
 }
 
 void MatchedCollectives::Times::sort() {
@@ -127,7 +143,108 @@ void MatchedCollectives::Times::sort() {
     std::sort(wide_.begin(), wide_.end());
 }
 
-void MatchedCollectives::finish() {
+Status MatchedCollectives::Times::spill(ScratchTable<std::int64_t>& file) {
+    if (pending() == 0) {
+        return {};
+    }
+    sort();
+    std::vector<std::int64_t> run;
+    run.reserve(pending());
+    run.insert(run.end(), narrow_.begin(), narrow_.end());
+    run.insert(run.end(), wide_.begin(), wide_.end());
+    std::deque<std::int32_t>().swap(narrow_);
+    std::deque<std::int64_t>().swap(wide_);
+    runs_.push_back({file.size(), run.size()});
+    spilled_ += run.size();
+    file_ = &file;
+    return file.append(run);
+}
+
+Status MatchedCollectives::Times::for_each(
+    const std::function<bool(std::span<const std::int64_t>)>& visit) const {
+    constexpr std::size_t kBlock = 8192;  // values of a run read at once, and handed over
+    if (runs_.empty()) {                  // sorted in memory (finish): no merge
+        std::vector<std::int64_t> block;
+        block.reserve(std::min(kBlock, pending()));
+        for (std::size_t i = 0; i < pending(); ++i) {
+            block.push_back(wide_.empty() ? std::int64_t{narrow_[i]} : wide_[i]);
+            if (block.size() == kBlock || i + 1 == pending()) {
+                if (!visit(block)) {
+                    return {};
+                }
+                block.clear();
+            }
+        }
+        return {};
+    }
+    // A k-way merge of the runs and what is still in memory (the last source), a block of
+    // each at a time.
+    struct Source {
+        std::size_t next = 0, end = 0;  // rows of the file, or of the memory's
+        std::vector<std::int64_t> block;
+        std::size_t at = 0;
+    };
+    std::vector<Source> sources;
+    for (const Run& run : runs_) {
+        sources.push_back({run.begin, run.begin + run.size, {}, 0});
+    }
+    sources.push_back({0, pending(), {}, 0});
+    const std::size_t memory = sources.size() - 1;
+    const auto refill = [&](std::size_t index) {
+        Source& source = sources[index];
+        source.block.clear();
+        source.at = 0;
+        const std::size_t end = std::min(source.end, source.next + kBlock);
+        if (index == memory) {
+            for (std::size_t i = source.next; i < end; ++i) {
+                source.block.push_back(wide_.empty() ? std::int64_t{narrow_[i]} : wide_[i]);
+            }
+        } else if (source.next < end) {
+            file_->read(source.next, end, source.block);
+            if (source.block.size() != end - source.next) {
+                return false;
+            }
+        }
+        source.next = end;
+        return true;
+    };
+    // (value, source) smallest first.
+    using Head = std::pair<std::int64_t, std::size_t>;
+    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+        if (!refill(i)) {
+            return file_->read_status();
+        }
+        if (!sources[i].block.empty()) {
+            heads.push({sources[i].block.front(), i});
+        }
+    }
+    std::vector<std::int64_t> out;
+    out.reserve(kBlock);
+    while (!heads.empty()) {
+        const auto [value, index] = heads.top();
+        heads.pop();
+        out.push_back(value);
+        Source& source = sources[index];
+        if (++source.at == source.block.size()) {
+            if (!refill(index)) {
+                return file_->read_status();
+            }
+        }
+        if (source.at < source.block.size()) {
+            heads.push({source.block[source.at], index});
+        }
+        if (out.size() == kBlock || heads.empty()) {
+            if (!visit(out)) {
+                return {};
+            }
+            out.clear();
+        }
+    }
+    return {};
+}
+
+Status MatchedCollectives::finish() {
     std::sort(groups_.begin(), groups_.end(),
               [](const Group& a, const Group& b) { return in_run_order(a.first, b.first); });
     group_index_.clear();
@@ -137,14 +254,15 @@ void MatchedCollectives::finish() {
             times.sort();
         }
     }
+    return times_written_;
 }
 
 MatchedCollectives matched_collectives(const RunTrace& trace) {
-    MatchedCollectives kept(trace);
+    MatchedCollectives kept(trace, std::numeric_limits<std::int64_t>::max());  // as the run is
     CollectiveMatcher(trace, [&](CollectiveInstance&& instance) {
         kept.add(std::move(instance));
     }).add_run(trace);
-    kept.finish();
+    (void)kept.finish();  // held in memory: nothing was written
     return kept;
 }
 

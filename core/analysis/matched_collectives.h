@@ -8,24 +8,32 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/analysis/collectives.h"
+#include "core/analysis/scratch_table.h"
 
 namespace fulcrum::analysis {
 
 class MatchedCollectives {
 public:
-    explicit MatchedCollectives(const RunTrace& trace);
+    // The transfer times may hold `memory_bytes` before they go to a temporary file.
+    explicit MatchedCollectives(
+        const RunTrace& trace,
+        std::int64_t memory_bytes = ScratchTable<std::int64_t>::kDefaultMemoryBytes);
     // Folds these instances (any order) and finishes: for tests and small runs.
     MatchedCollectives(const RunTrace& trace, std::vector<CollectiveInstance> instances);
 
     void add(CollectiveInstance&& instance);
-    // Puts what was kept in run order (in_run_order); add nothing after.
-    void finish();
+    // Puts what was kept in run order (in_run_order); add nothing after. Fails where the
+    // transfer times could not be written to their file (the first failure, kept by add).
+    Status finish();
 
     // One collective name on one group of ranks.
     struct Group {
@@ -54,21 +62,36 @@ public:
     // Each instance's transfer time, by name: the last arrival's duration, or where ranks
     // shared cores the members' mean for a collective inside a pass (cost_model.h says why).
     // Kept by (bytes, args) — a name has one or a few — so an instance costs 4 bytes (in
-    // blocks, not a vector grown by doubling; 8 for a list with a time beyond 2^31 ns); each
-    // list ascending after finish().
+    // blocks, not a vector grown by doubling; 8 for a list with a time beyond 2^31 ns) until
+    // every list's together pass the memory budget: then each list's are sorted and go to a
+    // temporary file as a run (scratch_table.h), and a reader merges its runs back in
+    // ascending order. A run of many steps has tens of millions (issue 37, docs/analyses.md,
+    // "Runs larger than memory").
     class Times {
     public:
-        void push_back(std::int64_t ns);
-        void sort();
-        std::size_t size() const { return wide_.empty() ? narrow_.size() : wide_.size(); }
+        std::size_t size() const { return spilled_ + pending(); }
         bool empty() const { return size() == 0; }
-        std::int64_t operator[](std::size_t i) const {
-            return wide_.empty() ? std::int64_t{narrow_[i]} : wide_[i];
-        }
+        // Every time in ascending order, a span at a time, until `visit` returns false; fails
+        // where the file could not be read.
+        Status for_each(const std::function<bool(std::span<const std::int64_t>)>& visit) const;
 
     private:
+        friend class MatchedCollectives;
+        // The bytes it took in memory (4 or 8).
+        std::size_t push_back(std::int64_t ns);
+        std::size_t pending() const { return wide_.empty() ? narrow_.size() : wide_.size(); }
+        void sort();
+        // Sorts what it holds and appends it to `file` as one run.
+        Status spill(ScratchTable<std::int64_t>& file);
+
         std::deque<std::int32_t> narrow_;  // while every time fits
         std::deque<std::int64_t> wide_;    // every time, once one does not
+        struct Run {
+            std::size_t begin = 0, size = 0;  // rows of the file
+        };
+        std::vector<Run> runs_;
+        std::size_t spilled_ = 0;
+        const ScratchTable<std::int64_t>* file_ = nullptr;
     };
     struct Transfers {
         Role role = Role::collective;  // of the name's first instance in run order
@@ -78,7 +101,10 @@ public:
     const std::unordered_map<std::uint32_t, Transfers>& transfers() const { return transfers_; }
     // Frees them once the cost model, their one reader, is fitted: 4 bytes an instance, tens of
     // millions at 1 B events.
-    void drop_transfers() { std::unordered_map<std::uint32_t, Transfers>().swap(transfers_); }
+    void drop_transfers() {
+        std::unordered_map<std::uint32_t, Transfers>().swap(transfers_);
+        spilled_times_.reset();
+    }
 
 private:
     bool members_mean_ = false;
@@ -87,6 +113,11 @@ private:
     std::map<std::int32_t, Arrivals> arrivals_;
     std::vector<CollectiveInstance> dp_;
     std::unordered_map<std::uint32_t, Transfers> transfers_;
+    std::int64_t times_memory_bytes_ = 0;
+    std::int64_t times_held_bytes_ = 0;  // the lists' in memory together
+    // On the heap: the lists point to it, and a MatchedCollectives moves.
+    std::unique_ptr<ScratchTable<std::int64_t>> spilled_times_;
+    Status times_written_;
 };
 
 // A run held in memory, matched and folded.

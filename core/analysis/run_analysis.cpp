@@ -328,7 +328,7 @@ struct RunFindings {
     RunFindings(const RunTrace& trace, std::int64_t scratch_memory)
         : ranks(trace.ranks.size()),
           passes(scratch_memory),
-          collectives(trace),
+          collectives(trace, scratch_memory),
           matcher(trace,
                   [this](CollectiveInstance&& instance) { collectives.add(std::move(instance)); }),
           pipeline(trace, scratch_memory) {}
@@ -430,7 +430,9 @@ Result<RunAnalysis> analyze_ranks(const RunTrace& trace, const WorkloadByRank& w
     }
     ScratchTable<PipelinePair> pipeline = std::move(*paired);
     release_free_memory();
-    found.collectives.finish();
+    if (auto finished = found.collectives.finish(); !finished) {
+        return finished.error();
+    }
     const MatchedCollectives& collectives = found.collectives;
 
     // The cost model on another thread; bubbles, the collectives' summary and the critical path

@@ -79,9 +79,9 @@ struct AnalyzeOptions {
     // rows and so need not read them again, nor hold them (a report's throughput).
     std::function<void(const WorkloadEntry&)> visit_workload;
     // What each table that grows with the run's steps — its passes (PassTable), its pipeline
-    // pairs (PipelineMatcher) — may hold in memory before it goes to a temporary file
-    // (scratch_table.h): a run of many steps has millions of each. 0 spills from the first row
-    // and reads the passes back a step at a time (tests).
+    // pairs (PipelineMatcher), its collectives' transfer times (MatchedCollectives) — may hold in
+    // memory before it goes to a temporary file (scratch_table.h): a run of many steps has millions
+    // of each. 0 spills from the first row and reads the passes back a step at a time (tests).
     std::int64_t scratch_memory_bytes = ScratchTable<Pass>::kDefaultMemoryBytes;
 };
 

@@ -4,10 +4,13 @@
 #include <QTest>
 
 #include <algorithm>
+#include <limits>
+#include <span>
 #include <string>
 
 #include "core/analysis/collectives.h"
 #include "core/analysis/matched_collectives.h"
+#include "tests/analysis/missing_tmpdir.h"
 #include "tests/analysis/trace_builders.h"
 
 using namespace fulcrum;
@@ -364,30 +367,75 @@ private slots:
     // communicator has been added (tp groups {0,1} {2,3}, cp groups {0,2} {1,3} as above; rank
     // 1 closes tp {0,1}, rank 2 cp {0,2}, rank 3 the rest), and the folded totals equal those
     // of the instances held whole, whatever order they are folded in.
-    // The cost model's transfer times are kept in 4 bytes each while they fit, and every one
-    // is kept exactly once one does not (a collective slower than 2.1 s).
+    // The cost model's transfer times (one a single-rank instance here: its duration) are kept
+    // in 4 bytes each while they fit and every one exactly once one does not (a collective
+    // slower than 2.1 s), and read back in ascending order — from memory, and where the
+    // budget is spent (0 bytes: every instance a run of its own in the file, or 24 bytes: runs
+    // of a few) merged from the temporary file, with the same values.
     void transferTimesKeepEveryValueExactly() {
-        MatchedCollectives::Times narrow;
-        for (const std::int64_t ns : {900, -3, 2'000'000'000, 5}) {
-            narrow.push_back(ns);
-        }
-        narrow.sort();
-        QCOMPARE(narrow.size(), 4u);
-        QCOMPARE(narrow[0], std::int64_t{-3});
-        QCOMPARE(narrow[3], std::int64_t{2'000'000'000});
-
-        MatchedCollectives::Times wide;
+        RunTrace trace;
+        add_rank(trace, 0, 0, 0, 0, 0);
+        const StringId name = trace.intern("tp all-reduce");
         const std::int64_t slow = std::int64_t{1} << 40;
-        for (const std::int64_t ns : {std::int64_t{7}, slow, std::int64_t{-1}, std::int64_t{3}}) {
-            wide.push_back(ns);
+        const std::vector<std::int64_t> narrow = {900, -3, 2'000'000'000, 5, 900, 17, 4};
+        std::vector<std::int64_t> wide = narrow;
+        wide.insert(wide.begin() + 3, slow);
+        const auto times_of = [&](const std::vector<std::int64_t>& durations,
+                                  std::int64_t memory_bytes) {
+            MatchedCollectives kept(trace, memory_bytes);
+            for (std::size_t i = 0; i < durations.size(); ++i) {
+                CollectiveInstance instance;
+                instance.name = name;
+                instance.sequence = static_cast<std::uint32_t>(i);
+                instance.participants.push_back({0, 1000, 1000 + durations[i], 4096, {}});
+                kept.add(std::move(instance));
+            }
+            if (!kept.finish()) {
+                return std::vector<std::int64_t>{};
+            }
+            const auto& times = kept.transfers().at(name.value).by_bytes.at({4096, 0});
+            std::vector<std::int64_t> read;
+            const Status status = times.for_each([&](std::span<const std::int64_t> run) {
+                read.insert(read.end(), run.begin(), run.end());
+                return true;
+            });
+            return status && read.size() == times.size() ? read : std::vector<std::int64_t>{};
+        };
+        for (const auto& durations : {narrow, wide}) {
+            std::vector<std::int64_t> ascending = durations;
+            std::sort(ascending.begin(), ascending.end());
+            for (const std::int64_t memory_bytes :
+                 {std::numeric_limits<std::int64_t>::max(), std::int64_t{24}, std::int64_t{0}}) {
+                QCOMPARE(times_of(durations, memory_bytes), ascending);
+            }
         }
-        wide.sort();
-        QCOMPARE(wide.size(), 4u);
-        QCOMPARE(wide[0], std::int64_t{-1});
-        QCOMPARE(wide[1], std::int64_t{3});
-        QCOMPARE(wide[2], std::int64_t{7});
-        QCOMPARE(wide[3], slow);
-        QVERIFY(MatchedCollectives::Times().empty());
+        QVERIFY(MatchedCollectives(trace).transfers().empty());
+    }
+
+    // Where the times cannot go to a file, finish() says so (the first failure, named).
+    void transferTimesSayWhereTheyCannotSpill() {
+        RunTrace trace;
+        add_rank(trace, 0, 0, 0, 0, 0);
+        Status status;
+        std::string missing;
+        {
+            const MissingTmpdir tmpdir;
+            QVERIFY(tmpdir.valid());
+            missing = tmpdir.path();
+            MatchedCollectives collectives(trace, 0);
+            for (int i = 0; i < 3; ++i) {
+                CollectiveInstance instance;
+                instance.name = trace.intern("tp all-reduce");
+                instance.participants.push_back({0, 0, 10 + i, 4096, {}});
+                collectives.add(std::move(instance));
+            }
+            status = collectives.finish();
+        }
+        QVERIFY(!status);
+        QCOMPARE(status.error().code, ErrorCode::io);
+        QVERIFY2(status.error().message.find("collective times") != std::string::npos,
+                 status.error().message.c_str());
+        QVERIFY(status.error().message.find(missing) != std::string::npos);
     }
 
     void instancesCloseWithTheirCommunicatorsLastRank() {

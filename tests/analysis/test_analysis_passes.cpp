@@ -1,17 +1,18 @@
 // Passes and the step breakdown on hand-built traces; every expected value is worked out
 // in the comment above its test.
-#include <QTemporaryDir>
 #include <QTest>
-#include <cstdlib>
+
 #include <optional>
 
 #include "core/analysis/pass_table.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/step_breakdown.h"
 #include "core/trace/annotations.h"
+#include "tests/analysis/missing_tmpdir.h"
 
 using namespace fulcrum;
 using namespace fulcrum::analysis;
+using fulcrum::analysis::builders::MissingTmpdir;
 
 class PassesTest : public QObject {
     Q_OBJECT
@@ -338,24 +339,19 @@ private slots:
 
     // Where the scratch file cannot be made, the error names the folder and what to do.
     void passTableSaysWhereItCannotSpill() {
-        QTemporaryDir dir;
-        QVERIFY(dir.isValid());
-        const QByteArray missing = (dir.path() + "/no-such-folder").toUtf8();
-        const char* before = std::getenv("TMPDIR");
-        const std::optional<std::string> kept =
-            before != nullptr ? std::optional<std::string>(before) : std::nullopt;
-        ::setenv("TMPDIR", missing.constData(), 1);
-        PassTable table(0);
-        const Pass pass;
-        const Status status = table.append(std::span<const Pass>(&pass, 1));
-        if (kept) {
-            ::setenv("TMPDIR", kept->c_str(), 1);
-        } else {
-            ::unsetenv("TMPDIR");
+        Status status;
+        std::string missing;
+        {
+            const MissingTmpdir tmpdir;
+            QVERIFY(tmpdir.valid());
+            missing = tmpdir.path();
+            PassTable table(0);
+            const Pass pass;
+            status = table.append(std::span<const Pass>(&pass, 1));
         }
         QVERIFY(!status);
         QCOMPARE(status.error().code, ErrorCode::io);
-        QVERIFY2(status.error().message.find(missing.toStdString()) != std::string::npos,
+        QVERIFY2(status.error().message.find(missing) != std::string::npos,
                  status.error().message.c_str());
         QVERIFY(status.error().message.find("TMPDIR") != std::string::npos);
     }

@@ -10,7 +10,8 @@
 // the other commands that read a whole run: `fulcrum simulate --calibrate` and a comparison
 // report, untargeted (run with --fulcrum OLD and NEW for a before and after). --import exports
 // the run's ranks as Kineto files and times `fulcrum import` of them, one worker against one
-// per core (issue 37: ≥ 0.9 × cores), for runs of up to 20 M events.
+// per core (issue 37: ≥ 0.9 × cores), for runs of up to 20 M events. --repeats N runs every
+// measurement N times in rounds and shows each row's median run.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -214,6 +216,7 @@ int main(int argc, char** argv) {
     bool load_only = false;
     bool import = false;
     int layers = bench::ScaleRunOptions{}.layers;
+    int repeats = 1;
     app.add_option("--ranks", ranks, "Ranks of the run (a multiple of 64)")->capture_default_str();
     app.add_option("--events", events, "Events of the run")->capture_default_str();
     app.add_option("--layers", layers,
@@ -240,6 +243,11 @@ int main(int argc, char** argv) {
                  "Measure fulcrum import of the run's ranks as Kineto files too (fulcrum export "
                  "--per-rank, made once): one worker against one per core. About 230 bytes of "
                  "JSON an event, so for runs of up to 20 M events (--events 5000000: 7.3 M)");
+    app.add_option("--repeats", repeats,
+                   "Rounds of every measurement (the decode, then each command); each row shows "
+                   "its median run, the range of its walls and its largest peak")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 99));
     CLI11_PARSE(app, argc, argv);
     if (import && events > 20'000'000) {
         std::fprintf(stderr,
@@ -299,26 +307,41 @@ int main(int argc, char** argv) {
     }
     const std::string logs = run_path + ".bench";
     std::filesystem::create_directories(logs);
+    // Each command, and the decode, in rounds (decode, analyze, report, …, then again), so
+    // that a quieter or busier minute of this shared machine falls on every row alike; a row
+    // shows its median run.
     struct Row {
         std::string what;
-        Measured measured;
+        std::function<Measured()> run;
         bool targeted = false;  // issue 37's: ≤ 5 × the decode's wall, ≤ 2 GB
+        std::vector<Measured> runs;
     };
     std::vector<Row> rows;
+    auto command = [&](const std::string& what, const std::vector<std::string>& argv,
+                       const std::string& log) {
+        return [&, what, argv, log] {
+            std::printf("%s...\n", what.c_str());
+            std::fflush(stdout);
+            Measured m = run_command(argv, logs + "/" + log);
+            if (m.exit_code != 0) {
+                std::fprintf(stderr, "bench_scale: '%s' exited with %d; see %s/%s\n", what.c_str(),
+                             m.exit_code, logs.c_str(), log.c_str());
+            }
+            return m;
+        };
+    };
     auto measure = [&](const std::string& what, const std::vector<std::string>& argv,
                        const std::string& log, bool targeted) {
-        std::printf("%s...\n", what.c_str());
-        std::fflush(stdout);
-        Measured m = run_command(argv, logs + "/" + log);
-        if (m.exit_code != 0) {
-            std::fprintf(stderr, "bench_scale: '%s' exited with %d; see %s/%s\n", what.c_str(),
-                         m.exit_code, logs.c_str(), log.c_str());
-        }
-        rows.push_back({what, m, targeted});
+        rows.push_back({what, command(what, argv, log), targeted, {}});
     };
-    std::printf("decode baseline...\n");
-    std::fflush(stdout);
-    rows.push_back({"decode every block (baseline)", decode_baseline(run_path), false});
+    rows.push_back({"decode every block (baseline)",
+                    [&] {
+                        std::printf("decode baseline...\n");
+                        std::fflush(stdout);
+                        return decode_baseline(run_path);
+                    },
+                    false,
+                    {}});
     measure("fulcrum analyze", {fulcrum, "analyze", run_path}, "analyze.txt", true);
     if (json) {
         measure("fulcrum analyze --json", {fulcrum, "analyze", run_path, "--json"}, "analyze.json",
@@ -341,14 +364,17 @@ int main(int argc, char** argv) {
 
     // The run's ranks as the PyTorch profiler's files, imported back: the many-files case of
     // `fulcrum import`, where the merge of a thousand small rank files is a large share.
-    std::string import_ratio;
+    std::size_t import_one = 0;
     if (import) {
         const std::filesystem::path ranks_dir = logs + "/ranks";
         if (!std::filesystem::exists(ranks_dir / "rank-0.json")) {
-            measure(
+            const Measured exported = command(
                 "fulcrum export --per-rank (once)",
                 {fulcrum, "export", "--per-rank", run_path, "-o", ranks_dir.string(), "--force"},
-                "export.txt", false);
+                "export.txt")();
+            if (exported.exit_code != 0) {
+                return 1;
+            }
         }
         std::vector<std::string> files;
         for (const auto& entry : std::filesystem::directory_iterator(ranks_dir)) {
@@ -364,39 +390,86 @@ int main(int argc, char** argv) {
             return argv;
         };
         const std::string n = std::to_string(files.size());
+        import_one = rows.size();
         measure("fulcrum import of " + n + " files, 1 worker", import_argv("1"), "import-1.txt",
                 false);
-        const double one = rows.back().measured.wall_s;
         measure("fulcrum import of " + n + " files, every core", import_argv("0"), "import.txt",
                 false);
+    }
+
+    for (int round = 0; round < repeats; ++round) {
+        for (Row& row : rows) {
+            row.runs.push_back(row.run());
+        }
+    }
+    // A row's median run by wall time (the lower middle one of an even count), its peak the
+    // largest of its runs, and the range of its walls.
+    const auto median_of = [](const Row& row) {
+        std::vector<Measured> runs = row.runs;
+        std::sort(runs.begin(), runs.end(),
+                  [](const Measured& a, const Measured& b) { return a.wall_s < b.wall_s; });
+        Measured m = runs[(runs.size() - 1) / 2];
+        for (const Measured& run : runs) {
+            m.peak_mb = std::max(m.peak_mb, run.peak_mb);
+            m.exit_code = m.exit_code != 0 ? m.exit_code : run.exit_code;
+        }
+        return m;
+    };
+    std::string import_ratio;
+    if (import) {
         import_ratio = "import: every core " +
-                       bench::cell(one / std::max(rows.back().measured.wall_s, 1e-9), "%.2f") +
+                       bench::cell(median_of(rows[import_one]).wall_s /
+                                       std::max(median_of(rows[import_one + 1]).wall_s, 1e-9),
+                                   "%.2f") +
                        "x one worker's rate (issue 37: >= 0.9 x cores)\n";
     }
 
-    const Measured& base = rows.front().measured;
-    TextTable table({"step", "wall s", "CPU s", "peak RSS MB", "× decode (wall)", "× decode (CPU)",
-                     "target", "exit"},
-                    {TextTable::Align::left, TextTable::Align::right, TextTable::Align::right,
-                     TextTable::Align::right, TextTable::Align::right, TextTable::Align::right,
-                     TextTable::Align::left, TextTable::Align::right});
+    const Measured base = median_of(rows.front());
+    std::vector<std::string> header = {
+        "step",           "wall s", "CPU s", "peak RSS MB", "× decode (wall)",
+        "× decode (CPU)", "target", "exit"};
+    std::vector<TextTable::Align> align = {TextTable::Align::left,  TextTable::Align::right,
+                                           TextTable::Align::right, TextTable::Align::right,
+                                           TextTable::Align::right, TextTable::Align::right,
+                                           TextTable::Align::left,  TextTable::Align::right};
+    if (repeats > 1) {
+        header.insert(header.begin() + 2, "wall range s");
+        align.insert(align.begin() + 2, TextTable::Align::right);
+    }
+    TextTable table(header, align);
     for (const Row& row : rows) {
-        const Measured& m = row.measured;
+        const Measured m = median_of(row);
         std::string target;
         if (row.targeted) {
             const bool met = m.wall_s <= 5 * base.wall_s && m.peak_mb <= 2048;
             target = std::string("≤ 5× decode, ≤ 2 GB") + (met ? " (met)" : " (missed)");
         }
-        table.add_row({row.what, bench::cell(m.wall_s, "%.2f"), bench::cell(m.cpu_s, "%.2f"),
-                       bench::cell(m.peak_mb, "%.0f"), bench::cell(m.wall_s / base.wall_s, "%.1f"),
-                       bench::cell(m.cpu_s / std::max(base.cpu_s, 1e-3), "%.1f"), target,
-                       std::to_string(m.exit_code)});
+        std::vector<std::string> cells = {row.what,
+                                          bench::cell(m.wall_s, "%.2f"),
+                                          bench::cell(m.cpu_s, "%.2f"),
+                                          bench::cell(m.peak_mb, "%.0f"),
+                                          bench::cell(m.wall_s / base.wall_s, "%.1f"),
+                                          bench::cell(m.cpu_s / std::max(base.cpu_s, 1e-3), "%.1f"),
+                                          target,
+                                          std::to_string(m.exit_code)};
+        if (repeats > 1) {
+            const auto [low, high] = std::minmax_element(
+                row.runs.begin(), row.runs.end(),
+                [](const Measured& a, const Measured& b) { return a.wall_s < b.wall_s; });
+            cells.insert(cells.begin() + 2, bench::cell(low->wall_s, "%.2f") + "–" +
+                                                bench::cell(high->wall_s, "%.2f"));
+        }
+        table.add_row(cells);
     }
-    std::printf("\n%lld events, %d ranks, %.1f MB (outputs and logs in %s)\n",
-                static_cast<long long>(file->events), ranks, mb, logs.c_str());
+    std::printf(
+        "\n%lld events, %d ranks, %.1f MB (outputs and logs in %s)%s\n",
+        static_cast<long long>(file->events), ranks, mb, logs.c_str(),
+        repeats > 1
+            ? (", the median of " + std::to_string(repeats) + " rounds; peak: the largest").c_str()
+            : "");
     std::printf("%s%s", table.render("").c_str(), import_ratio.c_str());
     for (const Row& row : rows) {
-        if (row.measured.exit_code != 0) {
+        if (median_of(row).exit_code != 0) {
             return 1;
         }
     }

@@ -651,10 +651,11 @@ Result<CostModel> fit_cost_model(const RunTrace& trace, const PassTable& passes,
         }
         std::vector<TransferSample> samples;
         for (const auto& [bytes_args, times] : kept->by_bytes) {
+            const std::int64_t bytes = bytes_args.first;
             const std::int64_t calls = calls_of(trace, StringId{bytes_args.second}, calls_cache);
             const Status read = times.for_each([&](std::span<const std::int64_t> run) {
                 for (const std::int64_t ns : run) {
-                    samples.push_back({bytes_args.first, ns, calls});
+                    samples.push_back({bytes, ns, calls});
                 }
                 return true;
             });

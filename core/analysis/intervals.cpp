@@ -33,8 +33,34 @@ void IntervalSet::normalize() const {
         return;
     }
     std::erase_if(intervals_, [](const Interval& i) { return i.end <= i.start; });
-    std::sort(intervals_.begin(), intervals_.end(),
-              [](const Interval& a, const Interval& b) { return a.start < b.start; });
+    const auto by_start = [](const Interval& a, const Interval& b) { return a.start < b.start; };
+    // They mostly come as a few runs in start order (a lane's, then another lane's): those are
+    // merged, a pair of runs at a time; many runs are sorted. Intervals of one start may end
+    // up in another order, which the union below does not see.
+    constexpr std::size_t kMergedRuns = 64;
+    std::vector<std::size_t> runs = {0};
+    for (std::size_t i = 1; i < intervals_.size() && runs.size() <= kMergedRuns; ++i) {
+        if (intervals_[i].start < intervals_[i - 1].start) {
+            runs.push_back(i);
+        }
+    }
+    if (runs.size() > kMergedRuns) {
+        std::sort(intervals_.begin(), intervals_.end(), by_start);
+    }
+    const auto at = [&](std::size_t i) {
+        return intervals_.begin() + static_cast<std::ptrdiff_t>(i);
+    };
+    while (runs.size() > 1 && runs.size() <= kMergedRuns) {
+        std::vector<std::size_t> merged_runs;
+        for (std::size_t k = 0; k < runs.size(); k += 2) {
+            merged_runs.push_back(runs[k]);
+            if (k + 1 < runs.size()) {
+                const std::size_t end = k + 2 < runs.size() ? runs[k + 2] : intervals_.size();
+                std::inplace_merge(at(runs[k]), at(runs[k + 1]), at(end), by_start);
+            }
+        }
+        runs = std::move(merged_runs);
+    }
     std::vector<Interval> merged;
     merged.reserve(intervals_.size());
     for (const Interval& i : intervals_) {

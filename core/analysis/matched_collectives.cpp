@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "core/analysis/core_shares.h"
+#include "core/util/random.h"
 
 namespace fulcrum::analysis {
 
@@ -51,23 +52,31 @@ void MatchedCollectives::add(CollectiveInstance&& instance) {
     const CollectiveParticipant& last = instance.last_arrival();
     const std::int64_t wait = instance.total_wait_ns();
 
-    // The summary, by name and group.
-    std::vector<std::int32_t> ranks;
-    ranks.reserve(instance.participants.size());
+    // The summary, by name and group: found by a hash of both, without a key made for each of
+    // millions of instances.
+    ranks_.clear();
     for (const CollectiveParticipant& p : instance.participants) {
-        ranks.push_back(p.rank);
+        ranks_.push_back(p.rank);
     }
-    std::sort(ranks.begin(), ranks.end());
-    const auto [at, added] =
-        group_index_.try_emplace({instance.name.value, std::move(ranks)}, groups_.size());
-    if (added) {
+    std::sort(ranks_.begin(), ranks_.end());  // by rank already, from the matcher
+    std::uint64_t hash = splitmix64(instance.name.value);
+    for (const std::int32_t rank : ranks_) {
+        hash = splitmix64(hash ^ static_cast<std::uint32_t>(rank));
+    }
+    std::vector<std::size_t>& same_hash = group_index_[hash];
+    const auto found = std::find_if(same_hash.begin(), same_hash.end(), [&](std::size_t index) {
+        return groups_[index].name.value == instance.name.value && groups_[index].ranks == ranks_;
+    });
+    const std::size_t index = found != same_hash.end() ? *found : groups_.size();
+    if (index == groups_.size()) {
         Group group;
         group.name = instance.name;
-        group.ranks = at->first.second;
+        group.ranks = ranks_;
         group.first = order_of(instance);
+        same_hash.push_back(index);
         groups_.push_back(std::move(group));
     }
-    Group& group = groups_[at->second];
+    Group& group = groups_[index];
     if (in_run_order(instance, group.first)) {
         group.first = order_of(instance);
     }

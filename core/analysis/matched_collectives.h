@@ -109,7 +109,9 @@ public:
 private:
     bool members_mean_ = false;
     std::vector<Group> groups_;
-    std::map<std::pair<std::uint32_t, std::vector<std::int32_t>>, std::size_t> group_index_;
+    // groups_ by a hash of (name, ranks); ranks_ holds the instance's being added.
+    std::unordered_map<std::uint64_t, std::vector<std::size_t>> group_index_;
+    std::vector<std::int32_t> ranks_;
     std::map<std::int32_t, Arrivals> arrivals_;
     std::vector<CollectiveInstance> dp_;
     std::unordered_map<std::uint32_t, Transfers> transfers_;

@@ -30,6 +30,44 @@ private slots:
         QVERIFY((a.clipped(8, 22).intervals() == std::vector<Interval>{{8, 10}, {20, 22}}));
     }
 
+    // Lanes' intervals added one lane after another come as runs in start order, which are
+    // merged (up to 64 runs) or sorted (more); either way the union is the one a plain sort
+    // gives, worked out here by marking every covered point of [0, 2000).
+    void lanesAddedInTurnUniteAsSorted() {
+        for (const int lanes : {3, 100}) {
+            IntervalSet set;
+            std::vector<bool> covered(2000, false);
+            std::uint64_t seed = 7;
+            const auto next = [&seed](int bound) {
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                return static_cast<int>((seed >> 33) % static_cast<std::uint64_t>(bound));
+            };
+            for (int lane = 0; lane < lanes; ++lane) {
+                int start = next(50);
+                for (int k = 0; k < 6 && start < 1900; ++k) {
+                    const int end = start + next(40);  // sometimes empty
+                    set.add(start, end);
+                    for (int x = start; x < end; ++x) {
+                        covered[static_cast<std::size_t>(x)] = true;
+                    }
+                    start += next(300);  // sometimes the same start again
+                }
+            }
+            std::vector<Interval> expected;
+            for (int x = 0; x < 2000; ++x) {
+                if (!covered[static_cast<std::size_t>(x)]) {
+                    continue;
+                }
+                if (!expected.empty() && expected.back().end == x) {
+                    expected.back().end = x + 1;
+                } else {
+                    expected.push_back({x, x + 1});
+                }
+            }
+            QVERIFY2(set.intervals() == expected, qPrintable(QString::number(lanes)));
+        }
+    }
+
     void addingInOrderExtendsTheLast() {
         IntervalSet set;
         set.add(0, 5);

@@ -156,11 +156,11 @@ Status MatchedCollectives::Times::spill(ScratchTable<std::int64_t>& file) {
     if (pending() == 0) {
         return {};
     }
-    sort();
     std::vector<std::int64_t> run;
     run.reserve(pending());
     run.insert(run.end(), narrow_.begin(), narrow_.end());
     run.insert(run.end(), wide_.begin(), wide_.end());
+    std::sort(run.begin(), run.end());  // here rather than in the deques: a vector sorts faster
     std::deque<std::int32_t>().swap(narrow_);
     std::deque<std::int64_t>().swap(wide_);
     runs_.push_back({file.size(), run.size()});
@@ -176,7 +176,7 @@ Status MatchedCollectives::Times::for_each(
         std::vector<std::int64_t> block;
         block.reserve(std::min(kBlock, pending()));
         for (std::size_t i = 0; i < pending(); ++i) {
-            block.push_back(wide_.empty() ? std::int64_t{narrow_[i]} : wide_[i]);
+            block.push_back(held(i));
             if (block.size() == kBlock || i + 1 == pending()) {
                 if (!visit(block)) {
                     return {};
@@ -206,7 +206,7 @@ Status MatchedCollectives::Times::for_each(
         const std::size_t end = std::min(source.end, source.next + kBlock);
         if (index == memory) {
             for (std::size_t i = source.next; i < end; ++i) {
-                source.block.push_back(wide_.empty() ? std::int64_t{narrow_[i]} : wide_[i]);
+                source.block.push_back(held(i));
             }
         } else if (source.next < end) {
             file_->read(source.next, end, source.block);

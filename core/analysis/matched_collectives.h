@@ -80,6 +80,10 @@ public:
         // The bytes it took in memory (4 or 8).
         std::size_t push_back(std::int64_t ns);
         std::size_t pending() const { return wide_.empty() ? narrow_.size() : wide_.size(); }
+        // The i-th of those held in memory.
+        std::int64_t held(std::size_t i) const {
+            return wide_.empty() ? std::int64_t{narrow_[i]} : wide_[i];
+        }
         void sort();
         // Sorts what it holds and appends it to `file` as one run.
         Status spill(ScratchTable<std::int64_t>& file);

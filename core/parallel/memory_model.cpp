@@ -327,8 +327,9 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
     if (r.ulysses) {
         w += 4 * r.g * r.w;                 // ∂L/∂ the head shard's output and Q|K|V
         w += (r.cp * r.n + r.g) * 3 * r.w;  // all-to-all staging (context_parallel.h)
-        // With offload: this rank's Q|K|V and the head shard of the block being computed.
-        w += offload ? 3 * r.n * r.cl + 3 * r.g * r.w : 0;
+        // With offload: this rank's Q|K|V rows of the chunk being made (FPDT's forward,
+        // engine/model/gpt.h, fpdt_chunk_scratch); the head shard goes to the chunk slots.
+        w += offload ? 3 * std::min<double>(shape.attention_chunk, r.n) * r.cl : 0;
     } else if (r.g > 0) {
         w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
         w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V

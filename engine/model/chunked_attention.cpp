@@ -231,9 +231,11 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
                                std::span<const AttentionSpan> spans) {
     FULCRUM_CHECK(enabled(), "chunked attention is off");
     const bool own_keys = gathered_kv.empty();
-    FULCRUM_CHECK(own_keys == !projection.kv_weight.empty(),
-                  "chunked attention: K/V either projected (serial) or gathered (CP), not both");
-    const std::int64_t q_rows = projection.input.rows();
+    const bool sourced = bool(projection.source);
+    FULCRUM_CHECK(own_keys == (sourced || !projection.kv_weight.empty()),
+                  "chunked attention: K/V either made a chunk at a time (serial, Ulysses) or "
+                  "gathered (CP), not both");
+    const std::int64_t q_rows = sourced ? projection.rows : projection.input.rows();
     const std::int64_t kv_rows = own_keys ? q_rows : gathered_kv.rows();
     if (offloads()) {
         FULCRUM_CHECK(store.host_q != nullptr && store.host_kv != nullptr,
@@ -253,7 +255,6 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
     for (int i = 0; std::int64_t(i) * c < q_rows; ++i) {
         const int slot = i % 2;
         const std::int64_t first = std::int64_t(i) * c, rows = rows_of(i, q_rows);
-        const Tensor input = projection.input.slice(first, rows);
         Tensor q, own_kv;
         if (offloads()) {
             // The slot's copies to the host (chunk i − 2's) are done, and no fetch still writes
@@ -267,13 +268,14 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
             q = store.q.slice(first, rows);
             own_kv = own_keys ? store.kv.slice(first, rows) : Tensor{};
         }
-        if (projection.q_weight.empty()) {
-            backend_.copy(q, input);  // Q given (Ulysses' head shard)
+        if (sourced) {
+            projection.source(first, rows, q, own_kv);
         } else {
+            const Tensor input = projection.input.slice(first, rows);
             backend_.matmul_forward(q, input, projection.q_weight, projection.q_bias);
-        }
-        if (own_keys) {
-            backend_.matmul_forward(own_kv, input, projection.kv_weight, projection.kv_bias);
+            if (own_keys) {
+                backend_.matmul_forward(own_kv, input, projection.kv_weight, projection.kv_bias);
+            }
         }
         if (offloads()) {
             offload_chunk(slot, i, q, own_kv, store);

@@ -25,8 +25,11 @@
 //     pair (i, i) on the slot's own K/V; then pairs (i, j), j < i ascending, each K/V chunk
 //     prefetched from the host into the other K/V half of the slots while the pair before it
 //     computes
-// Under CP the K/V are the gathered rows, already on the device for the block's forward: the
-// pairs read them in place, and they go to the host in one copy right after the gather.
+// Under all-gather CP the K/V are the gathered rows, already on the device for the block's
+// forward: the pairs read them in place, and they go to the host in one copy right after the
+// gather. Under Ulysses the chunks are the head shard's rows, made as FPDT makes them: chunk i
+// is produced only when its pairs come (a QkvChunkSource), so the head shard is never whole on
+// the device; from there on its pairs run as serially.
 //
 // Backward (FPDT §3.3): K/V chunks OUTER, query chunks INNER.
 //     for each K/V chunk j (ascending): fetch k_j, v_j (and meanwhile chunk j+1's)
@@ -61,6 +64,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -73,13 +77,22 @@ struct ChunkedAttentionOptions {
     bool offload = true;  // Q, K and V through pinned host memory between forward and backward
 };
 
+// Writes the Q [rows, C_l] and K|V [rows, 2C_l] of query rows [first, first + rows) into q
+// and kv, which are a chunk slot (offload on) or rows of the resident store.
+using QkvChunkSource =
+    std::function<void(std::int64_t first, std::int64_t rows, Tensor q, Tensor kv)>;
+
 // The QKV projection of a block: q = input · q_weightᵀ + q_bias, and serially
 // k|v = input · kv_weightᵀ + kv_bias. Under CP kv_weight is empty: K/V come gathered. Under
-// Ulysses q_weight is empty too: `input` is Q itself [T, C], projected before the all-to-all.
+// Ulysses `source` makes each chunk instead (FPDT §3.2: the local rows that land in the chunk
+// projected and traded for its head shard, context_parallel.h) for `rows` query rows, and
+// nothing else is set.
 struct QkvProjection {
     Tensor input;               // LN₁(x) [T, C]
     Tensor q_weight, q_bias;    // [C_l, C], [C_l]
     Tensor kv_weight, kv_bias;  // [2C_l, C], [2C_l], or empty
+    QkvChunkSource source;
+    std::int64_t rows = 0;  // with a source: the query rows, which are also the K/V rows
 };
 
 // Where one block's Q, K and V wait between its forward and backward pass. Offload off: on the

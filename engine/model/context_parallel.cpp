@@ -3,6 +3,8 @@
 #include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
+#include <algorithm>
+#include <string>
 #include <unordered_map>
 
 #include "engine/model/lm_head.h"
@@ -248,6 +250,64 @@ void exchange_heads(Communicator* cp, const ContextExchange& exchange, const Hea
 }
 
 }  // namespace
+
+Result<ExchangeWindow> exchange_window(const ContextExchange& exchange, std::int64_t first,
+                                       std::int64_t rows) {
+    const std::size_t size = exchange.rows_per_rank.size();
+    if (first < 0 || rows < 0 || first + rows > exchange.total_rows()) {
+        return invalid("rows [" + std::to_string(first) + ", " + std::to_string(first + rows) +
+                       ") outside a micro-batch of " + std::to_string(exchange.total_rows()));
+    }
+    // Where each rank's rows start in the rank-major order of the whole exchange.
+    std::vector<std::int64_t> rank_start(size + 1, 0);
+    for (std::size_t r = 0; r < size; ++r)
+        rank_start[r + 1] = rank_start[r] + exchange.rows_per_rank[r];
+    struct Piece {
+        std::size_t rank;
+        std::int64_t local_row, document_row, count;
+    };
+    std::vector<Piece> pieces;
+    std::vector<std::int64_t> low(size, -1), high(size, 0), count(size, 0);
+    const std::int64_t end = first + rows;
+    for (const RowRun& run : exchange.runs) {
+        std::int64_t a = std::max(run.document_row, first);
+        const std::int64_t b = std::min(run.document_row + run.count, end);
+        // A run may cross from one rank's rows into the next one's: cut it there.
+        while (a < b) {
+            const std::int64_t gathered = run.gathered_row + (a - run.document_row);
+            const std::size_t r = std::size_t(
+                std::upper_bound(rank_start.begin(), rank_start.end(), gathered) -
+                rank_start.begin() - 1);
+            const std::int64_t n = std::min(b, a + rank_start[r + 1] - gathered) - a;
+            const std::int64_t local = gathered - rank_start[r];
+            low[r] = low[r] < 0 ? local : std::min(low[r], local);
+            high[r] = std::max(high[r], local + n);
+            count[r] += n;
+            pieces.push_back({r, local, a - first, n});
+            a += n;
+        }
+    }
+    ExchangeWindow window;
+    window.local_first.assign(size, 0);
+    std::vector<std::int64_t> window_start(size + 1, 0);
+    for (std::size_t r = 0; r < size; ++r) {
+        if (count[r] > 0) {
+            FULCRUM_CHECK(high[r] - low[r] == count[r],
+                          "a CP rank's local rows out of document order");
+            window.local_first[r] = low[r];
+        }
+        window.exchange.rows_per_rank.push_back(int(count[r]));
+        window_start[r + 1] = window_start[r] + count[r];
+    }
+    for (const Piece& piece : pieces) {
+        window.exchange.runs.push_back(
+            {window_start[piece.rank] + piece.local_row - window.local_first[piece.rank],
+             piece.document_row, piece.count});
+    }
+    std::sort(window.exchange.runs.begin(), window.exchange.runs.end(),
+              [](const RowRun& a, const RowRun& b) { return a.gathered_row < b.gathered_row; });
+    return window;
+}
 
 std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank,
                                     std::int64_t width) {

@@ -74,6 +74,19 @@ void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
 // attention stores them. `staging` (heads_staging_elements floats, contiguous) holds the
 // rank-major rows the collective reads and writes.
 
+// The part of `exchange` that carries the document-ordered rows [first, first + rows): FPDT's
+// all-to-all of one chunk (Yao et al. 2024, §3.2), which trades only the local rows that land
+// in the chunk. A rank's local rows keep document order, so those of one window are one run of
+// them, starting at local_first[rank] (0 where the rank has none); exchange.runs are the
+// clipped runs, rank-major among the window's rows and relative to `first` in document order
+// (document_spans stay empty). invalid_input if the window leaves the micro-batch.
+struct ExchangeWindow {
+    ContextExchange exchange;
+    std::vector<std::int64_t> local_first;  // index = CP rank
+};
+Result<ExchangeWindow> exchange_window(const ContextExchange& exchange, std::int64_t first,
+                                       std::int64_t rows);
+
 // Floats of staging an exchange of `width` head-shard columns needs: P·T_local rows to send
 // (or receive) and T_total rows in rank-major order.
 std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank,

@@ -929,24 +929,23 @@ void GptModel::forward_block(int l, Activations& acts, const BlockActivations& a
     // Column-parallel QKV (Megatron's f: identity forward; all-gather of the rows under
     // sequence parallelism).
     const Tensor ln1 = gather_rows(a.ln1, acts);
-    if (acts.ulysses()) {
-        // Serial Q|K|V rows of this rank's tokens, traded for the head shard (all-to-all);
-        // with offload both live in one buffer for all blocks, not in the block's own.
-        Tensor qkv = a.qkv, heads = a.kv;
-        if (acts.offloads_qkv()) {
-            std::tie(qkv, heads) = ulysses_offload_scratch(acts);
-            attention_->await_gathered_offload();  // the last block's K/V have left it
-        }
-        be.matmul_forward(qkv, ln1, w.qkv_weight, w.qkv_bias);
-        const Tensor local[] = {qkv.columns(0, cl), qkv.columns(cl, cl), qkv.columns(2 * cl, cl)};
-        scatter_heads(be, parallel_.cp, acts.exchange, local, heads_staging(acts, 3),
-                      head_blocks(heads).blocks);
-        ulysses_attention_forward(l, acts, a, heads);
+    if (acts.ulysses() && attention_->enabled()) {
+        fpdt_attention_forward(l, acts, a, ln1);
+    } else if (acts.ulysses()) {
+        // Serial Q|K|V rows of this rank's tokens, traded for the head shard (all-to-all).
+        be.matmul_forward(a.qkv, ln1, w.qkv_weight, w.qkv_bias);
+        const Tensor local[] = {a.qkv.columns(0, cl), a.qkv.columns(cl, cl),
+                                a.qkv.columns(2 * cl, cl)};
+        scatter_heads(be, parallel_.cp, acts.exchange, local, heads_staging(acts.exchange, 3),
+                      head_blocks(a.kv).blocks);
+        ulysses_attention_forward(acts, a, a.kv);
     } else if (attention_->enabled()) {
         // FPDT: Q (and serially K|V) projected chunk by chunk inside the attention;
         // under CP this rank's K|V first, whole, for the all-gather.
-        QkvProjection projection{ln1, w.qkv_weight.slice(0, cl), w.qkv_bias.slice(0, cl), Tensor{},
-                                 Tensor{}};
+        QkvProjection projection;
+        projection.input = ln1;
+        projection.q_weight = w.qkv_weight.slice(0, cl);
+        projection.q_bias = w.qkv_bias.slice(0, cl);
         Tensor gathered;
         if (acts.context_parallel()) {
             // With offload both live in one buffer for all blocks, not in the block's own.
@@ -1131,7 +1130,7 @@ void GptModel::recompute_block(int l, Activations& acts, const BlockActivations&
     const std::int64_t cl = config_.hidden / parallel_.tp_size();
     instrument::Range attention_range(range_name::kAttention, Category::attention);
     if (acts.ulysses()) {
-        ulysses_attention_forward(l, acts, a, a.kv);
+        ulysses_attention_forward(acts, a, a.kv);
     } else if (acts.context_parallel()) {
         backend_.attention_forward(a.atty, a.att_lse, cp_queries(a.qkv), a.kv.columns(0, cl),
                                    a.kv.columns(cl, cl), acts.spans, n_head_local());
@@ -1200,7 +1199,7 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
         // ∂L/∂o to the head shard, the attention backward there, dQ|dK|dV back to this rank's
         // tokens (context_parallel.h): no sum across ranks.
         const Tensor dout[] = {s.datty}, dout_heads[] = {s.dheads_out};
-        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts, 1), dout_heads);
+        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts.exchange, 1), dout_heads);
         be.fill_zero(s.dheads_qkv);
         const HeadBlocks d = head_blocks(s.dheads_qkv);
         if (attention_->enabled()) {
@@ -1216,7 +1215,7 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
         }
         const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
                                  dqkv.columns(2 * cl, cl)};
-        gather_heads(be, parallel_.cp, acts.exchange, d.blocks, heads_staging(acts, 3), dlocal);
+        gather_heads(be, parallel_.cp, acts.exchange, d.blocks, heads_staging(acts.exchange, 3), dlocal);
         const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
         be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
                            w.qkv_weight);
@@ -1299,35 +1298,64 @@ Tensor GptModel::exchange_staging(std::int64_t rows) {
     return staging_storage_.f32(0, {rows, width});
 }
 
-Tensor GptModel::heads_staging(const Activations& acts, int blocks) {
+Tensor GptModel::heads_staging(const ContextExchange& exchange, int blocks) {
     const std::int64_t width = blocks * head_shard_width();
-    const std::int64_t floats = heads_staging_elements(acts.exchange, parallel_.cp_rank(), width);
+    const std::int64_t floats = heads_staging_elements(exchange, parallel_.cp_rank(), width);
     reserve(backend_, staging_storage_, staging_capacity_, floats);
     return staging_storage_.f32(0, {floats});
 }
 
-void GptModel::ulysses_attention_forward(int layer, Activations& acts, const BlockActivations& a,
+void GptModel::ulysses_attention_forward(Activations& acts, const BlockActivations& a,
                                          Tensor heads) {
-    if (attention_->enabled()) {
-        // FPDT's chunks over the head shard: Q given (no projection), K|V as CP's gathered.
-        const QkvProjection projection{cp_queries(heads), Tensor{}, Tensor{}, Tensor{}, Tensor{}};
-        attention_->forward(projection, cp_local_kv(heads), acts.qkv_store(layer, a), a.heads_out,
-                            a.att_lse, acts.exchange.document_spans);
-    } else {
-        const HeadBlocks h = head_blocks(heads);
-        backend_.attention_forward(a.heads_out, a.att_lse, h.blocks[0], h.blocks[1], h.blocks[2],
-                                   acts.exchange.document_spans, n_head_shard());
-    }
-    const Tensor out[] = {a.atty}, out_heads[] = {a.heads_out};
-    gather_heads(backend_, parallel_.cp, acts.exchange, out_heads, heads_staging(acts, 1), out);
+    FULCRUM_CHECK(!attention_->enabled(), "chunked attention under Ulysses is FPDT's forward");
+    const HeadBlocks h = head_blocks(heads);
+    backend_.attention_forward(a.heads_out, a.att_lse, h.blocks[0], h.blocks[1], h.blocks[2],
+                               acts.exchange.document_spans, n_head_shard());
+    heads_output_to_rows(acts, a);
 }
 
-std::pair<Tensor, Tensor> GptModel::ulysses_offload_scratch(const Activations& acts) {
-    const std::int64_t cl = config_.hidden / parallel_.tp_size(), w = head_shard_width();
-    const std::int64_t local = acts.n_tokens(), total = acts.exchange.total_rows();
-    reserve(backend_, offload_kv_storage_, offload_kv_capacity_, local * 3 * cl + total * 3 * w);
-    return {offload_kv_storage_.f32(0, {local, 3 * cl}),
-            offload_kv_storage_.f32(local * 3 * cl, {total, 3 * w})};
+void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockActivations& a,
+                                      Tensor ln1) {
+    const BlockWeights& w = weights_.blocks[layer];
+    const std::int64_t cl = config_.hidden / parallel_.tp_size(), hw = head_shard_width();
+    const auto me = std::size_t(parallel_.cp_rank());
+    const Tensor scratch = acts.offloads_qkv() ? fpdt_chunk_scratch(acts) : Tensor{};
+    // The staging at the size the backward's exchange of dQ|dK|dV takes, now: grown later, the
+    // old buffer and the new would meet at the backward's peak.
+    heads_staging(acts.exchange, 3);
+    QkvProjection projection;
+    projection.rows = acts.exchange.total_rows();
+    projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {
+        Result<ExchangeWindow> window = exchange_window(acts.exchange, first, rows);
+        FULCRUM_CHECK(window.ok(), window.error().message.c_str());
+        const std::int64_t begin = window->local_first[me];
+        const std::int64_t count = window->exchange.rows_per_rank[me];
+        const Tensor qkv = scratch.empty() ? a.qkv.slice(begin, count) : scratch.slice(0, count);
+        if (count > 0) {
+            backend_.matmul_forward(qkv, ln1.slice(begin, count), w.qkv_weight, w.qkv_bias);
+        }
+        const Tensor local[] = {qkv.columns(0, cl), qkv.columns(cl, cl), qkv.columns(2 * cl, cl)};
+        const Tensor heads[] = {q, kv.columns(0, hw), kv.columns(hw, hw)};
+        scatter_heads(backend_, parallel_.cp, window->exchange, local,
+                      heads_staging(window->exchange, 3), heads);
+    };
+    attention_->forward(projection, Tensor{}, acts.qkv_store(layer, a), a.heads_out, a.att_lse,
+                        acts.exchange.document_spans);
+    heads_output_to_rows(acts, a);
+}
+
+void GptModel::heads_output_to_rows(Activations& acts, const BlockActivations& a) {
+    const Tensor out[] = {a.atty}, out_heads[] = {a.heads_out};
+    gather_heads(backend_, parallel_.cp, acts.exchange, out_heads, heads_staging(acts.exchange, 1),
+                 out);
+}
+
+Tensor GptModel::fpdt_chunk_scratch(const Activations& acts) {
+    const std::int64_t cl = config_.hidden / parallel_.tp_size();
+    const std::int64_t rows =
+        std::min<std::int64_t>(attention_->options().chunk, acts.n_tokens());
+    reserve(backend_, offload_kv_storage_, offload_kv_capacity_, rows * 3 * cl);
+    return offload_kv_storage_.f32(0, {rows, 3 * cl});
 }
 
 std::int64_t GptModel::query_rows(const Activations& acts) const {

@@ -470,16 +470,22 @@ private:
     Tensor row_parallel_output_gradient(const Activations& acts, Tensor keep);
     // Rank-major K|V rows of every CP rank [T_total, 2C_l], for the collectives.
     Tensor exchange_staging(std::int64_t rows);
-    // Ulysses: the staging of an exchange of `blocks` column blocks (context_parallel.h).
-    Tensor heads_staging(const Activations& acts, int blocks);
-    // Ulysses: the attention core on the head shard `heads` [T_total, 3w] (block l's own, or
-    // with offload the shared scratch), whole or in FPDT's chunks, and its output back to this
-    // rank's rows.
-    void ulysses_attention_forward(int layer, Activations& acts, const BlockActivations& a,
-                                   Tensor heads);
-    // Ulysses with offload: this rank's serial Q|K|V [T, 3C_l] and the head shard
-    // [T_total, 3w] of the block being computed, one buffer for all blocks.
-    std::pair<Tensor, Tensor> ulysses_offload_scratch(const Activations& acts);
+    // Ulysses: the staging of an exchange (the micro-batch's, or one chunk's window) of
+    // `blocks` column blocks (context_parallel.h).
+    Tensor heads_staging(const ContextExchange& exchange, int blocks);
+    // Ulysses: the attention core on a block's head shard `heads` [T_total, 3w], whole, and
+    // its output back to this rank's rows.
+    void ulysses_attention_forward(Activations& acts, const BlockActivations& a, Tensor heads);
+    // Ulysses with chunked attention, FPDT's own forward (Yao et al. 2024, §3.2): each chunk of
+    // the head shard made only when its pairs come — the local rows of `ln1` that land in it
+    // projected and traded for its head shard — then the output back to this rank's rows.
+    void fpdt_attention_forward(int layer, Activations& acts, const BlockActivations& a,
+                                Tensor ln1);
+    // Ulysses: the attention's output, a.heads_out, back to this rank's rows a.atty.
+    void heads_output_to_rows(Activations& acts, const BlockActivations& a);
+    // FPDT with offload: this rank's Q|K|V rows of one chunk, [min(chunk, T), 3C_l], one buffer
+    // for all blocks (without offload they go to the block's own Q|K|V rows).
+    Tensor fpdt_chunk_scratch(const Activations& acts);
     std::int64_t query_rows(const Activations& acts) const;  // rows of Q attention sees
     // Whether qkv and dqkv hold Q [T, C_l] then K|V [T, 2C_l] (chunked attention, all-gather
     // CP) rather than the serial [T, 3C_l] rows.

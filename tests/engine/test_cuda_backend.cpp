@@ -468,8 +468,12 @@ void CudaBackendTest::chunkedAttentionWithOffload() {
     const QkvStore store{Tensor{}, Tensor{}, host_q.get(), host_kv.get()};
     const Tensor& gw = weight.gpu.tensor;
     const Tensor& gb = bias.gpu.tensor;
-    const QkvProjection projection{x.gpu.tensor, gw.slice(0, c), gb.slice(0, c), gw.slice(c, 2 * c),
-                                   gb.slice(c, 2 * c)};
+    QkvProjection projection;
+    projection.input = x.gpu.tensor;
+    projection.q_weight = gw.slice(0, c);
+    projection.q_bias = gb.slice(0, c);
+    projection.kv_weight = gw.slice(c, 2 * c);
+    projection.kv_bias = gb.slice(c, 2 * c);
     chunked.forward(projection, Tensor{}, store, out.gpu.tensor, lse.gpu.tensor, spans);
     chunked.backward(store, dq.gpu.tensor, half(dkv.gpu.tensor, 0), half(dkv.gpu.tensor, 1),
                      dout.gpu.tensor, out.gpu.tensor, lse.gpu.tensor, spans);

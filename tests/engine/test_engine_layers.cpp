@@ -513,7 +513,10 @@ struct ChunkInputs {
           gathered(upload_f32(backend, k.gathered, {k.kv_rows, 2 * k.c})),
           dout(upload_f32(backend, k.dout, {k.q_rows, k.c})) {}
     QkvProjection projection(const ChunkCase& k) const {
-        QkvProjection p{x.tensor, weight.tensor.slice(0, k.c), bias.tensor.slice(0, k.c), {}, {}};
+        QkvProjection p;
+        p.input = x.tensor;
+        p.q_weight = weight.tensor.slice(0, k.c);
+        p.q_bias = bias.tensor.slice(0, k.c);
         if (!k.sharded) {
             p.kv_weight = weight.tensor.slice(k.c, 2 * k.c);
             p.kv_bias = bias.tensor.slice(k.c, 2 * k.c);

@@ -47,6 +47,25 @@ std::vector<std::int64_t> document_starts() {
     return starts;
 }
 
+// The document row of each of this rank's local rows, from the exchange's runs.
+std::vector<std::int64_t> local_document_rows(const ContextExchange& exchange, int cp_rank) {
+    std::int64_t start = 0;
+    for (int r = 0; r < cp_rank; ++r)
+        start += exchange.rows_per_rank[std::size_t(r)];
+    const std::int64_t n = exchange.rows_per_rank[std::size_t(cp_rank)];
+    std::vector<std::int64_t> document_row(std::size_t(n), -1);
+    for (const RowRun& run : exchange.runs)
+        for (std::int64_t i = 0; i < run.count; ++i)
+            if (run.gathered_row + i - start >= 0 && run.gathered_row + i - start < n)
+                document_row[std::size_t(run.gathered_row + i - start)] = run.document_row + i;
+    return document_row;
+}
+
+// A value that names its own document row, column and block.
+float named_value(std::int64_t row, std::int64_t column, int block) {
+    return float(1000 * row + 10 * column + block);
+}
+
 }  // namespace
 
 class ParallelCpTest : public QObject {
@@ -61,6 +80,7 @@ private slots:
     void matchesSerial_data();
     void matchesSerial();
     void ulyssesExchangeRoundTrips();
+    void ulyssesExchangeByChunks();
 
 private:
     CpuBackend backend_{1};
@@ -274,18 +294,8 @@ void ParallelCpTest::ulyssesExchangeRoundTrips() {
     const ContextExchange& exchange = shard.exchange;
     const std::int64_t n = shard.size(), total = exchange.total_rows(), h = 6, w = h / 2;
     // The local block b's element (row, column) is 1000·(document row) + 10·column + b.
-    std::vector<std::int64_t> document_row(static_cast<std::size_t>(n));
-    for (const RowRun& run : exchange.runs) {
-        std::int64_t local = run.gathered_row;
-        for (int r = 0; r < cp.rank(); ++r)
-            local -= exchange.rows_per_rank[std::size_t(r)];
-        for (std::int64_t i = 0; i < run.count; ++i)
-            if (local + i >= 0 && local + i < n)
-                document_row[std::size_t(local + i)] = run.document_row + i;
-    }
-    auto value = [](std::int64_t row, std::int64_t column, int block) {
-        return float(1000 * row + 10 * column + block);
-    };
+    const std::vector<std::int64_t> document_row = local_document_rows(exchange, cp.rank());
+    const auto value = named_value;
     const std::int64_t staging = heads_staging_elements(exchange, cp.rank(), 2 * w);
     DeviceBuffer storage =
         backend_.allocate(std::size_t(4 * n * h + 2 * total * w + staging) * sizeof(float));
@@ -315,6 +325,64 @@ void ParallelCpTest::ulyssesExchangeRoundTrips() {
                 QCOMPARE(shard_values[std::size_t(r * 2 * w + b * w + c)],
                          value(r, cp.rank() * w + c, b));
     QCOMPARE(round_trip, host);
+}
+
+// FPDT's all-to-all a chunk at a time (exchange_window): under every sharding, each window of
+// document rows is one run of each rank's local rows, the windows of a tiling cover every
+// local row once, and scattering window after window builds the same head shard as the whole
+// exchange does.
+void ParallelCpTest::ulyssesExchangeByChunks() {
+    if (world().size() != 2)
+        QSKIP("needs mpirun -np 2");
+    Communicator& cp = world();
+    for (balance::CpSharding sharding : {balance::CpSharding::contiguous,
+                                         balance::CpSharding::zigzag,
+                                         balance::CpSharding::per_document}) {
+        const ContextShard shard = shard_for(plan_for(sharding, 2), cp.rank());
+        const ContextExchange& exchange = shard.exchange;
+        const std::int64_t n = shard.size(), total = exchange.total_rows(), h = 4, w = h / 2;
+        const std::vector<std::int64_t> document_row = local_document_rows(exchange, cp.rank());
+        QVERIFY(!exchange_window(exchange, total - 3, 4).ok());  // past the micro-batch
+        QVERIFY(!exchange_window(exchange, -1, 2).ok());
+        std::vector<float> host(std::size_t(n * h));
+        for (std::int64_t r = 0; r < n; ++r)
+            for (std::int64_t c = 0; c < h; ++c)
+                host[std::size_t(r * h + c)] = named_value(document_row[std::size_t(r)], c, 0);
+        for (std::int64_t chunk : {std::int64_t(5), std::int64_t(16), total}) {
+            const std::int64_t staging = heads_staging_elements(exchange, cp.rank(), w);
+            DeviceBuffer storage =
+                backend_.allocate(std::size_t(n * h + total * w + staging) * sizeof(float));
+            const Tensor local = storage.f32(0, {n, h});
+            const Tensor heads = storage.f32(n * h, {total, w});
+            const Tensor scratch = storage.f32(n * h + total * w, {staging});
+            backend_.upload(local, host.data(), kComputeStream);
+            std::vector<int> seen(std::size_t(n), 0);
+            for (std::int64_t first = 0; first < total; first += chunk) {
+                const std::int64_t rows = std::min(chunk, total - first);
+                const Result<ExchangeWindow> window = exchange_window(exchange, first, rows);
+                QVERIFY(window.ok());
+                QCOMPARE(window->exchange.total_rows(), rows);
+                const auto me = std::size_t(cp.rank());
+                const std::int64_t begin = window->local_first[me];
+                const std::int64_t count = window->exchange.rows_per_rank[me];
+                for (std::int64_t r = begin; r < begin + count; ++r) {
+                    ++seen[std::size_t(r)];
+                    QVERIFY(document_row[std::size_t(r)] >= first &&
+                            document_row[std::size_t(r)] < first + rows);
+                }
+                const Tensor from[] = {local.slice(begin, count)};
+                const Tensor to[] = {heads.slice(first, rows)};
+                scatter_heads(backend_, &cp, window->exchange, from, scratch, to);
+            }
+            QCOMPARE(seen, std::vector<int>(std::size_t(n), 1));
+            std::vector<float> shard_values(std::size_t(total * w));
+            backend_.download(shard_values.data(), heads, kComputeStream);
+            for (std::int64_t r = 0; r < total; ++r)
+                for (std::int64_t c = 0; c < w; ++c)
+                    QCOMPARE(shard_values[std::size_t(r * w + c)],
+                             named_value(r, cp.rank() * w + c, 0));
+        }
+    }
 }
 
 FULCRUM_MPI_TEST_MAIN(ParallelCpTest)

@@ -275,9 +275,9 @@ Result<ExchangeWindow> exchange_window(const ContextExchange& exchange, std::int
         // A run may cross from one rank's rows into the next one's: cut it there.
         while (a < b) {
             const std::int64_t gathered = run.gathered_row + (a - run.document_row);
-            const std::size_t r = std::size_t(
-                std::upper_bound(rank_start.begin(), rank_start.end(), gathered) -
-                rank_start.begin() - 1);
+            const std::size_t r =
+                std::size_t(std::upper_bound(rank_start.begin(), rank_start.end(), gathered) -
+                            rank_start.begin() - 1);
             const std::int64_t n = std::min(b, a + rank_start[r + 1] - gathered) - a;
             const std::int64_t local = gathered - rank_start[r];
             low[r] = low[r] < 0 ? local : std::min(low[r], local);

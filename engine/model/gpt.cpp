@@ -1199,7 +1199,8 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
         // ∂L/∂o to the head shard, the attention backward there, dQ|dK|dV back to this rank's
         // tokens (context_parallel.h): no sum across ranks.
         const Tensor dout[] = {s.datty}, dout_heads[] = {s.dheads_out};
-        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts.exchange, 1), dout_heads);
+        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts.exchange, 1),
+                      dout_heads);
         be.fill_zero(s.dheads_qkv);
         const HeadBlocks d = head_blocks(s.dheads_qkv);
         if (attention_->enabled()) {
@@ -1215,7 +1216,8 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
         }
         const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
                                  dqkv.columns(2 * cl, cl)};
-        gather_heads(be, parallel_.cp, acts.exchange, d.blocks, heads_staging(acts.exchange, 3), dlocal);
+        gather_heads(be, parallel_.cp, acts.exchange, d.blocks, heads_staging(acts.exchange, 3),
+                     dlocal);
         const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
         be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
                            w.qkv_weight);
@@ -1352,8 +1354,7 @@ void GptModel::heads_output_to_rows(Activations& acts, const BlockActivations& a
 
 Tensor GptModel::fpdt_chunk_scratch(const Activations& acts) {
     const std::int64_t cl = config_.hidden / parallel_.tp_size();
-    const std::int64_t rows =
-        std::min<std::int64_t>(attention_->options().chunk, acts.n_tokens());
+    const std::int64_t rows = std::min<std::int64_t>(attention_->options().chunk, acts.n_tokens());
     reserve(backend_, offload_kv_storage_, offload_kv_capacity_, rows * 3 * cl);
     return offload_kv_storage_.f32(0, {rows, 3 * cl});
 }

@@ -335,9 +335,9 @@ void ParallelCpTest::ulyssesExchangeByChunks() {
     if (world().size() != 2)
         QSKIP("needs mpirun -np 2");
     Communicator& cp = world();
-    for (balance::CpSharding sharding : {balance::CpSharding::contiguous,
-                                         balance::CpSharding::zigzag,
-                                         balance::CpSharding::per_document}) {
+    for (balance::CpSharding sharding :
+         {balance::CpSharding::contiguous, balance::CpSharding::zigzag,
+          balance::CpSharding::per_document}) {
         const ContextShard shard = shard_for(plan_for(sharding, 2), cp.rank());
         const ContextExchange& exchange = shard.exchange;
         const std::int64_t n = shard.size(), total = exchange.total_rows(), h = 4, w = h / 2;

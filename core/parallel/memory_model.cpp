@@ -324,12 +324,19 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
     // dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits (on every stage)
     double w = r.ns * r.c + r.n * r.c + (shape.layout.sequence_parallel ? r.ns * r.c : 0) +
                12 * r.n * r.cl + r.ns * r.v;
-    if (r.ulysses) {
+    if (r.ulysses && shape.attention_chunk > 0) {
+        // FPDT (engine/model/gpt.h, fpdt_attention_forward and _backward): ∂L/∂ the head
+        // shard's output and its dQ whole, dK|dV of one chunk; the all-to-all staging for the
+        // larger of a whole exchange of one block and a chunk's of three; with offload this
+        // rank's Q|K|V rows of the chunk being made (the head shard goes to the chunk slots).
+        const double chunk = std::min<double>(shape.attention_chunk, r.g);
+        const double sent = std::min<double>(shape.attention_chunk, r.n);
+        w += 2 * r.g * r.w + 2 * chunk * r.w;
+        w += std::max((r.cp * r.n + r.g) * r.w, (r.cp * sent + chunk) * 3 * r.w);
+        w += offload ? 3 * sent * r.cl : 0;
+    } else if (r.ulysses) {
         w += 4 * r.g * r.w;                 // ∂L/∂ the head shard's output and Q|K|V
         w += (r.cp * r.n + r.g) * 3 * r.w;  // all-to-all staging (context_parallel.h)
-        // With offload: this rank's Q|K|V rows of the chunk being made (FPDT's forward,
-        // engine/model/gpt.h, fpdt_chunk_scratch); the head shard goes to the chunk slots.
-        w += offload ? 3 * std::min<double>(shape.attention_chunk, r.n) * r.cl : 0;
     } else if (r.g > 0) {
         w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
         w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V

@@ -355,14 +355,51 @@ void ChunkedAttention::prefetch_backward(const QkvStore& store, std::int64_t q_r
 
 void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
                                 Tensor out, Tensor lse, std::span<const AttentionSpan> spans) {
+    const std::int64_t c = options_.chunk;
+    KvGradientChunks whole;
+    whole.kv_rows = dk.rows();
+    whole.rows = [&](int chunk, std::int64_t rows) {
+        const std::int64_t first = std::int64_t(chunk) * c;
+        return std::pair{dk.slice(first, rows), dv.slice(first, rows)};
+    };
+    backward_pairs(store, dq, whole, dout, out, lse, spans);
+}
+
+void ChunkedAttention::backward(const QkvStore& store, Tensor dq, const KvGradientChunks& kv_chunks,
+                                Tensor dout, Tensor out, Tensor lse,
+                                std::span<const AttentionSpan> spans) {
+    FULCRUM_CHECK(kv_chunks.rows && kv_chunks.done, "dK|dV by chunks needs rows and done");
+    backward_pairs(store, dq, kv_chunks, dout, out, lse, spans);
+}
+
+void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
+                                      const KvGradientChunks& kv_chunks, Tensor dout, Tensor out,
+                                      Tensor lse, std::span<const AttentionSpan> spans) {
     FULCRUM_CHECK(enabled(), "chunked attention is off");
-    const std::int64_t q_rows = dq.rows(), kv_rows = dk.rows();
+    const std::int64_t q_rows = dq.rows(), kv_rows = kv_chunks.kv_rows;
     const std::vector<ChunkPair> pairs = backward_order(q_rows, kv_rows, spans);
     const PendingFetch pending = std::exchange(pending_, PendingFetch{});
+    const std::int64_t c = options_.chunk;
+    // Chunks no pair reads (rows no span covers) are handed over zero, after the others.
+    std::vector<bool> handed(std::size_t((kv_rows + c - 1) / c), false);
+    auto hand_over = [&](int chunk) {
+        handed[std::size_t(chunk)] = true;
+        if (kv_chunks.done) {
+            kv_chunks.done(chunk, std::int64_t(chunk) * c, rows_of(chunk, kv_rows));
+        }
+    };
+    auto hand_over_the_rest = [&] {
+        for (int chunk = 0; chunk < int(handed.size()); ++chunk) {
+            if (!handed[std::size_t(chunk)] && kv_chunks.done) {
+                (void)kv_chunks.rows(chunk, rows_of(chunk, kv_rows));
+                hand_over(chunk);
+            }
+        }
+    };
     if (pairs.empty()) {
+        hand_over_the_rest();
         return;
     }
-    const std::int64_t c = options_.chunk;
     const std::int64_t width = channels_;
     if (offloads()) {
         FULCRUM_CHECK(store.host_q != nullptr && store.host_kv != nullptr,
@@ -377,6 +414,7 @@ void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Ten
     // The K/V chunk of outer iteration o sits in slot o mod 2, the query chunk of pair n in
     // slot n mod 2.
     int outer = 0;
+    std::pair<Tensor, Tensor> dkv;  // the outer chunk's dk and dv rows
     for (std::size_t n = 0; n < pairs.size(); ++n) {
         const ChunkPair& pair = pairs[n];
         const bool new_outer = n == 0 || pair.kv_chunk != pairs[n - 1].kv_chunk;
@@ -384,7 +422,11 @@ void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Ten
             if (offloads()) {
                 backend_.record_event(kv_free_[outer % 2], kComputeStream);
             }
+            hand_over(pairs[n - 1].kv_chunk);
             ++outer;
+        }
+        if (new_outer) {
+            dkv = kv_chunks.rows(pair.kv_chunk, rows_of(pair.kv_chunk, kv_rows));
         }
         if (offloads()) {
             if (new_outer) {
@@ -411,10 +453,10 @@ void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Ten
         const Tensor kv =
             offloads() ? kv_slot(outer % 2, kv_count) : store.kv.slice(kv_first, kv_count);
         const std::vector<AttentionSpan> pieces = spans_of(pair);
-        backend_.attention_backward(
-            dq.slice(q_first, q_count), dk.slice(kv_first, kv_count), dv.slice(kv_first, kv_count),
-            dout.slice(q_first, q_count), q, kv.columns(0, width), kv.columns(width, width),
-            out.slice(q_first, q_count), lse.slice(q_first, q_count), pieces, n_head_);
+        backend_.attention_backward(dq.slice(q_first, q_count), dkv.first, dkv.second,
+                                    dout.slice(q_first, q_count), q, kv.columns(0, width),
+                                    kv.columns(width, width), out.slice(q_first, q_count),
+                                    lse.slice(q_first, q_count), pieces, n_head_);
         if (offloads()) {
             backend_.record_event(q_free_[n % 2], kComputeStream);
         }
@@ -422,6 +464,8 @@ void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Ten
     if (offloads()) {
         backend_.record_event(kv_free_[outer % 2], kComputeStream);
     }
+    hand_over(pairs.back().kv_chunk);
+    hand_over_the_rest();
 }
 
 }  // namespace fulcrum::engine

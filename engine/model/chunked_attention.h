@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -113,6 +114,15 @@ struct ChunkPair {
     std::vector<AttentionSpan> first, merged;
 };
 
+// Where a backward pass puts dK|dV a K/V chunk at a time, and what takes them from there.
+struct KvGradientChunks {
+    std::int64_t kv_rows = 0;
+    // Chunk j's dk and dv [rows, C_l], zeroed.
+    std::function<std::pair<Tensor, Tensor>(int chunk, std::int64_t rows)> rows;
+    // Chunk j's rows [first, first + rows) are final in dq and in what rows(j) gave.
+    std::function<void(int chunk, std::int64_t first, std::int64_t rows)> done;
+};
+
 struct AttentionMemory {
     std::int64_t double_buffer_bytes = 0;  // device: the two chunk slots (offload on)
     std::int64_t partial_bytes = 0;        // device: one chunk of partial output and lse
@@ -138,6 +148,11 @@ public:
     // [T_kv, C_l] (which may be column views).
     void backward(const QkvStore& store, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor out,
                   Tensor lse, std::span<const AttentionSpan> spans);
+    // The same with dK|dV a K/V chunk at a time (FPDT §3.3, under Ulysses): chunk j's
+    // accumulate in what `kv_chunks.rows` gives (zeroed), and `kv_chunks.done` hands them
+    // over after chunk j's outer iteration, when dq_j, dk_j and dv_j are final.
+    void backward(const QkvStore& store, Tensor dq, const KvGradientChunks& kv_chunks, Tensor dout,
+                  Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
     // Offload on: issues backward()'s first fetches now, so that they hide behind the work the
     // caller does before it (the block's MLP backward). backward() with the same store and
     // spans then starts from them.
@@ -174,6 +189,9 @@ private:
     // first pair of a backward pass.
     void begin_backward_fetches(const QkvStore& store, const ChunkPair& first, std::int64_t q_rows,
                                 std::int64_t kv_rows);
+    // Both backward()s: the pairs, with dK|dV where kv_chunks puts them.
+    void backward_pairs(const QkvStore& store, Tensor dq, const KvGradientChunks& kv_chunks,
+                        Tensor dout, Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
     // The attention calls of one pair of forward(): the written windows, then the merged ones.
     void forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse);
 

@@ -656,9 +656,14 @@ void GptModel::begin_backward(const Activations& acts) {
     scratch_.dkv = scratch_.dheads_out = scratch_.dheads_qkv = Tensor{};
     if (acts.ulysses()) {
         const std::int64_t rows = acts.exchange.total_rows(), w = head_shard_width();
-        reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * 4 * w);
+        // FPDT: dQ whole, dK|dV a chunk at a time (fpdt_attention_backward).
+        const std::int64_t dqkv =
+            attention_->enabled() ? rows * w + 2 * fpdt_chunk_rows(acts) * w : rows * 3 * w;
+        reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * w + dqkv);
         scratch_.dheads_out = gathered_scratch_storage_.f32(0, {rows, w});
-        scratch_.dheads_qkv = gathered_scratch_storage_.f32(rows * w, {rows, 3 * w});
+        scratch_.dheads_qkv = attention_->enabled()
+                                  ? gathered_scratch_storage_.f32(rows * w, {dqkv})
+                                  : gathered_scratch_storage_.f32(rows * w, {rows, 3 * w});
     } else if (acts.context_parallel()) {
         const std::int64_t rows = acts.exchange.total_rows();
         reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * 2 * cl);
@@ -1202,22 +1207,18 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
         scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts.exchange, 1),
                       dout_heads);
         be.fill_zero(s.dheads_qkv);
-        const HeadBlocks d = head_blocks(s.dheads_qkv);
+        const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
+                                 dqkv.columns(2 * cl, cl)};
         if (attention_->enabled()) {
-            // K/V chunks outer, Q chunks inner (chunked_attention.h), on the head shard.
-            attention_->backward(acts.qkv_store(l, a), d.blocks[0], d.blocks[1], d.blocks[2],
-                                 s.dheads_out, a.heads_out, a.att_lse,
-                                 acts.exchange.document_spans);
+            fpdt_attention_backward(l, acts, a, dlocal);
         } else {
-            const HeadBlocks h = head_blocks(a.kv);
+            const HeadBlocks d = head_blocks(s.dheads_qkv), h = head_blocks(a.kv);
             be.attention_backward(d.blocks[0], d.blocks[1], d.blocks[2], s.dheads_out, h.blocks[0],
                                   h.blocks[1], h.blocks[2], a.heads_out, a.att_lse,
                                   acts.exchange.document_spans, n_head_shard());
+            gather_heads(be, parallel_.cp, acts.exchange, d.blocks, heads_staging(acts.exchange, 3),
+                         dlocal);
         }
-        const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
-                                 dqkv.columns(2 * cl, cl)};
-        gather_heads(be, parallel_.cp, acts.exchange, d.blocks, heads_staging(acts.exchange, 3),
-                     dlocal);
         const Tensor ln1 = split ? Tensor{} : gather_rows(a.ln1, acts);
         be.matmul_backward(dln1_partial, grad(g.qkv_weight), grad(g.qkv_bias), dqkv, ln1,
                            w.qkv_weight);
@@ -1322,9 +1323,13 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
     const std::int64_t cl = config_.hidden / parallel_.tp_size(), hw = head_shard_width();
     const auto me = std::size_t(parallel_.cp_rank());
     const Tensor scratch = acts.offloads_qkv() ? fpdt_chunk_scratch(acts) : Tensor{};
-    // The staging at the size the backward's exchange of dQ|dK|dV takes, now: grown later, the
-    // old buffer and the new would meet at the backward's peak.
-    heads_staging(acts.exchange, 3);
+    // The staging at the largest size this block's exchanges take — ∂L/∂o and the output whole,
+    // a chunk's Q|K|V or dQ|dK|dV — now: grown later, the old buffer and the new would meet at
+    // the backward's peak. A rank sends at most min(chunk, T) rows of a chunk.
+    const std::int64_t p = parallel_.cp_size(), c = fpdt_chunk_rows(acts);
+    const std::int64_t window = (p * std::min(c, acts.n_tokens()) + c) * 3 * hw;
+    reserve(backend_, staging_storage_, staging_capacity_,
+            std::max(window, heads_staging_elements(acts.exchange, int(me), hw)));
     QkvProjection projection;
     projection.rows = acts.exchange.total_rows();
     projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {
@@ -1346,6 +1351,39 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
     heads_output_to_rows(acts, a);
 }
 
+void GptModel::fpdt_attention_backward(int layer, Activations& acts, const BlockActivations& a,
+                                       std::span<const Tensor> dlocal) {
+    const std::int64_t total = acts.exchange.total_rows(), w = head_shard_width();
+    const std::int64_t chunk_rows = fpdt_chunk_rows(acts);
+    const auto me = std::size_t(parallel_.cp_rank());
+    const Tensor dq = scratch_.dheads_qkv.slice(0, total * w).reshaped({total, w});
+    const Tensor dkv_chunk =
+        scratch_.dheads_qkv.slice(total * w, chunk_rows * 2 * w).reshaped({chunk_rows, 2 * w});
+    KvGradientChunks chunks;
+    chunks.kv_rows = total;
+    chunks.rows = [&](int, std::int64_t rows) {
+        const Tensor dkv = dkv_chunk.slice(0, rows);
+        backend_.fill_zero(dkv);
+        return std::pair{dkv.columns(0, w), dkv.columns(w, w)};
+    };
+    // Chunk j's dQ|dK|dV are final: back to the local rows that sent it (exchange_window).
+    chunks.done = [&](int, std::int64_t first, std::int64_t rows) {
+        Result<ExchangeWindow> window = exchange_window(acts.exchange, first, rows);
+        FULCRUM_CHECK(window.ok(), window.error().message.c_str());
+        const std::int64_t begin = window->local_first[me];
+        const std::int64_t count = window->exchange.rows_per_rank[me];
+        const Tensor dkv = dkv_chunk.slice(0, rows);
+        const Tensor heads[] = {dq.slice(first, rows), dkv.columns(0, w), dkv.columns(w, w)};
+        const Tensor local[] = {dlocal[0].slice(begin, count), dlocal[1].slice(begin, count),
+                                dlocal[2].slice(begin, count)};
+        gather_heads(backend_, parallel_.cp, window->exchange, heads,
+                     heads_staging(window->exchange, 3), local);
+    };
+    // K/V chunks outer, Q chunks inner (chunked_attention.h), on the head shard.
+    attention_->backward(acts.qkv_store(layer, a), dq, chunks, scratch_.dheads_out, a.heads_out,
+                         a.att_lse, acts.exchange.document_spans);
+}
+
 void GptModel::heads_output_to_rows(Activations& acts, const BlockActivations& a) {
     const Tensor out[] = {a.atty}, out_heads[] = {a.heads_out};
     gather_heads(backend_, parallel_.cp, acts.exchange, out_heads, heads_staging(acts.exchange, 1),
@@ -1357,6 +1395,10 @@ Tensor GptModel::fpdt_chunk_scratch(const Activations& acts) {
     const std::int64_t rows = std::min<std::int64_t>(attention_->options().chunk, acts.n_tokens());
     reserve(backend_, offload_kv_storage_, offload_kv_capacity_, rows * 3 * cl);
     return offload_kv_storage_.f32(0, {rows, 3 * cl});
+}
+
+std::int64_t GptModel::fpdt_chunk_rows(const Activations& acts) const {
+    return std::min<std::int64_t>(attention_->options().chunk, acts.exchange.total_rows());
 }
 
 std::int64_t GptModel::query_rows(const Activations& acts) const {

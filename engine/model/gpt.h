@@ -399,7 +399,8 @@ private:
     // Under sequence parallelism dresidual and dlogits hold the TP rank's rows, dln the whole
     // [T, C] partial sums and dln_shard their reduce-scattered rows.
     // Under Ulysses dqkv is serial [T, 3C_l], and dheads_out [T_total, w], dheads_qkv
-    // [T_total, 3w] are the head shard's (BlockActivations).
+    // [T_total, 3w] are the head shard's (BlockActivations); with chunked attention (FPDT)
+    // dheads_qkv holds dQ [T_total, w] and the dK|dV of one chunk [min(chunk, T_total), 2w].
     struct BackwardScratch {
         Tensor dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits;
         Tensor dkv;
@@ -483,6 +484,13 @@ private:
                                 Tensor ln1);
     // Ulysses: the attention's output, a.heads_out, back to this rank's rows a.atty.
     void heads_output_to_rows(Activations& acts, const BlockActivations& a);
+    // Ulysses with chunked attention, FPDT's own backward (§3.3) from ∂L/∂o on the head shard
+    // (scratch_.dheads_out): dQ accumulated whole, dK|dV a chunk at a time, and each chunk's
+    // dQ|dK|dV traded back to `dlocal` (this rank's dQ, dK, dV rows) once final.
+    void fpdt_attention_backward(int layer, Activations& acts, const BlockActivations& a,
+                                 std::span<const Tensor> dlocal);
+    // FPDT: the head shard's rows of one chunk, min(chunk, T_total).
+    std::int64_t fpdt_chunk_rows(const Activations& acts) const;
     // FPDT with offload: this rank's Q|K|V rows of one chunk, [min(chunk, T), 3C_l], one buffer
     // for all blocks (without offload they go to the block's own Q|K|V rows).
     Tensor fpdt_chunk_scratch(const Activations& acts);

@@ -168,6 +168,12 @@ private slots:
                            "--zero",
                            "3"}
             << wlb;
+        // Four ranks, contiguous shards and chunks that divide nothing: most chunks' all-to-alls
+        // carry rows of one or two ranks only, and some ranks send none (exchange_window).
+        QTest::newRow("cp4 ulysses fpdt chunk 24 contiguous")
+            << 4 << QStringList{"--cp", "4",          "--cp-impl", "ulysses", "--attention-chunk",
+                                "24",   "--cp-shard", "contiguous"}
+            << wlb;
         QTest::newRow("pp2 cp2 ulysses zb-h1 fpdt chunk 16")
             << 4 << QStringList{"--pp",       "2",         "--cp",
                                 "2",          "--cp-impl", "ulysses",
@@ -403,10 +409,11 @@ private slots:
         // A chunked run did chunk, and with offload on its K/V went through the host.
         if (layout.contains("--attention-chunk")) {
             static const QRegularExpression chunked(
-                "attention in chunks of 16 tokens, offload (on|off).* ([0-9.]+) MiB offloaded");
+                "attention in chunks of (\\d+) tokens, offload (on|off).* ([0-9.]+) MiB offloaded");
             const auto match = chunked.match(parallel.output);
             QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
-            QCOMPARE(match.captured(2).toDouble() > 0, match.captured(1) == "on");
+            QCOMPARE(match.captured(1), layout[layout.indexOf("--attention-chunk") + 1]);
+            QCOMPARE(match.captured(3).toDouble() > 0, match.captured(2) == "on");
         }
         // Offloaded checkpoints went out and came back, the same bytes each way.
         if (layout.contains("--offload-checkpoints")) {

@@ -137,6 +137,13 @@ Status build_space(PlanArgs& args) {
     }
     space.schedules = *schedules;
     space.balancers = *balancers;
+    if (std::find(shardings->begin(), shardings->end(), balance::CpSharding::chunked) !=
+        shardings->end()) {
+        return Error{ErrorCode::invalid_input,
+                     "--cp-shards: chunked sharding follows the attention's chunk, which the plan "
+                     "chooses per layout; play it with fulcrum simulate --cp-shard chunked "
+                     "--attention-chunk N"};
+    }
     space.shardings = *shardings;
     space.recomputes = *recomputes;
     space.virtual_stages = *virtual_stages;

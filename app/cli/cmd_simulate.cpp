@@ -995,7 +995,8 @@ void add_data_options(CLI::App* sub, SimulateArgs* args) {
                     "static --dp/--tp/--pp/--cp layout on the same documents")
         ->group("Data");
     sub->add_option("--cp-shard", args->cp_shard,
-                    "CP sharding: contiguous, zigzag, per-doc, adaptive")
+                    "CP sharding: contiguous, zigzag, per-doc, adaptive, or chunked (each "
+                    "--attention-chunk chunk cut over the CP ranks: FPDT's input order)")
         ->capture_default_str()
         ->group("Data");
     sub->add_option("--lengths", d.lengths,

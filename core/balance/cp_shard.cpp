@@ -56,6 +56,28 @@ CpPlan shard_packed(std::span<const Document> documents, int cp_size, CpSharding
     return plan;
 }
 
+// Chunks of `chunk` tokens of the packed sequence, each cut into cp_size pieces at ⌊r·L/cp⌋;
+// piece r to rank r.
+CpPlan shard_chunked(std::span<const Document> documents, int cp_size, std::int64_t chunk) {
+    std::vector<std::int64_t> starts(documents.size());
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < documents.size(); ++i) {
+        starts[i] = total;
+        total += documents[i].length;
+    }
+    CpPlan plan;
+    plan.sharding = CpSharding::chunked;
+    plan.ranks.resize(std::size_t(cp_size));
+    for (std::int64_t first = 0; first < total; first += chunk) {
+        const std::int64_t length = std::min(chunk, total - first);
+        for (int r = 0; r < cp_size; ++r) {
+            append_packed(documents, starts, first + length * r / cp_size,
+                          first + length * (r + 1) / cp_size, plan.ranks[std::size_t(r)]);
+        }
+    }
+    return plan;
+}
+
 CpPlan shard_per_document(std::span<const Document> documents, int cp_size,
                           CpShardingState& state) {
     const int slots = 2 * cp_size;
@@ -92,14 +114,15 @@ CpPlan shard_per_document(std::span<const Document> documents, int cp_size,
 }  // namespace
 
 Result<CpSharding> parse_cp_sharding(std::string_view name) {
-    for (const auto sharding : {CpSharding::contiguous, CpSharding::zigzag,
-                                CpSharding::per_document, CpSharding::adaptive}) {
+    for (const auto sharding :
+         {CpSharding::contiguous, CpSharding::zigzag, CpSharding::per_document, CpSharding::chunked,
+          CpSharding::adaptive}) {
         if (name == cp_sharding_name(sharding)) {
             return sharding;
         }
     }
     return invalid("unknown CP sharding '" + std::string(name) +
-                   "'; expected contiguous, zigzag, per-doc or adaptive");
+                   "'; expected contiguous, zigzag, per-doc, chunked or adaptive");
 }
 
 const char* cp_sharding_name(CpSharding sharding) {
@@ -110,6 +133,8 @@ const char* cp_sharding_name(CpSharding sharding) {
             return "zigzag";
         case CpSharding::per_document:
             return "per-doc";
+        case CpSharding::chunked:
+            return "chunked";
         case CpSharding::adaptive:
             return "adaptive";
     }
@@ -173,6 +198,12 @@ Result<CpPlan> shard_microbatch(std::span<const Document> documents, int cp_size
                                 [chunks](int k) { return std::min(k, chunks - 1 - k); });
         case CpSharding::per_document:
             return shard_per_document(documents, cp_size, state);
+        case CpSharding::chunked:
+            if (state.chunk < 1) {
+                return invalid(
+                    "chunked CP sharding needs the attention's chunk (--attention-chunk)");
+            }
+            return shard_chunked(documents, cp_size, state.chunk);
         case CpSharding::adaptive: {
             auto zigzag = shard_packed(documents, cp_size, CpSharding::zigzag, chunks,
                                        [chunks](int k) { return std::min(k, chunks - 1 - k); });

@@ -9,6 +9,10 @@
 //               2·CP−1−r (balanced for one document, not for a packing of many)
 //   per-doc     every document cut into 2·CP chunks; rank r takes chunks r and 2·CP−1−r of
 //               each (WLB-LLM §4; docs/sources.md, "Workload balancing")
+//   chunked     the packed sequence cut into chunks of CpShardingState::chunk tokens, each
+//               cut into CP pieces; rank r takes piece r of every chunk (FPDT's input order,
+//               Yao et al. 2024, §3.2: each chunk's all-to-all under Ulysses then carries
+//               1/CP of it from every rank, and each rank projects its share of every chunk)
 //   adaptive    per micro-batch, whichever of zigzag (per-sequence) and per-doc predicts
 //               the shorter attention time on its slowest rank under an attention kernel
 //               model (WLB-LLM §4's adaptive sharding: per-doc balances the work but cuts
@@ -16,10 +20,11 @@
 //               efficiently; ties go to zigzag)
 //
 // Lengths that do not divide evenly lose and duplicate no token: contiguous and zigzag cut at
-// ⌊k·T/pieces⌋ of the packed length T, so pieces differ by at most one token and the longer
-// ones are the later ones; per-doc deals each document's d mod 2·CP leftover tokens one per
-// chunk slot, round-robin from a rotating slot index carried across documents (and across
-// micro-batches through CpShardingState), so no slot is favoured and nothing is padded.
+// ⌊k·T/pieces⌋ of the packed length T (chunked each chunk of length L at ⌊r·L/CP⌋), so pieces
+// differ by at most one token and the longer ones are the later ones; per-doc deals each document's
+// d mod 2·CP leftover tokens one per chunk slot, round-robin from a rotating slot index carried
+// across documents (and across micro-batches through CpShardingState), so no slot is favoured and
+// nothing is padded.
 #pragma once
 
 #include "core/balance/packing.h"
@@ -32,9 +37,9 @@
 
 namespace fulcrum::balance {
 
-enum class CpSharding { contiguous, zigzag, per_document, adaptive };
+enum class CpSharding { contiguous, zigzag, per_document, chunked, adaptive };
 
-// "contiguous", "zigzag", "per-doc" or "adaptive".
+// "contiguous", "zigzag", "per-doc", "chunked" or "adaptive".
 Result<CpSharding> parse_cp_sharding(std::string_view name);
 const char* cp_sharding_name(CpSharding sharding);
 
@@ -85,9 +90,11 @@ struct AttentionKernelModel {
 // engine/backend/cuda/attention.cuh).
 Result<AttentionKernelModel> attention_kernel_model(std::string_view name);
 
-// The per-doc leftover slot, carried from one document to the next.
+// The per-doc leftover slot, carried from one document to the next; and the chunk of chunked
+// sharding (tokens: the attention's chunk, which the caller sets and sharding only reads).
 struct CpShardingState {
     int next_leftover_slot = 0;
+    std::int64_t chunk = 0;
 };
 
 // Shards `documents` (one packed micro-batch, in packed order) over cp_size ranks. `state` is

@@ -12,6 +12,7 @@ StepPlanner::StepPlanner(std::vector<std::int64_t> lengths, PlannerOptions optio
     : lengths_(std::move(lengths)), options_(options) {
     global_ = options_.packing;
     global_.microbatches = options_.packing.microbatches * options_.dp;
+    cp_state_.chunk = options_.cp_chunk;
 }
 
 Result<StepPlanner> StepPlanner::create(std::vector<std::int64_t> lengths, PlannerOptions options) {

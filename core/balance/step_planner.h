@@ -22,6 +22,7 @@ struct PlannerOptions {
     int dp = 1;
     int cp = 1;
     CpSharding sharding = CpSharding::per_document;
+    std::int64_t cp_chunk = 0;  // chunked sharding's chunk, tokens (cp_shard.h)
     std::uint64_t seed = 1;
     // ilp packs this many global batches jointly (pack_ilp_window); 1: one at a time.
     int ilp_window = 4;

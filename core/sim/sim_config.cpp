@@ -84,6 +84,7 @@ balance::PlannerOptions planner_options(const SimulationConfig& config) {
     options.dp = config.layout.grid.dp;
     options.cp = config.layout.grid.cp;
     options.sharding = config.sharding;
+    options.cp_chunk = config.attention_chunk;
     options.seed = config.seed;
     options.ilp_window = config.ilp_window;
     options.epochs = config.epochs;

@@ -404,6 +404,11 @@ Result<Choices> check_choices(const CLI::App& app, const Options& o) {
         return sharding.error();
     }
     c.sharding = *sharding;
+    if (c.sharding == balance::CpSharding::chunked && o.attention_chunk < 1) {
+        return invalid(
+            "--cp-shard chunked cuts every chunk of the attention over the CP ranks; give "
+            "--attention-chunk N too");
+    }
     auto wlb_thresholds = balance::parse_wlb_thresholds(o.wlb_thresholds);
     if (!wlb_thresholds) {
         return wlb_thresholds.error();
@@ -493,7 +498,9 @@ void add_options(CLI::App& app, Options& o) {
                                        .recompute = o.recompute,
                                        .sequence_parallel = o.sequence_parallel});
     app.add_option("--balancer", o.balancer, "Packing: fixed, ilp or wlb")->capture_default_str();
-    app.add_option("--cp-shard", o.cp_shard, "CP sharding: contiguous, zigzag, per-doc, adaptive")
+    app.add_option("--cp-shard", o.cp_shard,
+                   "CP sharding: contiguous, zigzag, per-doc, adaptive, or chunked (each "
+                   "--attention-chunk chunk cut over the CP ranks: FPDT's input order)")
         ->capture_default_str();
     app.add_option("--data", o.data_dir,
                    "Directory of text files (default: /usr/share/common-licenses)");
@@ -715,6 +722,7 @@ int main(int argc, char** argv) {
     planner_options.dp = o.grid.dp;
     planner_options.cp = o.grid.cp;
     planner_options.sharding = checked.sharding;
+    planner_options.cp_chunk = o.attention_chunk;
     planner_options.seed = o.seed;
     planner_options.ilp_window = o.ilp_window;
     planner_options.epochs = o.epochs;

@@ -91,6 +91,26 @@ private slots:
         QCOMPARE(plan.ranks[1].attention_work, std::int64_t{70});
     }
 
+    // Chunked, CP = 2, chunks of 6 over the packed 13 tokens: [0,6) [6,12) [12,13), each cut
+    // at ⌊r·L/2⌋ → rank 0 takes [0,3) [6,9) [12,12), rank 1 [3,6) [9,12) [12,13). In the
+    // documents (doc 0 is packed [0,5), doc 1 [5,13)): rank 0 doc 0 [0,3), doc 1 [1,4); rank 1
+    // doc 0 [3,5), doc 1 [0,1), [4,7), [7,8). Work: rank 0 12 + 18 = 30; rank 1 18 + 2 + 36 +
+    // 16 = 72.
+    void chunkedHandWorked() {
+        CpShardingState state;
+        state.chunk = 6;
+        const auto plan = shard(kFiveAndEight, 2, CpSharding::chunked, state);
+        QCOMPARE(plan.sharding, CpSharding::chunked);
+        QCOMPARE(plan.ranks[0].ranges, (Ranges{{0, 0, 3}, {1, 1, 4}}));
+        QCOMPARE(plan.ranks[1].ranges, (Ranges{{0, 3, 5}, {1, 0, 1}, {1, 4, 7}, {1, 7, 8}}));
+        QCOMPARE(plan.ranks[0].attention_work, std::int64_t{30});
+        QCOMPARE(plan.ranks[1].attention_work, std::int64_t{72});
+        state.chunk = 0;
+        const auto without = shard_microbatch(kFiveAndEight, 2, CpSharding::chunked, state);
+        QVERIFY(!without.ok());
+        QVERIFY(QString::fromStdString(without.error().message).contains("--attention-chunk"));
+    }
+
     void adaptivePicksTheLowerMaximum() {
         // [5, 8]: per-doc 52 beats zigzag 64.
         CpShardingState state;
@@ -122,8 +142,9 @@ private slots:
     void everyTokenOnExactlyOneRank_data() {
         QTest::addColumn<CpSharding>("sharding");
         QTest::addColumn<int>("cp");
-        for (const auto sharding : {CpSharding::contiguous, CpSharding::zigzag,
-                                    CpSharding::per_document, CpSharding::adaptive}) {
+        for (const auto sharding :
+             {CpSharding::contiguous, CpSharding::zigzag, CpSharding::per_document,
+              CpSharding::chunked, CpSharding::adaptive}) {
             for (const int cp : {1, 2, 3, 4, 8}) {
                 // clang-format off
                 QTest::newRow(qPrintable(QString("%1 cp=%2").arg(cp_sharding_name(sharding)).arg(cp)))
@@ -136,6 +157,7 @@ private slots:
         QFETCH(CpSharding, sharding);
         QFETCH(int, cp);
         CpShardingState state;
+        state.chunk = 1000;  // chunked's: chunks that divide nothing here
         for (std::uint64_t seed = 1; seed <= 20; ++seed) {
             // Long-tailed lengths plus the awkward ones: 1 token, fewer than 2·CP, odd.
             auto documents = long_tail_microbatch(seed, 32768);
@@ -237,7 +259,7 @@ private slots:
         const auto unknown = parse_cp_sharding("ring");
         QVERIFY(!unknown.ok());
         QVERIFY(QString::fromStdString(unknown.error().message)
-                    .contains("expected contiguous, zigzag, per-doc or adaptive"));
+                    .contains("expected contiguous, zigzag, per-doc, chunked or adaptive"));
         QCOMPARE(*parse_cp_sharding("per-doc"), CpSharding::per_document);
     }
 };

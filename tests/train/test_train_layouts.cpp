@@ -174,6 +174,15 @@ private slots:
             << 4 << QStringList{"--cp", "4",          "--cp-impl", "ulysses", "--attention-chunk",
                                 "24",   "--cp-shard", "contiguous"}
             << wlb;
+        // FPDT's input order: every chunk cut over the CP ranks (cp_shard.h, chunked), so each
+        // rank projects and sends its share of every chunk; under all-gather CP too.
+        QTest::newRow("cp2 ulysses fpdt chunk 16 chunked sharding")
+            << 2 << QStringList{"--cp", "2",          "--cp-impl", "ulysses", "--attention-chunk",
+                                "16",   "--cp-shard", "chunked"}
+            << wlb;
+        QTest::newRow("cp2 all-gather chunk 16 chunked sharding")
+            << 2 << QStringList{"--cp", "2", "--attention-chunk", "16", "--cp-shard", "chunked"}
+            << wlb;
         QTest::newRow("pp2 cp2 ulysses zb-h1 fpdt chunk 16")
             << 4 << QStringList{"--pp",       "2",         "--cp",
                                 "2",          "--cp-impl", "ulysses",
@@ -453,6 +462,8 @@ private slots:
             << 4 << QStringList{"--tp", "2",        "--cp", "2",         "--heads",
                                 "2",    "--hidden", "32",   "--cp-impl", "ulysses"}
             << "--cp-impl ulysses gives each CP rank whole heads";
+        QTest::newRow("chunked sharding without chunks")
+            << 2 << QStringList{"--cp", "2", "--cp-shard", "chunked"} << "give --attention-chunk";
         QTest::newRow("unknown cp implementation")
             << 2 << QStringList{"--cp", "2", "--cp-impl", "ring"} << "ring";
         QTest::newRow("unknown schedule")

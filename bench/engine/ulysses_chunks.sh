@@ -16,8 +16,7 @@ set -euo pipefail
 build=${1:-build}
 reps=${2:-3}
 base=${3:-}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+source "$(dirname "${BASH_SOURCE[0]}")/../common/runs.sh"  # Open MPI's settings
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 work=$(mktemp -d /tmp/fulcrum-ulysses-chunks.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -24,6 +24,24 @@ void append(CpShard& shard, std::uint64_t document_id, std::int64_t begin, std::
     shard.attention_work += causal_pair_work(begin, end - begin);
 }
 
+// Where each document begins in the packed sequence, and the sequence's length.
+std::vector<std::int64_t> packed_starts(std::span<const Document> documents) {
+    std::vector<std::int64_t> starts(documents.size());
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i < documents.size(); ++i) {
+        starts[i] = at;
+        at += documents[i].length;
+    }
+    return starts;
+}
+std::int64_t packed_length(std::span<const Document> documents) {
+    std::int64_t total = 0;
+    for (const Document& document : documents) {
+        total += document.length;
+    }
+    return total;
+}
+
 // Assigns [from, to) of the packed sequence to `shard`, split at document boundaries.
 // `starts[i]` is where document i begins in the packed sequence.
 void append_packed(std::span<const Document> documents, std::span<const std::int64_t> starts,
@@ -40,12 +58,8 @@ void append_packed(std::span<const Document> documents, std::span<const std::int
 // Cuts the packed sequence into `pieces` at ⌊k·T/pieces⌋ and hands piece k to owner(k).
 CpPlan shard_packed(std::span<const Document> documents, int cp_size, CpSharding sharding,
                     int pieces, auto owner) {
-    std::vector<std::int64_t> starts(documents.size());
-    std::int64_t total = 0;
-    for (std::size_t i = 0; i < documents.size(); ++i) {
-        starts[i] = total;
-        total += documents[i].length;
-    }
+    const std::vector<std::int64_t> starts = packed_starts(documents);
+    const std::int64_t total = packed_length(documents);
     CpPlan plan;
     plan.sharding = sharding;
     plan.ranks.resize(cp_size);
@@ -59,12 +73,8 @@ CpPlan shard_packed(std::span<const Document> documents, int cp_size, CpSharding
 // Chunks of `chunk` tokens of the packed sequence, each cut into cp_size pieces at ⌊r·L/cp⌋;
 // piece r to rank r.
 CpPlan shard_chunked(std::span<const Document> documents, int cp_size, std::int64_t chunk) {
-    std::vector<std::int64_t> starts(documents.size());
-    std::int64_t total = 0;
-    for (std::size_t i = 0; i < documents.size(); ++i) {
-        starts[i] = total;
-        total += documents[i].length;
-    }
+    const std::vector<std::int64_t> starts = packed_starts(documents);
+    const std::int64_t total = packed_length(documents);
     CpPlan plan;
     plan.sharding = CpSharding::chunked;
     plan.ranks.resize(std::size_t(cp_size));

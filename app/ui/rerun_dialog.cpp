@@ -91,6 +91,9 @@ RerunDialog::RerunDialog(views::RunPtr run, QWidget* parent, QString app_dir)
     }
     cp_shard_ = new QComboBox(this);
     cp_shard_->addItems(cp_shard_names());
+    if (config.attention_chunk > 0) {
+        cp_shard_->addItem("chunked");  // the run's attention chunks cut over its CP ranks
+    }
     cp_shard_->setCurrentText(QString::fromStdString(config.cp_shard));
     cp_shard_->setEnabled(config.layout.grid.cp > 1);
     cp_shard_->setToolTip(config.layout.grid.cp > 1 ? QString()

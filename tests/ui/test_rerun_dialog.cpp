@@ -117,6 +117,30 @@ private slots:
         QVERIFY2(!summary.contains(QStringLiteral("DP 1")), qPrintable(summary));
     }
 
+    // A run on FPDT's input order offers it again (it follows the run's attention chunk); a run
+    // without chunks does not offer it at all.
+    void dialog_offers_chunked_sharding_with_chunks() {
+        for (const int chunk : {64, 0}) {
+            analysis::RunTrace trace;
+            for (int rank = 0; rank < 2; ++rank) {
+                RankInfo info;
+                info.rank = rank;
+                trace.add_rank(info);
+            }
+            trace.finish();
+            trace.config.layout.grid.cp = 2;
+            trace.config.attention_chunk = chunk;
+            trace.config.cp_shard = chunk > 0 ? "chunked" : "per-doc";
+            auto run = std::make_shared<views::OpenedRun>();
+            run->title = QStringLiteral("chunked");
+            run->trace = std::make_shared<const analysis::RunTrace>(std::move(trace));
+            RerunDialog dialog(run, nullptr, QStringLiteral(FULCRUM_BINARY_DIR "/app/ui"));
+            QCOMPARE(dialog.choice().cp_shard, QString(chunk > 0 ? "chunked" : "per-doc"));
+            dialog.set_choice({.cp_shard = "chunked"});
+            QCOMPARE(dialog.choice().cp_shard == "chunked", chunk > 0);
+        }
+    }
+
     void rerun_opens_in_compare() {
         RerunDialog* dialog = window_->rerun_dialog();
         dialog->set_choice({.balancer = "wlb"});

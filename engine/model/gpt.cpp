@@ -1327,9 +1327,9 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
     // a chunk's Q|K|V or dQ|dK|dV — now: grown later, the old buffer and the new would meet at
     // the backward's peak. A rank sends at most min(chunk, T) rows of a chunk.
     const std::int64_t p = parallel_.cp_size(), c = fpdt_chunk_rows(acts);
-    const std::int64_t window = (p * std::min(c, acts.n_tokens()) + c) * 3 * hw;
+    const std::int64_t chunk_staging = (p * std::min(c, acts.n_tokens()) + c) * 3 * hw;
     reserve(backend_, staging_storage_, staging_capacity_,
-            std::max(window, heads_staging_elements(acts.exchange, int(me), hw)));
+            std::max(chunk_staging, heads_staging_elements(acts.exchange, int(me), hw)));
     QkvProjection projection;
     projection.rows = acts.exchange.total_rows();
     projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {

@@ -894,6 +894,15 @@ int main(int argc, char** argv) {
             "context parallelism: Ulysses, %d heads a CP rank (all-to-all of Q, K, V "
             "and the attention's output)\n",
             o.model.heads / o.grid.tp / o.grid.cp);
+        if (o.attention_chunk > 0) {
+            // FPDT's pipeline trades each chunk alone (docs/engine.md); only FPDT's input
+            // order gives every rank a share of every chunk.
+            std::printf("  chunks of %d traded one at a time%s\n", o.attention_chunk,
+                        checked.sharding == balance::CpSharding::chunked
+                            ? ", each cut over the CP ranks (FPDT's input order)"
+                            : "; under this sharding a chunk may come from one rank "
+                              "(--cp-shard chunked spreads each over the ranks)");
+        }
         std::fflush(stdout);
     }
     // One layout, or one per bucket of --hot-switch (hot_switch_trainer.h).

@@ -423,6 +423,12 @@ private slots:
             QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
             QCOMPARE(match.captured(1), layout[layout.indexOf("--attention-chunk") + 1]);
             QCOMPARE(match.captured(3).toDouble() > 0, match.captured(2) == "on");
+            if (layout.contains("ulysses")) {  // FPDT's pipeline, and whether on its input order
+                QVERIFY2(parallel.output.contains("traded one at a time"),
+                         qPrintable(parallel.output));
+                QCOMPARE(parallel.output.contains("(FPDT's input order)"),
+                         layout.contains("chunked"));
+            }
         }
         // Offloaded checkpoints went out and came back, the same bytes each way.
         if (layout.contains("--offload-checkpoints")) {

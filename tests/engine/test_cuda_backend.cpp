@@ -729,6 +729,11 @@ void CudaBackendTest::ranksSharingTheGpuTrainLikeCpu_data() {
     QTest::newRow("cp2 ulysses, offloaded checkpoints, zero 3") << QStringList{
         "--cp",     "2", "--cp-impl", "ulysses", "--recompute", "full", "--offload-checkpoints",
         "--layers", "4", "--zero",    "3"};
+    // FPDT's pipeline: each chunk's all-to-all into the attention's slot, its Q, K, V copied
+    // out on the offload stream, dQ|dK|dV back a chunk at a time, on FPDT's input order.
+    QTest::newRow("cp2 ulysses fpdt chunks 32 chunked shards") << QStringList{
+        "--cp",       "2",       "--cp-impl",   "ulysses", "--attention-chunk",    "32",
+        "--cp-shard", "chunked", "--recompute", "full",    "--offload-checkpoints"};
 }
 
 // Two ranks on one GPU, device buffers staged through host memory over MPI (NCCL refuses two

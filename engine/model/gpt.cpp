@@ -58,6 +58,25 @@ HeadBlocks head_blocks(const Tensor& heads) {
     return {{cp_queries(heads), kv.columns(0, w), kv.columns(w, w)}};
 }
 
+// FPDT's chunk of head-shard rows [first, first + rows): the exchange that carries it
+// (exchange_window, context_parallel.h) and this CP rank's local rows in it, [begin, begin +
+// count).
+struct ChunkExchange {
+    ContextExchange exchange;
+    std::int64_t begin = 0, count = 0;
+};
+ChunkExchange chunk_exchange(const ContextExchange& exchange, int cp_rank, std::int64_t first,
+                             std::int64_t rows) {
+    Result<ExchangeWindow> window = exchange_window(exchange, first, rows);
+    FULCRUM_CHECK(window.ok(), window.error().message.c_str());
+    const auto me = std::size_t(cp_rank);
+    ChunkExchange chunk;
+    chunk.begin = window->local_first[me];
+    chunk.count = window->exchange.rows_per_rank[me];
+    chunk.exchange = std::move(window->exchange);
+    return chunk;
+}
+
 // The layout is built in the constructor's initialiser list: the config is checked first.
 const ModelShape& validated(const ModelShape& config) {
     const Status valid = validate(config);
@@ -1321,7 +1340,7 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
                                       Tensor ln1) {
     const BlockWeights& w = weights_.blocks[layer];
     const std::int64_t cl = config_.hidden / parallel_.tp_size(), hw = head_shard_width();
-    const auto me = std::size_t(parallel_.cp_rank());
+    const int me = parallel_.cp_rank();
     const Tensor scratch = acts.offloads_qkv() ? fpdt_chunk_scratch(acts) : Tensor{};
     // The staging at the largest size this block's exchanges take — ∂L/∂o and the output whole,
     // a chunk's Q|K|V or dQ|dK|dV — now: grown later, the old buffer and the new would meet at
@@ -1329,22 +1348,21 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
     const std::int64_t p = parallel_.cp_size(), c = fpdt_chunk_rows(acts);
     const std::int64_t chunk_staging = (p * std::min(c, acts.n_tokens()) + c) * 3 * hw;
     reserve(backend_, staging_storage_, staging_capacity_,
-            std::max(chunk_staging, heads_staging_elements(acts.exchange, int(me), hw)));
+            std::max(chunk_staging, heads_staging_elements(acts.exchange, me, hw)));
     QkvProjection projection;
     projection.rows = acts.exchange.total_rows();
     projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {
-        Result<ExchangeWindow> window = exchange_window(acts.exchange, first, rows);
-        FULCRUM_CHECK(window.ok(), window.error().message.c_str());
-        const std::int64_t begin = window->local_first[me];
-        const std::int64_t count = window->exchange.rows_per_rank[me];
-        const Tensor qkv = scratch.empty() ? a.qkv.slice(begin, count) : scratch.slice(0, count);
-        if (count > 0) {
-            backend_.matmul_forward(qkv, ln1.slice(begin, count), w.qkv_weight, w.qkv_bias);
+        const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
+        const Tensor qkv =
+            scratch.empty() ? a.qkv.slice(chunk.begin, chunk.count) : scratch.slice(0, chunk.count);
+        if (chunk.count > 0) {
+            backend_.matmul_forward(qkv, ln1.slice(chunk.begin, chunk.count), w.qkv_weight,
+                                    w.qkv_bias);
         }
         const Tensor local[] = {qkv.columns(0, cl), qkv.columns(cl, cl), qkv.columns(2 * cl, cl)};
         const Tensor heads[] = {q, kv.columns(0, hw), kv.columns(hw, hw)};
-        scatter_heads(backend_, parallel_.cp, window->exchange, local,
-                      heads_staging(window->exchange, 3), heads);
+        scatter_heads(backend_, parallel_.cp, chunk.exchange, local,
+                      heads_staging(chunk.exchange, 3), heads);
     };
     attention_->forward(projection, Tensor{}, acts.qkv_store(layer, a), a.heads_out, a.att_lse,
                         acts.exchange.document_spans);
@@ -1355,7 +1373,6 @@ void GptModel::fpdt_attention_backward(int layer, Activations& acts, const Block
                                        std::span<const Tensor> dlocal) {
     const std::int64_t total = acts.exchange.total_rows(), w = head_shard_width();
     const std::int64_t chunk_rows = fpdt_chunk_rows(acts);
-    const auto me = std::size_t(parallel_.cp_rank());
     const Tensor dq = scratch_.dheads_qkv.slice(0, total * w).reshaped({total, w});
     const Tensor dkv_chunk =
         scratch_.dheads_qkv.slice(total * w, chunk_rows * 2 * w).reshaped({chunk_rows, 2 * w});
@@ -1368,16 +1385,14 @@ void GptModel::fpdt_attention_backward(int layer, Activations& acts, const Block
     };
     // Chunk j's dQ|dK|dV are final: back to the local rows that sent it (exchange_window).
     chunks.done = [&](int, std::int64_t first, std::int64_t rows) {
-        Result<ExchangeWindow> window = exchange_window(acts.exchange, first, rows);
-        FULCRUM_CHECK(window.ok(), window.error().message.c_str());
-        const std::int64_t begin = window->local_first[me];
-        const std::int64_t count = window->exchange.rows_per_rank[me];
+        const ChunkExchange chunk = chunk_exchange(acts.exchange, parallel_.cp_rank(), first, rows);
         const Tensor dkv = dkv_chunk.slice(0, rows);
         const Tensor heads[] = {dq.slice(first, rows), dkv.columns(0, w), dkv.columns(w, w)};
-        const Tensor local[] = {dlocal[0].slice(begin, count), dlocal[1].slice(begin, count),
-                                dlocal[2].slice(begin, count)};
-        gather_heads(backend_, parallel_.cp, window->exchange, heads,
-                     heads_staging(window->exchange, 3), local);
+        const Tensor local[] = {dlocal[0].slice(chunk.begin, chunk.count),
+                                dlocal[1].slice(chunk.begin, chunk.count),
+                                dlocal[2].slice(chunk.begin, chunk.count)};
+        gather_heads(backend_, parallel_.cp, chunk.exchange, heads,
+                     heads_staging(chunk.exchange, 3), local);
     };
     // K/V chunks outer, Q chunks inner (chunked_attention.h), on the head shard.
     attention_->backward(acts.qkv_store(layer, a), dq, chunks, scratch_.dheads_out, a.heads_out,

@@ -326,12 +326,15 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
                12 * r.n * r.cl + r.ns * r.v;
     if (r.ulysses && shape.attention_chunk > 0) {
         // FPDT (engine/model/gpt.h, fpdt_attention_forward and _backward): ∂L/∂ the head
-        // shard's output and its dQ whole, dK|dV of one chunk; the all-to-all staging for the
-        // larger of a whole exchange of one block and a chunk's of three; with offload this
-        // rank's Q|K|V rows of the chunk being made (the head shard goes to the chunk slots).
+        // shard's output and its dQ whole, dK|dV of one chunk — with offload dQ|dK|dV of one
+        // chunk and the offloading backward's two slots of ∂L/∂o and dQ (chunked_attention.h),
+        // both whole in pinned memory instead; the all-to-all staging for the larger of a
+        // whole exchange of one block and a chunk's of three; with offload this rank's Q|K|V
+        // rows of the chunk being made (the head shard goes to the chunk slots).
         const double chunk = std::min<double>(shape.attention_chunk, r.g);
         const double sent = std::min<double>(shape.attention_chunk, r.n);
-        w += 2 * r.g * r.w + 2 * chunk * r.w;
+        w += offload ? 3 * chunk * r.w + 2 * 2 * double(shape.attention_chunk) * r.w
+                     : 2 * r.g * r.w + 2 * chunk * r.w;
         w += std::max((r.cp * r.n + r.g) * r.w, (r.cp * sent + chunk) * 3 * r.w);
         w += offload ? 3 * sent * r.cl : 0;
     } else if (r.ulysses) {
@@ -360,6 +363,12 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
         w += chunk * (width + heads) + (offload ? 2 * chunk * 3 * width : 0);
     }
     return w;
+}
+
+// The model's pinned host buffers shared by all micro-batches: FPDT's offloading backward's
+// ∂L/∂o and dQ of the head shard (chunked_attention.h).
+double workspace_pinned_elements(const MemoryShape& shape, const EngineRows& r) {
+    return r.ulysses && offloads(shape) ? 2 * r.g * r.w : 0;
 }
 
 // Replays the stage's passes (parallel::step_ops, as ParallelTrainer runs them) and returns
@@ -473,7 +482,7 @@ EngineMemory engine_stage_memory(const MemoryShape& shape, int stage) {
     }
     const auto [device, pinned] = in_flight_peak(shape, stage, chunks, 3 * r.n);
     memory.activations_bytes = device * kFloatBytes;
-    memory.pinned_bytes = pinned * kFloatBytes;
+    memory.pinned_bytes = (pinned + workspace_pinned_elements(shape, r)) * kFloatBytes;
     return memory;
 }
 

@@ -41,7 +41,11 @@ ChunkedAttention::ChunkedAttention(Backend& backend, int channels, int n_head,
         q_free_[slot] = backend_.create_event();
         kv_ready_[slot] = backend_.create_event();
         kv_free_[slot] = backend_.create_event();
+        grad_ready_[slot] = backend_.create_event();
+        grad_free_[slot] = backend_.create_event();
+        grad_offloaded_[slot] = backend_.create_event();
     }
+    host_written_ = backend_.create_event();
     gathered_written_ = backend_.create_event();
     gathered_offloaded_ = backend_.create_event();
     slots_ = backend_.allocate(std::size_t(2 * c * 3 * channels_ * kFloat));
@@ -60,6 +64,16 @@ Tensor ChunkedAttention::q_slot(int slot, std::int64_t rows) const {
 Tensor ChunkedAttention::kv_slot(int slot, std::int64_t rows) const {
     const std::int64_t c = options_.chunk;
     return slots_.f32((std::int64_t(slot) * 3 + 1) * c * channels_, {rows, 2 * channels_});
+}
+
+Tensor ChunkedAttention::dout_slot(int slot, std::int64_t rows) const {
+    return gradient_slots_.f32(std::int64_t(slot) * 2 * options_.chunk * channels_,
+                               {rows, channels_});
+}
+
+Tensor ChunkedAttention::dq_slot(int slot, std::int64_t rows) const {
+    return gradient_slots_.f32((std::int64_t(slot) * 2 + 1) * options_.chunk * channels_,
+                               {rows, channels_});
 }
 
 // ---- the pairs -------------------------------------------------------------------------------
@@ -360,7 +374,7 @@ void ChunkedAttention::backward(const QkvStore& store, Tensor dq, Tensor dk, Ten
     whole.kv_rows = dk.rows();
     whole.rows = [&](int chunk, std::int64_t rows) {
         const std::int64_t first = std::int64_t(chunk) * c;
-        return std::pair{dk.slice(first, rows), dv.slice(first, rows)};
+        return ChunkGradients{Tensor{}, dk.slice(first, rows), dv.slice(first, rows)};
     };
     backward_pairs(store, dq, whole, dout, out, lse, spans);
 }
@@ -372,11 +386,66 @@ void ChunkedAttention::backward(const QkvStore& store, Tensor dq, const KvGradie
     backward_pairs(store, dq, kv_chunks, dout, out, lse, spans);
 }
 
+void ChunkedAttention::backward(const QkvStore& store, const KvGradientChunks& kv_chunks,
+                                const OutputGradientSource& dout, Tensor out, Tensor lse,
+                                std::span<const AttentionSpan> spans) {
+    FULCRUM_CHECK(offloads(), "the offloading backward needs offload on");
+    FULCRUM_CHECK(kv_chunks.rows && kv_chunks.done && dout,
+                  "the offloading backward needs dQ|dK|dV by chunks and a source of ∂L/∂o");
+    FULCRUM_CHECK(out.rows() == kv_chunks.kv_rows,
+                  "the offloading backward: the query rows are the K/V rows (Ulysses)");
+    reserve_gradient_buffers(kv_chunks.kv_rows);
+    offload_output_gradient(dout, kv_chunks.kv_rows);
+    backward_pairs(store, Tensor{}, kv_chunks, Tensor{}, out, lse, spans);
+}
+
+void ChunkedAttention::reserve_gradient_buffers(std::int64_t rows) {
+    if (gradient_slots_.bytes() == 0) {
+        gradient_slots_ =
+            backend_.allocate(std::size_t(2 * 2 * options_.chunk * channels_ * kFloat));
+        memory_.gradient_buffer_bytes = std::int64_t(gradient_slots_.bytes());
+    }
+    if (rows <= host_gradient_rows_) {
+        return;
+    }
+    // The copies of an earlier backward may still read or write the old host rows.
+    backend_.synchronize(offload_stream_);
+    backend_.synchronize(prefetch_stream_);
+    host_dout_ = backend_.allocate_pinned(std::size_t(rows * channels_));
+    host_dq_ = backend_.allocate_pinned(std::size_t(rows * channels_));
+    host_gradient_rows_ = rows;
+}
+
+// ∂L/∂o chunk by chunk into the slots' ∂L/∂o half (FPDT: ∂L/∂o's all-to-all a chunk at a
+// time), and from there to the host. The pairs that read a slot before are done: the compute
+// stream waited for their fetches.
+void ChunkedAttention::offload_output_gradient(const OutputGradientSource& dout,
+                                               std::int64_t rows) {
+    const std::int64_t c = options_.chunk;
+    for (int i = 0; std::int64_t(i) * c < rows; ++i) {
+        const int slot = i % 2;
+        const std::int64_t first = std::int64_t(i) * c, count = rows_of(i, rows);
+        const Tensor chunk = dout_slot(slot, count);
+        backend_.wait_event(kComputeStream, grad_offloaded_[slot]);
+        dout(first, count, chunk);
+        const std::int64_t bytes = count * channels_ * kFloat;
+        instrument::Range range("offload dout chunk", Category::runtime,
+                                instrument::with_bytes(bytes));
+        backend_.record_event(produced_[slot], kComputeStream);
+        backend_.wait_event(offload_stream_, produced_[slot]);
+        backend_.download(host_dout_.get() + first * channels_, chunk, offload_stream_);
+        backend_.record_event(grad_offloaded_[slot], offload_stream_);
+        memory_.offloaded_bytes += bytes;
+    }
+    backend_.record_event(host_written_, offload_stream_);
+}
+
 void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
                                       const KvGradientChunks& kv_chunks, Tensor dout, Tensor out,
                                       Tensor lse, std::span<const AttentionSpan> spans) {
     FULCRUM_CHECK(enabled(), "chunked attention is off");
-    const std::int64_t q_rows = dq.rows(), kv_rows = kv_chunks.kv_rows;
+    const bool host_gradients = dq.empty();  // the offloading backward
+    const std::int64_t kv_rows = kv_chunks.kv_rows, q_rows = host_gradients ? kv_rows : dq.rows();
     const std::vector<ChunkPair> pairs = backward_order(q_rows, kv_rows, spans);
     const PendingFetch pending = std::exchange(pending_, PendingFetch{});
     const std::int64_t c = options_.chunk;
@@ -411,10 +480,52 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
             begin_backward_fetches(store, pairs.front(), q_rows, kv_rows);
         }
     }
+    // The offloading backward: pair n's ∂L/∂o and dQ sit in gradient slot n mod 2. Its dQ
+    // comes from the host when an earlier pair left a partial sum there, from the pair before
+    // when that one had the same query chunk, or starts at zero; after the pair it goes back
+    // to the host, on to the next pair, or, after the diagonal pair (the query chunk's last),
+    // into the chunk's dq for the hand-over.
+    std::vector<char> touched(std::size_t((q_rows + c - 1) / c), 0);
+    auto fetch_gradients = [&](std::size_t n, bool with_dq) {
+        const int slot = int(n % 2);
+        const std::int64_t first = std::int64_t(pairs[n].q_chunk) * c;
+        const std::int64_t rows = rows_of(pairs[n].q_chunk, q_rows);
+        const std::int64_t bytes = (with_dq ? 2 : 1) * rows * width * kFloat;
+        instrument::Range range("prefetch dout chunk", Category::runtime,
+                                instrument::with_bytes(bytes));
+        backend_.wait_event(prefetch_stream_, grad_free_[slot]);
+        backend_.wait_event(prefetch_stream_, grad_offloaded_[slot]);
+        backend_.wait_event(prefetch_stream_, host_written_);
+        backend_.upload(dout_slot(slot, rows), host_dout_.get() + first * width, prefetch_stream_);
+        if (with_dq) {
+            backend_.upload(dq_slot(slot, rows), host_dq_.get() + first * width, prefetch_stream_);
+        }
+        backend_.record_event(grad_ready_[slot], prefetch_stream_);
+        memory_.prefetched_bytes += bytes;
+    };
+    // Pair n's dQ when no fetch brings it: zero, or the previous pair's.
+    auto seed_dq = [&](std::size_t n) {
+        const int slot = int(n % 2), chunk = pairs[n].q_chunk;
+        const std::int64_t rows = rows_of(chunk, q_rows);
+        backend_.wait_event(kComputeStream, grad_offloaded_[slot]);
+        if (n > 0 && pairs[n - 1].q_chunk == chunk) {
+            backend_.copy(dq_slot(slot, rows), dq_slot(int((n - 1) % 2), rows));
+        } else {
+            backend_.fill_zero(dq_slot(slot, rows));
+        }
+    };
+    auto fetches_dq = [&](std::size_t n) {
+        return touched[std::size_t(pairs[n].q_chunk)] != 0 &&
+               !(n > 0 && pairs[n - 1].q_chunk == pairs[n].q_chunk);
+    };
+    if (host_gradients) {
+        fetch_gradients(0, false);
+        seed_dq(0);
+    }
     // The K/V chunk of outer iteration o sits in slot o mod 2, the query chunk of pair n in
     // slot n mod 2.
     int outer = 0;
-    std::pair<Tensor, Tensor> dkv;  // the outer chunk's dk and dv rows
+    ChunkGradients outer_gradients;  // the outer chunk's dk and dv rows (and dq's)
     for (std::size_t n = 0; n < pairs.size(); ++n) {
         const ChunkPair& pair = pairs[n];
         const bool new_outer = n == 0 || pair.kv_chunk != pairs[n - 1].kv_chunk;
@@ -426,7 +537,7 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
             ++outer;
         }
         if (new_outer) {
-            dkv = kv_chunks.rows(pair.kv_chunk, rows_of(pair.kv_chunk, kv_rows));
+            outer_gradients = kv_chunks.rows(pair.kv_chunk, rows_of(pair.kv_chunk, kv_rows));
         }
         if (offloads()) {
             if (new_outer) {
@@ -442,24 +553,60 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
             }
             if (n + 1 < pairs.size()) {
                 fetch_q(store.host_q, pairs[n + 1].q_chunk, q_rows, int((n + 1) % 2));
+                if (host_gradients) {
+                    fetch_gradients(n + 1, fetches_dq(n + 1));
+                }
             }
             backend_.wait_event(kComputeStream, q_ready_[n % 2]);
+            if (host_gradients) {
+                backend_.wait_event(kComputeStream, grad_ready_[n % 2]);
+            }
         }
+        const int slot = int(n % 2);
         const std::int64_t q_first = std::int64_t(pair.q_chunk) * c;
         const std::int64_t q_count = rows_of(pair.q_chunk, q_rows);
         const std::int64_t kv_first = std::int64_t(pair.kv_chunk) * c;
         const std::int64_t kv_count = rows_of(pair.kv_chunk, kv_rows);
-        const Tensor q = offloads() ? q_slot(int(n % 2), q_count) : store.q.slice(q_first, q_count);
+        const Tensor q = offloads() ? q_slot(slot, q_count) : store.q.slice(q_first, q_count);
         const Tensor kv =
             offloads() ? kv_slot(outer % 2, kv_count) : store.kv.slice(kv_first, kv_count);
+        const Tensor pair_dq = host_gradients ? dq_slot(slot, q_count) : dq.slice(q_first, q_count);
+        const Tensor pair_dout =
+            host_gradients ? dout_slot(slot, q_count) : dout.slice(q_first, q_count);
         const std::vector<AttentionSpan> pieces = spans_of(pair);
-        backend_.attention_backward(dq.slice(q_first, q_count), dkv.first, dkv.second,
-                                    dout.slice(q_first, q_count), q, kv.columns(0, width),
-                                    kv.columns(width, width), out.slice(q_first, q_count),
-                                    lse.slice(q_first, q_count), pieces, n_head_);
+        backend_.attention_backward(pair_dq, outer_gradients.dk, outer_gradients.dv, pair_dout, q,
+                                    kv.columns(0, width), kv.columns(width, width),
+                                    out.slice(q_first, q_count), lse.slice(q_first, q_count),
+                                    pieces, n_head_);
         if (offloads()) {
-            backend_.record_event(q_free_[n % 2], kComputeStream);
+            backend_.record_event(q_free_[slot], kComputeStream);
         }
+        if (!host_gradients) {
+            continue;
+        }
+        FULCRUM_CHECK(touched[std::size_t(pair.q_chunk)] != 2,
+                      "the offloading backward: a query chunk after its diagonal pair");
+        touched[std::size_t(pair.q_chunk)] = 1;
+        const bool same_next = n + 1 < pairs.size() && pairs[n + 1].q_chunk == pair.q_chunk;
+        if (pair.q_chunk == pair.kv_chunk) {
+            // Its last pair (K/V chunks ascending, causal): dQ is final.
+            touched[std::size_t(pair.q_chunk)] = 2;
+            backend_.copy(outer_gradients.dq, pair_dq);
+        } else if (!same_next) {
+            const std::int64_t bytes = q_count * width * kFloat;
+            instrument::Range range("offload dq chunk", Category::runtime,
+                                    instrument::with_bytes(bytes));
+            backend_.record_event(produced_[slot], kComputeStream);
+            backend_.wait_event(offload_stream_, produced_[slot]);
+            backend_.download(host_dq_.get() + q_first * width, pair_dq, offload_stream_);
+            backend_.record_event(grad_offloaded_[slot], offload_stream_);
+            backend_.record_event(host_written_, offload_stream_);
+            memory_.offloaded_bytes += bytes;
+        }
+        if (n + 1 < pairs.size() && !fetches_dq(n + 1)) {
+            seed_dq(n + 1);
+        }
+        backend_.record_event(grad_free_[slot], kComputeStream);
     }
     if (offloads()) {
         backend_.record_event(kv_free_[outer % 2], kComputeStream);

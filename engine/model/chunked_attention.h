@@ -40,14 +40,25 @@
 // Each K/V chunk crosses PCIe once per backward, each query chunk once per pair it is in.
 // After outer chunk j, dq_j, dk_j and dv_j are final.
 //
+// The offloading backward (FPDT's own, under Ulysses, where the query rows are the K/V rows):
+// ∂L/∂o is not whole on the device either. Before the pairs, the caller makes it a query chunk
+// at a time (its all-to-all by chunk) into a gradient slot, and from there it goes to pinned
+// host memory; each pair then fetches its query chunk's ∂L/∂o with q_i, and its dQ partial
+// sum too when an earlier pair left one on the host. After the pair dq_i goes back to the
+// host, or straight on to the next pair when that has the same query chunk, or — after the
+// diagonal pair (i, i), query chunk i's last (K/V outer ascending, causal) — into the chunk's
+// dq that the caller hands over with dk_i and dv_i.
+//
 // Streams (offload on). compute runs the GEMMs and attention; `offload` the device → host
 // copies; `prefetch` the host → device ones. Events order them and the host never waits:
-//     produced[s]   compute → offload   the slot's projection is written
+//     produced[s]   compute → offload   the slot's projection (or ∂L/∂o, dQ) is written
 //     offloaded[s]  offload → compute   the slot's copies to the host are done: the compute
 //                   stream waits for it only when it overwrites the slot (chunk i + 2), and the
 //                   prefetch stream before a fetch into the slot or from the host rows it wrote
 //     q_ready/kv_ready[s]  prefetch → compute   a fetch into the slot's Q or K/V half is done
 //     q_free/kv_free[s]    compute → prefetch   the compute that read it is done
+//     grad_ready/grad_free/grad_offloaded[s]     the same for a gradient slot, and
+//     host_written  offload → prefetch   the latest copy into the host's ∂L/∂o or dQ rows
 // The host marks where it issues copies ("offload qkv chunk", "prefetch kv chunk", …, category
 // runtime); the copies are CUPTI memcpy records on a GPU and `memcpy DtoH` / `memcpy HtoD`
 // ranges on the CPU backend's copy threads.
@@ -57,7 +68,9 @@
 // Q, K and V are never resident whole; they live in the caller's pinned host memory (QkvStore).
 // So the device peak falls by the offloaded bytes less 2 · c · 3C_l floats
 // (tests/engine/test_engine_model.cpp checks that equality on the CPU backend's counts). Both
-// modes also hold one chunk of partial output and lse for the merges.
+// modes also hold one chunk of partial output and lse for the merges. The offloading backward
+// adds two gradient slots of [c, 2C_l] (∂L/∂o, dQ) on the device, and [T, C_l] twice pinned
+// (∂L/∂o and dQ's partial sums, shared by all blocks), where the caller held both whole.
 //
 // Without offload (`offload` false) the same chunks and pairs run on the caller's resident Q,
 // K and V, so the two modes give the same bits.
@@ -114,20 +127,32 @@ struct ChunkPair {
     std::vector<AttentionSpan> first, merged;
 };
 
-// Where a backward pass puts dK|dV a K/V chunk at a time, and what takes them from there.
+// One chunk's gradients [rows, C_l] each, zeroed: dK and dV, and dQ under the offloading
+// backward (empty otherwise: dQ is then the caller's whole tensor).
+struct ChunkGradients {
+    Tensor dq, dk, dv;
+};
+
+// Where a backward pass puts dK|dV (and dQ) a K/V chunk at a time, and what takes them from
+// there.
 struct KvGradientChunks {
     std::int64_t kv_rows = 0;
-    // Chunk j's dk and dv [rows, C_l], zeroed.
-    std::function<std::pair<Tensor, Tensor>(int chunk, std::int64_t rows)> rows;
+    std::function<ChunkGradients(int chunk, std::int64_t rows)> rows;
     // Chunk j's rows [first, first + rows) are final in dq and in what rows(j) gave.
     std::function<void(int chunk, std::int64_t first, std::int64_t rows)> done;
 };
 
+// FPDT's offloading backward: writes ∂L/∂o of query rows [first, first + rows) into dout.
+using OutputGradientSource =
+    std::function<void(std::int64_t first, std::int64_t rows, Tensor dout)>;
+
 struct AttentionMemory {
     std::int64_t double_buffer_bytes = 0;  // device: the two chunk slots (offload on)
     std::int64_t partial_bytes = 0;        // device: one chunk of partial output and lse
-    std::int64_t offloaded_bytes = 0;      // device → host, so far
-    std::int64_t prefetched_bytes = 0;     // host → device, so far
+    // device: two chunk slots of ∂L/∂o and dQ (the offloading backward, once it has run)
+    std::int64_t gradient_buffer_bytes = 0;
+    std::int64_t offloaded_bytes = 0;   // device → host, so far
+    std::int64_t prefetched_bytes = 0;  // host → device, so far
 };
 
 class ChunkedAttention {
@@ -153,6 +178,14 @@ public:
     // over after chunk j's outer iteration, when dq_j, dk_j and dv_j are final.
     void backward(const QkvStore& store, Tensor dq, const KvGradientChunks& kv_chunks, Tensor dout,
                   Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
+    // FPDT's offloading backward (§3.3; offload on, the query rows the K/V rows, as under
+    // Ulysses): ∂L/∂o is made a query chunk at a time by `dout` and waits in pinned host
+    // memory, and so do dQ's partial sums between the pairs that add to them; a chunk's dQ is
+    // final after its diagonal pair and goes into the dq that kv_chunks.rows gives, beside dK
+    // and dV. The device holds two chunk slots of ∂L/∂o and dQ where it held both whole.
+    void backward(const QkvStore& store, const KvGradientChunks& kv_chunks,
+                  const OutputGradientSource& dout, Tensor out, Tensor lse,
+                  std::span<const AttentionSpan> spans);
     // Offload on: issues backward()'s first fetches now, so that they hide behind the work the
     // caller does before it (the block's MLP backward). backward() with the same store and
     // spans then starts from them.
@@ -189,9 +222,16 @@ private:
     // first pair of a backward pass.
     void begin_backward_fetches(const QkvStore& store, const ChunkPair& first, std::int64_t q_rows,
                                 std::int64_t kv_rows);
-    // Both backward()s: the pairs, with dK|dV where kv_chunks puts them.
+    // The backward()s: the pairs, with dK|dV where kv_chunks puts them; dq and dout empty
+    // under the offloading backward, which then takes both a chunk at a time through the host.
     void backward_pairs(const QkvStore& store, Tensor dq, const KvGradientChunks& kv_chunks,
                         Tensor dout, Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
+    // The offloading backward's host and device buffers for `rows` query rows, and ∂L/∂o
+    // made and sent to the host a chunk at a time.
+    void reserve_gradient_buffers(std::int64_t rows);
+    void offload_output_gradient(const OutputGradientSource& dout, std::int64_t rows);
+    Tensor dout_slot(int slot, std::int64_t rows) const;  // [rows, C_l]
+    Tensor dq_slot(int slot, std::int64_t rows) const;    // [rows, C_l]
     // The attention calls of one pair of forward(): the written windows, then the merged ones.
     void forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse);
 
@@ -205,6 +245,14 @@ private:
     EventId gathered_written_{}, gathered_offloaded_{};
     DeviceBuffer slots_;     // [2][Q [c, C_l] | K|V [c, 2C_l]]
     DeviceBuffer partials_;  // part_out [c, C_l], part_lse [c, n_head]
+    // The offloading backward: [2][∂L/∂o [c, C_l] | dQ [c, C_l]] on the device, ∂L/∂o and dQ's
+    // partial sums [rows, C_l] each in pinned host memory; its events per slot
+    // (grad_ready: prefetch → compute, grad_free: compute → prefetch, grad_offloaded:
+    // offload → both) and `host_written`, the latest copy to those host rows.
+    DeviceBuffer gradient_slots_;
+    PinnedBuffer host_dout_, host_dq_;
+    std::int64_t host_gradient_rows_ = 0;
+    EventId grad_ready_[2]{}, grad_free_[2]{}, grad_offloaded_[2]{}, host_written_{};
     // The fetches prefetch_backward() issued, which backward() then does not repeat.
     struct PendingFetch {
         const float* host_q = nullptr;

@@ -673,9 +673,17 @@ void GptModel::begin_backward(const Activations& acts) {
     Carver f(&scratch_storage_, DType::f32);
     carve(f);
     scratch_.dkv = scratch_.dheads_out = scratch_.dheads_qkv = Tensor{};
-    if (acts.ulysses()) {
+    scratch_.heads_rows = 0;
+    if (acts.ulysses() && attention_->offloads()) {
+        // FPDT's offloading backward: ∂L/∂o and dQ through the host a chunk at a time, dQ|dK|dV
+        // of one chunk here (fpdt_attention_backward).
+        const std::int64_t dqkv = 3 * fpdt_chunk_rows(acts) * head_shard_width();
+        reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, dqkv);
+        scratch_.dheads_qkv = gathered_scratch_storage_.f32(0, {dqkv});
+        scratch_.heads_rows = acts.exchange.total_rows();
+    } else if (acts.ulysses()) {
         const std::int64_t rows = acts.exchange.total_rows(), w = head_shard_width();
-        // FPDT: dQ whole, dK|dV a chunk at a time (fpdt_attention_backward).
+        // FPDT without offload: dQ whole, dK|dV a chunk at a time (fpdt_attention_backward).
         const std::int64_t dqkv =
             attention_->enabled() ? rows * w + 2 * fpdt_chunk_rows(acts) * w : rows * 3 * w;
         reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * w + dqkv);
@@ -683,6 +691,7 @@ void GptModel::begin_backward(const Activations& acts) {
         scratch_.dheads_qkv = attention_->enabled()
                                   ? gathered_scratch_storage_.f32(rows * w, {dqkv})
                                   : gathered_scratch_storage_.f32(rows * w, {rows, 3 * w});
+        scratch_.heads_rows = rows;
     } else if (acts.context_parallel()) {
         const std::int64_t rows = acts.exchange.total_rows();
         reserve(backend_, gathered_scratch_storage_, gathered_scratch_capacity_, rows * 2 * cl);
@@ -1090,10 +1099,9 @@ void GptModel::backward_blocks(int first, int last, Activations& acts, BackwardP
     FULCRUM_CHECK(
         s.dresidual.rows() == acts.sequence_shard().rows && s.dln.rows() == acts.n_tokens(),
         "begin_backward() not called");
-    FULCRUM_CHECK(
-        !acts.context_parallel() ||
-            (acts.ulysses() ? s.dheads_out.rows() : s.dkv.rows()) == acts.exchange.total_rows(),
-        "begin_backward() not called for this micro-batch");
+    FULCRUM_CHECK(!acts.context_parallel() ||
+                      (acts.ulysses() ? s.heads_rows : s.dkv.rows()) == acts.exchange.total_rows(),
+                  "begin_backward() not called for this micro-batch");
     // Offloaded checkpoints: block l's input, checkpoint l − 1, fetched while block l + 1's
     // backward runs (checkpoint_offload.h), or now when no block before asked for it (the
     // chunk's last block, or the first of a call that runs one block).
@@ -1222,9 +1230,11 @@ void GptModel::backward_block(int l, Activations& acts, const BlockActivations& 
     if (acts.ulysses()) {
         // ∂L/∂o to the head shard, the attention backward there, dQ|dK|dV back to this rank's
         // tokens (context_parallel.h): no sum across ranks.
-        const Tensor dout[] = {s.datty}, dout_heads[] = {s.dheads_out};
-        scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts.exchange, 1),
-                      dout_heads);
+        if (!attention_->offloads()) {  // else a chunk at a time (fpdt_attention_backward)
+            const Tensor dout[] = {s.datty}, dout_heads[] = {s.dheads_out};
+            scatter_heads(be, parallel_.cp, acts.exchange, dout, heads_staging(acts.exchange, 1),
+                          dout_heads);
+        }
         be.fill_zero(s.dheads_qkv);
         const Tensor dlocal[] = {dqkv.columns(0, cl), dqkv.columns(cl, cl),
                                  dqkv.columns(2 * cl, cl)};
@@ -1373,21 +1383,30 @@ void GptModel::fpdt_attention_backward(int layer, Activations& acts, const Block
                                        std::span<const Tensor> dlocal) {
     const std::int64_t total = acts.exchange.total_rows(), w = head_shard_width();
     const std::int64_t chunk_rows = fpdt_chunk_rows(acts);
-    const Tensor dq = scratch_.dheads_qkv.slice(0, total * w).reshaped({total, w});
-    const Tensor dkv_chunk =
-        scratch_.dheads_qkv.slice(total * w, chunk_rows * 2 * w).reshaped({chunk_rows, 2 * w});
+    const int me = parallel_.cp_rank();
+    const bool offloads = attention_->offloads();
+    // dQ|dK|dV of one chunk (dQ's columns only under the offloading backward, where dQ is not
+    // whole here).
+    const std::int64_t blocks = offloads ? 3 : 2;
+    const Tensor dq =
+        offloads ? Tensor{} : scratch_.dheads_qkv.slice(0, total * w).reshaped({total, w});
+    const Tensor chunk_grads =
+        scratch_.dheads_qkv.slice(offloads ? 0 : total * w, chunk_rows * blocks * w)
+            .reshaped({chunk_rows, blocks * w});
     KvGradientChunks chunks;
     chunks.kv_rows = total;
     chunks.rows = [&](int, std::int64_t rows) {
-        const Tensor dkv = dkv_chunk.slice(0, rows);
-        backend_.fill_zero(dkv);
-        return std::pair{dkv.columns(0, w), dkv.columns(w, w)};
+        const Tensor g = chunk_grads.slice(0, rows);
+        backend_.fill_zero(g);
+        return offloads ? ChunkGradients{g.columns(0, w), g.columns(w, w), g.columns(2 * w, w)}
+                        : ChunkGradients{Tensor{}, g.columns(0, w), g.columns(w, w)};
     };
     // Chunk j's dQ|dK|dV are final: back to the local rows that sent it (exchange_window).
     chunks.done = [&](int, std::int64_t first, std::int64_t rows) {
-        const ChunkExchange chunk = chunk_exchange(acts.exchange, parallel_.cp_rank(), first, rows);
-        const Tensor dkv = dkv_chunk.slice(0, rows);
-        const Tensor heads[] = {dq.slice(first, rows), dkv.columns(0, w), dkv.columns(w, w)};
+        const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
+        const Tensor g = chunk_grads.slice(0, rows);
+        const Tensor heads[] = {offloads ? g.columns(0, w) : dq.slice(first, rows),
+                                g.columns(blocks * w - 2 * w, w), g.columns(blocks * w - w, w)};
         const Tensor local[] = {dlocal[0].slice(chunk.begin, chunk.count),
                                 dlocal[1].slice(chunk.begin, chunk.count),
                                 dlocal[2].slice(chunk.begin, chunk.count)};
@@ -1395,8 +1414,22 @@ void GptModel::fpdt_attention_backward(int layer, Activations& acts, const Block
                      heads_staging(chunk.exchange, 3), local);
     };
     // K/V chunks outer, Q chunks inner (chunked_attention.h), on the head shard.
-    attention_->backward(acts.qkv_store(layer, a), dq, chunks, scratch_.dheads_out, a.heads_out,
-                         a.att_lse, acts.exchange.document_spans);
+    if (!offloads) {
+        attention_->backward(acts.qkv_store(layer, a), dq, chunks, scratch_.dheads_out, a.heads_out,
+                             a.att_lse, acts.exchange.document_spans);
+        return;
+    }
+    // FPDT's offloading backward: ∂L/∂o's head shard made a chunk at a time, by the window's
+    // all-to-all of this rank's rows of it.
+    const OutputGradientSource dout = [&](std::int64_t first, std::int64_t rows, Tensor heads) {
+        const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
+        const Tensor local[] = {scratch_.datty.slice(chunk.begin, chunk.count)};
+        const Tensor shard[] = {heads};
+        scatter_heads(backend_, parallel_.cp, chunk.exchange, local,
+                      heads_staging(chunk.exchange, 1), shard);
+    };
+    attention_->backward(acts.qkv_store(layer, a), chunks, dout, a.heads_out, a.att_lse,
+                         acts.exchange.document_spans);
 }
 
 void GptModel::heads_output_to_rows(Activations& acts, const BlockActivations& a) {

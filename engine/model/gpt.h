@@ -400,11 +400,14 @@ private:
     // [T, C] partial sums and dln_shard their reduce-scattered rows.
     // Under Ulysses dqkv is serial [T, 3C_l], and dheads_out [T_total, w], dheads_qkv
     // [T_total, 3w] are the head shard's (BlockActivations); with chunked attention (FPDT)
-    // dheads_qkv holds dQ [T_total, w] and the dK|dV of one chunk [min(chunk, T_total), 2w].
+    // dheads_qkv holds dQ [T_total, w] and the dK|dV of one chunk [min(chunk, T_total), 2w],
+    // and with offload only dQ|dK|dV of one chunk (∂L/∂o and dQ wait in host memory; no
+    // dheads_out). heads_rows: the head shard's rows begin_backward() sized for.
     struct BackwardScratch {
         Tensor dresidual, dln, dln_shard, datty, dqkv, dfch, dfch_gelu, dlogits;
         Tensor dkv;
         Tensor dheads_out, dheads_qkv;
+        std::int64_t heads_rows = 0;
     };
 
     // Sharded parameters: a range's weights whole while a pass reads them, from acquire to the
@@ -486,7 +489,9 @@ private:
     void heads_output_to_rows(Activations& acts, const BlockActivations& a);
     // Ulysses with chunked attention, FPDT's own backward (§3.3) from ∂L/∂o on the head shard
     // (scratch_.dheads_out): dQ accumulated whole, dK|dV a chunk at a time, and each chunk's
-    // dQ|dK|dV traded back to `dlocal` (this rank's dQ, dK, dV rows) once final.
+    // dQ|dK|dV traded back to `dlocal` (this rank's dQ, dK, dV rows) once final. With offload
+    // FPDT's offloading backward: ∂L/∂o traded a chunk at a time from this rank's rows
+    // (scratch_.datty) to pinned host memory, dQ's partial sums there too.
     void fpdt_attention_backward(int layer, Activations& acts, const BlockActivations& a,
                                  std::span<const Tensor> dlocal);
     // FPDT: the head shard's rows of one chunk, min(chunk, T_total).

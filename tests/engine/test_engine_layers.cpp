@@ -90,6 +90,8 @@ private slots:
     void chunkedAttentionMatchesWhole();
     void chunkedBackwardLoopsKeysOuter_data();
     void chunkedBackwardLoopsKeysOuter();
+    void offloadingBackwardMatchesResident_data();
+    void offloadingBackwardMatchesResident();
     void chunkCopiesOverlapCompute();
 
 private:
@@ -782,6 +784,94 @@ void EngineLayersTest::chunkedBackwardLoopsKeysOuter() {
     chunked.backward(store, dq.tensor, dkv.tensor.columns(0, k.c), dkv.tensor.columns(k.c, k.c),
                      in.dout.tensor, out.tensor, lse.tensor, k.spans);
     QCOMPARE(chunked.memory().prefetched_bytes - forward_fetch, backward_fetch);
+}
+
+// FPDT's offloading backward (chunked_attention.h): ∂L/∂o made a chunk at a time and kept on
+// the host with dQ's partial sums, dQ|dK|dV handed over a chunk at a time. Against the whole
+// attention (rounding) and against the resident chunked backward (the same pairs in the same
+// order: the same bits), with every copy lagging or only those to the host, so that a fetch
+// of dQ that does not wait for the last write-back, or a slot reused before its copy out is
+// done, shows as wrong numbers. Serial rows: the query rows are the K/V rows, as under Ulysses.
+void EngineLayersTest::offloadingBackwardMatchesResident_data() {
+    QTest::addColumn<int>("chunk");
+    QTest::addColumn<bool>("offload_lags");
+    QTest::addColumn<QString>("documents");
+    for (const char* documents : {"long and short", "short documents", "pieces out of order"}) {
+        for (int chunk : {3, 4, 7, 16, 64}) {
+            for (bool offload_lags : {false, true}) {
+                QTest::addRow("%s, chunk %d%s", documents, chunk,
+                              offload_lags ? " offload lagging" : "")
+                    << chunk << offload_lags << QString(documents);
+            }
+        }
+    }
+}
+
+void EngineLayersTest::offloadingBackwardMatchesResident() {
+    QFETCH(int, chunk);
+    QFETCH(bool, offload_lags);
+    QFETCH(QString, documents);
+    const ChunkCase k(documents, false);
+    CpuBackend backend(1);
+    const ChunkResult expected = run_whole(backend, k);
+    ChunkedAttention resident(backend, k.c, k.n_head, {chunk, false});
+    const ChunkResult in_place = run_chunked(backend, resident, k);
+
+    ChunkedAttention chunked(backend, k.c, k.n_head, {chunk, true});
+    if (offload_lags) {
+        backend.set_copy_delay(chunked.offload_stream(), std::chrono::milliseconds(2));
+        backend.set_copy_delay(chunked.prefetch_stream(), std::chrono::microseconds(0));
+    } else {
+        backend.set_copy_delay(std::chrono::microseconds(300));
+    }
+    const ChunkInputs in(backend, k);
+    const std::int64_t c = k.c, rows = k.q_rows;
+    PinnedBuffer host_q = backend.allocate_pinned(std::size_t(rows * c));
+    PinnedBuffer host_kv = backend.allocate_pinned(std::size_t(rows * 2 * c));
+    const QkvStore store{Tensor{}, Tensor{}, host_q.get(), host_kv.get()};
+    DeviceArray out = zeros_f32(backend, {rows, c}), lse = zeros_f32(backend, {rows, k.n_head});
+    chunked.forward(in.projection(k), Tensor{}, store, out.tensor, lse.tensor, k.spans);
+    // One chunk's dQ|dK|dV, copied into whole tensors as each is handed over.
+    DeviceArray grads = zeros_f32(backend, {chunk, 3 * c});
+    DeviceArray dq = zeros_f32(backend, {rows, c}), dkv = zeros_f32(backend, {rows, 2 * c});
+    std::vector<int> handed;
+    KvGradientChunks chunks;
+    chunks.kv_rows = rows;
+    chunks.rows = [&](int, std::int64_t count) {
+        const Tensor g = grads.tensor.slice(0, count);
+        backend.fill_zero(g);
+        return ChunkGradients{g.columns(0, c), g.columns(c, c), g.columns(2 * c, c)};
+    };
+    chunks.done = [&](int index, std::int64_t first, std::int64_t count) {
+        handed.push_back(index);
+        const Tensor g = grads.tensor.slice(0, count);
+        backend.copy(dq.tensor.slice(first, count), g.columns(0, c));
+        backend.copy(dkv.tensor.slice(first, count), g.columns(c, 2 * c));
+    };
+    std::int64_t dout_rows = 0;
+    const OutputGradientSource dout = [&](std::int64_t first, std::int64_t count,
+                                          Tensor chunk_out) {
+        QCOMPARE(first, dout_rows);  // chunk after chunk, each once
+        dout_rows += count;
+        backend.copy(chunk_out, in.dout.tensor.slice(first, count));
+    };
+    const std::int64_t offloaded = chunked.memory().offloaded_bytes;
+    chunked.backward(store, chunks, dout, out.tensor, lse.tensor, k.spans);
+    QCOMPARE(dout_rows, rows);
+    const std::vector<float> got_dq = floats_of(backend, dq.tensor),
+                             got_dkv = floats_of(backend, dkv.tensor);
+    QVERIFY2(relative_difference(got_dq, expected.dq) < 1e-5, "dq");
+    QVERIFY2(relative_difference(got_dkv, expected.dkv) < 1e-5, "dk, dv");
+    QVERIFY(got_dq == in_place.dq && got_dkv == in_place.dkv);
+    // Every chunk handed over once; ∂L/∂o went to the host whole, and the device held two
+    // chunk slots of it and of dQ.
+    std::sort(handed.begin(), handed.end());
+    std::vector<int> every(std::size_t((rows + chunk - 1) / chunk));
+    std::iota(every.begin(), every.end(), 0);
+    QCOMPARE(handed, every);
+    QVERIFY(chunked.memory().offloaded_bytes - offloaded >= rows * c * std::int64_t(sizeof(float)));
+    QCOMPARE(chunked.memory().gradient_buffer_bytes,
+             std::int64_t(2 * 2 * chunk * c * sizeof(float)));
 }
 
 namespace {

@@ -897,11 +897,13 @@ int main(int argc, char** argv) {
         if (o.attention_chunk > 0) {
             // FPDT's pipeline trades each chunk alone (docs/engine.md); only FPDT's input
             // order gives every rank a share of every chunk.
-            std::printf("  chunks of %d traded one at a time%s\n", o.attention_chunk,
+            std::printf("  chunks of %d traded one at a time%s%s\n", o.attention_chunk,
                         checked.sharding == balance::CpSharding::chunked
                             ? ", each cut over the CP ranks (FPDT's input order)"
                             : "; under this sharding a chunk may come from one rank "
-                              "(--cp-shard chunked spreads each over the ranks)");
+                              "(--cp-shard chunked spreads each over the ranks)",
+                        o.offload == "on" ? "; the backward's ∂L/∂o and dQ wait in host memory"
+                                          : "");
         }
         std::fflush(stdout);
     }
@@ -1049,11 +1051,11 @@ int main(int argc, char** argv) {
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };
             std::printf(
                 "attention in chunks of %d tokens, offload %s: %.2f MiB of device "
-                "double buffers, %.2f MiB of partial output; %.2f MiB offloaded, %.2f MiB "
-                "prefetched (rank 0)\n",
+                "double buffers, %.2f MiB of partial output, %.3f MiB of gradient slots; %.2f "
+                "MiB offloaded, %.2f MiB prefetched (rank 0)\n",
                 o.attention_chunk, o.offload.c_str(), mib(memory.double_buffer_bytes),
-                mib(memory.partial_bytes), mib(memory.offloaded_bytes),
-                mib(memory.prefetched_bytes));
+                mib(memory.partial_bytes), mib(memory.gradient_buffer_bytes),
+                mib(memory.offloaded_bytes), mib(memory.prefetched_bytes));
         }
         if (const CheckpointMemory* checkpoints = model.checkpoint_memory()) {
             const auto mib = [](std::int64_t bytes) { return double(bytes) / (1 << 20); };

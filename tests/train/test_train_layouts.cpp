@@ -418,16 +418,22 @@ private slots:
         // A chunked run did chunk, and with offload on its K/V went through the host.
         if (layout.contains("--attention-chunk")) {
             static const QRegularExpression chunked(
-                "attention in chunks of (\\d+) tokens, offload (on|off).* ([0-9.]+) MiB offloaded");
+                "attention in chunks of (\\d+) tokens, offload (on|off).* ([0-9.]+) MiB of "
+                "gradient slots; ([0-9.]+) MiB offloaded");
             const auto match = chunked.match(parallel.output);
             QVERIFY2(match.hasMatch(), qPrintable(parallel.output));
             QCOMPARE(match.captured(1), layout[layout.indexOf("--attention-chunk") + 1]);
-            QCOMPARE(match.captured(3).toDouble() > 0, match.captured(2) == "on");
+            QCOMPARE(match.captured(4).toDouble() > 0, match.captured(2) == "on");
+            // FPDT's offloading backward: Ulysses with offload, and only there.
+            QCOMPARE(match.captured(3).toDouble() > 0,
+                     layout.contains("ulysses") && match.captured(2) == "on");
             if (layout.contains("ulysses")) {  // FPDT's pipeline, and whether on its input order
                 QVERIFY2(parallel.output.contains("traded one at a time"),
                          qPrintable(parallel.output));
                 QCOMPARE(parallel.output.contains("(FPDT's input order)"),
                          layout.contains("chunked"));
+                QCOMPARE(parallel.output.contains("∂L/∂o and dQ wait in host memory"),
+                         match.captured(2) == "on");
             }
         }
         // Offloaded checkpoints went out and came back, the same bytes each way.

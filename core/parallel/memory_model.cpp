@@ -242,6 +242,12 @@ bool offloads(const MemoryShape& shape) {
     return shape.attention_chunk > 0 && shape.offload;
 }
 
+// FPDT's output offload (Ulysses with offload): the head shard's attention output and lse in
+// pinned host memory with the block's Q, K, V (engine/model/gpt.h, Activations::host_out).
+bool offloads_attention_output(const MemoryShape& shape, const EngineRows& r) {
+    return r.ulysses && offloads(shape);
+}
+
 // One model chunk's memory for one micro-batch, in elements, by how long it lives
 // (engine/model/gpt.h, Activations::Run): `kept` until its backward (W), `until_input_
 // gradients` until B, the split backward's output gradients from B to W.
@@ -278,8 +284,9 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
         qkv = offload ? 0 : 3 * r.n * r.cl;          // Q|K|V
         kv = offload ? 0 : r.gathered_qkv();         // CP's gathered K|V, Ulysses' Q|K|V
         if (none) {
-            kept += r.n * r.cl;            // the attention output
-            until += r.attention_saved();  // its log-sum-exp (and Ulysses' head-shard output)
+            kept += r.n * r.cl;  // the attention output
+            // Its log-sum-exp (and Ulysses' head-shard output; with offload on the host).
+            until += offloads_attention_output(shape, r) ? 0 : r.attention_saved();
         }
     }
     // B frees Q, K, V only when W does not recompute from them: with offload; without, dQKV
@@ -309,8 +316,9 @@ ChunkElements chunk_elements(const MemoryShape& shape, const EngineRows& r, doub
     }
     if (offload) {
         // Q and K|V in pinned host memory: this rank's queries and the gathered or own K|V,
-        // or under Ulysses the head shard's Q, K, V over every token.
-        const double pinned = r.ulysses ? layers * 3 * r.g * r.w
+        // or under Ulysses the head shard's Q, K, V over every token and its attention output
+        // and lse (freed together: a W that recomputes the block writes them again).
+        const double pinned = r.ulysses ? layers * (3 * r.g * r.w + r.attention_saved())
                                         : layers * (r.n * r.cl + (r.g > 0 ? r.g : r.n) * 2 * r.cl);
         (qkv_until ? e.pinned_until_input_gradients : e.pinned_kept) += pinned;
     }
@@ -326,17 +334,22 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
                12 * r.n * r.cl + r.ns * r.v;
     if (r.ulysses && shape.attention_chunk > 0) {
         // FPDT (engine/model/gpt.h, fpdt_attention_forward and _backward): ∂L/∂ the head
-        // shard's output and its dQ whole, dK|dV of one chunk — with offload dQ|dK|dV of one
-        // chunk and the offloading backward's two slots of ∂L/∂o and dQ (chunked_attention.h),
-        // both whole in pinned memory instead; the all-to-all staging for the larger of a
-        // whole exchange of one block and a chunk's of three; with offload this rank's Q|K|V
-        // rows of the chunk being made (the head shard goes to the chunk slots).
+        // shard's output and its dQ whole, dK|dV of one chunk, and the all-to-all staging for
+        // the larger of a whole exchange of one block and a chunk's of three. With offload
+        // dQ|dK|dV of one chunk and two slots of ∂L/∂o, dQ, the output and lse
+        // (chunked_attention.h; the rest in pinned memory), the staging for a chunk's
+        // exchange alone (none is whole), and this rank's Q|K|V rows of the chunk being made
+        // (the head shard goes to the chunk slots).
         const double chunk = std::min<double>(shape.attention_chunk, r.g);
         const double sent = std::min<double>(shape.attention_chunk, r.n);
-        w += offload ? 3 * chunk * r.w + 2 * 2 * double(shape.attention_chunk) * r.w
-                     : 2 * r.g * r.w + 2 * chunk * r.w;
-        w += std::max((r.cp * r.n + r.g) * r.w, (r.cp * sent + chunk) * 3 * r.w);
-        w += offload ? 3 * sent * r.cl : 0;
+        const double chunk_staging = (r.cp * sent + chunk) * 3 * r.w;
+        if (offload) {
+            w += 3 * chunk * r.w + 2 * double(shape.attention_chunk) * (3 * r.w + r.hs);
+            w += chunk_staging + 3 * sent * r.cl;
+        } else {
+            w += 2 * r.g * r.w + 2 * chunk * r.w;
+            w += std::max((r.cp * r.n + r.g) * r.w, chunk_staging);
+        }
     } else if (r.ulysses) {
         w += 4 * r.g * r.w;                 // ∂L/∂ the head shard's output and Q|K|V
         w += (r.cp * r.n + r.g) * 3 * r.w;  // all-to-all staging (context_parallel.h)
@@ -344,10 +357,12 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
         w += 2 * (2 * r.g * r.cl);                  // dK|dV gathered, exchange staging
         w += offload ? (r.n + r.g) * 2 * r.cl : 0;  // this rank's and the gathered K|V
     }
+    // The recomputed attention output and lse (on the host under FPDT's output offload).
+    const double saved = offloads_attention_output(shape, r) ? 0 : r.attention_saved();
     if (shape.layout.recompute == Recompute::selective) {
-        w += r.n * r.cl + r.attention_saved();
+        w += r.n * r.cl + saved;
     } else if (shape.layout.recompute == Recompute::full) {
-        w += 3 * r.ns * r.c + 4 * r.ns + r.n * r.cl + r.attention_saved() + 8 * r.n * r.cl;
+        w += 3 * r.ns * r.c + 4 * r.ns + r.n * r.cl + saved + 8 * r.n * r.cl;
         w += offload ? 0 : 3 * r.n * r.cl + r.gathered_qkv();
     }
     if (shape.layout.sequence_parallel) {

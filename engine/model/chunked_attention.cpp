@@ -66,14 +66,28 @@ Tensor ChunkedAttention::kv_slot(int slot, std::int64_t rows) const {
     return slots_.f32((std::int64_t(slot) * 3 + 1) * c * channels_, {rows, 2 * channels_});
 }
 
+// A gradient slot: ∂L/∂o [c, C_l], dQ [c, C_l], the output [c, C_l], lse [c, n_head].
+std::int64_t ChunkedAttention::gradient_slot_floats() const {
+    return options_.chunk * (3 * channels_ + n_head_);
+}
+
 Tensor ChunkedAttention::dout_slot(int slot, std::int64_t rows) const {
-    return gradient_slots_.f32(std::int64_t(slot) * 2 * options_.chunk * channels_,
-                               {rows, channels_});
+    return gradient_slots_.f32(slot * gradient_slot_floats(), {rows, channels_});
 }
 
 Tensor ChunkedAttention::dq_slot(int slot, std::int64_t rows) const {
-    return gradient_slots_.f32((std::int64_t(slot) * 2 + 1) * options_.chunk * channels_,
+    return gradient_slots_.f32(slot * gradient_slot_floats() + options_.chunk * channels_,
                                {rows, channels_});
+}
+
+Tensor ChunkedAttention::out_slot(int slot, std::int64_t rows) const {
+    return gradient_slots_.f32(slot * gradient_slot_floats() + 2 * options_.chunk * channels_,
+                               {rows, channels_});
+}
+
+Tensor ChunkedAttention::lse_slot(int slot, std::int64_t rows) const {
+    return gradient_slots_.f32(slot * gradient_slot_floats() + 3 * options_.chunk * channels_,
+                               {rows, n_head_});
 }
 
 // ---- the pairs -------------------------------------------------------------------------------
@@ -251,6 +265,16 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
                   "gathered (CP), not both");
     const std::int64_t q_rows = sourced ? projection.rows : projection.input.rows();
     const std::int64_t kv_rows = own_keys ? q_rows : gathered_kv.rows();
+    // FPDT's output offload: each chunk's output and lse final in a gradient slot, handed to
+    // projection.output, then to the host.
+    const bool host_output = store.host_out != nullptr;
+    if (host_output) {
+        FULCRUM_CHECK(offloads() && own_keys && store.host_lse != nullptr && projection.output &&
+                          out.empty() && lse.empty(),
+                      "chunked attention: the output goes to the host only with offload, the "
+                      "query rows' own keys and a sink for each chunk");
+        reserve_gradient_slots();
+    }
     if (offloads()) {
         FULCRUM_CHECK(store.host_q != nullptr && store.host_kv != nullptr,
                       "chunked attention with offload needs host memory for Q and K/V");
@@ -294,7 +318,16 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
         if (offloads()) {
             offload_chunk(slot, i, q, own_kv, store);
         }
-        const Tensor out_rows = out.slice(first, rows), lse_rows = lse.slice(first, rows);
+        Tensor out_rows, lse_rows;
+        if (host_output) {
+            // The slot's last output (chunk i − 2's) has left for the host.
+            backend_.wait_event(kComputeStream, grad_offloaded_[slot]);
+            out_rows = out_slot(slot, rows);
+            lse_rows = lse_slot(slot, rows);
+        } else {
+            out_rows = out.slice(first, rows);
+            lse_rows = lse.slice(first, rows);
+        }
         const std::size_t begin = next;
         while (next < pairs.size() && pairs[next].q_chunk == i) {
             ++next;
@@ -348,7 +381,24 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
         if (offloads()) {
             backend_.record_event(q_free_[slot], kComputeStream);
         }
+        if (host_output) {
+            projection.output(first, rows, out_rows);
+            offload_output(slot, first, out_rows, lse_rows, store);
+        }
     }
+}
+
+void ChunkedAttention::offload_output(int slot, std::int64_t first, Tensor out, Tensor lse,
+                                      const QkvStore& store) {
+    const std::int64_t bytes = (out.numel() + lse.numel()) * kFloat;
+    instrument::Range range("offload out chunk", Category::runtime, instrument::with_bytes(bytes));
+    backend_.record_event(produced_[slot], kComputeStream);
+    backend_.wait_event(offload_stream_, produced_[slot]);
+    backend_.download(store.host_out + first * channels_, out, offload_stream_);
+    backend_.download(store.host_lse + first * n_head_, lse, offload_stream_);
+    backend_.record_event(grad_offloaded_[slot], offload_stream_);
+    backend_.record_event(host_written_, offload_stream_);
+    memory_.offloaded_bytes += bytes;
 }
 
 // ---- backward ----------------------------------------------------------------------------
@@ -392,19 +442,24 @@ void ChunkedAttention::backward(const QkvStore& store, const KvGradientChunks& k
     FULCRUM_CHECK(offloads(), "the offloading backward needs offload on");
     FULCRUM_CHECK(kv_chunks.rows && kv_chunks.done && dout,
                   "the offloading backward needs dQ|dK|dV by chunks and a source of ∂L/∂o");
-    FULCRUM_CHECK(out.rows() == kv_chunks.kv_rows,
-                  "the offloading backward: the query rows are the K/V rows (Ulysses)");
+    FULCRUM_CHECK((store.host_out != nullptr) == out.empty() &&
+                      (out.empty() || out.rows() == kv_chunks.kv_rows),
+                  "the offloading backward: the query rows are the K/V rows (Ulysses), and the "
+                  "output and lse are on the host or on the device");
     reserve_gradient_buffers(kv_chunks.kv_rows);
     offload_output_gradient(dout, kv_chunks.kv_rows);
     backward_pairs(store, Tensor{}, kv_chunks, Tensor{}, out, lse, spans);
 }
 
-void ChunkedAttention::reserve_gradient_buffers(std::int64_t rows) {
+void ChunkedAttention::reserve_gradient_slots() {
     if (gradient_slots_.bytes() == 0) {
-        gradient_slots_ =
-            backend_.allocate(std::size_t(2 * 2 * options_.chunk * channels_ * kFloat));
+        gradient_slots_ = backend_.allocate(std::size_t(2 * gradient_slot_floats() * kFloat));
         memory_.gradient_buffer_bytes = std::int64_t(gradient_slots_.bytes());
     }
+}
+
+void ChunkedAttention::reserve_gradient_buffers(std::int64_t rows) {
+    reserve_gradient_slots();
     if (rows <= host_gradient_rows_) {
         return;
     }
@@ -445,6 +500,9 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
                                       Tensor lse, std::span<const AttentionSpan> spans) {
     FULCRUM_CHECK(enabled(), "chunked attention is off");
     const bool host_gradients = dq.empty();  // the offloading backward
+    const bool host_output = store.host_out != nullptr;
+    FULCRUM_CHECK(!host_output || host_gradients,
+                  "chunked attention: an output on the host is read by the offloading backward");
     const std::int64_t kv_rows = kv_chunks.kv_rows, q_rows = host_gradients ? kv_rows : dq.rows();
     const std::vector<ChunkPair> pairs = backward_order(q_rows, kv_rows, spans);
     const PendingFetch pending = std::exchange(pending_, PendingFetch{});
@@ -490,7 +548,9 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
         const int slot = int(n % 2);
         const std::int64_t first = std::int64_t(pairs[n].q_chunk) * c;
         const std::int64_t rows = rows_of(pairs[n].q_chunk, q_rows);
-        const std::int64_t bytes = (with_dq ? 2 : 1) * rows * width * kFloat;
+        const std::int64_t bytes =
+            ((with_dq ? 2 : 1) * rows * width + (host_output ? rows * (width + n_head_) : 0)) *
+            kFloat;
         instrument::Range range("prefetch dout chunk", Category::runtime,
                                 instrument::with_bytes(bytes));
         backend_.wait_event(prefetch_stream_, grad_free_[slot]);
@@ -499,6 +559,11 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
         backend_.upload(dout_slot(slot, rows), host_dout_.get() + first * width, prefetch_stream_);
         if (with_dq) {
             backend_.upload(dq_slot(slot, rows), host_dq_.get() + first * width, prefetch_stream_);
+        }
+        if (host_output) {
+            backend_.upload(out_slot(slot, rows), store.host_out + first * width, prefetch_stream_);
+            backend_.upload(lse_slot(slot, rows), store.host_lse + first * n_head_,
+                            prefetch_stream_);
         }
         backend_.record_event(grad_ready_[slot], prefetch_stream_);
         memory_.prefetched_bytes += bytes;
@@ -573,11 +638,12 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
         const Tensor pair_dq = host_gradients ? dq_slot(slot, q_count) : dq.slice(q_first, q_count);
         const Tensor pair_dout =
             host_gradients ? dout_slot(slot, q_count) : dout.slice(q_first, q_count);
+        const Tensor pair_out = host_output ? out_slot(slot, q_count) : out.slice(q_first, q_count);
+        const Tensor pair_lse = host_output ? lse_slot(slot, q_count) : lse.slice(q_first, q_count);
         const std::vector<AttentionSpan> pieces = spans_of(pair);
         backend_.attention_backward(pair_dq, outer_gradients.dk, outer_gradients.dv, pair_dout, q,
-                                    kv.columns(0, width), kv.columns(width, width),
-                                    out.slice(q_first, q_count), lse.slice(q_first, q_count),
-                                    pieces, n_head_);
+                                    kv.columns(0, width), kv.columns(width, width), pair_out,
+                                    pair_lse, pieces, n_head_);
         if (offloads()) {
             backend_.record_event(q_free_[slot], kComputeStream);
         }

@@ -95,6 +95,9 @@ struct ChunkedAttentionOptions {
 // and kv, which are a chunk slot (offload on) or rows of the resident store.
 using QkvChunkSource =
     std::function<void(std::int64_t first, std::int64_t rows, Tensor q, Tensor kv)>;
+// Takes the final output [rows, C_l] of query rows [first, first + rows) (FPDT: back to the
+// sequence shards by that chunk's all-to-all) before it leaves for the host.
+using OutputChunkSink = std::function<void(std::int64_t first, std::int64_t rows, Tensor out)>;
 
 // The QKV projection of a block: q = input · q_weightᵀ + q_bias, and serially
 // k|v = input · kv_weightᵀ + kv_bias. Under CP kv_weight is empty: K/V come gathered. Under
@@ -107,6 +110,8 @@ struct QkvProjection {
     Tensor kv_weight, kv_bias;  // [2C_l, C], [2C_l], or empty
     QkvChunkSource source;
     std::int64_t rows = 0;  // with a source: the query rows, which are also the K/V rows
+    // With the store's host_out: where each chunk's final output goes before the host.
+    OutputChunkSink output;
 };
 
 // Where one block's Q, K and V wait between its forward and backward pass. Offload off: on the
@@ -116,6 +121,11 @@ struct QkvStore {
     Tensor q, kv;
     float* host_q = nullptr;
     float* host_kv = nullptr;
+    // FPDT's output offload (Ulysses): the attention's output [T, C_l] and lse [T, n_head] in
+    // pinned host memory too, written a chunk at a time by forward() and fetched a query chunk
+    // at a time by the offloading backward; null when the caller keeps them on the device.
+    float* host_out = nullptr;
+    float* host_lse = nullptr;
 };
 
 // One (query chunk, K/V chunk) pair: its spans, query rows relative to the query chunk's first
@@ -228,10 +238,17 @@ private:
                         Tensor dout, Tensor out, Tensor lse, std::span<const AttentionSpan> spans);
     // The offloading backward's host and device buffers for `rows` query rows, and ∂L/∂o
     // made and sent to the host a chunk at a time.
+    void reserve_gradient_slots();
     void reserve_gradient_buffers(std::int64_t rows);
     void offload_output_gradient(const OutputGradientSource& dout, std::int64_t rows);
+    // FPDT's output offload: chunk rows from `first` of the output and lse, from a slot.
+    void offload_output(int slot, std::int64_t first, Tensor out, Tensor lse,
+                        const QkvStore& store);
+    std::int64_t gradient_slot_floats() const;
     Tensor dout_slot(int slot, std::int64_t rows) const;  // [rows, C_l]
     Tensor dq_slot(int slot, std::int64_t rows) const;    // [rows, C_l]
+    Tensor out_slot(int slot, std::int64_t rows) const;   // [rows, C_l]
+    Tensor lse_slot(int slot, std::int64_t rows) const;   // [rows, n_head]
     // The attention calls of one pair of forward(): the written windows, then the merged ones.
     void forward_pair(const ChunkPair& pair, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse);
 
@@ -245,7 +262,9 @@ private:
     EventId gathered_written_{}, gathered_offloaded_{};
     DeviceBuffer slots_;     // [2][Q [c, C_l] | K|V [c, 2C_l]]
     DeviceBuffer partials_;  // part_out [c, C_l], part_lse [c, n_head]
-    // The offloading backward: [2][∂L/∂o [c, C_l] | dQ [c, C_l]] on the device, ∂L/∂o and dQ's
+    // The offloading backward: [2][∂L/∂o [c, C_l] | dQ [c, C_l] | the output [c, C_l] | lse
+    // [c, n_head]] on the device (the output's part also the forward's under output offload),
+    // ∂L/∂o and dQ's
     // partial sums [rows, C_l] each in pinned host memory; its events per slot
     // (grad_ready: prefetch → compute, grad_free: compute → prefetch, grad_offloaded:
     // offload → both) and `host_written`, the latest copy to those host rows.

@@ -175,11 +175,37 @@ float* Activations::host_kv(int layer) const {
            std::int64_t(layer - run.first) * run.kv_rows * 2 * attention_width();
 }
 
+std::int64_t Activations::head_shard_heads() const {
+    return config_.heads / tp_size_ / cp_size_;
+}
+
+float* Activations::host_out(int layer) const {
+    const Run& run = runs_[std::size_t(held_runs_[std::size_t(layer)])];
+    if (!run.host_out) {
+        return nullptr;
+    }
+    return run.host_out.get() + std::int64_t(layer - run.first) * run.out_rows *
+                                    (attention_width() + head_shard_heads());
+}
+
+float* Activations::host_lse(int layer) const {
+    float* out = host_out(layer);
+    return out == nullptr ? nullptr
+                          : out + runs_[std::size_t(held_runs_[std::size_t(layer)])].out_rows *
+                                      attention_width();
+}
+
 QkvStore Activations::qkv_store(int layer, const BlockActivations& block) const {
     FULCRUM_CHECK(layer >= 0 && layer < config_.layers, "no such block");
     if (offload_qkv_) {
         FULCRUM_CHECK(held_runs_[std::size_t(layer)] >= 0 && host_q(layer) != nullptr,
                       "block's Q, K and V have no host memory: not held, or released");
+        if (offloads_attention_output()) {
+            FULCRUM_CHECK(host_out(layer) != nullptr,
+                          "block's attention output has no host memory: not held, or released");
+            return {Tensor{},       Tensor{},        host_q(layer),
+                    host_kv(layer), host_out(layer), host_lse(layer)};
+        }
         return {Tensor{}, Tensor{}, host_q(layer), host_kv(layer)};
     }
     if (ulysses()) {  // the head shard: Q, then K|V (context_parallel.h)
@@ -262,11 +288,13 @@ void Activations::carve_run(const Run& run, Carver& kept, Carver& until_input_gr
             if (recompute_ == Recompute::none) {
                 b.atty = f.take({n, cl});
                 // Under Ulysses the attention's output and lse are the head shard's, which
-                // only B reads.
-                b.heads_out = heads ? b_only.take({gathered_rows, w}) : Tensor{};
-                b.att_lse = heads
-                                ? b_only.take({gathered_rows, config_.heads / tp_size_ / cp_size_})
-                                : b_only.take({n, config_.heads / tp_size_});
+                // only B reads; with offload they wait in pinned host memory (host_out).
+                if (!heads) {
+                    b.att_lse = b_only.take({n, config_.heads / tp_size_});
+                } else if (!offloads_attention_output()) {
+                    b.heads_out = b_only.take({gathered_rows, w});
+                    b.att_lse = b_only.take({gathered_rows, head_shard_heads()});
+                }
             }
             b.residual2 = residual.take({ns, c});
             b.ln2 = f.take({ns, c});
@@ -336,6 +364,11 @@ void Activations::allocate_run(Run& run, bool output_gradients_buffer) {
             run.host_kv =
                 backend_.allocate_pinned(std::size_t(blocks_in_run * kv_rows * 2 * width));
             run.kv_rows = kv_rows;
+        }
+        if (offloads_attention_output() && (!run.host_out || gathered_rows > run.out_rows)) {
+            run.host_out = backend_.allocate_pinned(
+                std::size_t(blocks_in_run * gathered_rows * (width + head_shard_heads())));
+            run.out_rows = gathered_rows;
         }
     }
     if (offload_checkpoints_ && run.last - run.first > 1 && shard_.rows > run.checkpoint_rows) {
@@ -435,6 +468,8 @@ void Activations::release_input_gradient_inputs(int first, int last) {
     empty_views(run, Part::until_input_gradients);
     run.until_input_gradients = DeviceBuffer{};
     if (qkv_freed_after_input_gradients()) {
+        run.host_out.reset();
+        run.out_rows = 0;
         run.host_q.reset();
         run.host_kv.reset();
         run.q_rows = run.kv_rows = 0;
@@ -451,6 +486,8 @@ void Activations::release_blocks(int first, int last) {
     run.host_q.reset();
     run.host_kv.reset();
     run.q_rows = run.kv_rows = 0;
+    run.host_out.reset();
+    run.out_rows = 0;
     run.host_checkpoints.reset();
     run.checkpoint_rows = 0;
     run.live = false;
@@ -902,7 +939,9 @@ BlockActivations GptModel::block_activations(const Activations& acts, int layer)
             }
         }
         a.atty = f.take({n, cl});
-        if (heads) {
+        if (heads && acts.offloads_attention_output()) {
+            a.heads_out = a.att_lse = Tensor{};  // in pinned host memory (Activations::host_out)
+        } else if (heads) {
             a.heads_out = f.take({total, w});
             a.att_lse = f.take({total, n_head_shard()});
         } else {
@@ -1352,13 +1391,16 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
     const std::int64_t cl = config_.hidden / parallel_.tp_size(), hw = head_shard_width();
     const int me = parallel_.cp_rank();
     const Tensor scratch = acts.offloads_qkv() ? fpdt_chunk_scratch(acts) : Tensor{};
-    // The staging at the largest size this block's exchanges take — ∂L/∂o and the output whole,
-    // a chunk's Q|K|V or dQ|dK|dV — now: grown later, the old buffer and the new would meet at
-    // the backward's peak. A rank sends at most min(chunk, T) rows of a chunk.
+    // The staging at the largest size this block's exchanges take — ∂L/∂o and the output whole
+    // (without offload), a chunk's Q|K|V or dQ|dK|dV — now: grown later, the old buffer and
+    // the new would meet at the backward's peak. A rank sends at most min(chunk, T) rows of a
+    // chunk.
     const std::int64_t p = parallel_.cp_size(), c = fpdt_chunk_rows(acts);
     const std::int64_t chunk_staging = (p * std::min(c, acts.n_tokens()) + c) * 3 * hw;
+    const bool host_output = acts.offloads_attention_output();
     reserve(backend_, staging_storage_, staging_capacity_,
-            std::max(chunk_staging, heads_staging_elements(acts.exchange, me, hw)));
+            host_output ? chunk_staging
+                        : std::max(chunk_staging, heads_staging_elements(acts.exchange, me, hw)));
     QkvProjection projection;
     projection.rows = acts.exchange.total_rows();
     projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {
@@ -1374,9 +1416,21 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
         scatter_heads(backend_, parallel_.cp, chunk.exchange, local,
                       heads_staging(chunk.exchange, 3), heads);
     };
+    if (host_output) {
+        // FPDT's output offload: each chunk's output back to the local rows that sent it, by
+        // the same window's all-to-all, before it leaves for the host.
+        projection.output = [&](std::int64_t first, std::int64_t rows, Tensor out) {
+            const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
+            const Tensor heads[] = {out}, local[] = {a.atty.slice(chunk.begin, chunk.count)};
+            gather_heads(backend_, parallel_.cp, chunk.exchange, heads,
+                         heads_staging(chunk.exchange, 1), local);
+        };
+    }
     attention_->forward(projection, Tensor{}, acts.qkv_store(layer, a), a.heads_out, a.att_lse,
                         acts.exchange.document_spans);
-    heads_output_to_rows(acts, a);
+    if (!host_output) {
+        heads_output_to_rows(acts, a);
+    }
 }
 
 void GptModel::fpdt_attention_backward(int layer, Activations& acts, const BlockActivations& a,

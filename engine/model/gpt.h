@@ -219,6 +219,11 @@ private:
         DeviceBuffer kept, until_input_gradients, gradients;
         PinnedBuffer host_q, host_kv;
         std::int64_t q_rows = 0, kv_rows = 0;
+        // Ulysses with offload: each block's head-shard output [out_rows, W] and lse
+        // [out_rows, H_s] (FPDT's output offload), freed with host_q (a W that recomputes
+        // the block writes them again).
+        PinnedBuffer host_out;
+        std::int64_t out_rows = 0;
         PinnedBuffer host_checkpoints;  // [last − first − 1][checkpoint_rows, C]
         std::int64_t checkpoint_rows = 0;
         bool live = false;  // allocated (always, unless by the schedule)
@@ -229,6 +234,12 @@ private:
     float* host_q(int layer) const;
     float* host_kv(int layer) const;
     std::int64_t attention_width() const;
+    // FPDT's output offload: Ulysses with offload keeps the head shard's attention output and
+    // lse in pinned host memory (host_out, host_lse), not in the blocks' device views.
+    bool offloads_attention_output() const { return offload_qkv_ && ulysses(); }
+    std::int64_t head_shard_heads() const;
+    float* host_out(int layer) const;
+    float* host_lse(int layer) const;
     // Whether a split backward frees the blocks' qkv, K|V and their pinned copies after B:
     // not when W recomputes from them.
     bool qkv_freed_after_input_gradients() const;

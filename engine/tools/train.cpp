@@ -897,13 +897,13 @@ int main(int argc, char** argv) {
         if (o.attention_chunk > 0) {
             // FPDT's pipeline trades each chunk alone (docs/engine.md); only FPDT's input
             // order gives every rank a share of every chunk.
-            std::printf("  chunks of %d traded one at a time%s%s\n", o.attention_chunk,
-                        checked.sharding == balance::CpSharding::chunked
-                            ? ", each cut over the CP ranks (FPDT's input order)"
-                            : "; under this sharding a chunk may come from one rank "
-                              "(--cp-shard chunked spreads each over the ranks)",
-                        o.offload == "on" ? "; the backward's ∂L/∂o and dQ wait in host memory"
-                                          : "");
+            std::printf(
+                "  chunks of %d traded one at a time%s%s\n", o.attention_chunk,
+                checked.sharding == balance::CpSharding::chunked
+                    ? ", each cut over the CP ranks (FPDT's input order)"
+                    : "; under this sharding a chunk may come from one rank "
+                      "(--cp-shard chunked spreads each over the ranks)",
+                o.offload == "on" ? "; the backward's ∂L/∂o and dQ wait in host memory" : "");
         }
         std::fflush(stdout);
     }

@@ -792,16 +792,22 @@ void EngineLayersTest::chunkedBackwardLoopsKeysOuter() {
 // order: the same bits), with every copy lagging or only those to the host, so that a fetch
 // of dQ that does not wait for the last write-back, or a slot reused before its copy out is
 // done, shows as wrong numbers. Serial rows: the query rows are the K/V rows, as under Ulysses.
+// With the output on the host too (FPDT's output offload), the forward hands each chunk's
+// final output to a sink and the backward fetches it with lse a query chunk at a time.
 void EngineLayersTest::offloadingBackwardMatchesResident_data() {
     QTest::addColumn<int>("chunk");
     QTest::addColumn<bool>("offload_lags");
+    QTest::addColumn<bool>("host_output");
     QTest::addColumn<QString>("documents");
     for (const char* documents : {"long and short", "short documents", "pieces out of order"}) {
         for (int chunk : {3, 4, 7, 16, 64}) {
             for (bool offload_lags : {false, true}) {
-                QTest::addRow("%s, chunk %d%s", documents, chunk,
-                              offload_lags ? " offload lagging" : "")
-                    << chunk << offload_lags << QString(documents);
+                for (bool host_output : {false, true}) {
+                    QTest::addRow("%s, chunk %d%s%s", documents, chunk,
+                                  offload_lags ? " offload lagging" : "",
+                                  host_output ? " output on the host" : "")
+                        << chunk << offload_lags << host_output << QString(documents);
+                }
             }
         }
     }
@@ -810,6 +816,7 @@ void EngineLayersTest::offloadingBackwardMatchesResident_data() {
 void EngineLayersTest::offloadingBackwardMatchesResident() {
     QFETCH(int, chunk);
     QFETCH(bool, offload_lags);
+    QFETCH(bool, host_output);
     QFETCH(QString, documents);
     const ChunkCase k(documents, false);
     CpuBackend backend(1);
@@ -828,9 +835,33 @@ void EngineLayersTest::offloadingBackwardMatchesResident() {
     const std::int64_t c = k.c, rows = k.q_rows;
     PinnedBuffer host_q = backend.allocate_pinned(std::size_t(rows * c));
     PinnedBuffer host_kv = backend.allocate_pinned(std::size_t(rows * 2 * c));
-    const QkvStore store{Tensor{}, Tensor{}, host_q.get(), host_kv.get()};
+    PinnedBuffer host_out = backend.allocate_pinned(std::size_t(rows * (c + k.n_head)));
+    const QkvStore store{Tensor{},
+                         Tensor{},
+                         host_q.get(),
+                         host_kv.get(),
+                         host_output ? host_out.get() : nullptr,
+                         host_output ? host_out.get() + rows * c : nullptr};
     DeviceArray out = zeros_f32(backend, {rows, c}), lse = zeros_f32(backend, {rows, k.n_head});
-    chunked.forward(in.projection(k), Tensor{}, store, out.tensor, lse.tensor, k.spans);
+    QkvProjection projection = in.projection(k);
+    std::int64_t out_rows = 0;
+    if (host_output) {
+        projection.output = [&](std::int64_t first, std::int64_t count, Tensor chunk_out) {
+            QCOMPARE(first, out_rows);  // chunk after chunk, each once, final
+            out_rows += count;
+            backend.copy(out.tensor.slice(first, count), chunk_out);
+        };
+    }
+    chunked.forward(projection, Tensor{}, store, host_output ? Tensor{} : out.tensor,
+                    host_output ? Tensor{} : lse.tensor, k.spans);
+    if (host_output) {
+        QCOMPARE(out_rows, rows);
+        QVERIFY(floats_of(backend, out.tensor) == in_place.out);
+        backend.synchronize(chunked.offload_stream());
+        QVERIFY(std::vector<float>(host_out.get(), host_out.get() + rows * c) == in_place.out);
+        QVERIFY(std::vector<float>(host_out.get() + rows * c,
+                                   host_out.get() + rows * (c + k.n_head)) == in_place.lse);
+    }
     // One chunk's dQ|dK|dV, copied into whole tensors as each is handed over.
     DeviceArray grads = zeros_f32(backend, {chunk, 3 * c});
     DeviceArray dq = zeros_f32(backend, {rows, c}), dkv = zeros_f32(backend, {rows, 2 * c});
@@ -856,7 +887,8 @@ void EngineLayersTest::offloadingBackwardMatchesResident() {
         backend.copy(chunk_out, in.dout.tensor.slice(first, count));
     };
     const std::int64_t offloaded = chunked.memory().offloaded_bytes;
-    chunked.backward(store, chunks, dout, out.tensor, lse.tensor, k.spans);
+    chunked.backward(store, chunks, dout, host_output ? Tensor{} : out.tensor,
+                     host_output ? Tensor{} : lse.tensor, k.spans);
     QCOMPARE(dout_rows, rows);
     const std::vector<float> got_dq = floats_of(backend, dq.tensor),
                              got_dkv = floats_of(backend, dkv.tensor);
@@ -864,14 +896,14 @@ void EngineLayersTest::offloadingBackwardMatchesResident() {
     QVERIFY2(relative_difference(got_dkv, expected.dkv) < 1e-5, "dk, dv");
     QVERIFY(got_dq == in_place.dq && got_dkv == in_place.dkv);
     // Every chunk handed over once; ∂L/∂o went to the host whole, and the device held two
-    // chunk slots of it and of dQ.
+    // chunk slots of it, of dQ and of the output and lse.
     std::sort(handed.begin(), handed.end());
     std::vector<int> every(std::size_t((rows + chunk - 1) / chunk));
     std::iota(every.begin(), every.end(), 0);
     QCOMPARE(handed, every);
     QVERIFY(chunked.memory().offloaded_bytes - offloaded >= rows * c * std::int64_t(sizeof(float)));
     QCOMPARE(chunked.memory().gradient_buffer_bytes,
-             std::int64_t(2 * 2 * chunk * c * sizeof(float)));
+             std::int64_t(2 * chunk * (3 * c + k.n_head) * sizeof(float)));
 }
 
 namespace {

@@ -12,6 +12,8 @@
 # ratio to the first row.
 # Usage: bench/engine/ulysses_chunks.sh [BUILD_DIR] [REPS] [BASE_BUILD]   (~1.5 min on 2 cores,
 #        REPS 3, without BASE_BUILD)
+# CONTEXT (1024), CHUNK (128) and STEPS (4) in the environment set the documents' length, the
+# attention chunk and the steps a run; with STEPS 1 the one step is timed.
 set -euo pipefail
 build=${1:-build}
 reps=${2:-3}
@@ -22,19 +24,21 @@ work=$(mktemp -d /tmp/fulcrum-ulysses-chunks.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 echo "cores: $(getconf _NPROCESSORS_ONLN); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-context=1024
-for _ in $(seq 16); do echo "$context"; done > "$work/lengths.txt"
-common=(--steps 4 --layers 4 --hidden 128 --heads 8 --context "$context"
+context=${CONTEXT:-1024}
+chunk=${CHUNK:-128}
+steps=${STEPS:-4}
+for _ in $(seq $((4 * steps))); do echo "$context"; done > "$work/lengths.txt"
+common=(--steps "$steps" --layers 4 --hidden 128 --heads 8 --context "$context"
         --lengths "file:$work/lengths.txt" --balancer fixed --micro-batches 2 --cp 2)
-fpdt=(--cp-impl ulysses --attention-chunk 128 --recompute full --offload-checkpoints)
-names=("ulysses chunks 128 offload, chunked shards" "ulysses chunks 128 offload, per-doc shards"
-       "ulysses whole attention" "all-gather chunks 128 offload")
+fpdt=(--cp-impl ulysses --attention-chunk "$chunk" --recompute full --offload-checkpoints)
+names=("ulysses chunks $chunk offload, chunked shards" "ulysses chunks $chunk offload, per-doc shards"
+       "ulysses whole attention" "all-gather chunks $chunk offload")
 binaries=("$build" "$build" "$build" "$build")
 options=("${fpdt[*]} --cp-shard chunked" "${fpdt[*]} --cp-shard per-doc"
          "--cp-impl ulysses --recompute full --offload-checkpoints"
-         "--cp-impl all-gather --attention-chunk 128 --recompute full --offload-checkpoints")
+         "--cp-impl all-gather --attention-chunk $chunk --recompute full --offload-checkpoints")
 if [ -n "$base" ]; then  # the all-gather row, unchanged by the engine's Ulysses, as a control
-    names+=("ulysses chunks 128, per-doc, $base" "all-gather chunks 128, $base")
+    names+=("ulysses chunks $chunk, per-doc, $base" "all-gather chunks $chunk, $base")
     binaries+=("$base" "$base")
     options+=("${options[1]}" "${options[3]}")
 fi
@@ -47,16 +51,16 @@ for rep in $(seq 1 "$reps"); do
     done
 done
 
-python3 - "$work" "$reps" "${names[@]}" <<'PY'
+python3 - "$work" "$reps" "$steps" "${names[@]}" <<'PY'
 import re, statistics, sys
-work, reps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+work, reps, steps, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 
 def figures(i):
     times, peak = [], 0.0
     for rep in range(1, reps + 1):
         for line in open(f"{work}/{i}-{rep}.log"):
             m = re.match(r"step\s+(\d+) .*\|\s+([\d.]+) ms \|", line)
-            if m and int(m.group(1)) > 0:
+            if m and (int(m.group(1)) > 0 or steps == 1):
                 times.append(float(m.group(2)))
             m = re.match(r"memory by rank: .*: peak ([\d.]+) MiB", line)
             if m:

@@ -383,22 +383,11 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
         }
         if (host_output) {
             projection.output(first, rows, out_rows);
-            offload_output(slot, first, out_rows, lse_rows, store);
+            offload_gradient_slot(slot, "offload out chunk",
+                                  {{store.host_out + first * width, out_rows},
+                                   {store.host_lse + first * n_head_, lse_rows}});
         }
     }
-}
-
-void ChunkedAttention::offload_output(int slot, std::int64_t first, Tensor out, Tensor lse,
-                                      const QkvStore& store) {
-    const std::int64_t bytes = (out.numel() + lse.numel()) * kFloat;
-    instrument::Range range("offload out chunk", Category::runtime, instrument::with_bytes(bytes));
-    backend_.record_event(produced_[slot], kComputeStream);
-    backend_.wait_event(offload_stream_, produced_[slot]);
-    backend_.download(store.host_out + first * channels_, out, offload_stream_);
-    backend_.download(store.host_lse + first * n_head_, lse, offload_stream_);
-    backend_.record_event(grad_offloaded_[slot], offload_stream_);
-    backend_.record_event(host_written_, offload_stream_);
-    memory_.offloaded_bytes += bytes;
 }
 
 // ---- backward ----------------------------------------------------------------------------
@@ -483,16 +472,26 @@ void ChunkedAttention::offload_output_gradient(const OutputGradientSource& dout,
         const Tensor chunk = dout_slot(slot, count);
         backend_.wait_event(kComputeStream, grad_offloaded_[slot]);
         dout(first, count, chunk);
-        const std::int64_t bytes = count * channels_ * kFloat;
-        instrument::Range range("offload dout chunk", Category::runtime,
-                                instrument::with_bytes(bytes));
-        backend_.record_event(produced_[slot], kComputeStream);
-        backend_.wait_event(offload_stream_, produced_[slot]);
-        backend_.download(host_dout_.get() + first * channels_, chunk, offload_stream_);
-        backend_.record_event(grad_offloaded_[slot], offload_stream_);
-        memory_.offloaded_bytes += bytes;
+        offload_gradient_slot(slot, "offload dout chunk",
+                              {{host_dout_.get() + first * channels_, chunk}});
     }
+}
+
+void ChunkedAttention::offload_gradient_slot(
+    int slot, const char* name, std::initializer_list<std::pair<float*, Tensor>> copies) {
+    std::int64_t bytes = 0;
+    for (const auto& copy : copies) {
+        bytes += copy.second.numel() * kFloat;
+    }
+    instrument::Range range(name, Category::runtime, instrument::with_bytes(bytes));
+    backend_.record_event(produced_[slot], kComputeStream);
+    backend_.wait_event(offload_stream_, produced_[slot]);
+    for (const auto& copy : copies) {
+        backend_.download(copy.first, copy.second, offload_stream_);
+    }
+    backend_.record_event(grad_offloaded_[slot], offload_stream_);
     backend_.record_event(host_written_, offload_stream_);
+    memory_.offloaded_bytes += bytes;
 }
 
 void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
@@ -659,15 +658,8 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
             touched[std::size_t(pair.q_chunk)] = 2;
             backend_.copy(outer_gradients.dq, pair_dq);
         } else if (!same_next) {
-            const std::int64_t bytes = q_count * width * kFloat;
-            instrument::Range range("offload dq chunk", Category::runtime,
-                                    instrument::with_bytes(bytes));
-            backend_.record_event(produced_[slot], kComputeStream);
-            backend_.wait_event(offload_stream_, produced_[slot]);
-            backend_.download(host_dq_.get() + q_first * width, pair_dq, offload_stream_);
-            backend_.record_event(grad_offloaded_[slot], offload_stream_);
-            backend_.record_event(host_written_, offload_stream_);
-            memory_.offloaded_bytes += bytes;
+            offload_gradient_slot(slot, "offload dq chunk",
+                                  {{host_dq_.get() + q_first * width, pair_dq}});
         }
         if (n + 1 < pairs.size() && !fetches_dq(n + 1)) {
             seed_dq(n + 1);

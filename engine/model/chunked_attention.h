@@ -29,7 +29,10 @@
 // forward: the pairs read them in place, and they go to the host in one copy right after the
 // gather. Under Ulysses the chunks are the head shard's rows, made as FPDT makes them: chunk i
 // is produced only when its pairs come (a QkvChunkSource), so the head shard is never whole on
-// the device; from there on its pairs run as serially.
+// the device; from there on its pairs run as serially. With the store's host_out (FPDT's output
+// offload) chunk i's output and lse, final after its pairs, sit in gradient slot i mod 2: the
+// caller's OutputChunkSink takes the output (back to the sequence shards), then both go to the
+// host.
 //
 // Backward (FPDT §3.3): K/V chunks OUTER, query chunks INNER.
 //     for each K/V chunk j (ascending): fetch k_j, v_j (and meanwhile chunk j+1's)
@@ -78,6 +81,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <span>
 #include <utility>
 #include <vector>
@@ -241,9 +245,10 @@ private:
     void reserve_gradient_slots();
     void reserve_gradient_buffers(std::int64_t rows);
     void offload_output_gradient(const OutputGradientSource& dout, std::int64_t rows);
-    // FPDT's output offload: chunk rows from `first` of the output and lse, from a slot.
-    void offload_output(int slot, std::int64_t first, Tensor out, Tensor lse,
-                        const QkvStore& store);
+    // Copies of gradient slot `slot`'s tensors (∂L/∂o, dQ, or the output and lse) to their
+    // host rows on the offload stream, once the compute stream has written them.
+    void offload_gradient_slot(int slot, const char* name,
+                               std::initializer_list<std::pair<float*, Tensor>> copies);
     std::int64_t gradient_slot_floats() const;
     Tensor dout_slot(int slot, std::int64_t rows) const;  // [rows, C_l]
     Tensor dq_slot(int slot, std::int64_t rows) const;    // [rows, C_l]

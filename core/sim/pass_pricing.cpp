@@ -145,7 +145,13 @@ namespace {
 // parallelism); FPDT's chunks (Yao et al. 2024, §4) send Q, K and V of each chunk out in the
 // forward and fetch every earlier chunk's K and V for each chunk's attention, u(u − 1)/2
 // chunks of u, and in the backward fetch Q, K, V and again the earlier K and V, returning
-// their gradients (twice the forward's fetches). Not W: it reuses what B fetched.
+// their gradients (twice the forward's fetches). Under Ulysses, FPDT's offloading passes as
+// fulcrum-train runs them (engine/model/chunked_attention.h): the forward also sends each
+// chunk's output and lse out; the backward fetches each K/V chunk once, sends ∂L/∂o out once,
+// and for each of the u(u + 1)/2 pairs fetches its query chunk's Q, ∂L/∂o, output and lse, and
+// dQ's partial sum in and out but for a chunk's first and last pair and the one pair that
+// hands it straight to the next (the last chunk's, between the last two K/V chunks). Not W:
+// it reuses what B fetched.
 std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int64_t layers,
                            std::int64_t tokens, std::int64_t attended) {
     if (phase == Phase::weight_grad) {
@@ -169,7 +175,21 @@ std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int
                                       h_kv / heads_share * element;
         const std::int64_t qkv = attended * (h + 2 * h_kv) / heads_share * element;
         const std::int64_t earlier = chunks * (chunks - 1) / 2 * chunk_kv;
-        bytes += phase == Phase::forward ? qkv + earlier : 2 * qkv + 2 * earlier;
+        if (!ulysses) {
+            bytes += phase == Phase::forward ? qkv + earlier : 2 * qkv + 2 * earlier;
+        } else {
+            const std::int64_t heads = config.model.heads / heads_share;
+            const std::int64_t rows = std::min<std::int64_t>(config.attention_chunk, attended);
+            const std::int64_t pairs = chunks * (chunks + 1) / 2;
+            const std::int64_t dq_moves = pairs - chunks - (chunks > 1 ? 1 : 0);
+            const std::int64_t row = h / heads_share * element;  // one row of Q, ∂L/∂o, out
+            const std::int64_t output = attended * (row + heads * element);
+            bytes += phase == Phase::forward
+                         ? qkv + earlier + output
+                         : attended * 2 * h_kv / heads_share * element + attended * row +
+                               pairs * rows * (3 * row + heads * element) +
+                               2 * dq_moves * rows * row;
+        }
     }
     return bytes * layers;
 }

@@ -92,6 +92,7 @@ private slots:
     void chunkedBackwardLoopsKeysOuter();
     void offloadingBackwardMatchesResident_data();
     void offloadingBackwardMatchesResident();
+    void offloadingPassesMoveWhatTheSimulatorPrices();
     void chunkCopiesOverlapCompute();
 
 private:
@@ -469,6 +470,7 @@ struct ChunkCase {
             const std::vector<std::int32_t> lengths =
                 long_and_short                       ? std::vector<std::int32_t>{37, 6}
                 : documents == "pieces out of order" ? std::vector<std::int32_t>{22, 22}
+                : documents == "one document"        ? std::vector<std::int32_t>{40}
                                                      : std::vector<std::int32_t>{5, 9, 3, 11, 6, 9};
             spans = spans_of(lengths);
             q_rows = kv_rows = std::accumulate(lengths.begin(), lengths.end(), 0);
@@ -904,6 +906,51 @@ void EngineLayersTest::offloadingBackwardMatchesResident() {
     QVERIFY(chunked.memory().offloaded_bytes - offloaded >= rows * c * std::int64_t(sizeof(float)));
     QCOMPARE(chunked.memory().gradient_buffer_bytes,
              std::int64_t(2 * chunk * (3 * c + k.n_head) * sizeof(float)));
+}
+
+// The bytes FPDT's offloading passes move for one document of u chunks, as the simulator
+// prices them (core/sim/pass_pricing.cpp, offload_bytes under Ulysses): forward Q|K|V out, the
+// u(u − 1)/2 earlier K|V chunks in, the output and lse out; backward each K|V chunk in once,
+// ∂L/∂o out once, and for each of the u(u + 1)/2 pairs Q, ∂L/∂o, output and lse in, and dQ in
+// and out for all but a chunk's first and last pair and the one pair that hands it on.
+void EngineLayersTest::offloadingPassesMoveWhatTheSimulatorPrices() {
+    const ChunkCase k("one document", false);
+    constexpr int chunk = 10;
+    const std::int64_t c = k.c, heads = k.n_head, rows = k.q_rows, u = rows / chunk;
+    QCOMPARE(rows, 40);
+    CpuBackend backend(1);
+    ChunkedAttention chunked(backend, c, heads, {chunk, true});
+    const ChunkInputs in(backend, k);
+    PinnedBuffer host_q = backend.allocate_pinned(std::size_t(rows * c));
+    PinnedBuffer host_kv = backend.allocate_pinned(std::size_t(rows * 2 * c));
+    PinnedBuffer host_out = backend.allocate_pinned(std::size_t(rows * (c + heads)));
+    const QkvStore store{Tensor{},      Tensor{},       host_q.get(),
+                         host_kv.get(), host_out.get(), host_out.get() + rows * c};
+    QkvProjection projection = in.projection(k);
+    projection.output = [](std::int64_t, std::int64_t, Tensor) {};
+    chunked.forward(projection, Tensor{}, store, Tensor{}, Tensor{}, k.spans);
+    const AttentionMemory forward = chunked.memory();
+    const std::int64_t f = sizeof(float), pairs = u * (u + 1) / 2, dq_moves = pairs - u - 1;
+    QCOMPARE(forward.offloaded_bytes, (rows * 3 * c + rows * (c + heads)) * f);
+    QCOMPARE(forward.prefetched_bytes, u * (u - 1) / 2 * chunk * 2 * c * f);
+
+    DeviceArray grads = zeros_f32(backend, {chunk, 3 * c});
+    KvGradientChunks chunks;
+    chunks.kv_rows = rows;
+    chunks.rows = [&](int, std::int64_t count) {
+        const Tensor g = grads.tensor.slice(0, count);
+        return ChunkGradients{g.columns(0, c), g.columns(c, c), g.columns(2 * c, c)};
+    };
+    chunks.done = [](int, std::int64_t, std::int64_t) {};
+    const OutputGradientSource dout = [&](std::int64_t first, std::int64_t count, Tensor to) {
+        backend.copy(to, in.dout.tensor.slice(first, count));
+    };
+    chunked.backward(store, chunks, dout, Tensor{}, Tensor{}, k.spans);
+    const AttentionMemory& total = chunked.memory();
+    QCOMPARE(total.offloaded_bytes - forward.offloaded_bytes,
+             (rows * c + dq_moves * chunk * c) * f);
+    QCOMPARE(total.prefetched_bytes - forward.prefetched_bytes,
+             (rows * 2 * c + pairs * chunk * (c + 2 * c + heads) + dq_moves * chunk * c) * f);
 }
 
 namespace {

@@ -1055,16 +1055,26 @@ private slots:
         QCOMPARE(slow.offload_wait_ns,
                  std::llround(static_cast<double>(slow.offload_bytes) / 0.01) - slowest -
                      slow.exchange_ns);
-        // FPDT's chunks: Q, K and V out, and for 4096 tokens in chunks of 1024 the 4·3/2
-        // earlier K|V chunks back, a layer, in the forward.
+        // FPDT's chunks under Ulysses (its offloading passes, chunked_attention.h), 4096 tokens
+        // in chunks of 1024 over 4 ranks' heads, 2-byte elements, a layer: in the forward Q, K
+        // and V out, the 4·3/2 earlier K|V chunks back, the output and lse out.
         config.layout.offload_checkpoints = false;
         config.layout.recompute = parallel::Recompute::none;
         config.layout.context_parallelism = parallel::ContextParallelism::ulysses;
         config.attention_chunk = 1024;
         config.offload = true;
+        const std::int64_t row = 1024 / 4 * 2, lse = config.model.heads / 4 * 2;
         const GroupPass chunks = one_document_pass(config, Phase::forward, ranks);
-        const std::int64_t per_layer = 4096LL * 3 * 1024 / 4 * 2 + 6 * 1024LL * 2 * 1024 / 4 * 2;
+        const std::int64_t per_layer =
+            4096LL * 3 * row + 6 * 1024LL * 2 * row + 4096LL * (row + lse);
         QCOMPARE(chunks.offload_bytes, 4 * per_layer);
+        // In the backward each K|V chunk once, ∂L/∂o out once, and for each of the 4·5/2 pairs
+        // Q, ∂L/∂o, the output and lse in, and dQ in and out but for a chunk's first and last
+        // pair and the last chunk's pair that hands it on (10 − 4 − 1 pairs).
+        const GroupPass back = one_document_pass(config, Phase::backward, ranks);
+        const std::int64_t per_layer_back =
+            4096LL * 2 * row + 4096LL * row + 10 * 1024LL * (3 * row + lse) + 2 * 5 * 1024LL * row;
+        QCOMPARE(back.offload_bytes, 4 * per_layer_back);
         config.attention_chunk = 0;
         QVERIFY(!validate(config).ok());
     }

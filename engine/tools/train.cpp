@@ -591,7 +591,8 @@ void add_options(CLI::App& app, Options& o) {
     app.add_option("--offload", o.offload,
                    "With --attention-chunk: every block's Q, K and V wait in pinned host memory "
                    "between forward and backward, two chunks on the device, copies "
-                   "double-buffered (on), or stay on the device (off)")
+                   "double-buffered (on), or stay on the device (off); under Ulysses the "
+                   "attention's output, lse, its gradient and dQ too (FPDT's offloading passes)")
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}));
     app.add_option("--dump-parameters", o.dump_parameters,

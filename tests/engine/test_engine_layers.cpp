@@ -801,7 +801,11 @@ void EngineLayersTest::offloadingBackwardMatchesResident_data() {
     QTest::addColumn<bool>("offload_lags");
     QTest::addColumn<bool>("host_output");
     QTest::addColumn<QString>("documents");
-    for (const char* documents : {"long and short", "short documents", "pieces out of order"}) {
+    // One document of many chunks: every pair after a query chunk's first fetches dQ written
+    // back from the other slot, and the last chunk's dQ passes from one K/V chunk's last pair
+    // to the next one's first on the device.
+    for (const char* documents :
+         {"long and short", "short documents", "pieces out of order", "one document"}) {
         for (int chunk : {3, 4, 7, 16, 64}) {
             for (bool offload_lags : {false, true}) {
                 for (bool host_output : {false, true}) {

@@ -62,6 +62,8 @@
 //     q_free/kv_free[s]    compute → prefetch   the compute that read it is done
 //     grad_ready/grad_free/grad_offloaded[s]     the same for a gradient slot, and
 //     host_written  offload → prefetch   the latest copy into the host's ∂L/∂o or dQ rows
+//                   (a guard: each fetch also follows, in the prefetch stream's order, one
+//                   that waited for every earlier copy out of either slot)
 // The host marks where it issues copies ("offload qkv chunk", "prefetch kv chunk", …, category
 // runtime); the copies are CUPTI memcpy records on a GPU and `memcpy DtoH` / `memcpy HtoD`
 // ranges on the CPU backend's copy threads.

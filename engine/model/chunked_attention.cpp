@@ -163,15 +163,30 @@ std::vector<ChunkPair> ChunkedAttention::backward_order(
 void ChunkedAttention::offload_chunk(int slot, int chunk, Tensor q, Tensor kv,
                                      const QkvStore& store) {
     const std::int64_t first = std::int64_t(chunk) * options_.chunk;
-    const std::int64_t bytes = (q.numel() + (kv.empty() ? 0 : kv.numel())) * kFloat;
-    instrument::Range range("offload qkv chunk", Category::runtime, instrument::with_bytes(bytes));
+    offload_slot(slot, "offload qkv chunk",
+                 {{store.host_q + first * channels_, q},
+                  {kv.empty() ? nullptr : store.host_kv + first * 2 * channels_, kv}},
+                 {offloaded_[slot]});
+}
+
+void ChunkedAttention::offload_slot(int slot, const char* name,
+                                    std::initializer_list<std::pair<float*, Tensor>> copies,
+                                    std::initializer_list<EventId> done) {
+    std::int64_t bytes = 0;
+    for (const auto& copy : copies) {
+        bytes += copy.second.empty() ? 0 : copy.second.numel() * kFloat;
+    }
+    instrument::Range range(name, Category::runtime, instrument::with_bytes(bytes));
     backend_.record_event(produced_[slot], kComputeStream);
     backend_.wait_event(offload_stream_, produced_[slot]);
-    backend_.download(store.host_q + first * channels_, q, offload_stream_);
-    if (!kv.empty()) {
-        backend_.download(store.host_kv + first * 2 * channels_, kv, offload_stream_);
+    for (const auto& copy : copies) {
+        if (!copy.second.empty()) {
+            backend_.download(copy.first, copy.second, offload_stream_);
+        }
     }
-    backend_.record_event(offloaded_[slot], offload_stream_);
+    for (EventId event : done) {
+        backend_.record_event(event, offload_stream_);
+    }
     memory_.offloaded_bytes += bytes;
 }
 
@@ -383,9 +398,10 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
         }
         if (host_output) {
             projection.output(first, rows, out_rows);
-            offload_gradient_slot(slot, "offload out chunk",
-                                  {{store.host_out + first * width, out_rows},
-                                   {store.host_lse + first * n_head_, lse_rows}});
+            offload_slot(slot, "offload out chunk",
+                         {{store.host_out + first * width, out_rows},
+                          {store.host_lse + first * n_head_, lse_rows}},
+                         {grad_offloaded_[slot], host_written_});
         }
     }
 }
@@ -472,26 +488,9 @@ void ChunkedAttention::offload_output_gradient(const OutputGradientSource& dout,
         const Tensor chunk = dout_slot(slot, count);
         backend_.wait_event(kComputeStream, grad_offloaded_[slot]);
         dout(first, count, chunk);
-        offload_gradient_slot(slot, "offload dout chunk",
-                              {{host_dout_.get() + first * channels_, chunk}});
+        offload_slot(slot, "offload dout chunk", {{host_dout_.get() + first * channels_, chunk}},
+                     {grad_offloaded_[slot], host_written_});
     }
-}
-
-void ChunkedAttention::offload_gradient_slot(
-    int slot, const char* name, std::initializer_list<std::pair<float*, Tensor>> copies) {
-    std::int64_t bytes = 0;
-    for (const auto& copy : copies) {
-        bytes += copy.second.numel() * kFloat;
-    }
-    instrument::Range range(name, Category::runtime, instrument::with_bytes(bytes));
-    backend_.record_event(produced_[slot], kComputeStream);
-    backend_.wait_event(offload_stream_, produced_[slot]);
-    for (const auto& copy : copies) {
-        backend_.download(copy.first, copy.second, offload_stream_);
-    }
-    backend_.record_event(grad_offloaded_[slot], offload_stream_);
-    backend_.record_event(host_written_, offload_stream_);
-    memory_.offloaded_bytes += bytes;
 }
 
 void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
@@ -542,7 +541,8 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
     // when that one had the same query chunk, or starts at zero; after the pair it goes back
     // to the host, on to the next pair, or, after the diagonal pair (the query chunk's last),
     // into the chunk's dq for the hand-over.
-    std::vector<char> touched(std::size_t((q_rows + c - 1) / c), 0);
+    enum class PartialDq : char { none, left, final };  // by query chunk, as the pairs run
+    std::vector<PartialDq> touched(std::size_t((q_rows + c - 1) / c), PartialDq::none);
     auto fetch_gradients = [&](std::size_t n, bool with_dq) {
         const int slot = int(n % 2);
         const std::int64_t first = std::int64_t(pairs[n].q_chunk) * c;
@@ -579,7 +579,7 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
         }
     };
     auto fetches_dq = [&](std::size_t n) {
-        return touched[std::size_t(pairs[n].q_chunk)] != 0 &&
+        return touched[std::size_t(pairs[n].q_chunk)] != PartialDq::none &&
                !(n > 0 && pairs[n - 1].q_chunk == pairs[n].q_chunk);
     };
     if (host_gradients) {
@@ -649,17 +649,17 @@ void ChunkedAttention::backward_pairs(const QkvStore& store, Tensor dq,
         if (!host_gradients) {
             continue;
         }
-        FULCRUM_CHECK(touched[std::size_t(pair.q_chunk)] != 2,
+        FULCRUM_CHECK(touched[std::size_t(pair.q_chunk)] != PartialDq::final,
                       "the offloading backward: a query chunk after its diagonal pair");
-        touched[std::size_t(pair.q_chunk)] = 1;
+        touched[std::size_t(pair.q_chunk)] = PartialDq::left;
         const bool same_next = n + 1 < pairs.size() && pairs[n + 1].q_chunk == pair.q_chunk;
         if (pair.q_chunk == pair.kv_chunk) {
             // Its last pair (K/V chunks ascending, causal): dQ is final.
-            touched[std::size_t(pair.q_chunk)] = 2;
+            touched[std::size_t(pair.q_chunk)] = PartialDq::final;
             backend_.copy(outer_gradients.dq, pair_dq);
         } else if (!same_next) {
-            offload_gradient_slot(slot, "offload dq chunk",
-                                  {{host_dq_.get() + q_first * width, pair_dq}});
+            offload_slot(slot, "offload dq chunk", {{host_dq_.get() + q_first * width, pair_dq}},
+                         {grad_offloaded_[slot], host_written_});
         }
         if (n + 1 < pairs.size() && !fetches_dq(n + 1)) {
             seed_dq(n + 1);

@@ -61,7 +61,7 @@
 //     q_ready/kv_ready[s]  prefetch → compute   a fetch into the slot's Q or K/V half is done
 //     q_free/kv_free[s]    compute → prefetch   the compute that read it is done
 //     grad_ready/grad_free/grad_offloaded[s]     the same for a gradient slot, and
-//     host_written  offload → prefetch   the latest copy into the host's ∂L/∂o or dQ rows
+//     host_written  offload → prefetch   the latest copy into the host's ∂L/∂o, dQ or output
 //                   (a guard: each fetch also follows, in the prefetch stream's order, one
 //                   that waited for every earlier copy out of either slot)
 // The host marks where it issues copies ("offload qkv chunk", "prefetch kv chunk", …, category
@@ -154,7 +154,8 @@ struct ChunkGradients {
 struct KvGradientChunks {
     std::int64_t kv_rows = 0;
     std::function<ChunkGradients(int chunk, std::int64_t rows)> rows;
-    // Chunk j's rows [first, first + rows) are final in dq and in what rows(j) gave.
+    // Chunk j's rows [first, first + rows) are final in dq and in what rows(j) gave; called
+    // before rows() is asked for another chunk.
     std::function<void(int chunk, std::int64_t first, std::int64_t rows)> done;
 };
 
@@ -247,10 +248,12 @@ private:
     void reserve_gradient_slots();
     void reserve_gradient_buffers(std::int64_t rows);
     void offload_output_gradient(const OutputGradientSource& dout, std::int64_t rows);
-    // Copies of gradient slot `slot`'s tensors (∂L/∂o, dQ, or the output and lse) to their
-    // host rows on the offload stream, once the compute stream has written them.
-    void offload_gradient_slot(int slot, const char* name,
-                               std::initializer_list<std::pair<float*, Tensor>> copies);
+    // Copies of a slot's tensors (Q|K|V, ∂L/∂o, dQ, or the output and lse; empty ones
+    // skipped) to their host rows on the offload stream, once the compute stream has written
+    // them; the events `done` are recorded after them.
+    void offload_slot(int slot, const char* name,
+                      std::initializer_list<std::pair<float*, Tensor>> copies,
+                      std::initializer_list<EventId> done);
     std::int64_t gradient_slot_floats() const;
     Tensor dout_slot(int slot, std::int64_t rows) const;  // [rows, C_l]
     Tensor dq_slot(int slot, std::int64_t rows) const;    // [rows, C_l]
@@ -274,7 +277,7 @@ private:
     // ∂L/∂o and dQ's
     // partial sums [rows, C_l] each in pinned host memory; its events per slot
     // (grad_ready: prefetch → compute, grad_free: compute → prefetch, grad_offloaded:
-    // offload → both) and `host_written`, the latest copy to those host rows.
+    // offload → both) and `host_written`, the latest copy into those host rows.
     DeviceBuffer gradient_slots_;
     PinnedBuffer host_dout_, host_dq_;
     std::int64_t host_gradient_rows_ = 0;

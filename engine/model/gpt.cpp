@@ -1449,18 +1449,18 @@ void GptModel::fpdt_attention_backward(int layer, Activations& acts, const Block
             .reshaped({chunk_rows, blocks * w});
     KvGradientChunks chunks;
     chunks.kv_rows = total;
+    ChunkGradients given;  // what rows(j) gave, which done(j) then hands over
     chunks.rows = [&](int, std::int64_t rows) {
         const Tensor g = chunk_grads.slice(0, rows);
         backend_.fill_zero(g);
-        return offloads ? ChunkGradients{g.columns(0, w), g.columns(w, w), g.columns(2 * w, w)}
-                        : ChunkGradients{Tensor{}, g.columns(0, w), g.columns(w, w)};
+        given = offloads ? ChunkGradients{g.columns(0, w), g.columns(w, w), g.columns(2 * w, w)}
+                         : ChunkGradients{Tensor{}, g.columns(0, w), g.columns(w, w)};
+        return given;
     };
     // Chunk j's dQ|dK|dV are final: back to the local rows that sent it (exchange_window).
     chunks.done = [&](int, std::int64_t first, std::int64_t rows) {
         const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
-        const Tensor g = chunk_grads.slice(0, rows);
-        const Tensor heads[] = {offloads ? g.columns(0, w) : dq.slice(first, rows),
-                                g.columns(blocks * w - 2 * w, w), g.columns(blocks * w - w, w)};
+        const Tensor heads[] = {offloads ? given.dq : dq.slice(first, rows), given.dk, given.dv};
         const Tensor local[] = {dlocal[0].slice(chunk.begin, chunk.count),
                                 dlocal[1].slice(chunk.begin, chunk.count),
                                 dlocal[2].slice(chunk.begin, chunk.count)};

@@ -338,14 +338,15 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
         // the larger of a whole exchange of one block and a chunk's of three. With offload
         // dQ|dK|dV of one chunk and two slots of ∂L/∂o, dQ, the output and lse
         // (chunked_attention.h; the rest in pinned memory), the staging for a chunk's
-        // exchange alone (none is whole), and this rank's Q|K|V rows of the chunk being made
-        // (the head shard goes to the chunk slots).
+        // exchange alone (none is whole) and beside it one for a chunk's output, traded back
+        // while the next chunk's Q|K|V are in flight, and this rank's Q|K|V rows of the chunk
+        // being made (the head shard goes to the chunk slots).
         const double chunk = std::min<double>(shape.attention_chunk, r.g);
         const double sent = std::min<double>(shape.attention_chunk, r.n);
         const double chunk_staging = (r.cp * sent + chunk) * 3 * r.w;
         if (offload) {
             w += 3 * chunk * r.w + 2 * double(shape.attention_chunk) * (3 * r.w + r.hs);
-            w += chunk_staging + 3 * sent * r.cl;
+            w += chunk_staging * 4 / 3 + 3 * sent * r.cl;
         } else {
             w += 2 * r.g * r.w + 2 * chunk * r.w;
             w += std::max((r.cp * r.n + r.g) * r.w, chunk_staging);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <numeric>
 #include <span>
@@ -46,6 +47,21 @@ public:
     // sequence shards for head shards (engine/model/context_parallel.h).
     virtual void all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
                             std::span<float> out, const std::vector<int>& recv_counts) = 0;
+    // An all-to-all the caller does not wait for, so that it overlaps what comes next (FPDT
+    // trades chunk i + 1's Q, K and V while chunk i's attention computes, Yao et al. 2024,
+    // §3.2). `in` and `out` must be left alone until wait_all_to_all(ticket), after which `out`
+    // holds what all_to_all would have written; on a device backend "after" means for the work
+    // the caller issues next on its compute stream. Several may be in flight, waited for in any
+    // order; members start them in the same order, as for blocking calls. The default is the
+    // blocking call, whose ticket waits for nothing.
+    virtual std::int64_t start_all_to_all(std::span<const float> in,
+                                          const std::vector<int>& send_counts, std::span<float> out,
+                                          const std::vector<int>& recv_counts) {
+        all_to_all(in, send_counts, out, recv_counts);
+        return kNoTicket;
+    }
+    virtual void wait_all_to_all(std::int64_t ticket) { (void)ticket; }
+    static constexpr std::int64_t kNoTicket = -1;
     virtual void send(std::span<const float> values, int peer) = 0;
     // A send that returns at once: `values` is copied, and the transfer completes while the
     // caller goes on; wait_sends() waits for every posted send. Pipeline stages post their

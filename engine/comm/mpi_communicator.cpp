@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -162,6 +163,44 @@ void MpiCommunicator::all_to_all(std::span<const float> in, const std::vector<in
         MPI_Alltoallv(in.data(), send_counts.data(), send_offsets.data(), MPI_FLOAT, out.data(),
                       recv_counts.data(), recv_offsets.data(), MPI_FLOAT, comm_);
     });
+}
+
+std::int64_t MpiCommunicator::start_all_to_all(std::span<const float> in,
+                                               const std::vector<int>& send_counts,
+                                               std::span<float> out,
+                                               const std::vector<int>& recv_counts) {
+    FULCRUM_CHECK(all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
+                  "start_all_to_all: counts do not match the buffers");
+    StartedExchange& x = exchanges_.emplace_back(StartedExchange{
+        next_ticket_++,
+        {send_counts, displacements(send_counts), recv_counts, displacements(recv_counts)},
+        MPI_REQUEST_NULL});
+    // Open MPI's non-blocking collectives (coll/libnbc) take a send buffer equal to the
+    // receive buffer for MPI_IN_PLACE, and then send the receive counts: an empty half that
+    // starts where the other does must point elsewhere.
+    static const float nothing_sent = 0;
+    static float nothing_received = 0;
+    FULCRUM_CHECK(in.empty() || out.empty() || in.data() != out.data(),
+                  "start_all_to_all: the send and receive buffers are the same");
+    const float* send = in.empty() ? &nothing_sent : in.data();
+    float* receive = out.empty() ? &nothing_received : out.data();
+    MPI_Ialltoallv(send, x.counts[0].data(), x.counts[1].data(), MPI_FLOAT, receive,
+                   x.counts[2].data(), x.counts[3].data(), MPI_FLOAT, comm_, &x.request);
+    return x.ticket;
+}
+
+void MpiCommunicator::wait_all_to_all(std::int64_t ticket) {
+    const auto x = std::find_if(exchanges_.begin(), exchanges_.end(),
+                                [&](const StartedExchange& e) { return e.ticket == ticket; });
+    if (x == exchanges_.end()) {
+        return;  // kNoTicket, or waited for already
+    }
+    if (napping) {
+        wait(x->request);
+    } else {
+        MPI_Wait(&x->request, MPI_STATUS_IGNORE);
+    }
+    exchanges_.erase(x);
 }
 
 void MpiCommunicator::send(std::span<const float> values, int peer) {

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <deque>
 #include <vector>
 
@@ -37,6 +38,10 @@ public:
                             const std::vector<int>& counts) override;
     void all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
                     std::span<float> out, const std::vector<int>& recv_counts) override;
+    std::int64_t start_all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                                  std::span<float> out,
+                                  const std::vector<int>& recv_counts) override;  // MPI_Ialltoallv
+    void wait_all_to_all(std::int64_t ticket) override;
     void send(std::span<const float> values, int peer) override;
     void post_send(std::span<const float> values, int peer) override;
     void wait_sends() override;
@@ -61,6 +66,15 @@ private:
     };
     std::deque<PostedSend> posted_;  // a deque: elements never move while MPI reads them
     std::vector<MPI_Request> reductions_;
+    // Started all-to-alls: MPI reads the counts and displacements until the request completes.
+    struct StartedExchange {
+        std::int64_t ticket;
+        std::vector<int>
+            counts[4];  // send counts, send displacements, receive counts, receive displacements
+        MPI_Request request;
+    };
+    std::deque<StartedExchange> exchanges_;
+    std::int64_t next_ticket_ = 0;
 };
 
 // This process's place among the ranks on its own node (MPI_COMM_TYPE_SHARED): which GPU it

@@ -120,6 +120,15 @@ struct NcclCommunicator::State {
     cudaStream_t side = nullptr;
     cudaEvent_t compute_ready = nullptr, side_done = nullptr;
     std::vector<GrowingDeviceBuffer> posted_staging;  // one per send posted since wait_sends
+    // Started all-to-alls: each records its event on the side stream after its transfers;
+    // wait_all_to_all orders the compute stream after that event. Events are reused.
+    struct StartedExchange {
+        std::int64_t ticket;
+        cudaEvent_t done;
+    };
+    std::vector<StartedExchange> exchanges;
+    std::vector<cudaEvent_t> spare_events;
+    std::int64_t next_ticket = 0;
     std::size_t posted = 0;
     int rank = 0;
 
@@ -172,6 +181,12 @@ struct NcclCommunicator::State {
             if (direction != nullptr) {
                 ncclCommDestroy(direction);
             }
+        }
+        for (const StartedExchange& x : exchanges) {
+            cudaEventDestroy(x.done);
+        }
+        for (cudaEvent_t event : spare_events) {
+            cudaEventDestroy(event);
         }
         if (side != nullptr) {
             cudaEventDestroy(compute_ready);
@@ -490,6 +505,62 @@ void NcclCommunicator::all_to_all(std::span<const float> in, const std::vector<i
         }
     });
     staging.finish();
+}
+
+std::int64_t NcclCommunicator::start_all_to_all(std::span<const float> in,
+                                                const std::vector<int>& send_counts,
+                                                std::span<float> out,
+                                                const std::vector<int>& recv_counts) {
+    FULCRUM_CHECK(all_to_all_counts_match(send_counts, in.size(), recv_counts, out.size(), size_),
+                  "start_all_to_all: counts do not match the buffers");
+    if ((in.empty() && out.empty()) || !device_accessible(in.data()) ||
+        !device_accessible(out.data())) {
+        // Nothing to trade, or host memory the host reads right after: nothing to overlap.
+        all_to_all(in, send_counts, out, recv_counts);
+        return kNoTicket;
+    }
+    State& s = *state_;
+    s.issue_deferred_sends();
+    s.side_after_compute();
+    FULCRUM_NCCL_CHECK(ncclGroupStart());
+    std::size_t sent = 0, received = 0;
+    for (int member = 0; member < size_; ++member) {
+        const auto to = static_cast<std::size_t>(send_counts[static_cast<std::size_t>(member)]);
+        const auto from = static_cast<std::size_t>(recv_counts[static_cast<std::size_t>(member)]);
+        if (to > 0) {
+            FULCRUM_NCCL_CHECK(ncclSend(in.data() + sent, to, ncclFloat, member, s.comm, s.side));
+        }
+        if (from > 0) {
+            FULCRUM_NCCL_CHECK(
+                ncclRecv(out.data() + received, from, ncclFloat, member, s.comm, s.side));
+        }
+        sent += to;
+        received += from;
+    }
+    FULCRUM_NCCL_CHECK(ncclGroupEnd());
+    cudaEvent_t done = nullptr;
+    if (s.spare_events.empty()) {
+        FULCRUM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    } else {
+        done = s.spare_events.back();
+        s.spare_events.pop_back();
+    }
+    FULCRUM_CUDA_CHECK(cudaEventRecord(done, s.side));
+    s.exchanges.push_back({s.next_ticket++, done});
+    return s.exchanges.back().ticket;
+}
+
+void NcclCommunicator::wait_all_to_all(std::int64_t ticket) {
+    State& s = *state_;
+    const auto x =
+        std::find_if(s.exchanges.begin(), s.exchanges.end(),
+                     [&](const State::StartedExchange& e) { return e.ticket == ticket; });
+    if (x == s.exchanges.end()) {
+        return;  // kNoTicket, or waited for already
+    }
+    FULCRUM_CUDA_CHECK(cudaStreamWaitEvent(s.stream, x->done, 0));
+    s.spare_events.push_back(x->done);
+    s.exchanges.erase(x);
 }
 
 void NcclCommunicator::reduce_scatter_sum(std::span<const float> in, std::span<float> out,

@@ -36,8 +36,11 @@
 // so it is held back and grouped with the next point-to-point call (or issued by a
 // collective, split or wait_sends).
 //
-// Overlapped reductions. start_all_reduce_sum enqueues ncclAllReduce on the side stream after
-// the compute stream's work so far; wait_all_reduces orders the compute stream after it.
+// Overlapped reductions and exchanges. start_all_reduce_sum and start_all_to_all enqueue on
+// the side stream after the compute stream's work so far; wait_all_reduces orders the compute
+// stream after the side stream, wait_all_to_all after the event its all-to-all recorded there
+// (FPDT's chunks: chunk i + 1's exchange beside chunk i's attention). Host spans fall back to
+// the blocking call.
 //
 // Unequal counts. NCCL's all-gather and reduce-scatter take one count for all members; the
 // engine's CP shards differ. Equal counts use them directly; unequal ones are one
@@ -117,6 +120,10 @@ public:
                             const std::vector<int>& counts) override;
     void all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
                     std::span<float> out, const std::vector<int>& recv_counts) override;
+    std::int64_t start_all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                                  std::span<float> out,
+                                  const std::vector<int>& recv_counts) override;
+    void wait_all_to_all(std::int64_t ticket) override;
     void send(std::span<const float> values, int peer) override;
     void post_send(std::span<const float> values, int peer) override;
     void wait_sends() override;

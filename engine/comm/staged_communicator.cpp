@@ -1,5 +1,6 @@
 #include "engine/comm/staged_communicator.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace fulcrum::engine {
@@ -94,6 +95,28 @@ void StagedCommunicator::all_to_all(std::span<const float> in, const std::vector
     const std::span<float> host_out = to_host(out, staging_out_, false);
     host_->all_to_all(host_in, send_counts, host_out, recv_counts);
     to_device(out, host_out);
+}
+
+std::int64_t StagedCommunicator::start_all_to_all(std::span<const float> in,
+                                                  const std::vector<int>& send_counts,
+                                                  std::span<float> out,
+                                                  const std::vector<int>& recv_counts) {
+    StartedExchange& x =
+        exchanges_.emplace_back(StartedExchange{Communicator::kNoTicket, out, {}, {}});
+    const std::span<float> host_in = to_host(in, x.host_in, true);
+    const std::span<float> host_out = to_host(out, x.host_out, false);
+    x.ticket = host_->start_all_to_all(host_in, send_counts, host_out, recv_counts);
+    return x.ticket;
+}
+
+void StagedCommunicator::wait_all_to_all(std::int64_t ticket) {
+    host_->wait_all_to_all(ticket);
+    const auto x = std::find_if(exchanges_.begin(), exchanges_.end(),
+                                [&](const StartedExchange& e) { return e.ticket == ticket; });
+    if (x != exchanges_.end()) {
+        to_device(x->device_out, x->host_out);
+        exchanges_.erase(x);
+    }
 }
 
 void StagedCommunicator::send(std::span<const float> values, int peer) {

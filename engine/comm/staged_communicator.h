@@ -53,6 +53,12 @@ public:
                             const std::vector<int>& counts) override;
     void all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
                     std::span<float> out, const std::vector<int>& recv_counts) override;
+    // Device spans go to their own host buffers, traded there by the host communicator in the
+    // background, and `out` is copied back by wait_all_to_all().
+    std::int64_t start_all_to_all(std::span<const float> in, const std::vector<int>& send_counts,
+                                  std::span<float> out,
+                                  const std::vector<int>& recv_counts) override;
+    void wait_all_to_all(std::int64_t ticket) override;
     void send(std::span<const float> values, int peer) override;
     void post_send(std::span<const float> values, int peer) override;
     void wait_sends() override;
@@ -85,6 +91,12 @@ private:
         std::span<float> device;
         std::vector<float> host;
     };
+    struct StartedExchange {
+        std::int64_t ticket;
+        std::span<float> device_out;
+        std::vector<float> host_in, host_out;
+    };
+    std::deque<StartedExchange> exchanges_;  // as started_
     std::deque<Started> started_;  // a deque: host buffers never move while MPI works on them
     std::shared_ptr<std::int64_t> bytes_staged_;  // shared with the splits
 };

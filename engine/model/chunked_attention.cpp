@@ -333,6 +333,9 @@ void ChunkedAttention::forward(const QkvProjection& projection, Tensor gathered_
         if (offloads()) {
             offload_chunk(slot, i, q, own_kv, store);
         }
+        if (projection.prepare && first + rows < q_rows) {
+            projection.prepare(first + rows, rows_of(i + 1, q_rows));
+        }
         Tensor out_rows, lse_rows;
         if (host_output) {
             // The slot's last output (chunk i − 2's) has left for the host.

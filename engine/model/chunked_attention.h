@@ -29,7 +29,9 @@
 // forward: the pairs read them in place, and they go to the host in one copy right after the
 // gather. Under Ulysses the chunks are the head shard's rows, made as FPDT makes them: chunk i
 // is produced only when its pairs come (a QkvChunkSource), so the head shard is never whole on
-// the device; from there on its pairs run as serially. With the store's host_out (FPDT's output
+// the device, and chunk i + 1's is started (a QkvChunkPrefetch: its projection, and its
+// all-to-all left in flight) before chunk i's pairs compute; from there on the pairs run as
+// serially. With the store's host_out (FPDT's output
 // offload) chunk i's output and lse, final after its pairs, sit in gradient slot i mod 2: the
 // caller's OutputChunkSink takes the output (back to the sequence shards), then both go to the
 // host.
@@ -101,8 +103,14 @@ struct ChunkedAttentionOptions {
 // and kv, which are a chunk slot (offload on) or rows of the resident store.
 using QkvChunkSource =
     std::function<void(std::int64_t first, std::int64_t rows, Tensor q, Tensor kv)>;
+// Starts making the chunk of query rows [first, first + rows), so that the QkvChunkSource call
+// for the same rows only finishes it: FPDT's all-to-all of chunk i + 1 beside chunk i's
+// attention (§3.2, Fig. 4). forward() calls it for chunk i + 1 after chunk i's source and
+// before chunk i's pairs.
+using QkvChunkPrefetch = std::function<void(std::int64_t first, std::int64_t rows)>;
 // Takes the final output [rows, C_l] of query rows [first, first + rows) (FPDT: back to the
-// sequence shards by that chunk's all-to-all) before it leaves for the host.
+// sequence shards by that chunk's all-to-all) before it leaves for the host. It may leave the
+// exchange in flight: `out` is only read by work the caller issues on the compute stream now.
 using OutputChunkSink = std::function<void(std::int64_t first, std::int64_t rows, Tensor out)>;
 
 // The QKV projection of a block: q = input · q_weightᵀ + q_bias, and serially
@@ -115,7 +123,8 @@ struct QkvProjection {
     Tensor q_weight, q_bias;    // [C_l, C], [C_l]
     Tensor kv_weight, kv_bias;  // [2C_l, C], [2C_l], or empty
     QkvChunkSource source;
-    std::int64_t rows = 0;  // with a source: the query rows, which are also the K/V rows
+    QkvChunkPrefetch prepare;  // optional, with a source
+    std::int64_t rows = 0;     // with a source: the query rows, which are also the K/V rows
     // With the store's host_out: where each chunk's final output goes before the host.
     OutputChunkSink output;
 };

@@ -194,31 +194,25 @@ namespace {
 struct HeadsExchange {
     int size = 1, rank = 0;
     std::int64_t local_rows = 0, total = 0, width = 0, block = 0;  // width k·w, block w
+    std::size_t blocks = 0;                                        // k
     Tensor token_major;  // [P·T_local, k·w]: rank j's rows to send (or received from j)
     Tensor rank_major;   // [T_total, k·w]: every rank's rows, rank after rank
 };
 
-HeadsExchange heads_exchange(Communicator* cp, const ContextExchange& exchange,
-                             std::span<const Tensor> local, const Tensor& staging,
-                             std::span<const Tensor> heads) {
+// The exchange of k blocks of w head-shard columns through `staging`.
+HeadsExchange heads_exchange(Communicator* cp, const ContextExchange& exchange, std::size_t k,
+                             std::int64_t w, const Tensor& staging) {
     HeadsExchange x;
     x.size = cp == nullptr ? 1 : cp->size();
     x.rank = cp == nullptr ? 0 : cp->rank();
     FULCRUM_CHECK(int(exchange.rows_per_rank.size()) == x.size,
                   "the context shard was made for another CP degree");
-    FULCRUM_CHECK(!local.empty(), "an exchange of no tensors");
+    FULCRUM_CHECK(k > 0, "an exchange of no tensors");
     x.local_rows = exchange.rows_per_rank[std::size_t(x.rank)];
     x.total = exchange.total_rows();
-    FULCRUM_CHECK(heads.size() == local.size(), "one head-shard block per local block");
-    x.block = heads.front().cols();
-    x.width = x.block * std::int64_t(local.size());
-    for (const Tensor& t : heads) {
-        FULCRUM_CHECK(t.rows() == x.total && t.cols() == x.block, "head-shard blocks [total, H/P]");
-    }
-    for (const Tensor& t : local) {
-        FULCRUM_CHECK(t.rows() == x.local_rows && t.cols() == x.block * x.size,
-                      "local blocks [T_local, H] with H = P · the head shard's block");
-    }
+    x.blocks = k;
+    x.block = w;
+    x.width = w * std::int64_t(k);
     const std::int64_t send = x.size * x.local_rows * x.width;
     FULCRUM_CHECK(staging.contiguous() && staging.numel() >= send + x.total * x.width,
                   "Ulysses staging too small");
@@ -228,25 +222,95 @@ HeadsExchange heads_exchange(Communicator* cp, const ContextExchange& exchange,
     return x;
 }
 
-// The all-to-all between the two staging halves: token-major out, rank-major in (forward) or
-// the reverse.
-void exchange_heads(Communicator* cp, const ContextExchange& exchange, const HeadsExchange& x,
-                    bool to_heads, Backend& backend) {
+void check_local(const HeadsExchange& x, std::span<const Tensor> local) {
+    FULCRUM_CHECK(local.size() == x.blocks, "one local block per head-shard block");
+    for (const Tensor& t : local) {
+        FULCRUM_CHECK(t.rows() == x.local_rows && t.cols() == x.block * x.size,
+                      "local blocks [T_local, H] with H = P · the head shard's block");
+    }
+}
+
+void check_heads(const HeadsExchange& x, std::span<const Tensor> heads) {
+    FULCRUM_CHECK(heads.size() == x.blocks, "one head-shard block per local block");
+    for (const Tensor& t : heads) {
+        FULCRUM_CHECK(t.rows() == x.total && t.cols() == x.block, "head-shard blocks [total, H/P]");
+    }
+}
+
+// The sending half of the staging filled from the local blocks (to the heads) or from the
+// head shard's (to the rows).
+HeadsExchange pack_for_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                             std::span<const Tensor> local, const Tensor& staging) {
+    FULCRUM_CHECK(!local.empty(), "an exchange of no tensors");
+    const int size = cp == nullptr ? 1 : cp->size();
+    const HeadsExchange x =
+        heads_exchange(cp, exchange, local.size(), local.front().cols() / size, staging);
+    check_local(x, local);
+    for (int j = 0; j < x.size; ++j) {
+        const Tensor to_rank = x.token_major.slice(j * x.local_rows, x.local_rows);
+        for (std::size_t i = 0; i < local.size(); ++i) {
+            backend.copy(to_rank.columns(std::int64_t(i) * x.block, x.block),
+                         local[i].columns(j * x.block, x.block));
+        }
+    }
+    return x;
+}
+
+HeadsExchange pack_for_rows(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                            std::span<const Tensor> heads, const Tensor& staging) {
+    FULCRUM_CHECK(!heads.empty(), "an exchange of no tensors");
+    const HeadsExchange x =
+        heads_exchange(cp, exchange, heads.size(), heads.front().cols(), staging);
+    check_heads(x, heads);
+    for (const RowRun& run : exchange.runs) {
+        const Tensor rows = x.rank_major.slice(run.gathered_row, run.count);
+        for (std::size_t i = 0; i < heads.size(); ++i) {
+            backend.copy(rows.columns(std::int64_t(i) * x.block, x.block),
+                         heads[i].slice(run.document_row, run.count));
+        }
+    }
+    return x;
+}
+
+// The all-to-all between the two staging halves — token-major out, rank-major in (to the
+// heads) or the reverse — once the sending half is packed: started (`overlap`) or run to its
+// end. The range `cp all-to-all` covers what the rank waits: the blocking call here, or the
+// started one's wait in finish_heads_exchange.
+PendingHeadsExchange start_exchange(Communicator* cp, const ContextExchange& exchange,
+                                    const HeadsExchange& x, bool to_heads, Backend& backend,
+                                    bool overlap) {
+    PendingHeadsExchange pending;
+    pending.started = true;
+    pending.to_heads = to_heads;
+    pending.cp = cp;
+    pending.size = x.size;
+    pending.blocks = x.blocks;
+    pending.local_rows = x.local_rows;
+    pending.total = x.total;
+    pending.block = x.block;
+    pending.token_major = x.token_major;
+    pending.rank_major = x.rank_major;
+    pending.runs = exchange.runs;
+    pending.bytes = x.token_major.numel() * std::int64_t(sizeof(float));
     if (x.size == 1) {
         to_heads ? backend.copy(x.rank_major, x.token_major)
                  : backend.copy(x.token_major, x.rank_major);
-        return;
+        return pending;
     }
-    instrument::Range range(
-        range_name::kCpAllToAll, Category::communication,
-        instrument::with_bytes(x.token_major.numel() * std::int64_t(sizeof(float))));
     const std::vector<int> mine(std::size_t(x.size), int(x.local_rows * x.width));
     const std::vector<int> theirs = element_counts(exchange, x.width);
-    if (to_heads) {
-        cp->all_to_all(floats_of(x.token_major), mine, floats_of(x.rank_major), theirs);
+    const std::span<const float> in = floats_of(to_heads ? x.token_major : x.rank_major);
+    const std::span<float> out = floats_of(to_heads ? x.rank_major : x.token_major);
+    const std::vector<int>& sends = to_heads ? mine : theirs;
+    const std::vector<int>& receives = to_heads ? theirs : mine;
+    if (overlap) {
+        pending.ticket = cp->start_all_to_all(in, sends, out, receives);
     } else {
-        cp->all_to_all(floats_of(x.rank_major), theirs, floats_of(x.token_major), mine);
+        instrument::Range range(range_name::kCpAllToAll, Category::communication,
+                                instrument::with_bytes(pending.bytes));
+        cp->all_to_all(in, sends, out, receives);
     }
+    return pending;
 }
 
 }  // namespace
@@ -315,44 +379,73 @@ std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank
     return (size * exchange.rows_per_rank[std::size_t(cp_rank)] + exchange.total_rows()) * width;
 }
 
-void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
-                   std::span<const Tensor> local, Tensor staging, std::span<const Tensor> heads) {
-    const HeadsExchange x = heads_exchange(cp, exchange, local, staging, heads);
-    for (int j = 0; j < x.size; ++j) {
-        const Tensor to_rank = x.token_major.slice(j * x.local_rows, x.local_rows);
-        for (std::size_t i = 0; i < local.size(); ++i) {
-            backend.copy(to_rank.columns(std::int64_t(i) * x.block, x.block),
-                         local[i].columns(j * x.block, x.block));
-        }
+PendingHeadsExchange start_scatter_heads(Backend& backend, Communicator* cp,
+                                         const ContextExchange& exchange,
+                                         std::span<const Tensor> local, Tensor staging) {
+    const HeadsExchange x = pack_for_heads(backend, cp, exchange, local, staging);
+    return start_exchange(cp, exchange, x, true, backend, true);
+}
+
+PendingHeadsExchange start_gather_heads(Backend& backend, Communicator* cp,
+                                        const ContextExchange& exchange,
+                                        std::span<const Tensor> heads, Tensor staging) {
+    const HeadsExchange x = pack_for_rows(backend, cp, exchange, heads, staging);
+    return start_exchange(cp, exchange, x, false, backend, true);
+}
+
+void finish_heads_exchange(Backend& backend, PendingHeadsExchange& pending,
+                           std::span<const Tensor> destination) {
+    FULCRUM_CHECK(pending.started, "an all-to-all finished twice, or never started");
+    pending.started = false;
+    FULCRUM_CHECK(destination.size() == pending.blocks, "one destination per block exchanged");
+    if (pending.ticket != Communicator::kNoTicket) {
+        instrument::Range range(range_name::kCpAllToAll, Category::communication,
+                                instrument::with_bytes(pending.bytes));
+        pending.cp->wait_all_to_all(pending.ticket);
     }
-    exchange_heads(cp, exchange, x, true, backend);
-    for (const RowRun& run : exchange.runs) {
-        const Tensor rows = x.rank_major.slice(run.gathered_row, run.count);
-        for (std::size_t i = 0; i < heads.size(); ++i) {
-            backend.copy(heads[i].slice(run.document_row, run.count),
-                         rows.columns(std::int64_t(i) * x.block, x.block));
+    const std::int64_t w = pending.block;
+    if (pending.to_heads) {
+        for (const Tensor& t : destination) {
+            FULCRUM_CHECK(t.rows() == pending.total && t.cols() == w,
+                          "head-shard blocks [total, H/P]");
+        }
+        for (const RowRun& run : pending.runs) {
+            const Tensor rows = pending.rank_major.slice(run.gathered_row, run.count);
+            for (std::size_t i = 0; i < destination.size(); ++i) {
+                backend.copy(destination[i].slice(run.document_row, run.count),
+                             rows.columns(std::int64_t(i) * w, w));
+            }
+        }
+        return;
+    }
+    for (const Tensor& t : destination) {
+        FULCRUM_CHECK(t.rows() == pending.local_rows && t.cols() == w * pending.size,
+                      "local blocks [T_local, H] with H = P · the head shard's block");
+    }
+    for (int j = 0; j < pending.size; ++j) {
+        const Tensor from_rank =
+            pending.token_major.slice(j * pending.local_rows, pending.local_rows);
+        for (std::size_t i = 0; i < destination.size(); ++i) {
+            backend.copy(destination[i].columns(j * w, w),
+                         from_rank.columns(std::int64_t(i) * w, w));
         }
     }
 }
 
+void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
+                   std::span<const Tensor> local, Tensor staging, std::span<const Tensor> heads) {
+    const HeadsExchange x = pack_for_heads(backend, cp, exchange, local, staging);
+    check_heads(x, heads);
+    PendingHeadsExchange done = start_exchange(cp, exchange, x, true, backend, false);
+    finish_heads_exchange(backend, done, heads);
+}
+
 void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
                   std::span<const Tensor> heads, Tensor staging, std::span<const Tensor> local) {
-    const HeadsExchange x = heads_exchange(cp, exchange, local, staging, heads);
-    for (const RowRun& run : exchange.runs) {
-        const Tensor rows = x.rank_major.slice(run.gathered_row, run.count);
-        for (std::size_t i = 0; i < heads.size(); ++i) {
-            backend.copy(rows.columns(std::int64_t(i) * x.block, x.block),
-                         heads[i].slice(run.document_row, run.count));
-        }
-    }
-    exchange_heads(cp, exchange, x, false, backend);
-    for (int j = 0; j < x.size; ++j) {
-        const Tensor from_rank = x.token_major.slice(j * x.local_rows, x.local_rows);
-        for (std::size_t i = 0; i < local.size(); ++i) {
-            backend.copy(local[i].columns(j * x.block, x.block),
-                         from_rank.columns(std::int64_t(i) * x.block, x.block));
-        }
-    }
+    const HeadsExchange x = pack_for_rows(backend, cp, exchange, heads, staging);
+    check_local(x, local);
+    PendingHeadsExchange done = start_exchange(cp, exchange, x, false, backend, false);
+    finish_heads_exchange(backend, done, local);
 }
 
 }  // namespace fulcrum::engine

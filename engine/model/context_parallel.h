@@ -93,11 +93,39 @@ std::int64_t heads_staging_elements(const ContextExchange& exchange, int cp_rank
                                     std::int64_t width);
 
 // Token shard → head shard (the forward's Q, K, V; the backward's ∂L/∂o). cp null means a
-// group of one.
+// group of one. The range `cp all-to-all` (with the bytes sent) covers the wait for the
+// collective, where the rank spends the time it did not hide.
 void scatter_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
                    std::span<const Tensor> local, Tensor staging, std::span<const Tensor> heads);
 // Head shard → token shard (the forward's o; the backward's dQ, dK, dV): overwrites `local`.
 void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exchange,
                   std::span<const Tensor> heads, Tensor staging, std::span<const Tensor> local);
+
+// The same in two halves, so that the all-to-all overlaps the work issued between them (FPDT's
+// chunks, Yao et al. 2024, §3.2: chunk i + 1 traded while chunk i's attention computes):
+// start_* packs the sending half of `staging` and starts Communicator::start_all_to_all;
+// finish_heads_exchange waits for it and unpacks into `destination` (the head-shard blocks
+// after start_scatter_heads, the local blocks after start_gather_heads), which need not exist
+// at the start. The staging must be left alone in between; what start read may be reused at
+// once (the packing is ordered before any later work on the compute stream). Every started
+// exchange is finished exactly once.
+struct PendingHeadsExchange {
+    bool started = false, to_heads = true;
+    Communicator* cp = nullptr;
+    std::int64_t ticket = Communicator::kNoTicket;
+    int size = 1;
+    std::size_t blocks = 0;
+    std::int64_t local_rows = 0, total = 0, block = 0, bytes = 0;
+    Tensor token_major, rank_major;  // the staging's halves
+    std::vector<RowRun> runs;
+};
+PendingHeadsExchange start_scatter_heads(Backend& backend, Communicator* cp,
+                                         const ContextExchange& exchange,
+                                         std::span<const Tensor> local, Tensor staging);
+PendingHeadsExchange start_gather_heads(Backend& backend, Communicator* cp,
+                                        const ContextExchange& exchange,
+                                        std::span<const Tensor> heads, Tensor staging);
+void finish_heads_exchange(Backend& backend, PendingHeadsExchange& pending,
+                           std::span<const Tensor> destination);
 
 }  // namespace fulcrum::engine

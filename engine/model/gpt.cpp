@@ -4,6 +4,7 @@
 #include "engine/instrument/annotations.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <tuple>
 
@@ -1376,6 +1377,14 @@ Tensor GptModel::heads_staging(const ContextExchange& exchange, int blocks) {
     return staging_storage_.f32(0, {floats});
 }
 
+Tensor GptModel::staging_region(std::int64_t offset, const ContextExchange& exchange, int blocks) {
+    const std::int64_t floats =
+        heads_staging_elements(exchange, parallel_.cp_rank(), blocks * head_shard_width());
+    FULCRUM_CHECK(offset + floats <= staging_capacity_,
+                  "Ulysses staging reserved too small for an exchange in flight");
+    return staging_storage_.f32(offset, {floats});
+}
+
 void GptModel::ulysses_attention_forward(Activations& acts, const BlockActivations& a,
                                          Tensor heads) {
     FULCRUM_CHECK(!attention_->enabled(), "chunked attention under Ulysses is FPDT's forward");
@@ -1398,12 +1407,18 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
     const std::int64_t p = parallel_.cp_size(), c = fpdt_chunk_rows(acts);
     const std::int64_t chunk_staging = (p * std::min(c, acts.n_tokens()) + c) * 3 * hw;
     const bool host_output = acts.offloads_attention_output();
+    // FPDT's output offload trades each chunk's output back while the next chunk's Q|K|V are
+    // in flight: its own staging, after theirs.
     reserve(backend_, staging_storage_, staging_capacity_,
-            host_output ? chunk_staging
+            host_output ? chunk_staging * 4 / 3
                         : std::max(chunk_staging, heads_staging_elements(acts.exchange, me, hw)));
+    // FPDT's pipeline (§3.2, Fig. 4): chunk i + 1's rows projected and their all-to-all
+    // started before chunk i's pairs compute (prepare), finished when its pairs come (source).
+    PendingHeadsExchange qkv_exchange;
+    std::int64_t qkv_first = -1;
     QkvProjection projection;
     projection.rows = acts.exchange.total_rows();
-    projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {
+    projection.prepare = [&](std::int64_t first, std::int64_t rows) {
         const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
         const Tensor qkv =
             scratch.empty() ? a.qkv.slice(chunk.begin, chunk.count) : scratch.slice(0, chunk.count);
@@ -1412,22 +1427,42 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
                                     w.qkv_bias);
         }
         const Tensor local[] = {qkv.columns(0, cl), qkv.columns(cl, cl), qkv.columns(2 * cl, cl)};
+        qkv_exchange = start_scatter_heads(backend_, parallel_.cp, chunk.exchange, local,
+                                           staging_region(0, chunk.exchange, 3));
+        qkv_first = first;
+    };
+    projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {
+        if (qkv_first != first) {
+            projection.prepare(first, rows);  // the first chunk: nothing started it
+        }
         const Tensor heads[] = {q, kv.columns(0, hw), kv.columns(hw, hw)};
-        scatter_heads(backend_, parallel_.cp, chunk.exchange, local,
-                      heads_staging(chunk.exchange, 3), heads);
+        finish_heads_exchange(backend_, qkv_exchange, heads);
+        qkv_first = -1;
+    };
+    PendingHeadsExchange out_exchange;
+    Tensor out_rows;
+    const auto finish_output = [&] {
+        if (out_exchange.started) {
+            const Tensor local[] = {out_rows};
+            finish_heads_exchange(backend_, out_exchange, local);
+        }
     };
     if (host_output) {
         // FPDT's output offload: each chunk's output back to the local rows that sent it, by
-        // the same window's all-to-all, before it leaves for the host.
+        // the same window's all-to-all, before it leaves for the host; in flight until the
+        // next chunk's output comes.
         projection.output = [&](std::int64_t first, std::int64_t rows, Tensor out) {
+            finish_output();
             const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
-            const Tensor heads[] = {out}, local[] = {a.atty.slice(chunk.begin, chunk.count)};
-            gather_heads(backend_, parallel_.cp, chunk.exchange, heads,
-                         heads_staging(chunk.exchange, 1), local);
+            const Tensor heads[] = {out};
+            out_rows = a.atty.slice(chunk.begin, chunk.count);
+            out_exchange = start_gather_heads(backend_, parallel_.cp, chunk.exchange, heads,
+                                              staging_region(chunk_staging, chunk.exchange, 1));
         };
     }
     attention_->forward(projection, Tensor{}, acts.qkv_store(layer, a), a.heads_out, a.att_lse,
                         acts.exchange.document_spans);
+    finish_output();
     if (!host_output) {
         heads_output_to_rows(acts, a);
     }
@@ -1457,20 +1492,30 @@ void GptModel::fpdt_attention_backward(int layer, Activations& acts, const Block
                          : ChunkGradients{Tensor{}, g.columns(0, w), g.columns(w, w)};
         return given;
     };
-    // Chunk j's dQ|dK|dV are final: back to the local rows that sent it (exchange_window).
+    // Chunk j's dQ|dK|dV are final: back to the local rows that sent it (exchange_window), by
+    // an all-to-all in flight while the next K/V chunk's pairs compute (FPDT §3.3).
+    PendingHeadsExchange grads_exchange;
+    std::array<Tensor, 3> grads_local;
+    const auto finish_grads = [&] {
+        if (grads_exchange.started) {
+            finish_heads_exchange(backend_, grads_exchange, grads_local);
+        }
+    };
     chunks.done = [&](int, std::int64_t first, std::int64_t rows) {
+        finish_grads();
         const ChunkExchange chunk = chunk_exchange(acts.exchange, me, first, rows);
         const Tensor heads[] = {offloads ? given.dq : dq.slice(first, rows), given.dk, given.dv};
-        const Tensor local[] = {dlocal[0].slice(chunk.begin, chunk.count),
-                                dlocal[1].slice(chunk.begin, chunk.count),
-                                dlocal[2].slice(chunk.begin, chunk.count)};
-        gather_heads(backend_, parallel_.cp, chunk.exchange, heads,
-                     heads_staging(chunk.exchange, 3), local);
+        grads_local = {dlocal[0].slice(chunk.begin, chunk.count),
+                       dlocal[1].slice(chunk.begin, chunk.count),
+                       dlocal[2].slice(chunk.begin, chunk.count)};
+        grads_exchange = start_gather_heads(backend_, parallel_.cp, chunk.exchange, heads,
+                                            staging_region(0, chunk.exchange, 3));
     };
     // K/V chunks outer, Q chunks inner (chunked_attention.h), on the head shard.
     if (!offloads) {
         attention_->backward(acts.qkv_store(layer, a), dq, chunks, scratch_.dheads_out, a.heads_out,
                              a.att_lse, acts.exchange.document_spans);
+        finish_grads();
         return;
     }
     // FPDT's offloading backward: ∂L/∂o's head shard made a chunk at a time, by the window's
@@ -1484,6 +1529,7 @@ void GptModel::fpdt_attention_backward(int layer, Activations& acts, const Block
     };
     attention_->backward(acts.qkv_store(layer, a), chunks, dout, a.heads_out, a.att_lse,
                          acts.exchange.document_spans);
+    finish_grads();
 }
 
 void GptModel::heads_output_to_rows(Activations& acts, const BlockActivations& a) {

@@ -488,6 +488,9 @@ private:
     // Ulysses: the staging of an exchange (the micro-batch's, or one chunk's window) of
     // `blocks` column blocks (context_parallel.h).
     Tensor heads_staging(const ContextExchange& exchange, int blocks);
+    // The same `offset` floats into the staging, which must already be large enough: it is
+    // never grown while an exchange is in flight (FPDT's chunks).
+    Tensor staging_region(std::int64_t offset, const ContextExchange& exchange, int blocks);
     // Ulysses: the attention core on a block's head shard `heads` [T_total, 3w], whole, and
     // its output back to this rank's rows.
     void ulysses_attention_forward(Activations& acts, const BlockActivations& a, Tensor heads);

@@ -896,10 +896,12 @@ int main(int argc, char** argv) {
             "and the attention's output)\n",
             o.model.heads / o.grid.tp / o.grid.cp);
         if (o.attention_chunk > 0) {
-            // FPDT's pipeline trades each chunk alone (docs/engine.md); only FPDT's input
-            // order gives every rank a share of every chunk.
+            // FPDT's pipeline trades each chunk alone, the next one's all-to-all in flight
+            // beside this one's attention (docs/engine.md); only FPDT's input order gives
+            // every rank a share of every chunk.
             std::printf(
-                "  chunks of %d traded one at a time%s%s\n", o.attention_chunk,
+                "  chunks of %d traded one at a time, each while the one before computes%s%s\n",
+                o.attention_chunk,
                 checked.sharding == balance::CpSharding::chunked
                     ? ", each cut over the CP ranks (FPDT's input order)"
                     : "; under this sharding a chunk may come from one rank "

@@ -94,6 +94,8 @@ private slots:
     void offloadingBackwardMatchesResident();
     void offloadingPassesMoveWhatTheSimulatorPrices();
     void chunkCopiesOverlapCompute();
+    void chunksArePreparedAhead_data();
+    void chunksArePreparedAhead();
 
 private:
     CpuBackend backend_{1};
@@ -1148,6 +1150,96 @@ void EngineLayersTest::chunkCopiesOverlapCompute() {
     QCOMPARE(offloads, 6);          // one per query chunk
     QVERIFY(waited_offloads >= 4);  // slots reused by chunks 2…5
     QVERIFY(fetches > 6);
+}
+
+// FPDT's pipeline (Ulysses): chunk i + 1 is prepared — its projection, and in the model its
+// all-to-all left in flight — after chunk i's source and before chunk i's first attention
+// call, once each, and the first chunk is sourced unprepared. Sourcing what the preparation
+// made gives the same output bit for bit.
+void EngineLayersTest::chunksArePreparedAhead_data() {
+    QTest::addColumn<bool>("offload");
+    QTest::newRow("offload") << true;
+    QTest::newRow("resident") << false;
+}
+
+void EngineLayersTest::chunksArePreparedAhead() {
+    QFETCH(bool, offload);
+    CpuBackend cpu(1);
+    IssueLog log(cpu);
+    const ChunkCase k("long and short", false);
+    const int chunk = 8;
+    ChunkedAttention reference(cpu, k.c, k.n_head, {chunk, false});
+    const ChunkResult expected = run_chunked(cpu, reference, k);
+    ChunkedAttention chunked(log, k.c, k.n_head, {chunk, offload});
+    const ChunkInputs in(log, k);
+    const std::int64_t c = k.c, rows = k.q_rows;
+    PinnedBuffer host_q = cpu.allocate_pinned(std::size_t(rows * c));
+    PinnedBuffer host_kv = cpu.allocate_pinned(std::size_t(rows * 2 * c));
+    DeviceArray q = zeros_f32(log, {rows, c}), kv = zeros_f32(log, {rows, 2 * c});
+    const QkvStore store = offload ? QkvStore{Tensor{}, Tensor{}, host_q.get(), host_kv.get()}
+                                   : QkvStore{q.tensor, kv.tensor, nullptr, nullptr};
+    DeviceArray out = zeros_f32(log, {rows, c}), lse = zeros_f32(log, {rows, k.n_head});
+    // What a preparation leaves.
+    DeviceArray made_q = zeros_f32(log, {chunk, c}), made_kv = zeros_f32(log, {chunk, 2 * c});
+    const QkvProjection whole = in.projection(k);
+    QkvProjection projection;
+    projection.rows = rows;
+    std::int64_t prepared = -1;
+    std::vector<std::int64_t> prepared_firsts, sourced_firsts;
+    projection.prepare = [&](std::int64_t first, std::int64_t count) {
+        QCOMPARE(prepared, std::int64_t(-1));  // one in flight at a time
+        log.entries.push_back({"prepare"});
+        prepared_firsts.push_back(first);
+        const Tensor x = whole.input.slice(first, count);
+        log.matmul_forward(made_q.tensor.slice(0, count), x, whole.q_weight, whole.q_bias);
+        log.matmul_forward(made_kv.tensor.slice(0, count), x, whole.kv_weight, whole.kv_bias);
+        prepared = first;
+    };
+    projection.source = [&](std::int64_t first, std::int64_t count, Tensor q_rows, Tensor kv_rows) {
+        log.entries.push_back({"source"});
+        sourced_firsts.push_back(first);
+        if (prepared != first) {
+            projection.prepare(first, count);
+        }
+        log.copy(q_rows, made_q.tensor.slice(0, count));
+        log.copy(kv_rows, made_kv.tensor.slice(0, count));
+        prepared = -1;
+    };
+    log.entries.clear();
+    chunked.forward(projection, Tensor{}, store, out.tensor, lse.tensor, k.spans);
+    QVERIFY(floats_of(cpu, out.tensor) == expected.out);
+    QVERIFY(floats_of(cpu, lse.tensor) == expected.lse);
+    const std::int64_t chunks = (rows + chunk - 1) / chunk;
+    std::vector<std::int64_t> firsts;
+    for (std::int64_t i = 0; i < chunks; ++i)
+        firsts.push_back(i * chunk);
+    QCOMPARE(sourced_firsts, firsts);
+    QCOMPARE(prepared_firsts, firsts);  // the first by its source, every other ahead of it
+    // In the log: source 0, prepare 0 (the source's own), then per chunk i: prepare i + 1
+    // before chunk i's first attention call, and chunk i + 1's source only after that call.
+    const auto& e = log.entries;
+    std::vector<std::size_t> sources, prepares;
+    for (std::size_t n = 0; n < e.size(); ++n) {
+        if (e[n].op == "source")
+            sources.push_back(n);
+        if (e[n].op == "prepare")
+            prepares.push_back(n);
+    }
+    QCOMPARE(std::int64_t(sources.size()), chunks);
+    QVERIFY(prepares[0] > sources[0]);
+    for (std::int64_t i = 0; i + 1 < chunks; ++i) {
+        const std::size_t ahead = prepares[std::size_t(i + 1)];
+        QVERIFY2(ahead > sources[std::size_t(i)] && ahead < sources[std::size_t(i + 1)],
+                 qPrintable(QStringLiteral("chunk %1 prepared out of turn").arg(i + 1)));
+        const auto attention =
+            std::find_if(e.begin() + std::ptrdiff_t(sources[std::size_t(i)]), e.end(),
+                         [](const IssueLog::Entry& x) { return x.op == "attention"; });
+        QVERIFY(attention != e.end());
+        QVERIFY2(std::size_t(attention - e.begin()) > ahead,
+                 qPrintable(QStringLiteral("chunk %1's attention before chunk %2 was prepared")
+                                .arg(i)
+                                .arg(i + 1)));
+    }
 }
 
 #include "test_engine_layers.moc"

@@ -158,6 +158,8 @@ private slots:
     void reduceScatter();
     void allToAll_data() { memories(); }
     void allToAll();
+    void startedAllToAlls_data() { memories(); }
+    void startedAllToAlls();
     void broadcast_data() { memories(); }
     void broadcast();
     void broadcastBytes();
@@ -321,6 +323,30 @@ void NcclCommunicatorTest::allToAll() {
     Buffer out(memory, std::vector<float>(129, 0.0f), stream_);
     solo_->all_to_all(in.span(), {129}, out.span(), {129});
     QCOMPARE(out.read(), in_values);
+}
+
+// Two all-to-alls in flight at once on the side stream, waited for last to first: each
+// `out` holds its `in` (one member), the second's `in` written on the compute stream after
+// the first started; and the compute stream's copy after the wait reads the traded values.
+void NcclCommunicatorTest::startedAllToAlls() {
+    REQUIRE_GPU();
+    QFETCH(Memory, memory);
+    const auto first_values = ramp(1000, 0.25f), second_values = ramp(333, -7.0f);
+    Buffer first_in(memory, first_values, stream_), second_in(memory, second_values, stream_);
+    Buffer first_out(memory, std::vector<float>(1000, 0.0f), stream_);
+    Buffer second_out(memory, std::vector<float>(333, 0.0f), stream_);
+    const std::int64_t first =
+        solo_->start_all_to_all(first_in.span(), {1000}, first_out.span(), {1000});
+    const std::int64_t second =
+        solo_->start_all_to_all(second_in.span(), {333}, second_out.span(), {333});
+    // Device memory goes through the side stream with a ticket; host memory falls back to
+    // the blocking call.
+    QCOMPARE(first != Communicator::kNoTicket, memory == Memory::device);
+    solo_->wait_all_to_all(second);
+    solo_->wait_all_to_all(first);
+    solo_->wait_all_to_all(first);  // waited for already: nothing
+    QCOMPARE(first_out.read(), first_values);
+    QCOMPARE(second_out.read(), second_values);
 }
 
 void NcclCommunicatorTest::broadcast() {

@@ -428,7 +428,8 @@ private slots:
             QCOMPARE(match.captured(3).toDouble() > 0,
                      layout.contains("ulysses") && match.captured(2) == "on");
             if (layout.contains("ulysses")) {  // FPDT's pipeline, and whether on its input order
-                QVERIFY2(parallel.output.contains("traded one at a time"),
+                QVERIFY2(parallel.output.contains(
+                             "traded one at a time, each while the one before computes"),
                          qPrintable(parallel.output));
                 QCOMPARE(parallel.output.contains("(FPDT's input order)"),
                          layout.contains("chunked"));

@@ -194,6 +194,45 @@ std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int
     return bytes * layers;
 }
 
+// What a layer's Ulysses all-to-alls leave exposed, forward and backward (docs/simulate.md,
+// "One pass"): `qkv` and `out` bytes a rank sends, beside `attention` ns of one layer's
+// attention. Whole attention trades each at once, before and after it. FPDT's chunks
+// (fulcrum-train's fpdt_attention_forward/_backward) trade n = ⌈tokens/chunk⌉ of each, a call
+// a chunk: forward, chunk 0's Q|K|V waits, chunk i + 1's and chunk i − 1's output (with the
+// output offload; without, the output goes back whole after the pairs) run beside chunk i's
+// pairs, and the last output waits; backward, ∂L/∂o is traded before the pairs (a chunk at a
+// time with offload) and each K/V chunk's dQ|dK|dV beside the next one's pairs, the last
+// waiting. The pairs are taken as an even 1/n of the attention a chunk.
+struct ExchangeTimes {
+    std::int64_t forward = 0, backward = 0;
+};
+ExchangeTimes ulysses_exchange_ns(const SimulationConfig& config, const CollectiveCost& cost,
+                                  std::int64_t tokens, std::int64_t qkv, std::int64_t out,
+                                  std::int64_t attention) {
+    const std::int64_t whole = predict_collective_ns(cost, qkv) + predict_collective_ns(cost, out);
+    if (config.attention_chunk <= 0) {
+        return {whole, whole};
+    }
+    const std::int64_t n = std::max<std::int64_t>(
+        1, (tokens + config.attention_chunk - 1) / config.attention_chunk);
+    const std::int64_t q = predict_collective_ns(cost, qkv / n);
+    const std::int64_t o = predict_collective_ns(cost, out / n);
+    const std::int64_t share = attention / n;
+    const bool host_output = config.offload;
+    ExchangeTimes exposed;
+    exposed.forward = q + (host_output ? o : predict_collective_ns(cost, out));
+    exposed.backward = q + (host_output ? n * o : predict_collective_ns(cost, out));
+    for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t beside =
+            (i + 1 < n ? q : 0) + (host_output && i >= 1 ? o : 0);  // chunk i's pairs
+        exposed.forward += std::max<std::int64_t>(0, beside - share);
+        if (i + 1 < n) {
+            exposed.backward += std::max<std::int64_t>(0, q - share);
+        }
+    }
+    return exposed;
+}
+
 }  // namespace
 
 // One pass of one micro-batch on one stage for the whole CP group (docs/simulate.md, "One
@@ -252,13 +291,17 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         // Full recomputation's forward runs both again.
         const std::int64_t qkv = largest_shard * (hidden + 2 * h_kv) / grid.tp * element;
         const std::int64_t out = largest_shard * hidden / grid.tp * element;
-        const std::int64_t per_layer = predict_collective_ns(costs.cp_all_to_all, qkv) +
-                                       predict_collective_ns(costs.cp_all_to_all, out);
+        std::int64_t attention = 0;
+        for (int c = 0; c < grid.cp; ++c) {
+            attention = std::max(attention, ranks[c].attention_ns);
+        }
+        const ExchangeTimes per_layer = ulysses_exchange_ns(
+            config, costs.cp_all_to_all, planned.packed.tokens, qkv, out, attention / layers);
         group.exchange_bytes = (qkv + out) * layers;
-        group.exchange_ns = layers * per_layer;
+        group.exchange_ns = layers * (forward ? per_layer.forward : per_layer.backward);
         if (phase == Phase::backward && full_recompute) {
             group.regather_bytes = group.exchange_bytes;
-            group.regather_ns = group.exchange_ns;
+            group.regather_ns = layers * per_layer.forward;
         }
     } else if (grid.cp > 1 && phase != Phase::weight_grad) {
         // K and V of every token of the micro-batch, this rank's heads (h/tp); full

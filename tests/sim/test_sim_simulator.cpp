@@ -916,6 +916,57 @@ private slots:
         QVERIFY(must(simulate(config, nullptr)).mean_step_ns > 0);
     }
 
+    // FPDT's chunks under Ulysses (fulcrum-train's fpdt_attention_forward and _backward), 4096
+    // tokens in 4 chunks, a call a chunk: forward, chunk 0's Q|K|V and the last chunk's output
+    // wait, and beside chunk i's pairs run chunk i + 1's Q|K|V and chunk i − 1's output;
+    // backward, ∂L/∂o is traded before the pairs, each K/V chunk's dQ|dK|dV beside the next
+    // one's pairs, the last waiting. Only what a chunk's share of the attention cannot hide
+    // is exposed.
+    void fpdtChunksTradeBesideThePairs() {
+        SimulationConfig config = technique_config();
+        config.layout.context_parallelism = parallel::ContextParallelism::ulysses;
+        config.attention_chunk = 1024;
+        config.offload = true;
+        const StageCosts costs = config_costs(config);
+        const auto call = [&](std::int64_t bytes) {
+            return predict_collective_ns(costs.cp_all_to_all, bytes);
+        };
+        const std::int64_t qkv = 1024LL * 3 * 1024 * 2, out = 1024LL * 1024 * 2;
+        const std::int64_t q = call(qkv / 4), o = call(out / 4);
+        std::array<RankPass, 4> ranks;
+        std::int64_t share = 0;
+        const auto beyond = [&](std::int64_t t) { return std::max<std::int64_t>(0, t - share); };
+        // Long pairs hide everything but the first and last calls; short ones (compute a
+        // million times faster) leave most of each call exposed.
+        for (const double speedup : {1.0, 1e6}) {
+            config.hardware.tflops *= speedup;
+            const GroupPass forward = one_document_pass(config, Phase::forward, ranks);
+            share = ranks[0].attention_ns / 4 / 4;  // a layer's, then a chunk's
+            QCOMPARE(forward.exchange_bytes, 4 * (qkv + out));
+            QCOMPARE(forward.exchange_ns,
+                     4 * (q + o + beyond(q) + 2 * beyond(q + o) + beyond(o)));
+            if (speedup == 1.0) {
+                QCOMPARE(forward.exchange_ns, 4 * (q + o));
+            } else {
+                QVERIFY(forward.exchange_ns > 4 * (2 * q + 2 * o));
+            }
+            const GroupPass backward = one_document_pass(config, Phase::backward, ranks);
+            share = ranks[0].attention_ns / 4 / 4;
+            QCOMPARE(backward.exchange_ns, 4 * (q + 4 * o + 3 * beyond(q)));
+        }
+        const GroupPass forward = [&] {
+            config.hardware.tflops /= 1e6;
+            return one_document_pass(config, Phase::forward, ranks);
+        }();
+        // Whole attention trades each tensor at once, before and after it; here a chunk's
+        // calls hide, and the exchanges cost less than whole ones.
+        config = technique_config();
+        config.layout.context_parallelism = parallel::ContextParallelism::ulysses;
+        const GroupPass whole = one_document_pass(config, Phase::forward, ranks);
+        QCOMPARE(whole.exchange_ns, 4 * (call(qkv) + call(out)));
+        QVERIFY(forward.exchange_ns < whole.exchange_ns);
+    }
+
     // ZeRO-3 gathers a layer's parameters before its forward and its backward, the next while
     // this one computes: the first gather waits, the rest hide behind compute; the step's
     // reduction is a reduce-scatter.

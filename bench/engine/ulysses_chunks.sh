@@ -4,8 +4,8 @@
 # offloaded checkpoints (FPDT's design) on FPDT's input order (--cp-shard chunked), against
 # the same on per-doc shards (where each chunk comes from one rank, whose projection the other
 # waits for), Ulysses with whole attention and all-gather CP with the same chunks, in the same
-# run; and, given BASE_BUILD, the per-doc FPDT
-# layout and the all-gather one from another build (an earlier commit), to see what a change
+# run; and, given BASE_BUILD, the two FPDT
+# layouts and the all-gather one from another build (an earlier commit), to see what a change
 # costs against what the machine's drift alone does. The layouts run
 # REPS times alternately, so that each sees the same machine load on average; the table gives
 # the median step time over the steps after the first, the peak of the largest rank and the
@@ -38,9 +38,10 @@ options=("${fpdt[*]} --cp-shard chunked" "${fpdt[*]} --cp-shard per-doc"
          "--cp-impl ulysses --recompute full --offload-checkpoints"
          "--cp-impl all-gather --attention-chunk $chunk --recompute full --offload-checkpoints")
 if [ -n "$base" ]; then  # the all-gather row, unchanged by the engine's Ulysses, as a control
-    names+=("ulysses chunks $chunk, per-doc, $base" "all-gather chunks $chunk, $base")
-    binaries+=("$base" "$base")
-    options+=("${options[1]}" "${options[3]}")
+    names+=("ulysses chunks $chunk, chunked, $base" "ulysses chunks $chunk, per-doc, $base"
+            "all-gather chunks $chunk, $base")
+    binaries+=("$base" "$base" "$base")
+    options+=("${options[0]}" "${options[1]}" "${options[3]}")
 fi
 
 for rep in $(seq 1 "$reps"); do

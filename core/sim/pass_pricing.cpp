@@ -213,8 +213,8 @@ ExchangeTimes ulysses_exchange_ns(const SimulationConfig& config, const Collecti
     if (config.attention_chunk <= 0) {
         return {whole, whole};
     }
-    const std::int64_t n = std::max<std::int64_t>(
-        1, (tokens + config.attention_chunk - 1) / config.attention_chunk);
+    const std::int64_t n =
+        std::max<std::int64_t>(1, (tokens + config.attention_chunk - 1) / config.attention_chunk);
     const std::int64_t q = predict_collective_ns(cost, qkv / n);
     const std::int64_t o = predict_collective_ns(cost, out / n);
     const std::int64_t share = attention / n;

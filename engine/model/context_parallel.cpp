@@ -191,14 +191,6 @@ void reduce_scatter_context_rows(Backend& backend, Communicator* cp,
 
 namespace {
 
-struct HeadsExchange {
-    int size = 1, rank = 0;
-    std::int64_t local_rows = 0, total = 0, width = 0, block = 0;  // width k·w, block w
-    std::size_t blocks = 0;                                        // k
-    Tensor token_major;  // [P·T_local, k·w]: rank j's rows to send (or received from j)
-    Tensor rank_major;   // [T_total, k·w]: every rank's rows, rank after rank
-};
-
 // The exchange of k blocks of w head-shard columns through `staging`.
 HeadsExchange heads_exchange(Communicator* cp, const ContextExchange& exchange, std::size_t k,
                              std::int64_t w, const Tensor& staging) {
@@ -279,19 +271,13 @@ HeadsExchange pack_for_rows(Backend& backend, Communicator* cp, const ContextExc
 PendingHeadsExchange start_exchange(Communicator* cp, const ContextExchange& exchange,
                                     const HeadsExchange& x, bool to_heads, Backend& backend,
                                     bool overlap) {
-    PendingHeadsExchange pending;
-    pending.started = true;
-    pending.to_heads = to_heads;
-    pending.cp = cp;
-    pending.size = x.size;
-    pending.blocks = x.blocks;
-    pending.local_rows = x.local_rows;
-    pending.total = x.total;
-    pending.block = x.block;
-    pending.token_major = x.token_major;
-    pending.rank_major = x.rank_major;
-    pending.runs = exchange.runs;
-    pending.bytes = x.token_major.numel() * std::int64_t(sizeof(float));
+    PendingHeadsExchange pending{true,
+                                 to_heads,
+                                 cp,
+                                 Communicator::kNoTicket,
+                                 x.token_major.numel() * std::int64_t(sizeof(float)),
+                                 x,
+                                 exchange.runs};
     if (x.size == 1) {
         to_heads ? backend.copy(x.rank_major, x.token_major)
                  : backend.copy(x.token_major, x.rank_major);
@@ -397,20 +383,17 @@ void finish_heads_exchange(Backend& backend, PendingHeadsExchange& pending,
                            std::span<const Tensor> destination) {
     FULCRUM_CHECK(pending.started, "an all-to-all finished twice, or never started");
     pending.started = false;
-    FULCRUM_CHECK(destination.size() == pending.blocks, "one destination per block exchanged");
     if (pending.ticket != Communicator::kNoTicket) {
         instrument::Range range(range_name::kCpAllToAll, Category::communication,
                                 instrument::with_bytes(pending.bytes));
         pending.cp->wait_all_to_all(pending.ticket);
     }
-    const std::int64_t w = pending.block;
+    const HeadsExchange& x = pending.x;
+    const std::int64_t w = x.block;
     if (pending.to_heads) {
-        for (const Tensor& t : destination) {
-            FULCRUM_CHECK(t.rows() == pending.total && t.cols() == w,
-                          "head-shard blocks [total, H/P]");
-        }
+        check_heads(x, destination);
         for (const RowRun& run : pending.runs) {
-            const Tensor rows = pending.rank_major.slice(run.gathered_row, run.count);
+            const Tensor rows = x.rank_major.slice(run.gathered_row, run.count);
             for (std::size_t i = 0; i < destination.size(); ++i) {
                 backend.copy(destination[i].slice(run.document_row, run.count),
                              rows.columns(std::int64_t(i) * w, w));
@@ -418,13 +401,9 @@ void finish_heads_exchange(Backend& backend, PendingHeadsExchange& pending,
         }
         return;
     }
-    for (const Tensor& t : destination) {
-        FULCRUM_CHECK(t.rows() == pending.local_rows && t.cols() == w * pending.size,
-                      "local blocks [T_local, H] with H = P · the head shard's block");
-    }
-    for (int j = 0; j < pending.size; ++j) {
-        const Tensor from_rank =
-            pending.token_major.slice(j * pending.local_rows, pending.local_rows);
+    check_local(x, destination);
+    for (int j = 0; j < x.size; ++j) {
+        const Tensor from_rank = x.token_major.slice(j * x.local_rows, x.local_rows);
         for (std::size_t i = 0; i < destination.size(); ++i) {
             backend.copy(destination[i].columns(j * w, w),
                          from_rank.columns(std::int64_t(i) * w, w));

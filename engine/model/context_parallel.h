@@ -109,14 +109,20 @@ void gather_heads(Backend& backend, Communicator* cp, const ContextExchange& exc
 // at the start. The staging must be left alone in between; what start read may be reused at
 // once (the packing is ordered before any later work on the compute stream). Every started
 // exchange is finished exactly once.
+// The shape of one exchange of k blocks of w head-shard columns, and its staging's halves.
+struct HeadsExchange {
+    int size = 1, rank = 0;
+    std::int64_t local_rows = 0, total = 0, width = 0, block = 0;  // width k·w, block w
+    std::size_t blocks = 0;                                        // k
+    Tensor token_major;  // [P·T_local, k·w]: rank j's rows to send (or received from j)
+    Tensor rank_major;   // [T_total, k·w]: every rank's rows, rank after rank
+};
 struct PendingHeadsExchange {
     bool started = false, to_heads = true;
     Communicator* cp = nullptr;
     std::int64_t ticket = Communicator::kNoTicket;
-    int size = 1;
-    std::size_t blocks = 0;
-    std::int64_t local_rows = 0, total = 0, block = 0, bytes = 0;
-    Tensor token_major, rank_major;  // the staging's halves
+    std::int64_t bytes = 0;  // sent
+    HeadsExchange x;
     std::vector<RowRun> runs;
 };
 PendingHeadsExchange start_scatter_heads(Backend& backend, Communicator* cp,

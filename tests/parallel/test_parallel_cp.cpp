@@ -66,6 +66,22 @@ float named_value(std::int64_t row, std::int64_t column, int block) {
     return float(1000 * row + 10 * column + block);
 }
 
+// A rank's shard under `sharding` and its local rows [n, 4] named by named_value (block 0).
+struct NamedRows {
+    static constexpr std::int64_t h = 4;
+    ContextShard shard;
+    std::vector<std::int64_t> document_row;
+    std::vector<float> host;
+    NamedRows(balance::CpSharding sharding, int cp_rank)
+        : shard(shard_for(plan_for(sharding, 2), cp_rank)),
+          document_row(local_document_rows(shard.exchange, cp_rank)),
+          host(std::size_t(shard.size() * h)) {
+        for (std::int64_t r = 0; r < shard.size(); ++r)
+            for (std::int64_t c = 0; c < h; ++c)
+                host[std::size_t(r * h + c)] = named_value(document_row[std::size_t(r)], c, 0);
+    }
+};
+
 }  // namespace
 
 class ParallelCpTest : public QObject {
@@ -339,16 +355,14 @@ void ParallelCpTest::ulyssesExchangeByChunks() {
     for (balance::CpSharding sharding :
          {balance::CpSharding::contiguous, balance::CpSharding::zigzag,
           balance::CpSharding::per_document}) {
-        const ContextShard shard = shard_for(plan_for(sharding, 2), cp.rank());
-        const ContextExchange& exchange = shard.exchange;
-        const std::int64_t n = shard.size(), total = exchange.total_rows(), h = 4, w = h / 2;
-        const std::vector<std::int64_t> document_row = local_document_rows(exchange, cp.rank());
+        const NamedRows rows(sharding, cp.rank());
+        const ContextExchange& exchange = rows.shard.exchange;
+        const std::int64_t n = rows.shard.size(), total = exchange.total_rows(), h = rows.h,
+                           w = h / 2;
+        const std::vector<std::int64_t>& document_row = rows.document_row;
+        const std::vector<float>& host = rows.host;
         QVERIFY(!exchange_window(exchange, total - 3, 4).ok());  // past the micro-batch
         QVERIFY(!exchange_window(exchange, -1, 2).ok());
-        std::vector<float> host(std::size_t(n * h));
-        for (std::int64_t r = 0; r < n; ++r)
-            for (std::int64_t c = 0; c < h; ++c)
-                host[std::size_t(r * h + c)] = named_value(document_row[std::size_t(r)], c, 0);
         for (std::int64_t chunk : {std::int64_t(5), std::int64_t(16), total}) {
             const std::int64_t staging = heads_staging_elements(exchange, cp.rank(), w);
             DeviceBuffer storage =
@@ -399,14 +413,12 @@ void ParallelCpTest::ulyssesExchangesInFlight() {
     for (balance::CpSharding sharding :
          {balance::CpSharding::contiguous, balance::CpSharding::zigzag,
           balance::CpSharding::per_document}) {
-        const ContextShard shard = shard_for(plan_for(sharding, 2), cp.rank());
-        const ContextExchange& exchange = shard.exchange;
-        const std::int64_t n = shard.size(), total = exchange.total_rows(), h = 4, w = h / 2;
-        const std::vector<std::int64_t> document_row = local_document_rows(exchange, cp.rank());
-        std::vector<float> host(std::size_t(n * h));
-        for (std::int64_t r = 0; r < n; ++r)
-            for (std::int64_t c = 0; c < h; ++c)
-                host[std::size_t(r * h + c)] = named_value(document_row[std::size_t(r)], c, 0);
+        const NamedRows rows(sharding, cp.rank());
+        const ContextExchange& exchange = rows.shard.exchange;
+        const std::int64_t n = rows.shard.size(), total = exchange.total_rows(), h = rows.h,
+                           w = h / 2;
+        const std::vector<std::int64_t>& document_row = rows.document_row;
+        const std::vector<float>& host = rows.host;
         for (std::int64_t chunk : {std::int64_t(3), std::int64_t(16), total}) {
             std::vector<ExchangeWindow> windows;
             std::vector<std::int64_t> firsts, offsets{0};

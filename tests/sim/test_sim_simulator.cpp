@@ -943,8 +943,7 @@ private slots:
             const GroupPass forward = one_document_pass(config, Phase::forward, ranks);
             share = ranks[0].attention_ns / 4 / 4;  // a layer's, then a chunk's
             QCOMPARE(forward.exchange_bytes, 4 * (qkv + out));
-            QCOMPARE(forward.exchange_ns,
-                     4 * (q + o + beyond(q) + 2 * beyond(q + o) + beyond(o)));
+            QCOMPARE(forward.exchange_ns, 4 * (q + o + beyond(q) + 2 * beyond(q + o) + beyond(o)));
             if (speedup == 1.0) {
                 QCOMPARE(forward.exchange_ns, 4 * (q + o));
             } else {

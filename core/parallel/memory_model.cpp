@@ -343,10 +343,11 @@ double workspace_elements(const MemoryShape& shape, const EngineRows& r) {
         // being made (the head shard goes to the chunk slots).
         const double chunk = std::min<double>(shape.attention_chunk, r.g);
         const double sent = std::min<double>(shape.attention_chunk, r.n);
-        const double chunk_staging = (r.cp * sent + chunk) * 3 * r.w;
+        const double output_staging = (r.cp * sent + chunk) * r.w;
+        const double chunk_staging = 3 * output_staging;
         if (offload) {
             w += 3 * chunk * r.w + 2 * double(shape.attention_chunk) * (3 * r.w + r.hs);
-            w += chunk_staging * 4 / 3 + 3 * sent * r.cl;
+            w += chunk_staging + output_staging + 3 * sent * r.cl;
         } else {
             w += 2 * r.g * r.w + 2 * chunk * r.w;
             w += std::max((r.cp * r.n + r.g) * r.w, chunk_staging);

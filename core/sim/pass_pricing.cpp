@@ -219,17 +219,14 @@ ExchangeTimes ulysses_exchange_ns(const SimulationConfig& config, const Collecti
     const std::int64_t o = predict_collective_ns(cost, out / n);
     const std::int64_t share = attention / n;
     const bool host_output = config.offload;
+    const auto beyond = [&](std::int64_t t) { return std::max<std::int64_t>(0, t - share); };
     ExchangeTimes exposed;
     exposed.forward = q + (host_output ? o : predict_collective_ns(cost, out));
-    exposed.backward = q + (host_output ? n * o : predict_collective_ns(cost, out));
     for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t beside =
-            (i + 1 < n ? q : 0) + (host_output && i >= 1 ? o : 0);  // chunk i's pairs
-        exposed.forward += std::max<std::int64_t>(0, beside - share);
-        if (i + 1 < n) {
-            exposed.backward += std::max<std::int64_t>(0, q - share);
-        }
+        exposed.forward += beyond((i + 1 < n ? q : 0) + (host_output && i >= 1 ? o : 0));
     }
+    exposed.backward =
+        (host_output ? n * o : predict_collective_ns(cost, out)) + q + (n - 1) * beyond(q);
     return exposed;
 }
 

@@ -213,6 +213,27 @@ struct NcclCommunicator::State {
         deferred.clear();
     }
 
+    // An all-to-all's transfers (NCCL has none: one send and one receive per member, sends to
+    // itself included; NCCL's documentation, "Point-to-point communication", all-to-all
+    // example), on `on`, inside the caller's group.
+    void all_to_all_transfers(const float* send, const std::vector<int>& send_counts, float* recv,
+                              const std::vector<int>& recv_counts, cudaStream_t on) const {
+        std::size_t sent = 0, received = 0;
+        for (std::size_t member = 0; member < send_counts.size(); ++member) {
+            const auto to = static_cast<std::size_t>(send_counts[member]);
+            const auto from = static_cast<std::size_t>(recv_counts[member]);
+            if (to > 0) {
+                FULCRUM_NCCL_CHECK(ncclSend(send + sent, to, ncclFloat, int(member), comm, on));
+            }
+            if (from > 0) {
+                FULCRUM_NCCL_CHECK(
+                    ncclRecv(recv + received, from, ncclFloat, int(member), comm, on));
+            }
+            sent += to;
+            received += from;
+        }
+    }
+
     void issue_deferred_sends() {
         if (!deferred.empty()) {
             grouped_with_deferred_sends([] {});
@@ -484,26 +505,9 @@ void NcclCommunicator::all_to_all(std::span<const float> in, const std::vector<i
     State::Staging staging(s);
     const auto* send = static_cast<const float*>(staging.in(in.data(), in.size_bytes()));
     auto* recv = static_cast<float*>(staging.out(out.data(), out.size_bytes(), false));
-    // NCCL has no all-to-all: one send and one receive per member, in one group (NCCL's
-    // documentation, "Point-to-point communication", all-to-all example), sends to itself
-    // included. The held sends go in the same group.
-    s.grouped_with_deferred_sends([&] {
-        std::size_t sent = 0, received = 0;
-        for (int member = 0; member < size_; ++member) {
-            const auto to = static_cast<std::size_t>(send_counts[static_cast<std::size_t>(member)]);
-            const auto from =
-                static_cast<std::size_t>(recv_counts[static_cast<std::size_t>(member)]);
-            if (to > 0) {
-                FULCRUM_NCCL_CHECK(ncclSend(send + sent, to, ncclFloat, member, s.comm, s.stream));
-            }
-            if (from > 0) {
-                FULCRUM_NCCL_CHECK(
-                    ncclRecv(recv + received, from, ncclFloat, member, s.comm, s.stream));
-            }
-            sent += to;
-            received += from;
-        }
-    });
+    // One group with the held sends.
+    s.grouped_with_deferred_sends(
+        [&] { s.all_to_all_transfers(send, send_counts, recv, recv_counts, s.stream); });
     staging.finish();
 }
 
@@ -523,20 +527,7 @@ std::int64_t NcclCommunicator::start_all_to_all(std::span<const float> in,
     s.issue_deferred_sends();
     s.side_after_compute();
     FULCRUM_NCCL_CHECK(ncclGroupStart());
-    std::size_t sent = 0, received = 0;
-    for (int member = 0; member < size_; ++member) {
-        const auto to = static_cast<std::size_t>(send_counts[static_cast<std::size_t>(member)]);
-        const auto from = static_cast<std::size_t>(recv_counts[static_cast<std::size_t>(member)]);
-        if (to > 0) {
-            FULCRUM_NCCL_CHECK(ncclSend(in.data() + sent, to, ncclFloat, member, s.comm, s.side));
-        }
-        if (from > 0) {
-            FULCRUM_NCCL_CHECK(
-                ncclRecv(out.data() + received, from, ncclFloat, member, s.comm, s.side));
-        }
-        sent += to;
-        received += from;
-    }
+    s.all_to_all_transfers(in.data(), send_counts, out.data(), recv_counts, s.side);
     FULCRUM_NCCL_CHECK(ncclGroupEnd());
     cudaEvent_t done = nullptr;
     if (s.spare_events.empty()) {

@@ -1405,17 +1405,17 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
     // the new would meet at the backward's peak. A rank sends at most min(chunk, T) rows of a
     // chunk.
     const std::int64_t p = parallel_.cp_size(), c = fpdt_chunk_rows(acts);
-    const std::int64_t chunk_staging = (p * std::min(c, acts.n_tokens()) + c) * 3 * hw;
+    const std::int64_t output_staging = (p * std::min(c, acts.n_tokens()) + c) * hw;
+    const std::int64_t chunk_staging = 3 * output_staging;
     const bool host_output = acts.offloads_attention_output();
     // FPDT's output offload trades each chunk's output back while the next chunk's Q|K|V are
     // in flight: its own staging, after theirs.
     reserve(backend_, staging_storage_, staging_capacity_,
-            host_output ? chunk_staging * 4 / 3
+            host_output ? chunk_staging + output_staging
                         : std::max(chunk_staging, heads_staging_elements(acts.exchange, me, hw)));
     // FPDT's pipeline (§3.2, Fig. 4): chunk i + 1's rows projected and their all-to-all
     // started before chunk i's pairs compute (prepare), finished when its pairs come (source).
     PendingHeadsExchange qkv_exchange;
-    std::int64_t qkv_first = -1;
     QkvProjection projection;
     projection.rows = acts.exchange.total_rows();
     projection.prepare = [&](std::int64_t first, std::int64_t rows) {
@@ -1429,15 +1429,13 @@ void GptModel::fpdt_attention_forward(int layer, Activations& acts, const BlockA
         const Tensor local[] = {qkv.columns(0, cl), qkv.columns(cl, cl), qkv.columns(2 * cl, cl)};
         qkv_exchange = start_scatter_heads(backend_, parallel_.cp, chunk.exchange, local,
                                            staging_region(0, chunk.exchange, 3));
-        qkv_first = first;
     };
     projection.source = [&](std::int64_t first, std::int64_t rows, Tensor q, Tensor kv) {
-        if (qkv_first != first) {
+        if (!qkv_exchange.started) {
             projection.prepare(first, rows);  // the first chunk: nothing started it
         }
         const Tensor heads[] = {q, kv.columns(0, hw), kv.columns(hw, hw)};
         finish_heads_exchange(backend_, qkv_exchange, heads);
-        qkv_first = -1;
     };
     PendingHeadsExchange out_exchange;
     Tensor out_rows;

@@ -89,6 +89,55 @@ namespace {
 // (2h²) of 24h² FLOPs per token (the MLP's two 4h GEMMs are the other 16h²).
 constexpr std::pair<std::int64_t, std::int64_t> kAttentionBlockLinearShare = {8, 24};
 
+// Megatron-LM's asynchronous TP communication in the backward (SimulationConfig::
+// tp_backward_overlap) on one rank's backward pass of `layers` layers, `linear_ns` of it
+// outside the attention core. Each column-parallel linear's collective runs beside a GEMM of
+// its own, the QKV projection's and the MLP's first: without sequence parallelism the input
+// gradient's all-reduce beside the weight-gradient GEMM; with it the reduce-scatter likewise,
+// and the all-gather of the linear's input beside the input-gradient GEMM (the same FLOPs).
+// The row-parallel linears' collectives stay exposed. A layer's backward linear work is twice
+// its forward's, 2·(qkv + h + fc1 + f)·h a token, so each such GEMM is its linear's share of
+// half of it. A call hides up to its GEMM's time; NCCL's kernels hold their SMs while it runs
+// beside the GEMM (nccl_sm_share), which takes that share of the hidden time longer.
+void overlap_backward_collectives(RankPass& rank, const SimulationConfig& config,
+                                  const std::array<const CollectiveCost*, 3>& kind_costs,
+                                  std::int64_t linear_ns, std::int64_t layers) {
+    const parallel::ModelShape& model = config.model;
+    const double h = model.hidden;
+    const double qkv = h + 2.0 * parallel::kv_hidden_of(model);
+    const double ffn = parallel::ffn_hidden_of(model);
+    const double fc1 = model.architecture == parallel::Architecture::llama ? 2 * ffn : ffn;
+    const double per_layer =
+        static_cast<double>(linear_ns) / static_cast<double>(std::max<std::int64_t>(layers, 1));
+    const double backward_columns = 2 * (qkv + h + fc1 + ffn);
+    // [0]: beside QKV's GEMM, in the attention block; [1]: beside the MLP's.
+    const std::array<double, 2> gemm_ns = {per_layer * qkv / backward_columns,
+                                           per_layer * fc1 / backward_columns};
+    std::array<double, 2> delay{};
+    const auto hide = [&](std::size_t kind) {
+        if (rank.tp_calls[kind] < 2 * layers) {
+            return;
+        }
+        const double call =
+            static_cast<double>(rank.tp_ns[kind]) / static_cast<double>(rank.tp_calls[kind]);
+        const double share = nccl_sm_share(config.hardware, *kind_costs[kind]);
+        double hidden = 0;
+        for (std::size_t linear = 0; linear < gemm_ns.size(); ++linear) {
+            const double covered = std::min(call, gemm_ns[linear]) * static_cast<double>(layers);
+            hidden += covered;
+            delay[linear] += share * covered;
+        }
+        rank.tp_ns[kind] -= std::llround(hidden);
+    };
+    const bool sp = config.layout.sequence_parallel;
+    hide(sp ? 2 : 0);  // the input gradient's reduce-scatter or all-reduce
+    if (sp) {
+        hide(1);  // the re-gather of the linear's input
+    }
+    rank.attention_ns += std::llround(delay[0]);
+    rank.mlp_ns += std::llround(delay[1]);
+}
+
 // One CP rank's compute and TP collectives of one pass (docs/simulate.md, "One pass").
 RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& recompute,
                    const StageCosts& costs, const SimulationConfig& config, Phase phase,
@@ -129,6 +178,9 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
         }
         if (config.tp_comm_overlap) {
             hide_behind_gemms(rank, rest - core, config.layout.grid.tp);
+        } else if (config.tp_backward_overlap && phase == Phase::backward &&
+                   !parallel::splits_backward(config.layout.schedule)) {
+            overlap_backward_collectives(rank, config, kind_costs, rest - core, layers);
         }
     }
     return rank;

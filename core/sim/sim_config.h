@@ -73,6 +73,14 @@ struct SimulationConfig {
     // GEMM beside it computes another; only the first chunk and what the GEMMs cannot cover
     // stay on the critical path (pass_pricing.cpp). Needs sequence parallelism.
     bool tp_comm_overlap = false;
+    // Megatron-LM's asynchronous TP communication in the backward (its
+    // async_tensor_model_parallel_allreduce, on by default from 2022; Korthikanti et al. 2022,
+    // §6.2): each column-parallel linear (QKV, the MLP's first) starts its input gradient's
+    // all-reduce — under sequence parallelism its reduce-scatter, after the all-gather of its
+    // input ran beside the input-gradient GEMM — and computes its weight gradient meanwhile.
+    // What the GEMM cannot cover stays exposed, and NCCL's kernels hold their SMs while they
+    // overlap it (pass_pricing.cpp). --tp-comm-overlap supersedes it.
+    bool tp_backward_overlap = false;
     // FPDT's chunked attention (fulcrum-train --attention-chunk): a layer's sequence in chunks
     // of this many tokens; `offload`: each chunk's Q, K and V go to pinned host memory after
     // its projection and every earlier chunk's K and V come back for each later chunk's

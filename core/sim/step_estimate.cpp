@@ -63,6 +63,7 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     const bool split = parallel::splits_backward(config.layout.schedule);
     StepEstimate estimate;
     estimate.stage_ns.resize(static_cast<std::size_t>(grid.pp));
+    estimate.phase_ns.resize(static_cast<std::size_t>(grid.pp));
     std::vector<double> busy(static_cast<std::size_t>(grid.pp));
     std::vector<double> last_backward(static_cast<std::size_t>(grid.pp));
     double slowest = 0, ramp_sum = 0, slowest_ramp = 0;
@@ -83,6 +84,7 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
         // Parallelism", 2024, §3).
         const double ramp = (split ? ns[0] + ns[1] - ns[2] : per_microbatch) / v;
         estimate.stage_ns[static_cast<std::size_t>(stage)] = per_microbatch;
+        estimate.phase_ns[static_cast<std::size_t>(stage)] = ns;
         busy[static_cast<std::size_t>(stage)] = m * per_microbatch;
         last_backward[static_cast<std::size_t>(stage)] = ns[1] + ns[2];
         ramp_sum += ramp;

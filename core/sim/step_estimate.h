@@ -1,8 +1,10 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
+#include "core/sim/layer_costs.h"
 #include "core/sim/sim_config.h"
 
 namespace fulcrum::sim {
@@ -20,6 +22,8 @@ struct StepEstimate {
     double pipeline_ns = 0;
     double bubble_fraction = 0;    // Σ_s (pipeline − busy_s) / Σ_s busy_s
     std::vector<double> stage_ns;  // [stage]: one micro-batch's passes, every phase
+    // [stage][phase]: one micro-batch's pass of each phase (forward, backward or B, W)
+    std::vector<std::array<double, kPassPhases>> phase_ns;
 };
 StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& costs,
                            std::int64_t tokens, std::int64_t pairs);

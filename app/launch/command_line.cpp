@@ -233,6 +233,9 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     if (request.grad_reduce_dtype) {
         append(words, {"--grad-reduce-dtype", sim::dtype_name(*request.grad_reduce_dtype)});
     }
+    if (request.tp_backward_overlap) {
+        append(words, {"--tp-backward-overlap"});
+    }
     if (c.layout.zero_stage == 1) {
         append(words, {"--distributed-optimizer"});
     } else if (c.layout.zero_stage > 1) {

@@ -120,6 +120,9 @@ struct PlanRequest {
     // default): the memory model keeps no score matrix under flash, and the simulator prices it.
     parallel::Precision precision = parallel::Precision::megatron_mixed();
     bool overlap_grad_reduce = true;
+    // Megatron-LM's asynchronous backward TP communication (sim::SimulationConfig::
+    // tp_backward_overlap) for every candidate.
+    bool tp_backward_overlap = false;
     // Peak dense TFLOP/s of one GPU for MFU; 0: the hardware preset's (989 for h100).
     double peak_tflops = 0;
 

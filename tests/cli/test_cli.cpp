@@ -601,6 +601,36 @@ private slots:
         QCOMPARE(QJsonDocument::fromJson(zero.output.toUtf8()).object().value("ranked"),
                  QJsonValue(plain));
         QCOMPARE(run(fulcrum(), small + QStringList{"--zero", "4"}, work_.path()).exit_code, 2);
+
+        // Megatron-LM's asynchronous backward: every printed line carries it, and the top
+        // candidate's line plays the figure the plan ranked it by.
+        const Outcome overlapped =
+            run(fulcrum(), small + QStringList{"--tp-backward-overlap", "--json"}, work_.path());
+        QVERIFY2(overlapped.exit_code == 0, qPrintable(overlapped.output));
+        const QJsonArray with_overlap =
+            QJsonDocument::fromJson(overlapped.output.toUtf8()).object().value("ranked").toArray();
+        QCOMPARE(with_overlap.size(), 2);
+        for (const auto& entry : with_overlap) {
+            QVERIFY(entry.toObject()
+                        .value("simulate_command")
+                        .toString()
+                        .contains("--tp-backward-overlap"));
+        }
+        QStringList overlap_command =
+            with_overlap.at(0).toObject().value("simulate_command").toString().split(' ');
+        overlap_command.takeFirst();
+        const Outcome replayed =
+            run(fulcrum(), overlap_command + QStringList{"--json"}, work_.path());
+        QCOMPARE(replayed.exit_code, 0);
+        QCOMPARE(QJsonDocument::fromJson(replayed.output.toUtf8())
+                     .object()
+                     .value("results")
+                     .toArray()
+                     .at(0)
+                     .toObject()
+                     .value("tokens_per_second")
+                     .toDouble(),
+                 with_overlap.at(0).toObject().value("tokens_per_second").toDouble());
     }
 
     // --report writes the plan as a page: the chart and the top k (core/report/plan_section.h);

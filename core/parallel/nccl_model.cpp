@@ -340,8 +340,10 @@ NcclEstimate nccl_call_time(const NcclCall& call, double bytes, int gpus_a_proce
     if (call.prices.empty()) {
         return estimate;
     }
-    estimate.time_us = std::max(estimate.time_us + call.call_overhead_us,
-                                std::max(gpus_a_process, 1) * call.host_launch_us);
+    // A ring moves nothing past a GPU whose kernel has not started: with several GPUs to a
+    // process the transfer begins once the last one is launched, after the others' launches.
+    estimate.time_us +=
+        call.call_overhead_us + (std::max(gpus_a_process, 1) - 1) * call.host_launch_us;
     return estimate;
 }
 

@@ -61,10 +61,11 @@ struct ClusterNetwork {
     // sizes (bench/sim/collectives.md): the collective kernel's start after the one before it
     // on its stream (C0's 1 KiB, one process a GPU: 16.9 µs against the tuner's 15.0), and the
     // host's launch of one GPU's kernel, which a process that drives several GPUs pays for
-    // each in turn (A2's 1 KiB: 36.1 µs for 8 GPUs from one process). Both measured on one
-    // system each and taken for both GPU generations.
+    // each after the first, before the last GPU joins the ring (A2's 1 KiB: 36.1 µs for 8 GPUs
+    // from one process against the tuner's 15.0 and the start's 1.9: 7 launches of 2.7). Both
+    // measured on one system each and taken for both GPU generations.
     double call_overhead_us = 1.9;
-    double host_launch_us = 4.5;
+    double host_launch_us = 2.7;
 
     double nvlink_gbs() const { return nvlink_links * nvlink_link_gbs; }  // a GPU's, all links
     // What one channel through a NIC carries: the slower of the NIC and its PCIe path.
@@ -156,8 +157,8 @@ NcclEstimate nccl_time(Collective collective, double bytes, const GroupPlacement
                        const ClusterNetwork& network);
 
 // The call's time as a run measures it: the tuner's (nccl_time) and the kernel's start; where
-// one process launches the kernels of `gpus_a_process` GPUs in turn (nccl-tests' -g), those
-// launches when they take longer. A group of one rank costs nothing.
+// one process launches the kernels of `gpus_a_process` GPUs in turn (nccl-tests' -g), the
+// launches before the last GPU's too. A group of one rank costs nothing.
 NcclEstimate nccl_call_time(const NcclCall& call, double bytes, int gpus_a_process = 1);
 
 }  // namespace fulcrum::parallel

@@ -658,6 +658,13 @@ private slots:
                                                                    *a100->network),
                                                double(gib))
                                                .time_us));
+        // Several GPUs to a process (nccl-tests' -g): the transfer waits for the last GPU's
+        // launch, after the other g − 1.
+        const parallel::NcclCall call = parallel::nccl_call(
+            parallel::Collective::all_reduce, tp_all_reduce.nccl->group, *a100->network);
+        const double tuner = parallel::nccl_time(call, 1024).time_us;
+        QCOMPARE(parallel::nccl_call_time(call, 1024).time_us, tuner + 1.9);
+        QCOMPARE(parallel::nccl_call_time(call, 1024, 8).time_us, tuner + 1.9 + 7 * 2.7);
         HardwareAssumptions flat = *a100;
         flat.network.reset();
         const analysis::CollectiveCost ring =
@@ -713,7 +720,7 @@ private slots:
         QCOMPARE(mine->network->gpus_per_node, 4);
         QCOMPARE(mine->sms, 84);
         QCOMPARE(mine->network->call_overhead_us, 3.5);
-        QCOMPARE(mine->network->host_launch_us, 4.5);  // the preset's
+        QCOMPARE(mine->network->host_launch_us, 2.7);  // the preset's
         auto flat = hardware_preset(write("flat.json", R"({"base": "h100", "network": null})"));
         QVERIFY(flat.ok() && !flat->network.has_value());
         // A device's measured attention, by the forward's GFLOP of a call.

@@ -39,6 +39,18 @@ QString fulcrum() {
     return kBinaryDir + "/app/fulcrum";
 }
 
+// The tokens/s of the first result of `fulcrum simulate --json`.
+double played_tokens_per_second(const Outcome& simulated) {
+    return QJsonDocument::fromJson(simulated.output.toUtf8())
+        .object()
+        .value("results")
+        .toArray()
+        .at(0)
+        .toObject()
+        .value("tokens_per_second")
+        .toDouble();
+}
+
 QJsonObject read_json(const QString& path) {
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly)) {
@@ -559,14 +571,7 @@ private slots:
         QCOMPARE(command.takeFirst(), QString("fulcrum"));
         const Outcome simulated = run(fulcrum(), command + QStringList{"--json"}, work_.path());
         QCOMPARE(simulated.exit_code, 0);
-        const QJsonObject result = QJsonDocument::fromJson(simulated.output.toUtf8())
-                                       .object()
-                                       .value("results")
-                                       .toArray()
-                                       .at(0)
-                                       .toObject();
-        QCOMPARE(result.value("tokens_per_second").toDouble(),
-                 top.value("tokens_per_second").toDouble());
+        QCOMPARE(played_tokens_per_second(simulated), top.value("tokens_per_second").toDouble());
 
         const Outcome written = run(fulcrum(), small + QStringList{"-o", "plans"}, work_.path());
         QCOMPARE(written.exit_code, 0);
@@ -622,14 +627,7 @@ private slots:
         const Outcome replayed =
             run(fulcrum(), overlap_command + QStringList{"--json"}, work_.path());
         QCOMPARE(replayed.exit_code, 0);
-        QCOMPARE(QJsonDocument::fromJson(replayed.output.toUtf8())
-                     .object()
-                     .value("results")
-                     .toArray()
-                     .at(0)
-                     .toObject()
-                     .value("tokens_per_second")
-                     .toDouble(),
+        QCOMPARE(played_tokens_per_second(replayed),
                  with_overlap.at(0).toObject().value("tokens_per_second").toDouble());
     }
 
@@ -709,14 +707,7 @@ private slots:
         QCOMPARE(command.mid(1, 10), calibrate);
         const Outcome simulated = run(fulcrum(), command + QStringList{"--json"}, work_.path());
         QCOMPARE(simulated.exit_code, 0);
-        const QJsonObject result = QJsonDocument::fromJson(simulated.output.toUtf8())
-                                       .object()
-                                       .value("results")
-                                       .toArray()
-                                       .at(0)
-                                       .toObject();
-        QCOMPARE(result.value("tokens_per_second").toDouble(),
-                 top.value("tokens_per_second").toDouble());
+        QCOMPARE(played_tokens_per_second(simulated), top.value("tokens_per_second").toDouble());
 
         const Outcome without_tp =
             run(fulcrum(), plan + calibrate.mid(0, 2) + calibrate.mid(6), work_.path());
@@ -773,15 +764,7 @@ private slots:
         QCOMPARE(command.mid(1, 2), (QStringList{"--cost-model", "pp2-costs.json"}));
         const Outcome replayed = run(fulcrum(), command + QStringList{"--json"}, work_.path());
         QCOMPARE(replayed.exit_code, 0);
-        QCOMPARE(QJsonDocument::fromJson(replayed.output.toUtf8())
-                     .object()
-                     .value("results")
-                     .toArray()
-                     .at(0)
-                     .toObject()
-                     .value("tokens_per_second")
-                     .toDouble(),
-                 top.value("tokens_per_second").toDouble());
+        QCOMPARE(played_tokens_per_second(replayed), top.value("tokens_per_second").toDouble());
         QFile bad(work_.filePath("bad-costs.json"));
         QVERIFY(bad.open(QIODevice::WriteOnly));
         bad.write("[1, 2]");

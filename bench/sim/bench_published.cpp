@@ -308,6 +308,45 @@ int play_validation_set(const Ablation& without) {
     return 0;
 }
 
+// One validation row played and written as a run (sim::simulate_to_file), so that fulcrum
+// analyze, report or the GUI show where its simulated step goes: its passes, collectives,
+// bubbles and reduction, rank by rank. A row of thousands of GPUs writes a large file.
+int write_row_run(const std::string& id, const std::string& path, const Ablation& without) {
+    const auto found =
+        std::find_if(std::begin(bench::kValidationSet), std::end(bench::kValidationSet),
+                     [&](const bench::ValidationRun& run) { return id == run.id; });
+    if (found == std::end(bench::kValidationSet)) {
+        std::string ids;
+        for (const bench::ValidationRun& run : bench::kValidationSet) {
+            ids += std::string(ids.empty() ? "" : " ") + run.id;
+        }
+        std::fprintf(stderr, "bench_published: no validation row '%s'; the rows: %s\n", id.c_str(),
+                     ids.c_str());
+        return 2;
+    }
+    auto hardware = sim::hardware_preset(found->gpu);
+    if (!hardware) {
+        std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
+        return 2;
+    }
+    sim::SimulationOutput output;
+    output.path = path;
+    output.run_name = id;
+    output.command = "bench_published --write-run " + id + " " + path;
+    auto result = sim::simulate_to_file(config_for(*found, *hardware, without), output);
+    if (!result) {
+        std::fprintf(stderr, "bench_published: %s: %s\n", id.c_str(),
+                     result.error().message.c_str());
+        return 2;
+    }
+    std::printf(
+        "bench_published: %s (%s) played into %s: %.2f s a step, published %.2f s; "
+        "fulcrum analyze %s shows where it goes\n",
+        id.c_str(), found->source, path.c_str(), result->mean_step_ns * 1e-9,
+        published_seconds(*found), path.c_str());
+    return 0;
+}
+
 // The GEMMs a validation row's layers and LM head run on one rank, as the simulator prices them
 // (core/sim/stage_costs.cpp, analytic_gemm_per_token_ns): a micro-batch's tokens times each
 // weight's slice on a TP rank, in tp pieces under --tp-comm-overlap. One JSON object a line,
@@ -467,6 +506,12 @@ int main(int argc, char** argv) {
                    "Compare one layer's analytic forward and backward on --hardware (default "
                    "h100 here) with measure_gpu_kernels.py's measured layers in this JSON file, "
                    "and stop");
+    std::vector<std::string> write_run;
+    app.add_option("--write-run", write_run,
+                   "ROW PATH: play one validation row (e.g. S1) on its preset, with --without "
+                   "applied, and write it as a run database for fulcrum analyze, report or the "
+                   "GUI; then stop")
+        ->expected(2);
     CLI11_PARSE(app, argc, argv);
     if (!gemm_shapes.empty()) {
         return write_gemm_shapes(gemm_shapes);
@@ -482,6 +527,9 @@ int main(int argc, char** argv) {
         without.distributed_optimizer |= part == "distributed-optimizer";
         without.fp32_gradients |= part == "fp32-gradients";
         without.tp_backward_overlap |= part == "tp-backward-overlap";
+    }
+    if (write_run.size() == 2) {
+        return write_row_run(write_run[0], write_run[1], without);
     }
     auto hardware = sim::hardware_preset(preset);
     if (!hardware) {

@@ -9,8 +9,9 @@
 // What the paper leaves unsaid, and what is assumed (bench/README.md repeats it):
 //   precision  bf16 weights and gradients, fp32 master weights and Adam's moments: 2 + 2 + 12
 //              bytes a parameter (ZeRO §3.1), DeepSpeed's; under ZeRO-1 the gradients are the
-//              parameters' .grad, allocated as the backward writes them (DeepSpeed's
-//              stage_1_and_2.py), so they take the activations' place at the peak;
+//              parameters' .grad and under ZeRO-2 the shard, allocated as the backward
+//              writes them (DeepSpeed's stage_1_and_2.py), so they take the activations'
+//              place at the peak;
 //   attention  FlashAttention (fused, no score matrix);
 //   batch      one sequence a step, one micro-batch;
 //   TP rows    Megatron-DeepSpeed's tensor parallelism of 8 without sequence parallelism;
@@ -102,8 +103,10 @@ parallel::MemoryShape memory_of(const Strategy& strategy, int context) {
     shape.precision = parallel::Precision::megatron_mixed();
     shape.precision.gradient_bytes = 2;  // DeepSpeed's bf16 gradients
     // DeepSpeed's ZeRO-1 keeps the gradients in the parameters' .grad, written by the
-    // backward; its bf16 optimizer without ZeRO (the TP rows) holds fp32 gradient buffers.
-    shape.gradients_as_written = strategy.zero == 1;
+    // backward, and ZeRO-2 its shard, allocated at the backward's first reduction
+    // (stage_1_and_2.py); its bf16 optimizer without ZeRO (the TP rows) holds fp32 gradient
+    // buffers, and ZeRO-3 its own partitions.
+    shape.gradients_as_written = strategy.zero == 1 || strategy.zero == 2;
     if (strategy.fpdt) {
         shape.attention_chunk = kFpdtChunk;
         shape.offload = true;

@@ -129,7 +129,7 @@ StageMemory stage_memory(const MemoryShape& shape, int stage) {
         memory.parameters * precision.gradient_bytes / (zero >= 2 ? shards : 1);
     memory.optimizer_bytes =
         memory.parameters * precision.optimizer_bytes / (zero >= 1 ? shards : 1);
-    memory.gradients_replace_activations = shape.gradients_as_written && zero < 2;
+    memory.gradients_replace_activations = shape.gradients_as_written && zero < 3;
     const double layer_local = layer_parameters(shape.model) / t;
     if (zero >= 3) {
         // The layer being computed gathered whole, and the next one prefetched.

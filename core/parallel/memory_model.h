@@ -74,12 +74,13 @@ struct MemoryShape {
     // Tokens the LM head and the loss take at a time (FPDT's and ALST's tiled loss); 0: the
     // whole micro-batch at once, as Megatron-LM does.
     int loss_chunk = 0;
-    // Whether the backward allocates each gradient as it first writes it (PyTorch's `.grad`,
-    // which DeepSpeed's ZeRO-1 keeps: deepspeed/runtime/zero/stage_1_and_2.py reduces them
-    // at the accumulation boundary) rather than holding a gradient buffer from the start
-    // (Megatron-LM's, fulcrum-train's). Whole gradients then fill as the activations are
-    // freed, layer by layer: the peak holds the larger of the two, not both. Only for
-    // gradients kept whole (ZeRO below 2).
+    // Whether the backward allocates the gradients as it first writes them rather than
+    // holding a gradient buffer from the start (Megatron-LM's, fulcrum-train's): PyTorch's
+    // `.grad`, which DeepSpeed's ZeRO-1 keeps and reduces at the accumulation boundary, and
+    // ZeRO-2's shard, which deepspeed/runtime/zero/stage_1_and_2.py allocates at the
+    // backward's first reduction and frees after the step. The gradients then fill as the
+    // activations are freed, layer by layer: the peak holds the larger of the two, not both.
+    // ZeRO-2's bucket (buffers_bytes) is held from the backward's start. Not for ZeRO-3.
     bool gradients_as_written = false;
     Precision precision = Precision::megatron_mixed();
 };

@@ -232,9 +232,9 @@ private slots:
     }
 
     // Gradients the backward allocates as it writes them (PyTorch's .grad, DeepSpeed's
-    // ZeRO-1) fill as the activations are freed: the peak holds the larger of the two, not
-    // both; a buffer held from the start (Megatron-LM's) holds both. Sharded gradients
-    // (ZeRO-2 and -3) are buffers either way.
+    // ZeRO-1, and ZeRO-2's shard) fill as the activations are freed: the peak holds the
+    // larger of the two, not both; a buffer held from the start (Megatron-LM's) holds both.
+    // ZeRO-2's bucket is held from the start, and ZeRO-3's partitions are buffers.
     void gradientsWrittenByTheBackwardTakeTheActivationsPlace() {
         MemoryShape shape;
         shape.model = {.layers = 8, .hidden = 4096, .heads = 32, .context = 8192};
@@ -253,7 +253,17 @@ private slots:
         const StageMemory few = stage_memory(shape, 0);
         QVERIFY(few.gradients_bytes > few.activations_bytes);
         QCOMPARE(few.total_bytes(), few.model_state_bytes());
+        // ZeRO-2: the shard fills in the activations' place, the layer's bucket does not;
+        // so a rank never holds more under ZeRO-2 than under ZeRO-1 but that bucket.
+        shape.model.context = 8192;
         shape.layout.zero_stage = 2;
+        const StageMemory two = stage_memory(shape, 0);
+        QVERIFY(two.gradients_replace_activations);
+        QCOMPARE(two.gradients_bytes, written.gradients_bytes / 8);
+        QCOMPARE(two.total_bytes(),
+                 two.model_state_bytes() - two.gradients_bytes + two.activations_bytes);
+        QCOMPARE(two.total_bytes(), written.total_bytes() + two.buffers_bytes);
+        shape.layout.zero_stage = 3;
         QVERIFY(!stage_memory(shape, 0).gradients_replace_activations);
     }
 

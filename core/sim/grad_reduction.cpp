@@ -12,16 +12,16 @@ double nccl_sm_share(const HardwareAssumptions& hardware, const analysis::Collec
     return std::min(1.0, double(call.nccl->runtime_channels) / double(hardware.sms));
 }
 
-std::int64_t gradient_reduction_end(const GradientReductionInput& input,
-                                    const std::vector<const parallel::ReplayResult*>& replays,
-                                    const analysis::CollectiveCost& all_reduce) {
+GradientReductionEnd gradient_reduction_end(
+    const GradientReductionInput& input, const std::vector<const parallel::ReplayResult*>& replays,
+    const analysis::CollectiveCost& all_reduce) {
     const auto s = static_cast<std::size_t>(input.stage);
     std::int64_t pipeline_end = input.step_start_ns;
     for (const parallel::ReplayResult* replay : replays) {
         pipeline_end = std::max(pipeline_end, input.step_start_ns + replay->stage_end_ns[s]);
     }
     if (!input.overlap) {
-        return pipeline_end + predict_moved_ns(all_reduce, input.stage_bytes);
+        return {pipeline_end + predict_moved_ns(all_reduce, input.stage_bytes), input.stage_bytes};
     }
     const int v = std::max(input.virtual_stages, 1);
     // When each layer's gradients are final: the latest over the replicas.
@@ -63,15 +63,30 @@ std::int64_t gradient_reduction_end(const GradientReductionInput& input,
     const auto delay = [&] {
         return static_cast<std::int64_t>(std::llround(input.sm_share * double(overlapped)));
     };
+    struct Bucket {
+        std::int64_t start = 0, end = 0;
+    };
+    std::vector<Bucket> buckets;
+    buckets.reserve(ready.size());
     for (std::int64_t at : ready) {
         const std::int64_t start = std::max(stream, at + delay());
         stream = start + predict_collective_ns(all_reduce, input.layer_bytes);
         overlapped += std::max<std::int64_t>(0, std::min(stream, pipeline_end + delay()) - start);
+        buckets.push_back({start, stream});
     }
     pipeline_end += delay();
     const std::int64_t rest = input.stage_bytes - layer_count * input.layer_bytes;
+    // What the buckets still had to move at the pipeline's end, each at its own pace.
+    std::int64_t exposed = rest;
+    for (const Bucket& bucket : buckets) {
+        if (bucket.end > pipeline_end) {
+            exposed +=
+                exposed_bytes(input.layer_bytes, bucket.end - std::max(bucket.start, pipeline_end),
+                              bucket.end - bucket.start);
+        }
+    }
     stream = std::max(stream, pipeline_end);
-    return stream + predict_moved_ns(all_reduce, rest);
+    return {stream + predict_moved_ns(all_reduce, rest), exposed};
 }
 
 }  // namespace fulcrum::sim

@@ -44,9 +44,16 @@ struct GradientReductionInput {
 // (a fitted cost, a system without its SMs).
 double nccl_sm_share(const HardwareAssumptions& hardware, const analysis::CollectiveCost& call);
 
-// The end of the reduction; `replays` are the step's replicas (times from step_start_ns).
-std::int64_t gradient_reduction_end(const GradientReductionInput& input,
-                                    const std::vector<const parallel::ReplayResult*>& replays,
-                                    const analysis::CollectiveCost& all_reduce);
+// The end of the reduction, and the bytes still to move when the stage's last pass ended (all
+// of them without overlap): what the range after the pipeline moves (exposed_bytes,
+// stage_costs.h).
+struct GradientReductionEnd {
+    std::int64_t end_ns = 0;
+    std::int64_t exposed_bytes = 0;
+};
+// `replays` are the step's replicas (times from step_start_ns).
+GradientReductionEnd gradient_reduction_end(
+    const GradientReductionInput& input, const std::vector<const parallel::ReplayResult*>& replays,
+    const analysis::CollectiveCost& all_reduce);
 
 }  // namespace fulcrum::sim

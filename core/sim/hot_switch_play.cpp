@@ -170,8 +170,9 @@ Segment reduction(const SimulationConfig& config, const parallel::GridShape& gri
         input.stage_bytes =
             stage_parameters(config.model, grid, s) * reduction_element_bytes(config);
         input.step_start_ns = start;
-        const std::int64_t end =
-            grid.dp * grid.cp > 1 ? gradient_reduction_end(input, {}, costs.dp_all_reduce) : start;
+        const std::int64_t end = grid.dp * grid.cp > 1
+                                     ? gradient_reduction_end(input, {}, costs.dp_all_reduce).end_ns
+                                     : start;
         segment.stage_end.push_back(end);
         segment.stage_bytes.push_back(input.stage_bytes);
         segment.end = std::max(segment.end, end);

@@ -162,19 +162,20 @@ RankPass rank_pass(const analysis::PassCost& cost, const analysis::PassCost& rec
         const std::int64_t bytes = tokens * config.model.hidden * element_bytes(config.dtype);
         const std::array<const CollectiveCost*, 3> kind_costs = {
             &costs.tp_all_reduce, &costs.tp_all_gather, &costs.tp_reduce_scatter};
-        const auto fill = [&](const TpCollectives& per_layer, TpByKind& ns, TpByKind& calls) {
+        const auto fill = [&](const TpCollectives& per_layer, TpByKind& ns, TpByKind& calls,
+                              TpByKind& whole) {
             const std::array<int, 3> counts = {per_layer.all_reduce, per_layer.all_gather,
                                                per_layer.reduce_scatter};
             for (std::size_t k = 0; k < 3; ++k) {
                 calls[k] = counts[k] * layers;
-                ns[k] = calls[k] * predict_collective_ns(*kind_costs[k], bytes);
+                ns[k] = whole[k] = calls[k] * predict_collective_ns(*kind_costs[k], bytes);
             }
         };
         fill(tp_collectives_per_layer(phase, parallel::splits_backward(config.layout.schedule), sp),
-             rank.tp_ns, rank.tp_calls);
+             rank.tp_ns, rank.tp_calls, rank.tp_whole_ns);
         if (recomputing) {
             fill(tp_recompute_collectives_per_layer(config.layout.recompute, sp),
-                 rank.recompute_tp_ns, rank.recompute_tp_calls);
+                 rank.recompute_tp_ns, rank.recompute_tp_calls, rank.recompute_tp_whole_ns);
         }
         if (config.tp_comm_overlap) {
             hide_behind_gemms(rank, rest - core, config.layout.grid.tp);
@@ -256,14 +257,15 @@ std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int
 // time with offload) and each K/V chunk's dQ|dK|dV beside the next one's pairs, the last
 // waiting. The pairs are taken as an even 1/n of the attention a chunk.
 struct ExchangeTimes {
-    std::int64_t forward = 0, backward = 0;
+    std::int64_t forward = 0, backward = 0;              // exposed
+    std::int64_t whole_forward = 0, whole_backward = 0;  // the calls' whole time
 };
 ExchangeTimes ulysses_exchange_ns(const SimulationConfig& config, const CollectiveCost& cost,
                                   std::int64_t tokens, std::int64_t qkv, std::int64_t out,
                                   std::int64_t attention) {
     const std::int64_t whole = predict_collective_ns(cost, qkv) + predict_collective_ns(cost, out);
     if (config.attention_chunk <= 0) {
-        return {whole, whole};
+        return {whole, whole, whole, whole};
     }
     const std::int64_t n =
         std::max<std::int64_t>(1, (tokens + config.attention_chunk - 1) / config.attention_chunk);
@@ -279,6 +281,8 @@ ExchangeTimes ulysses_exchange_ns(const SimulationConfig& config, const Collecti
     }
     exposed.backward =
         (host_output ? n * o : predict_collective_ns(cost, out)) + q + (n - 1) * beyond(q);
+    exposed.whole_forward = exposed.whole_backward =
+        n * q + (host_output ? n * o : predict_collective_ns(cost, out));
     return exposed;
 }
 
@@ -346,11 +350,14 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         }
         const ExchangeTimes per_layer = ulysses_exchange_ns(
             config, costs.cp_all_to_all, planned.packed.tokens, qkv, out, attention / layers);
-        group.exchange_bytes = (qkv + out) * layers;
         group.exchange_ns = layers * (forward ? per_layer.forward : per_layer.backward);
+        group.exchange_bytes =
+            exposed_bytes((qkv + out) * layers, group.exchange_ns,
+                          layers * (forward ? per_layer.whole_forward : per_layer.whole_backward));
         if (phase == Phase::backward && full_recompute) {
-            group.regather_bytes = group.exchange_bytes;
             group.regather_ns = layers * per_layer.forward;
+            group.regather_bytes = exposed_bytes((qkv + out) * layers, group.regather_ns,
+                                                 layers * per_layer.whole_forward);
         }
     } else if (grid.cp > 1 && phase != Phase::weight_grad) {
         // K and V of every token of the micro-batch, this rank's heads (h/tp); full
@@ -372,8 +379,9 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         // gather waits, the rest hide behind the pass's compute where it is long enough.
         const std::int64_t layer_bytes = layer_parameter_bytes(config);
         const std::int64_t one = predict_collective_ns(costs.zero_all_gather, layer_bytes);
-        group.param_gather_bytes = layer_bytes * layers;
         group.param_gather_ns = one + std::max<std::int64_t>(0, (layers - 1) * one - slowest);
+        group.param_gather_bytes =
+            exposed_bytes(layer_bytes * layers, group.param_gather_ns, layers * one);
     }
     if (phase == Phase::backward && scatters_gradients_per_pass(config)) {
         // Each layer's gradients reduce-scattered once its backward is done: one after the
@@ -381,10 +389,11 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         // the next layer's compute (DeepSpeed's overlap_comm), the last one exposed.
         const std::int64_t layer_bytes = layer_gradient_bytes(config);
         const std::int64_t one = predict_collective_ns(costs.zero_reduce_scatter, layer_bytes);
-        group.grad_scatter_bytes = layer_bytes * layers;
         group.grad_scatter_ns = config.overlap_grad_reduce
                                     ? one + std::max<std::int64_t>(0, (layers - 1) * one - slowest)
                                     : layers * one;
+        group.grad_scatter_bytes =
+            exposed_bytes(layer_bytes * layers, group.grad_scatter_ns, layers * one);
     }
     group.offload_bytes = offload_bytes(config, phase, layers, largest_shard,
                                         ulysses ? planned.packed.tokens : largest_shard);

@@ -21,7 +21,10 @@ namespace fulcrum::sim {
 // the model (the replay gives each chunk's pass 1/v of it).
 struct GroupPass {
     std::int64_t duration_ns = 0;  // slowest member's compute + CP exchange + sends
-    std::int64_t exchange_ns = 0;  // the CP collective's transfer, every layer together
+    // The CP collective's transfer, every layer together, what the attention does not hide
+    // (FPDT's chunks trade beside it); the bytes of a collective here are always those its
+    // exposed time moved (exposed_bytes, stage_costs.h), as the written ranges carry them.
+    std::int64_t exchange_ns = 0;
     std::int64_t exchange_bytes = 0;
     std::int64_t send_ns = 0;  // one send of one chunk's boundary activation
     // Full recomputation's second K/V all-gather in the backward pass, every layer together.
@@ -55,10 +58,15 @@ struct RankPass {
     std::int64_t attention_ns = 0;  // its attention blocks: per_pair · pairs + a third of the rest
     std::int64_t mlp_ns = 0;        // its other compute: the rest of fixed + per_token · tokens
     std::int64_t recompute_ns = 0;  // recomputation before it (not in the two above)
-    TpByKind tp_ns{};               // its TP collectives, every layer, by kind
+    TpByKind tp_ns{};               // its TP collectives, every layer, by kind: what is exposed
     TpByKind tp_calls{};            // how many, every layer
     TpByKind recompute_tp_ns{};     // those recomputation re-runs
     TpByKind recompute_tp_calls{};
+    // The same calls' whole time, before the GEMMs they run beside hid any of it
+    // (--tp-comm-overlap, --tp-backward-overlap): the written ranges carry the share of the
+    // calls' bytes that their exposed time moved.
+    TpByKind tp_whole_ns{};
+    TpByKind recompute_tp_whole_ns{};
     std::int64_t wait_ns = 0;  // for the CP group's slowest rank
     std::int64_t tokens = 0;
 

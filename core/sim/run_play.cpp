@@ -99,8 +99,8 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
                 const std::vector<WorkloadEntry> workload = cp_rank_workload(
                     plan->replicas[static_cast<std::size_t>(d)], c, plan->step, balancer);
                 for (int s = 0; s < grid.pp; ++s) {
-                    write_stage(output, *plan, *played, d, c, s, workload, config, dp_bytes,
-                                optimizer_ns, result);
+                    write_stage(output, *plan, *played, d, c, s, workload, config, optimizer_ns,
+                                result);
                 }
             }
             if (progress.progress) {

@@ -36,16 +36,18 @@ struct ChunkRanges {
         }
         return total;
     }
-    std::int64_t tp_ranges(std::int64_t t, const TpByKind& ns, const TpByKind& all_calls,
-                           int half) {
+    // Each range carries the share of its calls' bytes that its time moved: where the GEMMs
+    // hid part of the calls (`whole` their time before), the rest moved unseen beside them.
+    std::int64_t tp_ranges(std::int64_t t, const TpByKind& ns, const TpByKind& whole,
+                           const TpByKind& all_calls, int half) {
         for (std::size_t k = 0; k < 3; ++k) {
             const std::int64_t chunk_calls = calls(all_calls[k]);
             const std::int64_t count = half == 0 ? chunk_calls / 2 : chunk_calls - chunk_calls / 2;
             const std::int64_t first_ns = share(ns[k]) / 2;
             const std::int64_t length = half == 0 ? first_ns : share(ns[k]) - first_ns;
             if (count > 0) {
-                range(tp_names[k], Category::communication, t, t + length, count * tp_call_bytes,
-                      out.calls(count));
+                range(tp_names[k], Category::communication, t, t + length,
+                      exposed_bytes(count * tp_call_bytes, ns[k], whole[k]), out.calls(count));
             }
             t += length;
         }
@@ -62,8 +64,9 @@ struct ChunkRanges {
         const std::int64_t compute_end = t + share(rank.recompute_ns);
         const std::int64_t end = compute_end + tp_half_ns(ns, 0) + tp_half_ns(ns, 1) + regather;
         range(out.names().recompute, Category::compute, t, end);
-        std::int64_t u = tp_ranges(compute_end, ns, rank.recompute_tp_calls, 0);
-        u = tp_ranges(u, ns, rank.recompute_tp_calls, 1);
+        const TpByKind& whole = rank.recompute_tp_whole_ns;
+        std::int64_t u = tp_ranges(compute_end, ns, whole, rank.recompute_tp_calls, 0);
+        u = tp_ranges(u, ns, whole, rank.recompute_tp_calls, 1);
         if (regather > 0) {
             range(ulysses ? out.names().cp_all_to_all : out.names().cp_all_gather,
                   Category::communication, u, u + regather, calls(group.regather_bytes),
@@ -144,22 +147,22 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
             r.range(ulysses ? n.cp_all_to_all : n.cp_all_gather, Category::communication, t,
                     t + exchange, r.calls(group.exchange_bytes), out.calls(r.chunk_layers));
         }
-        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0);
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_whole_ns, rank.tp_calls, 0);
         const std::int64_t mlp_compute_end = attention_end + r.share(rank.mlp_ns);
         const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 1);
         r.range(n.mlp, Category::compute, attention_end, mlp_end);
-        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 1);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_whole_ns, rank.tp_calls, 1);
         t = mlp_end;
     } else if (phase == Phase::backward) {
         const std::int64_t mlp_compute_end = t + r.share(rank.mlp_ns);
         const std::int64_t mlp_end = mlp_compute_end + r.tp_half_ns(rank.tp_ns, 0);
         r.range(n.mlp, Category::compute, t, mlp_end);
-        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_calls, 0);
+        r.tp_ranges(mlp_compute_end, rank.tp_ns, rank.tp_whole_ns, rank.tp_calls, 0);
         const std::int64_t compute_end = mlp_end + r.share(rank.attention_ns);
         const std::int64_t tp_end = compute_end + r.tp_half_ns(rank.tp_ns, 1);
         const std::int64_t attention_end = tp_end + exchange;
         r.range(n.attention, Category::attention, mlp_end, attention_end);
-        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 1);
+        r.tp_ranges(compute_end, rank.tp_ns, rank.tp_whole_ns, rank.tp_calls, 1);
         if (grid.cp > 1) {
             r.range(ulysses ? n.cp_all_to_all : n.cp_reduce_scatter, Category::communication,
                     tp_end, attention_end, r.calls(group.exchange_bytes),
@@ -173,8 +176,8 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         const std::int64_t mlp_end =
             compute_end + r.tp_half_ns(rank.tp_ns, 0) + r.tp_half_ns(rank.tp_ns, 1);
         r.range(n.mlp, Category::compute, t, mlp_end);
-        r.tp_ranges(r.tp_ranges(compute_end, rank.tp_ns, rank.tp_calls, 0), rank.tp_ns,
-                    rank.tp_calls, 1);
+        r.tp_ranges(r.tp_ranges(compute_end, rank.tp_ns, rank.tp_whole_ns, rank.tp_calls, 0),
+                    rank.tp_ns, rank.tp_whole_ns, rank.tp_calls, 1);
         t = mlp_end;
     }
     // ZeRO-3's exposed parameter gathers, ZeRO-2's and -3's gradient reduce-scatters and the
@@ -304,8 +307,8 @@ std::vector<WorkloadEntry> cp_rank_workload(const std::vector<balance::PlannedMi
 // optimizer, copied onto each of its TP ranks' lanes with the rank's workload rows.
 void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedStep& played, int d,
                  int c, int s, const std::vector<WorkloadEntry>& workload,
-                 const SimulationConfig& config, const std::vector<std::int64_t>& dp_bytes,
-                 std::int64_t optimizer_ns, SimulationResult& result) {
+                 const SimulationConfig& config, std::int64_t optimizer_ns,
+                 SimulationResult& result) {
     const parallel::GridShape& grid = config.layout.grid;
     const EventNames& names = output.names;
     RankEvents& events = *output.events;
@@ -326,11 +329,12 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         step_start + play.replay.stage_end_ns[static_cast<std::size_t>(s)];
     const std::int64_t reduced = played.reduce_end[static_cast<std::size_t>(s)];
     if (grid.dp * grid.cp > 1) {
-        // ZeRO-3's reduction is a reduce-scatter (sim_config.cpp, config_costs).
+        // ZeRO-3's reduction is a reduce-scatter (sim_config.cpp, config_costs). With the
+        // reduction overlapped, the range is what the buckets had left at the pipeline's end.
         events.range(
             config.layout.zero_stage >= 3 ? names.zero_reduce_scatter : names.dp_all_reduce,
             Category::communication, pipeline_end, reduced, plan.step, -1, stage, Phase::none,
-            dp_bytes[static_cast<std::size_t>(s)]);
+            played.reduce_bytes[static_cast<std::size_t>(s)]);
     }
     const UpdateStart& update = played.update;
     const bool holds_embedding = grid.pp > 1 && (s == 0 || s == grid.pp - 1);

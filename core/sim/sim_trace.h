@@ -119,7 +119,7 @@ std::vector<WorkloadEntry> cp_rank_workload(const std::vector<balance::PlannedMi
 // optimizer, copied onto each of its TP ranks' lanes with the rank's workload rows.
 void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedStep& played, int d,
                  int c, int s, const std::vector<WorkloadEntry>& workload,
-                 const SimulationConfig& config, const std::vector<std::int64_t>& dp_bytes,
-                 std::int64_t optimizer_ns, SimulationResult& result);
+                 const SimulationConfig& config, std::int64_t optimizer_ns,
+                 SimulationResult& result);
 
 }  // namespace fulcrum::sim

@@ -921,6 +921,15 @@ std::int64_t predict_moved_ns(const CollectiveCost& cost, std::int64_t bytes) {
     return bytes > 0 ? predict_collective_ns(cost, bytes) : 0;
 }
 
+std::int64_t exposed_bytes(std::int64_t bytes, std::int64_t exposed_ns, std::int64_t whole_ns) {
+    if (whole_ns <= 0 || exposed_ns >= whole_ns) {
+        return bytes;
+    }
+    return std::llround(static_cast<double>(bytes) *
+                        static_cast<double>(std::max<std::int64_t>(exposed_ns, 0)) /
+                        static_cast<double>(whole_ns));
+}
+
 std::int64_t predict_collective_ns(const CollectiveCost& cost, std::int64_t bytes) {
     const double ns = cost.nccl ? cost.predict(bytes)
                                 : cost.latency_ns + cost.per_byte_ns * static_cast<double>(bytes);

@@ -223,5 +223,9 @@ std::int64_t predict_pass_ns(const analysis::PassCost& cost, std::int64_t tokens
 std::int64_t predict_collective_ns(const analysis::CollectiveCost& cost, std::int64_t bytes);
 // The same, and 0 where nothing is moved (no collective is called, so no latency either).
 std::int64_t predict_moved_ns(const analysis::CollectiveCost& cost, std::int64_t bytes);
+// What a written range of calls that moved `bytes` in `whole_ns` carries when only
+// `exposed_ns` of that time shows (the rest ran beside compute): the bytes that time moved, so
+// that bytes over time is the calls' bandwidth (docs/simulate.md, "Output").
+std::int64_t exposed_bytes(std::int64_t bytes, std::int64_t exposed_ns, std::int64_t whole_ns);
 
 }  // namespace fulcrum::sim

@@ -241,6 +241,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     const bool reduces = grid.dp * grid.cp > 1 && !config.accumulate_gradients;
     const std::int64_t update_ns = config.accumulate_gradients ? 0 : optimizer_ns;
     played.reduce_end.resize(static_cast<std::size_t>(grid.pp));
+    played.reduce_bytes.resize(static_cast<std::size_t>(grid.pp));
     played.end_ns = step_start;
     std::vector<const parallel::ReplayResult*> replays;
     for (const auto& play : played.plays) {
@@ -262,11 +263,13 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             reduction.overlap = false;
             reduction.stage_bytes = rest.reduced_bytes;
         }
+        const GradientReductionEnd reduced =
+            reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
+                    : gradient_reduction_end(reduction, replays, {});
         const std::int64_t end =
-            (reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
-                     : gradient_reduction_end(reduction, replays, {})) +
-            predict_moved_ns(costs.zero_all_gather, rest.gathered_bytes);
+            reduced.end_ns + predict_moved_ns(costs.zero_all_gather, rest.gathered_bytes);
         played.reduce_end[static_cast<std::size_t>(s)] = end;
+        played.reduce_bytes[static_cast<std::size_t>(s)] = reduced.exposed_bytes;
         played.end_ns = std::max(played.end_ns, end);
     }
     // An accumulating step neither sums the embedding nor updates (accumulate_gradients).

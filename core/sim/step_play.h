@@ -25,7 +25,9 @@ struct PlayedStep {
     SimulatedStep step;
     std::vector<ReplicaPlay> plays;        // by DP replica
     std::vector<std::int64_t> reduce_end;  // by stage: its DP reduction's end
-    UpdateStart update;                    // the embedding's all-reduce and the optimizer's start
+    // By stage: the bytes its reduction moved after the stage's last pass (exposed_bytes).
+    std::vector<std::int64_t> reduce_bytes;
+    UpdateStart update;  // the embedding's all-reduce and the optimizer's start
     std::int64_t end_ns = 0;
 };
 

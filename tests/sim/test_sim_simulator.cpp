@@ -16,6 +16,8 @@
 #include <set>
 #include <tuple>
 
+#include "core/analysis/communication.h"
+#include "core/analysis/run_trace.h"
 #include "core/balance/cp_shard.h"
 #include "core/sim/grad_reduction.h"
 #include "core/sim/hardware.h"
@@ -161,9 +163,21 @@ private slots:
         input.stage_bytes = 128;
         analysis::CollectiveCost bucket;
         bucket.latency_ns = 400;
-        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket), std::int64_t(1400));
+        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket).end_ns, std::int64_t(1400));
+        // After the pipeline's end only the second bucket moves: its 64 bytes.
+        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket).exposed_bytes, std::int64_t(64));
         input.sm_share = 0.5;
-        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket), std::int64_t(1600));
+        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket).end_ns, std::int64_t(1600));
+        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket).exposed_bytes, std::int64_t(64));
+        // Buckets of 800 ns: 500–1300 and 1300–2100; at 1000 the first has 300 of its 800 ns
+        // (24 of its 64 bytes) to go, the second all of it.
+        input.sm_share = 0;
+        bucket.latency_ns = 800;
+        const GradientReductionEnd slow = gradient_reduction_end(input, {&replay}, bucket);
+        QCOMPARE(slow.end_ns, std::int64_t(2100));
+        QCOMPARE(slow.exposed_bytes, std::int64_t(24 + 64));
+        input.overlap = false;  // all of it after the pipeline
+        QCOMPARE(gradient_reduction_end(input, {&replay}, bucket).exposed_bytes, std::int64_t(128));
         // NCCL's channels of the call over the device's SMs; none where either is unknown.
         HardwareAssumptions h100 = *hardware_preset("h100");
         analysis::CollectiveCost nccl;
@@ -1062,10 +1076,13 @@ private slots:
             config.hardware.tflops *= speedup;
             const GroupPass forward = one_document_pass(config, Phase::forward, ranks);
             share = ranks[0].attention_ns / 4 / 4;  // a layer's, then a chunk's
-            QCOMPARE(forward.exchange_bytes, 4 * (qkv + out));
+            // The bytes the exposed time moved, of the calls' 4 · (4q + 4o) ns.
+            QCOMPARE(forward.exchange_bytes,
+                     exposed_bytes(4 * (qkv + out), forward.exchange_ns, 4 * (4 * q + 4 * o)));
             QCOMPARE(forward.exchange_ns, 4 * (q + o + beyond(q) + 2 * beyond(q + o) + beyond(o)));
             if (speedup == 1.0) {
                 QCOMPARE(forward.exchange_ns, 4 * (q + o));
+                QCOMPARE(forward.exchange_bytes, qkv + out);  // a quarter shows
             } else {
                 QVERIFY(forward.exchange_ns > 4 * (2 * q + 2 * o));
             }
@@ -1099,9 +1116,13 @@ private slots:
         const GroupPass group = one_document_pass(config, Phase::forward, ranks);
         const std::int64_t layer_bytes = (12LL * 1024 * 1024 + 13 * 1024) * 2;
         const std::int64_t one = predict_collective_ns(costs.zero_all_gather, layer_bytes);
-        QCOMPARE(group.param_gather_bytes, 4 * layer_bytes);
         const std::int64_t slowest = slowest_of(ranks);
         QCOMPARE(group.param_gather_ns, one + std::max<std::int64_t>(0, 3 * one - slowest));
+        // The bytes the exposed gathers moved: here the first layer's alone.
+        QCOMPARE(group.param_gather_bytes,
+                 exposed_bytes(4 * layer_bytes, group.param_gather_ns, 4 * one));
+        QCOMPARE(group.param_gather_ns, one);
+        QCOMPARE(group.param_gather_bytes, layer_bytes);
         QCOMPARE(group.duration_ns, plain.duration_ns + group.param_gather_ns);
         QCOMPARE(costs.dp_all_reduce.name, std::string(kZeroReduceScatter));
     }
@@ -1281,6 +1302,51 @@ private slots:
         QCOMPARE(counts["zero reduce-scatter grads"], counts["backward"] + 1);
         QCOMPARE(counts["dp all-reduce gradients"], 0);
         QVERIFY(counts["offload wait"] > 0);
+    }
+
+    // A written range of collectives that the compute partly hid carries the bytes its
+    // exposed time moved, so that `fulcrum analyze` reads the calls' own bandwidth: Megatron-
+    // LM's asynchronous TP backward and the overlapped DP reduction on two A100s of TP 2 each.
+    void hiddenCollectivesKeepTheirBandwidth() {
+        SimulationConfig config = technique_config();
+        config.layout.grid = {.dp = 2, .tp = 2, .pp = 1, .cp = 1};
+        config.overlap_grad_reduce = true;
+        config.tp_backward_overlap = true;
+        // GEMMs shorter than the all-reduces beside them: each hides part of its call.
+        config.hardware.tflops *= 20;
+        config.steps = 1;
+        const std::string path = work_.filePath("hidden.fulcrum").toStdString();
+        SimulationOutput output;
+        output.path = path;
+        output.start_utc_ns = 0;
+        must(simulate_to_file(config, output));
+        auto reader = store::TraceReader::open(path);
+        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
+        const analysis::RunTrace trace = must(analysis::load_run_trace(*reader));
+        const StageCosts costs = config_costs(config);
+        const auto rate = [](const analysis::CollectiveCost& cost, std::int64_t bytes) {
+            return double(bytes) / double(predict_collective_ns(cost, bytes));  // GB/s
+        };
+        std::map<std::string, analysis::CollectiveSummary> by_name;
+        for (const analysis::CollectiveSummary& summary :
+             analysis::summarize_collectives(trace, analysis::matched_collectives(trace))) {
+            by_name[summary.name] = summary;
+        }
+        // Every TP all-reduce moves one micro-batch's activation, 4096 × 1024 bf16: forward
+        // whole, backward what its GEMM left exposed; either way at one call's rate.
+        const analysis::CollectiveSummary& tp = by_name.at("tp all-reduce");
+        const std::int64_t call = 4096LL * 1024 * 2;
+        // Four micro-batches of 8 calls forward (whole) and 8 backward (each partly hidden).
+        QVERIFY(tp.bytes > 4 * 8 * call);
+        QVERIFY(tp.bytes < 4 * 16 * call);
+        QVERIFY2(std::abs(tp.algbw_gb_s / rate(costs.tp_all_reduce, call) - 1) < 0.01,
+                 std::to_string(tp.algbw_gb_s).c_str());
+        // The DP reduction's range after the backward: what its buckets had left, never
+        // faster than the largest call the network prices.
+        const analysis::CollectiveSummary& dp = by_name.at("dp all-reduce gradients");
+        QVERIFY(dp.bytes > 0);
+        QVERIFY2(dp.algbw_gb_s <= rate(costs.dp_all_reduce, std::int64_t(1) << 30),
+                 std::to_string(dp.algbw_gb_s).c_str());
     }
 
     // The attention kernel is the run's: unfused kernels compute the whole square at their own

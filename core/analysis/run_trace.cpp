@@ -39,6 +39,9 @@ constexpr std::array kEngineNames = {
     NamedRole{range_name::kCpReduceScatter, Role::cp_collective},
     NamedRole{range_name::kCpAllToAll, Role::cp_collective},
     NamedRole{range_name::kTpAllReduce, Role::tp_collective},
+    // Sequence parallelism's pair in place of each all-reduce (docs/annotations.md).
+    NamedRole{range_name::kTpAllGather, Role::tp_collective},
+    NamedRole{range_name::kTpReduceScatter, Role::tp_collective},
     NamedRole{range_name::kDpAllReduce, Role::dp_collective},
     NamedRole{range_name::kZeroAllGather, Role::dp_collective},
     NamedRole{range_name::kZeroReduceScatter, Role::dp_collective},

@@ -40,7 +40,7 @@ enum class Role : std::uint8_t {
     pipeline_recv,         // "recv activations", "recv gradients": waiting for a neighbour stage
     pipeline_send,         // "send activations", "send gradients"
     cp_collective,         // "cp all-gather kv", "cp reduce-scatter dkv"
-    tp_collective,         // "tp all-reduce"
+    tp_collective,         // "tp all-reduce", "tp all-gather", "tp reduce-scatter" (SP's)
     dp_collective,         // "dp all-reduce gradients"
     embedding_collective,  // "pp all-reduce embedding": first and last stage
     optimizer,             // "optimizer"

@@ -128,6 +128,35 @@ private slots:
         }
     }
 
+    // Sequence parallelism's pair, "tp all-gather" and "tp reduce-scatter", are TP collectives
+    // too: tp = 2 over pp = 2 (rank = 2·pp + tp), groups {0,1} and {2,3}, never the two
+    // stages together (they run the same micro-batch's pass at different times).
+    void sequenceParallelCollectivesStayInTheirTpGroup() {
+        RunTrace trace;
+        for (int r = 0; r < 4; ++r) {
+            add_rank(trace, r, 0, r % 2, r / 2, 0);
+        }
+        for (int r = 0; r < 4; ++r) {
+            const std::int64_t stage_start = r < 2 ? 100 : 1000;
+            collective(trace, r, "tp all-gather", stage_start, stage_start + 40, 0, 0,
+                       Phase::forward, 2048);
+            collective(trace, r, "tp reduce-scatter", stage_start + 50, stage_start + 80, 0, 0,
+                       Phase::forward, 2048);
+        }
+        trace.finish();
+        const auto instances = match_collectives(trace);
+        QCOMPARE(instances.size(), 4u);
+        for (const std::string_view name : {"tp all-gather", "tp reduce-scatter"}) {
+            for (const std::int32_t rank : {0, 2}) {
+                const auto* instance = find(trace, instances, name, 0, rank);
+                QVERIFY(instance != nullptr);
+                QCOMPARE(instance->role, Role::tp_collective);
+                QCOMPARE(ranks_of(*instance), (std::vector<std::int32_t>{rank, rank + 1}));
+                QCOMPARE(instance->total_wait_ns(), 0);
+            }
+        }
+    }
+
     // dp = 2, pp = 2, cp = 2 (tp = 1): rank = ((dp·2 + pp)·2 + cp). The engine's DP all-reduce
     // runs over DP × CP, so its groups are the ranks of one stage: pp 0 = {0,1,4,5}, pp 1 =
     // {2,3,6,7}. The embedding all-reduce runs on the first and last stage of one (dp, cp):

@@ -82,6 +82,9 @@ inline constexpr std::string_view kTpAllReduce = "tp all-reduce";
 inline constexpr std::string_view kTpAllGather = "tp all-gather";
 inline constexpr std::string_view kTpReduceScatter = "tp reduce-scatter";
 inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
+// The host call that starts one layer's overlapped reduction (--overlap-grad-reduce), category
+// runtime: the transfer runs beside the passes and is waited for in kDpAllReduce.
+inline constexpr std::string_view kDpAllReduceStart = "dp all-reduce start";
 // ZeRO-3: a layer's parameters gathered over DP × CP before its forward and its backward,
 // and the gradients reduce-scattered instead of all-reduced.
 inline constexpr std::string_view kZeroAllGather = "zero all-gather params";

@@ -281,7 +281,7 @@ void ParallelTrainer::layer_by_layer_with_reduction(int chunk, Pass pass) {
         pass(layer);
         // This layer's gradients are final: reduce them while the layers below compute.
         const ElementRange range = model_.layout().block_range(layer, layer + 1);
-        instrument::Range start("dp all-reduce start", Category::communication,
+        instrument::Range start(range_name::kDpAllReduceStart, Category::runtime,
                                 instrument::with_bytes(range.count * std::int64_t(sizeof(float))));
         groups_.dp_cp->start_all_reduce_sum(span_of(grads.slice(range.offset, range.count)));
     }

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "core/analysis/collectives.h"
 #include "core/analysis/memory.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
@@ -194,8 +195,8 @@ private slots:
     }
 };
 
-// Captures `fulcrum-train` on 2 ranks with `args` into `directory`; the run's path.
-std::string capture_two_ranks(const QString& directory, const QStringList& args) {
+// Captures `fulcrum-train` on `ranks` ranks with `args` into `directory`; the run's path.
+std::string capture_ranks(const QString& directory, int ranks, const QStringList& args) {
     QProcess process;
     process.setProcessEnvironment(mpi_environment());
     process.setProcessChannelMode(QProcess::MergedChannels);
@@ -206,10 +207,8 @@ std::string capture_two_ranks(const QString& directory, const QStringList& args)
                               "--",
                               FULCRUM_MPIRUN,
                               "-np",
-                              "2",
+                              QString::number(ranks),
                               FULCRUM_BINARY_DIR "/engine/fulcrum-train",
-                              "--pp",
-                              "2",
                               "--lengths",
                               "lognormal:median=40,sigma=0.9",
                               "--context",
@@ -228,6 +227,11 @@ std::string capture_two_ranks(const QString& directory, const QStringList& args)
         return {};
     }
     return (directory + "/run.fulcrum").toStdString();
+}
+
+// The same on 2 ranks of a pipeline of 2 stages.
+std::string capture_two_ranks(const QString& directory, const QStringList& args) {
+    return capture_ranks(directory, 2, QStringList{"--pp", "2"} + args);
 }
 
 class ScheduleCaptureTest : public QObject {
@@ -315,6 +319,32 @@ private slots:
         QCOMPARE(by_phase[Phase::forward], 2 * per_rank);
         QCOMPARE(by_phase[Phase::backward], 2 * per_rank);
         QCOMPARE(by_phase[Phase::weight_grad], split ? 2 * per_rank : 0);
+    }
+
+    // Every communication range the engine writes is a collective of one of its communicators
+    // or a pipeline transfer: matched within its group, never across the run. DP 2 × TP 2
+    // with sequence parallelism (tp all-gather, tp reduce-scatter) and the overlapped DP
+    // reduction (its started layers' `dp all-reduce start`, the host calls that begin them,
+    // are runtime work, not collectives).
+    void everyCollectiveIsMatchedInItsCommunicator() {
+        const std::string path = capture_ranks(
+            work_.filePath("dp2tp2sp"), 4,
+            {"--dp", "2", "--tp", "2", "--sequence-parallel", "--overlap-grad-reduce", "on"});
+        QVERIFY(!path.empty());
+        auto reader = store::TraceReader::open(path);
+        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
+        auto trace = analysis::load_run_trace(*reader);
+        QVERIFY(trace.ok());
+        std::map<std::string, int> instances;
+        for (const analysis::CollectiveInstance& instance : analysis::match_collectives(*trace)) {
+            const std::string name(trace->name(instance.name));
+            QVERIFY2(instance.role != analysis::Role::collective, name.c_str());
+            QVERIFY2(instance.participants.size() == 2, name.c_str());
+            ++instances[name];
+        }
+        QVERIFY(instances[std::string(range_name::kTpAllGather)] > 0);
+        QVERIFY(instances[std::string(range_name::kTpReduceScatter)] > 0);
+        QVERIFY(instances[std::string(range_name::kDpAllReduce)] > 0);
     }
 };
 

@@ -27,9 +27,20 @@ std::string clipped(const std::string& name, std::size_t limit = 60) {
     return name.substr(0, end) + "…";
 }
 
+// Up to four ranks listed; more as the progression they form ("56-63", "0-1528 by 8"), else
+// as a count.
 std::string rank_list(const std::vector<std::int32_t>& ranks) {
     if (ranks.size() > 4) {
-        return std::to_string(ranks.size()) + " ranks";
+        const std::int32_t step = ranks[1] - ranks[0];
+        bool progression = step > 0;
+        for (std::size_t i = 2; progression && i < ranks.size(); ++i) {
+            progression = ranks[i] - ranks[i - 1] == step;
+        }
+        if (!progression) {
+            return std::to_string(ranks.size()) + " ranks";
+        }
+        return std::to_string(ranks.front()) + "-" + std::to_string(ranks.back()) +
+               (step > 1 ? " by " + std::to_string(step) : "");
     }
     std::string text;
     for (std::int32_t rank : ranks) {
@@ -146,29 +157,83 @@ void render_launches(const KernelAnalysis& k, std::size_t top, std::string& out)
     out += table.render("  ");
 }
 
+// More groups than fit (a 4D run has a TP group per DP × PP × CP coordinate): each name's
+// groups together first.
+void render_communication_totals(const std::vector<CollectiveTotal>& totals, std::string& out) {
+    out +=
+        "\ncommunication by collective (per name, its groups together; bandwidths as "
+        "NCCL-tests defines them)\n";
+    TextTable table(
+        {"collective", "kind", "groups", "ranks a group", "calls", "bytes", "transfer", "wait",
+         "algbw GB/s", "busbw GB/s", "slowest group busbw"},
+        {Align::left, Align::left, Align::right, Align::right, Align::right, Align::right,
+         Align::right, Align::right, Align::right, Align::right, Align::right});
+    for (const CollectiveTotal& c : totals) {
+        const bool measured = c.bytes > 0 && c.transfer_ns > 0;
+        table.add_row(
+            {clipped(c.name, 40), std::string(to_string(c.kind)), std::to_string(c.groups),
+             std::to_string(c.group_size), std::to_string(c.calls),
+             c.bytes > 0 ? format_bytes(c.bytes) : kUnknownFigure, format_duration(c.transfer_ns),
+             format_duration(c.wait_ns), measured ? format_fixed(c.algbw_gb_s, 2) : kUnknownFigure,
+             measured ? format_fixed(c.busbw_gb_s, 2) : kUnknownFigure,
+             c.slowest_busbw_gb_s > 0 ? format_fixed(c.slowest_busbw_gb_s, 2) : kUnknownFigure});
+    }
+    out += table.render("  ");
+}
+
 void render_communication(const std::vector<CollectiveSummary>& rows, std::size_t top,
                           std::string& out) {
     if (rows.empty()) {
         return;
     }
-    const std::size_t shown = std::min(top, rows.size());
-    out +=
-        "\ncommunication by collective (per name and group; bandwidths as NCCL-tests defines "
-        "them)" +
-        shown_of(shown, rows.size(), "groups") + "\n";
-    TextTable table({"collective", "kind", "ranks", "calls", "bytes", "transfer", "wait",
-                     "algbw GB/s", "busbw GB/s"},
-                    {Align::left, Align::left, Align::left, Align::right, Align::right,
-                     Align::right, Align::right, Align::right, Align::right});
+    const std::vector<CollectiveTotal> totals = total_collectives(rows);
+    const bool folded = rows.size() > top;
+    if (folded) {
+        render_communication_totals(totals, out);
+    }
+    // Past `top` groups, those furthest below their name's bandwidth: where a link or a rank
+    // held a collective back.
+    std::vector<SlowGroup> groups;
+    if (folded) {
+        groups = slowest_first(rows, totals);
+    } else {
+        for (const CollectiveSummary& row : rows) {
+            groups.push_back({row, 0});
+        }
+    }
+    const std::size_t shown = std::min(top, groups.size());
+    out += folded ? "\ncommunication's slowest groups (per name and group, the furthest below "
+                    "their name's busbw first)" +
+                        shown_of(shown, groups.size(), "groups") + "\n"
+                  : "\ncommunication by collective (per name and group; bandwidths as "
+                    "NCCL-tests defines them)\n";
+    std::vector<std::string> header = {"collective", "kind", "ranks",      "calls",     "bytes",
+                                       "transfer",   "wait", "algbw GB/s", "busbw GB/s"};
+    std::vector<Align> align = {Align::left,  Align::left,  Align::left,
+                                Align::right, Align::right, Align::right,
+                                Align::right, Align::right, Align::right};
+    if (folded) {
+        header.push_back("vs its name");
+        align.push_back(Align::right);
+    }
+    TextTable table(header, align);
     for (std::size_t i = 0; i < shown; ++i) {
-        const CollectiveSummary& c = rows[i];
+        const CollectiveSummary& c = groups[i].group;
         const bool measured = c.bytes > 0 && c.transfer_ns > 0;
-        table.add_row({clipped(c.name, 40), std::string(to_string(c.kind)), rank_list(c.ranks),
-                       std::to_string(c.calls),
-                       c.bytes > 0 ? format_bytes(c.bytes) : kUnknownFigure,
-                       format_duration(c.transfer_ns), format_duration(c.wait_ns),
-                       measured ? format_fixed(c.algbw_gb_s, 2) : kUnknownFigure,
-                       measured ? format_fixed(c.busbw_gb_s, 2) : kUnknownFigure});
+        std::vector<std::string> row = {clipped(c.name, 40),
+                                        std::string(to_string(c.kind)),
+                                        rank_list(c.ranks),
+                                        std::to_string(c.calls),
+                                        c.bytes > 0 ? format_bytes(c.bytes) : kUnknownFigure,
+                                        format_duration(c.transfer_ns),
+                                        format_duration(c.wait_ns),
+                                        measured ? format_fixed(c.algbw_gb_s, 2) : kUnknownFigure,
+                                        measured ? format_fixed(c.busbw_gb_s, 2) : kUnknownFigure};
+        if (folded) {
+            row.push_back(groups[i].vs_name > 0 ? format_fixed(groups[i].vs_name, 2) + "x"
+                                                : kUnknownFigure);
+        }
+        table.add_row(row);
     }
     out += table.render("  ");
 }

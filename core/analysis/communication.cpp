@@ -91,4 +91,60 @@ std::vector<CollectiveSummary> summarize_collectives(const RunTrace& trace,
     return rows;
 }
 
+std::vector<CollectiveTotal> total_collectives(const std::vector<CollectiveSummary>& rows) {
+    std::vector<CollectiveTotal> totals;
+    std::map<std::pair<std::string, std::size_t>, std::size_t> index;
+    for (const CollectiveSummary& row : rows) {
+        const auto [at, added] = index.try_emplace({row.name, row.ranks.size()}, totals.size());
+        if (added) {
+            CollectiveTotal total;
+            total.name = row.name;
+            total.kind = row.kind;
+            total.group_size = static_cast<std::int32_t>(row.ranks.size());
+            totals.push_back(std::move(total));
+        }
+        CollectiveTotal& total = totals[at->second];
+        ++total.groups;
+        total.calls += row.calls;
+        total.bytes += row.bytes;
+        total.transfer_ns += row.transfer_ns;
+        total.wait_ns += row.wait_ns;
+        if (row.busbw_gb_s > 0 &&
+            (total.slowest_busbw_gb_s == 0 || row.busbw_gb_s < total.slowest_busbw_gb_s)) {
+            total.slowest_busbw_gb_s = row.busbw_gb_s;
+        }
+    }
+    for (CollectiveTotal& total : totals) {
+        if (total.bytes > 0 && total.transfer_ns > 0) {
+            total.algbw_gb_s = double(total.bytes) / double(total.transfer_ns);
+            total.busbw_gb_s =
+                total.algbw_gb_s * bus_bandwidth_factor(total.kind, total.group_size);
+        }
+    }
+    return totals;
+}
+
+std::vector<SlowGroup> slowest_first(const std::vector<CollectiveSummary>& rows,
+                                     const std::vector<CollectiveTotal>& totals) {
+    std::map<std::pair<std::string, std::size_t>, double> name_busbw;
+    for (const CollectiveTotal& total : totals) {
+        name_busbw[{total.name, static_cast<std::size_t>(total.group_size)}] = total.busbw_gb_s;
+    }
+    std::vector<SlowGroup> slow;
+    slow.reserve(rows.size());
+    for (const CollectiveSummary& row : rows) {
+        const auto found = name_busbw.find({row.name, row.ranks.size()});
+        const double all = found == name_busbw.end() ? 0 : found->second;
+        slow.push_back({row, row.busbw_gb_s > 0 && all > 0 ? row.busbw_gb_s / all : 0});
+    }
+    std::stable_sort(slow.begin(), slow.end(), [](const SlowGroup& a, const SlowGroup& b) {
+        const bool a_measured = a.vs_name > 0, b_measured = b.vs_name > 0;
+        if (a_measured != b_measured) {
+            return a_measured;
+        }
+        return a_measured && a.vs_name < b.vs_name;
+    });
+    return slow;
+}
+
 }  // namespace fulcrum::analysis

@@ -54,4 +54,30 @@ struct CollectiveSummary {
 std::vector<CollectiveSummary> summarize_collectives(const RunTrace& trace,
                                                      const MatchedCollectives& collectives);
 
+// The groups of one collective name and group size together (a 4D run has one TP group per
+// DP × PP × CP coordinate: thousands of rows alike): Σ calls, bytes, transfer and wait over
+// the groups, the bandwidths of those sums, and the slowest group's busbw.
+struct CollectiveTotal {
+    std::string name;
+    CollectiveKind kind = CollectiveKind::other;
+    std::int64_t groups = 0;
+    std::int32_t group_size = 0;  // ranks a group
+    std::int64_t calls = 0, bytes = 0, transfer_ns = 0, wait_ns = 0;
+    double algbw_gb_s = 0, busbw_gb_s = 0;  // 0 when no bytes or no transfer time
+    double slowest_busbw_gb_s = 0;          // the lowest of the groups that have one
+};
+// In the order of `rows` (each name's first group).
+std::vector<CollectiveTotal> total_collectives(const std::vector<CollectiveSummary>& rows);
+
+// The groups whose busbw falls furthest below their name's (`totals`, of the same rows): a
+// group's busbw over its name and size's, the lowest first (a slow link or a late rank among
+// thousands of groups alike); groups without a busbw last, in their order. With each its
+// ratio (0 where it has none).
+struct SlowGroup {
+    CollectiveSummary group;
+    double vs_name = 0;
+};
+std::vector<SlowGroup> slowest_first(const std::vector<CollectiveSummary>& rows,
+                                     const std::vector<CollectiveTotal>& totals);
+
 }  // namespace fulcrum::analysis

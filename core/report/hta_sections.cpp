@@ -136,8 +136,40 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
         "NCCL-tests "
         "defines it (× 2(n−1)/n all-reduce, × (n−1)/n all-gather, reduce-scatter, "
         "all-to-all).</p>\n";
+    const std::vector<CollectiveTotal> totals = total_collectives(a.communication);
+    // A name with many groups alike (a 4D run's TP groups, one per DP × PP × CP coordinate):
+    // its groups together first, then every group, the furthest below its name's busbw first.
+    constexpr std::size_t kGroupsListedPlain = 16;  // as `fulcrum analyze --top`'s default
+    const bool folded = a.communication.size() > kGroupsListedPlain;
+    if (folded) {
+        std::vector<std::vector<Cell>> rows;
+        for (const CollectiveTotal& c : totals) {
+            const bool measured = c.bytes > 0 && c.transfer_ns > 0;
+            rows.push_back({text_cell(c.name), text_cell(to_string(c.kind)), int_cell(c.groups),
+                            int_cell(c.group_size), int_cell(c.calls),
+                            c.bytes > 0 ? int_cell(c.bytes) : Cell{kUnknownFigure, ""},
+                            duration_cell(c.transfer_ns), duration_cell(c.wait_ns),
+                            measured ? fixed_cell(c.algbw_gb_s, 2) : Cell{kUnknownFigure, ""},
+                            measured ? fixed_cell(c.busbw_gb_s, 2) : Cell{kUnknownFigure, ""},
+                            c.slowest_busbw_gb_s > 0 ? fixed_cell(c.slowest_busbw_gb_s, 2)
+                                                     : Cell{kUnknownFigure, ""}});
+        }
+        render_table(out, "communication_totals",
+                     {"collective", "kind", "groups", "ranks a group", "calls", "bytes", "transfer",
+                      "wait", "algbw GB/s", "busbw GB/s", "slowest group busbw"},
+                     rows);
+    }
+    std::vector<SlowGroup> groups;
+    if (folded) {
+        groups = slowest_first(a.communication, totals);
+    } else {
+        for (const CollectiveSummary& c : a.communication) {
+            groups.push_back({c, 0});
+        }
+    }
     std::vector<std::vector<Cell>> rows;
-    for (const CollectiveSummary& c : a.communication) {
+    for (const SlowGroup& group : groups) {
+        const CollectiveSummary& c = group.group;
         const bool measured = c.bytes > 0 && c.transfer_ns > 0;
         rows.push_back({text_cell(c.name), text_cell(to_string(c.kind)),
                         text_cell(rank_list(c.ranks)), int_cell(c.calls),
@@ -145,11 +177,17 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
                         duration_cell(c.transfer_ns), duration_cell(c.wait_ns),
                         measured ? fixed_cell(c.algbw_gb_s, 2) : Cell{kUnknownFigure, ""},
                         measured ? fixed_cell(c.busbw_gb_s, 2) : Cell{kUnknownFigure, ""}});
+        if (folded) {
+            rows.back().push_back(group.vs_name > 0 ? fixed_cell(group.vs_name, 2)
+                                                    : Cell{kUnknownFigure, ""});
+        }
     }
-    render_table(out, "communication",
-                 {"collective", "kind", "ranks", "calls", "bytes", "transfer", "wait", "algbw GB/s",
-                  "busbw GB/s"},
-                 rows);
+    std::vector<std::string> header = {"collective", "kind", "ranks",      "calls",     "bytes",
+                                       "transfer",   "wait", "algbw GB/s", "busbw GB/s"};
+    if (folded) {
+        header.push_back("busbw vs its name");
+    }
+    render_table(out, "communication", header, rows);
 }
 
 template <typename Key>

@@ -81,6 +81,33 @@ private slots:
         QCOMPARE(cp.busbw_gb_s, 2.5);
     }
 
+    // The hand trace's groups together: tp all-reduce, 2 groups of 2, 3 calls, 4·10⁶ bytes
+    // over 900 µs (algbw 4.44, busbw the same for n = 2), its slower group {2,3} at 4 GB/s,
+    // which is 0.9 of the name's; the cp all-gather's one group at 1.0. Slowest first:
+    // {2,3}, then the others in their order.
+    void groupsTogetherAndTheSlowestFirst() {
+        const RunTrace trace = hand_trace();
+        const auto rows = summarize_collectives(trace, matched_collectives(trace));
+        const std::vector<CollectiveTotal> totals = total_collectives(rows);
+        QCOMPARE(totals.size(), std::size_t(2));
+        const CollectiveTotal& tp = totals[0].name == "tp all-reduce" ? totals[0] : totals[1];
+        QCOMPARE(tp.groups, std::int64_t(2));
+        QCOMPARE(tp.group_size, 2);
+        QCOMPARE(tp.calls, std::int64_t(3));
+        QCOMPARE(tp.bytes, std::int64_t(4'000'000));
+        QCOMPARE(tp.transfer_ns, 900 * us);
+        QCOMPARE(tp.wait_ns, 50 * us);
+        QCOMPARE(tp.algbw_gb_s, 4.0e6 / 900e3);
+        QCOMPARE(tp.busbw_gb_s, tp.algbw_gb_s);
+        QCOMPARE(tp.slowest_busbw_gb_s, 4.0);
+        const std::vector<SlowGroup> slow = slowest_first(rows, totals);
+        QCOMPARE(slow.size(), std::size_t(3));
+        QCOMPARE(slow[0].group.ranks, (std::vector<std::int32_t>{2, 3}));
+        QCOMPARE(slow[0].vs_name, 4.0 / tp.busbw_gb_s);
+        QCOMPARE(slow.back().group.ranks, (std::vector<std::int32_t>{0, 1}));
+        QCOMPARE(slow.back().vs_name, 5.0 / tp.busbw_gb_s);
+    }
+
     void kindsAndFactors() {
         QCOMPARE(collective_kind_of("ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
                  CollectiveKind::all_reduce);

@@ -227,6 +227,65 @@ private slots:
         expect_golden("run.json", QString::fromUtf8(json.readAll()));
     }
 
+    // More collective groups than --top shows: each name's groups together first (the run's
+    // two DP groups of two: 4 calls, 256 MiB), then the groups furthest below their name's
+    // bandwidth, with how far.
+    void analyzeFoldsCollectiveGroupsPastTop() {
+        const QString text = transcript({"analyze", "run.fulcrum", "--top", "1"});
+        QVERIFY2(text.contains("communication by collective (per name, its groups together"),
+                 qPrintable(text));
+        QVERIFY(text.contains(
+            QRegularExpression("dp all-reduce gradients +all-reduce +2 +2 +4 +256.00 MiB")));
+        QVERIFY(
+            text.contains("communication's slowest groups (per name and group, the furthest "
+                          "below their name's busbw first) (1 of 2 groups)"));
+        QVERIFY(text.contains(QRegularExpression("0,2 +2 +128.00 MiB .* 1.00x")));
+    }
+
+    // A report of a run with more collective groups than it lists plainly (a simulated
+    // dp2 tp2 pp4 cp2 run: 16 TP, 16 CP, 8 DP and 8 embedding groups): each name's groups
+    // together, then every group with its busbw against its name's.
+    void reportFoldsCollectiveGroups() {
+        const Outcome simulated = run(fulcrum(),
+                                      {"simulate",
+                                       "--hardware",
+                                       "a100",
+                                       "--layers",
+                                       "8",
+                                       "--hidden",
+                                       "512",
+                                       "--heads",
+                                       "8",
+                                       "--context",
+                                       "2048",
+                                       "--dp",
+                                       "2",
+                                       "--tp",
+                                       "2",
+                                       "--pp",
+                                       "4",
+                                       "--cp",
+                                       "2",
+                                       "--steps",
+                                       "1",
+                                       "-o",
+                                       "groups.fulcrum",
+                                       "--force"},
+                                      work_.path());
+        QVERIFY2(simulated.exit_code == 0, qPrintable(simulated.output));
+        const Outcome reported = run(
+            fulcrum(), {"report", "groups.fulcrum", "-o", "groups.html", "--force"}, work_.path());
+        QVERIFY2(reported.exit_code == 0, qPrintable(reported.output));
+        QFile file(work_.filePath("groups.html"));
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QString html = QString::fromUtf8(file.readAll());
+        const qsizetype totals = html.indexOf("data-table=\"communication_totals\"");
+        QVERIFY(totals > 0);
+        const QString rows = html.mid(totals, html.indexOf("</table>", totals) - totals);
+        QCOMPARE(rows.count("<tr"), 1 + 5);  // the header; tp all-reduce, cp ×2, dp, embedding
+        QVERIFY(html.indexOf("busbw vs its name") > totals);
+    }
+
     // The analyses on the deterministic synthetic run: tables, and errors a user can act on.
     void analyzeTables() {
         QString text = transcript({"analyze", "run.fulcrum"});

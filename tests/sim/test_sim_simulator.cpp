@@ -145,6 +145,15 @@ class SimulatorTest : public QObject {
 
     QTemporaryDir work_;
 
+    // Plays `config` into the run file `name` in the test's folder and opens it.
+    store::TraceReader simulated_run(const SimulationConfig& config, const char* name) {
+        SimulationOutput output;
+        output.path = work_.filePath(name).toStdString();
+        output.start_utc_ns = 0;
+        must(simulate_to_file(config, output));
+        return must(store::TraceReader::open(output.path));
+    }
+
 private slots:
     // An overlapped reduction's kernels hold a share of the SMs (docs/simulate.md, "The end of
     // the step"). Two layers written by one backward over [0, 1000], buckets of 400 ns: ready at
@@ -1281,14 +1290,8 @@ private slots:
         config.layout.offload_checkpoints = true;
         config.hardware.host_link_gbs = 0.05;  // slow enough to wait on
         config.steps = 1;
-        const std::string path = work_.filePath("fpdt.fulcrum").toStdString();
-        SimulationOutput output;
-        output.path = path;
-        output.start_utc_ns = 0;
-        must(simulate_to_file(config, output));
-        auto reader = store::TraceReader::open(path);
-        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
-        const Found rank = events_of_rank(*reader, 0);
+        const store::TraceReader reader = simulated_run(config, "fpdt.fulcrum");
+        const Found rank = events_of_rank(reader, 0);
         std::map<std::string, int> counts;
         for (const Event& event : rank.events) {
             ++counts[rank.name(event)];
@@ -1315,14 +1318,8 @@ private slots:
         // GEMMs shorter than the all-reduces beside them: each hides part of its call.
         config.hardware.tflops *= 20;
         config.steps = 1;
-        const std::string path = work_.filePath("hidden.fulcrum").toStdString();
-        SimulationOutput output;
-        output.path = path;
-        output.start_utc_ns = 0;
-        must(simulate_to_file(config, output));
-        auto reader = store::TraceReader::open(path);
-        QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().message.c_str());
-        const analysis::RunTrace trace = must(analysis::load_run_trace(*reader));
+        const store::TraceReader reader = simulated_run(config, "hidden.fulcrum");
+        const analysis::RunTrace trace = must(analysis::load_run_trace(reader));
         const StageCosts costs = config_costs(config);
         const auto rate = [](const analysis::CollectiveCost& cost, std::int64_t bytes) {
             return double(bytes) / double(predict_collective_ns(cost, bytes));  // GB/s

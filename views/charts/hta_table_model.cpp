@@ -59,6 +59,18 @@ QStringList headers_of(HtaTableModel::Table table) {
                     QObject::tr("delay (mean)"),   QObject::tr("delay (max)"),
                     QObject::tr("short kernels"),  QObject::tr("calls > 50 µs"),
                     QObject::tr("delays > 100 µs")};
+        case T::communication_totals:
+            return {QObject::tr("collective"),
+                    QObject::tr("kind"),
+                    QObject::tr("groups"),
+                    QObject::tr("ranks a group"),
+                    QObject::tr("calls"),
+                    QObject::tr("bytes"),
+                    QObject::tr("transfer"),
+                    QObject::tr("wait"),
+                    QObject::tr("algbw GB/s"),
+                    QObject::tr("busbw GB/s"),
+                    QObject::tr("slowest group busbw")};
         case T::communication:
             return {
                 QObject::tr("collective"), QObject::tr("kind"),       QObject::tr("ranks"),
@@ -186,6 +198,19 @@ void HtaTableModel::fill(const RunAnalysis& a) {
                                  duration(std::llround(s.mean_delay_ns())),
                                  duration(s.delay_max_ns), count(s.short_kernels),
                                  count(s.slow_calls), count(s.delay_outliers)});
+            }
+            break;
+        case Table::communication_totals:
+            for (const CollectiveTotal& c : total_collectives(a.communication)) {
+                const bool measured = c.bytes > 0 && c.transfer_ns > 0;
+                const Cell unknown{charts::kUnknown, {}};
+                rows_.push_back(
+                    {text(c.name), text(to_string(c.kind)), count(c.groups), count(c.group_size),
+                     count(c.calls), c.bytes > 0 ? count(c.bytes) : unknown,
+                     duration(c.transfer_ns), duration(c.wait_ns),
+                     measured ? number(c.algbw_gb_s, 2) : unknown,
+                     measured ? number(c.busbw_gb_s, 2) : unknown,
+                     c.slowest_busbw_gb_s > 0 ? number(c.slowest_busbw_gb_s, 2) : unknown});
             }
             break;
         case Table::communication:

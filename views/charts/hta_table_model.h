@@ -20,6 +20,7 @@ public:
         top_kernels,
         idle,
         launches,
+        communication_totals,  // each collective name's groups together (total_collectives)
         communication,
         critical_path,
         diff

@@ -30,7 +30,10 @@ constexpr Section kSections[] = {
      "wait: a gap "
      "under 30 µs)"},
     {Table::launches, "Kernel launches (delay: kernel start − end of its launch call)"},
-    {Table::communication, "Communication by collective (bandwidths as NCCL-tests defines them)"},
+    {Table::communication_totals,
+     "Communication by collective, each name's groups together (bandwidths as NCCL-tests defines "
+     "them)"},
+    {Table::communication, "Communication by collective and group (sort by busbw for the slowest)"},
     {Table::critical_path,
      "Critical path per step (shares of its length; outlined on the timeline and bubbles)"},
 };
@@ -63,7 +66,8 @@ KernelsView::KernelsView(QWidget* parent) : QWidget(parent), device_note_(new QL
         view->setMinimumHeight(140);
         layout->addWidget(title);
         layout->addWidget(view, 1);
-        if (section.table != Table::communication && section.table != Table::critical_path) {
+        if (section.table != Table::communication_totals && section.table != Table::communication &&
+            section.table != Table::critical_path) {
             device_only_.push_back(title);
             device_only_.push_back(view);
         }

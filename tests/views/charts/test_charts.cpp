@@ -686,6 +686,22 @@ private slots:
                          .toLongLong(),
                      a.communication[std::size_t(row)].calls);
         }
+        // Each name's groups together: as many rows as names (by group size), the calls of
+        // all its groups.
+        HtaTableModel* totals = view.model(HtaTableModel::Table::communication_totals);
+        const std::vector<analysis::CollectiveTotal> summed =
+            analysis::total_collectives(a.communication);
+        QCOMPARE(totals->rowCount(), int(summed.size()));
+        QVERIFY(totals->rowCount() > 0);
+        std::int64_t calls = 0;
+        for (int row = 0; row < totals->rowCount(); ++row) {
+            calls += totals->data(totals->index(row, 4), HtaTableModel::ValueRole).toLongLong();
+        }
+        std::int64_t group_calls = 0;
+        for (const analysis::CollectiveSummary& c : a.communication) {
+            group_calls += c.calls;
+        }
+        QCOMPARE(calls, group_calls);
         HtaTableModel* paths = view.model(HtaTableModel::Table::critical_path);
         QCOMPARE(paths->rowCount(), int(a.critical_paths.size()));
         QVERIFY(paths->rowCount() > 0);
@@ -694,7 +710,8 @@ private slots:
         for (auto table :
              {HtaTableModel::Table::kernel_time, HtaTableModel::Table::top_kernels,
               HtaTableModel::Table::idle, HtaTableModel::Table::launches,
-              HtaTableModel::Table::communication, HtaTableModel::Table::critical_path}) {
+              HtaTableModel::Table::communication_totals, HtaTableModel::Table::communication,
+              HtaTableModel::Table::critical_path}) {
             QAbstractItemModelTester tester(view.model(table),
                                             QAbstractItemModelTester::FailureReportingMode::QtTest);
         }

@@ -13,7 +13,7 @@ namespace fulcrum::analysis {
 namespace {
 
 // Stable names of roles in the JSON format.
-constexpr std::array<std::pair<Role, std::string_view>, 13> kRoleNames = {{
+constexpr std::array<std::pair<Role, std::string_view>, 14> kRoleNames = {{
     {Role::other, "other"},
     {Role::step, "step"},
     {Role::forward, "forward"},
@@ -27,6 +27,7 @@ constexpr std::array<std::pair<Role, std::string_view>, 13> kRoleNames = {{
     {Role::embedding_collective, "embedding_collective"},
     {Role::optimizer, "optimizer"},
     {Role::collective, "collective"},
+    {Role::copy_wait, "copy_wait"},
 }};
 
 std::string_view role_name(Role role) {

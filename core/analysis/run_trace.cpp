@@ -46,6 +46,7 @@ constexpr std::array kEngineNames = {
     NamedRole{range_name::kZeroAllGather, Role::dp_collective},
     NamedRole{range_name::kZeroReduceScatter, Role::dp_collective},
     NamedRole{range_name::kEmbeddingAllReduce, Role::embedding_collective},
+    NamedRole{range_name::kOffloadWait, Role::copy_wait},
     NamedRole{range_name::kOptimizer, Role::optimizer},
 };
 
@@ -118,6 +119,7 @@ bool is_communication(Role role) {
         case Role::dp_collective:
         case Role::embedding_collective:
         case Role::collective:
+        case Role::copy_wait:
             return true;
         default:
             return false;

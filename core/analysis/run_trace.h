@@ -45,6 +45,10 @@ enum class Role : std::uint8_t {
     embedding_collective,  // "pp all-reduce embedding": first and last stage
     optimizer,             // "optimizer"
     collective,            // any other communication (NCCL kernels, foreign ranges)
+    // "offload wait" (simulated runs): the wait for copies to or from host memory that the
+    // pass's compute did not hide. Communication time in a pass, not a collective: no group
+    // waits in it, so it is never matched across ranks.
+    copy_wait,
 };
 
 Role role_of_name(std::string_view name, Category category, EventKind kind);

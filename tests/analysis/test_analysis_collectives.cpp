@@ -157,6 +157,20 @@ private slots:
         }
     }
 
+    // A simulated run's `offload wait` is communication time inside its pass, not a
+    // collective: nobody else waits in it, so it is never matched (it was, across every rank).
+    void copyWaitsAreNotCollectives() {
+        RunTrace trace;
+        for (int r = 0; r < 2; ++r) {
+            add_rank(trace, r, r, 0, 0, 0);
+            collective(trace, r, "offload wait", 100 + 50 * r, 300, 0, 0, Phase::forward, 4096);
+        }
+        trace.finish();
+        QCOMPARE(trace.role(trace.ranks[0].lanes[0].events[0]), Role::copy_wait);
+        QVERIFY(is_communication(Role::copy_wait));
+        QVERIFY(match_collectives(trace).empty());
+    }
+
     // dp = 2, pp = 2, cp = 2 (tp = 1): rank = ((dp·2 + pp)·2 + cp). The engine's DP all-reduce
     // runs over DP × CP, so its groups are the ranks of one stage: pp 0 = {0,1,4,5}, pp 1 =
     // {2,3,6,7}. The embedding all-reduce runs on the first and last stage of one (dp, cp):

@@ -471,7 +471,9 @@ Command add_analyze_command(CLI::App& app) {
     sub->add_option("-o,--output", args->output, "Write to this file instead of standard output");
     sub->add_flag("--force", args->force, "Replace the output file if it exists");
     sub->add_option("--top", args->top,
-                    "Rows shown in per-rank, per-stream, per-kernel and per-step tables")
+                    "Rows shown in per-rank, per-stream, per-kernel and per-step tables; past "
+                    "this many collective groups, each name's groups are summed first and the "
+                    "groups furthest below their name's bandwidth follow")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 20));
     return [args] { return run_analyze(*args); };

@@ -183,7 +183,14 @@ void host_lane_calls(const RunTrace& trace, const LaneTrace& lane, DeviceCollect
         }
         const Role role = trace.role(event);
         const bool engine = is_communication(role) && role != Role::collective;
-        if (is_matched_collective(role)) {
+        if (role == Role::reduction_start && device.present()) {
+            // A started DP reduction: the kernel it launched is the collective, over the DP
+            // group; kept only if it launched one (below).
+            open.push_back({event.end_ns, static_cast<std::int64_t>(calls.size())});
+            calls.push_back(
+                {&event, Role::dp_collective, event.start_ns, event.start_ns, event.end_ns});
+            ran.push_back(kNothing);
+        } else if (is_matched_collective(role)) {
             if (engine) {
                 open.push_back({event.end_ns, static_cast<std::int64_t>(calls.size())});
             }
@@ -193,12 +200,18 @@ void host_lane_calls(const RunTrace& trace, const LaneTrace& lane, DeviceCollect
             open.push_back({event.end_ns, -1});
         }
     }
+    std::size_t kept = first;
     for (std::size_t i = 0; i < ran.size(); ++i) {
+        MatchedCall call = calls[first + i];
         if (ran[i].start <= ran[i].end) {  // it launched kernels: they are its times
-            calls[first + i].start_ns = ran[i].start;
-            calls[first + i].end_ns = ran[i].end;
+            call.start_ns = ran[i].start;
+            call.end_ns = ran[i].end;
+        } else if (trace.role(*call.event) == Role::reduction_start) {
+            continue;  // started on the host (a staged communicator): no collective to time
         }
+        calls[kept++] = call;
     }
+    calls.resize(kept);
 }
 
 // A rank's matched collectives in the order it issued them (k counts in that order over its

@@ -10,8 +10,11 @@
 // On a rank with device work an engine range takes the times of the collective kernels it
 // launched (joined by correlation id): the range timed only the host call that enqueued them.
 // Those kernels, and the ones a pipeline send or receive launched, are not matched on their
-// own. A kernel no engine range launched (a foreign program) is, within the process group its
-// args name (Kineto's "Process Group Name"), else across all ranks: its name
+// own. fulcrum-train's "dp all-reduce start" (runtime work, Role::reduction_start) is no
+// collective on a CPU rank; on a GPU rank the kernel it launched is one layer's DP
+// collective, matched over the DP group (a start that launched nothing is dropped). A kernel no
+// engine range launched (a foreign program) is, within the process group its args name (Kineto's
+// "Process Group Name"), else across all ranks: its name
 // ("ncclDevKernel_AllReduce_…") says the algorithm, not the communicator.
 // Pipeline point-to-point is not a collective; a receive is matched to its send by
 // passes/bubbles.

@@ -47,6 +47,7 @@ constexpr std::array kEngineNames = {
     NamedRole{range_name::kZeroReduceScatter, Role::dp_collective},
     NamedRole{range_name::kEmbeddingAllReduce, Role::embedding_collective},
     NamedRole{range_name::kOffloadWait, Role::copy_wait},
+    NamedRole{range_name::kDpAllReduceStart, Role::reduction_start},
     NamedRole{range_name::kOptimizer, Role::optimizer},
 };
 

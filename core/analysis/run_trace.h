@@ -49,6 +49,10 @@ enum class Role : std::uint8_t {
     // pass's compute did not hide. Communication time in a pass, not a collective: no group
     // waits in it, so it is never matched across ranks.
     copy_wait,
+    // "dp all-reduce start" (fulcrum-train's --overlap-grad-reduce): the host call that starts
+    // one layer's DP reduction. Runtime work on a CPU rank; on a GPU rank the NCCL kernel it
+    // launched is that layer's DP collective as it ran (collectives.h).
+    reduction_start,
 };
 
 Role role_of_name(std::string_view name, Category category, EventKind kind);

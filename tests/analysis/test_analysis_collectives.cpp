@@ -171,6 +171,55 @@ private slots:
         QVERIFY(match_collectives(trace).empty());
     }
 
+    // fulcrum-train's overlapped DP reduction starts each layer's all-reduce with a short
+    // runtime range, "dp all-reduce start". On a CPU rank that is host work, nothing to match.
+    // On a GPU rank the NCCL kernel it launched is the layer's collective as it ran: dp = 2
+    // (ranks 0 and 1), kernels at 1000 and 1030 → one instance over the DP group, last rank 1,
+    // wait 30, and the kernels are not matched again on their own. A start that launched
+    // nothing (a staged communicator) is not a collective either.
+    void startedReductionsAreTheirKernelsOnAGpu() {
+        const auto build = [](bool gpu) {
+            RunTrace trace;
+            for (int r = 0; r < 2; ++r) {
+                add_rank(trace, r, r, 0, 0, 0);
+            }
+            for (int r = 0; r < 2; ++r) {
+                Event& start =
+                    trace.add_range(host(trace, r), "dp all-reduce start", Category::runtime, 100,
+                                    120, 0, 3, -1, Phase::backward);
+                start.bytes = 4096;
+                // A second start that launches nothing.
+                trace.add_range(host(trace, r), "dp all-reduce start", Category::runtime, 200, 220,
+                                0, 3, -1, Phase::backward);
+                if (gpu) {
+                    Event& call = trace.add_range(host(trace, r), "cudaLaunchKernel",
+                                                  Category::runtime, 105, 110, 0, 3);
+                    call.kind = EventKind::api;
+                    call.correlation = 1;
+                    LaneTrace& nccl = trace.add_lane(r, LaneKind::gpu_stream, "stream 13");
+                    Event& kernel = trace.add_range(nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                                                    Category::communication, 1000 + 30 * r, 1500, 0,
+                                                    3, -1, Phase::backward);
+                    kernel.kind = EventKind::collective;
+                    kernel.correlation = 1;
+                }
+            }
+            trace.finish();
+            return trace;
+        };
+        QVERIFY(match_collectives(build(false)).empty());
+        const RunTrace gpu = build(true);
+        const auto instances = match_collectives(gpu);
+        QCOMPARE(instances.size(), 1u);
+        QCOMPARE(gpu.name(instances[0].name), std::string_view("dp all-reduce start"));
+        QCOMPARE(instances[0].role, Role::dp_collective);
+        QCOMPARE(ranks_of(instances[0]), (std::vector<std::int32_t>{0, 1}));
+        QCOMPARE(instances[0].participants[0].start_ns, 1000);
+        QCOMPARE(instances[0].last_arrival().rank, 1);
+        QCOMPARE(instances[0].total_wait_ns(), 30);
+        QCOMPARE(instances[0].last_arrival().bytes, 4096);
+    }
+
     // dp = 2, pp = 2, cp = 2 (tp = 1): rank = ((dp·2 + pp)·2 + cp). The engine's DP all-reduce
     // runs over DP × CP, so its groups are the ranks of one stage: pp 0 = {0,1,4,5}, pp 1 =
     // {2,3,6,7}. The embedding all-reduce runs on the first and last stage of one (dp, cp):

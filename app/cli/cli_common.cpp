@@ -118,6 +118,15 @@ void add_grad_reduce_dtype_option(CLI::App& app, std::string& dtype, const std::
         ->group(group);
 }
 
+void add_tp_backward_overlap_flag(CLI::App& app, bool& overlap, const std::string& group) {
+    app.add_flag("--tp-backward-overlap", overlap,
+                 "Megatron-LM's asynchronous TP communication in the backward (on there since "
+                 "2022): each column-parallel linear's input-gradient all-reduce (under "
+                 "--sequence-parallel its reduce-scatter and the re-gather of its input) runs "
+                 "beside its weight-gradient GEMM")
+        ->group(group);
+}
+
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
                                         const std::string& example, int minimum) {
     std::vector<int> values;

@@ -54,6 +54,9 @@ void add_attention_backend_option(CLI::App& app, std::string& backend, const std
 // --grad-reduce-dtype fp32|bf16|fp16 into `dtype` ("" when not given), in `group`: fulcrum
 // simulate's and fulcrum plan's (sim::SimulationConfig::grad_reduce_dtype).
 void add_grad_reduce_dtype_option(CLI::App& app, std::string& dtype, const std::string& group);
+// --tp-backward-overlap of fulcrum simulate and fulcrum plan (sim::SimulationConfig::
+// tp_backward_overlap).
+void add_tp_backward_overlap_flag(CLI::App& app, bool& overlap, const std::string& group);
 
 // "7,9,9,7" → {7, 9, 9, 7}, each at least `minimum`; the error names `option` and shows
 // `example`.

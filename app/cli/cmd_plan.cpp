@@ -657,10 +657,7 @@ Command add_plan_command(CLI::App& app) {
         ->capture_default_str()
         ->group("Model");
     add_grad_reduce_dtype_option(*sub, args->grad_reduce_dtype, "Model");
-    sub->add_flag("--tp-backward-overlap", r.tp_backward_overlap,
-                  "Price every candidate with Megatron-LM's asynchronous backward TP "
-                  "communication, as fulcrum simulate --tp-backward-overlap does")
-        ->group("Model");
+    add_tp_backward_overlap_flag(*sub, r.tp_backward_overlap, "Model");
 
     sub->add_option("--global-batch", r.global_batch,
                     "Sequences of --context tokens per step over all DP replicas; micro-batches "

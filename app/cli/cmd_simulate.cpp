@@ -949,12 +949,7 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
                   "reduce-scatters chunked and sent while the GEMMs beside them compute (needs "
                   "--sequence-parallel)")
         ->group("Grid");
-    sub->add_flag("--tp-backward-overlap", d.tp_backward_overlap,
-                  "Megatron-LM's asynchronous TP communication in the backward (on there since "
-                  "2022): each column-parallel linear's input-gradient all-reduce (under "
-                  "--sequence-parallel its reduce-scatter and the re-gather of its input) runs "
-                  "beside its weight-gradient GEMM")
-        ->group("Grid");
+    add_tp_backward_overlap_flag(*sub, d.tp_backward_overlap, "Grid");
     parallel::add_memory_technique_flags(*sub, d.layout, "Grid");
     sub->add_option("--attention-chunk", d.attention_chunk,
                     "FPDT's chunked attention: each layer's sequence in chunks of this many "

@@ -186,15 +186,13 @@ void render_communication(const std::vector<CollectiveSummary>& rows, std::size_
     if (rows.empty()) {
         return;
     }
-    const std::vector<CollectiveTotal> totals = total_collectives(rows);
     const bool folded = rows.size() > top;
-    if (folded) {
-        render_communication_totals(totals, out);
-    }
     // Past `top` groups, those furthest below their name's bandwidth: where a link or a rank
     // held a collective back.
     std::vector<SlowGroup> groups;
     if (folded) {
+        const std::vector<CollectiveTotal> totals = total_collectives(rows);
+        render_communication_totals(totals, out);
         groups = slowest_first(rows, totals);
     } else {
         for (const CollectiveSummary& row : rows) {

@@ -172,7 +172,7 @@ const std::vector<LayerTiming> kTable4 = {
     {{"SP + selective", parallel::Recompute::selective, true}, 7.2, 13.1},
 };
 
-int compare_table4(const sim::HardwareAssumptions& hardware, const Ablation& without) {
+void compare_table4(const sim::HardwareAssumptions& hardware, const Ablation& without) {
     using Align = TextTable::Align;
     TextTable table({"variant", "fwd published", "fwd model", "error", "bwd published", "bwd model",
                      "error", "layer published", "layer model", "error"},
@@ -212,7 +212,6 @@ int compare_table4(const sim::HardwareAssumptions& hardware, const Ablation& wit
         table.render().c_str());
     std::printf("mean |error| of the layer %.1f%% over %zu variants\n\n",
                 100 * sum_abs / static_cast<double>(kTable4.size()), kTable4.size());
-    return 0;
 }
 
 // The published step time: the source's, or its TFLOP/s per GPU through its own FLOP count.

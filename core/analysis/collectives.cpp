@@ -202,11 +202,11 @@ void host_lane_calls(const RunTrace& trace, const LaneTrace& lane, DeviceCollect
     }
     std::size_t kept = first;
     for (std::size_t i = 0; i < ran.size(); ++i) {
-        MatchedCall call = calls[first + i];
+        MatchedCall& call = calls[first + i];
         if (ran[i].start <= ran[i].end) {  // it launched kernels: they are its times
             call.start_ns = ran[i].start;
             call.end_ns = ran[i].end;
-        } else if (trace.role(*call.event) == Role::reduction_start) {
+        } else if (device.present() && trace.role(*call.event) == Role::reduction_start) {
             continue;  // started on the host (a staged communicator): no collective to time
         }
         calls[kept++] = call;

@@ -136,12 +136,13 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
         "NCCL-tests "
         "defines it (× 2(n−1)/n all-reduce, × (n−1)/n all-gather, reduce-scatter, "
         "all-to-all).</p>\n";
-    const std::vector<CollectiveTotal> totals = total_collectives(a.communication);
     // A name with many groups alike (a 4D run's TP groups, one per DP × PP × CP coordinate):
     // its groups together first, then every group, the furthest below its name's busbw first.
     constexpr std::size_t kGroupsListedPlain = 16;  // as `fulcrum analyze --top`'s default
     const bool folded = a.communication.size() > kGroupsListedPlain;
+    std::vector<SlowGroup> groups;
     if (folded) {
+        const std::vector<CollectiveTotal> totals = total_collectives(a.communication);
         std::vector<std::vector<Cell>> rows;
         for (const CollectiveTotal& c : totals) {
             const bool measured = c.bytes > 0 && c.transfer_ns > 0;
@@ -158,9 +159,6 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
                      {"collective", "kind", "groups", "ranks a group", "calls", "bytes", "transfer",
                       "wait", "algbw GB/s", "busbw GB/s", "slowest group busbw"},
                      rows);
-    }
-    std::vector<SlowGroup> groups;
-    if (folded) {
         groups = slowest_first(a.communication, totals);
     } else {
         for (const CollectiveSummary& c : a.communication) {

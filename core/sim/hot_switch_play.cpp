@@ -453,12 +453,15 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
     for (const parallel::HotSwitchBucket& bucket : spec.buckets) {
         play.result.buckets.push_back({.bucket = bucket});
     }
-    std::vector<LaneId> lanes;
+    SimulatedLanes lanes;
     HotSwitchNames names;
     if (out != nullptr) {
         // Every rank with its coordinates under the first bucket's layout (where the
-        // parameters start each step).
-        lanes = add_simulated_ranks(*out, play.current);
+        // parameters start each step), with copy lanes where a bucket copies to host memory.
+        const bool host_copies = std::ranges::any_of(spec.buckets, [&](const auto& bucket) {
+            return copies_to_host(bucket_config(config, bucket, {1}));
+        });
+        lanes = add_simulated_ranks(*out, play.current, host_copies);
         play.passes.writer = out;
         play.passes.lanes = lanes;
         names = {out->intern(range_name::kStep), out->intern(range_name::kHotSwitchBucket),
@@ -528,8 +531,8 @@ Result<SimulationResult> simulate_hot_switched(const SimulationConfig& config,
         step.bubble_fraction = played_ns > 0 ? weighted[0] / played_ns : 0.0;
         step.imbalance = played_ns > 0 ? weighted[1] / played_ns : 1.0;
         if (out != nullptr) {
-            play.result.events += write_step(*out, lanes, names, play.segments, spec, plan->step,
-                                             step.start_ns, play.now);
+            play.result.events += write_step(*out, lanes.main, names, play.segments, spec,
+                                             plan->step, step.start_ns, play.now);
         }
         trained.add(*plan);
         play.result.steps.push_back(step);

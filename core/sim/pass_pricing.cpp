@@ -193,29 +193,32 @@ namespace {
 
 // Bytes one rank copies between device and pinned host memory in one pass of `layers` layers
 // holding `tokens` (attending over `attended` tokens: its own under all-gather CP's K and V
-// stream, the whole micro-batch's under Ulysses): offloaded checkpoints go out after each
-// layer's forward and come back before its backward ([T, h], /tp under sequence
+// stream, the whole micro-batch's under Ulysses), by direction: offloaded checkpoints go out
+// after each layer's forward and come back before its backward ([T, h], /tp under sequence
 // parallelism); FPDT's chunks (Yao et al. 2024, §4) send Q, K and V of each chunk out in the
 // forward and fetch every earlier chunk's K and V for each chunk's attention, u(u − 1)/2
-// chunks of u, and in the backward fetch Q, K, V and again the earlier K and V, returning
-// their gradients (twice the forward's fetches). Under Ulysses, FPDT's offloading passes as
-// fulcrum-train runs them (engine/model/chunked_attention.h): the forward also sends each
-// chunk's output and lse out; the backward fetches each K/V chunk once, sends ∂L/∂o out once,
-// and for each of the u(u + 1)/2 pairs fetches its query chunk's Q, ∂L/∂o, output and lse, and
-// dQ's partial sum in and out but for a chunk's first and last pair and the one pair that
-// hands it straight to the next (the last chunk's, between the last two K/V chunks). Not W:
-// it reuses what B fetched.
-std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int64_t layers,
-                           std::int64_t tokens, std::int64_t attended) {
+// chunks of u, and in the backward fetch Q, K, V and again the earlier K and V and return
+// their gradients as much. Under Ulysses, FPDT's offloading passes as fulcrum-train runs
+// them (engine/model/chunked_attention.h): the forward also sends each chunk's output and lse
+// out; the backward fetches each K/V chunk once, sends ∂L/∂o out once, and for each of the
+// u(u + 1)/2 pairs fetches its query chunk's Q, ∂L/∂o, output and lse, and dQ's partial sum
+// in and out but for a chunk's first and last pair and the one pair that hands it straight
+// to the next (the last chunk's, between the last two K/V chunks). Not W: it reuses what B
+// fetched.
+HostCopies offload_bytes(const SimulationConfig& config, Phase phase, std::int64_t layers,
+                         std::int64_t tokens, std::int64_t attended) {
+    HostCopies copies;
     if (phase == Phase::weight_grad) {
-        return 0;
+        return copies;
     }
+    const bool forward = phase == Phase::forward;
     const parallel::GridShape& grid = config.layout.grid;
     const std::int64_t h = config.model.hidden;
     const std::int64_t element = element_bytes(config.dtype);
-    std::int64_t bytes = 0;
     if (config.layout.offload_checkpoints) {
-        bytes += tokens * h / (config.layout.sequence_parallel ? grid.tp : 1) * element;
+        const std::int64_t checkpoint =
+            tokens * h / (config.layout.sequence_parallel ? grid.tp : 1) * element;
+        (forward ? copies.to_host : copies.to_device) += checkpoint;
     }
     if (config.offload && config.attention_chunk > 0) {
         const std::int64_t h_kv = parallel::kv_hidden_of(config.model);
@@ -229,22 +232,28 @@ std::int64_t offload_bytes(const SimulationConfig& config, Phase phase, std::int
         const std::int64_t qkv = attended * (h + 2 * h_kv) / heads_share * element;
         const std::int64_t earlier = chunks * (chunks - 1) / 2 * chunk_kv;
         if (!ulysses) {
-            bytes += phase == Phase::forward ? qkv + earlier : 2 * qkv + 2 * earlier;
+            copies.to_host += forward ? qkv : qkv + earlier;
+            copies.to_device += forward ? earlier : qkv + earlier;
         } else {
             const std::int64_t heads = config.model.heads / heads_share;
             const std::int64_t rows = std::min<std::int64_t>(config.attention_chunk, attended);
             const std::int64_t pairs = chunks * (chunks + 1) / 2;
             const std::int64_t dq_moves = pairs - chunks - (chunks > 1 ? 1 : 0);
             const std::int64_t row = h / heads_share * element;  // one row of Q, ∂L/∂o, out
-            const std::int64_t output = attended * (row + heads * element);
-            bytes += phase == Phase::forward
-                         ? qkv + earlier + output
-                         : attended * 2 * h_kv / heads_share * element + attended * row +
-                               pairs * rows * (3 * row + heads * element) +
-                               2 * dq_moves * rows * row;
+            if (forward) {
+                copies.to_host += qkv + attended * (row + heads * element);
+                copies.to_device += earlier;
+            } else {
+                copies.to_host += attended * row + dq_moves * rows * row;
+                copies.to_device += attended * 2 * h_kv / heads_share * element +
+                                    pairs * rows * (3 * row + heads * element) +
+                                    dq_moves * rows * row;
+            }
         }
     }
-    return bytes * layers;
+    copies.to_host *= layers;
+    copies.to_device *= layers;
+    return copies;
 }
 
 // What a layer's Ulysses all-to-alls leave exposed, forward and backward (docs/simulate.md,
@@ -395,13 +404,11 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
         group.grad_scatter_bytes =
             exposed_bytes(layer_bytes * layers, group.grad_scatter_ns, layers * one);
     }
-    group.offload_bytes = offload_bytes(config, phase, layers, largest_shard,
-                                        ulysses ? planned.packed.tokens : largest_shard);
-    if (group.offload_bytes > 0) {
-        const double copy_ns =
-            static_cast<double>(group.offload_bytes) / config.hardware.host_link_gbs;
-        group.offload_wait_ns =
-            std::max<std::int64_t>(0, std::llround(copy_ns) - slowest - group.exchange_ns);
+    group.offload = offload_bytes(config, phase, layers, largest_shard,
+                                  ulysses ? planned.packed.tokens : largest_shard);
+    if (group.offload.to_host + group.offload.to_device > 0) {
+        group.offload_wait_ns = std::max<std::int64_t>(
+            0, copy_ns(group.offload, config.hardware) - slowest - group.exchange_ns);
     }
     group.send_ns = largest_send;
     group.gather_ns = largest_gather;

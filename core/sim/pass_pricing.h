@@ -4,7 +4,9 @@
 // (step_estimate.h) both price passes here, so they agree by construction.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -15,6 +17,20 @@
 #include "core/sim/sim_config.h"
 
 namespace fulcrum::sim {
+
+// Bytes one rank copies between the device and pinned host memory in one pass, by direction.
+// The directions run on their own streams (fulcrum-train's offload and prefetch streams,
+// FPDT's, Yao et al. 2024 §4) and a host link carries both at once, each at its full rate.
+struct HostCopies {
+    std::int64_t to_host = 0;
+    std::int64_t to_device = 0;
+};
+
+// How long `copies` keep the host link busy: the slower direction at host_link_gbs.
+inline std::int64_t copy_ns(const HostCopies& copies, const HardwareAssumptions& hardware) {
+    return std::llround(static_cast<double>(std::max(copies.to_host, copies.to_device)) /
+                        hardware.host_link_gbs);
+}
 
 // One pass (one micro-batch, one phase) of one replica's stage, for the whole CP group:
 // what the pipeline replay sees. For a stage of v model chunks, the whole stage's share of
@@ -44,10 +60,10 @@ struct GroupPass {
     // Under ZeRO-2 and -3, the wait in the pass's DP collective for the slowest replica's same
     // pass (step_play.cpp, meet_in_pass_collectives); in duration_ns.
     std::int64_t dp_wait_ns = 0;
-    // Copies to and from host memory (offloaded checkpoints, FPDT's chunks) beyond what the
-    // pass's compute hides, and their bytes.
+    // Copies to and from host memory (offloaded checkpoints, FPDT's chunks): their bytes, and
+    // the wait for what the pass's compute (and CP exchange) does not hide.
+    HostCopies offload;
     std::int64_t offload_wait_ns = 0;
-    std::int64_t offload_bytes = 0;
 };
 
 // TP collectives by kind: all-reduce, all-gather, reduce-scatter (layer_costs.h).

@@ -123,7 +123,7 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
 
 Result<SimulationResult> play_run(const SimulationConfig& config, store::TraceWriter* out,
                                   const SimulationProgress& progress) {
-    RunOutput output = open_output(out, config.layout.grid);
+    RunOutput output = open_output(out, config);
     return play_into(config, output, 0, progress);
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/balance/step_planner.h"
 #include "core/sim/sim_config.h"
+#include "core/sim/sim_trace.h"
 #include "core/trace/model.h"
 
 namespace fulcrum::store {
@@ -27,7 +28,7 @@ Result<SimulationResult> play_run(const SimulationConfig& config, store::TraceWr
 // the next bucket's first. No writer: figures only.
 struct BucketOutput {
     store::TraceWriter* writer = nullptr;
-    std::vector<LaneId> lanes;
+    SimulatedLanes lanes;
     std::int64_t start_ns = 0;
     std::int32_t step = 0;
     int first_microbatch = 0;

@@ -28,6 +28,21 @@ struct ChunkRanges {
                std::int64_t bytes = -1, StringId args = {}) {
         out.range(name, category, begin, end, step, microbatch, stage, phase, bytes, args);
     }
+    // The pass's copies to host memory and back, each on its stream from `begin` for its
+    // bytes at the host link's rate, as the CPU backend's copy threads record them.
+    void copies(const HostCopies& bytes, std::int64_t begin, double host_link_gbs) {
+        const auto copy = [&](std::vector<Event>& lane, StringId name, std::int64_t all) {
+            const std::int64_t moved = calls(all);
+            if (moved > 0) {
+                const std::int64_t ns =
+                    share(std::llround(static_cast<double>(all) / host_link_gbs));
+                lane.push_back(simulated_range(name, Category::offload, begin, begin + ns, step,
+                                               microbatch, stage, phase, moved));
+            }
+        };
+        copy(out.to_host, out.names().memcpy_to_host, bytes.to_host);
+        copy(out.to_device, out.names().memcpy_to_device, bytes.to_device);
+    }
     // Half 0 or 1 of the TP collectives `ns`, `all_calls` by kind, back to back from t.
     std::int64_t tp_half_ns(const TpByKind& ns, int half) const {
         std::int64_t total = 0;
@@ -199,10 +214,19 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                 r.calls(group.grad_scatter_bytes), out.calls(r.chunk_layers));
         t += scatter;
     }
-    if (group.offload_wait_ns > 0) {
+    const HostCopies& offload = group.offload;
+    if (offload.to_host + offload.to_device > 0) {
+        // The copies start with the pass's work; what the compute did not hide ends with the
+        // wait (the slower direction's copy ends there).
         const std::int64_t wait = r.share(group.offload_wait_ns);
-        r.range(n.offload_wait, Category::communication, t, t + wait, r.calls(group.offload_bytes));
+        const std::int64_t copying = r.share(copy_ns(offload, config.hardware));
+        if (wait > 0) {
+            r.range(n.offload_wait, Category::communication, t, t + wait,
+                    exposed_bytes(r.calls(offload.to_host + offload.to_device), wait, copying));
+        }
         t += wait;
+        r.copies(offload, wait > 0 ? std::max(start, t - copying) : start,
+                 config.hardware.host_link_gbs);
     }
     if (sends) {
         r.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,
@@ -220,10 +244,12 @@ void place_in_bucket(const RunOutput& output, std::vector<Event>& events,
                e.name == output.names.zero_reduce_scatter || e.name == output.names.optimizer ||
                e.end_ns <= e.start_ns;
     });
-    for (Event& event : events) {
-        event.step = *output.bucket_step;
-        if (event.microbatch >= 0) {
-            event.microbatch += output.first_microbatch;
+    for (std::vector<Event>* lane : {&events, &output.events->to_host, &output.events->to_device}) {
+        for (Event& event : *lane) {
+            event.step = *output.bucket_step;
+            if (event.microbatch >= 0) {
+                event.microbatch += output.first_microbatch;
+            }
         }
     }
     for (WorkloadEntry& entry : workload) {
@@ -234,13 +260,17 @@ void place_in_bucket(const RunOutput& output, std::vector<Event>& events,
 
 }  // namespace
 
-RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid) {
+bool copies_to_host(const SimulationConfig& config) {
+    return config.layout.offload_checkpoints || (config.offload && config.attention_chunk > 0);
+}
+
+RunOutput open_output(store::TraceWriter* out, const SimulationConfig& config) {
     RunOutput output;
     output.writer = out;
     if (out == nullptr) {
         return output;
     }
-    output.lanes = add_simulated_ranks(*out, grid);
+    output.lanes = add_simulated_ranks(*out, config.layout.grid, copies_to_host(config));
     intern_names(output);
     return output;
 }
@@ -271,6 +301,8 @@ void intern_names(RunOutput& output) {
     names.zero_all_gather = out->intern(kZeroAllGather);
     names.zero_reduce_scatter = out->intern(kZeroReduceScatter);
     names.offload_wait = out->intern(range_name::kOffloadWait);
+    names.memcpy_to_host = out->intern(range_name::kMemcpyToHost);
+    names.memcpy_to_device = out->intern(range_name::kMemcpyToDevice);
     output.events = std::make_unique<RankEvents>(output.names, *out);
 }
 
@@ -316,6 +348,8 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
     const std::int64_t step_start = played.step.start_ns;
     const auto stage = static_cast<std::int16_t>(s);
     events.events.clear();
+    events.to_host.clear();
+    events.to_device.clear();
     events.range(names.step, Category::schedule, step_start, played.end_ns, plan.step, -1, stage,
                  Phase::none);
     for (const parallel::ReplayedOp& op : play.replay.stages[static_cast<std::size_t>(s)]) {
@@ -353,12 +387,21 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
     }
     for (int t = 0; t < grid.tp; ++t) {
         const int rank = parallel::rank_of(grid, {.dp = d, .tp = t, .pp = s, .cp = c});
-        const LaneId lane = output.lanes[static_cast<std::size_t>(rank)];
-        for (Event& event : events.events) {
-            event.lane = lane;
-        }
-        output.writer->add_events(events.events.data(), events.events.size());
-        result.events += static_cast<std::int64_t>(events.events.size());
+        const auto on_lane = [&](std::vector<Event>& lane_events,
+                                 const std::vector<LaneId>& lanes) {
+            if (lane_events.empty()) {
+                return;
+            }
+            const LaneId lane = lanes[static_cast<std::size_t>(rank)];
+            for (Event& event : lane_events) {
+                event.lane = lane;
+            }
+            output.writer->add_events(lane_events.data(), lane_events.size());
+            result.events += static_cast<std::int64_t>(lane_events.size());
+        };
+        on_lane(events.events, output.lanes.main);
+        on_lane(events.to_host, output.lanes.to_host);
+        on_lane(events.to_device, output.lanes.to_device);
         for (WorkloadEntry entry : placed) {
             entry.rank = rank;
             output.writer->add_workload(entry);
@@ -367,8 +410,9 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
     }
 }
 
-std::vector<LaneId> add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid) {
-    std::vector<LaneId> lanes(static_cast<std::size_t>(grid.world()));
+SimulatedLanes add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid,
+                                   bool host_copies) {
+    SimulatedLanes lanes;
     for (int rank = 0; rank < grid.world(); ++rank) {
         const parallel::GridCoordinates c = parallel::coordinates_of(grid, rank);
         RankInfo info;
@@ -380,7 +424,11 @@ std::vector<LaneId> add_simulated_ranks(store::TraceWriter& out, const parallel:
         info.cp = c.cp;
         info.complete = true;
         out.add_rank(info);
-        lanes[static_cast<std::size_t>(rank)] = out.add_lane(rank, LaneKind::host_thread, "main");
+        lanes.main.push_back(out.add_lane(rank, LaneKind::host_thread, "main"));
+        if (host_copies) {
+            lanes.to_host.push_back(out.add_lane(rank, LaneKind::host_thread, "stream offload"));
+            lanes.to_device.push_back(out.add_lane(rank, LaneKind::host_thread, "stream prefetch"));
+        }
     }
     return lanes;
 }

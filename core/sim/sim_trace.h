@@ -17,9 +17,20 @@
 
 namespace fulcrum::sim {
 
-// Adds every rank of `grid` to `out` with its coordinates (host "simulated") and one "main"
-// lane each; the lanes by rank.
-std::vector<LaneId> add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid);
+// Whether a run under `config` copies between its devices and host memory: offloaded
+// checkpoints, or FPDT's chunks offloaded.
+bool copies_to_host(const SimulationConfig& config);
+
+// The lanes of a simulated run, by rank: each rank's "main" thread, and where the run copies
+// to host memory its two copy streams as fulcrum-train's CPU backend names them ("stream
+// offload", device to host; "stream prefetch", host to device); those empty otherwise.
+struct SimulatedLanes {
+    std::vector<LaneId> main, to_host, to_device;
+};
+
+// Adds every rank of `grid` to `out` with its coordinates (host "simulated") and its lanes.
+SimulatedLanes add_simulated_ranks(store::TraceWriter& out, const parallel::GridShape& grid,
+                                   bool host_copies);
 
 // A range the simulator writes, as the engine's capture stores it: communication ranges are
 // collectives (docs/annotations.md).
@@ -34,6 +45,7 @@ struct EventNames {
     StringId cp_all_gather, cp_reduce_scatter, tp_all_reduce, dp_all_reduce, optimizer;
     StringId embedding_all_reduce;
     StringId cp_all_to_all, zero_all_gather, zero_reduce_scatter, offload_wait;
+    StringId memcpy_to_host, memcpy_to_device;
 };
 
 // Writes one CP rank's events of one replica's stage for one step; TP peers get copies.
@@ -43,6 +55,8 @@ public:
         : names_(names), writer_(writer) {}
 
     std::vector<Event> events;
+    // The copies to host memory and back, for the copy-stream lanes (SimulatedLanes).
+    std::vector<Event> to_host, to_device;
 
     void range(StringId name, Category category, std::int64_t start, std::int64_t end,
                std::int32_t step, std::int32_t microbatch, std::int16_t stage, Phase phase,
@@ -98,15 +112,15 @@ private:
 // step's earlier buckets', workload rows alike.
 struct RunOutput {
     store::TraceWriter* writer = nullptr;
-    std::vector<LaneId> lanes;  // by rank
+    SimulatedLanes lanes;
     EventNames names;
     std::unique_ptr<RankEvents> events;
     std::optional<std::int32_t> bucket_step;
     int first_microbatch = 0;
 };
 
-// The output of a run over `grid` into `out` (nullptr: figures only): its ranks added.
-RunOutput open_output(store::TraceWriter* out, const parallel::GridShape& grid);
+// The output of a run under `config` into `out` (nullptr: figures only): its ranks added.
+RunOutput open_output(store::TraceWriter* out, const SimulationConfig& config);
 // Interns the event names into output.writer and makes the event buffer.
 void intern_names(RunOutput& output);
 

@@ -92,6 +92,10 @@ inline constexpr std::string_view kZeroReduceScatter = "zero reduce-scatter grad
 // Copies to or from pinned host memory that the compute beside them could not hide
 // (offloaded activation checkpoints, FPDT's chunks).
 inline constexpr std::string_view kOffloadWait = "offload wait";
+// One copy between a device and pinned host memory on a copy stream (category offload): the
+// CPU backend's copy threads record them so, and simulated runs on their copy lanes.
+inline constexpr std::string_view kMemcpyToHost = "memcpy DtoH";
+inline constexpr std::string_view kMemcpyToDevice = "memcpy HtoD";
 inline constexpr std::string_view kEmbeddingAllReduce = "pp all-reduce embedding";
 inline constexpr std::string_view kOptimizer = "optimizer";
 // Hot switching (HotSPa, SOSP'24): a length bucket played under its layout, and a switch of

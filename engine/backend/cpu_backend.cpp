@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 
+#include "core/trace/annotations.h"
 #include "engine/instrument/annotations.h"
 
 #include "engine/model/attention.h"
@@ -206,7 +207,7 @@ void CpuBackend::upload(Tensor dst, const void* host, StreamId stream) {
         std::optional<instrument::Range> range;
         if (stream != kComputeStream) {
             range.emplace(
-                "memcpy HtoD", Category::offload,
+                range_name::kMemcpyToDevice, Category::offload,
                 instrument::with_bytes(dst.numel() * std::int64_t(dtype_size(dst.dtype()))));
         }
         if (dst.contiguous()) {
@@ -227,7 +228,7 @@ void CpuBackend::download(void* host, Tensor src, StreamId stream) {
         std::optional<instrument::Range> range;
         if (stream != kComputeStream) {
             range.emplace(
-                "memcpy DtoH", Category::offload,
+                range_name::kMemcpyToHost, Category::offload,
                 instrument::with_bytes(src.numel() * std::int64_t(dtype_size(src.dtype()))));
         }
         if (src.contiguous()) {

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "core/analysis/communication.h"
+#include "core/analysis/offload.h"
 #include "core/analysis/run_trace.h"
 #include "core/balance/cp_shard.h"
 #include "core/sim/grad_reduction.h"
@@ -1247,13 +1248,17 @@ private slots:
         config.layout.offload_checkpoints = true;
         std::array<RankPass, 4> ranks;
         const GroupPass fast = one_document_pass(config, Phase::forward, ranks);
-        QCOMPARE(fast.offload_bytes, 4 * 1024LL * 1024 * 2);
+        QCOMPARE(fast.offload.to_host, 4 * 1024LL * 1024 * 2);
+        QCOMPARE(fast.offload.to_device, std::int64_t(0));
         QCOMPARE(fast.offload_wait_ns, std::int64_t(0));  // 8 MB over 24 GB/s hides
+        const GroupPass fast_back = one_document_pass(config, Phase::backward, ranks);
+        QCOMPARE(fast_back.offload.to_device, 4 * 1024LL * 1024 * 2);
+        QCOMPARE(fast_back.offload.to_host, std::int64_t(0));
         config.hardware.host_link_gbs = 0.01;
         const GroupPass slow = one_document_pass(config, Phase::forward, ranks);
         const std::int64_t slowest = slowest_of(ranks);
         QCOMPARE(slow.offload_wait_ns,
-                 std::llround(static_cast<double>(slow.offload_bytes) / 0.01) - slowest -
+                 std::llround(static_cast<double>(slow.offload.to_host) / 0.01) - slowest -
                      slow.exchange_ns);
         // FPDT's chunks under Ulysses (its offloading passes, chunked_attention.h), 4096 tokens
         // in chunks of 1024 over 4 ranks' heads, 2-byte elements, a layer: in the forward Q, K
@@ -1265,16 +1270,23 @@ private slots:
         config.offload = true;
         const std::int64_t row = 1024 / 4 * 2, lse = config.model.heads / 4 * 2;
         const GroupPass chunks = one_document_pass(config, Phase::forward, ranks);
-        const std::int64_t per_layer =
-            4096LL * 3 * row + 6 * 1024LL * 2 * row + 4096LL * (row + lse);
-        QCOMPARE(chunks.offload_bytes, 4 * per_layer);
+        QCOMPARE(chunks.offload.to_host, 4 * (4096LL * 3 * row + 4096LL * (row + lse)));
+        QCOMPARE(chunks.offload.to_device, 4 * (6 * 1024LL * 2 * row));
         // In the backward each K|V chunk once, ∂L/∂o out once, and for each of the 4·5/2 pairs
         // Q, ∂L/∂o, the output and lse in, and dQ in and out but for a chunk's first and last
         // pair and the last chunk's pair that hands it on (10 − 4 − 1 pairs).
         const GroupPass back = one_document_pass(config, Phase::backward, ranks);
-        const std::int64_t per_layer_back =
-            4096LL * 2 * row + 4096LL * row + 10 * 1024LL * (3 * row + lse) + 2 * 5 * 1024LL * row;
-        QCOMPARE(back.offload_bytes, 4 * per_layer_back);
+        QCOMPARE(back.offload.to_host, 4 * (4096LL * row + 5 * 1024LL * row));
+        QCOMPARE(back.offload.to_device,
+                 4 * (4096LL * 2 * row + 10 * 1024LL * (3 * row + lse) + 5 * 1024LL * row));
+        // The two directions share the link's time, each at its full rate: the pass waits for
+        // the slower one only.
+        config.hardware.host_link_gbs = 0.01;
+        std::array<RankPass, 4> slow_ranks;
+        const GroupPass slow_back = one_document_pass(config, Phase::backward, slow_ranks);
+        QCOMPARE(slow_back.offload_wait_ns,
+                 std::llround(static_cast<double>(slow_back.offload.to_device) / 0.01) -
+                     slowest_of(slow_ranks) - slow_back.exchange_ns);
         config.attention_chunk = 0;
         QVERIFY(!validate(config).ok());
     }
@@ -1305,6 +1317,50 @@ private slots:
         QCOMPARE(counts["zero reduce-scatter grads"], counts["backward"] + 1);
         QCOMPARE(counts["dp all-reduce gradients"], 0);
         QVERIFY(counts["offload wait"] > 0);
+    }
+
+    // A simulated run that offloads shows its copies as fulcrum-train's CPU backend records
+    // them, each direction on its copy stream, so that the offload analysis reads them: every
+    // copy its bytes at the host link's rate, exposed exactly where the passes wait on them.
+    void offloadCopiesRunOnTheirStreams() {
+        SimulationConfig config = technique_config();
+        config.layout.grid = {};
+        config.layout.recompute = parallel::Recompute::full;
+        config.layout.offload_checkpoints = true;
+        config.layout.microbatches = 4;
+        constexpr double kLinkGbs = 0.05;  // slow enough to wait on
+        config.hardware.host_link_gbs = kLinkGbs;
+        config.steps = 1;
+        const store::TraceReader reader = simulated_run(config, "copies.fulcrum");
+        std::set<std::string> lanes;
+        for (const LaneInfo& lane : reader.lanes_of_rank(0)) {
+            lanes.insert(lane.name);
+        }
+        QCOMPARE(lanes, (std::set<std::string>{"main", "stream offload", "stream prefetch"}));
+        const Found rank = events_of_rank(reader, 0);
+        std::int64_t out = 0, in = 0, waited = 0;
+        for (const Event& event : rank.events) {
+            const std::string name = rank.name(event);
+            if (name == "memcpy DtoH" || name == "memcpy HtoD") {
+                QCOMPARE(event.category, Category::offload);
+                QCOMPARE(event.duration_ns(),
+                         std::llround(static_cast<double>(event.bytes) / kLinkGbs));
+                (name == "memcpy DtoH" ? out : in) += event.bytes;
+            } else if (name == "offload wait") {
+                waited += event.duration_ns();
+            }
+        }
+        // Every checkpoint that went out came back: 4 layers' [4096, 1024] bf16 inputs in each
+        // of the step's 4 micro-batches.
+        QCOMPARE(out, std::int64_t(4) * 4 * 4096 * 1024 * 2);
+        QCOMPARE(in, out);
+        QVERIFY(waited > 0);
+        const analysis::RunTrace trace = must(analysis::load_run_trace(reader));
+        const analysis::OffloadAnalysis offload = analysis::analyze_offload(trace, nullptr, 2);
+        QCOMPARE(offload.ranks.size(), std::size_t(1));
+        QCOMPARE(offload.ranks[0].bytes, out + in);
+        QCOMPARE(offload.ranks[0].exposed_ns, waited);
+        QVERIFY(offload.ranks[0].overlapped_ns > 0);
     }
 
     // A written range of collectives that the compute partly hid carries the bytes its

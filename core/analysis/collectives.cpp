@@ -76,7 +76,7 @@ std::uint64_t communicator_of_unknown(const RunTrace& trace, const Event& event)
 // Pipeline send/receive are point-to-point, matched by the cost model's receive rule.
 bool is_matched_collective(Role role) {
     return is_communication(role) && role != Role::pipeline_send && role != Role::pipeline_recv &&
-           role != Role::copy_wait;
+           role != Role::copy_wait && role != Role::reduction_wait;
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ namespace fulcrum::analysis {
 namespace {
 
 // Stable names of roles in the JSON format.
-constexpr std::array<std::pair<Role, std::string_view>, 15> kRoleNames = {{
+constexpr std::array<std::pair<Role, std::string_view>, 16> kRoleNames = {{
     {Role::other, "other"},
     {Role::step, "step"},
     {Role::forward, "forward"},
@@ -29,6 +29,7 @@ constexpr std::array<std::pair<Role, std::string_view>, 15> kRoleNames = {{
     {Role::collective, "collective"},
     {Role::copy_wait, "copy_wait"},
     {Role::reduction_start, "reduction_start"},
+    {Role::reduction_wait, "reduction_wait"},
 }};
 
 std::string_view role_name(Role role) {

@@ -153,9 +153,10 @@ struct TailEvent {
     }
 };
 
-// Each rank's step range and last optimizer of each step, from one pass over the run.
+// Each rank's step range, last optimizer and last overlapped reduction's wait of each step,
+// from one pass over the run.
 struct StepTails {
-    TailEvent step, optimizer;
+    TailEvent step, optimizer, reduction_wait;
 };
 using TailIndex = std::map<std::pair<std::int32_t, std::int32_t>, StepTails>;  // (rank, step)
 
@@ -170,6 +171,11 @@ TailIndex index_tails(const std::vector<RankRanges>& ranges) {
         for (const RankRanges::Range& range : rank.optimizers) {
             if (range.host_lane && range.step >= 0) {
                 tails[{rank.rank, range.step}].optimizer.take(range);
+            }
+        }
+        for (const RankRanges::Range& range : rank.reduction_waits) {
+            if (range.step >= 0) {
+                tails[{rank.rank, range.step}].reduction_wait.take(range);
             }
         }
     }
@@ -288,6 +294,15 @@ CriticalPath walk_step(const RunTrace& trace, std::int32_t step_number,
         if (tail->optimizer.found) {
             add(rank, std::string(range_name::kOptimizer), tail->optimizer.start_ns, cursor);
             cursor = tail->optimizer.start_ns;
+        }
+        // An overlapped reduction's wait for the layers' reductions the passes started: the
+        // part of them the passes did not hide.
+        if (const TailEvent& wait = tail->reduction_wait; wait.found && wait.end_ns <= cursor) {
+            if (wait.end_ns < cursor) {
+                add(rank, "other", wait.end_ns, cursor);
+            }
+            add(rank, std::string(range_name::kDpAllReduceWait), wait.start_ns, wait.end_ns);
+            cursor = wait.start_ns;
         }
         // The rank's last one before the optimizer: under ZeRO-2 and -3 the passes make
         // reduce-scatters and gathers of their own over the same ranks, earlier in the step.

@@ -41,6 +41,8 @@ RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
                 }
                 out.optimizers.push_back(
                     {event.step, event.start_ns, event.end_ns, marks->after(event.end_ns), host});
+            } else if (role == Role::reduction_wait && host) {
+                out.reduction_waits.push_back({event.step, event.start_ns, event.end_ns, -1, host});
             }
         }
     }
@@ -48,6 +50,7 @@ RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
     out.transfers.shrink_to_fit();
     out.steps.shrink_to_fit();
     out.optimizers.shrink_to_fit();
+    out.reduction_waits.shrink_to_fit();
     return out;
 }
 

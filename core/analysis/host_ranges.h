@@ -38,6 +38,8 @@ struct RankRanges {
     // ranges (not marks), pipeline sends and receives.
     std::vector<Range> steps;
     std::vector<Range> optimizers;
+    // `dp all-reduce wait` ranges of host threads: an overlapped reduction's exposed tail.
+    std::vector<Range> reduction_waits;
     std::vector<Transfer> transfers;
 
     static RankRanges of(const RunTrace& trace, const RankTrace& rank);

@@ -48,6 +48,7 @@ constexpr std::array kEngineNames = {
     NamedRole{range_name::kEmbeddingAllReduce, Role::embedding_collective},
     NamedRole{range_name::kOffloadWait, Role::copy_wait},
     NamedRole{range_name::kDpAllReduceStart, Role::reduction_start},
+    NamedRole{range_name::kDpAllReduceWait, Role::reduction_wait},
     NamedRole{range_name::kOptimizer, Role::optimizer},
 };
 
@@ -121,6 +122,7 @@ bool is_communication(Role role) {
         case Role::embedding_collective:
         case Role::collective:
         case Role::copy_wait:
+        case Role::reduction_wait:
             return true;
         default:
             return false;

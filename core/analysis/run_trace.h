@@ -53,6 +53,10 @@ enum class Role : std::uint8_t {
     // one layer's DP reduction. Runtime work on a CPU rank; on a GPU rank the NCCL kernel it
     // launched is that layer's DP collective as it ran (collectives.h).
     reduction_start,
+    // "dp all-reduce wait" (fulcrum-train's --overlap-grad-reduce): the wait after the passes
+    // for the started reductions. Communication time, never matched (the transfers it waits
+    // for are the starts'); the critical path's DP tail.
+    reduction_wait,
 };
 
 Role role_of_name(std::string_view name, Category category, EventKind kind);

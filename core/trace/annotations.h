@@ -85,6 +85,11 @@ inline constexpr std::string_view kDpAllReduce = "dp all-reduce gradients";
 // The host call that starts one layer's overlapped reduction (--overlap-grad-reduce), category
 // runtime: the transfer runs beside the passes and is waited for in kDpAllReduce.
 inline constexpr std::string_view kDpAllReduceStart = "dp all-reduce start";
+// After the passes of an overlapped reduction, kDpAllReduce reduces the rest of the buffer
+// (its bytes are the rest's) and this range waits for the started layers' reductions: the
+// reduction time the overlap did not hide. Communication time, not a collective: the
+// transfers it waits for began in the starts.
+inline constexpr std::string_view kDpAllReduceWait = "dp all-reduce wait";
 // ZeRO-3: a layer's parameters gathered over DP × CP before its forward and its backward,
 // and the gradients reduce-scattered instead of all-reduced.
 inline constexpr std::string_view kZeroAllGather = "zero all-gather params";

@@ -436,31 +436,46 @@ void ParallelTrainer::reduce_over_data_parallel() {
                               staging.slice(0, shard.count));
         return;
     }
-    instrument::Range range("dp all-reduce gradients", Category::communication,
-                            instrument::with_bytes(bytes_of(grads)));
     if (!overlaps_reduction()) {
+        instrument::Range range(range_name::kDpAllReduce, Category::communication,
+                                instrument::with_bytes(bytes_of(grads)));
         groups_.dp_cp->all_reduce_sum(span_of(grads));
         return;
     }
     // The stage's layers were started during the passes that last wrote them; the rest
     // (embedding, lnf, and the other stages' all-zero blocks, kept so both modes sum the same
-    // buffer) now, then the wait: this range is the reduction time the overlap did not hide.
+    // buffer) now, in a range of the rest's bytes, then the wait: the reduction time the
+    // overlap did not hide, in a range of its own, so that the range of bytes times only
+    // calls that moved them.
     std::vector<ElementRange> started;
     for (const LayerRange& layers : chunk_layers_) {
         started.push_back(model_.layout().block_range(layers.first, layers.last));
     }
     std::sort(started.begin(), started.end(),
               [](const ElementRange& a, const ElementRange& b) { return a.offset < b.offset; });
+    std::vector<ElementRange> rest;
     std::int64_t next = 0;
     for (const ElementRange& range : started) {
         if (range.offset > next) {
-            groups_.dp_cp->all_reduce_sum(span_of(grads.slice(next, range.offset - next)));
+            rest.push_back({next, range.offset - next});
         }
         next = range.offset + range.count;
     }
     if (next < grads.numel()) {
-        groups_.dp_cp->all_reduce_sum(span_of(grads.slice(next, grads.numel() - next)));
+        rest.push_back({next, grads.numel() - next});
     }
+    if (!rest.empty()) {
+        std::int64_t rest_bytes = 0;
+        for (const ElementRange& range : rest) {
+            rest_bytes += range.count * std::int64_t(sizeof(float));
+        }
+        instrument::Range range(range_name::kDpAllReduce, Category::communication,
+                                instrument::with_bytes(rest_bytes));
+        for (const ElementRange& range : rest) {
+            groups_.dp_cp->all_reduce_sum(span_of(grads.slice(range.offset, range.count)));
+        }
+    }
+    instrument::Range wait(range_name::kDpAllReduceWait, Category::communication);
     groups_.dp_cp->wait_all_reduces();
 }
 

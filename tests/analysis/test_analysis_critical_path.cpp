@@ -122,6 +122,32 @@ RunTrace zero_trace() {
     return trace;
 }
 
+// DP 2 with the reduction overlapped (fulcrum-train's --overlap-grad-reduce): after its
+// backward each rank reduces the rest of the buffer, rank 0 from 340 and rank 1 from 350 to
+// 360, waits for the started layers until 380, and updates until 420 (rank 0) and 410.
+RunTrace overlapped_trace() {
+    RunTrace trace;
+    add_rank(trace, 0, 0, 0, 0, 0);
+    add_rank(trace, 1, 1, 0, 0, 0);
+    trace.run.config_json = R"({"dp":2,"tp":1,"pp":1,"cp":1,"microbatches":1})";
+    for (const auto& [rank, forward_end, backward_end, optimizer_end] :
+         std::vector<std::tuple<int, std::int64_t, std::int64_t, std::int64_t>>{
+             {0, 100, 340, 420}, {1, 120, 350, 410}}) {
+        LaneTrace& lane = host(trace, rank);
+        trace.add_range(lane, "step", Category::schedule, 0, optimizer_end * us, 0);
+        pass(trace, rank, Phase::forward, 0, 0, forward_end);
+        pass(trace, rank, Phase::backward, 0, forward_end, backward_end);
+        trace.add_range(lane, "dp all-reduce start", Category::runtime, (backward_end - 20) * us,
+                        (backward_end - 19) * us, 0, 0, 0, Phase::backward);
+        trace.add_range(lane, "dp all-reduce gradients", Category::communication, backward_end * us,
+                        360 * us, 0);
+        trace.add_range(lane, "dp all-reduce wait", Category::communication, 360 * us, 380 * us, 0);
+        trace.add_range(lane, "optimizer", Category::optimizer, 380 * us, optimizer_end * us, 0);
+    }
+    trace.finish();
+    return trace;
+}
+
 }  // namespace
 
 class CriticalPathTest : public QObject {
@@ -231,6 +257,32 @@ private slots:
         QCOMPARE(before.rank, 1);
         QCOMPARE(before.what, std::string("backward"));
         QCOMPARE(before.end_ns, 350 * us);
+    }
+
+    // The overlapped reduction's wait is the step's, on the rank that waited, between the
+    // rest's reduction (held up by its last arrival) and the optimizer: no time left as
+    // "other".
+    void tailThroughAnOverlappedReductionsWait() {
+        const RunTrace trace = overlapped_trace();
+        const auto paths = critical_paths(trace, find_passes(trace));
+        QCOMPARE(paths.size(), std::size_t(1));
+        const CriticalPath& path = paths[0];
+        QCOMPARE(path.end_ns, 420 * us);
+        QVERIFY(path.segments.size() >= 4);
+        const auto from_end = [&](std::size_t k) {
+            return path.segments[path.segments.size() - 1 - k];
+        };
+        QCOMPARE(from_end(0).what, std::string("optimizer"));
+        QCOMPARE(from_end(1).what, std::string("dp all-reduce wait"));
+        QCOMPARE(from_end(1).rank, 0);
+        QCOMPARE(from_end(1).start_ns, 360 * us);
+        QCOMPARE(from_end(1).end_ns, 380 * us);
+        QCOMPARE(from_end(2).what, std::string("dp all-reduce gradients"));
+        QCOMPARE(from_end(2).rank, 1);
+        QCOMPARE(from_end(2).start_ns, 350 * us);
+        QCOMPARE(from_end(3).what, std::string("backward"));
+        QCOMPARE(from_end(3).rank, 1);
+        QVERIFY(path.by_what.find("other") == path.by_what.end());
     }
 
     void noPassesNoPath() {

@@ -13,6 +13,7 @@
 #include "core/analysis/memory.h"
 #include "core/analysis/passes.h"
 #include "core/analysis/run_trace.h"
+#include "core/parallel/memory_model.h"
 #include "core/store/trace_reader.h"
 #include "core/trace/annotations.h"
 #include "tests/train/mpi_environment.h"
@@ -345,6 +346,40 @@ private slots:
         QVERIFY(instances[std::string(range_name::kTpAllGather)] > 0);
         QVERIFY(instances[std::string(range_name::kTpReduceScatter)] > 0);
         QVERIFY(instances[std::string(range_name::kDpAllReduce)] > 0);
+        QCOMPARE(instances.count(std::string(range_name::kDpAllReduceWait)), std::size_t(0));
+
+        // The overlapped reduction's ranges carry the bytes their calls moved: the layers'
+        // starts and the rest's `dp all-reduce gradients` together the whole gradient buffer
+        // (a quarter of the model state: parameters, gradients and two moments, fp32), each
+        // byte once; then a `dp all-reduce wait` of no bytes, the wait the overlap left.
+        const parallel::MemoryShape shape =
+            parallel::engine_memory_shape(trace->config.model, trace->config.layout, 0, false);
+        const auto buffer_bytes =
+            std::llround(parallel::engine_stage_memory(shape, 0).model_state_bytes / 4);
+        for (const analysis::RankTrace& rank : trace->ranks) {
+            std::map<int, std::int64_t> reduced;          // by step
+            std::map<int, std::int64_t> rest_end, waits;  // by step
+            for (const analysis::LaneTrace& lane : rank.lanes) {
+                for (const Event& event : lane.events) {
+                    const std::string_view name = trace->name(event.name);
+                    if (name == range_name::kDpAllReduceStart || name == range_name::kDpAllReduce) {
+                        reduced[event.step] += event.bytes;
+                        if (name == range_name::kDpAllReduce) {
+                            rest_end[event.step] = event.end_ns;
+                        }
+                    } else if (name == range_name::kDpAllReduceWait) {
+                        QVERIFY(event.bytes < 0);
+                        QVERIFY(event.start_ns >= rest_end[event.step]);
+                        ++waits[event.step];
+                    }
+                }
+            }
+            QCOMPARE(int(reduced.size()), kSteps);
+            for (const auto& [step, bytes] : reduced) {
+                QCOMPARE(bytes, buffer_bytes);
+                QCOMPARE(waits[step], std::int64_t(1));
+            }
+        }
     }
 };
 

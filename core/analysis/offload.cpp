@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/analysis/activity.h"
+#include "core/util/text_table.h"
 
 namespace fulcrum::analysis {
 
@@ -209,11 +210,14 @@ OffloadAnalysis analyze_offload(const RunTrace& trace, const std::vector<RankOff
         return result;
     }
     const double per_pair_per_layer = forward->per_pair_ns / double(layers);
-    const double bytes_per_token = 2.0 * trace.config.model.hidden * element_bytes;
+    // A token's K and V: h_kv wide each under grouped-query attention (Llama's), h without.
+    const parallel::ModelShape& model = trace.config.model;
+    const int kv_hidden = model.heads > 0 ? parallel::kv_hidden_of(model) : model.hidden;
+    const double bytes_per_token = 2.0 * kv_hidden * element_bytes;
     result.min_hidden_chunk_tokens = static_cast<std::int64_t>(
         std::ceil(bytes_per_token / (*result.bandwidth_gb_s * per_pair_per_layer)));
-    result.chunk_note = "from " + std::to_string(*result.bandwidth_gb_s) + " GB/s and " +
-                        std::to_string(per_pair_per_layer) + " ns per pair and layer";
+    result.chunk_note = "from " + format_significant(*result.bandwidth_gb_s) + " GB/s and " +
+                        format_significant(per_pair_per_layer) + " ns per pair and layer";
     return result;
 }
 

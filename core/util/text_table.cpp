@@ -104,6 +104,15 @@ std::string format_fixed(double value, int decimals) {
     return text;
 }
 
+std::string format_significant(double value, int digits) {
+    if (!std::isfinite(value)) {
+        return kUnknownFigure;
+    }
+    char text[48];
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    return text;
+}
+
 std::string format_figure(const std::optional<double>& value, int decimals) {
     return value ? format_fixed(*value, decimals) : kUnknownFigure;
 }

@@ -35,6 +35,8 @@ inline constexpr const char* kUnknownFigure = "—";
 std::string format_fixed(double value, int decimals = 2);
 // "+1.2%" or "-0.4%": how far `value` lies from `reference`, in percent of it, one decimal.
 std::string format_relative_error(double value, double reference);
+// "24", "0.08752", "1.5e+04": `digits` significant digits; kUnknownFigure when not finite.
+std::string format_significant(double value, int digits = 4);
 // format_fixed of a figure that may be unknown.
 std::string format_figure(const std::optional<double>& value, int decimals = 2);
 // `text`, or kUnknownFigure when it is empty.

@@ -103,6 +103,26 @@ private slots:
         QCOMPARE(*result.min_hidden_chunk_tokens, 5120);
     }
 
+    // Under grouped-query attention a token's K and V are h_kv = h · kv_heads / heads wide
+    // each: 8 heads sharing 2 key-value heads move a quarter of the bytes, so a quarter of
+    // the chunk hides them (5120 / 4 = 1280 tokens); a config without heads keeps h.
+    void groupedQueryAttentionCopiesLessAChunk() {
+        CostModel cost;
+        PassCost forward;
+        forward.stage = 0;
+        forward.phase = Phase::forward;
+        forward.per_pair_ns = 0.02;
+        cost.passes.push_back(forward);
+        const RunTrace gqa = offloading_rank(
+            R"({"pp":1,"dp":1,"tp":1,"cp":1,"model":{"layers":2,"hidden":64,"heads":8,"kv_heads":2}})");
+        QCOMPARE(*analyze_offload(gqa, &cost, 4).min_hidden_chunk_tokens, 1280);
+        const RunTrace mha = offloading_rank(
+            R"({"pp":1,"dp":1,"tp":1,"cp":1,"model":{"layers":2,"hidden":64,"heads":8}})");
+        QCOMPARE(*analyze_offload(mha, &cost, 4).min_hidden_chunk_tokens, 5120);
+        QVERIFY(analyze_offload(gqa, &cost, 4).chunk_note.find("10 GB/s and 0.01 ns") !=
+                std::string::npos);
+    }
+
     // The pass cost is stage 0's, over stage 0's layers: with --stage-layers 1,3 one layer,
     // so 0.02 ns a pair and layer and a chunk of ≥ 2560 tokens; a split that does not add up
     // to the layers is not the run's, and the even split (2 layers) stands.

@@ -17,6 +17,9 @@ namespace fulcrum::analysis {
 RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
     RankRanges out;
     out.rank = rank.info.rank;
+    // On a GPU rank the host's wait only orders the streams; the reductions' kernels are the
+    // time (collectives.h).
+    const bool host_waits = !rank.has_device_lanes();
     for (const LaneTrace& lane : rank.lanes) {
         const bool host = lane.info.kind == LaneKind::host_thread;
         std::optional<CpuMarks> marks;
@@ -41,7 +44,7 @@ RankRanges RankRanges::of(const RunTrace& trace, const RankTrace& rank) {
                 }
                 out.optimizers.push_back(
                     {event.step, event.start_ns, event.end_ns, marks->after(event.end_ns), host});
-            } else if (role == Role::reduction_wait && host) {
+            } else if (role == Role::reduction_wait && host && host_waits) {
                 out.reduction_waits.push_back({event.step, event.start_ns, event.end_ns, -1, host});
             }
         }

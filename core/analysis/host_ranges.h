@@ -38,7 +38,8 @@ struct RankRanges {
     // ranges (not marks), pipeline sends and receives.
     std::vector<Range> steps;
     std::vector<Range> optimizers;
-    // `dp all-reduce wait` ranges of host threads: an overlapped reduction's exposed tail.
+    // `dp all-reduce wait` ranges of a CPU rank's threads: an overlapped reduction's exposed
+    // tail (on a GPU rank the host's wait is no measure of it).
     std::vector<Range> reduction_waits;
     std::vector<Transfer> transfers;
 

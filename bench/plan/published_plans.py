@@ -21,14 +21,15 @@ import time
 
 # id, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, global batch, recompute, sp,
 # dtype, and the software the run had: Megatron-LM of 2021 had neither FlashAttention nor the
-# distributed optimizer (the plan searches what that software could run)
+# distributed optimizer, MegaScale's baseline of 2023 (commit 285068c8) ran without
+# FlashAttention (an opt-in flag there) (the plan searches what that software ran)
 # The DGX Cloud rows (L, T) also carry their CP degree and their layer's flags.
 RUNS = [
     ("N4", "a100", 40, 6144, 48, 51200, 2048, 8, 1, 1, 32, 1024, "full", False, "fp16", "2021"),
     ("N5", "a100", 48, 8192, 64, 51200, 2048, 8, 2, 1, 32, 1536, "full", False, "fp16", "2021"),
     ("N6", "a100", 60, 10240, 80, 51200, 2048, 8, 4, 3, 32, 1792, "full", False, "fp16", "2021"),
     ("N7", "a100", 80, 12288, 96, 51200, 2048, 8, 8, 2, 24, 2304, "full", False, "fp16", "2021"),
-    ("S1", "a100", 96, 12288, 128, 64000, 2048, 8, 8, 6, 4, 768, "selective", True, "bf16", ""),
+    ("S1", "a100", 96, 12288, 128, 64000, 2048, 8, 8, 6, 4, 768, "selective", True, "bf16", "2023"),
     ("M5", "h100", 84, 8192, 64, 131072, 4096, 8, 2, 1, 48, 384, "none", True, "bf16", ""),
     ("M6", "h100", 92, 10240, 80, 131072, 4096, 8, 4, 1, 48, 768, "none", True, "bf16", ""),
     ("L3", "h100", 80, 8192, 64, 128256, 8192, 4, 4, 5, 2, 128, "none", True, "bf16", "", 2,
@@ -75,6 +76,8 @@ def main():
                 command.append("--no-sequence-parallel")
             if software == "2021":
                 command += ["--no-distributed-optimizer", "--attention-backend", "unfused"]
+            elif software == "2023":
+                command += ["--attention-backend", "unfused"]
             command += shlex.split(args.plan_args)
             started = time.time()
             result = subprocess.run(command, capture_output=True, text=True)

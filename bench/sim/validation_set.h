@@ -56,9 +56,11 @@ using parallel::Recompute;
 // paper's rule; virtual stages assumed: 4 for 175B as its Figure 12 scripts, 3 for 530B as
 // N9). A100 80 GB, DGX A100 (Selene), s = 2048, V = 51200.
 // MegaScale (Jiang et al., NSDI'24), Table 2's Megatron-LM baseline (S1–S8): 175B with 128
-// heads, V = 64000, s = 2048, TP 8, PP 8, v = 6, reported iteration times, FlashAttention
-// (the baseline is Megatron-LM commit 285068c8, the merge of FlashAttention); micro-batch 1,
-// bf16, selective recomputation with sequence parallelism assumed (not stated).
+// heads, V = 64000, s = 2048, TP 8, PP 8, v = 6, reported iteration times; "the original
+// Megatron-LM" at commit 285068c8 (§6.1), whose attention is its own unfused kernels unless
+// --use-flash-attn is given (a store_true flag there, megatron/arguments.py), and MegaScale
+// names FlashAttention-2 among its own operators (§3.3); micro-batch 1, bf16, selective
+// recomputation with sequence parallelism assumed (not stated).
 // Megatron-LM's README, "Training Speed and Scalability" (Megatron-Core r0.8.0, H100, M1–M9):
 // s = 4096, V = 131072, its flags --overlap-grad-reduce --overlap-param-gather
 // --tp-comm-overlap (so sequence parallelism and the distributed optimizer, which they need),
@@ -477,7 +479,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      40.0,
-     true,
+     false,
      true},
     {"S2",
      "MegaScale T2",
@@ -499,7 +501,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      21.2,
-     true,
+     false,
      true},
     {"S3",
      "MegaScale T2",
@@ -521,7 +523,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      15.2,
-     true,
+     false,
      true},
     {"S4",
      "MegaScale T2",
@@ -543,7 +545,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      11.9,
-     true,
+     false,
      true},
     {"S5",
      "MegaScale T2",
@@ -565,7 +567,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      29.02,
-     true,
+     false,
      true},
     {"S6",
      "MegaScale T2",
@@ -587,7 +589,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      14.78,
-     true,
+     false,
      true},
     {"S7",
      "MegaScale T2",
@@ -609,7 +611,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      12.24,
-     true,
+     false,
      true},
     {"S8",
      "MegaScale T2",
@@ -631,7 +633,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      8.57,
-     true,
+     false,
      true},
     {"M1",
      "Megatron-LM README",

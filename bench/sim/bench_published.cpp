@@ -70,6 +70,15 @@ struct Ablation {
     bool tp_backward_overlap = false;
 };
 
+// The system a validation row ran on: its cluster's own file where it has one (the file in
+// bench/sim, ValidationRun::system), else its GPU's preset.
+Result<sim::HardwareAssumptions> row_hardware(const bench::ValidationRun& run) {
+    if (run.system != nullptr) {
+        return sim::hardware_preset(std::string(FULCRUM_BENCH_SIM_DIR) + "/" + run.system);
+    }
+    return sim::hardware_preset(run.gpu);
+}
+
 // A validation row as the simulator plays it: b sequences of s tokens a micro-batch (documents
 // of exactly s, packed b at a time), the global batch over DP, Megatron-LM's pipeline sends.
 sim::SimulationConfig config_for(const bench::ValidationRun& run,
@@ -255,7 +264,7 @@ int play_validation_set(const Ablation& without) {
     std::vector<std::pair<std::string, Tally>> by_source;
     Tally all;
     for (const bench::ValidationRun& run : bench::kValidationSet) {
-        auto hardware = sim::hardware_preset(run.gpu);
+        auto hardware = row_hardware(run);
         if (!hardware) {
             std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
             return 1;
@@ -286,10 +295,12 @@ int play_validation_set(const Ablation& without) {
             layout += " cp" + std::to_string(run.cp);
         }
         layout += " dp" + std::to_string(run.dp);
-        table.add_row(
-            {run.id, run.source, run.gpu, std::to_string(run.tp * run.pp * run.dp * run.cp), layout,
-             std::to_string(config.layout.microbatches), format_fixed(published, 2) + " s",
-             format_fixed(simulated, 2) + " s", format_relative_error(simulated, published)});
+        table.add_row({run.id, run.source,
+                       run.system != nullptr ? std::string(run.gpu) + ", " + run.system : run.gpu,
+                       std::to_string(run.tp * run.pp * run.dp * run.cp), layout,
+                       std::to_string(config.layout.microbatches),
+                       format_fixed(published, 2) + " s", format_fixed(simulated, 2) + " s",
+                       format_relative_error(simulated, published)});
     }
     std::printf("\nThe validation set (bench/sim/validation_set.h)\n%s", table.render().c_str());
     TextTable summary(
@@ -323,7 +334,7 @@ int write_row_run(const std::string& id, const std::string& path, const Ablation
                      ids.c_str());
         return 2;
     }
-    auto hardware = sim::hardware_preset(found->gpu);
+    auto hardware = row_hardware(*found);
     if (!hardware) {
         std::fprintf(stderr, "bench_published: %s\n", hardware.error().message.c_str());
         return 2;

@@ -45,6 +45,9 @@ struct ValidationRun {
     parallel::Architecture architecture = parallel::Architecture::gpt;
     int kv_heads = 0, ffn_hidden = 0;
     int cp = 1;
+    // The run's cluster where the GPU's preset does not describe it: a system file in
+    // bench/sim (docs/simulate.md, "A system of your own"), from the cluster's published parts.
+    const char* system = nullptr;
 };
 
 using parallel::Recompute;
@@ -67,7 +70,10 @@ using parallel::Recompute;
 // Transformer Engine's fused attention; bf16, micro-batch 1, no recomputation and no
 // interleaving assumed.
 // BLOOM-176B (BigScience tr11-176B-ml, B1): 384 A100 80 GB, TP 4, PP 12, DP 8, micro-batch 2,
-// batch 2048, bf16, full recomputation, 104.70 s an iteration (its log, iteration 85,376).
+// batch 2048, bf16, full recomputation, 104.70 s an iteration (its log, iteration 85,376); on
+// Jean Zay's nodes (train/tr11-176B-ml/README.md, "Hardware": 8 A100 a node, 4 Omni-Path links
+// of 100 Gb/s, AMD hosts), bench/sim/jean_zay.json: the a100 preset with 4 NICs of 12.5 GB/s
+// behind PCIe Gen3 x16 (Omni-Path's HFI; NCCL's 12 GB/s for Gen3 x16).
 // NVIDIA DGX Cloud Benchmarking, Llama 3.1 pre-training, BF16 (NVIDIA/dgxc-benchmarking v25.04,
 // llama3.1/README.md, "Expected Performance", L1–L6): H100, NeMo 25.04 on Megatron-Core, seq
 // 8192, micro-batch 1, each size's layout and step time as its tables give them, weak scaling
@@ -870,7 +876,16 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      FlopCount::none,
-     104.70},
+     104.70,
+     false,
+     false,
+     false,
+     false,
+     parallel::Architecture::gpt,
+     0,
+     0,
+     1,
+     "jean_zay.json"},
     // id, source, {layers, h, heads, V, s, layer, KV heads, MLP}, {tp, pp, v, cp, dp}, GBS, mbs,
     // step seconds
     dgxc_h100("L1", "DGXC Llama 3.1", {32, 4096, 32, 128256, 8192, Architecture::llama, 8, 14336},

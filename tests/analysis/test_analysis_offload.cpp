@@ -32,6 +32,17 @@ RunTrace offloading_rank(
     return trace;
 }
 
+// A cost model of one pass, stage 0's forward, at `per_pair_ns` a causal pair.
+CostModel forward_pair_cost(double per_pair_ns) {
+    CostModel cost;
+    PassCost forward;
+    forward.stage = 0;
+    forward.phase = Phase::forward;
+    forward.per_pair_ns = per_pair_ns;
+    cost.passes.push_back(forward);
+    return cost;
+}
+
 }  // namespace
 
 class OffloadTest : public QObject {
@@ -92,12 +103,7 @@ private slots:
     // ns; chunk ≥ 512 / (10 GB/s · 0.01 ns) = 5120 tokens.
     void chunkSizeWhereCopiesHide() {
         const RunTrace trace = offloading_rank();
-        CostModel cost;
-        PassCost forward;
-        forward.stage = 0;
-        forward.phase = Phase::forward;
-        forward.per_pair_ns = 0.02;
-        cost.passes.push_back(forward);
+        const CostModel cost = forward_pair_cost(0.02);
         const auto result = analyze_offload(trace, &cost, 4);
         QVERIFY(result.min_hidden_chunk_tokens.has_value());
         QCOMPARE(*result.min_hidden_chunk_tokens, 5120);
@@ -107,12 +113,7 @@ private slots:
     // each: 8 heads sharing 2 key-value heads move a quarter of the bytes, so a quarter of
     // the chunk hides them (5120 / 4 = 1280 tokens); a config without heads keeps h.
     void groupedQueryAttentionCopiesLessAChunk() {
-        CostModel cost;
-        PassCost forward;
-        forward.stage = 0;
-        forward.phase = Phase::forward;
-        forward.per_pair_ns = 0.02;
-        cost.passes.push_back(forward);
+        const CostModel cost = forward_pair_cost(0.02);
         const RunTrace gqa = offloading_rank(
             R"({"pp":1,"dp":1,"tp":1,"cp":1,"model":{"layers":2,"hidden":64,"heads":8,"kv_heads":2}})");
         QCOMPARE(*analyze_offload(gqa, &cost, 4).min_hidden_chunk_tokens, 1280);
@@ -127,12 +128,7 @@ private slots:
     // so 0.02 ns a pair and layer and a chunk of ≥ 2560 tokens; a split that does not add up
     // to the layers is not the run's, and the even split (2 layers) stands.
     void unevenStagesDivideByStageZerosLayers() {
-        CostModel cost;
-        PassCost forward;
-        forward.stage = 0;
-        forward.phase = Phase::forward;
-        forward.per_pair_ns = 0.02;
-        cost.passes.push_back(forward);
+        const CostModel cost = forward_pair_cost(0.02);
         const std::string uneven =
             R"({"pp":2,"dp":1,"tp":1,"cp":1,"stage_layers":[1,3],"model":{"layers":4,"hidden":64}})";
         const RunTrace trace = offloading_rank(uneven);

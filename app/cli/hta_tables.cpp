@@ -186,18 +186,13 @@ void render_communication(const std::vector<CollectiveSummary>& rows, std::size_
     if (rows.empty()) {
         return;
     }
-    const bool folded = rows.size() > top;
     // Past `top` groups, those furthest below their name's bandwidth: where a link or a rank
     // held a collective back.
-    std::vector<SlowGroup> groups;
+    const CollectiveListing listing = list_collectives(rows, top);
+    const bool folded = listing.folded;
+    const std::vector<SlowGroup>& groups = listing.groups;
     if (folded) {
-        const std::vector<CollectiveTotal> totals = total_collectives(rows);
-        render_communication_totals(totals, out);
-        groups = slowest_first(rows, totals);
-    } else {
-        for (const CollectiveSummary& row : rows) {
-            groups.push_back({row, 0});
-        }
+        render_communication_totals(listing.totals, out);
     }
     const std::size_t shown = std::min(top, groups.size());
     out += folded ? "\ncommunication's slowest groups (per name and group, the furthest below "

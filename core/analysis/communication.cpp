@@ -124,6 +124,21 @@ std::vector<CollectiveTotal> total_collectives(const std::vector<CollectiveSumma
     return totals;
 }
 
+CollectiveListing list_collectives(const std::vector<CollectiveSummary>& rows, std::size_t fit) {
+    CollectiveListing listing;
+    listing.folded = rows.size() > fit;
+    if (listing.folded) {
+        listing.totals = total_collectives(rows);
+        listing.groups = slowest_first(rows, listing.totals);
+        return listing;
+    }
+    listing.groups.reserve(rows.size());
+    for (const CollectiveSummary& row : rows) {
+        listing.groups.push_back({row, 0});
+    }
+    return listing;
+}
+
 std::vector<SlowGroup> slowest_first(const std::vector<CollectiveSummary>& rows,
                                      const std::vector<CollectiveTotal>& totals) {
     std::map<std::pair<std::string, std::size_t>, double> name_busbw;

@@ -15,6 +15,7 @@
 // trace has no group to measure.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -79,5 +80,15 @@ struct SlowGroup {
 };
 std::vector<SlowGroup> slowest_first(const std::vector<CollectiveSummary>& rows,
                                      const std::vector<CollectiveTotal>& totals);
+
+// How a table lists a run's collective groups (the CLI's, the report's): as they are while
+// there are no more than `fit`; past that (folded), each name's totals, then the groups
+// furthest below their name's busbw first, each with its ratio.
+struct CollectiveListing {
+    bool folded = false;
+    std::vector<CollectiveTotal> totals;  // empty unless folded
+    std::vector<SlowGroup> groups;        // ratios 0 unless folded
+};
+CollectiveListing list_collectives(const std::vector<CollectiveSummary>& rows, std::size_t fit);
 
 }  // namespace fulcrum::analysis

@@ -139,12 +139,11 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
     // A name with many groups alike (a 4D run's TP groups, one per DP × PP × CP coordinate):
     // its groups together first, then every group, the furthest below its name's busbw first.
     constexpr std::size_t kGroupsListedPlain = 16;  // as `fulcrum analyze --top`'s default
-    const bool folded = a.communication.size() > kGroupsListedPlain;
-    std::vector<SlowGroup> groups;
+    const CollectiveListing listing = list_collectives(a.communication, kGroupsListedPlain);
+    const bool folded = listing.folded;
     if (folded) {
-        const std::vector<CollectiveTotal> totals = total_collectives(a.communication);
         std::vector<std::vector<Cell>> rows;
-        for (const CollectiveTotal& c : totals) {
+        for (const CollectiveTotal& c : listing.totals) {
             const bool measured = c.bytes > 0 && c.transfer_ns > 0;
             rows.push_back({text_cell(c.name), text_cell(to_string(c.kind)), int_cell(c.groups),
                             int_cell(c.group_size), int_cell(c.calls),
@@ -159,14 +158,9 @@ void section_communication(const RunAnalysis& a, int index, std::string& out) {
                      {"collective", "kind", "groups", "ranks a group", "calls", "bytes", "transfer",
                       "wait", "algbw GB/s", "busbw GB/s", "slowest group busbw"},
                      rows);
-        groups = slowest_first(a.communication, totals);
-    } else {
-        for (const CollectiveSummary& c : a.communication) {
-            groups.push_back({c, 0});
-        }
     }
     std::vector<std::vector<Cell>> rows;
-    for (const SlowGroup& group : groups) {
+    for (const SlowGroup& group : listing.groups) {
         const CollectiveSummary& c = group.group;
         const bool measured = c.bytes > 0 && c.transfer_ns > 0;
         rows.push_back({text_cell(c.name), text_cell(to_string(c.kind)),

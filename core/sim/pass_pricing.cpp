@@ -406,7 +406,7 @@ GroupPass play_group(const balance::PlannedMicroBatch& planned, int stage, Phase
     }
     group.offload = offload_bytes(config, phase, layers, largest_shard,
                                   ulysses ? planned.packed.tokens : largest_shard);
-    if (group.offload.to_host + group.offload.to_device > 0) {
+    if (group.offload.any()) {
         group.offload_wait_ns = std::max<std::int64_t>(
             0, copy_ns(group.offload, config.hardware) - slowest - group.exchange_ns);
     }

@@ -24,12 +24,17 @@ namespace fulcrum::sim {
 struct HostCopies {
     std::int64_t to_host = 0;
     std::int64_t to_device = 0;
+    bool any() const { return to_host + to_device > 0; }
 };
 
-// How long `copies` keep the host link busy: the slower direction at host_link_gbs.
+// How long `bytes` take one way over the host link.
+inline std::int64_t host_link_ns(std::int64_t bytes, const HardwareAssumptions& hardware) {
+    return std::llround(static_cast<double>(bytes) / hardware.host_link_gbs);
+}
+
+// How long `copies` keep the host link busy: the slower direction.
 inline std::int64_t copy_ns(const HostCopies& copies, const HardwareAssumptions& hardware) {
-    return std::llround(static_cast<double>(std::max(copies.to_host, copies.to_device)) /
-                        hardware.host_link_gbs);
+    return host_link_ns(std::max(copies.to_host, copies.to_device), hardware);
 }
 
 // One pass (one micro-batch, one phase) of one replica's stage, for the whole CP group:

@@ -30,12 +30,11 @@ struct ChunkRanges {
     }
     // The pass's copies to host memory and back, each on its stream from `begin` for its
     // bytes at the host link's rate, as the CPU backend's copy threads record them.
-    void copies(const HostCopies& bytes, std::int64_t begin, double host_link_gbs) {
+    void copies(const HostCopies& bytes, std::int64_t begin, const HardwareAssumptions& hardware) {
         const auto copy = [&](std::vector<Event>& lane, StringId name, std::int64_t all) {
             const std::int64_t moved = calls(all);
             if (moved > 0) {
-                const std::int64_t ns =
-                    share(std::llround(static_cast<double>(all) / host_link_gbs));
+                const std::int64_t ns = share(host_link_ns(all, hardware));
                 lane.push_back(simulated_range(name, Category::offload, begin, begin + ns, step,
                                                microbatch, stage, phase, moved));
             }
@@ -215,7 +214,7 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
         t += scatter;
     }
     const HostCopies& offload = group.offload;
-    if (offload.to_host + offload.to_device > 0) {
+    if (offload.any()) {
         // The copies start with the pass's work; what the compute did not hide ends with the
         // wait (the slower direction's copy ends there).
         const std::int64_t wait = r.share(group.offload_wait_ns);
@@ -225,8 +224,7 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                     exposed_bytes(r.calls(offload.to_host + offload.to_device), wait, copying));
         }
         t += wait;
-        r.copies(offload, wait > 0 ? std::max(start, t - copying) : start,
-                 config.hardware.host_link_gbs);
+        r.copies(offload, wait > 0 ? std::max(start, t - copying) : start, config.hardware);
     }
     if (sends) {
         r.range(forward ? n.send_activations : n.send_gradients, Category::communication, t,

@@ -106,6 +106,17 @@ private slots:
         QCOMPARE(slow[0].vs_name, 4.0 / tp.busbw_gb_s);
         QCOMPARE(slow.back().group.ranks, (std::vector<std::int32_t>{0, 1}));
         QCOMPARE(slow.back().vs_name, 5.0 / tp.busbw_gb_s);
+        // A table listing them: the three groups as they are while three fit, folded past.
+        const CollectiveListing plain = list_collectives(rows, 3);
+        QVERIFY(!plain.folded && plain.totals.empty());
+        QCOMPARE(plain.groups.size(), std::size_t(3));
+        QCOMPARE(plain.groups[0].group.ranks, rows[0].ranks);
+        QCOMPARE(plain.groups[0].vs_name, 0.0);
+        const CollectiveListing folded = list_collectives(rows, 2);
+        QVERIFY(folded.folded);
+        QCOMPARE(folded.totals.size(), totals.size());
+        QCOMPARE(folded.groups[0].group.ranks, (std::vector<std::int32_t>{2, 3}));
+        QCOMPARE(folded.groups[0].vs_name, slow[0].vs_name);
     }
 
     void kindsAndFactors() {

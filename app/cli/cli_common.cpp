@@ -127,6 +127,15 @@ void add_tp_backward_overlap_flag(CLI::App& app, bool& overlap, const std::strin
         ->group(group);
 }
 
+void add_overlap_param_gather_flag(CLI::App& app, bool& overlap, const std::string& group) {
+    app.add_flag("--overlap-param-gather", overlap,
+                 "Megatron-LM's --overlap-param-gather (with the distributed optimizer): the "
+                 "all-gather of the updated parameters at the next step's start, a layer at a "
+                 "time, each layer's first forward waiting for its own; without it the gather "
+                 "follows the gradients' reduce-scatter before the update")
+        ->group(group);
+}
+
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
                                         const std::string& example, int minimum) {
     std::vector<int> values;

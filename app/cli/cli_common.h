@@ -57,6 +57,9 @@ void add_grad_reduce_dtype_option(CLI::App& app, std::string& dtype, const std::
 // --tp-backward-overlap of fulcrum simulate and fulcrum plan (sim::SimulationConfig::
 // tp_backward_overlap).
 void add_tp_backward_overlap_flag(CLI::App& app, bool& overlap, const std::string& group);
+// --overlap-param-gather of fulcrum simulate and fulcrum plan (sim::SimulationConfig::
+// overlap_param_gather).
+void add_overlap_param_gather_flag(CLI::App& app, bool& overlap, const std::string& group);
 
 // "7,9,9,7" → {7, 9, 9, 7}, each at least `minimum`; the error names `option` and shows
 // `example`.

@@ -217,6 +217,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
         keep("--offload-checkpoints", config.layout.offload_checkpoints,
              run.layout.offload_checkpoints);
         keep("--tp-comm-overlap", config.tp_comm_overlap, run.tp_comm_overlap);
+        keep("--overlap-param-gather", config.overlap_param_gather, run.overlap_param_gather);
         if (!given(args, "--attention-chunk") && !given(args, "--offload")) {
             config.attention_chunk = run.attention_chunk;
             config.offload = run.offload;
@@ -978,6 +979,7 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
         ->capture_default_str()
         ->check(CLI::IsMember({"on", "off"}))
         ->group("Grid");
+    add_overlap_param_gather_flag(*sub, d.overlap_param_gather, "Grid");
 }
 
 void add_data_options(CLI::App* sub, SimulateArgs* args) {

@@ -238,6 +238,9 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     }
     if (c.layout.zero_stage == 1) {
         append(words, {"--distributed-optimizer"});
+        if (request.overlap_param_gather) {
+            append(words, {"--overlap-param-gather"});
+        }
     } else if (c.layout.zero_stage > 1) {
         append(words, {"--zero", std::to_string(c.layout.zero_stage)});
     }

@@ -22,7 +22,8 @@ import time
 # id, gpu, layers, hidden, heads, vocab, seq, tp, pp, v, dp, global batch, recompute, sp,
 # dtype, and the software the run had: Megatron-LM of 2021 had neither FlashAttention nor the
 # distributed optimizer, MegaScale's baseline of 2023 (commit 285068c8) ran without
-# FlashAttention (an opt-in flag there) (the plan searches what that software ran)
+# FlashAttention (an opt-in flag there), the later rows gather the distributed optimizer's
+# parameters beside the next step's forward (the plan searches what that software ran)
 # The DGX Cloud rows (L, T) also carry their CP degree and their layer's flags.
 RUNS = [
     ("N4", "a100", 40, 6144, 48, 51200, 2048, 8, 1, 1, 32, 1024, "full", False, "fp16", "2021"),
@@ -78,6 +79,8 @@ def main():
                 command += ["--no-distributed-optimizer", "--attention-backend", "unfused"]
             elif software == "2023":
                 command += ["--attention-backend", "unfused"]
+            else:  # Megatron-Core's gather beside the next forward (the README's flags, NeMo's)
+                command.append("--overlap-param-gather")
             command += shlex.split(args.plan_args)
             started = time.time()
             result = subprocess.run(command, capture_output=True, text=True)

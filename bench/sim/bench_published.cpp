@@ -68,6 +68,8 @@ struct Ablation {
     bool fp32_gradients = false;
     // Every row's backward TP collectives on the critical path (no asynchronous all-reduce).
     bool tp_backward_overlap = false;
+    // The updated parameters gathered before the update, not at the next step's start.
+    bool param_gather_overlap = false;
 };
 
 // The system a validation row ran on: its cluster's own file where it has one (the file in
@@ -112,6 +114,8 @@ sim::SimulationConfig config_for(const bench::ValidationRun& run,
     config.tp_comm_overlap = run.tp_comm_overlap && !without.tp_comm_overlap;
     config.tp_backward_overlap = run.tp_backward_overlap && !without.tp_backward_overlap;
     config.layout.zero_stage = run.distributed_optimizer && !without.distributed_optimizer ? 1 : 0;
+    config.overlap_param_gather =
+        config.layout.zero_stage == 1 && run.overlap_param_gather && !without.param_gather_overlap;
     config.hardware = hardware;
     config.hardware.unfused_attention = !run.flash_attention || without.flash_attention;
     return config;
@@ -495,7 +499,7 @@ int compare_measured_layers(const std::string& path, const std::string& preset) 
 int main(int argc, char** argv) {
     CLI::App app{
         "bench_published: simulate Korthikanti et al. 2022's eight A100 runs and the validation "
-        "set's 34 (A100 and H100), and compare iteration time and memory with the published "
+        "set's 46 (A100 and H100), and compare iteration time and memory with the published "
         "figures"};
     std::string preset = "a100";
     app.add_option("--hardware", preset, "Hardware preset")->capture_default_str();
@@ -504,9 +508,11 @@ int main(int argc, char** argv) {
                    "Play the validation set without a part of the model, to see what it changes: "
                    "flash (every row on unfused attention kernels), tp-comm-overlap, "
                    "distributed-optimizer, fp32-gradients (bf16 rows' gradients reduced in bf16), "
-                   "tp-backward-overlap (every backward TP collective exposed)")
+                   "tp-backward-overlap (every backward TP collective exposed), "
+                   "param-gather-overlap (the updated parameters gathered before the update, "
+                   "not beside the next step's first forward)")
         ->check(CLI::IsMember({"flash", "tp-comm-overlap", "distributed-optimizer",
-                               "fp32-gradients", "tp-backward-overlap"}));
+                               "fp32-gradients", "tp-backward-overlap", "param-gather-overlap"}));
     std::string gemm_shapes;
     app.add_option("--gemm-shapes", gemm_shapes,
                    "Write the validation set's GEMM shapes (one JSON object a line) to this file "
@@ -537,6 +543,7 @@ int main(int argc, char** argv) {
         without.distributed_optimizer |= part == "distributed-optimizer";
         without.fp32_gradients |= part == "fp32-gradients";
         without.tp_backward_overlap |= part == "tp-backward-overlap";
+        without.param_gather_overlap |= part == "param-gather-overlap";
     }
     if (write_run.size() == 2) {
         return write_row_run(write_run[0], write_run[1], without);

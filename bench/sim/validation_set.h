@@ -40,6 +40,9 @@ struct ValidationRun {
     bool tp_backward_overlap = false;
     bool tp_comm_overlap = false;
     bool distributed_optimizer = false;
+    // Megatron-LM's --overlap-param-gather: the distributed optimizer's all-gather of the
+    // updated parameters at the next step's start, beside its first forward.
+    bool overlap_param_gather = false;
     // Llama's layer (SwiGLU, RMSNorm, grouped-query attention; 0: GPT's) and context
     // parallelism (Megatron-Core's, the sequence in 2·cp chunks, zigzag).
     parallel::Architecture architecture = parallel::Architecture::gpt;
@@ -138,6 +141,7 @@ constexpr ValidationRun dgxc_h100(const char* id, const char* source, DgxcModel 
             true,
             false,  // --tp-comm-overlap supersedes the asynchronous backward
             tp,
+            true,
             true,
             model.architecture,
             model.kv_heads,
@@ -667,6 +671,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      true,
+     true,
      true},
     {"M2",
      "Megatron-LM README",
@@ -690,6 +695,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      465.9,
      true,
      false,
+     true,
      true,
      true},
     {"M3",
@@ -715,6 +721,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      true,
+     true,
      true},
     {"M4",
      "Megatron-LM README",
@@ -738,6 +745,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      459.6,
      true,
      false,
+     true,
      true,
      true},
     {"M5",
@@ -763,6 +771,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      true,
+     true,
      true},
     {"M6",
      "Megatron-LM README",
@@ -786,6 +795,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      420.5,
      true,
      false,
+     true,
      true,
      true},
     {"M7",
@@ -811,6 +821,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      true,
+     true,
      true},
     {"M8",
      "Megatron-LM README",
@@ -834,6 +845,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      474.4,
      true,
      false,
+     true,
      true,
      true},
     {"M9",
@@ -859,6 +871,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      true,
      false,
      true,
+     true,
      true},
     {"B1",
      "BLOOM-176B",
@@ -880,6 +893,7 @@ inline constexpr ValidationRun kValidationSet[] = {
      false,
      FlopCount::none,
      104.70,
+     false,
      false,
      false,
      false,

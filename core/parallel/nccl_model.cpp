@@ -76,11 +76,16 @@ int steps(Collective collective, int ranks) {
 // graph of 8 channels at the search's speed for an eighth of the NVLinks (40 GB/s on DGX
 // H100, 60 across), the switches' efficiency 0.85 over all channels but one, and NVLSTree's
 // cap per channel across nodes (perChMaxNVLSTreeBws, Hopper: 57.7 on 2 nodes, 45.5 beyond).
+// NCCL offers NVLS only to a communicator with more than two GPUs on a node (src/transport/
+// nvls.cc, ncclNvlsInit: gpuCount <= 2 turns it off), so a DP group of one GPU a node rings
+// or trees over the network. Across nodes NVLSTree's tree runs through the node's NICs: groups
+// leaving the node at the same time share them, as rings and trees do (nccl_graphs).
 NcclPrice nvls_price(Collective collective, const GroupPlacement& group,
                      const ClusterNetwork& network, NcclProtocol protocol) {
     NcclPrice price{.algorithm = NcclAlgorithm::nvls, .protocol = protocol};
     if (!network.nvls || network.generation != GpuGeneration::hopper ||
-        collective != Collective::all_reduce || protocol != NcclProtocol::simple) {
+        collective != Collective::all_reduce || protocol != NcclProtocol::simple ||
+        group.ranks_per_node <= 2) {
         return price;
     }
     constexpr int kChannels = 8;
@@ -92,8 +97,9 @@ NcclPrice nvls_price(Collective collective, const GroupPlacement& group,
     double bandwidth = speed * kEfficiency * (kChannels - 1) / kChannels * 2;
     double latency = 25;  // hwLat[NVLINK][NVLS][Simple]; NVLS has no base latency
     if (nodes > 1) {
+        const double share = 1.0 / std::max(group.groups_per_node, 1);
         const double across = 60 * (nodes <= 2 ? 2 : 1);
-        bandwidth = std::min({bandwidth, across, kTreeCap[nodes <= 2 ? 0 : 1]});
+        bandwidth = std::min(bandwidth, share * std::min(across, kTreeCap[nodes <= 2 ? 0 : 1]));
         latency += 2 * log2_floor(nodes) * kAcrossLatency;
     }
     price.bus_gbs = kChannels * bandwidth;

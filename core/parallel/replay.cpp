@@ -111,6 +111,17 @@ public:
         return table(op.kind)[s][op.microbatch] / input_->virtual_stages;
     }
 
+    // The parameters stage s's next pass waits for as they arrive: micro-batch 0's forward
+    // through a chunk that has them (ReplayInput::parameters); null for any other pass.
+    const ParameterArrival* arrival(int s) const {
+        const PipelineOp& op = ops_[s][next_[s]];
+        if (op.kind != Phase::forward || op.microbatch != 0 || input_->parameters.empty()) {
+            return nullptr;
+        }
+        const auto& chunks = input_->parameters[static_cast<std::size_t>(s)];
+        return static_cast<std::size_t>(op.chunk) < chunks.size() ? &chunks[op.chunk] : nullptr;
+    }
+
     // What each member of the next pass computes, its chunk's 1/v; empty without work tables.
     std::vector<double> work(int s) const {
         const PipelineOp& op = ops_[s][next_[s]];
@@ -126,10 +137,11 @@ public:
         return out;
     }
 
-    void finish(int s, std::int64_t start, std::int64_t end) {
+    void finish(int s, std::int64_t start, std::int64_t end, std::int64_t parameter_wait = 0,
+                std::int64_t parameter_bytes = 0) {
         const PipelineOp op = ops_[s][next_[s]];
-        result_.stages[s].push_back(
-            {op.microbatch, op.kind, op.chunk, start, end, start - free_at_[s]});
+        result_.stages[s].push_back({op.microbatch, op.kind, op.chunk, start, end,
+                                     start - free_at_[s], parameter_wait, parameter_bytes});
         end_of(op.kind, op.chunk * input_->stages + s, op.microbatch) = end;
         free_at_[s] = end;
         ++next_[s];
@@ -231,7 +243,22 @@ Result<ReplayResult> replay_pipeline(const ReplayInput& input) {
                     break;
                 }
                 const std::int64_t start = std::max(state->free_at(s), *ready);
-                state->finish(s, start, start + state->duration(s));
+                const std::int64_t duration = state->duration(s);
+                if (const ParameterArrival* arrival = state->arrival(s)) {
+                    const std::int64_t layers = std::max(arrival->layers, 1);
+                    const std::int64_t end =
+                        std::max({start + duration, arrival->first_ns + duration,
+                                  arrival->last_ns() + duration / layers});
+                    const std::int64_t wait = end - start - duration;
+                    // What the arrivals moved while the pass waited, at their pace.
+                    const std::int64_t moving =
+                        std::max<std::int64_t>(layers * arrival->layer_ns, 1);
+                    const std::int64_t bytes = static_cast<std::int64_t>(std::llround(
+                        double(arrival->bytes) * std::min(1.0, double(wait) / double(moving))));
+                    state->finish(s, start, end, wait, bytes);
+                } else {
+                    state->finish(s, start, start + duration);
+                }
                 progressed = true;
             }
         }

@@ -19,6 +19,19 @@
 
 namespace fulcrum::parallel {
 
+// Parameters that arrive while a model chunk's first forward of the step runs: Megatron-LM's
+// --overlap-param-gather all-gathers what the distributed optimizer updated at the next step's
+// start, a layer at a time in forward order, and each layer's forward waits for its own. The
+// chunk's first layer is there `first_ns` after the step's start, each next one `layer_ns`
+// later; `bytes` is what all of them move.
+struct ParameterArrival {
+    std::int64_t first_ns = 0;
+    std::int64_t layer_ns = 0;
+    int layers = 1;
+    std::int64_t bytes = 0;
+    std::int64_t last_ns() const { return first_ns + (layers - 1) * layer_ns; }
+};
+
 struct ReplayInput {
     PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
     int stages = 1;
@@ -33,6 +46,12 @@ struct ReplayInput {
     std::int64_t p2p_latency_ns = 0;  // from a send's end to the receiver's start
     // When each stage can begin (e.g. after its step's set-up); empty: all at 0.
     std::vector<std::int64_t> stage_ready_ns;
+    // [stage][chunk]: parameters arriving during micro-batch 0's forward through the chunk.
+    // Its n layers run in turn, each once its parameters are there and the one before it is
+    // done, so with alike layers and arrivals it ends at max(start, first) + its length, or
+    // one layer's length after the last arrival if later. Empty: nothing arrives.
+    // replay_pipeline only (replay_on_shared_cores does not read it).
+    std::vector<std::vector<ParameterArrival>> parameters;
     // Replay the order fulcrum-train runs (step_ops) where the shape does not suit the
     // schedule (an interleaved step of a micro-batch count that is not a multiple of p)
     // instead of refusing it.
@@ -54,6 +73,10 @@ struct ReplayedOp {
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
     std::int64_t wait_ns = 0;  // idle right before it, waiting for its input
+    // Inside it, waiting for parameters still arriving (ReplayInput::parameters), and what
+    // they moved meanwhile.
+    std::int64_t parameter_wait_ns = 0;
+    std::int64_t parameter_bytes = 0;
 };
 
 struct ReplayResult {

@@ -29,6 +29,7 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("zero_stage", c.layout.zero_stage);
     visit("offload_checkpoints", c.layout.offload_checkpoints);
     visit("overlap_grad_reduce", c.overlap_grad_reduce);
+    visit("overlap_param_gather", c.overlap_param_gather);
     visit("dtype", c.dtype);
     visit("grad_reduce_dtype", c.grad_reduce_dtype);
     visit("balancer", c.balancer);

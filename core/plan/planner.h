@@ -123,6 +123,9 @@ struct PlanRequest {
     // Megatron-LM's asynchronous backward TP communication (sim::SimulationConfig::
     // tp_backward_overlap) for every candidate.
     bool tp_backward_overlap = false;
+    // Megatron-LM's --overlap-param-gather for the candidates with the distributed optimizer
+    // (sim::SimulationConfig::overlap_param_gather; fulcrum-train gathers before the update).
+    bool overlap_param_gather = false;
     // Peak dense TFLOP/s of one GPU for MFU; 0: the hardware preset's (989 for h100).
     double peak_tflops = 0;
 

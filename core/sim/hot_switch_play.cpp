@@ -154,8 +154,11 @@ struct Segment {
 // it: each stage of the bucket's layout all-reduces the whole gradients it holds over its
 // DP × CP group (a partial sum of one grouping cannot be re-sharded to another), the
 // slowest stage's ending the segment. Not overlapped with the bucket's passes.
-Segment reduction(const SimulationConfig& config, const parallel::GridShape& grid,
+Segment reduction(const SimulationConfig& hot, const parallel::GridShape& grid,
                   std::int64_t start) {
+    // The whole reduction here: a hot-switched step's gather is not moved to the next one.
+    SimulationConfig config = hot;
+    config.overlap_param_gather = false;
     const StageCosts costs = config_costs(under_layout(config, grid));
     Segment segment;
     segment.kind = Segment::Kind::reduction;

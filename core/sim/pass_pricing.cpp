@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <utility>
 
 #include "core/sim/layer_costs.h"
@@ -463,6 +464,39 @@ bool gathers_parameters_per_pass(const SimulationConfig& config) {
     return config.layout.zero_stage >= 3 && config.layout.grid.dp * config.layout.grid.cp > 1;
 }
 
+std::vector<parallel::ParameterArrival> parameter_arrivals(const SimulationConfig& config,
+                                                           const StageCosts& costs, int stage) {
+    std::vector<parallel::ParameterArrival> arrivals;
+    if (!gathers_parameters_at_step_start(config)) {
+        return arrivals;
+    }
+    const parallel::GridShape& grid = config.layout.grid;
+    const int v = std::max(config.layout.virtual_stages, 1);
+    const std::int64_t layer_bytes = layer_parameter_bytes(config);
+    const std::int64_t layer_ns = predict_collective_ns(costs.zero_all_gather, layer_bytes);
+    const std::int64_t layers = layers_of(stage, config);
+    const std::int64_t rest_bytes =
+        stage_parameters(config.model, grid, stage, config.layout.stage_layers, v) *
+            element_bytes(config.dtype) -
+        layers * layer_bytes;
+    std::int64_t gathered =
+        stage == 0 && rest_bytes > 0 ? predict_collective_ns(costs.zero_all_gather, rest_bytes) : 0;
+    for (int chunk = 0; chunk < v; ++chunk) {
+        const parallel::LayerRange range = parallel::model_chunk_layers(
+            chunk * grid.pp + stage, grid.pp * v, config.model.layers,
+            config.layout.stage_layers.size() == static_cast<std::size_t>(grid.pp * v)
+                ? std::span<const int>(config.layout.stage_layers)
+                : std::span<const int>{});
+        const int n = range.last - range.first;  // 0: a chunk of no layers waits for nothing new
+        arrivals.push_back({.first_ns = gathered + (n > 0 ? layer_ns : 0),
+                            .layer_ns = layer_ns,
+                            .layers = std::max(n, 1),
+                            .bytes = n * layer_bytes});
+        gathered += n * layer_ns;
+    }
+    return arrivals;
+}
+
 StepEndReduction step_end_reduction(const SimulationConfig& config, int stage,
                                     std::int64_t stage_bytes) {
     StepEndReduction rest;
@@ -486,10 +520,24 @@ std::int64_t gradient_element_bytes(const SimulationConfig& config) {
 
 std::int64_t reduction_element_bytes(const SimulationConfig& config) {
     const std::int64_t gradient = gradient_element_bytes(config);
+    if (gathers_parameters_at_step_start(config)) {
+        return gradient;
+    }
     if (config.layout.zero_stage >= 1 && !scatters_gradients_per_pass(config)) {
         return (gradient + element_bytes(config.dtype)) / 2;
     }
     return gradient;
+}
+
+const analysis::CollectiveCost& step_end_collective(const SimulationConfig& config,
+                                                    const StageCosts& costs) {
+    return gathers_parameters_at_step_start(config) ? costs.zero_reduce_scatter
+                                                    : costs.dp_all_reduce;
+}
+
+bool gathers_parameters_at_step_start(const SimulationConfig& config) {
+    return config.overlap_param_gather && config.layout.zero_stage == 1 &&
+           config.layout.grid.dp * config.layout.grid.cp > 1 && !config.accumulate_gradients;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/balance/step_planner.h"
+#include "core/parallel/replay.h"
 #include "core/parallel/schedule.h"
 #include "core/sim/grad_reduction.h"
 #include "core/sim/sim_config.h"
@@ -125,7 +126,28 @@ std::int64_t gradient_element_bytes(const SimulationConfig& config);
 // once a step) the mean of a gradient's and a parameter's — the reduce-scatter of the
 // gradients and the all-gather of the updated parameters each move half an all-reduce's
 // bytes, as Megatron-LM's distributed optimizer does.
+// With --overlap-param-gather the gather moves to the next step's start (parameter_arrivals),
+// and the step's end reduce-scatters the gradients only: a gradient an element, priced as
+// the reduce-scatter it is (step_end_collective).
 std::int64_t reduction_element_bytes(const SimulationConfig& config);
+
+// The collective the step's end reduction is priced as, over reduction_element_bytes an
+// element: the gradients' reduce-scatter where the step starts with the gather, else an
+// all-reduce.
+const analysis::CollectiveCost& step_end_collective(const SimulationConfig& config,
+                                                    const StageCosts& costs);
+
+// Whether the step starts with the distributed optimizer's gather of the parameters the last
+// update changed (SimulationConfig::overlap_param_gather, over DP × CP, an updating step).
+bool gathers_parameters_at_step_start(const SimulationConfig& config);
+
+// When stage `stage`'s parameters arrive, [chunk] (parallel::ParameterArrival), where the step
+// starts with their gather: Megatron-LM's --overlap-param-gather dispatches each bucket's
+// all-gather in forward order on one stream from the step's start (a layer a bucket here,
+// each at costs.zero_all_gather's price); on the first stage the embeddings come first, on the
+// last the final LayerNorm comes after its layers and waits for nothing. Empty otherwise.
+std::vector<parallel::ParameterArrival> parameter_arrivals(const SimulationConfig& config,
+                                                           const StageCosts& costs, int stage);
 
 // One layer's gradients on one rank of a stage: (12h² + 13h)/tp elements of
 // gradient_element_bytes; layer_parameter_bytes: the same of the compute type (what ZeRO

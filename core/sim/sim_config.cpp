@@ -158,6 +158,12 @@ Status validate(const SimulationConfig& config) {
             "--tp-comm-overlap overlaps sequence parallelism's all-gathers and reduce-scatters "
             "with the GEMMs beside them; add --sequence-parallel (as Megatron-LM requires)");
     }
+    if (config.overlap_param_gather && config.layout.zero_stage != 1) {
+        return invalid(
+            "--overlap-param-gather overlaps the distributed optimizer's all-gather of the "
+            "updated parameters with the next step's forward; add --distributed-optimizer "
+            "(--zero 1), as Megatron-LM requires");
+    }
     if (!(config.gpu_memory_gib > 0)) {
         return invalid("--gpu-memory-gib must be positive");
     }
@@ -201,6 +207,7 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.model = config.model;
     run.layout = config.layout;
     run.overlap_grad_reduce = config.overlap_grad_reduce;
+    run.overlap_param_gather = config.overlap_param_gather;
     run.attention_chunk = config.attention_chunk;
     run.offload = config.offload;
     run.tp_comm_overlap = config.tp_comm_overlap;

@@ -64,6 +64,12 @@ struct SimulationConfig {
     // step has written them, while the passes after it run (fulcrum-train and Megatron-LM
     // --overlap-grad-reduce); otherwise all at once after the stage's last pass.
     bool overlap_grad_reduce = false;
+    // Megatron-LM's --overlap-param-gather (with the distributed optimizer, ZeRO-1): the
+    // all-gather of the parameters the update changed moves to the next step's start, a
+    // layer at a time in forward order, each layer's first forward waiting for its own
+    // (parameter_arrivals, grad_reduction.h); the step's end then only reduce-scatters the
+    // gradients. Otherwise the gather follows the reduce-scatter before the update.
+    bool overlap_param_gather = false;
     // Megatron-LM's scatter/gather of pipeline sends (Narayanan et al., SC'21, §4.1): each TP
     // rank sends 1/tp of the boundary activation and the next stage all-gathers it over
     // NVLink. fulcrum-train sends the whole activation (its rows under sequence parallelism).

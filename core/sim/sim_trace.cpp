@@ -144,6 +144,13 @@ void add_pass_events(RankEvents& out, const parallel::ReplayedOp& op, std::int64
                 start, p2p_bytes(config, rank.tokens));
     }
     std::int64_t t = start;
+    if (op.parameter_wait_ns > 0) {
+        // The distributed optimizer's gather of the parameters its update changed, as long as
+        // the pass waited for them (--overlap-param-gather; parameter_arrivals).
+        r.range(n.zero_all_gather, Category::communication, t, t + op.parameter_wait_ns,
+                op.parameter_bytes, out.calls(r.chunk_layers));
+        t += op.parameter_wait_ns;
+    }
     if (receives && group.gather_ns > 0) {
         // The scatter/gather send's other half: the whole activation from the TP ranks' parts.
         r.range(n.tp_all_gather, Category::communication, t, t + group.gather_ns, r.tp_call_bytes,
@@ -361,10 +368,12 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         step_start + play.replay.stage_end_ns[static_cast<std::size_t>(s)];
     const std::int64_t reduced = played.reduce_end[static_cast<std::size_t>(s)];
     if (grid.dp * grid.cp > 1) {
-        // ZeRO-3's reduction is a reduce-scatter (sim_config.cpp, config_costs). With the
+        // ZeRO-3's reduction is a reduce-scatter (sim_config.cpp, config_costs), as is the
+        // distributed optimizer's where the gather waits for the next step. With the
         // reduction overlapped, the range is what the buckets had left at the pipeline's end.
-        events.range(
-            config.layout.zero_stage >= 3 ? names.zero_reduce_scatter : names.dp_all_reduce,
+        const bool scatters =
+            config.layout.zero_stage >= 3 || gathers_parameters_at_step_start(config);
+        events.range(scatters ? names.zero_reduce_scatter : names.dp_all_reduce,
             Category::communication, pipeline_end, reduced, plan.step, -1, stage, Phase::none,
             played.reduce_bytes[static_cast<std::size_t>(s)]);
     }

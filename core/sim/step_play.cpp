@@ -35,6 +35,11 @@ ReplicaPlay prepare_replica(const std::vector<balance::PlannedMicroBatch>& repli
         input.weight_ns = input.forward_ns;
     }
     input.p2p_latency_ns = p2p_latency_ns(config, costs);
+    if (gathers_parameters_at_step_start(config) && !shared_cores) {
+        for (int stage = 0; stage < grid.pp; ++stage) {
+            input.parameters.push_back(parameter_arrivals(config, costs, stage));
+        }
+    }
     if (shared_cores) {
         input.forward_work.assign(
             static_cast<std::size_t>(grid.pp),
@@ -250,7 +255,8 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     for (int s = 0; s < grid.pp; ++s) {
         GradientReductionInput reduction = gradient_reduction(config, s, step_start);
         reduction.stage_bytes = dp_bytes[static_cast<std::size_t>(s)];
-        reduction.sm_share = nccl_sm_share(config.hardware, costs.dp_all_reduce);
+        const analysis::CollectiveCost& reduces_as = step_end_collective(config, costs);
+        reduction.sm_share = nccl_sm_share(config.hardware, reduces_as);
         if (!reduces) {
             reduction.overlap = false;
             reduction.stage_bytes = 0;
@@ -264,7 +270,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             reduction.stage_bytes = rest.reduced_bytes;
         }
         const GradientReductionEnd reduced =
-            reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
+            reduces ? gradient_reduction_end(reduction, replays, reduces_as)
                     : gradient_reduction_end(reduction, replays, {});
         const std::int64_t end =
             reduced.end_ns + predict_moved_ns(costs.zero_all_gather, rest.gathered_bytes);

@@ -208,6 +208,41 @@ private slots:
         QCOMPARE(stage0[4].chunk, 1);  // backwards go through the chunks in reverse
     }
 
+    // Parameters arriving during micro-batch 0's forward (Megatron-LM's --overlap-param-gather):
+    // its layers each wait for their own, so the pass ends one layer's share after the last
+    // arrival where that is later (gathers slower than layers), else at max(start, first) +
+    // its length; later micro-batches and the backwards do not wait.
+    void forwardWaitsForArrivingParameters() {
+        // 1F1B, p 2, m 2; a forward 400 (4 layers of 100), a backward 800.
+        ReplayInput input = equal_passes(PipelineSchedule::one_f_one_b, 2, 2, 1, 400, 800);
+        input.parameters = {{{.first_ns = 150, .layer_ns = 150, .layers = 4, .bytes = 4000}},
+                            {{.first_ns = 50, .layer_ns = 50, .layers = 4, .bytes = 400}}};
+        const ReplayResult result = replay_pipeline(input).value();
+        // Stage 0, F0: layers at 150, 300, 450, 600: it ends at 600 + 100 = 700, 300 waited,
+        // while 3 of the 4 layers' gathers (600 ns) were still running: 4000 · 300/600.
+        const ReplayedOp& first = result.stages[0][0];
+        QCOMPARE(first.kind, Phase::forward);
+        QCOMPARE(first.start_ns, std::int64_t(0));
+        QCOMPARE(first.end_ns, std::int64_t(700));
+        QCOMPARE(first.parameter_wait_ns, std::int64_t(300));
+        QCOMPARE(first.parameter_bytes, std::int64_t(2000));
+        // F1 on stage 0 runs at its own length.
+        QCOMPARE(result.stages[0][1].end_ns - result.stages[0][1].start_ns, std::int64_t(400));
+        // Stage 1's parameters were there before its F0 started (at 700): no wait.
+        const ReplayedOp& later = result.stages[1][0];
+        QCOMPARE(later.start_ns, std::int64_t(700));
+        QCOMPARE(later.end_ns, std::int64_t(1100));
+        QCOMPARE(later.parameter_wait_ns, std::int64_t(0));
+        // Without arrivals the step is 300 shorter: the whole pipeline waited behind F0.
+        ReplayInput plain = input;
+        plain.parameters.clear();
+        QCOMPARE(result.makespan_ns - replay_pipeline(plain).value().makespan_ns,
+                 std::int64_t(300));
+        // The first layer's arrival alone: a pass that starts before it ends at first + length.
+        input.parameters = {{{.first_ns = 250, .layer_ns = 10, .layers = 4}}, {}};
+        QCOMPARE(replay_pipeline(input).value().stages[0][0].end_ns, std::int64_t(650));
+    }
+
     void shapesASchedulesCannotRunAreRefused() {
         QVERIFY(
             !check_pipeline(PipelineSchedule::interleaved, {4, 6, 2}));  // m not a multiple of p

@@ -631,6 +631,25 @@ private slots:
         const Outcome simulated = run(fulcrum(), command + QStringList{"--json"}, work_.path());
         QCOMPARE(simulated.exit_code, 0);
         QCOMPARE(played_tokens_per_second(simulated), top.value("tokens_per_second").toDouble());
+        // Megatron-LM's gather beside the next step's forward: the printed line plays it too.
+        const Outcome gathering =
+            run(fulcrum(), small + QStringList{"--overlap-param-gather", "--json"}, work_.path());
+        QCOMPARE(gathering.exit_code, 0);
+        const QJsonObject gathered = QJsonDocument::fromJson(gathering.output.toUtf8())
+                                         .object()
+                                         .value("ranked")
+                                         .toArray()
+                                         .at(0)
+                                         .toObject();
+        QStringList gather_command = gathered.value("simulate_command").toString().split(' ');
+        QVERIFY(gather_command.contains("--distributed-optimizer"));
+        QVERIFY(gather_command.contains("--overlap-param-gather"));
+        gather_command.takeFirst();
+        const Outcome regathered =
+            run(fulcrum(), gather_command + QStringList{"--json"}, work_.path());
+        QCOMPARE(regathered.exit_code, 0);
+        QCOMPARE(played_tokens_per_second(regathered),
+                 gathered.value("tokens_per_second").toDouble());
 
         const Outcome written = run(fulcrum(), small + QStringList{"-o", "plans"}, work_.path());
         QCOMPARE(written.exit_code, 0);

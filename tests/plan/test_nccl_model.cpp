@@ -145,6 +145,33 @@ private slots:
         QCOMPARE(bus(shared), 24.0);
         QCOMPARE(nccl_time(Collective::all_reduce, kGiB, {.ranks = 1}, kDgxA100).time_us, 0.0);
     }
+
+    // NVLink SHARP needs more than two GPUs of the communicator on a node (NCCL's
+    // ncclNvlsInit): the DP groups of TP 8 nodes, one GPU a node, ring over one NIC each as on
+    // an A100, never NVLSTree over all eight. Groups that do use NVLSTree across nodes share
+    // the node's NICs like rings.
+    void nvlsNeedsThreeGpusOfANodeAndSharesTheNics() {
+        const auto nvls = [](const GroupPlacement& group) {
+            return nccl_price(Collective::all_reduce, group, kDgxH100, NcclAlgorithm::nvls,
+                              NcclProtocol::simple);
+        };
+        const GroupPlacement one_a_node{
+            .ranks = 48, .nodes = 48, .ranks_per_node = 1, .groups_per_node = 8};
+        QCOMPARE(nvls(one_a_node).algorithm_gbs, 0.0);
+        QCOMPARE(nvls({.ranks = 2, .nodes = 1, .ranks_per_node = 2}).algorithm_gbs, 0.0);
+        const NcclEstimate dp = nccl_time(Collective::all_reduce, kGiB, one_a_node, kDgxH100);
+        QVERIFY(dp.algorithm != NcclAlgorithm::nvls);
+        // A GiB all-reduced at one NIC's 48 GB/s bus bandwidth takes 2·47/48 GiB / 48 GB/s
+        // and some latency: over 43 ms (NVLSTree over eight NICs had it in 6).
+        QVERIFY(dp.time_us > 2.0 * 47 / 48 * kGiB / 48e3);
+        QVERIFY(dp.time_us < 1.2 * 2.0 * 47 / 48 * kGiB / 48e3);
+        const GroupPlacement four{.ranks = 16, .nodes = 4, .ranks_per_node = 4};
+        GroupPlacement four_shared = four;
+        four_shared.groups_per_node = 2;
+        QVERIFY(nvls(four).algorithm_gbs > 0);
+        QCOMPARE(nvls(four_shared).bus_gbs, nvls(four).bus_gbs / 2);
+        QCOMPARE(nvls(kOneNode).bus_gbs, 8 * 0.85 * 7.0 / 8 * 2 * 40);  // within a node, alone
+    }
 };
 
 QTEST_GUILESS_MAIN(TestNcclModel)

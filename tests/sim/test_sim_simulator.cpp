@@ -1363,6 +1363,68 @@ private slots:
         QVERIFY(offload.ranks[0].overlapped_ns > 0);
     }
 
+    // Megatron-LM's --overlap-param-gather: the distributed optimizer's step end moves only the
+    // gradients' reduce-scatter (fp32 gradients, priced as NCCL's reduce-scatter of them),
+    // and the next step starts by gathering each layer's bf16 parameters in forward order, the
+    // first stage's embeddings first. The first stage's first forward waits for what is not
+    // there yet; the trace shows that wait as a `zero all-gather params` range inside it, the
+    // estimate starts its pipeline as much later, and the second stage, whose first forward
+    // comes later, waits for nothing.
+    void parametersGatheredBesideTheNextForward() {
+        SimulationConfig config = technique_config();
+        config.layout.grid = {.dp = 4, .tp = 1, .pp = 2, .cp = 1};
+        config.layout.zero_stage = 1;
+        config.layout.microbatches = 2;
+        config.overlap_grad_reduce = true;
+        config.hardware.tflops *= 20;  // a forward shorter than its stage's gathers
+        config.steps = 1;
+        QCOMPARE(reduction_element_bytes(config), std::int64_t(3));
+        QVERIFY(parameter_arrivals(config, config_costs(config), 0).empty());
+        SimulationConfig gathering = config;
+        gathering.overlap_param_gather = true;
+        // The step's end reduce-scatters the fp32 gradients, priced as the reduce-scatter.
+        QCOMPARE(reduction_element_bytes(gathering), std::int64_t(4));
+        const StageCosts costs = config_costs(gathering);
+        const std::int64_t layer_ns =
+            predict_collective_ns(costs.zero_all_gather, layer_parameter_bytes(gathering));
+        const auto first = parameter_arrivals(gathering, costs, 0);
+        QCOMPARE(first.size(), std::size_t(1));
+        QCOMPARE(first[0].layers, 2);  // 4 layers over 2 stages
+        QCOMPARE(first[0].layer_ns, layer_ns);
+        QCOMPARE(first[0].bytes, 2 * layer_parameter_bytes(gathering));
+        QVERIFY(first[0].first_ns > layer_ns);  // the embeddings before the first layer
+        QCOMPARE(parameter_arrivals(gathering, costs, 1)[0].first_ns, layer_ns);
+
+        const store::TraceReader reader = simulated_run(gathering, "gather.fulcrum");
+        const Found stage0 = events_of_rank(reader, 0);
+        const Event* gather = find_event(stage0, "zero all-gather params", 0, 0, Phase::forward);
+        QVERIFY(gather != nullptr);
+        const Event* forward = find_event(stage0, "forward", 0, 0, Phase::forward);
+        QVERIFY(forward != nullptr);
+        QCOMPARE(gather->start_ns, forward->start_ns);
+        // F0 waits until one layer's share of it after the last layer's parameters arrived.
+        const std::int64_t waited = gather->duration_ns();
+        const std::int64_t length = forward->duration_ns() - waited;
+        QCOMPARE(forward->end_ns - gather->start_ns,
+                 std::max(first[0].first_ns + length, first[0].last_ns() + length / 2));
+        QVERIFY(gather->bytes > 0 && gather->bytes < first[0].bytes);
+        QCOMPARE(find_event(stage0, "zero all-gather params", 0, 1, Phase::forward),
+                 static_cast<const Event*>(nullptr));
+        // The step's end is the gradients' reduce-scatter, no all-reduce.
+        QVERIFY(find_event(stage0, "zero reduce-scatter grads", 0, -1, Phase::none) != nullptr);
+        QCOMPARE(find_event(stage0, "dp all-reduce gradients", 0, -1, Phase::none),
+                 static_cast<const Event*>(nullptr));
+        const int second_stage_rank = parallel::rank_of(gathering.layout.grid, {.pp = 1});
+        QCOMPARE(find_event(events_of_rank(reader, second_stage_rank), "zero all-gather params", 0,
+                            0, Phase::forward),
+                 static_cast<const Event*>(nullptr));
+        // The estimate's pipeline starts as much later.
+        const std::int64_t tokens = 4096, pairs = tokens * (tokens + 1) / 2;
+        const double later = estimate_step(gathering, costs, tokens, pairs).pipeline_ns -
+                             estimate_step(config, config_costs(config), tokens, pairs).pipeline_ns;
+        QCOMPARE(std::llround(later), waited);
+    }
+
     // A written range of collectives that the compute partly hid carries the bytes its
     // exposed time moved, so that `fulcrum analyze` reads the calls' own bandwidth: Megatron-
     // LM's asynchronous TP backward and the overlapped DP reduction on two A100s of TP 2 each.

@@ -374,8 +374,8 @@ void write_stage(RunOutput& output, const balance::StepPlan& plan, const PlayedS
         const bool scatters =
             config.layout.zero_stage >= 3 || gathers_parameters_at_step_start(config);
         events.range(scatters ? names.zero_reduce_scatter : names.dp_all_reduce,
-            Category::communication, pipeline_end, reduced, plan.step, -1, stage, Phase::none,
-            played.reduce_bytes[static_cast<std::size_t>(s)]);
+                     Category::communication, pipeline_end, reduced, plan.step, -1, stage,
+                     Phase::none, played.reduce_bytes[static_cast<std::size_t>(s)]);
     }
     const UpdateStart& update = played.update;
     const bool holds_embedding = grid.pp > 1 && (s == 0 || s == grid.pp - 1);

@@ -39,8 +39,7 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
     double end = std::max(pipeline_ns + bucket_ns,
                           pipeline_ns - last_backward_ns + static_cast<double>(layers) * bucket_ns);
     if (bytes > layers * bucket) {
-        end += static_cast<double>(
-            predict_collective_ns(reduces_as, bytes - layers * bucket));
+        end += static_cast<double>(predict_collective_ns(reduces_as, bytes - layers * bucket));
     }
     return end;
 }

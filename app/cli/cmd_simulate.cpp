@@ -218,6 +218,7 @@ Result<sim::SimulationConfig> build_config(const SimulateArgs& args,
              run.layout.offload_checkpoints);
         keep("--tp-comm-overlap", config.tp_comm_overlap, run.tp_comm_overlap);
         keep("--overlap-param-gather", config.overlap_param_gather, run.overlap_param_gather);
+        keep("--attention-mask", config.packed_attention, run.packed_attention);
         if (!given(args, "--attention-chunk") && !given(args, "--offload")) {
             config.attention_chunk = run.attention_chunk;
             config.offload = run.offload;
@@ -966,6 +967,15 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
         ->check(CLI::IsMember({"on", "off"}))
         ->group("Grid");
     add_attention_backend_option(*sub, args->attention_backend, "Cost model");
+    sub->add_option_function<std::string>(
+           "--attention-mask",
+           [&d](const std::string& value) { d.packed_attention = value == "packed"; },
+           "What each token attends to: its own document's earlier tokens (document, "
+           "fulcrum-train's varlen kernels), or every earlier token of its micro-batch, one causal "
+           "mask across the packed documents (packed: Megatron-LM without "
+           "--reset-attention-mask, HotSPa's Hetu)")
+        ->check(CLI::IsMember({"document", "packed"}))
+        ->group("Cost model");
     sub->add_option("--dtype", args->dtype,
                     "Element type of activations and parameters: bf16, fp16 (2 bytes) or fp32 "
                     "(4, the CPU engine's); gradients: --grad-reduce-dtype")

@@ -30,6 +30,7 @@ void visit_fields(Config& c, Visit&& visit) {
     visit("offload_checkpoints", c.layout.offload_checkpoints);
     visit("overlap_grad_reduce", c.overlap_grad_reduce);
     visit("overlap_param_gather", c.overlap_param_gather);
+    visit("packed_attention", c.packed_attention);
     visit("dtype", c.dtype);
     visit("grad_reduce_dtype", c.grad_reduce_dtype);
     visit("balancer", c.balancer);

@@ -34,6 +34,7 @@ struct RunConfig {
     std::vector<std::string> unsaid;
     bool overlap_grad_reduce = false;
     bool overlap_param_gather = false;  // the distributed optimizer's, at the next step's start
+    bool packed_attention = false;      // one causal mask across each micro-batch's documents
     std::string dtype;  // "fp32", "bf16", "fp16"; "" in runs older than the key (fp32)
     // The type gradients were reduced in over DP × CP; "": the dtype's rule (fp16 under fp16,
     // else fp32: sim::SimulationConfig::grad_reduce_dtype).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -9,6 +10,29 @@
 #include "core/sim/step_play.h"
 
 namespace fulcrum::sim {
+
+Status attend_across_documents(balance::StepPlan& plan, const SimulationConfig& config) {
+    if (!config.packed_attention) {
+        return {};
+    }
+    for (auto& replica : plan.replicas) {
+        for (balance::PlannedMicroBatch& planned : replica) {
+            const balance::Document whole{.id = 0, .length = planned.packed.tokens};
+            balance::CpShardingState state;
+            auto shards = balance::shard_microbatch(std::span(&whole, 1),
+                                                    static_cast<int>(planned.cp.ranks.size()),
+                                                    planned.cp.sharding, state);
+            if (!shards) {
+                return shards.error();
+            }
+            for (std::size_t c = 0; c < planned.cp.ranks.size(); ++c) {
+                planned.cp.ranks[c].tokens = shards->ranks[c].tokens;
+                planned.cp.ranks[c].attention_work = shards->ranks[c].attention_work;
+            }
+        }
+    }
+    return {};
+}
 
 void summarize(SimulationResult& result, const balance::TrainedTotals& trained, std::int64_t end_ns,
                int epochs) {
@@ -86,6 +110,9 @@ Result<SimulationResult> play_into(const SimulationConfig& config, RunOutput& ou
         auto plan = planner->next();
         if (!plan) {
             return plan.error();
+        }
+        if (auto status = attend_across_documents(*plan, config); !status) {
+            return status.error();
         }
         auto played = play_step(*plan, config, costs, dp_bytes, optimizer_ns, step_start, progress);
         if (!played) {

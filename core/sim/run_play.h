@@ -37,6 +37,12 @@ struct BucketOutput {
 Result<SimulationResult> simulate_bucket(const SimulationConfig& config, BucketOutput& out,
                                          const SimulationProgress& progress = {});
 
+// With packed attention (SimulationConfig::packed_attention) every micro-batch of `plan`
+// attends as one sequence of its tokens: each CP rank's tokens and attention work become its
+// shard of one document that long, under the sharding the plan applied; the documents and
+// their token ranges (the workload rows) stay. Unchanged otherwise.
+Status attend_across_documents(balance::StepPlan& plan, const SimulationConfig& config);
+
 // simulate()'s means and totals over `result.steps`, played until `end_ns`, having trained
 // `trained` (the hot-switched play's too).
 void summarize(SimulationResult& result, const balance::TrainedTotals& trained, std::int64_t end_ns,

@@ -208,6 +208,7 @@ std::string run_config_json(const SimulationConfig& config, const std::string& s
     run.layout = config.layout;
     run.overlap_grad_reduce = config.overlap_grad_reduce;
     run.overlap_param_gather = config.overlap_param_gather;
+    run.packed_attention = config.packed_attention;
     run.attention_chunk = config.attention_chunk;
     run.offload = config.offload;
     run.tp_comm_overlap = config.tp_comm_overlap;

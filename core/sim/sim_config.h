@@ -70,6 +70,13 @@ struct SimulationConfig {
     // (parameter_arrivals, grad_reduction.h); the step's end then only reduce-scatters the
     // gradients. Otherwise the gather follows the reduce-scatter before the update.
     bool overlap_param_gather = false;
+    // Attention over each micro-batch's whole packed sequence, one causal mask across its
+    // documents (packed_attention), as Megatron-LM runs packed samples without
+    // --reset-attention-mask and HotSPa's Hetu runs its packed sequences (causal flash
+    // attention over each); otherwise each document attends to itself alone (fulcrum-train's
+    // varlen kernels). The documents, tokens and balancers are the same either way; only what
+    // attention computes changes (attend_across_documents, run_play.h).
+    bool packed_attention = false;
     // Megatron-LM's scatter/gather of pipeline sends (Narayanan et al., SC'21, §4.1): each TP
     // rank sends 1/tp of the boundary activation and the next stage all-gathers it over
     // NVLink. fulcrum-train sends the whole activation (its rows under sequence parallelism).

@@ -33,6 +33,7 @@ RunConfig every_field_set() {
     c.layout.offload_checkpoints = true;
     c.overlap_grad_reduce = true;
     c.overlap_param_gather = true;
+    c.packed_attention = true;
     c.dtype = "bf16";
     c.grad_reduce_dtype = "fp32";
     c.balancer = "wlb";

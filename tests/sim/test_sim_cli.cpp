@@ -82,6 +82,8 @@ private slots:
             << QStringList{"--sequence-parallel"} << "--tp 2 or more";
         QTest::newRow("parameter gather without the distributed optimizer")
             << QStringList{"--dp", "2", "--overlap-param-gather"} << "add --distributed-optimizer";
+        QTest::newRow("unknown attention mask")
+            << QStringList{"--attention-mask", "sliding"} << "--attention-mask";
         QTest::newRow("unknown dtype") << QStringList{"--dtype", "fp8"} << "bf16, fp16, fp32";
         QTest::newRow("unknown gradient dtype")
             << QStringList{"--grad-reduce-dtype", "fp8"} << "--grad-reduce-dtype";

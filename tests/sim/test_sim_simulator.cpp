@@ -23,6 +23,7 @@
 #include "core/sim/grad_reduction.h"
 #include "core/sim/hardware.h"
 #include "core/sim/pass_pricing.h"
+#include "core/sim/run_play.h"
 #include "core/sim/step_estimate.h"
 #include "core/sim/step_play.h"
 #include "core/store/trace_reader.h"
@@ -1423,6 +1424,49 @@ private slots:
         const double later = estimate_step(gathering, costs, tokens, pairs).pipeline_ns -
                              estimate_step(config, config_costs(config), tokens, pairs).pipeline_ns;
         QCOMPARE(std::llround(later), waited);
+    }
+
+    // Packed attention (--attention-mask packed): a micro-batch attends as one sequence of its
+    // tokens. Sixteen documents of 1024 tokens packed four to a micro-batch then cost what
+    // four documents of 4096 do, step for step; with each document's own mask they cost less.
+    // Each CP rank holds its shard of that one sequence, and the documents' ranges stay.
+    void packedAttentionSpansTheMicroBatch() {
+        SimulationConfig config = technique_config();
+        config.layout.grid = {.dp = 1, .tp = 1, .pp = 1, .cp = 2};
+        config.sharding = balance::CpSharding::zigzag;
+        config.layout.microbatches = 4;
+        config.steps = 1;
+        config.document_lengths.assign(16, 1024);
+        const double masked = must(simulate(config, nullptr)).mean_step_ns;
+        config.packed_attention = true;
+        const double packed = must(simulate(config, nullptr)).mean_step_ns;
+        config.packed_attention = false;
+        config.document_lengths.assign(4, 4096);
+        const double long_documents = must(simulate(config, nullptr)).mean_step_ns;
+        QCOMPARE(packed, long_documents);
+        QVERIFY(packed > masked);
+
+        balance::MicroBatch batch;
+        for (std::uint64_t id = 0; id < 4; ++id) {
+            batch.documents.push_back({.id = id, .length = 1024});
+        }
+        batch.tokens = 4096;
+        batch.attention_work = 4 * balance::causal_pair_work(0, 1024);
+        balance::StepPlan plan;
+        plan.replicas = {{{batch, must(balance::shard_microbatch(batch, 2,
+                                                                 balance::CpSharding::zigzag))}}};
+        const auto ranges = plan.replicas[0][0].cp.ranks[0].ranges;
+        config.packed_attention = true;
+        QVERIFY(attend_across_documents(plan, config));
+        const balance::CpPlan one_document = must(balance::shard_microbatch(
+            balance::MicroBatch{{{.id = 9, .length = 4096}}, 4096, 0, 0}, 2,
+            balance::CpSharding::zigzag));
+        for (std::size_t c = 0; c < 2; ++c) {
+            QCOMPARE(plan.replicas[0][0].cp.ranks[c].tokens, std::int64_t(2048));
+            QCOMPARE(plan.replicas[0][0].cp.ranks[c].attention_work,
+                     one_document.ranks[c].attention_work);
+        }
+        QCOMPARE(plan.replicas[0][0].cp.ranks[0].ranges, ranges);
     }
 
     // A written range of collectives that the compute partly hid carries the bytes its

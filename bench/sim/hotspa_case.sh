@@ -4,8 +4,9 @@
 # context, a static (DP 1, TP 16, PP 2) layout against three combinations of per-bucket
 # layouts, and reports seconds per mini-batch: 63.4 s static against 32.3 s (C1, 1.96x),
 # 33.5 s (C2) and 33.2 s (C3) on CommonCrawl; 178.6 s against about 118.5 s (1.50x) on GitHub.
-# This plays the same layouts with `fulcrum simulate --hot-switch` on the analytic model of
-# the A100 preset (the A800 is an A100 with NVLink cut to 400 GB/s), 8 GPUs a node, and prints
+# This plays the same layouts with `fulcrum simulate --hot-switch` on bench/sim/a800.json, the
+# a100 preset with the A800's 8 NVLinks (400 GB/s against the A100's 600; the A800 is otherwise
+# an A100), 8 GPUs a node, the network DGX A100's (HotSPa does not describe its), and prints
 # static and hot-switched tokens/s over one epoch of the same documents, their ratio, the
 # share of the switching, and that of the buckets' gradient reductions (each bucket reduces
 # over its own DP × CP groups, as HotSPa reduce-scatters partial DP gradients when it
@@ -30,7 +31,7 @@ build=${1:-build}
 fulcrum=$build/app/fulcrum
 
 common=(--layers 60 --hidden 6656 --heads 64 --vocab 32000 --context 32768 --dtype bf16
-        --attention-mask packed --hardware a100 --dp 1 --tp 16 --pp 2 --micro-batches 32
+        --attention-mask packed --hardware "$(dirname "$0")/a800.json" --dp 1 --tp 16 --pp 2 --micro-batches 32
         --lengths long-tail:context=32768,median=100,sigma=1.3,tail=0.002 --documents 16000
         --epochs 1 --json)
 # HotSPa's combinations, (DP, TP, PP) per bucket.

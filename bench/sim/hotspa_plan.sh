@@ -5,8 +5,9 @@
 # its CommonCrawl stand-in lengths. Prints the plan's best static layout and the chosen spec with
 # the predicted speedup, then plays the chosen spec and HotSPa's C1 against HotSPa's static
 # layout with hotspa_case.sh's settings (one epoch, 1F1B, fixed packing), whose published ratio
-# is 1.96x, but each document attending to itself alone: the plan prices fulcrum-train's
-# attention, where hotspa_case.sh plays HotSPa's one mask across each packed sequence.
+# is 1.96x, but on the a100 preset with each document attending to itself alone: the plan
+# prices fulcrum-train's attention, where hotspa_case.sh plays HotSPa's one mask across each
+# packed sequence on the A800's NVLink.
 # Usage: bench/sim/hotspa_plan.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}

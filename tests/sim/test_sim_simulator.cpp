@@ -1453,14 +1453,14 @@ private slots:
         batch.tokens = 4096;
         batch.attention_work = 4 * balance::causal_pair_work(0, 1024);
         balance::StepPlan plan;
-        plan.replicas = {{{batch, must(balance::shard_microbatch(batch, 2,
-                                                                 balance::CpSharding::zigzag))}}};
+        plan.replicas = {
+            {{batch, must(balance::shard_microbatch(batch, 2, balance::CpSharding::zigzag))}}};
         const auto ranges = plan.replicas[0][0].cp.ranks[0].ranges;
         config.packed_attention = true;
         QVERIFY(attend_across_documents(plan, config));
-        const balance::CpPlan one_document = must(balance::shard_microbatch(
-            balance::MicroBatch{{{.id = 9, .length = 4096}}, 4096, 0, 0}, 2,
-            balance::CpSharding::zigzag));
+        const balance::CpPlan one_document = must(
+            balance::shard_microbatch(balance::MicroBatch{{{.id = 9, .length = 4096}}, 4096, 0, 0},
+                                      2, balance::CpSharding::zigzag));
         for (std::size_t c = 0; c < 2; ++c) {
             QCOMPARE(plan.replicas[0][0].cp.ranks[c].tokens, std::int64_t(2048));
             QCOMPARE(plan.replicas[0][0].cp.ranks[c].attention_work,

@@ -136,6 +136,17 @@ void add_overlap_param_gather_flag(CLI::App& app, bool& overlap, const std::stri
         ->group(group);
 }
 
+void add_attention_mask_option(CLI::App& app, bool& packed, const std::string& group) {
+    app.add_option_function<std::string>(
+           "--attention-mask", [&packed](const std::string& value) { packed = value == "packed"; },
+           "What each token attends to: its own document's earlier tokens (document, "
+           "fulcrum-train's varlen kernels), or every earlier token of its micro-batch, one causal "
+           "mask across the packed documents (packed: Megatron-LM without "
+           "--reset-attention-mask, HotSPa's Hetu)")
+        ->check(CLI::IsMember({"document", "packed"}))
+        ->group(group);
+}
+
 Result<std::vector<int>> parse_int_list(const std::string& text, const std::string& option,
                                         const std::string& example, int minimum) {
     std::vector<int> values;

@@ -60,6 +60,9 @@ void add_tp_backward_overlap_flag(CLI::App& app, bool& overlap, const std::strin
 // --overlap-param-gather of fulcrum simulate and fulcrum plan (sim::SimulationConfig::
 // overlap_param_gather).
 void add_overlap_param_gather_flag(CLI::App& app, bool& overlap, const std::string& group);
+// --attention-mask document|packed of fulcrum simulate and fulcrum plan (sim::SimulationConfig::
+// packed_attention).
+void add_attention_mask_option(CLI::App& app, bool& packed, const std::string& group);
 
 // "7,9,9,7" → {7, 9, 9, 7}, each at least `minimum`; the error names `option` and shows
 // `example`.

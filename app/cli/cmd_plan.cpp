@@ -659,6 +659,7 @@ Command add_plan_command(CLI::App& app) {
     add_grad_reduce_dtype_option(*sub, args->grad_reduce_dtype, "Model");
     add_tp_backward_overlap_flag(*sub, r.tp_backward_overlap, "Model");
     add_overlap_param_gather_flag(*sub, r.overlap_param_gather, "Model");
+    add_attention_mask_option(*sub, r.packed_attention, "Model");
 
     sub->add_option("--global-batch", r.global_batch,
                     "Sequences of --context tokens per step over all DP replicas; micro-batches "

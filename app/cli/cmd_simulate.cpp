@@ -967,15 +967,7 @@ void add_grid_options(CLI::App* sub, SimulateArgs* args) {
         ->check(CLI::IsMember({"on", "off"}))
         ->group("Grid");
     add_attention_backend_option(*sub, args->attention_backend, "Cost model");
-    sub->add_option_function<std::string>(
-           "--attention-mask",
-           [&d](const std::string& value) { d.packed_attention = value == "packed"; },
-           "What each token attends to: its own document's earlier tokens (document, "
-           "fulcrum-train's varlen kernels), or every earlier token of its micro-batch, one causal "
-           "mask across the packed documents (packed: Megatron-LM without "
-           "--reset-attention-mask, HotSPa's Hetu)")
-        ->check(CLI::IsMember({"document", "packed"}))
-        ->group("Cost model");
+    add_attention_mask_option(*sub, d.packed_attention, "Cost model");
     sub->add_option("--dtype", args->dtype,
                     "Element type of activations and parameters: bf16, fp16 (2 bytes) or fp32 "
                     "(4, the CPU engine's); gradients: --grad-reduce-dtype")

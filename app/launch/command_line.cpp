@@ -236,6 +236,9 @@ Words simulate_words(const plan::PlanRequest& request, const plan::Candidate& c,
     if (request.tp_backward_overlap) {
         append(words, {"--tp-backward-overlap"});
     }
+    if (request.packed_attention) {
+        append(words, {"--attention-mask", "packed"});
+    }
     if (c.layout.zero_stage == 1) {
         append(words, {"--distributed-optimizer"});
         if (request.overlap_param_gather) {

@@ -186,12 +186,15 @@ private:
             if (!sim::validate(played)) {
                 return kNever;
             }
-            // The closed form prices micro-batches alike: the bucket's mean one.
+            // The closed form prices micro-batches alike: the bucket's mean one, attending as
+            // one sequence under packed attention.
             const double microbatches =
                 static_cast<double>(played.layout.microbatches) * bucket.layout.dp;
+            const double mean_tokens = tokens / microbatches;
+            const double mean_pairs = played.packed_attention ? mean_tokens * (mean_tokens + 1) / 2
+                                                              : pairs / microbatches;
             total += sim::estimate_step(played, sim::config_costs(played),
-                                        std::llround(tokens / microbatches),
-                                        std::llround(pairs / microbatches))
+                                        std::llround(mean_tokens), std::llround(mean_pairs))
                          .pipeline_ns;
             // Every bucket that ran ends with its own gradient reduction, as the play has it.
             total += static_cast<double>(sim::bucket_reduction_ns(played, bucket.layout));

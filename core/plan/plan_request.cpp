@@ -138,6 +138,7 @@ sim::SimulationConfig simulation_config(const PlanRequest& request, const Candid
     config.grad_reduce_dtype = request.grad_reduce_dtype;
     config.overlap_grad_reduce = request.overlap_grad_reduce;
     config.overlap_param_gather = request.overlap_param_gather && candidate.layout.zero_stage == 1;
+    config.packed_attention = request.packed_attention;
     config.tp_backward_overlap = request.tp_backward_overlap;
     config.lengths = request.lengths;
     config.documents = resolved_documents(request);

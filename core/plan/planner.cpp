@@ -68,7 +68,10 @@ Result<MeanMicroBatch> mean_microbatch(const PlanRequest& request) {
     for (const auto& replica : *packed) {
         for (const balance::MicroBatch& microbatch : replica) {
             mean.tokens += microbatch.tokens;
-            mean.pairs += (microbatch.attention_work + microbatch.tokens) / 2;
+            // Σ d(d + 1)/2 over its documents, or over the whole packed sequence.
+            mean.pairs += request.packed_attention
+                              ? microbatch.tokens * (microbatch.tokens + 1) / 2
+                              : (microbatch.attention_work + microbatch.tokens) / 2;
             ++count;
         }
     }

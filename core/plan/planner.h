@@ -126,6 +126,9 @@ struct PlanRequest {
     // Megatron-LM's --overlap-param-gather for the candidates with the distributed optimizer
     // (sim::SimulationConfig::overlap_param_gather; fulcrum-train gathers before the update).
     bool overlap_param_gather = false;
+    // One causal mask across each micro-batch's documents (sim::SimulationConfig::
+    // packed_attention; fulcrum-train masks each document).
+    bool packed_attention = false;
     // Peak dense TFLOP/s of one GPU for MFU; 0: the hardware preset's (989 for h100).
     double peak_tflops = 0;
 

@@ -650,6 +650,26 @@ private slots:
         QCOMPARE(regathered.exit_code, 0);
         QCOMPARE(played_tokens_per_second(regathered),
                  gathered.value("tokens_per_second").toDouble());
+        // One causal mask across each micro-batch's documents: the printed line plays it too,
+        // and every layout pays more attention than with each document's own mask.
+        const Outcome packing = run(
+            fulcrum(), small + QStringList{"--attention-mask", "packed", "--json"}, work_.path());
+        QCOMPARE(packing.exit_code, 0);
+        const QJsonObject packed = QJsonDocument::fromJson(packing.output.toUtf8())
+                                       .object()
+                                       .value("ranked")
+                                       .toArray()
+                                       .at(0)
+                                       .toObject();
+        QStringList packed_command = packed.value("simulate_command").toString().split(' ');
+        QVERIFY(packed_command.contains("packed"));
+        packed_command.takeFirst();
+        const Outcome repacked =
+            run(fulcrum(), packed_command + QStringList{"--json"}, work_.path());
+        QCOMPARE(repacked.exit_code, 0);
+        QCOMPARE(played_tokens_per_second(repacked), packed.value("tokens_per_second").toDouble());
+        QVERIFY(packed.value("tokens_per_second").toDouble() <
+                top.value("tokens_per_second").toDouble());
 
         const Outcome written = run(fulcrum(), small + QStringList{"-o", "plans"}, work_.path());
         QCOMPARE(written.exit_code, 0);

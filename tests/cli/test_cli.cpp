@@ -619,55 +619,46 @@ private slots:
     void planMatchesSimulate() {
         const QStringList small = {"plan", "--world",     "8",   "--layers", "4", "--global-batch",
                                    "16",   "--documents", "400", "--top",    "2"};
-        const Outcome planned = run(fulcrum(), small + QStringList{"--json"}, work_.path());
-        QCOMPARE(planned.exit_code, 0);
-        const QJsonObject json = QJsonDocument::fromJson(planned.output.toUtf8()).object();
-        QCOMPARE(json.value("format").toString(), QString("fulcrum plan"));
-        const QJsonArray ranked = json.value("ranked").toArray();
-        QCOMPARE(ranked.size(), 2);
-        const QJsonObject top = ranked.at(0).toObject();
-        QStringList command = top.value("simulate_command").toString().split(' ');
-        QCOMPARE(command.takeFirst(), QString("fulcrum"));
-        const Outcome simulated = run(fulcrum(), command + QStringList{"--json"}, work_.path());
-        QCOMPARE(simulated.exit_code, 0);
-        QCOMPARE(played_tokens_per_second(simulated), top.value("tokens_per_second").toDouble());
+        // Plans with `args` (and --json) and plays the top candidate's printed `fulcrum
+        // simulate` line, which must give the tokens/s the plan ranked it by; `top` is that
+        // candidate and `command` its line.
+        const auto replay_plans_top = [&](const QStringList& args, QJsonObject& top,
+                                          QStringList& command) {
+            const Outcome planned = run(fulcrum(), args + QStringList{"--json"}, work_.path());
+            QCOMPARE(planned.exit_code, 0);
+            const QJsonObject json = QJsonDocument::fromJson(planned.output.toUtf8()).object();
+            QCOMPARE(json.value("format").toString(), QString("fulcrum plan"));
+            top = json.value("ranked").toArray().at(0).toObject();
+            command = top.value("simulate_command").toString().split(' ');
+            QCOMPARE(command.value(0), QString("fulcrum"));
+            const Outcome simulated =
+                run(fulcrum(), command.mid(1) + QStringList{"--json"}, work_.path());
+            QCOMPARE(simulated.exit_code, 0);
+            QCOMPARE(played_tokens_per_second(simulated),
+                     top.value("tokens_per_second").toDouble());
+        };
+        QJsonObject top;
+        QStringList command;
+        replay_plans_top(small, top, command);
+        if (QTest::currentTestFailed()) {
+            return;
+        }
         // Megatron-LM's gather beside the next step's forward: the printed line plays it too.
-        const Outcome gathering =
-            run(fulcrum(), small + QStringList{"--overlap-param-gather", "--json"}, work_.path());
-        QCOMPARE(gathering.exit_code, 0);
-        const QJsonObject gathered = QJsonDocument::fromJson(gathering.output.toUtf8())
-                                         .object()
-                                         .value("ranked")
-                                         .toArray()
-                                         .at(0)
-                                         .toObject();
-        QStringList gather_command = gathered.value("simulate_command").toString().split(' ');
-        QVERIFY(gather_command.contains("--distributed-optimizer"));
-        QVERIFY(gather_command.contains("--overlap-param-gather"));
-        gather_command.takeFirst();
-        const Outcome regathered =
-            run(fulcrum(), gather_command + QStringList{"--json"}, work_.path());
-        QCOMPARE(regathered.exit_code, 0);
-        QCOMPARE(played_tokens_per_second(regathered),
-                 gathered.value("tokens_per_second").toDouble());
+        QJsonObject gathered;
+        replay_plans_top(small + QStringList{"--overlap-param-gather"}, gathered, command);
+        if (QTest::currentTestFailed()) {
+            return;
+        }
+        QVERIFY(command.contains("--distributed-optimizer"));
+        QVERIFY(command.contains("--overlap-param-gather"));
         // One causal mask across each micro-batch's documents: the printed line plays it too,
-        // and every layout pays more attention than with each document's own mask.
-        const Outcome packing = run(
-            fulcrum(), small + QStringList{"--attention-mask", "packed", "--json"}, work_.path());
-        QCOMPARE(packing.exit_code, 0);
-        const QJsonObject packed = QJsonDocument::fromJson(packing.output.toUtf8())
-                                       .object()
-                                       .value("ranked")
-                                       .toArray()
-                                       .at(0)
-                                       .toObject();
-        QStringList packed_command = packed.value("simulate_command").toString().split(' ');
-        QVERIFY(packed_command.contains("packed"));
-        packed_command.takeFirst();
-        const Outcome repacked =
-            run(fulcrum(), packed_command + QStringList{"--json"}, work_.path());
-        QCOMPARE(repacked.exit_code, 0);
-        QCOMPARE(played_tokens_per_second(repacked), packed.value("tokens_per_second").toDouble());
+        // and the layout pays more attention than with each document's own mask.
+        QJsonObject packed;
+        replay_plans_top(small + QStringList{"--attention-mask", "packed"}, packed, command);
+        if (QTest::currentTestFailed()) {
+            return;
+        }
+        QVERIFY(command.contains("packed"));
         QVERIFY(packed.value("tokens_per_second").toDouble() <
                 top.value("tokens_per_second").toDouble());
 

@@ -245,14 +245,11 @@ Result<ReplayResult> replay_pipeline(const ReplayInput& input) {
                 const std::int64_t start = std::max(state->free_at(s), *ready);
                 const std::int64_t duration = state->duration(s);
                 if (const ParameterArrival* arrival = state->arrival(s)) {
-                    const std::int64_t layers = std::max(arrival->layers, 1);
-                    const std::int64_t end =
-                        std::max({start + duration, arrival->first_ns + duration,
-                                  arrival->last_ns() + duration / layers});
+                    const std::int64_t end = arrival->pass_end(start, duration);
                     const std::int64_t wait = end - start - duration;
                     // What the arrivals moved while the pass waited, at their pace.
                     const std::int64_t moving =
-                        std::max<std::int64_t>(layers * arrival->layer_ns, 1);
+                        std::max<std::int64_t>(std::max(arrival->layers, 1) * arrival->layer_ns, 1);
                     const std::int64_t bytes = static_cast<std::int64_t>(std::llround(
                         double(arrival->bytes) * std::min(1.0, double(wait) / double(moving))));
                     state->finish(s, start, end, wait, bytes);

@@ -11,6 +11,7 @@
 // durations to play a whole step.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -30,6 +31,14 @@ struct ParameterArrival {
     int layers = 1;
     std::int64_t bytes = 0;
     std::int64_t last_ns() const { return first_ns + (layers - 1) * layer_ns; }
+    // When a pass of `length` through the chunk, started at `start`, ends: its layers run in
+    // turn, each once its parameters are there and the one before it is done, so (arrivals
+    // evenly spaced) at max(start, first) + its length, or one layer's share of it after the
+    // last arrival if later.
+    std::int64_t pass_end(std::int64_t start, std::int64_t length) const {
+        return std::max(
+            {start + length, first_ns + length, last_ns() + length / std::max(layers, 1)});
+    }
 };
 
 struct ReplayInput {
@@ -46,10 +55,8 @@ struct ReplayInput {
     std::int64_t p2p_latency_ns = 0;  // from a send's end to the receiver's start
     // When each stage can begin (e.g. after its step's set-up); empty: all at 0.
     std::vector<std::int64_t> stage_ready_ns;
-    // [stage][chunk]: parameters arriving during micro-batch 0's forward through the chunk.
-    // Its n layers run in turn, each once its parameters are there and the one before it is
-    // done, so with alike layers and arrivals it ends at max(start, first) + its length, or
-    // one layer's length after the last arrival if later. Empty: nothing arrives.
+    // [stage][chunk]: parameters arriving during micro-batch 0's forward through the chunk,
+    // which ends at ParameterArrival::pass_end. Empty: nothing arrives.
     // replay_pipeline only (replay_on_shared_cores does not read it).
     std::vector<std::vector<ParameterArrival>> parameters;
     // Replay the order fulcrum-train runs (step_ops) where the shape does not suit the

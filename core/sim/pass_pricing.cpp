@@ -520,24 +520,11 @@ std::int64_t gradient_element_bytes(const SimulationConfig& config) {
 
 std::int64_t reduction_element_bytes(const SimulationConfig& config) {
     const std::int64_t gradient = gradient_element_bytes(config);
-    if (gathers_parameters_at_step_start(config)) {
-        return gradient;
-    }
-    if (config.layout.zero_stage >= 1 && !scatters_gradients_per_pass(config)) {
+    if (config.layout.zero_stage >= 1 && !scatters_gradients_per_pass(config) &&
+        !gathers_parameters_at_step_start(config)) {
         return (gradient + element_bytes(config.dtype)) / 2;
     }
     return gradient;
-}
-
-const analysis::CollectiveCost& step_end_collective(const SimulationConfig& config,
-                                                    const StageCosts& costs) {
-    return gathers_parameters_at_step_start(config) ? costs.zero_reduce_scatter
-                                                    : costs.dp_all_reduce;
-}
-
-bool gathers_parameters_at_step_start(const SimulationConfig& config) {
-    return config.overlap_param_gather && config.layout.zero_stage == 1 &&
-           config.layout.grid.dp * config.layout.grid.cp > 1 && !config.accumulate_gradients;
 }
 
 namespace {

@@ -128,18 +128,8 @@ std::int64_t gradient_element_bytes(const SimulationConfig& config);
 // bytes, as Megatron-LM's distributed optimizer does.
 // With --overlap-param-gather the gather moves to the next step's start (parameter_arrivals),
 // and the step's end reduce-scatters the gradients only: a gradient an element, priced as
-// the reduce-scatter it is (step_end_collective).
+// the reduce-scatter it is (config_costs prices the step's reduction so, as under ZeRO-3).
 std::int64_t reduction_element_bytes(const SimulationConfig& config);
-
-// The collective the step's end reduction is priced as, over reduction_element_bytes an
-// element: the gradients' reduce-scatter where the step starts with the gather, else an
-// all-reduce.
-const analysis::CollectiveCost& step_end_collective(const SimulationConfig& config,
-                                                    const StageCosts& costs);
-
-// Whether the step starts with the distributed optimizer's gather of the parameters the last
-// update changed (SimulationConfig::overlap_param_gather, over DP × CP, an updating step).
-bool gathers_parameters_at_step_start(const SimulationConfig& config);
 
 // When stage `stage`'s parameters arrive, [chunk] (parallel::ParameterArrival), where the step
 // starts with their gather: Megatron-LM's --overlap-param-gather dispatches each bucket's

@@ -260,6 +260,11 @@ CoreSharing core_sharing(const SimulationConfig& config) {
             static_cast<double>(per_host) / static_cast<double>(cores)};
 }
 
+bool gathers_parameters_at_step_start(const SimulationConfig& config) {
+    return config.overlap_param_gather && config.layout.zero_stage == 1 &&
+           config.layout.grid.dp * config.layout.grid.cp > 1 && !config.accumulate_gradients;
+}
+
 int gemm_chunks(const SimulationConfig& config) {
     return config.tp_comm_overlap && config.layout.sequence_parallel ? config.layout.grid.tp : 1;
 }
@@ -274,9 +279,10 @@ StageCosts config_costs(const SimulationConfig& config) {
     if (config.layout.zero_stage >= 1) {
         costs.optimizer_ns /= std::max(config.layout.grid.dp * config.layout.grid.cp, 1);
     }
-    // ZeRO-3 keeps the parameters sharded after the update: the step's reduction is the
-    // gradients' reduce-scatter alone, no all-gather after it.
-    if (config.layout.zero_stage >= 3) {
+    // ZeRO-3 keeps the parameters sharded after the update, and the distributed optimizer that
+    // gathers them at the next step's start (gathers_parameters_at_step_start) leaves none to
+    // gather: the step's reduction is the gradients' reduce-scatter alone.
+    if (config.layout.zero_stage >= 3 || gathers_parameters_at_step_start(config)) {
         costs.dp_all_reduce = costs.zero_reduce_scatter;
     }
     // The passes share cores in the replay; the gradients' reduction and the optimizer run on

@@ -67,7 +67,7 @@ struct SimulationConfig {
     // Megatron-LM's --overlap-param-gather (with the distributed optimizer, ZeRO-1): the
     // all-gather of the parameters the update changed moves to the next step's start, a
     // layer at a time in forward order, each layer's first forward waiting for its own
-    // (parameter_arrivals, grad_reduction.h); the step's end then only reduce-scatters the
+    // (parameter_arrivals, pass_pricing.h); the step's end then only reduce-scatters the
     // gradients. Otherwise the gather follows the reduce-scatter before the update.
     bool overlap_param_gather = false;
     // Attention over each micro-batch's whole packed sequence, one causal mask across its
@@ -261,6 +261,10 @@ balance::PlannerOptions planner_options(const SimulationConfig& config);
 // The costs simulate() plays `config` with (resolve_costs with the config's model or the
 // analytic one).
 StageCosts config_costs(const SimulationConfig& config);
+
+// Whether the step starts with the distributed optimizer's gather of the parameters the last
+// update changed (overlap_param_gather, over DP × CP, an updating step).
+bool gathers_parameters_at_step_start(const SimulationConfig& config);
 
 // Pieces a layer's GEMMs are computed in: tp under --tp-comm-overlap (Transformer Engine's
 // ring exchange cuts each GEMM beside a collective into tp chunks, one a step), else 1.

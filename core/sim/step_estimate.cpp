@@ -15,7 +15,6 @@ namespace {
 double estimate_reduction_end(const SimulationConfig& config, const StageCosts& costs, int stage,
                               double pipeline_ns, double last_backward_ns) {
     const parallel::GridShape& grid = config.layout.grid;
-    const analysis::CollectiveCost& reduces_as = step_end_collective(config, costs);
     const std::int64_t element = reduction_element_bytes(config);
     const std::int64_t bytes =
         stage_parameters(config.model, grid, stage, config.layout.stage_layers,
@@ -27,19 +26,20 @@ double estimate_reduction_end(const SimulationConfig& config, const StageCosts& 
     // Under ZeRO-2 and -3 the backward passes reduce-scattered the layers' gradients.
     if (const StepEndReduction rest = step_end_reduction(config, stage, bytes); rest.per_pass) {
         return pipeline_ns +
-               static_cast<double>(predict_moved_ns(reduces_as, rest.reduced_bytes) +
+               static_cast<double>(predict_moved_ns(costs.dp_all_reduce, rest.reduced_bytes) +
                                    predict_moved_ns(costs.zero_all_gather, rest.gathered_bytes));
     }
     if (!config.overlap_grad_reduce) {
-        return pipeline_ns + static_cast<double>(predict_collective_ns(reduces_as, bytes));
+        return pipeline_ns + static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bytes));
     }
     const std::int64_t bucket = layer_reduction_bytes(config);
     const std::int64_t layers = layers_of(stage, config);
-    const auto bucket_ns = static_cast<double>(predict_collective_ns(reduces_as, bucket));
+    const auto bucket_ns = static_cast<double>(predict_collective_ns(costs.dp_all_reduce, bucket));
     double end = std::max(pipeline_ns + bucket_ns,
                           pipeline_ns - last_backward_ns + static_cast<double>(layers) * bucket_ns);
     if (bytes > layers * bucket) {
-        end += static_cast<double>(predict_collective_ns(reduces_as, bytes - layers * bucket));
+        end += static_cast<double>(
+            predict_collective_ns(costs.dp_all_reduce, bytes - layers * bucket));
     }
     return end;
 }
@@ -98,13 +98,12 @@ StepEstimate estimate_step(const SimulationConfig& config, const StageCosts& cos
     // Where the step starts by gathering the parameters (parameter_arrivals), the first
     // stage's first forward waits for those not there yet, and the pipeline behind it (the
     // later stages' arrive before their first forward does).
+    // A chunk's pass in whole ns, as the replay takes it.
     if (const auto arrivals = parameter_arrivals(config, costs, 0); !arrivals.empty()) {
-        const parallel::ParameterArrival& first = arrivals.front();
-        const double forward = estimate.phase_ns.front()[0] / v;
-        const double end =
-            std::max({forward, static_cast<double>(first.first_ns) + forward,
-                      static_cast<double>(first.last_ns()) + forward / first.layers});
-        estimate.pipeline_ns += end - forward;
+        const auto forward =
+            static_cast<std::int64_t>(estimate.phase_ns.front()[0]) / static_cast<std::int64_t>(v);
+        estimate.pipeline_ns +=
+            static_cast<double>(arrivals.front().pass_end(0, forward) - forward);
     }
     // On shared cores the passes take at least their work over the cores.
     if (const CoreSharing sharing = core_sharing(config); sharing.shared()) {

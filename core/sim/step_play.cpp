@@ -255,8 +255,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
     for (int s = 0; s < grid.pp; ++s) {
         GradientReductionInput reduction = gradient_reduction(config, s, step_start);
         reduction.stage_bytes = dp_bytes[static_cast<std::size_t>(s)];
-        const analysis::CollectiveCost& reduces_as = step_end_collective(config, costs);
-        reduction.sm_share = nccl_sm_share(config.hardware, reduces_as);
+        reduction.sm_share = nccl_sm_share(config.hardware, costs.dp_all_reduce);
         if (!reduces) {
             reduction.overlap = false;
             reduction.stage_bytes = 0;
@@ -270,7 +269,7 @@ Result<PlayedStep> play_step(const balance::StepPlan& plan, const SimulationConf
             reduction.stage_bytes = rest.reduced_bytes;
         }
         const GradientReductionEnd reduced =
-            reduces ? gradient_reduction_end(reduction, replays, reduces_as)
+            reduces ? gradient_reduction_end(reduction, replays, costs.dp_all_reduce)
                     : gradient_reduction_end(reduction, replays, {});
         const std::int64_t end =
             reduced.end_ns + predict_moved_ns(costs.zero_all_gather, rest.gathered_bytes);
